@@ -1,0 +1,11 @@
+//! Integration tests: real processes, run under `LD_PRELOAD=libcuguard.so` against the simulated
+//! driver in `harness/simcuda`. All of them build into this one test binary.
+
+mod support;
+
+#[test]
+fn artifacts_are_built() {
+    let a = support::artifacts();
+    assert!(a.shim.exists());
+    assert!(a.sim_lib.exists());
+}

@@ -1,0 +1,160 @@
+//! What every integration test needs: the built artifacts (shim, simulated driver, workloads, the
+//! `cuguard` command), C workloads compiled on demand, and a way to run a program under the shim
+//! and read its report.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// Paths of everything the tests run.
+pub struct Artifacts {
+    /// The workspace root.
+    pub root: PathBuf,
+    /// `target/<profile>`, where cargo put the artifacts.
+    pub bin_dir: PathBuf,
+    /// `libcuguard.so`.
+    pub shim: PathBuf,
+    /// `libcuguard_simcuda.so`.
+    pub sim_lib: PathBuf,
+    /// A directory holding `libcuda.so.1` and `libcuda.so`, both links to the simulated driver.
+    pub sim_dir: PathBuf,
+    /// The `cuguard` command.
+    pub cuguard: PathBuf,
+    /// Where compiled C workloads and test scratch files go.
+    pub scratch: PathBuf,
+}
+
+/// Builds the workspace's libraries and programs once per test process and returns their paths.
+///
+/// `cargo test` builds only the test targets, so the shim, the simulated driver and the workloads
+/// are built here with the same cargo and profile.
+pub fn artifacts() -> &'static Artifacts {
+    static ARTIFACTS: OnceLock<Artifacts> = OnceLock::new();
+    ARTIFACTS.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let test_exe = std::env::current_exe().expect("current_exe");
+        // target/<profile>/deps/it-<hash>
+        let bin_dir = test_exe.parent().and_then(Path::parent).expect("target dir").to_path_buf();
+        let release = bin_dir.file_name().is_some_and(|n| n == "release");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(&root).args(["build", "--workspace", "--bins", "--lib"]);
+        if release {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("running cargo build");
+        assert!(status.success(), "cargo build of the workspace failed");
+        let sim_lib = bin_dir.join("libcuguard_simcuda.so");
+        let sim_dir = bin_dir.join("cuguard-sim");
+        std::fs::create_dir_all(&sim_dir).unwrap();
+        for name in ["libcuda.so.1", "libcuda.so"] {
+            let link = sim_dir.join(name);
+            if std::fs::read_link(&link).is_err() {
+                let _ = std::os::unix::fs::symlink("../libcuguard_simcuda.so", &link);
+            }
+        }
+        let scratch = bin_dir.join("it-scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        Artifacts {
+            shim: bin_dir.join("libcuguard.so"),
+            cuguard: bin_dir.join("cuguard"),
+            sim_lib,
+            sim_dir,
+            scratch,
+            bin_dir,
+            root,
+        }
+    })
+}
+
+/// Compiles `harness/workloads/c/<name>.c` (with `-g -O0`, linked with `-lcuda` against the
+/// simulated driver) and returns the program's path. Compiles once per test process.
+pub fn c_program(name: &str) -> PathBuf {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    let mut built = built.lock().unwrap();
+    if let Some(p) = built.get(name) {
+        return p.clone();
+    }
+    let a = artifacts();
+    let src = a.root.join("harness/workloads/c").join(format!("{name}.c"));
+    let out = a.scratch.join(format!("c-{name}-{}", std::process::id()));
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-g", "-O0", "-fno-omit-frame-pointer", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-I")
+        .arg(a.root.join("harness/workloads/c"))
+        .arg("-L")
+        .arg(&a.sim_dir)
+        .args(["-lcuda", "-lpthread", "-ldl"])
+        .status()
+        .expect("running cc");
+    assert!(status.success(), "compiling {} failed", src.display());
+    built.insert(name.to_string(), out.clone());
+    out
+}
+
+/// A Rust workload program from `harness/workloads`.
+pub fn rust_program(name: &str) -> PathBuf {
+    artifacts().bin_dir.join(name)
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch_dir(test: &str) -> PathBuf {
+    let d = artifacts().scratch.join(format!("{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A command that runs `program` against the simulated driver, without the shim.
+pub fn sim_command(program: &Path) -> Command {
+    let a = artifacts();
+    let mut cmd = Command::new(program);
+    cmd.env("LD_LIBRARY_PATH", &a.sim_dir);
+    cmd.env_remove("LD_PRELOAD");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CUGUARD_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// A command that runs `program` under the shim against the simulated driver, writing its report
+/// to `report`.
+pub fn shim_command(program: &Path, report: &Path) -> Command {
+    let a = artifacts();
+    let mut cmd = sim_command(program);
+    cmd.env("LD_PRELOAD", &a.shim);
+    cmd.env("CUGUARD_REPORT", report);
+    cmd
+}
+
+/// Runs a command to completion and returns its output, failing the test with both streams if
+/// `expect_success` and it did not succeed.
+pub fn run(cmd: &mut Command, expect_success: bool) -> Output {
+    let out = cmd.output().expect("spawning program");
+    if expect_success && !out.status.success() {
+        panic!(
+            "{:?} failed: {}\n--- stdout\n{}\n--- stderr\n{}",
+            cmd,
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// Reads a report written by the shim.
+pub fn read_report(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading report {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing report {}: {e}", path.display()))
+}
