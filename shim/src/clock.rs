@@ -1,0 +1,59 @@
+//! Clocks and thread ids, cheap enough for the allocation path.
+
+use std::cell::Cell;
+
+/// Nanoseconds on the monotonic clock.
+pub fn monotonic_ns() -> u64 {
+    read(libc::CLOCK_MONOTONIC)
+}
+
+/// Milliseconds since the shim was loaded, from the coarse monotonic clock (a few ns to read).
+pub fn since_start_ms() -> u64 {
+    let now = read(libc::CLOCK_MONOTONIC_COARSE);
+    now.saturating_sub(crate::config::get().start_mono_ns) / 1_000_000
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    read(libc::CLOCK_REALTIME) / 1_000_000
+}
+
+fn read(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-parameter; clock_gettime has no other effect.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+thread_local! {
+    // Const-initialized and without a destructor, so it is usable during thread exit and
+    // registers nothing with the runtime.
+    static TID: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The calling thread's kernel thread id, cached per thread.
+pub fn thread_id() -> u32 {
+    TID.try_with(|t| {
+        let v = t.get();
+        if v != 0 {
+            return v;
+        }
+        let v = gettid();
+        t.set(v);
+        v
+    })
+    .unwrap_or_else(|_| gettid())
+}
+
+/// Forgets the cached thread id; the child of a fork calls this, since its one thread has a new id.
+pub fn reset_thread_id() {
+    let _ = TID.try_with(|t| t.set(0));
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}

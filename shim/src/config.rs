@@ -1,0 +1,167 @@
+//! The shim's settings, read once from the environment.
+//!
+//! Reading happens in the load-time constructor (the only thing it does) or, if that did not run,
+//! on first use. A bad value gets one clear line on stderr and the default; nothing here can fail.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use once_cell::sync::OnceCell;
+
+/// The default report path template.
+pub const DEFAULT_REPORT: &str = "./cuguard.%e.%p.json";
+/// The default number of frames captured per allocation.
+pub const DEFAULT_STACK_DEPTH: usize = 32;
+/// The most frames that may be asked for.
+pub const MAX_STACK_DEPTH: usize = 256;
+
+/// The effective settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `CUGUARD_DISABLE=1`: forward everything, track nothing, write nothing.
+    pub disabled: bool,
+    /// `CUGUARD_QUIET=1`: no summary line at exit.
+    pub quiet: bool,
+    /// `CUGUARD_LOG=1`: diagnostics on stderr.
+    pub log: bool,
+    /// `CUGUARD_REPORT`: the report path template, as given.
+    pub report_template: String,
+    /// The directory a relative report path is resolved against: the working directory at load.
+    pub start_dir: PathBuf,
+    /// `CUGUARD_STACK_DEPTH`: frames per allocation; 0 = off.
+    pub stack_depth: usize,
+    /// `CUGUARD_POOL`: serve cuMemAlloc/cuMemFree from the pool.
+    pub pool: bool,
+    /// Problems met while reading the settings, for the report's `faults`.
+    pub problems: Vec<String>,
+    /// Process start (shim load), milliseconds since the Unix epoch.
+    pub start_unix_ms: u64,
+    /// Process start on the monotonic clock, nanoseconds.
+    pub start_mono_ns: u64,
+}
+
+static CONFIG: OnceCell<Config> = OnceCell::new();
+
+/// The settings, read now if the constructor did not run.
+pub fn get() -> &'static Config {
+    CONFIG.get_or_init(|| from_env(|k| std::env::var(k).ok()))
+}
+
+/// Reads the settings; called by the load-time constructor.
+pub fn init() {
+    let _ = get();
+}
+
+/// Replaces nothing, but lets tests parse arbitrary environments.
+pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
+    let mut problems = Vec::new();
+    let mut flag = |name: &str, default: bool| -> bool {
+        match var(name).as_deref().map(str::trim) {
+            None | Some("") => default,
+            Some("1" | "true" | "yes" | "on") => true,
+            Some("0" | "false" | "no" | "off") => false,
+            Some(other) => {
+                problems.push(format!(
+                    "{name}={other:?} is not 0 or 1; using {}",
+                    u8::from(default)
+                ));
+                default
+            }
+        }
+    };
+    let disabled = flag("CUGUARD_DISABLE", false);
+    let quiet = flag("CUGUARD_QUIET", false);
+    let log = flag("CUGUARD_LOG", false);
+    let pool = flag("CUGUARD_POOL", true);
+    let stack_depth = match var("CUGUARD_STACK_DEPTH").as_deref().map(str::trim) {
+        None | Some("") => DEFAULT_STACK_DEPTH,
+        Some(s) => match s.parse::<usize>() {
+            Ok(n) if n <= MAX_STACK_DEPTH => n,
+            Ok(n) => {
+                problems.push(format!(
+                    "CUGUARD_STACK_DEPTH={n} is more than {MAX_STACK_DEPTH}; using {MAX_STACK_DEPTH}"
+                ));
+                MAX_STACK_DEPTH
+            }
+            Err(_) => {
+                problems.push(format!(
+                    "CUGUARD_STACK_DEPTH={s:?} is not a number; using {DEFAULT_STACK_DEPTH}"
+                ));
+                DEFAULT_STACK_DEPTH
+            }
+        },
+    };
+    let report_template = match var("CUGUARD_REPORT") {
+        Some(s) if !s.trim().is_empty() => s,
+        _ => DEFAULT_REPORT.to_string(),
+    };
+    let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let start_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let config = Config {
+        disabled,
+        quiet,
+        log,
+        report_template,
+        start_dir,
+        stack_depth,
+        pool,
+        problems,
+        start_unix_ms,
+        start_mono_ns: crate::clock::monotonic_ns(),
+    };
+    for p in &config.problems {
+        crate::diag::warn(p);
+    }
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let owned: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| {
+            owned
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let c = from_env(env(&[]));
+        assert!(!c.disabled && !c.quiet && c.pool);
+        assert_eq!(c.stack_depth, DEFAULT_STACK_DEPTH);
+        assert_eq!(c.report_template, DEFAULT_REPORT);
+        assert!(c.problems.is_empty());
+    }
+
+    #[test]
+    fn bad_values_fall_back_with_a_message() {
+        let c = from_env(env(&[
+            ("CUGUARD_STACK_DEPTH", "deep"),
+            ("CUGUARD_QUIET", "maybe"),
+        ]));
+        assert_eq!(c.stack_depth, DEFAULT_STACK_DEPTH);
+        assert!(!c.quiet);
+        assert_eq!(c.problems.len(), 2);
+        assert!(c.problems[0].contains("CUGUARD_QUIET"));
+        assert!(c.problems[1].contains("CUGUARD_STACK_DEPTH"));
+    }
+
+    #[test]
+    fn depth_is_capped() {
+        let c = from_env(env(&[("CUGUARD_STACK_DEPTH", "100000")]));
+        assert_eq!(c.stack_depth, MAX_STACK_DEPTH);
+        let c = from_env(env(&[("CUGUARD_STACK_DEPTH", "0")]));
+        assert_eq!(c.stack_depth, 0);
+    }
+}

@@ -1,0 +1,35 @@
+//! The shim's own messages on stderr: one line each, prefixed `cuguard:`, written with a single
+//! `write(2)` so they never interleave with the program's output mid-line.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Writes one line to stderr.
+pub fn warn(message: &str) {
+    let line = format!("cuguard: {message}\n");
+    write_stderr(line.as_bytes());
+}
+
+/// Writes one line to stderr only when `CUGUARD_LOG=1`.
+pub fn log(message: impl FnOnce() -> String) {
+    if crate::config::get().log {
+        warn(&message());
+    }
+}
+
+/// Writes `message` once per `flag`.
+pub fn warn_once(flag: &AtomicBool, message: &str) {
+    if !flag.swap(true, Ordering::Relaxed) {
+        warn(message);
+    }
+}
+
+fn write_stderr(mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: bytes is a valid buffer of the given length.
+        let n = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}

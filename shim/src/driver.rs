@@ -1,0 +1,242 @@
+//! The real driver: the real `dlsym`, the driver library's handle, and one table of every driver
+//! entry the shim hooks or calls, resolved once.
+//!
+//! The shim never calls its own exports. Every call it makes to the driver goes through
+//! [`real`], whose pointers come from the real `dlsym` on the driver's own handle.
+//!
+//! The table is filled lazily, on the first hook call that needs it, never at load time. If the
+//! driver is not loaded yet, resolution fails and is tried again on a later call.
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use once_cell::sync::OnceCell;
+
+use crate::ffi::*;
+
+unsafe extern "C" {
+    fn dlvsym(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void;
+}
+
+/// The signature of `dlsym`.
+pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// The real `dlsym`, as a `usize` so that the naked `dlsym` export can read it from assembly.
+/// 0 until [`resolve_real_dlsym`] has run.
+pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+
+/// Finds libc's `dlsym` without calling `dlsym` (which the shim itself exports).
+///
+/// Returns its address, or 0 when there is none (the shim then cannot forward `dlsym` at all).
+pub extern "C" fn resolve_real_dlsym() -> usize {
+    let cached = REAL_DLSYM.load(Ordering::Acquire);
+    if cached != 0 {
+        return cached;
+    }
+    let mut found = 0usize;
+    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+        // SAFETY: dlvsym is libc's; both strings are NUL-terminated literals. RTLD_NEXT from
+        // this object finds the next definition after the shim, i.e. libc's.
+        let p = unsafe { dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+        if !p.is_null() {
+            found = p as usize;
+            break;
+        }
+    }
+    if found != 0 {
+        REAL_DLSYM.store(found, Ordering::Release);
+    }
+    found
+}
+
+/// The real `dlsym`, if it could be found.
+pub fn real_dlsym() -> Option<DlsymFn> {
+    let p = resolve_real_dlsym();
+    // SAFETY: a non-zero value is the address of libc's dlsym, which has this signature.
+    (p != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(p) })
+}
+
+macro_rules! driver_entries {
+    ($( $name:ident : fn($($arg:ty),* $(,)?); )*) => {
+        /// Every driver entry the shim hooks or calls, by its exact exported name.
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        #[repr(usize)]
+        pub enum Entry { $($name),* }
+
+        impl Entry {
+            /// All entries, in declaration order (`Entry as usize` indexes this).
+            pub const ALL: &'static [Entry] = &[$(Entry::$name),*];
+
+            /// The exported symbol name.
+            pub fn name(self) -> &'static str {
+                match self { $(Entry::$name => stringify!($name)),* }
+            }
+
+            fn c_name(self) -> &'static CStr {
+                match self {
+                    $(Entry::$name => {
+                        const BYTES: &[u8] = concat!(stringify!($name), "\0").as_bytes();
+                        match CStr::from_bytes_with_nul(BYTES) { Ok(c) => c, Err(_) => c"" }
+                    }),*
+                }
+            }
+        }
+
+        /// Typed access to the real driver's entries. `None` when the driver is not loaded or
+        /// lacks the entry.
+        #[allow(non_snake_case, dead_code)]
+        pub mod real {
+            use super::*;
+            $(
+                #[inline]
+                pub fn $name() -> Option<unsafe extern "C" fn($($arg),*) -> CUresult> {
+                    let p = super::pointer(super::Entry::$name);
+                    // SAFETY: p is the driver's export of exactly this name, whose C signature
+                    // is the one declared in the table.
+                    (p != 0).then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*) -> CUresult>(p) })
+                }
+            )*
+        }
+    };
+}
+
+driver_entries! {
+    // Allocation entries (hooked).
+    cuMemAlloc_v2: fn(*mut CUdeviceptr, usize);
+    cuMemAllocPitch_v2: fn(*mut CUdeviceptr, *mut usize, usize, usize, u32);
+    cuMemFree_v2: fn(CUdeviceptr);
+    cuMemAllocManaged: fn(*mut CUdeviceptr, usize, u32);
+    cuMemAllocHost_v2: fn(*mut *mut c_void, usize);
+    cuMemHostAlloc: fn(*mut *mut c_void, usize, u32);
+    cuMemFreeHost: fn(*mut c_void);
+    cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream);
+    cuMemAllocAsync_ptsz: fn(*mut CUdeviceptr, usize, CUstream);
+    cuMemAllocFromPoolAsync: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream);
+    cuMemAllocFromPoolAsync_ptsz: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream);
+    cuMemFreeAsync: fn(CUdeviceptr, CUstream);
+    cuMemFreeAsync_ptsz: fn(CUdeviceptr, CUstream);
+    cuMemCreate: fn(*mut CUmemGenericAllocationHandle, usize, *const MemAllocationPropHead, u64);
+    cuMemRelease: fn(CUmemGenericAllocationHandle);
+    cuMemMap: fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64);
+    cuMemUnmap: fn(CUdeviceptr, usize);
+    cuMemAddressReserve: fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64);
+    cuMemAddressFree: fn(CUdeviceptr, usize);
+    // Context entries (hooked).
+    cuCtxCreate: fn(*mut CUcontext, u32, CUdevice);
+    cuCtxCreate_v2: fn(*mut CUcontext, u32, CUdevice);
+    cuCtxCreate_v3: fn(*mut CUcontext, Opaque, c_int, u32, CUdevice);
+    cuCtxCreate_v4: fn(*mut CUcontext, Opaque, u32, CUdevice);
+    cuCtxDestroy: fn(CUcontext);
+    cuCtxDestroy_v2: fn(CUcontext);
+    cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice);
+    cuDevicePrimaryCtxRelease: fn(CUdevice);
+    cuDevicePrimaryCtxRelease_v2: fn(CUdevice);
+    cuDevicePrimaryCtxReset: fn(CUdevice);
+    cuDevicePrimaryCtxReset_v2: fn(CUdevice);
+    // The lookup doors (hooked).
+    cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64);
+    cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int);
+    // Used by the shim itself.
+    cuDriverGetVersion: fn(*mut c_int);
+    cuCtxGetCurrent: fn(*mut CUcontext);
+    cuCtxGetDevice: fn(*mut CUdevice);
+    cuCtxPushCurrent_v2: fn(CUcontext);
+    cuCtxPopCurrent_v2: fn(*mut CUcontext);
+    cuCtxSynchronize: fn();
+    cuDeviceGetName: fn(*mut c_char, c_int, CUdevice);
+    cuDeviceTotalMem_v2: fn(*mut usize, CUdevice);
+    cuDevicePrimaryCtxGetState: fn(CUdevice, *mut u32, *mut c_int);
+}
+
+/// Number of entries in the table.
+pub const ENTRY_COUNT: usize = Entry::ALL.len();
+
+/// The resolved driver.
+pub struct Driver {
+    /// Address of each entry, indexed by `Entry as usize`; 0 where the driver lacks it.
+    ptrs: [usize; ENTRY_COUNT],
+    /// The driver library's path, as the loader has it.
+    pub path: String,
+}
+
+static DRIVER: OnceCell<Driver> = OnceCell::new();
+
+/// The resolved driver, resolving it now if the driver library is loaded.
+pub fn driver() -> Option<&'static Driver> {
+    DRIVER.get_or_try_init(load).ok()
+}
+
+/// The driver if it has already been resolved; never resolves.
+pub fn driver_if_loaded() -> Option<&'static Driver> {
+    DRIVER.get()
+}
+
+#[inline]
+fn pointer(entry: Entry) -> usize {
+    match driver() {
+        Some(d) => d.ptrs[entry as usize],
+        None => 0,
+    }
+}
+
+fn load() -> Result<Driver, ()> {
+    let dlsym = real_dlsym().ok_or(())?;
+    let mut handle = std::ptr::null_mut();
+    for name in [c"libcuda.so.1", c"libcuda.so"] {
+        // SAFETY: RTLD_NOLOAD only returns a handle to an object that is already loaded; it
+        // loads nothing and runs no constructors.
+        handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if !handle.is_null() {
+            break;
+        }
+    }
+    if handle.is_null() {
+        return Err(());
+    }
+    let mut ptrs = [0usize; ENTRY_COUNT];
+    for (i, entry) in Entry::ALL.iter().enumerate() {
+        // SAFETY: handle is a live handle from dlopen and the name is NUL-terminated.
+        ptrs[i] = unsafe { dlsym(handle, entry.c_name().as_ptr()) } as usize;
+    }
+    let init = ptrs[Entry::cuDriverGetVersion as usize];
+    let path = if init != 0 {
+        module_path(init as *const c_void)
+    } else {
+        String::new()
+    };
+    crate::diag::log(|| format!("driver resolved: {path}"));
+    Ok(Driver { ptrs, path })
+}
+
+/// The path of the loaded object that contains `addr`, or an empty string.
+pub fn module_path(addr: *const c_void) -> String {
+    // SAFETY: dladdr only reads the loader's tables; info is a plain out-parameter.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(addr, &mut info) != 0 && !info.dli_fname.is_null() {
+            return CStr::from_ptr(info.dli_fname)
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    String::new()
+}
+
+/// Which entry of the real driver `addr` is, if any.
+pub fn entry_at(addr: usize) -> Option<Entry> {
+    if addr == 0 {
+        return None;
+    }
+    let d = driver()?;
+    d.ptrs
+        .iter()
+        .position(|&p| p == addr)
+        .map(|i| Entry::ALL[i])
+}
+
+/// Whether `name` is a driver-style name (`cu` followed by an upper-case letter): the only names
+/// the doors ever touch.
+pub fn is_driver_name(name: &[u8]) -> bool {
+    name.len() > 2 && name[0] == b'c' && name[1] == b'u' && name[2].is_ascii_uppercase()
+}

@@ -1,0 +1,86 @@
+//! Re-entry guard and panic shield for code that runs inside the host's calls.
+//!
+//! Every hook does its own work under a [`Guard`]: if the thread is already inside the shim
+//! (the shim's own work reached a hooked entry again) or the thread is being torn down, the hook
+//! forwards to the driver and records nothing. [`shield`] keeps a panic in the shim's own code
+//! from crossing the C ABI: it is caught, recorded as a fault, and tracking turns itself off.
+
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+thread_local! {
+    // Const-initialized and destructor-free: usable while the thread exits.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Proof that the calling thread has entered the shim; leaving happens on drop.
+pub struct Guard {
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Guard {
+    /// Enters the shim, or returns `None` when this thread is already inside it or its
+    /// thread-locals are gone.
+    #[inline]
+    pub fn enter() -> Option<Guard> {
+        INSIDE
+            .try_with(|inside| {
+                if inside.get() {
+                    None
+                } else {
+                    inside.set(true);
+                    Some(Guard {
+                        _not_send: std::marker::PhantomData,
+                    })
+                }
+            })
+            .ok()
+            .flatten()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = INSIDE.try_with(|inside| inside.set(false));
+    }
+}
+
+/// Set once the shim's own code has panicked; tracking stops from then on.
+static BROKEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether the shim's own code has failed and tracking is off.
+#[inline]
+pub fn broken() -> bool {
+    BROKEN.load(Ordering::Relaxed)
+}
+
+/// Runs the shim's own work `f`. A panic in it is caught: the fault is recorded, tracking turns
+/// off for the rest of the process (saying so once), and `fallback` is returned.
+#[inline]
+pub fn shield<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            if !BROKEN.swap(true, Ordering::Relaxed) {
+                crate::diag::warn(&format!(
+                    "internal error ({what}); tracking is off for the rest of this process"
+                ));
+                crate::faults::record(format!("internal error: {what}; tracking turned off"));
+            }
+            fallback
+        }
+    }
+}
+
+/// Makes panics in the shim quiet (the shield reports them once). The hook only applies to this
+/// library's copy of the Rust runtime, never to a Rust host program's.
+pub fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| std::panic::set_hook(Box::new(|_| {})));
+}

@@ -1,0 +1,194 @@
+//! Contexts: creation, destruction, and the primary context's retain, release and reset.
+//!
+//! Memory disappears with its context: cuCtxDestroy, cuDevicePrimaryCtxReset, and the last
+//! cuDevicePrimaryCtxRelease free everything in it. The program never freed that memory, so its
+//! allocations move to the report as `released_by_context_destroy`.
+
+#![allow(non_snake_case)]
+
+use std::ffi::c_int;
+
+use super::{event, real_or};
+use crate::callsite;
+use crate::driver::{Entry, real};
+use crate::ffi::*;
+use crate::guard::shield;
+use crate::state;
+use crate::tracker::events::Kind;
+
+fn created(result: CUresult, pctx: *mut CUcontext, device: CUdevice, primary: bool) {
+    if result != CUDA_SUCCESS || pctx.is_null() {
+        return;
+    }
+    let Some((_guard, t)) = state::active() else {
+        return;
+    };
+    // SAFETY: the call succeeded, so pctx was valid and written.
+    let handle = unsafe { *pctx } as u64;
+    shield((), || {
+        t.contexts
+            .register(handle, device, primary, callsite::capture());
+    });
+}
+
+/// The context `handle` is gone (destroyed by `by`): its allocations were released with it.
+fn gone(handle: u64, by: Entry) {
+    crate::serve::context_destroyed(handle);
+    let Some((_guard, t)) = state::active() else {
+        return;
+    };
+    shield((), || {
+        let Some(id) = t.contexts.destroy(handle, by) else {
+            return;
+        };
+        let (count, bytes) = t.release_context(id);
+        if count > 0 {
+            event(
+                t,
+                Kind::ContextDestroyedWithLiveAllocations,
+                handle,
+                by,
+                CUDA_SUCCESS,
+                Some(bytes),
+                id,
+                Some(format!(
+                    "{count} allocations ({bytes} bytes) released with the context"
+                )),
+            );
+        }
+    });
+}
+
+/// The live primary context of `device`, as the tracker knows it.
+fn primary_handle(device: CUdevice) -> Option<u64> {
+    let t = state::tracker_if_any()?;
+    shield(None, || t.contexts.live_primary(device).map(|(_, h)| h))
+}
+
+/// Whether the driver says `device`'s primary context is active.
+fn primary_active(device: CUdevice) -> bool {
+    let Some(f) = real::cuDevicePrimaryCtxGetState() else {
+        return true;
+    };
+    let mut flags = 0u32;
+    let mut active: c_int = 0;
+    // SAFETY: valid out-parameters.
+    let r = unsafe { f(device, &mut flags, &mut active) };
+    r != CUDA_SUCCESS || active != 0
+}
+
+macro_rules! ctx_create_v2 {
+    ($name:ident) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            pctx: *mut CUcontext,
+            flags: u32,
+            dev: CUdevice,
+        ) -> CUresult {
+            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
+            // SAFETY: the program's own arguments, forwarded unchanged.
+            let r = unsafe { real(pctx, flags, dev) };
+            created(r, pctx, dev, false);
+            r
+        }
+    };
+}
+ctx_create_v2!(cuCtxCreate);
+ctx_create_v2!(cuCtxCreate_v2);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    pctx: *mut CUcontext,
+    params: Opaque,
+    num_params: c_int,
+    flags: u32,
+    dev: CUdevice,
+) -> CUresult {
+    let real = real_or!(cuCtxCreate_v3, CUDA_ERROR_NOT_INITIALIZED);
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(pctx, params, num_params, flags, dev) };
+    created(r, pctx, dev, false);
+    r
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    pctx: *mut CUcontext,
+    params: Opaque,
+    flags: u32,
+    dev: CUdevice,
+) -> CUresult {
+    let real = real_or!(cuCtxCreate_v4, CUDA_ERROR_NOT_INITIALIZED);
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(pctx, params, flags, dev) };
+    created(r, pctx, dev, false);
+    r
+}
+
+macro_rules! ctx_destroy {
+    ($name:ident) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(ctx: CUcontext) -> CUresult {
+            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
+            // SAFETY: the program's own argument, forwarded unchanged.
+            let r = unsafe { real(ctx) };
+            if r == CUDA_SUCCESS {
+                gone(ctx as u64, Entry::$name);
+            }
+            r
+        }
+    };
+}
+ctx_destroy!(cuCtxDestroy);
+ctx_destroy!(cuCtxDestroy_v2);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    let real = real_or!(cuDevicePrimaryCtxRetain, CUDA_ERROR_NOT_INITIALIZED);
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(pctx, dev) };
+    created(r, pctx, dev, true);
+    r
+}
+
+macro_rules! primary_release {
+    ($name:ident) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(dev: CUdevice) -> CUresult {
+            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
+            let handle = primary_handle(dev);
+            // SAFETY: the program's own argument, forwarded unchanged.
+            let r = unsafe { real(dev) };
+            if r == CUDA_SUCCESS {
+                if let Some(h) = handle {
+                    if !primary_active(dev) {
+                        gone(h, Entry::$name);
+                    }
+                }
+            }
+            r
+        }
+    };
+}
+primary_release!(cuDevicePrimaryCtxRelease);
+primary_release!(cuDevicePrimaryCtxRelease_v2);
+
+macro_rules! primary_reset {
+    ($name:ident) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(dev: CUdevice) -> CUresult {
+            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
+            let handle = primary_handle(dev);
+            // SAFETY: the program's own argument, forwarded unchanged.
+            let r = unsafe { real(dev) };
+            if r == CUDA_SUCCESS {
+                if let Some(h) = handle {
+                    gone(h, Entry::$name);
+                }
+            }
+            r
+        }
+    };
+}
+primary_reset!(cuDevicePrimaryCtxReset);
+primary_reset!(cuDevicePrimaryCtxReset_v2);

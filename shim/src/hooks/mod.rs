@@ -1,0 +1,255 @@
+//! The exported driver entries the shim stands in for, one module per API family, and the
+//! shared steps every hook takes: find the current context, record an allocation, account for
+//! a free.
+//!
+//! Each hook is thin: forward to the real driver (or to the pool, for cuMemAlloc/cuMemFree),
+//! then tell the tracker under a [`crate::guard::Guard`] and [`crate::guard::shield`]. The
+//! driver's result is always what the program gets.
+
+pub mod context;
+pub mod host;
+pub mod memory;
+pub mod stream_ordered;
+pub mod vmm;
+
+use std::ffi::c_void;
+
+use crate::callsite;
+use crate::clock;
+use crate::driver::{Entry, real};
+use crate::ffi::*;
+use crate::tracker::events::{Event, Kind};
+use crate::tracker::{Memory, NONE, Record, Tracker};
+
+/// Our stand-in for a real driver entry, if the shim hooks it.
+pub fn hook_for(entry: Entry) -> Option<*mut c_void> {
+    use Entry::*;
+    let p: *const () = match entry {
+        cuMemAlloc_v2 => memory::cuMemAlloc_v2 as *const (),
+        cuMemAllocPitch_v2 => memory::cuMemAllocPitch_v2 as *const (),
+        cuMemFree_v2 => memory::cuMemFree_v2 as *const (),
+        cuMemAllocManaged => memory::cuMemAllocManaged as *const (),
+        cuMemAllocHost_v2 => host::cuMemAllocHost_v2 as *const (),
+        cuMemHostAlloc => host::cuMemHostAlloc as *const (),
+        cuMemFreeHost => host::cuMemFreeHost as *const (),
+        cuMemAllocAsync => stream_ordered::cuMemAllocAsync as *const (),
+        cuMemAllocAsync_ptsz => stream_ordered::cuMemAllocAsync_ptsz as *const (),
+        cuMemAllocFromPoolAsync => stream_ordered::cuMemAllocFromPoolAsync as *const (),
+        cuMemAllocFromPoolAsync_ptsz => stream_ordered::cuMemAllocFromPoolAsync_ptsz as *const (),
+        cuMemFreeAsync => stream_ordered::cuMemFreeAsync as *const (),
+        cuMemFreeAsync_ptsz => stream_ordered::cuMemFreeAsync_ptsz as *const (),
+        cuMemCreate => vmm::cuMemCreate as *const (),
+        cuMemRelease => vmm::cuMemRelease as *const (),
+        cuMemMap => vmm::cuMemMap as *const (),
+        cuMemUnmap => vmm::cuMemUnmap as *const (),
+        cuMemAddressReserve => vmm::cuMemAddressReserve as *const (),
+        cuMemAddressFree => vmm::cuMemAddressFree as *const (),
+        cuCtxCreate => context::cuCtxCreate as *const (),
+        cuCtxCreate_v2 => context::cuCtxCreate_v2 as *const (),
+        cuCtxCreate_v3 => context::cuCtxCreate_v3 as *const (),
+        cuCtxCreate_v4 => context::cuCtxCreate_v4 as *const (),
+        cuCtxDestroy => context::cuCtxDestroy as *const (),
+        cuCtxDestroy_v2 => context::cuCtxDestroy_v2 as *const (),
+        cuDevicePrimaryCtxRetain => context::cuDevicePrimaryCtxRetain as *const (),
+        cuDevicePrimaryCtxRelease => context::cuDevicePrimaryCtxRelease as *const (),
+        cuDevicePrimaryCtxRelease_v2 => context::cuDevicePrimaryCtxRelease_v2 as *const (),
+        cuDevicePrimaryCtxReset => context::cuDevicePrimaryCtxReset as *const (),
+        cuDevicePrimaryCtxReset_v2 => context::cuDevicePrimaryCtxReset_v2 as *const (),
+        cuGetProcAddress => crate::doors::procaddr::cuGetProcAddress as *const (),
+        cuGetProcAddress_v2 => crate::doors::procaddr::cuGetProcAddress_v2 as *const (),
+        _ => return None,
+    };
+    Some(p as *mut c_void)
+}
+
+/// Whether `p` is one of the shim's own hooks.
+pub fn is_own_export(p: *mut c_void) -> bool {
+    crate::driver::Entry::ALL
+        .iter()
+        .any(|e| hook_for(*e) == Some(p))
+}
+
+/// Returns `$fallback` from the enclosing hook when the real entry is missing (the driver is
+/// not loaded or lacks it), else the typed real function.
+macro_rules! real_or {
+    ($entry:ident, $fallback:expr) => {
+        match $crate::driver::real::$entry() {
+            Some(f) => f,
+            None => {
+                $crate::hooks::missing(stringify!($entry));
+                return $fallback;
+            }
+        }
+    };
+}
+pub(crate) use real_or;
+
+/// Says once that a hooked entry could not be forwarded.
+pub fn missing(name: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    crate::diag::warn_once(
+        &SAID,
+        &format!(
+            "the real driver's {name} could not be found; calls to it fail with CUDA_ERROR_NOT_INITIALIZED"
+        ),
+    );
+}
+
+/// The current context's (id, device), registering a context the shim has not seen yet.
+pub fn current_context(t: &Tracker) -> (u32, i32) {
+    let Some(get) = real::cuCtxGetCurrent() else {
+        return (NONE, -1);
+    };
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: ctx is a valid out-parameter.
+    if unsafe { get(&mut ctx) } != CUDA_SUCCESS || ctx.is_null() {
+        return (NONE, -1);
+    }
+    let handle = ctx as u64;
+    if let Some(found) = t.contexts.lookup(handle) {
+        return found;
+    }
+    // A context made through no door the shim watches (or before tracking began).
+    let mut device: CUdevice = -1;
+    if let Some(f) = real::cuCtxGetDevice() {
+        // SAFETY: device is a valid out-parameter.
+        unsafe { f(&mut device) };
+    }
+    (t.contexts.register(handle, device, false, NONE), device)
+}
+
+/// Records an allocation the driver (or pool) just made.
+pub fn record_alloc(t: &Tracker, api: Entry, memory: Memory, addr: u64, size: u64, requested: u64) {
+    let (context, device) = current_context(t);
+    record_alloc_in(t, api, memory, addr, size, requested, context, device);
+}
+
+/// Records an allocation whose context and device are already known.
+#[allow(clippy::too_many_arguments)]
+pub fn record_alloc_in(
+    t: &Tracker,
+    api: Entry,
+    memory: Memory,
+    addr: u64,
+    size: u64,
+    requested: u64,
+    context: u32,
+    device: i32,
+) {
+    let record = Record {
+        size,
+        requested,
+        api,
+        memory,
+        device,
+        context,
+        thread: clock::thread_id(),
+        seq: t.next_seq(),
+        time_ms: clock::since_start_ms(),
+        stack: callsite::capture(),
+    };
+    t.add(addr, record);
+    crate::lifecycle::note_allocation();
+}
+
+/// Records a refused allocation.
+pub fn record_alloc_failed(
+    t: &Tracker,
+    api: Entry,
+    size: u64,
+    result: CUresult,
+    why: Option<String>,
+) {
+    let (context, _) = current_context(t);
+    event(
+        t,
+        Kind::AllocFailed,
+        0,
+        api,
+        result,
+        Some(size),
+        context,
+        why,
+    );
+}
+
+/// Records an event.
+#[allow(clippy::too_many_arguments)]
+pub fn event(
+    t: &Tracker,
+    kind: Kind,
+    address: u64,
+    api: Entry,
+    result: CUresult,
+    size: Option<u64>,
+    context: u32,
+    message: Option<String>,
+) {
+    t.events.push(Event {
+        kind,
+        address,
+        api,
+        seq: t.next_seq(),
+        thread: clock::thread_id(),
+        stack: callsite::capture(),
+        result,
+        size,
+        context,
+        time_ms: clock::since_start_ms(),
+        message,
+    });
+}
+
+/// Frees `addr` through `free` (the driver, or the pool) and accounts for it: the record is
+/// taken out before the free, so that an address the driver hands out again at once is never
+/// confused with the old one, and put back if the free is refused.
+pub fn free_tracked(api: Entry, addr: u64, free: impl FnOnce() -> CUresult) -> CUresult {
+    let Some((_guard, t)) = crate::state::active() else {
+        return free();
+    };
+    if addr == 0 {
+        return free();
+    }
+    let taken = crate::guard::shield(None, || t.take(addr));
+    let result = free();
+    crate::guard::shield((), || account_free(t, api, addr, taken, result));
+    result
+}
+
+fn account_free(t: &Tracker, api: Entry, addr: u64, taken: Option<Record>, result: CUresult) {
+    match (taken, result) {
+        (Some(record), CUDA_SUCCESS) => {
+            t.freed(addr, &record);
+            let (now, _) = current_context(t);
+            if record.context != NONE && now != NONE && now != record.context {
+                event(
+                    t,
+                    Kind::FreeInWrongContext,
+                    addr,
+                    api,
+                    result,
+                    Some(record.size),
+                    now,
+                    Some(format!(
+                        "allocated in context {}, freed in context {now}",
+                        record.context
+                    )),
+                );
+            }
+        }
+        (Some(record), _) => t.restore(addr, record),
+        (None, CUDA_SUCCESS) => {
+            let (ctx, _) = current_context(t);
+            event(t, Kind::UntrackedFree, addr, api, result, None, ctx, None);
+        }
+        (None, _) => {
+            let kind = if t.freed.contains(addr) {
+                Kind::DoubleFree
+            } else {
+                Kind::InvalidFree
+            };
+            let (ctx, _) = current_context(t);
+            event(t, kind, addr, api, result, None, ctx, None);
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Where the report goes and how it gets there: the path template, and an atomic write that
+//! never overwrites another process's report.
+//!
+//! The document is written to a temporary file created with `O_EXCL | O_NOFOLLOW`, mode 0600,
+//! beside the destination, then renamed into place with `RENAME_NOREPLACE`. If the destination
+//! exists (another process, or an earlier run with the same pid), a `.1`, `.2`, … suffix is
+//! tried. If the directory cannot be written, the report goes to `$TMPDIR` (or /tmp) instead and
+//! says so.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Values for the template's placeholders.
+pub struct Placeholders {
+    pub pid: u32,
+    pub exe_name: String,
+    pub host: String,
+    pub rank: Option<i64>,
+    pub start_unix_s: u64,
+}
+
+/// Expands `%p` (pid), `%e` (executable name), `%h` (host), `%r` (rank, or `norank`), `%t`
+/// (start time, Unix seconds) and `%%`. Other `%` sequences stay as they are.
+pub fn expand(template: &str, p: &Placeholders) -> String {
+    let mut out = String::with_capacity(template.len() + 16);
+    let mut chars = template.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('p') => out.push_str(&p.pid.to_string()),
+            Some('e') => out.push_str(&sanitize(&p.exe_name)),
+            Some('h') => out.push_str(&sanitize(&p.host)),
+            Some('r') => match p.rank {
+                Some(r) => out.push_str(&r.to_string()),
+                None => out.push_str("norank"),
+            },
+            Some('t') => out.push_str(&p.start_unix_s.to_string()),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c == '/' || c == '\0' { '_' } else { c })
+        .collect()
+}
+
+/// Where the report finally went, and what went wrong on the way.
+pub struct Written {
+    pub path: PathBuf,
+    /// Set when the report could not go where it was asked to.
+    pub fallback_reason: Option<String>,
+}
+
+/// Writes `contents` to `path` (or a fallback place) atomically.
+pub fn write_report(path: &Path, contents: &[u8]) -> io::Result<Written> {
+    match write_atomic(path, contents) {
+        Ok(p) => Ok(Written {
+            path: p,
+            fallback_reason: None,
+        }),
+        Err(first) => {
+            let dir = std::env::var_os("TMPDIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/tmp"));
+            let name = path
+                .file_name()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| "cuguard.json".into());
+            let fallback = dir.join(name);
+            let p = write_atomic(&fallback, contents)?;
+            Ok(Written {
+                path: p,
+                fallback_reason: Some(format!("could not write {} ({first})", path.display())),
+            })
+        }
+    }
+}
+
+fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<PathBuf> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other("report path has no file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        crate::clock::monotonic_ns() % 1_000_000
+    ));
+    let tmp = dir.join(tmp_name);
+    write_new(&tmp, contents)?;
+    for attempt in 0..1000u32 {
+        let target = if attempt == 0 {
+            path.to_path_buf()
+        } else {
+            let mut n = name.to_os_string();
+            n.push(format!(".{attempt}"));
+            dir.join(n)
+        };
+        match rename_noreplace(&tmp, &target) {
+            Ok(()) => return Ok(target),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&tmp);
+    Err(io::Error::other(
+        "1000 reports with this name already exist",
+    ))
+}
+
+fn cstr(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains NUL"))
+}
+
+fn write_new(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let c = cstr(path)?;
+    let mode = report_mode();
+    // SAFETY: c is NUL-terminated; the flags create a new file and never follow a link.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut rest = contents;
+    while !rest.is_empty() {
+        // SAFETY: fd is open for writing; rest is a valid buffer.
+        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // SAFETY: fd is ours to close; c names the file we created.
+            unsafe {
+                libc::close(fd);
+                libc::unlink(c.as_ptr());
+            }
+            return Err(e);
+        }
+        rest = &rest[n as usize..];
+    }
+    // SAFETY: fd is ours.
+    if unsafe { libc::close(fd) } != 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: c names the file we created.
+        unsafe { libc::unlink(c.as_ptr()) };
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The report file's mode: 0600 unless `CUGUARD_REPORT_MODE` (octal) says otherwise.
+fn report_mode() -> libc::c_uint {
+    std::env::var("CUGUARD_REPORT_MODE")
+        .ok()
+        .and_then(|m| u32::from_str_radix(m.trim(), 8).ok())
+        .filter(|m| *m <= 0o777)
+        .unwrap_or(0o600)
+}
+
+fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    // SAFETY: both paths are NUL-terminated; renameat2 only renames.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        // Filesystems without RENAME_NOREPLACE: link() also refuses an existing target.
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => {
+            // SAFETY: as above.
+            if unsafe { libc::link(f.as_ptr(), t.as_ptr()) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: as above.
+            unsafe { libc::unlink(f.as_ptr()) };
+            Ok(())
+        }
+        _ => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ph() -> Placeholders {
+        Placeholders {
+            pid: 42,
+            exe_name: "a/b".into(),
+            host: "h".into(),
+            rank: None,
+            start_unix_s: 7,
+        }
+    }
+
+    #[test]
+    fn expands_every_placeholder() {
+        assert_eq!(
+            expand("x.%e.%p.%h.%r.%t.%%.%z%", &ph()),
+            "x.a_b.42.h.norank.7.%.%z%"
+        );
+    }
+
+    #[test]
+    fn never_overwrites_and_falls_back_to_suffixes() {
+        let dir = std::env::temp_dir().join(format!("cuguard-file-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("r.json");
+        let a = write_report(&p, b"one").unwrap();
+        let b = write_report(&p, b"two").unwrap();
+        assert_eq!(a.path, p);
+        assert_eq!(b.path, dir.join("r.json.1"));
+        assert_eq!(std::fs::read(&p).unwrap(), b"one");
+        assert_eq!(std::fs::read(dir.join("r.json.1")).unwrap(), b"two");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,187 @@
+//! Every context the program used: primary or created, its device, and whether (and how) it was
+//! destroyed. A primary context keeps its handle across a reset, so each incarnation of a handle
+//! gets its own id.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{NONE, lock};
+use crate::driver::Entry;
+
+/// One context incarnation.
+#[derive(Clone, Debug)]
+pub struct ContextInfo {
+    /// Small id, unique in the report.
+    pub id: u32,
+    pub handle: u64,
+    pub device: i32,
+    pub primary: bool,
+    pub destroyed: bool,
+    /// The entry that destroyed it.
+    pub destroyed_by: Option<Entry>,
+    pub created_ms: u64,
+    pub destroyed_ms: Option<u64>,
+    /// Stack id of its creation, or [`NONE`].
+    pub stack: u32,
+}
+
+/// A device the program used.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub ordinal: i32,
+    pub name: String,
+    pub total_bytes: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    list: Vec<ContextInfo>,
+    /// Live incarnation of each handle: index into `list`.
+    by_handle: HashMap<u64, usize>,
+    devices: Vec<DeviceInfo>,
+}
+
+/// The context table.
+pub struct Contexts {
+    inner: Mutex<Inner>,
+    /// Bumped whenever a handle stops naming its incarnation, so per-thread caches refresh.
+    generation: AtomicU64,
+}
+
+thread_local! {
+    /// (generation, handle, id, device) of the last lookup on this thread.
+    static LAST: Cell<(u64, u64, u32, i32)> = const { Cell::new((u64::MAX, 0, NONE, -1)) };
+}
+
+impl Contexts {
+    pub(super) fn new() -> Self {
+        Contexts {
+            inner: Mutex::new(Inner::default()),
+            generation: AtomicU64::new(1),
+        }
+    }
+
+    /// Records a context (or returns the live incarnation already recorded for `handle`).
+    pub fn register(&self, handle: u64, device: i32, primary: bool, stack: u32) -> u32 {
+        let new_device;
+        let id = {
+            let mut inner = lock(&self.inner);
+            if let Some(&i) = inner.by_handle.get(&handle) {
+                return inner.list[i].id;
+            }
+            let id = inner.list.len() as u32;
+            inner.list.push(ContextInfo {
+                id,
+                handle,
+                device,
+                primary,
+                destroyed: false,
+                destroyed_by: None,
+                created_ms: crate::clock::since_start_ms(),
+                destroyed_ms: None,
+                stack,
+            });
+            inner.by_handle.insert(handle, id as usize);
+            new_device = !inner.devices.iter().any(|d| d.ordinal == device);
+            id
+        };
+        if new_device && device >= 0 {
+            self.note_device(device);
+        }
+        id
+    }
+
+    /// The id and device of the live incarnation of `handle`.
+    #[inline]
+    pub fn lookup(&self, handle: u64) -> Option<(u32, i32)> {
+        let generation = self.generation.load(Ordering::Acquire);
+        if let Ok((g, h, id, dev)) = LAST.try_with(|c| c.get()) {
+            if g == generation && h == handle {
+                return Some((id, dev));
+            }
+        }
+        let found = {
+            let inner = lock(&self.inner);
+            inner
+                .by_handle
+                .get(&handle)
+                .map(|&i| (inner.list[i].id, inner.list[i].device))
+        };
+        if let Some((id, dev)) = found {
+            let _ = LAST.try_with(|c| c.set((generation, handle, id, dev)));
+        }
+        found
+    }
+
+    /// Marks the live incarnation of `handle` destroyed by `by`; returns its id.
+    pub fn destroy(&self, handle: u64, by: Entry) -> Option<u32> {
+        let mut inner = lock(&self.inner);
+        let i = inner.by_handle.remove(&handle)?;
+        let c = &mut inner.list[i];
+        c.destroyed = true;
+        c.destroyed_by = Some(by);
+        c.destroyed_ms = Some(crate::clock::since_start_ms());
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Some(c.id)
+    }
+
+    /// The live primary context of `device`: (id, handle).
+    pub fn live_primary(&self, device: i32) -> Option<(u32, u64)> {
+        let inner = lock(&self.inner);
+        inner
+            .by_handle
+            .values()
+            .map(|&i| &inner.list[i])
+            .find(|c| c.primary && c.device == device)
+            .map(|c| (c.id, c.handle))
+    }
+
+    /// Every context incarnation, in id order.
+    pub fn snapshot(&self) -> Vec<ContextInfo> {
+        lock(&self.inner).list.clone()
+    }
+
+    /// Every device seen.
+    pub fn devices(&self) -> Vec<DeviceInfo> {
+        let mut d = lock(&self.inner).devices.clone();
+        d.sort_by_key(|d| d.ordinal);
+        d
+    }
+
+    /// Records a device's name and size (asked of the driver once, when first seen).
+    pub fn note_device(&self, ordinal: i32) {
+        if lock(&self.inner)
+            .devices
+            .iter()
+            .any(|d| d.ordinal == ordinal)
+        {
+            return;
+        }
+        let mut name = String::new();
+        let mut total = 0usize;
+        if let Some(f) = crate::driver::real::cuDeviceGetName() {
+            let mut buf = [0 as std::ffi::c_char; 256];
+            // SAFETY: buf has the length passed; the driver NUL-terminates within it.
+            if unsafe { f(buf.as_mut_ptr(), buf.len() as i32, ordinal) } == 0 {
+                // SAFETY: NUL-terminated by the driver (and the last byte is still 0).
+                name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+                    .to_string_lossy()
+                    .into_owned();
+            }
+        }
+        if let Some(f) = crate::driver::real::cuDeviceTotalMem_v2() {
+            // SAFETY: total is a valid out-parameter.
+            unsafe { f(&mut total, ordinal) };
+        }
+        let mut inner = lock(&self.inner);
+        if !inner.devices.iter().any(|d| d.ordinal == ordinal) {
+            inner.devices.push(DeviceInfo {
+                ordinal,
+                name,
+                total_bytes: total as u64,
+            });
+        }
+    }
+}

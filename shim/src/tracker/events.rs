@@ -1,0 +1,94 @@
+//! Misuse and anomalies seen while the program ran (the report's `events`), bounded.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::lock;
+use crate::driver::Entry;
+
+/// The most events kept; later ones are only counted.
+pub const MAX_EVENTS: usize = 10_000;
+
+/// Kinds of event (the report's `kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A free of an address the program had already freed; the driver refused it.
+    DoubleFree,
+    /// A free of an address that was never allocated; the driver refused it.
+    InvalidFree,
+    /// A free the driver accepted of an address the shim never saw allocated.
+    UntrackedFree,
+    /// A free made while another context was current.
+    FreeInWrongContext,
+    /// A context destroyed (or primary context reset or finally released) while it still held
+    /// allocations.
+    ContextDestroyedWithLiveAllocations,
+    /// An allocation the driver (or the pool) refused.
+    AllocFailed,
+}
+
+impl Kind {
+    /// The report's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::DoubleFree => "double_free",
+            Kind::InvalidFree => "invalid_free",
+            Kind::UntrackedFree => "untracked_free",
+            Kind::FreeInWrongContext => "free_in_wrong_context",
+            Kind::ContextDestroyedWithLiveAllocations => "context_destroyed_with_live_allocations",
+            Kind::AllocFailed => "alloc_failed",
+        }
+    }
+}
+
+/// One event.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub kind: Kind,
+    pub address: u64,
+    pub api: Entry,
+    pub seq: u64,
+    pub thread: u32,
+    /// Stack id or `NONE`.
+    pub stack: u32,
+    /// The result the program received.
+    pub result: u32,
+    pub size: Option<u64>,
+    /// Context id or `NONE`.
+    pub context: u32,
+    pub time_ms: u64,
+    pub message: Option<String>,
+}
+
+/// The event list.
+pub struct Events {
+    list: Mutex<Vec<Event>>,
+    dropped: AtomicU64,
+}
+
+impl Events {
+    pub(super) fn new() -> Self {
+        Events {
+            list: Mutex::new(Vec::new()),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Records an event (or counts it, past [`MAX_EVENTS`]).
+    pub fn push(&self, event: Event) {
+        let mut list = lock(&self.list);
+        if list.len() < MAX_EVENTS {
+            list.push(event);
+        } else {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// All recorded events, and how many more were dropped.
+    pub fn snapshot(&self) -> (Vec<Event>, u64) {
+        (
+            lock(&self.list).clone(),
+            self.dropped.load(Ordering::Relaxed),
+        )
+    }
+}

@@ -1,0 +1,309 @@
+//! What the shim knows about the program's memory: every live allocation, those lost with their
+//! context, the misuse it saw, and per-device counters.
+//!
+//! The live map is sharded by address so threads rarely meet on a lock. Records of freed
+//! allocations are dropped at once (bookkeeping stays proportional to what is live); only the
+//! last few thousand freed addresses are remembered, lossily, to tell a double free from a free
+//! of an address that never existed.
+
+pub mod contexts;
+pub mod events;
+pub mod stats;
+pub mod vmm;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::driver::Entry;
+
+/// What kind of memory an allocation is (the report's `memory`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    Device,
+    Pitched,
+    Managed,
+    Async,
+    Vmm,
+    HostPinned,
+}
+
+impl Memory {
+    /// The report's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Memory::Device => "device",
+            Memory::Pitched => "pitched",
+            Memory::Managed => "managed",
+            Memory::Async => "async",
+            Memory::Vmm => "vmm",
+            Memory::HostPinned => "host_pinned",
+        }
+    }
+
+    /// Whether it occupies device memory (everything but pinned host memory).
+    pub fn on_device(self) -> bool {
+        self != Memory::HostPinned
+    }
+}
+
+/// Why an allocation is in the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeakState {
+    LiveAtExit,
+    ReleasedByContextDestroy,
+}
+
+impl LeakState {
+    /// The report's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeakState::LiveAtExit => "live_at_exit",
+            LeakState::ReleasedByContextDestroy => "released_by_context_destroy",
+        }
+    }
+}
+
+/// "No context" / "no stack" in the compact fields below.
+pub const NONE: u32 = u32::MAX;
+
+/// One allocation the program owns.
+#[derive(Clone, Copy, Debug)]
+pub struct Record {
+    /// Bytes the program received.
+    pub size: u64,
+    /// Bytes it asked for.
+    pub requested: u64,
+    /// The entry that made it.
+    pub api: Entry,
+    pub memory: Memory,
+    /// Device ordinal, -1 if unknown.
+    pub device: i32,
+    /// Context id ([`contexts`]), or [`NONE`].
+    pub context: u32,
+    /// OS thread id of the allocating thread.
+    pub thread: u32,
+    /// Global allocation order.
+    pub seq: u64,
+    /// Milliseconds since the process started.
+    pub time_ms: u64,
+    /// Stack id, or [`NONE`].
+    pub stack: u32,
+}
+
+/// A hasher for addresses: one multiply. Addresses are at least 256-byte aligned, so the low
+/// bits are dropped first.
+#[derive(Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+
+const SHARDS: usize = 64;
+
+/// Live allocations by address.
+pub struct LiveMap {
+    shards: [Mutex<AddrMap<Record>>; SHARDS],
+}
+
+impl LiveMap {
+    fn new() -> Self {
+        LiveMap {
+            shards: std::array::from_fn(|_| Mutex::new(AddrMap::default())),
+        }
+    }
+
+    #[inline]
+    fn shard(&self, addr: u64) -> &Mutex<AddrMap<Record>> {
+        let h = (addr >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
+        &self.shards[h as usize % SHARDS]
+    }
+
+    /// Adds an allocation; returns the record it replaced, if the address was somehow live.
+    pub fn insert(&self, addr: u64, record: Record) -> Option<Record> {
+        lock(self.shard(addr)).insert(addr, record)
+    }
+
+    /// Removes and returns the allocation at exactly `addr`.
+    pub fn remove(&self, addr: u64) -> Option<Record> {
+        lock(self.shard(addr)).remove(&addr)
+    }
+
+    /// Removes and returns every allocation for which `pred` holds.
+    pub fn drain_where(&self, mut pred: impl FnMut(&Record) -> bool) -> Vec<(u64, Record)> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let mut map = lock(shard);
+            let addrs: Vec<u64> = map
+                .iter()
+                .filter(|(_, r)| pred(r))
+                .map(|(a, _)| *a)
+                .collect();
+            for a in addrs {
+                if let Some(r) = map.remove(&a) {
+                    out.push((a, r));
+                }
+            }
+        }
+        out
+    }
+
+    /// A copy of every live allocation.
+    pub fn snapshot(&self) -> Vec<(u64, Record)> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            out.extend(lock(shard).iter().map(|(a, r)| (*a, *r)));
+        }
+        out
+    }
+}
+
+/// Locks a mutex, taking it back from a thread that panicked while holding it (the data is
+/// plain records and stays consistent per operation).
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How many freed addresses are remembered for double-free detection.
+const FREED_SLOTS: usize = 4096;
+
+/// Recently freed addresses, direct-mapped: a newer free may overwrite an older one, so a very
+/// old double free is reported as an invalid free. Lock-free.
+pub struct RecentlyFreed {
+    slots: [AtomicU64; FREED_SLOTS],
+}
+
+impl RecentlyFreed {
+    fn new() -> Self {
+        RecentlyFreed {
+            slots: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    fn slot(&self, addr: u64) -> &AtomicU64 {
+        let h = (addr >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52;
+        &self.slots[h as usize % FREED_SLOTS]
+    }
+
+    /// Remembers that `addr` was freed.
+    #[inline]
+    pub fn note(&self, addr: u64) {
+        self.slot(addr).store(addr, Ordering::Relaxed);
+    }
+
+    /// Whether `addr` was freed recently.
+    pub fn contains(&self, addr: u64) -> bool {
+        addr != 0 && self.slot(addr).load(Ordering::Relaxed) == addr
+    }
+}
+
+/// Everything the tracker holds for one process. A forked child starts a fresh one.
+pub struct Tracker {
+    pub live: LiveMap,
+    /// Allocations lost with their context, kept for the report.
+    pub released: Mutex<Vec<(u64, Record)>>,
+    pub freed: RecentlyFreed,
+    pub contexts: contexts::Contexts,
+    pub events: events::Events,
+    pub stats: stats::Stats,
+    pub vmm: vmm::Vmm,
+    seq: AtomicU64,
+}
+
+impl Tracker {
+    /// An empty tracker.
+    pub fn new() -> Self {
+        Tracker {
+            live: LiveMap::new(),
+            released: Mutex::new(Vec::new()),
+            freed: RecentlyFreed::new(),
+            contexts: contexts::Contexts::new(),
+            events: events::Events::new(),
+            stats: stats::Stats::new(),
+            vmm: vmm::Vmm::new(),
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    /// The next global sequence number (shared by allocations and events).
+    #[inline]
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records a new allocation at `addr`.
+    pub fn add(&self, addr: u64, record: Record) {
+        self.stats
+            .allocated(record.device, record.memory, record.size);
+        if let Some(old) = self.live.insert(addr, record) {
+            // The driver handed out an address the shim still thought live: the free that
+            // released it went through no door the shim watches.
+            self.stats.freed(old.device, old.memory, old.size);
+            self.events.push(events::Event {
+                kind: events::Kind::UntrackedFree,
+                address: addr,
+                api: old.api,
+                seq: record.seq,
+                thread: record.thread,
+                stack: record.stack,
+                result: 0,
+                size: Some(old.size),
+                context: old.context,
+                time_ms: record.time_ms,
+                message: Some(
+                    "address handed out again by the driver while still live: freed through an unwatched path"
+                        .into(),
+                ),
+            });
+        }
+    }
+
+    /// Removes the allocation at `addr` before the driver frees it.
+    pub fn take(&self, addr: u64) -> Option<Record> {
+        self.live.remove(addr)
+    }
+
+    /// Accounts for a completed free of `record` at `addr`.
+    pub fn freed(&self, addr: u64, record: &Record) {
+        self.stats.freed(record.device, record.memory, record.size);
+        self.freed.note(addr);
+    }
+
+    /// Puts back a record whose free the driver refused.
+    pub fn restore(&self, addr: u64, record: Record) {
+        self.live.insert(addr, record);
+    }
+
+    /// Moves every live allocation of context `id` to the released list; returns their count and
+    /// bytes.
+    pub fn release_context(&self, id: u32) -> (usize, u64) {
+        let gone = self.live.drain_where(|r| r.context == id);
+        let bytes = gone.iter().map(|(_, r)| r.size).sum();
+        let n = gone.len();
+        for (_, r) in &gone {
+            self.stats.released(r.device, r.memory, r.size);
+        }
+        lock(&self.released).extend(gone);
+        (n, bytes)
+    }
+}
+
+impl Default for Tracker {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,132 @@
+//! Virtual memory management (cuMemCreate/Map/Unmap/Release, address reservations).
+//!
+//! Physical memory made by cuMemCreate stays allocated while its handle is unreleased or while
+//! any mapping of it remains (the driver frees a released handle on its last unmap). Each such
+//! handle is one allocation in the report; its address is where it is first mapped, if anywhere.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::{Record, lock};
+
+/// One physical allocation.
+#[derive(Clone, Debug)]
+pub struct Handle {
+    pub record: Record,
+    pub released: bool,
+    /// Mapped ranges: (address, size).
+    pub mappings: Vec<(u64, u64)>,
+}
+
+#[derive(Default)]
+struct Inner {
+    handles: HashMap<u64, Handle>,
+    /// Mapped address → handle.
+    mapped: HashMap<u64, u64>,
+    /// Reserved address ranges: address → size.
+    reserved: HashMap<u64, u64>,
+}
+
+/// The VMM bookkeeping.
+pub struct Vmm {
+    inner: Mutex<Inner>,
+}
+
+impl Vmm {
+    pub(super) fn new() -> Self {
+        Vmm {
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// A new physical allocation.
+    pub fn created(&self, handle: u64, record: Record) {
+        lock(&self.inner).handles.insert(
+            handle,
+            Handle {
+                record,
+                released: false,
+                mappings: Vec::new(),
+            },
+        );
+    }
+
+    /// The handle was released; returns its record if its memory is now gone, and whether the
+    /// handle was known at all.
+    pub fn released(&self, handle: u64) -> (Option<Record>, bool) {
+        let mut inner = lock(&self.inner);
+        let Some(h) = inner.handles.get_mut(&handle) else {
+            return (None, false);
+        };
+        h.released = true;
+        if h.mappings.is_empty() {
+            let h = inner.handles.remove(&handle);
+            return (h.map(|h| h.record), true);
+        }
+        (None, true)
+    }
+
+    /// `handle` was mapped at `addr`.
+    pub fn mapped(&self, addr: u64, size: u64, handle: u64) {
+        let mut inner = lock(&self.inner);
+        if let Some(h) = inner.handles.get_mut(&handle) {
+            h.mappings.push((addr, size));
+            inner.mapped.insert(addr, handle);
+        }
+    }
+
+    /// `[addr, addr+size)` was unmapped; returns the records of handles whose memory is now gone.
+    pub fn unmapped(&self, addr: u64, size: u64) -> Vec<Record> {
+        let mut inner = lock(&self.inner);
+        let end = addr.saturating_add(size);
+        let hit: Vec<(u64, u64)> = inner
+            .mapped
+            .iter()
+            .filter(|(a, _)| **a >= addr && **a < end)
+            .map(|(a, h)| (*a, *h))
+            .collect();
+        let mut gone = Vec::new();
+        for (a, handle) in hit {
+            inner.mapped.remove(&a);
+            let remove = match inner.handles.get_mut(&handle) {
+                Some(h) => {
+                    h.mappings.retain(|(m, _)| *m != a);
+                    h.released && h.mappings.is_empty()
+                }
+                None => false,
+            };
+            if remove {
+                if let Some(h) = inner.handles.remove(&handle) {
+                    gone.push(h.record);
+                }
+            }
+        }
+        gone
+    }
+
+    /// An address range was reserved.
+    pub fn reserved(&self, addr: u64, size: u64) {
+        lock(&self.inner).reserved.insert(addr, size);
+    }
+
+    /// An address range was freed.
+    pub fn unreserved(&self, addr: u64) {
+        lock(&self.inner).reserved.remove(&addr);
+    }
+
+    /// Physical allocations still held: (address, handle record). The address is the first
+    /// mapping, or 0 for memory that is mapped nowhere.
+    pub fn live(&self) -> Vec<(u64, u64, Record)> {
+        lock(&self.inner)
+            .handles
+            .iter()
+            .map(|(handle, h)| (h.mappings.first().map_or(0, |m| m.0), *handle, h.record))
+            .collect()
+    }
+
+    /// Reserved ranges not freed: (count, bytes).
+    pub fn reservations(&self) -> (usize, u64) {
+        let inner = lock(&self.inner);
+        (inner.reserved.len(), inner.reserved.values().sum())
+    }
+}
