@@ -1,0 +1,616 @@
+//! Copies and sets (`cuMemcpy*`, `cuMemsetD*`) and the simulated fill, as work on streams.
+//!
+//! Every copy or set is an operation on a stream: the synchronous entries use the legacy default
+//! stream (their `_ptds` variants the per-thread one), the `Async` entries the stream given. When
+//! the call returns follows the CUDA rules ("API synchronization behavior"):
+//!
+//! | entry | returns |
+//! |---|---|
+//! | sync copy to host memory (pinned or pageable) | when the copy is done |
+//! | sync copy from pinned host to device | when the copy is done |
+//! | sync copy from pageable host to device | once the source is staged (copied aside) |
+//! | sync copy device to device | at once |
+//! | async copy to pageable host memory | when the copy is done |
+//! | async copy from pageable host memory | once the source is staged |
+//! | other async copies | at once |
+//! | sync set of pinned host or managed memory | when the set is done |
+//! | other sets | at once |
+//!
+//! Device ranges are checked against the allocation they start in; an address the driver does
+//! not know is pageable host memory, which device-side operands may not be.
+
+use std::ffi::{c_uchar, c_uint, c_ushort, c_void};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::errors::Fault;
+use crate::ffi::{CUdeviceptr, CUresult, CUstream, guard};
+use crate::pointer::{self, Place};
+use crate::state;
+use crate::stream::{self, Stream};
+
+/// Synchronous or `Async` entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Sync,
+    Async,
+}
+
+/// The direction an entry names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    HtoD,
+    DtoH,
+    DtoD,
+    /// `cuMemcpy`/`cuMemcpyAsync`: inferred from the addresses.
+    Any,
+}
+
+/// Issues work on the stream `h` names, and waits for it if `wait` says so once the operands'
+/// places are known.
+fn issue(
+    h: CUstream,
+    per_thread: bool,
+    prepare: impl FnOnce(&state::State) -> Result<Option<(stream::Work, bool)>, Fault>,
+) -> Result<(), Fault> {
+    let drv = state::driver()?;
+    let (s, seq, wait): (Arc<Stream>, u64, bool) = {
+        let mut st = drv.lock();
+        let s = stream::resolve(&mut st, h, per_thread)?;
+        let Some((work, wait)) = prepare(&st)? else {
+            return Ok(());
+        };
+        let seq = stream::submit(&st, &s, None, Some(work))?;
+        (s, seq, wait)
+    };
+    if wait {
+        s.wait_for(seq);
+    }
+    Ok(())
+}
+
+fn copy(
+    h: CUstream,
+    per_thread: bool,
+    dst: u64,
+    src: u64,
+    len: usize,
+    mode: Mode,
+    dir: Dir,
+) -> Result<(), Fault> {
+    issue(h, per_thread, |st| {
+        if len == 0 {
+            return Ok(None);
+        }
+        if dst == 0 || src == 0 {
+            return Err(Fault::BadArgument);
+        }
+        let n = len as u64;
+        let d = pointer::place(st, dst, n, true)?;
+        let s = pointer::place(st, src, n, false)?;
+        let bad = match dir {
+            Dir::HtoD => d == Place::Pageable,
+            Dir::DtoH => s == Place::Pageable,
+            Dir::DtoD => d == Place::Pageable || s == Place::Pageable,
+            Dir::Any => false,
+        };
+        if bad {
+            return Err(Fault::BadRange);
+        }
+        let wait = match mode {
+            Mode::Sync => !d.device_side() || s == Place::Pinned,
+            Mode::Async => d == Place::Pageable,
+        };
+        let work: stream::Work = if !wait && s == Place::Pageable {
+            // SAFETY: the caller's `len` bytes at `src` are readable (pageable host memory, the
+            // entry's contract); they are copied aside before the call returns.
+            let staged = unsafe { std::slice::from_raw_parts(src as *const u8, len) }.to_vec();
+            Box::new(move || {
+                // SAFETY: `dst` was checked to lie in driver memory of `len` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(staged.as_ptr(), dst as *mut u8, len) }
+            })
+        } else {
+            Box::new(move || {
+                // SAFETY: both ranges were checked (driver memory) or are the caller's host
+                // buffers, which stay valid until the copy is done: either the call waits for it,
+                // or they are pinned or device memory the program must not free before then.
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
+            })
+        };
+        Ok(Some((work, wait)))
+    })
+}
+
+fn set(
+    h: CUstream,
+    per_thread: bool,
+    dst: u64,
+    value: u32,
+    elem: usize,
+    count: usize,
+    mode: Mode,
+) -> Result<(), Fault> {
+    issue(h, per_thread, |st| {
+        let len = elem.checked_mul(count).ok_or(Fault::BadRange)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        if !dst.is_multiple_of(elem as u64) {
+            return Err(Fault::Misaligned);
+        }
+        let d = pointer::place(st, dst, len as u64, true)?;
+        if d == Place::Pageable {
+            return Err(Fault::BadRange);
+        }
+        let wait = mode == Mode::Sync && matches!(d, Place::Pinned | Place::Managed);
+        let work: stream::Work = Box::new(move || {
+            // SAFETY: `[dst, dst + len)` was checked to lie in driver memory, aligned to `elem`.
+            unsafe {
+                match elem {
+                    1 => std::ptr::write_bytes(dst as *mut u8, value as u8, len),
+                    2 => std::slice::from_raw_parts_mut(dst as *mut u16, count).fill(value as u16),
+                    _ => std::slice::from_raw_parts_mut(dst as *mut u32, count).fill(value),
+                }
+            }
+        });
+        Ok(Some((work, wait)))
+    })
+}
+
+/// The work of `cusimEnqueueFill`: on stream `h` (0 is the legacy stream), sleep `delay_us`
+/// then write `value` into `[dst, dst + bytes)`. Returns at once.
+pub fn fill(h: CUstream, dst: u64, bytes: usize, value: u8, delay_us: u32) -> Result<(), Fault> {
+    issue(h, false, |st| {
+        if bytes > 0 && pointer::place(st, dst, bytes as u64, true)? == Place::Pageable {
+            return Err(Fault::BadRange);
+        }
+        let work: stream::Work = Box::new(move || {
+            std::thread::sleep(Duration::from_micros(delay_us as u64));
+            if bytes > 0 {
+                // SAFETY: `[dst, dst + bytes)` was checked to lie in driver memory.
+                unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes) };
+            }
+        });
+        Ok(Some((work, false)))
+    })
+}
+
+const NULL: CUstream = std::ptr::null_mut();
+
+/// `cuMemcpy`: direction from the addresses (unified addressing).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, ByteCount: usize) -> CUresult {
+    guard("cuMemcpy", || {
+        copy(NULL, false, dst, src, ByteCount, Mode::Sync, Dir::Any)
+    })
+}
+
+/// `cuMemcpy_ptds`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, ByteCount: usize) -> CUresult {
+    guard("cuMemcpy_ptds", || {
+        copy(NULL, true, dst, src, ByteCount, Mode::Sync, Dir::Any)
+    })
+}
+
+/// `cuMemcpyAsync`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyAsync(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemcpyAsync", || {
+        copy(hStream, false, dst, src, ByteCount, Mode::Async, Dir::Any)
+    })
+}
+
+/// `cuMemcpyAsync_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyAsync_ptsz(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemcpyAsync_ptsz", || {
+        copy(hStream, true, dst, src, ByteCount, Mode::Async, Dir::Any)
+    })
+}
+
+/// `cuMemcpyHtoD_v2`.
+///
+/// # Safety
+/// `srcHost` is readable for `ByteCount` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dstDevice: CUdeviceptr,
+    srcHost: *const c_void,
+    ByteCount: usize,
+) -> CUresult {
+    guard("cuMemcpyHtoD_v2", || {
+        copy(
+            NULL,
+            false,
+            dstDevice,
+            srcHost as u64,
+            ByteCount,
+            Mode::Sync,
+            Dir::HtoD,
+        )
+    })
+}
+
+/// `cuMemcpyHtoD_v2_ptds`.
+///
+/// # Safety
+/// `srcHost` is readable for `ByteCount` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(
+    dstDevice: CUdeviceptr,
+    srcHost: *const c_void,
+    ByteCount: usize,
+) -> CUresult {
+    guard("cuMemcpyHtoD_v2_ptds", || {
+        copy(
+            NULL,
+            true,
+            dstDevice,
+            srcHost as u64,
+            ByteCount,
+            Mode::Sync,
+            Dir::HtoD,
+        )
+    })
+}
+
+/// `cuMemcpyDtoH_v2`.
+///
+/// # Safety
+/// `dstHost` is writable for `ByteCount` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(
+    dstHost: *mut c_void,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+) -> CUresult {
+    guard("cuMemcpyDtoH_v2", || {
+        copy(
+            NULL,
+            false,
+            dstHost as u64,
+            srcDevice,
+            ByteCount,
+            Mode::Sync,
+            Dir::DtoH,
+        )
+    })
+}
+
+/// `cuMemcpyDtoH_v2_ptds`.
+///
+/// # Safety
+/// `dstHost` is writable for `ByteCount` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(
+    dstHost: *mut c_void,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+) -> CUresult {
+    guard("cuMemcpyDtoH_v2_ptds", || {
+        copy(
+            NULL,
+            true,
+            dstHost as u64,
+            srcDevice,
+            ByteCount,
+            Mode::Sync,
+            Dir::DtoH,
+        )
+    })
+}
+
+/// `cuMemcpyDtoD_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyDtoD_v2(
+    dstDevice: CUdeviceptr,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+) -> CUresult {
+    guard("cuMemcpyDtoD_v2", || {
+        copy(
+            NULL,
+            false,
+            dstDevice,
+            srcDevice,
+            ByteCount,
+            Mode::Sync,
+            Dir::DtoD,
+        )
+    })
+}
+
+/// `cuMemcpyDtoD_v2_ptds`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyDtoD_v2_ptds(
+    dstDevice: CUdeviceptr,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+) -> CUresult {
+    guard("cuMemcpyDtoD_v2_ptds", || {
+        copy(
+            NULL,
+            true,
+            dstDevice,
+            srcDevice,
+            ByteCount,
+            Mode::Sync,
+            Dir::DtoD,
+        )
+    })
+}
+
+/// `cuMemcpyHtoDAsync_v2`.
+///
+/// # Safety
+/// `srcHost` is readable for `ByteCount` bytes (until the copy is done if pinned).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dstDevice: CUdeviceptr,
+    srcHost: *const c_void,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemcpyHtoDAsync_v2", || {
+        copy(
+            hStream,
+            false,
+            dstDevice,
+            srcHost as u64,
+            ByteCount,
+            Mode::Async,
+            Dir::HtoD,
+        )
+    })
+}
+
+/// `cuMemcpyHtoDAsync_v2_ptsz`.
+///
+/// # Safety
+/// As `cuMemcpyHtoDAsync_v2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
+    dstDevice: CUdeviceptr,
+    srcHost: *const c_void,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemcpyHtoDAsync_v2_ptsz", || {
+        copy(
+            hStream,
+            true,
+            dstDevice,
+            srcHost as u64,
+            ByteCount,
+            Mode::Async,
+            Dir::HtoD,
+        )
+    })
+}
+
+/// `cuMemcpyDtoHAsync_v2`.
+///
+/// # Safety
+/// `dstHost` is writable for `ByteCount` bytes (until the copy is done if pinned).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dstHost: *mut c_void,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemcpyDtoHAsync_v2", || {
+        copy(
+            hStream,
+            false,
+            dstHost as u64,
+            srcDevice,
+            ByteCount,
+            Mode::Async,
+            Dir::DtoH,
+        )
+    })
+}
+
+/// `cuMemcpyDtoHAsync_v2_ptsz`.
+///
+/// # Safety
+/// As `cuMemcpyDtoHAsync_v2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
+    dstHost: *mut c_void,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemcpyDtoHAsync_v2_ptsz", || {
+        copy(
+            hStream,
+            true,
+            dstHost as u64,
+            srcDevice,
+            ByteCount,
+            Mode::Async,
+            Dir::DtoH,
+        )
+    })
+}
+
+/// `cuMemcpyDtoDAsync_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyDtoDAsync_v2(
+    dstDevice: CUdeviceptr,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemcpyDtoDAsync_v2", || {
+        copy(
+            hStream,
+            false,
+            dstDevice,
+            srcDevice,
+            ByteCount,
+            Mode::Async,
+            Dir::DtoD,
+        )
+    })
+}
+
+/// `cuMemcpyDtoDAsync_v2_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
+    dstDevice: CUdeviceptr,
+    srcDevice: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemcpyDtoDAsync_v2_ptsz", || {
+        copy(
+            hStream,
+            true,
+            dstDevice,
+            srcDevice,
+            ByteCount,
+            Mode::Async,
+            Dir::DtoD,
+        )
+    })
+}
+
+/// `cuMemsetD8_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD8_v2(dstDevice: CUdeviceptr, uc: c_uchar, N: usize) -> CUresult {
+    guard("cuMemsetD8_v2", || {
+        set(NULL, false, dstDevice, uc as u32, 1, N, Mode::Sync)
+    })
+}
+
+/// `cuMemsetD8_v2_ptds`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD8_v2_ptds(dstDevice: CUdeviceptr, uc: c_uchar, N: usize) -> CUresult {
+    guard("cuMemsetD8_v2_ptds", || {
+        set(NULL, true, dstDevice, uc as u32, 1, N, Mode::Sync)
+    })
+}
+
+/// `cuMemsetD16_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD16_v2(dstDevice: CUdeviceptr, us: c_ushort, N: usize) -> CUresult {
+    guard("cuMemsetD16_v2", || {
+        set(NULL, false, dstDevice, us as u32, 2, N, Mode::Sync)
+    })
+}
+
+/// `cuMemsetD16_v2_ptds`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD16_v2_ptds(dstDevice: CUdeviceptr, us: c_ushort, N: usize) -> CUresult {
+    guard("cuMemsetD16_v2_ptds", || {
+        set(NULL, true, dstDevice, us as u32, 2, N, Mode::Sync)
+    })
+}
+
+/// `cuMemsetD32_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD32_v2(dstDevice: CUdeviceptr, ui: c_uint, N: usize) -> CUresult {
+    guard("cuMemsetD32_v2", || {
+        set(NULL, false, dstDevice, ui, 4, N, Mode::Sync)
+    })
+}
+
+/// `cuMemsetD32_v2_ptds`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD32_v2_ptds(dstDevice: CUdeviceptr, ui: c_uint, N: usize) -> CUresult {
+    guard("cuMemsetD32_v2_ptds", || {
+        set(NULL, true, dstDevice, ui, 4, N, Mode::Sync)
+    })
+}
+
+/// `cuMemsetD8Async`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD8Async(
+    dstDevice: CUdeviceptr,
+    uc: c_uchar,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemsetD8Async", || {
+        set(hStream, false, dstDevice, uc as u32, 1, N, Mode::Async)
+    })
+}
+
+/// `cuMemsetD8Async_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD8Async_ptsz(
+    dstDevice: CUdeviceptr,
+    uc: c_uchar,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemsetD8Async_ptsz", || {
+        set(hStream, true, dstDevice, uc as u32, 1, N, Mode::Async)
+    })
+}
+
+/// `cuMemsetD16Async`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD16Async(
+    dstDevice: CUdeviceptr,
+    us: c_ushort,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemsetD16Async", || {
+        set(hStream, false, dstDevice, us as u32, 2, N, Mode::Async)
+    })
+}
+
+/// `cuMemsetD16Async_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD16Async_ptsz(
+    dstDevice: CUdeviceptr,
+    us: c_ushort,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemsetD16Async_ptsz", || {
+        set(hStream, true, dstDevice, us as u32, 2, N, Mode::Async)
+    })
+}
+
+/// `cuMemsetD32Async`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD32Async(
+    dstDevice: CUdeviceptr,
+    ui: c_uint,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemsetD32Async", || {
+        set(hStream, false, dstDevice, ui, 4, N, Mode::Async)
+    })
+}
+
+/// `cuMemsetD32Async_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD32Async_ptsz(
+    dstDevice: CUdeviceptr,
+    ui: c_uint,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemsetD32Async_ptsz", || {
+        set(hStream, true, dstDevice, ui, 4, N, Mode::Async)
+    })
+}

@@ -1,0 +1,340 @@
+//! The table of every exported driver entry: the one place that says which base name, CUDA
+//! version and stream flavour each export serves. `cuGetProcAddress` answers from it and
+//! failure injection checks entry names against it.
+//!
+//! A row is `(base name, export, since, kind)`:
+//! - `base` is what a program passes to `cuGetProcAddress` ("cuMemAlloc");
+//! - the export is the symbol and its address (`cuMemAlloc_v2`); the symbol's name is taken from
+//!   the function itself, so the two cannot disagree;
+//! - `since` is the CUDA version (`1000 * major + 10 * minor`) that introduced that ABI;
+//! - `kind` says whether it is the default-stream entry or its per-thread (`_ptds`/`_ptsz`)
+//!   variant. A per-thread row's symbol is its default row's symbol plus the suffix.
+//!
+//! The simulator's own extensions (`cusim*`) are listed apart in [`EXTENSIONS`]; the real driver
+//! has no such names, so `cuGetProcAddress` does not offer them.
+
+use std::ffi::c_void;
+
+use crate::{
+    context, copy, device, errors, event, ipc, memory, pointer, pool, procaddr, stream, vmm,
+};
+
+/// Default-stream or per-thread variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The entry itself (legacy default stream semantics for handle 0).
+    Default,
+    /// `_ptds`: a synchronous entry on the per-thread default stream.
+    Ptds,
+    /// `_ptsz`: a stream-taking entry where handle 0 is the per-thread default stream.
+    Ptsz,
+}
+
+/// One row of the table.
+#[derive(Debug)]
+pub struct Entry {
+    pub base: &'static str,
+    pub symbol: &'static str,
+    pub since: i32,
+    pub kind: Kind,
+    pub addr: *const c_void,
+}
+
+// SAFETY: the rows are immutable; `addr` is the address of a function, shared freely.
+unsafe impl Sync for Entry {}
+
+macro_rules! row {
+    ($kind:ident, $base:literal, $since:literal, $module:ident :: $f:ident) => {
+        Entry {
+            base: $base,
+            symbol: stringify!($f),
+            since: $since,
+            kind: Kind::$kind,
+            addr: $module::$f as *const c_void,
+        }
+    };
+}
+
+/// Every exported driver entry.
+#[rustfmt::skip]
+pub static ENTRIES: &[Entry] = &[
+    // errors, driver, devices
+    row!(Default, "cuGetErrorName", 6000, errors::cuGetErrorName),
+    row!(Default, "cuGetErrorString", 6000, errors::cuGetErrorString),
+    row!(Default, "cuInit", 2000, device::cuInit),
+    row!(Default, "cuDriverGetVersion", 2020, device::cuDriverGetVersion),
+    row!(Default, "cuDeviceGet", 2000, device::cuDeviceGet),
+    row!(Default, "cuDeviceGetCount", 2000, device::cuDeviceGetCount),
+    row!(Default, "cuDeviceGetName", 2000, device::cuDeviceGetName),
+    row!(Default, "cuDeviceTotalMem", 3020, device::cuDeviceTotalMem_v2),
+    row!(Default, "cuDeviceGetAttribute", 2000, device::cuDeviceGetAttribute),
+    row!(Default, "cuDeviceGetUuid", 9020, device::cuDeviceGetUuid),
+    row!(Default, "cuDeviceGetUuid", 11040, device::cuDeviceGetUuid_v2),
+    // primary contexts
+    row!(Default, "cuDevicePrimaryCtxRetain", 7000, context::cuDevicePrimaryCtxRetain),
+    row!(Default, "cuDevicePrimaryCtxRelease", 7000, context::cuDevicePrimaryCtxRelease),
+    row!(Default, "cuDevicePrimaryCtxRelease", 11000, context::cuDevicePrimaryCtxRelease_v2),
+    row!(Default, "cuDevicePrimaryCtxReset", 7000, context::cuDevicePrimaryCtxReset),
+    row!(Default, "cuDevicePrimaryCtxReset", 11000, context::cuDevicePrimaryCtxReset_v2),
+    row!(Default, "cuDevicePrimaryCtxGetState", 7000, context::cuDevicePrimaryCtxGetState),
+    row!(Default, "cuDevicePrimaryCtxSetFlags", 7000, context::cuDevicePrimaryCtxSetFlags),
+    row!(Default, "cuDevicePrimaryCtxSetFlags", 11000, context::cuDevicePrimaryCtxSetFlags_v2),
+    // contexts
+    row!(Default, "cuCtxCreate", 3020, context::cuCtxCreate_v2),
+    row!(Default, "cuCtxCreate", 11040, context::cuCtxCreate_v3),
+    row!(Default, "cuCtxCreate", 12050, context::cuCtxCreate_v4),
+    row!(Default, "cuCtxDestroy", 4000, context::cuCtxDestroy_v2),
+    row!(Default, "cuCtxGetCurrent", 4000, context::cuCtxGetCurrent),
+    row!(Default, "cuCtxSetCurrent", 4000, context::cuCtxSetCurrent),
+    row!(Default, "cuCtxPushCurrent", 4000, context::cuCtxPushCurrent_v2),
+    row!(Default, "cuCtxPopCurrent", 4000, context::cuCtxPopCurrent_v2),
+    row!(Default, "cuCtxGetDevice", 2000, context::cuCtxGetDevice),
+    row!(Default, "cuCtxSynchronize", 2000, context::cuCtxSynchronize),
+    row!(Default, "cuCtxGetApiVersion", 3020, context::cuCtxGetApiVersion),
+    row!(Default, "cuCtxGetFlags", 7000, context::cuCtxGetFlags),
+    row!(Default, "cuCtxSetFlags", 12010, context::cuCtxSetFlags),
+    row!(Default, "cuCtxGetId", 12000, context::cuCtxGetId),
+    row!(Default, "cuCtxGetStreamPriorityRange", 5050, context::cuCtxGetStreamPriorityRange),
+    // streams
+    row!(Default, "cuStreamCreate", 2000, stream::cuStreamCreate),
+    row!(Default, "cuStreamCreateWithPriority", 5050, stream::cuStreamCreateWithPriority),
+    row!(Default, "cuStreamDestroy", 4000, stream::cuStreamDestroy_v2),
+    row!(Default, "cuStreamSynchronize", 2000, stream::cuStreamSynchronize),
+    row!(Ptsz, "cuStreamSynchronize", 7000, stream::cuStreamSynchronize_ptsz),
+    row!(Default, "cuStreamQuery", 2000, stream::cuStreamQuery),
+    row!(Ptsz, "cuStreamQuery", 7000, stream::cuStreamQuery_ptsz),
+    row!(Default, "cuStreamWaitEvent", 3020, stream::cuStreamWaitEvent),
+    row!(Ptsz, "cuStreamWaitEvent", 7000, stream::cuStreamWaitEvent_ptsz),
+    row!(Default, "cuStreamGetFlags", 5050, stream::cuStreamGetFlags),
+    row!(Ptsz, "cuStreamGetFlags", 7000, stream::cuStreamGetFlags_ptsz),
+    row!(Default, "cuStreamGetPriority", 5050, stream::cuStreamGetPriority),
+    row!(Ptsz, "cuStreamGetPriority", 7000, stream::cuStreamGetPriority_ptsz),
+    // events
+    row!(Default, "cuEventCreate", 2000, event::cuEventCreate),
+    row!(Default, "cuEventRecord", 2000, event::cuEventRecord),
+    row!(Ptsz, "cuEventRecord", 7000, event::cuEventRecord_ptsz),
+    row!(Default, "cuEventQuery", 2000, event::cuEventQuery),
+    row!(Default, "cuEventSynchronize", 2000, event::cuEventSynchronize),
+    row!(Default, "cuEventDestroy", 4000, event::cuEventDestroy_v2),
+    row!(Default, "cuEventElapsedTime", 2000, event::cuEventElapsedTime),
+    row!(Default, "cuEventElapsedTime", 12080, event::cuEventElapsedTime_v2),
+    // device memory
+    row!(Default, "cuMemAlloc", 2000, memory::cuMemAlloc),
+    row!(Default, "cuMemAlloc", 3020, memory::cuMemAlloc_v2),
+    row!(Default, "cuMemAllocPitch", 3020, memory::cuMemAllocPitch_v2),
+    row!(Default, "cuMemFree", 2000, memory::cuMemFree),
+    row!(Default, "cuMemFree", 3020, memory::cuMemFree_v2),
+    row!(Default, "cuMemAllocManaged", 6000, memory::cuMemAllocManaged),
+    row!(Default, "cuMemAllocHost", 3020, memory::cuMemAllocHost_v2),
+    row!(Default, "cuMemHostAlloc", 2020, memory::cuMemHostAlloc),
+    row!(Default, "cuMemFreeHost", 2000, memory::cuMemFreeHost),
+    row!(Default, "cuMemHostGetDevicePointer", 3020, memory::cuMemHostGetDevicePointer_v2),
+    row!(Default, "cuMemGetInfo", 3020, memory::cuMemGetInfo_v2),
+    row!(Default, "cuMemGetAddressRange", 3020, memory::cuMemGetAddressRange_v2),
+    // stream-ordered allocation and pools
+    row!(Default, "cuMemAllocAsync", 11020, pool::cuMemAllocAsync),
+    row!(Ptsz, "cuMemAllocAsync", 11020, pool::cuMemAllocAsync_ptsz),
+    row!(Default, "cuMemAllocFromPoolAsync", 11020, pool::cuMemAllocFromPoolAsync),
+    row!(Ptsz, "cuMemAllocFromPoolAsync", 11020, pool::cuMemAllocFromPoolAsync_ptsz),
+    row!(Default, "cuMemFreeAsync", 11020, pool::cuMemFreeAsync),
+    row!(Ptsz, "cuMemFreeAsync", 11020, pool::cuMemFreeAsync_ptsz),
+    row!(Default, "cuDeviceGetDefaultMemPool", 11020, pool::cuDeviceGetDefaultMemPool),
+    row!(Default, "cuDeviceGetMemPool", 11020, pool::cuDeviceGetMemPool),
+    row!(Default, "cuDeviceSetMemPool", 11020, pool::cuDeviceSetMemPool),
+    row!(Default, "cuMemPoolCreate", 11020, pool::cuMemPoolCreate),
+    row!(Default, "cuMemPoolDestroy", 11020, pool::cuMemPoolDestroy),
+    row!(Default, "cuMemPoolTrimTo", 11020, pool::cuMemPoolTrimTo),
+    row!(Default, "cuMemPoolSetAttribute", 11020, pool::cuMemPoolSetAttribute),
+    row!(Default, "cuMemPoolGetAttribute", 11020, pool::cuMemPoolGetAttribute),
+    // virtual memory management
+    row!(Default, "cuMemGetAllocationGranularity", 10020, vmm::cuMemGetAllocationGranularity),
+    row!(Default, "cuMemCreate", 10020, vmm::cuMemCreate),
+    row!(Default, "cuMemRelease", 10020, vmm::cuMemRelease),
+    row!(Default, "cuMemAddressReserve", 10020, vmm::cuMemAddressReserve),
+    row!(Default, "cuMemAddressFree", 10020, vmm::cuMemAddressFree),
+    row!(Default, "cuMemMap", 10020, vmm::cuMemMap),
+    row!(Default, "cuMemUnmap", 10020, vmm::cuMemUnmap),
+    row!(Default, "cuMemSetAccess", 10020, vmm::cuMemSetAccess),
+    // copies and sets
+    row!(Default, "cuMemcpy", 4000, copy::cuMemcpy),
+    row!(Ptds, "cuMemcpy", 7000, copy::cuMemcpy_ptds),
+    row!(Default, "cuMemcpyAsync", 4000, copy::cuMemcpyAsync),
+    row!(Ptsz, "cuMemcpyAsync", 7000, copy::cuMemcpyAsync_ptsz),
+    row!(Default, "cuMemcpyHtoD", 3020, copy::cuMemcpyHtoD_v2),
+    row!(Ptds, "cuMemcpyHtoD", 7000, copy::cuMemcpyHtoD_v2_ptds),
+    row!(Default, "cuMemcpyDtoH", 3020, copy::cuMemcpyDtoH_v2),
+    row!(Ptds, "cuMemcpyDtoH", 7000, copy::cuMemcpyDtoH_v2_ptds),
+    row!(Default, "cuMemcpyDtoD", 3020, copy::cuMemcpyDtoD_v2),
+    row!(Ptds, "cuMemcpyDtoD", 7000, copy::cuMemcpyDtoD_v2_ptds),
+    row!(Default, "cuMemcpyHtoDAsync", 3020, copy::cuMemcpyHtoDAsync_v2),
+    row!(Ptsz, "cuMemcpyHtoDAsync", 7000, copy::cuMemcpyHtoDAsync_v2_ptsz),
+    row!(Default, "cuMemcpyDtoHAsync", 3020, copy::cuMemcpyDtoHAsync_v2),
+    row!(Ptsz, "cuMemcpyDtoHAsync", 7000, copy::cuMemcpyDtoHAsync_v2_ptsz),
+    row!(Default, "cuMemcpyDtoDAsync", 3020, copy::cuMemcpyDtoDAsync_v2),
+    row!(Ptsz, "cuMemcpyDtoDAsync", 7000, copy::cuMemcpyDtoDAsync_v2_ptsz),
+    row!(Default, "cuMemsetD8", 3020, copy::cuMemsetD8_v2),
+    row!(Ptds, "cuMemsetD8", 7000, copy::cuMemsetD8_v2_ptds),
+    row!(Default, "cuMemsetD16", 3020, copy::cuMemsetD16_v2),
+    row!(Ptds, "cuMemsetD16", 7000, copy::cuMemsetD16_v2_ptds),
+    row!(Default, "cuMemsetD32", 3020, copy::cuMemsetD32_v2),
+    row!(Ptds, "cuMemsetD32", 7000, copy::cuMemsetD32_v2_ptds),
+    row!(Default, "cuMemsetD8Async", 3020, copy::cuMemsetD8Async),
+    row!(Ptsz, "cuMemsetD8Async", 7000, copy::cuMemsetD8Async_ptsz),
+    row!(Default, "cuMemsetD16Async", 3020, copy::cuMemsetD16Async),
+    row!(Ptsz, "cuMemsetD16Async", 7000, copy::cuMemsetD16Async_ptsz),
+    row!(Default, "cuMemsetD32Async", 3020, copy::cuMemsetD32Async),
+    row!(Ptsz, "cuMemsetD32Async", 7000, copy::cuMemsetD32Async_ptsz),
+    // pointers
+    row!(Default, "cuPointerGetAttribute", 4000, pointer::cuPointerGetAttribute),
+    row!(Default, "cuPointerGetAttributes", 7000, pointer::cuPointerGetAttributes),
+    // IPC
+    row!(Default, "cuIpcGetMemHandle", 4010, ipc::cuIpcGetMemHandle),
+    row!(Default, "cuIpcOpenMemHandle", 4010, ipc::cuIpcOpenMemHandle),
+    row!(Default, "cuIpcOpenMemHandle", 11000, ipc::cuIpcOpenMemHandle_v2),
+    row!(Default, "cuIpcCloseMemHandle", 4010, ipc::cuIpcCloseMemHandle),
+    // the entry point itself
+    row!(Default, "cuGetProcAddress", 11030, procaddr::cuGetProcAddress),
+    row!(Default, "cuGetProcAddress", 12000, procaddr::cuGetProcAddress_v2),
+];
+
+/// The simulator's own exports.
+pub const EXTENSIONS: &[&str] = &["cusimEnqueueFill", "cusimGetUsage"];
+
+/// What a lookup found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Found(&'static str, *const c_void),
+    /// No row has this base name.
+    NotFound,
+    /// Rows exist, none introduced at or before the version asked.
+    VersionTooLow,
+}
+
+/// The entry a program gets for base name `base` at CUDA version `version`: the newest
+/// default-stream row not newer than `version`; with `per_thread`, that row's `_ptds`/`_ptsz`
+/// variant if there is one not newer than `version`.
+pub fn lookup(base: &str, version: i32, per_thread: bool) -> Lookup {
+    let mut rows = ENTRIES.iter().filter(|e| e.base == base).peekable();
+    if rows.peek().is_none() {
+        return Lookup::NotFound;
+    }
+    let Some(default) = rows
+        .filter(|e| e.kind == Kind::Default && e.since <= version)
+        .max_by_key(|e| e.since)
+    else {
+        return Lookup::VersionTooLow;
+    };
+    if per_thread {
+        let variant = ENTRIES.iter().find(|e| {
+            e.kind != Kind::Default
+                && e.base == base
+                && e.since <= version
+                && default_symbol(e) == Some(default.symbol)
+        });
+        if let Some(v) = variant {
+            return Lookup::Found(v.symbol, v.addr);
+        }
+    }
+    Lookup::Found(default.symbol, default.addr)
+}
+
+/// The default-stream symbol a per-thread row is the variant of.
+fn default_symbol(e: &Entry) -> Option<&'static str> {
+    match e.kind {
+        Kind::Default => Some(e.symbol),
+        Kind::Ptds => e.symbol.strip_suffix("_ptds"),
+        Kind::Ptsz => e.symbol.strip_suffix("_ptsz"),
+    }
+}
+
+/// Whether `name` is one of the library's exports.
+pub fn is_export(name: &str) -> bool {
+    ENTRIES.iter().any(|e| e.symbol == name) || EXTENSIONS.contains(&name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn symbol(base: &str, version: i32, per_thread: bool) -> Option<&'static str> {
+        match lookup(base, version, per_thread) {
+            Lookup::Found(s, _) => Some(s),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn symbols_are_unique_and_variants_have_a_default() {
+        for (i, e) in ENTRIES.iter().enumerate() {
+            assert!(
+                ENTRIES[i + 1..].iter().all(|f| f.symbol != e.symbol),
+                "{} twice",
+                e.symbol
+            );
+            let d = default_symbol(e).unwrap_or_else(|| panic!("{} lacks its suffix", e.symbol));
+            assert!(
+                ENTRIES.iter().any(|f| f.kind == Kind::Default
+                    && f.symbol == d
+                    && f.base == e.base
+                    && f.since <= e.since),
+                "{} has no default row",
+                e.symbol
+            );
+        }
+    }
+
+    #[test]
+    fn versions_choose_the_abi() {
+        assert_eq!(symbol("cuMemAlloc", 3020, false), Some("cuMemAlloc_v2"));
+        assert_eq!(symbol("cuMemAlloc", 13000, false), Some("cuMemAlloc_v2"));
+        assert_eq!(symbol("cuMemAlloc", 3010, false), Some("cuMemAlloc"));
+        assert_eq!(symbol("cuCtxCreate", 12050, false), Some("cuCtxCreate_v4"));
+        assert_eq!(symbol("cuCtxCreate", 12040, false), Some("cuCtxCreate_v3"));
+        assert_eq!(symbol("cuCtxCreate", 11040, false), Some("cuCtxCreate_v3"));
+        assert_eq!(symbol("cuCtxCreate", 11030, false), Some("cuCtxCreate_v2"));
+        assert_eq!(
+            symbol("cuGetProcAddress", 12000, false),
+            Some("cuGetProcAddress_v2")
+        );
+        assert_eq!(
+            symbol("cuGetProcAddress", 11080, false),
+            Some("cuGetProcAddress")
+        );
+        assert_eq!(
+            lookup("cuMemAllocAsync", 11010, false),
+            Lookup::VersionTooLow
+        );
+        assert_eq!(lookup("cuNoSuchThing", 13000, false), Lookup::NotFound);
+        assert_eq!(lookup("cuMemAlloc_v2", 13000, false), Lookup::NotFound);
+    }
+
+    #[test]
+    fn per_thread_variants() {
+        assert_eq!(
+            symbol("cuMemAllocAsync", 12000, true),
+            Some("cuMemAllocAsync_ptsz")
+        );
+        assert_eq!(
+            symbol("cuMemcpyHtoD", 12000, true),
+            Some("cuMemcpyHtoD_v2_ptds")
+        );
+        assert_eq!(symbol("cuMemcpyHtoD", 6050, true), Some("cuMemcpyHtoD_v2"));
+        assert_eq!(symbol("cuMemAlloc", 12000, true), Some("cuMemAlloc_v2"));
+        assert_eq!(
+            symbol("cuStreamSynchronize", 13000, true),
+            Some("cuStreamSynchronize_ptsz")
+        );
+        assert_eq!(
+            symbol("cuStreamSynchronize", 13000, false),
+            Some("cuStreamSynchronize")
+        );
+    }
+
+    #[test]
+    fn exports_are_known() {
+        assert!(is_export("cuMemAlloc_v2"));
+        assert!(is_export("cuMemAllocAsync_ptsz"));
+        assert!(is_export("cusimEnqueueFill"));
+        assert!(!is_export("cuMemAlloc_v3"));
+    }
+}

@@ -1,0 +1,117 @@
+//! The driver's global state: everything the simulator knows, behind one lock.
+//!
+//! One `Mutex<State>` guards the bookkeeping of every family (devices, contexts, allocations,
+//! streams, events, pools, VMM, IPC). It is only ever held for bookkeeping, never while waiting
+//! for simulated device work. Each stream has its own queue lock (see `stream.rs`).
+//!
+//! Lock order: the state lock may be taken first and a stream's queue lock inside it; never the
+//! other way round. Stream workers run their work holding no lock, so work that needs the state
+//! (a stream-ordered free) takes it then.
+//!
+//! Handles (`CUcontext`, `CUstream`, `CUevent`, `CUmemoryPool`) are opaque numbers in a range no
+//! program dereferences; they are never reused, so a stale handle is always recognised as stale.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use crate::context::Ctx;
+use crate::device::Device;
+use crate::errors::Fault;
+use crate::event::Event;
+use crate::memory::Alloc;
+use crate::pool::Pool;
+use crate::stream::Stream;
+use crate::vmm::Vmm;
+
+/// The initialised driver.
+pub struct Driver {
+    state: Mutex<State>,
+}
+
+/// All bookkeeping.
+pub struct State {
+    pub devices: Vec<Device>,
+    /// Contexts by handle, destroyed ones included (so their handles are known to be dead).
+    pub contexts: HashMap<usize, Ctx>,
+    /// Live allocations (device, pitched, managed, async, pinned host, IPC imports) by address.
+    pub allocs: BTreeMap<u64, Alloc>,
+    /// Created streams by handle.
+    pub streams: HashMap<usize, Arc<Stream>>,
+    pub events: HashMap<usize, Arc<Event>>,
+    pub pools: HashMap<usize, Pool>,
+    pub vmm: Vmm,
+    next_handle: usize,
+    next_id: u64,
+}
+
+/// First opaque handle value; handles step by 16 from here.
+const HANDLE_BASE: usize = 0x5e00_0000_0000;
+
+static DRIVER: OnceLock<Driver> = OnceLock::new();
+
+/// The driver, or [`Fault::NotInitialized`] before a successful `cuInit`.
+pub fn driver() -> Result<&'static Driver, Fault> {
+    DRIVER.get().ok_or(Fault::NotInitialized)
+}
+
+/// Sets up the driver once, with `build` making the initial state. Later calls return the
+/// existing driver.
+pub fn init(build: impl FnOnce(&mut State)) -> &'static Driver {
+    DRIVER.get_or_init(|| {
+        let mut state = State {
+            devices: Vec::new(),
+            contexts: HashMap::new(),
+            allocs: BTreeMap::new(),
+            streams: HashMap::new(),
+            events: HashMap::new(),
+            pools: HashMap::new(),
+            vmm: Vmm::default(),
+            next_handle: HANDLE_BASE,
+            next_id: 1,
+        };
+        build(&mut state);
+        Driver {
+            state: Mutex::new(state),
+        }
+    })
+}
+
+impl Driver {
+    /// Locks the state. A panic that happened while it was held does not make it unusable: the
+    /// panicking entry already returned `CUDA_ERROR_UNKNOWN`.
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl State {
+    /// A fresh opaque handle.
+    pub fn new_handle(&mut self) -> usize {
+        self.next_handle += 16;
+        self.next_handle
+    }
+
+    /// A fresh identifier (context ids, buffer ids, VMM handles). Never 0.
+    pub fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// The device with ordinal `dev`.
+    pub fn device(&self, dev: i32) -> Result<&Device, Fault> {
+        usize::try_from(dev)
+            .ok()
+            .and_then(|i| self.devices.get(i))
+            .ok_or(Fault::BadDevice)
+    }
+
+    /// The device with ordinal `dev`, mutably.
+    pub fn device_mut(&mut self, dev: i32) -> Result<&mut Device, Fault> {
+        usize::try_from(dev)
+            .ok()
+            .and_then(|i| self.devices.get_mut(i))
+            .ok_or(Fault::BadDevice)
+    }
+}
