@@ -1,0 +1,350 @@
+//! Tests of stack capture against libgcc's unwinder, through C code built without frame
+//! pointers and loaded with dlopen after the first capture; and the capture benchmark.
+
+use std::ffi::{CString, c_int, c_void};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use super::*;
+
+/// Depth of the C chain.
+const CHAIN: usize = 30;
+
+/// C source of a chain of CHAIN distinct functions, `-O2 -fomit-frame-pointer`, each one
+/// zeroing rbp before its call so a frame-pointer unwinder would stop at once; the last calls
+/// back into Rust.
+fn chain_source() -> String {
+    let mut c = String::from("typedef void (*cb_t)(void *);\nvolatile long sink;\n");
+    c += &format!(
+        "__attribute__((noinline)) long f{CHAIN}(long x, cb_t cb, void *a) {{ cb(a); sink += x; return x; }}\n"
+    );
+    for k in (0..CHAIN).rev() {
+        c += &format!(
+            "__attribute__((noinline)) long f{k}(long x, cb_t cb, void *a) {{\n\
+             volatile char pad[{pad}]; pad[0] = (char)x;\n\
+             __asm__ volatile(\"xor %%ebp, %%ebp\" ::: \"rbp\");\n\
+             long r = f{next}(x + {k}, cb, a);\n\
+             sink += r; return r + pad[0];\n}}\n",
+            pad = 8 + 24 * k,
+            next = k + 1
+        );
+    }
+    c += "long chain_entry(cb_t cb, void *a) { return f0(1, cb, a) + 1; }\n";
+    c
+}
+
+type ChainEntry = unsafe extern "C" fn(extern "C" fn(*mut c_void), *mut c_void) -> std::ffi::c_long;
+
+struct Chain {
+    entry: ChainEntry,
+    range: (u64, u64),
+}
+
+/// Builds and dlopens the chain library once per test process.
+fn chain() -> &'static Chain {
+    static CHAIN_LIB: OnceLock<Chain> = OnceLock::new();
+    CHAIN_LIB.get_or_init(|| {
+        let dir = std::env::temp_dir().join("cuguard-stack-test");
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join(format!("chain{}.c", std::process::id()));
+        let lib = dir.join(format!("libchain{}.so", std::process::id()));
+        std::fs::write(&src, chain_source()).unwrap();
+        let st = Command::new("cc")
+            .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .expect("cc (gcc) is needed to build the test chain");
+        assert!(st.success());
+        // Make sure a snapshot exists before the library is loaded, so the refresh path runs.
+        let _ = unwind::snapshot();
+        let path = CString::new(lib.to_str().unwrap()).unwrap();
+        // SAFETY: plain dlopen/dlsym of a library we just built; the symbol has the declared type.
+        unsafe {
+            let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
+            assert!(!h.is_null());
+            let f = libc::dlsym(h, c"chain_entry".as_ptr());
+            assert!(!f.is_null());
+            let m = phdr::all()
+                .into_iter()
+                .find(|m| m.start <= f as u64 && (f as u64) < m.end)
+                .unwrap();
+            Chain {
+                entry: std::mem::transmute::<*mut c_void, ChainEntry>(f),
+                range: (m.start, m.end),
+            }
+        }
+    })
+}
+
+fn ips_of(id: StackId) -> Vec<u64> {
+    table::all().into_iter().find(|s| s.0 == id).unwrap().1
+}
+
+/// libgcc's view of the current stack, as call-site addresses (return address - 1).
+fn libgcc_backtrace() -> Vec<u64> {
+    unsafe extern "C" {
+        fn _Unwind_Backtrace(
+            f: extern "C" fn(*mut c_void, *mut c_void) -> c_int,
+            arg: *mut c_void,
+        ) -> c_int;
+        fn _Unwind_GetIP(ctx: *mut c_void) -> usize;
+    }
+    extern "C" fn each(ctx: *mut c_void, arg: *mut c_void) -> c_int {
+        // SAFETY: arg is the Vec below; ctx is libgcc's context for this frame.
+        let v = unsafe { &mut *(arg as *mut Vec<u64>) };
+        let ip = unsafe { _Unwind_GetIP(ctx) } as u64;
+        if ip == 0 {
+            return 1;
+        }
+        v.push(ip - 1);
+        if v.len() >= 256 { 1 } else { 0 }
+    }
+    let mut v = Vec::new();
+    // SAFETY: the callback only pushes to the Vec it is given.
+    unsafe { _Unwind_Backtrace(each, &mut v as *mut _ as *mut c_void) };
+    v
+}
+
+struct Probe {
+    depth: usize,
+    ours: Option<StackId>,
+    theirs: Vec<u64>,
+}
+
+extern "C" fn probe_cb(arg: *mut c_void) {
+    // SAFETY: arg is the Probe passed to chain_entry.
+    let p = unsafe { &mut *(arg as *mut Probe) };
+    p.ours = capture_with(Skip::Frames(0), p.depth);
+    p.theirs = libgcc_backtrace();
+}
+
+fn run_chain(depth: usize) -> Probe {
+    let mut p = Probe {
+        depth,
+        ours: None,
+        theirs: Vec::new(),
+    };
+    // SAFETY: chain_entry calls probe_cb with the pointer it is given.
+    unsafe { (chain().entry)(probe_cb, &mut p as *mut _ as *mut c_void) };
+    p
+}
+
+fn common_suffix(a: &[u64], b: &[u64]) -> usize {
+    a.iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+#[test]
+fn unwinds_through_code_without_frame_pointers_like_libgcc() {
+    let c = chain();
+    // The library was loaded after the snapshot: the first capture may be stored before the
+    // rate-limited refresh lets the unwinder see it. Within a few refresh intervals it must.
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for _ in 0..20 {
+        let p = run_chain(MAX_DEPTH);
+        ours = ips_of(p.ours.expect("captured"));
+        theirs = p.theirs;
+        let in_chain = ours
+            .iter()
+            .filter(|&&ip| c.range.0 <= ip && ip < c.range.1)
+            .count();
+        if in_chain >= CHAIN + 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let in_chain = ours
+        .iter()
+        .filter(|&&ip| c.range.0 <= ip && ip < c.range.1)
+        .count();
+    assert!(in_chain >= CHAIN + 2, "chain frames {in_chain}: {ours:x?}");
+    // Everything from the callback outward agrees with libgcc, up to the thread's root.
+    let common = common_suffix(&ours, &theirs);
+    assert!(
+        common >= CHAIN + 5,
+        "common {common}\nours   {ours:x?}\ntheirs {theirs:x?}"
+    );
+    // Ours only adds its own few innermost frames (capture and the callback's call site).
+    assert!(
+        common + 8 >= ours.len(),
+        "ours has {} frames, {common} shared",
+        ours.len()
+    );
+}
+
+#[test]
+fn same_site_same_id_other_site_other_id_and_depth_limit() {
+    // Captures from one line: once the module list has settled (the chain library may be new
+    // to the unwinder), they all get one id.
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(run_chain(MAX_DEPTH).ours.unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert_eq!(ids[3..], [ids[3]; 3], "{ids:?}");
+    let other = capture_with(Skip::Frames(0), MAX_DEPTH);
+    assert!(other.is_some());
+    assert_ne!(other, Some(ids[5]));
+    let short = run_chain(5).ours.unwrap();
+    assert_eq!(ips_of(short).len(), 5);
+    assert_eq!(capture_with(Skip::Frames(0), 0), None);
+}
+
+#[test]
+fn many_threads_agree() {
+    let _ = run_chain(MAX_DEPTH);
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let _ = run_chain(MAX_DEPTH);
+    let ids: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(|| {
+                (0..200)
+                    .map(|_| {
+                        let mut p = Probe {
+                            depth: MAX_DEPTH,
+                            ours: None,
+                            theirs: Vec::new(),
+                        };
+                        extern "C" fn cb(arg: *mut c_void) {
+                            // SAFETY: arg is the Probe below.
+                            let p = unsafe { &mut *(arg as *mut Probe) };
+                            p.ours = capture_with(Skip::Frames(0), p.depth);
+                        }
+                        // SAFETY: chain_entry calls cb with the pointer it is given.
+                        unsafe { (chain().entry)(cb, &mut p as *mut _ as *mut c_void) };
+                        p.ours.unwrap()
+                    })
+                    .collect::<std::collections::BTreeSet<_>>()
+            })
+        })
+        .map(|t| t.join().unwrap())
+        .collect();
+    // Each thread has its own root frames (one stack per thread), and each thread sees
+    // exactly one stack for its 200 identical captures.
+    for s in &ids {
+        assert_eq!(s.len(), 1, "{ids:?}");
+    }
+}
+
+#[test]
+fn public_capture_skips_own_module_and_modules_locate() {
+    // In this test binary the "shim module" is the test executable itself, so everything
+    // Rust is skipped and what remains are the frames outside it (libc's thread start).
+    let id = capture();
+    let mods = modules();
+    if let Some(id) = id {
+        let exe = &mods[0];
+        for ip in ips_of(id) {
+            assert!(!(exe.start <= ip && ip < exe.end));
+            let (i, off) = locate(ip, &mods).expect("ip in a module");
+            assert_eq!(off, ip - mods[i].base);
+        }
+    }
+    let exe = &mods[0];
+    assert!(exe.path.contains("cuguard"), "{}", exe.path);
+    assert!(
+        mods.iter()
+            .any(|m| m.path.contains("libc.so") && m.build_id.is_some())
+    );
+    let here = public_capture_skips_own_module_and_modules_locate as *const () as u64;
+    assert_eq!(locate(here, &mods).map(|x| x.0), Some(0));
+    assert_eq!(locate(1, &mods), None);
+}
+
+#[test]
+fn capture_in_thread_local_destructor_is_safe() {
+    struct D;
+    impl Drop for D {
+        fn drop(&mut self) {
+            // Our own thread state may already be gone; must not crash or hang.
+            let _ = capture_with(Skip::Frames(0), 16);
+        }
+    }
+    thread_local!(static EARLY: D = const { D });
+    std::thread::spawn(|| {
+        EARLY.with(|_| {});
+        let _ = capture_with(Skip::Frames(0), 16); // registers our state's destructor after D's
+    })
+    .join()
+    .unwrap();
+}
+
+/// Micro benchmark: ns per capture at depth 32 from inside the 30-deep C chain (no frame
+/// pointers), warm caches, versus libgcc's `_Unwind_Backtrace` over the same stack.
+///
+/// `cargo test -p cuguard-shim --release --lib -- --ignored bench_capture --nocapture`
+#[test]
+#[ignore]
+fn bench_capture() {
+    struct B {
+        iters: u32,
+        depth: usize,
+        ns_ours: f64,
+        ns_libgcc: f64,
+        ns_ours_raw: f64,
+        frames: usize,
+    }
+    extern "C" fn cb(arg: *mut c_void) {
+        // SAFETY: arg is the B below.
+        let b = unsafe { &mut *(arg as *mut B) };
+        let mut id = None;
+        for _ in 0..1000 {
+            id = capture_with(Skip::Frames(0), b.depth);
+        }
+        b.frames = ips_of(id.unwrap()).len();
+        let t = std::time::Instant::now();
+        for _ in 0..b.iters {
+            std::hint::black_box(capture_with(Skip::Frames(0), b.depth));
+        }
+        b.ns_ours = t.elapsed().as_nanos() as f64 / f64::from(b.iters);
+        // The unwind alone, without hash and table probe.
+        let snap = unwind::snapshot().unwrap();
+        let t = std::time::Instant::now();
+        for _ in 0..b.iters {
+            unwind::with_thread(|cache, bounds| {
+                let mut buf = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
+                Some(std::hint::black_box(unwind::unwind(
+                    snap,
+                    cache,
+                    bounds,
+                    Skip::Frames(0),
+                    &mut buf[..b.depth],
+                )))
+            });
+        }
+        b.ns_ours_raw = t.elapsed().as_nanos() as f64 / f64::from(b.iters);
+        eprintln!(
+            "cache stats {:?}",
+            unwind::with_thread(|c, _| Some(c.stats()))
+        );
+        let t = std::time::Instant::now();
+        let n = b.iters / 20;
+        for _ in 0..n {
+            std::hint::black_box(libgcc_backtrace());
+        }
+        b.ns_libgcc = t.elapsed().as_nanos() as f64 / f64::from(n);
+    }
+    let _ = run_chain(MAX_DEPTH);
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    for depth in [32, 64] {
+        let mut b = B {
+            iters: 200_000,
+            depth,
+            ns_ours: 0.0,
+            ns_libgcc: 0.0,
+            ns_ours_raw: 0.0,
+            frames: 0,
+        };
+        // SAFETY: chain_entry calls cb with the pointer it is given.
+        unsafe { (chain().entry)(cb, &mut b as *mut _ as *mut c_void) };
+        println!(
+            "depth {depth}: {} frames; capture {:.0} ns (unwind only {:.0} ns); libgcc _Unwind_Backtrace (full stack, {} frames max) {:.0} ns",
+            b.frames, b.ns_ours, b.ns_ours_raw, 256, b.ns_libgcc
+        );
+    }
+}
