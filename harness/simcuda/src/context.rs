@@ -3,8 +3,11 @@
 //!
 //! A context handle stays in the table after its context is gone, so the driver can tell a dead
 //! handle from garbage: a destroyed context passed as an argument is
-//! [`Fault::BadContextHandle`]; a destroyed context still current on some thread is
-//! [`Fault::CurrentContextDestroyed`].
+//! [`Fault::DestroyedContextHandle`], a handle never made [`Fault::UnknownContextHandle`], and a
+//! destroyed context still current on some thread is [`Fault::CurrentContextDestroyed`].
+//!
+//! The legacy entries `cuCtxCreate`, `cuCtxDestroy`, `cuCtxPushCurrent` and `cuCtxPopCurrent`
+//! have the same C signatures as their `_v2` forms and behave as them.
 //!
 //! A primary context has one handle for the life of the process. Each time it becomes active
 //! (the first `cuDevicePrimaryCtxRetain`, or the first after it was released to zero or reset)
@@ -98,11 +101,39 @@ pub fn current(st: &State) -> Result<CtxRef, Fault> {
     }
 }
 
+/// The context with handle `h` (an argument of the call), alive or not.
+fn known(st: &State, h: usize) -> Result<&Ctx, Fault> {
+    st.contexts.get(&h).ok_or(Fault::UnknownContextHandle)
+}
+
 /// The live context with handle `h` (an argument of the call).
 pub fn by_handle(st: &State, h: usize) -> Result<CtxRef, Fault> {
-    match st.contexts.get(&h) {
-        Some(c) if c.alive => Ok(c.as_ref()),
-        _ => Err(Fault::BadContextHandle),
+    let c = known(st, h)?;
+    if c.alive {
+        Ok(c.as_ref())
+    } else {
+        Err(Fault::DestroyedContextHandle)
+    }
+}
+
+/// The current context if one is current; `Ok(None)` if none is. A dead current context is
+/// still [`Fault::CurrentContextDestroyed`].
+pub fn current_if_any(st: &State) -> Result<Option<CtxRef>, Fault> {
+    match current(st) {
+        Ok(c) => Ok(Some(c)),
+        Err(Fault::NoContext) => Ok(None),
+        Err(f) => Err(f),
+    }
+}
+
+/// Checks a handle about to become current: alive, or a primary context (an inactive primary
+/// may be made current; using it fails later).
+fn check_bindable(st: &State, h: usize) -> Result<(), Fault> {
+    let c = known(st, h)?;
+    if c.alive || c.primary {
+        Ok(())
+    } else {
+        Err(Fault::DestroyedContextHandle)
     }
 }
 
@@ -232,6 +263,19 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
     guard("cuCtxCreate_v2", || create(pctx, flags, dev))
 }
 
+/// `cuCtxCreate` (the CUDA 2.0 entry, same signature as `_v2`): as `cuCtxCreate_v2`.
+///
+/// # Safety
+/// `pctx` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate(
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    guard("cuCtxCreate", || create(pctx, flags, dev))
+}
+
 /// `cuCtxCreate_v3`: execution-affinity parameters are not supported.
 ///
 /// # Safety
@@ -281,32 +325,41 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
     })
 }
 
-/// `cuCtxDestroy_v2`: destroys a created context, popping it if it is current on the calling
-/// thread. On other threads it stays current, dead.
+/// Destroys a created context, popping it if it is current on the calling thread. On other
+/// threads it stays current, dead.
+fn destroy(ctx: CUcontext) -> Result<(), Fault> {
+    let drv = state::driver()?;
+    if ctx.is_null() {
+        return Err(Fault::DestroyNullContext);
+    }
+    let handle = ctx as usize;
+    let t = {
+        let mut st = drv.lock();
+        if known(&st, handle)?.primary {
+            return Err(Fault::DestroyPrimaryContext);
+        }
+        by_handle(&st, handle)?;
+        begin_teardown(&mut st, handle).ok_or(Fault::DestroyedContextHandle)?
+    };
+    with_stack(|s| {
+        if s.last() == Some(&handle) {
+            s.pop();
+        }
+    });
+    finish(drv, t);
+    Ok(())
+}
+
+/// `cuCtxDestroy_v2`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
-    guard("cuCtxDestroy_v2", || {
-        let drv = state::driver()?;
-        if ctx.is_null() {
-            return Err(Fault::DestroyNullContext);
-        }
-        let handle = ctx as usize;
-        let t = {
-            let mut st = drv.lock();
-            let c = by_handle(&st, handle)?;
-            if st.contexts[&c.handle].primary {
-                return Err(Fault::DestroyPrimaryContext);
-            }
-            begin_teardown(&mut st, handle).ok_or(Fault::BadContextHandle)?
-        };
-        with_stack(|s| {
-            if s.last() == Some(&handle) {
-                s.pop();
-            }
-        });
-        finish(drv, t);
-        Ok(())
-    })
+    guard("cuCtxDestroy_v2", || destroy(ctx))
+}
+
+/// `cuCtxDestroy` (the CUDA 2.0 entry): as `cuCtxDestroy_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
+    guard("cuCtxDestroy", || destroy(ctx))
 }
 
 /// `cuCtxGetCurrent`: the top of the calling thread's stack (even if that context is dead), or
@@ -334,14 +387,7 @@ pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
             return Ok(());
         }
         let handle = ctx as usize;
-        {
-            let st = drv.lock();
-            match st.contexts.get(&handle) {
-                // An inactive primary context may be made current; using it fails later.
-                Some(c) if c.alive || c.primary => {}
-                _ => return Err(Fault::BadContextHandle),
-            }
-        }
+        check_bindable(&drv.lock(), handle)?;
         with_stack(|s| {
             s.pop();
             s.push(handle);
@@ -350,25 +396,37 @@ pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
     })
 }
 
+fn push(ctx: CUcontext) -> Result<(), Fault> {
+    let drv = state::driver()?;
+    if ctx.is_null() {
+        return Err(Fault::PushNullContext);
+    }
+    let handle = ctx as usize;
+    check_bindable(&drv.lock(), handle)?;
+    with_stack(|s| s.push(handle));
+    Ok(())
+}
+
 /// `cuCtxPushCurrent_v2`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
-    guard("cuCtxPushCurrent_v2", || {
-        let drv = state::driver()?;
-        if ctx.is_null() {
-            return Err(Fault::PushNullContext);
-        }
-        let handle = ctx as usize;
-        {
-            let st = drv.lock();
-            match st.contexts.get(&handle) {
-                Some(c) if c.alive || c.primary => {}
-                _ => return Err(Fault::BadContextHandle),
-            }
-        }
-        with_stack(|s| s.push(handle));
-        Ok(())
-    })
+    guard("cuCtxPushCurrent_v2", || push(ctx))
+}
+
+/// `cuCtxPushCurrent` (the CUDA 2.0 entry): as `cuCtxPushCurrent_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxPushCurrent(ctx: CUcontext) -> CUresult {
+    guard("cuCtxPushCurrent", || push(ctx))
+}
+
+fn pop(pctx: *mut CUcontext) -> Result<(), Fault> {
+    state::driver()?;
+    let popped = with_stack(|s| s.pop()).ok_or(Fault::PopEmptyStack)?;
+    if !pctx.is_null() {
+        // SAFETY: non-null and writable by the contract of the exported entries.
+        unsafe { put(pctx, popped as CUcontext)? };
+    }
+    Ok(())
 }
 
 /// `cuCtxPopCurrent_v2`: `pctx` may be NULL.
@@ -377,15 +435,16 @@ pub extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
 /// `pctx` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
-    guard("cuCtxPopCurrent_v2", || {
-        state::driver()?;
-        let popped = with_stack(|s| s.pop()).ok_or(Fault::PopEmptyStack)?;
-        if !pctx.is_null() {
-            // SAFETY: non-null and writable by the caller's contract.
-            unsafe { put(pctx, popped as CUcontext)? };
-        }
-        Ok(())
-    })
+    guard("cuCtxPopCurrent_v2", || pop(pctx))
+}
+
+/// `cuCtxPopCurrent` (the CUDA 2.0 entry): as `cuCtxPopCurrent_v2`.
+///
+/// # Safety
+/// `pctx` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxPopCurrent(pctx: *mut CUcontext) -> CUresult {
+    guard("cuCtxPopCurrent", || pop(pctx))
 }
 
 /// `cuCtxGetDevice`.

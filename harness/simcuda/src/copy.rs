@@ -177,6 +177,16 @@ pub fn fill(h: CUstream, dst: u64, bytes: usize, value: u8, delay_us: u32) -> Re
 
 const NULL: CUstream = std::ptr::null_mut();
 
+/// The legacy `cuMemcpyHtoD` (32-bit `CUdeviceptr` and size): not supported.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyHtoD(
+    _dstDevice: c_uint,
+    _srcHost: *const c_void,
+    _ByteCount: c_uint,
+) -> CUresult {
+    guard("cuMemcpyHtoD", || Err(crate::errors::Fault::LegacyAbi))
+}
+
 /// `cuMemcpy`: direction from the addresses (unified addressing).
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, ByteCount: usize) -> CUresult {

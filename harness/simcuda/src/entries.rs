@@ -80,13 +80,17 @@ pub static ENTRIES: &[Entry] = &[
     row!(Default, "cuDevicePrimaryCtxSetFlags", 7000, context::cuDevicePrimaryCtxSetFlags),
     row!(Default, "cuDevicePrimaryCtxSetFlags", 11000, context::cuDevicePrimaryCtxSetFlags_v2),
     // contexts
+    row!(Default, "cuCtxCreate", 2000, context::cuCtxCreate),
     row!(Default, "cuCtxCreate", 3020, context::cuCtxCreate_v2),
     row!(Default, "cuCtxCreate", 11040, context::cuCtxCreate_v3),
     row!(Default, "cuCtxCreate", 12050, context::cuCtxCreate_v4),
+    row!(Default, "cuCtxDestroy", 2000, context::cuCtxDestroy),
     row!(Default, "cuCtxDestroy", 4000, context::cuCtxDestroy_v2),
     row!(Default, "cuCtxGetCurrent", 4000, context::cuCtxGetCurrent),
     row!(Default, "cuCtxSetCurrent", 4000, context::cuCtxSetCurrent),
+    row!(Default, "cuCtxPushCurrent", 2000, context::cuCtxPushCurrent),
     row!(Default, "cuCtxPushCurrent", 4000, context::cuCtxPushCurrent_v2),
+    row!(Default, "cuCtxPopCurrent", 2000, context::cuCtxPopCurrent),
     row!(Default, "cuCtxPopCurrent", 4000, context::cuCtxPopCurrent_v2),
     row!(Default, "cuCtxGetDevice", 2000, context::cuCtxGetDevice),
     row!(Default, "cuCtxSynchronize", 2000, context::cuCtxSynchronize),
@@ -121,15 +125,19 @@ pub static ENTRIES: &[Entry] = &[
     // device memory
     row!(Default, "cuMemAlloc", 2000, memory::cuMemAlloc),
     row!(Default, "cuMemAlloc", 3020, memory::cuMemAlloc_v2),
+    row!(Default, "cuMemAllocPitch", 2000, memory::cuMemAllocPitch),
     row!(Default, "cuMemAllocPitch", 3020, memory::cuMemAllocPitch_v2),
     row!(Default, "cuMemFree", 2000, memory::cuMemFree),
     row!(Default, "cuMemFree", 3020, memory::cuMemFree_v2),
     row!(Default, "cuMemAllocManaged", 6000, memory::cuMemAllocManaged),
+    row!(Default, "cuMemAllocHost", 2000, memory::cuMemAllocHost),
     row!(Default, "cuMemAllocHost", 3020, memory::cuMemAllocHost_v2),
     row!(Default, "cuMemHostAlloc", 2020, memory::cuMemHostAlloc),
     row!(Default, "cuMemFreeHost", 2000, memory::cuMemFreeHost),
     row!(Default, "cuMemHostGetDevicePointer", 3020, memory::cuMemHostGetDevicePointer_v2),
+    row!(Default, "cuMemGetInfo", 2000, memory::cuMemGetInfo),
     row!(Default, "cuMemGetInfo", 3020, memory::cuMemGetInfo_v2),
+    row!(Default, "cuMemGetAddressRange", 2000, memory::cuMemGetAddressRange),
     row!(Default, "cuMemGetAddressRange", 3020, memory::cuMemGetAddressRange_v2),
     // stream-ordered allocation and pools
     row!(Default, "cuMemAllocAsync", 11020, pool::cuMemAllocAsync),
@@ -160,6 +168,7 @@ pub static ENTRIES: &[Entry] = &[
     row!(Ptds, "cuMemcpy", 7000, copy::cuMemcpy_ptds),
     row!(Default, "cuMemcpyAsync", 4000, copy::cuMemcpyAsync),
     row!(Ptsz, "cuMemcpyAsync", 7000, copy::cuMemcpyAsync_ptsz),
+    row!(Default, "cuMemcpyHtoD", 2000, copy::cuMemcpyHtoD),
     row!(Default, "cuMemcpyHtoD", 3020, copy::cuMemcpyHtoD_v2),
     row!(Ptds, "cuMemcpyHtoD", 7000, copy::cuMemcpyHtoD_v2_ptds),
     row!(Default, "cuMemcpyDtoH", 3020, copy::cuMemcpyDtoH_v2),
@@ -211,8 +220,10 @@ pub enum Lookup {
 }
 
 /// The entry a program gets for base name `base` at CUDA version `version`: the newest
-/// default-stream row not newer than `version`; with `per_thread`, that row's `_ptds`/`_ptsz`
-/// variant if there is one not newer than `version`.
+/// default-stream row not newer than `version`. With `per_thread`, for a base name that has
+/// per-thread variants, that row's `_ptds`/`_ptsz` variant, which must not be newer than
+/// `version` either (measured: `cuEventRecord` with the per-thread flag at 3020 is "version not
+/// sufficient"); a base name without variants gives its default row.
 pub fn lookup(base: &str, version: i32, per_thread: bool) -> Lookup {
     let mut rows = ENTRIES.iter().filter(|e| e.base == base).peekable();
     if rows.peek().is_none() {
@@ -224,16 +235,20 @@ pub fn lookup(base: &str, version: i32, per_thread: bool) -> Lookup {
     else {
         return Lookup::VersionTooLow;
     };
-    if per_thread {
+    let has_variants = ENTRIES
+        .iter()
+        .any(|e| e.base == base && e.kind != Kind::Default);
+    if per_thread && has_variants {
         let variant = ENTRIES.iter().find(|e| {
             e.kind != Kind::Default
                 && e.base == base
                 && e.since <= version
                 && default_symbol(e) == Some(default.symbol)
         });
-        if let Some(v) = variant {
-            return Lookup::Found(v.symbol, v.addr);
-        }
+        return match variant {
+            Some(v) => Lookup::Found(v.symbol, v.addr),
+            None => Lookup::VersionTooLow,
+        };
     }
     Lookup::Found(default.symbol, default.addr)
 }
@@ -318,7 +333,12 @@ mod tests {
             symbol("cuMemcpyHtoD", 12000, true),
             Some("cuMemcpyHtoD_v2_ptds")
         );
-        assert_eq!(symbol("cuMemcpyHtoD", 6050, true), Some("cuMemcpyHtoD_v2"));
+        assert_eq!(lookup("cuMemcpyHtoD", 6050, true), Lookup::VersionTooLow);
+        assert_eq!(lookup("cuMemcpyHtoD", 2000, true), Lookup::VersionTooLow);
+        assert_eq!(lookup("cuEventRecord", 3020, true), Lookup::VersionTooLow);
+        assert_eq!(symbol("cuEventRecord", 3020, false), Some("cuEventRecord"));
+        assert_eq!(symbol("cuMemcpyHtoD", 2000, false), Some("cuMemcpyHtoD"));
+        assert_eq!(symbol("cuCtxDestroy", 3020, false), Some("cuCtxDestroy"));
         assert_eq!(symbol("cuMemAlloc", 12000, true), Some("cuMemAlloc_v2"));
         assert_eq!(
             symbol("cuStreamSynchronize", 13000, true),

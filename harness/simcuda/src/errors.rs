@@ -9,6 +9,10 @@
 //! allocation): they are still listed here, mapped to `CUDA_SUCCESS`, and callers ask
 //! [`Fault::tolerated`] whether to go on.
 //!
+//! Codes marked "measured" were read on an H200 (driver 580.159.04, CUDA 13.0); see
+//! `docs/driver-facts.md` and `docs/gpu-runs/2026-11-29-driver-facts.tsv`. The others follow the
+//! CUDA documentation and are the simulator's best guess.
+//!
 //! This module also holds the names and descriptions behind `cuGetErrorName` and
 //! `cuGetErrorString`.
 
@@ -62,9 +66,11 @@ pub enum Fault {
     BadFlags,
     /// A malformed argument not covered by a more specific situation.
     BadArgument,
-    /// `cuMemAlloc_v2`, `cuMemAllocPitch_v2`, `cuMemAllocManaged`, host or VMM allocations of 0
+    /// `cuMemAlloc_v2`, `cuMemAllocPitch_v2` (width or height 0), `cuMemAllocManaged` of 0
     /// bytes.
     ZeroSize,
+    /// `cuMemAllocHost_v2`/`cuMemHostAlloc` of 0 bytes: succeeds, returns NULL.
+    HostZeroSize,
 
     // --- contexts
     /// No context is current on the calling thread.
@@ -72,8 +78,11 @@ pub enum Fault {
     /// The context current on the calling thread was destroyed, or is a primary context that is
     /// not active (released to zero, or reset).
     CurrentContextDestroyed,
-    /// A context handle passed as an argument is unknown or was destroyed.
-    BadContextHandle,
+    /// A context handle passed as an argument that the driver never made.
+    UnknownContextHandle,
+    /// A context handle passed as an argument whose context was destroyed (or an inactive
+    /// primary context).
+    DestroyedContextHandle,
     /// `cuCtxDestroy_v2(NULL)`.
     DestroyNullContext,
     /// `cuCtxDestroy_v2` of a primary context.
@@ -109,6 +118,8 @@ pub enum Fault {
     WrongFreeFamily,
     /// `cuMemFreeHost` of an address that is no pinned host allocation.
     UnknownHostPointer,
+    /// `cuMemFreeHost(NULL)`: succeeds, does nothing.
+    FreeHostNull,
     /// `cuMemAllocPitch_v2` with `ElementSizeBytes` not 4, 8 or 16.
     BadPitchElementSize,
     /// `cuMemGetAddressRange_v2` of an address in no allocation.
@@ -121,7 +132,9 @@ pub enum Fault {
     InaccessibleRange,
     /// `cuMemsetD16`/`D32` destination not aligned to the element.
     Misaligned,
-    /// The legacy 32-bit `cuMemAlloc`/`cuMemFree` exports.
+    /// The legacy exports with 32-bit `CUdeviceptr` or sizes (`cuMemAlloc`, `cuMemFree`,
+    /// `cuMemAllocPitch`, `cuMemAllocHost`, `cuMemGetInfo`, `cuMemGetAddressRange`,
+    /// `cuMemcpyHtoD`).
     LegacyAbi,
     /// `cuMemHostGetDevicePointer_v2` of an address that is no pinned host allocation.
     NotPinned,
@@ -173,10 +186,15 @@ pub enum Fault {
     IpcNotOpened,
 
     // --- cuGetProcAddress
-    /// The symbol is not in the driver's table.
+    /// `cuGetProcAddress` (4 arguments): the symbol is not in the driver's table.
     SymbolNotFound,
-    /// The symbol exists, but not at the requested CUDA version.
+    /// `cuGetProcAddress` (4 arguments): the symbol exists, but not at the requested version.
     VersionNotSufficient,
+    /// `cuGetProcAddress_v2`: not in the table (`*pfn = NULL`, status `SYMBOL_NOT_FOUND`).
+    SymbolNotFoundV2,
+    /// `cuGetProcAddress_v2`: too new for the version (`*pfn = NULL`, status
+    /// `VERSION_NOT_SUFFICIENT`).
+    VersionNotSufficientV2,
 
     // --- the simulator itself
     /// A panic inside the simulator, or a state it should never reach.
@@ -185,10 +203,11 @@ pub enum Fault {
 
 impl Fault {
     /// The code the driver returns in this situation. This is the one table of error codes.
+    #[rustfmt::skip]
     pub const fn code(self) -> CUresult {
         use Fault::*;
         match self {
-            NotInitialized => CUDA_ERROR_NOT_INITIALIZED,
+            NotInitialized => CUDA_ERROR_NOT_INITIALIZED, // measured
             NoDevice => CUDA_ERROR_NO_DEVICE,
             BadDevice => CUDA_ERROR_INVALID_DEVICE,
             BadAttribute => CUDA_ERROR_INVALID_VALUE,
@@ -196,11 +215,13 @@ impl Fault {
             NullPointer => CUDA_ERROR_INVALID_VALUE,
             BadFlags => CUDA_ERROR_INVALID_VALUE,
             BadArgument => CUDA_ERROR_INVALID_VALUE,
-            ZeroSize => CUDA_ERROR_INVALID_VALUE,
+            ZeroSize => CUDA_ERROR_INVALID_VALUE,  // measured
+            HostZeroSize => CUDA_SUCCESS,          // measured
 
-            NoContext => CUDA_ERROR_INVALID_CONTEXT,
-            CurrentContextDestroyed => CUDA_ERROR_CONTEXT_IS_DESTROYED,
-            BadContextHandle => CUDA_ERROR_INVALID_CONTEXT,
+            NoContext => CUDA_ERROR_INVALID_CONTEXT,                     // measured
+            CurrentContextDestroyed => CUDA_ERROR_CONTEXT_IS_DESTROYED,  // measured
+            UnknownContextHandle => CUDA_ERROR_INVALID_CONTEXT,
+            DestroyedContextHandle => CUDA_ERROR_CONTEXT_IS_DESTROYED,   // measured
             DestroyNullContext => CUDA_ERROR_INVALID_VALUE,
             DestroyPrimaryContext => CUDA_ERROR_INVALID_CONTEXT,
             PushNullContext => CUDA_ERROR_INVALID_CONTEXT,
@@ -209,17 +230,18 @@ impl Fault {
             PrimaryActive => CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE,
             UnsupportedContextParams => CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY,
 
-            OutOfMemory => CUDA_ERROR_OUT_OF_MEMORY,
+            OutOfMemory => CUDA_ERROR_OUT_OF_MEMORY, // measured
             HostResources => CUDA_ERROR_OUT_OF_MEMORY,
-            FreeNull => CUDA_SUCCESS,
-            AsyncZeroSize => CUDA_SUCCESS,
+            FreeNull => CUDA_SUCCESS,                 // measured
+            AsyncZeroSize => CUDA_SUCCESS,            // measured
             FreeAsyncNull => CUDA_SUCCESS,
-            UnknownPointer => CUDA_ERROR_INVALID_VALUE,
-            InteriorPointer => CUDA_ERROR_INVALID_VALUE,
-            WrongFreeFamily => CUDA_ERROR_INVALID_VALUE,
-            UnknownHostPointer => CUDA_ERROR_INVALID_VALUE,
-            BadPitchElementSize => CUDA_ERROR_INVALID_VALUE,
-            AddressRangeNotFound => CUDA_ERROR_NOT_FOUND,
+            UnknownPointer => CUDA_ERROR_INVALID_VALUE,      // measured
+            InteriorPointer => CUDA_ERROR_INVALID_VALUE,     // measured
+            WrongFreeFamily => CUDA_ERROR_INVALID_VALUE,     // measured
+            UnknownHostPointer => CUDA_ERROR_INVALID_VALUE,  // measured
+            FreeHostNull => CUDA_SUCCESS,                    // measured
+            BadPitchElementSize => CUDA_ERROR_INVALID_VALUE, // measured
+            AddressRangeNotFound => CUDA_ERROR_NOT_FOUND,    // measured
             PointerNotFound => CUDA_ERROR_INVALID_VALUE,
             BadRange => CUDA_ERROR_INVALID_VALUE,
             InaccessibleRange => CUDA_ERROR_INVALID_VALUE,
@@ -238,10 +260,10 @@ impl Fault {
             PoolAttributeNotSettable => CUDA_ERROR_INVALID_VALUE,
             DestroyDefaultPool => CUDA_ERROR_INVALID_VALUE,
 
-            BadVmmHandle => CUDA_ERROR_INVALID_VALUE,
-            VmmNotAligned => CUDA_ERROR_INVALID_VALUE,
+            BadVmmHandle => CUDA_ERROR_INVALID_VALUE,  // measured (release twice)
+            VmmNotAligned => CUDA_ERROR_INVALID_VALUE, // measured (cuMemCreate)
             VmmAlreadyMapped => CUDA_ERROR_INVALID_VALUE,
-            VmmBadRange => CUDA_ERROR_INVALID_VALUE,
+            VmmBadRange => CUDA_ERROR_INVALID_VALUE,   // measured (address free twice)
             VmmStillMapped => CUDA_ERROR_INVALID_VALUE,
 
             IpcSameProcess => CUDA_ERROR_INVALID_CONTEXT,
@@ -250,8 +272,10 @@ impl Fault {
             IpcOpenFailed => CUDA_ERROR_MAP_FAILED,
             IpcNotOpened => CUDA_ERROR_INVALID_VALUE,
 
-            SymbolNotFound => CUDA_ERROR_NOT_FOUND,
-            VersionNotSufficient => CUDA_ERROR_NOT_FOUND,
+            SymbolNotFound => CUDA_ERROR_NOT_FOUND,       // measured
+            VersionNotSufficient => CUDA_ERROR_NOT_FOUND, // measured
+            SymbolNotFoundV2 => CUDA_SUCCESS,             // measured
+            VersionNotSufficientV2 => CUDA_SUCCESS,       // measured
 
             Internal => CUDA_ERROR_UNKNOWN,
         }
@@ -468,7 +492,7 @@ mod tests {
         for f in [
             NotInitialized,
             NoDevice,
-            BadContextHandle,
+            UnknownContextHandle,
             CurrentContextDestroyed,
             OutOfMemory,
             AddressRangeNotFound,

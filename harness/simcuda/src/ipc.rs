@@ -94,7 +94,8 @@ fn make_shared(st: &mut State, base: u64) -> Result<c_int, Fault> {
     Ok(fd)
 }
 
-/// `cuIpcGetMemHandle`: `dptr` is the start of a `cuMemAlloc_v2` or pitched allocation.
+/// `cuIpcGetMemHandle`: `dptr` is in a `cuMemAlloc_v2` or pitched allocation; an interior
+/// address names the whole allocation (measured).
 ///
 /// # Safety
 /// `pHandle` is NULL or writable.
@@ -106,20 +107,20 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(
     guard("cuIpcGetMemHandle", || {
         let drv = state::driver()?;
         need(pHandle)?;
-        let device = {
+        let (base, device) = {
             let st = drv.lock();
             context::current(&st)?;
-            let exportable =
-                |k: AllocKind| matches!(k, AllocKind::Device | AllocKind::Pitched { .. });
-            memory::check_free(&st, dptr, exportable, Fault::IpcNotExportable)?
-                .ctx
-                .device
+            let a = memory::containing(&st, dptr).ok_or(Fault::UnknownPointer)?;
+            if !matches!(a.kind, AllocKind::Device | AllocKind::Pitched { .. }) {
+                return Err(Fault::IpcNotExportable);
+            }
+            (a.base, a.ctx.device)
         };
         // No simulated work may write the bytes while they move.
         stream::wait_device(drv, device);
         let mut st = drv.lock();
-        let fd = make_shared(&mut st, dptr)?;
-        let a = st.allocs.get(&dptr).ok_or(Fault::UnknownPointer)?;
+        let fd = make_shared(&mut st, base)?;
+        let a = st.allocs.get(&base).ok_or(Fault::UnknownPointer)?;
         // SAFETY: the process id query has no preconditions.
         let pid = unsafe { libc::getpid() };
         let handle = encode(pid, fd, a.size, a.buffer_id);

@@ -364,17 +364,18 @@ fn freed_by_mem_free(kind: AllocKind) -> bool {
 }
 
 /// `cuMemFree_v2`: waits for all work in flight on the allocation's device (as the real driver
-/// does), then frees. Address 0 is a no-op.
+/// does), then frees. Address 0 is a no-op. Works with no current context (measured).
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     guard("cuMemFree_v2", || {
         let drv = state::driver()?;
+        if dptr == 0 {
+            return Fault::FreeNull.tolerated();
+        }
         let device = {
             let st = drv.lock();
-            context::current(&st)?;
-            if dptr == 0 {
-                return Fault::FreeNull.tolerated();
-            }
+            // No context needs to be current, but a dead one that is current is an error.
+            context::current_if_any(&st)?;
             check_free(&st, dptr, freed_by_mem_free, Fault::WrongFreeFamily)?
                 .ctx
                 .device
@@ -395,6 +396,40 @@ pub extern "C" fn cuMemAlloc(_dptr: *mut c_uint, _bytesize: c_uint) -> CUresult 
     guard("cuMemAlloc", || Err(Fault::LegacyAbi))
 }
 
+/// The legacy `cuMemAllocPitch` (32-bit `CUdeviceptr` and sizes): not supported.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemAllocPitch(
+    _dptr: *mut c_uint,
+    _pitch: *mut c_uint,
+    _width: c_uint,
+    _height: c_uint,
+    _element: c_uint,
+) -> CUresult {
+    guard("cuMemAllocPitch", || Err(Fault::LegacyAbi))
+}
+
+/// The legacy `cuMemAllocHost` (32-bit size): not supported.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemAllocHost(_pp: *mut *mut c_void, _bytesize: c_uint) -> CUresult {
+    guard("cuMemAllocHost", || Err(Fault::LegacyAbi))
+}
+
+/// The legacy `cuMemGetInfo` (32-bit sizes): not supported.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemGetInfo(_free: *mut c_uint, _total: *mut c_uint) -> CUresult {
+    guard("cuMemGetInfo", || Err(Fault::LegacyAbi))
+}
+
+/// The legacy `cuMemGetAddressRange` (32-bit `CUdeviceptr` and size): not supported.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemGetAddressRange(
+    _pbase: *mut c_uint,
+    _psize: *mut c_uint,
+    _dptr: c_uint,
+) -> CUresult {
+    guard("cuMemGetAddressRange", || Err(Fault::LegacyAbi))
+}
+
 /// The legacy `cuMemFree` (32-bit `CUdeviceptr`): not supported on a 64-bit driver.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree(_dptr: c_uint) -> CUresult {
@@ -412,7 +447,9 @@ fn host_alloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> Result<()
     let mut st = drv.lock();
     let ctx = context::current(&st)?;
     if bytesize == 0 {
-        return Err(Fault::ZeroSize);
+        Fault::HostZeroSize.tolerated()?;
+        // SAFETY: checked non-null; writable by the caller's contract.
+        return unsafe { put(pp, std::ptr::null_mut()) };
     }
     let (base, map_len) = hostmem::map_anon(bytesize)?;
     let buffer_id = st.new_id();
@@ -455,16 +492,19 @@ pub unsafe extern "C" fn cuMemHostAlloc(
 }
 
 /// `cuMemFreeHost`: waits for work in flight on the device (an async copy may still use the
-/// buffer), then frees.
+/// buffer), then frees. NULL is a no-op.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     guard("cuMemFreeHost", || {
         let drv = state::driver()?;
+        if p.is_null() {
+            return Fault::FreeHostNull.tolerated();
+        }
         let base = p as u64;
         let is_host = |k: AllocKind| matches!(k, AllocKind::Host { .. });
         let device = {
             let st = drv.lock();
-            context::current(&st)?;
+            context::current_if_any(&st)?;
             match st.allocs.get(&base) {
                 Some(a) if is_host(a.kind) => a.ctx.device,
                 Some(_) => return Err(Fault::WrongFreeFamily),

@@ -4,10 +4,13 @@
 //! A program passes a base name ("cuMemAlloc") and the CUDA version it was built for, and gets
 //! the newest entry whose ABI that version knows (`cuMemAlloc_v2`). With
 //! `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM` it gets the `_ptds`/`_ptsz` variant where one
-//! exists. An unknown name gives `CUDA_ERROR_NOT_FOUND`, `*pfn = NULL` and status
-//! `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`; a name that exists only in newer versions gives
-//! `CUDA_ERROR_NOT_FOUND`, `*pfn = NULL` and `CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT`.
-//! Works before `cuInit` (that is how the runtime finds `cuInit`).
+//! exists. An unknown name (a versioned name such as "cuMemAlloc_v2" included) gives
+//! `*pfn = NULL` and status `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`; a name that exists only in
+//! newer versions gives `*pfn = NULL` and `CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT`. As
+//! measured on the real driver, `cuGetProcAddress_v2` returns `CUDA_SUCCESS` in both cases (the
+//! status says what happened) while the four-argument `cuGetProcAddress` returns
+//! `CUDA_ERROR_NOT_FOUND`; the codes themselves live in `errors.rs`. Both work before `cuInit`
+//! (that is how the runtime finds `cuInit`).
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 
@@ -20,7 +23,16 @@ use crate::ffi::consts::{
 };
 use crate::ffi::{CUresult, guard, put};
 
-/// Looks `symbol` up and writes the answer; `status` may be NULL (the four-argument entry).
+/// Which of the two entries is answering.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Abi {
+    /// `cuGetProcAddress`: no status argument.
+    V1,
+    /// `cuGetProcAddress_v2`: `symbolStatus` (which may be NULL).
+    V2,
+}
+
+/// Looks `symbol` up and writes the answer.
 ///
 /// # Safety
 /// `symbol` is NULL or a NUL-terminated string; `pfn` and `status` are NULL or writable.
@@ -29,6 +41,7 @@ unsafe fn get(
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
+    abi: Abi,
     status: *mut c_int,
 ) -> Result<(), Fault> {
     if symbol.is_null() || pfn.is_null() {
@@ -46,12 +59,20 @@ unsafe fn get(
         Lookup::NotFound => (
             std::ptr::null_mut(),
             CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
-            Some(Fault::SymbolNotFound),
+            Some(if abi == Abi::V1 {
+                Fault::SymbolNotFound
+            } else {
+                Fault::SymbolNotFoundV2
+            }),
         ),
         Lookup::VersionTooLow => (
             std::ptr::null_mut(),
             CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
-            Some(Fault::VersionNotSufficient),
+            Some(if abi == Abi::V1 {
+                Fault::VersionNotSufficient
+            } else {
+                Fault::VersionNotSufficientV2
+            }),
         ),
     };
     // SAFETY: `pfn` is non-null and writable; `status` is NULL or writable.
@@ -77,7 +98,14 @@ pub unsafe extern "C" fn cuGetProcAddress(
 ) -> CUresult {
     // SAFETY: forwarded caller contract.
     guard("cuGetProcAddress", || unsafe {
-        get(symbol, pfn, cudaVersion, flags, std::ptr::null_mut())
+        get(
+            symbol,
+            pfn,
+            cudaVersion,
+            flags,
+            Abi::V1,
+            std::ptr::null_mut(),
+        )
     })
 }
 
@@ -95,6 +123,6 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
 ) -> CUresult {
     // SAFETY: forwarded caller contract.
     guard("cuGetProcAddress_v2", || unsafe {
-        get(symbol, pfn, cudaVersion, flags, symbolStatus)
+        get(symbol, pfn, cudaVersion, flags, Abi::V2, symbolStatus)
     })
 }
