@@ -1,1 +1,31 @@
-//! placeholder
+//! cuguard: find, explain and gate CUDA device-memory leaks.
+//!
+//! The shim (`libcuguard.so`) writes one JSON report per process; this crate reads those reports
+//! and turns them into summaries, CI verdicts, diffs and pictures. It is also the `cuguard`
+//! command (see [`cli`]).
+//!
+//! - [`report`]: the report model (schema `"cuguard-report"` version 1) and its reader;
+//! - [`input`]: PATHs (files, directories, globs) to reports, read in parallel;
+//! - [`sites`]: the rule that charges a leak to a place in the program;
+//! - [`summary`]: per-process and overall summaries, with one module per output format;
+//! - [`cli`]: the command, one module per subcommand; exit codes in [`cli::exit`];
+//! - [`glob`], [`style`], [`text`]: wildcard matching, terminal colour and tables, number formatting.
+//!
+//! ```no_run
+//! use cuguard::report::Document;
+//! let doc = Document::read("cuguard.train.4242.json".as_ref())?;
+//! for report in doc.into_reports() {
+//!     let report = report?;
+//!     println!("{}: {} bytes leaked", report.process_name(), report.leaked_bytes());
+//! }
+//! # Ok::<(), cuguard::report::ReadError>(())
+//! ```
+
+pub mod cli;
+pub mod glob;
+pub mod input;
+pub mod report;
+pub mod sites;
+pub mod style;
+pub mod summary;
+pub mod text;

@@ -1,6 +1,8 @@
 //! Integration tests: real processes, run under `LD_PRELOAD=libcuguard.so` against the simulated
 //! driver in `harness/simcuda`. All of them build into this one test binary.
 
+mod cli;
+mod cli_schema;
 mod support;
 
 #[test]

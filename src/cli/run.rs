@@ -1,0 +1,369 @@
+//! `cuguard run`: run a program with `libcuguard.so` preloaded, and pass its exit status through.
+//!
+//! Where things are found:
+//! - the shim: `$CUGUARD_SHIM`, else `libcuguard.so` next to the `cuguard` executable, else
+//!   `<exe dir>/../lib/cuguard/libcuguard.so`;
+//! - the simulated driver (`--driver sim`): `$CUGUARD_SIM_DRIVER`, else
+//!   `libcuguard_simcuda.so` next to the executable, else `<exe dir>/../lib/cuguard/`.
+//!
+//! With `--driver sim`, `LD_LIBRARY_PATH` gets a directory holding `libcuda.so.1` and
+//! `libcuda.so`, links to the simulated driver: `<dir of the simulated driver>/cuguard-sim/`,
+//! or `$TMPDIR/cuguard-sim-<uid>/` when that cannot be written. Links are made under a temporary
+//! name and renamed into place, so several `cuguard run` at once are safe.
+//!
+//! While the program runs, `cuguard` ignores SIGINT and SIGQUIT (the terminal sends them to the
+//! program too) and forwards SIGTERM and SIGHUP to it.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use clap::{Args, ValueEnum};
+
+use super::{CliError, exit};
+use crate::text::one_line;
+
+/// Which CUDA driver the program gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Driver {
+    /// The system's libcuda (nothing but LD_PRELOAD is changed).
+    #[default]
+    System,
+    /// cuguard's simulated driver (host memory stands in for device memory).
+    Sim,
+}
+
+/// Arguments of `cuguard run`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  cuguard run -- ./train --epochs 1
+  cuguard run --report 'reports/cuguard.%e.%p.json' --quiet -- python3 train.py
+  cuguard run --driver sim -- ./my_test        # no GPU needed
+
+The exit status is PROGRAM's (128+N if signal N killed it); 127 if PROGRAM is not found,
+126 if it cannot be executed, 2 if the shim cannot be found.
+
+Report template fields: %p pid, %e executable name, %h host, %r rank, %t start time, %% percent.")]
+pub struct RunArgs {
+    /// Which CUDA driver the program uses.
+    #[arg(long, value_enum, default_value_t = Driver::System)]
+    pub driver: Driver,
+    /// Where the shim writes the report (sets CUGUARD_REPORT).
+    #[arg(long, value_name = "TEMPLATE")]
+    pub report: Option<OsString>,
+    /// Silence the shim's one-line summary at exit (sets CUGUARD_QUIET=1).
+    #[arg(long)]
+    pub quiet: bool,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
+    pub command: Vec<OsString>,
+}
+
+/// Why `run` could not start the program.
+#[derive(Debug)]
+pub enum RunError {
+    /// A library (shim or simulated driver) was not found.
+    NotFound {
+        /// Which library.
+        what: &'static str,
+        /// Where it was looked for.
+        looked: Vec<PathBuf>,
+    },
+    /// A path that `LD_PRELOAD` or `LD_LIBRARY_PATH` cannot hold (it has a space or colon).
+    UnusablePath(PathBuf),
+    /// No directory for the simulated driver's links could be made.
+    SimDir {
+        /// The directory tried last.
+        dir: PathBuf,
+        /// Why it failed.
+        source: io::Error,
+    },
+    /// PROGRAM not found.
+    ProgramNotFound(OsString),
+    /// PROGRAM could not be executed.
+    ProgramNotExecutable(OsString, io::Error),
+    /// Waiting for PROGRAM failed.
+    Wait(io::Error),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let show = |p: &Path| one_line(&p.display().to_string());
+        match self {
+            RunError::NotFound { what, looked } => {
+                let looked: Vec<String> = looked.iter().map(|p| show(p)).collect();
+                write!(f, "{what} not found (looked at {})", looked.join(", "))
+            }
+            RunError::UnusablePath(p) => write!(
+                f,
+                "{}: the dynamic loader cannot take a path with a space or colon",
+                show(p)
+            ),
+            RunError::SimDir { dir, source } => write!(
+                f,
+                "cannot make the simulated driver's directory {}: {source}",
+                show(dir)
+            ),
+            RunError::ProgramNotFound(p) => {
+                write!(f, "{}: program not found", one_line(&p.to_string_lossy()))
+            }
+            RunError::ProgramNotExecutable(p, e) => {
+                write!(f, "{}: cannot execute: {e}", one_line(&p.to_string_lossy()))
+            }
+            RunError::Wait(e) => write!(f, "waiting for the program: {e}"),
+        }
+    }
+}
+
+impl RunError {
+    /// The exit code (see [`exit`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::ProgramNotFound(_) => exit::NOT_FOUND,
+            RunError::ProgramNotExecutable(..) => exit::NOT_EXECUTABLE,
+            _ => exit::USAGE,
+        }
+    }
+}
+
+impl From<RunError> for CliError {
+    fn from(e: RunError) -> Self {
+        CliError::Run(e)
+    }
+}
+
+/// Finds a library: the environment variable, else next to the executable, else in
+/// `<exe dir>/../lib/cuguard/`.
+fn find_library(what: &'static str, var: &str, file: &str) -> Result<PathBuf, RunError> {
+    let mut looked = Vec::new();
+    if let Some(p) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return absolute(p);
+        }
+        looked.push(p);
+        return Err(RunError::NotFound { what, looked });
+    }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        for p in [dir.join(file), dir.join("../lib/cuguard").join(file)] {
+            if p.is_file() {
+                return absolute(p);
+            }
+            looked.push(p);
+        }
+    }
+    Err(RunError::NotFound { what, looked })
+}
+
+fn absolute(p: PathBuf) -> Result<PathBuf, RunError> {
+    let p = std::fs::canonicalize(&p).unwrap_or(p);
+    if p.as_os_str()
+        .as_bytes()
+        .iter()
+        .any(|b| matches!(b, b' ' | b':'))
+    {
+        return Err(RunError::UnusablePath(p));
+    }
+    Ok(p)
+}
+
+/// `first` then the entries of `existing` (separated by `:` or spaces) other than `first`.
+fn prepend(first: &Path, existing: Option<OsString>) -> OsString {
+    let mut out = OsString::from(first);
+    if let Some(existing) = existing {
+        for entry in existing
+            .as_bytes()
+            .split(|b| matches!(b, b':' | b' '))
+            .filter(|e| !e.is_empty() && *e != first.as_os_str().as_bytes())
+        {
+            out.push(":");
+            out.push(OsStr::from_bytes(entry));
+        }
+    }
+    out
+}
+
+/// Makes (or reuses) the directory of `libcuda.so.1` / `libcuda.so` links to `sim_lib`.
+fn sim_dir(sim_lib: &Path) -> Result<PathBuf, RunError> {
+    let beside = sim_lib
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join("cuguard-sim");
+    if populate(&beside, sim_lib, false).is_ok() {
+        return Ok(beside);
+    }
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let private = std::env::temp_dir().join(format!("cuguard-sim-{uid}"));
+    match populate(&private, sim_lib, true) {
+        Ok(()) => absolute(private),
+        Err(source) => Err(RunError::SimDir {
+            dir: private,
+            source,
+        }),
+    }
+}
+
+/// Makes `dir` hold `libcuda.so.1` and `libcuda.so` resolving to `target`, race-safely.
+/// With `private`, `dir` must be ours and writable by no one else (it is in a shared place).
+fn populate(dir: &Path, target: &Path, private: bool) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    if private {
+        let meta = std::fs::symlink_metadata(dir)?;
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "exists but is not a directory owned by this user and writable only by it",
+            ));
+        }
+    }
+    let want = std::fs::canonicalize(target)?;
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        let link = dir.join(name);
+        if std::fs::canonicalize(&link).ok().as_deref() == Some(want.as_path()) {
+            continue;
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let temp = dir.join(format!(".{name}.{}.{nanos}", std::process::id()));
+        let _ = std::fs::remove_file(&temp);
+        std::os::unix::fs::symlink(&want, &temp)?;
+        if let Err(e) = std::fs::rename(&temp, &link) {
+            let _ = std::fs::remove_file(&temp);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// The child's pid while it runs, for the signal handler.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(signal: libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe; pid is our own child's.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+}
+
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+/// Installs the handlers. Handlers (unlike SIG_IGN) are reset by exec, so the program starts
+/// with default dispositions.
+fn install_handlers() {
+    let handlers: [(libc::c_int, extern "C" fn(libc::c_int)); 4] = [
+        (libc::SIGINT, ignore_signal),
+        (libc::SIGQUIT, ignore_signal),
+        (libc::SIGTERM, forward_signal),
+        (libc::SIGHUP, forward_signal),
+    ];
+    for (signal, handler) in handlers {
+        // SAFETY: a zeroed sigaction is valid; the handlers only call async-signal-safe
+        // functions; SA_RESTART keeps waitpid going.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = handler as usize;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Runs `cuguard run`.
+pub fn run(args: RunArgs) -> Result<u8, CliError> {
+    let shim = find_library("the shim libcuguard.so", "CUGUARD_SHIM", "libcuguard.so")?;
+    let Some((program, program_args)) = args.command.split_first() else {
+        return Err(RunError::ProgramNotFound(OsString::new()).into());
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(program_args);
+    cmd.env("LD_PRELOAD", prepend(&shim, std::env::var_os("LD_PRELOAD")));
+    if args.driver == Driver::Sim {
+        let sim = find_library(
+            "the simulated driver libcuguard_simcuda.so",
+            "CUGUARD_SIM_DRIVER",
+            "libcuguard_simcuda.so",
+        )?;
+        let dir = sim_dir(&sim)?;
+        cmd.env(
+            "LD_LIBRARY_PATH",
+            prepend(&dir, std::env::var_os("LD_LIBRARY_PATH")),
+        );
+    }
+    if let Some(template) = &args.report {
+        cmd.env("CUGUARD_REPORT", template);
+    }
+    if args.quiet {
+        cmd.env("CUGUARD_QUIET", "1");
+    }
+    install_handlers();
+    let mut child = cmd.spawn().map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => RunError::ProgramNotFound(program.clone()),
+        _ => RunError::ProgramNotExecutable(program.clone(), e),
+    })?;
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    let status = child.wait().map_err(RunError::Wait)?;
+    CHILD.store(0, Ordering::SeqCst);
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(signal)) => 128u8.wrapping_add(signal as u8),
+        (None, None) => exit::USAGE,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepend_puts_first_and_drops_duplicates() {
+        let got = prepend(
+            Path::new("/a/libcuguard.so"),
+            Some("/x.so /a/libcuguard.so:/y.so".into()),
+        );
+        assert_eq!(got, "/a/libcuguard.so:/x.so:/y.so");
+        assert_eq!(prepend(Path::new("/a"), None), "/a");
+        assert_eq!(prepend(Path::new("/a"), Some("".into())), "/a");
+    }
+
+    #[test]
+    fn populate_makes_links_and_reuses_them() {
+        let dir = std::env::temp_dir().join(format!("cuguard-run-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = dir.join("libcuguard_simcuda.so");
+        std::fs::write(&lib, b"not really a library").unwrap();
+        let links = dir.join("cuguard-sim");
+        populate(&links, &lib, false).unwrap();
+        populate(&links, &lib, false).unwrap();
+        let want = std::fs::canonicalize(&lib).unwrap();
+        for name in ["libcuda.so.1", "libcuda.so"] {
+            assert_eq!(std::fs::canonicalize(links.join(name)).unwrap(), want);
+        }
+        let leftovers = std::fs::read_dir(&links).unwrap().count();
+        assert_eq!(leftovers, 2, "no temporary links left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,135 @@
+//! Wildcard matching (`*`, `?`, `[abc]`, `[a-z]`, `[!x]`), used for path globs and suppressions.
+//!
+//! `*` matches any run of characters, including `/`; path expansion in [`crate::input`] applies
+//! patterns one path component at a time, so there `*` stays inside a component.
+
+/// Whether `text` matches `pattern` in whole.
+///
+/// ```
+/// assert!(!cuguard::glob::matches("cuMemFree*", "cuMemAlloc_v2"));
+/// assert!(cuguard::glob::matches("cuMem*Alloc*", "cuMemAllocAsync"));
+/// assert!(cuguard::glob::matches("report.[0-9]?.json", "report.42.json"));
+/// ```
+pub fn matches(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    // Classic backtracking over the last `*`: linear for patterns with one star, and at worst
+    // O(|p|·|t|), never exponential.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() {
+            match p[pi] {
+                '*' => {
+                    star = Some((pi, ti));
+                    pi += 1;
+                    continue;
+                }
+                '?' => {
+                    pi += 1;
+                    ti += 1;
+                    continue;
+                }
+                '[' => {
+                    if let Some((matched, next)) = class(&p, pi, t[ti]) {
+                        if matched {
+                            pi = next;
+                            ti += 1;
+                            continue;
+                        }
+                    } else if t[ti] == '[' {
+                        // An unclosed `[` is a literal.
+                        pi += 1;
+                        ti += 1;
+                        continue;
+                    }
+                }
+                c if c == t[ti] => {
+                    pi += 1;
+                    ti += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        match star {
+            Some((sp, st)) => {
+                pi = sp + 1;
+                ti = st + 1;
+                star = Some((sp, st + 1));
+            }
+            None => return false,
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// Whether `pattern` has any wildcard character.
+pub fn is_pattern(pattern: &str) -> bool {
+    pattern.contains(['*', '?', '['])
+}
+
+/// Matches `c` against the class starting at `p[start] == '['`; returns whether it matched and
+/// the index after the class, or `None` when the class is not closed.
+fn class(p: &[char], start: usize, c: char) -> Option<(bool, usize)> {
+    let mut i = start + 1;
+    let negate = matches!(p.get(i), Some('!' | '^'));
+    if negate {
+        i += 1;
+    }
+    let mut matched = false;
+    let mut first = true;
+    while i < p.len() {
+        if p[i] == ']' && !first {
+            return Some((matched != negate, i + 1));
+        }
+        first = false;
+        if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+            if p[i] <= c && c <= p[i + 2] {
+                matched = true;
+            }
+            i += 3;
+        } else {
+            if p[i] == c {
+                matched = true;
+            }
+            i += 1;
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matches;
+
+    #[test]
+    fn stars_and_questions() {
+        assert!(matches("*", ""));
+        assert!(matches("*", "anything/at/all"));
+        assert!(matches("a*b*c", "aXXbYYc"));
+        assert!(!matches("a*b*c", "aXXbYY"));
+        assert!(matches("*.json", "cuguard.train.1.json"));
+        assert!(!matches("*.json", "cuguard.json.tmp"));
+        assert!(matches("cu?emAlloc", "cuMemAlloc"));
+        assert!(!matches("?", ""));
+        assert!(matches("**a", "a"));
+    }
+
+    #[test]
+    fn classes() {
+        assert!(matches("[abc]x", "bx"));
+        assert!(!matches("[abc]x", "dx"));
+        assert!(matches("[!abc]x", "dx"));
+        assert!(matches("v[0-9]", "v7"));
+        assert!(matches("[]]", "]"));
+        assert!(matches("a[b", "a[b"), "an unclosed class is literal");
+    }
+
+    #[test]
+    fn no_blow_up_on_many_stars() {
+        let p = "*a*a*a*a*a*a*a*a*a*a*a*a*b";
+        let t = "a".repeat(2000);
+        assert!(!matches(p, &t));
+    }
+}

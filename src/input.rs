@@ -1,0 +1,314 @@
+//! Turning command-line PATHs into reports: files, directories (every `*.json` below them) and
+//! globs; then reading them in parallel, one report at a time per worker.
+//!
+//! Memory stays proportional to the largest file being read (one per worker thread), never to
+//! the sum of all inputs: each worker reads a file, hands each process's [`Report`] to the
+//! caller's function, and keeps only what that function returns.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::glob;
+use crate::report::{Document, ReadError, Report};
+use crate::text::one_line;
+
+/// Where a report came from: a file, and for a merged report the process's index in it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Source {
+    /// The file.
+    pub path: PathBuf,
+    /// The process's index in a merged report; `None` for a single report.
+    pub index: Option<usize>,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.index {
+            Some(i) => write!(f, "{}[{i}]", self.path.display()),
+            None => write!(f, "{}", self.path.display()),
+        }
+    }
+}
+
+/// Why the inputs could not be read.
+#[derive(Debug)]
+pub enum InputError {
+    /// A PATH that does not exist and is not a pattern.
+    NotFound(PathBuf),
+    /// A pattern that matched nothing.
+    NoMatch(String),
+    /// A directory that could not be listed.
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// A file that is not a readable version-1 report.
+    Read(ReadError),
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InputError::NotFound(p) => {
+                write!(
+                    f,
+                    "{}: no such file or directory",
+                    one_line(&p.display().to_string())
+                )
+            }
+            InputError::NoMatch(p) => write!(f, "{}: no file matches", one_line(p)),
+            InputError::Dir { path, source } => write!(
+                f,
+                "{}: {}",
+                one_line(&path.display().to_string()),
+                one_line(&source.to_string())
+            ),
+            InputError::Read(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for InputError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            InputError::Dir { source, .. } => Some(source),
+            InputError::Read(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ReadError> for InputError {
+    fn from(e: ReadError) -> Self {
+        InputError::Read(e)
+    }
+}
+
+/// Expands PATHs into report files, in order, without duplicates: a file stands for itself, a
+/// directory for every `*.json` file below it (sorted), and a PATH that does not exist but holds
+/// `*`, `?` or `[` for the files it matches (sorted).
+pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, InputError> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for path in paths {
+        let mut found = Vec::new();
+        if path.is_dir() {
+            walk(path, &mut found)?;
+            found.sort();
+        } else if path.exists() {
+            found.push(path.clone());
+        } else {
+            let text = path.to_string_lossy();
+            if !glob::is_pattern(&text) {
+                return Err(InputError::NotFound(path.clone()));
+            }
+            found = expand_glob(path)?;
+            if found.is_empty() {
+                return Err(InputError::NoMatch(text.into_owned()));
+            }
+        }
+        for f in found {
+            if seen.insert(f.clone()) {
+                out.push(f);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Collects the `*.json` files below `dir`.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), InputError> {
+    let err = |source| InputError::Dir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    for entry in std::fs::read_dir(dir).map_err(err)? {
+        let entry = entry.map_err(err)?;
+        let path = entry.path();
+        let kind = entry.file_type().map_err(err)?;
+        if kind.is_dir() {
+            walk(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "json") && path.is_file() {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Expands a glob one component at a time, so `*` never crosses a `/`.
+fn expand_glob(pattern: &Path) -> Result<Vec<PathBuf>, InputError> {
+    use std::path::Component;
+    let mut bases = vec![PathBuf::new()];
+    for comp in pattern.components() {
+        let name = match comp {
+            Component::Normal(n) => n.to_string_lossy().into_owned(),
+            other => {
+                for b in &mut bases {
+                    b.push(other.as_os_str());
+                }
+                continue;
+            }
+        };
+        let mut next = Vec::new();
+        for base in &bases {
+            if !glob::is_pattern(&name) {
+                let p = base.join(&name);
+                if p.exists() {
+                    next.push(p);
+                }
+                continue;
+            }
+            let dir = if base.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                base
+            };
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| !n.starts_with('.') || name.starts_with('.'))
+                .filter(|n| glob::matches(&name, n))
+                .collect();
+            names.sort();
+            next.extend(names.into_iter().map(|n| base.join(n)));
+        }
+        bases = next;
+    }
+    Ok(bases.into_iter().filter(|p| p.is_file()).collect())
+}
+
+/// What one file gave: its processes' results, or why it could not be read.
+type Slot<T> = Mutex<Option<Result<Vec<(Source, T)>, ReadError>>>;
+
+/// Reads every file (in parallel, up to the machine's cores) and calls `f` on each process's
+/// report. Returns `f`'s results in input order (files in order, processes in file order).
+///
+/// The first file that cannot be read ends the whole call with its error; the remaining work is
+/// abandoned.
+pub fn map_reports<T, F>(files: &[PathBuf], f: F) -> Result<Vec<(Source, T)>, InputError>
+where
+    T: Send,
+    F: Fn(&Source, Report) -> T + Sync,
+{
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(files.len())
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let slots: Vec<Slot<T>> = files.iter().map(|_| Mutex::new(None)).collect();
+    let work = || {
+        while !failed.load(Ordering::Relaxed) {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(path) = files.get(i) else { break };
+            let result = read_file(path, &f);
+            if result.is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+            if let Ok(mut slot) = slots[i].lock() {
+                *slot = Some(result);
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(work);
+        }
+        work();
+    });
+    let mut out = Vec::new();
+    for slot in slots {
+        match slot.into_inner().ok().flatten() {
+            Some(Ok(items)) => out.extend(items),
+            Some(Err(e)) => return Err(e.into()),
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
+fn read_file<T, F>(path: &Path, f: &F) -> Result<Vec<(Source, T)>, ReadError>
+where
+    F: Fn(&Source, Report) -> T,
+{
+    let doc = Document::read(path)?;
+    let merged = doc.is_merged();
+    let mut out = Vec::with_capacity(doc.len());
+    for (i, report) in doc.into_reports().enumerate() {
+        let source = Source {
+            path: path.to_path_buf(),
+            index: merged.then_some(i),
+        };
+        let value = f(&source, report?);
+        out.push((source, value));
+    }
+    Ok(out)
+}
+
+/// Expands PATHs and maps every report, as [`expand`] then [`map_reports`].
+pub fn map_paths<T, F>(paths: &[PathBuf], f: F) -> Result<Vec<(Source, T)>, InputError>
+where
+    T: Send,
+    F: Fn(&Source, Report) -> T + Sync,
+{
+    map_reports(&expand(paths)?, f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixtures() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    }
+
+    #[test]
+    fn globs_and_dirs_expand_sorted_without_duplicates() {
+        let dir = fixtures();
+        let one = dir.join("events.json");
+        let pattern = dir.join("*.json");
+        let got = expand(&[one.clone(), pattern]).unwrap();
+        assert_eq!(got[0], one);
+        assert!(got.len() >= 3);
+        let mut rest = got[1..].to_vec();
+        rest.sort();
+        assert_eq!(rest, got[1..].to_vec());
+        assert_eq!(got.iter().filter(|p| **p == one).count(), 1);
+    }
+
+    #[test]
+    fn missing_paths_and_empty_globs_are_errors() {
+        let dir = fixtures();
+        let e = expand(&[dir.join("nope.json")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("nope.json: no such file or directory"),
+            "{e}"
+        );
+        let e = expand(&[dir.join("nope-*.json")]).unwrap_err();
+        assert!(
+            e.to_string().ends_with("nope-*.json: no file matches"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn map_keeps_input_order() {
+        let dir = fixtures();
+        let files: Vec<PathBuf> = ["leaks-two-contexts.json", "events.json", "incomplete.json"]
+            .iter()
+            .map(|n| dir.join(n))
+            .collect();
+        let got = map_reports(&files, |_, r| r.process.pid).unwrap();
+        let pids: Vec<u32> = got.iter().map(|(_, p)| *p).collect();
+        assert_eq!(pids, [4242, 777, 9001]);
+    }
+}

@@ -1,0 +1,417 @@
+//! Reading report files: [`Document`] (one file, single or merged) and [`ReadError`].
+//!
+//! A single report is parsed in one pass straight into [`Report`]. Only when that fails does
+//! the reader look at the document's header (`schema`, `schema_version`, `processes`) to tell a
+//! merged report, a foreign document or another version from a malformed report, so that the
+//! error names the real problem. A merged report's processes are kept as byte ranges of the file
+//! and parsed one at a time, so memory holds the file and one process, never all of them parsed.
+
+use std::fmt;
+use std::io::Read;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::{Report, SCHEMA_NAME, SCHEMA_VERSION};
+use crate::text::one_line;
+
+/// Files larger than this are refused unless the caller asks for another limit (4 GiB).
+pub const DEFAULT_MAX_REPORT_BYTES: u64 = 4 << 30;
+
+/// Why a file could not be read as a report. `Display` gives one line: `PATH: reason`.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The file could not be opened or read.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The file is larger than the limit.
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The file ends in the middle of the document.
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// Where.
+        reason: String,
+    },
+    /// The file is not JSON.
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The parser's complaint.
+        reason: String,
+    },
+    /// The file is JSON but not a cuguard report.
+    NotAReport {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        reason: String,
+    },
+    /// A cuguard report of a schema version this program does not read.
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version found, as written.
+        found: String,
+    },
+    /// A cuguard report whose content breaks the contract (a missing field, a wrong type).
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// In a merged report, the index of the offending process.
+        process: Option<usize>,
+        /// The parser's complaint.
+        reason: String,
+    },
+}
+
+impl ReadError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            ReadError::Io { path, .. }
+            | ReadError::TooLarge { path, .. }
+            | ReadError::Truncated { path, .. }
+            | ReadError::Malformed { path, .. }
+            | ReadError::NotAReport { path, .. }
+            | ReadError::UnsupportedVersion { path, .. }
+            | ReadError::Invalid { path, .. } => path,
+        }
+    }
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = one_line(&self.path().display().to_string());
+        match self {
+            ReadError::Io { source, .. } => write!(f, "{path}: {}", one_line(&source.to_string())),
+            ReadError::TooLarge { size, limit, .. } => write!(
+                f,
+                "{path}: file is {size} bytes, more than the limit of {limit} bytes"
+            ),
+            ReadError::Truncated { reason, .. } => write!(f, "{path}: truncated: {reason}"),
+            ReadError::Malformed { reason, .. } => write!(f, "{path}: not valid JSON: {reason}"),
+            ReadError::NotAReport { reason, .. } => {
+                write!(f, "{path}: not a cuguard report: {reason}")
+            }
+            ReadError::UnsupportedVersion { found, .. } => write!(
+                f,
+                "{path}: unsupported schema_version {found} (this cuguard reads version {SCHEMA_VERSION})"
+            ),
+            ReadError::Invalid {
+                process: Some(i),
+                reason,
+                ..
+            } => write!(f, "{path}: invalid report (process {i}): {reason}"),
+            ReadError::Invalid { reason, .. } => write!(f, "{path}: invalid report: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReadError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// One report file: a single process's report, or a merged report of several.
+///
+/// ```no_run
+/// use cuguard::report::Document;
+/// let doc = Document::read(std::path::Path::new("cuguard.train.4242.json"))?;
+/// for report in doc.into_reports() {
+///     let report = report?;
+///     println!("{} leaked {} bytes", report.process_name(), report.leaked_bytes());
+/// }
+/// # Ok::<(), cuguard::report::ReadError>(())
+/// ```
+#[derive(Debug)]
+pub struct Document {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    shape: Shape,
+}
+
+#[derive(Debug)]
+enum Shape {
+    /// A single report, already parsed (taken by the first call of `Reports::next`).
+    Single(Option<Box<Report>>),
+    /// A merged report: the byte ranges of each process in `bytes`.
+    Merged(Vec<Range<usize>>),
+}
+
+/// What the reader looks at when a document does not parse as a single report.
+#[derive(Deserialize)]
+struct Header<'a> {
+    #[serde(default)]
+    schema: Option<Value>,
+    #[serde(default)]
+    schema_version: Option<Value>,
+    #[serde(default, borrow)]
+    processes: Option<Vec<&'a RawValue>>,
+}
+
+impl Document {
+    /// Reads and checks a report file, refusing files over [`DEFAULT_MAX_REPORT_BYTES`].
+    pub fn read(path: &Path) -> Result<Document, ReadError> {
+        Self::read_with_limit(path, DEFAULT_MAX_REPORT_BYTES)
+    }
+
+    /// Reads and checks a report file, refusing files over `limit` bytes.
+    pub fn read_with_limit(path: &Path, limit: u64) -> Result<Document, ReadError> {
+        let io = |source| ReadError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let size = file.metadata().map_err(io)?.len();
+        if size > limit {
+            return Err(ReadError::TooLarge {
+                path: path.to_path_buf(),
+                size,
+                limit,
+            });
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        // Read one byte past the limit, so a file that grows while read is still caught.
+        file.take(limit.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        if bytes.len() as u64 > limit {
+            return Err(ReadError::TooLarge {
+                path: path.to_path_buf(),
+                size: bytes.len() as u64,
+                limit,
+            });
+        }
+        Self::from_bytes(path, bytes)
+    }
+
+    /// Checks a document held in memory; `path` names it in errors.
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Document, ReadError> {
+        let path = path.to_path_buf();
+        match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') => {}
+            Some(_) => {
+                return Err(ReadError::NotAReport {
+                    path,
+                    reason: "the document is not a JSON object".into(),
+                });
+            }
+            None => {
+                return Err(ReadError::Truncated {
+                    path,
+                    reason: "the file is empty".into(),
+                });
+            }
+        }
+        let first_try = match serde_json::from_slice::<Report>(&bytes) {
+            Ok(report) => {
+                check_identity(&path, &report)?;
+                return Ok(Document {
+                    path,
+                    bytes,
+                    shape: Shape::Single(Some(Box::new(report))),
+                });
+            }
+            Err(e) => e,
+        };
+        let header: Header = match serde_json::from_slice(&bytes) {
+            Ok(h) => h,
+            Err(e) => return Err(classify(&path, &e, None)),
+        };
+        check_header(&path, &header)?;
+        let Some(processes) = header.processes else {
+            return Err(classify(&path, &first_try, None));
+        };
+        let base = bytes.as_ptr() as usize;
+        let mut ranges = Vec::with_capacity(processes.len());
+        for (i, raw) in processes.iter().enumerate() {
+            let text = raw.get();
+            let start = (text.as_ptr() as usize).wrapping_sub(base);
+            let range = start..start.wrapping_add(text.len());
+            if bytes.get(range.clone()) != Some(text.as_bytes()) {
+                return Err(ReadError::Invalid {
+                    path,
+                    process: Some(i),
+                    reason: "could not locate the process in the document".into(),
+                });
+            }
+            ranges.push(range);
+        }
+        Ok(Document {
+            path,
+            bytes,
+            shape: Shape::Merged(ranges),
+        })
+    }
+
+    /// The file this document came from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether this is a merged report (written by `cuguard merge`).
+    pub fn is_merged(&self) -> bool {
+        matches!(self.shape, Shape::Merged(_))
+    }
+
+    /// How many processes it describes.
+    pub fn len(&self) -> usize {
+        match &self.shape {
+            Shape::Single(_) => 1,
+            Shape::Merged(ranges) => ranges.len(),
+        }
+    }
+
+    /// Whether it describes no process (an empty merged report).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The JSON text of each process's report, as written in the file.
+    pub fn raw_processes(&self) -> impl Iterator<Item = &[u8]> {
+        let ranges: &[Range<usize>] = match &self.shape {
+            Shape::Single(_) => &[],
+            Shape::Merged(ranges) => ranges,
+        };
+        let whole = matches!(self.shape, Shape::Single(_)).then_some(&self.bytes[..]);
+        whole
+            .into_iter()
+            .chain(ranges.iter().map(|r| &self.bytes[r.clone()]))
+    }
+
+    /// The reports, one per process, each parsed when it is reached.
+    pub fn into_reports(self) -> Reports {
+        Reports { doc: self, next: 0 }
+    }
+}
+
+/// The reports of a [`Document`], parsed one at a time. See [`Document::into_reports`].
+#[derive(Debug)]
+pub struct Reports {
+    doc: Document,
+    next: usize,
+}
+
+impl Iterator for Reports {
+    type Item = Result<Report, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let i = self.next;
+        self.next += 1;
+        match &mut self.doc.shape {
+            Shape::Single(slot) => {
+                // Free the file's bytes: the parsed report is all that is needed now.
+                self.doc.bytes = Vec::new();
+                slot.take().map(|r| Ok(*r))
+            }
+            Shape::Merged(ranges) => {
+                let range = ranges.get(i)?.clone();
+                let path = &self.doc.path;
+                let parsed = serde_json::from_slice::<Report>(&self.doc.bytes[range])
+                    .map_err(|e| classify(path, &e, Some(i)))
+                    .and_then(|r| {
+                        check_identity(path, &r).map_err(|e| match e {
+                            ReadError::NotAReport { path, reason } => ReadError::Invalid {
+                                path,
+                                process: Some(i),
+                                reason,
+                            },
+                            other => other,
+                        })?;
+                        Ok(r)
+                    });
+                if i + 1 == ranges.len() {
+                    self.doc.bytes = Vec::new();
+                    *ranges = Vec::new();
+                }
+                Some(parsed)
+            }
+        }
+    }
+}
+
+/// Refuses a parsed report whose `schema` or `schema_version` is not ours.
+fn check_identity(path: &Path, report: &Report) -> Result<(), ReadError> {
+    if report.schema != SCHEMA_NAME {
+        return Err(ReadError::NotAReport {
+            path: path.to_path_buf(),
+            reason: format!(
+                "schema is {:?}, expected {SCHEMA_NAME:?}",
+                one_line(&report.schema)
+            ),
+        });
+    }
+    if report.schema_version != SCHEMA_VERSION {
+        return Err(ReadError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found: report.schema_version.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a document whose header is not a version-1 cuguard report's.
+fn check_header(path: &Path, header: &Header) -> Result<(), ReadError> {
+    let not = |reason: String| ReadError::NotAReport {
+        path: path.to_path_buf(),
+        reason,
+    };
+    match &header.schema {
+        None => return Err(not("no \"schema\" field".into())),
+        Some(Value::String(s)) if s == SCHEMA_NAME => {}
+        Some(other) => {
+            return Err(not(format!(
+                "schema is {}, expected {SCHEMA_NAME:?}",
+                one_line(&other.to_string())
+            )));
+        }
+    }
+    match &header.schema_version {
+        Some(Value::Number(n)) if n.as_u64() == Some(SCHEMA_VERSION) => Ok(()),
+        Some(other) => Err(ReadError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found: one_line(&other.to_string()),
+        }),
+        None => Err(ReadError::Invalid {
+            path: path.to_path_buf(),
+            process: None,
+            reason: "missing field `schema_version`".into(),
+        }),
+    }
+}
+
+/// Turns a parser error into the matching [`ReadError`].
+fn classify(path: &Path, e: &serde_json::Error, process: Option<usize>) -> ReadError {
+    use serde_json::error::Category;
+    let path = path.to_path_buf();
+    let reason = one_line(&e.to_string());
+    match e.classify() {
+        Category::Eof => ReadError::Truncated { path, reason },
+        Category::Syntax => ReadError::Malformed { path, reason },
+        Category::Io => ReadError::Malformed { path, reason },
+        Category::Data => ReadError::Invalid {
+            path,
+            process,
+            reason,
+        },
+    }
+}

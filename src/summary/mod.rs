@@ -1,0 +1,444 @@
+//! The summary: per process, what leaked where (device, context, site), the largest leaks, the
+//! events; and across processes, the sites that leaked most.
+//!
+//! [`ReportSummary::new`] condenses one [`Report`] (it runs in the input workers, so only the
+//! condensed form outlives the report); [`Summary::new`] combines them. The output formats live
+//! one per file: [`text`], [`json`] (whose doc describes the JSON format), [`markdown`].
+
+pub mod json;
+pub mod markdown;
+pub mod text;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use crate::input::Source;
+use crate::report::{Addr, LeakState, Report};
+use crate::sites::SiteIndex;
+
+/// The summary of several reports. Serialized as the `--format json` output (see [`json`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// How many process reports were read.
+    pub reports: usize,
+    /// How many of them are complete (`complete: true`).
+    pub complete_reports: usize,
+    /// Bytes leaked, all processes together.
+    pub leaked_bytes: u64,
+    /// Leaks, all processes together.
+    pub leaks: u64,
+    /// Events by kind, all processes together, most frequent first.
+    pub events: Vec<EventCount>,
+    /// Sites across all processes, most bytes first, at most `--top` of them.
+    pub sites: Vec<OverallSite>,
+    /// How many distinct sites there are in all.
+    pub sites_total: usize,
+    /// One summary per process, in input order.
+    pub processes: Vec<ReportSummary>,
+}
+
+/// One site across all processes.
+#[derive(Clone, Debug, Serialize)]
+pub struct OverallSite {
+    /// The site's key (see [`crate::sites`]).
+    pub site: String,
+    /// `file:line` of the site, when known.
+    pub location: Option<String>,
+    /// Bytes leaked there.
+    pub leaked_bytes: u64,
+    /// Leaks there.
+    pub leaks: u64,
+    /// How many processes leaked there.
+    pub processes: u64,
+}
+
+/// One process's summary.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReportSummary {
+    /// The report file, with `[i]` for the i-th process of a merged report.
+    pub source: String,
+    /// Who the process was.
+    pub process: ProcessInfo,
+    /// Whether the report is final.
+    pub complete: bool,
+    /// Why it was written (`exit`, `checkpoint`, `signal`, `request`, …).
+    pub reason: String,
+    /// Version of the shim that wrote it.
+    pub tool_version: String,
+    /// `cuDriverGetVersion` of the driver.
+    pub driver_version: i64,
+    /// Bytes leaked.
+    pub leaked_bytes: u64,
+    /// Leaks.
+    pub leaks: u64,
+    /// Of those, leaks released by a context destroy (state `released_by_context_destroy`).
+    pub released_by_context_destroy: u64,
+    /// Every device the report names, by ordinal.
+    pub devices: Vec<DeviceSummary>,
+    /// The contexts that hold leaks, by device then id (`null` id: leaks outside any context).
+    pub contexts: Vec<ContextSummary>,
+    /// Sites, most bytes first, at most `--top` of them.
+    pub sites: Vec<SiteSummary>,
+    /// How many distinct sites the process leaked at.
+    pub sites_total: usize,
+    /// The largest leaks, at most `--top` of them (ties: earliest allocation first).
+    pub largest_leaks: Vec<LeakLine>,
+    /// Events by kind, most frequent first.
+    pub events: Vec<EventCount>,
+    /// The shim's own problems.
+    pub faults: Vec<String>,
+}
+
+/// Who a process was.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessInfo {
+    /// Executable path.
+    pub exe: String,
+    /// Command line.
+    pub argv: Vec<String>,
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Host name.
+    pub hostname: String,
+    /// Rank, if any.
+    pub rank: Option<u32>,
+}
+
+/// One device's share.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceSummary {
+    /// Ordinal.
+    pub device: u32,
+    /// Name, when `devices[]` lists it.
+    pub name: Option<String>,
+    /// Total memory, when `devices[]` lists it.
+    pub total_bytes: Option<u64>,
+    /// Bytes leaked on it.
+    pub leaked_bytes: u64,
+    /// Leaks on it.
+    pub leaks: u64,
+    /// The most bytes live at once, from `stats`.
+    pub peak_live_bytes: Option<u64>,
+    /// Bytes the pool held, from `stats`, when the pool was on.
+    pub pool_reserved_bytes: Option<u64>,
+}
+
+/// One context's share.
+#[derive(Clone, Debug, Serialize)]
+pub struct ContextSummary {
+    /// Context id; `null` for leaks outside any context.
+    pub context: Option<u32>,
+    /// The device of its leaks.
+    pub device: u32,
+    /// Whether `contexts[]` lists it.
+    pub listed: bool,
+    /// Whether it is a primary context.
+    pub primary: bool,
+    /// Whether it was destroyed.
+    pub destroyed: bool,
+    /// What destroyed it.
+    pub destroyed_by: Option<String>,
+    /// Bytes leaked in it.
+    pub leaked_bytes: u64,
+    /// Leaks in it.
+    pub leaks: u64,
+}
+
+/// One site of one process.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteSummary {
+    /// The site's key (see [`crate::sites`]).
+    pub site: String,
+    /// `file:line`, when known.
+    pub location: Option<String>,
+    /// Bytes leaked there.
+    pub leaked_bytes: u64,
+    /// Leaks there.
+    pub leaks: u64,
+    /// The driver entries that made them, sorted.
+    pub apis: Vec<String>,
+}
+
+/// One leak, as listed among the largest.
+#[derive(Clone, Debug, Serialize)]
+pub struct LeakLine {
+    /// The pointer.
+    pub address: Addr,
+    /// Bytes the program received.
+    pub size: u64,
+    /// Bytes asked for.
+    pub requested: u64,
+    /// The driver entry.
+    pub api: String,
+    /// Kind of memory.
+    pub memory: String,
+    /// Device ordinal.
+    pub device: u32,
+    /// Context id.
+    pub context: Option<u32>,
+    /// OS thread id.
+    pub thread: u64,
+    /// Allocation order.
+    pub seq: u64,
+    /// `live_at_exit` or `released_by_context_destroy`.
+    pub state: String,
+    /// The site's key.
+    pub site: String,
+}
+
+/// How many events of one kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EventCount {
+    /// The kind, e.g. `double_free`.
+    pub kind: String,
+    /// How many.
+    pub count: u64,
+}
+
+impl ReportSummary {
+    /// Condenses one report, keeping every site (so [`Summary::new`] can add them up) and the
+    /// `top` largest leaks.
+    pub fn new(source: &Source, report: &Report, top: usize) -> ReportSummary {
+        let index = SiteIndex::new(report);
+        let mut devices: BTreeMap<u32, DeviceSummary> = BTreeMap::new();
+        for d in &report.devices {
+            devices.entry(d.ordinal).or_insert_with(|| DeviceSummary {
+                device: d.ordinal,
+                name: Some(d.name.clone()),
+                total_bytes: Some(d.total_bytes),
+                ..DeviceSummary::empty(d.ordinal)
+            });
+        }
+        for s in &report.stats.devices {
+            let d = devices
+                .entry(s.device)
+                .or_insert_with(|| DeviceSummary::empty(s.device));
+            d.peak_live_bytes = Some(s.peak_live_bytes);
+            d.pool_reserved_bytes = s.pool.as_ref().map(|p| p.reserved_bytes);
+        }
+        let mut contexts: BTreeMap<(u32, Option<u32>), ContextSummary> = BTreeMap::new();
+        let mut sites: HashMap<String, (SiteSummary, BTreeSet<&str>)> = HashMap::new();
+        let (mut leaked_bytes, mut released) = (0u64, 0u64);
+        for leak in &report.leaks {
+            leaked_bytes = leaked_bytes.saturating_add(leak.size);
+            if leak.state == LeakState::ReleasedByContextDestroy {
+                released += 1;
+            }
+            let d = devices
+                .entry(leak.device)
+                .or_insert_with(|| DeviceSummary::empty(leak.device));
+            d.leaked_bytes = d.leaked_bytes.saturating_add(leak.size);
+            d.leaks += 1;
+            let c = contexts
+                .entry((leak.device, leak.context))
+                .or_insert_with(|| {
+                    let ctx = leak
+                        .context
+                        .and_then(|id| report.contexts.iter().find(|c| c.id == id));
+                    ContextSummary {
+                        context: leak.context,
+                        device: leak.device,
+                        listed: ctx.is_some(),
+                        primary: ctx.is_some_and(|c| c.primary),
+                        destroyed: ctx.is_some_and(|c| c.destroyed),
+                        destroyed_by: ctx.and_then(|c| c.destroyed_by.clone()),
+                        leaked_bytes: 0,
+                        leaks: 0,
+                    }
+                });
+            c.leaked_bytes = c.leaked_bytes.saturating_add(leak.size);
+            c.leaks += 1;
+            let site = index.site(leak.stack);
+            let entry = sites.entry(site.key.clone()).or_insert_with(|| {
+                (
+                    SiteSummary {
+                        site: site.key.clone(),
+                        location: site.location.clone(),
+                        leaked_bytes: 0,
+                        leaks: 0,
+                        apis: Vec::new(),
+                    },
+                    BTreeSet::new(),
+                )
+            });
+            entry.0.leaked_bytes = entry.0.leaked_bytes.saturating_add(leak.size);
+            entry.0.leaks += 1;
+            entry.1.insert(&leak.api);
+        }
+        let mut sites: Vec<SiteSummary> = sites
+            .into_values()
+            .map(|(mut s, apis)| {
+                s.apis = apis.into_iter().map(str::to_string).collect();
+                s
+            })
+            .collect();
+        sort_sites(&mut sites, |s| (s.leaked_bytes, s.leaks, s.site.clone()));
+
+        let mut order: Vec<usize> = (0..report.leaks.len()).collect();
+        let key = |&i: &usize| {
+            let l = &report.leaks[i];
+            (std::cmp::Reverse(l.size), l.seq, i)
+        };
+        if order.len() > top {
+            order.select_nth_unstable_by_key(top, key);
+            order.truncate(top);
+        }
+        order.sort_unstable_by_key(key);
+        let largest_leaks = order
+            .into_iter()
+            .map(|i| {
+                let l = &report.leaks[i];
+                LeakLine {
+                    address: l.address,
+                    size: l.size,
+                    requested: l.requested,
+                    api: l.api.clone(),
+                    memory: l.memory.to_string(),
+                    device: l.device,
+                    context: l.context,
+                    thread: l.thread,
+                    seq: l.seq,
+                    state: l.state.to_string(),
+                    site: index.site(l.stack).key.clone(),
+                }
+            })
+            .collect();
+
+        ReportSummary {
+            source: source.to_string(),
+            process: ProcessInfo {
+                exe: report.process.exe.clone(),
+                argv: report.process.argv.clone(),
+                pid: report.process.pid,
+                ppid: report.process.ppid,
+                hostname: report.process.hostname.clone(),
+                rank: report.process.rank,
+            },
+            complete: report.complete,
+            reason: report.reason.to_string(),
+            tool_version: report.tool.version.clone(),
+            driver_version: report.driver.version,
+            leaked_bytes,
+            leaks: report.leaks.len() as u64,
+            released_by_context_destroy: released,
+            devices: devices.into_values().collect(),
+            contexts: contexts.into_values().collect(),
+            sites_total: sites.len(),
+            sites,
+            largest_leaks,
+            events: count_events(report.events.iter().map(|e| e.kind.as_str())),
+            faults: report.faults.clone(),
+        }
+    }
+
+    /// The executable's file name.
+    pub fn exe_name(&self) -> &str {
+        crate::sites::file_name(&self.process.exe)
+    }
+}
+
+impl DeviceSummary {
+    fn empty(device: u32) -> DeviceSummary {
+        DeviceSummary {
+            device,
+            name: None,
+            total_bytes: None,
+            leaked_bytes: 0,
+            leaks: 0,
+            peak_live_bytes: None,
+            pool_reserved_bytes: None,
+        }
+    }
+}
+
+/// Sorts most bytes first, then most leaks, then by name.
+fn sort_sites<T, K: Ord>(sites: &mut [T], key: impl Fn(&T) -> (u64, u64, K)) {
+    sites.sort_by(|a, b| {
+        let (ab, al, an) = key(a);
+        let (bb, bl, bn) = key(b);
+        bb.cmp(&ab).then(bl.cmp(&al)).then(an.cmp(&bn))
+    });
+}
+
+/// Counts kinds, most frequent first, then by name.
+pub fn count_events<'a>(kinds: impl Iterator<Item = &'a str>) -> Vec<EventCount> {
+    let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+    for k in kinds {
+        *counts.entry(k).or_default() += 1;
+    }
+    let mut out: Vec<EventCount> = counts
+        .into_iter()
+        .map(|(kind, count)| EventCount {
+            kind: kind.to_string(),
+            count,
+        })
+        .collect();
+    out.sort_by(|a, b| b.count.cmp(&a.count).then(a.kind.cmp(&b.kind)));
+    out
+}
+
+impl Summary {
+    /// Combines process summaries (in input order) and cuts site lists to `top`.
+    pub fn new(mut processes: Vec<ReportSummary>, top: usize) -> Summary {
+        let mut sites: HashMap<&str, OverallSite> = HashMap::new();
+        let mut events: BTreeMap<&str, u64> = BTreeMap::new();
+        for p in &processes {
+            for s in &p.sites {
+                let o = sites.entry(&s.site).or_insert_with(|| OverallSite {
+                    site: s.site.clone(),
+                    location: s.location.clone(),
+                    leaked_bytes: 0,
+                    leaks: 0,
+                    processes: 0,
+                });
+                o.leaked_bytes = o.leaked_bytes.saturating_add(s.leaked_bytes);
+                o.leaks += s.leaks;
+                o.processes += 1;
+            }
+            for e in &p.events {
+                *events.entry(&e.kind).or_default() += e.count;
+            }
+        }
+        let mut sites: Vec<OverallSite> = sites.into_values().collect();
+        sort_sites(&mut sites, |s| (s.leaked_bytes, s.leaks, s.site.clone()));
+        let sites_total = sites.len();
+        sites.truncate(top);
+        let mut events: Vec<EventCount> = events
+            .into_iter()
+            .map(|(k, count)| EventCount {
+                kind: k.to_string(),
+                count,
+            })
+            .collect();
+        events.sort_by(|a, b| b.count.cmp(&a.count).then(a.kind.cmp(&b.kind)));
+        let mut summary = Summary {
+            reports: processes.len(),
+            complete_reports: processes.iter().filter(|p| p.complete).count(),
+            leaked_bytes: processes
+                .iter()
+                .map(|p| p.leaked_bytes)
+                .fold(0, u64::saturating_add),
+            leaks: processes.iter().map(|p| p.leaks).sum(),
+            events,
+            sites,
+            sites_total,
+            processes: Vec::new(),
+        };
+        for p in &mut processes {
+            p.sites.truncate(top);
+        }
+        summary.processes = processes;
+        summary
+    }
+
+    /// Total events of every kind.
+    pub fn event_total(&self) -> u64 {
+        self.events.iter().map(|e| e.count).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,72 @@
+//! Small text helpers shared by the readers and the output formats.
+
+/// Makes text safe to print on one line: control characters escaped, at most 300 characters.
+pub fn one_line(text: &str) -> String {
+    const MAX: usize = 300;
+    let mut out = String::with_capacity(text.len().min(MAX + 3));
+    for (n, c) in text.chars().enumerate() {
+        if n == MAX {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Bytes in binary units with one decimal: `512 B`, `1.5 KiB`, `8.0 MiB`, `140.4 GiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// A signed byte difference: `+1.5 MiB`, `-512 B`, `0 B`.
+pub fn delta_bytes(n: i128) -> String {
+    let magnitude = u64::try_from(n.unsigned_abs()).unwrap_or(u64::MAX);
+    match n {
+        0 => "0 B".into(),
+        n if n > 0 => format!("+{}", bytes(magnitude)),
+        _ => format!("-{}", bytes(magnitude)),
+    }
+}
+
+/// `1 leak`, `2 leaks`.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes() {
+        assert_eq!(super::bytes(0), "0 B");
+        assert_eq!(super::bytes(1023), "1023 B");
+        assert_eq!(super::bytes(1536), "1.5 KiB");
+        assert_eq!(super::bytes(8 << 20), "8.0 MiB");
+        assert_eq!(super::bytes(u64::MAX), "16.0 EiB");
+        assert_eq!(super::delta_bytes(-2048), "-2.0 KiB");
+    }
+
+    #[test]
+    fn one_line_escapes_and_cuts() {
+        assert_eq!(super::one_line("a\nb\u{1b}[31m"), "a\\nb\\u{1b}[31m");
+        assert_eq!(super::one_line(&"x".repeat(400)).chars().count(), 301);
+    }
+}

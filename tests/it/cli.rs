@@ -1,0 +1,428 @@
+//! The `cuguard` command as a user runs it: `summary` on fixtures (each format, decoded with
+//! this file's own types), refusal of bad input with exit 2 and one line, and `run`'s exit
+//! status, environment and simulated-driver directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde::Deserialize;
+
+use crate::support;
+
+fn fixture(name: &str) -> PathBuf {
+    support::artifacts().root.join("tests/fixtures").join(name)
+}
+
+fn cuguard() -> Command {
+    let mut cmd = Command::new(&support::artifacts().cuguard);
+    cmd.env_remove("CUGUARD_SHIM")
+        .env_remove("CUGUARD_SIM_DRIVER")
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts exit 2 and a single `cuguard: error: …` line holding `want`.
+fn assert_input_error(out: &Output, want: &str) {
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));
+    let err = stderr(out);
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("cuguard: error: "), "{err:?}");
+    assert!(err.contains(want), "{err:?} should contain {want:?}");
+    assert!(out.stdout.is_empty());
+}
+
+// ---- summary -------------------------------------------------------------------------------
+
+/// The JSON summary, as a consumer would decode it (independent of cuguard's own types).
+#[derive(Deserialize)]
+struct JsonSummary {
+    reports: usize,
+    complete_reports: usize,
+    leaked_bytes: u64,
+    leaks: u64,
+    events: Vec<JsonCount>,
+    sites: Vec<JsonSite>,
+    processes: Vec<JsonProcess>,
+}
+
+#[derive(Deserialize)]
+struct JsonCount {
+    kind: String,
+    count: u64,
+}
+
+#[derive(Deserialize)]
+struct JsonSite {
+    site: String,
+    leaked_bytes: u64,
+    leaks: u64,
+}
+
+#[derive(Deserialize)]
+struct JsonProcess {
+    source: String,
+    process: JsonWho,
+    complete: bool,
+    leaked_bytes: u64,
+    devices: Vec<JsonDevice>,
+    contexts: Vec<JsonContext>,
+    largest_leaks: Vec<JsonLeak>,
+}
+
+#[derive(Deserialize)]
+struct JsonWho {
+    pid: u32,
+    rank: Option<u32>,
+    hostname: String,
+}
+
+#[derive(Deserialize)]
+struct JsonDevice {
+    device: u32,
+    leaked_bytes: u64,
+    leaks: u64,
+}
+
+#[derive(Deserialize)]
+struct JsonContext {
+    context: Option<u32>,
+    leaked_bytes: u64,
+}
+
+#[derive(Deserialize)]
+struct JsonLeak {
+    address: String,
+    size: u64,
+    site: String,
+}
+
+fn summary_json(args: &[&str], paths: &[PathBuf]) -> JsonSummary {
+    let out = cuguard()
+        .args(["summary", "--format", "json"])
+        .args(args)
+        .args(paths)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("summary --format json is JSON")
+}
+
+#[test]
+fn cli_summary_text_of_a_fixture() {
+    let out = cuguard()
+        .arg("summary")
+        .arg(fixture("leaks-two-contexts.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("leaked   15.0 MiB in 5 leaks"), "{text}");
+    assert!(text.contains("make_buffers (train.c:42)"));
+    assert!(text.contains("context 2  destroyed by cuCtxDestroy_v2"));
+    assert!(!text.contains('\x1b'), "no colour off a terminal");
+    let width = text.lines().map(|l| l.chars().count()).max().unwrap();
+    assert!(width <= 140, "lines stay readable: {width}");
+}
+
+#[test]
+fn cli_summary_json_decodes() {
+    let s = summary_json(
+        &[],
+        &[fixture("leaks-two-contexts.json"), fixture("events.json")],
+    );
+    assert_eq!((s.reports, s.complete_reports), (2, 2));
+    assert_eq!(s.leaks, 6);
+    assert_eq!(s.leaked_bytes, 15_729_152 + 65_536);
+    assert_eq!(s.sites[0].site, "make_buffers");
+    assert_eq!((s.sites[0].leaked_bytes, s.sites[0].leaks), (8_389_120, 2));
+    let double = s.events.iter().find(|e| e.kind == "double_free").unwrap();
+    assert_eq!(double.count, 2);
+    let p = &s.processes[0];
+    assert_eq!((p.process.pid, p.process.rank), (4242, Some(0)));
+    assert_eq!(p.process.hostname, "gpu01");
+    assert!(p.complete);
+    assert_eq!(p.leaked_bytes, 15_729_152);
+    let per_device: Vec<(u32, u64, u64)> = p
+        .devices
+        .iter()
+        .map(|d| (d.device, d.leaked_bytes, d.leaks))
+        .collect();
+    assert_eq!(per_device, [(0, 11_534_848, 4), (1, 4_194_304, 1)]);
+    assert_eq!(p.contexts[1].context, Some(2));
+    assert_eq!(p.contexts[1].leaked_bytes, 4_194_304);
+    assert_eq!(p.largest_leaks[0].address, "0x7f2a40000000");
+    assert_eq!(p.largest_leaks[0].size, 8_388_608);
+    assert_eq!(p.largest_leaks[0].site, "make_buffers");
+}
+
+#[test]
+fn cli_summary_reads_directories_globs_and_merged_reports() {
+    let dir = fixture("");
+    let all = summary_json(&[], std::slice::from_ref(&dir));
+    // events, incomplete, leaks-two-contexts, and the merged report's two processes.
+    assert_eq!(all.reports, 5);
+    assert_eq!(all.complete_reports, 3);
+    let merged = summary_json(&["--top", "1"], &[fixture("merged.json")]);
+    assert_eq!(merged.reports, 2);
+    assert!(merged.processes[1].source.ends_with("merged.json[1]"));
+    assert!(!merged.processes[1].complete);
+    assert_eq!(merged.processes[0].largest_leaks.len(), 1);
+    let glob = summary_json(&[], &[dir.join("i*.json")]);
+    assert_eq!(glob.reports, 1);
+    assert_eq!(glob.processes[0].process.pid, 9001);
+}
+
+#[test]
+fn cli_summary_markdown() {
+    let out = cuguard()
+        .args(["summary", "--format", "markdown"])
+        .arg(fixture("events.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let md = stdout(&out);
+    assert!(md.starts_with("## cuguard summary\n"), "{md}");
+    assert!(
+        md.contains("| 64.0 KiB | 1 | cupy\\_cuda\\_memory\\_malloc | cuMemAllocAsync |"),
+        "{md}"
+    );
+    assert!(md.contains("2 × double\\_free"));
+}
+
+#[test]
+fn cli_summary_refuses_bad_input_with_exit_2() {
+    let dir = support::scratch_dir("cli-bad-input");
+    let good = std::fs::read_to_string(fixture("events.json")).unwrap();
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "truncated.json",
+            good[..good.len() / 3].to_string(),
+            "truncated",
+        ),
+        (
+            "v2.json",
+            good.replacen("\"schema_version\": 1", "\"schema_version\": 2", 1),
+            "unsupported schema_version 2",
+        ),
+        (
+            "other.json",
+            "{\"schema\": \"x\"}".into(),
+            "not a cuguard report",
+        ),
+        (
+            "garbage.json",
+            "\u{0}\u{1}binary".into(),
+            "not a cuguard report",
+        ),
+        (
+            "missing.json",
+            good.replacen("\"stacks\"", "\"stacks_gone\"", 1),
+            "missing field `stacks`",
+        ),
+    ];
+    for (name, text, want) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = cuguard().arg("summary").arg(&path).output().unwrap();
+        assert_input_error(&out, want);
+        // One bad file among good ones still fails the whole command.
+        let out = cuguard()
+            .arg("summary")
+            .arg(fixture("incomplete.json"))
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_input_error(&out, name);
+    }
+    let out = cuguard()
+        .arg("summary")
+        .arg(dir.join("absent.json"))
+        .output()
+        .unwrap();
+    assert_input_error(&out, "absent.json: no such file or directory");
+    let out = cuguard()
+        .arg("summary")
+        .arg(dir.join("none-*.json"))
+        .output()
+        .unwrap();
+    assert_input_error(&out, "no file matches");
+    let out = cuguard()
+        .args(["summary", "--format", "yaml", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+    let out = cuguard().arg("summary").output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "a PATH is required");
+}
+
+#[test]
+fn cli_help_has_examples_and_exit_codes() {
+    for sub in ["run", "summary"] {
+        let out = cuguard().args([sub, "--help"]).output().unwrap();
+        assert!(out.status.success());
+        assert!(stdout(&out).contains("Examples:"), "{sub} --help");
+    }
+    let out = cuguard().arg("--help").output().unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.contains("Exit status:") && text.contains("127"),
+        "{text}"
+    );
+}
+
+// ---- run -----------------------------------------------------------------------------------
+
+/// A shared library that does nothing, to stand in for the shim where only the environment
+/// matters.
+fn dummy_library(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let src = dir.join("dummy.c");
+    std::fs::write(&src, "int cuguard_test_dummy = 1;\n").unwrap();
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&path)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    path
+}
+
+fn run_under(shim: Option<&Path>, args: &[&str], report_dir: &Path) -> Output {
+    let mut cmd = cuguard();
+    if let Some(shim) = shim {
+        cmd.env("CUGUARD_SHIM", shim);
+    }
+    cmd.env("CUGUARD_REPORT", report_dir.join("cuguard.%e.%p.json"))
+        .arg("run")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn cli_run_passes_exit_status_through() {
+    let dir = support::scratch_dir("cli-run-status");
+    let out = run_under(None, &["--", "/bin/sh", "-c", "exit 3"], &dir);
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    let out = run_under(None, &["--quiet", "--", "/bin/sh", "-c", "exit 0"], &dir);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let out = run_under(None, &["--", "/bin/sh", "-c", "kill -9 $$"], &dir);
+    assert_eq!(out.status.code(), Some(137), "SIGKILL is 128+9");
+    let out = run_under(None, &["--", "/bin/sh", "-c", "kill -TERM $$"], &dir);
+    assert_eq!(out.status.code(), Some(143), "SIGTERM is 128+15");
+    // Without `--`, PROGRAM's own options stay its own.
+    let out = run_under(None, &["/bin/sh", "-c", "exit 5", "--quiet"], &dir);
+    assert_eq!(out.status.code(), Some(5));
+}
+
+#[test]
+fn cli_run_missing_program_or_shim() {
+    let dir = support::scratch_dir("cli-run-missing");
+    let out = run_under(None, &["--", "./no-such-program-here"], &dir);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr(&out).contains("no-such-program-here: program not found"));
+    let not_exec = dir.join("not-executable");
+    std::fs::write(&not_exec, "#!/bin/sh\n").unwrap();
+    let out = run_under(None, &["--", not_exec.to_str().unwrap()], &dir);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    let out = run_under(Some(&dir.join("nope.so")), &["--", "/bin/true"], &dir);
+    assert_input_error(&out, "the shim libcuguard.so not found");
+}
+
+#[test]
+fn cli_run_sets_the_environment() {
+    let dir = support::scratch_dir("cli-run-env");
+    let shim = dummy_library(&dir, "libcuguard.so");
+    let out = cuguard()
+        .env("CUGUARD_SHIM", &shim)
+        .env("LD_PRELOAD", "/lib/x86_64-linux-gnu/libc.so.6")
+        .env("LD_LIBRARY_PATH", "/keep/me")
+        .env_remove("CUGUARD_QUIET")
+        .args(["run", "--report", "out/%p.json", "--quiet", "--"])
+        .args([
+            "/bin/sh",
+            "-c",
+            "echo \"$LD_PRELOAD|$CUGUARD_REPORT|$CUGUARD_QUIET|$LD_LIBRARY_PATH\"",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shim = std::fs::canonicalize(&shim).unwrap();
+    assert_eq!(
+        stdout(&out).trim_end(),
+        format!(
+            "{}:/lib/x86_64-linux-gnu/libc.so.6|out/%p.json|1|/keep/me",
+            shim.display()
+        ),
+        "the shim comes first, the old LD_PRELOAD stays, --driver system leaves LD_LIBRARY_PATH"
+    );
+}
+
+#[test]
+fn cli_run_sim_driver_directory() {
+    let dir = support::scratch_dir("cli-run-sim");
+    let shim = dummy_library(&dir, "libcuguard.so");
+    let sim = dummy_library(&dir, "libcuguard_simcuda.so");
+    let links = dir.join("cuguard-sim");
+    let script = format!("echo \"$LD_LIBRARY_PATH\"; ls -l {}", links.display());
+    // Several at once: the directory and its links are made race-safely.
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            cuguard()
+                .env("CUGUARD_SHIM", &shim)
+                .env("CUGUARD_SIM_DRIVER", &sim)
+                .env("LD_LIBRARY_PATH", "/opt/elsewhere")
+                .args(["run", "--driver", "sim", "--", "/bin/sh", "-c", &script])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = stdout(&out);
+        let first = text.lines().next().unwrap();
+        let links = std::fs::canonicalize(&links).unwrap();
+        assert_eq!(first, format!("{}:/opt/elsewhere", links.display()));
+        assert!(text.contains("libcuda.so.1 -> "), "{text}");
+        assert!(text.contains("libcuda.so -> "), "{text}");
+    }
+    let want = std::fs::canonicalize(&sim).unwrap();
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        assert_eq!(std::fs::canonicalize(links.join(name)).unwrap(), want);
+    }
+}
+
+#[test]
+fn cli_run_sim_with_the_real_shim_and_driver() {
+    // The built artifacts, found next to the cuguard executable.
+    let dir = support::scratch_dir("cli-run-real");
+    let out = run_under(
+        None,
+        &[
+            "--driver",
+            "sim",
+            "--quiet",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo \"$LD_LIBRARY_PATH\"; exit 4",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let first = stdout(&out).lines().next().unwrap_or_default().to_string();
+    let sim_dir = first.split(':').next().unwrap();
+    assert!(Path::new(sim_dir).join("libcuda.so.1").exists(), "{first}");
+}
