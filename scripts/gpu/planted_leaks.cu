@@ -55,6 +55,7 @@ int main() {
     std::thread t(leak_in_thread);
     t.join();
     leak_in_loop();
-    std::printf("allocated=15 kept=5 kept_bytes=%d\n", (1 << 20) + (2 << 20) + 3 * (256 << 10));
+    std::printf("{\"case\":\"planted\",\"allocated\":15,\"kept\":5,\"kept_sizes\":[%d,%d,%d,%d,%d],\"checksum\":0}\n",
+                1 << 20, 2 << 20, 256 << 10, 256 << 10, 256 << 10);
     return 0;
 }

@@ -1,0 +1,404 @@
+//! alloc_bench: measures device allocation costs under several configurations, side by side in
+//! one run.
+//!
+//! The parent runs this same program as children, one per configuration (bare driver, shim in
+//! pass-through, shim with pool, each with stacks off and on), interleaved over several rounds so
+//! that drift on the machine hits every configuration alike. Each child measures:
+//!
+//! - `pair`: the median cuMemAlloc_v2+cuMemFree_v2 pair, one thread, for 256 B, 4 KiB, 1 MiB and
+//!   64 MiB (batches of pairs timed together, median over batches);
+//! - `async`: the median cuMemAllocAsync+cuMemFreeAsync pair (4 KiB) on the legacy stream;
+//! - `live1000`: the 4 KiB pair with 1,000 live blocks of mixed sizes around it;
+//! - `random`: RMM's random_allocations pattern (sizes uniform in [1, max], allocate with
+//!   probability 0.73, else free a random live block), for max = 1, 64 and 256 MiB; the parent
+//!   reads the peak reserved and peak live bytes from the child's cuguard report;
+//! - `threads`: pairs per second with 1 and 16 threads (4 KiB).
+//!
+//! The parent prints a markdown table of medians over rounds and the ratios between
+//! configurations, and writes every figure to `--json FILE`.
+//!
+//! Usage: `alloc_bench [--shim PATH] [--rounds N] [--quick] [--json FILE]`
+//! (the driver is whatever `libcuda.so.1` the loader finds: the real one, or the simulated one).
+
+use std::collections::BTreeMap;
+use std::ffi::{CString, c_void};
+use std::process::Command;
+use std::time::Instant;
+
+type CuResult = u32;
+type Ptr = u64;
+
+/// The driver entries the benchmark calls, looked up through `dlsym` (so the shim, when
+/// preloaded, answers with its hooks exactly as it does for cudarc or numba).
+struct Driver {
+    init: unsafe extern "C" fn(u32) -> CuResult,
+    device_get: unsafe extern "C" fn(*mut i32, i32) -> CuResult,
+    retain: unsafe extern "C" fn(*mut *mut c_void, i32) -> CuResult,
+    set_current: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    alloc: unsafe extern "C" fn(*mut Ptr, usize) -> CuResult,
+    free: unsafe extern "C" fn(Ptr) -> CuResult,
+    alloc_async: unsafe extern "C" fn(*mut Ptr, usize, *mut c_void) -> CuResult,
+    free_async: unsafe extern "C" fn(Ptr, *mut c_void) -> CuResult,
+    synchronize: unsafe extern "C" fn() -> CuResult,
+}
+
+fn load() -> Driver {
+    // SAFETY: dlopen/dlsym with NUL-terminated names; each symbol is cast to the signature the
+    // CUDA driver API documents for it.
+    unsafe {
+        let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null(), "libcuda.so.1 not found");
+        let sym = |name: &str| {
+            let c = CString::new(name).unwrap();
+            let p = libc::dlsym(h, c.as_ptr());
+            assert!(!p.is_null(), "{name} missing");
+            p
+        };
+        Driver {
+            init: std::mem::transmute(sym("cuInit")),
+            device_get: std::mem::transmute(sym("cuDeviceGet")),
+            retain: std::mem::transmute(sym("cuDevicePrimaryCtxRetain")),
+            set_current: std::mem::transmute(sym("cuCtxSetCurrent")),
+            alloc: std::mem::transmute(sym("cuMemAlloc_v2")),
+            free: std::mem::transmute(sym("cuMemFree_v2")),
+            alloc_async: std::mem::transmute(sym("cuMemAllocAsync")),
+            free_async: std::mem::transmute(sym("cuMemFreeAsync")),
+            synchronize: std::mem::transmute(sym("cuCtxSynchronize")),
+        }
+    }
+}
+
+fn check(r: CuResult, what: &str) {
+    if r != 0 {
+        eprintln!("{what} failed: CUresult {r}");
+        std::process::exit(3);
+    }
+}
+
+struct Ctx {
+    d: Driver,
+    ctx: *mut c_void,
+}
+
+// SAFETY: the context handle is process-wide; each thread makes it current before use.
+unsafe impl Sync for Ctx {}
+
+impl Ctx {
+    fn new() -> Ctx {
+        let d = load();
+        let mut dev = 0;
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: valid out-parameters.
+        unsafe {
+            check((d.init)(0), "cuInit");
+            check((d.device_get)(&mut dev, 0), "cuDeviceGet");
+            check((d.retain)(&mut ctx, dev), "cuDevicePrimaryCtxRetain");
+            check((d.set_current)(ctx), "cuCtxSetCurrent");
+        }
+        Ctx { d, ctx }
+    }
+
+    fn make_current(&self) {
+        // SAFETY: ctx is a retained primary context.
+        check(unsafe { (self.d.set_current)(self.ctx) }, "cuCtxSetCurrent");
+    }
+
+    fn alloc(&self, size: usize) -> Ptr {
+        let mut p = 0;
+        // SAFETY: valid out-parameter.
+        check(unsafe { (self.d.alloc)(&mut p, size) }, "cuMemAlloc_v2");
+        p
+    }
+
+    fn free(&self, p: Ptr) {
+        // SAFETY: p came from alloc and is freed once.
+        check(unsafe { (self.d.free)(p) }, "cuMemFree_v2");
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+}
+
+/// Median ns per pair of `op`, timed in batches.
+fn time_pairs(batches: usize, per_batch: usize, mut op: impl FnMut()) -> f64 {
+    for _ in 0..per_batch.max(8) {
+        op();
+    }
+    let mut samples = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        let t = Instant::now();
+        for _ in 0..per_batch {
+            op();
+        }
+        samples.push(t.elapsed().as_nanos() as f64 / per_batch as f64);
+    }
+    median(&mut samples)
+}
+
+/// A small deterministic generator (xorshift), so every configuration sees the same sequence.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn child(test: &str, quick: bool) -> BTreeMap<String, f64> {
+    let c = Ctx::new();
+    let mut out = BTreeMap::new();
+    let scale = if quick { 10 } else { 1 };
+    match test {
+        "pair" => {
+            for (label, size) in [("256B", 256usize), ("4KiB", 4096), ("1MiB", 1 << 20), ("64MiB", 64 << 20)] {
+                let ns = time_pairs(200 / scale, 20, || {
+                    let p = c.alloc(size);
+                    c.free(p);
+                });
+                out.insert(format!("pair_{label}_ns"), ns);
+            }
+            let mut s = 0u64;
+            let ns = time_pairs(200 / scale, 20, || {
+                let mut p = 0;
+                // SAFETY: legacy stream (null), valid out-parameter; freed once.
+                unsafe {
+                    check((c.d.alloc_async)(&mut p, 4096, std::ptr::null_mut()), "cuMemAllocAsync");
+                    check((c.d.free_async)(p, std::ptr::null_mut()), "cuMemFreeAsync");
+                }
+                s = s.wrapping_add(p);
+            });
+            // SAFETY: plain synchronize of the current context.
+            unsafe { (c.d.synchronize)() };
+            out.insert("async_pair_4KiB_ns".into(), ns);
+        }
+        "live1000" => {
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+            let live: Vec<Ptr> = (0..1000)
+                .map(|_| {
+                    let shift = 8 + rng.below(13); // 256 B .. 1 MiB
+                    c.alloc(1usize << shift)
+                })
+                .collect();
+            let ns = time_pairs(200 / scale, 20, || {
+                let p = c.alloc(4096);
+                c.free(p);
+            });
+            out.insert("live1000_pair_4KiB_ns".into(), ns);
+            for p in live {
+                c.free(p);
+            }
+        }
+        t if t.starts_with("random") => {
+            let max_mib: u64 = t.trim_start_matches("random").parse().unwrap_or(1);
+            let steps = if quick { 2_000 } else { 20_000 };
+            let mut rng = Rng(42 + max_mib);
+            let mut live: Vec<Ptr> = Vec::new();
+            let t0 = Instant::now();
+            let mut ops = 0u64;
+            for _ in 0..steps {
+                if live.is_empty() || rng.below(100) < 73 {
+                    let size = 1 + rng.below(max_mib << 20) as usize;
+                    live.push(c.alloc(size));
+                } else {
+                    let i = rng.below(live.len() as u64) as usize;
+                    c.free(live.swap_remove(i));
+                }
+                ops += 1;
+                // Keep the working set within a few GiB, like RMM's benchmark.
+                if live.len() > 4096 / max_mib.max(1) as usize {
+                    let i = rng.below(live.len() as u64) as usize;
+                    c.free(live.swap_remove(i));
+                    ops += 1;
+                }
+            }
+            out.insert(format!("random{max_mib}_ns_per_op"), t0.elapsed().as_nanos() as f64 / ops as f64);
+            for p in live {
+                c.free(p);
+            }
+        }
+        "threads" => {
+            let budget = std::time::Duration::from_millis(if quick { 50 } else { 500 });
+            for threads in [1usize, 16] {
+                let total = std::sync::atomic::AtomicU64::new(0);
+                let t0 = Instant::now();
+                std::thread::scope(|s| {
+                    for _ in 0..threads {
+                        s.spawn(|| {
+                            c.make_current();
+                            let start = Instant::now();
+                            let mut n = 0u64;
+                            while start.elapsed() < budget {
+                                for _ in 0..64 {
+                                    let p = c.alloc(4096);
+                                    c.free(p);
+                                }
+                                n += 64;
+                            }
+                            total.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                        });
+                    }
+                });
+                let secs = t0.elapsed().as_secs_f64();
+                let pairs = total.load(std::sync::atomic::Ordering::Relaxed) as f64;
+                out.insert(format!("threads{threads}_pairs_per_s"), pairs / secs);
+            }
+        }
+        other => {
+            eprintln!("unknown test {other}");
+            std::process::exit(2);
+        }
+    }
+    out
+}
+
+struct Variant {
+    name: &'static str,
+    env: &'static [(&'static str, &'static str)],
+    shim: bool,
+}
+
+const VARIANTS: &[Variant] = &[
+    Variant { name: "bare", env: &[], shim: false },
+    Variant { name: "passthrough", env: &[("CUGUARD_POOL", "0"), ("CUGUARD_STACK_DEPTH", "0")], shim: true },
+    Variant { name: "passthrough+stacks", env: &[("CUGUARD_POOL", "0"), ("CUGUARD_STACK_DEPTH", "32")], shim: true },
+    Variant { name: "pool", env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "0")], shim: true },
+    Variant { name: "pool+stacks", env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "32")], shim: true },
+];
+
+const TESTS: &[&str] = &["pair", "live1000", "random1", "random64", "random256", "threads"];
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let quick = args.iter().any(|a| a == "--quick");
+    if let Some(test) = arg("--child") {
+        let out = child(&test, quick);
+        println!("{}", serde_like(&out));
+        return;
+    }
+    let shim = arg("--shim").unwrap_or_else(|| "libcuguard.so".into());
+    let rounds: usize = arg("--rounds").and_then(|r| r.parse().ok()).unwrap_or(if quick { 1 } else { 3 });
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = std::env::temp_dir().join(format!("alloc_bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+
+    // figures[variant][metric] = samples over rounds
+    let mut figures: BTreeMap<&str, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
+    for round in 0..rounds {
+        for test in TESTS {
+            for v in VARIANTS {
+                let report = dir.join(format!("{}-{test}-{round}.json", v.name.replace('+', "_")));
+                let mut cmd = Command::new(&exe);
+                cmd.args(["--child", test]);
+                if quick {
+                    cmd.arg("--quick");
+                }
+                cmd.env_remove("LD_PRELOAD");
+                if v.shim {
+                    cmd.env("LD_PRELOAD", &shim).env("CUGUARD_REPORT", &report).env("CUGUARD_QUIET", "1");
+                }
+                for (k, val) in v.env {
+                    cmd.env(k, val);
+                }
+                let out = cmd.output().expect("running child");
+                if !out.status.success() {
+                    eprintln!("{} {test}: {}\n{}", v.name, out.status, String::from_utf8_lossy(&out.stderr));
+                    continue;
+                }
+                let text = String::from_utf8_lossy(&out.stdout);
+                let m = figures.entry(v.name).or_default();
+                for (k, val) in parse_like(text.trim()) {
+                    m.entry(k).or_default().push(val);
+                }
+                if test.starts_with("random") && v.shim {
+                    if let Some((reserved, live)) = peaks(&report) {
+                        if live > 0.0 {
+                            m.entry(format!("{test}_peak_reserved_over_peak_live")).or_default().push(reserved / live);
+                        }
+                    }
+                }
+                let _ = std::fs::remove_file(&report);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let med: BTreeMap<&str, BTreeMap<String, f64>> = figures
+        .iter()
+        .map(|(v, m)| (*v, m.iter().map(|(k, s)| (k.clone(), median(&mut s.clone()))).collect()))
+        .collect();
+    let mut metrics: Vec<String> = med.values().flat_map(|m| m.keys().cloned()).collect();
+    metrics.sort();
+    metrics.dedup();
+    println!("| metric | {} |", VARIANTS.iter().map(|v| v.name).collect::<Vec<_>>().join(" | "));
+    println!("|---|{}|", VARIANTS.iter().map(|_| "---").collect::<Vec<_>>().join("|"));
+    for k in &metrics {
+        let cells: Vec<String> = VARIANTS
+            .iter()
+            .map(|v| med.get(v.name).and_then(|m| m.get(k)).map_or("-".into(), |x| format!("{x:.3}")))
+            .collect();
+        println!("| {k} | {} |", cells.join(" | "));
+    }
+    println!();
+    let get = |v: &str, k: &str| med.get(v).and_then(|m| m.get(k)).copied().unwrap_or(f64::NAN);
+    println!("| ratio | value |");
+    println!("|---|---|");
+    for size in ["256B", "4KiB", "1MiB", "64MiB"] {
+        let k = format!("pair_{size}_ns");
+        println!("| passthrough − bare, {size} pair (ns) | {:.1} |", get("passthrough", &k) - get("bare", &k));
+        println!("| bare / pool, {size} pair | {:.1} |", get("bare", &k) / get("pool", &k));
+        println!("| pool+stacks / pool, {size} pair | {:.2} |", get("pool+stacks", &k) / get("pool", &k));
+    }
+    println!("| bare async pair / pool 4KiB pair | {:.1} |", get("bare", "async_pair_4KiB_ns") / get("pool", "pair_4KiB_ns"));
+    println!("| pool: live1000 / single 4KiB pair | {:.2} |", get("pool", "live1000_pair_4KiB_ns") / get("pool", "pair_4KiB_ns"));
+    println!(
+        "| pool: 16 threads / 1 thread throughput | {:.2} |",
+        get("pool", "threads16_pairs_per_s") / get("pool", "threads1_pairs_per_s")
+    );
+    if let Some(path) = arg("--json") {
+        let mut s = String::from("{");
+        for (i, (v, m)) in med.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            s.push_str(&format!("\"{v}\":{}", serde_like(m)));
+        }
+        s.push('}');
+        let _ = std::fs::write(path, s);
+    }
+}
+
+/// Peak pool reserved bytes and peak live bytes from a cuguard report (device 0), without a JSON
+/// dependency: the fields are plain integers.
+fn peaks(report: &std::path::Path) -> Option<(f64, f64)> {
+    let text = std::fs::read_to_string(report).ok()?;
+    let num = |key: &str| -> Option<f64> {
+        let i = text.find(&format!("\"{key}\":"))? + key.len() + 3;
+        let rest = &text[i..];
+        let end = rest.find(|c: char| !c.is_ascii_digit())?;
+        rest[..end].parse().ok()
+    };
+    Some((num("peak_reserved_bytes")?, num("peak_live_bytes")?))
+}
+
+fn serde_like(m: &BTreeMap<String, f64>) -> String {
+    let parts: Vec<String> = m.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+    format!("{{{}}}", parts.join(","))
+}
+
+fn parse_like(s: &str) -> Vec<(String, f64)> {
+    s.trim_matches(|c| c == '{' || c == '}')
+        .split(',')
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once(':')?;
+            Some((k.trim().trim_matches('"').to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}

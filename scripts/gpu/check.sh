@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The whole real-GPU check in one call: every client under the shim, pool off and on, compared
+# with what each case says it did (and, for the planted-leak program, with compute-sanitizer).
+#
+# Run from the repository root on the GPU machine, after `scripts/gpu/stage.sh` has put the
+# release build in .gpu/ here (and ../shared/gpu/fetch-wheels.sh the RMM wheels in .whl/):
+#   bash scripts/gpu/check.sh [compat] [bench]     (default: both)
+# Writes the table to $OUT/compat.md (or ./gpu-out/) and logs next to it.
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+B=/tmp/cuguard-check
+rm -rf "$B"
+mkdir -p "$B"
+S=$PWD/.gpu/libcuguard.so
+export PYTHONUNBUFFERED=1
+what=${*:-compat bench}
+
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  /usr/local/cuda/bin/nvcc --version | tail -1
+  python3 -c 'import sys; print("python", sys.version.split()[0])'
+  for m in torch cupy jax jaxlib numba numba_cuda rmm; do
+    python3 -c "import $m; print('$m', getattr($m, '__version__', '?'))" 2>/dev/null || echo "$m missing"
+  done
+} > "$OUT/versions.txt" 2>&1
+cat "$OUT/versions.txt"
+
+gcc -O1 -g -I/usr/local/cuda/include -o $B/doors scripts/gpu/doors.c -L/usr/local/nvidia/lib64 -lcuda -ldl || exit 1
+/usr/local/cuda/bin/nvcc -g -O1 -o $B/planted scripts/gpu/planted_leaks.cu || exit 1
+
+# case name -> command
+declare -A CMD=(
+  [doors-linked]="$B/doors linked"
+  [doors-dlsym]="$B/doors dlsym"
+  [doors-getproc]="$B/doors getproc"
+  [planted]="$B/planted"
+  [cudarc]="$PWD/.gpu/cudarc_leaks"
+  [torch]="env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/clients.py torch"
+  [torch_sites]="env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/clients.py torch_sites"
+  [cupy]="python3 scripts/gpu/clients.py cupy"
+  [rmm]="python3 scripts/gpu/clients.py rmm"
+  [jax]="python3 scripts/gpu/clients.py jax"
+  [numba]="python3 scripts/gpu/clients.py numba"
+)
+
+if [[ " $what " == *" compat "* ]]; then
+  for case in "${!CMD[@]}"; do
+    for pool in 0 1; do
+      CUGUARD_POOL=$pool CUGUARD_REPORT=$B/$case.pool$pool.json LD_PRELOAD=$S \
+        timeout 300 ${CMD[$case]} > $B/$case.pool$pool.out 2> $B/$case.pool$pool.err
+      echo $? > $B/$case.pool$pool.rc
+    done
+  done
+  timeout 300 /usr/local/cuda/bin/compute-sanitizer --leak-check full $B/planted > $B/cs.txt 2>&1
+  python3 scripts/gpu/compare.py $B > "$OUT/compat.md"
+  echo "compare exit: $?"
+  (cd $B && tar czf "$OUT/reports.tgz" *.json *.out *.err *.rc cs.txt)
+fi
+
+if [[ " $what " == *" bench "* ]] && [ -x .gpu/alloc_bench ]; then
+  .gpu/alloc_bench --shim "$S" --json "$OUT/bench.json" > "$OUT/bench.md" 2> "$OUT/bench.log"
+  echo "bench exit: $?"
+fi
+
+cat "$OUT/compat.md" 2>/dev/null | head -40
+cat "$OUT/bench.md" 2>/dev/null
