@@ -1,1 +1,119 @@
-//! placeholder
+//! Turns `(module, offset)` pairs into functions, source files and lines.
+//!
+//! Used in two places: by the shim when it writes a report at process exit (in-process, with a
+//! deadline), and by `cuguard symbolize REPORT` later, on a machine that has the binaries and
+//! their debug info.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use std::time::{Duration, Instant};
+//! let mut s = cuguard_symbolize::Symbolizer::new(Some(Instant::now() + Duration::from_secs(2)));
+//! // offset = ip - the module's load bias, i.e. the address in the file's own vaddr space
+//! for f in s.symbolize(Path::new("/usr/bin/prog"), Some("9f2c…"), 0x1234) {
+//!     println!("{:?} {:?}:{:?} inlined={}", f.function, f.file, f.line, f.inlined);
+//! }
+//! ```
+//!
+//! What it reads, per module (cached, so each file is opened and indexed once):
+//! - **function names** from `.symtab` and `.dynsym`, so static functions in executables count;
+//! - **file:line and inlined frames** from DWARF (`addr2line`), in the file itself or in a
+//!   separate debug file found by build-id (`<debug dir>/.build-id/xx/yyyy.debug`, debug dirs
+//!   default to `/usr/lib/debug`) or by `.gnu_debuglink` (next to the file, in `.debug/`
+//!   beside it, and under each debug dir), checked by build-id or CRC;
+//! - names are **demangled** (C++ by `cpp_demangle`, Rust by `rustc-demangle`, hash suffix
+//!   dropped).
+//!
+//! A module whose build-id does not match the one recorded is not trusted: its lookups return
+//! nothing. With a deadline, work stops when it passes and everything after that comes back
+//! empty (the report keeps module+offset for those frames).
+//!
+//! Offsets are what the stack capture records: call-site addresses (return address - 1), so
+//! the line reported is the call's. They are looked up as given.
+
+mod demangle;
+mod module;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+pub use demangle::demangle;
+
+/// One frame of a symbolized address. For an address inside inlined code there are several:
+/// the innermost (inlined) one first, the real function last.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// Demangled function name, from DWARF, else from the symbol tables.
+    pub function: Option<String>,
+    /// Source file, as DWARF names it (usually absolute).
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// True for frames that were inlined into the next one.
+    pub inlined: bool,
+}
+
+/// Caches each module's symbol table and DWARF context, and the frames of each offset asked.
+pub struct Symbolizer {
+    deadline: Option<Instant>,
+    debug_dirs: Vec<PathBuf>,
+    /// `None`: the module could not be used (missing, not ELF, build-id mismatch).
+    modules: HashMap<(PathBuf, Option<String>), Option<module::Module>>,
+    timed_out: bool,
+}
+
+impl Symbolizer {
+    /// A symbolizer that stops working at `deadline` (if any).
+    pub fn new(deadline: Option<Instant>) -> Self {
+        Symbolizer {
+            deadline,
+            debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
+            modules: HashMap::new(),
+            timed_out: false,
+        }
+    }
+
+    /// Where separate debug files are looked for (replaces the default `/usr/lib/debug`).
+    pub fn with_debug_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.debug_dirs = dirs;
+        self
+    }
+
+    /// Whether the deadline passed (some lookups came back empty because of it).
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
+    fn out_of_time(&mut self) -> bool {
+        if !self.timed_out && self.deadline.is_some_and(|d| Instant::now() >= d) {
+            self.timed_out = true;
+        }
+        self.timed_out
+    }
+
+    /// The frames at `offset` (file vaddr) in the module at `module_path`, innermost inlined
+    /// frame first. Empty when the module cannot be read, its build-id differs from
+    /// `build_id` (lowercase or uppercase hex), nothing is known at that offset, or the
+    /// deadline passed.
+    pub fn symbolize(
+        &mut self,
+        module_path: &Path,
+        build_id: Option<&str>,
+        offset: u64,
+    ) -> Vec<Frame> {
+        if self.out_of_time() {
+            return Vec::new();
+        }
+        let key = (
+            module_path.to_path_buf(),
+            build_id.map(|b| b.to_ascii_lowercase()),
+        );
+        if !self.modules.contains_key(&key) {
+            let m = module::Module::load(module_path, key.1.as_deref(), &self.debug_dirs);
+            self.modules.insert(key.clone(), m);
+        }
+        match self.modules.get_mut(&key) {
+            Some(Some(m)) => m.frames(offset),
+            _ => Vec::new(),
+        }
+    }
+}

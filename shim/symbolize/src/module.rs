@@ -1,0 +1,304 @@
+//! One module's symbol tables and DWARF, loaded once and kept for lookups.
+//!
+//! The file (and a separate debug file, if any) is memory-mapped; the symbol table and the
+//! `addr2line` context borrow from the maps, which live in the same struct and are declared
+//! last, so they are dropped after everything that borrows them.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+
+use crate::Frame;
+use crate::demangle::demangle;
+
+type Reader = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
+
+struct Sym {
+    addr: u64,
+    /// One past the last byte (for a symbol without a size: the end of its section).
+    end: u64,
+    name: &'static [u8],
+}
+
+pub(crate) struct Module {
+    ctx: Option<addr2line::Context<Reader>>,
+    /// Sorted by `addr`.
+    symbols: Vec<Sym>,
+    names: HashMap<usize, String>,
+    frames: HashMap<u64, Vec<Frame>>,
+    // Storage borrowed by the fields above: keep last.
+    _owned: Vec<Box<[u8]>>,
+    _maps: Vec<Mmap>,
+}
+
+fn map(path: &Path) -> Option<Mmap> {
+    let file = File::open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    // SAFETY: the map is read-only. If the file is truncated or rewritten while mapped, reads
+    // may fault or see new bytes: the same risk every debugger and profiler takes.
+    unsafe { Mmap::map(&file) }.ok()
+}
+
+/// Extends a borrow of mapped (or boxed) bytes to `'static`.
+///
+/// SAFETY (for callers): the bytes must be owned by the `Module` being built (in `_maps` or
+/// `_owned`), whose heap/mapped storage does not move when the `Module` moves and is dropped
+/// after every field that borrows it.
+unsafe fn extend(bytes: &[u8]) -> &'static [u8] {
+    // SAFETY: see the function's contract.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn parse(data: &'static [u8]) -> Option<object::File<'static>> {
+    object::File::parse(data).ok()
+}
+
+fn build_id_of(obj: &object::File<'_>) -> Option<String> {
+    obj.build_id().ok().flatten().map(hex)
+}
+
+fn has_dwarf(obj: &object::File<'_>) -> bool {
+    obj.section_by_name(".debug_info")
+        .is_some_and(|s| s.size() > 0)
+}
+
+/// Finds a separate debug file for a module: by build-id under each debug dir, then by
+/// `.gnu_debuglink`. A candidate must have the same build-id (when the module has one), or
+/// else the CRC the debuglink names.
+fn find_debug_file(
+    path: &Path,
+    obj: &object::File<'_>,
+    build_id: Option<&str>,
+    debug_dirs: &[PathBuf],
+) -> Option<Mmap> {
+    let matches = |m: &Mmap, crc: Option<u32>| -> bool {
+        // SAFETY: only used within this call, while `m` is alive.
+        let Some(o) = parse(unsafe { extend(m) }) else {
+            return false;
+        };
+        match (build_id, build_id_of(&o)) {
+            (Some(want), Some(got)) => want == got,
+            _ => crc.is_some_and(|c| crc32fast::hash(m) == c),
+        }
+    };
+    if let Some(id) = build_id.filter(|id| id.len() > 2) {
+        for dir in debug_dirs {
+            let p = dir
+                .join(".build-id")
+                .join(&id[..2])
+                .join(format!("{}.debug", &id[2..]));
+            if let Some(m) = map(&p).filter(|m| matches(m, None)) {
+                return Some(m);
+            }
+        }
+    }
+    let (name, crc) = obj.gnu_debuglink().ok().flatten()?;
+    let name = Path::new(std::str::from_utf8(name).ok()?);
+    let dir = path.parent()?;
+    let mut candidates = vec![dir.join(name), dir.join(".debug").join(name)];
+    if let Ok(abs) = std::fs::canonicalize(dir) {
+        for d in debug_dirs {
+            candidates.push(d.join(abs.strip_prefix("/").unwrap_or(&abs)).join(name));
+        }
+    }
+    candidates
+        .into_iter()
+        .filter(|c| c != path)
+        .find_map(|c| map(&c).filter(|m| matches(m, Some(crc))))
+}
+
+fn collect_symbols(obj: &object::File<'static>, out: &mut Vec<Sym>) {
+    for s in obj.symbols().chain(obj.dynamic_symbols()) {
+        if s.kind() != SymbolKind::Text || !s.is_definition() || s.address() == 0 {
+            continue;
+        }
+        let Ok(name) = s.name_bytes() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        // Without a size, the symbol runs to the end of its section (or the next symbol).
+        let end = if s.size() > 0 {
+            s.address().saturating_add(s.size())
+        } else {
+            match s.section_index().and_then(|i| obj.section_by_index(i).ok()) {
+                Some(sec) => sec.address().saturating_add(sec.size()),
+                None => continue,
+            }
+        };
+        out.push(Sym {
+            addr: s.address(),
+            end,
+            name,
+        });
+    }
+}
+
+impl Module {
+    /// Loads the module at `path`; `None` if it cannot be read or parsed, or if `build_id` is
+    /// given and differs from the file's.
+    pub(crate) fn load(
+        path: &Path,
+        build_id: Option<&str>,
+        debug_dirs: &[PathBuf],
+    ) -> Option<Module> {
+        let mut maps = Vec::new();
+        let mut owned: Vec<Box<[u8]>> = Vec::new();
+        let main_map = map(path)?;
+        // SAFETY: main_map goes into `maps`, owned by the Module built below.
+        let main = parse(unsafe { extend(&main_map) })?;
+        maps.push(main_map);
+        let file_id = build_id_of(&main);
+        if let Some(want) = build_id
+            && file_id.as_deref() != Some(want)
+        {
+            return None;
+        }
+
+        let mut symbols = Vec::new();
+        collect_symbols(&main, &mut symbols);
+
+        let debug = if has_dwarf(&main) {
+            None
+        } else {
+            find_debug_file(path, &main, file_id.as_deref(), debug_dirs).and_then(|m| {
+                // SAFETY: m goes into `maps`, owned by the Module built below.
+                let obj = parse(unsafe { extend(&m) })?;
+                maps.push(m);
+                Some(obj)
+            })
+        };
+        if let Some(d) = &debug {
+            // A debug file keeps the full .symtab the stripped file lost.
+            collect_symbols(d, &mut symbols);
+        }
+        symbols.sort_by_key(|s| (s.addr, std::cmp::Reverse(s.end)));
+        symbols.dedup_by_key(|s| s.addr);
+
+        let dwarf_obj = debug.as_ref().unwrap_or(&main);
+        let ctx = if has_dwarf(dwarf_obj) {
+            let endian = if dwarf_obj.is_little_endian() {
+                gimli::RunTimeEndian::Little
+            } else {
+                gimli::RunTimeEndian::Big
+            };
+            let dwarf = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
+                let data: &'static [u8] = match dwarf_obj
+                    .section_by_name(id.name())
+                    .and_then(|s| s.uncompressed_data().ok())
+                {
+                    Some(Cow::Borrowed(b)) => b,
+                    Some(Cow::Owned(v)) => {
+                        let b = v.into_boxed_slice();
+                        // SAFETY: the box goes into `owned`, owned by the Module built below;
+                        // its heap storage does not move.
+                        let s = unsafe { extend(&b) };
+                        owned.push(b);
+                        s
+                    }
+                    None => &[],
+                };
+                Ok(gimli::EndianSlice::new(data, endian))
+            });
+            dwarf
+                .ok()
+                .and_then(|d| addr2line::Context::from_dwarf(d).ok())
+        } else {
+            None
+        };
+
+        Some(Module {
+            ctx,
+            symbols,
+            names: HashMap::new(),
+            frames: HashMap::new(),
+            _owned: owned,
+            _maps: maps,
+        })
+    }
+
+    /// The symbol-table function containing `offset`.
+    fn symbol(&mut self, offset: u64) -> Option<String> {
+        let i = self
+            .symbols
+            .partition_point(|s| s.addr <= offset)
+            .checked_sub(1)?;
+        let s = &self.symbols[i];
+        if offset >= s.end {
+            return None;
+        }
+        let name = s.name;
+        Some(
+            self.names
+                .entry(i)
+                .or_insert_with(|| demangle(&String::from_utf8_lossy(name)).into_owned())
+                .clone(),
+        )
+    }
+
+    fn dwarf_frames(&self, offset: u64) -> Vec<Frame> {
+        let mut out = Vec::new();
+        let Some(ctx) = &self.ctx else { return out };
+        let Ok(mut iter) = ctx.find_frames(offset).skip_all_loads() else {
+            return out;
+        };
+        while let Ok(Some(f)) = iter.next() {
+            let function = f
+                .function
+                .as_ref()
+                .and_then(|n| n.raw_name().ok())
+                .map(|n| demangle(&n).into_owned());
+            let (file, line) = match &f.location {
+                Some(l) => (l.file.map(str::to_owned), l.line),
+                None => (None, None),
+            };
+            if function.is_none() && file.is_none() {
+                continue;
+            }
+            out.push(Frame {
+                function,
+                file,
+                line,
+                inlined: true,
+            });
+            if out.len() >= 64 {
+                break;
+            }
+        }
+        if let Some(last) = out.last_mut() {
+            last.inlined = false;
+        }
+        out
+    }
+
+    /// Frames at `offset`, innermost inlined first; cached.
+    pub(crate) fn frames(&mut self, offset: u64) -> Vec<Frame> {
+        if let Some(f) = self.frames.get(&offset) {
+            return f.clone();
+        }
+        let mut frames = self.dwarf_frames(offset);
+        match frames.last_mut() {
+            Some(last) if last.function.is_none() => last.function = self.symbol(offset),
+            Some(_) => {}
+            None => {
+                if let Some(function) = self.symbol(offset) {
+                    frames.push(Frame {
+                        function: Some(function),
+                        ..Frame::default()
+                    });
+                }
+            }
+        }
+        self.frames.insert(offset, frames.clone());
+        frames
+    }
+}
