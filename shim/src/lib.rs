@@ -33,7 +33,6 @@ mod pool;
 mod process;
 mod report;
 mod serve;
-#[allow(dead_code)]
 mod stack;
 mod state;
 mod tracker;

@@ -53,6 +53,7 @@ fn register_fork_handler() {
 /// The child of a fork owns none of the parent's allocations and writes its own report.
 extern "C" fn after_fork_in_child() {
     crate::clock::reset_thread_id();
+    crate::stack::after_fork_child();
     reset_after_fork();
 }
 
