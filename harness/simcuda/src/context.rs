@@ -588,7 +588,8 @@ pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
 // ---------------------------------------------------------------------------------------------
 // Primary contexts
 
-/// `cuDevicePrimaryCtxRetain`: activates the primary context if needed and counts a reference.
+/// `cuDevicePrimaryCtxRetain`: counts a reference and activates the primary context if it is
+/// inactive (never retained, released to zero, or reset).
 ///
 /// # Safety
 /// `pctx` is NULL or writable.
@@ -618,13 +619,14 @@ fn primary_release(dev: CUdevice) -> Result<(), Fault> {
         let Some(c) = st.contexts.get_mut(&handle) else {
             return Err(Fault::Internal);
         };
-        if !c.alive || c.refcount == 0 {
+        if c.refcount == 0 {
             return Err(Fault::PrimaryNotRetained);
         }
         c.refcount -= 1;
         if c.refcount > 0 {
             return Ok(());
         }
+        // After a reset the context may already be inactive; then there is nothing to destroy.
         begin_teardown(&mut st, handle)
     };
     if let Some(t) = t {
@@ -651,9 +653,6 @@ fn primary_reset(dev: CUdevice) -> Result<(), Fault> {
     let t = {
         let mut st = drv.lock();
         let handle = st.device(dev)?.primary;
-        if let Some(c) = st.contexts.get_mut(&handle) {
-            c.refcount = 0;
-        }
         begin_teardown(&mut st, handle)
     };
     if let Some(t) = t {
@@ -663,7 +662,8 @@ fn primary_reset(dev: CUdevice) -> Result<(), Fault> {
 }
 
 /// `cuDevicePrimaryCtxReset`: destroys the primary context whatever its count, freeing all its
-/// memory. The next retain starts a new activation.
+/// memory. The retain count is kept (measured: after reset, retain, release, release, the
+/// context is gone); the next retain starts a new activation.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
     guard("cuDevicePrimaryCtxReset", || primary_reset(dev))

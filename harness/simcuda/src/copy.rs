@@ -177,6 +177,23 @@ pub fn fill(h: CUstream, dst: u64, bytes: usize, value: u8, delay_us: u32) -> Re
 
 const NULL: CUstream = std::ptr::null_mut();
 
+/// The legacy `cuMemcpyHtoDAsync` (32-bit `CUdeviceptr` and size): not supported.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyHtoDAsync(
+    _dstDevice: c_uint,
+    _srcHost: *const c_void,
+    _ByteCount: c_uint,
+    _hStream: CUstream,
+) -> CUresult {
+    guard("cuMemcpyHtoDAsync", || Err(crate::errors::Fault::LegacyAbi))
+}
+
+/// The legacy `cuMemsetD8` (32-bit `CUdeviceptr` and count): not supported.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD8(_dstDevice: c_uint, _uc: c_uchar, _N: c_uint) -> CUresult {
+    guard("cuMemsetD8", || Err(crate::errors::Fault::LegacyAbi))
+}
+
 /// The legacy `cuMemcpyHtoD` (32-bit `CUdeviceptr` and size): not supported.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemcpyHtoD(

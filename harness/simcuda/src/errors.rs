@@ -37,6 +37,8 @@ pub mod code {
     pub const CUDA_ERROR_NOT_READY: CUresult = 600;
     pub const CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE: CUresult = 708;
     pub const CUDA_ERROR_CONTEXT_IS_DESTROYED: CUresult = 709;
+    pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
+    pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
     pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
     pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 }
@@ -134,10 +136,14 @@ pub enum Fault {
     Misaligned,
     /// The legacy exports with 32-bit `CUdeviceptr` or sizes (`cuMemAlloc`, `cuMemFree`,
     /// `cuMemAllocPitch`, `cuMemAllocHost`, `cuMemGetInfo`, `cuMemGetAddressRange`,
-    /// `cuMemcpyHtoD`).
+    /// `cuMemcpyHtoD`, `cuMemcpyHtoDAsync`, `cuMemsetD8`).
     LegacyAbi,
     /// `cuMemHostGetDevicePointer_v2` of an address that is no pinned host allocation.
     NotPinned,
+    /// `cuMemHostRegister_v2` of a range that overlaps driver memory already known.
+    HostAlreadyRegistered,
+    /// `cuMemHostUnregister` of an address that is not the start of a registered range.
+    HostNotRegistered,
 
     // --- streams and events
     /// A stream handle that is unknown or was destroyed.
@@ -248,6 +254,8 @@ impl Fault {
             Misaligned => CUDA_ERROR_INVALID_VALUE,
             LegacyAbi => CUDA_ERROR_NOT_SUPPORTED,
             NotPinned => CUDA_ERROR_INVALID_VALUE,
+            HostAlreadyRegistered => CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+            HostNotRegistered => CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
 
             BadStream => CUDA_ERROR_INVALID_HANDLE,
             BadEvent => CUDA_ERROR_INVALID_HANDLE,

@@ -99,6 +99,8 @@ pub enum AllocKind {
     Async { pool: usize, cap: u64 },
     /// `cuMemAllocHost_v2`/`cuMemHostAlloc`.
     Host { flags: c_uint },
+    /// `cuMemHostRegister_v2`: the program's own memory, registered (never unmapped here).
+    Registered { flags: c_uint },
     /// `cuIpcOpenMemHandle_v2`: another process's allocation mapped here.
     IpcImported,
 }
@@ -111,6 +113,11 @@ impl AllocKind {
             self,
             AllocKind::Device | AllocKind::Pitched { .. } | AllocKind::Managed
         )
+    }
+
+    /// Page-locked host memory, allocated or registered.
+    pub fn pinned_host(self) -> bool {
+        matches!(self, AllocKind::Host { .. } | AllocKind::Registered { .. })
     }
 
     /// Counted in `live_bytes`/`live_allocs`.
@@ -523,8 +530,95 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     })
 }
 
-/// `cuMemHostGetDevicePointer_v2`: with unified addressing the device address of pinned host
-/// memory is its host address. `Flags` must be 0.
+const CU_MEMHOSTREGISTER_ALL: c_uint = 0x1 | 0x2 | 0x4 | 0x8;
+
+fn host_register(p: *mut c_void, bytesize: usize, flags: c_uint) -> Result<(), Fault> {
+    let drv = state::driver()?;
+    if flags & !CU_MEMHOSTREGISTER_ALL != 0 {
+        return Err(Fault::BadFlags);
+    }
+    if p.is_null() || bytesize == 0 {
+        return Err(Fault::BadArgument);
+    }
+    let mut st = drv.lock();
+    let ctx = context::current(&st)?;
+    let base = p as u64;
+    let end = base
+        .checked_add(bytesize as u64)
+        .ok_or(Fault::BadArgument)?;
+    if containing(&st, base).is_some() || st.allocs.range(base..end).next().is_some() {
+        return Err(Fault::HostAlreadyRegistered);
+    }
+    let buffer_id = st.new_id();
+    let kind = AllocKind::Registered { flags };
+    insert(
+        &mut st,
+        Alloc {
+            base,
+            size: bytesize as u64,
+            map_len: 0,
+            kind,
+            ctx,
+            buffer_id,
+            ipc_fd: None,
+        },
+    );
+    Ok(())
+}
+
+/// `cuMemHostRegister_v2`: page-locks (registers) the program's memory `[p, p + bytesize)`.
+///
+/// # Safety
+/// The range is the program's memory and stays mapped while registered.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostRegister_v2(
+    p: *mut c_void,
+    bytesize: usize,
+    Flags: c_uint,
+) -> CUresult {
+    guard("cuMemHostRegister_v2", || host_register(p, bytesize, Flags))
+}
+
+/// `cuMemHostRegister` (CUDA 4.0, same signature): as `cuMemHostRegister_v2`.
+///
+/// # Safety
+/// As `cuMemHostRegister_v2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostRegister(
+    p: *mut c_void,
+    bytesize: usize,
+    Flags: c_uint,
+) -> CUresult {
+    guard("cuMemHostRegister", || host_register(p, bytesize, Flags))
+}
+
+/// `cuMemHostUnregister`: `p` is the start of a registered range. Waits for work in flight on
+/// the device first.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
+    guard("cuMemHostUnregister", || {
+        let drv = state::driver()?;
+        let base = p as u64;
+        let registered = |st: &State| match st.allocs.get(&base) {
+            Some(a) if matches!(a.kind, AllocKind::Registered { .. }) => Ok(a.ctx.device),
+            _ => Err(Fault::HostNotRegistered),
+        };
+        let device = {
+            let st = drv.lock();
+            context::current(&st)?;
+            registered(&st)?
+        };
+        stream::wait_device(drv, device);
+        let mut st = drv.lock();
+        registered(&st)?;
+        let a = unlink(&mut st, base).ok_or(Fault::Internal)?;
+        reclaim(&mut st, a, false);
+        Ok(())
+    })
+}
+
+/// `cuMemHostGetDevicePointer_v2`: with unified addressing the device address of pinned (or
+/// registered) host memory is its host address. `Flags` must be 0.
 ///
 /// # Safety
 /// `pdptr` is NULL or writable.
@@ -543,7 +637,7 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
         let st = drv.lock();
         context::current(&st)?;
         match containing(&st, p as u64) {
-            Some(a) if matches!(a.kind, AllocKind::Host { .. }) => {}
+            Some(a) if a.kind.pinned_host() => {}
             _ => return Err(Fault::NotPinned),
         }
         // SAFETY: checked non-null; writable by the caller's contract.

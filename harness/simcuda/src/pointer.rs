@@ -44,7 +44,7 @@ pub fn place(st: &State, ptr: u64, len: u64, write: bool) -> Result<Place, Fault
         }
         return Ok(match a.kind {
             AllocKind::Managed => Place::Managed,
-            AllocKind::Host { .. } => Place::Pinned,
+            k if k.pinned_host() => Place::Pinned,
             _ => Place::Device,
         });
     }
@@ -81,7 +81,7 @@ fn info(st: &State, ptr: u64) -> Option<Info> {
         return Some(Info {
             base: a.base,
             size: a.size,
-            host: matches!(a.kind, AllocKind::Host { .. }),
+            host: a.kind.pinned_host(),
             managed: a.kind == AllocKind::Managed,
             ctx: a.ctx.handle,
             device: a.ctx.device,

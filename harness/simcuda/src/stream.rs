@@ -402,21 +402,30 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
     })
 }
 
+/// Destroys a created stream; work already issued still runs.
+fn destroy(hStream: CUstream) -> Result<(), Fault> {
+    let drv = state::driver()?;
+    let mut st = drv.lock();
+    let h = hStream as usize;
+    let s = st.streams.remove(&h).ok_or(Fault::BadStream)?;
+    s.close();
+    if let Some(ctx) = st.contexts.get_mut(&s.ctx_handle) {
+        // Forget streams that are closed and drained.
+        ctx.streams.retain(|t| !(t.queue().closed && t.idle()));
+    }
+    Ok(())
+}
+
 /// `cuStreamDestroy_v2`: returns at once; work already issued still runs.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamDestroy_v2(hStream: CUstream) -> CUresult {
-    guard("cuStreamDestroy_v2", || {
-        let drv = state::driver()?;
-        let mut st = drv.lock();
-        let h = hStream as usize;
-        let s = st.streams.remove(&h).ok_or(Fault::BadStream)?;
-        s.close();
-        if let Some(ctx) = st.contexts.get_mut(&s.ctx_handle) {
-            // Forget streams that are closed and drained.
-            ctx.streams.retain(|t| !(t.queue().closed && t.idle()));
-        }
-        Ok(())
-    })
+    guard("cuStreamDestroy_v2", || destroy(hStream))
+}
+
+/// `cuStreamDestroy` (the CUDA 2.0 entry): as `cuStreamDestroy_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy(hStream: CUstream) -> CUresult {
+    guard("cuStreamDestroy", || destroy(hStream))
 }
 
 /// `cuStreamSynchronize`.
