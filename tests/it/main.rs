@@ -3,6 +3,7 @@
 
 mod cli;
 mod cli_schema;
+mod sim_driver;
 mod support;
 
 #[test]

@@ -109,6 +109,7 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         &var,
         "CUGUARD_SIM_DEVICES",
         DEFAULT_DEVICES,
+        "1",
         "a device count (0-64)",
         |v| v.trim().parse::<u32>().ok().filter(|&n| n <= MAX_DEVICES),
     );
@@ -116,27 +117,32 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         &var,
         "CUGUARD_SIM_MEMORY",
         DEFAULT_MEMORY,
+        "16GiB",
         "a size such as 512MiB or 16GiB",
         parse_size,
     );
+    let micros = |v: &str| v.trim().parse::<u64>().ok();
     let alloc_us = setting(
         &var,
         "CUGUARD_SIM_ALLOC_LATENCY_US",
         0,
+        "0",
         "microseconds",
-        |v| v.trim().parse::<u64>().ok(),
+        micros,
     );
     let free_us = setting(
         &var,
         "CUGUARD_SIM_FREE_LATENCY_US",
         0,
+        "0",
         "microseconds",
-        |v| v.trim().parse::<u64>().ok(),
+        micros,
     );
     let version = setting(
         &var,
         "CUGUARD_SIM_VERSION",
         DEFAULT_VERSION,
+        "13000",
         "a version such as 13000",
         |v| v.trim().parse::<i32>().ok().filter(|&n| n > 0),
     );
@@ -144,6 +150,7 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         &var,
         "CUGUARD_SIM_FAIL",
         Vec::new(),
+        "no failures",
         "ENTRY:N[+][:CODE],... naming exported entries",
         |v| parse_fail_rules(v, entries::is_export),
     );
@@ -165,11 +172,12 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
 }
 
 /// Reads one variable: absent means `default`; a value `parse` rejects means one line on stderr
-/// and `default`.
-fn setting<T: std::fmt::Debug>(
+/// (naming the default as `shown`) and `default`.
+fn setting<T>(
     var: &impl Fn(&str) -> Option<String>,
     name: &str,
     default: T,
+    shown: &str,
     expected: &str,
     parse: impl Fn(&str) -> Option<T>,
 ) -> T {
@@ -180,7 +188,7 @@ fn setting<T: std::fmt::Debug>(
         Some(v) => v,
         None => {
             eprintln!(
-                "cuguard-simcuda: ignoring {name}={value:?}: expected {expected}; using {default:?}"
+                "cuguard-simcuda: ignoring {name}={value:?}: expected {expected}; using {shown}"
             );
             default
         }

@@ -201,6 +201,10 @@ typedef enum CUmemAttach_flags_enum {
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
 #define CU_MEMHOSTALLOC_DEVICEMAP 0x02
 #define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
+#define CU_MEMHOSTREGISTER_IOMEMORY 0x04
+#define CU_MEMHOSTREGISTER_READ_ONLY 0x08
 
 typedef enum CUipcMem_flags_enum {
     CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
@@ -344,6 +348,7 @@ typedef struct CUctxCreateParams_st {
 #define cuMemGetAddressRange cuMemGetAddressRange_v2
 #define cuMemAllocHost cuMemAllocHost_v2
 #define cuMemHostGetDevicePointer cuMemHostGetDevicePointer_v2
+#define cuMemHostRegister cuMemHostRegister_v2
 #define cuIpcOpenMemHandle cuIpcOpenMemHandle_v2
 #define cuGetProcAddress cuGetProcAddress_v2
 
@@ -420,6 +425,8 @@ CUresult CUDAAPI cuMemAllocHost(void **pp, size_t bytesize);
 CUresult CUDAAPI cuMemFreeHost(void *p);
 CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
 CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags);
+CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags);
+CUresult CUDAAPI cuMemHostUnregister(void *p);
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
 
 CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
