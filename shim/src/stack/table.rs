@@ -225,11 +225,6 @@ pub(crate) fn all() -> Vec<(u32, Vec<u64>)> {
         .collect()
 }
 
-/// Number of distinct stacks.
-pub(crate) fn len() -> u32 {
-    COUNT.load(Ordering::Acquire)
-}
-
 /// Clears the insert lock in a forked child (where the thread that held it does not exist).
 pub(crate) fn reset_after_fork() {
     INSERT_LOCK.unlock();

@@ -2,6 +2,7 @@
 //! pointers and loaded with dlopen after the first capture; and the capture benchmark.
 
 use std::ffi::{CString, c_int, c_void};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -44,18 +45,25 @@ struct Chain {
 fn chain() -> &'static Chain {
     static CHAIN_LIB: OnceLock<Chain> = OnceLock::new();
     CHAIN_LIB.get_or_init(|| {
-        let dir = std::env::temp_dir().join("cuguard-stack-test");
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = dir.join(format!("chain{}.c", std::process::id()));
-        let lib = dir.join(format!("libchain{}.so", std::process::id()));
-        std::fs::write(&src, chain_source()).unwrap();
-        let st = Command::new("cc")
-            .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(&src)
-            .status()
-            .expect("cc (gcc) is needed to build the test chain");
-        assert!(st.success());
+        // A prebuilt chain (for running the bench where there is no compiler) or a fresh one.
+        let lib = match std::env::var_os("CUGUARD_TEST_CHAIN_LIB") {
+            Some(p) => PathBuf::from(p),
+            None => {
+                let dir = std::env::temp_dir().join("cuguard-stack-test");
+                std::fs::create_dir_all(&dir).unwrap();
+                let src = dir.join(format!("chain{}.c", std::process::id()));
+                let lib = dir.join(format!("libchain{}.so", std::process::id()));
+                std::fs::write(&src, chain_source()).unwrap();
+                let st = Command::new("cc")
+                    .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
+                    .arg(&lib)
+                    .arg(&src)
+                    .status()
+                    .expect("cc (gcc) is needed to build the test chain");
+                assert!(st.success());
+                lib
+            }
+        };
         // Make sure a snapshot exists before the library is loaded, so the refresh path runs.
         let _ = unwind::snapshot();
         let path = CString::new(lib.to_str().unwrap()).unwrap();
@@ -319,7 +327,7 @@ fn bench_capture() {
         }
         b.ns_ours_raw = t.elapsed().as_nanos() as f64 / f64::from(b.iters);
         eprintln!(
-            "cache stats {:?}",
+            "rule cache (hits, misses): {:?}",
             unwind::with_thread(|c, _| Some(c.stats()))
         );
         let t = std::time::Instant::now();

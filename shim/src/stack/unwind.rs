@@ -1,161 +1,114 @@
-//! The unwinder: framehop (DWARF CFI from the mapped `.eh_frame_hdr`/`.eh_frame`, with a
-//! per-thread rule cache), a published snapshot of the module list, and the per-thread state.
+//! The unwinder: a published snapshot of the module list with each module's mapped CFI, and
+//! the per-thread state (rule cache, stack bounds, re-entry flag). The frame rules themselves
+//! are in [`super::cfi`].
 //!
 //! Snapshot: an immutable [`Snapshot`] published through an `AtomicPtr`; readers load it and use
 //! it with no lock. A refresh builds a new one under a try-lock and publishes it; old snapshots
 //! are leaked (a reader may still hold one), which is bounded: a refresh happens only when the
 //! loader's add/remove counters moved, at most once per [`REFRESH_INTERVAL_NS`] (unless forced
-//! after a `dlclose`), and at most [`MAX_SNAPSHOTS`] times.
+//! after a `dlclose`), and at most [`MAX_SNAPSHOTS`] times (each costs about 80 bytes a module).
 //!
-//! Per thread: a framehop cache (about 50 KiB: 509 cached rules plus fixed-size CFI evaluation
-//! storage, so unwinding itself never allocates), the thread's stack bounds (so stack reads
-//! never leave mapped memory) and a busy flag (no re-entry). It is freed by a thread-local
-//! destructor; a capture after that (from another TLS destructor) borrows a global spare cache
-//! under a try-lock, or gives up.
+//! Per thread: a 32 KiB rule cache, a gimli CFI evaluation context (about 25 KiB, made at the
+//! first cache miss; it never allocates while evaluating), the thread's stack bounds (so stack
+//! reads never leave mapped memory) and a busy flag (no re-entry). They are freed by a
+//! thread-local destructor; a capture after that (from another TLS destructor) borrows a
+//! global spare under a try-lock, or gives up.
 
 use std::cell::Cell;
 use std::mem::MaybeUninit;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use framehop::{
-    CacheNative, ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind,
-    UnwindRegsNative, Unwinder, UnwinderNative,
-};
+use gimli::UnwindContext;
 
+use super::cfi::{ModUnwind, Rule, RuleCache};
 use super::phdr;
 use super::table::SpinLock;
 
 /// Refreshes of the module list are at most this often (unless forced by a dlclose).
 pub(crate) const REFRESH_INTERVAL_NS: u64 = 20_000_000;
-/// Snapshots built in the life of the process, at most (each leaks about 100 bytes per module).
+/// Snapshots built in the life of the process, at most.
 pub(crate) const MAX_SNAPSHOTS: u32 = 4096;
 /// Frames of the shim itself skipped at most, before giving up on finding the caller.
 const MAX_SKIPPED: usize = 64;
 
-/// Unwind section bytes of a mapped module. Points into the module's own mapping.
-#[derive(Clone, Copy)]
-pub(crate) struct Section {
-    ptr: *const u8,
-    len: usize,
-}
-
-// SAFETY: a Section is a read-only view of mapped, immutable unwind data; sharing it between
-// threads is as safe as sharing `&[u8]`.
-unsafe impl Send for Section {}
-// SAFETY: as above.
-unsafe impl Sync for Section {}
-
-impl Default for Section {
-    /// Empty (needed by `ExplicitModuleSectionInfo`'s `Default`).
-    fn default() -> Self {
-        Section {
-            ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
-            len: 0,
-        }
-    }
-}
-
-impl Deref for Section {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: built only from ranges `phdr::describe` checked to lie in a readable PT_LOAD
-        // segment of a loaded module (or empty with a dangling, non-null pointer). The module stays mapped until dlclose; see
-        // `invalidate` for how a dlclose is handled.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-type Policy = MustNotAllocateDuringUnwind;
-type Native = UnwinderNative<Section, Policy>;
-
-/// framehop's rule cache is direct-mapped with 509 slots (slot = address % 509): a 40-frame
-/// stack already has a few addresses sharing a slot and evicting each other on every capture,
-/// and each such miss costs a CFI evaluation (~0.4 µs). So each thread has [`WAYS`] of them and
-/// a frame's cache is chosen by the address bits above the slot index: in effect one
-/// direct-mapped cache of 509 × WAYS rules.
-pub(crate) const WAYS: usize = 16;
-
-pub(crate) struct Cache {
-    ways: [CacheNative<Policy>; WAYS],
-}
-
-impl Cache {
-    fn new() -> Cache {
-        Cache {
-            ways: std::array::from_fn(|_| CacheNative::new_in()),
-        }
-    }
-    #[inline(always)]
-    fn for_address(&mut self, a: FrameAddress) -> &mut CacheNative<Policy> {
-        &mut self.ways[(a.address_for_lookup() / 509) as usize % WAYS]
-    }
-    #[cfg(test)]
-    pub(crate) fn stats(&self) -> framehop::CacheStats {
-        let mut t = framehop::CacheStats::new();
-        for w in &self.ways {
-            let s = w.stats();
-            t.hit_count += s.hit_count;
-            t.miss_empty_slot_count += s.miss_empty_slot_count;
-            t.miss_wrong_address_count += s.miss_wrong_address_count;
-            t.miss_wrong_modules_count += s.miss_wrong_modules_count;
-        }
-        t
-    }
-}
-
 pub(crate) struct Snapshot {
-    unwinder: Native,
-    /// Sorted, non-overlapping `[start, end)` of every module.
-    ranges: Vec<(u64, u64)>,
+    /// Sorted by start, non-overlapping.
+    mods: Vec<ModUnwind>,
     /// The module holding the shim's own code: its frames are skipped.
     own: (u64, u64),
     counters: (u64, u64),
+    /// Distinguishes snapshots, so per-thread rule caches know when to empty themselves.
+    generation: u64,
+}
+
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// Borrows mapped bytes of a loaded module for the life of the process.
+///
+/// SAFETY (for callers): `[bias + svma.0, bias + svma.1)` must lie in a readable segment of a
+/// loaded module, as `phdr::describe` checks. The bytes stay mapped until the module is
+/// dlclosed; see `invalidate` for that case.
+unsafe fn mapped(bias: u64, svma: (u64, u64)) -> &'static [u8] {
+    // SAFETY: see the function's contract.
+    unsafe {
+        std::slice::from_raw_parts(
+            bias.wrapping_add(svma.0) as *const u8,
+            (svma.1 - svma.0) as usize,
+        )
+    }
 }
 
 impl Snapshot {
     fn build(counters: (u64, u64)) -> Snapshot {
         let own_addr = super::capture as *const () as u64;
-        let mut unwinder = Native::new();
-        let mut ranges = Vec::with_capacity(64);
+        let mut mods = Vec::with_capacity(64);
         let mut own = (0, 0);
         for m in phdr::all() {
             if m.start <= own_addr && own_addr < m.end {
                 own = (m.start, m.end);
             }
-            ranges.push((m.start, m.end));
             super::note_module(&m);
-            let section = |svma: Option<(u64, u64)>| {
-                svma.map(|(a, b)| Section {
-                    ptr: m.bias.wrapping_add(a) as *const u8,
-                    len: (b - a) as usize,
-                })
-            };
-            let range = |svma: Option<(u64, u64)>| svma.map(|(a, b)| a..b);
-            let info = ExplicitModuleSectionInfo {
-                base_svma: 0,
-                text_svma: range(m.text_svma),
-                eh_frame_svma: range(m.eh_frame_svma),
-                eh_frame: section(m.eh_frame_svma),
-                eh_frame_hdr_svma: range(m.eh_frame_hdr_svma),
-                eh_frame_hdr: section(m.eh_frame_hdr_svma),
-                ..Default::default()
-            };
-            unwinder.add_module(Module::new(String::new(), m.start..m.end, m.bias, info));
+            // SAFETY: the ranges come from `phdr::describe`, which checked them.
+            let hdr = m
+                .eh_frame_hdr_svma
+                .map(|r| (unsafe { mapped(m.bias, r) }, r.0));
+            // SAFETY: as above.
+            let eh = m.eh_frame_svma.map(|r| (unsafe { mapped(m.bias, r) }, r.0));
+            mods.push(ModUnwind {
+                start: m.start,
+                end: m.end,
+                bias: m.bias,
+                hdr,
+                eh,
+                text_svma: m.text_svma.map_or(0, |t| t.0),
+            });
         }
-        ranges.sort_unstable();
+        mods.sort_unstable_by_key(|m| m.start);
         Snapshot {
-            unwinder,
-            ranges,
+            mods,
             own,
             counters,
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    fn module(&self, ip: u64) -> Option<&ModUnwind> {
+        let i = self.mods.partition_point(|m| m.start <= ip);
+        let m = self.mods.get(i.checked_sub(1)?)?;
+        (ip < m.end).then_some(m)
     }
 
     /// Whether `ip` lies in a module this snapshot knows.
     pub(crate) fn knows(&self, ip: u64) -> bool {
-        let i = self.ranges.partition_point(|r| r.0 <= ip);
-        i > 0 && ip < self.ranges[i - 1].1
+        self.module(ip).is_some()
+    }
+
+    /// The unwind rule at `ip` (slow path: a CFI lookup).
+    fn rule_for(&self, ip: u64, ctx: &mut UnwindContext<usize>) -> Rule {
+        match self.module(ip) {
+            Some(m) => super::cfi::rule_for(m, ip.wrapping_sub(m.bias), ctx),
+            None => Rule::FRAME_POINTER,
+        }
     }
 }
 
@@ -224,6 +177,7 @@ pub(crate) fn refresh(force: bool) -> bool {
 }
 
 /// After a dlclose: the next capture rebuilds the module list before unwinding.
+#[allow(dead_code)] // until the shim hooks dlclose
 pub(crate) fn invalidate() {
     STALE.store(true, Ordering::Release);
 }
@@ -233,8 +187,42 @@ pub(crate) fn reset_after_fork() {
     SPARE_LOCK.unlock();
 }
 
-/// Per-thread state. `const`-initialised, so first use costs no lazy-init check beyond the
-/// destructor registration.
+/// A thread's unwinding state: the rule cache and, from the first miss on, a CFI context.
+pub(crate) struct Cache {
+    rules: Box<RuleCache>,
+    ctx: Option<Box<UnwindContext<usize>>>,
+}
+
+impl Cache {
+    fn new() -> Cache {
+        Cache {
+            rules: RuleCache::new_boxed(),
+            ctx: None,
+        }
+    }
+
+    /// The rule at `ip`: from the cache, else from the module's CFI (and then cached).
+    #[inline(always)]
+    fn rule(&mut self, snap: &Snapshot, ip: u64) -> Rule {
+        if let Some(r) = self.rules.get(snap.generation, ip) {
+            return r;
+        }
+        let ctx = self
+            .ctx
+            .get_or_insert_with(|| Box::new(UnwindContext::new()));
+        let r = snap.rule_for(ip, ctx);
+        self.rules.put(ip, r);
+        r
+    }
+
+    #[cfg(test)]
+    pub(crate) fn stats(&self) -> (u64, u64) {
+        (self.rules.hits, self.rules.misses)
+    }
+}
+
+/// Per-thread state. `const`-initialised: no lazy-init check beyond the destructor
+/// registration at first use.
 struct ThreadState {
     busy: Cell<bool>,
     cache: Cell<*mut Cache>,
@@ -283,8 +271,8 @@ fn thread_stack_bounds() -> Option<(u64, u64)> {
     }
 }
 
-/// Runs `f` with this thread's unwinder cache and stack bounds, or returns `None` (re-entered,
-/// or no cache/bounds could be had).
+/// Runs `f` with this thread's unwinding state and stack bounds, or returns `None` (re-entered,
+/// or no state/bounds could be had).
 pub(crate) fn with_thread<R>(f: impl FnOnce(&mut Cache, (u64, u64)) -> Option<R>) -> Option<R> {
     let mut f = Some(f);
     let r = STATE.try_with(|st| {
@@ -301,7 +289,7 @@ pub(crate) fn with_thread<R>(f: impl FnOnce(&mut Cache, (u64, u64)) -> Option<R>
             c = Box::into_raw(Box::new(Cache::new()));
             st.cache.set(c);
         }
-        // SAFETY: the cache is owned by this thread and `busy` guarantees no other borrow.
+        // SAFETY: the state is owned by this thread and `busy` guarantees no other borrow.
         let r = (bounds != (1, 1))
             .then(|| (f.take()?)(unsafe { &mut *c }, bounds))
             .flatten();
@@ -311,7 +299,7 @@ pub(crate) fn with_thread<R>(f: impl FnOnce(&mut Cache, (u64, u64)) -> Option<R>
     match r {
         Ok(r) => r,
         Err(_) => {
-            // Thread-locals destroyed: borrow the spare cache if free, never wait.
+            // Thread-locals destroyed: borrow the spare if free, never wait.
             if !SPARE_LOCK.try_lock() {
                 return None;
             }
@@ -321,7 +309,7 @@ pub(crate) fn with_thread<R>(f: impl FnOnce(&mut Cache, (u64, u64)) -> Option<R>
                 SPARE.store(c, Ordering::Relaxed);
             }
             let bounds = thread_stack_bounds();
-            // SAFETY: the spare cache is only used under SPARE_LOCK.
+            // SAFETY: the spare is only used under SPARE_LOCK.
             let r = bounds.and_then(|b| (f.take()?)(unsafe { &mut *c }, b));
             SPARE_LOCK.unlock();
             r
@@ -329,10 +317,10 @@ pub(crate) fn with_thread<R>(f: impl FnOnce(&mut Cache, (u64, u64)) -> Option<R>
     }
 }
 
-/// The registers of the caller's frame, at the point of this inlined code.
+/// rip, rsp and rbp at the point of this (inlined) code.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn registers() -> (u64, UnwindRegsNative) {
+fn registers() -> (u64, u64, u64) {
     let (pc, sp, bp): (u64, u64, u64);
     // SAFETY: reads rip, rsp and rbp into registers; touches no memory, no flags.
     unsafe {
@@ -346,7 +334,7 @@ fn registers() -> (u64, UnwindRegsNative) {
             options(nomem, nostack, preserves_flags),
         );
     }
-    (pc, UnwindRegsNative::new(pc, sp, bp))
+    (pc, sp, bp)
 }
 
 /// What to skip at the innermost end of the stack.
@@ -359,11 +347,13 @@ pub(crate) enum Skip {
     Frames(usize),
 }
 
-/// Unwinds the calling thread into `out` (call-site addresses: return address - 1), returning
-/// how many were written.
+/// Unwinds the calling thread into `out` (call-site addresses: return address - 1; the
+/// innermost frame, always skipped in production, is the unwinder's own pc), returning how
+/// many were written.
 ///
-/// Never allocates (after the thread's first call), takes no lock, reads memory only inside
-/// the mapped unwind sections of loaded modules and `[sp, stack top)` of this thread.
+/// Takes no lock and, once the thread's rule cache is warm, allocates nothing; reads memory
+/// only inside the mapped unwind sections of loaded modules and `[sp, stack top)` of this
+/// thread.
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 pub(crate) fn unwind(
@@ -373,32 +363,29 @@ pub(crate) fn unwind(
     skip: Skip,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
-    let (pc, mut regs) = registers();
-    let lo = regs.sp();
-    if lo >= hi || lo < 4096 {
+    let (pc, mut sp, mut bp) = registers();
+    let lo = sp;
+    if lo >= hi || lo < 4096 || out.is_empty() {
         // Not on the stack pthread told us of (an alternate signal stack, a coroutine): reads
         // could leave mapped memory.
         return 0;
     }
-    let mut read = |addr: u64| -> Result<u64, ()> {
+    let read = |addr: u64| -> Option<u64> {
         if addr >= lo && addr <= hi - 8 {
             // SAFETY: [lo, hi) is this thread's live stack (lo = our own sp), mapped and
-            // readable; unaligned reads are allowed on this architecture via read_unaligned.
-            Ok(unsafe { std::ptr::read_unaligned(addr as *const u64) })
+            // readable; read_unaligned allows any alignment.
+            Some(unsafe { std::ptr::read_unaligned(addr as *const u64) })
         } else {
-            Err(())
+            None
         }
     };
     let (mut skipping, mut skip_n) = match skip {
         Skip::OwnModule => (true, 0),
         Skip::Frames(n) => (false, n),
     };
-    let mut addr = FrameAddress::from_instruction_pointer(pc);
+    let mut ip = pc;
     let mut n = 0;
-    let mut steps = 0;
-    let max_steps = out.len() + MAX_SKIPPED;
-    loop {
-        let ip = addr.address_for_lookup();
+    for _ in 0..out.len() + MAX_SKIPPED {
         if skipping {
             skipping = snap.own.0 <= ip && ip < snap.own.1;
         }
@@ -413,20 +400,15 @@ pub(crate) fn unwind(
                 }
             }
         }
-        steps += 1;
-        if steps >= max_steps {
+        let Some((ra, new_sp, new_bp)) = cache.rule(snap, ip).step(sp, bp, &read) else {
+            break;
+        };
+        if ra == 0 {
             break;
         }
-        match snap
-            .unwinder
-            .unwind_frame(addr, &mut regs, cache.for_address(addr), &mut read)
-        {
-            Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
-                Some(a) => addr = a,
-                None => break,
-            },
-            _ => break,
-        }
+        ip = ra - 1;
+        sp = new_sp;
+        bp = new_bp;
     }
     n
 }
