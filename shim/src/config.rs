@@ -8,6 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use once_cell::sync::OnceCell;
 
+use crate::pool::settings::{self, Amount, PoolSettings};
+
 /// The default report path template.
 pub const DEFAULT_REPORT: &str = "./cuguard.%e.%p.json";
 /// The default number of frames captured per allocation.
@@ -32,6 +34,8 @@ pub struct Config {
     pub stack_depth: usize,
     /// `CUGUARD_POOL`: serve cuMemAlloc/cuMemFree from the pool.
     pub pool: bool,
+    /// `CUGUARD_POOL_INITIAL`, `CUGUARD_POOL_LIMIT`, `CUGUARD_POOL_KEEP`.
+    pub pool_settings: PoolSettings,
     /// Problems met while reading the settings, for the report's `faults`.
     pub problems: Vec<String>,
     /// Process start (shim load), milliseconds since the Unix epoch.
@@ -91,6 +95,25 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
             }
         },
     };
+    let defaults = PoolSettings::default();
+    let mut amount = |name: &str, default: Option<Amount>, none_ok: bool| -> Option<Amount> {
+        match var(name).as_deref().map(str::trim) {
+            None | Some("") => default,
+            Some(v) if none_ok && matches!(v.to_ascii_lowercase().as_str(), "none" | "unlimited") => None,
+            Some(v) => match settings::parse(v) {
+                Ok(a) => Some(a),
+                Err(why) => {
+                    problems.push(format!("{name}: {why}; using the default"));
+                    default
+                }
+            },
+        }
+    };
+    let pool_settings = PoolSettings {
+        initial: amount("CUGUARD_POOL_INITIAL", Some(defaults.initial), false).unwrap_or(defaults.initial),
+        limit: amount("CUGUARD_POOL_LIMIT", defaults.limit, true),
+        keep: amount("CUGUARD_POOL_KEEP", Some(defaults.keep), true).unwrap_or(Amount::Bytes(u64::MAX)),
+    };
     let report_template = match var("CUGUARD_REPORT") {
         Some(s) if !s.trim().is_empty() => s,
         _ => DEFAULT_REPORT.to_string(),
@@ -108,6 +131,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         start_dir,
         stack_depth,
         pool,
+        pool_settings,
         problems,
         start_unix_ms,
         start_mono_ns: crate::clock::monotonic_ns(),
@@ -155,6 +179,17 @@ mod tests {
         assert_eq!(c.problems.len(), 2);
         assert!(c.problems[0].contains("CUGUARD_QUIET"));
         assert!(c.problems[1].contains("CUGUARD_STACK_DEPTH"));
+    }
+
+    #[test]
+    fn pool_amounts() {
+        let c = from_env(env(&[("CUGUARD_POOL_LIMIT", "8GiB"), ("CUGUARD_POOL_KEEP", "none")]));
+        assert_eq!(c.pool_settings.limit, Some(Amount::Bytes(8 << 30)));
+        assert_eq!(c.pool_settings.keep, Amount::Bytes(u64::MAX));
+        let c = from_env(env(&[("CUGUARD_POOL_INITIAL", "huge")]));
+        assert_eq!(c.pool_settings.initial, Amount::Bytes(0));
+        assert_eq!(c.problems.len(), 1);
+        assert!(c.problems[0].starts_with("CUGUARD_POOL_INITIAL"));
     }
 
     #[test]

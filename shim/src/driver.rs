@@ -134,6 +134,25 @@ driver_entries! {
     cuDevicePrimaryCtxRelease_v2: fn(CUdevice);
     cuDevicePrimaryCtxReset: fn(CUdevice);
     cuDevicePrimaryCtxReset_v2: fn(CUdevice);
+    // Streams and captures (hooked, for the pool's fences).
+    cuStreamCreate: fn(*mut CUstream, u32);
+    cuStreamCreateWithPriority: fn(*mut CUstream, u32, c_int);
+    cuGreenCtxStreamCreate: fn(*mut CUstream, Opaque, u32, c_int);
+    cuStreamDestroy: fn(CUstream);
+    cuStreamDestroy_v2: fn(CUstream);
+    cuStreamBeginCapture: fn(CUstream);
+    cuStreamBeginCapture_v2: fn(CUstream, u32);
+    cuStreamBeginCapture_v2_ptsz: fn(CUstream, u32);
+    cuStreamBeginCaptureToGraph: fn(CUstream, Opaque, Opaque, Opaque, usize, u32);
+    cuStreamBeginCaptureToGraph_ptsz: fn(CUstream, Opaque, Opaque, Opaque, usize, u32);
+    cuStreamEndCapture: fn(CUstream, *mut Opaque);
+    cuStreamEndCapture_ptsz: fn(CUstream, *mut Opaque);
+    // Queries answered for pooled pointers (hooked).
+    cuMemGetAddressRange_v2: fn(*mut CUdeviceptr, *mut usize, CUdeviceptr);
+    cuPointerGetAttribute: fn(*mut c_void, u32, CUdeviceptr);
+    cuPointerGetAttributes: fn(u32, *mut u32, *mut *mut c_void, CUdeviceptr);
+    cuMemGetInfo_v2: fn(*mut usize, *mut usize);
+    cuIpcGetMemHandle: fn(*mut c_void, CUdeviceptr);
     // The lookup doors (hooked).
     cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64);
     cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int);
@@ -147,6 +166,10 @@ driver_entries! {
     cuDeviceGetName: fn(*mut c_char, c_int, CUdevice);
     cuDeviceTotalMem_v2: fn(*mut usize, CUdevice);
     cuDevicePrimaryCtxGetState: fn(CUdevice, *mut u32, *mut c_int);
+    cuEventCreate: fn(*mut *mut c_void, u32);
+    cuEventRecord: fn(*mut c_void, *mut c_void);
+    cuEventQuery: fn(*mut c_void);
+    cuEventDestroy_v2: fn(*mut c_void);
 }
 
 /// Number of entries in the table.
@@ -158,6 +181,8 @@ pub struct Driver {
     ptrs: [usize; ENTRY_COUNT],
     /// The driver library's path, as the loader has it.
     pub path: String,
+    /// The driver library's handle (from `dlopen` with RTLD_NOLOAD), as an address.
+    handle: usize,
 }
 
 static DRIVER: OnceCell<Driver> = OnceCell::new();
@@ -206,7 +231,23 @@ fn load() -> Result<Driver, ()> {
         String::new()
     };
     crate::diag::log(|| format!("driver resolved: {path}"));
-    Ok(Driver { ptrs, path })
+    Ok(Driver { ptrs, path, handle: handle as usize })
+}
+
+/// The real address of the driver's export `name`, or 0 (driver not loaded, or no such entry).
+pub fn resolve(name: &CStr) -> usize {
+    let (Some(d), Some(dlsym)) = (driver(), real_dlsym()) else { return 0 };
+    // SAFETY: d.handle is a live handle from dlopen and the name is NUL-terminated.
+    unsafe { dlsym(d.handle as *mut c_void, name.as_ptr()) as usize }
+}
+
+/// The calling thread's current context, as the real driver has it.
+#[inline]
+pub fn current_context() -> Option<u64> {
+    let get = real::cuCtxGetCurrent()?;
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: valid out-parameter.
+    (unsafe { get(&mut ctx) } == CUDA_SUCCESS && !ctx.is_null()).then_some(ctx as u64)
 }
 
 /// The path of the loaded object that contains `addr`, or an empty string.

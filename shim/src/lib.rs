@@ -28,7 +28,6 @@ mod ffi;
 mod guard;
 mod hooks;
 mod lifecycle;
-#[allow(dead_code)]
 mod pool;
 mod process;
 mod report;

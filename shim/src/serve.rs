@@ -1,27 +1,85 @@
-//! Where cuMemAlloc_v2, cuMemAllocPitch_v2 and the frees are served: the pool, when it is on
-//! and owns the pointer, else the real driver. The hooks call only these functions, so the pool
-//! stands behind them without the hooks changing.
+//! Where cuMemAlloc_v2, cuMemAllocPitch_v2 and the frees are served: the pool of the current
+//! context when `CUGUARD_POOL` is on, else the real driver. The hooks call only these functions,
+//! so the pool stands behind them without the hooks changing.
+//!
+//! Frees always ask the pool first whether it owns the pointer (even if the pool has since been
+//! turned off), so a pooled pointer never reaches the driver's free.
 
+use std::cell::RefCell;
+
+use crate::config;
 use crate::ffi::*;
+use crate::guard;
+use crate::pool::registry;
+use crate::report::json::Json;
 
 /// The real cuMemAlloc_v2.
 pub type AllocFn = unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult;
 /// The real cuMemAllocPitch_v2.
-pub type PitchFn =
-    unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, u32) -> CUresult;
+pub type PitchFn = unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, u32) -> CUresult;
 /// The real cuMemFree_v2.
 pub type FreeFn = unsafe extern "C" fn(CUdeviceptr) -> CUresult;
 /// The real cuMemFreeAsync (either stream form).
 pub type FreeAsyncFn = unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult;
 
+/// The pitch the driver gives (measured on the H200: width 1000 → 1024, width 1 → 512).
+pub const PITCH_ALIGN: usize = 512;
+
+thread_local! {
+    /// Why the last pooled allocation on this thread failed, for the `alloc_failed` event.
+    static FAILURE: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Takes the reason the last pooled allocation on this thread failed, if it did.
+pub fn take_failure_reason() -> Option<String> {
+    FAILURE.try_with(|f| f.borrow_mut().take()).ok().flatten()
+}
+
+fn set_failure_reason(why: String) {
+    let _ = FAILURE.try_with(|f| *f.borrow_mut() = Some(why));
+}
+
+/// Whether new allocations come from the pool.
+#[inline]
+fn pool_on() -> bool {
+    let c = config::get();
+    c.pool && !c.disabled && !guard::broken()
+}
+
+/// Allocates `size` bytes from the current context's pool: `None` to let the driver answer (no
+/// pool: no current context, not initialized, or the pool failed internally).
+fn pooled(cur: Option<u64>, size: u64) -> Option<Result<u64, CUresult>> {
+    let ctx = cur?;
+    let pool = guard::shield(None, || registry::current(ctx))?;
+    guard::shield(None, || {
+        Some(pool.alloc(size, size).map_err(|refusal| {
+            set_failure_reason(refusal.why);
+            refusal.result
+        }))
+    })
+}
+
 /// Serves cuMemAlloc_v2.
-pub fn device_alloc(dptr: *mut CUdeviceptr, size: usize, real: AllocFn) -> CUresult {
+pub fn device_alloc(cur: Option<u64>, dptr: *mut CUdeviceptr, size: usize, real: AllocFn) -> CUresult {
+    if pool_on() && !dptr.is_null() {
+        match pooled(cur, size as u64) {
+            Some(Ok(addr)) => {
+                // SAFETY: dptr is the program's non-null out-parameter.
+                unsafe { *dptr = addr };
+                return CUDA_SUCCESS;
+            }
+            Some(Err(code)) => return code,
+            None => {}
+        }
+    }
     // SAFETY: the program's own arguments, forwarded unchanged.
     unsafe { real(dptr, size) }
 }
 
-/// Serves cuMemAllocPitch_v2.
+/// Serves cuMemAllocPitch_v2, keeping the driver's rules: element size 4, 8 or 16, non-zero
+/// width and height, pitch a multiple of [`PITCH_ALIGN`].
 pub fn pitch_alloc(
+    cur: Option<u64>,
     dptr: *mut CUdeviceptr,
     pitch: *mut usize,
     width: usize,
@@ -29,26 +87,117 @@ pub fn pitch_alloc(
     element_size: u32,
     real: PitchFn,
 ) -> CUresult {
+    if pool_on() && !dptr.is_null() && !pitch.is_null() {
+        if !matches!(element_size, 4 | 8 | 16) || width == 0 || height == 0 {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        let Some(p) = width.checked_next_multiple_of(PITCH_ALIGN) else {
+            return CUDA_ERROR_INVALID_VALUE;
+        };
+        let Some(size) = p.checked_mul(height) else { return CUDA_ERROR_OUT_OF_MEMORY };
+        match pooled(cur, size as u64) {
+            Some(Ok(addr)) => {
+                // SAFETY: dptr and pitch are the program's non-null out-parameters.
+                unsafe {
+                    *dptr = addr;
+                    *pitch = p;
+                }
+                return CUDA_SUCCESS;
+            }
+            Some(Err(code)) => return code,
+            None => {}
+        }
+    }
     // SAFETY: the program's own arguments, forwarded unchanged.
     unsafe { real(dptr, pitch, width, height, element_size) }
 }
 
+/// The pool's answer for freeing `addr`, or `None` if no pool owns it.
+fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<CUresult> {
+    if addr == 0 || !registry::any() {
+        return None;
+    }
+    guard::shield(None, || {
+        if let Some(pool) = cur.and_then(registry::current_existing) {
+            if let Some(r) = pool.free(addr) {
+                return Some(r);
+            }
+        }
+        registry::owner(addr)?.free(addr)
+    })
+}
+
 /// Serves cuMemFree_v2.
-pub fn device_free(addr: CUdeviceptr, real: FreeFn) -> CUresult {
+pub fn device_free(cur: Option<u64>, addr: CUdeviceptr, real: FreeFn) -> CUresult {
+    if let Some(r) = pool_free(cur, addr) {
+        return r;
+    }
     // SAFETY: the program's own argument, forwarded unchanged.
     unsafe { real(addr) }
 }
 
-/// Serves cuMemFreeAsync (either stream form).
-pub fn async_free(addr: CUdeviceptr, stream: CUstream, real: FreeAsyncFn) -> CUresult {
+/// Serves cuMemFreeAsync (either stream form). A pooled block freed on a stream waits, like any
+/// pooled free, for a fence that covers the work enqueued before it, on that stream too.
+pub fn async_free(cur: Option<u64>, addr: CUdeviceptr, stream: CUstream, real: FreeAsyncFn) -> CUresult {
+    if let Some(r) = pool_free(cur, addr) {
+        return r;
+    }
     // SAFETY: the program's own arguments, forwarded unchanged.
     unsafe { real(addr, stream) }
 }
 
-/// A context is gone, and the driver freed everything in it.
-pub fn context_destroyed(_handle: u64) {}
+/// The pooled block containing `addr`: (start, size the program sees). `Some(None)` when `addr`
+/// is in a pool chunk but in no live block; `None` when no pool holds it.
+pub fn pooled_range(addr: CUdeviceptr) -> Option<Option<(u64, u64)>> {
+    if !registry::any() {
+        return None;
+    }
+    guard::shield(None, || {
+        let pool = registry::owner(addr)?;
+        Some(pool.find(addr))
+    })
+}
 
-/// Writes the report's `stats.devices[].pool` for `device` (null when the pool is off).
-pub fn write_pool_stats(j: &mut crate::report::json::Json, _device: i32) {
-    j.null();
+/// Idle pool bytes on `device` (counted as free by cuMemGetInfo).
+pub fn idle_bytes(device: i32) -> u64 {
+    if !registry::any() {
+        return 0;
+    }
+    guard::shield(0, || registry::idle_bytes_for_device(device))
+}
+
+/// A context is gone, and the driver freed everything in it.
+pub fn context_destroyed(handle: u64) {
+    guard::shield((), || {
+        registry::context_destroyed(handle);
+        crate::pool::fence::context_gone(handle);
+    });
+}
+
+/// Writes the report's `stats.devices[].pool` for `device` (null when it has no pool).
+pub fn write_pool_stats(j: &mut Json, device: i32) {
+    let Some(s) = registry::stats_for_device(device) else {
+        j.null();
+        return;
+    };
+    j.begin_object();
+    j.key("reserved_bytes").u64(s.reserved_bytes);
+    j.key("peak_reserved_bytes").u64(s.peak_reserved_bytes);
+    j.key("chunks").u64(s.chunks);
+    j.key("chunks_added").u64(s.chunks_added);
+    j.key("trims").u64(s.trims);
+    j.key("trimmed_bytes").u64(s.trimmed_bytes);
+    j.key("free_bytes").u64(s.free_bytes);
+    j.key("largest_free_block").u64(s.largest_free_block);
+    j.key("fragmentation");
+    if s.free_bytes == 0 {
+        j.null();
+    } else {
+        j.f64(1.0 - s.largest_free_block as f64 / s.free_bytes as f64);
+    }
+    j.key("pending_bytes").u64(s.pending_bytes);
+    j.key("fences").u64(s.fences);
+    j.key("syncs").u64(s.syncs);
+    j.key("limit_refusals").u64(s.limit_refusals);
+    j.end_object();
 }

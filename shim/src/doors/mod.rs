@@ -29,8 +29,10 @@ pub fn substitute(addr: *mut c_void, door: usize) -> Option<*mut c_void> {
     if crate::config::get().disabled {
         return None;
     }
-    let entry = crate::driver::entry_at(addr as usize)?;
-    let hook = crate::hooks::hook_for(entry)?;
+    let hook = match crate::driver::entry_at(addr as usize).and_then(crate::hooks::hook_for) {
+        Some(h) => h,
+        None => crate::hooks::submit::hook_for_real(addr as usize)?,
+    };
     HANDED_OUT[door].fetch_add(1, Ordering::Relaxed);
     Some(hook)
 }

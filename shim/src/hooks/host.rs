@@ -24,7 +24,7 @@ fn after_alloc(api: Entry, result: CUresult, pp: *mut *mut c_void, size: usize) 
                 unsafe { *pp as u64 }
             };
             if addr != 0 {
-                record_alloc(t, api, Memory::HostPinned, addr, size as u64, size as u64);
+                record_alloc(t, crate::driver::current_context(), api, Memory::HostPinned, addr, size as u64, size as u64);
             }
         } else {
             record_alloc_failed(t, api, size as u64, result, None);
@@ -58,5 +58,7 @@ pub unsafe extern "C" fn cuMemHostAlloc(
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     let real = real_or!(cuMemFreeHost, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own argument, forwarded unchanged.
-    free_tracked(Entry::cuMemFreeHost, p as u64, || unsafe { real(p) })
+    free_tracked(Entry::cuMemFreeHost, p as u64, crate::driver::current_context(), || unsafe {
+        real(p)
+    })
 }

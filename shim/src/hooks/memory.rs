@@ -15,6 +15,7 @@ use crate::tracker::Memory;
 
 /// Tracks the outcome of an allocation call that wrote its address to `dptr`.
 fn after_alloc(
+    cur: Option<u64>,
     api: Entry,
     memory: Memory,
     result: CUresult,
@@ -30,10 +31,10 @@ fn after_alloc(
             // SAFETY: the call succeeded, so dptr was valid and written.
             let addr = if dptr.is_null() { 0 } else { unsafe { *dptr } };
             if addr != 0 {
-                record_alloc(t, api, memory, addr, size, requested);
+                record_alloc(t, cur, api, memory, addr, size, requested);
             }
         } else {
-            record_alloc_failed(t, api, requested, result, None);
+            record_alloc_failed(t, api, requested, result, serve::take_failure_reason());
         }
     });
 }
@@ -41,8 +42,10 @@ fn after_alloc(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     let real = real_or!(cuMemAlloc_v2, CUDA_ERROR_NOT_INITIALIZED);
-    let r = serve::device_alloc(dptr, bytesize, real);
+    let cur = crate::driver::current_context();
+    let r = serve::device_alloc(cur, dptr, bytesize, real);
     after_alloc(
+        cur,
         Entry::cuMemAlloc_v2,
         Memory::Device,
         r,
@@ -62,7 +65,8 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     element_size: u32,
 ) -> CUresult {
     let real = real_or!(cuMemAllocPitch_v2, CUDA_ERROR_NOT_INITIALIZED);
-    let r = serve::pitch_alloc(dptr, pitch, width, height, element_size, real);
+    let cur = crate::driver::current_context();
+    let r = serve::pitch_alloc(cur, dptr, pitch, width, height, element_size, real);
     // SAFETY: on success the driver wrote the pitch through a valid pointer.
     let p = if r == CUDA_SUCCESS && !pitch.is_null() {
         unsafe { *pitch }
@@ -72,6 +76,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     let requested = (width as u64).saturating_mul(height as u64);
     let size = (p as u64).saturating_mul(height as u64);
     after_alloc(
+        cur,
         Entry::cuMemAllocPitch_v2,
         Memory::Pitched,
         r,
@@ -92,6 +97,7 @@ pub unsafe extern "C" fn cuMemAllocManaged(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, flags) };
     after_alloc(
+        crate::driver::current_context(),
         Entry::cuMemAllocManaged,
         Memory::Managed,
         r,
@@ -105,5 +111,6 @@ pub unsafe extern "C" fn cuMemAllocManaged(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     let real = real_or!(cuMemFree_v2, CUDA_ERROR_NOT_INITIALIZED);
-    free_tracked(Entry::cuMemFree_v2, dptr, || serve::device_free(dptr, real))
+    let cur = crate::driver::current_context();
+    free_tracked(Entry::cuMemFree_v2, dptr, cur, || serve::device_free(cur, dptr, real))
 }

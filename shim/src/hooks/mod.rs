@@ -9,7 +9,10 @@
 pub mod context;
 pub mod host;
 pub mod memory;
+pub mod query;
 pub mod stream_ordered;
+pub mod streams;
+pub mod submit;
 pub mod vmm;
 
 use std::ffi::c_void;
@@ -55,6 +58,23 @@ pub fn hook_for(entry: Entry) -> Option<*mut c_void> {
         cuDevicePrimaryCtxRelease_v2 => context::cuDevicePrimaryCtxRelease_v2 as *const (),
         cuDevicePrimaryCtxReset => context::cuDevicePrimaryCtxReset as *const (),
         cuDevicePrimaryCtxReset_v2 => context::cuDevicePrimaryCtxReset_v2 as *const (),
+        cuStreamCreate => streams::cuStreamCreate as *const (),
+        cuStreamCreateWithPriority => streams::cuStreamCreateWithPriority as *const (),
+        cuGreenCtxStreamCreate => streams::cuGreenCtxStreamCreate as *const (),
+        cuStreamDestroy => streams::cuStreamDestroy as *const (),
+        cuStreamDestroy_v2 => streams::cuStreamDestroy_v2 as *const (),
+        cuStreamBeginCapture => streams::cuStreamBeginCapture as *const (),
+        cuStreamBeginCapture_v2 => streams::cuStreamBeginCapture_v2 as *const (),
+        cuStreamBeginCapture_v2_ptsz => streams::cuStreamBeginCapture_v2_ptsz as *const (),
+        cuStreamBeginCaptureToGraph => streams::cuStreamBeginCaptureToGraph as *const (),
+        cuStreamBeginCaptureToGraph_ptsz => streams::cuStreamBeginCaptureToGraph_ptsz as *const (),
+        cuStreamEndCapture => streams::cuStreamEndCapture as *const (),
+        cuStreamEndCapture_ptsz => streams::cuStreamEndCapture_ptsz as *const (),
+        cuMemGetAddressRange_v2 => query::cuMemGetAddressRange_v2 as *const (),
+        cuPointerGetAttribute => query::cuPointerGetAttribute as *const (),
+        cuPointerGetAttributes => query::cuPointerGetAttributes as *const (),
+        cuMemGetInfo_v2 => query::cuMemGetInfo_v2 as *const (),
+        cuIpcGetMemHandle => query::cuIpcGetMemHandle as *const (),
         cuGetProcAddress => crate::doors::procaddr::cuGetProcAddress as *const (),
         cuGetProcAddress_v2 => crate::doors::procaddr::cuGetProcAddress_v2 as *const (),
         _ => return None,
@@ -97,15 +117,14 @@ pub fn missing(name: &str) {
 
 /// The current context's (id, device), registering a context the shim has not seen yet.
 pub fn current_context(t: &Tracker) -> (u32, i32) {
-    let Some(get) = real::cuCtxGetCurrent() else {
+    context_of(t, crate::driver::current_context())
+}
+
+/// The (id, device) of context `cur` (the current one, already asked of the driver).
+pub fn context_of(t: &Tracker, cur: Option<u64>) -> (u32, i32) {
+    let Some(handle) = cur else {
         return (NONE, -1);
     };
-    let mut ctx: CUcontext = std::ptr::null_mut();
-    // SAFETY: ctx is a valid out-parameter.
-    if unsafe { get(&mut ctx) } != CUDA_SUCCESS || ctx.is_null() {
-        return (NONE, -1);
-    }
-    let handle = ctx as u64;
     if let Some(found) = t.contexts.lookup(handle) {
         return found;
     }
@@ -118,9 +137,17 @@ pub fn current_context(t: &Tracker) -> (u32, i32) {
     (t.contexts.register(handle, device, false, NONE), device)
 }
 
-/// Records an allocation the driver (or pool) just made.
-pub fn record_alloc(t: &Tracker, api: Entry, memory: Memory, addr: u64, size: u64, requested: u64) {
-    let (context, device) = current_context(t);
+/// Records an allocation the driver (or pool) just made in context `cur`.
+pub fn record_alloc(
+    t: &Tracker,
+    cur: Option<u64>,
+    api: Entry,
+    memory: Memory,
+    addr: u64,
+    size: u64,
+    requested: u64,
+) {
+    let (context, device) = context_of(t, cur);
     record_alloc_in(t, api, memory, addr, size, requested, context, device);
 }
 
@@ -203,7 +230,12 @@ pub fn event(
 /// Frees `addr` through `free` (the driver, or the pool) and accounts for it: the record is
 /// taken out before the free, so that an address the driver hands out again at once is never
 /// confused with the old one, and put back if the free is refused.
-pub fn free_tracked(api: Entry, addr: u64, free: impl FnOnce() -> CUresult) -> CUresult {
+pub fn free_tracked(
+    api: Entry,
+    addr: u64,
+    cur: Option<u64>,
+    free: impl FnOnce() -> CUresult,
+) -> CUresult {
     let Some((_guard, t)) = crate::state::active() else {
         return free();
     };
@@ -212,15 +244,22 @@ pub fn free_tracked(api: Entry, addr: u64, free: impl FnOnce() -> CUresult) -> C
     }
     let taken = crate::guard::shield(None, || t.take(addr));
     let result = free();
-    crate::guard::shield((), || account_free(t, api, addr, taken, result));
+    crate::guard::shield((), || account_free(t, api, addr, cur, taken, result));
     result
 }
 
-fn account_free(t: &Tracker, api: Entry, addr: u64, taken: Option<Record>, result: CUresult) {
+fn account_free(
+    t: &Tracker,
+    api: Entry,
+    addr: u64,
+    cur: Option<u64>,
+    taken: Option<Record>,
+    result: CUresult,
+) {
     match (taken, result) {
         (Some(record), CUDA_SUCCESS) => {
             t.freed(addr, &record);
-            let (now, _) = current_context(t);
+            let (now, _) = context_of(t, cur);
             if record.context != NONE && now != NONE && now != record.context {
                 event(
                     t,
@@ -239,7 +278,7 @@ fn account_free(t: &Tracker, api: Entry, addr: u64, taken: Option<Record>, resul
         }
         (Some(record), _) => t.restore(addr, record),
         (None, CUDA_SUCCESS) => {
-            let (ctx, _) = current_context(t);
+            let (ctx, _) = context_of(t, cur);
             event(t, Kind::UntrackedFree, addr, api, result, None, ctx, None);
         }
         (None, _) => {
@@ -248,7 +287,7 @@ fn account_free(t: &Tracker, api: Entry, addr: u64, taken: Option<Record>, resul
             } else {
                 Kind::InvalidFree
             };
-            let (ctx, _) = current_context(t);
+            let (ctx, _) = context_of(t, cur);
             event(t, kind, addr, api, result, None, ctx, None);
         }
     }

@@ -24,7 +24,7 @@ fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize
             // SAFETY: the call succeeded, so dptr was valid and written.
             let addr = if dptr.is_null() { 0 } else { unsafe { *dptr } };
             if addr != 0 {
-                record_alloc(t, api, Memory::Async, addr, size as u64, size as u64);
+                record_alloc(t, crate::driver::current_context(), api, Memory::Async, addr, size as u64, size as u64);
             }
         } else {
             record_alloc_failed(t, api, size as u64, result, None);
@@ -72,7 +72,8 @@ macro_rules! free_async {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
             let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            free_tracked(Entry::$name, dptr, || serve::async_free(dptr, stream, real))
+            let cur = crate::driver::current_context();
+            free_tracked(Entry::$name, dptr, cur, || serve::async_free(cur, dptr, stream, real))
         }
     };
 }

@@ -97,6 +97,17 @@ impl Json {
         self
     }
 
+    /// A finite float (non-finite values become null).
+    pub fn f64(&mut self, v: f64) -> &mut Self {
+        self.before_value();
+        if v.is_finite() {
+            let _ = write!(self.out, "{v}");
+        } else {
+            self.out.push_str("null");
+        }
+        self
+    }
+
     /// A boolean.
     pub fn bool(&mut self, v: bool) -> &mut Self {
         self.before_value();

@@ -25,6 +25,8 @@ pub enum Kind {
     ContextDestroyedWithLiveAllocations,
     /// An allocation the driver (or the pool) refused.
     AllocFailed,
+    /// An IPC export of a pooled pointer, refused.
+    IpcRefused,
 }
 
 impl Kind {
@@ -37,6 +39,7 @@ impl Kind {
             Kind::FreeInWrongContext => "free_in_wrong_context",
             Kind::ContextDestroyedWithLiveAllocations => "context_destroyed_with_live_allocations",
             Kind::AllocFailed => "alloc_failed",
+            Kind::IpcRefused => "ipc_refused",
         }
     }
 }

@@ -1,0 +1,165 @@
+//! Queries about pointers and memory, answered for pooled pointers as the driver would answer
+//! for a real allocation: the range is the block's, not the chunk's; idle pool memory counts as
+//! free; and an IPC handle, which could only name the whole chunk, is refused.
+
+#![allow(non_snake_case)]
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::{current_context, event, real_or};
+use crate::driver::{Entry, real};
+use crate::ffi::*;
+use crate::guard::shield;
+use crate::serve;
+use crate::state;
+use crate::tracker::events::Kind;
+
+const BUFFER_ID: u32 = 7;
+const IS_LEGACY_CUDA_IPC_CAPABLE: u32 = 10;
+const RANGE_START_ADDR: u32 = 11;
+const RANGE_SIZE: u32 = 12;
+
+/// Buffer ids for pooled blocks: distinct from each other (the chunk's own id would be shared
+/// by every block in it). The high bit keeps them apart from the driver's small counters.
+fn buffer_id(start: u64) -> u64 {
+    static SALT: AtomicU64 = AtomicU64::new(0);
+    let salt = SALT.load(Ordering::Relaxed);
+    (1 << 63) | ((start >> 8) ^ salt)
+}
+
+/// Writes a pooled block's answer for `attribute` into `data`; false when the driver's answer
+/// stands.
+///
+/// # Safety
+/// `data` must point to storage of the attribute's type (the program's contract).
+unsafe fn answer(attribute: u32, data: *mut c_void, start: u64, size: u64) -> bool {
+    if data.is_null() {
+        return false;
+    }
+    // SAFETY: per the caller's contract, data holds the attribute's type: CUdeviceptr, size_t,
+    // unsigned long long, or int.
+    unsafe {
+        match attribute {
+            RANGE_START_ADDR => *(data as *mut u64) = start,
+            RANGE_SIZE => *(data as *mut usize) = size as usize,
+            BUFFER_ID => *(data as *mut u64) = buffer_id(start),
+            IS_LEGACY_CUDA_IPC_CAPABLE => *(data as *mut i32) = 0,
+            _ => return false,
+        }
+    }
+    true
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize: *mut usize, dptr: CUdeviceptr) -> CUresult {
+    let real = real_or!(cuMemGetAddressRange_v2, CUDA_ERROR_NOT_INITIALIZED);
+    match serve::pooled_range(dptr) {
+        Some(Some((start, size))) => {
+            // SAFETY: the program's out-parameters, either may be NULL.
+            unsafe {
+                if !pbase.is_null() {
+                    *pbase = start;
+                }
+                if !psize.is_null() {
+                    *psize = size as usize;
+                }
+            }
+            CUDA_SUCCESS
+        }
+        // In a chunk, but no live block there: the driver says this of freed memory.
+        Some(None) => CUDA_ERROR_NOT_FOUND,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        None => unsafe { real(pbase, psize, dptr) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: u32, ptr: CUdeviceptr) -> CUresult {
+    let real = real_or!(cuPointerGetAttribute, CUDA_ERROR_NOT_INITIALIZED);
+    match serve::pooled_range(ptr) {
+        Some(None) => CUDA_ERROR_INVALID_VALUE,
+        // SAFETY: data is the program's storage for this attribute.
+        Some(Some((start, size))) if unsafe { answer(attribute, data, start, size) } => CUDA_SUCCESS,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => unsafe { real(data, attribute, ptr) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttributes(
+    n: u32,
+    attributes: *mut u32,
+    data: *mut *mut c_void,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    let real = real_or!(cuPointerGetAttributes, CUDA_ERROR_NOT_INITIALIZED);
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(n, attributes, data, ptr) };
+    if r != CUDA_SUCCESS || attributes.is_null() || data.is_null() {
+        return r;
+    }
+    if let Some(Some((start, size))) = serve::pooled_range(ptr) {
+        for i in 0..n as usize {
+            // SAFETY: both arrays have n entries (the program's contract, which the driver
+            // just relied on too).
+            unsafe { answer(*attributes.add(i), *data.add(i), start, size) };
+        }
+    }
+    r
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    let real = real_or!(cuMemGetInfo_v2, CUDA_ERROR_NOT_INITIALIZED);
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(free, total) };
+    if r == CUDA_SUCCESS && !free.is_null() {
+        let idle = shield(0, || {
+            let Some(get) = real::cuCtxGetDevice() else { return 0 };
+            let mut device = -1;
+            // SAFETY: valid out-parameter.
+            if unsafe { get(&mut device) } != CUDA_SUCCESS {
+                return 0;
+            }
+            serve::idle_bytes(device)
+        });
+        // SAFETY: checked non-null; the driver just wrote it.
+        unsafe {
+            let t = if total.is_null() { usize::MAX } else { *total };
+            *free = (*free).saturating_add(idle as usize).min(t);
+        }
+    }
+    r
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut c_void, dptr: CUdeviceptr) -> CUresult {
+    let real = real_or!(cuIpcGetMemHandle, CUDA_ERROR_NOT_INITIALIZED);
+    if serve::pooled_range(dptr).is_some() {
+        static SAID: AtomicBool = AtomicBool::new(false);
+        crate::diag::warn_once(
+            &SAID,
+            "cuIpcGetMemHandle refused for a pooled pointer (the handle would name the pool's chunk, \
+             not the allocation); run with CUGUARD_POOL=0 to share device memory between processes",
+        );
+        if let Some((_guard, t)) = state::active() {
+            shield((), || {
+                let (ctx, _) = current_context(t);
+                event(
+                    t,
+                    Kind::IpcRefused,
+                    dptr,
+                    Entry::cuIpcGetMemHandle,
+                    CUDA_ERROR_NOT_SUPPORTED,
+                    None,
+                    ctx,
+                    Some("IPC export of a pooled pointer; set CUGUARD_POOL=0 to share memory".into()),
+                );
+            });
+        }
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    unsafe { real(handle, dptr) }
+}

@@ -1,0 +1,427 @@
+//! One context's pool: chunks from the driver, carved by the sub-allocator, with frees held
+//! back until a fence says they are safe (see [`super::fence`]).
+//!
+//! Everything here runs under the pool's one lock. The lock is never held across a call into
+//! the program; it is held across driver calls only on the slow path (growing, fencing,
+//! trimming), which the driver's own cuMemAlloc/cuMemFree would have made the program wait for
+//! anyway.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::BuildHasherDefault;
+use std::sync::Mutex;
+
+use super::fence::{self, Fences};
+use super::growth::{GrowthPolicy, Route};
+use super::tlsf::{FreeError, Grant, SubAllocator};
+use crate::driver::{current_context, real};
+use crate::ffi::*;
+use crate::tracker::{AddrHasher, lock};
+
+/// Every block is aligned to at least this (the driver gives 512 or more; CUDA code assumes 256).
+pub const ALIGN: u64 = 256;
+/// A fence is recorded once this many bytes, or [`FENCE_COUNT`] blocks, wait for one.
+const FENCE_BYTES: u64 = 64 << 20;
+const FENCE_COUNT: u32 = 64;
+/// Frees between polls of the fences in flight.
+const POLL_EVERY: u32 = 32;
+
+type AddrSet = HashSet<u64, BuildHasherDefault<AddrHasher>>;
+type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+
+/// Limits and policy, resolved for this pool's device.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Most bytes the pool may reserve on its device (`CUGUARD_POOL_LIMIT`).
+    pub limit: Option<u64>,
+    /// Idle bytes kept before chunks go back to the driver (`CUGUARD_POOL_KEEP`).
+    pub keep: u64,
+}
+
+/// Counters for the report.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PoolStats {
+    pub reserved_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub chunks: u64,
+    pub chunks_added: u64,
+    pub trims: u64,
+    pub trimmed_bytes: u64,
+    pub free_bytes: u64,
+    pub largest_free_block: u64,
+    pub pending_bytes: u64,
+    pub fences: u64,
+    pub syncs: u64,
+    pub limit_refusals: u64,
+}
+
+/// Why an allocation failed.
+pub struct Refusal {
+    pub result: CUresult,
+    pub why: String,
+}
+
+struct Inner {
+    sub: SubAllocator,
+    policy: GrowthPolicy,
+    limits: Limits,
+    /// Frees waiting for a fence: (mark, address, granted size), in mark order.
+    pending: VecDeque<(u64, u64, u64)>,
+    pending_set: AddrSet,
+    pending_bytes: u64,
+    since_fence_bytes: u64,
+    since_fence_count: u32,
+    frees: u32,
+    fences: Fences,
+    /// The size the program asked for, where it differs from the granted size.
+    sizes: AddrMap<u64>,
+    peak_reserved: u64,
+    chunks_added: u64,
+    trims: u64,
+    trimmed_bytes: u64,
+    limit_refusals: u64,
+    /// The context is gone; the driver freed the chunks with it.
+    dead: bool,
+}
+
+/// A context's pool.
+pub struct CtxPool {
+    pub ctx: u64,
+    pub device: i32,
+    inner: Mutex<Inner>,
+}
+
+impl CtxPool {
+    /// An empty pool for context `ctx` on `device`.
+    pub fn new(ctx: u64, device: i32, limits: Limits) -> CtxPool {
+        CtxPool {
+            ctx,
+            device,
+            inner: Mutex::new(Inner {
+                sub: SubAllocator::new(ALIGN),
+                policy: GrowthPolicy::default(),
+                limits,
+                pending: VecDeque::new(),
+                pending_set: AddrSet::default(),
+                pending_bytes: 0,
+                since_fence_bytes: 0,
+                since_fence_count: 0,
+                frees: 0,
+                fences: Fences::default(),
+                sizes: AddrMap::default(),
+                peak_reserved: 0,
+                chunks_added: 0,
+                trims: 0,
+                trimmed_bytes: 0,
+                limit_refusals: 0,
+                dead: false,
+            }),
+        }
+    }
+
+    /// Reserves `bytes` up front (`CUGUARD_POOL_INITIAL`), in the pool's context (current).
+    pub fn reserve_initial(&self, bytes: u64) -> Result<(), Refusal> {
+        let mut g = lock(&self.inner);
+        let size = bytes.next_multiple_of(g.policy.granularity.max(ALIGN));
+        g.grow(size, false, self)
+    }
+
+    /// Allocates `size` bytes for the program (who asked for `requested`); the pool's context
+    /// is current.
+    pub fn alloc(&self, size: u64, requested: u64) -> Result<u64, Refusal> {
+        if size == 0 {
+            return Err(Refusal { result: CUDA_ERROR_INVALID_VALUE, why: "size 0".into() });
+        }
+        let mut g = lock(&self.inner);
+        if g.dead {
+            return Err(Refusal { result: CUDA_ERROR_CONTEXT_IS_DESTROYED, why: "context destroyed".into() });
+        }
+        g.release_ready();
+        let grant = match g.try_alloc(size) {
+            Some(grant) => grant,
+            None => g.alloc_slow(size, self)?,
+        };
+        if requested != grant.size {
+            g.sizes.insert(grant.addr, requested);
+        }
+        Ok(grant.addr)
+    }
+
+    /// Frees `addr` if this pool owns it: `None` when it does not, else the driver's answer
+    /// for the free (success, or CUDA_ERROR_INVALID_VALUE for a block that is not live).
+    pub fn free(&self, addr: u64) -> Option<CUresult> {
+        let mark = fence::mark();
+        let mut g = lock(&self.inner);
+        if g.dead {
+            return None;
+        }
+        let immediate = mark <= g.fences.completed();
+        if immediate && !g.pending_set.contains(&addr) {
+            return match g.sub.free(addr) {
+                Ok(freed) => {
+                    if !g.sizes.is_empty() {
+                        g.sizes.remove(&addr);
+                    }
+                    if freed.chunk_idle {
+                        g.after_release(self);
+                    }
+                    Some(CUDA_SUCCESS)
+                }
+                Err(FreeError::NotInPool) => None,
+                Err(_) => Some(CUDA_ERROR_INVALID_VALUE),
+            };
+        }
+        match g.sub.find(addr) {
+            Some(grant) if grant.addr == addr && !g.pending_set.contains(&addr) => {
+                g.pending.push_back((mark, addr, grant.size));
+                g.pending_set.insert(addr);
+                g.pending_bytes += grant.size;
+                g.since_fence_bytes += grant.size;
+                g.since_fence_count += 1;
+                g.frees = g.frees.wrapping_add(1);
+                if g.since_fence_bytes >= FENCE_BYTES || g.since_fence_count >= FENCE_COUNT {
+                    g.fence(self);
+                }
+                if g.frees % POLL_EVERY == 0 {
+                    g.fences.poll();
+                    g.release_ready();
+                    g.after_release(self);
+                }
+                Some(CUDA_SUCCESS)
+            }
+            Some(_) => Some(CUDA_ERROR_INVALID_VALUE),
+            None if g.sub.chunk_containing(addr).is_some() => Some(CUDA_ERROR_INVALID_VALUE),
+            None => None,
+        }
+    }
+
+    /// The live block containing `addr` (interior pointers too): (start, the program's size).
+    pub fn find(&self, addr: u64) -> Option<(u64, u64)> {
+        let g = lock(&self.inner);
+        if g.dead || g.pending_set.contains(&addr) {
+            return None;
+        }
+        let grant = g.sub.find(addr)?;
+        if g.pending_set.contains(&grant.addr) {
+            return None;
+        }
+        Some((grant.addr, g.sizes.get(&grant.addr).copied().unwrap_or(grant.size)))
+    }
+
+    /// Bytes the program could still get from the pool without the driver: free and pending.
+    pub fn idle_bytes(&self) -> u64 {
+        let g = lock(&self.inner);
+        if g.dead { 0 } else { g.sub.stats().free_bytes + g.pending_bytes }
+    }
+
+    /// The context is gone and took the chunks with it: forget them.
+    pub fn kill(&self) {
+        let mut g = lock(&self.inner);
+        g.dead = true;
+        g.pending.clear();
+        g.pending_set.clear();
+        g.pending_bytes = 0;
+        g.sizes.clear();
+        g.sub = SubAllocator::new(ALIGN);
+    }
+
+    /// Chunk ranges, for the registry's address map.
+    pub fn chunk_ranges(&self) -> Vec<(u64, u64)> {
+        lock(&self.inner).sub.chunks().map(|c| (c.base, c.base + c.size)).collect()
+    }
+
+    /// The report's counters.
+    pub fn stats(&self) -> PoolStats {
+        let g = lock(&self.inner);
+        let s = g.sub.stats();
+        PoolStats {
+            reserved_bytes: s.reserved_bytes,
+            peak_reserved_bytes: g.peak_reserved,
+            chunks: s.chunks,
+            chunks_added: g.chunks_added,
+            trims: g.trims,
+            trimmed_bytes: g.trimmed_bytes,
+            free_bytes: s.free_bytes,
+            largest_free_block: s.largest_free_block,
+            pending_bytes: g.pending_bytes,
+            fences: g.fences.recorded,
+            syncs: g.fences.syncs,
+            limit_refusals: g.limit_refusals,
+        }
+    }
+}
+
+impl Inner {
+    fn try_alloc(&mut self, size: u64) -> Option<Grant> {
+        let r = match self.policy.route(size) {
+            Route::Shared => self.sub.alloc(size, ALIGN),
+            Route::Dedicated { max_block } => self.sub.alloc_dedicated(size, ALIGN, max_block),
+        };
+        r.ok()
+    }
+
+    /// Hands every pending block whose mark is covered back to the sub-allocator.
+    fn release_ready(&mut self) {
+        let done = self.fences.completed();
+        while let Some(&(mark, addr, size)) = self.pending.front() {
+            if mark > done {
+                break;
+            }
+            self.pending.pop_front();
+            self.pending_set.remove(&addr);
+            self.pending_bytes -= size;
+            self.sizes.remove(&addr);
+            let _ = self.sub.free(addr);
+        }
+    }
+
+    /// Records a fence for everything pending, if the pool's context is current.
+    fn fence(&mut self, pool: &CtxPool) {
+        if current_context() == Some(pool.ctx) && self.fences.record(pool.ctx) {
+            self.since_fence_bytes = 0;
+            self.since_fence_count = 0;
+        }
+    }
+
+    /// Waits for the context's work, then releases every pending block.
+    fn synchronize(&mut self, pool: &CtxPool) -> bool {
+        if self.pending.is_empty() || current_context() != Some(pool.ctx) {
+            return false;
+        }
+        if self.fences.synchronize(pool.ctx).is_none() {
+            return false;
+        }
+        self.release_ready();
+        self.since_fence_bytes = 0;
+        self.since_fence_count = 0;
+        true
+    }
+
+    /// The slow path: reclaim, fence, synchronize, trim and grow, in the order the pool promises.
+    fn alloc_slow(&mut self, size: u64, pool: &CtxPool) -> Result<Grant, Refusal> {
+        let dedicated = matches!(self.policy.route(size), Route::Dedicated { .. });
+        let Some(footprint) = self.sub.footprint(size, ALIGN) else {
+            return Err(Refusal { result: CUDA_ERROR_OUT_OF_MEMORY, why: "request too large".into() });
+        };
+        // 1. Fences that completed since.
+        self.fences.poll();
+        self.release_ready();
+        if let Some(a) = self.try_alloc(size) {
+            return Ok(a);
+        }
+        // 2. Pending frees that could serve it: synchronize rather than grow.
+        if self.pending_bytes >= footprint && self.synchronize(pool) {
+            if let Some(a) = self.try_alloc(size) {
+                return Ok(a);
+            }
+        }
+        if !self.pending.is_empty() {
+            self.fence(pool);
+        }
+        // 3. Grow.
+        let stats = self.sub.stats();
+        let want = if dedicated {
+            self.policy.dedicated_chunk_size(size).unwrap_or(footprint)
+        } else {
+            let shared = stats.reserved_bytes - stats.dedicated_bytes;
+            self.policy.shared_chunk_size(footprint, shared).unwrap_or(footprint)
+        };
+        let minimum = footprint.next_multiple_of(self.policy.granularity.max(ALIGN));
+        for chunk in [want, minimum] {
+            if self.within_limit(chunk) && self.grow(chunk, dedicated, pool).is_ok() {
+                if let Some(a) = self.try_alloc(size) {
+                    return Ok(a);
+                }
+            }
+            if chunk == minimum {
+                break;
+            }
+        }
+        // 4. Under pressure: synchronize, reclaim, give idle chunks back, retry.
+        self.synchronize(pool);
+        if let Some(a) = self.try_alloc(size) {
+            return Ok(a);
+        }
+        self.trim(0, pool);
+        if self.within_limit(minimum) {
+            if self.grow(minimum, dedicated, pool).is_ok() {
+                if let Some(a) = self.try_alloc(size) {
+                    return Ok(a);
+                }
+            }
+            return Err(Refusal { result: CUDA_ERROR_OUT_OF_MEMORY, why: "device out of memory".into() });
+        }
+        self.limit_refusals += 1;
+        let limit = self.limits.limit.unwrap_or(0);
+        Err(Refusal {
+            result: CUDA_ERROR_OUT_OF_MEMORY,
+            why: format!(
+                "CUGUARD_POOL_LIMIT of {limit} bytes reached: {} bytes reserved, {size} more asked for",
+                self.sub.stats().reserved_bytes
+            ),
+        })
+    }
+
+    fn within_limit(&self, more: u64) -> bool {
+        match self.limits.limit {
+            None => true,
+            Some(l) => self.sub.stats().reserved_bytes.saturating_add(more) <= l,
+        }
+    }
+
+    /// Adds a chunk of `size` bytes from the driver.
+    fn grow(&mut self, size: u64, dedicated: bool, pool: &CtxPool) -> Result<(), Refusal> {
+        let Some(alloc) = real::cuMemAlloc_v2() else {
+            return Err(Refusal { result: CUDA_ERROR_NOT_INITIALIZED, why: "no driver".into() });
+        };
+        let mut base: CUdeviceptr = 0;
+        // SAFETY: valid out-parameter; the pool's context is current.
+        let r = unsafe { alloc(&mut base, size as usize) };
+        if r != CUDA_SUCCESS {
+            return Err(Refusal { result: r, why: format!("driver refused a {size}-byte chunk") });
+        }
+        let added = if dedicated { self.sub.add_dedicated_chunk(base, size) } else { self.sub.add_chunk(base, size) };
+        if added.is_err() {
+            free_chunk(base);
+            return Err(Refusal { result: CUDA_ERROR_OUT_OF_MEMORY, why: "chunk refused by the sub-allocator".into() });
+        }
+        self.chunks_added += 1;
+        let reserved = self.sub.stats().reserved_bytes;
+        self.peak_reserved = self.peak_reserved.max(reserved);
+        super::registry::chunk_added(base, size, pool);
+        Ok(())
+    }
+
+    /// After blocks went back to the sub-allocator: give idle chunks back beyond what is kept.
+    fn after_release(&mut self, pool: &CtxPool) {
+        let keep = self.limits.keep;
+        if self.sub.stats().idle_bytes > keep {
+            self.trim(keep, pool);
+        }
+    }
+
+    /// Gives idle chunks back to the driver until at most `keep` idle bytes remain.
+    fn trim(&mut self, keep: u64, _pool: &CtxPool) {
+        let mut idle: Vec<_> = self.sub.idle_chunks().collect();
+        idle.sort_by_key(|c| std::cmp::Reverse(c.size));
+        let mut idle_bytes: u64 = idle.iter().map(|c| c.size).sum();
+        for c in idle {
+            if idle_bytes <= keep {
+                break;
+            }
+            if self.sub.remove_chunk(c.id).is_ok() {
+                super::registry::chunk_removed(c.base);
+                free_chunk(c.base);
+                idle_bytes -= c.size;
+                self.trims += 1;
+                self.trimmed_bytes += c.size;
+            }
+        }
+    }
+}
+
+fn free_chunk(base: u64) {
+    if let Some(f) = real::cuMemFree_v2() {
+        // SAFETY: base is a chunk this pool allocated and no block of it is live.
+        unsafe { f(base) };
+    }
+}
