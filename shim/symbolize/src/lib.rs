@@ -27,11 +27,15 @@
 //! nothing. With a deadline, work stops when it passes and everything after that comes back
 //! empty (the report keeps module+offset for those frames).
 //!
+//! [`site`] holds the site rule: which frame of a symbolized stack a leak is charged to, and
+//! its stable fingerprint.
+//!
 //! Offsets are what the stack capture records: call-site addresses (return address - 1), so
 //! the line reported is the call's. They are looked up as given.
 
 mod demangle;
 mod module;
+pub mod site;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,546 @@
+//! The site rule: which frame of an allocation's stack a leak is charged to.
+//!
+//! A **site** is the first frame, from the allocation outward, that belongs to the user rather
+//! than to plumbing: cuguard, the CUDA driver and runtime and CUDA libraries, known framework
+//! allocators and framework internals (PyTorch, RMM, CuPy, numba, JAX), the C/C++ runtime and
+//! the Python interpreter. The plumbing list is built in ([`Plumbing::builtin`]) and users
+//! extend it ([`Plumbing::add`]). It is a pure function of symbolized frames:
+//!
+//! ```
+//! use cuguard_symbolize::site::{Plumbing, SiteFrame, find_site};
+//! let frames = [
+//!     SiteFrame { module: "/usr/lib/libcudart.so.13", function: Some("cudaMalloc"), ..Default::default() },
+//!     SiteFrame { module: "/opt/app/bin/solver", function: Some("make_buffers(int)"),
+//!                 file: Some("/src/solver.cpp"), line: Some(42), ..Default::default() },
+//!     SiteFrame { module: "/opt/app/bin/solver", function: Some("main"), ..Default::default() },
+//! ];
+//! let site = find_site(&frames, &Plumbing::builtin()).unwrap();
+//! assert_eq!(site.index, 1);
+//! ```
+//!
+//! `None` means every frame is plumbing (or unknown): for a Python program that is the normal
+//! case, since the native stack ends in the interpreter. Run the same rule over the Python
+//! frames (module `""`, `file` the script path): the built-in list has file patterns for the
+//! frameworks' Python code, so the site is the user's own line.
+//!
+//! # Patterns
+//!
+//! `module:GLOB`, `function:GLOB` or `file:GLOB`; `*` matches any run of characters and `?`
+//! one. A module or file glob without a `/` is matched against the base name, with one
+//! against the whole path. A function glob is matched against the demangled name and against
+//! its qualified path without return type, template arguments and parameters
+//! (`void* c10::Foo<int>::bar(long)` → `c10::Foo::bar`), so `rmm::mr::*` and `cudaMalloc*`
+//! both work.
+//!
+//! # Fingerprint
+//!
+//! [`fingerprint`] hashes (FNV-1a, 64 bits, fixed: stable across runs, machines and Rust
+//! versions) the module's base name, the function, the file's base name and the line; a frame
+//! without function and file uses its module-relative offset instead. None of these depend on
+//! ASLR (offsets are relative to the load base; no absolute address enters) or on where the
+//! program is installed (base names only). The line is included because two allocations in one
+//! function are two places to fix; the price is that editing lines above a site changes its
+//! fingerprint across builds.
+
+/// What the rule looks at in one frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteFrame<'a> {
+    /// Path of the module holding the frame (`""` for a Python frame or an unknown module).
+    pub module: &'a str,
+    /// Demangled function name.
+    pub function: Option<&'a str>,
+    /// Source file.
+    pub file: Option<&'a str>,
+    pub line: Option<u32>,
+    /// Offset of the ip in its module (used when nothing better names the frame).
+    pub offset: u64,
+}
+
+/// The site of a stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// Index of the site frame in the frames given.
+    pub index: usize,
+    /// See [`fingerprint`].
+    pub fingerprint: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Module,
+    Function,
+    File,
+}
+
+#[derive(Clone, Debug)]
+struct Pattern {
+    field: Field,
+    glob: String,
+    spec: String,
+}
+
+/// An invalid plumbing pattern.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PatternError(pub String);
+
+impl std::fmt::Display for PatternError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "bad plumbing pattern {:?}: expected module:GLOB, function:GLOB or file:GLOB",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for PatternError {}
+
+/// The built-in plumbing patterns (see [`Plumbing::builtin`]).
+pub const BUILTIN: &[&str] = &[
+    // cuguard, the driver, the runtime, CUDA libraries.
+    "module:libcuguard*.so*",
+    "module:libcuda.so*",
+    "module:libcudart.so*",
+    "module:libnvidia-*.so*",
+    "module:libcublas*.so*",
+    "module:libcublasLt*.so*",
+    "module:libcudnn*.so*",
+    "module:libcufft*.so*",
+    "module:libcurand*.so*",
+    "module:libcusparse*.so*",
+    "module:libcusolver*.so*",
+    "module:libnccl*.so*",
+    "module:libnvrtc*.so*",
+    // The runtime linked statically into an nvcc program.
+    "function:cuda[A-Z]*",
+    "function:cudart::*",
+    "function:__cudart*",
+    // PyTorch: the caching allocator and the framework below the user's code.
+    "function:c10::cuda::CUDACachingAllocator::*",
+    "function:c10::*",
+    "function:at::*",
+    "function:torch::*",
+    "module:libc10*.so*",
+    "module:libtorch*.so*",
+    "file:*/torch/*",
+    // RMM (cuDF's allocator) and cuDF.
+    "function:rmm::*",
+    "function:cudf::*",
+    "module:librmm*.so*",
+    "module:libcudf*.so*",
+    "file:*/rmm/*",
+    "file:*/cudf/*",
+    // CuPy: its memory module and array creation.
+    "module:*/cupy/*",
+    "module:*/cupy_backends/*",
+    "file:*/cupy/*",
+    "file:*/cupy_backends/*",
+    // numba's CUDA driver module (Python over ctypes).
+    "file:*/numba/cuda/*",
+    "module:libffi.so*",
+    "module:_ctypes*.so",
+    // JAX / XLA.
+    "module:*/jaxlib/*",
+    "module:*/jax_cuda*/*",
+    "file:*/jax/*",
+    "file:*/jaxlib/*",
+    // The C/C++ runtime and the Python interpreter: never the user's line.
+    "module:libc.so*",
+    "module:libstdc++.so*",
+    "module:libgcc_s.so*",
+    "module:ld-linux*.so*",
+    "module:libpthread.so*",
+    "module:libpython*.so*",
+    "module:python",
+    "module:python3",
+    "module:python3.*",
+];
+
+/// A list of plumbing patterns.
+#[derive(Clone, Debug, Default)]
+pub struct Plumbing {
+    patterns: Vec<Pattern>,
+}
+
+impl Plumbing {
+    /// The built-in list, [`BUILTIN`].
+    pub fn builtin() -> Plumbing {
+        let mut p = Plumbing::none();
+        for spec in BUILTIN {
+            p.add(spec).expect("built-in patterns are valid");
+        }
+        p
+    }
+
+    /// An empty list.
+    pub fn none() -> Plumbing {
+        Plumbing::default()
+    }
+
+    /// Adds `module:GLOB`, `function:GLOB` or `file:GLOB`.
+    pub fn add(&mut self, spec: &str) -> Result<(), PatternError> {
+        let (field, glob) = spec
+            .split_once(':')
+            .ok_or_else(|| PatternError(spec.to_owned()))?;
+        let field = match field.trim() {
+            "module" => Field::Module,
+            "function" => Field::Function,
+            "file" => Field::File,
+            _ => return Err(PatternError(spec.to_owned())),
+        };
+        let glob = glob.trim();
+        if glob.is_empty() {
+            return Err(PatternError(spec.to_owned()));
+        }
+        self.patterns.push(Pattern {
+            field,
+            glob: glob.to_owned(),
+            spec: spec.to_owned(),
+        });
+        Ok(())
+    }
+
+    /// The patterns, as given.
+    pub fn patterns(&self) -> impl Iterator<Item = &str> {
+        self.patterns.iter().map(|p| p.spec.as_str())
+    }
+
+    /// Whether a frame is plumbing.
+    pub fn is_plumbing(&self, f: &SiteFrame<'_>) -> bool {
+        let path = f.function.map(qualified_path);
+        self.patterns.iter().any(|p| match p.field {
+            Field::Module => !f.module.is_empty() && path_glob(&p.glob, f.module),
+            Field::File => f.file.is_some_and(|file| path_glob(&p.glob, file)),
+            Field::Function => f.function.is_some_and(|name| {
+                glob(&p.glob, name) || path.as_deref().is_some_and(|q| glob(&p.glob, q))
+            }),
+        })
+    }
+}
+
+/// The site of a stack (innermost frame first): the first frame that is neither plumbing nor
+/// unknown (no module, function or file). `None` if there is none.
+pub fn find_site(frames: &[SiteFrame<'_>], plumbing: &Plumbing) -> Option<Site> {
+    frames
+        .iter()
+        .position(|f| {
+            let unknown = f.module.is_empty() && f.function.is_none() && f.file.is_none();
+            !unknown && !plumbing.is_plumbing(f)
+        })
+        .map(|index| Site {
+            index,
+            fingerprint: fingerprint(&frames[index]),
+        })
+}
+
+fn base_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// A stable 16-hex-digit fingerprint of a frame (see the module doc).
+pub fn fingerprint(f: &SiteFrame<'_>) -> String {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+        }
+        // A separator no name contains, so ("ab", "c") and ("a", "bc") differ.
+        h = (h ^ 0xff).wrapping_mul(PRIME);
+    };
+    feed(base_name(f.module).as_bytes());
+    if f.function.is_none() && f.file.is_none() {
+        feed(format!("+{:#x}", f.offset).as_bytes());
+    } else {
+        feed(f.function.unwrap_or("").as_bytes());
+        feed(base_name(f.file.unwrap_or("")).as_bytes());
+        feed(f.line.map(|l| l.to_string()).unwrap_or_default().as_bytes());
+    }
+    format!("{h:016x}")
+}
+
+/// `void* ns::Foo<int>::bar(long) const` → `ns::Foo::bar`: template arguments and parameter
+/// lists removed, then anything before the last top-level space (a return type).
+pub fn qualified_path(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let (mut angle, mut paren) = (0i32, 0i32);
+    let bytes = name.as_bytes();
+    for (i, c) in name.char_indices() {
+        match c {
+            // `operator<`, `operator<<`, `operator()`… are names, not brackets.
+            '<' | '(' if paren == 0 && angle == 0 && is_operator_name(&out) => out.push(c),
+            '<' if paren == 0 => angle += 1,
+            '>' if paren == 0 && angle > 0 && !(i > 0 && bytes[i - 1] == b'-') => angle -= 1,
+            '(' if angle == 0 => paren += 1,
+            ')' if angle == 0 && paren > 0 => paren -= 1,
+            _ if angle == 0 && paren == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    let out = out.trim();
+    let out = out.strip_suffix(" const").unwrap_or(out).trim_end();
+    match out.rfind(' ') {
+        Some(i) if !out[..i].ends_with("operator") => out[i + 1..].to_owned(),
+        _ => out.to_owned(),
+    }
+}
+
+/// Whether `s` ends in `operator`, `operator<` or `operator(` (so a following bracket is part
+/// of the name).
+fn is_operator_name(s: &str) -> bool {
+    ["operator", "operator<", "operator("]
+        .iter()
+        .any(|o| s.ends_with(o))
+}
+
+fn path_glob(pattern: &str, path: &str) -> bool {
+    if pattern.contains('/') {
+        glob(pattern, path)
+    } else {
+        glob(pattern, base_name(path))
+    }
+}
+
+/// `*` any run, `?` one character, `[A-Z]` a range or set; everything else literal.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    // Iterative matching with backtracking to the last `*`.
+    let (mut pi, mut ti) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+            continue;
+        }
+        if pi < p.len()
+            && let Some(next) = match_one(&p, pi, t[ti])
+        {
+            pi = next;
+            ti += 1;
+            continue;
+        }
+        match star {
+            Some((sp, st)) => {
+                pi = sp + 1;
+                ti = st + 1;
+                star = Some((sp, st + 1));
+            }
+            None => return false,
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// Whether `c` matches the pattern element at `pi`; returns the index after it.
+fn match_one(p: &[char], pi: usize, c: char) -> Option<usize> {
+    match p[pi] {
+        '?' => Some(pi + 1),
+        '[' => {
+            let end = p[pi + 1..].iter().position(|&x| x == ']')? + pi + 1;
+            let set = &p[pi + 1..end];
+            let mut i = 0;
+            let mut hit = false;
+            while i < set.len() {
+                if i + 2 < set.len() && set[i + 1] == '-' {
+                    hit |= set[i] <= c && c <= set[i + 2];
+                    i += 3;
+                } else {
+                    hit |= set[i] == c;
+                    i += 1;
+                }
+            }
+            hit.then_some(end + 1)
+        }
+        x => (x == c).then_some(pi + 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f<'a>(module: &'a str, function: Option<&'a str>) -> SiteFrame<'a> {
+        SiteFrame {
+            module,
+            function,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob("lib*.so*", "libcudart.so.13"));
+        assert!(glob("*", ""));
+        assert!(glob("a?c", "abc"));
+        assert!(!glob("a?c", "ac"));
+        assert!(glob("cuda[A-Z]*", "cudaMallocAsync"));
+        assert!(!glob("cuda[A-Z]*", "cudart_init"));
+        assert!(glob(
+            "*/cupy/*",
+            "/venv/lib/python3.11/site-packages/cupy/cuda/memory.so"
+        ));
+        assert!(!glob("libcuda.so*", "libcudart.so.13"));
+        assert!(glob("*a*b*c", "xxaxxbxxc"));
+        assert!(!glob("*a*b*c", "xxaxxcxxb"));
+    }
+
+    #[test]
+    fn qualified_paths() {
+        assert_eq!(
+            qualified_path("void* c10::cuda::Foo<std::vector<int> >::bar(long) const"),
+            "c10::cuda::Foo::bar"
+        );
+        assert_eq!(
+            qualified_path(
+                "rmm::mr::cuda_memory_resource::do_allocate(unsigned long, rmm::cuda_stream_view)"
+            ),
+            "rmm::mr::cuda_memory_resource::do_allocate"
+        );
+        assert_eq!(qualified_path("main"), "main");
+        assert_eq!(
+            qualified_path("operator new(unsigned long)"),
+            "operator new"
+        );
+        assert_eq!(qualified_path("foo::operator<<(int)"), "foo::operator<<");
+        assert_eq!(
+            qualified_path("cudarc::driver::result::malloc_sync"),
+            "cudarc::driver::result::malloc_sync"
+        );
+    }
+
+    #[test]
+    fn pytorch_stack_site_is_the_users_extension_else_none() {
+        let p = Plumbing::builtin();
+        let mut frames = vec![
+            f("/usr/lib/libcudart.so.13", Some("cudaMalloc")),
+            f(
+                "/venv/torch/lib/libc10_cuda.so",
+                Some(
+                    "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc(void**, int, unsigned long, CUstream_st*)",
+                ),
+            ),
+            f(
+                "/venv/torch/lib/libtorch_cuda.so",
+                Some("at::native::empty_cuda(c10::ArrayRef<long>)"),
+            ),
+            f(
+                "/venv/torch/lib/libtorch_python.so",
+                Some("torch::autograd::THPVariable_empty"),
+            ),
+            f(
+                "/usr/lib/libpython3.11.so.1.0",
+                Some("_PyEval_EvalFrameDefault"),
+            ),
+            f("/usr/bin/python3.11", Some("main")),
+            f("/lib/x86_64-linux-gnu/libc.so.6", Some("__libc_start_main")),
+        ];
+        assert_eq!(find_site(&frames, &p), None);
+        frames.insert(
+            3,
+            SiteFrame {
+                module: "/work/ext/my_ext.cpython-311-x86_64-linux-gnu.so",
+                function: Some("my_ext::make_scratch(long)"),
+                file: Some("/work/ext/src/scratch.cpp"),
+                line: Some(17),
+                offset: 0x1234,
+            },
+        );
+        assert_eq!(find_site(&frames, &p).unwrap().index, 3);
+    }
+
+    #[test]
+    fn python_frames_site_is_the_users_line() {
+        let p = Plumbing::builtin();
+        let py = |file, function, line| SiteFrame {
+            module: "",
+            function: Some(function),
+            file: Some(file),
+            line: Some(line),
+            offset: 0,
+        };
+        let frames = [
+            py(
+                "/venv/lib/python3.11/site-packages/cupy/_creation/basic.py",
+                "empty",
+                22,
+            ),
+            py("/home/u/train.py", "make_batch", 40),
+            py("/home/u/train.py", "<module>", 99),
+        ];
+        let s = find_site(&frames, &p).unwrap();
+        assert_eq!(s.index, 1);
+        let other = find_site(&[frames[2]], &p).unwrap();
+        assert_ne!(
+            s.fingerprint, other.fingerprint,
+            "different lines, different sites"
+        );
+    }
+
+    #[test]
+    fn rmm_static_cudart_and_user_patterns() {
+        let mut p = Plumbing::builtin();
+        let frames = [
+            f("/app/bin/prog", Some("cudaMalloc")),
+            f(
+                "/app/bin/prog",
+                Some("cudart::cudaApiMalloc(void**, unsigned long)"),
+            ),
+            f(
+                "/app/lib/librmm_user.so",
+                Some(
+                    "rmm::mr::cuda_memory_resource::do_allocate(unsigned long, rmm::cuda_stream_view)",
+                ),
+            ),
+            f("/app/lib/libpool.so", Some("mypool::grow(unsigned long)")),
+            f("/app/bin/prog", Some("main")),
+        ];
+        assert_eq!(find_site(&frames, &p).unwrap().index, 3);
+        p.add("function:mypool::*").unwrap();
+        assert_eq!(find_site(&frames, &p).unwrap().index, 4);
+        p.add("module:libpool.so").unwrap();
+        assert!(p.patterns().any(|x| x == "module:libpool.so"));
+        assert!(Plumbing::none().add("nofield").is_err());
+        assert!(Plumbing::none().add("symbol:x").is_err());
+        assert!(Plumbing::none().add("module:").is_err());
+    }
+
+    #[test]
+    fn unknown_frames_are_skipped_and_fingerprints_are_stable() {
+        let p = Plumbing::builtin();
+        let frames = [
+            f("", None),
+            SiteFrame {
+                module: "/opt/a/bin/prog",
+                offset: 0x1a2b,
+                ..Default::default()
+            },
+        ];
+        let s = find_site(&frames, &p).unwrap();
+        assert_eq!(s.index, 1);
+        // Same binary elsewhere, same fingerprint; another offset, another one.
+        let moved = SiteFrame {
+            module: "/other/place/prog",
+            offset: 0x1a2b,
+            ..Default::default()
+        };
+        assert_eq!(fingerprint(&moved), s.fingerprint);
+        let shifted = SiteFrame {
+            offset: 0x1a2c,
+            ..moved
+        };
+        assert_ne!(fingerprint(&shifted), s.fingerprint);
+        // A fixed value: the hash must not change between versions of cuguard.
+        let named = SiteFrame {
+            module: "/x/prog",
+            function: Some("main"),
+            file: Some("/src/main.c"),
+            line: Some(7),
+            offset: 0,
+        };
+        assert_eq!(fingerprint(&named), fingerprint(&named));
+        assert_eq!(fingerprint(&named).len(), 16);
+    }
+}
