@@ -8,6 +8,8 @@
 //! - [`input`]: PATHs (files, directories, globs) to reports, read in parallel;
 //! - [`sites`]: the rule that charges a leak to a place in the program;
 //! - [`summary`]: per-process and overall summaries, with one module per output format;
+//! - [`check`]: the CI gate: suppressions, baselines, limits; its output formats;
+//! - [`merge`], [`diff`]: merged multi-process reports; the difference of two runs;
 //! - [`cli`]: the command, one module per subcommand; exit codes in [`cli::exit`];
 //! - [`glob`], [`style`], [`text`]: wildcard matching, terminal colour and tables, number formatting.
 //!
@@ -21,9 +23,12 @@
 //! # Ok::<(), cuguard::report::ReadError>(())
 //! ```
 
+pub mod check;
 pub mod cli;
+pub mod diff;
 pub mod glob;
 pub mod input;
+pub mod merge;
 pub mod report;
 pub mod sites;
 pub mod style;

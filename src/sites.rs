@@ -18,6 +18,8 @@ pub struct Site {
     pub key: String,
     /// The site's source location, `file:line`, when known.
     pub location: Option<String>,
+    /// The function of the site's frame, when known.
+    pub function: Option<String>,
     /// The module holding the site's frame (full path), when there is one.
     pub module: Option<String>,
 }
@@ -27,6 +29,7 @@ impl Site {
         Site {
             key,
             location: None,
+            function: None,
             module: None,
         }
     }
@@ -78,6 +81,7 @@ fn site_of_frame(f: &Frame) -> Site {
     Site {
         key,
         location,
+        function: f.function.clone().filter(|n| !n.is_empty()),
         module: Some(f.module.clone()),
     }
 }

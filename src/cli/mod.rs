@@ -1,7 +1,11 @@
 //! The `cuguard` command: argument parsing (clap) and one module per subcommand.
 //!
 //! - [`run`](run/index.html): run a program under the shim;
-//! - `summary`: read reports and summarize them.
+//! - `summary`: read reports and summarize them;
+//! - `check`: the CI gate, with suppressions and baselines;
+//! - `suppressions`: generate suppressions from reports;
+//! - `merge`: many processes' reports in one;
+//! - `diff`: what changed between two runs.
 //!
 //! A `symbolize` subcommand (turning `module+offset` frames into functions and lines, and
 //! reading Python frames) belongs next to these as `cli/symbolize.rs`, a variant of [`Command`],
@@ -9,9 +13,13 @@
 //!
 //! Exit codes are documented in [`exit`].
 
+mod check;
+mod diff;
 pub mod exit;
+mod merge;
 mod run;
 mod summary;
+mod suppressions;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -46,6 +54,14 @@ pub enum Command {
     Run(run::RunArgs),
     /// Summarize reports: leaks by device, context and site; events.
     Summary(summary::SummaryArgs),
+    /// Pass or fail reports against limits, suppressions and a baseline (for CI).
+    Check(check::CheckArgs),
+    /// Write a suppressions file covering every leak and event in the reports.
+    Suppressions(suppressions::SuppressionsArgs),
+    /// Combine many processes' reports into one merged report.
+    Merge(merge::MergeArgs),
+    /// Show sites that are new, fixed, grown or shrunk between two runs.
+    Diff(diff::DiffArgs),
 }
 
 /// Why a subcommand failed.
@@ -62,6 +78,8 @@ pub enum CliError {
     },
     /// `run` failed before the program ran.
     Run(run::RunError),
+    /// A suppressions file could not be read or parsed.
+    Suppressions(crate::check::suppressions::ParseError),
 }
 
 impl fmt::Display for CliError {
@@ -70,6 +88,7 @@ impl fmt::Display for CliError {
             CliError::Input(e) => e.fmt(f),
             CliError::Output { what, source } => write!(f, "writing {what}: {source}"),
             CliError::Run(e) => e.fmt(f),
+            CliError::Suppressions(e) => e.fmt(f),
         }
     }
 }
@@ -85,7 +104,7 @@ impl CliError {
         }
     }
 
-    fn is_broken_pipe(&self) -> bool {
+    pub(crate) fn is_broken_pipe(&self) -> bool {
         matches!(self, CliError::Output { source, .. } if source.kind() == io::ErrorKind::BrokenPipe)
     }
 }
@@ -110,11 +129,45 @@ pub(crate) fn write_stdout(
         })
 }
 
+/// Writes to `path` atomically (a temporary file in the same directory, then a rename), or to
+/// standard output when `path` is `None`.
+pub(crate) fn write_output(
+    path: Option<&std::path::Path>,
+    f: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), CliError> {
+    let Some(path) = path else {
+        return write_stdout(f);
+    };
+    let err = |source| CliError::Output {
+        what: crate::text::one_line(&path.display().to_string()),
+        source,
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut out = io::BufWriter::new(std::fs::File::create(&temp)?);
+        f(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result.map_err(err)
+}
+
 /// Runs a parsed command line; returns the exit code.
 pub fn dispatch(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Summary(args) => summary::run(args),
+        Command::Check(args) => check::run(args),
+        Command::Suppressions(args) => suppressions::run(args),
+        Command::Merge(args) => merge::run(args),
+        Command::Diff(args) => diff::run(args),
     }
 }
 

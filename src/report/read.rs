@@ -298,6 +298,17 @@ impl Document {
             .chain(ranges.iter().map(|r| &self.bytes[r.clone()]))
     }
 
+    /// Parses every process of a merged report (a single report was parsed when read), so that
+    /// [`Document::raw_processes`] hands out only valid reports.
+    pub fn check_processes(&self) -> Result<(), ReadError> {
+        if let Shape::Merged(ranges) = &self.shape {
+            for (i, range) in ranges.iter().enumerate() {
+                parse_process(&self.path, &self.bytes[range.clone()], i)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The reports, one per process, each parsed when it is reached.
     pub fn into_reports(self) -> Reports {
         Reports { doc: self, next: 0 }
@@ -325,20 +336,7 @@ impl Iterator for Reports {
             }
             Shape::Merged(ranges) => {
                 let range = ranges.get(i)?.clone();
-                let path = &self.doc.path;
-                let parsed = serde_json::from_slice::<Report>(&self.doc.bytes[range])
-                    .map_err(|e| classify(path, &e, Some(i)))
-                    .and_then(|r| {
-                        check_identity(path, &r).map_err(|e| match e {
-                            ReadError::NotAReport { path, reason } => ReadError::Invalid {
-                                path,
-                                process: Some(i),
-                                reason,
-                            },
-                            other => other,
-                        })?;
-                        Ok(r)
-                    });
+                let parsed = parse_process(&self.doc.path, &self.doc.bytes[range], i);
                 if i + 1 == ranges.len() {
                     self.doc.bytes = Vec::new();
                     *ranges = Vec::new();
@@ -347,6 +345,21 @@ impl Iterator for Reports {
             }
         }
     }
+}
+
+/// Parses the `i`-th process of a merged report.
+fn parse_process(path: &Path, bytes: &[u8], i: usize) -> Result<Report, ReadError> {
+    let report =
+        serde_json::from_slice::<Report>(bytes).map_err(|e| classify(path, &e, Some(i)))?;
+    check_identity(path, &report).map_err(|e| match e {
+        ReadError::NotAReport { path, reason } => ReadError::Invalid {
+            path,
+            process: Some(i),
+            reason,
+        },
+        other => other,
+    })?;
+    Ok(report)
 }
 
 /// Refuses a parsed report whose `schema` or `schema_version` is not ours.

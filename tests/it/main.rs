@@ -2,6 +2,8 @@
 //! driver in `harness/simcuda`. All of them build into this one test binary.
 
 mod cli;
+mod cli_check;
+mod cli_merge;
 mod cli_schema;
 mod sim_driver;
 mod support;

@@ -1,0 +1,109 @@
+//! `--format junit`: the verdict as JUnit XML, for CI systems that show test results.
+//!
+//! One `<testsuite name="cuguard check">` with a test case per process (`classname`
+//! `cuguard.process`, name `exe[pid] (host, rank R)`) that fails when the process contributed to
+//! a failure (its leaks at counting sites, its failing events, or its incompleteness under
+//! `--require-complete`), and one case `cuguard.check` / `limits` that carries the overall
+//! verdict and its reasons.
+
+use std::io::{self, Write};
+
+use super::Verdict;
+use crate::text::{bytes, one_line, plural};
+
+/// Escapes text for XML attributes and content; drops characters XML 1.0 cannot hold.
+fn xml(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\n' => out.push_str("&#10;"),
+            '\t' => out.push_str("&#9;"),
+            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Writes the verdict as JUnit XML.
+pub fn write(verdict: &Verdict, out: &mut dyn Write) -> io::Result<()> {
+    let failed_processes = verdict.processes.iter().filter(|p| p.failed).count();
+    let tests = verdict.processes.len() + 1;
+    let failures = failed_processes + usize::from(!verdict.passed);
+    writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
+    writeln!(
+        out,
+        r#"<testsuites name="cuguard" tests="{tests}" failures="{failures}" errors="0">"#
+    )?;
+    writeln!(
+        out,
+        r#"  <testsuite name="cuguard check" tests="{tests}" failures="{failures}" errors="0" skipped="0">"#
+    )?;
+    write!(
+        out,
+        r#"    <testcase classname="cuguard.check" name="limits">"#
+    )?;
+    if verdict.passed {
+        writeln!(out, "</testcase>")?;
+    } else {
+        writeln!(out)?;
+        writeln!(
+            out,
+            r#"      <failure type="cuguard" message="{}">{}</failure>"#,
+            xml(&verdict.failures.join("; ")),
+            xml(&verdict.failures.join("\n"))
+        )?;
+        writeln!(out, "    </testcase>")?;
+    }
+    for p in &verdict.processes {
+        let mut name = p.name.clone();
+        match p.rank {
+            Some(r) => name.push_str(&format!(" ({}, rank {r})", p.hostname)),
+            None => name.push_str(&format!(" ({})", p.hostname)),
+        }
+        write!(
+            out,
+            r#"    <testcase classname="cuguard.process" name="{}" file="{}">"#,
+            xml(&one_line(&name)),
+            xml(&one_line(&p.source))
+        )?;
+        if !p.failed {
+            writeln!(out, "</testcase>")?;
+            continue;
+        }
+        writeln!(out)?;
+        let mut lines = Vec::new();
+        for (site, b, n) in &p.failing_sites {
+            lines.push(format!(
+                "{} in {} at {site}",
+                bytes(*b),
+                plural(*n, "leak", "leaks")
+            ));
+        }
+        for (kind, site, n) in &p.failing_events {
+            lines.push(format!("{n} × {kind} at {site}"));
+        }
+        if !p.complete {
+            lines.push("the report is incomplete".into());
+        }
+        let message = format!(
+            "{} leaked in {}",
+            bytes(p.leaked_bytes),
+            plural(p.leaks, "leak", "leaks")
+        );
+        writeln!(
+            out,
+            r#"      <failure type="cuguard" message="{}">{}</failure>"#,
+            xml(&message),
+            xml(&lines.join("\n"))
+        )?;
+        writeln!(out, "    </testcase>")?;
+    }
+    writeln!(out, "  </testsuite>")?;
+    writeln!(out, "</testsuites>")
+}

@@ -1,0 +1,629 @@
+//! `cuguard check`: the CI gate. Reads reports, drops what suppressions cover, compares with a
+//! baseline when given, and decides pass or fail against the limits.
+//!
+//! The rule, in order:
+//! 1. every leak and event is charged to its site ([`crate::sites`]);
+//! 2. leaks and events matched by a suppression ([`suppressions`]) are set aside and counted;
+//! 3. with a baseline, a site's leaks *count* only where the site is new, or has grown (more
+//!    bytes or more leaks than in the baseline; then only the growth counts); events likewise
+//!    per kind and site; without a baseline everything left counts;
+//! 4. the check fails when the counted bytes exceed `--max-leaked-bytes` or the counted leaks
+//!    exceed `--max-leaks` (both 0 unless given), when counted events of a failing kind remain
+//!    (`--fail-on-events`, by default `double_free`, `invalid_free`, `free_in_wrong_context`),
+//!    or, with `--require-complete`, when a report is incomplete.
+//!
+//! [`ProcessCheck::new`] condenses one report (in the input workers); [`Verdict::new`] decides.
+//! Output formats, one per file: [`text`], [`json`] (whose doc describes the JSON), [`junit`].
+
+pub mod json;
+pub mod junit;
+pub mod suppressions;
+pub mod text;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use crate::input::Source;
+use crate::report::{Report, Stack};
+use crate::sites::SiteIndex;
+use suppressions::Suppressions;
+
+/// The event kinds that fail a check unless told otherwise.
+pub const DEFAULT_FAILING_EVENTS: [&str; 3] =
+    ["double_free", "invalid_free", "free_in_wrong_context"];
+
+/// Which event kinds fail the check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailingEvents {
+    /// No kind fails.
+    None,
+    /// Every kind fails.
+    All,
+    /// These kinds fail.
+    Kinds(Vec<String>),
+}
+
+impl FailingEvents {
+    /// Whether events of `kind` fail the check.
+    pub fn includes(&self, kind: &str) -> bool {
+        match self {
+            FailingEvents::None => false,
+            FailingEvents::All => true,
+            FailingEvents::Kinds(kinds) => kinds.iter().any(|k| k == kind),
+        }
+    }
+}
+
+/// The limits of a check.
+#[derive(Clone, Debug, Serialize)]
+pub struct Limits {
+    /// Counted bytes allowed.
+    pub max_leaked_bytes: u64,
+    /// Counted leaks allowed.
+    pub max_leaks: u64,
+    /// Event kinds that fail.
+    pub fail_on_events: FailingEvents,
+    /// Whether an incomplete report fails.
+    pub require_complete: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_leaked_bytes: 0,
+            max_leaks: 0,
+            fail_on_events: FailingEvents::Kinds(
+                DEFAULT_FAILING_EVENTS
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+            ),
+            require_complete: false,
+        }
+    }
+}
+
+/// One process, condensed for the check: its unsuppressed leaks and events by site.
+#[derive(Clone, Debug)]
+pub struct ProcessCheck {
+    /// Where the report came from.
+    pub source: String,
+    /// `exe[pid]`.
+    pub name: String,
+    /// Host name.
+    pub hostname: String,
+    /// Rank, if any.
+    pub rank: Option<u32>,
+    /// Whether the report is final.
+    pub complete: bool,
+    /// Why it was written.
+    pub reason: String,
+    /// Unsuppressed leaks by site key: (location, bytes, leaks, apis).
+    pub sites: BTreeMap<String, SiteLeaks>,
+    /// Unsuppressed events by (kind, site key): count.
+    pub events: BTreeMap<(String, String), u64>,
+    /// Suppressed leaks: (bytes, leaks).
+    pub suppressed: (u64, u64),
+    /// Suppressed events.
+    pub suppressed_events: u64,
+    /// Matches per suppression rule, in rule order.
+    pub rule_hits: Vec<u64>,
+}
+
+/// Leaks at one site of one process.
+#[derive(Clone, Debug, Default)]
+pub struct SiteLeaks {
+    /// `file:line`, when known.
+    pub location: Option<String>,
+    /// Bytes.
+    pub bytes: u64,
+    /// Leaks.
+    pub leaks: u64,
+    /// Driver entries.
+    pub apis: BTreeSet<String>,
+}
+
+impl ProcessCheck {
+    /// Condenses a report, applying `suppressions`.
+    pub fn new(source: &Source, report: &Report, suppressions: &Suppressions) -> ProcessCheck {
+        let index = SiteIndex::new(report);
+        let stacks: HashMap<u64, &Stack> = if suppressions.is_empty() {
+            HashMap::new()
+        } else {
+            report.stacks.iter().rev().map(|s| (s.id, s)).collect()
+        };
+        let stack_of = |id: Option<u64>| id.and_then(|id| stacks.get(&id).copied());
+        let mut check = ProcessCheck {
+            source: source.to_string(),
+            name: report.process_name(),
+            hostname: report.process.hostname.clone(),
+            rank: report.process.rank,
+            complete: report.complete,
+            reason: report.reason.to_string(),
+            sites: BTreeMap::new(),
+            events: BTreeMap::new(),
+            suppressed: (0, 0),
+            suppressed_events: 0,
+            rule_hits: vec![0; suppressions.rules().len()],
+        };
+        // Leaks sharing a stack, api and memory kind share a verdict: decide once per triple.
+        let mut decided: HashMap<(Option<u64>, &str, &str), Option<usize>> = HashMap::new();
+        for leak in &report.leaks {
+            let rule = if suppressions.is_empty() {
+                None
+            } else {
+                *decided
+                    .entry((leak.stack, leak.api.as_str(), leak.memory.as_str()))
+                    .or_insert_with(|| suppressions.match_leak(leak, stack_of(leak.stack)))
+            };
+            if let Some(rule) = rule {
+                check.rule_hits[rule] += 1;
+                check.suppressed.0 = check.suppressed.0.saturating_add(leak.size);
+                check.suppressed.1 += 1;
+                continue;
+            }
+            let site = index.site(leak.stack);
+            let entry = check
+                .sites
+                .entry(site.key.clone())
+                .or_insert_with(|| SiteLeaks {
+                    location: site.location.clone(),
+                    ..SiteLeaks::default()
+                });
+            entry.bytes = entry.bytes.saturating_add(leak.size);
+            entry.leaks += 1;
+            if !entry.apis.contains(&leak.api) {
+                entry.apis.insert(leak.api.clone());
+            }
+        }
+        for event in &report.events {
+            if let Some(rule) = suppressions.match_event(event, stack_of(event.stack)) {
+                check.rule_hits[rule] += 1;
+                check.suppressed_events += 1;
+                continue;
+            }
+            let site = index.site(event.stack).key.clone();
+            *check
+                .events
+                .entry((event.kind.to_string(), site))
+                .or_default() += 1;
+        }
+        check
+    }
+}
+
+/// What a baseline holds: leaks per site and events per (kind, site), all processes together.
+#[derive(Clone, Debug, Default)]
+pub struct Baseline {
+    sites: HashMap<String, (u64, u64)>,
+    events: HashMap<(String, String), u64>,
+}
+
+impl Baseline {
+    /// Adds up condensed processes (with the same suppressions as the checked reports).
+    pub fn new<'a>(processes: impl IntoIterator<Item = &'a ProcessCheck>) -> Baseline {
+        let mut b = Baseline::default();
+        for p in processes {
+            for (key, s) in &p.sites {
+                let e = b.sites.entry(key.clone()).or_default();
+                e.0 = e.0.saturating_add(s.bytes);
+                e.1 += s.leaks;
+            }
+            for (key, n) in &p.events {
+                *b.events.entry(key.clone()).or_default() += n;
+            }
+        }
+        b
+    }
+}
+
+/// How a site compares with the baseline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteStatus {
+    /// No baseline was given: the site's leaks all count.
+    Leak,
+    /// Not in the baseline.
+    New,
+    /// More bytes or leaks than in the baseline.
+    Grown,
+    /// No more than in the baseline: nothing counts.
+    Baselined,
+}
+
+/// One site in the verdict.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteVerdict {
+    /// Site key.
+    pub site: String,
+    /// `file:line`, when known.
+    pub location: Option<String>,
+    /// Compared with the baseline.
+    pub status: SiteStatus,
+    /// Unsuppressed bytes leaked there.
+    pub leaked_bytes: u64,
+    /// Unsuppressed leaks there.
+    pub leaks: u64,
+    /// Bytes in the baseline (0 without one).
+    pub baseline_bytes: u64,
+    /// Leaks in the baseline.
+    pub baseline_leaks: u64,
+    /// Bytes that count against the limit.
+    pub counted_bytes: u64,
+    /// Leaks that count against the limit.
+    pub counted_leaks: u64,
+    /// Driver entries.
+    pub apis: Vec<String>,
+    /// Processes that leaked there (`exe[pid]`), at most 5.
+    pub processes: Vec<String>,
+    /// How many processes leaked there.
+    pub process_count: u64,
+}
+
+/// Events of one kind at one site.
+#[derive(Clone, Debug, Serialize)]
+pub struct EventVerdict {
+    /// Kind.
+    pub kind: String,
+    /// Site key.
+    pub site: String,
+    /// Unsuppressed events.
+    pub count: u64,
+    /// Events in the baseline.
+    pub baseline_count: u64,
+    /// Events that count (beyond the baseline).
+    pub counted: u64,
+    /// Whether they fail the check (counted, and of a failing kind).
+    pub failing: bool,
+}
+
+/// A suppression rule and how often it matched.
+#[derive(Clone, Debug, Serialize)]
+pub struct RuleUse {
+    /// File.
+    pub file: String,
+    /// Line.
+    pub line: usize,
+    /// The rule.
+    pub rule: String,
+    /// Leaks and events it suppressed.
+    pub matched: u64,
+}
+
+/// One process in the verdict (JUnit makes a test case of each).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessVerdict {
+    /// Report file.
+    pub source: String,
+    /// `exe[pid]`.
+    pub name: String,
+    /// Host.
+    pub hostname: String,
+    /// Rank.
+    pub rank: Option<u32>,
+    /// Whether the report is final.
+    pub complete: bool,
+    /// Unsuppressed bytes leaked.
+    pub leaked_bytes: u64,
+    /// Unsuppressed leaks.
+    pub leaks: u64,
+    /// Whether it contributed to a failure: leaks at a counting site, failing events, or an
+    /// incomplete report under `--require-complete`.
+    pub failed: bool,
+    /// The counting sites it leaked at, with its own bytes and leaks there.
+    pub failing_sites: Vec<(String, u64, u64)>,
+    /// The failing events it had: (kind, site, count).
+    pub failing_events: Vec<(String, String, u64)>,
+}
+
+/// The outcome of a check. Serialized as the `--format json` output (see [`json`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    /// Whether the reports pass.
+    pub passed: bool,
+    /// Why they fail, one line each (empty when they pass).
+    pub failures: Vec<String>,
+    /// The limits applied.
+    pub limits: Limits,
+    /// Whether a baseline was used.
+    pub baseline: bool,
+    /// Process reports read.
+    pub reports: usize,
+    /// Those that are incomplete (their sources).
+    pub incomplete: Vec<String>,
+    /// Unsuppressed bytes leaked.
+    pub leaked_bytes: u64,
+    /// Unsuppressed leaks.
+    pub leaks: u64,
+    /// Bytes that count against the limit.
+    pub counted_bytes: u64,
+    /// Leaks that count against the limit.
+    pub counted_leaks: u64,
+    /// Suppressed bytes.
+    pub suppressed_bytes: u64,
+    /// Suppressed leaks.
+    pub suppressed_leaks: u64,
+    /// Suppressed events.
+    pub suppressed_events: u64,
+    /// Sites: counting ones first (most counted bytes first), then the rest.
+    pub sites: Vec<SiteVerdict>,
+    /// Unsuppressed events by kind and site: failing ones first.
+    pub events: Vec<EventVerdict>,
+    /// Every suppression rule with its matches.
+    pub suppressions: Vec<RuleUse>,
+    /// Per process.
+    pub processes: Vec<ProcessVerdict>,
+}
+
+impl Verdict {
+    /// Decides. `suppressions` must be the ones the processes were condensed with.
+    pub fn new(
+        processes: &[ProcessCheck],
+        baseline: Option<&Baseline>,
+        suppressions: &Suppressions,
+        limits: Limits,
+    ) -> Verdict {
+        struct Acc {
+            location: Option<String>,
+            bytes: u64,
+            leaks: u64,
+            apis: BTreeSet<String>,
+            processes: Vec<String>,
+            process_count: u64,
+        }
+        let mut sites: BTreeMap<&str, Acc> = BTreeMap::new();
+        let mut events: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+        let mut hits = vec![0u64; suppressions.rules().len()];
+        let (mut suppressed_bytes, mut suppressed_leaks, mut suppressed_events) = (0u64, 0, 0);
+        for p in processes {
+            for (key, s) in &p.sites {
+                let a = sites.entry(key).or_insert_with(|| Acc {
+                    location: s.location.clone(),
+                    bytes: 0,
+                    leaks: 0,
+                    apis: BTreeSet::new(),
+                    processes: Vec::new(),
+                    process_count: 0,
+                });
+                a.bytes = a.bytes.saturating_add(s.bytes);
+                a.leaks += s.leaks;
+                a.apis.extend(s.apis.iter().cloned());
+                if a.processes.len() < 5 {
+                    a.processes.push(p.name.clone());
+                }
+                a.process_count += 1;
+            }
+            for ((kind, site), n) in &p.events {
+                *events.entry((kind, site)).or_default() += n;
+            }
+            for (h, n) in hits.iter_mut().zip(&p.rule_hits) {
+                *h += n;
+            }
+            suppressed_bytes = suppressed_bytes.saturating_add(p.suppressed.0);
+            suppressed_leaks += p.suppressed.1;
+            suppressed_events += p.suppressed_events;
+        }
+
+        let mut site_verdicts: Vec<SiteVerdict> = sites
+            .into_iter()
+            .map(|(key, a)| {
+                let (status, base) = match baseline {
+                    None => (SiteStatus::Leak, (0, 0)),
+                    Some(b) => match b.sites.get(key) {
+                        None => (SiteStatus::New, (0, 0)),
+                        Some(&(bb, bl)) if a.bytes > bb || a.leaks > bl => {
+                            (SiteStatus::Grown, (bb, bl))
+                        }
+                        Some(&base) => (SiteStatus::Baselined, base),
+                    },
+                };
+                let (counted_bytes, counted_leaks) = match status {
+                    SiteStatus::Baselined => (0, 0),
+                    _ => (
+                        a.bytes.saturating_sub(base.0),
+                        a.leaks.saturating_sub(base.1),
+                    ),
+                };
+                SiteVerdict {
+                    site: key.to_string(),
+                    location: a.location,
+                    status,
+                    leaked_bytes: a.bytes,
+                    leaks: a.leaks,
+                    baseline_bytes: base.0,
+                    baseline_leaks: base.1,
+                    counted_bytes,
+                    counted_leaks,
+                    apis: a.apis.into_iter().collect(),
+                    processes: a.processes,
+                    process_count: a.process_count,
+                }
+            })
+            .collect();
+        site_verdicts.sort_by(|a, b| {
+            let counts = |s: &SiteVerdict| s.status != SiteStatus::Baselined;
+            counts(b)
+                .cmp(&counts(a))
+                .then(b.counted_bytes.cmp(&a.counted_bytes))
+                .then(b.leaked_bytes.cmp(&a.leaked_bytes))
+                .then(a.site.cmp(&b.site))
+        });
+
+        let mut event_verdicts: Vec<EventVerdict> = events
+            .into_iter()
+            .map(|((kind, site), count)| {
+                let baseline_count = baseline
+                    .and_then(|b| b.events.get(&(kind.to_string(), site.to_string())).copied())
+                    .unwrap_or(0);
+                let counted = count.saturating_sub(baseline_count);
+                EventVerdict {
+                    kind: kind.to_string(),
+                    site: site.to_string(),
+                    count,
+                    baseline_count,
+                    counted,
+                    failing: counted > 0 && limits.fail_on_events.includes(kind),
+                }
+            })
+            .collect();
+        event_verdicts.sort_by(|a, b| {
+            b.failing
+                .cmp(&a.failing)
+                .then(b.counted.cmp(&a.counted))
+                .then(a.kind.cmp(&b.kind))
+                .then(a.site.cmp(&b.site))
+        });
+
+        let leaked_bytes = site_verdicts
+            .iter()
+            .map(|s| s.leaked_bytes)
+            .fold(0, u64::saturating_add);
+        let leaks = site_verdicts.iter().map(|s| s.leaks).sum();
+        let counted_bytes = site_verdicts
+            .iter()
+            .map(|s| s.counted_bytes)
+            .fold(0, u64::saturating_add);
+        let counted_leaks: u64 = site_verdicts.iter().map(|s| s.counted_leaks).sum();
+        let incomplete: Vec<String> = processes
+            .iter()
+            .filter(|p| !p.complete)
+            .map(|p| p.source.clone())
+            .collect();
+
+        let mut failures = Vec::new();
+        let what = if baseline.is_some() {
+            "new or grown leaks"
+        } else {
+            "leaks"
+        };
+        if counted_bytes > limits.max_leaked_bytes {
+            failures.push(format!(
+                "{} in {what} exceeds --max-leaked-bytes {}",
+                crate::text::bytes(counted_bytes),
+                limits.max_leaked_bytes
+            ));
+        }
+        if counted_leaks > limits.max_leaks {
+            failures.push(format!(
+                "{counted_leaks} {what} exceed --max-leaks {}",
+                limits.max_leaks
+            ));
+        }
+        let failing_events: BTreeMap<&str, u64> =
+            event_verdicts
+                .iter()
+                .filter(|e| e.failing)
+                .fold(BTreeMap::new(), |mut m, e| {
+                    *m.entry(e.kind.as_str()).or_default() += e.counted;
+                    m
+                });
+        for (kind, n) in &failing_events {
+            failures.push(format!(
+                "{n} {kind} event{}",
+                if *n == 1 { "" } else { "s" }
+            ));
+        }
+        if limits.require_complete && !incomplete.is_empty() {
+            failures.push(format!(
+                "{} incomplete report{} (--require-complete)",
+                incomplete.len(),
+                if incomplete.len() == 1 { "" } else { "s" }
+            ));
+        }
+        let passed = failures.is_empty();
+
+        let counting: HashMap<&str, ()> = site_verdicts
+            .iter()
+            .filter(|s| s.counted_bytes > 0 || s.counted_leaks > 0)
+            .map(|s| (s.site.as_str(), ()))
+            .collect();
+        let failing_event_keys: HashMap<(&str, &str), ()> = event_verdicts
+            .iter()
+            .filter(|e| e.failing)
+            .map(|e| ((e.kind.as_str(), e.site.as_str()), ()))
+            .collect();
+        let leaks_fail =
+            counted_bytes > limits.max_leaked_bytes || counted_leaks > limits.max_leaks;
+        let process_verdicts = processes
+            .iter()
+            .map(|p| {
+                let failing_sites: Vec<(String, u64, u64)> = if leaks_fail {
+                    p.sites
+                        .iter()
+                        .filter(|(k, _)| counting.contains_key(k.as_str()))
+                        .map(|(k, s)| (k.clone(), s.bytes, s.leaks))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let failing_events: Vec<(String, String, u64)> = p
+                    .events
+                    .iter()
+                    .filter(|((k, s), _)| {
+                        failing_event_keys.contains_key(&(k.as_str(), s.as_str()))
+                    })
+                    .map(|((k, s), n)| (k.clone(), s.clone(), *n))
+                    .collect();
+                let incomplete_fails = limits.require_complete && !p.complete;
+                ProcessVerdict {
+                    source: p.source.clone(),
+                    name: p.name.clone(),
+                    hostname: p.hostname.clone(),
+                    rank: p.rank,
+                    complete: p.complete,
+                    leaked_bytes: p
+                        .sites
+                        .values()
+                        .map(|s| s.bytes)
+                        .fold(0, u64::saturating_add),
+                    leaks: p.sites.values().map(|s| s.leaks).sum(),
+                    failed: !failing_sites.is_empty()
+                        || !failing_events.is_empty()
+                        || incomplete_fails,
+                    failing_sites,
+                    failing_events,
+                }
+            })
+            .collect();
+
+        Verdict {
+            passed,
+            failures,
+            baseline: baseline.is_some(),
+            reports: processes.len(),
+            incomplete,
+            leaked_bytes,
+            leaks,
+            counted_bytes,
+            counted_leaks,
+            suppressed_bytes,
+            suppressed_leaks,
+            suppressed_events,
+            sites: site_verdicts,
+            events: event_verdicts,
+            suppressions: suppressions
+                .rules()
+                .iter()
+                .zip(hits)
+                .map(|(r, matched)| RuleUse {
+                    file: r.file.clone(),
+                    line: r.line,
+                    rule: r.text.clone(),
+                    matched,
+                })
+                .collect(),
+            processes: process_verdicts,
+            limits,
+        }
+    }
+
+    /// The rules that matched nothing.
+    pub fn unused_suppressions(&self) -> impl Iterator<Item = &RuleUse> {
+        self.suppressions.iter().filter(|r| r.matched == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,557 @@
+//! Suppressions: rules that keep known leaks and events out of `cuguard check`'s verdict, and
+//! their generation from reports (`cuguard suppressions`), like Valgrind's `--gen-suppressions`.
+//!
+//! # Format
+//!
+//! One rule per line; `#` starts a comment; blank lines are ignored. A rule is one or more
+//! `TYPE:PATTERN` terms separated by spaces, and matches when all its terms do:
+//!
+//! | term | matches a leak or event… |
+//! |---|---|
+//! | `leak:PATTERN` | (a leak rule) whose stack has a frame whose function, file or module matches; Python frames' function and file count too |
+//! | `frame:PATTERN` | same condition, usable in event rules |
+//! | `api:PATTERN` | made by a matching driver entry (`cuMemAllocManaged`) |
+//! | `memory:PATTERN` | of a matching memory kind (`device`, `pitched`, `managed`, `async`, `vmm`, `host_pinned`) |
+//! | `event:PATTERN` | (an event rule) of a matching kind (`double_free`, …) |
+//!
+//! A rule with an `event:` term applies to events, any other rule to leaks; `leak:` and `event:`
+//! cannot be on one line. Patterns work as in LeakSanitizer: a pattern matches anywhere in the
+//! text unless anchored with `^` (start) or `$` (end); `*` matches any run of characters, `?` one
+//! character, `[abc]` one of a set. A leak without a stack matches frame patterns only when the
+//! pattern is `*`.
+//!
+//! ```text
+//! # a known leak in a vendor library
+//! leak:libvendor.so
+//! # CUDA graphs keep this buffer on purpose
+//! leak:^capture_graph$ api:cuMemAllocAsync
+//! memory:host_pinned
+//! event:untracked_free frame:cupy_
+//! ```
+
+use std::fmt;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::glob;
+use crate::report::{Event, Leak, Stack};
+use crate::text::one_line;
+
+/// A suppressions file, parsed.
+#[derive(Clone, Debug, Default)]
+pub struct Suppressions {
+    rules: Vec<Rule>,
+}
+
+/// One rule.
+#[derive(Clone, Debug, Serialize)]
+pub struct Rule {
+    /// The file it came from.
+    pub file: String,
+    /// Its line number (1-based).
+    pub line: usize,
+    /// The rule as written (trimmed).
+    pub text: String,
+    #[serde(skip)]
+    for_events: bool,
+    #[serde(skip)]
+    terms: Vec<(Term, String)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Term {
+    Frame,
+    Api,
+    Memory,
+    Event,
+}
+
+/// A line that is not a rule.
+#[derive(Debug)]
+pub struct ParseError {
+    /// Where.
+    pub file: String,
+    /// Line number (1-based).
+    pub line: usize,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}: {}",
+            one_line(&self.file),
+            self.line,
+            one_line(&self.reason)
+        )
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Turns an LSan-style pattern into a whole-text glob.
+fn anchored(pattern: &str) -> String {
+    let (start, body) = match pattern.strip_prefix('^') {
+        Some(rest) => ("", rest),
+        None => ("*", pattern),
+    };
+    let (body, end) = match body.strip_suffix('$') {
+        Some(rest) => (rest, ""),
+        None => (body, "*"),
+    };
+    format!("{start}{body}{end}")
+}
+
+impl Suppressions {
+    /// Reads a suppressions file.
+    pub fn read(path: &Path) -> Result<Suppressions, ParseError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ParseError {
+            file: name.clone(),
+            line: 0,
+            reason: e.to_string(),
+        })?;
+        Self::parse(&name, &text)
+    }
+
+    /// Parses rules; `file` names them in errors and listings.
+    pub fn parse(file: &str, text: &str) -> Result<Suppressions, ParseError> {
+        let mut rules = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let err = |reason: String| ParseError {
+                file: file.to_string(),
+                line: i + 1,
+                reason,
+            };
+            let mut terms = Vec::new();
+            let (mut leak, mut event) = (false, false);
+            for word in line.split_whitespace() {
+                let Some((kind, pattern)) = word.split_once(':') else {
+                    return Err(err(format!(
+                        "{word:?} is not TYPE:PATTERN (types: leak, frame, api, memory, event)"
+                    )));
+                };
+                if pattern.is_empty() {
+                    return Err(err(format!("{kind}: has an empty pattern")));
+                }
+                let term = match kind {
+                    "leak" => {
+                        leak = true;
+                        Term::Frame
+                    }
+                    "frame" => Term::Frame,
+                    "api" => Term::Api,
+                    "memory" => Term::Memory,
+                    "event" => {
+                        event = true;
+                        Term::Event
+                    }
+                    other => {
+                        return Err(err(format!(
+                            "unknown type {other:?} (types: leak, frame, api, memory, event)"
+                        )));
+                    }
+                };
+                terms.push((term, anchored(pattern)));
+            }
+            if leak && event {
+                return Err(err(
+                    "a rule is for leaks (leak:) or events (event:), not both".into(),
+                ));
+            }
+            rules.push(Rule {
+                file: file.to_string(),
+                line: i + 1,
+                text: line.to_string(),
+                for_events: event,
+                terms,
+            });
+        }
+        Ok(Suppressions { rules })
+    }
+
+    /// Adds another file's rules after these.
+    pub fn extend(&mut self, other: Suppressions) {
+        self.rules.extend(other.rules);
+    }
+
+    /// The rules, in file order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The first rule that suppresses `leak`, whose stack is `stack`.
+    pub fn match_leak(&self, leak: &Leak, stack: Option<&Stack>) -> Option<usize> {
+        self.rules.iter().position(|r| {
+            !r.for_events
+                && r.terms.iter().all(|(term, p)| match term {
+                    Term::Frame => frame_matches(p, stack),
+                    Term::Api => glob::matches(p, &leak.api),
+                    Term::Memory => glob::matches(p, leak.memory.as_str()),
+                    Term::Event => false,
+                })
+        })
+    }
+
+    /// The first rule that suppresses `event`, whose stack is `stack`.
+    pub fn match_event(&self, event: &Event, stack: Option<&Stack>) -> Option<usize> {
+        self.rules.iter().position(|r| {
+            r.for_events
+                && r.terms.iter().all(|(term, p)| match term {
+                    Term::Frame => frame_matches(p, stack),
+                    Term::Api => event.api.as_deref().is_some_and(|a| glob::matches(p, a)),
+                    Term::Memory => false,
+                    Term::Event => glob::matches(p, event.kind.as_str()),
+                })
+        })
+    }
+
+    /// Whether no rule has a frame condition (so stacks need not be looked up).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+fn frame_matches(pattern: &str, stack: Option<&Stack>) -> bool {
+    let Some(stack) = stack else {
+        return pattern.chars().all(|c| c == '*');
+    };
+    stack.frames.iter().any(|f| {
+        f.function
+            .as_deref()
+            .is_some_and(|s| glob::matches(pattern, s))
+            || f.file.as_deref().is_some_and(|s| glob::matches(pattern, s))
+            || glob::matches(pattern, &f.module)
+    }) || stack
+        .python
+        .iter()
+        .any(|f| glob::matches(pattern, &f.function) || glob::matches(pattern, &f.file))
+}
+
+/// Escapes text so that, anchored with `^…$`, it matches itself only.
+pub fn escape(text: &str) -> String {
+    format!("^{}$", escape_body(text))
+}
+
+/// Escapes wildcard characters (and turns spaces into `?`, since spaces separate terms).
+fn escape_body(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    for c in text.chars() {
+        match c {
+            '*' | '?' | '[' => {
+                out.push('[');
+                out.push(c);
+                out.push(']');
+            }
+            c if c.is_whitespace() || c.is_control() => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    if out.ends_with('$') {
+        out.pop();
+        out.push_str("[$]");
+    }
+    if out.starts_with('^') {
+        out.replace_range(0..1, "?");
+    }
+    out
+}
+
+/// A rule proposed for a site, with what it would suppress.
+#[derive(Clone, Debug, Default)]
+pub struct Proposal {
+    /// The rule line; commented out (`# `) when no precise rule exists (leaks without a stack).
+    pub rule: String,
+    /// The site's label.
+    pub site: String,
+    /// Leaks it covers.
+    pub leaks: u64,
+    /// Bytes it covers.
+    pub bytes: u64,
+    /// Events it covers, by kind.
+    pub events: u64,
+    /// Driver entries of the leaks.
+    pub apis: std::collections::BTreeSet<String>,
+    /// Processes (`exe[pid]`), at most 3 kept.
+    pub processes: Vec<String>,
+    /// How many processes.
+    pub process_count: u64,
+}
+
+/// The frame condition that picks out a site, or `None` when the site has no frame.
+fn site_condition(site: &crate::sites::Site) -> Option<String> {
+    match (&site.function, &site.module) {
+        (Some(f), _) => Some(escape(f)),
+        (None, Some(m)) => Some(format!("{}$", escape_body(crate::sites::file_name(m)))),
+        (None, None) => None,
+    }
+}
+
+/// Proposes rules for every leak and event of one report, one per distinct rule.
+pub fn propose(report: &crate::report::Report) -> Vec<Proposal> {
+    use std::collections::BTreeMap;
+    let index = crate::sites::SiteIndex::new(report);
+    let name = report.process_name();
+    let mut by_rule: BTreeMap<String, Proposal> = BTreeMap::new();
+    fn add<'m>(
+        map: &'m mut BTreeMap<String, Proposal>,
+        rule: String,
+        site: &crate::sites::Site,
+        name: &str,
+    ) -> &'m mut Proposal {
+        map.entry(rule.clone()).or_insert_with(|| Proposal {
+            rule,
+            site: site.label(),
+            processes: vec![name.to_string()],
+            process_count: 1,
+            ..Proposal::default()
+        })
+    }
+    for leak in &report.leaks {
+        let site = index.site(leak.stack);
+        let rule = match site_condition(&site) {
+            Some(c) => format!("leak:{c}"),
+            None => format!(
+                "# no stack, so no precise rule; this would suppress every {} leak: api:{}",
+                leak.api,
+                escape(&leak.api)
+            ),
+        };
+        let p = add(&mut by_rule, rule, &site, &name);
+        p.leaks += 1;
+        p.bytes = p.bytes.saturating_add(leak.size);
+        if !p.apis.contains(&leak.api) {
+            p.apis.insert(leak.api.clone());
+        }
+    }
+    for event in &report.events {
+        let site = index.site(event.stack);
+        let kind = escape(event.kind.as_str());
+        let rule = match site_condition(&site) {
+            Some(c) => format!("event:{kind} frame:{c}"),
+            None => format!("event:{kind}"),
+        };
+        add(&mut by_rule, rule, &site, &name).events += 1;
+    }
+    by_rule.into_values().collect()
+}
+
+/// Adds up proposals from several reports (same rule: one proposal), most bytes first.
+pub fn combine(all: impl IntoIterator<Item = Proposal>) -> Vec<Proposal> {
+    let mut by_rule: std::collections::HashMap<String, Proposal> = Default::default();
+    for p in all {
+        match by_rule.get_mut(&p.rule) {
+            None => {
+                by_rule.insert(p.rule.clone(), p);
+            }
+            Some(q) => {
+                q.leaks += p.leaks;
+                q.bytes = q.bytes.saturating_add(p.bytes);
+                q.events += p.events;
+                q.apis.extend(p.apis);
+                for name in p.processes {
+                    if q.processes.len() < 3 {
+                        q.processes.push(name);
+                    }
+                }
+                q.process_count += p.process_count;
+            }
+        }
+    }
+    let mut out: Vec<Proposal> = by_rule.into_values().collect();
+    out.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(b.leaks.cmp(&a.leaks))
+            .then(b.events.cmp(&a.events))
+            .then(a.rule.cmp(&b.rule))
+    });
+    out
+}
+
+/// Writes proposals as a suppressions file, each rule under a comment saying what it covers.
+pub fn write_file(
+    proposals: &[Proposal],
+    reports: usize,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    use crate::text::{bytes, plural};
+    writeln!(
+        out,
+        "# cuguard suppressions, generated from {}.",
+        plural(reports as u64, "report", "reports")
+    )?;
+    writeln!(
+        out,
+        "# Format: docs/cli.md#suppressions. Keep the rules you mean; delete the rest."
+    )?;
+    for p in proposals {
+        let mut what = Vec::new();
+        if p.leaks > 0 {
+            what.push(format!(
+                "{} in {} ({})",
+                bytes(p.bytes),
+                plural(p.leaks, "leak", "leaks"),
+                p.apis.iter().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        if p.events > 0 {
+            what.push(plural(p.events, "event", "events"));
+        }
+        let mut whose = p.processes.join(", ");
+        if p.process_count > p.processes.len() as u64 {
+            whose.push_str(&format!(
+                " and {} more",
+                p.process_count - p.processes.len() as u64
+            ));
+        }
+        writeln!(out)?;
+        writeln!(
+            out,
+            "# {}: {}; in {}",
+            one_line(&p.site),
+            what.join(", "),
+            one_line(&whose)
+        )?;
+        writeln!(out, "{}", one_line(&p.rule))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Addr, EventKind, Frame, LeakState, Memory};
+
+    fn leak(api: &str, memory: Memory) -> Leak {
+        Leak {
+            address: Addr(0x1000),
+            size: 1,
+            requested: 1,
+            api: api.into(),
+            memory,
+            device: 0,
+            context: None,
+            thread: 1,
+            seq: 1,
+            time_ms: 0,
+            stack: Some(1),
+            state: LeakState::LiveAtExit,
+        }
+    }
+
+    fn stack(functions: &[&str]) -> Stack {
+        Stack {
+            id: 1,
+            frames: functions
+                .iter()
+                .map(|f| Frame {
+                    ip: Addr(1),
+                    module: "/opt/app/libvendor.so".into(),
+                    offset: Addr(1),
+                    function: Some(f.to_string()),
+                    file: Some("/src/vendor.cc".into()),
+                    line: Some(1),
+                    inlined: None,
+                })
+                .collect(),
+            python: vec![],
+        }
+    }
+
+    #[test]
+    fn lsan_style_patterns() {
+        let s = Suppressions::parse(
+            "s",
+            "# comment\n\nleak:^make_buf$\nleak:vendor.cc api:cuMemAllocManaged\nmemory:host_pinned\n",
+        )
+        .unwrap();
+        let st = stack(&["cuMemAlloc_v2", "make_buf", "main"]);
+        assert_eq!(
+            s.match_leak(&leak("cuMemAlloc_v2", Memory::Device), Some(&st)),
+            Some(0)
+        );
+        let other = stack(&["make_buffers"]);
+        assert_eq!(
+            s.match_leak(&leak("cuMemAlloc_v2", Memory::Device), Some(&other)),
+            None,
+            "anchored"
+        );
+        assert_eq!(
+            s.match_leak(&leak("cuMemAllocManaged", Memory::Managed), Some(&other)),
+            Some(1),
+            "file and api"
+        );
+        assert_eq!(
+            s.match_leak(&leak("cuMemAllocHost_v2", Memory::HostPinned), None),
+            Some(2)
+        );
+        assert_eq!(s.rules()[1].line, 4);
+    }
+
+    #[test]
+    fn event_rules_apply_to_events_only() {
+        let s = Suppressions::parse("s", "event:double_free frame:cupy\nleak:*\n").unwrap();
+        let e = Event {
+            kind: EventKind::DoubleFree,
+            address: None,
+            api: Some("cuMemFree_v2".into()),
+            seq: 1,
+            thread: 1,
+            stack: None,
+            result: Some(1),
+            size: None,
+            context: None,
+            time_ms: None,
+            message: None,
+        };
+        assert_eq!(s.match_event(&e, Some(&stack(&["cupy_free"]))), Some(0));
+        assert_eq!(s.match_event(&e, None), None);
+        assert_eq!(s.match_leak(&leak("x", Memory::Device), None), Some(1));
+    }
+
+    #[test]
+    fn bad_lines_are_errors_with_their_line() {
+        for (text, want) in [
+            (
+                "leak:a\nnonsense\n",
+                "s:2: \"nonsense\" is not TYPE:PATTERN",
+            ),
+            ("fun:x", "s:1: unknown type \"fun\""),
+            ("leak:", "s:1: leak: has an empty pattern"),
+            ("leak:a event:b", "s:1: a rule is for leaks"),
+        ] {
+            let e = Suppressions::parse("s", text).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn escaped_names_match_only_themselves() {
+        for name in [
+            "operator new[]",
+            "a*b",
+            "std::vector<int, std::allocator<int> >::push",
+            "f$",
+        ] {
+            let s = Suppressions::parse("s", &format!("leak:{}", escape(name))).unwrap();
+            assert!(
+                s.match_leak(&leak("x", Memory::Device), Some(&stack(&[name])))
+                    .is_some(),
+                "{name}"
+            );
+            let longer = format!("{name}x");
+            assert!(
+                s.match_leak(&leak("x", Memory::Device), Some(&stack(&[&longer])))
+                    .is_none()
+            );
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Tests of the check's rule: suppressions, baselines, limits, events.
+
+use std::path::PathBuf;
+
+use super::suppressions::Suppressions;
+use super::*;
+use crate::input::map_reports;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn condense(names: &[&str], s: &Suppressions) -> Vec<ProcessCheck> {
+    let files: Vec<PathBuf> = names.iter().map(|n| fixture(n)).collect();
+    map_reports(&files, |src, r| ProcessCheck::new(src, &r, s))
+        .unwrap()
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect()
+}
+
+fn verdict(names: &[&str], rules: &str, base: Option<&[&str]>, limits: Limits) -> Verdict {
+    let s = Suppressions::parse("s", rules).unwrap();
+    let processes = condense(names, &s);
+    let baseline = base.map(|b| Baseline::new(&condense(b, &s)));
+    Verdict::new(&processes, baseline.as_ref(), &s, limits)
+}
+
+#[test]
+fn any_leak_fails_by_default() {
+    let v = verdict(&["leaks-two-contexts.json"], "", None, Limits::default());
+    assert!(!v.passed);
+    assert_eq!((v.counted_bytes, v.counted_leaks), (15_729_152, 5));
+    assert_eq!(v.failures.len(), 2, "{:?}", v.failures);
+    assert!(v.processes[0].failed);
+}
+
+#[test]
+fn limits_allow_some_leaks() {
+    let limits = Limits {
+        max_leaked_bytes: 16 << 20,
+        max_leaks: 5,
+        ..Limits::default()
+    };
+    let v = verdict(&["leaks-two-contexts.json"], "", None, limits);
+    assert!(v.passed, "{:?}", v.failures);
+    assert!(!v.processes[0].failed);
+}
+
+#[test]
+fn suppressions_remove_leaks_and_report_unused_rules() {
+    let rules = "leak:make_buffers\nleak:libscratch.so$\nleak:worker_loop api:cuMemAllocPitch*\nleak:never_seen\n";
+    let v = verdict(&["leaks-two-contexts.json"], rules, None, Limits::default());
+    assert_eq!(v.suppressed_leaks, 4);
+    assert_eq!(v.leaks, 1, "the plain cuMemAlloc_v2 at worker_loop is left");
+    assert_eq!(v.sites[0].site, "worker_loop");
+    let matched: Vec<u64> = v.suppressions.iter().map(|r| r.matched).collect();
+    assert_eq!(matched, [2, 1, 1, 0]);
+    let unused: Vec<usize> = v.unused_suppressions().map(|r| r.line).collect();
+    assert_eq!(unused, [4]);
+}
+
+#[test]
+fn events_fail_unless_suppressed_or_allowed() {
+    let v = verdict(&["events.json"], "leak:cupy", None, Limits::default());
+    assert!(!v.passed);
+    assert_eq!(
+        v.failures,
+        [
+            "2 double_free events",
+            "1 free_in_wrong_context event",
+            "1 invalid_free event"
+        ]
+    );
+    let v = verdict(
+        &["events.json"],
+        "leak:cupy\nevent:double_free\nevent:invalid_free frame:cupy_cuda_memory_free\nevent:^free_in_wrong_context$",
+        None,
+        Limits::default(),
+    );
+    assert!(v.passed, "{:?}", v.failures);
+    assert_eq!(v.suppressed_events, 4);
+    let none = Limits {
+        fail_on_events: FailingEvents::None,
+        ..Limits::default()
+    };
+    assert!(verdict(&["events.json"], "leak:cupy", None, none).passed);
+    let all = Limits {
+        fail_on_events: FailingEvents::All,
+        ..Limits::default()
+    };
+    let v = verdict(&["events.json"], "leak:cupy", None, all);
+    assert_eq!(v.events.iter().filter(|e| e.failing).count(), 9);
+}
+
+#[test]
+fn baseline_passes_the_same_run_and_fails_growth() {
+    let same = verdict(
+        &["leaks-two-contexts.json"],
+        "",
+        Some(&["leaks-two-contexts.json"]),
+        Limits::default(),
+    );
+    assert!(same.passed, "{:?}", same.failures);
+    assert!(same.sites.iter().all(|s| s.status == SiteStatus::Baselined));
+
+    // The merged fixture holds leaks-two-contexts and incomplete: against a baseline of
+    // leaks-two-contexts alone, only incomplete's <no stack> site is new.
+    let grown = verdict(
+        &["merged.json"],
+        "",
+        Some(&["leaks-two-contexts.json"]),
+        Limits::default(),
+    );
+    assert!(!grown.passed);
+    assert_eq!(grown.sites[0].site, "<no stack>");
+    assert_eq!(grown.sites[0].status, SiteStatus::New);
+    assert_eq!(grown.counted_leaks, 2);
+    let p: Vec<bool> = grown.processes.iter().map(|p| p.failed).collect();
+    assert_eq!(
+        p,
+        [false, true],
+        "only the process with the new site failed"
+    );
+
+    // Twice the same report against one: every site has grown by exactly itself.
+    let doubled = verdict(
+        &["leaks-two-contexts.json", "leaks-two-contexts.json"],
+        "",
+        Some(&["leaks-two-contexts.json"]),
+        Limits::default(),
+    );
+    assert!(doubled.sites.iter().all(|s| s.status == SiteStatus::Grown));
+    assert_eq!(doubled.counted_bytes, 15_729_152);
+}
+
+#[test]
+fn incomplete_reports_fail_only_when_required() {
+    let loose = Limits {
+        max_leaked_bytes: u64::MAX,
+        max_leaks: u64::MAX,
+        ..Limits::default()
+    };
+    assert!(verdict(&["incomplete.json"], "", None, loose.clone()).passed);
+    let strict = Limits {
+        require_complete: true,
+        ..loose
+    };
+    let v = verdict(&["incomplete.json"], "", None, strict);
+    assert_eq!(v.failures, ["1 incomplete report (--require-complete)"]);
+}
+
+#[test]
+fn junit_is_well_formed_enough() {
+    let v = verdict(&["merged.json"], "", None, Limits::default());
+    let mut out = Vec::new();
+    junit::write(&v, &mut out).unwrap();
+    let xml = String::from_utf8(out).unwrap();
+    assert!(xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites"));
+    assert_eq!(xml.matches("<testcase ").count(), 3);
+    assert_eq!(xml.matches("<failure ").count(), 3);
+    assert!(xml.contains("name=\"train[4242] (gpu01, rank 0)\""));
+    assert!(xml.trim_end().ends_with("</testsuites>"));
+}
+
+#[test]
+fn generated_suppressions_suppress_everything_they_name() {
+    use super::suppressions::{combine, propose, write_file};
+    let files = [fixture("leaks-two-contexts.json"), fixture("events.json")];
+    let proposals: Vec<_> = map_reports(&files, |_, r| propose(&r))
+        .unwrap()
+        .into_iter()
+        .flat_map(|(_, p)| p)
+        .collect();
+    let proposals = combine(proposals);
+    let mut out = Vec::new();
+    write_file(&proposals, 2, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("\nleak:^make_buffers$\n"), "{text}");
+    assert!(text.contains("\nleak:libscratch.so$\n"), "{text}");
+    assert!(
+        text.contains("\nevent:^double_free$ frame:^cupy_cuda_memory_free$\n"),
+        "{text}"
+    );
+    let all_events = Limits {
+        fail_on_events: FailingEvents::All,
+        ..Limits::default()
+    };
+    let v = verdict(
+        &["leaks-two-contexts.json", "events.json"],
+        &text,
+        None,
+        all_events,
+    );
+    assert!(v.passed, "{:?}\n{text}", v.failures);
+    assert_eq!(v.unused_suppressions().count(), 0);
+}

@@ -1,0 +1,191 @@
+//! `cuguard check`: the CI gate (see [`crate::check`] for the rule).
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::{CliError, exit, write_stdout};
+use crate::check::suppressions::Suppressions;
+use crate::check::{self, Baseline, FailingEvents, Limits, ProcessCheck, Verdict};
+use crate::input;
+use crate::style::Style;
+
+/// Output formats of `check`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// For a terminal or CI log.
+    #[default]
+    Text,
+    /// One JSON document (see docs/cli.md).
+    Json,
+    /// JUnit XML, one test case per process.
+    Junit,
+}
+
+/// Arguments of `cuguard check`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+The check fails (exit 1) when the leaks that count exceed the limits (by default any leak
+counts and the limits are 0), or when events of a failing kind remain. Suppressed leaks and
+events never count; with --baseline only new sites, and the growth of grown sites, count.
+Exit 0: pass. Exit 1: fail. Exit 2: usage error or unreadable input.
+
+Examples:
+  cuguard check cuguard.*.json
+  cuguard check --suppressions .cuguard-supp --format junit reports/ > cuguard-junit.xml
+  cuguard check --baseline main-reports/ --max-leaked-bytes 1048576 reports/
+  cuguard check --fail-on-events all --require-complete reports/
+
+Suppression rules (one per line, terms separated by spaces, all must match):
+  leak:PATTERN     a frame's function, file or module      api:PATTERN     the driver entry
+  memory:PATTERN   device|pitched|managed|async|vmm|host_pinned
+  event:PATTERN    an event kind (makes it an event rule)  frame:PATTERN   a frame, in event rules
+Patterns match anywhere unless anchored with ^ or $; * ? and [..] are wildcards.")]
+pub struct CheckArgs {
+    /// Fail when more than N bytes leaked (new or grown ones with --baseline).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = parse_bytes)]
+    pub max_leaked_bytes: u64,
+    /// Fail when more than N leaks (new or grown ones with --baseline).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_leaks: u64,
+    /// Suppressions file (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub suppressions: Vec<PathBuf>,
+    /// Reports of a known-good run: fail only on leaks and events that are new or have grown.
+    #[arg(long, value_name = "PATH")]
+    pub baseline: Vec<PathBuf>,
+    /// Event kinds that fail the check: a comma-separated list, `all` or `none`.
+    #[arg(
+        long,
+        value_name = "KINDS",
+        default_value = "double_free,invalid_free,free_in_wrong_context"
+    )]
+    pub fail_on_events: String,
+    /// Fail when a report is incomplete (a checkpoint, or cut short by a signal).
+    #[arg(long)]
+    pub require_complete: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// How many sites and events to list in text output (0: all).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
+    /// Reports: files, directories (every *.json below them) or globs.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+}
+
+/// Parses a byte count: an integer with an optional unit (`512`, `64KiB`, `1.5MiB`, `2GB`).
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        "t" | "tb" => 1_000_000_000_000,
+        "tib" => 1 << 40,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} (use B, KiB, MiB, GiB, KB, MB, GB)"
+            ));
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a byte count"))?;
+    let bytes = value * scale as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("{text:?} is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+fn failing_events(text: &str) -> FailingEvents {
+    match text.trim() {
+        "all" => FailingEvents::All,
+        "none" | "" => FailingEvents::None,
+        list => FailingEvents::Kinds(
+            list.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(String::from)
+                .collect(),
+        ),
+    }
+}
+
+/// Reads every suppressions file named.
+pub(crate) fn read_suppressions(files: &[PathBuf]) -> Result<Suppressions, CliError> {
+    let mut all = Suppressions::default();
+    for f in files {
+        all.extend(Suppressions::read(f).map_err(CliError::Suppressions)?);
+    }
+    Ok(all)
+}
+
+/// Runs `cuguard check`.
+pub fn run(args: CheckArgs) -> Result<u8, CliError> {
+    let suppressions = read_suppressions(&args.suppressions)?;
+    let processes: Vec<ProcessCheck> = input::map_paths(&args.paths, |source, report| {
+        ProcessCheck::new(source, &report, &suppressions)
+    })?
+    .into_iter()
+    .map(|(_, p)| p)
+    .collect();
+    let baseline = if args.baseline.is_empty() {
+        None
+    } else {
+        let base = input::map_paths(&args.baseline, |source, report| {
+            ProcessCheck::new(source, &report, &suppressions)
+        })?;
+        Some(Baseline::new(base.iter().map(|(_, p)| p)))
+    };
+    let limits = Limits {
+        max_leaked_bytes: args.max_leaked_bytes,
+        max_leaks: args.max_leaks,
+        fail_on_events: failing_events(&args.fail_on_events),
+        require_complete: args.require_complete,
+    };
+    let verdict = Verdict::new(&processes, baseline.as_ref(), &suppressions, limits);
+    let code = if verdict.passed {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    };
+    let top = if args.top == 0 { usize::MAX } else { args.top };
+    let style = Style::for_stdout();
+    let written = write_stdout(|out| match args.format {
+        Format::Text => check::text::write(&verdict, out, style, top),
+        Format::Json => check::json::write(&verdict, out),
+        Format::Junit => check::junit::write(&verdict, out),
+    });
+    match written {
+        // A closed pipe does not change the verdict.
+        Err(e) if e.is_broken_pipe() => Ok(code),
+        Err(e) => Err(e),
+        Ok(()) => Ok(code),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn byte_counts() {
+        use super::parse_bytes;
+        assert_eq!(parse_bytes("0"), Ok(0));
+        assert_eq!(parse_bytes("64KiB"), Ok(65536));
+        assert_eq!(parse_bytes("1.5 MiB"), Ok(1_572_864));
+        assert_eq!(parse_bytes("2GB"), Ok(2_000_000_000));
+        assert!(parse_bytes("-1").is_err());
+        assert!(parse_bytes("12 parsecs").is_err());
+        assert!(parse_bytes("99999999999999999999999TiB").is_err());
+    }
+}

@@ -1,0 +1,68 @@
+//! `cuguard diff BASE NEW`: sites that are new, fixed, grown or shrunk, with byte deltas.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::{CliError, exit, write_stdout};
+use crate::diff::{self, Diff};
+use crate::input;
+use crate::style::Style;
+use crate::summary::{ReportSummary, Summary};
+
+/// Output formats of `diff`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// For a terminal.
+    #[default]
+    Text,
+    /// One JSON document (see docs/cli.md).
+    Json,
+}
+
+/// Arguments of `cuguard diff`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+BASE and NEW are each a report, a merged report, a directory (every *.json below it) or a glob;
+each side's processes are added up. The exit status is 0 whatever changed (use
+`cuguard check --baseline BASE NEW` to gate on growth).
+
+Examples:
+  cuguard diff main/cuguard.train.4242.json branch/cuguard.train.5150.json
+  cuguard diff --format json 'main/*.json' 'branch/*.json'")]
+pub struct DiffArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// How many sites to list per group in text output (0: all).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
+    /// The earlier run.
+    #[arg(value_name = "BASE")]
+    pub base: PathBuf,
+    /// The later run.
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+}
+
+fn summarize(path: &PathBuf) -> Result<Summary, CliError> {
+    let processes = input::map_paths(std::slice::from_ref(path), |source, report| {
+        ReportSummary::new(source, &report, 0)
+    })?;
+    Ok(Summary::new(
+        processes.into_iter().map(|(_, s)| s).collect(),
+        usize::MAX,
+    ))
+}
+
+/// Runs `cuguard diff`.
+pub fn run(args: DiffArgs) -> Result<u8, CliError> {
+    let diff = Diff::new(&summarize(&args.base)?, &summarize(&args.new)?);
+    let top = if args.top == 0 { usize::MAX } else { args.top };
+    let style = Style::for_stdout();
+    write_stdout(|out| match args.format {
+        Format::Text => diff::text::write(&diff, out, style, top),
+        Format::Json => diff::json::write(&diff, out),
+    })?;
+    Ok(exit::OK)
+}

@@ -1,0 +1,231 @@
+//! `cuguard check` and `cuguard suppressions` as CI runs them: exit codes, suppressions (matching
+//! and unused), baselines (pass and fail), JSON and JUnit output decoded independently.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde::Deserialize;
+
+use crate::support;
+
+fn fixture(name: &str) -> PathBuf {
+    support::artifacts().root.join("tests/fixtures").join(name)
+}
+
+fn check(args: &[&str], paths: &[&str]) -> Output {
+    Command::new(&support::artifacts().cuguard)
+        .env("NO_COLOR", "1")
+        .arg("check")
+        .args(args)
+        .args(paths.iter().map(|p| fixture(p)))
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[derive(Deserialize)]
+struct JsonVerdict {
+    passed: bool,
+    failures: Vec<String>,
+    counted_bytes: u64,
+    counted_leaks: u64,
+    suppressed_leaks: u64,
+    sites: Vec<JsonSite>,
+    suppressions: Vec<JsonRule>,
+}
+
+#[derive(Deserialize)]
+struct JsonSite {
+    site: String,
+    status: String,
+    counted_bytes: u64,
+}
+
+#[derive(Deserialize)]
+struct JsonRule {
+    line: usize,
+    rule: String,
+    matched: u64,
+}
+
+fn verdict(args: &[&str], paths: &[&str]) -> (i32, JsonVerdict) {
+    let mut all = vec!["--format", "json"];
+    all.extend_from_slice(args);
+    let out = check(&all, paths);
+    let code = out.status.code().unwrap();
+    assert!(
+        code == 0 || code == 1,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        code,
+        serde_json::from_slice(&out.stdout).expect("check --format json is JSON"),
+    )
+}
+
+#[test]
+fn cli_check_exit_codes() {
+    let out = check(&[], &["leaks-two-contexts.json"]);
+    assert_eq!(out.status.code(), Some(1), "any leak fails by default");
+    assert!(text(&out).starts_with("cuguard check: FAIL: 1 report, 15.0 MiB leaked in 5 leaks\n"));
+    let out = check(
+        &["--max-leaked-bytes", "16MiB", "--max-leaks", "5"],
+        &["leaks-two-contexts.json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).starts_with("cuguard check: PASS"));
+    let out = check(
+        &["--max-leaked-bytes", "16MiB", "--max-leaks", "4"],
+        &["leaks-two-contexts.json"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("5 leaks exceed --max-leaks 4"));
+    // Events fail even without leaks over the limit, unless allowed.
+    let loose = ["--max-leaked-bytes", "1GiB", "--max-leaks", "100"];
+    assert_eq!(check(&loose, &["events.json"]).status.code(), Some(1));
+    let mut none = loose.to_vec();
+    none.extend(["--fail-on-events", "none"]);
+    assert_eq!(check(&none, &["events.json"]).status.code(), Some(0));
+    // Usage and input errors are 2.
+    let out = check(&["--max-leaks", "lots"], &["events.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = check(&["--suppressions", "/nonexistent/supp"], &["events.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = check(&[], &["no-such-report.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn cli_check_suppressions_matching_and_unused() {
+    let dir = support::scratch_dir("cli-check-supp");
+    let supp = dir.join("supp");
+    std::fs::write(
+        &supp,
+        "# known\nleak:make_buffers\nleak:libscratch.so api:cuMemAlloc_v2\nleak:no_such_function\nmemory:pitched\n",
+    )
+    .unwrap();
+    let (code, v) = verdict(
+        &["--suppressions", supp.to_str().unwrap()],
+        &["leaks-two-contexts.json"],
+    );
+    assert_eq!(code, 1, "one cuMemAlloc_v2 at worker_loop is left");
+    assert_eq!(v.suppressed_leaks, 4);
+    assert_eq!((v.counted_bytes, v.counted_leaks), (1_048_576, 1));
+    assert_eq!(v.sites.len(), 1);
+    assert_eq!(v.sites[0].site, "worker_loop");
+    let used: Vec<(usize, u64)> = v.suppressions.iter().map(|r| (r.line, r.matched)).collect();
+    assert_eq!(used, [(2, 2), (3, 1), (4, 0), (5, 1)]);
+    assert_eq!(v.suppressions[2].rule, "leak:no_such_function");
+    let out = check(
+        &["--suppressions", supp.to_str().unwrap()],
+        &["leaks-two-contexts.json"],
+    );
+    let t = text(&out);
+    assert!(
+        t.contains(&format!(
+            "unused suppressions\n  {}:4: leak:no_such_function\n",
+            supp.display()
+        )),
+        "{t}"
+    );
+
+    std::fs::write(&supp, "leak:ok\nthis is not a rule\n").unwrap();
+    let out = check(
+        &["--suppressions", supp.to_str().unwrap()],
+        &["events.json"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("supp:2: \"this\" is not TYPE:PATTERN"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cli_check_baseline_pass_and_fail() {
+    let base = fixture("leaks-two-contexts.json");
+    let base = base.to_str().unwrap();
+    let (code, v) = verdict(&["--baseline", base], &["leaks-two-contexts.json"]);
+    assert_eq!(code, 0, "{:?}", v.failures);
+    assert!(v.passed);
+    assert!(v.sites.iter().all(|s| s.status == "baselined"));
+    let (code, v) = verdict(&["--baseline", base], &["merged.json"]);
+    assert_eq!(code, 1);
+    assert_eq!(v.sites[0].site, "<no stack>");
+    assert_eq!(v.sites[0].status, "new");
+    assert_eq!(v.sites[0].counted_bytes, 2_147_487_744);
+    assert_eq!(v.counted_bytes, 2_147_487_744);
+    // The same process twice (a copy: one path given twice counts once).
+    let dir = support::scratch_dir("cli-check-baseline");
+    let copy = dir.join("copy.json");
+    std::fs::copy(fixture("leaks-two-contexts.json"), &copy).unwrap();
+    let (code, v) = verdict(
+        &["--baseline", base],
+        &["leaks-two-contexts.json", copy.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "a site that doubled has grown");
+    assert!(v.sites.iter().all(|s| s.status == "grown"));
+    let out = check(&["--baseline", base], &["merged.json"]);
+    assert!(
+        text(&out).contains("2.0 GiB  2 leaks  new  <no stack>"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn cli_check_junit() {
+    let out = check(&["--format", "junit"], &["merged.json", "events.json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let xml = text(&out);
+    assert!(xml.starts_with("<?xml"));
+    assert!(
+        xml.contains(r#"<testsuite name="cuguard check" tests="4" failures="4""#),
+        "{xml}"
+    );
+    assert!(xml.contains(r#"name="python3.12[777] (ci-runner-3)""#));
+    assert!(xml.contains("2 × double_free at cupy_cuda_memory_free"));
+    assert_eq!(
+        xml.matches("<testcase").count(),
+        xml.matches("</testcase>").count()
+    );
+}
+
+#[test]
+fn cli_suppressions_generates_a_file_that_passes_check() {
+    let dir = support::scratch_dir("cli-gen-supp");
+    let supp = dir.join("generated.supp");
+    let out = Command::new(&support::artifacts().cuguard)
+        .args(["suppressions", "-o"])
+        .arg(&supp)
+        .arg(fixture("leaks-two-contexts.json"))
+        .arg(fixture("events.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    let rules = std::fs::read_to_string(&supp).unwrap();
+    assert!(rules.contains("\nleak:^make_buffers$\n"), "{rules}");
+    let (code, v) = verdict(
+        &[
+            "--suppressions",
+            supp.to_str().unwrap(),
+            "--fail-on-events",
+            "all",
+        ],
+        &["leaks-two-contexts.json", "events.json"],
+    );
+    assert_eq!(code, 0, "{:?}", v.failures);
+    assert!(v.suppressions.iter().all(|r| r.matched > 0));
+}
