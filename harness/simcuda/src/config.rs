@@ -62,6 +62,15 @@ pub fn get() -> Option<&'static Config> {
     CONFIG.get()
 }
 
+/// `CUGUARD_SIM_VERSION` before `cuInit` has read the settings (silently the default if bad).
+pub fn version_before_init() -> i32 {
+    std::env::var("CUGUARD_SIM_VERSION")
+        .ok()
+        .and_then(|v| v.trim().parse::<i32>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(DEFAULT_VERSION)
+}
+
 /// The code to return instead of running the `entry` call now, if a rule says it fails.
 /// Counts the call.
 pub fn injected_failure(entry: &str) -> Option<CUresult> {

@@ -132,7 +132,10 @@ fn build_devices(st: &mut State, count: u32, memory: u64) {
 /// `cuInit`: reads the settings (the first time) and sets up the devices.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuInit(Flags: c_uint) -> CUresult {
-    let cfg = config::load();
+    // Loaded before the guard so that `CUGUARD_SIM_FAIL` can already fail this call.
+    let Ok(cfg) = std::panic::catch_unwind(config::load) else {
+        return Fault::Internal.code();
+    };
     guard("cuInit", || {
         if Flags != 0 {
             return Err(Fault::BadFlags);
@@ -145,14 +148,15 @@ pub extern "C" fn cuInit(Flags: c_uint) -> CUresult {
     })
 }
 
-/// `cuDriverGetVersion`: `CUGUARD_SIM_VERSION` (13000 unless set). Works before `cuInit`.
+/// `cuDriverGetVersion`: `CUGUARD_SIM_VERSION` (13000 unless set). Works before `cuInit`, when it
+/// reads that one variable without loading the other settings.
 ///
 /// # Safety
 /// `driverVersion` is NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDriverGetVersion(driverVersion: *mut c_int) -> CUresult {
     guard("cuDriverGetVersion", || {
-        let version = config::load().version;
+        let version = config::get().map_or_else(config::version_before_init, |c| c.version);
         // SAFETY: NULL or writable by the caller's contract.
         unsafe { put(driverVersion, version) }
     })

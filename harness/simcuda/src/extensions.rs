@@ -8,8 +8,8 @@
 //!   writes `value` into `[dst, dst + bytes)`. Returns at once.
 //! - `CUresult cusimGetUsage(int device, size_t *live_bytes, size_t *live_allocations)`: the
 //!   driver's own count of device memory the program holds (see `memory.rs`: synchronous, pitched,
-//!   managed and not-yet-freed async allocations, and VMM physical allocations). Either pointer
-//!   may be NULL.
+//!   managed and not-yet-freed async allocations, and VMM physical allocations until released
+//!   and unmapped). Either pointer may be NULL.
 
 use std::ffi::{c_int, c_uchar, c_uint};
 

@@ -1,6 +1,6 @@
 //! Device memory: the map of live allocations, each device's accounting, and the synchronous
-//! allocation entries (`cuMemAlloc_v2`, `cuMemAllocPitch_v2`, `cuMemAllocManaged`, pinned host
-//! memory) with their frees and queries.
+//! allocation entries (`cuMemAlloc_v2`, `cuMemAllocPitch_v2`, `cuMemAllocManaged`, pinned and
+//! registered host memory) with their frees and queries.
 //!
 //! Each allocation is its own anonymous mapping, so its address is page-aligned and its bytes are
 //! real. The map is a `BTreeMap` by start address, so an address inside an allocation is found
@@ -13,8 +13,11 @@
 //!   or cached), and every VMM physical allocation (`cuMemCreate`).
 //! - `live_bytes`/`live_allocs` count what the program holds and has not freed: the same
 //!   synchronous allocations, async allocations not yet passed to a free, and VMM physical
-//!   allocations not yet released (`cusimGetUsage`). Pinned host memory and IPC mappings count in
-//!   neither.
+//!   allocations until their memory goes (released and unmapped) (`cusimGetUsage`). Pinned or registered host memory and IPC
+//!   mappings count in neither.
+//!
+//! Allocation addresses are page-aligned, each allocation its own mapping. (The real driver packs
+//! small allocations 512 bytes apart in shared pages; programs must not rely on either.)
 //!
 //! Pitch: `cuMemAllocPitch_v2` returns `pitch = round_up(WidthInBytes, 512)` and allocates
 //! `pitch * Height` bytes.

@@ -576,15 +576,20 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
         let mut st = drv.lock();
         let h = lookup(&st, pool)?.handle;
         let p = st.pools.get_mut(&h).ok_or(Fault::Internal)?;
-        // SAFETY (all reads below): `value` is non-null and readable for the attribute's type by
-        // the caller's contract.
+        let read_int = || {
+            // SAFETY: `value` is non-null (checked) and, for these attributes, readable for an
+            // `int` by the caller's contract.
+            unsafe { (value as *const c_int).read_unaligned() }
+        };
+        let read_u64 = || {
+            // SAFETY: as above, for a `cuuint64_t`.
+            unsafe { (value as *const u64).read_unaligned() }
+        };
         match attr {
-            ATTR_REUSE_FIRST..=ATTR_REUSE_LAST => {
-                p.reuse[(attr - 1) as usize] = unsafe { *(value as *const c_int) }
-            }
-            ATTR_RELEASE_THRESHOLD => p.release_threshold = unsafe { *(value as *const u64) },
+            ATTR_REUSE_FIRST..=ATTR_REUSE_LAST => p.reuse[(attr - 1) as usize] = read_int(),
+            ATTR_RELEASE_THRESHOLD => p.release_threshold = read_u64(),
             ATTR_RESERVED_MEM_HIGH | ATTR_USED_MEM_HIGH => {
-                if unsafe { *(value as *const u64) } != 0 {
+                if read_u64() != 0 {
                     return Err(Fault::PoolAttributeNotSettable);
                 }
                 if attr == ATTR_RESERVED_MEM_HIGH {

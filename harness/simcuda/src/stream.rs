@@ -21,6 +21,7 @@ use std::collections::VecDeque;
 use std::ffi::{c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crate::context::{self, STREAM_PRIORITY_GREATEST, STREAM_PRIORITY_LEAST};
 use crate::errors::Fault;
@@ -166,6 +167,9 @@ impl Stream {
     }
 }
 
+/// How long a worker waits for work before its thread ends.
+const IDLE_EXIT: Duration = Duration::from_secs(2);
+
 /// The worker of stream `s`.
 fn run(s: Arc<Stream>) {
     loop {
@@ -179,7 +183,15 @@ fn run(s: Arc<Stream>) {
                     q.worker = false;
                     return;
                 }
-                q = s.cv.wait(q).unwrap_or_else(|p| p.into_inner());
+                let (guard, wait) =
+                    s.cv.wait_timeout(q, IDLE_EXIT)
+                        .unwrap_or_else(|p| p.into_inner());
+                q = guard;
+                if wait.timed_out() && q.ops.is_empty() {
+                    // Idle: end the thread; the next operation starts a new one.
+                    q.worker = false;
+                    return;
+                }
             }
         };
         for (dep, seq) in &op.deps {
@@ -536,7 +548,6 @@ pub unsafe extern "C" fn cuStreamGetPriority_ptsz(
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
-    use std::time::Duration;
 
     #[test]
     fn operations_run_in_order_after_their_dependencies() {

@@ -568,8 +568,8 @@ typedef CUresult(CUDAAPI *PFN_cuCtxCreate_v12050)(CUcontext *pctx, CUctxCreatePa
 CUresult cusimEnqueueFill(CUstream s, CUdeviceptr dst, size_t bytes, unsigned char value, unsigned int delay_us);
 
 /* The driver's own count of device memory the program holds on `device`: cuMemAlloc, pitched,
- * managed and not-yet-freed async allocations, and VMM physical allocations (cuMemCreate) not
- * yet released. Either out-pointer may be NULL. */
+ * managed and not-yet-freed async allocations, and VMM physical allocations (cuMemCreate) until
+ * released and unmapped. Either out-pointer may be NULL. */
 CUresult cusimGetUsage(int device, size_t *live_bytes, size_t *live_allocations);
 
 #ifdef __cplusplus
