@@ -439,7 +439,9 @@ pub struct Module {
 /// `doors`: hooked entries handed out through each door.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Doors {
-    /// Calls that reached the shim's exported symbols.
+    /// Calls that reached the shim's exported symbols (not counted by today's shim: a program
+    /// linked with `-lcuda` binds to them directly).
+    #[serde(default)]
     pub exported: u64,
     /// Hooks returned by `dlsym`.
     pub dlsym: u64,
