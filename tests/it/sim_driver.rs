@@ -854,6 +854,29 @@ fn get_proc_address_answers_per_version_and_flag() {
     ]);
 }
 
+/// With a library preloaded that exports some of the driver's names (as the shim does),
+/// `cuGetProcAddress` still hands out the driver's own entries, as the real driver does.
+#[test]
+fn get_proc_address_answers_are_the_drivers_own_entries_under_a_preload() {
+    let a = support::artifacts();
+    let dir = support::scratch_dir("interposer");
+    let lib = dir.join("libsim_interposer.so");
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(a.root.join("harness/workloads/c/sim_interposer.c"))
+        .arg("-I")
+        .arg(a.root.join("harness/workloads/c"))
+        .status()
+        .expect("running cc");
+    assert!(status.success(), "compiling sim_interposer.c failed");
+    let plain = facts("sim_procaddr", &[], &[]);
+    plain.expect(&[("own_entries", "1"), ("callable", "0\t1\t0")]);
+    let lib = lib.to_string_lossy().into_owned();
+    let preloaded = facts("sim_procaddr", &[], &[("LD_PRELOAD", lib.as_str())]);
+    preloaded.expect(&[("own_entries", "1"), ("callable", "0\t1\t0")]);
+}
+
 #[test]
 fn get_proc_address_table_covers_every_export() {
     let rows = table_rows();

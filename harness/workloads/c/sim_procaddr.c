@@ -6,7 +6,9 @@
  * a name is NULL for a NULL pointer). Then:
  *   self      the entry returned for "cuGetProcAddress" at 12000 and what it returns for "cuMemAlloc"
  *   callable  whether cuMemAlloc fetched at 13000 allocates and cuMemFree fetched frees
- *   bad_flags the code for flags 8 */
+ *   bad_flags the code for flags 8
+ *   own_entries  whether the answers are the driver's own exports (dlsym on the driver's handle),
+ *             also when a preloaded library exports the same names */
 #define _GNU_SOURCE
 #include "cusim.h"
 
@@ -64,5 +66,22 @@ int main(int argc, char **argv) {
 
     void *f = NULL;
     printf("bad_flags\t%d\n", (int)cuGetProcAddress_v2("cuMemAlloc", &f, 12000, 8, &st));
+
+    /* The driver's own entry points are found through its handle; ask the driver's
+     * cuGetProcAddress_v2 through that handle too, past any preloaded namesake. */
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    PFN_cuGetProcAddress_v12000 own_gpa = (PFN_cuGetProcAddress_v12000)dlsym(lib, "cuGetProcAddress_v2");
+    static const struct { const char *base; unsigned long long flags; const char *symbol; } own[] = {
+        {"cuMemAlloc", 0, "cuMemAlloc_v2"},
+        {"cuMemAllocAsync", 2, "cuMemAllocAsync_ptsz"},
+        {"cuGetProcAddress", 0, "cuGetProcAddress_v2"},
+        {"cuMemFree", 0, "cuMemFree_v2"},
+    };
+    int all = lib && own_gpa;
+    for (size_t i = 0; all && i < sizeof own / sizeof own[0]; i++) {
+        f = NULL;
+        all = own_gpa(own[i].base, &f, 13000, own[i].flags, &st) == CUDA_SUCCESS && f == dlsym(lib, own[i].symbol);
+    }
+    printf("own_entries\t%d\n", all);
     return 0;
 }
