@@ -10,6 +10,7 @@
 //! - [`summary`]: per-process and overall summaries, with one module per output format;
 //! - [`check`]: the CI gate: suppressions, baselines, limits; its output formats;
 //! - [`merge`], [`diff`]: merged multi-process reports; the difference of two runs;
+//! - [`view`]: the HTML page of `cuguard view`;
 //! - [`cli`]: the command, one module per subcommand; exit codes in [`cli::exit`];
 //! - [`glob`], [`style`], [`text`]: wildcard matching, terminal colour and tables, number formatting.
 //!
@@ -34,3 +35,4 @@ pub mod sites;
 pub mod style;
 pub mod summary;
 pub mod text;
+pub mod view;

@@ -5,7 +5,8 @@
 //! - `check`: the CI gate, with suppressions and baselines;
 //! - `suppressions`: generate suppressions from reports;
 //! - `merge`: many processes' reports in one;
-//! - `diff`: what changed between two runs.
+//! - `diff`: what changed between two runs;
+//! - `view`: a self-contained HTML page.
 //!
 //! A `symbolize` subcommand (turning `module+offset` frames into functions and lines, and
 //! reading Python frames) belongs next to these as `cli/symbolize.rs`, a variant of [`Command`],
@@ -20,6 +21,7 @@ mod merge;
 mod run;
 mod summary;
 mod suppressions;
+mod view;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -62,6 +64,8 @@ pub enum Command {
     Merge(merge::MergeArgs),
     /// Show sites that are new, fixed, grown or shrunk between two runs.
     Diff(diff::DiffArgs),
+    /// Write one self-contained HTML page: memory over time, top sites, flame graph.
+    View(view::ViewArgs),
 }
 
 /// Why a subcommand failed.
@@ -168,6 +172,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Suppressions(args) => suppressions::run(args),
         Command::Merge(args) => merge::run(args),
         Command::Diff(args) => diff::run(args),
+        Command::View(args) => view::run(args),
     }
 }
 

@@ -5,6 +5,7 @@ mod cli;
 mod cli_check;
 mod cli_merge;
 mod cli_schema;
+mod cli_view;
 mod shim_leaks;
 mod sim_driver;
 mod support;

@@ -1,0 +1,132 @@
+//! `cuguard view`: the page is self-contained, and in headless Chromium its charts, table and
+//! flame graph render. Skips (with a notice) where Chromium is not installed; CI installs it
+//! with `apt-get install -y chromium`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support;
+
+fn fixture(name: &str) -> PathBuf {
+    support::artifacts().root.join("tests/fixtures").join(name)
+}
+
+/// Chromium, from `$CHROMIUM` or the usual names on `PATH`.
+fn chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("CHROMIUM") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    for dir in std::env::split_paths(&path) {
+        for name in ["chromium", "chromium-browser", "google-chrome", "chrome"] {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+fn write_page(out: &Path, paths: &[PathBuf]) -> String {
+    let status = Command::new(&support::artifacts().cuguard)
+        .args(["view", "-o"])
+        .arg(out)
+        .args(paths)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::read_to_string(out).unwrap()
+}
+
+/// The DOM after the page's script ran.
+fn rendered_dom(chromium: &Path, page: &Path, profile: &Path) -> String {
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn cli_view_page_is_self_contained() {
+    let dir = support::scratch_dir("cli-view-static");
+    let html = write_page(&dir.join("r.html"), &[fixture("")]);
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("Content-Security-Policy\" content=\"default-src 'none'"));
+    for forbidden in [" src=", " href=", "<link", "@import", "url("] {
+        assert!(
+            !html.contains(forbidden),
+            "the page must not load anything: {forbidden}"
+        );
+    }
+    assert_eq!(html.matches("<tr class=\"site\">").count(), 5);
+}
+
+#[test]
+fn cli_view_renders_in_chromium() {
+    let Some(chromium) = chromium() else {
+        println!(
+            "skipping cli_view_renders_in_chromium: chromium is not installed (apt-get install -y chromium)"
+        );
+        return;
+    };
+    let dir = support::scratch_dir("cli-view-chromium");
+    let page = dir.join("report.html");
+    write_page(
+        &page,
+        &[fixture("events.json"), fixture("leaks-two-contexts.json")],
+    );
+    let dom = rendered_dom(&chromium, &page, &dir.join("profile"));
+    assert!(
+        dom.contains("data-rendered=\"yes\""),
+        "the script ran to the end: {}",
+        dom.lines()
+            .find(|l| l.contains("data-error"))
+            .unwrap_or("no data-error")
+    );
+    // events.json has a six-sample timeline on device 0: one chart, two lines.
+    assert_eq!(dom.matches("<svg class=\"timeline\"").count(), 1, "{dom}");
+    assert_eq!(dom.matches("<polyline class=\"live\" points=\"").count(), 1);
+    assert_eq!(
+        dom.matches("<polyline class=\"reserved\" points=\"")
+            .count(),
+        1
+    );
+    let live = dom
+        .split("<polyline class=\"live\" points=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap();
+    assert_eq!(live.split(' ').count(), 6, "one point per sample: {live}");
+    // The table: one row per site.
+    assert_eq!(dom.matches("<tr class=\"site\">").count(), 4);
+    assert!(dom.contains("make_buffers (train.c:42)"));
+    // The flame graph: all → main → make_buffers, among others.
+    let frames = dom.matches("class=\"frame\"").count();
+    assert!(frames >= 8, "{frames} frames");
+    for name in [
+        ">all<",
+        ">main<",
+        ">make_buffers<",
+        ">cupy_cuda_memory_malloc<",
+    ] {
+        assert!(dom.contains(name), "flame graph has {name}");
+    }
+}
