@@ -7,7 +7,7 @@
 //!
 //! | operation | cost |
 //! |---|---|
-//! | [`alloc`](SubAllocator::alloc), [`alloc_dedicated`](SubAllocator::alloc_dedicated) | O(1): two bitmap scans, at most one split, one address-map insert |
+//! | [`alloc`](SubAllocator::alloc), [`alloc_dedicated`](SubAllocator::alloc_dedicated) | O(1): two bitmap scans, at most two new nodes, one address-map insert |
 //! | [`free`](SubAllocator::free) | O(1): one address-map removal, at most two merges |
 //! | [`find`](SubAllocator::find) (interior pointers too) | O(log C + log₆₄ S): C chunks, S granules in the chunk |
 //! | [`add_chunk`](SubAllocator::add_chunk), [`remove_chunk`](SubAllocator::remove_chunk) | O(C), plus S/64 zeroed words for a new chunk |
@@ -94,9 +94,13 @@ pub enum ChunkKind {
 /// A chunk as seen from outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkInfo {
+    /// Its id.
     pub id: ChunkId,
+    /// First byte.
     pub base: u64,
+    /// Bytes.
     pub size: u64,
+    /// Shared or dedicated.
     pub kind: ChunkKind,
     /// Number of live blocks in it; 0 means idle (one free block, removable).
     pub live_blocks: u64,

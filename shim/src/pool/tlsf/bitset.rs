@@ -94,8 +94,19 @@ impl PredSet {
         if i >= self.len {
             return;
         }
-        let mut i = i;
-        for level in 0..self.depth {
+        // Level 0 starts at word 0; most inserts stop there (the word was already non-zero).
+        let w = (i >> 6) as usize;
+        let word = self.words[w];
+        self.words[w] = word | (1u64 << (i & 63));
+        if word == 0 {
+            self.mark_up(i >> 6);
+        }
+    }
+
+    /// Sets the summary bits above level 0 for level-0 word `w`, which just became non-zero.
+    fn mark_up(&mut self, w: u64) {
+        let mut i = w;
+        for level in 1..self.depth {
             let slot = self.offsets[level] + (i >> 6) as usize;
             let word = self.words[slot];
             self.words[slot] = word | (1u64 << (i & 63));
@@ -115,8 +126,18 @@ impl PredSet {
         if i >= self.len {
             return;
         }
-        let mut i = i;
-        for level in 0..self.depth {
+        let w = (i >> 6) as usize;
+        let word = self.words[w] & !(1u64 << (i & 63));
+        self.words[w] = word;
+        if word == 0 {
+            self.clear_up(i >> 6);
+        }
+    }
+
+    /// Clears the summary bits above level 0 for level-0 word `w`, which just became zero.
+    fn clear_up(&mut self, w: u64) {
+        let mut i = w;
+        for level in 1..self.depth {
             let slot = self.offsets[level] + (i >> 6) as usize;
             let word = self.words[slot] & !(1u64 << (i & 63));
             self.words[slot] = word;
