@@ -269,3 +269,45 @@ fn unwritable_report_directory_falls_back_with_one_clear_line() {
     let r = read_report(&fallback);
     assert_eq!(r["leaks"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn bad_calls_get_the_drivers_answers_and_leave_events() {
+    let program = c_program("bad_calls");
+    let bare = run(&mut support::sim_command(&program), true);
+    let mut kinds = Vec::new();
+    for pool in ["0", "1"] {
+        let dir = scratch_dir(&format!("bad-calls-{pool}"));
+        let report = dir.join("r.json");
+        let out = run(shim_command(&program, &report).env("CUGUARD_POOL", pool), true);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&bare.stdout),
+            "answers differ with the shim (pool {pool})"
+        );
+        let r = read_report(&report);
+        validate(&r).unwrap();
+        let k: Vec<(String, String, u64)> = r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["kind"].as_str().unwrap().to_string(),
+                    e["api"].as_str().unwrap().to_string(),
+                    e["result"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        kinds.push(k);
+    }
+    assert_eq!(kinds[0], kinds[1], "events differ between pool off and on");
+    let count = |kind: &str| kinds[0].iter().filter(|(k, _, _)| k == kind).count();
+    assert_eq!(count("double_free"), 5, "{:?}", kinds[0]);
+    assert_eq!(count("invalid_free"), 8, "{:?}", kinds[0]);
+    assert_eq!(count("free_after_context_destroy"), 2, "{:?}", kinds[0]);
+    assert_eq!(count("context_destroyed_with_live_allocations"), 2, "{:?}", kinds[0]);
+    assert_eq!(count("alloc_failed"), 16, "{:?}", kinds[0]);
+    assert!(kinds[0].contains(&("free_after_context_destroy".into(), "cuMemFree_v2".into(), 709)));
+    assert!(kinds[0].contains(&("double_free".into(), "cuMemFreeHost".into(), 1)));
+    assert!(kinds[0].contains(&("double_free".into(), "cuMemRelease".into(), 1)));
+}

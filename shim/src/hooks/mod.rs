@@ -128,11 +128,15 @@ pub fn context_of(t: &Tracker, cur: Option<u64>) -> (u32, i32) {
     if let Some(found) = t.contexts.lookup(handle) {
         return found;
     }
-    // A context made through no door the shim watches (or before tracking began).
+    // A context made through no door the shim watches (or before tracking began). A handle the
+    // driver no longer knows (current after a reset) is not a context.
     let mut device: CUdevice = -1;
-    if let Some(f) = real::cuCtxGetDevice() {
+    let known = real::cuCtxGetDevice().is_some_and(|f| {
         // SAFETY: device is a valid out-parameter.
-        unsafe { f(&mut device) };
+        unsafe { f(&mut device) == CUDA_SUCCESS }
+    });
+    if !known || device < 0 {
+        return (NONE, -1);
     }
     (t.contexts.register(handle, device, false, NONE), device)
 }
@@ -276,13 +280,35 @@ fn account_free(
                 );
             }
         }
-        (Some(record), _) => t.restore(addr, record),
+        (Some(record), _) => {
+            // A live allocation the driver would not free this way (pinned host memory passed to
+            // cuMemFree, device memory to cuMemFreeHost, memory of a dead context): still live.
+            t.restore(addr, record);
+            let (ctx, _) = context_of(t, cur);
+            event(
+                t,
+                Kind::InvalidFree,
+                addr,
+                api,
+                result,
+                Some(record.size),
+                ctx,
+                Some(format!(
+                    "{} refused to free a live {} allocation made by {}",
+                    api.name(),
+                    record.memory.as_str(),
+                    record.api.name()
+                )),
+            );
+        }
         (None, CUDA_SUCCESS) => {
             let (ctx, _) = context_of(t, cur);
             event(t, Kind::UntrackedFree, addr, api, result, None, ctx, None);
         }
         (None, _) => {
-            let kind = if t.freed.contains(addr) {
+            let kind = if t.was_released(addr) {
+                Kind::FreeAfterContextDestroy
+            } else if t.freed.contains(addr) {
                 Kind::DoubleFree
             } else {
                 Kind::InvalidFree

@@ -169,7 +169,12 @@ pub fn write(t: &Tracker, reason: Reason, complete: bool) -> std::io::Result<Out
     for e in &events {
         j.begin_object();
         j.key("kind").str(e.kind.as_str());
-        j.key("address").addr(e.address);
+        j.key("address");
+        if e.address == 0 {
+            j.null();
+        } else {
+            j.addr(e.address);
+        }
         j.key("api").str(e.api.name());
         j.key("seq").u64(e.seq);
         j.key("thread").u64(e.thread.into());

@@ -86,13 +86,20 @@ impl SpinLock {
     }
 }
 
-/// Hash of an ip list: a multiply-rotate fold (fxhash-like) with a final avalanche. Never 0.
+/// Hash of an ip list. Each ip is mixed with its position and multiplied independently of the
+/// others (the multiplies pipeline instead of forming one long chain: this runs on every
+/// capture), then the sum gets a final avalanche. Never 0.
 #[inline]
 pub(crate) fn hash(ips: &[u64]) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut h = ips.len() as u64;
-    for &ip in ips {
-        h = (h.rotate_left(5) ^ ip).wrapping_mul(K);
+    const P: u64 = 0xc2b2_ae3d_27d4_eb4f;
+    let mut h = (ips.len() as u64).wrapping_mul(P);
+    for (i, &ip) in ips.iter().enumerate() {
+        h = h.wrapping_add(
+            (ip ^ (i as u64).wrapping_mul(P))
+                .wrapping_mul(K)
+                .rotate_left(29),
+        );
     }
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);

@@ -204,7 +204,7 @@ impl Cache {
     /// The rule at `ip`: from the cache, else from the module's CFI (and then cached).
     #[inline(always)]
     fn rule(&mut self, snap: &Snapshot, ip: u64) -> Rule {
-        if let Some(r) = self.rules.get(snap.generation, ip) {
+        if let Some(r) = self.rules.get(ip) {
             return r;
         }
         let ctx = self
@@ -379,6 +379,7 @@ pub(crate) fn unwind(
             None
         }
     };
+    cache.rules.check_generation(snap.generation);
     let (mut skipping, mut skip_n) = match skip {
         Skip::OwnModule => (true, 0),
         Skip::Frames(n) => (false, n),

@@ -20,6 +20,8 @@ pub enum Kind {
     UntrackedFree,
     /// A free made while another context was current.
     FreeInWrongContext,
+    /// A free of an allocation that had already gone with its destroyed context.
+    FreeAfterContextDestroy,
     /// A context destroyed (or primary context reset or finally released) while it still held
     /// allocations.
     ContextDestroyedWithLiveAllocations,
@@ -37,6 +39,7 @@ impl Kind {
             Kind::InvalidFree => "invalid_free",
             Kind::UntrackedFree => "untracked_free",
             Kind::FreeInWrongContext => "free_in_wrong_context",
+            Kind::FreeAfterContextDestroy => "free_after_context_destroy",
             Kind::ContextDestroyedWithLiveAllocations => "context_destroyed_with_live_allocations",
             Kind::AllocFailed => "alloc_failed",
             Kind::IpcRefused => "ipc_refused",

@@ -288,6 +288,11 @@ impl Tracker {
         self.live.insert(addr, record);
     }
 
+    /// Whether `addr` is an allocation lost with its context.
+    pub fn was_released(&self, addr: u64) -> bool {
+        lock(&self.released).iter().any(|(a, _)| *a == addr)
+    }
+
     /// Moves every live allocation of context `id` to the released list; returns their count and
     /// bytes.
     pub fn release_context(&self, id: u32) -> (usize, u64) {
