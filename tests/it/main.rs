@@ -8,6 +8,7 @@ mod cli_schema;
 mod cli_view;
 mod shim_leaks;
 mod sim_driver;
+mod stack;
 mod support;
 
 #[test]

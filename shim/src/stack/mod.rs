@@ -24,12 +24,13 @@
 //! 32 frames captured, warm caches, median of runs, on the H200 host's Xeon (idle) / on this
 //! 2-core development machine (shared, noisy):
 //!
-//! | unwinder | ns per capture (32 frames) |
+//! | unwinder | ns per capture, 32 frames recorded |
 //! |---|---|
-//! | libgcc `_Unwind_Backtrace` (full stack, ~45 frames) | 5,400–8,300 / 7,000–14,000 |
+//! | libgcc `_Unwind_Backtrace` (whole stack, ~45 frames) | 4,900–8,700 / 7,000–14,000 |
 //! | framehop 0.16, its 509-slot direct-mapped cache | — / 4,400–5,800 |
 //! | framehop with 16 such caches chosen by address | — / 500–1,000 |
-//! | **this module** (gimli CFI + 4-way rule cache) | **280–340** / 540–640 |
+//! | **this module** (gimli CFI + 4-way rule cache) | **240–310** / 350–400 |
+//! | **this module**, 8 more frames unwound and skipped (as the shim's own are) | **290–320** / 390–530 |
 //!
 //! - libgcc re-finds the FDE and re-interprets the CFI for every frame, every time.
 //! - framehop (samply's unwinder) caches rules, but in a direct-mapped 509-entry cache: a
