@@ -373,3 +373,119 @@ fn bench_capture() {
         );
     }
 }
+
+#[test]
+fn capture_on_an_alternate_signal_stack_gives_up_safely() {
+    // The handler runs on a sigaltstack, outside the thread's stack bounds: capture must not
+    // read outside them (it returns None instead of crashing).
+    static RESULT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(7);
+    extern "C" fn handler(_: c_int) {
+        let r = capture_with(Skip::Frames(0), 32);
+        RESULT.store(
+            r.map_or(u32::MAX, |_| 1),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+    std::thread::spawn(|| {
+        let _ = capture_with(Skip::Frames(0), 8); // thread state and bounds exist
+        let mut stack = vec![0u8; 1 << 16];
+        // SAFETY: a valid alternate stack for this thread and a handler that only captures;
+        // both are undone before `stack` is freed.
+        unsafe {
+            let ss = libc::stack_t {
+                ss_sp: stack.as_mut_ptr() as *mut c_void,
+                ss_flags: 0,
+                ss_size: stack.len(),
+            };
+            assert_eq!(libc::sigaltstack(&ss, std::ptr::null_mut()), 0);
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as *const () as usize;
+            sa.sa_flags = libc::SA_ONSTACK;
+            assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()), 0);
+            libc::pthread_kill(libc::pthread_self(), libc::SIGUSR2);
+            let off = libc::stack_t {
+                ss_sp: std::ptr::null_mut(),
+                ss_flags: libc::SS_DISABLE,
+                ss_size: 0,
+            };
+            libc::sigaltstack(&off, std::ptr::null_mut());
+        }
+        drop(stack);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(RESULT.load(std::sync::atomic::Ordering::SeqCst), u32::MAX);
+}
+
+#[test]
+fn after_dlclose_and_invalidate_the_module_list_is_rebuilt() {
+    // Build a second small library, load it, capture through it, unload it.
+    let dir = std::env::temp_dir().join("cuguard-stack-test");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(format!("unload{}.c", std::process::id()));
+    let lib = dir.join(format!("libunload{}.so", std::process::id()));
+    std::fs::write(
+        &src,
+        "typedef void (*cb_t)(void *);\n\
+         __attribute__((noinline)) void call_back(cb_t cb, void *a) { cb(a); __asm__ volatile(\"\"); }\n",
+    )
+    .unwrap();
+    let Ok(st) = Command::new("cc")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+    else {
+        eprintln!("no cc: skipped");
+        return;
+    };
+    assert!(st.success());
+    extern "C" fn cb(arg: *mut c_void) {
+        // SAFETY: arg is the Option<StackId> below.
+        unsafe { *(arg as *mut Option<StackId>) = capture_with(Skip::Frames(0), 64) };
+    }
+    let path = CString::new(lib.to_str().unwrap()).unwrap();
+    let before = unwind::snapshot().unwrap() as *const _;
+    // SAFETY: dlopen/dlsym/dlclose of the library just built; the symbol has the declared type.
+    unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null());
+        let f: extern "C" fn(extern "C" fn(*mut c_void), *mut c_void) =
+            std::mem::transmute(libc::dlsym(h, c"call_back".as_ptr()));
+        let mut id: Option<StackId> = None;
+        f(cb, &mut id as *mut _ as *mut c_void);
+        assert!(id.is_some());
+        assert_eq!(libc::dlclose(h), 0);
+    }
+    invalidate_modules();
+    let after = unwind::snapshot().expect("rebuilt") as *const _;
+    assert_ne!(before, after, "a new snapshot after invalidate");
+    assert!(capture_with(Skip::Frames(0), 32).is_some());
+    // The unloaded library is still listed (from the history), after the loaded ones.
+    let mods = modules();
+    assert!(
+        mods.iter().any(|m| m.path.contains("libunload")),
+        "{mods:?}"
+    );
+}
+
+#[test]
+fn capture_works_in_a_forked_child() {
+    let _ = capture_with(Skip::Frames(0), 16);
+    // SAFETY: the child only captures, writes one byte and _exits.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0);
+        if pid == 0 {
+            after_fork_child();
+            let ok = capture_with(Skip::Frames(0), 16).is_some() && !stacks().is_empty();
+            libc::_exit(if ok { 0 } else { 1 });
+        }
+        let mut status = 0;
+        assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status}"
+        );
+    }
+}

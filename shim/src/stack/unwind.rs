@@ -359,13 +359,13 @@ pub(crate) enum Skip {
 pub(crate) fn unwind(
     snap: &Snapshot,
     cache: &mut Cache,
-    (_, hi): (u64, u64),
+    (stack_lo, hi): (u64, u64),
     skip: Skip,
     out: &mut [MaybeUninit<u64>],
 ) -> usize {
     let (pc, mut sp, mut bp) = registers();
     let lo = sp;
-    if lo >= hi || lo < 4096 || out.is_empty() {
+    if lo < stack_lo || lo >= hi || lo < 4096 || out.is_empty() {
         // Not on the stack pthread told us of (an alternate signal stack, a coroutine): reads
         // could leave mapped memory.
         return 0;
