@@ -36,6 +36,9 @@ pub struct Config {
     pub pool: bool,
     /// `CUGUARD_POOL_INITIAL`, `CUGUARD_POOL_LIMIT`, `CUGUARD_POOL_KEEP`.
     pub pool_settings: PoolSettings,
+    /// `CUGUARD_TEST_UNSAFE_REUSE=1`: for cuguard's own tests only, the pool reuses freed blocks
+    /// at once, ignoring fences, so a test can show that it would then catch the corruption.
+    pub unsafe_reuse: bool,
     /// Problems met while reading the settings, for the report's `faults`.
     pub problems: Vec<String>,
     /// Process start (shim load), milliseconds since the Unix epoch.
@@ -77,6 +80,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let quiet = flag("CUGUARD_QUIET", false);
     let log = flag("CUGUARD_LOG", false);
     let pool = flag("CUGUARD_POOL", true);
+    let unsafe_reuse = flag("CUGUARD_TEST_UNSAFE_REUSE", false);
     let stack_depth = match var("CUGUARD_STACK_DEPTH").as_deref().map(str::trim) {
         None | Some("") => DEFAULT_STACK_DEPTH,
         Some(s) => match s.parse::<usize>() {
@@ -132,6 +136,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         stack_depth,
         pool,
         pool_settings,
+        unsafe_reuse,
         problems,
         start_unix_ms,
         start_mono_ns: crate::clock::monotonic_ns(),

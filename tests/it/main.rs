@@ -6,6 +6,7 @@ mod cli_check;
 mod cli_merge;
 mod cli_schema;
 mod cli_view;
+mod pool;
 mod shim_leaks;
 mod sim_driver;
 mod stack;

@@ -10,6 +10,7 @@
 //! | `CUGUARD_SIM_FREE_LATENCY_US` | busy-wait at each call of `cuMemFree_v2` and `cuMemFreeHost` | 0 |
 //! | `CUGUARD_SIM_FAIL` | `ENTRY:N[:CODE]`, comma-separated: the Nth call (1-based) of export `ENTRY` returns `CODE` (default 2) and does nothing; `ENTRY:N+` fails the Nth and every later call | none |
 //! | `CUGUARD_SIM_VERSION` | what `cuDriverGetVersion` reports | 13000 |
+//! | `CUGUARD_SIM_WORK_DELAY_US` | every copy and memset queued on a stream (the `Async` entries, and the synchronous ones that return before their work is done) waits this long on its stream before it runs, like a slow kernel ahead of it | 0 |
 //!
 //! A value that does not parse costs one line on stderr, and the default is used instead.
 //! Calls are counted for failure injection from the moment the settings are read, so the
@@ -31,6 +32,8 @@ pub struct Config {
     pub memory: u64,
     pub alloc_latency: Duration,
     pub free_latency: Duration,
+    /// Added in front of each queued copy or memset.
+    pub work_delay: Duration,
     pub version: i32,
     /// Failure rules by export name, with the count of calls of that export so far.
     fail: HashMap<String, (AtomicU64, Vec<FailRule>)>,
@@ -147,6 +150,14 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         "microseconds",
         micros,
     );
+    let delay_us = setting(
+        &var,
+        "CUGUARD_SIM_WORK_DELAY_US",
+        0,
+        "0",
+        "microseconds",
+        micros,
+    );
     let version = setting(
         &var,
         "CUGUARD_SIM_VERSION",
@@ -175,6 +186,7 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         memory,
         alloc_latency: Duration::from_micros(alloc_us),
         free_latency: Duration::from_micros(free_us),
+        work_delay: Duration::from_micros(delay_us),
         version,
         fail,
     }

@@ -51,6 +51,7 @@ enum Dir {
 fn issue(
     h: CUstream,
     per_thread: bool,
+    delayed: bool,
     prepare: impl FnOnce(&state::State) -> Result<Option<(stream::Work, bool)>, Fault>,
 ) -> Result<(), Fault> {
     let drv = state::driver()?;
@@ -59,6 +60,18 @@ fn issue(
         let s = stream::resolve(&mut st, h, per_thread)?;
         let Some((work, wait)) = prepare(&st)? else {
             return Ok(());
+        };
+        let delay = match crate::config::get() {
+            Some(c) if delayed => c.work_delay,
+            _ => Duration::ZERO,
+        };
+        let work: stream::Work = if delay.is_zero() {
+            work
+        } else {
+            Box::new(move || {
+                std::thread::sleep(delay);
+                work()
+            })
         };
         let seq = stream::submit(&st, &s, None, Some(work))?;
         (s, seq, wait)
@@ -78,7 +91,7 @@ fn copy(
     mode: Mode,
     dir: Dir,
 ) -> Result<(), Fault> {
-    issue(h, per_thread, |st| {
+    issue(h, per_thread, true, |st| {
         if len == 0 {
             return Ok(None);
         }
@@ -130,7 +143,7 @@ fn set(
     count: usize,
     mode: Mode,
 ) -> Result<(), Fault> {
-    issue(h, per_thread, |st| {
+    issue(h, per_thread, true, |st| {
         let len = elem.checked_mul(count).ok_or(Fault::BadRange)?;
         if len == 0 {
             return Ok(None);
@@ -160,7 +173,7 @@ fn set(
 /// The work of `cusimEnqueueFill`: on stream `h` (0 is the legacy stream), sleep `delay_us`
 /// then write `value` into `[dst, dst + bytes)`. Returns at once.
 pub fn fill(h: CUstream, dst: u64, bytes: usize, value: u8, delay_us: u32) -> Result<(), Fault> {
-    issue(h, false, |st| {
+    issue(h, false, false, |st| {
         if bytes > 0 && pointer::place(st, dst, bytes as u64, true)? == Place::Pageable {
             return Err(Fault::BadRange);
         }

@@ -154,7 +154,7 @@ impl CtxPool {
         if g.dead {
             return None;
         }
-        let immediate = mark <= g.fences.completed();
+        let immediate = mark <= g.fences.completed() || crate::config::get().unsafe_reuse;
         if immediate && !g.pending_set.contains(&addr) {
             return match g.sub.free(addr) {
                 Ok(freed) => {
@@ -326,6 +326,12 @@ impl Inner {
             self.policy.shared_chunk_size(footprint, shared).unwrap_or(footprint)
         };
         let minimum = footprint.next_multiple_of(self.policy.granularity.max(ALIGN));
+        if dedicated {
+            // Idle dedicated chunks are reused only by requests of about their size: give some
+            // back before asking for a new one, so reserved memory tracks live memory.
+            let release = self.policy.dedicated_release(self.sub.idle_chunks(), want);
+            self.release_chunks(release.iter().map(|c| c.id));
+        }
         for chunk in [want, minimum] {
             if self.within_limit(chunk) && self.grow(chunk, dedicated, pool).is_ok() {
                 if let Some(a) = self.try_alloc(size) {
@@ -404,16 +410,25 @@ impl Inner {
         let mut idle: Vec<_> = self.sub.idle_chunks().collect();
         idle.sort_by_key(|c| std::cmp::Reverse(c.size));
         let mut idle_bytes: u64 = idle.iter().map(|c| c.size).sum();
+        let mut release = Vec::new();
         for c in idle {
             if idle_bytes <= keep {
                 break;
             }
-            if self.sub.remove_chunk(c.id).is_ok() {
-                super::registry::chunk_removed(c.base);
-                free_chunk(c.base);
-                idle_bytes -= c.size;
+            idle_bytes -= c.size;
+            release.push(c.id);
+        }
+        self.release_chunks(release.into_iter());
+    }
+
+    /// Gives these (idle) chunks back to the driver.
+    fn release_chunks(&mut self, ids: impl Iterator<Item = super::tlsf::ChunkId>) {
+        for id in ids {
+            if let Ok((base, size)) = self.sub.remove_chunk(id) {
+                super::registry::chunk_removed(base);
+                free_chunk(base);
                 self.trims += 1;
-                self.trimmed_bytes += c.size;
+                self.trimmed_bytes += size;
             }
         }
     }
