@@ -187,8 +187,8 @@ fn expand_glob(pattern: &Path) -> Result<Vec<PathBuf>, InputError> {
 /// What one file gave: its processes' results, or why it could not be read.
 type Slot<T> = Mutex<Option<Result<Vec<(Source, T)>, ReadError>>>;
 
-/// Reads every file (in parallel, up to the machine's cores) and calls `f` on each process's
-/// report. Returns `f`'s results in input order (files in order, processes in file order).
+/// Reads every file (in parallel, up to the machine's cores; a merged report's processes in
+/// parallel too) and calls `f` on each process's report. Returns `f`'s results in input order (files in order, processes in file order).
 ///
 /// The first file that cannot be read ends the whole call with its error; the remaining work is
 /// abandoned.
@@ -237,18 +237,69 @@ where
 
 fn read_file<T, F>(path: &Path, f: &F) -> Result<Vec<(Source, T)>, ReadError>
 where
-    F: Fn(&Source, Report) -> T,
+    T: Send,
+    F: Fn(&Source, Report) -> T + Sync,
 {
     let doc = Document::read(path)?;
-    let merged = doc.is_merged();
-    let mut out = Vec::with_capacity(doc.len());
-    for (i, report) in doc.into_reports().enumerate() {
+    if !doc.is_merged() {
         let source = Source {
             path: path.to_path_buf(),
-            index: merged.then_some(i),
+            index: None,
         };
-        let value = f(&source, report?);
-        out.push((source, value));
+        return doc
+            .into_reports()
+            .map(|r| r.map(|r| (source.clone(), f(&source, r))))
+            .collect();
+    }
+    // A merged report: its processes are parsed in parallel, the file's bytes shared.
+    let n = doc.len();
+    let threads = std::thread::available_parallelism()
+        .map(|t| t.get())
+        .unwrap_or(1)
+        .min(n)
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let slots: Vec<Mutex<Option<Result<T, ReadError>>>> =
+        (0..n).map(|_| Mutex::new(None)).collect();
+    let work = || {
+        while !failed.load(Ordering::Relaxed) {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(parsed) = doc.merged_process(i) else {
+                break;
+            };
+            let source = Source {
+                path: path.to_path_buf(),
+                index: Some(i),
+            };
+            let result = parsed.map(|r| f(&source, r));
+            if result.is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+            if let Ok(mut slot) = slots[i].lock() {
+                *slot = Some(result);
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(work);
+        }
+        work();
+    });
+    let mut out = Vec::with_capacity(n);
+    for (i, slot) in slots.into_iter().enumerate() {
+        match slot.into_inner().ok().flatten() {
+            Some(Ok(value)) => out.push((
+                Source {
+                    path: path.to_path_buf(),
+                    index: Some(i),
+                },
+                value,
+            )),
+            Some(Err(e)) => return Err(e),
+            None => {}
+        }
     }
     Ok(out)
 }

@@ -69,11 +69,16 @@ pub fn site_of_stack(stack: &Stack) -> Site {
     }
 }
 
-fn site_of_frame(f: &Frame) -> Site {
-    let key = match &f.function {
-        Some(name) if !name.is_empty() => name.clone(),
+/// A frame's name: its function when known, else `module+0xoffset` (module file name only).
+pub fn frame_name(f: &Frame) -> String {
+    match &f.function {
+        Some(name) if !name.is_empty() => name.to_string(),
         _ => format!("{}+{}", file_name(&f.module), f.offset),
-    };
+    }
+}
+
+fn site_of_frame(f: &Frame) -> Site {
+    let key = frame_name(f);
     let location = f.file.as_ref().map(|file| match f.line {
         Some(line) => format!("{}:{line}", file_name(file)),
         None => file_name(file).to_string(),
@@ -81,8 +86,12 @@ fn site_of_frame(f: &Frame) -> Site {
     Site {
         key,
         location,
-        function: f.function.clone().filter(|n| !n.is_empty()),
-        module: Some(f.module.clone()),
+        function: f
+            .function
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .map(str::to_string),
+        module: Some(f.module.to_string()),
     }
 }
 

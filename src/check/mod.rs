@@ -155,7 +155,7 @@ impl ProcessCheck {
                 None
             } else {
                 *decided
-                    .entry((leak.stack, leak.api.as_str(), leak.memory.as_str()))
+                    .entry((leak.stack, &*leak.api, leak.memory.as_str()))
                     .or_insert_with(|| suppressions.match_leak(leak, stack_of(leak.stack)))
             };
             if let Some(rule) = rule {
@@ -174,8 +174,8 @@ impl ProcessCheck {
                 });
             entry.bytes = entry.bytes.saturating_add(leak.size);
             entry.leaks += 1;
-            if !entry.apis.contains(&leak.api) {
-                entry.apis.insert(leak.api.clone());
+            if !entry.apis.contains(&*leak.api) {
+                entry.apis.insert(leak.api.to_string());
             }
         }
         for event in &report.events {

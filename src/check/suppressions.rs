@@ -327,8 +327,8 @@ pub fn propose(report: &crate::report::Report) -> Vec<Proposal> {
         let p = add(&mut by_rule, rule, &site, &name);
         p.leaks += 1;
         p.bytes = p.bytes.saturating_add(leak.size);
-        if !p.apis.contains(&leak.api) {
-            p.apis.insert(leak.api.clone());
+        if !p.apis.contains(&*leak.api) {
+            p.apis.insert(leak.api.to_string());
         }
     }
     for event in &report.events {
@@ -456,7 +456,7 @@ mod tests {
                     ip: Addr(1),
                     module: "/opt/app/libvendor.so".into(),
                     offset: Addr(1),
-                    function: Some(f.to_string()),
+                    function: Some((*f).into()),
                     file: Some("/src/vendor.cc".into()),
                     line: Some(1),
                     inlined: None,

@@ -11,10 +11,13 @@
 //! schema-version-1 report is refused with a [`ReadError`] whose message is one line.
 
 mod addr;
+mod intern;
 mod read;
 
 pub use addr::Addr;
 pub use read::{DEFAULT_MAX_REPORT_BYTES, Document, ReadError, Reports};
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -283,7 +286,8 @@ pub struct Leak {
     /// Bytes asked for (width × height for pitched allocations).
     pub requested: u64,
     /// The driver entry that made it, e.g. `"cuMemAlloc_v2"`.
-    pub api: String,
+    #[serde(deserialize_with = "intern::string")]
+    pub api: Arc<str>,
     /// What kind of memory it is.
     pub memory: Memory,
     /// Device ordinal.
@@ -351,13 +355,16 @@ pub struct Frame {
     /// Instruction pointer.
     pub ip: Addr,
     /// Path of the module holding `ip`.
-    pub module: String,
+    #[serde(deserialize_with = "intern::string")]
+    pub module: Arc<str>,
     /// `ip` relative to the module's load base.
     pub offset: Addr,
     /// Function name, if known.
-    pub function: Option<String>,
+    #[serde(default, deserialize_with = "intern::optional")]
+    pub function: Option<Arc<str>>,
     /// Source file, if known.
-    pub file: Option<String>,
+    #[serde(default, deserialize_with = "intern::optional")]
+    pub file: Option<Arc<str>>,
     /// Source line, if known.
     pub line: Option<u32>,
     /// Whether this frame was inlined into the next one.

@@ -222,24 +222,36 @@ impl Document {
                 });
             }
         }
-        let first_try = match serde_json::from_slice::<Report>(&bytes) {
-            Ok(report) => {
-                check_identity(&path, &report)?;
-                return Ok(Document {
-                    path,
-                    bytes,
-                    shape: Shape::Single(Some(Box::new(report))),
-                });
+        // `cuguard merge` writes `"merged"` near the start: such a document is probed as merged
+        // first, sparing a parse as a single report that would fail. The hint only orders the
+        // attempts; both shapes are still recognized whatever it says.
+        let head = &bytes[..bytes.len().min(4096)];
+        let looks_merged = head.windows(9).any(|w| w == b"\"merged\"");
+        let mut first_try = None;
+        if !looks_merged {
+            super::intern::reset();
+            match serde_json::from_slice::<Report>(&bytes) {
+                Ok(report) => return single(path, bytes, report),
+                Err(e) => first_try = Some(e),
             }
-            Err(e) => e,
-        };
+        }
         let header: Header = match serde_json::from_slice(&bytes) {
             Ok(h) => h,
             Err(e) => return Err(classify(&path, &e, None)),
         };
         check_header(&path, &header)?;
         let Some(processes) = header.processes else {
-            return Err(classify(&path, &first_try, None));
+            let e = match first_try {
+                Some(e) => e,
+                None => {
+                    super::intern::reset();
+                    match serde_json::from_slice::<Report>(&bytes) {
+                        Err(e) => e,
+                        Ok(report) => return single(path, bytes, report),
+                    }
+                }
+            };
+            return Err(classify(&path, &e, None));
         };
         let base = bytes.as_ptr() as usize;
         let mut ranges = Vec::with_capacity(processes.len());
@@ -298,6 +310,18 @@ impl Document {
             .chain(ranges.iter().map(|r| &self.bytes[r.clone()]))
     }
 
+    /// Parses the `i`-th process of a merged report (`None` past the end, or for a single
+    /// report, whose one report [`Document::into_reports`] hands out). Safe to call from
+    /// several threads at once.
+    pub fn merged_process(&self, i: usize) -> Option<Result<Report, ReadError>> {
+        match &self.shape {
+            Shape::Merged(ranges) => ranges
+                .get(i)
+                .map(|r| parse_process(&self.path, &self.bytes[r.clone()], i)),
+            Shape::Single(_) => None,
+        }
+    }
+
     /// Parses every process of a merged report (a single report was parsed when read), so that
     /// [`Document::raw_processes`] hands out only valid reports.
     pub fn check_processes(&self) -> Result<(), ReadError> {
@@ -347,8 +371,19 @@ impl Iterator for Reports {
     }
 }
 
+/// A single report's document, once its identity is checked.
+fn single(path: PathBuf, bytes: Vec<u8>, report: Report) -> Result<Document, ReadError> {
+    check_identity(&path, &report)?;
+    Ok(Document {
+        path,
+        bytes,
+        shape: Shape::Single(Some(Box::new(report))),
+    })
+}
+
 /// Parses the `i`-th process of a merged report.
 fn parse_process(path: &Path, bytes: &[u8], i: usize) -> Result<Report, ReadError> {
+    super::intern::reset();
     let report =
         serde_json::from_slice::<Report>(bytes).map_err(|e| classify(path, &e, Some(i)))?;
     check_identity(path, &report).map_err(|e| match e {

@@ -208,6 +208,37 @@ fn merged_reports_read_process_by_process() {
 }
 
 #[test]
+fn the_merged_hint_only_orders_attempts() {
+    // A single report that mentions "merged" early is still a single report.
+    let single = with("events.json", |v| {
+        v["config"] = serde_json::json!({"merged": true});
+    });
+    let single = format!("{{\"aaa\":{{\"merged\":1}},{}", &single[1..]);
+    let doc = Document::from_bytes(Path::new("s.json"), single.into_bytes()).unwrap();
+    assert!(!doc.is_merged());
+    // A merged report without the "merged" field, processes first, is still merged.
+    let a = fixture_text("incomplete.json");
+    let merged =
+        format!("{{\"processes\":[{a}],\"schema\":\"cuguard-report\",\"schema_version\":1}}");
+    let doc = Document::from_bytes(Path::new("m.json"), merged.into_bytes()).unwrap();
+    assert!(doc.is_merged());
+    assert_eq!(
+        doc.into_reports()
+            .map(|r| r.unwrap().process.pid)
+            .collect::<Vec<_>>(),
+        [9001]
+    );
+    // A hinted document that is neither gets the single report's complaint.
+    let bad = with("events.json", |v| {
+        v.as_object_mut().unwrap().remove("stats");
+        v["merged"] = 1.into();
+    });
+    let bad = format!("{{\"merged\":1,{}", &bad[1..]);
+    let e = Document::from_bytes(Path::new("b.json"), bad.into_bytes()).unwrap_err();
+    assert!(e.to_string().contains("missing field `stats`"), "{e}");
+}
+
+#[test]
 fn files_over_the_limit_are_refused() {
     let e = Document::read_with_limit(&fixture("events.json"), 100).unwrap_err();
     assert!(

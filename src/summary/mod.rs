@@ -295,7 +295,7 @@ impl ReportSummary {
                     address: l.address,
                     size: l.size,
                     requested: l.requested,
-                    api: l.api.clone(),
+                    api: l.api.to_string(),
                     memory: l.memory.to_string(),
                     device: l.device,
                     context: l.context,

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::input::Source;
 use crate::report::Report;
-use crate::sites::file_name;
+use crate::sites::frame_name;
 use crate::summary::{ReportSummary, Summary};
 
 /// Most points kept per device timeline.
@@ -135,15 +135,9 @@ impl ProcessView {
             .into_iter()
             .map(|(id, bytes)| {
                 let path = match id.and_then(|id| stacks.get(&id)) {
-                    Some(stack) if !stack.frames.is_empty() => stack
-                        .frames
-                        .iter()
-                        .rev()
-                        .map(|f| match &f.function {
-                            Some(n) if !n.is_empty() => n.clone(),
-                            _ => format!("{}+{}", file_name(&f.module), f.offset),
-                        })
-                        .collect(),
+                    Some(stack) if !stack.frames.is_empty() => {
+                        stack.frames.iter().rev().map(frame_name).collect()
+                    }
                     Some(_) => vec!["<empty stack>".to_string()],
                     None => vec!["<no stack>".to_string()],
                 };
