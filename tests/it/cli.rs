@@ -167,9 +167,10 @@ fn cli_summary_json_decodes() {
 fn cli_summary_reads_directories_globs_and_merged_reports() {
     let dir = fixture("");
     let all = summary_json(&[], std::slice::from_ref(&dir));
-    // events, incomplete, leaks-two-contexts, and the merged report's two processes.
-    assert_eq!(all.reports, 5);
-    assert_eq!(all.complete_reports, 3);
+    // events, incomplete, leaks-two-contexts, the merged report's two processes, and the two
+    // reports from the simulated driver.
+    assert_eq!(all.reports, 7);
+    assert_eq!(all.complete_reports, 5);
     let merged = summary_json(&["--top", "1"], &[fixture("merged.json")]);
     assert_eq!(merged.reports, 2);
     assert!(merged.processes[1].source.ends_with("merged.json[1]"));

@@ -39,11 +39,15 @@ fn fixture(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
-const GOOD: [&str; 4] = [
+/// Hand-written fixtures, and two reports the shim wrote on the simulated driver
+/// (`harness/workloads/c/leaks_threads.c` with two devices, `cudarc_leaks`).
+const GOOD: [&str; 6] = [
     "leaks-two-contexts.json",
     "events.json",
     "incomplete.json",
     "merged.json",
+    "sim-leaks-threads.json",
+    "sim-cudarc-leaks.json",
 ];
 
 #[test]
