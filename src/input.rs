@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::glob;
-use crate::report::{Document, ReadError, Report};
+use crate::report::{DEFAULT_MAX_REPORT_BYTES, Document, ReadError, Report};
 use crate::text::one_line;
 
 /// Where a report came from: a file, and for a merged report the process's index in it.
@@ -240,7 +240,7 @@ where
     T: Send,
     F: Fn(&Source, Report) -> T + Sync,
 {
-    let doc = Document::read(path)?;
+    let doc = Document::read_with_limit(path, max_report_bytes())?;
     if !doc.is_merged() {
         let source = Source {
             path: path.to_path_buf(),
@@ -302,6 +302,15 @@ where
         }
     }
     Ok(out)
+}
+
+/// The largest report file read: `$CUGUARD_MAX_REPORT_BYTES` when set to a number, else
+/// [`DEFAULT_MAX_REPORT_BYTES`].
+pub fn max_report_bytes() -> u64 {
+    std::env::var("CUGUARD_MAX_REPORT_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(DEFAULT_MAX_REPORT_BYTES)
 }
 
 /// Expands PATHs and maps every report, as [`expand`] then [`map_reports`].

@@ -27,6 +27,8 @@
 pub mod check;
 pub mod cli;
 pub mod diff;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod glob;
 pub mod input;
 pub mod merge;

@@ -52,7 +52,8 @@ pub fn merge(files: &[PathBuf], out: &mut dyn Write) -> Result<usize, MergeError
     out.write_all(b",\"processes\":[")?;
     let mut count = 0;
     for file in files {
-        let doc = Document::read(file).map_err(|e| MergeError::Input(e.into()))?;
+        let doc = Document::read_with_limit(file, crate::input::max_report_bytes())
+            .map_err(|e| MergeError::Input(e.into()))?;
         doc.check_processes()
             .map_err(|e| MergeError::Input(e.into()))?;
         for raw in doc.raw_processes() {

@@ -253,25 +253,28 @@ mod robustness {
     //! Arbitrary bytes, and fixtures with arbitrary edits, never panic the reader or summary.
 
     use super::*;
-    use crate::input::Source;
-    use crate::summary::{ReportSummary, Summary};
     use proptest::prelude::*;
 
     fn exercise(bytes: Vec<u8>) {
-        if let Ok(doc) = Document::from_bytes(Path::new("p.json"), bytes) {
-            let source = Source {
-                path: "p.json".into(),
-                index: None,
-            };
-            let summaries: Vec<ReportSummary> = doc
-                .into_reports()
-                .filter_map(Result::ok)
-                .map(|r| ReportSummary::new(&source, &r, 3))
-                .collect();
-            let s = Summary::new(summaries, 3);
-            let mut out = Vec::new();
-            crate::summary::text::write(&s, &mut out, crate::style::Style::plain()).unwrap();
+        let _ = crate::fuzzing::exercise(&bytes);
+    }
+
+    /// Inputs that once broke something, or that are hostile on purpose: each must be read or
+    /// refused without a panic. Fuzzing finds go here too (`.bad`, so directory reads skip them).
+    #[test]
+    fn hostile_fixtures_are_refused_or_read() {
+        let dir = fixture("hostile");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            let outcome = crate::fuzzing::exercise(&bytes);
+            if let Err(e) = &outcome {
+                assert!(!e.contains('\n'), "{}: {e}", path.display());
+            }
+            seen += 1;
         }
+        assert!(seen >= 5, "{seen} hostile fixtures");
     }
 
     proptest! {

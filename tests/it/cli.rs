@@ -265,6 +265,56 @@ fn cli_summary_refuses_bad_input_with_exit_2() {
 }
 
 #[test]
+fn cli_hostile_input_never_panics() {
+    let dir = fixture("hostile");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let events = fixture("events.json");
+        let events = events.to_str().unwrap();
+        for sub in [
+            vec!["summary"],
+            vec!["check"],
+            vec!["suppressions"],
+            vec!["diff", events],
+        ] {
+            let out = cuguard().args(&sub).arg(&path).output().unwrap();
+            let code = out.status.code();
+            assert!(
+                matches!(code, Some(0..=2)),
+                "{sub:?} {}: {code:?} {}",
+                path.display(),
+                stderr(&out)
+            );
+            assert!(stderr(&out).lines().count() <= 1, "{}", stderr(&out));
+        }
+    }
+    // Huge input: refused by size before it is read.
+    let out = cuguard()
+        .env("CUGUARD_MAX_REPORT_BYTES", "1000")
+        .arg("summary")
+        .arg(fixture("events.json"))
+        .output()
+        .unwrap();
+    assert_input_error(&out, "more than the limit of 1000 bytes");
+}
+
+#[test]
+fn cli_closed_stdout_is_quiet() {
+    use std::process::Stdio;
+    let mut child = cuguard()
+        .args(["summary", "--top", "0"])
+        .arg(fixture(""))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(out.stderr.is_empty(), "{}", stderr(&out));
+}
+
+#[test]
 fn cli_help_has_examples_and_exit_codes() {
     for sub in ["run", "summary"] {
         let out = cuguard().args([sub, "--help"]).output().unwrap();
