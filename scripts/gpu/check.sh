@@ -4,7 +4,7 @@
 #
 # Run from the repository root on the GPU machine, after `scripts/gpu/stage.sh` has put the
 # release build in .gpu/ here (and ../shared/gpu/fetch-wheels.sh the RMM wheels in .whl/):
-#   bash scripts/gpu/check.sh [compat] [bench]     (default: both)
+#   bash scripts/gpu/check.sh [compat] [bench] [e2e]     (default: all three)
 # Writes the table to $OUT/compat.md (or ./gpu-out/) and logs next to it.
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -14,7 +14,7 @@ rm -rf "$B"
 mkdir -p "$B"
 S=$PWD/.gpu/libcuguard.so
 export PYTHONUNBUFFERED=1
-what=${*:-compat bench}
+what=${*:-compat bench e2e}
 
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -65,9 +65,15 @@ if [[ " $what " == *" compat "* ]]; then
 fi
 
 if [[ " $what " == *" bench "* ]] && [ -x .gpu/alloc_bench ]; then
-  .gpu/alloc_bench --shim "$S" --json "$OUT/bench.json" > "$OUT/bench.md" 2> "$OUT/bench.log"
+  .gpu/alloc_bench --shim "$S" --rounds "${BENCH_ROUNDS:-3}" --json "$OUT/bench.json" > "$OUT/bench.md" 2> "$OUT/bench.log"
   echo "bench exit: $?"
+fi
+
+if [[ " $what " == *" e2e "* ]]; then
+  python3 scripts/gpu/e2e.py all "$S" "$OUT/e2e.json" > "$OUT/e2e.md" 2> "$OUT/e2e.log"
+  echo "e2e exit: $?"
 fi
 
 cat "$OUT/compat.md" 2>/dev/null | head -40
 cat "$OUT/bench.md" 2>/dev/null
+cat "$OUT/e2e.md" 2>/dev/null

@@ -39,6 +39,9 @@ pub struct Config {
     /// `CUGUARD_TEST_UNSAFE_REUSE=1`: for cuguard's own tests only, the pool reuses freed blocks
     /// at once, ignoring fences, so a test can show that it would then catch the corruption.
     pub unsafe_reuse: bool,
+    /// `CUGUARD_TEST_NO_TRACKING=1`: for cuguard's own benchmarks only, the pool serves
+    /// allocations but nothing is tracked, to measure what tracking costs.
+    pub no_tracking: bool,
     /// Problems met while reading the settings, for the report's `faults`.
     pub problems: Vec<String>,
     /// Process start (shim load), milliseconds since the Unix epoch.
@@ -81,6 +84,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let log = flag("CUGUARD_LOG", false);
     let pool = flag("CUGUARD_POOL", true);
     let unsafe_reuse = flag("CUGUARD_TEST_UNSAFE_REUSE", false);
+    let no_tracking = flag("CUGUARD_TEST_NO_TRACKING", false);
     let stack_depth = match var("CUGUARD_STACK_DEPTH").as_deref().map(str::trim) {
         None | Some("") => DEFAULT_STACK_DEPTH,
         Some(s) => match s.parse::<usize>() {
@@ -137,6 +141,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         pool,
         pool_settings,
         unsafe_reuse,
+        no_tracking,
         problems,
         start_unix_ms,
         start_mono_ns: crate::clock::monotonic_ns(),

@@ -86,7 +86,8 @@ pub fn mark_reported() -> bool {
 /// forward (shim disabled, broken, already reported, or re-entered on this thread).
 #[inline]
 pub fn active() -> Option<(Guard, &'static Tracker)> {
-    if crate::config::get().disabled || crate::guard::broken() || reported() {
+    let c = crate::config::get();
+    if c.disabled || c.no_tracking || crate::guard::broken() || reported() {
         return None;
     }
     let g = Guard::enter()?;

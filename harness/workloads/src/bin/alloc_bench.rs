@@ -17,7 +17,7 @@
 //! The parent prints a markdown table of medians over rounds and the ratios between
 //! configurations, and writes every figure to `--json FILE`.
 //!
-//! Usage: `alloc_bench [--shim PATH] [--rounds N] [--quick] [--json FILE]`
+//! Usage: `alloc_bench [--shim PATH] [--rounds N] [--quick] [--json FILE] [--tests a,b] [--variants a,b]`
 //! (the driver is whatever `libcuda.so.1` the loader finds: the real one, or the simulated one).
 
 use std::collections::BTreeMap;
@@ -40,6 +40,7 @@ struct Driver {
     alloc_async: unsafe extern "C" fn(*mut Ptr, usize, *mut c_void) -> CuResult,
     free_async: unsafe extern "C" fn(Ptr, *mut c_void) -> CuResult,
     synchronize: unsafe extern "C" fn() -> CuResult,
+    get_current: unsafe extern "C" fn(*mut *mut c_void) -> CuResult,
 }
 
 fn load() -> Driver {
@@ -64,6 +65,7 @@ fn load() -> Driver {
             alloc_async: std::mem::transmute(sym("cuMemAllocAsync")),
             free_async: std::mem::transmute(sym("cuMemFreeAsync")),
             synchronize: std::mem::transmute(sym("cuCtxSynchronize")),
+            get_current: std::mem::transmute(sym("cuCtxGetCurrent")),
         }
     }
 }
@@ -177,6 +179,13 @@ fn child(test: &str, quick: bool) -> BTreeMap<String, f64> {
             // SAFETY: plain synchronize of the current context.
             unsafe { (c.d.synchronize)() };
             out.insert("async_pair_4KiB_ns".into(), ns);
+            let ns = time_pairs(200 / scale, 200, || {
+                let mut ctx = std::ptr::null_mut();
+                // SAFETY: valid out-parameter.
+                unsafe { (c.d.get_current)(&mut ctx) };
+                std::hint::black_box(ctx);
+            });
+            out.insert("cuCtxGetCurrent_ns".into(), ns);
         }
         "live1000" => {
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -270,6 +279,11 @@ const VARIANTS: &[Variant] = &[
     Variant { name: "passthrough+stacks", env: &[("CUGUARD_POOL", "0"), ("CUGUARD_STACK_DEPTH", "32")], shim: true },
     Variant { name: "pool", env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "0")], shim: true },
     Variant { name: "pool+stacks", env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "32")], shim: true },
+    Variant {
+        name: "pool-untracked",
+        env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "0"), ("CUGUARD_TEST_NO_TRACKING", "1")],
+        shim: true,
+    },
 ];
 
 const TESTS: &[&str] = &["pair", "live1000", "random1", "random64", "random256", "threads"];
@@ -285,6 +299,8 @@ fn main() {
     }
     let shim = arg("--shim").unwrap_or_else(|| "libcuguard.so".into());
     let rounds: usize = arg("--rounds").and_then(|r| r.parse().ok()).unwrap_or(if quick { 1 } else { 3 });
+    let only_tests: Option<Vec<String>> = arg("--tests").map(|t| t.split(',').map(String::from).collect());
+    let only_variants: Option<Vec<String>> = arg("--variants").map(|t| t.split(',').map(String::from).collect());
     let exe = std::env::current_exe().expect("current_exe");
     let dir = std::env::temp_dir().join(format!("alloc_bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -293,7 +309,13 @@ fn main() {
     let mut figures: BTreeMap<&str, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
     for round in 0..rounds {
         for test in TESTS {
+            if only_tests.as_ref().is_some_and(|o| !o.iter().any(|t| t == test)) {
+                continue;
+            }
             for v in VARIANTS {
+                if only_variants.as_ref().is_some_and(|o| !o.iter().any(|x| x == v.name)) {
+                    continue;
+                }
                 let report = dir.join(format!("{}-{test}-{round}.json", v.name.replace('+', "_")));
                 let mut cmd = Command::new(&exe);
                 cmd.args(["--child", test]);
