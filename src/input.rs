@@ -184,75 +184,15 @@ fn expand_glob(pattern: &Path) -> Result<Vec<PathBuf>, InputError> {
     Ok(bases.into_iter().filter(|p| p.is_file()).collect())
 }
 
-/// What one file gave: its processes' results, or why it could not be read.
-type Slot<T> = Mutex<Option<Result<Vec<(Source, T)>, ReadError>>>;
-
-/// Reads every file (in parallel, up to the machine's cores; a merged report's processes in
-/// parallel too) and calls `f` on each process's report. Returns `f`'s results in input order (files in order, processes in file order).
-///
-/// The first file that cannot be read ends the whole call with its error; the remaining work is
-/// abandoned.
-pub fn map_reports<T, F>(files: &[PathBuf], f: F) -> Result<Vec<(Source, T)>, InputError>
+/// Runs `f(0)`, …, `f(n - 1)` on up to as many threads as the machine has cores and returns
+/// the results in index order. The first error (in index order) is returned instead; after any
+/// error, items not yet started are skipped.
+fn parallel<T, E, F>(n: usize, f: F) -> Result<Vec<T>, E>
 where
     T: Send,
-    F: Fn(&Source, Report) -> T + Sync,
+    E: Send,
+    F: Fn(usize) -> Result<T, E> + Sync,
 {
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(files.len())
-        .max(1);
-    let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
-    let slots: Vec<Slot<T>> = files.iter().map(|_| Mutex::new(None)).collect();
-    let work = || {
-        while !failed.load(Ordering::Relaxed) {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(path) = files.get(i) else { break };
-            let result = read_file(path, &f);
-            if result.is_err() {
-                failed.store(true, Ordering::Relaxed);
-            }
-            if let Ok(mut slot) = slots[i].lock() {
-                *slot = Some(result);
-            }
-        }
-    };
-    std::thread::scope(|s| {
-        for _ in 1..threads {
-            s.spawn(work);
-        }
-        work();
-    });
-    let mut out = Vec::new();
-    for slot in slots {
-        match slot.into_inner().ok().flatten() {
-            Some(Ok(items)) => out.extend(items),
-            Some(Err(e)) => return Err(e.into()),
-            None => {}
-        }
-    }
-    Ok(out)
-}
-
-fn read_file<T, F>(path: &Path, f: &F) -> Result<Vec<(Source, T)>, ReadError>
-where
-    T: Send,
-    F: Fn(&Source, Report) -> T + Sync,
-{
-    let doc = Document::read_with_limit(path, max_report_bytes())?;
-    if !doc.is_merged() {
-        let source = Source {
-            path: path.to_path_buf(),
-            index: None,
-        };
-        return doc
-            .into_reports()
-            .map(|r| r.map(|r| (source.clone(), f(&source, r))))
-            .collect();
-    }
-    // A merged report: its processes are parsed in parallel, the file's bytes shared.
-    let n = doc.len();
     let threads = std::thread::available_parallelism()
         .map(|t| t.get())
         .unwrap_or(1)
@@ -260,19 +200,14 @@ where
         .max(1);
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let slots: Vec<Mutex<Option<Result<T, ReadError>>>> =
-        (0..n).map(|_| Mutex::new(None)).collect();
+    let slots: Vec<Mutex<Option<Result<T, E>>>> = (0..n).map(|_| Mutex::new(None)).collect();
     let work = || {
         while !failed.load(Ordering::Relaxed) {
             let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(parsed) = doc.merged_process(i) else {
+            if i >= n {
                 break;
-            };
-            let source = Source {
-                path: path.to_path_buf(),
-                index: Some(i),
-            };
-            let result = parsed.map(|r| f(&source, r));
+            }
+            let result = f(i);
             if result.is_err() {
                 failed.store(true, Ordering::Relaxed);
             }
@@ -288,20 +223,61 @@ where
         work();
     });
     let mut out = Vec::with_capacity(n);
-    for (i, slot) in slots.into_iter().enumerate() {
+    for slot in slots {
         match slot.into_inner().ok().flatten() {
-            Some(Ok(value)) => out.push((
-                Source {
-                    path: path.to_path_buf(),
-                    index: Some(i),
-                },
-                value,
-            )),
+            Some(Ok(value)) => out.push(value),
             Some(Err(e)) => return Err(e),
             None => {}
         }
     }
     Ok(out)
+}
+
+/// Reads every file (in parallel, up to the machine's cores; a merged report's processes in
+/// parallel too) and calls `f` on each process's report. Returns `f`'s results in input order
+/// (files in order, processes in file order).
+///
+/// The first file that cannot be read ends the whole call with its error; the remaining work is
+/// abandoned.
+pub fn map_reports<T, F>(files: &[PathBuf], f: F) -> Result<Vec<(Source, T)>, InputError>
+where
+    T: Send,
+    F: Fn(&Source, Report) -> T + Sync,
+{
+    let per_file = parallel(files.len(), |i| read_file(&files[i], &f))?;
+    Ok(per_file.into_iter().flatten().collect())
+}
+
+fn read_file<T, F>(path: &Path, f: &F) -> Result<Vec<(Source, T)>, ReadError>
+where
+    T: Send,
+    F: Fn(&Source, Report) -> T + Sync,
+{
+    let doc = Document::read_with_limit(path, max_report_bytes())?;
+    let source = |index| Source {
+        path: path.to_path_buf(),
+        index,
+    };
+    if !doc.is_merged() {
+        let source = source(None);
+        return doc
+            .into_reports()
+            .map(|r| r.map(|r| (source.clone(), f(&source, r))))
+            .collect();
+    }
+    // A merged report: its processes are parsed in parallel, the file's bytes shared.
+    parallel(doc.len(), |i| {
+        let source = source(Some(i));
+        let report = doc.merged_process(i).unwrap_or_else(|| {
+            Err(ReadError::Invalid {
+                path: path.to_path_buf(),
+                process: Some(i),
+                reason: "no such process".into(),
+            })
+        })?;
+        let value = f(&source, report);
+        Ok((source, value))
+    })
 }
 
 /// The largest report file read: `$CUGUARD_MAX_REPORT_BYTES` when set to a number, else

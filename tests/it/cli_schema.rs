@@ -173,7 +173,7 @@ fn schema_allows_additions_and_unknown_event_kinds() {
 
 #[test]
 fn schema_and_reader_agree_on_fixtures() {
-    // What validates, cuguard reads; what cuguard refuses for a missing field, the schema refuses.
+    // What the schema accepts, cuguard reads.
     let cuguard = crate::support::artifacts().cuguard.clone();
     for name in GOOD {
         let path = root().join("tests/fixtures").join(name);
