@@ -198,6 +198,9 @@ pub struct Report {
     /// Device memory sampled over time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
+    /// Events the shim saw but did not keep in `events` (its list is bounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events_dropped: Option<u64>,
 }
 
 /// `tool`: the program that wrote a report.

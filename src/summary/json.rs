@@ -25,6 +25,7 @@
 //!   largest_leaks[]  {address ("0x…"), size, requested, api, memory, device, context|null, thread,
 //!                     seq, state, site}: largest first, at most --top
 //!   events[]         {kind, count}, most frequent first
+//!   events_dropped   events the shim saw but did not keep (0 when the report does not say)
 //!   faults[]         the shim's own problems
 //! ```
 //!

@@ -86,6 +86,8 @@ pub struct ReportSummary {
     pub largest_leaks: Vec<LeakLine>,
     /// Events by kind, most frequent first.
     pub events: Vec<EventCount>,
+    /// Events the shim did not keep (its list is bounded); 0 when the report does not say.
+    pub events_dropped: u64,
     /// The shim's own problems.
     pub faults: Vec<String>,
 }
@@ -330,6 +332,7 @@ impl ReportSummary {
             sites,
             largest_leaks,
             events: count_events(report.events.iter().map(|e| e.kind.as_str())),
+            events_dropped: report.events_dropped.unwrap_or(0),
             faults: report.faults.clone(),
         }
     }

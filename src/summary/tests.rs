@@ -104,3 +104,18 @@ fn markdown_escapes_and_lists_sites() {
         "| 8.0 MiB | 2 | make\\_buffers (train.c:42) | cuMemAllocManaged, cuMemAlloc\\_v2 |"
     ));
 }
+
+#[test]
+fn dropped_events_are_mentioned() {
+    let text = std::fs::read_to_string(fixture("events.json")).unwrap();
+    let text = text.replacen('{', "{\"events_dropped\": 7,", 1);
+    let doc = crate::report::Document::from_bytes("e.json".as_ref(), text.into_bytes()).unwrap();
+    let report = doc.into_reports().next().unwrap().unwrap();
+    let source = Source {
+        path: "e.json".into(),
+        index: None,
+    };
+    let s = Summary::new(vec![ReportSummary::new(&source, &report, 3)], 3);
+    assert_eq!(s.processes[0].events_dropped, 7);
+    assert!(text(&s).contains("\n  and 7 events the shim did not keep\n"));
+}

@@ -220,6 +220,16 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
         }
         out.write_all(t.render("  ").as_bytes())?;
     }
+    if p.events_dropped > 0 {
+        writeln!(
+            out,
+            "  {}",
+            style.warn(&format!(
+                "and {} the shim did not keep",
+                plural(p.events_dropped, "event", "events")
+            ))
+        )?;
+    }
     if !p.faults.is_empty() {
         writeln!(out, "{}", style.warn("shim faults"))?;
         for f in &p.faults {
