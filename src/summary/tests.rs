@@ -107,9 +107,9 @@ fn markdown_escapes_and_lists_sites() {
 
 #[test]
 fn dropped_events_are_mentioned() {
-    let text = std::fs::read_to_string(fixture("events.json")).unwrap();
-    let text = text.replacen('{', "{\"events_dropped\": 7,", 1);
-    let doc = crate::report::Document::from_bytes("e.json".as_ref(), text.into_bytes()).unwrap();
+    let json = std::fs::read_to_string(fixture("events.json")).unwrap();
+    let json = json.replacen('{', "{\"events_dropped\": 7,", 1);
+    let doc = crate::report::Document::from_bytes("e.json".as_ref(), json.into_bytes()).unwrap();
     let report = doc.into_reports().next().unwrap().unwrap();
     let source = Source {
         path: "e.json".into(),
