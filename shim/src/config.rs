@@ -48,6 +48,56 @@ pub struct Config {
     pub start_unix_ms: u64,
     /// Process start on the monotonic clock, nanoseconds.
     pub start_mono_ns: u64,
+    /// `CUGUARD_CHECKPOINT_SECS`: a `complete: false` report every N seconds; 0 = off.
+    pub checkpoint_secs: u64,
+    /// `CUGUARD_WARN_AT`: live device bytes (or a percentage of the device's memory) past which
+    /// one warning line and a `warn_threshold_crossed` event are given, once per device.
+    pub warn_at: Option<Amount>,
+    /// `CUGUARD_SNAPSHOT_SIGNAL`: the signal `cuguard snapshot` sends (a number, `RTMIN+k`, or
+    /// `off`); 0 = off. Default `RTMIN+7`.
+    pub snapshot_signal: i32,
+    /// `CUGUARD_SIGNALS`: write the report when a fatal or terminating signal ends the process.
+    pub signals: bool,
+}
+
+/// The default snapshot signal, as an offset from `SIGRTMIN`.
+pub const DEFAULT_SNAPSHOT_RT_OFFSET: i32 = 7;
+
+/// Parses `CUGUARD_SNAPSHOT_SIGNAL`: `off`/`0`, a number, `RTMIN+k` or `SIGRTMIN+k`. Only
+/// signals without a default meaning to programs are accepted: real-time signals, SIGUSR1 and
+/// SIGUSR2.
+pub fn parse_signal(s: &str, rtmin: i32, rtmax: i32) -> Result<i32, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    if matches!(lower.as_str(), "off" | "0" | "none" | "no") {
+        return Ok(0);
+    }
+    let rest = lower.strip_prefix("sig").unwrap_or(&lower);
+    let n = if let Some(k) = rest.strip_prefix("rtmin") {
+        let k = k.trim();
+        let off: i32 = if k.is_empty() {
+            0
+        } else {
+            k.strip_prefix('+')
+                .and_then(|v| v.trim().parse().ok())
+                .ok_or_else(|| format!("{t:?} is not RTMIN+k"))?
+        };
+        rtmin + off
+    } else if rest == "usr1" {
+        libc::SIGUSR1
+    } else if rest == "usr2" {
+        libc::SIGUSR2
+    } else {
+        rest.parse::<i32>()
+            .map_err(|_| format!("{t:?} is not a signal number, RTMIN+k or off"))?
+    };
+    if n == libc::SIGUSR1 || n == libc::SIGUSR2 || (rtmin..=rtmax).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{t:?} is not SIGUSR1, SIGUSR2 or a real-time signal ({rtmin}..={rtmax})"
+        ))
+    }
 }
 
 static CONFIG: OnceCell<Config> = OnceCell::new();
@@ -84,6 +134,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let log = flag("CUGUARD_LOG", false);
     let pool = flag("CUGUARD_POOL", true);
     let unsafe_reuse = flag("CUGUARD_TEST_UNSAFE_REUSE", false);
+    let signals = flag("CUGUARD_SIGNALS", true);
     let no_tracking = flag("CUGUARD_TEST_NO_TRACKING", false);
     let stack_depth = match var("CUGUARD_STACK_DEPTH").as_deref().map(str::trim) {
         None | Some("") => DEFAULT_STACK_DEPTH,
@@ -126,6 +177,43 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         Some(s) if !s.trim().is_empty() => s,
         _ => DEFAULT_REPORT.to_string(),
     };
+    let checkpoint_secs = match var("CUGUARD_CHECKPOINT_SECS").as_deref().map(str::trim) {
+        None | Some("") => 0,
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) => n.min(86_400 * 365),
+            Err(_) => {
+                problems.push(format!(
+                    "CUGUARD_CHECKPOINT_SECS={v:?} is not a whole number of seconds; checkpoints are off"
+                ));
+                0
+            }
+        },
+    };
+    let warn_at = match var("CUGUARD_WARN_AT").as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(v) if matches!(v.to_ascii_lowercase().as_str(), "off" | "none") => None,
+        Some(v) => match settings::parse(v) {
+            Ok(a) => Some(a),
+            Err(why) => {
+                problems.push(format!("CUGUARD_WARN_AT: {why}; no warning is given"));
+                None
+            }
+        },
+    };
+    let (rtmin, rtmax) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+    let default_snapshot = rtmin + DEFAULT_SNAPSHOT_RT_OFFSET;
+    let snapshot_signal = match var("CUGUARD_SNAPSHOT_SIGNAL").as_deref().map(str::trim) {
+        None | Some("") => default_snapshot,
+        Some(v) => match parse_signal(v, rtmin, rtmax) {
+            Ok(n) => n,
+            Err(why) => {
+                problems.push(format!(
+                    "CUGUARD_SNAPSHOT_SIGNAL: {why}; using RTMIN+{DEFAULT_SNAPSHOT_RT_OFFSET}"
+                ));
+                default_snapshot
+            }
+        },
+    };
     let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let start_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -145,6 +233,10 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         problems,
         start_unix_ms,
         start_mono_ns: crate::clock::monotonic_ns(),
+        checkpoint_secs,
+        warn_at,
+        snapshot_signal,
+        signals,
     };
     for p in &config.problems {
         crate::diag::warn(p);
@@ -200,6 +292,42 @@ mod tests {
         assert_eq!(c.pool_settings.initial, Amount::Bytes(0));
         assert_eq!(c.problems.len(), 1);
         assert!(c.problems[0].starts_with("CUGUARD_POOL_INITIAL"));
+    }
+
+    #[test]
+    fn reliability_settings() {
+        let c = from_env(env(&[]));
+        assert_eq!(c.checkpoint_secs, 0);
+        assert_eq!(c.warn_at, None);
+        assert!(c.signals);
+        let rtmin = libc::SIGRTMIN();
+        assert_eq!(c.snapshot_signal, rtmin + DEFAULT_SNAPSHOT_RT_OFFSET);
+        let c = from_env(env(&[
+            ("CUGUARD_CHECKPOINT_SECS", "5"),
+            ("CUGUARD_WARN_AT", "80%"),
+            ("CUGUARD_SNAPSHOT_SIGNAL", "off"),
+            ("CUGUARD_SIGNALS", "0"),
+        ]));
+        assert_eq!(c.checkpoint_secs, 5);
+        assert_eq!(c.warn_at, Some(Amount::Percent(80.0)));
+        assert_eq!(c.snapshot_signal, 0);
+        assert!(!c.signals);
+        let c = from_env(env(&[("CUGUARD_WARN_AT", "1GiB"), ("CUGUARD_CHECKPOINT_SECS", "soon")]));
+        assert_eq!(c.warn_at, Some(Amount::Bytes(1 << 30)));
+        assert_eq!(c.checkpoint_secs, 0);
+        assert_eq!(c.problems.len(), 1);
+    }
+
+    #[test]
+    fn snapshot_signals() {
+        assert_eq!(parse_signal("RTMIN+7", 34, 64), Ok(41));
+        assert_eq!(parse_signal("SIGRTMIN+2", 34, 64), Ok(36));
+        assert_eq!(parse_signal("40", 34, 64), Ok(40));
+        assert_eq!(parse_signal("usr2", 34, 64), Ok(libc::SIGUSR2));
+        assert_eq!(parse_signal("off", 34, 64), Ok(0));
+        assert!(parse_signal("15", 34, 64).is_err(), "SIGTERM is the program's");
+        assert!(parse_signal("RTMIN+40", 34, 64).is_err());
+        assert!(parse_signal("soon", 34, 64).is_err());
     }
 
     #[test]

@@ -2,30 +2,96 @@
 //!
 //! 1. Load: the constructor reads the configuration and nothing else.
 //! 2. First use: a hook creates the tracker; the driver table resolves when first needed.
-//! 3. First allocation: an `atexit` handler is registered. The CUDA runtime registers its own
-//!    teardown during its initialization, which comes before any allocation, so this handler runs
-//!    first at exit and the report sees the program's memory before the runtime releases its
-//!    contexts (memory released by that teardown is not the program's leak to explain).
-//! 4. Exit: the report is written once ([`crate::report::write_final`]).
+//! 3. First allocation ([`note_allocation`]) arms the rest, once per process (again in a forked
+//!    child, at its own first allocation):
+//!    - `atexit` and `at_quick_exit` handlers and a `pthread_atfork` child handler (once per
+//!      image; they are inherited across fork). The CUDA runtime registers its own teardown
+//!      during its initialization, which comes before any allocation, so this handler runs
+//!      first at exit and the report sees the program's memory before the runtime releases its
+//!      contexts;
+//!    - the emergency report is prepared ([`crate::report::emergency`]);
+//!    - the cuguard thread starts ([`reporter`]): checkpoints, snapshots on request, and the
+//!      report for signals;
+//!    - signal handlers are installed where the program has none ([`signals`]).
+//! 4. End: exactly one final report, whichever way the process ends ([`final_report`]): `exit`
+//!    from any thread (and so return from main, Rust's `process::exit`, Python's `sys.exit`),
+//!    `quick_exit`, or a fatal or terminating signal. Checkpoints and snapshots on request are
+//!    interim reports ([`interim_report`]); each replaces the previous one of the same process.
 //! 5. Fallback: a process that never allocated but used contexts gets its report from the
 //!    library's destructor, which does not call the driver (it may already be finalized).
+//!
+//! Reports are written one at a time (the writer's turn, a lock a forked child resets). The
+//! modules below live here because they are the lifecycle's parts: [`signals`], [`reporter`]
+//! (the cuguard thread) and [`alerts`] (`CUGUARD_WARN_AT`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+pub mod alerts;
+pub mod reporter;
+pub mod signals;
 
-static EXIT_HANDLER: AtomicBool = AtomicBool::new(false);
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::report::{self, Occasion};
+use crate::state;
+
+/// Registered once per image: atexit, at_quick_exit, pthread_atfork.
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+/// Armed in this process (reset in a forked child).
+static ARMED: AtomicBool = AtomicBool::new(false);
 static IN_FINI: AtomicBool = AtomicBool::new(false);
+/// The thread id holding the writer's turn, or 0.
+static WRITER: AtomicU32 = AtomicU32::new(0);
+/// The thread id writing the final report (0: none yet), and whether it is done.
+static FINAL_WRITER: AtomicU32 = AtomicU32::new(0);
+static FINAL_DONE: AtomicBool = AtomicBool::new(false);
 
-/// Called on every tracked allocation; registers the exit handler the first time.
+/// How long an exit waits for a report another thread is writing.
+const WAIT_FOR_WRITER: Duration = Duration::from_secs(30);
+
+/// Called on every tracked allocation: one relaxed load; arms the process the first time.
 #[inline]
 pub fn note_allocation() {
-    if !EXIT_HANDLER.load(Ordering::Relaxed) && !EXIT_HANDLER.swap(true, Ordering::AcqRel) {
-        // SAFETY: at_exit is a plain extern "C" fn with no arguments.
-        unsafe { libc::atexit(at_exit) };
+    if !ARMED.load(Ordering::Relaxed) {
+        arm_once();
     }
 }
 
+#[cold]
+fn arm_once() {
+    if ARMED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    crate::guard::shield((), arm);
+}
+
+fn arm() {
+    if !REGISTERED.swap(true, Ordering::AcqRel) {
+        // SAFETY: plain extern "C" fns without arguments; registering has no other effect.
+        unsafe {
+            libc::atexit(at_exit);
+            at_quick_exit(at_exit);
+            libc::pthread_atfork(None, None, Some(after_fork_child));
+        }
+    }
+    report::emergency::prepare(&report::report_path());
+    let cfg = crate::config::get();
+    let thread = if cfg.signals || cfg.snapshot_signal != 0 || cfg.checkpoint_secs > 0 {
+        reporter::start()
+    } else {
+        false
+    };
+    signals::install(cfg.signals, if thread { cfg.snapshot_signal } else { 0 });
+    if thread {
+        reporter::announce();
+    }
+}
+
+unsafe extern "C" {
+    fn at_quick_exit(f: extern "C" fn()) -> libc::c_int;
+}
+
 extern "C" fn at_exit() {
-    crate::report::write_final(crate::report::Reason::Exit);
+    final_report(Occasion::EXIT);
 }
 
 /// Whether the library's destructor is running (the driver must not be called then).
@@ -35,9 +101,110 @@ pub fn in_fini() -> bool {
 
 extern "C" fn fini() {
     IN_FINI.store(true, Ordering::Relaxed);
-    crate::report::write_final(crate::report::Reason::Exit);
+    final_report(Occasion::EXIT);
 }
 
 #[used]
 #[unsafe(link_section = ".fini_array")]
 static FINI: extern "C" fn() = fini;
+
+fn tid() -> u32 {
+    crate::clock::thread_id()
+}
+
+/// The writer's turn: reports are written one at a time. Released on drop.
+struct Turn(bool);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.0 {
+            WRITER.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Waits (up to `max`) for the writer's turn. On timeout the caller goes ahead without it (the
+/// holder is stuck; two writers use different temporary files).
+fn writer_turn(max: Duration) -> Turn {
+    let me = tid().max(1);
+    let start = Instant::now();
+    loop {
+        match WRITER.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Turn(true),
+            Err(holder) if holder == me => return Turn(false),
+            Err(_) if start.elapsed() >= max => return Turn(false),
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+}
+
+/// Writes the final report, once per process, if the process used the driver. A second caller
+/// (another thread exiting, a signal while exiting) waits for the first to finish, so that the
+/// process does not end under a half-written report. Returns whether this call wrote it.
+pub fn final_report(occasion: Occasion) -> bool {
+    let Some(t) = state::tracker_if_any() else {
+        return false;
+    };
+    if !state::mark_reported() {
+        wait_for_final();
+        return false;
+    }
+    FINAL_WRITER.store(tid().max(1), Ordering::Release);
+    // Inside the shim while writing, so nothing the writing does is tracked. A thread whose
+    // thread-locals are gone writes without it: tracking has stopped (mark_reported) anyway.
+    let _guard = crate::guard::Guard::enter();
+    {
+        let _turn = writer_turn(WAIT_FOR_WRITER);
+        report::write_and_say(t, &occasion);
+    }
+    FINAL_DONE.store(true, Ordering::Release);
+    true
+}
+
+fn wait_for_final() {
+    let writer = FINAL_WRITER.load(Ordering::Acquire);
+    if writer == 0 || writer == tid() {
+        return;
+    }
+    let start = Instant::now();
+    while !FINAL_DONE.load(Ordering::Acquire) && start.elapsed() < WAIT_FOR_WRITER {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Writes an interim report (checkpoint, snapshot on request, or a signal report before the
+/// program's own handler runs): tracking goes on. Skipped once the final report is claimed.
+pub fn interim_report(occasion: Occasion) -> bool {
+    let Some(t) = state::tracker_if_any() else {
+        return false;
+    };
+    if state::reported() {
+        return false;
+    }
+    let _turn = writer_turn(WAIT_FOR_WRITER);
+    if state::reported() {
+        return false;
+    }
+    report::write_and_say(t, &occasion).is_some()
+}
+
+/// Whether the final report has been written completely.
+pub fn final_done() -> bool {
+    FINAL_DONE.load(Ordering::Acquire)
+}
+
+/// The child of a fork: nothing of the parent's lifecycle carries over but the registrations
+/// and the signal handlers. Its locks are reset (their holders do not exist here); the child
+/// arms again at its first allocation.
+extern "C" fn after_fork_child() {
+    ARMED.store(false, Ordering::Release);
+    WRITER.store(0, Ordering::Release);
+    FINAL_WRITER.store(0, Ordering::Release);
+    FINAL_DONE.store(false, Ordering::Release);
+    reporter::after_fork_child();
+    signals::after_fork_child();
+    alerts::after_fork_child();
+    report::file::forget_own_after_fork();
+    report::emergency::forget_after_fork();
+    report::reset_after_fork();
+}

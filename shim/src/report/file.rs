@@ -6,11 +6,18 @@
 //! exists (another process, or an earlier run with the same pid), a `.1`, `.2`, … suffix is
 //! tried. If the directory cannot be written, the report goes to `$TMPDIR` (or /tmp) instead and
 //! says so.
+//!
+//! A process that writes more than one report (checkpoints, snapshots on request, then the final
+//! report) replaces its own previous one: [`write_report`] remembers the file it last made (path,
+//! device and inode) and renames the next one over it only while that path still holds that
+//! very file. Anything else at the path is another process's report and is never replaced. A
+//! forked child forgets the parent's file ([`forget_own_after_fork`]).
 
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// Values for the template's placeholders.
 pub struct Placeholders {
@@ -64,8 +71,116 @@ pub struct Written {
     pub fallback_reason: Option<String>,
 }
 
-/// Writes `contents` to `path` (or a fallback place) atomically.
+/// The report file this process made last: replaced by its next report.
+pub struct Own {
+    pub pid: u32,
+    pub path: PathBuf,
+    /// `path` as a C string, for the signal-time writer (which must not allocate).
+    pub cpath: CString,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// The report file this process made last, or null. Only the report writer (one at a time, see
+/// [`crate::lifecycle`]) swaps it; the signal-time writer only reads it.
+static OWN: AtomicPtr<Own> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The report file this process made last, if it is still this process's.
+pub fn own() -> Option<&'static Own> {
+    let p = OWN.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer is a leaked Box that is never freed (see `set_own`).
+    let own = unsafe { p.as_ref() }?;
+    // SAFETY: getpid has no preconditions (and is async-signal-safe).
+    (own.pid == unsafe { libc::getpid() } as u32).then_some(own)
+}
+
+fn set_own(path: &Path) {
+    let Ok(cpath) = cstr(path) else { return };
+    let Some((dev, ino)) = dev_ino(&cpath) else { return };
+    let fresh = Box::into_raw(Box::new(Own {
+        pid: std::process::id(),
+        path: path.to_path_buf(),
+        cpath,
+        dev,
+        ino,
+    }));
+    // The previous record is leaked, not freed: the signal-time writer may be reading it. One
+    // small record per report written.
+    OWN.store(fresh, Ordering::Release);
+}
+
+/// In a forked child: the parent's report is not the child's to replace.
+pub fn forget_own_after_fork() {
+    OWN.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+/// The device and inode of the file at `path` (not following a link). Async-signal-safe.
+pub fn dev_ino(path: &CString) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero stat is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: path is NUL-terminated; st is writable.
+    let r = unsafe { libc::lstat(path.as_ptr(), &mut st) };
+    (r == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Whether `own` still names the file this process made.
+pub fn still_own(own: &Own) -> bool {
+    dev_ino(&own.cpath) == Some((own.dev, own.ino))
+}
+
+/// Writes `contents` to `path` (or a fallback place) atomically, replacing this process's own
+/// previous report if it has one, and never another process's.
 pub fn write_report(path: &Path, contents: &[u8]) -> io::Result<Written> {
+    if let Some(own) = own() {
+        if still_own(own) {
+            if let Ok(()) = replace_own(own, contents) {
+                let p = own.path.clone();
+                set_own(&p);
+                return Ok(Written {
+                    path: p,
+                    fallback_reason: None,
+                });
+            }
+        }
+    }
+    let written = write_fresh(path, contents)?;
+    set_own(&written.path);
+    Ok(written)
+}
+
+/// Writes a temporary file beside `own` and renames it over `own`.
+fn replace_own(own: &Own, contents: &[u8]) -> io::Result<()> {
+    let tmp = temp_path(&own.path)?;
+    write_new(&tmp, contents)?;
+    // Re-check just before the rename: the window left is the rename itself.
+    if !still_own(own) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io::Error::other("the previous report is no longer ours"));
+    }
+    std::fs::rename(&tmp, &own.path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+fn temp_path(path: &Path) -> io::Result<PathBuf> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other("report path has no file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        crate::clock::monotonic_ns() % 1_000_000
+    ));
+    Ok(dir.join(tmp_name))
+}
+
+fn write_fresh(path: &Path, contents: &[u8]) -> io::Result<Written> {
     match write_atomic(path, contents) {
         Ok(p) => Ok(Written {
             path: p,
@@ -98,14 +213,7 @@ fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<PathBuf> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::other("report path has no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(
-        ".{}.{}.tmp",
-        std::process::id(),
-        crate::clock::monotonic_ns() % 1_000_000
-    ));
-    let tmp = dir.join(tmp_name);
+    let tmp = temp_path(path)?;
     write_new(&tmp, contents)?;
     for attempt in 0..1000u32 {
         let target = if attempt == 0 {
@@ -130,7 +238,7 @@ fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<PathBuf> {
     ))
 }
 
-fn cstr(p: &Path) -> io::Result<CString> {
+pub fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains NUL"))
 }
 
@@ -177,7 +285,7 @@ fn write_new(path: &Path, contents: &[u8]) -> io::Result<()> {
 }
 
 /// The report file's mode: 0600 unless `CUGUARD_REPORT_MODE` (octal) says otherwise.
-fn report_mode() -> libc::c_uint {
+pub fn report_mode() -> libc::c_uint {
     std::env::var("CUGUARD_REPORT_MODE")
         .ok()
         .and_then(|m| u32::from_str_radix(m.trim(), 8).ok())
@@ -185,7 +293,7 @@ fn report_mode() -> libc::c_uint {
         .unwrap_or(0o600)
 }
 
-fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     let (f, t) = (cstr(from)?, cstr(to)?);
     // SAFETY: both paths are NUL-terminated; renameat2 only renames.
     let r = unsafe {
@@ -245,17 +353,33 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("r.json");
+        // Another process's report at the path: kept; ours goes beside it.
+        std::fs::write(&p, b"theirs").unwrap();
         let a = write_report(&p, b"one").unwrap();
-        let b = write_report(&p, b"two").unwrap();
-        assert_eq!(a.path, p);
-        assert_eq!(b.path, dir.join("r.json.1"));
-        assert_eq!(std::fs::read(&p).unwrap(), b"one");
-        assert_eq!(std::fs::read(dir.join("r.json.1")).unwrap(), b"two");
+        assert_eq!(a.path, dir.join("r.json.1"));
+        assert_eq!(std::fs::read(&p).unwrap(), b"theirs");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(
-            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            std::fs::metadata(&a.path).unwrap().permissions().mode() & 0o777,
             0o600
         );
+        // This process's next report replaces its own previous one, not the other's.
+        let b = write_report(&p, b"two").unwrap();
+        assert_eq!(b.path, dir.join("r.json.1"));
+        assert_eq!(std::fs::read(&b.path).unwrap(), b"two");
+        assert_eq!(std::fs::read(&p).unwrap(), b"theirs");
+        // Someone else's file where our last one was: never replaced.
+        std::fs::remove_file(&b.path).unwrap();
+        std::fs::write(&b.path, b"other").unwrap();
+        let c = write_report(&p, b"three").unwrap();
+        assert_eq!(c.path, dir.join("r.json.2"));
+        assert_eq!(std::fs::read(dir.join("r.json.1")).unwrap(), b"other");
+        // A forked child forgets the parent's file.
+        forget_own_after_fork();
+        let d = write_report(&p, b"four").unwrap();
+        assert_eq!(d.path, dir.join("r.json.3"));
+        assert_eq!(std::fs::read(&c.path).unwrap(), b"three");
+        forget_own_after_fork();
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -4,7 +4,16 @@
 //! Only raw facts go in: addresses, sizes, contexts, threads, stacks as instruction pointers
 //! with their module and offset. Names are filled in where the symbolizer can do so in bounded
 //! time; `cuguard` does the analysis.
+//!
+//! A process may write several reports to the same file, each replacing the last (see
+//! [`file`]): checkpoints and snapshots on request (`complete: false`), then the final one
+//! (`reason` `exit` or `signal`). Fields added here beyond REPORT.md, all optional for readers:
+//! `cut_short` (why `complete` is false, in words, or null), `signal` (`{number, name}` when a
+//! signal ended the process, else null) and `report_number` (1 for the first report this
+//! process wrote, 2 for the next, …). [`emergency`] writes the smallest valid report, without
+//! allocating, when a signal leaves nothing else possible.
 
+pub mod emergency;
 pub mod file;
 pub mod json;
 
@@ -13,7 +22,6 @@ use std::path::PathBuf;
 use crate::clock;
 use crate::config;
 use crate::process;
-use crate::state;
 use crate::tracker::{LeakState, NONE, Record, Tracker};
 use json::Json;
 
@@ -25,14 +33,87 @@ pub const SCHEMA_VERSION: u64 = 1;
 /// Why a report is written (the report's `reason`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
+    /// The process is ending normally (return from main, `exit` from any thread).
     Exit,
+    /// Periodic (`CUGUARD_CHECKPOINT_SECS`); the process goes on.
+    Checkpoint,
+    /// A fatal or terminating signal.
+    Signal,
+    /// `cuguard snapshot PID`; the process goes on.
+    Request,
 }
 
 impl Reason {
-    fn as_str(self) -> &'static str {
+    /// The report's name for it.
+    pub fn as_str(self) -> &'static str {
         match self {
             Reason::Exit => "exit",
+            Reason::Checkpoint => "checkpoint",
+            Reason::Signal => "signal",
+            Reason::Request => "request",
         }
+    }
+}
+
+/// What a report is written for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Occasion {
+    pub reason: Reason,
+    /// Whether the report is final and holds everything (the report's `complete`).
+    pub complete: bool,
+    /// The signal, for [`Reason::Signal`].
+    pub signal: Option<i32>,
+    /// Why the report is not complete (the report's `cut_short`).
+    pub cut_short: Option<&'static str>,
+}
+
+impl Occasion {
+    /// The final report of a process that exits.
+    pub const EXIT: Occasion = Occasion {
+        reason: Reason::Exit,
+        complete: true,
+        signal: None,
+        cut_short: None,
+    };
+    /// A checkpoint.
+    pub const CHECKPOINT: Occasion = Occasion {
+        reason: Reason::Checkpoint,
+        complete: false,
+        signal: None,
+        cut_short: Some("checkpoint: the process was still running"),
+    };
+    /// A snapshot on request.
+    pub const REQUEST: Occasion = Occasion {
+        reason: Reason::Request,
+        complete: false,
+        signal: None,
+        cut_short: Some("snapshot on request: the process was still running"),
+    };
+}
+
+/// How many reports this process has written (the report's `report_number` is this plus one).
+static REPORTS_WRITTEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// In a forked child: its reports are numbered from 1 again.
+pub fn reset_after_fork() {
+    REPORTS_WRITTEN.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The name of signal `sig` (`"SIGSEGV"`), or `"signal"` for others.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        _ => "signal",
     }
 }
 
@@ -55,11 +136,12 @@ pub struct Outcome {
     pub fallback_reason: Option<String>,
 }
 
-/// Writes the report for `reason`; returns what it held and where it went.
-pub fn write(t: &Tracker, reason: Reason, complete: bool) -> std::io::Result<Outcome> {
+/// Writes the report for `occasion`; returns what it held and where it went.
+pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
     let cfg = config::get();
     let leaks = collect_leaks(t);
     let (events, dropped) = t.events.snapshot();
+    let alerts = crate::lifecycle::alerts::events();
     let contexts = t.contexts.snapshot();
     let devices = t.contexts.devices();
     let rank = process::rank();
@@ -73,8 +155,23 @@ pub fn write(t: &Tracker, reason: Reason, complete: bool) -> std::io::Result<Out
     j.key("name").str("cuguard");
     j.key("version").str(env!("CARGO_PKG_VERSION"));
     j.end_object();
-    j.key("complete").bool(complete);
-    j.key("reason").str(reason.as_str());
+    j.key("complete").bool(occasion.complete);
+    j.key("reason").str(occasion.reason.as_str());
+    j.key("cut_short").opt_str(occasion.cut_short);
+    j.key("signal");
+    match occasion.signal {
+        Some(sig) => {
+            j.begin_object();
+            j.key("number").i64(sig.into());
+            j.key("name").str(signal_name(sig));
+            j.end_object();
+        }
+        None => {
+            j.null();
+        }
+    }
+    let number = REPORTS_WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    j.key("report_number").u64(number);
 
     j.key("process").begin_object();
     j.key("pid").u64(process::pid().into());
@@ -120,6 +217,20 @@ pub fn write(t: &Tracker, reason: Reason, complete: bool) -> std::io::Result<Out
     j.key("stack_depth").u64(cfg.stack_depth as u64);
     j.key("pool").bool(cfg.pool);
     j.key("disabled").bool(cfg.disabled);
+    j.key("checkpoint_secs").u64(cfg.checkpoint_secs);
+    j.key("warn_at");
+    match cfg.warn_at {
+        Some(crate::pool::settings::Amount::Bytes(b)) => j.str(&b.to_string()),
+        Some(crate::pool::settings::Amount::Percent(p)) => j.str(&format!("{p}%")),
+        None => j.null(),
+    };
+    j.key("snapshot_signal");
+    if cfg.snapshot_signal == 0 {
+        j.null();
+    } else {
+        j.i64(cfg.snapshot_signal.into());
+    }
+    j.key("signals").bool(cfg.signals);
     j.end_object();
 
     j.key("contexts").begin_array();
@@ -188,6 +299,9 @@ pub fn write(t: &Tracker, reason: Reason, complete: bool) -> std::io::Result<Out
         j.key("message").opt_str(e.message.as_deref());
         j.end_object();
     }
+    for a in &alerts {
+        a.write(&mut j);
+    }
     j.end_array();
     j.key("events_dropped").u64(dropped);
 
@@ -231,17 +345,7 @@ pub fn write(t: &Tracker, reason: Reason, complete: bool) -> std::io::Result<Out
     j.end_array();
     j.end_object();
 
-    let placeholders = file::Placeholders {
-        pid: process::pid(),
-        exe_name: process::exe_name(),
-        host,
-        rank,
-        start_unix_s: cfg.start_unix_ms / 1000,
-    };
-    let mut path = PathBuf::from(file::expand(&cfg.report_template, &placeholders));
-    if path.is_relative() {
-        path = cfg.start_dir.join(path);
-    }
+    let path = path_for(host, rank);
     let mut doc = j.finish();
     doc.push('\n');
     let written = file::write_report(&path, doc.as_bytes())?;
@@ -250,8 +354,8 @@ pub fn write(t: &Tracker, reason: Reason, complete: bool) -> std::io::Result<Out
     contexts_with_leaks.sort_unstable();
     contexts_with_leaks.dedup();
     let mut kinds: Vec<(&'static str, usize)> = Vec::new();
-    for e in &events {
-        let k = e.kind.as_str();
+    let alert_kinds = alerts.iter().map(|a| a.kind());
+    for k in events.iter().map(|e| e.kind.as_str()).chain(alert_kinds) {
         match kinds.iter_mut().find(|(n, _)| *n == k) {
             Some((_, c)) => *c += 1,
             None => kinds.push((k, 1)),
@@ -265,6 +369,28 @@ pub fn write(t: &Tracker, reason: Reason, complete: bool) -> std::io::Result<Out
         events: kinds,
         fallback_reason: written.fallback_reason,
     })
+}
+
+/// Where this process's report goes: the template expanded, relative to the start directory.
+pub fn report_path() -> PathBuf {
+    path_for(process::hostname(), process::rank())
+}
+
+fn path_for(host: String, rank: Option<i64>) -> PathBuf {
+    let cfg = config::get();
+    let placeholders = file::Placeholders {
+        pid: process::pid(),
+        exe_name: process::exe_name(),
+        host,
+        rank,
+        start_unix_s: cfg.start_unix_ms / 1000,
+    };
+    let path = PathBuf::from(file::expand(&cfg.report_template, &placeholders));
+    if path.is_relative() {
+        cfg.start_dir.join(path)
+    } else {
+        path
+    }
 }
 
 fn opt_id(j: &mut Json, id: u32) {
@@ -367,27 +493,39 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
-/// Writes the final report once, if the process used the driver, and prints the summary.
-pub fn write_final(reason: Reason) {
-    let Some(t) = state::tracker_if_any() else {
-        return;
-    };
-    if !state::mark_reported() {
-        return;
-    }
-    let Some(_guard) = crate::guard::Guard::enter() else {
-        return;
-    };
+/// Writes a report for `occasion` (the caller is inside the shim and holds the writer's turn,
+/// see [`crate::lifecycle`]); a final one also prints the summary line. Never panics.
+pub fn write_and_say(t: &Tracker, occasion: &Occasion) -> Option<Outcome> {
     let cfg = config::get();
     match crate::guard::shield(Err(std::io::Error::other("internal error")), || {
-        write(t, reason, true)
+        write(t, occasion)
     }) {
         Ok(outcome) => {
-            if !cfg.quiet {
-                crate::diag::warn(&summary_line(&outcome));
+            let final_report = matches!(occasion.reason, Reason::Exit | Reason::Signal);
+            if final_report && !cfg.quiet {
+                let mut line = summary_line(&outcome);
+                if let Some(sig) = occasion.signal {
+                    line.push_str(&format!(" ({} received)", signal_name(sig)));
+                }
+                crate::diag::warn(&line);
+            } else if let Some(why) = &outcome.fallback_reason {
+                static SAID: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                crate::diag::warn_once(&SAID, &format!(
+                    "{} report: {} ({why})",
+                    occasion.reason.as_str(),
+                    outcome.path.display()
+                ));
             }
+            Some(outcome)
         }
-        Err(e) => crate::diag::warn(&format!("could not write the report: {e}")),
+        Err(e) => {
+            crate::diag::warn(&format!(
+                "could not write the {} report: {e}",
+                occasion.reason.as_str()
+            ));
+            None
+        }
     }
 }
 

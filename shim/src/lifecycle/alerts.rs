@@ -1,0 +1,265 @@
+//! `CUGUARD_WARN_AT`: an early warning for long-running services, instead of an out-of-memory.
+//!
+//! When a device's live bytes first reach the threshold (bytes, or a percentage of that device's
+//! memory), one line goes to stderr naming the top sites by live bytes on that device, and a
+//! `warn_threshold_crossed` event goes into the report. Once per device per process (a forked
+//! child starts over).
+//!
+//! The allocation path calls [`check`]: one relaxed load and a compare against a threshold
+//! prepared per device. A threshold of 0 means "not resolved yet" (the first allocation on each
+//! device takes the slow path once, to learn the device's size); `u64::MAX` means off or
+//! already given.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use crate::pool::settings::Amount;
+use crate::report::json::Json;
+use crate::tracker::{NONE, Tracker};
+
+/// Devices with ordinals at or above this share the last slot (as in the tracker's stats).
+const SLOTS: usize = 64;
+const UNRESOLVED: u64 = 0;
+const OFF: u64 = u64::MAX;
+
+static THRESHOLD: [AtomicU64; SLOTS] = [const { AtomicU64::new(UNRESOLVED) }; SLOTS];
+
+fn slot(device: i32) -> usize {
+    (device.max(0) as usize).min(SLOTS - 1)
+}
+
+/// Call after an allocation of device memory on `device` brought its live bytes to `live_now`.
+/// Cheap enough for every allocation: one relaxed load and a compare.
+#[inline(always)]
+pub fn check(device: i32, live_now: u64) {
+    if live_now >= THRESHOLD[slot(device)].load(Ordering::Relaxed) {
+        crossed(device, live_now);
+    }
+}
+
+/// The slow path: resolve the threshold, or give the warning once.
+#[cold]
+#[inline(never)]
+fn crossed(device: i32, live_now: u64) {
+    crate::guard::shield((), || {
+        let s = &THRESHOLD[slot(device)];
+        let current = s.load(Ordering::Acquire);
+        if current == UNRESOLVED {
+            let resolved = resolve(device);
+            let _ = s.compare_exchange(UNRESOLVED, resolved, Ordering::AcqRel, Ordering::Acquire);
+            if live_now < s.load(Ordering::Acquire) {
+                return;
+            }
+        }
+        let threshold = s.load(Ordering::Acquire);
+        if threshold == OFF || live_now < threshold {
+            return;
+        }
+        if s.compare_exchange(threshold, OFF, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return; // another thread gives the warning
+        }
+        if let Some(t) = crate::state::tracker_if_any() {
+            warn(t, device, live_now, threshold);
+        }
+    });
+}
+
+/// The threshold in bytes for `device`, or [`OFF`].
+fn resolve(device: i32) -> u64 {
+    let Some(amount) = crate::config::get().warn_at else {
+        return OFF;
+    };
+    let bytes = match amount {
+        Amount::Bytes(b) => b,
+        Amount::Percent(_) => {
+            let total = crate::state::tracker_if_any()
+                .and_then(|t| {
+                    t.contexts
+                        .devices()
+                        .into_iter()
+                        .find(|d| d.ordinal == device)
+                        .map(|d| d.total_bytes)
+                })
+                .unwrap_or(0);
+            if total == 0 {
+                crate::diag::log(|| {
+                    format!("CUGUARD_WARN_AT: the size of device {device} is unknown; no warning for it")
+                });
+                return OFF;
+            }
+            amount.resolve(total)
+        }
+    };
+    // 0 would read as "unresolved": the smallest real threshold is one byte.
+    bytes.clamp(1, OFF - 1)
+}
+
+/// One `warn_threshold_crossed` event (kept here, written into the report's `events`).
+#[derive(Clone, Debug)]
+pub struct Alert {
+    seq: u64,
+    thread: u32,
+    stack: u32,
+    device: i32,
+    live_bytes: u64,
+    time_ms: u64,
+    message: String,
+}
+
+impl Alert {
+    /// The event's kind.
+    pub fn kind(&self) -> &'static str {
+        "warn_threshold_crossed"
+    }
+
+    /// Writes the event as one element of the report's `events`.
+    pub fn write(&self, j: &mut Json) {
+        j.begin_object();
+        j.key("kind").str(self.kind());
+        j.key("address").null();
+        j.key("api").null();
+        j.key("seq").u64(self.seq);
+        j.key("thread").u64(self.thread.into());
+        j.key("stack");
+        if self.stack == NONE {
+            j.null();
+        } else {
+            j.u64(self.stack.into());
+        }
+        j.key("result").null();
+        j.key("size").u64(self.live_bytes);
+        j.key("context").null();
+        j.key("time_ms").u64(self.time_ms);
+        j.key("message").str(&self.message);
+        j.key("device").i64(self.device.into());
+        j.end_object();
+    }
+}
+
+/// The alerts of this process. Replaced (the old one leaked) in a forked child, whose lock may
+/// have been caught held.
+static ALERTS: AtomicPtr<Mutex<Vec<Alert>>> = AtomicPtr::new(std::ptr::null_mut());
+
+fn alerts() -> &'static Mutex<Vec<Alert>> {
+    let p = ALERTS.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null pointer is a leaked Box, never freed.
+        return unsafe { &*p };
+    }
+    let fresh = Box::into_raw(Box::new(Mutex::new(Vec::new())));
+    match ALERTS.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: we just published our own leaked box.
+        Ok(_) => unsafe { &*fresh },
+        Err(existing) => {
+            // SAFETY: fresh was never published; existing lives forever.
+            unsafe {
+                drop(Box::from_raw(fresh));
+                &*existing
+            }
+        }
+    }
+}
+
+/// Every alert so far, for the report.
+pub fn events() -> Vec<Alert> {
+    crate::tracker::lock(alerts()).clone()
+}
+
+fn warn(t: &Tracker, device: i32, live_now: u64, threshold: u64) {
+    let sites = top_sites(t, device, 3);
+    let setting = match crate::config::get().warn_at {
+        Some(Amount::Percent(p)) => format!("{p}% of the device"),
+        _ => crate::report::human_bytes(threshold),
+    };
+    let mut message = format!(
+        "device {device}: live device memory {} crossed CUGUARD_WARN_AT ({setting})",
+        crate::report::human_bytes(live_now)
+    );
+    if !sites.is_empty() {
+        message.push_str("; top sites: ");
+        let parts: Vec<String> = sites
+            .iter()
+            .map(|(site, bytes, n)| {
+                format!(
+                    "{site} ({} in {n} allocation{})",
+                    crate::report::human_bytes(*bytes),
+                    if *n == 1 { "" } else { "s" }
+                )
+            })
+            .collect();
+        message.push_str(&parts.join(", "));
+    }
+    crate::diag::warn(&message);
+    let alert = Alert {
+        seq: t.next_seq(),
+        thread: crate::clock::thread_id(),
+        stack: if super::reporter::on_reporter_thread() {
+            NONE
+        } else {
+            crate::callsite::capture()
+        },
+        device,
+        live_bytes: live_now,
+        time_ms: crate::clock::since_start_ms(),
+        message,
+    };
+    crate::tracker::lock(alerts()).push(alert);
+}
+
+/// The `n` stacks holding the most live device bytes on `device`: (site, bytes, allocations).
+/// A site is the first frame outside cuguard and the CUDA libraries, as `module+0xoffset`.
+fn top_sites(t: &Tracker, device: i32, n: usize) -> Vec<(String, u64, usize)> {
+    let mut by_stack: std::collections::HashMap<u32, (u64, usize)> = Default::default();
+    for (_, r) in t.live.snapshot() {
+        if r.device == device && r.memory.on_device() {
+            let e = by_stack.entry(r.stack).or_default();
+            e.0 += r.size;
+            e.1 += 1;
+        }
+    }
+    let mut top: Vec<(u32, u64, usize)> = by_stack.into_iter().map(|(s, (b, c))| (s, b, c)).collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    top.truncate(n);
+    if top.is_empty() {
+        return Vec::new();
+    }
+    let stacks = crate::stack::stacks();
+    let modules = crate::stack::modules();
+    top.into_iter()
+        .map(|(id, bytes, count)| {
+            let site = stacks
+                .iter()
+                .find(|(sid, _)| *sid == id)
+                .and_then(|(_, ips)| {
+                    ips.iter().find_map(|ip| {
+                        let (m, off) = crate::stack::locate(*ip, &modules)?;
+                        let name = modules[m].path.rsplit('/').next().unwrap_or("");
+                        let plumbing = name.starts_with("libcuguard")
+                            || name.starts_with("libcuda")
+                            || name.starts_with("libcudart");
+                        (!plumbing).then(|| format!("{name}+0x{off:x}"))
+                    })
+                })
+                .unwrap_or_else(|| "(no stack)".to_string());
+            (site, bytes, count)
+        })
+        .collect()
+}
+
+/// Checks every device's live bytes against the threshold; the cuguard thread calls this once a
+/// second, so the warning comes even where the allocation path does not call [`check`].
+pub fn poll(t: &Tracker) {
+    for d in t.stats.snapshot() {
+        check(d.device, d.live_bytes);
+    }
+}
+
+/// In a forked child: thresholds start over, and the parent's alerts are not the child's.
+pub fn after_fork_child() {
+    for s in &THRESHOLD {
+        s.store(UNRESOLVED, Ordering::Relaxed);
+    }
+    ALERTS.store(std::ptr::null_mut(), Ordering::Release);
+}

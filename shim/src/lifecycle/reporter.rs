@@ -1,0 +1,276 @@
+//! The cuguard thread: writes checkpoints (`CUGUARD_CHECKPOINT_SECS`), snapshots on request
+//! (`cuguard snapshot PID`), and the report for signals, all in ordinary context (the thread
+//! that received a signal waits for it in the handler; see [`super::signals`]).
+//!
+//! It starts when the process first allocates (never at load), with every signal blocked, and
+//! sleeps in `poll` on an eventfd. Signal handlers wake it by writing to that eventfd (which is
+//! async-signal-safe) after setting a request flag. It stays inside the shim's guard for its
+//! whole life, so nothing it does is tracked. Reports are written under short per-structure
+//! locks (the tracker's snapshots) and the JSON is built outside them, so allocations on other
+//! threads are never stalled for longer than one copy of one shard.
+//!
+//! Its name tells `cuguard snapshot` that the process is armed and which signal asks for a
+//! snapshot: `cuguard-s<N>` when the shim's handler owns signal N, `cuguard` when snapshots are
+//! off (the program uses that signal, or `CUGUARD_SNAPSHOT_SIGNAL=off`).
+//!
+//! Fork: the thread does not exist in a child; the child's [`after_fork_child`] closes the
+//! inherited eventfd (shared with the parent) and the child starts its own thread when it first
+//! allocates.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::report::{Occasion, Reason};
+
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+static RUNNING: AtomicBool = AtomicBool::new(false);
+static SNAPSHOTS_OFF: AtomicBool = AtomicBool::new(false);
+
+static REQ_SNAPSHOT: AtomicBool = AtomicBool::new(false);
+static REQ_FATAL: AtomicI32 = AtomicI32::new(0);
+static REQ_FATAL_FINAL: AtomicBool = AtomicBool::new(false);
+/// State of the fatal-signal report: idle, pending, written, failed.
+static FATAL_STATE: AtomicU8 = AtomicU8::new(IDLE);
+const IDLE: u8 = 0;
+const PENDING: u8 = 1;
+const WRITTEN: u8 = 2;
+const FAILED: u8 = 3;
+
+thread_local! {
+    static IS_REPORTER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Starts the cuguard thread; returns whether it runs.
+pub fn start() -> bool {
+    if RUNNING.load(Ordering::Acquire) {
+        return true;
+    }
+    // SAFETY: eventfd has no memory-safety preconditions.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        crate::diag::log(|| "could not create the cuguard thread's eventfd".into());
+        return false;
+    }
+    WAKE_FD.store(fd, Ordering::Release);
+    // The thread inherits the creating thread's signal mask: block everything around the spawn
+    // so that it never runs a signal handler, not even before its first instruction.
+    // SAFETY: sigset_t values are plain data; pthread_sigmask only changes this thread's mask.
+    let spawned = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let r = std::thread::Builder::new()
+            .name("cuguard".into())
+            .stack_size(256 << 10)
+            .spawn(run);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    };
+    match spawned {
+        Ok(_) => {
+            RUNNING.store(true, Ordering::Release);
+            true
+        }
+        Err(e) => {
+            crate::diag::log(|| format!("could not start the cuguard thread: {e}"));
+            // SAFETY: fd is ours.
+            unsafe { libc::close(fd) };
+            WAKE_FD.store(-1, Ordering::Release);
+            false
+        }
+    }
+}
+
+/// Names the thread after the snapshot signal it answers (called once handlers are installed).
+pub fn announce() {
+    let sig = crate::config::get().snapshot_signal;
+    let _ = NAME_SIG.compare_exchange(
+        0,
+        if super::signals::snapshot_installed(sig) { sig } else { -1 },
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+    wake();
+}
+
+/// The signal the thread's name announces: 0 not decided yet, -1 none.
+static NAME_SIG: AtomicI32 = AtomicI32::new(0);
+
+/// Records that the snapshot signal could not be taken (the program handles it).
+pub fn snapshot_unavailable() {
+    if !SNAPSHOTS_OFF.swap(true, Ordering::Relaxed) {
+        crate::diag::log(|| {
+            format!(
+                "snapshot signal {} is the program's; `cuguard snapshot` is off (set CUGUARD_SNAPSHOT_SIGNAL)",
+                crate::config::get().snapshot_signal
+            )
+        });
+    }
+}
+
+/// Whether the calling thread is the cuguard thread.
+pub fn on_reporter_thread() -> bool {
+    IS_REPORTER.try_with(|r| r.get()).unwrap_or(false)
+}
+
+fn wake() {
+    let fd = WAKE_FD.load(Ordering::Acquire);
+    if fd >= 0 {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our eventfd; async-signal-safe.
+        unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    }
+}
+
+/// From the snapshot signal's handler: asks for a snapshot. Async-signal-safe.
+pub fn request_snapshot() {
+    if RUNNING.load(Ordering::Acquire) {
+        REQ_SNAPSHOT.store(true, Ordering::Release);
+        wake();
+    }
+}
+
+/// How a fatal signal's report went.
+pub enum Fatal {
+    Written,
+    NoReporter,
+    TimedOut,
+    Failed,
+}
+
+/// From a fatal signal's handler: asks for the report (final, or interim when the program's own
+/// handler runs next) and waits up to `wait_ms` for it. Async-signal-safe.
+pub fn request_fatal(sig: libc::c_int, final_report: bool, wait_ms: u64) -> Fatal {
+    if !RUNNING.load(Ordering::Acquire) {
+        return Fatal::NoReporter;
+    }
+    FATAL_STATE.store(PENDING, Ordering::Release);
+    REQ_FATAL_FINAL.store(final_report, Ordering::Release);
+    REQ_FATAL.store(sig, Ordering::Release);
+    wake();
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..wait_ms {
+        match FATAL_STATE.load(Ordering::Acquire) {
+            WRITTEN => return Fatal::Written,
+            FAILED => return Fatal::Failed,
+            _ => {}
+        }
+        // SAFETY: nanosleep is async-signal-safe.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+    }
+    Fatal::TimedOut
+}
+
+/// The cuguard thread faulted: a waiting thread is told, and this thread never returns.
+pub fn failed_forever() -> ! {
+    RUNNING.store(false, Ordering::Release);
+    FATAL_STATE.store(FAILED, Ordering::Release);
+    loop {
+        // SAFETY: pause only waits (every signal is blocked here, so it waits forever).
+        unsafe { libc::pause() };
+    }
+}
+
+fn run() {
+    let _ = IS_REPORTER.try_with(|r| r.set(true));
+    // Inside the shim for good: nothing this thread does is tracked.
+    std::mem::forget(crate::guard::Guard::enter());
+    let cfg = crate::config::get();
+    let period = Duration::from_secs(cfg.checkpoint_secs);
+    let mut next = Instant::now() + period;
+    let mut named = false;
+    let watch = cfg.warn_at.is_some();
+    loop {
+        let mut timeout_ms: libc::c_int = if period.is_zero() {
+            -1
+        } else {
+            next.saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(i32::MAX as u128) as libc::c_int
+        };
+        if watch && (timeout_ms < 0 || timeout_ms > 1000) {
+            timeout_ms = 1000;
+        }
+        let fd = WAKE_FD.load(Ordering::Acquire);
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: pfd is valid for one entry; every signal is blocked on this thread.
+        unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        let mut drain = 0u64;
+        // SAFETY: reads at most 8 bytes into a valid u64 (non-blocking).
+        unsafe { libc::read(fd, (&mut drain as *mut u64).cast(), 8) };
+
+        if !named {
+            named = name_thread();
+        }
+        let sig = REQ_FATAL.swap(0, Ordering::AcqRel);
+        if sig != 0 {
+            let occasion = Occasion {
+                reason: Reason::Signal,
+                complete: true,
+                signal: Some(sig),
+                cut_short: None,
+            };
+            let ok = if REQ_FATAL_FINAL.load(Ordering::Acquire) {
+                super::final_report(occasion) || super::final_done()
+            } else {
+                super::interim_report(occasion)
+            };
+            FATAL_STATE.store(if ok { WRITTEN } else { FAILED }, Ordering::Release);
+        }
+        if watch && !crate::state::reported() {
+            if let Some(t) = crate::state::tracker_if_any() {
+                super::alerts::poll(t);
+            }
+        }
+        if REQ_SNAPSHOT.swap(false, Ordering::AcqRel) {
+            super::interim_report(Occasion::REQUEST);
+        }
+        if !period.is_zero() && Instant::now() >= next {
+            super::interim_report(Occasion::CHECKPOINT);
+            next = Instant::now() + period;
+        }
+        if crate::state::reported() && super::final_done() {
+            RUNNING.store(false, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// Sets the thread's name once the snapshot signal is settled; returns whether it did.
+fn name_thread() -> bool {
+    let sig = NAME_SIG.load(Ordering::Acquire);
+    if sig == 0 {
+        return false;
+    }
+    let name = if sig > 0 {
+        format!("cuguard-s{sig}\0")
+    } else {
+        "cuguard\0".to_string()
+    };
+    // SAFETY: name is NUL-terminated and at most 15 bytes plus NUL; pthread_self is this thread.
+    unsafe { libc::pthread_setname_np(libc::pthread_self(), name.as_ptr().cast()) };
+    true
+}
+
+/// In a forked child: the thread is gone and the eventfd is the parent's.
+pub fn after_fork_child() {
+    RUNNING.store(false, Ordering::Release);
+    let fd = WAKE_FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        // SAFETY: the child's copy of the descriptor; the parent keeps its own.
+        unsafe { libc::close(fd) };
+    }
+    REQ_SNAPSHOT.store(false, Ordering::Release);
+    REQ_FATAL.store(0, Ordering::Release);
+    FATAL_STATE.store(IDLE, Ordering::Release);
+    NAME_SIG.store(0, Ordering::Release);
+}

@@ -1,0 +1,289 @@
+//! The report when a signal ends the process, without taking a signal from the program.
+//!
+//! Installed once, when the process first allocates (never at load), for:
+//!
+//! - fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, so also `abort()` and an uncaught
+//!   C++ exception): installed unless the program ignores the signal. The program's handler, if
+//!   it had one, is kept and called after the report (chaining); with none, the default action
+//!   is restored and the signal raised again, so the process dies as it would have (core dump
+//!   included). With a handler of the program's the report is written but tracking goes on: the
+//!   handler may recover, and a later report then replaces this one.
+//! - terminating signals (SIGTERM, SIGINT, SIGHUP, SIGQUIT): installed only where the disposition
+//!   is the default. A program's own handler is left alone: it decides how the process ends
+//!   (usually through `exit`, which writes the report).
+//! - the snapshot signal (`CUGUARD_SNAPSHOT_SIGNAL`, default `SIGRTMIN+7`): installed only where
+//!   the disposition is the default; otherwise snapshots are off and the cuguard thread's name
+//!   says so (see [`super::reporter`]).
+//!
+//! Programs that install a handler after the shim replace it, and their handler is honoured:
+//! `sigaction`/`signal` are not interposed (that would change what the program reads back, and
+//! runtimes that call `rt_sigaction` directly would bypass it anyway). A report is then written
+//! only if that handler ends the process through `exit` or chains to the previous handler.
+//!
+//! What the handlers do is async-signal-safe: atomics, `write(2)` to the cuguard thread's
+//! eventfd, `nanosleep`, `sigaction`, `raise`/`kill`. The report itself is written by the
+//! cuguard thread, in ordinary context: for a terminating signal the handler returns at once and
+//! the thread writes the report, restores the default action and sends the signal again; for a
+//! fatal signal the faulting thread waits (bounded) for the report, then takes the disposition.
+//! If the thread is not running, fails or does not finish in time (the faulting thread may hold
+//! a lock or the heap's lock it needs), the handler writes the emergency report
+//! ([`crate::report::emergency`]) itself.
+
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use super::reporter;
+use crate::report::emergency::{self, Why};
+
+/// Signals that end the process with a fault.
+pub const FATAL: [libc::c_int; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGABRT,
+];
+/// Signals whose default action terminates the process, sent by people and supervisors.
+pub const TERMINATING: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+
+const NSIG: usize = 65;
+
+/// What the shim did with a signal.
+const NOT_OURS: u8 = 0;
+const FATAL_SLOT: u8 = 1;
+const TERMINATING_SLOT: u8 = 2;
+const SNAPSHOT_SLOT: u8 = 3;
+
+/// The disposition the program had before the shim's handler, per signal.
+struct Previous(UnsafeCell<[libc::sigaction; NSIG]>);
+
+// SAFETY: each entry is written once, before the shim's handler for that signal is installed
+// (the `sigaction` call that installs it orders the write before any delivery), and only read
+// afterwards.
+unsafe impl Sync for Previous {}
+
+// SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags, empty mask).
+static PREVIOUS: Previous = Previous(UnsafeCell::new(unsafe { std::mem::zeroed() }));
+static KIND: [AtomicU8; NSIG] = [const { AtomicU8::new(NOT_OURS) }; NSIG];
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// A fatal signal's report: claimed by the first thread that faults.
+static CLAIMED: AtomicBool = AtomicBool::new(false);
+static DONE: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// This thread is inside the fatal-signal handler.
+    static IN_FATAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// How long a faulting thread waits for the cuguard thread's report.
+const WAIT_MS: u64 = 10_000;
+/// The same when the faulting thread was inside the shim (it may hold a lock the report needs).
+const WAIT_INSIDE_MS: u64 = 1_000;
+
+fn previous(sig: libc::c_int) -> &'static libc::sigaction {
+    // SAFETY: see `Previous`; sig is in range (checked by callers).
+    unsafe { &(*PREVIOUS.0.get())[sig as usize] }
+}
+
+/// Installs the handlers (once per image: they are inherited across fork). `fatal_and_term`:
+/// `CUGUARD_SIGNALS`; `snapshot`: the snapshot signal, or 0.
+pub fn install(fatal_and_term: bool, snapshot: libc::c_int) {
+    if INSTALLED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if fatal_and_term {
+        for sig in FATAL {
+            install_one(sig, FATAL_SLOT);
+        }
+        for sig in TERMINATING {
+            install_one(sig, TERMINATING_SLOT);
+        }
+    }
+    if snapshot > 0 && (snapshot as usize) < NSIG && !install_one(snapshot, SNAPSHOT_SLOT) {
+        reporter::snapshot_unavailable();
+    }
+}
+
+/// Whether the shim's snapshot handler is installed for `sig`.
+pub fn snapshot_installed(sig: libc::c_int) -> bool {
+    sig > 0 && (sig as usize) < NSIG && KIND[sig as usize].load(Ordering::Acquire) == SNAPSHOT_SLOT
+}
+
+fn install_one(sig: libc::c_int, kind: u8) -> bool {
+    // SAFETY: an all-zero sigaction is valid; the calls only read or set this signal's action.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+            return false;
+        }
+        let h = old.sa_sigaction;
+        let take = match kind {
+            FATAL_SLOT => h != libc::SIG_IGN,
+            _ => h == libc::SIG_DFL,
+        };
+        if !take {
+            return false;
+        }
+        (*PREVIOUS.0.get())[sig as usize] = old;
+        KIND[sig as usize].store(kind, Ordering::Release);
+        let mut new: libc::sigaction = std::mem::zeroed();
+        new.sa_sigaction = on_signal as *const () as usize;
+        new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+        libc::sigemptyset(&mut new.sa_mask);
+        if kind == FATAL_SLOT {
+            // A terminating signal must not interrupt the fatal one's report.
+            for t in TERMINATING {
+                libc::sigaddset(&mut new.sa_mask, t);
+            }
+        }
+        if libc::sigaction(sig, &new, std::ptr::null_mut()) != 0 {
+            KIND[sig as usize].store(NOT_OURS, Ordering::Release);
+            return false;
+        }
+        true
+    }
+}
+
+/// The shim's handler for every signal it takes.
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: reads and restores this thread's errno; the handler must not change it.
+    let errno = unsafe { *libc::__errno_location() };
+    if sig > 0 && (sig as usize) < NSIG {
+        match KIND[sig as usize].load(Ordering::Acquire) {
+            FATAL_SLOT => on_fatal(sig, info, ctx),
+            TERMINATING_SLOT => on_terminating(sig),
+            SNAPSHOT_SLOT => reporter::request_snapshot(),
+            _ => {}
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    if reporter::on_reporter_thread() {
+        // The cuguard thread itself faulted: tell a waiting thread, then never return (returning
+        // would fault again). The program goes on without the cuguard thread.
+        reporter::failed_forever();
+    }
+    let nested = IN_FATAL.try_with(|f| f.replace(true)).unwrap_or(true);
+    if !nested {
+        report_fatal(sig);
+        let _ = IN_FATAL.try_with(|f| f.set(false));
+    }
+    dispose(sig, info, ctx);
+}
+
+fn report_fatal(sig: libc::c_int) {
+    if crate::state::reported() {
+        return;
+    }
+    let prev = previous(sig).sa_sigaction;
+    let chained = prev != libc::SIG_DFL && prev != libc::SIG_IGN;
+    if CLAIMED.swap(true, Ordering::AcqRel) {
+        // Another thread faulted first: wait for its report, then take our own disposition.
+        wait_until(&DONE, WAIT_MS + 1_000);
+        return;
+    }
+    // Was this thread inside the shim when it faulted (it may hold one of the shim's locks)?
+    let inside = crate::guard::Guard::enter().is_none();
+    let wait = if inside { WAIT_INSIDE_MS } else { WAIT_MS };
+    let why = match reporter::request_fatal(sig, !chained, wait) {
+        reporter::Fatal::Written => None,
+        reporter::Fatal::NoReporter => Some(Why::NoReporter),
+        reporter::Fatal::TimedOut => Some(Why::TimedOut),
+        reporter::Fatal::Failed => Some(Why::ReporterFailed),
+    };
+    if let Some(why) = why {
+        if emergency::write(sig, why) {
+            diag_line(b"cuguard: the full report could not be written at the signal; wrote a minimal one\n");
+        }
+    }
+    DONE.store(true, Ordering::Release);
+}
+
+/// What the program would have had happen: its own handler, or the default action.
+fn dispose(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let prev = previous(sig);
+    let h = prev.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        default_and_raise(sig, info);
+        return;
+    }
+    if prev.sa_flags & libc::SA_RESETHAND != 0 {
+        // The kernel would have reset the action on delivery of the program's handler.
+        set_default(sig);
+    }
+    if prev.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the program installed this function as an SA_SIGINFO handler; it gets the
+        // arguments the kernel gave us.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(h) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: the program installed this function as a plain handler.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+}
+
+fn set_default(sig: libc::c_int) {
+    // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &dfl, std::ptr::null_mut());
+    }
+    KIND[sig as usize].store(NOT_OURS, Ordering::Release);
+}
+
+/// Restores the default action and lets the signal take it: a fault the kernel raised happens
+/// again when the handler returns; a sent signal (kill, raise, abort) is raised again.
+fn default_and_raise(sig: libc::c_int, info: *mut libc::siginfo_t) {
+    set_default(sig);
+    // SAFETY: info is the kernel's siginfo for this delivery (or null).
+    let sent = info.is_null() || unsafe { (*info).si_code } <= 0;
+    if sent || sig == libc::SIGABRT {
+        // SAFETY: raise is async-signal-safe; the signal is blocked until the handler returns.
+        unsafe { libc::raise(sig) };
+    }
+}
+
+/// A terminating signal: the report, then the default action (the shim only takes signals whose
+/// disposition was the default).
+fn on_terminating(sig: libc::c_int) {
+    let nested = IN_FATAL.try_with(|f| f.replace(true)).unwrap_or(true);
+    if !nested {
+        report_fatal(sig);
+        let _ = IN_FATAL.try_with(|f| f.set(false));
+    }
+    set_default(sig);
+    // SAFETY: raise is async-signal-safe; the signal is delivered when the handler returns.
+    unsafe { libc::raise(sig) };
+}
+
+fn wait_until(flag: &AtomicBool, max_ms: u64) {
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..max_ms {
+        if flag.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: nanosleep is async-signal-safe; step is valid.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+    }
+}
+
+fn diag_line(line: &[u8]) {
+    // SAFETY: a valid buffer; write(2) is async-signal-safe.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
+/// In a forked child: a fatal signal there gets its own report.
+pub fn after_fork_child() {
+    CLAIMED.store(false, Ordering::Release);
+    DONE.store(false, Ordering::Release);
+}

@@ -1,0 +1,288 @@
+//! The report of last resort: written from a signal handler when the full report cannot be
+//! (the cuguard thread is not running, did not finish in time, or failed).
+//!
+//! It is the smallest document the schema accepts, marked `complete: false` with `cut_short`
+//! saying why: the process's identity, the signal, and empty lists. Everything that needs memory
+//! or the driver is prepared beforehand by [`prepare`] (when tracking is armed); [`write`] only
+//! formats integers into a stack buffer and calls `open`, `write`, `close`, `lstat` and
+//! `rename`, which are async-signal-safe. It takes no lock and does not allocate.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use super::file;
+use super::json::Json;
+use crate::config;
+use crate::process;
+
+/// Everything [`write`] needs, made in advance.
+pub struct Prepared {
+    pid: u32,
+    /// Where the final report goes (the template expanded for this process).
+    path: CString,
+    /// Where it goes if `path` holds another process's report.
+    alt_path: CString,
+    /// The temporary file.
+    tmp: CString,
+    mode: libc::c_uint,
+    /// The document up to `"complete"` (exclusive).
+    head: Vec<u8>,
+    /// `"process":{…` up to `"end_unix_ms":` (inclusive).
+    process: Vec<u8>,
+    /// After `end_unix_ms`'s value: the closing of `process` and the rest of the document.
+    tail: Vec<u8>,
+}
+
+static PREPARED: AtomicPtr<Prepared> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Prepares the emergency report for this process (called when tracking is armed, and again in
+/// a forked child when it arms). Allocates; never call it from a signal handler.
+pub fn prepare(report_path: &Path) {
+    let cfg = config::get();
+    let mut head = Json::new();
+    head.begin_object();
+    head.key("schema").str(super::SCHEMA);
+    head.key("schema_version").u64(super::SCHEMA_VERSION);
+    head.key("tool").begin_object();
+    head.key("name").str("cuguard");
+    head.key("version").str(env!("CARGO_PKG_VERSION"));
+    head.end_object();
+    let mut head = head.finish().into_bytes();
+    head.push(b',');
+
+    let mut p = Json::new();
+    p.begin_object();
+    p.key("pid").u64(process::pid().into());
+    p.key("ppid").u64(process::ppid().into());
+    p.key("exe").str(&process::exe());
+    p.key("argv").begin_array();
+    for a in process::argv() {
+        p.str(&a);
+    }
+    p.end_array();
+    p.key("hostname").str(&process::hostname());
+    p.key("rank");
+    match process::rank() {
+        Some(r) => p.i64(r),
+        None => p.null(),
+    };
+    p.key("start_unix_ms").u64(cfg.start_unix_ms);
+    let mut process_part = b"\"process\":".to_vec();
+    let body = p.finish();
+    // `{…"start_unix_ms":N` without a closing brace: the end time and `}` follow.
+    process_part.extend_from_slice(body.as_bytes());
+    process_part.extend_from_slice(b",\"end_unix_ms\":");
+
+    let mut t = Json::new();
+    t.begin_object();
+    t.key("driver").begin_object();
+    t.key("version").null();
+    t.key("path")
+        .str(crate::driver::driver_if_loaded().map_or("", |d| d.path.as_str()));
+    t.end_object();
+    t.key("devices").begin_array().end_array();
+    t.key("contexts").begin_array().end_array();
+    t.key("leaks").begin_array().end_array();
+    t.key("events").begin_array().end_array();
+    t.key("stacks").begin_array().end_array();
+    t.key("stats").begin_object();
+    t.key("devices").begin_array().end_array();
+    t.end_object();
+    t.key("faults").begin_array();
+    t.str("the full report could not be written at the signal; this one holds only the process and the signal");
+    t.end_array();
+    t.end_object();
+    let rest = t.finish();
+    // `{"driver":…}` → `},"driver":…}` (closing `process`, then the remaining members).
+    let mut tail = b"},".to_vec();
+    tail.extend_from_slice(&rest.as_bytes()[1..]);
+    tail.push(b'\n');
+
+    let Ok(path) = file::cstr(report_path) else {
+        return;
+    };
+    let mut alt = report_path.as_os_str().to_owned();
+    alt.push(format!(".signal.{}", process::pid()));
+    let Ok(alt_path) = file::cstr(&PathBuf::from(alt)) else {
+        return;
+    };
+    let dir = report_path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = report_path.file_name().unwrap_or_default().to_string_lossy();
+    let Ok(tmp) = file::cstr(&dir.join(format!(".{name}.{}.signal.tmp", process::pid()))) else {
+        return;
+    };
+    let fresh = Box::into_raw(Box::new(Prepared {
+        pid: process::pid(),
+        path,
+        alt_path,
+        tmp,
+        mode: file::report_mode(),
+        head,
+        process: process_part,
+        tail,
+    }));
+    // The previous one (a parent's, before a fork) is leaked: a signal handler may be reading it.
+    PREPARED.store(fresh, Ordering::Release);
+}
+
+/// Why an emergency report was written (the report's `cut_short`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// No cuguard thread to write the full report.
+    NoReporter,
+    /// The cuguard thread did not finish in time.
+    TimedOut,
+    /// The cuguard thread itself failed.
+    ReporterFailed,
+}
+
+impl Why {
+    fn as_str(self) -> &'static str {
+        match self {
+            Why::NoReporter => "signal: no cuguard thread was running to collect the full report",
+            Why::TimedOut => {
+                "signal: the full report did not finish in time (a lock or the heap may have been held by the crashing thread)"
+            }
+            Why::ReporterFailed => "signal: the cuguard thread failed while collecting the full report",
+        }
+    }
+}
+
+/// Writes the emergency report for signal `sig`. Async-signal-safe: no lock, no allocation.
+/// Returns whether a report was written.
+pub fn write(sig: i32, why: Why) -> bool {
+    let p = PREPARED.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer is a leaked Box that is never freed.
+    let Some(p) = (unsafe { p.as_ref() }) else {
+        return false;
+    };
+    // SAFETY: getpid has no preconditions.
+    if p.pid != unsafe { libc::getpid() } as u32 {
+        return false; // prepared by the parent of a fork: the path names the parent
+    }
+    // SAFETY: tmp is NUL-terminated; the flags create a new file and never follow a link.
+    let fd = unsafe {
+        libc::unlink(p.tmp.as_ptr());
+        libc::open(
+            p.tmp.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            p.mode,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    let mut ok = put(fd, &p.head);
+    ok &= put(fd, b"\"complete\":false,\"reason\":\"signal\",\"cut_short\":\"");
+    ok &= put(fd, why.as_str().as_bytes());
+    ok &= put(fd, b"\",\"signal\":{\"number\":");
+    let mut num = [0u8; 20];
+    ok &= put(fd, itoa(sig.max(0) as u64, &mut num));
+    ok &= put(fd, b",\"name\":\"");
+    ok &= put(fd, super::signal_name(sig).as_bytes());
+    ok &= put(fd, b"\"},");
+    ok &= put(fd, &p.process);
+    ok &= put(fd, itoa(now_unix_ms(), &mut num));
+    ok &= put(fd, &p.tail);
+    // SAFETY: fd is ours.
+    ok &= unsafe { libc::close(fd) } == 0;
+    if !ok {
+        // SAFETY: tmp names the file we created.
+        unsafe { libc::unlink(p.tmp.as_ptr()) };
+        return false;
+    }
+    // Replace this process's own earlier report (a checkpoint) if the path still holds it; never
+    // another process's.
+    if let Some(own) = file::own() {
+        if file::still_own(own) {
+            // SAFETY: both paths are NUL-terminated.
+            if unsafe { libc::rename(p.tmp.as_ptr(), own.cpath.as_ptr()) } == 0 {
+                return true;
+            }
+        }
+    }
+    for target in [&p.path, &p.alt_path] {
+        // SAFETY: both paths are NUL-terminated; renameat2 only renames.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                libc::AT_FDCWD,
+                p.tmp.as_ptr(),
+                libc::AT_FDCWD,
+                target.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if r == 0 {
+            return true;
+        }
+    }
+    // SAFETY: tmp names the file we created.
+    unsafe { libc::unlink(p.tmp.as_ptr()) };
+    false
+}
+
+/// Forgets what was prepared (in a forked child, until it arms again).
+pub fn forget_after_fork() {
+    PREPARED.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+fn put(fd: libc::c_int, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        // SAFETY: fd is open for writing; bytes is a valid buffer.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            // SAFETY: reads errno only.
+            if unsafe { *libc::__errno_location() } == libc::EINTR {
+                continue;
+            }
+            return false;
+        }
+        if n == 0 {
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    true
+}
+
+/// Formats `v` in decimal into `buf`, without allocating.
+fn itoa(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}
+
+fn now_unix_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-parameter; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn itoa_formats() {
+        let mut b = [0u8; 20];
+        assert_eq!(itoa(0, &mut b), b"0");
+        assert_eq!(itoa(1234567890, &mut b), b"1234567890");
+        assert_eq!(itoa(u64::MAX, &mut b), b"18446744073709551615");
+    }
+}
