@@ -34,6 +34,7 @@ mod report;
 mod serve;
 mod stack;
 mod state;
+mod thread;
 mod tracker;
 
 /// The load-time hook: reads the configuration, nothing else.

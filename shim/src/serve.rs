@@ -3,24 +3,23 @@
 //! so the pool stands behind them without the hooks changing.
 //!
 //! Frees always ask the pool first whether it owns the pointer (even if the pool has since been
-//! turned off), so a pooled pointer never reaches the driver's free.
+//! turned off), so a pooled pointer never reaches the driver's free. A pooled block carries the
+//! tracker's record of it, so a pooled allocation or free takes one lock.
 
 use std::cell::RefCell;
 
 use crate::config;
 use crate::ffi::*;
 use crate::guard;
+use crate::pool::ctxpool::ARENAS;
 use crate::pool::registry;
 use crate::report::json::Json;
+use crate::tracker::Record;
 
 /// The real cuMemAlloc_v2.
 pub type AllocFn = unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult;
 /// The real cuMemAllocPitch_v2.
 pub type PitchFn = unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, u32) -> CUresult;
-/// The real cuMemFree_v2.
-pub type FreeFn = unsafe extern "C" fn(CUdeviceptr) -> CUresult;
-/// The real cuMemFreeAsync (either stream form).
-pub type FreeAsyncFn = unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult;
 
 /// The pitch the driver gives (measured on the H200: width 1000 → 1024, width 1 → 512).
 pub const PITCH_ALIGN: usize = 512;
@@ -46,38 +45,56 @@ fn pool_on() -> bool {
     c.pool && !c.disabled && !guard::broken()
 }
 
-/// Allocates `size` bytes from the current context's pool: `None` to let the driver answer (no
-/// pool: no current context, not initialized, or the pool failed internally).
-fn pooled(cur: Option<u64>, size: u64) -> Option<Result<u64, CUresult>> {
+/// How an allocation was served.
+pub struct Served {
+    pub result: CUresult,
+    /// The pool answered (and, on success, holds the block and its record).
+    pub pooled: bool,
+}
+
+/// Allocates `size` bytes from the current context's pool, keeping `record` with the block:
+/// `None` to let the driver answer (no pool: no current context, not initialized, or the pool
+/// failed internally).
+fn pooled(cur: Option<u64>, size: u64, record: Option<Record>) -> Option<Result<u64, CUresult>> {
     let ctx = cur?;
     let pool = guard::shield(None, || registry::current(ctx))?;
+    let arena = crate::thread::arena(ARENAS);
     guard::shield(None, || {
-        Some(pool.alloc(size, size).map_err(|refusal| {
+        Some(pool.alloc(arena, size, record).map_err(|refusal| {
             set_failure_reason(refusal.why);
             refusal.result
         }))
     })
 }
 
-/// Serves cuMemAlloc_v2.
-pub fn device_alloc(cur: Option<u64>, dptr: *mut CUdeviceptr, size: usize, real: AllocFn) -> CUresult {
+/// Serves cuMemAlloc_v2. `record` is the tracker's record of the allocation, kept with a pooled
+/// block.
+pub fn device_alloc(
+    cur: Option<u64>,
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    real: AllocFn,
+    record: Option<Record>,
+) -> Served {
     if pool_on() && !dptr.is_null() {
-        match pooled(cur, size as u64) {
+        match pooled(cur, size as u64, record) {
             Some(Ok(addr)) => {
                 // SAFETY: dptr is the program's non-null out-parameter.
                 unsafe { *dptr = addr };
-                return CUDA_SUCCESS;
+                return Served { result: CUDA_SUCCESS, pooled: true };
             }
-            Some(Err(code)) => return code,
+            Some(Err(code)) => return Served { result: code, pooled: true },
             None => {}
         }
     }
     // SAFETY: the program's own arguments, forwarded unchanged.
-    unsafe { real(dptr, size) }
+    Served { result: unsafe { real(dptr, size) }, pooled: false }
 }
 
 /// Serves cuMemAllocPitch_v2, keeping the driver's rules: element size 4, 8 or 16, non-zero
-/// width and height, pitch a multiple of [`PITCH_ALIGN`].
+/// width and height, pitch a multiple of [`PITCH_ALIGN`]. The record's size is set to
+/// pitch × height here.
+#[allow(clippy::too_many_arguments)]
 pub fn pitch_alloc(
     cur: Option<u64>,
     dptr: *mut CUdeviceptr,
@@ -86,64 +103,56 @@ pub fn pitch_alloc(
     height: usize,
     element_size: u32,
     real: PitchFn,
-) -> CUresult {
+    record: Option<Record>,
+) -> Served {
     if pool_on() && !dptr.is_null() && !pitch.is_null() {
+        let refuse = |result| Served { result, pooled: true };
         if !matches!(element_size, 4 | 8 | 16) || width == 0 || height == 0 {
-            return CUDA_ERROR_INVALID_VALUE;
+            return refuse(CUDA_ERROR_INVALID_VALUE);
         }
         let Some(p) = width.checked_next_multiple_of(PITCH_ALIGN) else {
-            return CUDA_ERROR_INVALID_VALUE;
+            return refuse(CUDA_ERROR_INVALID_VALUE);
         };
-        let Some(size) = p.checked_mul(height) else { return CUDA_ERROR_OUT_OF_MEMORY };
-        match pooled(cur, size as u64) {
+        let Some(size) = p.checked_mul(height) else {
+            return refuse(CUDA_ERROR_OUT_OF_MEMORY);
+        };
+        let record = record.map(|mut r| {
+            r.size = size as u64;
+            r
+        });
+        match pooled(cur, size as u64, record) {
             Some(Ok(addr)) => {
                 // SAFETY: dptr and pitch are the program's non-null out-parameters.
                 unsafe {
                     *dptr = addr;
                     *pitch = p;
                 }
-                return CUDA_SUCCESS;
+                return Served { result: CUDA_SUCCESS, pooled: true };
             }
-            Some(Err(code)) => return code,
+            Some(Err(code)) => return refuse(code),
             None => {}
         }
     }
     // SAFETY: the program's own arguments, forwarded unchanged.
-    unsafe { real(dptr, pitch, width, height, element_size) }
+    Served { result: unsafe { real(dptr, pitch, width, height, element_size) }, pooled: false }
 }
 
-/// The pool's answer for freeing `addr`, or `None` if no pool owns it.
-fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<CUresult> {
+/// The pool's answer for freeing `addr` (with the block's record), or `None` if no pool owns it.
+/// Used by cuMemFree_v2 and cuMemFreeAsync: a pooled block freed on a stream waits, like any
+/// pooled free, for a fence that covers the work enqueued before it, on that stream too.
+pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Option<Record>)> {
     if addr == 0 || !registry::any() {
         return None;
     }
     guard::shield(None, || {
         if let Some(pool) = cur.and_then(registry::current_existing) {
-            if let Some(r) = pool.free(addr) {
+            if let Some(r) = pool.free(crate::thread::arena(ARENAS), addr) {
                 return Some(r);
             }
         }
-        registry::owner(addr)?.free(addr)
+        let (pool, arena) = registry::owner(addr)?;
+        pool.free(arena, addr)
     })
-}
-
-/// Serves cuMemFree_v2.
-pub fn device_free(cur: Option<u64>, addr: CUdeviceptr, real: FreeFn) -> CUresult {
-    if let Some(r) = pool_free(cur, addr) {
-        return r;
-    }
-    // SAFETY: the program's own argument, forwarded unchanged.
-    unsafe { real(addr) }
-}
-
-/// Serves cuMemFreeAsync (either stream form). A pooled block freed on a stream waits, like any
-/// pooled free, for a fence that covers the work enqueued before it, on that stream too.
-pub fn async_free(cur: Option<u64>, addr: CUdeviceptr, stream: CUstream, real: FreeAsyncFn) -> CUresult {
-    if let Some(r) = pool_free(cur, addr) {
-        return r;
-    }
-    // SAFETY: the program's own arguments, forwarded unchanged.
-    unsafe { real(addr, stream) }
 }
 
 /// The pooled block containing `addr`: (start, size the program sees). `Some(None)` when `addr`
@@ -153,8 +162,8 @@ pub fn pooled_range(addr: CUdeviceptr) -> Option<Option<(u64, u64)>> {
         return None;
     }
     guard::shield(None, || {
-        let pool = registry::owner(addr)?;
-        Some(pool.find(addr))
+        let (pool, arena) = registry::owner(addr)?;
+        Some(pool.find(arena, addr))
     })
 }
 
@@ -166,12 +175,19 @@ pub fn idle_bytes(device: i32) -> u64 {
     guard::shield(0, || registry::idle_bytes_for_device(device))
 }
 
-/// A context is gone, and the driver freed everything in it.
-pub fn context_destroyed(handle: u64) {
-    guard::shield((), || {
-        registry::context_destroyed(handle);
+/// A context is gone, and the driver freed everything in it. Returns the records of the pooled
+/// blocks that were still live.
+pub fn context_destroyed(handle: u64) -> Vec<(u64, Record)> {
+    guard::shield(Vec::new(), || {
+        let gone = registry::context_destroyed(handle);
         crate::pool::fence::context_gone(handle);
-    });
+        gone
+    })
+}
+
+/// The records of every live pooled block.
+pub fn pooled_records() -> Vec<(u64, Record)> {
+    guard::shield(Vec::new(), registry::records)
 }
 
 /// Writes the report's `stats.devices[].pool` for `device` (null when it has no pool).

@@ -54,6 +54,8 @@ fn register_fork_handler() {
 extern "C" fn after_fork_in_child() {
     crate::clock::reset_thread_id();
     crate::stack::after_fork_child();
+    crate::thread::reset_after_fork();
+    crate::pool::registry::reset_after_fork();
     reset_after_fork();
 }
 

@@ -110,6 +110,16 @@ fn check_exact(program: &Path, args: &[&str], env: &[(&str, &str)], pool: bool) 
     assert_eq!(r["complete"], true);
     assert_eq!(r["reason"], "exit");
     assert_eq!(report_leaks(&r), program_leaks(&said), "leaks (pool {pool})");
+    // Sequence numbers order leaks and events together, densely.
+    let mut seqs: Vec<u64> = r["leaks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(r["events"].as_array().unwrap())
+        .map(|x| x["seq"].as_u64().unwrap())
+        .collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>(), "seq (pool {pool})");
     assert_eq!(events(&r["events"]), events(&said["events"]), "events (pool {pool})");
     let allocations: u64 =
         r["stats"]["devices"].as_array().unwrap().iter().map(|d| d["allocations"].as_u64().unwrap()).sum();

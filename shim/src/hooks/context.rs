@@ -33,7 +33,7 @@ fn created(result: CUresult, pctx: *mut CUcontext, device: CUdevice, primary: bo
 
 /// The context `handle` is gone (destroyed by `by`): its allocations were released with it.
 fn gone(handle: u64, by: Entry) {
-    crate::serve::context_destroyed(handle);
+    let pooled = crate::serve::context_destroyed(handle);
     let Some((_guard, t)) = state::active() else {
         return;
     };
@@ -41,7 +41,7 @@ fn gone(handle: u64, by: Entry) {
         let Some(id) = t.contexts.destroy(handle, by) else {
             return;
         };
-        let (count, bytes) = t.release_context(id);
+        let (count, bytes) = t.release_context(id, pooled);
         if count > 0 {
             event(
                 t,

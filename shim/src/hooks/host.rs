@@ -58,7 +58,12 @@ pub unsafe extern "C" fn cuMemHostAlloc(
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     let real = real_or!(cuMemFreeHost, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own argument, forwarded unchanged.
-    free_tracked(Entry::cuMemFreeHost, p as u64, crate::driver::current_context(), || unsafe {
-        real(p)
-    })
+    free_tracked(
+        Entry::cuMemFreeHost,
+        p as u64,
+        crate::driver::current_context(),
+        || None,
+        // SAFETY: the program's own argument, forwarded unchanged.
+        || unsafe { real(p) },
+    )
 }

@@ -1,41 +1,45 @@
 //! cuMemAlloc, cuMemAllocPitch, cuMemFree and cuMemAllocManaged.
 //!
 //! cuMemAlloc_v2, cuMemAllocPitch_v2 and cuMemFree_v2 go through [`crate::serve`], which is
-//! where the pool stands behind them; the hooks themselves only track.
+//! where the pool stands behind them; the hooks themselves only track. The record of a new
+//! allocation is made before it is served, so that a pooled block gets its record under the
+//! same lock as the block itself.
 
 #![allow(non_snake_case)]
 
-use super::{free_tracked, real_or, record_alloc, record_alloc_failed};
+use super::{free_tracked, make_record, real_or, record_alloc, record_alloc_failed};
 use crate::driver::Entry;
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::serve;
 use crate::state;
-use crate::tracker::Memory;
+use crate::tracker::{Memory, Record, Tracker};
 
-/// Tracks the outcome of an allocation call that wrote its address to `dptr`.
-fn after_alloc(
-    cur: Option<u64>,
-    api: Entry,
-    memory: Memory,
-    result: CUresult,
-    dptr: *mut CUdeviceptr,
-    size: u64,
-    requested: u64,
-) {
-    let Some((_guard, t)) = state::active() else {
-        return;
-    };
+/// Makes the record of an allocation about to be served, when tracking is on.
+fn prepare(t: Option<&Tracker>, cur: Option<u64>, api: Entry, memory: Memory, size: u64, requested: u64) -> Option<Record> {
+    let t = t?;
+    shield(None, || Some(make_record(t, cur, api, memory, size, requested)))
+}
+
+/// Accounts for the outcome of a served allocation: a pooled block already holds its record;
+/// a driver allocation is recorded now.
+fn served(t: Option<&Tracker>, s: &serve::Served, dptr: *mut CUdeviceptr, record: Option<Record>, api: Entry) {
+    let Some(t) = t else { return };
     shield((), || {
-        if result == CUDA_SUCCESS {
-            // SAFETY: the call succeeded, so dptr was valid and written.
-            let addr = if dptr.is_null() { 0 } else { unsafe { *dptr } };
-            if addr != 0 {
-                record_alloc(t, cur, api, memory, addr, size, requested);
-            }
-        } else {
-            record_alloc_failed(t, api, requested, result, serve::take_failure_reason());
+        if s.result != CUDA_SUCCESS {
+            let size = record.map_or(0, |r| r.requested);
+            record_alloc_failed(t, api, size, s.result, serve::take_failure_reason());
+            return;
         }
+        // SAFETY: the call succeeded, so dptr was valid and written.
+        let addr = if dptr.is_null() { 0 } else { unsafe { *dptr } };
+        let Some(record) = record.filter(|_| addr != 0) else { return };
+        if s.pooled {
+            t.stats.allocated(record.device, record.memory, record.size);
+        } else {
+            t.add(addr, record);
+        }
+        crate::lifecycle::note_allocation();
     });
 }
 
@@ -43,17 +47,13 @@ fn after_alloc(
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     let real = real_or!(cuMemAlloc_v2, CUDA_ERROR_NOT_INITIALIZED);
     let cur = crate::driver::current_context();
-    let r = serve::device_alloc(cur, dptr, bytesize, real);
-    after_alloc(
-        cur,
-        Entry::cuMemAlloc_v2,
-        Memory::Device,
-        r,
-        dptr,
-        bytesize as u64,
-        bytesize as u64,
-    );
-    r
+    let active = state::active();
+    let t = active.as_ref().map(|(_, t)| *t);
+    let size = bytesize as u64;
+    let record = prepare(t, cur, Entry::cuMemAlloc_v2, Memory::Device, size, size);
+    let s = serve::device_alloc(cur, dptr, bytesize, real, record);
+    served(t, &s, dptr, record, Entry::cuMemAlloc_v2);
+    s.result
 }
 
 #[unsafe(no_mangle)]
@@ -66,45 +66,42 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 ) -> CUresult {
     let real = real_or!(cuMemAllocPitch_v2, CUDA_ERROR_NOT_INITIALIZED);
     let cur = crate::driver::current_context();
-    let r = serve::pitch_alloc(cur, dptr, pitch, width, height, element_size, real);
-    // SAFETY: on success the driver wrote the pitch through a valid pointer.
-    let p = if r == CUDA_SUCCESS && !pitch.is_null() {
-        unsafe { *pitch }
-    } else {
-        width
-    };
+    let active = state::active();
+    let t = active.as_ref().map(|(_, t)| *t);
     let requested = (width as u64).saturating_mul(height as u64);
-    let size = (p as u64).saturating_mul(height as u64);
-    after_alloc(
-        cur,
-        Entry::cuMemAllocPitch_v2,
-        Memory::Pitched,
-        r,
-        dptr,
-        size,
-        requested,
-    );
-    r
+    let record = prepare(t, cur, Entry::cuMemAllocPitch_v2, Memory::Pitched, requested, requested);
+    let s = serve::pitch_alloc(cur, dptr, pitch, width, height, element_size, real, record);
+    // The size the program received is pitch × height, known now.
+    let record = record.map(|mut r| {
+        if s.result == CUDA_SUCCESS && !pitch.is_null() {
+            // SAFETY: on success the pitch was written through a valid pointer.
+            r.size = (unsafe { *pitch } as u64).saturating_mul(height as u64);
+        }
+        r
+    });
+    served(t, &s, dptr, record, Entry::cuMemAllocPitch_v2);
+    s.result
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocManaged(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    flags: u32,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: u32) -> CUresult {
     let real = real_or!(cuMemAllocManaged, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, flags) };
-    after_alloc(
-        crate::driver::current_context(),
-        Entry::cuMemAllocManaged,
-        Memory::Managed,
-        r,
-        dptr,
-        bytesize as u64,
-        bytesize as u64,
-    );
+    let Some((_guard, t)) = state::active() else { return r };
+    shield((), || {
+        let size = bytesize as u64;
+        if r == CUDA_SUCCESS {
+            // SAFETY: the call succeeded, so dptr was valid and written.
+            let addr = if dptr.is_null() { 0 } else { unsafe { *dptr } };
+            if addr != 0 {
+                let cur = crate::driver::current_context();
+                record_alloc(t, cur, Entry::cuMemAllocManaged, Memory::Managed, addr, size, size);
+            }
+        } else {
+            record_alloc_failed(t, Entry::cuMemAllocManaged, size, r, None);
+        }
+    });
     r
 }
 
@@ -112,5 +109,12 @@ pub unsafe extern "C" fn cuMemAllocManaged(
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     let real = real_or!(cuMemFree_v2, CUDA_ERROR_NOT_INITIALIZED);
     let cur = crate::driver::current_context();
-    free_tracked(Entry::cuMemFree_v2, dptr, cur, || serve::device_free(cur, dptr, real))
+    free_tracked(
+        Entry::cuMemFree_v2,
+        dptr,
+        cur,
+        || serve::pool_free(cur, dptr),
+        // SAFETY: the program's own argument, forwarded unchanged.
+        || unsafe { real(dptr) },
+    )
 }

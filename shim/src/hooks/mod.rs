@@ -141,33 +141,10 @@ pub fn context_of(t: &Tracker, cur: Option<u64>) -> (u32, i32) {
     (t.contexts.register(handle, device, false, NONE), device)
 }
 
-/// Records an allocation the driver (or pool) just made in context `cur`.
-pub fn record_alloc(
-    t: &Tracker,
-    cur: Option<u64>,
-    api: Entry,
-    memory: Memory,
-    addr: u64,
-    size: u64,
-    requested: u64,
-) {
+/// The record of an allocation being made now in context `cur`; the address is the caller's.
+pub fn make_record(t: &Tracker, cur: Option<u64>, api: Entry, memory: Memory, size: u64, requested: u64) -> Record {
     let (context, device) = context_of(t, cur);
-    record_alloc_in(t, api, memory, addr, size, requested, context, device);
-}
-
-/// Records an allocation whose context and device are already known.
-#[allow(clippy::too_many_arguments)]
-pub fn record_alloc_in(
-    t: &Tracker,
-    api: Entry,
-    memory: Memory,
-    addr: u64,
-    size: u64,
-    requested: u64,
-    context: u32,
-    device: i32,
-) {
-    let record = Record {
+    Record {
         size,
         requested,
         api,
@@ -178,7 +155,20 @@ pub fn record_alloc_in(
         seq: t.next_seq(),
         time_ms: clock::since_start_ms(),
         stack: callsite::capture(),
-    };
+    }
+}
+
+/// Records an allocation the driver just made at `addr` in context `cur`.
+pub fn record_alloc(
+    t: &Tracker,
+    cur: Option<u64>,
+    api: Entry,
+    memory: Memory,
+    addr: u64,
+    size: u64,
+    requested: u64,
+) {
+    let record = make_record(t, cur, api, memory, size, requested);
     t.add(addr, record);
     crate::lifecycle::note_allocation();
 }
@@ -231,16 +221,28 @@ pub fn event(
     });
 }
 
-/// Frees `addr` through `free` (the driver, or the pool) and accounts for it: the record is
-/// taken out before the free, so that an address the driver hands out again at once is never
-/// confused with the old one, and put back if the free is refused.
+/// Frees `addr` and accounts for it. A pooled block is freed by `pool` (which hands back its
+/// record, taken out under the pool's lock together with the block); anything else by `free`
+/// (the driver), with the record taken out before the free, so that an address the driver
+/// hands out again at once is never confused with the old one, and put back if the free is
+/// refused.
 pub fn free_tracked(
     api: Entry,
     addr: u64,
     cur: Option<u64>,
+    pool: impl FnOnce() -> Option<(CUresult, Option<Record>)>,
     free: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let Some((_guard, t)) = crate::state::active() else {
+    let active = crate::state::active();
+    if let Some((result, record)) = pool() {
+        if let Some((_guard, t)) = active {
+            if addr != 0 {
+                crate::guard::shield((), || account_free(t, api, addr, cur, record, result, true));
+            }
+        }
+        return result;
+    }
+    let Some((_guard, t)) = active else {
         return free();
     };
     if addr == 0 {
@@ -248,7 +250,7 @@ pub fn free_tracked(
     }
     let taken = crate::guard::shield(None, || t.take(addr));
     let result = free();
-    crate::guard::shield((), || account_free(t, api, addr, cur, taken, result));
+    crate::guard::shield((), || account_free(t, api, addr, cur, taken, result, false));
     result
 }
 
@@ -259,6 +261,7 @@ fn account_free(
     cur: Option<u64>,
     taken: Option<Record>,
     result: CUresult,
+    pooled: bool,
 ) {
     match (taken, result) {
         (Some(record), CUDA_SUCCESS) => {
@@ -283,7 +286,9 @@ fn account_free(
         (Some(record), _) => {
             // A live allocation the driver would not free this way (pinned host memory passed to
             // cuMemFree, device memory to cuMemFreeHost, memory of a dead context): still live.
-            t.restore(addr, record);
+            if !pooled {
+                t.restore(addr, record);
+            }
             let (ctx, _) = context_of(t, cur);
             event(
                 t,
@@ -304,6 +309,12 @@ fn account_free(
         (None, CUDA_SUCCESS) => {
             let (ctx, _) = context_of(t, cur);
             event(t, Kind::UntrackedFree, addr, api, result, None, ctx, None);
+        }
+        (None, _) if !pooled && matches!(crate::serve::pooled_range(addr), Some(Some((start, _))) if start == addr) => {
+            // A live pooled block passed to a free of another family (cuMemFreeHost, say).
+            let (ctx, _) = context_of(t, cur);
+            let message = format!("{} refused to free a live pooled device allocation", api.name());
+            event(t, Kind::InvalidFree, addr, api, result, None, ctx, Some(message));
         }
         (None, _) => {
             let kind = if t.was_released(addr) {

@@ -73,7 +73,14 @@ macro_rules! free_async {
         pub unsafe extern "C" fn $name(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
             let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
             let cur = crate::driver::current_context();
-            free_tracked(Entry::$name, dptr, cur, || serve::async_free(cur, dptr, stream, real))
+            free_tracked(
+                Entry::$name,
+                dptr,
+                cur,
+                || serve::pool_free(cur, dptr),
+                // SAFETY: the program's own arguments, forwarded unchanged.
+                || unsafe { real(dptr, stream) },
+            )
         }
     };
 }

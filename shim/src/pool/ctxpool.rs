@@ -1,21 +1,30 @@
 //! One context's pool: chunks from the driver, carved by the sub-allocator, with frees held
 //! back until a fence says they are safe (see [`super::fence`]).
 //!
-//! Everything here runs under the pool's one lock. The lock is never held across a call into
-//! the program; it is held across driver calls only on the slow path (growing, fencing,
-//! trimming), which the driver's own cuMemAlloc/cuMemFree would have made the program wait for
-//! anyway.
+//! A pool is split into [`ARENAS`] arenas, each with its own lock, chunks and fences; a thread
+//! allocates from its own arena (assigned round-robin), so threads rarely meet on a lock. A
+//! block is freed into the arena that holds it, whichever thread frees it. Each arena also keeps
+//! the tracker's record of each of its live blocks, so a pooled allocation and a pooled free
+//! each take one lock in all.
+//!
+//! A lock is never held across a call into the program; it is held across driver calls only on
+//! the slow path (growing, fencing, trimming), which the driver's own cuMemAlloc/cuMemFree
+//! would have made the program wait for anyway.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use super::fence::{self, Fences};
 use super::growth::{GrowthPolicy, Route};
 use super::tlsf::{FreeError, Grant, SubAllocator};
 use crate::driver::{current_context, real};
 use crate::ffi::*;
-use crate::tracker::{AddrHasher, lock};
+use crate::tracker::{AddrHasher, Record, lock};
+
+/// Arenas per pool.
+pub const ARENAS: usize = 16;
 
 /// Every block is aligned to at least this (the driver gives 512 or more; CUDA code assumes 256).
 pub const ALIGN: u64 = 256;
@@ -63,7 +72,8 @@ pub struct Refusal {
 struct Inner {
     sub: SubAllocator,
     policy: GrowthPolicy,
-    limits: Limits,
+    /// This arena's share of the idle bytes kept (`CUGUARD_POOL_KEEP` / [`ARENAS`]).
+    keep: u64,
     /// Frees waiting for a fence: (mark, address, granted size), in mark order.
     pending: VecDeque<(u64, u64, u64)>,
     pending_set: AddrSet,
@@ -72,34 +82,35 @@ struct Inner {
     since_fence_count: u32,
     frees: u32,
     fences: Fences,
-    /// The size the program asked for, where it differs from the granted size.
-    sizes: AddrMap<u64>,
-    peak_reserved: u64,
+    /// The tracker's record of each live block (absent while tracking is off).
+    records: AddrMap<Record>,
     chunks_added: u64,
     trims: u64,
     trimmed_bytes: u64,
     limit_refusals: u64,
-    /// The context is gone; the driver freed the chunks with it.
-    dead: bool,
 }
 
 /// A context's pool.
 pub struct CtxPool {
     pub ctx: u64,
     pub device: i32,
-    inner: Mutex<Inner>,
+    arenas: Box<[Mutex<Inner>]>,
+    limits: Limits,
+    /// Bytes reserved from the driver, all arenas together (for the limit).
+    reserved: AtomicU64,
+    peak_reserved: AtomicU64,
+    /// The context is gone; the driver freed the chunks with it.
+    dead: AtomicBool,
 }
 
 impl CtxPool {
     /// An empty pool for context `ctx` on `device`.
     pub fn new(ctx: u64, device: i32, limits: Limits) -> CtxPool {
-        CtxPool {
-            ctx,
-            device,
-            inner: Mutex::new(Inner {
+        let arena = || {
+            Mutex::new(Inner {
                 sub: SubAllocator::new(ALIGN),
                 policy: GrowthPolicy::default(),
-                limits,
+                keep: limits.keep / ARENAS as u64,
                 pending: VecDeque::new(),
                 pending_set: AddrSet::default(),
                 pending_bytes: 0,
@@ -107,71 +118,92 @@ impl CtxPool {
                 since_fence_count: 0,
                 frees: 0,
                 fences: Fences::default(),
-                sizes: AddrMap::default(),
-                peak_reserved: 0,
+                records: AddrMap::default(),
                 chunks_added: 0,
                 trims: 0,
                 trimmed_bytes: 0,
                 limit_refusals: 0,
-                dead: false,
-            }),
+            })
+        };
+        CtxPool {
+            ctx,
+            device,
+            arenas: (0..ARENAS).map(|_| arena()).collect(),
+            limits,
+            reserved: AtomicU64::new(0),
+            peak_reserved: AtomicU64::new(0),
+            dead: AtomicBool::new(false),
+        }
+    }
+
+    fn dead(&self) -> bool {
+        self.dead.load(Relaxed)
+    }
+
+    fn within_limit(&self, more: u64) -> bool {
+        match self.limits.limit {
+            None => true,
+            Some(l) => self.reserved.load(Relaxed).saturating_add(more) <= l,
         }
     }
 
     /// Reserves `bytes` up front (`CUGUARD_POOL_INITIAL`), in the pool's context (current).
     pub fn reserve_initial(&self, bytes: u64) -> Result<(), Refusal> {
-        let mut g = lock(&self.inner);
+        let mut g = lock(&self.arenas[0]);
         let size = bytes.next_multiple_of(g.policy.granularity.max(ALIGN));
-        g.grow(size, false, self)
+        g.grow(size, false, self, 0)
     }
 
-    /// Allocates `size` bytes for the program (who asked for `requested`); the pool's context
-    /// is current.
-    pub fn alloc(&self, size: u64, requested: u64) -> Result<u64, Refusal> {
+    /// Allocates `size` bytes for the program from arena `arena`, keeping `record` with the
+    /// block; the pool's context is current.
+    pub fn alloc(&self, arena: usize, size: u64, record: Option<Record>) -> Result<u64, Refusal> {
         if size == 0 {
             return Err(Refusal { result: CUDA_ERROR_INVALID_VALUE, why: "size 0".into() });
         }
-        let mut g = lock(&self.inner);
-        if g.dead {
+        if self.dead() {
             return Err(Refusal { result: CUDA_ERROR_CONTEXT_IS_DESTROYED, why: "context destroyed".into() });
         }
-        g.release_ready();
+        let arena = arena % ARENAS;
+        let mut g = lock(&self.arenas[arena]);
+        if !g.pending.is_empty() {
+            g.release_ready();
+        }
         let grant = match g.try_alloc(size) {
             Some(grant) => grant,
-            None => g.alloc_slow(size, self)?,
+            None => g.alloc_slow(size, self, arena)?,
         };
-        if requested != grant.size {
-            g.sizes.insert(grant.addr, requested);
+        if let Some(r) = record {
+            g.records.insert(grant.addr, r);
         }
         Ok(grant.addr)
     }
 
-    /// Frees `addr` if this pool owns it: `None` when it does not, else the driver's answer
-    /// for the free (success, or CUDA_ERROR_INVALID_VALUE for a block that is not live).
-    pub fn free(&self, addr: u64) -> Option<CUresult> {
-        let mark = fence::mark();
-        let mut g = lock(&self.inner);
-        if g.dead {
+    /// Frees `addr` if arena `arena` holds it: `None` when it does not, else the driver's answer
+    /// for the free (success, or CUDA_ERROR_INVALID_VALUE for a block that is not live) and the
+    /// block's record.
+    pub fn free(&self, arena: usize, addr: u64) -> Option<(CUresult, Option<Record>)> {
+        if self.dead() {
             return None;
         }
+        let mark = fence::mark();
+        let mut g = lock(&self.arenas[arena % ARENAS]);
         let immediate = mark <= g.fences.completed() || crate::config::get().unsafe_reuse;
-        if immediate && !g.pending_set.contains(&addr) {
+        if immediate && (g.pending_set.is_empty() || !g.pending_set.contains(&addr)) {
             return match g.sub.free(addr) {
                 Ok(freed) => {
-                    if !g.sizes.is_empty() {
-                        g.sizes.remove(&addr);
-                    }
+                    let record = g.records.remove(&addr);
                     if freed.chunk_idle {
                         g.after_release(self);
                     }
-                    Some(CUDA_SUCCESS)
+                    Some((CUDA_SUCCESS, record))
                 }
                 Err(FreeError::NotInPool) => None,
-                Err(_) => Some(CUDA_ERROR_INVALID_VALUE),
+                Err(_) => Some((CUDA_ERROR_INVALID_VALUE, None)),
             };
         }
         match g.sub.find(addr) {
             Some(grant) if grant.addr == addr && !g.pending_set.contains(&addr) => {
+                let record = g.records.remove(&addr);
                 g.pending.push_back((mark, addr, grant.size));
                 g.pending_set.insert(addr);
                 g.pending_bytes += grant.size;
@@ -186,67 +218,116 @@ impl CtxPool {
                     g.release_ready();
                     g.after_release(self);
                 }
-                Some(CUDA_SUCCESS)
+                Some((CUDA_SUCCESS, record))
             }
-            Some(_) => Some(CUDA_ERROR_INVALID_VALUE),
-            None if g.sub.chunk_containing(addr).is_some() => Some(CUDA_ERROR_INVALID_VALUE),
+            Some(_) => Some((CUDA_ERROR_INVALID_VALUE, None)),
+            None if g.sub.chunk_containing(addr).is_some() => Some((CUDA_ERROR_INVALID_VALUE, None)),
             None => None,
         }
     }
 
-    /// The live block containing `addr` (interior pointers too): (start, the program's size).
-    pub fn find(&self, addr: u64) -> Option<(u64, u64)> {
-        let g = lock(&self.inner);
-        if g.dead || g.pending_set.contains(&addr) {
+    /// The live block of arena `arena` containing `addr` (interior pointers too): (start, the
+    /// program's size, or the granted size where no record says).
+    pub fn find(&self, arena: usize, addr: u64) -> Option<(u64, u64)> {
+        if self.dead() {
             return None;
         }
+        let g = lock(&self.arenas[arena % ARENAS]);
         let grant = g.sub.find(addr)?;
         if g.pending_set.contains(&grant.addr) {
             return None;
         }
-        Some((grant.addr, g.sizes.get(&grant.addr).copied().unwrap_or(grant.size)))
+        Some((grant.addr, g.records.get(&grant.addr).map_or(grant.size, |r| r.size)))
     }
 
     /// Bytes the program could still get from the pool without the driver: free and pending.
     pub fn idle_bytes(&self) -> u64 {
-        let g = lock(&self.inner);
-        if g.dead { 0 } else { g.sub.stats().free_bytes + g.pending_bytes }
-    }
-
-    /// The context is gone and took the chunks with it: forget them.
-    pub fn kill(&self) {
-        let mut g = lock(&self.inner);
-        g.dead = true;
-        g.pending.clear();
-        g.pending_set.clear();
-        g.pending_bytes = 0;
-        g.sizes.clear();
-        g.sub = SubAllocator::new(ALIGN);
-    }
-
-    /// Chunk ranges, for the registry's address map.
-    pub fn chunk_ranges(&self) -> Vec<(u64, u64)> {
-        lock(&self.inner).sub.chunks().map(|c| (c.base, c.base + c.size)).collect()
-    }
-
-    /// The report's counters.
-    pub fn stats(&self) -> PoolStats {
-        let g = lock(&self.inner);
-        let s = g.sub.stats();
-        PoolStats {
-            reserved_bytes: s.reserved_bytes,
-            peak_reserved_bytes: g.peak_reserved,
-            chunks: s.chunks,
-            chunks_added: g.chunks_added,
-            trims: g.trims,
-            trimmed_bytes: g.trimmed_bytes,
-            free_bytes: s.free_bytes,
-            largest_free_block: s.largest_free_block,
-            pending_bytes: g.pending_bytes,
-            fences: g.fences.recorded,
-            syncs: g.fences.syncs,
-            limit_refusals: g.limit_refusals,
+        if self.dead() {
+            return 0;
         }
+        self.arenas
+            .iter()
+            .map(|a| {
+                let g = lock(a);
+                g.sub.stats().free_bytes + g.pending_bytes
+            })
+            .sum()
+    }
+
+    /// The records of every live pooled block.
+    pub fn records(&self) -> Vec<(u64, Record)> {
+        let mut out = Vec::new();
+        for a in self.arenas.iter() {
+            out.extend(lock(a).records.iter().map(|(k, v)| (*k, *v)));
+        }
+        out
+    }
+
+    /// The context is gone and took the chunks with it: forget them. Returns the records of the
+    /// blocks that were live (the program never freed them).
+    pub fn kill(&self) -> Vec<(u64, Record)> {
+        self.dead.store(true, Relaxed);
+        let mut gone = Vec::new();
+        for a in self.arenas.iter() {
+            let mut g = lock(a);
+            gone.extend(g.records.drain());
+            g.pending.clear();
+            g.pending_set.clear();
+            g.pending_bytes = 0;
+            g.sub = SubAllocator::new(ALIGN);
+        }
+        self.reserved.store(0, Relaxed);
+        gone
+    }
+
+    /// Chunk ranges with their arena, for the registry's address map.
+    pub fn chunk_ranges(&self) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for a in self.arenas.iter() {
+            out.extend(lock(a).sub.chunks().map(|c| (c.base, c.base + c.size)));
+        }
+        out
+    }
+
+    /// The report's counters, all arenas together.
+    pub fn stats(&self) -> PoolStats {
+        let mut o = PoolStats {
+            peak_reserved_bytes: self.peak_reserved.load(Relaxed),
+            ..PoolStats::default()
+        };
+        for a in self.arenas.iter() {
+            let g = lock(a);
+            let s = g.sub.stats();
+            o.reserved_bytes += s.reserved_bytes;
+            o.chunks += s.chunks;
+            o.chunks_added += g.chunks_added;
+            o.trims += g.trims;
+            o.trimmed_bytes += g.trimmed_bytes;
+            o.free_bytes += s.free_bytes;
+            o.largest_free_block = o.largest_free_block.max(s.largest_free_block);
+            o.pending_bytes += g.pending_bytes;
+            o.fences += g.fences.recorded;
+            o.syncs += g.fences.syncs;
+            o.limit_refusals += g.limit_refusals;
+        }
+        o
+    }
+
+    /// Gives idle chunks of the other arenas back to the driver (those whose lock is free now),
+    /// to make room under the limit; returns the bytes given back.
+    fn trim_other_arenas(&self, except: usize) -> u64 {
+        let mut freed = 0;
+        for (i, a) in self.arenas.iter().enumerate() {
+            if i == except {
+                continue;
+            }
+            if let Ok(mut g) = a.try_lock() {
+                let before = g.trimmed_bytes;
+                g.trim(0, self);
+                freed += g.trimmed_bytes - before;
+            }
+        }
+        freed
     }
 }
 
@@ -269,7 +350,6 @@ impl Inner {
             self.pending.pop_front();
             self.pending_set.remove(&addr);
             self.pending_bytes -= size;
-            self.sizes.remove(&addr);
             let _ = self.sub.free(addr);
         }
     }
@@ -297,7 +377,7 @@ impl Inner {
     }
 
     /// The slow path: reclaim, fence, synchronize, trim and grow, in the order the pool promises.
-    fn alloc_slow(&mut self, size: u64, pool: &CtxPool) -> Result<Grant, Refusal> {
+    fn alloc_slow(&mut self, size: u64, pool: &CtxPool, arena: usize) -> Result<Grant, Refusal> {
         let dedicated = matches!(self.policy.route(size), Route::Dedicated { .. });
         let Some(footprint) = self.sub.footprint(size, ALIGN) else {
             return Err(Refusal { result: CUDA_ERROR_OUT_OF_MEMORY, why: "request too large".into() });
@@ -330,10 +410,10 @@ impl Inner {
             // Idle dedicated chunks are reused only by requests of about their size: give some
             // back before asking for a new one, so reserved memory tracks live memory.
             let release = self.policy.dedicated_release(self.sub.idle_chunks(), want);
-            self.release_chunks(release.iter().map(|c| c.id));
+            self.release_chunks(release.iter().map(|c| c.id), pool);
         }
         for chunk in [want, minimum] {
-            if self.within_limit(chunk) && self.grow(chunk, dedicated, pool).is_ok() {
+            if pool.within_limit(chunk) && self.grow(chunk, dedicated, pool, arena).is_ok() {
                 if let Some(a) = self.try_alloc(size) {
                     return Ok(a);
                 }
@@ -348,8 +428,11 @@ impl Inner {
             return Ok(a);
         }
         self.trim(0, pool);
-        if self.within_limit(minimum) {
-            if self.grow(minimum, dedicated, pool).is_ok() {
+        if !pool.within_limit(minimum) {
+            pool.trim_other_arenas(arena);
+        }
+        if pool.within_limit(minimum) {
+            if self.grow(minimum, dedicated, pool, arena).is_ok() {
                 if let Some(a) = self.try_alloc(size) {
                     return Ok(a);
                 }
@@ -357,25 +440,18 @@ impl Inner {
             return Err(Refusal { result: CUDA_ERROR_OUT_OF_MEMORY, why: "device out of memory".into() });
         }
         self.limit_refusals += 1;
-        let limit = self.limits.limit.unwrap_or(0);
+        let limit = pool.limits.limit.unwrap_or(0);
         Err(Refusal {
             result: CUDA_ERROR_OUT_OF_MEMORY,
             why: format!(
                 "CUGUARD_POOL_LIMIT of {limit} bytes reached: {} bytes reserved, {size} more asked for",
-                self.sub.stats().reserved_bytes
+                pool.reserved.load(Relaxed)
             ),
         })
     }
 
-    fn within_limit(&self, more: u64) -> bool {
-        match self.limits.limit {
-            None => true,
-            Some(l) => self.sub.stats().reserved_bytes.saturating_add(more) <= l,
-        }
-    }
-
     /// Adds a chunk of `size` bytes from the driver.
-    fn grow(&mut self, size: u64, dedicated: bool, pool: &CtxPool) -> Result<(), Refusal> {
+    fn grow(&mut self, size: u64, dedicated: bool, pool: &CtxPool, arena: usize) -> Result<(), Refusal> {
         let Some(alloc) = real::cuMemAlloc_v2() else {
             return Err(Refusal { result: CUDA_ERROR_NOT_INITIALIZED, why: "no driver".into() });
         };
@@ -391,22 +467,22 @@ impl Inner {
             return Err(Refusal { result: CUDA_ERROR_OUT_OF_MEMORY, why: "chunk refused by the sub-allocator".into() });
         }
         self.chunks_added += 1;
-        let reserved = self.sub.stats().reserved_bytes;
-        self.peak_reserved = self.peak_reserved.max(reserved);
-        super::registry::chunk_added(base, size, pool);
+        let reserved = pool.reserved.fetch_add(size, Relaxed) + size;
+        pool.peak_reserved.fetch_max(reserved, Relaxed);
+        super::registry::chunk_added(base, size, pool, arena);
         Ok(())
     }
 
     /// After blocks went back to the sub-allocator: give idle chunks back beyond what is kept.
     fn after_release(&mut self, pool: &CtxPool) {
-        let keep = self.limits.keep;
+        let keep = self.keep;
         if self.sub.stats().idle_bytes > keep {
             self.trim(keep, pool);
         }
     }
 
     /// Gives idle chunks back to the driver until at most `keep` idle bytes remain.
-    fn trim(&mut self, keep: u64, _pool: &CtxPool) {
+    fn trim(&mut self, keep: u64, pool: &CtxPool) {
         let mut idle: Vec<_> = self.sub.idle_chunks().collect();
         idle.sort_by_key(|c| std::cmp::Reverse(c.size));
         let mut idle_bytes: u64 = idle.iter().map(|c| c.size).sum();
@@ -418,15 +494,16 @@ impl Inner {
             idle_bytes -= c.size;
             release.push(c.id);
         }
-        self.release_chunks(release.into_iter());
+        self.release_chunks(release.into_iter(), pool);
     }
 
     /// Gives these (idle) chunks back to the driver.
-    fn release_chunks(&mut self, ids: impl Iterator<Item = super::tlsf::ChunkId>) {
+    fn release_chunks(&mut self, ids: impl Iterator<Item = super::tlsf::ChunkId>, pool: &CtxPool) {
         for id in ids {
             if let Ok((base, size)) = self.sub.remove_chunk(id) {
                 super::registry::chunk_removed(base);
                 free_chunk(base);
+                pool.reserved.fetch_sub(size, Relaxed);
                 self.trims += 1;
                 self.trimmed_bytes += size;
             }

@@ -1,29 +1,55 @@
-//! Which pool serves the current context, and which pool owns an address.
+//! Which pool serves the current context, and which pool (and arena) owns an address.
 //!
 //! Pools are created on first use in a context and live for the rest of the process (a pool of a
 //! destroyed context is emptied and forgotten, its memory leaked on purpose: other threads may
-//! still hold a reference from their per-thread cache).
+//! still hold a reference from their per-thread cache). A forked child starts with no pools: the
+//! parent's chunks belong to a context the child cannot use.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use super::ctxpool::{CtxPool, Limits, PoolStats};
 use crate::driver::real;
 use crate::ffi::*;
-use crate::tracker::lock;
+use crate::tracker::{Record, lock};
 
-static POOLS: Mutex<Vec<&'static CtxPool>> = Mutex::new(Vec::new());
+/// Everything the registry holds; replaced wholesale in a forked child.
+struct Registry {
+    pools: Mutex<Vec<&'static CtxPool>>,
+    /// Chunk start → (end, owning pool, arena).
+    chunks: RwLock<BTreeMap<u64, (u64, usize, usize)>>,
+}
+
+static REGISTRY: AtomicPtr<Registry> = AtomicPtr::new(std::ptr::null_mut());
 /// Set once any pool exists: until then frees need not ask.
 static ANY: AtomicBool = AtomicBool::new(false);
-/// Bumped when a pool is retired, so per-thread caches refresh.
+/// Bumped when a pool is retired (or after a fork), so per-thread caches refresh.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
-/// Chunk start → (end, owning pool).
-static CHUNKS: RwLock<BTreeMap<u64, (u64, usize)>> = RwLock::new(BTreeMap::new());
 
 thread_local! {
     static LAST: Cell<(u64, u64, usize)> = const { Cell::new((0, 0, 0)) };
+}
+
+fn registry() -> &'static Registry {
+    let p = REGISTRY.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a published registry is leaked and never freed.
+        return unsafe { &*p };
+    }
+    let fresh = Box::into_raw(Box::new(Registry { pools: Mutex::new(Vec::new()), chunks: RwLock::new(BTreeMap::new()) }));
+    match REGISTRY.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: we just published our own leaked box.
+        Ok(_) => unsafe { &*fresh },
+        Err(existing) => {
+            // SAFETY: fresh was never published; existing lives forever.
+            unsafe {
+                drop(Box::from_raw(fresh));
+                &*existing
+            }
+        }
+    }
 }
 
 fn as_ref(p: usize) -> &'static CtxPool {
@@ -37,36 +63,42 @@ pub fn any() -> bool {
     ANY.load(Ordering::Acquire)
 }
 
+#[inline]
+fn cached(ctx: u64) -> Option<&'static CtxPool> {
+    let generation = GENERATION.load(Ordering::Acquire);
+    let (g, c, p) = LAST.try_with(|l| l.get()).ok()?;
+    (g == generation && c == ctx && p != 0).then(|| as_ref(p))
+}
+
+fn remember(ctx: u64, pool: &'static CtxPool) {
+    let generation = GENERATION.load(Ordering::Acquire);
+    let _ = LAST.try_with(|l| l.set((generation, ctx, pool as *const CtxPool as usize)));
+}
+
 /// The pool of context `ctx` (the calling thread's current one), if it has one already.
 #[inline]
 pub fn current_existing(ctx: u64) -> Option<&'static CtxPool> {
-    let generation = GENERATION.load(Ordering::Acquire);
-    if let Ok((g, c, p)) = LAST.try_with(|l| l.get()) {
-        if g == generation && c == ctx && p != 0 {
-            return Some(as_ref(p));
-        }
+    if let Some(p) = cached(ctx) {
+        return Some(p);
     }
-    let pool = lock(&POOLS).iter().find(|p| p.ctx == ctx).copied()?;
-    let _ = LAST.try_with(|l| l.set((generation, ctx, pool as *const CtxPool as usize)));
+    let pool = lock(&registry().pools).iter().find(|p| p.ctx == ctx).copied()?;
+    remember(ctx, pool);
     Some(pool)
 }
 
 /// The pool of context `ctx` (the calling thread's current one), created on first use.
 #[inline]
 pub fn current(ctx: u64) -> Option<&'static CtxPool> {
-    let generation = GENERATION.load(Ordering::Acquire);
-    if let Ok((g, c, p)) = LAST.try_with(|l| l.get()) {
-        if g == generation && c == ctx && p != 0 {
-            return Some(as_ref(p));
-        }
+    if let Some(p) = cached(ctx) {
+        return Some(p);
     }
     let pool = find_or_create(ctx)?;
-    let _ = LAST.try_with(|l| l.set((generation, ctx, pool as *const CtxPool as usize)));
+    remember(ctx, pool);
     Some(pool)
 }
 
 fn find_or_create(ctx: u64) -> Option<&'static CtxPool> {
-    let mut pools = lock(&POOLS);
+    let mut pools = lock(&registry().pools);
     if let Some(p) = pools.iter().find(|p| p.ctx == ctx) {
         return Some(*p);
     }
@@ -78,10 +110,7 @@ fn find_or_create(ctx: u64) -> Option<&'static CtxPool> {
     }
     let total = device_total(device);
     let settings = &crate::config::get().pool_settings;
-    let limits = Limits {
-        limit: settings.limit.map(|a| a.resolve(total)),
-        keep: settings.keep.resolve(total),
-    };
+    let limits = Limits { limit: settings.limit.map(|a| a.resolve(total)), keep: settings.keep.resolve(total) };
     let pool: &'static CtxPool = Box::leak(Box::new(CtxPool::new(ctx, device, limits)));
     pools.push(pool);
     ANY.store(true, Ordering::Release);
@@ -103,47 +132,59 @@ fn device_total(device: i32) -> u64 {
     total as u64
 }
 
-/// The pool whose chunks hold `addr`, if any.
-pub fn owner(addr: u64) -> Option<&'static CtxPool> {
-    let chunks = CHUNKS.read().unwrap_or_else(|e| e.into_inner());
-    let (_, &(end, pool)) = chunks.range(..=addr).next_back()?;
-    (addr < end).then(|| as_ref(pool))
+/// The pool and arena whose chunks hold `addr`, if any.
+pub fn owner(addr: u64) -> Option<(&'static CtxPool, usize)> {
+    let chunks = registry().chunks.read().unwrap_or_else(|e| e.into_inner());
+    let (_, &(end, pool, arena)) = chunks.range(..=addr).next_back()?;
+    (addr < end).then(|| (as_ref(pool), arena))
 }
 
-/// A chunk was added to `pool`.
-pub fn chunk_added(base: u64, size: u64, pool: &CtxPool) {
-    let mut chunks = CHUNKS.write().unwrap_or_else(|e| e.into_inner());
-    chunks.insert(base, (base + size, pool as *const CtxPool as usize));
+/// A chunk was added to `pool`'s arena `arena`.
+pub fn chunk_added(base: u64, size: u64, pool: &CtxPool, arena: usize) {
+    let mut chunks = registry().chunks.write().unwrap_or_else(|e| e.into_inner());
+    chunks.insert(base, (base + size, pool as *const CtxPool as usize, arena));
 }
 
 /// A chunk went back to the driver.
 pub fn chunk_removed(base: u64) {
-    let mut chunks = CHUNKS.write().unwrap_or_else(|e| e.into_inner());
+    let mut chunks = registry().chunks.write().unwrap_or_else(|e| e.into_inner());
     chunks.remove(&base);
 }
 
-/// The context `ctx` is gone: retire its pool.
-pub fn context_destroyed(ctx: u64) {
+/// The context `ctx` is gone: retire its pool. Returns the records of the pooled blocks that
+/// were still live (lost with the context).
+pub fn context_destroyed(ctx: u64) -> Vec<(u64, Record)> {
+    let reg = registry();
     let retired = {
-        let mut pools = lock(&POOLS);
+        let mut pools = lock(&reg.pools);
         let i = pools.iter().position(|p| p.ctx == ctx);
         i.map(|i| pools.remove(i))
     };
-    let Some(pool) = retired else { return };
+    let Some(pool) = retired else { return Vec::new() };
     let ranges = pool.chunk_ranges();
-    pool.kill();
+    let gone = pool.kill();
     {
-        let mut chunks = CHUNKS.write().unwrap_or_else(|e| e.into_inner());
+        let mut chunks = reg.chunks.write().unwrap_or_else(|e| e.into_inner());
         for (base, _) in ranges {
             chunks.remove(&base);
         }
     }
     GENERATION.fetch_add(1, Ordering::AcqRel);
+    gone
+}
+
+/// The records of every live pooled block, in every pool.
+pub fn records() -> Vec<(u64, Record)> {
+    if !any() {
+        return Vec::new();
+    }
+    let pools: Vec<&'static CtxPool> = lock(&registry().pools).clone();
+    pools.iter().flat_map(|p| p.records()).collect()
 }
 
 /// Counters summed over the live pools on `device`; `None` if it has none.
 pub fn stats_for_device(device: i32) -> Option<PoolStats> {
-    let pools = lock(&POOLS);
+    let pools: Vec<&'static CtxPool> = lock(&registry().pools).clone();
     let mut out: Option<PoolStats> = None;
     for p in pools.iter().filter(|p| p.device == device) {
         let s = p.stats();
@@ -166,5 +207,16 @@ pub fn stats_for_device(device: i32) -> Option<PoolStats> {
 
 /// Idle bytes (free and pending) of the live pools on `device`.
 pub fn idle_bytes_for_device(device: i32) -> u64 {
-    lock(&POOLS).iter().filter(|p| p.device == device).map(|p| p.idle_bytes()).sum()
+    let pools: Vec<&'static CtxPool> = lock(&registry().pools).clone();
+    pools.iter().filter(|p| p.device == device).map(|p| p.idle_bytes()).sum()
+}
+
+/// In the child of a fork: no pools (the parent's belong to a context this process cannot use).
+/// The old registry is leaked, not dropped: its locks may be held by threads that do not exist
+/// here.
+pub fn reset_after_fork() {
+    let fresh = Box::into_raw(Box::new(Registry { pools: Mutex::new(Vec::new()), chunks: RwLock::new(BTreeMap::new()) }));
+    REGISTRY.store(fresh, Ordering::Release);
+    ANY.store(false, Ordering::Release);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
 }

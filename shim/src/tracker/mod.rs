@@ -172,6 +172,19 @@ impl LiveMap {
     }
 }
 
+/// Dense sequence numbers for raw order keys: `items` are (key, thread) pairs; the result gives
+/// each, in input order, its rank 0.. in (key, thread, input position) order. Reports use this to
+/// turn time-stamp-counter keys into the `seq` the contract describes (global allocation order).
+pub fn dense_order(items: &[(u64, u32)]) -> Vec<u64> {
+    let mut idx: Vec<usize> = (0..items.len()).collect();
+    idx.sort_by_key(|&i| (items[i].0, items[i].1, i));
+    let mut out = vec![0u64; items.len()];
+    for (rank, i) in idx.into_iter().enumerate() {
+        out[i] = rank as u64;
+    }
+    out
+}
+
 /// Locks a mutex, taking it back from a thread that panicked while holding it (the data is
 /// plain records and stays consistent per operation).
 pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -221,7 +234,6 @@ pub struct Tracker {
     pub events: events::Events,
     pub stats: stats::Stats,
     pub vmm: vmm::Vmm,
-    seq: AtomicU64,
 }
 
 impl Tracker {
@@ -235,14 +247,13 @@ impl Tracker {
             events: events::Events::new(),
             stats: stats::Stats::new(),
             vmm: vmm::Vmm::new(),
-            seq: AtomicU64::new(0),
         }
     }
 
-    /// The next global sequence number (shared by allocations and events).
+    /// The order key of an allocation or event made now (see [`dense_order`]).
     #[inline]
     pub fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, Ordering::Relaxed)
+        crate::thread::order_key()
     }
 
     /// Records a new allocation at `addr`.
@@ -293,10 +304,11 @@ impl Tracker {
         lock(&self.released).iter().any(|(a, _)| *a == addr)
     }
 
-    /// Moves every live allocation of context `id` to the released list; returns their count and
-    /// bytes.
-    pub fn release_context(&self, id: u32) -> (usize, u64) {
-        let gone = self.live.drain_where(|r| r.context == id);
+    /// Moves every live allocation of context `id` (and `pooled`, the pool's records of it) to
+    /// the released list; returns their count and bytes.
+    pub fn release_context(&self, id: u32, pooled: Vec<(u64, Record)>) -> (usize, u64) {
+        let mut gone = self.live.drain_where(|r| r.context == id);
+        gone.extend(pooled);
         let bytes = gone.iter().map(|(_, r)| r.size).sum();
         let n = gone.len();
         for (_, r) in &gone {
@@ -304,6 +316,13 @@ impl Tracker {
         }
         lock(&self.released).extend(gone);
         (n, bytes)
+    }
+
+    /// Every live allocation: those the driver made, and the pool's.
+    pub fn live_snapshot(&self) -> Vec<(u64, Record)> {
+        let mut v = self.live.snapshot();
+        v.extend(crate::serve::pooled_records());
+        v
     }
 }
 

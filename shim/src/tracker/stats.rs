@@ -1,24 +1,21 @@
-//! Per-device counters (the report's `stats.devices`), lock-free.
+//! Per-device counters (the report's `stats.devices`).
+//!
+//! The frequent ones (allocations, frees, bytes, live bytes) are kept per thread by
+//! [`crate::thread`], so allocating threads share no cache line; the rare ones (bytes lost with
+//! a context, pinned host memory) are plain shared atomics here.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::Memory;
+use crate::thread::{self, DEVICES};
 
-/// Devices with ordinals at or above this share the last slot.
-pub const MAX_DEVICES: usize = 64;
-
-/// Counters for one device.
+/// The rare counters of one device.
 #[derive(Default)]
-pub struct DeviceStats {
-    pub live_bytes: AtomicU64,
-    pub peak_live_bytes: AtomicU64,
-    pub total_allocated_bytes: AtomicU64,
-    pub allocations: AtomicU64,
-    pub frees: AtomicU64,
+struct Rare {
     /// Bytes lost with destroyed contexts.
-    pub released_bytes: AtomicU64,
-    /// Pinned host memory made in this device's contexts (not counted in `live_bytes`).
-    pub host_pinned_live_bytes: AtomicU64,
+    released_bytes: AtomicU64,
+    /// Pinned host memory made in this device's contexts (not counted in live bytes).
+    host_pinned_live_bytes: AtomicU64,
 }
 
 /// A plain copy of one device's counters.
@@ -36,73 +33,62 @@ pub struct DeviceCounts {
 
 /// Counters for every device.
 pub struct Stats {
-    devices: [DeviceStats; MAX_DEVICES],
+    rare: [Rare; DEVICES],
 }
 
 fn slot(device: i32) -> usize {
-    (device.max(0) as usize).min(MAX_DEVICES - 1)
+    (device.max(0) as usize).min(DEVICES - 1)
 }
 
 impl Stats {
     pub(super) fn new() -> Self {
-        Stats {
-            devices: std::array::from_fn(|_| DeviceStats::default()),
-        }
+        Stats { rare: std::array::from_fn(|_| Rare::default()) }
     }
 
     /// Counts an allocation.
     #[inline]
     pub fn allocated(&self, device: i32, memory: Memory, size: u64) {
-        let d = &self.devices[slot(device)];
-        d.allocations.fetch_add(1, Relaxed);
-        d.total_allocated_bytes.fetch_add(size, Relaxed);
-        if memory.on_device() {
-            let now = d.live_bytes.fetch_add(size, Relaxed) + size;
-            d.peak_live_bytes.fetch_max(now, Relaxed);
-        } else {
-            d.host_pinned_live_bytes.fetch_add(size, Relaxed);
+        thread::allocated(device, size, memory.on_device());
+        if !memory.on_device() {
+            self.rare[slot(device)].host_pinned_live_bytes.fetch_add(size, Relaxed);
         }
     }
 
     /// Counts a free by the program.
     #[inline]
     pub fn freed(&self, device: i32, memory: Memory, size: u64) {
-        let d = &self.devices[slot(device)];
-        d.frees.fetch_add(1, Relaxed);
-        self.unlive(d, memory, size);
+        thread::freed(device, size, memory.on_device());
+        if !memory.on_device() {
+            self.rare[slot(device)].host_pinned_live_bytes.fetch_sub(size, Relaxed);
+        }
     }
 
     /// Counts memory lost with its context.
     pub fn released(&self, device: i32, memory: Memory, size: u64) {
-        let d = &self.devices[slot(device)];
-        d.released_bytes.fetch_add(size, Relaxed);
-        self.unlive(d, memory, size);
-    }
-
-    fn unlive(&self, d: &DeviceStats, memory: Memory, size: u64) {
-        let counter = if memory.on_device() {
-            &d.live_bytes
+        let r = &self.rare[slot(device)];
+        r.released_bytes.fetch_add(size, Relaxed);
+        if memory.on_device() {
+            thread::released(device, size);
         } else {
-            &d.host_pinned_live_bytes
-        };
-        counter.fetch_sub(size, Relaxed);
+            r.host_pinned_live_bytes.fetch_sub(size, Relaxed);
+        }
     }
 
     /// Counters of every device that saw an allocation.
     pub fn snapshot(&self) -> Vec<DeviceCounts> {
-        self.devices
+        thread::totals()
             .iter()
             .enumerate()
-            .filter(|(_, d)| d.allocations.load(Relaxed) > 0)
-            .map(|(i, d)| DeviceCounts {
+            .filter(|(_, t)| t.allocations > 0)
+            .map(|(i, t)| DeviceCounts {
                 device: i as i32,
-                live_bytes: d.live_bytes.load(Relaxed),
-                peak_live_bytes: d.peak_live_bytes.load(Relaxed),
-                total_allocated_bytes: d.total_allocated_bytes.load(Relaxed),
-                allocations: d.allocations.load(Relaxed),
-                frees: d.frees.load(Relaxed),
-                released_bytes: d.released_bytes.load(Relaxed),
-                host_pinned_live_bytes: d.host_pinned_live_bytes.load(Relaxed),
+                live_bytes: t.live.max(0) as u64,
+                peak_live_bytes: t.peak.max(0) as u64,
+                total_allocated_bytes: t.total_allocated,
+                allocations: t.allocations,
+                frees: t.frees,
+                released_bytes: self.rare[i].released_bytes.load(Relaxed),
+                host_pinned_live_bytes: self.rare[i].host_pinned_live_bytes.load(Relaxed),
             })
             .collect()
     }

@@ -1,0 +1,318 @@
+//! Per-thread state of the allocation path, so that the hot path touches no shared cache line
+//! it does not need: the thread's pool arena and its counters.
+//!
+//! Counters are written only by their own thread (plain loads and stores, no locked
+//! instructions) and read by whoever writes a report. Live bytes are kept as a per-thread
+//! delta that is folded into the device's shared total every [`FLUSH_BYTES`] bytes or
+//! [`FLUSH_OPS`] operations; the peak is taken at each fold, so with several threads
+//! allocating at once the recorded peak may miss up to `FLUSH_BYTES` per thread (exact for one
+//! thread). A thread's counters go back to a free list when it exits, after folding in.
+
+use std::cell::Cell;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering::{AcqRel, Acquire, Relaxed, Release}};
+
+use crate::tracker::lock;
+
+/// Devices counted separately; higher ordinals share the last slot.
+pub const DEVICES: usize = 16;
+/// A thread folds its live-bytes delta into the shared total at least this often…
+pub const FLUSH_BYTES: i64 = 1 << 20;
+/// …or after this many operations.
+pub const FLUSH_OPS: u32 = 64;
+
+/// One device's counters of one thread.
+#[derive(Default)]
+pub struct DeviceCounters {
+    pub allocations: AtomicU64,
+    pub frees: AtomicU64,
+    pub total_allocated: AtomicU64,
+    /// Live bytes not yet folded into the shared total.
+    pub live_delta: AtomicI64,
+}
+
+/// One thread's counters.
+pub struct Counters {
+    pub devices: [DeviceCounters; DEVICES],
+    ops: AtomicU64,
+}
+
+impl Counters {
+    fn new() -> Self {
+        Counters { devices: std::array::from_fn(|_| DeviceCounters::default()), ops: AtomicU64::new(0) }
+    }
+}
+
+/// Adds `v` to a counter only this thread writes.
+#[inline]
+fn bump(c: &AtomicU64, v: u64) {
+    c.store(c.load(Relaxed).wrapping_add(v), Relaxed);
+}
+
+/// The shared side: live bytes and their peak per device, and the registry of counters.
+pub struct Shared {
+    pub live: [AtomicI64; DEVICES],
+    pub peak: [AtomicI64; DEVICES],
+    /// Counts of threads that have exited, folded in.
+    pub retired: Counters,
+}
+
+static SHARED: Shared = Shared {
+    live: [const { AtomicI64::new(0) }; DEVICES],
+    peak: [const { AtomicI64::new(0) }; DEVICES],
+    retired: Counters {
+        devices: [const {
+            DeviceCounters {
+                allocations: AtomicU64::new(0),
+                frees: AtomicU64::new(0),
+                total_allocated: AtomicU64::new(0),
+                live_delta: AtomicI64::new(0),
+            }
+        }; DEVICES],
+        ops: AtomicU64::new(0),
+    },
+};
+
+/// Counters of running threads, and free ones to reuse.
+type Registry = Mutex<(Vec<&'static Counters>, Vec<&'static Counters>)>;
+
+static REGISTRY: AtomicPtr<Registry> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The registry, created on first use; a forked child replaces it (see [`reset_after_fork`]).
+fn registry() -> &'static Registry {
+    let p = REGISTRY.load(Acquire);
+    if !p.is_null() {
+        // SAFETY: a published registry is leaked and never freed.
+        return unsafe { &*p };
+    }
+    let fresh = Box::into_raw(Box::new(Mutex::new((Vec::new(), Vec::new()))));
+    match REGISTRY.compare_exchange(std::ptr::null_mut(), fresh, AcqRel, Acquire) {
+        // SAFETY: we just published our own leaked box.
+        Ok(_) => unsafe { &*fresh },
+        Err(existing) => {
+            // SAFETY: fresh was never published; existing lives forever.
+            unsafe {
+                drop(Box::from_raw(fresh));
+                &*existing
+            }
+        }
+    }
+}
+
+/// Round-robin arena assignment.
+static NEXT_ARENA: AtomicUsize = AtomicUsize::new(0);
+
+/// Returns the thread's counters to the free list when it exits.
+struct Owner(&'static Counters);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        fold_all(self.0);
+        let mut r = lock(registry());
+        r.0.retain(|c| !std::ptr::eq(*c, self.0));
+        r.1.push(self.0);
+    }
+}
+
+thread_local! {
+    static COUNTERS: Cell<*const Counters> = const { Cell::new(std::ptr::null()) };
+    static OWNER: std::cell::RefCell<Option<Owner>> = const { std::cell::RefCell::new(None) };
+    static ARENA: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+fn slot(device: i32) -> usize {
+    (device.max(0) as usize).min(DEVICES - 1)
+}
+
+/// The calling thread's counters, registered on first use. `None` while the thread is exiting.
+#[inline]
+fn counters() -> Option<&'static Counters> {
+    let p = COUNTERS.try_with(|c| c.get()).ok()?;
+    if !p.is_null() {
+        // SAFETY: registered counters are leaked and never freed.
+        return Some(unsafe { &*p });
+    }
+    let c: &'static Counters = {
+        let mut r = lock(registry());
+        let c = r.1.pop().unwrap_or_else(|| Box::leak(Box::new(Counters::new())));
+        r.0.push(c);
+        c
+    };
+    OWNER.try_with(|o| *o.borrow_mut() = Some(Owner(c))).ok()?;
+    COUNTERS.try_with(|p| p.set(c)).ok()?;
+    Some(c)
+}
+
+/// The pool arena this thread uses (assigned round-robin on first use).
+#[inline]
+pub fn arena(count: usize) -> usize {
+    let a = ARENA.try_with(|a| a.get()).unwrap_or(0);
+    if a != usize::MAX {
+        return a % count.max(1);
+    }
+    let a = NEXT_ARENA.fetch_add(1, Relaxed);
+    let _ = ARENA.try_with(|c| c.set(a));
+    a % count.max(1)
+}
+
+/// Counts an allocation of `size` bytes on `device`; `on_device` says whether it occupies
+/// device memory (pinned host memory does not).
+#[inline]
+pub fn allocated(device: i32, size: u64, on_device: bool) {
+    let s = slot(device);
+    match counters() {
+        Some(c) => {
+            let d = &c.devices[s];
+            bump(&d.allocations, 1);
+            bump(&d.total_allocated, size);
+            if on_device {
+                live_change(c, s, size as i64);
+            }
+        }
+        None => {
+            let d = &SHARED.retired.devices[s];
+            d.allocations.fetch_add(1, Relaxed);
+            d.total_allocated.fetch_add(size, Relaxed);
+            if on_device {
+                shared_live(s, size as i64);
+            }
+        }
+    }
+}
+
+/// Counts a free by the program of `size` bytes on `device`.
+#[inline]
+pub fn freed(device: i32, size: u64, on_device: bool) {
+    let s = slot(device);
+    match counters() {
+        Some(c) => {
+            bump(&c.devices[s].frees, 1);
+            if on_device {
+                live_change(c, s, -(size as i64));
+            }
+        }
+        None => {
+            SHARED.retired.devices[s].frees.fetch_add(1, Relaxed);
+            if on_device {
+                shared_live(s, -(size as i64));
+            }
+        }
+    }
+}
+
+/// Memory gone without a free (its context was destroyed): live bytes only.
+pub fn released(device: i32, size: u64) {
+    shared_live(slot(device), -(size as i64));
+}
+
+#[inline]
+fn live_change(c: &'static Counters, s: usize, delta: i64) {
+    let d = &c.devices[s];
+    let v = d.live_delta.load(Relaxed) + delta;
+    let ops = c.ops.load(Relaxed) + 1;
+    if v.abs() >= FLUSH_BYTES || ops >= u64::from(FLUSH_OPS) {
+        d.live_delta.store(0, Relaxed);
+        c.ops.store(0, Relaxed);
+        shared_live(s, v);
+    } else {
+        d.live_delta.store(v, Relaxed);
+        c.ops.store(ops, Relaxed);
+    }
+}
+
+fn shared_live(s: usize, delta: i64) {
+    if delta == 0 {
+        return;
+    }
+    let now = SHARED.live[s].fetch_add(delta, Relaxed) + delta;
+    if now > SHARED.peak[s].load(Relaxed) {
+        SHARED.peak[s].fetch_max(now, Relaxed);
+    }
+}
+
+/// Folds a thread's pending live delta and its counts into the shared totals.
+fn fold_all(c: &Counters) {
+    for (s, d) in c.devices.iter().enumerate() {
+        shared_live(s, d.live_delta.swap(0, Relaxed));
+        let r = &SHARED.retired.devices[s];
+        r.allocations.fetch_add(d.allocations.swap(0, Relaxed), Relaxed);
+        r.frees.fetch_add(d.frees.swap(0, Relaxed), Relaxed);
+        r.total_allocated.fetch_add(d.total_allocated.swap(0, Relaxed), Relaxed);
+    }
+}
+
+/// One device's totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub allocations: u64,
+    pub frees: u64,
+    pub total_allocated: u64,
+    pub live: i64,
+    pub peak: i64,
+}
+
+/// Every device's totals now, with every thread's pending delta counted.
+pub fn totals() -> [Totals; DEVICES] {
+    let mut out = [Totals::default(); DEVICES];
+    let running: Vec<&'static Counters> = lock(registry()).0.clone();
+    for (s, t) in out.iter_mut().enumerate() {
+        let r = &SHARED.retired.devices[s];
+        t.allocations = r.allocations.load(Relaxed);
+        t.frees = r.frees.load(Relaxed);
+        t.total_allocated = r.total_allocated.load(Relaxed);
+        t.live = SHARED.live[s].load(Relaxed);
+        for c in &running {
+            let d = &c.devices[s];
+            t.allocations += d.allocations.load(Relaxed);
+            t.frees += d.frees.load(Relaxed);
+            t.total_allocated += d.total_allocated.load(Relaxed);
+            t.live += d.live_delta.load(Relaxed);
+        }
+        t.peak = SHARED.peak[s].load(Relaxed).max(t.live);
+    }
+    out
+}
+
+/// In the child of a fork: every count starts from zero, and only this thread runs.
+pub fn reset_after_fork() {
+    for s in 0..DEVICES {
+        SHARED.live[s].store(0, Relaxed);
+        SHARED.peak[s].store(0, Relaxed);
+        let r = &SHARED.retired.devices[s];
+        r.allocations.store(0, Relaxed);
+        r.frees.store(0, Relaxed);
+        r.total_allocated.store(0, Relaxed);
+        r.live_delta.store(0, Relaxed);
+    }
+    // The registry's lock may be held by a thread that no longer exists: start a new one. The
+    // old one and the other threads' counters are leaked; this thread's are zeroed and kept.
+    let fresh: &'static Registry = Box::leak(Box::new(Mutex::new((Vec::new(), Vec::new()))));
+    REGISTRY.store(fresh as *const Registry as *mut Registry, Release);
+    if let Some(c) = COUNTERS.try_with(|c| c.get()).ok().filter(|p| !p.is_null()) {
+        // SAFETY: registered counters are leaked and never freed.
+        let c = unsafe { &*c };
+        for d in &c.devices {
+            d.allocations.store(0, Relaxed);
+            d.frees.store(0, Relaxed);
+            d.total_allocated.store(0, Relaxed);
+            d.live_delta.store(0, Relaxed);
+        }
+        lock(registry()).0.push(c);
+    }
+}
+
+/// A raw order key for allocations and events: the time-stamp counter where there is one, else
+/// a shared counter. Reports renumber these densely (ties broken by thread id).
+#[inline]
+pub fn order_key() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc has no preconditions.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Relaxed)
+    }
+}
