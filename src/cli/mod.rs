@@ -19,6 +19,7 @@ mod diff;
 pub mod exit;
 mod merge;
 mod run;
+mod snapshot;
 mod summary;
 mod suppressions;
 mod view;
@@ -66,6 +67,8 @@ pub enum Command {
     Diff(diff::DiffArgs),
     /// Write one self-contained HTML page: memory over time, top sites, flame graph.
     View(view::ViewArgs),
+    /// Make a running process (under the shim) write its report now; prints its path.
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 /// Why a subcommand failed.
@@ -84,6 +87,8 @@ pub enum CliError {
     Run(run::RunError),
     /// A suppressions file could not be read or parsed.
     Suppressions(crate::check::suppressions::ParseError),
+    /// `snapshot` got no report.
+    Snapshot(Box<snapshot::SnapshotError>),
 }
 
 impl fmt::Display for CliError {
@@ -93,6 +98,7 @@ impl fmt::Display for CliError {
             CliError::Output { what, source } => write!(f, "writing {what}: {source}"),
             CliError::Run(e) => e.fmt(f),
             CliError::Suppressions(e) => e.fmt(f),
+            CliError::Snapshot(e) => e.fmt(f),
         }
     }
 }
@@ -173,6 +179,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Merge(args) => merge::run(args),
         Command::Diff(args) => diff::run(args),
         Command::View(args) => view::run(args),
+        Command::Snapshot(args) => snapshot::run(args),
     }
 }
 
