@@ -7,6 +7,7 @@ mod cli_merge;
 mod cli_schema;
 mod cli_view;
 mod pool;
+mod reliability;
 mod shim_leaks;
 mod sim_driver;
 mod stack;
