@@ -1,49 +1,181 @@
-//! The call stack of an allocation: captured when it is made (through [`crate::stack`]), and
-//! written into the report as instruction pointers with their module and offset.
+//! The call stack of an allocation: captured when it is made (through [`crate::stack`]: native
+//! frames and, when the thread runs Python, its Python frames), and written into the report
+//! when the process ends, symbolized within a deadline and with its site.
+//!
+//! # What the report gets, per stack
+//!
+//! ```text
+//! {"id": 3,
+//!  "frames": [{"ip", "module", "offset", "function", "file", "line", "inlined"}, …],
+//!  "python": [{"file", "line", "function"}, …],            // only when Python frames were read
+//!  "site":   {"in": "frames"|"python", "index": 2, "fingerprint": "9c3e…"} | null}
+//! ```
+//!
+//! - `frames`: native frames, innermost first. An ip inside inlined code gives one entry per
+//!   inlined function (innermost first, `inlined: true`), then the function it was inlined
+//!   into (`inlined: false`), all with the same ip/module/offset. Names come from
+//!   [`cuguard_symbolize`] (symbol tables, DWARF, separate debug files), each distinct
+//!   (module, offset) once; work stops at a deadline (`CUGUARD_SYMBOLIZE_SECS`, default 2 s,
+//!   0 = off), after which frames keep null names for `cuguard symbolize` to fill in.
+//! - `python`: the thread's Python frames, innermost first.
+//! - `site`: the frame the stack is charged to, by [`cuguard_symbolize::site::find_site`] with
+//!   the built-in plumbing list plus `CUGUARD_PLUMBING` (comma-separated `module:GLOB`,
+//!   `function:GLOB`, `file:GLOB`). The rule runs over the frames in call order: the native
+//!   frames above the interpreter, then the Python frames, then the interpreter's own and
+//!   what called it. `in` names the array `index` points into.
+//!
+//! Modules are written as `{path, build_id, base, start, size}`: `base` is the load bias
+//! (`ip - base` = the offset symbol tables use), `[start, start + size)` the addresses its
+//! segments cover (for a non-PIE executable `base` is 0 and `start` is not).
+//!
+//! Everything here runs inside the report writer (under its guard and panic shield), in a
+//! process that may be exiting: it calls no CUDA and no Python, and a panic in symbolization
+//! costs only the names (the report is still written).
 
-use std::sync::Once;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock, TryLockError};
+use std::time::{Duration, Instant};
+
+use cuguard_symbolize::site::{Plumbing, SiteFrame, find_site};
+use cuguard_symbolize::{Frame, Symbolizer};
 
 use crate::report::json::Json;
+use crate::stack::{self, Module, python};
 use crate::tracker::NONE;
 
 static CONFIGURED: Once = Once::new();
 
+/// The default symbolization budget, seconds.
+pub const DEFAULT_SYMBOLIZE_SECS: f64 = 2.0;
+
 /// Captures the calling thread's stack; returns its id, or [`NONE`] when capture is off or fails.
 #[inline]
 pub fn capture() -> u32 {
-    CONFIGURED.call_once(|| crate::stack::configure(crate::config::get().stack_depth));
-    crate::stack::capture().unwrap_or(NONE)
+    CONFIGURED.call_once(configure);
+    stack::capture().unwrap_or(NONE)
 }
 
-/// Writes the report's `stacks` (frames: ip, module, offset; names where known) and `modules`.
-pub fn write_stacks(j: &mut Json) {
-    let stacks = crate::stack::stacks();
-    let modules = if stacks.is_empty() { Vec::new() } else { crate::stack::modules() };
-    j.key("stacks").begin_array();
-    for (id, ips) in &stacks {
-        j.begin_object();
-        j.key("id").u64((*id).into());
-        j.key("frames").begin_array();
-        for ip in ips {
-            j.begin_object();
-            j.key("ip").addr(*ip);
-            match crate::stack::locate(*ip, &modules) {
-                Some((m, offset)) => {
-                    j.key("module").str(&modules[m].path);
-                    j.key("offset").addr(offset);
+/// Once, before the first capture: the depth (`CUGUARD_STACK_DEPTH`) and when Python frames
+/// are read (`CUGUARD_PYTHON`: `1`/`on` by default, `gil`, `0`/`off`).
+fn configure() {
+    stack::configure(crate::config::get().stack_depth);
+    if let Ok(v) = std::env::var("CUGUARD_PYTHON") {
+        match python::Mode::parse(&v) {
+            Some(mode) => python::configure(mode),
+            None => {
+                let msg = format!("CUGUARD_PYTHON={v:?} is not 0, 1 or gil; using 1");
+                crate::diag::warn(&msg);
+                crate::faults::record(msg);
+            }
+        }
+    }
+}
+
+/// Settings of the report-time work, from the environment (read at the first report).
+struct Settings {
+    /// `None`: do not symbolize.
+    budget: Option<Duration>,
+    plumbing: Plumbing,
+    problems: Vec<String>,
+}
+
+impl Settings {
+    fn from_env(var: impl Fn(&str) -> Option<String>) -> Settings {
+        let mut problems = Vec::new();
+        let secs = match var("CUGUARD_SYMBOLIZE_SECS").as_deref().map(str::trim) {
+            None | Some("") => DEFAULT_SYMBOLIZE_SECS,
+            Some(s) => match s.parse::<f64>() {
+                Ok(v) if v.is_finite() && v >= 0.0 => v,
+                _ => {
+                    problems.push(format!(
+                        "CUGUARD_SYMBOLIZE_SECS={s:?} is not a number of seconds; using {DEFAULT_SYMBOLIZE_SECS}"
+                    ));
+                    DEFAULT_SYMBOLIZE_SECS
                 }
-                None => {
-                    j.key("module").null();
-                    j.key("offset").null();
+            },
+        };
+        let mut plumbing = Plumbing::builtin();
+        if let Some(list) = var("CUGUARD_PLUMBING") {
+            for spec in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                if let Err(e) = plumbing.add(spec) {
+                    problems.push(format!("CUGUARD_PLUMBING: {e}"));
                 }
             }
-            j.key("function").null();
-            j.key("file").null();
-            j.key("line").null();
-            j.end_object();
         }
-        j.end_array();
-        j.end_object();
+        Settings {
+            budget: (secs > 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0))),
+            plumbing,
+            problems,
+        }
+    }
+}
+
+/// Names found by earlier reports of this process (checkpoints, snapshots), by module (path
+/// and build-id) and offset, so that each address is looked up once per process. Bounded by
+/// [`MAX_CACHED`].
+#[derive(Default)]
+struct Names {
+    modules: HashMap<(String, Option<String>), usize>,
+    by_module: Vec<HashMap<u64, Arc<[Frame]>>>,
+    count: usize,
+}
+
+impl Names {
+    fn slot(&mut self, m: &Module) -> usize {
+        let key = (m.path.clone(), m.build_id.clone());
+        if let Some(&i) = self.modules.get(&key) {
+            return i;
+        }
+        self.by_module.push(HashMap::new());
+        self.modules.insert(key, self.by_module.len() - 1);
+        self.by_module.len() - 1
+    }
+}
+
+static NAMES: Mutex<Option<Names>> = Mutex::new(None);
+/// The most addresses whose names are kept between reports.
+const MAX_CACHED: usize = 1 << 20;
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+static DEADLINE_NOTED: AtomicBool = AtomicBool::new(false);
+static BROKEN_NOTED: AtomicBool = AtomicBool::new(false);
+
+/// Writes the report's `stacks` (symbolized, with Python frames and sites) and `modules`.
+pub fn write_stacks(j: &mut Json) {
+    let started = Instant::now();
+    let stacks = stack::stacks();
+    let modules = if stacks.is_empty() {
+        Vec::new()
+    } else {
+        stack::modules()
+    };
+    let settings = SETTINGS.get_or_init(|| {
+        let s = Settings::from_env(|k| std::env::var(k).ok());
+        for p in &s.problems {
+            crate::faults::record(p.clone());
+        }
+        if let Some(why) = python::declined() {
+            crate::faults::record(format!("Python frames not read: {why}"));
+        }
+        s
+    });
+    // A forked child may find the lock held by a thread it does not have: work without the
+    // names of earlier reports then.
+    let mut guard: Option<MutexGuard<'_, Option<Names>>> = match NAMES.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    };
+    let mut local: Option<Names> = None;
+    let names = match guard.as_deref_mut() {
+        Some(cached) => cached.get_or_insert_with(Names::default),
+        None => local.get_or_insert_with(Names::default),
+    };
+    let mut w = Writer::new(&modules, settings, names);
+    j.key("stacks").begin_array();
+    for (id, words) in &stacks {
+        w.stack(j, *id, words);
     }
     j.end_array();
     j.key("modules").begin_array();
@@ -52,8 +184,254 @@ pub fn write_stacks(j: &mut Json) {
         j.key("path").str(&m.path);
         j.key("build_id").opt_str(m.build_id.as_deref());
         j.key("base").addr(m.base);
+        j.key("start").addr(m.start);
         j.key("size").u64(m.end.saturating_sub(m.start));
         j.end_object();
     }
     j.end_array();
+    crate::diag::log(|| {
+        format!(
+            "stacks: {} written ({} addresses looked up now, {} named in all) in {:.1} ms",
+            stacks.len(),
+            w.looked_up,
+            w.names.count,
+            started.elapsed().as_secs_f64() * 1e3
+        )
+    });
+    if w.broken && !BROKEN_NOTED.swap(true, Ordering::Relaxed) {
+        crate::faults::record(
+            "symbolization failed (internal error); the remaining frames have no names".into(),
+        );
+    }
+    if w.unnamed > 0 && !DEADLINE_NOTED.swap(true, Ordering::Relaxed) {
+        crate::faults::record(format!(
+            "symbolization reached its deadline ({:.1} s, CUGUARD_SYMBOLIZE_SECS): {} addresses were left without names (`cuguard symbolize` can fill them in)",
+            settings.budget.map_or(0.0, |b| b.as_secs_f64()),
+            w.unnamed
+        ));
+    }
+}
+
+/// Report-time state: the symbolizer and the names of each (module, offset).
+struct Writer<'a> {
+    modules: &'a [Module],
+    plumbing: &'a Plumbing,
+    symbolizer: Option<Symbolizer>,
+    /// Set when the symbolizer panicked: no more symbolization.
+    broken: bool,
+    names: &'a mut Names,
+    /// Each module's slot in `names`, found when first needed.
+    slots: Vec<Option<usize>>,
+    /// Addresses this report looked up (not named by an earlier one).
+    looked_up: usize,
+    /// Addresses left without names because the deadline passed.
+    unnamed: usize,
+    codes: Vec<&'static python::Code>,
+    /// The module holding the Python interpreter, when Python frames were read.
+    interpreter: Option<usize>,
+}
+
+impl<'a> Writer<'a> {
+    fn new(modules: &'a [Module], settings: &'a Settings, names: &'a mut Names) -> Writer<'a> {
+        Writer {
+            modules,
+            plumbing: &settings.plumbing,
+            symbolizer: settings
+                .budget
+                .map(|b| Symbolizer::new(Some(Instant::now() + b))),
+            broken: false,
+            names,
+            slots: vec![None; modules.len()],
+            looked_up: 0,
+            unnamed: 0,
+            codes: python::codes(),
+            interpreter: python::interpreter_anchor()
+                .and_then(|a| stack::locate(a, modules))
+                .map(|(m, _)| m),
+        }
+    }
+
+    /// The frames at `offset` in module `m`, innermost inlined first; empty when unknown.
+    fn symbolize(&mut self, m: usize, offset: u64) -> Arc<[Frame]> {
+        let module = &self.modules[m];
+        let slot = match self.slots[m] {
+            Some(i) => i,
+            None => *self.slots[m].insert(self.names.slot(module)),
+        };
+        if let Some(f) = self.names.by_module[slot].get(&offset) {
+            return f.clone();
+        }
+        self.looked_up += 1;
+        let mut out: Vec<Frame> = Vec::new();
+        let mut keep = true;
+        if let Some(s) = self.symbolizer.as_mut()
+            && !self.broken
+            && module.path.starts_with('/')
+        {
+            let path = Path::new(&module.path);
+            let build_id = module.build_id.as_deref();
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                s.symbolize(path, build_id, offset)
+            })) {
+                Ok(f) => out = f,
+                Err(_) => self.broken = true,
+            }
+            if out.is_empty() && (s.timed_out() || self.broken) {
+                // Not known to be unknown: a later report may name it.
+                self.unnamed += usize::from(!self.broken);
+                keep = false;
+            }
+        } else if self.symbolizer.is_none() {
+            keep = false;
+        }
+        let out: Arc<[Frame]> = out.into();
+        if keep && self.names.count < MAX_CACHED {
+            self.names.by_module[slot].insert(offset, out.clone());
+            self.names.count += 1;
+        }
+        out
+    }
+
+    fn stack(&mut self, j: &mut Json, id: u32, words: &[u64]) {
+        let (native, tail) = stack::split(words);
+        // Resolve first, so that the site frames can borrow the resolved names.
+        let rows: Vec<(u64, Option<(usize, u64)>, Arc<[Frame]>)> = native
+            .iter()
+            .map(|&ip| {
+                let at = stack::locate(ip, self.modules);
+                let frames = match at {
+                    Some((m, offset)) => self.symbolize(m, offset),
+                    None => Arc::from([]),
+                };
+                (ip, at, frames)
+            })
+            .collect();
+        let py: Vec<python::PyFrame<'_>> = tail
+            .iter()
+            .map(|&w| python::decode(w, &self.codes))
+            .collect();
+
+        j.begin_object();
+        j.key("id").u64(id.into());
+        j.key("frames").begin_array();
+        let mut site_frames: Vec<SiteFrame<'_>> = Vec::with_capacity(rows.len() + py.len());
+        let mut first_interpreter: Option<usize> = None;
+        let unknown = Frame::default();
+        for (ip, at, frames) in &rows {
+            let (module, offset) = match at {
+                Some((m, off)) => (self.modules[*m].path.as_str(), *off),
+                None => ("", *ip),
+            };
+            if first_interpreter.is_none() && at.is_some_and(|(m, _)| Some(m) == self.interpreter) {
+                first_interpreter = Some(site_frames.len());
+            }
+            let list: &[Frame] = if frames.is_empty() {
+                std::slice::from_ref(&unknown)
+            } else {
+                frames
+            };
+            for f in list {
+                j.begin_object();
+                j.key("ip").addr(*ip);
+                j.key("module").str(module);
+                j.key("offset").addr(offset);
+                j.key("function").opt_str(f.function.as_deref());
+                j.key("file").opt_str(f.file.as_deref());
+                j.key("line").opt_u64(f.line.map(u64::from));
+                j.key("inlined").bool(f.inlined);
+                j.end_object();
+                site_frames.push(SiteFrame {
+                    module,
+                    function: f.function.as_deref(),
+                    file: f.file.as_deref(),
+                    line: f.line,
+                    offset,
+                });
+            }
+        }
+        j.end_array();
+        if !py.is_empty() {
+            j.key("python").begin_array();
+            for f in &py {
+                j.begin_object();
+                j.key("file").str(f.file);
+                j.key("line").opt_u64(f.line.map(u64::from));
+                j.key("function").str(f.function);
+                j.end_object();
+            }
+            j.end_array();
+        }
+
+        // Call order: native frames above the interpreter, the Python frames, the rest.
+        let split = first_interpreter.unwrap_or(site_frames.len());
+        let mut ordered: Vec<SiteFrame<'_>> = Vec::with_capacity(site_frames.len() + py.len());
+        ordered.extend_from_slice(&site_frames[..split]);
+        ordered.extend(py.iter().map(|f| SiteFrame {
+            module: "",
+            function: Some(f.function),
+            file: Some(f.file),
+            line: f.line,
+            offset: 0,
+        }));
+        ordered.extend_from_slice(&site_frames[split..]);
+        j.key("site");
+        match find_site(&ordered, self.plumbing) {
+            Some(site) => {
+                let (array, index) = if site.index < split {
+                    ("frames", site.index)
+                } else if site.index < split + py.len() {
+                    ("python", site.index - split)
+                } else {
+                    ("frames", site.index - py.len())
+                };
+                j.begin_object();
+                j.key("in").str(array);
+                j.key("index").u64(index as u64);
+                j.key("fingerprint").str(&site.fingerprint);
+                j.end_object();
+            }
+            None => {
+                j.null();
+            }
+        }
+        j.end_object();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let owned: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| {
+            owned
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    #[test]
+    fn settings() {
+        let s = Settings::from_env(env(&[]));
+        assert_eq!(s.budget, Some(Duration::from_secs(2)));
+        assert!(s.problems.is_empty());
+        let s = Settings::from_env(env(&[("CUGUARD_SYMBOLIZE_SECS", "0")]));
+        assert_eq!(s.budget, None);
+        let s = Settings::from_env(env(&[
+            ("CUGUARD_SYMBOLIZE_SECS", "soon"),
+            (
+                "CUGUARD_PLUMBING",
+                "function:mypool::*, bogus ,module:libpool.so",
+            ),
+        ]));
+        assert_eq!(s.budget, Some(Duration::from_secs(2)));
+        assert_eq!(s.problems.len(), 2, "{:?}", s.problems);
+        assert!(s.plumbing.patterns().any(|p| p == "function:mypool::*"));
+        assert!(s.plumbing.patterns().any(|p| p == "module:libpool.so"));
+    }
 }

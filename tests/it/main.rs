@@ -9,6 +9,7 @@ mod cli_view;
 mod pool;
 mod reliability;
 mod shim_leaks;
+mod sites;
 mod sim_driver;
 mod stack;
 mod support;

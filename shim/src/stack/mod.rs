@@ -63,9 +63,10 @@
 //!
 //! # What the caller (the shim) must know
 //!
-//! - Nothing here panics by design, calls CUDA, or calls `dlsym` (the unwinder uses no
-//!   std facility that looks symbols up; the thread-local destructor is registered through
-//!   `__cxa_thread_atexit_impl`, a link-time weak symbol).
+//! - Nothing here panics by design, calls CUDA, or calls the shim's own `dlsym` (the unwinder
+//!   uses no std facility that looks symbols up; the thread-local destructor is registered
+//!   through `__cxa_thread_atexit_impl`, a link-time weak symbol). The first capture looks
+//!   the Python interpreter up once through the *real* `dlsym` ([`python`]).
 //! - Re-entry on one thread (a signal handler that allocates during a capture) returns `None`.
 //! - Safe from any thread, including from thread-local destructors after this module's own
 //!   thread state is gone (then a shared spare cache is used under a try-lock, else `None`).
@@ -83,6 +84,7 @@
 
 mod cfi;
 mod phdr;
+pub mod python;
 mod table;
 mod unwind;
 
@@ -121,6 +123,29 @@ pub struct Module {
     pub end: u64,
 }
 
+/// The tag of the words that follow a stack's native frames: its Python frames
+/// ([`python`]), innermost first. A word `w` is one when `w & TAIL_MASK == TAIL_TAG`; no ip
+/// is (ips are user-space addresses, below 2^47).
+pub const TAIL_TAG: u64 = 0xc0de_0000_0000_0000;
+/// See [`TAIL_TAG`].
+pub const TAIL_MASK: u64 = 0xffff_0000_0000_0000;
+
+/// Whether a word of a stack is a Python frame rather than a native ip.
+#[inline]
+pub fn is_tail(word: u64) -> bool {
+    word & TAIL_MASK == TAIL_TAG
+}
+
+/// Splits a stack from [`stacks`] into its native ips and its Python frames (tagged words for
+/// [`python::decode`]).
+pub fn split(words: &[u64]) -> (&[u64], &[u64]) {
+    let n = words
+        .iter()
+        .position(|&w| is_tail(w))
+        .unwrap_or(words.len());
+    words.split_at(n)
+}
+
 /// Sets how many frames each capture keeps (clamped to [`MAX_DEPTH`]); 0 turns capture off.
 /// Call once, before the first capture; later calls apply to later captures.
 pub fn configure(depth: usize) {
@@ -128,8 +153,10 @@ pub fn configure(depth: usize) {
 }
 
 /// Captures the calling thread's stack, outward from the caller of the shim, and returns the
-/// id of that stack. `None` when capture is off (depth 0), on re-entry, when no frame could
-/// be unwound, or when the table is full (2^20 distinct stacks).
+/// id of that stack. When the thread runs Python, its Python frames (up to the same depth)
+/// are part of the stack: two allocations from one native path but different Python lines
+/// get different ids (see [`python`] and [`split`]). `None` when capture is off (depth 0), on
+/// re-entry, when no frame could be unwound, or when the table is full (2^20 distinct stacks).
 ///
 /// Cost: see the module doc. Never panics by design, never blocks.
 #[inline(never)]
@@ -143,18 +170,27 @@ fn capture_with(skip: Skip, depth: usize) -> Option<StackId> {
     if depth == 0 {
         return None;
     }
+    let mut py = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
+    let py_n = python::capture(&mut py[..depth]);
+    // SAFETY: `python::capture` initialised the first `py_n` elements.
+    let py = unsafe { std::slice::from_raw_parts(py.as_ptr() as *const u64, py_n) };
     let mut snap = unwind::snapshot()?;
     unwind::with_thread(|cache, bounds| {
-        let mut buf = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
+        let mut buf = [MaybeUninit::<u64>::uninit(); 2 * MAX_DEPTH];
         for attempt in 0..2 {
             let n = unwind::unwind(snap, cache, bounds, skip, &mut buf[..depth]);
             if n == 0 {
                 return None;
             }
-            // SAFETY: `unwind` initialised the first `n` elements.
-            let ips = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u64, n) };
-            let h = table::hash(ips);
-            if let Some((id, rec)) = table::lookup(h, ips) {
+            for (slot, &w) in buf[n..n + py_n].iter_mut().zip(py) {
+                slot.write(w);
+            }
+            // SAFETY: `unwind` initialised the first `n` elements, the loop above the next
+            // `py_n`.
+            let words = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u64, n + py_n) };
+            let ips = &words[..n];
+            let h = table::hash(words);
+            if let Some((id, rec)) = table::lookup(h, words) {
                 let suspect = rec.flags.load(Ordering::Relaxed) & table::FLAG_UNKNOWN_MODULE != 0;
                 if !suspect || attempt == 1 || !unwind::refresh(false) {
                     return Some(id);
@@ -172,13 +208,14 @@ fn capture_with(skip: Skip, depth: usize) -> Option<StackId> {
             } else {
                 0
             };
-            return table::insert(h, ips, flags);
+            return table::insert(h, words, flags);
         }
         None
     })
 }
 
-/// Every distinct stack captured so far, by id (innermost frame first; call-site addresses).
+/// Every distinct stack captured so far, by id (innermost frame first; call-site addresses),
+/// each followed by its Python frames, if any ([`split`] separates them).
 pub fn stacks() -> Vec<(StackId, Vec<u64>)> {
     table::all()
 }
@@ -284,5 +321,6 @@ pub fn invalidate_modules() {
 pub fn after_fork_child() {
     table::reset_after_fork();
     unwind::reset_after_fork();
+    python::reset_after_fork();
     HISTORY.lock.unlock();
 }
