@@ -8,6 +8,7 @@ mod cli_schema;
 mod cli_view;
 mod pool;
 mod reliability;
+mod reliability_race;
 mod shim_leaks;
 mod sites;
 mod sim_driver;
