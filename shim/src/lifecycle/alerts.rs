@@ -114,6 +114,16 @@ impl Alert {
         "warn_threshold_crossed"
     }
 
+    /// The raw order key and thread (see `crate::tracker::dense_order`).
+    pub fn order_key(&self) -> (u64, u32) {
+        (self.seq, self.thread)
+    }
+
+    /// Sets the dense sequence number the report gives it.
+    pub fn set_seq(&mut self, seq: u64) {
+        self.seq = seq;
+    }
+
     /// Writes the event as one element of the report's `events`.
     pub fn write(&self, j: &mut Json) {
         j.begin_object();
@@ -212,7 +222,7 @@ fn warn(t: &Tracker, device: i32, live_now: u64, threshold: u64) {
 /// A site is the first frame outside cuguard and the CUDA libraries, as `module+0xoffset`.
 fn top_sites(t: &Tracker, device: i32, n: usize) -> Vec<(String, u64, usize)> {
     let mut by_stack: std::collections::HashMap<u32, (u64, usize)> = Default::default();
-    for (_, r) in t.live.snapshot() {
+    for (_, r) in t.live_snapshot() {
         if r.device == device && r.memory.on_device() {
             let e = by_stack.entry(r.stack).or_default();
             e.0 += r.size;

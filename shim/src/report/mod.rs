@@ -139,9 +139,29 @@ pub struct Outcome {
 /// Writes the report for `occasion`; returns what it held and where it went.
 pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
     let cfg = config::get();
-    let leaks = collect_leaks(t);
-    let (events, dropped) = t.events.snapshot();
-    let alerts = crate::lifecycle::alerts::events();
+    let mut leaks = collect_leaks(t);
+    let (mut events, dropped) = t.events.snapshot();
+    let mut alerts = crate::lifecycle::alerts::events();
+    // Raw order keys (time-stamp counter) become dense sequence numbers, leaks and events in
+    // one order.
+    let keys: Vec<(u64, u32)> = leaks
+        .iter()
+        .map(|l| (l.record.seq, l.record.thread))
+        .chain(events.iter().map(|e| (e.seq, e.thread)))
+        .chain(alerts.iter().map(|a| a.order_key()))
+        .collect();
+    let dense = crate::tracker::dense_order(&keys);
+    let (for_leaks, rest) = dense.split_at(leaks.len());
+    let (for_events, for_alerts) = rest.split_at(events.len());
+    for (l, d) in leaks.iter_mut().zip(for_leaks) {
+        l.record.seq = *d;
+    }
+    for (e, d) in events.iter_mut().zip(for_events) {
+        e.seq = *d;
+    }
+    for (a, d) in alerts.iter_mut().zip(for_alerts) {
+        a.set_seq(*d);
+    }
     let contexts = t.contexts.snapshot();
     let devices = t.contexts.devices();
     let rank = process::rank();
@@ -403,8 +423,7 @@ fn opt_id(j: &mut Json, id: u32) {
 
 fn collect_leaks(t: &Tracker) -> Vec<Leak> {
     let mut leaks: Vec<Leak> = t
-        .live
-        .snapshot()
+        .live_snapshot()
         .into_iter()
         .map(|(address, record)| Leak {
             address,
