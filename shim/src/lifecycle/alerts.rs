@@ -85,7 +85,9 @@ fn resolve(device: i32) -> u64 {
                 .unwrap_or(0);
             if total == 0 {
                 crate::diag::log(|| {
-                    format!("CUGUARD_WARN_AT: the size of device {device} is unknown; no warning for it")
+                    format!(
+                        "CUGUARD_WARN_AT: the size of device {device} is unknown; no warning for it"
+                    )
                 });
                 return OFF;
             }
@@ -159,7 +161,12 @@ fn alerts() -> &'static Mutex<Vec<Alert>> {
         return unsafe { &*p };
     }
     let fresh = Box::into_raw(Box::new(Mutex::new(Vec::new())));
-    match ALERTS.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+    match ALERTS.compare_exchange(
+        std::ptr::null_mut(),
+        fresh,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
         // SAFETY: we just published our own leaked box.
         Ok(_) => unsafe { &*fresh },
         Err(existing) => {
@@ -229,7 +236,8 @@ fn top_sites(t: &Tracker, device: i32, n: usize) -> Vec<(String, u64, usize)> {
             e.1 += 1;
         }
     }
-    let mut top: Vec<(u32, u64, usize)> = by_stack.into_iter().map(|(s, (b, c))| (s, b, c)).collect();
+    let mut top: Vec<(u32, u64, usize)> =
+        by_stack.into_iter().map(|(s, (b, c))| (s, b, c)).collect();
     top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     top.truncate(n);
     if top.is_empty() {

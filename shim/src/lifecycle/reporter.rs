@@ -88,7 +88,11 @@ pub fn announce() {
     let sig = crate::config::get().snapshot_signal;
     let _ = NAME_SIG.compare_exchange(
         0,
-        if super::signals::snapshot_installed(sig) { sig } else { -1 },
+        if super::signals::snapshot_installed(sig) {
+            sig
+        } else {
+            -1
+        },
         Ordering::AcqRel,
         Ordering::Acquire,
     );

@@ -44,7 +44,8 @@ pub const FATAL: [libc::c_int; 5] = [
     libc::SIGABRT,
 ];
 /// Signals whose default action terminates the process, sent by people and supervisors.
-pub const TERMINATING: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+pub const TERMINATING: [libc::c_int; 4] =
+    [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
 
 const NSIG: usize = 65;
 

@@ -111,7 +111,10 @@ pub fn prepare(report_path: &Path) {
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let name = report_path.file_name().unwrap_or_default().to_string_lossy();
+    let name = report_path
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy();
     let Ok(tmp) = file::cstr(&dir.join(format!(".{name}.{}.signal.tmp", process::pid()))) else {
         return;
     };
@@ -147,7 +150,9 @@ impl Why {
             Why::TimedOut => {
                 "signal: the full report did not finish in time (a lock or the heap may have been held by the crashing thread)"
             }
-            Why::ReporterFailed => "signal: the cuguard thread failed while collecting the full report",
+            Why::ReporterFailed => {
+                "signal: the cuguard thread failed while collecting the full report"
+            }
         }
     }
 }
@@ -177,7 +182,10 @@ pub fn write(sig: i32, why: Why) -> bool {
         return false;
     }
     let mut ok = put(fd, &p.head);
-    ok &= put(fd, b"\"complete\":false,\"reason\":\"signal\",\"cut_short\":\"");
+    ok &= put(
+        fd,
+        b"\"complete\":false,\"reason\":\"signal\",\"cut_short\":\"",
+    );
     ok &= put(fd, why.as_str().as_bytes());
     ok &= put(fd, b"\",\"signal\":{\"number\":");
     let mut num = [0u8; 20];
