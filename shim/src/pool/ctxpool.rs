@@ -388,12 +388,10 @@ impl Inner {
         if let Some(a) = self.try_alloc(size) {
             return Ok(a);
         }
-        // 2. Pending frees that could serve it: synchronize rather than grow.
-        if self.pending_bytes >= footprint && self.synchronize(pool) {
-            if let Some(a) = self.try_alloc(size) {
-                return Ok(a);
-            }
-        }
+        // 2. Frees still waiting: make sure a fence covers them, so they come back soon. The
+        // pool does not wait for the GPU here (that would stall a program whose CPU runs ahead
+        // of its kernels, which is how training loops run); it grows instead, and waits only
+        // under pressure (4.).
         if !self.pending.is_empty() {
             self.fence(pool);
         }

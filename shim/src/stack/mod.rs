@@ -39,7 +39,7 @@
 //! - **Chosen**: the same method, done here in [`cfi`]: gimli finds the FDE through the mapped
 //!   `.eh_frame_hdr` table and evaluates the CFI once per address; the result is reduced to a
 //!   packed rule (CFA = sp/bp + k, rbp saved at CFA + j) kept in a 4-way set-associative
-//!   per-thread cache (32 KiB). A warm frame is a cache probe and two stack reads. No file is
+//!   per-thread cache (128 KiB; PyTorch's allocation paths touch thousands of distinct return addresses). A warm frame is a cache probe and two stack reads. No file is
 //!   opened and nothing is copied: `.eh_frame_hdr`/`.eh_frame` are found through
 //!   `PT_GNU_EH_FRAME` in the mapped program headers. libunwind was not tried: one more C
 //!   library to ship and find at run time, for the same method.
@@ -52,7 +52,7 @@
 //! lock. See [`table`] and [`unwind`] for the details and the bounds on memory.
 //!
 //! First times: the first capture in the process builds the module snapshot
-//! (`dl_iterate_phdr`, a few allocations); a thread's first capture allocates its 32 KiB rule
+//! (`dl_iterate_phdr`, a few allocations); a thread's first capture allocates its 128 KiB rule
 //! cache and asks pthread for its stack bounds (for the main thread glibc reads
 //! `/proc/self/maps`); its first rule-cache miss allocates a 25 KiB CFI context.
 //!

@@ -453,6 +453,9 @@ fn after_dlclose_and_invalidate_the_module_list_is_rebuilt() {
         let f: extern "C" fn(extern "C" fn(*mut c_void), *mut c_void) =
             std::mem::transmute(libc::dlsym(h, c"call_back".as_ptr()));
         let mut id: Option<StackId> = None;
+        // Module list rebuilds are rate-limited (one per 20 ms): let the window pass so the
+        // capture below sees the library just loaded.
+        std::thread::sleep(std::time::Duration::from_millis(30));
         f(cb, &mut id as *mut _ as *mut c_void);
         assert!(id.is_some());
         assert_eq!(libc::dlclose(h), 0);

@@ -8,7 +8,7 @@
 //! loader's add/remove counters moved, at most once per [`REFRESH_INTERVAL_NS`] (unless forced
 //! after a `dlclose`), and at most [`MAX_SNAPSHOTS`] times (each costs about 80 bytes a module).
 //!
-//! Per thread: a 32 KiB rule cache, a gimli CFI evaluation context (about 25 KiB, made at the
+//! Per thread: a 128 KiB rule cache, a gimli CFI evaluation context (about 25 KiB, made at the
 //! first cache miss; it never allocates while evaluating), the thread's stack bounds (so stack
 //! reads never leave mapped memory) and a busy flag (no re-entry). They are freed by a
 //! thread-local destructor; a capture after that (from another TLS destructor) borrows a
