@@ -149,8 +149,10 @@ def case_numba():
         leak(arrays[i])
     del arrays
     cuda.current_context().deallocations.clear()
-    # the warm-up array and SIZES
-    return dict(allocated=len(SIZES) + 1, start=start, checksum=checksum)
+    # The warm-up array and SIZES. numba frees every allocation it made when it resets its
+    # context at exit, the leaked arrays too, so nothing is left for the report: what is checked
+    # is that all nine allocations and their frees were seen.
+    return dict(allocated=len(SIZES) + 1, kept=0, kept_sizes=[], start=start, checksum=checksum)
 
 
 CASES = {

@@ -55,6 +55,21 @@ def sanitizer(path):
     return (int(m.group(2)), int(m.group(1))) if m else (0, 0)
 
 
+def sites(rep):
+    """Each leak's site, as file:line function (Python frames first, then native)."""
+    stacks = {s["id"]: s for s in rep.get("stacks", [])}
+    out = []
+    for l in rep["leaks"]:
+        s = stacks.get(l.get("stack"))
+        site = s and s.get("site")
+        if not site:
+            out.append("?")
+            continue
+        frame = s.get(site["in"], [])[site["index"]]
+        out.append(f"{frame.get('file')}:{frame.get('line')} {frame.get('function')}")
+    return out
+
+
 def check(d, case, pool, baseline_checksum):
     out = last_json_line(os.path.join(d, f"{case}.pool{pool}.out"))
     rep = load(os.path.join(d, f"{case}.pool{pool}.json"))
@@ -117,7 +132,18 @@ def check(d, case, pool, baseline_checksum):
     if pool == 1 and baseline_checksum is not None and out.get("checksum") != baseline_checksum:
         row["ok"] = False
         row["why"].append(f"checksum {out.get('checksum')} != {baseline_checksum} (pool off)")
+    if case in ("planted", "torch_sites"):
+        row["sites"] = sites(rep)
+    if case == "torch_sites" and pool == 1:
+        lines = sorted({s for s in row["sites"] if "clients.py" in s})
+        if len(lines) != 2:
+            row["ok"] = False
+            row["why"].append(f"expected two Python sites in clients.py, got {lines}")
     if case == "planted":
+        named = {n for n in ("leak_in_static_function", "leak_in_thread", "leak_in_loop") if any(n in x for x in row["sites"])}
+        if len(named) != 3 or any("planted_leaks.cu" not in x for x in row["sites"]):
+            row["ok"] = False
+            row["why"].append(f"sites do not name the planted functions and lines: {row['sites']}")
         cs = sanitizer(os.path.join(d, "cs.txt"))
         row["sanitizer"] = cs
         if cs != (len(leaks), row["leaked_bytes"]):

@@ -78,7 +78,7 @@ def run(args, env):
     return None
 
 
-def all_configs(shim, out_path):
+def all_configs(shim, out_path, only=None, rounds=2):
     nocache = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     det = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     quiet = {"CUGUARD_QUIET": "1", "CUGUARD_REPORT": "/tmp/cuguard-e2e.%p.json"}
@@ -96,9 +96,11 @@ def all_configs(shim, out_path):
         "RMM PoolMemoryResource, bare": (["rmm", "pool"], {}),
         "RMM CudaAsyncMemoryResource, bare": (["rmm", "async"], {}),
     }
+    if only == "resnet":
+        rmm_cfgs = {}
     results = {k: [] for k in list(resnet_cfgs) + list(rmm_cfgs)}
     losses = {}
-    for _round in range(2):
+    for _round in range(rounds):
         for name, env in resnet_cfgs.items():
             r = run(["resnet", "20"], env)
             if r:
@@ -140,6 +142,8 @@ def main():
         print(json.dumps(rmm_loop(sys.argv[2])))
     elif what == "all":
         all_configs(sys.argv[2], sys.argv[3])
+    elif what == "resnet-only":
+        all_configs(sys.argv[2], sys.argv[3], only="resnet", rounds=1)
 
 
 if __name__ == "__main__":
