@@ -1,6 +1,6 @@
 /* stress_churn PAIRS [EVERY]: PAIRS cuMemAlloc/cuMemFree pairs (sizes cycling from 256 B to
  * 1 MiB, from three call sites) on one thread, with 64 blocks live at any time; every EVERY pairs
- * (default 1000000) prints "PAIRS RSS_KIB SECONDS". The shim's bookkeeping for freed allocations
+ * (default 1000000) prints "PAIRS RSS_KIB SECONDS HWM_KIB" (HWM: the peak RSS so far). The shim's bookkeeping for freed allocations
  * must be reclaimed: RSS stays flat however many pairs go through. */
 #include <time.h>
 
@@ -14,6 +14,17 @@ static long rss_kib(void) {
         fclose(f);
     }
     return rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static long hwm_kib(void) {
+    char line[256];
+    long v = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld", &v) == 1) break;
+    fclose(f);
+    return v;
 }
 
 static double now(void) {
@@ -33,7 +44,7 @@ int main(int argc, char **argv) {
     wl_primary(0);
     CUdeviceptr live[64] = {0};
     double t0 = now();
-    printf("0 %ld 0.0\n", rss_kib());
+    printf("0 %ld 0.0 %ld\n", rss_kib(), hwm_kib());
     fflush(stdout);
     for (long long i = 0; i < pairs; i++) {
         int s = (int)(i % 64);
@@ -41,7 +52,7 @@ int main(int argc, char **argv) {
         size_t n = (size_t)256 << (i % 13);
         live[s] = (i % 3 == 0) ? site_a(n) : (i % 3 == 1) ? site_b(n) : site_c(n);
         if ((i + 1) % every == 0) {
-            printf("%lld %ld %.1f\n", i + 1, rss_kib(), now() - t0);
+            printf("%lld %ld %.1f %ld\n", i + 1, rss_kib(), now() - t0, hwm_kib());
             fflush(stdout);
         }
     }
