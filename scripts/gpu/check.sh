@@ -5,6 +5,8 @@
 # Run from the repository root on the GPU machine, after `scripts/gpu/stage.sh` has put the
 # release build in .gpu/ here (and ../shared/gpu/fetch-wheels.sh the RMM wheels in .whl/):
 #   bash scripts/gpu/check.sh [compat] [bench] [e2e]     (default: all three)
+# Narrower runs: CASES="planted torch" (compat cases), E2E=resnet-only, BENCH_ROUNDS=N,
+# BENCH_ARGS="--tests pair,threads --variants pool,pool+stacks".
 # Writes the table to $OUT/compat.md (or ./gpu-out/) and logs next to it.
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -51,7 +53,7 @@ declare -A CMD=(
 )
 
 if [[ " $what " == *" compat "* ]]; then
-  for case in "${!CMD[@]}"; do
+  for case in ${CASES:-"${!CMD[@]}"}; do
     for pool in 0 1; do
       CUGUARD_POOL=$pool CUGUARD_REPORT=$B/$case.pool$pool.json LD_PRELOAD=$S \
         timeout 300 ${CMD[$case]} > $B/$case.pool$pool.out 2> $B/$case.pool$pool.err
@@ -65,12 +67,12 @@ if [[ " $what " == *" compat "* ]]; then
 fi
 
 if [[ " $what " == *" bench "* ]] && [ -x .gpu/alloc_bench ]; then
-  .gpu/alloc_bench --shim "$S" --rounds "${BENCH_ROUNDS:-3}" --json "$OUT/bench.json" > "$OUT/bench.md" 2> "$OUT/bench.log"
+  .gpu/alloc_bench --shim "$S" --rounds "${BENCH_ROUNDS:-3}" ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.md" 2> "$OUT/bench.log"
   echo "bench exit: $?"
 fi
 
 if [[ " $what " == *" e2e "* ]]; then
-  python3 scripts/gpu/e2e.py all "$S" "$OUT/e2e.json" > "$OUT/e2e.md" 2> "$OUT/e2e.log"
+  python3 scripts/gpu/e2e.py "${E2E:-all}" "$S" "$OUT/e2e.json" > "$OUT/e2e.md" 2> "$OUT/e2e.log"
   echo "e2e exit: $?"
 fi
 

@@ -111,10 +111,14 @@ pub const BUILTIN: &[&str] = &[
     "module:libcusolver*.so*",
     "module:libnccl*.so*",
     "module:libnvrtc*.so*",
-    // The runtime linked statically into an nvcc program.
+    // The runtime linked statically into an nvcc program (its internal functions are named
+    // libcudart_static_<hash>, as seen on the H200 with CUDA 13.0).
     "function:cuda[A-Z]*",
     "function:cudart::*",
     "function:__cudart*",
+    "function:libcudart_static_*",
+    // cudarc, the Rust client.
+    "function:cudarc::*",
     // PyTorch: the caching allocator and the framework below the user's code.
     "function:c10::cuda::CUDACachingAllocator::*",
     "function:c10::*",
@@ -477,6 +481,21 @@ mod tests {
             s.fingerprint, other.fingerprint,
             "different lines, different sites"
         );
+    }
+
+    #[test]
+    fn nvcc_program_site_is_the_planted_function() {
+        // The frames of a leak in scripts/gpu/planted_leaks.cu, as the shim symbolized them on
+        // the H200 (2026-11-30): static cudart's internals, cudaMalloc, then the user's function.
+        let p = Plumbing::builtin();
+        let frames = [
+            f("/tmp/b/planted", Some("libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c")),
+            f("/tmp/b/planted", Some("libcudart_static_f74e2f2bcf2cf49bd1a61332e1d15bd1e748f9cf")),
+            f("/tmp/b/planted", Some("cudaMalloc")),
+            f("/tmp/b/planted", Some("leak_in_static_function")),
+            f("/tmp/b/planted", Some("main")),
+        ];
+        assert_eq!(find_site(&frames, &p).unwrap().index, 3);
     }
 
     #[test]
