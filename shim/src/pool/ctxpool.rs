@@ -323,7 +323,7 @@ impl CtxPool {
             }
             if let Ok(mut g) = a.try_lock() {
                 let before = g.trimmed_bytes;
-                g.trim(0, self);
+                g.trim(0, self, true);
                 freed += g.trimmed_bytes - before;
             }
         }
@@ -388,10 +388,15 @@ impl Inner {
         if let Some(a) = self.try_alloc(size) {
             return Ok(a);
         }
-        // 2. Frees still waiting: make sure a fence covers them, so they come back soon. The
-        // pool does not wait for the GPU here (that would stall a program whose CPU runs ahead
-        // of its kernels, which is how training loops run); it grows instead, and waits only
-        // under pressure (4.).
+        // 2. Frees still waiting for the GPU that could serve this request: wait for them
+        // rather than grow. Measured on resnet18 training (docs/benchmarks.md): growing instead
+        // makes the pool ask the driver for a chunk of nearly every new size, as slow as no
+        // pool at all, because the same-size block from the previous step is still pending.
+        if self.pending_bytes >= footprint && self.synchronize(pool) {
+            if let Some(a) = self.try_alloc(size) {
+                return Ok(a);
+            }
+        }
         if !self.pending.is_empty() {
             self.fence(pool);
         }
@@ -408,7 +413,7 @@ impl Inner {
             // Idle dedicated chunks are reused only by requests of about their size: give some
             // back before asking for a new one, so reserved memory tracks live memory.
             let release = self.policy.dedicated_release(self.sub.idle_chunks(), want);
-            self.release_chunks(release.iter().map(|c| c.id), pool);
+            self.release_chunks(release.iter().map(|c| c.id), pool, false);
         }
         for chunk in [want, minimum] {
             if pool.within_limit(chunk) && self.grow(chunk, dedicated, pool, arena).is_ok() {
@@ -425,7 +430,7 @@ impl Inner {
         if let Some(a) = self.try_alloc(size) {
             return Ok(a);
         }
-        self.trim(0, pool);
+        self.trim(0, pool, true);
         if !pool.within_limit(minimum) {
             pool.trim_other_arenas(arena);
         }
@@ -475,12 +480,12 @@ impl Inner {
     fn after_release(&mut self, pool: &CtxPool) {
         let keep = self.keep;
         if self.sub.stats().idle_bytes > keep {
-            self.trim(keep, pool);
+            self.trim(keep, pool, false);
         }
     }
 
     /// Gives idle chunks back to the driver until at most `keep` idle bytes remain.
-    fn trim(&mut self, keep: u64, pool: &CtxPool) {
+    fn trim(&mut self, keep: u64, pool: &CtxPool, wait: bool) {
         let mut idle: Vec<_> = self.sub.idle_chunks().collect();
         idle.sort_by_key(|c| std::cmp::Reverse(c.size));
         let mut idle_bytes: u64 = idle.iter().map(|c| c.size).sum();
@@ -492,15 +497,20 @@ impl Inner {
             idle_bytes -= c.size;
             release.push(c.id);
         }
-        self.release_chunks(release.into_iter(), pool);
+        self.release_chunks(release.into_iter(), pool, wait);
     }
 
-    /// Gives these (idle) chunks back to the driver.
-    fn release_chunks(&mut self, ids: impl Iterator<Item = super::tlsf::ChunkId>, pool: &CtxPool) {
+    /// Gives these (idle) chunks back to the driver; `wait` when the memory must be free again
+    /// before this returns (under pressure).
+    fn release_chunks(&mut self, ids: impl Iterator<Item = super::tlsf::ChunkId>, pool: &CtxPool, wait: bool) {
         for id in ids {
             if let Ok((base, size)) = self.sub.remove_chunk(id) {
                 super::registry::chunk_removed(base);
-                free_chunk(base);
+                if wait {
+                    free_chunk(base);
+                } else {
+                    free_chunk_async(base);
+                }
                 pool.reserved.fetch_sub(size, Relaxed);
                 self.trims += 1;
                 self.trimmed_bytes += size;
@@ -514,4 +524,18 @@ fn free_chunk(base: u64) {
         // SAFETY: base is a chunk this pool allocated and no block of it is live.
         unsafe { f(base) };
     }
+}
+
+/// Gives a chunk back without waiting: cuMemFree would wait for all work on the device, which
+/// stalls a program whose CPU runs ahead of its kernels. No block of the chunk is live or
+/// pending, so no work can still touch it; the driver takes it back in legacy-stream order.
+fn free_chunk_async(base: u64) {
+    if let Some(f) = real::cuMemFreeAsync() {
+        // SAFETY: base is a chunk this pool allocated with cuMemAlloc and no block of it is live
+        // or waiting for a fence; a null stream is the legacy default stream.
+        if unsafe { f(base, std::ptr::null_mut()) } == CUDA_SUCCESS {
+            return;
+        }
+    }
+    free_chunk(base);
 }
