@@ -1,10 +1,12 @@
 //! The site rule: which place in the program a leak is charged to.
 //!
-//! For now a leak's *site* is the first frame of its stack (innermost first) that is not inside
-//! cuguard's shim, the CUDA driver or the CUDA runtime, named by its function when known, else
-//! by `module+0xoffset`. Everything that groups leaks (summary, check, suppressions, diff, view)
-//! asks this module, so a better rule (symbolization, Python frames, inlining) can replace it
-//! here alone.
+//! A leak's *site* is the frame the shim chose when it wrote the report (`stacks[].site`: the
+//! first frame that is the user's own rather than plumbing, Python frames included), named
+//! `function (file:line)` — two allocations on two lines of one function are two sites, as they
+//! are two places to fix. For reports without it (older shims, or names that were not resolved),
+//! the site is the first frame (innermost first) outside cuguard's shim, the CUDA driver and the
+//! CUDA runtime, named by its function when known, else by `module+0xoffset`. Everything that
+//! groups leaks (summary, check, suppressions, diff, view) asks this module.
 
 use std::collections::HashMap;
 
@@ -58,6 +60,9 @@ pub fn file_name(path: &str) -> &str {
 
 /// The site of a stack (see the module doc for the rule).
 pub fn site_of_stack(stack: &Stack) -> Site {
+    if let Some(site) = shim_site(stack) {
+        return site;
+    }
     let frame = stack
         .frames
         .iter()
@@ -67,6 +72,45 @@ pub fn site_of_stack(stack: &Stack) -> Site {
         Some(f) => site_of_frame(f),
         None => Site::placeholder("<empty stack>".into()),
     }
+}
+
+/// The site the shim chose, when the report has one and its frame is named.
+fn shim_site(stack: &Stack) -> Option<Site> {
+    let chosen = stack.site.as_ref()?;
+    let (function, file, line, module) = match chosen.in_.as_str() {
+        "python" => {
+            let f = stack.python.get(chosen.index)?;
+            (Some(f.function.clone()), Some(f.file.clone()), f.line, None)
+        }
+        "frames" => {
+            let f = stack.frames.get(chosen.index)?;
+            (
+                f.function
+                    .as_deref()
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string),
+                f.file.as_deref().map(str::to_string),
+                f.line,
+                Some(f.module.to_string()),
+            )
+        }
+        _ => return None,
+    };
+    let function = function?;
+    let location = file.map(|file| match line {
+        Some(line) => format!("{}:{line}", file_name(&file)),
+        None => file_name(&file).to_string(),
+    });
+    let key = match &location {
+        Some(loc) => format!("{function} ({loc})"),
+        None => function.clone(),
+    };
+    Some(Site {
+        key,
+        location,
+        function: Some(function),
+        module,
+    })
 }
 
 /// A frame's name: its function when known, else `module+0xoffset` (module file name only).
@@ -159,6 +203,7 @@ mod tests {
                 frame("/opt/app/train", Some("main")),
             ],
             python: vec![],
+            site: None,
         };
         assert_eq!(site_of_stack(&stack).key, "make_buffers");
     }
@@ -169,6 +214,7 @@ mod tests {
             id: 1,
             frames: vec![frame("/opt/app/lib/libscratch.so", None)],
             python: vec![],
+            site: None,
         };
         assert_eq!(site_of_stack(&stack).key, "libscratch.so+0x1a2b");
     }
@@ -179,13 +225,57 @@ mod tests {
             id: 1,
             frames: vec![frame("/x/libcuguard.so", Some("cuMemAlloc_v2"))],
             python: vec![],
+            site: None,
         };
         assert_eq!(site_of_stack(&stack).key, "cuMemAlloc_v2");
         let empty = Stack {
             id: 2,
             frames: vec![],
             python: vec![],
+            site: None,
         };
         assert_eq!(site_of_stack(&empty).key, "<empty stack>");
+    }
+
+    #[test]
+    fn the_shims_site_wins_and_keeps_lines_apart() {
+        let py = |line| crate::report::PyFrame {
+            file: "/work/train.py".into(),
+            line: Some(line),
+            function: "make".into(),
+        };
+        let stack = |line| Stack {
+            id: 1,
+            frames: vec![frame("/usr/lib/libcudart.so.13", Some("cudaMalloc"))],
+            python: vec![py(line)],
+            site: Some(crate::report::StackSite {
+                in_: "python".into(),
+                index: 0,
+                fingerprint: "f".into(),
+            }),
+        };
+        assert_eq!(site_of_stack(&stack(75)).key, "make (train.py:75)");
+        assert_ne!(site_of_stack(&stack(75)).key, site_of_stack(&stack(76)).key);
+        let native = Stack {
+            id: 2,
+            frames: vec![
+                frame("/tmp/planted", Some("cudaMalloc")),
+                Frame {
+                    file: Some("/src/planted_leaks.cu".into()),
+                    line: Some(29),
+                    ..frame("/tmp/planted", Some("leak_in_static_function"))
+                },
+            ],
+            python: vec![],
+            site: Some(crate::report::StackSite {
+                in_: "frames".into(),
+                index: 1,
+                fingerprint: "g".into(),
+            }),
+        };
+        assert_eq!(
+            site_of_stack(&native).key,
+            "leak_in_static_function (planted_leaks.cu:29)"
+        );
     }
 }

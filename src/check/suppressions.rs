@@ -463,6 +463,7 @@ mod tests {
                 })
                 .collect(),
             python: vec![],
+            site: None,
         }
     }
 

@@ -350,6 +350,22 @@ pub struct Stack {
     /// Python frames, innermost first, where the shim could read them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub python: Vec<PyFrame>,
+    /// The shim's site for this stack: the first frame that is the user's own, and a stable
+    /// fingerprint. Absent in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<StackSite>,
+}
+
+/// `stacks[].site`: which frame is the site, as the shim decided when it wrote the report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StackSite {
+    /// `"frames"` (native) or `"python"`.
+    #[serde(rename = "in")]
+    pub in_: String,
+    /// Index into that list.
+    pub index: usize,
+    /// Stable across runs and install paths (module file name, function, file and line).
+    pub fingerprint: String,
 }
 
 /// `stacks[].frames[]`: one native frame.
