@@ -32,6 +32,8 @@ pub struct Config {
     pub start_dir: PathBuf,
     /// `CUGUARD_STACK_DEPTH`: frames per allocation; 0 = off.
     pub stack_depth: usize,
+    /// `CUGUARD_TIMELINE_MS`: how often the memory timeline is sampled; 0 = off.
+    pub timeline_ms: u64,
     /// `CUGUARD_POOL`: serve cuMemAlloc/cuMemFree from the pool.
     pub pool: bool,
     /// `CUGUARD_POOL_INITIAL`, `CUGUARD_POOL_LIMIT`, `CUGUARD_POOL_KEEP`.
@@ -189,6 +191,19 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
             }
         },
     };
+    let timeline_ms = match var("CUGUARD_TIMELINE_MS").as_deref().map(str::trim) {
+        None | Some("") => crate::timeline::DEFAULT_INTERVAL_MS,
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) => n,
+            Err(_) => {
+                problems.push(format!(
+                    "CUGUARD_TIMELINE_MS={v:?} is not a whole number of milliseconds; using {}",
+                    crate::timeline::DEFAULT_INTERVAL_MS
+                ));
+                crate::timeline::DEFAULT_INTERVAL_MS
+            }
+        },
+    };
     let warn_at = match var("CUGUARD_WARN_AT").as_deref().map(str::trim) {
         None | Some("") => None,
         Some(v) if matches!(v.to_ascii_lowercase().as_str(), "off" | "none") => None,
@@ -226,6 +241,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         report_template,
         start_dir,
         stack_depth,
+        timeline_ms,
         pool,
         pool_settings,
         unsafe_reuse,

@@ -35,6 +35,7 @@ mod serve;
 mod stack;
 mod state;
 mod thread;
+mod timeline;
 mod tracker;
 
 /// The load-time hook: reads the configuration, nothing else.

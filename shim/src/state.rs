@@ -56,6 +56,7 @@ extern "C" fn after_fork_in_child() {
     crate::stack::after_fork_child();
     crate::thread::reset_after_fork();
     crate::pool::registry::reset_after_fork();
+    crate::timeline::reset_after_fork();
     reset_after_fork();
 }
 

@@ -74,6 +74,14 @@ fn every_block_keeps_its_own_pattern_through_churn() {
     assert_eq!(r["leaks"].as_array().unwrap().len(), 0);
     let pool = &r["stats"]["devices"][0]["pool"];
     assert!(pool["chunks_added"].as_u64().unwrap() >= 1, "{pool}");
+    // The settings are echoed, and memory over time was sampled.
+    assert_eq!(r["config"]["pool"], true);
+    assert_eq!(r["config"]["pool_initial"], "0");
+    assert_eq!(r["config"]["pool_keep"], "10%");
+    assert!(r["config"]["pool_limit"].is_null());
+    let samples = r["timeline"]["samples"].as_array().unwrap();
+    assert!(samples.len() >= 2, "{}", r["timeline"]);
+    assert!(samples.iter().any(|s| s["reserved_bytes"].as_u64().unwrap() > 0));
     assert!(pool["fences"].as_u64().unwrap() >= 1, "late work must have been fenced: {pool}");
 }
 

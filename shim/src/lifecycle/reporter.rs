@@ -200,6 +200,12 @@ fn run() {
         if watch && (timeout_ms < 0 || timeout_ms > 1000) {
             timeout_ms = 1000;
         }
+        if let Some(due) = crate::timeline::tick() {
+            let due = due.max(1).min(i32::MAX as u64) as libc::c_int;
+            if timeout_ms < 0 || timeout_ms > due {
+                timeout_ms = due;
+            }
+        }
         let fd = WAKE_FD.load(Ordering::Acquire);
         let mut pfd = libc::pollfd {
             fd,

@@ -236,6 +236,24 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
     j.key("report").str(&cfg.report_template);
     j.key("stack_depth").u64(cfg.stack_depth as u64);
     j.key("pool").bool(cfg.pool);
+    let amount = |j: &mut Json, a: Option<crate::pool::settings::Amount>| match a {
+        Some(crate::pool::settings::Amount::Bytes(u64::MAX)) | None => {
+            j.null();
+        }
+        Some(crate::pool::settings::Amount::Bytes(b)) => {
+            j.str(&b.to_string());
+        }
+        Some(crate::pool::settings::Amount::Percent(p)) => {
+            j.str(&format!("{p}%"));
+        }
+    };
+    j.key("pool_initial");
+    amount(&mut j, Some(cfg.pool_settings.initial));
+    j.key("pool_limit");
+    amount(&mut j, cfg.pool_settings.limit);
+    j.key("pool_keep");
+    amount(&mut j, Some(cfg.pool_settings.keep));
+    j.key("timeline_ms").u64(cfg.timeline_ms);
     j.key("disabled").bool(cfg.disabled);
     j.key("checkpoint_secs").u64(cfg.checkpoint_secs);
     j.key("warn_at");
@@ -349,6 +367,8 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
     j.key("vmm_reserved_ranges").u64(ranges as u64);
     j.key("vmm_reserved_bytes").u64(bytes);
     j.end_object();
+
+    crate::timeline::write(&mut j);
 
     let (_, dlsym, gpa) = crate::doors::counts();
     j.key("doors").begin_object();

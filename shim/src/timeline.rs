@@ -1,0 +1,117 @@
+//! Device memory over time, for the report's `timeline` (what `cuguard view` draws): per device,
+//! live bytes (the program's) and reserved bytes (the pool's), sampled by the shim's reporter
+//! thread every `CUGUARD_TIMELINE_MS` (default 100 ms; 0 turns sampling off).
+//!
+//! Bounded: at most [`MAX_SAMPLES`] samples are kept. When the buffer is full, every other
+//! sample is dropped and the interval doubles, so a run of any length keeps an even picture of
+//! its whole life in a fixed amount of memory. Nothing here runs on the allocation path.
+
+use std::sync::Mutex;
+
+use crate::report::json::Json;
+
+/// The most samples kept (all devices together).
+pub const MAX_SAMPLES: usize = 4096;
+/// The default interval.
+pub const DEFAULT_INTERVAL_MS: u64 = 100;
+
+#[derive(Clone, Copy)]
+struct Sample {
+    time_ms: u64,
+    device: i32,
+    live_bytes: u64,
+    reserved_bytes: u64,
+}
+
+struct Timeline {
+    interval_ms: u64,
+    next_ms: u64,
+    samples: Vec<Sample>,
+}
+
+static TIMELINE: Mutex<Option<Timeline>> = Mutex::new(None);
+
+/// The configured interval, or `None` when sampling is off.
+pub fn interval_ms() -> Option<u64> {
+    let ms = crate::config::get().timeline_ms;
+    (ms > 0).then_some(ms)
+}
+
+/// Takes a sample if one is due (called by the reporter thread after each wake-up), and returns
+/// how long until the next one is due.
+pub fn tick() -> Option<u64> {
+    let base = interval_ms()?;
+    let now = crate::clock::since_start_ms();
+    // Never wait: after a fork the lock may be held by a thread that no longer exists.
+    let mut g = TIMELINE.try_lock().ok()?;
+    let tl = g.get_or_insert_with(|| Timeline {
+        interval_ms: base,
+        next_ms: 0,
+        samples: Vec::new(),
+    });
+    if now >= tl.next_ms {
+        take(tl, now);
+        tl.next_ms = now + tl.interval_ms;
+    }
+    Some(tl.next_ms.saturating_sub(now))
+}
+
+fn take(tl: &mut Timeline, now: u64) {
+    let Some(t) = crate::state::tracker_if_any() else {
+        return;
+    };
+    for d in t.stats.snapshot() {
+        let reserved =
+            crate::pool::registry::stats_for_device(d.device).map_or(0, |p| p.reserved_bytes);
+        tl.samples.push(Sample {
+            time_ms: now,
+            device: d.device,
+            live_bytes: d.live_bytes,
+            reserved_bytes: reserved,
+        });
+    }
+    if tl.samples.len() >= MAX_SAMPLES {
+        // Keep every other sample time (all devices of a kept time together).
+        let mut times: Vec<u64> = tl.samples.iter().map(|s| s.time_ms).collect();
+        times.dedup();
+        let keep: std::collections::HashSet<u64> = times.iter().step_by(2).copied().collect();
+        tl.samples.retain(|s| keep.contains(&s.time_ms));
+        tl.interval_ms *= 2;
+    }
+}
+
+/// Writes the report's `timeline` key and value, with one last sample taken now; nothing when
+/// sampling is off (or its lock is held, as after a fork mid-sample).
+pub fn write(j: &mut Json) {
+    let Some(base) = interval_ms() else { return };
+    let Ok(mut g) = TIMELINE.try_lock() else {
+        return;
+    };
+    let tl = g.get_or_insert_with(|| Timeline {
+        interval_ms: base,
+        next_ms: 0,
+        samples: Vec::new(),
+    });
+    take(tl, crate::clock::since_start_ms());
+    j.key("timeline").begin_object();
+    j.key("interval_ms").u64(tl.interval_ms);
+    j.key("samples").begin_array();
+    for s in &tl.samples {
+        j.begin_object();
+        j.key("time_ms").u64(s.time_ms);
+        j.key("device").i64(s.device.into());
+        j.key("live_bytes").u64(s.live_bytes);
+        j.key("reserved_bytes").u64(s.reserved_bytes);
+        j.end_object();
+    }
+    j.end_array();
+    j.end_object();
+}
+
+/// In the child of a fork: the parent's samples are not the child's. (If the parent's reporter
+/// thread held the lock at the fork, the child's timeline stays empty: every use only tries it.)
+pub fn reset_after_fork() {
+    if let Ok(mut g) = TIMELINE.try_lock() {
+        *g = None;
+    }
+}
