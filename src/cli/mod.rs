@@ -8,9 +8,8 @@
 //! - `diff`: what changed between two runs;
 //! - `view`: a self-contained HTML page.
 //!
-//! A `symbolize` subcommand (turning `module+offset` frames into functions and lines, and
-//! reading Python frames) belongs next to these as `cli/symbolize.rs`, a variant of [`Command`],
-//! and an arm in [`dispatch`]; its library side would sit beside [`crate::sites`].
+//! - `symbolize`: name the frames the shim could not, and recompute sites;
+//! - `snapshot`: make a running process write its report now.
 //!
 //! Exit codes are documented in [`exit`].
 
@@ -22,6 +21,7 @@ mod run;
 mod snapshot;
 mod summary;
 mod suppressions;
+mod symbolize;
 mod view;
 
 use std::fmt;
@@ -69,6 +69,8 @@ pub enum Command {
     View(view::ViewArgs),
     /// Make a running process (under the shim) write its report now; prints its path.
     Snapshot(snapshot::SnapshotArgs),
+    /// Name the frames the shim could not (function, file, line) and recompute sites.
+    Symbolize(symbolize::SymbolizeArgs),
 }
 
 /// Why a subcommand failed.
@@ -180,6 +182,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Diff(args) => diff::run(args),
         Command::View(args) => view::run(args),
         Command::Snapshot(args) => snapshot::run(args),
+        Command::Symbolize(args) => symbolize::run(args),
     }
 }
 

@@ -5,6 +5,7 @@ mod cli;
 mod cli_check;
 mod cli_merge;
 mod cli_schema;
+mod cli_symbolize;
 mod cli_view;
 mod pool;
 mod reliability;
