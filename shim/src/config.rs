@@ -160,7 +160,11 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let mut amount = |name: &str, default: Option<Amount>, none_ok: bool| -> Option<Amount> {
         match var(name).as_deref().map(str::trim) {
             None | Some("") => default,
-            Some(v) if none_ok && matches!(v.to_ascii_lowercase().as_str(), "none" | "unlimited") => None,
+            Some(v)
+                if none_ok && matches!(v.to_ascii_lowercase().as_str(), "none" | "unlimited") =>
+            {
+                None
+            }
             Some(v) => match settings::parse(v) {
                 Ok(a) => Some(a),
                 Err(why) => {
@@ -171,9 +175,11 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         }
     };
     let pool_settings = PoolSettings {
-        initial: amount("CUGUARD_POOL_INITIAL", Some(defaults.initial), false).unwrap_or(defaults.initial),
+        initial: amount("CUGUARD_POOL_INITIAL", Some(defaults.initial), false)
+            .unwrap_or(defaults.initial),
         limit: amount("CUGUARD_POOL_LIMIT", defaults.limit, true),
-        keep: amount("CUGUARD_POOL_KEEP", Some(defaults.keep), true).unwrap_or(Amount::Bytes(u64::MAX)),
+        keep: amount("CUGUARD_POOL_KEEP", Some(defaults.keep), true)
+            .unwrap_or(Amount::Bytes(u64::MAX)),
     };
     let report_template = match var("CUGUARD_REPORT") {
         Some(s) if !s.trim().is_empty() => s,
@@ -301,7 +307,10 @@ mod tests {
 
     #[test]
     fn pool_amounts() {
-        let c = from_env(env(&[("CUGUARD_POOL_LIMIT", "8GiB"), ("CUGUARD_POOL_KEEP", "none")]));
+        let c = from_env(env(&[
+            ("CUGUARD_POOL_LIMIT", "8GiB"),
+            ("CUGUARD_POOL_KEEP", "none"),
+        ]));
         assert_eq!(c.pool_settings.limit, Some(Amount::Bytes(8 << 30)));
         assert_eq!(c.pool_settings.keep, Amount::Bytes(u64::MAX));
         let c = from_env(env(&[("CUGUARD_POOL_INITIAL", "huge")]));
@@ -328,7 +337,10 @@ mod tests {
         assert_eq!(c.warn_at, Some(Amount::Percent(80.0)));
         assert_eq!(c.snapshot_signal, 0);
         assert!(!c.signals);
-        let c = from_env(env(&[("CUGUARD_WARN_AT", "1GiB"), ("CUGUARD_CHECKPOINT_SECS", "soon")]));
+        let c = from_env(env(&[
+            ("CUGUARD_WARN_AT", "1GiB"),
+            ("CUGUARD_CHECKPOINT_SECS", "soon"),
+        ]));
         assert_eq!(c.warn_at, Some(Amount::Bytes(1 << 30)));
         assert_eq!(c.checkpoint_secs, 0);
         assert_eq!(c.problems.len(), 1);
@@ -341,7 +353,10 @@ mod tests {
         assert_eq!(parse_signal("40", 34, 64), Ok(40));
         assert_eq!(parse_signal("usr2", 34, 64), Ok(libc::SIGUSR2));
         assert_eq!(parse_signal("off", 34, 64), Ok(0));
-        assert!(parse_signal("15", 34, 64).is_err(), "SIGTERM is the program's");
+        assert!(
+            parse_signal("15", 34, 64).is_err(),
+            "SIGTERM is the program's"
+        );
         assert!(parse_signal("RTMIN+40", 34, 64).is_err());
         assert!(parse_signal("soon", 34, 64).is_err());
     }

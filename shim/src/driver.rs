@@ -231,12 +231,18 @@ fn load() -> Result<Driver, ()> {
         String::new()
     };
     crate::diag::log(|| format!("driver resolved: {path}"));
-    Ok(Driver { ptrs, path, handle: handle as usize })
+    Ok(Driver {
+        ptrs,
+        path,
+        handle: handle as usize,
+    })
 }
 
 /// The real address of the driver's export `name`, or 0 (driver not loaded, or no such entry).
 pub fn resolve(name: &CStr) -> usize {
-    let (Some(d), Some(dlsym)) = (driver(), real_dlsym()) else { return 0 };
+    let (Some(d), Some(dlsym)) = (driver(), real_dlsym()) else {
+        return 0;
+    };
     // SAFETY: d.handle is a live handle from dlopen and the name is NUL-terminated.
     unsafe { dlsym(d.handle as *mut c_void, name.as_ptr()) as usize }
 }

@@ -19,7 +19,8 @@ use crate::tracker::Record;
 /// The real cuMemAlloc_v2.
 pub type AllocFn = unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult;
 /// The real cuMemAllocPitch_v2.
-pub type PitchFn = unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, u32) -> CUresult;
+pub type PitchFn =
+    unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, u32) -> CUresult;
 
 /// The pitch the driver gives (measured on the H200: width 1000 → 1024, width 1 → 512).
 pub const PITCH_ALIGN: usize = 512;
@@ -81,14 +82,25 @@ pub fn device_alloc(
             Some(Ok(addr)) => {
                 // SAFETY: dptr is the program's non-null out-parameter.
                 unsafe { *dptr = addr };
-                return Served { result: CUDA_SUCCESS, pooled: true };
+                return Served {
+                    result: CUDA_SUCCESS,
+                    pooled: true,
+                };
             }
-            Some(Err(code)) => return Served { result: code, pooled: true },
+            Some(Err(code)) => {
+                return Served {
+                    result: code,
+                    pooled: true,
+                };
+            }
             None => {}
         }
     }
     // SAFETY: the program's own arguments, forwarded unchanged.
-    Served { result: unsafe { real(dptr, size) }, pooled: false }
+    Served {
+        result: unsafe { real(dptr, size) },
+        pooled: false,
+    }
 }
 
 /// Serves cuMemAllocPitch_v2, keeping the driver's rules: element size 4, 8 or 16, non-zero
@@ -106,7 +118,10 @@ pub fn pitch_alloc(
     record: Option<Record>,
 ) -> Served {
     if pool_on() && !dptr.is_null() && !pitch.is_null() {
-        let refuse = |result| Served { result, pooled: true };
+        let refuse = |result| Served {
+            result,
+            pooled: true,
+        };
         if !matches!(element_size, 4 | 8 | 16) || width == 0 || height == 0 {
             return refuse(CUDA_ERROR_INVALID_VALUE);
         }
@@ -127,14 +142,20 @@ pub fn pitch_alloc(
                     *dptr = addr;
                     *pitch = p;
                 }
-                return Served { result: CUDA_SUCCESS, pooled: true };
+                return Served {
+                    result: CUDA_SUCCESS,
+                    pooled: true,
+                };
             }
             Some(Err(code)) => return refuse(code),
             None => {}
         }
     }
     // SAFETY: the program's own arguments, forwarded unchanged.
-    Served { result: unsafe { real(dptr, pitch, width, height, element_size) }, pooled: false }
+    Served {
+        result: unsafe { real(dptr, pitch, width, height, element_size) },
+        pooled: false,
+    }
 }
 
 /// The pool's answer for freeing `addr` (with the block's record), or `None` if no pool owns it.

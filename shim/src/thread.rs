@@ -10,7 +10,10 @@
 
 use std::cell::Cell;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering::{AcqRel, Acquire, Relaxed, Release}};
+use std::sync::atomic::{
+    AtomicI64, AtomicPtr, AtomicU64, AtomicUsize,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
 
 use crate::tracker::lock;
 
@@ -39,7 +42,10 @@ pub struct Counters {
 
 impl Counters {
     fn new() -> Self {
-        Counters { devices: std::array::from_fn(|_| DeviceCounters::default()), ops: AtomicU64::new(0) }
+        Counters {
+            devices: std::array::from_fn(|_| DeviceCounters::default()),
+            ops: AtomicU64::new(0),
+        }
     }
 }
 
@@ -134,7 +140,9 @@ fn counters() -> Option<&'static Counters> {
     }
     let c: &'static Counters = {
         let mut r = lock(registry());
-        let c = r.1.pop().unwrap_or_else(|| Box::leak(Box::new(Counters::new())));
+        let c =
+            r.1.pop()
+                .unwrap_or_else(|| Box::leak(Box::new(Counters::new())));
         r.0.push(c);
         c
     };
@@ -235,9 +243,11 @@ fn fold_all(c: &Counters) {
     for (s, d) in c.devices.iter().enumerate() {
         shared_live(s, d.live_delta.swap(0, Relaxed));
         let r = &SHARED.retired.devices[s];
-        r.allocations.fetch_add(d.allocations.swap(0, Relaxed), Relaxed);
+        r.allocations
+            .fetch_add(d.allocations.swap(0, Relaxed), Relaxed);
         r.frees.fetch_add(d.frees.swap(0, Relaxed), Relaxed);
-        r.total_allocated.fetch_add(d.total_allocated.swap(0, Relaxed), Relaxed);
+        r.total_allocated
+            .fetch_add(d.total_allocated.swap(0, Relaxed), Relaxed);
     }
 }
 

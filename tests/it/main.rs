@@ -11,8 +11,8 @@ mod pool;
 mod reliability;
 mod reliability_race;
 mod shim_leaks;
-mod sites;
 mod sim_driver;
+mod sites;
 mod stack;
 mod support;
 

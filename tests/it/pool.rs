@@ -12,7 +12,8 @@ fn reuse_cases(env: &[(&str, &str)]) -> Vec<(String, bool, u64)> {
     let dir = scratch_dir(&format!("reuse-{}", env.len()));
     let report = dir.join("r.json");
     let mut cmd = shim_command(&c_program("pool_reuse"), &report);
-    cmd.env("CUGUARD_SIM_WORK_DELAY_US", "30000").env("CUGUARD_QUIET", "1");
+    cmd.env("CUGUARD_SIM_WORK_DELAY_US", "30000")
+        .env("CUGUARD_QUIET", "1");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -32,8 +33,13 @@ fn reuse_cases(env: &[(&str, &str)]) -> Vec<(String, bool, u64)> {
         .collect()
 }
 
-const CASES: [&str; 5] =
-    ["non_blocking_stream", "legacy_stream", "per_thread_stream", "stream_ordered_free", "destroyed_stream"];
+const CASES: [&str; 5] = [
+    "non_blocking_stream",
+    "legacy_stream",
+    "per_thread_stream",
+    "stream_ordered_free",
+    "destroyed_stream",
+];
 
 #[test]
 fn freed_blocks_wait_for_work_issued_before_the_free() {
@@ -45,8 +51,15 @@ fn freed_blocks_wait_for_work_issued_before_the_free() {
     // The same program would see the damage if the pool reused blocks at once.
     let unsafe_reuse = reuse_cases(&[("CUGUARD_POOL", "1"), ("CUGUARD_TEST_UNSAFE_REUSE", "1")]);
     for (case, same, corrupted) in &unsafe_reuse {
-        assert!(*same, "{case}: immediate reuse should hand the same block out");
-        assert_eq!(*corrupted, 1 << 20, "{case}: the test must catch immediate reuse");
+        assert!(
+            *same,
+            "{case}: immediate reuse should hand the same block out"
+        );
+        assert_eq!(
+            *corrupted,
+            1 << 20,
+            "{case}: the test must catch immediate reuse"
+        );
     }
     // And the driver's own free is safe too.
     for (case, _, corrupted) in reuse_cases(&[("CUGUARD_POOL", "0")]) {
@@ -81,8 +94,15 @@ fn every_block_keeps_its_own_pattern_through_churn() {
     assert!(r["config"]["pool_limit"].is_null());
     let samples = r["timeline"]["samples"].as_array().unwrap();
     assert!(samples.len() >= 2, "{}", r["timeline"]);
-    assert!(samples.iter().any(|s| s["reserved_bytes"].as_u64().unwrap() > 0));
-    assert!(pool["fences"].as_u64().unwrap() >= 1, "late work must have been fenced: {pool}");
+    assert!(
+        samples
+            .iter()
+            .any(|s| s["reserved_bytes"].as_u64().unwrap() > 0)
+    );
+    assert!(
+        pool["fences"].as_u64().unwrap() >= 1,
+        "late work must have been fenced: {pool}"
+    );
 }
 
 #[test]
@@ -91,7 +111,9 @@ fn pooled_pointers_answer_queries_like_real_allocations() {
     let lines = |pool: &str| {
         let dir = scratch_dir(&format!("queries-{pool}"));
         let out = run(
-            shim_command(&program, &dir.join("r.json")).env("CUGUARD_POOL", pool).env("CUGUARD_QUIET", "1"),
+            shim_command(&program, &dir.join("r.json"))
+                .env("CUGUARD_POOL", pool)
+                .env("CUGUARD_QUIET", "1"),
             true,
         );
         let text = String::from_utf8(out.stdout).unwrap();
@@ -102,8 +124,18 @@ fn pooled_pointers_answer_queries_like_real_allocations() {
     let (off, _, _) = lines("0");
     let (on, on_stderr, on_report) = lines("1");
     assert_eq!(off, bare);
-    let differs: Vec<(&str, &str)> = off.lines().zip(on.lines()).filter(|(a, b)| a != b).collect();
-    assert_eq!(differs, vec![("ipc_export                   0", "ipc_export                   801")]);
+    let differs: Vec<(&str, &str)> = off
+        .lines()
+        .zip(on.lines())
+        .filter(|(a, b)| a != b)
+        .collect();
+    assert_eq!(
+        differs,
+        vec![(
+            "ipc_export                   0",
+            "ipc_export                   801"
+        )]
+    );
     for expected in [
         "range_interior_size          1000",
         "attr_size_value              1000",
@@ -113,9 +145,16 @@ fn pooled_pointers_answer_queries_like_real_allocations() {
     ] {
         assert!(on.contains(expected), "missing {expected:?} in\n{on}");
     }
-    assert!(on_stderr.contains("cuIpcGetMemHandle refused for a pooled pointer"), "{on_stderr}");
-    let kinds: Vec<&str> =
-        on_report["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(
+        on_stderr.contains("cuIpcGetMemHandle refused for a pooled pointer"),
+        "{on_stderr}"
+    );
+    let kinds: Vec<&str> = on_report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, vec!["ipc_refused"]);
 }
 
@@ -131,11 +170,22 @@ fn the_limit_refuses_with_out_of_memory_and_says_why() {
             .env("CUGUARD_QUIET", "1"),
         false,
     );
-    assert_eq!(out.status.code(), Some(1), "the program's third allocation must fail");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("-> 2"), "CUDA_ERROR_OUT_OF_MEMORY");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the program's third allocation must fail"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("-> 2"),
+        "CUDA_ERROR_OUT_OF_MEMORY"
+    );
     let r = read_report(&report);
-    let failed: Vec<&Value> =
-        r["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "alloc_failed").collect();
+    let failed: Vec<&Value> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "alloc_failed")
+        .collect();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0]["result"], 2);
     assert_eq!(failed[0]["size"], 3 << 20);
@@ -167,5 +217,8 @@ fn bad_pool_settings_get_a_clear_line_and_the_default() {
     );
     let r = read_report(&report);
     assert_eq!(r["faults"].as_array().unwrap().len(), 2);
-    assert!(!r["stats"]["devices"][0]["pool"].is_null(), "pool on by default");
+    assert!(
+        !r["stats"]["devices"][0]["pool"].is_null(),
+        "pool on by default"
+    );
 }

@@ -53,14 +53,23 @@ fn files_in(dir: &Path) -> Vec<String> {
 }
 
 fn leak_sizes(r: &Value) -> Vec<u64> {
-    let mut v: Vec<u64> = r["leaks"].as_array().unwrap().iter().map(|l| l["size"].as_u64().unwrap()).collect();
+    let mut v: Vec<u64> = r["leaks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["size"].as_u64().unwrap())
+        .collect();
     v.sort();
     v
 }
 
 fn leak_addresses(r: &Value) -> Vec<String> {
-    let mut v: Vec<String> =
-        r["leaks"].as_array().unwrap().iter().map(|l| l["address"].as_str().unwrap().to_string()).collect();
+    let mut v: Vec<String> = r["leaks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["address"].as_str().unwrap().to_string())
+        .collect();
     v.sort();
     v
 }
@@ -85,15 +94,32 @@ fn run_mode(name: &str, mode: &str, env: &[(&str, &str)]) -> (End, String, Strin
 
 /// The addresses exit_paths printed on its "ready" line.
 fn ready_addresses(stdout: &str) -> Vec<String> {
-    let line = stdout.lines().find(|l| l.starts_with("ready ")).expect("ready line");
-    let mut v: Vec<String> = line.split_whitespace().skip(1).map(str::to_string).collect();
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("ready "))
+        .expect("ready line");
+    let mut v: Vec<String> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::to_string)
+        .collect();
     v.sort();
     v
 }
 
 /// One report, exact leaks, schema-valid.
-fn check_one_report(dir: &Path, stdout: &str, reason: &str, complete: bool, signal: Option<&str>) -> Value {
-    assert_eq!(files_in(dir), vec!["r.json".to_string()], "exactly one report and no temporary file");
+fn check_one_report(
+    dir: &Path,
+    stdout: &str,
+    reason: &str,
+    complete: bool,
+    signal: Option<&str>,
+) -> Value {
+    assert_eq!(
+        files_in(dir),
+        vec!["r.json".to_string()],
+        "exactly one report and no temporary file"
+    );
     let r = read_report(&dir.join("r.json"));
     if let Err(e) = validate(&r) {
         panic!("report does not conform to the schema:\n{e}");
@@ -117,25 +143,47 @@ fn every_exit_path_writes_one_final_report() {
         ("exit", End::Code(3), "exit", None),
         ("exit_thread", End::Code(4), "exit", None),
         ("quick_exit", End::Code(5), "exit", None),
-        ("abort", End::Signal(libc::SIGABRT), "signal", Some("SIGABRT")),
-        ("segv", End::Signal(libc::SIGSEGV), "signal", Some("SIGSEGV")),
+        (
+            "abort",
+            End::Signal(libc::SIGABRT),
+            "signal",
+            Some("SIGABRT"),
+        ),
+        (
+            "segv",
+            End::Signal(libc::SIGSEGV),
+            "signal",
+            Some("SIGSEGV"),
+        ),
         ("bus", End::Signal(libc::SIGBUS), "signal", Some("SIGBUS")),
         ("fpe", End::Signal(libc::SIGFPE), "signal", Some("SIGFPE")),
         ("ill", End::Signal(libc::SIGILL), "signal", Some("SIGILL")),
-        ("raise_term", End::Signal(libc::SIGTERM), "signal", Some("SIGTERM")),
+        (
+            "raise_term",
+            End::Signal(libc::SIGTERM),
+            "signal",
+            Some("SIGTERM"),
+        ),
     ];
     for pool in ["0", "1"] {
         for (mode, end, reason, signal) in cases {
-            let (got, stdout, stderr, dir) = run_mode(&format!("{mode}-{pool}"), mode, &[("CUGUARD_POOL", pool)]);
+            let (got, stdout, stderr, dir) =
+                run_mode(&format!("{mode}-{pool}"), mode, &[("CUGUARD_POOL", pool)]);
             assert_eq!(got, *end, "{mode}: {stderr}");
             check_one_report(&dir, &stdout, reason, true, *signal);
-            let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("cuguard:")).collect();
+            let lines: Vec<&str> = stderr
+                .lines()
+                .filter(|l| l.starts_with("cuguard:"))
+                .collect();
             assert_eq!(lines.len(), 1, "{mode}: one summary line: {stderr}");
             if let Some(name) = signal {
                 assert!(lines[0].contains(name), "{mode}: {}", lines[0]);
             }
             // Nothing the program would not have done: no output after a raise that kills.
-            assert!(!stdout.contains("unknown mode"), "{mode} went on after the signal");
+            assert!(
+                !stdout.contains("unknown mode"),
+                "{mode} went on after the signal"
+            );
         }
     }
 }
@@ -162,7 +210,9 @@ fn start(dir: &Path, mode: &str, env: &[(&str, &str)]) -> (Child, String) {
     }
     let mut child = cmd.spawn().unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     assert!(line.starts_with("ready "), "{line}");
     (child, line)
 }
@@ -185,7 +235,9 @@ fn cuguard_thread(pid: u32) -> String {
     let mut name = String::new();
     wait_for(
         || {
-            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                return false;
+            };
             tasks.flatten().any(|t| {
                 let c = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
                 name = c.trim().to_string();
@@ -244,10 +296,17 @@ fn checkpoints_survive_sigkill_and_replace_each_other() {
     let dir = scratch_dir("rel-checkpoint");
     let (mut child, ready) = start(&dir, "churn", &[("CUGUARD_CHECKPOINT_SECS", "1")]);
     let report = dir.join("r.json");
-    wait_for(|| report.exists() && read_report(&report)["report_number"].as_u64().unwrap_or(0) >= 3, "three checkpoints");
+    wait_for(
+        || report.exists() && read_report(&report)["report_number"].as_u64().unwrap_or(0) >= 3,
+        "three checkpoints",
+    );
     child.kill().unwrap();
     assert_eq!(end_of(child.wait().unwrap()), End::Signal(libc::SIGKILL));
-    assert_eq!(files_in(&dir), vec!["r.json".to_string()], "checkpoints replace each other");
+    assert_eq!(
+        files_in(&dir),
+        vec!["r.json".to_string()],
+        "checkpoints replace each other"
+    );
     let r = read_report(&report);
     validate(&r).unwrap();
     assert_eq!(r["reason"], "checkpoint");
@@ -284,7 +343,10 @@ fn snapshot_on_request_then_final() {
     let rtmin = libc::SIGRTMIN();
     assert_eq!(name, format!("cuguard-s{}", rtmin + 7));
     // Through the command.
-    let out = run(Command::new(&support::artifacts().cuguard).args(["snapshot", &child.id().to_string()]), true);
+    let out = run(
+        Command::new(&support::artifacts().cuguard).args(["snapshot", &child.id().to_string()]),
+        true,
+    );
     let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert_eq!(Path::new(&said), dir.join("r.json"));
     let r = read_report(&dir.join("r.json"));
@@ -295,7 +357,10 @@ fn snapshot_on_request_then_final() {
     assert_eq!(kept, KEPT.to_vec());
     // The raw signal works too, and the final report replaces the snapshot.
     signal(&child, rtmin + 7);
-    wait_for(|| read_report(&dir.join("r.json"))["report_number"].as_u64() == Some(2), "second snapshot");
+    wait_for(
+        || read_report(&dir.join("r.json"))["report_number"].as_u64() == Some(2),
+        "second snapshot",
+    );
     signal(&child, libc::SIGTERM);
     assert_eq!(end_of(child.wait().unwrap()), End::Signal(libc::SIGTERM));
     assert_eq!(files_in(&dir), vec!["r.json".to_string()]);
@@ -311,17 +376,30 @@ fn snapshot_on_request_then_final() {
 fn snapshot_refuses_what_it_cannot_do_safely() {
     // Snapshots off: the thread says so, and the command refuses without signalling.
     let dir = scratch_dir("rel-snapshot-off");
-    let (mut child, _) = start(&dir, "wait", &[("CUGUARD_SNAPSHOT_SIGNAL", "off"), ("CUGUARD_CHECKPOINT_SECS", "3600")]);
+    let (mut child, _) = start(
+        &dir,
+        "wait",
+        &[
+            ("CUGUARD_SNAPSHOT_SIGNAL", "off"),
+            ("CUGUARD_CHECKPOINT_SECS", "3600"),
+        ],
+    );
     wait_for(
         || {
             std::fs::read_dir(format!("/proc/{}/task", child.id()))
                 .unwrap()
                 .flatten()
-                .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "cuguard"))
+                .any(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "cuguard")
+                })
         },
         "the cuguard thread",
     );
-    let out = run(Command::new(&support::artifacts().cuguard).args(["snapshot", &child.id().to_string()]), false);
+    let out = run(
+        Command::new(&support::artifacts().cuguard).args(["snapshot", &child.id().to_string()]),
+        false,
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no snapshot signal"));
     assert!(child.try_wait().unwrap().is_none(), "still running");
@@ -329,7 +407,10 @@ fn snapshot_refuses_what_it_cannot_do_safely() {
     child.wait().unwrap();
     // A process without the shim.
     let mut plain = Command::new("sleep").arg("30").spawn().unwrap();
-    let out = run(Command::new(&support::artifacts().cuguard).args(["snapshot", &plain.id().to_string()]), false);
+    let out = run(
+        Command::new(&support::artifacts().cuguard).args(["snapshot", &plain.id().to_string()]),
+        false,
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not run under cuguard"));
     plain.kill().unwrap();
@@ -340,7 +421,9 @@ fn snapshot_refuses_what_it_cannot_do_safely() {
 fn fork_race(name: &str, child: &str, pool: &str) -> (Vec<(u32, i32)>, PathBuf) {
     let dir = scratch_dir(&format!("rel-fork-{name}"));
     let mut cmd = shim_command(&c_program("fork_race"), &dir.join("r.%p.json"));
-    cmd.args(["4", "25", child]).env("CUGUARD_POOL", pool).env("CUGUARD_QUIET", "1");
+    cmd.args(["4", "25", child])
+        .env("CUGUARD_POOL", pool)
+        .env("CUGUARD_QUIET", "1");
     let out = run(&mut cmd, true);
     let children: Vec<(u32, i32)> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -358,13 +441,23 @@ fn fork_race(name: &str, child: &str, pool: &str) -> (Vec<(u32, i32)>, PathBuf) 
 fn forked_children_write_their_own_reports_and_never_hang() {
     let (children, dir) = fork_race("alloc", "alloc", "1");
     for (pid, status) in &children {
-        assert_eq!(*status, 0, "child {pid} ended with wait status {status} (14 = hung, killed by SIGALRM)");
+        assert_eq!(
+            *status, 0,
+            "child {pid} ended with wait status {status} (14 = hung, killed by SIGALRM)"
+        );
         let r = read_report(&dir.join(format!("r.{pid}.json")));
         validate(&r).unwrap();
         assert_eq!(r["process"]["pid"], *pid);
-        assert_eq!(leak_sizes(&r), vec![64 << 10, 64 << 10], "the child's own two blocks, none of the parent's");
+        assert_eq!(
+            leak_sizes(&r),
+            vec![64 << 10, 64 << 10],
+            "the child's own two blocks, none of the parent's"
+        );
     }
-    let parent: Vec<String> = files_in(&dir).into_iter().filter(|f| !children.iter().any(|(p, _)| f == &format!("r.{p}.json"))).collect();
+    let parent: Vec<String> = files_in(&dir)
+        .into_iter()
+        .filter(|f| !children.iter().any(|(p, _)| f == &format!("r.{p}.json")))
+        .collect();
     assert_eq!(parent.len(), 1, "{parent:?}");
     let r = read_report(&dir.join(&parent[0]));
     assert_eq!(leak_sizes(&r), vec![5 << 20]);
@@ -377,7 +470,10 @@ fn forked_children_exit_cleanly_while_parent_threads_hold_locks() {
         for (pid, status) in &children {
             assert_eq!(*status, 0, "child {pid}: wait status {status} (14 = hung)");
             let r = read_report(&dir.join(format!("r.{pid}.json")));
-            assert!(r["leaks"].as_array().unwrap().is_empty(), "the parent's live blocks are not the child's");
+            assert!(
+                r["leaks"].as_array().unwrap().is_empty(),
+                "the parent's live blocks are not the child's"
+            );
         }
     }
 }
@@ -389,7 +485,13 @@ fn fork_and_exec_keeps_the_shim() {
         assert_eq!(*status, 0);
         let r = read_report(&dir.join(format!("r.{pid}.json")));
         assert_eq!(leak_sizes(&r), vec![7 << 20]);
-        assert!(r["process"]["argv"].as_array().unwrap().iter().any(|a| a == "child_exec"));
+        assert!(
+            r["process"]["argv"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == "child_exec")
+        );
     }
 }
 
@@ -401,7 +503,12 @@ fn report_leak_keys(r: &Value) -> Vec<LeakKey> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["id"].as_u64().unwrap(), c["handle"].as_str().unwrap().to_string()))
+        .map(|c| {
+            (
+                c["id"].as_u64().unwrap(),
+                c["handle"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     let mut v: Vec<LeakKey> = r["leaks"]
         .as_array()
@@ -414,7 +521,10 @@ fn report_leak_keys(r: &Value) -> Vec<LeakKey> {
                 l["requested"].as_u64().unwrap(),
                 l["api"].as_str().unwrap().to_string(),
                 l["memory"].as_str().unwrap().to_string(),
-                l["context"].as_u64().and_then(|c| handles.get(&c).cloned()).unwrap_or_default(),
+                l["context"]
+                    .as_u64()
+                    .and_then(|c| handles.get(&c).cloned())
+                    .unwrap_or_default(),
                 l["thread"].as_u64().unwrap(),
                 l["state"].as_str().unwrap().to_string(),
             )
@@ -458,20 +568,41 @@ fn many_threads_pushing_contexts_give_an_exact_report() {
         let dir = scratch_dir(&format!("rel-stress-{pool}"));
         let report = dir.join("r.json");
         let mut cmd = shim_command(&c_program("stress_threads"), &report);
-        cmd.args(["8", &secs]).env("CUGUARD_POOL", pool).env("CUGUARD_CHECKPOINT_SECS", "1");
+        cmd.args(["8", &secs])
+            .env("CUGUARD_POOL", pool)
+            .env("CUGUARD_CHECKPOINT_SECS", "1");
         let out = run(&mut cmd, true);
         let said: Value = serde_json::from_slice(&out.stdout).unwrap();
         let r = read_report(&report);
         validate(&r).unwrap();
         assert_eq!(r["reason"], "exit");
         assert_eq!(r["complete"], true);
-        assert_eq!(report_leak_keys(&r), said_leak_keys(&said), "leaks (pool {pool})");
-        let allocations: u64 =
-            r["stats"]["devices"].as_array().unwrap().iter().map(|d| d["allocations"].as_u64().unwrap()).sum();
-        assert_eq!(allocations, said["allocations"].as_u64().unwrap(), "allocations (pool {pool})");
+        assert_eq!(
+            report_leak_keys(&r),
+            said_leak_keys(&said),
+            "leaks (pool {pool})"
+        );
+        let allocations: u64 = r["stats"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["allocations"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            allocations,
+            said["allocations"].as_u64().unwrap(),
+            "allocations (pool {pool})"
+        );
         assert!(said["allocations"].as_u64().unwrap() > 1000);
-        assert!(r["events"].as_array().unwrap().is_empty(), "no invented events: {}", r["events"]);
-        assert!(r["report_number"].as_u64().unwrap() >= 2, "checkpoints were written during the stress");
+        assert!(
+            r["events"].as_array().unwrap().is_empty(),
+            "no invented events: {}",
+            r["events"]
+        );
+        assert!(
+            r["report_number"].as_u64().unwrap() >= 2,
+            "checkpoints were written during the stress"
+        );
     }
 }
 
@@ -483,7 +614,10 @@ fn bad_arguments_to_every_tracked_entry_get_the_drivers_answers() {
     for pool in ["0", "1"] {
         let dir = scratch_dir(&format!("rel-bad-args-{pool}"));
         let report = dir.join("r.json");
-        let out = run(shim_command(&program, &report).env("CUGUARD_POOL", pool), true);
+        let out = run(
+            shim_command(&program, &report).env("CUGUARD_POOL", pool),
+            true,
+        );
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&bare.stdout),
@@ -492,7 +626,11 @@ fn bad_arguments_to_every_tracked_entry_get_the_drivers_answers() {
         let r = read_report(&report);
         validate(&r).unwrap();
         assert!(r["leaks"].as_array().unwrap().is_empty(), "{}", r["leaks"]);
-        assert!(r["faults"].as_array().unwrap().is_empty(), "{}", r["faults"]);
+        assert!(
+            r["faults"].as_array().unwrap().is_empty(),
+            "{}",
+            r["faults"]
+        );
     }
 }
 
@@ -500,19 +638,36 @@ fn bad_arguments_to_every_tracked_entry_get_the_drivers_answers() {
 fn warn_at_gives_one_line_and_an_event() {
     for (setting, sim_memory) in [("3MiB", "16GiB"), ("20%", "16MiB")] {
         let dir = scratch_dir(&format!("rel-warn-{}", setting.replace('%', "pct")));
-        let (child, _) =
-            start(&dir, "wait", &[("CUGUARD_WARN_AT", setting), ("CUGUARD_SIM_MEMORY", sim_memory)]);
+        let (child, _) = start(
+            &dir,
+            "wait",
+            &[
+                ("CUGUARD_WARN_AT", setting),
+                ("CUGUARD_SIM_MEMORY", sim_memory),
+            ],
+        );
         std::thread::sleep(Duration::from_millis(1500));
         signal(&child, libc::SIGTERM);
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("crossed CUGUARD_WARN_AT")).collect();
+        let warnings: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("crossed CUGUARD_WARN_AT"))
+            .collect();
         assert_eq!(warnings.len(), 1, "{stderr}");
-        assert!(warnings[0].contains("top sites: c-exit_paths"), "{}", warnings[0]);
+        assert!(
+            warnings[0].contains("top sites: c-exit_paths"),
+            "{}",
+            warnings[0]
+        );
         let r = read_report(&dir.join("r.json"));
         validate(&r).unwrap();
-        let ev: Vec<&Value> =
-            r["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "warn_threshold_crossed").collect();
+        let ev: Vec<&Value> = r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "warn_threshold_crossed")
+            .collect();
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0]["size"], 4 << 20);
     }
@@ -545,7 +700,11 @@ fn a_full_disk_gives_one_line_and_the_fallback() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{stderr}");
-    assert!(lines[0].contains("could not write") && lines[0].contains(&tmp.join("r.json").display().to_string()), "{stderr}");
+    assert!(
+        lines[0].contains("could not write")
+            && lines[0].contains(&tmp.join("r.json").display().to_string()),
+        "{stderr}"
+    );
     let r = read_report(&tmp.join("r.json"));
     assert_eq!(leak_sizes(&r), KEPT.to_vec());
 }
@@ -567,11 +726,17 @@ fn python_sys_exit_and_rust_process_exit_write_the_report() {
     let mut cmd = shim_command(Path::new("python3"), &report);
     cmd.args(["-c", script]);
     let out = cmd.output().unwrap();
-    if out.status.code() == Some(127) || String::from_utf8_lossy(&out.stderr).contains("No module") {
+    if out.status.code() == Some(127) || String::from_utf8_lossy(&out.stderr).contains("No module")
+    {
         eprintln!("skipped: no python3");
         return;
     }
-    assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let r = read_report(&report);
     assert_eq!(r["reason"], "exit");
     assert_eq!(leak_sizes(&r), vec![1 << 20]);
@@ -579,8 +744,16 @@ fn python_sys_exit_and_rust_process_exit_write_the_report() {
     for mode in ["main", "thread"] {
         let dir = scratch_dir(&format!("rel-rust-{mode}"));
         let report = dir.join("r.json");
-        let out = shim_command(&support::rust_program("exit_rust"), &report).arg(mode).output().unwrap();
-        assert_eq!(out.status.code(), Some(9), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = shim_command(&support::rust_program("exit_rust"), &report)
+            .arg(mode)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(9),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let r = read_report(&report);
         assert_eq!(r["reason"], "exit");
         assert_eq!(leak_sizes(&r), vec![2 << 20]);

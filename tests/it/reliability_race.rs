@@ -32,12 +32,27 @@ fn thread_sanitizer_finds_no_race_in_the_shim() {
     std::fs::create_dir_all(&out).unwrap();
     let status = Command::new("cargo")
         .current_dir(&a.root)
-        .env("RUSTFLAGS", "-Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer -Cforce-frame-pointers=yes")
-        .args(["+nightly", "build", "-q", "-p", "cuguard-shim", "--target", "x86_64-unknown-linux-gnu", "--target-dir"])
+        .env(
+            "RUSTFLAGS",
+            "-Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer -Cforce-frame-pointers=yes",
+        )
+        .args([
+            "+nightly",
+            "build",
+            "-q",
+            "-p",
+            "cuguard-shim",
+            "--target",
+            "x86_64-unknown-linux-gnu",
+            "--target-dir",
+        ])
         .arg(out.join("build"))
         .status()
         .expect("cargo +nightly");
-    assert!(status.success(), "building the shim with ThreadSanitizer failed");
+    assert!(
+        status.success(),
+        "building the shim with ThreadSanitizer failed"
+    );
     let shim = out.join("build/x86_64-unknown-linux-gnu/debug/libcuguard.so");
     let exe = out.join("stress_threads");
     let glue = out.join("glue.o");
@@ -48,7 +63,10 @@ fn thread_sanitizer_finds_no_race_in_the_shim() {
         .status()
         .expect("gcc");
     assert!(status.success());
-    let libtsan = Command::new("gcc").arg("-print-file-name=libtsan.so").output().expect("gcc");
+    let libtsan = Command::new("gcc")
+        .arg("-print-file-name=libtsan.so")
+        .output()
+        .expect("gcc");
     let libtsan = String::from_utf8_lossy(&libtsan.stdout).trim().to_string();
     let status = Command::new("gcc")
         .args(["-fsanitize=thread", "-g", "-O1", "-o"])
@@ -73,7 +91,13 @@ fn thread_sanitizer_finds_no_race_in_the_shim() {
         .env("LD_PRELOAD", format!("{libtsan} {}", shim.display()))
         .env("CUGUARD_REPORT", out.join("r.json"))
         .env("CUGUARD_CHECKPOINT_SECS", "1")
-        .env("TSAN_OPTIONS", format!("halt_on_error=0 report_signal_unsafe=0 log_path={}/report", log.display()))
+        .env(
+            "TSAN_OPTIONS",
+            format!(
+                "halt_on_error=0 report_signal_unsafe=0 log_path={}/report",
+                log.display()
+            ),
+        )
         .output()
         .expect("running the stress");
     let mut text = String::new();
@@ -91,6 +115,15 @@ fn thread_sanitizer_finds_no_race_in_the_shim() {
         run.status,
         out.join("report.txt").display()
     );
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    assert_eq!(in_shim, 0, "races in the shim; see {}", out.join("report.txt").display());
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        in_shim,
+        0,
+        "races in the shim; see {}",
+        out.join("report.txt").display()
+    );
 }

@@ -22,7 +22,12 @@ fn report_leaks(report: &Value) -> Vec<LeakKey> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["id"].as_u64().unwrap(), c["handle"].as_str().unwrap().to_string()))
+        .map(|c| {
+            (
+                c["id"].as_u64().unwrap(),
+                c["handle"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     let mut v: Vec<LeakKey> = report["leaks"]
         .as_array()
@@ -35,7 +40,10 @@ fn report_leaks(report: &Value) -> Vec<LeakKey> {
                 l["requested"].as_u64().unwrap(),
                 l["api"].as_str().unwrap().to_string(),
                 l["memory"].as_str().unwrap().to_string(),
-                l["context"].as_u64().and_then(|c| handles.get(&c).cloned()).unwrap_or_default(),
+                l["context"]
+                    .as_u64()
+                    .and_then(|c| handles.get(&c).cloned())
+                    .unwrap_or_default(),
                 l["thread"].as_u64().unwrap(),
                 l["state"].as_str().unwrap().to_string(),
             )
@@ -97,7 +105,8 @@ fn check_exact(program: &Path, args: &[&str], env: &[(&str, &str)], pool: bool) 
     ));
     let report = dir.join("report.json");
     let mut cmd = shim_command(program, &report);
-    cmd.args(args).env("CUGUARD_POOL", if pool { "1" } else { "0" });
+    cmd.args(args)
+        .env("CUGUARD_POOL", if pool { "1" } else { "0" });
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -109,7 +118,11 @@ fn check_exact(program: &Path, args: &[&str], env: &[(&str, &str)], pool: bool) 
     }
     assert_eq!(r["complete"], true);
     assert_eq!(r["reason"], "exit");
-    assert_eq!(report_leaks(&r), program_leaks(&said), "leaks (pool {pool})");
+    assert_eq!(
+        report_leaks(&r),
+        program_leaks(&said),
+        "leaks (pool {pool})"
+    );
     // Sequence numbers order leaks and events together, densely.
     let mut seqs: Vec<u64> = r["leaks"]
         .as_array()
@@ -119,24 +132,47 @@ fn check_exact(program: &Path, args: &[&str], env: &[(&str, &str)], pool: bool) 
         .map(|x| x["seq"].as_u64().unwrap())
         .collect();
     seqs.sort_unstable();
-    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>(), "seq (pool {pool})");
-    assert_eq!(events(&r["events"]), events(&said["events"]), "events (pool {pool})");
-    let allocations: u64 =
-        r["stats"]["devices"].as_array().unwrap().iter().map(|d| d["allocations"].as_u64().unwrap()).sum();
-    assert_eq!(allocations, said["allocations"].as_u64().unwrap(), "allocations (pool {pool})");
+    assert_eq!(
+        seqs,
+        (0..seqs.len() as u64).collect::<Vec<_>>(),
+        "seq (pool {pool})"
+    );
+    assert_eq!(
+        events(&r["events"]),
+        events(&said["events"]),
+        "events (pool {pool})"
+    );
+    let allocations: u64 = r["stats"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["allocations"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        allocations,
+        said["allocations"].as_u64().unwrap(),
+        "allocations (pool {pool})"
+    );
     for c in said["contexts"].as_array().unwrap() {
-        let found = r["contexts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|rc| rc["handle"] == c["handle"] && rc["device"] == c["device"] && rc["primary"] == c["primary"]);
+        let found = r["contexts"].as_array().unwrap().iter().any(|rc| {
+            rc["handle"] == c["handle"]
+                && rc["device"] == c["device"]
+                && rc["primary"] == c["primary"]
+        });
         assert!(found, "context {c} missing from the report");
     }
     // The one-line summary, and nothing else, on stderr.
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("cuguard:")).collect();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("cuguard:"))
+        .collect();
     assert_eq!(lines.len(), 1, "stderr: {stderr}");
-    assert!(lines[0].contains(&format!("report: {}", report.display())), "{}", lines[0]);
+    assert!(
+        lines[0].contains(&format!("report: {}", report.display())),
+        "{}",
+        lines[0]
+    );
     r
 }
 
@@ -159,7 +195,10 @@ fn dlsym_door() {
 #[test]
 fn get_proc_address_door_through_itself() {
     let r = check_exact(&c_program("leaks_door"), &["getproc"], &[], true);
-    assert_eq!(r["doors"]["get_proc_address"], 5, "cuGetProcAddress itself and four allocation entries");
+    assert_eq!(
+        r["doors"]["get_proc_address"], 5,
+        "cuGetProcAddress itself and four allocation entries"
+    );
     check_exact(&c_program("leaks_door"), &["getproc"], &[], false);
 }
 
@@ -170,14 +209,23 @@ fn get_proc_address_door_per_thread_stream_entries() {
 
 #[test]
 fn threads_and_contexts_on_two_devices() {
-    both_pools(&c_program("leaks_threads"), &[], &[("CUGUARD_SIM_DEVICES", "2")]);
+    both_pools(
+        &c_program("leaks_threads"),
+        &[],
+        &[("CUGUARD_SIM_DEVICES", "2")],
+    );
 }
 
 #[test]
 fn quiet_silences_the_summary() {
     let dir = scratch_dir("quiet");
     let report = dir.join("r.json");
-    let out = run(shim_command(&c_program("leaks_door"), &report).arg("dlsym").env("CUGUARD_QUIET", "1"), true);
+    let out = run(
+        shim_command(&c_program("leaks_door"), &report)
+            .arg("dlsym")
+            .env("CUGUARD_QUIET", "1"),
+        true,
+    );
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
     assert!(report.exists());
 }
@@ -203,11 +251,19 @@ fn cudarc_leaks(report: &Value) -> Vec<(u64, String, String)> {
 
 #[test]
 fn cudarc_client() {
-    for (args, state) in [(&[][..], "live_at_exit"), (&["--drop-context"][..], "released_by_context_destroy")] {
+    for (args, state) in [
+        (&[][..], "live_at_exit"),
+        (&["--drop-context"][..], "released_by_context_destroy"),
+    ] {
         for pool in ["0", "1"] {
             let dir = scratch_dir(&format!("cudarc-{pool}-{}", args.len()));
             let report = dir.join("r.json");
-            let out = run(shim_command(&rust_program("cudarc_leaks"), &report).args(args).env("CUGUARD_POOL", pool), true);
+            let out = run(
+                shim_command(&rust_program("cudarc_leaks"), &report)
+                    .args(args)
+                    .env("CUGUARD_POOL", pool),
+                true,
+            );
             let said: Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(said["kept"], 4);
             let r = read_report(&report);
@@ -222,10 +278,17 @@ fn cudarc_client() {
                     (5 << 20, "cuMemAllocAsync".into(), s.clone()),
                 ]
             );
-            let allocations: u64 =
-                r["stats"]["devices"].as_array().unwrap().iter().map(|d| d["allocations"].as_u64().unwrap()).sum();
+            let allocations: u64 = r["stats"]["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["allocations"].as_u64().unwrap())
+                .sum();
             assert_eq!(allocations, 10);
-            assert!(r["doors"]["dlsym"].as_u64().unwrap() >= 4, "cudarc comes in through dlsym");
+            assert!(
+                r["doors"]["dlsym"].as_u64().unwrap() >= 4,
+                "cudarc comes in through dlsym"
+            );
         }
     }
 }
@@ -253,7 +316,10 @@ fn no_driver_at_all_leaves_the_shim_inert() {
     let mut without = support::sim_command(&program);
     without.env("LD_LIBRARY_PATH", dir.as_os_str());
     let without = without.output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&without.stdout), "driver=no cuMemAlloc_v2=none cuGetProcAddress_v2=none malloc=found\n");
+    assert_eq!(
+        String::from_utf8_lossy(&without.stdout),
+        "driver=no cuMemAlloc_v2=none cuGetProcAddress_v2=none malloc=found\n"
+    );
     assert_eq!(with.stdout, without.stdout);
     assert_eq!(with.status.code(), without.status.code());
     assert_eq!(String::from_utf8_lossy(&with.stderr), "");
@@ -267,15 +333,23 @@ fn unwritable_report_directory_falls_back_with_one_clear_line() {
     std::fs::create_dir_all(&tmp).unwrap();
     let report = Path::new("/proc/cuguard-cannot-write-here/r.json");
     let out = run(
-        shim_command(&c_program("leaks_door"), report).arg("dlsym").env("TMPDIR", &tmp),
+        shim_command(&c_program("leaks_door"), report)
+            .arg("dlsym")
+            .env("TMPDIR", &tmp),
         true,
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{stderr}");
-    assert!(lines[0].contains("could not write /proc/cuguard-cannot-write-here/r.json"), "{stderr}");
+    assert!(
+        lines[0].contains("could not write /proc/cuguard-cannot-write-here/r.json"),
+        "{stderr}"
+    );
     let fallback = tmp.join("r.json");
-    assert!(lines[0].contains(&fallback.display().to_string()), "{stderr}");
+    assert!(
+        lines[0].contains(&fallback.display().to_string()),
+        "{stderr}"
+    );
     let r = read_report(&fallback);
     assert_eq!(r["leaks"].as_array().unwrap().len(), 3);
 }
@@ -288,7 +362,10 @@ fn bad_calls_get_the_drivers_answers_and_leave_events() {
     for pool in ["0", "1"] {
         let dir = scratch_dir(&format!("bad-calls-{pool}"));
         let report = dir.join("r.json");
-        let out = run(shim_command(&program, &report).env("CUGUARD_POOL", pool), true);
+        let out = run(
+            shim_command(&program, &report).env("CUGUARD_POOL", pool),
+            true,
+        );
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&bare.stdout),
@@ -315,9 +392,18 @@ fn bad_calls_get_the_drivers_answers_and_leave_events() {
     assert_eq!(count("double_free"), 5, "{:?}", kinds[0]);
     assert_eq!(count("invalid_free"), 8, "{:?}", kinds[0]);
     assert_eq!(count("free_after_context_destroy"), 2, "{:?}", kinds[0]);
-    assert_eq!(count("context_destroyed_with_live_allocations"), 2, "{:?}", kinds[0]);
+    assert_eq!(
+        count("context_destroyed_with_live_allocations"),
+        2,
+        "{:?}",
+        kinds[0]
+    );
     assert_eq!(count("alloc_failed"), 16, "{:?}", kinds[0]);
-    assert!(kinds[0].contains(&("free_after_context_destroy".into(), "cuMemFree_v2".into(), 709)));
+    assert!(kinds[0].contains(&(
+        "free_after_context_destroy".into(),
+        "cuMemFree_v2".into(),
+        709
+    )));
     assert!(kinds[0].contains(&("double_free".into(), "cuMemFreeHost".into(), 1)));
     assert!(kinds[0].contains(&("double_free".into(), "cuMemRelease".into(), 1)));
 }

@@ -36,11 +36,16 @@ pub fn artifacts() -> &'static Artifacts {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let test_exe = std::env::current_exe().expect("current_exe");
         // target/<profile>/deps/it-<hash>
-        let bin_dir = test_exe.parent().and_then(Path::parent).expect("target dir").to_path_buf();
+        let bin_dir = test_exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target dir")
+            .to_path_buf();
         let release = bin_dir.file_name().is_some_and(|n| n == "release");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(&root).args(["build", "--workspace", "--bins", "--lib"]);
+        cmd.current_dir(&root)
+            .args(["build", "--workspace", "--bins", "--lib"]);
         if release {
             cmd.arg("--release");
         }
@@ -106,7 +111,9 @@ pub fn rust_program(name: &str) -> PathBuf {
 
 /// A fresh scratch directory for one test.
 pub fn scratch_dir(test: &str) -> PathBuf {
-    let d = artifacts().scratch.join(format!("{test}-{}", std::process::id()));
+    let d = artifacts()
+        .scratch
+        .join(format!("{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

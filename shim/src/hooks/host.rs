@@ -24,7 +24,15 @@ fn after_alloc(api: Entry, result: CUresult, pp: *mut *mut c_void, size: usize) 
                 unsafe { *pp as u64 }
             };
             if addr != 0 {
-                record_alloc(t, crate::driver::current_context(), api, Memory::HostPinned, addr, size as u64, size as u64);
+                record_alloc(
+                    t,
+                    crate::driver::current_context(),
+                    api,
+                    Memory::HostPinned,
+                    addr,
+                    size as u64,
+                    size as u64,
+                );
             }
         } else {
             record_alloc_failed(t, api, size as u64, result, None);

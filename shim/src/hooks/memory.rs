@@ -16,14 +16,29 @@ use crate::state;
 use crate::tracker::{Memory, Record, Tracker};
 
 /// Makes the record of an allocation about to be served, when tracking is on.
-fn prepare(t: Option<&Tracker>, cur: Option<u64>, api: Entry, memory: Memory, size: u64, requested: u64) -> Option<Record> {
+fn prepare(
+    t: Option<&Tracker>,
+    cur: Option<u64>,
+    api: Entry,
+    memory: Memory,
+    size: u64,
+    requested: u64,
+) -> Option<Record> {
     let t = t?;
-    shield(None, || Some(make_record(t, cur, api, memory, size, requested)))
+    shield(None, || {
+        Some(make_record(t, cur, api, memory, size, requested))
+    })
 }
 
 /// Accounts for the outcome of a served allocation: a pooled block already holds its record;
 /// a driver allocation is recorded now.
-fn served(t: Option<&Tracker>, s: &serve::Served, dptr: *mut CUdeviceptr, record: Option<Record>, api: Entry) {
+fn served(
+    t: Option<&Tracker>,
+    s: &serve::Served,
+    dptr: *mut CUdeviceptr,
+    record: Option<Record>,
+    api: Entry,
+) {
     let Some(t) = t else { return };
     shield((), || {
         if s.result != CUDA_SUCCESS {
@@ -33,7 +48,9 @@ fn served(t: Option<&Tracker>, s: &serve::Served, dptr: *mut CUdeviceptr, record
         }
         // SAFETY: the call succeeded, so dptr was valid and written.
         let addr = if dptr.is_null() { 0 } else { unsafe { *dptr } };
-        let Some(record) = record.filter(|_| addr != 0) else { return };
+        let Some(record) = record.filter(|_| addr != 0) else {
+            return;
+        };
         if s.pooled {
             t.stats.allocated(record.device, record.memory, record.size);
         } else {
@@ -69,7 +86,14 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     let active = state::active();
     let t = active.as_ref().map(|(_, t)| *t);
     let requested = (width as u64).saturating_mul(height as u64);
-    let record = prepare(t, cur, Entry::cuMemAllocPitch_v2, Memory::Pitched, requested, requested);
+    let record = prepare(
+        t,
+        cur,
+        Entry::cuMemAllocPitch_v2,
+        Memory::Pitched,
+        requested,
+        requested,
+    );
     let s = serve::pitch_alloc(cur, dptr, pitch, width, height, element_size, real, record);
     // The size the program received is pitch × height, known now.
     let record = record.map(|mut r| {
@@ -84,11 +108,17 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    flags: u32,
+) -> CUresult {
     let real = real_or!(cuMemAllocManaged, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, flags) };
-    let Some((_guard, t)) = state::active() else { return r };
+    let Some((_guard, t)) = state::active() else {
+        return r;
+    };
     shield((), || {
         let size = bytesize as u64;
         if r == CUDA_SUCCESS {
@@ -96,7 +126,15 @@ pub unsafe extern "C" fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usi
             let addr = if dptr.is_null() { 0 } else { unsafe { *dptr } };
             if addr != 0 {
                 let cur = crate::driver::current_context();
-                record_alloc(t, cur, Entry::cuMemAllocManaged, Memory::Managed, addr, size, size);
+                record_alloc(
+                    t,
+                    cur,
+                    Entry::cuMemAllocManaged,
+                    Memory::Managed,
+                    addr,
+                    size,
+                    size,
+                );
             }
         } else {
             record_alloc_failed(t, Entry::cuMemAllocManaged, size, r, None);

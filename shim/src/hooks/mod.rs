@@ -142,7 +142,14 @@ pub fn context_of(t: &Tracker, cur: Option<u64>) -> (u32, i32) {
 }
 
 /// The record of an allocation being made now in context `cur`; the address is the caller's.
-pub fn make_record(t: &Tracker, cur: Option<u64>, api: Entry, memory: Memory, size: u64, requested: u64) -> Record {
+pub fn make_record(
+    t: &Tracker,
+    cur: Option<u64>,
+    api: Entry,
+    memory: Memory,
+    size: u64,
+    requested: u64,
+) -> Record {
     let (context, device) = context_of(t, cur);
     Record {
         size,
@@ -310,11 +317,26 @@ fn account_free(
             let (ctx, _) = context_of(t, cur);
             event(t, Kind::UntrackedFree, addr, api, result, None, ctx, None);
         }
-        (None, _) if !pooled && matches!(crate::serve::pooled_range(addr), Some(Some((start, _))) if start == addr) => {
+        (None, _)
+            if !pooled
+                && matches!(crate::serve::pooled_range(addr), Some(Some((start, _))) if start == addr) =>
+        {
             // A live pooled block passed to a free of another family (cuMemFreeHost, say).
             let (ctx, _) = context_of(t, cur);
-            let message = format!("{} refused to free a live pooled device allocation", api.name());
-            event(t, Kind::InvalidFree, addr, api, result, None, ctx, Some(message));
+            let message = format!(
+                "{} refused to free a live pooled device allocation",
+                api.name()
+            );
+            event(
+                t,
+                Kind::InvalidFree,
+                addr,
+                api,
+                result,
+                None,
+                ctx,
+                Some(message),
+            );
         }
         (None, _) => {
             let kind = if t.was_released(addr) {

@@ -52,7 +52,11 @@ unsafe fn answer(attribute: u32, data: *mut c_void, start: u64, size: u64) -> bo
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize: *mut usize, dptr: CUdeviceptr) -> CUresult {
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    pbase: *mut CUdeviceptr,
+    psize: *mut usize,
+    dptr: CUdeviceptr,
+) -> CUresult {
     let real = real_or!(cuMemGetAddressRange_v2, CUDA_ERROR_NOT_INITIALIZED);
     match serve::pooled_range(dptr) {
         Some(Some((start, size))) => {
@@ -75,12 +79,18 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: u32, ptr: CUdeviceptr) -> CUresult {
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: u32,
+    ptr: CUdeviceptr,
+) -> CUresult {
     let real = real_or!(cuPointerGetAttribute, CUDA_ERROR_NOT_INITIALIZED);
     match serve::pooled_range(ptr) {
         Some(None) => CUDA_ERROR_INVALID_VALUE,
         // SAFETY: data is the program's storage for this attribute.
-        Some(Some((start, size))) if unsafe { answer(attribute, data, start, size) } => CUDA_SUCCESS,
+        Some(Some((start, size))) if unsafe { answer(attribute, data, start, size) } => {
+            CUDA_SUCCESS
+        }
         // SAFETY: the program's own arguments, forwarded unchanged.
         _ => unsafe { real(data, attribute, ptr) },
     }
@@ -116,7 +126,9 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
     let r = unsafe { real(free, total) };
     if r == CUDA_SUCCESS && !free.is_null() {
         let idle = shield(0, || {
-            let Some(get) = real::cuCtxGetDevice() else { return 0 };
+            let Some(get) = real::cuCtxGetDevice() else {
+                return 0;
+            };
             let mut device = -1;
             // SAFETY: valid out-parameter.
             if unsafe { get(&mut device) } != CUDA_SUCCESS {
@@ -154,7 +166,9 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut c_void, dptr: CUdevicept
                     CUDA_ERROR_NOT_SUPPORTED,
                     None,
                     ctx,
-                    Some("IPC export of a pooled pointer; set CUGUARD_POOL=0 to share memory".into()),
+                    Some(
+                        "IPC export of a pooled pointer; set CUGUARD_POOL=0 to share memory".into(),
+                    ),
                 );
             });
         }

@@ -24,7 +24,15 @@ fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize
             // SAFETY: the call succeeded, so dptr was valid and written.
             let addr = if dptr.is_null() { 0 } else { unsafe { *dptr } };
             if addr != 0 {
-                record_alloc(t, crate::driver::current_context(), api, Memory::Async, addr, size as u64, size as u64);
+                record_alloc(
+                    t,
+                    crate::driver::current_context(),
+                    api,
+                    Memory::Async,
+                    addr,
+                    size as u64,
+                    size as u64,
+                );
             }
         } else {
             record_alloc_failed(t, api, size as u64, result, None);

@@ -7,9 +7,9 @@
 use std::ffi::c_int;
 
 use super::real_or;
+use crate::driver::current_context;
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::driver::current_context;
 use crate::pool::fence;
 
 /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`: the capture ended anyway.
@@ -38,7 +38,11 @@ pub unsafe extern "C" fn cuStreamCreate(ph: *mut CUstream, flags: u32) -> CUresu
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCreateWithPriority(ph: *mut CUstream, flags: u32, priority: c_int) -> CUresult {
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    ph: *mut CUstream,
+    flags: u32,
+    priority: c_int,
+) -> CUresult {
     let real = real_or!(cuStreamCreateWithPriority, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ph, flags, priority) };
@@ -47,7 +51,12 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(ph: *mut CUstream, flags: u3
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGreenCtxStreamCreate(ph: *mut CUstream, green: Opaque, flags: u32, priority: c_int) -> CUresult {
+pub unsafe extern "C" fn cuGreenCtxStreamCreate(
+    ph: *mut CUstream,
+    green: Opaque,
+    flags: u32,
+    priority: c_int,
+) -> CUresult {
     let real = real_or!(cuGreenCtxStreamCreate, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ph, green, flags, priority) };

@@ -419,7 +419,9 @@ pub fn hook_for_real(addr: usize) -> Option<*mut c_void> {
             real(i);
         }
     });
-    let i = REAL.iter().position(|p| p.load(Ordering::Relaxed) == addr)?;
+    let i = REAL
+        .iter()
+        .position(|p| p.load(Ordering::Relaxed) == addr)?;
     Some(hooks()[i])
 }
 
@@ -441,7 +443,8 @@ pub unsafe extern "C" fn cuGraphLaunch(hGraphExec: *mut c_void, hStream: *mut c_
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuGraphLaunch, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hGraphExec, hStream) };
     crate::pool::fence::submitted();
@@ -449,13 +452,17 @@ pub unsafe extern "C" fn cuGraphLaunch(hGraphExec: *mut c_void, hStream: *mut c_
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphLaunch_ptsz(hGraphExec: *mut c_void, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuGraphLaunch_ptsz(
+    hGraphExec: *mut c_void,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(1);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuGraphLaunch_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hGraphExec, hStream) };
     crate::pool::fence::submitted();
@@ -463,13 +470,17 @@ pub unsafe extern "C" fn cuGraphLaunch_ptsz(hGraphExec: *mut c_void, hStream: *m
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphLaunch_ptds(hGraphExec: *mut c_void, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuGraphLaunch_ptds(
+    hGraphExec: *mut c_void,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(2);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuGraphLaunch_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hGraphExec, hStream) };
     crate::pool::fence::submitted();
@@ -483,7 +494,8 @@ pub unsafe extern "C" fn cuGraphUpload(hGraphExec: *mut c_void, hStream: *mut c_
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuGraphUpload, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hGraphExec, hStream) };
     crate::pool::fence::submitted();
@@ -491,13 +503,17 @@ pub unsafe extern "C" fn cuGraphUpload(hGraphExec: *mut c_void, hStream: *mut c_
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphUpload_ptsz(hGraphExec: *mut c_void, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuGraphUpload_ptsz(
+    hGraphExec: *mut c_void,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(4);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuGraphUpload_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hGraphExec, hStream) };
     crate::pool::fence::submitted();
@@ -505,13 +521,17 @@ pub unsafe extern "C" fn cuGraphUpload_ptsz(hGraphExec: *mut c_void, hStream: *m
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphUpload_ptds(hGraphExec: *mut c_void, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuGraphUpload_ptds(
+    hGraphExec: *mut c_void,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(5);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuGraphUpload_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hGraphExec, hStream) };
     crate::pool::fence::submitted();
@@ -525,7 +545,8 @@ pub unsafe extern "C" fn cuLaunch(f: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunch, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(f) };
     crate::pool::fence::submitted();
@@ -539,7 +560,8 @@ pub unsafe extern "C" fn cuLaunch_ptsz(f: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunch_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(f) };
     crate::pool::fence::submitted();
@@ -553,7 +575,8 @@ pub unsafe extern "C" fn cuLaunch_ptds(f: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunch_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(f) };
     crate::pool::fence::submitted();
@@ -561,55 +584,165 @@ pub unsafe extern "C" fn cuLaunch_ptds(f: *mut c_void) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel(f: *mut c_void, gridDimX: u32, gridDimY: u32, gridDimZ: u32, blockDimX: u32, blockDimY: u32, blockDimZ: u32, sharedMemBytes: u32, hStream: *mut c_void, kernelParams: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchCooperativeKernel(
+    f: *mut c_void,
+    gridDimX: u32,
+    gridDimY: u32,
+    gridDimZ: u32,
+    blockDimX: u32,
+    blockDimY: u32,
+    blockDimZ: u32,
+    sharedMemBytes: u32,
+    hStream: *mut c_void,
+    kernelParams: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(9);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchCooperativeKernel, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32, u32, u32, u32, u32, u32, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) };
+    let result__ = unsafe {
+        real_fn__(
+            f,
+            gridDimX,
+            gridDimY,
+            gridDimZ,
+            blockDimX,
+            blockDimY,
+            blockDimZ,
+            sharedMemBytes,
+            hStream,
+            kernelParams,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(f: *mut c_void, gridDimX: u32, gridDimY: u32, gridDimZ: u32, blockDimX: u32, blockDimY: u32, blockDimZ: u32, sharedMemBytes: u32, hStream: *mut c_void, kernelParams: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
+    f: *mut c_void,
+    gridDimX: u32,
+    gridDimY: u32,
+    gridDimZ: u32,
+    blockDimX: u32,
+    blockDimY: u32,
+    blockDimZ: u32,
+    sharedMemBytes: u32,
+    hStream: *mut c_void,
+    kernelParams: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(10);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchCooperativeKernel_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32, u32, u32, u32, u32, u32, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) };
+    let result__ = unsafe {
+        real_fn__(
+            f,
+            gridDimX,
+            gridDimY,
+            gridDimZ,
+            blockDimX,
+            blockDimY,
+            blockDimZ,
+            sharedMemBytes,
+            hStream,
+            kernelParams,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptds(f: *mut c_void, gridDimX: u32, gridDimY: u32, gridDimZ: u32, blockDimX: u32, blockDimY: u32, blockDimZ: u32, sharedMemBytes: u32, hStream: *mut c_void, kernelParams: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptds(
+    f: *mut c_void,
+    gridDimX: u32,
+    gridDimY: u32,
+    gridDimZ: u32,
+    blockDimX: u32,
+    blockDimY: u32,
+    blockDimZ: u32,
+    sharedMemBytes: u32,
+    hStream: *mut c_void,
+    kernelParams: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(11);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchCooperativeKernel_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32, u32, u32, u32, u32, u32, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) };
+    let result__ = unsafe {
+        real_fn__(
+            f,
+            gridDimX,
+            gridDimY,
+            gridDimZ,
+            blockDimX,
+            blockDimY,
+            blockDimZ,
+            sharedMemBytes,
+            hStream,
+            kernelParams,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(launchParamsList: *mut c_void, numDevices: u32, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(
+    launchParamsList: *mut c_void,
+    numDevices: u32,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(12);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchCooperativeKernelMultiDevice, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(launchParamsList, numDevices, flags) };
     crate::pool::fence::submitted();
@@ -617,13 +750,18 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(launchParamsList: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice_ptsz(launchParamsList: *mut c_void, numDevices: u32, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice_ptsz(
+    launchParamsList: *mut c_void,
+    numDevices: u32,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(13);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchCooperativeKernelMultiDevice_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(launchParamsList, numDevices, flags) };
     crate::pool::fence::submitted();
@@ -631,13 +769,18 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice_ptsz(launchParamsL
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice_ptds(launchParamsList: *mut c_void, numDevices: u32, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice_ptds(
+    launchParamsList: *mut c_void,
+    numDevices: u32,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(14);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchCooperativeKernelMultiDevice_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(launchParamsList, numDevices, flags) };
     crate::pool::fence::submitted();
@@ -645,13 +788,18 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice_ptds(launchParamsL
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchGrid(f: *mut c_void, grid_width: i32, grid_height: i32) -> CUresult {
+pub unsafe extern "C" fn cuLaunchGrid(
+    f: *mut c_void,
+    grid_width: i32,
+    grid_height: i32,
+) -> CUresult {
     let real_addr__ = real(15);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchGrid, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(f, grid_width, grid_height) };
     crate::pool::fence::submitted();
@@ -659,13 +807,18 @@ pub unsafe extern "C" fn cuLaunchGrid(f: *mut c_void, grid_width: i32, grid_heig
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchGrid_ptsz(f: *mut c_void, grid_width: i32, grid_height: i32) -> CUresult {
+pub unsafe extern "C" fn cuLaunchGrid_ptsz(
+    f: *mut c_void,
+    grid_width: i32,
+    grid_height: i32,
+) -> CUresult {
     let real_addr__ = real(16);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchGrid_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(f, grid_width, grid_height) };
     crate::pool::fence::submitted();
@@ -673,13 +826,18 @@ pub unsafe extern "C" fn cuLaunchGrid_ptsz(f: *mut c_void, grid_width: i32, grid
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchGrid_ptds(f: *mut c_void, grid_width: i32, grid_height: i32) -> CUresult {
+pub unsafe extern "C" fn cuLaunchGrid_ptds(
+    f: *mut c_void,
+    grid_width: i32,
+    grid_height: i32,
+) -> CUresult {
     let real_addr__ = real(17);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchGrid_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(f, grid_width, grid_height) };
     crate::pool::fence::submitted();
@@ -687,13 +845,19 @@ pub unsafe extern "C" fn cuLaunchGrid_ptds(f: *mut c_void, grid_width: i32, grid
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchGridAsync(f: *mut c_void, grid_width: i32, grid_height: i32, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchGridAsync(
+    f: *mut c_void,
+    grid_width: i32,
+    grid_height: i32,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(18);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchGridAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(f, grid_width, grid_height, hStream) };
     crate::pool::fence::submitted();
@@ -701,13 +865,19 @@ pub unsafe extern "C" fn cuLaunchGridAsync(f: *mut c_void, grid_width: i32, grid
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchGridAsync_ptsz(f: *mut c_void, grid_width: i32, grid_height: i32, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchGridAsync_ptsz(
+    f: *mut c_void,
+    grid_width: i32,
+    grid_height: i32,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(19);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchGridAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(f, grid_width, grid_height, hStream) };
     crate::pool::fence::submitted();
@@ -715,13 +885,19 @@ pub unsafe extern "C" fn cuLaunchGridAsync_ptsz(f: *mut c_void, grid_width: i32,
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchGridAsync_ptds(f: *mut c_void, grid_width: i32, grid_height: i32, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchGridAsync_ptds(
+    f: *mut c_void,
+    grid_width: i32,
+    grid_height: i32,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(20);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchGridAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, i32, i32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(f, grid_width, grid_height, hStream) };
     crate::pool::fence::submitted();
@@ -729,13 +905,18 @@ pub unsafe extern "C" fn cuLaunchGridAsync_ptds(f: *mut c_void, grid_width: i32,
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchHostFunc(hStream: *mut c_void, fn_: *mut c_void, userData: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchHostFunc(
+    hStream: *mut c_void,
+    fn_: *mut c_void,
+    userData: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(21);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchHostFunc, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hStream, fn_, userData) };
     crate::pool::fence::submitted();
@@ -743,13 +924,18 @@ pub unsafe extern "C" fn cuLaunchHostFunc(hStream: *mut c_void, fn_: *mut c_void
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchHostFunc_ptsz(hStream: *mut c_void, fn_: *mut c_void, userData: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchHostFunc_ptsz(
+    hStream: *mut c_void,
+    fn_: *mut c_void,
+    userData: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(22);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchHostFunc_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hStream, fn_, userData) };
     crate::pool::fence::submitted();
@@ -757,13 +943,18 @@ pub unsafe extern "C" fn cuLaunchHostFunc_ptsz(hStream: *mut c_void, fn_: *mut c
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchHostFunc_ptds(hStream: *mut c_void, fn_: *mut c_void, userData: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchHostFunc_ptds(
+    hStream: *mut c_void,
+    fn_: *mut c_void,
+    userData: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(23);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchHostFunc_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hStream, fn_, userData) };
     crate::pool::fence::submitted();
@@ -771,55 +962,179 @@ pub unsafe extern "C" fn cuLaunchHostFunc_ptds(hStream: *mut c_void, fn_: *mut c
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernel(f: *mut c_void, gridDimX: u32, gridDimY: u32, gridDimZ: u32, blockDimX: u32, blockDimY: u32, blockDimZ: u32, sharedMemBytes: u32, hStream: *mut c_void, kernelParams: *mut c_void, extra: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: *mut c_void,
+    gridDimX: u32,
+    gridDimY: u32,
+    gridDimZ: u32,
+    blockDimX: u32,
+    blockDimY: u32,
+    blockDimZ: u32,
+    sharedMemBytes: u32,
+    hStream: *mut c_void,
+    kernelParams: *mut c_void,
+    extra: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(24);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchKernel, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32, u32, u32, u32, u32, u32, *mut c_void, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) };
+    let result__ = unsafe {
+        real_fn__(
+            f,
+            gridDimX,
+            gridDimY,
+            gridDimZ,
+            blockDimX,
+            blockDimY,
+            blockDimZ,
+            sharedMemBytes,
+            hStream,
+            kernelParams,
+            extra,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernel_ptsz(f: *mut c_void, gridDimX: u32, gridDimY: u32, gridDimZ: u32, blockDimX: u32, blockDimY: u32, blockDimZ: u32, sharedMemBytes: u32, hStream: *mut c_void, kernelParams: *mut c_void, extra: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchKernel_ptsz(
+    f: *mut c_void,
+    gridDimX: u32,
+    gridDimY: u32,
+    gridDimZ: u32,
+    blockDimX: u32,
+    blockDimY: u32,
+    blockDimZ: u32,
+    sharedMemBytes: u32,
+    hStream: *mut c_void,
+    kernelParams: *mut c_void,
+    extra: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(25);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchKernel_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32, u32, u32, u32, u32, u32, *mut c_void, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) };
+    let result__ = unsafe {
+        real_fn__(
+            f,
+            gridDimX,
+            gridDimY,
+            gridDimZ,
+            blockDimX,
+            blockDimY,
+            blockDimZ,
+            sharedMemBytes,
+            hStream,
+            kernelParams,
+            extra,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernel_ptds(f: *mut c_void, gridDimX: u32, gridDimY: u32, gridDimZ: u32, blockDimX: u32, blockDimY: u32, blockDimZ: u32, sharedMemBytes: u32, hStream: *mut c_void, kernelParams: *mut c_void, extra: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchKernel_ptds(
+    f: *mut c_void,
+    gridDimX: u32,
+    gridDimY: u32,
+    gridDimZ: u32,
+    blockDimX: u32,
+    blockDimY: u32,
+    blockDimZ: u32,
+    sharedMemBytes: u32,
+    hStream: *mut c_void,
+    kernelParams: *mut c_void,
+    extra: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(26);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchKernel_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, u32, u32, u32, u32, u32, u32, *mut c_void, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        u32,
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) };
+    let result__ = unsafe {
+        real_fn__(
+            f,
+            gridDimX,
+            gridDimY,
+            gridDimZ,
+            blockDimX,
+            blockDimY,
+            blockDimZ,
+            sharedMemBytes,
+            hStream,
+            kernelParams,
+            extra,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernelEx(config: *mut c_void, f: *mut c_void, kernelParams: *mut c_void, extra: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchKernelEx(
+    config: *mut c_void,
+    f: *mut c_void,
+    kernelParams: *mut c_void,
+    extra: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(27);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchKernelEx, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(config, f, kernelParams, extra) };
     crate::pool::fence::submitted();
@@ -827,13 +1142,23 @@ pub unsafe extern "C" fn cuLaunchKernelEx(config: *mut c_void, f: *mut c_void, k
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(config: *mut c_void, f: *mut c_void, kernelParams: *mut c_void, extra: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
+    config: *mut c_void,
+    f: *mut c_void,
+    kernelParams: *mut c_void,
+    extra: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(28);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchKernelEx_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(config, f, kernelParams, extra) };
     crate::pool::fence::submitted();
@@ -841,13 +1166,23 @@ pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(config: *mut c_void, f: *mut c_vo
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernelEx_ptds(config: *mut c_void, f: *mut c_void, kernelParams: *mut c_void, extra: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchKernelEx_ptds(
+    config: *mut c_void,
+    f: *mut c_void,
+    kernelParams: *mut c_void,
+    extra: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(29);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuLaunchKernelEx_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(config, f, kernelParams, extra) };
     crate::pool::fence::submitted();
@@ -855,13 +1190,25 @@ pub unsafe extern "C" fn cuLaunchKernelEx_ptds(config: *mut c_void, f: *mut c_vo
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemBatchDecompressAsync(paramsArray: *mut c_void, count: usize, flags: u32, errorIndex: *mut c_void, stream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemBatchDecompressAsync(
+    paramsArray: *mut c_void,
+    count: usize,
+    flags: u32,
+    errorIndex: *mut c_void,
+    stream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(30);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemBatchDecompressAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, u32, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        usize,
+        u32,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(paramsArray, count, flags, errorIndex, stream) };
     crate::pool::fence::submitted();
@@ -869,13 +1216,25 @@ pub unsafe extern "C" fn cuMemBatchDecompressAsync(paramsArray: *mut c_void, cou
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemBatchDecompressAsync_ptsz(paramsArray: *mut c_void, count: usize, flags: u32, errorIndex: *mut c_void, stream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemBatchDecompressAsync_ptsz(
+    paramsArray: *mut c_void,
+    count: usize,
+    flags: u32,
+    errorIndex: *mut c_void,
+    stream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(31);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemBatchDecompressAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, u32, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        usize,
+        u32,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(paramsArray, count, flags, errorIndex, stream) };
     crate::pool::fence::submitted();
@@ -883,13 +1242,25 @@ pub unsafe extern "C" fn cuMemBatchDecompressAsync_ptsz(paramsArray: *mut c_void
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemBatchDecompressAsync_ptds(paramsArray: *mut c_void, count: usize, flags: u32, errorIndex: *mut c_void, stream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemBatchDecompressAsync_ptds(
+    paramsArray: *mut c_void,
+    count: usize,
+    flags: u32,
+    errorIndex: *mut c_void,
+    stream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(32);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemBatchDecompressAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, u32, *mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        usize,
+        u32,
+        *mut c_void,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(paramsArray, count, flags, errorIndex, stream) };
     crate::pool::fence::submitted();
@@ -897,55 +1268,154 @@ pub unsafe extern "C" fn cuMemBatchDecompressAsync_ptds(paramsArray: *mut c_void
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync(dptrs: *mut c_void, sizes: *mut c_void, count: usize, prefetchLocs: *mut c_void, prefetchLocIdxs: *mut c_void, numPrefetchLocs: usize, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync(
+    dptrs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    prefetchLocs: *mut c_void,
+    prefetchLocIdxs: *mut c_void,
+    numPrefetchLocs: usize,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(33);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemDiscardAndPrefetchBatchAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void, *mut c_void, usize, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        u64,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dptrs,
+            sizes,
+            count,
+            prefetchLocs,
+            prefetchLocIdxs,
+            numPrefetchLocs,
+            flags,
+            hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync_ptsz(dptrs: *mut c_void, sizes: *mut c_void, count: usize, prefetchLocs: *mut c_void, prefetchLocIdxs: *mut c_void, numPrefetchLocs: usize, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync_ptsz(
+    dptrs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    prefetchLocs: *mut c_void,
+    prefetchLocIdxs: *mut c_void,
+    numPrefetchLocs: usize,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(34);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemDiscardAndPrefetchBatchAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void, *mut c_void, usize, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        u64,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dptrs,
+            sizes,
+            count,
+            prefetchLocs,
+            prefetchLocIdxs,
+            numPrefetchLocs,
+            flags,
+            hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync_ptds(dptrs: *mut c_void, sizes: *mut c_void, count: usize, prefetchLocs: *mut c_void, prefetchLocIdxs: *mut c_void, numPrefetchLocs: usize, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemDiscardAndPrefetchBatchAsync_ptds(
+    dptrs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    prefetchLocs: *mut c_void,
+    prefetchLocIdxs: *mut c_void,
+    numPrefetchLocs: usize,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(35);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemDiscardAndPrefetchBatchAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void, *mut c_void, usize, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        u64,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dptrs,
+            sizes,
+            count,
+            prefetchLocs,
+            prefetchLocIdxs,
+            numPrefetchLocs,
+            flags,
+            hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemDiscardBatchAsync(dptrs: *mut c_void, sizes: *mut c_void, count: usize, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemDiscardBatchAsync(
+    dptrs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(36);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemDiscardBatchAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        u64,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dptrs, sizes, count, flags, hStream) };
     crate::pool::fence::submitted();
@@ -953,13 +1423,25 @@ pub unsafe extern "C" fn cuMemDiscardBatchAsync(dptrs: *mut c_void, sizes: *mut 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemDiscardBatchAsync_ptsz(dptrs: *mut c_void, sizes: *mut c_void, count: usize, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemDiscardBatchAsync_ptsz(
+    dptrs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(37);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemDiscardBatchAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        u64,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dptrs, sizes, count, flags, hStream) };
     crate::pool::fence::submitted();
@@ -967,13 +1449,25 @@ pub unsafe extern "C" fn cuMemDiscardBatchAsync_ptsz(dptrs: *mut c_void, sizes: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemDiscardBatchAsync_ptds(dptrs: *mut c_void, sizes: *mut c_void, count: usize, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemDiscardBatchAsync_ptds(
+    dptrs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(38);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemDiscardBatchAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        u64,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dptrs, sizes, count, flags, hStream) };
     crate::pool::fence::submitted();
@@ -981,13 +1475,18 @@ pub unsafe extern "C" fn cuMemDiscardBatchAsync_ptds(dptrs: *mut c_void, sizes: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemMapArrayAsync(mapInfoList: *mut c_void, count: u32, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemMapArrayAsync(
+    mapInfoList: *mut c_void,
+    count: u32,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(39);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemMapArrayAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(mapInfoList, count, hStream) };
     crate::pool::fence::submitted();
@@ -995,13 +1494,18 @@ pub unsafe extern "C" fn cuMemMapArrayAsync(mapInfoList: *mut c_void, count: u32
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemMapArrayAsync_ptsz(mapInfoList: *mut c_void, count: u32, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemMapArrayAsync_ptsz(
+    mapInfoList: *mut c_void,
+    count: u32,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(40);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemMapArrayAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(mapInfoList, count, hStream) };
     crate::pool::fence::submitted();
@@ -1009,13 +1513,18 @@ pub unsafe extern "C" fn cuMemMapArrayAsync_ptsz(mapInfoList: *mut c_void, count
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemMapArrayAsync_ptds(mapInfoList: *mut c_void, count: u32, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemMapArrayAsync_ptds(
+    mapInfoList: *mut c_void,
+    count: u32,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(41);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemMapArrayAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(mapInfoList, count, hStream) };
     crate::pool::fence::submitted();
@@ -1023,13 +1532,25 @@ pub unsafe extern "C" fn cuMemMapArrayAsync_ptds(mapInfoList: *mut c_void, count
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPrefetchAsync_v2(devPtr: u64, count: usize, location: ByCUmemLocation_st, flags: u32, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemPrefetchAsync_v2(
+    devPtr: u64,
+    count: usize,
+    location: ByCUmemLocation_st,
+    flags: u32,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(42);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemPrefetchAsync_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, ByCUmemLocation_st, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        u64,
+        usize,
+        ByCUmemLocation_st,
+        u32,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(devPtr, count, location, flags, hStream) };
     crate::pool::fence::submitted();
@@ -1037,13 +1558,25 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_v2(devPtr: u64, count: usize, locati
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptsz(devPtr: u64, count: usize, location: ByCUmemLocation_st, flags: u32, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptsz(
+    devPtr: u64,
+    count: usize,
+    location: ByCUmemLocation_st,
+    flags: u32,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(43);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemPrefetchAsync_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, ByCUmemLocation_st, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        u64,
+        usize,
+        ByCUmemLocation_st,
+        u32,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(devPtr, count, location, flags, hStream) };
     crate::pool::fence::submitted();
@@ -1051,13 +1584,25 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptsz(devPtr: u64, count: usize, l
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptds(devPtr: u64, count: usize, location: ByCUmemLocation_st, flags: u32, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptds(
+    devPtr: u64,
+    count: usize,
+    location: ByCUmemLocation_st,
+    flags: u32,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(44);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemPrefetchAsync_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, ByCUmemLocation_st, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        u64,
+        usize,
+        ByCUmemLocation_st,
+        u32,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(devPtr, count, location, flags, hStream) };
     crate::pool::fence::submitted();
@@ -1065,43 +1610,130 @@ pub unsafe extern "C" fn cuMemPrefetchAsync_v2_ptds(devPtr: u64, count: usize, l
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPrefetchBatchAsync(dptrs: *mut c_void, sizes: *mut c_void, count: usize, prefetchLocs: *mut c_void, prefetchLocIdxs: *mut c_void, numPrefetchLocs: usize, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemPrefetchBatchAsync(
+    dptrs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    prefetchLocs: *mut c_void,
+    prefetchLocIdxs: *mut c_void,
+    numPrefetchLocs: usize,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(45);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemPrefetchBatchAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void, *mut c_void, usize, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        u64,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dptrs,
+            sizes,
+            count,
+            prefetchLocs,
+            prefetchLocIdxs,
+            numPrefetchLocs,
+            flags,
+            hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPrefetchBatchAsync_ptsz(dptrs: *mut c_void, sizes: *mut c_void, count: usize, prefetchLocs: *mut c_void, prefetchLocIdxs: *mut c_void, numPrefetchLocs: usize, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemPrefetchBatchAsync_ptsz(
+    dptrs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    prefetchLocs: *mut c_void,
+    prefetchLocIdxs: *mut c_void,
+    numPrefetchLocs: usize,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(46);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemPrefetchBatchAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void, *mut c_void, usize, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        u64,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dptrs,
+            sizes,
+            count,
+            prefetchLocs,
+            prefetchLocIdxs,
+            numPrefetchLocs,
+            flags,
+            hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemPrefetchBatchAsync_ptds(dptrs: *mut c_void, sizes: *mut c_void, count: usize, prefetchLocs: *mut c_void, prefetchLocIdxs: *mut c_void, numPrefetchLocs: usize, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemPrefetchBatchAsync_ptds(
+    dptrs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    prefetchLocs: *mut c_void,
+    prefetchLocIdxs: *mut c_void,
+    numPrefetchLocs: usize,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(47);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemPrefetchBatchAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void, *mut c_void, usize, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        u64,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dptrs,
+            sizes,
+            count,
+            prefetchLocs,
+            prefetchLocIdxs,
+            numPrefetchLocs,
+            flags,
+            hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
@@ -1113,7 +1745,8 @@ pub unsafe extern "C" fn cuMemcpy(dst: u64, src: u64, ByteCount: usize) -> CUres
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dst, src, ByteCount) };
     crate::pool::fence::submitted();
@@ -1127,7 +1760,8 @@ pub unsafe extern "C" fn cuMemcpy_ptsz(dst: u64, src: u64, ByteCount: usize) -> 
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dst, src, ByteCount) };
     crate::pool::fence::submitted();
@@ -1141,7 +1775,8 @@ pub unsafe extern "C" fn cuMemcpy_ptds(dst: u64, src: u64, ByteCount: usize) -> 
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dst, src, ByteCount) };
     crate::pool::fence::submitted();
@@ -1155,7 +1790,8 @@ pub unsafe extern "C" fn cuMemcpy2DAsync_v2(pCopy: *mut c_void, hStream: *mut c_
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy2DAsync_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy, hStream) };
     crate::pool::fence::submitted();
@@ -1163,13 +1799,17 @@ pub unsafe extern "C" fn cuMemcpy2DAsync_v2(pCopy: *mut c_void, hStream: *mut c_
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz(pCopy: *mut c_void, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz(
+    pCopy: *mut c_void,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(52);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy2DAsync_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy, hStream) };
     crate::pool::fence::submitted();
@@ -1177,13 +1817,17 @@ pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptsz(pCopy: *mut c_void, hStream: *m
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptds(pCopy: *mut c_void, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2_ptds(
+    pCopy: *mut c_void,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(53);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy2DAsync_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy, hStream) };
     crate::pool::fence::submitted();
@@ -1197,7 +1841,8 @@ pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(pCopy: *mut c_void) -> CUresult 
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy2DUnaligned_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1211,7 +1856,8 @@ pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2_ptsz(pCopy: *mut c_void) -> CUre
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy2DUnaligned_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1225,7 +1871,8 @@ pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2_ptds(pCopy: *mut c_void) -> CUre
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy2DUnaligned_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1239,7 +1886,8 @@ pub unsafe extern "C" fn cuMemcpy2D_v2(pCopy: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy2D_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1253,7 +1901,8 @@ pub unsafe extern "C" fn cuMemcpy2D_v2_ptsz(pCopy: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy2D_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1267,7 +1916,8 @@ pub unsafe extern "C" fn cuMemcpy2D_v2_ptds(pCopy: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy2D_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1281,7 +1931,8 @@ pub unsafe extern "C" fn cuMemcpy3DAsync_v2(pCopy: *mut c_void, hStream: *mut c_
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DAsync_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy, hStream) };
     crate::pool::fence::submitted();
@@ -1289,13 +1940,17 @@ pub unsafe extern "C" fn cuMemcpy3DAsync_v2(pCopy: *mut c_void, hStream: *mut c_
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptsz(pCopy: *mut c_void, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptsz(
+    pCopy: *mut c_void,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(61);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DAsync_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy, hStream) };
     crate::pool::fence::submitted();
@@ -1303,13 +1958,17 @@ pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptsz(pCopy: *mut c_void, hStream: *m
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptds(pCopy: *mut c_void, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptds(
+    pCopy: *mut c_void,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(62);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DAsync_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy, hStream) };
     crate::pool::fence::submitted();
@@ -1317,13 +1976,19 @@ pub unsafe extern "C" fn cuMemcpy3DAsync_v2_ptds(pCopy: *mut c_void, hStream: *m
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2(numOps: usize, opList: *mut c_void, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2(
+    numOps: usize,
+    opList: *mut c_void,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(63);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DBatchAsync_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(usize, *mut c_void, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(usize, *mut c_void, u64, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(numOps, opList, flags, hStream) };
     crate::pool::fence::submitted();
@@ -1331,13 +1996,19 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2(numOps: usize, opList: *mut c_v
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2_ptsz(numOps: usize, opList: *mut c_void, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2_ptsz(
+    numOps: usize,
+    opList: *mut c_void,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(64);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DBatchAsync_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(usize, *mut c_void, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(usize, *mut c_void, u64, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(numOps, opList, flags, hStream) };
     crate::pool::fence::submitted();
@@ -1345,13 +2016,19 @@ pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2_ptsz(numOps: usize, opList: *mu
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2_ptds(numOps: usize, opList: *mut c_void, flags: u64, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy3DBatchAsync_v2_ptds(
+    numOps: usize,
+    opList: *mut c_void,
+    flags: u64,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(65);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DBatchAsync_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(usize, *mut c_void, u64, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(usize, *mut c_void, u64, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(numOps, opList, flags, hStream) };
     crate::pool::fence::submitted();
@@ -1365,7 +2042,8 @@ pub unsafe extern "C" fn cuMemcpy3DPeer(pCopy: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DPeer, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1379,7 +2057,8 @@ pub unsafe extern "C" fn cuMemcpy3DPeer_ptsz(pCopy: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DPeer_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1393,7 +2072,8 @@ pub unsafe extern "C" fn cuMemcpy3DPeer_ptds(pCopy: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DPeer_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1407,7 +2087,8 @@ pub unsafe extern "C" fn cuMemcpy3DPeerAsync(pCopy: *mut c_void, hStream: *mut c
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DPeerAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy, hStream) };
     crate::pool::fence::submitted();
@@ -1415,13 +2096,17 @@ pub unsafe extern "C" fn cuMemcpy3DPeerAsync(pCopy: *mut c_void, hStream: *mut c
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptsz(pCopy: *mut c_void, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptsz(
+    pCopy: *mut c_void,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(70);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DPeerAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy, hStream) };
     crate::pool::fence::submitted();
@@ -1429,13 +2114,17 @@ pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptsz(pCopy: *mut c_void, hStream: *
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptds(pCopy: *mut c_void, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy3DPeerAsync_ptds(
+    pCopy: *mut c_void,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(71);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3DPeerAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy, hStream) };
     crate::pool::fence::submitted();
@@ -1449,7 +2138,8 @@ pub unsafe extern "C" fn cuMemcpy3D_v2(pCopy: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3D_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1463,7 +2153,8 @@ pub unsafe extern "C" fn cuMemcpy3D_v2_ptsz(pCopy: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3D_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1477,7 +2168,8 @@ pub unsafe extern "C" fn cuMemcpy3D_v2_ptds(pCopy: *mut c_void) -> CUresult {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpy3D_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(pCopy) };
     crate::pool::fence::submitted();
@@ -1485,13 +2177,19 @@ pub unsafe extern "C" fn cuMemcpy3D_v2_ptds(pCopy: *mut c_void) -> CUresult {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAsync(dst: u64, src: u64, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAsync(
+    dst: u64,
+    src: u64,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(75);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dst, src, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1499,13 +2197,19 @@ pub unsafe extern "C" fn cuMemcpyAsync(dst: u64, src: u64, ByteCount: usize, hSt
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAsync_ptsz(dst: u64, src: u64, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAsync_ptsz(
+    dst: u64,
+    src: u64,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(76);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dst, src, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1513,13 +2217,19 @@ pub unsafe extern "C" fn cuMemcpyAsync_ptsz(dst: u64, src: u64, ByteCount: usize
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAsync_ptds(dst: u64, src: u64, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAsync_ptds(
+    dst: u64,
+    src: u64,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(77);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dst, src, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1527,13 +2237,20 @@ pub unsafe extern "C" fn cuMemcpyAsync_ptds(dst: u64, src: u64, ByteCount: usize
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoA_v2(dstArray: *mut c_void, dstOffset: usize, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoA_v2(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(78);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoA_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcArray, srcOffset, ByteCount) };
     crate::pool::fence::submitted();
@@ -1541,13 +2258,20 @@ pub unsafe extern "C" fn cuMemcpyAtoA_v2(dstArray: *mut c_void, dstOffset: usize
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptsz(dstArray: *mut c_void, dstOffset: usize, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptsz(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(79);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoA_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcArray, srcOffset, ByteCount) };
     crate::pool::fence::submitted();
@@ -1555,13 +2279,20 @@ pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptsz(dstArray: *mut c_void, dstOffset: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptds(dstArray: *mut c_void, dstOffset: usize, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptds(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(80);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoA_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcArray, srcOffset, ByteCount) };
     crate::pool::fence::submitted();
@@ -1569,13 +2300,19 @@ pub unsafe extern "C" fn cuMemcpyAtoA_v2_ptds(dstArray: *mut c_void, dstOffset: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoD_v2(dstDevice: u64, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoD_v2(
+    dstDevice: u64,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(81);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoD_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcArray, srcOffset, ByteCount) };
     crate::pool::fence::submitted();
@@ -1583,13 +2320,19 @@ pub unsafe extern "C" fn cuMemcpyAtoD_v2(dstDevice: u64, srcArray: *mut c_void, 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptsz(dstDevice: u64, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptsz(
+    dstDevice: u64,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(82);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoD_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcArray, srcOffset, ByteCount) };
     crate::pool::fence::submitted();
@@ -1597,13 +2340,19 @@ pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptsz(dstDevice: u64, srcArray: *mut c_v
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptds(dstDevice: u64, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptds(
+    dstDevice: u64,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(83);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoD_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcArray, srcOffset, ByteCount) };
     crate::pool::fence::submitted();
@@ -1611,13 +2360,25 @@ pub unsafe extern "C" fn cuMemcpyAtoD_v2_ptds(dstDevice: u64, srcArray: *mut c_v
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2(dstHost: *mut c_void, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2(
+    dstHost: *mut c_void,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(84);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoHAsync_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcArray, srcOffset, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1625,13 +2386,25 @@ pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2(dstHost: *mut c_void, srcArray: *m
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptsz(dstHost: *mut c_void, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptsz(
+    dstHost: *mut c_void,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(85);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoHAsync_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcArray, srcOffset, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1639,13 +2412,25 @@ pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptsz(dstHost: *mut c_void, srcArra
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptds(dstHost: *mut c_void, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptds(
+    dstHost: *mut c_void,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(86);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoHAsync_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        usize,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcArray, srcOffset, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1653,13 +2438,19 @@ pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2_ptds(dstHost: *mut c_void, srcArra
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoH_v2(dstHost: *mut c_void, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoH_v2(
+    dstHost: *mut c_void,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(87);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoH_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcArray, srcOffset, ByteCount) };
     crate::pool::fence::submitted();
@@ -1667,13 +2458,19 @@ pub unsafe extern "C" fn cuMemcpyAtoH_v2(dstHost: *mut c_void, srcArray: *mut c_
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptsz(dstHost: *mut c_void, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptsz(
+    dstHost: *mut c_void,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(88);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoH_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcArray, srcOffset, ByteCount) };
     crate::pool::fence::submitted();
@@ -1681,13 +2478,19 @@ pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptsz(dstHost: *mut c_void, srcArray: *m
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptds(dstHost: *mut c_void, srcArray: *mut c_void, srcOffset: usize, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptds(
+    dstHost: *mut c_void,
+    srcArray: *mut c_void,
+    srcOffset: usize,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(89);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyAtoH_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcArray, srcOffset, ByteCount) };
     crate::pool::fence::submitted();
@@ -1695,55 +2498,127 @@ pub unsafe extern "C" fn cuMemcpyAtoH_v2_ptds(dstHost: *mut c_void, srcArray: *m
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyBatchAsync_v2(dsts: *mut c_void, srcs: *mut c_void, sizes: *mut c_void, count: usize, attrs: *mut c_void, attrsIdxs: *mut c_void, numAttrs: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyBatchAsync_v2(
+    dsts: *mut c_void,
+    srcs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    attrs: *mut c_void,
+    attrsIdxs: *mut c_void,
+    numAttrs: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(90);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyBatchAsync_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, usize, *mut c_void, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyBatchAsync_v2_ptsz(dsts: *mut c_void, srcs: *mut c_void, sizes: *mut c_void, count: usize, attrs: *mut c_void, attrsIdxs: *mut c_void, numAttrs: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyBatchAsync_v2_ptsz(
+    dsts: *mut c_void,
+    srcs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    attrs: *mut c_void,
+    attrsIdxs: *mut c_void,
+    numAttrs: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(91);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyBatchAsync_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, usize, *mut c_void, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyBatchAsync_v2_ptds(dsts: *mut c_void, srcs: *mut c_void, sizes: *mut c_void, count: usize, attrs: *mut c_void, attrsIdxs: *mut c_void, numAttrs: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyBatchAsync_v2_ptds(
+    dsts: *mut c_void,
+    srcs: *mut c_void,
+    sizes: *mut c_void,
+    count: usize,
+    attrs: *mut c_void,
+    attrsIdxs: *mut c_void,
+    numAttrs: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(92);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyBatchAsync_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, usize, *mut c_void, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+        *mut c_void,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoA_v2(dstArray: *mut c_void, dstOffset: usize, srcDevice: u64, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoA_v2(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcDevice: u64,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(93);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoA_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcDevice, ByteCount) };
     crate::pool::fence::submitted();
@@ -1751,13 +2626,19 @@ pub unsafe extern "C" fn cuMemcpyDtoA_v2(dstArray: *mut c_void, dstOffset: usize
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptsz(dstArray: *mut c_void, dstOffset: usize, srcDevice: u64, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptsz(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcDevice: u64,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(94);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoA_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcDevice, ByteCount) };
     crate::pool::fence::submitted();
@@ -1765,13 +2646,19 @@ pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptsz(dstArray: *mut c_void, dstOffset: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptds(dstArray: *mut c_void, dstOffset: usize, srcDevice: u64, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptds(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcDevice: u64,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(95);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoA_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcDevice, ByteCount) };
     crate::pool::fence::submitted();
@@ -1779,13 +2666,19 @@ pub unsafe extern "C" fn cuMemcpyDtoA_v2_ptds(dstArray: *mut c_void, dstOffset: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(dstDevice: u64, srcDevice: u64, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    dstDevice: u64,
+    srcDevice: u64,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(96);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoDAsync_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcDevice, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1793,13 +2686,19 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(dstDevice: u64, srcDevice: u64, By
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(dstDevice: u64, srcDevice: u64, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(
+    dstDevice: u64,
+    srcDevice: u64,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(97);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoDAsync_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcDevice, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1807,13 +2706,19 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(dstDevice: u64, srcDevice: u6
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptds(dstDevice: u64, srcDevice: u64, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptds(
+    dstDevice: u64,
+    srcDevice: u64,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(98);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoDAsync_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcDevice, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1821,13 +2726,18 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2_ptds(dstDevice: u64, srcDevice: u6
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoD_v2(dstDevice: u64, srcDevice: u64, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoD_v2(
+    dstDevice: u64,
+    srcDevice: u64,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(99);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoD_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcDevice, ByteCount) };
     crate::pool::fence::submitted();
@@ -1835,13 +2745,18 @@ pub unsafe extern "C" fn cuMemcpyDtoD_v2(dstDevice: u64, srcDevice: u64, ByteCou
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptsz(dstDevice: u64, srcDevice: u64, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptsz(
+    dstDevice: u64,
+    srcDevice: u64,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(100);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoD_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcDevice, ByteCount) };
     crate::pool::fence::submitted();
@@ -1849,13 +2764,18 @@ pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptsz(dstDevice: u64, srcDevice: u64, By
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptds(dstDevice: u64, srcDevice: u64, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptds(
+    dstDevice: u64,
+    srcDevice: u64,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(101);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoD_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcDevice, ByteCount) };
     crate::pool::fence::submitted();
@@ -1863,13 +2783,19 @@ pub unsafe extern "C" fn cuMemcpyDtoD_v2_ptds(dstDevice: u64, srcDevice: u64, By
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dstHost: *mut c_void, srcDevice: u64, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dstHost: *mut c_void,
+    srcDevice: u64,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(102);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoHAsync_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcDevice, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1877,13 +2803,19 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dstHost: *mut c_void, srcDevice: u
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(dstHost: *mut c_void, srcDevice: u64, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
+    dstHost: *mut c_void,
+    srcDevice: u64,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(103);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoHAsync_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcDevice, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1891,13 +2823,19 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(dstHost: *mut c_void, srcDevi
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptds(dstHost: *mut c_void, srcDevice: u64, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptds(
+    dstHost: *mut c_void,
+    srcDevice: u64,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(104);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoHAsync_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcDevice, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1905,13 +2843,18 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptds(dstHost: *mut c_void, srcDevi
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2(dstHost: *mut c_void, srcDevice: u64, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(
+    dstHost: *mut c_void,
+    srcDevice: u64,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(105);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoH_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcDevice, ByteCount) };
     crate::pool::fence::submitted();
@@ -1919,13 +2862,18 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(dstHost: *mut c_void, srcDevice: u64, B
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptsz(dstHost: *mut c_void, srcDevice: u64, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptsz(
+    dstHost: *mut c_void,
+    srcDevice: u64,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(106);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoH_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcDevice, ByteCount) };
     crate::pool::fence::submitted();
@@ -1933,13 +2881,18 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptsz(dstHost: *mut c_void, srcDevice: u
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(dstHost: *mut c_void, srcDevice: u64, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(
+    dstHost: *mut c_void,
+    srcDevice: u64,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(107);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyDtoH_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstHost, srcDevice, ByteCount) };
     crate::pool::fence::submitted();
@@ -1947,13 +2900,25 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2_ptds(dstHost: *mut c_void, srcDevice: u
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2(dstArray: *mut c_void, dstOffset: usize, srcHost: *mut c_void, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(108);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoAAsync_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        usize,
+        *mut c_void,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcHost, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1961,13 +2926,25 @@ pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2(dstArray: *mut c_void, dstOffset: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptsz(dstArray: *mut c_void, dstOffset: usize, srcHost: *mut c_void, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptsz(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(109);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoAAsync_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        usize,
+        *mut c_void,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcHost, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1975,13 +2952,25 @@ pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptsz(dstArray: *mut c_void, dstOff
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptds(dstArray: *mut c_void, dstOffset: usize, srcHost: *mut c_void, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptds(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(110);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoAAsync_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        *mut c_void,
+        usize,
+        *mut c_void,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcHost, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -1989,13 +2978,19 @@ pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2_ptds(dstArray: *mut c_void, dstOff
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoA_v2(dstArray: *mut c_void, dstOffset: usize, srcHost: *mut c_void, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoA_v2(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(111);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoA_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcHost, ByteCount) };
     crate::pool::fence::submitted();
@@ -2003,13 +2998,19 @@ pub unsafe extern "C" fn cuMemcpyHtoA_v2(dstArray: *mut c_void, dstOffset: usize
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptsz(dstArray: *mut c_void, dstOffset: usize, srcHost: *mut c_void, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptsz(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(112);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoA_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcHost, ByteCount) };
     crate::pool::fence::submitted();
@@ -2017,13 +3018,19 @@ pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptsz(dstArray: *mut c_void, dstOffset: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptds(dstArray: *mut c_void, dstOffset: usize, srcHost: *mut c_void, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptds(
+    dstArray: *mut c_void,
+    dstOffset: usize,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(113);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoA_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstArray, dstOffset, srcHost, ByteCount) };
     crate::pool::fence::submitted();
@@ -2031,13 +3038,19 @@ pub unsafe extern "C" fn cuMemcpyHtoA_v2_ptds(dstArray: *mut c_void, dstOffset: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dstDevice: u64, srcHost: *mut c_void, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dstDevice: u64,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(114);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoDAsync_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcHost, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -2045,13 +3058,19 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dstDevice: u64, srcHost: *mut c_vo
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(dstDevice: u64, srcHost: *mut c_void, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
+    dstDevice: u64,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(115);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoDAsync_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcHost, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -2059,13 +3078,19 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(dstDevice: u64, srcHost: *mut
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptds(dstDevice: u64, srcHost: *mut c_void, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptds(
+    dstDevice: u64,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(116);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoDAsync_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcHost, ByteCount, hStream) };
     crate::pool::fence::submitted();
@@ -2073,13 +3098,18 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptds(dstDevice: u64, srcHost: *mut
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2(dstDevice: u64, srcHost: *mut c_void, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dstDevice: u64,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(117);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoD_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcHost, ByteCount) };
     crate::pool::fence::submitted();
@@ -2087,13 +3117,18 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(dstDevice: u64, srcHost: *mut c_void, B
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptsz(dstDevice: u64, srcHost: *mut c_void, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptsz(
+    dstDevice: u64,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(118);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoD_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcHost, ByteCount) };
     crate::pool::fence::submitted();
@@ -2101,13 +3136,18 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptsz(dstDevice: u64, srcHost: *mut c_vo
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(dstDevice: u64, srcHost: *mut c_void, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(
+    dstDevice: u64,
+    srcHost: *mut c_void,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(119);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyHtoD_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, srcHost, ByteCount) };
     crate::pool::fence::submitted();
@@ -2115,13 +3155,20 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2_ptds(dstDevice: u64, srcHost: *mut c_vo
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyPeer(dstDevice: u64, dstContext: *mut c_void, srcDevice: u64, srcContext: *mut c_void, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyPeer(
+    dstDevice: u64,
+    dstContext: *mut c_void,
+    srcDevice: u64,
+    srcContext: *mut c_void,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(120);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyPeer, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstContext, srcDevice, srcContext, ByteCount) };
     crate::pool::fence::submitted();
@@ -2129,13 +3176,20 @@ pub unsafe extern "C" fn cuMemcpyPeer(dstDevice: u64, dstContext: *mut c_void, s
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyPeer_ptsz(dstDevice: u64, dstContext: *mut c_void, srcDevice: u64, srcContext: *mut c_void, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyPeer_ptsz(
+    dstDevice: u64,
+    dstContext: *mut c_void,
+    srcDevice: u64,
+    srcContext: *mut c_void,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(121);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyPeer_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstContext, srcDevice, srcContext, ByteCount) };
     crate::pool::fence::submitted();
@@ -2143,13 +3197,20 @@ pub unsafe extern "C" fn cuMemcpyPeer_ptsz(dstDevice: u64, dstContext: *mut c_vo
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyPeer_ptds(dstDevice: u64, dstContext: *mut c_void, srcDevice: u64, srcContext: *mut c_void, ByteCount: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyPeer_ptds(
+    dstDevice: u64,
+    dstContext: *mut c_void,
+    srcDevice: u64,
+    srcContext: *mut c_void,
+    ByteCount: usize,
+) -> CUresult {
     let real_addr__ = real(122);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyPeer_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstContext, srcDevice, srcContext, ByteCount) };
     crate::pool::fence::submitted();
@@ -2157,55 +3218,115 @@ pub unsafe extern "C" fn cuMemcpyPeer_ptds(dstDevice: u64, dstContext: *mut c_vo
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyPeerAsync(dstDevice: u64, dstContext: *mut c_void, srcDevice: u64, srcContext: *mut c_void, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyPeerAsync(
+    dstDevice: u64,
+    dstContext: *mut c_void,
+    srcDevice: u64,
+    srcContext: *mut c_void,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(123);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyPeerAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        u64,
+        *mut c_void,
+        u64,
+        *mut c_void,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyPeerAsync_ptsz(dstDevice: u64, dstContext: *mut c_void, srcDevice: u64, srcContext: *mut c_void, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyPeerAsync_ptsz(
+    dstDevice: u64,
+    dstContext: *mut c_void,
+    srcDevice: u64,
+    srcContext: *mut c_void,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(124);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyPeerAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        u64,
+        *mut c_void,
+        u64,
+        *mut c_void,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyPeerAsync_ptds(dstDevice: u64, dstContext: *mut c_void, srcDevice: u64, srcContext: *mut c_void, ByteCount: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyPeerAsync_ptds(
+    dstDevice: u64,
+    dstContext: *mut c_void,
+    srcDevice: u64,
+    srcContext: *mut c_void,
+    ByteCount: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(125);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemcpyPeerAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, *mut c_void, u64, *mut c_void, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(
+        u64,
+        *mut c_void,
+        u64,
+        *mut c_void,
+        usize,
+        *mut c_void,
+    ) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let result__ = unsafe { real_fn__(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream) };
+    let result__ = unsafe {
+        real_fn__(
+            dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream,
+        )
+    };
     crate::pool::fence::submitted();
     result__
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD16Async(dstDevice: u64, us: u16, N: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD16Async(
+    dstDevice: u64,
+    us: u16,
+    N: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(126);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD16Async, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, us, N, hStream) };
     crate::pool::fence::submitted();
@@ -2213,13 +3334,19 @@ pub unsafe extern "C" fn cuMemsetD16Async(dstDevice: u64, us: u16, N: usize, hSt
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD16Async_ptsz(dstDevice: u64, us: u16, N: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD16Async_ptsz(
+    dstDevice: u64,
+    us: u16,
+    N: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(127);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD16Async_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, us, N, hStream) };
     crate::pool::fence::submitted();
@@ -2227,13 +3354,19 @@ pub unsafe extern "C" fn cuMemsetD16Async_ptsz(dstDevice: u64, us: u16, N: usize
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD16Async_ptds(dstDevice: u64, us: u16, N: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD16Async_ptds(
+    dstDevice: u64,
+    us: u16,
+    N: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(128);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD16Async_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u16, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, us, N, hStream) };
     crate::pool::fence::submitted();
@@ -2247,7 +3380,8 @@ pub unsafe extern "C" fn cuMemsetD16_v2(dstDevice: u64, us: u16, N: usize) -> CU
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD16_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u16, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u16, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, us, N) };
     crate::pool::fence::submitted();
@@ -2261,7 +3395,8 @@ pub unsafe extern "C" fn cuMemsetD16_v2_ptsz(dstDevice: u64, us: u16, N: usize) 
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD16_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u16, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u16, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, us, N) };
     crate::pool::fence::submitted();
@@ -2275,7 +3410,8 @@ pub unsafe extern "C" fn cuMemsetD16_v2_ptds(dstDevice: u64, us: u16, N: usize) 
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD16_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u16, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u16, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, us, N) };
     crate::pool::fence::submitted();
@@ -2283,13 +3419,21 @@ pub unsafe extern "C" fn cuMemsetD16_v2_ptds(dstDevice: u64, us: u16, N: usize) 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D16Async(dstDevice: u64, dstPitch: usize, us: u16, Width: usize, Height: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D16Async(
+    dstDevice: u64,
+    dstPitch: usize,
+    us: u16,
+    Width: usize,
+    Height: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(132);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D16Async, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, us, Width, Height, hStream) };
     crate::pool::fence::submitted();
@@ -2297,13 +3441,21 @@ pub unsafe extern "C" fn cuMemsetD2D16Async(dstDevice: u64, dstPitch: usize, us:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D16Async_ptsz(dstDevice: u64, dstPitch: usize, us: u16, Width: usize, Height: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D16Async_ptsz(
+    dstDevice: u64,
+    dstPitch: usize,
+    us: u16,
+    Width: usize,
+    Height: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(133);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D16Async_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, us, Width, Height, hStream) };
     crate::pool::fence::submitted();
@@ -2311,13 +3463,21 @@ pub unsafe extern "C" fn cuMemsetD2D16Async_ptsz(dstDevice: u64, dstPitch: usize
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D16Async_ptds(dstDevice: u64, dstPitch: usize, us: u16, Width: usize, Height: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D16Async_ptds(
+    dstDevice: u64,
+    dstPitch: usize,
+    us: u16,
+    Width: usize,
+    Height: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(134);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D16Async_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, us, Width, Height, hStream) };
     crate::pool::fence::submitted();
@@ -2325,13 +3485,20 @@ pub unsafe extern "C" fn cuMemsetD2D16Async_ptds(dstDevice: u64, dstPitch: usize
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D16_v2(dstDevice: u64, dstPitch: usize, us: u16, Width: usize, Height: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D16_v2(
+    dstDevice: u64,
+    dstPitch: usize,
+    us: u16,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
     let real_addr__ = real(135);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D16_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, us, Width, Height) };
     crate::pool::fence::submitted();
@@ -2339,13 +3506,20 @@ pub unsafe extern "C" fn cuMemsetD2D16_v2(dstDevice: u64, dstPitch: usize, us: u
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D16_v2_ptsz(dstDevice: u64, dstPitch: usize, us: u16, Width: usize, Height: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D16_v2_ptsz(
+    dstDevice: u64,
+    dstPitch: usize,
+    us: u16,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
     let real_addr__ = real(136);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D16_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, us, Width, Height) };
     crate::pool::fence::submitted();
@@ -2353,13 +3527,20 @@ pub unsafe extern "C" fn cuMemsetD2D16_v2_ptsz(dstDevice: u64, dstPitch: usize, 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D16_v2_ptds(dstDevice: u64, dstPitch: usize, us: u16, Width: usize, Height: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D16_v2_ptds(
+    dstDevice: u64,
+    dstPitch: usize,
+    us: u16,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
     let real_addr__ = real(137);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D16_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u16, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, us, Width, Height) };
     crate::pool::fence::submitted();
@@ -2367,13 +3548,21 @@ pub unsafe extern "C" fn cuMemsetD2D16_v2_ptds(dstDevice: u64, dstPitch: usize, 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D32Async(dstDevice: u64, dstPitch: usize, ui: u32, Width: usize, Height: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D32Async(
+    dstDevice: u64,
+    dstPitch: usize,
+    ui: u32,
+    Width: usize,
+    Height: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(138);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D32Async, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, ui, Width, Height, hStream) };
     crate::pool::fence::submitted();
@@ -2381,13 +3570,21 @@ pub unsafe extern "C" fn cuMemsetD2D32Async(dstDevice: u64, dstPitch: usize, ui:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D32Async_ptsz(dstDevice: u64, dstPitch: usize, ui: u32, Width: usize, Height: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D32Async_ptsz(
+    dstDevice: u64,
+    dstPitch: usize,
+    ui: u32,
+    Width: usize,
+    Height: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(139);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D32Async_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, ui, Width, Height, hStream) };
     crate::pool::fence::submitted();
@@ -2395,13 +3592,21 @@ pub unsafe extern "C" fn cuMemsetD2D32Async_ptsz(dstDevice: u64, dstPitch: usize
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D32Async_ptds(dstDevice: u64, dstPitch: usize, ui: u32, Width: usize, Height: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D32Async_ptds(
+    dstDevice: u64,
+    dstPitch: usize,
+    ui: u32,
+    Width: usize,
+    Height: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(140);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D32Async_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, ui, Width, Height, hStream) };
     crate::pool::fence::submitted();
@@ -2409,13 +3614,20 @@ pub unsafe extern "C" fn cuMemsetD2D32Async_ptds(dstDevice: u64, dstPitch: usize
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D32_v2(dstDevice: u64, dstPitch: usize, ui: u32, Width: usize, Height: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D32_v2(
+    dstDevice: u64,
+    dstPitch: usize,
+    ui: u32,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
     let real_addr__ = real(141);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D32_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, ui, Width, Height) };
     crate::pool::fence::submitted();
@@ -2423,13 +3635,20 @@ pub unsafe extern "C" fn cuMemsetD2D32_v2(dstDevice: u64, dstPitch: usize, ui: u
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D32_v2_ptsz(dstDevice: u64, dstPitch: usize, ui: u32, Width: usize, Height: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D32_v2_ptsz(
+    dstDevice: u64,
+    dstPitch: usize,
+    ui: u32,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
     let real_addr__ = real(142);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D32_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, ui, Width, Height) };
     crate::pool::fence::submitted();
@@ -2437,13 +3656,20 @@ pub unsafe extern "C" fn cuMemsetD2D32_v2_ptsz(dstDevice: u64, dstPitch: usize, 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D32_v2_ptds(dstDevice: u64, dstPitch: usize, ui: u32, Width: usize, Height: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D32_v2_ptds(
+    dstDevice: u64,
+    dstPitch: usize,
+    ui: u32,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
     let real_addr__ = real(143);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D32_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u32, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, ui, Width, Height) };
     crate::pool::fence::submitted();
@@ -2451,13 +3677,21 @@ pub unsafe extern "C" fn cuMemsetD2D32_v2_ptds(dstDevice: u64, dstPitch: usize, 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D8Async(dstDevice: u64, dstPitch: usize, uc: u8, Width: usize, Height: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D8Async(
+    dstDevice: u64,
+    dstPitch: usize,
+    uc: u8,
+    Width: usize,
+    Height: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(144);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D8Async, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, uc, Width, Height, hStream) };
     crate::pool::fence::submitted();
@@ -2465,13 +3699,21 @@ pub unsafe extern "C" fn cuMemsetD2D8Async(dstDevice: u64, dstPitch: usize, uc: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D8Async_ptsz(dstDevice: u64, dstPitch: usize, uc: u8, Width: usize, Height: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D8Async_ptsz(
+    dstDevice: u64,
+    dstPitch: usize,
+    uc: u8,
+    Width: usize,
+    Height: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(145);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D8Async_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, uc, Width, Height, hStream) };
     crate::pool::fence::submitted();
@@ -2479,13 +3721,21 @@ pub unsafe extern "C" fn cuMemsetD2D8Async_ptsz(dstDevice: u64, dstPitch: usize,
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D8Async_ptds(dstDevice: u64, dstPitch: usize, uc: u8, Width: usize, Height: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D8Async_ptds(
+    dstDevice: u64,
+    dstPitch: usize,
+    uc: u8,
+    Width: usize,
+    Height: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(146);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D8Async_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, uc, Width, Height, hStream) };
     crate::pool::fence::submitted();
@@ -2493,13 +3743,20 @@ pub unsafe extern "C" fn cuMemsetD2D8Async_ptds(dstDevice: u64, dstPitch: usize,
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D8_v2(dstDevice: u64, dstPitch: usize, uc: u8, Width: usize, Height: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D8_v2(
+    dstDevice: u64,
+    dstPitch: usize,
+    uc: u8,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
     let real_addr__ = real(147);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D8_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, uc, Width, Height) };
     crate::pool::fence::submitted();
@@ -2507,13 +3764,20 @@ pub unsafe extern "C" fn cuMemsetD2D8_v2(dstDevice: u64, dstPitch: usize, uc: u8
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D8_v2_ptsz(dstDevice: u64, dstPitch: usize, uc: u8, Width: usize, Height: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D8_v2_ptsz(
+    dstDevice: u64,
+    dstPitch: usize,
+    uc: u8,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
     let real_addr__ = real(148);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D8_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, uc, Width, Height) };
     crate::pool::fence::submitted();
@@ -2521,13 +3785,20 @@ pub unsafe extern "C" fn cuMemsetD2D8_v2_ptsz(dstDevice: u64, dstPitch: usize, u
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD2D8_v2_ptds(dstDevice: u64, dstPitch: usize, uc: u8, Width: usize, Height: usize) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD2D8_v2_ptds(
+    dstDevice: u64,
+    dstPitch: usize,
+    uc: u8,
+    Width: usize,
+    Height: usize,
+) -> CUresult {
     let real_addr__ = real(149);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD2D8_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, usize, u8, usize, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, dstPitch, uc, Width, Height) };
     crate::pool::fence::submitted();
@@ -2535,13 +3806,19 @@ pub unsafe extern "C" fn cuMemsetD2D8_v2_ptds(dstDevice: u64, dstPitch: usize, u
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD32Async(dstDevice: u64, ui: u32, N: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD32Async(
+    dstDevice: u64,
+    ui: u32,
+    N: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(150);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD32Async, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, ui, N, hStream) };
     crate::pool::fence::submitted();
@@ -2549,13 +3826,19 @@ pub unsafe extern "C" fn cuMemsetD32Async(dstDevice: u64, ui: u32, N: usize, hSt
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD32Async_ptsz(dstDevice: u64, ui: u32, N: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD32Async_ptsz(
+    dstDevice: u64,
+    ui: u32,
+    N: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(151);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD32Async_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, ui, N, hStream) };
     crate::pool::fence::submitted();
@@ -2563,13 +3846,19 @@ pub unsafe extern "C" fn cuMemsetD32Async_ptsz(dstDevice: u64, ui: u32, N: usize
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD32Async_ptds(dstDevice: u64, ui: u32, N: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD32Async_ptds(
+    dstDevice: u64,
+    ui: u32,
+    N: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(152);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD32Async_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u32, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, ui, N, hStream) };
     crate::pool::fence::submitted();
@@ -2583,7 +3872,8 @@ pub unsafe extern "C" fn cuMemsetD32_v2(dstDevice: u64, ui: u32, N: usize) -> CU
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD32_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u32, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u32, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, ui, N) };
     crate::pool::fence::submitted();
@@ -2597,7 +3887,8 @@ pub unsafe extern "C" fn cuMemsetD32_v2_ptsz(dstDevice: u64, ui: u32, N: usize) 
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD32_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u32, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u32, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, ui, N) };
     crate::pool::fence::submitted();
@@ -2611,7 +3902,8 @@ pub unsafe extern "C" fn cuMemsetD32_v2_ptds(dstDevice: u64, ui: u32, N: usize) 
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD32_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u32, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u32, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, ui, N) };
     crate::pool::fence::submitted();
@@ -2619,13 +3911,19 @@ pub unsafe extern "C" fn cuMemsetD32_v2_ptds(dstDevice: u64, ui: u32, N: usize) 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD8Async(dstDevice: u64, uc: u8, N: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD8Async(
+    dstDevice: u64,
+    uc: u8,
+    N: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(156);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD8Async, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, uc, N, hStream) };
     crate::pool::fence::submitted();
@@ -2633,13 +3931,19 @@ pub unsafe extern "C" fn cuMemsetD8Async(dstDevice: u64, uc: u8, N: usize, hStre
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD8Async_ptsz(dstDevice: u64, uc: u8, N: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD8Async_ptsz(
+    dstDevice: u64,
+    uc: u8,
+    N: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(157);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD8Async_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, uc, N, hStream) };
     crate::pool::fence::submitted();
@@ -2647,13 +3951,19 @@ pub unsafe extern "C" fn cuMemsetD8Async_ptsz(dstDevice: u64, uc: u8, N: usize, 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemsetD8Async_ptds(dstDevice: u64, uc: u8, N: usize, hStream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD8Async_ptds(
+    dstDevice: u64,
+    uc: u8,
+    N: usize,
+    hStream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(158);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD8Async_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u8, usize, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, uc, N, hStream) };
     crate::pool::fence::submitted();
@@ -2667,7 +3977,8 @@ pub unsafe extern "C" fn cuMemsetD8_v2(dstDevice: u64, uc: u8, N: usize) -> CUre
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD8_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u8, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u8, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, uc, N) };
     crate::pool::fence::submitted();
@@ -2681,7 +3992,8 @@ pub unsafe extern "C" fn cuMemsetD8_v2_ptsz(dstDevice: u64, uc: u8, N: usize) ->
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD8_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u8, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u8, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, uc, N) };
     crate::pool::fence::submitted();
@@ -2695,7 +4007,8 @@ pub unsafe extern "C" fn cuMemsetD8_v2_ptds(dstDevice: u64, uc: u8, N: usize) ->
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuMemsetD8_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(u64, u8, usize) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(u64, u8, usize) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(dstDevice, uc, N) };
     crate::pool::fence::submitted();
@@ -2703,13 +4016,19 @@ pub unsafe extern "C" fn cuMemsetD8_v2_ptds(dstDevice: u64, uc: u8, N: usize) ->
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync(extSemArray: *mut c_void, paramsArray: *mut c_void, numExtSems: u32, stream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync(
+    extSemArray: *mut c_void,
+    paramsArray: *mut c_void,
+    numExtSems: u32,
+    stream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(162);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuSignalExternalSemaphoresAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(extSemArray, paramsArray, numExtSems, stream) };
     crate::pool::fence::submitted();
@@ -2717,13 +4036,19 @@ pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync(extSemArray: *mut c_voi
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptsz(extSemArray: *mut c_void, paramsArray: *mut c_void, numExtSems: u32, stream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptsz(
+    extSemArray: *mut c_void,
+    paramsArray: *mut c_void,
+    numExtSems: u32,
+    stream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(163);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuSignalExternalSemaphoresAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(extSemArray, paramsArray, numExtSems, stream) };
     crate::pool::fence::submitted();
@@ -2731,13 +4056,19 @@ pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptsz(extSemArray: *mut 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptds(extSemArray: *mut c_void, paramsArray: *mut c_void, numExtSems: u32, stream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptds(
+    extSemArray: *mut c_void,
+    paramsArray: *mut c_void,
+    numExtSems: u32,
+    stream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(164);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuSignalExternalSemaphoresAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(extSemArray, paramsArray, numExtSems, stream) };
     crate::pool::fence::submitted();
@@ -2745,13 +4076,19 @@ pub unsafe extern "C" fn cuSignalExternalSemaphoresAsync_ptds(extSemArray: *mut 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamAttachMemAsync(hStream: *mut c_void, dptr: u64, length: usize, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamAttachMemAsync(
+    hStream: *mut c_void,
+    dptr: u64,
+    length: usize,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(165);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamAttachMemAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hStream, dptr, length, flags) };
     crate::pool::fence::submitted();
@@ -2759,13 +4096,19 @@ pub unsafe extern "C" fn cuStreamAttachMemAsync(hStream: *mut c_void, dptr: u64,
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamAttachMemAsync_ptsz(hStream: *mut c_void, dptr: u64, length: usize, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamAttachMemAsync_ptsz(
+    hStream: *mut c_void,
+    dptr: u64,
+    length: usize,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(166);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamAttachMemAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hStream, dptr, length, flags) };
     crate::pool::fence::submitted();
@@ -2773,13 +4116,19 @@ pub unsafe extern "C" fn cuStreamAttachMemAsync_ptsz(hStream: *mut c_void, dptr:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamAttachMemAsync_ptds(hStream: *mut c_void, dptr: u64, length: usize, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamAttachMemAsync_ptds(
+    hStream: *mut c_void,
+    dptr: u64,
+    length: usize,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(167);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamAttachMemAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, usize, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(hStream, dptr, length, flags) };
     crate::pool::fence::submitted();
@@ -2787,13 +4136,19 @@ pub unsafe extern "C" fn cuStreamAttachMemAsync_ptds(hStream: *mut c_void, dptr:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamBatchMemOp_v2(stream: *mut c_void, count: u32, paramArray: *mut c_void, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamBatchMemOp_v2(
+    stream: *mut c_void,
+    count: u32,
+    paramArray: *mut c_void,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(168);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamBatchMemOp_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, count, paramArray, flags) };
     crate::pool::fence::submitted();
@@ -2801,13 +4156,19 @@ pub unsafe extern "C" fn cuStreamBatchMemOp_v2(stream: *mut c_void, count: u32, 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptsz(stream: *mut c_void, count: u32, paramArray: *mut c_void, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptsz(
+    stream: *mut c_void,
+    count: u32,
+    paramArray: *mut c_void,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(169);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamBatchMemOp_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, count, paramArray, flags) };
     crate::pool::fence::submitted();
@@ -2815,13 +4176,19 @@ pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptsz(stream: *mut c_void, count: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptds(stream: *mut c_void, count: u32, paramArray: *mut c_void, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptds(
+    stream: *mut c_void,
+    count: u32,
+    paramArray: *mut c_void,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(170);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamBatchMemOp_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u32, *mut c_void, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, count, paramArray, flags) };
     crate::pool::fence::submitted();
@@ -2829,13 +4196,19 @@ pub unsafe extern "C" fn cuStreamBatchMemOp_v2_ptds(stream: *mut c_void, count: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue32_v2(stream: *mut c_void, addr: u64, value: u32, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWaitValue32_v2(
+    stream: *mut c_void,
+    addr: u64,
+    value: u32,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(171);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWaitValue32_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2843,13 +4216,19 @@ pub unsafe extern "C" fn cuStreamWaitValue32_v2(stream: *mut c_void, addr: u64, 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue32_v2_ptsz(stream: *mut c_void, addr: u64, value: u32, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWaitValue32_v2_ptsz(
+    stream: *mut c_void,
+    addr: u64,
+    value: u32,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(172);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWaitValue32_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2857,13 +4236,19 @@ pub unsafe extern "C" fn cuStreamWaitValue32_v2_ptsz(stream: *mut c_void, addr: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue32_v2_ptds(stream: *mut c_void, addr: u64, value: u32, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWaitValue32_v2_ptds(
+    stream: *mut c_void,
+    addr: u64,
+    value: u32,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(173);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWaitValue32_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2871,13 +4256,19 @@ pub unsafe extern "C" fn cuStreamWaitValue32_v2_ptds(stream: *mut c_void, addr: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue64_v2(stream: *mut c_void, addr: u64, value: u64, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWaitValue64_v2(
+    stream: *mut c_void,
+    addr: u64,
+    value: u64,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(174);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWaitValue64_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2885,13 +4276,19 @@ pub unsafe extern "C" fn cuStreamWaitValue64_v2(stream: *mut c_void, addr: u64, 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue64_v2_ptsz(stream: *mut c_void, addr: u64, value: u64, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWaitValue64_v2_ptsz(
+    stream: *mut c_void,
+    addr: u64,
+    value: u64,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(175);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWaitValue64_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2899,13 +4296,19 @@ pub unsafe extern "C" fn cuStreamWaitValue64_v2_ptsz(stream: *mut c_void, addr: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWaitValue64_v2_ptds(stream: *mut c_void, addr: u64, value: u64, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWaitValue64_v2_ptds(
+    stream: *mut c_void,
+    addr: u64,
+    value: u64,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(176);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWaitValue64_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2913,13 +4316,19 @@ pub unsafe extern "C" fn cuStreamWaitValue64_v2_ptds(stream: *mut c_void, addr: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWriteValue32_v2(stream: *mut c_void, addr: u64, value: u32, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWriteValue32_v2(
+    stream: *mut c_void,
+    addr: u64,
+    value: u32,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(177);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWriteValue32_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2927,13 +4336,19 @@ pub unsafe extern "C" fn cuStreamWriteValue32_v2(stream: *mut c_void, addr: u64,
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWriteValue32_v2_ptsz(stream: *mut c_void, addr: u64, value: u32, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWriteValue32_v2_ptsz(
+    stream: *mut c_void,
+    addr: u64,
+    value: u32,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(178);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWriteValue32_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2941,13 +4356,19 @@ pub unsafe extern "C" fn cuStreamWriteValue32_v2_ptsz(stream: *mut c_void, addr:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWriteValue32_v2_ptds(stream: *mut c_void, addr: u64, value: u32, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWriteValue32_v2_ptds(
+    stream: *mut c_void,
+    addr: u64,
+    value: u32,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(179);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWriteValue32_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u32, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2955,13 +4376,19 @@ pub unsafe extern "C" fn cuStreamWriteValue32_v2_ptds(stream: *mut c_void, addr:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWriteValue64_v2(stream: *mut c_void, addr: u64, value: u64, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWriteValue64_v2(
+    stream: *mut c_void,
+    addr: u64,
+    value: u64,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(180);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWriteValue64_v2, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2969,13 +4396,19 @@ pub unsafe extern "C" fn cuStreamWriteValue64_v2(stream: *mut c_void, addr: u64,
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptsz(stream: *mut c_void, addr: u64, value: u64, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptsz(
+    stream: *mut c_void,
+    addr: u64,
+    value: u64,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(181);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWriteValue64_v2_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2983,13 +4416,19 @@ pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptsz(stream: *mut c_void, addr:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptds(stream: *mut c_void, addr: u64, value: u64, flags: u32) -> CUresult {
+pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptds(
+    stream: *mut c_void,
+    addr: u64,
+    value: u64,
+    flags: u32,
+) -> CUresult {
     let real_addr__ = real(182);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuStreamWriteValue64_v2_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(stream, addr, value, flags) };
     crate::pool::fence::submitted();
@@ -2997,13 +4436,19 @@ pub unsafe extern "C" fn cuStreamWriteValue64_v2_ptds(stream: *mut c_void, addr:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync(extSemArray: *mut c_void, paramsArray: *mut c_void, numExtSems: u32, stream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync(
+    extSemArray: *mut c_void,
+    paramsArray: *mut c_void,
+    numExtSems: u32,
+    stream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(183);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuWaitExternalSemaphoresAsync, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(extSemArray, paramsArray, numExtSems, stream) };
     crate::pool::fence::submitted();
@@ -3011,13 +4456,19 @@ pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync(extSemArray: *mut c_void,
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync_ptsz(extSemArray: *mut c_void, paramsArray: *mut c_void, numExtSems: u32, stream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync_ptsz(
+    extSemArray: *mut c_void,
+    paramsArray: *mut c_void,
+    numExtSems: u32,
+    stream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(184);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuWaitExternalSemaphoresAsync_ptsz, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(extSemArray, paramsArray, numExtSems, stream) };
     crate::pool::fence::submitted();
@@ -3025,13 +4476,19 @@ pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync_ptsz(extSemArray: *mut c_
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync_ptds(extSemArray: *mut c_void, paramsArray: *mut c_void, numExtSems: u32, stream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuWaitExternalSemaphoresAsync_ptds(
+    extSemArray: *mut c_void,
+    paramsArray: *mut c_void,
+    numExtSems: u32,
+    stream: *mut c_void,
+) -> CUresult {
     let real_addr__ = real(185);
     if real_addr__ == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
     // SAFETY: the address is the driver's export named cuWaitExternalSemaphoresAsync_ptds, whose C signature this wrapper copies.
-    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult = unsafe { std::mem::transmute(real_addr__) };
+    let real_fn__: unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(real_addr__) };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let result__ = unsafe { real_fn__(extSemArray, paramsArray, numExtSems, stream) };
     crate::pool::fence::submitted();

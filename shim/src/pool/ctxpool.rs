@@ -158,10 +158,16 @@ impl CtxPool {
     /// block; the pool's context is current.
     pub fn alloc(&self, arena: usize, size: u64, record: Option<Record>) -> Result<u64, Refusal> {
         if size == 0 {
-            return Err(Refusal { result: CUDA_ERROR_INVALID_VALUE, why: "size 0".into() });
+            return Err(Refusal {
+                result: CUDA_ERROR_INVALID_VALUE,
+                why: "size 0".into(),
+            });
         }
         if self.dead() {
-            return Err(Refusal { result: CUDA_ERROR_CONTEXT_IS_DESTROYED, why: "context destroyed".into() });
+            return Err(Refusal {
+                result: CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                why: "context destroyed".into(),
+            });
         }
         let arena = arena % ARENAS;
         let mut g = lock(&self.arenas[arena]);
@@ -221,7 +227,9 @@ impl CtxPool {
                 Some((CUDA_SUCCESS, record))
             }
             Some(_) => Some((CUDA_ERROR_INVALID_VALUE, None)),
-            None if g.sub.chunk_containing(addr).is_some() => Some((CUDA_ERROR_INVALID_VALUE, None)),
+            None if g.sub.chunk_containing(addr).is_some() => {
+                Some((CUDA_ERROR_INVALID_VALUE, None))
+            }
             None => None,
         }
     }
@@ -237,7 +245,10 @@ impl CtxPool {
         if g.pending_set.contains(&grant.addr) {
             return None;
         }
-        Some((grant.addr, g.records.get(&grant.addr).map_or(grant.size, |r| r.size)))
+        Some((
+            grant.addr,
+            g.records.get(&grant.addr).map_or(grant.size, |r| r.size),
+        ))
     }
 
     /// Bytes the program could still get from the pool without the driver: free and pending.
@@ -380,7 +391,10 @@ impl Inner {
     fn alloc_slow(&mut self, size: u64, pool: &CtxPool, arena: usize) -> Result<Grant, Refusal> {
         let dedicated = matches!(self.policy.route(size), Route::Dedicated { .. });
         let Some(footprint) = self.sub.footprint(size, ALIGN) else {
-            return Err(Refusal { result: CUDA_ERROR_OUT_OF_MEMORY, why: "request too large".into() });
+            return Err(Refusal {
+                result: CUDA_ERROR_OUT_OF_MEMORY,
+                why: "request too large".into(),
+            });
         };
         // 1. Fences that completed since.
         self.fences.poll();
@@ -406,7 +420,9 @@ impl Inner {
             self.policy.dedicated_chunk_size(size).unwrap_or(footprint)
         } else {
             let shared = stats.reserved_bytes - stats.dedicated_bytes;
-            self.policy.shared_chunk_size(footprint, shared).unwrap_or(footprint)
+            self.policy
+                .shared_chunk_size(footprint, shared)
+                .unwrap_or(footprint)
         };
         let minimum = footprint.next_multiple_of(self.policy.granularity.max(ALIGN));
         if dedicated {
@@ -440,7 +456,10 @@ impl Inner {
                     return Ok(a);
                 }
             }
-            return Err(Refusal { result: CUDA_ERROR_OUT_OF_MEMORY, why: "device out of memory".into() });
+            return Err(Refusal {
+                result: CUDA_ERROR_OUT_OF_MEMORY,
+                why: "device out of memory".into(),
+            });
         }
         self.limit_refusals += 1;
         let limit = pool.limits.limit.unwrap_or(0);
@@ -454,20 +473,39 @@ impl Inner {
     }
 
     /// Adds a chunk of `size` bytes from the driver.
-    fn grow(&mut self, size: u64, dedicated: bool, pool: &CtxPool, arena: usize) -> Result<(), Refusal> {
+    fn grow(
+        &mut self,
+        size: u64,
+        dedicated: bool,
+        pool: &CtxPool,
+        arena: usize,
+    ) -> Result<(), Refusal> {
         let Some(alloc) = real::cuMemAlloc_v2() else {
-            return Err(Refusal { result: CUDA_ERROR_NOT_INITIALIZED, why: "no driver".into() });
+            return Err(Refusal {
+                result: CUDA_ERROR_NOT_INITIALIZED,
+                why: "no driver".into(),
+            });
         };
         let mut base: CUdeviceptr = 0;
         // SAFETY: valid out-parameter; the pool's context is current.
         let r = unsafe { alloc(&mut base, size as usize) };
         if r != CUDA_SUCCESS {
-            return Err(Refusal { result: r, why: format!("driver refused a {size}-byte chunk") });
+            return Err(Refusal {
+                result: r,
+                why: format!("driver refused a {size}-byte chunk"),
+            });
         }
-        let added = if dedicated { self.sub.add_dedicated_chunk(base, size) } else { self.sub.add_chunk(base, size) };
+        let added = if dedicated {
+            self.sub.add_dedicated_chunk(base, size)
+        } else {
+            self.sub.add_chunk(base, size)
+        };
         if added.is_err() {
             free_chunk(base);
-            return Err(Refusal { result: CUDA_ERROR_OUT_OF_MEMORY, why: "chunk refused by the sub-allocator".into() });
+            return Err(Refusal {
+                result: CUDA_ERROR_OUT_OF_MEMORY,
+                why: "chunk refused by the sub-allocator".into(),
+            });
         }
         self.chunks_added += 1;
         let reserved = pool.reserved.fetch_add(size, Relaxed) + size;
@@ -502,7 +540,12 @@ impl Inner {
 
     /// Gives these (idle) chunks back to the driver; `wait` when the memory must be free again
     /// before this returns (under pressure).
-    fn release_chunks(&mut self, ids: impl Iterator<Item = super::tlsf::ChunkId>, pool: &CtxPool, wait: bool) {
+    fn release_chunks(
+        &mut self,
+        ids: impl Iterator<Item = super::tlsf::ChunkId>,
+        pool: &CtxPool,
+        wait: bool,
+    ) {
         for id in ids {
             if let Ok((base, size)) = self.sub.remove_chunk(id) {
                 super::registry::chunk_removed(base);

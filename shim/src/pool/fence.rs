@@ -57,7 +57,9 @@ pub fn mark() -> u64 {
 
 /// A stream capture began (`delta` = 1) or ended (-1).
 pub fn capture_changed(delta: i64) {
-    let _ = CAPTURES.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some((c + delta).max(0)));
+    let _ = CAPTURES.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+        Some((c + delta).max(0))
+    });
 }
 
 /// Whether any stream capture is in progress.
@@ -84,7 +86,11 @@ pub fn stream_created(ctx: u64, stream: u64, flags: u32) {
         return;
     }
     let mut s = lock(&STREAMS);
-    s.get_or_insert_with(Default::default).non_blocking.entry(ctx).or_default().push(stream);
+    s.get_or_insert_with(Default::default)
+        .non_blocking
+        .entry(ctx)
+        .or_default()
+        .push(stream);
 }
 
 /// A stream is about to be destroyed: if it is a known non-blocking stream, record a last event
@@ -141,7 +147,9 @@ fn destroy_event(ev: u64) {
 /// Whether the event has completed (an error counts as completed: the event, or its context, is
 /// gone and can hold nothing back).
 fn event_done(ev: u64) -> bool {
-    let Some(q) = real::cuEventQuery() else { return true };
+    let Some(q) = real::cuEventQuery() else {
+        return true;
+    };
     // SAFETY: ev is a live event this module created.
     (unsafe { q(ev as *mut c_void) }) != CUDA_ERROR_NOT_READY
 }
@@ -188,7 +196,9 @@ impl Fences {
             return true;
         }
         let mut events = Vec::new();
-        let Some(ev) = record_event(0) else { return false };
+        let Some(ev) = record_event(0) else {
+            return false;
+        };
         events.push(ev);
         {
             let mut guard = lock(&STREAMS);

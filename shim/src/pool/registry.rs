@@ -38,8 +38,16 @@ fn registry() -> &'static Registry {
         // SAFETY: a published registry is leaked and never freed.
         return unsafe { &*p };
     }
-    let fresh = Box::into_raw(Box::new(Registry { pools: Mutex::new(Vec::new()), chunks: RwLock::new(BTreeMap::new()) }));
-    match REGISTRY.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+    let fresh = Box::into_raw(Box::new(Registry {
+        pools: Mutex::new(Vec::new()),
+        chunks: RwLock::new(BTreeMap::new()),
+    }));
+    match REGISTRY.compare_exchange(
+        std::ptr::null_mut(),
+        fresh,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
         // SAFETY: we just published our own leaked box.
         Ok(_) => unsafe { &*fresh },
         Err(existing) => {
@@ -81,7 +89,10 @@ pub fn current_existing(ctx: u64) -> Option<&'static CtxPool> {
     if let Some(p) = cached(ctx) {
         return Some(p);
     }
-    let pool = lock(&registry().pools).iter().find(|p| p.ctx == ctx).copied()?;
+    let pool = lock(&registry().pools)
+        .iter()
+        .find(|p| p.ctx == ctx)
+        .copied()?;
     remember(ctx, pool);
     Some(pool)
 }
@@ -110,7 +121,10 @@ fn find_or_create(ctx: u64) -> Option<&'static CtxPool> {
     }
     let total = device_total(device);
     let settings = &crate::config::get().pool_settings;
-    let limits = Limits { limit: settings.limit.map(|a| a.resolve(total)), keep: settings.keep.resolve(total) };
+    let limits = Limits {
+        limit: settings.limit.map(|a| a.resolve(total)),
+        keep: settings.keep.resolve(total),
+    };
     let pool: &'static CtxPool = Box::leak(Box::new(CtxPool::new(ctx, device, limits)));
     pools.push(pool);
     ANY.store(true, Ordering::Release);
@@ -118,14 +132,19 @@ fn find_or_create(ctx: u64) -> Option<&'static CtxPool> {
     let initial = settings.initial.resolve(total);
     if initial > 0 {
         if let Err(r) = pool.reserve_initial(initial) {
-            crate::diag::warn(&format!("CUGUARD_POOL_INITIAL: could not reserve {initial} bytes ({})", r.why));
+            crate::diag::warn(&format!(
+                "CUGUARD_POOL_INITIAL: could not reserve {initial} bytes ({})",
+                r.why
+            ));
         }
     }
     Some(pool)
 }
 
 fn device_total(device: i32) -> u64 {
-    let Some(f) = real::cuDeviceTotalMem_v2() else { return 0 };
+    let Some(f) = real::cuDeviceTotalMem_v2() else {
+        return 0;
+    };
     let mut total = 0usize;
     // SAFETY: valid out-parameter.
     unsafe { f(&mut total, device) };
@@ -160,7 +179,9 @@ pub fn context_destroyed(ctx: u64) -> Vec<(u64, Record)> {
         let i = pools.iter().position(|p| p.ctx == ctx);
         i.map(|i| pools.remove(i))
     };
-    let Some(pool) = retired else { return Vec::new() };
+    let Some(pool) = retired else {
+        return Vec::new();
+    };
     let ranges = pool.chunk_ranges();
     let gone = pool.kill();
     {
@@ -208,14 +229,21 @@ pub fn stats_for_device(device: i32) -> Option<PoolStats> {
 /// Idle bytes (free and pending) of the live pools on `device`.
 pub fn idle_bytes_for_device(device: i32) -> u64 {
     let pools: Vec<&'static CtxPool> = lock(&registry().pools).clone();
-    pools.iter().filter(|p| p.device == device).map(|p| p.idle_bytes()).sum()
+    pools
+        .iter()
+        .filter(|p| p.device == device)
+        .map(|p| p.idle_bytes())
+        .sum()
 }
 
 /// In the child of a fork: no pools (the parent's belong to a context this process cannot use).
 /// The old registry is leaked, not dropped: its locks may be held by threads that do not exist
 /// here.
 pub fn reset_after_fork() {
-    let fresh = Box::into_raw(Box::new(Registry { pools: Mutex::new(Vec::new()), chunks: RwLock::new(BTreeMap::new()) }));
+    let fresh = Box::into_raw(Box::new(Registry {
+        pools: Mutex::new(Vec::new()),
+        chunks: RwLock::new(BTreeMap::new()),
+    }));
     REGISTRY.store(fresh, Ordering::Release);
     ANY.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);

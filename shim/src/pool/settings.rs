@@ -24,15 +24,22 @@ impl Amount {
 pub fn parse(s: &str) -> Result<Amount, String> {
     let s = s.trim();
     if let Some(p) = s.strip_suffix('%') {
-        let v: f64 = p.trim().parse().map_err(|_| format!("{s:?} is not a percentage"))?;
+        let v: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not a percentage"))?;
         if !(0.0..=100.0).contains(&v) {
             return Err(format!("{s:?} is not between 0% and 100%"));
         }
         return Ok(Amount::Percent(v));
     }
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a number of bytes"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bytes"))?;
     let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" => 1e3,
@@ -65,7 +72,11 @@ pub struct PoolSettings {
 
 impl Default for PoolSettings {
     fn default() -> Self {
-        PoolSettings { initial: Amount::Bytes(0), limit: None, keep: Amount::Percent(10.0) }
+        PoolSettings {
+            initial: Amount::Bytes(0),
+            limit: None,
+            keep: Amount::Percent(10.0),
+        }
     }
 }
 

@@ -96,7 +96,9 @@ pub fn own() -> Option<&'static Own> {
 
 fn set_own(path: &Path) {
     let Ok(cpath) = cstr(path) else { return };
-    let Some((dev, ino)) = dev_ino(&cpath) else { return };
+    let Some((dev, ino)) = dev_ino(&cpath) else {
+        return;
+    };
     let fresh = Box::into_raw(Box::new(Own {
         pid: std::process::id(),
         path: path.to_path_buf(),

@@ -550,11 +550,14 @@ pub fn write_and_say(t: &Tracker, occasion: &Occasion) -> Option<Outcome> {
             } else if let Some(why) = &outcome.fallback_reason {
                 static SAID: std::sync::atomic::AtomicBool =
                     std::sync::atomic::AtomicBool::new(false);
-                crate::diag::warn_once(&SAID, &format!(
-                    "{} report: {} ({why})",
-                    occasion.reason.as_str(),
-                    outcome.path.display()
-                ));
+                crate::diag::warn_once(
+                    &SAID,
+                    &format!(
+                        "{} report: {} ({why})",
+                        occasion.reason.as_str(),
+                        outcome.path.display()
+                    ),
+                );
             }
             Some(outcome)
         }

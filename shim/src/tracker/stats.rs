@@ -42,7 +42,9 @@ fn slot(device: i32) -> usize {
 
 impl Stats {
     pub(super) fn new() -> Self {
-        Stats { rare: std::array::from_fn(|_| Rare::default()) }
+        Stats {
+            rare: std::array::from_fn(|_| Rare::default()),
+        }
     }
 
     /// Counts an allocation.
@@ -50,7 +52,9 @@ impl Stats {
     pub fn allocated(&self, device: i32, memory: Memory, size: u64) {
         thread::allocated(device, size, memory.on_device());
         if !memory.on_device() {
-            self.rare[slot(device)].host_pinned_live_bytes.fetch_add(size, Relaxed);
+            self.rare[slot(device)]
+                .host_pinned_live_bytes
+                .fetch_add(size, Relaxed);
         }
     }
 
@@ -59,7 +63,9 @@ impl Stats {
     pub fn freed(&self, device: i32, memory: Memory, size: u64) {
         thread::freed(device, size, memory.on_device());
         if !memory.on_device() {
-            self.rare[slot(device)].host_pinned_live_bytes.fetch_sub(size, Relaxed);
+            self.rare[slot(device)]
+                .host_pinned_live_bytes
+                .fetch_sub(size, Relaxed);
         }
     }
 

@@ -489,8 +489,14 @@ mod tests {
         // the H200 (2026-11-30): static cudart's internals, cudaMalloc, then the user's function.
         let p = Plumbing::builtin();
         let frames = [
-            f("/tmp/b/planted", Some("libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c")),
-            f("/tmp/b/planted", Some("libcudart_static_f74e2f2bcf2cf49bd1a61332e1d15bd1e748f9cf")),
+            f(
+                "/tmp/b/planted",
+                Some("libcudart_static_5382377d5c772c9d197c0cda9fd9742ee6ad893c"),
+            ),
+            f(
+                "/tmp/b/planted",
+                Some("libcudart_static_f74e2f2bcf2cf49bd1a61332e1d15bd1e748f9cf"),
+            ),
             f("/tmp/b/planted", Some("cudaMalloc")),
             f("/tmp/b/planted", Some("leak_in_static_function")),
             f("/tmp/b/planted", Some("main")),

@@ -78,11 +78,17 @@ fn real_entry(name: &str) -> Option<usize> {
     struct Found {
         path: Option<(String, usize)>,
     }
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> i32 {
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> i32 {
         // SAFETY: dl_iterate_phdr passes valid info; data is our Found.
         unsafe {
             let found = &mut *(data as *mut Found);
-            let name = std::ffi::CStr::from_ptr((*info).dlpi_name).to_string_lossy().into_owned();
+            let name = std::ffi::CStr::from_ptr((*info).dlpi_name)
+                .to_string_lossy()
+                .into_owned();
             if name.contains("libcuda.so") {
                 found.path = Some((name, (*info).dlpi_addr as usize));
                 return 1;
@@ -150,7 +156,11 @@ impl Ctx {
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
 }
 
 /// Median ns per pair of `op`, timed in batches.
@@ -189,7 +199,12 @@ fn child(test: &str, quick: bool) -> BTreeMap<String, f64> {
     let scale = if quick { 10 } else { 1 };
     match test {
         "pair" => {
-            for (label, size) in [("256B", 256usize), ("4KiB", 4096), ("1MiB", 1 << 20), ("64MiB", 64 << 20)] {
+            for (label, size) in [
+                ("256B", 256usize),
+                ("4KiB", 4096),
+                ("1MiB", 1 << 20),
+                ("64MiB", 64 << 20),
+            ] {
                 let ns = time_pairs(200 / scale, 20, || {
                     let p = c.alloc(size);
                     c.free(p);
@@ -201,7 +216,10 @@ fn child(test: &str, quick: bool) -> BTreeMap<String, f64> {
                 let mut p = 0;
                 // SAFETY: legacy stream (null), valid out-parameter; freed once.
                 unsafe {
-                    check((c.d.alloc_async)(&mut p, 4096, std::ptr::null_mut()), "cuMemAllocAsync");
+                    check(
+                        (c.d.alloc_async)(&mut p, 4096, std::ptr::null_mut()),
+                        "cuMemAllocAsync",
+                    );
                     check((c.d.free_async)(p, std::ptr::null_mut()), "cuMemFreeAsync");
                 }
                 s = s.wrapping_add(p);
@@ -220,13 +238,16 @@ fn child(test: &str, quick: bool) -> BTreeMap<String, f64> {
         "overhead" => {
             // Interleaved batches through the hooks (what the program calls) and straight to the
             // driver's own entries: the per-batch difference cancels the driver's drift.
-            let (Some(a), Some(f)) = (real_entry("cuMemAlloc_v2"), real_entry("cuMemFree_v2")) else {
+            let (Some(a), Some(f)) = (real_entry("cuMemAlloc_v2"), real_entry("cuMemFree_v2"))
+            else {
                 eprintln!("overhead: the driver's own entries were not found");
                 return out;
             };
             // SAFETY: the driver's cuMemAlloc_v2 and cuMemFree_v2, with their C signatures.
-            let (ra, rf): (unsafe extern "C" fn(*mut Ptr, usize) -> CuResult, unsafe extern "C" fn(Ptr) -> CuResult) =
-                unsafe { (std::mem::transmute(a), std::mem::transmute(f)) };
+            let (ra, rf): (
+                unsafe extern "C" fn(*mut Ptr, usize) -> CuResult,
+                unsafe extern "C" fn(Ptr) -> CuResult,
+            ) = unsafe { (std::mem::transmute(a), std::mem::transmute(f)) };
             for (label, size) in [("4KiB", 4096usize), ("1MiB", 1 << 20)] {
                 let mut diffs = Vec::new();
                 let mut hooked = Vec::new();
@@ -297,7 +318,10 @@ fn child(test: &str, quick: bool) -> BTreeMap<String, f64> {
                     ops += 1;
                 }
             }
-            out.insert(format!("random{max_mib}_ns_per_op"), t0.elapsed().as_nanos() as f64 / ops as f64);
+            out.insert(
+                format!("random{max_mib}_ns_per_op"),
+                t0.elapsed().as_nanos() as f64 / ops as f64,
+            );
             for p in live {
                 c.free(p);
             }
@@ -344,23 +368,60 @@ struct Variant {
 }
 
 const VARIANTS: &[Variant] = &[
-    Variant { name: "bare", env: &[], shim: false },
-    Variant { name: "passthrough", env: &[("CUGUARD_POOL", "0"), ("CUGUARD_STACK_DEPTH", "0")], shim: true },
-    Variant { name: "passthrough+stacks", env: &[("CUGUARD_POOL", "0"), ("CUGUARD_STACK_DEPTH", "32")], shim: true },
-    Variant { name: "pool", env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "0")], shim: true },
-    Variant { name: "pool+stacks", env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "32")], shim: true },
+    Variant {
+        name: "bare",
+        env: &[],
+        shim: false,
+    },
+    Variant {
+        name: "passthrough",
+        env: &[("CUGUARD_POOL", "0"), ("CUGUARD_STACK_DEPTH", "0")],
+        shim: true,
+    },
+    Variant {
+        name: "passthrough+stacks",
+        env: &[("CUGUARD_POOL", "0"), ("CUGUARD_STACK_DEPTH", "32")],
+        shim: true,
+    },
+    Variant {
+        name: "pool",
+        env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "0")],
+        shim: true,
+    },
+    Variant {
+        name: "pool+stacks",
+        env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "32")],
+        shim: true,
+    },
     Variant {
         name: "pool-untracked",
-        env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "0"), ("CUGUARD_TEST_NO_TRACKING", "1")],
+        env: &[
+            ("CUGUARD_POOL", "1"),
+            ("CUGUARD_STACK_DEPTH", "0"),
+            ("CUGUARD_TEST_NO_TRACKING", "1"),
+        ],
         shim: true,
     },
 ];
 
-const TESTS: &[&str] = &["pair", "overhead", "live1000", "random1", "random64", "random256", "threads"];
+const TESTS: &[&str] = &[
+    "pair",
+    "overhead",
+    "live1000",
+    "random1",
+    "random64",
+    "random256",
+    "threads",
+];
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let quick = args.iter().any(|a| a == "--quick");
     if let Some(test) = arg("--child") {
         let out = child(&test, quick);
@@ -368,9 +429,13 @@ fn main() {
         return;
     }
     let shim = arg("--shim").unwrap_or_else(|| "libcuguard.so".into());
-    let rounds: usize = arg("--rounds").and_then(|r| r.parse().ok()).unwrap_or(if quick { 1 } else { 3 });
-    let only_tests: Option<Vec<String>> = arg("--tests").map(|t| t.split(',').map(String::from).collect());
-    let only_variants: Option<Vec<String>> = arg("--variants").map(|t| t.split(',').map(String::from).collect());
+    let rounds: usize = arg("--rounds")
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(if quick { 1 } else { 3 });
+    let only_tests: Option<Vec<String>> =
+        arg("--tests").map(|t| t.split(',').map(String::from).collect());
+    let only_variants: Option<Vec<String>> =
+        arg("--variants").map(|t| t.split(',').map(String::from).collect());
     let exe = std::env::current_exe().expect("current_exe");
     let dir = std::env::temp_dir().join(format!("alloc_bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -379,11 +444,17 @@ fn main() {
     let mut figures: BTreeMap<&str, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
     for round in 0..rounds {
         for test in TESTS {
-            if only_tests.as_ref().is_some_and(|o| !o.iter().any(|t| t == test)) {
+            if only_tests
+                .as_ref()
+                .is_some_and(|o| !o.iter().any(|t| t == test))
+            {
                 continue;
             }
             for v in VARIANTS {
-                if only_variants.as_ref().is_some_and(|o| !o.iter().any(|x| x == v.name)) {
+                if only_variants
+                    .as_ref()
+                    .is_some_and(|o| !o.iter().any(|x| x == v.name))
+                {
                     continue;
                 }
                 let report = dir.join(format!("{}-{test}-{round}.json", v.name.replace('+', "_")));
@@ -394,14 +465,21 @@ fn main() {
                 }
                 cmd.env_remove("LD_PRELOAD");
                 if v.shim {
-                    cmd.env("LD_PRELOAD", &shim).env("CUGUARD_REPORT", &report).env("CUGUARD_QUIET", "1");
+                    cmd.env("LD_PRELOAD", &shim)
+                        .env("CUGUARD_REPORT", &report)
+                        .env("CUGUARD_QUIET", "1");
                 }
                 for (k, val) in v.env {
                     cmd.env(k, val);
                 }
                 let out = cmd.output().expect("running child");
                 if !out.status.success() {
-                    eprintln!("{} {test}: {}\n{}", v.name, out.status, String::from_utf8_lossy(&out.stderr));
+                    eprintln!(
+                        "{} {test}: {}\n{}",
+                        v.name,
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr)
+                    );
                     continue;
                 }
                 let text = String::from_utf8_lossy(&out.stdout);
@@ -412,7 +490,9 @@ fn main() {
                 if test.starts_with("random") && v.shim {
                     if let Some((reserved, live)) = peaks(&report) {
                         if live > 0.0 {
-                            m.entry(format!("{test}_peak_reserved_over_peak_live")).or_default().push(reserved / live);
+                            m.entry(format!("{test}_peak_reserved_over_peak_live"))
+                                .or_default()
+                                .push(reserved / live);
                         }
                     }
                 }
@@ -424,36 +504,80 @@ fn main() {
 
     let med: BTreeMap<&str, BTreeMap<String, f64>> = figures
         .iter()
-        .map(|(v, m)| (*v, m.iter().map(|(k, s)| (k.clone(), median(&mut s.clone()))).collect()))
+        .map(|(v, m)| {
+            (
+                *v,
+                m.iter()
+                    .map(|(k, s)| (k.clone(), median(&mut s.clone())))
+                    .collect(),
+            )
+        })
         .collect();
     let mut metrics: Vec<String> = med.values().flat_map(|m| m.keys().cloned()).collect();
     metrics.sort();
     metrics.dedup();
-    println!("| metric | {} |", VARIANTS.iter().map(|v| v.name).collect::<Vec<_>>().join(" | "));
-    println!("|---|{}|", VARIANTS.iter().map(|_| "---").collect::<Vec<_>>().join("|"));
+    println!(
+        "| metric | {} |",
+        VARIANTS
+            .iter()
+            .map(|v| v.name)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    println!(
+        "|---|{}|",
+        VARIANTS.iter().map(|_| "---").collect::<Vec<_>>().join("|")
+    );
     for k in &metrics {
         let cells: Vec<String> = VARIANTS
             .iter()
-            .map(|v| med.get(v.name).and_then(|m| m.get(k)).map_or("-".into(), |x| format!("{x:.3}")))
+            .map(|v| {
+                med.get(v.name)
+                    .and_then(|m| m.get(k))
+                    .map_or("-".into(), |x| format!("{x:.3}"))
+            })
             .collect();
         println!("| {k} | {} |", cells.join(" | "));
     }
     println!();
-    let get = |v: &str, k: &str| med.get(v).and_then(|m| m.get(k)).copied().unwrap_or(f64::NAN);
+    let get = |v: &str, k: &str| {
+        med.get(v)
+            .and_then(|m| m.get(k))
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
     println!("| ratio | value |");
     println!("|---|---|");
     for size in ["4KiB", "1MiB"] {
         let k = format!("overhead_{size}_ns");
-        println!("| pass-through overhead per pair, {size}, interleaved in one process (ns) | {:.1} |", get("passthrough", &k));
-        println!("| pass-through + stacks overhead per pair, {size} (ns) | {:.1} |", get("passthrough+stacks", &k));
+        println!(
+            "| pass-through overhead per pair, {size}, interleaved in one process (ns) | {:.1} |",
+            get("passthrough", &k)
+        );
+        println!(
+            "| pass-through + stacks overhead per pair, {size} (ns) | {:.1} |",
+            get("passthrough+stacks", &k)
+        );
     }
     for size in ["256B", "4KiB", "1MiB", "64MiB"] {
         let k = format!("pair_{size}_ns");
-        println!("| bare / pool, {size} pair | {:.1} |", get("bare", &k) / get("pool", &k));
-        println!("| pool+stacks / pool, {size} pair | {:.2} |", get("pool+stacks", &k) / get("pool", &k));
+        println!(
+            "| bare / pool, {size} pair | {:.1} |",
+            get("bare", &k) / get("pool", &k)
+        );
+        println!(
+            "| pool+stacks / pool, {size} pair | {:.2} |",
+            get("pool+stacks", &k) / get("pool", &k)
+        );
     }
-    println!("| bare async pair / pool 4KiB pair | {:.1} |", get("bare", "async_pair_4KiB_ns") / get("pool", "pair_4KiB_ns"));
-    println!("| pool: live1000 / single 4KiB pair | {:.2} |", get("pool", "live1000_pair_4KiB_ns") / get("pool", "pair_4KiB_ns"));
+    println!(
+        "| bare async pair / pool 4KiB pair | {:.1} |",
+        get("bare", "async_pair_4KiB_ns") / get("pool", "pair_4KiB_ns")
+    );
+    println!(
+        "| pool: live1000 / single 4KiB pair | {:.2} |",
+        get("pool", "live1000_pair_4KiB_ns") / get("pool", "pair_4KiB_ns")
+    );
     println!(
         "| pool: 16 threads / 1 thread throughput | {:.2} |",
         get("pool", "threads16_pairs_per_s") / get("pool", "threads1_pairs_per_s")
@@ -494,7 +618,10 @@ fn parse_like(s: &str) -> Vec<(String, f64)> {
         .split(',')
         .filter_map(|kv| {
             let (k, v) = kv.split_once(':')?;
-            Some((k.trim().trim_matches('"').to_string(), v.trim().parse().ok()?))
+            Some((
+                k.trim().trim_matches('"').to_string(),
+                v.trim().parse().ok()?,
+            ))
         })
         .collect()
 }
