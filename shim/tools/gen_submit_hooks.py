@@ -17,6 +17,7 @@ Usage: python3 shim/tools/gen_submit_hooks.py [path/to/cudarc/src/driver/sys/mod
 import glob
 import os
 import re
+import subprocess
 import sys
 
 VERSION_FEATURE = "cuda-13000"
@@ -210,6 +211,7 @@ def main():
         w("")
     dst = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "hooks", "submit.rs")
     open(dst, "w").write("\n".join(out))
+    subprocess.run(["rustfmt", "--edition", "2024", dst], check=False)
     print(f"{len(fns)} entries ({len(names)} with _ptsz/_ptds twins) -> {os.path.normpath(dst)}")
 
 
