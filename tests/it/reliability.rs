@@ -669,7 +669,18 @@ fn warn_at_gives_one_line_and_an_event() {
             .filter(|e| e["kind"] == "warn_threshold_crossed")
             .collect();
         assert_eq!(ev.len(), 1);
-        assert_eq!(ev[0]["size"], 4 << 20);
+        // The live bytes when the crossing was seen: the program goes through 1, 3, 6 and 4 MiB,
+        // and the check runs on the shim's own thread, so any of those at or over the threshold.
+        let threshold: u64 = if setting == "3MiB" {
+            3 << 20
+        } else {
+            (16 << 20) / 5
+        };
+        let seen = ev[0]["size"].as_u64().unwrap();
+        assert!(
+            [3u64 << 20, 6 << 20, 4 << 20].contains(&seen) && seen >= threshold,
+            "{seen}"
+        );
     }
 }
 
