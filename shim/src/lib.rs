@@ -27,6 +27,7 @@ mod faults;
 mod ffi;
 mod guard;
 mod hooks;
+mod leaked;
 mod lifecycle;
 mod pool;
 mod process;

@@ -16,30 +16,11 @@ static PHASE: AtomicU8 = AtomicU8::new(TRACKING);
 
 /// The tracker, created on first use.
 pub fn tracker() -> &'static Tracker {
-    let p = TRACKER.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: a non-null pointer was leaked from a Box and is never freed.
-        return unsafe { &*p };
-    }
-    crate::guard::install_panic_hook();
-    register_fork_handler();
-    let fresh = Box::into_raw(Box::new(Tracker::new()));
-    match TRACKER.compare_exchange(
-        std::ptr::null_mut(),
-        fresh,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        // SAFETY: we just published our own leaked box.
-        Ok(_) => unsafe { &*fresh },
-        Err(existing) => {
-            // SAFETY: fresh was never published; existing is a leaked box that lives forever.
-            unsafe {
-                drop(Box::from_raw(fresh));
-                &*existing
-            }
-        }
-    }
+    crate::leaked::get_or_create(&TRACKER, || {
+        crate::guard::install_panic_hook();
+        register_fork_handler();
+        Tracker::new()
+    })
 }
 
 fn register_fork_handler() {
@@ -62,16 +43,13 @@ extern "C" fn after_fork_in_child() {
 
 /// The tracker if one exists; never creates it.
 pub fn tracker_if_any() -> Option<&'static Tracker> {
-    let p = TRACKER.load(Ordering::Acquire);
-    // SAFETY: as in `tracker`.
-    (!p.is_null()).then(|| unsafe { &*p })
+    crate::leaked::get(&TRACKER)
 }
 
 /// In the child of a fork: forget the parent's allocations and start afresh. The old tracker is
 /// leaked, not dropped: its locks may be held by threads that do not exist in the child.
 pub fn reset_after_fork() {
-    let fresh = Box::into_raw(Box::new(Tracker::new()));
-    TRACKER.store(fresh, Ordering::Release);
+    crate::leaked::replace(&TRACKER, Tracker::new());
     PHASE.store(TRACKING, Ordering::Release);
 }
 

@@ -10,10 +10,7 @@
 
 use std::cell::Cell;
 use std::sync::Mutex;
-use std::sync::atomic::{
-    AtomicI64, AtomicPtr, AtomicU64, AtomicUsize,
-    Ordering::{AcqRel, Acquire, Relaxed, Release},
-};
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use crate::tracker::lock;
 
@@ -86,23 +83,7 @@ static REGISTRY: AtomicPtr<Registry> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The registry, created on first use; a forked child replaces it (see [`reset_after_fork`]).
 fn registry() -> &'static Registry {
-    let p = REGISTRY.load(Acquire);
-    if !p.is_null() {
-        // SAFETY: a published registry is leaked and never freed.
-        return unsafe { &*p };
-    }
-    let fresh = Box::into_raw(Box::new(Mutex::new((Vec::new(), Vec::new()))));
-    match REGISTRY.compare_exchange(std::ptr::null_mut(), fresh, AcqRel, Acquire) {
-        // SAFETY: we just published our own leaked box.
-        Ok(_) => unsafe { &*fresh },
-        Err(existing) => {
-            // SAFETY: fresh was never published; existing lives forever.
-            unsafe {
-                drop(Box::from_raw(fresh));
-                &*existing
-            }
-        }
-    }
+    crate::leaked::get_or_create(&REGISTRY, || Mutex::new((Vec::new(), Vec::new())))
 }
 
 /// Round-robin arena assignment.
@@ -296,8 +277,7 @@ pub fn reset_after_fork() {
     }
     // The registry's lock may be held by a thread that no longer exists: start a new one. The
     // old one and the other threads' counters are leaked; this thread's are zeroed and kept.
-    let fresh: &'static Registry = Box::leak(Box::new(Mutex::new((Vec::new(), Vec::new()))));
-    REGISTRY.store(fresh as *const Registry as *mut Registry, Release);
+    crate::leaked::replace(&REGISTRY, Mutex::new((Vec::new(), Vec::new())));
     if let Some(c) = COUNTERS.try_with(|c| c.get()).ok().filter(|p| !p.is_null()) {
         // SAFETY: registered counters are leaked and never freed.
         let c = unsafe { &*c };

@@ -12,7 +12,6 @@
 //! - bad arguments to every tracked entry get the driver's own answers;
 //! - `CUGUARD_WARN_AT`; a full disk.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -22,6 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::cli_schema::validate;
+use crate::shim_leaks::{program_leaks, report_leaks};
 use crate::support::{self, c_program, read_report, run, scratch_dir, shim_command};
 
 /// The 1 MiB and 3 MiB blocks exit_paths keeps.
@@ -495,67 +495,6 @@ fn fork_and_exec_keeps_the_shim() {
     }
 }
 
-/// One leak as compared: (address, size, requested, api, memory, context handle, thread, state).
-type LeakKey = (String, u64, u64, String, String, String, u64, String);
-
-fn report_leak_keys(r: &Value) -> Vec<LeakKey> {
-    let handles: BTreeMap<u64, String> = r["contexts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["id"].as_u64().unwrap(),
-                c["handle"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    let mut v: Vec<LeakKey> = r["leaks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            (
-                l["address"].as_str().unwrap().to_string(),
-                l["size"].as_u64().unwrap(),
-                l["requested"].as_u64().unwrap(),
-                l["api"].as_str().unwrap().to_string(),
-                l["memory"].as_str().unwrap().to_string(),
-                l["context"]
-                    .as_u64()
-                    .and_then(|c| handles.get(&c).cloned())
-                    .unwrap_or_default(),
-                l["thread"].as_u64().unwrap(),
-                l["state"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
-}
-
-fn said_leak_keys(said: &Value) -> Vec<LeakKey> {
-    let mut v: Vec<LeakKey> = said["kept"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| {
-            (
-                k["address"].as_str().unwrap().to_string(),
-                k["size"].as_u64().unwrap(),
-                k["requested"].as_u64().unwrap(),
-                k["api"].as_str().unwrap().to_string(),
-                k["memory"].as_str().unwrap().to_string(),
-                k["context"].as_str().unwrap().to_string(),
-                k["thread"].as_u64().unwrap(),
-                k["state"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 /// Seconds the stress runs (`CUGUARD_STRESS_SECS`, default 10).
 fn stress_secs() -> String {
     std::env::var("CUGUARD_STRESS_SECS").unwrap_or_else(|_| "10".into())
@@ -578,8 +517,8 @@ fn many_threads_pushing_contexts_give_an_exact_report() {
         assert_eq!(r["reason"], "exit");
         assert_eq!(r["complete"], true);
         assert_eq!(
-            report_leak_keys(&r),
-            said_leak_keys(&said),
+            report_leaks(&r),
+            program_leaks(&said),
             "leaks (pool {pool})"
         );
         let allocations: u64 = r["stats"]["devices"]

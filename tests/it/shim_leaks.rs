@@ -12,12 +12,12 @@ use crate::cli_schema::validate;
 use crate::support::{self, c_program, read_report, run, rust_program, scratch_dir, shim_command};
 
 /// One leak, as the comparison sees it.
-type LeakKey = (String, u64, u64, String, String, String, u64, String);
+pub(crate) type LeakKey = (String, u64, u64, String, String, String, u64, String);
 /// One event, as the comparison sees it.
 type EventKey = (String, String, String, u64);
 
 /// The leaks in a report, with context ids turned back into handles.
-fn report_leaks(report: &Value) -> Vec<LeakKey> {
+pub(crate) fn report_leaks(report: &Value) -> Vec<LeakKey> {
     let handles: BTreeMap<u64, String> = report["contexts"]
         .as_array()
         .unwrap()
@@ -54,7 +54,7 @@ fn report_leaks(report: &Value) -> Vec<LeakKey> {
 }
 
 /// The leaks a workload says it kept.
-fn program_leaks(out: &Value) -> Vec<LeakKey> {
+pub(crate) fn program_leaks(out: &Value) -> Vec<LeakKey> {
     let mut v: Vec<LeakKey> = out["kept"]
         .as_array()
         .unwrap()

@@ -155,28 +155,7 @@ impl Alert {
 static ALERTS: AtomicPtr<Mutex<Vec<Alert>>> = AtomicPtr::new(std::ptr::null_mut());
 
 fn alerts() -> &'static Mutex<Vec<Alert>> {
-    let p = ALERTS.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: a non-null pointer is a leaked Box, never freed.
-        return unsafe { &*p };
-    }
-    let fresh = Box::into_raw(Box::new(Mutex::new(Vec::new())));
-    match ALERTS.compare_exchange(
-        std::ptr::null_mut(),
-        fresh,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        // SAFETY: we just published our own leaked box.
-        Ok(_) => unsafe { &*fresh },
-        Err(existing) => {
-            // SAFETY: fresh was never published; existing lives forever.
-            unsafe {
-                drop(Box::from_raw(fresh));
-                &*existing
-            }
-        }
-    }
+    crate::leaked::get_or_create(&ALERTS, || Mutex::new(Vec::new()))
 }
 
 /// Every alert so far, for the report.

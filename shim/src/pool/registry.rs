@@ -33,30 +33,13 @@ thread_local! {
 }
 
 fn registry() -> &'static Registry {
-    let p = REGISTRY.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: a published registry is leaked and never freed.
-        return unsafe { &*p };
-    }
-    let fresh = Box::into_raw(Box::new(Registry {
+    crate::leaked::get_or_create(&REGISTRY, new_registry)
+}
+
+fn new_registry() -> Registry {
+    Registry {
         pools: Mutex::new(Vec::new()),
         chunks: RwLock::new(BTreeMap::new()),
-    }));
-    match REGISTRY.compare_exchange(
-        std::ptr::null_mut(),
-        fresh,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        // SAFETY: we just published our own leaked box.
-        Ok(_) => unsafe { &*fresh },
-        Err(existing) => {
-            // SAFETY: fresh was never published; existing lives forever.
-            unsafe {
-                drop(Box::from_raw(fresh));
-                &*existing
-            }
-        }
     }
 }
 
@@ -240,11 +223,7 @@ pub fn idle_bytes_for_device(device: i32) -> u64 {
 /// The old registry is leaked, not dropped: its locks may be held by threads that do not exist
 /// here.
 pub fn reset_after_fork() {
-    let fresh = Box::into_raw(Box::new(Registry {
-        pools: Mutex::new(Vec::new()),
-        chunks: RwLock::new(BTreeMap::new()),
-    }));
-    REGISTRY.store(fresh, Ordering::Release);
+    crate::leaked::replace(&REGISTRY, new_registry());
     ANY.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
 }
