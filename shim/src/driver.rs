@@ -8,7 +8,7 @@
 //! driver is not loaded yet, resolution fails and is tried again on a later call.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 use once_cell::sync::OnceCell;
 
@@ -25,10 +25,65 @@ pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_vo
 /// 0 until [`resolve_real_dlsym`] has run.
 pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 
+/// Finds libc's `dlsym` without calling `dlsym` (which the shim itself exports): `dlvsym` with
+/// RTLD_NEXT from this object finds the next definition after the shim, i.e. libc's, by its
+/// version (`GLIBC_2.34`, else `GLIBC_2.2.5`).
+///
+/// Returns its address, or 0 when there is none (the shim then cannot forward `dlsym` at all).
+///
+/// Naked on x86_64: a sanitizer runtime (ThreadSanitizer) calls `dlsym` before it is initialized,
+/// and instrumented code there would call into it; this path is the one that must run then.
+// SAFETY: the body follows the C ABI: it takes no arguments, keeps the stack 16-byte aligned at
+// each call, returns in rax, and touches only caller-saved registers and REAL_DLSYM.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+pub extern "C" fn resolve_real_dlsym() -> usize {
+    core::arch::naked_asm!(
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jnz 2f",
+        // Entry rsp is 8 mod 16: one push-sized adjustment aligns the calls.
+        "sub rsp, 8",
+        "mov rdi, -1",
+        "lea rsi, [rip + {name}]",
+        "lea rdx, [rip + {v234}]",
+        "call {dlvsym}",
+        "test rax, rax",
+        "jnz 1f",
+        "mov rdi, -1",
+        "lea rsi, [rip + {name}]",
+        "lea rdx, [rip + {v225}]",
+        "call {dlvsym}",
+        "test rax, rax",
+        "jz 3f",
+        "1:",
+        // An aligned 8-byte store is atomic, and on x86 a release.
+        "mov qword ptr [rip + {real}], rax",
+        "3:",
+        "add rsp, 8",
+        "2:",
+        "ret",
+        real = sym REAL_DLSYM,
+        name = sym DLSYM_NAME,
+        v234 = sym GLIBC_2_34,
+        v225 = sym GLIBC_2_2_5,
+        dlvsym = sym dlvsym,
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+static DLSYM_NAME: [u8; 6] = *b"dlsym\0";
+#[cfg(target_arch = "x86_64")]
+static GLIBC_2_34: [u8; 11] = *b"GLIBC_2.34\0";
+#[cfg(target_arch = "x86_64")]
+static GLIBC_2_2_5: [u8; 12] = *b"GLIBC_2.2.5\0";
+
 /// Finds libc's `dlsym` without calling `dlsym` (which the shim itself exports).
 ///
 /// Returns its address, or 0 when there is none (the shim then cannot forward `dlsym` at all).
+#[cfg(not(target_arch = "x86_64"))]
 pub extern "C" fn resolve_real_dlsym() -> usize {
+    use std::sync::atomic::Ordering;
     let cached = REAL_DLSYM.load(Ordering::Acquire);
     if cached != 0 {
         return cached;

@@ -1,24 +1,22 @@
-//! The race-detector run (issue 6), as an ignored test because it needs the nightly toolchain and
-//! builds the shim a second time (minutes):
+//! The race-detector run (issue 6), as an ignored test because it needs the nightly toolchain with
+//! `rust-src` and builds std, the shim and the simulated driver a second time (minutes):
 //!
 //! ```text
+//! rustup component add rust-src --toolchain nightly
 //! cargo test --test it reliability_race -- --ignored --nocapture
 //! ```
 //!
 //! ThreadSanitizer over the real multi-threaded stress (tracker shards, events, contexts, pool,
-//! stack table, and the cuguard thread writing a checkpoint every second): the shim is built by
-//! `cargo +nightly` with `-Zsanitizer=thread`, the stress program by `gcc -fsanitize=thread`
-//! (whose libtsan is the runtime; the shim, a cdylib, only carries the instrumentation). std is not
-//! rebuilt with the sanitizer (no rust-src on these machines), so a lock's contended path inside
-//! precompiled std is invisible to it: read each report before believing it. The result is
+//! stack table, timeline sampling, and the cuguard thread writing a checkpoint every second): the
+//! shim and the simulated driver are built by `cargo +nightly -Zbuild-std` with
+//! `-Zsanitizer=thread` (std rebuilt too, so its locks are seen), the stress program by
+//! `gcc -fsanitize=thread`, whose libtsan is the runtime. gcc's libtsan lacks a few entry points
+//! rustc's instrumentation calls; `stress_tsan_glue.c` provides them, and libtsan is preloaded
+//! ahead of the shim so that it is the first definition of every interceptor. The result is
 //! recorded in docs/reliability.md. `CUGUARD_TSAN_SECS` sets the stress's length (default 5).
 //!
-//! gcc's libtsan lacks a few entry points rustc's instrumentation calls; `stress_tsan_glue.c`
-//! provides them, and libtsan is preloaded ahead of the shim so that it initializes first.
-//! Status (see docs/reliability.md): the run stops at start-up, because libtsan resolves its
-//! interceptors with `dlsym`, which the shim exports (the dlsym door), instrumented, before the
-//! runtime is up. It needs that export built without instrumentation
-//! (`#[cfg_attr(sanitize = "thread", no_sanitize(thread))]`, nightly) or clang's runtime.
+//! A report counts against the shim when a racing access's innermost frame outside the runtime is
+//! in `libcuguard.so`.
 
 use std::process::Command;
 
@@ -32,16 +30,16 @@ fn thread_sanitizer_finds_no_race_in_the_shim() {
     std::fs::create_dir_all(&out).unwrap();
     let status = Command::new("cargo")
         .current_dir(&a.root)
-        .env(
-            "RUSTFLAGS",
-            "-Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer -Cforce-frame-pointers=yes",
-        )
+        .env("RUSTFLAGS", "-Zsanitizer=thread -Cforce-frame-pointers=yes")
         .args([
             "+nightly",
             "build",
             "-q",
+            "-Zbuild-std",
             "-p",
             "cuguard-shim",
+            "-p",
+            "cuguard-simcuda",
             "--target",
             "x86_64-unknown-linux-gnu",
             "--target-dir",
@@ -53,7 +51,15 @@ fn thread_sanitizer_finds_no_race_in_the_shim() {
         status.success(),
         "building the shim with ThreadSanitizer failed"
     );
-    let shim = out.join("build/x86_64-unknown-linux-gnu/debug/libcuguard.so");
+    let built = out.join("build/x86_64-unknown-linux-gnu/debug");
+    let shim = built.join("libcuguard.so");
+    let sim_dir = out.join("sim");
+    std::fs::create_dir_all(&sim_dir).unwrap();
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        let link = sim_dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(built.join("libcuguard_simcuda.so"), &link).unwrap();
+    }
     let exe = out.join("stress_threads");
     let glue = out.join("glue.o");
     let status = Command::new("gcc")
@@ -69,61 +75,109 @@ fn thread_sanitizer_finds_no_race_in_the_shim() {
         .expect("gcc");
     let libtsan = String::from_utf8_lossy(&libtsan.stdout).trim().to_string();
     let status = Command::new("gcc")
-        .args(["-fsanitize=thread", "-g", "-O1", "-o"])
+        // -rdynamic: the glue's entry points must be visible to the shim.
+        .args(["-fsanitize=thread", "-rdynamic", "-g", "-O1", "-o"])
         .arg(&exe)
         .arg(a.root.join("harness/workloads/c/stress_threads.c"))
         .arg(&glue)
         .arg("-I")
         .arg(a.root.join("harness/workloads/c"))
         .arg("-L")
-        .arg(&a.sim_dir)
+        .arg(&sim_dir)
         .args(["-lcuda", "-lpthread", "-ldl"])
         .status()
         .expect("gcc");
     assert!(status.success(), "gcc -fsanitize=thread failed");
-    let log = out.join("tsan");
-    let _ = std::fs::remove_dir_all(&log);
-    std::fs::create_dir_all(&log).unwrap();
     let secs = std::env::var("CUGUARD_TSAN_SECS").unwrap_or_else(|_| "5".into());
-    let run = Command::new(&exe)
-        .args(["8", &secs])
-        .env("LD_LIBRARY_PATH", &a.sim_dir)
-        .env("LD_PRELOAD", format!("{libtsan} {}", shim.display()))
-        .env("CUGUARD_REPORT", out.join("r.json"))
-        .env("CUGUARD_CHECKPOINT_SECS", "1")
-        .env(
-            "TSAN_OPTIONS",
-            format!(
-                "halt_on_error=0 report_signal_unsafe=0 log_path={}/report",
-                log.display()
-            ),
-        )
-        .output()
-        .expect("running the stress");
-    let mut text = String::new();
-    for f in std::fs::read_dir(&log).unwrap().flatten() {
-        text.push_str(&std::fs::read_to_string(f.path()).unwrap_or_default());
+    // The pool's paths (the default) and the pass-through ones.
+    for pool in ["1", "0"] {
+        let log = out.join(format!("tsan-pool{pool}"));
+        let _ = std::fs::remove_dir_all(&log);
+        std::fs::create_dir_all(&log).unwrap();
+        let report = out.join(format!("r-pool{pool}.json"));
+        let _ = std::fs::remove_file(&report);
+        let run = Command::new(&exe)
+            .args(["8", &secs])
+            .env("LD_LIBRARY_PATH", &sim_dir)
+            .env("LD_PRELOAD", format!("{libtsan} {}", shim.display()))
+            .env("CUGUARD_POOL", pool)
+            .env("CUGUARD_REPORT", &report)
+            .env("CUGUARD_CHECKPOINT_SECS", "1")
+            .env(
+                "TSAN_OPTIONS",
+                format!(
+                    "halt_on_error=0 report_signal_unsafe=0 log_path={}/report",
+                    log.display()
+                ),
+            )
+            .output()
+            .expect("running the stress");
+        let mut text = String::new();
+        for f in std::fs::read_dir(&log).unwrap().flatten() {
+            text.push_str(&std::fs::read_to_string(f.path()).unwrap_or_default());
+        }
+        let saved = out.join(format!("report-pool{pool}.txt"));
+        std::fs::write(&saved, &text).unwrap();
+        let races: Vec<&str> = text
+            .split("WARNING: ThreadSanitizer: ")
+            .filter(|r| r.starts_with("data race"))
+            .collect();
+        let count = |module: &str| {
+            races
+                .iter()
+                .filter(|r| racing_modules(r).iter().any(|m| m == module))
+                .count()
+        };
+        let (in_shim, in_sim) = (count("libcuguard.so"), count("libcuguard_simcuda.so"));
+        eprintln!(
+            "CUGUARD_POOL={pool}: stress {}; ThreadSanitizer data races: {}; in the shim: {in_shim}; \
+             in the simulated driver: {in_sim} (reports: {})",
+            run.status,
+            races.len(),
+            saved.display()
+        );
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert!(report.exists(), "no cuguard report at {}", report.display());
+        assert_eq!(in_shim, 0, "races in the shim; see {}", saved.display());
     }
-    std::fs::write(out.join("report.txt"), &text).unwrap();
-    let races = text.matches("WARNING: ThreadSanitizer: data race").count();
-    let in_shim = text
-        .split("WARNING: ThreadSanitizer")
-        .filter(|r| r.contains("data race") && r.contains("libcuguard.so"))
-        .count();
-    eprintln!(
-        "stress: {}; ThreadSanitizer data races: {races}, {in_shim} with frames in libcuguard.so (report: {})",
-        run.status,
-        out.join("report.txt").display()
-    );
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    assert_eq!(
-        in_shim,
-        0,
-        "races in the shim; see {}",
-        out.join("report.txt").display()
-    );
+}
+
+/// For each racing access in one ThreadSanitizer report, the module of its innermost frame outside
+/// the runtime (libtsan's interceptors come first when the access is a `memcpy`, say).
+fn racing_modules(report: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_access = false;
+    for line in report.lines() {
+        let t = line.trim_start();
+        if line.starts_with("  ") && !line.starts_with("    ") {
+            in_access = t.contains(" of size ");
+            continue;
+        }
+        if !in_access || !t.starts_with('#') {
+            continue;
+        }
+        let Some(module) = t
+            .rsplit_once('(')
+            .and_then(|(_, m)| m.split_once('+'))
+            .map(|(m, _)| m.to_string())
+        else {
+            continue;
+        };
+        if module == "libtsan.so" || module.starts_with("libtsan.so.") {
+            continue;
+        }
+        // The symlink the program loads the simulated driver by.
+        let module = if module == "libcuda.so.1" {
+            "libcuguard_simcuda.so".to_string()
+        } else {
+            module
+        };
+        out.push(module);
+        in_access = false;
+    }
+    out
 }

@@ -3,12 +3,13 @@
 //! `dlsym(RTLD_NEXT, …)` finds the definition after the *caller's* object, which glibc learns
 //! from the return address. A hook that called the real `dlsym` would make every RTLD_NEXT
 //! lookup start after the shim instead (breaking, say, another interposer loaded after it). So
-//! the export is a naked function: RTLD_NEXT lookups jump straight to the real `dlsym` with the
-//! caller's return address untouched, and everything else goes to [`lookup`].
+//! the export is a naked function: RTLD_NEXT lookups, and lookups of names that are not driver
+//! names (`cu` + an upper-case letter), jump straight to the real `dlsym` with the caller's return
+//! address untouched; driver names for other handles go to [`lookup`].
 //!
-//! [`lookup`] must be cheap and reentrancy-safe: Rust's standard library (the shim's own too)
-//! looks up weak symbols through `dlsym`. Names that are not driver names (`cu` + upper-case
-//! letter) are passed through with one comparison.
+//! No Rust code runs for a name the shim does not hook: Rust's standard library (the shim's own
+//! too) looks up weak symbols through `dlsym`, and a sanitizer runtime resolves its interceptors
+//! through it before it is initialized.
 
 use std::ffi::{CStr, c_char, c_void};
 
@@ -22,10 +23,23 @@ use crate::driver::{self, REAL_DLSYM};
 #[unsafe(no_mangle)]
 #[unsafe(naked)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    // rdi = handle, rsi = symbol. RTLD_NEXT is (void *)-1.
+    // rdi = handle, rsi = symbol. RTLD_NEXT is (void *)-1. Only driver names (`cu` + an
+    // upper-case letter) for other handles go to `lookup`; everything else jumps straight to the
+    // real dlsym, so no Rust code runs for it (a sanitizer runtime resolves its interceptors
+    // through here before it is initialized).
     core::arch::naked_asm!(
         "cmp rdi, -1",
         "je 2f",
+        "test rsi, rsi",
+        "jz 2f",
+        "cmp byte ptr [rsi], 0x63",
+        "jne 2f",
+        "cmp byte ptr [rsi + 1], 0x75",
+        "jne 2f",
+        "movzx eax, byte ptr [rsi + 2]",
+        "sub eax, 0x41",
+        "cmp eax, 25",
+        "ja 2f",
         "jmp {lookup}",
         "2:",
         "mov rax, qword ptr [rip + {real}]",
