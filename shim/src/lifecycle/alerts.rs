@@ -5,9 +5,12 @@
 //! `warn_threshold_crossed` event goes into the report. Once per device per process (a forked
 //! child starts over).
 //!
-//! The allocation path calls [`check`]: one relaxed load and a compare against a threshold
-//! prepared per device. A threshold of 0 means "not resolved yet" (the first allocation on each
-//! device takes the slow path once, to learn the device's size); `u64::MAX` means off or
+//! The cuguard thread calls [`poll`] at least once a second: live bytes are summed from the
+//! per-thread counters there, not on the allocation path (which shares no counter between
+//! threads), so a spike that rises and falls between two polls is not warned about (the report's
+//! `peak_live_bytes` still shows it). [`check`] is one relaxed load and a compare against a
+//! threshold prepared per device. A threshold of 0 means "not resolved yet" (the first check on
+//! each device takes the slow path once, to learn the device's size); `u64::MAX` means off or
 //! already given.
 
 use std::sync::Mutex;
@@ -28,8 +31,8 @@ fn slot(device: i32) -> usize {
     (device.max(0) as usize).min(SLOTS - 1)
 }
 
-/// Call after an allocation of device memory on `device` brought its live bytes to `live_now`.
-/// Cheap enough for every allocation: one relaxed load and a compare.
+/// Checks `device`'s live bytes, `live_now`, against its threshold: one relaxed load and a
+/// compare.
 #[inline(always)]
 pub fn check(device: i32, live_now: u64) {
     if live_now >= THRESHOLD[slot(device)].load(Ordering::Relaxed) {
@@ -245,8 +248,8 @@ fn top_sites(t: &Tracker, device: i32, n: usize) -> Vec<(String, u64, usize)> {
         .collect()
 }
 
-/// Checks every device's live bytes against the threshold; the cuguard thread calls this once a
-/// second, so the warning comes even where the allocation path does not call [`check`].
+/// Checks every device's live bytes against the threshold; the cuguard thread calls this at least
+/// once a second.
 pub fn poll(t: &Tracker) {
     for d in t.stats.snapshot() {
         check(d.device, d.live_bytes);
