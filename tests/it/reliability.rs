@@ -548,22 +548,9 @@ fn many_threads_pushing_contexts_give_an_exact_report() {
 #[test]
 fn bad_arguments_to_every_tracked_entry_get_the_drivers_answers() {
     let program = c_program("stress_bad_args");
-    let bare = run(&mut support::sim_command(&program), true);
+    let (bare, reports) = support::reports_with_bare_answers(&program, "rel-bad-args");
     assert!(bare.stdout.len() > 1000);
-    for pool in ["0", "1"] {
-        let dir = scratch_dir(&format!("rel-bad-args-{pool}"));
-        let report = dir.join("r.json");
-        let out = run(
-            shim_command(&program, &report).env("CUGUARD_POOL", pool),
-            true,
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&bare.stdout),
-            "answers differ with the shim (pool {pool})"
-        );
-        let r = read_report(&report);
-        validate(&r).unwrap();
+    for r in reports {
         assert!(r["leaks"].as_array().unwrap().is_empty(), "{}", r["leaks"]);
         assert!(
             r["faults"].as_array().unwrap().is_empty(),

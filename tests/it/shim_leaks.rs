@@ -357,36 +357,25 @@ fn unwritable_report_directory_falls_back_with_one_clear_line() {
 #[test]
 fn bad_calls_get_the_drivers_answers_and_leave_events() {
     let program = c_program("bad_calls");
-    let bare = run(&mut support::sim_command(&program), true);
-    let mut kinds = Vec::new();
-    for pool in ["0", "1"] {
-        let dir = scratch_dir(&format!("bad-calls-{pool}"));
-        let report = dir.join("r.json");
-        let out = run(
-            shim_command(&program, &report).env("CUGUARD_POOL", pool),
-            true,
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&bare.stdout),
-            "answers differ with the shim (pool {pool})"
-        );
-        let r = read_report(&report);
-        validate(&r).unwrap();
-        let k: Vec<(String, String, u64)> = r["events"]
-            .as_array()
-            .unwrap()
+    let kinds: Vec<Vec<(String, String, u64)>> =
+        support::reports_with_bare_answers(&program, "bad-calls")
+            .1
             .iter()
-            .map(|e| {
-                (
-                    e["kind"].as_str().unwrap().to_string(),
-                    e["api"].as_str().unwrap().to_string(),
-                    e["result"].as_u64().unwrap(),
-                )
+            .map(|r| {
+                r["events"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|e| {
+                        (
+                            e["kind"].as_str().unwrap().to_string(),
+                            e["api"].as_str().unwrap().to_string(),
+                            e["result"].as_u64().unwrap(),
+                        )
+                    })
+                    .collect()
             })
             .collect();
-        kinds.push(k);
-    }
     assert_eq!(kinds[0], kinds[1], "events differ between pool off and on");
     let count = |kind: &str| kinds[0].iter().filter(|(k, _, _)| k == kind).count();
     assert_eq!(count("double_free"), 5, "{:?}", kinds[0]);

@@ -165,3 +165,26 @@ pub fn read_report(path: &Path) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("reading report {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing report {}: {e}", path.display()))
 }
+
+/// Runs `program` bare on the simulated driver, then under the shim with the pool off and on;
+/// asserts that the program printed the same answers all three times, and returns the bare run's
+/// output and the two reports (pool off, pool on), each checked against the schema.
+pub fn reports_with_bare_answers(program: &Path, label: &str) -> (Output, [serde_json::Value; 2]) {
+    let bare = run(&mut sim_command(program), true);
+    let reports = ["0", "1"].map(|pool| {
+        let report = scratch_dir(&format!("{label}-{pool}")).join("r.json");
+        let out = run(
+            shim_command(program, &report).env("CUGUARD_POOL", pool),
+            true,
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&bare.stdout),
+            "answers differ with the shim (pool {pool})"
+        );
+        let r = read_report(&report);
+        crate::cli_schema::validate(&r).unwrap();
+        r
+    });
+    (bare, reports)
+}
