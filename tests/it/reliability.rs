@@ -521,12 +521,7 @@ fn many_threads_pushing_contexts_give_an_exact_report() {
             program_leaks(&said),
             "leaks (pool {pool})"
         );
-        let allocations: u64 = r["stats"]["devices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d["allocations"].as_u64().unwrap())
-            .sum();
+        let allocations = support::report_allocations(&r);
         assert_eq!(
             allocations,
             said["allocations"].as_u64().unwrap(),

@@ -142,12 +142,7 @@ fn check_exact(program: &Path, args: &[&str], env: &[(&str, &str)], pool: bool) 
         events(&said["events"]),
         "events (pool {pool})"
     );
-    let allocations: u64 = r["stats"]["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["allocations"].as_u64().unwrap())
-        .sum();
+    let allocations = support::report_allocations(&r);
     assert_eq!(
         allocations,
         said["allocations"].as_u64().unwrap(),
@@ -278,12 +273,7 @@ fn cudarc_client() {
                     (5 << 20, "cuMemAllocAsync".into(), s.clone()),
                 ]
             );
-            let allocations: u64 = r["stats"]["devices"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d["allocations"].as_u64().unwrap())
-                .sum();
+            let allocations = support::report_allocations(&r);
             assert_eq!(allocations, 10);
             assert!(
                 r["doors"]["dlsym"].as_u64().unwrap() >= 4,

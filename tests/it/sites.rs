@@ -13,25 +13,8 @@ use serde_json::{Value, json};
 
 use crate::cli_schema::validate;
 use crate::support::{
-    artifacts, c_program, read_report, run, rust_program, scratch_dir, shim_command,
+    artifacts, c_program, leak_stack, read_report, run, rust_program, scratch_dir, shim_command,
 };
-
-/// The stack of the leak at `address`.
-fn leak_stack<'a>(report: &'a Value, address: &str) -> &'a Value {
-    let leak = report["leaks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["address"].as_str() == Some(address))
-        .unwrap_or_else(|| panic!("no leak at {address}"));
-    let id = leak["stack"].as_u64().expect("leak has a stack");
-    report["stacks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["id"].as_u64() == Some(id))
-        .expect("stack in stacks")
-}
 
 /// The frame a stack's `site` names.
 fn site_frame(stack: &Value) -> &Value {

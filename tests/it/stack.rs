@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{c_program, read_report, run, scratch_dir, shim_command};
+use crate::support::{c_program, leak_stack, read_report, run, scratch_dir, shim_command};
 
 fn hex(v: &str) -> u64 {
     u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap()
@@ -15,21 +15,7 @@ fn hex(v: &str) -> u64 {
 
 /// The frames of the stack of the leak at `address`.
 fn leak_frames<'a>(report: &'a Value, address: &str) -> &'a Vec<Value> {
-    let leak = report["leaks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["address"].as_str() == Some(address))
-        .unwrap_or_else(|| panic!("no leak at {address}: {report}"));
-    let id = leak["stack"].as_u64().expect("leak has a stack");
-    report["stacks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["id"].as_u64() == Some(id))
-        .expect("stack in stacks")["frames"]
-        .as_array()
-        .unwrap()
+    leak_stack(report, address)["frames"].as_array().unwrap()
 }
 
 fn same_file(a: &str, b: &Path) -> bool {

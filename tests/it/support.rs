@@ -188,3 +188,30 @@ pub fn reports_with_bare_answers(program: &Path, label: &str) -> (Output, [serde
     });
     (bare, reports)
 }
+
+/// The stack (an element of the report's `stacks`) of the leak at `address`.
+pub fn leak_stack<'a>(report: &'a serde_json::Value, address: &str) -> &'a serde_json::Value {
+    let leak = report["leaks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["address"].as_str() == Some(address))
+        .unwrap_or_else(|| panic!("no leak at {address}: {report}"));
+    let id = leak["stack"].as_u64().expect("leak has a stack");
+    report["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"].as_u64() == Some(id))
+        .expect("stack in stacks")
+}
+
+/// The report's allocation count, all devices together.
+pub fn report_allocations(report: &serde_json::Value) -> u64 {
+    report["stats"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["allocations"].as_u64().unwrap())
+        .sum()
+}
