@@ -39,5 +39,14 @@ pub struct MemAllocationPropHead {
 /// `CU_MEM_LOCATION_TYPE_DEVICE`.
 pub const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
 
+/// `CUmemLocation_st` passed by value (to the generated `submit` rows), with its fields reduced
+/// to their C ABI.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ByCUmemLocation_st {
+    pub type_: u32,
+    pub id: i32,
+}
+
 /// Opaque pointer for parameters the shim passes through without reading.
 pub type Opaque = *const c_void;

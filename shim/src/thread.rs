@@ -1,5 +1,6 @@
 //! Per-thread state of the allocation path, so that the hot path touches no shared cache line
-//! it does not need: the thread's pool arena and its counters.
+//! it does not need: the thread's pool arena and its counters (allocations, frees and live bytes
+//! per device, and calls through the shim's exported symbols).
 //!
 //! Counters are written only by their own thread (plain loads and stores, no locked
 //! instructions) and read by whoever writes a report. Live bytes are kept as a per-thread
@@ -35,6 +36,8 @@ pub struct DeviceCounters {
 pub struct Counters {
     pub devices: [DeviceCounters; DEVICES],
     ops: AtomicU64,
+    /// Calls through the shim's exported symbols (the report's `doors.exported`).
+    exported_calls: AtomicU64,
 }
 
 impl Counters {
@@ -42,6 +45,7 @@ impl Counters {
         Counters {
             devices: std::array::from_fn(|_| DeviceCounters::default()),
             ops: AtomicU64::new(0),
+            exported_calls: AtomicU64::new(0),
         }
     }
 }
@@ -73,6 +77,7 @@ static SHARED: Shared = Shared {
             }
         }; DEVICES],
         ops: AtomicU64::new(0),
+        exported_calls: AtomicU64::new(0),
     },
 };
 
@@ -189,6 +194,27 @@ pub fn freed(device: i32, size: u64, on_device: bool) {
     }
 }
 
+/// Counts one call through the shim's exported symbols.
+#[inline]
+pub fn count_exported_call() {
+    match counters() {
+        Some(c) => bump(&c.exported_calls, 1),
+        None => {
+            SHARED.retired.exported_calls.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Calls through the shim's exported symbols so far, every thread's.
+pub fn exported_calls() -> u64 {
+    let running: Vec<&'static Counters> = lock(registry()).0.clone();
+    SHARED.retired.exported_calls.load(Relaxed)
+        + running
+            .iter()
+            .map(|c| c.exported_calls.load(Relaxed))
+            .sum::<u64>()
+}
+
 /// Memory gone without a free (its context was destroyed): live bytes only.
 pub fn released(device: i32, size: u64) {
     shared_live(slot(device), -(size as i64));
@@ -221,6 +247,10 @@ fn shared_live(s: usize, delta: i64) {
 
 /// Folds a thread's pending live delta and its counts into the shared totals.
 fn fold_all(c: &Counters) {
+    SHARED
+        .retired
+        .exported_calls
+        .fetch_add(c.exported_calls.swap(0, Relaxed), Relaxed);
     for (s, d) in c.devices.iter().enumerate() {
         shared_live(s, d.live_delta.swap(0, Relaxed));
         let r = &SHARED.retired.devices[s];
@@ -266,6 +296,7 @@ pub fn totals() -> [Totals; DEVICES] {
 
 /// In the child of a fork: every count starts from zero, and only this thread runs.
 pub fn reset_after_fork() {
+    SHARED.retired.exported_calls.store(0, Relaxed);
     for s in 0..DEVICES {
         SHARED.live[s].store(0, Relaxed);
         SHARED.peak[s].store(0, Relaxed);
@@ -281,6 +312,7 @@ pub fn reset_after_fork() {
     if let Some(c) = COUNTERS.try_with(|c| c.get()).ok().filter(|p| !p.is_null()) {
         // SAFETY: registered counters are leaked and never freed.
         let c = unsafe { &*c };
+        c.exported_calls.store(0, Relaxed);
         for d in &c.devices {
             d.allocations.store(0, Relaxed);
             d.frees.store(0, Relaxed);

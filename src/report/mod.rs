@@ -465,8 +465,8 @@ pub struct Module {
 /// `doors`: hooked entries handed out through each door.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Doors {
-    /// Calls that reached the shim's exported symbols (not counted by today's shim: a program
-    /// linked with `-lcuda` binds to them directly).
+    /// Calls that reached the shim's exported symbols (a program linked with `-lcuda` binds to
+    /// them directly); 0 in reports from before it was counted.
     #[serde(default)]
     pub exported: u64,
     /// Hooks returned by `dlsym`.

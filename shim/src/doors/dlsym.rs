@@ -101,13 +101,13 @@ pub unsafe extern "C" fn lookup(handle: *mut c_void, symbol: *const c_char) -> *
 }
 
 fn on_driver_name(found: *mut c_void) -> *mut c_void {
-    if let Some(hook) = super::substitute(found, super::DLSYM) {
+    if let Some(hook) = super::substitute(found, super::Door::Dlsym) {
         return hook;
     }
     // A driver name that resolved to one of the shim's own exports (RTLD_DEFAULT finds them
     // first). Without the shim the program would have found the driver's entry, or nothing if
     // no driver is loaded: keep that answer.
-    if crate::hooks::is_own_export(found) && driver::driver().is_none() {
+    if super::exports::is_own(found) && driver::driver().is_none() {
         return std::ptr::null_mut();
     }
     found

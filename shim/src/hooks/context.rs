@@ -8,9 +8,9 @@
 
 use std::ffi::c_int;
 
-use super::{event, real_or};
+use super::event;
 use crate::callsite;
-use crate::driver::{Entry, real};
+use crate::driver::{Entry, real, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::state;
@@ -77,118 +77,126 @@ fn primary_active(device: CUdevice) -> bool {
     r != CUDA_SUCCESS || active != 0
 }
 
-macro_rules! ctx_create_v2 {
-    ($name:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            pctx: *mut CUcontext,
-            flags: u32,
-            dev: CUdevice,
-        ) -> CUresult {
-            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            // SAFETY: the program's own arguments, forwarded unchanged.
-            let r = unsafe { real(pctx, flags, dev) };
-            created(r, pctx, dev, false);
-            r
-        }
-    };
+/// `cuCtxCreate` and `cuCtxCreate_v2`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuCtxCreate(
+    _e: Entry,
+    real: sig::cuCtxCreate,
+    pctx: *mut CUcontext,
+    flags: u32,
+    dev: CUdevice,
+) -> CUresult {
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(pctx, flags, dev) };
+    created(r, pctx, dev, false);
+    r
 }
-ctx_create_v2!(cuCtxCreate);
-ctx_create_v2!(cuCtxCreate_v2);
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v3(
+/// `cuCtxCreate_v3`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuCtxCreate_v3(
+    _e: Entry,
+    real: sig::cuCtxCreate_v3,
     pctx: *mut CUcontext,
     params: Opaque,
     num_params: c_int,
     flags: u32,
     dev: CUdevice,
 ) -> CUresult {
-    let real = real_or!(cuCtxCreate_v3, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(pctx, params, num_params, flags, dev) };
     created(r, pctx, dev, false);
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v4(
+/// `cuCtxCreate_v4`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuCtxCreate_v4(
+    _e: Entry,
+    real: sig::cuCtxCreate_v4,
     pctx: *mut CUcontext,
     params: Opaque,
     flags: u32,
     dev: CUdevice,
 ) -> CUresult {
-    let real = real_or!(cuCtxCreate_v4, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(pctx, params, flags, dev) };
     created(r, pctx, dev, false);
     r
 }
 
-macro_rules! ctx_destroy {
-    ($name:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(ctx: CUcontext) -> CUresult {
-            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            // SAFETY: the program's own argument, forwarded unchanged.
-            let r = unsafe { real(ctx) };
-            if r == CUDA_SUCCESS {
-                gone(ctx as u64, Entry::$name);
-            }
-            r
-        }
-    };
+/// `cuCtxDestroy` and `cuCtxDestroy_v2`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuCtxDestroy(e: Entry, real: sig::cuCtxDestroy, ctx: CUcontext) -> CUresult {
+    // SAFETY: the program's own argument, forwarded unchanged.
+    let r = unsafe { real(ctx) };
+    if r == CUDA_SUCCESS {
+        gone(ctx as u64, e);
+    }
+    r
 }
-ctx_destroy!(cuCtxDestroy);
-ctx_destroy!(cuCtxDestroy_v2);
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
-    let real = real_or!(cuDevicePrimaryCtxRetain, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuDevicePrimaryCtxRetain`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuDevicePrimaryCtxRetain(
+    _e: Entry,
+    real: sig::cuDevicePrimaryCtxRetain,
+    pctx: *mut CUcontext,
+    dev: CUdevice,
+) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(pctx, dev) };
     created(r, pctx, dev, true);
     r
 }
 
-macro_rules! primary_release {
-    ($name:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(dev: CUdevice) -> CUresult {
-            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            let handle = primary_handle(dev);
-            // SAFETY: the program's own argument, forwarded unchanged.
-            let r = unsafe { real(dev) };
-            if r == CUDA_SUCCESS {
-                if let Some(h) = handle {
-                    if !primary_active(dev) {
-                        gone(h, Entry::$name);
-                    }
-                }
-            }
-            r
-        }
-    };
+/// `cuDevicePrimaryCtxRelease` and `_v2`: the last release destroys the primary context.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuDevicePrimaryCtxRelease(
+    e: Entry,
+    real: sig::cuDevicePrimaryCtxRelease,
+    dev: CUdevice,
+) -> CUresult {
+    let handle = primary_handle(dev);
+    // SAFETY: the program's own argument, forwarded unchanged.
+    let r = unsafe { real(dev) };
+    if r == CUDA_SUCCESS
+        && let Some(h) = handle
+        && !primary_active(dev)
+    {
+        gone(h, e);
+    }
+    r
 }
-primary_release!(cuDevicePrimaryCtxRelease);
-primary_release!(cuDevicePrimaryCtxRelease_v2);
 
-macro_rules! primary_reset {
-    ($name:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(dev: CUdevice) -> CUresult {
-            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            let handle = primary_handle(dev);
-            // SAFETY: the program's own argument, forwarded unchanged.
-            let r = unsafe { real(dev) };
-            if r == CUDA_SUCCESS {
-                if let Some(h) = handle {
-                    gone(h, Entry::$name);
-                }
-            }
-            r
-        }
-    };
+/// `cuDevicePrimaryCtxReset` and `_v2`: destroys the primary context.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuDevicePrimaryCtxReset(
+    e: Entry,
+    real: sig::cuDevicePrimaryCtxReset,
+    dev: CUdevice,
+) -> CUresult {
+    let handle = primary_handle(dev);
+    // SAFETY: the program's own argument, forwarded unchanged.
+    let r = unsafe { real(dev) };
+    if r == CUDA_SUCCESS
+        && let Some(h) = handle
+    {
+        gone(h, e);
+    }
+    r
 }
-primary_reset!(cuDevicePrimaryCtxReset);
-primary_reset!(cuDevicePrimaryCtxReset_v2);

@@ -4,8 +4,8 @@
 
 use std::ffi::c_void;
 
-use super::{free_tracked, real_or, record_alloc, record_alloc_failed};
-use crate::driver::Entry;
+use super::{free_tracked, record_alloc, record_alloc_failed};
+use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::state;
@@ -40,34 +40,47 @@ fn after_alloc(api: Entry, result: CUresult, pp: *mut *mut c_void, size: usize) 
     });
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> CUresult {
-    let real = real_or!(cuMemAllocHost_v2, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuMemAllocHost_v2`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemAllocHost_v2(
+    e: Entry,
+    real: sig::cuMemAllocHost_v2,
+    pp: *mut *mut c_void,
+    bytesize: usize,
+) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(pp, bytesize) };
-    after_alloc(Entry::cuMemAllocHost_v2, r, pp, bytesize);
+    after_alloc(e, r, pp, bytesize);
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemHostAlloc(
+/// `cuMemHostAlloc`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemHostAlloc(
+    e: Entry,
+    real: sig::cuMemHostAlloc,
     pp: *mut *mut c_void,
     bytesize: usize,
     flags: u32,
 ) -> CUresult {
-    let real = real_or!(cuMemHostAlloc, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(pp, bytesize, flags) };
-    after_alloc(Entry::cuMemHostAlloc, r, pp, bytesize);
+    after_alloc(e, r, pp, bytesize);
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
-    let real = real_or!(cuMemFreeHost, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuMemFreeHost`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemFreeHost(e: Entry, real: sig::cuMemFreeHost, p: *mut c_void) -> CUresult {
     // SAFETY: the program's own argument, forwarded unchanged.
     free_tracked(
-        Entry::cuMemFreeHost,
+        e,
         p as u64,
         crate::driver::current_context(),
         || None,

@@ -7,8 +7,8 @@
 
 #![allow(non_snake_case)]
 
-use super::{free_tracked, make_record, real_or, record_alloc, record_alloc_failed};
-use crate::driver::Entry;
+use super::{free_tracked, make_record, record_alloc, record_alloc_failed};
+use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::serve;
@@ -60,40 +60,44 @@ fn served(
     });
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
-    let real = real_or!(cuMemAlloc_v2, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuMemAlloc_v2`, served by [`serve::device_alloc`].
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemAlloc_v2(
+    e: Entry,
+    real: sig::cuMemAlloc_v2,
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+) -> CUresult {
     let cur = crate::driver::current_context();
     let active = state::active();
     let t = active.as_ref().map(|(_, t)| *t);
     let size = bytesize as u64;
-    let record = prepare(t, cur, Entry::cuMemAlloc_v2, Memory::Device, size, size);
+    let record = prepare(t, cur, e, Memory::Device, size, size);
     let s = serve::device_alloc(cur, dptr, bytesize, real, record);
-    served(t, &s, dptr, record, Entry::cuMemAlloc_v2);
+    served(t, &s, dptr, record, e);
     s.result
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocPitch_v2(
+/// `cuMemAllocPitch_v2`, served by [`serve::pitch_alloc`].
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemAllocPitch_v2(
+    e: Entry,
+    real: sig::cuMemAllocPitch_v2,
     dptr: *mut CUdeviceptr,
     pitch: *mut usize,
     width: usize,
     height: usize,
     element_size: u32,
 ) -> CUresult {
-    let real = real_or!(cuMemAllocPitch_v2, CUDA_ERROR_NOT_INITIALIZED);
     let cur = crate::driver::current_context();
     let active = state::active();
     let t = active.as_ref().map(|(_, t)| *t);
     let requested = (width as u64).saturating_mul(height as u64);
-    let record = prepare(
-        t,
-        cur,
-        Entry::cuMemAllocPitch_v2,
-        Memory::Pitched,
-        requested,
-        requested,
-    );
+    let record = prepare(t, cur, e, Memory::Pitched, requested, requested);
     let s = serve::pitch_alloc(cur, dptr, pitch, width, height, element_size, real, record);
     // The size the program received is pitch × height, known now.
     let record = record.map(|mut r| {
@@ -103,17 +107,21 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
         }
         r
     });
-    served(t, &s, dptr, record, Entry::cuMemAllocPitch_v2);
+    served(t, &s, dptr, record, e);
     s.result
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAllocManaged(
+/// `cuMemAllocManaged`: forwarded, then tracked.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemAllocManaged(
+    e: Entry,
+    real: sig::cuMemAllocManaged,
     dptr: *mut CUdeviceptr,
     bytesize: usize,
     flags: u32,
 ) -> CUresult {
-    let real = real_or!(cuMemAllocManaged, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, flags) };
     let Some((_guard, t)) = state::active() else {
@@ -126,29 +134,23 @@ pub unsafe extern "C" fn cuMemAllocManaged(
             let addr = if dptr.is_null() { 0 } else { unsafe { *dptr } };
             if addr != 0 {
                 let cur = crate::driver::current_context();
-                record_alloc(
-                    t,
-                    cur,
-                    Entry::cuMemAllocManaged,
-                    Memory::Managed,
-                    addr,
-                    size,
-                    size,
-                );
+                record_alloc(t, cur, e, Memory::Managed, addr, size, size);
             }
         } else {
-            record_alloc_failed(t, Entry::cuMemAllocManaged, size, r, None);
+            record_alloc_failed(t, e, size, r, None);
         }
     });
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
-    let real = real_or!(cuMemFree_v2, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuMemFree_v2`: the pool's block back to the pool, anything else to the driver.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemFree_v2(e: Entry, real: sig::cuMemFree_v2, dptr: CUdeviceptr) -> CUresult {
     let cur = crate::driver::current_context();
     free_tracked(
-        Entry::cuMemFree_v2,
+        e,
         dptr,
         cur,
         || serve::pool_free(cur, dptr),

@@ -1,21 +1,31 @@
-//! The exported driver entries the shim stands in for, one module per API family, and the
-//! shared steps every hook takes: find the current context, record an allocation, account for
-//! a free.
+//! The handlers: what the shim does when a program calls a driver entry it stands in for, one
+//! module per API family, and the steps every handler shares (find the current context, record
+//! an allocation, account for a free).
 //!
-//! Each hook is thin: forward to the real driver (or to the pool, for cuMemAlloc/cuMemFree),
-//! then tell the tracker under a [`crate::guard::Guard`] and [`crate::guard::shield`]. The
-//! driver's result is always what the program gets.
+//! A handler is named after the first form of its row in the driver-entry table
+//! ([`crate::driver::table`]) and takes the form that was called, the typed real entry and the
+//! program's arguments; `doors::exports` calls it from the shim's exported symbols and from the
+//! functions the lookup doors hand out. Each is thin: forward to the real driver (or to the pool,
+//! through [`crate::serve`], for cuMemAlloc/cuMemFree), then tell the tracker under a
+//! [`crate::guard::Guard`] and [`crate::guard::shield`]. The driver's result is always what the
+//! program gets.
 
-pub mod context;
-pub mod host;
-pub mod memory;
-pub mod query;
-pub mod stream_ordered;
-pub mod streams;
+mod context;
+mod host;
+mod memory;
+mod query;
+mod stream_ordered;
+mod streams;
 pub mod submit;
-pub mod vmm;
+mod vmm;
 
-use std::ffi::c_void;
+pub use context::*;
+pub use host::*;
+pub use memory::*;
+pub use query::*;
+pub use stream_ordered::*;
+pub use streams::*;
+pub use vmm::*;
 
 use crate::callsite;
 use crate::clock;
@@ -24,99 +34,9 @@ use crate::ffi::*;
 use crate::tracker::events::{Event, Kind};
 use crate::tracker::{Memory, NONE, Record, Tracker};
 
-/// Our stand-in for a real driver entry, if the shim hooks it.
-pub fn hook_for(entry: Entry) -> Option<*mut c_void> {
-    use Entry::*;
-    let p: *const () = match entry {
-        cuMemAlloc_v2 => memory::cuMemAlloc_v2 as *const (),
-        cuMemAllocPitch_v2 => memory::cuMemAllocPitch_v2 as *const (),
-        cuMemFree_v2 => memory::cuMemFree_v2 as *const (),
-        cuMemAllocManaged => memory::cuMemAllocManaged as *const (),
-        cuMemAllocHost_v2 => host::cuMemAllocHost_v2 as *const (),
-        cuMemHostAlloc => host::cuMemHostAlloc as *const (),
-        cuMemFreeHost => host::cuMemFreeHost as *const (),
-        cuMemAllocAsync => stream_ordered::cuMemAllocAsync as *const (),
-        cuMemAllocAsync_ptsz => stream_ordered::cuMemAllocAsync_ptsz as *const (),
-        cuMemAllocFromPoolAsync => stream_ordered::cuMemAllocFromPoolAsync as *const (),
-        cuMemAllocFromPoolAsync_ptsz => stream_ordered::cuMemAllocFromPoolAsync_ptsz as *const (),
-        cuMemFreeAsync => stream_ordered::cuMemFreeAsync as *const (),
-        cuMemFreeAsync_ptsz => stream_ordered::cuMemFreeAsync_ptsz as *const (),
-        cuMemCreate => vmm::cuMemCreate as *const (),
-        cuMemRelease => vmm::cuMemRelease as *const (),
-        cuMemMap => vmm::cuMemMap as *const (),
-        cuMemUnmap => vmm::cuMemUnmap as *const (),
-        cuMemAddressReserve => vmm::cuMemAddressReserve as *const (),
-        cuMemAddressFree => vmm::cuMemAddressFree as *const (),
-        cuCtxCreate => context::cuCtxCreate as *const (),
-        cuCtxCreate_v2 => context::cuCtxCreate_v2 as *const (),
-        cuCtxCreate_v3 => context::cuCtxCreate_v3 as *const (),
-        cuCtxCreate_v4 => context::cuCtxCreate_v4 as *const (),
-        cuCtxDestroy => context::cuCtxDestroy as *const (),
-        cuCtxDestroy_v2 => context::cuCtxDestroy_v2 as *const (),
-        cuDevicePrimaryCtxRetain => context::cuDevicePrimaryCtxRetain as *const (),
-        cuDevicePrimaryCtxRelease => context::cuDevicePrimaryCtxRelease as *const (),
-        cuDevicePrimaryCtxRelease_v2 => context::cuDevicePrimaryCtxRelease_v2 as *const (),
-        cuDevicePrimaryCtxReset => context::cuDevicePrimaryCtxReset as *const (),
-        cuDevicePrimaryCtxReset_v2 => context::cuDevicePrimaryCtxReset_v2 as *const (),
-        cuStreamCreate => streams::cuStreamCreate as *const (),
-        cuStreamCreateWithPriority => streams::cuStreamCreateWithPriority as *const (),
-        cuGreenCtxStreamCreate => streams::cuGreenCtxStreamCreate as *const (),
-        cuStreamDestroy => streams::cuStreamDestroy as *const (),
-        cuStreamDestroy_v2 => streams::cuStreamDestroy_v2 as *const (),
-        cuStreamBeginCapture => streams::cuStreamBeginCapture as *const (),
-        cuStreamBeginCapture_v2 => streams::cuStreamBeginCapture_v2 as *const (),
-        cuStreamBeginCapture_v2_ptsz => streams::cuStreamBeginCapture_v2_ptsz as *const (),
-        cuStreamBeginCaptureToGraph => streams::cuStreamBeginCaptureToGraph as *const (),
-        cuStreamBeginCaptureToGraph_ptsz => streams::cuStreamBeginCaptureToGraph_ptsz as *const (),
-        cuStreamEndCapture => streams::cuStreamEndCapture as *const (),
-        cuStreamEndCapture_ptsz => streams::cuStreamEndCapture_ptsz as *const (),
-        cuMemGetAddressRange_v2 => query::cuMemGetAddressRange_v2 as *const (),
-        cuPointerGetAttribute => query::cuPointerGetAttribute as *const (),
-        cuPointerGetAttributes => query::cuPointerGetAttributes as *const (),
-        cuMemGetInfo_v2 => query::cuMemGetInfo_v2 as *const (),
-        cuIpcGetMemHandle => query::cuIpcGetMemHandle as *const (),
-        cuGetProcAddress => crate::doors::procaddr::cuGetProcAddress as *const (),
-        cuGetProcAddress_v2 => crate::doors::procaddr::cuGetProcAddress_v2 as *const (),
-        _ => return None,
-    };
-    Some(p as *mut c_void)
-}
-
-/// Whether `p` is one of the shim's own hooks.
-pub fn is_own_export(p: *mut c_void) -> bool {
-    crate::driver::Entry::ALL
-        .iter()
-        .any(|e| hook_for(*e) == Some(p))
-}
-
-/// Returns `$fallback` from the enclosing hook when the real entry is missing (the driver is
-/// not loaded or lacks it), else the typed real function.
-macro_rules! real_or {
-    ($entry:ident, $fallback:expr) => {
-        match $crate::driver::real::$entry() {
-            Some(f) => f,
-            None => {
-                $crate::hooks::missing(stringify!($entry));
-                return $fallback;
-            }
-        }
-    };
-}
-pub(crate) use real_or;
-
-/// Says once that a hooked entry could not be forwarded.
-pub fn missing(name: &str) {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    crate::diag::warn_once(
-        &SAID,
-        &format!(
-            "the real driver's {name} could not be found; calls to it fail with CUDA_ERROR_NOT_INITIALIZED"
-        ),
-    );
-}
-
-/// The current context's (id, device), registering a context the shim has not seen yet.
-pub fn current_context(t: &Tracker) -> (u32, i32) {
+/// The current context's (id, device) as the tracker knows it, registering a context the shim
+/// has not seen yet.
+pub fn current_tracked_context(t: &Tracker) -> (u32, i32) {
     context_of(t, crate::driver::current_context())
 }
 
@@ -188,7 +108,7 @@ pub fn record_alloc_failed(
     result: CUresult,
     why: Option<String>,
 ) {
-    let (context, _) = current_context(t);
+    let (context, _) = current_tracked_context(t);
     event(
         t,
         Kind::AllocFailed,

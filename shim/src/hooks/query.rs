@@ -7,8 +7,8 @@
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::{current_context, event, real_or};
-use crate::driver::{Entry, real};
+use super::{current_tracked_context, event};
+use crate::driver::{Entry, real, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::serve;
@@ -51,13 +51,17 @@ unsafe fn answer(attribute: u32, data: *mut c_void, start: u64, size: u64) -> bo
     true
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+/// `cuMemGetAddressRange_v2`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemGetAddressRange_v2(
+    _e: Entry,
+    real: sig::cuMemGetAddressRange_v2,
     pbase: *mut CUdeviceptr,
     psize: *mut usize,
     dptr: CUdeviceptr,
 ) -> CUresult {
-    let real = real_or!(cuMemGetAddressRange_v2, CUDA_ERROR_NOT_INITIALIZED);
     match serve::pooled_range(dptr) {
         Some(Some((start, size))) => {
             // SAFETY: the program's out-parameters, either may be NULL.
@@ -78,13 +82,17 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     }
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttribute(
+/// `cuPointerGetAttribute`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuPointerGetAttribute(
+    _e: Entry,
+    real: sig::cuPointerGetAttribute,
     data: *mut c_void,
     attribute: u32,
     ptr: CUdeviceptr,
 ) -> CUresult {
-    let real = real_or!(cuPointerGetAttribute, CUDA_ERROR_NOT_INITIALIZED);
     match serve::pooled_range(ptr) {
         Some(None) => CUDA_ERROR_INVALID_VALUE,
         // SAFETY: data is the program's storage for this attribute.
@@ -96,14 +104,18 @@ pub unsafe extern "C" fn cuPointerGetAttribute(
     }
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuPointerGetAttributes(
+/// `cuPointerGetAttributes`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuPointerGetAttributes(
+    _e: Entry,
+    real: sig::cuPointerGetAttributes,
     n: u32,
     attributes: *mut u32,
     data: *mut *mut c_void,
     ptr: CUdeviceptr,
 ) -> CUresult {
-    let real = real_or!(cuPointerGetAttributes, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(n, attributes, data, ptr) };
     if r != CUDA_SUCCESS || attributes.is_null() || data.is_null() {
@@ -119,9 +131,16 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
-    let real = real_or!(cuMemGetInfo_v2, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuMemGetInfo_v2`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemGetInfo_v2(
+    _e: Entry,
+    real: sig::cuMemGetInfo_v2,
+    free: *mut usize,
+    total: *mut usize,
+) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(free, total) };
     if r == CUDA_SUCCESS && !free.is_null() {
@@ -145,9 +164,16 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut c_void, dptr: CUdeviceptr) -> CUresult {
-    let real = real_or!(cuIpcGetMemHandle, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuIpcGetMemHandle`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuIpcGetMemHandle(
+    e: Entry,
+    real: sig::cuIpcGetMemHandle,
+    handle: *mut c_void,
+    dptr: CUdeviceptr,
+) -> CUresult {
     if serve::pooled_range(dptr).is_some() {
         static SAID: AtomicBool = AtomicBool::new(false);
         crate::diag::warn_once(
@@ -157,12 +183,12 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut c_void, dptr: CUdevicept
         );
         if let Some((_guard, t)) = state::active() {
             shield((), || {
-                let (ctx, _) = current_context(t);
+                let (ctx, _) = current_tracked_context(t);
                 event(
                     t,
                     Kind::IpcRefused,
                     dptr,
-                    Entry::cuIpcGetMemHandle,
+                    e,
                     CUDA_ERROR_NOT_SUPPORTED,
                     None,
                     ctx,

@@ -7,8 +7,8 @@
 
 #![allow(non_snake_case)]
 
-use super::{free_tracked, real_or, record_alloc, record_alloc_failed};
-use crate::driver::Entry;
+use super::{free_tracked, record_alloc, record_alloc_failed};
+use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::serve;
@@ -40,62 +40,58 @@ fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize
     });
 }
 
-macro_rules! alloc_async {
-    ($name:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            dptr: *mut CUdeviceptr,
-            bytesize: usize,
-            stream: CUstream,
-        ) -> CUresult {
-            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            // SAFETY: the program's own arguments, forwarded unchanged.
-            let r = unsafe { real(dptr, bytesize, stream) };
-            after_alloc(Entry::$name, r, dptr, bytesize);
-            r
-        }
-    };
+/// `cuMemAllocAsync` and `_ptsz`: forwarded, then tracked.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemAllocAsync(
+    e: Entry,
+    real: sig::cuMemAllocAsync,
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    stream: CUstream,
+) -> CUresult {
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(dptr, bytesize, stream) };
+    after_alloc(e, r, dptr, bytesize);
+    r
 }
 
-macro_rules! alloc_from_pool {
-    ($name:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            dptr: *mut CUdeviceptr,
-            bytesize: usize,
-            pool: CUmemoryPool,
-            stream: CUstream,
-        ) -> CUresult {
-            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            // SAFETY: the program's own arguments, forwarded unchanged.
-            let r = unsafe { real(dptr, bytesize, pool, stream) };
-            after_alloc(Entry::$name, r, dptr, bytesize);
-            r
-        }
-    };
+/// `cuMemAllocFromPoolAsync` and `_ptsz`: forwarded, then tracked.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemAllocFromPoolAsync(
+    e: Entry,
+    real: sig::cuMemAllocFromPoolAsync,
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(dptr, bytesize, pool, stream) };
+    after_alloc(e, r, dptr, bytesize);
+    r
 }
 
-macro_rules! free_async {
-    ($name:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
-            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            let cur = crate::driver::current_context();
-            free_tracked(
-                Entry::$name,
-                dptr,
-                cur,
-                || serve::pool_free(cur, dptr),
-                // SAFETY: the program's own arguments, forwarded unchanged.
-                || unsafe { real(dptr, stream) },
-            )
-        }
-    };
+/// `cuMemFreeAsync` and `_ptsz`: a pooled block back to the pool, anything else to the driver.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemFreeAsync(
+    e: Entry,
+    real: sig::cuMemFreeAsync,
+    dptr: CUdeviceptr,
+    stream: CUstream,
+) -> CUresult {
+    let cur = crate::driver::current_context();
+    free_tracked(
+        e,
+        dptr,
+        cur,
+        || serve::pool_free(cur, dptr),
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        || unsafe { real(dptr, stream) },
+    )
 }
-
-alloc_async!(cuMemAllocAsync);
-alloc_async!(cuMemAllocAsync_ptsz);
-alloc_from_pool!(cuMemAllocFromPoolAsync);
-alloc_from_pool!(cuMemAllocFromPoolAsync_ptsz);
-free_async!(cuMemFreeAsync);
-free_async!(cuMemFreeAsync_ptsz);

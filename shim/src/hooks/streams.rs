@@ -2,12 +2,11 @@
 //! their own fence event, a destroyed one leaves a last event behind, and no fence may be
 //! recorded while a capture is in progress (see [`crate::pool::fence`]).
 
-#![allow(non_snake_case)]
+#![allow(non_snake_case, clippy::too_many_arguments)]
 
 use std::ffi::c_int;
 
-use super::real_or;
-use crate::driver::current_context;
+use crate::driver::{Entry, current_context, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::pool::fence;
@@ -28,36 +27,51 @@ fn created(result: CUresult, ph: *mut CUstream, flags: u32) {
     });
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCreate(ph: *mut CUstream, flags: u32) -> CUresult {
-    let real = real_or!(cuStreamCreate, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuStreamCreate`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuStreamCreate(
+    _e: Entry,
+    real: sig::cuStreamCreate,
+    ph: *mut CUstream,
+    flags: u32,
+) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ph, flags) };
     created(r, ph, flags);
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCreateWithPriority(
+/// `cuStreamCreateWithPriority`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuStreamCreateWithPriority(
+    _e: Entry,
+    real: sig::cuStreamCreateWithPriority,
     ph: *mut CUstream,
     flags: u32,
     priority: c_int,
 ) -> CUresult {
-    let real = real_or!(cuStreamCreateWithPriority, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ph, flags, priority) };
     created(r, ph, flags);
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGreenCtxStreamCreate(
+/// `cuGreenCtxStreamCreate`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuGreenCtxStreamCreate(
+    _e: Entry,
+    real: sig::cuGreenCtxStreamCreate,
     ph: *mut CUstream,
     green: Opaque,
     flags: u32,
     priority: c_int,
 ) -> CUresult {
-    let real = real_or!(cuGreenCtxStreamCreate, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ph, green, flags, priority) };
     // Green-context streams are always non-blocking.
@@ -65,23 +79,25 @@ pub unsafe extern "C" fn cuGreenCtxStreamCreate(
     r
 }
 
-macro_rules! stream_destroy {
-    ($name:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(stream: CUstream) -> CUresult {
-            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            shield((), || fence::stream_destroying(stream as u64));
-            // SAFETY: the program's own argument, forwarded unchanged.
-            unsafe { real(stream) }
-        }
-    };
+/// `cuStreamDestroy` and `_v2`: a non-blocking stream leaves a last event for the fences.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuStreamDestroy(_e: Entry, real: sig::cuStreamDestroy, stream: CUstream) -> CUresult {
+    shield((), || fence::stream_destroying(stream as u64));
+    // SAFETY: the program's own argument, forwarded unchanged.
+    unsafe { real(stream) }
 }
-stream_destroy!(cuStreamDestroy);
-stream_destroy!(cuStreamDestroy_v2);
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamBeginCapture(stream: CUstream) -> CUresult {
-    let real = real_or!(cuStreamBeginCapture, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuStreamBeginCapture`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuStreamBeginCapture(
+    _e: Entry,
+    real: sig::cuStreamBeginCapture,
+    stream: CUstream,
+) -> CUresult {
     // SAFETY: the program's own argument, forwarded unchanged.
     let r = unsafe { real(stream) };
     if r == CUDA_SUCCESS {
@@ -90,60 +106,60 @@ pub unsafe extern "C" fn cuStreamBeginCapture(stream: CUstream) -> CUresult {
     r
 }
 
-macro_rules! begin_capture {
-    ($name:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(stream: CUstream, mode: u32) -> CUresult {
-            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            // SAFETY: the program's own arguments, forwarded unchanged.
-            let r = unsafe { real(stream, mode) };
-            if r == CUDA_SUCCESS {
-                fence::capture_changed(1);
-            }
-            r
-        }
-    };
+/// `cuStreamBeginCapture_v2` and `_ptsz`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuStreamBeginCapture_v2(
+    _e: Entry,
+    real: sig::cuStreamBeginCapture_v2,
+    stream: CUstream,
+    mode: u32,
+) -> CUresult {
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(stream, mode) };
+    if r == CUDA_SUCCESS {
+        fence::capture_changed(1);
+    }
+    r
 }
-begin_capture!(cuStreamBeginCapture_v2);
-begin_capture!(cuStreamBeginCapture_v2_ptsz);
 
-macro_rules! begin_capture_to_graph {
-    ($name:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(
-            stream: CUstream,
-            graph: Opaque,
-            deps: Opaque,
-            data: Opaque,
-            n: usize,
-            mode: u32,
-        ) -> CUresult {
-            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            // SAFETY: the program's own arguments, forwarded unchanged.
-            let r = unsafe { real(stream, graph, deps, data, n, mode) };
-            if r == CUDA_SUCCESS {
-                fence::capture_changed(1);
-            }
-            r
-        }
-    };
+/// `cuStreamBeginCaptureToGraph` and `_ptsz`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuStreamBeginCaptureToGraph(
+    _e: Entry,
+    real: sig::cuStreamBeginCaptureToGraph,
+    stream: CUstream,
+    graph: Opaque,
+    deps: Opaque,
+    data: Opaque,
+    n: usize,
+    mode: u32,
+) -> CUresult {
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(stream, graph, deps, data, n, mode) };
+    if r == CUDA_SUCCESS {
+        fence::capture_changed(1);
+    }
+    r
 }
-begin_capture_to_graph!(cuStreamBeginCaptureToGraph);
-begin_capture_to_graph!(cuStreamBeginCaptureToGraph_ptsz);
 
-macro_rules! end_capture {
-    ($name:ident) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(stream: CUstream, graph: *mut Opaque) -> CUresult {
-            let real = real_or!($name, CUDA_ERROR_NOT_INITIALIZED);
-            // SAFETY: the program's own arguments, forwarded unchanged.
-            let r = unsafe { real(stream, graph) };
-            if r == CUDA_SUCCESS || r == CAPTURE_INVALIDATED {
-                fence::capture_changed(-1);
-            }
-            r
-        }
-    };
+/// `cuStreamEndCapture` and `_ptsz`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuStreamEndCapture(
+    _e: Entry,
+    real: sig::cuStreamEndCapture,
+    stream: CUstream,
+    graph: *mut Opaque,
+) -> CUresult {
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(stream, graph) };
+    if r == CUDA_SUCCESS || r == CAPTURE_INVALIDATED {
+        fence::capture_changed(-1);
+    }
+    r
 }
-end_capture!(cuStreamEndCapture);
-end_capture!(cuStreamEndCapture_ptsz);

@@ -3,24 +3,28 @@
 
 #![allow(non_snake_case)]
 
-use super::{current_context, event, real_or, record_alloc_failed};
+use super::{current_tracked_context, event, record_alloc_failed};
 use crate::callsite;
 use crate::clock;
-use crate::driver::Entry;
+use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::state;
 use crate::tracker::events::Kind;
 use crate::tracker::{Memory, Record};
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemCreate(
+/// `cuMemCreate`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemCreate(
+    e: Entry,
+    real: sig::cuMemCreate,
     handle: *mut CUmemGenericAllocationHandle,
     size: usize,
     prop: *const MemAllocationPropHead,
     flags: u64,
 ) -> CUresult {
-    let real = real_or!(cuMemCreate, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(handle, size, prop, flags) };
     let Some((_guard, t)) = state::active() else {
@@ -28,10 +32,10 @@ pub unsafe extern "C" fn cuMemCreate(
     };
     shield((), || {
         if r != CUDA_SUCCESS {
-            record_alloc_failed(t, Entry::cuMemCreate, size as u64, r, None);
+            record_alloc_failed(t, e, size as u64, r, None);
             return;
         }
-        let (context, current_device) = current_context(t);
+        let (context, current_device) = current_tracked_context(t);
         // SAFETY: the call succeeded, so prop pointed to a valid property struct.
         let device = match unsafe { prop.as_ref() } {
             Some(p) if p.location_type == CU_MEM_LOCATION_TYPE_DEVICE => p.location_id,
@@ -43,7 +47,7 @@ pub unsafe extern "C" fn cuMemCreate(
         let record = Record {
             size: size as u64,
             requested: size as u64,
-            api: Entry::cuMemCreate,
+            api: e,
             memory: Memory::Vmm,
             device,
             context,
@@ -60,9 +64,15 @@ pub unsafe extern "C" fn cuMemCreate(
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
-    let real = real_or!(cuMemRelease, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuMemRelease`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemRelease(
+    e: Entry,
+    real: sig::cuMemRelease,
+    handle: CUmemGenericAllocationHandle,
+) -> CUresult {
     // SAFETY: the program's own argument, forwarded unchanged.
     let r = unsafe { real(handle) };
     let Some((_guard, t)) = state::active() else {
@@ -76,17 +86,8 @@ pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> C
             }
             t.freed.note(handle);
             if !known {
-                let (ctx, _) = current_context(t);
-                event(
-                    t,
-                    Kind::UntrackedFree,
-                    handle,
-                    Entry::cuMemRelease,
-                    r,
-                    None,
-                    ctx,
-                    None,
-                );
+                let (ctx, _) = current_tracked_context(t);
+                event(t, Kind::UntrackedFree, handle, e, r, None, ctx, None);
             }
         } else {
             let kind = if t.freed.contains(handle) {
@@ -94,22 +95,26 @@ pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> C
             } else {
                 Kind::InvalidFree
             };
-            let (ctx, _) = current_context(t);
-            event(t, kind, handle, Entry::cuMemRelease, r, None, ctx, None);
+            let (ctx, _) = current_tracked_context(t);
+            event(t, kind, handle, e, r, None, ctx, None);
         }
     });
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemMap(
+/// `cuMemMap`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemMap(
+    _e: Entry,
+    real: sig::cuMemMap,
     ptr: CUdeviceptr,
     size: usize,
     offset: usize,
     handle: CUmemGenericAllocationHandle,
     flags: u64,
 ) -> CUresult {
-    let real = real_or!(cuMemMap, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size, offset, handle, flags) };
     if r == CUDA_SUCCESS {
@@ -120,9 +125,16 @@ pub unsafe extern "C" fn cuMemMap(
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
-    let real = real_or!(cuMemUnmap, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuMemUnmap`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemUnmap(
+    _e: Entry,
+    real: sig::cuMemUnmap,
+    ptr: CUdeviceptr,
+    size: usize,
+) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size) };
     if r == CUDA_SUCCESS {
@@ -137,15 +149,19 @@ pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAddressReserve(
+/// `cuMemAddressReserve`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemAddressReserve(
+    _e: Entry,
+    real: sig::cuMemAddressReserve,
     ptr: *mut CUdeviceptr,
     size: usize,
     alignment: usize,
     addr: CUdeviceptr,
     flags: u64,
 ) -> CUresult {
-    let real = real_or!(cuMemAddressReserve, CUDA_ERROR_NOT_INITIALIZED);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size, alignment, addr, flags) };
     if r == CUDA_SUCCESS && !ptr.is_null() {
@@ -158,9 +174,16 @@ pub unsafe extern "C" fn cuMemAddressReserve(
     r
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
-    let real = real_or!(cuMemAddressFree, CUDA_ERROR_NOT_INITIALIZED);
+/// `cuMemAddressFree`.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemAddressFree(
+    _e: Entry,
+    real: sig::cuMemAddressFree,
+    ptr: CUdeviceptr,
+    size: usize,
+) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size) };
     if r == CUDA_SUCCESS {

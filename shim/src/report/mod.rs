@@ -370,8 +370,9 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
 
     crate::timeline::write(&mut j);
 
-    let (_, dlsym, gpa) = crate::doors::counts();
+    let (exported, dlsym, gpa) = crate::doors::counts();
     j.key("doors").begin_object();
+    j.key("exported").u64(exported);
     j.key("dlsym").u64(dlsym);
     j.key("get_proc_address").u64(gpa);
     j.end_object();

@@ -1,0 +1,25 @@
+//! The real driver, at the bottom of the shim: the table of every entry the shim knows and the
+//! real addresses of those entries.
+//!
+//! - [`table`]: one row per entry: its forms, its C signature and its role (see there). [`Entry`]
+//!   names an entry; [`real`] gives the real driver's entries, typed.
+//! - [`submit_rows`]: the table's generated rows (entries that submit device work).
+//! - [`loader`]: the real `dlsym`, the driver library, and the resolved addresses.
+//!
+//! The shim never calls its own exports: every call it makes to the driver goes through
+//! [`real`], whose pointers come from the real `dlsym` on the driver's own handle. Nothing here
+//! knows the hooks; `doors` joins the two.
+
+#[macro_use]
+mod submit_rows;
+pub mod loader;
+pub mod table;
+
+pub(crate) use submit_rows::submit_rows;
+pub(crate) use table::for_each_entry;
+
+pub use loader::{
+    REAL_DLSYM, current_context, driver, driver_if_loaded, entry_at, is_driver_name, real_dlsym,
+    resolve_real_dlsym,
+};
+pub use table::{Entry, real, sig};
