@@ -104,9 +104,16 @@ pub fn parse_signal(s: &str, rtmin: i32, rtmax: i32) -> Result<i32, String> {
 
 static CONFIG: OnceCell<Config> = OnceCell::new();
 
-/// The settings, read now if the constructor did not run.
+/// The settings, read now if the constructor did not run. `CUGUARD_DISABLE=1` makes the shim
+/// inert ([`crate::phase::make_inert`]) as soon as it is read.
 pub fn get() -> &'static Config {
-    CONFIG.get_or_init(|| from_env(|k| std::env::var(k).ok()))
+    CONFIG.get_or_init(|| {
+        let c = from_env(|k| std::env::var(k).ok());
+        if c.disabled {
+            crate::phase::make_inert();
+        }
+        c
+    })
 }
 
 /// Reads the settings; called by the load-time constructor.

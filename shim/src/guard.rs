@@ -3,7 +3,8 @@
 //! Every hook does its own work under a [`Guard`]: if the thread is already inside the shim
 //! (the shim's own work reached a hooked entry again) or the thread is being torn down, the hook
 //! forwards to the driver and records nothing. [`shield`] keeps a panic in the shim's own code
-//! from crossing the C ABI: it is caught, recorded as a fault, and tracking turns itself off.
+//! from crossing the C ABI: it is caught, recorded as a fault, and the shim moves to the
+//! `Broken` phase ([`crate::phase`]): tracking turns itself off.
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -46,14 +47,8 @@ impl Drop for Guard {
     }
 }
 
-/// Set once the shim's own code has panicked; tracking stops from then on.
-static BROKEN: AtomicBool = AtomicBool::new(false);
-
-/// Whether the shim's own code has failed and tracking is off.
-#[inline]
-pub fn broken() -> bool {
-    BROKEN.load(Ordering::Relaxed)
-}
+/// Set once the shim's own code has panicked and said so.
+static SAID: AtomicBool = AtomicBool::new(false);
 
 /// Runs the shim's own work `f`. A panic in it is caught: the fault is recorded, tracking turns
 /// off for the rest of the process (saying so once), and `fallback` is returned.
@@ -67,7 +62,8 @@ pub fn shield<T>(fallback: T, f: impl FnOnce() -> T) -> T {
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            if !BROKEN.swap(true, Ordering::Relaxed) {
+            crate::phase::break_down();
+            if !SAID.swap(true, Ordering::Relaxed) {
                 crate::diag::warn(&format!(
                     "internal error ({what}); tracking is off for the rest of this process"
                 ));

@@ -1,11 +1,16 @@
-//! How the shim starts and ends inside a process, as one sequence:
+//! How the shim starts and ends inside a process, as one sequence. The phases and every
+//! transition between them are in [`crate::phase`]; this module makes the transitions happen and
+//! does what each promises.
 //!
-//! 1. Load: the constructor reads the configuration and nothing else.
-//! 2. First use: a hook creates the tracker; the driver table resolves when first needed.
-//! 3. First allocation ([`note_allocation`]) arms the rest, once per process (again in a forked
-//!    child, at its own first allocation):
-//!    - `atexit` and `at_quick_exit` handlers and a `pthread_atfork` child handler (once per
-//!      image; they are inherited across fork). The CUDA runtime registers its own teardown
+//! 1. Load (`Loading`): the constructor reads the configuration and nothing else
+//!    (`CUGUARD_DISABLE=1` makes the shim `Inert`).
+//! 2. First use ([`first_use`]): a hook creates the tracker; the one `pthread_atfork` child
+//!    handler is registered ([`after_fork_child`]: a forked child becomes `ForkedChild`, with
+//!    every module's state reset). The driver table resolves when first needed.
+//! 3. First allocation ([`note_allocation`]) arms the rest (`Armed`), once per process (again in
+//!    a forked child, at its own first allocation):
+//!    - `atexit` and `at_quick_exit` handlers (once per image; they are inherited across
+//!      fork). The CUDA runtime registers its own teardown
 //!      during its initialization, which comes before any allocation, so this handler runs
 //!      first at exit and the report sees the program's memory before the runtime releases its
 //!      contexts;
@@ -13,7 +18,8 @@
 //!    - the cuguard thread starts ([`reporter`]): checkpoints, snapshots on request, and the
 //!      report for signals;
 //!    - signal handlers are installed where the program has none ([`signals`]).
-//! 4. End: exactly one final report, whichever way the process ends ([`final_report`]): `exit`
+//! 4. End (`Writing`, then `Final`): exactly one final report, whichever way the process ends
+//!    ([`final_report`]): `exit`
 //!    from any thread (and so return from main, Rust's `process::exit`, Python's `sys.exit`),
 //!    `quick_exit`, or a fatal or terminating signal. Checkpoints and snapshots on request are
 //!    interim reports ([`interim_report`]); each replaces the previous one of the same process.
@@ -31,37 +37,45 @@ pub mod signals;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::phase;
 use crate::report::{self, Occasion};
-use crate::state;
 
-/// Registered once per image: atexit, at_quick_exit, pthread_atfork.
+/// Registered once per image: atexit, at_quick_exit.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
-/// Armed in this process (reset in a forked child).
-static ARMED: AtomicBool = AtomicBool::new(false);
 static IN_FINI: AtomicBool = AtomicBool::new(false);
 /// The thread id holding the writer's turn, or 0.
 static WRITER: AtomicU32 = AtomicU32::new(0);
-/// The thread id writing the final report (0: none yet), and whether it is done.
+/// The thread id writing the final report (0: none yet).
 static FINAL_WRITER: AtomicU32 = AtomicU32::new(0);
-static FINAL_DONE: AtomicBool = AtomicBool::new(false);
+
+/// The shim's first use in this image (a hook created the tracker): quiet panics, and the one
+/// fork handler. Runs once; a forked child inherits both.
+pub fn first_use() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        crate::guard::install_panic_hook();
+        // SAFETY: after_fork_child is a plain extern "C" fn without arguments; registering has no
+        // other effect.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    });
+}
 
 /// How long an exit waits for a report another thread is writing.
 const WAIT_FOR_WRITER: Duration = Duration::from_secs(30);
 
-/// Called on every tracked allocation: one relaxed load; arms the process the first time.
+/// Called on every tracked allocation: one load; arms the process the first time.
 #[inline]
 pub fn note_allocation() {
-    if !ARMED.load(Ordering::Relaxed) {
+    if !phase::armed() {
         arm_once();
     }
 }
 
 #[cold]
 fn arm_once() {
-    if ARMED.swap(true, Ordering::AcqRel) {
-        return;
+    if phase::arm() {
+        crate::guard::shield((), arm);
     }
-    crate::guard::shield((), arm);
 }
 
 fn arm() {
@@ -70,7 +84,6 @@ fn arm() {
         unsafe {
             libc::atexit(at_exit);
             at_quick_exit(at_exit);
-            libc::pthread_atfork(None, None, Some(after_fork_child));
         }
     }
     report::emergency::prepare(&report::report_path());
@@ -142,22 +155,22 @@ fn writer_turn(max: Duration) -> Turn {
 /// (another thread exiting, a signal while exiting) waits for the first to finish, so that the
 /// process does not end under a half-written report. Returns whether this call wrote it.
 pub fn final_report(occasion: Occasion) -> bool {
-    let Some(t) = state::tracker_if_any() else {
+    let Some(t) = crate::tracker::if_any() else {
         return false;
     };
-    if !state::mark_reported() {
+    if !phase::begin_final() {
         wait_for_final();
         return false;
     }
     FINAL_WRITER.store(tid().max(1), Ordering::Release);
     // Inside the shim while writing, so nothing the writing does is tracked. A thread whose
-    // thread-locals are gone writes without it: tracking has stopped (mark_reported) anyway.
+    // thread-locals are gone writes without it: tracking has stopped (`Writing`) anyway.
     let _guard = crate::guard::Guard::enter();
     {
         let _turn = writer_turn(WAIT_FOR_WRITER);
         report::write_and_say(t, &occasion);
     }
-    FINAL_DONE.store(true, Ordering::Release);
+    phase::end_final();
     true
 }
 
@@ -167,7 +180,7 @@ fn wait_for_final() {
         return;
     }
     let start = Instant::now();
-    while !FINAL_DONE.load(Ordering::Acquire) && start.elapsed() < WAIT_FOR_WRITER {
+    while !phase::final_done() && start.elapsed() < WAIT_FOR_WRITER {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -175,32 +188,33 @@ fn wait_for_final() {
 /// Writes an interim report (checkpoint, snapshot on request, or a signal report before the
 /// program's own handler runs): tracking goes on. Skipped once the final report is claimed.
 pub fn interim_report(occasion: Occasion) -> bool {
-    let Some(t) = state::tracker_if_any() else {
+    let Some(t) = crate::tracker::if_any() else {
         return false;
     };
-    if state::reported() {
+    if phase::final_claimed() {
         return false;
     }
     let _turn = writer_turn(WAIT_FOR_WRITER);
-    if state::reported() {
+    if phase::final_claimed() {
         return false;
     }
     report::write_and_say(t, &occasion).is_some()
 }
 
-/// Whether the final report has been written completely.
-pub fn final_done() -> bool {
-    FINAL_DONE.load(Ordering::Acquire)
-}
-
-/// The child of a fork: nothing of the parent's lifecycle carries over but the registrations
-/// and the signal handlers. Its locks are reset (their holders do not exist here); the child
-/// arms again at its first allocation.
+/// The one fork handler, in the child: the child owns none of the parent's allocations and
+/// writes its own report. Nothing of the parent's state carries over but the registrations and
+/// the signal handlers; every lock is reset or replaced (its holder does not exist here), and
+/// the child arms again at its first allocation (`ForkedChild`).
 extern "C" fn after_fork_child() {
-    ARMED.store(false, Ordering::Release);
+    crate::clock::reset_thread_id();
+    crate::stack::after_fork_child();
+    crate::thread::reset_after_fork();
+    crate::pool::registry::reset_after_fork();
+    crate::timeline::reset_after_fork();
+    crate::tracker::reset_after_fork();
+    phase::forked();
     WRITER.store(0, Ordering::Release);
     FINAL_WRITER.store(0, Ordering::Release);
-    FINAL_DONE.store(false, Ordering::Release);
     reporter::after_fork_child();
     signals::after_fork_child();
     alerts::after_fork_child();

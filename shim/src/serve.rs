@@ -43,7 +43,7 @@ fn set_failure_reason(why: String) {
 #[inline]
 fn pool_on() -> bool {
     let c = config::get();
-    c.pool && !c.disabled && !guard::broken()
+    c.pool && !c.disabled && !crate::phase::broken()
 }
 
 /// How an allocation was served.

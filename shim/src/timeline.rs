@@ -57,7 +57,7 @@ pub fn tick() -> Option<u64> {
 }
 
 fn take(tl: &mut Timeline, now: u64) {
-    let Some(t) = crate::state::tracker_if_any() else {
+    let Some(t) = crate::tracker::if_any() else {
         return;
     };
     for d in t.stats.snapshot() {

@@ -34,7 +34,9 @@ static HANDED_OUT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 /// The function standing in for the real driver entry at `addr`, if the shim stands in for it;
 /// counts it for `door`.
 pub fn substitute(addr: *mut c_void, door: Door) -> Option<*mut c_void> {
-    if crate::config::get().disabled {
+    // Reading the settings first makes a disabled shim inert.
+    crate::config::init();
+    if !crate::phase::substitutes() {
         return None;
     }
     let entry = crate::driver::entry_at(addr as usize)?;

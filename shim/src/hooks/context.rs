@@ -13,14 +13,13 @@ use crate::callsite;
 use crate::driver::{Entry, real, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::state;
 use crate::tracker::events::Kind;
 
 fn created(result: CUresult, pctx: *mut CUcontext, device: CUdevice, primary: bool) {
     if result != CUDA_SUCCESS || pctx.is_null() {
         return;
     }
-    let Some((_guard, t)) = state::active() else {
+    let Some((_guard, t)) = super::active() else {
         return;
     };
     // SAFETY: the call succeeded, so pctx was valid and written.
@@ -34,7 +33,7 @@ fn created(result: CUresult, pctx: *mut CUcontext, device: CUdevice, primary: bo
 /// The context `handle` is gone (destroyed by `by`): its allocations were released with it.
 fn gone(handle: u64, by: Entry) {
     let pooled = crate::serve::context_destroyed(handle);
-    let Some((_guard, t)) = state::active() else {
+    let Some((_guard, t)) = super::active() else {
         return;
     };
     shield((), || {
@@ -61,7 +60,7 @@ fn gone(handle: u64, by: Entry) {
 
 /// The live primary context of `device`, as the tracker knows it.
 fn primary_handle(device: CUdevice) -> Option<u64> {
-    let t = state::tracker_if_any()?;
+    let t = crate::tracker::if_any()?;
     shield(None, || t.contexts.live_primary(device).map(|(_, h)| h))
 }
 

@@ -8,11 +8,10 @@ use super::{free_tracked, record_alloc, record_alloc_failed};
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::state;
 use crate::tracker::Memory;
 
 fn after_alloc(api: Entry, result: CUresult, pp: *mut *mut c_void, size: usize) {
-    let Some((_guard, t)) = state::active() else {
+    let Some((_guard, t)) = super::active() else {
         return;
     };
     shield((), || {

@@ -12,7 +12,6 @@ use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::serve;
-use crate::state;
 use crate::tracker::{Memory, Record, Tracker};
 
 /// Makes the record of an allocation about to be served, when tracking is on.
@@ -71,7 +70,7 @@ pub unsafe fn cuMemAlloc_v2(
     bytesize: usize,
 ) -> CUresult {
     let cur = crate::driver::current_context();
-    let active = state::active();
+    let active = super::active();
     let t = active.as_ref().map(|(_, t)| *t);
     let size = bytesize as u64;
     let record = prepare(t, cur, e, Memory::Device, size, size);
@@ -94,7 +93,7 @@ pub unsafe fn cuMemAllocPitch_v2(
     element_size: u32,
 ) -> CUresult {
     let cur = crate::driver::current_context();
-    let active = state::active();
+    let active = super::active();
     let t = active.as_ref().map(|(_, t)| *t);
     let requested = (width as u64).saturating_mul(height as u64);
     let record = prepare(t, cur, e, Memory::Pitched, requested, requested);
@@ -124,7 +123,7 @@ pub unsafe fn cuMemAllocManaged(
 ) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, flags) };
-    let Some((_guard, t)) = state::active() else {
+    let Some((_guard, t)) = super::active() else {
         return r;
     };
     shield((), || {

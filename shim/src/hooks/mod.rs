@@ -31,8 +31,24 @@ use crate::callsite;
 use crate::clock;
 use crate::driver::{Entry, real};
 use crate::ffi::*;
+use crate::guard::Guard;
 use crate::tracker::events::{Event, Kind};
 use crate::tracker::{Memory, NONE, Record, Tracker};
+
+/// Entry to tracking for a handler: the re-entry guard and the tracker, or `None` when the handler
+/// should only forward (the phase does not track, or this thread is already inside the shim).
+/// Creating the tracker is the shim's first use in the process ([`crate::lifecycle::first_use`]).
+#[inline]
+pub fn active() -> Option<(Guard, &'static Tracker)> {
+    if crate::config::get().no_tracking || !crate::phase::tracking() {
+        return None;
+    }
+    let g = Guard::enter()?;
+    Some((
+        g,
+        crate::tracker::get_or_create(crate::lifecycle::first_use),
+    ))
+}
 
 /// The current context's (id, device) as the tracker knows it, registering a context the shim
 /// has not seen yet.
@@ -160,7 +176,7 @@ pub fn free_tracked(
     pool: impl FnOnce() -> Option<(CUresult, Option<Record>)>,
     free: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let active = crate::state::active();
+    let active = active();
     if let Some((result, record)) = pool() {
         if let Some((_guard, t)) = active {
             if addr != 0 {

@@ -12,7 +12,6 @@ use crate::driver::{Entry, real, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::serve;
-use crate::state;
 use crate::tracker::events::Kind;
 
 const BUFFER_ID: u32 = 7;
@@ -181,7 +180,7 @@ pub unsafe fn cuIpcGetMemHandle(
             "cuIpcGetMemHandle refused for a pooled pointer (the handle would name the pool's chunk, \
              not the allocation); run with CUGUARD_POOL=0 to share device memory between processes",
         );
-        if let Some((_guard, t)) = state::active() {
+        if let Some((_guard, t)) = super::active() {
             shield((), || {
                 let (ctx, _) = current_tracked_context(t);
                 event(

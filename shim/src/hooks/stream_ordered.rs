@@ -12,11 +12,10 @@ use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::serve;
-use crate::state;
 use crate::tracker::Memory;
 
 fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize) {
-    let Some((_guard, t)) = state::active() else {
+    let Some((_guard, t)) = super::active() else {
         return;
     };
     shield((), || {

@@ -9,7 +9,6 @@ use crate::clock;
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::state;
 use crate::tracker::events::Kind;
 use crate::tracker::{Memory, Record};
 
@@ -27,7 +26,7 @@ pub unsafe fn cuMemCreate(
 ) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(handle, size, prop, flags) };
-    let Some((_guard, t)) = state::active() else {
+    let Some((_guard, t)) = super::active() else {
         return r;
     };
     shield((), || {
@@ -75,7 +74,7 @@ pub unsafe fn cuMemRelease(
 ) -> CUresult {
     // SAFETY: the program's own argument, forwarded unchanged.
     let r = unsafe { real(handle) };
-    let Some((_guard, t)) = state::active() else {
+    let Some((_guard, t)) = super::active() else {
         return r;
     };
     shield((), || {
@@ -118,7 +117,7 @@ pub unsafe fn cuMemMap(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size, offset, handle, flags) };
     if r == CUDA_SUCCESS {
-        if let Some((_guard, t)) = state::active() {
+        if let Some((_guard, t)) = super::active() {
             shield((), || t.vmm.mapped(ptr, size as u64, handle));
         }
     }
@@ -138,7 +137,7 @@ pub unsafe fn cuMemUnmap(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size) };
     if r == CUDA_SUCCESS {
-        if let Some((_guard, t)) = state::active() {
+        if let Some((_guard, t)) = super::active() {
             shield((), || {
                 for rec in t.vmm.unmapped(ptr, size as u64) {
                     t.stats.freed(rec.device, rec.memory, rec.size);
@@ -165,7 +164,7 @@ pub unsafe fn cuMemAddressReserve(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size, alignment, addr, flags) };
     if r == CUDA_SUCCESS && !ptr.is_null() {
-        if let Some((_guard, t)) = state::active() {
+        if let Some((_guard, t)) = super::active() {
             // SAFETY: the call succeeded, so ptr was valid and written.
             let at = unsafe { *ptr };
             shield((), || t.vmm.reserved(at, size as u64));
@@ -187,7 +186,7 @@ pub unsafe fn cuMemAddressFree(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size) };
     if r == CUDA_SUCCESS {
-        if let Some((_guard, t)) = state::active() {
+        if let Some((_guard, t)) = super::active() {
             shield((), || t.vmm.unreserved(ptr));
         }
     }

@@ -63,7 +63,7 @@ fn crossed(device: i32, live_now: u64) {
         {
             return; // another thread gives the warning
         }
-        if let Some(t) = crate::state::tracker_if_any() {
+        if let Some(t) = crate::tracker::if_any() {
             warn(t, device, live_now, threshold);
         }
     });
@@ -77,7 +77,7 @@ fn resolve(device: i32) -> u64 {
     let bytes = match amount {
         Amount::Bytes(b) => b,
         Amount::Percent(_) => {
-            let total = crate::state::tracker_if_any()
+            let total = crate::tracker::if_any()
                 .and_then(|t| {
                     t.contexts
                         .devices()

@@ -230,14 +230,14 @@ fn run() {
                 cut_short: None,
             };
             let ok = if REQ_FATAL_FINAL.load(Ordering::Acquire) {
-                super::final_report(occasion) || super::final_done()
+                super::final_report(occasion) || crate::phase::final_done()
             } else {
                 super::interim_report(occasion)
             };
             FATAL_STATE.store(if ok { WRITTEN } else { FAILED }, Ordering::Release);
         }
-        if watch && !crate::state::reported() {
-            if let Some(t) = crate::state::tracker_if_any() {
+        if watch && !crate::phase::final_claimed() {
+            if let Some(t) = crate::tracker::if_any() {
                 super::alerts::poll(t);
             }
         }
@@ -248,7 +248,7 @@ fn run() {
             super::interim_report(Occasion::CHECKPOINT);
             next = Instant::now() + period;
         }
-        if crate::state::reported() && super::final_done() {
+        if crate::phase::final_claimed() && crate::phase::final_done() {
             RUNNING.store(false, Ordering::Release);
             return;
         }

@@ -177,7 +177,7 @@ fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void
 }
 
 fn report_fatal(sig: libc::c_int) {
-    if crate::state::reported() {
+    if crate::phase::final_claimed() {
         return;
     }
     let prev = previous(sig).sa_sigaction;

@@ -14,7 +14,7 @@ pub mod vmm;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::driver::Entry;
 
@@ -323,6 +323,35 @@ impl Tracker {
         let mut v = self.live.snapshot();
         v.extend(crate::serve::pooled_records());
         v
+    }
+}
+
+static TRACKER: AtomicPtr<Tracker> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The process's tracker, created on first use (never at load); `first` runs once, when this
+/// call is the one that created it.
+#[inline]
+pub fn get_or_create(first: fn()) -> &'static Tracker {
+    if let Some(t) = crate::leaked::get(&TRACKER) {
+        return t;
+    }
+    crate::leaked::get_or_create(&TRACKER, || {
+        first();
+        Tracker::new()
+    })
+}
+
+/// The process's tracker if one exists; never creates it.
+#[inline]
+pub fn if_any() -> Option<&'static Tracker> {
+    crate::leaked::get(&TRACKER)
+}
+
+/// In the child of a fork: forget the parent's allocations and start afresh. The old tracker is
+/// leaked, not dropped: its locks may be held by threads that do not exist in the child.
+pub fn reset_after_fork() {
+    if if_any().is_some() {
+        crate::leaked::replace(&TRACKER, Tracker::new());
     }
 }
 
