@@ -1,5 +1,5 @@
 //! One entry point that runs untrusted bytes through everything that reads reports: the reader,
-//! the summary (and its three formats), the check (and its three formats), suppression
+//! the summary, the check and the diff (each in every format of its registry), suppression
 //! generation and the HTML view. The fuzz target (`fuzz/`), the property tests and the replay of
 //! `tests/fixtures/hostile/` call it; it must never panic.
 
@@ -7,6 +7,8 @@ use std::path::Path;
 
 use crate::check::suppressions::{Suppressions, combine, propose, write_file};
 use crate::check::{Limits, ProcessCheck, Verdict};
+use crate::diff::Diff;
+use crate::format::{Options, Registry};
 use crate::input::Source;
 use crate::report::Document;
 use crate::style::Style;
@@ -44,14 +46,30 @@ pub fn exercise(data: &[u8]) -> Result<usize, String> {
     let n = summaries.len();
     let summary = Summary::new(summaries, 3);
     let sink = &mut std::io::sink();
-    let _ = crate::summary::text::write(&summary, sink, Style { color: true });
-    let _ = crate::summary::json::write(&summary, sink);
-    let _ = crate::summary::markdown::write(&summary, sink);
+    let colour = Options {
+        style: Style { color: true },
+        top: 5,
+    };
+    let plain = Options {
+        style: Style::plain(),
+        top: 5,
+    };
+    write_all(crate::summary::FORMATS, &summary, &colour);
     let verdict = Verdict::new(&checks, None, &rules, Limits::default());
-    let _ = crate::check::text::write(&verdict, sink, Style::plain(), 5);
-    let _ = crate::check::json::write(&verdict, sink);
-    let _ = crate::check::junit::write(&verdict, sink);
+    write_all(crate::check::FORMATS, &verdict, &plain);
+    write_all(
+        crate::diff::FORMATS,
+        &Diff::new(&summary, &summary),
+        &colour,
+    );
     let _ = write_file(&combine(proposals), n, sink);
     let _ = crate::view::html::write(&View::new(views, 5), sink);
     Ok(n)
+}
+
+/// Writes `value` in every format of `formats`, into nothing.
+fn write_all<T>(formats: Registry<T>, value: &T, options: &Options) {
+    for format in formats.rows() {
+        let _ = format.write(value, &mut std::io::sink(), options);
+    }
 }

@@ -10,6 +10,8 @@
 //! - [`summary`]: per-process and overall summaries, with one module per output format;
 //! - [`check`]: the CI gate: suppressions, baselines, limits; its output formats;
 //! - [`merge`], [`diff`]: merged multi-process reports; the difference of two runs;
+//! - [`format`](mod@format): the trait every output format implements, and the registries
+//!   `--format` reads;
 //! - [`view`]: the HTML page of `cuguard view`;
 //! - [`cli`]: the command, one module per subcommand; exit codes in [`cli::exit`];
 //! - [`glob`], [`style`], [`text`]: wildcard matching, terminal colour and tables, number formatting.
@@ -27,6 +29,7 @@
 pub mod check;
 pub mod cli;
 pub mod diff;
+pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod glob;

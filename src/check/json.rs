@@ -1,32 +1,43 @@
 //! `--format json`: the [`Verdict`] as one JSON document.
 //!
-//! ```text
-//! passed              bool
-//! failures[]          why it fails, one line each (empty when it passes)
-//! limits              {max_leaked_bytes, max_leaks, fail_on_events ("none" | "all" | {"kinds": [...]}),
-//!                      require_complete}
-//! baseline            whether a baseline was used
-//! reports             process reports read
-//! incomplete[]        sources of incomplete reports
-//! leaked_bytes, leaks                 unsuppressed, all processes
-//! counted_bytes, counted_leaks        what counts against the limits (new or grown with a baseline)
-//! suppressed_bytes, suppressed_leaks, suppressed_events
-//! sites[]             {site, location|null, status ("leak" | "new" | "grown" | "baselined"),
-//!                      leaked_bytes, leaks, baseline_bytes, baseline_leaks, counted_bytes,
-//!                      counted_leaks, apis[], processes[] (at most 5 "exe[pid]"), process_count}
-//!                     counting sites first, most counted bytes first
-//! events[]            {kind, site, count, baseline_count, counted, failing}: failing first
-//! suppressions[]      {file, line, rule, matched}: every rule; matched 0 = unused
-//! processes[]         {source, name, hostname, rank|null, complete, leaked_bytes, leaks, failed,
-//!                      failing_sites[] [site, bytes, leaks], failing_events[] [kind, site, count]}
-//! ```
+//! The format is documented on [`Json`], the type that writes it.
 
 use std::io::{self, Write};
 
 use super::Verdict;
+use crate::format::{Format, Options};
 
-/// Writes the verdict as pretty-printed JSON and a newline.
-pub fn write(verdict: &Verdict, out: &mut dyn Write) -> io::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, verdict)?;
-    out.write_all(b"\n")
+/// `--format json`: the [`Verdict`] as one pretty-printed JSON document and a newline.
+///
+/// ```text
+/// passed              bool
+/// failures[]          why it fails, one line each (empty when it passes)
+/// limits              {max_leaked_bytes, max_leaks, fail_on_events ("none" | "all" | {"kinds": [...]}),
+///                      require_complete}
+/// baseline            whether a baseline was used
+/// reports             process reports read
+/// incomplete[]        sources of incomplete reports
+/// leaked_bytes, leaks                 unsuppressed, all processes
+/// counted_bytes, counted_leaks        what counts against the limits (new or grown with a baseline)
+/// suppressed_bytes, suppressed_leaks, suppressed_events
+/// sites[]             {site, location|null, status ("leak" | "new" | "grown" | "baselined"),
+///                      leaked_bytes, leaks, baseline_bytes, baseline_leaks, counted_bytes,
+///                      counted_leaks, apis[], processes[] (at most 5 "exe[pid]"), process_count}
+///                     counting sites first, most counted bytes first
+/// events[]            {kind, site, count, baseline_count, counted, failing}: failing first
+/// suppressions[]      {file, line, rule, matched}: every rule; matched 0 = unused
+/// processes[]         {source, name, hostname, rank|null, complete, leaked_bytes, leaks, failed,
+///                      failing_sites[] [site, bytes, leaks], failing_events[] [kind, site, count]}
+/// ```
+pub struct Json;
+
+impl Format<Verdict> for Json {
+    const NAME: &'static str = "json";
+    const HELP: &'static str = "One JSON document (see docs/cli.md)";
+
+    /// Writes the verdict as pretty-printed JSON and a newline, all of it (`options` do not apply).
+    fn write(verdict: &Verdict, out: &mut dyn Write, _: &Options) -> io::Result<()> {
+        serde_json::to_writer_pretty(&mut *out, verdict)?;
+        out.write_all(b"\n")
+    }
 }

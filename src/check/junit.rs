@@ -9,6 +9,7 @@
 use std::io::{self, Write};
 
 use super::Verdict;
+use crate::format::{Format, Options};
 use crate::text::{bytes, one_line, plural};
 
 /// Escapes text for XML attributes and content; drops characters XML 1.0 cannot hold.
@@ -30,80 +31,88 @@ fn xml(text: &str) -> String {
     out
 }
 
-/// Writes the verdict as JUnit XML.
-pub fn write(verdict: &Verdict, out: &mut dyn Write) -> io::Result<()> {
-    let failed_processes = verdict.processes.iter().filter(|p| p.failed).count();
-    let tests = verdict.processes.len() + 1;
-    let failures = failed_processes + usize::from(!verdict.passed);
-    writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
-    writeln!(
-        out,
-        r#"<testsuites name="cuguard" tests="{tests}" failures="{failures}" errors="0">"#
-    )?;
-    writeln!(
-        out,
-        r#"  <testsuite name="cuguard check" tests="{tests}" failures="{failures}" errors="0" skipped="0">"#
-    )?;
-    write!(
-        out,
-        r#"    <testcase classname="cuguard.check" name="limits">"#
-    )?;
-    if verdict.passed {
-        writeln!(out, "</testcase>")?;
-    } else {
-        writeln!(out)?;
+/// `--format junit`.
+pub struct Junit;
+
+impl Format<Verdict> for Junit {
+    const NAME: &'static str = "junit";
+    const HELP: &'static str = "JUnit XML, one test case per process";
+
+    /// Writes the verdict as JUnit XML.
+    fn write(verdict: &Verdict, out: &mut dyn Write, _: &Options) -> io::Result<()> {
+        let failed_processes = verdict.processes.iter().filter(|p| p.failed).count();
+        let tests = verdict.processes.len() + 1;
+        let failures = failed_processes + usize::from(!verdict.passed);
+        writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
         writeln!(
             out,
-            r#"      <failure type="cuguard" message="{}">{}</failure>"#,
-            xml(&verdict.failures.join("; ")),
-            xml(&verdict.failures.join("\n"))
+            r#"<testsuites name="cuguard" tests="{tests}" failures="{failures}" errors="0">"#
         )?;
-        writeln!(out, "    </testcase>")?;
-    }
-    for p in &verdict.processes {
-        let mut name = p.name.clone();
-        match p.rank {
-            Some(r) => name.push_str(&format!(" ({}, rank {r})", p.hostname)),
-            None => name.push_str(&format!(" ({})", p.hostname)),
-        }
+        writeln!(
+            out,
+            r#"  <testsuite name="cuguard check" tests="{tests}" failures="{failures}" errors="0" skipped="0">"#
+        )?;
         write!(
             out,
-            r#"    <testcase classname="cuguard.process" name="{}" file="{}">"#,
-            xml(&one_line(&name)),
-            xml(&one_line(&p.source))
+            r#"    <testcase classname="cuguard.check" name="limits">"#
         )?;
-        if !p.failed {
+        if verdict.passed {
             writeln!(out, "</testcase>")?;
-            continue;
+        } else {
+            writeln!(out)?;
+            writeln!(
+                out,
+                r#"      <failure type="cuguard" message="{}">{}</failure>"#,
+                xml(&verdict.failures.join("; ")),
+                xml(&verdict.failures.join("\n"))
+            )?;
+            writeln!(out, "    </testcase>")?;
         }
-        writeln!(out)?;
-        let mut lines = Vec::new();
-        for (site, b, n) in &p.failing_sites {
-            lines.push(format!(
-                "{} in {} at {site}",
-                bytes(*b),
-                plural(*n, "leak", "leaks")
-            ));
+        for p in &verdict.processes {
+            let mut name = p.name.clone();
+            match p.rank {
+                Some(r) => name.push_str(&format!(" ({}, rank {r})", p.hostname)),
+                None => name.push_str(&format!(" ({})", p.hostname)),
+            }
+            write!(
+                out,
+                r#"    <testcase classname="cuguard.process" name="{}" file="{}">"#,
+                xml(&one_line(&name)),
+                xml(&one_line(&p.source))
+            )?;
+            if !p.failed {
+                writeln!(out, "</testcase>")?;
+                continue;
+            }
+            writeln!(out)?;
+            let mut lines = Vec::new();
+            for (site, b, n) in &p.failing_sites {
+                lines.push(format!(
+                    "{} in {} at {site}",
+                    bytes(*b),
+                    plural(*n, "leak", "leaks")
+                ));
+            }
+            for (kind, site, n) in &p.failing_events {
+                lines.push(format!("{n} × {kind} at {site}"));
+            }
+            if !p.complete {
+                lines.push("the report is incomplete".into());
+            }
+            let message = format!(
+                "{} leaked in {}",
+                bytes(p.leaked_bytes),
+                plural(p.leaks, "leak", "leaks")
+            );
+            writeln!(
+                out,
+                r#"      <failure type="cuguard" message="{}">{}</failure>"#,
+                xml(&message),
+                xml(&lines.join("\n"))
+            )?;
+            writeln!(out, "    </testcase>")?;
         }
-        for (kind, site, n) in &p.failing_events {
-            lines.push(format!("{n} × {kind} at {site}"));
-        }
-        if !p.complete {
-            lines.push("the report is incomplete".into());
-        }
-        let message = format!(
-            "{} leaked in {}",
-            bytes(p.leaked_bytes),
-            plural(p.leaks, "leak", "leaks")
-        );
-        writeln!(
-            out,
-            r#"      <failure type="cuguard" message="{}">{}</failure>"#,
-            xml(&message),
-            xml(&lines.join("\n"))
-        )?;
-        writeln!(out, "    </testcase>")?;
+        writeln!(out, "  </testsuite>")?;
+        writeln!(out, "</testsuites>")
     }
-    writeln!(out, "  </testsuite>")?;
-    writeln!(out, "</testsuites>")
 }

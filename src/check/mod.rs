@@ -13,7 +13,8 @@
 //!    or, with `--require-complete`, when a report is incomplete.
 //!
 //! [`ProcessCheck::new`] condenses one report (in the input workers); [`Verdict::new`] decides.
-//! Output formats, one per file: [`text`], [`json`] (whose doc describes the JSON), [`junit`].
+//! Output formats, one per file, listed in [`FORMATS`]: [`text`], [`json`] (whose [`json::Json`]
+//! describes the JSON), [`junit`].
 
 pub mod json;
 pub mod junit;
@@ -24,10 +25,18 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
+use crate::format::{Registry, Row};
 use crate::input::Source;
 use crate::report::{Report, Stack};
 use crate::sites::SiteIndex;
 use suppressions::Suppressions;
+
+/// The formats of `cuguard check --format`, the default first (see [`crate::format`]).
+pub const FORMATS: Registry<Verdict> = Registry::new(&[
+    Row::of::<text::Text>(),
+    Row::of::<json::Json>(),
+    Row::of::<junit::Junit>(),
+]);
 
 /// The event kinds that fail a check unless told otherwise.
 pub const DEFAULT_FAILING_EVENTS: [&str; 3] =
@@ -318,7 +327,7 @@ pub struct ProcessVerdict {
     pub failing_events: Vec<(String, String, u64)>,
 }
 
-/// The outcome of a check. Serialized as the `--format json` output (see [`json`]).
+/// The outcome of a check. Serialized as the `--format json` output (see [`json::Json`]).
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
     /// Whether the reports pass.

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use super::suppressions::Suppressions;
 use super::*;
+use crate::format::{Format, Options};
 use crate::input::map_reports;
 
 fn fixture(name: &str) -> PathBuf {
@@ -156,7 +157,7 @@ fn incomplete_reports_fail_only_when_required() {
 fn junit_is_well_formed_enough() {
     let v = verdict(&["merged.json"], "", None, Limits::default());
     let mut out = Vec::new();
-    junit::write(&v, &mut out).unwrap();
+    junit::Junit::write(&v, &mut out, &Options::default()).unwrap();
     let xml = String::from_utf8(out).unwrap();
     assert!(xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites"));
     assert_eq!(xml.matches("<testcase ").count(), 3);

@@ -7,149 +7,160 @@
 use std::io::{self, Write};
 
 use super::{SiteStatus, Verdict};
-use crate::style::{Style, Table};
+use crate::format::{Format, Options};
+use crate::style::Table;
 use crate::text::{bytes, delta_bytes, one_line, plural};
 
-/// Writes the verdict as text, listing at most `top` sites.
-pub fn write(verdict: &Verdict, out: &mut dyn Write, style: Style, top: usize) -> io::Result<()> {
-    let head = if verdict.passed {
-        style.good("PASS")
-    } else {
-        style.bad("FAIL")
-    };
-    writeln!(
-        out,
-        "{} {head}: {}, {} leaked in {}{}",
-        style.bold("cuguard check:"),
-        plural(verdict.reports as u64, "report", "reports"),
-        bytes(verdict.leaked_bytes),
-        plural(verdict.leaks, "leak", "leaks"),
-        if verdict.baseline {
-            format!(
-                ", {} in {} new or grown since the baseline",
-                bytes(verdict.counted_bytes),
-                plural(verdict.counted_leaks, "leak", "leaks")
-            )
-        } else {
-            String::new()
-        }
-    )?;
-    for f in &verdict.failures {
-        writeln!(out, "  {} {}", style.bad("✗"), one_line(f))?;
-    }
+/// `--format text`, the default.
+pub struct Text;
 
-    let counting: Vec<_> = verdict
-        .sites
-        .iter()
-        .filter(|s| s.status != SiteStatus::Baselined)
-        .collect();
-    if !counting.is_empty() {
-        writeln!(out, "{}", style.bold("leak sites"))?;
-        let mut t = Table::new(&[true, true, false, false, false]);
-        for s in counting.iter().take(top) {
-            let mut row = vec![bytes(s.leaked_bytes), plural(s.leaks, "leak", "leaks")];
-            match s.status {
-                SiteStatus::Leak => {}
-                SiteStatus::New => row.push("new".into()),
-                SiteStatus::Grown => row.push(format!(
-                    "grown {} / +{}",
-                    delta_bytes(i128::from(s.leaked_bytes) - i128::from(s.baseline_bytes)),
-                    s.leaks.saturating_sub(s.baseline_leaks)
-                )),
-                SiteStatus::Baselined => {}
-            }
-            let site = match &s.location {
-                Some(l) => format!("{} ({})", one_line(&s.site), one_line(l)),
-                None => one_line(&s.site),
-            };
-            let mut names: Vec<&str> = s.processes.iter().map(String::as_str).collect();
-            names.dedup();
-            let mut whose = names.join(", ");
-            if s.process_count > s.processes.len() as u64 {
-                whose.push_str(&format!(" +{}", s.process_count - s.processes.len() as u64));
-            }
-            row.push(site);
-            row.push(one_line(&whose));
-            t.row(row);
-        }
-        out.write_all(t.render("  ").as_bytes())?;
-        if counting.len() > top {
-            writeln!(out, "  … {} more sites (see --top)", counting.len() - top)?;
-        }
-    }
-    let baselined = verdict
-        .sites
-        .iter()
-        .filter(|s| s.status == SiteStatus::Baselined)
-        .count();
-    if baselined > 0 {
+impl Format<Verdict> for Text {
+    const NAME: &'static str = "text";
+    const HELP: &'static str = "For a terminal or CI log";
+
+    /// Writes the verdict as text, coloured as `options.style` says, listing at most
+    /// `options.top` sites.
+    fn write(verdict: &Verdict, out: &mut dyn Write, options: &Options) -> io::Result<()> {
+        let (style, top) = (options.style, options.top);
+        let head = if verdict.passed {
+            style.good("PASS")
+        } else {
+            style.bad("FAIL")
+        };
         writeln!(
             out,
-            "{}",
-            style.dim(&format!(
-                "{} no larger than in the baseline",
-                plural(baselined as u64, "site", "sites")
-            ))
-        )?;
-    }
-    if !verdict.events.is_empty() {
-        writeln!(out, "{}", style.bold("events"))?;
-        let mut t = Table::new(&[true, false, false, false]);
-        for e in verdict.events.iter().take(top) {
-            let note = if e.failing {
-                style.bad("fails")
-            } else if e.counted == 0 {
-                "in baseline".into()
+            "{} {head}: {}, {} leaked in {}{}",
+            style.bold("cuguard check:"),
+            plural(verdict.reports as u64, "report", "reports"),
+            bytes(verdict.leaked_bytes),
+            plural(verdict.leaks, "leak", "leaks"),
+            if verdict.baseline {
+                format!(
+                    ", {} in {} new or grown since the baseline",
+                    bytes(verdict.counted_bytes),
+                    plural(verdict.counted_leaks, "leak", "leaks")
+                )
             } else {
                 String::new()
-            };
-            let plain = if e.failing {
-                "fails".into()
-            } else {
-                note.clone()
-            };
-            t.row_styled(vec![
-                (e.count.to_string(), e.count.to_string()),
-                (one_line(&e.kind), one_line(&e.kind)),
-                (
-                    format!("at {}", one_line(&e.site)),
-                    format!("at {}", one_line(&e.site)),
-                ),
-                (plain, note),
-            ]);
-        }
-        out.write_all(t.render("  ").as_bytes())?;
-        if verdict.events.len() > top {
-            writeln!(out, "  … {} more (see --top)", verdict.events.len() - top)?;
-        }
-    }
-    if verdict.suppressed_leaks > 0 || verdict.suppressed_events > 0 {
-        writeln!(
-            out,
-            "suppressed: {} in {}, {}",
-            bytes(verdict.suppressed_bytes),
-            plural(verdict.suppressed_leaks, "leak", "leaks"),
-            plural(verdict.suppressed_events, "event", "events")
+            }
         )?;
-    }
-    let unused: Vec<_> = verdict.unused_suppressions().collect();
-    if !unused.is_empty() {
-        writeln!(out, "{}", style.warn("unused suppressions"))?;
-        for r in unused {
+        for f in &verdict.failures {
+            writeln!(out, "  {} {}", style.bad("✗"), one_line(f))?;
+        }
+
+        let counting: Vec<_> = verdict
+            .sites
+            .iter()
+            .filter(|s| s.status != SiteStatus::Baselined)
+            .collect();
+        if !counting.is_empty() {
+            writeln!(out, "{}", style.bold("leak sites"))?;
+            let mut t = Table::new(&[true, true, false, false, false]);
+            for s in counting.iter().take(top) {
+                let mut row = vec![bytes(s.leaked_bytes), plural(s.leaks, "leak", "leaks")];
+                match s.status {
+                    SiteStatus::Leak => {}
+                    SiteStatus::New => row.push("new".into()),
+                    SiteStatus::Grown => row.push(format!(
+                        "grown {} / +{}",
+                        delta_bytes(i128::from(s.leaked_bytes) - i128::from(s.baseline_bytes)),
+                        s.leaks.saturating_sub(s.baseline_leaks)
+                    )),
+                    SiteStatus::Baselined => {}
+                }
+                let site = match &s.location {
+                    Some(l) => format!("{} ({})", one_line(&s.site), one_line(l)),
+                    None => one_line(&s.site),
+                };
+                let mut names: Vec<&str> = s.processes.iter().map(String::as_str).collect();
+                names.dedup();
+                let mut whose = names.join(", ");
+                if s.process_count > s.processes.len() as u64 {
+                    whose.push_str(&format!(" +{}", s.process_count - s.processes.len() as u64));
+                }
+                row.push(site);
+                row.push(one_line(&whose));
+                t.row(row);
+            }
+            out.write_all(t.render("  ").as_bytes())?;
+            if counting.len() > top {
+                writeln!(out, "  … {} more sites (see --top)", counting.len() - top)?;
+            }
+        }
+        let baselined = verdict
+            .sites
+            .iter()
+            .filter(|s| s.status == SiteStatus::Baselined)
+            .count();
+        if baselined > 0 {
             writeln!(
                 out,
-                "  {}:{}: {}",
-                one_line(&r.file),
-                r.line,
-                one_line(&r.rule)
+                "{}",
+                style.dim(&format!(
+                    "{} no larger than in the baseline",
+                    plural(baselined as u64, "site", "sites")
+                ))
             )?;
         }
-    }
-    if !verdict.incomplete.is_empty() {
-        writeln!(out, "{}", style.warn("incomplete reports"))?;
-        for s in verdict.incomplete.iter().take(top) {
-            writeln!(out, "  {}", one_line(s))?;
+        if !verdict.events.is_empty() {
+            writeln!(out, "{}", style.bold("events"))?;
+            let mut t = Table::new(&[true, false, false, false]);
+            for e in verdict.events.iter().take(top) {
+                let note = if e.failing {
+                    style.bad("fails")
+                } else if e.counted == 0 {
+                    "in baseline".into()
+                } else {
+                    String::new()
+                };
+                let plain = if e.failing {
+                    "fails".into()
+                } else {
+                    note.clone()
+                };
+                t.row_styled(vec![
+                    (e.count.to_string(), e.count.to_string()),
+                    (one_line(&e.kind), one_line(&e.kind)),
+                    (
+                        format!("at {}", one_line(&e.site)),
+                        format!("at {}", one_line(&e.site)),
+                    ),
+                    (plain, note),
+                ]);
+            }
+            out.write_all(t.render("  ").as_bytes())?;
+            if verdict.events.len() > top {
+                writeln!(out, "  … {} more (see --top)", verdict.events.len() - top)?;
+            }
         }
+        if verdict.suppressed_leaks > 0 || verdict.suppressed_events > 0 {
+            writeln!(
+                out,
+                "suppressed: {} in {}, {}",
+                bytes(verdict.suppressed_bytes),
+                plural(verdict.suppressed_leaks, "leak", "leaks"),
+                plural(verdict.suppressed_events, "event", "events")
+            )?;
+        }
+        let unused: Vec<_> = verdict.unused_suppressions().collect();
+        if !unused.is_empty() {
+            writeln!(out, "{}", style.warn("unused suppressions"))?;
+            for r in unused {
+                writeln!(
+                    out,
+                    "  {}:{}: {}",
+                    one_line(&r.file),
+                    r.line,
+                    one_line(&r.rule)
+                )?;
+            }
+        }
+        if !verdict.incomplete.is_empty() {
+            writeln!(out, "{}", style.warn("incomplete reports"))?;
+            for s in verdict.incomplete.iter().take(top) {
+                writeln!(out, "  {}", one_line(s))?;
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -2,25 +2,14 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use super::{CliError, exit, write_stdout};
 use crate::check::suppressions::Suppressions;
-use crate::check::{self, Baseline, FailingEvents, Limits, ProcessCheck, Verdict};
+use crate::check::{Baseline, FORMATS, FailingEvents, Limits, ProcessCheck, Verdict};
+use crate::format::{Options, Row};
 use crate::input;
 use crate::style::Style;
-
-/// Output formats of `check`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// For a terminal or CI log.
-    #[default]
-    Text,
-    /// One JSON document (see docs/cli.md).
-    Json,
-    /// JUnit XML, one test case per process.
-    Junit,
-}
 
 /// Arguments of `cuguard check`.
 #[derive(Debug, Args)]
@@ -65,8 +54,8 @@ pub struct CheckArgs {
     #[arg(long)]
     pub require_complete: bool,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    #[arg(long, value_parser = FORMATS, default_value = FORMATS.default_format().name())]
+    pub format: &'static Row<Verdict>,
     /// How many sites and events to list in text output (0: all).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
@@ -161,12 +150,11 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
         exit::CHECK_FAILED
     };
     let top = if args.top == 0 { usize::MAX } else { args.top };
-    let style = Style::for_stdout();
-    let written = write_stdout(|out| match args.format {
-        Format::Text => check::text::write(&verdict, out, style, top),
-        Format::Json => check::json::write(&verdict, out),
-        Format::Junit => check::junit::write(&verdict, out),
-    });
+    let options = Options {
+        style: Style::for_stdout(),
+        top,
+    };
+    let written = write_stdout(|out| args.format.write(&verdict, out, &options));
     match written {
         // A closed pipe does not change the verdict.
         Err(e) if e.is_broken_pipe() => Ok(code),

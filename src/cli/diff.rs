@@ -2,23 +2,14 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use super::{CliError, exit, write_stdout};
-use crate::diff::{self, Diff};
+use crate::diff::{Diff, FORMATS};
+use crate::format::{Options, Row};
 use crate::input;
 use crate::style::Style;
 use crate::summary::{ReportSummary, Summary};
-
-/// Output formats of `diff`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// For a terminal.
-    #[default]
-    Text,
-    /// One JSON document (see docs/cli.md).
-    Json,
-}
 
 /// Arguments of `cuguard diff`.
 #[derive(Debug, Args)]
@@ -32,8 +23,8 @@ Examples:
   cuguard diff --format json 'main/*.json' 'branch/*.json'")]
 pub struct DiffArgs {
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    #[arg(long, value_parser = FORMATS, default_value = FORMATS.default_format().name())]
+    pub format: &'static Row<Diff>,
     /// How many sites to list per group in text output (0: all).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
@@ -59,10 +50,10 @@ fn summarize(path: &PathBuf) -> Result<Summary, CliError> {
 pub fn run(args: DiffArgs) -> Result<u8, CliError> {
     let diff = Diff::new(&summarize(&args.base)?, &summarize(&args.new)?);
     let top = if args.top == 0 { usize::MAX } else { args.top };
-    let style = Style::for_stdout();
-    write_stdout(|out| match args.format {
-        Format::Text => diff::text::write(&diff, out, style, top),
-        Format::Json => diff::json::write(&diff, out),
-    })?;
+    let options = Options {
+        style: Style::for_stdout(),
+        top,
+    };
+    write_stdout(|out| args.format.write(&diff, out, &options))?;
     Ok(exit::OK)
 }

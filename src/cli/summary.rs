@@ -2,24 +2,13 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use super::{CliError, exit, write_stdout};
+use crate::format::{Options, Row};
 use crate::input;
 use crate::style::Style;
-use crate::summary::{self, ReportSummary, Summary};
-
-/// Output formats of `summary`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// For a terminal (colour on a TTY unless NO_COLOR is set).
-    #[default]
-    Text,
-    /// One JSON document (see docs/cli.md).
-    Json,
-    /// Markdown, for a pull-request comment.
-    Markdown,
-}
+use crate::summary::{FORMATS, ReportSummary, Summary};
 
 /// Arguments of `cuguard summary`.
 #[derive(Debug, Args)]
@@ -30,8 +19,8 @@ Examples:
   cuguard summary --format markdown 'reports/*.json' > comment.md")]
 pub struct SummaryArgs {
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    #[arg(long, value_parser = FORMATS, default_value = FORMATS.default_format().name())]
+    pub format: &'static Row<Summary>,
     /// How many sites and leaks to list per process (0: all).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
@@ -47,11 +36,10 @@ pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
         ReportSummary::new(source, &report, top)
     })?;
     let summary = Summary::new(processes.into_iter().map(|(_, s)| s).collect(), top);
-    let style = Style::for_stdout();
-    write_stdout(|out| match args.format {
-        Format::Text => summary::text::write(&summary, out, style),
-        Format::Json => summary::json::write(&summary, out),
-        Format::Markdown => summary::markdown::write(&summary, out),
-    })?;
+    let options = Options {
+        style: Style::for_stdout(),
+        top,
+    };
+    write_stdout(|out| args.format.write(&summary, out, &options))?;
     Ok(exit::OK)
 }

@@ -3,8 +3,8 @@
 //! Both sides are added up over all their processes (as in [`crate::summary::Summary`]); a
 //! site is *new* when only NEW has it, *fixed* when only BASE has it, *grown* when NEW has more
 //! bytes (or as many bytes and more leaks), *shrunk* when fewer, else *unchanged*. Events are
-//! compared by kind. Output formats, one per file: [`text`], [`json`] (whose doc describes the
-//! JSON).
+//! compared by kind. Output formats, one per file, listed in [`FORMATS`]: [`text`], [`json`]
+//! (whose [`json::Json`] describes the JSON).
 
 pub mod json;
 pub mod text;
@@ -13,7 +13,12 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::format::{Registry, Row};
 use crate::summary::Summary;
+
+/// The formats of `cuguard diff --format`, the default first (see [`crate::format`]).
+pub const FORMATS: Registry<Diff> =
+    Registry::new(&[Row::of::<text::Text>(), Row::of::<json::Json>()]);
 
 /// How a site changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -76,7 +81,7 @@ pub struct Side {
     pub leaks: u64,
 }
 
-/// The difference of two runs. Serialized as the `--format json` output (see [`json`]).
+/// The difference of two runs. Serialized as the `--format json` output (see [`json::Json`]).
 #[derive(Clone, Debug, Serialize)]
 pub struct Diff {
     /// BASE's totals.

@@ -4,90 +4,101 @@
 use std::io::{self, Write};
 
 use super::{Change, Diff};
-use crate::style::{Style, Table};
+use crate::format::{Format, Options};
+use crate::style::Table;
 use crate::text::{bytes, delta_bytes, one_line, plural};
 
-/// Writes the diff, listing at most `top` sites per group.
-pub fn write(diff: &Diff, out: &mut dyn Write, style: Style, top: usize) -> io::Result<()> {
-    writeln!(
-        out,
-        "{} base {} in {} ({}) → new {} in {} ({}): {}, {:+} leaks",
-        style.bold("cuguard diff:"),
-        bytes(diff.base.leaked_bytes),
-        plural(diff.base.leaks, "leak", "leaks"),
-        plural(diff.base.reports as u64, "report", "reports"),
-        bytes(diff.new.leaked_bytes),
-        plural(diff.new.leaks, "leak", "leaks"),
-        plural(diff.new.reports as u64, "report", "reports"),
-        delta_bytes(diff.delta_bytes),
-        diff.delta_leaks
-    )?;
-    for (change, title) in [
-        (Change::New, "new sites"),
-        (Change::Grown, "grown"),
-        (Change::Shrunk, "shrunk"),
-        (Change::Fixed, "fixed"),
-    ] {
-        let group: Vec<_> = diff.sites.iter().filter(|s| s.change == change).collect();
-        if group.is_empty() {
-            continue;
-        }
-        let title = match change {
-            Change::New | Change::Grown => style.bad(title),
-            _ => style.good(title),
-        };
-        writeln!(out, "{title}")?;
-        let mut t = Table::new(&[true, true, false, false]);
-        for s in group.iter().take(top) {
-            let site = match &s.location {
-                Some(l) => format!("{} ({})", one_line(&s.site), one_line(l)),
-                None => one_line(&s.site),
-            };
-            t.row([
-                delta_bytes(s.delta_bytes),
-                format!(
-                    "{:+} {}",
-                    s.delta_leaks,
-                    if s.delta_leaks.abs() == 1 {
-                        "leak"
-                    } else {
-                        "leaks"
-                    }
-                ),
-                site,
-                format!("{} → {}", bytes(s.base_bytes), bytes(s.new_bytes)),
-            ]);
-        }
-        out.write_all(t.render("  ").as_bytes())?;
-        if group.len() > top {
-            writeln!(out, "  … {} more (see --top)", group.len() - top)?;
-        }
-    }
-    let unchanged = diff
-        .sites
-        .iter()
-        .filter(|s| s.change == Change::Unchanged)
-        .count();
-    if unchanged > 0 {
+/// `--format text`, the default.
+pub struct Text;
+
+impl Format<Diff> for Text {
+    const NAME: &'static str = "text";
+    const HELP: &'static str = "For a terminal";
+
+    /// Writes the diff, coloured as `options.style` says, listing at most `options.top` sites
+    /// per group.
+    fn write(diff: &Diff, out: &mut dyn Write, options: &Options) -> io::Result<()> {
+        let (style, top) = (options.style, options.top);
         writeln!(
             out,
-            "{} unchanged",
-            plural(unchanged as u64, "site", "sites")
+            "{} base {} in {} ({}) → new {} in {} ({}): {}, {:+} leaks",
+            style.bold("cuguard diff:"),
+            bytes(diff.base.leaked_bytes),
+            plural(diff.base.leaks, "leak", "leaks"),
+            plural(diff.base.reports as u64, "report", "reports"),
+            bytes(diff.new.leaked_bytes),
+            plural(diff.new.leaks, "leak", "leaks"),
+            plural(diff.new.reports as u64, "report", "reports"),
+            delta_bytes(diff.delta_bytes),
+            diff.delta_leaks
         )?;
-    }
-    let changed: Vec<_> = diff.events.iter().filter(|e| e.base != e.new).collect();
-    if !changed.is_empty() {
-        writeln!(out, "{}", style.bold("events"))?;
-        let mut t = Table::new(&[false, true, false, true]);
-        for e in changed {
-            t.row([
-                one_line(&e.kind),
-                e.base.to_string(),
-                "→".into(),
-                e.new.to_string(),
-            ]);
+        for (change, title) in [
+            (Change::New, "new sites"),
+            (Change::Grown, "grown"),
+            (Change::Shrunk, "shrunk"),
+            (Change::Fixed, "fixed"),
+        ] {
+            let group: Vec<_> = diff.sites.iter().filter(|s| s.change == change).collect();
+            if group.is_empty() {
+                continue;
+            }
+            let title = match change {
+                Change::New | Change::Grown => style.bad(title),
+                _ => style.good(title),
+            };
+            writeln!(out, "{title}")?;
+            let mut t = Table::new(&[true, true, false, false]);
+            for s in group.iter().take(top) {
+                let site = match &s.location {
+                    Some(l) => format!("{} ({})", one_line(&s.site), one_line(l)),
+                    None => one_line(&s.site),
+                };
+                t.row([
+                    delta_bytes(s.delta_bytes),
+                    format!(
+                        "{:+} {}",
+                        s.delta_leaks,
+                        if s.delta_leaks.abs() == 1 {
+                            "leak"
+                        } else {
+                            "leaks"
+                        }
+                    ),
+                    site,
+                    format!("{} → {}", bytes(s.base_bytes), bytes(s.new_bytes)),
+                ]);
+            }
+            out.write_all(t.render("  ").as_bytes())?;
+            if group.len() > top {
+                writeln!(out, "  … {} more (see --top)", group.len() - top)?;
+            }
         }
-        out.write_all(t.render("  ").as_bytes())?;
+        let unchanged = diff
+            .sites
+            .iter()
+            .filter(|s| s.change == Change::Unchanged)
+            .count();
+        if unchanged > 0 {
+            writeln!(
+                out,
+                "{} unchanged",
+                plural(unchanged as u64, "site", "sites")
+            )?;
+        }
+        let changed: Vec<_> = diff.events.iter().filter(|e| e.base != e.new).collect();
+        if !changed.is_empty() {
+            writeln!(out, "{}", style.bold("events"))?;
+            let mut t = Table::new(&[false, true, false, true]);
+            for e in changed {
+                t.row([
+                    one_line(&e.kind),
+                    e.base.to_string(),
+                    "→".into(),
+                    e.new.to_string(),
+                ]);
+            }
+            out.write_all(t.render("  ").as_bytes())?;
+        }
+        Ok(())
     }
-    Ok(())
 }

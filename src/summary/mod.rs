@@ -3,7 +3,8 @@
 //!
 //! [`ReportSummary::new`] condenses one [`Report`] (it runs in the input workers, so only the
 //! condensed form outlives the report); [`Summary::new`] combines them. The output formats live
-//! one per file: [`text`], [`json`] (whose doc describes the JSON format), [`markdown`].
+//! one per file, [`text`], [`json`] (whose [`json::Json`] describes the JSON format) and
+//! [`markdown`], and are listed in [`FORMATS`].
 
 pub mod json;
 pub mod markdown;
@@ -13,11 +14,20 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
+use crate::format::{Registry, Row};
 use crate::input::Source;
 use crate::report::{Addr, LeakState, Report};
 use crate::sites::SiteIndex;
 
-/// The summary of several reports. Serialized as the `--format json` output (see [`json`]).
+/// The formats of `cuguard summary --format`, the default first (see [`crate::format`]).
+pub const FORMATS: Registry<Summary> = Registry::new(&[
+    Row::of::<text::Text>(),
+    Row::of::<json::Json>(),
+    Row::of::<markdown::Markdown>(),
+]);
+
+/// The summary of several reports. Serialized as the `--format json` output (see
+/// [`json::Json`]).
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     /// How many process reports were read.

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use super::{ReportSummary, Summary};
+use crate::format::{Format, Options};
 use crate::input::{Source, map_reports};
-use crate::style::Style;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -27,7 +27,7 @@ fn summarize(names: &[&str], top: usize) -> Summary {
 
 fn text(summary: &Summary) -> String {
     let mut out = Vec::new();
-    super::text::write(summary, &mut out, Style::plain()).unwrap();
+    super::text::Text::write(summary, &mut out, &Options::default()).unwrap();
     String::from_utf8(out).unwrap()
 }
 
@@ -97,7 +97,8 @@ fn top_limits_lists_but_not_totals() {
 #[test]
 fn markdown_escapes_and_lists_sites() {
     let mut out = Vec::new();
-    super::markdown::write(&summarize(&["leaks-two-contexts.json"], 10), &mut out).unwrap();
+    let summary = summarize(&["leaks-two-contexts.json"], 10);
+    super::markdown::Markdown::write(&summary, &mut out, &Options::default()).unwrap();
     let md = String::from_utf8(out).unwrap();
     assert!(md.starts_with("## cuguard summary\n"));
     assert!(md.contains(

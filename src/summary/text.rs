@@ -7,51 +7,62 @@
 use std::io::{self, Write};
 
 use super::{ReportSummary, Summary};
+use crate::format::{Format, Options};
 use crate::style::{Style, Table};
 use crate::text::{bytes, one_line, plural};
 
-/// Writes the summary as text.
-pub fn write(summary: &Summary, out: &mut dyn Write, style: Style) -> io::Result<()> {
-    if summary.reports != 1 {
-        let complete = if summary.complete_reports == summary.reports {
-            "all complete".to_string()
-        } else {
-            style.warn(&format!("{} complete", summary.complete_reports))
-        };
-        let leaked = leaked_phrase(summary.leaked_bytes, summary.leaks, style);
-        writeln!(
-            out,
-            "{} ({complete}), leaked {leaked}, {}",
-            style.bold(&plural(summary.reports as u64, "report", "reports")),
-            plural(summary.event_total(), "event", "events"),
-        )?;
-        if !summary.sites.is_empty() {
+/// `--format text`, the default.
+pub struct Text;
+
+impl Format<Summary> for Text {
+    const NAME: &'static str = "text";
+    const HELP: &'static str = "For a terminal (colour on a TTY unless NO_COLOR is set)";
+
+    /// Writes the summary as text, coloured as `options.style` says. Its lists were cut to
+    /// `--top` when it was made.
+    fn write(summary: &Summary, out: &mut dyn Write, options: &Options) -> io::Result<()> {
+        let style = options.style;
+        if summary.reports != 1 {
+            let complete = if summary.complete_reports == summary.reports {
+                "all complete".to_string()
+            } else {
+                style.warn(&format!("{} complete", summary.complete_reports))
+            };
+            let leaked = leaked_phrase(summary.leaked_bytes, summary.leaks, style);
             writeln!(
                 out,
-                "{}",
-                style.bold("sites across all reports (largest first)")
+                "{} ({complete}), leaked {leaked}, {}",
+                style.bold(&plural(summary.reports as u64, "report", "reports")),
+                plural(summary.event_total(), "event", "events"),
             )?;
-            let mut t = Table::new(&[true, true, true, false]);
-            for s in &summary.sites {
-                t.row([
-                    bytes(s.leaked_bytes),
-                    plural(s.leaks, "leak", "leaks"),
-                    plural(s.processes, "process", "processes"),
-                    label(&s.site, s.location.as_deref()),
-                ]);
+            if !summary.sites.is_empty() {
+                writeln!(
+                    out,
+                    "{}",
+                    style.bold("sites across all reports (largest first)")
+                )?;
+                let mut t = Table::new(&[true, true, true, false]);
+                for s in &summary.sites {
+                    t.row([
+                        bytes(s.leaked_bytes),
+                        plural(s.leaks, "leak", "leaks"),
+                        plural(s.processes, "process", "processes"),
+                        label(&s.site, s.location.as_deref()),
+                    ]);
+                }
+                out.write_all(t.render("  ").as_bytes())?;
+                more(out, summary.sites_total, summary.sites.len(), "sites")?;
             }
-            out.write_all(t.render("  ").as_bytes())?;
-            more(out, summary.sites_total, summary.sites.len(), "sites")?;
-        }
-        writeln!(out)?;
-    }
-    for (i, p) in summary.processes.iter().enumerate() {
-        if i > 0 {
             writeln!(out)?;
         }
-        process(p, out, style)?;
+        for (i, p) in summary.processes.iter().enumerate() {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            process(p, out, style)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn leaked_phrase(leaked_bytes: u64, leaks: u64, style: Style) -> String {
