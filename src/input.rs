@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::glob;
 use crate::report::{DEFAULT_MAX_REPORT_BYTES, Document, ReadError, Report};
 use crate::text::one_line;
+use cuguard_symbolize::glob;
 
 /// Where a report came from: a file, and for a merged report the process's index in it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]

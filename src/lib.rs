@@ -14,7 +14,8 @@
 //!   `--format` reads;
 //! - [`view`]: the HTML page of `cuguard view`;
 //! - [`cli`]: the command, one module per subcommand; exit codes in [`cli::exit`];
-//! - [`glob`], [`style`], [`text`]: wildcard matching, terminal colour and tables, number formatting.
+//! - [`style`], [`text`]: terminal colour and tables, number formatting (wildcards come from
+//!   `cuguard_symbolize::glob`, the workspace's one matcher).
 //!
 //! ```no_run
 //! use cuguard::report::Document;
@@ -32,7 +33,6 @@ pub mod diff;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod glob;
 pub mod input;
 pub mod merge;
 pub mod report;

@@ -34,9 +34,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::glob;
 use crate::report::{Event, Leak, Stack};
 use crate::text::one_line;
+use cuguard_symbolize::glob;
 
 /// A suppressions file, parsed.
 #[derive(Clone, Debug, Default)]

@@ -27,6 +27,8 @@
 //! nothing. With a deadline, work stops when it passes and everything after that comes back
 //! empty (the report keeps module+offset for those frames).
 //!
+//! [`glob`] is the workspace's one wildcard matcher.
+//!
 //! [`site`] holds the site rule: which frame of a symbolized stack a leak is charged to, and
 //! its stable fingerprint.
 //!
@@ -34,6 +36,7 @@
 //! the line reported is the call's. They are looked up as given.
 
 mod demangle;
+pub mod glob;
 mod module;
 pub mod site;
 

@@ -1,14 +1,15 @@
-//! Wildcard matching (`*`, `?`, `[abc]`, `[a-z]`, `[!x]`), used for path globs and suppressions.
+//! Wildcard matching (`*`, `?`, `[abc]`, `[a-z]`, `[!x]`): the one matcher of the workspace, used
+//! by the site rules ([`crate::site`]) and by the `cuguard` command (path globs, suppressions).
 //!
-//! `*` matches any run of characters, including `/`; path expansion in [`crate::input`] applies
-//! patterns one path component at a time, so there `*` stays inside a component.
+//! `*` matches any run of characters, including `/`; `cuguard`'s path expansion applies patterns
+//! one path component at a time, so there `*` stays inside a component.
 
 /// Whether `text` matches `pattern` in whole.
 ///
 /// ```
-/// assert!(!cuguard::glob::matches("cuMemFree*", "cuMemAlloc_v2"));
-/// assert!(cuguard::glob::matches("cuMem*Alloc*", "cuMemAllocAsync"));
-/// assert!(cuguard::glob::matches("report.[0-9]?.json", "report.42.json"));
+/// assert!(!cuguard_symbolize::glob::matches("cuMemFree*", "cuMemAlloc_v2"));
+/// assert!(cuguard_symbolize::glob::matches("cuMem*Alloc*", "cuMemAllocAsync"));
+/// assert!(cuguard_symbolize::glob::matches("report.[0-9]?.json", "report.42.json"));
 /// ```
 pub fn matches(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
@@ -102,6 +103,24 @@ fn class(p: &[char], start: usize, c: char) -> Option<(bool, usize)> {
 #[cfg(test)]
 mod tests {
     use super::matches;
+    use super::matches as glob;
+
+    #[test]
+    fn globs() {
+        assert!(glob("lib*.so*", "libcudart.so.13"));
+        assert!(glob("*", ""));
+        assert!(glob("a?c", "abc"));
+        assert!(!glob("a?c", "ac"));
+        assert!(glob("cuda[A-Z]*", "cudaMallocAsync"));
+        assert!(!glob("cuda[A-Z]*", "cudart_init"));
+        assert!(glob(
+            "*/cupy/*",
+            "/venv/lib/python3.11/site-packages/cupy/cuda/memory.so"
+        ));
+        assert!(!glob("libcuda.so*", "libcudart.so.13"));
+        assert!(glob("*a*b*c", "xxaxxbxxc"));
+        assert!(!glob("*a*b*c", "xxaxxcxxb"));
+    }
 
     #[test]
     fn stars_and_questions() {
