@@ -15,9 +15,13 @@
 //! - `threads`: pairs per second with 1 and 16 threads (4 KiB).
 //!
 //! The parent prints a markdown table of medians over rounds and the ratios between
-//! configurations, and writes every figure to `--json FILE`.
+//! configurations, and writes every figure to `--json FILE`. With `--baseline PATH`, every
+//! configuration that loads the shim also runs with the shim at PATH (another build, say the one
+//! before a change), interleaved with it, as `NAME@baseline`; a last table gives this build's
+//! figures over the baseline's.
 //!
-//! Usage: `alloc_bench [--shim PATH] [--rounds N] [--quick] [--json FILE] [--tests a,b] [--variants a,b]`
+//! Usage: `alloc_bench [--shim PATH] [--baseline PATH] [--rounds N] [--quick] [--json FILE]
+//! [--tests a,b] [--variants a,b]`
 //! (the driver is whatever `libcuda.so.1` the loader finds: the real one, or the simulated one).
 
 use std::collections::BTreeMap;
@@ -436,12 +440,29 @@ fn main() {
         arg("--tests").map(|t| t.split(',').map(String::from).collect());
     let only_variants: Option<Vec<String>> =
         arg("--variants").map(|t| t.split(',').map(String::from).collect());
+    let baseline = arg("--baseline");
     let exe = std::env::current_exe().expect("current_exe");
     let dir = std::env::temp_dir().join(format!("alloc_bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
 
-    // figures[variant][metric] = samples over rounds
-    let mut figures: BTreeMap<&str, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
+    // Every run: (name, variant, shim to preload). A baseline run follows each shim run.
+    let mut runs: Vec<(String, &Variant, Option<String>)> = Vec::new();
+    for v in VARIANTS {
+        if only_variants
+            .as_ref()
+            .is_some_and(|o| !o.iter().any(|x| x == v.name))
+        {
+            continue;
+        }
+        runs.push((v.name.to_string(), v, v.shim.then(|| shim.clone())));
+        if let (true, Some(b)) = (v.shim, &baseline) {
+            runs.push((format!("{}@baseline", v.name), v, Some(b.clone())));
+        }
+    }
+    let names: Vec<String> = runs.iter().map(|(n, _, _)| n.clone()).collect();
+
+    // figures[run][metric] = samples over rounds
+    let mut figures: BTreeMap<String, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
     for round in 0..rounds {
         for test in TESTS {
             if only_tests
@@ -450,22 +471,19 @@ fn main() {
             {
                 continue;
             }
-            for v in VARIANTS {
-                if only_variants
-                    .as_ref()
-                    .is_some_and(|o| !o.iter().any(|x| x == v.name))
-                {
-                    continue;
-                }
-                let report = dir.join(format!("{}-{test}-{round}.json", v.name.replace('+', "_")));
+            for (name, v, preload) in &runs {
+                let report = dir.join(format!(
+                    "{}-{test}-{round}.json",
+                    name.replace(['+', '@'], "_")
+                ));
                 let mut cmd = Command::new(&exe);
                 cmd.args(["--child", test]);
                 if quick {
                     cmd.arg("--quick");
                 }
                 cmd.env_remove("LD_PRELOAD");
-                if v.shim {
-                    cmd.env("LD_PRELOAD", &shim)
+                if let Some(preload) = preload {
+                    cmd.env("LD_PRELOAD", preload)
                         .env("CUGUARD_REPORT", &report)
                         .env("CUGUARD_QUIET", "1");
                 }
@@ -475,15 +493,14 @@ fn main() {
                 let out = cmd.output().expect("running child");
                 if !out.status.success() {
                     eprintln!(
-                        "{} {test}: {}\n{}",
-                        v.name,
+                        "{name} {test}: {}\n{}",
                         out.status,
                         String::from_utf8_lossy(&out.stderr)
                     );
                     continue;
                 }
                 let text = String::from_utf8_lossy(&out.stdout);
-                let m = figures.entry(v.name).or_default();
+                let m = figures.entry(name.clone()).or_default();
                 for (k, val) in parse_like(text.trim()) {
                     m.entry(k).or_default().push(val);
                 }
@@ -506,7 +523,7 @@ fn main() {
         .iter()
         .map(|(v, m)| {
             (
-                *v,
+                v.as_str(),
                 m.iter()
                     .map(|(k, s)| (k.clone(), median(&mut s.clone())))
                     .collect(),
@@ -516,23 +533,16 @@ fn main() {
     let mut metrics: Vec<String> = med.values().flat_map(|m| m.keys().cloned()).collect();
     metrics.sort();
     metrics.dedup();
-    println!(
-        "| metric | {} |",
-        VARIANTS
-            .iter()
-            .map(|v| v.name)
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
+    println!("| metric | {} |", names.join(" | "));
     println!(
         "|---|{}|",
-        VARIANTS.iter().map(|_| "---").collect::<Vec<_>>().join("|")
+        names.iter().map(|_| "---").collect::<Vec<_>>().join("|")
     );
     for k in &metrics {
-        let cells: Vec<String> = VARIANTS
+        let cells: Vec<String> = names
             .iter()
             .map(|v| {
-                med.get(v.name)
+                med.get(v.as_str())
                     .and_then(|m| m.get(k))
                     .map_or("-".into(), |x| format!("{x:.3}"))
             })
@@ -582,6 +592,26 @@ fn main() {
         "| pool: 16 threads / 1 thread throughput | {:.2} |",
         get("pool", "threads16_pairs_per_s") / get("pool", "threads1_pairs_per_s")
     );
+    if baseline.is_some() {
+        println!();
+        println!("| this build / baseline (lower is faster for ns, higher for pairs/s) | value |");
+        println!("|---|---|");
+        for v in ["passthrough", "pool", "pool+stacks"] {
+            for k in [
+                "pair_256B_ns",
+                "pair_4KiB_ns",
+                "pair_1MiB_ns",
+                "live1000_pair_4KiB_ns",
+                "threads1_pairs_per_s",
+                "threads16_pairs_per_s",
+            ] {
+                let (now, before) = (get(v, k), get(&format!("{v}@baseline"), k));
+                if now.is_finite() && before.is_finite() {
+                    println!("| {v} {k}: {now:.1} / {before:.1} | {:.3} |", now / before);
+                }
+            }
+        }
+    }
     if let Some(path) = arg("--json") {
         let mut s = String::from("{");
         for (i, (v, m)) in med.iter().enumerate() {
