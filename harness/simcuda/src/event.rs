@@ -25,8 +25,9 @@ pub struct Event {
     rec: Mutex<Record>,
 }
 
+/// What an event's last record captured (behind the event's lock).
 #[derive(Default)]
-struct Record {
+pub(crate) struct Record {
     generation: u64,
     /// The marker operation of the last record, if any.
     target: Option<Point>,
@@ -37,6 +38,11 @@ struct Record {
 impl Event {
     fn record(&self) -> std::sync::MutexGuard<'_, Record> {
         self.rec.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The event's lock, for holding it across a fork (see `fork.rs`).
+    pub(crate) fn lock_record(&self) -> std::sync::MutexGuard<'_, Record> {
+        self.record()
     }
 
     /// The point the last record captured (`None` if never recorded).

@@ -16,6 +16,7 @@
 //! - `errors`: situations, their codes, `cuGetErrorName`/`String`;
 //! - `config`: settings, failure injection, latency;
 //! - `state`: the global state and its lock;
+//! - `fork`: the locks held across a `fork`, so a child can go on;
 //! - `hostmem`: mmap/memfd wrappers;
 //! - `device`: `cuInit`, versions, device queries;
 //! - `context`: primary and created contexts, the per-thread context stack;
@@ -54,6 +55,7 @@ mod errors;
 mod event;
 mod extensions;
 mod ffi;
+mod fork;
 mod hostmem;
 mod ipc;
 mod memory;

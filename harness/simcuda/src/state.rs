@@ -70,6 +70,7 @@ pub fn init(build: impl FnOnce(&mut State)) -> &'static Driver {
             next_id: 1,
         };
         build(&mut state);
+        crate::fork::register();
         Driver {
             state: Mutex::new(state),
         }

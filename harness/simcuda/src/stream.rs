@@ -58,7 +58,8 @@ struct Op {
     work: Option<Work>,
 }
 
-struct Queue {
+/// A stream's queue of operations (behind the stream's lock).
+pub(crate) struct Queue {
     ops: VecDeque<Op>,
     /// Operations issued so far; the last one has this number.
     issued: u64,
@@ -112,6 +113,11 @@ impl Stream {
         self.q.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The queue's lock, for holding it across a fork (see `fork.rs`).
+    pub(crate) fn lock_queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue()
+    }
+
     /// Blocking streams synchronise with the legacy stream.
     fn blocking(&self) -> bool {
         matches!(self.kind, StreamKind::PerThread | StreamKind::Blocking)
@@ -134,8 +140,14 @@ impl Stream {
     }
 
     /// Blocks until operation `seq` has completed.
-    pub fn wait_for(&self, seq: u64) {
+    pub fn wait_for(self: &Arc<Self>, seq: u64) {
         let mut q = self.queue();
+        if q.completed < seq && !q.worker && !q.ops.is_empty() {
+            // Work queued in a forked child, whose worker thread stayed in the parent.
+            if self.start_worker(&mut q).is_err() {
+                return;
+            }
+        }
         while q.completed < seq {
             q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner());
         }
@@ -147,16 +159,22 @@ impl Stream {
         self.cv.notify_all();
     }
 
+    /// Starts the stream's worker thread.
+    fn start_worker(self: &Arc<Self>, q: &mut Queue) -> Result<(), Fault> {
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("cusim-stream".into())
+            .spawn(move || run(me))
+            .map_err(|_| Fault::HostResources)?;
+        q.worker = true;
+        Ok(())
+    }
+
     /// Appends an operation; returns its number.
     fn push(self: &Arc<Self>, op: Op) -> Result<u64, Fault> {
         let mut q = self.queue();
         if !q.worker {
-            let me = self.clone();
-            std::thread::Builder::new()
-                .name("cusim-stream".into())
-                .spawn(move || run(me))
-                .map_err(|_| Fault::HostResources)?;
-            q.worker = true;
+            self.start_worker(&mut q)?;
         }
         q.ops.push_back(op);
         q.issued += 1;
@@ -165,6 +183,14 @@ impl Stream {
         self.cv.notify_all();
         Ok(seq)
     }
+}
+
+/// In a forked child, where the stream's worker thread does not exist: the stream has no worker
+/// (the next wait or issue starts one), and an operation the parent's worker had taken but not
+/// finished counts as done.
+pub(crate) fn forget_worker(q: &mut Queue) {
+    q.worker = false;
+    q.completed = q.issued - q.ops.len() as u64;
 }
 
 /// How long a worker waits for work before its thread ends.

@@ -4,9 +4,8 @@
  * what each child does:
  *
  *   alloc  allocate three 64 KiB blocks, free one, exit(0). Its report must hold exactly its own
- *          two blocks (none of the parent's). Run it with the pool on: the simulated driver
- *          itself is not fork-safe (a child hangs on the driver's lock if a parent thread held
- *          it at the fork), and pooled allocations rarely enter the driver.
+ *          two blocks (none of the parent's). Pool on or off: the simulated driver holds its own
+ *          locks across the fork, so the child can allocate from it.
  *   exit   exit(0) without touching CUDA, while the parent's threads also push and pop contexts
  *          (which holds the driver's lock often): the exit path alone must not hang.
  *   exec   exec this program as "fork_race child_exec", which allocates one 7 MiB block and
