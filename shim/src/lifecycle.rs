@@ -17,7 +17,8 @@
 //!    - the emergency report is prepared ([`crate::report::emergency`]);
 //!    - the cuguard thread starts ([`reporter`]): checkpoints, snapshots on request, and the
 //!      report for signals;
-//!    - signal handlers are installed where the program has none ([`signals`]).
+//!    - signal handlers are installed where the program has none ([`signals`]); from then on, a
+//!      program's `sigaction`/`signal` calls go through the shim's ([`interpose`]).
 //! 4. End (`Writing`, then `Final`): exactly one final report, whichever way the process ends
 //!    ([`final_report`]): `exit`
 //!    from any thread (and so return from main, Rust's `process::exit`, Python's `sys.exit`),
@@ -31,6 +32,7 @@
 //! (the cuguard thread) and [`alerts`] (`CUGUARD_WARN_AT`).
 
 pub mod alerts;
+pub mod interpose;
 pub mod reporter;
 pub mod signals;
 

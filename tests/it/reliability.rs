@@ -291,6 +291,91 @@ fn the_programs_own_handlers_are_honoured() {
     check_one_report(&dir, &ready, "exit", true, None);
 }
 
+/// Ctrl-C in a program that restores the default action before dying of it (Python ends an
+/// unhandled KeyboardInterrupt that way, and so do C programs that clean up and re-raise): the
+/// report is written first, then the process dies of SIGINT as it would have.
+#[test]
+fn ctrl_c_after_the_program_restores_the_default_action_leaves_the_report() {
+    // A C program with its own SIGINT handler that resets SIG_DFL and raises.
+    let (got, stdout, stderr, dir) = run_mode("reset-dfl-raise", "reset_dfl_raise", &[]);
+    assert_eq!(got, End::Signal(libc::SIGINT), "{stderr}");
+    assert!(!stdout.contains("went on after raise"));
+    let r = check_one_report(&dir, &stdout, "signal", true, Some("SIGINT"));
+    assert_eq!(r["signal"]["number"], libc::SIGINT);
+    // Python through ctypes: an unhandled KeyboardInterrupt, raised or from SIGINT sent to itself.
+    let script = "import ctypes, os, signal, sys, time\n\
+        cu = ctypes.CDLL('libcuda.so.1')\n\
+        assert cu.cuInit(0) == 0\n\
+        dev = ctypes.c_int(); ctx = ctypes.c_void_p(); p = ctypes.c_uint64()\n\
+        assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0\n\
+        assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0\n\
+        assert cu.cuCtxSetCurrent(ctx) == 0\n\
+        assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(1 << 20)) == 0\n\
+        if sys.argv[1] == 'raise':\n    raise KeyboardInterrupt\n\
+        os.kill(os.getpid(), signal.SIGINT)\n\
+        time.sleep(20)\n";
+    for how in ["raise", "kill"] {
+        let dir = scratch_dir(&format!("rel-python-ctrl-c-{how}"));
+        let report = dir.join("r.json");
+        let mut cmd = shim_command(Path::new("python3"), &report);
+        cmd.args(["-c", script, how]);
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() == Some(127) {
+            eprintln!("skipped: no python3");
+            return;
+        }
+        assert_eq!(
+            end_of(out.status),
+            End::Signal(libc::SIGINT),
+            "{how}: {stderr}"
+        );
+        assert!(stderr.contains("KeyboardInterrupt"), "{how}: {stderr}");
+        assert_eq!(files_in(&dir), vec!["r.json".to_string()]);
+        let r = read_report(&report);
+        validate(&r).unwrap();
+        assert_eq!(r["reason"], "signal", "{how}");
+        assert_eq!(r["complete"], true, "{how}");
+        assert_eq!(r["signal"]["name"], "SIGINT", "{how}");
+        assert_eq!(leak_sizes(&r), vec![1 << 20], "{how}");
+    }
+}
+
+/// What a program reads back from `sigaction` is what it set, whatever the shim installed for
+/// itself: the same lines with and without the shim, pool on and off.
+#[test]
+fn sigaction_reads_back_what_the_program_set() {
+    let lines = |out: &std::process::Output| -> Vec<String> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("ready "))
+            .map(str::to_string)
+            .collect()
+    };
+    let bare = support::sim_command(&c_program("exit_paths"))
+        .arg("readback")
+        .output()
+        .unwrap();
+    assert!(bare.status.success());
+    let expected = lines(&bare);
+    assert_eq!(expected.len(), 4 * 13, "{expected:?}");
+    for pool in ["0", "1"] {
+        let (got, stdout, stderr, dir) = run_mode(
+            &format!("readback-{pool}"),
+            "readback",
+            &[("CUGUARD_POOL", pool)],
+        );
+        assert_eq!(got, End::Code(0), "{stderr}");
+        let shimmed: Vec<String> = stdout
+            .lines()
+            .filter(|l| !l.starts_with("ready "))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(shimmed, expected, "pool {pool}");
+        check_one_report(&dir, &stdout, "exit", true, None);
+    }
+}
+
 #[test]
 fn checkpoints_survive_sigkill_and_replace_each_other() {
     let dir = scratch_dir("rel-checkpoint");

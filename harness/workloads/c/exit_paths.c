@@ -9,7 +9,13 @@
  *   handler_before  install a SIGSEGV handler before CUDA is used (the shim chains to it), segv
  *   handler_after   install it after the first allocation (it replaces the shim's), segv
  *   term_handler    install a SIGTERM handler before CUDA is used; on SIGTERM, exit(0) cleanly
- *   sigaltstack_overflow  recurse until the stack overflows, with an alternate signal stack */
+ *   sigaltstack_overflow  recurse until the stack overflows, with an alternate signal stack
+ *   reset_dfl_raise install a SIGINT handler before CUDA is used; at the end, restore SIG_DFL with
+ *                   signal() and raise SIGINT (what a program that cleans up on Ctrl-C does)
+ *   readback        change the dispositions of SIGINT, SIGTERM, SIGSEGV and SIGUSR1 every way
+ *                   (sigaction, signal, SIG_DFL, SIG_IGN, handlers with flags and masks) and print
+ *                   what sigaction reads back each time; then return. The output must be the
+ *                   same with and without the shim. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -46,6 +52,80 @@ static void program_term_handler(int sig) {
     term_seen = 1;
 }
 
+static void program_int_handler(int sig) { (void)sig; }
+static void h1(int sig) { (void)sig; }
+static void h2(int sig, siginfo_t *info, void *ctx) { (void)sig; (void)info; (void)ctx; }
+
+/* What sigaction reads back for sig, as a line. */
+static void show(const char *what, int sig, const struct sigaction *o) {
+    const char *h = o->sa_handler == SIG_DFL   ? "dfl"
+                    : o->sa_handler == SIG_IGN ? "ign"
+                    : o->sa_handler == h1      ? "h1"
+                    : (void *)o->sa_sigaction == (void *)h2 ? "h2"
+                    : o->sa_handler == program_int_handler ? "program_int_handler"
+                                                           : "other";
+    printf("%s sig=%d handler=%s flags=%#x mask_term=%d mask_usr2=%d\n", what, sig, h,
+           (unsigned)o->sa_flags, sigismember(&o->sa_mask, SIGTERM), sigismember(&o->sa_mask, SIGUSR2));
+}
+
+static void read_back(const char *what, int sig) {
+    struct sigaction o;
+    memset(&o, 0, sizeof o);
+    if (sigaction(sig, NULL, &o) != 0) {
+        printf("%s sig=%d failed\n", what, sig);
+        return;
+    }
+    show(what, sig, &o);
+}
+
+static void readback_all(void) {
+    int sigs[] = {SIGINT, SIGTERM, SIGSEGV, SIGUSR1};
+    for (unsigned i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        int sig = sigs[i];
+        struct sigaction a, o;
+        read_back("start", sig);
+        memset(&a, 0, sizeof a);
+        a.sa_handler = h1;
+        a.sa_flags = SA_RESTART;
+        sigemptyset(&a.sa_mask);
+        sigaddset(&a.sa_mask, SIGTERM);
+        memset(&o, 0, sizeof o);
+        sigaction(sig, &a, &o);
+        show("set-h1-old", sig, &o);
+        read_back("after-h1", sig);
+        void (*prev)(int) = signal(sig, SIG_DFL);
+        printf("signal-dfl-returned %s\n", prev == h1 ? "h1" : "other");
+        read_back("after-signal-dfl", sig);
+        memset(&a, 0, sizeof a);
+        a.sa_handler = SIG_IGN;
+        memset(&o, 0, sizeof o);
+        sigaction(sig, &a, &o);
+        show("set-ign-old", sig, &o);
+        read_back("after-ign", sig);
+        memset(&a, 0, sizeof a);
+        a.sa_sigaction = h2;
+        a.sa_flags = SA_SIGINFO | SA_RESETHAND;
+        sigemptyset(&a.sa_mask);
+        sigaddset(&a.sa_mask, SIGUSR2);
+        memset(&o, 0, sizeof o);
+        sigaction(sig, &a, &o);
+        show("set-h2-old", sig, &o);
+        read_back("after-h2", sig);
+        memset(&a, 0, sizeof a);
+        a.sa_handler = SIG_DFL;
+        a.sa_flags = SA_NODEFER;
+        sigemptyset(&a.sa_mask);
+        sigaddset(&a.sa_mask, SIGUSR2);
+        memset(&o, 0, sizeof o);
+        sigaction(sig, &a, &o);
+        show("set-dfl-old", sig, &o);
+        read_back("after-dfl", sig);
+        prev = signal(sig, SIG_DFL);
+        printf("signal-dfl-again-returned %s\n", prev == SIG_DFL ? "dfl" : "other");
+        read_back("end", sig);
+    }
+}
+
 static void *exit_from_thread(void *arg) {
     (void)arg;
     usleep(50 * 1000);
@@ -79,6 +159,10 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "term_handler")) {
         sa.sa_handler = program_term_handler;
         sigaction(SIGTERM, &sa, NULL);
+    }
+    if (!strcmp(mode, "reset_dfl_raise")) {
+        sa.sa_handler = program_int_handler;
+        sigaction(SIGINT, &sa, NULL);
     }
     CUdevice dev;
     CUcontext ctx;
@@ -135,6 +219,19 @@ int main(int argc, char **argv) {
         printf("clean shutdown\n");
         fflush(stdout);
         exit(0);
+    }
+    if (!strcmp(mode, "reset_dfl_raise")) {
+        read_back("before-reset", SIGINT);
+        signal(SIGINT, SIG_DFL);
+        read_back("after-reset", SIGINT);
+        fflush(stdout);
+        raise(SIGINT);
+        printf("went on after raise\n");
+        return 0;
+    }
+    if (!strcmp(mode, "readback")) {
+        readback_all();
+        return 0;
     }
     if (!strcmp(mode, "sigaltstack_overflow")) {
         stack_t ss;

@@ -15,10 +15,21 @@
 //!   the disposition is the default; otherwise snapshots are off and the cuguard thread's name
 //!   says so (see [`super::reporter`]).
 //!
-//! Programs that install a handler after the shim replace it, and their handler is honoured:
-//! `sigaction`/`signal` are not interposed (that would change what the program reads back, and
-//! runtimes that call `rt_sigaction` directly would bypass it anyway). A report is then written
-//! only if that handler ends the process through `exit` or chains to the previous handler.
+//! Programs that change a disposition later go through the shim's `sigaction`, `signal` and
+//! `bsd_signal` ([`super::interpose`]), which keep what the program set and what it reads back
+//! exact:
+//!
+//! - a handler of the program's replaces the shim's, for real: it runs exactly as it would have
+//!   (its own flags and mask); a report is then written only if it ends the process through
+//!   `exit` or chains to the previous handler;
+//! - `SIG_IGN` is installed as it is;
+//! - `SIG_DFL` for a fatal or terminating signal puts the shim's handler in place (once the
+//!   process is armed), remembering `SIG_DFL` as the program's: a program that restores the
+//!   default action and raises the signal again (Python's Ctrl-C, C programs that clean up and
+//!   re-raise) gets the report, then dies of the default action as before;
+//! - `sigaction(sig, NULL, &old)` returns what the program set, never the shim's handler.
+//!
+//! Runtimes that call the `rt_sigaction` system call themselves (Go) pass the shim by.
 //!
 //! What the handlers do is async-signal-safe: atomics, `write(2)` to the cuguard thread's
 //! eventfd, `nanosleep`, `sigaction`, `raise`/`kill`. The report itself is written by the
@@ -30,7 +41,7 @@
 //! ([`crate::report::emergency`]) itself.
 
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 
 use super::reporter;
 use crate::report::emergency::{self, Why};
@@ -67,6 +78,10 @@ unsafe impl Sync for Previous {}
 static PREVIOUS: Previous = Previous(UnsafeCell::new(unsafe { std::mem::zeroed() }));
 static KIND: [AtomicU8; NSIG] = [const { AtomicU8::new(NOT_OURS) }; NSIG];
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// `CUGUARD_SIGNALS`: fatal and terminating signals are taken.
+static SIGNALS: AtomicBool = AtomicBool::new(false);
+/// The snapshot signal the shim took, or 0.
+static SNAPSHOT_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// A fatal signal's report: claimed by the first thread that faults.
 static CLAIMED: AtomicBool = AtomicBool::new(false);
@@ -87,9 +102,195 @@ fn previous(sig: libc::c_int) -> &'static libc::sigaction {
     unsafe { &(*PREVIOUS.0.get())[sig as usize] }
 }
 
+/// The signature of `sigaction`.
+pub type SigactionFn =
+    unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
+
+/// libc's `sigaction`, as an address (0: not found yet).
+static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
+
+/// libc's own `sigaction`: the shim exports one ([`super::interpose`]), so its own calls must not
+/// go through the symbol. Found with the real `dlsym` and `RTLD_NEXT` (the next definition after
+/// the shim), once; call [`resolve_real_sigaction`] from ordinary context before a handler needs
+/// it.
+pub fn real_sigaction() -> Option<SigactionFn> {
+    let p = match REAL_SIGACTION.load(Ordering::Acquire) {
+        0 => resolve_real_sigaction(),
+        p => p,
+    };
+    // SAFETY: a non-zero value is the address of libc's sigaction, which has this signature.
+    (p != 0).then(|| unsafe { std::mem::transmute::<usize, SigactionFn>(p) })
+}
+
+/// Finds libc's `sigaction` now; returns its address or 0.
+pub fn resolve_real_sigaction() -> usize {
+    let Some(dlsym) = crate::driver::real_dlsym() else {
+        return 0;
+    };
+    // SAFETY: the real dlsym with RTLD_NEXT and a NUL-terminated name; it only reads the
+    // loader's tables.
+    let p = unsafe { dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) } as usize;
+    if p != 0 {
+        REAL_SIGACTION.store(p, Ordering::Release);
+    }
+    p
+}
+
+/// Calls libc's `sigaction`; -1 (EINVAL) when it cannot be found.
+///
+/// # Safety
+/// `sigaction(2)`'s contract for `act` and `old`.
+pub unsafe fn call_real_sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    match real_sigaction() {
+        // SAFETY: forwarded under the caller's contract.
+        Some(f) => unsafe { f(sig, act, old) },
+        None => {
+            // SAFETY: this thread's errno.
+            unsafe { *libc::__errno_location() = libc::EINVAL };
+            -1
+        }
+    }
+}
+
+/// The signals the shim watches once armed: whether `sig` is one it takes when the program
+/// leaves the default action (fatal and terminating ones with `CUGUARD_SIGNALS`, and the
+/// snapshot signal), and which kind.
+fn watched_kind(sig: libc::c_int) -> Option<u8> {
+    if !INSTALLED.load(Ordering::Acquire) {
+        return None;
+    }
+    let signals = SIGNALS.load(Ordering::Acquire);
+    if signals && FATAL.contains(&sig) {
+        Some(FATAL_SLOT)
+    } else if signals && TERMINATING.contains(&sig) {
+        Some(TERMINATING_SLOT)
+    } else if sig == SNAPSHOT_SIGNAL.load(Ordering::Acquire) {
+        Some(SNAPSHOT_SLOT)
+    } else {
+        None
+    }
+}
+
+/// Per signal: the thread id inside [`program_sets`] for it, or 0.
+static BUSY: [AtomicU32; NSIG] = [const { AtomicU32::new(0) }; NSIG];
+
+/// What the program's `sigaction(sig, act, old)` does under the shim (see the module
+/// documentation): `old` gets what the program set, and the real disposition follows `act`,
+/// except that `SIG_DFL` on a watched signal of an armed process keeps (or puts) the shim's
+/// handler in place. Returns what `sigaction` returns.
+///
+/// # Safety
+/// `sigaction(2)`'s contract for `act` and `old`.
+pub unsafe fn program_sets(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    if sig <= 0 || sig as usize >= NSIG {
+        // SAFETY: forwarded; libc answers EINVAL for a signal out of range.
+        return unsafe { call_real_sigaction(sig, act, old) };
+    }
+    let idx = sig as usize;
+    let me = crate::clock::thread_id().max(1);
+    // One thread at a time per signal. The same thread again (the program's signal handler
+    // calling sigaction while this thread was in here) forwards without the shim's bookkeeping.
+    loop {
+        match BUSY[idx].compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => break,
+            // SAFETY: forwarded under the caller's contract.
+            Err(owner) if owner == me => return unsafe { call_real_sigaction(sig, act, old) },
+            Err(_) => std::hint::spin_loop(),
+        }
+    }
+    // SAFETY: under the caller's contract; this thread holds the signal's turn.
+    let r = unsafe { sets_locked(sig, act, old) };
+    BUSY[idx].store(0, Ordering::Release);
+    r
+}
+
+/// [`program_sets`], holding the signal's turn.
+unsafe fn sets_locked(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    let idx = sig as usize;
+    let ours = KIND[idx].load(Ordering::Acquire);
+    let shadowed = ours == FATAL_SLOT || ours == TERMINATING_SLOT;
+    // SAFETY: act is null or the program's valid sigaction (the caller's contract).
+    let new = unsafe { act.as_ref() };
+    let watched = watched_kind(sig)
+        .filter(|_| INSTALLED.load(Ordering::Acquire) && SIGNALS.load(Ordering::Acquire));
+    let Some(new) = new else {
+        // A query: what the program set.
+        if shadowed {
+            if !old.is_null() {
+                // SAFETY: old is the program's writable out-parameter.
+                unsafe { *old = *previous(sig) };
+            }
+            return 0;
+        }
+        // SAFETY: forwarded under the caller's contract.
+        return unsafe { call_real_sigaction(sig, act, old) };
+    };
+    let was = if shadowed { Some(*previous(sig)) } else { None };
+    if new.sa_sigaction == libc::SIG_DFL
+        && let Some(kind) = watched
+    {
+        // The program's SIG_DFL goes in for real first, and is read back, so that what it reads
+        // later is exactly what libc and the kernel would show (flags and mask as they keep
+        // them); then the shim's handler takes the signal, with SIG_DFL remembered as the
+        // program's.
+        // SAFETY: all-zero sigactions are valid out-parameters; act is the program's.
+        let (mut real_old, mut stored): (libc::sigaction, libc::sigaction) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: as above.
+        let r = unsafe { call_real_sigaction(sig, act, &mut real_old) };
+        if r != 0 {
+            return r;
+        }
+        // SAFETY: a query into a valid out-parameter.
+        unsafe { call_real_sigaction(sig, std::ptr::null(), &mut stored) };
+        // SAFETY: written while the real disposition is the program's SIG_DFL: no handler of the
+        // shim reads it until it is installed below.
+        unsafe { (*PREVIOUS.0.get())[idx] = stored };
+        KIND[idx].store(kind, Ordering::Release);
+        // SAFETY: installs the shim's handler.
+        if unsafe { install_handler(sig, kind, std::ptr::null_mut()) } != 0 {
+            KIND[idx].store(NOT_OURS, Ordering::Release);
+        }
+        if !old.is_null() {
+            // SAFETY: old is the program's writable out-parameter.
+            unsafe { *old = was.unwrap_or(real_old) };
+        }
+        return 0;
+    }
+    // A handler of the program's, SIG_IGN, or a signal the shim does not watch: installed as it
+    // is, and the shim's handler steps aside.
+    // SAFETY: forwarded; old is filled by libc, then corrected to what the program had set.
+    let r = unsafe { call_real_sigaction(sig, act, old) };
+    if r == 0 && shadowed {
+        KIND[idx].store(NOT_OURS, Ordering::Release);
+        if let (Some(w), false) = (was, old.is_null()) {
+            // SAFETY: old is the program's writable out-parameter.
+            unsafe { *old = w };
+        }
+    }
+    r
+}
+
 /// Installs the handlers (once per image: they are inherited across fork). `fatal_and_term`:
 /// `CUGUARD_SIGNALS`; `snapshot`: the snapshot signal, or 0.
 pub fn install(fatal_and_term: bool, snapshot: libc::c_int) {
+    if INSTALLED.load(Ordering::Acquire) {
+        return;
+    }
+    resolve_real_sigaction();
+    SIGNALS.store(fatal_and_term, Ordering::Release);
     if INSTALLED.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -101,8 +302,12 @@ pub fn install(fatal_and_term: bool, snapshot: libc::c_int) {
             install_one(sig, TERMINATING_SLOT);
         }
     }
-    if snapshot > 0 && (snapshot as usize) < NSIG && !install_one(snapshot, SNAPSHOT_SLOT) {
-        reporter::snapshot_unavailable();
+    if snapshot > 0 && (snapshot as usize) < NSIG {
+        if install_one(snapshot, SNAPSHOT_SLOT) {
+            SNAPSHOT_SIGNAL.store(snapshot, Ordering::Release);
+        } else {
+            reporter::snapshot_unavailable();
+        }
     }
 }
 
@@ -115,7 +320,7 @@ fn install_one(sig: libc::c_int, kind: u8) -> bool {
     // SAFETY: an all-zero sigaction is valid; the calls only read or set this signal's action.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+        if call_real_sigaction(sig, std::ptr::null(), &mut old) != 0 {
             return false;
         }
         let h = old.sa_sigaction;
@@ -128,6 +333,21 @@ fn install_one(sig: libc::c_int, kind: u8) -> bool {
         }
         (*PREVIOUS.0.get())[sig as usize] = old;
         KIND[sig as usize].store(kind, Ordering::Release);
+        if install_handler(sig, kind, std::ptr::null_mut()) != 0 {
+            KIND[sig as usize].store(NOT_OURS, Ordering::Release);
+            return false;
+        }
+        true
+    }
+}
+
+/// Installs the shim's handler for `sig` (of `kind`); returns what `sigaction` returns.
+///
+/// # Safety
+/// `old` is null or writable.
+unsafe fn install_handler(sig: libc::c_int, kind: u8, old: *mut libc::sigaction) -> libc::c_int {
+    // SAFETY: an all-zero sigaction is valid; the calls only set this signal's action.
+    unsafe {
         let mut new: libc::sigaction = std::mem::zeroed();
         new.sa_sigaction = on_signal as *const () as usize;
         new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
@@ -138,11 +358,7 @@ fn install_one(sig: libc::c_int, kind: u8) -> bool {
                 libc::sigaddset(&mut new.sa_mask, t);
             }
         }
-        if libc::sigaction(sig, &new, std::ptr::null_mut()) != 0 {
-            KIND[sig as usize].store(NOT_OURS, Ordering::Release);
-            return false;
-        }
-        true
+        call_real_sigaction(sig, &new, old)
     }
 }
 
@@ -234,7 +450,7 @@ fn set_default(sig: libc::c_int) {
     unsafe {
         let mut dfl: libc::sigaction = std::mem::zeroed();
         dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(sig, &dfl, std::ptr::null_mut());
+        call_real_sigaction(sig, &dfl, std::ptr::null_mut());
     }
     KIND[sig as usize].store(NOT_OURS, Ordering::Release);
 }
