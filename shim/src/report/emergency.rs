@@ -5,7 +5,7 @@
 //! saying why: the process's identity, the signal, and empty lists. Everything that needs memory
 //! or the driver is prepared beforehand by [`prepare`] (when tracking is armed): the document is
 //! rendered by the report crate ([`SignalTemplate`]) with holes for the signal, the reason and the
-//! time. [`write`] has the crate fill the holes (integers and strings formatted on the stack) and
+//! time. [`write()`] has the crate fill the holes (integers and strings formatted on the stack) and
 //! calls `open`, `write`, `close`, `lstat` and `rename`, which are async-signal-safe. It takes no
 //! lock and does not allocate.
 
@@ -24,7 +24,7 @@ use crate::process;
 /// What the report says in `faults`.
 const FAULT: &str = "the full report could not be written at the signal; this one holds only the process and the signal";
 
-/// Everything [`write`] needs, made in advance.
+/// Everything [`write()`] needs, made in advance.
 pub struct Prepared {
     pid: u32,
     /// Where the final report goes (the template expanded for this process).

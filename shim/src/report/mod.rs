@@ -5,7 +5,7 @@
 //! with their module and offset. Names are filled in where the symbolizer can do so in bounded
 //! time; `cuguard` does the analysis.
 //!
-//! The format is the `cuguard-report` crate's: [`write`] gathers what the tracker, the stacks
+//! The format is the `cuguard-report` crate's: [`write()`] gathers what the tracker, the stacks
 //! ([`crate::callsite`]), the pool ([`crate::serve`]), the timeline and the alerts hold as plain
 //! data, fills a [`cuguard_report::Report`] with it, and serializes it in one place. No JSON is
 //! written anywhere else in the shim.
