@@ -1,6 +1,7 @@
 //! The call stack of an allocation: captured when it is made (through [`crate::stack`]: native
-//! frames and, when the thread runs Python, its Python frames), and written into the report
-//! when the process ends, symbolized within a deadline and with its site.
+//! frames and, when the thread runs Python, its Python frames), and handed to the report
+//! ([`stacks`], as the report crate's types) when it is written, symbolized within a deadline and
+//! with its site.
 //!
 //! # What the report gets, per stack
 //!
@@ -32,16 +33,17 @@
 //! process that may be exiting: it calls no CUDA and no Python, and a panic in symbolization
 //! costs only the names (the report is still written).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
+use cuguard_report as format;
+use cuguard_report::{Addr, site_list};
 use cuguard_symbolize::site::{Plumbing, SiteFrame, find_site};
 use cuguard_symbolize::{Frame, Symbolizer};
 
-use crate::report::json::Json;
 use crate::stack::{self, Module, python};
 use crate::tracker::NONE;
 
@@ -141,8 +143,8 @@ static SETTINGS: OnceLock<Settings> = OnceLock::new();
 static DEADLINE_NOTED: AtomicBool = AtomicBool::new(false);
 static BROKEN_NOTED: AtomicBool = AtomicBool::new(false);
 
-/// Writes the report's `stacks` (symbolized, with Python frames and sites) and `modules`.
-pub fn write_stacks(j: &mut Json) {
+/// The report's `stacks` (symbolized, with Python frames and sites) and `modules`.
+pub fn stacks() -> (Vec<format::Stack>, Vec<format::Module>) {
     let started = Instant::now();
     let stacks = stack::stacks();
     let modules = if stacks.is_empty() {
@@ -173,22 +175,20 @@ pub fn write_stacks(j: &mut Json) {
         None => local.get_or_insert_with(Names::default),
     };
     let mut w = Writer::new(&modules, settings, names);
-    j.key("stacks").begin_array();
-    for (id, words) in &stacks {
-        w.stack(j, *id, words);
-    }
-    j.end_array();
-    j.key("modules").begin_array();
-    for m in &modules {
-        j.begin_object();
-        j.key("path").str(&m.path);
-        j.key("build_id").opt_str(m.build_id.as_deref());
-        j.key("base").addr(m.base);
-        j.key("start").addr(m.start);
-        j.key("size").u64(m.end.saturating_sub(m.start));
-        j.end_object();
-    }
-    j.end_array();
+    let out: Vec<format::Stack> = stacks
+        .iter()
+        .map(|(id, words)| w.stack(*id, words))
+        .collect();
+    let listed = modules
+        .iter()
+        .map(|m| format::Module {
+            path: m.path.clone(),
+            build_id: m.build_id.clone(),
+            base: Addr(m.base),
+            start: Some(Addr(m.start)),
+            size: m.end.saturating_sub(m.start),
+        })
+        .collect();
     crate::diag::log(|| {
         format!(
             "stacks: {} written ({} addresses looked up now, {} named in all) in {:.1} ms",
@@ -210,11 +210,16 @@ pub fn write_stacks(j: &mut Json) {
             w.unnamed
         ));
     }
+    (out, listed)
 }
 
 /// Report-time state: the symbolizer and the names of each (module, offset).
 struct Writer<'a> {
     modules: &'a [Module],
+    /// Each module's path, shared by its frames; then the empty path of frames in no module.
+    paths: Vec<Arc<str>>,
+    /// Function and file names, shared by the frames of this report.
+    strings: HashSet<Arc<str>>,
     plumbing: &'a Plumbing,
     symbolizer: Option<Symbolizer>,
     /// Set when the symbolizer panicked: no more symbolization.
@@ -235,6 +240,12 @@ impl<'a> Writer<'a> {
     fn new(modules: &'a [Module], settings: &'a Settings, names: &'a mut Names) -> Writer<'a> {
         Writer {
             modules,
+            paths: modules
+                .iter()
+                .map(|m| Arc::from(m.path.as_str()))
+                .chain([Arc::from("")])
+                .collect(),
+            strings: HashSet::new(),
             plumbing: &settings.plumbing,
             symbolizer: settings
                 .budget
@@ -292,7 +303,18 @@ impl<'a> Writer<'a> {
         out
     }
 
-    fn stack(&mut self, j: &mut Json, id: u32, words: &[u64]) {
+    /// One shared copy of `s`.
+    fn shared(&mut self, s: Option<&str>) -> Option<Arc<str>> {
+        let s = s?;
+        if let Some(a) = self.strings.get(s) {
+            return Some(a.clone());
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.strings.insert(a.clone());
+        Some(a)
+    }
+
+    fn stack(&mut self, id: u32, words: &[u64]) -> format::Stack {
         let (native, tail) = stack::split(words);
         // Resolve first, so that the site frames can borrow the resolved names.
         let rows: Vec<(u64, Option<(usize, u64)>, Arc<[Frame]>)> = native
@@ -306,40 +328,35 @@ impl<'a> Writer<'a> {
                 (ip, at, frames)
             })
             .collect();
-        let py: Vec<python::PyFrame<'_>> = tail
-            .iter()
-            .map(|&w| python::decode(w, &self.codes))
-            .collect();
-
-        j.begin_object();
-        j.key("id").u64(id.into());
-        j.key("frames").begin_array();
-        let mut site_frames: Vec<SiteFrame<'_>> = Vec::with_capacity(rows.len() + py.len());
+        let mut frames: Vec<format::Frame> = Vec::with_capacity(rows.len());
+        let mut site_frames: Vec<SiteFrame<'_>> = Vec::with_capacity(rows.len() + tail.len());
         let mut first_interpreter: Option<usize> = None;
         let unknown = Frame::default();
-        for (ip, at, frames) in &rows {
-            let (module, offset) = match at {
-                Some((m, off)) => (self.modules[*m].path.as_str(), *off),
-                None => ("", *ip),
+        for (ip, at, resolved) in &rows {
+            let (m, module, offset) = match at {
+                Some((m, off)) => (*m, self.modules[*m].path.as_str(), *off),
+                None => (self.modules.len(), "", *ip),
             };
             if first_interpreter.is_none() && at.is_some_and(|(m, _)| Some(m) == self.interpreter) {
                 first_interpreter = Some(site_frames.len());
             }
-            let list: &[Frame] = if frames.is_empty() {
+            let list: &[Frame] = if resolved.is_empty() {
                 std::slice::from_ref(&unknown)
             } else {
-                frames
+                resolved
             };
             for f in list {
-                j.begin_object();
-                j.key("ip").addr(*ip);
-                j.key("module").str(module);
-                j.key("offset").addr(offset);
-                j.key("function").opt_str(f.function.as_deref());
-                j.key("file").opt_str(f.file.as_deref());
-                j.key("line").opt_u64(f.line.map(u64::from));
-                j.key("inlined").bool(f.inlined);
-                j.end_object();
+                let function = self.shared(f.function.as_deref());
+                let file = self.shared(f.file.as_deref());
+                frames.push(format::Frame {
+                    ip: Addr(*ip),
+                    module: self.paths[m].clone(),
+                    offset: Addr(offset),
+                    function,
+                    file,
+                    line: f.line,
+                    inlined: Some(f.inlined),
+                });
                 site_frames.push(SiteFrame {
                     module,
                     function: f.function.as_deref(),
@@ -349,19 +366,11 @@ impl<'a> Writer<'a> {
                 });
             }
         }
-        j.end_array();
-        if !py.is_empty() {
-            j.key("python").begin_array();
-            for f in &py {
-                j.begin_object();
-                j.key("file").str(f.file);
-                j.key("line").opt_u64(f.line.map(u64::from));
-                j.key("function").str(f.function);
-                j.end_object();
-            }
-            j.end_array();
-        }
 
+        let py: Vec<python::PyFrame<'_>> = tail
+            .iter()
+            .map(|&w| python::decode(w, &self.codes))
+            .collect();
         // Call order: native frames above the interpreter, the Python frames, the rest.
         let split = first_interpreter.unwrap_or(site_frames.len());
         let mut ordered: Vec<SiteFrame<'_>> = Vec::with_capacity(site_frames.len() + py.len());
@@ -374,27 +383,33 @@ impl<'a> Writer<'a> {
             offset: 0,
         }));
         ordered.extend_from_slice(&site_frames[split..]);
-        j.key("site");
-        match find_site(&ordered, self.plumbing) {
-            Some(site) => {
-                let (array, index) = if site.index < split {
-                    ("frames", site.index)
-                } else if site.index < split + py.len() {
-                    ("python", site.index - split)
-                } else {
-                    ("frames", site.index - py.len())
-                };
-                j.begin_object();
-                j.key("in").str(array);
-                j.key("index").u64(index as u64);
-                j.key("fingerprint").str(&site.fingerprint);
-                j.end_object();
+        let site = find_site(&ordered, self.plumbing).map(|site| {
+            let (list, index) = if site.index < split {
+                (site_list::FRAMES, site.index)
+            } else if site.index < split + py.len() {
+                (site_list::PYTHON, site.index - split)
+            } else {
+                (site_list::FRAMES, site.index - py.len())
+            };
+            format::StackSite {
+                in_: list.into(),
+                index,
+                fingerprint: site.fingerprint,
             }
-            None => {
-                j.null();
-            }
+        });
+        format::Stack {
+            id: id.into(),
+            frames,
+            python: py
+                .iter()
+                .map(|f| format::PyFrame {
+                    file: f.file.into(),
+                    line: f.line,
+                    function: f.function.into(),
+                })
+                .collect(),
+            site,
         }
-        j.end_object();
     }
 }
 

@@ -11,7 +11,7 @@ use once_cell::sync::OnceCell;
 use crate::pool::settings::{self, Amount, PoolSettings};
 
 /// The default report path template.
-pub const DEFAULT_REPORT: &str = "./cuguard.%e.%p.json";
+pub const DEFAULT_REPORT: &str = cuguard_report::template::DEFAULT_TEMPLATE;
 /// The default number of frames captured per allocation.
 pub const DEFAULT_STACK_DEPTH: usize = 32;
 /// The most frames that may be asked for.

@@ -13,7 +13,6 @@ use crate::ffi::*;
 use crate::guard;
 use crate::pool::ctxpool::ARENAS;
 use crate::pool::registry;
-use crate::report::json::Json;
 use crate::tracker::Record;
 
 /// The real cuMemAlloc_v2.
@@ -211,30 +210,23 @@ pub fn pooled_records() -> Vec<(u64, Record)> {
     guard::shield(Vec::new(), registry::records)
 }
 
-/// Writes the report's `stats.devices[].pool` for `device` (null when it has no pool).
-pub fn write_pool_stats(j: &mut Json, device: i32) {
-    let Some(s) = registry::stats_for_device(device) else {
-        j.null();
-        return;
-    };
-    j.begin_object();
-    j.key("reserved_bytes").u64(s.reserved_bytes);
-    j.key("peak_reserved_bytes").u64(s.peak_reserved_bytes);
-    j.key("chunks").u64(s.chunks);
-    j.key("chunks_added").u64(s.chunks_added);
-    j.key("trims").u64(s.trims);
-    j.key("trimmed_bytes").u64(s.trimmed_bytes);
-    j.key("free_bytes").u64(s.free_bytes);
-    j.key("largest_free_block").u64(s.largest_free_block);
-    j.key("fragmentation");
-    if s.free_bytes == 0 {
-        j.null();
-    } else {
-        j.f64(1.0 - s.largest_free_block as f64 / s.free_bytes as f64);
-    }
-    j.key("pending_bytes").u64(s.pending_bytes);
-    j.key("fences").u64(s.fences);
-    j.key("syncs").u64(s.syncs);
-    j.key("limit_refusals").u64(s.limit_refusals);
-    j.end_object();
+/// The report's `stats.devices[].pool` for `device` (`None` when it has no pool).
+pub fn pool_stats(device: i32) -> Option<cuguard_report::PoolStats> {
+    let s = registry::stats_for_device(device)?;
+    Some(cuguard_report::PoolStats {
+        reserved_bytes: s.reserved_bytes,
+        peak_reserved_bytes: s.peak_reserved_bytes,
+        chunks: Some(s.chunks),
+        chunks_added: Some(s.chunks_added),
+        trims: Some(s.trims),
+        trimmed_bytes: Some(s.trimmed_bytes),
+        free_bytes: Some(s.free_bytes),
+        largest_free_block: Some(s.largest_free_block),
+        fragmentation: (s.free_bytes != 0)
+            .then(|| 1.0 - s.largest_free_block as f64 / s.free_bytes as f64),
+        pending_bytes: Some(s.pending_bytes),
+        fences: Some(s.fences),
+        syncs: Some(s.syncs),
+        limit_refusals: Some(s.limit_refusals),
+    })
 }

@@ -8,7 +8,7 @@
 
 use std::sync::Mutex;
 
-use crate::report::json::Json;
+use cuguard_report::wire::device_ordinal;
 
 /// The most samples kept (all devices together).
 pub const MAX_SAMPLES: usize = 4096;
@@ -80,32 +80,30 @@ fn take(tl: &mut Timeline, now: u64) {
     }
 }
 
-/// Writes the report's `timeline` key and value, with one last sample taken now; nothing when
-/// sampling is off (or its lock is held, as after a fork mid-sample).
-pub fn write(j: &mut Json) {
-    let Some(base) = interval_ms() else { return };
-    let Ok(mut g) = TIMELINE.try_lock() else {
-        return;
-    };
+/// The report's `timeline`, with one last sample taken now; `None` when sampling is off (or its
+/// lock is held, as after a fork mid-sample).
+pub fn report() -> Option<cuguard_report::Timeline> {
+    let base = interval_ms()?;
+    let mut g = TIMELINE.try_lock().ok()?;
     let tl = g.get_or_insert_with(|| Timeline {
         interval_ms: base,
         next_ms: 0,
         samples: Vec::new(),
     });
     take(tl, crate::clock::since_start_ms());
-    j.key("timeline").begin_object();
-    j.key("interval_ms").u64(tl.interval_ms);
-    j.key("samples").begin_array();
-    for s in &tl.samples {
-        j.begin_object();
-        j.key("time_ms").u64(s.time_ms);
-        j.key("device").i64(s.device.into());
-        j.key("live_bytes").u64(s.live_bytes);
-        j.key("reserved_bytes").u64(s.reserved_bytes);
-        j.end_object();
-    }
-    j.end_array();
-    j.end_object();
+    Some(cuguard_report::Timeline {
+        interval_ms: tl.interval_ms,
+        samples: tl
+            .samples
+            .iter()
+            .map(|s| cuguard_report::Sample {
+                time_ms: s.time_ms,
+                device: device_ordinal(s.device),
+                live_bytes: s.live_bytes,
+                reserved_bytes: s.reserved_bytes,
+            })
+            .collect(),
+    })
 }
 
 /// In the child of a fork: the parent's samples are not the child's. (If the parent's reporter

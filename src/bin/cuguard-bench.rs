@@ -10,14 +10,20 @@
 //! `many` (`--reports` files, default 1,000), `merged` (the same processes in one merged report)
 //! and `one` (a single report holding every leak). For each it prints the input size, the largest
 //! single report, wall time and peak RSS of `summary` and `check`, and the memory goal
-//! (2 × the largest report + 64 MiB). Reports are deterministic (a fixed pseudo-random sequence).
+//! (2 × the largest report + 64 MiB). Reports are deterministic (a fixed pseudo-random sequence)
+//! and written with the report crate's types.
 //! The numbers for this repository's machine are in docs/cli.md.
 
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::Instant;
+
+use cuguard::report::{
+    Addr, Context, Device, DeviceStats, Driver, Event, EventKind, Frame, Leak, LeakState, Memory,
+    Process, Reason, Report, Stack,
+};
 
 struct Options {
     cuguard: PathBuf,
@@ -81,66 +87,123 @@ impl Rng {
 }
 
 /// One synthetic report: `leaks` leaks spread over `stacks` stacks of `depth` frames.
-fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> String {
-    let mut s = String::with_capacity(leaks * 300 + o.stacks * o.depth * 160 + 4096);
-    let _ = write!(
-        s,
-        r#"{{"schema":"cuguard-report","schema_version":1,"tool":{{"name":"cuguard","version":"bench"}},"complete":true,"reason":"exit","process":{{"pid":{pid},"ppid":1,"exe":"/opt/bench/worker","argv":["worker","--id","{pid}"],"hostname":"bench","rank":{rank},"start_unix_ms":1764460800000,"end_unix_ms":1764460900000}},"driver":{{"version":13000,"path":"/usr/lib/x86_64-linux-gnu/libcuda.so.1"}},"devices":[{{"ordinal":0,"name":"NVIDIA H200","total_bytes":150754820096}}],"contexts":[{{"id":1,"handle":"0x55d0c0a1b2c0","device":0,"primary":true,"destroyed":false,"stack":null}}],"leaks":["#,
-        rank = pid % 8
-    );
+fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
+    let process = Process {
+        pid,
+        ppid: 1,
+        exe: "/opt/bench/worker".into(),
+        argv: vec!["worker".into(), "--id".into(), pid.to_string()],
+        hostname: "bench".into(),
+        rank: Some(pid % 8),
+        start_unix_ms: 1_764_460_800_000,
+        end_unix_ms: 1_764_460_900_000,
+    };
+    let mut r = Report::new(true, Reason::Exit, process);
+    r.tool.version = "bench".into();
+    r.driver = Driver {
+        version: 13000,
+        path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+    };
+    r.devices.push(Device {
+        ordinal: 0,
+        name: "NVIDIA H200".into(),
+        total_bytes: 150_754_820_096,
+    });
+    r.contexts.push(Context {
+        id: 1,
+        handle: Addr(0x55d0_c0a1_b2c0),
+        device: 0,
+        primary: true,
+        destroyed: false,
+        destroyed_by: None,
+        created_ms: None,
+        destroyed_ms: None,
+        stack: None,
+    });
+    let api: Arc<str> = "cuMemAlloc_v2".into();
     let mut total = 0u64;
+    r.leaks.reserve(leaks);
     for i in 0..leaks {
         let size = 256 << (rng.next() % 16);
         total += size;
         let stack = rng.next() % o.stacks as u64 + 1;
-        if i > 0 {
-            s.push(',');
-        }
-        let _ = write!(
-            s,
-            r#"{{"address":"{:#x}","size":{size},"requested":{},"api":"cuMemAlloc_v2","memory":"device","device":0,"context":1,"thread":{},"seq":{i},"time_ms":{},"stack":{stack},"state":"live_at_exit"}}"#,
-            0x7f00_0000_0000u64 + (i as u64) * 0x10_0000,
-            size - rng.next() % 256,
-            pid + (rng.next() % 4) as u32,
-            rng.next() % 100_000,
-        );
+        let requested = size - rng.next() % 256;
+        let thread = u64::from(pid) + rng.next() % 4;
+        let time_ms = rng.next() % 100_000;
+        r.leaks.push(Leak {
+            address: Addr(0x7f00_0000_0000u64 + (i as u64) * 0x10_0000),
+            size,
+            requested,
+            api: api.clone(),
+            memory: Memory::Device,
+            device: 0,
+            context: Some(1),
+            thread,
+            seq: i as u64,
+            time_ms,
+            stack: Some(stack),
+            state: LeakState::LiveAtExit,
+            handle: None,
+        });
     }
-    s.push_str(r#"],"events":[{"kind":"double_free","address":"0x7f0000000000","api":"cuMemFree_v2","seq":1,"thread":1,"stack":1,"result":1}],"stacks":["#);
+    r.events.push(Event {
+        kind: EventKind::DoubleFree,
+        address: Some(Addr(0x7f00_0000_0000)),
+        api: Some("cuMemFree_v2".into()),
+        seq: 1,
+        thread: 1,
+        stack: Some(1),
+        result: Some(1),
+        size: None,
+        context: None,
+        time_ms: None,
+        message: None,
+        device: None,
+    });
+    let shim: Arc<str> = "/opt/cuguard/lib/libcuguard.so".into();
+    let worker: Arc<str> = "/opt/bench/worker".into();
+    let file: Arc<str> = "worker.cc".into();
     for id in 1..=o.stacks {
-        if id > 1 {
-            s.push(',');
-        }
-        let _ = write!(s, r#"{{"id":{id},"frames":["#);
-        for d in 0..o.depth {
-            if d > 0 {
-                s.push(',');
-            }
-            let (module, function) = if d == 0 {
-                (
-                    "/opt/cuguard/lib/libcuguard.so",
-                    "cuMemAlloc_v2".to_string(),
-                )
-            } else {
-                (
-                    "/opt/bench/worker",
-                    format!("fn_{}_{d}", (id * 7 + d) % (o.stacks / 2 + 1)),
-                )
-            };
-            let _ = write!(
-                s,
-                r#"{{"ip":"{:#x}","module":"{module}","offset":"{:#x}","function":"{function}","file":"worker.cc","line":{}}}"#,
-                0x5500_0000_0000u64 + (id * 64 + d) as u64 * 16,
-                (id * 64 + d) * 16,
-                d + 10
-            );
-        }
-        s.push_str("]}");
+        let frames = (0..o.depth)
+            .map(|d| {
+                let (module, function) = if d == 0 {
+                    (shim.clone(), "cuMemAlloc_v2".to_string())
+                } else {
+                    (
+                        worker.clone(),
+                        format!("fn_{}_{d}", (id * 7 + d) % (o.stacks / 2 + 1)),
+                    )
+                };
+                Frame {
+                    ip: Addr(0x5500_0000_0000u64 + (id * 64 + d) as u64 * 16),
+                    module,
+                    offset: Addr(((id * 64 + d) * 16) as u64),
+                    function: Some(function.into()),
+                    file: Some(file.clone()),
+                    line: Some(d as u32 + 10),
+                    inlined: None,
+                }
+            })
+            .collect();
+        r.stacks.push(Stack {
+            id: id as u64,
+            frames,
+            python: Vec::new(),
+            site: None,
+        });
     }
-    let _ = write!(
-        s,
-        r#"],"stats":{{"devices":[{{"device":0,"live_bytes":{total},"peak_live_bytes":{total},"total_allocated_bytes":{total},"allocations":{leaks},"frees":0,"pool":null}}]}}}}"#
-    );
-    s
+    r.stats.devices.push(DeviceStats {
+        device: 0,
+        live_bytes: total,
+        peak_live_bytes: total,
+        total_allocated_bytes: total,
+        allocations: leaks as u64,
+        frees: 0,
+        released_bytes: None,
+        host_pinned_live_bytes: None,
+        pool: None,
+    });
+    r
 }
 
 fn generate(dir: &Path, files: usize, o: &Options) -> std::io::Result<(u64, u64)> {
@@ -150,13 +213,14 @@ fn generate(dir: &Path, files: usize, o: &Options) -> std::io::Result<(u64, u64)
     let (mut total, mut largest) = (0u64, 0u64);
     for i in 0..files {
         let leaks = o.leaks / files + usize::from(i < o.leaks % files);
-        let text = report(10_000 + i as u32, leaks, o, &mut rng);
-        std::fs::write(
-            dir.join(format!("cuguard.worker.{}.json", 10_000 + i)),
-            &text,
-        )?;
-        total += text.len() as u64;
-        largest = largest.max(text.len() as u64);
+        let report = report(10_000 + i as u32, leaks, o, &mut rng);
+        let path = dir.join(format!("cuguard.worker.{}.json", 10_000 + i));
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        cuguard_report::write(&report, &mut out)?;
+        out.flush()?;
+        let size = std::fs::metadata(&path)?.len();
+        total += size;
+        largest = largest.max(size);
     }
     Ok((total, largest))
 }

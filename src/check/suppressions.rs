@@ -444,6 +444,7 @@ mod tests {
             time_ms: 0,
             stack: Some(1),
             state: LeakState::LiveAtExit,
+            handle: None,
         }
     }
 
@@ -512,6 +513,7 @@ mod tests {
             context: None,
             time_ms: None,
             message: None,
+            device: None,
         };
         assert_eq!(s.match_event(&e, Some(&stack(&["cupy_free"]))), Some(0));
         assert_eq!(s.match_event(&e, None), None);

@@ -9,7 +9,8 @@
 //! caught) before it sends anything: a real-time signal nobody handles would end the process.
 //!
 //! The report goes where the final one will go (`CUGUARD_REPORT` from the process's
-//! environment, relative to its working directory), replacing the process's earlier snapshot or
+//! environment, expanded by the shim's own expander, `cuguard_report::template`, relative to its
+//! working directory), replacing the process's earlier snapshot or
 //! checkpoint; a `.N` suffix or `$TMPDIR` are looked at too, as the shim uses them when the path
 //! is taken or cannot be written.
 
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
+use cuguard_report::template;
 
 use super::CliError;
 
@@ -198,7 +200,7 @@ fn candidates(
             .get("CUGUARD_REPORT")
             .filter(|t| !t.trim().is_empty())
             .cloned()
-            .unwrap_or_else(|| "./cuguard.%e.%p.json".into()),
+            .unwrap_or_else(|| template::DEFAULT_TEMPLATE.into()),
     };
     let exe = std::fs::read_link(proc_dir.join("exe"))
         .ok()
@@ -229,7 +231,14 @@ fn candidates(
     };
     let mut out = Vec::new();
     for s in starts {
-        let p = PathBuf::from(expand(&template, pid, &exe, &host, rank, s.unwrap_or(0)));
+        let placeholders = template::Placeholders {
+            pid,
+            exe_name: &exe,
+            host: &host,
+            rank,
+            start_unix_s: s.unwrap_or(0),
+        };
+        let p = PathBuf::from(template::expand(&template, &placeholders));
         let p = if p.is_relative() { cwd.join(p) } else { p };
         let tmp = env
             .get("TMPDIR")
@@ -245,47 +254,6 @@ fn candidates(
         }
         if let Some(name) = name {
             out.push(tmp.join(name));
-        }
-    }
-    out
-}
-
-/// The shim's template expansion (shim/src/report/file.rs).
-fn expand(
-    template: &str,
-    pid: u32,
-    exe: &str,
-    host: &str,
-    rank: Option<i64>,
-    start_s: u64,
-) -> String {
-    let clean = |s: &str| -> String {
-        s.chars()
-            .map(|c| if c == '/' || c == '\0' { '_' } else { c })
-            .collect()
-    };
-    let mut out = String::new();
-    let mut chars = template.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('p') => out.push_str(&pid.to_string()),
-            Some('e') => out.push_str(&clean(exe)),
-            Some('h') => out.push_str(&clean(host)),
-            Some('r') => match rank {
-                Some(r) => out.push_str(&r.to_string()),
-                None => out.push_str("norank"),
-            },
-            Some('t') => out.push_str(&start_s.to_string()),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
         }
     }
     out
@@ -327,17 +295,4 @@ fn unix_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expands_like_the_shim() {
-        assert_eq!(
-            expand("r.%e.%p.%r.%t.%%.%h", 7, "a/b", "h", None, 9),
-            "r.a_b.7.norank.9.%.h"
-        );
-    }
 }

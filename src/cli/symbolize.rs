@@ -4,20 +4,24 @@
 //!
 //! It reads the binaries named in the report's frames (checking their build-id against the
 //! report's `modules`, so a rebuilt binary is never trusted), plus separate debug files under
-//! `--debug-dir` and the usual places. Everything else in the report is kept as it was. A merged
-//! report is symbolized process by process.
+//! `--debug-dir` and the usual places. Stacks are rewritten through the report's types
+//! (`cuguard_report::edit`); everything else in the report is kept as it was. A merged report is
+//! symbolized process by process.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use cuguard_report::edit::edit_stacks;
+use cuguard_report::merged::processes_mut;
+use cuguard_report::site_list;
 use cuguard_symbolize::Symbolizer;
 use cuguard_symbolize::site::{Plumbing, SiteFrame, find_site};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::{CliError, exit, write_output};
 use crate::input::InputError;
-use crate::report::{Document, ReadError};
+use crate::report::{Document, Frame, PyFrame, ReadError, StackSite};
 
 /// Arguments of `cuguard symbolize`.
 #[derive(Debug, Args)]
@@ -64,7 +68,7 @@ pub fn run(args: SymbolizeArgs) -> Result<u8, CliError> {
             .map_err(|e| read_error(Path::new("--plumbing"), e.to_string()))?;
     }
     let mut symbolizer = Symbolizer::new(None).with_debug_dirs(args.debug_dirs.clone());
-    if let Some(processes) = value.get_mut("processes").and_then(Value::as_array_mut) {
+    if let Some(processes) = processes_mut(&mut value) {
         for p in processes {
             symbolize_report(p, &mut symbolizer, &plumbing);
         }
@@ -87,80 +91,45 @@ fn read_error(path: &Path, reason: String) -> CliError {
     }))
 }
 
-/// Names the frames of one process's report and recomputes its stacks' sites.
+/// Names the frames of one process's report and recomputes its stacks' sites. The stacks are
+/// read and written back through the report's types; every other field is kept as it is.
 pub fn symbolize_report(report: &mut Value, symbolizer: &mut Symbolizer, plumbing: &Plumbing) {
-    let build_ids: HashMap<String, Option<String>> = report
-        .get("modules")
-        .and_then(Value::as_array)
-        .map(|mods| {
-            mods.iter()
-                .filter_map(|m| {
-                    let path = m.get("path")?.as_str()?.to_string();
-                    Some((
-                        path,
-                        m.get("build_id")
-                            .and_then(Value::as_str)
-                            .map(str::to_string),
-                    ))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let Some(stacks) = report.get_mut("stacks").and_then(Value::as_array_mut) else {
-        return;
-    };
-    for stack in stacks {
-        let Some(frames) = stack.get("frames").and_then(Value::as_array).cloned() else {
-            continue;
-        };
-        let mut named = Vec::with_capacity(frames.len());
-        for frame in frames {
-            let unnamed = frame.get("function").is_none_or(Value::is_null);
-            let module = frame
-                .get("module")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let offset = frame
-                .get("offset")
-                .and_then(Value::as_str)
-                .and_then(|o| u64::from_str_radix(o.trim_start_matches("0x"), 16).ok());
-            match (unnamed, offset) {
-                (true, Some(offset)) if !module.is_empty() => {
-                    let build_id = build_ids.get(&module).cloned().flatten();
-                    let found =
-                        symbolizer.symbolize(Path::new(&module), build_id.as_deref(), offset);
-                    if found.is_empty() {
-                        named.push(frame);
-                        continue;
-                    }
-                    let last = found.len().saturating_sub(1);
-                    for (i, f) in found.into_iter().enumerate() {
-                        let mut out = frame.as_object().cloned().unwrap_or_else(Map::new);
-                        out.insert("function".into(), json!(f.function));
-                        out.insert("file".into(), json!(f.file));
-                        out.insert("line".into(), json!(f.line));
-                        if i < last {
-                            out.insert("inlined".into(), json!(true));
-                        } else {
-                            out.remove("inlined");
-                        }
-                        named.push(Value::Object(out));
-                    }
+    // The report was read as a report first, so its stacks are well-formed.
+    let _ = edit_stacks(report, |stacks, modules| {
+        let build_ids: HashMap<&str, Option<&str>> = modules
+            .iter()
+            .map(|m| (m.path.as_str(), m.build_id.as_deref()))
+            .collect();
+        for stack in stacks {
+            let frames = std::mem::take(&mut stack.frames);
+            let mut named = Vec::with_capacity(frames.len());
+            for frame in frames {
+                if frame.function.is_some() || frame.module.is_empty() {
+                    named.push(frame);
+                    continue;
                 }
-                _ => named.push(frame),
+                let build_id = build_ids.get(&*frame.module).copied().flatten();
+                let found =
+                    symbolizer.symbolize(Path::new(&*frame.module), build_id, frame.offset.0);
+                if found.is_empty() {
+                    named.push(frame);
+                    continue;
+                }
+                let last = found.len() - 1;
+                for (i, f) in found.into_iter().enumerate() {
+                    named.push(Frame {
+                        function: f.function.map(Into::into),
+                        file: f.file.map(Into::into),
+                        line: f.line,
+                        inlined: (i < last).then_some(true),
+                        ..frame.clone()
+                    });
+                }
             }
+            stack.frames = named;
+            stack.site = site_of(&stack.frames, &stack.python, plumbing);
         }
-        let site = site_of(
-            &named,
-            stack.get("python").and_then(Value::as_array),
-            plumbing,
-        );
-        if let Some(obj) = stack.as_object_mut() {
-            obj.insert("frames".into(), Value::Array(named));
-            obj.insert("site".into(), site);
-        }
-    }
+    });
 }
 
 fn is_interpreter(module: &str) -> bool {
@@ -170,78 +139,48 @@ fn is_interpreter(module: &str) -> bool {
 
 /// The site of a stack, as the shim picks it: native frames above the Python interpreter, then
 /// the Python frames, then the rest of the native frames.
-fn site_of(frames: &[Value], python: Option<&Vec<Value>>, plumbing: &Plumbing) -> Value {
-    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
-    let native: Vec<(String, Option<String>, Option<String>, Option<u32>, u64)> = frames
-        .iter()
-        .map(|f| {
-            let offset = s(f, "offset")
-                .and_then(|o| u64::from_str_radix(o.trim_start_matches("0x"), 16).ok())
-                .unwrap_or(0);
-            let line = f.get("line").and_then(Value::as_u64).map(|l| l as u32);
-            (
-                s(f, "module").unwrap_or_default(),
-                s(f, "function"),
-                s(f, "file"),
-                line,
-                offset,
-            )
-        })
-        .collect();
-    let py: Vec<(Option<String>, Option<String>, Option<u32>)> = python
-        .map(|p| {
-            p.iter()
-                .map(|f| {
-                    (
-                        s(f, "function"),
-                        s(f, "file"),
-                        f.get("line").and_then(Value::as_u64).map(|l| l as u32),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let split = if py.is_empty() {
-        native.len()
+fn site_of(frames: &[Frame], python: &[PyFrame], plumbing: &Plumbing) -> Option<StackSite> {
+    let split = if python.is_empty() {
+        frames.len()
     } else {
-        native
+        frames
             .iter()
-            .position(|f| is_interpreter(&f.0))
-            .unwrap_or(native.len())
+            .position(|f| is_interpreter(&f.module))
+            .unwrap_or(frames.len())
     };
     // (which list, index in it) in the order the rule walks them.
-    let mut order: Vec<(&str, usize)> = (0..split).map(|i| ("frames", i)).collect();
-    order.extend((0..py.len()).map(|i| ("python", i)));
-    order.extend((split..native.len()).map(|i| ("frames", i)));
+    let mut order: Vec<(&str, usize)> = (0..split).map(|i| (site_list::FRAMES, i)).collect();
+    order.extend((0..python.len()).map(|i| (site_list::PYTHON, i)));
+    order.extend((split..frames.len()).map(|i| (site_list::FRAMES, i)));
     let site_frames: Vec<SiteFrame> = order
         .iter()
         .map(|&(list, i)| {
-            if list == "frames" {
-                let f = &native[i];
+            if list == site_list::FRAMES {
+                let f = &frames[i];
                 SiteFrame {
-                    module: &f.0,
-                    function: f.1.as_deref(),
-                    file: f.2.as_deref(),
-                    line: f.3,
-                    offset: f.4,
+                    module: &f.module,
+                    function: f.function.as_deref(),
+                    file: f.file.as_deref(),
+                    line: f.line,
+                    offset: f.offset.0,
                 }
             } else {
-                let f = &py[i];
+                let f = &python[i];
                 SiteFrame {
                     module: "",
-                    function: f.0.as_deref(),
-                    file: f.1.as_deref(),
-                    line: f.2,
+                    function: Some(&f.function),
+                    file: Some(&f.file),
+                    line: f.line,
                     offset: 0,
                 }
             }
         })
         .collect();
-    match find_site(&site_frames, plumbing) {
-        Some(site) => {
-            let (list, index) = order[site.index];
-            json!({"in": list, "index": index, "fingerprint": site.fingerprint})
-        }
-        None => Value::Null,
-    }
+    let site = find_site(&site_frames, plumbing)?;
+    let (list, index) = order[site.index];
+    Some(StackSite {
+        in_: list.into(),
+        index,
+        fingerprint: site.fingerprint,
+    })
 }

@@ -229,7 +229,7 @@ impl Document {
         let looks_merged = head.windows(9).any(|w| w == b"\"merged\"");
         let mut first_try = None;
         if !looks_merged {
-            super::intern::reset();
+            cuguard_report::intern::reset();
             match serde_json::from_slice::<Report>(&bytes) {
                 Ok(report) => return single(path, bytes, report),
                 Err(e) => first_try = Some(e),
@@ -244,7 +244,7 @@ impl Document {
             let e = match first_try {
                 Some(e) => e,
                 None => {
-                    super::intern::reset();
+                    cuguard_report::intern::reset();
                     match serde_json::from_slice::<Report>(&bytes) {
                         Err(e) => e,
                         Ok(report) => return single(path, bytes, report),
@@ -383,7 +383,7 @@ fn single(path: PathBuf, bytes: Vec<u8>, report: Report) -> Result<Document, Rea
 
 /// Parses the `i`-th process of a merged report.
 fn parse_process(path: &Path, bytes: &[u8], i: usize) -> Result<Report, ReadError> {
-    super::intern::reset();
+    cuguard_report::intern::reset();
     let report =
         serde_json::from_slice::<Report>(bytes).map_err(|e| classify(path, &e, Some(i)))?;
     check_identity(path, &report).map_err(|e| match e {

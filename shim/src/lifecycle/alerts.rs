@@ -16,8 +16,10 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
+use cuguard_report::EventKind;
+use cuguard_report::wire::device_ordinal;
+
 use crate::pool::settings::Amount;
-use crate::report::json::Json;
 use crate::tracker::{NONE, Tracker};
 
 /// Devices with ordinals at or above this share the last slot (as in the tracker's stats).
@@ -114,11 +116,6 @@ pub struct Alert {
 }
 
 impl Alert {
-    /// The event's kind.
-    pub fn kind(&self) -> &'static str {
-        "warn_threshold_crossed"
-    }
-
     /// The raw order key and thread (see `crate::tracker::dense_order`).
     pub fn order_key(&self) -> (u64, u32) {
         (self.seq, self.thread)
@@ -129,27 +126,22 @@ impl Alert {
         self.seq = seq;
     }
 
-    /// Writes the event as one element of the report's `events`.
-    pub fn write(&self, j: &mut Json) {
-        j.begin_object();
-        j.key("kind").str(self.kind());
-        j.key("address").null();
-        j.key("api").null();
-        j.key("seq").u64(self.seq);
-        j.key("thread").u64(self.thread.into());
-        j.key("stack");
-        if self.stack == NONE {
-            j.null();
-        } else {
-            j.u64(self.stack.into());
+    /// The event, as one element of the report's `events`.
+    pub fn event(&self) -> cuguard_report::Event {
+        cuguard_report::Event {
+            kind: EventKind::WarnThresholdCrossed,
+            address: None,
+            api: None,
+            seq: self.seq,
+            thread: self.thread.into(),
+            stack: (self.stack != NONE).then_some(self.stack.into()),
+            result: None,
+            size: Some(self.live_bytes),
+            context: None,
+            time_ms: Some(self.time_ms),
+            message: Some(self.message.clone()),
+            device: Some(device_ordinal(self.device)),
         }
-        j.key("result").null();
-        j.key("size").u64(self.live_bytes);
-        j.key("context").null();
-        j.key("time_ms").u64(self.time_ms);
-        j.key("message").str(&self.message);
-        j.key("device").i64(self.device.into());
-        j.end_object();
     }
 }
 

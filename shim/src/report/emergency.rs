@@ -3,20 +3,28 @@
 //!
 //! It is the smallest document the schema accepts, marked `complete: false` with `cut_short`
 //! saying why: the process's identity, the signal, and empty lists. Everything that needs memory
-//! or the driver is prepared beforehand by [`prepare`] (when tracking is armed); [`write`] only
-//! formats integers into a stack buffer and calls `open`, `write`, `close`, `lstat` and
-//! `rename`, which are async-signal-safe. It takes no lock and does not allocate.
+//! or the driver is prepared beforehand by [`prepare`] (when tracking is armed): the document is
+//! rendered by the report crate ([`SignalTemplate`]) with holes for the signal, the reason and the
+//! time. [`write()`] has the crate fill the holes (integers and strings formatted on the stack) and
+//! calls `open`, `write`, `close`, `lstat` and `rename`, which are async-signal-safe. It takes no
+//! lock and does not allocate.
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use cuguard_report::signal::SignalTemplate;
+use cuguard_report::wire::UNKNOWN_VERSION;
+use cuguard_report::{Driver, Process};
+
 use super::file;
-use super::json::Json;
 use crate::config;
 use crate::process;
 
-/// Everything [`write`] needs, made in advance.
+/// What the report says in `faults`.
+const FAULT: &str = "the full report could not be written at the signal; this one holds only the process and the signal";
+
+/// Everything [`write()`] needs, made in advance.
 pub struct Prepared {
     pid: u32,
     /// Where the final report goes (the template expanded for this process).
@@ -26,12 +34,8 @@ pub struct Prepared {
     /// The temporary file.
     tmp: CString,
     mode: libc::c_uint,
-    /// The document up to `"complete"` (exclusive).
-    head: Vec<u8>,
-    /// `"process":{…` up to `"end_unix_ms":` (inclusive).
-    process: Vec<u8>,
-    /// After `end_unix_ms`'s value: the closing of `process` and the rest of the document.
-    tail: Vec<u8>,
+    /// The document, with holes for what is known only at the signal.
+    template: SignalTemplate,
 }
 
 static PREPARED: AtomicPtr<Prepared> = AtomicPtr::new(std::ptr::null_mut());
@@ -40,64 +44,23 @@ static PREPARED: AtomicPtr<Prepared> = AtomicPtr::new(std::ptr::null_mut());
 /// a forked child when it arms). Allocates; never call it from a signal handler.
 pub fn prepare(report_path: &Path) {
     let cfg = config::get();
-    let mut head = Json::new();
-    head.begin_object();
-    head.key("schema").str(super::SCHEMA);
-    head.key("schema_version").u64(super::SCHEMA_VERSION);
-    head.key("tool").begin_object();
-    head.key("name").str("cuguard");
-    head.key("version").str(env!("CARGO_PKG_VERSION"));
-    head.end_object();
-    let mut head = head.finish().into_bytes();
-    head.push(b',');
-
-    let mut p = Json::new();
-    p.begin_object();
-    p.key("pid").u64(process::pid().into());
-    p.key("ppid").u64(process::ppid().into());
-    p.key("exe").str(&process::exe());
-    p.key("argv").begin_array();
-    for a in process::argv() {
-        p.str(&a);
-    }
-    p.end_array();
-    p.key("hostname").str(&process::hostname());
-    p.key("rank");
-    match process::rank() {
-        Some(r) => p.i64(r),
-        None => p.null(),
+    let process = Process {
+        pid: process::pid(),
+        ppid: process::ppid(),
+        exe: process::exe(),
+        argv: process::argv(),
+        hostname: process::hostname(),
+        rank: process::rank().and_then(|r| u32::try_from(r).ok()),
+        start_unix_ms: cfg.start_unix_ms,
+        end_unix_ms: 0, // filled in at the signal
     };
-    p.key("start_unix_ms").u64(cfg.start_unix_ms);
-    let mut process_part = b"\"process\":".to_vec();
-    let body = p.finish();
-    // `{…"start_unix_ms":N` without a closing brace: the end time and `}` follow.
-    process_part.extend_from_slice(body.as_bytes());
-    process_part.extend_from_slice(b",\"end_unix_ms\":");
-
-    let mut t = Json::new();
-    t.begin_object();
-    t.key("driver").begin_object();
-    t.key("version").null();
-    t.key("path")
-        .str(crate::driver::driver_if_loaded().map_or("", |d| d.path.as_str()));
-    t.end_object();
-    t.key("devices").begin_array().end_array();
-    t.key("contexts").begin_array().end_array();
-    t.key("leaks").begin_array().end_array();
-    t.key("events").begin_array().end_array();
-    t.key("stacks").begin_array().end_array();
-    t.key("stats").begin_object();
-    t.key("devices").begin_array().end_array();
-    t.end_object();
-    t.key("faults").begin_array();
-    t.str("the full report could not be written at the signal; this one holds only the process and the signal");
-    t.end_array();
-    t.end_object();
-    let rest = t.finish();
-    // `{"driver":…}` → `},"driver":…}` (closing `process`, then the remaining members).
-    let mut tail = b"},".to_vec();
-    tail.extend_from_slice(&rest.as_bytes()[1..]);
-    tail.push(b'\n');
+    let driver = Driver {
+        version: UNKNOWN_VERSION,
+        path: crate::driver::driver_if_loaded().map_or_else(String::new, |d| d.path.clone()),
+    };
+    let Some(template) = SignalTemplate::new(&process, &driver, &[FAULT.to_string()]) else {
+        return;
+    };
 
     let Ok(path) = file::cstr(report_path) else {
         return;
@@ -124,9 +87,7 @@ pub fn prepare(report_path: &Path) {
         alt_path,
         tmp,
         mode: file::report_mode(),
-        head,
-        process: process_part,
-        tail,
+        template,
     }));
     // The previous one (a parent's, before a fork) is leaked: a signal handler may be reading it.
     PREPARED.store(fresh, Ordering::Release);
@@ -181,21 +142,13 @@ pub fn write(sig: i32, why: Why) -> bool {
     if fd < 0 {
         return false;
     }
-    let mut ok = put(fd, &p.head);
-    ok &= put(
-        fd,
-        b"\"complete\":false,\"reason\":\"signal\",\"cut_short\":\"",
+    let mut ok = p.template.write(
+        &mut |bytes: &[u8]| put(fd, bytes),
+        why.as_str(),
+        sig.max(0),
+        super::signal_name(sig),
+        now_unix_ms(),
     );
-    ok &= put(fd, why.as_str().as_bytes());
-    ok &= put(fd, b"\",\"signal\":{\"number\":");
-    let mut num = [0u8; 20];
-    ok &= put(fd, itoa(sig.max(0) as u64, &mut num));
-    ok &= put(fd, b",\"name\":\"");
-    ok &= put(fd, super::signal_name(sig).as_bytes());
-    ok &= put(fd, b"\"},");
-    ok &= put(fd, &p.process);
-    ok &= put(fd, itoa(now_unix_ms(), &mut num));
-    ok &= put(fd, &p.tail);
     // SAFETY: fd is ours.
     ok &= unsafe { libc::close(fd) } == 0;
     if !ok {
@@ -258,20 +211,6 @@ fn put(fd: libc::c_int, mut bytes: &[u8]) -> bool {
     true
 }
 
-/// Formats `v` in decimal into `buf`, without allocating.
-fn itoa(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    &buf[i..]
-}
-
 fn now_unix_ms() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -280,17 +219,4 @@ fn now_unix_ms() -> u64 {
     // SAFETY: ts is a valid out-parameter; clock_gettime is async-signal-safe.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn itoa_formats() {
-        let mut b = [0u8; 20];
-        assert_eq!(itoa(0, &mut b), b"0");
-        assert_eq!(itoa(1234567890, &mut b), b"1234567890");
-        assert_eq!(itoa(u64::MAX, &mut b), b"18446744073709551615");
-    }
 }

@@ -1,5 +1,5 @@
-//! Where the report goes and how it gets there: the path template, and an atomic write that
-//! never overwrites another process's report.
+//! How the report gets where it goes: an atomic write that never overwrites another process's
+//! report. (The path template is the report crate's, `cuguard_report::template`.)
 //!
 //! The document is written to a temporary file created with `O_EXCL | O_NOFOLLOW`, mode 0600,
 //! beside the destination, then renamed into place with `RENAME_NOREPLACE`. If the destination
@@ -18,51 +18,6 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, Ordering};
-
-/// Values for the template's placeholders.
-pub struct Placeholders {
-    pub pid: u32,
-    pub exe_name: String,
-    pub host: String,
-    pub rank: Option<i64>,
-    pub start_unix_s: u64,
-}
-
-/// Expands `%p` (pid), `%e` (executable name), `%h` (host), `%r` (rank, or `norank`), `%t`
-/// (start time, Unix seconds) and `%%`. Other `%` sequences stay as they are.
-pub fn expand(template: &str, p: &Placeholders) -> String {
-    let mut out = String::with_capacity(template.len() + 16);
-    let mut chars = template.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('p') => out.push_str(&p.pid.to_string()),
-            Some('e') => out.push_str(&sanitize(&p.exe_name)),
-            Some('h') => out.push_str(&sanitize(&p.host)),
-            Some('r') => match p.rank {
-                Some(r) => out.push_str(&r.to_string()),
-                None => out.push_str("norank"),
-            },
-            Some('t') => out.push_str(&p.start_unix_s.to_string()),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
-}
-
-fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| if c == '/' || c == '\0' { '_' } else { c })
-        .collect()
-}
 
 /// Where the report finally went, and what went wrong on the way.
 pub struct Written {
@@ -330,24 +285,6 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ph() -> Placeholders {
-        Placeholders {
-            pid: 42,
-            exe_name: "a/b".into(),
-            host: "h".into(),
-            rank: None,
-            start_unix_s: 7,
-        }
-    }
-
-    #[test]
-    fn expands_every_placeholder() {
-        assert_eq!(
-            expand("x.%e.%p.%h.%r.%t.%%.%z%", &ph()),
-            "x.a_b.42.h.norank.7.%.%z%"
-        );
-    }
 
     #[test]
     fn never_overwrites_and_falls_back_to_suffixes() {

@@ -5,30 +5,32 @@
 //! with their module and offset. Names are filled in where the symbolizer can do so in bounded
 //! time; `cuguard` does the analysis.
 //!
+//! The format is the `cuguard-report` crate's: [`write()`] gathers what the tracker, the stacks
+//! ([`crate::callsite`]), the pool ([`crate::serve`]), the timeline and the alerts hold as plain
+//! data, fills a [`cuguard_report::Report`] with it, and serializes it in one place. No JSON is
+//! written anywhere else in the shim.
+//!
 //! A process may write several reports to the same file, each replacing the last (see
 //! [`file`]): checkpoints and snapshots on request (`complete: false`), then the final one
-//! (`reason` `exit` or `signal`). Fields added here beyond REPORT.md, all optional for readers:
-//! `cut_short` (why `complete` is false, in words, or null), `signal` (`{number, name}` when a
-//! signal ended the process, else null) and `report_number` (1 for the first report this
-//! process wrote, 2 for the next, …). [`emergency`] writes the smallest valid report, without
-//! allocating, when a signal leaves nothing else possible.
+//! (`reason` `exit` or `signal`), each with its `report_number`. [`emergency`] writes the
+//! smallest valid report, without allocating, when a signal leaves nothing else possible.
 
 pub mod emergency;
 pub mod file;
-pub mod json;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use cuguard_report as format;
+use cuguard_report::wire::{UNKNOWN_VERSION, device_ordinal};
+use cuguard_report::{Addr, template};
 
 use crate::clock;
 use crate::config;
+use crate::pool::settings::Amount;
 use crate::process;
 use crate::tracker::{LeakState, NONE, Record, Tracker};
-use json::Json;
-
-/// The report's schema name.
-pub const SCHEMA: &str = "cuguard-report";
-/// The report's schema version.
-pub const SCHEMA_VERSION: u64 = 1;
 
 /// Why a report is written (the report's `reason`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,14 +45,13 @@ pub enum Reason {
     Request,
 }
 
-impl Reason {
-    /// The report's name for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Exit => "exit",
-            Reason::Checkpoint => "checkpoint",
-            Reason::Signal => "signal",
-            Reason::Request => "request",
+impl From<Reason> for format::Reason {
+    fn from(r: Reason) -> format::Reason {
+        match r {
+            Reason::Exit => format::Reason::Exit,
+            Reason::Checkpoint => format::Reason::Checkpoint,
+            Reason::Signal => format::Reason::Signal,
+            Reason::Request => format::Reason::Request,
         }
     }
 }
@@ -117,7 +118,7 @@ pub fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-/// One leak as it goes into the report.
+/// One leak as the tracker holds it.
 struct Leak {
     address: u64,
     record: Record,
@@ -132,12 +133,41 @@ pub struct Outcome {
     pub leaks: usize,
     pub leaked_bytes: u64,
     pub contexts_with_leaks: usize,
-    pub events: Vec<(&'static str, usize)>,
+    pub events: Vec<(String, usize)>,
     pub fallback_reason: Option<String>,
 }
 
 /// Writes the report for `occasion`; returns what it held and where it went.
 pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
+    let (report, host, rank) = gather(t, occasion);
+    let path = path_for(&host, rank);
+    let written = file::write_report(&path, &format::to_vec(&report))?;
+
+    let mut contexts_with_leaks: Vec<Option<u32>> =
+        report.leaks.iter().map(|l| l.context).collect();
+    contexts_with_leaks.sort_unstable();
+    contexts_with_leaks.dedup();
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    for k in report.events.iter().map(|e| e.kind.as_str()) {
+        match kinds.iter_mut().find(|(n, _)| n == k) {
+            Some((_, c)) => *c += 1,
+            None => kinds.push((k.to_string(), 1)),
+        }
+    }
+    Ok(Outcome {
+        path: written.path,
+        leaks: report.leaks.len(),
+        leaked_bytes: report.leaks.iter().map(|l| l.size).sum(),
+        contexts_with_leaks: contexts_with_leaks.len(),
+        events: kinds,
+        fallback_reason: written.fallback_reason,
+    })
+}
+
+/// Everything the report holds for `occasion`, gathered in the order it is written (the end
+/// time, the stacks' symbolization and the faults they record come late, as the report's own
+/// order has them); with the host and rank its path is made from.
+fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i64>) {
     let cfg = config::get();
     let mut leaks = collect_leaks(t);
     let (mut events, dropped) = t.events.snapshot();
@@ -167,266 +197,175 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
     let rank = process::rank();
     let host = process::hostname();
 
-    let mut j = Json::new();
-    j.begin_object();
-    j.key("schema").str(SCHEMA);
-    j.key("schema_version").u64(SCHEMA_VERSION);
-    j.key("tool").begin_object();
-    j.key("name").str("cuguard");
-    j.key("version").str(env!("CARGO_PKG_VERSION"));
-    j.end_object();
-    j.key("complete").bool(occasion.complete);
-    j.key("reason").str(occasion.reason.as_str());
-    j.key("cut_short").opt_str(occasion.cut_short);
-    j.key("signal");
-    match occasion.signal {
-        Some(sig) => {
-            j.begin_object();
-            j.key("number").i64(sig.into());
-            j.key("name").str(signal_name(sig));
-            j.end_object();
-        }
-        None => {
-            j.null();
-        }
-    }
     let number = REPORTS_WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-    j.key("report_number").u64(number);
-
-    j.key("process").begin_object();
-    j.key("pid").u64(process::pid().into());
-    j.key("ppid").u64(process::ppid().into());
-    j.key("exe").str(&process::exe());
-    j.key("argv").begin_array();
-    for a in process::argv() {
-        j.str(&a);
-    }
-    j.end_array();
-    j.key("hostname").str(&host);
-    j.key("rank");
-    match rank {
-        Some(r) => j.i64(r),
-        None => j.null(),
+    let process = format::Process {
+        pid: process::pid(),
+        ppid: process::ppid(),
+        exe: process::exe(),
+        argv: process::argv(),
+        hostname: host.clone(),
+        // The schema's rank is a count: a launcher's negative rank is not one.
+        rank: rank.and_then(|r| u32::try_from(r).ok()),
+        start_unix_ms: cfg.start_unix_ms,
+        end_unix_ms: clock::unix_ms(),
     };
-    j.key("start_unix_ms").u64(cfg.start_unix_ms);
-    j.key("end_unix_ms").u64(clock::unix_ms());
-    j.end_object();
-
-    j.key("driver").begin_object();
-    j.key("version");
-    match driver_version() {
-        Some(v) => j.i64(v.into()),
-        None => j.null(),
+    let mut r = format::Report::new(occasion.complete, occasion.reason.into(), process);
+    r.cut_short = occasion.cut_short.map(String::from);
+    r.signal = occasion.signal.map(|sig| format::Signal {
+        number: sig,
+        name: signal_name(sig).into(),
+    });
+    r.report_number = Some(number);
+    r.driver = format::Driver {
+        version: driver_version().map_or(UNKNOWN_VERSION, i64::from),
+        path: crate::driver::driver_if_loaded().map_or_else(String::new, |d| d.path.clone()),
     };
-    j.key("path")
-        .str(crate::driver::driver_if_loaded().map_or("", |d| d.path.as_str()));
-    j.end_object();
+    r.devices = devices
+        .into_iter()
+        .map(|d| format::Device {
+            ordinal: device_ordinal(d.ordinal),
+            name: d.name,
+            total_bytes: d.total_bytes,
+        })
+        .collect();
+    r.config = Some(settings(cfg));
+    r.contexts = contexts
+        .iter()
+        .map(|c| format::Context {
+            id: c.id,
+            handle: Addr(c.handle),
+            device: device_ordinal(c.device),
+            primary: c.primary,
+            destroyed: c.destroyed,
+            destroyed_by: c.destroyed_by.map(|e| e.name().into()),
+            created_ms: Some(c.created_ms),
+            destroyed_ms: c.destroyed_ms,
+            stack: id(c.stack).map(u64::from),
+        })
+        .collect();
+    let mut apis: HashMap<&'static str, Arc<str>> = HashMap::new();
+    r.leaks = leaks
+        .iter()
+        .map(|l| {
+            let rec = &l.record;
+            format::Leak {
+                address: Addr(l.address),
+                size: rec.size,
+                requested: rec.requested,
+                api: apis
+                    .entry(rec.api.name())
+                    .or_insert_with_key(|n| Arc::from(*n))
+                    .clone(),
+                memory: rec.memory.into(),
+                device: device_ordinal(rec.device),
+                context: id(rec.context),
+                thread: rec.thread.into(),
+                seq: rec.seq,
+                time_ms: rec.time_ms,
+                stack: id(rec.stack).map(u64::from),
+                state: l.state.into(),
+                handle: l.handle.map(Addr),
+            }
+        })
+        .collect();
+    r.events = events
+        .into_iter()
+        .map(|e| format::Event {
+            kind: e.kind.into(),
+            address: (e.address != 0).then_some(Addr(e.address)),
+            api: Some(e.api.name().into()),
+            seq: e.seq,
+            thread: e.thread.into(),
+            stack: id(e.stack).map(u64::from),
+            result: Some(e.result.into()),
+            size: e.size,
+            context: id(e.context),
+            time_ms: Some(e.time_ms),
+            message: e.message,
+            device: None,
+        })
+        .chain(alerts.iter().map(|a| a.event()))
+        .collect();
+    r.events_dropped = Some(dropped);
 
-    j.key("devices").begin_array();
-    for d in &devices {
-        j.begin_object();
-        j.key("ordinal").i64(d.ordinal.into());
-        j.key("name").str(&d.name);
-        j.key("total_bytes").u64(d.total_bytes);
-        j.end_object();
-    }
-    j.end_array();
+    let (stacks, modules) = crate::callsite::stacks();
+    r.stacks = stacks;
+    r.modules = modules;
 
-    j.key("config").begin_object();
-    j.key("report").str(&cfg.report_template);
-    j.key("stack_depth").u64(cfg.stack_depth as u64);
-    j.key("pool").bool(cfg.pool);
-    let amount = |j: &mut Json, a: Option<crate::pool::settings::Amount>| match a {
-        Some(crate::pool::settings::Amount::Bytes(u64::MAX)) | None => {
-            j.null();
-        }
-        Some(crate::pool::settings::Amount::Bytes(b)) => {
-            j.str(&b.to_string());
-        }
-        Some(crate::pool::settings::Amount::Percent(p)) => {
-            j.str(&format!("{p}%"));
-        }
-    };
-    j.key("pool_initial");
-    amount(&mut j, Some(cfg.pool_settings.initial));
-    j.key("pool_limit");
-    amount(&mut j, cfg.pool_settings.limit);
-    j.key("pool_keep");
-    amount(&mut j, Some(cfg.pool_settings.keep));
-    j.key("timeline_ms").u64(cfg.timeline_ms);
-    j.key("disabled").bool(cfg.disabled);
-    j.key("checkpoint_secs").u64(cfg.checkpoint_secs);
-    j.key("warn_at");
-    match cfg.warn_at {
-        Some(crate::pool::settings::Amount::Bytes(b)) => j.str(&b.to_string()),
-        Some(crate::pool::settings::Amount::Percent(p)) => j.str(&format!("{p}%")),
-        None => j.null(),
-    };
-    j.key("snapshot_signal");
-    if cfg.snapshot_signal == 0 {
-        j.null();
-    } else {
-        j.i64(cfg.snapshot_signal.into());
-    }
-    j.key("signals").bool(cfg.signals);
-    j.end_object();
-
-    j.key("contexts").begin_array();
-    for c in &contexts {
-        j.begin_object();
-        j.key("id").u64(c.id.into());
-        j.key("handle").addr(c.handle);
-        j.key("device").i64(c.device.into());
-        j.key("primary").bool(c.primary);
-        j.key("destroyed").bool(c.destroyed);
-        j.key("destroyed_by")
-            .opt_str(c.destroyed_by.map(|e| e.name()));
-        j.key("created_ms").u64(c.created_ms);
-        j.key("destroyed_ms").opt_u64(c.destroyed_ms);
-        j.key("stack");
-        opt_id(&mut j, c.stack);
-        j.end_object();
-    }
-    j.end_array();
-
-    j.key("leaks").begin_array();
-    for l in &leaks {
-        let r = &l.record;
-        j.begin_object();
-        j.key("address").addr(l.address);
-        j.key("size").u64(r.size);
-        j.key("requested").u64(r.requested);
-        j.key("api").str(r.api.name());
-        j.key("memory").str(r.memory.as_str());
-        j.key("device").i64(r.device.into());
-        j.key("context");
-        opt_id(&mut j, r.context);
-        j.key("thread").u64(r.thread.into());
-        j.key("seq").u64(r.seq);
-        j.key("time_ms").u64(r.time_ms);
-        j.key("stack");
-        opt_id(&mut j, r.stack);
-        j.key("state").str(l.state.as_str());
-        if let Some(h) = l.handle {
-            j.key("handle").addr(h);
-        }
-        j.end_object();
-    }
-    j.end_array();
-
-    j.key("events").begin_array();
-    for e in &events {
-        j.begin_object();
-        j.key("kind").str(e.kind.as_str());
-        j.key("address");
-        if e.address == 0 {
-            j.null();
-        } else {
-            j.addr(e.address);
-        }
-        j.key("api").str(e.api.name());
-        j.key("seq").u64(e.seq);
-        j.key("thread").u64(e.thread.into());
-        j.key("stack");
-        opt_id(&mut j, e.stack);
-        j.key("result").u64(e.result.into());
-        j.key("size").opt_u64(e.size);
-        j.key("context");
-        opt_id(&mut j, e.context);
-        j.key("time_ms").u64(e.time_ms);
-        j.key("message").opt_str(e.message.as_deref());
-        j.end_object();
-    }
-    for a in &alerts {
-        a.write(&mut j);
-    }
-    j.end_array();
-    j.key("events_dropped").u64(dropped);
-
-    crate::callsite::write_stacks(&mut j);
-
-    j.key("stats").begin_object();
-    j.key("devices").begin_array();
-    for d in t.stats.snapshot() {
-        j.begin_object();
-        j.key("device").i64(d.device.into());
-        j.key("live_bytes").u64(d.live_bytes);
-        j.key("peak_live_bytes").u64(d.peak_live_bytes);
-        j.key("total_allocated_bytes").u64(d.total_allocated_bytes);
-        j.key("allocations").u64(d.allocations);
-        j.key("frees").u64(d.frees);
-        j.key("released_bytes").u64(d.released_bytes);
-        j.key("host_pinned_live_bytes")
-            .u64(d.host_pinned_live_bytes);
-        j.key("pool");
-        crate::serve::write_pool_stats(&mut j, d.device);
-        j.end_object();
-    }
-    j.end_array();
+    r.stats.devices = t
+        .stats
+        .snapshot()
+        .into_iter()
+        .map(|d| format::DeviceStats {
+            device: device_ordinal(d.device),
+            live_bytes: d.live_bytes,
+            peak_live_bytes: d.peak_live_bytes,
+            total_allocated_bytes: d.total_allocated_bytes,
+            allocations: d.allocations,
+            frees: d.frees,
+            released_bytes: Some(d.released_bytes),
+            host_pinned_live_bytes: Some(d.host_pinned_live_bytes),
+            pool: crate::serve::pool_stats(d.device),
+        })
+        .collect();
     let (ranges, bytes) = t.vmm.reservations();
-    j.key("vmm_reserved_ranges").u64(ranges as u64);
-    j.key("vmm_reserved_bytes").u64(bytes);
-    j.end_object();
+    r.stats.vmm_reserved_ranges = Some(ranges as u64);
+    r.stats.vmm_reserved_bytes = Some(bytes);
 
-    crate::timeline::write(&mut j);
+    r.timeline = crate::timeline::report();
 
-    let (exported, dlsym, gpa) = crate::doors::counts();
-    j.key("doors").begin_object();
-    j.key("exported").u64(exported);
-    j.key("dlsym").u64(dlsym);
-    j.key("get_proc_address").u64(gpa);
-    j.end_object();
+    let (exported, dlsym, get_proc_address) = crate::doors::counts();
+    r.doors = Some(format::Doors {
+        dlsym,
+        get_proc_address,
+        exported: Some(exported),
+    });
 
-    let mut faults = cfg.problems.clone();
-    faults.extend(crate::faults::all());
-    j.key("faults").begin_array();
-    for f in &faults {
-        j.str(f);
+    r.faults = cfg.problems.clone();
+    r.faults.extend(crate::faults::all());
+    (r, host, rank)
+}
+
+/// The report's `config`: the effective settings.
+fn settings(cfg: &config::Config) -> format::Config {
+    let text = |a: Amount| match a {
+        Amount::Bytes(b) => b.to_string(),
+        Amount::Percent(p) => format!("{p}%"),
+    };
+    // A pool amount of u64::MAX bytes is "none" (no limit, keep everything).
+    let amount = |a: Option<Amount>| a.filter(|a| *a != Amount::Bytes(u64::MAX)).map(text);
+    format::Config {
+        report: Some(cfg.report_template.clone()),
+        stack_depth: Some(cfg.stack_depth as u64),
+        pool: Some(cfg.pool),
+        pool_initial: amount(Some(cfg.pool_settings.initial)),
+        pool_limit: amount(cfg.pool_settings.limit),
+        pool_keep: amount(Some(cfg.pool_settings.keep)),
+        timeline_ms: Some(cfg.timeline_ms),
+        disabled: Some(cfg.disabled),
+        checkpoint_secs: Some(cfg.checkpoint_secs),
+        warn_at: cfg.warn_at.map(text),
+        snapshot_signal: (cfg.snapshot_signal != 0).then_some(cfg.snapshot_signal),
+        signals: Some(cfg.signals),
     }
-    j.end_array();
-    j.end_object();
-
-    let path = path_for(host, rank);
-    let mut doc = j.finish();
-    doc.push('\n');
-    let written = file::write_report(&path, doc.as_bytes())?;
-
-    let mut contexts_with_leaks: Vec<u32> = leaks.iter().map(|l| l.record.context).collect();
-    contexts_with_leaks.sort_unstable();
-    contexts_with_leaks.dedup();
-    let mut kinds: Vec<(&'static str, usize)> = Vec::new();
-    let alert_kinds = alerts.iter().map(|a| a.kind());
-    for k in events.iter().map(|e| e.kind.as_str()).chain(alert_kinds) {
-        match kinds.iter_mut().find(|(n, _)| *n == k) {
-            Some((_, c)) => *c += 1,
-            None => kinds.push((k, 1)),
-        }
-    }
-    Ok(Outcome {
-        path: written.path,
-        leaks: leaks.len(),
-        leaked_bytes: leaks.iter().map(|l| l.record.size).sum(),
-        contexts_with_leaks: contexts_with_leaks.len(),
-        events: kinds,
-        fallback_reason: written.fallback_reason,
-    })
 }
 
 /// Where this process's report goes: the template expanded, relative to the start directory.
 pub fn report_path() -> PathBuf {
-    path_for(process::hostname(), process::rank())
+    path_for(&process::hostname(), process::rank())
 }
 
-fn path_for(host: String, rank: Option<i64>) -> PathBuf {
+fn path_for(host: &str, rank: Option<i64>) -> PathBuf {
     let cfg = config::get();
-    let placeholders = file::Placeholders {
+    let exe_name = process::exe_name();
+    let placeholders = template::Placeholders {
         pid: process::pid(),
-        exe_name: process::exe_name(),
+        exe_name: &exe_name,
         host,
         rank,
         start_unix_s: cfg.start_unix_ms / 1000,
     };
-    let path = PathBuf::from(file::expand(&cfg.report_template, &placeholders));
+    let path = PathBuf::from(template::expand(&cfg.report_template, &placeholders));
     if path.is_relative() {
         cfg.start_dir.join(path)
     } else {
@@ -434,12 +373,9 @@ fn path_for(host: String, rank: Option<i64>) -> PathBuf {
     }
 }
 
-fn opt_id(j: &mut Json, id: u32) {
-    if id == NONE {
-        j.null();
-    } else {
-        j.u64(id.into());
-    }
+/// A context or stack id, or `None` for [`NONE`].
+fn id(v: u32) -> Option<u32> {
+    (v != NONE).then_some(v)
 }
 
 fn collect_leaks(t: &Tracker) -> Vec<Leak> {
@@ -555,7 +491,7 @@ pub fn write_and_say(t: &Tracker, occasion: &Occasion) -> Option<Outcome> {
                     &SAID,
                     &format!(
                         "{} report: {} ({why})",
-                        occasion.reason.as_str(),
+                        format::Reason::from(occasion.reason),
                         outcome.path.display()
                     ),
                 );
@@ -565,7 +501,7 @@ pub fn write_and_say(t: &Tracker, occasion: &Occasion) -> Option<Outcome> {
         Err(e) => {
             crate::diag::warn(&format!(
                 "could not write the {} report: {e}",
-                occasion.reason.as_str()
+                format::Reason::from(occasion.reason)
             ));
             None
         }

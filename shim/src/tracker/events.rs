@@ -31,18 +31,18 @@ pub enum Kind {
     IpcRefused,
 }
 
-impl Kind {
-    /// The report's name for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::DoubleFree => "double_free",
-            Kind::InvalidFree => "invalid_free",
-            Kind::UntrackedFree => "untracked_free",
-            Kind::FreeInWrongContext => "free_in_wrong_context",
-            Kind::FreeAfterContextDestroy => "free_after_context_destroy",
-            Kind::ContextDestroyedWithLiveAllocations => "context_destroyed_with_live_allocations",
-            Kind::AllocFailed => "alloc_failed",
-            Kind::IpcRefused => "ipc_refused",
+impl From<Kind> for cuguard_report::EventKind {
+    fn from(k: Kind) -> cuguard_report::EventKind {
+        use cuguard_report::EventKind as K;
+        match k {
+            Kind::DoubleFree => K::DoubleFree,
+            Kind::InvalidFree => K::InvalidFree,
+            Kind::UntrackedFree => K::UntrackedFree,
+            Kind::FreeInWrongContext => K::FreeInWrongContext,
+            Kind::FreeAfterContextDestroy => K::FreeAfterContextDestroy,
+            Kind::ContextDestroyedWithLiveAllocations => K::ContextDestroyedWithLiveAllocations,
+            Kind::AllocFailed => K::AllocFailed,
+            Kind::IpcRefused => K::IpcRefused,
         }
     }
 }

@@ -29,17 +29,25 @@ pub enum Memory {
     HostPinned,
 }
 
+impl From<Memory> for cuguard_report::Memory {
+    fn from(m: Memory) -> cuguard_report::Memory {
+        match m {
+            Memory::Device => cuguard_report::Memory::Device,
+            Memory::Pitched => cuguard_report::Memory::Pitched,
+            Memory::Managed => cuguard_report::Memory::Managed,
+            Memory::Async => cuguard_report::Memory::Async,
+            Memory::Vmm => cuguard_report::Memory::Vmm,
+            Memory::HostPinned => cuguard_report::Memory::HostPinned,
+        }
+    }
+}
+
 impl Memory {
     /// The report's name for it.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Memory::Device => "device",
-            Memory::Pitched => "pitched",
-            Memory::Managed => "managed",
-            Memory::Async => "async",
-            Memory::Vmm => "vmm",
-            Memory::HostPinned => "host_pinned",
-        }
+        cuguard_report::Memory::from(self)
+            .known_name()
+            .unwrap_or_default()
     }
 
     /// Whether it occupies device memory (everything but pinned host memory).
@@ -55,12 +63,13 @@ pub enum LeakState {
     ReleasedByContextDestroy,
 }
 
-impl LeakState {
-    /// The report's name for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LeakState::LiveAtExit => "live_at_exit",
-            LeakState::ReleasedByContextDestroy => "released_by_context_destroy",
+impl From<LeakState> for cuguard_report::LeakState {
+    fn from(s: LeakState) -> cuguard_report::LeakState {
+        match s {
+            LeakState::LiveAtExit => cuguard_report::LeakState::LiveAtExit,
+            LeakState::ReleasedByContextDestroy => {
+                cuguard_report::LeakState::ReleasedByContextDestroy
+            }
         }
     }
 }

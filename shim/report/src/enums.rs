@@ -1,0 +1,171 @@
+//! The report's enumerations: values written as strings (`reason`, `leaks[].memory`,
+//! `leaks[].state`, `events[].kind`), each keeping values this version does not know.
+
+use serde::{Deserialize, Serialize};
+
+/// Declares an enumeration stored in JSON as a string, keeping values it does not know.
+macro_rules! string_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)*
+            /// A value this version of cuguard does not know, kept as written.
+            Other(Box<str>),
+        }
+
+        impl $name {
+            /// Every known value, in declaration order.
+            pub const KNOWN: &[$name] = &[$($name::$variant,)*];
+
+            /// The name as written in reports.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(Self::$variant => $text,)*
+                    Self::Other(text) => text,
+                }
+            }
+
+            /// The name as written in reports of a known value; `None` for `Other`.
+            pub const fn known_name(&self) -> Option<&'static str> {
+                match self {
+                    $(Self::$variant => Some($text),)*
+                    Self::Other(_) => None,
+                }
+            }
+
+            /// The variant for a name as written in reports.
+            pub fn from_name(text: &str) -> Self {
+                match text {
+                    $($text => Self::$variant,)*
+                    other => Self::Other(other.into()),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl serde::de::Visitor<'_> for V {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<$name, E> {
+                        Ok($name::from_name(v))
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+    };
+}
+
+string_enum! {
+    /// Why a report was written (`reason`).
+    Reason {
+        /// The process ended normally.
+        Exit = "exit",
+        /// A periodic checkpoint while the process ran.
+        Checkpoint = "checkpoint",
+        /// A fatal signal cut the process short.
+        Signal = "signal",
+        /// Someone asked for a report (`cuguard snapshot`, through the snapshot signal).
+        Request = "request",
+    }
+}
+
+string_enum! {
+    /// What kind of memory an allocation is (`leaks[].memory`).
+    Memory {
+        /// `cuMemAlloc*`.
+        Device = "device",
+        /// `cuMemAllocPitch*`.
+        Pitched = "pitched",
+        /// `cuMemAllocManaged`.
+        Managed = "managed",
+        /// Stream-ordered: `cuMemAllocAsync*`, `cuMemAllocFromPoolAsync*`.
+        Async = "async",
+        /// Virtual memory management: `cuMemCreate`/`cuMemMap`.
+        Vmm = "vmm",
+        /// Page-locked host memory: `cuMemAllocHost*`, `cuMemHostAlloc`.
+        HostPinned = "host_pinned",
+    }
+}
+
+string_enum! {
+    /// Why an allocation is in `leaks` (`leaks[].state`).
+    LeakState {
+        /// The program still owned it when the report was written.
+        LiveAtExit = "live_at_exit",
+        /// Its context was destroyed (or the primary context reset or released) while it was
+        /// live, so the memory is gone without a free.
+        ReleasedByContextDestroy = "released_by_context_destroy",
+    }
+}
+
+string_enum! {
+    /// What an event is (`events[].kind`). Unknown kinds are valid and kept.
+    EventKind {
+        /// A pointer freed twice.
+        DoubleFree = "double_free",
+        /// A free the driver refused (not an allocation, or an interior pointer).
+        InvalidFree = "invalid_free",
+        /// A free of a pointer the shim never saw allocated; forwarded to the driver.
+        UntrackedFree = "untracked_free",
+        /// A free made while another context than the allocation's was current.
+        FreeInWrongContext = "free_in_wrong_context",
+        /// A free of an allocation that had already gone with its destroyed context.
+        FreeAfterContextDestroy = "free_after_context_destroy",
+        /// A context went away while allocations in it were live.
+        ContextDestroyedWithLiveAllocations = "context_destroyed_with_live_allocations",
+        /// An allocation call failed.
+        AllocFailed = "alloc_failed",
+        /// An IPC export of a pooled pointer was refused.
+        IpcRefused = "ipc_refused",
+        /// Live memory crossed the configured warning threshold.
+        WarnThresholdCrossed = "warn_threshold_crossed",
+        /// A problem of the shim itself.
+        ShimFault = "shim_fault",
+    }
+}
+
+/// `stacks[].site.in`: which list of a stack the site's index points into.
+pub mod site_list {
+    /// The native frames (`frames`).
+    pub const FRAMES: &str = "frames";
+    /// The Python frames (`python`).
+    pub const PYTHON: &str = "python";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_values_are_kept() {
+        for k in EventKind::KNOWN {
+            assert_eq!(&EventKind::from_name(k.as_str()), k);
+            assert_eq!(k.known_name(), Some(k.as_str()));
+        }
+        let future = EventKind::from_name("kind_from_the_future");
+        assert_eq!(future, EventKind::Other("kind_from_the_future".into()));
+        assert_eq!(future.known_name(), None);
+        assert_eq!(
+            serde_json::to_string(&Memory::HostPinned).unwrap(),
+            "\"host_pinned\""
+        );
+    }
+}

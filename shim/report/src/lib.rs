@@ -1,0 +1,103 @@
+//! The cuguard report format, shared by the shim that writes reports (`libcuguard.so`) and the
+//! `cuguard` command that reads them.
+//!
+//! # What a report is
+//!
+//! One JSON document per process (schema [`SCHEMA_NAME`], version [`SCHEMA_VERSION`]), written
+//! by the shim when the process ends, and also at checkpoints, on request and, cut short, at a
+//! fatal signal. It holds raw facts: the process, the driver and devices, every context, every
+//! allocation still owned by the program (`leaks`), the misuse seen (`events`), call stacks as
+//! instruction pointers with their module and offset (names where the shim could find them in
+//! time), per-device statistics, the pool's figures, a memory timeline, and the shim's settings
+//! and faults. `cuguard merge` puts several processes' reports in one document ([`merged`]).
+//! The contract is `../shared/REPORT.md`; `docs/report.schema.json` is its machine-checked
+//! form, and this crate's tests check the types against it.
+//!
+//! # The types
+//!
+//! [`Report`] and its parts ([`Process`], [`Driver`], [`Device`], [`Config`], [`Context`],
+//! [`Leak`], [`Event`], [`Stack`] with [`Frame`], [`PyFrame`] and [`StackSite`], [`Module`],
+//! [`Stats`] with [`DeviceStats`] and [`PoolStats`], [`Timeline`], [`Doors`]) describe every
+//! field the shim writes, in the order it writes them. Fields added after the first contract are
+//! optional for readers. Enumerations ([`Reason`], [`Memory`], [`LeakState`], [`EventKind`]) keep
+//! values they do not know. Addresses are [`Addr`] (`"0x…"` in JSON); device ordinals and the
+//! driver version have a spelling for "unknown" ([`wire`]).
+//!
+//! # Reading and writing
+//!
+//! Reading is plain serde (`serde_json::from_slice::<Report>`); the `cuguard` command wraps it
+//! with one-line errors and merged reports (`cuguard::report::Document`), and calls
+//! [`intern::reset`] before each report so that repeated strings share one allocation. Writing
+//! goes through [`write()`] or [`to_vec`]. Besides, the crate holds:
+//!
+//! - [`template`]: the report path template (`CUGUARD_REPORT`), expanded by the shim to write
+//!   and by `cuguard snapshot` to look;
+//! - [`signal`]: the report of last resort, rendered in advance and completed in a signal handler
+//!   without allocating;
+//! - [`merged`]: the merged report's writer;
+//! - [`edit`]: rewriting a report's stacks in place, keeping every other field as it was.
+//!
+//! # Example
+//!
+//! ```
+//! use cuguard_report::{Addr, Leak, LeakState, Memory, Process, Reason, Report};
+//!
+//! let process = Process {
+//!     pid: 4242,
+//!     ppid: 1,
+//!     exe: "/opt/app/train".into(),
+//!     argv: vec!["train".into()],
+//!     hostname: "node7".into(),
+//!     rank: None,
+//!     start_unix_ms: 1_764_461_000_000,
+//!     end_unix_ms: 1_764_461_003_000,
+//! };
+//! let mut report = Report::new(true, Reason::Exit, process);
+//! report.leaks.push(Leak {
+//!     address: Addr(0x7f2a_4000_0000),
+//!     size: 1 << 20,
+//!     requested: 1 << 20,
+//!     api: "cuMemAlloc_v2".into(),
+//!     memory: Memory::Device,
+//!     device: 0,
+//!     context: None,
+//!     thread: 4242,
+//!     seq: 1,
+//!     time_ms: 12,
+//!     stack: None,
+//!     state: LeakState::LiveAtExit,
+//!     handle: None,
+//! });
+//! let text = cuguard_report::to_vec(&report);
+//! let back: Report = serde_json::from_slice(&text)?;
+//! assert_eq!(back, report);
+//! assert_eq!(back.process_name(), "train[4242]");
+//! assert_eq!(back.leaked_bytes(), 1 << 20);
+//! # Ok::<(), serde_json::Error>(())
+//! ```
+
+mod addr;
+mod config;
+pub mod edit;
+mod enums;
+pub mod intern;
+pub mod merged;
+mod model;
+pub mod signal;
+pub mod template;
+pub mod wire;
+mod write;
+
+pub use addr::Addr;
+pub use config::Config;
+pub use enums::{EventKind, LeakState, Memory, Reason, site_list};
+pub use model::{
+    Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, Module, PoolStats, Process,
+    PyFrame, Report, Sample, Signal, Stack, StackSite, Stats, Timeline, Tool,
+};
+pub use write::{to_vec, write};
+
+/// The value of every report's `schema` field.
+pub const SCHEMA_NAME: &str = "cuguard-report";
+/// The schema version the shim writes and `cuguard` reads.
+pub const SCHEMA_VERSION: u64 = 1;

@@ -1,0 +1,479 @@
+//! The report crate against `docs/report.schema.json`: a report with every optional field
+//! present and every enumeration value used validates, so do one with every nullable field null,
+//! the signal-time report and a merged report; every key the crate writes is a property of the
+//! schema at that place, and every property of the schema is a key the crate writes.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cuguard_report::merged::{Merged, MergedWriter};
+use cuguard_report::signal::SignalTemplate;
+use cuguard_report::wire::{UNKNOWN_DEVICE, UNKNOWN_VERSION};
+use cuguard_report::{
+    Addr, Config, Context, Device, DeviceStats, Doors, Driver, Event, EventKind, Frame, Leak,
+    LeakState, Memory, Module, PoolStats, Process, PyFrame, Reason, Report, Sample, Signal, Stack,
+    StackSite, Timeline, site_list,
+};
+use serde_json::Value;
+
+fn schema() -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/report.schema.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("schema is JSON")
+}
+
+fn validate(schema: &Value, doc: &Value) -> Result<(), String> {
+    let validator = jsonschema::draft202012::new(schema).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("\n"))
+    }
+}
+
+fn process() -> Process {
+    Process {
+        pid: 4242,
+        ppid: 4241,
+        exe: "/opt/app/train".into(),
+        argv: vec!["train".into(), "--epochs".into(), "3".into()],
+        hostname: "node7".into(),
+        rank: Some(3),
+        start_unix_ms: 1_764_461_000_000,
+        end_unix_ms: 1_764_461_003_000,
+    }
+}
+
+fn frame(ip: u64, function: &str, inlined: bool) -> Frame {
+    Frame {
+        ip: Addr(ip),
+        module: Arc::from("/opt/app/train"),
+        offset: Addr(ip - 0x5500_0000_0000),
+        function: Some(function.into()),
+        file: Some("/src/train.cc".into()),
+        line: Some(42),
+        inlined: Some(inlined),
+    }
+}
+
+fn memory_of(i: usize) -> Memory {
+    Memory::KNOWN[i % Memory::KNOWN.len()].clone()
+}
+
+/// A report with every optional field present and every enumeration value used (the reason
+/// excepted: see [`every_reason`]).
+fn full_report(reason: Reason) -> Report {
+    let mut r = Report::new(true, reason, process());
+    r.cut_short = Some("checkpoint: the process was still running".into());
+    r.signal = Some(Signal {
+        number: 11,
+        name: "SIGSEGV".into(),
+    });
+    r.report_number = Some(2);
+    r.driver = Driver {
+        version: 13000,
+        path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+    };
+    r.devices = vec![Device {
+        ordinal: 0,
+        name: "NVIDIA H200".into(),
+        total_bytes: 150_754_820_096,
+    }];
+    r.config = Some(Config {
+        report: Some("./cuguard.%e.%p.json".into()),
+        stack_depth: Some(32),
+        pool: Some(true),
+        pool_initial: Some("0".into()),
+        pool_limit: Some("25%".into()),
+        pool_keep: Some("1073741824".into()),
+        timeline_ms: Some(100),
+        disabled: Some(false),
+        checkpoint_secs: Some(60),
+        warn_at: Some("90%".into()),
+        snapshot_signal: Some(41),
+        signals: Some(true),
+    });
+    r.contexts = vec![Context {
+        id: 1,
+        handle: Addr(0x55d0_c0a1_b2c0),
+        device: 0,
+        primary: false,
+        destroyed: true,
+        destroyed_by: Some("cuCtxDestroy_v2".into()),
+        created_ms: Some(3),
+        destroyed_ms: Some(90),
+        stack: Some(1),
+    }];
+    let states = LeakState::KNOWN;
+    r.leaks = (0..Memory::KNOWN.len().max(states.len()))
+        .map(|i| Leak {
+            address: Addr(0x7f2a_4000_0000 + (i as u64) * 0x10_0000),
+            size: 1 << 20,
+            requested: 1000,
+            api: Arc::from("cuMemAlloc_v2"),
+            memory: memory_of(i),
+            device: 0,
+            context: Some(1),
+            thread: 4242,
+            seq: i as u64 + 1,
+            time_ms: 12,
+            stack: Some(1),
+            state: states[i % states.len()].clone(),
+            handle: Some(Addr(0x10 + i as u64)),
+        })
+        .collect();
+    r.events = EventKind::KNOWN
+        .iter()
+        .cloned()
+        .chain([EventKind::Other("kind_from_the_future".into())])
+        .enumerate()
+        .map(|(i, kind)| Event {
+            kind,
+            address: Some(Addr(0x7f2a_4000_0000)),
+            api: Some("cuMemFree_v2".into()),
+            seq: 100 + i as u64,
+            thread: 4243,
+            stack: Some(2),
+            result: Some(1),
+            size: Some(4096),
+            context: Some(1),
+            time_ms: Some(50),
+            message: Some("cuMemFree_v2 refused to free it".into()),
+            device: Some(0),
+        })
+        .collect();
+    r.events_dropped = Some(7);
+    r.stacks = vec![
+        Stack {
+            id: 1,
+            frames: vec![
+                frame(0x5500_0000_1000, "inlined_helper", true),
+                frame(0x5500_0000_1000, "make_buffers", false),
+            ],
+            python: vec![],
+            site: Some(StackSite {
+                in_: site_list::FRAMES.into(),
+                index: 1,
+                fingerprint: "9c3e0a".into(),
+            }),
+        },
+        Stack {
+            id: 2,
+            frames: vec![frame(0x5500_0000_2000, "PyObject_Call", false)],
+            python: vec![PyFrame {
+                file: "/work/train.py".into(),
+                line: Some(75),
+                function: "load_batch".into(),
+            }],
+            site: Some(StackSite {
+                in_: site_list::PYTHON.into(),
+                index: 0,
+                fingerprint: "77ab01".into(),
+            }),
+        },
+    ];
+    r.modules = vec![Module {
+        path: "/opt/app/train".into(),
+        build_id: Some("0123abcd".into()),
+        base: Addr(0x5500_0000_0000),
+        start: Some(Addr(0x5500_0000_0000)),
+        size: 0x10_0000,
+    }];
+    r.stats.devices = vec![DeviceStats {
+        device: 0,
+        live_bytes: 6 << 20,
+        peak_live_bytes: 8 << 20,
+        total_allocated_bytes: 9 << 20,
+        allocations: 9,
+        frees: 3,
+        released_bytes: Some(1 << 20),
+        host_pinned_live_bytes: Some(4096),
+        pool: Some(PoolStats {
+            reserved_bytes: 64 << 20,
+            peak_reserved_bytes: 64 << 20,
+            chunks: Some(2),
+            chunks_added: Some(3),
+            trims: Some(1),
+            trimmed_bytes: Some(32 << 20),
+            free_bytes: Some(58 << 20),
+            largest_free_block: Some(50 << 20),
+            fragmentation: Some(0.137),
+            pending_bytes: Some(1 << 20),
+            fences: Some(12),
+            syncs: Some(1),
+            limit_refusals: Some(0),
+        }),
+    }];
+    r.stats.vmm_reserved_ranges = Some(1);
+    r.stats.vmm_reserved_bytes = Some(2 << 20);
+    r.timeline = Some(Timeline {
+        interval_ms: 100,
+        samples: vec![Sample {
+            time_ms: 0,
+            device: 0,
+            live_bytes: 0,
+            reserved_bytes: 64 << 20,
+        }],
+    });
+    r.doors = Some(Doors {
+        dlsym: 3,
+        get_proc_address: 41,
+        exported: Some(0),
+    });
+    r.faults = vec!["CUGUARD_STACK_DEPTH=\"x\" is not a number; using 32".into()];
+    r
+}
+
+/// The same report with every nullable field null and every unknown spelled as such.
+fn null_report() -> Report {
+    let mut r = full_report(Reason::Exit);
+    r.cut_short = None;
+    r.signal = None;
+    r.process.rank = None;
+    r.driver.version = UNKNOWN_VERSION;
+    let c = r.config.as_mut().unwrap();
+    (c.pool_initial, c.pool_limit, c.pool_keep, c.warn_at) = (None, None, None, None);
+    c.snapshot_signal = None;
+    r.contexts[0].destroyed_by = None;
+    r.contexts[0].destroyed_ms = None;
+    r.contexts[0].stack = None;
+    for l in &mut r.leaks {
+        (l.context, l.stack, l.device) = (None, None, UNKNOWN_DEVICE);
+    }
+    for e in &mut r.events {
+        (e.address, e.api, e.stack, e.result) = (None, None, None, None);
+        (e.size, e.context, e.message) = (None, None, None);
+        e.device = Some(UNKNOWN_DEVICE);
+    }
+    for s in &mut r.stacks {
+        s.site = None;
+        for f in &mut s.frames {
+            (f.function, f.file, f.line) = (None, None, None);
+        }
+        for p in &mut s.python {
+            p.line = None;
+        }
+    }
+    r.modules[0].build_id = None;
+    r.stats.devices[0].pool.as_mut().unwrap().fragmentation = None;
+    let mut no_pool = r.stats.devices[0].clone();
+    no_pool.device = 1;
+    no_pool.pool = None;
+    r.stats.devices.push(no_pool);
+    r
+}
+
+fn to_value(r: &Report) -> Value {
+    serde_json::from_slice(&cuguard_report::to_vec(r)).unwrap()
+}
+
+/// Follows `$ref`s from `node`.
+fn resolve<'a>(root: &'a Value, mut node: &'a Value) -> &'a Value {
+    while let Some(r) = node.get("$ref").and_then(Value::as_str) {
+        node = root
+            .pointer(r.trim_start_matches('#'))
+            .unwrap_or_else(|| panic!("dangling $ref {r}"));
+    }
+    node
+}
+
+/// `node` and the alternatives it allows (`anyOf`, `oneOf`, `allOf`, `then`, `else`), resolved.
+fn alternatives<'a>(root: &'a Value, node: &'a Value, out: &mut Vec<&'a Value>) {
+    let node = resolve(root, node);
+    out.push(node);
+    for key in ["anyOf", "oneOf", "allOf"] {
+        for alt in node
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            alternatives(root, alt, out);
+        }
+    }
+    for key in ["then", "else"] {
+        if let Some(alt) = node.get(key) {
+            alternatives(root, alt, out);
+        }
+    }
+}
+
+/// Checks that every key of `value` is a property of `schema` at its place; records the schema
+/// properties seen, as `path/key`.
+fn keys_in_schema(
+    root: &Value,
+    schema: &Value,
+    value: &Value,
+    path: &str,
+    missing: &mut Vec<String>,
+    written: &mut BTreeSet<String>,
+) {
+    let mut alts = Vec::new();
+    alternatives(root, schema, &mut alts);
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                let here = format!("{path}/{key}");
+                written.insert(here.clone());
+                let prop = alts
+                    .iter()
+                    .find_map(|a| a.get("properties").and_then(|p| p.get(key)));
+                match prop {
+                    Some(p) => keys_in_schema(root, p, v, &here, missing, written),
+                    None => missing.push(here),
+                }
+            }
+        }
+        Value::Array(items) => {
+            let item_schema = alts.iter().find_map(|a| a.get("items"));
+            for v in items {
+                match item_schema {
+                    Some(s) => keys_in_schema(root, s, v, &format!("{path}[]"), missing, written),
+                    None => missing.push(format!("{path}[] (no items schema)")),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every property the schema declares under `schema`, as `path/key`.
+fn schema_properties(
+    root: &Value,
+    schema: &Value,
+    path: &str,
+    depth: usize,
+    out: &mut BTreeSet<String>,
+) {
+    if depth > 12 {
+        return;
+    }
+    let mut alts = Vec::new();
+    alternatives(root, schema, &mut alts);
+    for a in alts {
+        if let Some(props) = a.get("properties").and_then(Value::as_object) {
+            for (key, p) in props {
+                let here = format!("{path}/{key}");
+                out.insert(here.clone());
+                schema_properties(root, p, &here, depth + 1, out);
+            }
+        }
+        if let Some(items) = a.get("items") {
+            schema_properties(root, items, &format!("{path}[]"), depth + 1, out);
+        }
+    }
+}
+
+#[test]
+fn a_full_report_validates_and_its_keys_match_the_schema() {
+    let root = schema();
+    let doc = to_value(&full_report(Reason::Exit));
+    validate(&root, &doc).unwrap_or_else(|e| panic!("full report:\n{e}"));
+    let report_schema = &root["$defs"]["process_report"];
+    let mut missing = Vec::new();
+    let mut written = BTreeSet::new();
+    keys_in_schema(&root, report_schema, &doc, "", &mut missing, &mut written);
+    assert!(
+        missing.is_empty(),
+        "keys the schema does not declare: {missing:#?}"
+    );
+    assert!(
+        !doc.to_string().contains("null"),
+        "the full report has a null: an optional field is missing from it"
+    );
+    let mut declared = BTreeSet::new();
+    schema_properties(&root, report_schema, "", 0, &mut declared);
+    // `processes` is only for merged reports (a single report must not have it).
+    declared.remove("/processes");
+    let unwritten: Vec<&String> = declared.difference(&written).collect();
+    assert!(
+        unwritten.is_empty(),
+        "schema properties the full report does not write: {unwritten:#?}"
+    );
+}
+
+#[test]
+fn every_reason_validates() {
+    let root = schema();
+    for reason in Reason::KNOWN {
+        let doc = to_value(&full_report(reason.clone()));
+        validate(&root, &doc).unwrap_or_else(|e| panic!("{reason}:\n{e}"));
+    }
+}
+
+#[test]
+fn nulls_and_unknowns_validate_and_read_back() {
+    let root = schema();
+    let r = null_report();
+    let doc = to_value(&r);
+    validate(&root, &doc).unwrap_or_else(|e| panic!("null report:\n{e}"));
+    assert_eq!(doc["driver"]["version"], Value::Null);
+    assert_eq!(doc["leaks"][0]["device"], -1);
+    let back: Report = serde_json::from_value(doc).unwrap();
+    assert_eq!(back, r);
+}
+
+#[test]
+fn the_signal_report_validates() {
+    let root = schema();
+    let driver = Driver {
+        version: UNKNOWN_VERSION,
+        path: String::new(),
+    };
+    let faults = vec!["only the process and the signal".to_string()];
+    let t = SignalTemplate::new(&process(), &driver, &faults).unwrap();
+    let mut out = Vec::new();
+    assert!(t.write(
+        &mut |b: &[u8]| {
+            out.extend_from_slice(b);
+            true
+        },
+        "signal: no cuguard thread was running to collect the full report",
+        6,
+        "SIGABRT",
+        1_764_461_003_000,
+    ));
+    let doc: Value = serde_json::from_slice(&out).unwrap();
+    validate(&root, &doc).unwrap_or_else(|e| panic!("signal report:\n{e}"));
+    let mut missing = Vec::new();
+    keys_in_schema(
+        &root,
+        &root["$defs"]["process_report"],
+        &doc,
+        "",
+        &mut missing,
+        &mut BTreeSet::new(),
+    );
+    assert!(missing.is_empty(), "{missing:#?}");
+}
+
+#[test]
+fn a_merged_report_validates_and_its_keys_match_the_schema() {
+    let root = schema();
+    let merged = Merged {
+        created_unix_ms: 1_764_461_010_000,
+        inputs: vec!["a.json".into(), "b.json".into()],
+    };
+    let mut out = Vec::new();
+    let mut w = MergedWriter::begin(&mut out, &merged).unwrap();
+    w.process(&cuguard_report::to_vec(&full_report(Reason::Exit)))
+        .unwrap();
+    w.process(&cuguard_report::to_vec(&null_report())).unwrap();
+    assert_eq!(w.finish().unwrap(), 2);
+    let doc: Value = serde_json::from_slice(&out).unwrap();
+    validate(&root, &doc).unwrap_or_else(|e| panic!("merged report:\n{e}"));
+    let mut missing = Vec::new();
+    keys_in_schema(
+        &root,
+        &root["$defs"]["merged"],
+        &doc,
+        "",
+        &mut missing,
+        &mut BTreeSet::new(),
+    );
+    assert!(missing.is_empty(), "{missing:#?}");
+}
