@@ -8,11 +8,12 @@
 
 use std::cell::RefCell;
 
+use cuguard_pool::ARENAS;
+
 use crate::config;
 use crate::ffi::*;
 use crate::guard;
-use crate::pool::ctxpool::ARENAS;
-use crate::pool::registry;
+use crate::pool::{device, registry};
 use crate::report::json::Json;
 use crate::tracker::Record;
 
@@ -63,7 +64,7 @@ fn pooled(cur: Option<u64>, size: u64, record: Option<Record>) -> Option<Result<
     guard::shield(None, || {
         Some(pool.alloc(arena, size, record).map_err(|refusal| {
             set_failure_reason(refusal.why);
-            refusal.result
+            device::result_of(refusal.reason)
         }))
     })
 }
@@ -165,7 +166,7 @@ pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Optio
     if addr == 0 || !registry::any() {
         return None;
     }
-    guard::shield(None, || {
+    let answer = guard::shield(None, || {
         if let Some(pool) = cur.and_then(registry::current_existing) {
             if let Some(r) = pool.free(crate::thread::arena(ARENAS), addr) {
                 return Some(r);
@@ -173,6 +174,10 @@ pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Optio
         }
         let (pool, arena) = registry::owner(addr)?;
         pool.free(arena, addr)
+    })?;
+    Some(match answer {
+        Ok(record) => (CUDA_SUCCESS, record),
+        Err(_) => (CUDA_ERROR_INVALID_VALUE, None),
     })
 }
 
@@ -184,7 +189,10 @@ pub fn pooled_range(addr: CUdeviceptr) -> Option<Option<(u64, u64)>> {
     }
     guard::shield(None, || {
         let (pool, arena) = registry::owner(addr)?;
-        Some(pool.find(arena, addr))
+        Some(
+            pool.find(arena, addr)
+                .map(|b| (b.addr, b.record.map_or(b.granted, |r| r.size))),
+        )
     })
 }
 
