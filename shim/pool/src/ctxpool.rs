@@ -615,3 +615,8 @@ impl<D: Device, R: Copy> Steps for SlowPath<'_, D, R> {
         self.pool.trim_other_arenas(self.index);
     }
 }
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;

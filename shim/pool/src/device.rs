@@ -16,8 +16,9 @@ pub const LEGACY_STREAM: u64 = 0;
 /// current one (creating a pool's first chunks included: the caller makes sure of that).
 ///
 /// The fence rule (`fence.rs`) relies on what [`submissions`](Device::submissions),
-/// [`record_event`](Device::record_event) and [`with_side_streams`](Device::with_side_streams)
-/// promise; read it before implementing them.
+/// [`record_event`](Device::record_event), [`with_side_streams`](Device::with_side_streams) and
+/// [`destroyed_streams_done`](Device::destroyed_streams_done) promise; read it before
+/// implementing them.
 pub trait Device {
     /// A recorded event: a marker in a stream's queue that completes once the work enqueued
     /// before it has.
@@ -59,10 +60,15 @@ pub trait Device {
     /// when the device refused.
     fn record_event(&self, stream: u64) -> Option<Self::Event>;
 
-    /// Calls `f` with the context's known non-blocking streams and the events recorded on its
-    /// non-blocking streams as they were destroyed (handed over: the caller destroys them), while
-    /// no stream of the context is registered or forgotten.
-    fn with_side_streams<T>(&self, f: impl FnOnce(&[u64], Vec<Self::Event>) -> T) -> T;
+    /// Calls `f` with the context's known non-blocking streams and the number of last events
+    /// recorded so far on its non-blocking streams as they were destroyed, while no stream of
+    /// the context is registered or forgotten.
+    fn with_side_streams<T>(&self, f: impl FnOnce(&[u64], u64) -> T) -> T;
+
+    /// Whether the first `count` last events of destroyed non-blocking streams (in the order
+    /// they were recorded) have all completed. The device keeps those events, shared by every
+    /// fence that waits for them, and destroys each once it has completed.
+    fn destroyed_streams_done(&self, count: u64) -> bool;
 
     /// Whether `event` has completed. An error counts as completed: the event, or its context,
     /// is gone and can hold nothing back.

@@ -34,8 +34,12 @@
 //! The counting and the stream bookkeeping happen where the program's calls are seen (in the
 //! shim: `hooks::submit`, `hooks::streams`, and its `pool::fence`); the pool reads them through
 //! its [`Device`]: the count is [`Device::submissions`], captures [`Device::capturing`], the
-//! non-blocking streams and the last events of destroyed ones
+//! non-blocking streams and how many destroyed ones left a last event
 //! [`Device::with_side_streams`]. [`Fences`] here records, polls and retires the fences.
+//!
+//! Each arena of a pool has its own fences, so a destroyed stream's last event is not handed to
+//! one fence: the device keeps it, every fence remembers how many such events existed when it
+//! was recorded, and completes only once those have ([`Device::destroyed_streams_done`]).
 
 use std::collections::VecDeque;
 
@@ -46,6 +50,8 @@ struct Fence<E> {
     /// Submissions covered.
     mark: u64,
     events: Vec<E>,
+    /// Last events of destroyed streams it waits for too: the first this many.
+    destroyed: u64,
 }
 
 /// A context's fences (kept inside each arena of its pool, under the arena's lock).
@@ -97,24 +103,30 @@ impl<E> Fences<E> {
             return false;
         };
         events.push(ev);
-        dev.with_side_streams(|streams, orphans| {
+        let destroyed = dev.with_side_streams(|streams, destroyed| {
             for &stream in streams {
                 if let Some(ev) = dev.record_event(stream) {
                     events.push(ev);
                 }
             }
-            // Orphans from destroyed streams ride with this fence.
-            events.extend(orphans);
+            // Destroyed streams' last events ride with this fence.
+            destroyed
         });
         self.recorded += 1;
-        self.in_flight.push_back(Fence { mark, events });
+        self.in_flight.push_back(Fence {
+            mark,
+            events,
+            destroyed,
+        });
         true
     }
 
     /// Retires completed fences (oldest first); returns the new completed mark.
     pub fn poll<D: Device<Event = E>>(&mut self, dev: &D) -> u64 {
         while let Some(f) = self.in_flight.front() {
-            if !f.events.iter().all(|e| dev.event_done(e)) {
+            if !f.events.iter().all(|e| dev.event_done(e))
+                || !dev.destroyed_streams_done(f.destroyed)
+            {
                 break;
             }
             let f = self.in_flight.pop_front().expect("front exists");
@@ -143,11 +155,8 @@ impl<E> Fences<E> {
                 dev.destroy_event(e);
             }
         }
-        dev.with_side_streams(|_, orphans| {
-            for e in orphans {
-                dev.destroy_event(e);
-            }
-        });
+        let destroyed = dev.with_side_streams(|_, destroyed| destroyed);
+        dev.destroyed_streams_done(destroyed);
         self.completed = self.completed.max(mark);
         Some(self.completed)
     }

@@ -45,9 +45,10 @@
 //!     fn submissions(&self) -> u64 { 0 }
 //!     fn capturing(&self) -> bool { false }
 //!     fn record_event(&self, _stream: u64) -> Option<()> { Some(()) }
-//!     fn with_side_streams<T>(&self, f: impl FnOnce(&[u64], Vec<()>) -> T) -> T {
-//!         f(&[], Vec::new())
+//!     fn with_side_streams<T>(&self, f: impl FnOnce(&[u64], u64) -> T) -> T {
+//!         f(&[], 0)
 //!     }
+//!     fn destroyed_streams_done(&self, _count: u64) -> bool { true }
 //!     fn event_done(&self, _: &()) -> bool { true }
 //!     fn destroy_event(&self, _: ()) {}
 //!     fn synchronize(&self) -> bool { true }

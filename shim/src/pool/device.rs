@@ -68,23 +68,20 @@ impl Device for DriverContext {
         record_event(stream)
     }
 
-    fn with_side_streams<T>(&self, f: impl FnOnce(&[u64], Vec<u64>) -> T) -> T {
+    fn with_side_streams<T>(&self, f: impl FnOnce(&[u64], u64) -> T) -> T {
         fence::with_side_streams(self.handle, f)
     }
 
+    fn destroyed_streams_done(&self, count: u64) -> bool {
+        fence::destroyed_streams_done(self.handle, count)
+    }
+
     fn event_done(&self, event: &u64) -> bool {
-        let Some(q) = real::cuEventQuery() else {
-            return true;
-        };
-        // SAFETY: event is a live event this module created.
-        (unsafe { q(*event as *mut c_void) }) != CUDA_ERROR_NOT_READY
+        event_done(*event)
     }
 
     fn destroy_event(&self, event: u64) {
-        if let Some(f) = real::cuEventDestroy_v2() {
-            // SAFETY: event is an event this module created and the pool no longer uses.
-            unsafe { f(event as *mut c_void) };
-        }
+        destroy_event(event);
     }
 
     fn synchronize(&self) -> bool {
@@ -117,13 +114,28 @@ pub fn record_event(stream: u64) -> Option<u64> {
     }
     // SAFETY: ev was just created; stream is a live stream of the current context.
     if unsafe { record(ev, stream as *mut c_void) } != CUDA_SUCCESS {
-        if let Some(f) = real::cuEventDestroy_v2() {
-            // SAFETY: ev was just created and is used by nobody.
-            unsafe { f(ev) };
-        }
+        destroy_event(ev as u64);
         return None;
     }
     Some(ev as u64)
+}
+
+/// Whether the event has completed (an error counts as completed: the event, or its context, is
+/// gone and can hold nothing back).
+pub fn event_done(ev: u64) -> bool {
+    let Some(q) = real::cuEventQuery() else {
+        return true;
+    };
+    // SAFETY: ev is a live event this module created.
+    (unsafe { q(ev as *mut c_void) }) != CUDA_ERROR_NOT_READY
+}
+
+/// Destroys an event this module created and nobody uses any more.
+pub fn destroy_event(ev: u64) {
+    if let Some(f) = real::cuEventDestroy_v2() {
+        // SAFETY: ev is an event this module created and no longer uses.
+        unsafe { f(ev as *mut c_void) };
+    }
 }
 
 fn free_chunk(base: u64) {

@@ -7,9 +7,10 @@
 //!   when it is made ([`mark`]).
 //! - Stream captures in progress (`hooks::streams`): no fence is recorded during one.
 //! - Each context's non-blocking streams (`hooks::streams`), which a fence must record an event
-//!   on, and the last events of those destroyed, which the next fence waits for too.
+//!   on, and the last events of those destroyed, which every later fence waits for too (of
+//!   whichever arena: they are kept here, and destroyed once complete).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -50,7 +51,18 @@ pub fn capturing() -> bool {
 struct Streams {
     non_blocking: HashMap<u64, Vec<u64>>,
     /// Per context: events recorded on non-blocking streams as they were destroyed.
-    orphans: HashMap<u64, Vec<u64>>,
+    orphans: HashMap<u64, Orphans>,
+}
+
+/// One context's last events of destroyed non-blocking streams.
+#[derive(Default)]
+struct Orphans {
+    /// Recorded so far.
+    recorded: u64,
+    /// Of those, the first this many are complete (and destroyed).
+    retired: u64,
+    /// The others, oldest first.
+    events: VecDeque<u64>,
 }
 
 static STREAMS: Mutex<Option<Streams>> = Mutex::new(None);
@@ -88,7 +100,9 @@ pub fn stream_destroying(stream: u64) {
         v.retain(|x| *x != stream);
     }
     if let Some(ev) = device::record_event(stream) {
-        s.orphans.entry(ctx).or_default().push(ev);
+        let o = s.orphans.entry(ctx).or_default();
+        o.events.push_back(ev);
+        o.recorded += 1;
     }
 }
 
@@ -100,16 +114,37 @@ pub fn context_gone(ctx: u64) {
     }
 }
 
-/// Calls `f` with context `ctx`'s non-blocking streams and the last events of its destroyed
-/// ones (handed over), while no stream is registered or forgotten.
-pub fn with_side_streams<T>(ctx: u64, f: impl FnOnce(&[u64], Vec<u64>) -> T) -> T {
-    let mut guard = lock(&STREAMS);
-    match guard.as_mut() {
+/// Calls `f` with context `ctx`'s non-blocking streams and the number of last events recorded
+/// on its destroyed ones, while no stream is registered or forgotten.
+pub fn with_side_streams<T>(ctx: u64, f: impl FnOnce(&[u64], u64) -> T) -> T {
+    let guard = lock(&STREAMS);
+    match guard.as_ref() {
         Some(s) => {
-            let orphans = s.orphans.remove(&ctx).unwrap_or_default();
             let streams = s.non_blocking.get(&ctx).map_or(&[][..], Vec::as_slice);
-            f(streams, orphans)
+            f(streams, s.orphans.get(&ctx).map_or(0, |o| o.recorded))
         }
-        None => f(&[], Vec::new()),
+        None => f(&[], 0),
     }
+}
+
+/// Whether the first `count` last events of context `ctx`'s destroyed streams have completed;
+/// those found complete are destroyed.
+pub fn destroyed_streams_done(ctx: u64, count: u64) -> bool {
+    if count == 0 {
+        return true;
+    }
+    let mut guard = lock(&STREAMS);
+    let Some(o) = guard.as_mut().and_then(|s| s.orphans.get_mut(&ctx)) else {
+        return true;
+    };
+    while o.retired < count {
+        let Some(&ev) = o.events.front() else { break };
+        if !device::event_done(ev) {
+            return false;
+        }
+        device::destroy_event(ev);
+        o.events.pop_front();
+        o.retired += 1;
+    }
+    true
 }
