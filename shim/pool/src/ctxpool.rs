@@ -385,6 +385,47 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
         }
         freed
     }
+
+    /// Checks every arena's bookkeeping; for the tests.
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        for (i, a) in self.arenas.iter().enumerate() {
+            let g = lock(a);
+            g.sub
+                .check_invariants()
+                .map_err(|e| format!("arena {i}: {e}"))?;
+            if g.pending.len() != g.pending_set.len() {
+                return Err(format!("arena {i}: pending list and set disagree"));
+            }
+            let mut bytes = 0;
+            let mut last_mark = 0;
+            for &(mark, addr, size) in &g.pending {
+                if !g.pending_set.contains(&addr) || mark < last_mark {
+                    return Err(format!("arena {i}: pending {addr:#x} out of place"));
+                }
+                if g.sub.find(addr).map(|b| (b.addr, b.size)) != Some((addr, size)) {
+                    return Err(format!("arena {i}: pending {addr:#x} is not a live grant"));
+                }
+                if g.records.contains_key(&addr) {
+                    return Err(format!("arena {i}: pending {addr:#x} kept its record"));
+                }
+                last_mark = mark;
+                bytes += size;
+            }
+            if bytes != g.pending_bytes {
+                return Err(format!(
+                    "arena {i}: pending bytes {} != {bytes}",
+                    g.pending_bytes
+                ));
+            }
+            for addr in g.records.keys() {
+                if g.sub.find(*addr).map(|b| b.addr) != Some(*addr) {
+                    return Err(format!("arena {i}: record of {addr:#x} without its block"));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl<D: Device, R: Copy> Arena<D, R> {

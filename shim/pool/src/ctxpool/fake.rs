@@ -10,7 +10,7 @@
 //! hold, query a destroyed event) in `violations`, which the tests check after every step.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::device::{Device, DeviceError, LEGACY_STREAM};
 
@@ -131,6 +131,18 @@ impl State {
         self.streams.get_mut(&stream).expect("exists").destroyed = true;
     }
 
+    /// Streams work can be submitted to: the legacy one and the live ones.
+    pub fn live_streams(&self) -> Vec<u64> {
+        let mut v = vec![LEGACY_STREAM];
+        v.extend(
+            self.streams
+                .iter()
+                .filter(|(_, s)| !s.destroyed)
+                .map(|(h, _)| *h),
+        );
+        v
+    }
+
     /// Enqueues one item of work on `stream`, then counts it.
     pub fn submit(&mut self, stream: u64) {
         self.work.push(Work {
@@ -181,6 +193,14 @@ impl State {
     /// Events not yet destroyed.
     pub fn live_events(&self) -> usize {
         self.events.len()
+    }
+
+    /// The context was destroyed: its chunks and events go with it.
+    pub fn context_destroyed(&mut self) {
+        self.chunks.clear();
+        self.used = 0;
+        self.events.clear();
+        self.orphans.clear();
     }
 
     fn violation(&mut self, what: String) {
@@ -335,4 +355,9 @@ impl Device for FakeDevice {
         }
         true
     }
+}
+
+/// Chunk ranges the fake has handed out and not taken back.
+pub fn chunk_set(s: &State) -> BTreeSet<(u64, u64)> {
+    s.chunks.iter().map(|(b, c)| (*b, b + c.size)).collect()
 }
