@@ -167,10 +167,10 @@ pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Optio
         return None;
     }
     let answer = guard::shield(None, || {
-        if let Some(pool) = cur.and_then(registry::current_existing) {
-            if let Some(r) = pool.free(crate::thread::arena(ARENAS), addr) {
-                return Some(r);
-            }
+        if let Some(pool) = cur.and_then(registry::current_existing)
+            && let Some(r) = pool.free(crate::thread::arena(ARENAS), addr)
+        {
+            return Some(r);
         }
         let (pool, arena) = registry::owner(addr)?;
         pool.free(arena, addr)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates shim/src/hooks/submit.rs: a counting wrapper for every driver entry that submits
 device work (kernels, copies, sets, graph launches, stream memory operations, external
-semaphores, host functions), for the pool's safe-reuse scheme (see shim/src/pool/mod.rs).
+semaphores, host functions), for the pool's safe-reuse scheme (see shim/pool/src/fence.rs).
 
 The list comes mechanically from cudarc's driver bindings for CUDA 13.0: every function that
 takes a CUstream, or whose name says it launches, copies or sets, minus a short list of entries

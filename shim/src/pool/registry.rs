@@ -123,13 +123,13 @@ fn find_or_create(ctx: u64) -> Option<&'static Pool> {
     ANY.store(true, Ordering::Release);
     drop(pools);
     let initial = settings.initial.resolve(total);
-    if initial > 0 {
-        if let Err(r) = pool.reserve_initial(initial) {
-            crate::diag::warn(&format!(
-                "CUGUARD_POOL_INITIAL: could not reserve {initial} bytes ({})",
-                r.why
-            ));
-        }
+    if initial > 0
+        && let Err(r) = pool.reserve_initial(initial)
+    {
+        crate::diag::warn(&format!(
+            "CUGUARD_POOL_INITIAL: could not reserve {initial} bytes ({})",
+            r.why
+        ));
     }
     Some(pool)
 }
