@@ -8,11 +8,12 @@
 
 use std::cell::RefCell;
 
+use cuguard_pool::ARENAS;
+
 use crate::config;
 use crate::ffi::*;
 use crate::guard;
-use crate::pool::ctxpool::ARENAS;
-use crate::pool::registry;
+use crate::pool::{device, registry};
 use crate::tracker::Record;
 
 /// The real cuMemAlloc_v2.
@@ -62,7 +63,7 @@ fn pooled(cur: Option<u64>, size: u64, record: Option<Record>) -> Option<Result<
     guard::shield(None, || {
         Some(pool.alloc(arena, size, record).map_err(|refusal| {
             set_failure_reason(refusal.why);
-            refusal.result
+            device::result_of(refusal.reason)
         }))
     })
 }
@@ -164,14 +165,18 @@ pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Optio
     if addr == 0 || !registry::any() {
         return None;
     }
-    guard::shield(None, || {
-        if let Some(pool) = cur.and_then(registry::current_existing) {
-            if let Some(r) = pool.free(crate::thread::arena(ARENAS), addr) {
-                return Some(r);
-            }
+    let answer = guard::shield(None, || {
+        if let Some(pool) = cur.and_then(registry::current_existing)
+            && let Some(r) = pool.free(crate::thread::arena(ARENAS), addr)
+        {
+            return Some(r);
         }
         let (pool, arena) = registry::owner(addr)?;
         pool.free(arena, addr)
+    })?;
+    Some(match answer {
+        Ok(record) => (CUDA_SUCCESS, record),
+        Err(_) => (CUDA_ERROR_INVALID_VALUE, None),
     })
 }
 
@@ -183,7 +188,10 @@ pub fn pooled_range(addr: CUdeviceptr) -> Option<Option<(u64, u64)>> {
     }
     guard::shield(None, || {
         let (pool, arena) = registry::owner(addr)?;
-        Some(pool.find(arena, addr))
+        Some(
+            pool.find(arena, addr)
+                .map(|b| (b.addr, b.record.map_or(b.granted, |r| r.size))),
+        )
     })
 }
 

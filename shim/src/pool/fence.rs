@@ -1,41 +1,20 @@
-//! When a freed pool block may be handed out again.
+//! The shim's side of the pool's fences: what the hooks see of the program's work, kept for the
+//! pool to read through [`super::device::DriverContext`]. The rule itself, and why it is safe,
+//! is `cuguard_pool`'s `fence.rs`.
 //!
-//! # The rule
-//!
-//! A block freed by the program is not reused while GPU work issued before its free may still
-//! touch it. Every driver entry that submits work (kernels, copies, sets, graph launches, stream
-//! memory operations, external semaphores, host functions; see `hooks::submit`) counts one
-//! submission *after* the driver has enqueued it. A free remembers the count at that moment, its
-//! *mark*: all work that could touch the block was enqueued before the mark.
-//!
-//! A *fence* reads the count `v`, then records an event on the legacy default stream and on every
-//! known non-blocking stream of the context. The legacy stream's event completes only after all
-//! work enqueued before it on every blocking stream, the per-thread default streams included
-//! (they synchronize with the legacy stream); non-blocking streams do not, so each gets its own
-//! event. When all of a fence's events have completed, every submission counted in `v` has
-//! finished, and blocks whose mark is ≤ `v` are safe to reuse. `cuCtxSynchronize` is the same
-//! fence, taken at once.
-//!
-//! Two consequences keep the pool fast without weakening this:
-//! - While nothing has been submitted since the last completed fence, a freed block is reusable
-//!   at once (its mark is already covered).
-//! - Otherwise frees wait in batches; one fence per batch amortizes the events.
-//!
-//! Streams that were non-blocking and are destroyed with work in flight get a last event at
-//! destruction, which the next fence waits for too. While any stream capture is active, no fence
-//! is recorded (an event on the legacy stream would invalidate a global-mode capture): frees wait.
-//!
-//! Not covered: work of *another context* reading this pool's memory through peer access. A pool
-//! fences its own context's streams only; multi-GPU programs that free memory another device is
-//! still reading should run with `CUGUARD_POOL=0`.
+//! - The submission count: `hooks::submit` counts one submission for every entry that submits
+//!   device work, *after* the driver enqueued it ([`submitted`]); a free's mark is the count
+//!   when it is made ([`mark`]).
+//! - Stream captures in progress (`hooks::streams`): no fence is recorded during one.
+//! - Each context's non-blocking streams (`hooks::streams`), which a fence must record an event
+//!   on, and the last events of those destroyed, which every later fence waits for too (of
+//!   whichever arena: they are kept here, and destroyed once complete).
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::c_void;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use crate::driver::real;
-use crate::ffi::*;
+use super::device;
 use crate::tracker::lock;
 
 /// Completed work submissions, process-wide.
@@ -72,7 +51,18 @@ pub fn capturing() -> bool {
 struct Streams {
     non_blocking: HashMap<u64, Vec<u64>>,
     /// Per context: events recorded on non-blocking streams as they were destroyed.
-    orphans: HashMap<u64, Vec<u64>>,
+    orphans: HashMap<u64, Orphans>,
+}
+
+/// One context's last events of destroyed non-blocking streams.
+#[derive(Default)]
+struct Orphans {
+    /// Recorded so far.
+    recorded: u64,
+    /// Of those, the first this many are complete (and destroyed).
+    retired: u64,
+    /// The others, oldest first.
+    events: VecDeque<u64>,
 }
 
 static STREAMS: Mutex<Option<Streams>> = Mutex::new(None);
@@ -109,8 +99,10 @@ pub fn stream_destroying(stream: u64) {
     if let Some(v) = s.non_blocking.get_mut(&ctx) {
         v.retain(|x| *x != stream);
     }
-    if let Some(ev) = record_event(stream) {
-        s.orphans.entry(ctx).or_default().push(ev);
+    if let Some(ev) = device::record_event(stream) {
+        let o = s.orphans.entry(ctx).or_default();
+        o.events.push_back(ev);
+        o.recorded += 1;
     }
 }
 
@@ -122,141 +114,37 @@ pub fn context_gone(ctx: u64) {
     }
 }
 
-fn record_event(stream: u64) -> Option<u64> {
-    let (create, record) = (real::cuEventCreate()?, real::cuEventRecord()?);
-    let mut ev: *mut c_void = std::ptr::null_mut();
-    // SAFETY: valid out-parameter; CU_EVENT_DISABLE_TIMING = 2.
-    if unsafe { create(&mut ev, 2) } != CUDA_SUCCESS {
-        return None;
-    }
-    // SAFETY: ev was just created; stream is a live stream of the current context.
-    if unsafe { record(ev, stream as *mut c_void) } != CUDA_SUCCESS {
-        destroy_event(ev as u64);
-        return None;
-    }
-    Some(ev as u64)
-}
-
-fn destroy_event(ev: u64) {
-    if let Some(f) = real::cuEventDestroy_v2() {
-        // SAFETY: ev is an event this module created and no longer uses.
-        unsafe { f(ev as *mut c_void) };
+/// Calls `f` with context `ctx`'s non-blocking streams and the number of last events recorded
+/// on its destroyed ones, while no stream is registered or forgotten.
+pub fn with_side_streams<T>(ctx: u64, f: impl FnOnce(&[u64], u64) -> T) -> T {
+    let guard = lock(&STREAMS);
+    match guard.as_ref() {
+        Some(s) => {
+            let streams = s.non_blocking.get(&ctx).map_or(&[][..], Vec::as_slice);
+            f(streams, s.orphans.get(&ctx).map_or(0, |o| o.recorded))
+        }
+        None => f(&[], 0),
     }
 }
 
-/// Whether the event has completed (an error counts as completed: the event, or its context, is
-/// gone and can hold nothing back).
-fn event_done(ev: u64) -> bool {
-    let Some(q) = real::cuEventQuery() else {
+/// Whether the first `count` last events of context `ctx`'s destroyed streams have completed;
+/// those found complete are destroyed.
+pub fn destroyed_streams_done(ctx: u64, count: u64) -> bool {
+    if count == 0 {
+        return true;
+    }
+    let mut guard = lock(&STREAMS);
+    let Some(o) = guard.as_mut().and_then(|s| s.orphans.get_mut(&ctx)) else {
         return true;
     };
-    // SAFETY: ev is a live event this module created.
-    (unsafe { q(ev as *mut c_void) }) != CUDA_ERROR_NOT_READY
-}
-
-/// One recorded fence.
-struct Fence {
-    /// Submissions covered.
-    mark: u64,
-    events: Vec<u64>,
-}
-
-/// A context's fences (kept inside its pool, under the pool's lock).
-#[derive(Default)]
-pub struct Fences {
-    /// All work counted up to this mark is known complete.
-    completed: u64,
-    in_flight: VecDeque<Fence>,
-    /// Fences recorded (for the report).
-    pub recorded: u64,
-    /// Synchronizations under pressure (for the report).
-    pub syncs: u64,
-}
-
-impl Fences {
-    /// All submissions up to this mark are complete.
-    #[inline]
-    pub fn completed(&self) -> u64 {
-        self.completed
-    }
-
-    /// Whether a fence covering `mark` is already in flight.
-    pub fn covers(&self, mark: u64) -> bool {
-        self.in_flight.back().is_some_and(|f| f.mark >= mark)
-    }
-
-    /// Records a fence now, in context `ctx` (which must be current). Returns false when none
-    /// could be recorded (a capture is in progress, or the driver refused).
-    pub fn record(&mut self, ctx: u64) -> bool {
-        if capturing() {
+    while o.retired < count {
+        let Some(&ev) = o.events.front() else { break };
+        if !device::event_done(ev) {
             return false;
         }
-        let mark = mark();
-        if mark <= self.completed || self.covers(mark) {
-            return true;
-        }
-        let mut events = Vec::new();
-        let Some(ev) = record_event(0) else {
-            return false;
-        };
-        events.push(ev);
-        {
-            let mut guard = lock(&STREAMS);
-            if let Some(s) = guard.as_mut() {
-                for stream in s.non_blocking.get(&ctx).cloned().unwrap_or_default() {
-                    if let Some(ev) = record_event(stream) {
-                        events.push(ev);
-                    }
-                }
-                // Orphans from destroyed streams ride with this fence.
-                events.extend(s.orphans.remove(&ctx).unwrap_or_default());
-            }
-        }
-        self.recorded += 1;
-        self.in_flight.push_back(Fence { mark, events });
-        true
+        device::destroy_event(ev);
+        o.events.pop_front();
+        o.retired += 1;
     }
-
-    /// Retires completed fences (oldest first); returns the new completed mark.
-    pub fn poll(&mut self) -> u64 {
-        while let Some(f) = self.in_flight.front() {
-            if !f.events.iter().all(|e| event_done(*e)) {
-                break;
-            }
-            let f = self.in_flight.pop_front().expect("front exists");
-            for e in f.events {
-                destroy_event(e);
-            }
-            self.completed = self.completed.max(f.mark);
-        }
-        self.completed
-    }
-
-    /// Waits for all work of context `ctx` (current) to finish; returns the new completed mark,
-    /// or `None` when that is not allowed now (a capture is in progress) or failed.
-    pub fn synchronize(&mut self, ctx: u64) -> Option<u64> {
-        if capturing() {
-            return None;
-        }
-        let mark = mark();
-        let sync = real::cuCtxSynchronize()?;
-        // SAFETY: no arguments; the pool's context is current.
-        if unsafe { sync() } != CUDA_SUCCESS {
-            return None;
-        }
-        self.syncs += 1;
-        // Every fence in flight is complete now, and so is every destroyed stream's last work.
-        for f in self.in_flight.drain(..) {
-            for e in f.events {
-                destroy_event(e);
-            }
-        }
-        if let Some(s) = lock(&STREAMS).as_mut() {
-            for e in s.orphans.remove(&ctx).unwrap_or_default() {
-                destroy_event(e);
-            }
-        }
-        self.completed = self.completed.max(mark);
-        Some(self.completed)
-    }
+    true
 }

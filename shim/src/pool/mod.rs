@@ -1,10 +1,10 @@
-//! The pool: cuMemAlloc_v2, cuMemAllocPitch_v2 and cuMemFree_v2 served from chunks of device
-//! memory that the pool takes from the driver and carves on the host.
+//! The pool's glue: cuMemAlloc_v2, cuMemAllocPitch_v2 and cuMemFree_v2 served from the
+//! `cuguard_pool` crate's pools (sub-allocator, growth, fences, policy; no FFI), one per context.
+//! What is here is about this process and its driver:
 //!
-//! - [`tlsf`]: the sub-allocator (two-level segregated fit over address ranges, O(1)).
-//! - [`growth`]: how large a chunk to ask for, and which requests get a chunk of their own.
-//! - [`fence`]: when a freed block may be reused without racing GPU work.
-//! - [`ctxpool`]: one context's pool: allocation, free, the slow path under pressure, trimming.
+//! - [`device`]: the pool's `Device` over the real driver, for one context.
+//! - [`fence`]: what the hooks see of the program's work (submissions, captures, non-blocking
+//!   streams), which the pool's fences need.
 //! - [`registry`]: the pool of the current context, and the owner of an address.
 //! - [`settings`]: `CUGUARD_POOL_*` amounts.
 //!
@@ -12,9 +12,11 @@
 //! and the pool forgets them. Stream-ordered, managed, VMM and pinned host memory never come
 //! from the pool.
 
-pub mod ctxpool;
+pub mod device;
 pub mod fence;
-pub mod growth;
 pub mod registry;
 pub mod settings;
-pub mod tlsf;
+
+/// A context's pool, as the shim uses it: over the real driver, keeping the tracker's record
+/// with each block.
+pub type Pool = cuguard_pool::CtxPool<device::DriverContext, crate::tracker::Record>;

@@ -10,14 +10,17 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
-use super::ctxpool::{CtxPool, Limits, PoolStats};
+use cuguard_pool::{PoolStats, Settings};
+
+use super::Pool;
+use super::device::DriverContext;
 use crate::driver::real;
 use crate::ffi::*;
 use crate::tracker::{Record, lock};
 
 /// Everything the registry holds; replaced wholesale in a forked child.
 struct Registry {
-    pools: Mutex<Vec<&'static CtxPool>>,
+    pools: Mutex<Vec<&'static Pool>>,
     /// Chunk start → (end, owning pool, arena).
     chunks: RwLock<BTreeMap<u64, (u64, usize, usize)>>,
 }
@@ -43,9 +46,10 @@ fn new_registry() -> Registry {
     }
 }
 
-fn as_ref(p: usize) -> &'static CtxPool {
-    // SAFETY: every pool address stored here comes from a leaked Box that is never freed.
-    unsafe { &*(p as *const CtxPool) }
+fn as_ref(p: usize) -> &'static Pool {
+    // SAFETY: every pool address stored here comes from a leaked Box that is never freed (the
+    // address a pool gives `Device::chunk_added` is its own, and pools are made only here).
+    unsafe { &*(p as *const Pool) }
 }
 
 /// Whether any pool was ever created.
@@ -55,26 +59,26 @@ pub fn any() -> bool {
 }
 
 #[inline]
-fn cached(ctx: u64) -> Option<&'static CtxPool> {
+fn cached(ctx: u64) -> Option<&'static Pool> {
     let generation = GENERATION.load(Ordering::Acquire);
     let (g, c, p) = LAST.try_with(|l| l.get()).ok()?;
     (g == generation && c == ctx && p != 0).then(|| as_ref(p))
 }
 
-fn remember(ctx: u64, pool: &'static CtxPool) {
+fn remember(ctx: u64, pool: &'static Pool) {
     let generation = GENERATION.load(Ordering::Acquire);
-    let _ = LAST.try_with(|l| l.set((generation, ctx, pool as *const CtxPool as usize)));
+    let _ = LAST.try_with(|l| l.set((generation, ctx, pool as *const Pool as usize)));
 }
 
 /// The pool of context `ctx` (the calling thread's current one), if it has one already.
 #[inline]
-pub fn current_existing(ctx: u64) -> Option<&'static CtxPool> {
+pub fn current_existing(ctx: u64) -> Option<&'static Pool> {
     if let Some(p) = cached(ctx) {
         return Some(p);
     }
     let pool = lock(&registry().pools)
         .iter()
-        .find(|p| p.ctx == ctx)
+        .find(|p| p.device().handle == ctx)
         .copied()?;
     remember(ctx, pool);
     Some(pool)
@@ -82,7 +86,7 @@ pub fn current_existing(ctx: u64) -> Option<&'static CtxPool> {
 
 /// The pool of context `ctx` (the calling thread's current one), created on first use.
 #[inline]
-pub fn current(ctx: u64) -> Option<&'static CtxPool> {
+pub fn current(ctx: u64) -> Option<&'static Pool> {
     if let Some(p) = cached(ctx) {
         return Some(p);
     }
@@ -91,9 +95,9 @@ pub fn current(ctx: u64) -> Option<&'static CtxPool> {
     Some(pool)
 }
 
-fn find_or_create(ctx: u64) -> Option<&'static CtxPool> {
+fn find_or_create(ctx: u64) -> Option<&'static Pool> {
     let mut pools = lock(&registry().pools);
-    if let Some(p) = pools.iter().find(|p| p.ctx == ctx) {
+    if let Some(p) = pools.iter().find(|p| p.device().handle == ctx) {
         return Some(*p);
     }
     let mut device: CUdevice = -1;
@@ -103,23 +107,29 @@ fn find_or_create(ctx: u64) -> Option<&'static CtxPool> {
         return None;
     }
     let total = device_total(device);
-    let settings = &crate::config::get().pool_settings;
-    let limits = Limits {
+    let config = crate::config::get();
+    let settings = &config.pool_settings;
+    let resolved = Settings {
         limit: settings.limit.map(|a| a.resolve(total)),
         keep: settings.keep.resolve(total),
+        unsafe_reuse: config.unsafe_reuse,
     };
-    let pool: &'static CtxPool = Box::leak(Box::new(CtxPool::new(ctx, device, limits)));
+    let context = DriverContext {
+        handle: ctx,
+        ordinal: device,
+    };
+    let pool: &'static Pool = Box::leak(Box::new(Pool::new(context, resolved)));
     pools.push(pool);
     ANY.store(true, Ordering::Release);
     drop(pools);
     let initial = settings.initial.resolve(total);
-    if initial > 0 {
-        if let Err(r) = pool.reserve_initial(initial) {
-            crate::diag::warn(&format!(
-                "CUGUARD_POOL_INITIAL: could not reserve {initial} bytes ({})",
-                r.why
-            ));
-        }
+    if initial > 0
+        && let Err(r) = pool.reserve_initial(initial)
+    {
+        crate::diag::warn(&format!(
+            "CUGUARD_POOL_INITIAL: could not reserve {initial} bytes ({})",
+            r.why
+        ));
     }
     Some(pool)
 }
@@ -135,16 +145,16 @@ fn device_total(device: i32) -> u64 {
 }
 
 /// The pool and arena whose chunks hold `addr`, if any.
-pub fn owner(addr: u64) -> Option<(&'static CtxPool, usize)> {
+pub fn owner(addr: u64) -> Option<(&'static Pool, usize)> {
     let chunks = registry().chunks.read().unwrap_or_else(|e| e.into_inner());
     let (_, &(end, pool, arena)) = chunks.range(..=addr).next_back()?;
     (addr < end).then(|| (as_ref(pool), arena))
 }
 
-/// A chunk was added to `pool`'s arena `arena`.
-pub fn chunk_added(base: u64, size: u64, pool: &CtxPool, arena: usize) {
+/// A chunk was added to arena `arena` of the pool at address `pool`.
+pub fn chunk_added(base: u64, size: u64, pool: usize, arena: usize) {
     let mut chunks = registry().chunks.write().unwrap_or_else(|e| e.into_inner());
-    chunks.insert(base, (base + size, pool as *const CtxPool as usize, arena));
+    chunks.insert(base, (base + size, pool, arena));
 }
 
 /// A chunk went back to the driver.
@@ -159,7 +169,7 @@ pub fn context_destroyed(ctx: u64) -> Vec<(u64, Record)> {
     let reg = registry();
     let retired = {
         let mut pools = lock(&reg.pools);
-        let i = pools.iter().position(|p| p.ctx == ctx);
+        let i = pools.iter().position(|p| p.device().handle == ctx);
         i.map(|i| pools.remove(i))
     };
     let Some(pool) = retired else {
@@ -182,15 +192,15 @@ pub fn records() -> Vec<(u64, Record)> {
     if !any() {
         return Vec::new();
     }
-    let pools: Vec<&'static CtxPool> = lock(&registry().pools).clone();
+    let pools: Vec<&'static Pool> = lock(&registry().pools).clone();
     pools.iter().flat_map(|p| p.records()).collect()
 }
 
 /// Counters summed over the live pools on `device`; `None` if it has none.
 pub fn stats_for_device(device: i32) -> Option<PoolStats> {
-    let pools: Vec<&'static CtxPool> = lock(&registry().pools).clone();
+    let pools: Vec<&'static Pool> = lock(&registry().pools).clone();
     let mut out: Option<PoolStats> = None;
-    for p in pools.iter().filter(|p| p.device == device) {
+    for p in pools.iter().filter(|p| p.device().ordinal == device) {
         let s = p.stats();
         let o = out.get_or_insert_with(PoolStats::default);
         o.reserved_bytes += s.reserved_bytes;
@@ -211,10 +221,10 @@ pub fn stats_for_device(device: i32) -> Option<PoolStats> {
 
 /// Idle bytes (free and pending) of the live pools on `device`.
 pub fn idle_bytes_for_device(device: i32) -> u64 {
-    let pools: Vec<&'static CtxPool> = lock(&registry().pools).clone();
+    let pools: Vec<&'static Pool> = lock(&registry().pools).clone();
     pools
         .iter()
-        .filter(|p| p.device == device)
+        .filter(|p| p.device().ordinal == device)
         .map(|p| p.idle_bytes())
         .sum()
 }

@@ -2,7 +2,7 @@
 //! policy, with a fake driver that hands out address ranges.
 
 use super::{GrowthPolicy, Route};
-use crate::pool::tlsf::{AllocError, ChunkInfo, SubAllocator};
+use crate::tlsf::{AllocError, ChunkInfo, SubAllocator};
 
 const MIB: u64 = 1 << 20;
 

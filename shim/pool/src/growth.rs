@@ -38,8 +38,8 @@
 #[cfg(test)]
 mod sim;
 
-use crate::pool::tlsf::ChunkInfo;
-use crate::pool::tlsf::ChunkKind;
+use crate::tlsf::ChunkInfo;
+use crate::tlsf::ChunkKind;
 
 const MIB: u64 = 1 << 20;
 
@@ -179,7 +179,7 @@ impl GrowthPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::tlsf::ChunkId;
+    use crate::tlsf::ChunkId;
 
     #[test]
     fn routes() {

@@ -1,0 +1,663 @@
+//! One context's pool: chunks from the [`Device`], carved by the sub-allocator, with frees held
+//! back until a fence says they are safe (see [`crate::fence`]), and the slow path's decisions
+//! taken by [`crate::policy`].
+//!
+//! A pool is split into [`ARENAS`] arenas, each with its own lock, chunks and fences; a thread
+//! allocates from its own arena (the caller picks it, round-robin per thread in the shim), so
+//! threads rarely meet on a lock. A block is freed into the arena that holds it, whichever
+//! thread frees it. Each arena also keeps the caller's record of each of its live blocks (`R`,
+//! in the shim the tracker's record), so a pooled allocation and a pooled free each take one
+//! lock in all.
+//!
+//! A lock is never held across a call into the program; it is held across device calls only on
+//! the slow path (growing, fencing, trimming), which the driver's own cuMemAlloc/cuMemFree
+//! would have made the program wait for anyway.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::addr_hash::{AddrMap, AddrSet};
+use crate::device::{Device, DeviceError};
+use crate::fence::Fences;
+use crate::growth::{GrowthPolicy, Route};
+use crate::policy::{self, Refused, Request, Steps};
+use crate::tlsf::{ChunkId, FreeError, Grant, SubAllocator};
+
+/// Arenas per pool.
+pub const ARENAS: usize = 16;
+
+/// Every block is aligned to at least this (the driver gives 512 or more; CUDA code assumes 256).
+pub const ALIGN: u64 = 256;
+
+/// A pool's settings, resolved for its device. [`Default`]: no limit, nothing kept, safe reuse.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Most bytes the pool may reserve on its device (`CUGUARD_POOL_LIMIT`).
+    pub limit: Option<u64>,
+    /// Idle bytes kept before chunks go back to the device (`CUGUARD_POOL_KEEP`), shared evenly
+    /// among the arenas.
+    pub keep: u64,
+    /// For cuguard's own tests only (`CUGUARD_TEST_UNSAFE_REUSE`): reuse freed blocks at once,
+    /// ignoring fences.
+    pub unsafe_reuse: bool,
+}
+
+/// Counters for the report.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PoolStats {
+    pub reserved_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub chunks: u64,
+    pub chunks_added: u64,
+    pub trims: u64,
+    pub trimmed_bytes: u64,
+    pub free_bytes: u64,
+    pub largest_free_block: u64,
+    pub pending_bytes: u64,
+    pub fences: u64,
+    pub syncs: u64,
+    pub limit_refusals: u64,
+}
+
+/// Why an allocation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: Reason,
+    /// One line for people.
+    pub why: String,
+}
+
+/// What kind of refusal it is (the shim turns it into the driver's code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// A request of zero bytes.
+    ZeroSize,
+    /// The pool's context is gone.
+    ContextDestroyed,
+    /// No memory: the device's, or the pool's limit.
+    OutOfMemory,
+    /// The device refused a chunk (only [`CtxPool::reserve_initial`] says so; an allocation
+    /// that cannot grow is [`Reason::OutOfMemory`]).
+    Device(DeviceError),
+}
+
+/// A free of an address inside the pool's chunks that starts no live block: a double free, an
+/// interior pointer, or a block still waiting for a fence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InvalidFree;
+
+/// A live block, as [`CtxPool::find`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block<R> {
+    /// Its first byte.
+    pub addr: u64,
+    /// Bytes granted (at least what was asked, rounded to [`ALIGN`]; a dedicated chunk whole).
+    pub granted: u64,
+    /// The record kept with it, if one was given.
+    pub record: Option<R>,
+}
+
+/// One arena: a sub-allocator, its frees waiting for fences, and the records of its blocks.
+struct Arena<D: Device, R> {
+    sub: SubAllocator,
+    growth: GrowthPolicy,
+    /// This arena's share of the idle bytes kept ([`Settings::keep`] / [`ARENAS`]).
+    keep: u64,
+    /// Frees waiting for a fence: (mark, address, granted size), in mark order.
+    pending: VecDeque<(u64, u64, u64)>,
+    /// The addresses in `pending`.
+    pending_set: AddrSet,
+    /// The sizes in `pending`, summed.
+    pending_bytes: u64,
+    since_fence_bytes: u64,
+    since_fence_count: u32,
+    /// Frees that waited for a fence, counted for polling.
+    frees: u32,
+    fences: Fences<D::Event>,
+    /// The record of each live block that was given one.
+    records: AddrMap<R>,
+    chunks_added: u64,
+    trims: u64,
+    trimmed_bytes: u64,
+    limit_refusals: u64,
+}
+
+/// A context's pool, over device `D`, keeping a record `R` with each block.
+///
+/// Every method may be called from any thread; the ones that can reach the device (`alloc`,
+/// `free`, `reserve_initial`) expect the pool's context to be current, and check it (through
+/// [`Device::is_current`]) before fencing or synchronizing.
+pub struct CtxPool<D: Device, R> {
+    device: D,
+    arenas: Box<[Mutex<Arena<D, R>>]>,
+    settings: Settings,
+    /// Bytes reserved from the device, all arenas together (for the limit).
+    reserved: AtomicU64,
+    peak_reserved: AtomicU64,
+    /// The context is gone; the device freed the chunks with it.
+    dead: AtomicBool,
+}
+
+/// Locks a mutex, taking it back from a thread that panicked while holding it (the same rule as
+/// the shim's tracker: a pool that refused every call after one panic would help nobody).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<D: Device, R: Copy> CtxPool<D, R> {
+    /// An empty pool on `device`.
+    pub fn new(device: D, settings: Settings) -> CtxPool<D, R> {
+        let arena = || {
+            Mutex::new(Arena {
+                sub: SubAllocator::new(ALIGN),
+                growth: GrowthPolicy::default(),
+                keep: settings.keep / ARENAS as u64,
+                pending: VecDeque::new(),
+                pending_set: AddrSet::default(),
+                pending_bytes: 0,
+                since_fence_bytes: 0,
+                since_fence_count: 0,
+                frees: 0,
+                fences: Fences::default(),
+                records: AddrMap::default(),
+                chunks_added: 0,
+                trims: 0,
+                trimmed_bytes: 0,
+                limit_refusals: 0,
+            })
+        };
+        CtxPool {
+            device,
+            arenas: (0..ARENAS).map(|_| arena()).collect(),
+            settings,
+            reserved: AtomicU64::new(0),
+            peak_reserved: AtomicU64::new(0),
+            dead: AtomicBool::new(false),
+        }
+    }
+
+    /// The device it draws from.
+    #[inline]
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    fn dead(&self) -> bool {
+        self.dead.load(Relaxed)
+    }
+
+    fn within_limit(&self, more: u64) -> bool {
+        match self.settings.limit {
+            None => true,
+            Some(l) => self.reserved.load(Relaxed).saturating_add(more) <= l,
+        }
+    }
+
+    /// Reserves `bytes` up front (`CUGUARD_POOL_INITIAL`), in arena 0, whatever the limit.
+    pub fn reserve_initial(&self, bytes: u64) -> Result<(), Refusal> {
+        let mut g = lock(&self.arenas[0]);
+        let size = bytes.next_multiple_of(g.growth.granularity.max(ALIGN));
+        g.grow(size, false, self, 0)
+    }
+
+    /// Allocates `size` bytes for the program from arena `arena`, keeping `record` with the
+    /// block.
+    pub fn alloc(&self, arena: usize, size: u64, record: Option<R>) -> Result<u64, Refusal> {
+        if size == 0 {
+            return Err(Refusal {
+                reason: Reason::ZeroSize,
+                why: "size 0".into(),
+            });
+        }
+        if self.dead() {
+            return Err(Refusal {
+                reason: Reason::ContextDestroyed,
+                why: "context destroyed".into(),
+            });
+        }
+        let arena = arena % ARENAS;
+        let mut g = lock(&self.arenas[arena]);
+        if !g.pending.is_empty() {
+            g.release_ready();
+        }
+        let grant = match g.try_alloc(size) {
+            Some(grant) => grant,
+            None => g.alloc_slow(size, self, arena)?,
+        };
+        if let Some(r) = record {
+            g.records.insert(grant.addr, r);
+        }
+        Ok(grant.addr)
+    }
+
+    /// Frees `addr` if arena `arena` holds it: `None` when it does not, else `Ok` with the
+    /// block's record, or [`InvalidFree`] for an address in the arena's chunks that starts no
+    /// live block.
+    pub fn free(&self, arena: usize, addr: u64) -> Option<Result<Option<R>, InvalidFree>> {
+        if self.dead() {
+            return None;
+        }
+        let mark = self.device.submissions();
+        let mut g = lock(&self.arenas[arena % ARENAS]);
+        let immediate = mark <= g.fences.completed() || self.settings.unsafe_reuse;
+        if immediate && (g.pending_set.is_empty() || !g.pending_set.contains(&addr)) {
+            return match g.sub.free(addr) {
+                Ok(freed) => {
+                    let record = g.records.remove(&addr);
+                    if freed.chunk_idle {
+                        g.after_release(self);
+                    }
+                    Some(Ok(record))
+                }
+                Err(FreeError::NotInPool) => None,
+                Err(_) => Some(Err(InvalidFree)),
+            };
+        }
+        match g.sub.find(addr) {
+            Some(grant) if grant.addr == addr && !g.pending_set.contains(&addr) => {
+                let record = g.records.remove(&addr);
+                g.pending.push_back((mark, addr, grant.size));
+                g.pending_set.insert(addr);
+                g.pending_bytes += grant.size;
+                g.since_fence_bytes += grant.size;
+                g.since_fence_count += 1;
+                g.frees = g.frees.wrapping_add(1);
+                if policy::fence_due(g.since_fence_bytes, g.since_fence_count) {
+                    g.fence(self);
+                }
+                if policy::poll_due(g.frees) {
+                    g.fences.poll(&self.device);
+                    g.release_ready();
+                    g.after_release(self);
+                }
+                Some(Ok(record))
+            }
+            Some(_) => Some(Err(InvalidFree)),
+            None if g.sub.chunk_containing(addr).is_some() => Some(Err(InvalidFree)),
+            None => None,
+        }
+    }
+
+    /// The live block of arena `arena` containing `addr` (interior pointers too).
+    pub fn find(&self, arena: usize, addr: u64) -> Option<Block<R>> {
+        if self.dead() {
+            return None;
+        }
+        let g = lock(&self.arenas[arena % ARENAS]);
+        let grant = g.sub.find(addr)?;
+        if g.pending_set.contains(&grant.addr) {
+            return None;
+        }
+        Some(Block {
+            addr: grant.addr,
+            granted: grant.size,
+            record: g.records.get(&grant.addr).copied(),
+        })
+    }
+
+    /// Bytes the program could still get from the pool without the device: free and pending.
+    pub fn idle_bytes(&self) -> u64 {
+        if self.dead() {
+            return 0;
+        }
+        self.arenas
+            .iter()
+            .map(|a| {
+                let g = lock(a);
+                g.sub.stats().free_bytes + g.pending_bytes
+            })
+            .sum()
+    }
+
+    /// The records of every live block, with their addresses.
+    pub fn records(&self) -> Vec<(u64, R)> {
+        let mut out = Vec::new();
+        for a in self.arenas.iter() {
+            out.extend(lock(a).records.iter().map(|(k, v)| (*k, *v)));
+        }
+        out
+    }
+
+    /// The context is gone and took the chunks with it: forget them (without telling the
+    /// device). Returns the records of the blocks that were live (the program never freed them).
+    pub fn kill(&self) -> Vec<(u64, R)> {
+        self.dead.store(true, Relaxed);
+        let mut gone = Vec::new();
+        for a in self.arenas.iter() {
+            let mut g = lock(a);
+            gone.extend(g.records.drain());
+            g.pending.clear();
+            g.pending_set.clear();
+            g.pending_bytes = 0;
+            g.sub = SubAllocator::new(ALIGN);
+        }
+        self.reserved.store(0, Relaxed);
+        gone
+    }
+
+    /// Chunk ranges `(start, end)`, all arenas together.
+    pub fn chunk_ranges(&self) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for a in self.arenas.iter() {
+            out.extend(lock(a).sub.chunks().map(|c| (c.base, c.base + c.size)));
+        }
+        out
+    }
+
+    /// The report's counters, all arenas together.
+    pub fn stats(&self) -> PoolStats {
+        let mut o = PoolStats {
+            peak_reserved_bytes: self.peak_reserved.load(Relaxed),
+            ..PoolStats::default()
+        };
+        for a in self.arenas.iter() {
+            let g = lock(a);
+            let s = g.sub.stats();
+            o.reserved_bytes += s.reserved_bytes;
+            o.chunks += s.chunks;
+            o.chunks_added += g.chunks_added;
+            o.trims += g.trims;
+            o.trimmed_bytes += g.trimmed_bytes;
+            o.free_bytes += s.free_bytes;
+            o.largest_free_block = o.largest_free_block.max(s.largest_free_block);
+            o.pending_bytes += g.pending_bytes;
+            o.fences += g.fences.recorded;
+            o.syncs += g.fences.syncs;
+            o.limit_refusals += g.limit_refusals;
+        }
+        o
+    }
+
+    /// Gives idle chunks of the other arenas back to the device (those whose lock is free now),
+    /// to make room under the limit; returns the bytes given back.
+    fn trim_other_arenas(&self, except: usize) -> u64 {
+        let mut freed = 0;
+        for (i, a) in self.arenas.iter().enumerate() {
+            if i == except {
+                continue;
+            }
+            if let Ok(mut g) = a.try_lock() {
+                let before = g.trimmed_bytes;
+                g.trim(0, self, true);
+                freed += g.trimmed_bytes - before;
+            }
+        }
+        freed
+    }
+
+    /// Checks every arena's bookkeeping; for the tests.
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        for (i, a) in self.arenas.iter().enumerate() {
+            let g = lock(a);
+            g.sub
+                .check_invariants()
+                .map_err(|e| format!("arena {i}: {e}"))?;
+            if g.pending.len() != g.pending_set.len() {
+                return Err(format!("arena {i}: pending list and set disagree"));
+            }
+            let mut bytes = 0;
+            let mut last_mark = 0;
+            for &(mark, addr, size) in &g.pending {
+                if !g.pending_set.contains(&addr) || mark < last_mark {
+                    return Err(format!("arena {i}: pending {addr:#x} out of place"));
+                }
+                if g.sub.find(addr).map(|b| (b.addr, b.size)) != Some((addr, size)) {
+                    return Err(format!("arena {i}: pending {addr:#x} is not a live grant"));
+                }
+                if g.records.contains_key(&addr) {
+                    return Err(format!("arena {i}: pending {addr:#x} kept its record"));
+                }
+                last_mark = mark;
+                bytes += size;
+            }
+            if bytes != g.pending_bytes {
+                return Err(format!(
+                    "arena {i}: pending bytes {} != {bytes}",
+                    g.pending_bytes
+                ));
+            }
+            for addr in g.records.keys() {
+                if g.sub.find(*addr).map(|b| b.addr) != Some(*addr) {
+                    return Err(format!("arena {i}: record of {addr:#x} without its block"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<D: Device, R: Copy> Arena<D, R> {
+    fn try_alloc(&mut self, size: u64) -> Option<Grant> {
+        let r = match self.growth.route(size) {
+            Route::Shared => self.sub.alloc(size, ALIGN),
+            Route::Dedicated { max_block } => self.sub.alloc_dedicated(size, ALIGN, max_block),
+        };
+        r.ok()
+    }
+
+    /// Hands every pending block whose mark is covered back to the sub-allocator.
+    fn release_ready(&mut self) {
+        let done = self.fences.completed();
+        while let Some(&(mark, addr, size)) = self.pending.front() {
+            if mark > done {
+                break;
+            }
+            self.pending.pop_front();
+            self.pending_set.remove(&addr);
+            self.pending_bytes -= size;
+            let _ = self.sub.free(addr);
+        }
+    }
+
+    /// Records a fence for everything pending, if the pool's context is current.
+    fn fence(&mut self, pool: &CtxPool<D, R>) {
+        if pool.device.is_current() && self.fences.record(&pool.device) {
+            self.since_fence_bytes = 0;
+            self.since_fence_count = 0;
+        }
+    }
+
+    /// Waits for the context's work, then releases every pending block; false when the context
+    /// is not current or the device could not synchronize.
+    fn synchronize(&mut self, pool: &CtxPool<D, R>) -> bool {
+        if !pool.device.is_current() {
+            return false;
+        }
+        if self.fences.synchronize(&pool.device).is_none() {
+            return false;
+        }
+        self.release_ready();
+        self.since_fence_bytes = 0;
+        self.since_fence_count = 0;
+        true
+    }
+
+    /// The slow path: the policy's steps (see [`crate::policy`]), carried out on this arena.
+    fn alloc_slow(
+        &mut self,
+        size: u64,
+        pool: &CtxPool<D, R>,
+        arena: usize,
+    ) -> Result<Grant, Refusal> {
+        let Some(footprint) = self.sub.footprint(size, ALIGN) else {
+            return Err(Refusal {
+                reason: Reason::OutOfMemory,
+                why: "request too large".into(),
+            });
+        };
+        let stats = self.sub.stats();
+        let request = Request::new(
+            &self.growth,
+            size,
+            footprint,
+            ALIGN,
+            stats.reserved_bytes,
+            stats.dedicated_bytes,
+        );
+        let mut steps = SlowPath {
+            arena: self,
+            pool,
+            index: arena,
+            size,
+            dedicated: request.dedicated,
+        };
+        match policy::alloc_slow(&mut steps, &request) {
+            Ok(grant) => Ok(grant),
+            Err(Refused::OutOfMemory) => Err(Refusal {
+                reason: Reason::OutOfMemory,
+                why: "device out of memory".into(),
+            }),
+            Err(Refused::Limit) => {
+                self.limit_refusals += 1;
+                let limit = pool.settings.limit.unwrap_or(0);
+                Err(Refusal {
+                    reason: Reason::OutOfMemory,
+                    why: format!(
+                        "CUGUARD_POOL_LIMIT of {limit} bytes reached: {} bytes reserved, {size} more asked for",
+                        pool.reserved.load(Relaxed)
+                    ),
+                })
+            }
+        }
+    }
+
+    /// Adds a chunk of `size` bytes from the device.
+    fn grow(
+        &mut self,
+        size: u64,
+        dedicated: bool,
+        pool: &CtxPool<D, R>,
+        arena: usize,
+    ) -> Result<(), Refusal> {
+        let base = pool.device.alloc_chunk(size).map_err(|e| Refusal {
+            reason: Reason::Device(e),
+            why: match e {
+                DeviceError::Unavailable => "no driver".into(),
+                DeviceError::Refused(_) => format!("driver refused a {size}-byte chunk"),
+            },
+        })?;
+        let added = if dedicated {
+            self.sub.add_dedicated_chunk(base, size)
+        } else {
+            self.sub.add_chunk(base, size)
+        };
+        if added.is_err() {
+            pool.device.free_chunk(base, true);
+            return Err(Refusal {
+                reason: Reason::OutOfMemory,
+                why: "chunk refused by the sub-allocator".into(),
+            });
+        }
+        self.chunks_added += 1;
+        let reserved = pool.reserved.fetch_add(size, Relaxed) + size;
+        pool.peak_reserved.fetch_max(reserved, Relaxed);
+        let pool_addr = std::ptr::from_ref(pool) as usize;
+        pool.device.chunk_added(base, size, pool_addr, arena);
+        Ok(())
+    }
+
+    /// After blocks went back to the sub-allocator: give idle chunks back beyond what is kept.
+    fn after_release(&mut self, pool: &CtxPool<D, R>) {
+        let keep = self.keep;
+        if policy::trim_due(self.sub.stats().idle_bytes, keep) {
+            self.trim(keep, pool, false);
+        }
+    }
+
+    /// Gives idle chunks back to the device until at most `keep` idle bytes remain.
+    fn trim(&mut self, keep: u64, pool: &CtxPool<D, R>, wait: bool) {
+        let release = policy::to_trim(self.sub.idle_chunks(), keep);
+        self.release_chunks(release.into_iter(), pool, wait);
+    }
+
+    /// Gives these (idle) chunks back to the device; `wait` when the memory must be free again
+    /// before this returns (under pressure).
+    fn release_chunks(
+        &mut self,
+        ids: impl Iterator<Item = ChunkId>,
+        pool: &CtxPool<D, R>,
+        wait: bool,
+    ) {
+        for id in ids {
+            if let Ok((base, size)) = self.sub.remove_chunk(id) {
+                pool.device.chunk_removed(base);
+                pool.device.free_chunk(base, wait);
+                pool.reserved.fetch_sub(size, Relaxed);
+                self.trims += 1;
+                self.trimmed_bytes += size;
+            }
+        }
+    }
+}
+
+/// The slow path's view of one arena: what [`policy::alloc_slow`] asks it to do.
+struct SlowPath<'a, D: Device, R> {
+    arena: &'a mut Arena<D, R>,
+    pool: &'a CtxPool<D, R>,
+    /// The arena's index in the pool.
+    index: usize,
+    /// The request's size.
+    size: u64,
+    /// Whether it takes a dedicated chunk.
+    dedicated: bool,
+}
+
+impl<D: Device, R: Copy> Steps for SlowPath<'_, D, R> {
+    type Grant = Grant;
+
+    fn reclaim(&mut self) {
+        self.arena.fences.poll(&self.pool.device);
+        self.arena.release_ready();
+    }
+
+    fn try_alloc(&mut self) -> Option<Grant> {
+        self.arena.try_alloc(self.size)
+    }
+
+    fn pending_bytes(&self) -> u64 {
+        self.arena.pending_bytes
+    }
+
+    fn has_pending(&self) -> bool {
+        !self.arena.pending.is_empty()
+    }
+
+    fn synchronize(&mut self) -> bool {
+        self.arena.synchronize(self.pool)
+    }
+
+    fn fence(&mut self) {
+        self.arena.fence(self.pool);
+    }
+
+    fn release_idle_dedicated(&mut self, bytes: u64) {
+        let a = &mut *self.arena;
+        let release = a.growth.dedicated_release(a.sub.idle_chunks(), bytes);
+        a.release_chunks(release.iter().map(|c| c.id), self.pool, false);
+    }
+
+    fn within_limit(&self, bytes: u64) -> bool {
+        self.pool.within_limit(bytes)
+    }
+
+    fn grow(&mut self, bytes: u64) -> bool {
+        self.arena
+            .grow(bytes, self.dedicated, self.pool, self.index)
+            .is_ok()
+    }
+
+    fn trim_own(&mut self) {
+        self.arena.trim(0, self.pool, true);
+    }
+
+    fn trim_others(&mut self) {
+        self.pool.trim_other_arenas(self.index);
+    }
+}
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,721 @@
+//! Tests of a context's pool against the fake device (`fake.rs`): a few fixed scenarios of the
+//! fence rule, then model-based property tests. Random sequences of allocations and frees from
+//! several arenas, GPU work on the legacy, blocking and non-blocking streams that completes
+//! later, stream creation and destruction, captures, failing chunks and synchronizations, frees
+//! from another context and bogus frees, under random limits and keeps, are checked after every
+//! step against a shadow model and the pool's own invariants; a run may end with the context
+//! killed.
+//!
+//! The shadow model keeps the live blocks (address, granted size, arena, record) and, for every
+//! free, its mark. What it checks:
+//!
+//! - a freed block is never handed out again (in whole or part) before every submission up to
+//!   its free's mark has completed on the fake device (unless `unsafe_reuse`);
+//! - live blocks are aligned, never overlap, and lie inside chunks the device handed to the same
+//!   arena of this pool;
+//! - reserved bytes never exceed the limit, and match the device's count;
+//! - records come back with their blocks (free, find, records);
+//! - the stats add up (reserved = live + pending + free; idle = free + pending; chunks);
+//! - a refusal follows a refused chunk or the limit, and says which;
+//! - the pool never records an event or synchronizes during a capture, never takes a chunk or
+//!   fences outside its context, and frees only chunks it holds (the fake's violations);
+//! - kill returns exactly the live records, and the pool refuses everything afterwards.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+
+use super::fake::{FakeDevice, chunk_set};
+use super::*;
+use crate::device::LEGACY_STREAM;
+
+const MIB: u64 = 1 << 20;
+
+type Pool = CtxPool<FakeDevice, u64>;
+
+fn new_pool(capacity: u64, settings: Settings) -> Box<Pool> {
+    Box::new(CtxPool::new(FakeDevice::new(capacity), settings))
+}
+
+fn fake(pool: &Pool) -> std::cell::RefMut<'_, fake::State> {
+    pool.device().s.borrow_mut()
+}
+
+// ---- fixed scenarios ---------------------------------------------------------------------
+
+#[test]
+fn a_block_freed_with_work_in_flight_waits_and_pressure_synchronizes() {
+    let pool = new_pool(
+        1 << 30,
+        Settings {
+            limit: Some(20 * MIB),
+            ..Settings::default()
+        },
+    );
+    let blocks: Vec<u64> = (0..6)
+        .map(|i| pool.alloc(0, 3 * MIB, Some(i)).unwrap())
+        .collect();
+    assert_eq!(pool.stats().chunks, 1);
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.free(0, blocks[0]), Some(Ok(Some(0))));
+    // Pending: not findable, not freeable again, and not handed out while room remains.
+    assert_eq!(pool.find(0, blocks[0]), None);
+    assert_eq!(pool.free(0, blocks[0]), Some(Err(InvalidFree)));
+    assert_eq!(pool.stats().pending_bytes, 3 * MIB);
+    let small = pool.alloc(0, MIB, None).unwrap();
+    assert!(small >= blocks[0] + 3 * MIB || small + MIB <= blocks[0]);
+    // No room left under the limit: the pending block is worth a synchronize.
+    let again = pool.alloc(0, 3 * MIB, Some(9)).unwrap();
+    assert_eq!(again, blocks[0]);
+    assert!(fake(&pool).done_up_to(1));
+    let s = pool.stats();
+    assert_eq!((s.syncs, s.pending_bytes, s.chunks), (1, 0, 1));
+    assert!(fake(&pool).violations.is_empty());
+}
+
+#[test]
+fn during_a_capture_frees_wait_and_the_pool_neither_fences_nor_synchronizes() {
+    let pool = new_pool(
+        1 << 30,
+        Settings {
+            limit: Some(20 * MIB),
+            ..Settings::default()
+        },
+    );
+    let blocks: Vec<u64> = (0..6)
+        .map(|_| pool.alloc(0, 3 * MIB, None).unwrap())
+        .collect();
+    fake(&pool).submit(LEGACY_STREAM);
+    fake(&pool).captures = 1;
+    for b in &blocks {
+        assert_eq!(pool.free(0, *b), Some(Ok(None)));
+    }
+    let r = pool.alloc(0, 3 * MIB, None).unwrap_err();
+    assert_eq!(r.reason, Reason::OutOfMemory);
+    assert!(
+        r.why
+            .starts_with("CUGUARD_POOL_LIMIT of 20971520 bytes reached"),
+        "{}",
+        r.why
+    );
+    let s = pool.stats();
+    assert_eq!((s.fences, s.syncs, s.limit_refusals), (0, 0, 1));
+    assert_eq!(s.pending_bytes, 18 * MIB);
+    // The capture ends: the next request that needs them synchronizes.
+    fake(&pool).captures = 0;
+    assert_eq!(pool.alloc(0, 3 * MIB, None), Ok(blocks[0]));
+    assert_eq!(pool.stats().syncs, 1);
+    assert!(fake(&pool).violations.is_empty());
+}
+
+#[test]
+fn work_on_a_destroyed_non_blocking_stream_holds_frees_back_until_it_completes() {
+    let pool = new_pool(
+        1 << 30,
+        Settings {
+            keep: 1 << 30,
+            ..Settings::default()
+        },
+    );
+    let blocks: Vec<u64> = (0..96)
+        .map(|_| pool.alloc(0, 4096, None).unwrap())
+        .collect();
+    let s = fake(&pool).create_stream(true);
+    fake(&pool).submit(s);
+    fake(&pool).destroy_stream(s);
+    // The 64th waiting free records a fence: on the legacy stream, plus the destroyed stream's
+    // last event; the legacy stream is idle, the stream is not.
+    for b in &blocks[..64] {
+        assert_eq!(pool.free(0, *b), Some(Ok(None)));
+    }
+    let st = pool.stats();
+    assert_eq!((st.fences, st.pending_bytes), (1, 64 * 4096));
+    fake(&pool).progress(s, 1);
+    // The next poll (at the 96th waiting free) sees the fence complete and releases them all.
+    for b in &blocks[64..] {
+        assert_eq!(pool.free(0, *b), Some(Ok(None)));
+    }
+    assert_eq!(pool.stats().pending_bytes, 0);
+    assert_eq!(pool.stats().syncs, 0);
+    assert_eq!(fake(&pool).live_events(), 0);
+    assert!(fake(&pool).violations.is_empty());
+}
+
+#[test]
+fn a_destroyed_streams_last_work_holds_back_the_frees_of_every_arena() {
+    // Found by the model below: the arena that fenced first used to take the destroyed
+    // stream's last event away, and the other arena's fence then completed without it.
+    let pool = new_pool(
+        1 << 30,
+        Settings {
+            keep: 1 << 30,
+            ..Settings::default()
+        },
+    );
+    let a = pool.alloc(0, 4096, None).unwrap();
+    let b = pool.alloc(1, 4096, None).unwrap();
+    let s = fake(&pool).create_stream(true);
+    fake(&pool).submit(s);
+    fake(&pool).destroy_stream(s);
+    assert_eq!(pool.free(0, a), Some(Ok(None)));
+    assert_eq!(pool.free(1, b), Some(Ok(None)));
+    // A large request in each arena: its pending free cannot serve it, so each fences, then
+    // grows a dedicated chunk.
+    let big0 = pool.alloc(0, 6 * MIB, None).unwrap();
+    let big1 = pool.alloc(1, 6 * MIB, None).unwrap();
+    assert_eq!(pool.stats().fences, 2);
+    // Arena 1 polls its fence on its next slow path; the stream's work still runs.
+    let _ = pool.alloc(1, 6 * MIB, None).unwrap();
+    assert_ne!(pool.alloc(1, 4096, None), Ok(b));
+    assert_eq!(pool.stats().pending_bytes, 2 * 4096);
+    // Once it completes, both arenas' fences complete and the blocks come back.
+    fake(&pool).progress(s, 1);
+    assert_eq!(pool.free(0, big0), Some(Ok(None)));
+    assert_eq!(pool.free(1, big1), Some(Ok(None)));
+    let _ = pool.alloc(1, 8 * MIB, None).unwrap();
+    let _ = pool.alloc(0, 8 * MIB, None).unwrap();
+    assert_eq!(pool.stats().pending_bytes, 0);
+    assert_eq!(pool.alloc(1, 4096, None), Ok(b));
+    assert_eq!(fake(&pool).live_events(), 0);
+    assert!(fake(&pool).violations.is_empty());
+}
+
+#[test]
+fn with_nothing_submitted_since_the_last_fence_a_free_is_reusable_at_once() {
+    let pool = new_pool(
+        1 << 30,
+        Settings {
+            keep: 1 << 30,
+            ..Settings::default()
+        },
+    );
+    let a = pool.alloc(3, 1000, Some(1)).unwrap();
+    assert_eq!(pool.free(3, a), Some(Ok(Some(1))));
+    assert_eq!(pool.alloc(3, 1000, Some(2)), Ok(a));
+    assert_eq!(pool.stats().pending_bytes, 0);
+}
+
+#[test]
+fn idle_chunks_beyond_the_keep_go_back_to_the_device_without_waiting() {
+    let pool = new_pool(1 << 30, Settings::default());
+    let a = pool.alloc(0, 8 * MIB, None).unwrap();
+    assert_eq!(fake(&pool).chunks.len(), 1);
+    assert_eq!(pool.free(0, a), Some(Ok(None)));
+    assert!(fake(&pool).chunks.is_empty());
+    let s = pool.stats();
+    assert_eq!(
+        (s.chunks, s.chunks_added, s.trims, s.trimmed_bytes),
+        (0, 1, 1, 8 * MIB)
+    );
+}
+
+#[test]
+fn a_device_that_refuses_the_initial_reservation_says_so() {
+    let pool = new_pool(MIB, Settings::default());
+    let r = pool.reserve_initial(8 * MIB).unwrap_err();
+    assert_eq!(r.reason, Reason::Device(DeviceError::Refused(2)));
+    assert_eq!(r.why, format!("driver refused a {}-byte chunk", 8 * MIB));
+    assert_eq!(
+        pool.reserve_initial(1).map_err(|r| r.reason),
+        Err(Reason::Device(DeviceError::Refused(2)))
+    );
+    let pool = new_pool(64 * MIB, Settings::default());
+    assert_eq!(pool.reserve_initial(1), Ok(()));
+    assert_eq!(pool.stats().reserved_bytes, 2 * MIB);
+}
+
+// ---- the model -------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Op {
+    Alloc {
+        arena: usize,
+        size: u64,
+        tracked: bool,
+    },
+    Free {
+        pick: usize,
+        elsewhere_first: bool,
+        from_other_context: bool,
+    },
+    FreeInterior {
+        pick: usize,
+        offset: u64,
+    },
+    FreeAgain {
+        pick: usize,
+    },
+    Find {
+        pick: usize,
+        offset: u64,
+    },
+    Submit {
+        stream: usize,
+    },
+    Progress {
+        stream: usize,
+        n: usize,
+    },
+    CreateStream {
+        non_blocking: bool,
+    },
+    DestroyStream {
+        pick: usize,
+    },
+    Capture {
+        begin: bool,
+    },
+    FailChunks(u32),
+    SyncFails(bool),
+}
+
+fn size() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => 1..=4096u64,
+        3 => 4097..=MIB,
+        2 => MIB..4 * MIB,
+        2 => 4 * MIB..12 * MIB,
+        1 => Just(0u64),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => (0..5usize, size(), any::<bool>()).prop_map(|(a, size, tracked)| Op::Alloc {
+            // Arena numbers wrap: ARENAS + 1 is arena 1.
+            arena: if a == 4 { ARENAS + 1 } else { a },
+            size,
+            tracked,
+        }),
+        9 => (any::<usize>(), any::<bool>(), prop::bool::weighted(0.1)).prop_map(
+            |(pick, elsewhere_first, from_other_context)| Op::Free {
+                pick,
+                elsewhere_first,
+                from_other_context,
+            }
+        ),
+        1 => (any::<usize>(), 1..(8 * MIB)).prop_map(|(pick, offset)| Op::FreeInterior { pick, offset }),
+        1 => any::<usize>().prop_map(|pick| Op::FreeAgain { pick }),
+        2 => (any::<usize>(), any::<u64>()).prop_map(|(pick, offset)| Op::Find { pick, offset }),
+        6 => any::<usize>().prop_map(|stream| Op::Submit { stream }),
+        6 => (any::<usize>(), 1..8usize).prop_map(|(stream, n)| Op::Progress { stream, n }),
+        1 => any::<bool>().prop_map(|non_blocking| Op::CreateStream { non_blocking }),
+        1 => any::<usize>().prop_map(|pick| Op::DestroyStream { pick }),
+        1 => any::<bool>().prop_map(|begin| Op::Capture { begin }),
+        1 => (1..3u32).prop_map(Op::FailChunks),
+        1 => prop::bool::weighted(0.3).prop_map(Op::SyncFails),
+    ]
+}
+
+fn settings() -> impl Strategy<Value = (u64, Settings)> {
+    (
+        48 * MIB..256 * MIB,
+        prop::option::weighted(0.5, 24 * MIB..160 * MIB),
+        prop_oneof![Just(0u64), 0..128 * MIB, Just(1u64 << 40)],
+    )
+        .prop_map(|(capacity, limit, keep)| {
+            (
+                capacity,
+                Settings {
+                    limit,
+                    keep,
+                    unsafe_reuse: false,
+                },
+            )
+        })
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    granted: u64,
+    arena: usize,
+    record: Option<u64>,
+}
+
+/// The shadow model.
+struct Model {
+    pool: Box<Pool>,
+    /// The pool's address, as the device is told it.
+    pool_addr: usize,
+    settings: Settings,
+    live: BTreeMap<u64, Live>,
+    /// Frees whose earlier work may not all have completed: (address, granted, mark).
+    unsettled: Vec<(u64, u64, u64)>,
+    /// Some freed addresses, for double frees.
+    freed: Vec<u64>,
+    next_record: u64,
+    /// Every synchronize fails, whatever the ops say.
+    never_sync: bool,
+}
+
+fn overlaps(a: u64, a_len: u64, b: u64, b_len: u64) -> bool {
+    a < b + b_len && b < a + a_len
+}
+
+impl Model {
+    fn new(capacity: u64, settings: Settings) -> Model {
+        let pool = new_pool(capacity, settings);
+        let pool_addr = std::ptr::from_ref::<Pool>(&pool) as usize;
+        Model {
+            pool,
+            pool_addr,
+            settings,
+            live: BTreeMap::new(),
+            unsettled: Vec::new(),
+            freed: Vec::new(),
+            next_record: 0,
+            never_sync: false,
+        }
+    }
+
+    fn fake(&self) -> std::cell::RefMut<'_, fake::State> {
+        fake(&self.pool)
+    }
+
+    fn pick_live(&self, pick: usize) -> Option<(u64, Live)> {
+        if self.live.is_empty() {
+            return None;
+        }
+        self.live
+            .iter()
+            .nth(pick % self.live.len())
+            .map(|(a, l)| (*a, *l))
+    }
+
+    fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        match *op {
+            Op::Alloc {
+                arena,
+                size,
+                tracked,
+            } => self.alloc(arena, size, tracked)?,
+            Op::Free {
+                pick,
+                elsewhere_first,
+                from_other_context,
+            } => {
+                let Some((addr, l)) = self.pick_live(pick) else {
+                    return Ok(());
+                };
+                if elsewhere_first {
+                    prop_assert_eq!(self.pool.free(l.arena + 1, addr), None);
+                }
+                self.fake().current = !from_other_context;
+                let mark = self.pool.device().submissions();
+                let r = self.pool.free(l.arena, addr);
+                self.fake().current = true;
+                prop_assert_eq!(r, Some(Ok(l.record)));
+                self.live.remove(&addr);
+                self.unsettled.push((addr, l.granted, mark));
+                if self.freed.len() < 64 {
+                    self.freed.push(addr);
+                }
+            }
+            Op::FreeInterior { pick, offset } => {
+                let Some((addr, l)) = self.pick_live(pick) else {
+                    return Ok(());
+                };
+                let inside = addr + 1 + offset % (l.granted - 1);
+                prop_assert_eq!(self.pool.free(l.arena, inside), Some(Err(InvalidFree)));
+                let found = self.pool.find(l.arena, addr).map(|b| b.addr);
+                prop_assert_eq!(found, Some(addr));
+            }
+            Op::FreeAgain { pick } => {
+                if self.freed.is_empty() {
+                    return Ok(());
+                }
+                let addr = self.freed[pick % self.freed.len()];
+                if self.live.contains_key(&addr) {
+                    return Ok(());
+                }
+                let owner = {
+                    let s = self.fake();
+                    s.chunks
+                        .range(..=addr)
+                        .next_back()
+                        .filter(|(b, c)| addr < *b + c.size)
+                        .and_then(|(_, c)| c.owner)
+                };
+                match owner {
+                    Some((_, arena)) => {
+                        prop_assert_eq!(self.pool.free(arena, addr), Some(Err(InvalidFree)))
+                    }
+                    None => prop_assert_eq!(self.pool.free(0, addr), None),
+                }
+            }
+            Op::Find { pick, offset } => {
+                let Some((addr, l)) = self.pick_live(pick) else {
+                    return Ok(());
+                };
+                let found = self.pool.find(l.arena, addr + offset % l.granted);
+                prop_assert_eq!(
+                    found,
+                    Some(Block {
+                        addr,
+                        granted: l.granted,
+                        record: l.record
+                    })
+                );
+            }
+            Op::Submit { stream } => {
+                let mut s = self.fake();
+                let streams = s.live_streams();
+                s.submit(streams[stream % streams.len()]);
+            }
+            Op::Progress { stream, n } => {
+                let mut s = self.fake();
+                let mut all: Vec<u64> = vec![LEGACY_STREAM];
+                all.extend(s.streams.keys().copied());
+                s.progress(all[stream % all.len()], n);
+            }
+            Op::CreateStream { non_blocking } => {
+                self.fake().create_stream(non_blocking);
+            }
+            Op::DestroyStream { pick } => {
+                let mut s = self.fake();
+                let streams = s.live_streams();
+                if streams.len() > 1 {
+                    s.destroy_stream(streams[1 + pick % (streams.len() - 1)]);
+                }
+            }
+            Op::Capture { begin } => {
+                let mut s = self.fake();
+                s.captures = if begin {
+                    s.captures + 1
+                } else {
+                    s.captures.saturating_sub(1)
+                };
+            }
+            Op::FailChunks(n) => self.fake().fail_chunks = n,
+            Op::SyncFails(f) => {
+                if !self.never_sync {
+                    self.fake().sync_fails = f;
+                }
+            }
+        }
+        // Frees whose earlier work has all completed can never be unsafe again.
+        let s = self.pool.device().s.borrow();
+        self.unsettled.retain(|&(_, _, mark)| !s.done_up_to(mark));
+        Ok(())
+    }
+
+    fn alloc(&mut self, arena: usize, size: u64, tracked: bool) -> Result<(), TestCaseError> {
+        let record = tracked.then(|| {
+            self.next_record += 1;
+            self.next_record
+        });
+        let refused_before = self.fake().refused_chunks;
+        let limit_before = self.pool.stats().limit_refusals;
+        match self.pool.alloc(arena, size, record) {
+            Ok(addr) => {
+                prop_assert!(size > 0);
+                prop_assert_eq!(addr % ALIGN, 0);
+                let arena = arena % ARENAS;
+                let b = self.pool.find(arena, addr);
+                prop_assert!(b.is_some(), "{:#x} not found", addr);
+                let b = b.unwrap();
+                prop_assert_eq!((b.addr, b.record), (addr, record));
+                prop_assert!(b.granted >= size);
+                if let Some((&prev, p)) = self.live.range(..addr).next_back() {
+                    prop_assert!(prev + p.granted <= addr, "{:#x} overlaps {:#x}", addr, prev);
+                }
+                if let Some((&next, _)) = self.live.range(addr..).next() {
+                    prop_assert!(addr + b.granted <= next, "{:#x} overlaps {:#x}", addr, next);
+                }
+                if !self.settings.unsafe_reuse {
+                    let s = self.pool.device().s.borrow();
+                    for &(f, len, mark) in &self.unsettled {
+                        prop_assert!(
+                            !overlaps(addr, b.granted, f, len) || s.done_up_to(mark),
+                            "{:#x} handed out again while work before its free (mark {}) runs",
+                            f,
+                            mark
+                        );
+                    }
+                }
+                self.live.insert(
+                    addr,
+                    Live {
+                        granted: b.granted,
+                        arena,
+                        record,
+                    },
+                );
+            }
+            Err(r) => {
+                if size == 0 {
+                    prop_assert_eq!(r.reason, Reason::ZeroSize);
+                    return Ok(());
+                }
+                prop_assert_eq!(r.reason, Reason::OutOfMemory);
+                let by_limit = self.pool.stats().limit_refusals > limit_before;
+                let by_device = self.fake().refused_chunks > refused_before;
+                prop_assert!(by_limit || by_device, "refused without cause: {}", r.why);
+                prop_assert_eq!(by_limit, r.why.starts_with("CUGUARD_POOL_LIMIT of"));
+            }
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        let violations = self.fake().violations.clone();
+        prop_assert!(violations.is_empty(), "{:?}", violations);
+        if let Err(e) = self.pool.check_invariants() {
+            return Err(TestCaseError::fail(e));
+        }
+        let s = self.pool.stats();
+        let dev = self.pool.device().s.borrow();
+        // Live blocks lie in chunks of their own arena (they cannot overlap: see alloc).
+        for (&addr, l) in &self.live {
+            let chunk = dev.chunks.range(..=addr).next_back();
+            prop_assert!(chunk.is_some());
+            let (&base, c) = chunk.unwrap();
+            prop_assert!(
+                addr + l.granted <= base + c.size,
+                "{:#x} outside its chunk",
+                addr
+            );
+            prop_assert_eq!(c.owner, Some((self.pool_addr, l.arena)));
+        }
+        prop_assert!(dev.chunks.values().all(|c| c.owner.is_some()));
+        let ranges: BTreeSet<(u64, u64)> = self.pool.chunk_ranges().into_iter().collect();
+        prop_assert_eq!(ranges, chunk_set(&dev));
+        // Reserved bytes: the device's count, within the limit.
+        prop_assert_eq!(s.reserved_bytes, dev.used);
+        if let Some(limit) = self.settings.limit {
+            prop_assert!(s.reserved_bytes <= limit);
+        }
+        prop_assert!(s.peak_reserved_bytes >= s.reserved_bytes);
+        let live: u64 = self.live.values().map(|l| l.granted).sum();
+        prop_assert_eq!(s.reserved_bytes, live + s.pending_bytes + s.free_bytes);
+        prop_assert_eq!(self.pool.idle_bytes(), s.free_bytes + s.pending_bytes);
+        prop_assert_eq!(s.chunks, dev.chunks.len() as u64);
+        prop_assert_eq!(s.chunks_added - s.trims, s.chunks);
+        prop_assert!(s.largest_free_block <= s.free_bytes);
+        prop_assert_eq!(s.syncs, dev.syncs);
+        // Records: exactly those of the live tracked blocks.
+        let records: BTreeSet<(u64, u64)> = self.pool.records().into_iter().collect();
+        prop_assert_eq!(records, self.tracked());
+        Ok(())
+    }
+
+    fn tracked(&self) -> BTreeSet<(u64, u64)> {
+        self.live
+            .iter()
+            .filter_map(|(a, l)| l.record.map(|r| (*a, r)))
+            .collect()
+    }
+
+    /// Kills the context and checks the pool forgot everything.
+    fn kill(&mut self) -> Result<(), TestCaseError> {
+        let gone: BTreeSet<(u64, u64)> = self.pool.kill().into_iter().collect();
+        prop_assert_eq!(gone, self.tracked());
+        self.fake().context_destroyed();
+        let r = self.pool.alloc(0, 4096, Some(0)).map_err(|r| r.reason);
+        prop_assert_eq!(r, Err(Reason::ContextDestroyed));
+        for (&addr, l) in &self.live {
+            prop_assert_eq!(self.pool.free(l.arena, addr), None);
+            prop_assert_eq!(self.pool.find(l.arena, addr), None);
+        }
+        prop_assert_eq!(self.pool.idle_bytes(), 0);
+        prop_assert!(self.pool.records().is_empty());
+        prop_assert!(self.pool.chunk_ranges().is_empty());
+        prop_assert_eq!(self.pool.stats().reserved_bytes, 0);
+        let violations = self.fake().violations.clone();
+        prop_assert!(violations.is_empty(), "{:?}", violations);
+        Ok(())
+    }
+}
+
+/// Runs `ops` on a pool whose device starts with one blocking and two non-blocking streams;
+/// with `never_sync`, every synchronize fails, so that freed blocks come back through fences
+/// only.
+fn run(
+    capacity: u64,
+    settings: Settings,
+    ops: &[Op],
+    never_sync: bool,
+    kill: bool,
+) -> Result<(), TestCaseError> {
+    let mut m = Model::new(capacity, settings);
+    {
+        let mut s = m.fake();
+        s.create_stream(false);
+        s.create_stream(true);
+        s.create_stream(true);
+        s.sync_fails = never_sync;
+    }
+    m.never_sync = never_sync;
+    for op in ops {
+        m.step(op)?;
+        m.check()?;
+    }
+    if kill {
+        m.kill()?;
+    }
+    Ok(())
+}
+
+// 256 cases each by default; more with PROPTEST_CASES.
+proptest! {
+    #[test]
+    fn random_use_keeps_every_invariant(
+        (capacity, settings) in settings(),
+        ops in prop::collection::vec(op(), 1..160),
+        never_sync in any::<bool>(),
+        kill in any::<bool>(),
+    ) {
+        run(capacity, settings, &ops, never_sync, kill)?;
+    }
+
+    #[test]
+    fn unsafe_reuse_keeps_every_other_invariant(
+        (capacity, settings) in settings(),
+        ops in prop::collection::vec(op(), 1..120),
+    ) {
+        run(capacity, Settings { unsafe_reuse: true, ..settings }, &ops, false, true)?;
+    }
+}
+
+/// A pool that ignored marks would be caught: with `unsafe_reuse` the same checks fail.
+#[test]
+fn the_reuse_check_catches_a_pool_that_ignores_fences() {
+    let mut m = Model::new(
+        1 << 30,
+        Settings {
+            keep: 1 << 30,
+            ..Settings::default()
+        },
+    );
+    m.alloc(0, 4096, false).unwrap();
+    let a = *m.live.keys().next().unwrap();
+    m.fake().submit(LEGACY_STREAM);
+    m.step(&Op::Free {
+        pick: 0,
+        elsewhere_first: false,
+        from_other_context: false,
+    })
+    .unwrap();
+    // Safe pool: the pending block is not handed out.
+    m.alloc(0, 4096, false).unwrap();
+    assert!(!m.live.contains_key(&a));
+
+    let mut m = Model::new(
+        1 << 30,
+        Settings {
+            keep: 1 << 30,
+            unsafe_reuse: true,
+            ..Settings::default()
+        },
+    );
+    m.alloc(0, 4096, false).unwrap();
+    m.fake().submit(LEGACY_STREAM);
+    m.step(&Op::Free {
+        pick: 0,
+        elsewhere_first: false,
+        from_other_context: false,
+    })
+    .unwrap();
+    m.settings.unsafe_reuse = false; // check as if it were the safe pool
+    assert!(m.alloc(0, 4096, false).is_err());
+}

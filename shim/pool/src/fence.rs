@@ -1,0 +1,163 @@
+//! When a freed pool block may be handed out again.
+//!
+//! # The rule
+//!
+//! A block freed by the program is not reused while GPU work issued before its free may still
+//! touch it. Every driver entry that submits work (kernels, copies, sets, graph launches, stream
+//! memory operations, external semaphores, host functions; see the shim's `hooks::submit`)
+//! counts one submission *after* the driver has enqueued it. A free remembers the count at that
+//! moment, its *mark*: all work that could touch the block was enqueued before the mark.
+//!
+//! A *fence* reads the count `v`, then records an event on the legacy default stream and on every
+//! known non-blocking stream of the context. The legacy stream's event completes only after all
+//! work enqueued before it on every blocking stream, the per-thread default streams included
+//! (they synchronize with the legacy stream); non-blocking streams do not, so each gets its own
+//! event. When all of a fence's events have completed, every submission counted in `v` has
+//! finished, and blocks whose mark is ≤ `v` are safe to reuse. `cuCtxSynchronize` is the same
+//! fence, taken at once.
+//!
+//! Two consequences keep the pool fast without weakening this:
+//! - While nothing has been submitted since the last completed fence, a freed block is reusable
+//!   at once (its mark is already covered).
+//! - Otherwise frees wait in batches; one fence per batch amortizes the events.
+//!
+//! Streams that were non-blocking and are destroyed with work in flight get a last event at
+//! destruction, which the next fence waits for too. While any stream capture is active, no fence
+//! is recorded (an event on the legacy stream would invalidate a global-mode capture): frees wait.
+//!
+//! Not covered: work of *another context* reading this pool's memory through peer access. A pool
+//! fences its own context's streams only; multi-GPU programs that free memory another device is
+//! still reading should run with `CUGUARD_POOL=0`.
+//!
+//! # Who does what
+//!
+//! The counting and the stream bookkeeping happen where the program's calls are seen (in the
+//! shim: `hooks::submit`, `hooks::streams`, and its `pool::fence`); the pool reads them through
+//! its [`Device`]: the count is [`Device::submissions`], captures [`Device::capturing`], the
+//! non-blocking streams and how many destroyed ones left a last event
+//! [`Device::with_side_streams`]. [`Fences`] here records, polls and retires the fences.
+//!
+//! Each arena of a pool has its own fences, so a destroyed stream's last event is not handed to
+//! one fence: the device keeps it, every fence remembers how many such events existed when it
+//! was recorded, and completes only once those have ([`Device::destroyed_streams_done`]).
+
+use std::collections::VecDeque;
+
+use crate::device::{Device, LEGACY_STREAM};
+
+/// One recorded fence.
+struct Fence<E> {
+    /// Submissions covered.
+    mark: u64,
+    events: Vec<E>,
+    /// Last events of destroyed streams it waits for too: the first this many.
+    destroyed: u64,
+}
+
+/// A context's fences (kept inside each arena of its pool, under the arena's lock).
+pub(crate) struct Fences<E> {
+    /// All work counted up to this mark is known complete.
+    completed: u64,
+    in_flight: VecDeque<Fence<E>>,
+    /// Fences recorded (for the report).
+    pub recorded: u64,
+    /// Synchronizations under pressure (for the report).
+    pub syncs: u64,
+}
+
+impl<E> Default for Fences<E> {
+    fn default() -> Self {
+        Fences {
+            completed: 0,
+            in_flight: VecDeque::new(),
+            recorded: 0,
+            syncs: 0,
+        }
+    }
+}
+
+impl<E> Fences<E> {
+    /// All submissions up to this mark are complete.
+    #[inline]
+    pub fn completed(&self) -> u64 {
+        self.completed
+    }
+
+    /// Whether a fence covering `mark` is already in flight.
+    pub fn covers(&self, mark: u64) -> bool {
+        self.in_flight.back().is_some_and(|f| f.mark >= mark)
+    }
+
+    /// Records a fence now, on `dev` (whose context must be current). Returns false when none
+    /// could be recorded (a capture is in progress, or the device refused).
+    pub fn record<D: Device<Event = E>>(&mut self, dev: &D) -> bool {
+        if dev.capturing() {
+            return false;
+        }
+        let mark = dev.submissions();
+        if mark <= self.completed || self.covers(mark) {
+            return true;
+        }
+        let mut events = Vec::new();
+        let Some(ev) = dev.record_event(LEGACY_STREAM) else {
+            return false;
+        };
+        events.push(ev);
+        let destroyed = dev.with_side_streams(|streams, destroyed| {
+            for &stream in streams {
+                if let Some(ev) = dev.record_event(stream) {
+                    events.push(ev);
+                }
+            }
+            // Destroyed streams' last events ride with this fence.
+            destroyed
+        });
+        self.recorded += 1;
+        self.in_flight.push_back(Fence {
+            mark,
+            events,
+            destroyed,
+        });
+        true
+    }
+
+    /// Retires completed fences (oldest first); returns the new completed mark.
+    pub fn poll<D: Device<Event = E>>(&mut self, dev: &D) -> u64 {
+        while let Some(f) = self.in_flight.front() {
+            if !f.events.iter().all(|e| dev.event_done(e))
+                || !dev.destroyed_streams_done(f.destroyed)
+            {
+                break;
+            }
+            let f = self.in_flight.pop_front().expect("front exists");
+            for e in f.events {
+                dev.destroy_event(e);
+            }
+            self.completed = self.completed.max(f.mark);
+        }
+        self.completed
+    }
+
+    /// Waits for all work of `dev`'s context (current) to finish; returns the new completed
+    /// mark, or `None` when that is not allowed now (a capture is in progress) or failed.
+    pub fn synchronize<D: Device<Event = E>>(&mut self, dev: &D) -> Option<u64> {
+        if dev.capturing() {
+            return None;
+        }
+        let mark = dev.submissions();
+        if !dev.synchronize() {
+            return None;
+        }
+        self.syncs += 1;
+        // Every fence in flight is complete now, and so is every destroyed stream's last work.
+        for f in self.in_flight.drain(..) {
+            for e in f.events {
+                dev.destroy_event(e);
+            }
+        }
+        let destroyed = dev.with_side_streams(|_, destroyed| destroyed);
+        dev.destroyed_streams_done(destroyed);
+        self.completed = self.completed.max(mark);
+        Some(self.completed)
+    }
+}
