@@ -64,10 +64,12 @@ pub fn shield<T>(fallback: T, f: impl FnOnce() -> T) -> T {
                 .unwrap_or_else(|| "unknown panic".into());
             crate::phase::break_down();
             if !SAID.swap(true, Ordering::Relaxed) {
-                crate::diag::warn(&format!(
+                crate::process::diag::warn(&format!(
                     "internal error ({what}); tracking is off for the rest of this process"
                 ));
-                crate::faults::record(format!("internal error: {what}; tracking turned off"));
+                crate::process::faults::record(format!(
+                    "internal error: {what}; tracking turned off"
+                ));
             }
             fallback
         }

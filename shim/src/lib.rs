@@ -3,40 +3,45 @@
 //! allocation with its context, device, thread and call stack, can serve cuMemAlloc/cuMemFree
 //! from its own pool, and writes a JSON leak report when the process ends.
 //!
-//! How the pieces fit:
+//! # The walk of one `cuMemAlloc_v2`
 //!
-//! - [`doors`]: the three ways a program reaches the driver (exported symbols, `dlsym`,
-//!   `cuGetProcAddress`), each answered with the shim's hooks for the entries it tracks.
-//! - [`hooks`]: the hooks themselves, one module per API family; each forwards to the real driver
-//!   (through [`driver`]) or to [`serve`], then tells the [`tracker`].
-//! - [`tracker`]: live allocations, contexts, events and counters.
-//! - [`report`]: the JSON report and the summary line; [`lifecycle`] decides when it is written.
-//! - [`config`]: settings from `CUGUARD_*` variables, read at load (the only load-time work).
+//! Top to bottom; no module imports one above it (`docs/architecture.md` draws it per door):
+//!
+//! 1. [`doors`]: the program reached the shim through one of three doors: the exported symbol
+//!    (`-lcuda` programs), or a function that `dlsym` or `cuGetProcAddress` handed out in place of
+//!    the driver's. Both are generated from the driver-entry table and call the handler.
+//! 2. [`driver`]: the table of every driver entry the shim knows (names, forms, signatures,
+//!    roles) and the real driver's entries, resolved once.
+//! 3. [`hooks`]: the handler, named after the entry (`hooks::cuMemAlloc_v2`), thin: it asks
+//!    whether to track ([`phase`], [`guard`]), makes the record, and has the allocation served.
+//! 4. [`lifecycle`]: the first allocation arms the process (exit handlers, the cuguard thread,
+//!    signal handlers); the final report is written however the process ends.
+//! 5. [`report`]: what is written: the tracker, the pool, the stacks and the timeline, as
+//!    `cuguard_report` types, to a file.
+//! 6. [`pool`]: `cuguard_pool`'s pool of the current context serves it, over the real driver
+//!    ([`pool::serve`], [`pool::device`]); with the pool off, the real driver does.
+//! 7. [`tracker`]: live allocations, contexts, events, counters, door counts.
+//! 8. [`stack`]: the call stack, captured and deduplicated.
+//! 9. [`config`] (settings read at load, the only load-time work), [`guard`] (re-entry guard and
+//!    panic shield), [`phase`] (the lifecycle's state machine), [`process`] (identity, clocks,
+//!    stderr, process-wide values) and [`ffi`] (the C types) are below everything.
 //!
 //! It is a guest in someone else's process: no panic crosses the C ABI ([`guard::shield`]), it
 //! never re-enters itself ([`guard::Guard`]), never touches CUDA while loading, and every exported
 //! function returns what the driver returned.
 
-mod callsite;
-mod clock;
 mod config;
-mod diag;
 mod doors;
 mod driver;
-mod faults;
 mod ffi;
 mod guard;
 mod hooks;
-mod leaked;
 mod lifecycle;
 mod phase;
 mod pool;
 mod process;
 mod report;
-mod serve;
 mod stack;
-mod thread;
-mod timeline;
 mod tracker;
 
 /// The load-time hook: reads the configuration, nothing else.

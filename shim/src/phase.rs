@@ -15,7 +15,7 @@
 //! Transitions are compare-and-swap on one atomic: two threads racing to arm, or to write the final
 //! report, agree on one winner. `Inert` and `Broken` are kept across a fork.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// A phase of the shim's life in this process (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,6 +155,21 @@ pub fn forked() {
     if !matches!(now, Phase::Inert | Phase::Broken) {
         PHASE.store(Phase::ForkedChild as u8, Ordering::Release);
     }
+}
+
+/// The library's destructor is running (the process is ending without `exit`'s handlers having
+/// written the report): the driver may already be finalized and must not be called. A fact about
+/// the image beside the phase, not a phase of its own.
+static UNLOADING: AtomicBool = AtomicBool::new(false);
+
+/// Marks the library's destructor as running.
+pub fn set_unloading() {
+    UNLOADING.store(true, Ordering::Relaxed);
+}
+
+/// Whether the library's destructor is running (see [`set_unloading`]).
+pub fn unloading() -> bool {
+    UNLOADING.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use crate::ffi::*;
 pub fn missing(e: Entry) -> CUresult {
     static SAID: AtomicBool = AtomicBool::new(false);
     if !SAID.swap(true, Ordering::Relaxed) {
-        crate::diag::warn(&format!(
+        crate::process::diag::warn(&format!(
             "the real driver's {} could not be found; calls to it fail with CUDA_ERROR_NOT_INITIALIZED",
             e.name()
         ));
@@ -56,7 +56,7 @@ macro_rules! door_functions {
     (@one exported $role:ident $first:ident $form:ident ($($p:ident : $t:ty),* $(,)?)) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $form($($p: $t),*) -> CUresult {
-            crate::thread::count_exported_call();
+            crate::tracker::counters::count_exported_call();
             let Some(real) = crate::driver::real::$form() else {
                 return super::missing(Entry::$form);
             };

@@ -19,17 +19,8 @@ pub mod exports;
 pub mod procaddr;
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A lookup door.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Door {
-    Dlsym,
-    GetProcAddress,
-}
-
-/// How many functions each lookup door handed out, by [`Door`].
-static HANDED_OUT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+pub use crate::tracker::doors::Door;
 
 /// The function standing in for the real driver entry at `addr`, if the shim stands in for it;
 /// counts it for `door`.
@@ -41,16 +32,6 @@ pub fn substitute(addr: *mut c_void, door: Door) -> Option<*mut c_void> {
     }
     let entry = crate::driver::entry_at(addr as usize)?;
     let function = exports::handed_for(entry)?;
-    HANDED_OUT[door as usize].fetch_add(1, Ordering::Relaxed);
+    crate::tracker::doors::handed_out(door);
     Some(function)
-}
-
-/// What each door let through: (calls of the exported symbols, functions handed out by `dlsym`,
-/// functions handed out by `cuGetProcAddress`).
-pub fn counts() -> (u64, u64, u64) {
-    (
-        crate::thread::exported_calls(),
-        HANDED_OUT[Door::Dlsym as usize].load(Ordering::Relaxed),
-        HANDED_OUT[Door::GetProcAddress as usize].load(Ordering::Relaxed),
-    )
 }

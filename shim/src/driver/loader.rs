@@ -163,7 +163,7 @@ fn load() -> Result<Driver, ()> {
     } else {
         String::new()
     };
-    crate::diag::log(|| format!("driver resolved: {path}"));
+    crate::process::diag::log(|| format!("driver resolved: {path}"));
     Ok(Driver { ptrs, path })
 }
 

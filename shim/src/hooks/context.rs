@@ -9,7 +9,6 @@
 use std::ffi::c_int;
 
 use super::event;
-use crate::callsite;
 use crate::driver::{Entry, real, sig};
 use crate::ffi::*;
 use crate::guard::shield;
@@ -26,13 +25,13 @@ fn created(result: CUresult, pctx: *mut CUcontext, device: CUdevice, primary: bo
     let handle = unsafe { *pctx } as u64;
     shield((), || {
         t.contexts
-            .register(handle, device, primary, callsite::capture());
+            .register(handle, device, primary, crate::tracker::capture_stack());
     });
 }
 
 /// The context `handle` is gone (destroyed by `by`): its allocations were released with it.
 fn gone(handle: u64, by: Entry) {
-    let pooled = crate::serve::context_destroyed(handle);
+    let pooled = crate::pool::serve::context_destroyed(handle);
     let Some((_guard, t)) = super::active() else {
         return;
     };

@@ -1,6 +1,6 @@
 //! cuMemAlloc, cuMemAllocPitch, cuMemFree and cuMemAllocManaged.
 //!
-//! cuMemAlloc_v2, cuMemAllocPitch_v2 and cuMemFree_v2 go through [`crate::serve`], which is
+//! cuMemAlloc_v2, cuMemAllocPitch_v2 and cuMemFree_v2 go through [`crate::pool::serve`], which is
 //! where the pool stands behind them; the hooks themselves only track. The record of a new
 //! allocation is made before it is served, so that a pooled block gets its record under the
 //! same lock as the block itself.
@@ -11,7 +11,7 @@ use super::{free_tracked, make_record, record_alloc, record_alloc_failed};
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::serve;
+use crate::pool::serve;
 use crate::tracker::{Memory, Record, Tracker};
 
 /// Makes the record of an allocation about to be served, when tracking is on.

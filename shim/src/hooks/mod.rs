@@ -6,7 +6,7 @@
 //! ([`crate::driver::table`]) and takes the form that was called, the typed real entry and the
 //! program's arguments; `doors::exports` calls it from the shim's exported symbols and from the
 //! functions the lookup doors hand out. Each is thin: forward to the real driver (or to the pool,
-//! through [`crate::serve`], for cuMemAlloc/cuMemFree), then tell the tracker under a
+//! through [`crate::pool::serve`], for cuMemAlloc/cuMemFree), then tell the tracker under a
 //! [`crate::guard::Guard`] and [`crate::guard::shield`]. The driver's result is always what the
 //! program gets.
 
@@ -27,11 +27,10 @@ pub use stream_ordered::*;
 pub use streams::*;
 pub use vmm::*;
 
-use crate::callsite;
-use crate::clock;
 use crate::driver::{Entry, real};
 use crate::ffi::*;
 use crate::guard::Guard;
+use crate::process::clock;
 use crate::tracker::events::{Event, Kind};
 use crate::tracker::{Memory, NONE, Record, Tracker};
 
@@ -97,7 +96,7 @@ pub fn make_record(
         thread: clock::thread_id(),
         seq: t.next_seq(),
         time_ms: clock::since_start_ms(),
-        stack: callsite::capture(),
+        stack: crate::tracker::capture_stack(),
     }
 }
 
@@ -152,15 +151,16 @@ pub fn event(
     t.events.push(Event {
         kind,
         address,
-        api,
+        api: Some(api),
         seq: t.next_seq(),
         thread: clock::thread_id(),
-        stack: callsite::capture(),
-        result,
+        stack: crate::tracker::capture_stack(),
+        result: Some(result),
         size,
         context,
         time_ms: clock::since_start_ms(),
         message,
+        device: None,
     });
 }
 
@@ -255,7 +255,7 @@ fn account_free(
         }
         (None, _)
             if !pooled
-                && matches!(crate::serve::pooled_range(addr), Some(Some((start, _))) if start == addr) =>
+                && matches!(crate::pool::serve::pooled_range(addr), Some(Some((start, _))) if start == addr) =>
         {
             // A live pooled block passed to a free of another family (cuMemFreeHost, say).
             let (ctx, _) = context_of(t, cur);

@@ -11,7 +11,7 @@ use super::{current_tracked_context, event};
 use crate::driver::{Entry, real, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::serve;
+use crate::pool::serve;
 use crate::tracker::events::Kind;
 
 const BUFFER_ID: u32 = 7;
@@ -175,7 +175,7 @@ pub unsafe fn cuIpcGetMemHandle(
 ) -> CUresult {
     if serve::pooled_range(dptr).is_some() {
         static SAID: AtomicBool = AtomicBool::new(false);
-        crate::diag::warn_once(
+        crate::process::diag::warn_once(
             &SAID,
             "cuIpcGetMemHandle refused for a pooled pointer (the handle would name the pool's chunk, \
              not the allocation); run with CUGUARD_POOL=0 to share device memory between processes",

@@ -4,11 +4,10 @@
 #![allow(non_snake_case)]
 
 use super::{current_tracked_context, event, record_alloc_failed};
-use crate::callsite;
-use crate::clock;
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
+use crate::process::clock;
 use crate::tracker::events::Kind;
 use crate::tracker::{Memory, Record};
 
@@ -53,7 +52,7 @@ pub unsafe fn cuMemCreate(
             thread: clock::thread_id(),
             seq: t.next_seq(),
             time_ms: clock::since_start_ms(),
-            stack: callsite::capture(),
+            stack: crate::tracker::capture_stack(),
         };
         t.stats.allocated(device, Memory::Vmm, size as u64);
         // SAFETY: the call succeeded, so handle was valid and written.

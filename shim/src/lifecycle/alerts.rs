@@ -2,7 +2,7 @@
 //!
 //! When a device's live bytes first reach the threshold (bytes, or a percentage of that device's
 //! memory), one line goes to stderr naming the top sites by live bytes on that device, and a
-//! `warn_threshold_crossed` event goes into the report. Once per device per process (a forked
+//! `warn_threshold_crossed` event goes into the tracker's events (and so the report's). Once per device per process (a forked
 //! child starts over).
 //!
 //! The cuguard thread calls [`poll`] at least once a second: live bytes are summed from the
@@ -13,13 +13,10 @@
 //! each device takes the slow path once, to learn the device's size); `u64::MAX` means off or
 //! already given.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use cuguard_report::EventKind;
-use cuguard_report::wire::device_ordinal;
-
-use crate::pool::settings::Amount;
+use crate::config::amount::Amount;
+use crate::tracker::events::{Event, Kind};
 use crate::tracker::{NONE, Tracker};
 
 /// Devices with ordinals at or above this share the last slot (as in the tracker's stats).
@@ -89,7 +86,7 @@ fn resolve(device: i32) -> u64 {
                 })
                 .unwrap_or(0);
             if total == 0 {
-                crate::diag::log(|| {
+                crate::process::diag::log(|| {
                     format!(
                         "CUGUARD_WARN_AT: the size of device {device} is unknown; no warning for it"
                     )
@@ -101,61 +98,6 @@ fn resolve(device: i32) -> u64 {
     };
     // 0 would read as "unresolved": the smallest real threshold is one byte.
     bytes.clamp(1, OFF - 1)
-}
-
-/// One `warn_threshold_crossed` event (kept here, written into the report's `events`).
-#[derive(Clone, Debug)]
-pub struct Alert {
-    seq: u64,
-    thread: u32,
-    stack: u32,
-    device: i32,
-    live_bytes: u64,
-    time_ms: u64,
-    message: String,
-}
-
-impl Alert {
-    /// The raw order key and thread (see `crate::tracker::dense_order`).
-    pub fn order_key(&self) -> (u64, u32) {
-        (self.seq, self.thread)
-    }
-
-    /// Sets the dense sequence number the report gives it.
-    pub fn set_seq(&mut self, seq: u64) {
-        self.seq = seq;
-    }
-
-    /// The event, as one element of the report's `events`.
-    pub fn event(&self) -> cuguard_report::Event {
-        cuguard_report::Event {
-            kind: EventKind::WarnThresholdCrossed,
-            address: None,
-            api: None,
-            seq: self.seq,
-            thread: self.thread.into(),
-            stack: (self.stack != NONE).then_some(self.stack.into()),
-            result: None,
-            size: Some(self.live_bytes),
-            context: None,
-            time_ms: Some(self.time_ms),
-            message: Some(self.message.clone()),
-            device: Some(device_ordinal(self.device)),
-        }
-    }
-}
-
-/// The alerts of this process. Replaced (the old one leaked) in a forked child, whose lock may
-/// have been caught held.
-static ALERTS: AtomicPtr<Mutex<Vec<Alert>>> = AtomicPtr::new(std::ptr::null_mut());
-
-fn alerts() -> &'static Mutex<Vec<Alert>> {
-    crate::leaked::get_or_create(&ALERTS, || Mutex::new(Vec::new()))
-}
-
-/// Every alert so far, for the report.
-pub fn events() -> Vec<Alert> {
-    crate::tracker::lock(alerts()).clone()
 }
 
 fn warn(t: &Tracker, device: i32, live_now: u64, threshold: u64) {
@@ -182,28 +124,32 @@ fn warn(t: &Tracker, device: i32, live_now: u64, threshold: u64) {
             .collect();
         message.push_str(&parts.join(", "));
     }
-    crate::diag::warn(&message);
-    let alert = Alert {
+    crate::process::diag::warn(&message);
+    t.events.push(Event {
+        kind: Kind::WarnThresholdCrossed,
+        address: 0,
+        api: None,
         seq: t.next_seq(),
-        thread: crate::clock::thread_id(),
+        thread: crate::process::clock::thread_id(),
         stack: if super::reporter::on_reporter_thread() {
             NONE
         } else {
-            crate::callsite::capture()
+            crate::tracker::capture_stack()
         },
-        device,
-        live_bytes: live_now,
-        time_ms: crate::clock::since_start_ms(),
-        message,
-    };
-    crate::tracker::lock(alerts()).push(alert);
+        result: None,
+        size: Some(live_now),
+        context: NONE,
+        time_ms: crate::process::clock::since_start_ms(),
+        message: Some(message),
+        device: Some(device),
+    });
 }
 
 /// The `n` stacks holding the most live device bytes on `device`: (site, bytes, allocations).
 /// A site is the first frame outside cuguard and the CUDA libraries, as `module+0xoffset`.
 fn top_sites(t: &Tracker, device: i32, n: usize) -> Vec<(String, u64, usize)> {
     let mut by_stack: std::collections::HashMap<u32, (u64, usize)> = Default::default();
-    for (_, r) in t.live_snapshot() {
+    for (_, r) in crate::pool::serve::live_allocations(t) {
         if r.device == device && r.memory.on_device() {
             let e = by_stack.entry(r.stack).or_default();
             e.0 += r.size;
@@ -248,10 +194,9 @@ pub fn poll(t: &Tracker) {
     }
 }
 
-/// In a forked child: thresholds start over, and the parent's alerts are not the child's.
+/// In a forked child: thresholds start over (the parent's alerts went with its tracker).
 pub fn after_fork_child() {
     for s in &THRESHOLD {
         s.store(UNRESOLVED, Ordering::Relaxed);
     }
-    ALERTS.store(std::ptr::null_mut(), Ordering::Release);
 }

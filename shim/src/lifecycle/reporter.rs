@@ -49,7 +49,7 @@ pub fn start() -> bool {
     // SAFETY: eventfd has no memory-safety preconditions.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if fd < 0 {
-        crate::diag::log(|| "could not create the cuguard thread's eventfd".into());
+        crate::process::diag::log(|| "could not create the cuguard thread's eventfd".into());
         return false;
     }
     WAKE_FD.store(fd, Ordering::Release);
@@ -74,7 +74,7 @@ pub fn start() -> bool {
             true
         }
         Err(e) => {
-            crate::diag::log(|| format!("could not start the cuguard thread: {e}"));
+            crate::process::diag::log(|| format!("could not start the cuguard thread: {e}"));
             // SAFETY: fd is ours.
             unsafe { libc::close(fd) };
             WAKE_FD.store(-1, Ordering::Release);
@@ -105,7 +105,7 @@ static NAME_SIG: AtomicI32 = AtomicI32::new(0);
 /// Records that the snapshot signal could not be taken (the program handles it).
 pub fn snapshot_unavailable() {
     if !SNAPSHOTS_OFF.swap(true, Ordering::Relaxed) {
-        crate::diag::log(|| {
+        crate::process::diag::log(|| {
             format!(
                 "snapshot signal {} is the program's; `cuguard snapshot` is off (set CUGUARD_SNAPSHOT_SIGNAL)",
                 crate::config::get().snapshot_signal
@@ -200,7 +200,7 @@ fn run() {
         if watch && (timeout_ms < 0 || timeout_ms > 1000) {
             timeout_ms = 1000;
         }
-        if let Some(due) = crate::timeline::tick() {
+        if let Some(due) = crate::report::timeline::tick() {
             let due = due.max(1).min(i32::MAX as u64) as libc::c_int;
             if timeout_ms < 0 || timeout_ms > due {
                 timeout_ms = due;

@@ -195,7 +195,7 @@ pub unsafe fn program_sets(
         return unsafe { call_real_sigaction(sig, act, old) };
     }
     let idx = sig as usize;
-    let me = crate::clock::thread_id().max(1);
+    let me = crate::process::clock::thread_id().max(1);
     // One thread at a time per signal. The same thread again (the program's signal handler
     // calling sigaction while this thread was in here) forwards without the shim's bookkeeping.
     loop {

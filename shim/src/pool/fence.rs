@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use super::device;
-use crate::tracker::lock;
+use crate::process::global::lock;
 
 /// Completed work submissions, process-wide.
 static SUBMITTED: AtomicU64 = AtomicU64::new(0);

@@ -6,7 +6,10 @@
 //! - [`fence`]: what the hooks see of the program's work (submissions, captures, non-blocking
 //!   streams), which the pool's fences need.
 //! - [`registry`]: the pool of the current context, and the owner of an address.
-//! - [`settings`]: `CUGUARD_POOL_*` amounts.
+//! - [`serve`]: what the hooks ask: serve an allocation or a free from the pool or the driver,
+//!   find a pooled block, the pool's figures for the report.
+//!
+//! The `CUGUARD_POOL_*` amounts are read with the other settings ([`crate::config::amount`]).
 //!
 //! Each pool belongs to one context; when the context is destroyed the driver frees the chunks
 //! and the pool forgets them. Stream-ordered, managed, VMM and pinned host memory never come
@@ -15,7 +18,7 @@
 pub mod device;
 pub mod fence;
 pub mod registry;
-pub mod settings;
+pub mod serve;
 
 /// A context's pool, as the shim uses it: over the real driver, keeping the tracker's record
 /// with each block.

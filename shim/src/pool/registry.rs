@@ -16,7 +16,8 @@ use super::Pool;
 use super::device::DriverContext;
 use crate::driver::real;
 use crate::ffi::*;
-use crate::tracker::{Record, lock};
+use crate::process::global::lock;
+use crate::tracker::Record;
 
 /// Everything the registry holds; replaced wholesale in a forked child.
 struct Registry {
@@ -36,7 +37,7 @@ thread_local! {
 }
 
 fn registry() -> &'static Registry {
-    crate::leaked::get_or_create(&REGISTRY, new_registry)
+    crate::process::global::get_or_create(&REGISTRY, new_registry)
 }
 
 fn new_registry() -> Registry {
@@ -126,7 +127,7 @@ fn find_or_create(ctx: u64) -> Option<&'static Pool> {
     if initial > 0
         && let Err(r) = pool.reserve_initial(initial)
     {
-        crate::diag::warn(&format!(
+        crate::process::diag::warn(&format!(
             "CUGUARD_POOL_INITIAL: could not reserve {initial} bytes ({})",
             r.why
         ));
@@ -233,7 +234,7 @@ pub fn idle_bytes_for_device(device: i32) -> u64 {
 /// The old registry is leaked, not dropped: its locks may be held by threads that do not exist
 /// here.
 pub fn reset_after_fork() {
-    crate::leaked::replace(&REGISTRY, new_registry());
+    crate::process::global::replace(&REGISTRY, new_registry());
     ANY.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
 }

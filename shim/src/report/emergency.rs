@@ -18,8 +18,7 @@ use cuguard_report::wire::UNKNOWN_VERSION;
 use cuguard_report::{Driver, Process};
 
 use super::file;
-use crate::config;
-use crate::process;
+use crate::process::identity as process;
 
 /// What the report says in `faults`.
 const FAULT: &str = "the full report could not be written at the signal; this one holds only the process and the signal";
@@ -43,7 +42,6 @@ static PREPARED: AtomicPtr<Prepared> = AtomicPtr::new(std::ptr::null_mut());
 /// Prepares the emergency report for this process (called when tracking is armed, and again in
 /// a forked child when it arms). Allocates; never call it from a signal handler.
 pub fn prepare(report_path: &Path) {
-    let cfg = config::get();
     let process = Process {
         pid: process::pid(),
         ppid: process::ppid(),
@@ -51,7 +49,7 @@ pub fn prepare(report_path: &Path) {
         argv: process::argv(),
         hostname: process::hostname(),
         rank: process::rank().and_then(|r| u32::try_from(r).ok()),
-        start_unix_ms: cfg.start_unix_ms,
+        start_unix_ms: crate::process::clock::start().0,
         end_unix_ms: 0, // filled in at the signal
     };
     let driver = Driver {

@@ -132,7 +132,7 @@ fn temp_path(path: &Path) -> io::Result<PathBuf> {
     tmp_name.push(format!(
         ".{}.{}.tmp",
         std::process::id(),
-        crate::clock::monotonic_ns() % 1_000_000
+        crate::process::clock::monotonic_ns() % 1_000_000
     ));
     Ok(dir.join(tmp_name))
 }

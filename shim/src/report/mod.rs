@@ -6,7 +6,7 @@
 //! time; `cuguard` does the analysis.
 //!
 //! The format is the `cuguard-report` crate's: [`write()`] gathers what the tracker, the stacks
-//! ([`crate::callsite`]), the pool ([`crate::serve`]), the timeline and the alerts hold as plain
+//! ([`stacks`]), the pool ([`crate::pool::serve`]), the timeline and the alerts hold as plain
 //! data, fills a [`cuguard_report::Report`] with it, and serializes it in one place. No JSON is
 //! written anywhere else in the shim.
 //!
@@ -17,6 +17,8 @@
 
 pub mod emergency;
 pub mod file;
+pub mod stacks;
+pub mod timeline;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -26,10 +28,10 @@ use cuguard_report as format;
 use cuguard_report::wire::{UNKNOWN_VERSION, device_ordinal};
 use cuguard_report::{Addr, template};
 
-use crate::clock;
 use crate::config;
-use crate::pool::settings::Amount;
-use crate::process;
+use crate::config::amount::Amount;
+use crate::process::clock;
+use crate::process::identity as process;
 use crate::tracker::{LeakState, NONE, Record, Tracker};
 
 /// Why a report is written (the report's `reason`).
@@ -171,26 +173,20 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     let cfg = config::get();
     let mut leaks = collect_leaks(t);
     let (mut events, dropped) = t.events.snapshot();
-    let mut alerts = crate::lifecycle::alerts::events();
     // Raw order keys (time-stamp counter) become dense sequence numbers, leaks and events in
     // one order.
     let keys: Vec<(u64, u32)> = leaks
         .iter()
         .map(|l| (l.record.seq, l.record.thread))
         .chain(events.iter().map(|e| (e.seq, e.thread)))
-        .chain(alerts.iter().map(|a| a.order_key()))
         .collect();
     let dense = crate::tracker::dense_order(&keys);
-    let (for_leaks, rest) = dense.split_at(leaks.len());
-    let (for_events, for_alerts) = rest.split_at(events.len());
+    let (for_leaks, for_events) = dense.split_at(leaks.len());
     for (l, d) in leaks.iter_mut().zip(for_leaks) {
         l.record.seq = *d;
     }
     for (e, d) in events.iter_mut().zip(for_events) {
         e.seq = *d;
-    }
-    for (a, d) in alerts.iter_mut().zip(for_alerts) {
-        a.set_seq(*d);
     }
     let contexts = t.contexts.snapshot();
     let devices = t.contexts.devices();
@@ -206,7 +202,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
         hostname: host.clone(),
         // The schema's rank is a count: a launcher's negative rank is not one.
         rank: rank.and_then(|r| u32::try_from(r).ok()),
-        start_unix_ms: cfg.start_unix_ms,
+        start_unix_ms: crate::process::clock::start().0,
         end_unix_ms: clock::unix_ms(),
     };
     let mut r = format::Report::new(occasion.complete, occasion.reason.into(), process);
@@ -273,22 +269,21 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
         .map(|e| format::Event {
             kind: e.kind.into(),
             address: (e.address != 0).then_some(Addr(e.address)),
-            api: Some(e.api.name().into()),
+            api: e.api.map(|a| a.name().into()),
             seq: e.seq,
             thread: e.thread.into(),
             stack: id(e.stack).map(u64::from),
-            result: Some(e.result.into()),
+            result: e.result.map(i64::from),
             size: e.size,
             context: id(e.context),
             time_ms: Some(e.time_ms),
             message: e.message,
-            device: None,
+            device: e.device.map(device_ordinal),
         })
-        .chain(alerts.iter().map(|a| a.event()))
         .collect();
     r.events_dropped = Some(dropped);
 
-    let (stacks, modules) = crate::callsite::stacks();
+    let (stacks, modules) = stacks::stacks();
     r.stacks = stacks;
     r.modules = modules;
 
@@ -305,16 +300,16 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
             frees: d.frees,
             released_bytes: Some(d.released_bytes),
             host_pinned_live_bytes: Some(d.host_pinned_live_bytes),
-            pool: crate::serve::pool_stats(d.device),
+            pool: crate::pool::serve::pool_stats(d.device),
         })
         .collect();
     let (ranges, bytes) = t.vmm.reservations();
     r.stats.vmm_reserved_ranges = Some(ranges as u64);
     r.stats.vmm_reserved_bytes = Some(bytes);
 
-    r.timeline = crate::timeline::report();
+    r.timeline = crate::report::timeline::report();
 
-    let (exported, dlsym, get_proc_address) = crate::doors::counts();
+    let (exported, dlsym, get_proc_address) = crate::tracker::doors::counts();
     r.doors = Some(format::Doors {
         dlsym,
         get_proc_address,
@@ -322,7 +317,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     });
 
     r.faults = cfg.problems.clone();
-    r.faults.extend(crate::faults::all());
+    r.faults.extend(crate::process::faults::all());
     (r, host, rank)
 }
 
@@ -363,7 +358,7 @@ fn path_for(host: &str, rank: Option<i64>) -> PathBuf {
         exe_name: &exe_name,
         host,
         rank,
-        start_unix_s: cfg.start_unix_ms / 1000,
+        start_unix_s: crate::process::clock::start().0 / 1000,
     };
     let path = PathBuf::from(template::expand(&cfg.report_template, &placeholders));
     if path.is_relative() {
@@ -379,8 +374,7 @@ fn id(v: u32) -> Option<u32> {
 }
 
 fn collect_leaks(t: &Tracker) -> Vec<Leak> {
-    let mut leaks: Vec<Leak> = t
-        .live_snapshot()
+    let mut leaks: Vec<Leak> = crate::pool::serve::live_allocations(t)
         .into_iter()
         .map(|(address, record)| Leak {
             address,
@@ -390,7 +384,7 @@ fn collect_leaks(t: &Tracker) -> Vec<Leak> {
         })
         .collect();
     leaks.extend(
-        crate::tracker::lock(&t.released)
+        crate::process::global::lock(&t.released)
             .iter()
             .map(|(address, record)| Leak {
                 address: *address,
@@ -415,7 +409,7 @@ fn collect_leaks(t: &Tracker) -> Vec<Leak> {
 }
 
 fn driver_version() -> Option<i32> {
-    if crate::lifecycle::in_fini() {
+    if crate::phase::unloading() {
         return None;
     }
     crate::driver::driver_if_loaded()?;
@@ -483,11 +477,11 @@ pub fn write_and_say(t: &Tracker, occasion: &Occasion) -> Option<Outcome> {
                 if let Some(sig) = occasion.signal {
                     line.push_str(&format!(" ({} received)", signal_name(sig)));
                 }
-                crate::diag::warn(&line);
+                crate::process::diag::warn(&line);
             } else if let Some(why) = &outcome.fallback_reason {
                 static SAID: std::sync::atomic::AtomicBool =
                     std::sync::atomic::AtomicBool::new(false);
-                crate::diag::warn_once(
+                crate::process::diag::warn_once(
                     &SAID,
                     &format!(
                         "{} report: {} ({why})",
@@ -499,7 +493,7 @@ pub fn write_and_say(t: &Tracker, occasion: &Occasion) -> Option<Outcome> {
             Some(outcome)
         }
         Err(e) => {
-            crate::diag::warn(&format!(
+            crate::process::diag::warn(&format!(
                 "could not write the {} report: {e}",
                 format::Reason::from(occasion.reason)
             ));

@@ -152,6 +152,31 @@ pub fn configure(depth: usize) {
     DEPTH.store(depth.min(MAX_DEPTH), Ordering::Relaxed);
 }
 
+static CONFIGURED: std::sync::Once = std::sync::Once::new();
+
+/// [`capture`], with the depth and the Python mode from the shim's settings, read once, at the
+/// first capture: `CUGUARD_STACK_DEPTH` and `CUGUARD_PYTHON` (`1`/`on` by default, `gil`,
+/// `0`/`off`).
+#[inline]
+pub fn capture_with_settings() -> Option<StackId> {
+    CONFIGURED.call_once(configure_from_settings);
+    capture()
+}
+
+fn configure_from_settings() {
+    configure(crate::config::get().stack_depth);
+    if let Ok(v) = std::env::var("CUGUARD_PYTHON") {
+        match python::Mode::parse(&v) {
+            Some(mode) => python::configure(mode),
+            None => {
+                let msg = format!("CUGUARD_PYTHON={v:?} is not 0, 1 or gil; using 1");
+                crate::process::diag::warn(&msg);
+                crate::process::faults::record(msg);
+            }
+        }
+    }
+}
+
 /// Captures the calling thread's stack, outward from the caller of the shim, and returns the
 /// id of that stack. When the thread runs Python, its Python frames (up to the same depth)
 /// are part of the stack: two allocations from one native path but different Python lines

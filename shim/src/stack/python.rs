@@ -347,7 +347,7 @@ fn resolve() -> Option<Api> {
     // SAFETY: each address is the interpreter's exported function of that name, whose C
     // signature in 3.9–3.13 is the one transmuted to.
     unsafe {
-        crate::diag::log(|| format!("Python 3.{minor} found: recording Python frames"));
+        crate::process::diag::log(|| format!("Python 3.{minor} found: recording Python frames"));
         Some(Api {
             layout,
             is_initialized: std::mem::transmute::<usize, IntFn>(is_initialized),

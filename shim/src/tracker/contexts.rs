@@ -79,7 +79,7 @@ impl Contexts {
                 primary,
                 destroyed: false,
                 destroyed_by: None,
-                created_ms: crate::clock::since_start_ms(),
+                created_ms: crate::process::clock::since_start_ms(),
                 destroyed_ms: None,
                 stack,
             });
@@ -122,7 +122,7 @@ impl Contexts {
         let c = &mut inner.list[i];
         c.destroyed = true;
         c.destroyed_by = Some(by);
-        c.destroyed_ms = Some(crate::clock::since_start_ms());
+        c.destroyed_ms = Some(crate::process::clock::since_start_ms());
         self.generation.fetch_add(1, Ordering::AcqRel);
         Some(c.id)
     }

@@ -29,6 +29,8 @@ pub enum Kind {
     AllocFailed,
     /// An IPC export of a pooled pointer, refused.
     IpcRefused,
+    /// Live device memory crossed `CUGUARD_WARN_AT` (see `lifecycle::alerts`).
+    WarnThresholdCrossed,
 }
 
 impl From<Kind> for cuguard_report::EventKind {
@@ -43,6 +45,7 @@ impl From<Kind> for cuguard_report::EventKind {
             Kind::ContextDestroyedWithLiveAllocations => K::ContextDestroyedWithLiveAllocations,
             Kind::AllocFailed => K::AllocFailed,
             Kind::IpcRefused => K::IpcRefused,
+            Kind::WarnThresholdCrossed => K::WarnThresholdCrossed,
         }
     }
 }
@@ -51,19 +54,23 @@ impl From<Kind> for cuguard_report::EventKind {
 #[derive(Clone, Debug)]
 pub struct Event {
     pub kind: Kind,
+    /// The address concerned, or 0.
     pub address: u64,
-    pub api: Entry,
+    /// The entry the program called, when a call caused the event.
+    pub api: Option<Entry>,
     pub seq: u64,
     pub thread: u32,
     /// Stack id or `NONE`.
     pub stack: u32,
-    /// The result the program received.
-    pub result: u32,
+    /// The result the program received, when a call caused the event.
+    pub result: Option<u32>,
     pub size: Option<u64>,
     /// Context id or `NONE`.
     pub context: u32,
     pub time_ms: u64,
     pub message: Option<String>,
+    /// The device concerned, where the event is about a device rather than a call.
+    pub device: Option<i32>,
 }
 
 /// The event list.

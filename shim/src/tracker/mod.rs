@@ -7,6 +7,8 @@
 //! of an address that never existed.
 
 pub mod contexts;
+pub mod counters;
+pub mod doors;
 pub mod events;
 pub mod stats;
 pub mod vmm;
@@ -15,6 +17,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+pub use crate::process::global::lock;
 
 use crate::driver::Entry;
 
@@ -194,12 +198,6 @@ pub fn dense_order(items: &[(u64, u32)]) -> Vec<u64> {
     out
 }
 
-/// Locks a mutex, taking it back from a thread that panicked while holding it (the data is
-/// plain records and stays consistent per operation).
-pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// How many freed addresses are remembered for double-free detection.
 const FREED_SLOTS: usize = 4096;
 
@@ -262,7 +260,7 @@ impl Tracker {
     /// The order key of an allocation or event made now (see [`dense_order`]).
     #[inline]
     pub fn next_seq(&self) -> u64 {
-        crate::thread::order_key()
+        crate::tracker::counters::order_key()
     }
 
     /// Records a new allocation at `addr`.
@@ -276,14 +274,15 @@ impl Tracker {
             self.events.push(events::Event {
                 kind: events::Kind::UntrackedFree,
                 address: addr,
-                api: old.api,
+                api: Some(old.api),
                 seq: record.seq,
                 thread: record.thread,
                 stack: record.stack,
-                result: 0,
+                result: Some(0),
                 size: Some(old.size),
                 context: old.context,
                 time_ms: record.time_ms,
+                device: None,
                 message: Some(
                     "address handed out again by the driver while still live: freed through an unwatched path"
                         .into(),
@@ -326,13 +325,13 @@ impl Tracker {
         lock(&self.released).extend(gone);
         (n, bytes)
     }
+}
 
-    /// Every live allocation: those the driver made, and the pool's.
-    pub fn live_snapshot(&self) -> Vec<(u64, Record)> {
-        let mut v = self.live.snapshot();
-        v.extend(crate::serve::pooled_records());
-        v
-    }
+/// The calling thread's stack for a record or an event: its id, or [`NONE`] when capture is off
+/// or fails (see [`crate::stack::capture_with_settings`]).
+#[inline]
+pub fn capture_stack() -> u32 {
+    crate::stack::capture_with_settings().unwrap_or(NONE)
 }
 
 static TRACKER: AtomicPtr<Tracker> = AtomicPtr::new(std::ptr::null_mut());
@@ -341,10 +340,10 @@ static TRACKER: AtomicPtr<Tracker> = AtomicPtr::new(std::ptr::null_mut());
 /// call is the one that created it.
 #[inline]
 pub fn get_or_create(first: fn()) -> &'static Tracker {
-    if let Some(t) = crate::leaked::get(&TRACKER) {
+    if let Some(t) = crate::process::global::get(&TRACKER) {
         return t;
     }
-    crate::leaked::get_or_create(&TRACKER, || {
+    crate::process::global::get_or_create(&TRACKER, || {
         first();
         Tracker::new()
     })
@@ -353,14 +352,14 @@ pub fn get_or_create(first: fn()) -> &'static Tracker {
 /// The process's tracker if one exists; never creates it.
 #[inline]
 pub fn if_any() -> Option<&'static Tracker> {
-    crate::leaked::get(&TRACKER)
+    crate::process::global::get(&TRACKER)
 }
 
 /// In the child of a fork: forget the parent's allocations and start afresh. The old tracker is
 /// leaked, not dropped: its locks may be held by threads that do not exist in the child.
 pub fn reset_after_fork() {
     if if_any().is_some() {
-        crate::leaked::replace(&TRACKER, Tracker::new());
+        crate::process::global::replace(&TRACKER, Tracker::new());
     }
 }
 

@@ -1,13 +1,13 @@
 //! Per-device counters (the report's `stats.devices`).
 //!
 //! The frequent ones (allocations, frees, bytes, live bytes) are kept per thread by
-//! [`crate::thread`], so allocating threads share no cache line; the rare ones (bytes lost with
+//! [`crate::tracker::counters`], so allocating threads share no cache line; the rare ones (bytes lost with
 //! a context, pinned host memory) are plain shared atomics here.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::Memory;
-use crate::thread::{self, DEVICES};
+use super::counters::{self, DEVICES};
 
 /// The rare counters of one device.
 #[derive(Default)]
@@ -50,7 +50,7 @@ impl Stats {
     /// Counts an allocation.
     #[inline]
     pub fn allocated(&self, device: i32, memory: Memory, size: u64) {
-        thread::allocated(device, size, memory.on_device());
+        counters::allocated(device, size, memory.on_device());
         if !memory.on_device() {
             self.rare[slot(device)]
                 .host_pinned_live_bytes
@@ -61,7 +61,7 @@ impl Stats {
     /// Counts a free by the program.
     #[inline]
     pub fn freed(&self, device: i32, memory: Memory, size: u64) {
-        thread::freed(device, size, memory.on_device());
+        counters::freed(device, size, memory.on_device());
         if !memory.on_device() {
             self.rare[slot(device)]
                 .host_pinned_live_bytes
@@ -74,7 +74,7 @@ impl Stats {
         let r = &self.rare[slot(device)];
         r.released_bytes.fetch_add(size, Relaxed);
         if memory.on_device() {
-            thread::released(device, size);
+            counters::released(device, size);
         } else {
             r.host_pinned_live_bytes.fetch_sub(size, Relaxed);
         }
@@ -82,7 +82,7 @@ impl Stats {
 
     /// Counters of every device that saw an allocation.
     pub fn snapshot(&self) -> Vec<DeviceCounts> {
-        thread::totals()
+        counters::totals()
             .iter()
             .enumerate()
             .filter(|(_, t)| t.allocations > 0)

@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-use crate::tracker::lock;
+use crate::process::global::lock;
 
 /// Devices counted separately; higher ordinals share the last slot.
 pub const DEVICES: usize = 16;
@@ -88,7 +88,7 @@ static REGISTRY: AtomicPtr<Registry> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The registry, created on first use; a forked child replaces it (see [`reset_after_fork`]).
 fn registry() -> &'static Registry {
-    crate::leaked::get_or_create(&REGISTRY, || Mutex::new((Vec::new(), Vec::new())))
+    crate::process::global::get_or_create(&REGISTRY, || Mutex::new((Vec::new(), Vec::new())))
 }
 
 /// Round-robin arena assignment.
@@ -308,7 +308,7 @@ pub fn reset_after_fork() {
     }
     // The registry's lock may be held by a thread that no longer exists: start a new one. The
     // old one and the other threads' counters are leaked; this thread's are zeroed and kept.
-    crate::leaked::replace(&REGISTRY, Mutex::new((Vec::new(), Vec::new())));
+    crate::process::global::replace(&REGISTRY, Mutex::new((Vec::new(), Vec::new())));
     if let Some(c) = COUNTERS.try_with(|c| c.get()).ok().filter(|p| !p.is_null()) {
         // SAFETY: registered counters are leaked and never freed.
         let c = unsafe { &*c };

@@ -12,8 +12,6 @@ use cuguard_report::wire::device_ordinal;
 
 /// The most samples kept (all devices together).
 pub const MAX_SAMPLES: usize = 4096;
-/// The default interval.
-pub const DEFAULT_INTERVAL_MS: u64 = 100;
 
 #[derive(Clone, Copy)]
 struct Sample {
@@ -41,7 +39,7 @@ pub fn interval_ms() -> Option<u64> {
 /// how long until the next one is due.
 pub fn tick() -> Option<u64> {
     let base = interval_ms()?;
-    let now = crate::clock::since_start_ms();
+    let now = crate::process::clock::since_start_ms();
     // Never wait: after a fork the lock may be held by a thread that no longer exists.
     let mut g = TIMELINE.try_lock().ok()?;
     let tl = g.get_or_insert_with(|| Timeline {
@@ -90,7 +88,7 @@ pub fn report() -> Option<cuguard_report::Timeline> {
         next_ms: 0,
         samples: Vec::new(),
     });
-    take(tl, crate::clock::since_start_ms());
+    take(tl, crate::process::clock::since_start_ms());
     Some(cuguard_report::Timeline {
         interval_ms: tl.interval_ms,
         samples: tl

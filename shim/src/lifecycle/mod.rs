@@ -44,7 +44,6 @@ use crate::report::{self, Occasion};
 
 /// Registered once per image: atexit, at_quick_exit.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
-static IN_FINI: AtomicBool = AtomicBool::new(false);
 /// The thread id holding the writer's turn, or 0.
 static WRITER: AtomicU32 = AtomicU32::new(0);
 /// The thread id writing the final report (0: none yet).
@@ -109,13 +108,8 @@ extern "C" fn at_exit() {
     final_report(Occasion::EXIT);
 }
 
-/// Whether the library's destructor is running (the driver must not be called then).
-pub fn in_fini() -> bool {
-    IN_FINI.load(Ordering::Relaxed)
-}
-
 extern "C" fn fini() {
-    IN_FINI.store(true, Ordering::Relaxed);
+    phase::set_unloading();
     final_report(Occasion::EXIT);
 }
 
@@ -124,7 +118,7 @@ extern "C" fn fini() {
 static FINI: extern "C" fn() = fini;
 
 fn tid() -> u32 {
-    crate::clock::thread_id()
+    crate::process::clock::thread_id()
 }
 
 /// The writer's turn: reports are written one at a time. Released on drop.
@@ -208,11 +202,11 @@ pub fn interim_report(occasion: Occasion) -> bool {
 /// the signal handlers; every lock is reset or replaced (its holder does not exist here), and
 /// the child arms again at its first allocation (`ForkedChild`).
 extern "C" fn after_fork_child() {
-    crate::clock::reset_thread_id();
+    crate::process::clock::reset_thread_id();
     crate::stack::after_fork_child();
-    crate::thread::reset_after_fork();
+    crate::tracker::counters::reset_after_fork();
     crate::pool::registry::reset_after_fork();
-    crate::timeline::reset_after_fork();
+    crate::report::timeline::reset_after_fork();
     crate::tracker::reset_after_fork();
     phase::forked();
     WRITER.store(0, Ordering::Release);

@@ -9,9 +9,17 @@ pub fn warn(message: &str) {
     write_stderr(line.as_bytes());
 }
 
+/// `CUGUARD_LOG=1`: diagnostics on stderr (set when the settings are read).
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// Turns [`log`]'s lines on or off.
+pub fn set_verbose(on: bool) {
+    VERBOSE.store(on, Ordering::Relaxed);
+}
+
 /// Writes one line to stderr only when `CUGUARD_LOG=1`.
 pub fn log(message: impl FnOnce() -> String) {
-    if crate::config::get().log {
+    if VERBOSE.load(Ordering::Relaxed) {
         warn(&message());
     }
 }

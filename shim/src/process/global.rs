@@ -1,8 +1,16 @@
 //! Process-wide state that lives in a leaked box behind an atomic pointer: created on first use
 //! (never at load), never freed, and replaced wholesale in a forked child without touching the
-//! old value's locks (which a thread that does not exist in the child may hold).
+//! old value's locks (which a thread that does not exist in the child may hold). And [`lock`],
+//! for the shim's mutexes.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// Locks a mutex, taking it back from a thread that panicked while holding it (the shim keeps
+/// plain records there, consistent after each operation).
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The value in `slot`, created with `make` on first use. Racing first uses agree on one value.
 pub fn get_or_create<T>(slot: &AtomicPtr<T>, make: impl FnOnce() -> T) -> &'static T {

@@ -1,6 +1,17 @@
-//! Clocks and thread ids, cheap enough for the allocation path.
+//! Clocks, the process's start and thread ids, cheap enough for the allocation path.
 
 use std::cell::Cell;
+use std::sync::OnceLock;
+
+/// When the shim started in this process: (Unix ms, monotonic ns). Taken when the settings are
+/// read at load ([`crate::config`]), or at the first use of a clock if that came first.
+static START: OnceLock<(u64, u64)> = OnceLock::new();
+
+/// The shim's start in this process (Unix milliseconds, monotonic nanoseconds), taken now if it
+/// was not yet.
+pub fn start() -> (u64, u64) {
+    *START.get_or_init(|| (unix_ms(), monotonic_ns()))
+}
 
 /// Nanoseconds on the monotonic clock.
 pub fn monotonic_ns() -> u64 {
@@ -10,7 +21,7 @@ pub fn monotonic_ns() -> u64 {
 /// Milliseconds since the shim was loaded, from the coarse monotonic clock (a few ns to read).
 pub fn since_start_ms() -> u64 {
     let now = read(libc::CLOCK_MONOTONIC_COARSE);
-    now.saturating_sub(crate::config::get().start_mono_ns) / 1_000_000
+    now.saturating_sub(start().1) / 1_000_000
 }
 
 /// Milliseconds since the Unix epoch.

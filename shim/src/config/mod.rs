@@ -4,11 +4,15 @@
 //! on first use. A bad value gets one clear line on stderr and the default; nothing here can fail.
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use once_cell::sync::OnceCell;
 
-use crate::pool::settings::{self, Amount, PoolSettings};
+use amount::{Amount, PoolSettings};
+
+pub mod amount;
+
+/// How often the memory timeline is sampled by default (`CUGUARD_TIMELINE_MS`).
+pub const DEFAULT_TIMELINE_MS: u64 = 100;
 
 /// The default report path template.
 pub const DEFAULT_REPORT: &str = cuguard_report::template::DEFAULT_TEMPLATE;
@@ -46,10 +50,6 @@ pub struct Config {
     pub no_tracking: bool,
     /// Problems met while reading the settings, for the report's `faults`.
     pub problems: Vec<String>,
-    /// Process start (shim load), milliseconds since the Unix epoch.
-    pub start_unix_ms: u64,
-    /// Process start on the monotonic clock, nanoseconds.
-    pub start_mono_ns: u64,
     /// `CUGUARD_CHECKPOINT_SECS`: a `complete: false` report every N seconds; 0 = off.
     pub checkpoint_secs: u64,
     /// `CUGUARD_WARN_AT`: live device bytes (or a percentage of the device's memory) past which
@@ -108,7 +108,9 @@ static CONFIG: OnceCell<Config> = OnceCell::new();
 /// inert ([`crate::phase::make_inert`]) as soon as it is read.
 pub fn get() -> &'static Config {
     CONFIG.get_or_init(|| {
+        crate::process::clock::start();
         let c = from_env(|k| std::env::var(k).ok());
+        crate::process::diag::set_verbose(c.log);
         if c.disabled {
             crate::phase::make_inert();
         }
@@ -172,7 +174,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
             {
                 None
             }
-            Some(v) => match settings::parse(v) {
+            Some(v) => match amount::parse(v) {
                 Ok(a) => Some(a),
                 Err(why) => {
                     problems.push(format!("{name}: {why}; using the default"));
@@ -205,22 +207,22 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         },
     };
     let timeline_ms = match var("CUGUARD_TIMELINE_MS").as_deref().map(str::trim) {
-        None | Some("") => crate::timeline::DEFAULT_INTERVAL_MS,
+        None | Some("") => DEFAULT_TIMELINE_MS,
         Some(v) => match v.parse::<u64>() {
             Ok(n) => n,
             Err(_) => {
                 problems.push(format!(
                     "CUGUARD_TIMELINE_MS={v:?} is not a whole number of milliseconds; using {}",
-                    crate::timeline::DEFAULT_INTERVAL_MS
+                    DEFAULT_TIMELINE_MS
                 ));
-                crate::timeline::DEFAULT_INTERVAL_MS
+                DEFAULT_TIMELINE_MS
             }
         },
     };
     let warn_at = match var("CUGUARD_WARN_AT").as_deref().map(str::trim) {
         None | Some("") => None,
         Some(v) if matches!(v.to_ascii_lowercase().as_str(), "off" | "none") => None,
-        Some(v) => match settings::parse(v) {
+        Some(v) => match amount::parse(v) {
             Ok(a) => Some(a),
             Err(why) => {
                 problems.push(format!("CUGUARD_WARN_AT: {why}; no warning is given"));
@@ -243,10 +245,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         },
     };
     let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let start_unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+
     let config = Config {
         disabled,
         quiet,
@@ -260,15 +259,13 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         unsafe_reuse,
         no_tracking,
         problems,
-        start_unix_ms,
-        start_mono_ns: crate::clock::monotonic_ns(),
         checkpoint_secs,
         warn_at,
         snapshot_signal,
         signals,
     };
     for p in &config.problems {
-        crate::diag::warn(p);
+        crate::process::diag::warn(p);
     }
     config
 }

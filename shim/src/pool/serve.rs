@@ -59,7 +59,7 @@ pub struct Served {
 fn pooled(cur: Option<u64>, size: u64, record: Option<Record>) -> Option<Result<u64, CUresult>> {
     let ctx = cur?;
     let pool = guard::shield(None, || registry::current(ctx))?;
-    let arena = crate::thread::arena(ARENAS);
+    let arena = crate::tracker::counters::arena(ARENAS);
     guard::shield(None, || {
         Some(pool.alloc(arena, size, record).map_err(|refusal| {
             set_failure_reason(refusal.why);
@@ -167,7 +167,7 @@ pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Optio
     }
     let answer = guard::shield(None, || {
         if let Some(pool) = cur.and_then(registry::current_existing)
-            && let Some(r) = pool.free(crate::thread::arena(ARENAS), addr)
+            && let Some(r) = pool.free(crate::tracker::counters::arena(ARENAS), addr)
         {
             return Some(r);
         }
@@ -211,6 +211,13 @@ pub fn context_destroyed(handle: u64) -> Vec<(u64, Record)> {
         crate::pool::fence::context_gone(handle);
         gone
     })
+}
+
+/// Every live allocation of the program: those the driver made (the tracker's) and the pool's.
+pub fn live_allocations(t: &crate::tracker::Tracker) -> Vec<(u64, Record)> {
+    let mut v = t.live.snapshot();
+    v.extend(pooled_records());
+    v
 }
 
 /// The records of every live pooled block.

@@ -36,7 +36,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use cuguard_report as format;
@@ -45,35 +45,9 @@ use cuguard_symbolize::site::{Plumbing, SiteFrame, find_site};
 use cuguard_symbolize::{Frame, Symbolizer};
 
 use crate::stack::{self, Module, python};
-use crate::tracker::NONE;
-
-static CONFIGURED: Once = Once::new();
 
 /// The default symbolization budget, seconds.
 pub const DEFAULT_SYMBOLIZE_SECS: f64 = 2.0;
-
-/// Captures the calling thread's stack; returns its id, or [`NONE`] when capture is off or fails.
-#[inline]
-pub fn capture() -> u32 {
-    CONFIGURED.call_once(configure);
-    stack::capture().unwrap_or(NONE)
-}
-
-/// Once, before the first capture: the depth (`CUGUARD_STACK_DEPTH`) and when Python frames
-/// are read (`CUGUARD_PYTHON`: `1`/`on` by default, `gil`, `0`/`off`).
-fn configure() {
-    stack::configure(crate::config::get().stack_depth);
-    if let Ok(v) = std::env::var("CUGUARD_PYTHON") {
-        match python::Mode::parse(&v) {
-            Some(mode) => python::configure(mode),
-            None => {
-                let msg = format!("CUGUARD_PYTHON={v:?} is not 0, 1 or gil; using 1");
-                crate::diag::warn(&msg);
-                crate::faults::record(msg);
-            }
-        }
-    }
-}
 
 /// Settings of the report-time work, from the environment (read at the first report).
 struct Settings {
@@ -155,10 +129,10 @@ pub fn stacks() -> (Vec<format::Stack>, Vec<format::Module>) {
     let settings = SETTINGS.get_or_init(|| {
         let s = Settings::from_env(|k| std::env::var(k).ok());
         for p in &s.problems {
-            crate::faults::record(p.clone());
+            crate::process::faults::record(p.clone());
         }
         if let Some(why) = python::declined() {
-            crate::faults::record(format!("Python frames not read: {why}"));
+            crate::process::faults::record(format!("Python frames not read: {why}"));
         }
         s
     });
@@ -189,7 +163,7 @@ pub fn stacks() -> (Vec<format::Stack>, Vec<format::Module>) {
             size: m.end.saturating_sub(m.start),
         })
         .collect();
-    crate::diag::log(|| {
+    crate::process::diag::log(|| {
         format!(
             "stacks: {} written ({} addresses looked up now, {} named in all) in {:.1} ms",
             stacks.len(),
@@ -199,12 +173,12 @@ pub fn stacks() -> (Vec<format::Stack>, Vec<format::Module>) {
         )
     });
     if w.broken && !BROKEN_NOTED.swap(true, Ordering::Relaxed) {
-        crate::faults::record(
+        crate::process::faults::record(
             "symbolization failed (internal error); the remaining frames have no names".into(),
         );
     }
     if w.unnamed > 0 && !DEADLINE_NOTED.swap(true, Ordering::Relaxed) {
-        crate::faults::record(format!(
+        crate::process::faults::record(format!(
             "symbolization reached its deadline ({:.1} s, CUGUARD_SYMBOLIZE_SECS): {} addresses were left without names (`cuguard symbolize` can fill them in)",
             settings.budget.map_or(0.0, |b| b.as_secs_f64()),
             w.unnamed

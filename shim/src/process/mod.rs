@@ -1,0 +1,14 @@
+//! What the shim needs of the process it lives in, with no CUDA in it: the bottom of the shim.
+//!
+//! - [`identity`]: pid, parent, executable, arguments, host and rank, for the report;
+//! - [`clock`]: clocks, the process's start and thread ids, cheap enough for the allocation path;
+//! - [`diag`]: the shim's own lines on stderr;
+//! - [`faults`]: the shim's own problems, kept for the report;
+//! - [`global`]: process-wide values created on first use and replaced in a forked child, and the
+//!   lock that a panic does not poison.
+
+pub mod clock;
+pub mod diag;
+pub mod faults;
+pub mod global;
+pub mod identity;
