@@ -21,7 +21,7 @@ pub fn demangle(name: &str) -> Cow<'_, str> {
 
 /// Rust v0 names start with `_R`; legacy ones are `_ZN…17h<16 hex>E` (maybe with a `.llvm.…`
 /// suffix), which a C++ name (parameter types follow its `E`) never is.
-fn looks_rust(name: &str) -> bool {
+pub(crate) fn looks_rust(name: &str) -> bool {
     if name.starts_with("_R") {
         return true;
     }

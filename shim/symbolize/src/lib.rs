@@ -21,7 +21,16 @@
 //!   default to `/usr/lib/debug`) or by `.gnu_debuglink` (next to the file, in `.debug/`
 //!   beside it, and under each debug dir), checked by build-id or CRC;
 //! - names are **demangled** (C++ by `cpp_demangle`, Rust by `rustc-demangle`, hash suffix
-//!   dropped).
+//!   dropped);
+//! - names are **qualified**: every function name from DWARF, inlined frames included, carries
+//!   its path (`cudarc::driver::result::malloc_async`, not `malloc_async`). DWARF often gives
+//!   only the last segment; the rest comes from the linkage name of the DIE or of the DIE its
+//!   `DW_AT_abstract_origin`/`DW_AT_specification` names, else from the enclosing namespace,
+//!   type and function DIEs (`dwarf_names`, read once per unit); for a unit built with line
+//!   tables only, from the symbol at the address (outermost frame) or from symbols named
+//!   under the function (inlined Rust frames) (`symbol_names`). Generic arguments stay as
+//!   DWARF or the demangler writes them (`…::CudaStream::alloc<f32>`). A C name stays as it
+//!   is.
 //!
 //! A module whose build-id does not match the one recorded is not trusted: its lookups return
 //! nothing. With a deadline, work stops when it passes and everything after that comes back
@@ -36,9 +45,11 @@
 //! the line reported is the call's. They are looked up as given.
 
 mod demangle;
+mod dwarf_names;
 pub mod glob;
 mod module;
 pub mod site;
+mod symbol_names;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

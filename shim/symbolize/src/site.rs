@@ -286,7 +286,18 @@ pub fn qualified_path(name: &str) -> String {
     }
     let out = out.trim();
     let out = out.strip_suffix(" const").unwrap_or(out).trim_end();
-    match out.rfind(' ') {
+    // The last space outside braces (`{unnamed type#1}` is one segment).
+    let mut depth = 0i32;
+    let space = out.char_indices().rev().find_map(|(i, c)| {
+        match c {
+            '}' => depth += 1,
+            '{' => depth -= 1,
+            ' ' if depth == 0 => return Some(i),
+            _ => {}
+        }
+        None
+    });
+    match space {
         Some(i) if !out[..i].ends_with("operator") => out[i + 1..].to_owned(),
         _ => out.to_owned(),
     }
@@ -338,6 +349,10 @@ mod tests {
             "operator new"
         );
         assert_eq!(qualified_path("foo::operator<<(int)"), "foo::operator<<");
+        assert_eq!(
+            qualified_path("ns::run(int)::{unnamed type#1}::operator()() const"),
+            "ns::run::{unnamed type#1}::operator()"
+        );
         assert_eq!(
             qualified_path("cudarc::driver::result::malloc_sync"),
             "cudarc::driver::result::malloc_sync"
