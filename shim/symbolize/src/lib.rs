@@ -38,8 +38,41 @@
 //!
 //! [`glob`] is the workspace's one wildcard matcher.
 //!
-//! [`site`] holds the site rule: which frame of a symbolized stack a leak is charged to, and
-//! its stable fingerprint.
+//! [`rules`] reads a symbolized stack (native frames, and Python frames where there are some):
+//! - its **site**, the frame an allocation is charged to, and of which kind: the user's own
+//!   frame, else the operation that asked (PyTorch's autograd node on its engine thread), else
+//!   a framework frame ([`rules::Rules::find_site_with_kind`], [`rules::SiteKind`]); an
+//!   allocator's own function is never a site;
+//! - its **owner**, who holds the allocation: the program, a framework's cache (PyTorch's
+//!   caching allocator, CuPy's pools, RMM's pool resources, XLA's BFC allocator…), a CUDA
+//!   library, or the driver ([`rules::Rules::owner`], [`rules::Owner`] with a stable id, a
+//!   kind, a label and, for caches, a hint).
+//!
+//! Both are data: built-in rules in one pattern language (`module:`, `function:`, `file:`,
+//! `memory:` globs, joined by `&`, negated by `!`), and user additions in front of them
+//! (owner rules from a spec string: [`rules::Rules::add_owner_spec`]).
+//!
+//! ```
+//! use cuguard_symbolize::rules::{Rules, SiteKind};
+//! use cuguard_symbolize::site::SiteFrame;
+//! let rules = Rules::builtin();
+//! let frames = [
+//!     SiteFrame { module: "/usr/lib/libcudart.so.13", function: Some("cudaMalloc"), ..Default::default() },
+//!     SiteFrame { module: "/venv/torch/lib/libc10_cuda.so",
+//!                 function: Some("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::alloc_block(AllocParams&, bool)"),
+//!                 ..Default::default() },
+//!     SiteFrame { file: Some("/home/u/train.py"), function: Some("step"), line: Some(12), ..Default::default() },
+//! ];
+//! let (site, kind) = rules.find_site_with_kind(&frames).unwrap();
+//! assert_eq!((site.index, kind), (2, SiteKind::User));
+//! let owner = rules.owner(&frames, Some("device"));
+//! assert_eq!(owner.id, "pytorch_caching_allocator");
+//! println!("{}: {}", owner.label, owner.hint.as_deref().unwrap_or(""));
+//! ```
+//!
+//! [`site`] holds the site rule as it was first written, now a thin layer over [`rules`]:
+//! [`site::find_site`] (the user's frame, or none) and [`site::Plumbing`], and each frame's
+//! stable [`site::fingerprint`].
 //!
 //! Offsets are what the stack capture records: call-site addresses (return address - 1), so
 //! the line reported is the call's. They are looked up as given.
@@ -48,6 +81,7 @@ mod demangle;
 mod dwarf_names;
 pub mod glob;
 mod module;
+pub mod rules;
 pub mod site;
 mod symbol_names;
 
