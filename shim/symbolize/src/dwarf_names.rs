@@ -8,6 +8,10 @@
 //! else the path of the scopes around the last DIE of the chain (the declaration, or the
 //! abstract instance) is put before the name.
 //!
+//! A Rust unit built with line tables only has no namespace DIEs; [`DwarfNames::closure_path`]
+//! still names its closures from the closure environments the unit's other names mention, and
+//! [`DwarfNames::rust_crate`] tells `symbol_names` which crate a frame is from.
+//!
 //! DWARF has no parent links, so each unit's scopes (namespace, class, structure, union,
 //! enumeration and interface DIEs, as ranges of `.debug_info` offsets) are read in one pass over
 //! the unit the first time a scope in it is asked, and kept, as are the parsed units and the list
@@ -43,6 +47,10 @@ struct UnitInfo {
     unit: gimli::Unit<Reader>,
     /// Sorted by `start` (DFS order); built when first needed.
     scopes: Option<Vec<Scope>>,
+    /// Closure number → the paths of the functions whose closure environment of that number
+    /// the unit's DIE names mention (`a::f::{closure_env#3}` → 3 → `a::f`); built when first
+    /// needed.
+    closure_envs: Option<HashMap<u32, Vec<String>>>,
 }
 
 /// What one DIE says about its name.
@@ -102,10 +110,62 @@ impl DwarfNames {
         Some(format!("{path}::{name}"))
     }
 
-    /// The crate a Rust DIE belongs to, from its unit's name (rustc names a unit
-    /// `<crate root file>/@/<crate>.<hash>-cgu.<n>`), following the same chain as
-    /// [`DwarfNames::qualified`] to the last DIE (where an inlined function is declared).
-    pub(crate) fn rust_crate(&mut self, die: usize) -> Option<String> {
+    /// The crate of a Rust frame whose DIE is at `die` and whose source file is `file`: the
+    /// crate of the unit where the function is declared (the last DIE of the chain
+    /// [`DwarfNames::qualified`] follows), from the unit's name (rustc names a unit
+    /// `<crate root file>/@/<crate>.<hash>-cgu.<n>`). `None` unless `file` is in that crate
+    /// (see [`in_crate`]): a unit also declares the generic functions and closures of other
+    /// crates that were inlined into it.
+    pub(crate) fn rust_crate(&mut self, die: usize, file: Option<&str>) -> Option<String> {
+        let at = self.chain_end(die)?;
+        let start = self.unit_start(at)?;
+        let unit = &self.unit(start)?.unit;
+        if !in_crate(unit, file?) {
+            return None;
+        }
+        let name = unit.name?.to_string_lossy().into_owned();
+        let (_, cgu) = name.rsplit_once("/@/")?;
+        let krate = cgu.split('.').next()?;
+        (!krate.is_empty()).then(|| krate.to_owned())
+    }
+
+    /// A Rust closure's path, for a unit without namespace DIEs (built with line tables only):
+    /// `{closure#3}` → `cudarc_leaks::main::{closure#3}`. The closure is the function whose
+    /// closure environment of the same number the unit's other DIE names mention
+    /// (`…<cudarc_leaks::main::{closure_env#3}>`), when exactly one function of the unit's crate
+    /// has one, and the frame's source file `file` is in that crate (see
+    /// [`DwarfNames::rust_crate`]).
+    pub(crate) fn closure_path(
+        &mut self,
+        die: usize,
+        name: &str,
+        file: Option<&str>,
+    ) -> Option<String> {
+        let number: u32 = name
+            .strip_prefix("{closure#")?
+            .split('}')
+            .next()?
+            .parse()
+            .ok()?;
+        let krate = self.rust_crate(die, file)?;
+        let at = self.chain_end(die)?;
+        let start = self.unit_start(at)?;
+        let dwarf = self.dwarf.clone();
+        let info = self.unit(start)?;
+        let envs = info
+            .closure_envs
+            .get_or_insert_with(|| read_closure_envs(&dwarf, &info.unit));
+        let prefix = format!("{krate}::");
+        let mut paths = envs.get(&number)?.iter().filter(|p| p.starts_with(&prefix));
+        let path = paths.next()?;
+        if paths.next().is_some() {
+            return None;
+        }
+        Some(format!("{path}::{name}"))
+    }
+
+    /// The last DIE of the `DW_AT_abstract_origin`/`DW_AT_specification` chain from `die`.
+    fn chain_end(&mut self, die: usize) -> Option<usize> {
         let mut at = die;
         for _ in 0..MAX_CHAIN {
             match self.die_names(at)?.next {
@@ -113,12 +173,7 @@ impl DwarfNames {
                 _ => break,
             }
         }
-        let start = self.unit_start(at)?;
-        let unit = &self.unit(start)?.unit;
-        let name = unit.name?.to_string_lossy().into_owned();
-        let (_, cgu) = name.rsplit_once("/@/")?;
-        let krate = cgu.split('.').next()?;
-        (!krate.is_empty()).then(|| krate.to_owned())
+        Some(at)
     }
 
     /// The start of the unit holding `offset`.
@@ -147,7 +202,11 @@ impl DwarfNames {
                     .header_from_offset(gimli::DebugInfoOffset(start))
                     .ok()?;
                 let unit = dwarf.unit(header).ok()?;
-                Some(UnitInfo { unit, scopes: None })
+                Some(UnitInfo {
+                    unit,
+                    scopes: None,
+                    closure_envs: None,
+                })
             })
             .as_mut()
     }
@@ -301,6 +360,84 @@ fn read_scopes(dwarf: &gimli::Dwarf<Reader>, unit: &gimli::Unit<Reader>) -> Vec<
         }
     }
     close(out, open)
+}
+
+/// Whether `file` is in the crate a Rust unit was compiled from: under the unit's compilation
+/// directory (cargo's package directory) or the directory of the crate's root file (from the
+/// unit's name, `<root file>/@/<cgu>`).
+fn in_crate(unit: &gimli::Unit<Reader>, file: &str) -> bool {
+    let comp_dir = unit.comp_dir.map(|d| d.to_string_lossy().into_owned());
+    let root_dir = unit.name.and_then(|n| {
+        let n = n.to_string_lossy();
+        let (root, _) = n.rsplit_once("/@/")?;
+        let (dir, _) = root.rsplit_once('/')?;
+        Some(match &comp_dir {
+            Some(c) if !dir.starts_with('/') => format!("{c}/{dir}"),
+            _ => dir.to_owned(),
+        })
+    });
+    [comp_dir, root_dir]
+        .into_iter()
+        .flatten()
+        .any(|d| file.starts_with(&format!("{}/", d.trim_end_matches('/'))))
+}
+
+/// One pass over a unit's DIE names, keeping what precedes each `::{closure_env#N}` (see
+/// [`DwarfNames::closure_path`]). Stops at the first DIE it cannot read.
+fn read_closure_envs(
+    dwarf: &gimli::Dwarf<Reader>,
+    unit: &gimli::Unit<Reader>,
+) -> HashMap<u32, Vec<String>> {
+    const MARK: &str = "::{closure_env#";
+    let mut out: HashMap<u32, Vec<String>> = HashMap::new();
+    let Ok(mut entries) = unit.entries_raw(None) else {
+        return out;
+    };
+    while !entries.is_empty() {
+        let abbrev = match entries.read_abbreviation() {
+            Ok(Some(a)) => a,
+            Ok(None) => continue,
+            Err(_) => break,
+        };
+        for spec in abbrev.attributes() {
+            let Ok(attr) = entries.read_attribute(*spec) else {
+                return out;
+            };
+            if attr.name() != gimli::DW_AT_name {
+                continue;
+            }
+            let Ok(name) = dwarf.attr_string(unit, attr.value()) else {
+                continue;
+            };
+            let Ok(name) = std::str::from_utf8(name.slice()) else {
+                continue;
+            };
+            let mut from = 0;
+            while let Some(i) = name[from..].find(MARK) {
+                let at = from + i;
+                from = at + MARK.len();
+                let digits: String = name[from..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                let Ok(number) = digits.parse::<u32>() else {
+                    continue;
+                };
+                // The path: back to the first character no path segment has.
+                let begin = name[..at]
+                    .rfind(|c: char| {
+                        matches!(c, '<' | '>' | ',' | ' ' | '(' | ')' | '&' | '*' | '[')
+                    })
+                    .map_or(0, |j| j + 1);
+                let path = &name[begin..at];
+                let paths = out.entry(number).or_default();
+                if !path.is_empty() && !paths.iter().any(|p| p == path) {
+                    paths.push(path.to_owned());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Ends the scopes still open at the end of the unit.

@@ -27,10 +27,12 @@
 //!   only the last segment; the rest comes from the linkage name of the DIE or of the DIE its
 //!   `DW_AT_abstract_origin`/`DW_AT_specification` names, else from the enclosing namespace,
 //!   type and function DIEs (`dwarf_names`, read once per unit); for a unit built with line
-//!   tables only, from the symbol at the address (outermost frame) or from symbols named
-//!   under the function (inlined Rust frames) (`symbol_names`). Generic arguments stay as
-//!   DWARF or the demangler writes them (`…::CudaStream::alloc<f32>`). A C name stays as it
-//!   is.
+//!   tables only, from the symbol at the address (outermost frame), from the closure
+//!   environments the unit's other names mention (Rust closures), or from symbols named under
+//!   the function (other inlined Rust frames) (`symbol_names`); an inlined function nothing
+//!   names keeps its short name. Generic arguments and closures stay as DWARF or the demangler
+//!   writes them (`…::CudaStream::alloc<f32>`, `main::{closure#3}`, `main::{{closure}}`). A C
+//!   name stays as it is.
 //!
 //! A module whose build-id does not match the one recorded is not trusted: its lookups return
 //! nothing. With a deadline, work stops when it passes and everything after that comes back

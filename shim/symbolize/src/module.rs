@@ -303,7 +303,10 @@ impl Module {
         let last = out.len().saturating_sub(1);
         for (i, (function, die, language)) in raw.into_iter().enumerate() {
             let die = die.zip(unit_start).map(|(d, start)| start + d);
-            out[i].function = function.map(|f| self.qualify(&f, die, language, i < last, offset));
+            let file = out[i].file.take();
+            out[i].function = function
+                .map(|f| self.qualify(&f, die, language, i < last, offset, file.as_deref()));
+            out[i].file = file;
         }
         if let Some(last) = out.last_mut() {
             last.inlined = false;
@@ -313,8 +316,9 @@ impl Module {
 
     /// The qualified name of a function DWARF names `raw` (see `dwarf_names` and
     /// `symbol_names`): demangled if it is a linkage name; else from the DIE at `die` (a
-    /// `.debug_info` offset); else, for the outermost frame, from the symbol at `offset`, and
-    /// for an inlined Rust frame, from the segment index; else `raw`.
+    /// `.debug_info` offset); else, for the outermost frame, from the symbol at `offset`; else,
+    /// for a Rust closure, from the closure environments its unit names; else, for an inlined
+    /// Rust frame, from the segment index; else `raw`. `file` is the frame's source file.
     fn qualify(
         &mut self,
         raw: &str,
@@ -322,6 +326,7 @@ impl Module {
         language: Option<gimli::DwLang>,
         inlined: bool,
         offset: u64,
+        file: Option<&str>,
     ) -> String {
         let demangled = demangle(raw);
         if demangled != raw {
@@ -356,9 +361,17 @@ impl Module {
             {
                 return q;
             }
-        } else if rust
+        }
+        if rust
             && let (Some(die), Some(names)) = (die, self.dwarf_names.as_mut())
-            && let Some(krate) = names.rust_crate(die)
+            && let Some(q) = names.closure_path(die, raw, file)
+        {
+            return q;
+        }
+        if inlined
+            && rust
+            && let (Some(die), Some(names)) = (die, self.dwarf_names.as_mut())
+            && let Some(krate) = names.rust_crate(die, file)
         {
             let objects = &self.objects;
             let index = self.segment_index.get_or_insert_with(|| {

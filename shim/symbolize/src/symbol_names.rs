@@ -6,11 +6,12 @@
 //!   `cudarc::driver::result::malloc_async` give the latter; `alloc<f32>` and
 //!   `cudarc::driver::safe::core::CudaStream::alloc` give
 //!   `cudarc::driver::safe::core::CudaStream::alloc<f32>`), when the symbol's last segment is
-//!   DWARF's name.
-//! - **An inlined frame** has no symbol, but the function it was inlined from often has something
-//!   named under it (its own out-of-line copy, a `static` inside it, a closure):
-//!   [`SegmentIndex`] finds the Rust symbols with a path segment equal to the name, and when they
-//!   agree on one path to it, in the crate DWARF says the function is from, that path is used.
+//!   DWARF's name; a legacy name's `{{closure}}` takes DWARF's `{closure#N}`.
+//! - **An inlined frame** (closures aside: see `dwarf_names`) has no symbol, but the function it
+//!   was inlined from often has something named under it (its own out-of-line copy, a `static`
+//!   inside it, a closure): [`SegmentIndex`] finds the Rust symbols with a path segment equal to
+//!   the name, and when they agree on one path to it, in the crate DWARF says the function is
+//!   from, that path is used.
 
 use std::collections::HashMap;
 
@@ -29,7 +30,13 @@ pub(crate) fn with_symbol_path(mangled: &str, name: &str) -> Option<String> {
     if looks_rust(mangled) {
         // v0 names carry generic arguments (`…::alloc::<f32>`); legacy ones do not.
         let path = strip_generic_suffix(&demangled);
-        let prefix = path.strip_suffix(base)?;
+        // A legacy name writes every closure `{{closure}}`; DWARF numbers them.
+        let last = if base.starts_with("{closure#") {
+            "{{closure}}"
+        } else {
+            base
+        };
+        let prefix = path.strip_suffix(last)?;
         if !(prefix.is_empty() || prefix.ends_with("::")) {
             return None;
         }
@@ -170,6 +177,14 @@ mod tests {
         assert_eq!(
             with_symbol_path("_RINvNtCs7AxpzGtwJwD_4mycr3sub5allocfEB4_", "alloc<f32>").as_deref(),
             Some("mycr::sub::alloc<f32>")
+        );
+        assert_eq!(
+            with_symbol_path(
+                "_ZN12cudarc_leaks4main28_$u7b$$u7b$closure$u7d$$u7d$17h2c78b1303ac4e477E",
+                "{closure#3}"
+            )
+            .as_deref(),
+            Some("cudarc_leaks::main::{closure#3}")
         );
         // Another function at that address (folded code): DWARF's name stays.
         assert_eq!(

@@ -290,11 +290,26 @@ fn rust_names_are_qualified_with_full_debug_info() {
     assert!(f[0].0.starts_with("names::outer::inner::generic"), "{f:?}");
     let f = named_frames(&mut s, &exe, &offsets, "main");
     assert_eq!(f, [("names::main".into(), line("main"), false)]);
+    let f = named_frames(&mut s, &exe, &offsets, "closure");
+    assert_eq!(
+        f[0],
+        ("names::main::{{closure}}".into(), line("closure"), true)
+    );
+    // The iterator adapters in between, from the standard library's linkage names.
+    assert!(
+        f[1..f.len() - 1].iter().all(|(n, _, inl)| *inl
+            && (n.starts_with("core::")
+                || n.starts_with("<core::")
+                || n.starts_with("<u64 as core::"))),
+        "{f:?}"
+    );
+    assert_eq!(f.last().unwrap().0, "names::main");
 }
 
 /// With `debug = "line-tables-only"` (the workspace's release profile), DWARF has only short
-/// names: the outermost frame takes its symbol's path, an inlined one the path of a symbol under
-/// it (here `helper`'s static) when there is one, and keeps its short name otherwise.
+/// names: the outermost frame takes its symbol's path, a closure the path of the function whose
+/// closure environment other names mention, an inlined function the path of a symbol under it
+/// (here `helper`'s static) when there is one, and keeps its short name otherwise.
 #[test]
 fn rust_names_are_qualified_with_line_tables_only() {
     let (exe, offsets) = build_rust_names("names-lines", "line-tables-only");
@@ -326,6 +341,13 @@ fn rust_names_are_qualified_with_line_tables_only() {
     );
     let f = named_frames(&mut s, &exe, &offsets, "main");
     assert_eq!(f, [("names::main".into(), line("main"), false)]);
+    // A closure: the function whose closure environment the unit's names mention.
+    let f = named_frames(&mut s, &exe, &offsets, "closure");
+    assert_eq!(
+        f[0],
+        ("names::main::{closure#0}".into(), line("closure"), true)
+    );
+    assert_eq!(f.last().unwrap().0, "names::main");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Test program for the symbolizer's qualified names: prints the call-site offset (return
 //! address - 1 - load bias) of calls made from functions in nested modules, inlined or not, a
-//! method and a generic function. Each call line carries a MARK comment that the
+//! method, a generic function and a closure. Each call line carries a MARK comment that the
 //! tests look up to know the expected line. Built by the tests with rustc, with full debug
 //! info and with line tables only.
 
@@ -88,5 +88,9 @@ fn main() {
     let mut sum = outer::inner::outer_fn(x);
     sum += outer::inner::generic(black_box(7u32));
     sum += record("main"); /* MARK:main */
+    let n = black_box(1u64);
+    sum += (0..n)
+        .map(|i| record("closure") + i) /* MARK:closure */
+        .sum::<u64>();
     black_box(sum);
 }
