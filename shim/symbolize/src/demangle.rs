@@ -20,18 +20,31 @@ pub fn demangle(name: &str) -> Cow<'_, str> {
 }
 
 /// Rust v0 names start with `_R`; legacy ones are `_ZN…17h<16 hex>E` (maybe with a `.llvm.…`
-/// suffix), which a C++ name (parameter types follow its `E`) never is.
-fn looks_rust(name: &str) -> bool {
+/// suffix), which a C++ name (parameter types follow its `E`) never is. A legacy name may also
+/// hold dots of its own (`..` stands for `::` in `_$LT$a..B$u20$as$u20$…`), so suffixes are cut
+/// one dot at a time from the end.
+pub(crate) fn looks_rust(name: &str) -> bool {
     if name.starts_with("_R") {
         return true;
     }
-    let base = name.split('.').next().unwrap_or(name).as_bytes();
-    let n = base.len();
-    base.starts_with(b"_ZN")
-        && n > 21
-        && base[n - 1] == b'E'
-        && &base[n - 20..n - 17] == b"17h"
-        && base[n - 17..n - 1].iter().all(u8::is_ascii_hexdigit)
+    if !name.starts_with("_ZN") {
+        return false;
+    }
+    let mut base = name.as_bytes();
+    loop {
+        let n = base.len();
+        if n > 21
+            && base[n - 1] == b'E'
+            && &base[n - 20..n - 17] == b"17h"
+            && base[n - 17..n - 1].iter().all(u8::is_ascii_hexdigit)
+        {
+            return true;
+        }
+        match base.iter().rposition(|&b| b == b'.') {
+            Some(i) => base = &base[..i],
+            None => return false,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -55,6 +68,12 @@ mod tests {
             "core::ptr::drop_in_place"
         );
         assert_eq!(demangle("_RNvCs1234_7mycrate3foo"), "mycrate::foo");
+        // `..` inside a legacy name is `::`, not a suffix.
+        let trait_impl = "_ZN102_$LT$core..iter..adapters..map..Map$LT$I$C$F$GT$$u20$as$u20$core..iter..traits..iterator..Iterator$GT$4fold17h50fc3f8050afeee9E";
+        let want =
+            "<core::iter::adapters::map::Map<I,F> as core::iter::traits::iterator::Iterator>::fold";
+        assert_eq!(demangle(trait_impl), want);
+        assert_eq!(demangle(&format!("{trait_impl}.llvm.42")), want);
         assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
         assert_eq!(demangle("main"), "main");
         assert_eq!(demangle("_Znot_really"), "_Znot_really");

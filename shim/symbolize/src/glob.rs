@@ -1,5 +1,6 @@
 //! Wildcard matching (`*`, `?`, `[abc]`, `[a-z]`, `[!x]`): the one matcher of the workspace, used
-//! by the site rules ([`crate::site`]) and by the `cuguard` command (path globs, suppressions).
+//! by the site and owner rules ([`crate::rules`]) and by the `cuguard` command (path globs,
+//! suppressions).
 //!
 //! `*` matches any run of characters, including `/`; `cuguard`'s path expansion applies patterns
 //! one path component at a time, so there `*` stays inside a component.
@@ -12,13 +13,55 @@
 /// assert!(cuguard_symbolize::glob::matches("report.[0-9]?.json", "report.42.json"));
 /// ```
 pub fn matches(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
+    Glob::new(pattern).matches(text)
+}
+
+/// A pattern prepared once for many matches (same language as [`matches()`]).
+///
+/// ```
+/// let g = cuguard_symbolize::glob::Glob::new("rmm::*mr::*");
+/// assert!(g.matches("rmm::_RMM_26_10::mr::cuda_memory_resource::allocate"));
+/// assert_eq!(g.pattern(), "rmm::*mr::*");
+/// ```
+#[derive(Clone, Debug)]
+pub struct Glob {
+    pattern: String,
+    chars: Vec<char>,
+}
+
+impl Glob {
+    pub fn new(pattern: &str) -> Glob {
+        Glob {
+            pattern: pattern.to_owned(),
+            chars: pattern.chars().collect(),
+        }
+    }
+
+    /// The pattern, as given.
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
+    /// Whether `text` matches in whole.
+    pub fn matches(&self, text: &str) -> bool {
+        if text.is_ascii() {
+            let t = text.as_bytes();
+            run(&self.chars, t.len(), |i| char::from(t[i]))
+        } else {
+            let t: Vec<char> = text.chars().collect();
+            run(&self.chars, t.len(), |i| t[i])
+        }
+    }
+}
+
+/// The matcher over the pattern's characters and a text of `len` characters read by `at`.
+fn run(p: &[char], len: usize, at: impl Fn(usize) -> char) -> bool {
     // Classic backtracking over the last `*`: linear for patterns with one star, and at worst
     // O(|p|·|t|), never exponential.
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
+    while ti < len {
+        let c = at(ti);
         if pi < p.len() {
             match p[pi] {
                 '*' => {
@@ -32,20 +75,20 @@ pub fn matches(pattern: &str, text: &str) -> bool {
                     continue;
                 }
                 '[' => {
-                    if let Some((matched, next)) = class(&p, pi, t[ti]) {
+                    if let Some((matched, next)) = class(p, pi, c) {
                         if matched {
                             pi = next;
                             ti += 1;
                             continue;
                         }
-                    } else if t[ti] == '[' {
+                    } else if c == '[' {
                         // An unclosed `[` is a literal.
                         pi += 1;
                         ti += 1;
                         continue;
                     }
                 }
-                c if c == t[ti] => {
+                pc if pc == c => {
                     pi += 1;
                     ti += 1;
                     continue;
@@ -143,6 +186,13 @@ mod tests {
         assert!(matches("v[0-9]", "v7"));
         assert!(matches("[]]", "]"));
         assert!(matches("a[b", "a[b"), "an unclosed class is literal");
+    }
+
+    #[test]
+    fn non_ascii_text_matches_by_character() {
+        assert!(matches("caf?", "café"));
+        assert!(matches("*é*", "résumé"));
+        assert!(!matches("caf??", "café"));
     }
 
     #[test]

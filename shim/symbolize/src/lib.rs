@@ -21,7 +21,18 @@
 //!   default to `/usr/lib/debug`) or by `.gnu_debuglink` (next to the file, in `.debug/`
 //!   beside it, and under each debug dir), checked by build-id or CRC;
 //! - names are **demangled** (C++ by `cpp_demangle`, Rust by `rustc-demangle`, hash suffix
-//!   dropped).
+//!   dropped);
+//! - names are **qualified**: every function name from DWARF, inlined frames included, carries
+//!   its path (`cudarc::driver::result::malloc_async`, not `malloc_async`). DWARF often gives
+//!   only the last segment; the rest comes from the linkage name of the DIE or of the DIE its
+//!   `DW_AT_abstract_origin`/`DW_AT_specification` names, else from the enclosing namespace,
+//!   type and function DIEs (`dwarf_names`, read once per unit); for a unit built with line
+//!   tables only, from the symbol at the address (outermost frame), from the closure
+//!   environments the unit's other names mention (Rust closures), or from symbols named under
+//!   the function (other inlined Rust frames) (`symbol_names`); an inlined function nothing
+//!   names keeps its short name. Generic arguments and closures stay as DWARF or the demangler
+//!   writes them (`…::CudaStream::alloc<f32>`, `main::{closure#3}`, `main::{{closure}}`). A C
+//!   name stays as it is.
 //!
 //! A module whose build-id does not match the one recorded is not trusted: its lookups return
 //! nothing. With a deadline, work stops when it passes and everything after that comes back
@@ -29,16 +40,52 @@
 //!
 //! [`glob`] is the workspace's one wildcard matcher.
 //!
-//! [`site`] holds the site rule: which frame of a symbolized stack a leak is charged to, and
-//! its stable fingerprint.
+//! [`rules`] reads a symbolized stack (native frames, and Python frames where there are some):
+//! - its **site**, the frame an allocation is charged to, and of which kind: the user's own
+//!   frame, else the operation that asked (PyTorch's autograd node on its engine thread), else
+//!   a framework frame ([`rules::Rules::find_site_with_kind`], [`rules::SiteKind`]); an
+//!   allocator's own function is never a site;
+//! - its **owner**, who holds the allocation: the program, a framework's cache (PyTorch's
+//!   caching allocator, CuPy's pools, RMM's pool resources, XLA's BFC allocator…), a CUDA
+//!   library, or the driver ([`rules::Rules::owner`], [`rules::Owner`] with a stable id, a
+//!   kind, a label and, for caches, a hint).
+//!
+//! Both are data: built-in rules in one pattern language (`module:`, `function:`, `file:`,
+//! `memory:` globs, joined by `&`, negated by `!`), and user additions in front of them
+//! (owner rules from a spec string: [`rules::Rules::add_owner_spec`]).
+//!
+//! ```
+//! use cuguard_symbolize::rules::{Rules, SiteKind};
+//! use cuguard_symbolize::site::SiteFrame;
+//! let rules = Rules::builtin();
+//! let frames = [
+//!     SiteFrame { module: "/usr/lib/libcudart.so.13", function: Some("cudaMalloc"), ..Default::default() },
+//!     SiteFrame { module: "/venv/torch/lib/libc10_cuda.so",
+//!                 function: Some("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::alloc_block(AllocParams&, bool)"),
+//!                 ..Default::default() },
+//!     SiteFrame { file: Some("/home/u/train.py"), function: Some("step"), line: Some(12), ..Default::default() },
+//! ];
+//! let (site, kind) = rules.find_site_with_kind(&frames).unwrap();
+//! assert_eq!((site.index, kind), (2, SiteKind::User));
+//! let owner = rules.owner(&frames, Some("device"));
+//! assert_eq!(owner.id, "pytorch_caching_allocator");
+//! println!("{}: {}", owner.label, owner.hint.as_deref().unwrap_or(""));
+//! ```
+//!
+//! [`site`] holds the site rule as it was first written, now a thin layer over [`rules`]:
+//! [`site::find_site`] (the user's frame, or none) and [`site::Plumbing`], and each frame's
+//! stable [`site::fingerprint`].
 //!
 //! Offsets are what the stack capture records: call-site addresses (return address - 1), so
 //! the line reported is the call's. They are looked up as given.
 
 mod demangle;
+mod dwarf_names;
 pub mod glob;
 mod module;
+pub mod rules;
 pub mod site;
+mod symbol_names;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -8,14 +8,15 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use memmap2::Mmap;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use crate::Frame;
 use crate::demangle::demangle;
-
-type Reader = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
+use crate::dwarf_names::{DwarfNames, Reader};
+use crate::symbol_names::{SegmentIndex, with_symbol_path};
 
 struct Sym {
     addr: u64,
@@ -26,10 +27,16 @@ struct Sym {
 
 pub(crate) struct Module {
     ctx: Option<addr2line::Context<Reader>>,
+    /// Qualified names for DWARF's short ones (with `ctx`).
+    dwarf_names: Option<DwarfNames>,
     /// Sorted by `addr`.
     symbols: Vec<Sym>,
     names: HashMap<usize, String>,
+    /// Built the first time an inlined Rust frame needs it.
+    segment_index: Option<SegmentIndex>,
     frames: HashMap<u64, Vec<Frame>>,
+    /// The parsed file and its debug file, for the segment index.
+    objects: Vec<object::File<'static>>,
     // Storage borrowed by the fields above: keep last.
     _owned: Vec<Box<[u8]>>,
     _maps: Vec<Mmap>,
@@ -185,7 +192,7 @@ impl Module {
         symbols.dedup_by_key(|s| s.addr);
 
         let dwarf_obj = debug.as_ref().unwrap_or(&main);
-        let ctx = if has_dwarf(dwarf_obj) {
+        let dwarf = if has_dwarf(dwarf_obj) {
             let endian = if dwarf_obj.is_little_endian() {
                 gimli::RunTimeEndian::Little
             } else {
@@ -209,34 +216,42 @@ impl Module {
                 };
                 Ok(gimli::EndianSlice::new(data, endian))
             });
-            dwarf
-                .ok()
-                .and_then(|d| addr2line::Context::from_dwarf(d).ok())
+            dwarf.ok().map(Arc::new)
         } else {
             None
         };
+        let ctx = dwarf
+            .clone()
+            .and_then(|d| addr2line::Context::from_arc_dwarf(d).ok());
+        let dwarf_names = ctx.as_ref().and(dwarf).map(DwarfNames::new);
+        let objects = std::iter::once(main).chain(debug).collect();
 
         Some(Module {
             ctx,
+            dwarf_names,
             symbols,
             names: HashMap::new(),
+            segment_index: None,
             frames: HashMap::new(),
+            objects,
             _owned: owned,
             _maps: maps,
         })
     }
 
-    /// The symbol-table function containing `offset`.
-    fn symbol(&mut self, offset: u64) -> Option<String> {
+    /// The index of the symbol-table function containing `offset`.
+    fn symbol_index(&self, offset: u64) -> Option<usize> {
         let i = self
             .symbols
             .partition_point(|s| s.addr <= offset)
             .checked_sub(1)?;
-        let s = &self.symbols[i];
-        if offset >= s.end {
-            return None;
-        }
-        let name = s.name;
+        (offset < self.symbols[i].end).then_some(i)
+    }
+
+    /// The symbol-table function containing `offset`, demangled.
+    fn symbol(&mut self, offset: u64) -> Option<String> {
+        let i = self.symbol_index(offset)?;
+        let name = self.symbols[i].name;
         Some(
             self.names
                 .entry(i)
@@ -245,18 +260,21 @@ impl Module {
         )
     }
 
-    fn dwarf_frames(&self, offset: u64) -> Vec<Frame> {
+    fn dwarf_frames(&mut self, offset: u64) -> Vec<Frame> {
         let mut out = Vec::new();
         let Some(ctx) = &self.ctx else { return out };
         let Ok(mut iter) = ctx.find_frames(offset).skip_all_loads() else {
             return out;
         };
+        // Names as DWARF gives them, with their DIE (unit-relative) and language.
+        let mut raw: Vec<(Option<String>, Option<usize>, Option<gimli::DwLang>)> = Vec::new();
         while let Ok(Some(f)) = iter.next() {
             let function = f
                 .function
                 .as_ref()
                 .and_then(|n| n.raw_name().ok())
-                .map(|n| demangle(&n).into_owned());
+                .map(Cow::into_owned);
+            let language = f.function.as_ref().and_then(|n| n.language);
             let (file, line) = match &f.location {
                 Some(l) => (l.file.map(str::to_owned), l.line),
                 None => (None, None),
@@ -264,8 +282,9 @@ impl Module {
             if function.is_none() && file.is_none() {
                 continue;
             }
+            raw.push((function, f.dw_die_offset.map(|o| o.0), language));
             out.push(Frame {
-                function,
+                function: None,
                 file,
                 line,
                 inlined: true,
@@ -274,10 +293,99 @@ impl Module {
                 break;
             }
         }
+        let unit_start = if raw.iter().any(|(f, ..)| f.is_some()) {
+            ctx.find_dwarf_and_unit(offset)
+                .skip_all_loads()
+                .map(|u| u.header.offset().0)
+        } else {
+            None
+        };
+        let last = out.len().saturating_sub(1);
+        for (i, (function, die, language)) in raw.into_iter().enumerate() {
+            let die = die.zip(unit_start).map(|(d, start)| start + d);
+            let file = out[i].file.take();
+            out[i].function = function
+                .map(|f| self.qualify(&f, die, language, i < last, offset, file.as_deref()));
+            out[i].file = file;
+        }
         if let Some(last) = out.last_mut() {
             last.inlined = false;
         }
         out
+    }
+
+    /// The qualified name of a function DWARF names `raw` (see `dwarf_names` and
+    /// `symbol_names`): demangled if it is a linkage name; else from the DIE at `die` (a
+    /// `.debug_info` offset); else, for the outermost frame, from the symbol at `offset`; else,
+    /// for a Rust closure, from the closure environments its unit names; else, for an inlined
+    /// Rust frame, from the segment index; else `raw`. `file` is the frame's source file.
+    fn qualify(
+        &mut self,
+        raw: &str,
+        die: Option<usize>,
+        language: Option<gimli::DwLang>,
+        inlined: bool,
+        offset: u64,
+        file: Option<&str>,
+    ) -> String {
+        let demangled = demangle(raw);
+        if demangled != raw {
+            return demangled.into_owned();
+        }
+        let rust = language == Some(gimli::DW_LANG_Rust);
+        let cpp = matches!(
+            language,
+            Some(
+                gimli::DW_LANG_C_plus_plus
+                    | gimli::DW_LANG_C_plus_plus_03
+                    | gimli::DW_LANG_C_plus_plus_11
+                    | gimli::DW_LANG_C_plus_plus_14
+                    | gimli::DW_LANG_C_plus_plus_17
+                    | gimli::DW_LANG_C_plus_plus_20
+            )
+        );
+        // C and the other languages without namespaces: the name is whole.
+        if language.is_some() && !rust && !cpp {
+            return raw.to_owned();
+        }
+        if let (Some(die), Some(names)) = (die, self.dwarf_names.as_mut())
+            && let Some(q) = names.qualified(die)
+        {
+            return q;
+        }
+        if !inlined {
+            let symbol = self.symbol_index(offset).map(|i| self.symbols[i].name);
+            if let Some(q) = symbol
+                .and_then(|s| std::str::from_utf8(s).ok())
+                .and_then(|s| with_symbol_path(s, raw))
+            {
+                return q;
+            }
+        }
+        if rust
+            && let (Some(die), Some(names)) = (die, self.dwarf_names.as_mut())
+            && let Some(q) = names.closure_path(die, raw, file)
+        {
+            return q;
+        }
+        if inlined
+            && rust
+            && let (Some(die), Some(names)) = (die, self.dwarf_names.as_mut())
+            && let Some(krate) = names.rust_crate(die, file)
+        {
+            let objects = &self.objects;
+            let index = self.segment_index.get_or_insert_with(|| {
+                SegmentIndex::new(objects.iter().flat_map(|o| {
+                    o.symbols()
+                        .chain(o.dynamic_symbols())
+                        .filter_map(|s| s.name_bytes().ok())
+                }))
+            });
+            if let Some(q) = index.qualify(raw, &krate) {
+                return q;
+            }
+        }
+        raw.to_owned()
     }
 
     /// Frames at `offset`, innermost inlined first; cached.

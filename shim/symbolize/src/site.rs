@@ -2,9 +2,9 @@
 //!
 //! A **site** is the first frame, from the allocation outward, that belongs to the user rather
 //! than to plumbing: cuguard, the CUDA driver and runtime and CUDA libraries, known framework
-//! allocators and framework internals (PyTorch, RMM, CuPy, numba, JAX), the C/C++ runtime and
-//! the Python interpreter. The plumbing list is built in ([`Plumbing::builtin`]) and users
-//! extend it ([`Plumbing::add`]). It is a pure function of symbolized frames:
+//! allocators and framework internals (PyTorch, RMM, CuPy, numba, JAX), the C/C++ and Rust
+//! runtimes and the Python interpreter. The plumbing list is built in ([`Plumbing::builtin`])
+//! and users extend it ([`Plumbing::add`]). It is a pure function of symbolized frames:
 //!
 //! ```
 //! use cuguard_symbolize::site::{Plumbing, SiteFrame, find_site};
@@ -23,14 +23,21 @@
 //! frames (module `""`, `file` the script path): the built-in list has file patterns for the
 //! frameworks' Python code, so the site is the user's own line.
 //!
+//! [`Plumbing`] is a thin layer over [`crate::rules::Rules`], whose site rules put plumbing in
+//! tiers (never a site, framework internals, operations) and whose
+//! [`Rules::find_site_with_kind`](crate::rules::Rules::find_site_with_kind) also picks a site
+//! for a stack with no user frame (the operation that asked, else a framework frame).
+//! [`find_site`] returns its user sites only.
+//!
 //! # Patterns
 //!
 //! `module:GLOB`, `function:GLOB` or `file:GLOB`; `*` matches any run of characters and `?`
-//! one. A module or file glob without a `/` is matched against the base name, with one
-//! against the whole path. A function glob is matched against the demangled name and against
-//! its qualified path without return type, template arguments and parameters
-//! (`void* c10::Foo<int>::bar(long)` → `c10::Foo::bar`), so `rmm::mr::*` and `cudaMalloc*`
-//! both work.
+//! one (the rules' language, [`crate::rules::Pattern`], also joins terms with `&` and negates
+//! them with `!`; [`Plumbing::add`] takes one term, its glob as given). A module or file glob
+//! without a `/` is matched against the base name, with one against the whole path. A function
+//! glob is matched against the demangled name and against its qualified path without return
+//! type, template arguments and parameters (`void* c10::Foo<int>::bar(long)` → `c10::Foo::bar`),
+//! so `rmm::mr::*` and `cudaMalloc*` both work.
 //!
 //! # Fingerprint
 //!
@@ -42,7 +49,7 @@
 //! function are two places to fix; the price is that editing lines above a site changes its
 //! fingerprint across builds.
 
-use crate::glob::matches as glob;
+use crate::rules::{Field, Pattern, Rules, SiteKind, Tier};
 
 /// What the rule looks at in one frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -67,20 +74,6 @@ pub struct Site {
     pub fingerprint: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Field {
-    Module,
-    Function,
-    File,
-}
-
-#[derive(Clone, Debug)]
-struct Pattern {
-    field: Field,
-    glob: String,
-    spec: String,
-}
-
 /// An invalid plumbing pattern.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PatternError(pub String);
@@ -97,85 +90,22 @@ impl std::fmt::Display for PatternError {
 
 impl std::error::Error for PatternError {}
 
-/// The built-in plumbing patterns (see [`Plumbing::builtin`]).
-pub const BUILTIN: &[&str] = &[
-    // cuguard, the driver, the runtime, CUDA libraries.
-    "module:libcuguard*.so*",
-    "module:libcuda.so*",
-    "module:libcudart.so*",
-    "module:libnvidia-*.so*",
-    "module:libcublas*.so*",
-    "module:libcublasLt*.so*",
-    "module:libcudnn*.so*",
-    "module:libcufft*.so*",
-    "module:libcurand*.so*",
-    "module:libcusparse*.so*",
-    "module:libcusolver*.so*",
-    "module:libnccl*.so*",
-    "module:libnvrtc*.so*",
-    // The runtime linked statically into an nvcc program (its internal functions are named
-    // libcudart_static_<hash>, as seen on the H200 with CUDA 13.0).
-    "function:cuda[A-Z]*",
-    "function:cudart::*",
-    "function:__cudart*",
-    "function:libcudart_static_*",
-    // cudarc, the Rust client.
-    "function:cudarc::*",
-    // PyTorch: the caching allocator and the framework below the user's code.
-    "function:c10::cuda::CUDACachingAllocator::*",
-    "function:c10::*",
-    "function:at::*",
-    "function:torch::*",
-    "module:libc10*.so*",
-    "module:libtorch*.so*",
-    "file:*/torch/*",
-    // RMM (cuDF's allocator) and cuDF.
-    "function:rmm::*",
-    "function:cudf::*",
-    "module:librmm*.so*",
-    "module:libcudf*.so*",
-    "file:*/rmm/*",
-    "file:*/cudf/*",
-    // CuPy: its memory module and array creation.
-    "module:*/cupy/*",
-    "module:*/cupy_backends/*",
-    "file:*/cupy/*",
-    "file:*/cupy_backends/*",
-    // numba's CUDA driver module (Python over ctypes).
-    "file:*/numba/cuda/*",
-    "module:libffi.so*",
-    "module:_ctypes*.so",
-    // JAX / XLA.
-    "module:*/jaxlib/*",
-    "module:*/jax_cuda*/*",
-    "file:*/jax/*",
-    "file:*/jaxlib/*",
-    // The C/C++ runtime and the Python interpreter: never the user's line.
-    "module:libc.so*",
-    "module:libstdc++.so*",
-    "module:libgcc_s.so*",
-    "module:ld-linux*.so*",
-    "module:libpthread.so*",
-    "module:libpython*.so*",
-    "module:python",
-    "module:python3",
-    "module:python3.*",
-];
+/// The specs of the built-in site rules, all tiers, in order (see [`Plumbing::builtin`] and
+/// [`crate::rules`]).
+pub const BUILTIN: &[&str] = crate::rules::SITE_SPECS;
 
-/// A list of plumbing patterns.
+/// A list of plumbing patterns: [`Rules`] seen as one list of frames that are not the user's.
 #[derive(Clone, Debug, Default)]
 pub struct Plumbing {
-    patterns: Vec<Pattern>,
+    rules: Rules,
 }
 
 impl Plumbing {
-    /// The built-in list, [`BUILTIN`].
+    /// The built-in list: the site rules of [`Rules::builtin`] ([`BUILTIN`]).
     pub fn builtin() -> Plumbing {
-        let mut p = Plumbing::none();
-        for spec in BUILTIN {
-            p.add(spec).expect("built-in patterns are valid");
+        Plumbing {
+            rules: Rules::builtin(),
         }
-        p
     }
 
     /// An empty list.
@@ -183,7 +113,8 @@ impl Plumbing {
         Plumbing::default()
     }
 
-    /// Adds `module:GLOB`, `function:GLOB` or `file:GLOB`.
+    /// Adds `module:GLOB`, `function:GLOB` or `file:GLOB` (to the rules, as a
+    /// [`Tier::Framework`] rule before the built-in ones).
     pub fn add(&mut self, spec: &str) -> Result<(), PatternError> {
         let (field, glob) = spec
             .split_once(':')
@@ -198,45 +129,45 @@ impl Plumbing {
         if glob.is_empty() {
             return Err(PatternError(spec.to_owned()));
         }
-        self.patterns.push(Pattern {
-            field,
-            glob: glob.to_owned(),
-            spec: spec.to_owned(),
-        });
+        self.rules
+            .push_site_rule(Tier::Framework, Pattern::single(spec, field, glob));
         Ok(())
     }
 
-    /// The patterns, as given.
+    /// The patterns, as given (user additions first).
     pub fn patterns(&self) -> impl Iterator<Item = &str> {
-        self.patterns.iter().map(|p| p.spec.as_str())
+        self.rules.site_rules().map(|(_, spec)| spec)
     }
 
-    /// Whether a frame is plumbing.
+    /// Whether a frame is plumbing (in any tier of the site rules).
     pub fn is_plumbing(&self, f: &SiteFrame<'_>) -> bool {
-        let path = f.function.map(qualified_path);
-        self.patterns.iter().any(|p| match p.field {
-            Field::Module => !f.module.is_empty() && path_glob(&p.glob, f.module),
-            Field::File => f.file.is_some_and(|file| path_glob(&p.glob, file)),
-            Field::Function => f.function.is_some_and(|name| {
-                glob(&p.glob, name) || path.as_deref().is_some_and(|q| glob(&p.glob, q))
-            }),
-        })
+        self.rules.tier(f).is_some()
+    }
+
+    /// The rules this list is made of.
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    /// The rules this list is made of, to extend with owner rules or other tiers.
+    pub fn into_rules(self) -> Rules {
+        self.rules
+    }
+}
+
+impl From<Rules> for Plumbing {
+    fn from(rules: Rules) -> Plumbing {
+        Plumbing { rules }
     }
 }
 
 /// The site of a stack (innermost frame first): the first frame that is neither plumbing nor
 /// unknown (no module, function or file). `None` if there is none.
 pub fn find_site(frames: &[SiteFrame<'_>], plumbing: &Plumbing) -> Option<Site> {
-    frames
-        .iter()
-        .position(|f| {
-            let unknown = f.module.is_empty() && f.function.is_none() && f.file.is_none();
-            !unknown && !plumbing.is_plumbing(f)
-        })
-        .map(|index| Site {
-            index,
-            fingerprint: fingerprint(&frames[index]),
-        })
+    match plumbing.rules.find_site_with_kind(frames) {
+        Some((site, SiteKind::User)) => Some(site),
+        _ => None,
+    }
 }
 
 fn base_name(path: &str) -> &str {
@@ -286,7 +217,18 @@ pub fn qualified_path(name: &str) -> String {
     }
     let out = out.trim();
     let out = out.strip_suffix(" const").unwrap_or(out).trim_end();
-    match out.rfind(' ') {
+    // The last space outside braces (`{unnamed type#1}` is one segment).
+    let mut depth = 0i32;
+    let space = out.char_indices().rev().find_map(|(i, c)| {
+        match c {
+            '}' => depth += 1,
+            '{' => depth -= 1,
+            ' ' if depth == 0 => return Some(i),
+            _ => {}
+        }
+        None
+    });
+    match space {
         Some(i) if !out[..i].ends_with("operator") => out[i + 1..].to_owned(),
         _ => out.to_owned(),
     }
@@ -298,14 +240,6 @@ fn is_operator_name(s: &str) -> bool {
     ["operator", "operator<", "operator("]
         .iter()
         .any(|o| s.ends_with(o))
-}
-
-fn path_glob(pattern: &str, path: &str) -> bool {
-    if pattern.contains('/') {
-        glob(pattern, path)
-    } else {
-        glob(pattern, base_name(path))
-    }
 }
 
 #[cfg(test)]
@@ -338,6 +272,10 @@ mod tests {
             "operator new"
         );
         assert_eq!(qualified_path("foo::operator<<(int)"), "foo::operator<<");
+        assert_eq!(
+            qualified_path("ns::run(int)::{unnamed type#1}::operator()() const"),
+            "ns::run::{unnamed type#1}::operator()"
+        );
         assert_eq!(
             qualified_path("cudarc::driver::result::malloc_sync"),
             "cudarc::driver::result::malloc_sync"

@@ -1,6 +1,7 @@
 //! Symbolizer tests against small C programs built here with gcc (static function, inlined
 //! function, thread start routine; -O0, -O2, non-PIE, no DWARF, separate debug files by
-//! debuglink and by build-id), against this Rust test binary, and a benchmark.
+//! debuglink and by build-id), against this Rust test binary, qualified names in a Rust program
+//! (full debug info and line tables only) and a C++ program built here, and a benchmark.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -44,7 +45,11 @@ fn build_and_run(name: &str, flags: &[&str]) -> (PathBuf, HashMap<String, u64>) 
 }
 
 fn line_of(mark: &str) -> u32 {
-    let src = std::fs::read_to_string(SOURCE).unwrap();
+    line_in(SOURCE, mark)
+}
+
+fn line_in(source: &str, mark: &str) -> u32 {
+    let src = std::fs::read_to_string(source).unwrap();
     let needle = format!("MARK:{mark} ");
     src.lines()
         .position(|l| l.contains(&needle))
@@ -203,6 +208,195 @@ fn deadline_in_the_past_gives_nothing() {
     let mut s = Symbolizer::new(Some(std::time::Instant::now()));
     assert!(s.symbolize(&exe, None, offsets["static"]).is_empty());
     assert!(s.timed_out());
+}
+
+const RUST_NAMES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/rust/names.rs");
+const CPP_NAMES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cpp/names.cpp");
+
+/// Runs a built test program; returns tag → offset from its output.
+fn offsets_of(exe: &Path) -> HashMap<String, u64> {
+    let out = Command::new(exe).output().unwrap();
+    assert!(out.status.success(), "{exe:?}: {out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (tag, hex) = l.split_once(' ').unwrap();
+            (tag.to_owned(), u64::from_str_radix(hex, 16).unwrap())
+        })
+        .collect()
+}
+
+/// The frames at `tag`'s offset, as (function, line, inlined).
+fn named_frames(
+    s: &mut Symbolizer,
+    exe: &Path,
+    offsets: &HashMap<String, u64>,
+    tag: &str,
+) -> Vec<(String, u32, bool)> {
+    s.symbolize(exe, None, offsets[tag])
+        .into_iter()
+        .map(|f| {
+            (
+                f.function.unwrap_or_default(),
+                f.line.unwrap_or(0),
+                f.inlined,
+            )
+        })
+        .collect()
+}
+
+fn build_rust_names(name: &str, debuginfo: &str) -> (PathBuf, HashMap<String, u64>) {
+    let exe = tmp(name);
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    sh(Command::new(rustc)
+        .args(["--edition", "2024", "-O", "-C"])
+        .arg(format!("debuginfo={debuginfo}"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(RUST_NAMES));
+    let offsets = offsets_of(&exe);
+    (exe, offsets)
+}
+
+#[test]
+fn rust_names_are_qualified_with_full_debug_info() {
+    let (exe, offsets) = build_rust_names("names-full", "2");
+    let line = |m| line_in(RUST_NAMES, m);
+    let mut s = Symbolizer::new(None);
+    let outer = ("names::outer::inner::outer_fn".to_owned(), 0, false);
+    let f = named_frames(&mut s, &exe, &offsets, "inlined");
+    assert_eq!(
+        f[0],
+        ("names::outer::inner::helper".into(), line("inlined"), true)
+    );
+    assert_eq!((&f[1].0, f[1].2), (&outer.0, outer.2), "{f:?}");
+    assert_eq!(f[1].1, line("outer"));
+    let f = named_frames(&mut s, &exe, &offsets, "method");
+    assert_eq!(
+        f[0],
+        (
+            "names::outer::inner::Widget::grow".into(),
+            line("method"),
+            true
+        )
+    );
+    let f = named_frames(&mut s, &exe, &offsets, "bare");
+    assert_eq!(
+        f[0],
+        ("names::outer::inner::bare".into(), line("bare"), true)
+    );
+    let f = named_frames(&mut s, &exe, &offsets, "generic");
+    assert!(f[0].0.starts_with("names::outer::inner::generic"), "{f:?}");
+    let f = named_frames(&mut s, &exe, &offsets, "main");
+    assert_eq!(f, [("names::main".into(), line("main"), false)]);
+    let f = named_frames(&mut s, &exe, &offsets, "closure");
+    assert_eq!(
+        f[0],
+        ("names::main::{{closure}}".into(), line("closure"), true)
+    );
+    // The iterator adapters in between, from the standard library's linkage names.
+    assert!(
+        f[1..f.len() - 1].iter().all(|(n, _, inl)| *inl
+            && (n.starts_with("core::")
+                || n.starts_with("<core::")
+                || n.starts_with("<u64 as core::"))),
+        "{f:?}"
+    );
+    assert_eq!(f.last().unwrap().0, "names::main");
+}
+
+/// With `debug = "line-tables-only"` (the workspace's release profile), DWARF has only short
+/// names: the outermost frame takes its symbol's path, a closure the path of the function whose
+/// closure environment other names mention, an inlined function the path of a symbol under it
+/// (here `helper`'s static) when there is one, and keeps its short name otherwise.
+#[test]
+fn rust_names_are_qualified_with_line_tables_only() {
+    let (exe, offsets) = build_rust_names("names-lines", "line-tables-only");
+    let line = |m| line_in(RUST_NAMES, m);
+    let mut s = Symbolizer::new(None);
+    let f = named_frames(&mut s, &exe, &offsets, "inlined");
+    assert_eq!(
+        f,
+        [
+            ("names::outer::inner::helper".into(), line("inlined"), true),
+            ("names::outer::inner::outer_fn".into(), line("outer"), false)
+        ]
+    );
+    let f = named_frames(&mut s, &exe, &offsets, "bare");
+    assert_eq!(
+        f[0],
+        ("bare".into(), line("bare"), true),
+        "nothing names its path"
+    );
+    assert_eq!(f[1].0, "names::outer::inner::outer_fn");
+    let f = named_frames(&mut s, &exe, &offsets, "generic");
+    assert_eq!(
+        f,
+        [(
+            "names::outer::inner::generic<u32>".into(),
+            line("generic"),
+            false
+        )]
+    );
+    let f = named_frames(&mut s, &exe, &offsets, "main");
+    assert_eq!(f, [("names::main".into(), line("main"), false)]);
+    // A closure: the function whose closure environment the unit's names mention.
+    let f = named_frames(&mut s, &exe, &offsets, "closure");
+    assert_eq!(
+        f[0],
+        ("names::main::{closure#0}".into(), line("closure"), true)
+    );
+    assert_eq!(f.last().unwrap().0, "names::main");
+}
+
+#[test]
+fn cpp_names_are_qualified() {
+    let exe = tmp("names-cpp");
+    sh(Command::new("c++")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(CPP_NAMES));
+    let offsets = offsets_of(&exe);
+    let line = |m| line_in(CPP_NAMES, m);
+    let mut s = Symbolizer::new(None);
+    let run = "outer::inner::run(int)".to_owned();
+    let f = named_frames(&mut s, &exe, &offsets, "ctor");
+    assert_eq!(
+        f,
+        [
+            (
+                "outer::inner::Widget::Widget(int)".into(),
+                line("ctor"),
+                true
+            ),
+            (run.clone(), line("run"), false)
+        ]
+    );
+    // The lambda's class has no name in DWARF; its function is inside `run`.
+    let lambda = "outer::inner::run(int)::{unnamed type}::operator()".to_owned();
+    let f = named_frames(&mut s, &exe, &offsets, "lambda");
+    assert_eq!(f[0], (lambda.clone(), line("lambda"), true));
+    assert_eq!((&f[1].0, f[1].2), (&run, false));
+    let f = named_frames(&mut s, &exe, &offsets, "method");
+    assert_eq!(
+        f[0],
+        (
+            "int outer::inner::Widget::grow<double>(double)".into(),
+            line("method"),
+            true
+        )
+    );
+    assert_eq!(f[1].0, lambda);
+    let f = named_frames(&mut s, &exe, &offsets, "dtor");
+    assert_eq!(
+        f,
+        [(
+            "outer::inner::Widget::~Widget()".into(),
+            line("dtor"),
+            false
+        )]
+    );
 }
 
 /// The main program's load bias.
