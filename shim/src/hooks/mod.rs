@@ -30,6 +30,7 @@ pub use vmm::*;
 use crate::driver::{Entry, real};
 use crate::ffi::*;
 use crate::guard::Guard;
+use crate::pool::serve::PoolLookup;
 use crate::process::clock;
 use crate::tracker::events::{Event, Kind};
 use crate::tracker::{Memory, NONE, Record, Tracker};
@@ -255,7 +256,7 @@ fn account_free(
         }
         (None, _)
             if !pooled
-                && matches!(crate::pool::serve::pooled_range(addr), Some(Some((start, _))) if start == addr) =>
+                && matches!(crate::pool::serve::lookup(addr), PoolLookup::Block { start, .. } if start == addr) =>
         {
             // A live pooled block passed to a free of another family (cuMemFreeHost, say).
             let (ctx, _) = context_of(t, cur);

@@ -11,7 +11,7 @@ use super::{current_tracked_context, event};
 use crate::driver::{Entry, real, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::pool::serve;
+use crate::pool::serve::{self, PoolLookup};
 use crate::tracker::events::Kind;
 
 const BUFFER_ID: u32 = 7;
@@ -61,8 +61,8 @@ pub unsafe fn cuMemGetAddressRange_v2(
     psize: *mut usize,
     dptr: CUdeviceptr,
 ) -> CUresult {
-    match serve::pooled_range(dptr) {
-        Some(Some((start, size))) => {
+    match serve::lookup(dptr) {
+        PoolLookup::Block { start, size } => {
             // SAFETY: the program's out-parameters, either may be NULL.
             unsafe {
                 if !pbase.is_null() {
@@ -75,9 +75,9 @@ pub unsafe fn cuMemGetAddressRange_v2(
             CUDA_SUCCESS
         }
         // In a chunk, but no live block there: the driver says this of freed memory.
-        Some(None) => CUDA_ERROR_NOT_FOUND,
+        PoolLookup::InChunk => CUDA_ERROR_NOT_FOUND,
         // SAFETY: the program's own arguments, forwarded unchanged.
-        None => unsafe { real(pbase, psize, dptr) },
+        PoolLookup::NotPooled => unsafe { real(pbase, psize, dptr) },
     }
 }
 
@@ -92,10 +92,10 @@ pub unsafe fn cuPointerGetAttribute(
     attribute: u32,
     ptr: CUdeviceptr,
 ) -> CUresult {
-    match serve::pooled_range(ptr) {
-        Some(None) => CUDA_ERROR_INVALID_VALUE,
+    match serve::lookup(ptr) {
+        PoolLookup::InChunk => CUDA_ERROR_INVALID_VALUE,
         // SAFETY: data is the program's storage for this attribute.
-        Some(Some((start, size))) if unsafe { answer(attribute, data, start, size) } => {
+        PoolLookup::Block { start, size } if unsafe { answer(attribute, data, start, size) } => {
             CUDA_SUCCESS
         }
         // SAFETY: the program's own arguments, forwarded unchanged.
@@ -120,7 +120,7 @@ pub unsafe fn cuPointerGetAttributes(
     if r != CUDA_SUCCESS || attributes.is_null() || data.is_null() {
         return r;
     }
-    if let Some(Some((start, size))) = serve::pooled_range(ptr) {
+    if let PoolLookup::Block { start, size } = serve::lookup(ptr) {
         for i in 0..n as usize {
             // SAFETY: both arrays have n entries (the program's contract, which the driver
             // just relied on too).
@@ -173,7 +173,7 @@ pub unsafe fn cuIpcGetMemHandle(
     handle: *mut c_void,
     dptr: CUdeviceptr,
 ) -> CUresult {
-    if serve::pooled_range(dptr).is_some() {
+    if serve::lookup(dptr) != PoolLookup::NotPooled {
         static SAID: AtomicBool = AtomicBool::new(false);
         crate::process::diag::warn_once(
             &SAID,

@@ -180,18 +180,38 @@ pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Optio
     })
 }
 
-/// The pooled block containing `addr`: (start, size the program sees). `Some(None)` when `addr`
-/// is in a pool chunk but in no live block; `None` when no pool holds it.
-pub fn pooled_range(addr: CUdeviceptr) -> Option<Option<(u64, u64)>> {
+/// What the pool knows of an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolLookup {
+    /// No pool holds it: the driver's answers stand.
+    NotPooled,
+    /// It is in a pool's chunk, but in no live block (freed, or never handed out).
+    InChunk,
+    /// It is in a live pooled block.
+    Block {
+        /// The block's first address.
+        start: u64,
+        /// The size the program sees.
+        size: u64,
+    },
+}
+
+/// What the pool knows of `addr` (interior pointers of a block included).
+pub fn lookup(addr: CUdeviceptr) -> PoolLookup {
     if !registry::any() {
-        return None;
+        return PoolLookup::NotPooled;
     }
-    guard::shield(None, || {
-        let (pool, arena) = registry::owner(addr)?;
-        Some(
-            pool.find(arena, addr)
-                .map(|b| (b.addr, b.record.map_or(b.granted, |r| r.size))),
-        )
+    guard::shield(PoolLookup::NotPooled, || {
+        let Some((pool, arena)) = registry::owner(addr) else {
+            return PoolLookup::NotPooled;
+        };
+        match pool.find(arena, addr) {
+            Some(b) => PoolLookup::Block {
+                start: b.addr,
+                size: b.record.map_or(b.granted, |r| r.size),
+            },
+            None => PoolLookup::InChunk,
+        }
     })
 }
 
