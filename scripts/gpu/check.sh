@@ -4,9 +4,11 @@
 #
 # Run from the repository root on the GPU machine, after `scripts/gpu/stage.sh` has put the
 # release build in .gpu/ here (and ../shared/gpu/fetch-wheels.sh the RMM wheels in .whl/):
-#   bash scripts/gpu/check.sh [compat] [bench] [e2e]     (default: all three)
+#   bash scripts/gpu/check.sh [compat] [bench] [e2e] [owners]     (default: compat bench e2e)
 # Narrower runs: CASES="planted torch" (compat cases), E2E=resnet-only, BENCH_ROUNDS=N,
-# BENCH_ARGS="--tests pair,threads --variants pool,pool+stacks".
+# BENCH_ARGS="--tests pair,threads --variants pool,pool+stacks". With .gpu/baseline/libcuguard.so
+# (another build, say the one before a change), the bench runs it side by side (--baseline).
+# owners: frameworks' own memory recorded under the shim (scripts/gpu/owners.py), and Ctrl-C.
 # Writes the table to $OUT/compat.md (or ./gpu-out/) and logs next to it.
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -67,7 +69,9 @@ if [[ " $what " == *" compat "* ]]; then
 fi
 
 if [[ " $what " == *" bench "* ]] && [ -x .gpu/alloc_bench ]; then
-  .gpu/alloc_bench --shim "$S" --rounds "${BENCH_ROUNDS:-3}" ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.md" 2> "$OUT/bench.log"
+  base=()
+  [ -f .gpu/baseline/libcuguard.so ] && base=(--baseline "$PWD/.gpu/baseline/libcuguard.so")
+  .gpu/alloc_bench --shim "$S" "${base[@]}" --rounds "${BENCH_ROUNDS:-3}" ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.md" 2> "$OUT/bench.log"
   echo "bench exit: $?"
 fi
 
@@ -76,6 +80,36 @@ if [[ " $what " == *" e2e "* ]]; then
   echo "e2e exit: $?"
 fi
 
+if [[ " $what " == *" owners "* ]]; then
+  for case in ${OWNER_CASES:-torch_cached torch_autograd cupy_pool rmm_pool jax_bfc torch_sigint}; do
+    CUGUARD_REPORT=$B/owners-$case.json LD_PRELOAD=$S timeout 300 python3 scripts/gpu/owners.py $case \
+      > $B/owners-$case.out 2> $B/owners-$case.err
+    echo $? > $B/owners-$case.rc
+  done
+  python3 - "$B" > "$OUT/owners.md" <<'PY'
+import glob, json, os, sys
+b = sys.argv[1]
+print("| case | exit | report | leaks | leaked bytes | stacks | threads without Python frames |")
+print("|---|---|---|---|---|---|---|")
+for rc in sorted(glob.glob(f"{b}/owners-*.rc")):
+    case = os.path.basename(rc)[7:-3]
+    code = open(rc).read().strip()
+    try:
+        r = json.load(open(f"{b}/owners-{case}.json"))
+    except Exception as e:
+        print(f"| {case} | {code} | none ({e.__class__.__name__}) | | | | |")
+        continue
+    leaks = r["leaks"]
+    no_py = {s["id"] for s in r["stacks"] if not s.get("python")}
+    nopy_threads = len({l["thread"] for l in leaks if l.get("stack") in no_py})
+    sig = (r.get("signal") or {}).get("name")
+    what = f'{r["reason"]}{"/" + sig if sig else ""}, complete={r["complete"]}'
+    print(f"| {case} | {code} | {what} | {len(leaks)} | {sum(l['size'] for l in leaks)} | {len(r['stacks'])} | {nopy_threads} |")
+PY
+  (cd $B && tar czf "$OUT/owners.tgz" owners-*)
+fi
+
 cat "$OUT/compat.md" 2>/dev/null | head -40
 cat "$OUT/bench.md" 2>/dev/null
 cat "$OUT/e2e.md" 2>/dev/null
+cat "$OUT/owners.md" 2>/dev/null
