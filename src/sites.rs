@@ -204,6 +204,8 @@ mod tests {
             ],
             python: vec![],
             site: None,
+            owner: None,
+            mixed: Vec::new(),
         };
         assert_eq!(site_of_stack(&stack).key, "make_buffers");
     }
@@ -215,6 +217,8 @@ mod tests {
             frames: vec![frame("/opt/app/lib/libscratch.so", None)],
             python: vec![],
             site: None,
+            owner: None,
+            mixed: Vec::new(),
         };
         assert_eq!(site_of_stack(&stack).key, "libscratch.so+0x1a2b");
     }
@@ -226,6 +230,8 @@ mod tests {
             frames: vec![frame("/x/libcuguard.so", Some("cuMemAlloc_v2"))],
             python: vec![],
             site: None,
+            owner: None,
+            mixed: Vec::new(),
         };
         assert_eq!(site_of_stack(&stack).key, "cuMemAlloc_v2");
         let empty = Stack {
@@ -233,6 +239,8 @@ mod tests {
             frames: vec![],
             python: vec![],
             site: None,
+            owner: None,
+            mixed: Vec::new(),
         };
         assert_eq!(site_of_stack(&empty).key, "<empty stack>");
     }
@@ -252,7 +260,10 @@ mod tests {
                 in_: "python".into(),
                 index: 0,
                 fingerprint: "f".into(),
+                kind: None,
             }),
+            owner: None,
+            mixed: Vec::new(),
         };
         assert_eq!(site_of_stack(&stack(75)).key, "make (train.py:75)");
         assert_ne!(site_of_stack(&stack(75)).key, site_of_stack(&stack(76)).key);
@@ -271,7 +282,10 @@ mod tests {
                 in_: "frames".into(),
                 index: 1,
                 fingerprint: "g".into(),
+                kind: None,
             }),
+            owner: None,
+            mixed: Vec::new(),
         };
         assert_eq!(
             site_of_stack(&native).key,

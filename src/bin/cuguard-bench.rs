@@ -144,6 +144,7 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
             stack: Some(stack),
             state: LeakState::LiveAtExit,
             handle: None,
+            owner: None,
         });
     }
     r.events.push(Event {
@@ -190,6 +191,8 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
             frames,
             python: Vec::new(),
             site: None,
+            owner: None,
+            mixed: Vec::new(),
         });
     }
     r.stats.devices.push(DeviceStats {

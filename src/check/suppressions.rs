@@ -445,6 +445,7 @@ mod tests {
             stack: Some(1),
             state: LeakState::LiveAtExit,
             handle: None,
+            owner: None,
         }
     }
 
@@ -465,6 +466,8 @@ mod tests {
                 .collect(),
             python: vec![],
             site: None,
+            owner: None,
+            mixed: Vec::new(),
         }
     }
 

@@ -182,5 +182,6 @@ fn site_of(frames: &[Frame], python: &[PyFrame], plumbing: &Plumbing) -> Option<
         in_: list.into(),
         index,
         fingerprint: site.fingerprint,
+        kind: None,
     })
 }

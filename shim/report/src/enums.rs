@@ -84,6 +84,9 @@ string_enum! {
         Signal = "signal",
         /// Someone asked for a report (`cuguard snapshot`, through the snapshot signal).
         Request = "request",
+        /// An allocation was refused for lack of memory: a checkpoint written at once (rate
+        /// limited), with the out-of-memory record in `ooms`.
+        Oom = "oom",
     }
 }
 

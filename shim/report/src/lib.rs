@@ -67,6 +67,7 @@
 //!     stack: None,
 //!     state: LeakState::LiveAtExit,
 //!     handle: None,
+//!     owner: None,
 //! });
 //! let text = cuguard_report::to_vec(&report);
 //! let back: Report = serde_json::from_slice(&text)?;
@@ -77,6 +78,7 @@
 //! ```
 
 mod addr;
+pub mod attribution;
 mod config;
 pub mod edit;
 mod enums;
@@ -89,11 +91,15 @@ pub mod wire;
 mod write;
 
 pub use addr::Addr;
+pub use attribution::{
+    Explained, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, Reconciliation, StackBytes,
+    StackSamples, StackSeries,
+};
 pub use config::Config;
 pub use enums::{EventKind, LeakState, Memory, Reason, site_list};
 pub use model::{
-    Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, Module, PoolStats, Process,
-    PyFrame, Report, Sample, Signal, Stack, StackSite, Stats, Timeline, Tool,
+    Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, MixedRef, Module, PoolStats,
+    Process, PyFrame, Report, Sample, Signal, Stack, StackSite, Stats, Timeline, Tool,
 };
 pub use write::{to_vec, write};
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::addr::Addr;
+use crate::attribution::{OomRecord, OwnerInfo, PeakRecord, Reconciliation, StackSamples};
 use crate::config::Config;
 use crate::enums::{EventKind, LeakState, Memory, Reason};
 use crate::{SCHEMA_NAME, SCHEMA_VERSION, intern, wire};
@@ -71,6 +72,24 @@ pub struct Report {
     /// How many hooked entries the shim handed out through each door.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub doors: Option<Doors>,
+    /// The owners that stacks and leaks name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owners: Vec<OwnerInfo>,
+    /// What was live at each device's peak (the last record per device is within 1% of it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peaks: Vec<PeakRecord>,
+    /// Live bytes per stack over time (what grew).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_samples: Option<StackSamples>,
+    /// Allocations refused with `CUDA_ERROR_OUT_OF_MEMORY`, and what held the memory then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ooms: Vec<OomRecord>,
+    /// Out-of-memory refusals not kept in `ooms` (its list is bounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ooms_dropped: Option<u64>,
+    /// Per device: what is used against what cuguard can explain.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reconciliation: Vec<Reconciliation>,
     /// The shim's own problems, one line each.
     #[serde(default)]
     pub faults: Vec<String>,
@@ -208,6 +227,9 @@ pub struct Leak {
     /// The `CUmemGenericAllocationHandle`, for memory made by `cuMemCreate` (VMM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handle: Option<Addr>,
+    /// Who holds it: an owner id of `owners[]` (absent in older reports, and without a stack).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// `events[]`: misuse or an anomaly.
@@ -262,6 +284,26 @@ pub struct Stack {
     /// fingerprint; `null` when no frame qualifies. Absent in older reports.
     #[serde(default)]
     pub site: Option<StackSite>,
+    /// Who holds what this stack allocated: an owner id of `owners[]`. Absent in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The stack as one list, native and Python frames in call order, innermost first: each
+    /// frame of the interpreter's evaluation loop is replaced by the Python frames it was
+    /// running, and the interpreter's own machinery between them is left out. Empty when the
+    /// stack has no Python frames.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mixed: Vec<MixedRef>,
+}
+
+/// `stacks[].mixed[]`: one frame of the mixed stack, as an index into `frames` or `python`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MixedRef {
+    /// Index into `frames`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<usize>,
+    /// Index into `python`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<usize>,
 }
 
 /// `stacks[].site`: which frame is the site, as the shim decided when it wrote the report.
@@ -275,6 +317,11 @@ pub struct StackSite {
     pub index: usize,
     /// Stable across runs and install paths (module file name, function, file and line).
     pub fingerprint: String,
+    /// `"user"` (the user's own frame), `"operation"` (no user frame: the framework operation
+    /// that asked, e.g. an autograd node) or `"fallback"` (neither: the first framework frame).
+    /// Absent in older reports (where it was always the user's frame).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// `stacks[].frames[]`: one native frame.
@@ -477,6 +524,12 @@ impl Report {
             },
             timeline: None,
             doors: None,
+            owners: Vec::new(),
+            peaks: Vec::new(),
+            stack_samples: None,
+            ooms: Vec::new(),
+            ooms_dropped: None,
+            reconciliation: Vec::new(),
             faults: Vec::new(),
         }
     }

@@ -15,6 +15,10 @@ use cuguard_report::{
     LeakState, Memory, Module, PoolStats, Process, PyFrame, Reason, Report, Sample, Signal, Stack,
     StackSite, Timeline, site_list,
 };
+use cuguard_report::{
+    Explained, MixedRef, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, Reconciliation,
+    StackBytes, StackSamples, StackSeries,
+};
 use serde_json::Value;
 
 fn schema() -> Value {
@@ -124,6 +128,7 @@ fn full_report(reason: Reason) -> Report {
             stack: Some(1),
             state: states[i % states.len()].clone(),
             handle: Some(Addr(0x10 + i as u64)),
+            owner: Some("program".into()),
         })
         .collect();
     r.events = EventKind::KNOWN
@@ -159,7 +164,10 @@ fn full_report(reason: Reason) -> Report {
                 in_: site_list::FRAMES.into(),
                 index: 1,
                 fingerprint: "9c3e0a".into(),
+                kind: Some("user".into()),
             }),
+            owner: Some("program".into()),
+            mixed: vec![],
         },
         Stack {
             id: 2,
@@ -173,7 +181,19 @@ fn full_report(reason: Reason) -> Report {
                 in_: site_list::PYTHON.into(),
                 index: 0,
                 fingerprint: "77ab01".into(),
+                kind: Some("operation".into()),
             }),
+            owner: Some("pytorch_caching_allocator".into()),
+            mixed: vec![
+                MixedRef {
+                    native: None,
+                    python: Some(0),
+                },
+                MixedRef {
+                    native: Some(0),
+                    python: None,
+                },
+            ],
         },
     ];
     r.modules = vec![Module {
@@ -224,6 +244,72 @@ fn full_report(reason: Reason) -> Report {
         get_proc_address: 41,
         exported: Some(0),
     });
+    r.owners = vec![OwnerInfo {
+        id: "pytorch_caching_allocator".into(),
+        kind: "framework_cache".into(),
+        label: "PyTorch's caching allocator".into(),
+        hint: Some("its cache, not necessarily your tensors".into()),
+    }];
+    let stack_bytes = StackBytes {
+        stack: Some(1),
+        bytes: 6 << 20,
+        allocations: 2,
+    };
+    r.peaks = vec![PeakRecord {
+        device: 0,
+        time_ms: 40,
+        live_bytes: 8 << 20,
+        stacks: vec![stack_bytes.clone()],
+    }];
+    r.stack_samples = Some(StackSamples {
+        interval_ms: 100,
+        times_ms: vec![0, 100],
+        series: vec![StackSeries {
+            stack: Some(1),
+            device: 0,
+            bytes: vec![0, 6 << 20],
+        }],
+    });
+    r.ooms = vec![OomRecord {
+        seq: 200,
+        time_ms: 60,
+        thread: 4242,
+        api: "cuMemAlloc_v2".into(),
+        size: 2 << 30,
+        device: 0,
+        stack: Some(1),
+        refused_by: "pool_limit".into(),
+        message: Some("CUGUARD_POOL_LIMIT of 1073741824 bytes reached".into()),
+        device_free_bytes: Some(1 << 30),
+        device_total_bytes: Some(150_754_820_096),
+        live_bytes: 6 << 20,
+        by_owner: vec![OwnerBytes {
+            owner: "program".into(),
+            bytes: 6 << 20,
+        }],
+        stacks: vec![stack_bytes],
+        pool: Some(OomPool {
+            reserved_bytes: 64 << 20,
+            free_bytes: 58 << 20,
+            largest_free_block: 50 << 20,
+        }),
+    }];
+    r.ooms_dropped = Some(3);
+    r.reconciliation = vec![Reconciliation {
+        device: 0,
+        device_used_bytes: Some(600 << 20),
+        process_used_bytes: Some(520 << 20),
+        process_used_note: Some("NVML lists this process".into()),
+        explained: Explained {
+            program_bytes: 6 << 20,
+            framework_cache_bytes: 0,
+            library_bytes: 0,
+            driver_bytes: 0,
+            pool_idle_bytes: 58 << 20,
+            context_overhead_bytes: 450 << 20,
+        },
+        unexplained_bytes: Some(6 << 20),
+    }];
     r.faults = vec!["CUGUARD_STACK_DEPTH=\"x\" is not a number; using 32".into()];
     r
 }

@@ -261,6 +261,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
                 stack: id(rec.stack).map(u64::from),
                 state: l.state.into(),
                 handle: l.handle.map(Addr),
+                owner: None,
             }
         })
         .collect();

@@ -369,6 +369,7 @@ impl<'a> Writer<'a> {
                 in_: list.into(),
                 index,
                 fingerprint: site.fingerprint,
+                kind: None,
             }
         });
         format::Stack {
@@ -383,6 +384,8 @@ impl<'a> Writer<'a> {
                 })
                 .collect(),
             site,
+            owner: None,
+            mixed: Vec::new(),
         }
     }
 }

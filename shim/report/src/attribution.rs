@@ -1,0 +1,202 @@
+//! What the report says about who holds memory and when: the owners ([`OwnerInfo`]), what was
+//! live at each device's peak ([`PeakRecord`]), live bytes per stack over time
+//! ([`StackSamples`], from which growth is read), what an out-of-memory saw ([`OomRecord`]), and
+//! what the device says is used against what cuguard can explain ([`Reconciliation`]).
+//!
+//! The shim records raw facts by stack id; sites and owners come from the stacks (`stacks[].site`,
+//! `stacks[].owner`), so a reader groups by site or owner as it likes. All of it is optional for
+//! readers: reports from before it was recorded have none of it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::wire;
+
+/// `owners[]`: an owner that some stack or leak of the report names (`stacks[].owner`,
+/// `leaks[].owner`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerInfo {
+    /// Stable id, e.g. `"program"`, `"pytorch_caching_allocator"`, `"cublas"`.
+    pub id: String,
+    /// `"program"`, `"framework_cache"`, `"library"` or `"driver"`.
+    pub kind: String,
+    /// For people: "PyTorch's caching allocator".
+    pub label: String,
+    /// For a framework's cache: what its memory means and how to see past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+/// Live bytes and allocations of one stack, at some moment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackBytes {
+    /// Stack id (`null`: allocations made without a stack, capture off).
+    pub stack: Option<u64>,
+    /// Live bytes of that stack then.
+    pub bytes: u64,
+    /// Live allocations of that stack then.
+    pub allocations: u64,
+}
+
+/// `peaks[]`: what was live on a device at its peak: recorded while the program ran, each time
+/// the device's live bytes rose 1% above the last record, so the last one is within 1% of the
+/// peak (`stats.devices[].peak_live_bytes`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeakRecord {
+    /// Device ordinal.
+    #[serde(with = "wire::device")]
+    pub device: u32,
+    /// When, milliseconds since process start.
+    pub time_ms: u64,
+    /// The device's live bytes (the program's device memory) then.
+    pub live_bytes: u64,
+    /// Live bytes by stack then, most first (stacks that held nothing are left out).
+    pub stacks: Vec<StackBytes>,
+}
+
+/// `stack_samples`: live device bytes per stack over time, sampled by the shim's cuguard
+/// thread with the timeline. Bounded: at most [`StackSamples::MAX_TIMES`] times (when full,
+/// every other one is dropped and the interval doubles) and the stacks that held the most.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackSamples {
+    /// The sampling interval at the end (it doubles as the buffer fills).
+    pub interval_ms: u64,
+    /// The sample times, milliseconds since process start, in order.
+    pub times_ms: Vec<u64>,
+    /// One series per (stack, device).
+    pub series: Vec<StackSeries>,
+}
+
+impl StackSamples {
+    /// The most sample times the shim keeps.
+    pub const MAX_TIMES: usize = 256;
+    /// The most series the shim keeps (the stacks whose largest sample is largest).
+    pub const MAX_SERIES: usize = 128;
+}
+
+/// `stack_samples.series[]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackSeries {
+    /// Stack id (`null`: allocations made without a stack).
+    pub stack: Option<u64>,
+    /// Device ordinal.
+    #[serde(with = "wire::device")]
+    pub device: u32,
+    /// Live bytes at each of `times_ms`.
+    pub bytes: Vec<u64>,
+}
+
+/// `ooms[]`: an allocation the program was refused with `CUDA_ERROR_OUT_OF_MEMORY`, and what
+/// held the memory at that moment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomRecord {
+    /// Global order, shared with allocations and events.
+    pub seq: u64,
+    /// When, milliseconds since process start.
+    pub time_ms: u64,
+    /// OS thread id of the asking thread.
+    pub thread: u64,
+    /// The entry that was refused, e.g. `"cuMemAlloc_v2"`.
+    pub api: String,
+    /// Bytes asked for.
+    pub size: u64,
+    /// Device ordinal.
+    #[serde(with = "wire::device")]
+    pub device: u32,
+    /// The stack that asked.
+    pub stack: Option<u64>,
+    /// Who refused: `"driver"`, or `"pool_limit"` (the pool's `CUGUARD_POOL_LIMIT`).
+    pub refused_by: String,
+    /// Why, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The device's free and total memory then (`cuMemGetInfo`), when it could be asked.
+    #[serde(default)]
+    pub device_free_bytes: Option<u64>,
+    /// See `device_free_bytes`.
+    #[serde(default)]
+    pub device_total_bytes: Option<u64>,
+    /// The program's live device bytes on that device then.
+    pub live_bytes: u64,
+    /// Live bytes by owner then, most first (from `stacks`' owners).
+    #[serde(default)]
+    pub by_owner: Vec<OwnerBytes>,
+    /// Live bytes by stack then, most first (at most 64).
+    pub stacks: Vec<StackBytes>,
+    /// The pool on that device then, if it had one.
+    #[serde(default)]
+    pub pool: Option<OomPool>,
+}
+
+/// Bytes held by one owner.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerBytes {
+    /// Owner id (see `owners[]`).
+    pub owner: String,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// `ooms[].pool`: the pool when the allocation was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomPool {
+    /// Device memory the pool held from the driver.
+    pub reserved_bytes: u64,
+    /// Of that, bytes not handed out (free, or waiting for a fence).
+    pub free_bytes: u64,
+    /// The largest free block.
+    pub largest_free_block: u64,
+}
+
+/// `reconciliation[]`: per device, what the device says is used against what cuguard can
+/// explain, when the report was written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reconciliation {
+    /// Device ordinal.
+    #[serde(with = "wire::device")]
+    pub device: u32,
+    /// Used memory on the whole device (`cuMemGetInfo`: total − free), by every process.
+    #[serde(default)]
+    pub device_used_bytes: Option<u64>,
+    /// This process's own usage as NVML lists it, when it does.
+    #[serde(default)]
+    pub process_used_bytes: Option<u64>,
+    /// Why `process_used_bytes` is absent, when it is: NVML not present, or this process not
+    /// among those it lists (inside a container NVML may see other pids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_used_note: Option<String>,
+    /// What cuguard can explain, by part.
+    pub explained: Explained,
+    /// What is used and not explained: `process_used_bytes − explained` when NVML listed the
+    /// process, else `device_used_bytes − explained`, which includes other processes.
+    #[serde(default)]
+    pub unexplained_bytes: Option<i64>,
+}
+
+/// `reconciliation[].explained`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Explained {
+    /// Live device memory held by the program itself (owner kind `program`).
+    pub program_bytes: u64,
+    /// Held by frameworks' caches (owner kind `framework_cache`).
+    pub framework_cache_bytes: u64,
+    /// Held by CUDA libraries' workspaces (owner kind `library`).
+    pub library_bytes: u64,
+    /// Held by the driver and runtime as allocations (owner kind `driver`).
+    pub driver_bytes: u64,
+    /// cuguard's pool: reserved from the driver and not handed out.
+    pub pool_idle_bytes: u64,
+    /// Contexts' own memory, measured when each context was created (live contexts only).
+    pub context_overhead_bytes: u64,
+}
+
+impl Explained {
+    /// Everything explained.
+    pub fn total(&self) -> u64 {
+        self.program_bytes
+            + self.framework_cache_bytes
+            + self.library_bytes
+            + self.driver_bytes
+            + self.pool_idle_bytes
+            + self.context_overhead_bytes
+    }
+}
