@@ -251,6 +251,7 @@ mod tests {
             file: "/work/train.py".into(),
             line: Some(line),
             function: "make".into(),
+            entry: None,
         };
         let stack = |line| Stack {
             id: 1,

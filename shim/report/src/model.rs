@@ -356,6 +356,13 @@ pub struct PyFrame {
     pub line: Option<u32>,
     /// Function name.
     pub function: String,
+    /// Whether this frame is the first one that a call of the interpreter's evaluation loop
+    /// ran: the outermost Python frame of the chain that one native evaluation frame
+    /// (`_PyEval_EvalFrameDefault`) was running (on CPython 3.9 and 3.10, every frame). How
+    /// `mixed` splits the Python frames among the native evaluation frames. Absent in older
+    /// reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<bool>,
 }
 
 /// `modules[]`: a loaded module.

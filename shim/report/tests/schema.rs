@@ -176,6 +176,7 @@ fn full_report(reason: Reason) -> Report {
                 file: "/work/train.py".into(),
                 line: Some(75),
                 function: "load_batch".into(),
+                entry: Some(true),
             }],
             site: Some(StackSite {
                 in_: site_list::PYTHON.into(),

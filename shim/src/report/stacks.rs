@@ -381,6 +381,7 @@ impl<'a> Writer<'a> {
                     file: f.file.into(),
                     line: f.line,
                     function: f.function.into(),
+                    entry: None,
                 })
                 .collect(),
             site,
