@@ -38,7 +38,8 @@
 //! nothing. With a deadline, work stops when it passes and everything after that comes back
 //! empty (the report keeps module+offset for those frames).
 //!
-//! [`glob`] is the workspace's one wildcard matcher.
+//! [`glob`] is the workspace's one wildcard matcher. [`mixed`] puts a stack's native and Python
+//! frames in one call order.
 //!
 //! [`rules`] reads a symbolized stack (native frames, and Python frames where there are some):
 //! - its **site**, the frame an allocation is charged to, and of which kind: the user's own
@@ -82,6 +83,7 @@
 mod demangle;
 mod dwarf_names;
 pub mod glob;
+pub mod mixed;
 mod module;
 pub mod rules;
 pub mod site;
