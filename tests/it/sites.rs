@@ -372,19 +372,41 @@ fn python_leaks_from_two_lines_are_two_sites_with_python_frames_first() {
                 let stack = leak_stack(&report, &w[1]);
                 let at = marker(&text, &format!("# site: {name}"));
                 let call = marker(&text, &format!("# call: {name}"));
+                // Entry frames: every frame on 3.9 and 3.10 (one call of the evaluation loop
+                // each); from 3.11 on one call runs the whole Python chain, entered at <module>.
+                let every = version == "3.9" || version == "3.10";
                 assert_eq!(
                     stack["python"],
                     json!([
-                        {"file": file, "line": at, "function": name},
-                        {"file": file, "line": call, "function": "main"},
-                        {"file": file, "line": main_line, "function": "<module>"},
+                        {"file": file, "line": at, "function": name, "entry": every},
+                        {"file": file, "line": call, "function": "main", "entry": every},
+                        {"file": file, "line": main_line, "function": "<module>", "entry": true},
                     ]),
                     "{what}"
                 );
                 assert_eq!(
                     stack["site"],
-                    json!({"in": "python", "index": 0, "fingerprint": fingerprint("", name, file, at)}),
+                    json!({"in": "python", "index": 0, "fingerprint": fingerprint("", name, file, at), "kind": "user"}),
                     "{what}"
+                );
+                // The mixed order: the Python frames in their place, in order, and none of the
+                // interpreter's own native frames.
+                let mixed = stack["mixed"].as_array().expect("a mixed order");
+                let pys: Vec<u64> = mixed.iter().filter_map(|m| m["python"].as_u64()).collect();
+                assert_eq!(pys, vec![0, 1, 2], "{what}");
+                let interpreter_frames: Vec<&Value> = mixed
+                    .iter()
+                    .filter_map(|m| m["native"].as_u64())
+                    .map(|i| &stack["frames"][i as usize])
+                    .filter(|f| {
+                        let module = f["module"].as_str().unwrap_or("");
+                        let base = module.rsplit('/').next().unwrap_or("");
+                        base.starts_with("python3") || base.starts_with("libpython3")
+                    })
+                    .collect();
+                assert!(
+                    interpreter_frames.is_empty(),
+                    "{what}: {interpreter_frames:?}"
                 );
                 fingerprints.push(stack["site"]["fingerprint"].clone());
             }

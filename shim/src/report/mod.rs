@@ -284,9 +284,27 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
         .collect();
     r.events_dropped = Some(dropped);
 
-    let (stacks, modules) = stacks::stacks();
-    r.stacks = stacks;
-    r.modules = modules;
+    // The memory kinds each stack allocated (of the allocations in the report), for owners.
+    let mut memories: HashMap<u32, Vec<&'static str>> = HashMap::new();
+    for l in &leaks {
+        if l.record.stack != NONE {
+            let kinds = memories.entry(l.record.stack).or_default();
+            let m = l.record.memory.as_str();
+            if !kinds.contains(&m) {
+                kinds.push(m);
+            }
+        }
+    }
+    let stacks = stacks::stacks(&memories);
+    for (leak, l) in r.leaks.iter_mut().zip(&leaks) {
+        leak.owner = stacks
+            .owner_of
+            .get(&(l.record.stack, l.record.memory.as_str()))
+            .cloned();
+    }
+    r.stacks = stacks.stacks;
+    r.modules = stacks.modules;
+    r.owners = stacks.owners;
 
     r.stats.devices = t
         .stats

@@ -41,7 +41,9 @@ use std::time::{Duration, Instant};
 
 use cuguard_report as format;
 use cuguard_report::{Addr, site_list};
-use cuguard_symbolize::site::{Plumbing, SiteFrame, find_site};
+use cuguard_symbolize::mixed::{self, Slot};
+use cuguard_symbolize::rules::Rules;
+use cuguard_symbolize::site::{Plumbing, SiteFrame};
 use cuguard_symbolize::{Frame, Symbolizer};
 
 use crate::stack::{self, Module, python};
@@ -53,7 +55,8 @@ pub const DEFAULT_SYMBOLIZE_SECS: f64 = 2.0;
 struct Settings {
     /// `None`: do not symbolize.
     budget: Option<Duration>,
-    plumbing: Plumbing,
+    /// The site and owner rules: built in, plus `CUGUARD_PLUMBING` and `CUGUARD_OWNERS`.
+    rules: Rules,
     problems: Vec<String>,
 }
 
@@ -80,9 +83,15 @@ impl Settings {
                 }
             }
         }
+        let mut rules = plumbing.into_rules();
+        if let Some(spec) = var("CUGUARD_OWNERS")
+            && let Err(e) = rules.add_owner_spec(&spec)
+        {
+            problems.push(format!("CUGUARD_OWNERS: {e}"));
+        }
         Settings {
             budget: (secs > 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0))),
-            plumbing,
+            rules,
             problems,
         }
     }
@@ -117,8 +126,23 @@ static SETTINGS: OnceLock<Settings> = OnceLock::new();
 static DEADLINE_NOTED: AtomicBool = AtomicBool::new(false);
 static BROKEN_NOTED: AtomicBool = AtomicBool::new(false);
 
-/// The report's `stacks` (symbolized, with Python frames and sites) and `modules`.
-pub fn stacks() -> (Vec<format::Stack>, Vec<format::Module>) {
+/// What [`stacks`] gives the report.
+pub struct Stacks {
+    /// The report's `stacks`: symbolized, with Python frames, mixed order, site and owner.
+    pub stacks: Vec<format::Stack>,
+    /// The report's `modules`.
+    pub modules: Vec<format::Module>,
+    /// The report's `owners`: every owner a stack or a leak names.
+    pub owners: Vec<format::OwnerInfo>,
+    /// The owner of an allocation by its stack and memory kind (owner rules may look at the
+    /// memory kind), for the leaks' `owner`.
+    pub owner_of: HashMap<(u32, &'static str), String>,
+}
+
+/// The report's `stacks` (symbolized, with Python frames, sites and owners) and `modules`.
+/// `memories` gives, per stack id, the memory kinds of the live allocations made with it (the
+/// first is the stack's own owner's); stacks absent from it get an owner decided without one.
+pub fn stacks(memories: &HashMap<u32, Vec<&'static str>>) -> Stacks {
     let started = Instant::now();
     let stacks = stack::stacks();
     let modules = if stacks.is_empty() {
@@ -149,9 +173,10 @@ pub fn stacks() -> (Vec<format::Stack>, Vec<format::Module>) {
         None => local.get_or_insert_with(Names::default),
     };
     let mut w = Writer::new(&modules, settings, names);
+    let none = Vec::new();
     let out: Vec<format::Stack> = stacks
         .iter()
-        .map(|(id, words)| w.stack(*id, words))
+        .map(|(id, words)| w.stack(*id, words, memories.get(id).unwrap_or(&none)))
         .collect();
     let listed = modules
         .iter()
@@ -184,7 +209,26 @@ pub fn stacks() -> (Vec<format::Stack>, Vec<format::Module>) {
             w.unnamed
         ));
     }
-    (out, listed)
+    let mut owner_ids: Vec<&String> = w.owner_of.values().collect();
+    owner_ids.extend(out.iter().filter_map(|s| s.owner.as_ref()));
+    owner_ids.sort();
+    owner_ids.dedup();
+    let owners = owner_ids
+        .into_iter()
+        .filter_map(|id| settings.rules.owner_by_id(id))
+        .map(|o| format::OwnerInfo {
+            id: o.id.clone(),
+            kind: o.kind.as_str().into(),
+            label: o.label.clone(),
+            hint: o.hint.clone(),
+        })
+        .collect();
+    Stacks {
+        stacks: out,
+        modules: listed,
+        owners,
+        owner_of: w.owner_of,
+    }
 }
 
 /// Report-time state: the symbolizer and the names of each (module, offset).
@@ -194,7 +238,7 @@ struct Writer<'a> {
     paths: Vec<Arc<str>>,
     /// Function and file names, shared by the frames of this report.
     strings: HashSet<Arc<str>>,
-    plumbing: &'a Plumbing,
+    rules: &'a Rules,
     symbolizer: Option<Symbolizer>,
     /// Set when the symbolizer panicked: no more symbolization.
     broken: bool,
@@ -208,6 +252,8 @@ struct Writer<'a> {
     codes: Vec<&'static python::Code>,
     /// The module holding the Python interpreter, when Python frames were read.
     interpreter: Option<usize>,
+    /// The owner of each (stack, memory kind) asked for.
+    owner_of: HashMap<(u32, &'static str), String>,
 }
 
 impl<'a> Writer<'a> {
@@ -220,7 +266,7 @@ impl<'a> Writer<'a> {
                 .chain([Arc::from("")])
                 .collect(),
             strings: HashSet::new(),
-            plumbing: &settings.plumbing,
+            rules: &settings.rules,
             symbolizer: settings
                 .budget
                 .map(|b| Symbolizer::new(Some(Instant::now() + b))),
@@ -233,6 +279,7 @@ impl<'a> Writer<'a> {
             interpreter: python::interpreter_anchor()
                 .and_then(|a| stack::locate(a, modules))
                 .map(|(m, _)| m),
+            owner_of: HashMap::new(),
         }
     }
 
@@ -288,7 +335,7 @@ impl<'a> Writer<'a> {
         Some(a)
     }
 
-    fn stack(&mut self, id: u32, words: &[u64]) -> format::Stack {
+    fn stack(&mut self, id: u32, words: &[u64], memories: &[&'static str]) -> format::Stack {
         let (native, tail) = stack::split(words);
         // Resolve first, so that the site frames can borrow the resolved names.
         let rows: Vec<(u64, Option<(usize, u64)>, Arc<[Frame]>)> = native
@@ -345,33 +392,79 @@ impl<'a> Writer<'a> {
             .iter()
             .map(|&w| python::decode(w, &self.codes))
             .collect();
-        // Call order: native frames above the interpreter, the Python frames, the rest.
-        let split = first_interpreter.unwrap_or(site_frames.len());
-        let mut ordered: Vec<SiteFrame<'_>> = Vec::with_capacity(site_frames.len() + py.len());
-        ordered.extend_from_slice(&site_frames[..split]);
-        ordered.extend(py.iter().map(|f| SiteFrame {
-            module: "",
-            function: Some(f.function),
-            file: Some(f.file),
-            line: f.line,
-            offset: 0,
-        }));
-        ordered.extend_from_slice(&site_frames[split..]);
-        let site = find_site(&ordered, self.plumbing).map(|site| {
-            let (list, index) = if site.index < split {
-                (site_list::FRAMES, site.index)
-            } else if site.index < split + py.len() {
-                (site_list::PYTHON, site.index - split)
-            } else {
-                (site_list::FRAMES, site.index - py.len())
-            };
-            format::StackSite {
-                in_: list.into(),
-                index,
-                fingerprint: site.fingerprint,
-                kind: None,
+        let py_frames: Vec<SiteFrame<'_>> = py
+            .iter()
+            .map(|f| SiteFrame {
+                module: "",
+                function: Some(f.function),
+                file: Some(f.file),
+                line: f.line,
+                offset: 0,
+            })
+            .collect();
+        // Call order: the mixed order where the Python frames' entries are known (each
+        // evaluation frame replaced by the Python frames it ran); else the native frames above
+        // the interpreter, the Python frames, the rest.
+        let entries: Vec<Option<bool>> = py.iter().map(|f| Some(f.entry)).collect();
+        let order: Vec<Slot> = match mixed::mixed(&site_frames, &entries) {
+            Some(order) => order,
+            None => {
+                let split = first_interpreter.unwrap_or(site_frames.len());
+                (0..split)
+                    .map(Slot::Native)
+                    .chain((0..py.len()).map(Slot::Python))
+                    .chain((split..site_frames.len()).map(Slot::Native))
+                    .collect()
             }
-        });
+        };
+        let ordered: Vec<SiteFrame<'_>> = order
+            .iter()
+            .map(|s| match *s {
+                Slot::Native(i) => site_frames[i],
+                Slot::Python(j) => py_frames[j],
+            })
+            .collect();
+        let site = self
+            .rules
+            .find_site_with_kind(&ordered)
+            .map(|(site, kind)| {
+                let (list, index) = match order[site.index] {
+                    Slot::Native(i) => (site_list::FRAMES, i),
+                    Slot::Python(j) => (site_list::PYTHON, j),
+                };
+                format::StackSite {
+                    in_: list.into(),
+                    index,
+                    fingerprint: site.fingerprint,
+                    kind: Some(kind.as_str().into()),
+                }
+            });
+        let mut owner = None;
+        for (n, memory) in memories.iter().enumerate() {
+            let o = self.rules.owner(&ordered, Some(memory)).id.clone();
+            if n == 0 {
+                owner = Some(o.clone());
+            }
+            self.owner_of.insert((id, memory), o);
+        }
+        let owner = owner.unwrap_or_else(|| self.rules.owner(&ordered, None).id.clone());
+        let mixed = if py.is_empty() {
+            Vec::new()
+        } else {
+            order
+                .iter()
+                .map(|s| match *s {
+                    Slot::Native(i) => format::MixedRef {
+                        native: Some(i),
+                        python: None,
+                    },
+                    Slot::Python(j) => format::MixedRef {
+                        native: None,
+                        python: Some(j),
+                    },
+                })
+                .collect()
+        };
         format::Stack {
             id: id.into(),
             frames,
@@ -381,12 +474,12 @@ impl<'a> Writer<'a> {
                     file: f.file.into(),
                     line: f.line,
                     function: f.function.into(),
-                    entry: None,
+                    entry: Some(f.entry),
                 })
                 .collect(),
             site,
-            owner: None,
-            mixed: Vec::new(),
+            owner: Some(owner),
+            mixed,
         }
     }
 }
@@ -412,7 +505,8 @@ mod tests {
         ]));
         assert_eq!(s.budget, Some(Duration::from_secs(2)));
         assert_eq!(s.problems.len(), 2, "{:?}", s.problems);
-        assert!(s.plumbing.patterns().any(|p| p == "function:mypool::*"));
-        assert!(s.plumbing.patterns().any(|p| p == "module:libpool.so"));
+        let rules: Vec<&str> = s.rules.site_rules().map(|(_, p)| p).collect();
+        assert!(rules.contains(&"function:mypool::*"));
+        assert!(rules.contains(&"module:libpool.so"));
     }
 }

@@ -72,7 +72,11 @@
 //! 10–16 ns per frame. The whole capture with those 31 frames costs 0.3–0.65 µs more than
 //! without (hashing and comparing the longer stack included). Without Python: one atomic load.
 //!
-//! A frame is recorded as one tagged word (see [`super::TAIL_TAG`]): code entry id and line.
+//! A frame is recorded as one tagged word (see [`super::TAIL_TAG`]): code entry id, line, and
+//! whether it is an *entry* frame, the first one a call of the evaluation loop ran (3.9/3.10:
+//! every frame; 3.11: the frame's `is_entry` byte @68; 3.12+: the frame just before a C-stack
+//! frame, which each call of the loop pushes below the frames it runs). The report uses the
+//! entry frames to put the Python frames in place of the native evaluation frames that ran them.
 //! [`codes`] and [`decode`] turn them back into file, function and line when the report is
 //! written.
 
@@ -151,6 +155,8 @@ struct Layout {
     /// on 3.12+.
     frame_owner: Option<usize>,
     skip_owner: Option<u8>,
+    /// How the first frame a call of the evaluation loop ran is told (see [`Entry`]).
+    entry: Entry,
     lasti: Lasti,
     code_filename: usize,
     /// `co_qualname` from 3.11 on, `co_name` before.
@@ -171,6 +177,7 @@ const fn layout(minor: u32) -> Option<Layout> {
             frame_code: 32,
             frame_owner: None,
             skip_owner: None,
+            entry: Entry::Every,
             lasti: if minor == 9 {
                 Lasti::Bytes(104)
             } else {
@@ -190,6 +197,7 @@ const fn layout(minor: u32) -> Option<Layout> {
             frame_code: 32,
             frame_owner: Some(69),
             skip_owner: None,
+            entry: Entry::Flag(68),
             lasti: Lasti::Instr {
                 field: 56,
                 code_start: 184,
@@ -208,6 +216,7 @@ const fn layout(minor: u32) -> Option<Layout> {
             frame_code: 0,
             frame_owner: Some(70),
             skip_owner: Some(3),
+            entry: Entry::BeforeCStack,
             lasti: Lasti::Instr {
                 field: 56,
                 code_start: 192,
@@ -227,6 +236,7 @@ const fn layout(minor: u32) -> Option<Layout> {
             frame_code: 0,
             frame_owner: Some(70),
             skip_owner: Some(3),
+            entry: Entry::BeforeCStack,
             lasti: Lasti::Instr {
                 field: 56,
                 code_start: 200,
@@ -239,6 +249,19 @@ const fn layout(minor: u32) -> Option<Layout> {
         },
         _ => return None,
     })
+}
+
+/// How a frame that a call of the evaluation loop ran first (an *entry* frame: the outermost
+/// Python frame of the chain that one native `_PyEval_EvalFrameDefault` frame runs) is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Entry {
+    /// Every frame is its own call (3.9, 3.10).
+    Every,
+    /// A flag byte in the frame (3.11: `is_entry`).
+    Flag(usize),
+    /// The frame before a C-stack frame (owner 3) in the walk (3.12+: each call of the loop
+    /// pushes one below the frames it runs).
+    BeforeCStack,
 }
 
 type IntFn = unsafe extern "C" fn() -> c_int;
@@ -644,17 +667,20 @@ unsafe fn code_entry(api: &Api, code: usize) -> Option<&'static Code> {
 // Capture.
 
 /// Code id meaning "a frame whose code could not be recorded".
-const UNKNOWN_CODE: u64 = 0xff_ffff;
+const UNKNOWN_CODE: u64 = 0x7f_ffff;
 const NO_LINE: u64 = 0xff_ffff;
+/// Set in the word of an entry frame (see [`Entry`]).
+const ENTRY_BIT: u64 = 1 << 47;
 
+/// A frame's word: the tag, its entry bit (47), its code id (24..47) and its line (0..24).
 #[inline]
-fn word(id: u64, line: i32) -> u64 {
+fn word(id: u64, line: i32, entry: bool) -> u64 {
     let line = if (0..NO_LINE as i32).contains(&line) {
         line as u64
     } else {
         NO_LINE
     };
-    super::TAIL_TAG | (id & 0xff_ffff) << 24 | line
+    super::TAIL_TAG | if entry { ENTRY_BIT } else { 0 } | (id & 0x7f_ffff) << 24 | line
 }
 
 /// Writes the calling thread's Python frames, innermost first, into `out` (as tagged words)
@@ -715,6 +741,12 @@ unsafe fn walk(api: &Api, ts: usize, out: &mut [MaybeUninit<u64>]) -> usize {
             if let (Some(at), Some(skip)) = (l.frame_owner, l.skip_owner)
                 && rd::<u8>(frame + at) == skip
             {
+                // A call of the evaluation loop starts below this frame: the frame before it
+                // was the first that call ran.
+                if l.entry == Entry::BeforeCStack && n > 0 {
+                    let w = out[n - 1].assume_init();
+                    out[n - 1].write(w | ENTRY_BIT);
+                }
                 frame = next;
                 continue;
             }
@@ -733,9 +765,14 @@ unsafe fn walk(api: &Api, ts: usize, out: &mut [MaybeUninit<u64>]) -> usize {
                     i32::try_from(ip.wrapping_sub(start)).unwrap_or(-1)
                 }
             };
+            let entry = match l.entry {
+                Entry::Every => true,
+                Entry::Flag(at) => rd::<u8>(frame + at) != 0,
+                Entry::BeforeCStack => false,
+            };
             out[n].write(match code_entry(api, code) {
-                Some(c) => word(u64::from(c.id), c.line(addr, api, code)),
-                None => word(UNKNOWN_CODE, -1),
+                Some(c) => word(u64::from(c.id), c.line(addr, api, code), entry),
+                None => word(UNKNOWN_CODE, -1, entry),
             });
             n += 1;
             frame = next;
@@ -773,23 +810,28 @@ pub struct PyFrame<'a> {
     pub file: &'a str,
     pub function: &'a str,
     pub line: Option<u32>,
+    /// The first frame a call of the evaluation loop ran (see [`Entry`]).
+    pub entry: bool,
 }
 
 /// Turns a tagged word from a stack's tail back into a frame.
 pub fn decode<'a>(word: u64, codes: &'a [&'static Code]) -> PyFrame<'a> {
-    let id = (word >> 24 & 0xff_ffff) as usize;
+    let id = (word >> 24 & 0x7f_ffff) as usize;
     let line = word & 0xff_ffff;
     let line = (line != NO_LINE).then_some(line as u32);
+    let entry = word & ENTRY_BIT != 0;
     match codes.get(id) {
         Some(c) => PyFrame {
             file: &c.file,
             function: &c.function,
             line,
+            entry,
         },
         None => PyFrame {
             file: "<unknown>",
             function: "<unknown>",
             line,
+            entry,
         },
     }
 }
