@@ -860,13 +860,19 @@ mod tests {
 
     #[test]
     fn words_round_trip() {
-        let w = word(5, 42);
+        let w = word(5, 42, false);
         assert!(super::super::is_tail(w));
         let none: [&'static Code; 0] = [];
         assert_eq!(decode(w, &none).line, Some(42));
-        assert_eq!(decode(word(5, -1), &none).line, None);
-        assert_eq!(decode(word(5, 1 << 30), &none).line, None);
+        assert_eq!(decode(word(5, -1, false), &none).line, None);
+        assert_eq!(decode(word(5, 1 << 30, false), &none).line, None);
         assert_eq!(decode(w, &none).file, "<unknown>");
+        // The entry bit survives, and is set apart from the code id and the line.
+        let e = word(0x7f_fffe, 0xff_fffe, true);
+        assert!(super::super::is_tail(e));
+        assert!(decode(e, &none).entry && !decode(w, &none).entry);
+        assert_eq!(decode(e, &none).line, Some(0xff_fffe));
+        assert_eq!(e >> 24 & 0x7f_ffff, 0x7f_fffe);
     }
 
     #[test]
