@@ -51,7 +51,7 @@ fn served(
             return;
         };
         if s.pooled {
-            t.stats.allocated(record.device, record.memory, record.size);
+            t.stats.allocated(&record);
         } else {
             t.add(addr, record);
         }

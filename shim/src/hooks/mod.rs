@@ -13,6 +13,7 @@
 mod context;
 mod host;
 mod memory;
+mod oom;
 mod query;
 mod stream_ordered;
 mod streams;
@@ -124,17 +125,26 @@ pub fn record_alloc_failed(
     result: CUresult,
     why: Option<String>,
 ) {
-    let (context, _) = current_tracked_context(t);
-    event(
-        t,
-        Kind::AllocFailed,
-        0,
-        api,
-        result,
-        Some(size),
+    let (context, device) = current_tracked_context(t);
+    let stack = crate::tracker::capture_stack();
+    let seq = t.next_seq();
+    if result == CUDA_ERROR_OUT_OF_MEMORY {
+        oom::refused(t, api, size, device, stack, seq, why.as_deref());
+    }
+    t.events.push(Event {
+        kind: Kind::AllocFailed,
+        address: 0,
+        api: Some(api),
+        seq,
+        thread: clock::thread_id(),
+        stack,
+        result: Some(result),
+        size: Some(size),
         context,
-        why,
-    );
+        time_ms: clock::since_start_ms(),
+        message: why,
+        device: None,
+    });
 }
 
 /// Records an event.

@@ -54,7 +54,7 @@ pub unsafe fn cuMemCreate(
             time_ms: clock::since_start_ms(),
             stack: crate::tracker::capture_stack(),
         };
-        t.stats.allocated(device, Memory::Vmm, size as u64);
+        t.stats.allocated(&record);
         // SAFETY: the call succeeded, so handle was valid and written.
         t.vmm.created(unsafe { *handle }, record);
         crate::lifecycle::note_allocation();
@@ -80,7 +80,7 @@ pub unsafe fn cuMemRelease(
         if r == CUDA_SUCCESS {
             let (gone, known) = t.vmm.released(handle);
             if let Some(rec) = gone {
-                t.stats.freed(rec.device, rec.memory, rec.size);
+                t.stats.freed(&rec);
             }
             t.freed.note(handle);
             if !known {
@@ -139,7 +139,7 @@ pub unsafe fn cuMemUnmap(
         if let Some((_guard, t)) = super::active() {
             shield((), || {
                 for rec in t.vmm.unmapped(ptr, size as u64) {
-                    t.stats.freed(rec.device, rec.memory, rec.size);
+                    t.stats.freed(&rec);
                 }
             });
         }

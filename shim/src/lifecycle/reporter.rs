@@ -1,5 +1,6 @@
 //! The cuguard thread: writes checkpoints (`CUGUARD_CHECKPOINT_SECS`), snapshots on request
-//! (`cuguard snapshot PID`), and the report for signals, all in ordinary context (the thread
+//! (`cuguard snapshot PID`), a checkpoint when an allocation is refused for lack of memory (at
+//! most one a second), and the report for signals, all in ordinary context (the thread
 //! that received a signal waits for it in the handler; see [`super::signals`]).
 //!
 //! It starts when the process first allocates (never at load), with every signal blocked, and
@@ -18,7 +19,7 @@
 //! allocates.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::report::{Occasion, Reason};
@@ -28,6 +29,11 @@ static RUNNING: AtomicBool = AtomicBool::new(false);
 static SNAPSHOTS_OFF: AtomicBool = AtomicBool::new(false);
 
 static REQ_SNAPSHOT: AtomicBool = AtomicBool::new(false);
+static REQ_OOM: AtomicBool = AtomicBool::new(false);
+/// When the last out-of-memory report was asked for (ms since start; 0: never).
+static LAST_OOM_MS: AtomicU64 = AtomicU64::new(0);
+/// Out-of-memory reports are asked for at most this often.
+const OOM_REPORT_EVERY_MS: u64 = 1000;
 static REQ_FATAL: AtomicI32 = AtomicI32::new(0);
 static REQ_FATAL_FINAL: AtomicBool = AtomicBool::new(false);
 /// State of the fatal-signal report: idle, pending, written, failed.
@@ -132,6 +138,27 @@ fn wake() {
 pub fn request_snapshot() {
     if RUNNING.load(Ordering::Acquire) {
         REQ_SNAPSHOT.store(true, Ordering::Release);
+        wake();
+    }
+}
+
+/// An allocation was refused for lack of memory: asks for a checkpoint report now (`reason:
+/// oom`), at most once a second, so that what held the memory is on disk even if the process
+/// then dies or frees it all.
+pub fn request_oom_report() {
+    if !RUNNING.load(Ordering::Acquire) {
+        return;
+    }
+    let now = crate::process::clock::since_start_ms().max(1);
+    let last = LAST_OOM_MS.load(Ordering::Relaxed);
+    if last != 0 && now < last + OOM_REPORT_EVERY_MS {
+        return;
+    }
+    if LAST_OOM_MS
+        .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+    {
+        REQ_OOM.store(true, Ordering::Release);
         wake();
     }
 }
@@ -244,6 +271,9 @@ fn run() {
         if REQ_SNAPSHOT.swap(false, Ordering::AcqRel) {
             super::interim_report(Occasion::REQUEST);
         }
+        if REQ_OOM.swap(false, Ordering::AcqRel) {
+            super::interim_report(Occasion::OOM);
+        }
         if !period.is_zero() && Instant::now() >= next {
             super::interim_report(Occasion::CHECKPOINT);
             next = Instant::now() + period;
@@ -280,6 +310,8 @@ pub fn after_fork_child() {
         unsafe { libc::close(fd) };
     }
     REQ_SNAPSHOT.store(false, Ordering::Release);
+    REQ_OOM.store(false, Ordering::Release);
+    LAST_OOM_MS.store(0, Ordering::Release);
     REQ_FATAL.store(0, Ordering::Release);
     FATAL_STATE.store(IDLE, Ordering::Release);
     NAME_SIG.store(0, Ordering::Release);

@@ -32,6 +32,7 @@ use crate::config;
 use crate::config::amount::Amount;
 use crate::process::clock;
 use crate::process::identity as process;
+use crate::tracker::ooms::RefusedBy;
 use crate::tracker::{LeakState, NONE, Record, Tracker};
 
 /// Why a report is written (the report's `reason`).
@@ -45,6 +46,8 @@ pub enum Reason {
     Signal,
     /// `cuguard snapshot PID`; the process goes on.
     Request,
+    /// An allocation was refused for lack of memory; the process goes on.
+    Oom,
 }
 
 impl From<Reason> for format::Reason {
@@ -54,6 +57,7 @@ impl From<Reason> for format::Reason {
             Reason::Checkpoint => format::Reason::Checkpoint,
             Reason::Signal => format::Reason::Signal,
             Reason::Request => format::Reason::Request,
+            Reason::Oom => format::Reason::Oom,
         }
     }
 }
@@ -91,6 +95,13 @@ impl Occasion {
         complete: false,
         signal: None,
         cut_short: Some("snapshot on request: the process was still running"),
+    };
+    /// A checkpoint at an out-of-memory.
+    pub const OOM: Occasion = Occasion {
+        reason: Reason::Oom,
+        complete: false,
+        signal: None,
+        cut_short: Some("written at an out-of-memory: the process was still running"),
     };
 }
 
@@ -185,8 +196,15 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     for (l, d) in leaks.iter_mut().zip(for_leaks) {
         l.record.seq = *d;
     }
+    // Out-of-memory records share their alloc_failed event's order key.
+    let mut dense_of: HashMap<(u64, u32), u64> = HashMap::new();
     for (e, d) in events.iter_mut().zip(for_events) {
+        dense_of.insert((e.seq, e.thread), *d);
         e.seq = *d;
+    }
+    let (mut ooms, ooms_dropped) = t.ooms.snapshot();
+    for o in &mut ooms {
+        o.seq = dense_of.get(&(o.seq, o.thread)).copied().unwrap_or(o.seq);
     }
     let contexts = t.contexts.snapshot();
     let devices = t.contexts.devices();
@@ -305,6 +323,57 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     r.stacks = stacks.stacks;
     r.modules = stacks.modules;
     r.owners = stacks.owners;
+    let owner_of_stack: HashMap<u64, &str> = r
+        .stacks
+        .iter()
+        .filter_map(|s| Some((s.id, s.owner.as_deref()?)))
+        .collect();
+    let by_owner = |stacks: &[(u32, u64, u64)]| -> Vec<format::OwnerBytes> {
+        let mut sums: Vec<format::OwnerBytes> = Vec::new();
+        for &(stack, bytes, _) in stacks {
+            let owner = id(stack)
+                .and_then(|s| owner_of_stack.get(&u64::from(s)).copied())
+                .unwrap_or("program");
+            match sums.iter_mut().find(|o| o.owner == owner) {
+                Some(o) => o.bytes += bytes,
+                None => sums.push(format::OwnerBytes {
+                    owner: owner.into(),
+                    bytes,
+                }),
+            }
+        }
+        sums.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.owner.cmp(&b.owner)));
+        sums
+    };
+    r.ooms = ooms
+        .iter()
+        .map(|o| format::OomRecord {
+            seq: o.seq,
+            time_ms: o.time_ms,
+            thread: o.thread.into(),
+            api: o.api.name().into(),
+            size: o.size,
+            device: device_ordinal(o.device),
+            stack: id(o.stack).map(u64::from),
+            refused_by: match o.refused_by {
+                RefusedBy::Driver => "driver",
+                RefusedBy::PoolLimit => "pool_limit",
+            }
+            .into(),
+            message: o.message.clone(),
+            device_free_bytes: o.device_memory.map(|m| m.0),
+            device_total_bytes: o.device_memory.map(|m| m.1),
+            live_bytes: o.live_bytes,
+            by_owner: by_owner(&o.stacks),
+            stacks: stack_bytes(&o.stacks),
+            pool: o.pool.map(|p| format::OomPool {
+                reserved_bytes: p.reserved_bytes,
+                free_bytes: p.free_bytes,
+                largest_free_block: p.largest_free_block,
+            }),
+        })
+        .collect();
+    r.ooms_dropped = (ooms_dropped > 0).then_some(ooms_dropped);
 
     r.stats.devices = t
         .stats
@@ -326,7 +395,19 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     r.stats.vmm_reserved_ranges = Some(ranges as u64);
     r.stats.vmm_reserved_bytes = Some(bytes);
 
-    r.timeline = crate::report::timeline::report();
+    if let Some((timeline, stack_samples)) = timeline::report() {
+        r.timeline = Some(timeline);
+        r.stack_samples = stack_samples;
+    }
+    r.peaks = crate::tracker::peaks::all()
+        .into_iter()
+        .map(|p| format::PeakRecord {
+            device: device_ordinal(p.device),
+            time_ms: p.time_ms,
+            live_bytes: p.live_bytes,
+            stacks: stack_bytes(&p.stacks),
+        })
+        .collect();
 
     let (exported, dlsym, get_proc_address) = crate::tracker::doors::counts();
     r.doors = Some(format::Doors {
@@ -388,6 +469,18 @@ fn path_for(host: &str, rank: Option<i64>) -> PathBuf {
 }
 
 /// A context or stack id, or `None` for [`NONE`].
+/// Live bytes by stack, as the report gives them.
+fn stack_bytes(stacks: &[(u32, u64, u64)]) -> Vec<format::StackBytes> {
+    stacks
+        .iter()
+        .map(|&(stack, bytes, allocations)| format::StackBytes {
+            stack: id(stack).map(u64::from),
+            bytes,
+            allocations,
+        })
+        .collect()
+}
+
 fn id(v: u32) -> Option<u32> {
     (v != NONE).then_some(v)
 }

@@ -150,16 +150,7 @@ pub fn stacks(memories: &HashMap<u32, Vec<&'static str>>) -> Stacks {
     } else {
         stack::modules()
     };
-    let settings = SETTINGS.get_or_init(|| {
-        let s = Settings::from_env(|k| std::env::var(k).ok());
-        for p in &s.problems {
-            crate::process::faults::record(p.clone());
-        }
-        if let Some(why) = python::declined() {
-            crate::process::faults::record(format!("Python frames not read: {why}"));
-        }
-        s
-    });
+    let settings = settings();
     // A forked child may find the lock held by a thread it does not have: work without the
     // names of earlier reports then.
     let mut guard: Option<MutexGuard<'_, Option<Names>>> = match NAMES.try_lock() {
@@ -229,6 +220,80 @@ pub fn stacks(memories: &HashMap<u32, Vec<&'static str>>) -> Stacks {
         owners,
         owner_of: w.owner_of,
     }
+}
+
+/// How long [`sites_now`] may spend naming frames.
+const SITES_NOW_BUDGET: Duration = Duration::from_millis(500);
+
+/// The sites of stacks `ids`, named now (`function (file:line)`, or the module and offset where
+/// nothing names the frame), for a line on stderr while the program runs (an out-of-memory);
+/// `None` for an id without a stack or without a site. Names frames within half a second at
+/// most, and shares the names it finds with the reports.
+pub fn sites_now(ids: &[u32]) -> Vec<Option<String>> {
+    let all = stack::stacks();
+    let wanted: Vec<&(u32, Vec<u64>)> = ids
+        .iter()
+        .map(|id| all.iter().find(|(sid, _)| sid == id))
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_else(|| {
+            ids.iter()
+                .filter_map(|id| all.iter().find(|(sid, _)| sid == id))
+                .collect()
+        });
+    let modules = stack::modules();
+    let settings = settings();
+    let mut guard = NAMES.try_lock().ok();
+    let mut local: Option<Names> = None;
+    let names = match guard.as_deref_mut() {
+        Some(cached) => cached.get_or_insert_with(Names::default),
+        None => local.get_or_insert_with(Names::default),
+    };
+    let mut w = Writer::new(&modules, settings, names);
+    w.symbolizer = Some(Symbolizer::new(Some(Instant::now() + SITES_NOW_BUDGET)));
+    ids.iter()
+        .map(|id| {
+            let (_, words) = wanted.iter().find(|(sid, _)| sid == id)?;
+            let st = w.stack(*id, words, &[]);
+            let site = st.site.as_ref()?;
+            Some(match site.in_.as_str() {
+                site_list::PYTHON => {
+                    let f = st.python.get(site.index)?;
+                    match f.line {
+                        Some(l) => format!("{} ({}:{l})", f.function, base_name(&f.file)),
+                        None => format!("{} ({})", f.function, base_name(&f.file)),
+                    }
+                }
+                _ => {
+                    let f = st.frames.get(site.index)?;
+                    match (&f.function, &f.file, f.line) {
+                        (Some(func), Some(file), Some(l)) => {
+                            format!("{func} ({}:{l})", base_name(file))
+                        }
+                        (Some(func), _, _) => func.to_string(),
+                        _ => format!("{}+{:#x}", base_name(&f.module), f.offset.0),
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+fn base_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The report-time settings, read at first use.
+fn settings() -> &'static Settings {
+    SETTINGS.get_or_init(|| {
+        let s = Settings::from_env(|k| std::env::var(k).ok());
+        for p in &s.problems {
+            crate::process::faults::record(p.clone());
+        }
+        if let Some(why) = python::declined() {
+            crate::process::faults::record(format!("Python frames not read: {why}"));
+        }
+        s
+    })
 }
 
 /// Report-time state: the symbolizer and the names of each (module, offset).

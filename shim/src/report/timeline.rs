@@ -5,10 +5,21 @@
 //! Bounded: at most [`MAX_SAMPLES`] samples are kept. When the buffer is full, every other
 //! sample is dropped and the interval doubles, so a run of any length keeps an even picture of
 //! its whole life in a fixed amount of memory. Nothing here runs on the allocation path.
+//!
+//! At the same ticks, live device bytes per stack ([`crate::tracker::by_stack`]) are sampled
+//! for the report's `stack_samples` (what grew): at most [`StackSamples::MAX_TIMES`] times, with
+//! the same halving, for at most [`MAX_TRACKED`] (stack, device) pairs at once (a new one takes
+//! the place of the one whose largest sample is smallest, when it is larger); the report keeps
+//! the [`StackSamples::MAX_SERIES`] largest.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
+use cuguard_report::StackSamples;
 use cuguard_report::wire::device_ordinal;
+
+/// The most (stack, device) series followed at once.
+pub const MAX_TRACKED: usize = 512;
 
 /// The most samples kept (all devices together).
 pub const MAX_SAMPLES: usize = 4096;
@@ -25,6 +36,98 @@ struct Timeline {
     interval_ms: u64,
     next_ms: u64,
     samples: Vec<Sample>,
+    stacks: ByStack,
+}
+
+/// Live bytes per (stack, device) over time.
+struct ByStack {
+    interval_ms: u64,
+    next_ms: u64,
+    times: Vec<u64>,
+    /// Each as long as `times`.
+    series: HashMap<(u32, i32), Vec<u64>>,
+}
+
+impl ByStack {
+    fn new(interval_ms: u64) -> ByStack {
+        ByStack {
+            interval_ms,
+            next_ms: 0,
+            times: Vec::new(),
+            series: HashMap::new(),
+        }
+    }
+
+    /// Samples every device's live bytes by stack, at `now`.
+    fn take(&mut self, devices: &[i32], now: u64) {
+        let n = self.times.len();
+        self.times.push(now);
+        for s in self.series.values_mut() {
+            s.push(0);
+        }
+        for &device in devices {
+            for (stack, bytes, _) in crate::tracker::by_stack::snapshot(device) {
+                let key = (stack, device);
+                if let Some(s) = self.series.get_mut(&key) {
+                    s[n] = bytes;
+                    continue;
+                }
+                if self.series.len() >= MAX_TRACKED {
+                    let smallest = self
+                        .series
+                        .iter()
+                        .map(|(k, v)| (*k, v.iter().copied().max().unwrap_or(0)))
+                        .min_by_key(|(_, m)| *m);
+                    match smallest {
+                        Some((k, m)) if m < bytes => {
+                            self.series.remove(&k);
+                        }
+                        _ => continue,
+                    }
+                }
+                let mut s = vec![0; n + 1];
+                s[n] = bytes;
+                self.series.insert(key, s);
+            }
+        }
+        if self.times.len() >= StackSamples::MAX_TIMES {
+            let halve = |v: &mut Vec<u64>| {
+                let kept: Vec<u64> = v.iter().step_by(2).copied().collect();
+                *v = kept;
+            };
+            halve(&mut self.times);
+            for s in self.series.values_mut() {
+                halve(s);
+            }
+            self.interval_ms *= 2;
+        }
+    }
+
+    fn report(&self) -> Option<StackSamples> {
+        if self.times.is_empty() {
+            return None;
+        }
+        let mut series: Vec<(&(u32, i32), &Vec<u64>, u64)> = self
+            .series
+            .iter()
+            .map(|(k, v)| (k, v, v.iter().copied().max().unwrap_or(0)))
+            .filter(|(_, _, m)| *m > 0)
+            .collect();
+        series.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
+        series.truncate(StackSamples::MAX_SERIES);
+        Some(StackSamples {
+            interval_ms: self.interval_ms,
+            times_ms: self.times.clone(),
+            series: series
+                .into_iter()
+                .map(|(&(stack, device), bytes, _)| cuguard_report::StackSeries {
+                    stack: (stack != crate::tracker::NONE).then_some(u64::from(stack)),
+                    device: device_ordinal(device),
+                    bytes: bytes.clone(),
+                })
+                .collect(),
+        })
+    }
 }
 
 static TIMELINE: Mutex<Option<Timeline>> = Mutex::new(None);
@@ -42,16 +145,33 @@ pub fn tick() -> Option<u64> {
     let now = crate::process::clock::since_start_ms();
     // Never wait: after a fork the lock may be held by a thread that no longer exists.
     let mut g = TIMELINE.try_lock().ok()?;
-    let tl = g.get_or_insert_with(|| Timeline {
-        interval_ms: base,
-        next_ms: 0,
-        samples: Vec::new(),
-    });
+    let tl = g.get_or_insert_with(|| new_timeline(base));
     if now >= tl.next_ms {
         take(tl, now);
         tl.next_ms = now + tl.interval_ms;
     }
-    Some(tl.next_ms.saturating_sub(now))
+    if now >= tl.stacks.next_ms {
+        take_stacks(tl, now);
+        tl.stacks.next_ms = now + tl.stacks.interval_ms;
+    }
+    Some(tl.next_ms.min(tl.stacks.next_ms).saturating_sub(now))
+}
+
+fn new_timeline(base: u64) -> Timeline {
+    Timeline {
+        interval_ms: base,
+        next_ms: 0,
+        samples: Vec::new(),
+        stacks: ByStack::new(base),
+    }
+}
+
+fn take_stacks(tl: &mut Timeline, now: u64) {
+    let Some(t) = crate::tracker::if_any() else {
+        return;
+    };
+    let devices: Vec<i32> = t.stats.snapshot().iter().map(|d| d.device).collect();
+    tl.stacks.take(&devices, now);
 }
 
 fn take(tl: &mut Timeline, now: u64) {
@@ -78,30 +198,32 @@ fn take(tl: &mut Timeline, now: u64) {
     }
 }
 
-/// The report's `timeline`, with one last sample taken now; `None` when sampling is off (or its
-/// lock is held, as after a fork mid-sample).
-pub fn report() -> Option<cuguard_report::Timeline> {
+/// The report's `timeline` and `stack_samples`, with one last sample of each taken now; `None`
+/// when sampling is off (or its lock is held, as after a fork mid-sample).
+pub fn report() -> Option<(cuguard_report::Timeline, Option<StackSamples>)> {
     let base = interval_ms()?;
     let mut g = TIMELINE.try_lock().ok()?;
-    let tl = g.get_or_insert_with(|| Timeline {
-        interval_ms: base,
-        next_ms: 0,
-        samples: Vec::new(),
-    });
-    take(tl, crate::process::clock::since_start_ms());
-    Some(cuguard_report::Timeline {
-        interval_ms: tl.interval_ms,
-        samples: tl
-            .samples
-            .iter()
-            .map(|s| cuguard_report::Sample {
-                time_ms: s.time_ms,
-                device: device_ordinal(s.device),
-                live_bytes: s.live_bytes,
-                reserved_bytes: s.reserved_bytes,
-            })
-            .collect(),
-    })
+    let tl = g.get_or_insert_with(|| new_timeline(base));
+    let now = crate::process::clock::since_start_ms();
+    take(tl, now);
+    take_stacks(tl, now);
+    let stacks = tl.stacks.report();
+    Some((
+        cuguard_report::Timeline {
+            interval_ms: tl.interval_ms,
+            samples: tl
+                .samples
+                .iter()
+                .map(|s| cuguard_report::Sample {
+                    time_ms: s.time_ms,
+                    device: device_ordinal(s.device),
+                    live_bytes: s.live_bytes,
+                    reserved_bytes: s.reserved_bytes,
+                })
+                .collect(),
+        },
+        stacks,
+    ))
 }
 
 /// In the child of a fork: the parent's samples are not the child's. (If the parent's reporter

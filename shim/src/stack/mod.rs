@@ -100,6 +100,9 @@ use unwind::Skip;
 /// Identifies one distinct captured stack. Dense: `0..` in first-capture order.
 pub type StackId = u32;
 
+/// The most distinct stacks the table keeps (ids are `0..MAX_STACKS`).
+pub const MAX_STACKS: usize = table::MAX_STACKS;
+
 /// The most frames kept per stack, whatever [`configure`] asks.
 pub const MAX_DEPTH: usize = 256;
 /// Frames kept per stack when [`configure`] was not called.

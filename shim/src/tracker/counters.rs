@@ -242,6 +242,7 @@ fn shared_live(s: usize, delta: i64) {
     let now = SHARED.live[s].fetch_add(delta, Relaxed) + delta;
     if now > SHARED.peak[s].load(Relaxed) {
         SHARED.peak[s].fetch_max(now, Relaxed);
+        super::peaks::new_high(s, now as u64);
     }
 }
 

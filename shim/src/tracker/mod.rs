@@ -6,10 +6,13 @@
 //! last few thousand freed addresses are remembered, lossily, to tell a double free from a free
 //! of an address that never existed.
 
+pub mod by_stack;
 pub mod contexts;
 pub mod counters;
 pub mod doors;
 pub mod events;
+pub mod ooms;
+pub mod peaks;
 pub mod stats;
 pub mod vmm;
 
@@ -241,6 +244,8 @@ pub struct Tracker {
     pub events: events::Events,
     pub stats: stats::Stats,
     pub vmm: vmm::Vmm,
+    /// Allocations refused for lack of memory.
+    pub ooms: ooms::Ooms,
 }
 
 impl Tracker {
@@ -254,6 +259,7 @@ impl Tracker {
             events: events::Events::new(),
             stats: stats::Stats::new(),
             vmm: vmm::Vmm::new(),
+            ooms: ooms::Ooms::new(),
         }
     }
 
@@ -265,12 +271,11 @@ impl Tracker {
 
     /// Records a new allocation at `addr`.
     pub fn add(&self, addr: u64, record: Record) {
-        self.stats
-            .allocated(record.device, record.memory, record.size);
+        self.stats.allocated(&record);
         if let Some(old) = self.live.insert(addr, record) {
             // The driver handed out an address the shim still thought live: the free that
             // released it went through no door the shim watches.
-            self.stats.freed(old.device, old.memory, old.size);
+            self.stats.freed(&old);
             self.events.push(events::Event {
                 kind: events::Kind::UntrackedFree,
                 address: addr,
@@ -298,7 +303,7 @@ impl Tracker {
 
     /// Accounts for a completed free of `record` at `addr`.
     pub fn freed(&self, addr: u64, record: &Record) {
-        self.stats.freed(record.device, record.memory, record.size);
+        self.stats.freed(record);
         self.freed.note(addr);
     }
 
@@ -320,7 +325,7 @@ impl Tracker {
         let bytes = gone.iter().map(|(_, r)| r.size).sum();
         let n = gone.len();
         for (_, r) in &gone {
-            self.stats.released(r.device, r.memory, r.size);
+            self.stats.released(r);
         }
         lock(&self.released).extend(gone);
         (n, bytes)
@@ -361,6 +366,8 @@ pub fn reset_after_fork() {
     if if_any().is_some() {
         crate::process::global::replace(&TRACKER, Tracker::new());
     }
+    by_stack::reset_after_fork();
+    peaks::reset_after_fork();
 }
 
 impl Default for Tracker {

@@ -6,8 +6,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::Memory;
 use super::counters::{self, DEVICES};
+use super::{Record, by_stack};
 
 /// The rare counters of one device.
 #[derive(Default)]
@@ -47,36 +47,44 @@ impl Stats {
         }
     }
 
-    /// Counts an allocation.
+    /// Counts an allocation (and, for device memory, its stack's live bytes).
     #[inline]
-    pub fn allocated(&self, device: i32, memory: Memory, size: u64) {
-        counters::allocated(device, size, memory.on_device());
-        if !memory.on_device() {
+    pub fn allocated(&self, r: &Record) {
+        let (device, size) = (r.device, r.size);
+        if r.memory.on_device() {
+            by_stack::add(r.stack, device, size as i64, 1);
+        } else {
             self.rare[slot(device)]
                 .host_pinned_live_bytes
                 .fetch_add(size, Relaxed);
         }
+        counters::allocated(device, size, r.memory.on_device());
     }
 
     /// Counts a free by the program.
     #[inline]
-    pub fn freed(&self, device: i32, memory: Memory, size: u64) {
-        counters::freed(device, size, memory.on_device());
-        if !memory.on_device() {
+    pub fn freed(&self, r: &Record) {
+        let (device, size) = (r.device, r.size);
+        if r.memory.on_device() {
+            by_stack::add(r.stack, device, -(size as i64), -1);
+        } else {
             self.rare[slot(device)]
                 .host_pinned_live_bytes
                 .fetch_sub(size, Relaxed);
         }
+        counters::freed(device, size, r.memory.on_device());
     }
 
     /// Counts memory lost with its context.
-    pub fn released(&self, device: i32, memory: Memory, size: u64) {
-        let r = &self.rare[slot(device)];
-        r.released_bytes.fetch_add(size, Relaxed);
-        if memory.on_device() {
+    pub fn released(&self, r: &Record) {
+        let (device, size) = (r.device, r.size);
+        let rare = &self.rare[slot(device)];
+        rare.released_bytes.fetch_add(size, Relaxed);
+        if r.memory.on_device() {
+            by_stack::add(r.stack, device, -(size as i64), -1);
             counters::released(device, size);
         } else {
-            r.host_pinned_live_bytes.fetch_sub(size, Relaxed);
+            rare.host_pinned_live_bytes.fetch_sub(size, Relaxed);
         }
     }
 

@@ -1,0 +1,116 @@
+//! What the shim does when an allocation entry answers `CUDA_ERROR_OUT_OF_MEMORY` (from the
+//! driver or from the pool's limit): it records what held the memory at that moment
+//! ([`crate::tracker::ooms`]), says so in one line on stderr the first time, and asks the cuguard
+//! thread for a checkpoint report (`reason: oom`, at most one a second), because by the time the
+//! process ends the program has usually unwound and freed that memory.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::driver::{Entry, real};
+use crate::ffi::*;
+use crate::process::clock;
+use crate::tracker::ooms::{MAX_STACKS, Oom, Ooms, PoolState, RefusedBy};
+use crate::tracker::{NONE, Tracker};
+
+/// Records refusal of `size` bytes by `api` on `device`, asked from `stack`; `why` is the pool's
+/// reason when it refused.
+pub fn refused(
+    t: &Tracker,
+    api: Entry,
+    size: u64,
+    device: i32,
+    stack: u32,
+    seq: u64,
+    why: Option<&str>,
+) {
+    let n = t.ooms.count();
+    if !Ooms::wants(n) {
+        return;
+    }
+    let refused_by = if why.is_some_and(|w| w.starts_with("CUGUARD_POOL_LIMIT")) {
+        RefusedBy::PoolLimit
+    } else {
+        RefusedBy::Driver
+    };
+    let live_bytes = t
+        .stats
+        .snapshot()
+        .iter()
+        .find(|d| d.device == device)
+        .map_or(0, |d| d.live_bytes);
+    let mut stacks = crate::tracker::by_stack::snapshot(device);
+    stacks.truncate(MAX_STACKS);
+    let pool = crate::pool::registry::stats_for_device(device).map(|p| PoolState {
+        reserved_bytes: p.reserved_bytes,
+        free_bytes: p.free_bytes + p.pending_bytes,
+        largest_free_block: p.largest_free_block,
+    });
+    let oom = Oom {
+        seq,
+        time_ms: clock::since_start_ms(),
+        thread: clock::thread_id(),
+        api,
+        size,
+        device,
+        stack,
+        refused_by,
+        message: why.map(str::to_owned),
+        device_memory: device_memory(),
+        live_bytes,
+        stacks,
+        pool,
+    };
+    if n == 1 {
+        say(&oom);
+    }
+    t.ooms.push(oom);
+    crate::lifecycle::reporter::request_oom_report();
+}
+
+/// The current context's device (free, total), asked of the real driver.
+fn device_memory() -> Option<(u64, u64)> {
+    let f = real::cuMemGetInfo_v2()?;
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: valid out-parameters.
+    (unsafe { f(&mut free, &mut total) } == CUDA_SUCCESS).then_some((free as u64, total as u64))
+}
+
+/// The one stderr line: where it was asked, how much, what was live, and what held the most.
+fn say(oom: &Oom) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let top: Vec<(u32, u64)> = oom.stacks.iter().take(3).map(|s| (s.0, s.1)).collect();
+    let mut ids: Vec<u32> = vec![oom.stack];
+    ids.extend(top.iter().map(|t| t.0));
+    let names = crate::report::stacks::sites_now(&ids);
+    let at = names.first().cloned().flatten();
+    let human = crate::report::human_bytes;
+    let mut line = format!(
+        "out of memory{} asking {} ({})",
+        at.map(|s| format!(" at {s}")).unwrap_or_default(),
+        human(oom.size),
+        oom.api.name()
+    );
+    line.push_str(&format!("; {} live", human(oom.live_bytes)));
+    let parts: Vec<String> = top
+        .iter()
+        .zip(names.iter().skip(1))
+        .map(|((id, bytes), name)| {
+            let name = match (name, *id) {
+                (Some(n), _) => n.clone(),
+                (None, NONE) => "(no stack)".into(),
+                (None, id) => format!("stack {id}"),
+            };
+            format!("{name} {}", human(*bytes))
+        })
+        .collect();
+    if !parts.is_empty() {
+        line.push_str(&format!(", top: {}", parts.join(", ")));
+    }
+    if oom.refused_by == RefusedBy::PoolLimit {
+        line.push_str(" (CUGUARD_POOL_LIMIT)");
+    }
+    crate::process::diag::warn(&line);
+}

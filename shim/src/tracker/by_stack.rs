@@ -1,0 +1,158 @@
+//! Live device memory per stack: bytes and allocations for every (stack, device), kept up to date
+//! on each allocation and free whose stack is known, so that what was live at a moment (a
+//! device's peak, an out-of-memory, a timeline tick) can be read without walking the allocations.
+//!
+//! Counters are atomics in chunks of [`CHUNK`] stacks, made on first use per device (a device
+//! that no stack allocated on costs nothing). An allocation without a stack (capture off, or the
+//! stack table full) is counted under no stack: [`NO_STACK`].
+//!
+//! Cost on the allocation path: two relaxed atomic adds (threads allocating from one stack share
+//! its cache line). Reading ([`snapshot`]) walks the chunks made so far.
+
+use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering::Relaxed};
+
+use super::NONE;
+use super::counters::DEVICES;
+
+const CHUNK_BITS: usize = 10;
+/// Stacks per chunk.
+pub const CHUNK: usize = 1 << CHUNK_BITS;
+/// Stacks that can be counted: the stack table's capacity, plus one slot for [`NO_STACK`].
+const SLOTS: usize = crate::stack::MAX_STACKS + CHUNK;
+const CHUNKS: usize = SLOTS / CHUNK;
+/// Where allocations without a stack are counted.
+pub const NO_STACK: usize = crate::stack::MAX_STACKS;
+
+#[derive(Default)]
+struct Cell {
+    bytes: AtomicI64,
+    allocations: AtomicI64,
+}
+
+type Chunk = [Cell; CHUNK];
+
+/// Per device, the chunks of counters.
+struct Device {
+    chunks: [AtomicPtr<Chunk>; CHUNKS],
+}
+
+static DEVICES_: [Device; DEVICES] = [const {
+    Device {
+        chunks: [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS],
+    }
+}; DEVICES];
+
+fn slot(device: i32) -> usize {
+    (device.max(0) as usize).min(DEVICES - 1)
+}
+
+fn index(stack: u32) -> usize {
+    if stack == NONE || stack as usize >= NO_STACK {
+        NO_STACK
+    } else {
+        stack as usize
+    }
+}
+
+/// The cell of `index` on device slot `d`, making its chunk on first use.
+#[inline]
+fn cell(d: usize, index: usize) -> &'static Cell {
+    let slot = &DEVICES_[d].chunks[index >> CHUNK_BITS];
+    let mut p = slot.load(std::sync::atomic::Ordering::Acquire);
+    if p.is_null() {
+        let fresh = Box::into_raw(Box::new(std::array::from_fn::<Cell, CHUNK, _>(|_| {
+            Cell::default()
+        })));
+        match slot.compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+        ) {
+            Ok(_) => p = fresh,
+            Err(existing) => {
+                // SAFETY: fresh was never published; it is ours to free.
+                drop(unsafe { Box::from_raw(fresh) });
+                p = existing;
+            }
+        }
+    }
+    // SAFETY: published chunks are leaked boxes, never freed (a forked child zeroes them).
+    unsafe { &(*p)[index & (CHUNK - 1)] }
+}
+
+/// Counts `bytes` more (or, negative, fewer) live on `device` from `stack`, and one allocation
+/// more or fewer (`allocations`: +1 or -1).
+#[inline]
+pub fn add(stack: u32, device: i32, bytes: i64, allocations: i64) {
+    let c = cell(slot(device), index(stack));
+    c.bytes.fetch_add(bytes, Relaxed);
+    c.allocations.fetch_add(allocations, Relaxed);
+}
+
+/// What is live on `device` by stack now, most bytes first: `(stack or NONE, bytes,
+/// allocations)`, stacks with nothing live left out.
+pub fn snapshot(device: i32) -> Vec<(u32, u64, u64)> {
+    let d = &DEVICES_[slot(device)];
+    let mut out = Vec::new();
+    for (k, c) in d.chunks.iter().enumerate() {
+        let p = c.load(std::sync::atomic::Ordering::Acquire);
+        if p.is_null() {
+            continue;
+        }
+        // SAFETY: as in `cell`.
+        let chunk = unsafe { &*p };
+        for (j, cell) in chunk.iter().enumerate() {
+            let bytes = cell.bytes.load(Relaxed);
+            if bytes > 0 {
+                let i = k * CHUNK + j;
+                let id = if i >= NO_STACK { NONE } else { i as u32 };
+                out.push((
+                    id,
+                    bytes as u64,
+                    cell.allocations.load(Relaxed).max(0) as u64,
+                ));
+            }
+        }
+    }
+    out.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    out
+}
+
+/// In the child of a fork: nothing is live (the parent's allocations are not the child's).
+pub fn reset_after_fork() {
+    for d in &DEVICES_ {
+        for c in &d.chunks {
+            let p = c.load(std::sync::atomic::Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: as in `cell`; only this thread runs in the child.
+                for cell in unsafe { &*p }.iter() {
+                    cell.bytes.store(0, Relaxed);
+                    cell.allocations.store(0, Relaxed);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_by_stack_and_device() {
+        // Device slot 15 (the last) is used by no other test of this process.
+        add(3, 15, 100, 1);
+        add(3, 15, 50, 1);
+        add(NONE, 15, 7, 1);
+        add(3, 14, 1, 1);
+        add(3, 15, -50, -1);
+        let s = snapshot(15);
+        assert!(s.contains(&(3, 100, 1)), "{s:?}");
+        assert!(s.contains(&(NONE, 7, 1)), "{s:?}");
+        assert_eq!(s[0].0, 3, "most bytes first");
+        add(3, 15, -100, -1);
+        add(NONE, 15, -7, -1);
+        assert!(snapshot(15).is_empty());
+    }
+}

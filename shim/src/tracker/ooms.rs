@@ -1,0 +1,100 @@
+//! Allocations refused for lack of memory, and what held the memory at that moment: the
+//! report's `ooms`.
+//!
+//! The first [`MAX_OOMS`] refusals are recorded in full (what was live by stack, the device's
+//! free and total memory, the pool); later ones are only counted, so a storm of refusals costs
+//! a counter each and the report stays small. The hooks gather what goes into a record
+//! ([`crate::hooks`]); this module keeps them.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::driver::Entry;
+use crate::process::global::lock;
+
+/// The most refusals recorded in full.
+pub const MAX_OOMS: usize = 16;
+/// The most stacks a record lists (those holding the most).
+pub const MAX_STACKS: usize = 64;
+
+/// Who refused the allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusedBy {
+    /// The driver (or the pool, because the driver gave it no more memory).
+    Driver,
+    /// The pool's `CUGUARD_POOL_LIMIT`.
+    PoolLimit,
+}
+
+/// The pool on the device when the allocation was refused.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolState {
+    pub reserved_bytes: u64,
+    pub free_bytes: u64,
+    pub largest_free_block: u64,
+}
+
+/// One refusal.
+#[derive(Clone, Debug)]
+pub struct Oom {
+    pub seq: u64,
+    pub time_ms: u64,
+    pub thread: u32,
+    pub api: Entry,
+    pub size: u64,
+    pub device: i32,
+    /// Stack id or `NONE`.
+    pub stack: u32,
+    pub refused_by: RefusedBy,
+    pub message: Option<String>,
+    /// The device's (free, total) memory then, if it could be asked.
+    pub device_memory: Option<(u64, u64)>,
+    /// The program's live device bytes on the device then.
+    pub live_bytes: u64,
+    /// `(stack or NONE, bytes, allocations)`, most bytes first.
+    pub stacks: Vec<(u32, u64, u64)>,
+    pub pool: Option<PoolState>,
+}
+
+/// The records.
+pub struct Ooms {
+    list: Mutex<Vec<Oom>>,
+    /// Refusals seen, recorded or not.
+    seen: AtomicU64,
+}
+
+impl Ooms {
+    pub(super) fn new() -> Ooms {
+        Ooms {
+            list: Mutex::new(Vec::new()),
+            seen: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts a refusal; returns its number (1 for the first), which says whether it is to be
+    /// recorded in full (see [`Ooms::wants`]).
+    pub fn count(&self) -> u64 {
+        self.seen.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Whether refusal number `n` is recorded in full.
+    pub fn wants(n: u64) -> bool {
+        n <= MAX_OOMS as u64
+    }
+
+    /// Keeps a record.
+    pub fn push(&self, oom: Oom) {
+        let mut list = lock(&self.list);
+        if list.len() < MAX_OOMS {
+            list.push(oom);
+        }
+    }
+
+    /// The records, and how many refusals were not recorded.
+    pub fn snapshot(&self) -> (Vec<Oom>, u64) {
+        let list = lock(&self.list).clone();
+        let seen = self.seen.load(Ordering::Relaxed);
+        let dropped = seen.saturating_sub(list.len() as u64);
+        (list, dropped)
+    }
+}
