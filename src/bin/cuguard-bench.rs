@@ -119,6 +119,7 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
         created_ms: None,
         destroyed_ms: None,
         stack: None,
+        overhead_bytes: None,
     });
     let api: Arc<str> = "cuMemAlloc_v2".into();
     let mut total = 0u64;

@@ -71,18 +71,57 @@ impl Ctx {
     }
 }
 
-thread_local! {
-    /// The calling thread's context stack; the last element is current.
-    static STACK: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+/// A thread's context stack: a fixed array, so that it has no destructor and stays usable while
+/// the process exits (glibc runs thread-local destructors before `atexit` handlers, which may
+/// still use the driver, as the real driver allows).
+#[derive(Clone, Copy)]
+struct CtxStack {
+    len: usize,
+    items: [usize; CtxStack::MAX],
 }
 
-/// Runs `f` on the calling thread's context stack (an empty one while the thread is exiting).
-fn with_stack<R>(f: impl FnOnce(&mut Vec<usize>) -> R) -> R {
+impl CtxStack {
+    /// The deepest stack kept; a push beyond it drops the bottom.
+    const MAX: usize = 64;
+
+    const fn new() -> CtxStack {
+        CtxStack {
+            len: 0,
+            items: [0; CtxStack::MAX],
+        }
+    }
+
+    fn last(&self) -> Option<&usize> {
+        self.len.checked_sub(1).map(|i| &self.items[i])
+    }
+
+    fn push(&mut self, h: usize) {
+        if self.len == Self::MAX {
+            self.items.copy_within(1.., 0);
+            self.len -= 1;
+        }
+        self.items[self.len] = h;
+        self.len += 1;
+    }
+
+    fn pop(&mut self) -> Option<usize> {
+        self.len = self.len.checked_sub(1)?;
+        Some(self.items[self.len])
+    }
+}
+
+thread_local! {
+    /// The calling thread's context stack; the last element is current.
+    static STACK: RefCell<CtxStack> = const { RefCell::new(CtxStack::new()) };
+}
+
+/// Runs `f` on the calling thread's context stack.
+fn with_stack<R>(f: impl FnOnce(&mut CtxStack) -> R) -> R {
     let mut f = Some(f);
     let r = STACK.try_with(|s| (f.take().expect("called once"))(&mut s.borrow_mut()));
     match r {
         Ok(r) => r,
-        Err(_) => (f.take().expect("not called"))(&mut Vec::new()),
+        Err(_) => (f.take().expect("not called"))(&mut CtxStack::new()),
     }
 }
 

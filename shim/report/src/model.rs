@@ -193,6 +193,10 @@ pub struct Context {
     pub destroyed_ms: Option<u64>,
     /// The stack that created it.
     pub stack: Option<u64>,
+    /// Device memory creating it took (in use just after, less just before, as NVML says),
+    /// when it could be measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead_bytes: Option<u64>,
 }
 
 /// `leaks[]`: an allocation still owned by the program, or lost with its context.

@@ -111,6 +111,7 @@ fn full_report(reason: Reason) -> Report {
         created_ms: Some(3),
         destroyed_ms: Some(90),
         stack: Some(1),
+        overhead_bytes: Some(500 << 20),
     }];
     let states = LeakState::KNOWN;
     r.leaks = (0..Memory::KNOWN.len().max(states.len()))

@@ -5,6 +5,7 @@
 //!   names an entry; [`real`] gives the real driver's entries, typed.
 //! - [`submit_rows`]: the table's generated rows (entries that submit device work).
 //! - [`loader`]: the real `dlsym`, the driver library, and the resolved addresses.
+//! - [`nvml`]: NVML, for device memory in use without a context and this process's usage.
 //!
 //! The shim never calls its own exports: every call it makes to the driver goes through
 //! [`real`], whose pointers come from the real `dlsym` on the driver's own handle. Nothing here
@@ -13,6 +14,7 @@
 #[macro_use]
 mod submit_rows;
 pub mod loader;
+pub mod nvml;
 pub mod table;
 
 pub(crate) use submit_rows::submit_rows;

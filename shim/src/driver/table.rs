@@ -116,6 +116,8 @@ macro_rules! for_each_entry {
             pass [cuDeviceGetName] fn(name: *mut c_char, len: c_int, dev: CUdevice);
             pass [cuDeviceTotalMem_v2] fn(bytes: *mut usize, dev: CUdevice);
             pass [cuDevicePrimaryCtxGetState] fn(dev: CUdevice, flags: *mut u32, active: *mut c_int);
+            pass [cuDeviceGetUuid] fn(uuid: *mut c_void, dev: CUdevice);
+            pass [cuDeviceGetUuid_v2] fn(uuid: *mut c_void, dev: CUdevice);
             pass [cuEventCreate] fn(event: *mut *mut c_void, flags: u32);
             pass [cuEventRecord] fn(event: *mut c_void, stream: *mut c_void);
             pass [cuEventQuery] fn(event: *mut c_void);

@@ -14,7 +14,22 @@ use crate::ffi::*;
 use crate::guard::shield;
 use crate::tracker::events::Kind;
 
-fn created(result: CUresult, pctx: *mut CUcontext, device: CUdevice, primary: bool) {
+/// Device memory in use on `device` before a context is made there, to measure what making it
+/// took (NVML; `None` without it, or when nothing is tracked).
+fn in_use_before(device: CUdevice) -> Option<u64> {
+    if !crate::phase::tracking() {
+        return None;
+    }
+    shield(None, || crate::driver::nvml::device_used(device))
+}
+
+fn created(
+    result: CUresult,
+    pctx: *mut CUcontext,
+    device: CUdevice,
+    primary: bool,
+    before: Option<u64>,
+) {
     if result != CUDA_SUCCESS || pctx.is_null() {
         return;
     }
@@ -24,8 +39,16 @@ fn created(result: CUresult, pctx: *mut CUcontext, device: CUdevice, primary: bo
     // SAFETY: the call succeeded, so pctx was valid and written.
     let handle = unsafe { *pctx } as u64;
     shield((), || {
+        let known = t.contexts.lookup(handle).is_some();
         t.contexts
             .register(handle, device, primary, crate::tracker::capture_stack());
+        if !known
+            && let Some(before) = before
+            && let Some(after) = crate::driver::nvml::device_used(device)
+        {
+            t.contexts
+                .set_overhead(handle, after.saturating_sub(before));
+        }
     });
 }
 
@@ -86,9 +109,10 @@ pub unsafe fn cuCtxCreate(
     flags: u32,
     dev: CUdevice,
 ) -> CUresult {
+    let before = in_use_before(dev);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(pctx, flags, dev) };
-    created(r, pctx, dev, false);
+    created(r, pctx, dev, false, before);
     r
 }
 
@@ -105,9 +129,10 @@ pub unsafe fn cuCtxCreate_v3(
     flags: u32,
     dev: CUdevice,
 ) -> CUresult {
+    let before = in_use_before(dev);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(pctx, params, num_params, flags, dev) };
-    created(r, pctx, dev, false);
+    created(r, pctx, dev, false, before);
     r
 }
 
@@ -123,9 +148,10 @@ pub unsafe fn cuCtxCreate_v4(
     flags: u32,
     dev: CUdevice,
 ) -> CUresult {
+    let before = in_use_before(dev);
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(pctx, params, flags, dev) };
-    created(r, pctx, dev, false);
+    created(r, pctx, dev, false, before);
     r
 }
 
@@ -152,9 +178,15 @@ pub unsafe fn cuDevicePrimaryCtxRetain(
     pctx: *mut CUcontext,
     dev: CUdevice,
 ) -> CUresult {
+    // Only the first retain makes the primary context.
+    let before = if primary_handle(dev).is_none() {
+        in_use_before(dev)
+    } else {
+        None
+    };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(pctx, dev) };
-    created(r, pctx, dev, true);
+    created(r, pctx, dev, true, before);
     r
 }
 

@@ -17,6 +17,7 @@
 
 pub mod emergency;
 pub mod file;
+mod reconcile;
 pub mod stacks;
 pub mod timeline;
 
@@ -255,6 +256,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
             created_ms: Some(c.created_ms),
             destroyed_ms: c.destroyed_ms,
             stack: id(c.stack).map(u64::from),
+            overhead_bytes: c.overhead_bytes,
         })
         .collect();
     let mut apis: HashMap<&'static str, Arc<str>> = HashMap::new();
@@ -374,6 +376,19 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
         })
         .collect();
     r.ooms_dropped = (ooms_dropped > 0).then_some(ooms_dropped);
+    let kinds: HashMap<&str, &str> = r
+        .owners
+        .iter()
+        .map(|o| (o.id.as_str(), o.kind.as_str()))
+        .collect();
+    let mut rec_devices: Vec<i32> = contexts.iter().map(|c| c.device).collect();
+    rec_devices.sort_unstable();
+    rec_devices.dedup();
+    r.reconciliation = rec_devices
+        .into_iter()
+        .filter(|d| *d >= 0)
+        .map(|d| reconcile::device(d, &r.leaks, &kinds, &contexts))
+        .collect();
 
     r.stats.devices = t
         .stats

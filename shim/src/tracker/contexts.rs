@@ -25,6 +25,9 @@ pub struct ContextInfo {
     pub destroyed_ms: Option<u64>,
     /// Stack id of its creation, or [`NONE`].
     pub stack: u32,
+    /// Device memory its creation took (device memory in use just after, less just before, as
+    /// NVML says), when it could be measured.
+    pub overhead_bytes: Option<u64>,
 }
 
 /// A device the program used.
@@ -82,6 +85,7 @@ impl Contexts {
                 created_ms: crate::process::clock::since_start_ms(),
                 destroyed_ms: None,
                 stack,
+                overhead_bytes: None,
             });
             inner.by_handle.insert(handle, id as usize);
             new_device = !inner.devices.iter().any(|d| d.ordinal == device);
@@ -91,6 +95,14 @@ impl Contexts {
             self.note_device(device);
         }
         id
+    }
+
+    /// Records what creating the live incarnation of `handle` took.
+    pub fn set_overhead(&self, handle: u64, bytes: u64) {
+        let mut inner = lock(&self.inner);
+        if let Some(&i) = inner.by_handle.get(&handle) {
+            inner.list[i].overhead_bytes = Some(bytes);
+        }
     }
 
     /// The id and device of the live incarnation of `handle`.
