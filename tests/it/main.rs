@@ -1,6 +1,7 @@
 //! Integration tests: real processes, run under `LD_PRELOAD=libcuguard.so` against the simulated
 //! driver in `harness/simcuda`. All of them build into this one test binary.
 
+mod attribution;
 mod cli;
 mod cli_check;
 mod cli_merge;
