@@ -285,3 +285,49 @@ fn reconciliation_splits_what_the_device_uses() {
     );
     assert_eq!(rec["unexplained_bytes"], 0, "{rec}");
 }
+
+/// A bad setting is said once, by the process that uses CUDA, not by every process the program
+/// runs (here a shell running helpers before the program); bad owner and site rules too, and
+/// the defaults apply.
+#[test]
+fn a_bad_setting_is_said_once() {
+    let dir = scratch_dir("attr-bad-setting");
+    let report = dir.join("r.%p.json");
+    let program = crate::support::rust_program("cudarc_leaks");
+    let mut cmd = shim_command(Path::new("/bin/sh"), &report);
+    cmd.arg("-c")
+        .arg(format!(
+            "true; ls / > /dev/null; true; {}",
+            program.display()
+        ))
+        .env("CUGUARD_POOL_INITIAL", "bogus")
+        .env(
+            "CUGUARD_OWNERS",
+            "mypool=framework_cache:function:my_pool_*, nonsense",
+        )
+        .env("CUGUARD_QUIET", "1");
+    let out = run(&mut cmd, true);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("cuguard:"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(
+        lines[0].contains("CUGUARD_POOL_INITIAL: \"bogus\""),
+        "{stderr}"
+    );
+    assert!(lines[1].starts_with("cuguard: CUGUARD_OWNERS:"), "{stderr}");
+    // One report (the program's), whose sites and owners follow the built-in rules.
+    let reports: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert_eq!(reports.len(), 1);
+    let r = read_report(&reports[0].path());
+    assert!(
+        r["leaks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["owner"] == "program")
+    );
+    assert_eq!(r["faults"].as_array().unwrap().len(), 2, "{}", r["faults"]);
+}

@@ -264,10 +264,21 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         snapshot_signal,
         signals,
     };
-    for p in &config.problems {
+    config
+}
+
+/// Says each problem met while reading the settings, on stderr, once per process. Called at the
+/// shim's first use in the process, not when the library loads: a program runs many processes
+/// that never touch CUDA (a shell, `pyenv`'s wrappers, compilers), and a bad setting is worth one
+/// line, from the process it matters to.
+pub fn warn_problems_once() {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    for p in &get().problems {
         crate::process::diag::warn(p);
     }
-    config
 }
 
 #[cfg(test)]

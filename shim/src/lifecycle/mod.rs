@@ -55,6 +55,8 @@ pub fn first_use() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         crate::guard::install_panic_hook();
+        crate::config::warn_problems_once();
+        crate::report::stacks::read_settings();
         // SAFETY: after_fork_child is a plain extern "C" fn without arguments; registering has no
         // other effect.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };

@@ -282,11 +282,20 @@ fn base_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// The report-time settings, read at first use.
+/// Reads the report-time settings now (at the shim's first use in the process), so that a bad
+/// `CUGUARD_PLUMBING`, `CUGUARD_OWNERS` or `CUGUARD_SYMBOLIZE_SECS` gets its one line on stderr
+/// then rather than when the report is written.
+pub fn read_settings() {
+    settings();
+}
+
+/// The report-time settings, read at first use; each problem is said once on stderr and kept
+/// for the report's faults.
 fn settings() -> &'static Settings {
     SETTINGS.get_or_init(|| {
         let s = Settings::from_env(|k| std::env::var(k).ok());
         for p in &s.problems {
+            crate::process::diag::warn(p);
             crate::process::faults::record(p.clone());
         }
         if let Some(why) = python::declined() {
