@@ -96,6 +96,12 @@ def all_configs(shim, out_path, only=None, rounds=2):
         "RMM PoolMemoryResource, bare": (["rmm", "pool"], {}),
         "RMM CudaAsyncMemoryResource, bare": (["rmm", "async"], {}),
     }
+    base_shim = os.path.join(os.path.dirname(shim), "baseline", "libcuguard.so")
+    if os.path.exists(base_shim):
+        # Another build (say the one before a change) beside this one, each in its own process.
+        resnet_cfgs["torch caching allocator, cuguard stacks on"] = {**det, **quiet, "LD_PRELOAD": shim}
+        resnet_cfgs["torch caching allocator, baseline cuguard stacks on"] = {**det, **quiet, "LD_PRELOAD": base_shim}
+        resnet_cfgs["no caching, baseline cuguard pool, stacks on"] = {**nocache, **quiet, "LD_PRELOAD": base_shim, "CUGUARD_POOL": "1", "CUGUARD_STACK_DEPTH": "32"}
     if only == "resnet":
         rmm_cfgs = {}
     results = {k: [] for k in list(resnet_cfgs) + list(rmm_cfgs)}
@@ -130,6 +136,10 @@ def all_configs(shim, out_path, only=None, rounds=2):
     print(f"| resnet18 step, cuguard pool (stacks off) / torch caching allocator | {ratio('no caching, cuguard pool, stacks off', 'torch caching allocator'):.2f} |")
     print(f"| resnet18 step, cuguard pool stacks on / stacks off | {ratio('no caching, cuguard pool, stacks on', 'no caching, cuguard pool, stacks off'):.3f} |")
     print(f"| resnet18 step, no caching bare / cuguard pool | {ratio('no caching, bare driver', 'no caching, cuguard pool, stacks off'):.2f} |")
+    if os.path.exists(base_shim):
+        print(f"| resnet18 step, caching on, cuguard stacks on: this build / baseline | {ratio('torch caching allocator, cuguard stacks on', 'torch caching allocator, baseline cuguard stacks on'):.3f} |")
+        print(f"| resnet18 step, no caching, cuguard pool stacks on: this build / baseline | {ratio('no caching, cuguard pool, stacks on', 'no caching, baseline cuguard pool, stacks on'):.3f} |")
+        print(f"| resnet18 step, caching on: cuguard stacks on / bare | {ratio('torch caching allocator, cuguard stacks on', 'torch caching allocator'):.3f} |")
     print(f"| RMM 1 MiB DeviceBuffer, default+cuguard pool / RMM pool resource | {ratio('RMM default (cudaMalloc), cuguard pool', 'RMM PoolMemoryResource, bare'):.2f} |")
     json.dump({"medians": med, "losses_equal": same, "losses": losses}, open(out_path, "w"))
 

@@ -1,0 +1,136 @@
+"""Attribution on the real GPU (issue 10): programs whose reports must name the right line.
+
+Usage: python3 attribution.py CASE     (run it under libcuguard.so; CASE: see CASES below)
+
+Each case prints one JSON line last: what it did, and the lines (`marks`) its report must name,
+found by the comment markers below so that editing this file cannot make them stale.
+`attribution_check.py` reads the reports these runs leave and runs `cuguard` on them.
+
+- torch_train_cached: a small convolutional network trained with PyTorch's caching allocator on,
+  the normal case; it leaks nothing, so `cuguard check` must pass and the cache must read as
+  PyTorch's;
+- torch_train_growth: the same training, caching off, that appends a tensor to a list at every
+  step (the list dies when training returns, so it is no leak at exit: only growth shows it);
+- torch_train_autograd: the same training, caching off, keeping its gradients alive: tensors the
+  autograd engine's thread made, where no Python frame exists;
+- torch_oom: PyTorch asks for more than `CUGUARD_POOL_LIMIT` allows: one line is out of memory;
+- cudf_loop: the seed's loop, `cudf.DataFrame({'a': range(1_000_000)})` a hundred times.
+"""
+
+import json
+import os
+import sys
+
+MiB = 1 << 20
+HERE = os.path.abspath(__file__)
+
+
+def mark(tag):
+    """The line of this file that carries `# mark: TAG`."""
+    for n, line in enumerate(open(HERE), 1):
+        if line.rstrip().endswith("# mark: " + tag):
+            return n
+    raise KeyError(tag)
+
+
+def net():
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 64, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 10),
+    ).cuda()
+
+
+def train(steps, keep_every_step=False, keep_grads=False):
+    import torch
+
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    history = []
+    losses = []
+    for step in range(steps):
+        x = torch.randn(64, 3, 64, 64, device="cuda")
+        y = torch.randint(0, 10, (64,), device="cuda")
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.item()))
+        if keep_every_step:
+            history.append(torch.empty(MiB // 4, device="cuda"))  # mark: grows
+    torch.cuda.synchronize()
+    grads = [p.grad for p in model.parameters()] if keep_grads else []
+    return losses, len(history), grads
+
+
+def case_torch_train_cached():
+    import torch
+
+    losses, _, _ = train(40)
+    return {"steps": len(losses), "loss": losses[-1], "reserved": torch.cuda.memory_reserved()}
+
+
+def case_torch_train_growth():
+    losses, kept, _ = train(40, keep_every_step=True)
+    return {"steps": len(losses), "kept": kept, "kept_bytes": kept * MiB, "marks": {"grows": mark("grows")}}
+
+
+KEPT = []
+
+
+def case_torch_train_autograd():
+    losses, _, grads = train(5, keep_grads=True)
+    KEPT.extend(grads)
+    # Python frees module globals at shutdown; these must still be live when the shim reports.
+    import ctypes
+
+    for g in grads:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(g))
+    return {"steps": len(losses), "grads": len(grads), "grad_bytes": sum(g.numel() * 4 for g in grads)}
+
+
+def case_torch_oom():
+    import torch
+
+    limit = os.environ.get("CUGUARD_POOL_LIMIT", "")
+    x = torch.empty(64 * MiB, device="cuda")  # 256 MiB that fits
+    try:
+        y = torch.empty(1024 * MiB, device="cuda")  # mark: oom
+        got = "no error"
+        del y
+    except torch.OutOfMemoryError as e:
+        got = type(e).__name__
+    del x
+    return {"limit": limit, "error": got, "asked": 4096 * MiB, "marks": {"oom": mark("oom")}}
+
+
+def case_cudf_loop():
+    import cudf
+
+    for _ in range(100):
+        df = cudf.DataFrame({"a": range(1_000_000)})  # mark: loop
+    return {"rows": len(df), "marks": {"loop": mark("loop")}}
+
+
+CASES = {
+    "torch_train_cached": case_torch_train_cached,
+    "torch_train_growth": case_torch_train_growth,
+    "torch_train_autograd": case_torch_train_autograd,
+    "torch_oom": case_torch_oom,
+    "cudf_loop": case_cudf_loop,
+}
+
+
+if __name__ == "__main__":
+    name = sys.argv[1]
+    out = CASES[name]()
+    out["case"] = name
+    out["file"] = HERE
+    print(json.dumps(out), flush=True)
