@@ -4,11 +4,13 @@
 #
 # Run from the repository root on the GPU machine, after `scripts/gpu/stage.sh` has put the
 # release build in .gpu/ here (and ../shared/gpu/fetch-wheels.sh the RMM wheels in .whl/):
-#   bash scripts/gpu/check.sh [compat] [bench] [e2e] [owners]     (default: compat bench e2e)
+#   bash scripts/gpu/check.sh [compat] [bench] [e2e] [owners] [attribution]   (default: compat bench e2e)
 # Narrower runs: CASES="planted torch" (compat cases), E2E=resnet-only, BENCH_ROUNDS=N,
 # BENCH_ARGS="--tests pair,threads --variants pool,pool+stacks". With .gpu/baseline/libcuguard.so
 # (another build, say the one before a change), the bench runs it side by side (--baseline).
 # owners: frameworks' own memory recorded under the shim (scripts/gpu/owners.py), and Ctrl-C.
+# attribution: the reports name the right line and owner (attribution.py, judged by
+# attribution_check.py with the cuguard command); cuDF's loop when cuDF is importable.
 # Writes the table to $OUT/compat.md (or ./gpu-out/) and logs next to it.
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -109,7 +111,33 @@ PY
   (cd $B && tar czf "$OUT/owners.tgz" owners-*)
 fi
 
+if [[ " $what " == *" attribution "* ]]; then
+  A=$B/attr
+  mkdir -p $A
+  declare -A ACMD=(
+    [torch_train_cached]="python3 scripts/gpu/attribution.py torch_train_cached"
+    [torch_train_growth]="env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/attribution.py torch_train_growth"
+    [torch_train_autograd]="env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/attribution.py torch_train_autograd"
+    [torch_oom]="env CUGUARD_POOL=1 CUGUARD_POOL_LIMIT=1GiB python3 scripts/gpu/attribution.py torch_oom"
+    [cupy_pool]="python3 scripts/gpu/owners.py cupy_pool"
+    [rmm_pool]="python3 scripts/gpu/owners.py rmm_pool"
+    [jax_bfc]="python3 scripts/gpu/owners.py jax_bfc"
+  )
+  python3 -c "import cudf" > $A/cudf-import.txt 2>&1 && ACMD[cudf_loop]="python3 scripts/gpu/attribution.py cudf_loop"
+  for case in ${ATTR_CASES:-"${!ACMD[@]}"}; do
+    CUGUARD_REPORT=$A/$case.json LD_PRELOAD=$S timeout 300 ${ACMD[$case]} > $A/$case.out 2> $A/$case.err
+    echo $? > $A/$case.rc
+  done
+  # Ctrl-C without the shim: the exit status Python itself gives (to set beside the shim's).
+  timeout 120 python3 scripts/gpu/owners.py torch_sigint > $A/bare-sigint.out 2> $A/bare-sigint.err
+  echo "bare python+torch SIGINT exit: $?" > "$OUT/bare-sigint.txt"
+  python3 scripts/gpu/attribution_check.py $A "$PWD/.gpu/cuguard" > "$OUT/attribution.md"
+  echo "attribution exit: $?"
+  (cd $A && tar czf "$OUT/attribution.tgz" --exclude='*.html' .)
+fi
+
 cat "$OUT/compat.md" 2>/dev/null | head -40
 cat "$OUT/bench.md" 2>/dev/null
 cat "$OUT/e2e.md" 2>/dev/null
 cat "$OUT/owners.md" 2>/dev/null
+cat "$OUT/attribution.md" "$OUT/bare-sigint.txt" 2>/dev/null
