@@ -33,8 +33,10 @@ pub mod diff;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod growth;
 pub mod input;
 pub mod merge;
+pub mod owners;
 pub mod report;
 pub mod sites;
 pub mod style;
