@@ -295,7 +295,13 @@ mod tests {
         // Sampled at random moments: either the temporary is live (64 MiB) or it is not.
         let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
         let v: Vec<u64> = (0..200)
-            .map(|_| if noise.next() % 2 == 0 { 64 * MIB } else { 0 })
+            .map(|_| {
+                if noise.next().is_multiple_of(2) {
+                    64 * MIB
+                } else {
+                    0
+                }
+            })
             .collect();
         assert_eq!(grows(&v), None);
         // Live at nearly every sample.

@@ -41,8 +41,8 @@ fn any_leak_fails_by_default() {
 #[test]
 fn limits_allow_some_leaks() {
     let limits = Limits {
-        max_leaked_bytes: 16 << 20,
-        max_leaks: 5,
+        max_leaked_bytes: Some(16 << 20),
+        max_leaks: Some(5),
         ..Limits::default()
     };
     let v = verdict(&["leaks-two-contexts.json"], "", None, limits);
@@ -140,8 +140,8 @@ fn baseline_passes_the_same_run_and_fails_growth() {
 #[test]
 fn incomplete_reports_fail_only_when_required() {
     let loose = Limits {
-        max_leaked_bytes: u64::MAX,
-        max_leaks: u64::MAX,
+        max_leaked_bytes: Some(u64::MAX),
+        max_leaks: Some(u64::MAX),
         ..Limits::default()
     };
     assert!(verdict(&["incomplete.json"], "", None, loose.clone()).passed);
