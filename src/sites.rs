@@ -326,7 +326,8 @@ pub const MAX_CHAIN: usize = 8;
 /// A stack's frames for people, in the mixed order (see [`mixed_order`]), innermost first:
 /// without the driver's, allocators' and interpreter's frames (the built-in rules' never-site
 /// tier), each `name (file:line)` (C++ names without parameters), at most [`MAX_CHAIN`] and
-/// then `…`. Empty when the stack has no mixed order.
+/// then `…`. Empty when the stack has no mixed order, or when one frame is left (the site
+/// alone says as much).
 pub fn chain(stack: &Stack) -> Vec<String> {
     let Some(order) = mixed_order(stack) else {
         return Vec::new();
@@ -362,6 +363,9 @@ pub fn chain(stack: &Stack) -> Vec<String> {
             Some(loc) => format!("{name} ({loc})"),
             None => name,
         });
+    }
+    if out.len() < 2 {
+        out.clear();
     }
     out
 }
@@ -529,5 +533,174 @@ mod tests {
             site_of_stack(&native).key,
             "leak_in_static_function (planted_leaks.cu:29)"
         );
+    }
+
+    fn named(module: &str, function: &str, file: Option<&str>, line: Option<u32>) -> Frame {
+        Frame {
+            file: file.map(Into::into),
+            line,
+            ..frame(module, Some(function))
+        }
+    }
+
+    fn site(in_: &str, index: usize, kind: Option<&str>) -> Option<crate::report::StackSite> {
+        Some(crate::report::StackSite {
+            in_: in_.into(),
+            index,
+            fingerprint: "f".into(),
+            kind: kind.map(Into::into),
+        })
+    }
+
+    #[test]
+    fn a_label_prints_the_location_once_and_says_what_the_site_is() {
+        let user = Stack {
+            id: 1,
+            frames: vec![
+                frame("/x/libcuguard.so", Some("cuMemAllocAsync")),
+                named(
+                    "/opt/app/cudarc_leaks",
+                    "cudarc_leaks::main",
+                    Some("/src/cudarc_leaks.rs"),
+                    Some(25),
+                ),
+            ],
+            python: vec![],
+            site: site("frames", 1, None),
+            owner: None,
+            mixed: Vec::new(),
+        };
+        let s = site_of_stack(&user);
+        assert_eq!(s.key, "cudarc_leaks::main (cudarc_leaks.rs:25)");
+        assert_eq!(s.label(), "cudarc_leaks::main (cudarc_leaks.rs:25)");
+        assert_eq!(
+            s.kind,
+            Some(SiteKind::User),
+            "older reports: the user's frame"
+        );
+
+        let torch = "/venv/torch/lib/libtorch_cpu.so";
+        let autograd = Stack {
+            id: 2,
+            frames: vec![
+                frame("/x/libcuguard.so", Some("cuMemAlloc_v2")),
+                named(
+                    torch,
+                    "torch::autograd::generated::AddmmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)",
+                    Some("torch/csrc/autograd/generated/Functions.cpp"),
+                    Some(1520),
+                ),
+                named(
+                    torch,
+                    "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)",
+                    None,
+                    None,
+                ),
+            ],
+            python: vec![],
+            site: site("frames", 1, Some("operation")),
+            owner: None,
+            mixed: Vec::new(),
+        };
+        let s = site_of_stack(&autograd);
+        assert_eq!(
+            s.label(),
+            "on the autograd thread: AddmmBackward0::apply (Functions.cpp:1520)"
+        );
+        assert!(
+            s.key
+                .starts_with("torch::autograd::generated::AddmmBackward0::apply(")
+        );
+        let elsewhere = Stack {
+            frames: autograd.frames[..2].to_vec(),
+            ..autograd.clone()
+        };
+        assert_eq!(
+            site_of_stack(&elsewhere).label(),
+            "operation: AddmmBackward0::apply (Functions.cpp:1520)"
+        );
+        let fallback = Stack {
+            site: site("frames", 1, Some("fallback")),
+            ..elsewhere
+        };
+        assert_eq!(
+            site_of_stack(&fallback).label(),
+            "framework: AddmmBackward0::apply (Functions.cpp:1520)"
+        );
+        // A kind from the future is shown plainly.
+        let future = Stack {
+            site: site("frames", 1, Some("psychic")),
+            ..fallback
+        };
+        assert_eq!(site_of_stack(&future).kind, None);
+        assert!(
+            site_of_stack(&future)
+                .label()
+                .starts_with("torch::autograd::generated::")
+        );
+    }
+
+    fn python_stack(mixed: Vec<crate::report::MixedRef>, entries: [Option<bool>; 2]) -> Stack {
+        let py = "/usr/bin/python3.12";
+        let pyframe = |function: &str, line, entry| crate::report::PyFrame {
+            file: "/work/train.py".into(),
+            line: Some(line),
+            function: function.into(),
+            entry,
+        };
+        Stack {
+            id: 7,
+            frames: vec![
+                frame("/x/libcuguard.so", Some("cuMemAlloc_v2")),
+                frame("/venv/torch/lib/libcudart.so.13", Some("cudaMalloc")),
+                named(
+                    "/venv/torch/lib/libtorch_cuda.so",
+                    "at::native::empty_cuda(c10::ArrayRef<long>)",
+                    None,
+                    None,
+                ),
+                frame(py, Some("_PyEval_EvalFrameDefault")),
+                frame(py, Some("Py_RunMain")),
+                frame("/lib/libc.so.6", Some("__libc_start_call_main")),
+            ],
+            python: vec![
+                pyframe("step", 7, entries[0]),
+                pyframe("<module>", 12, entries[1]),
+            ],
+            site: site("python", 0, Some("user")),
+            owner: None,
+            mixed,
+        }
+    }
+
+    #[test]
+    fn chains_read_like_py_spy_native() {
+        let want = [
+            "at::native::empty_cuda",
+            "step (train.py:7)",
+            "<module> (train.py:12)",
+        ];
+        // From entry marks.
+        let stack = python_stack(Vec::new(), [Some(false), Some(true)]);
+        assert_eq!(chain(&stack), want);
+        // From the report's own mixed order.
+        let m = |native, python| crate::report::MixedRef { native, python };
+        let stack = python_stack(
+            vec![
+                m(Some(0), None),
+                m(Some(1), None),
+                m(Some(2), None),
+                m(None, Some(0)),
+                m(None, Some(1)),
+                m(Some(5), None),
+                m(Some(99), None),
+            ],
+            [None, None],
+        );
+        assert_eq!(chain(&stack), want, "bad indices are skipped");
+        // Neither: no mixed order, no chain.
+        let stack = python_stack(Vec::new(), [None, None]);
+        assert_eq!(mixed_order(&stack), None);
+        assert!(chain(&stack).is_empty());
     }
 }

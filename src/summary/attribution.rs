@@ -117,6 +117,28 @@ pub struct ReconciliationSummary {
     pub unexplained_bytes: Option<i64>,
 }
 
+impl ReconciliationSummary {
+    /// The explained parts for people, in order: `program`, the framework caches (by
+    /// [`ReconciliationSummary::framework_cache_label`]), `CUDA libraries`, `driver and
+    /// runtime`, `pool idle`, `contexts`; the program's always, the others when not zero.
+    pub fn parts(&self) -> Vec<(String, u64)> {
+        let e = &self.explained;
+        let mut parts = vec![("program".to_string(), e.program_bytes)];
+        for (label, value) in [
+            (self.framework_cache_label.clone(), e.framework_cache_bytes),
+            ("CUDA libraries".to_string(), e.library_bytes),
+            ("driver and runtime".to_string(), e.driver_bytes),
+            ("pool idle".to_string(), e.pool_idle_bytes),
+            ("contexts".to_string(), e.context_overhead_bytes),
+        ] {
+            if value > 0 {
+                parts.push((label, value));
+            }
+        }
+        parts
+    }
+}
+
 /// Live bytes of `stacks` by (site, owner), most first, cut to `top`; their total count; and
 /// by owner.
 fn by_site_and_owner(

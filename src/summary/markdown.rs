@@ -303,7 +303,6 @@ fn sections(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
         writeln!(out, "#### Device memory")?;
         writeln!(out)?;
         for r in &p.reconciliation {
-            let e = &r.explained;
             let used = r.used_bytes.map_or("unknown".to_string(), bytes);
             let unexplained = r.unexplained_bytes.map_or("unknown".to_string(), |u| {
                 if u < 0 {
@@ -312,17 +311,16 @@ fn sections(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
                     bytes(u.unsigned_abs())
                 }
             });
+            let parts: Vec<String> = r
+                .parts()
+                .into_iter()
+                .map(|(label, value)| format!("{} {}", cell(&label), bytes(value)))
+                .collect();
             writeln!(
                 out,
-                "- device {}: used {used}: program {}, {} {}, CUDA libraries {}, driver and runtime {}, pool idle {}, contexts {}, unexplained {unexplained}",
+                "- device {}: used {used}: {}, unexplained {unexplained}",
                 r.device,
-                bytes(e.program_bytes),
-                cell(&r.framework_cache_label),
-                bytes(e.framework_cache_bytes),
-                bytes(e.library_bytes),
-                bytes(e.driver_bytes),
-                bytes(e.pool_idle_bytes),
-                bytes(e.context_overhead_bytes),
+                parts.join(", ")
             )?;
             if r.used_by == Some("device") {
                 let note = r

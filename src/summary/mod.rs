@@ -250,6 +250,9 @@ pub struct LeakLine {
     pub site: String,
     /// Who holds it: owner id.
     pub owner: String,
+    /// The site for people: its label (see [`crate::sites::Site::label`]) where the shim chose
+    /// the site, else its key (as `site`).
+    pub label: String,
 }
 
 /// How many events of one kind.
@@ -398,6 +401,14 @@ impl ReportSummary {
                     seq: l.seq,
                     state: l.state.to_string(),
                     site: index.site(l.stack).key.clone(),
+                    label: {
+                        let site = index.site(l.stack);
+                        if site.kind.is_some() {
+                            site.label()
+                        } else {
+                            site.key.clone()
+                        }
+                    },
                     owner: {
                         let o = owners.of_leak(l);
                         owners.owner(o).id.clone()

@@ -277,7 +277,7 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
                 format!("dev {}", l.device),
                 ctx,
                 format!("thread {}", l.thread),
-                format!("{} {state}", one_line(&l.site)),
+                format!("{} {state}", one_line(&l.label)),
             ]);
         }
         out.write_all(t.render("  ").as_bytes())?;
@@ -577,19 +577,11 @@ fn growing_section(out: &mut dyn Write, growing: &[GrowingSite], style: Style) -
 /// (then the second line says so, with the report's note). Parts that are zero are left out,
 /// except the program's and the unexplained.
 fn reconciliation_entry(out: &mut dyn Write, r: &ReconciliationSummary) -> io::Result<()> {
-    let e = &r.explained;
-    let mut parts = vec![format!("program {}", bytes(e.program_bytes))];
-    for (label, value) in [
-        (one_line(&r.framework_cache_label), e.framework_cache_bytes),
-        ("CUDA libraries".to_string(), e.library_bytes),
-        ("driver and runtime".to_string(), e.driver_bytes),
-        ("pool idle".to_string(), e.pool_idle_bytes),
-        ("contexts".to_string(), e.context_overhead_bytes),
-    ] {
-        if value > 0 {
-            parts.push(format!("{label} {}", bytes(value)));
-        }
-    }
+    let mut parts: Vec<String> = r
+        .parts()
+        .into_iter()
+        .map(|(label, value)| format!("{} {}", one_line(&label), bytes(value)))
+        .collect();
     if let Some(u) = r.unexplained_bytes {
         parts.push(format!(
             "unexplained {}",
