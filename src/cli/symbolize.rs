@@ -2,9 +2,10 @@
 //! (the process exited before its symbols could be read, ran out of the symbolization time, or ran
 //! where the binaries' debug information was not), and recompute what depends on the names: each
 //! stack's mixed native and Python order (`stacks[].mixed`), its site and the site's kind
-//! (`stacks[].site`), its owner (`stacks[].owner`), each leak's owner (`leaks[].owner`), and the
-//! owners the report describes (`owners[]`), with the built-in rules of `cuguard_symbolize::rules`
-//! plus `--plumbing` and `--owner-rule`.
+//! (`stacks[].site`), its owner (`stacks[].owner`; for the memory kind its leaks share), each
+//! leak's owner where the report has one (`leaks[].owner`; without them readers take the
+//! stack's), and the owners the report describes (`owners[]`), with the built-in rules of
+//! `cuguard_symbolize::rules` plus `--plumbing` and `--owner-rule`.
 //!
 //! It reads the binaries named in the report's frames (checking their build-id against the
 //! report's `modules`, so a rebuilt binary is never trusted), plus separate debug files under
@@ -216,8 +217,8 @@ pub fn symbolize_report(report: &mut Value, symbolizer: &mut Symbolizer, plumbin
     set_leak_owners(report, &owners, rules);
 }
 
-/// Writes each leak's owner (leaks with a stack), and describes every owner the stacks and leaks
-/// name in `owners[]` (keeping the descriptions already there).
+/// Rewrites the owner of each leak that has one (and a stack), and describes every owner the
+/// stacks and leaks name in `owners[]` (keeping the descriptions already there).
 fn set_leak_owners(report: &mut Value, owners: &HashMap<(u64, String), String>, rules: &Rules) {
     let mut named: Vec<String> = Vec::new();
     if let Some(leaks) = report.get_mut("leaks").and_then(Value::as_array_mut) {
@@ -229,8 +230,9 @@ fn set_leak_owners(report: &mut Value, owners: &HashMap<(u64, String), String>, 
                 (Some(stack), Some(memory)) => (stack, memory.to_string()),
                 _ => continue,
             };
-            if let (Some(owner), Some(obj)) = (owners.get(&key), leak.as_object_mut()) {
-                obj.insert("owner".into(), Value::String(owner.clone()));
+            // Only where the report has leaks' owners: without them, readers take the stack's.
+            if let (Some(owner), Some(slot)) = (owners.get(&key), leak.get_mut("owner")) {
+                *slot = Value::String(owner.clone());
                 if !named.contains(owner) {
                     named.push(owner.clone());
                 }
@@ -349,7 +351,8 @@ mod tests {
     use super::*;
 
     /// The attribution fixture's stacks are named already: stripped of what depends on the
-    /// names, symbolizing gives back the site kinds, owners and mixed orders it holds.
+    /// names (leaks' owners made stale), symbolizing gives back the site kinds, owners and mixed
+    /// orders it holds.
     #[test]
     fn recomputes_site_kinds_owners_and_mixed_orders() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -363,7 +366,7 @@ mod tests {
             s.remove("mixed");
         }
         for leak in got["leaks"].as_array_mut().unwrap() {
-            leak.as_object_mut().unwrap().remove("owner");
+            leak["owner"] = Value::from("stale");
         }
         got.as_object_mut().unwrap().remove("owners");
         let mut symbolizer = Symbolizer::new(None);

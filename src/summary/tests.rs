@@ -173,12 +173,12 @@ fn owners_peaks_growth_and_reconciliation() {
         [
             ("pytorch_caching_allocator", 22 << 20, 2),
             ("cublas", 4 << 20, 1),
-            ("program", 1 << 20, 1)
+            ("program", (1 << 20) + (512 << 10), 2)
         ]
     );
     // All reports: the other report's leaks are all the program's.
     let program = s.owners.iter().find(|o| o.owner == "program").unwrap();
-    assert_eq!(program.bytes, (1 << 20) + 15_729_152);
+    assert_eq!(program.bytes, (1 << 20) + (512 << 10) + 15_729_152);
     assert_eq!(s.processes[1].owners.len(), 1);
 
     assert_eq!(p.ooms.len(), 1);
@@ -239,9 +239,19 @@ fn sites_name_their_kind_and_their_mixed_stack() {
         [
             "forward (model.py:40)",
             "framework: at::cuda::getCurrentCUDABlasHandle (CublasHandlePool.cpp:120)",
-            "on the autograd thread: AddmmBackward0::apply (Functions.cpp:1520)"
+            "on the autograd thread: AddmmBackward0::apply (Functions.cpp:1520)",
+            "cache_embeddings (train.py:25)"
         ]
     );
+    assert_eq!(
+        p.sites[3].stack,
+        [
+            "at::native::empty_cuda (EmptyTensor.cpp:51)",
+            "cache_embeddings (train.py:25)",
+            "<module> (train.py:30)"
+        ]
+    );
+    assert!(p.sites[0].stack.is_empty(), "one frame left: no chain");
     assert_eq!(
         p.growing[0].stack,
         [
