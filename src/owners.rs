@@ -15,6 +15,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use cuguard_symbolize::site::SiteFrame;
+
 use crate::report::{Leak, Report, Stack};
 use crate::sites::{builtin_rules, python_site_frame, site_frame};
 
@@ -98,8 +100,10 @@ pub struct OwnerIndex<'r> {
     ids: HashMap<String, usize>,
     /// The owner a stack records.
     recorded: HashMap<u64, usize>,
-    /// What the rules said, by stack and memory kind.
-    computed: HashMap<(u64, Option<&'r str>), usize>,
+    /// Each stack's owner by memory kind, as found (recorded or ruled).
+    resolved: HashMap<(u64, Option<&'r str>), usize>,
+    /// The index of the program's owner.
+    program: usize,
 }
 
 impl<'r> OwnerIndex<'r> {
@@ -110,7 +114,8 @@ impl<'r> OwnerIndex<'r> {
             owners: Vec::new(),
             ids: HashMap::new(),
             recorded: HashMap::new(),
-            computed: HashMap::new(),
+            resolved: HashMap::new(),
+            program: 0,
         };
         for o in &report.owners {
             if index.ids.contains_key(&o.id) {
@@ -131,7 +136,7 @@ impl<'r> OwnerIndex<'r> {
                 index.recorded.insert(stack.id, i);
             }
         }
-        index.of_id(PROGRAM);
+        index.program = index.of_id(PROGRAM);
         index
     }
 
@@ -175,7 +180,7 @@ impl<'r> OwnerIndex<'r> {
 
     /// The index of the program's owner.
     pub fn program(&self) -> usize {
-        self.ids[PROGRAM]
+        self.program
     }
 
     /// Who holds a leak.
@@ -190,17 +195,16 @@ impl<'r> OwnerIndex<'r> {
     /// memory is `Some("device")`).
     pub fn of_stack(&mut self, stack: Option<u64>, memory: Option<&'r str>) -> usize {
         let Some(id) = stack else {
-            return self.program();
+            return self.program;
         };
-        if let Some(&i) = self.recorded.get(&id) {
+        if let Some(&i) = self.resolved.get(&(id, memory)) {
             return i;
         }
-        if let Some(&i) = self.computed.get(&(id, memory)) {
-            return i;
-        }
-        let i = match self.stacks.get(&id).copied() {
-            None => self.program(),
-            Some(stack) => {
+        let recorded = self.recorded.get(&id).copied();
+        let i = match (recorded, self.stacks.get(&id).copied()) {
+            (Some(i), _) => i,
+            (None, None) => self.program,
+            (None, Some(stack)) => {
                 let frames: Vec<_> = match crate::sites::mixed_order(stack) {
                     Some(order) => order
                         .into_iter()
@@ -220,13 +224,92 @@ impl<'r> OwnerIndex<'r> {
                         .chain(stack.python.iter().map(python_site_frame))
                         .collect(),
                 };
-                let id = builtin_rules().owner(&frames, memory).id.clone();
+                let id = ruled_owner(&frames, memory);
                 self.of_id(&id)
             }
         };
-        self.computed.insert((id, memory), i);
+        self.resolved.insert((id, memory), i);
         i
     }
+}
+
+/// One frame as the owner rules read it: module, function, file.
+type FrameKey = (Box<str>, Option<Box<str>>, Option<Box<str>>);
+
+/// A stack's frames, the memory kind, and the owner id the rules gave them.
+type RuledEntry = (Vec<FrameKey>, Option<Box<str>>, String);
+
+/// What the rules said of stacks, by their frames and memory kind, for every report this
+/// process reads: the reports of one program (its ranks, its test cases) share their stacks, and
+/// reading a stack against every rule costs more than reading a report. At most
+/// [`MAX_RULED`] entries.
+#[derive(Default)]
+struct Ruled {
+    by_hash: HashMap<u64, Vec<RuledEntry>>,
+    entries: usize,
+}
+
+/// The most stacks [`Ruled`] keeps.
+const MAX_RULED: usize = 1 << 16;
+
+static RULED: std::sync::Mutex<Option<Ruled>> = std::sync::Mutex::new(None);
+
+fn content_hash(frames: &[SiteFrame<'_>], memory: Option<&str>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    memory.hash(&mut h);
+    for f in frames {
+        (f.module, f.function, f.file).hash(&mut h);
+    }
+    h.finish()
+}
+
+fn same_frames(key: &[FrameKey], frames: &[SiteFrame<'_>]) -> bool {
+    key.len() == frames.len()
+        && key.iter().zip(frames).all(|((m, func, file), f)| {
+            **m == *f.module && func.as_deref() == f.function && file.as_deref() == f.file
+        })
+}
+
+/// The id of the owner the built-in rules give `frames` (in call order) and `memory`,
+/// remembered across reports (see [`Ruled`]).
+fn ruled_owner(frames: &[SiteFrame<'_>], memory: Option<&str>) -> String {
+    let hash = content_hash(frames, memory);
+    let lock = || {
+        RULED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    if let Some(ruled) = lock().as_ref()
+        && let Some(bucket) = ruled.by_hash.get(&hash)
+        && let Some((_, _, id)) = bucket
+            .iter()
+            .find(|(key, m, _)| m.as_deref() == memory && same_frames(key, frames))
+    {
+        return id.clone();
+    }
+    let id = builtin_rules().owner(frames, memory).id.clone();
+    let mut guard = lock();
+    let ruled = guard.get_or_insert_with(Ruled::default);
+    if ruled.entries < MAX_RULED {
+        let key = frames
+            .iter()
+            .map(|f| {
+                (
+                    f.module.into(),
+                    f.function.map(Into::into),
+                    f.file.map(Into::into),
+                )
+            })
+            .collect();
+        ruled
+            .by_hash
+            .entry(hash)
+            .or_default()
+            .push((key, memory.map(Into::into), id.clone()));
+        ruled.entries += 1;
+    }
+    id
 }
 
 /// Adds up `(owner, bytes, count)` by owner: most bytes first, then by id.

@@ -270,7 +270,8 @@ impl ReportSummary {
     pub fn new(source: &Source, report: &Report, top: usize) -> ReportSummary {
         let index = SiteIndex::new(report);
         let mut owners = OwnerIndex::new(report);
-        let mut leak_owners: Vec<(usize, u64, u64)> = Vec::with_capacity(report.leaks.len());
+        // Bytes and leaks by (stack, owner).
+        let mut by_stack: HashMap<(Option<u64>, usize), (u64, u64)> = HashMap::new();
         let mut devices: BTreeMap<u32, DeviceSummary> = BTreeMap::new();
         for d in &report.devices {
             devices.entry(d.ordinal).or_insert_with(|| DeviceSummary {
@@ -320,7 +321,6 @@ impl ReportSummary {
             c.leaked_bytes = c.leaked_bytes.saturating_add(leak.size);
             c.leaks += 1;
             let owner = owners.of_leak(leak);
-            leak_owners.push((owner, leak.size, 1));
             let site = index.site(leak.stack);
             let entry = sites.entry(site.key.clone()).or_insert_with(|| SiteAcc {
                 summary: SiteSummary {
@@ -343,10 +343,17 @@ impl ReportSummary {
             entry.summary.leaked_bytes = entry.summary.leaked_bytes.saturating_add(leak.size);
             entry.summary.leaks += 1;
             entry.apis.insert(&leak.api);
-            let o = entry.owners.entry(owner).or_default();
-            *o = o.saturating_add(leak.size);
-            let st = entry.stacks.entry(leak.stack).or_default();
-            *st = st.saturating_add(leak.size);
+            let b = by_stack.entry((leak.stack, owner)).or_default();
+            *b = (b.0.saturating_add(leak.size), b.1 + 1);
+        }
+        // Bytes by owner and by stack at each site, from the bytes by (stack, owner).
+        for (&(stack, owner), &(b, _)) in &by_stack {
+            if let Some(acc) = sites.get_mut(&index.site(stack).key) {
+                let o = acc.owners.entry(owner).or_default();
+                *o = o.saturating_add(b);
+                let st = acc.stacks.entry(stack).or_default();
+                *st = st.saturating_add(b);
+            }
         }
         let mut sites: Vec<(SiteSummary, Option<Option<u64>>)> = sites
             .into_values()
@@ -416,7 +423,12 @@ impl ReportSummary {
                 }
             })
             .collect();
-        let held = by_owner(&owners, leak_owners);
+        let held = by_owner(
+            &owners,
+            by_stack
+                .iter()
+                .map(|(&(_, owner), &(bytes, leaks))| (owner, bytes, leaks)),
+        );
         let ooms = attribution::ooms(report, &index, &mut owners, top);
         let peaks = attribution::peaks(report, &index, &mut owners, top);
         let mut growing =
