@@ -17,13 +17,18 @@
 //!   at least 0.6. Sorting by time and by value must mostly agree: a list that gains a buffer
 //!   per iteration gives τ near 1; a temporary allocated and freed in every iteration of a loop
 //!   sampled at random moments (0 or its size), noise, a sawtooth that keeps going back down,
-//!   and a rise followed by a long plateau (set-up, then steady work) give τ well below.
+//!   and a rise followed by a long plateau (set-up, then steady work) give τ well below. Where
+//!   the line falls: a steady rise over the first half of the window and then held is growth
+//!   (τ ≈ 0.86), over its first tenth and then held is not (τ ≈ 0.42).
 //!
 //! How much it grew is the rise (bytes from the low to the maximum) and over what time is the
 //! rise's (from the low's sample to the maximum's).
 //!
 //! [`growing_sites`] adds up the series of the stacks that share a site (all devices) and runs
-//! the criterion on each site's sum.
+//! the criterion on each site's sum. The shim keeps at most 256 sample times and 128 series; a
+//! report with more (hand-made or hostile) is read within bounds: the first [`MAX_SERIES`]
+//! series, and at most [`MAX_TIMES`] sample times, evenly spread over the run when there are
+//! more (the criterion's cost is quadratic in the samples).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -32,6 +37,11 @@ use serde::Serialize;
 use crate::owners::OwnerIndex;
 use crate::report::Report;
 use crate::sites::{SiteIndex, SiteKind};
+
+/// The most series [`growing_sites`] reads.
+pub const MAX_SERIES: usize = 1024;
+/// The most sample times [`growing_sites`] reads.
+pub const MAX_TIMES: usize = 1024;
 
 /// The thresholds of the growth criterion (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -185,7 +195,16 @@ pub fn growing_sites(
     let Some(samples) = &report.stack_samples else {
         return Vec::new();
     };
-    let times = &samples.times_ms;
+    // The sample times read: all of them, or MAX_TIMES spread evenly (first and last kept).
+    let all = samples.times_ms.len();
+    let picks: Vec<usize> = if all <= MAX_TIMES {
+        (0..all).collect()
+    } else {
+        (0..MAX_TIMES)
+            .map(|i| i * (all - 1) / (MAX_TIMES - 1))
+            .collect()
+    };
+    let times: Vec<u64> = picks.iter().map(|&i| samples.times_ms[i]).collect();
     let n = times.len();
     if n == 0 {
         return Vec::new();
@@ -197,7 +216,7 @@ pub fn growing_sites(
         largest: (Option<u64>, u64),
     }
     let mut by_site: HashMap<String, Acc> = HashMap::new();
-    for series in &samples.series {
+    for series in samples.series.iter().take(MAX_SERIES) {
         let owner = owners.of_stack(series.stack, Some("device"));
         if !include(owners.owner(owner)) {
             continue;
@@ -208,11 +227,14 @@ pub fn growing_sites(
             devices: BTreeSet::new(),
             largest: (series.stack, 0),
         });
-        for (s, b) in acc.sum.iter_mut().zip(&series.bytes) {
-            *s = s.saturating_add(*b);
+        let bytes = |k: usize| series.bytes.get(picks[k]).copied().unwrap_or(0);
+        let mut top = 0;
+        for (k, s) in acc.sum.iter_mut().enumerate() {
+            let b = bytes(k);
+            *s = s.saturating_add(b);
+            top = top.max(b);
         }
         acc.devices.insert(series.device);
-        let top = series.bytes.iter().take(n).copied().max().unwrap_or(0);
         if top > acc.largest.1 {
             acc.largest = (series.stack, top);
         }
@@ -220,7 +242,7 @@ pub fn growing_sites(
     let mut out: Vec<GrowingSite> = by_site
         .into_values()
         .filter_map(|acc| {
-            let g = growth(times, &acc.sum, criterion)?;
+            let g = growth(&times, &acc.sum, criterion)?;
             let stack = acc.largest.0;
             let site = sites.site(stack);
             let owner = owners.of_stack(stack, Some("device"));
@@ -404,5 +426,101 @@ mod tests {
         assert_eq!(kendall_tau_b(&[]), 0.0);
         let t = kendall_tau_b(&[1, 1, 2, 2]);
         assert!((t - (4.0 / (6.0f64 * 4.0).sqrt())).abs() < 1e-12, "{t}");
+    }
+
+    fn report_with(times: Vec<u64>, series: Vec<(u64, Vec<u64>)>) -> Report {
+        let process = crate::report::Process {
+            pid: 1,
+            ppid: 0,
+            exe: "/x".into(),
+            argv: vec![],
+            hostname: "h".into(),
+            rank: None,
+            start_unix_ms: 0,
+            end_unix_ms: 0,
+        };
+        let mut r = Report::new(true, crate::report::Reason::Exit, process);
+        let frame = |function: &str, line| crate::report::Frame {
+            ip: crate::report::Addr(1),
+            module: "/opt/app/train".into(),
+            offset: crate::report::Addr(1),
+            function: Some(function.into()),
+            file: Some("/src/train.c".into()),
+            line: Some(line),
+            inlined: None,
+        };
+        for (id, _) in &series {
+            // Stacks 1 and 2 share a site (same function and line); 3 is elsewhere.
+            let (function, line) = if *id < 3 { ("keep", 10) } else { ("other", 20) };
+            r.stacks.push(crate::report::Stack {
+                id: *id,
+                frames: vec![frame(function, line)],
+                python: vec![],
+                site: Some(crate::report::StackSite {
+                    in_: "frames".into(),
+                    index: 0,
+                    fingerprint: "f".into(),
+                    kind: Some("user".into()),
+                }),
+                owner: None,
+                mixed: vec![],
+            });
+        }
+        r.stack_samples = Some(crate::report::StackSamples {
+            interval_ms: 100,
+            times_ms: times,
+            series: series
+                .into_iter()
+                .map(|(id, bytes)| crate::report::StackSeries {
+                    stack: Some(id),
+                    device: 0,
+                    bytes,
+                })
+                .collect(),
+        });
+        r
+    }
+
+    fn sites_of(r: &Report) -> Vec<(String, u64)> {
+        let sites = SiteIndex::new(r);
+        let mut owners = OwnerIndex::new(r);
+        growing_sites(r, &sites, &mut owners, |_| true, &Criterion::default())
+            .into_iter()
+            .map(|g| (g.label, g.growth.grown_bytes))
+            .collect()
+    }
+
+    #[test]
+    fn the_stacks_of_a_site_are_added_up() {
+        // Stack 1 rises over the first half and holds; stack 2 rises over the second half; the
+        // site of both rose all along, by both. Stack 3, alone at its site, is stack 1 again.
+        let half: Vec<u64> = (0..50).map(|i| i * MIB).collect();
+        let a: Vec<u64> = half.iter().copied().chain(vec![49 * MIB; 50]).collect();
+        let b: Vec<u64> = vec![0; 50]
+            .into_iter()
+            .chain(half.iter().copied())
+            .collect();
+        let r = report_with(times(100), vec![(1, a.clone()), (2, b), (3, a)]);
+        assert_eq!(
+            sites_of(&r),
+            [
+                ("keep (train.c:10)".to_string(), 98 * MIB),
+                ("other (train.c:20)".to_string(), 49 * MIB)
+            ]
+        );
+    }
+
+    #[test]
+    fn oversized_samples_are_read_within_bounds() {
+        let n = 20_000;
+        let ramp: Vec<u64> = (0..n as u64).map(|i| i * 1024).collect();
+        let mut series = vec![(1, ramp)];
+        series.extend((4..3000).map(|id| (id, vec![MIB; 10])));
+        let r = report_with(times(n), series);
+        let started = std::time::Instant::now();
+        let got = sites_of(&r);
+        assert_eq!(got.len(), 1);
+        assert!(got[0].1 > 19_000 * 1024, "{got:?}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
     }
 }
