@@ -74,6 +74,9 @@ impl Format<Summary> for Markdown {
                 )?;
             }
         }
+        if summary.reports != 1 {
+            owners(out, &summary.owners)?;
+        }
         if !summary.events.is_empty() {
             writeln!(out)?;
             for e in &summary.events {
