@@ -712,3 +712,39 @@ fn cli_diff_shows_mixed_stacks_like_py_spy() {
         "  +1.0 MiB   +1 leak  on the autograd thread: AddmmBackward0::apply (Functions.cpp:1520)"
     ), "{text}");
 }
+
+#[test]
+fn cli_the_readme_demo_names_mains_line_once() {
+    // The README's demo, with default settings: cudarc_leaks on the simulated driver.
+    let dir = support::scratch_dir("cli-readme-demo");
+    let report = dir.join("demo.json");
+    support::run(
+        &mut support::shim_command(&support::rust_program("cudarc_leaks"), &report)
+            .env("CUGUARD_QUIET", "1"),
+        true,
+    );
+    let out = cuguard().arg("summary").arg(&report).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let src = std::fs::read_to_string(
+        support::artifacts()
+            .root
+            .join("harness/workloads/src/bin/cudarc_leaks.rs"),
+    )
+    .unwrap();
+    let line = src
+        .lines()
+        .position(|l| l.contains("stream.alloc_zeros::<f32>"))
+        .unwrap()
+        + 1;
+    let site = format!("cudarc_leaks::main (cudarc_leaks.rs:{line})");
+    let row = text
+        .lines()
+        .find(|l| l.contains("cuMemAllocAsync") && l.contains("2 leaks"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains(&site), "{row}\n{text}");
+    for l in text.lines().filter(|l| l.contains("cudarc_leaks.rs")) {
+        assert_eq!(l.matches("cudarc_leaks.rs").count(), 1, "{l}");
+        assert!(!l.contains("mod.rs"), "{l}");
+    }
+}
