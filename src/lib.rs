@@ -6,9 +6,15 @@
 //!
 //! - [`report`]: the report model (schema `"cuguard-report"` version 1) and its reader;
 //! - [`input`]: PATHs (files, directories, globs) to reports, read in parallel;
-//! - [`sites`]: the rule that charges a leak to a place in the program;
-//! - [`summary`]: per-process and overall summaries, with one module per output format;
-//! - [`check`]: the CI gate: suppressions, baselines, limits; its output formats;
+//! - [`sites`]: the rule that charges a leak to a place in the program, and how a site is
+//!   printed (its location once, its kind, its mixed native and Python stack);
+//! - [`owners`]: who holds each allocation (the program, a framework's cache, a library, the
+//!   driver), bytes by owner, and `check --owners`;
+//! - [`growth`]: which sites kept growing while the program ran (from `stack_samples`);
+//! - [`summary`]: per-process and overall summaries (with what each out-of-memory refusal saw,
+//!   what was live at each peak, what grew, and device memory explained), with one module per
+//!   output format;
+//! - [`check`]: the CI gate: suppressions, owners, baselines, limits, growth; its output formats;
 //! - [`merge`], [`diff`]: merged multi-process reports; the difference of two runs;
 //! - [`format`](mod@format): the trait every output format implements, and the registries
 //!   `--format` reads;
@@ -33,8 +39,10 @@ pub mod diff;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod growth;
 pub mod input;
 pub mod merge;
+pub mod owners;
 pub mod report;
 pub mod sites;
 pub mod style;

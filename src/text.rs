@@ -43,6 +43,20 @@ pub fn delta_bytes(n: i128) -> String {
     }
 }
 
+/// Milliseconds for people: `250 ms` below a second, `12.3 s` below an hour, `90.0 min` below
+/// a day, then `30.0 h`.
+pub fn millis(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 3_600_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else if ms < 86_400_000 {
+        format!("{:.1} min", ms as f64 / 60_000.0)
+    } else {
+        format!("{:.1} h", ms as f64 / 3_600_000.0)
+    }
+}
+
 /// `1 leak`, `2 leaks`.
 pub fn plural(n: u64, one: &str, many: &str) -> String {
     if n == 1 {
@@ -62,6 +76,13 @@ mod tests {
         assert_eq!(super::bytes(8 << 20), "8.0 MiB");
         assert_eq!(super::bytes(u64::MAX), "16.0 EiB");
         assert_eq!(super::delta_bytes(-2048), "-2.0 KiB");
+        assert_eq!(super::millis(250), "250 ms");
+        assert_eq!(super::millis(12_345), "12.3 s");
+        assert_eq!(super::millis(5_400_000), "90.0 min");
+        assert_eq!(
+            super::millis(u64::MAX),
+            format!("{:.1} h", u64::MAX as f64 / 3_600_000.0)
+        );
     }
 
     #[test]

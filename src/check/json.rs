@@ -12,22 +12,33 @@ use crate::format::{Format, Options};
 /// ```text
 /// passed              bool
 /// failures[]          why it fails, one line each (empty when it passes)
-/// limits              {max_leaked_bytes, max_leaks, fail_on_events ("none" | "all" | {"kinds": [...]}),
-///                      require_complete}
+/// limits              {max_leaked_bytes (int|null: not limited), max_leaks (int|null),
+///                      max_growth (int|null: growth not checked),
+///                      owners ("all" | {"program": [ids or kinds checked besides the program's]}),
+///                      fail_on_events ("none" | "all" | {"kinds": [...]}), require_complete}
 /// baseline            whether a baseline was used
 /// reports             process reports read
 /// incomplete[]        sources of incomplete reports
 /// leaked_bytes, leaks                 unsuppressed, all processes
 /// counted_bytes, counted_leaks        what counts against the limits (new or grown with a baseline)
 /// suppressed_bytes, suppressed_leaks, suppressed_events
+/// other_owners[]      {owner, kind, label, hint|null, bytes, count (leaks)}: unsuppressed leaks not
+///                     checked because of their owner, most bytes first
 /// sites[]             {site, location|null, status ("leak" | "new" | "grown" | "baselined"),
 ///                      leaked_bytes, leaks, baseline_bytes, baseline_leaks, counted_bytes,
-///                      counted_leaks, apis[], processes[] (at most 5 "exe[pid]"), process_count}
+///                      counted_leaks, apis[], processes[] (at most 5 "exe[pid]"), process_count,
+///                      label (the site for people, its location once),
+///                      kind ("user" | "operation" | "fallback" | null)}
 ///                     counting sites first, most counted bytes first
+/// growing[]           {process ("exe[pid]"), site, label, location|null, kind|null, owner,
+///                      owner_label, owner_kind, devices[], from_bytes, to_bytes, grown_bytes,
+///                      from_ms, to_ms, trend, increases, stack[], failing}: sites of checked
+///                     owners that grew (see cuguard::growth), failing first, most grown first
 /// events[]            {kind, site, count, baseline_count, counted, failing}: failing first
 /// suppressions[]      {file, line, rule, matched}: every rule; matched 0 = unused
 /// processes[]         {source, name, hostname, rank|null, complete, leaked_bytes, leaks, failed,
-///                      failing_sites[] [site, bytes, leaks], failing_events[] [kind, site, count]}
+///                      failing_sites[] [site, bytes, leaks], failing_events[] [kind, site, count],
+///                      failing_growth[] [site, grown bytes]}
 /// ```
 pub struct Json;
 

@@ -2,8 +2,8 @@
 //!
 //! One `<testsuite name="cuguard check">` with a test case per process (`classname`
 //! `cuguard.process`, name `exe[pid] (host, rank R)`) that fails when the process contributed to
-//! a failure (its leaks at counting sites, its failing events, or its incompleteness under
-//! `--require-complete`), and one case `cuguard.check` / `limits` that carries the overall
+//! a failure (its leaks at counting sites, its failing events, its sites that grew by more than
+//! `--max-growth`, or its incompleteness under `--require-complete`), and one case `cuguard.check` / `limits` that carries the overall
 //! verdict and its reasons.
 
 use std::io::{self, Write};
@@ -95,6 +95,9 @@ impl Format<Verdict> for Junit {
             }
             for (kind, site, n) in &p.failing_events {
                 lines.push(format!("{n} × {kind} at {site}"));
+            }
+            for (site, grown) in &p.failing_growth {
+                lines.push(format!("{site} grew by {}", bytes(*grown)));
             }
             if !p.complete {
                 lines.push("the report is incomplete".into());

@@ -2,13 +2,20 @@
 //! baseline when given, and decides pass or fail against the limits.
 //!
 //! The rule, in order:
-//! 1. every leak and event is charged to its site ([`crate::sites`]);
+//! 1. every leak and event is charged to its site ([`crate::sites`]), and every leak to its
+//!    owner ([`crate::owners`]);
 //! 2. leaks and events matched by a suppression ([`suppressions`]) are set aside and counted;
-//! 3. with a baseline, a site's leaks *count* only where the site is new, or has grown (more
+//! 3. leaks whose owner is not checked are set aside and counted by owner: by default only the
+//!    program's own leaks are checked (owners of kind `program`, and leaks without a known
+//!    owner); `--owners` adds owner ids or kinds, or `all` ([`OwnerFilter`]);
+//! 4. with a baseline, a site's leaks *count* only where the site is new, or has grown (more
 //!    bytes or more leaks than in the baseline; then only the growth counts); events likewise
 //!    per kind and site; without a baseline everything left counts;
-//! 4. the check fails when the counted bytes exceed `--max-leaked-bytes` or the counted leaks
-//!    exceed `--max-leaks` (both 0 unless given), when counted events of a failing kind remain
+//! 5. the check fails when the counted bytes exceed `--max-leaked-bytes` or the counted leaks
+//!    exceed `--max-leaks` (see [`Limits`]: with neither given both are 0, so any leak fails;
+//!    with one given the other is not limited), when a site of a checked owner grew by more
+//!    than `--max-growth` in one process ([`crate::growth`]; off unless given; baselines and
+//!    suppressions do not apply to growth), when counted events of a failing kind remain
 //!    (`--fail-on-events`, by default `double_free`, `invalid_free`, `free_in_wrong_context`),
 //!    or, with `--require-complete`, when a report is incomplete.
 //!
@@ -26,9 +33,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::Serialize;
 
 use crate::format::{Registry, Row};
+use crate::growth::{Criterion, GrowingSite, growing_sites};
 use crate::input::Source;
+use crate::owners::{OwnerFilter, OwnerIndex, OwnerShare};
 use crate::report::{Report, Stack};
-use crate::sites::SiteIndex;
+use crate::sites::{SiteIndex, SiteKind};
 use suppressions::Suppressions;
 
 /// The formats of `cuguard check --format`, the default first (see [`crate::format`]).
@@ -66,23 +75,50 @@ impl FailingEvents {
 }
 
 /// The limits of a check.
+///
+/// The two leak limits combine: the check fails when either measure is over its limit, and a
+/// measure without a limit (`None`) never fails it. [`Limits::leaks`] gives the command's
+/// defaults: with neither limit given both are 0 (any leak fails); with one given, the other
+/// measure is not limited.
 #[derive(Clone, Debug, Serialize)]
 pub struct Limits {
-    /// Counted bytes allowed.
-    pub max_leaked_bytes: u64,
-    /// Counted leaks allowed.
-    pub max_leaks: u64,
+    /// Counted bytes allowed; `None`: not limited.
+    pub max_leaked_bytes: Option<u64>,
+    /// Counted leaks allowed; `None`: not limited.
+    pub max_leaks: Option<u64>,
+    /// The most a site of a checked owner may grow in one process (bytes, see
+    /// [`crate::growth`]); `None`: growth is not checked.
+    pub max_growth: Option<u64>,
+    /// Whose leaks are checked.
+    pub owners: OwnerFilter,
     /// Event kinds that fail.
     pub fail_on_events: FailingEvents,
     /// Whether an incomplete report fails.
     pub require_complete: bool,
 }
 
+impl Limits {
+    /// The leak limits from what was given: neither, both 0 (any leak fails); one, that one
+    /// alone (the other measure is not limited); both, both.
+    pub fn leaks(
+        max_leaked_bytes: Option<u64>,
+        max_leaks: Option<u64>,
+    ) -> (Option<u64>, Option<u64>) {
+        match (max_leaked_bytes, max_leaks) {
+            (None, None) => (Some(0), Some(0)),
+            given => given,
+        }
+    }
+}
+
 impl Default for Limits {
+    /// Any leak of the program's fails; growth is not checked; the default failing events.
     fn default() -> Self {
         Limits {
-            max_leaked_bytes: 0,
-            max_leaks: 0,
+            max_leaked_bytes: Some(0),
+            max_leaks: Some(0),
+            max_growth: None,
+            owners: OwnerFilter::default(),
             fail_on_events: FailingEvents::Kinds(
                 DEFAULT_FAILING_EVENTS
                     .iter()
@@ -119,6 +155,10 @@ pub struct ProcessCheck {
     pub suppressed_events: u64,
     /// Matches per suppression rule, in rule order.
     pub rule_hits: Vec<u64>,
+    /// Unsuppressed leaks whose owner is not checked, by owner (`count`: leaks).
+    pub other_owners: Vec<OwnerShare>,
+    /// The sites of checked owners that grew (see [`crate::growth`]), most grown first.
+    pub growing: Vec<GrowingSite>,
 }
 
 /// Leaks at one site of one process.
@@ -132,12 +172,29 @@ pub struct SiteLeaks {
     pub leaks: u64,
     /// Driver entries.
     pub apis: BTreeSet<String>,
+    /// The site for people, its location once.
+    pub label: String,
+    /// What kind of frame it is, when the report says.
+    pub kind: Option<SiteKind>,
 }
 
 impl ProcessCheck {
-    /// Condenses a report, applying `suppressions`.
+    /// Condenses a report, applying `suppressions`, checking the program's own leaks.
     pub fn new(source: &Source, report: &Report, suppressions: &Suppressions) -> ProcessCheck {
+        ProcessCheck::with_owners(source, report, suppressions, &OwnerFilter::default())
+    }
+
+    /// Condenses a report, applying `suppressions`, checking the leaks of the owners `owners`
+    /// selects (the others are counted in `other_owners`).
+    pub fn with_owners(
+        source: &Source,
+        report: &Report,
+        suppressions: &Suppressions,
+        owners: &OwnerFilter,
+    ) -> ProcessCheck {
         let index = SiteIndex::new(report);
+        let mut owner_index = OwnerIndex::new(report);
+        let mut others: Vec<(usize, u64, u64)> = Vec::new();
         let stacks: HashMap<u64, &Stack> = if suppressions.is_empty() {
             HashMap::new()
         } else {
@@ -156,6 +213,8 @@ impl ProcessCheck {
             suppressed: (0, 0),
             suppressed_events: 0,
             rule_hits: vec![0; suppressions.rules().len()],
+            other_owners: Vec::new(),
+            growing: Vec::new(),
         };
         // Leaks sharing a stack, api and memory kind share a verdict: decide once per triple.
         let mut decided: HashMap<(Option<u64>, &str, &str), Option<usize>> = HashMap::new();
@@ -173,12 +232,19 @@ impl ProcessCheck {
                 check.suppressed.1 += 1;
                 continue;
             }
+            let owner = owner_index.of_leak(leak);
+            if !owners.includes(owner_index.owner(owner)) {
+                others.push((owner, leak.size, 1));
+                continue;
+            }
             let site = index.site(leak.stack);
             let entry = check
                 .sites
                 .entry(site.key.clone())
                 .or_insert_with(|| SiteLeaks {
                     location: site.location.clone(),
+                    label: site.label(),
+                    kind: site.kind,
                     ..SiteLeaks::default()
                 });
             entry.bytes = entry.bytes.saturating_add(leak.size);
@@ -199,6 +265,14 @@ impl ProcessCheck {
                 .entry((event.kind.to_string(), site))
                 .or_default() += 1;
         }
+        check.other_owners = crate::owners::by_owner(&owner_index, others);
+        check.growing = growing_sites(
+            report,
+            &index,
+            &mut owner_index,
+            |o| owners.includes(o),
+            &Criterion::default(),
+        );
         check
     }
 }
@@ -269,6 +343,22 @@ pub struct SiteVerdict {
     pub processes: Vec<String>,
     /// How many processes leaked there.
     pub process_count: u64,
+    /// The site for people, its location once.
+    pub label: String,
+    /// What kind of frame it is, when the report says.
+    pub kind: Option<SiteKind>,
+}
+
+/// A site that grew in one process.
+#[derive(Clone, Debug, Serialize)]
+pub struct GrowthVerdict {
+    /// The process (`exe[pid]`).
+    pub process: String,
+    /// The site and how it grew.
+    #[serde(flatten)]
+    pub growth: GrowingSite,
+    /// Whether it grew by more than `--max-growth`.
+    pub failing: bool,
 }
 
 /// Events of one kind at one site.
@@ -325,6 +415,8 @@ pub struct ProcessVerdict {
     pub failing_sites: Vec<(String, u64, u64)>,
     /// The failing events it had: (kind, site, count).
     pub failing_events: Vec<(String, String, u64)>,
+    /// The sites that grew by more than `--max-growth` in it: (site, grown bytes).
+    pub failing_growth: Vec<(String, u64)>,
 }
 
 /// The outcome of a check. Serialized as the `--format json` output (see [`json::Json`]).
@@ -356,8 +448,13 @@ pub struct Verdict {
     pub suppressed_leaks: u64,
     /// Suppressed events.
     pub suppressed_events: u64,
+    /// Unsuppressed leaks not checked because of their owner (see `limits.owners`), by owner,
+    /// all processes together (`count`: leaks).
+    pub other_owners: Vec<OwnerShare>,
     /// Sites: counting ones first (most counted bytes first), then the rest.
     pub sites: Vec<SiteVerdict>,
+    /// Sites of checked owners that grew, per process: failing ones first, then most grown.
+    pub growing: Vec<GrowthVerdict>,
     /// Unsuppressed events by kind and site: failing ones first.
     pub events: Vec<EventVerdict>,
     /// Every suppression rule with its matches.
@@ -376,6 +473,8 @@ impl Verdict {
     ) -> Verdict {
         struct Acc {
             location: Option<String>,
+            label: String,
+            kind: Option<SiteKind>,
             bytes: u64,
             leaks: u64,
             apis: BTreeSet<String>,
@@ -390,6 +489,8 @@ impl Verdict {
             for (key, s) in &p.sites {
                 let a = sites.entry(key).or_insert_with(|| Acc {
                     location: s.location.clone(),
+                    label: s.label.clone(),
+                    kind: s.kind,
                     bytes: 0,
                     leaks: 0,
                     apis: BTreeSet::new(),
@@ -448,6 +549,8 @@ impl Verdict {
                     apis: a.apis.into_iter().collect(),
                     processes: a.processes,
                     process_count: a.process_count,
+                    label: a.label,
+                    kind: a.kind,
                 }
             })
             .collect();
@@ -507,18 +610,54 @@ impl Verdict {
         } else {
             "leaks"
         };
-        if counted_bytes > limits.max_leaked_bytes {
+        let bytes_over = limits.max_leaked_bytes.is_some_and(|m| counted_bytes > m);
+        let leaks_over = limits.max_leaks.is_some_and(|m| counted_leaks > m);
+        if let (true, Some(max)) = (bytes_over, limits.max_leaked_bytes) {
             failures.push(format!(
-                "{} in {what} exceeds --max-leaked-bytes {}",
+                "{} in {what} exceeds --max-leaked-bytes {max}",
                 crate::text::bytes(counted_bytes),
-                limits.max_leaked_bytes
             ));
         }
-        if counted_leaks > limits.max_leaks {
-            failures.push(format!(
-                "{counted_leaks} {what} exceed --max-leaks {}",
-                limits.max_leaks
-            ));
+        if let (true, Some(max)) = (leaks_over, limits.max_leaks) {
+            failures.push(format!("{counted_leaks} {what} exceed --max-leaks {max}"));
+        }
+        let mut growing: Vec<GrowthVerdict> = processes
+            .iter()
+            .flat_map(|p| {
+                p.growing.iter().map(|g| GrowthVerdict {
+                    process: p.name.clone(),
+                    growth: g.clone(),
+                    failing: limits.max_growth.is_some_and(|m| g.growth.grown_bytes > m),
+                })
+            })
+            .collect();
+        growing.sort_by(|a, b| {
+            b.failing
+                .cmp(&a.failing)
+                .then(
+                    b.growth
+                        .growth
+                        .grown_bytes
+                        .cmp(&a.growth.growth.grown_bytes),
+                )
+                .then(a.process.cmp(&b.process))
+                .then(a.growth.site.cmp(&b.growth.site))
+        });
+        if let Some(max) = limits.max_growth {
+            for g in growing.iter().filter(|g| g.failing) {
+                failures.push(format!(
+                    "{} grew by {} over {} in {} (more than --max-growth {max})",
+                    g.growth.label,
+                    crate::text::bytes(g.growth.growth.grown_bytes),
+                    crate::text::millis(
+                        g.growth
+                            .growth
+                            .to_ms
+                            .saturating_sub(g.growth.growth.from_ms)
+                    ),
+                    g.process,
+                ));
+            }
         }
         let failing_events: BTreeMap<&str, u64> =
             event_verdicts
@@ -553,8 +692,7 @@ impl Verdict {
             .filter(|e| e.failing)
             .map(|e| ((e.kind.as_str(), e.site.as_str()), ()))
             .collect();
-        let leaks_fail =
-            counted_bytes > limits.max_leaked_bytes || counted_leaks > limits.max_leaks;
+        let leaks_fail = bytes_over || leaks_over;
         let process_verdicts = processes
             .iter()
             .map(|p| {
@@ -576,6 +714,15 @@ impl Verdict {
                     .map(|((k, s), n)| (k.clone(), s.clone(), *n))
                     .collect();
                 let incomplete_fails = limits.require_complete && !p.complete;
+                let failing_growth: Vec<(String, u64)> = match limits.max_growth {
+                    Some(max) => p
+                        .growing
+                        .iter()
+                        .filter(|g| g.growth.grown_bytes > max)
+                        .map(|g| (g.site.clone(), g.growth.grown_bytes))
+                        .collect(),
+                    None => Vec::new(),
+                };
                 ProcessVerdict {
                     source: p.source.clone(),
                     name: p.name.clone(),
@@ -590,9 +737,11 @@ impl Verdict {
                     leaks: p.sites.values().map(|s| s.leaks).sum(),
                     failed: !failing_sites.is_empty()
                         || !failing_events.is_empty()
+                        || !failing_growth.is_empty()
                         || incomplete_fails,
                     failing_sites,
                     failing_events,
+                    failing_growth,
                 }
             })
             .collect();
@@ -610,7 +759,13 @@ impl Verdict {
             suppressed_bytes,
             suppressed_leaks,
             suppressed_events,
+            other_owners: crate::owners::combine(
+                processes
+                    .iter()
+                    .flat_map(|p| p.other_owners.iter().cloned()),
+            ),
             sites: site_verdicts,
+            growing,
             events: event_verdicts,
             suppressions: suppressions
                 .rules()

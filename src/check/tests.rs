@@ -41,8 +41,8 @@ fn any_leak_fails_by_default() {
 #[test]
 fn limits_allow_some_leaks() {
     let limits = Limits {
-        max_leaked_bytes: 16 << 20,
-        max_leaks: 5,
+        max_leaked_bytes: Some(16 << 20),
+        max_leaks: Some(5),
         ..Limits::default()
     };
     let v = verdict(&["leaks-two-contexts.json"], "", None, limits);
@@ -140,8 +140,8 @@ fn baseline_passes_the_same_run_and_fails_growth() {
 #[test]
 fn incomplete_reports_fail_only_when_required() {
     let loose = Limits {
-        max_leaked_bytes: u64::MAX,
-        max_leaks: u64::MAX,
+        max_leaked_bytes: Some(u64::MAX),
+        max_leaks: Some(u64::MAX),
         ..Limits::default()
     };
     assert!(verdict(&["incomplete.json"], "", None, loose.clone()).passed);
@@ -197,4 +197,135 @@ fn generated_suppressions_suppress_everything_they_name() {
     );
     assert!(v.passed, "{:?}\n{text}", v.failures);
     assert_eq!(v.unused_suppressions().count(), 0);
+}
+
+fn verdict_with_owners(names: &[&str], owners: &str, limits: Limits) -> Verdict {
+    let s = Suppressions::default();
+    let filter = crate::owners::OwnerFilter::parse(owners).unwrap();
+    let files: Vec<PathBuf> = names.iter().map(|n| fixture(n)).collect();
+    let processes: Vec<ProcessCheck> = map_reports(&files, |src, r| {
+        ProcessCheck::with_owners(src, &r, &s, &filter)
+    })
+    .unwrap()
+    .into_iter()
+    .map(|(_, p)| p)
+    .collect();
+    Verdict::new(
+        &processes,
+        None,
+        &s,
+        Limits {
+            owners: filter,
+            ..limits
+        },
+    )
+}
+
+#[test]
+fn only_the_programs_own_leaks_count_by_default() {
+    let v = verdict(&["attribution.json"], "", None, Limits::default());
+    assert_eq!(
+        (v.counted_bytes, v.counted_leaks),
+        ((1 << 20) + (512 << 10), 2)
+    );
+    assert_eq!(
+        v.sites[0].label,
+        "on the autograd thread: AddmmBackward0::apply (Functions.cpp:1520)"
+    );
+    let others: Vec<(&str, u64, u64)> = v
+        .other_owners
+        .iter()
+        .map(|o| (o.owner.as_str(), o.bytes, o.count))
+        .collect();
+    assert_eq!(
+        others,
+        [
+            ("pytorch_caching_allocator", 22 << 20, 2),
+            ("cublas", 4 << 20, 1)
+        ]
+    );
+    // Widened by kind, by id, or to all.
+    let v = verdict_with_owners(&["attribution.json"], "framework_cache", Limits::default());
+    assert_eq!(v.counted_bytes, (23 << 20) + (512 << 10));
+    assert_eq!(v.other_owners.len(), 1);
+    let v = verdict_with_owners(&["attribution.json"], "cublas", Limits::default());
+    assert_eq!(v.counted_bytes, (5 << 20) + (512 << 10));
+    let v = verdict_with_owners(&["attribution.json"], "all", Limits::default());
+    assert_eq!(v.counted_bytes, (27 << 20) + (512 << 10));
+    assert!(v.other_owners.is_empty());
+    // Older reports without owners: every leak of these fixtures is the program's.
+    let v = verdict(&["leaks-two-contexts.json"], "", None, Limits::default());
+    assert!(v.other_owners.is_empty());
+}
+
+#[test]
+fn a_limit_on_one_measure_leaves_the_other_unlimited() {
+    assert_eq!(Limits::leaks(None, None), (Some(0), Some(0)));
+    assert_eq!(Limits::leaks(Some(100), None), (Some(100), None));
+    assert_eq!(Limits::leaks(None, Some(3)), (None, Some(3)));
+    assert_eq!(Limits::leaks(Some(1), Some(2)), (Some(1), Some(2)));
+    let limits = |(b, n)| Limits {
+        max_leaked_bytes: b,
+        max_leaks: n,
+        ..Limits::default()
+    };
+    // 5 leaks, 15.0 MiB.
+    let f = &["leaks-two-contexts.json"];
+    assert!(verdict(f, "", None, limits(Limits::leaks(Some(100_000_000), None))).passed);
+    assert!(verdict(f, "", None, limits(Limits::leaks(None, Some(5)))).passed);
+    let v = verdict(f, "", None, limits(Limits::leaks(Some(1 << 20), None)));
+    assert_eq!(
+        v.failures,
+        ["15.0 MiB in leaks exceeds --max-leaked-bytes 1048576"]
+    );
+    let v = verdict(
+        f,
+        "",
+        None,
+        limits(Limits::leaks(Some(100_000_000), Some(4))),
+    );
+    assert_eq!(v.failures, ["5 leaks exceed --max-leaks 4"]);
+}
+
+#[test]
+fn growth_fails_only_over_max_growth_and_names_the_site() {
+    let loose = Limits {
+        max_leaked_bytes: None,
+        max_leaks: None,
+        ..Limits::default()
+    };
+    let v = verdict(&["attribution.json"], "", None, loose.clone());
+    assert!(v.passed, "{:?}", v.failures);
+    assert_eq!(v.growing.len(), 1);
+    assert!(!v.growing[0].failing);
+    let v = verdict(
+        &["attribution.json"],
+        "",
+        None,
+        Limits {
+            max_growth: Some(100 << 20),
+            ..loose.clone()
+        },
+    );
+    assert!(!v.passed);
+    assert_eq!(
+        v.failures,
+        [
+            "append_batch (train.py:7) grew by 384.0 MiB over 6.0 s in python3.12[5150] (more than --max-growth 104857600)"
+        ]
+    );
+    assert_eq!(
+        v.processes[0].failing_growth,
+        [("append_batch (train.py:7)".to_string(), 384 << 20)]
+    );
+    let v = verdict(
+        &["attribution.json"],
+        "",
+        None,
+        Limits {
+            max_growth: Some(400 << 20),
+            ..loose
+        },
+    );
+    assert!(v.passed, "{:?}", v.failures);
 }

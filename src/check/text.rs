@@ -1,15 +1,28 @@
 //! `--format text`: the verdict for a terminal or a CI log.
 //!
 //! First line: `cuguard check: PASS` or `cuguard check: FAIL`, with the reasons; then the sites
-//! that count (and, with a baseline, those it covers), the events, what suppressions set aside,
-//! unused suppressions, and incomplete reports.
+//! that count (and, with a baseline, those it covers), the leaks not checked because of their
+//! owner, the sites that grew, the events, what suppressions set aside, unused suppressions,
+//! and incomplete reports.
+//!
+//! ```text
+//! cuguard check: FAIL: 1 report, 3.0 MiB leaked in 2 leaks
+//!   ✗ 3.0 MiB in leaks exceeds --max-leaked-bytes 0
+//!   ✗ append_batch (train.py:7) grew by 400.0 MiB over 10.0 s in python3[4242] (more than --max-growth 104857600)
+//! leak sites
+//!   3.0 MiB  2 leaks  make_buffers (train.c:42)  train[4242]
+//! not checked (--owners to include them)
+//!   2.7 GiB  52 leaks  PyTorch's caching allocator
+//! growing
+//!   +400.0 MiB  over 10.0 s  append_batch (train.py:7)  python3[4242]  fails
+//! ```
 
 use std::io::{self, Write};
 
 use super::{SiteStatus, Verdict};
 use crate::format::{Format, Options};
 use crate::style::Table;
-use crate::text::{bytes, delta_bytes, one_line, plural};
+use crate::text::{bytes, delta_bytes, millis, one_line, plural};
 
 /// `--format text`, the default.
 pub struct Text;
@@ -68,10 +81,7 @@ impl Format<Verdict> for Text {
                     )),
                     SiteStatus::Baselined => {}
                 }
-                let site = match &s.location {
-                    Some(l) => format!("{} ({})", one_line(&s.site), one_line(l)),
-                    None => one_line(&s.site),
-                };
+                let site = one_line(&s.label);
                 let mut names: Vec<&str> = s.processes.iter().map(String::as_str).collect();
                 names.dedup();
                 let mut whose = names.join(", ");
@@ -99,6 +109,59 @@ impl Format<Verdict> for Text {
                 style.dim(&format!(
                     "{} no larger than in the baseline",
                     plural(baselined as u64, "site", "sites")
+                ))
+            )?;
+        }
+        if !verdict.other_owners.is_empty() {
+            writeln!(
+                out,
+                "{}",
+                style.dim("not checked (--owners to include them)")
+            )?;
+            let mut t = Table::new(&[true, true, false]);
+            for o in &verdict.other_owners {
+                t.row([
+                    bytes(o.bytes),
+                    plural(o.count, "leak", "leaks"),
+                    one_line(&o.label),
+                ]);
+            }
+            out.write_all(t.render("  ").as_bytes())?;
+        }
+        if verdict.limits.max_growth.is_some() && !verdict.growing.is_empty() {
+            writeln!(out, "{}", style.bold("growing"))?;
+            let mut t = Table::new(&[true, false, false, false, false]);
+            for g in verdict.growing.iter().take(top) {
+                let grown = &g.growth.growth;
+                let plain = if g.failing { "fails" } else { "" };
+                let shown = if g.failing {
+                    style.bad("fails")
+                } else {
+                    String::new()
+                };
+                let cell = |s: String| (s.clone(), s);
+                t.row_styled(vec![
+                    cell(delta_bytes(i128::from(grown.grown_bytes))),
+                    cell(format!(
+                        "over {}",
+                        millis(grown.to_ms.saturating_sub(grown.from_ms))
+                    )),
+                    cell(one_line(&g.growth.label)),
+                    cell(one_line(&g.process)),
+                    (plain.to_string(), shown),
+                ]);
+            }
+            out.write_all(t.render("  ").as_bytes())?;
+            if verdict.growing.len() > top {
+                writeln!(out, "  … {} more (see --top)", verdict.growing.len() - top)?;
+            }
+        } else if !verdict.growing.is_empty() {
+            writeln!(
+                out,
+                "{}",
+                style.dim(&format!(
+                    "{} grew while running (cuguard summary lists them; --max-growth SIZE fails on them)",
+                    plural(verdict.growing.len() as u64, "site", "sites")
                 ))
             )?;
         }

@@ -9,14 +9,26 @@ use crate::check::suppressions::Suppressions;
 use crate::check::{Baseline, FORMATS, FailingEvents, Limits, ProcessCheck, Verdict};
 use crate::format::{Options, Row};
 use crate::input;
+use crate::owners::OwnerFilter;
 use crate::style::Style;
 
 /// Arguments of `cuguard check`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-The check fails (exit 1) when the leaks that count exceed the limits (by default any leak
-counts and the limits are 0), or when events of a failing kind remain. Suppressed leaks and
-events never count; with --baseline only new sites, and the growth of grown sites, count.
+The check fails (exit 1) when the leaks that count exceed a limit, when a site grew by more
+than --max-growth, or when events of a failing kind remain.
+
+Limits on leaks: with neither --max-leaked-bytes nor --max-leaks, both are 0 and any leak that
+counts fails. Given one, only that measure is limited (the other is not: --max-leaked-bytes 1MiB
+alone passes any number of leaks adding up to 1 MiB or less). Given both, either one over its
+limit fails.
+
+Which leaks count: only the program's own by default. Memory a framework keeps in its cache
+(PyTorch's caching allocator, CuPy's or RMM's pools, XLA's BFC allocator), CUDA libraries'
+workspaces and the driver's own allocations are listed but do not count unless --owners names
+them; leaks without a known owner are the program's. Suppressed leaks and events never count;
+with --baseline only new sites, and the growth of grown sites, count.
+
 Exit 0: pass. Exit 1: fail. Exit 2: usage error or unreadable input.
 
 Examples:
@@ -24,6 +36,7 @@ Examples:
   cuguard check --suppressions .cuguard-supp --format junit reports/ > cuguard-junit.xml
   cuguard check --baseline main-reports/ --max-leaked-bytes 1048576 reports/
   cuguard check --fail-on-events all --require-complete reports/
+  cuguard check --owners framework_cache,cublas --max-growth 256MiB reports/
 
 Suppression rules (one per line, terms separated by spaces, all must match):
   leak:PATTERN     a frame's function, file or module      api:PATTERN     the driver entry
@@ -31,12 +44,27 @@ Suppression rules (one per line, terms separated by spaces, all must match):
   event:PATTERN    an event kind (makes it an event rule)  frame:PATTERN   a frame, in event rules
 Patterns match anywhere unless anchored with ^ or $; * ? and [..] are wildcards.")]
 pub struct CheckArgs {
-    /// Fail when more than N bytes leaked (new or grown ones with --baseline).
-    #[arg(long, value_name = "N", default_value_t = 0, value_parser = parse_bytes)]
-    pub max_leaked_bytes: u64,
-    /// Fail when more than N leaks (new or grown ones with --baseline).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub max_leaks: u64,
+    /// Fail when the leaks that count add up to more than N bytes (new or grown ones with
+    /// --baseline; units allowed: 64KiB, 1.5MiB, 2GB). Default: 0 when --max-leaks is not given
+    /// either (any leak fails); not limited when only --max-leaks is given.
+    #[arg(long, value_name = "N", value_parser = parse_bytes)]
+    pub max_leaked_bytes: Option<u64>,
+    /// Fail when more than N leaks count (new or grown ones with --baseline). Default: 0 when
+    /// --max-leaked-bytes is not given either (any leak fails); not limited when only
+    /// --max-leaked-bytes is given.
+    #[arg(long, value_name = "N")]
+    pub max_leaks: Option<u64>,
+    /// Fail when a site of a checked owner grew by more than SIZE in a process: its live bytes
+    /// kept rising while the program ran, even if freed at exit (needs reports with
+    /// stack_samples). Default: growth is not checked.
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub max_growth: Option<u64>,
+    /// Whose leaks (and growth) are checked besides the program's own: owner ids
+    /// (pytorch_caching_allocator, cupy_memory_pool, rmm_pool, cublas, …) or kinds
+    /// (framework_cache, library, driver), comma-separated, or `all`. Default: the program's
+    /// only.
+    #[arg(long, value_name = "LIST", value_parser = OwnerFilter::parse)]
+    pub owners: Option<OwnerFilter>,
     /// Suppressions file (repeatable).
     #[arg(long, value_name = "FILE")]
     pub suppressions: Vec<PathBuf>,
@@ -123,8 +151,9 @@ pub(crate) fn read_suppressions(files: &[PathBuf]) -> Result<Suppressions, CliEr
 /// Runs `cuguard check`.
 pub fn run(args: CheckArgs) -> Result<u8, CliError> {
     let suppressions = read_suppressions(&args.suppressions)?;
+    let owners = args.owners.clone().unwrap_or_default();
     let processes: Vec<ProcessCheck> = input::map_paths(&args.paths, |source, report| {
-        ProcessCheck::new(source, &report, &suppressions)
+        ProcessCheck::with_owners(source, &report, &suppressions, &owners)
     })?
     .into_iter()
     .map(|(_, p)| p)
@@ -133,13 +162,16 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
         None
     } else {
         let base = input::map_paths(&args.baseline, |source, report| {
-            ProcessCheck::new(source, &report, &suppressions)
+            ProcessCheck::with_owners(source, &report, &suppressions, &owners)
         })?;
         Some(Baseline::new(base.iter().map(|(_, p)| p)))
     };
+    let (max_leaked_bytes, max_leaks) = Limits::leaks(args.max_leaked_bytes, args.max_leaks);
     let limits = Limits {
-        max_leaked_bytes: args.max_leaked_bytes,
-        max_leaks: args.max_leaks,
+        max_leaked_bytes,
+        max_leaks,
+        max_growth: args.max_growth,
+        owners,
         fail_on_events: failing_events(&args.fail_on_events),
         require_complete: args.require_complete,
     };

@@ -14,7 +14,11 @@ use crate::format::{Format, Options};
 /// delta_bytes    new − base (may be negative)
 /// delta_leaks    new − base
 /// sites[]        {site, location|null, change ("new" | "grown" | "shrunk" | "fixed" | "unchanged"),
-///                 base_bytes, base_leaks, new_bytes, new_leaks, delta_bytes, delta_leaks}
+///                 base_bytes, base_leaks, new_bytes, new_leaks, delta_bytes, delta_leaks,
+///                 label (the site for people, its location once),
+///                 kind ("user" | "operation" | "fallback" | null),
+///                 stack[] (its mixed native and Python frames, innermost first; empty without
+///                 Python frames)}
 ///                grouped by change in that order, largest change first
 /// events[]       {kind, base, new}: counts per kind, by kind
 /// ```

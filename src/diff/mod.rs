@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::format::{Registry, Row};
+use crate::sites::SiteKind;
 use crate::summary::Summary;
 
 /// The formats of `cuguard diff --format`, the default first (see [`crate::format`]).
@@ -57,6 +58,13 @@ pub struct SiteChange {
     pub delta_bytes: i128,
     /// NEW − BASE leaks.
     pub delta_leaks: i128,
+    /// The site for people, its location once.
+    pub label: String,
+    /// What kind of frame it is, when the report says.
+    pub kind: Option<SiteKind>,
+    /// Its largest stack's frames in the mixed native and Python order, when it has Python
+    /// frames (as the side that saw it first has it: BASE, else NEW).
+    pub stack: Vec<String>,
 }
 
 /// One event kind's change.
@@ -114,6 +122,9 @@ impl Diff {
                     new_leaks: 0,
                     delta_bytes: 0,
                     delta_leaks: 0,
+                    label: s.label.clone(),
+                    kind: s.kind,
+                    stack: s.stack.clone(),
                 });
                 if side == 0 {
                     (c.base_bytes, c.base_leaks) = (s.leaked_bytes, s.leaks);

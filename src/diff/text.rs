@@ -1,5 +1,8 @@
 //! `--format text`: the diff for a terminal: the totals, then sites grouped as new, grown,
-//! shrunk, fixed (unchanged ones only counted), then event counts that changed.
+//! shrunk, fixed (unchanged ones only counted), then event counts that changed. A site is
+//! printed with its location once; one whose stack has Python frames has its mixed native and
+//! Python stack on the next line (`at::native::empty_cuda ← step (train.py:7) ← <module>
+//! (train.py:12)`), as `py-spy --native` reads.
 
 use std::io::{self, Write};
 
@@ -48,11 +51,9 @@ impl Format<Diff> for Text {
             };
             writeln!(out, "{title}")?;
             let mut t = Table::new(&[true, true, false, false]);
-            for s in group.iter().take(top) {
-                let site = match &s.location {
-                    Some(l) => format!("{} ({})", one_line(&s.site), one_line(l)),
-                    None => one_line(&s.site),
-                };
+            let shown: Vec<_> = group.iter().take(top).collect();
+            for s in &shown {
+                let site = one_line(&s.label);
                 t.row([
                     delta_bytes(s.delta_bytes),
                     format!(
@@ -68,7 +69,12 @@ impl Format<Diff> for Text {
                     format!("{} → {}", bytes(s.base_bytes), bytes(s.new_bytes)),
                 ]);
             }
-            out.write_all(t.render("  ").as_bytes())?;
+            for (line, s) in t.render("  ").lines().zip(&shown) {
+                writeln!(out, "{line}")?;
+                if !s.stack.is_empty() {
+                    writeln!(out, "    {}", one_line(&s.stack.join(" ← ")))?;
+                }
+            }
             if group.len() > top {
                 writeln!(out, "  … {} more (see --top)", group.len() - top)?;
             }

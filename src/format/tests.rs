@@ -92,10 +92,11 @@ fn every_check_format_renders_each_fixture_passing_and_failing() {
     let files = fixtures();
     let none = Suppressions::default();
     let loose = Limits {
-        max_leaked_bytes: u64::MAX,
-        max_leaks: u64::MAX,
+        max_leaked_bytes: Some(u64::MAX),
+        max_leaks: Some(u64::MAX),
         fail_on_events: check::FailingEvents::None,
         require_complete: false,
+        ..Limits::default()
     };
     for file in &files {
         let what = file.display().to_string();

@@ -6,16 +6,19 @@
 //! name and version; [`Document`] reads both shapes and hands out one [`Report`] per process.
 //!
 //! Reading is lenient where the contract allows growth: unknown fields are ignored, fields added
-//! after the first contract (`config`, `modules`, `faults`, `doors`, `timeline`, …) may be absent,
+//! after the first contract (`config`, `modules`, `faults`, `doors`, `timeline`, `owners`,
+//! `peaks`, `stack_samples`, `ooms`, `reconciliation`, …) may be absent,
 //! and enumerations keep values this version does not know (`Other`). Anything that is not a
 //! schema-version-1 report is refused with a [`ReadError`] whose message is one line.
 
 mod read;
 
 pub use cuguard_report::{
-    Addr, Config, Context, Device, DeviceStats, Doors, Driver, Event, EventKind, Frame, Leak,
-    LeakState, Memory, Module, PoolStats, Process, PyFrame, Reason, Report, SCHEMA_NAME,
-    SCHEMA_VERSION, Sample, Signal, Stack, StackSite, Stats, Timeline, Tool,
+    Addr, Config, Context, Device, DeviceStats, Doors, Driver, Event, EventKind, Explained, Frame,
+    Leak, LeakState, Memory, MixedRef, Module, OomPool, OomRecord, OwnerBytes, OwnerInfo,
+    PeakRecord, PoolStats, Process, PyFrame, Reason, Reconciliation, Report, SCHEMA_NAME,
+    SCHEMA_VERSION, Sample, Signal, Stack, StackBytes, StackSamples, StackSeries, StackSite, Stats,
+    Timeline, Tool,
 };
 pub use read::{DEFAULT_MAX_REPORT_BYTES, Document, ReadError, Reports};
 

@@ -17,9 +17,12 @@ use crate::format::{Format, Options};
 /// leaked_bytes       bytes leaked, all processes
 /// leaks              leaks, all processes
 /// events[]           {kind, count}, all processes, most frequent first
-/// sites[]            {site, location (str|null), leaked_bytes, leaks, processes}: across processes,
-///                    most bytes first, at most --top
+/// sites[]            {site, location (str|null), leaked_bytes, leaks, processes, label, kind,
+///                     owner, owner_label, owner_kind, stack[]}: across processes, most bytes first,
+///                    at most --top (the added fields as in processes[].sites[])
 /// sites_total        number of distinct sites across processes
+/// owners[]           OWNER_SHARE: bytes held at the end by owner, all processes, most first
+///                    (count: leaks)
 /// processes[]        one per process, in input order:
 ///   source           the report file; "FILE[i]" for the i-th process of a merged report
 ///   process          {exe, argv[], pid, ppid, hostname, rank (int|null)}
@@ -29,16 +32,52 @@ use crate::format::{Format, Options};
 ///                     peak_live_bytes|null, pool_reserved_bytes|null}
 ///   contexts[]       {context (id|null), device, listed, primary, destroyed, destroyed_by|null,
 ///                     leaked_bytes, leaks}: contexts holding leaks, by device then id
-///   sites[]          {site, location|null, leaked_bytes, leaks, apis[]}: most bytes first, at most --top
+///   sites[]          {site, location|null, leaked_bytes, leaks, apis[],
+///                     label (the site for people, its location once: "name (file:line)",
+///                            "on the autograd thread: AddmmBackward0::apply (…)",
+///                            "operation: …", "framework: …"),
+///                     kind ("user" | "operation" | "fallback" | null: the report does not say),
+///                     owner, owner_label, owner_kind (who holds most of its bytes),
+///                     stack[] (its largest stack's frames, mixed native and Python order,
+///                              innermost first; empty without Python frames)}:
+///                    most bytes first, at most --top
 ///   sites_total      number of distinct sites in this process
 ///   largest_leaks[]  {address ("0x…"), size, requested, api, memory, device, context|null, thread,
-///                     seq, state, site}: largest first, at most --top
+///                     seq, state, site, owner, label}: largest first, at most --top
 ///   events[]         {kind, count}, most frequent first
 ///   events_dropped   events the shim saw but did not keep (0 when the report does not say)
 ///   faults[]         the shim's own problems
+///   owners[]         OWNER_SHARE: bytes held at the end by owner, most first (count: leaks)
+///   ooms[]           what each out-of-memory refusal saw, in order, at most --top:
+///                    {seq, time_ms, thread, api, size, device, site SITE, stack[], refused_by
+///                     ("driver" | "pool_limit"), message|null, device_free_bytes|null,
+///                     device_total_bytes|null, live_bytes, by_owner[] OWNER_SHARE (count:
+///                     allocations, 0 where the report gave bytes only), sites[] SITE_BYTES
+///                     (at most --top), sites_total, pool {reserved_bytes, free_bytes,
+///                     largest_free_block}|null}
+///   ooms_dropped     refusals not in ooms[] (the shim's ooms_dropped, and those beyond --top)
+///   peaks[]          per device, what was live at its peak (the report's last peaks[] record):
+///                    {device, time_ms, live_bytes, peak_live_bytes|null, by_owner[] OWNER_SHARE
+///                     (count: allocations), sites[] SITE_BYTES (at most --top), sites_total}
+///   growing[]        sites whose live bytes kept rising (cuguard::growth), most grown first, at
+///                    most --top: {site, label, location|null, kind|null, owner, owner_label,
+///                     owner_kind, devices[], from_bytes, to_bytes, grown_bytes, from_ms, to_ms,
+///                     trend (Kendall's tau-b), increases, stack[]}
+///   reconciliation[] per device: {device, used_bytes|null, used_by ("process": NVML's figure for
+///                     the process | "device": the whole device's | null), device_used_bytes|null,
+///                     process_used_bytes|null, process_used_note|null, explained {program_bytes,
+///                     framework_cache_bytes, library_bytes, driver_bytes, pool_idle_bytes,
+///                     context_overhead_bytes}, framework_cache_label, unexplained_bytes|null}
+///
+/// SITE         {site (the key), label, location|null, kind|null}
+/// SITE_BYTES   {site, label, location|null, kind|null, owner, owner_label, owner_kind, bytes,
+///               allocations}: live bytes by site and owner, most first
+/// OWNER_SHARE  {owner (id), kind ("program" | "framework_cache" | "library" | "driver"), label,
+///               hint|null (what a framework cache's memory means), bytes, count}
 /// ```
 ///
-/// Sizes are integers (bytes). Fields may be added; none will be removed or change meaning.
+/// Sizes are integers (bytes); times are milliseconds since the process started. Fields may be
+/// added; none will be removed or change meaning.
 pub struct Json;
 
 impl Format<Summary> for Json {

@@ -1,13 +1,17 @@
 //! `--format markdown`: the summary as GitHub-flavoured Markdown, for a pull-request comment.
 //!
 //! A heading with the totals, a table of sites across all reports, then per process a line
-//! saying who it was and a table of its sites; events as a list.
+//! saying who it was, its out-of-memory refusals (first), a table of its sites, bytes by owner,
+//! what was live at each device's peak, what grew and the device memory split, each under a
+//! heading of its own; events as a list. Sites carry their location once.
 
 use std::io::{self, Write};
 
-use super::Summary;
+use super::attribution::SiteBytes;
+use super::{ReportSummary, Summary};
 use crate::format::{Format, Options};
-use crate::text::{bytes, one_line};
+use crate::owners::{OwnerKind, OwnerShare};
+use crate::text::{bytes, delta_bytes, millis, one_line};
 
 /// Escapes text for a table cell or inline text.
 fn cell(text: &str) -> String {
@@ -59,7 +63,7 @@ impl Format<Summary> for Markdown {
                     bytes(s.leaked_bytes),
                     s.leaks,
                     s.processes,
-                    site(&s.site, s.location.as_deref())
+                    cell(&s.label)
                 )?;
             }
             if summary.sites_total > summary.sites.len() {
@@ -69,6 +73,9 @@ impl Format<Summary> for Markdown {
                     summary.sites_total - summary.sites.len()
                 )?;
             }
+        }
+        if summary.reports != 1 {
+            owners(out, &summary.owners)?;
         }
         if !summary.events.is_empty() {
             writeln!(out)?;
@@ -96,6 +103,7 @@ impl Format<Summary> for Markdown {
                 cell(&p.process.hostname)
             )?;
             writeln!(out)?;
+            ooms(out, p)?;
             let source = p.source.replace('`', "'");
             if p.leaks == 0 {
                 writeln!(out, "Report `{source}`: nothing leaked.")?;
@@ -115,11 +123,13 @@ impl Format<Summary> for Markdown {
                         "| {} | {} | {} | {} |",
                         bytes(s.leaked_bytes),
                         s.leaks,
-                        site(&s.site, s.location.as_deref()),
+                        site_cell(&s.label, s.owner_kind, &s.owner_label, &s.stack),
                         cell(&s.apis.join(", "))
                     )?;
                 }
+                owners(out, &p.owners)?;
             }
+            sections(out, p)?;
             if !p.events.is_empty() {
                 writeln!(out)?;
                 let list: Vec<String> = p
@@ -134,9 +144,199 @@ impl Format<Summary> for Markdown {
     }
 }
 
-fn site(site: &str, location: Option<&str>) -> String {
-    match location {
-        Some(l) => format!("{} ({})", cell(site), cell(l)),
-        None => cell(site),
+/// A site's cell: its label, who holds it when not the program, and its mixed stack.
+fn site_cell(label: &str, kind: OwnerKind, owner: &str, stack: &[String]) -> String {
+    let mut text = cell(label);
+    if kind != OwnerKind::Program {
+        text.push_str(&format!(" (held by {})", cell(owner)));
     }
+    if !stack.is_empty() {
+        text.push_str(&format!("<br>{}", cell(&stack.join(" ← "))));
+    }
+    text
+}
+
+/// `#### Out of memory`: one item per refusal, first in a process's part.
+fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
+    if p.ooms.is_empty() && p.ooms_dropped == 0 {
+        return Ok(());
+    }
+    writeln!(out, "#### Out of memory")?;
+    writeln!(out)?;
+    for o in &p.ooms {
+        let free = match (o.device_free_bytes, o.device_total_bytes) {
+            (Some(f), Some(t)) => format!("{} free of {}", bytes(f), bytes(t)),
+            _ => "free memory unknown".to_string(),
+        };
+        let who = match o.refused_by.as_str() {
+            "pool_limit" => "the pool's limit".to_string(),
+            "driver" => "the driver".to_string(),
+            other => cell(other),
+        };
+        writeln!(
+            out,
+            "- {} asking **{}** on device {} at {}: {} — refused by {who}; {free}, {} live",
+            cell(&o.api),
+            bytes(o.size),
+            o.device,
+            millis(o.time_ms),
+            cell(&o.site.label),
+            bytes(o.live_bytes)
+        )?;
+        if !o.by_owner.is_empty() {
+            writeln!(out, "  - live by owner: {}", owner_list(&o.by_owner))?;
+        }
+        if !o.sites.is_empty() {
+            writeln!(out, "  - live by site: {}", site_list(&o.sites))?;
+        }
+        if let Some(pool) = &o.pool {
+            writeln!(
+                out,
+                "  - pool: {} reserved, {} free, largest free block {}",
+                bytes(pool.reserved_bytes),
+                bytes(pool.free_bytes),
+                bytes(pool.largest_free_block)
+            )?;
+        }
+        if !o.stack.is_empty() {
+            writeln!(out, "  - stack: {}", cell(&o.stack.join(" ← ")))?;
+        }
+    }
+    if p.ooms_dropped > 0 {
+        writeln!(out, "- and {} more not shown", p.ooms_dropped)?;
+    }
+    writeln!(out)
+}
+
+fn owner_list(owners: &[OwnerShare]) -> String {
+    owners
+        .iter()
+        .map(|o| format!("{} {}", cell(&o.label), bytes(o.bytes)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn site_list(sites: &[SiteBytes]) -> String {
+    sites
+        .iter()
+        .map(|s| {
+            let owner = if s.owner_kind == OwnerKind::Program {
+                String::new()
+            } else {
+                format!(" (held by {})", cell(&s.owner_label))
+            };
+            format!("{} {}{owner}", bytes(s.bytes), cell(&s.site.label))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Bytes held by owner, when not all of it is the program's, with each framework cache's note.
+fn owners(out: &mut dyn Write, owners: &[OwnerShare]) -> io::Result<()> {
+    if owners.iter().all(|o| o.kind == OwnerKind::Program) {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out, "| held at exit | leaks | owner |")?;
+    writeln!(out, "|---:|---:|---|")?;
+    for o in owners {
+        writeln!(
+            out,
+            "| {} | {} | {} |",
+            bytes(o.bytes),
+            o.count,
+            cell(&o.label)
+        )?;
+    }
+    for o in owners.iter().filter(|o| o.bytes > 0) {
+        if let Some(hint) = &o.hint {
+            writeln!(out)?;
+            writeln!(
+                out,
+                "{} held by {} at exit: {}.",
+                bytes(o.bytes),
+                cell(&o.label),
+                cell(hint)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// At the peak, growing, device memory: a heading each.
+fn sections(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
+    if !p.peaks.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "#### At the peak")?;
+        writeln!(out)?;
+        for peak in &p.peaks {
+            writeln!(
+                out,
+                "- device {}: at the peak of **{}** (at {}): {}",
+                peak.device,
+                bytes(peak.live_bytes),
+                millis(peak.time_ms),
+                owner_list(&peak.by_owner)
+            )?;
+            if !peak.sites.is_empty() {
+                writeln!(out, "  - by site: {}", site_list(&peak.sites))?;
+            }
+        }
+    }
+    if !p.growing.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "#### Growing")?;
+        writeln!(out)?;
+        writeln!(out, "| grew | over | from → to | site |")?;
+        writeln!(out, "|---:|---:|---|---|")?;
+        for g in &p.growing {
+            writeln!(
+                out,
+                "| {} | {} | {} → {} | {} |",
+                delta_bytes(i128::from(g.growth.grown_bytes)),
+                millis(g.growth.to_ms.saturating_sub(g.growth.from_ms)),
+                bytes(g.growth.from_bytes),
+                bytes(g.growth.to_bytes),
+                site_cell(&g.label, g.owner_kind, &g.owner_label, &g.stack)
+            )?;
+        }
+    }
+    if !p.reconciliation.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "#### Device memory")?;
+        writeln!(out)?;
+        for r in &p.reconciliation {
+            let used = r.used_bytes.map_or("unknown".to_string(), bytes);
+            let unexplained = r.unexplained_bytes.map_or("unknown".to_string(), |u| {
+                if u < 0 {
+                    delta_bytes(i128::from(u))
+                } else {
+                    bytes(u.unsigned_abs())
+                }
+            });
+            let parts: Vec<String> = r
+                .parts()
+                .into_iter()
+                .map(|(label, value)| format!("{} {}", cell(&label), bytes(value)))
+                .collect();
+            writeln!(
+                out,
+                "- device {}: used {used}: {}, unexplained {unexplained}",
+                r.device,
+                parts.join(", ")
+            )?;
+            if r.used_by == Some("device") {
+                let note = r
+                    .process_used_note
+                    .as_deref()
+                    .map(|n| format!(": {}", cell(n)))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "  - used is the whole device's, other processes included{note}"
+                )?;
+            }
+        }
+    }
+    Ok(())
 }

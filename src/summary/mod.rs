@@ -1,11 +1,15 @@
-//! The summary: per process, what leaked where (device, context, site), the largest leaks, the
-//! events; and across processes, the sites that leaked most.
+//! The summary: per process, what leaked where (device, context, site) and who holds it (by
+//! owner), the largest leaks, the events; what each out-of-memory refusal saw, what was live at
+//! each device's peak, what grew, and what the device says is used against what cuguard can
+//! explain; and across processes, the sites that leaked most and bytes by owner.
 //!
 //! [`ReportSummary::new`] condenses one [`Report`] (it runs in the input workers, so only the
-//! condensed form outlives the report); [`Summary::new`] combines them. The output formats live
-//! one per file, [`text`], [`json`] (whose [`json::Json`] describes the JSON format) and
-//! [`markdown`], and are listed in [`FORMATS`].
+//! condensed form outlives the report); [`Summary::new`] combines them. The sections on who held
+//! memory and when are in [`attribution`]. The output formats live one per file, [`text`],
+//! [`json`] (whose [`json::Json`] describes the JSON format) and [`markdown`], and are listed in
+//! [`FORMATS`]; every format renders every section.
 
+pub mod attribution;
 pub mod json;
 pub mod markdown;
 pub mod text;
@@ -15,9 +19,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::Serialize;
 
 use crate::format::{Registry, Row};
+use crate::growth::{Criterion, GrowingSite, growing_sites};
 use crate::input::Source;
+use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner};
 use crate::report::{Addr, LeakState, Report};
-use crate::sites::SiteIndex;
+use crate::sites::{SiteIndex, SiteKind};
+use attribution::{OomSummary, PeakSummary, ReconciliationSummary};
 
 /// The formats of `cuguard summary --format`, the default first (see [`crate::format`]).
 pub const FORMATS: Registry<Summary> = Registry::new(&[
@@ -44,6 +51,9 @@ pub struct Summary {
     pub sites: Vec<OverallSite>,
     /// How many distinct sites there are in all.
     pub sites_total: usize,
+    /// Bytes leaked (held at the end) by owner, all processes together, most first
+    /// (`count`: leaks).
+    pub owners: Vec<OwnerShare>,
     /// One summary per process, in input order.
     pub processes: Vec<ReportSummary>,
 }
@@ -61,6 +71,19 @@ pub struct OverallSite {
     pub leaks: u64,
     /// How many processes leaked there.
     pub processes: u64,
+    /// The site for people, its location once (see [`crate::sites::Site::label`]).
+    pub label: String,
+    /// What kind of frame it is, when the report says.
+    pub kind: Option<SiteKind>,
+    /// Who holds most of its bytes: owner id (as the first process that leaked there says).
+    pub owner: String,
+    /// The owner for people.
+    pub owner_label: String,
+    /// The owner's kind.
+    pub owner_kind: OwnerKind,
+    /// Its largest stack's frames in the mixed native and Python order, when it has Python
+    /// frames.
+    pub stack: Vec<String>,
 }
 
 /// One process's summary.
@@ -100,6 +123,19 @@ pub struct ReportSummary {
     pub events_dropped: u64,
     /// The shim's own problems.
     pub faults: Vec<String>,
+    /// Bytes leaked (held at the end) by owner, most first (`count`: leaks).
+    pub owners: Vec<OwnerShare>,
+    /// What each out-of-memory refusal saw, in order, at most `--top`.
+    pub ooms: Vec<OomSummary>,
+    /// Refusals not listed: those the shim did not keep, and those beyond `--top`.
+    pub ooms_dropped: u64,
+    /// What was live at each device's peak, by device.
+    pub peaks: Vec<PeakSummary>,
+    /// The sites whose live bytes kept rising while the program ran, most grown first (see
+    /// [`crate::growth`]), at most `--top`.
+    pub growing: Vec<GrowingSite>,
+    /// What each device says is used against what cuguard can explain.
+    pub reconciliation: Vec<ReconciliationSummary>,
 }
 
 /// Who a process was.
@@ -172,6 +208,19 @@ pub struct SiteSummary {
     pub leaks: u64,
     /// The driver entries that made them, sorted.
     pub apis: Vec<String>,
+    /// The site for people, its location once (see [`crate::sites::Site::label`]).
+    pub label: String,
+    /// What kind of frame it is, when the report says.
+    pub kind: Option<SiteKind>,
+    /// Who holds most of its bytes: owner id.
+    pub owner: String,
+    /// The owner for people.
+    pub owner_label: String,
+    /// The owner's kind.
+    pub owner_kind: OwnerKind,
+    /// Its largest stack's frames in the mixed native and Python order, when it has Python
+    /// frames (see [`crate::sites::chain`]; for the first [`CHAIN_SITES`] sites).
+    pub stack: Vec<String>,
 }
 
 /// One leak, as listed among the largest.
@@ -199,6 +248,11 @@ pub struct LeakLine {
     pub state: String,
     /// The site's key.
     pub site: String,
+    /// Who holds it: owner id.
+    pub owner: String,
+    /// The site for people: its label (see [`crate::sites::Site::label`]) where the shim chose
+    /// the site, else its key (as `site`).
+    pub label: String,
 }
 
 /// How many events of one kind.
@@ -215,6 +269,9 @@ impl ReportSummary {
     /// `top` largest leaks.
     pub fn new(source: &Source, report: &Report, top: usize) -> ReportSummary {
         let index = SiteIndex::new(report);
+        let mut owners = OwnerIndex::new(report);
+        // Bytes and leaks by (stack, owner).
+        let mut by_stack: HashMap<(Option<u64>, usize), (u64, u64)> = HashMap::new();
         let mut devices: BTreeMap<u32, DeviceSummary> = BTreeMap::new();
         for d in &report.devices {
             devices.entry(d.ordinal).or_insert_with(|| DeviceSummary {
@@ -232,7 +289,7 @@ impl ReportSummary {
             d.pool_reserved_bytes = s.pool.as_ref().map(|p| p.reserved_bytes);
         }
         let mut contexts: BTreeMap<(u32, Option<u32>), ContextSummary> = BTreeMap::new();
-        let mut sites: HashMap<String, (SiteSummary, BTreeSet<&str>)> = HashMap::new();
+        let mut sites: HashMap<String, SiteAcc<'_>> = HashMap::new();
         let (mut leaked_bytes, mut released) = (0u64, 0u64);
         for leak in &report.leaks {
             leaked_bytes = leaked_bytes.saturating_add(leak.size);
@@ -263,31 +320,67 @@ impl ReportSummary {
                 });
             c.leaked_bytes = c.leaked_bytes.saturating_add(leak.size);
             c.leaks += 1;
+            let owner = owners.of_leak(leak);
             let site = index.site(leak.stack);
-            let entry = sites.entry(site.key.clone()).or_insert_with(|| {
-                (
-                    SiteSummary {
-                        site: site.key.clone(),
-                        location: site.location.clone(),
-                        leaked_bytes: 0,
-                        leaks: 0,
-                        apis: Vec::new(),
-                    },
-                    BTreeSet::new(),
-                )
+            let entry = sites.entry(site.key.clone()).or_insert_with(|| SiteAcc {
+                summary: SiteSummary {
+                    site: site.key.clone(),
+                    location: site.location.clone(),
+                    leaked_bytes: 0,
+                    leaks: 0,
+                    apis: Vec::new(),
+                    label: site.label(),
+                    kind: site.kind,
+                    owner: String::new(),
+                    owner_label: String::new(),
+                    owner_kind: OwnerKind::Program,
+                    stack: Vec::new(),
+                },
+                apis: BTreeSet::new(),
+                owners: HashMap::new(),
+                stacks: HashMap::new(),
             });
-            entry.0.leaked_bytes = entry.0.leaked_bytes.saturating_add(leak.size);
-            entry.0.leaks += 1;
-            entry.1.insert(&leak.api);
+            entry.summary.leaked_bytes = entry.summary.leaked_bytes.saturating_add(leak.size);
+            entry.summary.leaks += 1;
+            entry.apis.insert(&leak.api);
+            let b = by_stack.entry((leak.stack, owner)).or_default();
+            *b = (b.0.saturating_add(leak.size), b.1 + 1);
         }
-        let mut sites: Vec<SiteSummary> = sites
+        // Bytes by owner and by stack at each site, from the bytes by (stack, owner).
+        for (&(stack, owner), &(b, _)) in &by_stack {
+            if let Some(acc) = sites.get_mut(&index.site(stack).key) {
+                let o = acc.owners.entry(owner).or_default();
+                *o = o.saturating_add(b);
+                let st = acc.stacks.entry(stack).or_default();
+                *st = st.saturating_add(b);
+            }
+        }
+        let mut sites: Vec<(SiteSummary, Option<Option<u64>>)> = sites
             .into_values()
-            .map(|(mut s, apis)| {
-                s.apis = apis.into_iter().map(str::to_string).collect();
+            .map(|acc| {
+                let mut s = acc.summary;
+                s.apis = acc.apis.into_iter().map(str::to_string).collect();
+                let owner = largest(&acc.owners).unwrap_or_else(|| owners.program());
+                let owner = owners.owner(owner);
+                s.owner = owner.id.clone();
+                s.owner_label = owner.label.clone();
+                s.owner_kind = owner.kind;
+                (s, largest(&acc.stacks))
+            })
+            .collect();
+        sort_sites(&mut sites, |(s, _)| {
+            (s.leaked_bytes, s.leaks, s.site.clone())
+        });
+        let sites: Vec<SiteSummary> = sites
+            .into_iter()
+            .enumerate()
+            .map(|(i, (mut s, stack))| {
+                if i < CHAIN_SITES {
+                    s.stack = stack.map(|st| index.chain(st)).unwrap_or_default();
+                }
                 s
             })
             .collect();
-        sort_sites(&mut sites, |s| (s.leaked_bytes, s.leaks, s.site.clone()));
 
         let mut order: Vec<usize> = (0..report.leaks.len()).collect();
         let key = |&i: &usize| {
@@ -315,9 +408,33 @@ impl ReportSummary {
                     seq: l.seq,
                     state: l.state.to_string(),
                     site: index.site(l.stack).key.clone(),
+                    label: {
+                        let site = index.site(l.stack);
+                        if site.kind.is_some() {
+                            site.label()
+                        } else {
+                            site.key.clone()
+                        }
+                    },
+                    owner: {
+                        let o = owners.of_leak(l);
+                        owners.owner(o).id.clone()
+                    },
                 }
             })
             .collect();
+        let held = by_owner(
+            &owners,
+            by_stack
+                .iter()
+                .map(|(&(_, owner), &(bytes, leaks))| (owner, bytes, leaks)),
+        );
+        let ooms = attribution::ooms(report, &index, &mut owners, top);
+        let peaks = attribution::peaks(report, &index, &mut owners, top);
+        let mut growing =
+            growing_sites(report, &index, &mut owners, |_| true, &Criterion::default());
+        growing.truncate(top);
+        let reconciliation = attribution::reconciliation(report, &held);
 
         ReportSummary {
             source: source.to_string(),
@@ -344,6 +461,15 @@ impl ReportSummary {
             events: count_events(report.events.iter().map(|e| e.kind.as_str())),
             events_dropped: report.events_dropped.unwrap_or(0),
             faults: report.faults.clone(),
+            owners: held,
+            ooms_dropped: report
+                .ooms_dropped
+                .unwrap_or(0)
+                .saturating_add((report.ooms.len() - ooms.len()) as u64),
+            ooms,
+            peaks,
+            growing,
+            reconciliation,
         }
     }
 
@@ -365,6 +491,28 @@ impl DeviceSummary {
             pool_reserved_bytes: None,
         }
     }
+}
+
+/// How many of a process's sites (most bytes first) get their mixed stack
+/// ([`SiteSummary::stack`]); the others' is left empty.
+pub const CHAIN_SITES: usize = 100;
+
+/// One site while leaks are added up.
+struct SiteAcc<'r> {
+    summary: SiteSummary,
+    apis: BTreeSet<&'r str>,
+    /// Bytes by owner.
+    owners: HashMap<usize, u64>,
+    /// Bytes by stack.
+    stacks: HashMap<Option<u64>, u64>,
+}
+
+/// The key with the most bytes (ties: the smallest key).
+fn largest<K: Copy + Ord>(bytes: &HashMap<K, u64>) -> Option<K> {
+    bytes
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(k, _)| *k)
 }
 
 /// Sorts most bytes first, then most leaks, then by name.
@@ -406,6 +554,12 @@ impl Summary {
                     leaked_bytes: 0,
                     leaks: 0,
                     processes: 0,
+                    label: s.label.clone(),
+                    kind: s.kind,
+                    owner: s.owner.clone(),
+                    owner_label: s.owner_label.clone(),
+                    owner_kind: s.owner_kind,
+                    stack: s.stack.clone(),
                 });
                 o.leaked_bytes = o.leaked_bytes.saturating_add(s.leaked_bytes);
                 o.leaks += s.leaks;
@@ -438,6 +592,7 @@ impl Summary {
             events,
             sites,
             sites_total,
+            owners: crate::owners::combine(processes.iter().flat_map(|p| p.owners.iter().cloned())),
             processes: Vec::new(),
         };
         for p in &mut processes {

@@ -120,3 +120,203 @@ fn dropped_events_are_mentioned() {
     assert_eq!(s.processes[0].events_dropped, 7);
     assert!(text(&s).contains("\n  and 7 events the shim did not keep\n"));
 }
+
+#[test]
+fn text_of_every_section() {
+    let got = text(&summarize(&["attribution.json"], 10));
+    println!("{got}");
+    assert_eq!(got, include_str!("snapshots/attribution.txt"));
+}
+
+#[test]
+fn sections_start_a_line_and_come_in_order() {
+    let got = text(&summarize(&["attribution.json"], 10));
+    let headings: Vec<&str> = got
+        .lines()
+        .filter(|l| !l.starts_with(' ') && !l.starts_with("=="))
+        .map(|l| l.split("  ").next().unwrap())
+        .collect();
+    assert_eq!(
+        headings,
+        [
+            "process",
+            "command",
+            "report",
+            "out of memory",
+            "leaked",
+            "by owner",
+            "sites (largest first)",
+            "largest leaks",
+            "at the peak",
+            "growing",
+            "device memory",
+            "events"
+        ]
+    );
+    // Each entry names its site's location once.
+    for line in got.lines().filter(|l| l.contains("(train.py:7)")) {
+        assert_eq!(line.matches("train.py:7").count(), 1, "{line}");
+    }
+}
+
+#[test]
+fn owners_peaks_growth_and_reconciliation() {
+    let s = summarize(&["attribution.json", "leaks-two-contexts.json"], 10);
+    let p = &s.processes[0];
+    let owners: Vec<(&str, u64, u64)> = p
+        .owners
+        .iter()
+        .map(|o| (o.owner.as_str(), o.bytes, o.count))
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            ("pytorch_caching_allocator", 22 << 20, 2),
+            ("cublas", 4 << 20, 1),
+            ("program", (1 << 20) + (512 << 10), 2)
+        ]
+    );
+    // All reports: the other report's leaks are all the program's.
+    let program = s.owners.iter().find(|o| o.owner == "program").unwrap();
+    assert_eq!(program.bytes, (1 << 20) + (512 << 10) + 15_729_152);
+    assert_eq!(s.processes[1].owners.len(), 1);
+
+    assert_eq!(p.ooms.len(), 1);
+    assert_eq!(p.ooms_dropped, 2);
+    let oom = &p.ooms[0];
+    assert_eq!(oom.site.label, "append_batch (train.py:7)");
+    assert_eq!(oom.by_owner[0].owner, "program");
+    assert_eq!(oom.sites.len(), 4);
+
+    // The last record of the device, not the first.
+    assert_eq!(p.peaks.len(), 1);
+    assert_eq!(p.peaks[0].time_ms, 6600);
+    assert_eq!(p.peaks[0].sites[0].bytes, 384 << 20);
+    assert_eq!(p.peaks[0].sites[0].allocations, 96);
+    let temporary = p.peaks[0]
+        .sites
+        .iter()
+        .find(|s| s.site.label == "step (train.py:12)");
+    assert!(temporary.is_some(), "the temporary is named at the peak");
+
+    // The list grows; the temporary, the cache's segment and the workspace do not.
+    let growing: Vec<(&str, u64)> = p
+        .growing
+        .iter()
+        .map(|g| (g.label.as_str(), g.growth.grown_bytes))
+        .collect();
+    assert_eq!(growing, [("append_batch (train.py:7)", 384 << 20)]);
+    assert_eq!(
+        (p.growing[0].growth.from_ms, p.growing[0].growth.to_ms),
+        (500, 6500)
+    );
+
+    let used: Vec<(u32, Option<u64>, Option<&str>)> = p
+        .reconciliation
+        .iter()
+        .map(|r| (r.device, r.used_bytes, r.used_by))
+        .collect();
+    assert_eq!(
+        used,
+        [
+            (0, Some(1 << 30), Some("device")),
+            (1, Some(300 << 20), Some("process"))
+        ]
+    );
+    assert_eq!(
+        p.reconciliation[0].framework_cache_label,
+        "PyTorch's caching allocator"
+    );
+}
+
+#[test]
+fn sites_name_their_kind_and_their_mixed_stack() {
+    let s = summarize(&["attribution.json"], 10);
+    let p = &s.processes[0];
+    let labels: Vec<&str> = p.sites.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "forward (model.py:40)",
+            "framework: at::cuda::getCurrentCUDABlasHandle (CublasHandlePool.cpp:120)",
+            "on the autograd thread: AddmmBackward0::apply (Functions.cpp:1520)",
+            "cache_embeddings (train.py:25)"
+        ]
+    );
+    assert_eq!(
+        p.sites[3].stack,
+        [
+            "at::native::empty_cuda (EmptyTensor.cpp:51)",
+            "cache_embeddings (train.py:25)",
+            "<module> (train.py:30)"
+        ]
+    );
+    assert!(p.sites[0].stack.is_empty(), "one frame left: no chain");
+    assert_eq!(
+        p.growing[0].stack,
+        [
+            "at::native::empty_cuda (EmptyTensor.cpp:51)",
+            "torch::autograd::THPVariable_ones",
+            "append_batch (train.py:7)",
+            "train (train.py:20)",
+            "<module> (train.py:30)"
+        ]
+    );
+}
+
+#[test]
+fn markdown_and_json_carry_every_section() {
+    let summary = summarize(&["attribution.json"], 10);
+    let mut out = Vec::new();
+    super::markdown::Markdown::write(&summary, &mut out, &Options::default()).unwrap();
+    let md = String::from_utf8(out).unwrap();
+    for heading in [
+        "#### Out of memory",
+        "#### At the peak",
+        "#### Growing",
+        "#### Device memory",
+        "| held at exit | leaks | owner |",
+    ] {
+        assert!(md.contains(heading), "{heading}:\n{md}");
+    }
+    assert!(md.contains(
+        "22.0 MiB held by PyTorch's caching allocator at exit: its cache, not necessarily your tensors; PYTORCH\\_NO\\_CUDA\\_MEMORY\\_CACHING=1 shows each tensor."
+    ));
+    let mut out = Vec::new();
+    super::json::Json::write(&summary, &mut out, &Options::default()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let p = &v["processes"][0];
+    for key in [
+        "owners",
+        "ooms",
+        "ooms_dropped",
+        "peaks",
+        "growing",
+        "reconciliation",
+    ] {
+        assert!(!p[key].is_null(), "{key}");
+    }
+    assert_eq!(p["growing"][0]["grown_bytes"], 384 << 20);
+    assert_eq!(p["sites"][2]["kind"], "operation");
+    assert_eq!(p["ooms"][0]["site"]["location"], "train.py:7");
+    assert_eq!(v["owners"][0]["owner"], "pytorch_caching_allocator");
+}
+
+#[test]
+fn a_report_written_at_an_oom_says_so() {
+    let json = std::fs::read_to_string(fixture("attribution.json")).unwrap();
+    let json = json.replacen("\"reason\": \"exit\"", "\"reason\": \"oom\"", 1);
+    let json = json.replacen("\"complete\": true", "\"complete\": false", 1);
+    let doc = crate::report::Document::from_bytes("o.json".as_ref(), json.into_bytes()).unwrap();
+    let report = doc.into_reports().next().unwrap().unwrap();
+    let source = Source {
+        path: "o.json".into(),
+        index: None,
+    };
+    let s = Summary::new(vec![ReportSummary::new(&source, &report, 3)], 3);
+    assert!(
+        text(&s).contains(
+            "report   INCOMPLETE, written when an allocation ran out of memory, by cuguard"
+        )
+    );
+}

@@ -1,15 +1,27 @@
 //! `--format text`: the summary for a terminal, coloured only when [`Style`] says so.
 //!
-//! With several reports it opens with the totals and the sites across all of them; then one
-//! section per process: who it was, whether the report is complete, what leaked per device and
-//! context, the sites (largest first), the largest leaks, the events and the shim's faults.
+//! With several reports it opens with the totals, the sites across all of them and bytes by
+//! owner; then one section per process: who it was, whether the report is complete, what each
+//! out-of-memory refusal saw (first, when there were any), what leaked per device and context,
+//! who holds it (by owner, when not all of it is the program's), the sites (largest first), the
+//! largest leaks, what was live at each device's peak, what grew, what the device says is used
+//! against what cuguard can explain, the events and the shim's faults.
+//!
+//! Sections are a heading at the start of a line with their entries indented under it; every
+//! site is printed with its location once (`name (file:line)`), and a site whose stack has
+//! Python frames has its mixed native and Python stack on the next line
+//! (`at::native::empty_cuda ← step (train.py:7) ← <module> (train.py:12)`). The exact text of
+//! each section is documented on the function that writes it.
 
 use std::io::{self, Write};
 
+use super::attribution::{OomSummary, PeakSummary, ReconciliationSummary, SiteBytes};
 use super::{ReportSummary, Summary};
 use crate::format::{Format, Options};
+use crate::growth::GrowingSite;
+use crate::owners::{OwnerKind, OwnerShare};
 use crate::style::{Style, Table};
-use crate::text::{bytes, one_line, plural};
+use crate::text::{bytes, delta_bytes, millis, one_line, plural};
 
 /// `--format text`, the default.
 pub struct Text;
@@ -41,17 +53,22 @@ impl Format<Summary> for Text {
                     "{}",
                     style.bold("sites across all reports (largest first)")
                 )?;
-                let mut t = Table::new(&[true, true, true, false]);
+                let mut t = Table::new(&[true, true, true, false, false]);
                 for s in &summary.sites {
                     t.row([
                         bytes(s.leaked_bytes),
                         plural(s.leaks, "leak", "leaks"),
                         plural(s.processes, "process", "processes"),
-                        label(&s.site, s.location.as_deref()),
+                        one_line(&s.label),
+                        held_by(s.owner_kind, &s.owner_label),
                     ]);
                 }
-                out.write_all(t.render("  ").as_bytes())?;
+                let chains: Vec<&[String]> = summary.sites.iter().map(|s| &s.stack[..]).collect();
+                write_with_chains(out, &t, &chains)?;
                 more(out, summary.sites_total, summary.sites.len(), "sites")?;
+            }
+            if summary.owners.iter().any(|o| o.kind != OwnerKind::Program) {
+                owners_section(out, &summary.owners, "by owner, all reports", style)?;
             }
             writeln!(out)?;
         }
@@ -77,11 +94,28 @@ fn leaked_phrase(leaked_bytes: u64, leaks: u64, style: Style) -> String {
     }
 }
 
-fn label(site: &str, location: Option<&str>) -> String {
-    match location {
-        Some(l) => format!("{} ({})", one_line(site), one_line(l)),
-        None => one_line(site),
+/// `held by LABEL` for an owner that is not the program, else nothing.
+fn held_by(kind: OwnerKind, label: &str) -> String {
+    if kind == OwnerKind::Program {
+        String::new()
+    } else {
+        format!("held by {}", one_line(label))
     }
+}
+
+/// Writes a table, each row followed by its chain (the mixed stack), when it has one, on a line
+/// of its own indented under the row: `    a ← b ← c`.
+fn write_with_chains(out: &mut dyn Write, t: &Table, chains: &[&[String]]) -> io::Result<()> {
+    let rendered = t.render("  ");
+    for (i, line) in rendered.lines().enumerate() {
+        writeln!(out, "{line}")?;
+        if let Some(chain) = chains.get(i)
+            && !chain.is_empty()
+        {
+            writeln!(out, "    {}", one_line(&chain.join(" ← ")))?;
+        }
+    }
+    Ok(())
 }
 
 fn more(out: &mut dyn Write, total: usize, shown: usize, what: &str) -> io::Result<()> {
@@ -114,6 +148,7 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
         "checkpoint" => "written at a checkpoint".to_string(),
         "signal" => "cut short by a signal".to_string(),
         "request" => "written on request".to_string(),
+        "oom" => "written when an allocation ran out of memory".to_string(),
         other => format!("reason {}", one_line(other)),
     };
     let status = if p.complete {
@@ -127,9 +162,29 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
         one_line(&p.tool_version),
         p.driver_version
     )?;
+    if !p.ooms.is_empty() || p.ooms_dropped > 0 {
+        ooms_section(out, p, style)?;
+    }
+    let others = p.owners.iter().any(|o| o.kind != OwnerKind::Program);
+    let own = if others && p.leaks > 0 {
+        let (b, n) = p
+            .owners
+            .iter()
+            .filter(|o| o.kind == OwnerKind::Program)
+            .fold((0u64, 0u64), |(b, n), o| {
+                (b.saturating_add(o.bytes), n.saturating_add(o.count))
+            });
+        format!(
+            " (the program's own: {} in {})",
+            bytes(b),
+            plural(n, "leak", "leaks")
+        )
+    } else {
+        String::new()
+    };
     writeln!(
         out,
-        "leaked   {}",
+        "leaked   {}{own}",
         leaked_phrase(p.leaked_bytes, p.leaks, style)
     )?;
 
@@ -181,19 +236,24 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
         }
     }
     out.write_all(t.render("  ").as_bytes())?;
+    if others {
+        owners_section(out, &p.owners, "by owner", style)?;
+    }
 
     if !p.sites.is_empty() {
         writeln!(out, "{}", style.bold("sites (largest first)"))?;
-        let mut t = Table::new(&[true, true, false, false]);
+        let mut t = Table::new(&[true, true, false, false, false]);
         for s in &p.sites {
             t.row([
                 bytes(s.leaked_bytes),
                 plural(s.leaks, "leak", "leaks"),
-                label(&s.site, s.location.as_deref()),
+                one_line(&s.label),
                 one_line(&s.apis.join(",")),
+                held_by(s.owner_kind, &s.owner_label),
             ]);
         }
-        out.write_all(t.render("  ").as_bytes())?;
+        let chains: Vec<&[String]> = p.sites.iter().map(|s| &s.stack[..]).collect();
+        write_with_chains(out, &t, &chains)?;
         more(out, p.sites_total, p.sites.len(), "sites")?;
     }
     if !p.largest_leaks.is_empty() {
@@ -217,11 +277,26 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
                 format!("dev {}", l.device),
                 ctx,
                 format!("thread {}", l.thread),
-                format!("{} {state}", one_line(&l.site)),
+                format!("{} {state}", one_line(&l.label)),
             ]);
         }
         out.write_all(t.render("  ").as_bytes())?;
         more(out, p.leaks as usize, p.largest_leaks.len(), "leaks")?;
+    }
+    if !p.peaks.is_empty() {
+        writeln!(out, "{}", style.bold("at the peak"))?;
+        for peak in &p.peaks {
+            peak_entry(out, peak)?;
+        }
+    }
+    if !p.growing.is_empty() {
+        growing_section(out, &p.growing, style)?;
+    }
+    if !p.reconciliation.is_empty() {
+        writeln!(out, "{}", style.bold("device memory"))?;
+        for r in &p.reconciliation {
+            reconciliation_entry(out, r)?;
+        }
     }
     if !p.events.is_empty() {
         writeln!(out, "{}", style.bold("events"))?;
@@ -246,6 +321,291 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
         for f in &p.faults {
             writeln!(out, "  {}", one_line(f))?;
         }
+    }
+    Ok(())
+}
+
+/// Bytes held by owner, a heading and a table:
+///
+/// ```text
+/// by owner
+///   2.7 GiB  52 leaks  PyTorch's caching allocator
+///   1.0 MiB   3 leaks  the program
+///   2.7 GiB held by PyTorch's caching allocator at exit: its cache, not necessarily your tensors; PYTORCH_NO_CUDA_MEMORY_CACHING=1 shows each tensor
+/// ```
+///
+/// One line per framework cache (or other owner with a hint) holding bytes says what its memory
+/// means.
+fn owners_section(
+    out: &mut dyn Write,
+    owners: &[OwnerShare],
+    heading: &str,
+    style: Style,
+) -> io::Result<()> {
+    writeln!(out, "{}", style.bold(heading))?;
+    let mut t = Table::new(&[true, true, false]);
+    for o in owners {
+        t.row([
+            bytes(o.bytes),
+            plural(o.count, "leak", "leaks"),
+            one_line(&o.label),
+        ]);
+    }
+    out.write_all(t.render("  ").as_bytes())?;
+    for o in owners.iter().filter(|o| o.bytes > 0) {
+        if let Some(hint) = &o.hint {
+            writeln!(
+                out,
+                "  {} held by {} at exit: {}",
+                bytes(o.bytes),
+                one_line(&o.label),
+                one_line(hint)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// `the program 1.0 GiB, PyTorch's caching allocator 0.6 GiB`.
+fn owner_list(owners: &[OwnerShare]) -> String {
+    owners
+        .iter()
+        .map(|o| format!("{} {}", one_line(&o.label), bytes(o.bytes)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Live bytes by site and owner, as a table at `indent`:
+/// `1.0 GiB  3 allocations  make_buffers (train.c:42)  held by …`.
+fn site_bytes_table(
+    out: &mut dyn Write,
+    sites: &[SiteBytes],
+    total: usize,
+    indent: &str,
+) -> io::Result<()> {
+    let mut t = Table::new(&[true, true, false, false]);
+    for s in sites {
+        t.row([
+            bytes(s.bytes),
+            plural(s.allocations, "allocation", "allocations"),
+            one_line(&s.site.label),
+            held_by(s.owner_kind, &s.owner_label),
+        ]);
+    }
+    out.write_all(t.render(indent).as_bytes())?;
+    if total > sites.len() {
+        writeln!(
+            out,
+            "{indent}… {} more sites (see --top)",
+            total - sites.len()
+        )?;
+    }
+    Ok(())
+}
+
+/// The out-of-memory refusals, first in a process's section:
+///
+/// ```text
+/// out of memory
+///   cuMemAlloc_v2 asking 2.0 GiB on device 0 at 12.3 s: step (train.py:42)
+///     refused by the driver: device 0 had 512.0 MiB free of 16.0 GiB; 15.1 GiB live
+///     MESSAGE (when the report gives one)
+///     live by owner: the program 12.0 GiB, PyTorch's caching allocator 3.1 GiB
+///     pool: 1.0 GiB reserved, 200.0 MiB free, largest free block 64.0 MiB
+///     live by site then
+///       12.0 GiB  3 allocations  make_buffers (train.c:42)
+///        3.1 GiB   1 allocation  c10::… (x.cpp:1)  held by PyTorch's caching allocator
+///     stack: at::native::empty_cuda ← step (train.py:42) ← <module> (train.py:50)
+///   and 3 more out-of-memory refusals not shown
+/// ```
+///
+/// `refused by the pool's limit (CUGUARD_POOL_LIMIT)` when cuguard's pool refused.
+fn ooms_section(out: &mut dyn Write, p: &ReportSummary, style: Style) -> io::Result<()> {
+    writeln!(out, "{}", style.bad("out of memory"))?;
+    for o in &p.ooms {
+        oom_entry(out, o)?;
+    }
+    if p.ooms_dropped > 0 {
+        writeln!(
+            out,
+            "  and {} not shown",
+            plural(
+                p.ooms_dropped,
+                "more out-of-memory refusal",
+                "more out-of-memory refusals"
+            )
+        )?;
+    }
+    Ok(())
+}
+
+fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
+    writeln!(
+        out,
+        "  {} asking {} on device {} at {}: {}",
+        one_line(&o.api),
+        bytes(o.size),
+        o.device,
+        millis(o.time_ms),
+        one_line(&o.site.label)
+    )?;
+    let who = match o.refused_by.as_str() {
+        "driver" => "the driver".to_string(),
+        "pool_limit" => "the pool's limit (CUGUARD_POOL_LIMIT)".to_string(),
+        other => one_line(other),
+    };
+    let free = match (o.device_free_bytes, o.device_total_bytes) {
+        (Some(free), Some(total)) => format!(
+            "device {} had {} free of {}",
+            o.device,
+            bytes(free),
+            bytes(total)
+        ),
+        (Some(free), None) => format!("device {} had {} free", o.device, bytes(free)),
+        _ => format!("device {}'s free memory unknown", o.device),
+    };
+    writeln!(
+        out,
+        "    refused by {who}: {free}; {} live",
+        bytes(o.live_bytes)
+    )?;
+    if let Some(m) = &o.message {
+        writeln!(out, "    {}", one_line(m))?;
+    }
+    if !o.by_owner.is_empty() {
+        writeln!(out, "    live by owner: {}", owner_list(&o.by_owner))?;
+    }
+    if let Some(pool) = &o.pool {
+        writeln!(
+            out,
+            "    pool: {} reserved, {} free, largest free block {}",
+            bytes(pool.reserved_bytes),
+            bytes(pool.free_bytes),
+            bytes(pool.largest_free_block)
+        )?;
+    }
+    if !o.sites.is_empty() {
+        writeln!(out, "    live by site then")?;
+        site_bytes_table(out, &o.sites, o.sites_total, "      ")?;
+    }
+    if !o.stack.is_empty() {
+        writeln!(out, "    stack: {}", one_line(&o.stack.join(" ← ")))?;
+    }
+    Ok(())
+}
+
+/// One device's entry of `at the peak`:
+///
+/// ```text
+/// at the peak
+///   device 0: at the peak of 1.6 GiB (at 12.3 s): the program 1.0 GiB, PyTorch's caching allocator 614.4 MiB
+///     1.0 GiB  3 allocations  make_buffers (train.c:42)
+///     614.4 MiB  1 allocation  c10::… (x.cpp:1)  held by PyTorch's caching allocator
+///     … 4 more sites (see --top)
+/// ```
+fn peak_entry(out: &mut dyn Write, peak: &PeakSummary) -> io::Result<()> {
+    let owners = if peak.by_owner.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", owner_list(&peak.by_owner))
+    };
+    writeln!(
+        out,
+        "  device {}: at the peak of {} (at {}){owners}",
+        peak.device,
+        bytes(peak.live_bytes),
+        millis(peak.time_ms)
+    )?;
+    site_bytes_table(out, &peak.sites, peak.sites_total, "    ")
+}
+
+/// The sites that grew, most first:
+///
+/// ```text
+/// growing
+///   +400.0 MiB  over 10.0 s  0 B → 400.0 MiB  append_batch (train.py:7)  device 0
+///     at::native::empty_cuda ← append_batch (train.py:7) ← <module> (train.py:12)
+/// ```
+///
+/// (`held by …` after the devices when its owner is not the program.)
+fn growing_section(out: &mut dyn Write, growing: &[GrowingSite], style: Style) -> io::Result<()> {
+    writeln!(out, "{}", style.warn("growing"))?;
+    let mut t = Table::new(&[true, false, true, false, false, false]);
+    for g in growing {
+        let devices = g
+            .devices
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        t.row([
+            delta_bytes(i128::from(g.growth.grown_bytes)),
+            format!(
+                "over {}",
+                millis(g.growth.to_ms.saturating_sub(g.growth.from_ms))
+            ),
+            format!(
+                "{} → {}",
+                bytes(g.growth.from_bytes),
+                bytes(g.growth.to_bytes)
+            ),
+            one_line(&g.label),
+            format!(
+                "{} {devices}",
+                if g.devices.len() == 1 {
+                    "device"
+                } else {
+                    "devices"
+                }
+            ),
+            held_by(g.owner_kind, &g.owner_label),
+        ]);
+    }
+    let chains: Vec<&[String]> = growing.iter().map(|g| &g.stack[..]).collect();
+    write_with_chains(out, &t, &chains)
+}
+
+/// One device's entry of `device memory`:
+///
+/// ```text
+/// device memory
+///   device 0: used 6.1 GiB: program 1.2 GiB, PyTorch's caching allocator 3.9 GiB, pool idle 512.0 MiB, contexts 512.0 MiB, unexplained 0 B
+///     used is the whole device's (cuMemGetInfo), other processes included: NOTE
+/// ```
+///
+/// "used" is the process's own usage where NVML listed the process, else the whole device's
+/// (then the second line says so, with the report's note). Parts that are zero are left out,
+/// except the program's and the unexplained.
+fn reconciliation_entry(out: &mut dyn Write, r: &ReconciliationSummary) -> io::Result<()> {
+    let mut parts: Vec<String> = r
+        .parts()
+        .into_iter()
+        .map(|(label, value)| format!("{} {}", one_line(&label), bytes(value)))
+        .collect();
+    if let Some(u) = r.unexplained_bytes {
+        parts.push(format!(
+            "unexplained {}",
+            if u < 0 {
+                delta_bytes(i128::from(u))
+            } else {
+                bytes(u.unsigned_abs())
+            }
+        ));
+    }
+    let used = match r.used_bytes {
+        Some(u) => format!("used {}", bytes(u)),
+        None => "used unknown".to_string(),
+    };
+    writeln!(out, "  device {}: {used}: {}", r.device, parts.join(", "))?;
+    if r.used_by == Some("device") {
+        let note = match &r.process_used_note {
+            Some(n) => format!(": {}", one_line(n)),
+            None => String::new(),
+        };
+        writeln!(
+            out,
+            "    used is the whole device's (cuMemGetInfo), other processes included{note}"
+        )?;
     }
     Ok(())
 }

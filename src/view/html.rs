@@ -113,10 +113,7 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
             "<table id=\"sites\">\n<thead><tr><th class=\"num\">leaked</th><th class=\"num\">leaks</th><th class=\"num\">processes</th><th>site</th></tr></thead>\n<tbody>"
         )?;
         for site in &s.sites {
-            let label = match &site.location {
-                Some(l) => format!("{} ({})", site.site, l),
-                None => site.site.clone(),
-            };
+            let label = &site.label;
             writeln!(
                 out,
                 "<tr class=\"site\"><td class=\"num\" title=\"{} bytes\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"site\">{}</td></tr>",
@@ -124,7 +121,7 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
                 bytes(site.leaked_bytes),
                 site.leaks,
                 site.processes,
-                esc(&label)
+                esc(label)
             )?;
         }
         writeln!(out, "</tbody>\n</table>")?;

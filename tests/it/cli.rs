@@ -491,3 +491,260 @@ fn cli_run_sim_with_the_real_shim_and_driver() {
     let sim_dir = first.split(':').next().unwrap();
     assert!(Path::new(sim_dir).join("libcuda.so.1").exists(), "{first}");
 }
+
+// ---- attribution: sections, owners, sites printed once ----------------------------------------
+
+/// The summary's sections, as a consumer would decode them.
+#[derive(Deserialize)]
+struct JsonSections {
+    owners: Vec<JsonOwner>,
+    processes: Vec<JsonProcessSections>,
+}
+
+#[derive(Deserialize)]
+struct JsonOwner {
+    owner: String,
+    kind: String,
+    bytes: u64,
+    count: u64,
+    hint: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct JsonProcessSections {
+    owners: Vec<JsonOwner>,
+    ooms: Vec<JsonOom>,
+    ooms_dropped: u64,
+    peaks: Vec<JsonPeak>,
+    growing: Vec<JsonGrowing>,
+    reconciliation: Vec<JsonReconciliation>,
+}
+
+#[derive(Deserialize)]
+struct JsonOom {
+    size: u64,
+    refused_by: String,
+    site: JsonSiteRef,
+    device_free_bytes: Option<u64>,
+    sites: Vec<JsonSiteBytes>,
+}
+
+#[derive(Deserialize)]
+struct JsonSiteRef {
+    label: String,
+    location: Option<String>,
+    kind: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct JsonSiteBytes {
+    label: String,
+    owner: String,
+    bytes: u64,
+}
+
+#[derive(Deserialize)]
+struct JsonPeak {
+    device: u32,
+    live_bytes: u64,
+    sites: Vec<JsonSiteBytes>,
+}
+
+#[derive(Deserialize)]
+struct JsonGrowing {
+    label: String,
+    location: Option<String>,
+    grown_bytes: u64,
+    from_ms: u64,
+    to_ms: u64,
+}
+
+#[derive(Deserialize)]
+struct JsonReconciliation {
+    device: u32,
+    used_by: Option<String>,
+    unexplained_bytes: Option<i64>,
+}
+
+#[test]
+fn cli_summary_prints_every_section_of_a_report_that_has_them() {
+    let out = cuguard()
+        .current_dir(support::artifacts().root.join("tests/fixtures"))
+        .args(["summary", "attribution.json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let want = std::fs::read_to_string(
+        support::artifacts()
+            .root
+            .join("src/summary/snapshots/attribution.txt"),
+    )
+    .unwrap();
+    assert_eq!(stdout(&out), want);
+}
+
+#[test]
+fn cli_summary_json_carries_the_sections() {
+    let out = cuguard()
+        .args(["summary", "--format", "json"])
+        .arg(fixture("attribution.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s: JsonSections = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s.owners[0].owner, "pytorch_caching_allocator");
+    assert_eq!(s.owners[0].kind, "framework_cache");
+    assert!(
+        s.owners[0]
+            .hint
+            .as_deref()
+            .unwrap()
+            .contains("PYTORCH_NO_CUDA_MEMORY_CACHING=1")
+    );
+    let p = &s.processes[0];
+    let program = p.owners.iter().find(|o| o.owner == "program").unwrap();
+    assert_eq!((program.bytes, program.count), ((1 << 20) + (512 << 10), 2));
+    assert_eq!(p.ooms.len(), 1);
+    assert_eq!(p.ooms_dropped, 2);
+    let oom = &p.ooms[0];
+    assert_eq!((oom.size, oom.refused_by.as_str()), (2 << 30, "driver"));
+    assert_eq!(oom.site.label, "append_batch (train.py:7)");
+    assert_eq!(oom.site.location.as_deref(), Some("train.py:7"));
+    assert_eq!(oom.site.kind.as_deref(), Some("user"));
+    assert_eq!(oom.device_free_bytes, Some(100 << 20));
+    assert_eq!(
+        (oom.sites[0].label.as_str(), oom.sites[0].bytes),
+        ("append_batch (train.py:7)", 384 << 20)
+    );
+    assert_eq!(oom.sites[1].owner, "pytorch_caching_allocator");
+    assert_eq!((p.peaks[0].device, p.peaks[0].live_bytes), (0, 418 << 20));
+    assert!(
+        p.peaks[0]
+            .sites
+            .iter()
+            .any(|s| s.label == "step (train.py:12)"),
+        "the temporary is named at the peak"
+    );
+    assert_eq!(p.growing.len(), 1, "the temporary does not grow");
+    let g = &p.growing[0];
+    assert_eq!(g.label, "append_batch (train.py:7)");
+    assert_eq!(g.location.as_deref(), Some("train.py:7"));
+    assert_eq!((g.grown_bytes, g.from_ms, g.to_ms), (384 << 20, 500, 6500));
+    let r: Vec<(u32, Option<&str>, Option<i64>)> = p
+        .reconciliation
+        .iter()
+        .map(|r| (r.device, r.used_by.as_deref(), r.unexplained_bytes))
+        .collect();
+    assert_eq!(
+        r,
+        [
+            (0, Some("device"), Some((697 << 20) - (512 << 10))),
+            (1, Some("process"), Some(0))
+        ]
+    );
+}
+
+#[test]
+fn cli_outputs_print_a_sites_location_once() {
+    let path = fixture("attribution.json");
+    let other = fixture("leaks-two-contexts.json");
+    let runs: Vec<Vec<&std::ffi::OsStr>> = vec![
+        vec!["summary".as_ref(), path.as_os_str()],
+        vec![
+            "summary".as_ref(),
+            "--format".as_ref(),
+            "markdown".as_ref(),
+            path.as_os_str(),
+        ],
+        vec![
+            "check".as_ref(),
+            "--owners".as_ref(),
+            "all".as_ref(),
+            path.as_os_str(),
+        ],
+        vec!["diff".as_ref(), other.as_os_str(), path.as_os_str()],
+        vec!["suppressions".as_ref(), path.as_os_str()],
+    ];
+    for args in runs {
+        let out = cuguard().args(&args).output().unwrap();
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        let text = stdout(&out);
+        for loc in [
+            "model.py:40",
+            "train.py:25",
+            "Functions.cpp:1520",
+            "CublasHandlePool.cpp:120",
+        ] {
+            assert!(text.contains(loc), "{args:?} names {loc}:\n{text}");
+            // A Markdown cell holds a site and, after <br>, its stack: two lines when shown.
+            for line in text
+                .lines()
+                .flat_map(|l| l.split("<br>"))
+                .filter(|l| l.contains(loc))
+            {
+                assert_eq!(line.matches(loc).count(), 1, "{args:?}: {line}");
+            }
+        }
+    }
+}
+
+#[test]
+fn cli_diff_shows_mixed_stacks_like_py_spy() {
+    let out = cuguard()
+        .arg("diff")
+        .arg(fixture("leaks-two-contexts.json"))
+        .arg(fixture("attribution.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "  +512.0 KiB   +1 leak  cache_embeddings (train.py:25)                                            0 B → 512.0 KiB\n    at::native::empty_cuda (EmptyTensor.cpp:51) ← cache_embeddings (train.py:25) ← <module> (train.py:30)\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains(
+        "  +1.0 MiB   +1 leak  on the autograd thread: AddmmBackward0::apply (Functions.cpp:1520)"
+    ), "{text}");
+}
+
+#[test]
+fn cli_the_readme_demo_names_mains_line_once() {
+    // The README's demo, with default settings: cudarc_leaks on the simulated driver.
+    let dir = support::scratch_dir("cli-readme-demo");
+    let report = dir.join("demo.json");
+    support::run(
+        &mut support::shim_command(&support::rust_program("cudarc_leaks"), &report)
+            .env("CUGUARD_QUIET", "1"),
+        true,
+    );
+    let out = cuguard().arg("summary").arg(&report).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let src = std::fs::read_to_string(
+        support::artifacts()
+            .root
+            .join("harness/workloads/src/bin/cudarc_leaks.rs"),
+    )
+    .unwrap();
+    let line = src
+        .lines()
+        .position(|l| l.contains("stream.alloc_zeros::<f32>"))
+        .unwrap()
+        + 1;
+    let site = format!("cudarc_leaks::main (cudarc_leaks.rs:{line})");
+    let row = text
+        .lines()
+        .find(|l| l.contains("cuMemAllocAsync") && l.contains("2 leaks"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains(&site), "{row}\n{text}");
+    for l in text.lines().filter(|l| l.contains("cudarc_leaks.rs")) {
+        assert_eq!(l.matches("cudarc_leaks.rs").count(), 1, "{l}");
+        assert!(!l.contains("mod.rs"), "{l}");
+    }
+}

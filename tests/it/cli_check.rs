@@ -229,3 +229,135 @@ fn cli_suppressions_generates_a_file_that_passes_check() {
     assert_eq!(code, 0, "{:?}", v.failures);
     assert!(v.suppressions.iter().all(|r| r.matched > 0));
 }
+
+#[test]
+fn cli_check_a_limit_on_one_measure_leaves_the_other_unlimited() {
+    // 5 leaks, 15.0 MiB: the byte limit alone no longer fails on the count.
+    let out = check(
+        &["--max-leaked-bytes", "100000000"],
+        &["leaks-two-contexts.json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = check(&["--max-leaks", "5"], &["leaks-two-contexts.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = check(
+        &["--max-leaked-bytes", "1MiB"],
+        &["leaks-two-contexts.json"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).starts_with(
+            "cuguard check: FAIL: 1 report, 15.0 MiB leaked in 5 leaks\n  ✗ 15.0 MiB in leaks exceeds --max-leaked-bytes 1048576\nleak sites\n"
+        ),
+        "{}",
+        text(&out)
+    );
+    let (_, v) = verdict(&["--max-leaks", "5"], &["leaks-two-contexts.json"]);
+    assert!(v.passed);
+    let out = check(
+        &["--format", "json", "--max-leaks", "5"],
+        &["leaks-two-contexts.json"],
+    );
+    let limits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        limits["limits"]["max_leaked_bytes"],
+        serde_json::Value::Null
+    );
+    assert_eq!(limits["limits"]["max_leaks"], 5);
+}
+
+#[test]
+fn cli_check_counts_the_programs_own_leaks_unless_told() {
+    let out = check(&[], &["attribution.json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let t = text(&out);
+    assert!(
+        t.starts_with("cuguard check: FAIL: 1 report, 1.5 MiB leaked in 2 leaks\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains(
+            "not checked (--owners to include them)\n  22.0 MiB  2 leaks  PyTorch's caching allocator\n   4.0 MiB   1 leak  cuBLAS/cuBLASLt\n"
+        ),
+        "{t}"
+    );
+    // The program's 1.5 MiB fit under 2 MiB; the cache's do not.
+    let out = check(&["--max-leaked-bytes", "2MiB"], &["attribution.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = check(
+        &["--max-leaked-bytes", "2MiB", "--owners", "framework_cache"],
+        &["attribution.json"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let (code, v) = verdict(&["--owners", "all"], &["attribution.json"]);
+    assert_eq!(code, 1);
+    assert_eq!(v.counted_leaks, 5);
+    let out = check(&["--owners", "PyTorch cache"], &["attribution.json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a bad --owners is a usage error"
+    );
+}
+
+#[test]
+fn cli_check_max_growth_names_the_site() {
+    let loose = ["--max-leaked-bytes", "1GiB"];
+    let mut args = loose.to_vec();
+    args.extend(["--max-growth", "100MiB"]);
+    let out = check(&args, &["attribution.json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let t = text(&out);
+    assert!(
+        t.contains("  ✗ append_batch (train.py:7) grew by 384.0 MiB over 6.0 s in python3.12[5150] (more than --max-growth 104857600)\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("growing\n  +384.0 MiB  over 6.0 s  append_batch (train.py:7)  python3.12[5150]  fails\n"),
+        "{t}"
+    );
+    let mut args = loose.to_vec();
+    args.extend(["--max-growth", "1GiB"]);
+    assert_eq!(check(&args, &["attribution.json"]).status.code(), Some(0));
+    // Without --max-growth, growth is mentioned and does not fail.
+    let out = check(&loose, &["attribution.json"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out).contains(
+        "1 site grew while running (cuguard summary lists them; --max-growth SIZE fails on them)\n"
+    ));
+    let out = check(
+        &[
+            "--format",
+            "junit",
+            "--max-leaked-bytes",
+            "1GiB",
+            "--max-growth",
+            "1MiB",
+        ],
+        &["attribution.json"],
+    );
+    assert!(
+        text(&out).contains("append_batch (train.py:7) grew by 384.0 MiB"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn cli_check_help_states_the_defaults() {
+    let out = Command::new(&support::artifacts().cuguard)
+        .args(["check", "--help"])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    for want in [
+        "with neither --max-leaked-bytes nor --max-leaks, both are 0",
+        "Given one, only that measure is limited",
+        "--owners <LIST>",
+        "Default: the program's only",
+        "--max-growth <SIZE>",
+        "Default: growth is not checked",
+    ] {
+        assert!(t.contains(want), "{want:?} in:\n{t}");
+    }
+}

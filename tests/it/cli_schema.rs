@@ -39,14 +39,17 @@ fn fixture(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
-/// Hand-written fixtures, two reports the shim wrote on the simulated driver
-/// (`harness/workloads/c/leaks_threads.c` with two devices, `cudarc_leaks`), and two it wrote on
-/// the H200 (docs/gpu-runs/2026-11-29-thin: the planted-leak program, PyTorch).
-const GOOD: [&str; 8] = [
+/// Hand-written fixtures (`attribution.json` holds every field added for attribution: owners,
+/// peaks, stack samples, out-of-memory records, reconciliation, site kinds, mixed stacks), two
+/// reports the shim wrote on the simulated driver (`harness/workloads/c/leaks_threads.c` with two
+/// devices, `cudarc_leaks`), and two it wrote on the H200 (docs/gpu-runs/2026-11-29-thin: the
+/// planted-leak program, PyTorch).
+const GOOD: [&str; 9] = [
     "leaks-two-contexts.json",
     "events.json",
     "incomplete.json",
     "merged.json",
+    "attribution.json",
     "sim-leaks-threads.json",
     "sim-cudarc-leaks.json",
     "h200-planted.json",

@@ -1,0 +1,307 @@
+//! The summary's sections on who held memory and when: what each out-of-memory refusal saw
+//! ([`OomSummary`]), what was live at each device's peak ([`PeakSummary`]), and what the device
+//! says is used against what cuguard can explain ([`ReconciliationSummary`]). (What grows is
+//! [`crate::growth`]'s; bytes by owner are [`crate::owners`]'.)
+//!
+//! Each is condensed from one report's records by stack into sites and owners, so it outlives
+//! the report.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner, share};
+use crate::report::{Explained, OomPool, Report, StackBytes};
+use crate::sites::{SiteIndex, SiteRef};
+
+/// Live bytes at one site, held by one owner, at some moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteBytes {
+    /// The site.
+    #[serde(flatten)]
+    pub site: SiteRef,
+    /// Who held it: owner id.
+    pub owner: String,
+    /// The owner for people.
+    pub owner_label: String,
+    /// The owner's kind.
+    pub owner_kind: OwnerKind,
+    /// Live bytes.
+    pub bytes: u64,
+    /// Live allocations.
+    pub allocations: u64,
+}
+
+/// What an out-of-memory refusal saw (`ooms[]`).
+#[derive(Clone, Debug, Serialize)]
+pub struct OomSummary {
+    /// Global order, shared with allocations and events.
+    pub seq: u64,
+    /// When, milliseconds since process start.
+    pub time_ms: u64,
+    /// The asking thread.
+    pub thread: u64,
+    /// The entry that was refused.
+    pub api: String,
+    /// Bytes asked for.
+    pub size: u64,
+    /// Device ordinal.
+    pub device: u32,
+    /// The site that asked.
+    pub site: SiteRef,
+    /// The asking stack's frames in the mixed native and Python order, when it has Python
+    /// frames.
+    pub stack: Vec<String>,
+    /// `driver` or `pool_limit`.
+    pub refused_by: String,
+    /// Why, in words, when the report says.
+    pub message: Option<String>,
+    /// The device's free memory then, when known.
+    pub device_free_bytes: Option<u64>,
+    /// The device's total memory, when known.
+    pub device_total_bytes: Option<u64>,
+    /// The program's live device bytes on that device then (every owner's).
+    pub live_bytes: u64,
+    /// Live bytes by owner then, most first (`count`: live allocations, 0 where the report
+    /// gave only bytes).
+    pub by_owner: Vec<OwnerShare>,
+    /// Live bytes by site and owner then, most first, at most `--top`.
+    pub sites: Vec<SiteBytes>,
+    /// How many (site, owner) pairs held memory then.
+    pub sites_total: usize,
+    /// The pool on that device then, if it had one.
+    pub pool: Option<OomPool>,
+}
+
+/// What was live on a device at its peak: the last `peaks[]` record of the device.
+#[derive(Clone, Debug, Serialize)]
+pub struct PeakSummary {
+    /// Device ordinal.
+    pub device: u32,
+    /// When, milliseconds since process start.
+    pub time_ms: u64,
+    /// Live bytes then (within 1% of the peak).
+    pub live_bytes: u64,
+    /// The peak itself, from `stats`, when the report has it.
+    pub peak_live_bytes: Option<u64>,
+    /// Live bytes by owner then, most first (`count`: live allocations).
+    pub by_owner: Vec<OwnerShare>,
+    /// Live bytes by site and owner then, most first, at most `--top`.
+    pub sites: Vec<SiteBytes>,
+    /// How many (site, owner) pairs held memory then.
+    pub sites_total: usize,
+}
+
+/// What a device says is used against what cuguard can explain (`reconciliation[]`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ReconciliationSummary {
+    /// Device ordinal.
+    pub device: u32,
+    /// What "used" is: the process's own usage as NVML lists it, else the whole device's.
+    pub used_bytes: Option<u64>,
+    /// `process` (NVML listed the process) or `device` (the whole device, other processes
+    /// included); `null` when neither is known.
+    pub used_by: Option<&'static str>,
+    /// The whole device's used memory (`cuMemGetInfo`).
+    pub device_used_bytes: Option<u64>,
+    /// The process's usage as NVML lists it.
+    pub process_used_bytes: Option<u64>,
+    /// Why NVML's figure is absent, when it is.
+    pub process_used_note: Option<String>,
+    /// What cuguard can explain, by part.
+    pub explained: Explained,
+    /// Who the framework caches are, for people: the one framework cache holding memory at
+    /// the end, else `framework caches`.
+    pub framework_cache_label: String,
+    /// Used and not explained.
+    pub unexplained_bytes: Option<i64>,
+}
+
+impl ReconciliationSummary {
+    /// The explained parts for people, in order: `program`, the framework caches (by
+    /// [`ReconciliationSummary::framework_cache_label`]), `CUDA libraries`, `driver and
+    /// runtime`, `pool idle`, `contexts`; the program's always, the others when not zero.
+    pub fn parts(&self) -> Vec<(String, u64)> {
+        let e = &self.explained;
+        let mut parts = vec![("program".to_string(), e.program_bytes)];
+        for (label, value) in [
+            (self.framework_cache_label.clone(), e.framework_cache_bytes),
+            ("CUDA libraries".to_string(), e.library_bytes),
+            ("driver and runtime".to_string(), e.driver_bytes),
+            ("pool idle".to_string(), e.pool_idle_bytes),
+            ("contexts".to_string(), e.context_overhead_bytes),
+        ] {
+            if value > 0 {
+                parts.push((label, value));
+            }
+        }
+        parts
+    }
+}
+
+/// Live bytes of `stacks` by (site, owner), most first, cut to `top`; their total count; and
+/// by owner.
+fn by_site_and_owner(
+    stacks: &[StackBytes],
+    sites: &SiteIndex<'_>,
+    owners: &mut OwnerIndex<'_>,
+    top: usize,
+) -> (Vec<SiteBytes>, usize, Vec<OwnerShare>) {
+    let mut groups: HashMap<(String, usize), SiteBytes> = HashMap::new();
+    let mut per_owner = Vec::with_capacity(stacks.len());
+    for s in stacks {
+        let o = owners.of_stack(s.stack, Some("device"));
+        per_owner.push((o, s.bytes, s.allocations));
+        let site = sites.site(s.stack);
+        let owner = owners.owner(o);
+        let e = groups
+            .entry((site.key.clone(), o))
+            .or_insert_with(|| SiteBytes {
+                site: SiteRef::from(&*site),
+                owner: owner.id.clone(),
+                owner_label: owner.label.clone(),
+                owner_kind: owner.kind,
+                bytes: 0,
+                allocations: 0,
+            });
+        e.bytes = e.bytes.saturating_add(s.bytes);
+        e.allocations = e.allocations.saturating_add(s.allocations);
+    }
+    let mut list: Vec<SiteBytes> = groups.into_values().collect();
+    list.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(b.allocations.cmp(&a.allocations))
+            .then(a.site.site.cmp(&b.site.site))
+            .then(a.owner.cmp(&b.owner))
+    });
+    let total = list.len();
+    list.truncate(top);
+    (list, total, by_owner(owners, per_owner))
+}
+
+/// The report's out-of-memory records, in order, at most `top`.
+pub fn ooms(
+    report: &Report,
+    sites: &SiteIndex<'_>,
+    owners: &mut OwnerIndex<'_>,
+    top: usize,
+) -> Vec<OomSummary> {
+    report
+        .ooms
+        .iter()
+        .take(top)
+        .map(|r| {
+            let (list, total, computed) = by_site_and_owner(&r.stacks, sites, owners, top);
+            let by_owner = if r.by_owner.is_empty() {
+                computed
+            } else {
+                let mut shares: Vec<OwnerShare> = r
+                    .by_owner
+                    .iter()
+                    .map(|b| {
+                        let owner = owners.of_id(&b.owner);
+                        let owner = owners.owner(owner);
+                        share(owner, b.bytes, 0)
+                    })
+                    .collect();
+                crate::owners::sort_shares(&mut shares);
+                shares
+            };
+            OomSummary {
+                seq: r.seq,
+                time_ms: r.time_ms,
+                thread: r.thread,
+                api: r.api.clone(),
+                size: r.size,
+                device: r.device,
+                site: SiteRef::from(&*sites.site(r.stack)),
+                stack: sites.chain(r.stack),
+                refused_by: r.refused_by.clone(),
+                message: r.message.clone(),
+                device_free_bytes: r.device_free_bytes,
+                device_total_bytes: r.device_total_bytes,
+                live_bytes: r.live_bytes,
+                by_owner,
+                sites: list,
+                sites_total: total,
+                pool: r.pool.clone(),
+            }
+        })
+        .collect()
+}
+
+/// What was live at each device's peak, by device: its last `peaks[]` record.
+pub fn peaks(
+    report: &Report,
+    sites: &SiteIndex<'_>,
+    owners: &mut OwnerIndex<'_>,
+    top: usize,
+) -> Vec<PeakSummary> {
+    let mut last: std::collections::BTreeMap<u32, &crate::report::PeakRecord> =
+        std::collections::BTreeMap::new();
+    for p in &report.peaks {
+        let keep = last
+            .get(&p.device)
+            .is_none_or(|q| (p.live_bytes, p.time_ms) >= (q.live_bytes, q.time_ms));
+        if keep {
+            last.insert(p.device, p);
+        }
+    }
+    last.into_values()
+        .map(|p| {
+            let (list, total, by_owner) = by_site_and_owner(&p.stacks, sites, owners, top);
+            PeakSummary {
+                device: p.device,
+                time_ms: p.time_ms,
+                live_bytes: p.live_bytes,
+                peak_live_bytes: report
+                    .stats
+                    .devices
+                    .iter()
+                    .find(|d| d.device == p.device)
+                    .map(|d| d.peak_live_bytes),
+                by_owner,
+                sites: list,
+                sites_total: total,
+            }
+        })
+        .collect()
+}
+
+/// The report's reconciliation, by device; `held` is what was held at the end by owner (to
+/// name the framework cache).
+pub fn reconciliation(report: &Report, held: &[OwnerShare]) -> Vec<ReconciliationSummary> {
+    let caches: Vec<&OwnerShare> = held
+        .iter()
+        .filter(|s| s.kind == OwnerKind::FrameworkCache && s.bytes > 0)
+        .collect();
+    let framework_cache_label = match caches.as_slice() {
+        [one] => one.label.clone(),
+        _ => "framework caches".to_string(),
+    };
+    let mut out: Vec<ReconciliationSummary> = report
+        .reconciliation
+        .iter()
+        .map(|r| {
+            let (used_bytes, used_by) = match (r.process_used_bytes, r.device_used_bytes) {
+                (Some(p), _) => (Some(p), Some("process")),
+                (None, Some(d)) => (Some(d), Some("device")),
+                (None, None) => (None, None),
+            };
+            ReconciliationSummary {
+                device: r.device,
+                used_bytes,
+                used_by,
+                device_used_bytes: r.device_used_bytes,
+                process_used_bytes: r.process_used_bytes,
+                process_used_note: r.process_used_note.clone(),
+                explained: r.explained.clone(),
+                framework_cache_label: framework_cache_label.clone(),
+                unexplained_bytes: r.unexplained_bytes,
+            }
+        })
+        .collect();
+    out.sort_by_key(|r| r.device);
+    out
+}
