@@ -20,17 +20,7 @@ pub fn one_line(text: &str) -> String {
 
 /// Bytes in binary units with one decimal: `512 B`, `1.5 KiB`, `8.0 MiB`, `140.4 GiB`.
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
+    cuguard_report::human_bytes(n)
 }
 
 /// A signed byte difference: `+1.5 MiB`, `-512 B`, `0 B`.

@@ -614,8 +614,9 @@ impl Verdict {
         let leaks_over = limits.max_leaks.is_some_and(|m| counted_leaks > m);
         if let (true, Some(max)) = (bytes_over, limits.max_leaked_bytes) {
             failures.push(format!(
-                "{} in {what} exceeds --max-leaked-bytes {max}",
+                "{} in {what} exceeds --max-leaked-bytes {}",
                 crate::text::bytes(counted_bytes),
+                crate::text::bytes(max),
             ));
         }
         if let (true, Some(max)) = (leaks_over, limits.max_leaks) {
@@ -646,7 +647,7 @@ impl Verdict {
         if let Some(max) = limits.max_growth {
             for g in growing.iter().filter(|g| g.failing) {
                 failures.push(format!(
-                    "{} grew by {} over {} in {} (more than --max-growth {max})",
+                    "{} grew by {} over {} in {} (more than --max-growth {})",
                     g.growth.label,
                     crate::text::bytes(g.growth.growth.grown_bytes),
                     crate::text::millis(
@@ -656,6 +657,7 @@ impl Verdict {
                             .saturating_sub(g.growth.growth.from_ms)
                     ),
                     g.process,
+                    crate::text::bytes(max),
                 ));
             }
         }

@@ -276,7 +276,7 @@ fn a_limit_on_one_measure_leaves_the_other_unlimited() {
     let v = verdict(f, "", None, limits(Limits::leaks(Some(1 << 20), None)));
     assert_eq!(
         v.failures,
-        ["15.0 MiB in leaks exceeds --max-leaked-bytes 1048576"]
+        ["15.0 MiB in leaks exceeds --max-leaked-bytes 1.0 MiB"]
     );
     let v = verdict(
         f,
@@ -311,7 +311,7 @@ fn growth_fails_only_over_max_growth_and_names_the_site() {
     assert_eq!(
         v.failures,
         [
-            "append_batch (train.py:7) grew by 384.0 MiB over 6.0 s in python3.12[5150] (more than --max-growth 104857600)"
+            "append_batch (train.py:7) grew by 384.0 MiB over 6.0 s in python3.12[5150] (more than --max-growth 100.0 MiB)"
         ]
     );
     assert_eq!(

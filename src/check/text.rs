@@ -7,8 +7,8 @@
 //!
 //! ```text
 //! cuguard check: FAIL: 1 report, 3.0 MiB leaked in 2 leaks
-//!   ✗ 3.0 MiB in leaks exceeds --max-leaked-bytes 0
-//!   ✗ append_batch (train.py:7) grew by 400.0 MiB over 10.0 s in python3[4242] (more than --max-growth 104857600)
+//!   ✗ 3.0 MiB in leaks exceeds --max-leaked-bytes 0 B
+//!   ✗ append_batch (train.py:7) grew by 400.0 MiB over 10.0 s in python3[4242] (more than --max-growth 100.0 MiB)
 //! leak sites
 //!   3.0 MiB  2 leaks  make_buffers (train.c:42)  train[4242]
 //! not checked (--owners to include them)

@@ -269,6 +269,25 @@ pub fn peaks(
         .collect()
 }
 
+/// The peak and when its breakdown was taken: `1.6 GiB (at 12.3 s)`, or, when the shim's last
+/// record (taken at each 1% rise) is below the peak itself, `16.0 GiB (15.9 GiB live at 74 ms,
+/// within 1%)`.
+pub fn peak_when(peak: &PeakSummary) -> String {
+    match peak.peak_live_bytes {
+        Some(top) if top > peak.live_bytes => format!(
+            "{} ({} live at {}, within 1%)",
+            crate::text::bytes(top),
+            crate::text::bytes(peak.live_bytes),
+            crate::text::millis(peak.time_ms)
+        ),
+        _ => format!(
+            "{} (at {})",
+            crate::text::bytes(peak.live_bytes),
+            crate::text::millis(peak.time_ms)
+        ),
+    }
+}
+
 /// The report's reconciliation, by device; `held` is what was held at the end by owner (to
 /// name the framework cache).
 pub fn reconciliation(report: &Report, held: &[OwnerShare]) -> Vec<ReconciliationSummary> {

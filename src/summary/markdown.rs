@@ -272,10 +272,9 @@ fn sections(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
         for peak in &p.peaks {
             writeln!(
                 out,
-                "- device {}: at the peak of **{}** (at {}): {}",
+                "- device {}: at the peak of {}: {}",
                 peak.device,
-                bytes(peak.live_bytes),
-                millis(peak.time_ms),
+                super::attribution::peak_when(peak),
                 owner_list(&peak.by_owner)
             )?;
             if !peak.sites.is_empty() {

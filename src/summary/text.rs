@@ -499,6 +499,7 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
 /// ```text
 /// at the peak
 ///   device 0: at the peak of 1.6 GiB (at 12.3 s): the program 1.0 GiB, PyTorch's caching allocator 614.4 MiB
+///   device 1: at the peak of 16.0 GiB (15.9 GiB live at 74 ms, within 1%): the program 15.9 GiB
 ///     1.0 GiB  3 allocations  make_buffers (train.c:42)
 ///     614.4 MiB  1 allocation  c10::… (x.cpp:1)  held by PyTorch's caching allocator
 ///     … 4 more sites (see --top)
@@ -511,10 +512,9 @@ fn peak_entry(out: &mut dyn Write, peak: &PeakSummary) -> io::Result<()> {
     };
     writeln!(
         out,
-        "  device {}: at the peak of {} (at {}){owners}",
+        "  device {}: at the peak of {}{owners}",
         peak.device,
-        bytes(peak.live_bytes),
-        millis(peak.time_ms)
+        super::attribution::peak_when(peak),
     )?;
     site_bytes_table(out, &peak.sites, peak.sites_total, "    ")
 }

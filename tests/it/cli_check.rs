@@ -247,7 +247,7 @@ fn cli_check_a_limit_on_one_measure_leaves_the_other_unlimited() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out).starts_with(
-            "cuguard check: FAIL: 1 report, 15.0 MiB leaked in 5 leaks\n  ✗ 15.0 MiB in leaks exceeds --max-leaked-bytes 1048576\nleak sites\n"
+            "cuguard check: FAIL: 1 report, 15.0 MiB leaked in 5 leaks\n  ✗ 15.0 MiB in leaks exceeds --max-leaked-bytes 1.0 MiB\nleak sites\n"
         ),
         "{}",
         text(&out)
@@ -309,7 +309,7 @@ fn cli_check_max_growth_names_the_site() {
     assert_eq!(out.status.code(), Some(1));
     let t = text(&out);
     assert!(
-        t.contains("  ✗ append_batch (train.py:7) grew by 384.0 MiB over 6.0 s in python3.12[5150] (more than --max-growth 104857600)\n"),
+        t.contains("  ✗ append_batch (train.py:7) grew by 384.0 MiB over 6.0 s in python3.12[5150] (more than --max-growth 100.0 MiB)\n"),
         "{t}"
     );
     assert!(

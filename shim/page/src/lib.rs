@@ -405,7 +405,14 @@ pub fn decode(b: &[u8]) -> Result<Page, PageError> {
         let growth_bytes = r.get_u64(b) as i64;
         let owner = r.get_str(b, OWNER_CAP, "a site's owner")?;
         let label = r.get_str(b, LABEL_CAP, "a site's label")?;
-        sites.push(SitePage { device, live_bytes, allocations, growth_bytes, owner, label });
+        sites.push(SitePage {
+            device,
+            live_bytes,
+            allocations,
+            growth_bytes,
+            owner,
+            label,
+        });
     }
     let mut contexts = Vec::with_capacity(n_contexts);
     for i in 0..n_contexts {
@@ -420,7 +427,13 @@ pub fn decode(b: &[u8]) -> Result<Page, PageError> {
         let _pad = r.get_u32(b);
         let created_ms = r.get_u64(b);
         let live_bytes = r.get_u64(b);
-        contexts.push(ContextPage { id, device, primary, created_ms, live_bytes });
+        contexts.push(ContextPage {
+            id,
+            device,
+            primary,
+            created_ms,
+            live_bytes,
+        });
     }
     Ok(Page {
         pid,
@@ -452,7 +465,10 @@ pub fn file_name(pid: u32, start_unix_ms: u64) -> String {
 pub fn parse_file_name(name: &str) -> Option<(u32, u64)> {
     let stem = name.strip_suffix(".page")?;
     let (pid, start) = stem.split_once('-')?;
-    if pid.is_empty() || start.is_empty() || !pid.bytes().chain(start.bytes()).all(|c| c.is_ascii_digit()) {
+    if pid.is_empty()
+        || start.is_empty()
+        || !pid.bytes().chain(start.bytes()).all(|c| c.is_ascii_digit())
+    {
         return None;
     }
     Some((pid.parse().ok()?, start.parse().ok()?))
@@ -472,7 +488,11 @@ pub fn runtime_dir(uid: u32, env: impl Fn(&str) -> Option<String>) -> std::path:
 }
 
 fn count(n: u32, max: usize, what: &'static str) -> Result<usize, PageError> {
-    if n as usize > max { Err(PageError::Garbage(what)) } else { Ok(n as usize) }
+    if n as usize > max {
+        Err(PageError::Garbage(what))
+    } else {
+        Ok(n as usize)
+    }
 }
 
 fn put_u32(b: &mut [u8], at: usize, v: u32) {
@@ -586,7 +606,13 @@ mod tests {
                 owner: "program".into(),
                 label: "step (train.py:42)".into(),
             }],
-            contexts: vec![ContextPage { id: 1, device: 0, primary: true, created_ms: 12, live_bytes: 3 << 20 }],
+            contexts: vec![ContextPage {
+                id: 1,
+                device: 0,
+                primary: true,
+                created_ms: 12,
+                live_bytes: 3 << 20,
+            }],
         }
     }
 
@@ -594,19 +620,31 @@ mod tests {
     fn a_page_reads_back_as_written() {
         let page = sample();
         assert_eq!(decode(&encode(&page, 8)[..]), Ok(page));
-        assert_eq!(decode(&encode(&Page::default(), 0)[..]), Ok(Page::default()));
+        assert_eq!(
+            decode(&encode(&Page::default(), 0)[..]),
+            Ok(Page::default())
+        );
     }
 
     #[test]
     fn what_does_not_fit_is_cut() {
         let mut page = sample();
         page.exe = "é".repeat(200); // 400 bytes: cut at 256, a character boundary
-        page.devices = (0..20).map(|i| DevicePage { ordinal: i, ..DevicePage::default() }).collect();
+        page.devices = (0..20)
+            .map(|i| DevicePage {
+                ordinal: i,
+                ..DevicePage::default()
+            })
+            .collect();
         page.devices[15].history = (0..100).collect();
         let got = decode(&encode(&page, 2)[..]).unwrap();
         assert_eq!(got.exe, "é".repeat(128));
         assert_eq!(got.devices.len(), MAX_DEVICES);
-        assert_eq!(got.devices[15].history, (40..100).collect::<Vec<u64>>(), "the newest samples kept");
+        assert_eq!(
+            got.devices[15].history,
+            (40..100).collect::<Vec<u64>>(),
+            "the newest samples kept"
+        );
     }
 
     #[test]
@@ -617,7 +655,11 @@ mod tests {
         let mut newer = good.clone();
         put_u32(&mut newer[..], 8, 2);
         assert_eq!(decode(&newer[..]), Err(PageError::Version(2)));
-        assert_eq!(decode(&newer[..64]), Err(PageError::Version(2)), "a newer page of another size");
+        assert_eq!(
+            decode(&newer[..64]),
+            Err(PageError::Version(2)),
+            "a newer page of another size"
+        );
         let mut writing = good.clone();
         put_u64(&mut writing[..], SEQ_OFFSET, 3);
         assert_eq!(decode(&writing[..]), Err(PageError::Writing));
@@ -630,23 +672,50 @@ mod tests {
         put_u32(&mut hostile[..], BODY_OFFSET + 4 * 4 + 8 * 6 + 4, 1000);
         let sum = checksum(&hostile[BODY_OFFSET..]);
         put_u64(&mut hostile[..], CHECKSUM_OFFSET, sum);
-        assert_eq!(decode(&hostile[..]), Err(PageError::Garbage("the device count")));
+        assert_eq!(
+            decode(&hostile[..]),
+            Err(PageError::Garbage("the device count"))
+        );
     }
 
     #[test]
     fn file_names_and_directory() {
         assert_eq!(file_name(12, 34), "12-34.page");
         assert_eq!(parse_file_name("12-34.page"), Some((12, 34)));
-        for bad in ["12-34.pag", "-34.page", "12-.page", "a-34.page", "12-3-4.page", "99999999999-1.page"] {
+        for bad in [
+            "12-34.pag",
+            "-34.page",
+            "12-.page",
+            "a-34.page",
+            "12-3-4.page",
+            "99999999999-1.page",
+        ] {
             assert_eq!(parse_file_name(bad), None, "{bad}");
         }
         let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
         };
-        assert_eq!(runtime_dir(7, env(&[])), std::path::PathBuf::from("/tmp/cuguard-7"));
-        assert_eq!(runtime_dir(7, env(&[("XDG_RUNTIME_DIR", "/run/user/7")])), std::path::PathBuf::from("/run/user/7/cuguard"));
         assert_eq!(
-            runtime_dir(7, env(&[("XDG_RUNTIME_DIR", "/run/user/7"), ("CUGUARD_RUNTIME_DIR", "/x")])),
+            runtime_dir(7, env(&[])),
+            std::path::PathBuf::from("/tmp/cuguard-7")
+        );
+        assert_eq!(
+            runtime_dir(7, env(&[("XDG_RUNTIME_DIR", "/run/user/7")])),
+            std::path::PathBuf::from("/run/user/7/cuguard")
+        );
+        assert_eq!(
+            runtime_dir(
+                7,
+                env(&[
+                    ("XDG_RUNTIME_DIR", "/run/user/7"),
+                    ("CUGUARD_RUNTIME_DIR", "/x")
+                ])
+            ),
             std::path::PathBuf::from("/x")
         );
     }

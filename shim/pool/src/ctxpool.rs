@@ -64,8 +64,36 @@ pub struct PoolStats {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
     pub reason: Reason,
-    /// One line for people.
+    /// One line for people (sizes in bytes; [`Refusal::message`] says it with the caller's units).
     pub why: String,
+    /// When `CUGUARD_POOL_LIMIT` refused it: the limit, what the pool held, and what it needed.
+    pub over_limit: Option<OverLimit>,
+}
+
+/// A request the pool's limit refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OverLimit {
+    /// `CUGUARD_POOL_LIMIT`, in bytes.
+    pub limit: u64,
+    /// Bytes the pool held from the device then.
+    pub reserved: u64,
+    /// Bytes more it would have needed.
+    pub asked: u64,
+}
+
+impl Refusal {
+    /// The refusal in one line for people, sizes written by `bytes` (`1.0 GiB`).
+    pub fn message(&self, bytes: impl Fn(u64) -> String) -> String {
+        match self.over_limit {
+            Some(o) => format!(
+                "CUGUARD_POOL_LIMIT of {} reached: {} reserved, {} more asked for",
+                bytes(o.limit),
+                bytes(o.reserved),
+                bytes(o.asked)
+            ),
+            None => self.why.clone(),
+        }
+    }
 }
 
 /// What kind of refusal it is (the shim turns it into the driver's code).
@@ -208,12 +236,14 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
             return Err(Refusal {
                 reason: Reason::ZeroSize,
                 why: "size 0".into(),
+                over_limit: None,
             });
         }
         if self.dead() {
             return Err(Refusal {
                 reason: Reason::ContextDestroyed,
                 why: "context destroyed".into(),
+                over_limit: None,
             });
         }
         let arena = arena % ARENAS;
@@ -485,6 +515,7 @@ impl<D: Device, R: Copy> Arena<D, R> {
             return Err(Refusal {
                 reason: Reason::OutOfMemory,
                 why: "request too large".into(),
+                over_limit: None,
             });
         };
         let stats = self.sub.stats();
@@ -508,16 +539,22 @@ impl<D: Device, R: Copy> Arena<D, R> {
             Err(Refused::OutOfMemory) => Err(Refusal {
                 reason: Reason::OutOfMemory,
                 why: "device out of memory".into(),
+                over_limit: None,
             }),
             Err(Refused::Limit) => {
                 self.limit_refusals += 1;
-                let limit = pool.settings.limit.unwrap_or(0);
+                let over = OverLimit {
+                    limit: pool.settings.limit.unwrap_or(0),
+                    reserved: pool.reserved.load(Relaxed),
+                    asked: size,
+                };
                 Err(Refusal {
                     reason: Reason::OutOfMemory,
                     why: format!(
-                        "CUGUARD_POOL_LIMIT of {limit} bytes reached: {} bytes reserved, {size} more asked for",
-                        pool.reserved.load(Relaxed)
+                        "CUGUARD_POOL_LIMIT of {} bytes reached: {} bytes reserved, {} more asked for",
+                        over.limit, over.reserved, over.asked
                     ),
+                    over_limit: Some(over),
                 })
             }
         }
@@ -537,6 +574,7 @@ impl<D: Device, R: Copy> Arena<D, R> {
                 DeviceError::Unavailable => "no driver".into(),
                 DeviceError::Refused(_) => format!("driver refused a {size}-byte chunk"),
             },
+            over_limit: None,
         })?;
         let added = if dedicated {
             self.sub.add_dedicated_chunk(base, size)
@@ -548,6 +586,7 @@ impl<D: Device, R: Copy> Arena<D, R> {
             return Err(Refusal {
                 reason: Reason::OutOfMemory,
                 why: "chunk refused by the sub-allocator".into(),
+                over_limit: None,
             });
         }
         self.chunks_added += 1;

@@ -87,6 +87,7 @@ pub mod merged;
 mod model;
 pub mod signal;
 pub mod template;
+mod units;
 pub mod wire;
 mod write;
 
@@ -101,6 +102,7 @@ pub use model::{
     Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, MixedRef, Module, PoolStats,
     Process, PyFrame, Report, Sample, Signal, Stack, StackSite, Stats, Timeline, Tool,
 };
+pub use units::human_bytes;
 pub use write::{to_vec, write};
 
 /// The value of every report's `schema` field.

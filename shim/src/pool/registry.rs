@@ -128,8 +128,9 @@ fn find_or_create(ctx: u64) -> Option<&'static Pool> {
         && let Err(r) = pool.reserve_initial(initial)
     {
         crate::process::diag::warn(&format!(
-            "CUGUARD_POOL_INITIAL: could not reserve {initial} bytes ({})",
-            r.why
+            "CUGUARD_POOL_INITIAL: could not reserve {} ({})",
+            cuguard_report::human_bytes(initial),
+            r.message(cuguard_report::human_bytes)
         ));
     }
     Some(pool)

@@ -62,7 +62,7 @@ fn pooled(cur: Option<u64>, size: u64, record: Option<Record>) -> Option<Result<
     let arena = crate::tracker::counters::arena(ARENAS);
     guard::shield(None, || {
         Some(pool.alloc(arena, size, record).map_err(|refusal| {
-            set_failure_reason(refusal.why);
+            set_failure_reason(refusal.message(cuguard_report::human_bytes));
             device::result_of(refusal.reason)
         }))
     })

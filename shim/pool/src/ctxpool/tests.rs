@@ -98,6 +98,11 @@ fn during_a_capture_frees_wait_and_the_pool_neither_fences_nor_synchronizes() {
         "{}",
         r.why
     );
+    let mib = |b: u64| format!("{} MiB", b / MIB);
+    assert_eq!(
+        r.message(mib),
+        "CUGUARD_POOL_LIMIT of 20 MiB reached: 20 MiB reserved, 3 MiB more asked for"
+    );
     let s = pool.stats();
     assert_eq!((s.fences, s.syncs, s.limit_refusals), (0, 0, 1));
     assert_eq!(s.pending_bytes, 18 * MIB);
