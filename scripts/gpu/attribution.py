@@ -14,7 +14,9 @@ found by the comment markers below so that editing this file cannot make them st
 - torch_train_autograd: the same training, caching off, keeping its gradients alive: tensors the
   autograd engine's thread made, where no Python frame exists;
 - torch_oom: PyTorch asks for more than `CUGUARD_POOL_LIMIT` allows: one line is out of memory;
-- cudf_loop: the seed's loop, `cudf.DataFrame({'a': range(1_000_000)})` a hundred times.
+- cudf_loop: the seed's loop, `cudf.DataFrame({'a': range(1_000_000)})` a hundred times;
+- torch_train_until_stopped: training (caching on) that keeps 1 MiB every 10 steps until Ctrl-C,
+  for `cuguard top` and the exporter to watch (issue 15).
 """
 
 import json
@@ -111,6 +113,31 @@ def case_torch_oom():
     return {"limit": limit, "error": got, "asked": 4096 * MiB, "marks": {"oom": mark("oom")}}
 
 
+def case_torch_train_until_stopped():
+    """Trains (caching on) until SIGINT, printing a line per 50 steps: for watching it live."""
+    import torch
+
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    kept = []
+    step = 0
+    try:
+        while True:
+            x = torch.randn(64, 3, 64, 64, device="cuda")
+            y = torch.randint(0, 10, (64,), device="cuda")
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            if step % 10 == 0:
+                kept.append(torch.empty(MiB // 4, device="cuda"))  # mark: watched
+            if step % 50 == 0:
+                print(json.dumps({"step": step, "loss": float(loss.item()), "kept": len(kept)}), flush=True)
+            step += 1
+    finally:
+        print(json.dumps({"stopped_at": step, "kept": len(kept)}), flush=True)
+
+
 def case_cudf_loop():
     import cudf
 
@@ -125,6 +152,7 @@ CASES = {
     "torch_train_autograd": case_torch_train_autograd,
     "torch_oom": case_torch_oom,
     "cudf_loop": case_cudf_loop,
+    "torch_train_until_stopped": case_torch_train_until_stopped,
 }
 
 
