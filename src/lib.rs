@@ -13,6 +13,8 @@
 //! - [`format`](mod@format): the trait every output format implements, and the registries
 //!   `--format` reads;
 //! - [`view`]: the HTML page of `cuguard view`;
+//! - [`live`]: the stats pages of running processes, read for `cuguard top` and `cuguard
+//!   exporter`;
 //! - [`cli`]: the command, one module per subcommand; exit codes in [`cli::exit`];
 //! - [`style`], [`text`]: terminal colour and tables, number formatting (wildcards come from
 //!   `cuguard_symbolize::glob`, the workspace's one matcher).
@@ -34,6 +36,7 @@ pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod input;
+pub mod live;
 pub mod merge;
 pub mod report;
 pub mod sites;
