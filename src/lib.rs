@@ -14,7 +14,7 @@
 //!   `--format` reads;
 //! - [`view`]: the HTML page of `cuguard view`;
 //! - [`live`]: the stats pages of running processes, read for `cuguard top` and `cuguard
-//!   exporter`;
+//!   exporter`; [`exporter`]: those pages as Prometheus metrics, and their HTTP server;
 //! - [`cli`]: the command, one module per subcommand; exit codes in [`cli::exit`];
 //! - [`style`], [`text`]: terminal colour and tables, number formatting (wildcards come from
 //!   `cuguard_symbolize::glob`, the workspace's one matcher).
@@ -32,6 +32,7 @@
 pub mod check;
 pub mod cli;
 pub mod diff;
+pub mod exporter;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
