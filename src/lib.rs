@@ -14,7 +14,8 @@
 //!   `--format` reads;
 //! - [`view`]: the HTML page of `cuguard view`;
 //! - [`live`]: the stats pages of running processes, read for `cuguard top` and `cuguard
-//!   exporter`; [`exporter`]: those pages as Prometheus metrics, and their HTTP server;
+//!   exporter`; [`top`]: the live terminal view; [`exporter`]: those pages as Prometheus
+//!   metrics, and their HTTP server;
 //! - [`cli`]: the command, one module per subcommand; exit codes in [`cli::exit`];
 //! - [`style`], [`text`]: terminal colour and tables, number formatting (wildcards come from
 //!   `cuguard_symbolize::glob`, the workspace's one matcher).
@@ -44,4 +45,5 @@ pub mod sites;
 pub mod style;
 pub mod summary;
 pub mod text;
+pub mod top;
 pub mod view;

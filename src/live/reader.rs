@@ -134,7 +134,7 @@ impl Reader {
             seen.push(name.clone());
             let path = entry.path();
             match self.look(&path, pid, start) {
-                Look::Read(page) => scan.processes.push(LiveProcess { path, page }),
+                Look::Read(page) => scan.processes.push(LiveProcess { path, page: *page }),
                 Look::Stale => {
                     if std::fs::remove_file(&path).is_ok() {
                         scan.removed += 1;
@@ -216,14 +216,14 @@ impl Reader {
                 return Look::Stale;
             }
         }
-        Look::Read(page)
+        Look::Read(Box::new(page))
     }
 }
 
 /// What a page file turned out to be.
 enum Look {
     /// A page of a running process.
-    Read(Page),
+    Read(Box<Page>),
     /// The page of a process that has ended: to remove.
     Stale,
     /// Gone between listing and opening.
