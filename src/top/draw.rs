@@ -39,7 +39,7 @@ pub fn draw(frame: &mut Frame, app: &App, now_ms: u64) {
     frame.render_widget(Paragraph::new(heading).style(palette.title()), title);
     let help = match app.screen {
         Screen::List => "↑↓ select  Enter details  s snapshot  q quit",
-        Screen::Detail => "Esc back  ↑↓ other process  s snapshot  q quit",
+        Screen::Detail => "Esc back  ↑↓ select  s snapshot  q quit",
     };
     let status_line = match &app.status {
         Some(s) => Line::from(vec![
