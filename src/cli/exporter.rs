@@ -3,6 +3,7 @@
 //! collector (`--textfile DIR`). The metrics and labels are listed in
 //! [`crate::exporter::exposition`].
 
+use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -101,13 +102,27 @@ fn write_textfiles(
     interval: Duration,
 ) -> Result<u8, CliError> {
     let path = dir.join(TEXTFILE_NAME);
+    let mut last_error = None;
     loop {
-        let scan = reader.scan().map_err(CliError::Scan)?;
-        pages::say_notes(&scan);
-        let text = metrics(&scan);
-        write_output(Some(&path), |out| out.write_all(text.as_bytes()))?;
-        if once {
-            return Ok(exit::OK);
+        let written = reader.scan().map_err(CliError::Scan).and_then(|scan| {
+            pages::say_notes(&scan);
+            let text = metrics(&scan);
+            write_output(Some(&path), |out| out.write_all(text.as_bytes()))
+        });
+        match written {
+            Ok(()) if once => return Ok(exit::OK),
+            Ok(()) => last_error = None,
+            Err(e) if once => return Err(e),
+            // Writing every few seconds for hours: a directory that cannot be read or written
+            // for a while is said (once) and tried again; the file keeps its last contents
+            // (node_exporter's node_textfile_mtime_seconds shows how old they are).
+            Err(e) => {
+                let message = e.to_string();
+                if last_error.as_ref() != Some(&message) {
+                    eprintln!("cuguard: error: {message}; trying again every {interval:?}");
+                    last_error = Some(message);
+                }
+            }
         }
         std::thread::sleep(interval);
     }

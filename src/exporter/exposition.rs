@@ -231,6 +231,31 @@ cuguard_alerts_total{pid="77",exe="odd \"name\"\\with\nnewline",rank="",worker="
         assert!(got.lines().all(|l| l.starts_with("# ")), "{got}");
     }
 
+    proptest::proptest! {
+        /// Whatever strings a page holds, each series stays one line of `name{labels} value`.
+        #[test]
+        fn any_strings_stay_one_series_a_line(
+            exe in ".*", worker in ".*", host in ".*", uuid in ".*", devices in 0usize..3,
+        ) {
+            let page = Page {
+                exe,
+                worker: Some(worker),
+                host,
+                devices: (0..devices)
+                    .map(|i| DevicePage { ordinal: i as u32, uuid: Some(uuid.clone()), ..DevicePage::default() })
+                    .collect(),
+                ..Page::default()
+            };
+            let text = render(&[page]);
+            let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with("# ")).collect();
+            proptest::prop_assert_eq!(samples.len(), 3 * devices + 3);
+            for line in samples {
+                proptest::prop_assert!(line.starts_with("cuguard_"), "{}", line);
+                proptest::prop_assert!(line.ends_with("} 0"), "{}", line);
+            }
+        }
+    }
+
     #[test]
     fn escaping() {
         assert_eq!(escape_label(r#"a\b"c"#), r#"a\\b\"c"#);
