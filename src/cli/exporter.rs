@@ -3,7 +3,6 @@
 //! collector (`--textfile DIR`). The metrics and labels are listed in
 //! [`crate::exporter::exposition`].
 
-use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
