@@ -19,6 +19,9 @@
 //! - [`format`](mod@format): the trait every output format implements, and the registries
 //!   `--format` reads;
 //! - [`view`]: the HTML page of `cuguard view`;
+//! - [`live`]: the stats pages of running processes, read for `cuguard top` and `cuguard
+//!   exporter`; [`top`]: the live terminal view; [`exporter`]: those pages as Prometheus
+//!   metrics, and their HTTP server;
 //! - [`cli`]: the command, one module per subcommand; exit codes in [`cli::exit`];
 //! - [`style`], [`text`]: terminal colour and tables, number formatting (wildcards come from
 //!   `cuguard_symbolize::glob`, the workspace's one matcher).
@@ -36,11 +39,13 @@
 pub mod check;
 pub mod cli;
 pub mod diff;
+pub mod exporter;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod growth;
 pub mod input;
+pub mod live;
 pub mod merge;
 pub mod owners;
 pub mod report;
@@ -48,4 +53,5 @@ pub mod sites;
 pub mod style;
 pub mod summary;
 pub mod text;
+pub mod top;
 pub mod view;

@@ -9,19 +9,23 @@
 //! - `view`: a self-contained HTML page.
 //!
 //! - `symbolize`: name the frames the shim could not, and recompute sites;
-//! - `snapshot`: make a running process write its report now.
+//! - `snapshot`: make a running process write its report now;
+//! - `top`: the processes under the shim, live; `exporter`: their Prometheus metrics.
 //!
 //! Exit codes are documented in [`exit`].
 
 mod check;
 mod diff;
 pub mod exit;
+mod exporter;
 mod merge;
+mod pages;
 mod run;
 mod snapshot;
 mod summary;
 mod suppressions;
 mod symbolize;
+mod top;
 mod view;
 
 use std::fmt;
@@ -71,6 +75,10 @@ pub enum Command {
     Snapshot(snapshot::SnapshotArgs),
     /// Name the frames the shim could not (function, file, line) and recompute sites.
     Symbolize(symbolize::SymbolizeArgs),
+    /// Watch this user's processes under the shim, live (like top); --once prints one frame.
+    Top(top::TopArgs),
+    /// Serve this user's processes' live memory as Prometheus metrics (or write a textfile).
+    Exporter(exporter::ExporterArgs),
 }
 
 /// Why a subcommand failed.
@@ -91,6 +99,12 @@ pub enum CliError {
     Suppressions(crate::check::suppressions::ParseError),
     /// `snapshot` got no report.
     Snapshot(Box<snapshot::SnapshotError>),
+    /// `top`, `exporter`: the stats page directory could not be read.
+    Scan(crate::live::ScanError),
+    /// `exporter`: the address could not be listened on.
+    Listen(crate::exporter::server::BindError),
+    /// `top`: the terminal could not be used.
+    Terminal(io::Error),
 }
 
 impl fmt::Display for CliError {
@@ -101,6 +115,9 @@ impl fmt::Display for CliError {
             CliError::Run(e) => e.fmt(f),
             CliError::Suppressions(e) => e.fmt(f),
             CliError::Snapshot(e) => e.fmt(f),
+            CliError::Scan(e) => e.fmt(f),
+            CliError::Listen(e) => e.fmt(f),
+            CliError::Terminal(e) => write!(f, "the terminal: {e}"),
         }
     }
 }
@@ -183,6 +200,8 @@ pub fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::View(args) => view::run(args),
         Command::Snapshot(args) => snapshot::run(args),
         Command::Symbolize(args) => symbolize::run(args),
+        Command::Top(args) => top::run(args),
+        Command::Exporter(args) => exporter::run(args),
     }
 }
 

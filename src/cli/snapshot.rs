@@ -106,7 +106,8 @@ pub fn run(args: SnapshotArgs) -> Result<u8, CliError> {
     Ok(super::exit::OK)
 }
 
-fn snapshot(args: &SnapshotArgs) -> Result<PathBuf, SnapshotError> {
+/// Asks the process for a report and waits for it; where it was written (also used by `top`).
+pub(super) fn snapshot(args: &SnapshotArgs) -> Result<PathBuf, SnapshotError> {
     let pid = args.pid;
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
     let maps = std::fs::read_to_string(proc_dir.join("maps"))

@@ -1,0 +1,270 @@
+//! [`Reader`]: this user's stats pages in the runtime directory, read and checked, each bad page
+//! said once, the pages of ended processes removed.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cuguard_page::{Page, PageError};
+
+use super::process::{self, Liveness};
+
+/// How many times a page caught mid-write is read before it is given up for this scan.
+const READS: u32 = 5;
+
+/// How much later than its page's last update a process may seem to have started and still be
+/// the page's writer: the error of the start time read from `/proc` (a clock tick, and the
+/// drift between the real-time and boot-time clocks since it started).
+pub const START_TOLERANCE_MS: u64 = 2_000;
+
+/// One process under the shim, as its page says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveProcess {
+    /// The page file.
+    pub path: PathBuf,
+    /// What it holds.
+    pub page: Page,
+}
+
+/// What one look at the directory found.
+#[derive(Clone, Debug, Default)]
+pub struct Scan {
+    /// The processes whose pages could be read, by pid (then start).
+    pub processes: Vec<LiveProcess>,
+    /// Pages skipped for the first time (or for a new reason), one line each, to show the user.
+    pub notes: Vec<String>,
+    /// Pages of ended processes this look removed.
+    pub removed: usize,
+    /// Whether the directory did not exist (no process under the shim has run as this user
+    /// since it was last cleaned).
+    pub no_directory: bool,
+}
+
+/// The page directory could not be listed.
+#[derive(Debug)]
+pub struct ScanError {
+    /// The directory.
+    pub dir: PathBuf,
+    /// The operating system's error.
+    pub source: io::Error,
+}
+
+impl fmt::Display for ScanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "reading the page directory {}: {}",
+            crate::text::one_line(&self.dir.display().to_string()),
+            self.source
+        )
+    }
+}
+
+impl std::error::Error for ScanError {}
+
+/// Reads the pages in one directory, again and again (`cuguard top` refreshes, `cuguard
+/// exporter` is scraped), remembering which bad pages it has already said.
+///
+/// What it trusts, and what it does (see also [`Reader::scan`]):
+/// - only files named `PID-STARTMS.page` ([`cuguard_page::parse_file_name`]); anything else in
+///   the directory is left alone, unread;
+/// - only regular files owned by the user it runs as, opened without following symbolic links:
+///   another user's page is never read, whatever directory it is found in;
+/// - a page whose process has ended (no such pid, or a zombie) is removed unread;
+/// - a page whose pid now belongs to another process (one that started more than
+///   [`START_TOLERANCE_MS`] after the page was last written, and after the start its name
+///   says) is removed too;
+/// - a page that does not decode (truncated, zeroed, of a newer layout, garbage, or caught
+///   mid-write [`READS`] times running) is skipped and said once, not at every look.
+#[derive(Debug)]
+pub struct Reader {
+    dir: PathBuf,
+    euid: u32,
+    /// The bad pages already said, by file name, with what was said.
+    said: HashMap<OsString, String>,
+}
+
+impl Reader {
+    /// A reader of the pages in `dir`.
+    pub fn new(dir: PathBuf) -> Reader {
+        Reader {
+            dir,
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            euid: unsafe { libc::geteuid() },
+            said: HashMap::new(),
+        }
+    }
+
+    /// The directory it reads.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Looks at the directory once: every page of a running process of this user, decoded;
+    /// the pages of ended processes removed; new problems as [`Scan::notes`]. A missing
+    /// directory is no error (no processes); one that cannot be listed is.
+    pub fn scan(&mut self) -> Result<Scan, ScanError> {
+        let mut scan = Scan::default();
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                scan.no_directory = true;
+                self.said.clear();
+                return Ok(scan);
+            }
+            Err(source) => {
+                return Err(ScanError {
+                    dir: self.dir.clone(),
+                    source,
+                });
+            }
+        };
+        let mut seen = Vec::new();
+        for entry in entries {
+            let Ok(entry) = entry else { continue };
+            let name = entry.file_name();
+            let Some((pid, start)) = name.to_str().and_then(cuguard_page::parse_file_name) else {
+                continue;
+            };
+            seen.push(name.clone());
+            let path = entry.path();
+            match self.look(&path, pid, start) {
+                Look::Read(page) => scan.processes.push(LiveProcess { path, page: *page }),
+                Look::Stale => {
+                    if std::fs::remove_file(&path).is_ok() {
+                        scan.removed += 1;
+                    }
+                }
+                Look::Vanished => {}
+                Look::Bad(why) => {
+                    if self.said.get(&name) != Some(&why) {
+                        scan.notes.push(format!(
+                            "page {}: {why}; skipped",
+                            crate::text::one_line(&path.display().to_string())
+                        ));
+                        self.said.insert(name, why);
+                    }
+                }
+            }
+        }
+        self.said.retain(|name, _| seen.contains(name));
+        scan.processes
+            .sort_by_key(|p| (p.page.pid, p.page.start_unix_ms));
+        Ok(scan)
+    }
+
+    /// What the page file at `path`, named for `pid` started at `start`, is.
+    fn look(&self, path: &Path, pid: u32, start: u64) -> Look {
+        if pid == 0 || i32::try_from(pid).is_err() {
+            return Look::Bad(format!(
+                "its name holds pid {pid}, which no process can have"
+            ));
+        }
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            // Never through a symbolic link (it could lead to another user's file), and never
+            // wait on a FIFO someone put there.
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Look::Vanished,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Look::Bad("a symbolic link, not followed".into());
+            }
+            Err(e) => return Look::Bad(format!("cannot be opened: {e}")),
+        };
+        let meta = match file.metadata() {
+            Ok(meta) => meta,
+            Err(e) => return Look::Bad(format!("cannot be read: {e}")),
+        };
+        if !meta.file_type().is_file() {
+            return Look::Bad("not a regular file".into());
+        }
+        if meta.uid() != self.euid {
+            return Look::Bad(format!(
+                "owned by uid {}, not by you (uid {}): not read",
+                meta.uid(),
+                self.euid
+            ));
+        }
+        let running_since = match process::probe(pid) {
+            Liveness::Gone => return Look::Stale,
+            Liveness::Running { start_unix_ms } => start_unix_ms,
+        };
+        let page = match read_page(&file) {
+            Ok(page) => page,
+            Err(Failure::Io(e)) => return Look::Bad(format!("cannot be read: {e}")),
+            Err(Failure::Page(e)) => return Look::Bad(e.to_string()),
+        };
+        if page.pid != pid || page.start_unix_ms != start {
+            return Look::Bad(format!(
+                "holds pid {} started at {}, not what its name says",
+                page.pid, page.start_unix_ms
+            ));
+        }
+        if let Some(since) = running_since {
+            let written = start.max(page.updated_unix_ms);
+            if since > written.saturating_add(START_TOLERANCE_MS) {
+                // The pid was reused: the process that has it now started after the page's
+                // writer last wrote it.
+                return Look::Stale;
+            }
+        }
+        Look::Read(Box::new(page))
+    }
+}
+
+/// What a page file turned out to be.
+enum Look {
+    /// A page of a running process.
+    Read(Box<Page>),
+    /// The page of a process that has ended: to remove.
+    Stale,
+    /// Gone between listing and opening.
+    Vanished,
+    /// Not to be trusted, and why.
+    Bad(String),
+}
+
+enum Failure {
+    Io(io::Error),
+    Page(PageError),
+}
+
+/// Reads and decodes a page, reading again (up to [`READS`] times, a few milliseconds apart)
+/// while the writer is caught mid-write.
+fn read_page(file: &File) -> Result<Page, Failure> {
+    let mut buf = vec![0u8; cuguard_page::PAGE_SIZE];
+    let mut attempt = 0;
+    loop {
+        let n = read_at_most(file, &mut buf).map_err(Failure::Io)?;
+        match cuguard_page::decode(&buf[..n]) {
+            Ok(page) => return Ok(page),
+            Err(e) if e.is_transient() && attempt + 1 < READS => {
+                std::thread::sleep(Duration::from_millis(1 << attempt));
+                attempt += 1;
+            }
+            Err(e) => return Err(Failure::Page(e)),
+        }
+    }
+}
+
+/// Reads from the file's start into `buf` until it is full or the file ends; the bytes read.
+fn read_at_most(file: &File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
