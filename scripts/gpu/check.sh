@@ -4,13 +4,15 @@
 #
 # Run from the repository root on the GPU machine, after `scripts/gpu/stage.sh` has put the
 # release build in .gpu/ here (and ../shared/gpu/fetch-wheels.sh the RMM wheels in .whl/):
-#   bash scripts/gpu/check.sh [compat] [bench] [e2e] [owners] [attribution]   (default: compat bench e2e)
+#   bash scripts/gpu/check.sh [compat] [bench] [e2e] [owners] [attribution] [live]   (default: compat bench e2e)
 # Narrower runs: CASES="planted torch" (compat cases), E2E=resnet-only, BENCH_ROUNDS=N,
 # BENCH_ARGS="--tests pair,threads --variants pool,pool+stacks". With .gpu/baseline/libcuguard.so
 # (another build, say the one before a change), the bench runs it side by side (--baseline).
 # owners: frameworks' own memory recorded under the shim (scripts/gpu/owners.py), and Ctrl-C.
 # attribution: the reports name the right line and owner (attribution.py, judged by
 # attribution_check.py with the cuguard command); cuDF's loop when cuDF is importable.
+# live: PyTorch training watched with `cuguard top --once` and the exporter, stopped with SIGINT
+# (judged by live_check.py).
 # Writes the table to $OUT/compat.md (or ./gpu-out/) and logs next to it.
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -136,8 +138,39 @@ if [[ " $what " == *" attribution "* ]]; then
   (cd $A && tar czf "$OUT/attribution.tgz" --exclude='*.html' .)
 fi
 
+if [[ " $what " == *" live "* ]]; then
+  L=$B/live
+  mkdir -p $L
+  export CUGUARD_RUNTIME_DIR=$L/pages
+  timeout 120 python3 scripts/gpu/owners.py torch_sigint > $L/bare-sigint.out 2> $L/bare-sigint.err
+  bare_rc=$?
+  CUGUARD_REPORT=$L/watched.json LD_PRELOAD=$S python3 scripts/gpu/attribution.py torch_train_until_stopped \
+    > $L/watched.out 2> $L/watched.err &
+  wpid=$!
+  echo $wpid > $L/watched.pid
+  sleep 20
+  .gpu/cuguard top --once > $L/top1.txt 2> $L/top1.err
+  .gpu/cuguard exporter --listen 127.0.0.1:9464 > $L/exporter.log 2>&1 &
+  epid=$!
+  sleep 2
+  scrape() { python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9464/metrics').read().decode())"; }
+  scrape > $L/metrics1.txt 2>&1
+  sleep 8
+  .gpu/cuguard top --once > $L/top2.txt 2> $L/top2.err
+  scrape > $L/metrics2.txt 2>&1
+  kill -INT $wpid
+  wait $wpid
+  echo $? > $L/watched.rc
+  kill $epid
+  ls -la $L/pages > $L/pages-after.txt 2>&1
+  python3 scripts/gpu/live_check.py $L $bare_rc > "$OUT/live.md"
+  echo "live exit: $?"
+  (cd $L && tar czf "$OUT/live.tgz" --exclude=pages .)
+  unset CUGUARD_RUNTIME_DIR
+fi
+
 cat "$OUT/compat.md" 2>/dev/null | head -40
 cat "$OUT/bench.md" 2>/dev/null
 cat "$OUT/e2e.md" 2>/dev/null
 cat "$OUT/owners.md" 2>/dev/null
-cat "$OUT/attribution.md" "$OUT/bare-sigint.txt" 2>/dev/null
+cat "$OUT/attribution.md" "$OUT/bare-sigint.txt" "$OUT/live.md" 2>/dev/null
