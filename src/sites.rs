@@ -329,8 +329,28 @@ pub const MAX_CHAIN: usize = 8;
 /// then `…`. Empty when the stack has no mixed order, or when one frame is left (the site
 /// alone says as much).
 pub fn chain(stack: &Stack) -> Vec<String> {
+    let (mut out, cut) = mixed_names_upto(stack, MAX_CHAIN);
+    if cut {
+        out.push("…".to_string());
+    }
+    if out.len() < 2 {
+        out.clear();
+    }
+    out
+}
+
+/// A stack's frames for people as [`chain`] names and filters them, at full depth (no cut,
+/// one frame kept), innermost first; `None` when the stack has no mixed order. The flame graph
+/// of `cuguard view` draws these.
+pub fn mixed_names(stack: &Stack) -> Option<Vec<String>> {
+    mixed_order(stack)?;
+    Some(mixed_names_upto(stack, usize::MAX).0)
+}
+
+/// At most `max` of a stack's frames for people (see [`chain`]), and whether more were left.
+fn mixed_names_upto(stack: &Stack, max: usize) -> (Vec<String>, bool) {
     let Some(order) = mixed_order(stack) else {
-        return Vec::new();
+        return (Vec::new(), false);
     };
     let rules = builtin_rules();
     let mut out = Vec::new();
@@ -355,19 +375,15 @@ pub fn chain(stack: &Stack) -> Vec<String> {
         if rules.tier(&frame) == Some(Tier::NeverSite) {
             continue;
         }
-        if out.len() == MAX_CHAIN {
-            out.push("…".to_string());
-            break;
+        if out.len() == max {
+            return (out, true);
         }
         out.push(match location(frame.file, frame.line) {
             Some(loc) => format!("{name} ({loc})"),
             None => name,
         });
     }
-    if out.len() < 2 {
-        out.clear();
-    }
-    out
+    (out, false)
 }
 
 /// The sites of one report's stacks, computed once per stack.
@@ -702,5 +718,34 @@ mod tests {
         let stack = python_stack(Vec::new(), [None, None]);
         assert_eq!(mixed_order(&stack), None);
         assert!(chain(&stack).is_empty());
+    }
+
+    #[test]
+    fn mixed_names_are_chains_at_full_depth() {
+        let mut stack = python_stack(Vec::new(), [Some(false), Some(true)]);
+        assert_eq!(mixed_names(&stack), Some(chain(&stack)));
+        // Twelve Python frames: the chain stops at MAX_CHAIN, the names go on.
+        stack.python = (0..12)
+            .map(|i| crate::report::PyFrame {
+                file: "/work/deep.py".into(),
+                line: Some(i),
+                function: format!("f{i}"),
+                entry: Some(i == 11),
+            })
+            .collect();
+        assert_eq!(chain(&stack).len(), MAX_CHAIN + 1);
+        assert_eq!(chain(&stack).last().unwrap(), "…");
+        let names = mixed_names(&stack).unwrap();
+        assert_eq!(names.len(), 13);
+        assert_eq!(names[0], "at::native::empty_cuda");
+        assert_eq!(names[12], "f11 (deep.py:11)");
+        // One frame left is still a name (the chain leaves it to the site).
+        stack.python.truncate(1);
+        stack.python[0].entry = Some(true);
+        stack.frames.remove(2);
+        assert_eq!(mixed_names(&stack).unwrap(), ["f0 (deep.py:0)"]);
+        assert!(chain(&stack).is_empty());
+        stack.python.clear();
+        assert_eq!(mixed_names(&stack), None);
     }
 }

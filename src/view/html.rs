@@ -1,15 +1,35 @@
 //! The page of `cuguard view`: HTML with its CSS (`page.css`), script (`page.js`) and data
 //! inline, and a Content-Security-Policy that forbids any network access.
 //!
-//! The header, the top sites table and the processes table are plain HTML; the script draws
-//! the timeline charts (`svg.timeline`, a `polyline.live` and a `polyline.reserved` each) and the
-//! flame graph (`#flame .frame` boxes, callers above callees; click a box to zoom) from the JSON
-//! in `<script id="data">`, then sets `data-rendered="yes"` on `<body>`.
+//! The sections, in order, each shown only when the reports have what it needs:
+//! - `#oom` "Out of memory": each refusal as `cuguard summary` prints it (the request and its
+//!   site, who refused, the device's free and total memory, live bytes by owner, the pool, the
+//!   top sites then, the asking stack);
+//! - "Device memory over time": the timeline charts (`svg.timeline`, a `polyline.live` and a
+//!   `polyline.reserved` each, a `line.marker.peak` at the peak's breakdown and a
+//!   `line.marker.oom` at each refusal, each with a dot at the live bytes then);
+//! - `#peaks` "At the peak": per device, bytes by owner and the top sites then;
+//! - `#growth` "What grows": per process, a chart of its top sites' live bytes over time
+//!   (`svg.growth`, one `polyline.series` per site, labelled in the legend below it) and the
+//!   table of growing sites;
+//! - `#owners` "Held at exit, by owner" (when an owner other than the program holds bytes),
+//!   with what a framework cache's memory means;
+//! - `#sites` "Top sites" (site label and who holds it), the flame graph (`#flame .frame`
+//!   boxes, callers above callees, in the mixed native and Python order; click a box to zoom),
+//!   and the processes.
+//!
+//! Tables and text are plain HTML, sizes as `cuguard summary` prints them; the script draws the
+//! charts and the flame graph from the JSON in `<script id="data">`, then sets
+//! `data-rendered="yes"` on `<body>`.
 
 use std::io::{self, Write};
 
-use super::View;
-use crate::text::{bytes, plural};
+use super::{MAX_PROCESS_ENTRIES, View};
+use crate::growth::GrowingSite;
+use crate::owners::{OwnerKind, OwnerShare};
+use crate::summary::ReportSummary;
+use crate::summary::attribution::{OomSummary, PeakSummary, SiteBytes, peak_when};
+use crate::text::{bytes, delta_bytes, millis, plural};
 
 const CSS: &str = include_str!("page.css");
 const JS: &str = include_str!("page.js");
@@ -35,6 +55,7 @@ fn esc(text: &str) -> String {
 fn script_json(view: &View) -> io::Result<String> {
     let json = serde_json::to_string(&serde_json::json!({
         "charts": view.charts,
+        "growth": view.growth,
         "flame": view.flame,
     }))?;
     Ok(json
@@ -43,6 +64,418 @@ fn script_json(view: &View) -> io::Result<String> {
         .replace('&', "\\u0026")
         .replace('\u{2028}', "\\u2028")
         .replace('\u{2029}', "\\u2029"))
+}
+
+/// The colours owners are drawn in: the program's first, the others' by their id.
+const OWNER_COLOURS: [&str; 8] = [
+    "#1f5fbf", "#d9822b", "#8e44ad", "#2a9d8f", "#c0392b", "#7f8c8d", "#b8860b", "#e377c2",
+];
+
+/// An owner's colour: the program's blue, the others' by their id.
+fn owner_colour(id: &str, kind: OwnerKind) -> &'static str {
+    if kind == OwnerKind::Program && id == crate::owners::PROGRAM {
+        return OWNER_COLOURS[0];
+    }
+    let h = id
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    OWNER_COLOURS[1 + (h as usize) % (OWNER_COLOURS.len() - 1)]
+}
+
+/// A colour swatch for an owner.
+fn swatch(id: &str, kind: OwnerKind) -> String {
+    format!(
+        "<span class=\"swatch\" style=\"background:{}\"></span>",
+        owner_colour(id, kind)
+    )
+}
+
+/// `(held by PyTorch's caching allocator)` for people: the owner's label, in a cell.
+fn owner_cell(id: &str, kind: OwnerKind, label: &str) -> String {
+    format!(
+        "<td class=\"owner owner-{}\">{}{}</td>",
+        kind.as_str(),
+        swatch(id, kind),
+        esc(label)
+    )
+}
+
+/// A site's label, with its mixed stack under it when it has one.
+fn site_cell(label: &str, stack: &[String]) -> String {
+    if stack.is_empty() {
+        format!("<td class=\"site\">{}</td>", esc(label))
+    } else {
+        format!(
+            "<td class=\"site\">{}<div class=\"chain\">{}</div></td>",
+            esc(label),
+            esc(&stack.join(" ← "))
+        )
+    }
+}
+
+/// A bar of bytes by owner, each owner's share its width.
+fn owner_bar(out: &mut dyn Write, shares: &[OwnerShare]) -> io::Result<()> {
+    let total = shares
+        .iter()
+        .map(|s| s.bytes)
+        .fold(0u64, u64::saturating_add);
+    if total == 0 {
+        return Ok(());
+    }
+    write!(out, "<div class=\"bar\">")?;
+    for s in shares.iter().filter(|s| s.bytes > 0) {
+        let pct = s.bytes as f64 / total as f64 * 100.0;
+        write!(
+            out,
+            "<span style=\"width:{pct:.3}%;background:{}\" title=\"{}: {}\"></span>",
+            owner_colour(&s.owner, s.kind),
+            esc(&s.label),
+            bytes(s.bytes)
+        )?;
+    }
+    writeln!(out, "</div>")
+}
+
+/// Bytes by owner as a bar and a table (with the counts under the heading `count`, when
+/// given), and a line per owner with a hint saying what its memory means (`at`: `at exit`,
+/// `then`).
+fn owner_table(
+    out: &mut dyn Write,
+    shares: &[OwnerShare],
+    count: Option<&str>,
+    at: &str,
+) -> io::Result<()> {
+    owner_bar(out, shares)?;
+    write!(
+        out,
+        "<table class=\"owners\">\n<thead><tr><th class=\"num\">bytes</th>"
+    )?;
+    if let Some(heading) = count {
+        write!(out, "<th class=\"num\">{heading}</th>")?;
+    }
+    writeln!(out, "<th>owner</th></tr></thead>\n<tbody>")?;
+    for s in shares {
+        write!(
+            out,
+            "<tr class=\"owner\"><td class=\"num\" title=\"{} bytes\">{}</td>",
+            s.bytes,
+            bytes(s.bytes)
+        )?;
+        if count.is_some() {
+            write!(out, "<td class=\"num\">{}</td>", s.count)?;
+        }
+        writeln!(out, "{}</tr>", owner_cell(&s.owner, s.kind, &s.label))?;
+    }
+    writeln!(out, "</tbody>\n</table>")?;
+    for s in shares.iter().filter(|s| s.bytes > 0) {
+        if let Some(hint) = &s.hint {
+            writeln!(
+                out,
+                "<p class=\"hint\">{} held by {} {at}: {}</p>",
+                bytes(s.bytes),
+                esc(&s.label),
+                esc(hint)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Live bytes by site and owner, as `cuguard summary` lists them.
+fn site_bytes_table(out: &mut dyn Write, sites: &[SiteBytes], total: usize) -> io::Result<()> {
+    if sites.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "<table class=\"sitebytes\">\n<thead><tr><th class=\"num\">live</th><th class=\"num\">allocations</th><th>site</th><th>held by</th></tr></thead>\n<tbody>"
+    )?;
+    for s in sites {
+        writeln!(
+            out,
+            "<tr><td class=\"num\" title=\"{} bytes\">{}</td><td class=\"num\">{}</td>{}{}</tr>",
+            s.bytes,
+            bytes(s.bytes),
+            s.allocations,
+            site_cell(&s.site.label, &[]),
+            owner_cell(&s.owner, s.owner_kind, &s.owner_label)
+        )?;
+    }
+    writeln!(out, "</tbody>\n</table>")?;
+    if total > sites.len() {
+        writeln!(
+            out,
+            "<p class=\"note\">{} more sites not shown.</p>",
+            total - sites.len()
+        )?;
+    }
+    Ok(())
+}
+
+/// A process's heading inside a section, when the page shows several processes.
+fn process_heading(out: &mut dyn Write, p: &ReportSummary, several: bool) -> io::Result<()> {
+    if several {
+        writeln!(
+            out,
+            "<h3 class=\"process\">{}[{}] on {} <span class=\"note\">{}</span></h3>",
+            esc(p.exe_name()),
+            p.process.pid,
+            esc(&p.process.hostname),
+            esc(&p.source)
+        )?;
+    }
+    Ok(())
+}
+
+/// `N more processes not shown` when a section lists only the first
+/// [`MAX_PROCESS_ENTRIES`].
+fn more_processes(out: &mut dyn Write, total: usize) -> io::Result<()> {
+    if total > MAX_PROCESS_ENTRIES {
+        writeln!(
+            out,
+            "<p class=\"note\">{} more processes not shown.</p>",
+            total - MAX_PROCESS_ENTRIES
+        )?;
+    }
+    Ok(())
+}
+
+/// One out-of-memory refusal.
+fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
+    writeln!(out, "<div class=\"oom\">")?;
+    writeln!(
+        out,
+        "<p class=\"request\"><b>{} asking {} on device {} at {}</b>: <span class=\"site\">{}</span></p>",
+        esc(&o.api),
+        bytes(o.size),
+        o.device,
+        millis(o.time_ms),
+        esc(&o.site.label)
+    )?;
+    let who = match o.refused_by.as_str() {
+        "driver" => "the driver".to_string(),
+        "pool_limit" => "the pool's limit (CUGUARD_POOL_LIMIT)".to_string(),
+        other => esc(other),
+    };
+    let free = match (o.device_free_bytes, o.device_total_bytes) {
+        (Some(free), Some(total)) => format!(
+            "device {} had {} free of {}",
+            o.device,
+            bytes(free),
+            bytes(total)
+        ),
+        (Some(free), None) => format!("device {} had {} free", o.device, bytes(free)),
+        _ => format!("device {}'s free memory unknown", o.device),
+    };
+    writeln!(
+        out,
+        "<p>Refused by {who}: {free}; {} live.</p>",
+        bytes(o.live_bytes)
+    )?;
+    if let Some(m) = &o.message {
+        writeln!(out, "<p class=\"note\">{}</p>", esc(m))?;
+    }
+    if let Some(pool) = &o.pool {
+        writeln!(
+            out,
+            "<p>Pool: {} reserved, {} free, largest free block {}.</p>",
+            bytes(pool.reserved_bytes),
+            bytes(pool.free_bytes),
+            bytes(pool.largest_free_block)
+        )?;
+    }
+    if !o.stack.is_empty() {
+        writeln!(
+            out,
+            "<p class=\"chain\">stack: {}</p>",
+            esc(&o.stack.join(" ← "))
+        )?;
+    }
+    writeln!(out, "<div class=\"cols\">")?;
+    if !o.by_owner.is_empty() {
+        writeln!(out, "<div><h4>Live by owner then</h4>")?;
+        owner_table(out, &o.by_owner, None, "then")?;
+        writeln!(out, "</div>")?;
+    }
+    if !o.sites.is_empty() {
+        writeln!(out, "<div class=\"wide\"><h4>Live by site then</h4>")?;
+        site_bytes_table(out, &o.sites, o.sites_total)?;
+        writeln!(out, "</div>")?;
+    }
+    writeln!(out, "</div>\n</div>")
+}
+
+/// The out-of-memory section, first on the page.
+fn ooms_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
+    let s = &view.summary;
+    let with: Vec<&ReportSummary> = s
+        .processes
+        .iter()
+        .filter(|p| !p.ooms.is_empty() || p.ooms_dropped > 0)
+        .collect();
+    if with.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "<section id=\"oom\">\n<h2 class=\"bad\">Out of memory</h2>"
+    )?;
+    for p in with.iter().take(MAX_PROCESS_ENTRIES) {
+        process_heading(out, p, s.reports > 1)?;
+        for o in &p.ooms {
+            oom_entry(out, o)?;
+        }
+        if p.ooms_dropped > 0 {
+            writeln!(
+                out,
+                "<p class=\"note\">And {} not shown.</p>",
+                plural(
+                    p.ooms_dropped,
+                    "more out-of-memory refusal",
+                    "more out-of-memory refusals"
+                )
+            )?;
+        }
+    }
+    more_processes(out, with.len())?;
+    writeln!(out, "</section>")
+}
+
+/// One device's peak.
+fn peak_entry(out: &mut dyn Write, peak: &PeakSummary) -> io::Result<()> {
+    writeln!(
+        out,
+        "<div class=\"peak\">\n<h4>Device {}: at the peak of {}</h4>",
+        peak.device,
+        esc(&peak_when(peak))
+    )?;
+    writeln!(out, "<div class=\"cols\">")?;
+    if !peak.by_owner.is_empty() {
+        writeln!(out, "<div>")?;
+        owner_table(out, &peak.by_owner, Some("allocations"), "then")?;
+        writeln!(out, "</div>")?;
+    }
+    if !peak.sites.is_empty() {
+        writeln!(out, "<div class=\"wide\">")?;
+        site_bytes_table(out, &peak.sites, peak.sites_total)?;
+        writeln!(out, "</div>")?;
+    }
+    writeln!(out, "</div>\n</div>")
+}
+
+/// What was live at each device's peak.
+fn peaks_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
+    let s = &view.summary;
+    let with: Vec<&ReportSummary> = s.processes.iter().filter(|p| !p.peaks.is_empty()).collect();
+    if with.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "<section id=\"peaks\">\n<h2>At the peak</h2>")?;
+    writeln!(
+        out,
+        "<p class=\"note\">What was live on each device when its live bytes were highest (the shim's breakdown, taken within 1% of the peak).</p>"
+    )?;
+    for p in with.iter().take(MAX_PROCESS_ENTRIES) {
+        process_heading(out, p, s.reports > 1)?;
+        for peak in &p.peaks {
+            peak_entry(out, peak)?;
+        }
+    }
+    more_processes(out, with.len())?;
+    writeln!(out, "</section>")
+}
+
+/// The growing sites of a process, as `cuguard summary` lists them.
+fn growing_table(out: &mut dyn Write, growing: &[GrowingSite]) -> io::Result<()> {
+    writeln!(
+        out,
+        "<table class=\"growing\">\n<thead><tr><th class=\"num\">grew</th><th class=\"num\">over</th><th class=\"num\">from → to</th><th>site</th><th>devices</th><th>held by</th></tr></thead>\n<tbody>"
+    )?;
+    for g in growing {
+        let devices = format!(
+            "{} {}",
+            if g.devices.len() == 1 {
+                "device"
+            } else {
+                "devices"
+            },
+            g.devices
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        writeln!(
+            out,
+            "<tr class=\"growing\"><td class=\"num\" title=\"{} bytes\">{}</td><td class=\"num\">{}</td><td class=\"num\">{} → {}</td>{}<td>{}</td>{}</tr>",
+            g.growth.grown_bytes,
+            delta_bytes(i128::from(g.growth.grown_bytes)),
+            millis(g.growth.to_ms.saturating_sub(g.growth.from_ms)),
+            bytes(g.growth.from_bytes),
+            bytes(g.growth.to_bytes),
+            site_cell(&g.label, &g.stack),
+            devices,
+            owner_cell(&g.owner, g.owner_kind, &g.owner_label)
+        )?;
+    }
+    writeln!(out, "</tbody>\n</table>")
+}
+
+/// What grows: per process, its growth chart and its growing sites.
+fn growth_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
+    let s = &view.summary;
+    let chart_of = |i: usize| view.growth.iter().position(|g| g.process_index == i);
+    let with: Vec<(usize, &ReportSummary)> = s
+        .processes
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| !p.growing.is_empty() || chart_of(*i).is_some())
+        .collect();
+    if with.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "<section id=\"growth\">\n<h2>What grows</h2>")?;
+    writeln!(
+        out,
+        "<p class=\"note\">Live bytes of the top sites over the run (the growing sites first, then the largest), even when the memory was freed before the end. A site grows when its live bytes kept rising while the program ran.</p>"
+    )?;
+    for (i, p) in with.iter().take(MAX_PROCESS_ENTRIES) {
+        process_heading(out, p, s.reports > 1)?;
+        if let Some(k) = chart_of(*i) {
+            writeln!(
+                out,
+                "<div class=\"growth-chart\" data-growth=\"{k}\"></div>"
+            )?;
+        }
+        if p.growing.is_empty() {
+            writeln!(out, "<p class=\"good\">No site grew.</p>")?;
+        } else {
+            growing_table(out, &p.growing)?;
+        }
+    }
+    more_processes(out, with.len())?;
+    if view.growth_omitted > 0 {
+        writeln!(
+            out,
+            "<p class=\"note\">{} more growth charts not shown.</p>",
+            view.growth_omitted
+        )?;
+    }
+    writeln!(out, "</section>")
+}
+
+/// Bytes held at exit by owner, when an owner other than the program holds some.
+fn owners_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
+    let owners = &view.summary.owners;
+    if !owners.iter().any(|o| o.kind != OwnerKind::Program) {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "<section id=\"owners\">\n<h2>Held at exit, by owner</h2>"
+    )?;
+    owner_table(out, owners, Some("leaks"), "at exit")?;
+    writeln!(out, "</section>")
 }
 
 /// Writes the page.
@@ -77,10 +510,31 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
             plural(s.leaks, "leak", "leaks")
         )
     };
+    let own = if s.leaks > 0 && s.owners.iter().any(|o| o.kind != OwnerKind::Program) {
+        let (b, n) = s
+            .owners
+            .iter()
+            .filter(|o| o.kind == OwnerKind::Program)
+            .fold((0u64, 0u64), |(b, n), o| {
+                (b.saturating_add(o.bytes), n.saturating_add(o.count))
+            });
+        format!(
+            " (the program's own: {} in {})",
+            bytes(b),
+            plural(n, "leak", "leaks")
+        )
+    } else {
+        String::new()
+    };
     let incomplete = s.reports - s.complete_reports;
+    let ooms: u64 = s
+        .processes
+        .iter()
+        .map(|p| (p.ooms.len() as u64).saturating_add(p.ooms_dropped))
+        .fold(0, u64::saturating_add);
     writeln!(
         out,
-        "<p class=\"totals\">{}{}: {leaked}, {}.</p>",
+        "<p class=\"totals\">{}{}: {leaked}{own}, {}{}.</p>",
         plural(s.reports as u64, "process report", "process reports"),
         if incomplete > 0 {
             format!(" (<span class=\"warn\">{incomplete} incomplete</span>)")
@@ -88,13 +542,38 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
             String::new()
         },
         plural(s.event_total(), "event", "events"),
+        if ooms > 0 {
+            format!(
+                ", <span class=\"bad\">{}</span>",
+                plural(ooms, "out-of-memory refusal", "out-of-memory refusals")
+            )
+        } else {
+            String::new()
+        },
     )?;
 
+    ooms_section(out, view)?;
+
     writeln!(out, "<h2>Device memory over time</h2>")?;
-    writeln!(
+    write!(
         out,
-        "<div class=\"legend\"><span class=\"l\">live (owned by the program)</span><span class=\"r\">reserved (held from the driver, pool included)</span></div>"
+        "<div class=\"legend\"><span class=\"l\">live (owned by the program)</span><span class=\"r\">reserved (held from the driver, pool included)</span>"
     )?;
+    let marked = |kind: &str| {
+        view.charts
+            .iter()
+            .any(|c| c.markers.iter().any(|m| m.kind == kind))
+    };
+    if marked("peak") {
+        write!(
+            out,
+            "<span class=\"p\">the peak (when its breakdown was taken)</span>"
+        )?;
+    }
+    if marked("oom") {
+        write!(out, "<span class=\"o\">out of memory</span>")?;
+    }
+    writeln!(out, "</div>")?;
     writeln!(out, "<div id=\"charts\" class=\"charts\"></div>")?;
     if view.charts_omitted > 0 {
         writeln!(
@@ -104,24 +583,28 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
         )?;
     }
 
+    peaks_section(out, view)?;
+    growth_section(out, view)?;
+    owners_section(out, view)?;
+
     writeln!(out, "<h2>Top sites</h2>")?;
     if s.sites.is_empty() {
         writeln!(out, "<p>No leaks.</p>")?;
     } else {
         writeln!(
             out,
-            "<table id=\"sites\">\n<thead><tr><th class=\"num\">leaked</th><th class=\"num\">leaks</th><th class=\"num\">processes</th><th>site</th></tr></thead>\n<tbody>"
+            "<table id=\"sites\">\n<thead><tr><th class=\"num\">leaked</th><th class=\"num\">leaks</th><th class=\"num\">processes</th><th>site</th><th>held by</th></tr></thead>\n<tbody>"
         )?;
         for site in &s.sites {
-            let label = &site.label;
             writeln!(
                 out,
-                "<tr class=\"site\"><td class=\"num\" title=\"{} bytes\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"site\">{}</td></tr>",
+                "<tr class=\"site\"><td class=\"num\" title=\"{} bytes\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>{}{}</tr>",
                 site.leaked_bytes,
                 bytes(site.leaked_bytes),
                 site.leaks,
                 site.processes,
-                esc(label)
+                site_cell(&site.label, &site.stack),
+                owner_cell(&site.owner, site.owner_kind, &site.owner_label)
             )?;
         }
         writeln!(out, "</tbody>\n</table>")?;
@@ -137,7 +620,7 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "<h2>Leaked bytes by stack</h2>")?;
     writeln!(
         out,
-        "<p class=\"note\">Callers above callees; width is leaked bytes. Click a frame to zoom, the top frame to zoom out.</p>"
+        "<p class=\"note\">Callers above callees; width is leaked bytes. Stacks with Python frames read like py-spy --native: the Python functions in place of the interpreter, its own frames left out. Click a frame to zoom, the top frame to zoom out.</p>"
     )?;
     writeln!(out, "<div id=\"flame\"></div>")?;
 
@@ -189,6 +672,8 @@ mod tests {
             summary: crate::summary::Summary::new(Vec::new(), 10),
             charts: Vec::new(),
             charts_omitted: 0,
+            growth: Vec::new(),
+            growth_omitted: 0,
             flame: Node {
                 name: "</script><script>alert(1)</script>".into(),
                 bytes: 1,

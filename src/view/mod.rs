@@ -1,10 +1,16 @@
-//! `cuguard view`: one self-contained HTML page (no network) with device memory over time per
-//! device (live and reserved, from each report's `timeline`), the top sites table, and a flame
-//! graph of leaked bytes by stack.
+//! `cuguard view`: one self-contained HTML page (no network) with what each out-of-memory
+//! refusal saw, device memory over time per device (live and reserved, from each report's
+//! `timeline`, its peak and out-of-memory moments marked), what was live at each device's peak,
+//! what grows (the top sites' live bytes over time, from `stack_samples`), bytes held at exit by
+//! owner, the top sites table, and a flame graph of leaked bytes by stack in the mixed native and
+//! Python order.
 //!
-//! [`ProcessView::new`] condenses one report in the input workers (timeline downsampled to at
-//! most [`MAX_POINTS`] points per device, keeping peaks; stacks reduced to frame-name paths);
-//! [`View::new`] combines them; [`html::write`] writes the page.
+//! [`ProcessView::new`] condenses one report in the input workers: its summary (the sections on
+//! who held memory and when come from [`crate::summary::attribution`] and [`crate::growth`], as
+//! `cuguard summary` prints them), timelines downsampled to at most [`MAX_POINTS`] points per
+//! device (keeping peaks), the top sites' series over time ([`GrowthChart`]), and stacks reduced
+//! to frame-name paths ([`flame_path`]). [`View::new`] combines them; [`html::write`] writes the
+//! page.
 
 pub mod html;
 
@@ -12,17 +18,30 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use crate::growth::{MAX_SERIES, MAX_TIMES};
 use crate::input::Source;
-use crate::report::Report;
-use crate::sites::frame_name;
+use crate::report::{Report, Stack};
+use crate::sites::{SiteIndex, frame_name, mixed_names};
 use crate::summary::{ReportSummary, Summary};
+use crate::text::{bytes, millis};
 
 /// Most points kept per device timeline.
 pub const MAX_POINTS: usize = 2000;
-/// Most timeline charts on a page.
+/// Most timeline charts on a page; also the most growth charts.
 pub const MAX_CHARTS: usize = 32;
 /// Flame-graph nodes narrower than total/`MIN_FRACTION` are left out.
 pub const MIN_FRACTION: u64 = 1000;
+/// How many out-of-memory records, and sites in each out-of-memory and peak breakdown, a
+/// process keeps for the page (as `cuguard summary --top` does).
+pub const SECTION_TOP: usize = 10;
+/// Most processes whose out-of-memory records, peaks and growing sites the page lists.
+pub const MAX_PROCESS_ENTRIES: usize = 32;
+/// Most markers (the peak, out-of-memory refusals) on one timeline chart.
+pub const MAX_MARKERS: usize = 64;
+/// Most lines on a growth chart.
+pub const MAX_GROWTH_LINES: usize = 8;
+/// Most points per line on a growth chart (the shim keeps at most 256 sample times).
+pub const MAX_GROWTH_POINTS: usize = 256;
 
 /// One device's timeline of one process.
 #[derive(Clone, Debug, Serialize)]
@@ -35,12 +54,56 @@ pub struct Chart {
     pub name: Option<String>,
     /// Points `[time_ms, live_bytes, reserved_bytes]`, time ascending.
     pub points: Vec<[u64; 3]>,
+    /// Moments marked on the chart: the peak, then out-of-memory refusals in order.
+    pub markers: Vec<Marker>,
+}
+
+/// A moment marked on a timeline chart.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Marker {
+    /// `peak` or `oom`.
+    pub kind: &'static str,
+    /// Milliseconds since process start.
+    pub time_ms: u64,
+    /// The program's live bytes then (the timeline's samples may have missed the moment).
+    pub live_bytes: u64,
+    /// Its text on the chart (`peak 420.0 MiB`, `OOM 2.0 GiB`).
+    pub short: String,
+    /// What happened, for people (`at the peak of 420.0 MiB (at 6.6 s)`).
+    pub label: String,
+}
+
+/// One process's top sites' live bytes over time, from its `stack_samples`: the series of the
+/// stacks that share a site added up (all devices), as [`crate::growth::growing_sites`] reads
+/// them.
+#[derive(Clone, Debug, Serialize)]
+pub struct GrowthChart {
+    /// `exe[pid]` and host.
+    pub process: String,
+    /// The process's place in the page's list of processes (set by [`View::new`]).
+    pub process_index: usize,
+    /// Sample times, milliseconds since process start, ascending.
+    pub times: Vec<u64>,
+    /// At most [`MAX_GROWTH_LINES`] lines: the growing sites first (most grown first), then the
+    /// largest by bytes.
+    pub lines: Vec<GrowthLine>,
+}
+
+/// One site's line on a growth chart.
+#[derive(Clone, Debug, Serialize)]
+pub struct GrowthLine {
+    /// The site for people, its location once.
+    pub label: String,
+    /// Whether the site grew (by [`crate::growth`]'s criterion).
+    pub growing: bool,
+    /// Live bytes at each of the chart's times.
+    pub bytes: Vec<u64>,
 }
 
 /// A flame-graph node: a frame, the bytes leaked below it, its callees.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Node {
-    /// Frame name (function, or `module+0xoffset`).
+    /// Frame name (function, or `module+0xoffset`; `function (file:line)` in mixed stacks).
     #[serde(rename = "n")]
     pub name: String,
     /// Bytes leaked in stacks through this node.
@@ -82,13 +145,33 @@ impl Node {
     }
 }
 
+/// A stack's path in the flame graph, outermost frame first. A stack with Python frames reads
+/// like `py-spy --native`: each evaluation frame replaced by the Python frames it ran, the
+/// interpreter's, allocators' and driver's own frames left out, as
+/// [`crate::sites::mixed_names`] (the summary's chains at full depth) gives them:
+/// `<module> (train.py:12)` → `step (train.py:7)` → `at::native::empty_cuda (EmptyTensor.cpp:51)`.
+/// Other stacks keep every frame, by [`frame_name`].
+pub fn flame_path(stack: &Stack) -> Vec<String> {
+    match mixed_names(stack) {
+        Some(mut names) if !names.is_empty() => {
+            names.reverse();
+            names
+        }
+        _ if stack.frames.is_empty() => vec!["<empty stack>".to_string()],
+        _ => stack.frames.iter().rev().map(frame_name).collect(),
+    }
+}
+
 /// One process, condensed for the page.
 #[derive(Clone, Debug)]
 pub struct ProcessView {
-    /// Its summary (sites, totals).
+    /// Its summary (sites, totals, out-of-memory records, peaks, growing sites), lists cut to
+    /// [`SECTION_TOP`].
     pub summary: ReportSummary,
     /// Its timelines, one per device.
     pub charts: Vec<Chart>,
+    /// Its top sites' live bytes over time, when the report has `stack_samples`.
+    pub growth: Option<GrowthChart>,
     /// Leaked bytes per stack path (outermost frame first).
     pub paths: Vec<(Vec<String>, u64)>,
 }
@@ -96,7 +179,8 @@ pub struct ProcessView {
 impl ProcessView {
     /// Condenses one report.
     pub fn new(source: &Source, report: &Report) -> ProcessView {
-        let summary = ReportSummary::new(source, report, 0);
+        let summary = ReportSummary::new(source, report, SECTION_TOP);
+        let sites = SiteIndex::new(report);
         let who = format!("{} on {}", report.process_name(), report.process.hostname);
         let mut per_device: BTreeMap<u32, Vec<[u64; 3]>> = BTreeMap::new();
         if let Some(t) = &report.timeline {
@@ -121,24 +205,21 @@ impl ProcessView {
                         .find(|d| d.ordinal == device)
                         .map(|d| d.name.clone()),
                     points: downsample(points),
+                    markers: markers(report, &summary, &sites, device),
                 }
             })
             .collect();
+        let growth = growth_chart(report, &summary, &sites, &who);
         let mut by_stack: HashMap<Option<u64>, u64> = HashMap::new();
         for leak in &report.leaks {
             let e = by_stack.entry(leak.stack).or_default();
             *e = e.saturating_add(leak.size);
         }
-        let stacks: HashMap<u64, &crate::report::Stack> =
-            report.stacks.iter().rev().map(|s| (s.id, s)).collect();
         let mut paths: Vec<(Vec<String>, u64)> = by_stack
             .into_iter()
             .map(|(id, bytes)| {
-                let path = match id.and_then(|id| stacks.get(&id)) {
-                    Some(stack) if !stack.frames.is_empty() => {
-                        stack.frames.iter().rev().map(frame_name).collect()
-                    }
-                    Some(_) => vec!["<empty stack>".to_string()],
+                let path = match id.and_then(|id| sites.stack(Some(id))) {
+                    Some(stack) => flame_path(stack),
                     None => vec!["<no stack>".to_string()],
                 };
                 (path, bytes)
@@ -148,9 +229,139 @@ impl ProcessView {
         ProcessView {
             summary,
             charts,
+            growth,
             paths,
         }
     }
+}
+
+/// The moments marked on one device's chart: its peak (when the moment of the breakdown is
+/// known), then its out-of-memory refusals in order; at most [`MAX_MARKERS`].
+fn markers(
+    report: &Report,
+    summary: &ReportSummary,
+    sites: &SiteIndex<'_>,
+    device: u32,
+) -> Vec<Marker> {
+    let peak = summary
+        .peaks
+        .iter()
+        .filter(|p| p.device == device)
+        .map(|p| Marker {
+            kind: "peak",
+            time_ms: p.time_ms,
+            live_bytes: p.live_bytes,
+            short: format!("peak {}", bytes(p.peak_live_bytes.unwrap_or(p.live_bytes))),
+            label: format!(
+                "at the peak of {}",
+                crate::summary::attribution::peak_when(p)
+            ),
+        });
+    let ooms = report
+        .ooms
+        .iter()
+        .filter(|o| o.device == device)
+        .map(|o| Marker {
+            kind: "oom",
+            time_ms: o.time_ms,
+            live_bytes: o.live_bytes,
+            short: format!("OOM {}", bytes(o.size)),
+            label: format!(
+                "out of memory at {}: {} asking {} at {}",
+                millis(o.time_ms),
+                o.api,
+                bytes(o.size),
+                sites.site(o.stack).label()
+            ),
+        });
+    peak.chain(ooms).take(MAX_MARKERS).collect()
+}
+
+/// The process's top sites' live bytes over time (see [`GrowthChart`]); `None` without
+/// `stack_samples` or when no site held memory. Reads the first [`MAX_SERIES`] series and at
+/// most [`MAX_TIMES`] times, evenly spread over the run, as the growth criterion does.
+fn growth_chart(
+    report: &Report,
+    summary: &ReportSummary,
+    sites: &SiteIndex<'_>,
+    who: &str,
+) -> Option<GrowthChart> {
+    let samples = report.stack_samples.as_ref()?;
+    let all = samples.times_ms.len();
+    let picks: Vec<usize> = if all <= MAX_TIMES {
+        (0..all).collect()
+    } else {
+        (0..MAX_TIMES)
+            .map(|i| i * (all - 1) / (MAX_TIMES - 1))
+            .collect()
+    };
+    if picks.is_empty() {
+        return None;
+    }
+    // Each site's series added up, with its label, in the order first seen.
+    let mut by_site: HashMap<String, (usize, String, Vec<u64>)> = HashMap::new();
+    for series in samples.series.iter().take(MAX_SERIES) {
+        let site = sites.site(series.stack);
+        let next = by_site.len();
+        let (_, _, sum) = by_site
+            .entry(site.key.clone())
+            .or_insert_with(|| (next, site.label(), vec![0; picks.len()]));
+        for (k, s) in sum.iter_mut().enumerate() {
+            let b = series.bytes.get(picks[k]).copied().unwrap_or(0);
+            *s = s.saturating_add(b);
+        }
+    }
+    let rank: HashMap<&str, usize> = summary
+        .growing
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.site.as_str(), i))
+        .collect();
+    let mut lines: Vec<(Option<usize>, u64, usize, GrowthLine)> = by_site
+        .into_iter()
+        .filter_map(|(key, (first, label, bytes))| {
+            let max = bytes.iter().copied().max().unwrap_or(0);
+            (max > 0).then(|| {
+                let growing = rank.get(key.as_str()).copied();
+                let line = GrowthLine {
+                    label,
+                    growing: growing.is_some(),
+                    bytes,
+                };
+                (growing, max, first, line)
+            })
+        })
+        .collect();
+    // Growing sites first, in the summary's order; then the largest, then the first seen.
+    lines.sort_by(|a, b| match (a.0, b.0) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => b.1.cmp(&a.1).then(a.2.cmp(&b.2)),
+    });
+    lines.truncate(MAX_GROWTH_LINES);
+    if lines.is_empty() {
+        return None;
+    }
+    let times: Vec<u64> = picks.iter().map(|&i| samples.times_ms[i]).collect();
+    let mut lines: Vec<GrowthLine> = lines.into_iter().map(|l| l.3).collect();
+    // At most MAX_GROWTH_POINTS: consecutive times bucketed, each keeping its last time and
+    // each line's largest value, so maxima survive.
+    let per = times.len().div_ceil(MAX_GROWTH_POINTS);
+    let times = times.chunks(per).map(|c| c[c.len() - 1]).collect();
+    for line in &mut lines {
+        line.bytes = line
+            .bytes
+            .chunks(per)
+            .map(|c| c.iter().copied().max().unwrap_or(0))
+            .collect();
+    }
+    Some(GrowthChart {
+        process: who.to_string(),
+        process_index: 0,
+        times,
+        lines,
+    })
 }
 
 /// Keeps at most [`MAX_POINTS`] points: consecutive points are bucketed and each bucket keeps its
@@ -174,12 +385,17 @@ fn downsample(points: Vec<[u64; 3]>) -> Vec<[u64; 3]> {
 /// What the page shows. Serialized into the page as its data.
 #[derive(Clone, Debug, Serialize)]
 pub struct View {
-    /// The summary of all processes (sites cut to `top`).
+    /// The summary of all processes (sites cut to `top`; each process's out-of-memory records,
+    /// peaks and growing sites cut to [`SECTION_TOP`]).
     pub summary: Summary,
     /// Timelines, at most [`MAX_CHARTS`].
     pub charts: Vec<Chart>,
     /// Timelines left out.
     pub charts_omitted: usize,
+    /// Growth charts, one per process that has `stack_samples`, at most [`MAX_CHARTS`].
+    pub growth: Vec<GrowthChart>,
+    /// Growth charts left out.
+    pub growth_omitted: usize,
     /// The flame graph's root (`all`).
     pub flame: Node,
 }
@@ -193,8 +409,10 @@ impl View {
         };
         let mut charts = Vec::new();
         let mut omitted = 0;
+        let mut growth = Vec::new();
+        let mut growth_omitted = 0;
         let mut summaries = Vec::with_capacity(processes.len());
-        for p in processes {
+        for (i, p) in processes.into_iter().enumerate() {
             for (path, bytes) in &p.paths {
                 flame.add(path, *bytes);
             }
@@ -205,6 +423,14 @@ impl View {
                     omitted += 1;
                 }
             }
+            if let Some(mut g) = p.growth {
+                if growth.len() < MAX_CHARTS {
+                    g.process_index = i;
+                    growth.push(g);
+                } else {
+                    growth_omitted += 1;
+                }
+            }
             summaries.push(p.summary);
         }
         flame.prune((flame.bytes / MIN_FRACTION).max(1));
@@ -212,43 +438,12 @@ impl View {
             summary: Summary::new(summaries, top),
             charts,
             charts_omitted: omitted,
+            growth,
+            growth_omitted,
             flame,
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn downsampling_keeps_peaks_and_bounds() {
-        let mut points: Vec<[u64; 3]> = (0..10_000).map(|i| [i, i % 7, 1]).collect();
-        points[5_000] = [5_000, 1 << 40, 1 << 41];
-        let d = downsample(points);
-        assert!(d.len() <= MAX_POINTS);
-        assert!(d.iter().any(|p| p[1] == 1 << 40 && p[2] == 1 << 41));
-        assert_eq!(d.last().unwrap()[0], 9_999);
-    }
-
-    #[test]
-    fn flame_tree_adds_paths() {
-        let mut root = Node::default();
-        let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        root.add(&p(&["main", "a"]), 10);
-        root.add(&p(&["main", "b"]), 30);
-        root.add(&p(&["main", "a"]), 5);
-        root.add(&p(&["other"]), 1);
-        assert_eq!(root.prune(2), 4);
-        assert_eq!(root.bytes, 46);
-        assert_eq!(root.children.len(), 1, "other is below the minimum");
-        let main = &root.children[0];
-        assert_eq!((main.name.as_str(), main.bytes), ("main", 45));
-        let kids: Vec<(&str, u64)> = main
-            .children
-            .iter()
-            .map(|c| (c.name.as_str(), c.bytes))
-            .collect();
-        assert_eq!(kids, [("b", 30), ("a", 15)]);
-    }
-}
+mod tests;

@@ -130,3 +130,56 @@ fn cli_view_renders_in_chromium() {
         assert!(dom.contains(name), "flame graph has {name}");
     }
 }
+
+#[test]
+fn cli_view_renders_attribution_in_chromium() {
+    let Some(chromium) = chromium() else {
+        println!(
+            "skipping cli_view_renders_attribution_in_chromium: chromium is not installed (apt-get install -y chromium)"
+        );
+        return;
+    };
+    let dir = support::scratch_dir("cli-view-chromium-attribution");
+    let page = dir.join("report.html");
+    write_page(&page, &[fixture("attribution.json")]);
+    let dom = rendered_dom(&chromium, &page, &dir.join("profile"));
+    assert!(
+        dom.contains("data-rendered=\"yes\""),
+        "the script ran to the end: {}",
+        dom.lines()
+            .find(|l| l.contains("data-error"))
+            .unwrap_or("no data-error")
+    );
+    // The timeline of device 0, its peak and its refusal marked.
+    assert_eq!(dom.matches("<svg class=\"timeline\"").count(), 1);
+    assert_eq!(dom.matches("<line class=\"marker peak\"").count(), 1);
+    assert_eq!(dom.matches("<line class=\"marker oom\"").count(), 1);
+    assert!(dom.contains("at the peak of 420.0 MiB (418.0 MiB live at 6.6 s, within 1%)"));
+    // What grows: one chart, a line per site, each named in the legend.
+    assert_eq!(dom.matches("<svg class=\"growth\"").count(), 1);
+    assert_eq!(dom.matches("<polyline class=\"series").count(), 4);
+    assert_eq!(dom.matches("<polyline class=\"series grows\"").count(), 1);
+    for label in [
+        "append_batch (train.py:7)</span>",
+        "forward (model.py:40)</span>",
+        "step (train.py:12)</span>",
+    ] {
+        assert!(dom.contains(label), "the legend names {label}");
+    }
+    // The sections in HTML, the out-of-memory one first.
+    let at = |s: &str| dom.find(s).unwrap_or_else(|| panic!("{s}"));
+    assert!(at("id=\"oom\"") < at("id=\"charts\""));
+    for id in ["id=\"peaks\"", "id=\"growth\"", "id=\"owners\""] {
+        at(id);
+    }
+    // The flame graph: Python functions where the interpreter ran them.
+    for name in [
+        ">&lt;module&gt; (train.py:30)<",
+        ">cache_embeddings (train.py:25)<",
+        ">at::native::empty_cuda (EmptyTensor.cpp:51)<",
+        ">forward (model.py:40)<",
+    ] {
+        assert!(dom.contains(name), "flame graph has {name}");
+    }
+    assert!(!dom.contains(">_PyEval_EvalFrameDefault<"));
+}

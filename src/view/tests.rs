@@ -1,0 +1,435 @@
+//! Tests of the view's model (timelines, markers, growth charts, flame paths and their bounds)
+//! and of the page's sections, on the hand-written fixtures.
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::input::map_reports;
+use crate::report::{Document, Frame, PyFrame};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn source() -> Source {
+    Source {
+        path: "t.json".into(),
+        index: None,
+    }
+}
+
+fn report_of(json: &str) -> Report {
+    let doc = Document::from_bytes("t.json".as_ref(), json.as_bytes().to_vec()).unwrap();
+    doc.into_reports().next().unwrap().unwrap()
+}
+
+fn fixture_report(name: &str) -> Report {
+    report_of(&std::fs::read_to_string(fixture(name)).unwrap())
+}
+
+fn view_of(names: &[&str], top: usize) -> View {
+    let files: Vec<PathBuf> = names.iter().map(|n| fixture(n)).collect();
+    let processes = map_reports(&files, |src: &Source, r| ProcessView::new(src, &r)).unwrap();
+    View::new(processes.into_iter().map(|(_, p)| p).collect(), top)
+}
+
+fn page(view: &View) -> String {
+    let mut out = Vec::new();
+    html::write(view, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn downsampling_keeps_peaks_and_bounds() {
+    let mut points: Vec<[u64; 3]> = (0..10_000).map(|i| [i, i % 7, 1]).collect();
+    points[5_000] = [5_000, 1 << 40, 1 << 41];
+    let d = downsample(points);
+    assert!(d.len() <= MAX_POINTS);
+    assert!(d.iter().any(|p| p[1] == 1 << 40 && p[2] == 1 << 41));
+    assert_eq!(d.last().unwrap()[0], 9_999);
+}
+
+#[test]
+fn flame_tree_adds_paths() {
+    let mut root = Node::default();
+    let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    root.add(&p(&["main", "a"]), 10);
+    root.add(&p(&["main", "b"]), 30);
+    root.add(&p(&["main", "a"]), 5);
+    root.add(&p(&["other"]), 1);
+    assert_eq!(root.prune(2), 4);
+    assert_eq!(root.bytes, 46);
+    assert_eq!(root.children.len(), 1, "other is below the minimum");
+    let main = &root.children[0];
+    assert_eq!((main.name.as_str(), main.bytes), ("main", 45));
+    let kids: Vec<(&str, u64)> = main
+        .children
+        .iter()
+        .map(|c| (c.name.as_str(), c.bytes))
+        .collect();
+    assert_eq!(kids, [("b", 30), ("a", 15)]);
+}
+
+fn frame(module: &str, function: Option<&str>) -> Frame {
+    Frame {
+        ip: crate::report::Addr(0x1000),
+        module: module.into(),
+        offset: crate::report::Addr(0x54caec),
+        function: function.map(Into::into),
+        file: None,
+        line: None,
+        inlined: None,
+    }
+}
+
+/// A PyTorch allocation from Python: the driver, the runtime, the caching allocator,
+/// `at::native::empty_cuda`, the interpreter running `step` called from `<module>`, and
+/// `main` of the interpreter's executable.
+fn torch_stack(entries: [Option<bool>; 2]) -> Stack {
+    let py = "/usr/bin/python3.12";
+    let pyframe = |function: &str, line, entry| PyFrame {
+        file: "/work/train.py".into(),
+        line: Some(line),
+        function: function.into(),
+        entry,
+    };
+    Stack {
+        id: 1,
+        frames: vec![
+            frame("/opt/cuguard/libcuguard.so", Some("cuMemAlloc_v2")),
+            frame("/venv/torch/lib/libcudart.so.13", Some("cudaMalloc")),
+            frame(
+                "/venv/torch/lib/libc10_cuda.so",
+                Some(
+                    "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)",
+                ),
+            ),
+            frame(
+                "/venv/torch/lib/libtorch_cuda.so",
+                Some("at::native::empty_cuda(c10::ArrayRef<long>)"),
+            ),
+            frame(py, Some("_PyEval_EvalFrameDefault")),
+            frame(py, None),
+            frame(py, Some("Py_RunMain")),
+            frame(py, Some("main")),
+        ],
+        python: vec![
+            pyframe("step", 7, entries[0]),
+            pyframe("<module>", 12, entries[1]),
+        ],
+        site: None,
+        owner: None,
+        mixed: Vec::new(),
+    }
+}
+
+#[test]
+fn flame_paths_of_python_stacks_read_like_py_spy_native() {
+    let stack = torch_stack([Some(false), Some(true)]);
+    let path = flame_path(&stack);
+    // The interpreter's `main`, `Py_RunMain` and unnamed frames are its own machinery.
+    assert_eq!(
+        path,
+        [
+            "<module> (train.py:12)",
+            "step (train.py:7)",
+            "at::native::empty_cuda"
+        ]
+    );
+    for name in &path {
+        assert!(
+            !name.contains("_PyEval_EvalFrameDefault") && !name.contains("python3.12+0x"),
+            "the interpreter's machinery is left out: {path:?}"
+        );
+        assert!(
+            !name.contains("cuMemAlloc") && !name.contains("CachingAllocator"),
+            "the driver's and allocators' frames are left out: {path:?}"
+        );
+    }
+    // The full depth: a deep Python stack keeps every frame (the summary's chains stop at 8).
+    let mut deep = torch_stack([Some(false), Some(true)]);
+    deep.python = (0..20)
+        .map(|i| PyFrame {
+            file: "/work/deep.py".into(),
+            line: Some(i),
+            function: format!("f{i}"),
+            entry: Some(i == 19),
+        })
+        .collect();
+    let path = flame_path(&deep);
+    assert!(path.len() >= 21, "{path:?}");
+    assert_eq!(path.last().unwrap(), "at::native::empty_cuda");
+    assert!(path.contains(&"f0 (deep.py:0)".to_string()));
+    assert!(path.contains(&"f19 (deep.py:19)".to_string()));
+}
+
+#[test]
+fn flame_paths_without_python_frames_stay_native() {
+    // Python frames without a way to place them, and no Python frames at all: every native
+    // frame, outermost first, by its name.
+    for stack in [torch_stack([None, None]), {
+        let mut s = torch_stack([None, None]);
+        s.python.clear();
+        s
+    }] {
+        let path = flame_path(&stack);
+        assert_eq!(path.len(), 8);
+        assert_eq!(path[0], "main");
+        assert_eq!(path[2], "python3.12+0x54caec");
+        assert_eq!(path[7], "cuMemAlloc_v2");
+    }
+    let empty = Stack {
+        frames: Vec::new(),
+        python: Vec::new(),
+        ..torch_stack([None, None])
+    };
+    assert_eq!(flame_path(&empty), ["<empty stack>"]);
+}
+
+#[test]
+fn the_attribution_fixtures_flame_graph_has_python_functions() {
+    let view = view_of(&["attribution.json"], 25);
+    let root = &view.flame;
+    let names = |n: &Node| {
+        n.children
+            .iter()
+            .map(|c| c.name.clone())
+            .collect::<Vec<_>>()
+    };
+    // cache_embeddings' leak: <module> → cache_embeddings → at::native::empty_cuda.
+    let module = root
+        .children
+        .iter()
+        .find(|c| c.name == "<module> (train.py:30)")
+        .unwrap_or_else(|| panic!("{:?}", names(root)));
+    assert_eq!(module.bytes, 512 << 10);
+    assert_eq!(names(module), ["cache_embeddings (train.py:25)"]);
+    assert_eq!(
+        names(&module.children[0]),
+        ["at::native::empty_cuda (EmptyTensor.cpp:51)"]
+    );
+    // forward's cached blocks: the Python frame alone, past PyTorch's caching allocator.
+    let forward = root
+        .children
+        .iter()
+        .find(|c| c.name == "forward (model.py:40)")
+        .expect("forward");
+    assert_eq!(forward.bytes, 22 << 20);
+    // The autograd thread has no Python frames: its native frames, as before.
+    assert!(root.children.iter().any(|c| c.name == "start_thread"));
+    let json = serde_json::to_string(root).unwrap();
+    assert!(!json.contains("_PyEval_EvalFrameDefault"), "{json}");
+}
+
+#[test]
+fn charts_mark_the_peak_and_each_oom() {
+    let report = fixture_report("attribution.json");
+    let p = ProcessView::new(&source(), &report);
+    assert_eq!(p.charts.len(), 1, "device 0's timeline");
+    let c = &p.charts[0];
+    assert_eq!(c.device, 0);
+    assert_eq!(
+        c.markers,
+        [
+            Marker {
+                kind: "peak",
+                time_ms: 6600,
+                live_bytes: 418 << 20,
+                short: "peak 420.0 MiB".into(),
+                label: "at the peak of 420.0 MiB (418.0 MiB live at 6.6 s, within 1%)".into(),
+            },
+            Marker {
+                kind: "oom",
+                time_ms: 9200,
+                live_bytes: 418 << 20,
+                short: "OOM 2.0 GiB".into(),
+                label: "out of memory at 9.2 s: cuMemAlloc_v2 asking 2.0 GiB at append_batch (train.py:7)"
+                    .into(),
+            },
+        ]
+    );
+    // A thousand refusals: the markers stay bounded.
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("attribution.json")).unwrap())
+            .unwrap();
+    let one = v["ooms"][0].clone();
+    v["ooms"] = serde_json::Value::Array(vec![one; 1000]);
+    let report = report_of(&v.to_string());
+    let p = ProcessView::new(&source(), &report);
+    assert_eq!(p.charts[0].markers.len(), MAX_MARKERS);
+    assert_eq!(p.summary.ooms.len(), SECTION_TOP);
+    // The fixture says 2 more were not kept.
+    assert_eq!(p.summary.ooms_dropped, 1000 - SECTION_TOP as u64 + 2);
+}
+
+#[test]
+fn growth_chart_puts_growing_sites_first_then_the_largest() {
+    let report = fixture_report("attribution.json");
+    let p = ProcessView::new(&source(), &report);
+    let g = p.growth.expect("stack_samples");
+    assert_eq!(g.times.len(), 20);
+    assert_eq!((g.times[0], g.times[19]), (0, 9500));
+    let lines: Vec<(&str, bool, u64)> = g
+        .lines
+        .iter()
+        .map(|l| {
+            (
+                l.label.as_str(),
+                l.growing,
+                l.bytes.iter().copied().max().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("append_batch (train.py:7)", true, 384 << 20),
+            ("forward (model.py:40)", false, 22 << 20),
+            ("step (train.py:12)", false, 8 << 20),
+            (
+                "framework: at::cuda::getCurrentCUDABlasHandle (CublasHandlePool.cpp:120)",
+                false,
+                4 << 20
+            ),
+        ]
+    );
+    assert_eq!(g.lines[0].bytes[19], 0, "freed at shutdown, still drawn");
+    // Old reports have no samples: no chart.
+    let old = fixture_report("events.json");
+    assert!(ProcessView::new(&source(), &old).growth.is_none());
+}
+
+#[test]
+fn growth_charts_stay_bounded_on_huge_samples() {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("attribution.json")).unwrap())
+            .unwrap();
+    let times: Vec<u64> = (0..5000).collect();
+    let series: Vec<serde_json::Value> = (0..3000u64)
+        .map(|i| {
+            serde_json::json!({
+                "stack": i,
+                "device": 0,
+                "bytes": (0..5000u64).map(|t| t * (i + 1)).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    v["stack_samples"] = serde_json::json!({"interval_ms": 1, "times_ms": times, "series": series});
+    let report = report_of(&v.to_string());
+    let g = ProcessView::new(&source(), &report).growth.unwrap();
+    assert!(g.times.len() <= MAX_GROWTH_POINTS, "{}", g.times.len());
+    assert_eq!(g.times.last(), Some(&4999));
+    assert!(g.lines.len() <= MAX_GROWTH_LINES);
+    assert!(g.lines.iter().all(|l| l.bytes.len() == g.times.len()));
+}
+
+#[test]
+fn the_page_shows_every_attribution_section_for_the_fixture() {
+    let html = page(&view_of(&["attribution.json"], 25));
+    for want in [
+        // Out of memory, first on the page.
+        "<section id=\"oom\">",
+        "<b>cuMemAlloc_v2 asking 2.0 GiB on device 0 at 9.2 s</b>: <span class=\"site\">append_batch (train.py:7)</span>",
+        "Refused by the driver: device 0 had 100.0 MiB free of 16.0 GiB; 418.0 MiB live.",
+        "Pool: 512.0 MiB reserved, 94.0 MiB free, largest free block 64.0 MiB.",
+        "stack: at::native::empty_cuda (EmptyTensor.cpp:51) ← torch::autograd::THPVariable_ones ← append_batch (train.py:7)",
+        "<h4>Live by owner then</h4>",
+        "<h4>Live by site then</h4>",
+        "And 2 more out-of-memory refusals not shown.",
+        // The peak.
+        "<section id=\"peaks\">",
+        "Device 0: at the peak of 420.0 MiB (418.0 MiB live at 6.6 s, within 1%)",
+        "<td class=\"num\" title=\"402653184 bytes\">384.0 MiB</td><td class=\"num\">96</td>",
+        // What grows.
+        "<section id=\"growth\">",
+        "<div class=\"growth-chart\" data-growth=\"0\"></div>",
+        "<td class=\"num\" title=\"402653184 bytes\">+384.0 MiB</td><td class=\"num\">6.0 s</td><td class=\"num\">0 B → 384.0 MiB</td><td class=\"site\">append_batch (train.py:7)<div class=\"chain\">",
+        // Bytes by owner, with the cache's hint.
+        "<section id=\"owners\">",
+        "<div class=\"bar\">",
+        "22.0 MiB held by PyTorch&#39;s caching allocator at exit: its cache, not necessarily your tensors; PYTORCH_NO_CUDA_MEMORY_CACHING=1 shows each tensor",
+        "(the program's own: 1.5 MiB in 2 leaks)",
+        // Top sites with their owners.
+        "<td class=\"site\">forward (model.py:40)</td><td class=\"owner owner-framework_cache\">",
+        "on the autograd thread: AddmmBackward0::apply (Functions.cpp:1520)",
+        "<td class=\"site\">cache_embeddings (train.py:25)<div class=\"chain\">at::native::empty_cuda (EmptyTensor.cpp:51) ← cache_embeddings (train.py:25) ← &lt;module&gt; (train.py:30)</div>",
+        // The legend of the markers.
+        "<span class=\"p\">the peak",
+        "<span class=\"o\">out of memory</span>",
+    ] {
+        assert!(html.contains(want), "the page has {want}");
+    }
+    let at = |s: &str| html.find(s).unwrap();
+    assert!(at("<section id=\"oom\">") < at("<h2>Device memory over time</h2>"));
+    assert!(at("<h2>Device memory over time</h2>") < at("<section id=\"peaks\">"));
+    assert!(at("<section id=\"peaks\">") < at("<section id=\"growth\">"));
+    assert!(at("<section id=\"growth\">") < at("<section id=\"owners\">"));
+    assert!(at("<section id=\"owners\">") < at("<h2>Top sites</h2>"));
+    // The data the script draws: markers and the growth chart.
+    let data = html
+        .split("<script type=\"application/json\" id=\"data\">")
+        .nth(1)
+        .and_then(|s| s.split("</script>").next())
+        .unwrap();
+    let data: serde_json::Value = serde_json::from_str(data).unwrap();
+    assert_eq!(data["charts"][0]["markers"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        data["growth"][0]["lines"][0]["label"],
+        "append_batch (train.py:7)"
+    );
+}
+
+#[test]
+fn old_reports_leave_the_attribution_sections_out() {
+    let html = page(&view_of(&["events.json", "leaks-two-contexts.json"], 25));
+    for absent in [
+        "id=\"oom\"",
+        "id=\"peaks\"",
+        "id=\"growth\"",
+        "id=\"owners\"",
+        "<div class=\"growth-chart\"",
+        "<span class=\"p\">",
+        "<span class=\"o\">",
+        "the program's own",
+        "out-of-memory",
+    ] {
+        assert!(!html.contains(absent), "an old report has no {absent}");
+    }
+    // What old reports have is still there.
+    for present in [
+        "<h2>Device memory over time</h2>",
+        "<table id=\"sites\">",
+        "<div id=\"flame\"></div>",
+        "<table id=\"processes\">",
+        "make_buffers (train.c:42)",
+    ] {
+        assert!(html.contains(present), "{present}");
+    }
+}
+
+#[test]
+fn sections_of_many_processes_stay_bounded() {
+    let report = fixture_report("attribution.json");
+    let processes: Vec<ProcessView> = (0..MAX_PROCESS_ENTRIES + 5)
+        .map(|_| ProcessView::new(&source(), &report))
+        .collect();
+    let view = View::new(processes, 25);
+    assert_eq!(view.growth.len(), MAX_CHARTS);
+    assert_eq!(view.growth_omitted, MAX_PROCESS_ENTRIES + 5 - MAX_CHARTS);
+    let html = page(&view);
+    assert_eq!(
+        html.matches("<div class=\"oom\">").count(),
+        MAX_PROCESS_ENTRIES
+    );
+    assert_eq!(
+        html.matches("<div class=\"peak\">").count(),
+        MAX_PROCESS_ENTRIES
+    );
+    assert_eq!(
+        html.matches("<div class=\"growth-chart\"").count(),
+        MAX_CHARTS.min(MAX_PROCESS_ENTRIES)
+    );
+    assert_eq!(html.matches("5 more processes not shown.").count(), 3);
+}
