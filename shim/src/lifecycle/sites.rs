@@ -5,7 +5,9 @@
 //! Naming a stack is expensive (symbolizing its frames, up to half a second the first time a
 //! module is read: [`crate::report::stacks::sites_with_owners_now`]), so the label and owner of
 //! each stack id are kept once found (a stack's frames never change). Only stacks that reach
-//! the top of a list are named. Runs on the cuguard thread, never on the allocation path.
+//! the top of a list are named, all those new in one list together. When naming ran out of time
+//! (a large library), the label found so far is used and naming is tried again, at most every
+//! [`RETRY_MS`]. Runs on the cuguard thread, never on the allocation path.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -59,7 +61,17 @@ pub fn live(devices: &[i32]) -> Vec<Live> {
     out
 }
 
-type Cache = Mutex<HashMap<u32, Name>>;
+/// How long a name found without enough time waits before it is tried again.
+pub const RETRY_MS: u64 = 10_000;
+
+/// A name found, and whether it is whole; when not, when it was found.
+struct Found {
+    name: Name,
+    whole: bool,
+    at_ms: u64,
+}
+
+type Cache = Mutex<HashMap<u32, Found>>;
 
 /// Names found so far, by stack id; a forked child starts a new cache (its lock may be held by
 /// the parent's cuguard thread, which the child does not have).
@@ -71,12 +83,17 @@ fn cache() -> &'static Cache {
 
 /// The names of `stacks`, in order: from the cache, the others named now, together.
 pub fn names(stacks: &[u32]) -> Vec<Name> {
+    let now = crate::process::clock::since_start_ms();
     let missing: Vec<u32> = {
         let c = global::lock(cache());
         let mut m: Vec<u32> = stacks
             .iter()
             .copied()
-            .filter(|s| *s != NONE && !c.contains_key(s))
+            .filter(|s| {
+                *s != NONE
+                    && c.get(s)
+                        .is_none_or(|f| !f.whole && now >= f.at_ms + RETRY_MS)
+            })
             .collect();
         m.sort_unstable();
         m.dedup();
@@ -84,7 +101,7 @@ pub fn names(stacks: &[u32]) -> Vec<Name> {
     };
     if !missing.is_empty() {
         // Named outside the lock: it may take a while.
-        let found = crate::report::stacks::sites_with_owners_now(&missing);
+        let (found, whole) = crate::report::stacks::sites_with_owners_now(&missing);
         let mut c = global::lock(cache());
         for (id, site) in missing.iter().zip(found) {
             let name = match site {
@@ -97,14 +114,21 @@ pub fn names(stacks: &[u32]) -> Vec<Name> {
                     owner: String::new(),
                 },
             };
-            c.insert(*id, name);
+            c.insert(
+                *id,
+                Found {
+                    name,
+                    whole,
+                    at_ms: now,
+                },
+            );
         }
     }
     let c = global::lock(cache());
     stacks
         .iter()
         .map(|s| match c.get(s) {
-            Some(n) => n.clone(),
+            Some(f) => f.name.clone(),
             None => Name {
                 label: "(no stack)".into(),
                 owner: String::new(),

@@ -240,13 +240,15 @@ pub struct SiteNow {
 /// most, and shares the names it finds with the reports.
 pub fn sites_now(ids: &[u32]) -> Vec<Option<String>> {
     sites_with_owners_now(ids)
+        .0
         .into_iter()
         .map(|s| s.and_then(|s| s.label))
         .collect()
 }
 
-/// As [`sites_now`], with each stack's owner; `None` for an id without a stack.
-pub fn sites_with_owners_now(ids: &[u32]) -> Vec<Option<SiteNow>> {
+/// As [`sites_now`], with each stack's owner; `None` for an id without a stack. The flag says
+/// whether every frame could be named in time (when not, a later call may name more).
+pub fn sites_with_owners_now(ids: &[u32]) -> (Vec<Option<SiteNow>>, bool) {
     let all = stack::stacks();
     let wanted: Vec<&(u32, Vec<u64>)> = ids
         .iter()
@@ -267,7 +269,8 @@ pub fn sites_with_owners_now(ids: &[u32]) -> Vec<Option<SiteNow>> {
     };
     let mut w = Writer::new(&modules, settings, names);
     w.symbolizer = Some(Symbolizer::new(Some(Instant::now() + SITES_NOW_BUDGET)));
-    ids.iter()
+    let sites = ids
+        .iter()
         .map(|id| {
             let (_, words) = wanted.iter().find(|(sid, _)| sid == id)?;
             let st = w.stack(*id, words, &[]);
@@ -277,7 +280,8 @@ pub fn sites_with_owners_now(ids: &[u32]) -> Vec<Option<SiteNow>> {
                 owner,
             })
         })
-        .collect()
+        .collect();
+    (sites, w.unnamed == 0 && !w.broken)
 }
 
 /// The label of a symbolized stack's site.
