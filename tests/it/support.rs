@@ -134,12 +134,14 @@ pub fn sim_command(program: &Path) -> Command {
 }
 
 /// A command that runs `program` under the shim against the simulated driver, writing its report
-/// to `report`.
+/// to `report`. Its stats page goes to a runtime directory of the tests' own
+/// (`it-scratch/runtime`), not the user's; a test that looks at pages sets its own.
 pub fn shim_command(program: &Path, report: &Path) -> Command {
     let a = artifacts();
     let mut cmd = sim_command(program);
     cmd.env("LD_PRELOAD", &a.shim);
     cmd.env("CUGUARD_REPORT", report);
+    cmd.env("CUGUARD_RUNTIME_DIR", a.scratch.join("runtime"));
     cmd
 }
 

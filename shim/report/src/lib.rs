@@ -35,7 +35,8 @@
 //! - [`signal`]: the report of last resort, rendered in advance and completed in a signal handler
 //!   without allocating;
 //! - [`merged`]: the merged report's writer;
-//! - [`edit`]: rewriting a report's stacks in place, keeping every other field as it was.
+//! - [`edit`]: rewriting a report's stacks in place, keeping every other field as it was;
+//! - [`alert`]: the alert line the shim sends to the logs (`CUGUARD_ALERT`).
 //!
 //! # Example
 //!
@@ -78,6 +79,7 @@
 //! ```
 
 mod addr;
+pub mod alert;
 pub mod attribution;
 mod config;
 pub mod edit;

@@ -60,6 +60,43 @@ pub struct Config {
     pub snapshot_signal: i32,
     /// `CUGUARD_SIGNALS`: write the report when a fatal or terminating signal ends the process.
     pub signals: bool,
+    /// Where the stats page goes (`CUGUARD_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/cuguard`, else
+    /// `/tmp/cuguard-UID`); `None` with `CUGUARD_PAGE=0`.
+    pub page_dir: Option<PathBuf>,
+    /// `CUGUARD_ALERT`: where `CUGUARD_WARN_AT` alerts go.
+    pub alert: AlertTo,
+    /// `CUGUARD_TEST_SYSLOG_SOCKET`: for cuguard's own tests only, the socket the `syslog` sink
+    /// sends to instead of `/dev/log`.
+    pub syslog_socket: PathBuf,
+}
+
+/// Where alerts go (`CUGUARD_ALERT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlertTo {
+    /// `stderr` (the default): one line a person reads, `cuguard: device 0: …`.
+    Stderr,
+    /// `json`: one JSON object a line on stderr, for collectors that read the program's output.
+    Json,
+    /// `syslog`: the JSON object as a syslog message, ident `cuguard`.
+    Syslog,
+    /// `file:PATH`: JSON objects appended to PATH, one a line (PATH expanded like
+    /// `CUGUARD_REPORT`, relative to the start directory).
+    File(String),
+}
+
+/// Parses `CUGUARD_ALERT`.
+pub fn parse_alert(s: &str) -> Result<AlertTo, String> {
+    let t = s.trim();
+    match t.to_ascii_lowercase().as_str() {
+        "" | "stderr" => return Ok(AlertTo::Stderr),
+        "json" => return Ok(AlertTo::Json),
+        "syslog" => return Ok(AlertTo::Syslog),
+        _ => {}
+    }
+    match t.strip_prefix("file:") {
+        Some(path) if !path.trim().is_empty() => Ok(AlertTo::File(path.trim().to_string())),
+        _ => Err(format!("{t:?} is not stderr, json, syslog or file:PATH")),
+    }
 }
 
 /// The default snapshot signal, as an offset from `SIGRTMIN`.
@@ -147,6 +184,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let unsafe_reuse = flag("CUGUARD_TEST_UNSAFE_REUSE", false);
     let signals = flag("CUGUARD_SIGNALS", true);
     let no_tracking = flag("CUGUARD_TEST_NO_TRACKING", false);
+    let page = flag("CUGUARD_PAGE", true);
     let stack_depth = match var("CUGUARD_STACK_DEPTH").as_deref().map(str::trim) {
         None | Some("") => DEFAULT_STACK_DEPTH,
         Some(s) => match s.parse::<usize>() {
@@ -244,6 +282,19 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
             }
         },
     };
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let page_dir = page.then(|| cuguard_page::runtime_dir(uid, &var));
+    let alert = match var("CUGUARD_ALERT") {
+        None => AlertTo::Stderr,
+        Some(v) => parse_alert(&v).unwrap_or_else(|why| {
+            problems.push(format!("CUGUARD_ALERT: {why}; alerts go to stderr"));
+            AlertTo::Stderr
+        }),
+    };
+    let syslog_socket = var("CUGUARD_TEST_SYSLOG_SOCKET")
+        .filter(|s| !s.trim().is_empty())
+        .map_or_else(|| PathBuf::from("/dev/log"), PathBuf::from);
     let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
 
     let config = Config {
@@ -263,6 +314,9 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         warn_at,
         snapshot_signal,
         signals,
+        page_dir,
+        alert,
+        syslog_socket,
     };
     config
 }
@@ -360,6 +414,42 @@ pub(crate) mod tests {
         assert_eq!(c.warn_at, Some(Amount::Bytes(1 << 30)));
         assert_eq!(c.checkpoint_secs, 0);
         assert_eq!(c.problems.len(), 1);
+    }
+
+    #[test]
+    fn page_and_alert_settings() {
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let c = from_env(env(&[]));
+        assert_eq!(
+            c.page_dir,
+            Some(PathBuf::from(format!("/tmp/cuguard-{uid}")))
+        );
+        assert_eq!(c.alert, AlertTo::Stderr);
+        assert_eq!(c.syslog_socket, PathBuf::from("/dev/log"));
+        let c = from_env(env(&[
+            ("CUGUARD_RUNTIME_DIR", "/run/x"),
+            ("CUGUARD_ALERT", "file:/var/log/cuguard.%h.log"),
+        ]));
+        assert_eq!(c.page_dir, Some(PathBuf::from("/run/x")));
+        assert_eq!(c.alert, AlertTo::File("/var/log/cuguard.%h.log".into()));
+        let c = from_env(env(&[("CUGUARD_PAGE", "0"), ("CUGUARD_ALERT", "SysLog")]));
+        assert_eq!(c.page_dir, None);
+        assert_eq!(c.alert, AlertTo::Syslog);
+        assert!(c.problems.is_empty());
+        for bad in ["file:", "email", "file"] {
+            let c = from_env(env(&[("CUGUARD_ALERT", bad)]));
+            assert_eq!(c.alert, AlertTo::Stderr, "{bad}");
+            assert_eq!(c.problems.len(), 1, "{bad}");
+            assert!(
+                c.problems[0].starts_with("CUGUARD_ALERT"),
+                "{:?}",
+                c.problems
+            );
+        }
+        assert_eq!(parse_alert(" json "), Ok(AlertTo::Json));
+        let c = from_env(env(&[("CUGUARD_PAGE", "maybe")]));
+        assert!(c.page_dir.is_some(), "a bad value keeps the default");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //!   names an entry; [`real`] gives the real driver's entries, typed.
 //! - [`submit_rows`]: the table's generated rows (entries that submit device work).
 //! - [`loader`]: the real `dlsym`, the driver library, and the resolved addresses.
+//! - [`device`]: a device's UUID, as `nvidia-smi` prints it.
 //! - [`nvml`]: NVML, for device memory in use without a context and this process's usage.
 //!
 //! The shim never calls its own exports: every call it makes to the driver goes through
@@ -13,6 +14,7 @@
 
 #[macro_use]
 mod submit_rows;
+pub mod device;
 pub mod loader;
 pub mod nvml;
 pub mod table;

@@ -10,9 +10,6 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
-use super::real;
-use crate::ffi::*;
-
 type NvmlReturn = c_int;
 type Device = *mut c_void;
 
@@ -88,21 +85,7 @@ fn load() -> Option<Nvml> {
 
 /// The NVML handle of CUDA device `ordinal`, by its UUID.
 fn device(n: &Nvml, ordinal: i32) -> Option<Device> {
-    let f = real::cuDeviceGetUuid_v2().or(real::cuDeviceGetUuid())?;
-    let mut uuid = [0u8; 16];
-    // SAFETY: a 16-byte CUuuid out-parameter.
-    if unsafe { f(uuid.as_mut_ptr().cast(), ordinal) } != CUDA_SUCCESS {
-        return None;
-    }
-    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
-    let text = format!(
-        "GPU-{}-{}-{}-{}-{}\0",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    );
+    let text = format!("{}\0", super::device::uuid(ordinal)?);
     let mut d: Device = std::ptr::null_mut();
     // SAFETY: a NUL-terminated UUID string and a valid out-parameter.
     (unsafe { (n.by_uuid)(text.as_ptr().cast(), &mut d) } == 0).then_some(d)

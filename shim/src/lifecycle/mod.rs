@@ -15,8 +15,8 @@
 //!      first at exit and the report sees the program's memory before the runtime releases its
 //!      contexts;
 //!    - the emergency report is prepared ([`crate::report::emergency`]);
-//!    - the cuguard thread starts ([`reporter`]): checkpoints, snapshots on request, and the
-//!      report for signals;
+//!    - the cuguard thread starts ([`reporter`]): checkpoints, snapshots on request, the
+//!      report for signals, and the stats page ([`page`]);
 //!    - signal handlers are installed where the program has none ([`signals`]); from then on, a
 //!      program's `sigaction`/`signal` calls go through the shim's ([`interpose`]).
 //! 4. End (`Writing`, then `Final`): exactly one final report, whichever way the process ends
@@ -28,13 +28,17 @@
 //!    library's destructor, which does not call the driver (it may already be finalized).
 //!
 //! Reports are written one at a time (the writer's turn, a lock a forked child resets). The
-//! modules below live here because they are the lifecycle's parts: [`signals`], [`reporter`]
-//! (the cuguard thread) and [`alerts`] (`CUGUARD_WARN_AT`).
+//! final report removes the stats page. The modules below live here because they are the
+//! lifecycle's parts: [`signals`], [`reporter`] (the cuguard thread), [`page`] (the stats page it
+//! keeps), [`alerts`] (`CUGUARD_WARN_AT`, and where alerts go) and [`sites`] (the sites holding
+//! memory now, named once, for the page and the alerts).
 
 pub mod alerts;
 pub mod interpose;
+pub mod page;
 pub mod reporter;
 pub mod signals;
+pub mod sites;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -91,7 +95,12 @@ fn arm() {
     }
     report::emergency::prepare(&report::report_path());
     let cfg = crate::config::get();
-    let thread = if cfg.signals || cfg.snapshot_signal != 0 || cfg.checkpoint_secs > 0 {
+    let thread = if cfg.signals
+        || cfg.snapshot_signal != 0
+        || cfg.checkpoint_secs > 0
+        || cfg.warn_at.is_some()
+        || cfg.page_dir.is_some()
+    {
         reporter::start()
     } else {
         false
@@ -168,6 +177,7 @@ pub fn final_report(occasion: Occasion) -> bool {
         let _turn = writer_turn(WAIT_FOR_WRITER);
         report::write_and_say(t, &occasion);
     }
+    page::remove();
     phase::end_final();
     true
 }
@@ -216,6 +226,8 @@ extern "C" fn after_fork_child() {
     reporter::after_fork_child();
     signals::after_fork_child();
     alerts::after_fork_child();
+    page::after_fork_child();
+    sites::after_fork_child();
     report::file::forget_own_after_fork();
     report::emergency::forget_after_fork();
     report::reset_after_fork();

@@ -1,7 +1,8 @@
 //! The cuguard thread: writes checkpoints (`CUGUARD_CHECKPOINT_SECS`), snapshots on request
 //! (`cuguard snapshot PID`), a checkpoint when an allocation is refused for lack of memory (at
 //! most one a second), and the report for signals, all in ordinary context (the thread
-//! that received a signal waits for it in the handler; see [`super::signals`]).
+//! that received a signal waits for it in the handler; see [`super::signals`]); and keeps the
+//! stats page ([`super::page`]), the timeline and the `CUGUARD_WARN_AT` checks up to date.
 //!
 //! It starts when the process first allocates (never at load), with every signal blocked, and
 //! sleeps in `poll` on an eventfd. Signal handlers wake it by writing to that eventfd (which is
@@ -107,6 +108,11 @@ pub fn announce() {
 
 /// The signal the thread's name announces: 0 not decided yet, -1 none.
 static NAME_SIG: AtomicI32 = AtomicI32::new(0);
+
+/// The signal that asks this process for a snapshot, once the thread answers one.
+pub fn snapshot_signal() -> Option<i32> {
+    Some(NAME_SIG.load(Ordering::Acquire)).filter(|s| *s > 0)
+}
 
 /// Records that the snapshot signal could not be taken (the program handles it).
 pub fn snapshot_unavailable() {
@@ -216,6 +222,11 @@ fn run() {
     let mut next = Instant::now() + period;
     let mut named = false;
     let watch = cfg.warn_at.is_some();
+    // The page is made at the end of the first turn, after the timeline's first sample: making
+    // it names the first sites, which may take a while.
+    let mut page: Option<super::page::Writer> = None;
+    let mut page_pending = cfg.page_dir.is_some();
+    let mut page_due_ms = super::page::PUBLISH_MS;
     loop {
         let mut timeout_ms: libc::c_int = if period.is_zero() {
             -1
@@ -226,6 +237,14 @@ fn run() {
         };
         if watch && (timeout_ms < 0 || timeout_ms > 1000) {
             timeout_ms = 1000;
+        }
+        if page_pending {
+            timeout_ms = 0;
+        } else if page.is_some() {
+            let due = page_due_ms.max(1).min(i32::MAX as u64) as libc::c_int;
+            if timeout_ms < 0 || timeout_ms > due {
+                timeout_ms = due;
+            }
         }
         if let Some(due) = crate::report::timeline::tick() {
             let due = due.max(1).min(i32::MAX as u64) as libc::c_int;
@@ -277,6 +296,12 @@ fn run() {
         if !period.is_zero() && Instant::now() >= next {
             super::interim_report(Occasion::CHECKPOINT);
             next = Instant::now() + period;
+        }
+        if page_pending {
+            page_pending = false;
+            page = super::page::start();
+        } else if let Some(p) = page.as_mut() {
+            page_due_ms = p.tick();
         }
         if crate::phase::final_claimed() && crate::phase::final_done() {
             RUNNING.store(false, Ordering::Release);

@@ -9,6 +9,12 @@ pub fn warn(message: &str) {
     write_stderr(line.as_bytes());
 }
 
+/// Writes `line` (ending in a newline) to stderr as it is, without the prefix, in one `write`
+/// (a JSON alert line, which collectors parse whole).
+pub fn raw(line: &str) {
+    write_stderr(line.as_bytes());
+}
+
 /// `CUGUARD_LOG=1`: diagnostics on stderr (set when the settings are read).
 static VERBOSE: AtomicBool = AtomicBool::new(false);
 

@@ -466,6 +466,17 @@ pub fn report_path() -> PathBuf {
 }
 
 fn path_for(host: &str, rank: Option<i64>) -> PathBuf {
+    expand(&config::get().report_template, host, rank)
+}
+
+/// `template` with the report template's placeholders expanded (`%p`, `%e`, `%h`, `%r`, `%t`),
+/// relative to the start directory: for other paths a user gives the same way (`CUGUARD_ALERT`'s
+/// `file:PATH`).
+pub fn expand_path(template: &str) -> PathBuf {
+    expand(template, &process::hostname(), process::rank())
+}
+
+fn expand(template: &str, host: &str, rank: Option<i64>) -> PathBuf {
     let cfg = config::get();
     let exe_name = process::exe_name();
     let placeholders = template::Placeholders {
@@ -475,7 +486,7 @@ fn path_for(host: &str, rank: Option<i64>) -> PathBuf {
         rank,
         start_unix_s: crate::process::clock::start().0 / 1000,
     };
-    let path = PathBuf::from(template::expand(&cfg.report_template, &placeholders));
+    let path = PathBuf::from(template::expand(template, &placeholders));
     if path.is_relative() {
         cfg.start_dir.join(path)
     } else {

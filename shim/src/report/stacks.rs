@@ -225,11 +225,30 @@ pub fn stacks(memories: &HashMap<u32, Vec<&'static str>>) -> Stacks {
 /// How long [`sites_now`] may spend naming frames.
 const SITES_NOW_BUDGET: Duration = Duration::from_millis(500);
 
+/// The site of a stack, named now (see [`sites_now`]), and who holds its memory.
+pub struct SiteNow {
+    /// `function (file:line)`, or the module and offset where nothing names the frame; `None`
+    /// when the stack has no site.
+    pub label: Option<String>,
+    /// The owner the rules give the stack (an owner id: `program`, `torch-caching-allocator`, …).
+    pub owner: String,
+}
+
 /// The sites of stacks `ids`, named now (`function (file:line)`, or the module and offset where
 /// nothing names the frame), for a line on stderr while the program runs (an out-of-memory);
 /// `None` for an id without a stack or without a site. Names frames within half a second at
 /// most, and shares the names it finds with the reports.
 pub fn sites_now(ids: &[u32]) -> Vec<Option<String>> {
+    sites_with_owners_now(ids)
+        .0
+        .into_iter()
+        .map(|s| s.and_then(|s| s.label))
+        .collect()
+}
+
+/// As [`sites_now`], with each stack's owner; `None` for an id without a stack. The flag says
+/// whether every frame could be named in time (when not, a later call may name more).
+pub fn sites_with_owners_now(ids: &[u32]) -> (Vec<Option<SiteNow>>, bool) {
     let all = stack::stacks();
     let wanted: Vec<&(u32, Vec<u64>)> = ids
         .iter()
@@ -250,32 +269,43 @@ pub fn sites_now(ids: &[u32]) -> Vec<Option<String>> {
     };
     let mut w = Writer::new(&modules, settings, names);
     w.symbolizer = Some(Symbolizer::new(Some(Instant::now() + SITES_NOW_BUDGET)));
-    ids.iter()
+    let sites = ids
+        .iter()
         .map(|id| {
             let (_, words) = wanted.iter().find(|(sid, _)| sid == id)?;
             let st = w.stack(*id, words, &[]);
-            let site = st.site.as_ref()?;
-            Some(match site.in_.as_str() {
-                site_list::PYTHON => {
-                    let f = st.python.get(site.index)?;
-                    match f.line {
-                        Some(l) => format!("{} ({}:{l})", f.function, base_name(&f.file)),
-                        None => format!("{} ({})", f.function, base_name(&f.file)),
-                    }
-                }
-                _ => {
-                    let f = st.frames.get(site.index)?;
-                    match (&f.function, &f.file, f.line) {
-                        (Some(func), Some(file), Some(l)) => {
-                            format!("{func} ({}:{l})", base_name(file))
-                        }
-                        (Some(func), _, _) => func.to_string(),
-                        _ => format!("{}+{:#x}", base_name(&f.module), f.offset.0),
-                    }
-                }
+            let owner = st.owner.clone().unwrap_or_default();
+            Some(SiteNow {
+                label: site_label(&st),
+                owner,
             })
         })
-        .collect()
+        .collect();
+    (sites, w.unnamed == 0 && !w.broken)
+}
+
+/// The label of a symbolized stack's site.
+fn site_label(st: &format::Stack) -> Option<String> {
+    let site = st.site.as_ref()?;
+    Some(match site.in_.as_str() {
+        site_list::PYTHON => {
+            let f = st.python.get(site.index)?;
+            match f.line {
+                Some(l) => format!("{} ({}:{l})", f.function, base_name(&f.file)),
+                None => format!("{} ({})", f.function, base_name(&f.file)),
+            }
+        }
+        _ => {
+            let f = st.frames.get(site.index)?;
+            match (&f.function, &f.file, f.line) {
+                (Some(func), Some(file), Some(l)) => {
+                    format!("{func} ({}:{l})", base_name(file))
+                }
+                (Some(func), _, _) => func.to_string(),
+                _ => format!("{}+{:#x}", base_name(&f.module), f.offset.0),
+            }
+        }
+    })
 }
 
 fn base_name(path: &str) -> &str {

@@ -10,7 +10,8 @@
 //! for the report's `stack_samples` (what grew): at most [`StackSamples::MAX_TIMES`] times, with
 //! the same halving, for at most [`MAX_TRACKED`] (stack, device) pairs at once (a new one takes
 //! the place of the one whose largest sample is smallest, when it is larger); the report keeps
-//! the [`StackSamples::MAX_SERIES`] largest.
+//! the [`StackSamples::MAX_SERIES`] largest. The stats page measures each site's growth from
+//! them ([`stack_bytes_since`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -148,13 +149,24 @@ pub fn tick() -> Option<u64> {
     let tl = g.get_or_insert_with(|| new_timeline(base));
     if now >= tl.next_ms {
         take(tl, now);
-        tl.next_ms = now + tl.interval_ms;
+        tl.next_ms = next_tick(tl.next_ms, now, tl.interval_ms);
     }
     if now >= tl.stacks.next_ms {
         take_stacks(tl, now);
-        tl.stacks.next_ms = now + tl.stacks.interval_ms;
+        tl.stacks.next_ms = next_tick(tl.stacks.next_ms, now, tl.stacks.interval_ms);
     }
     Some(tl.next_ms.min(tl.stacks.next_ms).saturating_sub(now))
+}
+
+/// The first tick after `now` on the grid of `interval` that `due` (the tick just taken, 0 for
+/// the first) is on: samples stay on one grid when the thread is late (a report being written,
+/// a page being filled), rather than drifting by each delay; ticks missed meanwhile are skipped.
+fn next_tick(due: u64, now: u64, interval: u64) -> u64 {
+    let interval = interval.max(1);
+    if due == 0 || due > now {
+        return now + interval;
+    }
+    due + ((now - due) / interval + 1) * interval
 }
 
 fn new_timeline(base: u64) -> Timeline {
@@ -226,10 +238,46 @@ pub fn report() -> Option<(cuguard_report::Timeline, Option<StackSamples>)> {
     ))
 }
 
+/// Live bytes of every (stack, device) the stack samples follow, as the first stack sample taken
+/// at or after `since_ms` (milliseconds since the start) saw them: what the stats page measures
+/// each site's growth from. `None` when sampling is off, no sample is that recent yet, or the
+/// lock is busy.
+pub fn stack_bytes_since(since_ms: u64) -> Option<HashMap<(u32, i32), u64>> {
+    interval_ms()?;
+    let g = TIMELINE.try_lock().ok()?;
+    let by_stack = &g.as_ref()?.stacks;
+    let i = by_stack.times.iter().position(|&t| t >= since_ms)?;
+    Some(
+        by_stack
+            .series
+            .iter()
+            .map(|(k, v)| (*k, v.get(i).copied().unwrap_or(0)))
+            .collect(),
+    )
+}
+
 /// In the child of a fork: the parent's samples are not the child's. (If the parent's reporter
 /// thread held the lock at the fork, the child's timeline stays empty: every use only tries it.)
 pub fn reset_after_fork() {
     if let Ok(mut g) = TIMELINE.try_lock() {
         *g = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_tick;
+
+    #[test]
+    fn ticks_stay_on_their_grid_when_late() {
+        assert_eq!(
+            next_tick(0, 42, 100),
+            142,
+            "the first sample starts the grid"
+        );
+        assert_eq!(next_tick(142, 142, 100), 242);
+        assert_eq!(next_tick(142, 150, 100), 242, "a little late");
+        assert_eq!(next_tick(142, 401, 100), 442, "two ticks missed: skipped");
+        assert_eq!(next_tick(142, 442, 100), 542);
     }
 }

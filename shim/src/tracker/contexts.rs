@@ -36,6 +36,8 @@ pub struct DeviceInfo {
     pub ordinal: i32,
     pub name: String,
     pub total_bytes: u64,
+    /// Its UUID as `nvidia-smi` prints it, when the driver gives one.
+    pub uuid: Option<String>,
 }
 
 #[derive(Default)]
@@ -162,7 +164,7 @@ impl Contexts {
         d
     }
 
-    /// Records a device's name and size (asked of the driver once, when first seen).
+    /// Records a device's name, size and UUID (asked of the driver once, when first seen).
     pub fn note_device(&self, ordinal: i32) {
         if lock(&self.inner)
             .devices
@@ -187,12 +189,14 @@ impl Contexts {
             // SAFETY: total is a valid out-parameter.
             unsafe { f(&mut total, ordinal) };
         }
+        let uuid = crate::driver::device::uuid(ordinal);
         let mut inner = lock(&self.inner);
         if !inner.devices.iter().any(|d| d.ordinal == ordinal) {
             inner.devices.push(DeviceInfo {
                 ordinal,
                 name,
                 total_bytes: total as u64,
+                uuid,
             });
         }
     }

@@ -77,6 +77,11 @@ impl Ooms {
         self.seen.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// Refusals seen so far, recorded or not.
+    pub fn seen(&self) -> u64 {
+        self.seen.load(Ordering::Relaxed)
+    }
+
     /// Whether refusal number `n` is recorded in full.
     pub fn wants(n: u64) -> bool {
         n <= MAX_OOMS as u64
