@@ -35,7 +35,9 @@
 //! - [`signal`]: the report of last resort, rendered in advance and completed in a signal handler
 //!   without allocating;
 //! - [`merged`]: the merged report's writer;
-//! - [`edit`]: rewriting a report's stacks in place, keeping every other field as it was.
+//! - [`edit`]: rewriting a report's stacks in place, keeping every other field as it was;
+//! - [`api`]: the other JSON documents of the shim's in-process C ABI (a `track` window, the
+//!   live allocations).
 //!
 //! # Example
 //!
@@ -51,6 +53,7 @@
 //!     rank: None,
 //!     start_unix_ms: 1_764_461_000_000,
 //!     end_unix_ms: 1_764_461_003_000,
+//!     labels: None,
 //! };
 //! let mut report = Report::new(true, Reason::Exit, process);
 //! report.leaks.push(Leak {
@@ -78,6 +81,7 @@
 //! ```
 
 mod addr;
+pub mod api;
 pub mod attribution;
 mod config;
 pub mod edit;

@@ -3,7 +3,7 @@
 //! the signal-time report and a merged report; every key the crate writes is a property of the
 //! schema at that place, and every property of the schema is a key the crate writes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -49,6 +49,10 @@ fn process() -> Process {
         rank: Some(3),
         start_unix_ms: 1_764_461_000_000,
         end_unix_ms: 1_764_461_003_000,
+        labels: Some(BTreeMap::from([(
+            "test".into(),
+            "tests/test_a.py::test_one".into(),
+        )])),
     }
 }
 
