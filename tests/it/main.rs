@@ -9,6 +9,7 @@ mod cli_schema;
 mod cli_symbolize;
 mod cli_view;
 mod pool;
+mod python_api;
 mod reliability;
 mod reliability_race;
 mod shim_leaks;

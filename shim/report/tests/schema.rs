@@ -394,8 +394,9 @@ fn alternatives<'a>(root: &'a Value, node: &'a Value, out: &mut Vec<&'a Value>) 
     }
 }
 
-/// Checks that every key of `value` is a property of `schema` at its place; records the schema
-/// properties seen, as `path/key`.
+/// Checks that every key of `value` is a property of `schema` at its place (or a key of a map
+/// whose `additionalProperties` is a schema); records the schema properties seen, as
+/// `path/key`.
 fn keys_in_schema(
     root: &Value,
     schema: &Value,
@@ -411,9 +412,15 @@ fn keys_in_schema(
             for (key, v) in map {
                 let here = format!("{path}/{key}");
                 written.insert(here.clone());
+                // A map with free keys (`process.labels`) declares each through
+                // `additionalProperties`.
                 let prop = alts
                     .iter()
-                    .find_map(|a| a.get("properties").and_then(|p| p.get(key)));
+                    .find_map(|a| a.get("properties").and_then(|p| p.get(key)))
+                    .or_else(|| {
+                        alts.iter()
+                            .find_map(|a| a.get("additionalProperties").filter(|s| s.is_object()))
+                    });
                 match prop {
                     Some(p) => keys_in_schema(root, p, v, &here, missing, written),
                     None => missing.push(here),

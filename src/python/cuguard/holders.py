@@ -531,7 +531,8 @@ def _roots() -> List[Tuple[str, Any]]:
                     f_locals = f.f_locals
                 except Exception:
                     f_locals = None
-                if isinstance(f_locals, dict) and f_locals is not f.f_globals:
+                # A dict, or (Python 3.13+) a write-through proxy of the frame's variables.
+                if f_locals is not None and f_locals is not f.f_globals and hasattr(f_locals, "items"):
                     where = f"{code.co_name} at {os.path.basename(code.co_filename)}:{f.f_lineno}"
                     for k, v in list(f_locals.items()):
                         if isinstance(k, str) and not isinstance(v, types.ModuleType):
