@@ -299,6 +299,10 @@ fn full_report(reason: Reason) -> Report {
             free_bytes: 58 << 20,
             largest_free_block: 50 << 20,
         }),
+        labels: Some(BTreeMap::from([(
+            "test".into(),
+            "tests/test_a.py::test_one".into(),
+        )])),
     }];
     r.ooms_dropped = Some(3);
     r.reconciliation = vec![Reconciliation {

@@ -1,5 +1,6 @@
 //! Labels the program sets about itself through the in-process API (`cuguard_label`: test id,
-//! worker, rank, epoch): the last value of each key, for the report's `process.labels`.
+//! worker, rank, epoch): the last value of each key, for the report's `process.labels`, and
+//! copied into each out-of-memory record when it is taken (`ooms[].labels`).
 //!
 //! Bounded ([`MAX_LABELS`] keys, [`MAX_KEY_BYTES`] and [`MAX_VALUE_BYTES`] each). Kept under a
 //! short lock that the allocation path never takes; a forked child keeps the parent's labels

@@ -381,6 +381,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
                 free_bytes: p.free_bytes,
                 largest_free_block: p.largest_free_block,
             }),
+            labels: o.labels.clone(),
         })
         .collect();
     r.ooms_dropped = (ooms_dropped > 0).then_some(ooms_dropped);
