@@ -438,6 +438,7 @@ mod tests {
             rank: None,
             start_unix_ms: 0,
             end_unix_ms: 0,
+            labels: None,
         };
         let mut r = Report::new(true, crate::report::Reason::Exit, process);
         let frame = |function: &str, line| crate::report::Frame {

@@ -26,10 +26,15 @@
 //!    panic shield), [`phase`] (the lifecycle's state machine), [`process`] (identity, clocks,
 //!    stderr, process-wide values) and [`ffi`] (the C types) are below everything.
 //!
+//! Beside the walk, [`api`] is the program's own door: a small versioned C ABI through which
+//! the program (the Python package, through ctypes) asks for its live bytes, a snapshot of the
+//! report, time windows over every thread, and labels.
+//!
 //! It is a guest in someone else's process: no panic crosses the C ABI ([`guard::shield`]), it
 //! never re-enters itself ([`guard::Guard`]), never touches CUDA while loading, and every exported
 //! function returns what the driver returned.
 
+mod api;
 mod config;
 mod doors;
 mod driver;

@@ -1,6 +1,7 @@
 //! The shim's top-level modules (the files and folders directly under `shim/src/`) import each
 //! other without a circle: every `crate::MODULE` path between two of them is counted, and the
-//! graph must have an order in which each module imports only modules before it. Also: exactly one
+//! graph must have an order in which each module imports only modules before it; the in-process
+//! API (`api`) sits on top, beside the doors, imported by nothing. Also: exactly one
 //! `pthread_atfork` registration in the shim (the lifecycle's fork handler).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -128,6 +129,15 @@ fn top_level_modules_form_no_circle() {
     assert!(pos("tracker") < pos("pool") && pos("pool") < pos("report"));
     assert!(pos("report") < pos("lifecycle") && pos("lifecycle") < pos("hooks"));
     assert_eq!(order.last(), Some(&"doors"), "{order:?}");
+    // The in-process API is a door of its own, for the program: above the lifecycle and the
+    // report it asks, and imported by nothing.
+    assert!(pos("lifecycle") < pos("api") && pos("report") < pos("api"));
+    let importers: Vec<&str> = edges
+        .iter()
+        .filter(|(_, deps)| deps.contains("api"))
+        .map(|(m, _)| *m)
+        .collect();
+    assert!(importers.is_empty(), "{importers:?} import the api module");
 }
 
 #[test]

@@ -97,6 +97,7 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
         rank: Some(pid % 8),
         start_unix_ms: 1_764_460_800_000,
         end_unix_ms: 1_764_460_900_000,
+        labels: None,
     };
     let mut r = Report::new(true, Reason::Exit, process);
     r.tool.version = "bench".into();

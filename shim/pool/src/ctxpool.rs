@@ -211,6 +211,11 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
         &self.device
     }
 
+    /// Bytes reserved from the device, all arenas together: one load, no lock.
+    pub fn reserved_bytes(&self) -> u64 {
+        self.reserved.load(Relaxed)
+    }
+
     fn dead(&self) -> bool {
         self.dead.load(Relaxed)
     }

@@ -7,6 +7,8 @@
 //! `stacks[].owner`), so a reader groups by site or owner as it likes. All of it is optional for
 //! readers: reports from before it was recorded have none of it.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::wire;
@@ -125,6 +127,10 @@ pub struct OomRecord {
     /// The pool on that device then, if it had one.
     #[serde(default)]
     pub pool: Option<OomPool>,
+    /// The labels the program had set then (`process.labels` at that moment); absent when it
+    /// had set none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
 }
 
 /// Bytes held by one owner.

@@ -36,7 +36,9 @@
 //!   without allocating;
 //! - [`merged`]: the merged report's writer;
 //! - [`edit`]: rewriting a report's stacks in place, keeping every other field as it was;
-//! - [`alert`]: the alert line the shim sends to the logs (`CUGUARD_ALERT`).
+//! - [`alert`]: the alert line the shim sends to the logs (`CUGUARD_ALERT`);
+//! - [`api`]: the other JSON documents of the shim's in-process C ABI (a `track` window, the
+//!   live allocations).
 //!
 //! # Example
 //!
@@ -52,6 +54,7 @@
 //!     rank: None,
 //!     start_unix_ms: 1_764_461_000_000,
 //!     end_unix_ms: 1_764_461_003_000,
+//!     labels: None,
 //! };
 //! let mut report = Report::new(true, Reason::Exit, process);
 //! report.leaks.push(Leak {
@@ -80,6 +83,7 @@
 
 mod addr;
 pub mod alert;
+pub mod api;
 pub mod attribution;
 mod config;
 pub mod edit;

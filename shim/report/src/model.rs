@@ -7,6 +7,7 @@
 //! (`Option::None` as `null`); one it writes only sometimes (`leaks[].handle`,
 //! `events[].device`, `stacks[].python`, `timeline`, …) is skipped when absent.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -142,6 +143,10 @@ pub struct Process {
     pub start_unix_ms: u64,
     /// When the report was written, milliseconds since the Unix epoch.
     pub end_unix_ms: u64,
+    /// Labels the program set through the in-process API (`cuguard.label(key, value)`): the
+    /// last value of each key. Absent when it set none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
 }
 
 /// `driver`: the real CUDA driver.

@@ -232,6 +232,7 @@ mod tests {
             rank: Some(3),
             start_unix_ms: 1_764_461_000_000,
             end_unix_ms: 0,
+            labels: None,
         }
     }
 

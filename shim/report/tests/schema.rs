@@ -3,7 +3,7 @@
 //! the signal-time report and a merged report; every key the crate writes is a property of the
 //! schema at that place, and every property of the schema is a key the crate writes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -49,6 +49,10 @@ fn process() -> Process {
         rank: Some(3),
         start_unix_ms: 1_764_461_000_000,
         end_unix_ms: 1_764_461_003_000,
+        labels: Some(BTreeMap::from([(
+            "test".into(),
+            "tests/test_a.py::test_one".into(),
+        )])),
     }
 }
 
@@ -295,6 +299,10 @@ fn full_report(reason: Reason) -> Report {
             free_bytes: 58 << 20,
             largest_free_block: 50 << 20,
         }),
+        labels: Some(BTreeMap::from([(
+            "test".into(),
+            "tests/test_a.py::test_one".into(),
+        )])),
     }];
     r.ooms_dropped = Some(3);
     r.reconciliation = vec![Reconciliation {
@@ -390,8 +398,9 @@ fn alternatives<'a>(root: &'a Value, node: &'a Value, out: &mut Vec<&'a Value>) 
     }
 }
 
-/// Checks that every key of `value` is a property of `schema` at its place; records the schema
-/// properties seen, as `path/key`.
+/// Checks that every key of `value` is a property of `schema` at its place (or a key of a map
+/// whose `additionalProperties` is a schema); records the schema properties seen, as
+/// `path/key`.
 fn keys_in_schema(
     root: &Value,
     schema: &Value,
@@ -407,9 +416,15 @@ fn keys_in_schema(
             for (key, v) in map {
                 let here = format!("{path}/{key}");
                 written.insert(here.clone());
+                // A map with free keys (`process.labels`) declares each through
+                // `additionalProperties`.
                 let prop = alts
                     .iter()
-                    .find_map(|a| a.get("properties").and_then(|p| p.get(key)));
+                    .find_map(|a| a.get("properties").and_then(|p| p.get(key)))
+                    .or_else(|| {
+                        alts.iter()
+                            .find_map(|a| a.get("additionalProperties").filter(|s| s.is_object()))
+                    });
                 match prop {
                     Some(p) => keys_in_schema(root, p, v, &here, missing, written),
                     None => missing.push(here),

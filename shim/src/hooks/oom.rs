@@ -59,6 +59,7 @@ pub fn refused(
         live_bytes,
         stacks,
         pool,
+        labels: crate::process::labels::all(),
     };
     if n == 1 {
         say(&oom);

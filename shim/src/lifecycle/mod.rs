@@ -209,6 +209,19 @@ pub fn interim_report(occasion: Occasion) -> bool {
     report::write_and_say(t, &occasion).is_some()
 }
 
+/// Runs `f` under the writer's turn, for a report the in-process API asks for
+/// ([`crate::api`]); `None` once the final report is claimed.
+pub fn with_writer_turn<T>(f: impl FnOnce() -> T) -> Option<T> {
+    if phase::final_claimed() {
+        return None;
+    }
+    let _turn = writer_turn(WAIT_FOR_WRITER);
+    if phase::final_claimed() {
+        return None;
+    }
+    Some(f())
+}
+
 /// The one fork handler, in the child: the child owns none of the parent's allocations and
 /// writes its own report. Nothing of the parent's state carries over but the registrations and
 /// the signal handlers; every lock is reset or replaced (its holder does not exist here), and
@@ -231,4 +244,5 @@ extern "C" fn after_fork_child() {
     report::file::forget_own_after_fork();
     report::emergency::forget_after_fork();
     report::reset_after_fork();
+    crate::process::labels::after_fork_child();
 }

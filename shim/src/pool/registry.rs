@@ -221,6 +221,19 @@ pub fn stats_for_device(device: i32) -> Option<PoolStats> {
     out
 }
 
+/// Bytes the live pools on `device` reserved from it, read without taking an arena's lock.
+pub fn reserved_for_device(device: i32) -> u64 {
+    if !any() {
+        return 0;
+    }
+    let pools: Vec<&'static Pool> = lock(&registry().pools).clone();
+    pools
+        .iter()
+        .filter(|p| p.device().ordinal == device)
+        .map(|p| p.reserved_bytes())
+        .sum()
+}
+
 /// Idle bytes (free and pending) of the live pools on `device`.
 pub fn idle_bytes_for_device(device: i32) -> u64 {
     let pools: Vec<&'static Pool> = lock(&registry().pools).clone();

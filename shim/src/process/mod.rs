@@ -4,6 +4,7 @@
 //! - [`clock`]: clocks, the process's start and thread ids, cheap enough for the allocation path;
 //! - [`diag`]: the shim's own lines on stderr;
 //! - [`faults`]: the shim's own problems, kept for the report;
+//! - [`labels`]: the labels the program set through the in-process API;
 //! - [`global`]: process-wide values created on first use and replaced in a forked child, and the
 //!   lock that a panic does not poison.
 
@@ -12,3 +13,4 @@ pub mod diag;
 pub mod faults;
 pub mod global;
 pub mod identity;
+pub mod labels;

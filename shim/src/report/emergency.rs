@@ -51,6 +51,7 @@ pub fn prepare(report_path: &Path) {
         rank: process::rank().and_then(|r| u32::try_from(r).ok()),
         start_unix_ms: crate::process::clock::start().0,
         end_unix_ms: 0, // filled in at the signal
+        labels: None,
     };
     let driver = Driver {
         version: UNKNOWN_VERSION,

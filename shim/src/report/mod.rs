@@ -178,6 +178,13 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
     })
 }
 
+/// The report for `occasion` as it stands now, without writing it anywhere (the in-process
+/// API's snapshot); the caller is inside the shim and holds the writer's turn, as
+/// [`write`]'s does. It counts as one of the process's reports (`report_number`).
+pub fn build(t: &Tracker, occasion: &Occasion) -> format::Report {
+    gather(t, occasion).0
+}
+
 /// Everything the report holds for `occasion`, gathered in the order it is written (the end
 /// time, the stacks' symbolization and the faults they record come late, as the report's own
 /// order has them); with the host and rank its path is made from.
@@ -223,6 +230,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
         rank: rank.and_then(|r| u32::try_from(r).ok()),
         start_unix_ms: crate::process::clock::start().0,
         end_unix_ms: clock::unix_ms(),
+        labels: crate::process::labels::all(),
     };
     let mut r = format::Report::new(occasion.complete, occasion.reason.into(), process);
     r.cut_short = occasion.cut_short.map(String::from);
@@ -373,6 +381,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
                 free_bytes: p.free_bytes,
                 largest_free_block: p.largest_free_block,
             }),
+            labels: o.labels.clone(),
         })
         .collect();
     r.ooms_dropped = (ooms_dropped > 0).then_some(ooms_dropped);

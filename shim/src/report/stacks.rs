@@ -308,6 +308,87 @@ fn site_label(st: &format::Stack) -> Option<String> {
     })
 }
 
+/// An allocation's site and owner as the in-process API gives them ([`named_now`]).
+pub struct Named {
+    pub site: format::api::Site,
+    /// The owner's id, by the report's owner rules.
+    pub owner: String,
+    /// Its kind (`program`, `framework_cache`, `library`, `driver`).
+    pub owner_kind: Option<String>,
+}
+
+/// For each `(stack id or NONE, memory kind)` of `asks`: the stack's site, named now, and the
+/// owner of an allocation of that memory made from it, by the same rules as the report's
+/// (`site`, `owner`). Names frames within half a second at most (as [`sites_now`]), and shares
+/// the names it finds with the reports; a frame left unnamed has null fields.
+pub fn named_now(asks: &[(u32, &'static str)]) -> Vec<Named> {
+    let mut memories: HashMap<u32, Vec<&'static str>> = HashMap::new();
+    for &(id, memory) in asks {
+        let kinds = memories.entry(id).or_default();
+        if !kinds.contains(&memory) {
+            kinds.push(memory);
+        }
+    }
+    let all = stack::stacks();
+    let modules = stack::modules();
+    let settings = settings();
+    let mut guard = NAMES.try_lock().ok();
+    let mut local: Option<Names> = None;
+    let names = match guard.as_deref_mut() {
+        Some(cached) => cached.get_or_insert_with(Names::default),
+        None => local.get_or_insert_with(Names::default),
+    };
+    let mut w = Writer::new(&modules, settings, names);
+    w.symbolizer = Some(Symbolizer::new(Some(Instant::now() + SITES_NOW_BUDGET)));
+    let mut sites: HashMap<u32, format::api::Site> = HashMap::new();
+    for (id, words) in all.iter().filter(|(id, _)| memories.contains_key(id)) {
+        let st = w.stack(*id, words, &memories[id]);
+        sites.insert(*id, api_site(&st).unwrap_or_default());
+    }
+    let rules = &settings.rules;
+    asks.iter()
+        .map(|&(id, memory)| {
+            let owner = w
+                .owner_of
+                .get(&(id, memory))
+                .cloned()
+                .unwrap_or_else(|| rules.owner(&[], Some(memory)).id.clone());
+            Named {
+                site: sites.get(&id).cloned().unwrap_or_default(),
+                owner_kind: rules
+                    .owner_by_id(&owner)
+                    .map(|o| o.kind.as_str().to_string()),
+                owner,
+            }
+        })
+        .collect()
+}
+
+/// The frame `st`'s site points at, as the API names it.
+fn api_site(st: &format::Stack) -> Option<format::api::Site> {
+    let site = st.site.as_ref()?;
+    Some(match site.in_.as_str() {
+        site_list::PYTHON => {
+            let f = st.python.get(site.index)?;
+            format::api::Site {
+                file: Some(f.file.to_string()),
+                line: f.line,
+                function: Some(f.function.to_string()),
+                module: None,
+            }
+        }
+        _ => {
+            let f = st.frames.get(site.index)?;
+            format::api::Site {
+                file: f.file.as_deref().map(str::to_string),
+                line: f.line,
+                function: f.function.as_deref().map(str::to_string),
+                module: Some(f.module.to_string()),
+            }
+        }
+    })
+}
+
 fn base_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }

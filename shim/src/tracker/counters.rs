@@ -8,6 +8,8 @@
 //! [`FLUSH_OPS`] operations; the peak is taken at each fold, so with several threads
 //! allocating at once the recorded peak may miss up to `FLUSH_BYTES` per thread (exact for one
 //! thread). A thread's counters go back to a free list when it exits, after folding in.
+//! Every change of live device bytes is also shown to [`super::windows`] (one relaxed load
+//! while no window is open).
 
 use std::cell::Cell;
 use std::sync::Mutex;
@@ -154,6 +156,9 @@ pub fn arena(count: usize) -> usize {
 #[inline]
 pub fn allocated(device: i32, size: u64, on_device: bool) {
     let s = slot(device);
+    if on_device {
+        super::windows::note(size as i64);
+    }
     match counters() {
         Some(c) => {
             let d = &c.devices[s];
@@ -178,6 +183,9 @@ pub fn allocated(device: i32, size: u64, on_device: bool) {
 #[inline]
 pub fn freed(device: i32, size: u64, on_device: bool) {
     let s = slot(device);
+    if on_device {
+        super::windows::note(-(size as i64));
+    }
     match counters() {
         Some(c) => {
             bump(&c.devices[s].frees, 1);
@@ -217,6 +225,7 @@ pub fn exported_calls() -> u64 {
 
 /// Memory gone without a free (its context was destroyed): live bytes only.
 pub fn released(device: i32, size: u64) {
+    super::windows::note(-(size as i64));
     shared_live(slot(device), -(size as i64));
 }
 

@@ -15,6 +15,7 @@ pub mod ooms;
 pub mod peaks;
 pub mod stats;
 pub mod vmm;
+pub mod windows;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -368,6 +369,7 @@ pub fn reset_after_fork() {
     }
     by_stack::reset_after_fork();
     peaks::reset_after_fork();
+    windows::reset_after_fork();
 }
 
 impl Default for Tracker {

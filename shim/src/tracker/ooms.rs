@@ -54,6 +54,8 @@ pub struct Oom {
     /// `(stack or NONE, bytes, allocations)`, most bytes first.
     pub stacks: Vec<(u32, u64, u64)>,
     pub pool: Option<PoolState>,
+    /// The program's labels then ([`crate::process::labels`]).
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The records.

@@ -16,6 +16,10 @@ struct Rare {
     released_bytes: AtomicU64,
     /// Pinned host memory made in this device's contexts (not counted in live bytes).
     host_pinned_live_bytes: AtomicU64,
+    /// Allocations lost with destroyed contexts, of any memory.
+    released_allocations: AtomicU64,
+    /// Live pinned host allocations.
+    host_pinned_live_allocations: AtomicU64,
 }
 
 /// A plain copy of one device's counters.
@@ -29,6 +33,9 @@ pub struct DeviceCounts {
     pub frees: u64,
     pub released_bytes: u64,
     pub host_pinned_live_bytes: u64,
+    /// Live allocations of device memory (pinned host memory and allocations lost with their
+    /// context left out).
+    pub live_allocations: u64,
 }
 
 /// Counters for every device.
@@ -54,9 +61,9 @@ impl Stats {
         if r.memory.on_device() {
             by_stack::add(r.stack, device, size as i64, 1);
         } else {
-            self.rare[slot(device)]
-                .host_pinned_live_bytes
-                .fetch_add(size, Relaxed);
+            let rare = &self.rare[slot(device)];
+            rare.host_pinned_live_bytes.fetch_add(size, Relaxed);
+            rare.host_pinned_live_allocations.fetch_add(1, Relaxed);
         }
         counters::allocated(device, size, r.memory.on_device());
     }
@@ -68,9 +75,9 @@ impl Stats {
         if r.memory.on_device() {
             by_stack::add(r.stack, device, -(size as i64), -1);
         } else {
-            self.rare[slot(device)]
-                .host_pinned_live_bytes
-                .fetch_sub(size, Relaxed);
+            let rare = &self.rare[slot(device)];
+            rare.host_pinned_live_bytes.fetch_sub(size, Relaxed);
+            rare.host_pinned_live_allocations.fetch_sub(1, Relaxed);
         }
         counters::freed(device, size, r.memory.on_device());
     }
@@ -80,11 +87,13 @@ impl Stats {
         let (device, size) = (r.device, r.size);
         let rare = &self.rare[slot(device)];
         rare.released_bytes.fetch_add(size, Relaxed);
+        rare.released_allocations.fetch_add(1, Relaxed);
         if r.memory.on_device() {
             by_stack::add(r.stack, device, -(size as i64), -1);
             counters::released(device, size);
         } else {
             rare.host_pinned_live_bytes.fetch_sub(size, Relaxed);
+            rare.host_pinned_live_allocations.fetch_sub(1, Relaxed);
         }
     }
 
@@ -103,6 +112,11 @@ impl Stats {
                 frees: t.frees,
                 released_bytes: self.rare[i].released_bytes.load(Relaxed),
                 host_pinned_live_bytes: self.rare[i].host_pinned_live_bytes.load(Relaxed),
+                live_allocations: t
+                    .allocations
+                    .saturating_sub(t.frees)
+                    .saturating_sub(self.rare[i].released_allocations.load(Relaxed))
+                    .saturating_sub(self.rare[i].host_pinned_live_allocations.load(Relaxed)),
             })
             .collect()
     }

@@ -1,0 +1,126 @@
+//! The JSON documents of the shim's in-process C ABI (`shim/src/api/`, documented in
+//! `docs/python.md`), besides the report itself: what a closed `track` window saw
+//! ([`Window`]) and the live allocations ([`LiveAllocations`]). The Python package reads them.
+//!
+//! ```text
+//! Window:          {"peak_bytes": N, "allocated_bytes": N, "leaked_bytes": N, "leaks": [Allocation…]}
+//! LiveAllocations: {"allocations": [Allocation…]}
+//! Allocation:      {"address": N, "size": N, "requested": N, "api": "cuMemAlloc_v2",
+//!                   "memory": "device", "device": 0|null, "thread": N, "time_ms": N,
+//!                   "owner": "program"|null, "owner_kind": "program"|null,
+//!                   "site": {"file": s|null, "line": N|null, "function": s|null, "module": s|null}}
+//! ```
+//!
+//! Unlike the report's, addresses here are JSON numbers (Python reads them exactly), and
+//! `site` is always an object: its fields are null where nothing names the frame.
+
+use serde::{Deserialize, Serialize};
+
+use crate::enums::Memory;
+
+/// The frame an allocation is charged to, named.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Site {
+    /// Source file (a Python file for a Python site), if known.
+    pub file: Option<String>,
+    /// Source line, if known.
+    pub line: Option<u32>,
+    /// Function, if known.
+    pub function: Option<String>,
+    /// The module (shared library or executable) of a native site; null for a Python one.
+    pub module: Option<String>,
+}
+
+/// One allocation the program owns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// Its address.
+    pub address: u64,
+    /// Bytes the program received.
+    pub size: u64,
+    /// Bytes it asked for.
+    pub requested: u64,
+    /// The entry that made it, e.g. `"cuMemAlloc_v2"`.
+    pub api: String,
+    /// What kind of memory.
+    pub memory: Memory,
+    /// Device ordinal; null when unknown.
+    pub device: Option<u32>,
+    /// OS thread id of the allocating thread.
+    pub thread: u64,
+    /// When, milliseconds since the process started.
+    pub time_ms: u64,
+    /// Who holds it, by the report's owner rules (`owners[].id` in a report).
+    pub owner: Option<String>,
+    /// That owner's kind: `program`, `framework_cache`, `library` or `driver`.
+    pub owner_kind: Option<String>,
+    /// Where it was made.
+    pub site: Site,
+}
+
+/// What a `track` window saw when it closed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    /// The most device memory live while it was open, above what was live when it opened.
+    pub peak_bytes: u64,
+    /// Device bytes allocated while it was open.
+    pub allocated_bytes: u64,
+    /// Bytes of `leaks`.
+    pub leaked_bytes: u64,
+    /// Allocations made while it was open and still live when it closed, in the order they were
+    /// made.
+    pub leaks: Vec<Allocation>,
+}
+
+/// The live allocations, largest first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveAllocations {
+    pub allocations: Vec<Allocation>,
+}
+
+/// `value` as one line of compact JSON.
+pub fn to_vec<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serializing these types to a Vec cannot fail (string keys, no floats).
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_reads_back_with_numbers_for_addresses() {
+        let w = Window {
+            peak_bytes: 3 << 20,
+            allocated_bytes: 4 << 20,
+            leaked_bytes: 1 << 20,
+            leaks: vec![Allocation {
+                address: 0xffff_7f2a_4000_0000,
+                size: 1 << 20,
+                requested: 1000,
+                api: "cuMemAlloc_v2".into(),
+                memory: Memory::Device,
+                device: Some(0),
+                thread: 77,
+                time_ms: 5,
+                owner: Some("program".into()),
+                owner_kind: Some("program".into()),
+                site: Site {
+                    file: Some("/w/t.py".into()),
+                    line: Some(12),
+                    function: Some("f".into()),
+                    module: None,
+                },
+            }],
+        };
+        let text = to_vec(&w);
+        let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(
+            v["leaks"][0]["address"].as_u64(),
+            Some(0xffff_7f2a_4000_0000)
+        );
+        assert_eq!(v["leaks"][0]["memory"], "device");
+        assert_eq!(v["leaks"][0]["site"]["line"], 12);
+        assert_eq!(serde_json::from_slice::<Window>(&text).unwrap(), w);
+    }
+}

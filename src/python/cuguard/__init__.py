@@ -1,0 +1,183 @@
+"""cuguard's Python API: ask the cuguard shim about this process's GPU memory, from inside it.
+
+The program must run under the shim (``cuguard run -- python prog.py``, or ``--driver sim`` on a
+machine without a GPU). Then::
+
+    import cuguard
+
+    cuguard.active()                  # True
+    cuguard.live()                    # {0: {"live_bytes": ..., "peak_bytes": ..., ...}}
+    with cuguard.track() as t:        # every thread of the process, while the block runs
+        step()
+    t.leaks, t.peak_bytes, t.allocated_bytes
+    cuguard.label("epoch", 3)         # process.labels in the report
+    cuguard.snapshot("now.json")      # the report as it stands, as a dict (and a file)
+    print(cuguard.holders(min_bytes=1 << 20))   # which names keep GPU memory alive
+
+Outside the shim, :func:`active` is False and every other function raises :class:`NotActive`,
+which says how to run under the shim. A shim of another version raises :class:`VersionMismatch`.
+Every function is safe from any thread, in a forked child and in ``atexit`` handlers. The full
+reference is ``docs/python.md``.
+"""
+
+import os
+import threading
+from typing import Any, Dict, List, Optional
+
+from . import _abi
+from ._abi import CuguardError, NotActive, VersionMismatch
+from .holders import Holders, format_holders, holders
+
+__version__ = _abi.VERSION
+
+__all__ = [
+    "CuguardError",
+    "Holders",
+    "NotActive",
+    "Track",
+    "VersionMismatch",
+    "active",
+    "format_holders",
+    "holders",
+    "inactive_reason",
+    "label",
+    "live",
+    "snapshot",
+    "track",
+]
+
+
+def active() -> bool:
+    """Whether the cuguard shim tracks this process now (and speaks this package's version). Never
+    raises."""
+    try:
+        return _abi.inactive_reason() is None
+    except Exception:
+        return False
+
+
+def inactive_reason() -> Optional[str]:
+    """``None`` when :func:`active`; else why not, in words (how to run under the shim, the versions
+    that differ, ...). Never raises."""
+    try:
+        return _abi.inactive_reason()
+    except Exception as e:  # pragma: no cover - a broken interpreter state
+        return f"cuguard cannot tell: {e!r}"
+
+
+def snapshot(path: Optional[Any] = None) -> Dict[str, Any]:
+    """The report as it stands now, as a dict (the shim's report format: ``docs/report.schema.json``;
+    ``reason`` is ``"request"`` and ``complete`` is False). With ``path`` (a str or path-like), it is
+    also written there (replacing the file). Raises :class:`NotActive`, or :class:`OSError` when the
+    file cannot be written."""
+    p = None if path is None else os.fspath(path)
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    return _abi.snapshot(p)
+
+
+def live() -> Dict[int, Dict[str, int]]:
+    """Live and peak bytes per device that allocated, by device ordinal::
+
+        {0: {"live_bytes": 8388608, "peak_bytes": 16777216, "pool_reserved_bytes": 0,
+             "live_allocations": 3, "allocated_bytes": 25165824}}
+
+    Cheap enough to call in a loop (no report is built). ``peak_bytes`` is exact for one allocating
+    thread; with several it may miss up to 1 MiB per thread (use :func:`track` for an exact peak)."""
+    return {
+        int(d.device): {
+            "live_bytes": int(d.live_bytes),
+            "peak_bytes": int(d.peak_bytes),
+            "pool_reserved_bytes": int(d.pool_reserved_bytes),
+            "live_allocations": int(d.live_allocations),
+            "allocated_bytes": int(d.allocated_bytes),
+        }
+        for d in _abi.live()
+    }
+
+
+class Track:
+    """A :func:`track` block. After it ends:
+
+    - ``leaks``: allocations made inside it, on any thread, still live at its end, in the order they
+      were made; each a dict ``{"size", "api", "owner", "site": {"file", "line", "function"}, ...}``
+      (also ``address``, ``requested``, ``memory``, ``device``, ``thread``, ``time_ms``,
+      ``owner_kind``, and ``site["module"]`` for a native site);
+    - ``peak_bytes``: the most device memory live inside it, above what was live at its start;
+    - ``allocated_bytes``: device bytes allocated inside it;
+    - ``leaked_bytes``: the bytes of ``leaks``.
+    """
+
+    def __init__(self) -> None:
+        self.leaks: List[Dict[str, Any]] = []
+        self.peak_bytes = 0
+        self.allocated_bytes = 0
+        self.leaked_bytes = 0
+        self._token: Optional[int] = None
+        self._pid: Optional[int] = None
+        self._lock = threading.Lock()
+        self._done = False
+
+    def __enter__(self) -> "Track":
+        with self._lock:
+            if self._token is not None or self._done:
+                raise CuguardError("a cuguard.track() block can be entered once")
+            self._token = _abi.track_begin()
+            self._pid = os.getpid()
+        return self
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
+        with self._lock:
+            token, self._token = self._token, None
+            if token is None or self._done:
+                return
+            self._done = True
+        try:
+            if self._pid != os.getpid():
+                raise CuguardError(
+                    "this cuguard.track() block was opened before os.fork(), in the parent process; "
+                    "the child cannot close it (open a new block in the child)"
+                )
+            seen = _abi.track_end(token)
+        except Exception:
+            if kind is None:
+                raise
+            return  # the block's own exception goes on
+        self.leaks = list(seen.get("leaks") or [])
+        self.peak_bytes = int(seen.get("peak_bytes") or 0)
+        self.allocated_bytes = int(seen.get("allocated_bytes") or 0)
+        self.leaked_bytes = int(seen.get("leaked_bytes") or 0)
+
+    def __repr__(self) -> str:
+        return (
+            f"<cuguard.Track leaks={len(self.leaks)} leaked_bytes={self.leaked_bytes} "
+            f"peak_bytes={self.peak_bytes} allocated_bytes={self.allocated_bytes}>"
+        )
+
+
+def track() -> Track:
+    """A context manager that sees the allocations of every thread of the process while its block
+    runs (PyTorch's backward pass allocates on its own thread). Blocks nest, and blocks open at once
+    in several threads each see their own time window. See :class:`Track` for what it holds after."""
+    return Track()
+
+
+def label(key: str, value: Any) -> None:
+    """Adds a label (test id, worker, rank, epoch) to ``process.labels`` of every report written
+    from now on; a later call with the same key replaces its value. ``value`` is turned into a str.
+    Keys are 1 to 256 bytes of UTF-8, values at most 4096; at most 256 keys."""
+    if not isinstance(key, str):
+        raise TypeError(f"cuguard.label: the key must be a str, not {type(key).__name__}")
+    text = value if isinstance(value, str) else str(value)
+    k = key.encode("utf-8")
+    v = text.encode("utf-8")
+    if b"\0" in k or b"\0" in v:
+        raise ValueError("cuguard.label: a key or value may not hold a NUL character")
+    if not 1 <= len(k) <= 256:
+        raise ValueError(f"cuguard.label: the key must be 1 to 256 bytes of UTF-8, not {len(k)}")
+    if len(v) > 4096:
+        raise ValueError(f"cuguard.label: the value must be at most 4096 bytes of UTF-8, not {len(v)}")
+    try:
+        _abi.label(k, v)
+    except ValueError as e:
+        raise ValueError(f"cuguard.label({key!r}, ...): {e}") from None
