@@ -6,3 +6,6 @@ branch, and that branch's `__init__.py` replaces this one when the two are merge
 """
 
 __version__ = "0.1.0"
+
+# `%load_ext cuguard` (IPython looks for load_ipython_extension in the package itself).
+from .ipython import load_ipython_extension  # noqa: E402,F401
