@@ -10,6 +10,7 @@ mod cli_schema;
 mod cli_symbolize;
 mod cli_view;
 mod pool;
+mod python;
 mod reliability;
 mod reliability_race;
 mod shim_leaks;

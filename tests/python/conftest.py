@@ -12,7 +12,6 @@ runs on the simulated driver; none needs a GPU.
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,14 +37,14 @@ def installed() -> bool:
 
 def cuguard_command() -> List[str]:
     """The `cuguard` command of this environment: the console script next to this Python when
-    the distribution is installed, else the built binary on PATH."""
+    the distribution is installed; in the development environment, which has no console script,
+    what that script runs, `python -m cuguard` (the launcher, which runs the built binary on
+    PATH)."""
     script = Path(sys.executable).parent / "cuguard"
     if installed():
         assert script.is_file(), f"the distribution is installed but {script} is missing"
         return [str(script)]
-    found = shutil.which("cuguard")
-    assert found, "no cuguard command on PATH"
-    return [found]
+    return [sys.executable, "-m", "cuguard"]
 
 
 def clean_env(**extra: str) -> Dict[str, str]:

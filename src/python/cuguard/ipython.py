@@ -243,34 +243,32 @@ def holdings_view(report: Dict[str, Any]) -> _Text:
 # --- holders ------------------------------------------------------------------------------------
 
 
-def _cell(value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return human_bytes(value) if value >= 1024 else str(value)
-    if isinstance(value, (list, tuple)):
-        return " → ".join(str(v) for v in value)
-    return str(value)
+def holders_view(found: Any) -> _Text:
+    """`cuguard.holders()`'s answer: its text (`cuguard.format_holders`) and, for notebooks, a
+    table of each allocation's size, the path of references from a name to its holder, and where
+    it was made."""
+    import cuguard
 
-
-def holders_view(holders: Any) -> _Text:
-    """`cuguard.holders()`'s answer as a table: one row per holder, its fields as columns."""
-    rows = list(holders or [])
-    if not rows:
-        message = "cuguard: no Python object is known to hold live GPU memory"
-        return _Text(message, f"<p>{html.escape(message)}</p>")
-    if not all(isinstance(r, dict) for r in rows):
-        text = "\n".join(str(r) for r in rows)
-        return _Text(text, f"<pre>{html.escape(text)}</pre>")
-    columns: List[str] = []
-    for r in rows:
-        for key in r:
-            if key not in columns:
-                columns.append(str(key))
-    text = ["cuguard: who holds GPU memory"]
-    for r in rows:
-        text.append("  " + "  ".join(f"{c}={_cell(r.get(c))}" for c in columns if c in r))
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c, '')))}</td>" for c in columns) + "</tr>"
-        for r in rows
+    text = cuguard.format_holders(found)
+    rows = []
+    for r in found:
+        size = human_bytes(int(r.get("size") or 0))
+        if r.get("path"):
+            how = " → ".join(str(step) for step in r["path"])
+        elif r.get("holder"):
+            how = f"{r.get('unreached')}: no name reaches it"
+        else:
+            how = "no Python object found holding it"
+        rows.append(
+            f"<tr><td style=\"text-align:right\">{html.escape(size)}</td>"
+            f"<td><code>{html.escape(how)}</code></td>"
+            f"<td>{html.escape(str(r.get('made_at') or ''))}</td>"
+            f"<td>{html.escape(str(r.get('owner') or ''))}</td></tr>"
+        )
+    head = html.escape(text.splitlines()[0]) if text else ""
+    table = (
+        f"<div class=\"cuguard\"><p><b>{head}</b></p><table><thead><tr>"
+        "<th style=\"text-align:right\">bytes</th><th>held by</th><th>made at</th><th>owner</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
-    return _Text("\n".join(text), f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    return _Text(text, table)

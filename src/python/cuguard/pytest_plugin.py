@@ -244,6 +244,7 @@ def _result(block: Any, rootdir: str) -> Dict[str, Any]:
     """What one test's block saw, as plain data (it travels on the report, through xdist)."""
     sites: Dict[Tuple[str, str], List[int]] = {}
     held: Dict[str, int] = defaultdict(int)
+    kinds: Dict[str, str] = {}
     leaked = 0
     count = 0
     for leak in block.leaks or []:
@@ -251,6 +252,8 @@ def _result(block: Any, rootdir: str) -> Dict[str, Any]:
         owner = leak.get("owner") or "program"
         if owner != "program":
             held[owner] += size
+            if leak.get("owner_kind"):
+                kinds[owner] = str(leak["owner_kind"])
             continue
         leaked += size
         count += 1
@@ -267,6 +270,7 @@ def _result(block: Any, rootdir: str) -> Dict[str, Any]:
             for (site, api), (total, n) in ordered
         ],
         "held": dict(held),
+        "owner_kinds": kinds,
         "peak_bytes": int(getattr(block, "peak_bytes", 0) or 0),
         "allocated_bytes": int(getattr(block, "allocated_bytes", 0) or 0),
     }
@@ -505,7 +509,9 @@ def summary_lines(
         if len(leaking) > _SUMMARY_TESTS:
             lines.append(f"… and {len(leaking) - _SUMMARY_TESTS} more tests")
     growth: Dict[str, List[Tuple[str, int]]] = defaultdict(list)
+    kinds: Dict[str, str] = {}
     for nodeid, r in results.items():
+        kinds.update(r.get("owner_kinds") or {})
         for owner, size in r["held"].items():
             if size > 0:
                 growth[owner].append((nodeid, size))
@@ -514,7 +520,7 @@ def summary_lines(
         lines.append("Kept by frameworks' caches and libraries (not leaks):")
         for owner, tests in sorted(growth.items(), key=lambda kv: -sum(s for _, s in kv[1])):
             info = owners.get(owner) or {}
-            kind = info.get("kind") or "framework_cache"
+            kind = kinds.get(owner) or info.get("kind") or "framework_cache"
             cache_grew = cache_grew or kind == "framework_cache"
             label = info.get("label") or owner
             tests.sort(key=lambda t: (-t[1], t[0]))
