@@ -139,6 +139,17 @@ def test_markers_pass_and_fail_naming_lines_and_sizes(pytester: pytest.Pytester,
     )
 
 
+def test_a_failed_tests_locals_are_not_its_leaks(pytester: pytest.Pytester, inner_project):
+    result = pytester.runpytest_subprocess(*SIM, "test_failing.py")
+    text = output(result)
+    result.assert_outcomes(failed=1)
+    assert "assert buffer.address == 0" in text
+    assert "cuguard: this test leaked" not in text
+    assert section(text, "cuguard: GPU memory per test") == [
+        "No test leaked GPU memory (1 test tracked)."
+    ], text
+
+
 def test_limit_leaks_option_applies_to_tests_without_a_marker(
     pytester: pytest.Pytester, inner_project
 ):

@@ -40,6 +40,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import traceback
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -414,6 +415,7 @@ class _Tracker:
         finally:
             block, self.block = self.block, None
             if block is not None:
+                _let_go_of_failed_frames()
                 gc.collect()
                 block.__exit__(None, None, None)
         if block is not None:
@@ -493,7 +495,9 @@ def summary_lines(
         key=lambda kv: (-kv[1]["leaked_bytes"], kv[0]),
     )
     if not leaking:
-        lines.append(f"No test leaked GPU memory ({tracked} tests tracked).")
+        lines.append(
+            f"No test leaked GPU memory ({tracked} test{'s' if tracked != 1 else ''} tracked)."
+        )
     else:
         total = sum(r["leaked_bytes"] for _, r in leaking)
         lines.append(
@@ -535,6 +539,24 @@ def summary_lines(
             "--cuguard-uncached to turn the caches off, so each one is its own allocation."
         )
     return lines
+
+
+def _let_go_of_failed_frames() -> None:
+    """pytest keeps a failed test's exception in `sys.last_traceback` (for post-mortem debugging,
+    which is over by now), and with it the test's frames and their locals: clear those frames, so
+    that what the test's locals held is freed as it would have been had the test passed."""
+    tb = getattr(sys, "last_traceback", None)
+    if tb is None:
+        return
+    traceback.clear_frames(tb)
+    # A frame whose f_locals was read (pytest's traceback formatting does) keeps that dict after
+    # clear() on CPython 3.9-3.13; reading it again syncs it with the cleared locals.
+    while tb is not None:
+        try:
+            tb.tb_frame.f_locals
+        except Exception:
+            pass
+        tb = tb.tb_next
 
 
 def _owner_names(ids: set) -> Dict[str, Dict[str, str]]:

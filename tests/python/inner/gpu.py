@@ -42,3 +42,13 @@ def alloc(size):
 
 def free(address):
     check(driver().cuMemFree_v2(address))
+
+
+class Buffer:
+    """Device memory freed when the object is: `Buffer(size).address`."""
+
+    def __init__(self, size):
+        self.address = alloc(size)
+
+    def __del__(self):
+        free(self.address)
