@@ -11,6 +11,7 @@ mod cli_symbolize;
 mod cli_view;
 mod live;
 mod pool;
+mod python;
 mod python_api;
 mod reliability;
 mod reliability_race;

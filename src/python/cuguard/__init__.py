@@ -181,3 +181,7 @@ def label(key: str, value: Any) -> None:
         _abi.label(k, v)
     except ValueError as e:
         raise ValueError(f"cuguard.label({key!r}, ...): {e}") from None
+
+
+# `%load_ext cuguard` (IPython looks for load_ipython_extension in the package itself).
+from .ipython import load_ipython_extension  # noqa: E402,F401

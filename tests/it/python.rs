@@ -1,0 +1,149 @@
+//! The Python suite (`tests/python`): the distribution, the pytest plugin, the IPython magic and
+//! the in-process API, run by pytest in a Python environment that has the `cuguard` package,
+//! pytest, pytest-xdist and IPython. Every test there runs on the simulated driver.
+//!
+//! Which environment:
+//! - `CUGUARD_TEST_PYTHON`, a Python interpreter whose environment has the distribution installed
+//!   from its wheel (`.ci/run` builds one in `target/ci-venv`). The suite then also checks what the
+//!   wheel installed (`CUGUARD_EXPECT_INSTALLED=1`).
+//! - Else, outside CI, a development environment that this test makes once, in
+//!   `target/python-dev/`: a virtual environment (`python3 -m venv`) with pytest, pytest-xdist and
+//!   IPython from PyPI, in which the checkout's `src/python` is on the path and the package's
+//!   pytest entry point is declared (a `.pth` file and a `.dist-info` directory: what an editable
+//!   install writes, without building the wheel), and with `target/<profile>` (the binary and the
+//!   libraries this test run built) first on `PATH`. The Python code and the binaries are then the
+//!   checkout's own, whatever was edited since the environment was made.
+//! - In CI (`CI` set) without `CUGUARD_TEST_PYTHON`, the test fails: CI must test the wheel.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::artifacts;
+
+/// What the suite needs besides the package (the `test` extra of pyproject.toml).
+const TEST_PACKAGES: [&str; 3] = ["pytest>=7", "pytest-xdist>=3", "ipython>=8"];
+
+/// The development environment's Python, made on first use (see the module's documentation).
+fn dev_python(root: &Path, target: &Path) -> PathBuf {
+    let venv = target.join("python-dev");
+    let python = venv.join("bin/python");
+    let ready = venv.join(".cuguard-ready");
+    if ready.is_file() {
+        return python;
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    let base = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    let made = Command::new(&base)
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("running {base:?} -m venv (Python 3.9 or later is needed): {e}")
+        });
+    assert!(
+        made.status.success(),
+        "{base:?} -m venv {} failed: {}",
+        venv.display(),
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let pip = Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(TEST_PACKAGES)
+        .output()
+        .expect("running pip");
+    assert!(
+        pip.status.success(),
+        "installing {TEST_PACKAGES:?} into {} failed (PyPI must be reachable; or set \
+         CUGUARD_TEST_PYTHON to a Python that has cuguard, pytest, pytest-xdist and IPython): {}",
+        venv.display(),
+        String::from_utf8_lossy(&pip.stderr)
+    );
+    let site = Command::new(&python)
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .expect("asking the environment for its site-packages");
+    let site = PathBuf::from(String::from_utf8_lossy(&site.stdout).trim());
+    let version = env!("CARGO_PKG_VERSION");
+    std::fs::write(
+        site.join("cuguard-dev.pth"),
+        format!("{}\n", root.join("src/python").display()),
+    )
+    .unwrap();
+    let info = site.join(format!("cuguard-{version}.dist-info"));
+    std::fs::create_dir_all(&info).unwrap();
+    std::fs::write(
+        info.join("METADATA"),
+        format!("Metadata-Version: 2.1\nName: cuguard\nVersion: {version}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        info.join("entry_points.txt"),
+        "[pytest11]\ncuguard = cuguard.pytest_plugin\n",
+    )
+    .unwrap();
+    std::fs::write(&ready, "").unwrap();
+    python
+}
+
+#[test]
+fn python_suite() {
+    let a = artifacts();
+    let target = a.bin_dir.parent().expect("target dir");
+    let given = std::env::var_os("CUGUARD_TEST_PYTHON").filter(|p| !p.is_empty());
+    let installed = given.is_some();
+    let mut cmd;
+    match given {
+        Some(python) => cmd = Command::new(python),
+        None => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run the Python suite in the environment it installed the wheel into: \
+                 set CUGUARD_TEST_PYTHON (.ci/run does)"
+            );
+            cmd = Command::new(dev_python(&a.root, target));
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let mut dirs = vec![a.bin_dir.clone()];
+            dirs.extend(std::env::split_paths(&path));
+            cmd.env("PATH", std::env::join_paths(dirs).unwrap());
+        }
+    }
+    cmd.current_dir(&a.root)
+        .args([
+            "-m",
+            "pytest",
+            "tests/python",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+        ])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env_remove("LD_PRELOAD")
+        .env_remove("PYTEST_ADDOPTS");
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if key.starts_with("CUGUARD_") && key != "CUGUARD_TEST_PYTHON" {
+            cmd.env_remove(key);
+        }
+    }
+    if installed {
+        cmd.env("CUGUARD_EXPECT_INSTALLED", "1");
+    }
+    let out = cmd.output().expect("running pytest");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "the Python suite failed ({}):\n{stdout}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

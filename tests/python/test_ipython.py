@@ -1,0 +1,173 @@
+"""IPython and Jupyter: `%load_ext cuguard` and the `%cuguard` magic in an IPython shell run
+under the shim on the simulated driver, and `cuguard jupyter install-kernel`."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import INNER, clean_env, cuguard_command, run, run_sim
+
+SHELL = """
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+ip = InteractiveShell.instance()
+sys.path.insert(0, {inner!r})
+outputs = {{}}
+
+def cell(code):
+    result = ip.run_cell(code)
+    assert result.success, result.error_in_exec or result.error_before_exec
+
+def magic(name, line):
+    with capture_output() as captured:
+        ip.run_line_magic("cuguard", line)
+    outputs[name] = [o.data for o in captured.outputs]
+
+cell("%load_ext cuguard")
+cell("import gpu")
+cell("weights = gpu.alloc(3 << 20)\\nbias = gpu.alloc(1 << 20)")
+cell("gpu.free(gpu.alloc(8 << 20))")
+magic("holds", "")
+magic("snapshot", "snapshot " + {snapshot!r})
+try:
+    ip.run_line_magic("cuguard", "bogus")
+except Exception as e:
+    outputs["bogus"] = [type(e).__name__, str(e).splitlines()[0]]
+print(json.dumps(outputs))
+"""
+
+
+def run_shell(tmp_path: Path, under_shim: bool = True) -> dict:
+    script = tmp_path / "shell.py"
+    snapshot = tmp_path / "snapshot.json"
+    script.write_text(SHELL.format(inner=str(INNER), snapshot=str(snapshot)))
+    if under_shim:
+        result = run_sim(
+            [sys.executable, str(script)],
+            tmp_path,
+            report=tmp_path / "final.json",
+            CUGUARD_PLUMBING="file:*/gpu.py",
+        )
+    else:
+        result = run([sys.executable, str(script)], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_magic_shows_what_the_kernel_holds(tmp_path: Path):
+    outputs = run_shell(tmp_path)
+    [holds] = outputs["holds"]
+    text = holds["text/plain"].splitlines()
+    assert text[0] == f"cuguard: what process {text[0].split()[3]} holds now"
+    assert text[1] == "device 0 — NVIDIA H200 (16.0 GiB): 4.0 MiB live in 2 allocations, peak 12.0 MiB"
+    assert text[2].startswith("  contexts open: 0 (primary, 0x")
+    assert len(text) == 5
+    assert text[3].split(None, 5)[:5] == ["3.0", "MiB", "1", "the", "program"]
+    assert text[4].split(None, 5)[:5] == ["1.0", "MiB", "1", "the", "program"]
+    # Both were made on the cell's first and second lines.
+    assert text[3].endswith(":1)") and "<module> (" in text[3], text
+    assert text[4].endswith(":2)") and "<module> (" in text[4], text
+    html = holds["text/html"]
+    assert html.startswith('<div class="cuguard">') and html.count("<tr>") == 3
+    assert "<b>device 0 — NVIDIA H200 (16.0 GiB)</b>" in html
+    assert "width:90px" in html and "width:30px" in html  # the bars: 3/4 and 1/4 of 120px
+
+    [written] = outputs["snapshot"]
+    assert written["text/plain"] == (
+        f"cuguard: report written to {tmp_path / 'snapshot.json'}: 2 live allocations, 4.0 MiB"
+    )
+    report = json.loads((tmp_path / "snapshot.json").read_text())
+    assert sorted(l["size"] for l in report["leaks"]) == [1 << 20, 3 << 20]
+    assert outputs["bogus"][0] == "UsageError"
+    assert outputs["bogus"][1] == "%cuguard: unknown subcommand 'bogus'"
+
+
+def test_magic_outside_the_shim_says_how_to_get_there(tmp_path: Path):
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "from IPython.utils.capture import capture_output\n"
+        "ip = InteractiveShell.instance()\n"
+        "ip.run_line_magic('load_ext', 'cuguard')\n"
+        "with capture_output() as c:\n"
+        "    ip.run_line_magic('cuguard', '')\n"
+        "print(c.outputs[0].data['text/plain'])\n"
+    )
+    result = run([sys.executable, str(script)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "cuguard: this kernel is not running under cuguard's shim, so there is nothing to show. "
+        "Install a kernel that is (`cuguard jupyter install-kernel`, then pick \"Python 3 "
+        "(cuguard)\") or start Jupyter under it (`cuguard run -- jupyter lab`)."
+    )
+
+
+def test_install_kernel_writes_a_spec_that_starts_python_under_the_shim(tmp_path: Path):
+    prefix = tmp_path / "prefix"
+    result = run(
+        cuguard_command()
+        + ["jupyter", "install-kernel", "--prefix", str(prefix), "--name", "leaks",
+           "--driver", "sim", "--report", "/tmp/k.%p.json", "--env", "CUGUARD_POOL=0"],
+        tmp_path,
+    )
+    directory = prefix / "share" / "jupyter" / "kernels" / "leaks"
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"Installed kernel spec leaks in {directory}\n"
+    spec = json.loads((directory / "kernel.json").read_text())
+    python = sys.executable
+    assert spec == {
+        "argv": [python, "-m", "cuguard", "run", "--driver", "sim", "--report", "/tmp/k.%p.json",
+                 "--", python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (cuguard)",
+        "language": "python",
+        "interrupt_mode": "signal",
+        "metadata": {"cuguard": {"driver": "sim"}},
+        "env": {"CUGUARD_POOL": "0"},
+    }
+    # What the spec starts is under the shim: its command with a probe in the kernel's place.
+    argv = spec["argv"]
+    probe = argv[: argv.index("--") + 1] + [
+        python, "-c", "import cuguard, os; print(cuguard.active(), os.environ['CUGUARD_POOL'])"
+    ]
+    env = clean_env(**spec["env"])
+    started = run(probe, tmp_path, env)
+    assert (started.returncode, started.stdout) == (0, "True 0\n"), started.stderr
+
+
+def test_install_kernel_user_directory_help_and_bad_input(tmp_path: Path):
+    data = tmp_path / "data"
+    env = clean_env(JUPYTER_DATA_DIR=str(data))
+    result = run(cuguard_command() + ["jupyter", "install-kernel"], tmp_path, env)
+    assert result.returncode == 0, result.stderr
+    spec = json.loads((data / "kernels" / "cuguard" / "kernel.json").read_text())
+    assert spec["argv"][3:6] == ["run", "--driver", "system"]
+    assert "env" not in spec
+    helped = run(cuguard_command() + ["jupyter", "install-kernel", "--help"], tmp_path)
+    assert helped.returncode == 0
+    assert helped.stdout.startswith("usage: cuguard jupyter install-kernel [-h] [--name NAME]")
+    assert "examples:\n  cuguard jupyter install-kernel\n" in helped.stdout
+    bad = run(cuguard_command() + ["jupyter", "install-kernel", "--name", "a/b"], tmp_path, env)
+    assert (bad.returncode, bad.stderr) == (
+        2,
+        "cuguard jupyter install-kernel: --name 'a/b': use letters, digits, '.', '_' and '-' only\n",
+    )
+    nothing = run(cuguard_command() + ["jupyter"], tmp_path)
+    assert nothing.returncode == 2 and nothing.stderr.startswith("usage: cuguard jupyter")
+
+
+def test_magic_usage_errors_name_the_subcommand():
+    from IPython.core.error import UsageError
+
+    from cuguard.ipython import cuguard_magic
+
+    with pytest.raises(UsageError, match="^%cuguard snapshot takes one PATH"):
+        cuguard_magic("snapshot")
+    with pytest.raises(UsageError, match="^%cuguard holders --min-bytes: 'x' is not a size"):
+        cuguard_magic("holders --min-bytes x")
+    with pytest.raises(UsageError, match="^%cuguard: No closing quotation"):
+        cuguard_magic("snapshot 'x")

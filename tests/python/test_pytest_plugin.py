@@ -1,0 +1,344 @@
+"""The pytest plugin, run on the inner project (`inner/`) by pytest in a subprocess, on the
+simulated driver: markers that pass and fail, `--cuguard-limit-leaks`, bad limits, the restart
+under the shim, `cuguard run`, pytest-xdist with two workers, framework caches and
+`--cuguard-uncached`. Each test checks which inner tests pass and fail, and the lines and sizes
+the messages and the summary name."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest import clean_env, cuguard_command, run, strip_ansi
+
+SIM = ("--cuguard", "--cuguard-driver", "sim", "-p", "no:cacheprovider")
+
+PLUMBING = "file:*/gpu.py,file:*/fake_torch.py,file:*/fake_torch_cache.py"
+OWNERS = "pytorch_caching_allocator=file:*/fake_torch_cache.py"
+
+
+@pytest.fixture(autouse=True)
+def settings(monkeypatch: pytest.MonkeyPatch):
+    """The shim's settings the inner project relies on (see inner/gpu.py, inner/fake_torch.py)."""
+    for variable in ("LD_PRELOAD", "PYTORCH_NO_CUDA_MEMORY_CACHING", "CUGUARD_PYTEST_RESTARTED"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("CUGUARD_PLUMBING", PLUMBING)
+    monkeypatch.setenv("CUGUARD_OWNERS", OWNERS)
+    monkeypatch.setenv("CUGUARD_REPORT", "cuguard.%e.%p.json")
+
+
+def output(result: pytest.RunResult) -> str:
+    return strip_ansi(result.stdout.str())
+
+
+def section(text: str, title: str) -> List[str]:
+    """The lines of the terminal's section headed TITLE (up to the next heading)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("=") and f" {title} " in line:
+            body = []
+            for rest in lines[i + 1 :]:
+                if rest.startswith("=") or rest.startswith("_" * 5):
+                    break
+                body.append(rest)
+            return body
+    raise AssertionError(f"no section {title!r} in:\n{text}")
+
+
+def failure(text: str, test: str) -> List[str]:
+    """The lines of TEST's failure message."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("_") and f" {test} " in line:
+            body = []
+            for rest in lines[i + 1 :]:
+                if rest.startswith("_") or rest.startswith("="):
+                    break
+                body.append(rest)
+            return [b for b in body if not b.startswith("[gw")]
+    raise AssertionError(f"no failure of {test} in:\n{text}")
+
+
+def leak_site(path: str, line: int, function: str, size: str, count: str = "1 allocation") -> str:
+    return f"{size:>10}  {path}:{line} in {function}  ({count}, cuMemAlloc_v2)"
+
+
+def limits_summary(line, *, indent: int) -> List[str]:
+    pad = " " * indent
+    return [
+        "   3.0 MiB  test_limits.py::test_leak_over_limit  (2 allocations)",
+        pad + leak_site("test_limits.py", line("test_limits.py", "leak: over-first"), "test_leak_over_limit", "2.0 MiB"),
+        pad + leak_site("test_limits.py", line("test_limits.py", "leak: over-second"), "test_leak_over_limit", "1.0 MiB"),
+        " 512.0 KiB  test_limits.py::test_leak_under_limit  (1 allocation)",
+        pad + leak_site("test_limits.py", line("test_limits.py", "leak: under"), "test_leak_under_limit", "512.0 KiB"),
+        "   4.0 KiB  test_limits.py::test_unlimited_leak  (1 allocation)",
+        pad + leak_site("test_limits.py", line("test_limits.py", "leak: unlimited"), "test_unlimited_leak", "4.0 KiB"),
+    ]
+
+
+def check_limits_run(result: pytest.RunResult, line) -> None:
+    text = output(result)
+    result.assert_outcomes(passed=5, failed=2)
+    failed = sorted(l.split()[1] for l in text.splitlines() if l.startswith("FAILED "))
+    assert failed == [
+        "test_limits.py::test_leak_over_limit",
+        "test_limits.py::test_peak_over_limit",
+    ], text
+    assert failure(text, "test_leak_over_limit") == [
+        "cuguard: this test leaked 3.0 MiB of GPU memory in 2 allocations, over its limit of "
+        "1.0 MiB (@pytest.mark.limit_gpu_leaks); still live after its teardown:",
+        "  " + leak_site("test_limits.py", line("test_limits.py", "leak: over-first"), "test_leak_over_limit", "2.0 MiB"),
+        "  " + leak_site("test_limits.py", line("test_limits.py", "leak: over-second"), "test_leak_over_limit", "1.0 MiB"),
+    ], text
+    assert failure(text, "test_peak_over_limit") == [
+        "cuguard: this test's GPU memory peaked at 8.0 MiB above its start, over its limit of "
+        "4.0 MiB (@pytest.mark.limit_gpu_memory)"
+    ], text
+    assert section(text, "cuguard: GPU memory per test") == [
+        "3 of 7 tests leaked GPU memory, 3.5 MiB in all (the program's own; framework caches "
+        "are not leaks), largest first:",
+        *limits_summary(line, indent=14),
+    ], text
+
+
+def test_without_the_option_the_plugin_is_inert(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        test_plain="""
+        import os
+        import pytest
+
+        @pytest.mark.limit_gpu_leaks("lots")
+        @pytest.mark.limit_gpu_memory("1 MiB")
+        def test_not_under_the_shim():
+            assert "libcuguard" not in open("/proc/self/maps").read()
+            assert "LD_PRELOAD" not in os.environ
+        """
+    )
+    result = pytester.runpytest_subprocess("--strict-markers", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    text = output(result)
+    # Loaded by its entry point, and nothing more.
+    assert [l for l in text.splitlines() if "cuguard" in l] == [
+        next(l for l in text.splitlines() if l.startswith("plugins: "))
+    ], text
+    assert "cuguard-0.1.0" in text
+    markers = output(pytester.runpytest_subprocess("--markers"))
+    assert "@pytest.mark.limit_gpu_leaks(size):" in markers
+    assert "@pytest.mark.limit_gpu_memory(size):" in markers
+
+
+def test_markers_pass_and_fail_naming_lines_and_sizes(pytester: pytest.Pytester, inner_project):
+    result = pytester.runpytest_subprocess(*SIM, "test_limits.py")
+    check_limits_run(result, inner_project)
+    assert output(result).splitlines()[2].startswith(
+        "cuguard: GPU memory tracked per test, restarted under the shim (--cuguard-driver sim); "
+        "no leak limit unless marked"
+    )
+
+
+def test_a_failed_tests_locals_are_not_its_leaks(pytester: pytest.Pytester, inner_project):
+    result = pytester.runpytest_subprocess(*SIM, "test_failing.py")
+    text = output(result)
+    result.assert_outcomes(failed=1)
+    assert "assert buffer.address == 0" in text
+    assert "cuguard: this test leaked" not in text
+    assert section(text, "cuguard: GPU memory per test") == [
+        "No test leaked GPU memory (1 test tracked)."
+    ], text
+
+
+def test_limit_leaks_option_applies_to_tests_without_a_marker(
+    pytester: pytest.Pytester, inner_project
+):
+    result = pytester.runpytest_subprocess(*SIM, "--cuguard-limit-leaks=1KiB", "test_limits.py")
+    text = output(result)
+    result.assert_outcomes(passed=4, failed=3)
+    failed = sorted(l.split()[1] for l in text.splitlines() if l.startswith("FAILED "))
+    assert failed == [
+        "test_limits.py::test_leak_over_limit",
+        "test_limits.py::test_peak_over_limit",
+        "test_limits.py::test_unlimited_leak",
+    ], text
+    assert failure(text, "test_unlimited_leak") == [
+        "cuguard: this test leaked 4.0 KiB of GPU memory in 1 allocation, over its limit of "
+        "1.0 KiB (--cuguard-limit-leaks); still live after its teardown:",
+        "  "
+        + leak_site(
+            "test_limits.py",
+            inner_project("test_limits.py", "leak: unlimited"),
+            "test_unlimited_leak",
+            "4.0 KiB",
+        ),
+    ], text
+    # test_leak_under_limit (512 KiB) passes: its marker's 1 MiB wins over the option's 1 KiB.
+
+
+def test_bad_limits_fail_collection_naming_the_test(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        test_bad="""
+        import pytest
+
+        @pytest.mark.limit_gpu_leaks("lots")
+        def test_words():
+            pass
+
+        @pytest.mark.limit_gpu_memory("2 XB")
+        def test_unit():
+            pass
+
+        @pytest.mark.limit_gpu_leaks("1 MiB", "2 MiB")
+        def test_two():
+            pass
+
+        def test_fine():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess(*SIM)
+    text = output(result)
+    assert result.ret == pytest.ExitCode.INTERRUPTED, text
+    assert "ERROR collecting test_bad.py" in text
+    assert [l for l in text.splitlines() if l.startswith("  test_bad.py::")] == [
+        "  test_bad.py::test_words: @pytest.mark.limit_gpu_leaks('lots'): 'lots' is not a size "
+        '(write e.g. "512 KiB", "1 MiB", "2GB" or "4096")',
+        "  test_bad.py::test_unit: @pytest.mark.limit_gpu_memory('2 XB'): '2 XB' has an unknown "
+        "unit 'XB' (use B, kB, MB, GB, TB, KiB, MiB, GiB or TiB)",
+        '  test_bad.py::test_two: @pytest.mark.limit_gpu_leaks takes one size, such as '
+        'limit_gpu_leaks("1 MiB")',
+    ], text
+    assert "1 error" in text and "passed" not in text
+
+    option = pytester.runpytest_subprocess(*SIM, "--cuguard-limit-leaks=a lot")
+    assert option.ret == pytest.ExitCode.USAGE_ERROR
+    assert strip_ansi(option.stderr.str()).strip() == (
+        "ERROR: --cuguard-limit-leaks: 'a lot' is not a size "
+        '(write e.g. "512 KiB", "1 MiB", "2GB" or "4096")'
+    )
+
+
+def where(directory: Path) -> List[Dict]:
+    return [json.loads(p.read_text()) for p in sorted(directory.glob("[0-9]*.json"))]
+
+
+def test_restarts_in_place_under_the_shim_before_conftests_load(
+    pytester: pytest.Pytester, inner_project, tmp_path: Path
+):
+    records = tmp_path / "where"
+    records.mkdir()
+    env = clean_env(WHERE_DIR=str(records), CUGUARD_REPORT="cuguard.%e.%p.json")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *SIM, "--cuguard-uncached", "test_where.py"],
+        cwd=str(pytester.path),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, out
+    tests = where(records)
+    assert len(tests) == 6
+    for record in tests:
+        assert record["pid"] == process.pid, "restarted with execve: the same process"
+        assert record["active"] is True
+        assert "libcuguard" in record["preload"]
+        assert record["restarted"] == "sim"
+        assert record["uncached"] == "1"
+        assert record["worker"] is None
+    conftest = json.loads((records / f"conftest-{process.pid}.json").read_text())
+    assert conftest == {"pid": process.pid, "active": True}
+    assert "No test leaked GPU memory (6 tests tracked)." in strip_ansi(out)
+
+
+def test_started_under_cuguard_run_it_does_not_restart(
+    pytester: pytest.Pytester, inner_project, tmp_path: Path
+):
+    records = tmp_path / "where"
+    records.mkdir()
+    result = run(
+        cuguard_command()
+        + ["run", "--driver", "sim", "--quiet", "--", sys.executable, "-m", "pytest", "--cuguard",
+           "-p", "no:cacheprovider", "test_where.py", "test_limits.py"],
+        pytester.path,
+        clean_env(WHERE_DIR=str(records), CUGUARD_PLUMBING=PLUMBING),
+    )
+    text = strip_ansi(result.stdout)
+    assert result.returncode == 1, text + result.stderr
+    assert (
+        "cuguard: GPU memory tracked per test, started under the shim; no leak limit unless marked"
+        in text
+    )
+    for record in where(records):
+        assert record["active"] is True and record["restarted"] is None
+    assert "2 failed, 11 passed" in text, text
+    assert section(text, "cuguard: GPU memory per test")[0].startswith("3 of 13 tests leaked")
+
+
+def test_xdist_two_workers_each_under_the_shim_results_gathered(
+    pytester: pytest.Pytester, inner_project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    records = tmp_path / "where"
+    records.mkdir()
+    monkeypatch.setenv("WHERE_DIR", str(records))
+    result = pytester.runpytest_subprocess(
+        *SIM, "-n", "2", "test_limits.py", "test_where.py", timeout=180
+    )
+    text = output(result)
+    assert "2 workers [13 items]" in text, text
+    result.assert_outcomes(passed=11, failed=2)
+    tests = where(records)
+    assert {r["worker"] for r in tests} == {"gw0", "gw1"}, tests
+    assert len({r["pid"] for r in tests}) == 2
+    assert all(r["active"] and "libcuguard" in r["preload"] for r in tests)
+    workers = {r["pid"] for r in tests}
+    conftests = [json.loads(p.read_text()) for p in records.glob("conftest-*.json")]
+    # The controller and both workers loaded the conftest, each under the shim.
+    assert len(conftests) == 3 and all(c["active"] for c in conftests)
+    assert workers < {c["pid"] for c in conftests}
+    assert failure(text, "test_leak_over_limit")[0].startswith(
+        "cuguard: this test leaked 3.0 MiB of GPU memory in 2 allocations"
+    )
+    assert section(text, "cuguard: GPU memory per test") == [
+        "3 of 13 tests leaked GPU memory, 3.5 MiB in all (the program's own; framework caches "
+        "are not leaks), largest first:",
+        *limits_summary(inner_project, indent=14),
+    ], text
+
+
+def test_a_framework_cache_is_not_a_leak_and_the_summary_says_it_grew(
+    pytester: pytest.Pytester, inner_project
+):
+    result = pytester.runpytest_subprocess(*SIM, "test_cache.py")
+    text = output(result)
+    result.assert_outcomes(passed=3)
+    assert section(text, "cuguard: GPU memory per test") == [
+        "No test leaked GPU memory (3 tests tracked).",
+        "Kept by frameworks' caches and libraries (not leaks):",
+        "  PyTorch's caching allocator (pytorch_caching_allocator) grew by 6.0 MiB: "
+        "test_cache.py::test_keeps_tensor 3.0 MiB, test_cache.py::test_another_temporary 2.0 MiB, "
+        "test_cache.py::test_temporary_tensor 1.0 MiB",
+        "A framework's cache grew: it can hide which test kept a tensor or array. Run with "
+        "--cuguard-uncached to turn the caches off, so each one is its own allocation.",
+    ], text
+
+
+def test_uncached_names_the_test_that_keeps_a_tensor(pytester: pytest.Pytester, inner_project):
+    result = pytester.runpytest_subprocess(*SIM, "--cuguard-uncached", "test_cache.py")
+    text = output(result)
+    result.assert_outcomes(passed=2, failed=1)
+    line = inner_project("test_cache.py", "leak: tensor")
+    assert failure(text, "test_keeps_tensor") == [
+        "cuguard: this test leaked 3.0 MiB of GPU memory in 1 allocation, over its limit of 0 B "
+        "(@pytest.mark.limit_gpu_leaks); still live after its teardown:",
+        "  " + leak_site("test_cache.py", line, "test_keeps_tensor", "3.0 MiB"),
+    ], text
+    assert section(text, "cuguard: GPU memory per test") == [
+        "1 of 3 tests leaked GPU memory, 3.0 MiB in all (the program's own; framework caches "
+        "are not leaks), largest first:",
+        "   3.0 MiB  test_cache.py::test_keeps_tensor  (1 allocation)",
+        " " * 14 + leak_site("test_cache.py", line, "test_keeps_tensor", "3.0 MiB"),
+    ], text
+    assert "framework caches off (--cuguard-uncached)" in text
