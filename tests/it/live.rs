@@ -609,3 +609,155 @@ fn alerts_go_to_stderr_as_json_and_to_syslog() {
     );
     assert!(stderr[1].starts_with("cuguard: device 0: live device memory 5.0 MiB crossed"));
 }
+
+/// `cuguard top --once` and the exporter over a real running workload (not pages made by a test):
+/// both show its live, peak and reserved bytes exactly, and follow it when it allocates more.
+#[test]
+fn top_and_the_exporter_watch_a_running_workload() {
+    use std::io::Read;
+    use std::net::TcpStream;
+
+    for pool in ["0", "1"] {
+        let dir = scratch_dir(&format!("live-watch-{pool}"));
+        let run = dir.join("run");
+        let mut p = Control::start(
+            &dir.join("r.%p.json"),
+            &[
+                ("CUGUARD_POOL", pool),
+                ("CUGUARD_RUNTIME_DIR", run.to_str().unwrap()),
+                ("RANK", "2"),
+            ],
+        );
+        let pid = p.pid();
+        p.send(&format!("w 0 {}", 3 * MIB));
+        p.send(&format!("c 1 {}", 2 * MIB));
+        p.send("f 1");
+        let page = wait_for("the page after the steps", || {
+            page_of(&run, pid).filter(|q| {
+                q.devices
+                    .first()
+                    .is_some_and(|d| (d.live_bytes, d.peak_bytes) == (3 * MIB, 5 * MIB))
+            })
+        });
+        let reserved = page.devices[0].reserved_bytes;
+        if pool == "0" {
+            assert_eq!(reserved, 0);
+        } else {
+            assert!(reserved >= 3 * MIB, "{page:?}");
+        }
+
+        let cuguard = || {
+            let mut c = std::process::Command::new(&crate::support::artifacts().cuguard);
+            c.env("NO_COLOR", "1").env_remove("CUGUARD_RUNTIME_DIR");
+            c
+        };
+        // top --once: one line for the process, its columns as a user reads them.
+        let out = cuguard()
+            .args(["top", "--once", "--dir"])
+            .arg(&run)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(
+            lines[0],
+            "    PID  RANK  DEV        LIVE        PEAK    RESERVED       GROWTH  EXE"
+        );
+        let cols: Vec<&str> = lines[1].split_whitespace().collect();
+        let human = cuguard_report::human_bytes;
+        let want_live = human(3 * MIB);
+        let want_peak = human(5 * MIB);
+        let want_reserved = human(reserved);
+        let (live, peak, res): (Vec<&str>, Vec<&str>, Vec<&str>) = (
+            want_live.split(' ').collect(),
+            want_peak.split(' ').collect(),
+            want_reserved.split(' ').collect(),
+        );
+        let mut want: Vec<&str> = vec![];
+        let pid_s = pid.to_string();
+        want.push(&pid_s);
+        want.extend(["2", "0"]);
+        want.extend(&live);
+        want.extend(&peak);
+        want.extend(&res);
+        assert_eq!(&cols[..want.len()], &want[..], "{text}");
+        assert!(cols.last().unwrap().starts_with("c-live_control"), "{text}");
+
+        // The exporter, scraped over HTTP: the same figures, exact in bytes.
+        let mut child = cuguard()
+            .args(["exporter", "--listen", "127.0.0.1:0", "--dir"])
+            .arg(&run)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let addr: std::net::SocketAddr = loop {
+            let mut line = String::new();
+            assert_ne!(err.read_line(&mut line).unwrap(), 0, "the exporter ended");
+            if let Some(rest) = line.strip_prefix("cuguard exporter: serving http://") {
+                break rest.split('/').next().unwrap().parse().unwrap();
+            }
+        };
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        let scrape = || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            write!(
+                s,
+                "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut response = String::new();
+            s.read_to_string(&mut response).unwrap();
+            assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+            response
+        };
+        let labels = |body: &str, name: &str| -> Vec<(String, u64)> {
+            body.lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .map(|l| {
+                    let (k, v) = l.rsplit_once(' ').unwrap();
+                    (k.to_string(), v.parse().unwrap())
+                })
+                .collect()
+        };
+        let body = scrape();
+        let live_lines = labels(&body, "cuguard_live_bytes");
+        assert_eq!(live_lines.len(), 1, "{body}");
+        assert!(
+            live_lines[0].0.contains(&format!("pid=\"{pid}\""))
+                && live_lines[0].0.contains("rank=\"2\"")
+                && live_lines[0].0.contains(&format!("UUID=\"{SIM_UUID}\"")),
+            "{body}"
+        );
+        assert_eq!(live_lines[0].1, 3 * MIB, "{body}");
+        assert_eq!(labels(&body, "cuguard_peak_bytes")[0].1, 5 * MIB, "{body}");
+        assert_eq!(
+            labels(&body, "cuguard_reserved_bytes")[0].1,
+            reserved,
+            "{body}"
+        );
+        assert_eq!(labels(&body, "cuguard_leaks")[0].1, 1, "{body}");
+
+        // It follows the process: more memory, then scraped again.
+        p.send(&format!("w 2 {}", 4 * MIB));
+        wait_for("the exporter to see 7 MiB", || {
+            let body = scrape();
+            (labels(&body, "cuguard_live_bytes")[0].1 == 7 * MIB
+                && labels(&body, "cuguard_peak_bytes")[0].1 == 7 * MIB
+                && labels(&body, "cuguard_leaks")[0].1 == 2)
+                .then_some(())
+        });
+        p.exit(0);
+        // The page goes with the process, and the exporter stops listing it.
+        wait_for("the exporter to drop the ended process", || {
+            labels(&scrape(), "cuguard_live_bytes")
+                .is_empty()
+                .then_some(())
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
