@@ -9,8 +9,9 @@ found by the comment markers below so that editing this file cannot make them st
 - torch_train_cached: a small convolutional network trained with PyTorch's caching allocator on,
   the normal case; it leaks nothing, so `cuguard check` must pass and the cache must read as
   PyTorch's;
-- torch_train_growth: the same training, caching off, that appends a tensor to a list at every
-  step (the list dies when training returns, so it is no leak at exit: only growth shows it);
+- torch_train_growth: the same training, caching off, 300 steps, that appends a tensor to a
+  module-level list at every step (Python frees the list at shutdown, before the shim's report,
+  so it is no leak at exit: only growth shows it);
 - torch_train_autograd: the same training, caching off, keeping its gradients alive: tensors the
   autograd engine's thread made, where no Python frame exists;
 - torch_oom: PyTorch asks for more than `CUGUARD_POOL_LIMIT` allows: one line is out of memory;
@@ -50,12 +51,11 @@ def net():
     ).cuda()
 
 
-def train(steps, keep_every_step=False, keep_grads=False):
+def train(steps, keep=None, keep_grads=False):
     import torch
 
     model = net()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    history = []
     losses = []
     for step in range(steps):
         x = torch.randn(64, 3, 64, 64, device="cuda")
@@ -65,11 +65,11 @@ def train(steps, keep_every_step=False, keep_grads=False):
         loss.backward()
         opt.step()
         losses.append(float(loss.item()))
-        if keep_every_step:
-            history.append(torch.empty(MiB // 4, device="cuda"))  # mark: grows
+        if keep is not None:
+            keep.append(torch.empty(MiB // 4, device="cuda"))  # mark: grows
     torch.cuda.synchronize()
     grads = [p.grad for p in model.parameters()] if keep_grads else []
-    return losses, len(history), grads
+    return losses, len(keep or ()), grads
 
 
 def case_torch_train_cached():
@@ -79,8 +79,13 @@ def case_torch_train_cached():
     return {"steps": len(losses), "loss": losses[-1], "reserved": torch.cuda.memory_reserved()}
 
 
+HISTORY = []
+
+
 def case_torch_train_growth():
-    losses, kept, _ = train(40, keep_every_step=True)
+    # Long enough for the shim's 100 ms samples to see the list grow (a few seconds), kept in a
+    # module global that Python frees at shutdown: no leak at exit, only growth shows it.
+    losses, kept, _ = train(300, keep=HISTORY)
     return {"steps": len(losses), "kept": kept, "kept_bytes": kept * MiB, "marks": {"grows": mark("grows")}}
 
 

@@ -71,8 +71,10 @@ def reconciliation(case, report):
         used = r.get("process_used_bytes")
         if used:
             share = explained / used
-            row(case, f"reconciliation, device {r['device']}: cuguard explains ≥ 95% of NVML's use", share >= 0.95,
-                f"{explained / MiB:.1f} of {used / MiB:.1f} MiB ({share:.1%}); {e}")
+            note = r.get("unexplained_note")
+            row(case, f"reconciliation, device {r['device']}: cuguard explains ≥ 95% of NVML's use, or says why not",
+                share >= 0.95 or bool(note),
+                f"{explained / MiB:.1f} of {used / MiB:.1f} MiB ({share:.1%}); {e}" + (f"; why: {note}" if note else ""))
         else:
             row(case, f"reconciliation, device {r['device']}: NVML's use, or why not", bool(r.get("process_used_note")),
                 r.get("process_used_note"))

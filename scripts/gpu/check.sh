@@ -4,13 +4,14 @@
 #
 # Run from the repository root on the GPU machine, after `scripts/gpu/stage.sh` has put the
 # release build in .gpu/ here (and ../shared/gpu/fetch-wheels.sh the RMM wheels in .whl/):
-#   bash scripts/gpu/check.sh [compat] [bench] [e2e] [owners] [attribution] [live]   (default: compat bench e2e)
+#   bash scripts/gpu/check.sh [compat] [bench] [e2e] [owners] [attribution] [live] [python]   (default: compat bench e2e)
 # Narrower runs: CASES="planted torch" (compat cases), E2E=resnet-only, BENCH_ROUNDS=N,
 # BENCH_ARGS="--tests pair,threads --variants pool,pool+stacks". With .gpu/baseline/libcuguard.so
 # (another build, say the one before a change), the bench runs it side by side (--baseline).
 # owners: frameworks' own memory recorded under the shim (scripts/gpu/owners.py), and Ctrl-C.
 # attribution: the reports name the right line and owner (attribution.py, judged by
 # attribution_check.py with the cuguard command); cuDF's loop when cuDF is importable.
+# python: holders() on PyTorch, CuPy and RMM; pytest --cuguard over scripts/gpu/pytest_gpu (python_check.py).
 # live: PyTorch training watched with `cuguard top --once` and the exporter, stopped with SIGINT
 # (judged by live_check.py).
 # Writes the table to $OUT/compat.md (or ./gpu-out/) and logs next to it.
@@ -141,9 +142,13 @@ if [[ " $what " == *" live "* ]]; then
   export CUGUARD_RUNTIME_DIR=$L/pages
   timeout 120 python3 scripts/gpu/owners.py torch_sigint > $L/bare-sigint.out 2> $L/bare-sigint.err
   bare_rc=$?   # Ctrl-C without the shim: the status Python itself gives
+  # Job control on: a background job of a shell without it starts with SIGINT ignored, and a
+  # Python that starts so never raises KeyboardInterrupt (a terminal's Ctrl-C is not ignored).
+  set -m
   CUGUARD_REPORT=$L/watched.json LD_PRELOAD=$S python3 scripts/gpu/attribution.py torch_train_until_stopped \
     > $L/watched.out 2> $L/watched.err &
   wpid=$!
+  set +m
   echo $wpid > $L/watched.pid
   sleep 20
   .gpu/cuguard top --once > $L/top1.txt 2> $L/top1.err
@@ -156,8 +161,12 @@ if [[ " $what " == *" live "* ]]; then
   .gpu/cuguard top --once > $L/top2.txt 2> $L/top2.err
   scrape > $L/metrics2.txt 2>&1
   kill -INT $wpid
+  # At most 60 s to end; then it is killed (and the check says it did not stop on SIGINT).
+  ( sleep 60; kill -KILL $wpid 2>/dev/null ) &
+  killer=$!
   wait $wpid
   echo $? > $L/watched.rc
+  kill $killer 2>/dev/null
   kill $epid
   ls -la $L/pages > $L/pages-after.txt 2>&1
   python3 scripts/gpu/live_check.py $L $bare_rc > "$OUT/live.md"
@@ -166,8 +175,31 @@ if [[ " $what " == *" live "* ]]; then
   unset CUGUARD_RUNTIME_DIR
 fi
 
+if [[ " $what " == *" python "* ]]; then
+  # The Python package from the checkout (the cuguard command and the shim from .gpu/ on PATH),
+  # pytest from the carried wheels (.whl).
+  P=$B/python
+  mkdir -p $P
+  export PATH=$PWD/.gpu:$PATH
+  export PYTHONPATH=$PWD/src/python${PYTHONPATH:+:$PYTHONPATH}
+  for pool in 0 1; do
+    CUGUARD_POOL=$pool CUGUARD_REPORT=$P/holders.pool$pool.report.json LD_PRELOAD=$S timeout 300 \
+      python3 scripts/gpu/holders.py $P/holders.pool$pool.json > $P/holders.pool$pool.txt 2>&1
+  done
+  for mode in uncached cached; do
+    flag=; [ $mode = uncached ] && flag=--cuguard-uncached
+    (cd scripts/gpu/pytest_gpu && CUGUARD_REPORT=$P/pytest-$mode.%p.json timeout 600 \
+      python3 -m pytest -p cuguard.pytest_plugin -p no:cacheprovider --cuguard $flag test_frameworks.py) \
+      > $P/pytest-$mode.txt 2>&1
+    echo $? > $P/pytest-$mode.rc
+  done
+  python3 scripts/gpu/python_check.py $P > "$OUT/python.md"
+  echo "python exit: $?"
+  (cd $P && tar czf "$OUT/python.tgz" .)
+fi
+
 cat "$OUT/compat.md" 2>/dev/null | head -40
 cat "$OUT/bench.md" 2>/dev/null
 cat "$OUT/e2e.md" 2>/dev/null
 cat "$OUT/owners.md" 2>/dev/null
-cat "$OUT/attribution.md" "$OUT/live.md" 2>/dev/null
+cat "$OUT/attribution.md" "$OUT/live.md" "$OUT/python.md" 2>/dev/null

@@ -115,6 +115,8 @@ pub struct ReconciliationSummary {
     pub framework_cache_label: String,
     /// Used and not explained.
     pub unexplained_bytes: Option<i64>,
+    /// Why so much is not explained, when the report says.
+    pub unexplained_note: Option<String>,
 }
 
 impl ReconciliationSummary {
@@ -318,6 +320,7 @@ pub fn reconciliation(report: &Report, held: &[OwnerShare]) -> Vec<Reconciliatio
                 explained: r.explained.clone(),
                 framework_cache_label: framework_cache_label.clone(),
                 unexplained_bytes: r.unexplained_bytes,
+                unexplained_note: r.unexplained_note.clone(),
             }
         })
         .collect();

@@ -67,7 +67,7 @@ use crate::format::{Format, Options};
 ///                     the process | "device": the whole device's | null), device_used_bytes|null,
 ///                     process_used_bytes|null, process_used_note|null, explained {program_bytes,
 ///                     framework_cache_bytes, library_bytes, driver_bytes, pool_idle_bytes,
-///                     context_overhead_bytes}, framework_cache_label, unexplained_bytes|null}
+///                     context_overhead_bytes}, framework_cache_label, unexplained_bytes|null, unexplained_note|null}
 ///
 /// SITE         {site (the key), label, location|null, kind|null}
 /// SITE_BYTES   {site, label, location|null, kind|null, owner, owner_label, owner_kind, bytes,

@@ -571,6 +571,7 @@ fn growing_section(out: &mut dyn Write, growing: &[GrowingSite], style: Style) -
 /// device memory
 ///   device 0: used 6.1 GiB: program 1.2 GiB, PyTorch's caching allocator 3.9 GiB, pool idle 512.0 MiB, contexts 512.0 MiB, unexplained 0 B
 ///     used is the whole device's (cuMemGetInfo), other processes included: NOTE
+///     unexplained: NOTE
 /// ```
 ///
 /// "used" is the process's own usage where NVML listed the process, else the whole device's
@@ -606,6 +607,9 @@ fn reconciliation_entry(out: &mut dyn Write, r: &ReconciliationSummary) -> io::R
             out,
             "    used is the whole device's (cuMemGetInfo), other processes included{note}"
         )?;
+    }
+    if let Some(n) = &r.unexplained_note {
+        writeln!(out, "    unexplained: {}", one_line(n))?;
     }
     Ok(())
 }

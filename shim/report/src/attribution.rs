@@ -176,6 +176,10 @@ pub struct Reconciliation {
     /// process, else `device_used_bytes − explained`, which includes other processes.
     #[serde(default)]
     pub unexplained_bytes: Option<i64>,
+    /// Why so much is not explained, when NVML listed the process and more than 5% of its
+    /// usage is: what the driver takes without an allocation call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unexplained_note: Option<String>,
 }
 
 /// `reconciliation[].explained`.

@@ -318,6 +318,7 @@ fn full_report(reason: Reason) -> Report {
             pool_idle_bytes: 58 << 20,
             context_overhead_bytes: 450 << 20,
         },
+        unexplained_note: Some("memory the driver takes".into()),
         unexplained_bytes: Some(6 << 20),
     }];
     r.faults = vec!["CUGUARD_STACK_DEPTH=\"x\" is not a number; using 32".into()];

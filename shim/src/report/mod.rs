@@ -21,7 +21,7 @@ mod reconcile;
 pub mod stacks;
 pub mod timeline;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -144,8 +144,12 @@ struct Leak {
 /// What a written report held, for the summary line.
 pub struct Outcome {
     pub path: PathBuf,
+    /// The program's own leaks (owner kind `program`, or no owner known).
     pub leaks: usize,
     pub leaked_bytes: u64,
+    /// Allocations live at the end that frameworks' caches, libraries or the driver hold.
+    pub held: usize,
+    pub held_bytes: u64,
     pub contexts_with_leaks: usize,
     pub events: Vec<(String, usize)>,
     pub fallback_reason: Option<String>,
@@ -157,10 +161,6 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
     let path = path_for(&host, rank);
     let written = file::write_report(&path, &format::to_vec(&report))?;
 
-    let mut contexts_with_leaks: Vec<Option<u32>> =
-        report.leaks.iter().map(|l| l.context).collect();
-    contexts_with_leaks.sort_unstable();
-    contexts_with_leaks.dedup();
     let mut kinds: Vec<(String, usize)> = Vec::new();
     for k in report.events.iter().map(|e| e.kind.as_str()) {
         match kinds.iter_mut().find(|(n, _)| n == k) {
@@ -168,10 +168,26 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
             None => kinds.push((k.to_string(), 1)),
         }
     }
+    // The program's own leaks, and what others (frameworks' caches, libraries) hold.
+    let others: HashSet<&str> = report
+        .owners
+        .iter()
+        .filter(|o| o.kind != "program")
+        .map(|o| o.id.as_str())
+        .collect();
+    let (held, own): (Vec<&format::Leak>, Vec<&format::Leak>) = report
+        .leaks
+        .iter()
+        .partition(|l| l.owner.as_deref().is_some_and(|o| others.contains(o)));
+    let mut contexts_with_leaks: Vec<Option<u32>> = own.iter().map(|l| l.context).collect();
+    contexts_with_leaks.sort_unstable();
+    contexts_with_leaks.dedup();
     Ok(Outcome {
         path: written.path,
-        leaks: report.leaks.len(),
-        leaked_bytes: report.leaks.iter().map(|l| l.size).sum(),
+        leaks: own.len(),
+        leaked_bytes: own.iter().map(|l| l.size).sum(),
+        held: held.len(),
+        held_bytes: held.iter().map(|l| l.size).sum(),
         contexts_with_leaks: contexts_with_leaks.len(),
         events: kinds,
         fallback_reason: written.fallback_reason,
@@ -566,7 +582,8 @@ fn driver_version() -> Option<i32> {
     (unsafe { f(&mut v) } == crate::ffi::CUDA_SUCCESS).then_some(v)
 }
 
-/// The one-line summary printed at exit.
+/// The one-line summary printed at exit: the program's own leaks, then (when there are any)
+/// what frameworks' caches and libraries held, which are not leaks.
 pub fn summary_line(o: &Outcome) -> String {
     let mut s = if o.leaks == 0 {
         "no leaks".to_string()
@@ -580,6 +597,19 @@ pub fn summary_line(o: &Outcome) -> String {
             plural(o.contexts_with_leaks)
         )
     };
+    if o.held > 0 {
+        let held = format!(
+            "{} in {} allocation{} held by frameworks' caches and libraries",
+            human_bytes(o.held_bytes),
+            o.held,
+            plural(o.held)
+        );
+        if o.leaks == 0 {
+            s = format!("no leaks of the program's own ({held})");
+        } else {
+            s.push_str(&format!(", and {held}"));
+        }
+    }
     for (kind, n) in &o.events {
         s.push_str(&format!(", {n} {}", kind.replace('_', " ")));
     }
@@ -632,5 +662,41 @@ pub fn write_and_say(t: &Tracker, occasion: &Occasion) -> Option<Outcome> {
             ));
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(leaks: usize, leaked_bytes: u64, held: usize, held_bytes: u64) -> Outcome {
+        Outcome {
+            path: PathBuf::from("r.json"),
+            leaks,
+            leaked_bytes,
+            held,
+            held_bytes,
+            contexts_with_leaks: usize::from(leaks > 0),
+            events: vec![("double_free".into(), 1)],
+            fallback_reason: None,
+        }
+    }
+
+    #[test]
+    fn the_summary_line_counts_the_programs_leaks_and_says_what_caches_hold_apart() {
+        assert_eq!(
+            summary_line(&outcome(2, 3 << 20, 0, 0)),
+            "2 leaks (3.0 MiB) in 1 context, 1 double free; report: r.json"
+        );
+        assert_eq!(
+            summary_line(&outcome(0, 0, 18, 243_165_184)),
+            "no leaks of the program's own (231.9 MiB in 18 allocations held by frameworks' \
+             caches and libraries), 1 double free; report: r.json"
+        );
+        assert_eq!(
+            summary_line(&outcome(1, 16 << 20, 1, 4)),
+            "1 leak (16.0 MiB) in 1 context, and 4 B in 1 allocation held by frameworks' caches \
+             and libraries, 1 double free; report: r.json"
+        );
     }
 }

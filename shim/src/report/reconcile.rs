@@ -81,14 +81,33 @@ pub fn device(
         }
     };
     let basis = process_used.or(device_used);
+    let unexplained = basis.map(|b| b as i64 - e.total() as i64);
     format::Reconciliation {
         device: ordinal,
         device_used_bytes: device_used,
         process_used_bytes: process_used,
         process_used_note: note,
-        unexplained_bytes: basis.map(|b| b as i64 - e.total() as i64),
+        unexplained_note: unexplained_note(process_used, unexplained),
+        unexplained_bytes: unexplained,
         explained: e,
     }
+}
+
+/// What NVML counts for a process and cuguard cannot see, said when it is more than this share
+/// of the process's usage.
+const UNEXPLAINED_SHARE: f64 = 0.05;
+
+/// Why the unexplained part is there, when NVML listed the process and more than
+/// [`UNEXPLAINED_SHARE`] of its usage is unexplained (with the whole device's usage as the
+/// basis, other processes are the likelier reason, and `process_used_note` says so).
+fn unexplained_note(process_used: Option<u64>, unexplained: Option<i64>) -> Option<String> {
+    let (used, u) = (process_used?, unexplained?);
+    (used > 0 && u as f64 > UNEXPLAINED_SHARE * used as f64).then(|| {
+        "memory the driver takes for the process without an allocation call: the code and data \
+         of CUDA modules, loaded as their kernels are first launched (lazy loading), and local \
+         memory for kernels' stacks and register spills, which grows with the kernels run"
+            .to_string()
+    })
 }
 
 /// Device memory in use (total − free) as the driver says in context `handle`, made current on
