@@ -60,6 +60,9 @@ pub struct Config {
     pub snapshot_signal: i32,
     /// `CUGUARD_SIGNALS`: write the report when a fatal or terminating signal ends the process.
     pub signals: bool,
+    /// `CUGUARD_COST_SAMPLE`: after each thread's first calls, one call in this many is timed
+    /// for the report's `cost` (1: every call).
+    pub cost_sample_every: u64,
 }
 
 /// The default snapshot signal, as an offset from `SIGRTMIN`.
@@ -114,6 +117,7 @@ pub fn get() -> &'static Config {
         if c.disabled {
             crate::phase::make_inert();
         }
+        crate::process::cost::configure(c.cost_sample_every);
         c
     })
 }
@@ -244,6 +248,19 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
             }
         },
     };
+    let default_sample = crate::process::cost::DEFAULT_SAMPLE_EVERY;
+    let cost_sample_every = match var("CUGUARD_COST_SAMPLE").as_deref().map(str::trim) {
+        None | Some("") => default_sample,
+        Some(s) => match s.parse::<u64>() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                problems.push(format!(
+                    "CUGUARD_COST_SAMPLE={s:?} is not a number of at least 1; using {default_sample}"
+                ));
+                default_sample
+            }
+        },
+    };
     let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
 
     let config = Config {
@@ -263,6 +280,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         warn_at,
         snapshot_signal,
         signals,
+        cost_sample_every,
     };
     config
 }

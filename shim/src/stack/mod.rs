@@ -94,6 +94,7 @@ mod tests;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::process::cost::{self, Metric};
 use table::SpinLock;
 use unwind::Skip;
 
@@ -199,7 +200,14 @@ fn capture_with(skip: Skip, depth: usize) -> Option<StackId> {
         return None;
     }
     let mut py = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
+    // Timed for the report's `cost`: Python frames apart, counted only when some were read.
+    let py_span = python::present().then(|| cost::begin(Metric::Python));
     let py_n = python::capture(&mut py[..depth]);
+    match py_span {
+        Some(s) if py_n == 0 => s.cancel(),
+        _ => drop(py_span),
+    }
+    let _span = cost::begin(Metric::Stacks);
     // SAFETY: `python::capture` initialised the first `py_n` elements.
     let py = unsafe { std::slice::from_raw_parts(py.as_ptr() as *const u64, py_n) };
     let mut snap = unwind::snapshot()?;

@@ -440,6 +440,13 @@ fn api() -> Option<&'static Api> {
     API.get_or_init(resolve).as_ref()
 }
 
+/// Whether an interpreter whose frames can be read is in the process (resolved at the first
+/// call; then one atomic load).
+#[inline]
+pub fn present() -> bool {
+    api().is_some()
+}
+
 /// Why Python is present but its frames are not read (unsupported version, missing symbol),
 /// once resolution has happened; for the report's faults.
 pub fn declined() -> Option<&'static str> {
