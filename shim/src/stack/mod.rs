@@ -169,6 +169,11 @@ pub fn capture_with_settings() -> Option<StackId> {
 
 fn configure_from_settings() {
     configure(crate::config::get().stack_depth);
+    // For cuguard's capture benchmark only: `0` captures as before the per-thread caches of
+    // Python frame words and of the last stack's rules (its "before" column).
+    if std::env::var_os("CUGUARD_TEST_CAPTURE_CACHE").is_some_and(|v| v == "0") {
+        python::set_memo(false);
+    }
     if let Ok(v) = std::env::var("CUGUARD_PYTHON") {
         match python::Mode::parse(&v) {
             Some(mode) => python::configure(mode),
