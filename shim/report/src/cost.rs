@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 /// `cost`: what cuguard cost the process. Times on the allocation path are estimates from
 /// samples: each thread's first `first_timed` calls were all timed, then one call in
 /// `sample_every`; a thread's estimate is the time of its first calls plus the mean of its
-/// later timed calls times the number of its later calls. Call counts are exact.
+/// later timed calls times the number of its later calls (with sampling, a later call over 1 ms,
+/// most likely descheduled, is left out of the mean and of `timed`). Call counts are exact.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cost {
     /// After each thread's first `first_timed` calls, one call in this many was timed

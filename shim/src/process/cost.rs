@@ -13,7 +13,9 @@
 //! one-time costs (rule cache, module list, first stacks), and then around one call in
 //! [`sample_every`] (`CUGUARD_COST_SAMPLE`, a power of two, default [`DEFAULT_SAMPLE_EVERY`]). A thread's
 //! estimate is the time of its first calls plus the mean of its later timed calls times the
-//! number of its later calls; the report adds the threads up. An untimed call costs a
+//! number of its later calls; the report adds the threads up. A later timed call that took
+//! over [`OUTLIER_NS`] is left out of the mean, unless every call is timed (the thread was most likely descheduled; on a
+//! busy machine one such sample, scaled up, would swamp the estimate). An untimed call costs a
 //! thread-local load, a counter store and a compare: no clock, no syscall, no locked
 //! instruction (counters are per thread, written by their own thread with relaxed loads and
 //! stores; threads past [`SLOTS`] share one slot with relaxed `fetch_add`s).
@@ -37,6 +39,10 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 pub const FIRST_TIMED: u64 = 8;
 /// One call in this many is timed after the first ones, unless `CUGUARD_COST_SAMPLE` says.
 pub const DEFAULT_SAMPLE_EVERY: u64 = 32;
+/// A sampled call that took longer than this (1 ms) is left out of the mean: the thread was
+/// most likely descheduled, and scaling that up by the sample rate would swamp the estimate.
+/// (Not when every call is timed: then the sum is measured, not estimated.)
+pub const OUTLIER_NS: u64 = 1_000_000;
 /// Threads with counters of their own; later ones share one slot.
 pub const SLOTS: usize = 256;
 
@@ -328,15 +334,19 @@ impl Drop for Span {
         let ns = now().saturating_sub(self.start);
         let (slot, own) = slot_of(my_slot());
         let c = &slot.metrics[self.metric as usize];
-        add(
-            if self.kind == 1 {
-                &c.first_ns
+        if self.kind == 1 {
+            add(&c.first_ns, ns, own);
+        } else if ns > OUTLIER_NS && sample_every() > 1 {
+            // The thread was most likely descheduled: left out of the mean, not scaled up.
+            if own {
+                c.timed
+                    .store(c.timed.load(Relaxed).wrapping_sub(1), Relaxed);
             } else {
-                &c.timed_ns
-            },
-            ns,
-            own,
-        );
+                c.timed.fetch_sub(1, Relaxed);
+            }
+        } else {
+            add(&c.timed_ns, ns, own);
+        }
     }
 }
 

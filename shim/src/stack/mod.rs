@@ -173,6 +173,7 @@ fn configure_from_settings() {
     // Python frame words and of the last stack's rules (its "before" column).
     if std::env::var_os("CUGUARD_TEST_CAPTURE_CACHE").is_some_and(|v| v == "0") {
         python::set_memo(false);
+        unwind::set_last(false);
     }
     if let Ok(v) = std::env::var("CUGUARD_PYTHON") {
         match python::Mode::parse(&v) {

@@ -80,10 +80,10 @@
 //! [`codes`] and [`decode`] turn them back into file, function and line when the report is
 //! written.
 
+use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use super::table::SpinLock;
@@ -735,7 +735,8 @@ struct Memo {
 impl Memo {
     #[inline(always)]
     fn slot(key: &CodeKey, addr: i32) -> usize {
-        let h = (key.code as u64 >> 4 ^ (addr as u32 as u64) << 20).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let h =
+            (key.code as u64 >> 4 ^ (addr as u32 as u64) << 20).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         (h >> 55) as usize % MEMO_SLOTS
     }
 
