@@ -51,6 +51,13 @@
 //! table. Only a stack never seen before allocates its record and takes the table's insert
 //! lock. See [`table`] and [`unwind`] for the details and the bounds on memory.
 //!
+//! Deep stacks (issue 14): a loop that allocates meets the same frames at every allocation.
+//! Each frame's rule is first looked for in the thread's last capture at the same position (one
+//! comparison; [`unwind`]), and each Python frame's word in a per-thread memo by code object
+//! and offset (one probe; [`python`]). Measured with `capture_bench` on the simulated driver
+//! (`docs/benchmarks.md`). Each capture is timed for the report's `cost`
+//! ([`crate::process::cost`]): native and Python parts apart.
+//!
 //! First times: the first capture in the process builds the module snapshot
 //! (`dl_iterate_phdr`, a few allocations); a thread's first capture allocates its 128 KiB rule
 //! cache and asks pthread for its stack bounds (for the main thread glibc reads
