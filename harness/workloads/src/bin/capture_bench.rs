@@ -70,8 +70,13 @@ fn driver() -> Driver {
         check(retain(&mut ctx, dev), "cuDevicePrimaryCtxRetain");
         check(set_current(ctx), "cuCtxSetCurrent");
         Driver {
-            alloc: std::mem::transmute(sym(c"cuMemAlloc_v2")),
-            free: std::mem::transmute(sym(c"cuMemFree_v2")),
+            alloc: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut u64, usize) -> CuResult,
+            >(sym(c"cuMemAlloc_v2")),
+            free: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> CuResult>(sym(
+                c"cuMemFree_v2",
+            )),
         }
     }
 }
