@@ -540,6 +540,48 @@ mod tests {
         );
     }
 
+    /// What the bill adds to one call: a span counted but not timed, a span timed, and an
+    /// allocation through the counting allocator against the system allocator.
+    /// `cargo test -p cuguard-shim --release --lib -- --ignored bench_bill --nocapture`
+    #[test]
+    #[ignore]
+    fn bench_bill() {
+        std::thread::spawn(|| {
+            const N: u32 = 10_000_000;
+            let time = |f: &dyn Fn()| {
+                let mut best = f64::MAX;
+                for _ in 0..5 {
+                    let t = std::time::Instant::now();
+                    for _ in 0..N {
+                        f();
+                    }
+                    best = best.min(t.elapsed().as_nanos() as f64 / f64::from(N));
+                }
+                best
+            };
+            configure(1 << 20);
+            let untimed = time(&|| drop(std::hint::black_box(begin(Metric::Stacks))));
+            configure(1);
+            let timed = time(&|| drop(std::hint::black_box(begin(Metric::Stacks))));
+            configure(DEFAULT_SAMPLE_EVERY);
+            let layout = Layout::from_size_align(64, 8).unwrap();
+            // SAFETY: each block is freed with the layout it was allocated with.
+            let counted = time(&|| unsafe {
+                Counting.dealloc(std::hint::black_box(Counting.alloc(layout)), layout)
+            });
+            // SAFETY: as above.
+            let plain = time(&|| unsafe {
+                System.dealloc(std::hint::black_box(System.alloc(layout)), layout)
+            });
+            println!(
+                "span counted, not timed: {untimed:.1} ns; timed: {timed:.1} ns; \
+                 64-byte alloc+free counted {counted:.1} ns, plain {plain:.1} ns"
+            );
+        })
+        .join()
+        .unwrap();
+    }
+
     #[test]
     fn heap_counts_own_allocations() {
         let before = heap_bytes();
