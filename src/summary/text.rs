@@ -2,9 +2,9 @@
 //!
 //! With several reports it opens with the totals (and cuguard's own cost, summed, when the
 //! reports give it), the sites across all of them and bytes by owner; then one section per
-//! process: who it was, whether the report is complete, what leaked, cuguard's own cost in one
-//! line ([`super::cost_line`], when the report gives it), what each
-//! out-of-memory refusal saw (first, when there were any), what leaked per device and context,
+//! process: who it was, whether the report is complete, what each out-of-memory refusal saw
+//! (first, when there were any), what leaked, cuguard's own cost in one line
+//! ([`super::cost_line`], when the report gives it), what leaked per device and context,
 //! who holds it (by owner, when not all of it is the program's), the sites (largest first), the
 //! largest leaks, what was live at each device's peak, what grew, what the device says is used
 //! against what cuguard can explain, the events and the shim's faults.
