@@ -67,7 +67,7 @@ fn every_call_timed_counts_match_the_report() {
     // A C program: no Python frames.
     assert_eq!(
         cost["python"],
-        serde_json::json!({"calls": 0, "timed": 0, "ns": 0})
+        serde_json::json!({"calls": 0, "timed": 0, "dropped": 0, "ns": 0})
     );
     assert_eq!(u(&cost["reports"]["written"]), 1);
     assert!(u(&cost["reports"]["ns"]) > 0);
@@ -106,6 +106,7 @@ fn sampled_by_default() {
     let calls = u(&hooks["calls"]);
     assert_eq!(calls, report_allocations(&report));
     assert_eq!(u(&hooks["timed"]), 8 + (calls - 8).div_ceil(every));
+    assert!(u(&hooks["dropped"]) <= u(&hooks["timed"]) - 8);
     assert!(u(&hooks["ns"]) > 0);
 }
 

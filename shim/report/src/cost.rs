@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 /// samples: each thread's first `first_timed` calls were all timed, then one call in
 /// `sample_every`; a thread's estimate is the time of its first calls plus the mean of its
 /// later timed calls times the number of its later calls (with sampling, a later call over 1 ms,
-/// most likely descheduled, is left out of the mean and of `timed`). Call counts are exact.
+/// most likely descheduled, is left out of the mean and counted in `dropped`). Call counts are
+/// exact.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cost {
     /// After each thread's first `first_timed` calls, one call in this many was timed
@@ -41,6 +42,9 @@ pub struct CostTiming {
     pub calls: u64,
     /// How many of them were timed.
     pub timed: u64,
+    /// Of the timed ones, how many were left out of the mean: with sampling, a call that took
+    /// over 1 ms (the thread was most likely descheduled).
+    pub dropped: u64,
     /// Estimated nanoseconds over all calls.
     pub ns: u64,
 }
@@ -63,6 +67,7 @@ impl CostTiming {
     fn add(&mut self, other: &CostTiming) {
         self.calls = self.calls.saturating_add(other.calls);
         self.timed = self.timed.saturating_add(other.timed);
+        self.dropped = self.dropped.saturating_add(other.dropped);
         self.ns = self.ns.saturating_add(other.ns);
     }
 }
@@ -104,11 +109,13 @@ mod tests {
             hooks: CostTiming {
                 calls: 10,
                 timed: 9,
+                dropped: 0,
                 ns: 1000,
             },
             stacks: CostTiming {
                 calls: 10,
                 timed: 9,
+                dropped: 0,
                 ns: 600,
             },
             python: CostTiming::default(),
@@ -123,6 +130,7 @@ mod tests {
         b.python = CostTiming {
             calls: 4,
             timed: 4,
+            dropped: 0,
             ns: 80,
         };
         let s = Cost::sum([&a, &b]).unwrap();
@@ -132,6 +140,7 @@ mod tests {
             CostTiming {
                 calls: 20,
                 timed: 18,
+                dropped: 0,
                 ns: 2000
             }
         );

@@ -318,16 +318,19 @@ fn full_report(reason: Reason) -> Report {
         hooks: CostTiming {
             calls: 9,
             timed: 9,
+            dropped: 1,
             ns: 12_000,
         },
         stacks: CostTiming {
             calls: 10,
             timed: 9,
+            dropped: 1,
             ns: 7_000,
         },
         python: CostTiming {
             calls: 2,
             timed: 2,
+            dropped: 1,
             ns: 900,
         },
         reports: CostReports {

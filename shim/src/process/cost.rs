@@ -14,8 +14,9 @@
 //! [`sample_every`] (`CUGUARD_COST_SAMPLE`, a power of two, default [`DEFAULT_SAMPLE_EVERY`]). A thread's
 //! estimate is the time of its first calls plus the mean of its later timed calls times the
 //! number of its later calls; the report adds the threads up. A later timed call that took
-//! over [`OUTLIER_NS`] is left out of the mean, unless every call is timed (the thread was most likely descheduled; on a
-//! busy machine one such sample, scaled up, would swamp the estimate). An untimed call costs a
+//! over [`OUTLIER_NS`] is left out of the mean and counted as dropped, unless every call is
+//! timed (the thread was most likely descheduled; on a busy machine one such sample, scaled
+//! up, would swamp the estimate). An untimed call costs a
 //! thread-local load, a counter store and a compare: no clock, no syscall, no locked
 //! instruction (counters are per thread, written by their own thread with relaxed loads and
 //! stores; threads past [`SLOTS`] share one slot with relaxed `fetch_add`s).
@@ -83,6 +84,8 @@ struct Counts {
     /// Later calls that were timed, and their nanoseconds.
     timed: AtomicU64,
     timed_ns: AtomicU64,
+    /// Of the later timed calls, those left out of the mean ([`OUTLIER_NS`]).
+    dropped: AtomicU64,
 }
 
 impl Counts {
@@ -92,37 +95,47 @@ impl Counts {
             first_ns: AtomicU64::new(0),
             timed: AtomicU64::new(0),
             timed_ns: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
         }
     }
 
     fn clear(&self) {
-        for c in [&self.calls, &self.first_ns, &self.timed, &self.timed_ns] {
+        for c in [
+            &self.calls,
+            &self.first_ns,
+            &self.timed,
+            &self.timed_ns,
+            &self.dropped,
+        ] {
             c.store(0, Relaxed);
         }
     }
 
-    /// (calls, timed calls, estimated ns) of one thread's counters.
-    fn estimate(&self) -> (u64, u64, u64) {
+    /// (calls, timed calls, dropped timed calls, estimated ns) of one thread's counters.
+    fn estimate(&self) -> [u64; 4] {
         let calls = self.calls.load(Relaxed);
         let first = calls.min(FIRST_TIMED);
         let first_ns = self.first_ns.load(Relaxed);
         let later = calls - first;
-        let timed = self.timed.load(Relaxed);
+        let timed = self.timed.load(Relaxed).min(later);
+        let dropped = self.dropped.load(Relaxed).min(timed);
+        let kept = timed - dropped;
         let timed_ns = self.timed_ns.load(Relaxed);
         let later_ns = if later == 0 {
             0
-        } else if timed > 0 {
-            (u128::from(timed_ns) * u128::from(later) / u128::from(timed)) as u64
+        } else if kept > 0 {
+            (u128::from(timed_ns) * u128::from(later) / u128::from(kept)) as u64
         } else if first > 0 {
             (u128::from(first_ns) * u128::from(later) / u128::from(first)) as u64
         } else {
             0
         };
-        (
+        [
             calls,
-            first + timed.min(later),
+            first + timed,
+            dropped,
             first_ns.saturating_add(later_ns),
-        )
+        ]
     }
 }
 
@@ -146,8 +159,8 @@ static SLOT_TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
 static SHARED: Slot = Slot::new();
 /// Slots handed out so far (`SLOTS` and more: all taken).
 static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
-/// Estimates of exited threads: per metric (calls, timed, ns).
-static RETIRED: [[AtomicU64; 3]; METRICS] = [const { [const { AtomicU64::new(0) }; 3] }; METRICS];
+/// Estimates of exited threads: per metric (calls, timed, dropped, ns).
+static RETIRED: [[AtomicU64; 4]; METRICS] = [const { [const { AtomicU64::new(0) }; 4] }; METRICS];
 /// Slots of exited threads, free for new threads: one bit each (lock-free, so a fork cannot
 /// leave it held).
 static FREE: [AtomicU64; SLOTS / 64] = [const { AtomicU64::new(0) }; SLOTS / 64];
@@ -175,10 +188,9 @@ impl Drop for Release {
             return;
         };
         for (m, counts) in slot.metrics.iter().enumerate() {
-            let (calls, timed, ns) = counts.estimate();
-            RETIRED[m][0].fetch_add(calls, Relaxed);
-            RETIRED[m][1].fetch_add(timed, Relaxed);
-            RETIRED[m][2].fetch_add(ns, Relaxed);
+            for (total, v) in RETIRED[m].iter().zip(counts.estimate()) {
+                total.fetch_add(v, Relaxed);
+            }
             counts.clear();
         }
         FREE[i as usize / 64].fetch_or(1 << (i % 64), Relaxed);
@@ -338,12 +350,7 @@ impl Drop for Span {
             add(&c.first_ns, ns, own);
         } else if ns > OUTLIER_NS && sample_every() > 1 {
             // The thread was most likely descheduled: left out of the mean, not scaled up.
-            if own {
-                c.timed
-                    .store(c.timed.load(Relaxed).wrapping_sub(1), Relaxed);
-            } else {
-                c.timed.fetch_sub(1, Relaxed);
-            }
+            add(&c.dropped, 1, own);
         } else {
             add(&c.timed_ns, ns, own);
         }
@@ -362,30 +369,32 @@ pub fn resume() -> Option<Span> {
     })
 }
 
-/// One metric's totals: calls, how many were timed, estimated nanoseconds.
+/// One metric's totals: calls, how many were timed, how many of those were left out of the
+/// mean, estimated nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
     pub calls: u64,
     pub timed: u64,
+    pub dropped: u64,
     pub ns: u64,
 }
 
 /// The totals of `metric` over every thread, running and exited.
 pub fn totals(metric: Metric) -> Totals {
     let m = metric as usize;
-    let mut t = Totals {
-        calls: RETIRED[m][0].load(Relaxed),
-        timed: RETIRED[m][1].load(Relaxed),
-        ns: RETIRED[m][2].load(Relaxed),
-    };
+    let mut sum = RETIRED[m].each_ref().map(|c| c.load(Relaxed));
     let used = (NEXT_SLOT.load(Relaxed) as usize).min(SLOTS);
     for slot in SLOT_TABLE[..used].iter().chain([&SHARED]) {
-        let (calls, timed, ns) = slot.metrics[m].estimate();
-        t.calls += calls;
-        t.timed += timed;
-        t.ns = t.ns.saturating_add(ns);
+        for (total, v) in sum.iter_mut().zip(slot.metrics[m].estimate()) {
+            *total = total.saturating_add(v);
+        }
     }
-    t
+    Totals {
+        calls: sum[0],
+        timed: sum[1],
+        dropped: sum[2],
+        ns: sum[3],
+    }
 }
 
 static REPORTS: AtomicU64 = AtomicU64::new(0);
@@ -502,13 +511,14 @@ mod tests {
             }
             let (slot, own) = slot_of(my_slot());
             assert!(own);
-            let (calls, timed, ns) = slot.metrics[Metric::Python as usize].estimate();
+            let [calls, timed, dropped, ns] = slot.metrics[Metric::Python as usize].estimate();
             assert_eq!(calls, n);
             assert_eq!(timed, FIRST_TIMED + 3);
+            assert!(dropped <= 3);
             assert!(ns > 0);
             // A cancelled span takes its call back.
             begin(Metric::Python).cancel();
-            assert_eq!(slot.metrics[Metric::Python as usize].estimate().0, n);
+            assert_eq!(slot.metrics[Metric::Python as usize].estimate()[0], n);
         })
         .join()
         .unwrap();
@@ -536,7 +546,14 @@ mod tests {
         c.timed_ns.store(40, Relaxed);
         assert_eq!(
             c.estimate(),
-            (FIRST_TIMED + 100, FIRST_TIMED + 4, 800 + 1000)
+            [FIRST_TIMED + 100, FIRST_TIMED + 4, 0, 800 + 1000]
+        );
+        // A dropped sample is left out of the mean: the other four give 10 ns each.
+        c.timed.store(5, Relaxed);
+        c.dropped.store(1, Relaxed);
+        assert_eq!(
+            c.estimate(),
+            [FIRST_TIMED + 100, FIRST_TIMED + 5, 1, 800 + 1000]
         );
     }
 

@@ -449,6 +449,7 @@ fn bill(started: u64, heap: u64) -> format::Cost {
         format::CostTiming {
             calls: t.calls,
             timed: t.timed,
+            dropped: t.dropped,
             ns: t.ns,
         }
     };
