@@ -49,6 +49,10 @@ mod report;
 mod stack;
 mod tracker;
 
+/// The shim's own heap, counted for the report's `cost` ([`process::cost::Counting`]).
+#[global_allocator]
+static ALLOCATOR: process::cost::Counting = process::cost::Counting;
+
 /// The load-time hook: reads the configuration, nothing else.
 #[ctor::ctor(unsafe)]
 fn on_load() {

@@ -14,11 +14,11 @@
 mod read;
 
 pub use cuguard_report::{
-    Addr, Config, Context, Device, DeviceStats, Doors, Driver, Event, EventKind, Explained, Frame,
-    Leak, LeakState, Memory, MixedRef, Module, OomPool, OomRecord, OwnerBytes, OwnerInfo,
-    PeakRecord, PoolStats, Process, PyFrame, Reason, Reconciliation, Report, SCHEMA_NAME,
-    SCHEMA_VERSION, Sample, Signal, Stack, StackBytes, StackSamples, StackSeries, StackSite, Stats,
-    Timeline, Tool,
+    Addr, Config, Context, Cost, CostReports, CostTiming, Device, DeviceStats, Doors, Driver,
+    Event, EventKind, Explained, Frame, Leak, LeakState, Memory, MixedRef, Module, OomPool,
+    OomRecord, OwnerBytes, OwnerInfo, PeakRecord, PoolStats, Process, PyFrame, Reason,
+    Reconciliation, Report, SCHEMA_NAME, SCHEMA_VERSION, Sample, Signal, Stack, StackBytes,
+    StackSamples, StackSeries, StackSite, Stats, Timeline, Tool,
 };
 pub use read::{DEFAULT_MAX_REPORT_BYTES, Document, ReadError, Reports};
 

@@ -23,6 +23,8 @@ use crate::format::{Format, Options};
 /// sites_total        number of distinct sites across processes
 /// owners[]           OWNER_SHARE: bytes held at the end by owner, all processes, most first
 ///                    (count: leaks)
+/// cost               COST: what cuguard itself cost, every process that says summed (counts,
+///                    times, bytes; sample_every and first_timed the largest); null when none says
 /// processes[]        one per process, in input order:
 ///   source           the report file; "FILE[i]" for the i-th process of a merged report
 ///   process          {exe, argv[], pid, ppid, hostname, rank (int|null)}
@@ -47,6 +49,9 @@ use crate::format::{Format, Options};
 ///   events[]         {kind, count}, most frequent first
 ///   events_dropped   events the shim saw but did not keep (0 when the report does not say)
 ///   faults[]         the shim's own problems
+///   cost             COST: the report's cost as written ({sample_every, first_timed, hooks, stacks,
+///                    python: {calls, timed, ns}, reports {written, ns}, heap_bytes}; see
+///                    docs/report.schema.json), null in older reports
 ///   owners[]         OWNER_SHARE: bytes held at the end by owner, most first (count: leaks)
 ///   ooms[]           what each out-of-memory refusal saw, in order, at most --top:
 ///                    {seq, time_ms, thread, api, size, device, site SITE, stack[], refused_by

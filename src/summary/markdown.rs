@@ -130,6 +130,10 @@ impl Format<Summary> for Markdown {
                 owners(out, &p.owners)?;
             }
             sections(out, p)?;
+            if let Some(c) = &p.cost {
+                writeln!(out)?;
+                writeln!(out, "{}.", cell(&super::cost_line(c)))?;
+            }
             if !p.events.is_empty() {
                 writeln!(out)?;
                 let list: Vec<String> = p

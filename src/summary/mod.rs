@@ -22,7 +22,7 @@ use crate::format::{Registry, Row};
 use crate::growth::{Criterion, GrowingSite, growing_sites};
 use crate::input::Source;
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner};
-use crate::report::{Addr, LeakState, Report};
+use crate::report::{Addr, Cost, LeakState, Report};
 use crate::sites::{SiteIndex, SiteKind};
 use attribution::{OomSummary, PeakSummary, ReconciliationSummary};
 
@@ -54,6 +54,8 @@ pub struct Summary {
     /// Bytes leaked (held at the end) by owner, all processes together, most first
     /// (`count`: leaks).
     pub owners: Vec<OwnerShare>,
+    /// What cuguard itself cost, all processes that say together (`null` when none does).
+    pub cost: Option<Cost>,
     /// One summary per process, in input order.
     pub processes: Vec<ReportSummary>,
 }
@@ -136,6 +138,8 @@ pub struct ReportSummary {
     pub growing: Vec<GrowingSite>,
     /// What each device says is used against what cuguard can explain.
     pub reconciliation: Vec<ReconciliationSummary>,
+    /// What cuguard itself cost the process: the report's `cost` (`null` in older reports).
+    pub cost: Option<Cost>,
 }
 
 /// Who a process was.
@@ -470,6 +474,7 @@ impl ReportSummary {
             peaks,
             growing,
             reconciliation,
+            cost: report.cost.clone(),
         }
     }
 
@@ -593,6 +598,7 @@ impl Summary {
             sites,
             sites_total,
             owners: crate::owners::combine(processes.iter().flat_map(|p| p.owners.iter().cloned())),
+            cost: Cost::sum(processes.iter().filter_map(|p| p.cost.as_ref())),
             processes: Vec::new(),
         };
         for p in &mut processes {
@@ -606,6 +612,82 @@ impl Summary {
     pub fn event_total(&self) -> u64 {
         self.events.iter().map(|e| e.count).sum()
     }
+}
+
+/// cuguard's bill in one line, for people:
+///
+/// ```text
+/// cuguard's cost: 1.2 ms in hooks over 10,000 allocations (0.12 µs each; stacks 0.09 µs, Python frames 0.03 µs), 15.0 ms writing 1 report, 3.4 MiB of its own memory
+/// ```
+///
+/// Times on the allocation path are the report's estimates (see its `cost`); the Python part
+/// only where Python frames were read.
+pub fn cost_line(c: &Cost) -> String {
+    let mut s = format!(
+        "cuguard's cost: {} in hooks over {}",
+        duration(c.hooks.ns),
+        count(c.hooks.calls, "allocation", "allocations")
+    );
+    let mut each = Vec::new();
+    if let Some(h) = c.hooks.per_call_ns() {
+        each.push(format!("{} each", per_call(h)));
+    }
+    let mut parts = Vec::new();
+    if let Some(st) = c.stacks.per_call_ns() {
+        parts.push(format!("stacks {}", per_call(st)));
+    }
+    if let Some(py) = c.python.per_call_ns() {
+        parts.push(format!("Python frames {}", per_call(py)));
+    }
+    if !parts.is_empty() {
+        each.push(parts.join(", "));
+    }
+    if !each.is_empty() {
+        s.push_str(&format!(" ({})", each.join("; ")));
+    }
+    s.push_str(&format!(
+        ", {} writing {}, {} of its own memory",
+        duration(c.reports.ns),
+        count(c.reports.written, "report", "reports"),
+        crate::text::bytes(c.heap_bytes)
+    ));
+    s
+}
+
+/// `850 ns`, `12.3 µs`, `1.2 ms`, `3.4 s`.
+fn duration(ns: u64) -> String {
+    let ns = ns as f64;
+    if ns < 1e3 {
+        format!("{ns:.0} ns")
+    } else if ns < 1e6 {
+        format!("{:.1} µs", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.1} ms", ns / 1e6)
+    } else {
+        format!("{:.1} s", ns / 1e9)
+    }
+}
+
+/// Time per call in microseconds: `0.12 µs`, `1.34 µs`, `12.3 µs`.
+fn per_call(ns: f64) -> String {
+    if ns < 10_000.0 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{:.1} µs", ns / 1e3)
+    }
+}
+
+/// `1 allocation`, `10,000 allocations`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    let digits = n.to_string();
+    let mut grouped = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    format!("{grouped} {}", if n == 1 { one } else { many })
 }
 
 #[cfg(test)]

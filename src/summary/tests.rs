@@ -320,3 +320,41 @@ fn a_report_written_at_an_oom_says_so() {
         )
     );
 }
+
+/// A report with a `cost` prints it in one line after `leaked`; everything else is as the same
+/// report without it prints.
+#[test]
+fn text_of_a_report_with_a_cost_adds_one_line() {
+    let got = text(&summarize(&["cost.json"], 10));
+    let line = "cuguard's cost: 12.3 ms in hooks over 10,000 allocations (1.23 µs each; \
+                stacks 0.91 µs), 15.0 ms writing 1 report, 3.4 MiB of its own memory";
+    let expected = include_str!("snapshots/leaks-two-contexts.txt")
+        .replace("== leaks-two-contexts.json", "== cost.json")
+        .replace(
+            "leaked   15.0 MiB in 5 leaks\n",
+            &format!("leaked   15.0 MiB in 5 leaks\n{line}\n"),
+        );
+    assert_eq!(got, expected);
+    // Without one, nothing is printed about it.
+    let old = text(&summarize(&["leaks-two-contexts.json"], 10));
+    assert!(!old.contains("cuguard's cost"));
+}
+
+/// Several reports: their costs add up, in a line under the totals.
+#[test]
+fn costs_of_several_reports_add_up() {
+    let s = summarize(&["cost.json", "cost.json", "events.json"], 10);
+    let c = s.cost.as_ref().unwrap();
+    assert_eq!(c.hooks.calls, 20_000);
+    assert_eq!(c.reports.written, 2);
+    assert_eq!(c.heap_bytes, 2 * 3_565_158);
+    let got = text(&s);
+    assert_eq!(
+        got.lines().nth(1),
+        Some(
+            "cuguard's cost: 24.7 ms in hooks over 20,000 allocations (1.23 µs each; \
+             stacks 0.91 µs), 30.0 ms writing 2 reports, 6.8 MiB of its own memory"
+        )
+    );
+    assert!(summarize(&["events.json"], 10).cost.is_none());
+}

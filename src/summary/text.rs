@@ -1,8 +1,10 @@
 //! `--format text`: the summary for a terminal, coloured only when [`Style`] says so.
 //!
-//! With several reports it opens with the totals, the sites across all of them and bytes by
-//! owner; then one section per process: who it was, whether the report is complete, what each
-//! out-of-memory refusal saw (first, when there were any), what leaked per device and context,
+//! With several reports it opens with the totals (and cuguard's own cost, summed, when the
+//! reports give it), the sites across all of them and bytes by owner; then one section per
+//! process: who it was, whether the report is complete, what each out-of-memory refusal saw
+//! (first, when there were any), what leaked, cuguard's own cost in one line
+//! ([`super::cost_line`], when the report gives it), what leaked per device and context,
 //! who holds it (by owner, when not all of it is the program's), the sites (largest first), the
 //! largest leaks, what was live at each device's peak, what grew, what the device says is used
 //! against what cuguard can explain, the events and the shim's faults.
@@ -47,6 +49,9 @@ impl Format<Summary> for Text {
                 style.bold(&plural(summary.reports as u64, "report", "reports")),
                 plural(summary.event_total(), "event", "events"),
             )?;
+            if let Some(c) = &summary.cost {
+                writeln!(out, "{}", super::cost_line(c))?;
+            }
             if !summary.sites.is_empty() {
                 writeln!(
                     out,
@@ -187,6 +192,9 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
         "leaked   {}{own}",
         leaked_phrase(p.leaked_bytes, p.leaks, style)
     )?;
+    if let Some(c) = &p.cost {
+        writeln!(out, "{}", super::cost_line(c))?;
+    }
 
     let mut t = Table::new(&[false, false, true, true, false]);
     for d in &p.devices {

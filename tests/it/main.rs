@@ -9,6 +9,7 @@ mod cli_merge;
 mod cli_schema;
 mod cli_symbolize;
 mod cli_view;
+mod cost;
 mod live;
 mod pool;
 mod python;

@@ -17,7 +17,7 @@
 //!
 //! [`Report`] and its parts ([`Process`], [`Driver`], [`Device`], [`Config`], [`Context`],
 //! [`Leak`], [`Event`], [`Stack`] with [`Frame`], [`PyFrame`] and [`StackSite`], [`Module`],
-//! [`Stats`] with [`DeviceStats`] and [`PoolStats`], [`Timeline`], [`Doors`]) describe every
+//! [`Stats`] with [`DeviceStats`] and [`PoolStats`], [`Timeline`], [`Doors`], [`Cost`]) describe every
 //! field the shim writes, in the order it writes them. Fields added after the first contract are
 //! optional for readers. Enumerations ([`Reason`], [`Memory`], [`LeakState`], [`EventKind`]) keep
 //! values they do not know. Addresses are [`Addr`] (`"0x…"` in JSON); device ordinals and the
@@ -86,6 +86,7 @@ pub mod alert;
 pub mod api;
 pub mod attribution;
 mod config;
+mod cost;
 pub mod edit;
 mod enums;
 pub mod intern;
@@ -103,6 +104,7 @@ pub use attribution::{
     StackSamples, StackSeries,
 };
 pub use config::Config;
+pub use cost::{Cost, CostReports, CostTiming};
 pub use enums::{EventKind, LeakState, Memory, Reason, site_list};
 pub use model::{
     Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, MixedRef, Module, PoolStats,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::addr::Addr;
 use crate::attribution::{OomRecord, OwnerInfo, PeakRecord, Reconciliation, StackSamples};
 use crate::config::Config;
+use crate::cost::Cost;
 use crate::enums::{EventKind, LeakState, Memory, Reason};
 use crate::{SCHEMA_NAME, SCHEMA_VERSION, intern, wire};
 
@@ -91,6 +92,9 @@ pub struct Report {
     /// Per device: what is used against what cuguard can explain.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reconciliation: Vec<Reconciliation>,
+    /// What cuguard itself cost the process (absent in older reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
     /// The shim's own problems, one line each.
     #[serde(default)]
     pub faults: Vec<String>,
@@ -546,6 +550,7 @@ impl Report {
             ooms: Vec::new(),
             ooms_dropped: None,
             reconciliation: Vec::new(),
+            cost: None,
             faults: Vec::new(),
         }
     }

@@ -11,9 +11,9 @@ use cuguard_report::merged::{Merged, MergedWriter};
 use cuguard_report::signal::SignalTemplate;
 use cuguard_report::wire::{UNKNOWN_DEVICE, UNKNOWN_VERSION};
 use cuguard_report::{
-    Addr, Config, Context, Device, DeviceStats, Doors, Driver, Event, EventKind, Frame, Leak,
-    LeakState, Memory, Module, PoolStats, Process, PyFrame, Reason, Report, Sample, Signal, Stack,
-    StackSite, Timeline, site_list,
+    Addr, Config, Context, Cost, CostReports, CostTiming, Device, DeviceStats, Doors, Driver,
+    Event, EventKind, Frame, Leak, LeakState, Memory, Module, PoolStats, Process, PyFrame, Reason,
+    Report, Sample, Signal, Stack, StackSite, Timeline, site_list,
 };
 use cuguard_report::{
     Explained, MixedRef, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, Reconciliation,
@@ -321,6 +321,33 @@ fn full_report(reason: Reason) -> Report {
         unexplained_note: Some("memory the driver takes".into()),
         unexplained_bytes: Some(6 << 20),
     }];
+    r.cost = Some(Cost {
+        sample_every: 32,
+        first_timed: 8,
+        hooks: CostTiming {
+            calls: 9,
+            timed: 9,
+            dropped: 1,
+            ns: 12_000,
+        },
+        stacks: CostTiming {
+            calls: 10,
+            timed: 9,
+            dropped: 1,
+            ns: 7_000,
+        },
+        python: CostTiming {
+            calls: 2,
+            timed: 2,
+            dropped: 1,
+            ns: 900,
+        },
+        reports: CostReports {
+            written: 2,
+            ns: 4_500_000,
+        },
+        heap_bytes: 3 << 20,
+    });
     r.faults = vec!["CUGUARD_STACK_DEPTH=\"x\" is not a number; using 32".into()];
     r
 }

@@ -68,6 +68,9 @@ pub struct Config {
     /// `CUGUARD_TEST_SYSLOG_SOCKET`: for cuguard's own tests only, the socket the `syslog` sink
     /// sends to instead of `/dev/log`.
     pub syslog_socket: PathBuf,
+    /// `CUGUARD_COST_SAMPLE`: after each thread's first calls, one call in this many is timed
+    /// for the report's `cost` (1: every call).
+    pub cost_sample_every: u64,
 }
 
 /// Where alerts go (`CUGUARD_ALERT`).
@@ -151,6 +154,7 @@ pub fn get() -> &'static Config {
         if c.disabled {
             crate::phase::make_inert();
         }
+        crate::process::cost::configure(c.cost_sample_every);
         c
     })
 }
@@ -295,6 +299,19 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let syslog_socket = var("CUGUARD_TEST_SYSLOG_SOCKET")
         .filter(|s| !s.trim().is_empty())
         .map_or_else(|| PathBuf::from("/dev/log"), PathBuf::from);
+    let default_sample = crate::process::cost::DEFAULT_SAMPLE_EVERY;
+    let cost_sample_every = match var("CUGUARD_COST_SAMPLE").as_deref().map(str::trim) {
+        None | Some("") => default_sample,
+        Some(s) => match s.parse::<u64>() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                problems.push(format!(
+                    "CUGUARD_COST_SAMPLE={s:?} is not a number of at least 1; using {default_sample}"
+                ));
+                default_sample
+            }
+        },
+    };
     let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
 
     let config = Config {
@@ -317,6 +334,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         page_dir,
         alert,
         syslog_socket,
+        cost_sample_every,
     };
     config
 }

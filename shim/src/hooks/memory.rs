@@ -39,6 +39,7 @@ fn served(
     api: Entry,
 ) {
     let Some(t) = t else { return };
+    let _span = crate::process::cost::resume();
     shield((), || {
         if s.result != CUDA_SUCCESS {
             let size = record.map_or(0, |r| r.requested);

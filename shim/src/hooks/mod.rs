@@ -32,7 +32,7 @@ use crate::driver::{Entry, real};
 use crate::ffi::*;
 use crate::guard::Guard;
 use crate::pool::serve::PoolLookup;
-use crate::process::clock;
+use crate::process::{clock, cost};
 use crate::tracker::events::{Event, Kind};
 use crate::tracker::{Memory, NONE, Record, Tracker};
 
@@ -87,8 +87,10 @@ pub fn make_record(
     size: u64,
     requested: u64,
 ) -> Record {
+    // Timed for the report's `cost`; the accounting once served resumes it (`cost::resume`).
+    let span = cost::begin(cost::Metric::Hooks);
     let (context, device) = context_of(t, cur);
-    Record {
+    let record = Record {
         size,
         requested,
         api,
@@ -99,7 +101,9 @@ pub fn make_record(
         seq: t.next_seq(),
         time_ms: clock::since_start_ms(),
         stack: crate::tracker::capture_stack(),
-    }
+    };
+    span.pause();
+    record
 }
 
 /// Records an allocation the driver just made at `addr` in context `cur`.
@@ -113,6 +117,7 @@ pub fn record_alloc(
     requested: u64,
 ) {
     let record = make_record(t, cur, api, memory, size, requested);
+    let _span = cost::resume();
     t.add(addr, record);
     crate::lifecycle::note_allocation();
 }

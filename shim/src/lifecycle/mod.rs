@@ -228,6 +228,7 @@ pub fn with_writer_turn<T>(f: impl FnOnce() -> T) -> Option<T> {
 /// the child arms again at its first allocation (`ForkedChild`).
 extern "C" fn after_fork_child() {
     crate::process::clock::reset_thread_id();
+    crate::process::cost::reset_after_fork();
     crate::stack::after_fork_child();
     crate::tracker::counters::reset_after_fork();
     crate::pool::registry::reset_after_fork();

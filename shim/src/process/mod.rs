@@ -2,6 +2,7 @@
 //!
 //! - [`identity`]: pid, parent, executable, arguments, host and rank, for the report;
 //! - [`clock`]: clocks, the process's start and thread ids, cheap enough for the allocation path;
+//! - [`cost`]: the shim's own bill (sampled time on the allocation path, its own heap);
 //! - [`diag`]: the shim's own lines on stderr;
 //! - [`faults`]: the shim's own problems, kept for the report;
 //! - [`labels`]: the labels the program set through the in-process API;
@@ -9,6 +10,7 @@
 //!   lock that a panic does not poison.
 
 pub mod clock;
+pub mod cost;
 pub mod diag;
 pub mod faults;
 pub mod global;

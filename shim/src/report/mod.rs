@@ -157,7 +157,10 @@ pub struct Outcome {
 
 /// Writes the report for `occasion`; returns what it held and where it went.
 pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
-    let (report, host, rank) = gather(t, occasion);
+    let started = clock::monotonic_ns();
+    let heap = crate::process::cost::heap_bytes();
+    let (mut report, host, rank) = gather(t, occasion);
+    report.cost = Some(bill(started, heap));
     let path = path_for(&host, rank);
     let written = file::write_report(&path, &format::to_vec(&report))?;
 
@@ -459,6 +462,32 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     r.faults = cfg.problems.clone();
     r.faults.extend(crate::process::faults::all());
     (r, host, rank)
+}
+
+/// The report's `cost`: the shim's own bill ([`crate::process::cost`]), with this report's
+/// writing until now timed, and `heap` (the shim's heap before this report was gathered).
+fn bill(started: u64, heap: u64) -> format::Cost {
+    use crate::process::cost::{self, Metric};
+    cost::report_written(clock::monotonic_ns().saturating_sub(started));
+    let timing = |m: Metric| {
+        let t = cost::totals(m);
+        format::CostTiming {
+            calls: t.calls,
+            timed: t.timed,
+            dropped: t.dropped,
+            ns: t.ns,
+        }
+    };
+    let (written, ns) = cost::reports();
+    format::Cost {
+        sample_every: cost::sample_every(),
+        first_timed: cost::FIRST_TIMED,
+        hooks: timing(Metric::Hooks),
+        stacks: timing(Metric::Stacks),
+        python: timing(Metric::Python),
+        reports: format::CostReports { written, ns },
+        heap_bytes: heap,
+    }
 }
 
 /// The report's `config`: the effective settings.

@@ -51,6 +51,13 @@
 //! table. Only a stack never seen before allocates its record and takes the table's insert
 //! lock. See [`table`] and [`unwind`] for the details and the bounds on memory.
 //!
+//! Deep stacks (issue 14): a loop that allocates meets the same frames at every allocation.
+//! Each frame's rule is first looked for in the thread's last capture at the same position (one
+//! comparison; [`unwind`]), and each Python frame's word in a per-thread memo by code object
+//! and offset (one probe; [`python`]). Measured with `capture_bench` on the simulated driver
+//! (`docs/benchmarks.md`). Each capture is timed for the report's `cost`
+//! ([`crate::process::cost`]): native and Python parts apart.
+//!
 //! First times: the first capture in the process builds the module snapshot
 //! (`dl_iterate_phdr`, a few allocations); a thread's first capture allocates its 128 KiB rule
 //! cache and asks pthread for its stack bounds (for the main thread glibc reads
@@ -94,6 +101,7 @@ mod tests;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::process::cost::{self, Metric};
 use table::SpinLock;
 use unwind::Skip;
 
@@ -168,6 +176,12 @@ pub fn capture_with_settings() -> Option<StackId> {
 
 fn configure_from_settings() {
     configure(crate::config::get().stack_depth);
+    // For cuguard's capture benchmark only: `0` captures as before the per-thread caches of
+    // Python frame words and of the last stack's rules (its "before" column).
+    if std::env::var_os("CUGUARD_TEST_CAPTURE_CACHE").is_some_and(|v| v == "0") {
+        python::set_memo(false);
+        unwind::set_last(false);
+    }
     if let Ok(v) = std::env::var("CUGUARD_PYTHON") {
         match python::Mode::parse(&v) {
             Some(mode) => python::configure(mode),
@@ -199,7 +213,14 @@ fn capture_with(skip: Skip, depth: usize) -> Option<StackId> {
         return None;
     }
     let mut py = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
+    // Timed for the report's `cost`: Python frames apart, counted only when some were read.
+    let py_span = python::present().then(|| cost::begin(Metric::Python));
     let py_n = python::capture(&mut py[..depth]);
+    match py_span {
+        Some(s) if py_n == 0 => s.cancel(),
+        _ => drop(py_span),
+    }
+    let _span = cost::begin(Metric::Stacks);
     // SAFETY: `python::capture` initialised the first `py_n` elements.
     let py = unsafe { std::slice::from_raw_parts(py.as_ptr() as *const u64, py_n) };
     let mut snap = unwind::snapshot()?;

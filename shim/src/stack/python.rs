@@ -62,7 +62,11 @@
 //! Each code object seen gets an entry in a global table (lock-free lookups; a bounded
 //! spin-lock on insert) holding its file and function as UTF-8 and a few `(offset, line)`
 //! pairs, so a warm frame is a type check, a probe and a line-slot scan; `PyCode_Addr2Line`
-//! (linear in the function's size) runs once per call site. An entry is matched by the code
+//! (linear in the function's size) runs once per call site. In front of that table, each
+//! thread keeps a memo of frame words (512 entries, 20 KiB) keyed by everything the table
+//! matches on plus the offset, so a frame met before costs one probe of the thread's own memo
+//! and no line-slot scan; measured with `capture_bench`, about half the time of reading 32
+//! Python frames on the simulated driver (`docs/benchmarks.md`). An entry is matched by the code
 //! object's address *and* its file, name and first line, so a code object freed and another
 //! made at the same address is not mistaken for it.
 //!
@@ -80,10 +84,11 @@
 //! [`codes`] and [`decode`] turn them back into file, function and line when the report is
 //! written.
 
+use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use super::table::SpinLock;
 
@@ -440,6 +445,13 @@ fn api() -> Option<&'static Api> {
     API.get_or_init(resolve).as_ref()
 }
 
+/// Whether an interpreter whose frames can be read is in the process (resolved at the first
+/// call; then one atomic load).
+#[inline]
+pub fn present() -> bool {
+    api().is_some()
+}
+
 /// Why Python is present but its frames are not read (unsupported version, missing symbol),
 /// once resolution has happened; for the report's faults.
 pub fn declined() -> Option<&'static str> {
@@ -626,20 +638,44 @@ unsafe fn read_str(api: &Api, obj: usize) -> Option<String> {
     }
 }
 
-/// The entry for a code object, made on first sight.
+/// What identifies a code object: its address and, against reuse of that address by another
+/// code object, its file and name objects and first line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct CodeKey {
+    code: usize,
+    filename: usize,
+    name: usize,
+    first: i32,
+}
+
+impl CodeKey {
+    /// SAFETY (for callers): `code` is a live code object (its type checked).
+    #[inline(always)]
+    unsafe fn read(api: &Api, code: usize) -> CodeKey {
+        let l = &api.layout;
+        // SAFETY: `code` is a live code object; these fields lie in its fixed part.
+        unsafe {
+            CodeKey {
+                code,
+                filename: rd::<usize>(code + l.code_filename),
+                name: rd::<usize>(code + l.code_name),
+                first: rd::<i32>(code + l.code_firstlineno),
+            }
+        }
+    }
+}
+
+/// The entry for the code object `key` names, made on first sight.
 ///
-/// SAFETY (for callers): `code` is a live code object (its type checked).
+/// SAFETY (for callers): `key.code` is a live code object (its type checked), `key` read from it.
 #[inline]
-unsafe fn code_entry(api: &Api, code: usize) -> Option<&'static Code> {
-    let l = &api.layout;
-    // SAFETY: `code` is a live code object; these fields lie in its fixed part.
-    let (filename, name, first) = unsafe {
-        (
-            rd::<usize>(code + l.code_filename),
-            rd::<usize>(code + l.code_name),
-            rd::<i32>(code + l.code_firstlineno),
-        )
-    };
+unsafe fn code_entry_for(api: &Api, key: &CodeKey) -> Option<&'static Code> {
+    let CodeKey {
+        code,
+        filename,
+        name,
+        first,
+    } = *key;
     let codes = Codes::get();
     if let Some(c) = codes.find(code, filename, name, first) {
         return Some(c);
@@ -665,6 +701,124 @@ unsafe fn code_entry(api: &Api, code: usize) -> Option<&'static Code> {
 
 // ---------------------------------------------------------------------------------------------
 // Capture.
+
+// ---------------------------------------------------------------------------------------------
+// The per-thread memo of frame words.
+
+/// Entries of a thread's memo (direct-mapped; 40 bytes each: 20 KiB a thread).
+const MEMO_SLOTS: usize = 512;
+
+/// Whether walks use the memo (`CUGUARD_TEST_CAPTURE_CACHE=0` turns it off, for the capture
+/// benchmark's "before" column).
+static MEMO_ON: AtomicBool = AtomicBool::new(true);
+
+/// Turns the per-thread memo of frame words on or off (for benchmarks).
+pub fn set_memo(on: bool) {
+    MEMO_ON.store(on, Ordering::Relaxed);
+}
+
+/// One remembered frame: the code object (as [`CodeKey`]), the byte offset, and the word
+/// they gave (entry bit clear). `code` 0: empty.
+#[derive(Clone, Copy, Default)]
+struct MemoEntry {
+    key: CodeKey,
+    addr: i32,
+    word: u64,
+}
+
+/// A thread's memo of frame words by code object and offset: a frame a thread's walks have
+/// met before (the outer frames of a loop that allocates: all of them but the innermost, at
+/// each allocation) is one probe and a comparison, where the code table costs a probe of a
+/// shared 512 KiB table, a comparison and a scan of the entry's line slots. The key holds
+/// everything [`code_entry_for`] matches on, plus the offset the line comes from, so a hit
+/// gives the word the table would give.
+struct Memo {
+    entries: [MemoEntry; MEMO_SLOTS],
+}
+
+impl Memo {
+    #[inline(always)]
+    fn slot(key: &CodeKey, addr: i32) -> usize {
+        let h =
+            (key.code as u64 >> 4 ^ (addr as u32 as u64) << 20).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> 55) as usize % MEMO_SLOTS
+    }
+
+    /// SAFETY (for callers): as [`frame_word`]'s.
+    #[inline]
+    unsafe fn word(&mut self, api: &Api, key: &CodeKey, addr: i32) -> u64 {
+        let e = &mut self.entries[Self::slot(key, addr)];
+        if e.key == *key && e.addr == addr {
+            return e.word;
+        }
+        // SAFETY: the caller's contract.
+        let w = unsafe { frame_word(api, key, addr) };
+        if w >> 24 & 0x7f_ffff != UNKNOWN_CODE {
+            *e = MemoEntry {
+                key: *key,
+                addr,
+                word: w,
+            };
+        }
+        w
+    }
+}
+
+/// The thread's memo, made at its first walk, with a busy flag against re-entry (a signal
+/// handler that allocates during a walk gets none).
+struct MemoCell {
+    busy: Cell<bool>,
+    memo: Cell<*mut Memo>,
+}
+
+impl Drop for MemoCell {
+    fn drop(&mut self) {
+        let m = self.memo.replace(std::ptr::null_mut());
+        if !m.is_null() {
+            // SAFETY: made by Box::into_raw in `with_memo`, owned by this thread only.
+            drop(unsafe { Box::from_raw(m) });
+        }
+    }
+}
+
+thread_local! {
+    static MEMO: MemoCell = const {
+        MemoCell {
+            busy: Cell::new(false),
+            memo: Cell::new(std::ptr::null_mut()),
+        }
+    };
+}
+
+/// Runs `f` with this thread's memo, or with `None` (re-entered, or the thread's locals are
+/// gone).
+fn with_memo<R>(f: impl FnOnce(Option<&mut Memo>) -> R) -> R {
+    let memo = MEMO
+        .try_with(|cell| {
+            if cell.busy.replace(true) {
+                return None;
+            }
+            let mut m = cell.memo.get();
+            if m.is_null() {
+                m = Box::into_raw(Box::new(Memo {
+                    entries: [MemoEntry::default(); MEMO_SLOTS],
+                }));
+                cell.memo.set(m);
+            }
+            Some(m)
+        })
+        .ok()
+        .flatten();
+    match memo {
+        Some(m) => {
+            // SAFETY: owned by this thread; `busy` (set above) guarantees no other borrow.
+            let r = f(Some(unsafe { &mut *m }));
+            let _ = MEMO.try_with(|cell| cell.busy.set(false));
+            r
+        }
+        None => f(None),
+    }
+}
 
 /// Code id meaning "a frame whose code could not be recorded".
 const UNKNOWN_CODE: u64 = 0x7f_ffff;
@@ -715,6 +869,36 @@ pub fn capture(out: &mut [MaybeUninit<u64>]) -> usize {
 
 /// SAFETY (for callers): `ts` is the calling thread's live thread state.
 unsafe fn walk(api: &Api, ts: usize, out: &mut [MaybeUninit<u64>]) -> usize {
+    if !MEMO_ON.load(Ordering::Relaxed) {
+        // SAFETY: the caller's contract.
+        return unsafe { walk_with(api, ts, out, None) };
+    }
+    with_memo(|memo| {
+        // SAFETY: the caller's contract.
+        unsafe { walk_with(api, ts, out, memo) }
+    })
+}
+
+/// The word of a frame running `key` at byte offset `addr` (its entry bit clear), from the
+/// code table.
+///
+/// SAFETY (for callers): `key.code` is a live code object (its type checked), `key` read from it.
+#[inline]
+unsafe fn frame_word(api: &Api, key: &CodeKey, addr: i32) -> u64 {
+    // SAFETY: the caller's contract.
+    match unsafe { code_entry_for(api, key) } {
+        Some(c) => word(u64::from(c.id), c.line(addr, api, key.code), false),
+        None => word(UNKNOWN_CODE, -1, false),
+    }
+}
+
+/// SAFETY (for callers): `ts` is the calling thread's live thread state.
+unsafe fn walk_with(
+    api: &Api,
+    ts: usize,
+    out: &mut [MaybeUninit<u64>],
+    mut memo: Option<&mut Memo>,
+) -> usize {
     let l = &api.layout;
     // SAFETY: `ts` is live; the frame fields read are at this version's offsets, and every
     // pointer is checked for plausibility (and objects for their type) before it is followed.
@@ -770,10 +954,12 @@ unsafe fn walk(api: &Api, ts: usize, out: &mut [MaybeUninit<u64>]) -> usize {
                 Entry::Flag(at) => rd::<u8>(frame + at) != 0,
                 Entry::BeforeCStack => false,
             };
-            out[n].write(match code_entry(api, code) {
-                Some(c) => word(u64::from(c.id), c.line(addr, api, code), entry),
-                None => word(UNKNOWN_CODE, -1, entry),
-            });
+            let key = CodeKey::read(api, code);
+            let w = match memo.as_deref_mut() {
+                Some(m) => m.word(api, &key, addr),
+                None => frame_word(api, &key, addr),
+            };
+            out[n].write(if entry { w | ENTRY_BIT } else { w });
             n += 1;
             frame = next;
         }

@@ -187,9 +187,29 @@ pub(crate) fn reset_after_fork() {
     SPARE_LOCK.unlock();
 }
 
-/// A thread's unwinding state: the rule cache and, from the first miss on, a CFI context.
+/// Frames of the thread's last capture remembered by position ([`Cache::last`]).
+const LAST_FRAMES: usize = 64;
+
+/// Whether captures use the last capture's rules by position (`CUGUARD_TEST_CAPTURE_CACHE=0`
+/// turns it off, for the capture benchmark's "before" column).
+static LAST_ON: AtomicBool = AtomicBool::new(true);
+
+/// Turns the use of the last capture's rules on or off (for benchmarks).
+pub(crate) fn set_last(on: bool) {
+    LAST_ON.store(on, Ordering::Relaxed);
+}
+
+/// A thread's unwinding state: the rule cache, the rules of its last capture by position and,
+/// from the first miss on, a CFI context.
 pub(crate) struct Cache {
     rules: Box<RuleCache>,
+    /// The (ip, rule) of each frame of the thread's last capture, by position from the
+    /// innermost: a loop that allocates meets the same ips at the same positions, so a frame
+    /// is one comparison instead of a probe of the set-associative cache. Emptied with the
+    /// rule cache when the module list changes.
+    last: [(u64, Rule); LAST_FRAMES],
+    /// The generation `last` belongs to.
+    last_generation: u64,
     ctx: Option<Box<UnwindContext<usize>>>,
 }
 
@@ -197,8 +217,25 @@ impl Cache {
     fn new() -> Cache {
         Cache {
             rules: RuleCache::new_boxed(),
+            last: [(0, Rule::END); LAST_FRAMES],
+            last_generation: 0,
             ctx: None,
         }
+    }
+
+    /// The rule at `ip`, the `n`th frame of this capture: the last capture's at the same
+    /// position when its ip was the same, else [`Self::rule`] (and remembered).
+    #[inline(always)]
+    fn rule_at(&mut self, snap: &Snapshot, n: usize, ip: u64) -> Rule {
+        if let Some(slot) = self.last.get(n).copied() {
+            if slot.0 == ip {
+                return slot.1;
+            }
+            let r = self.rule(snap, ip);
+            self.last[n] = (ip, r);
+            return r;
+        }
+        self.rule(snap, ip)
     }
 
     /// The rule at `ip`: from the cache, else from the module's CFI (and then cached).
@@ -380,13 +417,18 @@ pub(crate) fn unwind(
         }
     };
     cache.rules.check_generation(snap.generation);
+    let by_position = LAST_ON.load(Ordering::Relaxed);
+    if cache.last_generation != snap.generation {
+        cache.last = [(0, Rule::END); LAST_FRAMES];
+        cache.last_generation = snap.generation;
+    }
     let (mut skipping, mut skip_n) = match skip {
         Skip::OwnModule => (true, 0),
         Skip::Frames(n) => (false, n),
     };
     let mut ip = pc;
     let mut n = 0;
-    for _ in 0..out.len() + MAX_SKIPPED {
+    for step in 0..out.len() + MAX_SKIPPED {
         if skipping {
             skipping = snap.own.0 <= ip && ip < snap.own.1;
         }
@@ -401,7 +443,12 @@ pub(crate) fn unwind(
                 }
             }
         }
-        let Some((ra, new_sp, new_bp)) = cache.rule(snap, ip).step(sp, bp, &read) else {
+        let rule = if by_position {
+            cache.rule_at(snap, step, ip)
+        } else {
+            cache.rule(snap, ip)
+        };
+        let Some((ra, new_sp, new_bp)) = rule.step(sp, bp, &read) else {
             break;
         };
         if ra == 0 {
