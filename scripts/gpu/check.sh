@@ -78,6 +78,10 @@ if [[ " $what " == *" bench "* ]] && [ -x .gpu/alloc_bench ]; then
   [ -f .gpu/baseline/libcuguard.so ] && base=(--baseline "$PWD/.gpu/baseline/libcuguard.so")
   .gpu/alloc_bench --shim "$S" "${base[@]}" --rounds "${BENCH_ROUNDS:-3}" ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.md" 2> "$OUT/bench.log"
   echo "bench exit: $?"
+  if [ -x .gpu/capture_bench ]; then
+    .gpu/capture_bench --shim "$S" --python-script harness/workloads/python/alloc_bench.py > "$OUT/capture.md" 2> "$OUT/capture.log"
+    echo "capture bench exit: $?"
+  fi
 fi
 
 if [[ " $what " == *" e2e "* ]]; then
@@ -199,7 +203,7 @@ if [[ " $what " == *" python "* ]]; then
 fi
 
 cat "$OUT/compat.md" 2>/dev/null | head -40
-cat "$OUT/bench.md" 2>/dev/null
+cat "$OUT/bench.md" "$OUT/capture.md" 2>/dev/null
 cat "$OUT/e2e.md" 2>/dev/null
 cat "$OUT/owners.md" 2>/dev/null
 cat "$OUT/attribution.md" "$OUT/live.md" "$OUT/python.md" 2>/dev/null

@@ -3,6 +3,10 @@
 Usage: python3 e2e.py resnet [steps]   -> one JSON line: {"ms_per_step": median, "losses": [...]}
        python3 e2e.py rmm RESOURCE     -> one JSON line: {"us_per_pair": median}
          RESOURCE: default (cudaMalloc), pool (RMM's PoolMemoryResource), async
+       python3 e2e.py cudf_loop RESOURCE -> {"ms_per_iter": median, "checksum": ...}: the seed's
+         loop, `cudf.DataFrame({'a': range(1_000_000)})` and its sum, 100 times a repetition
+       python3 e2e.py cudf_etl RESOURCE  -> {"ms_per_rep": median, "checksum": ...}: a 10M-row
+         groupby, merge and sort
        python3 e2e.py all SHIM OUT.json -> runs every configuration side by side, prints a table
 
 `all` runs each configuration as its own process (the environment decides the allocator), in
@@ -66,10 +70,70 @@ def rmm_loop(resource, n=20000):
     return {"us_per_pair": statistics.median(samples)}
 
 
-def run(args, env):
+def _rmm_resource(resource):
+    import rmm
+
+    if resource == "pool":
+        rmm.mr.set_current_device_resource(
+            rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=1 << 30)
+        )
+
+
+def cudf_loop(resource, reps=7):
+    _rmm_resource(resource)
+    import cudf
+
+    checksum = 0
+    samples = []
+    for rep in range(reps + 1):
+        t = time.perf_counter()
+        for _ in range(100):
+            df = cudf.DataFrame({"a": range(1_000_000)})
+            checksum += int(df["a"].sum())
+        if rep:  # the first repetition warms up
+            samples.append((time.perf_counter() - t) * 1e3 / 100)
+    return {"ms_per_iter": statistics.median(samples), "checksum": checksum}
+
+
+def cudf_etl(resource, reps=7):
+    _rmm_resource(resource)
+    import cupy
+    import cudf
+
+    n = 10_000_000
+    rng = cupy.random.RandomState(0)
+    left = cudf.DataFrame({"k": rng.randint(0, 100_000, n), "v": rng.random_sample(n)})
+    right = cudf.DataFrame({"k": cupy.arange(100_000), "w": rng.random_sample(100_000)})
+    checksum = 0.0
+    samples = []
+    for rep in range(reps + 1):
+        cupy.cuda.runtime.deviceSynchronize()
+        t = time.perf_counter()
+        g = left.groupby("k").agg({"v": "sum"}).reset_index()
+        m = g.merge(right, on="k")
+        out = m.sort_values("w")
+        total = float(out["v"].sum() + out["w"].sum())
+        cupy.cuda.runtime.deviceSynchronize()
+        if rep:
+            samples.append((time.perf_counter() - t) * 1e3)
+        checksum = round(total, 6)
+    return {"ms_per_rep": statistics.median(samples), "checksum": checksum}
+
+
+REPORTS = "/tmp/cuguard-e2e"
+
+
+def slug(name):
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def run(args, env, name=""):
     e = dict(os.environ)
     e.pop("LD_PRELOAD", None)
     e.update(env)
+    if "CUGUARD_REPORT" in e:
+        os.makedirs(REPORTS, exist_ok=True)
+        e["CUGUARD_REPORT"] = os.path.join(REPORTS, slug(name) + ".%p.json")
     out = subprocess.run([sys.executable, __file__] + args, env=e, capture_output=True, text=True, timeout=600)
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("{"):
@@ -102,20 +166,38 @@ def all_configs(shim, out_path, only=None, rounds=2):
         resnet_cfgs["torch caching allocator, cuguard stacks on"] = {**det, **quiet, "LD_PRELOAD": shim}
         resnet_cfgs["torch caching allocator, baseline cuguard stacks on"] = {**det, **quiet, "LD_PRELOAD": base_shim}
         resnet_cfgs["no caching, baseline cuguard pool, stacks on"] = {**nocache, **quiet, "LD_PRELOAD": base_shim, "CUGUARD_POOL": "1", "CUGUARD_STACK_DEPTH": "32"}
+    cudf_cfgs = {}
+    try:
+        import cudf  # noqa: F401
+
+        for what in ("cudf_loop", "cudf_etl"):
+            cudf_cfgs[f"{what}, RMM default, bare"] = ([what, "default"], {})
+            cudf_cfgs[f"{what}, RMM pool resource, bare"] = ([what, "pool"], {})
+            cudf_cfgs[f"{what}, RMM default, cuguard pool"] = ([what, "default"], {**quiet, "LD_PRELOAD": shim, "CUGUARD_POOL": "1"})
+            cudf_cfgs[f"{what}, RMM default, cuguard pool, no thread cache"] = (
+                [what, "default"], {**quiet, "LD_PRELOAD": shim, "CUGUARD_POOL": "1", "CUGUARD_POOL_THREAD_CACHE": "0"})
+            if os.path.exists(base_shim):
+                cudf_cfgs[f"{what}, RMM default, baseline cuguard pool"] = ([what, "default"], {**quiet, "LD_PRELOAD": base_shim, "CUGUARD_POOL": "1"})
+    except ImportError:
+        pass
+    rmm_cfgs.update(cudf_cfgs)
     if only == "resnet":
         rmm_cfgs = {}
     results = {k: [] for k in list(resnet_cfgs) + list(rmm_cfgs)}
     losses = {}
+    checksums = {}
     for _round in range(rounds):
         for name, env in resnet_cfgs.items():
-            r = run(["resnet", "20"], env)
+            r = run(["resnet", "20"], env, name)
             if r:
                 results[name].append(r["ms_per_step"])
                 losses[name] = r["losses"]
         for name, (args, env) in rmm_cfgs.items():
-            r = run(args, env)
+            r = run(args, env, name)
             if r:
-                results[name].append(r["us_per_pair"])
+                results[name].append(r.get("us_per_pair") or r.get("ms_per_iter") or r.get("ms_per_rep"))
+                if "checksum" in r:
+                    checksums.setdefault(name, set()).add(r["checksum"])
     med = {k: (statistics.median(v) if v else None) for k, v in results.items()}
     base = losses.get("no caching, bare driver")
     same = {
@@ -124,9 +206,24 @@ def all_configs(shim, out_path, only=None, rounds=2):
     }
     print("| configuration | median | unit | max abs loss difference from the bare no-caching run |")
     print("|---|---|---|---|")
+    def unit_of(k):
+        if k in resnet_cfgs:
+            return "ms/step"
+        if k.startswith("cudf_loop"):
+            return "ms per iteration"
+        if k.startswith("cudf_etl"):
+            return "ms per repetition"
+        return "µs per 1 MiB DeviceBuffer"
+
     for k, v in med.items():
-        unit = "ms/step" if k in resnet_cfgs else "µs per 1 MiB DeviceBuffer"
-        eq = same.get(k, "") if k in resnet_cfgs else ""
+        unit = unit_of(k)
+        if k in resnet_cfgs:
+            eq = same.get(k, "")
+        elif k in checksums:
+            bare = checksums.get(k.split(",")[0] + ", RMM default, bare")
+            eq = f"checksums {sorted(checksums[k])}" + (" = bare" if bare and checksums[k] == bare else " DIFFER from bare")
+        else:
+            eq = ""
         print(f"| {k} | {v:.3f} | {unit} | {eq} |" if v is not None else f"| {k} | failed | {unit} | |")
     def ratio(a, b):
         return med[a] / med[b] if med.get(a) and med.get(b) else float("nan")
@@ -141,7 +238,35 @@ def all_configs(shim, out_path, only=None, rounds=2):
         print(f"| resnet18 step, no caching, cuguard pool stacks on: this build / baseline | {ratio('no caching, cuguard pool, stacks on', 'no caching, baseline cuguard pool, stacks on'):.3f} |")
         print(f"| resnet18 step, caching on: cuguard stacks on / bare | {ratio('torch caching allocator, cuguard stacks on', 'torch caching allocator'):.3f} |")
     print(f"| RMM 1 MiB DeviceBuffer, default+cuguard pool / RMM pool resource | {ratio('RMM default (cudaMalloc), cuguard pool', 'RMM PoolMemoryResource, bare'):.2f} |")
-    json.dump({"medians": med, "losses_equal": same, "losses": losses}, open(out_path, "w"))
+    for what in ("cudf_loop", "cudf_etl"):
+        if f"{what}, RMM default, bare" in med:
+            print(f"| {what}: cuguard pool / RMM pool resource | {ratio(what + ', RMM default, cuguard pool', what + ', RMM pool resource, bare'):.2f} |")
+            print(f"| {what}: cuguard pool / bare | {ratio(what + ', RMM default, cuguard pool', what + ', RMM default, bare'):.2f} |")
+            print(f"| {what}: cuguard pool, thread cache on / off | {ratio(what + ', RMM default, cuguard pool', what + ', RMM default, cuguard pool, no thread cache'):.2f} |")
+    # The shim's own bill (the report's `cost`), per tracked allocation, from each configuration's
+    # last report: the stack-capture goal measured directly.
+    import glob
+
+    print()
+    print("| configuration (cuguard's own bill, last report) | allocations | hooks per allocation | native stacks per capture | Python frames per capture | cuguard's memory |")
+    print("|---|---|---|---|---|---|")
+    bills = {}
+    for name in list(resnet_cfgs) + list(rmm_cfgs):
+        files = sorted(glob.glob(os.path.join(REPORTS, slug(name) + ".*.json")), key=os.path.getmtime)
+        if not files:
+            continue
+        try:
+            cost = json.load(open(files[-1])).get("cost")
+        except Exception:
+            cost = None
+        if not cost:
+            continue
+        per = lambda part: (cost[part]["ns"] / cost[part]["calls"] / 1e3) if cost.get(part, {}).get("calls") else None
+        fmt = lambda v: f"{v:.2f} µs" if v is not None else "-"
+        bills[name] = cost
+        print(f"| {name} | {cost['hooks']['calls']} | {fmt(per('hooks'))} | {fmt(per('stacks'))} | {fmt(per('python'))} | {cost.get('heap_bytes', 0) / 1048576:.1f} MiB |")
+    json.dump({"medians": med, "losses_equal": same, "losses": losses, "bills": bills,
+               "checksums": {k: sorted(v) for k, v in checksums.items()}}, open(out_path, "w"))
 
 
 def main():
@@ -150,6 +275,10 @@ def main():
         print(json.dumps(resnet(int(sys.argv[2]) if len(sys.argv) > 2 else 20)))
     elif what == "rmm":
         print(json.dumps(rmm_loop(sys.argv[2])))
+    elif what == "cudf_loop":
+        print(json.dumps(cudf_loop(sys.argv[2])))
+    elif what == "cudf_etl":
+        print(json.dumps(cudf_etl(sys.argv[2])))
     elif what == "all":
         all_configs(sys.argv[2], sys.argv[3])
     elif what == "resnet-only":
