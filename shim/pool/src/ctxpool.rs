@@ -323,16 +323,15 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
             return Some(Ok(block.record));
         }
         if let Some((cache, slot)) = lend
-            && let Some(grant) = g.sub.find(addr)
-            && grant.addr == addr
-            && grant.size <= MAX_CACHED_BLOCK
-            && cache.wants(grant.size)
-            && !g.pending_set.contains(&addr)
+            && let Some(granted) = g.sub.granted(addr)
+            && granted <= MAX_CACHED_BLOCK
+            && cache.wants(granted)
+            && (g.pending_set.is_empty() || !g.pending_set.contains(&addr))
         {
             let record = g.records.remove(&addr);
             g.lent.insert(addr);
             drop(g);
-            cache.put_cached(slot, addr, grant.size, arena, mark);
+            cache.put_cached(slot, addr, granted, arena, mark);
             return Some(Ok(record));
         }
         let immediate = mark <= g.fences.completed() || self.settings.unsafe_reuse;
