@@ -6,8 +6,11 @@
 //! that no stack allocated on costs nothing). An allocation without a stack (capture off, or the
 //! stack table full) is counted under no stack: [`NO_STACK`].
 //!
-//! Cost on the allocation path: two relaxed atomic adds (threads allocating from one stack share
-//! its cache line). Reading ([`snapshot`]) walks the chunks made so far.
+//! Cost on the allocation path: a thread's changes to the stack it last used are kept in its own
+//! delta ([`super::counters::stack_change`]) and folded into the shared atomics when it moves to
+//! another stack, and with its live bytes (every 64 operations or 1 MiB), so threads allocating
+//! from one stack do not meet on its cache line. Reading ([`snapshot`]) walks the chunks made so
+//! far and adds the running threads' deltas.
 
 use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering::Relaxed};
 
@@ -85,7 +88,15 @@ fn cell(d: usize, index: usize) -> &'static Cell {
 /// more or fewer (`allocations`: +1 or -1).
 #[inline]
 pub fn add(stack: u32, device: i32, bytes: i64, allocations: i64) {
-    let c = cell(slot(device), index(stack));
+    let (d, i) = (slot(device), index(stack));
+    if !super::counters::stack_change(d, i, bytes, allocations) {
+        add_shared(d, i, bytes, allocations);
+    }
+}
+
+/// Adds to the shared counters of stack index `index` on device slot `d`.
+pub(super) fn add_shared(d: usize, index: usize, bytes: i64, allocations: i64) {
+    let c = cell(d, index);
     c.bytes.fetch_add(bytes, Relaxed);
     c.allocations.fetch_add(allocations, Relaxed);
 }
@@ -94,6 +105,7 @@ pub fn add(stack: u32, device: i32, bytes: i64, allocations: i64) {
 /// allocations)`, stacks with nothing live left out.
 pub fn snapshot(device: i32) -> Vec<(u32, u64, u64)> {
     let d = &DEVICES_[slot(device)];
+    let deltas = super::counters::stack_deltas(slot(device));
     let mut out = Vec::new();
     for (k, c) in d.chunks.iter().enumerate() {
         let p = c.load(std::sync::atomic::Ordering::Acquire);
@@ -103,15 +115,16 @@ pub fn snapshot(device: i32) -> Vec<(u32, u64, u64)> {
         // SAFETY: as in `cell`.
         let chunk = unsafe { &*p };
         for (j, cell) in chunk.iter().enumerate() {
-            let bytes = cell.bytes.load(Relaxed);
+            let i = k * CHUNK + j;
+            let (mut bytes, mut allocations) =
+                (cell.bytes.load(Relaxed), cell.allocations.load(Relaxed));
+            for &(_, b, a) in deltas.iter().filter(|(index, _, _)| *index == i) {
+                bytes += b;
+                allocations += a;
+            }
             if bytes > 0 {
-                let i = k * CHUNK + j;
                 let id = if i >= NO_STACK { NONE } else { i as u32 };
-                out.push((
-                    id,
-                    bytes as u64,
-                    cell.allocations.load(Relaxed).max(0) as u64,
-                ));
+                out.push((id, bytes as u64, allocations.max(0) as u64));
             }
         }
     }
