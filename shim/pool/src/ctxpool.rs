@@ -1043,6 +1043,22 @@ impl<D: Device, R: Packed> Steps for SlowPath<'_, D, R> {
                 }
             }
         }
+        // The other arenas' cached blocks too, where their lock is free now (their chunks may
+        // then become idle, for `trim_others`).
+        for (i, a) in self.pool.arenas.iter().enumerate() {
+            if i == self.index {
+                continue;
+            }
+            let Ok(mut g) = a.try_lock() else { continue };
+            for shared in self.pool.registered() {
+                for s in &shared.slots {
+                    if let Some(b) = s.claim_cached(Some(i)) {
+                        g.lent.remove(&b.addr);
+                        g.release(self.pool, b.addr, b.granted, b.mark);
+                    }
+                }
+            }
+        }
     }
 
     fn try_alloc(&mut self) -> Option<Grant> {

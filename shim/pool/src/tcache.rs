@@ -132,11 +132,19 @@ impl Slot {
 
     /// A consistent read of a live slot: (state, address, granted, arena, record).
     pub(crate) fn read_live<R: Packed>(&self) -> Option<(u64, LiveBlock<R>)> {
+        let mut spins = 0u32;
         loop {
             let s1 = self.state.load(Ordering::Acquire);
             if kind(s1) != LIVE && kind(s1) != LIVE_BARE {
                 if kind(s1) == WRITING {
-                    std::hint::spin_loop();
+                    // The owner is between two stores of its allocation; it may have been
+                    // descheduled there.
+                    spins += 1;
+                    if spins < 64 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
                     continue;
                 }
                 return None;
