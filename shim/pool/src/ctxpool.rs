@@ -9,6 +9,12 @@
 //! in the shim the tracker's record), so a pooled allocation and a pooled free each take one
 //! lock in all.
 //!
+//! In front of the arenas, each thread may keep a [`ThreadCache`] of blocks lent by the arenas
+//! (`tcache.rs`): [`CtxPool::alloc_cached`] and [`CtxPool::free_cached`] serve a pair from it
+//! without a lock. An arena remembers which of its grants are lent (`lent`); they are neither
+//! its live records nor its free space, and it finds them in the caches when asked (another
+//! thread's free, `find`, `records`, `kill`, the report's free bytes).
+//!
 //! A lock is never held across a call into the program; it is held across device calls only on
 //! the slow path (growing, fencing, trimming), which the driver's own cuMemAlloc/cuMemFree
 //! would have made the program wait for anyway.

@@ -4,7 +4,8 @@
 //!
 //! Frees always ask the pool first whether it owns the pointer (even if the pool has since been
 //! turned off), so a pooled pointer never reaches the driver's free. A pooled block carries the
-//! tracker's record of it, so a pooled allocation or free takes one lock.
+//! tracker's record of it, so a pooled allocation or free takes one lock, or none when the
+//! calling thread's cache ([`crate::pool::cache`]) serves it.
 
 use std::cell::RefCell;
 
