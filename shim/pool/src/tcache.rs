@@ -313,6 +313,8 @@ pub struct ThreadCache {
     pub(crate) generation: u64,
     /// Slots the owner holds (cached, live): one bit each.
     used: u64,
+    /// Of those, the ones in its lists of cached blocks.
+    listed: u64,
     /// Address → slot, linear probing.
     index: [u8; INDEX],
     /// Cached slots by class, newest first; `next` links them.
@@ -342,6 +344,7 @@ impl ThreadCache {
             pool: 0,
             generation: 0,
             used: 0,
+            listed: 0,
             index: [NO; INDEX],
             heads: [NO; CLASSES],
             next: [NO; SLOTS],
@@ -425,15 +428,15 @@ impl ThreadCache {
         self.index[i] = slot as u8;
     }
 
-    /// Removes `addr` from the index (backward-shift deletion).
-    fn index_remove(&mut self, addr: u64) {
-        let mut i = home(addr);
+    /// Removes `slot`'s entry from the index (backward-shift deletion).
+    fn index_remove(&mut self, slot: usize) {
+        let mut i = home(self.addr[slot]);
         loop {
             let s = self.index[i];
             if s == NO {
                 return;
             }
-            if self.addr[s as usize] == addr {
+            if s as usize == slot {
                 break;
             }
             i = (i + 1) & (INDEX - 1);
@@ -461,6 +464,17 @@ impl ThreadCache {
         self.index[hole] = NO;
     }
 
+    /// Takes a cached slot out of the owner's lists and counts.
+    fn unlist(&mut self, slot: usize) {
+        if self.listed & (1 << slot) == 0 {
+            return;
+        }
+        self.listed &= !(1 << slot);
+        self.cached_blocks -= 1;
+        self.cached_bytes -= self.granted[slot];
+        self.unlink(slot);
+    }
+
     fn unlink(&mut self, slot: usize) {
         let c = class_of(self.granted[slot]);
         let mut p = self.heads[c];
@@ -480,7 +494,8 @@ impl ThreadCache {
 
     /// The owner lets go of a slot it held (vacant now, whoever made it so).
     fn drop_slot(&mut self, slot: usize) {
-        self.index_remove(self.addr[slot]);
+        self.unlist(slot);
+        self.index_remove(slot);
         self.used &= !(1 << slot);
     }
 
@@ -506,9 +521,7 @@ impl ThreadCache {
                     unready = true;
                     continue;
                 }
-                self.unlink(slot);
-                self.cached_blocks -= 1;
-                self.cached_bytes -= self.granted[slot];
+                self.unlist(slot);
                 let s = &self.slots()[slot];
                 let cur = s.state.load(Ordering::Relaxed);
                 let writing = next(cur, WRITING);
@@ -592,6 +605,7 @@ impl ThreadCache {
     }
 
     fn push_cached(&mut self, slot: usize) {
+        self.listed |= 1 << slot;
         let c = class_of(self.granted[slot]);
         self.next[slot] = self.heads[c];
         self.heads[c] = slot as u8;
@@ -642,6 +656,11 @@ impl ThreadCache {
         arena: usize,
         mark: u64,
     ) {
+        // A slot that still names this address was claimed by another thread (the block was
+        // lent again, so it is no longer there): forget it first.
+        if let Some(stale) = self.lookup(addr) {
+            self.drop_slot(stale);
+        }
         let s = &self.slots()[slot];
         s.addr.store(addr, Ordering::Relaxed);
         s.granted.store(granted, Ordering::Relaxed);
@@ -670,9 +689,7 @@ impl ThreadCache {
                 if self.mark[slot] <= ready {
                     continue;
                 }
-                self.unlink(slot);
-                self.cached_blocks -= 1;
-                self.cached_bytes -= self.granted[slot];
+                self.unlist(slot);
                 if let Some(b) = self.slots()[slot].claim_cached(None) {
                     out.push(b);
                 }
@@ -691,6 +708,45 @@ impl ThreadCache {
         }
         self.unbind();
         (cached, live)
+    }
+}
+
+impl ThreadCache {
+    /// Checks the owner's bookkeeping: every held slot is indexed once under its address, and
+    /// nothing else is; the cached counts match the lists. For the tests.
+    #[cfg(test)]
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let entries = self.index.iter().filter(|&&s| s != NO).count();
+        if entries != self.used.count_ones() as usize {
+            return Err(format!(
+                "{entries} index entries, {} slots held",
+                self.used.count_ones()
+            ));
+        }
+        for slot in 0..SLOTS {
+            if self.used & (1 << slot) != 0 && self.lookup(self.addr[slot]) != Some(slot) {
+                return Err(format!("slot {slot} ({:#x}) not found", self.addr[slot]));
+            }
+        }
+        let (mut blocks, mut bytes) = (0, 0);
+        for &head in &self.heads {
+            let mut p = head;
+            while p != NO {
+                blocks += 1;
+                bytes += self.granted[p as usize];
+                p = self.next[p as usize];
+            }
+        }
+        if (blocks, bytes) != (self.cached_blocks, self.cached_bytes) {
+            return Err(format!(
+                "lists hold {blocks} blocks, {bytes} bytes; counted {:?}",
+                self.cached()
+            ));
+        }
+        if blocks > MAX_CACHED_BLOCKS || bytes > MAX_CACHED_BYTES {
+            return Err(format!("over the bounds: {blocks} blocks, {bytes} bytes"));
+        }
+        Ok(())
     }
 }
 
@@ -734,8 +790,8 @@ mod tests {
         for (i, &a) in addrs.iter().enumerate() {
             assert_eq!(c.lookup(a), Some(i));
         }
-        for &a in addrs.iter().step_by(3) {
-            c.index_remove(a);
+        for (i, _) in addrs.iter().enumerate().step_by(3) {
+            c.index_remove(i);
         }
         for (i, &a) in addrs.iter().enumerate() {
             let want = (i % 3 != 0).then_some(i);

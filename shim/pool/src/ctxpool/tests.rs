@@ -876,6 +876,11 @@ impl Model {
         if let Err(e) = self.pool.check_invariants() {
             return Err(TestCaseError::fail(e));
         }
+        for (i, c) in self.caches.iter().enumerate() {
+            if let Err(e) = c.check() {
+                return Err(TestCaseError::fail(format!("cache {i}: {e}")));
+            }
+        }
         let s = self.pool.stats();
         let dev = self.pool.device().s.borrow();
         // Live blocks lie in chunks of their own arena (they cannot overlap: see alloc).
