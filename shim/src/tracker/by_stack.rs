@@ -8,10 +8,10 @@
 //!
 //! Cost on the allocation path: a thread's changes to the stack it last used are kept in its own
 //! delta ([`super::counters::stack_change`]) and folded into the shared atomics when it moves to
-//! another stack, and with its live bytes (every 64 operations or 1 MiB), so threads allocating
-//! from one stack do not meet on its cache line. Reading ([`snapshot`]) walks the chunks made so
-//! far and adds the running threads' deltas.
+//! another stack or exits, so threads allocating from one stack do not meet on its cache line.
+//! Reading ([`snapshot`]) walks the chunks made so far and adds the running threads' deltas.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering::Relaxed};
 
 use super::NONE;
@@ -105,8 +105,9 @@ pub(super) fn add_shared(d: usize, index: usize, bytes: i64, allocations: i64) {
 /// allocations)`, stacks with nothing live left out.
 pub fn snapshot(device: i32) -> Vec<(u32, u64, u64)> {
     let d = &DEVICES_[slot(device)];
-    let deltas = super::counters::stack_deltas(slot(device));
-    let mut out = Vec::new();
+    // (bytes, allocations) by stack index: the shared counters, plus the running threads'
+    // deltas (whose chunk may not even exist yet).
+    let mut live: BTreeMap<usize, (i64, i64)> = BTreeMap::new();
     for (k, c) in d.chunks.iter().enumerate() {
         let p = c.load(std::sync::atomic::Ordering::Acquire);
         if p.is_null() {
@@ -115,19 +116,26 @@ pub fn snapshot(device: i32) -> Vec<(u32, u64, u64)> {
         // SAFETY: as in `cell`.
         let chunk = unsafe { &*p };
         for (j, cell) in chunk.iter().enumerate() {
-            let i = k * CHUNK + j;
-            let (mut bytes, mut allocations) =
-                (cell.bytes.load(Relaxed), cell.allocations.load(Relaxed));
-            for &(_, b, a) in deltas.iter().filter(|(index, _, _)| *index == i) {
-                bytes += b;
-                allocations += a;
-            }
-            if bytes > 0 {
-                let id = if i >= NO_STACK { NONE } else { i as u32 };
-                out.push((id, bytes as u64, allocations.max(0) as u64));
+            let bytes = cell.bytes.load(Relaxed);
+            let allocations = cell.allocations.load(Relaxed);
+            if bytes != 0 || allocations != 0 {
+                live.insert(k * CHUNK + j, (bytes, allocations));
             }
         }
     }
+    for (i, bytes, allocations) in super::counters::stack_deltas(slot(device)) {
+        let e = live.entry(i).or_default();
+        e.0 += bytes;
+        e.1 += allocations;
+    }
+    let mut out: Vec<(u32, u64, u64)> = live
+        .into_iter()
+        .filter(|(_, (bytes, _))| *bytes > 0)
+        .map(|(i, (bytes, allocations))| {
+            let id = if i >= NO_STACK { NONE } else { i as u32 };
+            (id, bytes as u64, allocations.max(0) as u64)
+        })
+        .collect();
     out.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     out
 }

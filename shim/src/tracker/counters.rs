@@ -11,9 +11,9 @@
 //!
 //! The live bytes by stack ([`super::by_stack`]) of the stack a thread last allocated or freed
 //! from are kept the same way: a per-thread delta, folded into the stack's shared counters when
-//! the thread moves to another stack or device, and whenever the live bytes fold (so a peak
-//! record taken at a fold sees its own thread's). Readers add the deltas of running threads
-//! ([`stack_deltas`]). Without it, every thread allocating from one stack (or with stacks off)
+//! the thread moves to another stack or device, and when it exits. Readers add the deltas of
+//! running threads ([`stack_deltas`]), so a snapshot misses nothing but what a thread folds at
+//! that very moment. Without it, every thread allocating from one stack (or with stacks off)
 //! would meet on one cache line, twice per allocation and twice per free.
 
 use std::cell::Cell;
@@ -60,14 +60,17 @@ impl StackDelta {
         }
     }
 
-    /// Folds the delta into the shared counters (the owner thread, or its exit).
+    /// Folds the delta into the shared counters: only its own thread (or that thread's exit)
+    /// writes it, so plain loads and stores do.
+    #[inline]
     fn fold(&self) {
         let key = self.key.load(Relaxed);
         if key == NO_KEY {
             return;
         }
-        let bytes = self.bytes.swap(0, Relaxed);
-        let allocations = self.allocations.swap(0, Relaxed);
+        let (bytes, allocations) = (self.bytes.load(Relaxed), self.allocations.load(Relaxed));
+        self.bytes.store(0, Relaxed);
+        self.allocations.store(0, Relaxed);
         if bytes != 0 || allocations != 0 {
             super::by_stack::add_shared(
                 (key >> 32) as usize,
@@ -318,7 +321,6 @@ fn live_change(c: &'static Counters, s: usize, delta: i64) {
     if v.abs() >= FLUSH_BYTES || ops >= u64::from(FLUSH_OPS) {
         d.live_delta.store(0, Relaxed);
         c.ops.store(0, Relaxed);
-        c.stack.fold();
         shared_live(s, v);
     } else {
         d.live_delta.store(v, Relaxed);
