@@ -9,19 +9,29 @@
 //! in the shim the tracker's record), so a pooled allocation and a pooled free each take one
 //! lock in all.
 //!
+//! In front of the arenas, each thread may keep a [`ThreadCache`] of blocks lent by the arenas
+//! (`tcache.rs`): [`CtxPool::alloc_cached`] and [`CtxPool::free_cached`] serve a pair from it
+//! without a lock. An arena remembers which of its grants are lent (`lent`); they are neither
+//! its live records nor its free space, and it finds them in the caches when asked (another
+//! thread's free, `find`, `records`, `kill`, the report's free bytes).
+//!
 //! A lock is never held across a call into the program; it is held across device calls only on
 //! the slow path (growing, fencing, trimming), which the driver's own cuMemAlloc/cuMemFree
 //! would have made the program wait for anyway.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::addr_hash::{AddrMap, AddrSet};
 use crate::device::{Device, DeviceError};
 use crate::fence::Fences;
 use crate::growth::{GrowthPolicy, Route};
 use crate::policy::{self, Refused, Request, Steps};
+use crate::tcache::{self, CachedBlock, LiveBlock, MAX_CACHED_BLOCK, Packed, Shared, ThreadCache};
 use crate::tlsf::{ChunkId, FreeError, Grant, SubAllocator};
 
 /// Arenas per pool.
@@ -143,8 +153,10 @@ struct Arena<D: Device, R> {
     /// Frees that waited for a fence, counted for polling.
     frees: u32,
     fences: Fences<D::Event>,
-    /// The record of each live block that was given one.
+    /// The record of each live block that was given one (not those lent to a thread cache).
     records: AddrMap<R>,
+    /// Blocks lent to thread caches (granted here; cached or live there, see `tcache.rs`).
+    lent: AddrSet,
     chunks_added: u64,
     trims: u64,
     trimmed_bytes: u64,
@@ -165,6 +177,14 @@ pub struct CtxPool<D: Device, R> {
     peak_reserved: AtomicU64,
     /// The context is gone; the device freed the chunks with it.
     dead: AtomicBool,
+    /// The thread caches bound to this pool (see `tcache.rs`).
+    caches: Mutex<Vec<Arc<Shared>>>,
+    /// Bumped when the context dies: every thread cache bound before forgets its blocks.
+    cache_generation: AtomicU64,
+    /// Some thread cache was orphaned (its thread exited) and waits to be adopted.
+    orphans: AtomicBool,
+    /// Submissions up to this mark are complete (the highest any arena's fences reached).
+    completed: AtomicU64,
 }
 
 /// Locks a mutex, taking it back from a thread that panicked while holding it (the same rule as
@@ -173,7 +193,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl<D: Device, R: Copy> CtxPool<D, R> {
+impl<D: Device, R: Packed> CtxPool<D, R> {
     /// An empty pool on `device`.
     pub fn new(device: D, settings: Settings) -> CtxPool<D, R> {
         let arena = || {
@@ -189,6 +209,7 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
                 frees: 0,
                 fences: Fences::default(),
                 records: AddrMap::default(),
+                lent: AddrSet::default(),
                 chunks_added: 0,
                 trims: 0,
                 trimmed_bytes: 0,
@@ -202,6 +223,18 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
             reserved: AtomicU64::new(0),
             peak_reserved: AtomicU64::new(0),
             dead: AtomicBool::new(false),
+            caches: Mutex::new(Vec::new()),
+            cache_generation: AtomicU64::new(1),
+            orphans: AtomicBool::new(false),
+            completed: AtomicU64::new(0),
+        }
+    }
+
+    /// Notes that an arena's fences reached `mark`.
+    #[inline]
+    fn note_completed(&self, mark: u64) {
+        if mark > self.completed.load(Relaxed) {
+            self.completed.fetch_max(mark, Release);
         }
     }
 
@@ -251,6 +284,9 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
                 over_limit: None,
             });
         }
+        if self.orphans.load(Relaxed) {
+            self.adopt_orphans();
+        }
         let arena = arena % ARENAS;
         let mut g = lock(&self.arenas[arena]);
         if !g.pending.is_empty() {
@@ -270,11 +306,45 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
     /// block's record, or [`InvalidFree`] for an address in the arena's chunks that starts no
     /// live block.
     pub fn free(&self, arena: usize, addr: u64) -> Option<Result<Option<R>, InvalidFree>> {
+        self.free_lending(arena, addr, None)
+    }
+
+    /// [`free`](Self::free), lending the block to `lend`'s cache (into its free slot) when the
+    /// cache has room for it.
+    fn free_lending(
+        &self,
+        arena: usize,
+        addr: u64,
+        lend: Option<(&mut ThreadCache, usize)>,
+    ) -> Option<Result<Option<R>, InvalidFree>> {
         if self.dead() {
             return None;
         }
         let mark = self.device.submissions();
-        let mut g = lock(&self.arenas[arena % ARENAS]);
+        let arena = arena % ARENAS;
+        let mut g = lock(&self.arenas[arena]);
+        if !g.lent.is_empty() && g.lent.contains(&addr) {
+            // Lent to a thread cache: live there (freed by another thread), or cached there
+            // (freed twice).
+            let Some(block) = self.claim_live(addr) else {
+                return Some(Err(InvalidFree));
+            };
+            g.lent.remove(&addr);
+            g.release(self, addr, block.granted, mark);
+            return Some(Ok(block.record));
+        }
+        if let Some((cache, slot)) = lend
+            && let Some(granted) = g.sub.granted(addr)
+            && granted <= MAX_CACHED_BLOCK
+            && cache.wants(granted)
+            && (g.pending_set.is_empty() || !g.pending_set.contains(&addr))
+        {
+            let record = g.records.remove(&addr);
+            g.lent.insert(addr);
+            drop(g);
+            cache.put_cached(slot, addr, granted, arena, mark);
+            return Some(Ok(record));
+        }
         let immediate = mark <= g.fences.completed() || self.settings.unsafe_reuse;
         if immediate && (g.pending_set.is_empty() || !g.pending_set.contains(&addr)) {
             return match g.sub.free(addr) {
@@ -302,7 +372,8 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
                     g.fence(self);
                 }
                 if policy::poll_due(g.frees) {
-                    g.fences.poll(&self.device);
+                    let done = g.fences.poll(&self.device);
+                    self.note_completed(done);
                     g.release_ready();
                     g.after_release(self);
                 }
@@ -324,6 +395,14 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
         if g.pending_set.contains(&grant.addr) {
             return None;
         }
+        if !g.lent.is_empty() && g.lent.contains(&grant.addr) {
+            let live = self.find_live(grant.addr)?;
+            return Some(Block {
+                addr: grant.addr,
+                granted: grant.size,
+                record: live.record,
+            });
+        }
         Some(Block {
             addr: grant.addr,
             granted: grant.size,
@@ -342,7 +421,8 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
                 let g = lock(a);
                 g.sub.stats().free_bytes + g.pending_bytes
             })
-            .sum()
+            .sum::<u64>()
+            + self.cached_bytes()
     }
 
     /// The records of every live block, with their addresses.
@@ -350,6 +430,15 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
         let mut out = Vec::new();
         for a in self.arenas.iter() {
             out.extend(lock(a).records.iter().map(|(k, v)| (*k, *v)));
+        }
+        for shared in self.registered() {
+            for s in &shared.slots {
+                if let Some((_, b)) = s.read_live::<R>()
+                    && let Some(r) = b.record
+                {
+                    out.push((b.addr, r));
+                }
+            }
         }
         out
     }
@@ -359,9 +448,26 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
     pub fn kill(&self) -> Vec<(u64, R)> {
         self.dead.store(true, Relaxed);
         let mut gone = Vec::new();
+        // Thread caches: their live records are lost with the context; each owner forgets its
+        // slots when it sees the generation changed.
+        let caches = {
+            let mut c = lock(&self.caches);
+            self.cache_generation.fetch_add(1, AcqRel);
+            std::mem::take(&mut *c)
+        };
+        for shared in caches {
+            for s in &shared.slots {
+                if let Some((_, b)) = s.read_live::<R>()
+                    && let Some(r) = b.record
+                {
+                    gone.push((b.addr, r));
+                }
+            }
+        }
         for a in self.arenas.iter() {
             let mut g = lock(a);
             gone.extend(g.records.drain());
+            g.lent.clear();
             g.pending.clear();
             g.pending_set.clear();
             g.pending_bytes = 0;
@@ -401,7 +507,225 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
             o.syncs += g.fences.syncs;
             o.limit_refusals += g.limit_refusals;
         }
+        o.free_bytes += self.cached_bytes();
         o
+    }
+
+    // ---- thread caches (see `tcache.rs`) ----------------------------------------------------
+
+    /// Allocates like [`alloc`](Self::alloc), from `cache` when it holds a ready block of the
+    /// size's class: then without a lock. The cache is bound to this pool on first use; a cache
+    /// bound to another pool is not used (give it back first with that pool's
+    /// [`flush_cache`](Self::flush_cache)).
+    #[inline]
+    pub fn alloc_cached(
+        &self,
+        cache: &mut ThreadCache,
+        arena: usize,
+        size: u64,
+        record: Option<R>,
+    ) -> Result<u64, Refusal> {
+        if size != 0 && size <= MAX_CACHED_BLOCK && self.cache_ready(cache) {
+            let rounded = size.next_multiple_of(ALIGN);
+            let ready = self.ready_mark();
+            match cache.take(rounded, ready, record) {
+                tcache::Take::Hit(addr) => return Ok(addr),
+                tcache::Take::Miss { unready: true } => {
+                    // Blocks that wait for their fence go back to their arenas, which fence.
+                    let blocks = cache.take_unready(rounded, ready);
+                    self.return_cached(blocks);
+                }
+                tcache::Take::Miss { unready: false } => {}
+            }
+        }
+        self.alloc(arena, size, record)
+    }
+
+    /// Frees like [`free`](Self::free): a block live in `cache` goes back into it without a
+    /// lock (or to its arena when the cache is full); another block of the pool freed by this
+    /// thread is lent to the cache when it has room.
+    #[inline]
+    pub fn free_cached(
+        &self,
+        cache: &mut ThreadCache,
+        arena: usize,
+        addr: u64,
+    ) -> Option<Result<Option<R>, InvalidFree>> {
+        if !self.cache_ready(cache) {
+            return self.free(arena, addr);
+        }
+        if let Some(slot) = cache.lookup(addr) {
+            let mark = self.device.submissions();
+            match cache.release::<R>(slot, mark) {
+                tcache::Release::Cached(record) => return Some(Ok(record)),
+                tcache::Release::ToArena(b) => {
+                    let mut g = lock(&self.arenas[b.arena]);
+                    g.lent.remove(&b.addr);
+                    g.release(self, b.addr, b.granted, mark);
+                    return Some(Ok(b.record));
+                }
+                tcache::Release::Gone => {}
+            }
+        }
+        let mut lend = None;
+        if cache.wants(ALIGN)
+            && let Some((slot, handed)) = cache.free_slot::<R>()
+        {
+            if let Some(b) = handed {
+                self.hand_over(b);
+            }
+            lend = Some(slot);
+        }
+        self.free_lending(arena, addr, lend.map(|slot| (cache, slot)))
+    }
+
+    /// Gives every block of `cache` back to this pool (cached ones to be reused, live ones
+    /// with their records to their arenas) and unbinds it; for a thread moving to another
+    /// context's pool. Does nothing to a cache bound to another pool; a cache of this pool's
+    /// dead context is only forgotten.
+    pub fn flush_cache(&self, cache: &mut ThreadCache) {
+        if cache.bound_pool() != self.key() {
+            return;
+        }
+        if cache.generation != self.cache_generation.load(Acquire) {
+            cache.forget();
+            return;
+        }
+        if let Some(shared) = cache.shared.clone() {
+            lock(&self.caches).retain(|s| !Arc::ptr_eq(s, &shared));
+        }
+        let (cached, live) = cache.take_all::<R>();
+        self.return_cached(cached);
+        for b in live {
+            self.hand_over(b);
+        }
+    }
+
+    /// `cache`'s thread is exiting: marks the cache orphaned, for the pool to adopt on a later
+    /// allocation. Two atomic stores: no lock, no allocation. The cache is unbound.
+    pub fn orphan_cache(&self, cache: &mut ThreadCache) {
+        if cache.bound_pool() != self.key() {
+            return;
+        }
+        if cache.generation == self.cache_generation.load(Acquire)
+            && let Some(shared) = &cache.shared
+        {
+            shared.orphaned.store(true, Release);
+            self.orphans.store(true, Release);
+        }
+        cache.pool = 0;
+    }
+
+    /// This pool's identity for the caches bound to it.
+    #[inline]
+    fn key(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    /// Marks up to this are covered by completed fences (everything, with `unsafe_reuse`).
+    #[inline]
+    fn ready_mark(&self) -> u64 {
+        if self.settings.unsafe_reuse {
+            u64::MAX
+        } else {
+            self.completed.load(Acquire)
+        }
+    }
+
+    /// Whether `cache` may be used with this pool now, binding it on first use.
+    #[inline]
+    fn cache_ready(&self, cache: &mut ThreadCache) -> bool {
+        let me = self.key();
+        if cache.pool == me {
+            if cache.generation == self.cache_generation.load(Acquire) {
+                return true;
+            }
+            cache.forget();
+        }
+        if cache.pool != 0 || self.dead() {
+            return false;
+        }
+        let mut caches = lock(&self.caches);
+        let generation = self.cache_generation.load(Acquire);
+        if self.dead() {
+            return false;
+        }
+        caches.push(cache.bind(me, generation));
+        true
+    }
+
+    /// The caches bound to this pool now.
+    fn registered(&self) -> Vec<Arc<Shared>> {
+        lock(&self.caches).clone()
+    }
+
+    /// Bytes cached in the thread caches.
+    fn cached_bytes(&self) -> u64 {
+        self.registered()
+            .iter()
+            .flat_map(|s| s.slots.iter())
+            .map(|s| s.cached_bytes())
+            .sum()
+    }
+
+    /// The live block at `addr` in some thread cache.
+    fn find_live(&self, addr: u64) -> Option<LiveBlock<R>> {
+        self.registered().iter().find_map(|shared| {
+            shared.slots.iter().find_map(|s| {
+                s.read_live::<R>()
+                    .map(|(_, b)| b)
+                    .filter(|b| b.addr == addr)
+            })
+        })
+    }
+
+    /// Takes the live block at `addr` out of the thread cache that holds it.
+    fn claim_live(&self, addr: u64) -> Option<LiveBlock<R>> {
+        let caches = self.registered();
+        caches
+            .iter()
+            .find_map(|shared| shared.slots.iter().find_map(|s| s.claim_live::<R>(addr)))
+    }
+
+    /// Cached blocks taken out of a cache go back to their arenas, freed at their marks.
+    fn return_cached(&self, blocks: Vec<CachedBlock>) {
+        for b in blocks {
+            let mut g = lock(&self.arenas[b.arena]);
+            g.lent.remove(&b.addr);
+            g.release(self, b.addr, b.granted, b.mark);
+        }
+    }
+
+    /// A live block taken out of a cache becomes an ordinary live block of its arena.
+    fn hand_over(&self, b: LiveBlock<R>) {
+        let mut g = lock(&self.arenas[b.arena]);
+        g.lent.remove(&b.addr);
+        if let Some(r) = b.record {
+            g.records.insert(b.addr, r);
+        }
+    }
+
+    /// Takes in the blocks of caches whose threads exited.
+    fn adopt_orphans(&self) {
+        if !self.orphans.swap(false, AcqRel) {
+            return;
+        }
+        let orphans: Vec<Arc<Shared>> = {
+            let mut caches = lock(&self.caches);
+            let (orphans, keep) = std::mem::take(&mut *caches)
+                .into_iter()
+                .partition(|s| s.orphaned.load(Acquire));
+            *caches = keep;
+            orphans
+        };
+        for shared in orphans {
+            let (mut cached, mut live) = (Vec::new(), Vec::new());
+            tcache::drain::<R>(&shared, &mut cached, &mut live);
+            self.return_cached(cached);
+            for b in live {
+                self.hand_over(b);
+            }
+        }
     }
 
     /// Gives idle chunks of the other arenas back to the device (those whose lock is free now),
@@ -457,13 +781,76 @@ impl<D: Device, R: Copy> CtxPool<D, R> {
                 if g.sub.find(*addr).map(|b| b.addr) != Some(*addr) {
                     return Err(format!("arena {i}: record of {addr:#x} without its block"));
                 }
+                if g.lent.contains(addr) {
+                    return Err(format!("arena {i}: lent {addr:#x} kept its record"));
+                }
             }
+            for addr in &g.lent {
+                if g.sub.find(*addr).map(|b| b.addr) != Some(*addr) {
+                    return Err(format!("arena {i}: lent {addr:#x} is not a live grant"));
+                }
+                if g.pending_set.contains(addr) {
+                    return Err(format!("arena {i}: lent {addr:#x} is pending"));
+                }
+            }
+        }
+        // Every block lent is in one slot of a registered cache, and every occupied slot holds
+        // a lent block of its arena.
+        let lent: usize = self.arenas.iter().map(|a| lock(a).lent.len()).sum();
+        let mut held = 0;
+        for shared in self.registered() {
+            for s in &shared.slots {
+                let block = s
+                    .read_live::<R>()
+                    .map(|(_, b)| (b.addr, b.arena))
+                    .or_else(|| (s.cached_bytes() > 0).then(|| (s.addr(), s.arena())));
+                if let Some((addr, arena)) = block {
+                    held += 1;
+                    if !lock(&self.arenas[arena]).lent.contains(&addr) {
+                        return Err(format!("cached {addr:#x} is not lent by arena {arena}"));
+                    }
+                }
+            }
+        }
+        if held != lent {
+            return Err(format!("{lent} blocks lent, {held} in thread caches"));
         }
         Ok(())
     }
 }
 
-impl<D: Device, R: Copy> Arena<D, R> {
+impl<D: Device, R: Packed> Arena<D, R> {
+    /// Takes back a block granted here (no longer live, lent or pending) freed at `mark`:
+    /// reusable at once when the mark is covered, else pending until a fence covers it.
+    fn release(&mut self, pool: &CtxPool<D, R>, addr: u64, size: u64, mark: u64) {
+        if mark <= self.fences.completed() || pool.settings.unsafe_reuse {
+            if let Ok(freed) = self.sub.free(addr)
+                && freed.chunk_idle
+            {
+                self.after_release(pool);
+            }
+            return;
+        }
+        // Pending frees stay in mark order: a block cached a while ago waits as long as the
+        // newest pending one (longer than it must, never shorter).
+        let mark = mark.max(self.pending.back().map_or(0, |p| p.0));
+        self.pending.push_back((mark, addr, size));
+        self.pending_set.insert(addr);
+        self.pending_bytes += size;
+        self.since_fence_bytes += size;
+        self.since_fence_count += 1;
+        self.frees = self.frees.wrapping_add(1);
+        if policy::fence_due(self.since_fence_bytes, self.since_fence_count) {
+            self.fence(pool);
+        }
+        if policy::poll_due(self.frees) {
+            let done = self.fences.poll(&pool.device);
+            pool.note_completed(done);
+            self.release_ready();
+            self.after_release(pool);
+        }
+    }
+
     fn try_alloc(&mut self, size: u64) -> Option<Grant> {
         let r = match self.growth.route(size) {
             Route::Shared => self.sub.alloc(size, ALIGN),
@@ -500,9 +887,10 @@ impl<D: Device, R: Copy> Arena<D, R> {
         if !pool.device.is_current() {
             return false;
         }
-        if self.fences.synchronize(&pool.device).is_none() {
+        let Some(done) = self.fences.synchronize(&pool.device) else {
             return false;
-        }
+        };
+        pool.note_completed(done);
         self.release_ready();
         self.since_fence_bytes = 0;
         self.since_fence_count = 0;
@@ -648,12 +1036,40 @@ struct SlowPath<'a, D: Device, R> {
     dedicated: bool,
 }
 
-impl<D: Device, R: Copy> Steps for SlowPath<'_, D, R> {
+impl<D: Device, R: Packed> Steps for SlowPath<'_, D, R> {
     type Grant = Grant;
 
     fn reclaim(&mut self) {
-        self.arena.fences.poll(&self.pool.device);
+        let done = self.arena.fences.poll(&self.pool.device);
+        self.pool.note_completed(done);
         self.arena.release_ready();
+    }
+
+    fn drain_caches(&mut self) {
+        for shared in self.pool.registered() {
+            for s in &shared.slots {
+                if let Some(b) = s.claim_cached(Some(self.index)) {
+                    self.arena.lent.remove(&b.addr);
+                    self.arena.release(self.pool, b.addr, b.granted, b.mark);
+                }
+            }
+        }
+        // The other arenas' cached blocks too, where their lock is free now (their chunks may
+        // then become idle, for `trim_others`).
+        for (i, a) in self.pool.arenas.iter().enumerate() {
+            if i == self.index {
+                continue;
+            }
+            let Ok(mut g) = a.try_lock() else { continue };
+            for shared in self.pool.registered() {
+                for s in &shared.slots {
+                    if let Some(b) = s.claim_cached(Some(i)) {
+                        g.lent.remove(&b.addr);
+                        g.release(self.pool, b.addr, b.granted, b.mark);
+                    }
+                }
+            }
+        }
     }
 
     fn try_alloc(&mut self) -> Option<Grant> {

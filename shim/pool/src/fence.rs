@@ -21,6 +21,11 @@
 //!   at once (its mark is already covered).
 //! - Otherwise frees wait in batches; one fence per batch amortizes the events.
 //!
+//! A block in a thread cache (`tcache.rs`) follows the same rule: its slot keeps its free's mark,
+//! and it is handed out again only once a completed fence covers that mark (the pool keeps the
+//! highest mark any of its arenas' fences reached); one that still waits goes back to its arena's
+//! pending frees.
+//!
 //! Streams that were non-blocking and are destroyed with work in flight get a last event at
 //! destruction, which the next fence waits for too. While any stream capture is active, no fence
 //! is recorded (an event on the legacy stream would invalidate a global-mode capture): frees wait.

@@ -17,6 +17,9 @@
 //! - `tlsf.rs`: the sub-allocator, a two-level segregated fit over address ranges, O(1).
 //! - `growth.rs`: how large a chunk to ask for, and which requests get a chunk of their own.
 //! - `fence.rs`: the rule for when a freed block may be reused without racing GPU work.
+//! - `tcache.rs`: [`ThreadCache`], a thread's cache of ready blocks in front of the arenas, so
+//!   that a pair it serves takes no lock; the caller's record lives in the cache slot, with
+//!   the block.
 //! - `policy.rs`: what an arena does when it cannot serve a request at once (reclaim, wait for
 //!   pending frees, fence, grow, synchronize, trim, refuse), and when it trims and fences.
 //! - [`Device`] (`device.rs`): what the pool needs from the device.
@@ -55,13 +58,13 @@
 //! }
 //!
 //! let settings = Settings { keep: 1 << 30, ..Settings::default() };
-//! let pool: CtxPool<Idle, &str> = CtxPool::new(Idle { next: Cell::new(1 << 40) }, settings);
+//! let pool: CtxPool<Idle, u64> = CtxPool::new(Idle { next: Cell::new(1 << 40) }, settings);
 //!
-//! let a = pool.alloc(0, 1000, Some("weights")).unwrap();
+//! let a = pool.alloc(0, 1000, Some(7)).unwrap();
 //! assert_eq!(a % 256, 0);
 //! let block = pool.find(0, a + 10).unwrap();
-//! assert_eq!((block.addr, block.granted, block.record), (a, 1024, Some("weights")));
-//! assert_eq!(pool.free(0, a), Some(Ok(Some("weights"))));
+//! assert_eq!((block.addr, block.granted, block.record), (a, 1024, Some(7)));
+//! assert_eq!(pool.free(0, a), Some(Ok(Some(7))));
 //!
 //! // Nothing was submitted since the last fence, so the block is reusable at once, and the
 //! // idle chunk stays (it is within what is kept).
@@ -77,9 +80,13 @@ mod device;
 mod fence;
 mod growth;
 mod policy;
+mod tcache;
 mod tlsf;
 
 pub use ctxpool::{
     ALIGN, ARENAS, Block, CtxPool, InvalidFree, PoolStats, Reason, Refusal, Settings,
 };
 pub use device::{Device, DeviceError, LEGACY_STREAM};
+pub use tcache::{
+    MAX_CACHED_BLOCK, MAX_CACHED_BLOCKS, MAX_CACHED_BYTES, Packed, RECORD_WORDS, SLOTS, ThreadCache,
+};

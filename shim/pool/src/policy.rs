@@ -19,7 +19,8 @@
 //!    policy's `dedicated_release`), so reserved memory tracks live memory. Then add a chunk of
 //!    the size the growth policy wants, and if the limit or the device refuses it, one of the
 //!    minimum that serves the request (skipped when it is the same size).
-//! 4. **Under pressure**: synchronize (if frees wait); give every idle chunk of this arena back,
+//! 4. **Under pressure**: take this arena's blocks back from the thread caches
+//!    (`tcache.rs`); synchronize (if frees wait); give every idle chunk of this arena back,
 //!    waiting for the device; when the minimum chunk is still over the limit, also those of the
 //!    other arenas whose locks are free. Then, if the limit allows the minimum chunk, add it;
 //!    else refuse, saying it is the limit.
@@ -122,6 +123,8 @@ pub(crate) trait Steps {
     fn trim_own(&mut self);
     /// Gives the idle chunks of the other arenas back (those not busy now).
     fn trim_others(&mut self);
+    /// Takes this arena's blocks cached in thread caches back (under pressure).
+    fn drain_caches(&mut self) {}
 }
 
 /// The slow path (see the module documentation): the grant, or why there is none.
@@ -157,7 +160,9 @@ pub(crate) fn alloc_slow<S: Steps>(s: &mut S, r: &Request) -> Result<S::Grant, R
             break;
         }
     }
-    // 4. Under pressure: synchronize, reclaim, give idle chunks back, retry.
+    // 4. Under pressure: take cached blocks back, synchronize, reclaim, give idle chunks back,
+    //    retry.
+    s.drain_caches();
     if s.has_pending() {
         s.synchronize();
     }

@@ -1016,6 +1016,15 @@ impl SubAllocator {
         })
     }
 
+    /// The size granted to the live block that starts at `addr`.
+    ///
+    /// # Time Complexity
+    /// O(1): one address-map lookup.
+    #[inline]
+    pub fn granted(&self, addr: u64) -> Option<u64> {
+        self.live.get(addr).map(|n| self.nodes[n as usize].size)
+    }
+
     /// The live block that contains `addr` (its start or any interior byte), as granted.
     ///
     /// # Time Complexity

@@ -42,6 +42,9 @@ pub struct Config {
     pub pool: bool,
     /// `CUGUARD_POOL_INITIAL`, `CUGUARD_POOL_LIMIT`, `CUGUARD_POOL_KEEP`.
     pub pool_settings: PoolSettings,
+    /// `CUGUARD_POOL_THREAD_CACHE`: a per-thread cache of ready blocks in front of the pool's
+    /// arenas (`cuguard_pool::ThreadCache`); 0 to compare without it.
+    pub thread_cache: bool,
     /// `CUGUARD_TEST_UNSAFE_REUSE=1`: for cuguard's own tests only, the pool reuses freed blocks
     /// at once, ignoring fences, so a test can show that it would then catch the corruption.
     pub unsafe_reuse: bool,
@@ -185,6 +188,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let quiet = flag("CUGUARD_QUIET", false);
     let log = flag("CUGUARD_LOG", false);
     let pool = flag("CUGUARD_POOL", true);
+    let thread_cache = flag("CUGUARD_POOL_THREAD_CACHE", true);
     let unsafe_reuse = flag("CUGUARD_TEST_UNSAFE_REUSE", false);
     let signals = flag("CUGUARD_SIGNALS", true);
     let no_tracking = flag("CUGUARD_TEST_NO_TRACKING", false);
@@ -324,6 +328,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         timeline_ms,
         pool,
         pool_settings,
+        thread_cache,
         unsafe_reuse,
         no_tracking,
         problems,

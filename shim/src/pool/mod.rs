@@ -2,6 +2,7 @@
 //! `cuguard_pool` crate's pools (sub-allocator, growth, fences, policy; no FFI), one per context.
 //! What is here is about this process and its driver:
 //!
+//! - [`cache`]: the calling thread's cache of ready blocks, bound to one pool at a time.
 //! - [`device`]: the pool's `Device` over the real driver, for one context.
 //! - [`fence`]: what the hooks see of the program's work (submissions, captures, non-blocking
 //!   streams), which the pool's fences need.
@@ -15,6 +16,7 @@
 //! and the pool forgets them. Stream-ordered, managed, VMM and pinned host memory never come
 //! from the pool.
 
+pub mod cache;
 pub mod device;
 pub mod fence;
 pub mod registry;

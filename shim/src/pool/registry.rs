@@ -251,4 +251,5 @@ pub fn reset_after_fork() {
     crate::process::global::replace(&REGISTRY, new_registry());
     ANY.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
+    super::cache::reset_after_fork();
 }

@@ -4,7 +4,8 @@
 //!
 //! Frees always ask the pool first whether it owns the pointer (even if the pool has since been
 //! turned off), so a pooled pointer never reaches the driver's free. A pooled block carries the
-//! tracker's record of it, so a pooled allocation or free takes one lock.
+//! tracker's record of it, so a pooled allocation or free takes one lock, or none when the
+//! calling thread's cache ([`crate::pool::cache`]) serves it.
 
 use std::cell::RefCell;
 
@@ -13,7 +14,7 @@ use cuguard_pool::ARENAS;
 use crate::config;
 use crate::ffi::*;
 use crate::guard;
-use crate::pool::{device, registry};
+use crate::pool::{cache, device, registry};
 use crate::tracker::Record;
 
 /// The real cuMemAlloc_v2.
@@ -61,7 +62,9 @@ fn pooled(cur: Option<u64>, size: u64, record: Option<Record>) -> Option<Result<
     let pool = guard::shield(None, || registry::current(ctx))?;
     let arena = crate::tracker::counters::arena(ARENAS);
     guard::shield(None, || {
-        Some(pool.alloc(arena, size, record).map_err(|refusal| {
+        let result = cache::with(pool, true, |c| pool.alloc_cached(c, arena, size, record))
+            .unwrap_or_else(|| pool.alloc(arena, size, record));
+        Some(result.map_err(|refusal| {
             set_failure_reason(refusal.message(cuguard_report::human_bytes));
             device::result_of(refusal.reason)
         }))
@@ -166,13 +169,19 @@ pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Optio
         return None;
     }
     let answer = guard::shield(None, || {
+        // The thread's cache follows the current context's pool; a block of another pool is
+        // freed to that pool directly.
+        let free = |pool: &'static super::Pool, arena: usize, rebind: bool| {
+            cache::with(pool, rebind, |c| pool.free_cached(c, arena, addr))
+                .unwrap_or_else(|| pool.free(arena, addr))
+        };
         if let Some(pool) = cur.and_then(registry::current_existing)
-            && let Some(r) = pool.free(crate::tracker::counters::arena(ARENAS), addr)
+            && let Some(r) = free(pool, crate::tracker::counters::arena(ARENAS), true)
         {
             return Some(r);
         }
         let (pool, arena) = registry::owner(addr)?;
-        pool.free(arena, addr)
+        free(pool, arena, false)
     })?;
     Some(match answer {
         Ok(record) => (CUDA_SUCCESS, record),

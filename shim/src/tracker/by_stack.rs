@@ -6,9 +6,12 @@
 //! that no stack allocated on costs nothing). An allocation without a stack (capture off, or the
 //! stack table full) is counted under no stack: [`NO_STACK`].
 //!
-//! Cost on the allocation path: two relaxed atomic adds (threads allocating from one stack share
-//! its cache line). Reading ([`snapshot`]) walks the chunks made so far.
+//! Cost on the allocation path: a thread's changes to the stack it last used are kept in its own
+//! delta ([`super::counters::stack_change`]) and folded into the shared atomics when it moves to
+//! another stack or exits, so threads allocating from one stack do not meet on its cache line.
+//! Reading ([`snapshot`]) walks the chunks made so far and adds the running threads' deltas.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering::Relaxed};
 
 use super::NONE;
@@ -85,7 +88,15 @@ fn cell(d: usize, index: usize) -> &'static Cell {
 /// more or fewer (`allocations`: +1 or -1).
 #[inline]
 pub fn add(stack: u32, device: i32, bytes: i64, allocations: i64) {
-    let c = cell(slot(device), index(stack));
+    let (d, i) = (slot(device), index(stack));
+    if !super::counters::stack_change(d, i, bytes, allocations) {
+        add_shared(d, i, bytes, allocations);
+    }
+}
+
+/// Adds to the shared counters of stack index `index` on device slot `d`.
+pub(super) fn add_shared(d: usize, index: usize, bytes: i64, allocations: i64) {
+    let c = cell(d, index);
     c.bytes.fetch_add(bytes, Relaxed);
     c.allocations.fetch_add(allocations, Relaxed);
 }
@@ -94,7 +105,9 @@ pub fn add(stack: u32, device: i32, bytes: i64, allocations: i64) {
 /// allocations)`, stacks with nothing live left out.
 pub fn snapshot(device: i32) -> Vec<(u32, u64, u64)> {
     let d = &DEVICES_[slot(device)];
-    let mut out = Vec::new();
+    // (bytes, allocations) by stack index: the shared counters, plus the running threads'
+    // deltas (whose chunk may not even exist yet).
+    let mut live: BTreeMap<usize, (i64, i64)> = BTreeMap::new();
     for (k, c) in d.chunks.iter().enumerate() {
         let p = c.load(std::sync::atomic::Ordering::Acquire);
         if p.is_null() {
@@ -104,17 +117,25 @@ pub fn snapshot(device: i32) -> Vec<(u32, u64, u64)> {
         let chunk = unsafe { &*p };
         for (j, cell) in chunk.iter().enumerate() {
             let bytes = cell.bytes.load(Relaxed);
-            if bytes > 0 {
-                let i = k * CHUNK + j;
-                let id = if i >= NO_STACK { NONE } else { i as u32 };
-                out.push((
-                    id,
-                    bytes as u64,
-                    cell.allocations.load(Relaxed).max(0) as u64,
-                ));
+            let allocations = cell.allocations.load(Relaxed);
+            if bytes != 0 || allocations != 0 {
+                live.insert(k * CHUNK + j, (bytes, allocations));
             }
         }
     }
+    for (i, bytes, allocations) in super::counters::stack_deltas(slot(device)) {
+        let e = live.entry(i).or_default();
+        e.0 += bytes;
+        e.1 += allocations;
+    }
+    let mut out: Vec<(u32, u64, u64)> = live
+        .into_iter()
+        .filter(|(_, (bytes, _))| *bytes > 0)
+        .map(|(i, (bytes, allocations))| {
+            let id = if i >= NO_STACK { NONE } else { i as u32 };
+            (id, bytes as u64, allocations.max(0) as u64)
+        })
+        .collect();
     out.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     out
 }

@@ -10,6 +10,13 @@
 //! thread). A thread's counters go back to a free list when it exits, after folding in.
 //! Every change of live device bytes is also shown to [`super::windows`] (one relaxed load
 //! while no window is open).
+//!
+//! The live bytes by stack ([`super::by_stack`]) of the stack a thread last allocated or freed
+//! from are kept the same way: a per-thread delta, folded into the stack's shared counters when
+//! the thread moves to another stack or device, and when it exits. Readers add the deltas of
+//! running threads ([`stack_deltas`]), so a snapshot misses nothing but what a thread folds at
+//! that very moment. Without it, every thread allocating from one stack (or with stacks off)
+//! would meet on one cache line, twice per allocation and twice per free.
 
 use std::cell::Cell;
 use std::sync::Mutex;
@@ -34,9 +41,54 @@ pub struct DeviceCounters {
     pub live_delta: AtomicI64,
 }
 
+/// A thread's live bytes and allocations by stack not yet folded into [`super::by_stack`]: for
+/// one (device slot, stack index), the `key`.
+pub struct StackDelta {
+    /// `slot << 32 | index`, or [`NO_KEY`].
+    key: AtomicU64,
+    bytes: AtomicI64,
+    allocations: AtomicI64,
+}
+
+/// No stack delta held.
+const NO_KEY: u64 = u64::MAX;
+
+impl StackDelta {
+    const fn new() -> Self {
+        StackDelta {
+            key: AtomicU64::new(NO_KEY),
+            bytes: AtomicI64::new(0),
+            allocations: AtomicI64::new(0),
+        }
+    }
+
+    /// Folds the delta into the shared counters: only its own thread (or that thread's exit)
+    /// writes it, so plain loads and stores do.
+    #[inline]
+    fn fold(&self) {
+        let key = self.key.load(Relaxed);
+        if key == NO_KEY {
+            return;
+        }
+        let (bytes, allocations) = (self.bytes.load(Relaxed), self.allocations.load(Relaxed));
+        self.bytes.store(0, Relaxed);
+        self.allocations.store(0, Relaxed);
+        if bytes != 0 || allocations != 0 {
+            super::by_stack::add_shared(
+                (key >> 32) as usize,
+                key as u32 as usize,
+                bytes,
+                allocations,
+            );
+        }
+    }
+}
+
 /// One thread's counters.
 pub struct Counters {
     pub devices: [DeviceCounters; DEVICES],
+    /// Live bytes by stack not yet folded.
+    stack: StackDelta,
     ops: AtomicU64,
     /// Calls through the shim's exported symbols (the report's `doors.exported`).
     exported_calls: AtomicU64,
@@ -46,10 +98,50 @@ impl Counters {
     fn new() -> Self {
         Counters {
             devices: std::array::from_fn(|_| DeviceCounters::default()),
+            stack: StackDelta::new(),
             ops: AtomicU64::new(0),
             exported_calls: AtomicU64::new(0),
         }
     }
+}
+
+/// Counts `bytes` and `allocations` more live (or fewer, negative) on device slot `slot` from
+/// stack index `index` in this thread's delta; false when the thread has no counters (it is
+/// exiting), for the caller to count them shared.
+#[inline]
+pub fn stack_change(slot: usize, index: usize, bytes: i64, allocations: i64) -> bool {
+    let Some(c) = counters() else {
+        return false;
+    };
+    let d = &c.stack;
+    let key = (slot as u64) << 32 | index as u64;
+    if d.key.load(Relaxed) != key {
+        d.fold();
+        d.key.store(key, Relaxed);
+    }
+    d.bytes.store(d.bytes.load(Relaxed) + bytes, Relaxed);
+    d.allocations
+        .store(d.allocations.load(Relaxed) + allocations, Relaxed);
+    true
+}
+
+/// The running threads' unfolded live bytes by stack on device slot `slot`: (index, bytes,
+/// allocations).
+pub fn stack_deltas(slot: usize) -> Vec<(usize, i64, i64)> {
+    let running: Vec<&'static Counters> = lock(registry()).0.clone();
+    running
+        .iter()
+        .filter_map(|c| {
+            let key = c.stack.key.load(Relaxed);
+            (key != NO_KEY && (key >> 32) as usize == slot).then(|| {
+                (
+                    key as u32 as usize,
+                    c.stack.bytes.load(Relaxed),
+                    c.stack.allocations.load(Relaxed),
+                )
+            })
+        })
+        .collect()
 }
 
 /// Adds `v` to a counter only this thread writes.
@@ -79,6 +171,7 @@ static SHARED: Shared = Shared {
             }
         }; DEVICES],
         ops: AtomicU64::new(0),
+        stack: StackDelta::new(),
         exported_calls: AtomicU64::new(0),
     },
 };
@@ -257,6 +350,7 @@ fn shared_live(s: usize, delta: i64) {
 
 /// Folds a thread's pending live delta and its counts into the shared totals.
 fn fold_all(c: &Counters) {
+    c.stack.fold();
     SHARED
         .retired
         .exported_calls
@@ -329,6 +423,9 @@ pub fn reset_after_fork() {
             d.total_allocated.store(0, Relaxed);
             d.live_delta.store(0, Relaxed);
         }
+        c.stack.key.store(NO_KEY, Relaxed);
+        c.stack.bytes.store(0, Relaxed);
+        c.stack.allocations.store(0, Relaxed);
         lock(registry()).0.push(c);
     }
 }

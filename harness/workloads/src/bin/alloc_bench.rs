@@ -14,6 +14,9 @@
 //!   reads the peak reserved and peak live bytes from the child's cuguard report;
 //! - `threads`: pairs per second with 1 and 16 threads (4 KiB).
 //!
+//! `pool-nocache` is `pool` with the per-thread cache off (`CUGUARD_POOL_THREAD_CACHE=0`), so
+//! the cache's effect shows side by side in one run.
+//!
 //! The parent prints a markdown table of medians over rounds and the ratios between
 //! configurations, and writes every figure to `--json FILE`. With `--baseline PATH`, every
 //! configuration that loads the shim also runs with the shim at PATH (another build, say the one
@@ -393,6 +396,15 @@ const VARIANTS: &[Variant] = &[
         shim: true,
     },
     Variant {
+        name: "pool-nocache",
+        env: &[
+            ("CUGUARD_POOL", "1"),
+            ("CUGUARD_STACK_DEPTH", "0"),
+            ("CUGUARD_POOL_THREAD_CACHE", "0"),
+        ],
+        shim: true,
+    },
+    Variant {
         name: "pool+stacks",
         env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "32")],
         shim: true,
@@ -592,6 +604,17 @@ fn main() {
         "| pool: 16 threads / 1 thread throughput | {:.2} |",
         get("pool", "threads16_pairs_per_s") / get("pool", "threads1_pairs_per_s")
     );
+    println!(
+        "| pool-nocache: 16 threads / 1 thread throughput | {:.2} |",
+        get("pool-nocache", "threads16_pairs_per_s") / get("pool-nocache", "threads1_pairs_per_s")
+    );
+    for size in ["256B", "4KiB", "1MiB", "64MiB"] {
+        let k = format!("pair_{size}_ns");
+        println!(
+            "| pool-nocache / pool (thread cache off / on), {size} pair | {:.2} |",
+            get("pool-nocache", &k) / get("pool", &k)
+        );
+    }
     if baseline.is_some() {
         println!();
         println!("| this build / baseline (lower is faster for ns, higher for pairs/s) | value |");

@@ -28,6 +28,7 @@ use proptest::prelude::*;
 use super::fake::{FakeDevice, chunk_set};
 use super::*;
 use crate::device::LEGACY_STREAM;
+use crate::tcache::{MAX_CACHED_BLOCKS, MAX_CACHED_BYTES};
 
 const MIB: u64 = 1 << 20;
 
@@ -229,6 +230,216 @@ fn a_device_that_refuses_the_initial_reservation_says_so() {
     assert_eq!(pool.stats().reserved_bytes, 2 * MIB);
 }
 
+// ---- thread caches ---------------------------------------------------------------------
+
+fn kept_pool() -> Box<Pool> {
+    new_pool(
+        1 << 30,
+        Settings {
+            keep: 1 << 30,
+            ..Settings::default()
+        },
+    )
+}
+
+#[test]
+fn a_pair_served_by_the_thread_cache_reuses_the_block_and_keeps_its_record_in_the_slot() {
+    let pool = kept_pool();
+    let mut c = ThreadCache::new();
+    let a = pool.alloc_cached(&mut c, 0, 1000, Some(1)).unwrap();
+    // Freed by its thread: lent to the cache, no longer live anywhere.
+    assert_eq!(pool.free_cached(&mut c, 0, a), Some(Ok(Some(1))));
+    assert_eq!(c.cached(), (1, 1024));
+    assert_eq!(pool.find(0, a), None);
+    assert!(pool.records().is_empty());
+    let s = pool.stats();
+    assert_eq!(
+        (s.free_bytes, s.reserved_bytes - s.free_bytes),
+        (s.reserved_bytes, 0)
+    );
+    // Handed out again from the cache, with the new record next to it.
+    for r in 2..10 {
+        assert_eq!(pool.alloc_cached(&mut c, 3, 1000, Some(r)), Ok(a));
+        assert_eq!(
+            pool.find(0, a + 5).map(|b| (b.addr, b.record)),
+            Some((a, Some(r)))
+        );
+        assert_eq!(pool.records(), vec![(a, r)]);
+        assert_eq!(pool.free_cached(&mut c, 3, a), Some(Ok(Some(r))));
+    }
+    pool.check_invariants().unwrap();
+    assert_eq!(fake(&pool).syncs, 0);
+}
+
+#[test]
+fn a_cached_block_whose_fence_has_not_completed_is_not_handed_out() {
+    let pool = kept_pool();
+    let mut c = ThreadCache::new();
+    let a = pool.alloc_cached(&mut c, 0, 4096, None).unwrap();
+    assert_eq!(pool.free_cached(&mut c, 0, a), Some(Ok(None)));
+    // Work after the free does not matter; work before it does.
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.alloc_cached(&mut c, 0, 4096, None), Ok(a));
+    assert_eq!(pool.free_cached(&mut c, 0, a), Some(Ok(None)));
+    let b = pool.alloc_cached(&mut c, 0, 4096, None).unwrap();
+    assert_ne!(a, b, "handed out while work before its free may run");
+    // The waiting block went back to its arena, where it waits for a fence.
+    assert_eq!(c.cached(), (0, 0));
+    assert_eq!(pool.stats().pending_bytes, 4096);
+    pool.check_invariants().unwrap();
+    fake(&pool).progress(LEGACY_STREAM, 1);
+    // Once fenced and complete, it comes back.
+    let mut arena = pool.arenas[0].lock().unwrap();
+    arena.fence(&pool);
+    drop(arena);
+    let mut arena = pool.arenas[0].lock().unwrap();
+    let done = arena.fences.poll(pool.device());
+    drop(arena);
+    pool.note_completed(done);
+    assert_eq!(pool.alloc(0, 4096, None), Ok(a));
+    assert!(fake(&pool).violations.is_empty());
+}
+
+#[test]
+fn a_cached_block_is_handed_out_once_its_fence_completes() {
+    let pool = kept_pool();
+    let mut c = ThreadCache::new();
+    let a = pool.alloc_cached(&mut c, 0, 4096, None).unwrap();
+    let other = pool.alloc(0, 4096, None).unwrap();
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.free_cached(&mut c, 0, a), Some(Ok(None)));
+    assert_eq!(c.cached(), (1, 4096));
+    // Another free fences (as a batch would), the work completes, a poll sees it.
+    let mut g = pool.arenas[0].lock().unwrap();
+    g.fence(&pool);
+    drop(g);
+    fake(&pool).progress(LEGACY_STREAM, 1);
+    let mut g = pool.arenas[0].lock().unwrap();
+    let done = g.fences.poll(pool.device());
+    drop(g);
+    pool.note_completed(done);
+    assert_eq!(pool.alloc_cached(&mut c, 0, 4096, None), Ok(a));
+    assert_eq!(pool.free(0, other), Some(Ok(None)));
+    assert!(fake(&pool).violations.is_empty());
+}
+
+#[test]
+fn a_block_live_in_one_threads_cache_can_be_freed_by_another_thread() {
+    let pool = kept_pool();
+    let (mut c1, mut c2) = (ThreadCache::new(), ThreadCache::new());
+    let a = pool.alloc_cached(&mut c1, 0, 4096, Some(1)).unwrap();
+    assert_eq!(pool.free_cached(&mut c1, 0, a), Some(Ok(Some(1))));
+    assert_eq!(pool.alloc_cached(&mut c1, 0, 4096, Some(2)), Ok(a));
+    // Thread 2 frees it (its own cache does not hold it): the slot is claimed.
+    // (Asked of the wrong arena first, as the shim does before it looks the owner up.)
+    assert_eq!(pool.free_cached(&mut c2, 5, a), None);
+    assert_eq!(pool.free_cached(&mut c2, 0, a), Some(Ok(Some(2))));
+    // Freed twice: refused, and thread 1's cache forgets the slot on its own next free.
+    assert_eq!(pool.free(0, a), Some(Err(InvalidFree)));
+    assert_eq!(pool.free_cached(&mut c1, 0, a), Some(Err(InvalidFree)));
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn an_exited_threads_cache_is_adopted_with_its_live_records() {
+    let pool = kept_pool();
+    let mut c = ThreadCache::new();
+    let a = pool.alloc_cached(&mut c, 0, 4096, Some(1)).unwrap();
+    let b = pool.alloc_cached(&mut c, 0, 8192, Some(2)).unwrap();
+    assert_eq!(pool.free_cached(&mut c, 0, a), Some(Ok(Some(1))));
+    assert_eq!(pool.free_cached(&mut c, 0, b), Some(Ok(Some(2))));
+    assert_eq!(pool.alloc_cached(&mut c, 0, 8192, Some(3)), Ok(b));
+    // The thread exits: only atomic stores now; the next allocation adopts the cache.
+    pool.orphan_cache(&mut c);
+    assert!(!c.is_bound());
+    assert_eq!(pool.records(), vec![(b, 3)]);
+    let _ = pool.alloc(1, 256, None).unwrap();
+    assert!(pool.registered().is_empty());
+    assert_eq!(pool.records(), vec![(b, 3)]);
+    assert_eq!(pool.find(0, b).map(|x| x.record), Some(Some(3)));
+    assert_eq!(pool.free(0, b), Some(Ok(Some(3))));
+    assert_eq!(pool.alloc(0, 4096, None), Ok(a));
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_destroyed_context_takes_the_caches_records_and_every_cache_forgets_it() {
+    let pool = kept_pool();
+    let (mut c1, mut c2) = (ThreadCache::new(), ThreadCache::new());
+    let a = pool.alloc_cached(&mut c1, 0, 4096, Some(1)).unwrap();
+    assert_eq!(pool.free_cached(&mut c1, 0, a), Some(Ok(Some(1))));
+    assert_eq!(pool.alloc_cached(&mut c1, 0, 4096, Some(2)), Ok(a));
+    let b = pool.alloc_cached(&mut c2, 1, 4096, Some(3)).unwrap();
+    assert_eq!(pool.free_cached(&mut c2, 1, b), Some(Ok(Some(3))));
+    let mut gone = pool.kill();
+    gone.sort();
+    assert_eq!(gone, vec![(a, 2)]);
+    fake(&pool).context_destroyed();
+    // Each thread sees the generation changed on its next use; nothing reaches the arenas.
+    let r = pool
+        .alloc_cached(&mut c2, 1, 4096, None)
+        .map_err(|r| r.reason);
+    assert_eq!(r, Err(Reason::ContextDestroyed));
+    assert_eq!(pool.free_cached(&mut c1, 0, a), None);
+    assert!(!c1.is_bound() && !c2.is_bound());
+    assert_eq!(c2.cached(), (0, 0));
+    assert!(pool.records().is_empty());
+    assert_eq!(pool.idle_bytes(), 0);
+}
+
+#[test]
+fn a_forked_child_forgets_its_cache_without_touching_the_pool() {
+    let pool = kept_pool();
+    let mut c = ThreadCache::new();
+    let a = pool.alloc_cached(&mut c, 0, 4096, Some(1)).unwrap();
+    assert_eq!(pool.free_cached(&mut c, 0, a), Some(Ok(Some(1))));
+    // The child's caller forgets the cache: it is empty and unbound, and a new pool (the
+    // child's) binds it afresh.
+    c.forget();
+    assert_eq!((c.is_bound(), c.cached()), (false, (0, 0)));
+    let child = kept_pool();
+    let x = child.alloc_cached(&mut c, 0, 4096, None).unwrap();
+    assert_eq!(child.free_cached(&mut c, 0, x), Some(Ok(None)));
+    assert_eq!(child.alloc_cached(&mut c, 0, 4096, None), Ok(x));
+    child.check_invariants().unwrap();
+}
+
+#[test]
+fn a_cache_keeps_at_most_its_bounds_and_gives_back_under_pressure() {
+    let pool = new_pool(
+        1 << 30,
+        Settings {
+            keep: 1 << 30,
+            limit: Some(32 * MIB),
+            ..Settings::default()
+        },
+    );
+    let mut c = ThreadCache::new();
+    let blocks: Vec<u64> = (0..40)
+        .map(|_| pool.alloc_cached(&mut c, 0, 64 << 10, None).unwrap())
+        .collect();
+    for b in &blocks {
+        assert_eq!(pool.free_cached(&mut c, 0, *b), Some(Ok(None)));
+    }
+    assert_eq!(
+        c.cached(),
+        (MAX_CACHED_BLOCKS, MAX_CACHED_BLOCKS as u64 * (64 << 10))
+    );
+    let big: Vec<u64> = (0..9)
+        .map(|_| pool.alloc_cached(&mut c, 1, MIB, None).unwrap())
+        .collect();
+    for b in &big {
+        assert_eq!(pool.free_cached(&mut c, 1, *b), Some(Ok(None)));
+    }
+    assert!(c.cached().1 <= MAX_CACHED_BYTES);
+    assert!(c.cached().0 <= MAX_CACHED_BLOCKS);
+    pool.check_invariants().unwrap();
+    // Arena 0 under its limit's pressure takes its cached blocks back rather than refuse.
+    let huge = pool.alloc(0, 30 * MIB, None);
+    assert!(huge.is_ok(), "{huge:?}");
+    pool.check_invariants().unwrap();
+}
+
 // ---- the model -------------------------------------------------------------------------
 
 #[derive(Debug, Clone)]
@@ -272,6 +483,34 @@ enum Op {
     },
     FailChunks(u32),
     SyncFails(bool),
+    /// An allocation through thread cache `cache` (one of [`CACHES`] threads).
+    CacheAlloc {
+        cache: usize,
+        arena: usize,
+        size: u64,
+        tracked: bool,
+    },
+    /// A free through thread cache `cache`.
+    CacheFree {
+        cache: usize,
+        pick: usize,
+    },
+    /// Thread `cache` exits (its cache is orphaned), or moves to another pool (flushed).
+    CacheExit {
+        cache: usize,
+        flush: bool,
+    },
+}
+
+/// Threads with a cache in the model.
+const CACHES: usize = 3;
+
+fn cache_size() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        6 => prop::sample::select(vec![256u64, 1000, 4096, 65536, MIB]),
+        2 => 1..=4096u64,
+        1 => 4097..=2 * MIB,
+    ]
 }
 
 fn size() -> impl Strategy<Value = u64> {
@@ -309,6 +548,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(|begin| Op::Capture { begin }),
         1 => (1..3u32).prop_map(Op::FailChunks),
         1 => prop::bool::weighted(0.3).prop_map(Op::SyncFails),
+        10 => (0..CACHES, 0..5usize, cache_size(), any::<bool>()).prop_map(
+            |(cache, arena, size, tracked)| Op::CacheAlloc { cache, arena, size, tracked }
+        ),
+        8 => (0..CACHES, any::<usize>()).prop_map(|(cache, pick)| Op::CacheFree { cache, pick }),
+        1 => (0..CACHES, any::<bool>()).prop_map(|(cache, flush)| Op::CacheExit { cache, flush }),
     ]
 }
 
@@ -351,6 +595,8 @@ struct Model {
     next_record: u64,
     /// Every synchronize fails, whatever the ops say.
     never_sync: bool,
+    /// One cache per simulated thread.
+    caches: Vec<ThreadCache>,
 }
 
 fn overlaps(a: u64, a_len: u64, b: u64, b_len: u64) -> bool {
@@ -370,6 +616,7 @@ impl Model {
             freed: Vec::new(),
             next_record: 0,
             never_sync: false,
+            caches: (0..CACHES).map(|_| ThreadCache::new()).collect(),
         }
     }
 
@@ -491,6 +738,35 @@ impl Model {
                     s.captures.saturating_sub(1)
                 };
             }
+            Op::CacheAlloc {
+                cache,
+                arena,
+                size,
+                tracked,
+            } => self.alloc_via(Some(cache), arena, size, tracked)?,
+            Op::CacheFree { cache, pick } => {
+                let Some((addr, l)) = self.pick_live(pick) else {
+                    return Ok(());
+                };
+                let mark = self.pool.device().submissions();
+                let mut c = std::mem::take(&mut self.caches[cache]);
+                let r = self.pool.free_cached(&mut c, l.arena, addr);
+                self.caches[cache] = c;
+                prop_assert_eq!(r, Some(Ok(l.record)));
+                self.live.remove(&addr);
+                self.unsettled.push((addr, l.granted, mark));
+                if self.freed.len() < 64 {
+                    self.freed.push(addr);
+                }
+            }
+            Op::CacheExit { cache, flush } => {
+                let mut c = std::mem::take(&mut self.caches[cache]);
+                if flush {
+                    self.pool.flush_cache(&mut c);
+                } else {
+                    self.pool.orphan_cache(&mut c);
+                }
+            }
             Op::FailChunks(n) => self.fake().fail_chunks = n,
             Op::SyncFails(f) => {
                 if !self.never_sync {
@@ -505,17 +781,49 @@ impl Model {
     }
 
     fn alloc(&mut self, arena: usize, size: u64, tracked: bool) -> Result<(), TestCaseError> {
+        self.alloc_via(None, arena, size, tracked)
+    }
+
+    /// The arena whose chunk holds `addr`, as the device was told.
+    fn arena_of(&self, addr: u64) -> Option<usize> {
+        let s = self.fake();
+        s.chunks
+            .range(..=addr)
+            .next_back()
+            .filter(|(b, c)| addr < *b + c.size)
+            .and_then(|(_, c)| c.owner)
+            .map(|(_, arena)| arena)
+    }
+
+    fn alloc_via(
+        &mut self,
+        cache: Option<usize>,
+        arena: usize,
+        size: u64,
+        tracked: bool,
+    ) -> Result<(), TestCaseError> {
         let record = tracked.then(|| {
             self.next_record += 1;
             self.next_record
         });
         let refused_before = self.fake().refused_chunks;
         let limit_before = self.pool.stats().limit_refusals;
-        match self.pool.alloc(arena, size, record) {
+        let result = match cache {
+            Some(c) => {
+                let mut tc = std::mem::take(&mut self.caches[c]);
+                let r = self.pool.alloc_cached(&mut tc, arena, size, record);
+                self.caches[c] = tc;
+                r
+            }
+            None => self.pool.alloc(arena, size, record),
+        };
+        match result {
             Ok(addr) => {
                 prop_assert!(size > 0);
                 prop_assert_eq!(addr % ALIGN, 0);
-                let arena = arena % ARENAS;
+                let arena = self.arena_of(addr);
+                prop_assert!(arena.is_some(), "{:#x} in no chunk", addr);
+                let arena = arena.unwrap();
                 let b = self.pool.find(arena, addr);
                 prop_assert!(b.is_some(), "{:#x} not found", addr);
                 let b = b.unwrap();
@@ -567,6 +875,11 @@ impl Model {
         prop_assert!(violations.is_empty(), "{:?}", violations);
         if let Err(e) = self.pool.check_invariants() {
             return Err(TestCaseError::fail(e));
+        }
+        for (i, c) in self.caches.iter().enumerate() {
+            if let Err(e) = c.check() {
+                return Err(TestCaseError::fail(format!("cache {i}: {e}")));
+            }
         }
         let s = self.pool.stats();
         let dev = self.pool.device().s.borrow();
