@@ -15,9 +15,19 @@ use crate::support::{artifacts, read_report, scratch_dir, shim_command, sim_comm
 /// The most a scenario may take.
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// `python3`, and the other CPython 3.9–3.13 the machine has (pyenv, /usr/bin), one per version.
+/// The Python that CI installed the distribution into (`CUGUARD_TEST_PYTHON`, see
+/// `tests/it/python.rs`), if any: the scenarios run there first, on the installed package.
+fn installed_python() -> Option<PathBuf> {
+    std::env::var_os("CUGUARD_TEST_PYTHON")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+/// CI's installed Python (if any), `python3`, and the other CPython 3.9–3.13 the machine has
+/// (pyenv, /usr/bin), one per version.
 fn pythons() -> Vec<PathBuf> {
-    let mut out = vec![PathBuf::from("python3")];
+    let mut out: Vec<PathBuf> = installed_python().into_iter().collect();
+    out.push(PathBuf::from("python3"));
     let mut seen = vec![version_of(Path::new("python3"))];
     let pyenv = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
@@ -66,11 +76,16 @@ fn scenario(
         Some(r) => shim_command(python, r),
         None => sim_command(python),
     };
-    let pythonpath = format!(
-        "{}:{}",
-        a.root.join("src/python").display(),
-        a.root.join("harness/workloads/python").display()
-    );
+    // The checkout's package, except in CI's Python, which has the distribution installed.
+    let pythonpath = if installed_python().as_deref() == Some(python) {
+        a.root.join("harness/workloads/python").display().to_string()
+    } else {
+        format!(
+            "{}:{}",
+            a.root.join("src/python").display(),
+            a.root.join("harness/workloads/python").display()
+        )
+    };
     cmd.arg(a.root.join("harness/workloads/python/api.py"))
         .arg(name)
         .args(args)
