@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::report::{DEFAULT_MAX_REPORT_BYTES, Document, ReadError, Report};
+use crate::report::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, ReadError, Report};
 use crate::text::one_line;
+use cuguard_report::sink::with_leak_sink;
 use cuguard_symbolize::glob;
 
 /// Where a report came from: a file, and for a merged report the process's index in it.
@@ -233,8 +234,8 @@ where
     Ok(out)
 }
 
-/// Reads every file (in parallel, up to the machine's cores; a merged report's processes in
-/// parallel too) and calls `f` on each process's report. Returns `f`'s results in input order
+/// Reads every file (in parallel, up to the machine's cores; a lone merged report's processes
+/// in parallel too) and calls `f` on each process's report. Returns `f`'s results in input order
 /// (files in order, processes in file order).
 ///
 /// The first file that cannot be read ends the whole call with its error; the remaining work is
@@ -244,40 +245,98 @@ where
     T: Send,
     F: Fn(&Source, Report) -> T + Sync,
 {
-    let per_file = parallel(files.len(), |i| read_file(&files[i], &f))?;
+    let per_file = parallel(files.len(), |i| {
+        read_file(&files[i], None, files.len() == 1, &|s, r, _| f(s, r))
+    })?;
     Ok(per_file.into_iter().flatten().collect())
 }
 
-fn read_file<T, F>(path: &Path, f: &F) -> Result<Vec<(Source, T)>, ReadError>
+/// As [`map_reports`], but each report's leaks are folded while it is parsed (keeping the `keep`
+/// largest) and handed to `f` beside the report, whose own `leaks` are then empty: memory holds
+/// the fold, never the leaks.
+pub fn map_folded<T, F>(
+    files: &[PathBuf],
+    keep: usize,
+    f: F,
+) -> Result<Vec<(Source, T)>, InputError>
 where
     T: Send,
-    F: Fn(&Source, Report) -> T + Sync,
+    F: Fn(&Source, Report, LeakFold) -> T + Sync,
 {
-    let doc = Document::read_with_limit(path, max_report_bytes())?;
+    let per_file = parallel(files.len(), |i| {
+        read_file(&files[i], Some(keep), files.len() == 1, &f)
+    })?;
+    Ok(per_file.into_iter().flatten().collect())
+}
+
+/// Reads one file: folding leaks when `fold` says how many to keep; a merged report's processes
+/// in parallel when `alone` (no other file is being read beside it, so the threads stay within
+/// the cores).
+fn read_file<T, F>(
+    path: &Path,
+    fold: Option<usize>,
+    alone: bool,
+    f: &F,
+) -> Result<Vec<(Source, T)>, ReadError>
+where
+    T: Send,
+    F: Fn(&Source, Report, LeakFold) -> T + Sync,
+{
+    let parse = |read: &dyn Fn() -> Result<Report, ReadError>| match fold {
+        Some(keep) => {
+            let (leaks, report) = with_leak_sink(LeakFold::new(keep), read);
+            report.map(|r| (r, leaks))
+        }
+        None => read().map(|r| (r, LeakFold::default())),
+    };
     let source = |index| Source {
         path: path.to_path_buf(),
         index,
     };
+    // A single report is parsed as the file is checked; a merged one's processes later.
+    let mut single = None;
+    let doc = match fold {
+        Some(keep) => {
+            let (leaks, doc) = with_leak_sink(LeakFold::new(keep), || {
+                Document::read_with_limit(path, max_report_bytes())
+            });
+            single = Some(leaks);
+            doc?
+        }
+        None => Document::read_with_limit(path, max_report_bytes())?,
+    };
     if !doc.is_merged() {
         let source = source(None);
-        return doc
-            .into_reports()
-            .map(|r| r.map(|r| (source.clone(), f(&source, r))))
-            .collect();
+        let leaks = single.unwrap_or_default();
+        let mut reports = doc.into_reports();
+        return match reports.next() {
+            Some(r) => {
+                let value = f(&source, r?, leaks);
+                Ok(vec![(source, value)])
+            }
+            None => Ok(Vec::new()),
+        };
     }
-    // A merged report: its processes are parsed in parallel, the file's bytes shared.
-    parallel(doc.len(), |i| {
+    let one = |i: usize| {
         let source = source(Some(i));
-        let report = doc.merged_process(i).unwrap_or_else(|| {
-            Err(ReadError::Invalid {
-                path: path.to_path_buf(),
-                process: Some(i),
-                reason: "no such process".into(),
+        let (report, leaks) = parse(&|| {
+            doc.merged_process(i).unwrap_or_else(|| {
+                Err(ReadError::Invalid {
+                    path: path.to_path_buf(),
+                    process: Some(i),
+                    reason: "no such process".into(),
+                })
             })
         })?;
-        let value = f(&source, report);
+        let value = f(&source, report, leaks);
         Ok((source, value))
-    })
+    };
+    if alone {
+        // A merged report: its processes are parsed in parallel, the file's bytes shared.
+        parallel(doc.len(), one)
+    } else {
+        (0..doc.len()).map(one).collect()
+    }
 }
 
 /// The largest report file read: `$CUGUARD_MAX_REPORT_BYTES` when set to a number, else

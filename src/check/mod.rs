@@ -36,7 +36,7 @@ use crate::format::{Registry, Row};
 use crate::growth::{Criterion, GrowingSite, growing_sites};
 use crate::input::Source;
 use crate::owners::{OwnerFilter, OwnerIndex, OwnerShare};
-use crate::report::{Report, Stack};
+use crate::report::{LeakFold, Report, Stack};
 use crate::sites::{SiteIndex, SiteKind};
 use suppressions::Suppressions;
 
@@ -192,6 +192,19 @@ impl ProcessCheck {
         suppressions: &Suppressions,
         owners: &OwnerFilter,
     ) -> ProcessCheck {
+        let leaks = LeakFold::of(&report.leaks, 0);
+        ProcessCheck::folded(source, report, &leaks, suppressions, owners)
+    }
+
+    /// Condenses a report whose leaks are `leaks` (folded while it was parsed; the report's own
+    /// `leaks` are not read), as [`ProcessCheck::with_owners`].
+    pub fn folded(
+        source: &Source,
+        report: &Report,
+        leaks: &LeakFold,
+        suppressions: &Suppressions,
+        owners: &OwnerFilter,
+    ) -> ProcessCheck {
         let index = SiteIndex::new(report);
         let mut owner_index = OwnerIndex::new(report);
         let mut others: Vec<(usize, u64, u64)> = Vec::new();
@@ -218,7 +231,8 @@ impl ProcessCheck {
         };
         // Leaks sharing a stack, api and memory kind share a verdict: decide once per triple.
         let mut decided: HashMap<(Option<u64>, &str, &str), Option<usize>> = HashMap::new();
-        for leak in &report.leaks {
+        for group in leaks.groups() {
+            let (leak, size, n) = (&group.leak, group.bytes, group.leaks);
             let rule = if suppressions.is_empty() {
                 None
             } else {
@@ -227,14 +241,14 @@ impl ProcessCheck {
                     .or_insert_with(|| suppressions.match_leak(leak, stack_of(leak.stack)))
             };
             if let Some(rule) = rule {
-                check.rule_hits[rule] += 1;
-                check.suppressed.0 = check.suppressed.0.saturating_add(leak.size);
-                check.suppressed.1 += 1;
+                check.rule_hits[rule] += n;
+                check.suppressed.0 = check.suppressed.0.saturating_add(size);
+                check.suppressed.1 += n;
                 continue;
             }
             let owner = owner_index.of_leak(leak);
             if !owners.includes(owner_index.owner(owner)) {
-                others.push((owner, leak.size, 1));
+                others.push((owner, size, n));
                 continue;
             }
             let site = index.site(leak.stack);
@@ -247,8 +261,8 @@ impl ProcessCheck {
                     kind: site.kind,
                     ..SiteLeaks::default()
                 });
-            entry.bytes = entry.bytes.saturating_add(leak.size);
-            entry.leaks += 1;
+            entry.bytes = entry.bytes.saturating_add(size);
+            entry.leaks += n;
             if !entry.apis.contains(&*leak.api) {
                 entry.apis.insert(leak.api.to_string());
             }

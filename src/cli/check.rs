@@ -10,6 +10,7 @@ use crate::check::{Baseline, FORMATS, FailingEvents, Limits, ProcessCheck, Verdi
 use crate::format::{Options, Row};
 use crate::input;
 use crate::owners::OwnerFilter;
+use crate::report::{LeakFold, Report};
 use crate::style::Style;
 
 /// Arguments of `cuguard check`.
@@ -152,18 +153,18 @@ pub(crate) fn read_suppressions(files: &[PathBuf]) -> Result<Suppressions, CliEr
 pub fn run(args: CheckArgs) -> Result<u8, CliError> {
     let suppressions = read_suppressions(&args.suppressions)?;
     let owners = args.owners.clone().unwrap_or_default();
-    let processes: Vec<ProcessCheck> = input::map_paths(&args.paths, |source, report| {
-        ProcessCheck::with_owners(source, &report, &suppressions, &owners)
-    })?
-    .into_iter()
-    .map(|(_, p)| p)
-    .collect();
+    let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
+        ProcessCheck::folded(source, &report, &leaks, &suppressions, &owners)
+    };
+    let processes: Vec<ProcessCheck> =
+        input::map_folded(&input::expand(&args.paths)?, 0, condense)?
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
     let baseline = if args.baseline.is_empty() {
         None
     } else {
-        let base = input::map_paths(&args.baseline, |source, report| {
-            ProcessCheck::with_owners(source, &report, &suppressions, &owners)
-        })?;
+        let base = input::map_folded(&input::expand(&args.baseline)?, 0, condense)?;
         Some(Baseline::new(base.iter().map(|(_, p)| p)))
     };
     let (max_leaked_bytes, max_leaks) = Limits::leaks(args.max_leaked_bytes, args.max_leaks);

@@ -32,8 +32,9 @@ pub struct SummaryArgs {
 /// Runs `cuguard summary`.
 pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
     let top = if args.top == 0 { usize::MAX } else { args.top };
-    let processes = input::map_paths(&args.paths, |source, report| {
-        ReportSummary::new(source, &report, top)
+    let files = input::expand(&args.paths)?;
+    let processes = input::map_folded(&files, top, |source, report, leaks| {
+        ReportSummary::folded(source, &report, &leaks, top)
     })?;
     let summary = Summary::new(processes.into_iter().map(|(_, s)| s).collect(), top);
     let options = Options {

@@ -22,7 +22,7 @@ use crate::format::{Registry, Row};
 use crate::growth::{Criterion, GrowingSite, growing_sites};
 use crate::input::Source;
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner};
-use crate::report::{Addr, LeakState, Report};
+use crate::report::{Addr, LeakFold, LeakState, Report};
 use crate::sites::{SiteIndex, SiteKind};
 use attribution::{OomSummary, PeakSummary, ReconciliationSummary};
 
@@ -268,6 +268,12 @@ impl ReportSummary {
     /// Condenses one report, keeping every site (so [`Summary::new`] can add them up) and the
     /// `top` largest leaks.
     pub fn new(source: &Source, report: &Report, top: usize) -> ReportSummary {
+        ReportSummary::folded(source, report, &LeakFold::of(&report.leaks, top), top)
+    }
+
+    /// Condenses one report whose leaks are `leaks` (folded while it was parsed, keeping the
+    /// `top` largest; the report's own `leaks` are not read), as [`ReportSummary::new`].
+    pub fn folded(source: &Source, report: &Report, leaks: &LeakFold, top: usize) -> ReportSummary {
         let index = SiteIndex::new(report);
         let mut owners = OwnerIndex::new(report);
         // Bytes and leaks by (stack, owner).
@@ -291,16 +297,17 @@ impl ReportSummary {
         let mut contexts: BTreeMap<(u32, Option<u32>), ContextSummary> = BTreeMap::new();
         let mut sites: HashMap<String, SiteAcc<'_>> = HashMap::new();
         let (mut leaked_bytes, mut released) = (0u64, 0u64);
-        for leak in &report.leaks {
-            leaked_bytes = leaked_bytes.saturating_add(leak.size);
+        for group in leaks.groups() {
+            let (leak, size, n) = (&group.leak, group.bytes, group.leaks);
+            leaked_bytes = leaked_bytes.saturating_add(size);
             if leak.state == LeakState::ReleasedByContextDestroy {
-                released += 1;
+                released += n;
             }
             let d = devices
                 .entry(leak.device)
                 .or_insert_with(|| DeviceSummary::empty(leak.device));
-            d.leaked_bytes = d.leaked_bytes.saturating_add(leak.size);
-            d.leaks += 1;
+            d.leaked_bytes = d.leaked_bytes.saturating_add(size);
+            d.leaks += n;
             let c = contexts
                 .entry((leak.device, leak.context))
                 .or_insert_with(|| {
@@ -318,8 +325,8 @@ impl ReportSummary {
                         leaks: 0,
                     }
                 });
-            c.leaked_bytes = c.leaked_bytes.saturating_add(leak.size);
-            c.leaks += 1;
+            c.leaked_bytes = c.leaked_bytes.saturating_add(size);
+            c.leaks += n;
             let owner = owners.of_leak(leak);
             let site = index.site(leak.stack);
             let entry = sites.entry(site.key.clone()).or_insert_with(|| SiteAcc {
@@ -340,11 +347,11 @@ impl ReportSummary {
                 owners: HashMap::new(),
                 stacks: HashMap::new(),
             });
-            entry.summary.leaked_bytes = entry.summary.leaked_bytes.saturating_add(leak.size);
-            entry.summary.leaks += 1;
+            entry.summary.leaked_bytes = entry.summary.leaked_bytes.saturating_add(size);
+            entry.summary.leaks += n;
             entry.apis.insert(&leak.api);
             let b = by_stack.entry((leak.stack, owner)).or_default();
-            *b = (b.0.saturating_add(leak.size), b.1 + 1);
+            *b = (b.0.saturating_add(size), b.1 + n);
         }
         // Bytes by owner and by stack at each site, from the bytes by (stack, owner).
         for (&(stack, owner), &(b, _)) in &by_stack {
@@ -382,45 +389,34 @@ impl ReportSummary {
             })
             .collect();
 
-        let mut order: Vec<usize> = (0..report.leaks.len()).collect();
-        let key = |&i: &usize| {
-            let l = &report.leaks[i];
-            (std::cmp::Reverse(l.size), l.seq, i)
-        };
-        if order.len() > top {
-            order.select_nth_unstable_by_key(top, key);
-            order.truncate(top);
-        }
-        order.sort_unstable_by_key(key);
-        let largest_leaks = order
+        let largest_leaks = leaks
+            .largest()
             .into_iter()
-            .map(|i| {
-                let l = &report.leaks[i];
-                LeakLine {
-                    address: l.address,
-                    size: l.size,
-                    requested: l.requested,
-                    api: l.api.to_string(),
-                    memory: l.memory.to_string(),
-                    device: l.device,
-                    context: l.context,
-                    thread: l.thread,
-                    seq: l.seq,
-                    state: l.state.to_string(),
-                    site: index.site(l.stack).key.clone(),
-                    label: {
-                        let site = index.site(l.stack);
-                        if site.kind.is_some() {
-                            site.label()
-                        } else {
-                            site.key.clone()
-                        }
-                    },
-                    owner: {
-                        let o = owners.of_leak(l);
-                        owners.owner(o).id.clone()
-                    },
-                }
+            .take(top)
+            .map(|l| LeakLine {
+                address: l.address,
+                size: l.size,
+                requested: l.requested,
+                api: l.api.to_string(),
+                memory: l.memory.to_string(),
+                device: l.device,
+                context: l.context,
+                thread: l.thread,
+                seq: l.seq,
+                state: l.state.to_string(),
+                site: index.site(l.stack).key.clone(),
+                label: {
+                    let site = index.site(l.stack);
+                    if site.kind.is_some() {
+                        site.label()
+                    } else {
+                        site.key.clone()
+                    }
+                },
+                owner: {
+                    let o = owners.of_leak(l);
+                    owners.owner(o).id.clone()
+                },
             })
             .collect();
         let held = by_owner(
@@ -451,7 +447,7 @@ impl ReportSummary {
             tool_version: report.tool.version.clone(),
             driver_version: report.driver.version,
             leaked_bytes,
-            leaks: report.leaks.len() as u64,
+            leaks: leaks.count(),
             released_by_context_destroy: released,
             devices: devices.into_values().collect(),
             contexts: contexts.into_values().collect(),
