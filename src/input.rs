@@ -5,6 +5,7 @@
 //! the sum of all inputs: each worker reads a file, hands each process's [`Report`] to the
 //! caller's function, and keeps only what that function returns.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -194,17 +195,46 @@ where
     E: Send,
     F: Fn(usize) -> Result<T, E> + Sync,
 {
+    let mut out = Vec::with_capacity(n);
+    parallel_in_order(n, f, |value| out.push(value))?;
+    Ok(out)
+}
+
+/// Runs `f(0)`, …, `f(n - 1)` on up to as many threads as the machine has cores and hands each
+/// result to `take` in index order as soon as those before it are taken, so that only results
+/// finished ahead of a slower one wait. The first error (in index order) is returned; after
+/// any error, items not yet started are skipped and no later result is taken.
+fn parallel_in_order<T, E, F, G>(n: usize, f: F, take: G) -> Result<(), E>
+where
+    T: Send,
+    E: Send,
+    F: Fn(usize) -> Result<T, E> + Sync,
+    G: FnMut(T) + Send,
+{
+    struct Order<T, E, G> {
+        /// The index `take` waits for.
+        next: usize,
+        /// Results finished ahead of `next`.
+        ahead: BTreeMap<usize, Result<T, E>>,
+        take: G,
+        error: Option<E>,
+    }
     let threads = std::thread::available_parallelism()
         .map(|t| t.get())
         .unwrap_or(1)
         .min(n)
         .max(1);
-    let next = AtomicUsize::new(0);
+    let started = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let slots: Vec<Mutex<Option<Result<T, E>>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let order = Mutex::new(Order {
+        next: 0,
+        ahead: BTreeMap::new(),
+        take,
+        error: None,
+    });
     let work = || {
         while !failed.load(Ordering::Relaxed) {
-            let i = next.fetch_add(1, Ordering::Relaxed);
+            let i = started.fetch_add(1, Ordering::Relaxed);
             if i >= n {
                 break;
             }
@@ -212,8 +242,25 @@ where
             if result.is_err() {
                 failed.store(true, Ordering::Relaxed);
             }
-            if let Ok(mut slot) = slots[i].lock() {
-                *slot = Some(result);
+            let Ok(mut o) = order.lock() else {
+                break;
+            };
+            o.ahead.insert(i, result);
+            loop {
+                let next = o.next;
+                let Some(result) = o.ahead.remove(&next) else {
+                    break;
+                };
+                o.next += 1;
+                match result {
+                    Ok(value) if o.error.is_none() => (o.take)(value),
+                    Ok(_) => {}
+                    Err(e) => {
+                        if o.error.is_none() {
+                            o.error = Some(e);
+                        }
+                    }
+                }
             }
         }
     };
@@ -223,15 +270,11 @@ where
         }
         work();
     });
-    let mut out = Vec::with_capacity(n);
-    for slot in slots {
-        match slot.into_inner().ok().flatten() {
-            Some(Ok(value)) => out.push(value),
-            Some(Err(e)) => return Err(e),
-            None => {}
-        }
+    let o = order.into_inner().unwrap_or_else(|p| p.into_inner());
+    match o.error {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    Ok(out)
 }
 
 /// Reads every file (in parallel, up to the machine's cores; a lone merged report's processes
@@ -267,6 +310,32 @@ where
         read_file(&files[i], Some(keep), files.len() == 1, &f)
     })?;
     Ok(per_file.into_iter().flatten().collect())
+}
+
+/// As [`map_folded`], but hands each process's result to `take` as soon as every process
+/// before it (in input order) is taken, instead of keeping them all: memory holds only the
+/// results finished ahead of a slower one.
+pub fn for_each_folded<T, F, G>(
+    files: &[PathBuf],
+    keep: usize,
+    f: F,
+    mut take: G,
+) -> Result<(), InputError>
+where
+    T: Send,
+    F: Fn(&Source, Report, LeakFold) -> T + Sync,
+    G: FnMut(Source, T) + Send,
+{
+    parallel_in_order(
+        files.len(),
+        |i| read_file(&files[i], Some(keep), files.len() == 1, &f),
+        |processes| {
+            for (source, value) in processes {
+                take(source, value);
+            }
+        },
+    )?;
+    Ok(())
 }
 
 /// Reads one file: folding leaks when `fold` says how many to keep; a merged report's processes

@@ -8,7 +8,7 @@ use super::{CliError, exit, write_stdout};
 use crate::format::{Options, Row};
 use crate::input;
 use crate::style::Style;
-use crate::summary::{FORMATS, ReportSummary, Summary};
+use crate::summary::{FORMATS, ReportSummary, Summary, SummaryFold};
 
 /// Arguments of `cuguard summary`.
 #[derive(Debug, Args)]
@@ -33,10 +33,14 @@ pub struct SummaryArgs {
 pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
     let top = if args.top == 0 { usize::MAX } else { args.top };
     let files = input::expand(&args.paths)?;
-    let processes = input::map_folded(&files, top, |source, report, leaks| {
-        ReportSummary::folded(source, &report, &leaks, top)
-    })?;
-    let summary = Summary::new(processes.into_iter().map(|(_, s)| s).collect(), top);
+    let mut fold = SummaryFold::new(top);
+    input::for_each_folded(
+        &files,
+        top,
+        |source, report, leaks| ReportSummary::folded(source, &report, &leaks, top),
+        |_, process| fold.add(process),
+    )?;
+    let summary = fold.finish();
     let options = Options {
         style: Style::for_stdout(),
         top,

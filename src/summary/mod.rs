@@ -539,68 +539,129 @@ pub fn count_events<'a>(kinds: impl Iterator<Item = &'a str>) -> Vec<EventCount>
 
 impl Summary {
     /// Combines process summaries (in input order) and cuts site lists to `top`.
-    pub fn new(mut processes: Vec<ReportSummary>, top: usize) -> Summary {
-        let mut sites: HashMap<&str, OverallSite> = HashMap::new();
-        let mut events: BTreeMap<&str, u64> = BTreeMap::new();
-        for p in &processes {
-            for s in &p.sites {
-                let o = sites.entry(&s.site).or_insert_with(|| OverallSite {
-                    site: s.site.clone(),
-                    location: s.location.clone(),
-                    leaked_bytes: 0,
-                    leaks: 0,
-                    processes: 0,
-                    label: s.label.clone(),
-                    kind: s.kind,
-                    owner: s.owner.clone(),
-                    owner_label: s.owner_label.clone(),
-                    owner_kind: s.owner_kind,
-                    stack: s.stack.clone(),
-                });
-                o.leaked_bytes = o.leaked_bytes.saturating_add(s.leaked_bytes);
-                o.leaks += s.leaks;
-                o.processes += 1;
-            }
-            for e in &p.events {
-                *events.entry(&e.kind).or_default() += e.count;
-            }
+    pub fn new(processes: Vec<ReportSummary>, top: usize) -> Summary {
+        let mut fold = SummaryFold::new(top);
+        for p in processes {
+            fold.add(p);
         }
-        let mut sites: Vec<OverallSite> = sites.into_values().collect();
-        sort_sites(&mut sites, |s| (s.leaked_bytes, s.leaks, s.site.clone()));
-        let sites_total = sites.len();
-        sites.truncate(top);
-        let mut events: Vec<EventCount> = events
-            .into_iter()
-            .map(|(k, count)| EventCount {
-                kind: k.to_string(),
-                count,
-            })
-            .collect();
-        events.sort_by(|a, b| b.count.cmp(&a.count).then(a.kind.cmp(&b.kind)));
-        let mut summary = Summary {
-            reports: processes.len(),
-            complete_reports: processes.iter().filter(|p| p.complete).count(),
-            leaked_bytes: processes
-                .iter()
-                .map(|p| p.leaked_bytes)
-                .fold(0, u64::saturating_add),
-            leaks: processes.iter().map(|p| p.leaks).sum(),
-            events,
-            sites,
-            sites_total,
-            owners: crate::owners::combine(processes.iter().flat_map(|p| p.owners.iter().cloned())),
-            processes: Vec::new(),
-        };
-        for p in &mut processes {
-            p.sites.truncate(top);
-        }
-        summary.processes = processes;
-        summary
+        fold.finish()
     }
 
     /// Total events of every kind.
     pub fn event_total(&self) -> u64 {
         self.events.iter().map(|e| e.count).sum()
+    }
+}
+
+/// A [`Summary`] built one process at a time, in input order: each process's sites are added
+/// to those across processes and then cut to `top`, so memory holds the distinct sites and each
+/// process's shortened summary, never every process's every site.
+#[derive(Debug)]
+pub struct SummaryFold {
+    top: usize,
+    sites: HashMap<String, OverallSite>,
+    events: BTreeMap<String, u64>,
+    /// Bytes by owner (each owner's label is the first process's).
+    owners: HashMap<String, OwnerShare>,
+    complete_reports: usize,
+    leaked_bytes: u64,
+    leaks: u64,
+    processes: Vec<ReportSummary>,
+}
+
+impl SummaryFold {
+    /// An empty summary that will list `top` sites (across processes, and per process).
+    pub fn new(top: usize) -> SummaryFold {
+        SummaryFold {
+            top,
+            sites: HashMap::new(),
+            events: BTreeMap::new(),
+            owners: HashMap::new(),
+            complete_reports: 0,
+            leaked_bytes: 0,
+            leaks: 0,
+            processes: Vec::new(),
+        }
+    }
+
+    /// Adds the next process (in input order).
+    pub fn add(&mut self, mut p: ReportSummary) {
+        for s in &p.sites {
+            let o = match self.sites.get_mut(&s.site) {
+                Some(o) => o,
+                None => self
+                    .sites
+                    .entry(s.site.clone())
+                    .or_insert_with(|| OverallSite {
+                        site: s.site.clone(),
+                        location: s.location.clone(),
+                        leaked_bytes: 0,
+                        leaks: 0,
+                        processes: 0,
+                        label: s.label.clone(),
+                        kind: s.kind,
+                        owner: s.owner.clone(),
+                        owner_label: s.owner_label.clone(),
+                        owner_kind: s.owner_kind,
+                        stack: s.stack.clone(),
+                    }),
+            };
+            o.leaked_bytes = o.leaked_bytes.saturating_add(s.leaked_bytes);
+            o.leaks += s.leaks;
+            o.processes += 1;
+        }
+        for e in &p.events {
+            match self.events.get_mut(&e.kind) {
+                Some(n) => *n += e.count,
+                None => {
+                    self.events.insert(e.kind.clone(), e.count);
+                }
+            }
+        }
+        for share in &p.owners {
+            match self.owners.get_mut(&share.owner) {
+                Some(t) => {
+                    t.bytes = t.bytes.saturating_add(share.bytes);
+                    t.count = t.count.saturating_add(share.count);
+                }
+                None => {
+                    self.owners.insert(share.owner.clone(), share.clone());
+                }
+            }
+        }
+        if p.complete {
+            self.complete_reports += 1;
+        }
+        self.leaked_bytes = self.leaked_bytes.saturating_add(p.leaked_bytes);
+        self.leaks += p.leaks;
+        p.sites.truncate(self.top);
+        p.sites.shrink_to_fit();
+        self.processes.push(p);
+    }
+
+    /// The summary of the processes added.
+    pub fn finish(self) -> Summary {
+        let mut sites: Vec<OverallSite> = self.sites.into_values().collect();
+        sort_sites(&mut sites, |s| (s.leaked_bytes, s.leaks, s.site.clone()));
+        let sites_total = sites.len();
+        sites.truncate(self.top);
+        let mut events: Vec<EventCount> = self
+            .events
+            .into_iter()
+            .map(|(kind, count)| EventCount { kind, count })
+            .collect();
+        events.sort_by(|a, b| b.count.cmp(&a.count).then(a.kind.cmp(&b.kind)));
+        Summary {
+            reports: self.processes.len(),
+            complete_reports: self.complete_reports,
+            leaked_bytes: self.leaked_bytes,
+            leaks: self.leaks,
+            events,
+            sites,
+            sites_total,
+            owners: crate::owners::combine(self.owners.into_values()),
+            processes: self.processes,
+        }
     }
 }
 
