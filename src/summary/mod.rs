@@ -16,9 +16,11 @@ pub mod text;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use std::io::{self, Write};
+
 use serde::Serialize;
 
-use crate::format::{Registry, Row};
+use crate::format::{Options, Registry, Row};
 use crate::growth::{Criterion, GrowingSite, growing_sites};
 use crate::input::Source;
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner};
@@ -553,6 +555,58 @@ impl Summary {
     }
 }
 
+/// A format written in three parts, so that processes can be written as they are read, before
+/// the totals across them are known, and the totals put in front afterwards: everything before
+/// the processes ([`Sections::head`], which does not read `processes`), each process, and the
+/// end. Every summary format is one; its [`crate::format::Format::write`] is
+/// [`write_in_sections`].
+pub trait Sections {
+    /// Everything before the processes.
+    fn head(summary: &Summary, out: &mut dyn Write, options: &Options) -> io::Result<()>;
+    /// The `i`-th process (from 0, in input order).
+    fn process(
+        i: usize,
+        p: &ReportSummary,
+        out: &mut dyn Write,
+        options: &Options,
+    ) -> io::Result<()>;
+    /// Everything after the `count` processes.
+    fn tail(count: usize, out: &mut dyn Write, options: &Options) -> io::Result<()>;
+}
+
+/// Writes a whole summary in a [`Sections`] format.
+pub fn write_in_sections<S: Sections>(
+    summary: &Summary,
+    out: &mut dyn Write,
+    options: &Options,
+) -> io::Result<()> {
+    S::head(summary, out, options)?;
+    for (i, p) in summary.processes.iter().enumerate() {
+        S::process(i, p, out, options)?;
+    }
+    S::tail(summary.processes.len(), out, options)
+}
+
+/// The [`Sections`] of a summary format, by its `--format` name.
+pub type SectionWriters = (
+    fn(&Summary, &mut dyn Write, &Options) -> io::Result<()>,
+    fn(usize, &ReportSummary, &mut dyn Write, &Options) -> io::Result<()>,
+    fn(usize, &mut dyn Write, &Options) -> io::Result<()>,
+);
+
+/// The three parts of the format named `name` (`text`, `json`, `markdown`).
+pub fn sections(name: &str) -> Option<SectionWriters> {
+    fn of<S: Sections>() -> SectionWriters {
+        (S::head, S::process, S::tail)
+    }
+    match name {
+        "text" => Some(of::<text::Text>()),
+        "json" => Some(of::<json::Json>()),
+        "markdown" => Some(of::<markdown::Markdown>()),
+        _ => None,
+    }
+}
+
 /// A [`Summary`] built one process at a time, in input order: each process's sites are added
 /// to those across processes and then cut to `top`, so memory holds the distinct sites and each
 /// process's shortened summary, never every process's every site.
@@ -563,6 +617,7 @@ pub struct SummaryFold {
     events: BTreeMap<String, u64>,
     /// Bytes by owner (each owner's label is the first process's).
     owners: HashMap<String, OwnerShare>,
+    reports: usize,
     complete_reports: usize,
     leaked_bytes: u64,
     leaks: u64,
@@ -577,6 +632,7 @@ impl SummaryFold {
             sites: HashMap::new(),
             events: BTreeMap::new(),
             owners: HashMap::new(),
+            reports: 0,
             complete_reports: 0,
             leaked_bytes: 0,
             leaks: 0,
@@ -584,8 +640,17 @@ impl SummaryFold {
         }
     }
 
-    /// Adds the next process (in input order).
+    /// Adds the next process (in input order), keeping its summary with its sites cut to `top`.
     pub fn add(&mut self, mut p: ReportSummary) {
+        self.count(&mut p);
+        self.processes.push(p);
+    }
+
+    /// Adds the next process's totals (in input order) and cuts its sites to `top`, without
+    /// keeping it: the caller writes it (see [`Sections`]). [`SummaryFold::finish`] then gives the
+    /// summary without these processes in `processes`, but counted in `reports`.
+    pub fn count(&mut self, p: &mut ReportSummary) {
+        self.reports += 1;
         for s in &p.sites {
             let o = match self.sites.get_mut(&s.site) {
                 Some(o) => o,
@@ -636,7 +701,6 @@ impl SummaryFold {
         self.leaks += p.leaks;
         p.sites.truncate(self.top);
         p.sites.shrink_to_fit();
-        self.processes.push(p);
     }
 
     /// The summary of the processes added.
@@ -652,7 +716,7 @@ impl SummaryFold {
             .collect();
         events.sort_by(|a, b| b.count.cmp(&a.count).then(a.kind.cmp(&b.kind)));
         Summary {
-            reports: self.processes.len(),
+            reports: self.reports,
             complete_reports: self.complete_reports,
             leaked_bytes: self.leaked_bytes,
             leaks: self.leaks,
