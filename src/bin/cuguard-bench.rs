@@ -290,7 +290,7 @@ fn mib(b: u64) -> f64 {
 
 /// The fleet's owners: who holds the leaks of stack `g` of the fleet-wide pool.
 fn fleet_owner(g: u64) -> &'static str {
-    if g % 10 == 0 {
+    if g.is_multiple_of(10) {
         "pytorch_caching_allocator"
     } else if g % 20 == 5 {
         "cublas"
@@ -490,14 +490,14 @@ fn generate_fleet(dir: &Path, o: &Options) -> std::io::Result<(usize, u64, u64)>
             if let Some((_, w)) = merged.as_mut() {
                 w.process(&cuguard_report::to_vec(&report))?;
             }
-            if i % 48 == 7 || i + 1 == o.reports {
-                if let Some((path, w)) = merged.take() {
-                    w.finish()?;
-                    let size = std::fs::metadata(&path)?.len();
-                    files += 1;
-                    total += size;
-                    largest = largest.max(size);
-                }
+            if (i % 48 == 7 || i + 1 == o.reports)
+                && let Some((path, w)) = merged.take()
+            {
+                w.finish()?;
+                let size = std::fs::metadata(&path)?.len();
+                files += 1;
+                total += size;
+                largest = largest.max(size);
             }
             continue;
         }
