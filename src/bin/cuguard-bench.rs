@@ -13,7 +13,8 @@
 //! single report, wall time and peak RSS of `summary` and `check`, and the memory goal
 //! (2 × the largest report + 64 MiB). Reports are deterministic (a fixed pseudo-random sequence)
 //! and written with the report crate's types.
-//! The numbers for this repository's machine are in docs/cli.md.
+//! The numbers for this repository's machine are in docs/cli.md (the three shapes) and
+//! docs/benchmarks.md ("The command at scale", the fleet).
 //!
 //! The fourth shape, `fleet`, is the command at scale (issue 14): `--reports` processes (give
 //! 10,000) holding `--leaks` leaks (give 10,000,000), each process leaking from 48 of a fleet-wide
