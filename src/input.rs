@@ -289,7 +289,7 @@ where
     F: Fn(&Source, Report) -> T + Sync,
 {
     let per_file = parallel(files.len(), |i| {
-        read_file(&files[i], None, files.len() == 1, &|s, r, _| f(s, r))
+        read_file(&files[i], None, files.len() == 1, &|s, r, _| f(s, r), None)
     })?;
     Ok(per_file.into_iter().flatten().collect())
 }
@@ -307,7 +307,7 @@ where
     F: Fn(&Source, Report, LeakFold) -> T + Sync,
 {
     let per_file = parallel(files.len(), |i| {
-        read_file(&files[i], Some(keep), files.len() == 1, &f)
+        read_file(&files[i], Some(keep), files.len() == 1, &f, None)
     })?;
     Ok(per_file.into_iter().flatten().collect())
 }
@@ -326,9 +326,17 @@ where
     F: Fn(&Source, Report, LeakFold) -> T + Sync,
     G: FnMut(Source, T) + Send,
 {
+    if let [file] = files {
+        // One file: a merged report's processes go to `take` as they are done, not all kept.
+        let mut deliver = |source, value| take(source, value);
+        for (source, value) in read_file(file, Some(keep), true, &f, Some(&mut deliver))? {
+            take(source, value);
+        }
+        return Ok(());
+    }
     parallel_in_order(
         files.len(),
-        |i| read_file(&files[i], Some(keep), files.len() == 1, &f),
+        |i| read_file(&files[i], Some(keep), false, &f, None),
         |processes| {
             for (source, value) in processes {
                 take(source, value);
@@ -340,12 +348,14 @@ where
 
 /// Reads one file: folding leaks when `fold` says how many to keep; a merged report's processes
 /// in parallel when `alone` (no other file is being read beside it, so the threads stay within
-/// the cores).
+/// the cores), then handed to `take`, when given, as they are done (in order), instead of
+/// returned.
 fn read_file<T, F>(
     path: &Path,
     fold: Option<usize>,
     alone: bool,
     f: &F,
+    take: Option<&mut (dyn FnMut(Source, T) + Send)>,
 ) -> Result<Vec<(Source, T)>, ReadError>
 where
     T: Send,
@@ -400,11 +410,15 @@ where
         let value = f(&source, report, leaks);
         Ok((source, value))
     };
-    if alone {
-        // A merged report: its processes are parsed in parallel, the file's bytes shared.
-        parallel(doc.len(), one)
-    } else {
-        (0..doc.len()).map(one).collect()
+    match (alone, take) {
+        // A lone merged report: its processes are parsed in parallel, the file's bytes shared,
+        // and handed to `take` in order as they are done.
+        (true, Some(take)) => {
+            parallel_in_order(doc.len(), one, |(source, value)| take(source, value))?;
+            Ok(Vec::new())
+        }
+        (true, None) => parallel(doc.len(), one),
+        (false, _) => (0..doc.len()).map(one).collect(),
     }
 }
 
