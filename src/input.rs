@@ -5,13 +5,15 @@
 //! the sum of all inputs: each worker reads a file, hands each process's [`Report`] to the
 //! caller's function, and keeps only what that function returns.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::report::{DEFAULT_MAX_REPORT_BYTES, Document, ReadError, Report};
+use crate::report::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, ReadError, Report};
 use crate::text::one_line;
+use cuguard_report::sink::with_leak_sink;
 use cuguard_symbolize::glob;
 
 /// Where a report came from: a file, and for a merged report the process's index in it.
@@ -193,17 +195,46 @@ where
     E: Send,
     F: Fn(usize) -> Result<T, E> + Sync,
 {
+    let mut out = Vec::with_capacity(n);
+    parallel_in_order(n, f, |value| out.push(value))?;
+    Ok(out)
+}
+
+/// Runs `f(0)`, …, `f(n - 1)` on up to as many threads as the machine has cores and hands each
+/// result to `take` in index order as soon as those before it are taken, so that only results
+/// finished ahead of a slower one wait. The first error (in index order) is returned; after
+/// any error, items not yet started are skipped and no later result is taken.
+fn parallel_in_order<T, E, F, G>(n: usize, f: F, take: G) -> Result<(), E>
+where
+    T: Send,
+    E: Send,
+    F: Fn(usize) -> Result<T, E> + Sync,
+    G: FnMut(T) + Send,
+{
+    struct Order<T, E, G> {
+        /// The index `take` waits for.
+        next: usize,
+        /// Results finished ahead of `next`.
+        ahead: BTreeMap<usize, Result<T, E>>,
+        take: G,
+        error: Option<E>,
+    }
     let threads = std::thread::available_parallelism()
         .map(|t| t.get())
         .unwrap_or(1)
         .min(n)
         .max(1);
-    let next = AtomicUsize::new(0);
+    let started = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let slots: Vec<Mutex<Option<Result<T, E>>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let order = Mutex::new(Order {
+        next: 0,
+        ahead: BTreeMap::new(),
+        take,
+        error: None,
+    });
     let work = || {
         while !failed.load(Ordering::Relaxed) {
-            let i = next.fetch_add(1, Ordering::Relaxed);
+            let i = started.fetch_add(1, Ordering::Relaxed);
             if i >= n {
                 break;
             }
@@ -211,8 +242,25 @@ where
             if result.is_err() {
                 failed.store(true, Ordering::Relaxed);
             }
-            if let Ok(mut slot) = slots[i].lock() {
-                *slot = Some(result);
+            let Ok(mut o) = order.lock() else {
+                break;
+            };
+            o.ahead.insert(i, result);
+            loop {
+                let next = o.next;
+                let Some(result) = o.ahead.remove(&next) else {
+                    break;
+                };
+                o.next += 1;
+                match result {
+                    Ok(value) if o.error.is_none() => (o.take)(value),
+                    Ok(_) => {}
+                    Err(e) => {
+                        if o.error.is_none() {
+                            o.error = Some(e);
+                        }
+                    }
+                }
             }
         }
     };
@@ -222,19 +270,15 @@ where
         }
         work();
     });
-    let mut out = Vec::with_capacity(n);
-    for slot in slots {
-        match slot.into_inner().ok().flatten() {
-            Some(Ok(value)) => out.push(value),
-            Some(Err(e)) => return Err(e),
-            None => {}
-        }
+    let o = order.into_inner().unwrap_or_else(|p| p.into_inner());
+    match o.error {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    Ok(out)
 }
 
-/// Reads every file (in parallel, up to the machine's cores; a merged report's processes in
-/// parallel too) and calls `f` on each process's report. Returns `f`'s results in input order
+/// Reads every file (in parallel, up to the machine's cores; a lone merged report's processes
+/// in parallel too) and calls `f` on each process's report. Returns `f`'s results in input order
 /// (files in order, processes in file order).
 ///
 /// The first file that cannot be read ends the whole call with its error; the remaining work is
@@ -244,40 +288,138 @@ where
     T: Send,
     F: Fn(&Source, Report) -> T + Sync,
 {
-    let per_file = parallel(files.len(), |i| read_file(&files[i], &f))?;
+    let per_file = parallel(files.len(), |i| {
+        read_file(&files[i], None, files.len() == 1, &|s, r, _| f(s, r), None)
+    })?;
     Ok(per_file.into_iter().flatten().collect())
 }
 
-fn read_file<T, F>(path: &Path, f: &F) -> Result<Vec<(Source, T)>, ReadError>
+/// As [`map_reports`], but each report's leaks are folded while it is parsed (keeping the `keep`
+/// largest) and handed to `f` beside the report, whose own `leaks` are then empty: memory holds
+/// the fold, never the leaks.
+pub fn map_folded<T, F>(
+    files: &[PathBuf],
+    keep: usize,
+    f: F,
+) -> Result<Vec<(Source, T)>, InputError>
 where
     T: Send,
-    F: Fn(&Source, Report) -> T + Sync,
+    F: Fn(&Source, Report, LeakFold) -> T + Sync,
 {
-    let doc = Document::read_with_limit(path, max_report_bytes())?;
+    let per_file = parallel(files.len(), |i| {
+        read_file(&files[i], Some(keep), files.len() == 1, &f, None)
+    })?;
+    Ok(per_file.into_iter().flatten().collect())
+}
+
+/// As [`map_folded`], but hands each process's result to `take` as soon as every process
+/// before it (in input order) is taken, instead of keeping them all: memory holds only the
+/// results finished ahead of a slower one.
+pub fn for_each_folded<T, F, G>(
+    files: &[PathBuf],
+    keep: usize,
+    f: F,
+    mut take: G,
+) -> Result<(), InputError>
+where
+    T: Send,
+    F: Fn(&Source, Report, LeakFold) -> T + Sync,
+    G: FnMut(Source, T) + Send,
+{
+    if let [file] = files {
+        // One file: a merged report's processes go to `take` as they are done, not all kept.
+        let mut deliver = |source, value| take(source, value);
+        for (source, value) in read_file(file, Some(keep), true, &f, Some(&mut deliver))? {
+            take(source, value);
+        }
+        return Ok(());
+    }
+    parallel_in_order(
+        files.len(),
+        |i| read_file(&files[i], Some(keep), false, &f, None),
+        |processes| {
+            for (source, value) in processes {
+                take(source, value);
+            }
+        },
+    )?;
+    Ok(())
+}
+
+/// Reads one file: folding leaks when `fold` says how many to keep; a merged report's processes
+/// in parallel when `alone` (no other file is being read beside it, so the threads stay within
+/// the cores), then handed to `take`, when given, as they are done (in order), instead of
+/// returned.
+fn read_file<T, F>(
+    path: &Path,
+    fold: Option<usize>,
+    alone: bool,
+    f: &F,
+    take: Option<&mut (dyn FnMut(Source, T) + Send)>,
+) -> Result<Vec<(Source, T)>, ReadError>
+where
+    T: Send,
+    F: Fn(&Source, Report, LeakFold) -> T + Sync,
+{
+    let parse = |read: &dyn Fn() -> Result<Report, ReadError>| match fold {
+        Some(keep) => {
+            let (leaks, report) = with_leak_sink(LeakFold::new(keep), read);
+            report.map(|r| (r, leaks))
+        }
+        None => read().map(|r| (r, LeakFold::default())),
+    };
     let source = |index| Source {
         path: path.to_path_buf(),
         index,
     };
+    // A single report is parsed as the file is checked; a merged one's processes later.
+    let mut single = None;
+    let doc = match fold {
+        Some(keep) => {
+            let (leaks, doc) = with_leak_sink(LeakFold::new(keep), || {
+                Document::read_with_limit(path, max_report_bytes())
+            });
+            single = Some(leaks);
+            doc?
+        }
+        None => Document::read_with_limit(path, max_report_bytes())?,
+    };
     if !doc.is_merged() {
         let source = source(None);
-        return doc
-            .into_reports()
-            .map(|r| r.map(|r| (source.clone(), f(&source, r))))
-            .collect();
+        let leaks = single.unwrap_or_default();
+        let mut reports = doc.into_reports();
+        return match reports.next() {
+            Some(r) => {
+                let value = f(&source, r?, leaks);
+                Ok(vec![(source, value)])
+            }
+            None => Ok(Vec::new()),
+        };
     }
-    // A merged report: its processes are parsed in parallel, the file's bytes shared.
-    parallel(doc.len(), |i| {
+    let one = |i: usize| {
         let source = source(Some(i));
-        let report = doc.merged_process(i).unwrap_or_else(|| {
-            Err(ReadError::Invalid {
-                path: path.to_path_buf(),
-                process: Some(i),
-                reason: "no such process".into(),
+        let (report, leaks) = parse(&|| {
+            doc.merged_process(i).unwrap_or_else(|| {
+                Err(ReadError::Invalid {
+                    path: path.to_path_buf(),
+                    process: Some(i),
+                    reason: "no such process".into(),
+                })
             })
         })?;
-        let value = f(&source, report);
+        let value = f(&source, report, leaks);
         Ok((source, value))
-    })
+    };
+    match (alone, take) {
+        // A lone merged report: its processes are parsed in parallel, the file's bytes shared,
+        // and handed to `take` in order as they are done.
+        (true, Some(take)) => {
+            parallel_in_order(doc.len(), one, |(source, value)| take(source, value))?;
+            Ok(Vec::new())
+        }
+        (true, None) => parallel(doc.len(), one),
+        (false, _) => (0..doc.len()).map(one).collect(),
+    }
 }
 
 /// The largest report file read: `$CUGUARD_MAX_REPORT_BYTES` when set to a number, else

@@ -23,6 +23,8 @@
 //!   exporter`; [`top`]: the live terminal view; [`exporter`]: those pages as Prometheus
 //!   metrics, and their HTTP server;
 //! - [`cli`]: the command, one module per subcommand; exit codes in [`cli::exit`];
+//! - [`spill`]: output written before what precedes it is known (the summary's processes, read
+//!   before the totals that open it);
 //! - [`style`], [`text`]: terminal colour and tables, number formatting (wildcards come from
 //!   `cuguard_symbolize::glob`, the workspace's one matcher).
 //!
@@ -50,6 +52,7 @@ pub mod merge;
 pub mod owners;
 pub mod report;
 pub mod sites;
+pub mod spill;
 pub mod style;
 pub mod summary;
 pub mod text;

@@ -2,17 +2,35 @@
 //! on them, with each run's peak resident memory.
 //!
 //! ```text
-//! cuguard-bench [--cuguard PATH] [--dir DIR] [--reports N] [--leaks N] [--stacks N] [--depth N]
-//!               [--shapes many,merged,one] [--keep]
+//! cuguard-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--reports N] [--leaks N]
+//!               [--stacks N] [--sites N] [--depth N] [--shapes many,merged,one,fleet] [--keep]
+//!               [--reuse]
 //! ```
 //!
-//! It runs three shapes, each with `--leaks` leaks in all (default 1,000,000):
+//! It runs three shapes by default, each with `--leaks` leaks in all (default 1,000,000):
 //! `many` (`--reports` files, default 1,000), `merged` (the same processes in one merged report)
 //! and `one` (a single report holding every leak). For each it prints the input size, the largest
 //! single report, wall time and peak RSS of `summary` and `check`, and the memory goal
 //! (2 × the largest report + 64 MiB). Reports are deterministic (a fixed pseudo-random sequence)
 //! and written with the report crate's types.
-//! The numbers for this repository's machine are in docs/cli.md.
+//! The numbers for this repository's machine are in docs/cli.md (the three shapes) and
+//! docs/benchmarks.md ("The command at scale", the fleet).
+//!
+//! The fourth shape, `fleet`, is the command at scale (issue 14): `--reports` processes (give
+//! 10,000) holding `--leaks` leaks (give 10,000,000), each process leaking from 48 of a fleet-wide
+//! pool of `--stacks` stacks (default for this shape 400) charged to `--sites` distinct sites
+//! (default 300), a tenth of the stacks held by PyTorch's caching allocator and a twentieth by
+//! cuBLAS; one process in six is written into a merged report of eight processes. Its table
+//! gives summary's and check's wall time, CPU time and peak RSS (the child's `ru_maxrss`) against
+//! the goals (≤ 3 s, ≤ 64 MiB), for `--cuguard` and, with `--before`, for another build beside
+//! it on the same files. `--reuse` keeps the files of an earlier `--keep` run when their count
+//! matches.
+//!
+//! ```sh
+//! cargo build --release -p cuguard
+//! target/release/cuguard-bench --shapes fleet --reports 10000 --leaks 10000000 \
+//!     --before /tmp/cuguard-before --keep --reuse
+//! ```
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -22,54 +40,67 @@ use std::time::Instant;
 
 use cuguard::report::{
     Addr, Context, Device, DeviceStats, Driver, Event, EventKind, Frame, Leak, LeakState, Memory,
-    Process, Reason, Report, Stack,
+    OwnerInfo, Process, Reason, Report, Stack,
 };
+use cuguard_report::merged::{Merged, MergedWriter};
 
 struct Options {
     cuguard: PathBuf,
+    before: Option<PathBuf>,
     dir: PathBuf,
     reports: usize,
     leaks: usize,
-    stacks: usize,
+    stacks: Option<usize>,
+    sites: usize,
     depth: usize,
     shapes: Vec<String>,
     keep: bool,
+    reuse: bool,
 }
 
 fn parse() -> Result<Options, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut o = Options {
         cuguard: exe.with_file_name("cuguard"),
+        before: None,
         dir: PathBuf::from("target/cuguard-bench"),
         reports: 1000,
         leaks: 1_000_000,
-        stacks: 64,
+        stacks: None,
+        sites: 300,
         depth: 16,
         shapes: vec!["many".into(), "merged".into(), "one".into()],
         keep: false,
+        reuse: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
             "--cuguard" => o.cuguard = value()?.into(),
+            "--before" => o.before = Some(value()?.into()),
             "--dir" => o.dir = value()?.into(),
             "--reports" => o.reports = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
             "--leaks" => o.leaks = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
-            "--stacks" => o.stacks = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
+            "--stacks" => o.stacks = Some(value()?.parse().map_err(|e| format!("{a}: {e}"))?),
+            "--sites" => o.sites = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
             "--depth" => o.depth = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
             "--shapes" => o.shapes = value()?.split(',').map(String::from).collect(),
             "--keep" => o.keep = true,
+            "--reuse" => o.reuse = true,
             "-h" | "--help" => {
-                return Err("usage: cuguard-bench [--cuguard PATH] [--dir DIR] [--reports N] \
-                            [--leaks N] [--stacks N] [--depth N] [--shapes many,merged,one] [--keep]"
-                    .into());
+                return Err(
+                    "usage: cuguard-bench [--cuguard PATH] [--before PATH] [--dir DIR] \
+                            [--reports N] [--leaks N] [--stacks N] [--sites N] [--depth N] \
+                            [--shapes many,merged,one,fleet] [--keep] [--reuse]"
+                        .into(),
+                );
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if o.reports == 0 || o.stacks == 0 {
-        return Err("--reports and --stacks must be positive".into());
+    if o.reports == 0 || o.stacks == Some(0) || o.sites == 0 {
+        return Err("--reports, --stacks and --sites must be positive".into());
     }
     Ok(o)
 }
@@ -88,6 +119,7 @@ impl Rng {
 
 /// One synthetic report: `leaks` leaks spread over `stacks` stacks of `depth` frames.
 fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
+    let stacks = o.stacks.unwrap_or(64);
     let process = Process {
         pid,
         ppid: 1,
@@ -128,7 +160,7 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
     for i in 0..leaks {
         let size = 256 << (rng.next() % 16);
         total += size;
-        let stack = rng.next() % o.stacks as u64 + 1;
+        let stack = rng.next() % stacks as u64 + 1;
         let requested = size - rng.next() % 256;
         let thread = u64::from(pid) + rng.next() % 4;
         let time_ms = rng.next() % 100_000;
@@ -166,7 +198,7 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
     let shim: Arc<str> = "/opt/cuguard/lib/libcuguard.so".into();
     let worker: Arc<str> = "/opt/bench/worker".into();
     let file: Arc<str> = "worker.cc".into();
-    for id in 1..=o.stacks {
+    for id in 1..=stacks {
         let frames = (0..o.depth)
             .map(|d| {
                 let (module, function) = if d == 0 {
@@ -174,7 +206,7 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
                 } else {
                     (
                         worker.clone(),
-                        format!("fn_{}_{d}", (id * 7 + d) % (o.stacks / 2 + 1)),
+                        format!("fn_{}_{d}", (id * 7 + d) % (stacks / 2 + 1)),
                     )
                 };
                 Frame {
@@ -258,6 +290,328 @@ fn mib(b: u64) -> f64 {
     b as f64 / (1 << 20) as f64
 }
 
+/// The fleet's owners: who holds the leaks of stack `g` of the fleet-wide pool.
+fn fleet_owner(g: u64) -> &'static str {
+    if g.is_multiple_of(10) {
+        "pytorch_caching_allocator"
+    } else if g % 20 == 5 {
+        "cublas"
+    } else {
+        "program"
+    }
+}
+
+/// One process of the fleet: `leaks` leaks from 48 stacks of the fleet-wide pool of `stacks`
+/// (charged to `o.sites` distinct sites), with owners.
+fn fleet_report(pid: u32, leaks: usize, stacks: usize, o: &Options, rng: &mut Rng) -> Report {
+    let process = Process {
+        pid,
+        ppid: 1,
+        exe: "/opt/fleet/bin/trainer".into(),
+        argv: vec!["trainer".into(), "--rank".into(), (pid % 8).to_string()],
+        hostname: format!("node{:04}", pid / 8),
+        rank: Some(pid % 8),
+        start_unix_ms: 1_764_460_800_000,
+        end_unix_ms: 1_764_460_900_000,
+        labels: None,
+    };
+    let mut r = Report::new(true, Reason::Exit, process);
+    r.tool.version = "bench".into();
+    r.driver = Driver {
+        version: 13000,
+        path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+    };
+    let device = pid % 8;
+    r.devices.push(Device {
+        ordinal: device,
+        name: "NVIDIA H200".into(),
+        total_bytes: 150_754_820_096,
+    });
+    r.contexts.push(Context {
+        id: 1,
+        handle: Addr(0x55d0_c0a1_b2c0),
+        device,
+        primary: true,
+        destroyed: false,
+        destroyed_by: None,
+        created_ms: None,
+        destroyed_ms: None,
+        stack: None,
+        overhead_bytes: None,
+    });
+    for (id, kind, label) in [
+        ("program", "program", "the program"),
+        (
+            "pytorch_caching_allocator",
+            "framework_cache",
+            "PyTorch's caching allocator",
+        ),
+        ("cublas", "library", "cuBLAS workspace"),
+    ] {
+        r.owners.push(OwnerInfo {
+            id: id.into(),
+            kind: kind.into(),
+            label: label.into(),
+            hint: None,
+        });
+    }
+    // The 48 stacks this process allocates from, drawn from the fleet's pool.
+    let mine: Vec<u64> = (0..48).map(|_| rng.next() % stacks as u64 + 1).collect();
+    let apis: [Arc<str>; 2] = ["cuMemAlloc_v2".into(), "cuMemAllocAsync".into()];
+    let mut total = 0u64;
+    r.leaks.reserve(leaks);
+    for i in 0..leaks {
+        let size = 256 << (rng.next() % 16);
+        total += size;
+        let stack = mine[(rng.next() % mine.len() as u64) as usize];
+        let requested = size - rng.next() % 256;
+        let thread = u64::from(pid) + rng.next() % 4;
+        let time_ms = rng.next() % 100_000;
+        let api = apis[usize::from(stack % 7 == 3)].clone();
+        r.leaks.push(Leak {
+            address: Addr(0x7f00_0000_0000u64 + (i as u64) * 0x10_0000),
+            size,
+            requested,
+            memory: if api.ends_with("Async") {
+                Memory::Async
+            } else {
+                Memory::Device
+            },
+            api,
+            device,
+            context: Some(1),
+            thread,
+            seq: i as u64,
+            time_ms,
+            stack: Some(stack),
+            state: LeakState::LiveAtExit,
+            handle: None,
+            owner: Some(fleet_owner(stack).into()),
+        });
+    }
+    r.events.push(Event {
+        kind: EventKind::DoubleFree,
+        address: Some(Addr(0x7f00_0000_0000)),
+        api: Some("cuMemFree_v2".into()),
+        seq: 1,
+        thread: u64::from(pid),
+        stack: mine.first().copied(),
+        result: Some(1),
+        size: None,
+        context: None,
+        time_ms: None,
+        message: None,
+        device: None,
+    });
+    let shim: Arc<str> = "/opt/cuguard/lib/libcuguard.so".into();
+    let trainer: Arc<str> = "/opt/fleet/bin/trainer".into();
+    let torch: Arc<str> = "/opt/fleet/lib/libtorch_cuda.so".into();
+    let mut ids = mine.clone();
+    ids.sort_unstable();
+    ids.dedup();
+    for g in ids {
+        let site = g % o.sites as u64;
+        let frames = (0..o.depth)
+            .map(|d| {
+                let (module, function, file) = match d {
+                    0 => (shim.clone(), "cuMemAlloc_v2".to_string(), None),
+                    1 if fleet_owner(g) != "program" => (
+                        torch.clone(),
+                        format!("c10::cuda::alloc_{site}"),
+                        Some("CUDACachingAllocator.cpp"),
+                    ),
+                    1 => (
+                        trainer.clone(),
+                        format!("trainer::layer_{site}::forward"),
+                        Some("layers.cc"),
+                    ),
+                    _ => (
+                        trainer.clone(),
+                        format!("trainer::step_{}", (g as usize + d) % 40),
+                        Some("train.cc"),
+                    ),
+                };
+                Frame {
+                    ip: Addr(0x5500_0000_0000u64 + (g * 64 + d as u64) * 16),
+                    module,
+                    offset: Addr((g * 64 + d as u64) * 16),
+                    function: Some(function.into()),
+                    file: file.map(Into::into),
+                    line: Some(d as u32 * 3 + (site % 50) as u32 + 10),
+                    inlined: None,
+                }
+            })
+            .collect();
+        r.stacks.push(Stack {
+            id: g,
+            frames,
+            python: Vec::new(),
+            site: None,
+            owner: Some(fleet_owner(g).into()),
+            mixed: Vec::new(),
+        });
+    }
+    r.stats.devices.push(DeviceStats {
+        device,
+        live_bytes: total,
+        peak_live_bytes: total,
+        total_allocated_bytes: total,
+        allocations: leaks as u64,
+        frees: 0,
+        released_bytes: None,
+        host_pinned_live_bytes: None,
+        pool: None,
+    });
+    r
+}
+
+/// Writes the fleet into `dir`: `o.reports` processes, one in six of them (the first six of
+/// every 48 ranks) in merged reports of eight; returns (files, total bytes, largest file).
+fn generate_fleet(dir: &Path, o: &Options) -> std::io::Result<(usize, u64, u64)> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    let stacks = o.stacks.unwrap_or(400);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut files, mut total, mut largest) = (0usize, 0u64, 0u64);
+    let mut merged: Option<(PathBuf, MergedWriter<std::io::BufWriter<std::fs::File>>)> = None;
+    for i in 0..o.reports {
+        let leaks = o.leaks / o.reports + usize::from(i < o.leaks % o.reports);
+        let pid = 20_000 + i as u32;
+        let report = fleet_report(pid, leaks, stacks, o, &mut rng);
+        if i % 48 < 8 {
+            if merged.is_none() {
+                let path = dir.join(format!("cuguard.merged.{pid}.json"));
+                let out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+                let head = Merged {
+                    created_unix_ms: 1_764_460_950_000,
+                    inputs: (0..8)
+                        .map(|k| format!("cuguard.trainer.{}.json", pid + k))
+                        .collect(),
+                };
+                merged = Some((path, MergedWriter::begin(out, &head)?));
+            }
+            if let Some((_, w)) = merged.as_mut() {
+                w.process(&cuguard_report::to_vec(&report))?;
+            }
+            if (i % 48 == 7 || i + 1 == o.reports)
+                && let Some((path, w)) = merged.take()
+            {
+                w.finish()?;
+                let size = std::fs::metadata(&path)?.len();
+                files += 1;
+                total += size;
+                largest = largest.max(size);
+            }
+            continue;
+        }
+        let path = dir.join(format!("cuguard.trainer.{pid}.json"));
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        cuguard_report::write(&report, &mut out)?;
+        out.flush()?;
+        let size = std::fs::metadata(&path)?.len();
+        files += 1;
+        total += size;
+        largest = largest.max(size);
+    }
+    Ok((files, total, largest))
+}
+
+/// The fleet's files, written anew unless `--reuse` finds those of an earlier `--keep` run.
+fn fleet_files(dir: &Path, o: &Options) -> Result<(usize, u64, u64), String> {
+    let stamp = dir.join("fleet.stamp");
+    let want = format!(
+        "reports {} leaks {} stacks {} sites {} depth {}\n",
+        o.reports,
+        o.leaks,
+        o.stacks.unwrap_or(400),
+        o.sites,
+        o.depth
+    );
+    if o.reuse && std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
+        let (mut files, mut total, mut largest) = (0usize, 0u64, 0u64);
+        for e in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
+            let e = e.map_err(|e| e.to_string())?;
+            if e.path().extension().is_some_and(|x| x == "json") {
+                let size = e.metadata().map_err(|e| e.to_string())?.len();
+                files += 1;
+                total += size;
+                largest = largest.max(size);
+            }
+        }
+        return Ok((files, total, largest));
+    }
+    let got = generate_fleet(dir, o).map_err(|e| e.to_string())?;
+    // Outside the reports' `*.json`, so the commands do not read it.
+    std::fs::write(&stamp, want).map_err(|e| e.to_string())?;
+    Ok(got)
+}
+
+/// Times `summary` and `check --format json` of one build on the fleet; prints a row.
+fn fleet_row(
+    label: &str,
+    cuguard: &Path,
+    dir: &Path,
+    files: usize,
+    input: u64,
+    o: &Options,
+) -> Result<(), String> {
+    let (ts, us, rs, cs) =
+        measure(Command::new(cuguard).arg("summary").arg(dir)).map_err(|e| e.to_string())?;
+    let (tc, uc, rc, cc) = measure(
+        Command::new(cuguard)
+            .args(["check", "--format", "json"])
+            .arg(dir),
+    )
+    .map_err(|e| e.to_string())?;
+    if cs != 0 || cc != 1 {
+        return Err(format!(
+            "{label}: unexpected exit codes: summary {cs}, check {cc} (want 0, 1)"
+        ));
+    }
+    println!(
+        "{label:<8} {files:>6} {:>9} {:>9} {:>10.1} {:>7.2}s {:>7.2}s {:>8.1} {:>7.2}s {:>7.2}s {:>8.1}   ≤ 3 s, ≤ 64 MiB",
+        o.reports,
+        o.leaks,
+        mib(input),
+        ts,
+        us,
+        mib(rs),
+        tc,
+        uc,
+        mib(rc),
+    );
+    let _ = std::io::stdout().flush();
+    Ok(())
+}
+
+/// The command at scale: the fleet, measured for `--cuguard` and `--before`.
+fn fleet(o: &Options) -> Result<(), String> {
+    let dir = o.dir.join("fleet");
+    let (files, input, _) = fleet_files(&dir, o)?;
+    println!(
+        "{:<8} {:>6} {:>9} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}   goal",
+        "build",
+        "files",
+        "processes",
+        "leaks",
+        "input MiB",
+        "summary",
+        "cpu",
+        "RSS MiB",
+        "check",
+        "cpu",
+        "RSS MiB"
+    );
+    if let Some(before) = &o.before {
+        fleet_row("before", before, &dir, files, input, o)?;
+    }
+    fleet_row("after", &o.cuguard, &dir, files, input, o)?;
+    if !o.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
+
 fn run() -> Result<(), String> {
     let o = parse()?;
     if !o.cuguard.is_file() {
@@ -265,6 +619,23 @@ fn run() -> Result<(), String> {
             "{}: not found (build it, or pass --cuguard)",
             o.cuguard.display()
         ));
+    }
+    if let Some(before) = &o.before
+        && !before.is_file()
+    {
+        return Err(format!("{}: not found", before.display()));
+    }
+    let (fleet_shape, shapes): (Vec<&str>, Vec<&str>) = o
+        .shapes
+        .iter()
+        .map(String::as_str)
+        .partition(|s| *s == "fleet");
+    if !fleet_shape.is_empty() {
+        fleet(&o)?;
+        if shapes.is_empty() {
+            return Ok(());
+        }
+        println!();
     }
     println!(
         "{:<7} {:>6} {:>9} {:>10} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}",
@@ -281,7 +652,7 @@ fn run() -> Result<(), String> {
         "RSS MiB",
         "goal MiB"
     );
-    for shape in o.shapes.iter().map(String::as_str) {
+    for shape in shapes {
         let dir = o.dir.join(shape);
         let (files, input, largest) = match shape {
             "many" | "merged" => {

@@ -28,7 +28,8 @@ pub mod junit;
 pub mod suppressions;
 pub mod text;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -36,7 +37,7 @@ use crate::format::{Registry, Row};
 use crate::growth::{Criterion, GrowingSite, growing_sites};
 use crate::input::Source;
 use crate::owners::{OwnerFilter, OwnerIndex, OwnerShare};
-use crate::report::{Report, Stack};
+use crate::report::{LeakFold, Report, Stack};
 use crate::sites::{SiteIndex, SiteKind};
 use suppressions::Suppressions;
 
@@ -192,6 +193,19 @@ impl ProcessCheck {
         suppressions: &Suppressions,
         owners: &OwnerFilter,
     ) -> ProcessCheck {
+        let leaks = LeakFold::of(&report.leaks, 0);
+        ProcessCheck::folded(source, report, &leaks, suppressions, owners)
+    }
+
+    /// Condenses a report whose leaks are `leaks` (folded while it was parsed; the report's own
+    /// `leaks` are not read), as [`ProcessCheck::with_owners`].
+    pub fn folded(
+        source: &Source,
+        report: &Report,
+        leaks: &LeakFold,
+        suppressions: &Suppressions,
+        owners: &OwnerFilter,
+    ) -> ProcessCheck {
         let index = SiteIndex::new(report);
         let mut owner_index = OwnerIndex::new(report);
         let mut others: Vec<(usize, u64, u64)> = Vec::new();
@@ -218,7 +232,8 @@ impl ProcessCheck {
         };
         // Leaks sharing a stack, api and memory kind share a verdict: decide once per triple.
         let mut decided: HashMap<(Option<u64>, &str, &str), Option<usize>> = HashMap::new();
-        for leak in &report.leaks {
+        for group in leaks.groups() {
+            let (leak, size, n) = (&group.leak, group.bytes, group.leaks);
             let rule = if suppressions.is_empty() {
                 None
             } else {
@@ -227,14 +242,14 @@ impl ProcessCheck {
                     .or_insert_with(|| suppressions.match_leak(leak, stack_of(leak.stack)))
             };
             if let Some(rule) = rule {
-                check.rule_hits[rule] += 1;
-                check.suppressed.0 = check.suppressed.0.saturating_add(leak.size);
-                check.suppressed.1 += 1;
+                check.rule_hits[rule] += n;
+                check.suppressed.0 = check.suppressed.0.saturating_add(size);
+                check.suppressed.1 += n;
                 continue;
             }
             let owner = owner_index.of_leak(leak);
             if !owners.includes(owner_index.owner(owner)) {
-                others.push((owner, leak.size, 1));
+                others.push((owner, size, n));
                 continue;
             }
             let site = index.site(leak.stack);
@@ -247,8 +262,8 @@ impl ProcessCheck {
                     kind: site.kind,
                     ..SiteLeaks::default()
                 });
-            entry.bytes = entry.bytes.saturating_add(leak.size);
-            entry.leaks += 1;
+            entry.bytes = entry.bytes.saturating_add(size);
+            entry.leaks += n;
             if !entry.apis.contains(&*leak.api) {
                 entry.apis.insert(leak.api.to_string());
             }
@@ -289,16 +304,21 @@ impl Baseline {
     pub fn new<'a>(processes: impl IntoIterator<Item = &'a ProcessCheck>) -> Baseline {
         let mut b = Baseline::default();
         for p in processes {
-            for (key, s) in &p.sites {
-                let e = b.sites.entry(key.clone()).or_default();
-                e.0 = e.0.saturating_add(s.bytes);
-                e.1 += s.leaks;
-            }
-            for (key, n) in &p.events {
-                *b.events.entry(key.clone()).or_default() += n;
-            }
+            b.add(p);
         }
         b
+    }
+
+    /// Adds one condensed process.
+    pub fn add(&mut self, p: &ProcessCheck) {
+        for (key, s) in &p.sites {
+            let e = self.sites.entry(key.clone()).or_default();
+            e.0 = e.0.saturating_add(s.bytes);
+            e.1 += s.leaks;
+        }
+        for (key, n) in &p.events {
+            *self.events.entry(key.clone()).or_default() += n;
+        }
     }
 }
 
@@ -412,7 +432,7 @@ pub struct ProcessVerdict {
     /// incomplete report under `--require-complete`.
     pub failed: bool,
     /// The counting sites it leaked at, with its own bytes and leaks there.
-    pub failing_sites: Vec<(String, u64, u64)>,
+    pub failing_sites: Vec<(Arc<str>, u64, u64)>,
     /// The failing events it had: (kind, site, count).
     pub failing_events: Vec<(String, String, u64)>,
     /// The sites that grew by more than `--max-growth` in it: (site, grown bytes).
@@ -471,54 +491,177 @@ impl Verdict {
         suppressions: &Suppressions,
         limits: Limits,
     ) -> Verdict {
-        struct Acc {
-            location: Option<String>,
-            label: String,
-            kind: Option<SiteKind>,
-            bytes: u64,
-            leaks: u64,
-            apis: BTreeSet<String>,
-            processes: Vec<String>,
-            process_count: u64,
-        }
-        let mut sites: BTreeMap<&str, Acc> = BTreeMap::new();
-        let mut events: BTreeMap<(&str, &str), u64> = BTreeMap::new();
-        let mut hits = vec![0u64; suppressions.rules().len()];
-        let (mut suppressed_bytes, mut suppressed_leaks, mut suppressed_events) = (0u64, 0, 0);
+        let mut fold = CheckFold::new(suppressions);
         for p in processes {
-            for (key, s) in &p.sites {
-                let a = sites.entry(key).or_insert_with(|| Acc {
-                    location: s.location.clone(),
-                    label: s.label.clone(),
-                    kind: s.kind,
-                    bytes: 0,
-                    leaks: 0,
-                    apis: BTreeSet::new(),
-                    processes: Vec::new(),
-                    process_count: 0,
-                });
-                a.bytes = a.bytes.saturating_add(s.bytes);
-                a.leaks += s.leaks;
-                a.apis.extend(s.apis.iter().cloned());
-                if a.processes.len() < 5 {
-                    a.processes.push(p.name.clone());
-                }
-                a.process_count += 1;
-            }
-            for ((kind, site), n) in &p.events {
-                *events.entry((kind, site)).or_default() += n;
-            }
-            for (h, n) in hits.iter_mut().zip(&p.rule_hits) {
-                *h += n;
-            }
-            suppressed_bytes = suppressed_bytes.saturating_add(p.suppressed.0);
-            suppressed_leaks += p.suppressed.1;
-            suppressed_events += p.suppressed_events;
+            fold.add(p.clone());
         }
+        fold.finish(baseline, suppressions, limits)
+    }
 
+    /// The rules that matched nothing.
+    pub fn unused_suppressions(&self) -> impl Iterator<Item = &RuleUse> {
+        self.suppressions.iter().filter(|r| r.matched == 0)
+    }
+}
+
+/// A [`Verdict`] built one process at a time, in input order: each process's sites are added to
+/// those across processes and the process keeps only its totals per site (by site number), so
+/// memory holds the distinct sites and the processes' per-site totals, never their leaks.
+#[derive(Debug)]
+pub struct CheckFold {
+    /// Site numbers by key.
+    ids: HashMap<Arc<str>, u32>,
+    /// The sites across processes, by number.
+    sites: Vec<SiteAcc>,
+    events: BTreeMap<(String, String), u64>,
+    hits: Vec<u64>,
+    suppressed_bytes: u64,
+    suppressed_leaks: u64,
+    suppressed_events: u64,
+    /// Bytes of other owners (each owner's label is the first process's).
+    other_owners: HashMap<String, OwnerShare>,
+    processes: Vec<Condensed>,
+}
+
+/// One site across processes.
+#[derive(Debug)]
+struct SiteAcc {
+    key: Arc<str>,
+    location: Option<String>,
+    label: String,
+    kind: Option<SiteKind>,
+    bytes: u64,
+    leaks: u64,
+    apis: BTreeSet<String>,
+    processes: Vec<String>,
+    process_count: u64,
+}
+
+/// One process, as the verdict needs it once its sites are counted across processes.
+#[derive(Debug)]
+struct Condensed {
+    source: String,
+    name: String,
+    hostname: String,
+    rank: Option<u32>,
+    complete: bool,
+    /// (site number, bytes, leaks), in site key order.
+    sites: Vec<(u32, u64, u64)>,
+    events: Vec<((String, String), u64)>,
+    growing: Vec<GrowingSite>,
+}
+
+impl CheckFold {
+    /// An empty check of processes condensed with `suppressions`.
+    pub fn new(suppressions: &Suppressions) -> CheckFold {
+        CheckFold {
+            ids: HashMap::new(),
+            sites: Vec::new(),
+            events: BTreeMap::new(),
+            hits: vec![0; suppressions.rules().len()],
+            suppressed_bytes: 0,
+            suppressed_leaks: 0,
+            suppressed_events: 0,
+            other_owners: HashMap::new(),
+            processes: Vec::new(),
+        }
+    }
+
+    /// Adds the next process (in input order).
+    pub fn add(&mut self, p: ProcessCheck) {
+        let mut sites = Vec::with_capacity(p.sites.len());
+        for (key, s) in p.sites {
+            let id = match self.ids.get(key.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = self.sites.len() as u32;
+                    let key: Arc<str> = key.into();
+                    self.ids.insert(key.clone(), id);
+                    self.sites.push(SiteAcc {
+                        key,
+                        location: s.location.clone(),
+                        label: s.label.clone(),
+                        kind: s.kind,
+                        bytes: 0,
+                        leaks: 0,
+                        apis: BTreeSet::new(),
+                        processes: Vec::new(),
+                        process_count: 0,
+                    });
+                    id
+                }
+            };
+            let a = &mut self.sites[id as usize];
+            a.bytes = a.bytes.saturating_add(s.bytes);
+            a.leaks += s.leaks;
+            a.apis.extend(s.apis);
+            if a.processes.len() < 5 {
+                a.processes.push(p.name.clone());
+            }
+            a.process_count += 1;
+            sites.push((id, s.bytes, s.leaks));
+        }
+        for (key, n) in &p.events {
+            match self.events.get_mut(key) {
+                Some(t) => *t += n,
+                None => {
+                    self.events.insert(key.clone(), *n);
+                }
+            }
+        }
+        for (h, n) in self.hits.iter_mut().zip(&p.rule_hits) {
+            *h += n;
+        }
+        self.suppressed_bytes = self.suppressed_bytes.saturating_add(p.suppressed.0);
+        self.suppressed_leaks += p.suppressed.1;
+        self.suppressed_events += p.suppressed_events;
+        for share in p.other_owners {
+            match self.other_owners.get_mut(&share.owner) {
+                Some(t) => {
+                    t.bytes = t.bytes.saturating_add(share.bytes);
+                    t.count = t.count.saturating_add(share.count);
+                }
+                None => {
+                    self.other_owners.insert(share.owner.clone(), share);
+                }
+            }
+        }
+        self.processes.push(Condensed {
+            source: p.source,
+            name: p.name,
+            hostname: p.hostname,
+            rank: p.rank,
+            complete: p.complete,
+            sites,
+            events: p.events.into_iter().collect(),
+            growing: p.growing,
+        });
+    }
+
+    /// Decides. `suppressions` must be the ones the processes were condensed with.
+    pub fn finish(
+        self,
+        baseline: Option<&Baseline>,
+        suppressions: &Suppressions,
+        limits: Limits,
+    ) -> Verdict {
+        let CheckFold {
+            sites,
+            events,
+            hits,
+            suppressed_bytes,
+            suppressed_leaks,
+            suppressed_events,
+            other_owners,
+            processes,
+            ..
+        } = self;
+        let process_count = processes.len();
+        let keys: Vec<Arc<str>> = sites.iter().map(|a| a.key.clone()).collect();
         let mut site_verdicts: Vec<SiteVerdict> = sites
             .into_iter()
-            .map(|(key, a)| {
+            .map(|a| {
+                let key: &str = &a.key;
                 let (status, base) = match baseline {
                     None => (SiteStatus::Leak, (0, 0)),
                     Some(b) => match b.sites.get(key) {
@@ -567,16 +710,16 @@ impl Verdict {
             .into_iter()
             .map(|((kind, site), count)| {
                 let baseline_count = baseline
-                    .and_then(|b| b.events.get(&(kind.to_string(), site.to_string())).copied())
+                    .and_then(|b| b.events.get(&(kind.clone(), site.clone())).copied())
                     .unwrap_or(0);
                 let counted = count.saturating_sub(baseline_count);
                 EventVerdict {
-                    kind: kind.to_string(),
-                    site: site.to_string(),
+                    failing: counted > 0 && limits.fail_on_events.includes(&kind),
+                    kind,
+                    site,
                     count,
                     baseline_count,
                     counted,
-                    failing: counted > 0 && limits.fail_on_events.includes(kind),
                 }
             })
             .collect();
@@ -684,11 +827,12 @@ impl Verdict {
         }
         let passed = failures.is_empty();
 
-        let counting: HashMap<&str, ()> = site_verdicts
+        let counting: HashSet<&str> = site_verdicts
             .iter()
             .filter(|s| s.counted_bytes > 0 || s.counted_leaks > 0)
-            .map(|s| (s.site.as_str(), ()))
+            .map(|s| s.site.as_str())
             .collect();
+        let counting: Vec<bool> = keys.iter().map(|k| counting.contains(&**k)).collect();
         let failing_event_keys: HashMap<(&str, &str), ()> = event_verdicts
             .iter()
             .filter(|e| e.failing)
@@ -696,13 +840,13 @@ impl Verdict {
             .collect();
         let leaks_fail = bytes_over || leaks_over;
         let process_verdicts = processes
-            .iter()
+            .into_iter()
             .map(|p| {
-                let failing_sites: Vec<(String, u64, u64)> = if leaks_fail {
+                let failing_sites: Vec<(Arc<str>, u64, u64)> = if leaks_fail {
                     p.sites
                         .iter()
-                        .filter(|(k, _)| counting.contains_key(k.as_str()))
-                        .map(|(k, s)| (k.clone(), s.bytes, s.leaks))
+                        .filter(|(id, _, _)| counting[*id as usize])
+                        .map(|&(id, b, n)| (keys[id as usize].clone(), b, n))
                         .collect()
                 } else {
                     Vec::new()
@@ -726,17 +870,13 @@ impl Verdict {
                     None => Vec::new(),
                 };
                 ProcessVerdict {
-                    source: p.source.clone(),
-                    name: p.name.clone(),
-                    hostname: p.hostname.clone(),
+                    source: p.source,
+                    name: p.name,
+                    hostname: p.hostname,
                     rank: p.rank,
                     complete: p.complete,
-                    leaked_bytes: p
-                        .sites
-                        .values()
-                        .map(|s| s.bytes)
-                        .fold(0, u64::saturating_add),
-                    leaks: p.sites.values().map(|s| s.leaks).sum(),
+                    leaked_bytes: p.sites.iter().map(|s| s.1).fold(0, u64::saturating_add),
+                    leaks: p.sites.iter().map(|s| s.2).sum(),
                     failed: !failing_sites.is_empty()
                         || !failing_events.is_empty()
                         || !failing_growth.is_empty()
@@ -752,7 +892,7 @@ impl Verdict {
             passed,
             failures,
             baseline: baseline.is_some(),
-            reports: processes.len(),
+            reports: process_count,
             incomplete,
             leaked_bytes,
             leaks,
@@ -761,11 +901,7 @@ impl Verdict {
             suppressed_bytes,
             suppressed_leaks,
             suppressed_events,
-            other_owners: crate::owners::combine(
-                processes
-                    .iter()
-                    .flat_map(|p| p.other_owners.iter().cloned()),
-            ),
+            other_owners: crate::owners::combine(other_owners.into_values()),
             sites: site_verdicts,
             growing,
             events: event_verdicts,
@@ -783,11 +919,6 @@ impl Verdict {
             processes: process_verdicts,
             limits,
         }
-    }
-
-    /// The rules that matched nothing.
-    pub fn unused_suppressions(&self) -> impl Iterator<Item = &RuleUse> {
-        self.suppressions.iter().filter(|r| r.matched == 0)
     }
 }
 

@@ -329,3 +329,60 @@ fn growth_fails_only_over_max_growth_and_names_the_site() {
     );
     assert!(v.passed, "{:?}", v.failures);
 }
+
+/// What `cuguard check` decides (leaks folded while parsed, processes folded as they are read)
+/// is what the check of fully parsed reports decides, on all the fixtures, with and without a
+/// baseline and suppressions.
+#[test]
+fn folded_check_equals_the_whole_one_on_the_fixtures() {
+    use crate::input::for_each_folded;
+    use crate::report::{LeakFold, Report};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5);
+    for rules in ["", "leak:*main*\nevent:double_free\n"] {
+        let s = Suppressions::parse("s", rules).unwrap();
+        for owners in [OwnerFilter::default(), OwnerFilter::All] {
+            for base in [None, Some(&files[..2])] {
+                let condense = |src: &crate::input::Source, r: Report| {
+                    ProcessCheck::with_owners(src, &r, &s, &owners)
+                };
+                let whole: Vec<ProcessCheck> = map_reports(&files, condense)
+                    .unwrap()
+                    .into_iter()
+                    .map(|(_, p)| p)
+                    .collect();
+                let baseline = base.map(|b| {
+                    Baseline::new(
+                        &map_reports(b, condense)
+                            .unwrap()
+                            .into_iter()
+                            .map(|(_, p)| p)
+                            .collect::<Vec<_>>(),
+                    )
+                });
+                let limits = || Limits {
+                    max_growth: Some(0),
+                    require_complete: true,
+                    ..Limits::default()
+                };
+                let want = Verdict::new(&whole, baseline.as_ref(), &s, limits());
+                let folded = |src: &crate::input::Source, r: Report, leaks: LeakFold| {
+                    ProcessCheck::folded(src, &r, &leaks, &s, &owners)
+                };
+                let mut fold = CheckFold::new(&s);
+                for_each_folded(&files, 0, folded, |_, p| fold.add(p)).unwrap();
+                let got = fold.finish(baseline.as_ref(), &s, limits());
+                assert_eq!(
+                    serde_json::to_string(&got).unwrap(),
+                    serde_json::to_string(&want).unwrap()
+                );
+            }
+        }
+    }
+}

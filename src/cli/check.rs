@@ -6,10 +6,11 @@ use clap::Args;
 
 use super::{CliError, exit, write_stdout};
 use crate::check::suppressions::Suppressions;
-use crate::check::{Baseline, FORMATS, FailingEvents, Limits, ProcessCheck, Verdict};
+use crate::check::{Baseline, CheckFold, FORMATS, FailingEvents, Limits, ProcessCheck, Verdict};
 use crate::format::{Options, Row};
 use crate::input;
 use crate::owners::OwnerFilter;
+use crate::report::{LeakFold, Report};
 use crate::style::Style;
 
 /// Arguments of `cuguard check`.
@@ -152,19 +153,21 @@ pub(crate) fn read_suppressions(files: &[PathBuf]) -> Result<Suppressions, CliEr
 pub fn run(args: CheckArgs) -> Result<u8, CliError> {
     let suppressions = read_suppressions(&args.suppressions)?;
     let owners = args.owners.clone().unwrap_or_default();
-    let processes: Vec<ProcessCheck> = input::map_paths(&args.paths, |source, report| {
-        ProcessCheck::with_owners(source, &report, &suppressions, &owners)
-    })?
-    .into_iter()
-    .map(|(_, p)| p)
-    .collect();
+    let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
+        ProcessCheck::folded(source, &report, &leaks, &suppressions, &owners)
+    };
+    let mut fold = CheckFold::new(&suppressions);
+    input::for_each_folded(&input::expand(&args.paths)?, 0, condense, |_, p| {
+        fold.add(p)
+    })?;
     let baseline = if args.baseline.is_empty() {
         None
     } else {
-        let base = input::map_paths(&args.baseline, |source, report| {
-            ProcessCheck::with_owners(source, &report, &suppressions, &owners)
+        let mut base = Baseline::default();
+        input::for_each_folded(&input::expand(&args.baseline)?, 0, condense, |_, p| {
+            base.add(&p)
         })?;
-        Some(Baseline::new(base.iter().map(|(_, p)| p)))
+        Some(base)
     };
     let (max_leaked_bytes, max_leaks) = Limits::leaks(args.max_leaked_bytes, args.max_leaks);
     let limits = Limits {
@@ -175,7 +178,7 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
         fail_on_events: failing_events(&args.fail_on_events),
         require_complete: args.require_complete,
     };
-    let verdict = Verdict::new(&processes, baseline.as_ref(), &suppressions, limits);
+    let verdict = fold.finish(baseline.as_ref(), &suppressions, limits);
     let code = if verdict.passed {
         exit::OK
     } else {

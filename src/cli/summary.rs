@@ -1,5 +1,6 @@
 //! `cuguard summary`: read reports, print what leaked where.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -7,8 +8,10 @@ use clap::Args;
 use super::{CliError, exit, write_stdout};
 use crate::format::{Options, Row};
 use crate::input;
+use crate::report::{LeakFold, Report};
+use crate::spill::Spill;
 use crate::style::Style;
-use crate::summary::{FORMATS, ReportSummary, Summary};
+use crate::summary::{FORMATS, ReportSummary, Summary, SummaryFold, sections};
 
 /// Arguments of `cuguard summary`.
 #[derive(Debug, Args)]
@@ -32,14 +35,49 @@ pub struct SummaryArgs {
 /// Runs `cuguard summary`.
 pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
     let top = if args.top == 0 { usize::MAX } else { args.top };
-    let processes = input::map_paths(&args.paths, |source, report| {
-        ReportSummary::new(source, &report, top)
-    })?;
-    let summary = Summary::new(processes.into_iter().map(|(_, s)| s).collect(), top);
+    let files = input::expand(&args.paths)?;
     let options = Options {
         style: Style::for_stdout(),
         top,
     };
-    write_stdout(|out| args.format.write(&summary, out, &options))?;
+    let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
+        ReportSummary::folded(source, &report, &leaks, top)
+    };
+    let mut fold = SummaryFold::new(top);
+    let Some((head, process, tail)) = sections(args.format.name()) else {
+        // A format that cannot be written in parts: every process kept until the end.
+        input::for_each_folded(&files, top, condense, |_, p| fold.add(p))?;
+        let summary = fold.finish();
+        write_stdout(|out| args.format.write(&summary, out, &options))?;
+        return Ok(exit::OK);
+    };
+    // Each process is written (to a spill) as soon as it is read, and dropped: the totals that
+    // come first in every format are known only at the end.
+    let mut spill = Spill::new();
+    let mut written = 0;
+    let mut spill_error = None;
+    input::for_each_folded(&files, top, condense, |_, mut p| {
+        fold.count(&mut p);
+        if spill_error.is_none()
+            && let Err(e) = process(written, &p, &mut spill, &options)
+        {
+            spill_error = Some(e);
+        }
+        written += 1;
+    })?;
+    let spilled = |e| CliError::Output {
+        what: "a temporary file".into(),
+        source: e,
+    };
+    if let Some(e) = spill_error {
+        return Err(spilled(e));
+    }
+    spill.flush().map_err(spilled)?;
+    let summary = fold.finish();
+    write_stdout(|out| {
+        head(&summary, out, &options)?;
+        spill.copy_to(out)?;
+        tail(written, out, &options)
+    })?;
     Ok(exit::OK)
 }

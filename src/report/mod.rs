@@ -10,7 +10,10 @@
 //! `peaks`, `stack_samples`, `ooms`, `reconciliation`, …) may be absent,
 //! and enumerations keep values this version does not know (`Other`). Anything that is not a
 //! schema-version-1 report is refused with a [`ReadError`] whose message is one line.
+//!
+//! [`fold`] folds a report's leaks while it is parsed, for the commands that read millions.
 
+pub mod fold;
 mod read;
 
 pub use cuguard_report::{
@@ -20,6 +23,7 @@ pub use cuguard_report::{
     Reconciliation, Report, SCHEMA_NAME, SCHEMA_VERSION, Sample, Signal, Stack, StackBytes,
     StackSamples, StackSeries, StackSite, Stats, Timeline, Tool,
 };
+pub use fold::{LeakFold, LeakGroup};
 pub use read::{DEFAULT_MAX_REPORT_BYTES, Document, ReadError, Reports};
 
 #[cfg(test)]

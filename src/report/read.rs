@@ -230,12 +230,12 @@ impl Document {
         let mut first_try = None;
         if !looks_merged {
             cuguard_report::intern::reset();
-            match serde_json::from_slice::<Report>(&bytes) {
+            match parse::<Report>(&bytes) {
                 Ok(report) => return single(path, bytes, report),
                 Err(e) => first_try = Some(e),
             }
         }
-        let header: Header = match serde_json::from_slice(&bytes) {
+        let header: Header = match parse(&bytes) {
             Ok(h) => h,
             Err(e) => return Err(classify(&path, &e, None)),
         };
@@ -245,7 +245,7 @@ impl Document {
                 Some(e) => e,
                 None => {
                     cuguard_report::intern::reset();
-                    match serde_json::from_slice::<Report>(&bytes) {
+                    match parse::<Report>(&bytes) {
                         Err(e) => e,
                         Ok(report) => return single(path, bytes, report),
                     }
@@ -371,6 +371,15 @@ impl Iterator for Reports {
     }
 }
 
+/// Parses JSON text: as `str` when it is valid UTF-8 (checked once for the whole text, not
+/// string by string), else as bytes, so that the error is the parser's own.
+fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> serde_json::Result<T> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(bytes),
+    }
+}
+
 /// A single report's document, once its identity is checked.
 fn single(path: PathBuf, bytes: Vec<u8>, report: Report) -> Result<Document, ReadError> {
     check_identity(&path, &report)?;
@@ -384,8 +393,7 @@ fn single(path: PathBuf, bytes: Vec<u8>, report: Report) -> Result<Document, Rea
 /// Parses the `i`-th process of a merged report.
 fn parse_process(path: &Path, bytes: &[u8], i: usize) -> Result<Report, ReadError> {
     cuguard_report::intern::reset();
-    let report =
-        serde_json::from_slice::<Report>(bytes).map_err(|e| classify(path, &e, Some(i)))?;
+    let report = parse::<Report>(bytes).map_err(|e| classify(path, &e, Some(i)))?;
     check_identity(path, &report).map_err(|e| match e {
         ReadError::NotAReport { path, reason } => ReadError::Invalid {
             path,

@@ -4,7 +4,7 @@
 
 use std::io::{self, Write};
 
-use super::Summary;
+use super::{ReportSummary, Sections, Summary};
 use crate::format::{Format, Options};
 
 /// `--format json`: the [`Summary`] as one pretty-printed JSON document and a newline.
@@ -90,8 +90,43 @@ impl Format<Summary> for Json {
     const HELP: &'static str = "One JSON document (see docs/cli.md)";
 
     /// Writes the summary as pretty-printed JSON and a newline, all of it (`options` do not apply).
-    fn write(summary: &Summary, out: &mut dyn Write, _: &Options) -> io::Result<()> {
-        serde_json::to_writer_pretty(&mut *out, summary)?;
-        out.write_all(b"\n")
+    fn write(summary: &Summary, out: &mut dyn Write, options: &Options) -> io::Result<()> {
+        super::write_in_sections::<Json>(summary, out, options)
+    }
+}
+
+/// The document is written as `serde_json`'s pretty printer writes the whole [`Summary`]: its
+/// fields up to `"processes": [`, then each process (indented one level deeper), then the end.
+impl Sections for Json {
+    fn head(summary: &Summary, out: &mut dyn Write, _: &Options) -> io::Result<()> {
+        let head = Summary {
+            processes: Vec::new(),
+            ..summary.clone()
+        };
+        let mut text = serde_json::to_vec_pretty(&head)?;
+        // `"processes": []` ends the object: keep it open after the `[`.
+        let end = b"[]\n}";
+        if !text.ends_with(end) {
+            return Err(io::Error::other("unexpected end of the summary's JSON"));
+        }
+        text.truncate(text.len() - end.len() + 1);
+        out.write_all(&text)
+    }
+
+    fn process(i: usize, p: &ReportSummary, out: &mut dyn Write, _: &Options) -> io::Result<()> {
+        out.write_all(if i == 0 { b"\n    " } else { b",\n    " })?;
+        let text = serde_json::to_vec_pretty(p)?;
+        // JSON strings hold no raw newline: every newline starts a line to indent.
+        for (k, line) in text.split(|b| *b == b'\n').enumerate() {
+            if k > 0 {
+                out.write_all(b"\n    ")?;
+            }
+            out.write_all(line)?;
+        }
+        Ok(())
+    }
+
+    fn tail(count: usize, out: &mut dyn Write, _: &Options) -> io::Result<()> {
+        out.write_all(if count == 0 { b"]\n}\n" } else { b"\n  ]\n}\n" })
     }
 }

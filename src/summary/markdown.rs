@@ -8,7 +8,7 @@
 use std::io::{self, Write};
 
 use super::attribution::SiteBytes;
-use super::{ReportSummary, Summary};
+use super::{ReportSummary, Sections, Summary};
 use crate::format::{Format, Options};
 use crate::owners::{OwnerKind, OwnerShare};
 use crate::text::{bytes, delta_bytes, millis, one_line};
@@ -33,7 +33,13 @@ impl Format<Summary> for Markdown {
     const HELP: &'static str = "Markdown, for a pull-request comment";
 
     /// Writes the summary as Markdown.
-    fn write(summary: &Summary, out: &mut dyn Write, _: &Options) -> io::Result<()> {
+    fn write(summary: &Summary, out: &mut dyn Write, options: &Options) -> io::Result<()> {
+        super::write_in_sections::<Markdown>(summary, out, options)
+    }
+}
+
+impl Sections for Markdown {
+    fn head(summary: &Summary, out: &mut dyn Write, _: &Options) -> io::Result<()> {
         writeln!(out, "## cuguard summary")?;
         writeln!(out)?;
         let verdict = if summary.leaks == 0 {
@@ -83,7 +89,11 @@ impl Format<Summary> for Markdown {
                 writeln!(out, "- {} × {}", e.count, cell(&e.kind))?;
             }
         }
-        for p in &summary.processes {
+        Ok(())
+    }
+
+    fn process(_: usize, p: &ReportSummary, out: &mut dyn Write, _: &Options) -> io::Result<()> {
+        {
             writeln!(out)?;
             let rank = p
                 .process
@@ -144,6 +154,10 @@ impl Format<Summary> for Markdown {
                 writeln!(out, "Events: {}.", list.join(", "))?;
             }
         }
+        Ok(())
+    }
+
+    fn tail(_: usize, _: &mut dyn Write, _: &Options) -> io::Result<()> {
         Ok(())
     }
 }

@@ -16,13 +16,15 @@ pub mod text;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use std::io::{self, Write};
+
 use serde::Serialize;
 
-use crate::format::{Registry, Row};
+use crate::format::{Options, Registry, Row};
 use crate::growth::{Criterion, GrowingSite, growing_sites};
 use crate::input::Source;
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner};
-use crate::report::{Addr, Cost, LeakState, Report};
+use crate::report::{Addr, Cost, LeakFold, LeakState, Report};
 use crate::sites::{SiteIndex, SiteKind};
 use attribution::{OomSummary, PeakSummary, ReconciliationSummary};
 
@@ -272,6 +274,12 @@ impl ReportSummary {
     /// Condenses one report, keeping every site (so [`Summary::new`] can add them up) and the
     /// `top` largest leaks.
     pub fn new(source: &Source, report: &Report, top: usize) -> ReportSummary {
+        ReportSummary::folded(source, report, &LeakFold::of(&report.leaks, top), top)
+    }
+
+    /// Condenses one report whose leaks are `leaks` (folded while it was parsed, keeping the
+    /// `top` largest; the report's own `leaks` are not read), as [`ReportSummary::new`].
+    pub fn folded(source: &Source, report: &Report, leaks: &LeakFold, top: usize) -> ReportSummary {
         let index = SiteIndex::new(report);
         let mut owners = OwnerIndex::new(report);
         // Bytes and leaks by (stack, owner).
@@ -295,16 +303,17 @@ impl ReportSummary {
         let mut contexts: BTreeMap<(u32, Option<u32>), ContextSummary> = BTreeMap::new();
         let mut sites: HashMap<String, SiteAcc<'_>> = HashMap::new();
         let (mut leaked_bytes, mut released) = (0u64, 0u64);
-        for leak in &report.leaks {
-            leaked_bytes = leaked_bytes.saturating_add(leak.size);
+        for group in leaks.groups() {
+            let (leak, size, n) = (&group.leak, group.bytes, group.leaks);
+            leaked_bytes = leaked_bytes.saturating_add(size);
             if leak.state == LeakState::ReleasedByContextDestroy {
-                released += 1;
+                released += n;
             }
             let d = devices
                 .entry(leak.device)
                 .or_insert_with(|| DeviceSummary::empty(leak.device));
-            d.leaked_bytes = d.leaked_bytes.saturating_add(leak.size);
-            d.leaks += 1;
+            d.leaked_bytes = d.leaked_bytes.saturating_add(size);
+            d.leaks += n;
             let c = contexts
                 .entry((leak.device, leak.context))
                 .or_insert_with(|| {
@@ -322,8 +331,8 @@ impl ReportSummary {
                         leaks: 0,
                     }
                 });
-            c.leaked_bytes = c.leaked_bytes.saturating_add(leak.size);
-            c.leaks += 1;
+            c.leaked_bytes = c.leaked_bytes.saturating_add(size);
+            c.leaks += n;
             let owner = owners.of_leak(leak);
             let site = index.site(leak.stack);
             let entry = sites.entry(site.key.clone()).or_insert_with(|| SiteAcc {
@@ -344,11 +353,11 @@ impl ReportSummary {
                 owners: HashMap::new(),
                 stacks: HashMap::new(),
             });
-            entry.summary.leaked_bytes = entry.summary.leaked_bytes.saturating_add(leak.size);
-            entry.summary.leaks += 1;
+            entry.summary.leaked_bytes = entry.summary.leaked_bytes.saturating_add(size);
+            entry.summary.leaks += n;
             entry.apis.insert(&leak.api);
             let b = by_stack.entry((leak.stack, owner)).or_default();
-            *b = (b.0.saturating_add(leak.size), b.1 + 1);
+            *b = (b.0.saturating_add(size), b.1 + n);
         }
         // Bytes by owner and by stack at each site, from the bytes by (stack, owner).
         for (&(stack, owner), &(b, _)) in &by_stack {
@@ -386,45 +395,34 @@ impl ReportSummary {
             })
             .collect();
 
-        let mut order: Vec<usize> = (0..report.leaks.len()).collect();
-        let key = |&i: &usize| {
-            let l = &report.leaks[i];
-            (std::cmp::Reverse(l.size), l.seq, i)
-        };
-        if order.len() > top {
-            order.select_nth_unstable_by_key(top, key);
-            order.truncate(top);
-        }
-        order.sort_unstable_by_key(key);
-        let largest_leaks = order
+        let largest_leaks = leaks
+            .largest()
             .into_iter()
-            .map(|i| {
-                let l = &report.leaks[i];
-                LeakLine {
-                    address: l.address,
-                    size: l.size,
-                    requested: l.requested,
-                    api: l.api.to_string(),
-                    memory: l.memory.to_string(),
-                    device: l.device,
-                    context: l.context,
-                    thread: l.thread,
-                    seq: l.seq,
-                    state: l.state.to_string(),
-                    site: index.site(l.stack).key.clone(),
-                    label: {
-                        let site = index.site(l.stack);
-                        if site.kind.is_some() {
-                            site.label()
-                        } else {
-                            site.key.clone()
-                        }
-                    },
-                    owner: {
-                        let o = owners.of_leak(l);
-                        owners.owner(o).id.clone()
-                    },
-                }
+            .take(top)
+            .map(|l| LeakLine {
+                address: l.address,
+                size: l.size,
+                requested: l.requested,
+                api: l.api.to_string(),
+                memory: l.memory.to_string(),
+                device: l.device,
+                context: l.context,
+                thread: l.thread,
+                seq: l.seq,
+                state: l.state.to_string(),
+                site: index.site(l.stack).key.clone(),
+                label: {
+                    let site = index.site(l.stack);
+                    if site.kind.is_some() {
+                        site.label()
+                    } else {
+                        site.key.clone()
+                    }
+                },
+                owner: {
+                    let o = owners.of_leak(l);
+                    owners.owner(o).id.clone()
+                },
             })
             .collect();
         let held = by_owner(
@@ -455,7 +453,7 @@ impl ReportSummary {
             tool_version: report.tool.version.clone(),
             driver_version: report.driver.version,
             leaked_bytes,
-            leaks: report.leaks.len() as u64,
+            leaks: leaks.count(),
             released_by_context_destroy: released,
             devices: devices.into_values().collect(),
             contexts: contexts.into_values().collect(),
@@ -548,64 +546,12 @@ pub fn count_events<'a>(kinds: impl Iterator<Item = &'a str>) -> Vec<EventCount>
 
 impl Summary {
     /// Combines process summaries (in input order) and cuts site lists to `top`.
-    pub fn new(mut processes: Vec<ReportSummary>, top: usize) -> Summary {
-        let mut sites: HashMap<&str, OverallSite> = HashMap::new();
-        let mut events: BTreeMap<&str, u64> = BTreeMap::new();
-        for p in &processes {
-            for s in &p.sites {
-                let o = sites.entry(&s.site).or_insert_with(|| OverallSite {
-                    site: s.site.clone(),
-                    location: s.location.clone(),
-                    leaked_bytes: 0,
-                    leaks: 0,
-                    processes: 0,
-                    label: s.label.clone(),
-                    kind: s.kind,
-                    owner: s.owner.clone(),
-                    owner_label: s.owner_label.clone(),
-                    owner_kind: s.owner_kind,
-                    stack: s.stack.clone(),
-                });
-                o.leaked_bytes = o.leaked_bytes.saturating_add(s.leaked_bytes);
-                o.leaks += s.leaks;
-                o.processes += 1;
-            }
-            for e in &p.events {
-                *events.entry(&e.kind).or_default() += e.count;
-            }
+    pub fn new(processes: Vec<ReportSummary>, top: usize) -> Summary {
+        let mut fold = SummaryFold::new(top);
+        for p in processes {
+            fold.add(p);
         }
-        let mut sites: Vec<OverallSite> = sites.into_values().collect();
-        sort_sites(&mut sites, |s| (s.leaked_bytes, s.leaks, s.site.clone()));
-        let sites_total = sites.len();
-        sites.truncate(top);
-        let mut events: Vec<EventCount> = events
-            .into_iter()
-            .map(|(k, count)| EventCount {
-                kind: k.to_string(),
-                count,
-            })
-            .collect();
-        events.sort_by(|a, b| b.count.cmp(&a.count).then(a.kind.cmp(&b.kind)));
-        let mut summary = Summary {
-            reports: processes.len(),
-            complete_reports: processes.iter().filter(|p| p.complete).count(),
-            leaked_bytes: processes
-                .iter()
-                .map(|p| p.leaked_bytes)
-                .fold(0, u64::saturating_add),
-            leaks: processes.iter().map(|p| p.leaks).sum(),
-            events,
-            sites,
-            sites_total,
-            owners: crate::owners::combine(processes.iter().flat_map(|p| p.owners.iter().cloned())),
-            cost: Cost::sum(processes.iter().filter_map(|p| p.cost.as_ref())),
-            processes: Vec::new(),
-        };
-        for p in &mut processes {
-            p.sites.truncate(top);
-        }
-        summary.processes = processes;
-        summary
+        fold.finish()
     }
 
     /// Total events of every kind.
@@ -688,6 +634,190 @@ fn count(n: u64, one: &str, many: &str) -> String {
         grouped.push(c);
     }
     format!("{grouped} {}", if n == 1 { one } else { many })
+}
+
+/// A format written in three parts, so that processes can be written as they are read, before
+/// the totals across them are known, and the totals put in front afterwards: everything before
+/// the processes ([`Sections::head`], which does not read `processes`), each process, and the
+/// end. Every summary format is one; its [`crate::format::Format::write`] is
+/// [`write_in_sections`].
+pub trait Sections {
+    /// Everything before the processes.
+    fn head(summary: &Summary, out: &mut dyn Write, options: &Options) -> io::Result<()>;
+    /// The `i`-th process (from 0, in input order).
+    fn process(
+        i: usize,
+        p: &ReportSummary,
+        out: &mut dyn Write,
+        options: &Options,
+    ) -> io::Result<()>;
+    /// Everything after the `count` processes.
+    fn tail(count: usize, out: &mut dyn Write, options: &Options) -> io::Result<()>;
+}
+
+/// Writes a whole summary in a [`Sections`] format.
+pub fn write_in_sections<S: Sections>(
+    summary: &Summary,
+    out: &mut dyn Write,
+    options: &Options,
+) -> io::Result<()> {
+    S::head(summary, out, options)?;
+    for (i, p) in summary.processes.iter().enumerate() {
+        S::process(i, p, out, options)?;
+    }
+    S::tail(summary.processes.len(), out, options)
+}
+
+/// The [`Sections`] of a summary format, by its `--format` name.
+pub type SectionWriters = (
+    fn(&Summary, &mut dyn Write, &Options) -> io::Result<()>,
+    fn(usize, &ReportSummary, &mut dyn Write, &Options) -> io::Result<()>,
+    fn(usize, &mut dyn Write, &Options) -> io::Result<()>,
+);
+
+/// The three parts of the format named `name` (`text`, `json`, `markdown`).
+pub fn sections(name: &str) -> Option<SectionWriters> {
+    fn of<S: Sections>() -> SectionWriters {
+        (S::head, S::process, S::tail)
+    }
+    match name {
+        "text" => Some(of::<text::Text>()),
+        "json" => Some(of::<json::Json>()),
+        "markdown" => Some(of::<markdown::Markdown>()),
+        _ => None,
+    }
+}
+
+/// A [`Summary`] built one process at a time, in input order: each process's sites are added
+/// to those across processes and then cut to `top`, so memory holds the distinct sites and each
+/// process's shortened summary, never every process's every site.
+#[derive(Debug)]
+pub struct SummaryFold {
+    top: usize,
+    sites: HashMap<String, OverallSite>,
+    events: BTreeMap<String, u64>,
+    /// Bytes by owner (each owner's label is the first process's).
+    owners: HashMap<String, OwnerShare>,
+    reports: usize,
+    complete_reports: usize,
+    leaked_bytes: u64,
+    leaks: u64,
+    /// cuguard's bill, summed over the processes that carry one.
+    cost: Option<Cost>,
+    processes: Vec<ReportSummary>,
+}
+
+impl SummaryFold {
+    /// An empty summary that will list `top` sites (across processes, and per process).
+    pub fn new(top: usize) -> SummaryFold {
+        SummaryFold {
+            top,
+            sites: HashMap::new(),
+            events: BTreeMap::new(),
+            owners: HashMap::new(),
+            reports: 0,
+            complete_reports: 0,
+            leaked_bytes: 0,
+            leaks: 0,
+            cost: None,
+            processes: Vec::new(),
+        }
+    }
+
+    /// Adds the next process (in input order), keeping its summary with its sites cut to `top`.
+    pub fn add(&mut self, mut p: ReportSummary) {
+        self.count(&mut p);
+        self.processes.push(p);
+    }
+
+    /// Adds the next process's totals (in input order) and cuts its sites to `top`, without
+    /// keeping it: the caller writes it (see [`Sections`]). [`SummaryFold::finish`] then gives the
+    /// summary without these processes in `processes`, but counted in `reports`.
+    pub fn count(&mut self, p: &mut ReportSummary) {
+        self.reports += 1;
+        for s in &p.sites {
+            let o = match self.sites.get_mut(&s.site) {
+                Some(o) => o,
+                None => self
+                    .sites
+                    .entry(s.site.clone())
+                    .or_insert_with(|| OverallSite {
+                        site: s.site.clone(),
+                        location: s.location.clone(),
+                        leaked_bytes: 0,
+                        leaks: 0,
+                        processes: 0,
+                        label: s.label.clone(),
+                        kind: s.kind,
+                        owner: s.owner.clone(),
+                        owner_label: s.owner_label.clone(),
+                        owner_kind: s.owner_kind,
+                        stack: s.stack.clone(),
+                    }),
+            };
+            o.leaked_bytes = o.leaked_bytes.saturating_add(s.leaked_bytes);
+            o.leaks += s.leaks;
+            o.processes += 1;
+        }
+        for e in &p.events {
+            match self.events.get_mut(&e.kind) {
+                Some(n) => *n += e.count,
+                None => {
+                    self.events.insert(e.kind.clone(), e.count);
+                }
+            }
+        }
+        for share in &p.owners {
+            match self.owners.get_mut(&share.owner) {
+                Some(t) => {
+                    t.bytes = t.bytes.saturating_add(share.bytes);
+                    t.count = t.count.saturating_add(share.count);
+                }
+                None => {
+                    self.owners.insert(share.owner.clone(), share.clone());
+                }
+            }
+        }
+        if p.complete {
+            self.complete_reports += 1;
+        }
+        if let Some(c) = &p.cost {
+            match &mut self.cost {
+                Some(total) => total.add(c),
+                None => self.cost = Some(c.clone()),
+            }
+        }
+        self.leaked_bytes = self.leaked_bytes.saturating_add(p.leaked_bytes);
+        self.leaks += p.leaks;
+        p.sites.truncate(self.top);
+        p.sites.shrink_to_fit();
+    }
+
+    /// The summary of the processes added.
+    pub fn finish(self) -> Summary {
+        let mut sites: Vec<OverallSite> = self.sites.into_values().collect();
+        sort_sites(&mut sites, |s| (s.leaked_bytes, s.leaks, s.site.clone()));
+        let sites_total = sites.len();
+        sites.truncate(self.top);
+        let mut events: Vec<EventCount> = self
+            .events
+            .into_iter()
+            .map(|(kind, count)| EventCount { kind, count })
+            .collect();
+        events.sort_by(|a, b| b.count.cmp(&a.count).then(a.kind.cmp(&b.kind)));
+        Summary {
+            reports: self.reports,
+            complete_reports: self.complete_reports,
+            leaked_bytes: self.leaked_bytes,
+            leaks: self.leaks,
+            events,
+            sites,
+            sites_total,
+            owners: crate::owners::combine(self.owners.into_values()),
+            cost: self.cost,
+            processes: self.processes,
+        }
+    }
 }
 
 #[cfg(test)]

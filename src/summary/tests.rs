@@ -358,3 +358,71 @@ fn costs_of_several_reports_add_up() {
     );
     assert!(summarize(&["events.json"], 10).cost.is_none());
 }
+
+/// The fixtures' reports (every `*.json` directly in `tests/fixtures`).
+fn all_fixtures() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// What `cuguard summary` writes (leaks folded while parsed, each process written as it is
+/// read) is what the whole summary, made from fully parsed reports, writes: every format, on
+/// all the fixtures together and on each alone.
+#[test]
+fn streamed_summary_equals_the_whole_one_on_the_fixtures() {
+    use crate::input::for_each_folded;
+    use crate::report::{LeakFold, Report};
+    let files = all_fixtures();
+    assert!(files.len() >= 5);
+    let mut sets: Vec<Vec<PathBuf>> = files.iter().map(|f| vec![f.clone()]).collect();
+    sets.push(files.clone());
+    for set in &sets {
+        for top in [1, 3, 10, usize::MAX] {
+            let whole = map_reports(set, |src, r| ReportSummary::new(src, &r, top)).unwrap();
+            let whole = Summary::new(whole.into_iter().map(|(_, s)| s).collect(), top);
+            let options = Options {
+                top,
+                ..Options::default()
+            };
+            for name in ["text", "json", "markdown"] {
+                let (head, process, tail) = super::sections(name).unwrap();
+                let mut fold = super::SummaryFold::new(top);
+                let mut body = Vec::new();
+                let mut n = 0;
+                for_each_folded(
+                    set,
+                    top,
+                    |src, r: Report, leaks: LeakFold| ReportSummary::folded(src, &r, &leaks, top),
+                    |_, mut p| {
+                        fold.count(&mut p);
+                        process(n, &p, &mut body, &options).unwrap();
+                        n += 1;
+                    },
+                )
+                .unwrap();
+                let streamed_summary = fold.finish();
+                let mut streamed = Vec::new();
+                head(&streamed_summary, &mut streamed, &options).unwrap();
+                streamed.extend_from_slice(&body);
+                tail(n, &mut streamed, &options).unwrap();
+                let mut want = Vec::new();
+                super::FORMATS
+                    .get(name)
+                    .unwrap()
+                    .write(&whole, &mut want, &options)
+                    .unwrap();
+                assert_eq!(
+                    String::from_utf8(streamed).unwrap(),
+                    String::from_utf8(want).unwrap(),
+                    "{name}, top {top}, {set:?}"
+                );
+            }
+        }
+    }
+}

@@ -18,7 +18,7 @@
 use std::io::{self, Write};
 
 use super::attribution::{OomSummary, PeakSummary, ReconciliationSummary, SiteBytes};
-use super::{ReportSummary, Summary};
+use super::{ReportSummary, Sections, Summary};
 use crate::format::{Format, Options};
 use crate::growth::GrowingSite;
 use crate::owners::{OwnerKind, OwnerShare};
@@ -35,6 +35,12 @@ impl Format<Summary> for Text {
     /// Writes the summary as text, coloured as `options.style` says. Its lists were cut to
     /// `--top` when it was made.
     fn write(summary: &Summary, out: &mut dyn Write, options: &Options) -> io::Result<()> {
+        super::write_in_sections::<Text>(summary, out, options)
+    }
+}
+
+impl Sections for Text {
+    fn head(summary: &Summary, out: &mut dyn Write, options: &Options) -> io::Result<()> {
         let style = options.style;
         if summary.reports != 1 {
             let complete = if summary.complete_reports == summary.reports {
@@ -77,12 +83,22 @@ impl Format<Summary> for Text {
             }
             writeln!(out)?;
         }
-        for (i, p) in summary.processes.iter().enumerate() {
-            if i > 0 {
-                writeln!(out)?;
-            }
-            process(p, out, style)?;
+        Ok(())
+    }
+
+    fn process(
+        i: usize,
+        p: &ReportSummary,
+        out: &mut dyn Write,
+        options: &Options,
+    ) -> io::Result<()> {
+        if i > 0 {
+            writeln!(out)?;
         }
+        process(p, out, options.style)
+    }
+
+    fn tail(_: usize, _: &mut dyn Write, _: &Options) -> io::Result<()> {
         Ok(())
     }
 }

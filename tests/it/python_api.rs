@@ -78,7 +78,10 @@ fn scenario(
     };
     // The checkout's package, except in CI's Python, which has the distribution installed.
     let pythonpath = if installed_python().as_deref() == Some(python) {
-        a.root.join("harness/workloads/python").display().to_string()
+        a.root
+            .join("harness/workloads/python")
+            .display()
+            .to_string()
     } else {
         format!(
             "{}:{}",

@@ -93,6 +93,7 @@ pub mod intern;
 pub mod merged;
 mod model;
 pub mod signal;
+pub mod sink;
 pub mod template;
 mod units;
 pub mod wire;

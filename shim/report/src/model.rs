@@ -54,7 +54,8 @@ pub struct Report {
     /// Every context the process created or retained.
     pub contexts: Vec<Context>,
     /// Every allocation still owned by the program when the report was written, or lost with
-    /// its context.
+    /// its context. Parsed empty while a [`LeakSink`](crate::sink::LeakSink) takes them.
+    #[serde(deserialize_with = "crate::sink::leaks")]
     pub leaks: Vec<Leak>,
     /// Misuse and anomalies seen while running.
     pub events: Vec<Event>,
