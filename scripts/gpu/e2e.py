@@ -280,7 +280,7 @@ def main():
     elif what == "cudf_etl":
         print(json.dumps(cudf_etl(sys.argv[2])))
     elif what == "all":
-        all_configs(sys.argv[2], sys.argv[3])
+        all_configs(sys.argv[2], sys.argv[3], rounds=int(os.environ.get("E2E_ROUNDS", "2")))
     elif what == "resnet-only":
         all_configs(sys.argv[2], sys.argv[3], only="resnet", rounds=1)
 
