@@ -7,12 +7,15 @@
 
 #![allow(non_snake_case)]
 
-use super::{free_tracked, record_alloc, record_alloc_failed};
+use super::{
+    admit_untracked, current_tracked_context, free_tracked, record_alloc, record_alloc_failed,
+};
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::pool::serve;
 use crate::tracker::Memory;
+use crate::tracker::limit::Grant;
 
 fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize) {
     let Some((_guard, t)) = super::active() else {
@@ -50,9 +53,14 @@ pub unsafe fn cuMemAllocAsync(
     bytesize: usize,
     stream: CUstream,
 ) -> CUresult {
+    let grant = match admit_untracked(e, bytesize as u64, |t| current_tracked_context(t).1) {
+        Ok(g) => g,
+        Err(r) => return r,
+    };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, stream) };
     after_alloc(e, r, dptr, bytesize);
+    grant.map(Grant::done);
     r
 }
 
@@ -68,9 +76,14 @@ pub unsafe fn cuMemAllocFromPoolAsync(
     pool: CUmemoryPool,
     stream: CUstream,
 ) -> CUresult {
+    let grant = match admit_untracked(e, bytesize as u64, |t| current_tracked_context(t).1) {
+        Ok(g) => g,
+        Err(r) => return r,
+    };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, pool, stream) };
     after_alloc(e, r, dptr, bytesize);
+    grant.map(Grant::done);
     r
 }
 
