@@ -159,7 +159,9 @@ pub unsafe fn cuMemAllocManaged(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, flags) };
     let Some((_guard, t)) = super::active() else {
-        grant.map(Grant::done);
+        if let Some(g) = grant {
+            g.done();
+        }
         return r;
     };
     shield((), || {
@@ -175,7 +177,9 @@ pub unsafe fn cuMemAllocManaged(
             record_alloc_failed(t, e, size, r, None);
         }
     });
-    grant.map(Grant::done);
+    if let Some(g) = grant {
+        g.done();
+    }
     r
 }
 

@@ -15,7 +15,6 @@ use crate::ffi::*;
 use crate::guard::shield;
 use crate::pool::serve;
 use crate::tracker::Memory;
-use crate::tracker::limit::Grant;
 
 fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize) {
     let Some((_guard, t)) = super::active() else {
@@ -60,7 +59,9 @@ pub unsafe fn cuMemAllocAsync(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, stream) };
     after_alloc(e, r, dptr, bytesize);
-    grant.map(Grant::done);
+    if let Some(g) = grant {
+        g.done();
+    }
     r
 }
 
@@ -83,7 +84,9 @@ pub unsafe fn cuMemAllocFromPoolAsync(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, pool, stream) };
     after_alloc(e, r, dptr, bytesize);
-    grant.map(Grant::done);
+    if let Some(g) = grant {
+        g.done();
+    }
     r
 }
 

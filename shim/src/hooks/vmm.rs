@@ -9,7 +9,6 @@ use crate::ffi::*;
 use crate::guard::shield;
 use crate::process::clock;
 use crate::tracker::events::Kind;
-use crate::tracker::limit::Grant;
 use crate::tracker::{Memory, Record, Tracker};
 
 /// `cuMemCreate`.
@@ -31,7 +30,9 @@ pub unsafe fn cuMemCreate(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(handle, size, prop, flags) };
     let Some((_guard, t)) = super::active() else {
-        grant.map(Grant::done);
+        if let Some(g) = grant {
+            g.done();
+        }
         return r;
     };
     shield((), || {
@@ -61,7 +62,9 @@ pub unsafe fn cuMemCreate(
         t.vmm.created(unsafe { *handle }, record);
         crate::lifecycle::note_allocation();
     });
-    grant.map(Grant::done);
+    if let Some(g) = grant {
+        g.done();
+    }
     r
 }
 
