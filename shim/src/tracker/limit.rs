@@ -45,7 +45,8 @@ static SLOTS: [Slot; DEVICES] = [const {
     }
 }; DEVICES];
 
-/// Turns the limit on or off; called once, when the settings are read.
+/// Turns the limit on or off; called once, when the settings are read (off with
+/// `CUGUARD_DISABLE=1`, which forwards everything untouched).
 pub fn configure(on: bool) {
     ON.store(on, Relaxed);
 }
