@@ -163,7 +163,6 @@ pub fn get() -> &'static Config {
             crate::phase::make_inert();
         }
         crate::process::cost::configure(c.cost_sample_every);
-        crate::tracker::limit::configure(c.limit.is_some() && !c.disabled);
         c
     })
 }

@@ -1,7 +1,7 @@
 //! The process's device-memory limit (`CUGUARD_LIMIT`) as it is enforced: each device's limit in
 //! bytes and the bytes held against it.
 //!
-//! With no limit set, every entry here is one relaxed load of [`ON`] and nothing else. With one:
+//! With no limit set, every entry here is one load of a flag ([`on`]) and nothing else. With one:
 //!
 //! - `held` counts, exactly, the device bytes of every live allocation the tracker counts
 //!   ([`super::stats::Stats`] charges and credits it as records come and go: driver, pool, async,
@@ -18,13 +18,11 @@
 //!
 //! A forked child starts with nothing held ([`reset_after_fork`]), like its tracker.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering::*};
 
 use super::counters::DEVICES;
 use crate::ffi::CUDA_SUCCESS;
-
-/// Whether `CUGUARD_LIMIT` set a limit at all (set when the settings are read).
-static ON: AtomicBool = AtomicBool::new(false);
 
 /// A device's limit not resolved yet.
 const UNRESOLVED: u64 = 0;
@@ -45,16 +43,15 @@ static SLOTS: [Slot; DEVICES] = [const {
     }
 }; DEVICES];
 
-/// Turns the limit on or off; called once, when the settings are read (off with
-/// `CUGUARD_DISABLE=1`, which forwards everything untouched).
-pub fn configure(on: bool) {
-    ON.store(on, Relaxed);
-}
-
-/// Whether any limit was set.
+/// Whether any limit was set (`CUGUARD_LIMIT`; off with `CUGUARD_DISABLE=1`, which forwards
+/// everything untouched): the settings' one load, read once.
 #[inline]
 pub fn on() -> bool {
-    ON.load(Relaxed)
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let c = crate::config::get();
+        c.limit.is_some() && !c.disabled
+    })
 }
 
 fn slot(device: i32) -> Option<&'static Slot> {
