@@ -141,6 +141,7 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
         ordinal: 0,
         name: "NVIDIA H200".into(),
         total_bytes: 150_754_820_096,
+        limit_bytes: None,
     });
     r.contexts.push(Context {
         id: 1,
@@ -326,6 +327,7 @@ fn fleet_report(pid: u32, leaks: usize, stacks: usize, o: &Options, rng: &mut Rn
         ordinal: device,
         name: "NVIDIA H200".into(),
         total_bytes: 150_754_820_096,
+        limit_bytes: None,
     });
     r.contexts.push(Context {
         id: 1,

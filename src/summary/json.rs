@@ -31,7 +31,8 @@ use crate::format::{Format, Options};
 ///   complete, reason, tool_version, driver_version
 ///   leaked_bytes, leaks, released_by_context_destroy
 ///   devices[]        {device, name|null, total_bytes|null, leaked_bytes, leaks,
-///                     peak_live_bytes|null, pool_reserved_bytes|null}
+///                     peak_live_bytes|null, pool_reserved_bytes|null, limit_bytes (absent
+///                     when the process had no limit there)}
 ///   contexts[]       {context (id|null), device, listed, primary, destroyed, destroyed_by|null,
 ///                     leaked_bytes, leaks}: contexts holding leaks, by device then id
 ///   sites[]          {site, location|null, leaked_bytes, leaks, apis[],
@@ -55,7 +56,7 @@ use crate::format::{Format, Options};
 ///   owners[]         OWNER_SHARE: bytes held at the end by owner, most first (count: leaks)
 ///   ooms[]           what each out-of-memory refusal saw, in order, at most --top:
 ///                    {seq, time_ms, thread, api, size, device, site SITE, stack[], refused_by
-///                     ("driver" | "pool_limit"), message|null, device_free_bytes|null,
+///                     ("driver" | "pool_limit" | "limit"), message|null, device_free_bytes|null,
 ///                     device_total_bytes|null, live_bytes, by_owner[] OWNER_SHARE (count:
 ///                     allocations, 0 where the report gave bytes only), sites[] SITE_BYTES
 ///                     (at most --top), sites_total, pool {reserved_bytes, free_bytes,

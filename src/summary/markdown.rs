@@ -188,6 +188,7 @@ fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
         };
         let who = match o.refused_by.as_str() {
             "pool_limit" => "the pool's limit".to_string(),
+            "limit" => "the process's limit".to_string(),
             "driver" => "the driver".to_string(),
             other => cell(other),
         };

@@ -178,6 +178,9 @@ pub struct DeviceSummary {
     pub peak_live_bytes: Option<u64>,
     /// Bytes the pool held, from `stats`, when the pool was on.
     pub pool_reserved_bytes: Option<u64>,
+    /// The process's limit on it (`CUGUARD_LIMIT`), when `devices[]` gives one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
 }
 
 /// One context's share.
@@ -290,6 +293,7 @@ impl ReportSummary {
                 device: d.ordinal,
                 name: Some(d.name.clone()),
                 total_bytes: Some(d.total_bytes),
+                limit_bytes: d.limit_bytes,
                 ..DeviceSummary::empty(d.ordinal)
             });
         }
@@ -492,6 +496,7 @@ impl DeviceSummary {
             leaks: 0,
             peak_live_bytes: None,
             pool_reserved_bytes: None,
+            limit_bytes: None,
         }
     }
 }

@@ -215,6 +215,9 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
     let mut t = Table::new(&[false, false, true, true, false]);
     for d in &p.devices {
         let mut extra = Vec::new();
+        if let Some(limit) = d.limit_bytes {
+            extra.push(format!("limit {}", bytes(limit)));
+        }
         if let Some(peak) = d.peak_live_bytes {
             extra.push(format!("peak live {}", bytes(peak)));
         }
@@ -443,7 +446,8 @@ fn site_bytes_table(
 ///   and 3 more out-of-memory refusals not shown
 /// ```
 ///
-/// `refused by the pool's limit (CUGUARD_POOL_LIMIT)` when cuguard's pool refused.
+/// `refused by the pool's limit (CUGUARD_POOL_LIMIT)` when cuguard's pool refused, `refused by
+/// the process's limit (CUGUARD_LIMIT)` when the process's limit did.
 fn ooms_section(out: &mut dyn Write, p: &ReportSummary, style: Style) -> io::Result<()> {
     writeln!(out, "{}", style.bad("out of memory"))?;
     for o in &p.ooms {
@@ -476,6 +480,7 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     let who = match o.refused_by.as_str() {
         "driver" => "the driver".to_string(),
         "pool_limit" => "the pool's limit (CUGUARD_POOL_LIMIT)".to_string(),
+        "limit" => "the process's limit (CUGUARD_LIMIT)".to_string(),
         other => one_line(other),
     };
     let free = match (o.device_free_bytes, o.device_total_bytes) {

@@ -255,6 +255,7 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     let who = match o.refused_by.as_str() {
         "driver" => "the driver".to_string(),
         "pool_limit" => "the pool's limit (CUGUARD_POOL_LIMIT)".to_string(),
+        "limit" => "the process's limit (CUGUARD_LIMIT)".to_string(),
         other => esc(other),
     };
     let free = match (o.device_free_bytes, o.device_total_bytes) {

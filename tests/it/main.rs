@@ -10,6 +10,7 @@ mod cli_schema;
 mod cli_symbolize;
 mod cli_view;
 mod cost;
+mod limit;
 mod live;
 mod pool;
 mod python;

@@ -106,7 +106,8 @@ pub struct OomRecord {
     pub device: u32,
     /// The stack that asked.
     pub stack: Option<u64>,
-    /// Who refused: `"driver"`, or `"pool_limit"` (the pool's `CUGUARD_POOL_LIMIT`).
+    /// Who refused: `"driver"`, `"pool_limit"` (the pool's `CUGUARD_POOL_LIMIT`) or `"limit"`
+    /// (the process's `CUGUARD_LIMIT`).
     pub refused_by: String,
     /// Why, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -2,7 +2,7 @@
 //!
 //! The object is informational and was free-form in the first reports, so reading is lenient: a
 //! field of another type than the shim writes reads as absent, and unknown fields are ignored.
-//! Amounts (`pool_initial`, `pool_limit`, `pool_keep`, `warn_at`) are strings, bytes in decimal or
+//! Amounts (`pool_initial`, `pool_limit`, `pool_keep`, `warn_at`, and those in `limit`) are strings, bytes in decimal or
 //! a percentage of the device's memory (`"25%"`); an integer is read as its decimal text.
 
 use serde::{Deserialize, Serialize};
@@ -43,6 +43,15 @@ pub struct Config {
     /// `CUGUARD_SIGNALS`: whether the report is written when a signal ends the process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signals: Option<bool>,
+    /// `CUGUARD_LIMIT`: the process's device-memory limit as given, amounts in the form above,
+    /// each for one device (`"0:8589934592"`) or for every other device (`"50%"`), separated by
+    /// commas; absent when there was none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// `CUGUARD_LIMIT_VIRTUAL`: whether cuMemGetInfo reported the limit as the device's memory;
+    /// absent when there was no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_virtual: Option<bool>,
 }
 
 impl From<Map<String, Value>> for Config {
@@ -74,6 +83,8 @@ impl From<Map<String, Value>> for Config {
             warn_at: amount(&mut map, "warn_at"),
             snapshot_signal: typed(&mut map, "snapshot_signal"),
             signals: typed(&mut map, "signals"),
+            limit: typed(&mut map, "limit"),
+            limit_virtual: typed(&mut map, "limit_virtual"),
         }
     }
 }
@@ -97,6 +108,8 @@ mod tests {
             warn_at: Some("90%".into()),
             snapshot_signal: Some(41),
             signals: Some(true),
+            limit: Some("0:8589934592,1:50%".into()),
+            limit_virtual: Some(false),
         };
         let text = serde_json::to_string(&full).unwrap();
         assert_eq!(serde_json::from_str::<Config>(&text).unwrap(), full);

@@ -148,8 +148,11 @@ pub struct Process {
     pub start_unix_ms: u64,
     /// When the report was written, milliseconds since the Unix epoch.
     pub end_unix_ms: u64,
-    /// Labels the program set through the in-process API (`cuguard.label(key, value)`): the
-    /// last value of each key. Absent when it set none.
+    /// Labels of the process: those its launcher set in the environment (`RANK`, `LOCAL_RANK`,
+    /// `WORLD_SIZE`, `TORCHELASTIC_RUN_ID`, `SLURM_PROCID`, `SLURM_JOB_ID`,
+    /// `OMPI_COMM_WORLD_RANK`, under those names) and those the program set through the
+    /// in-process API (`cuguard.label(key, value)`, the last value of each key, which wins over
+    /// a launcher's of the same name). Absent when there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
 }
@@ -175,6 +178,9 @@ pub struct Device {
     pub name: String,
     /// Total device memory in bytes.
     pub total_bytes: u64,
+    /// The process's limit on this device (`CUGUARD_LIMIT`), in bytes; absent when it had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
 }
 
 /// `contexts[]`.

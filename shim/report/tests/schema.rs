@@ -90,6 +90,7 @@ fn full_report(reason: Reason) -> Report {
         ordinal: 0,
         name: "NVIDIA H200".into(),
         total_bytes: 150_754_820_096,
+        limit_bytes: Some(8 << 30),
     }];
     r.config = Some(Config {
         report: Some("./cuguard.%e.%p.json".into()),
@@ -104,6 +105,8 @@ fn full_report(reason: Reason) -> Report {
         warn_at: Some("90%".into()),
         snapshot_signal: Some(41),
         signals: Some(true),
+        limit: Some("0:8589934592".into()),
+        limit_virtual: Some(true),
     });
     r.contexts = vec![Context {
         id: 1,

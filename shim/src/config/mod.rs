@@ -8,8 +8,10 @@ use std::path::PathBuf;
 use once_cell::sync::OnceCell;
 
 use amount::{Amount, PoolSettings};
+use limit::LimitSpec;
 
 pub mod amount;
+pub mod limit;
 
 /// How often the memory timeline is sampled by default (`CUGUARD_TIMELINE_MS`).
 pub const DEFAULT_TIMELINE_MS: u64 = 100;
@@ -74,6 +76,12 @@ pub struct Config {
     /// `CUGUARD_COST_SAMPLE`: after each thread's first calls, one call in this many is timed
     /// for the report's `cost` (1: every call).
     pub cost_sample_every: u64,
+    /// `CUGUARD_LIMIT`: the process's device-memory limit, per device ([`limit`]); `None` for
+    /// none (the default, and what a refused value gives).
+    pub limit: Option<LimitSpec>,
+    /// `CUGUARD_LIMIT_VIRTUAL`: under a limit, cuMemGetInfo reports the limit as the device's
+    /// total and what is left of it as free (default on; `0` for enforcement only).
+    pub limit_virtual: bool,
 }
 
 /// Where alerts go (`CUGUARD_ALERT`).
@@ -193,6 +201,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let signals = flag("CUGUARD_SIGNALS", true);
     let no_tracking = flag("CUGUARD_TEST_NO_TRACKING", false);
     let page = flag("CUGUARD_PAGE", true);
+    let limit_virtual = flag("CUGUARD_LIMIT_VIRTUAL", true);
     let stack_depth = match var("CUGUARD_STACK_DEPTH").as_deref().map(str::trim) {
         None | Some("") => DEFAULT_STACK_DEPTH,
         Some(s) => match s.parse::<usize>() {
@@ -316,6 +325,13 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
             }
         },
     };
+    let limit = match var("CUGUARD_LIMIT") {
+        None => None,
+        Some(v) => limit::parse(&v).unwrap_or_else(|why| {
+            problems.push(format!("CUGUARD_LIMIT: {why}; no limit is set"));
+            None
+        }),
+    };
     let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
 
     let config = Config {
@@ -340,6 +356,8 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         alert,
         syslog_socket,
         cost_sample_every,
+        limit,
+        limit_virtual,
     };
     config
 }
@@ -488,6 +506,37 @@ pub(crate) mod tests {
         );
         assert!(parse_signal("RTMIN+40", 34, 64).is_err());
         assert!(parse_signal("soon", 34, 64).is_err());
+    }
+
+    #[test]
+    fn limit_settings() {
+        let c = from_env(env(&[]));
+        assert_eq!(c.limit, None);
+        assert!(c.limit_virtual);
+        let c = from_env(env(&[
+            ("CUGUARD_LIMIT", "0:8GiB,1:50%"),
+            ("CUGUARD_LIMIT_VIRTUAL", "0"),
+        ]));
+        let spec = c.limit.expect("a limit");
+        assert_eq!(spec.for_device(0), Some(Amount::Bytes(8 << 30)));
+        assert_eq!(spec.for_device(1), Some(Amount::Percent(50.0)));
+        assert!(!c.limit_virtual);
+        assert!(c.problems.is_empty());
+        for bad in ["0", "lots", "0:1GiB,0:2GiB"] {
+            let c = from_env(env(&[("CUGUARD_LIMIT", bad)]));
+            assert_eq!(c.limit, None, "{bad}");
+            assert_eq!(c.problems.len(), 1, "{bad}");
+            assert!(
+                c.problems[0].starts_with("CUGUARD_LIMIT: "),
+                "{:?}",
+                c.problems
+            );
+            assert!(
+                c.problems[0].ends_with("; no limit is set"),
+                "{:?}",
+                c.problems
+            );
+        }
     }
 
     #[test]

@@ -3,15 +3,20 @@
 //! cuMemAlloc_v2, cuMemAllocPitch_v2 and cuMemFree_v2 go through [`crate::pool::serve`], which is
 //! where the pool stands behind them; the hooks themselves only track. The record of a new
 //! allocation is made before it is served, so that a pooled block gets its record under the
-//! same lock as the block itself.
+//! same lock as the block itself. Each asks the process's limit first
+//! ([`super::admit`]): a refused allocation reaches neither the pool nor the driver.
 
 #![allow(non_snake_case)]
 
-use super::{free_tracked, make_record, record_alloc, record_alloc_failed};
+use super::{
+    admit_untracked, current_tracked_context, free_tracked, make_record, record_alloc,
+    record_alloc_failed,
+};
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::pool::serve;
+use crate::tracker::limit::Grant;
 use crate::tracker::{Memory, Record, Tracker};
 
 /// Makes the record of an allocation about to be served, when tracking is on.
@@ -60,6 +65,20 @@ fn served(
     });
 }
 
+/// The limit's grant for an allocation about to be served on `record`'s device: nothing to hold
+/// when untracked, `Err` with what the program gets when the limit refuses.
+fn limited(
+    t: Option<&Tracker>,
+    record: Option<&Record>,
+    api: Entry,
+    size: u64,
+) -> Result<Grant, CUresult> {
+    match (t, record) {
+        (Some(t), Some(r)) => super::admit(t, api, r.device, size),
+        _ => Ok(Grant::none()),
+    }
+}
+
 /// `cuMemAlloc_v2`, served by [`serve::device_alloc`].
 ///
 /// # Safety
@@ -75,8 +94,13 @@ pub unsafe fn cuMemAlloc_v2(
     let t = active.as_ref().map(|(_, t)| *t);
     let size = bytesize as u64;
     let record = prepare(t, cur, e, Memory::Device, size, size);
+    let grant = match limited(t, record.as_ref(), e, size) {
+        Ok(g) => g,
+        Err(r) => return r,
+    };
     let s = serve::device_alloc(cur, dptr, bytesize, real, record);
     served(t, &s, dptr, record, e);
+    grant.done();
     s.result
 }
 
@@ -98,6 +122,11 @@ pub unsafe fn cuMemAllocPitch_v2(
     let t = active.as_ref().map(|(_, t)| *t);
     let requested = (width as u64).saturating_mul(height as u64);
     let record = prepare(t, cur, e, Memory::Pitched, requested, requested);
+    // The limit is asked for the bytes requested; the pitch's padding is charged once known.
+    let grant = match limited(t, record.as_ref(), e, requested) {
+        Ok(g) => g,
+        Err(r) => return r,
+    };
     let s = serve::pitch_alloc(cur, dptr, pitch, width, height, element_size, real, record);
     // The size the program received is pitch × height, known now.
     let record = record.map(|mut r| {
@@ -108,6 +137,7 @@ pub unsafe fn cuMemAllocPitch_v2(
         r
     });
     served(t, &s, dptr, record, e);
+    grant.done();
     s.result
 }
 
@@ -122,9 +152,16 @@ pub unsafe fn cuMemAllocManaged(
     bytesize: usize,
     flags: u32,
 ) -> CUresult {
+    let grant = match admit_untracked(e, bytesize as u64, |t| current_tracked_context(t).1) {
+        Ok(g) => g,
+        Err(r) => return r,
+    };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, flags) };
     let Some((_guard, t)) = super::active() else {
+        if let Some(g) = grant {
+            g.done();
+        }
         return r;
     };
     shield((), || {
@@ -140,6 +177,9 @@ pub unsafe fn cuMemAllocManaged(
             record_alloc_failed(t, e, size, r, None);
         }
     });
+    if let Some(g) = grant {
+        g.done();
+    }
     r
 }
 

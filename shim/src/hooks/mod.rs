@@ -34,6 +34,7 @@ use crate::guard::Guard;
 use crate::pool::serve::PoolLookup;
 use crate::process::{clock, cost};
 use crate::tracker::events::{Event, Kind};
+use crate::tracker::limit::{self, Grant};
 use crate::tracker::{Memory, NONE, Record, Tracker};
 
 /// Entry to tracking for a handler: the re-entry guard and the tracker, or `None` when the handler
@@ -150,6 +151,46 @@ pub fn record_alloc_failed(
         message: why,
         device: None,
     });
+}
+
+/// Asks the process's limit ([`crate::tracker::limit`]) to let an allocation of `size` bytes on
+/// `device` through. Refused, the allocation is recorded as refused for lack of memory (an OOM
+/// record whose reason names `CUGUARD_LIMIT`) and `Err` carries what the program gets,
+/// `CUDA_ERROR_OUT_OF_MEMORY`, as the driver would answer.
+pub fn admit(t: &Tracker, api: Entry, device: i32, size: u64) -> Result<Grant, CUresult> {
+    match crate::guard::shield(Ok(Grant::none()), || limit::admit(device, size)) {
+        Ok(grant) => Ok(grant),
+        Err(refused) => {
+            crate::guard::shield((), || {
+                record_alloc_failed(
+                    t,
+                    api,
+                    size,
+                    CUDA_ERROR_OUT_OF_MEMORY,
+                    Some(refused.reason()),
+                );
+            });
+            Err(CUDA_ERROR_OUT_OF_MEMORY)
+        }
+    }
+}
+
+/// [`admit`] for an entry that forwards before it tracks (async, managed, VMM): nothing, with
+/// no limit set or when this call is not tracked; else the grant, the device found by `device`
+/// under the handler's guard (dropped again before the forward).
+pub fn admit_untracked(
+    api: Entry,
+    size: u64,
+    device: impl FnOnce(&Tracker) -> i32,
+) -> Result<Option<Grant>, CUresult> {
+    if !limit::on() {
+        return Ok(None);
+    }
+    let Some((_guard, t)) = active() else {
+        return Ok(None);
+    };
+    let device = crate::guard::shield(-1, || device(t));
+    admit(t, api, device, size).map(Some)
 }
 
 /// Records an event.

@@ -1,5 +1,5 @@
 //! What the shim does when an allocation entry answers `CUDA_ERROR_OUT_OF_MEMORY` (from the
-//! driver or from the pool's limit): it records what held the memory at that moment
+//! driver, from the pool's limit or from the process's limit): it records what held the memory at that moment
 //! ([`crate::tracker::ooms`]), says so in one line on stderr the first time, and asks the cuguard
 //! thread for a checkpoint report (`reason: oom`, at most one a second), because by the time the
 //! process ends the program has usually unwound and freed that memory.
@@ -13,7 +13,7 @@ use crate::tracker::ooms::{MAX_STACKS, Oom, Ooms, PoolState, RefusedBy};
 use crate::tracker::{NONE, Tracker};
 
 /// Records refusal of `size` bytes by `api` on `device`, asked from `stack`; `why` is the pool's
-/// reason when it refused.
+/// reason when the pool or the process's limit refused.
 pub fn refused(
     t: &Tracker,
     api: Entry,
@@ -29,6 +29,8 @@ pub fn refused(
     }
     let refused_by = if why.is_some_and(|w| w.starts_with("CUGUARD_POOL_LIMIT")) {
         RefusedBy::PoolLimit
+    } else if why.is_some_and(|w| w.starts_with("CUGUARD_LIMIT")) {
+        RefusedBy::Limit
     } else {
         RefusedBy::Driver
     };
@@ -110,8 +112,10 @@ fn say(oom: &Oom) {
     if !parts.is_empty() {
         line.push_str(&format!(", top: {}", parts.join(", ")));
     }
-    if oom.refused_by == RefusedBy::PoolLimit {
-        line.push_str(" (CUGUARD_POOL_LIMIT)");
+    match oom.refused_by {
+        RefusedBy::PoolLimit => line.push_str(" (CUGUARD_POOL_LIMIT)"),
+        RefusedBy::Limit => line.push_str(" (CUGUARD_LIMIT)"),
+        RefusedBy::Driver => {}
     }
     crate::process::diag::warn(&line);
 }

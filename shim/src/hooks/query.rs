@@ -1,6 +1,8 @@
 //! Queries about pointers and memory, answered for pooled pointers as the driver would answer
 //! for a real allocation: the range is the block's, not the chunk's; idle pool memory counts as
-//! free; and an IPC handle, which could only name the whole chunk, is refused.
+//! free; and an IPC handle, which could only name the whole chunk, is refused. Under a limit
+//! (`CUGUARD_LIMIT`, unless `CUGUARD_LIMIT_VIRTUAL=0`), cuMemGetInfo answers with the limit as
+//! the total and what is left of it as free ([`crate::tracker::limit::virtual_info`]).
 
 #![allow(non_snake_case)]
 
@@ -13,6 +15,7 @@ use crate::ffi::*;
 use crate::guard::shield;
 use crate::pool::serve::{self, PoolLookup};
 use crate::tracker::events::Kind;
+use crate::tracker::limit;
 
 const BUFFER_ID: u32 = 7;
 const IS_LEGACY_CUDA_IPC_CAPABLE: u32 = 10;
@@ -143,21 +146,38 @@ pub unsafe fn cuMemGetInfo_v2(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(free, total) };
     if r == CUDA_SUCCESS && !free.is_null() {
-        let idle = shield(0, || {
+        let device = shield(-1, || {
             let Some(get) = real::cuCtxGetDevice() else {
-                return 0;
+                return -1;
             };
             let mut device = -1;
             // SAFETY: valid out-parameter.
             if unsafe { get(&mut device) } != CUDA_SUCCESS {
-                return 0;
+                return -1;
             }
-            serve::idle_bytes(device)
+            device
         });
+        let idle = if device < 0 {
+            0
+        } else {
+            shield(0, || serve::idle_bytes(device))
+        };
         // SAFETY: checked non-null; the driver just wrote it.
         unsafe {
             let t = if total.is_null() { usize::MAX } else { *total };
             *free = (*free).saturating_add(idle as usize).min(t);
+        }
+        // Under a limit, the limit is the device as the program sees it.
+        // SAFETY: checked non-null; written just above.
+        let device_free = unsafe { *free } as u64;
+        if let Some((f, t)) = shield(None, || limit::virtual_info(device, device_free)) {
+            // SAFETY: free checked non-null; total written only when the program passed one.
+            unsafe {
+                *free = f as usize;
+                if !total.is_null() {
+                    *total = t as usize;
+                }
+            }
         }
     }
     r

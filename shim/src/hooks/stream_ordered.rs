@@ -7,7 +7,9 @@
 
 #![allow(non_snake_case)]
 
-use super::{free_tracked, record_alloc, record_alloc_failed};
+use super::{
+    admit_untracked, current_tracked_context, free_tracked, record_alloc, record_alloc_failed,
+};
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
@@ -50,9 +52,16 @@ pub unsafe fn cuMemAllocAsync(
     bytesize: usize,
     stream: CUstream,
 ) -> CUresult {
+    let grant = match admit_untracked(e, bytesize as u64, |t| current_tracked_context(t).1) {
+        Ok(g) => g,
+        Err(r) => return r,
+    };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, stream) };
     after_alloc(e, r, dptr, bytesize);
+    if let Some(g) = grant {
+        g.done();
+    }
     r
 }
 
@@ -68,9 +77,16 @@ pub unsafe fn cuMemAllocFromPoolAsync(
     pool: CUmemoryPool,
     stream: CUstream,
 ) -> CUresult {
+    let grant = match admit_untracked(e, bytesize as u64, |t| current_tracked_context(t).1) {
+        Ok(g) => g,
+        Err(r) => return r,
+    };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, pool, stream) };
     after_alloc(e, r, dptr, bytesize);
+    if let Some(g) = grant {
+        g.done();
+    }
     r
 }
 

@@ -3,13 +3,13 @@
 
 #![allow(non_snake_case)]
 
-use super::{current_tracked_context, event, record_alloc_failed};
+use super::{admit_untracked, current_tracked_context, event, record_alloc_failed};
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::process::clock;
 use crate::tracker::events::Kind;
-use crate::tracker::{Memory, Record};
+use crate::tracker::{Memory, Record, Tracker};
 
 /// `cuMemCreate`.
 ///
@@ -23,9 +23,16 @@ pub unsafe fn cuMemCreate(
     prop: *const MemAllocationPropHead,
     flags: u64,
 ) -> CUresult {
+    let grant = match admit_untracked(e, size as u64, |t| prop_device(t, prop)) {
+        Ok(g) => g,
+        Err(r) => return r,
+    };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(handle, size, prop, flags) };
     let Some((_guard, t)) = super::active() else {
+        if let Some(g) = grant {
+            g.done();
+        }
         return r;
     };
     shield((), || {
@@ -33,12 +40,8 @@ pub unsafe fn cuMemCreate(
             record_alloc_failed(t, e, size as u64, r, None);
             return;
         }
-        let (context, current_device) = current_tracked_context(t);
-        // SAFETY: the call succeeded, so prop pointed to a valid property struct.
-        let device = match unsafe { prop.as_ref() } {
-            Some(p) if p.location_type == CU_MEM_LOCATION_TYPE_DEVICE => p.location_id,
-            _ => current_device,
-        };
+        let (context, _) = current_tracked_context(t);
+        let device = prop_device(t, prop);
         if device >= 0 {
             t.contexts.note_device(device);
         }
@@ -59,7 +62,21 @@ pub unsafe fn cuMemCreate(
         t.vmm.created(unsafe { *handle }, record);
         crate::lifecycle::note_allocation();
     });
+    if let Some(g) = grant {
+        g.done();
+    }
     r
+}
+
+/// The device a cuMemCreate's physical memory is on: its property's location when that is a
+/// device, else the current context's.
+fn prop_device(t: &Tracker, prop: *const MemAllocationPropHead) -> i32 {
+    // SAFETY: prop is null or points to the program's property struct, which the driver's
+    // contract requires to be valid for the call (before it and after it alike).
+    match unsafe { prop.as_ref() } {
+        Some(p) if p.location_type == CU_MEM_LOCATION_TYPE_DEVICE => p.location_id,
+        _ => current_tracked_context(t).1,
+    }
 }
 
 /// `cuMemRelease`.

@@ -1,6 +1,7 @@
 //! Labels the program sets about itself through the in-process API (`cuguard_label`: test id,
-//! worker, rank, epoch): the last value of each key, for the report's `process.labels`, and
-//! copied into each out-of-memory record when it is taken (`ooms[].labels`).
+//! worker, rank, epoch): the last value of each key, for the report's `process.labels` (with
+//! the launcher's, [`super::launcher`]), and copied into each out-of-memory record when it is
+//! taken (`ooms[].labels`).
 //!
 //! Bounded ([`MAX_LABELS`] keys, [`MAX_KEY_BYTES`] and [`MAX_VALUE_BYTES`] each). Kept under a
 //! short lock that the allocation path never takes; a forked child keeps the parent's labels
@@ -50,10 +51,18 @@ pub fn set(key: &str, value: &str) -> Result<(), Refused> {
     Ok(())
 }
 
-/// The labels set so far; `None` when there are none.
+/// The process's labels: the launcher's ([`super::launcher`]) and those set so far, a set one
+/// winning over a launcher's of the same key; `None` when there are none.
 pub fn all() -> Option<BTreeMap<String, String>> {
-    let labels = global::lock(global::get(&LABELS)?);
-    (!labels.is_empty()).then(|| labels.clone())
+    let mut all: BTreeMap<String, String> = super::launcher::labels().iter().cloned().collect();
+    if let Some(set) = global::get(&LABELS) {
+        all.extend(
+            global::lock(set)
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+    }
+    (!all.is_empty()).then_some(all)
 }
 
 /// In the child of a fork: the parent's labels, in a lock of the child's own (the parent's may

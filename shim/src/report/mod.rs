@@ -268,6 +268,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
             ordinal: device_ordinal(d.ordinal),
             name: d.name,
             total_bytes: d.total_bytes,
+            limit_bytes: crate::tracker::limit::limit(d.ordinal),
         })
         .collect();
     r.config = Some(settings(cfg));
@@ -387,6 +388,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
             refused_by: match o.refused_by {
                 RefusedBy::Driver => "driver",
                 RefusedBy::PoolLimit => "pool_limit",
+                RefusedBy::Limit => "limit",
             }
             .into(),
             message: o.message.clone(),
@@ -511,6 +513,8 @@ fn settings(cfg: &config::Config) -> format::Config {
         warn_at: cfg.warn_at.map(text),
         snapshot_signal: (cfg.snapshot_signal != 0).then_some(cfg.snapshot_signal),
         signals: Some(cfg.signals),
+        limit: cfg.limit.as_ref().map(|l| l.text()),
+        limit_virtual: cfg.limit.as_ref().map(|_| cfg.limit_virtual),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod contexts;
 pub mod counters;
 pub mod doors;
 pub mod events;
+pub mod limit;
 pub mod ooms;
 pub mod peaks;
 pub mod stats;
@@ -368,6 +369,7 @@ pub fn reset_after_fork() {
         crate::process::global::replace(&TRACKER, Tracker::new());
     }
     by_stack::reset_after_fork();
+    limit::reset_after_fork();
     peaks::reset_after_fork();
     windows::reset_after_fork();
 }

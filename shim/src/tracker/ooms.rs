@@ -24,6 +24,8 @@ pub enum RefusedBy {
     Driver,
     /// The pool's `CUGUARD_POOL_LIMIT`.
     PoolLimit,
+    /// The process's `CUGUARD_LIMIT` ([`super::limit`]).
+    Limit,
 }
 
 /// The pool on the device when the allocation was refused.

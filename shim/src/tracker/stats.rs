@@ -2,12 +2,13 @@
 //!
 //! The frequent ones (allocations, frees, bytes, live bytes) are kept per thread by
 //! [`crate::tracker::counters`], so allocating threads share no cache line; the rare ones (bytes lost with
-//! a context, pinned host memory) are plain shared atomics here.
+//! a context, pinned host memory) are plain shared atomics here. Device memory is also charged
+//! and credited to the process's limit ([`super::limit`]; nothing when no limit is set).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::counters::{self, DEVICES};
-use super::{Record, by_stack};
+use super::{Record, by_stack, limit};
 
 /// The rare counters of one device.
 #[derive(Default)]
@@ -60,6 +61,7 @@ impl Stats {
         let (device, size) = (r.device, r.size);
         if r.memory.on_device() {
             by_stack::add(r.stack, device, size as i64, 1);
+            limit::charge(device, size);
         } else {
             let rare = &self.rare[slot(device)];
             rare.host_pinned_live_bytes.fetch_add(size, Relaxed);
@@ -74,6 +76,7 @@ impl Stats {
         let (device, size) = (r.device, r.size);
         if r.memory.on_device() {
             by_stack::add(r.stack, device, -(size as i64), -1);
+            limit::credit(device, size);
         } else {
             let rare = &self.rare[slot(device)];
             rare.host_pinned_live_bytes.fetch_sub(size, Relaxed);
@@ -90,6 +93,7 @@ impl Stats {
         rare.released_allocations.fetch_add(1, Relaxed);
         if r.memory.on_device() {
             by_stack::add(r.stack, device, -(size as i64), -1);
+            limit::credit(device, size);
             counters::released(device, size);
         } else {
             rare.host_pinned_live_bytes.fetch_sub(size, Relaxed);
