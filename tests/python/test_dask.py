@@ -1,0 +1,176 @@
+"""`cuguard.dask` on a real `distributed.LocalCluster` of two worker processes, simulated driver.
+
+One cluster for the module (Dask starts slowly). The tests run in file order on it:
+`register` puts both workers under the shim, tasks leak a known amount on each worker, a live
+`cuguard.dask.snapshot` sees it, one worker is killed with SIGKILL (its nanny starts a new one,
+which joins under the shim too), and after the cluster closes, `cuguard merge` and
+`cuguard summary --format json` on the workers' reports give each worker's leaks exactly, the killed
+one's from its last checkpoint, marked incomplete.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import clean_env, cuguard_command, load_report, run
+
+distributed = pytest.importorskip("distributed")
+
+import cuguard  # noqa: E402
+import cuguard.dask  # noqa: E402
+import dask_tasks  # noqa: E402
+
+MiB = 1 << 20
+
+
+class Cluster:
+    """The module's cluster, its client and where its workers' reports go."""
+
+    def __init__(self, reports: Path):
+        self.reports = reports
+        self.cluster = distributed.LocalCluster(
+            n_workers=2,
+            processes=True,
+            threads_per_worker=1,
+            dashboard_address=None,
+            scheduler_port=0,
+            silence_logs=40,
+        )
+        self.client = distributed.Client(self.cluster)
+        self.closed = False
+        #: pid -> (worker address, leaks, leaked bytes) of every worker that leaked.
+        self.expected = {}
+        self.killed_pid = None
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            self.client.close()
+            self.cluster.close()
+
+    def report_files(self):
+        return sorted(self.reports.glob("cuguard.dask-worker.*.json"))
+
+
+@pytest.fixture(scope="module")
+def dask_cluster(tmp_path_factory):
+    reports = tmp_path_factory.mktemp("dask-reports")
+    saved = dict(os.environ)
+    # The nannies run in this process and set the workers' variables in its environment before
+    # they spawn a worker (distributed's pre_spawn_env): put it back afterwards.
+    os.environ.update({"CUGUARD_CHECKPOINT_SECS": "1", "CUGUARD_QUIET": "1"})
+    c = Cluster(reports)
+    try:
+        yield c
+    finally:
+        c.close()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_register_restarts_every_worker_under_the_shim_and_labels_it(dask_cluster):
+    client = dask_cluster.client
+    before = client.run(os.getpid)
+    assert not any(client.run(cuguard.active).values())
+    pids = cuguard.dask.register(
+        client, driver="sim", report=str(dask_cluster.reports / cuguard.dask.DEFAULT_REPORT)
+    )
+    assert len(pids) == 2
+    assert set(pids.values()).isdisjoint(before.values()), "the workers were restarted"
+    assert all(client.run(cuguard.active).values())
+    labels = client.run(lambda: cuguard.snapshot()["process"]["labels"])
+    names = {w["name"] for w in client.scheduler_info()["workers"].values()}
+    assert {address: l["worker_address"] for address, l in labels.items()} == {
+        a: a for a in labels
+    }
+    assert {l["worker"] for l in labels.values()} == {str(n) for n in names}
+    # Registering again with the same settings restarts nothing.
+    assert cuguard.dask.register(client, driver="sim", report=str(dask_cluster.reports / cuguard.dask.DEFAULT_REPORT)) == pids
+
+
+def test_snapshot_merges_every_workers_live_report(dask_cluster):
+    client = dask_cluster.client
+    addresses = sorted(client.scheduler_info()["workers"])
+    for i, address in enumerate(addresses):
+        count, size = i + 1, (i + 1) * MiB
+        pid = client.submit(dask_tasks.leak, count, size, workers=[address], pure=False).result()
+        dask_cluster.expected[pid] = (address, count, count * size)
+    merged = cuguard.dask.snapshot(client)
+    assert merged["schema"] == "cuguard-report" and merged["schema_version"] == 1
+    assert merged["tool"] == {"name": "cuguard", "version": cuguard.__version__}
+    assert merged["merged"]["inputs"] == [f"dask-worker:{a}" for a in addresses]
+    assert len(merged["processes"]) == 2  # this process is not under the shim
+    for report in merged["processes"]:
+        address, count, size = dask_cluster.expected[report["process"]["pid"]]
+        assert report["process"]["labels"]["worker_address"] == address
+        assert report["reason"] == "request" and report["complete"] is False
+        assert len(report["leaks"]) == count
+        assert sum(leak["size"] for leak in report["leaks"]) == size
+
+
+def test_a_killed_worker_leaves_its_checkpoint_and_its_replacement_joins(dask_cluster, tmp_path):
+    client = dask_cluster.client
+    victim = sorted(client.scheduler_info()["workers"])[0]
+    pid = client.submit(dask_tasks.leak, 3, MiB, workers=[victim], pure=False).result()
+    address, count, size = dask_cluster.expected[pid]
+    dask_cluster.expected[pid] = (address, count + 3, size + 3 * MiB)
+    # Wait for a checkpoint that holds the new leaks (CUGUARD_CHECKPOINT_SECS=1).
+    files = [f for f in dask_cluster.report_files() if f.name.endswith(f".{pid}.json")]
+    deadline = time.monotonic() + 15
+    while True:
+        if files:
+            try:
+                if len(load_report(files[0])["leaks"]) == count + 3:
+                    break
+            except (OSError, ValueError):
+                pass
+        assert time.monotonic() < deadline, f"no checkpoint with the leaks from worker {pid}"
+        time.sleep(0.2)
+        files = [f for f in dask_cluster.report_files() if f.name.endswith(f".{pid}.json")]
+    client.submit(dask_tasks.die, workers=[victim], pure=False)
+    dask_cluster.killed_pid = pid
+    # The nanny starts a new worker process: it comes back under the shim, labelled.
+    deadline = time.monotonic() + 30
+    while True:
+        pids = client.run(os.getpid)
+        if len(pids) == 2 and pid not in pids.values():
+            break
+        assert time.monotonic() < deadline, "the killed worker was not replaced"
+        time.sleep(0.2)
+    assert all(client.run(cuguard.active).values())
+    assert all(
+        "worker" in labels
+        for labels in client.run(lambda: cuguard.snapshot()["process"]["labels"]).values()
+    )
+
+
+def test_merged_summary_gives_each_workers_leaks_and_marks_the_killed_one(dask_cluster, tmp_path):
+    assert dask_cluster.killed_pid is not None, "runs after the kill test"
+    dask_cluster.close()
+    files = dask_cluster.report_files()
+    by_pid = {load_report(f)["process"]["pid"]: f for f in files}
+    assert set(dask_cluster.expected) <= set(by_pid)
+    merged = tmp_path / "merged.json"
+    env = clean_env()
+    done = run(cuguard_command() + ["merge", "-o", str(merged)] + [str(f) for f in files], tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    done = run(cuguard_command() + ["summary", "--format", "json", str(merged)], tmp_path, env)
+    assert done.returncode in (0, 1), done.stderr
+    summary = json.loads(done.stdout)
+    processes = {p["process"]["pid"]: p for p in summary["processes"]}
+    for pid, (address, count, size) in dask_cluster.expected.items():
+        p = processes[pid]
+        assert (p["leaks"], p["leaked_bytes"]) == (count, size), (address, p)
+        if pid == dask_cluster.killed_pid:
+            assert (p["complete"], p["reason"]) == (False, "checkpoint")
+        else:
+            assert (p["complete"], p["reason"]) == (True, "exit") or p["complete"] is True
+    # The replacement and any worker that did not leak have complete reports with no leaks.
+    for pid, p in processes.items():
+        if pid not in dask_cluster.expected:
+            assert (p["complete"], p["leaks"]) == (True, 0)
+    assert summary["reports"] == len(files)
+    assert summary["complete_reports"] == len(files) - 1
