@@ -71,6 +71,13 @@ def dask_cluster(tmp_path_factory):
         os.environ.update(saved)
 
 
+def test_register_refuses_a_report_path_without_the_pid():
+    with pytest.raises(ValueError, match="%p"):
+        cuguard.dask.register(None, driver="sim", report="cuguard.worker.json")
+    with pytest.raises(ValueError, match="driver"):
+        cuguard.dask.register(None, driver="gpu")
+
+
 def test_register_restarts_every_worker_under_the_shim_and_labels_it(dask_cluster):
     client = dask_cluster.client
     before = client.run(os.getpid)
@@ -130,16 +137,20 @@ def test_a_killed_worker_leaves_its_checkpoint_and_its_replacement_joins(dask_cl
         assert time.monotonic() < deadline, f"no checkpoint with the leaks from worker {pid}"
         time.sleep(0.2)
         files = [f for f in dask_cluster.report_files() if f.name.endswith(f".{pid}.json")]
-    client.submit(dask_tasks.die, workers=[victim], pure=False)
+    doomed = client.submit(dask_tasks.die, workers=[victim], pure=False)  # kept until it ran
     dask_cluster.killed_pid = pid
     # The nanny starts a new worker process: it comes back under the shim, labelled.
     deadline = time.monotonic() + 30
     while True:
-        pids = client.run(os.getpid)
+        try:
+            pids = client.run(os.getpid)
+        except OSError:  # asked while it died (distributed's CommClosedError)
+            pids = {}
         if len(pids) == 2 and pid not in pids.values():
             break
         assert time.monotonic() < deadline, "the killed worker was not replaced"
         time.sleep(0.2)
+    del doomed
     assert all(client.run(cuguard.active).values())
     assert all(
         "worker" in labels
@@ -158,7 +169,7 @@ def test_merged_summary_gives_each_workers_leaks_and_marks_the_killed_one(dask_c
     done = run(cuguard_command() + ["merge", "-o", str(merged)] + [str(f) for f in files], tmp_path, env)
     assert done.returncode == 0, done.stderr
     done = run(cuguard_command() + ["summary", "--format", "json", str(merged)], tmp_path, env)
-    assert done.returncode in (0, 1), done.stderr
+    assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     processes = {p["process"]["pid"]: p for p in summary["processes"]}
     for pid, (address, count, size) in dask_cluster.expected.items():
@@ -167,10 +178,9 @@ def test_merged_summary_gives_each_workers_leaks_and_marks_the_killed_one(dask_c
         if pid == dask_cluster.killed_pid:
             assert (p["complete"], p["reason"]) == (False, "checkpoint")
         else:
-            assert (p["complete"], p["reason"]) == (True, "exit") or p["complete"] is True
-    # The replacement and any worker that did not leak have complete reports with no leaks.
-    for pid, p in processes.items():
-        if pid not in dask_cluster.expected:
-            assert (p["complete"], p["leaks"]) == (True, 0)
-    assert summary["reports"] == len(files)
-    assert summary["complete_reports"] == len(files) - 1
+            assert (p["complete"], p["reason"]) == (True, "exit")
+    # The replacement never used CUDA, so it wrote no report (nor did the workers from before
+    # register, which were not under the shim): one report per worker that leaked.
+    assert set(processes) == set(dask_cluster.expected)
+    assert (summary["reports"], summary["complete_reports"]) == (2, 1)
+    assert summary["leaks"] == sum(count for _, count, _ in dask_cluster.expected.values())

@@ -158,7 +158,12 @@ def register(
         client.wait_for_workers(before, timeout=timeout)
     client.register_plugin(LabelWorkerPlugin())
     while True:
-        states = client.run(_worker_state)
+        try:
+            states = client.run(_worker_state)
+        except OSError:  # a worker went away while asked (distributed's CommClosedError too)
+            if time.monotonic() >= deadline:
+                raise
+            states = {}
         if len(states) >= before or time.monotonic() >= deadline:
             break
         time.sleep(0.2)
