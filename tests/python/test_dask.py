@@ -10,12 +10,13 @@ one's from its last checkpoint, marked incomplete.
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import clean_env, cuguard_command, load_report, run
+from conftest import clean_env, cuguard_command, load_report, run, run_sim
 
 distributed = pytest.importorskip("distributed")
 
@@ -184,3 +185,26 @@ def test_merged_summary_gives_each_workers_leaks_and_marks_the_killed_one(dask_c
     assert set(processes) == set(dask_cluster.expected)
     assert (summary["reports"], summary["complete_reports"]) == (2, 1)
     assert summary["leaks"] == sum(count for _, count, _ in dask_cluster.expected.values())
+
+
+def test_a_client_under_the_shim_is_part_of_the_snapshot(tmp_path):
+    """The client runs under `cuguard run` (so its worker starts under the shim already, and
+    `register` restarts it once, for its own settings); the snapshot holds the worker, then the
+    client."""
+    script = Path(__file__).resolve().parent / "dask_client.py"
+    done = run_sim(
+        [sys.executable, str(script), str(tmp_path / "cuguard.dask-worker.%p.json")],
+        tmp_path,
+        report=tmp_path / "client.json",
+        PYTHONPATH=str(script.parent),
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["workers_active_before"] == [True]
+    (address, worker_pid), = out["pids"].items()
+    assert out["inputs"] == [f"dask-worker:{address}", "client"]
+    worker, client = out["processes"]
+    assert (worker["pid"], worker["labels"]["worker_address"]) == (worker_pid, address)
+    assert (worker["leaks"], worker["leaked_bytes"]) == (2, 2 * MiB)
+    assert (client["pid"], client["leaks"], client["leaked_bytes"]) == (out["client_pid"], 1, 3 * MiB)
+    assert "worker" not in client["labels"]
