@@ -15,9 +15,16 @@ import dask_tasks
 
 
 def main():
-    with distributed.LocalCluster(
-        n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=40
-    ) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=1,
+            processes=True,
+            threads_per_worker=1,
+            dashboard_address=None,
+            silence_logs=40,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         before = client.run(cuguard.active)
         pids = cuguard.dask.register(client, driver="sim", report=sys.argv[1])
         (address,) = pids

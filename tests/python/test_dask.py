@@ -83,20 +83,21 @@ def test_register_restarts_every_worker_under_the_shim_and_labels_it(dask_cluste
     client = dask_cluster.client
     before = client.run(os.getpid)
     assert not any(client.run(cuguard.active).values())
-    pids = cuguard.dask.register(
-        client, driver="sim", report=str(dask_cluster.reports / cuguard.dask.DEFAULT_REPORT)
-    )
+    report = str(dask_cluster.reports / cuguard.dask.DEFAULT_REPORT)
+    pids = cuguard.dask.register(client, limit="1GiB", driver="sim", report=report)
     assert len(pids) == 2
     assert set(pids.values()).isdisjoint(before.values()), "the workers were restarted"
     assert all(client.run(cuguard.active).values())
+    environ = client.run(
+        lambda: {k: os.environ.get(k) for k in ("CUGUARD_LIMIT", "CUGUARD_REPORT")}
+    )
+    assert list(environ.values()) == [{"CUGUARD_LIMIT": "1GiB", "CUGUARD_REPORT": report}] * 2
     labels = client.run(lambda: cuguard.snapshot()["process"]["labels"])
     names = {w["name"] for w in client.scheduler_info()["workers"].values()}
-    assert {address: l["worker_address"] for address, l in labels.items()} == {
-        a: a for a in labels
-    }
+    assert {address: l["worker_address"] for address, l in labels.items()} == {a: a for a in labels}
     assert {l["worker"] for l in labels.values()} == {str(n) for n in names}
     # Registering again with the same settings restarts nothing.
-    assert cuguard.dask.register(client, driver="sim", report=str(dask_cluster.reports / cuguard.dask.DEFAULT_REPORT)) == pids
+    assert cuguard.dask.register(client, limit="1GiB", driver="sim", report=report) == pids
 
 
 def test_snapshot_merges_every_workers_live_report(dask_cluster):
@@ -167,7 +168,9 @@ def test_merged_summary_gives_each_workers_leaks_and_marks_the_killed_one(dask_c
     assert set(dask_cluster.expected) <= set(by_pid)
     merged = tmp_path / "merged.json"
     env = clean_env()
-    done = run(cuguard_command() + ["merge", "-o", str(merged)] + [str(f) for f in files], tmp_path, env)
+    done = run(
+        cuguard_command() + ["merge", "-o", str(merged)] + [str(f) for f in files], tmp_path, env
+    )
     assert done.returncode == 0, done.stderr
     done = run(cuguard_command() + ["summary", "--format", "json", str(merged)], tmp_path, env)
     assert done.returncode == 0, done.stderr
@@ -201,10 +204,14 @@ def test_a_client_under_the_shim_is_part_of_the_snapshot(tmp_path):
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["workers_active_before"] == [True]
-    (address, worker_pid), = out["pids"].items()
+    ((address, worker_pid),) = out["pids"].items()
     assert out["inputs"] == [f"dask-worker:{address}", "client"]
     worker, client = out["processes"]
     assert (worker["pid"], worker["labels"]["worker_address"]) == (worker_pid, address)
     assert (worker["leaks"], worker["leaked_bytes"]) == (2, 2 * MiB)
-    assert (client["pid"], client["leaks"], client["leaked_bytes"]) == (out["client_pid"], 1, 3 * MiB)
+    assert (client["pid"], client["leaks"], client["leaked_bytes"]) == (
+        out["client_pid"],
+        1,
+        3 * MiB,
+    )
     assert "worker" not in client["labels"]

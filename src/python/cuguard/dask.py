@@ -172,7 +172,9 @@ def register(
     if len(states) < before:
         missing.append(f"{before - len(states)} of {before} workers not back after {timeout:g} s")
     if missing:
-        raise CuguardError("cuguard.dask.register: workers not under the shim:\n  " + "\n  ".join(missing))
+        raise CuguardError(
+            "cuguard.dask.register: workers not under the shim:\n  " + "\n  ".join(missing)
+        )
     return {address: s["pid"] for address, s in sorted(states.items())}
 
 
@@ -185,8 +187,8 @@ def _worker_snapshot() -> Optional[Dict[str, Any]]:
 
 
 def snapshot(client) -> Dict[str, Any]:
-    """A live snapshot of every worker of ``client``'s cluster, and of this process when it runs under
-    the shim, in one merged report as ``cuguard merge`` writes it (``docs/report.schema.json``,
+    """A live snapshot of every worker of ``client``'s cluster, and of this process when it runs
+    under the shim, in one merged report as ``cuguard merge`` writes it (``docs/report.schema.json``,
     ``merged``): ``{"schema", "schema_version", "tool", "merged": {"created_unix_ms", "inputs"},
     "processes": [REPORT, ...]}``, the workers in address order and this process last; ``inputs``
     names where each came from (``dask-worker:ADDRESS``, ``client``). Each ``REPORT`` is a
