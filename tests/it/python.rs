@@ -1,14 +1,14 @@
 //! The Python suite (`tests/python`): the distribution, the pytest plugin, the IPython magic and
-//! the in-process API, run by pytest in a Python environment that has the `cuguard` package,
-//! pytest, pytest-xdist and IPython. Every test there runs on the simulated driver.
+//! the in-process API and `cuguard.dask`, run by pytest in a Python environment that has the
+//! `cuguard` package, pytest, pytest-xdist, IPython, dask and distributed. Every test there runs on the simulated driver.
 //!
 //! Which environment:
 //! - `CUGUARD_TEST_PYTHON`, a Python interpreter whose environment has the distribution installed
 //!   from its wheel (`.ci/run` builds one in `target/ci-venv`). The suite then also checks what the
 //!   wheel installed (`CUGUARD_EXPECT_INSTALLED=1`).
 //! - Else, outside CI, a development environment that this test makes once, in
-//!   `target/python-dev/`: a virtual environment (`python3 -m venv`) with pytest, pytest-xdist and
-//!   IPython from PyPI, in which the checkout's `src/python` is on the path and the package's
+//!   `target/python-dev/`: a virtual environment (`python3 -m venv`) with the packages of the
+//!   `test` extra from PyPI (made again when that list changes), in which the checkout's `src/python` is on the path and the package's
 //!   pytest entry point is declared (a `.pth` file and a `.dist-info` directory: what an editable
 //!   install writes, without building the wheel), and with `target/<profile>` (the binary and the
 //!   libraries this test run built) first on `PATH`. The Python code and the binaries are then the
@@ -21,14 +21,22 @@ use std::process::Command;
 use crate::support::artifacts;
 
 /// What the suite needs besides the package (the `test` extra of pyproject.toml).
-const TEST_PACKAGES: [&str; 3] = ["pytest>=7", "pytest-xdist>=3", "ipython>=8"];
+const TEST_PACKAGES: [&str; 5] = [
+    "pytest>=7",
+    "pytest-xdist>=3",
+    "ipython>=8",
+    "dask>=2024.1",
+    "distributed>=2024.1",
+];
 
 /// The development environment's Python, made on first use (see the module's documentation).
 fn dev_python(root: &Path, target: &Path) -> PathBuf {
     let venv = target.join("python-dev");
     let python = venv.join("bin/python");
+    // The marker holds the packages installed, so an environment made for fewer is made again.
     let ready = venv.join(".cuguard-ready");
-    if ready.is_file() {
+    let packages = TEST_PACKAGES.join("\n");
+    if std::fs::read_to_string(&ready).is_ok_and(|made| made == packages) {
         return python;
     }
     let _ = std::fs::remove_dir_all(&venv);
@@ -60,7 +68,7 @@ fn dev_python(root: &Path, target: &Path) -> PathBuf {
     assert!(
         pip.status.success(),
         "installing {TEST_PACKAGES:?} into {} failed (PyPI must be reachable; or set \
-         CUGUARD_TEST_PYTHON to a Python that has cuguard, pytest, pytest-xdist and IPython): {}",
+         CUGUARD_TEST_PYTHON to a Python that has cuguard and the `test` extra's packages): {}",
         venv.display(),
         String::from_utf8_lossy(&pip.stderr)
     );
@@ -90,7 +98,7 @@ fn dev_python(root: &Path, target: &Path) -> PathBuf {
         "[pytest11]\ncuguard = cuguard.pytest_plugin\n",
     )
     .unwrap();
-    std::fs::write(&ready, "").unwrap();
+    std::fs::write(&ready, &packages).unwrap();
     python
 }
 
