@@ -63,7 +63,10 @@ fn every_call_timed_counts_match_the_report() {
     );
     assert_eq!(u(&stacks["timed"]), u(&stacks["calls"]));
     assert!(u(&hooks["ns"]) > 0 && u(&stacks["ns"]) > 0, "{cost}");
-    assert!(u(&stacks["ns"]) <= u(&hooks["ns"]) + 1_000_000, "{cost}");
+    // Capture is part of the hooks' time, except for the captures made outside an allocation
+    // (the context's, first of all: cold, it reads the unwind tables, several milliseconds on a
+    // loaded machine); so stacks may exceed hooks by those alone.
+    assert!(u(&stacks["ns"]) <= u(&hooks["ns"]) + 50_000_000, "{cost}");
     // A C program: no Python frames.
     assert_eq!(
         cost["python"],
