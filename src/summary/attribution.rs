@@ -32,6 +32,27 @@ pub struct SiteBytes {
     pub allocations: u64,
 }
 
+/// Who refused an allocation, for people, from `ooms[].refused_by`: the words, and the setting
+/// behind them when there is one (`the pool's limit`, `CUGUARD_POOL_LIMIT`); `None` for a value
+/// this version does not know (shown as it is).
+pub fn refuser(refused_by: &str) -> Option<(&'static str, Option<&'static str>)> {
+    match refused_by {
+        "driver" => Some(("the driver", None)),
+        "pool_limit" => Some(("the pool's limit", Some("CUGUARD_POOL_LIMIT"))),
+        "limit" => Some(("the process's limit", Some("CUGUARD_LIMIT"))),
+        _ => None,
+    }
+}
+
+/// [`refuser`]'s words with their setting: `the pool's limit (CUGUARD_POOL_LIMIT)`; `None` for
+/// an unknown value.
+pub fn refuser_with_setting(refused_by: &str) -> Option<String> {
+    refuser(refused_by).map(|(words, setting)| match setting {
+        Some(s) => format!("{words} ({s})"),
+        None => words.to_string(),
+    })
+}
+
 /// What an out-of-memory refusal saw (`ooms[]`).
 #[derive(Clone, Debug, Serialize)]
 pub struct OomSummary {

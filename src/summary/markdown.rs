@@ -186,12 +186,8 @@ fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
             (Some(f), Some(t)) => format!("{} free of {}", bytes(f), bytes(t)),
             _ => "free memory unknown".to_string(),
         };
-        let who = match o.refused_by.as_str() {
-            "pool_limit" => "the pool's limit".to_string(),
-            "limit" => "the process's limit".to_string(),
-            "driver" => "the driver".to_string(),
-            other => cell(other),
-        };
+        let who = super::attribution::refuser(&o.refused_by)
+            .map_or_else(|| cell(&o.refused_by), |(words, _)| words.to_string());
         writeln!(
             out,
             "- {} asking **{}** on device {} at {}: {} — refused by {who}; {free}, {} live",

@@ -252,12 +252,8 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
         millis(o.time_ms),
         esc(&o.site.label)
     )?;
-    let who = match o.refused_by.as_str() {
-        "driver" => "the driver".to_string(),
-        "pool_limit" => "the pool's limit (CUGUARD_POOL_LIMIT)".to_string(),
-        "limit" => "the process's limit (CUGUARD_LIMIT)".to_string(),
-        other => esc(other),
-    };
+    let who = crate::summary::attribution::refuser_with_setting(&o.refused_by)
+        .unwrap_or_else(|| esc(&o.refused_by));
     let free = match (o.device_free_bytes, o.device_total_bytes) {
         (Some(free), Some(total)) => format!(
             "device {} had {} free of {}",
