@@ -10,6 +10,7 @@
 //! [`FORMATS`]; every format renders every section.
 
 pub mod attribution;
+pub mod groups;
 pub mod json;
 pub mod markdown;
 pub mod text;
@@ -58,6 +59,10 @@ pub struct Summary {
     pub cost: Option<Cost>,
     /// One summary per process, in input order.
     pub processes: Vec<ReportSummary>,
+    /// The processes as one job: grouped (`--by`), compared, incomplete and missing (see
+    /// [`groups`]); left out when not grouped and nothing is called out or missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<groups::Job>,
 }
 
 /// One site across all processes.
@@ -157,6 +162,9 @@ pub struct ProcessInfo {
     pub hostname: String,
     /// Rank, if any.
     pub rank: Option<u32>,
+    /// The labels the program set (`process.labels`); left out of the JSON when empty.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// One device's share.
@@ -449,6 +457,7 @@ impl ReportSummary {
                 ppid: report.process.ppid,
                 hostname: report.process.hostname.clone(),
                 rank: report.process.rank,
+                labels: report.process.labels.clone().unwrap_or_default(),
             },
             complete: report.complete,
             reason: report.reason.to_string(),
@@ -481,6 +490,16 @@ impl ReportSummary {
     /// The executable's file name.
     pub fn exe_name(&self) -> &str {
         crate::sites::file_name(&self.process.exe)
+    }
+
+    /// Who the process was in its job (see [`crate::identity`]).
+    pub fn identity(&self) -> crate::identity::Identity {
+        crate::identity::Identity::new(
+            self.process.pid,
+            &self.process.hostname,
+            self.process.rank,
+            Some(&self.process.labels),
+        )
     }
 }
 
@@ -548,7 +567,16 @@ pub fn count_events<'a>(kinds: impl Iterator<Item = &'a str>) -> Vec<EventCount>
 
 impl Summary {
     /// Combines process summaries (in input order) and cuts site lists to `top`.
-    pub fn new(mut processes: Vec<ReportSummary>, top: usize) -> Summary {
+    pub fn new(processes: Vec<ReportSummary>, top: usize) -> Summary {
+        Summary::grouped(processes, top, None)
+    }
+
+    /// As [`Summary::new`], with the processes grouped `by` (see [`groups`]).
+    pub fn grouped(
+        mut processes: Vec<ReportSummary>,
+        top: usize,
+        by: Option<crate::identity::GroupBy>,
+    ) -> Summary {
         let mut sites: HashMap<&str, OverallSite> = HashMap::new();
         let mut events: BTreeMap<&str, u64> = BTreeMap::new();
         for p in &processes {
@@ -600,6 +628,7 @@ impl Summary {
             owners: crate::owners::combine(processes.iter().flat_map(|p| p.owners.iter().cloned())),
             cost: Cost::sum(processes.iter().filter_map(|p| p.cost.as_ref())),
             processes: Vec::new(),
+            job: groups::Job::new(&processes, by, top),
         };
         for p in &mut processes {
             p.sites.truncate(top);
