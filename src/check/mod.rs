@@ -139,8 +139,12 @@ pub struct ProcessCheck {
     pub name: String,
     /// Host name.
     pub hostname: String,
-    /// Rank, if any.
+    /// Rank, if any (`process.rank`, else a launcher label: see [`crate::identity`]).
     pub rank: Option<u32>,
+    /// The label `worker` (a Dask worker), if any.
+    pub worker: Option<String>,
+    /// Who it was, for people: `rank 3 (host node17, pid 9001)` (see [`crate::identity`]).
+    pub who: String,
     /// Whether the report is final.
     pub complete: bool,
     /// Why it was written.
@@ -201,11 +205,19 @@ impl ProcessCheck {
             report.stacks.iter().rev().map(|s| (s.id, s)).collect()
         };
         let stack_of = |id: Option<u64>| id.and_then(|id| stacks.get(&id).copied());
+        let id = crate::identity::Identity::new(
+            report.process.pid,
+            &report.process.hostname,
+            report.process.rank,
+            report.process.labels.as_ref(),
+        );
         let mut check = ProcessCheck {
             source: source.to_string(),
             name: report.process_name(),
             hostname: report.process.hostname.clone(),
-            rank: report.process.rank,
+            rank: id.rank,
+            who: id.describe(),
+            worker: id.worker,
             complete: report.complete,
             reason: report.reason.to_string(),
             sites: BTreeMap::new(),
@@ -402,6 +414,12 @@ pub struct ProcessVerdict {
     pub hostname: String,
     /// Rank.
     pub rank: Option<u32>,
+    /// The label `worker`, if any; left out of the JSON when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// Who it was, for people: `worker tcp://10.0.0.5:4002 (host n1, pid 7002)`,
+    /// `rank 3 (host node17, pid 9001)`, `pid 4242 (host gpu01)`.
+    pub who: String,
     /// Whether the report is final.
     pub complete: bool,
     /// Unsuppressed bytes leaked.
@@ -730,6 +748,8 @@ impl Verdict {
                     name: p.name.clone(),
                     hostname: p.hostname.clone(),
                     rank: p.rank,
+                    worker: p.worker.clone(),
+                    who: p.who.clone(),
                     complete: p.complete,
                     leaked_bytes: p
                         .sites
