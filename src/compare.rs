@@ -87,8 +87,11 @@ impl Outlier {
 pub struct Comparison {
     processes: usize,
     /// By (measure, site key): the site's label and each process's bytes (sparse).
-    sites: HashMap<(Measure, String), (String, Vec<(usize, u64)>)>,
+    sites: HashMap<(Measure, String), SiteValues>,
 }
+
+/// One site's label and each process's bytes there, by process number (only those not 0).
+type SiteValues = (String, Vec<(usize, u64)>);
 
 impl Comparison {
     /// An empty comparison.
