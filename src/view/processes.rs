@@ -1,9 +1,9 @@
 //! The page's per-process view, for a merged report (several processes): a table with one row
 //! per process (its worker or rank, host and pid, whether its report is complete, leaked bytes
-//! split into the program's own and the rest, its peak, its largest site), each row linking to
-//! a section of its own (`#process-N`) with that process's sites; and the processes the
-//! comparison called out (see [`crate::summary::groups`]), each linking to its section. Static
-//! HTML: the selector is the table's links and the sections' anchors, no script.
+//! split into the program's own and the rest, its peak, its largest site); then one
+//! `<details id="process-N">` per process, opened by clicking its name, with that process's
+//! sites; and first the processes the comparison called out (see [`crate::summary::groups`]).
+//! Static HTML: no script and no links (the page loads nothing and has no `href`).
 
 use std::io::{self, Write};
 
@@ -44,12 +44,7 @@ pub fn section(out: &mut dyn Write, s: &Summary) -> io::Result<()> {
         if !job.outliers.is_empty() {
             writeln!(out, "<ul class=\"called-out\">")?;
             for o in &job.outliers {
-                writeln!(
-                    out,
-                    "<li class=\"bad\"><a href=\"#process-{}\">{}</a></li>",
-                    o.outlier.process,
-                    esc(&o.sentence)
-                )?;
+                writeln!(out, "<li class=\"bad\">{}</li>", esc(&o.sentence))?;
             }
             writeln!(out, "</ul>")?;
         }
@@ -72,7 +67,7 @@ pub fn section(out: &mut dyn Write, s: &Summary) -> io::Result<()> {
         let (own, rest) = split(p);
         writeln!(
             out,
-            "<tr><td><a href=\"#process-{i}\">{}</a></td><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"site\">{}</td></tr>",
+            "<tr id=\"process-row-{i}\"><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"site\">{}</td></tr>",
             esc(&id.name()),
             esc(id.worker.as_deref().unwrap_or("")),
             id.rank.map(|r| r.to_string()).unwrap_or_default(),
@@ -98,12 +93,12 @@ pub fn section(out: &mut dyn Write, s: &Summary) -> io::Result<()> {
         let id = p.identity();
         writeln!(
             out,
-            "<section class=\"process\" id=\"process-{i}\">\n<h3>{}</h3>",
+            "<details class=\"process\" id=\"process-{i}\">\n<summary>{}</summary>",
             esc(&id.describe())
         )?;
         writeln!(
             out,
-            "<p>{}: {} leaked in {}, peak {}. <a href=\"#per-process\">All processes</a></p>",
+            "<p>{}: {} leaked in {}, peak {}.</p>",
             esc(&p.source),
             bytes(p.leaked_bytes),
             plural(p.leaks, "leak", "leaks"),
@@ -125,7 +120,7 @@ pub fn section(out: &mut dyn Write, s: &Summary) -> io::Result<()> {
             }
             writeln!(out, "</tbody>\n</table>")?;
         }
-        writeln!(out, "</section>")?;
+        writeln!(out, "</details>")?;
     }
     Ok(())
 }
