@@ -11,6 +11,8 @@
 //! - [`owners`]: who holds each allocation (the program, a framework's cache, a library, the
 //!   driver), bytes by owner, and `check --owners`;
 //! - [`growth`]: which sites kept growing while the program ran (from `stack_samples`);
+//! - [`identity`]: who a process was in a job (rank, worker, host, pid) and `--by`;
+//!   [`compare`]: the processes of one job compared site by site;
 //! - [`summary`]: per-process and overall summaries (with what each out-of-memory refusal saw,
 //!   what was live at each peak, what grew, and device memory explained), with one module per
 //!   output format;
@@ -40,12 +42,14 @@
 
 pub mod check;
 pub mod cli;
+pub mod compare;
 pub mod diff;
 pub mod exporter;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod growth;
+pub mod identity;
 pub mod input;
 pub mod live;
 pub mod merge;

@@ -36,7 +36,8 @@ use crate::format::{Format, Options};
 ///                     owners that grew (see cuguard::growth), failing first, most grown first
 /// events[]            {kind, site, count, baseline_count, counted, failing}: failing first
 /// suppressions[]      {file, line, rule, matched}: every rule; matched 0 = unused
-/// processes[]         {source, name, hostname, rank|null, complete, leaked_bytes, leaks, failed,
+/// processes[]         {source, name, hostname, rank|null, worker (only when labelled), who
+///                      ("rank 3 (host node17, pid 9001)"), complete, leaked_bytes, leaks, failed,
 ///                      failing_sites[] [site, bytes, leaks], failing_events[] [kind, site, count],
 ///                      failing_growth[] [site, grown bytes]}
 /// ```

@@ -1,7 +1,9 @@
 //! `--format junit`: the verdict as JUnit XML, for CI systems that show test results.
 //!
 //! One `<testsuite name="cuguard check">` with a test case per process (`classname`
-//! `cuguard.process`, name `exe[pid] (host, rank R)`) that fails when the process contributed to
+//! `cuguard.process`, name `exe[pid] (host, rank R)`, `exe[pid] (host, worker W)` or
+//! `exe[pid] (host)`; the failure message of a ranked or labelled worker process starts with
+//! who failed, `rank 3 (host node17, pid 9001) failed: `) that fails when the process contributed to
 //! a failure (its leaks at counting sites, its failing events, its sites that grew by more than
 //! `--max-growth`, or its incompleteness under `--require-complete`), and one case `cuguard.check` / `limits` that carries the overall
 //! verdict and its reasons.
@@ -70,9 +72,10 @@ impl Format<Verdict> for Junit {
         }
         for p in &verdict.processes {
             let mut name = p.name.clone();
-            match p.rank {
-                Some(r) => name.push_str(&format!(" ({}, rank {r})", p.hostname)),
-                None => name.push_str(&format!(" ({})", p.hostname)),
+            match (p.rank, &p.worker) {
+                (_, Some(w)) => name.push_str(&format!(" ({}, worker {w})", p.hostname)),
+                (Some(r), None) => name.push_str(&format!(" ({}, rank {r})", p.hostname)),
+                (None, None) => name.push_str(&format!(" ({})", p.hostname)),
             }
             write!(
                 out,
@@ -103,7 +106,12 @@ impl Format<Verdict> for Junit {
                 lines.push("the report is incomplete".into());
             }
             let message = format!(
-                "{} leaked in {}",
+                "{}{} leaked in {}",
+                if p.rank.is_some() || p.worker.is_some() {
+                    format!("{} failed: ", p.who)
+                } else {
+                    String::new()
+                },
                 bytes(p.leaked_bytes),
                 plural(p.leaks, "leak", "leaks")
             );

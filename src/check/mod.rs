@@ -140,8 +140,12 @@ pub struct ProcessCheck {
     pub name: String,
     /// Host name.
     pub hostname: String,
-    /// Rank, if any.
+    /// Rank, if any (`process.rank`, else a launcher label: see [`crate::identity`]).
     pub rank: Option<u32>,
+    /// The label `worker` (a Dask worker), if any.
+    pub worker: Option<String>,
+    /// Who it was, for people: `rank 3 (host node17, pid 9001)` (see [`crate::identity`]).
+    pub who: String,
     /// Whether the report is final.
     pub complete: bool,
     /// Why it was written.
@@ -215,11 +219,19 @@ impl ProcessCheck {
             report.stacks.iter().rev().map(|s| (s.id, s)).collect()
         };
         let stack_of = |id: Option<u64>| id.and_then(|id| stacks.get(&id).copied());
+        let id = crate::identity::Identity::new(
+            report.process.pid,
+            &report.process.hostname,
+            report.process.rank,
+            report.process.labels.as_ref(),
+        );
         let mut check = ProcessCheck {
             source: source.to_string(),
             name: report.process_name(),
             hostname: report.process.hostname.clone(),
-            rank: report.process.rank,
+            rank: id.rank,
+            who: id.describe(),
+            worker: id.worker,
             complete: report.complete,
             reason: report.reason.to_string(),
             sites: BTreeMap::new(),
@@ -422,6 +434,12 @@ pub struct ProcessVerdict {
     pub hostname: String,
     /// Rank.
     pub rank: Option<u32>,
+    /// The label `worker`, if any; left out of the JSON when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// Who it was, for people: `worker tcp://10.0.0.5:4002 (host n1, pid 7002)`,
+    /// `rank 3 (host node17, pid 9001)`, `pid 4242 (host gpu01)`.
+    pub who: String,
     /// Whether the report is final.
     pub complete: bool,
     /// Unsuppressed bytes leaked.
@@ -544,6 +562,8 @@ struct Condensed {
     name: String,
     hostname: String,
     rank: Option<u32>,
+    worker: Option<String>,
+    who: String,
     complete: bool,
     /// (site number, bytes, leaks), in site key order.
     sites: Vec<(u32, u64, u64)>,
@@ -631,6 +651,8 @@ impl CheckFold {
             name: p.name,
             hostname: p.hostname,
             rank: p.rank,
+            worker: p.worker,
+            who: p.who,
             complete: p.complete,
             sites,
             events: p.events.into_iter().collect(),
@@ -874,6 +896,8 @@ impl CheckFold {
                     name: p.name,
                     hostname: p.hostname,
                     rank: p.rank,
+                    worker: p.worker,
+                    who: p.who,
                     complete: p.complete,
                     leaked_bytes: p.sites.iter().map(|s| s.1).fold(0, u64::saturating_add),
                     leaks: p.sites.iter().map(|s| s.2).sum(),

@@ -3,7 +3,9 @@
 //! First line: `cuguard check: PASS` or `cuguard check: FAIL`, with the reasons; then the sites
 //! that count (and, with a baseline, those it covers), the leaks not checked because of their
 //! owner, the sites that grew, the events, what suppressions set aside, unused suppressions,
-//! and incomplete reports.
+//! and incomplete reports. With several processes (a merged run), the processes that failed
+//! come right after the reasons, each named by its worker or rank, host and pid
+//! ([`failed_processes`]).
 //!
 //! ```text
 //! cuguard check: FAIL: 1 report, 3.0 MiB leaked in 2 leaks
@@ -60,6 +62,7 @@ impl Format<Verdict> for Text {
         for f in &verdict.failures {
             writeln!(out, "  {} {}", style.bad("✗"), one_line(f))?;
         }
+        failed_processes(out, verdict, options)?;
 
         let counting: Vec<_> = verdict
             .sites
@@ -226,4 +229,56 @@ impl Format<Verdict> for Text {
         }
         Ok(())
     }
+}
+
+/// With more than one process, those that failed (at most `--top`), named by worker or rank
+/// with host and pid, and what made each fail:
+///
+/// ```text
+/// failed processes
+///   rank 1 (host gpu01, pid 5001) python3[5001]: 512.0 MiB in 1 leak at make_buffers
+/// ```
+pub fn failed_processes(
+    out: &mut dyn Write,
+    verdict: &Verdict,
+    options: &Options,
+) -> io::Result<()> {
+    if verdict.processes.len() < 2 {
+        return Ok(());
+    }
+    let failed: Vec<_> = verdict.processes.iter().filter(|p| p.failed).collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "{}", options.style.bold("failed processes"))?;
+    for p in failed.iter().take(options.top) {
+        let mut why = Vec::new();
+        for (site, b, n) in &p.failing_sites {
+            why.push(format!(
+                "{} in {} at {site}",
+                bytes(*b),
+                plural(*n, "leak", "leaks")
+            ));
+        }
+        for (kind, site, n) in &p.failing_events {
+            why.push(format!("{n} × {kind} at {site}"));
+        }
+        for (site, grown) in &p.failing_growth {
+            why.push(format!("{site} grew by {}", bytes(*grown)));
+        }
+        if !p.complete && why.is_empty() {
+            why.push("the report is incomplete".into());
+        }
+        writeln!(
+            out,
+            "  {} {}: {}",
+            options.style.bad(&one_line(&p.who)),
+            one_line(&p.name),
+            one_line(&why.join("; "))
+        )?;
+    }
+    if failed.len() > options.top {
+        writeln!(out, "  … {} more (see --top)", failed.len() - options.top)?;
+    }
+    Ok(())
 }

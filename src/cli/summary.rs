@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::{CliError, exit, write_stdout};
 use crate::format::{Options, Row};
+use crate::identity::GroupBy;
 use crate::input;
 use crate::report::{LeakFold, Report};
 use crate::spill::Spill;
@@ -19,11 +20,20 @@ use crate::summary::{FORMATS, ReportSummary, Summary, SummaryFold, sections};
 Examples:
   cuguard summary cuguard.train.4242.json
   cuguard summary --top 5 reports/                  # every *.json below reports/
-  cuguard summary --format markdown 'reports/*.json' > comment.md")]
+  cuguard summary --format markdown 'reports/*.json' > comment.md
+  cuguard summary --by rank job-1234.json           # a merged report, one group per rank
+
+Across three or more processes, a process that holds (or grew) at least 4x the median and
+at least 64 MiB more at a site is called out; incomplete reports and ranks missing from
+0..WORLD_SIZE are listed.")]
 pub struct SummaryArgs {
     /// Output format.
     #[arg(long, value_parser = FORMATS, default_value = FORMATS.default_format().name())]
     pub format: &'static Row<Summary>,
+    /// Group the processes of a job by worker (label `worker`), rank, host or process, with
+    /// each group's leaks, peak, growth and largest sites.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub by: Option<GroupBy>,
     /// How many sites and leaks to list per process (0: all).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
@@ -43,7 +53,7 @@ pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
     let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
         ReportSummary::folded(source, &report, &leaks, top)
     };
-    let mut fold = SummaryFold::new(top);
+    let mut fold = SummaryFold::grouped(top, args.by);
     let Some((head, process, tail)) = sections(args.format.name()) else {
         // A format that cannot be written in parts: every process kept until the end.
         input::for_each_folded(&files, top, condense, |_, p| fold.add(p))?;

@@ -3,11 +3,13 @@
 //! A heading with the totals, a table of sites across all reports, then per process a line
 //! saying who it was, its out-of-memory refusals (first), a table of its sites, bytes by owner,
 //! what was live at each device's peak, what grew and the device memory split, each under a
-//! heading of its own; events as a list. Sites carry their location once.
+//! heading of its own; events as a list. Sites carry their location once. Before the
+//! processes, the job section when there is one ([`job_section`]).
 
 use std::io::{self, Write};
 
 use super::attribution::SiteBytes;
+use super::groups::Job;
 use super::{ReportSummary, Sections, Summary};
 use crate::format::{Format, Options};
 use crate::owners::{OwnerKind, OwnerShare};
@@ -89,17 +91,20 @@ impl Sections for Markdown {
                 writeln!(out, "- {} × {}", e.count, cell(&e.kind))?;
             }
         }
+        if let Some(job) = &summary.job {
+            job_section(out, job)?;
+        }
         Ok(())
     }
 
     fn process(_: usize, p: &ReportSummary, out: &mut dyn Write, _: &Options) -> io::Result<()> {
         {
             writeln!(out)?;
-            let rank = p
-                .process
-                .rank
-                .map(|r| format!(", rank {r}"))
-                .unwrap_or_default();
+            let id = p.identity();
+            let mut rank = id.rank.map(|r| format!(", rank {r}")).unwrap_or_default();
+            if let Some(w) = &id.worker {
+                rank.push_str(&format!(", worker {}", cell(w)));
+            }
             let status = if p.complete {
                 String::new()
             } else {
@@ -351,6 +356,78 @@ fn sections(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
                 )?;
             }
         }
+    }
+    Ok(())
+}
+
+/// The job section (see [`super::groups`]): a table of the groups (`### By rank`), the
+/// processes called out, the incomplete and the missing reports, each only when it has entries.
+pub fn job_section(out: &mut dyn Write, job: &Job) -> io::Result<()> {
+    if let Some(by) = job.by {
+        writeln!(out)?;
+        writeln!(out, "### By {}", by.as_str())?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "| {} | processes | leaked | leaks | program | others | peak | grew | largest sites |",
+            by.as_str()
+        )?;
+        writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---|")?;
+        for g in &job.groups {
+            let sites: Vec<String> = g
+                .sites
+                .iter()
+                .map(|s| format!("{} {}", bytes(s.leaked_bytes), cell(&s.label)))
+                .collect();
+            writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                cell(&g.name),
+                g.processes.len(),
+                bytes(g.leaked_bytes),
+                g.leaks,
+                bytes(g.own_bytes),
+                bytes(g.others_bytes),
+                bytes(g.peak_bytes),
+                bytes(g.grown_bytes),
+                sites.join("; ")
+            )?;
+        }
+    }
+    if !job.outliers.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "**Called out** ({}):", cell(&job.criterion))?;
+        writeln!(out)?;
+        for o in &job.outliers {
+            writeln!(out, "- {}", cell(&o.sentence))?;
+        }
+        if job.outliers_total > job.outliers.len() {
+            writeln!(out, "- _{} more_", job.outliers_total - job.outliers.len())?;
+        }
+    }
+    if !job.incomplete.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "**Incomplete reports:**")?;
+        writeln!(out)?;
+        for p in &job.incomplete {
+            writeln!(
+                out,
+                "- {}: {}, `{}`",
+                cell(&p.name),
+                cell(&p.reason),
+                p.source.replace('`', "'")
+            )?;
+        }
+    }
+    if !job.missing_ranks.is_empty() {
+        let ranks: Vec<String> = job.missing_ranks.iter().map(u32::to_string).collect();
+        writeln!(out)?;
+        writeln!(
+            out,
+            "**Missing reports** (WORLD_SIZE {}): rank {}.",
+            job.world_size.unwrap_or(0),
+            ranks.join(", ")
+        )?;
     }
     Ok(())
 }

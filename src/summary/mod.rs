@@ -10,6 +10,7 @@
 //! [`FORMATS`]; every format renders every section.
 
 pub mod attribution;
+pub mod groups;
 pub mod json;
 pub mod markdown;
 pub mod text;
@@ -58,7 +59,12 @@ pub struct Summary {
     pub owners: Vec<OwnerShare>,
     /// What cuguard itself cost, all processes that say together (`null` when none does).
     pub cost: Option<Cost>,
-    /// One summary per process, in input order.
+    /// The processes as one job: grouped (`--by`), compared, incomplete and missing (see
+    /// [`groups`]); left out when not grouped and nothing is called out or missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<groups::Job>,
+    /// One summary per process, in input order. Last: the JSON format streams it (see
+    /// [`json::Json`]).
     pub processes: Vec<ReportSummary>,
 }
 
@@ -159,6 +165,9 @@ pub struct ProcessInfo {
     pub hostname: String,
     /// Rank, if any.
     pub rank: Option<u32>,
+    /// The labels the program set (`process.labels`); left out of the JSON when empty.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// One device's share.
@@ -451,6 +460,7 @@ impl ReportSummary {
                 ppid: report.process.ppid,
                 hostname: report.process.hostname.clone(),
                 rank: report.process.rank,
+                labels: report.process.labels.clone().unwrap_or_default(),
             },
             complete: report.complete,
             reason: report.reason.to_string(),
@@ -483,6 +493,16 @@ impl ReportSummary {
     /// The executable's file name.
     pub fn exe_name(&self) -> &str {
         crate::sites::file_name(&self.process.exe)
+    }
+
+    /// Who the process was in its job (see [`crate::identity`]).
+    pub fn identity(&self) -> crate::identity::Identity {
+        crate::identity::Identity::new(
+            self.process.pid,
+            &self.process.hostname,
+            self.process.rank,
+            Some(&self.process.labels),
+        )
     }
 }
 
@@ -552,7 +572,16 @@ pub fn count_events<'a>(kinds: impl Iterator<Item = &'a str>) -> Vec<EventCount>
 impl Summary {
     /// Combines process summaries (in input order) and cuts site lists to `top`.
     pub fn new(processes: Vec<ReportSummary>, top: usize) -> Summary {
-        let mut fold = SummaryFold::new(top);
+        Summary::grouped(processes, top, None)
+    }
+
+    /// As [`Summary::new`], with the processes grouped `by` (see [`groups`]).
+    pub fn grouped(
+        processes: Vec<ReportSummary>,
+        top: usize,
+        by: Option<crate::identity::GroupBy>,
+    ) -> Summary {
+        let mut fold = SummaryFold::grouped(top, by);
         for p in processes {
             fold.add(p);
         }
@@ -710,11 +739,18 @@ pub struct SummaryFold {
     /// cuguard's bill, summed over the processes that carry one.
     cost: Option<Cost>,
     processes: Vec<ReportSummary>,
+    /// The processes as one job (see [`groups`]).
+    job: groups::JobFold,
 }
 
 impl SummaryFold {
     /// An empty summary that will list `top` sites (across processes, and per process).
     pub fn new(top: usize) -> SummaryFold {
+        SummaryFold::grouped(top, None)
+    }
+
+    /// As [`SummaryFold::new`], with the processes grouped `by` (see [`groups`]).
+    pub fn grouped(top: usize, by: Option<crate::identity::GroupBy>) -> SummaryFold {
         SummaryFold {
             top,
             sites: HashMap::new(),
@@ -726,6 +762,7 @@ impl SummaryFold {
             leaks: 0,
             cost: None,
             processes: Vec::new(),
+            job: groups::JobFold::new(by, top),
         }
     }
 
@@ -740,6 +777,7 @@ impl SummaryFold {
     /// summary without these processes in `processes`, but counted in `reports`.
     pub fn count(&mut self, p: &mut ReportSummary) {
         self.reports += 1;
+        self.job.add(p);
         for s in &p.sites {
             let o = match self.sites.get_mut(&s.site) {
                 Some(o) => o,
@@ -821,6 +859,7 @@ impl SummaryFold {
             owners: crate::owners::combine(self.owners.into_values()),
             cost: self.cost,
             processes: self.processes,
+            job: self.job.finish(),
         }
     }
 }

@@ -7,7 +7,8 @@
 //! ([`super::cost_line`], when the report gives it), what leaked per device and context,
 //! who holds it (by owner, when not all of it is the program's), the sites (largest first), the
 //! largest leaks, what was live at each device's peak, what grew, what the device says is used
-//! against what cuguard can explain, the events and the shim's faults.
+//! against what cuguard can explain, the events and the shim's faults. Between the totals and
+//! the processes, the job section when there is one ([`job_section`]).
 //!
 //! Sections are a heading at the start of a line with their entries indented under it; every
 //! site is printed with its location once (`name (file:line)`), and a site whose stack has
@@ -18,6 +19,7 @@
 use std::io::{self, Write};
 
 use super::attribution::{OomSummary, PeakSummary, ReconciliationSummary, SiteBytes};
+use super::groups::Job;
 use super::{ReportSummary, Sections, Summary};
 use crate::format::{Format, Options};
 use crate::growth::GrowingSite;
@@ -81,6 +83,10 @@ impl Sections for Text {
             if summary.owners.iter().any(|o| o.kind != OwnerKind::Program) {
                 owners_section(out, &summary.owners, "by owner, all reports", style)?;
             }
+            writeln!(out)?;
+        }
+        if let Some(job) = &summary.job {
+            job_section(out, job, style)?;
             writeln!(out)?;
         }
         Ok(())
@@ -159,8 +165,12 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
         p.process.ppid,
         one_line(&p.process.hostname)
     );
-    if let Some(rank) = p.process.rank {
+    let id = p.identity();
+    if let Some(rank) = id.rank {
         who.push_str(&format!("  rank {rank}"));
+    }
+    if let Some(worker) = &id.worker {
+        who.push_str(&format!("  worker {}", one_line(worker)));
     }
     writeln!(out, "process  {who}")?;
     writeln!(out, "command  {}", one_line(&p.process.argv.join(" ")))?;
@@ -635,6 +645,97 @@ fn reconciliation_entry(out: &mut dyn Write, r: &ReconciliationSummary) -> io::R
     }
     if let Some(n) = &r.unexplained_note {
         writeln!(out, "    unexplained: {}", one_line(n))?;
+    }
+    Ok(())
+}
+
+/// The job section (see [`super::groups`]): the groups, each with its largest sites; the
+/// processes called out; the incomplete and the missing reports. Each part only when it has
+/// entries:
+///
+/// ```text
+/// by rank: 4 groups
+///   rank 0: 1 process, leaked 9.0 MiB in 2 leaks (program 9.0 MiB, others 0 B), peak 18.0 MiB, grew 0 B
+///       8.0 MiB  1 leak  make_buffers (train.c:42)
+/// called out (at least 4× the median and at least 64.0 MiB more at a site, over at least 3 processes)
+///   rank 1 holds 512.0 MiB at make_buffers (train.c:42), 64.0× the median of 8.0 MiB over 4 ranks (host gpu01, pid 5001)
+/// incomplete reports
+///   rank 4 (host gpu02, pid 5004): checkpoint, merged-ranks.json[3]
+/// missing reports (WORLD_SIZE 5)
+///   rank 3
+/// ```
+pub fn job_section(out: &mut dyn Write, job: &Job, style: Style) -> io::Result<()> {
+    if let Some(by) = job.by {
+        writeln!(
+            out,
+            "{}",
+            style.bold(&format!(
+                "by {}: {}",
+                by.as_str(),
+                plural(job.groups.len() as u64, "group", "groups")
+            ))
+        )?;
+        for g in &job.groups {
+            writeln!(
+                out,
+                "  {}: {}, leaked {} (program {}, others {}), peak {}, grew {}",
+                one_line(&g.name),
+                plural(g.processes.len() as u64, "process", "processes"),
+                leaked_phrase(g.leaked_bytes, g.leaks, style),
+                bytes(g.own_bytes),
+                bytes(g.others_bytes),
+                bytes(g.peak_bytes),
+                bytes(g.grown_bytes)
+            )?;
+            let mut t = Table::new(&[true, true, false]);
+            for s in &g.sites {
+                t.row([
+                    bytes(s.leaked_bytes),
+                    plural(s.leaks, "leak", "leaks"),
+                    one_line(&s.label),
+                ]);
+            }
+            write!(out, "{}", t.render("      "))?;
+            if g.sites_total > g.sites.len() {
+                writeln!(out, "      … {} more sites", g.sites_total - g.sites.len())?;
+            }
+        }
+    }
+    if !job.outliers.is_empty() {
+        writeln!(
+            out,
+            "{}",
+            style.bold(&format!("called out ({})", job.criterion))
+        )?;
+        for o in &job.outliers {
+            writeln!(out, "  {}", style.bad(&one_line(&o.sentence)))?;
+        }
+        more(out, job.outliers_total, job.outliers.len(), "called out")?;
+    }
+    if !job.incomplete.is_empty() {
+        writeln!(out, "{}", style.bold("incomplete reports"))?;
+        for p in &job.incomplete {
+            writeln!(
+                out,
+                "  {}: {}, {}",
+                style.warn(&one_line(&p.name)),
+                one_line(&p.reason),
+                one_line(&p.source)
+            )?;
+        }
+    }
+    if !job.missing_ranks.is_empty() {
+        writeln!(
+            out,
+            "{}",
+            style.bold(&format!(
+                "missing reports (WORLD_SIZE {})",
+                job.world_size.unwrap_or(0)
+            ))
+        )?;
+        for r in &job.missing_ranks {
+            writeln!(out, "  {}", style.warn(&format!("rank {r}")))?;
+        }
     }
     Ok(())
 }

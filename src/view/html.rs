@@ -35,7 +35,7 @@ const CSS: &str = include_str!("page.css");
 const JS: &str = include_str!("page.js");
 
 /// Escapes text for HTML content and attributes.
-fn esc(text: &str) -> String {
+pub(crate) fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -620,6 +620,8 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
         "<p class=\"note\">Callers above callees; width is leaked bytes. Stacks with Python frames read like py-spy --native: the Python functions in place of the interpreter, its own frames left out. Click a frame to zoom, the top frame to zoom out.</p>"
     )?;
     writeln!(out, "<div id=\"flame\"></div>")?;
+
+    super::processes::section(out, s)?;
 
     writeln!(out, "<h2>Processes</h2>")?;
     writeln!(

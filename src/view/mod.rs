@@ -10,9 +10,10 @@
 //! `cuguard summary` prints them), timelines downsampled to at most [`MAX_POINTS`] points per
 //! device (keeping peaks), the top sites' series over time ([`GrowthChart`]), and stacks reduced
 //! to frame-name paths ([`flame_path`]). [`View::new`] combines them; [`html::write`] writes the
-//! page.
+//! page; with several processes, [`processes`] writes the per-process view.
 
 pub mod html;
+pub mod processes;
 
 use std::collections::{BTreeMap, HashMap};
 

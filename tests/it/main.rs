@@ -4,6 +4,7 @@
 mod attribution;
 mod cli;
 mod cli_check;
+mod cli_job;
 mod cli_live;
 mod cli_merge;
 mod cli_schema;
