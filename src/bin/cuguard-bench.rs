@@ -489,6 +489,7 @@ fn generate_fleet(dir: &Path, o: &Options) -> std::io::Result<(usize, u64, u64)>
                     inputs: (0..8)
                         .map(|k| format!("cuguard.trainer.{}.json", pid + k))
                         .collect(),
+                    by: None,
                 };
                 merged = Some((path, MergedWriter::begin(out, &head)?));
             }

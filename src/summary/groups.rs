@@ -320,12 +320,15 @@ impl GroupFold {
         for s in &p.sites {
             let e = match self.sites.get_mut(&s.site) {
                 Some(e) => e,
-                None => self.sites.entry(s.site.clone()).or_insert_with(|| GroupSite {
-                    site: s.site.clone(),
-                    label: s.label.clone(),
-                    leaked_bytes: 0,
-                    leaks: 0,
-                }),
+                None => self
+                    .sites
+                    .entry(s.site.clone())
+                    .or_insert_with(|| GroupSite {
+                        site: s.site.clone(),
+                        label: s.label.clone(),
+                        leaked_bytes: 0,
+                        leaks: 0,
+                    }),
             };
             e.leaked_bytes = e.leaked_bytes.saturating_add(s.leaked_bytes);
             e.leaks += s.leaks;

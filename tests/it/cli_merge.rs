@@ -202,3 +202,65 @@ fn cli_diff_new_fixed_grown_shrunk() {
     );
     assert!(text.contains("1 site unchanged"), "{text}");
 }
+
+#[test]
+fn cli_merge_by_rank_writes_the_processes_in_rank_order() {
+    let dir = support::scratch_dir("cli-merge-by");
+    let out_path = dir.join("job.json");
+    let base: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("leaks-two-contexts.json")).unwrap())
+            .unwrap();
+    // Ranks 10, none, 2 (as a launcher label only), 0: rank 10 must come after rank 2.
+    let mut inputs = Vec::new();
+    for (i, (pid, rank, label)) in [
+        (7010, Some(10), None),
+        (7099, None, None),
+        (7002, None, Some("2")),
+        (7000, Some(0), None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut r = base.clone();
+        r["process"]["pid"] = pid.into();
+        r["process"]["rank"] = rank.map_or(Value::Null, Value::from);
+        if let Some(l) = label {
+            r["process"]["labels"] = serde_json::json!({ "RANK": l });
+        }
+        let p = dir.join(format!("r{i}.json"));
+        std::fs::write(&p, serde_json::to_string(&r).unwrap()).unwrap();
+        inputs.push(p);
+    }
+    let mut args = vec!["merge", "--by", "rank", "-o", path(&out_path)];
+    args.extend(inputs.iter().map(|p| path(p)));
+    let out = cuguard(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let merged: Value = serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    crate::cli_schema::validate(&merged).unwrap();
+    assert_eq!(merged["merged"]["by"], "rank");
+    let pids: Vec<u64> = merged["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["process"]["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids, [7000, 7002, 7010, 7099]);
+    // Without --by: input order, and no `by`.
+    let plain = dir.join("plain.json");
+    let mut args = vec!["merge", "-o", path(&plain)];
+    args.extend(inputs.iter().map(|p| path(p)));
+    assert!(cuguard(&args).status.success());
+    let merged: Value = serde_json::from_str(&std::fs::read_to_string(&plain).unwrap()).unwrap();
+    assert!(merged["merged"].get("by").is_none(), "{}", merged["merged"]);
+    let pids: Vec<u64> = merged["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["process"]["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids, [7010, 7099, 7002, 7000]);
+}

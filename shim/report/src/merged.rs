@@ -24,6 +24,10 @@ pub struct Merged {
     pub created_unix_ms: u64,
     /// The files merged, as named on the command line.
     pub inputs: Vec<String>,
+    /// What the processes are grouped by (`worker`, `rank`, `host`, `process`), when the merge
+    /// was asked to (`cuguard merge --by`): its processes are then in group order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 /// The fields of a merged report before `processes`.
@@ -88,6 +92,7 @@ mod tests {
         let merged = Merged {
             created_unix_ms: 5,
             inputs: vec!["a.json".into(), "b \"quoted\".json".into()],
+            by: None,
         };
         let mut out = Vec::new();
         let mut w = MergedWriter::begin(&mut out, &merged).unwrap();
@@ -113,6 +118,7 @@ mod tests {
         let merged = Merged {
             created_unix_ms: 0,
             inputs: vec![],
+            by: None,
         };
         let mut out = Vec::new();
         let w = MergedWriter::begin(&mut out, &merged).unwrap();

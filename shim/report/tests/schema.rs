@@ -591,6 +591,7 @@ fn a_merged_report_validates_and_its_keys_match_the_schema() {
     let merged = Merged {
         created_unix_ms: 1_764_461_010_000,
         inputs: vec!["a.json".into(), "b.json".into()],
+        by: Some("rank".into()),
     };
     let mut out = Vec::new();
     let mut w = MergedWriter::begin(&mut out, &merged).unwrap();
