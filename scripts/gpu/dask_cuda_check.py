@@ -1,0 +1,81 @@
+"""dask-cuda under cuguard on the real GPU (issue 12): a LocalCUDACluster with one worker, made part
+of the run by `cuguard.dask.register(client, limit=...)`, whose RMM pool is sized as a share of the
+device. Prints one JSON line: what the worker saw and whether its pool fits inside the limit.
+
+Usage: python3 dask_cuda_check.py LIMIT REPORT_TEMPLATE [MODE]
+MODE: dask_cuda (rmm_pool_size=0.5, a share dask-cuda reads from NVML; the default) or rmm
+(the worker sizes RMM's pool with percent_of_free_device_memory(50), from cuMemGetInfo).
+"""
+
+import json
+import sys
+
+GiB = 1 << 30
+
+
+def worker_view():
+    import os
+
+    import rmm
+
+    import cuguard
+
+    free, total = rmm.mr.available_device_memory()
+    mr = rmm.mr.get_current_device_resource()
+    pool = mr.pool_size() if hasattr(mr, "pool_size") else None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        nvml_total = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total
+    except Exception as e:  # noqa: BLE001 - reported, not judged here
+        nvml_total = repr(e)
+    return {
+        "pid": os.getpid(),
+        "under_shim": cuguard.active(),
+        "resource": type(mr).__name__,
+        "pool_size": pool,
+        "cuMemGetInfo_total": total,
+        "cuMemGetInfo_free": free,
+        "nvml_total": nvml_total,
+    }
+
+
+def rmm_share_pool():
+    import rmm
+
+    size = rmm.mr.percent_of_free_device_memory(50)
+    rmm.reinitialize(pool_allocator=True, initial_pool_size=size)
+    return size
+
+
+def work(n):
+    import cupy  # noqa: F401 - the worker's data lives on the GPU through RMM
+    import rmm
+
+    bufs = [rmm.DeviceBuffer(size=256 << 20) for _ in range(n)]
+    return sum(b.size for b in bufs)
+
+
+def main() -> None:
+    limit, report = sys.argv[1], sys.argv[2]
+    mode = sys.argv[3] if len(sys.argv) > 3 else "dask_cuda"
+    from dask.distributed import Client
+    from dask_cuda import LocalCUDACluster
+
+    import cuguard.dask
+
+    kw = {"rmm_pool_size": 0.5} if mode == "dask_cuda" else {}
+    result = {"mode": mode, "limit": limit}
+    with LocalCUDACluster(n_workers=1, CUDA_VISIBLE_DEVICES="0", **kw) as cluster, Client(cluster) as client:
+        result["registered"] = cuguard.dask.register(client, limit=limit, report=report)
+        if mode == "rmm":
+            result["rmm_share_pool"] = client.run(rmm_share_pool)
+        result["workers"] = client.run(worker_view)
+        result["work_bytes"] = client.submit(work, 8).result()
+        result["snapshot_processes"] = len(cuguard.dask.snapshot(client)["processes"])
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
