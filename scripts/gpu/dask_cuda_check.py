@@ -4,7 +4,7 @@ device. Prints one JSON line: what the worker saw and whether its pool fits insi
 
 Usage: python3 dask_cuda_check.py LIMIT REPORT_TEMPLATE [MODE]
 MODE: dask_cuda (rmm_pool_size=0.5, a share dask-cuda reads from NVML; the default) or rmm
-(the worker sizes RMM's pool with percent_of_free_device_memory(50), from cuMemGetInfo).
+(the worker makes RMM's default pool: half of what cuMemGetInfo says is free).
 """
 
 import json
@@ -44,9 +44,9 @@ def worker_view():
 def rmm_share_pool():
     import rmm
 
-    size = rmm.mr.percent_of_free_device_memory(50)
-    rmm.reinitialize(pool_allocator=True, initial_pool_size=size)
-    return size
+    # No initial size: RMM's pool takes half of what cuMemGetInfo says is free.
+    rmm.reinitialize(pool_allocator=True)
+    return rmm.mr.get_current_device_resource().pool_size()
 
 
 def work(n):

@@ -1,7 +1,7 @@
 """What frameworks see under CUGUARD_LIMIT on the real driver (issue 12), one JSON line per check.
 
 Usage: CUGUARD_LIMIT=4GiB LD_PRELOAD=libcuguard.so python3 limit_check.py CASE
-CASE: torch (mem_get_info, then a tensor past the limit), rmm (a pool sized as a share of free
+CASE: torch (mem_get_info, then a tensor past the limit), rmm (RMM's default pool, half of the free
 memory, then past it), nvml (pynvml's memory info, as dask-cuda reads it).
 """
 
@@ -30,8 +30,9 @@ def rmm_case() -> dict:
     import rmm
 
     free0, total0 = rmm.mr.available_device_memory()
-    size = rmm.mr.percent_of_free_device_memory(50)
-    rmm.reinitialize(pool_allocator=True, initial_pool_size=size)
+    # No initial size: RMM's pool takes half of what cuMemGetInfo says is free.
+    rmm.reinitialize(pool_allocator=True)
+    size = rmm.mr.get_current_device_resource().pool_size()
     buf = rmm.DeviceBuffer(size=1 * GiB)
     free1, _ = rmm.mr.available_device_memory()
     try:
