@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The cross-stream late-write check (late_write.cu) bare, on the pool, pool off and with the
+# per-thread cache off; a table in $OUT/late_write.md. Run from the repository root on the GPU
+# machine after scripts/gpu/stage.sh: bash scripts/gpu/late_write.sh [TRIALS]
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+S=$PWD/.gpu/libcuguard.so
+N=${1:-24}
+B=/tmp/cuguard-late
+mkdir -p $B
+/usr/local/cuda/bin/nvcc -O1 -o $B/late_write scripts/gpu/late_write.cu || exit 1
+{
+  echo "| run | result |"
+  echo "|---|---|"
+  for v in bare pool pool-no-thread-cache pool-off; do
+    case $v in
+      bare) env=() ;;
+      pool) env=(LD_PRELOAD=$S) ;;
+      pool-no-thread-cache) env=(LD_PRELOAD=$S CUGUARD_POOL_THREAD_CACHE=0) ;;
+      pool-off) env=(LD_PRELOAD=$S CUGUARD_POOL=0) ;;
+    esac
+    line=$(env "${env[@]}" CUGUARD_QUIET=1 CUGUARD_REPORT=$B/$v.json timeout 120 $B/late_write $N 2> $B/$v.err | tail -1)
+    echo "| $v | \`${line:-no output: $(tail -1 $B/$v.err)}\` |"
+  done
+} > "$OUT/late_write.md"
+cat "$OUT/late_write.md"
