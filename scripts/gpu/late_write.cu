@@ -1,7 +1,7 @@
 // The cross-stream late-write check (issues 13 and 14): a block freed while a slow kernel on stream A
 // still writes into it must not be handed out, and written on stream B, before that kernel is done.
 //
-//   nvcc -O1 -o late_write late_write.cu && LD_PRELOAD=libcuguard.so ./late_write [TRIALS]
+//   nvcc -O1 -o late_write late_write.cu && LD_PRELOAD=libcuguard.so ./late_write [TRIALS] [BYTES]
 //
 // Each trial: allocate X (cudaMalloc, so cuMemAlloc_v2, which the pool serves), start on stream A a
 // kernel that spins for about 20 ms and then fills X with 0xAA, free X at once, allocate Y of the same
@@ -26,7 +26,7 @@ __global__ void late_fill(unsigned char *p, size_t n, unsigned char v, long long
 
 int main(int argc, char **argv) {
   int trials = argc > 1 ? atoi(argv[1]) : 24;
-  const size_t bytes = 8 << 20;
+  const size_t bytes = argc > 2 ? strtoull(argv[2], nullptr, 0) : (8 << 20);
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
   int khz = 0;
@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     CHECK(cudaFree(y));
   }
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  printf("{\"device\": \"%s\", \"trials\": %d, \"reused_address\": %d, \"corrupt\": %d, \"ms_per_trial\": %.2f}\n",
-         prop.name, trials, reused, corrupt, ms / trials);
+  printf("{\"device\": \"%s\", \"bytes\": %zu, \"trials\": %d, \"reused_address\": %d, \"corrupt\": %d, \"ms_per_trial\": %.2f}\n",
+         prop.name, bytes, trials, reused, corrupt, ms / trials);
   return corrupt ? 1 : 0;
 }

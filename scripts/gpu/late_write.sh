@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The cross-stream late-write check (late_write.cu) bare, on the pool, pool off and with the
+# The cross-stream late-write check (late_write.cu), for an 8 MiB block and a 256 KiB one (which
+# the per-thread cache holds), bare, on the pool, pool off and with the
 # per-thread cache off; a table in $OUT/late_write.md. Run from the repository root on the GPU
 # machine after scripts/gpu/stage.sh: bash scripts/gpu/late_write.sh [TRIALS]
 set -u
@@ -11,8 +12,9 @@ B=/tmp/cuguard-late
 mkdir -p $B
 /usr/local/cuda/bin/nvcc -O1 -o $B/late_write scripts/gpu/late_write.cu || exit 1
 {
-  echo "| run | result |"
-  echo "|---|---|"
+  echo "| run | block | result |"
+  echo "|---|---|---|"
+  for size in 8388608 262144; do
   for v in bare pool pool-no-thread-cache pool-off; do
     case $v in
       bare) env=() ;;
@@ -20,8 +22,9 @@ mkdir -p $B
       pool-no-thread-cache) env=(LD_PRELOAD=$S CUGUARD_POOL_THREAD_CACHE=0) ;;
       pool-off) env=(LD_PRELOAD=$S CUGUARD_POOL=0) ;;
     esac
-    line=$(env "${env[@]}" CUGUARD_QUIET=1 CUGUARD_REPORT=$B/$v.json timeout 120 $B/late_write $N 2> $B/$v.err | tail -1)
-    echo "| $v | \`${line:-no output: $(tail -1 $B/$v.err)}\` |"
+    line=$(env "${env[@]}" CUGUARD_QUIET=1 CUGUARD_REPORT=$B/$v.$size.json timeout 120 $B/late_write $N $size 2> $B/$v.err | tail -1)
+    echo "| $v | $size B | \`${line:-no output: $(tail -1 $B/$v.err)}\` |"
+  done
   done
 } > "$OUT/late_write.md"
 cat "$OUT/late_write.md"
