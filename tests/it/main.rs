@@ -12,6 +12,7 @@ mod cli_symbolize;
 mod cli_view;
 mod cost;
 mod limit;
+mod limit_nvml;
 mod live;
 mod pool;
 mod python;

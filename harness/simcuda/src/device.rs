@@ -247,7 +247,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 }
 
 /// The UUID of device `dev`: the bytes of "cuguard-sim" and the ordinal.
-fn uuid(dev: i32) -> CUuuid {
+pub fn uuid(dev: i32) -> CUuuid {
     let mut bytes = [0 as c_char; 16];
     for (b, &c) in bytes.iter_mut().zip(b"cuguard-sim".iter()) {
         *b = c as c_char;

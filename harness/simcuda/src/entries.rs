@@ -268,9 +268,11 @@ fn default_symbol(e: &Entry) -> Option<&'static str> {
     }
 }
 
-/// Whether `name` is one of the library's exports.
+/// Whether `name` is one of the library's exports (the simulated NVML's included).
 pub fn is_export(name: &str) -> bool {
-    ENTRIES.iter().any(|e| e.symbol == name) || EXTENSIONS.contains(&name)
+    ENTRIES.iter().any(|e| e.symbol == name)
+        || EXTENSIONS.contains(&name)
+        || crate::nvml::EXPORTS.contains(&name)
 }
 
 #[cfg(test)]

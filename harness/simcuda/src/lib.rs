@@ -28,7 +28,9 @@
 //! - `pointer`: address classification and pointer attributes;
 //! - `ipc`: inter-process memory handles;
 //! - `entries`, `procaddr`: the table of exports and `cuGetProcAddress`;
-//! - `extensions`: `cusim*`.
+//! - `extensions`: `cusim*`;
+//! - `nvml`: a simulated NVML over the same state, visible only through a `libnvidia-ml.so.1`
+//!   link to this library (see there).
 //!
 //! Example (C, linked with `-lcuda` against this library):
 //!
@@ -59,6 +61,7 @@ mod fork;
 mod hostmem;
 mod ipc;
 mod memory;
+mod nvml;
 mod pointer;
 mod pool;
 mod procaddr;

@@ -3,9 +3,10 @@
 //! `dlsym(RTLD_NEXT, …)` finds the definition after the *caller's* object, which glibc learns
 //! from the return address. A hook that called the real `dlsym` would make every RTLD_NEXT
 //! lookup start after the shim instead (breaking, say, another interposer loaded after it). So
-//! the export is a naked function: RTLD_NEXT lookups, and lookups of names that are not driver
-//! names (`cu` + an upper-case letter), jump straight to the real `dlsym` with the caller's return
-//! address untouched; driver names for other handles go to [`lookup`].
+//! the export is a naked function: RTLD_NEXT lookups, and lookups of names that are neither driver
+//! names (`cu` + an upper-case letter) nor NVML names (`nvml…`), jump straight to the real `dlsym`
+//! with the caller's return address untouched; driver and NVML names for other handles go to
+//! [`lookup`] (NVML's to [`super::nvml::on_lookup`]).
 //!
 //! No Rust code runs for a name the shim does not hook: Rust's standard library (the shim's own
 //! too) looks up weak symbols through `dlsym`, and a sanitizer runtime resolves its interceptors
@@ -24,15 +25,19 @@ use crate::driver::{self, REAL_DLSYM};
 #[unsafe(naked)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     // rdi = handle, rsi = symbol. RTLD_NEXT is (void *)-1. Only driver names (`cu` + an
-    // upper-case letter) for other handles go to `lookup`; everything else jumps straight to the
-    // real dlsym, so no Rust code runs for it (a sanitizer runtime resolves its interceptors
-    // through here before it is initialized).
+    // upper-case letter) and NVML names (`nvml`) for other handles go to `lookup`; everything
+    // else jumps straight to the real dlsym, so no Rust code runs for it (a sanitizer runtime
+    // resolves its interceptors through here before it is initialized). The name is read one
+    // byte at a time, each only after the one before matched (so never past its NUL).
     core::arch::naked_asm!(
         "cmp rdi, -1",
         "je 2f",
         "test rsi, rsi",
         "jz 2f",
-        "cmp byte ptr [rsi], 0x63",
+        "movzx eax, byte ptr [rsi]",
+        "cmp eax, 0x6e",
+        "je 5f",
+        "cmp eax, 0x63",
         "jne 2f",
         "cmp byte ptr [rsi + 1], 0x75",
         "jne 2f",
@@ -40,6 +45,15 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
         "sub eax, 0x41",
         "cmp eax, 25",
         "ja 2f",
+        "jmp {lookup}",
+        // `n`: then `vml`.
+        "5:",
+        "cmp byte ptr [rsi + 1], 0x76",
+        "jne 2f",
+        "cmp byte ptr [rsi + 2], 0x6d",
+        "jne 2f",
+        "cmp byte ptr [rsi + 3], 0x6c",
+        "jne 2f",
         "jmp {lookup}",
         "2:",
         "mov rax, qword ptr [rip + {real}]",
@@ -79,7 +93,8 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     unsafe { lookup(handle, symbol) }
 }
 
-/// Looks `symbol` up for a handle other than RTLD_NEXT, substituting hooks for driver entries.
+/// Looks `symbol` up for a handle other than RTLD_NEXT, substituting hooks for driver entries
+/// and stand-ins for NVML's memory-info entries.
 ///
 /// # Safety
 /// The caller's contract is `dlsym(3)`'s.
@@ -94,6 +109,9 @@ pub unsafe extern "C" fn lookup(handle: *mut c_void, symbol: *const c_char) -> *
     }
     // SAFETY: symbol is the caller's NUL-terminated name (dlsym just read it).
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+    if name.starts_with(b"nvml") {
+        return crate::guard::shield(found, || super::nvml::on_lookup(handle, name, found));
+    }
     if !driver::is_driver_name(name) {
         return found;
     }

@@ -9,6 +9,9 @@
 //! - [`procaddr`]: `cuGetProcAddress`/`_v2`, the runtime's path to everything else, including the
 //!   driver's own `cuGetProcAddress` looked up through itself.
 //!
+//! Beside the driver, [`nvml`] stands in for NVML's memory-info entries under a limit, through
+//! an export and the same `dlsym` door (names starting `nvml`).
+//!
 //! The two lookup doors ask the real driver first and then route by the pointer it returned
 //! ([`substitute`]): if that is the real address of an entry the shim stands in for, the program
 //! gets the handed-out function instead. Versioned and `_ptsz` entries are therefore told apart
@@ -16,6 +19,7 @@
 
 pub mod dlsym;
 pub mod exports;
+pub mod nvml;
 pub mod procaddr;
 
 use std::ffi::c_void;

@@ -5,8 +5,9 @@
 //!   names an entry; [`real`] gives the real driver's entries, typed.
 //! - [`submit_rows`]: the table's generated rows (entries that submit device work).
 //! - [`loader`]: the real `dlsym`, the driver library, and the resolved addresses.
-//! - [`device`]: a device's UUID, as `nvidia-smi` prints it.
+//! - [`device`]: a device's UUID, as `nvidia-smi` prints it, and the ordinal of a UUID.
 //! - [`nvml`]: NVML, for device memory in use without a context and this process's usage.
+//! - [`nvml_entries`]: the real NVML entries behind the shim's NVML stand-ins.
 //!
 //! The shim never calls its own exports: every call it makes to the driver goes through
 //! [`real`], whose pointers come from the real `dlsym` on the driver's own handle. Nothing here
@@ -17,6 +18,7 @@ mod submit_rows;
 pub mod device;
 pub mod loader;
 pub mod nvml;
+pub mod nvml_entries;
 pub mod table;
 
 pub(crate) use submit_rows::submit_rows;

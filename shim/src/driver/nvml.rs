@@ -10,15 +10,34 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
-type NvmlReturn = c_int;
-type Device = *mut c_void;
+/// `nvmlReturn_t`.
+pub type NvmlReturn = c_int;
+/// `nvmlDevice_t`.
+pub type Device = *mut c_void;
 
+/// `NVML_SUCCESS`.
+pub const NVML_SUCCESS: NvmlReturn = 0;
+/// `NVML_ERROR_UNINITIALIZED`: what every NVML call answers before `nvmlInit`.
+pub const NVML_ERROR_UNINITIALIZED: NvmlReturn = 1;
+
+/// `nvmlMemory_t`.
 #[repr(C)]
 #[derive(Default)]
-struct Memory {
-    total: u64,
-    free: u64,
-    used: u64,
+pub struct Memory {
+    pub total: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+/// `nvmlMemory_v2_t` (its `version` is `nvmlMemory_v2`, which the caller sets).
+#[repr(C)]
+#[derive(Default)]
+pub struct MemoryV2 {
+    pub version: u32,
+    pub total: u64,
+    pub reserved: u64,
+    pub free: u64,
+    pub used: u64,
 }
 
 #[repr(C)]
@@ -30,10 +49,14 @@ struct ProcessInfo {
     compute_instance_id: c_uint,
 }
 
+type ByUuidFn = unsafe extern "C" fn(*const c_char, *mut Device) -> NvmlReturn;
+type MemoryFn = unsafe extern "C" fn(Device, *mut Memory) -> NvmlReturn;
+type ProcessesFn = unsafe extern "C" fn(Device, *mut c_uint, *mut ProcessInfo) -> NvmlReturn;
+
 struct Nvml {
-    by_uuid: unsafe extern "C" fn(*const c_char, *mut Device) -> NvmlReturn,
-    memory: unsafe extern "C" fn(Device, *mut Memory) -> NvmlReturn,
-    processes: unsafe extern "C" fn(Device, *mut c_uint, *mut ProcessInfo) -> NvmlReturn,
+    by_uuid: ByUuidFn,
+    memory: MemoryFn,
+    processes: ProcessesFn,
 }
 
 // SAFETY: the struct holds only function pointers into a library that is never unloaded.
@@ -76,9 +99,9 @@ fn load() -> Option<Nvml> {
             return None;
         }
         Some(Nvml {
-            by_uuid: std::mem::transmute(by_uuid),
-            memory: std::mem::transmute(memory),
-            processes: std::mem::transmute(processes),
+            by_uuid: std::mem::transmute::<*mut c_void, ByUuidFn>(by_uuid),
+            memory: std::mem::transmute::<*mut c_void, MemoryFn>(memory),
+            processes: std::mem::transmute::<*mut c_void, ProcessesFn>(processes),
         })
     }
 }

@@ -13,6 +13,7 @@
 mod context;
 mod host;
 mod memory;
+pub mod nvml;
 mod oom;
 mod query;
 mod stream_ordered;

@@ -54,6 +54,13 @@ pub fn on() -> bool {
     })
 }
 
+/// Whether a limit is set and shown to the program as its device (`CUGUARD_LIMIT_VIRTUAL` is not
+/// `0`).
+#[inline]
+pub fn virtual_on() -> bool {
+    on() && crate::config::get().limit_virtual
+}
+
 fn slot(device: i32) -> Option<&'static Slot> {
     SLOTS.get(usize::try_from(device).ok()?)
 }

@@ -1,0 +1,113 @@
+//! NVML's memory figures under a limit (`CUGUARD_LIMIT`, unless `CUGUARD_LIMIT_VIRTUAL=0`): the
+//! answers of `nvmlDeviceGetMemoryInfo` and `nvmlDeviceGetMemoryInfo_v2` that the doors hand
+//! out, the same as cuMemGetInfo's ([`super::cuMemGetInfo_v2`]), for the programs that size
+//! their memory from NVML (pynvml, dask-cuda).
+//!
+//! Real NVML first; a failure is returned untouched. Then the NVML device's CUDA ordinal
+//! ([`crate::driver::device::ordinal_of`]: by UUID against the driver the program initialized,
+//! else by `CUDA_VISIBLE_DEVICES`), and under that ordinal's limit: total = the limit, free =
+//! what is left of it (never below 0, never above NVML's free plus the pool's idle bytes),
+//! used = total − free, and v2's reserved = 0. A device with no limit keeps NVML's figures.
+//!
+//! - One limit for every device (`CUGUARD_LIMIT=8GiB`, `=50%`) needs no ordinal: an unmatched
+//!   device gets it too, a share being of NVML's total, with nothing held against it (the
+//!   program holds nothing before it initializes the driver).
+//! - Per-device limits with no ordinal found: NVML's own figures, said once on stderr.
+//! - Before the driver is initialized, a device matched by `CUDA_VISIBLE_DEVICES` has its limit
+//!   worked out against NVML's total (the driver's resolution of the limit waits for the
+//!   driver), and nothing held.
+
+use std::sync::atomic::AtomicBool;
+
+use crate::config::amount::Amount;
+use crate::driver::device::{self, Ordinal};
+use crate::driver::nvml::{Device, Memory, MemoryV2, NVML_SUCCESS, NvmlReturn};
+use crate::driver::nvml_entries::{self, MemoryInfoFn, MemoryInfoV2Fn};
+use crate::guard::shield;
+use crate::pool::serve;
+use crate::tracker::limit;
+
+/// `nvmlDeviceGetMemoryInfo`.
+///
+/// # Safety
+/// The program's arguments, under NVML's contract.
+pub unsafe fn memory_info(real: MemoryInfoFn, device: Device, memory: *mut Memory) -> NvmlReturn {
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(device, memory) };
+    if r != NVML_SUCCESS || memory.is_null() {
+        return r;
+    }
+    // SAFETY: checked non-null; NVML just wrote it.
+    let m = unsafe { &mut *memory };
+    if let Some((total, free)) = shield(None, || limited(device, m.total, m.free)) {
+        *m = Memory {
+            total,
+            free,
+            used: total - free,
+        };
+    }
+    r
+}
+
+/// `nvmlDeviceGetMemoryInfo_v2`.
+///
+/// # Safety
+/// The program's arguments, under NVML's contract.
+pub unsafe fn memory_info_v2(
+    real: MemoryInfoV2Fn,
+    device: Device,
+    memory: *mut MemoryV2,
+) -> NvmlReturn {
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let r = unsafe { real(device, memory) };
+    if r != NVML_SUCCESS || memory.is_null() {
+        return r;
+    }
+    // SAFETY: checked non-null; NVML just wrote it.
+    let m = unsafe { &mut *memory };
+    if let Some((total, free)) = shield(None, || limited(device, m.total, m.free)) {
+        m.total = total;
+        m.reserved = 0;
+        m.free = free;
+        m.used = total - free;
+    }
+    r
+}
+
+/// `(total, free)` of NVML device `device` under its limit, from NVML's own `total` and `free`;
+/// `None` when NVML's figures stand.
+fn limited(device: Device, total: u64, free: u64) -> Option<(u64, u64)> {
+    if !limit::virtual_on() {
+        return None;
+    }
+    let spec = crate::config::get().limit.as_ref()?;
+    let uuid = nvml_entries::uuid(device);
+    let ordinal = uuid.as_deref().map_or(Ordinal::Unknown, device::ordinal_of);
+    let (bytes, held, idle) = match ordinal {
+        Ordinal::ByDriver(o) => (limit::limit(o)?, limit::held(o), serve::idle_bytes(o)),
+        Ordinal::ByVisibleDevices(o) => (of_total(spec.for_device(o)?, total)?, 0, 0),
+        Ordinal::Unknown if spec.devices.is_empty() => (of_total(spec.default?, total)?, 0, 0),
+        Ordinal::Unknown => {
+            static SAID: AtomicBool = AtomicBool::new(false);
+            crate::process::diag::warn_once(
+                &SAID,
+                &format!(
+                    "CUGUARD_LIMIT: NVML device {} matches no CUDA device (by UUID once the program \
+                     has initialized the driver, else by UUID in CUDA_VISIBLE_DEVICES); NVML's \
+                     memory figures are the device's own",
+                    uuid.as_deref().unwrap_or("(UUID unknown)")
+                ),
+            );
+            return None;
+        }
+    };
+    let device_free = free.saturating_add(idle).min(total);
+    Some((bytes, limit::virtual_free(bytes, held, device_free)))
+}
+
+/// `amount` of a device of `total` bytes, if it is a limit the tracker would keep (neither zero
+/// nor more than the device).
+fn of_total(amount: Amount, total: u64) -> Option<u64> {
+    let bytes = amount.resolve(total);
+    (bytes > 0 && bytes <= total).then_some(bytes)
+}
