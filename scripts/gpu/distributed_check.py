@@ -84,6 +84,14 @@ if os.path.isdir(os.path.join(D, "limit")):
             got = last_json(read("limit", f"{c}{suffix}.out"))
             rc = read("limit", f"{c}{suffix}.rc").strip()
             name = f"CUGUARD_LIMIT=4GiB, {c}" + ("" if virt else ", CUGUARD_LIMIT_VIRTUAL=0")
+            err = read("limit", f"{c}{suffix}.err")
+            if c == "rmm" and not virt:
+                # Enforcement only: RMM sizes its pool from the device's real free memory, and the
+                # limit refuses it.
+                refused = rc != "0" and "MemoryError" in err and "1 alloc failed" in err
+                row(name, refused, "RMM's default pool asks half of the device's real free memory; the limit "
+                    "refuses it: " + tail(err, 2))
+                continue
             if not got:
                 row(name, False, f"rc {rc}: " + tail(read("limit", f"{c}{suffix}.err")))
                 continue
