@@ -820,3 +820,54 @@ fn uncaught_cxx_exception_writes_the_report() {
     assert_eq!(r["complete"], true);
     assert_eq!(leak_sizes(&r), vec![1 << 20]);
 }
+
+#[test]
+fn processes_given_one_report_path_each_keep_their_report() {
+    let dir = scratch_dir("one-report-path");
+    let path = dir.join("job.json");
+    let program = c_program("leaks_linked");
+    let children: Vec<Child> = (0..4)
+        .map(|_| {
+            shim_command(&program, &path)
+                .env("CUGUARD_QUIET", "1")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut pids: Vec<u64> = children.iter().map(|c| u64::from(c.id())).collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    // Still `*.json`, so that a directory or a glob finds them all.
+    assert_eq!(
+        files_in(&dir),
+        ["job.1.json", "job.2.json", "job.3.json", "job.json"]
+    );
+    let mut written: Vec<u64> = files_in(&dir)
+        .iter()
+        .map(|f| {
+            read_report(&dir.join(f))["process"]["pid"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    written.sort_unstable();
+    pids.sort_unstable();
+    assert_eq!(written, pids);
+    let merged = scratch_dir("one-report-path-merged").join("all.json");
+    let out = Command::new(&support::artifacts().cuguard)
+        .args(["merge", "-o"])
+        .arg(&merged)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let merged: Value = serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
+    assert_eq!(merged["processes"].as_array().unwrap().len(), 4);
+}

@@ -3,9 +3,9 @@
 //!
 //! The document is written to a temporary file created with `O_EXCL | O_NOFOLLOW`, mode 0600,
 //! beside the destination, then renamed into place with `RENAME_NOREPLACE`. If the destination
-//! exists (another process, or an earlier run with the same pid), a `.1`, `.2`, … suffix is
-//! tried. If the directory cannot be written, the report goes to `$TMPDIR` (or /tmp) instead and
-//! says so.
+//! exists (another process, or an earlier run with the same pid), `NAME.1.json`, `NAME.2.json`, …
+//! are tried (a name not ending in `.json` gets `.1`, `.2`, … at its end). If the directory
+//! cannot be written, the report goes to `$TMPDIR` (or /tmp) instead and says so.
 //!
 //! A process that writes more than one report (checkpoints, snapshots on request, then the final
 //! report) replaces its own previous one: [`write_report`] remembers the file it last made (path,
@@ -119,6 +119,24 @@ fn replace_own(own: &Own, contents: &[u8]) -> io::Result<()> {
     })
 }
 
+/// `NAME.json` as `NAME.N.json`, so that it still reads as a report (`*.json`); another name gets
+/// `.N` at its end.
+fn numbered(name: &std::ffi::OsStr, n: u32) -> std::ffi::OsString {
+    let bytes = name.as_bytes();
+    match bytes.strip_suffix(b".json") {
+        Some(stem) if !stem.is_empty() => {
+            let mut out = std::ffi::OsString::from(std::ffi::OsStr::from_bytes(stem));
+            out.push(format!(".{n}.json"));
+            out
+        }
+        _ => {
+            let mut out = name.to_os_string();
+            out.push(format!(".{n}"));
+            out
+        }
+    }
+}
+
 fn temp_path(path: &Path) -> io::Result<PathBuf> {
     let dir = path
         .parent()
@@ -176,9 +194,7 @@ fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<PathBuf> {
         let target = if attempt == 0 {
             path.to_path_buf()
         } else {
-            let mut n = name.to_os_string();
-            n.push(format!(".{attempt}"));
-            dir.join(n)
+            dir.join(numbered(name, attempt))
         };
         match rename_noreplace(&tmp, &target) {
             Ok(()) => return Ok(target),
@@ -295,7 +311,7 @@ mod tests {
         // Another process's report at the path: kept; ours goes beside it.
         std::fs::write(&p, b"theirs").unwrap();
         let a = write_report(&p, b"one").unwrap();
-        assert_eq!(a.path, dir.join("r.json.1"));
+        assert_eq!(a.path, dir.join("r.1.json"));
         assert_eq!(std::fs::read(&p).unwrap(), b"theirs");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(
@@ -304,19 +320,19 @@ mod tests {
         );
         // This process's next report replaces its own previous one, not the other's.
         let b = write_report(&p, b"two").unwrap();
-        assert_eq!(b.path, dir.join("r.json.1"));
+        assert_eq!(b.path, dir.join("r.1.json"));
         assert_eq!(std::fs::read(&b.path).unwrap(), b"two");
         assert_eq!(std::fs::read(&p).unwrap(), b"theirs");
         // Someone else's file where our last one was: never replaced.
         std::fs::remove_file(&b.path).unwrap();
         std::fs::write(&b.path, b"other").unwrap();
         let c = write_report(&p, b"three").unwrap();
-        assert_eq!(c.path, dir.join("r.json.2"));
-        assert_eq!(std::fs::read(dir.join("r.json.1")).unwrap(), b"other");
+        assert_eq!(c.path, dir.join("r.2.json"));
+        assert_eq!(std::fs::read(dir.join("r.1.json")).unwrap(), b"other");
         // A forked child forgets the parent's file.
         forget_own_after_fork();
         let d = write_report(&p, b"four").unwrap();
-        assert_eq!(d.path, dir.join("r.json.3"));
+        assert_eq!(d.path, dir.join("r.3.json"));
         assert_eq!(std::fs::read(&c.path).unwrap(), b"three");
         forget_own_after_fork();
         let _ = std::fs::remove_dir_all(&dir);
