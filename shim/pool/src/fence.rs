@@ -30,9 +30,25 @@
 //! destruction, which the next fence waits for too. While any stream capture is active, no fence
 //! is recorded (an event on the legacy stream would invalidate a global-mode capture): frees wait.
 //!
-//! Not covered: work of *another context* reading this pool's memory through peer access. A pool
-//! fences its own context's streams only; multi-GPU programs that free memory another device is
-//! still reading should run with `CUGUARD_POOL=0`.
+//! # Other contexts (peers)
+//!
+//! Work issued in *another* context can touch this context's memory too: kernels of a context
+//! that enabled peer access to this one (`cuCtxEnablePeerAccess`), and peer copies
+//! (`cuMemcpyPeer*`, `cuMemcpy3DPeer*`, a unified-address `cuMemcpy*` with an operand in this
+//! context's memory) issued anywhere. The submission count is process-wide, so a free's mark
+//! already counts that work; what a fence must add is events on those contexts' streams. The
+//! device keeps the relations ([`Device::record_peer_events`]): a fence records, after its own
+//! events, an event on the legacy stream and every known non-blocking stream of each context
+//! that can reach this one, and waits for their destroyed streams' last events, so that a
+//! completed fence covers every submission counted in its mark that could touch the pool's
+//! blocks. A relation is known before the work it allows is counted (peer access is enabled
+//! before the kernels that use it; a peer copy is noted before it is counted), so a fence whose
+//! mark counts the work sees the relation. A copy's relation is forgotten once a completed
+//! fence covered it; peer access once it is disabled and a fence covered what was issued before,
+//! or when either context is destroyed. A synchronization waits for the peers too.
+//!
+//! A context nothing outside can reach fences exactly as before: the device answers "no peers"
+//! with one atomic read.
 //!
 //! # Who does what
 //!
@@ -68,6 +84,8 @@ pub(crate) struct Fences<E> {
     pub recorded: u64,
     /// Synchronizations under pressure (for the report).
     pub syncs: u64,
+    /// Fences that also waited for other contexts' work (for the report).
+    pub peer_waits: u64,
 }
 
 impl<E> Default for Fences<E> {
@@ -77,6 +95,7 @@ impl<E> Default for Fences<E> {
             in_flight: VecDeque::new(),
             recorded: 0,
             syncs: 0,
+            peer_waits: 0,
         }
     }
 }
@@ -117,6 +136,10 @@ impl<E> Fences<E> {
             // Destroyed streams' last events ride with this fence.
             destroyed
         });
+        // Other contexts whose work can touch this context's memory.
+        if dev.record_peer_events(self.completed, &mut events) > 0 {
+            self.peer_waits += 1;
+        }
         self.recorded += 1;
         self.in_flight.push_back(Fence {
             mark,
@@ -150,7 +173,7 @@ impl<E> Fences<E> {
             return None;
         }
         let mark = dev.submissions();
-        if !dev.synchronize() {
+        if !dev.synchronize() || !dev.synchronize_peers(self.completed) {
             return None;
         }
         self.syncs += 1;
