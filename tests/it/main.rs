@@ -13,6 +13,7 @@ mod cost;
 mod limit;
 mod live;
 mod pool;
+mod pool_peer;
 mod python;
 mod python_api;
 mod reliability;

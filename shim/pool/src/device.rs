@@ -91,10 +91,11 @@ pub trait Device {
     }
 
     /// Waits for all work of this context's peers to finish (after [`synchronize`]
-    /// (Device::synchronize)); false when that failed. Nothing to wait for by default.
-    fn synchronize_peers(&self, completed: u64) -> bool {
+    /// (Device::synchronize)); how many peers it waited for, or `None` when that failed.
+    /// Nothing to wait for by default.
+    fn synchronize_peers(&self, completed: u64) -> Option<u64> {
         let _ = completed;
-        true
+        Some(0)
     }
 }
 

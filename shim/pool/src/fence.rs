@@ -84,7 +84,7 @@ pub(crate) struct Fences<E> {
     pub recorded: u64,
     /// Synchronizations under pressure (for the report).
     pub syncs: u64,
-    /// Fences that also waited for other contexts' work (for the report).
+    /// Fences and synchronizations that also waited for other contexts' work (for the report).
     pub peer_waits: u64,
 }
 
@@ -173,8 +173,11 @@ impl<E> Fences<E> {
             return None;
         }
         let mark = dev.submissions();
-        if !dev.synchronize() || !dev.synchronize_peers(self.completed) {
+        if !dev.synchronize() {
             return None;
+        }
+        if dev.synchronize_peers(self.completed)? > 0 {
+            self.peer_waits += 1;
         }
         self.syncs += 1;
         // Every fence in flight is complete now, and so is every destroyed stream's last work.

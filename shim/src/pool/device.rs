@@ -119,10 +119,15 @@ impl Device for DriverContext {
         peers.len() as u64
     }
 
-    fn synchronize_peers(&self, completed: u64) -> bool {
-        peers::reaching(self.handle, completed)
-            .into_iter()
-            .all(|peer| with_current(peer, synchronize_current).unwrap_or(true))
+    fn synchronize_peers(&self, completed: u64) -> Option<u64> {
+        let peers = peers::reaching(self.handle, completed);
+        for &peer in &peers {
+            // A peer that cannot be made current is gone, and its work with it.
+            if !with_current(peer, synchronize_current).unwrap_or(true) {
+                return None;
+            }
+        }
+        Some(peers.len() as u64)
     }
 }
 

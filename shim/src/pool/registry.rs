@@ -217,7 +217,7 @@ pub fn stats_for_device(device: i32) -> Option<PoolStats> {
         o.pending_bytes += s.pending_bytes;
         o.fences += s.fences;
         o.syncs += s.syncs;
-        o.peer_fences += s.peer_fences;
+        o.peer_waits += s.peer_waits;
         o.limit_refusals += s.limit_refusals;
     }
     out

@@ -272,7 +272,7 @@ pub fn pool_stats(device: i32) -> Option<cuguard_report::PoolStats> {
         pending_bytes: Some(s.pending_bytes),
         fences: Some(s.fences),
         syncs: Some(s.syncs),
-        peer_fences: Some(s.peer_fences),
+        peer_waits: Some(s.peer_waits),
         limit_refusals: Some(s.limit_refusals),
     })
 }
