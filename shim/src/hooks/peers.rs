@@ -7,7 +7,7 @@
 //! once it was counted ([`Touch`]). A copy between a context and its own memory notes nothing,
 //! and no copy notes anything (or asks the pools) while no pool exists.
 
-#![allow(non_snake_case)]
+#![allow(non_snake_case, clippy::too_many_arguments)]
 
 use std::ffi::c_void;
 
