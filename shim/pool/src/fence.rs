@@ -192,3 +192,120 @@ impl<E> Fences<E> {
         Some(self.completed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::{Cell, RefCell};
+
+    use super::*;
+    use crate::device::DeviceError;
+
+    /// A device whose events complete when the test says, with `peers` other contexts reaching it.
+    #[derive(Default)]
+    struct Dev {
+        submissions: Cell<u64>,
+        /// Done flags, by event (an index).
+        done: RefCell<Vec<bool>>,
+        /// Whether each event is a peer's.
+        peer: RefCell<Vec<bool>>,
+        peers: Cell<u64>,
+        peer_syncs: Cell<u64>,
+    }
+
+    impl Dev {
+        fn event(&self, peer: bool) -> usize {
+            self.done.borrow_mut().push(false);
+            self.peer.borrow_mut().push(peer);
+            self.done.borrow().len() - 1
+        }
+
+        fn finish(&self, peer: bool) {
+            let kinds = self.peer.borrow();
+            for (d, p) in self.done.borrow_mut().iter_mut().zip(kinds.iter()) {
+                if *p == peer {
+                    *d = true;
+                }
+            }
+        }
+    }
+
+    impl Device for Dev {
+        type Event = usize;
+        fn alloc_chunk(&self, _: u64) -> Result<u64, DeviceError> {
+            Err(DeviceError::Unavailable)
+        }
+        fn free_chunk(&self, _: u64, _: bool) {}
+        fn is_current(&self) -> bool {
+            true
+        }
+        fn submissions(&self) -> u64 {
+            self.submissions.get()
+        }
+        fn capturing(&self) -> bool {
+            false
+        }
+        fn record_event(&self, _: u64) -> Option<usize> {
+            Some(self.event(false))
+        }
+        fn with_side_streams<T>(&self, f: impl FnOnce(&[u64], u64) -> T) -> T {
+            f(&[], 0)
+        }
+        fn destroyed_streams_done(&self, _: u64) -> bool {
+            true
+        }
+        fn event_done(&self, e: &usize) -> bool {
+            self.done.borrow()[*e]
+        }
+        fn destroy_event(&self, _: usize) {}
+        fn synchronize(&self) -> bool {
+            self.finish(false);
+            true
+        }
+        fn record_peer_events(&self, _: u64, events: &mut Vec<usize>) -> u64 {
+            for _ in 0..self.peers.get() {
+                events.push(self.event(true));
+            }
+            self.peers.get()
+        }
+        fn synchronize_peers(&self, _: u64) -> Option<u64> {
+            self.finish(true);
+            self.peer_syncs.set(self.peer_syncs.get() + 1);
+            Some(self.peers.get())
+        }
+    }
+
+    #[test]
+    fn without_peers_a_fence_waits_for_its_own_context_only() {
+        let dev = Dev::default();
+        let mut f = Fences::default();
+        dev.submissions.set(3);
+        assert!(f.record(&dev));
+        assert_eq!(f.poll(&dev), 0);
+        dev.finish(false);
+        assert_eq!(f.poll(&dev), 3);
+        assert_eq!((f.recorded, f.peer_waits), (1, 0));
+        dev.submissions.set(4);
+        assert_eq!(f.synchronize(&dev), Some(4));
+        assert_eq!((f.syncs, f.peer_waits), (1, 0));
+    }
+
+    #[test]
+    fn a_fence_completes_only_once_its_peers_work_has() {
+        let dev = Dev::default();
+        dev.peers.set(2);
+        let mut f = Fences::default();
+        dev.submissions.set(5);
+        assert!(f.record(&dev));
+        assert_eq!(dev.done.borrow().len(), 3, "one own event, one per peer");
+        dev.finish(false);
+        assert_eq!(f.poll(&dev), 0, "the peers' work is still running");
+        dev.finish(true);
+        assert_eq!(f.poll(&dev), 5);
+        assert_eq!(f.peer_waits, 1);
+        // A synchronization waits for the peers too.
+        dev.submissions.set(6);
+        assert!(f.record(&dev));
+        assert_eq!(f.synchronize(&dev), Some(6));
+        assert_eq!((dev.peer_syncs.get(), f.syncs, f.peer_waits), (1, 1, 3));
+    }
+}
