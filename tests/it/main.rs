@@ -15,6 +15,7 @@ mod limit;
 mod limit_nvml;
 mod live;
 mod pool;
+mod pool_peer;
 mod python;
 mod python_api;
 mod reliability;

@@ -247,6 +247,7 @@ fn finish(drv: &Driver, t: Teardown) {
     memory::release_context(&mut st, t.id);
     pool::release_context(&mut st, t.id, t.device);
     event::release_context(&mut st, t.id);
+    crate::peer::release_context(&mut st, t.id);
     st.streams.retain(|_, s| s.ctx_id != t.id);
     for s in &t.streams {
         s.close();

@@ -18,13 +18,19 @@
 //!
 //! Device ranges are checked against the allocation they start in; an address the driver does
 //! not know is pageable host memory, which device-side operands may not be.
+//!
+//! Peer copies (`cuMemcpyPeer`, `cuMemcpyPeerAsync`) copy device to device between the memory of
+//! two live contexts, on the stream given (or the legacy stream) and without peer access, as the
+//! real driver does (it stages them when access is not enabled). The simulated fill stands for a
+//! kernel: on another device's memory it needs peer access from the stream's context
+//! (`peer.rs`), and is refused with `CUDA_ERROR_PEER_ACCESS_NOT_ENABLED` without it.
 
 use std::ffi::{c_uchar, c_uint, c_ushort, c_void};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::errors::Fault;
-use crate::ffi::{CUdeviceptr, CUresult, CUstream, guard};
+use crate::ffi::{CUcontext, CUdeviceptr, CUresult, CUstream, guard};
 use crate::pointer::{self, Place};
 use crate::state;
 use crate::stream::{self, Stream};
@@ -52,13 +58,13 @@ fn issue(
     h: CUstream,
     per_thread: bool,
     delayed: bool,
-    prepare: impl FnOnce(&state::State) -> Result<Option<(stream::Work, bool)>, Fault>,
+    prepare: impl FnOnce(&state::State, &Stream) -> Result<Option<(stream::Work, bool)>, Fault>,
 ) -> Result<(), Fault> {
     let drv = state::driver()?;
     let (s, seq, wait): (Arc<Stream>, u64, bool) = {
         let mut st = drv.lock();
         let s = stream::resolve(&mut st, h, per_thread)?;
-        let Some((work, wait)) = prepare(&st)? else {
+        let Some((work, wait)) = prepare(&st, &s)? else {
             return Ok(());
         };
         let delay = match crate::config::get() {
@@ -91,7 +97,7 @@ fn copy(
     mode: Mode,
     dir: Dir,
 ) -> Result<(), Fault> {
-    issue(h, per_thread, true, |st| {
+    issue(h, per_thread, true, |st, _| {
         if len == 0 {
             return Ok(None);
         }
@@ -143,7 +149,7 @@ fn set(
     count: usize,
     mode: Mode,
 ) -> Result<(), Fault> {
-    issue(h, per_thread, true, |st| {
+    issue(h, per_thread, true, |st, _| {
         let len = elem.checked_mul(count).ok_or(Fault::BadRange)?;
         if len == 0 {
             return Ok(None);
@@ -173,9 +179,14 @@ fn set(
 /// The work of `cusimEnqueueFill`: on stream `h` (0 is the legacy stream), sleep `delay_us`
 /// then write `value` into `[dst, dst + bytes)`. Returns at once.
 pub fn fill(h: CUstream, dst: u64, bytes: usize, value: u8, delay_us: u32) -> Result<(), Fault> {
-    issue(h, false, false, |st| {
+    issue(h, false, false, |st, s| {
         if bytes > 0 && pointer::place(st, dst, bytes as u64, true)? == Place::Pageable {
             return Err(Fault::BadRange);
+        }
+        if let Some(a) = crate::memory::containing(st, dst)
+            && !crate::peer::may_touch(st, s.ctx_id, s.device, a.ctx.id, a.ctx.device)
+        {
+            return Err(Fault::PeerNotEnabled);
         }
         let work: stream::Work = Box::new(move || {
             std::thread::sleep(Duration::from_micros(delay_us as u64));
@@ -256,6 +267,125 @@ pub extern "C" fn cuMemcpyAsync_ptsz(
 ) -> CUresult {
     guard("cuMemcpyAsync_ptsz", || {
         copy(hStream, true, dst, src, ByteCount, Mode::Async, Dir::Any)
+    })
+}
+
+/// A peer copy: both contexts must be live; then a device-to-device copy.
+#[allow(clippy::too_many_arguments)]
+fn copy_peer(
+    h: CUstream,
+    per_thread: bool,
+    dst: u64,
+    dst_ctx: CUcontext,
+    src: u64,
+    src_ctx: CUcontext,
+    len: usize,
+    mode: Mode,
+) -> Result<(), Fault> {
+    {
+        let drv = state::driver()?;
+        let st = drv.lock();
+        for c in [dst_ctx, src_ctx] {
+            if c.is_null() {
+                return Err(Fault::UnknownContextHandle);
+            }
+            crate::context::by_handle(&st, c as usize)?;
+        }
+    }
+    copy(h, per_thread, dst, src, len, mode, Dir::DtoD)
+}
+
+/// `cuMemcpyPeer`: on the legacy default stream of the current context.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeer(
+    dstDevice: CUdeviceptr,
+    dstContext: CUcontext,
+    srcDevice: CUdeviceptr,
+    srcContext: CUcontext,
+    ByteCount: usize,
+) -> CUresult {
+    guard("cuMemcpyPeer", || {
+        copy_peer(
+            NULL,
+            false,
+            dstDevice,
+            dstContext,
+            srcDevice,
+            srcContext,
+            ByteCount,
+            Mode::Sync,
+        )
+    })
+}
+
+/// `cuMemcpyPeer_ptds`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeer_ptds(
+    dstDevice: CUdeviceptr,
+    dstContext: CUcontext,
+    srcDevice: CUdeviceptr,
+    srcContext: CUcontext,
+    ByteCount: usize,
+) -> CUresult {
+    guard("cuMemcpyPeer_ptds", || {
+        copy_peer(
+            NULL,
+            true,
+            dstDevice,
+            dstContext,
+            srcDevice,
+            srcContext,
+            ByteCount,
+            Mode::Sync,
+        )
+    })
+}
+
+/// `cuMemcpyPeerAsync`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeerAsync(
+    dstDevice: CUdeviceptr,
+    dstContext: CUcontext,
+    srcDevice: CUdeviceptr,
+    srcContext: CUcontext,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemcpyPeerAsync", || {
+        copy_peer(
+            hStream,
+            false,
+            dstDevice,
+            dstContext,
+            srcDevice,
+            srcContext,
+            ByteCount,
+            Mode::Async,
+        )
+    })
+}
+
+/// `cuMemcpyPeerAsync_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyPeerAsync_ptsz(
+    dstDevice: CUdeviceptr,
+    dstContext: CUcontext,
+    srcDevice: CUdeviceptr,
+    srcContext: CUcontext,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult {
+    guard("cuMemcpyPeerAsync_ptsz", || {
+        copy_peer(
+            hStream,
+            true,
+            dstDevice,
+            dstContext,
+            srcDevice,
+            srcContext,
+            ByteCount,
+            Mode::Async,
+        )
     })
 }
 

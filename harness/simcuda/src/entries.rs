@@ -16,7 +16,7 @@
 use std::ffi::c_void;
 
 use crate::{
-    context, copy, device, errors, event, ipc, memory, pointer, pool, procaddr, stream, vmm,
+    context, copy, device, errors, event, ipc, memory, peer, pointer, pool, procaddr, stream, vmm,
 };
 
 /// Default-stream or per-thread variant.
@@ -99,6 +99,10 @@ pub static ENTRIES: &[Entry] = &[
     row!(Default, "cuCtxSetFlags", 12010, context::cuCtxSetFlags),
     row!(Default, "cuCtxGetId", 12000, context::cuCtxGetId),
     row!(Default, "cuCtxGetStreamPriorityRange", 5050, context::cuCtxGetStreamPriorityRange),
+    // peer access
+    row!(Default, "cuDeviceCanAccessPeer", 4000, peer::cuDeviceCanAccessPeer),
+    row!(Default, "cuCtxEnablePeerAccess", 4000, peer::cuCtxEnablePeerAccess),
+    row!(Default, "cuCtxDisablePeerAccess", 4000, peer::cuCtxDisablePeerAccess),
     // streams
     row!(Default, "cuStreamCreate", 2000, stream::cuStreamCreate),
     row!(Default, "cuStreamCreateWithPriority", 5050, stream::cuStreamCreateWithPriority),
@@ -172,6 +176,10 @@ pub static ENTRIES: &[Entry] = &[
     row!(Ptds, "cuMemcpy", 7000, copy::cuMemcpy_ptds),
     row!(Default, "cuMemcpyAsync", 4000, copy::cuMemcpyAsync),
     row!(Ptsz, "cuMemcpyAsync", 7000, copy::cuMemcpyAsync_ptsz),
+    row!(Default, "cuMemcpyPeer", 4000, copy::cuMemcpyPeer),
+    row!(Ptds, "cuMemcpyPeer", 7000, copy::cuMemcpyPeer_ptds),
+    row!(Default, "cuMemcpyPeerAsync", 4000, copy::cuMemcpyPeerAsync),
+    row!(Ptsz, "cuMemcpyPeerAsync", 7000, copy::cuMemcpyPeerAsync_ptsz),
     row!(Default, "cuMemcpyHtoD", 2000, copy::cuMemcpyHtoD),
     row!(Default, "cuMemcpyHtoD", 3020, copy::cuMemcpyHtoD_v2),
     row!(Ptds, "cuMemcpyHtoD", 7000, copy::cuMemcpyHtoD_v2_ptds),

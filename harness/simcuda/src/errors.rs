@@ -35,6 +35,8 @@ pub mod code {
     pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
     pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
     pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+    pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
+    pub const CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: CUresult = 705;
     pub const CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE: CUresult = 708;
     pub const CUDA_ERROR_CONTEXT_IS_DESTROYED: CUresult = 709;
     pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
@@ -99,6 +101,14 @@ pub enum Fault {
     PrimaryActive,
     /// `cuCtxCreate_v3`/`_v4` with execution-affinity or CiG parameters.
     UnsupportedContextParams,
+    /// `cuCtxEnablePeerAccess`/`cuCtxDisablePeerAccess` with a peer context on the current
+    /// context's device (a device is not its own peer).
+    PeerSameDevice,
+    /// `cuCtxEnablePeerAccess` of a peer already enabled.
+    PeerAlreadyEnabled,
+    /// `cuCtxDisablePeerAccess` of a peer never enabled; device work (`cusimEnqueueFill`) on
+    /// another device's memory without peer access.
+    PeerNotEnabled,
 
     // --- device memory
     /// Not enough simulated device memory left.
@@ -235,6 +245,9 @@ impl Fault {
             PrimaryNotRetained => CUDA_ERROR_INVALID_CONTEXT,
             PrimaryActive => CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE,
             UnsupportedContextParams => CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY,
+            PeerSameDevice => CUDA_ERROR_INVALID_DEVICE,
+            PeerAlreadyEnabled => CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+            PeerNotEnabled => CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
 
             OutOfMemory => CUDA_ERROR_OUT_OF_MEMORY, // measured
             HostResources => CUDA_ERROR_OUT_OF_MEMORY,

@@ -5,7 +5,9 @@
 //!   unsigned int delay_us)`: simulated device work. Queued on stream `s` (0 and
 //!   `CU_STREAM_LEGACY` are the legacy default stream, `CU_STREAM_PER_THREAD` the calling
 //!   thread's per-thread stream); when its turn comes it sleeps `delay_us` microseconds, then
-//!   writes `value` into `[dst, dst + bytes)`. Returns at once.
+//!   writes `value` into `[dst, dst + bytes)`. Returns at once. Like a kernel, it may write
+//!   another device's memory only once the stream's context enabled peer access to the context
+//!   that owns it; without, it is refused with `CUDA_ERROR_PEER_ACCESS_NOT_ENABLED`.
 //! - `CUresult cusimGetUsage(int device, size_t *live_bytes, size_t *live_allocations)`: the
 //!   driver's own count of device memory the program holds (see `memory.rs`: synchronous, pitched,
 //!   managed and not-yet-freed async allocations, and VMM physical allocations until released

@@ -24,7 +24,8 @@
 //! - `memory`: allocations, accounting, synchronous alloc/free entries;
 //! - `pool`: memory pools and stream-ordered allocation;
 //! - `vmm`: virtual memory management;
-//! - `copy`: memcpy/memset and the simulated fill;
+//! - `copy`: memcpy/memset (peer copies included) and the simulated fill;
+//! - `peer`: peer access between contexts of different devices;
 //! - `pointer`: address classification and pointer attributes;
 //! - `ipc`: inter-process memory handles;
 //! - `entries`, `procaddr`: the table of exports and `cuGetProcAddress`;
@@ -62,6 +63,7 @@ mod hostmem;
 mod ipc;
 mod memory;
 mod nvml;
+mod peer;
 mod pointer;
 mod pool;
 mod procaddr;

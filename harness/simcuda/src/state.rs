@@ -40,6 +40,8 @@ pub struct State {
     pub events: HashMap<usize, Arc<Event>>,
     pub pools: HashMap<usize, Pool>,
     pub vmm: Vmm,
+    /// Peer access enabled: (id of the accessing context, id of the peer context).
+    pub peer_access: Vec<(u64, u64)>,
     next_handle: usize,
     next_id: u64,
 }
@@ -66,6 +68,7 @@ pub fn init(build: impl FnOnce(&mut State)) -> &'static Driver {
             events: HashMap::new(),
             pools: HashMap::new(),
             vmm: Vmm::default(),
+            peer_access: Vec::new(),
             next_handle: HANDLE_BASE,
             next_id: 1,
         };

@@ -67,6 +67,8 @@ pub struct PoolStats {
     pub pending_bytes: u64,
     pub fences: u64,
     pub syncs: u64,
+    /// Fences and synchronizations that also waited for other contexts' work (peers).
+    pub peer_waits: u64,
     pub limit_refusals: u64,
 }
 
@@ -505,6 +507,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
             o.pending_bytes += g.pending_bytes;
             o.fences += g.fences.recorded;
             o.syncs += g.fences.syncs;
+            o.peer_waits += g.fences.peer_waits;
             o.limit_refusals += g.limit_refusals;
         }
         o.free_bytes += self.cached_bytes();

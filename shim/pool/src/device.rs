@@ -79,6 +79,24 @@ pub trait Device {
 
     /// Waits for all work of the context to finish; false when that failed.
     fn synchronize(&self) -> bool;
+
+    /// For a fence being recorded: pushes onto `events` what completes once the work issued so
+    /// far by every *other* context that can touch this context's memory (its peers: see
+    /// `fence.rs`) has completed. A relation whose work a fence of this context covering
+    /// `completed` already waited for may be forgotten. Returns how many peers it covered. Does
+    /// nothing by default: nothing outside the context can reach its memory.
+    fn record_peer_events(&self, completed: u64, events: &mut Vec<Self::Event>) -> u64 {
+        let _ = (completed, events);
+        0
+    }
+
+    /// Waits for all work of this context's peers to finish (after [`synchronize`]
+    /// (Device::synchronize)); how many peers it waited for, or `None` when that failed.
+    /// Nothing to wait for by default.
+    fn synchronize_peers(&self, completed: u64) -> Option<u64> {
+        let _ = completed;
+        Some(0)
+    }
 }
 
 /// Why [`Device::alloc_chunk`] gave nothing.

@@ -30,9 +30,25 @@
 //! destruction, which the next fence waits for too. While any stream capture is active, no fence
 //! is recorded (an event on the legacy stream would invalidate a global-mode capture): frees wait.
 //!
-//! Not covered: work of *another context* reading this pool's memory through peer access. A pool
-//! fences its own context's streams only; multi-GPU programs that free memory another device is
-//! still reading should run with `CUGUARD_POOL=0`.
+//! # Other contexts (peers)
+//!
+//! Work issued in *another* context can touch this context's memory too: kernels of a context
+//! that enabled peer access to this one (`cuCtxEnablePeerAccess`), and peer copies
+//! (`cuMemcpyPeer*`, `cuMemcpy3DPeer*`, a unified-address `cuMemcpy*` with an operand in this
+//! context's memory) issued anywhere. The submission count is process-wide, so a free's mark
+//! already counts that work; what a fence must add is events on those contexts' streams. The
+//! device keeps the relations ([`Device::record_peer_events`]): a fence records, after its own
+//! events, an event on the legacy stream and every known non-blocking stream of each context
+//! that can reach this one, and waits for their destroyed streams' last events, so that a
+//! completed fence covers every submission counted in its mark that could touch the pool's
+//! blocks. A relation is known before the work it allows is counted (peer access is enabled
+//! before the kernels that use it; a peer copy is noted before it is counted), so a fence whose
+//! mark counts the work sees the relation. A copy's relation is forgotten once a completed
+//! fence covered it; peer access once it is disabled and a fence covered what was issued before,
+//! or when either context is destroyed. A synchronization waits for the peers too.
+//!
+//! A context nothing outside can reach fences exactly as before: the device answers "no peers"
+//! with one atomic read.
 //!
 //! # Who does what
 //!
@@ -68,6 +84,8 @@ pub(crate) struct Fences<E> {
     pub recorded: u64,
     /// Synchronizations under pressure (for the report).
     pub syncs: u64,
+    /// Fences and synchronizations that also waited for other contexts' work (for the report).
+    pub peer_waits: u64,
 }
 
 impl<E> Default for Fences<E> {
@@ -77,6 +95,7 @@ impl<E> Default for Fences<E> {
             in_flight: VecDeque::new(),
             recorded: 0,
             syncs: 0,
+            peer_waits: 0,
         }
     }
 }
@@ -117,6 +136,10 @@ impl<E> Fences<E> {
             // Destroyed streams' last events ride with this fence.
             destroyed
         });
+        // Other contexts whose work can touch this context's memory.
+        if dev.record_peer_events(self.completed, &mut events) > 0 {
+            self.peer_waits += 1;
+        }
         self.recorded += 1;
         self.in_flight.push_back(Fence {
             mark,
@@ -153,6 +176,9 @@ impl<E> Fences<E> {
         if !dev.synchronize() {
             return None;
         }
+        if dev.synchronize_peers(self.completed)? > 0 {
+            self.peer_waits += 1;
+        }
         self.syncs += 1;
         // Every fence in flight is complete now, and so is every destroyed stream's last work.
         for f in self.in_flight.drain(..) {
@@ -164,5 +190,122 @@ impl<E> Fences<E> {
         dev.destroyed_streams_done(destroyed);
         self.completed = self.completed.max(mark);
         Some(self.completed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::{Cell, RefCell};
+
+    use super::*;
+    use crate::device::DeviceError;
+
+    /// A device whose events complete when the test says, with `peers` other contexts reaching it.
+    #[derive(Default)]
+    struct Dev {
+        submissions: Cell<u64>,
+        /// Done flags, by event (an index).
+        done: RefCell<Vec<bool>>,
+        /// Whether each event is a peer's.
+        peer: RefCell<Vec<bool>>,
+        peers: Cell<u64>,
+        peer_syncs: Cell<u64>,
+    }
+
+    impl Dev {
+        fn event(&self, peer: bool) -> usize {
+            self.done.borrow_mut().push(false);
+            self.peer.borrow_mut().push(peer);
+            self.done.borrow().len() - 1
+        }
+
+        fn finish(&self, peer: bool) {
+            let kinds = self.peer.borrow();
+            for (d, p) in self.done.borrow_mut().iter_mut().zip(kinds.iter()) {
+                if *p == peer {
+                    *d = true;
+                }
+            }
+        }
+    }
+
+    impl Device for Dev {
+        type Event = usize;
+        fn alloc_chunk(&self, _: u64) -> Result<u64, DeviceError> {
+            Err(DeviceError::Unavailable)
+        }
+        fn free_chunk(&self, _: u64, _: bool) {}
+        fn is_current(&self) -> bool {
+            true
+        }
+        fn submissions(&self) -> u64 {
+            self.submissions.get()
+        }
+        fn capturing(&self) -> bool {
+            false
+        }
+        fn record_event(&self, _: u64) -> Option<usize> {
+            Some(self.event(false))
+        }
+        fn with_side_streams<T>(&self, f: impl FnOnce(&[u64], u64) -> T) -> T {
+            f(&[], 0)
+        }
+        fn destroyed_streams_done(&self, _: u64) -> bool {
+            true
+        }
+        fn event_done(&self, e: &usize) -> bool {
+            self.done.borrow()[*e]
+        }
+        fn destroy_event(&self, _: usize) {}
+        fn synchronize(&self) -> bool {
+            self.finish(false);
+            true
+        }
+        fn record_peer_events(&self, _: u64, events: &mut Vec<usize>) -> u64 {
+            for _ in 0..self.peers.get() {
+                events.push(self.event(true));
+            }
+            self.peers.get()
+        }
+        fn synchronize_peers(&self, _: u64) -> Option<u64> {
+            self.finish(true);
+            self.peer_syncs.set(self.peer_syncs.get() + 1);
+            Some(self.peers.get())
+        }
+    }
+
+    #[test]
+    fn without_peers_a_fence_waits_for_its_own_context_only() {
+        let dev = Dev::default();
+        let mut f = Fences::default();
+        dev.submissions.set(3);
+        assert!(f.record(&dev));
+        assert_eq!(f.poll(&dev), 0);
+        dev.finish(false);
+        assert_eq!(f.poll(&dev), 3);
+        assert_eq!((f.recorded, f.peer_waits), (1, 0));
+        dev.submissions.set(4);
+        assert_eq!(f.synchronize(&dev), Some(4));
+        assert_eq!((f.syncs, f.peer_waits), (1, 0));
+    }
+
+    #[test]
+    fn a_fence_completes_only_once_its_peers_work_has() {
+        let dev = Dev::default();
+        dev.peers.set(2);
+        let mut f = Fences::default();
+        dev.submissions.set(5);
+        assert!(f.record(&dev));
+        assert_eq!(dev.done.borrow().len(), 3, "one own event, one per peer");
+        dev.finish(false);
+        assert_eq!(f.poll(&dev), 0, "the peers' work is still running");
+        dev.finish(true);
+        assert_eq!(f.poll(&dev), 5);
+        assert_eq!(f.peer_waits, 1);
+        // A synchronization waits for the peers too.
+        dev.submissions.set(6);
+        assert!(f.record(&dev));
+        assert_eq!(f.synchronize(&dev), Some(6));
+        assert_eq!((dev.peer_syncs.get(), f.syncs, f.peer_waits), (1, 1, 3));
     }
 }

@@ -19,6 +19,7 @@
 //! | `track`, `query` | `hooks::FIRST_FORM(entry, real, args…)`                   |
 //! | `door`   | `doors::procaddr::FIRST_FORM(entry, real, args…)`                 |
 //! | `submit` | the real entry, then [`crate::hooks::submit::counted`]            |
+//! | `copy`   | `hooks::FIRST_FORM(entry, real, args…)`, which counts it too      |
 //!
 //! `FIRST_FORM` is the row's first form: one handler serves all forms of a row, and is told
 //! which one was called.
@@ -77,6 +78,9 @@ macro_rules! door_functions {
         crate::hooks::$first(Entry::$form, $real, $($p),*)
     };
     (@call query $first:ident $form:ident $real:ident ($($p:ident),*)) => {
+        crate::hooks::$first(Entry::$form, $real, $($p),*)
+    };
+    (@call copy $first:ident $form:ident $real:ident ($($p:ident),*)) => {
         crate::hooks::$first(Entry::$form, $real, $($p),*)
     };
     (@call door $first:ident $form:ident $real:ident ($($p:ident),*)) => {

@@ -20,10 +20,11 @@
 //! | `track`  | the shim's export / hook                  | forwards, then tracks (allocations, frees, contexts, streams) |
 //! | `query`  | the shim's export / hook                  | answers for pooled pointers, else forwards      |
 //! | `submit` | the shim's export / hook                  | forwards, then counts one submission of device work (for the pool's fences) |
+//! | `copy`   | the shim's export / hook                  | as `submit`, and notes first which other contexts' memory the copy touches (`hooks::peers`, for the pool's fences) |
 //! | `door`   | the shim's export / hook                  | forwards, then substitutes hooks in what the driver returned (`cuGetProcAddress`) |
 //! | `pass`   | the driver's own entry                    | only calls it itself                            |
 //!
-//! The `submit` rows are generated from cudarc's bindings (`shim/tools/gen_entry_rows.py` writes
+//! The `submit` and `copy` rows are generated from cudarc's bindings (`shim/tools/gen_entry_rows.py` writes
 //! [`super::submit_rows`]; a test checks that file is current). The others are written here.
 //!
 //! # What derives from the table
@@ -37,7 +38,7 @@
 //!
 //! # Adding an entry
 //!
-//! One row here, and (for `track` and `query` rows) its handler in `hooks`: a function named
+//! One row here, and (for `track`, `query` and `copy` rows) its handler in `hooks`: a function named
 //! after the row's first form, taking the form that was called, the typed real entry and the
 //! arguments. Nothing else: a mismatched handler does not compile.
 
@@ -51,6 +52,7 @@ pub enum Role {
     Track,
     Query,
     Submit,
+    Copy,
     Door,
     Pass,
 }
@@ -97,6 +99,9 @@ macro_rules! for_each_entry {
             track [cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz] fn(stream: CUstream, mode: u32);
             track [cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph_ptsz] fn(stream: CUstream, graph: Opaque, deps: Opaque, data: Opaque, n: usize, mode: u32);
             track [cuStreamEndCapture, cuStreamEndCapture_ptsz] fn(stream: CUstream, graph: *mut Opaque);
+            // Peer access: another context's work may touch the peer's memory (the pool's fences).
+            track [cuCtxEnablePeerAccess] fn(peer: CUcontext, flags: u32);
+            track [cuCtxDisablePeerAccess] fn(peer: CUcontext);
             // Queries answered for pooled pointers.
             query [cuMemGetAddressRange_v2] fn(pbase: *mut CUdeviceptr, psize: *mut usize, dptr: CUdeviceptr);
             query [cuPointerGetAttribute] fn(data: *mut c_void, attribute: u32, ptr: CUdeviceptr);
@@ -137,6 +142,9 @@ macro_rules! role {
     };
     (submit) => {
         Role::Submit
+    };
+    (copy) => {
+        Role::Copy
     };
     (door) => {
         Role::Door
@@ -245,6 +253,8 @@ mod tests {
         assert_eq!(Entry::cuMemGetInfo_v2.role(), Role::Query);
         assert_eq!(Entry::cuGetProcAddress_v2.role(), Role::Door);
         assert_eq!(Entry::cuLaunchKernel_ptsz.role(), Role::Submit);
+        assert_eq!(Entry::cuMemcpyPeerAsync_ptsz.role(), Role::Copy);
+        assert_eq!(Entry::cuCtxEnablePeerAccess.role(), Role::Track);
         assert_eq!(Entry::cuCtxSynchronize.role(), Role::Pass);
         for (i, e) in Entry::ALL.iter().enumerate() {
             assert_eq!(*e as usize, i);

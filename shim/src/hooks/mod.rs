@@ -1,5 +1,5 @@
 //! The handlers: what the shim does when a program calls a driver entry it stands in for, one
-//! module per API family, and the steps every handler shares (find the current context, record
+//! module per API family (`peers` also serves the `copy` rows), and the steps every handler shares (find the current context, record
 //! an allocation, account for a free).
 //!
 //! A handler is named after the first form of its row in the driver-entry table
@@ -15,6 +15,7 @@ mod host;
 mod memory;
 pub mod nvml;
 mod oom;
+mod peers;
 mod query;
 mod stream_ordered;
 mod streams;
@@ -24,6 +25,7 @@ mod vmm;
 pub use context::*;
 pub use host::*;
 pub use memory::*;
+pub use peers::*;
 pub use query::*;
 pub use stream_ordered::*;
 pub use streams::*;

@@ -1,15 +1,27 @@
 //! The pool's device: [`DriverContext`] implements `cuguard_pool::Device` over the real driver
 //! for one context (chunks from cuMemAlloc_v2, given back with cuMemFreeAsync or cuMemFree,
 //! events, cuCtxSynchronize), reading the submission count, captures and streams that
-//! [`super::fence`] keeps, and telling the registry where chunks are.
+//! [`super::fence`] keeps, and telling the registry where chunks are. A fence also covers the
+//! contexts [`super::peers`] says can reach this one: it records events on their streams, each
+//! made current for that ([`FenceEvent`]).
 
 use std::ffi::c_void;
 
 use cuguard_pool::{Device, DeviceError, Reason};
 
-use super::{fence, registry};
+use super::{fence, peers, registry};
 use crate::driver::{current_context, real};
 use crate::ffi::*;
+
+/// What a fence waits for: an event it recorded, or the last events of another context's
+/// destroyed non-blocking streams (its own are counted apart, by the pool).
+#[derive(Debug)]
+pub enum FenceEvent {
+    /// An event recorded on a stream (of this context or of a peer).
+    Recorded(u64),
+    /// The first `count` last events of context `ctx`'s destroyed non-blocking streams.
+    DestroyedStreams { ctx: u64, count: u64 },
+}
 
 /// One context of the real driver, as its pool sees it.
 pub struct DriverContext {
@@ -20,7 +32,7 @@ pub struct DriverContext {
 }
 
 impl Device for DriverContext {
-    type Event = u64;
+    type Event = FenceEvent;
 
     fn alloc_chunk(&self, bytes: u64) -> Result<u64, DeviceError> {
         let Some(alloc) = real::cuMemAlloc_v2() else {
@@ -64,8 +76,8 @@ impl Device for DriverContext {
         fence::capturing()
     }
 
-    fn record_event(&self, stream: u64) -> Option<u64> {
-        record_event(stream)
+    fn record_event(&self, stream: u64) -> Option<FenceEvent> {
+        record_event(stream).map(FenceEvent::Recorded)
     }
 
     fn with_side_streams<T>(&self, f: impl FnOnce(&[u64], u64) -> T) -> T {
@@ -76,12 +88,19 @@ impl Device for DriverContext {
         fence::destroyed_streams_done(self.handle, count)
     }
 
-    fn event_done(&self, event: &u64) -> bool {
-        event_done(*event)
+    fn event_done(&self, event: &FenceEvent) -> bool {
+        match *event {
+            FenceEvent::Recorded(ev) => event_done(ev),
+            FenceEvent::DestroyedStreams { ctx, count } => {
+                fence::destroyed_streams_done(ctx, count)
+            }
+        }
     }
 
-    fn destroy_event(&self, event: u64) {
-        destroy_event(event);
+    fn destroy_event(&self, event: FenceEvent) {
+        if let FenceEvent::Recorded(ev) = event {
+            destroy_event(ev);
+        }
     }
 
     fn synchronize(&self) -> bool {
@@ -90,6 +109,77 @@ impl Device for DriverContext {
         };
         // SAFETY: no arguments; the pool's context is current.
         (unsafe { sync() }) == CUDA_SUCCESS
+    }
+
+    fn record_peer_events(&self, completed: u64, events: &mut Vec<FenceEvent>) -> u64 {
+        let peers = peers::reaching(self.handle, completed);
+        for &peer in &peers {
+            with_current(peer, || record_all_streams(peer, events));
+        }
+        peers.len() as u64
+    }
+
+    fn synchronize_peers(&self, completed: u64) -> Option<u64> {
+        let peers = peers::reaching(self.handle, completed);
+        for &peer in &peers {
+            // A peer that cannot be made current is gone, and its work with it.
+            if !with_current(peer, synchronize_current).unwrap_or(true) {
+                return None;
+            }
+        }
+        Some(peers.len() as u64)
+    }
+}
+
+/// Runs `f` with context `ctx` current on this thread, then makes the previous one current
+/// again. `None` when `ctx` could not be made current (it is gone: its work went with it).
+fn with_current<T>(ctx: u64, f: impl FnOnce() -> T) -> Option<T> {
+    let (push, pop) = (real::cuCtxPushCurrent_v2()?, real::cuCtxPopCurrent_v2()?);
+    // SAFETY: ctx is a context handle the program used; the driver checks it.
+    if unsafe { push(ctx as *mut c_void as CUcontext) } != CUDA_SUCCESS {
+        return None;
+    }
+    let out = f();
+    let mut popped: CUcontext = std::ptr::null_mut();
+    // SAFETY: valid out-parameter; pops what was pushed just above.
+    unsafe { pop(&mut popped) };
+    Some(out)
+}
+
+/// Waits for the current context's work; false when that failed.
+fn synchronize_current() -> bool {
+    real::cuCtxSynchronize().is_some_and(|sync| {
+        // SAFETY: no arguments.
+        (unsafe { sync() }) == CUDA_SUCCESS
+    })
+}
+
+/// Records, on the current context `ctx` (a peer of a pool's context), an event on its legacy
+/// stream and on each of its known non-blocking streams, and adds the last events of its
+/// destroyed ones. Where an event cannot be recorded, waits for the context instead.
+fn record_all_streams(ctx: u64, events: &mut Vec<FenceEvent>) {
+    let Some(legacy) = record_event(0) else {
+        synchronize_current();
+        return;
+    };
+    events.push(FenceEvent::Recorded(legacy));
+    let (all, destroyed) = fence::with_side_streams(ctx, |streams, destroyed| {
+        let before = events.len();
+        for &stream in streams {
+            if let Some(ev) = record_event(stream) {
+                events.push(FenceEvent::Recorded(ev));
+            }
+        }
+        (events.len() - before == streams.len(), destroyed)
+    });
+    if !all {
+        synchronize_current();
+    }
+    if destroyed > 0 {
+        events.push(FenceEvent::DestroyedStreams {
+            ctx,
+            count: destroyed,
+        });
     }
 }
 

@@ -6,6 +6,8 @@
 //! - [`device`]: the pool's `Device` over the real driver, for one context.
 //! - [`fence`]: what the hooks see of the program's work (submissions, captures, non-blocking
 //!   streams), which the pool's fences need.
+//! - [`peers`]: which other contexts' work can touch a context's memory (peer access, peer
+//!   copies), which its pool's fences must cover too.
 //! - [`registry`]: the pool of the current context, and the owner of an address.
 //! - [`serve`]: what the hooks ask: serve an allocation or a free from the pool or the driver,
 //!   find a pooled block, the pool's figures for the report.
@@ -19,6 +21,7 @@
 pub mod cache;
 pub mod device;
 pub mod fence;
+pub mod peers;
 pub mod registry;
 pub mod serve;
 

@@ -3,7 +3,8 @@
 //! Pools are created on first use in a context and live for the rest of the process (a pool of a
 //! destroyed context is emptied and forgotten, its memory leaked on purpose: other threads may
 //! still hold a reference from their per-thread cache). A forked child starts with no pools: the
-//! parent's chunks belong to a context the child cannot use.
+//! parent's chunks belong to a context the child cannot use, and no peer relations
+//! ([`super::peers`]).
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -216,6 +217,7 @@ pub fn stats_for_device(device: i32) -> Option<PoolStats> {
         o.pending_bytes += s.pending_bytes;
         o.fences += s.fences;
         o.syncs += s.syncs;
+        o.peer_waits += s.peer_waits;
         o.limit_refusals += s.limit_refusals;
     }
     out
@@ -252,4 +254,5 @@ pub fn reset_after_fork() {
     ANY.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
     super::cache::reset_after_fork();
+    super::peers::reset_after_fork();
 }

@@ -238,6 +238,7 @@ pub fn context_destroyed(handle: u64) -> Vec<(u64, Record)> {
     guard::shield(Vec::new(), || {
         let gone = registry::context_destroyed(handle);
         crate::pool::fence::context_gone(handle);
+        crate::pool::peers::context_gone(handle);
         gone
     })
 }
@@ -271,6 +272,7 @@ pub fn pool_stats(device: i32) -> Option<cuguard_report::PoolStats> {
         pending_bytes: Some(s.pending_bytes),
         fences: Some(s.fences),
         syncs: Some(s.syncs),
+        peer_waits: Some(s.peer_waits),
         limit_refusals: Some(s.limit_refusals),
     })
 }

@@ -58,6 +58,7 @@ site_rules![
     (NeverSite, "function:cusolver[A-Z]*"),
     (NeverSite, "function:cutensor[A-Z]*"),
     (NeverSite, "function:nccl[A-Z]*"),
+    (NeverSite, "function:nccl::*"),
     // PyTorch: its caching allocators (device, and pinned host); autograd nodes, which name
     // the operation on the engine's threads, where no Python frame is; the framework.
     (NeverSite, "function:c10::cuda::CUDACachingAllocator::*"),
@@ -294,8 +295,12 @@ pub(crate) const OWNER_RULES: &[(&str, &str)] = &[
     ("cublas", "function:cublas[A-Z]*"),
     ("cudnn", "module:libcudnn*.so*"),
     ("cudnn", "function:cudnn[A-Z]*"),
+    // NCCL: its communicators' buffers, made through cuMem* (VMM) or cuMemAlloc, from
+    // libnccl.so or from NCCL linked into a program (its C entries and internals are named
+    // ncclXxx, its C++ code lives in the nccl namespace).
     ("nccl", "module:libnccl*.so*"),
     ("nccl", "function:nccl[A-Z]*"),
+    ("nccl", "function:nccl::*"),
     ("cufft", "module:libcufft*.so*"),
     ("cufft", "function:cufft[A-Z]*"),
     ("cusparse", "module:libcusparse*.so*"),

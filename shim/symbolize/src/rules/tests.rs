@@ -241,6 +241,75 @@ fn owners_innermost_rule_first_then_driver_or_program() {
 }
 
 #[test]
+fn nccl_memory_is_nccls() {
+    let r = Rules::builtin();
+    let libcuda = f(
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        Some("cuMemCreate"),
+    );
+    let torch = f(
+        "/venv/torch/lib/libtorch_cuda.so",
+        Some("c10d::ProcessGroupNCCL::getNCCLComm(std::string const&, c10::Device&, c10d::OpType)"),
+    );
+    let user = py("/home/u/train.py", "main", 12);
+    // libnccl.so's own frames, named or not, through VMM (the communicator's buffers).
+    let shared = [
+        libcuda,
+        f("/venv/nvidia/nccl/lib/libnccl.so.2", None),
+        f(
+            "/venv/nvidia/nccl/lib/libnccl.so.2",
+            Some("ncclCommInitRank"),
+        ),
+        torch,
+        user,
+    ];
+    for memory in ["vmm", "device"] {
+        let o = r.owner(&shared, Some(memory));
+        assert_eq!(
+            (o.id.as_str(), o.kind, o.label.as_str()),
+            ("nccl", OwnerKind::Library, "NCCL"),
+            "{memory}"
+        );
+    }
+    // NCCL linked into the program: by its names, C (ncclXxx, templates too) and C++ (nccl::).
+    let prog = "/app/allreduce";
+    let by_cumemalloc = [
+        f("/usr/lib/libcuda.so.1", Some("cuMemAlloc_v2")),
+        f(
+            prog,
+            Some("ncclResult_t ncclCudaCalloc<char>(char**, unsigned long, ncclMemoryStack*)"),
+        ),
+        f(prog, Some("main")),
+    ];
+    assert_eq!(r.owner(&by_cumemalloc, Some("device")).id, "nccl");
+    let by_namespace = [
+        libcuda,
+        f(
+            prog,
+            Some("nccl::symmetric::Window::register_(void*, unsigned long)"),
+        ),
+        f(prog, Some("main")),
+    ];
+    assert_eq!(r.owner(&by_namespace, Some("vmm")).id, "nccl");
+    // Neither is ever the site: the program's line that called into NCCL is.
+    assert_eq!(r.tier(&by_namespace[1]), Some(Tier::NeverSite));
+    assert_eq!(r.tier(&by_cumemalloc[1]), Some(Tier::NeverSite));
+    // A buffer the program allocated and hands to NCCL is the program's.
+    let buffer = [
+        f("/usr/lib/libcuda.so.1", Some("cuMemAlloc_v2")),
+        f(prog, Some("make_send_buffer(unsigned long)")),
+        f(prog, Some("main")),
+    ];
+    assert_eq!(r.owner(&buffer, Some("device")).id, "program");
+    // Names that merely start with "nccl" in lower case are not NCCL's.
+    let lookalike = [
+        f("/usr/lib/libcuda.so.1", Some("cuMemAlloc_v2")),
+        f(prog, Some("ncclient_buffer_alloc")),
+    ];
+    assert_eq!(r.owner(&lookalike, Some("device")).id, "program");
+}
+
+#[test]
 fn every_builtin_owner_is_reachable_and_caches_have_hints() {
     let r = Rules::builtin();
     assert_eq!(r.owners()[PROGRAM].id, "program");
