@@ -1,6 +1,9 @@
 """A small model trained with DDP on the gloo backend, every rank on GPU 0 (issue 12's torchrun check).
 
-Usage: torchrun --nproc_per_node=2 ddp_train.py OUT_DIR
+Usage: torchrun --nproc_per_node=2 ddp_train.py OUT_DIR [BACKEND]
+
+BACKEND: gloo (the default: every rank on GPU 0) or nccl (rank r on GPU LOCAL_RANK; issue 13's
+two-GPU run, with NCCL_NVLS_ENABLE=0 in the environment).
 
 Each rank trains the same seeded two-layer network on its own seeded batches for 60 steps and
 writes its losses (as exact float hex) to OUT_DIR/losses.rank<R>.json; `distributed_check.py`
@@ -19,15 +22,17 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 def main() -> None:
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    dist.init_process_group("gloo")
+    backend = sys.argv[2] if len(sys.argv) > 2 else "gloo"
+    device = int(os.environ.get("LOCAL_RANK", "0")) if backend == "nccl" else 0
+    torch.cuda.set_device(device)
+    dist.init_process_group(backend)
     rank = dist.get_rank()
-    torch.cuda.set_device(0)
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     model = torch.nn.Sequential(
         torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
     ).cuda()
-    ddp = DDP(model, device_ids=[0])
+    ddp = DDP(model, device_ids=[device])
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(1000 + rank)
     losses = []
