@@ -127,6 +127,8 @@ macro_rules! for_each_entry {
             pass [cuEventRecord] fn(event: *mut c_void, stream: *mut c_void);
             pass [cuEventQuery] fn(event: *mut c_void);
             pass [cuEventDestroy_v2] fn(event: *mut c_void);
+            pass [cuEventSynchronize] fn(event: *mut c_void);
+            pass [cuStreamWaitEvent] fn(stream: *mut c_void, event: *mut c_void, flags: u32);
         }
     };
 }
