@@ -137,15 +137,13 @@ fn handle_of(key: u64) -> u64 {
 /// fence of `ctx` covers): arms the guard and returns true when the freed block may be reused
 /// at once (see the module documentation for when).
 pub fn arm(ctx: u64, ordinal: i32, completed: u64) -> bool {
-    if !enabled() || fence::capturing() || !peers::reaching(ctx, completed).is_empty() {
-        return false;
-    }
-    if current_context() != Some(ctx) {
+    if !enabled() || fence::capturing() || current_context() != Some(ctx) {
         return false;
     }
     let mut st = lock(state());
-    // Under the lock: a capture that began since has drained and is seen here.
-    if fence::capturing() {
+    // Under the lock: a capture that began, or a relation that appeared, since has drained
+    // (or drains after this) and is seen here.
+    if fence::capturing() || !peers::reaching(ctx, completed).is_empty() {
         return false;
     }
     let Some((key, upto)) = fence::single_stream_since(completed) else {
@@ -340,14 +338,20 @@ pub fn stream_destroying(handle: u64) {
 }
 
 /// A stream capture is about to begin (already counted by [`fence::capture_changed`]): a
-/// guard is drained, and none is armed until it ends.
+/// guard is drained, and none is armed until it ends. The lock is taken even when no guard
+/// seems armed: an arming in progress either saw the capture or is drained here after it.
 pub fn capture_beginning() {
-    drain();
+    if enabled() {
+        drain_locked(&mut lock(state()));
+    }
 }
 
-/// A new relation lets another context's work reach some context's memory.
+/// A new relation lets another context's work reach some context's memory (it is already
+/// known to `super::peers`): as for a capture.
 pub fn relation_added() {
-    drain();
+    if enabled() {
+        drain_locked(&mut lock(state()));
+    }
 }
 
 /// A chunk is about to go back to the driver: with `cuMemFree` (`wait`), the guard is drained;
