@@ -3,7 +3,8 @@
 //! written on that stream it keeps the right bytes, and written on any other stream (another
 //! non-blocking stream, the legacy stream, a synchronous set or copy) it is never corrupted,
 //! because that stream was made to wait; the test catches the corruption when the pool reuses
-//! blocks without that rule. With peer access, and with the setting off, the pool behaves as
+//! blocks without that rule. During a stream capture nothing is reused early, and a capture's
+//! beginning ends the waits. With peer access, and with the setting off, the pool behaves as
 //! before.
 
 use serde_json::Value;
@@ -97,6 +98,19 @@ fn other_streams_wait_for_the_work_of_an_early_reused_block() {
         trials as u64 * (4 << 20),
         "the test must catch a reuse whose other-stream writes do not wait: {v}"
     );
+}
+
+#[test]
+fn no_block_is_reused_early_during_a_capture_and_a_capture_ends_the_waits() {
+    let trials = 8;
+    let (v, pool) = stream_run("capture", trials, &[ON]);
+    assert_eq!(v["corrupted_bytes"], 0, "{v}");
+    // Freed during a capture: the fence rule alone (no fence, no synchronization then: the
+    // block waits and a new one is allocated). Reused early before one: the capture's
+    // beginning waited for the block's stream on the host, so no stream wait was left to make.
+    assert_eq!(v["same_address"], trials / 2, "{v}");
+    assert_eq!(count(&pool, "stream_reuses"), (trials / 2) as u64, "{pool}");
+    assert_eq!(count(&pool, "stream_waits"), 0, "{pool}");
 }
 
 #[test]

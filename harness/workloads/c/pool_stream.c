@@ -16,7 +16,11 @@
  *               so that every submission of the run is on S;
  *   other       by trial, in turn: cuMemsetD8Async on T (a second non-blocking stream), on the
  *               legacy stream, a synchronous cuMemsetD8, a synchronous cuMemcpyHtoD;
- *   peer        as other, with a second context (device 1) that enabled peer access to this one.
+ *   peer        as other, with a second context (device 1) that enabled peer access to this one;
+ *   capture     as other, with a relaxed-mode capture on a third stream X: in even trials it
+ *               begins before the work on S (so A is freed during the capture), in odd trials
+ *               after B was allocated (so B may have been reused early, and the capture's
+ *               beginning must leave no wait to insert); it ends before B is read back.
  * Prints {"mode":..., "trials":N, "same_address":N, "corrupted_bytes":N}: same_address counts
  * the trials where B came back at A's address. */
 #include "workload.h"
@@ -26,7 +30,7 @@
 
 static unsigned char host[MAX_SIZE], fives[MAX_SIZE];
 static size_t SIZE = MAX_SIZE;
-static CUstream S, T;
+static CUstream S, T, X;
 static CUdeviceptr scratch;
 
 static size_t count_not_55(void) {
@@ -55,6 +59,7 @@ int main(int argc, char **argv) {
     memset(fives, 0x55, MAX_SIZE);
     CHECK(cuStreamCreate(&S, CU_STREAM_NON_BLOCKING));
     CHECK(cuStreamCreate(&T, CU_STREAM_NON_BLOCKING));
+    CHECK(cuStreamCreate(&X, CU_STREAM_NON_BLOCKING));
     CHECK(cuMemAlloc(&scratch, 256));
     int same_mode = !strcmp(mode, "same");
     if (same_mode) SIZE = 1 << 20;
@@ -66,11 +71,13 @@ int main(int argc, char **argv) {
         CHECK(cuCtxEnablePeerAccess(a, 0));
         CHECK(cuCtxSetCurrent(a));
     }
+    int capture = !strcmp(mode, "capture");
     int same = 0;
     size_t bad = 0;
     for (int i = 0; i < trials; i++) {
         CUdeviceptr p, q;
         CHECK(cuMemAlloc(&p, SIZE));
+        if (capture && i % 2 == 0) CHECK(cuStreamBeginCapture(X, CU_STREAM_CAPTURE_MODE_RELAXED));
         CHECK(cusimEnqueueFill(S, scratch, 1, 0, DELAY_US));
         CHECK(cuMemsetD8Async(p, 0xAA, SIZE, S));
         CHECK(cuMemFree(p));
@@ -81,7 +88,13 @@ int main(int argc, char **argv) {
             CHECK(cuMemcpyDtoHAsync(host, q, SIZE, S));
             CHECK(cuStreamSynchronize(S));
         } else {
+            if (capture && i % 2 == 1) CHECK(cuStreamBeginCapture(X, CU_STREAM_CAPTURE_MODE_RELAXED));
             write_other(q, i);
+            if (capture) {
+                CUgraph g;
+                CHECK(cuStreamEndCapture(X, &g));
+                CHECK(cuGraphDestroy(g));
+            }
             CHECK(cuStreamSynchronize(S));
             CHECK(cuStreamSynchronize(T));
             CHECK(cuCtxSynchronize());
