@@ -4,7 +4,7 @@
 //! non-blocking stream, the legacy stream, a synchronous set or copy) it is never corrupted,
 //! because that stream was made to wait; the test catches the corruption when the pool reuses
 //! blocks without that rule. During a stream capture nothing is reused early, and a capture's
-//! beginning ends the waits. With peer access, and with the setting off, the pool behaves as
+//! beginning, like the destruction of the block's stream, ends the waits. With peer access, and with the setting off, the pool behaves as
 //! before.
 
 use serde_json::Value;
@@ -110,6 +110,17 @@ fn no_block_is_reused_early_during_a_capture_and_a_capture_ends_the_waits() {
     // beginning waited for the block's stream on the host, so no stream wait was left to make.
     assert_eq!(v["same_address"], trials / 2, "{v}");
     assert_eq!(count(&pool, "stream_reuses"), (trials / 2) as u64, "{pool}");
+    assert_eq!(count(&pool, "stream_waits"), 0, "{pool}");
+}
+
+#[test]
+fn destroying_the_stream_of_an_early_reused_block_ends_the_waits() {
+    let trials = 8;
+    let (v, pool) = stream_run("destroy", trials, &[ON]);
+    assert_eq!(v["corrupted_bytes"], 0, "{v}");
+    assert_eq!(v["same_address"], trials, "{v}");
+    assert!(count(&pool, "stream_reuses") >= trials as u64, "{pool}");
+    // The destroy waited for the stream on the host: no stream wait was left to make.
     assert_eq!(count(&pool, "stream_waits"), 0, "{pool}");
 }
 

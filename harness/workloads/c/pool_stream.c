@@ -17,6 +17,9 @@
  *   other       by trial, in turn: cuMemsetD8Async on T (a second non-blocking stream), on the
  *               legacy stream, a synchronous cuMemsetD8, a synchronous cuMemcpyHtoD;
  *   peer        as other, with a second context (device 1) that enabled peer access to this one;
+ *   destroy     as other, with S a new stream each trial, destroyed once B is allocated (the
+ *               driver may give its handle to a new stream: a block reused early must not
+ *               depend on it any more);
  *   capture     as other, with a relaxed-mode capture on a third stream X: in even trials it
  *               begins before the work on S (so A is freed during the capture), in odd trials
  *               after B was allocated (so B may have been reused early, and the capture's
@@ -57,7 +60,7 @@ int main(int argc, char **argv) {
     CUcontext a;
     CHECK(cuCtxGetCurrent(&a));
     memset(fives, 0x55, MAX_SIZE);
-    CHECK(cuStreamCreate(&S, CU_STREAM_NON_BLOCKING));
+    if (strcmp(mode, "destroy")) CHECK(cuStreamCreate(&S, CU_STREAM_NON_BLOCKING));
     CHECK(cuStreamCreate(&T, CU_STREAM_NON_BLOCKING));
     CHECK(cuStreamCreate(&X, CU_STREAM_NON_BLOCKING));
     CHECK(cuMemAlloc(&scratch, 256));
@@ -72,10 +75,12 @@ int main(int argc, char **argv) {
         CHECK(cuCtxSetCurrent(a));
     }
     int capture = !strcmp(mode, "capture");
+    int destroy = !strcmp(mode, "destroy");
     int same = 0;
     size_t bad = 0;
     for (int i = 0; i < trials; i++) {
         CUdeviceptr p, q;
+        if (destroy) CHECK(cuStreamCreate(&S, CU_STREAM_NON_BLOCKING));
         CHECK(cuMemAlloc(&p, SIZE));
         if (capture && i % 2 == 0) CHECK(cuStreamBeginCapture(X, CU_STREAM_CAPTURE_MODE_RELAXED));
         CHECK(cusimEnqueueFill(S, scratch, 1, 0, DELAY_US));
@@ -89,13 +94,14 @@ int main(int argc, char **argv) {
             CHECK(cuStreamSynchronize(S));
         } else {
             if (capture && i % 2 == 1) CHECK(cuStreamBeginCapture(X, CU_STREAM_CAPTURE_MODE_RELAXED));
+            if (destroy) CHECK(cuStreamDestroy(S));
             write_other(q, i);
             if (capture) {
                 CUgraph g;
                 CHECK(cuStreamEndCapture(X, &g));
                 CHECK(cuGraphDestroy(g));
             }
-            CHECK(cuStreamSynchronize(S));
+            if (!destroy) CHECK(cuStreamSynchronize(S));
             CHECK(cuStreamSynchronize(T));
             CHECK(cuCtxSynchronize());
             CHECK(cuMemcpyDtoHAsync(host, q, SIZE, T));

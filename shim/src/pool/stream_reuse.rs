@@ -137,7 +137,11 @@ fn handle_of(key: u64) -> u64 {
 /// fence of `ctx` covers): arms the guard and returns true when the freed block may be reused
 /// at once (see the module documentation for when).
 pub fn arm(ctx: u64, ordinal: i32, completed: u64) -> bool {
-    if !enabled() || fence::capturing() || current_context() != Some(ctx) {
+    // Cheap refusals first (atomic reads), so that frees that cannot qualify take no lock.
+    if !enabled() || fence::capturing() || fence::single_stream_since(completed).is_none() {
+        return false;
+    }
+    if current_context() != Some(ctx) {
         return false;
     }
     let mut st = lock(state());
