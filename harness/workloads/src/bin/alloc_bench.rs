@@ -81,9 +81,18 @@ fn load() -> Driver {
             free_async: std::mem::transmute(sym("cuMemFreeAsync")),
             synchronize: std::mem::transmute(sym("cuCtxSynchronize")),
             get_current: std::mem::transmute(sym("cuCtxGetCurrent")),
-            memset_async: std::mem::transmute(sym("cuMemsetD8Async")),
-            stream_create: std::mem::transmute(sym("cuStreamCreate")),
-            stream_synchronize: std::mem::transmute(sym("cuStreamSynchronize")),
+            memset_async: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(Ptr, u8, usize, *mut c_void) -> CuResult,
+            >(sym("cuMemsetD8Async")),
+            stream_create: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut *mut c_void, u32) -> CuResult,
+            >(sym("cuStreamCreate")),
+            stream_synchronize: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> CuResult,
+            >(sym("cuStreamSynchronize")),
         }
     }
 }
