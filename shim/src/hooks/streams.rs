@@ -1,6 +1,8 @@
 //! Streams and stream captures, watched for the pool's fences: non-blocking streams each need
 //! their own fence event, a destroyed one leaves a last event behind, and no fence may be
-//! recorded while a capture is in progress (see [`crate::pool::fence`]).
+//! recorded while a capture is in progress (see [`crate::pool::fence`]). With stream-aware
+//! reuse, a stream's destruction and a capture's beginning also drain the guard of blocks
+//! reused early ([`crate::pool::stream_reuse`]).
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
