@@ -16,6 +16,7 @@ mod limit_nvml;
 mod live;
 mod pool;
 mod pool_peer;
+mod pool_stream;
 mod python;
 mod python_api;
 mod reliability;

@@ -16,7 +16,8 @@
 use std::ffi::c_void;
 
 use crate::{
-    context, copy, device, errors, event, ipc, memory, peer, pointer, pool, procaddr, stream, vmm,
+    capture, context, copy, device, errors, event, ipc, memory, peer, pointer, pool, procaddr,
+    stream, vmm,
 };
 
 /// Default-stream or per-thread variant.
@@ -109,6 +110,11 @@ pub static ENTRIES: &[Entry] = &[
     row!(Default, "cuStreamDestroy", 2000, stream::cuStreamDestroy),
     row!(Default, "cuStreamDestroy", 4000, stream::cuStreamDestroy_v2),
     row!(Default, "cuStreamSynchronize", 2000, stream::cuStreamSynchronize),
+    row!(Default, "cuStreamBeginCapture", 10010, capture::cuStreamBeginCapture_v2),
+    row!(Ptsz, "cuStreamBeginCapture", 10010, capture::cuStreamBeginCapture_v2_ptsz),
+    row!(Default, "cuStreamEndCapture", 10000, capture::cuStreamEndCapture),
+    row!(Ptsz, "cuStreamEndCapture", 10000, capture::cuStreamEndCapture_ptsz),
+    row!(Default, "cuGraphDestroy", 10000, capture::cuGraphDestroy),
     row!(Ptsz, "cuStreamSynchronize", 7000, stream::cuStreamSynchronize_ptsz),
     row!(Default, "cuStreamQuery", 2000, stream::cuStreamQuery),
     row!(Ptsz, "cuStreamQuery", 7000, stream::cuStreamQuery_ptsz),

@@ -33,6 +33,7 @@ pub mod code {
     pub const CUDA_ERROR_MAP_FAILED: CUresult = 205;
     pub const CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY: CUresult = 224;
     pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
+    pub const CUDA_ERROR_ILLEGAL_STATE: CUresult = 401;
     pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
     pub const CUDA_ERROR_NOT_READY: CUresult = 600;
     pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
@@ -168,6 +169,9 @@ pub enum Fault {
     NotReady,
     /// `cuEventRecord` on a stream of another context than the event's.
     EventStreamMismatch,
+    /// `cuStreamBeginCapture_v2` of a stream already capturing, or `cuStreamEndCapture` of one
+    /// that is not.
+    CaptureState,
 
     // --- memory pools
     /// A pool handle that is unknown or was destroyed.
@@ -276,6 +280,7 @@ impl Fault {
             EventTimingDisabled => CUDA_ERROR_INVALID_HANDLE,
             NotReady => CUDA_ERROR_NOT_READY,
             EventStreamMismatch => CUDA_ERROR_INVALID_HANDLE,
+            CaptureState => CUDA_ERROR_ILLEGAL_STATE,
 
             BadPool => CUDA_ERROR_INVALID_VALUE,
             PoolAttributeNotSettable => CUDA_ERROR_INVALID_VALUE,

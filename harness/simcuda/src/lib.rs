@@ -49,6 +49,7 @@
 #![allow(non_snake_case)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod capture;
 mod config;
 mod context;
 mod copy;

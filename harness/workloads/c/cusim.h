@@ -180,6 +180,14 @@ typedef enum CUstream_flags_enum {
     CU_STREAM_NON_BLOCKING = 0x1
 } CUstream_flags;
 
+typedef enum CUstreamCaptureMode_enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2
+} CUstreamCaptureMode;
+
+typedef struct CUgraph_st *CUgraph;
+
 typedef enum CUevent_flags_enum {
     CU_EVENT_DEFAULT = 0x0,
     CU_EVENT_BLOCKING_SYNC = 0x1,
@@ -373,6 +381,8 @@ typedef struct CUctxCreateParams_st {
 #define cuStreamWaitEvent __CUDA_API_PTSZ(cuStreamWaitEvent)
 #define cuStreamQuery __CUDA_API_PTSZ(cuStreamQuery)
 #define cuStreamSynchronize __CUDA_API_PTSZ(cuStreamSynchronize)
+#define cuStreamBeginCapture __CUDA_API_PTSZ(cuStreamBeginCapture_v2)
+#define cuStreamEndCapture __CUDA_API_PTSZ(cuStreamEndCapture)
 #define cuEventRecord __CUDA_API_PTSZ(cuEventRecord)
 #define cuMemAllocAsync __CUDA_API_PTSZ(cuMemAllocAsync)
 #define cuMemAllocFromPoolAsync __CUDA_API_PTSZ(cuMemAllocFromPoolAsync)
@@ -496,6 +506,9 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
 CUresult CUDAAPI cuStreamQuery(CUstream hStream);
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream);
 CUresult CUDAAPI cuStreamDestroy(CUstream hStream);
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode);
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph);
 
 CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags);
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream);
@@ -547,6 +560,8 @@ CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags);
 CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags);
 CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream);
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream);
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
 CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,

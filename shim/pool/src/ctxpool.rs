@@ -69,6 +69,8 @@ pub struct PoolStats {
     pub syncs: u64,
     /// Fences and synchronizations that also waited for other contexts' work (peers).
     pub peer_waits: u64,
+    /// Frees reusable at once by the stream rule ([`Device::reuse_on_stream`]).
+    pub stream_reuses: u64,
     pub limit_refusals: u64,
 }
 
@@ -187,6 +189,8 @@ pub struct CtxPool<D: Device, R> {
     orphans: AtomicBool,
     /// Submissions up to this mark are complete (the highest any arena's fences reached).
     completed: AtomicU64,
+    /// Frees the device let be reused at once by the stream rule.
+    stream_reuses: AtomicU64,
 }
 
 /// Locks a mutex, taking it back from a thread that panicked while holding it (the same rule as
@@ -229,7 +233,25 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
             cache_generation: AtomicU64::new(1),
             orphans: AtomicBool::new(false),
             completed: AtomicU64::new(0),
+            stream_reuses: AtomicU64::new(0),
         }
+    }
+
+    /// The mark a free made now keeps: the submission count, or 0 (reusable at once) when the
+    /// count is not covered yet but the device says the stream rule lets the block be reused
+    /// now ([`Device::reuse_on_stream`]).
+    #[inline]
+    fn free_mark(&self) -> u64 {
+        let mark = self.device.submissions();
+        if self.settings.unsafe_reuse {
+            return mark;
+        }
+        let completed = self.completed.load(Acquire);
+        if mark > completed && self.device.reuse_on_stream(completed) {
+            self.stream_reuses.fetch_add(1, Relaxed);
+            return 0;
+        }
+        mark
     }
 
     /// Notes that an arena's fences reached `mark`.
@@ -322,7 +344,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
         if self.dead() {
             return None;
         }
-        let mark = self.device.submissions();
+        let mark = self.free_mark();
         let arena = arena % ARENAS;
         let mut g = lock(&self.arenas[arena]);
         if !g.lent.is_empty() && g.lent.contains(&addr) {
@@ -492,6 +514,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
     pub fn stats(&self) -> PoolStats {
         let mut o = PoolStats {
             peak_reserved_bytes: self.peak_reserved.load(Relaxed),
+            stream_reuses: self.stream_reuses.load(Relaxed),
             ..PoolStats::default()
         };
         for a in self.arenas.iter() {
@@ -558,7 +581,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
             return self.free(arena, addr);
         }
         if let Some(slot) = cache.lookup(addr) {
-            let mark = self.device.submissions();
+            let mark = self.free_mark();
             match cache.release::<R>(slot, mark) {
                 tcache::Release::Cached(record) => return Some(Ok(record)),
                 tcache::Release::ToArena(b) => {

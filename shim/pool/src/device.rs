@@ -90,6 +90,17 @@ pub trait Device {
         0
     }
 
+    /// A block of this context is being freed now, with a mark above `completed` (all work
+    /// counted up to `completed` is known complete): returns true when it may be reused at once
+    /// because all pending work was issued on one stream, the implementor having made every
+    /// other stream wait for that work before its next submission (the stream rule, `fence.rs`:
+    /// the implementor must only say yes when that rule's conditions hold). Called with an
+    /// arena lock held, or none. Never by default: the fence rule alone.
+    fn reuse_on_stream(&self, completed: u64) -> bool {
+        let _ = completed;
+        false
+    }
+
     /// Waits for all work of this context's peers to finish (after [`synchronize`]
     /// (Device::synchronize)); how many peers it waited for, or `None` when that failed.
     /// Nothing to wait for by default.

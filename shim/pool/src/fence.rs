@@ -50,6 +50,48 @@
 //! A context nothing outside can reach fences exactly as before: the device answers "no peers"
 //! with one atomic read.
 //!
+//! # Stream-aware reuse
+//!
+//! With `CUGUARD_POOL_STREAM_REUSE=1`, a free whose mark is not covered yet may still be reused
+//! at once, when the device says so ([`Device::reuse_on_stream`]; the shim's
+//! `pool::stream_reuse` decides, `hooks::submit` enforces). The pool then keeps the block as if
+//! its mark were covered (mark 0), in its arena or a thread cache alike. The rule the device
+//! must follow:
+//!
+//! - **One stream.** Let `c` be the pool's completed mark. Every submission counted after `c`,
+//!   up to now (a superset of those up to the free's mark), was issued on one stream S. The
+//!   shim knows because the count and the stream of each submission are taken in one atomic
+//!   step (runs of one stream, `pool::fence`). Streams are told apart by handle, with the legacy
+//!   stream and each thread's per-thread default stream each a stream of its own (the legacy
+//!   stream's implicit synchronization with blocking streams is not relied on); an entry
+//!   without a stream argument (a synchronous copy or set) is on the default stream; a
+//!   submission whose stream cannot be told matches none.
+//! - **Why that is enough now.** All work that can touch the block was counted by its free's
+//!   mark (as for the fence rule), so what may still be running of it is on S. Later work on S
+//!   runs after it, by stream order.
+//! - **Every other stream waits.** From the free on, until S's work up to it is known complete,
+//!   every submission on a stream T ≠ S, of any context and any thread, is preceded by a wait
+//!   of T on an event recorded on S after the free (`cuStreamWaitEvent`; once per stream per
+//!   arming free); an event recorded later on S covers more, never less. Synchronous copies and
+//!   sets are submissions on the default stream, so host reads and writes wait too; a chunk
+//!   given back to the driver waits the same way, or on the host. Where no wait can be
+//!   inserted (a submission whose stream is unknown, a capture beginning, S destroyed, a new
+//!   peer relation, a chunk freed synchronously), the host waits for S's event, or for the
+//!   context, first. The guard is armed before the block can be handed out (before the free
+//!   returns it to the pool), and anything that can use the block is submitted after it is
+//!   handed out, so it sees the guard.
+//! - **Not then.** Never while a capture is in progress (a capturing stream cannot wait for an
+//!   event recorded outside it), while any other context can reach this context's memory
+//!   (peers: their streams are not ordered with S either way), when the pool's context is not
+//!   current, or when S is another thread's per-thread default stream (only its thread can name
+//!   it to record the event). Then the fence rule alone applies.
+//! - **One guard at a time.** A guard on S can be replaced by one on S' only once a completed
+//!   fence covers the old guard's marks. It always is when the new free qualifies: the old
+//!   guard's work after `c` was on S and the new one's on S', so there is none.
+//!
+//! A wrong guess costs a wait, never a corruption: a stream that waits for nothing it needed
+//! only loses overlap.
+//!
 //! # Who does what
 //!
 //! The counting and the stream bookkeeping happen where the program's calls are seen (in the

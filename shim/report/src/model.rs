@@ -481,6 +481,14 @@ pub struct PoolStats {
     /// the pool's memory (peer access, peer copies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_waits: Option<u64>,
+    /// Frees made reusable at once because all their pending work was on one stream
+    /// (`CUGUARD_POOL_STREAM_REUSE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_reuses: Option<u64>,
+    /// Stream waits inserted so that another stream's work runs after an early-reused block's
+    /// pending work (`CUGUARD_POOL_STREAM_REUSE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_waits: Option<u64>,
     /// Allocations refused because of `CUGUARD_POOL_LIMIT`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_refusals: Option<u64>,

@@ -235,6 +235,8 @@ fn full_report(reason: Reason) -> Report {
             fences: Some(12),
             syncs: Some(1),
             peer_waits: Some(0),
+            stream_reuses: Some(0),
+            stream_waits: Some(0),
             limit_refusals: Some(0),
         }),
     }];

@@ -18,7 +18,7 @@
 //! |----------|-------------------------------------------------------------------|
 //! | `track`, `query` | `hooks::FIRST_FORM(entry, real, args…)`                   |
 //! | `door`   | `doors::procaddr::FIRST_FORM(entry, real, args…)`                 |
-//! | `submit` | the real entry, then [`crate::hooks::submit::counted`]            |
+//! | `submit` | [`crate::hooks::submit::before`], the real entry, then [`crate::hooks::submit::counted_on`], with the submission's stream ([`stream_key!`]) |
 //! | `copy`   | `hooks::FIRST_FORM(entry, real, args…)`, which counts it too      |
 //!
 //! `FIRST_FORM` is the row's first form: one handler serves all forms of a row, and is told
@@ -86,8 +86,47 @@ macro_rules! door_functions {
     (@call door $first:ident $form:ident $real:ident ($($p:ident),*)) => {
         super::super::procaddr::$first(Entry::$form, $real, $($p),*)
     };
-    (@call submit $first:ident $form:ident $real:ident ($($p:ident),*)) => {
-        crate::hooks::submit::counted($real($($p),*))
+    (@call submit $first:ident $form:ident $real:ident ($($p:ident),*)) => {{
+        let key = stream_key!($first $form; $($p),*);
+        crate::hooks::submit::before(key);
+        crate::hooks::submit::counted_on($real($($p),*), key)
+    }};
+}
+
+/// The stream key of a `submit` row's call (see [`crate::hooks::submit`]): from the argument
+/// named `hStream` or `stream`, `cuLaunchKernelEx`'s config, or the default stream when there is
+/// none; unknown for `cuLaunchCooperativeKernelMultiDevice`. `$form` says whether handle 0 is
+/// the per-thread stream.
+macro_rules! stream_key {
+    (@per_thread $form:ident) => {{
+        const PER_THREAD: bool = crate::hooks::submit::is_per_thread_name(stringify!($form));
+        PER_THREAD
+    }};
+    (@scan $form:ident;) => {
+        crate::hooks::submit::default_key(stream_key!(@per_thread $form))
+    };
+    (@scan $form:ident; $p:ident $(, $rest:ident)*) => {
+        stream_key!(@is $form; $p [$p] $($rest),*)
+    };
+    (@is $form:ident; hStream [$s:ident] $($rest:ident),*) => {
+        crate::hooks::submit::key_of($s as u64, stream_key!(@per_thread $form))
+    };
+    (@is $form:ident; stream [$s:ident] $($rest:ident),*) => {
+        crate::hooks::submit::key_of($s as u64, stream_key!(@per_thread $form))
+    };
+    (@is $form:ident; $other:ident [$s:ident] $($rest:ident),*) => {
+        stream_key!(@scan $form; $($rest),*)
+    };
+    (cuLaunchKernelEx $form:ident; $config:ident $(, $p:ident)*) => {
+        // Inside the door's unsafe block: the program's CUlaunchConfig or NULL, under the
+        // entry's contract.
+        crate::hooks::submit::config_key($config as *const c_void, stream_key!(@per_thread $form))
+    };
+    (cuLaunchCooperativeKernelMultiDevice $form:ident; $($p:ident),*) => {
+        crate::hooks::submit::UNKNOWN_KEY
+    };
+    ($first:ident $form:ident; $($p:ident),*) => {
+        stream_key!(@scan $form; $($p),*)
     };
 }
 

@@ -19,7 +19,7 @@
 //! |----------|-------------------------------------------|-------------------------------------------------|
 //! | `track`  | the shim's export / hook                  | forwards, then tracks (allocations, frees, contexts, streams) |
 //! | `query`  | the shim's export / hook                  | answers for pooled pointers, else forwards      |
-//! | `submit` | the shim's export / hook                  | forwards, then counts one submission of device work (for the pool's fences) |
+//! | `submit` | the shim's export / hook                  | forwards, then counts one submission of device work on its stream (for the pool's fences); first makes that stream wait for an early-reused block's stream when it must (`pool::stream_reuse`) |
 //! | `copy`   | the shim's export / hook                  | as `submit`, and notes first which other contexts' memory the copy touches (`hooks::peers`, for the pool's fences) |
 //! | `door`   | the shim's export / hook                  | forwards, then substitutes hooks in what the driver returned (`cuGetProcAddress`) |
 //! | `pass`   | the driver's own entry                    | only calls it itself                            |
@@ -127,6 +127,8 @@ macro_rules! for_each_entry {
             pass [cuEventRecord] fn(event: *mut c_void, stream: *mut c_void);
             pass [cuEventQuery] fn(event: *mut c_void);
             pass [cuEventDestroy_v2] fn(event: *mut c_void);
+            pass [cuEventSynchronize] fn(event: *mut c_void);
+            pass [cuStreamWaitEvent] fn(stream: *mut c_void, event: *mut c_void, flags: u32);
         }
     };
 }

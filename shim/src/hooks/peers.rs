@@ -17,6 +17,8 @@ use crate::guard::shield;
 use crate::pool::peers::{self, Touch};
 use crate::pool::registry;
 
+use super::submit;
+
 /// `cuCtxEnablePeerAccess`: the current context's work may now touch `peer`'s memory.
 ///
 /// # Safety
@@ -94,10 +96,20 @@ unsafe fn copy3d_contexts(p: *mut c_void) -> [u64; 2] {
     [c.dstContext as u64, c.srcContext as u64]
 }
 
-/// Counts the submission, then closes the copy's note.
+/// The key of the stream a copy row's call `e` is issued on: `stream`, or the default stream
+/// for the synchronous copies (`None`).
+fn key(e: Entry, stream: Option<*mut c_void>) -> u64 {
+    let per_thread = submit::is_per_thread(e);
+    match stream {
+        Some(s) => submit::key_of(s as u64, per_thread),
+        None => submit::default_key(per_thread),
+    }
+}
+
+/// Counts the submission on stream `key`, then closes the copy's note.
 #[inline]
-fn counted(result: CUresult, touch: Option<Touch>) -> CUresult {
-    let r = super::submit::counted(result);
+fn counted(result: CUresult, touch: Option<Touch>, key: u64) -> CUresult {
+    let r = submit::counted_on(result, key);
     drop(touch);
     r
 }
@@ -106,10 +118,12 @@ fn counted(result: CUresult, touch: Option<Touch>) -> CUresult {
 ///
 /// # Safety
 /// The program's arguments, under the driver's contract.
-pub unsafe fn cuMemcpy(_e: Entry, real: sig::cuMemcpy, dst: u64, src: u64, n: usize) -> CUresult {
+pub unsafe fn cuMemcpy(e: Entry, real: sig::cuMemcpy, dst: u64, src: u64, n: usize) -> CUresult {
     let touch = touching(pool_contexts(dst, src));
+    let key = key(e, None);
+    submit::before(key);
     // SAFETY: the program's own arguments, forwarded unchanged.
-    counted(unsafe { real(dst, src, n) }, touch)
+    counted(unsafe { real(dst, src, n) }, touch, key)
 }
 
 /// `cuMemcpyAsync` and its `_ptsz`, `_ptds` forms: unified addresses.
@@ -117,7 +131,7 @@ pub unsafe fn cuMemcpy(_e: Entry, real: sig::cuMemcpy, dst: u64, src: u64, n: us
 /// # Safety
 /// The program's arguments, under the driver's contract.
 pub unsafe fn cuMemcpyAsync(
-    _e: Entry,
+    e: Entry,
     real: sig::cuMemcpyAsync,
     dst: u64,
     src: u64,
@@ -125,8 +139,10 @@ pub unsafe fn cuMemcpyAsync(
     stream: *mut c_void,
 ) -> CUresult {
     let touch = touching(pool_contexts(dst, src));
+    let key = key(e, Some(stream));
+    submit::before(key);
     // SAFETY: the program's own arguments, forwarded unchanged.
-    counted(unsafe { real(dst, src, n, stream) }, touch)
+    counted(unsafe { real(dst, src, n, stream) }, touch, key)
 }
 
 /// `cuMemcpyPeer` and its `_ptsz`, `_ptds` forms.
@@ -134,7 +150,7 @@ pub unsafe fn cuMemcpyAsync(
 /// # Safety
 /// The program's arguments, under the driver's contract.
 pub unsafe fn cuMemcpyPeer(
-    _e: Entry,
+    e: Entry,
     real: sig::cuMemcpyPeer,
     dst: u64,
     dst_ctx: *mut c_void,
@@ -143,8 +159,10 @@ pub unsafe fn cuMemcpyPeer(
     n: usize,
 ) -> CUresult {
     let touch = touching([dst_ctx as u64, src_ctx as u64]);
+    let key = key(e, None);
+    submit::before(key);
     // SAFETY: the program's own arguments, forwarded unchanged.
-    counted(unsafe { real(dst, dst_ctx, src, src_ctx, n) }, touch)
+    counted(unsafe { real(dst, dst_ctx, src, src_ctx, n) }, touch, key)
 }
 
 /// `cuMemcpyPeerAsync` and its `_ptsz`, `_ptds` forms.
@@ -152,7 +170,7 @@ pub unsafe fn cuMemcpyPeer(
 /// # Safety
 /// The program's arguments, under the driver's contract.
 pub unsafe fn cuMemcpyPeerAsync(
-    _e: Entry,
+    e: Entry,
     real: sig::cuMemcpyPeerAsync,
     dst: u64,
     dst_ctx: *mut c_void,
@@ -162,10 +180,13 @@ pub unsafe fn cuMemcpyPeerAsync(
     stream: *mut c_void,
 ) -> CUresult {
     let touch = touching([dst_ctx as u64, src_ctx as u64]);
+    let key = key(e, Some(stream));
+    submit::before(key);
     // SAFETY: the program's own arguments, forwarded unchanged.
     counted(
         unsafe { real(dst, dst_ctx, src, src_ctx, n, stream) },
         touch,
+        key,
     )
 }
 
@@ -173,11 +194,13 @@ pub unsafe fn cuMemcpyPeerAsync(
 ///
 /// # Safety
 /// The program's arguments, under the driver's contract.
-pub unsafe fn cuMemcpy3DPeer(_e: Entry, real: sig::cuMemcpy3DPeer, p: *mut c_void) -> CUresult {
+pub unsafe fn cuMemcpy3DPeer(e: Entry, real: sig::cuMemcpy3DPeer, p: *mut c_void) -> CUresult {
     // SAFETY: p is the program's CUDA_MEMCPY3D_PEER or NULL (the entry's contract).
     let touch = touching(unsafe { copy3d_contexts(p) });
+    let key = key(e, None);
+    submit::before(key);
     // SAFETY: the program's own argument, forwarded unchanged.
-    counted(unsafe { real(p) }, touch)
+    counted(unsafe { real(p) }, touch, key)
 }
 
 /// `cuMemcpy3DPeerAsync` and its `_ptsz`, `_ptds` forms.
@@ -185,13 +208,15 @@ pub unsafe fn cuMemcpy3DPeer(_e: Entry, real: sig::cuMemcpy3DPeer, p: *mut c_voi
 /// # Safety
 /// The program's arguments, under the driver's contract.
 pub unsafe fn cuMemcpy3DPeerAsync(
-    _e: Entry,
+    e: Entry,
     real: sig::cuMemcpy3DPeerAsync,
     p: *mut c_void,
     stream: *mut c_void,
 ) -> CUresult {
     // SAFETY: p is the program's CUDA_MEMCPY3D_PEER or NULL (the entry's contract).
     let touch = touching(unsafe { copy3d_contexts(p) });
+    let key = key(e, Some(stream));
+    submit::before(key);
     // SAFETY: the program's own arguments, forwarded unchanged.
-    counted(unsafe { real(p, stream) }, touch)
+    counted(unsafe { real(p, stream) }, touch, key)
 }

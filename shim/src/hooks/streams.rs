@@ -1,6 +1,8 @@
 //! Streams and stream captures, watched for the pool's fences: non-blocking streams each need
 //! their own fence event, a destroyed one leaves a last event behind, and no fence may be
-//! recorded while a capture is in progress (see [`crate::pool::fence`]).
+//! recorded while a capture is in progress (see [`crate::pool::fence`]). With stream-aware
+//! reuse, a stream's destruction and a capture's beginning also drain the guard of blocks
+//! reused early ([`crate::pool::stream_reuse`]).
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
@@ -9,7 +11,7 @@ use std::ffi::c_int;
 use crate::driver::{Entry, current_context, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::pool::fence;
+use crate::pool::{fence, stream_reuse};
 
 /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`: the capture ended anyway.
 const CAPTURE_INVALIDATED: CUresult = 901;
@@ -79,12 +81,36 @@ pub unsafe fn cuGreenCtxStreamCreate(
     r
 }
 
+/// Begins a capture with `begin` (the real entry's call), counting it. With stream-aware reuse,
+/// the capture is counted first and an early reuse's guard drained, so that none is armed
+/// while the capture runs (a capturing stream cannot wait for an event recorded outside it);
+/// the count is taken back if the capture did not begin.
+fn capturing(begin: impl FnOnce() -> CUresult) -> CUresult {
+    if !stream_reuse::enabled() {
+        let r = begin();
+        if r == CUDA_SUCCESS {
+            fence::capture_changed(1);
+        }
+        return r;
+    }
+    fence::capture_changed(1);
+    shield((), stream_reuse::capture_beginning);
+    let r = begin();
+    if r != CUDA_SUCCESS {
+        fence::capture_changed(-1);
+    }
+    r
+}
+
 /// `cuStreamDestroy` and `_v2`: a non-blocking stream leaves a last event for the fences.
 ///
 /// # Safety
 /// The program's arguments, under the driver's contract.
 pub unsafe fn cuStreamDestroy(_e: Entry, real: sig::cuStreamDestroy, stream: CUstream) -> CUresult {
-    shield((), || fence::stream_destroying(stream as u64));
+    shield((), || {
+        stream_reuse::stream_destroying(stream as u64);
+        fence::stream_destroying(stream as u64);
+    });
     // SAFETY: the program's own argument, forwarded unchanged.
     unsafe { real(stream) }
 }
@@ -99,11 +125,7 @@ pub unsafe fn cuStreamBeginCapture(
     stream: CUstream,
 ) -> CUresult {
     // SAFETY: the program's own argument, forwarded unchanged.
-    let r = unsafe { real(stream) };
-    if r == CUDA_SUCCESS {
-        fence::capture_changed(1);
-    }
-    r
+    capturing(|| unsafe { real(stream) })
 }
 
 /// `cuStreamBeginCapture_v2` and `_ptsz`.
@@ -117,11 +139,7 @@ pub unsafe fn cuStreamBeginCapture_v2(
     mode: u32,
 ) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let r = unsafe { real(stream, mode) };
-    if r == CUDA_SUCCESS {
-        fence::capture_changed(1);
-    }
-    r
+    capturing(|| unsafe { real(stream, mode) })
 }
 
 /// `cuStreamBeginCaptureToGraph` and `_ptsz`.
@@ -139,11 +157,7 @@ pub unsafe fn cuStreamBeginCaptureToGraph(
     mode: u32,
 ) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
-    let r = unsafe { real(stream, graph, deps, data, n, mode) };
-    if r == CUDA_SUCCESS {
-        fence::capture_changed(1);
-    }
-    r
+    capturing(|| unsafe { real(stream, graph, deps, data, n, mode) })
 }
 
 /// `cuStreamEndCapture` and `_ptsz`.

@@ -9,7 +9,7 @@ use std::ffi::c_void;
 
 use cuguard_pool::{Device, DeviceError, Reason};
 
-use super::{fence, peers, registry};
+use super::{fence, peers, registry, stream_reuse};
 use crate::driver::{current_context, real};
 use crate::ffi::*;
 
@@ -48,6 +48,8 @@ impl Device for DriverContext {
     }
 
     fn free_chunk(&self, base: u64, wait: bool) {
+        // A block of the chunk may have been reused early: its stream's work first.
+        stream_reuse::chunk_freeing(wait);
         if wait {
             free_chunk(base);
         } else {
@@ -111,6 +113,10 @@ impl Device for DriverContext {
         (unsafe { sync() }) == CUDA_SUCCESS
     }
 
+    fn reuse_on_stream(&self, completed: u64) -> bool {
+        stream_reuse::arm(self.handle, self.ordinal, completed)
+    }
+
     fn record_peer_events(&self, completed: u64, events: &mut Vec<FenceEvent>) -> u64 {
         let peers = peers::reaching(self.handle, completed);
         for &peer in &peers {
@@ -133,7 +139,7 @@ impl Device for DriverContext {
 
 /// Runs `f` with context `ctx` current on this thread, then makes the previous one current
 /// again. `None` when `ctx` could not be made current (it is gone: its work went with it).
-fn with_current<T>(ctx: u64, f: impl FnOnce() -> T) -> Option<T> {
+pub(crate) fn with_current<T>(ctx: u64, f: impl FnOnce() -> T) -> Option<T> {
     let (push, pop) = (real::cuCtxPushCurrent_v2()?, real::cuCtxPopCurrent_v2()?);
     // SAFETY: ctx is a context handle the program used; the driver checks it.
     if unsafe { push(ctx as *mut c_void as CUcontext) } != CUDA_SUCCESS {
@@ -147,7 +153,7 @@ fn with_current<T>(ctx: u64, f: impl FnOnce() -> T) -> Option<T> {
 }
 
 /// Waits for the current context's work; false when that failed.
-fn synchronize_current() -> bool {
+pub(crate) fn synchronize_current() -> bool {
     real::cuCtxSynchronize().is_some_and(|sync| {
         // SAFETY: no arguments.
         (unsafe { sync() }) == CUDA_SUCCESS

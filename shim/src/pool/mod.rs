@@ -9,6 +9,8 @@
 //! - [`peers`]: which other contexts' work can touch a context's memory (peer access, peer
 //!   copies), which its pool's fences must cover too.
 //! - [`registry`]: the pool of the current context, and the owner of an address.
+//! - [`stream_reuse`]: a freed block whose pending work is all on one stream reused at once,
+//!   other streams made to wait for that stream's work first.
 //! - [`serve`]: what the hooks ask: serve an allocation or a free from the pool or the driver,
 //!   find a pooled block, the pool's figures for the report.
 //!
@@ -24,6 +26,7 @@ pub mod fence;
 pub mod peers;
 pub mod registry;
 pub mod serve;
+pub mod stream_reuse;
 
 /// A context's pool, as the shim uses it: over the real driver, keeping the tracker's record
 /// with each block.

@@ -87,6 +87,8 @@ pub fn enabled(peer: u64, by: u64) {
             r.enabled.push(by);
         }
     });
+    // Work of `by` may now reach `peer`'s memory: no block of it stays reused early.
+    super::stream_reuse::relation_added();
 }
 
 /// Context `by` disabled peer access to context `peer`: its work issued until now may still
@@ -150,6 +152,8 @@ impl Touch {
                 }
             }
         });
+        // The copy may reach another context's memory: no block stays reused early.
+        super::stream_reuse::relation_added();
         Some(Touch { by, targets })
     }
 }

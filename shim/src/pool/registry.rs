@@ -218,6 +218,7 @@ pub fn stats_for_device(device: i32) -> Option<PoolStats> {
         o.fences += s.fences;
         o.syncs += s.syncs;
         o.peer_waits += s.peer_waits;
+        o.stream_reuses += s.stream_reuses;
         o.limit_refusals += s.limit_refusals;
     }
     out
@@ -255,4 +256,5 @@ pub fn reset_after_fork() {
     GENERATION.fetch_add(1, Ordering::AcqRel);
     super::cache::reset_after_fork();
     super::peers::reset_after_fork();
+    super::stream_reuse::reset_after_fork();
 }

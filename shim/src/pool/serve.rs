@@ -239,6 +239,7 @@ pub fn context_destroyed(handle: u64) -> Vec<(u64, Record)> {
         let gone = registry::context_destroyed(handle);
         crate::pool::fence::context_gone(handle);
         crate::pool::peers::context_gone(handle);
+        crate::pool::stream_reuse::context_gone(handle);
         gone
     })
 }
@@ -273,6 +274,8 @@ pub fn pool_stats(device: i32) -> Option<cuguard_report::PoolStats> {
         fences: Some(s.fences),
         syncs: Some(s.syncs),
         peer_waits: Some(s.peer_waits),
+        stream_reuses: Some(s.stream_reuses),
+        stream_waits: Some(crate::pool::stream_reuse::waits_for_device(device)),
         limit_refusals: Some(s.limit_refusals),
     })
 }

@@ -13,9 +13,14 @@
 //!   probability 0.73, else free a random live block), for max = 1, 64 and 256 MiB; the parent
 //!   reads the peak reserved and peak live bytes from the child's cuguard report;
 //! - `threads`: pairs per second with 1 and 16 threads (4 KiB).
+//! - `streampair`: the median pair (4 KiB and 1 MiB) with a kernel-like submission on one
+//!   non-blocking stream between them (`cuMemsetD8Async` of the block, then its free, then the
+//!   next allocation of the same size: what PyTorch without its caching allocator does), the
+//!   stream synchronized once at the end.
 //!
 //! `pool-nocache` is `pool` with the per-thread cache off (`CUGUARD_POOL_THREAD_CACHE=0`), so
-//! the cache's effect shows side by side in one run.
+//! the cache's effect shows side by side in one run; `pool-stream` is `pool` with stream-aware
+//! reuse on (`CUGUARD_POOL_STREAM_REUSE=1`), for `streampair`.
 //!
 //! The parent prints a markdown table of medians over rounds and the ratios between
 //! configurations, and writes every figure to `--json FILE`. With `--baseline PATH`, every
@@ -48,6 +53,9 @@ struct Driver {
     free_async: unsafe extern "C" fn(Ptr, *mut c_void) -> CuResult,
     synchronize: unsafe extern "C" fn() -> CuResult,
     get_current: unsafe extern "C" fn(*mut *mut c_void) -> CuResult,
+    memset_async: unsafe extern "C" fn(Ptr, u8, usize, *mut c_void) -> CuResult,
+    stream_create: unsafe extern "C" fn(*mut *mut c_void, u32) -> CuResult,
+    stream_synchronize: unsafe extern "C" fn(*mut c_void) -> CuResult,
 }
 
 fn load() -> Driver {
@@ -73,6 +81,18 @@ fn load() -> Driver {
             free_async: std::mem::transmute(sym("cuMemFreeAsync")),
             synchronize: std::mem::transmute(sym("cuCtxSynchronize")),
             get_current: std::mem::transmute(sym("cuCtxGetCurrent")),
+            memset_async: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(Ptr, u8, usize, *mut c_void) -> CuResult,
+            >(sym("cuMemsetD8Async")),
+            stream_create: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut *mut c_void, u32) -> CuResult,
+            >(sym("cuStreamCreate")),
+            stream_synchronize: std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void) -> CuResult,
+            >(sym("cuStreamSynchronize")),
         }
     }
 }
@@ -333,6 +353,31 @@ fn child(test: &str, quick: bool) -> BTreeMap<String, f64> {
                 c.free(p);
             }
         }
+        "streampair" => {
+            let mut stream = std::ptr::null_mut();
+            // SAFETY: valid out-parameter; CU_STREAM_NON_BLOCKING = 1.
+            check(
+                unsafe { (c.d.stream_create)(&mut stream, 1) },
+                "cuStreamCreate",
+            );
+            for (label, size) in [("4KiB", 4096usize), ("1MiB", 1 << 20)] {
+                let ns = time_pairs(200 / scale, 20, || {
+                    let p = c.alloc(size);
+                    // SAFETY: p is a live block of `size` bytes; stream is ours.
+                    check(
+                        unsafe { (c.d.memset_async)(p, 0, size, stream) },
+                        "cuMemsetD8Async",
+                    );
+                    c.free(p);
+                });
+                // SAFETY: the stream created above.
+                check(
+                    unsafe { (c.d.stream_synchronize)(stream) },
+                    "cuStreamSynchronize",
+                );
+                out.insert(format!("streampair_{label}_ns"), ns);
+            }
+        }
         "threads" => {
             let budget = std::time::Duration::from_millis(if quick { 50 } else { 500 });
             for threads in [1usize, 16] {
@@ -405,6 +450,15 @@ const VARIANTS: &[Variant] = &[
         shim: true,
     },
     Variant {
+        name: "pool-stream",
+        env: &[
+            ("CUGUARD_POOL", "1"),
+            ("CUGUARD_STACK_DEPTH", "0"),
+            ("CUGUARD_POOL_STREAM_REUSE", "1"),
+        ],
+        shim: true,
+    },
+    Variant {
         name: "pool+stacks",
         env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "32")],
         shim: true,
@@ -428,6 +482,7 @@ const TESTS: &[&str] = &[
     "random64",
     "random256",
     "threads",
+    "streampair",
 ];
 
 fn main() {
@@ -613,6 +668,17 @@ fn main() {
         println!(
             "| pool-nocache / pool (thread cache off / on), {size} pair | {:.2} |",
             get("pool-nocache", &k) / get("pool", &k)
+        );
+    }
+    for size in ["4KiB", "1MiB"] {
+        let k = format!("streampair_{size}_ns");
+        println!(
+            "| pool / pool-stream (stream-aware reuse off / on), {size} pair with a memset on a stream | {:.2} |",
+            get("pool", &k) / get("pool-stream", &k)
+        );
+        println!(
+            "| bare / pool-stream, {size} pair with a memset on a stream | {:.2} |",
+            get("bare", &k) / get("pool-stream", &k)
         );
     }
     if baseline.is_some() {

@@ -75,6 +75,10 @@ pub struct State {
     pub syncs: u64,
     /// What the pool must never do, if it did.
     pub violations: Vec<String>,
+    /// The answer to `reuse_on_stream` (the shim's stream rule, played by the test).
+    pub stream_reuse: bool,
+    /// The `completed` of every `reuse_on_stream` asked.
+    pub stream_asks: Vec<u64>,
 }
 
 /// The fake device: a [`State`] behind a `RefCell` (the pool calls it with `&self`).
@@ -274,6 +278,12 @@ impl Device for FakeDevice {
 
     fn capturing(&self) -> bool {
         self.s.borrow().captures > 0
+    }
+
+    fn reuse_on_stream(&self, completed: u64) -> bool {
+        let mut s = self.s.borrow_mut();
+        s.stream_asks.push(completed);
+        s.stream_reuse
     }
 
     fn record_event(&self, stream: u64) -> Option<u64> {

@@ -243,6 +243,51 @@ fn kept_pool() -> Box<Pool> {
 }
 
 #[test]
+fn a_free_the_stream_rule_allows_is_reusable_at_once_and_only_then() {
+    let pool = kept_pool();
+    let mut c = ThreadCache::new();
+    // Nothing in flight: reusable by the fence rule; the stream rule is not asked.
+    let a = pool.alloc(0, 3 * MIB, Some(1)).unwrap();
+    assert_eq!(pool.free(0, a), Some(Ok(Some(1))));
+    assert!(fake(&pool).stream_asks.is_empty());
+    // Work in flight, and the device says no: pending, as before.
+    let a = pool.alloc(0, 3 * MIB, Some(2)).unwrap();
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.free(0, a), Some(Ok(Some(2))));
+    assert_eq!(pool.stats().pending_bytes, 3 * MIB);
+    assert_eq!(fake(&pool).stream_asks, vec![0]);
+    assert_eq!(pool.stats().stream_reuses, 0);
+    // It says yes: the next free is reusable at once, through the arena and the thread cache,
+    // without a synchronization, while the work is still in flight.
+    fake(&pool).stream_reuse = true;
+    let b = pool.alloc(0, 3 * MIB, Some(3)).unwrap();
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.free(0, b), Some(Ok(Some(3))));
+    assert_eq!(pool.alloc(0, 3 * MIB, Some(4)), Ok(b));
+    let small = pool.alloc_cached(&mut c, 0, 1000, Some(5)).unwrap();
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.free_cached(&mut c, 0, small), Some(Ok(Some(5))));
+    assert_eq!(pool.alloc_cached(&mut c, 0, 1000, Some(6)), Ok(small));
+    assert!(!fake(&pool).done_up_to(1));
+    let s = pool.stats();
+    assert_eq!((s.syncs, s.stream_reuses, s.pending_bytes), (0, 2, 3 * MIB));
+    pool.check_invariants().unwrap();
+    assert!(fake(&pool).violations.is_empty());
+    // With unsafe reuse (the tests' own setting) the rule is never asked.
+    let unsafe_pool = new_pool(
+        1 << 30,
+        Settings {
+            unsafe_reuse: true,
+            ..Settings::default()
+        },
+    );
+    let x = unsafe_pool.alloc(0, MIB, None).unwrap();
+    fake(&unsafe_pool).submit(LEGACY_STREAM);
+    unsafe_pool.free(0, x);
+    assert!(fake(&unsafe_pool).stream_asks.is_empty());
+}
+
+#[test]
 fn a_pair_served_by_the_thread_cache_reuses_the_block_and_keeps_its_record_in_the_slot() {
     let pool = kept_pool();
     let mut c = ThreadCache::new();
