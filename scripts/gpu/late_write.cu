@@ -1,7 +1,10 @@
 // The cross-stream late-write check (issues 13 and 14): a block freed while a slow kernel on stream A
 // still writes into it must not be handed out, and written on stream B, before that kernel is done.
 //
-//   nvcc -O1 -o late_write late_write.cu && LD_PRELOAD=libcuguard.so ./late_write [TRIALS] [BYTES]
+//   nvcc -O1 -o late_write late_write.cu && LD_PRELOAD=libcuguard.so ./late_write [TRIALS] [BYTES] [same]
+//
+// With `same`, Y is filled on stream A itself (after the late kernel, in stream order): never
+// corrupt, and what stream-aware reuse hands out at once.
 //
 // Each trial: allocate X (cudaMalloc, so cuMemAlloc_v2, which the pool serves), start on stream A a
 // kernel that spins for about 20 ms and then fills X with 0xAA, free X at once, allocate Y of the same
@@ -10,6 +13,7 @@
 // one JSON line: trials, how many reused X's address, how many were corrupt, and the time per trial.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <chrono>
 #include <vector>
 #include <cuda_runtime.h>
@@ -33,6 +37,7 @@ int main(int argc, char **argv) {
   CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
   long long spin = (long long)khz * 20;  // about 20 ms at the SM clock
   cudaStream_t a, b;
+  const bool same = argc > 3 && !strcmp(argv[3], "same");
   CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
   CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
   std::vector<unsigned char> host(bytes);
@@ -46,7 +51,7 @@ int main(int argc, char **argv) {
     CHECK(cudaFree(x));
     CHECK(cudaMalloc(&y, bytes));
     if (y == x) reused++;
-    CHECK(cudaMemsetAsync(y, 0x55, bytes, b));
+    CHECK(cudaMemsetAsync(y, 0x55, bytes, same ? a : b));
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaMemcpy(host.data(), y, bytes, cudaMemcpyDeviceToHost));
     size_t bad = 0;
@@ -55,7 +60,7 @@ int main(int argc, char **argv) {
     CHECK(cudaFree(y));
   }
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  printf("{\"device\": \"%s\", \"bytes\": %zu, \"trials\": %d, \"reused_address\": %d, \"corrupt\": %d, \"ms_per_trial\": %.2f}\n",
-         prop.name, bytes, trials, reused, corrupt, ms / trials);
+  printf("{\"device\": \"%s\", \"bytes\": %zu, \"stream\": \"%s\", \"trials\": %d, \"reused_address\": %d, \"corrupt\": %d, \"ms_per_trial\": %.2f}\n",
+         prop.name, bytes, same ? "same" : "other", trials, reused, corrupt, ms / trials);
   return corrupt ? 1 : 0;
 }

@@ -15,16 +15,27 @@ mkdir -p $B
   echo "| run | block | result |"
   echo "|---|---|---|"
   for size in 8388608 262144; do
-  for v in bare pool pool-no-thread-cache pool-off; do
+  for v in bare pool pool-stream-reuse pool-no-thread-cache pool-off; do
     case $v in
       bare) env=() ;;
       pool) env=(LD_PRELOAD=$S) ;;
+      pool-stream-reuse) env=(LD_PRELOAD=$S CUGUARD_POOL_STREAM_REUSE=1) ;;
       pool-no-thread-cache) env=(LD_PRELOAD=$S CUGUARD_POOL_THREAD_CACHE=0) ;;
       pool-off) env=(LD_PRELOAD=$S CUGUARD_POOL=0) ;;
     esac
     line=$(env "${env[@]}" CUGUARD_QUIET=1 CUGUARD_REPORT=$B/$v.$size.json timeout 120 $B/late_write $N $size 2> $B/$v.err | tail -1)
     echo "| $v | $size B | \`${line:-no output: $(tail -1 $B/$v.err)}\` |"
   done
+  done
+  # Y filled on the late kernel's own stream: what stream-aware reuse hands out at once.
+  for v in bare pool pool-stream-reuse; do
+    case $v in
+      bare) env=() ;;
+      pool) env=(LD_PRELOAD=$S) ;;
+      pool-stream-reuse) env=(LD_PRELOAD=$S CUGUARD_POOL_STREAM_REUSE=1) ;;
+    esac
+    line=$(env "${env[@]}" CUGUARD_QUIET=1 CUGUARD_REPORT=$B/$v.same.json timeout 120 $B/late_write $N 8388608 same 2> $B/$v.err | tail -1)
+    echo "| $v, same stream | 8388608 B | \`${line:-no output: $(tail -1 $B/$v.err)}\` |"
   done
 } > "$OUT/late_write.md"
 cat "$OUT/late_write.md"
