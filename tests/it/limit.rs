@@ -37,7 +37,7 @@ fn limited(test: &str, env: &[(&str, &str)], steps: &str) -> (Vec<String>, Strin
 }
 
 /// The `info` lines, as (free, total).
-fn infos(lines: &[String]) -> Vec<(u64, u64)> {
+pub(crate) fn infos(lines: &[String]) -> Vec<(u64, u64)> {
     lines
         .iter()
         .filter_map(|l| l.strip_prefix("info "))

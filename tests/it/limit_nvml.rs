@@ -11,6 +11,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::limit::infos;
 use crate::support::{artifacts, c_program, run, scratch_dir, shim_command, sim_command};
 
 const MIB: u64 = 1 << 20;
@@ -86,18 +87,6 @@ fn figures(lines: &[String], step: &str) -> Vec<(u32, Nvml)> {
                     v2: (n[5], u(6), u(7), u(8), u(9)),
                 },
             )
-        })
-        .collect()
-}
-
-/// The `info` lines (cuMemGetInfo), as (free, total).
-fn infos(lines: &[String]) -> Vec<(u64, u64)> {
-    lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("info "))
-        .map(|l| {
-            let mut it = l.split(' ').map(|n| n.parse::<u64>().unwrap());
-            (it.next().unwrap(), it.next().unwrap())
         })
         .collect()
 }
