@@ -138,7 +138,13 @@ impl Sections for Markdown {
                         "| {} | {} | {} | {} |",
                         bytes(s.leaked_bytes),
                         s.leaks,
-                        site_cell(&s.label, s.owner_kind, &s.owner_label, &s.stack),
+                        site_cell(
+                            &s.label,
+                            s.owner_kind,
+                            &s.owner_label,
+                            s.owner_bytes < s.leaked_bytes,
+                            &s.stack
+                        ),
                         cell(&s.apis.join(", "))
                     )?;
                 }
@@ -168,10 +174,11 @@ impl Sections for Markdown {
 }
 
 /// A site's cell: its label, who holds it when not the program, and its mixed stack.
-fn site_cell(label: &str, kind: OwnerKind, owner: &str, stack: &[String]) -> String {
+fn site_cell(label: &str, kind: OwnerKind, owner: &str, mostly: bool, stack: &[String]) -> String {
     let mut text = cell(label);
     if kind != OwnerKind::Program {
-        text.push_str(&format!(" (held by {})", cell(owner)));
+        let mostly = if mostly { "mostly " } else { "" };
+        text.push_str(&format!(" ({mostly}held by {})", cell(owner)));
     }
     if !stack.is_empty() {
         text.push_str(&format!("<br>{}", cell(&stack.join(" ← "))));
@@ -316,7 +323,7 @@ fn sections(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
                 millis(g.growth.to_ms.saturating_sub(g.growth.from_ms)),
                 bytes(g.growth.from_bytes),
                 bytes(g.growth.to_bytes),
-                site_cell(&g.label, g.owner_kind, &g.owner_label, &g.stack)
+                site_cell(&g.label, g.owner_kind, &g.owner_label, false, &g.stack)
             )?;
         }
     }

@@ -91,6 +91,9 @@ pub struct OverallSite {
     pub owner_label: String,
     /// The owner's kind.
     pub owner_kind: OwnerKind,
+    /// Of its bytes, how many that owner holds, summed over the processes that name the same
+    /// owner for it (fewer than `leaked_bytes` when other owners hold the rest).
+    pub owner_bytes: u64,
     /// Its largest stack's frames in the mixed native and Python order, when it has Python
     /// frames.
     pub stack: Vec<String>,
@@ -236,6 +239,9 @@ pub struct SiteSummary {
     pub owner_label: String,
     /// The owner's kind.
     pub owner_kind: OwnerKind,
+    /// Of its bytes, how many that owner holds (fewer than `leaked_bytes` when other owners
+    /// hold the rest).
+    pub owner_bytes: u64,
     /// Its largest stack's frames in the mixed native and Python order, when it has Python
     /// frames (see [`crate::sites::chain`]; for the first [`CHAIN_SITES`] sites).
     pub stack: Vec<String>,
@@ -360,6 +366,7 @@ impl ReportSummary {
                     owner: String::new(),
                     owner_label: String::new(),
                     owner_kind: OwnerKind::Program,
+                    owner_bytes: 0,
                     stack: Vec::new(),
                 },
                 apis: BTreeSet::new(),
@@ -387,6 +394,7 @@ impl ReportSummary {
                 let mut s = acc.summary;
                 s.apis = acc.apis.into_iter().map(str::to_string).collect();
                 let owner = largest(&acc.owners).unwrap_or_else(|| owners.program());
+                s.owner_bytes = acc.owners.get(&owner).copied().unwrap_or(s.leaked_bytes);
                 let owner = owners.owner(owner);
                 s.owner = owner.id.clone();
                 s.owner_label = owner.label.clone();
@@ -795,9 +803,13 @@ impl SummaryFold {
                         owner: s.owner.clone(),
                         owner_label: s.owner_label.clone(),
                         owner_kind: s.owner_kind,
+                        owner_bytes: 0,
                         stack: s.stack.clone(),
                     }),
             };
+            if o.owner == s.owner {
+                o.owner_bytes = o.owner_bytes.saturating_add(s.owner_bytes);
+            }
             o.leaked_bytes = o.leaked_bytes.saturating_add(s.leaked_bytes);
             o.leaks += s.leaks;
             o.processes += 1;

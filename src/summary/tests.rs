@@ -426,3 +426,43 @@ fn streamed_summary_equals_the_whole_one_on_the_fixtures() {
         }
     }
 }
+
+#[test]
+fn a_site_whose_bytes_two_owners_hold_says_mostly() {
+    let mut r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("attribution.json")).unwrap())
+            .unwrap();
+    // A second, smaller leak at the first leak's stack (so at its site), held by cuBLAS.
+    let mut other = r["leaks"][0].clone();
+    assert_eq!(other["owner"], "pytorch_caching_allocator");
+    other["address"] = "0x7f3fff000000".into();
+    other["size"] = (1u64 << 20).into();
+    other["requested"] = (1u64 << 20).into();
+    other["owner"] = "cublas".into();
+    r["leaks"].as_array_mut().unwrap().push(other);
+    let doc =
+        crate::report::Document::from_bytes("mixed.json".as_ref(), serde_json::to_vec(&r).unwrap())
+            .unwrap();
+    let report = doc.into_reports().next().unwrap().unwrap();
+    let source = Source {
+        path: "mixed.json".into(),
+        index: None,
+    };
+    let s = Summary::new(vec![ReportSummary::new(&source, &report, 10)], 10);
+    let site = s.processes[0]
+        .sites
+        .iter()
+        .find(|x| x.owner == "pytorch_caching_allocator" && x.owner_bytes < x.leaked_bytes)
+        .expect("the mixed site");
+    assert_eq!(site.leaked_bytes - site.owner_bytes, 1 << 20);
+    let got = text(&s);
+    assert!(
+        got.contains("mostly held by PyTorch's caching allocator"),
+        "{got}"
+    );
+    // A site one owner holds whole says plainly who.
+    assert!(
+        got.contains("  held by") || !got.contains("mostly held by cuBLAS"),
+        "{got}"
+    );
+}

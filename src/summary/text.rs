@@ -73,7 +73,7 @@ impl Sections for Text {
                         plural(s.leaks, "leak", "leaks"),
                         plural(s.processes, "process", "processes"),
                         one_line(&s.label),
-                        held_by(s.owner_kind, &s.owner_label),
+                        site_held_by(s.owner_kind, &s.owner_label, s.owner_bytes, s.leaked_bytes),
                     ]);
                 }
                 let chains: Vec<&[String]> = summary.sites.iter().map(|s| &s.stack[..]).collect();
@@ -127,6 +127,17 @@ fn held_by(kind: OwnerKind, label: &str) -> String {
         String::new()
     } else {
         format!("held by {}", one_line(label))
+    }
+}
+
+/// [`held_by`] for a site whose owner holds `owner_bytes` of its `bytes`: `mostly held by …`
+/// when other owners hold the rest.
+fn site_held_by(kind: OwnerKind, label: &str, owner_bytes: u64, bytes: u64) -> String {
+    let held = held_by(kind, label);
+    if owner_bytes < bytes && !held.is_empty() {
+        format!("mostly {held}")
+    } else {
+        held
     }
 }
 
@@ -286,7 +297,7 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
                 plural(s.leaks, "leak", "leaks"),
                 one_line(&s.label),
                 one_line(&s.apis.join(",")),
-                held_by(s.owner_kind, &s.owner_label),
+                site_held_by(s.owner_kind, &s.owner_label, s.owner_bytes, s.leaked_bytes),
             ]);
         }
         let chains: Vec<&[String]> = p.sites.iter().map(|s| &s.stack[..]).collect();

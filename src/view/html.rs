@@ -601,7 +601,15 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
                 site.leaks,
                 site.processes,
                 site_cell(&site.label, &site.stack),
-                owner_cell(&site.owner, site.owner_kind, &site.owner_label)
+                owner_cell(
+                    &site.owner,
+                    site.owner_kind,
+                    &if site.owner_bytes < site.leaked_bytes {
+                        format!("mostly {}", site.owner_label)
+                    } else {
+                        site.owner_label.clone()
+                    }
+                )
             )?;
         }
         writeln!(out, "</tbody>\n</table>")?;
