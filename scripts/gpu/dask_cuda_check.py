@@ -2,8 +2,9 @@
 of the run by `cuguard.dask.register(client, limit=...)`, whose RMM pool is sized as a share of the
 device. Prints one JSON line: what the worker saw and whether its pool fits inside the limit.
 
-Usage: python3 dask_cuda_check.py LIMIT REPORT_TEMPLATE [MODE]
-MODE: dask_cuda (rmm_pool_size=0.5, a share dask-cuda reads from NVML; the default) or rmm
+Usage: python3 dask_cuda_check.py LIMIT REPORT_TEMPLATE [MODE [SCHEDULER_FILE]]
+MODE: dask_cuda (rmm_pool_size=0.5, a share dask-cuda reads from NVML; the default), cli (a
+`dask cuda worker --rmm-pool-size 0.5` already started against SCHEDULER_FILE) or rmm
 (the worker makes RMM's default pool: half of what cuMemGetInfo says is free).
 """
 
@@ -65,15 +66,24 @@ def main() -> None:
 
     import cuguard.dask
 
-    kw = {"rmm_pool_size": 0.5} if mode == "dask_cuda" else {}
     result = {"mode": mode, "limit": limit}
-    with LocalCUDACluster(n_workers=1, CUDA_VISIBLE_DEVICES="0", **kw) as cluster, Client(cluster) as client:
+
+    def check(client):
         result["registered"] = cuguard.dask.register(client, limit=limit, report=report)
         if mode == "rmm":
             result["rmm_share_pool"] = client.run(rmm_share_pool)
         result["workers"] = client.run(worker_view)
         result["work_bytes"] = client.submit(work, 8).result()
         result["snapshot_processes"] = len(cuguard.dask.snapshot(client)["processes"])
+
+    if mode == "cli":
+        with Client(scheduler_file=sys.argv[4]) as client:
+            client.wait_for_workers(1, timeout=60)
+            check(client)
+    else:
+        kw = {"rmm_pool_size": 0.5} if mode == "dask_cuda" else {}
+        with LocalCUDACluster(n_workers=1, CUDA_VISIBLE_DEVICES="0", **kw) as cluster, Client(cluster) as client:
+            check(client)
     print(json.dumps(result))
 
 

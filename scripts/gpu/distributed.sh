@@ -4,7 +4,7 @@
 # LocalCUDACluster made part of the run by cuguard.dask.register. Judged by distributed_check.py.
 #
 # Run from the repository root on the GPU machine after scripts/gpu/stage.sh (.gpu/) and with the
-# Dask wheels in .whl/ (see docs/compatibility.md): bash scripts/gpu/distributed.sh [torch] [limit] [dask]
+# Dask wheels in .whl/ (see docs/compatibility.md): bash scripts/gpu/distributed.sh [torch] [limit] [dask] [daskcli]
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -76,6 +76,18 @@ if [[ " $what " == *" dask "* ]]; then
   ls -la $K/reports > $K/reports.txt
   cuguard merge --by worker -o $K/merged.json $K/reports/cuguard.dask-worker.*.json > $K/merge.log 2>&1
   cuguard summary --by worker $K/merged.json > $K/summary.txt 2>&1
+fi
+
+if [[ " $what " == *" daskcli "* ]]; then
+  # `dask scheduler` and `dask cuda worker` started by hand, then registered from a client.
+  C=$D/daskcli
+  mkdir -p $C/reports
+  (cd $C && timeout 200 python3 -m dask scheduler --scheduler-file $C/sched.json --no-dashboard > $C/scheduler.log 2>&1 &)
+  for _ in $(seq 100); do [ -f $C/sched.json ] && break; sleep 0.2; done
+  (cd $C && timeout 200 python3 -m dask cuda worker --scheduler-file $C/sched.json --rmm-pool-size 0.5 > $C/worker.log 2>&1 &)
+  timeout 150 python3 scripts/gpu/dask_cuda_check.py 8GiB "$C/reports/cuguard.dask-cuda-worker.%h.%p.json" cli $C/sched.json > $C/cli.out 2> $C/cli.err
+  echo $? > $C/cli.rc
+  pkill -f "dask cuda worker"; pkill -f "dask scheduler"; sleep 2
 fi
 
 python3 scripts/gpu/distributed_check.py $D > "$OUT/distributed.md"

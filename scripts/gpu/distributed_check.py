@@ -110,23 +110,30 @@ if os.path.isdir(os.path.join(D, "limit")):
     if bare:
         row("NVML without the shim (reference)", True, f"total {bare['total'] / GiB:.2f} GiB, free {bare['free'] / GiB:.2f} GiB")
 
+def judge_dask(part, mode, what):
+    rc = read(part, f"{mode}.rc").strip()
+    got = last_json(read(part, f"{mode}.out"))
+    if not got:
+        row(f"dask-cuda: {what}", False, f"rc {rc}: " + tail(read(part, f"{mode}.err"), 4))
+        return
+    ws = list(got.get("workers", {}).values())
+    ok = rc == "0" and len(ws) == 1 and all(
+        w["under_shim"] and isinstance(w["pool_size"], int) and 0 < w["pool_size"] <= 8 * GiB for w in ws
+    ) and got.get("work_bytes") == 8 * (256 << 20)
+    row(f"dask-cuda: {what}", ok, "`" + json.dumps(got) + "`")
+
+
 if os.path.isdir(os.path.join(D, "dask")):
     for mode, what in (("dask_cuda", "LocalCUDACluster(rmm_pool_size=0.5) + register(limit=8GiB)"),
                        ("rmm", "LocalCUDACluster + register(limit=8GiB), RMM pool = 50% of free"),
                        ("whole", "`CUGUARD_LIMIT=8GiB cuguard run -- python3 …` (client too), rmm_pool_size=0.5")):
-        rc = read("dask", f"{mode}.rc").strip()
-        got = last_json(read("dask", f"{mode}.out"))
-        if not got:
-            row(f"dask-cuda: {what}", False, f"rc {rc}: " + tail(read("dask", f"{mode}.err"), 4))
-            continue
-        ws = list(got.get("workers", {}).values())
-        ok = rc == "0" and len(ws) == 1 and all(
-            w["under_shim"] and isinstance(w["pool_size"], int) and 0 < w["pool_size"] <= 8 * GiB for w in ws
-        ) and got.get("work_bytes") == 8 * (256 << 20)
-        row(f"dask-cuda: {what}", ok, "`" + json.dumps(got) + "`")
+        judge_dask("dask", mode, what)
     summ = read("dask", "summary.txt")
     row("dask-cuda: worker reports merged --by worker", bool(summ.strip()) and "worker" in summ,
         tail(summ, 6) if summ.strip() else tail(read("dask", "merge.log")))
+
+if os.path.isdir(os.path.join(D, "daskcli")):
+    judge_dask("daskcli", "cli", "`dask cuda worker --rmm-pool-size 0.5` started by hand + register(limit=8GiB)")
 
 print("| check | result | what was seen |")
 print("|---|---|---|")
