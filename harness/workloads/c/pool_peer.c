@@ -87,15 +87,17 @@ static void late_writes(const char *mode, CUdeviceptr *a) {
 static void trial(const char *mode, int first) {
     CUdeviceptr a[BLOCKS], n[BLOCKS];
     int destroy = !strcmp(mode, "destroy");
+    use(A);
+    for (int i = 0; i < BLOCKS; i++) CHECK(cuMemAlloc(&a[i], SIZE));
     if (destroy) {
+        /* B exists only from here to its destroy, where A's pool does nothing: no fence of A can
+         * legitimately wait for it (one taken while B can reach A would). */
         CUdevice d1;
         CHECK(cuDeviceGet(&d1, 1));
         CHECK(cuCtxCreate(&B, NULL, 0, d1));
         setup_b();
         CHECK(cuCtxEnablePeerAccess(A, 0));
     }
-    use(A);
-    for (int i = 0; i < BLOCKS; i++) CHECK(cuMemAlloc(&a[i], SIZE));
     use(B);
     late_writes(mode, a);
     if (!strcmp(mode, "disable")) CHECK(cuCtxDisablePeerAccess(A));
