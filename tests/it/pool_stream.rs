@@ -93,9 +93,11 @@ fn other_streams_wait_for_the_work_of_an_early_reused_block() {
     // The same program sees the damage when the pool reuses blocks at once, without the rule.
     let (v, _) = stream_run("other", trials, &[ON, ("CUGUARD_TEST_UNSAFE_REUSE", "1")]);
     assert_eq!(v["same_address"], trials, "{v}");
-    assert_eq!(
-        v["corrupted_bytes"],
-        trials as u64 * (4 << 20),
+    // How many trials the late writes win depends on the machine's load (a descheduled program
+    // can write after them): every one when idle, fewer under load, never none.
+    let corrupted = v["corrupted_bytes"].as_u64().unwrap();
+    assert!(
+        corrupted > 0 && corrupted <= trials as u64 * (4 << 20),
         "the test must catch a reuse whose other-stream writes do not wait: {v}"
     );
 }
