@@ -51,7 +51,6 @@ def rmm_share_pool():
 
 
 def work(n):
-    import cupy  # noqa: F401 - the worker's data lives on the GPU through RMM
     import rmm
 
     bufs = [rmm.DeviceBuffer(size=256 << 20) for _ in range(n)]
