@@ -152,8 +152,8 @@ def all_configs(shim, out_path, only=None, rounds=2):
         "no caching, cuguard pass-through": {**nocache, **quiet, "LD_PRELOAD": shim, "CUGUARD_POOL": "0", "CUGUARD_STACK_DEPTH": "0"},
         "no caching, cuguard pool, stacks off": {**nocache, **quiet, "LD_PRELOAD": shim, "CUGUARD_POOL": "1", "CUGUARD_STACK_DEPTH": "0"},
         "no caching, cuguard pool, stacks on": {**nocache, **quiet, "LD_PRELOAD": shim, "CUGUARD_POOL": "1", "CUGUARD_STACK_DEPTH": "32"},
-        "no caching, cuguard pool, stream reuse, stacks off": {
-            **nocache, **quiet, "LD_PRELOAD": shim, "CUGUARD_POOL": "1", "CUGUARD_STACK_DEPTH": "0", "CUGUARD_POOL_STREAM_REUSE": "1"},
+        "no caching, cuguard pool, fence rule alone, stacks off": {
+            **nocache, **quiet, "LD_PRELOAD": shim, "CUGUARD_POOL": "1", "CUGUARD_STACK_DEPTH": "0", "CUGUARD_POOL_STREAM_REUSE": "0"},
     }
     rmm_cfgs = {
         "RMM default (cudaMalloc), bare": (["rmm", "default"], {}),
@@ -233,7 +233,7 @@ def all_configs(shim, out_path, only=None, rounds=2):
     print("| ratio | value |")
     print("|---|---|")
     print(f"| resnet18 step, cuguard pool (stacks off) / torch caching allocator | {ratio('no caching, cuguard pool, stacks off', 'torch caching allocator'):.2f} |")
-    print(f"| resnet18 step, cuguard pool with stream reuse (stacks off) / torch caching allocator | {ratio('no caching, cuguard pool, stream reuse, stacks off', 'torch caching allocator'):.2f} |")
+    print(f"| resnet18 step, cuguard pool, fence rule alone (stacks off) / torch caching allocator | {ratio('no caching, cuguard pool, fence rule alone, stacks off', 'torch caching allocator'):.2f} |")
     print(f"| resnet18 step, cuguard pool stacks on / stacks off | {ratio('no caching, cuguard pool, stacks on', 'no caching, cuguard pool, stacks off'):.3f} |")
     print(f"| resnet18 step, no caching bare / cuguard pool | {ratio('no caching, bare driver', 'no caching, cuguard pool, stacks off'):.2f} |")
     if os.path.exists(base_shim):

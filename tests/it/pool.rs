@@ -9,11 +9,11 @@ use crate::cli_schema::validate;
 use crate::support::{c_program, read_report, run, scratch_dir, shim_command, sim_command};
 
 fn reuse_cases(env: &[(&str, &str)]) -> Vec<(String, bool, u64)> {
-    let dir = scratch_dir(&format!("reuse-{}", env.len()));
+    let name: Vec<String> = env.iter().map(|(k, v)| format!("{}{v}", k.len())).collect();
+    let dir = scratch_dir(&format!("reuse-{}", name.join("-")));
     let report = dir.join("r.json");
     let mut cmd = shim_command(&c_program("pool_reuse"), &report);
-    cmd.env("CUGUARD_SIM_WORK_DELAY_US", "30000")
-        .env("CUGUARD_QUIET", "1");
+    cmd.env("CUGUARD_QUIET", "1");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -47,6 +47,14 @@ fn freed_blocks_wait_for_work_issued_before_the_free() {
     assert_eq!(safe.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), CASES);
     for (case, _, corrupted) in &safe {
         assert_eq!(*corrupted, 0, "{case}: late work wrote into a reused block");
+    }
+    // The fence rule alone, without stream-aware reuse, is safe too.
+    let fence_only = reuse_cases(&[("CUGUARD_POOL", "1"), ("CUGUARD_POOL_STREAM_REUSE", "0")]);
+    for (case, _, corrupted) in &fence_only {
+        assert_eq!(
+            *corrupted, 0,
+            "{case}: late work wrote into a reused block (fence rule alone)"
+        );
     }
     // The same program would see the damage if the pool reused blocks at once.
     let unsafe_reuse = reuse_cases(&[("CUGUARD_POOL", "1"), ("CUGUARD_TEST_UNSAFE_REUSE", "1")]);

@@ -13,7 +13,11 @@ const TRIAL_BYTES: u64 = 16 * (4 << 20);
 
 /// Runs `pool_peer MODE TRIALS` under the shim with the pool on; its output and report.
 fn peer_run(mode: &str, trials: u32, env: &[(&str, &str)]) -> (Value, Value) {
-    let dir = scratch_dir(&format!("pool-peer-{mode}-{}", env.len()));
+    let tag: String = env
+        .iter()
+        .map(|(k, v)| format!("-{}{v}", k.len()))
+        .collect();
+    let dir = scratch_dir(&format!("pool-peer-{mode}{tag}"));
     let report = dir.join("r.json");
     let mut cmd = shim_command(&c_program("pool_peer"), &report);
     cmd.args([mode, &trials.to_string()])
@@ -28,6 +32,9 @@ fn peer_run(mode: &str, trials: u32, env: &[(&str, &str)]) -> (Value, Value) {
         .unwrap_or_else(|e| panic!("{mode}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
     (v, read_report(&report))
 }
+
+/// Stream-aware reuse off: the fence rule alone, whose counters some tests read exactly.
+const STREAM_REUSE_OFF: (&str, &str) = ("CUGUARD_POOL_STREAM_REUSE", "0");
 
 /// The pool counters of `device` in a report.
 fn pool(report: &Value, device: u64) -> &Value {
@@ -98,12 +105,20 @@ fn the_peer_test_catches_immediate_reuse() {
 fn peer_copies_are_waited_for_without_peer_access() {
     for mode in ["peer_copy", "unified_copy"] {
         let trials = 10;
+        // As shipped (stream-aware reuse on): the frees after the copies fence and wait for B;
+        // the trial's last frees, after A's own work on one stream, are reused early.
         let (v, r) = peer_run(mode, trials, &[]);
         assert_safe_trials(mode, &v, trials);
         let a = pool(&r, 0);
+        assert!(count(a, "peer_waits") >= trials as u64, "{mode}: {a}");
+        assert!(count(a, "stream_reuses") >= trials as u64, "{mode}: {a}");
+        assert_eq!(count(pool(&r, 1), "peer_waits"), 0, "{mode}");
+        // The fence rule alone: each trial's fence waited for B's copies; once a fence covered
+        // them, A's later fences (those of the trial's last frees) waited for A alone.
+        let (v, r) = peer_run(mode, trials, &[STREAM_REUSE_OFF]);
+        assert_safe_trials(mode, &v, trials);
+        let a = pool(&r, 0);
         let waits = count(a, "peer_waits");
-        // Each trial's fence waited for B's copies; once a fence covered them, A's later fences
-        // (those of the trial's last frees) waited for A alone.
         assert!(waits >= trials as u64, "{mode}: {a}");
         assert!(
             waits < count(a, "fences") + count(a, "syncs"),
@@ -146,7 +161,9 @@ fn a_destroyed_peer_leaves_nothing_to_wait_for() {
 #[test]
 fn a_context_nothing_reaches_keeps_its_reuse() {
     let trials = 8;
-    let (v, r) = peer_run("control", trials, &[]);
+    // The fence rule alone (with stream-aware reuse, C's frees after its own work on one stream
+    // are reused at once and nothing synchronizes: checked after).
+    let (v, r) = peer_run("control", trials, &[STREAM_REUSE_OFF]);
     // Alone in the process, nothing submitted: every free is reused at once.
     assert_eq!(
         v["alone"],
@@ -164,6 +181,14 @@ fn a_context_nothing_reaches_keeps_its_reuse() {
         "one synchronization per reuse with work, of C only: {c}"
     );
     assert!(count(pool(&r, 0), "peer_waits") >= 1);
+    // As shipped: C's reuses do not wait for anything, and B is still busy after.
+    let (v, r) = peer_run("control", trials, &[]);
+    assert_eq!(v["peer_trial"][0]["corrupted_bytes"], 0, "{v}");
+    assert_eq!(v["with_peers_same_address"], true, "{v}");
+    assert_eq!(v["b_busy_after"], true, "{v}");
+    let c = pool(&r, 1);
+    assert_eq!(count(c, "peer_waits"), 0, "{c}");
+    assert!(count(c, "stream_reuses") >= trials as u64, "{c}");
 }
 
 #[test]

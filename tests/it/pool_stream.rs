@@ -50,6 +50,7 @@ fn count(pool: &Value, key: &str) -> u64 {
 }
 
 const ON: (&str, &str) = ("CUGUARD_POOL_STREAM_REUSE", "1");
+const OFF: (&str, &str) = ("CUGUARD_POOL_STREAM_REUSE", "0");
 
 #[test]
 fn a_block_whose_work_is_on_one_stream_comes_back_at_once_on_that_stream() {
@@ -70,8 +71,8 @@ fn a_block_whose_work_is_on_one_stream_comes_back_at_once_on_that_stream() {
         0,
         "one stream: nothing waits: {pool}"
     );
-    // Without the rule, the same program waits for the late work (today's pool).
-    let (v, pool) = stream_run("same", 20, &[]);
+    // Without the rule, the same program waits for the late work (the fence rule alone).
+    let (v, pool) = stream_run("same", 20, &[OFF]);
     assert_eq!(v["corrupted_bytes"], 0, "{v}");
     assert_eq!(count(&pool, "stream_reuses"), 0, "{pool}");
 }
@@ -127,7 +128,7 @@ fn destroying_the_stream_of_an_early_reused_block_ends_the_waits() {
 }
 
 #[test]
-fn with_peers_or_the_setting_off_the_pool_reuses_as_before() {
+fn with_peers_or_the_setting_off_the_pool_reuses_as_before_and_on_is_the_default() {
     // A second context that can reach this one's memory: the fence rule alone.
     let (v, pool) = stream_run("peer", 8, &[ON, ("CUGUARD_SIM_DEVICES", "2")]);
     assert_eq!(v["corrupted_bytes"], 0, "{v}");
@@ -136,21 +137,22 @@ fn with_peers_or_the_setting_off_the_pool_reuses_as_before() {
         (0, 0),
         "{pool}"
     );
-    // Off (the default, and 0): the same answers and the same counters as each other.
+    // On is the default: the same answers and the same counters as 1.
     for mode in ["same", "other"] {
         let (v_default, p_default) = stream_run(mode, 8, &[]);
-        let (v_off, p_off) = stream_run(mode, 8, &[("CUGUARD_POOL_STREAM_REUSE", "0")]);
-        assert_eq!(v_default, v_off, "{mode}");
-        assert_eq!(v_off["corrupted_bytes"], 0, "{mode}: {v_off}");
-        for key in [
-            "fences",
-            "syncs",
-            "chunks_added",
-            "stream_reuses",
-            "stream_waits",
-        ] {
-            assert_eq!(p_default[key], p_off[key], "{mode}: {key}");
+        let (v_on, p_on) = stream_run(mode, 8, &[ON]);
+        assert_eq!(v_default, v_on, "{mode}");
+        assert_eq!(v_on["corrupted_bytes"], 0, "{mode}: {v_on}");
+        assert_eq!(v_on["same_address"], 8, "{mode}: {v_on}");
+        for key in ["fences", "syncs", "chunks_added", "stream_reuses"] {
+            assert_eq!(p_default[key], p_on[key], "{mode}: {key}");
         }
+        assert!(count(&p_on, "stream_reuses") >= 8, "{mode}: {p_on}");
+    }
+    // Off (0): the fence rule alone, as before the rule existed.
+    for mode in ["same", "other"] {
+        let (v_off, p_off) = stream_run(mode, 8, &[OFF]);
+        assert_eq!(v_off["corrupted_bytes"], 0, "{mode}: {v_off}");
         assert_eq!(count(&p_off, "stream_reuses"), 0, "{mode}: {p_off}");
         assert_eq!(count(&p_off, "stream_waits"), 0, "{mode}: {p_off}");
     }

@@ -49,7 +49,7 @@ pub struct Config {
     pub thread_cache: bool,
     /// `CUGUARD_POOL_STREAM_REUSE`: a freed block whose pending work was all issued on one
     /// stream is reusable at once, other streams being made to wait for that stream
-    /// (`crate::pool::stream_reuse`). Off by default; 1 to turn it on.
+    /// (`crate::pool::stream_reuse`). On by default; 0 for the fence rule alone.
     pub stream_reuse: bool,
     /// `CUGUARD_TEST_UNSAFE_REUSE=1`: for cuguard's own tests only, the pool reuses freed blocks
     /// at once, ignoring fences, so a test can show that it would then catch the corruption.
@@ -201,7 +201,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let log = flag("CUGUARD_LOG", false);
     let pool = flag("CUGUARD_POOL", true);
     let thread_cache = flag("CUGUARD_POOL_THREAD_CACHE", true);
-    let stream_reuse = flag("CUGUARD_POOL_STREAM_REUSE", false);
+    let stream_reuse = flag("CUGUARD_POOL_STREAM_REUSE", true);
     let unsafe_reuse = flag("CUGUARD_TEST_UNSAFE_REUSE", false);
     let signals = flag("CUGUARD_SIGNALS", true);
     let no_tracking = flag("CUGUARD_TEST_NO_TRACKING", false);

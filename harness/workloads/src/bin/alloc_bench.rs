@@ -19,8 +19,8 @@
 //!   stream synchronized once at the end.
 //!
 //! `pool-nocache` is `pool` with the per-thread cache off (`CUGUARD_POOL_THREAD_CACHE=0`), so
-//! the cache's effect shows side by side in one run; `pool-stream` is `pool` with stream-aware
-//! reuse on (`CUGUARD_POOL_STREAM_REUSE=1`), for `streampair`.
+//! the cache's effect shows side by side in one run; `pool-fence` is `pool` with stream-aware
+//! reuse off (`CUGUARD_POOL_STREAM_REUSE=0`: the fence rule alone), for `streampair`.
 //!
 //! The parent prints a markdown table of medians over rounds and the ratios between
 //! configurations, and writes every figure to `--json FILE`. With `--baseline PATH`, every
@@ -450,11 +450,11 @@ const VARIANTS: &[Variant] = &[
         shim: true,
     },
     Variant {
-        name: "pool-stream",
+        name: "pool-fence",
         env: &[
             ("CUGUARD_POOL", "1"),
             ("CUGUARD_STACK_DEPTH", "0"),
-            ("CUGUARD_POOL_STREAM_REUSE", "1"),
+            ("CUGUARD_POOL_STREAM_REUSE", "0"),
         ],
         shim: true,
     },
@@ -673,12 +673,12 @@ fn main() {
     for size in ["4KiB", "1MiB"] {
         let k = format!("streampair_{size}_ns");
         println!(
-            "| pool / pool-stream (stream-aware reuse off / on), {size} pair with a memset on a stream | {:.2} |",
-            get("pool", &k) / get("pool-stream", &k)
+            "| pool-fence / pool (stream-aware reuse off / on), {size} pair with a memset on a stream | {:.2} |",
+            get("pool-fence", &k) / get("pool", &k)
         );
         println!(
-            "| bare / pool-stream, {size} pair with a memset on a stream | {:.2} |",
-            get("bare", &k) / get("pool-stream", &k)
+            "| bare / pool, {size} pair with a memset on a stream | {:.2} |",
+            get("bare", &k) / get("pool", &k)
         );
     }
     if baseline.is_some() {
