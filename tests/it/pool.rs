@@ -283,3 +283,25 @@ fn thread_caches_survive_thread_exit_context_destroy_and_fork() {
         );
     }
 }
+
+#[test]
+fn the_pool_waits_for_the_oldest_fence_not_for_later_work() {
+    let dir = scratch_dir("fence-wait");
+    let report = dir.join("r.json");
+    let out = run(
+        shim_command(&c_program("pool_fence_wait"), &report).env("CUGUARD_QUIET", "1"),
+        true,
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The freed chunk came back once the fence covering its late work completed, while the work
+    // submitted after that fence (a long stall on the second stream) was still running.
+    assert_eq!(
+        v,
+        serde_json::json!({"same_address": true, "s2_busy_after": true, "corrupted_bytes": 0})
+    );
+    let r = read_report(&report);
+    let pool = &r["stats"]["devices"][0]["pool"];
+    assert_eq!(pool["syncs"], 0, "{pool}");
+    assert!(pool["fence_waits"].as_u64().unwrap() >= 1, "{pool}");
+    assert_eq!(pool["stream_reuses"], 0, "{pool}");
+}

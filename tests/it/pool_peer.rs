@@ -171,14 +171,19 @@ fn a_context_nothing_reaches_keeps_its_reuse() {
         "{v}"
     );
     assert_eq!(v["peer_trial"][0]["corrupted_bytes"], 0, "{v}");
-    // With B reaching A (not C), C's pool synchronizes C alone: B's stall is still running.
+    // With B reaching A (not C), C's pool waits for a fence of C alone: B's stall is still
+    // running.
     assert_eq!(v["with_peers_same_address"], true, "{v}");
     assert_eq!(v["b_busy_after"], true, "{v}");
     let c = pool(&r, 1);
     assert_eq!(
-        (count(c, "syncs"), count(c, "peer_waits")),
-        (trials as u64, 0),
-        "one synchronization per reuse with work, of C only: {c}"
+        (
+            count(c, "fence_waits"),
+            count(c, "syncs"),
+            count(c, "peer_waits")
+        ),
+        (trials as u64, 0, 0),
+        "one wait for a fence of C only per reuse with work, no synchronization: {c}"
     );
     assert!(count(pool(&r, 0), "peer_waits") >= 1);
     // As shipped: C's reuses do not wait for anything, and B is still busy after.

@@ -33,7 +33,7 @@
  *   control: C, a created context on device 1 that no other context reaches, allocates and frees
  *   TRIALS times alone in the process (nothing submitted: each free is reused at once); then,
  *   once B reaches A (after one peer_write trial) and while B's stream is stalled, TRIALS times
- *   with work before each free (the pool synchronizes C alone: B is still busy after). Prints
+ *   with work before each free (the pool waits for C alone: B is still busy after). Prints
  *   {"alone":[same_address...],"peer_trial":[trial],"with_peers_same_address":bool,
  *   "b_busy_after":bool}.
  *

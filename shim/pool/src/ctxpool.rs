@@ -67,6 +67,8 @@ pub struct PoolStats {
     pub pending_bytes: u64,
     pub fences: u64,
     pub syncs: u64,
+    /// Host waits for the oldest fence in flight, in place of a synchronization.
+    pub fence_waits: u64,
     /// Fences and synchronizations that also waited for other contexts' work (peers).
     pub peer_waits: u64,
     /// Frees reusable at once by the stream rule ([`Device::reuse_on_stream`]).
@@ -530,6 +532,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
             o.pending_bytes += g.pending_bytes;
             o.fences += g.fences.recorded;
             o.syncs += g.fences.syncs;
+            o.fence_waits += g.fences.fence_waits;
             o.peer_waits += g.fences.peer_waits;
             o.limit_refusals += g.limit_refusals;
         }
@@ -907,6 +910,24 @@ impl<D: Device, R: Packed> Arena<D, R> {
         }
     }
 
+    /// Waits on the host for the oldest fence in flight (first recording one for the pending
+    /// blocks when none is), then releases the blocks it covers; false when the context is not
+    /// current or no fence could be waited for that way.
+    fn wait_oldest_fence(&mut self, pool: &CtxPool<D, R>) -> bool {
+        if !pool.device.is_current() {
+            return false;
+        }
+        if !self.fences.any_in_flight() {
+            self.fence(pool);
+        }
+        let Some(done) = self.fences.wait_oldest(&pool.device) else {
+            return false;
+        };
+        pool.note_completed(done);
+        self.release_ready();
+        true
+    }
+
     /// Waits for the context's work, then releases every pending block; false when the context
     /// is not current or the device could not synchronize.
     fn synchronize(&mut self, pool: &CtxPool<D, R>) -> bool {
@@ -1112,6 +1133,10 @@ impl<D: Device, R: Packed> Steps for SlowPath<'_, D, R> {
 
     fn synchronize(&mut self) -> bool {
         self.arena.synchronize(self.pool)
+    }
+
+    fn wait_oldest_fence(&mut self) -> bool {
+        self.arena.wait_oldest_fence(self.pool)
     }
 
     fn fence(&mut self) {

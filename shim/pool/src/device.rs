@@ -77,6 +77,13 @@ pub trait Device {
     /// Destroys an event the pool no longer uses.
     fn destroy_event(&self, event: Self::Event);
 
+    /// Waits on the host until `event` has completed; false when it cannot (then the pool
+    /// synchronizes instead). Cannot by default.
+    fn wait_event(&self, event: &Self::Event) -> bool {
+        let _ = event;
+        false
+    }
+
     /// Waits for all work of the context to finish; false when that failed.
     fn synchronize(&self) -> bool;
 

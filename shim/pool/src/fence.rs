@@ -52,7 +52,7 @@
 //!
 //! # Stream-aware reuse
 //!
-//! With `CUGUARD_POOL_STREAM_REUSE=1`, a free whose mark is not covered yet may still be reused
+//! With `CUGUARD_POOL_STREAM_REUSE` on (the default), a free whose mark is not covered yet may still be reused
 //! at once, when the device says so ([`Device::reuse_on_stream`]; the shim's
 //! `pool::stream_reuse` decides, `hooks::submit` enforces). The pool then keeps the block as if
 //! its mark were covered (mark 0), in its arena or a thread cache alike. The rule the device
@@ -128,6 +128,9 @@ pub(crate) struct Fences<E> {
     pub syncs: u64,
     /// Fences and synchronizations that also waited for other contexts' work (for the report).
     pub peer_waits: u64,
+    /// Host waits for the oldest fence in flight, in place of a synchronization (for the
+    /// report).
+    pub fence_waits: u64,
 }
 
 impl<E> Default for Fences<E> {
@@ -138,6 +141,7 @@ impl<E> Default for Fences<E> {
             recorded: 0,
             syncs: 0,
             peer_waits: 0,
+            fence_waits: 0,
         }
     }
 }
@@ -208,6 +212,33 @@ impl<E> Fences<E> {
         self.completed
     }
 
+    /// Whether a fence is in flight.
+    pub fn any_in_flight(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
+
+    /// Waits on the host for the oldest fence in flight, then retires every fence that has
+    /// completed; returns the new completed mark. Work submitted after that fence was recorded
+    /// is not waited for, as a synchronization would. `None` when it cannot wait that way (no
+    /// fence in flight, a capture in progress, an event the device cannot wait for, or a
+    /// destroyed stream's last work still running): the caller then synchronizes.
+    pub fn wait_oldest<D: Device<Event = E>>(&mut self, dev: &D) -> Option<u64> {
+        if dev.capturing() {
+            return None;
+        }
+        let f = self.in_flight.front()?;
+        for e in &f.events {
+            if !dev.event_done(e) && !dev.wait_event(e) {
+                return None;
+            }
+        }
+        if !dev.destroyed_streams_done(f.destroyed) {
+            return None;
+        }
+        self.fence_waits += 1;
+        Some(self.poll(dev))
+    }
+
     /// Waits for all work of `dev`'s context (current) to finish; returns the new completed
     /// mark, or `None` when that is not allowed now (a capture is in progress) or failed.
     pub fn synchronize<D: Device<Event = E>>(&mut self, dev: &D) -> Option<u64> {
@@ -252,6 +283,8 @@ mod tests {
         peer: RefCell<Vec<bool>>,
         peers: Cell<u64>,
         peer_syncs: Cell<u64>,
+        /// Whether waiting for an event fails.
+        no_wait: Cell<bool>,
     }
 
     impl Dev {
@@ -299,6 +332,13 @@ mod tests {
             self.done.borrow()[*e]
         }
         fn destroy_event(&self, _: usize) {}
+        fn wait_event(&self, e: &usize) -> bool {
+            if self.no_wait.get() {
+                return false;
+            }
+            self.done.borrow_mut()[*e] = true;
+            true
+        }
         fn synchronize(&self) -> bool {
             self.finish(false);
             true
@@ -349,5 +389,40 @@ mod tests {
         assert!(f.record(&dev));
         assert_eq!(f.synchronize(&dev), Some(6));
         assert_eq!((dev.peer_syncs.get(), f.syncs, f.peer_waits), (1, 1, 3));
+    }
+
+    #[test]
+    fn waiting_for_the_oldest_fence_leaves_later_work_running() {
+        let dev = Dev::default();
+        let mut f = Fences::default();
+        dev.submissions.set(2);
+        assert!(f.record(&dev));
+        dev.submissions.set(7);
+        assert!(f.record(&dev));
+        // The oldest fence's events are waited for; the second fence's are not.
+        assert_eq!(f.wait_oldest(&dev), Some(2));
+        assert_eq!(*dev.done.borrow(), vec![true, false]);
+        assert!(f.any_in_flight());
+        assert_eq!((f.fence_waits, f.syncs), (1, 0));
+        assert_eq!(f.wait_oldest(&dev), Some(7));
+        assert!(!f.any_in_flight());
+        assert_eq!(f.wait_oldest(&dev), None, "nothing in flight");
+        assert_eq!(f.fence_waits, 2);
+    }
+
+    #[test]
+    fn a_fence_that_cannot_be_waited_for_is_left_to_a_synchronization() {
+        let dev = Dev::default();
+        dev.no_wait.set(true);
+        let mut f = Fences::default();
+        dev.submissions.set(3);
+        assert!(f.record(&dev));
+        assert_eq!(f.wait_oldest(&dev), None);
+        assert_eq!(f.fence_waits, 0);
+        assert!(f.any_in_flight());
+        // One whose events already completed needs no wait.
+        dev.finish(false);
+        assert_eq!(f.wait_oldest(&dev), Some(3));
+        assert_eq!(f.fence_waits, 1);
     }
 }

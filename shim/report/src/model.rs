@@ -477,6 +477,10 @@ pub struct PoolStats {
     /// Context synchronizations made to reclaim memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syncs: Option<u64>,
+    /// Host waits for the oldest fence in flight, made to reclaim memory in place of a
+    /// synchronization (work submitted after that fence kept running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_waits: Option<u64>,
     /// Fences and synchronizations that also waited for work of other contexts that can reach
     /// the pool's memory (peer access, peer copies).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -234,6 +234,7 @@ fn full_report(reason: Reason) -> Report {
             pending_bytes: Some(1 << 20),
             fences: Some(12),
             syncs: Some(1),
+            fence_waits: Some(2),
             peer_waits: Some(0),
             stream_reuses: Some(0),
             stream_waits: Some(0),

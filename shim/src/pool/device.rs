@@ -105,6 +105,17 @@ impl Device for DriverContext {
         }
     }
 
+    fn wait_event(&self, event: &FenceEvent) -> bool {
+        match *event {
+            FenceEvent::Recorded(ev) => real::cuEventSynchronize().is_some_and(|sync| {
+                // SAFETY: ev is a live event this module created and recorded.
+                (unsafe { sync(ev as *mut c_void) }) == CUDA_SUCCESS
+            }),
+            // Destroyed streams' last events are waited for by a synchronization only.
+            FenceEvent::DestroyedStreams { .. } => false,
+        }
+    }
+
     fn synchronize(&self) -> bool {
         let Some(sync) = real::cuCtxSynchronize() else {
             return false;

@@ -217,6 +217,7 @@ pub fn stats_for_device(device: i32) -> Option<PoolStats> {
         o.pending_bytes += s.pending_bytes;
         o.fences += s.fences;
         o.syncs += s.syncs;
+        o.fence_waits += s.fence_waits;
         o.peer_waits += s.peer_waits;
         o.stream_reuses += s.stream_reuses;
         o.limit_refusals += s.limit_refusals;

@@ -273,6 +273,7 @@ pub fn pool_stats(device: i32) -> Option<cuguard_report::PoolStats> {
         pending_bytes: Some(s.pending_bytes),
         fences: Some(s.fences),
         syncs: Some(s.syncs),
+        fence_waits: Some(s.fence_waits),
         peer_waits: Some(s.peer_waits),
         stream_reuses: Some(s.stream_reuses),
         stream_waits: Some(crate::pool::stream_reuse::waits_for_device(device)),

@@ -14,6 +14,7 @@ enum Act {
     Reclaim,
     Try(bool),
     Sync(bool),
+    Wait(bool),
     Fence,
     ReleaseDedicated(u64),
     Grow(u64, bool),
@@ -31,6 +32,9 @@ struct Script {
     grows: VecDeque<bool>,
     /// Answer of `synchronize`; a successful one releases everything pending.
     sync_ok: bool,
+    /// Answers of `wait_oldest_fence`, in order (then no): whether it waited, and the pending
+    /// bytes the fence covered (released).
+    waits: VecDeque<(bool, u64)>,
     pending_bytes: u64,
     limit: Option<u64>,
     reserved: u64,
@@ -62,6 +66,14 @@ impl Steps for Script {
             self.pending_bytes = 0;
         }
         self.sync_ok
+    }
+    fn wait_oldest_fence(&mut self) -> bool {
+        let (ok, released) = self.waits.pop_front().unwrap_or((false, 0));
+        if ok {
+            self.pending_bytes -= released;
+        }
+        self.log.push(Wait(ok));
+        ok
     }
     fn fence(&mut self) {
         self.log.push(Fence);
@@ -123,7 +135,89 @@ fn pending_frees_large_enough_are_waited_for_rather_than_grown() {
         ..Script::default()
     };
     assert_eq!(run(&mut s, shared(20 * MIB, 2 * MIB)), Ok(()));
-    assert_eq!(s.log, [Reclaim, Try(false), Sync(true), Try(true)]);
+    assert_eq!(
+        s.log,
+        [Reclaim, Try(false), Wait(false), Sync(true), Try(true)]
+    );
+}
+
+#[test]
+fn the_oldest_fence_is_waited_for_before_any_synchronization() {
+    // The oldest fence covers enough: served after one wait, no synchronization.
+    let mut s = Script {
+        tries: [false, true].into(),
+        waits: [(true, MIB)].into(),
+        sync_ok: true,
+        pending_bytes: 3 * MIB,
+        ..Script::default()
+    };
+    assert_eq!(run(&mut s, shared(20 * MIB, 2 * MIB)), Ok(()));
+    assert_eq!(s.log, [Reclaim, Try(false), Wait(true), Try(true)]);
+    // It does not: the next oldest, then a synchronization when no fence can be waited for.
+    let mut s = Script {
+        tries: [false, false, false, true].into(),
+        waits: [(true, MIB), (true, MIB)].into(),
+        sync_ok: true,
+        pending_bytes: 3 * MIB,
+        ..Script::default()
+    };
+    assert_eq!(run(&mut s, shared(20 * MIB, 2 * MIB)), Ok(()));
+    assert_eq!(
+        s.log,
+        [
+            Reclaim,
+            Try(false),
+            Wait(true),
+            Try(false),
+            Wait(true),
+            Try(false),
+            Wait(false),
+            Sync(true),
+            Try(true)
+        ]
+    );
+}
+
+#[test]
+fn fence_waits_that_release_everything_without_serving_go_on_to_grow() {
+    let mut s = Script {
+        tries: [false, false, true].into(),
+        grows: [true].into(),
+        waits: [(true, 2 * MIB)].into(),
+        sync_ok: true,
+        pending_bytes: 2 * MIB,
+        ..Script::default()
+    };
+    assert_eq!(run(&mut s, shared(20 * MIB, 2 * MIB)), Ok(()));
+    assert_eq!(
+        s.log,
+        [
+            Reclaim,
+            Try(false),
+            Wait(true),
+            Try(false),
+            Grow(20 * MIB, true),
+            Try(true)
+        ]
+    );
+}
+
+#[test]
+fn at_most_a_few_fences_are_waited_for_before_synchronizing() {
+    let mut s = Script {
+        tries: [false; 1 + MAX_FENCE_WAITS as usize]
+            .into_iter()
+            .chain([true])
+            .collect(),
+        waits: std::iter::repeat_n((true, 1), MAX_FENCE_WAITS as usize + 4).collect(),
+        sync_ok: true,
+        pending_bytes: 64 * MIB,
+        ..Script::default()
+    };
+    assert_eq!(run(&mut s, shared(20 * MIB, 2 * MIB)), Ok(()));
+    let waits = s.log.iter().filter(|a| **a == Wait(true)).count();
+    assert_eq!(waits, MAX_FENCE_WAITS as usize);
+    assert_eq!(s.log[s.log.len() - 2..], [Sync(true), Try(true)]);
 }
 
 #[test]
@@ -157,6 +251,7 @@ fn a_synchronize_that_fails_falls_back_to_a_fence_and_growth() {
         [
             Reclaim,
             Try(false),
+            Wait(false),
             Sync(false),
             Fence,
             Grow(20 * MIB, true),
@@ -180,6 +275,7 @@ fn a_synchronize_that_does_not_serve_still_goes_on_to_grow_without_a_fence() {
         [
             Reclaim,
             Try(false),
+            Wait(false),
             Sync(true),
             Try(false),
             Grow(20 * MIB, true),
