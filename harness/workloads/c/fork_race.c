@@ -3,8 +3,10 @@
  * main thread forks FORKS times. alarm(20) ends a child that hangs, with SIGALRM. CHILD says
  * what each child does:
  *
- *   alloc  allocate three 64 KiB blocks, free one, exit(0). Its report must hold exactly its own
- *          two blocks (none of the parent's). Pool on or off: the simulated driver holds its own
+ *   alloc  allocate three 64 KiB blocks, set one on a new non-blocking stream, free it, destroy the
+ *          stream, exit(0), while the parent's threads also create, use and destroy streams (so
+ *          the pool's stream bookkeeping is held at random moments too). Its report must hold
+ *          exactly its own two blocks (none of the parent's). Pool on or off: the simulated driver holds its own
  *          locks across the fork, so the child can allocate from it.
  *   exit   exit(0) without touching CUDA, while the parent's threads also push and pop contexts
  *          (which holds the driver's lock often): the exit path alone must not hang.
@@ -37,6 +39,7 @@
 static CUcontext primary;
 static atomic_int stop;
 static int push_pop;
+static int streams;
 
 static void *churn(void *arg) {
     unsigned seed = (unsigned)(uintptr_t)arg;
@@ -49,6 +52,14 @@ static void *churn(void *arg) {
             live[i] = 0;
         } else {
             CHECK(cuMemAlloc(&live[i], 256 + (size_t)(rand_r(&seed) % 65536)));
+        }
+        if (streams) {
+            /* Stream bookkeeping (the pool's streams table, its runs of one stream) is held at
+             * random moments too. */
+            CUstream s;
+            CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+            if (live[i]) CHECK(cuMemsetD8Async(live[i], 0, 256, s));
+            CHECK(cuStreamDestroy(s));
         }
         if (push_pop) {
             CHECK(cuCtxPushCurrent(primary));
@@ -64,7 +75,11 @@ static void *churn(void *arg) {
 static int child_work(void) {
     CUdeviceptr p[3];
     for (int i = 0; i < 3; i++) CHECK(cuMemAlloc(&p[i], 64 << 10));
+    CUstream s;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuMemsetD8Async(p[1], 0, 64 << 10, s));
     CHECK(cuMemFree(p[1]));
+    CHECK(cuStreamDestroy(s));
     return 0;
 }
 
@@ -84,6 +99,7 @@ int main(int argc, char **argv) {
     const char *child = argc > 3 ? argv[3] : "alloc";
     int exec_mode = !strcmp(child, "exec");
     push_pop = !strcmp(child, "exit");
+    streams = !strcmp(child, "alloc");
     pthread_t t[64];
     for (int i = 0; i < threads && i < 64; i++) pthread_create(&t[i], NULL, churn, (void *)(uintptr_t)(i + 1));
     for (int i = 0; i < forks; i++) {

@@ -39,10 +39,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 use super::device;
-use crate::process::global::lock;
+use crate::process::global::{self, lock};
 
 /// The submission count (low [`COUNT_BITS`] bits) and the current run (above), process-wide.
 static SUBMITTED: AtomicU64 = AtomicU64::new(0);
@@ -193,8 +193,12 @@ pub fn single_stream_since(completed: u64) -> Option<(u64, u64)> {
         .then_some((key, count))
 }
 
-/// In a forked child: no thread holds the run lock, and no run continues.
+/// In a forked child: no thread holds the run lock, no run continues, no capture is in progress,
+/// and the streams table is a new, empty one (the parent's contexts and streams cannot be used
+/// here).
 pub fn reset_after_fork() {
+    global::replace(&STREAMS, Mutex::new(None));
+    CAPTURES.store(0, Ordering::Release);
     RUN_LOCK.store(false, Ordering::Release);
     let r = run_of(SUBMITTED.load(Ordering::Acquire));
     RUN_KEYS[r].store(NO_KEY, Ordering::Release);
@@ -237,7 +241,13 @@ struct Orphans {
     events: VecDeque<u64>,
 }
 
-static STREAMS: Mutex<Option<Streams>> = Mutex::new(None);
+/// The table, created on first use and replaced in a forked child (whose parent's threads may
+/// have held its lock at the fork).
+static STREAMS: AtomicPtr<Mutex<Option<Streams>>> = AtomicPtr::new(std::ptr::null_mut());
+
+fn streams() -> &'static Mutex<Option<Streams>> {
+    global::get_or_create(&STREAMS, || Mutex::new(None))
+}
 
 /// `CU_STREAM_NON_BLOCKING`.
 pub const CU_STREAM_NON_BLOCKING: u32 = 1;
@@ -247,7 +257,7 @@ pub fn stream_created(ctx: u64, stream: u64, flags: u32) {
     if flags & CU_STREAM_NON_BLOCKING == 0 {
         return;
     }
-    let mut s = lock(&STREAMS);
+    let mut s = lock(streams());
     s.get_or_insert_with(Default::default)
         .non_blocking
         .entry(ctx)
@@ -258,7 +268,7 @@ pub fn stream_created(ctx: u64, stream: u64, flags: u32) {
 /// A stream is about to be destroyed: if it is a known non-blocking stream, record a last event
 /// on it so that fences still wait for its work.
 pub fn stream_destroying(stream: u64) {
-    let mut guard = lock(&STREAMS);
+    let mut guard = lock(streams());
     let Some(s) = guard.as_mut() else { return };
     let Some(ctx) = s
         .non_blocking
@@ -280,7 +290,7 @@ pub fn stream_destroying(stream: u64) {
 
 /// Forgets everything about a destroyed context's streams.
 pub fn context_gone(ctx: u64) {
-    if let Some(s) = lock(&STREAMS).as_mut() {
+    if let Some(s) = lock(streams()).as_mut() {
         s.non_blocking.remove(&ctx);
         s.orphans.remove(&ctx);
     }
@@ -289,7 +299,7 @@ pub fn context_gone(ctx: u64) {
 /// Calls `f` with context `ctx`'s non-blocking streams and the number of last events recorded
 /// on its destroyed ones, while no stream is registered or forgotten.
 pub fn with_side_streams<T>(ctx: u64, f: impl FnOnce(&[u64], u64) -> T) -> T {
-    let guard = lock(&STREAMS);
+    let guard = lock(streams());
     match guard.as_ref() {
         Some(s) => {
             let streams = s.non_blocking.get(&ctx).map_or(&[][..], Vec::as_slice);
@@ -305,7 +315,7 @@ pub fn destroyed_streams_done(ctx: u64, count: u64) -> bool {
     if count == 0 {
         return true;
     }
-    let mut guard = lock(&STREAMS);
+    let mut guard = lock(streams());
     let Some(o) = guard.as_mut().and_then(|s| s.orphans.get_mut(&ctx)) else {
         return true;
     };
