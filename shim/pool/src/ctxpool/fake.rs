@@ -70,9 +70,13 @@ pub struct State {
     pub captures: u32,
     /// Whether the pool's context is the current one.
     pub current: bool,
-    /// Whether `synchronize` fails.
+    /// Whether `synchronize` (and waiting for an event) fails.
     pub sync_fails: bool,
+    /// Whether waiting for an event fails (the pool must then synchronize).
+    pub wait_fails: bool,
     pub syncs: u64,
+    /// Waits for an event (`wait_event`).
+    pub event_waits: u64,
     /// What the pool must never do, if it did.
     pub violations: Vec<String>,
     /// The answer to `reuse_on_stream` (the shim's stream rule, played by the test).
@@ -346,6 +350,23 @@ impl Device for FakeDevice {
         if s.events.remove(&event).is_none() {
             s.violation(format!("destroy of unknown event {event}"));
         }
+    }
+
+    fn wait_event(&self, event: &u64) -> bool {
+        let mut s = self.s.borrow_mut();
+        if s.sync_fails || s.wait_fails {
+            return false;
+        }
+        let Some(waits) = s.events.get(event).cloned() else {
+            s.violation(format!("wait for destroyed event {event}"));
+            return false;
+        };
+        // The event's work completes (each stream's oldest first, as the driver runs it).
+        s.event_waits += 1;
+        for i in waits {
+            s.work[i].done = true;
+        }
+        true
     }
 
     fn synchronize(&self) -> bool {

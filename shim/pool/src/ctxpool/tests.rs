@@ -45,7 +45,7 @@ fn fake(pool: &Pool) -> std::cell::RefMut<'_, fake::State> {
 // ---- fixed scenarios ---------------------------------------------------------------------
 
 #[test]
-fn a_block_freed_with_work_in_flight_waits_and_pressure_synchronizes() {
+fn a_block_freed_with_work_in_flight_waits_and_pressure_waits_for_a_fence() {
     let pool = new_pool(
         1 << 30,
         Settings {
@@ -65,12 +65,40 @@ fn a_block_freed_with_work_in_flight_waits_and_pressure_synchronizes() {
     assert_eq!(pool.stats().pending_bytes, 3 * MIB);
     let small = pool.alloc(0, MIB, None).unwrap();
     assert!(small >= blocks[0] + 3 * MIB || small + MIB <= blocks[0]);
-    // No room left under the limit: the pending block is worth a synchronize.
+    // No room left under the limit: the pending block is worth a wait, for a fence (recorded
+    // then) rather than the whole context.
     let again = pool.alloc(0, 3 * MIB, Some(9)).unwrap();
     assert_eq!(again, blocks[0]);
     assert!(fake(&pool).done_up_to(1));
     let s = pool.stats();
-    assert_eq!((s.syncs, s.pending_bytes, s.chunks), (1, 0, 1));
+    assert_eq!(
+        (s.fence_waits, s.syncs, s.pending_bytes, s.chunks),
+        (1, 0, 0, 1)
+    );
+    assert_eq!(fake(&pool).event_waits, 1);
+    assert!(fake(&pool).violations.is_empty());
+}
+
+#[test]
+fn a_fence_that_cannot_be_waited_for_leaves_the_pool_to_synchronize() {
+    let pool = new_pool(
+        1 << 30,
+        Settings {
+            limit: Some(20 * MIB),
+            ..Settings::default()
+        },
+    );
+    let blocks: Vec<u64> = (0..6)
+        .map(|i| pool.alloc(0, 3 * MIB, Some(i)).unwrap())
+        .collect();
+    fake(&pool).submit(LEGACY_STREAM);
+    fake(&pool).wait_fails = true;
+    assert_eq!(pool.free(0, blocks[0]), Some(Ok(Some(0))));
+    // The room left under the limit (2 MiB) cannot serve it; the pending block can, once the
+    // context is synchronized.
+    assert_eq!(pool.alloc(0, 3 * MIB, Some(9)), Ok(blocks[0]));
+    let s = pool.stats();
+    assert_eq!((s.fence_waits, s.syncs, s.pending_bytes), (0, 1, 0));
     assert!(fake(&pool).violations.is_empty());
 }
 
@@ -107,10 +135,10 @@ fn during_a_capture_frees_wait_and_the_pool_neither_fences_nor_synchronizes() {
     let s = pool.stats();
     assert_eq!((s.fences, s.syncs, s.limit_refusals), (0, 0, 1));
     assert_eq!(s.pending_bytes, 18 * MIB);
-    // The capture ends: the next request that needs them synchronizes.
+    // The capture ends: the next request that needs them waits for a fence.
     fake(&pool).captures = 0;
     assert_eq!(pool.alloc(0, 3 * MIB, None), Ok(blocks[0]));
-    assert_eq!(pool.stats().syncs, 1);
+    assert_eq!((pool.stats().fence_waits, pool.stats().syncs), (1, 0));
     assert!(fake(&pool).violations.is_empty());
 }
 
