@@ -167,6 +167,8 @@ def all_configs(shim, out_path, only=None, rounds=2):
         # Another build (say the one before a change) beside this one, each in its own process.
         resnet_cfgs["torch caching allocator, cuguard stacks on"] = {**det, **quiet, "LD_PRELOAD": shim}
         resnet_cfgs["torch caching allocator, baseline cuguard stacks on"] = {**det, **quiet, "LD_PRELOAD": base_shim}
+        resnet_cfgs["torch caching allocator, cuguard stacks on, fence rule alone"] = {
+            **det, **quiet, "LD_PRELOAD": shim, "CUGUARD_POOL_STREAM_REUSE": "0"}
         resnet_cfgs["no caching, baseline cuguard pool, stacks on"] = {**nocache, **quiet, "LD_PRELOAD": base_shim, "CUGUARD_POOL": "1", "CUGUARD_STACK_DEPTH": "32"}
     cudf_cfgs = {}
     try:
@@ -240,6 +242,7 @@ def all_configs(shim, out_path, only=None, rounds=2):
         print(f"| resnet18 step, caching on, cuguard stacks on: this build / baseline | {ratio('torch caching allocator, cuguard stacks on', 'torch caching allocator, baseline cuguard stacks on'):.3f} |")
         print(f"| resnet18 step, no caching, cuguard pool stacks on: this build / baseline | {ratio('no caching, cuguard pool, stacks on', 'no caching, baseline cuguard pool, stacks on'):.3f} |")
         print(f"| resnet18 step, caching on: cuguard stacks on / bare | {ratio('torch caching allocator, cuguard stacks on', 'torch caching allocator'):.3f} |")
+        print(f"| resnet18 step, caching on, cuguard stacks on: stream reuse on / off | {ratio('torch caching allocator, cuguard stacks on', 'torch caching allocator, cuguard stacks on, fence rule alone'):.3f} |")
     print(f"| RMM 1 MiB DeviceBuffer, default+cuguard pool / RMM pool resource | {ratio('RMM default (cudaMalloc), cuguard pool', 'RMM PoolMemoryResource, bare'):.2f} |")
     for what in ("cudf_loop", "cudf_etl"):
         if f"{what}, RMM default, bare" in med:
@@ -285,7 +288,7 @@ def main():
     elif what == "all":
         all_configs(sys.argv[2], sys.argv[3], rounds=int(os.environ.get("E2E_ROUNDS", "2")))
     elif what == "resnet-only":
-        all_configs(sys.argv[2], sys.argv[3], only="resnet", rounds=1)
+        all_configs(sys.argv[2], sys.argv[3], only="resnet", rounds=int(os.environ.get("E2E_ROUNDS", "1")))
 
 
 if __name__ == "__main__":
