@@ -88,6 +88,16 @@ impl LeakFold {
         fold
     }
 
+    /// How many of the largest leaks it keeps.
+    pub(crate) fn keep(&self) -> usize {
+        self.keep
+    }
+
+    /// Whether no leak was folded yet.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// The groups, in the order of their first leak.
     pub fn groups(&self) -> &[LeakGroup] {
         &self.groups

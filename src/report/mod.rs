@@ -13,6 +13,7 @@
 //!
 //! [`fold`] folds a report's leaks while it is parsed, for the commands that read millions.
 
+mod fast;
 pub mod fold;
 mod read;
 

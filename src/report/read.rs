@@ -230,7 +230,7 @@ impl Document {
         let mut first_try = None;
         if !looks_merged {
             cuguard_report::intern::reset();
-            match parse::<Report>(&bytes) {
+            match parse_report(&bytes) {
                 Ok(report) => return single(path, bytes, report),
                 Err(e) => first_try = Some(e),
             }
@@ -245,7 +245,7 @@ impl Document {
                 Some(e) => e,
                 None => {
                     cuguard_report::intern::reset();
-                    match parse::<Report>(&bytes) {
+                    match parse_report(&bytes) {
                         Err(e) => e,
                         Ok(report) => return single(path, bytes, report),
                     }
@@ -380,6 +380,18 @@ fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> serde_json::Result<T> {
     }
 }
 
+/// Parses one process's report: through the fast path where it handles the document exactly,
+/// else as [`parse`] does.
+fn parse_report(bytes: &[u8]) -> serde_json::Result<Report> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => match super::fast::report(text) {
+            Some(report) => Ok(report),
+            None => serde_json::from_str(text),
+        },
+        Err(_) => serde_json::from_slice(bytes),
+    }
+}
+
 /// A single report's document, once its identity is checked.
 fn single(path: PathBuf, bytes: Vec<u8>, report: Report) -> Result<Document, ReadError> {
     check_identity(&path, &report)?;
@@ -393,7 +405,7 @@ fn single(path: PathBuf, bytes: Vec<u8>, report: Report) -> Result<Document, Rea
 /// Parses the `i`-th process of a merged report.
 fn parse_process(path: &Path, bytes: &[u8], i: usize) -> Result<Report, ReadError> {
     cuguard_report::intern::reset();
-    let report = parse::<Report>(bytes).map_err(|e| classify(path, &e, Some(i)))?;
+    let report = parse_report(bytes).map_err(|e| classify(path, &e, Some(i)))?;
     check_identity(path, &report).map_err(|e| match e {
         ReadError::NotAReport { path, reason } => ReadError::Invalid {
             path,
