@@ -26,25 +26,39 @@ use cuguard_report::intern;
 use cuguard_report::sink::{LeakSink, LeakView, Text, with_installed_sink};
 use cuguard_report::wire::UNKNOWN_DEVICE;
 
+use serde_json::Value;
+
 use super::{Addr, Frame, LeakFold, LeakState, Memory, Report, Stack, StackSite};
 
-/// The report in `text`, when the fast path handles the whole document; `None` when serde_json
-/// must parse it (nothing was handed to the thread's sink then).
-pub(super) fn report(text: &str) -> Option<Report> {
+/// Why the fast path gave no report.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum GaveUp {
+    /// The document is an object without a `leaks` member: serde_json cannot read it as a
+    /// report either (a required field is missing, or the text is not JSON).
+    NoLeaks,
+    /// Anything else: serde_json decides.
+    Other,
+}
+
+/// The report in `text`, when the fast path handles the whole document; else why not (nothing
+/// was handed to the thread's sink then).
+pub(super) fn report(text: &str) -> Result<Report, GaveUp> {
     with_installed_sink(|sink| match sink {
         None => {
             let mut leaks = Vec::new();
             let mut report = parse(text, &mut |leak| leaks.push(leak.to_leak()))?;
             report.leaks = leaks;
-            Some(report)
+            Ok(report)
         }
         Some(sink) => {
-            let fold = (sink as &mut dyn Any).downcast_mut::<LeakFold>()?;
+            let fold = (sink as &mut dyn Any)
+                .downcast_mut::<LeakFold>()
+                .ok_or(GaveUp::Other)?;
             if !fold.is_empty() {
-                return None;
+                return Err(GaveUp::Other);
             }
             let report = parse(text, &mut |leak| fold.leak(leak));
-            if report.is_none() {
+            if report.is_err() {
                 *fold = LeakFold::new(fold.keep());
             }
             report
@@ -52,20 +66,13 @@ pub(super) fn report(text: &str) -> Option<Report> {
     })
 }
 
-/// Parses the document, handing each leak to `leak`; `None` where it gives up.
-fn parse<'a>(text: &'a str, leak: &mut dyn FnMut(LeakView<'a>)) -> Option<Report> {
+/// Parses the document, handing each leak to `leak`.
+fn parse<'a>(text: &'a str, leak: &mut dyn FnMut(LeakView<'a>)) -> Result<Report, GaveUp> {
     let mut c = Cursor::new(text);
     let mut stacks = None;
     let mut leaks_at = None;
     let mut stacks_at = None;
-    c.ws();
-    c.eat(b'{')?;
-    c.ws();
-    loop {
-        let key = c.plain_string()?;
-        c.ws();
-        c.eat(b':')?;
-        c.ws();
+    c.members_of_report(|c, key| {
         let start = c.i;
         match key {
             "leaks" => {
@@ -92,22 +99,18 @@ fn parse<'a>(text: &'a str, leak: &mut dyn FnMut(LeakView<'a>)) -> Option<Report
             }
             _ => c.skip_value()?,
         }
-        c.ws();
-        match c.next()? {
-            b',' => c.ws(),
-            b'}' => break,
-            _ => return None,
-        }
-    }
-    c.ws();
-    if c.i != text.len() {
-        return None;
-    }
-    // Both are required: without either, serde_json names the missing field.
-    let (leaks_at, stacks_at) = (leaks_at?, stacks_at?);
-    let mut report: Report = serde_json::from_str(&without(text, leaks_at, stacks_at)).ok()?;
-    report.stacks = stacks?;
-    Some(report)
+        Some(())
+    })
+    .ok_or(GaveUp::Other)?;
+    let Some(leaks_at) = leaks_at else {
+        return Err(GaveUp::NoLeaks);
+    };
+    // Required: without it, serde_json names the missing field.
+    let stacks_at = stacks_at.ok_or(GaveUp::Other)?;
+    let rest = without(text, leaks_at, stacks_at);
+    let mut report: Report = serde_json::from_str(&rest).map_err(|_| GaveUp::Other)?;
+    report.stacks = stacks.ok_or(GaveUp::Other)?;
+    Ok(report)
 }
 
 /// `text` with the two ranges (the values of `leaks` and `stacks`) each replaced by `[]`.
@@ -120,6 +123,61 @@ fn without(text: &str, a: Range<usize>, b: Range<usize>) -> String {
     rest.push_str("[]");
     rest.push_str(&text[second.end..]);
     rest
+}
+
+/// The most a merged report may nest for [`header`] (serde_json allows 128).
+const MAX_DEPTH: usize = 100;
+
+/// What the reader looks at in a document that is not a single report: its `schema`, its
+/// `schema_version` and the text of each of its `processes` (each `None` when absent or
+/// `null`).
+pub(super) type Header<'a> = (Option<Value>, Option<Value>, Option<Vec<&'a str>>);
+
+/// The [`Header`] of `text`, as serde_json gives it, when the whole document is valid JSON (so
+/// serde_json would accept it) and the fast path reads it exactly; `None` otherwise.
+pub(super) fn header(text: &str) -> Option<Header<'_>> {
+    let mut c = Cursor::new(text);
+    let (mut schema, mut version, mut processes) = (None, None, None);
+    let mut processes_seen = false;
+    c.members_of_report(|c, key| {
+        let start = c.i;
+        if key == "processes" {
+            if processes_seen {
+                return None;
+            }
+            processes_seen = true;
+            if c.is_null() {
+                // `"processes": null` is read as absent.
+                return c.null();
+            }
+            let mut list = Vec::new();
+            c.array(|c| {
+                let at = c.i;
+                c.valid_value(2)?;
+                list.push(text.get(at..c.i)?);
+                Some(())
+            })?;
+            processes = Some(list);
+            return Some(());
+        }
+        c.valid_value(1)?;
+        let value = text.get(start..c.i)?;
+        let slot = match key {
+            "schema" => &mut schema,
+            "schema_version" => &mut version,
+            _ => return Some(()),
+        };
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(value);
+        Some(())
+    })?;
+    let value = |v: Option<&str>| match v {
+        Some(v) => serde_json::from_str::<Option<Value>>(v).ok(),
+        None => Some(None),
+    };
+    Some((value(schema)?, value(version)?, processes))
 }
 
 /// A position in the document. Every method that returns `Option` returns `None` where the fast
@@ -249,6 +307,36 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The whole document as an object: `member` reads the value of each member, the cursor
+    /// after the whitespace that follows its key; only whitespace may follow the object.
+    fn members_of_report(
+        &mut self,
+        mut member: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        self.ws();
+        self.eat(b'{')?;
+        self.ws();
+        if self.peek()? == b'}' {
+            self.i += 1;
+        } else {
+            loop {
+                let key = self.plain_string()?;
+                self.ws();
+                self.eat(b':')?;
+                self.ws();
+                member(self, key)?;
+                self.ws();
+                match self.next()? {
+                    b',' => self.ws(),
+                    b'}' => break,
+                    _ => return None,
+                }
+            }
+        }
+        self.ws();
+        (self.i == self.bytes.len()).then_some(())
+    }
+
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.i).copied()
     }
@@ -280,13 +368,18 @@ impl<'a> Cursor<'a> {
         Some(s)
     }
 
-    /// Where the string that the cursor is in ends (its closing quote), eight bytes at a time;
-    /// `None` at an escape, a control character or the end of the text.
+    /// Where the string that the cursor is in ends (its closing quote); `None` at an escape, a
+    /// control character or the end of the text.
     fn string_end(&self) -> Option<usize> {
+        let i = self.special(self.i)?;
+        (self.bytes[i] == b'"').then_some(i)
+    }
+
+    /// The first quote, backslash or control character from `i` on, eight bytes at a time.
+    fn special(&self, mut i: usize) -> Option<usize> {
         const ONES: u64 = 0x0101_0101_0101_0101;
         const HIGH: u64 = 0x8080_8080_8080_8080;
         let bytes = self.bytes;
-        let mut i = self.i;
         while let Some(chunk) = bytes.get(i..i + 8) {
             let w = u64::from_le_bytes(chunk.try_into().ok()?);
             // The lowest flagged byte of each mask is exact (a borrow only flags bytes above a
@@ -298,15 +391,13 @@ impl<'a> Cursor<'a> {
                 | (w.wrapping_sub(ONES * 0x20) & !w);
             let found = found & HIGH;
             if found != 0 {
-                i += (found.trailing_zeros() / 8) as usize;
-                return (bytes[i] == b'"').then_some(i);
+                return Some(i + (found.trailing_zeros() / 8) as usize);
             }
             i += 8;
         }
         loop {
             match *bytes.get(i)? {
-                b'"' => return Some(i),
-                b'\\' | 0..=0x1f => return None,
+                b'"' | b'\\' | 0..=0x1f => return Some(i),
                 _ => i += 1,
             }
         }
@@ -711,6 +802,110 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// Steps over a JSON value that serde_json would accept, as long as it nests at most
+    /// [`MAX_DEPTH`] deep (from `depth`) and has no `\\u` escape; `None` otherwise.
+    fn valid_value(&mut self, depth: usize) -> Option<()> {
+        match self.peek()? {
+            b'"' => {
+                self.i += 1;
+                self.valid_string_rest()
+            }
+            open @ (b'{' | b'[') => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                let close = if open == b'{' { b'}' } else { b']' };
+                self.i += 1;
+                self.ws();
+                if self.peek()? == close {
+                    self.i += 1;
+                    return Some(());
+                }
+                loop {
+                    if open == b'{' {
+                        self.eat(b'"')?;
+                        self.valid_string_rest()?;
+                        self.ws();
+                        self.eat(b':')?;
+                        self.ws();
+                    }
+                    self.valid_value(depth + 1)?;
+                    self.ws();
+                    match self.next()? {
+                        b',' => self.ws(),
+                        b if b == close => return Some(()),
+                        _ => return None,
+                    }
+                }
+            }
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.valid_number(),
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.i + word.len();
+        (self.bytes.get(self.i..end)? == word).then(|| self.i = end)
+    }
+
+    /// The rest of a string whose opening quote was read: no control characters, and only the
+    /// escapes `\\"`, `\\\\`, `\\/`, `\\b`, `\\f`, `\\n`, `\\r` and `\\t`.
+    fn valid_string_rest(&mut self) -> Option<()> {
+        loop {
+            let i = self.special(self.i)?;
+            match self.bytes[i] {
+                b'"' => {
+                    self.i = i + 1;
+                    return Some(());
+                }
+                b'\\' => match self.bytes.get(i + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i = i + 2,
+                    _ => return None,
+                },
+                _ => return None,
+            }
+        }
+    }
+
+    /// A number as JSON writes it: `-`, then `0` or digits not starting with `0`, then an
+    /// optional fraction and exponent.
+    fn valid_number(&mut self) -> Option<()> {
+        if self.peek()? == b'-' {
+            self.i += 1;
+        }
+        match self.next()? {
+            b'0' => {}
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            self.some_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.i += 1;
+            }
+            self.some_digits()?;
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn some_digits(&mut self) -> Option<()> {
+        let start = self.i;
+        self.digits();
+        (self.i > start).then_some(())
+    }
+
     /// Skips a value of a member the fast path does not read: serde_json parses it later, so
     /// this only has to find where it ends in a valid document.
     fn skip_value(&mut self) -> Option<()> {
@@ -751,12 +946,14 @@ impl<'a> Cursor<'a> {
     /// Skips the rest of a string whose opening quote was read.
     fn skip_string_rest(&mut self) -> Option<()> {
         loop {
-            match self.next()? {
-                b'"' => return Some(()),
-                b'\\' => {
-                    self.next()?;
+            let i = self.special(self.i)?;
+            match self.bytes[i] {
+                b'"' => {
+                    self.i = i + 1;
+                    return Some(());
                 }
-                _ => {}
+                b'\\' => self.i = i + 2,
+                _ => self.i = i + 1,
             }
         }
     }

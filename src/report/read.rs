@@ -6,6 +6,7 @@
 //! error names the real problem. A merged report's processes are kept as byte ranges of the file
 //! and parsed one at a time, so memory holds the file and one process, never all of them parsed.
 
+use std::cell::Cell;
 use std::fmt;
 use std::io::Read;
 use std::ops::Range;
@@ -157,7 +158,8 @@ enum Shape {
     Merged(Vec<Range<usize>>),
 }
 
-/// What the reader looks at when a document does not parse as a single report.
+/// What the reader looks at when a document does not parse as a single report (see
+/// [`fast::Header`](super::fast::Header)), as serde_json reads it.
 #[derive(Deserialize)]
 struct Header<'a> {
     #[serde(default)]
@@ -189,7 +191,9 @@ impl Document {
                 limit,
             });
         }
-        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        let mut bytes = SPARE.take();
+        bytes.clear();
+        bytes.reserve(usize::try_from(size).unwrap_or(0));
         // Read one byte past the limit, so a file that grows while read is still caught.
         file.take(limit.saturating_add(1))
             .read_to_end(&mut bytes)
@@ -230,17 +234,28 @@ impl Document {
         let mut first_try = None;
         if !looks_merged {
             cuguard_report::intern::reset();
-            match parse_report(&bytes) {
+            match parse_single(&bytes) {
                 Ok(report) => return single(path, bytes, report),
-                Err(e) => first_try = Some(e),
+                Err(e) => first_try = e,
             }
         }
-        let header: Header = match parse(&bytes) {
-            Ok(h) => h,
-            Err(e) => return Err(classify(&path, &e, None)),
+        let fast = std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(super::fast::header);
+        let (schema, schema_version, processes) = match fast {
+            Some(header) => header,
+            None => match parse::<Header>(&bytes) {
+                Ok(h) => (
+                    h.schema,
+                    h.schema_version,
+                    h.processes
+                        .map(|list| list.into_iter().map(RawValue::get).collect()),
+                ),
+                Err(e) => return Err(classify(&path, &e, None)),
+            },
         };
-        check_header(&path, &header)?;
-        let Some(processes) = header.processes else {
+        check_header(&path, schema.as_ref(), schema_version.as_ref())?;
+        let Some(processes) = processes else {
             let e = match first_try {
                 Some(e) => e,
                 None => {
@@ -255,8 +270,7 @@ impl Document {
         };
         let base = bytes.as_ptr() as usize;
         let mut ranges = Vec::with_capacity(processes.len());
-        for (i, raw) in processes.iter().enumerate() {
-            let text = raw.get();
+        for (i, text) in processes.iter().enumerate() {
             let start = (text.as_ptr() as usize).wrapping_sub(base);
             let range = start..start.wrapping_add(text.len());
             if bytes.get(range.clone()) != Some(text.as_bytes()) {
@@ -339,6 +353,34 @@ impl Document {
     }
 }
 
+impl Drop for Document {
+    fn drop(&mut self) {
+        recycle(std::mem::take(&mut self.bytes));
+    }
+}
+
+thread_local! {
+    /// A file's buffer that its [`Document`] is done with, kept for the next file this thread
+    /// reads (files are read one after the other: a buffer reused spares the allocator a large
+    /// allocation and free per file).
+    static SPARE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// The largest buffer kept for reuse (16 MiB).
+const SPARE_MAX: usize = 16 << 20;
+
+/// Keeps `bytes`' buffer for the next file read on this thread, if it is the largest yet and
+/// not too large.
+fn recycle(bytes: Vec<u8>) {
+    let spare = SPARE.take();
+    let keep = if bytes.capacity() > spare.capacity() && bytes.capacity() <= SPARE_MAX {
+        bytes
+    } else {
+        spare
+    };
+    SPARE.set(keep);
+}
+
 /// The reports of a [`Document`], parsed one at a time. See [`Document::into_reports`].
 #[derive(Debug)]
 pub struct Reports {
@@ -355,14 +397,14 @@ impl Iterator for Reports {
         match &mut self.doc.shape {
             Shape::Single(slot) => {
                 // Free the file's bytes: the parsed report is all that is needed now.
-                self.doc.bytes = Vec::new();
+                recycle(std::mem::take(&mut self.doc.bytes));
                 slot.take().map(|r| Ok(*r))
             }
             Shape::Merged(ranges) => {
                 let range = ranges.get(i)?.clone();
                 let parsed = parse_process(&self.doc.path, &self.doc.bytes[range], i);
                 if i + 1 == ranges.len() {
-                    self.doc.bytes = Vec::new();
+                    recycle(std::mem::take(&mut self.doc.bytes));
                     *ranges = Vec::new();
                 }
                 Some(parsed)
@@ -383,12 +425,24 @@ fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> serde_json::Result<T> {
 /// Parses one process's report: through the fast path where it handles the document exactly,
 /// else as [`parse`] does.
 fn parse_report(bytes: &[u8]) -> serde_json::Result<Report> {
+    parse_single(bytes).or_else(|e| match e {
+        Some(e) => Err(e),
+        None => parse(bytes),
+    })
+}
+
+/// As [`parse_report`], but when the fast path finds that the document cannot be a report (an
+/// object without `leaks`: a merged report, say), the error is left to be made if it is
+/// needed (`Err(None)`), sparing a pass of serde_json that would fail.
+fn parse_single(bytes: &[u8]) -> Result<Report, Option<serde_json::Error>> {
+    use super::fast::{GaveUp, report};
     match std::str::from_utf8(bytes) {
-        Ok(text) => match super::fast::report(text) {
-            Some(report) => Ok(report),
-            None => serde_json::from_str(text),
+        Ok(text) => match report(text) {
+            Ok(report) => Ok(report),
+            Err(GaveUp::NoLeaks) => Err(None),
+            Err(GaveUp::Other) => serde_json::from_str(text).map_err(Some),
         },
-        Err(_) => serde_json::from_slice(bytes),
+        Err(_) => serde_json::from_slice(bytes).map_err(Some),
     }
 }
 
@@ -438,12 +492,16 @@ fn check_identity(path: &Path, report: &Report) -> Result<(), ReadError> {
 }
 
 /// Refuses a document whose header is not a version-1 cuguard report's.
-fn check_header(path: &Path, header: &Header) -> Result<(), ReadError> {
+fn check_header(
+    path: &Path,
+    schema: Option<&Value>,
+    schema_version: Option<&Value>,
+) -> Result<(), ReadError> {
     let not = |reason: String| ReadError::NotAReport {
         path: path.to_path_buf(),
         reason,
     };
-    match &header.schema {
+    match schema {
         None => return Err(not("no \"schema\" field".into())),
         Some(Value::String(s)) if s == SCHEMA_NAME => {}
         Some(other) => {
@@ -453,7 +511,7 @@ fn check_header(path: &Path, header: &Header) -> Result<(), ReadError> {
             )));
         }
     }
-    match &header.schema_version {
+    match schema_version {
         Some(Value::Number(n)) if n.as_u64() == Some(SCHEMA_VERSION) => Ok(()),
         Some(other) => Err(ReadError::UnsupportedVersion {
             path: path.to_path_buf(),
