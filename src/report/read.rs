@@ -161,13 +161,13 @@ enum Shape {
 /// What the reader looks at when a document does not parse as a single report (see
 /// [`fast::Header`](super::fast::Header)), as serde_json reads it.
 #[derive(Deserialize)]
-struct Header<'a> {
+pub(super) struct Header<'a> {
     #[serde(default)]
-    schema: Option<Value>,
+    pub(super) schema: Option<Value>,
     #[serde(default)]
-    schema_version: Option<Value>,
+    pub(super) schema_version: Option<Value>,
     #[serde(default, borrow)]
-    processes: Option<Vec<&'a RawValue>>,
+    pub(super) processes: Option<Vec<&'a RawValue>>,
 }
 
 impl Document {

@@ -6,7 +6,8 @@
 
 use proptest::prelude::*;
 
-use super::report;
+use super::{GaveUp, header, report};
+use crate::report::read::Header;
 use crate::report::{LeakFold, Report};
 use cuguard_report::sink::with_leak_sink;
 
@@ -18,7 +19,11 @@ fn fixture_text(name: &str) -> String {
 /// Checks the fast path against serde_json on `text`; gives whether the fast path read it.
 fn agrees(text: &str) -> Result<bool, TestCaseError> {
     let whole: Result<Report, _> = serde_json::from_str(text);
-    let fast = report(text).ok();
+    let fast = report(text);
+    if fast == Err(GaveUp::NoLeaks) {
+        prop_assert!(whole.is_err(), "no leaks, yet serde_json reads a report");
+    }
+    let fast = fast.ok();
     match (&whole, &fast) {
         (Ok(w), Some(f)) => prop_assert_eq!(w, f),
         (Err(e), Some(_)) => {
@@ -463,11 +468,149 @@ proptest! {
     }
 }
 
+/// Checks the fast header against serde_json's on `text`; gives whether the fast path read it.
+fn header_agrees(text: &str) -> Result<bool, TestCaseError> {
+    let whole: Result<Header, _> = serde_json::from_str(text);
+    let fast = header(text);
+    match (whole, &fast) {
+        (Ok(w), Some((schema, version, processes))) => {
+            prop_assert_eq!(&w.schema, schema);
+            prop_assert_eq!(&w.schema_version, version);
+            let texts = w
+                .processes
+                .map(|p| p.iter().map(|r| r.get()).collect::<Vec<_>>());
+            prop_assert_eq!(&texts, processes);
+        }
+        (Err(e), Some(_)) => prop_assert!(false, "serde_json refuses ({e}) the header read"),
+        (_, None) => {}
+    }
+    Ok(fast.is_some())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// A merged report with bytes changed or cut short: the header read fast is serde_json's.
+    #[test]
+    fn the_fast_header_agrees_on_damaged_merged_reports(
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        cut in any::<prop::sample::Index>(),
+        name in proptest::sample::select(&["merged.json", "merged-ranks.json", "merged-workers.json"][..]),
+    ) {
+        let mut bytes = fixture_text(name).into_bytes();
+        for (at, b) in edits {
+            let i = at.index(bytes.len());
+            bytes[i] = b;
+        }
+        if let Ok(text) = std::str::from_utf8(&bytes) {
+            header_agrees(text)?;
+            agrees(text)?;
+        }
+        bytes.truncate(cut.index(bytes.len()));
+        if let Ok(text) = std::str::from_utf8(&bytes) {
+            header_agrees(text)?;
+        }
+    }
+
+    /// Generated JSON values as a merged report's members and processes: the header read fast
+    /// is serde_json's.
+    #[test]
+    fn the_fast_header_agrees_on_generated_values(
+        values in proptest::collection::vec(json_value(), 0..6),
+        schema in prop_oneof![
+            Just("\"cuguard-report\"".to_string()),
+            Just("null".to_string()),
+            Just("\"cu\\u0067uard-report\"".to_string()),
+            json_value(),
+        ],
+        version in prop_oneof![Just("1".to_string()), Just("1.0".to_string()), json_value()],
+        space in ws(),
+        repeat in 0u8..8,
+    ) {
+        let processes = array(values.clone(), space.clone());
+        let mut members = vec![
+            format!("\"schema\":{space}{schema}"),
+            format!("\"schema_version\":{version}"),
+            format!("\"merged\":{}", values.first().cloned().unwrap_or("{}".into())),
+            format!("\"processes\"{space}:{processes}"),
+        ];
+        match repeat {
+            0 => members.push(format!("\"processes\":{processes}")),
+            1 => members.push("\"schema\":null".into()),
+            2 => members.push("\"processes\":null".into()),
+            3 => members.reverse(),
+            _ => {}
+        }
+        let text = format!("{{{}}}{space}", members.join(","));
+        let read = header_agrees(&text)?;
+        let plain = schema == "\"cuguard-report\"" || schema == "null";
+        if repeat >= 4 && values.is_empty() && version == "1" && plain {
+            prop_assert!(read, "the fast header gave up on {}", text);
+        }
+    }
+}
+
+/// A JSON value, as text: nested arrays and objects of strings (escapes included), numbers
+/// (every form of the grammar, and some that are not), literals and whitespace.
+fn json_value() -> BoxedStrategy<String> {
+    let leaf = prop_oneof![
+        Just("null".to_string()),
+        Just("true".to_string()),
+        Just("false".to_string()),
+        Just("nul".to_string()),
+        Just("tru".to_string()),
+        "-?(0|[1-9][0-9]{0,20})(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,3})?",
+        prop_oneof![
+            Just("01"),
+            Just("-"),
+            Just("1."),
+            Just(".5"),
+            Just("1e"),
+            Just("+1"),
+            Just("-01"),
+            Just("1e+"),
+            Just("0x10"),
+        ]
+        .prop_map(str::to_string),
+        "[a-z é日]{0,8}".prop_map(|s| format!("\"{s}\"")),
+        prop_oneof![
+            Just(r#""a\"b""#),
+            Just(r#""\\\/\b\f\n\r\t""#),
+            Just(r#""\u00e9""#),
+            Just(r#""\x""#),
+            Just("\"raw\u{1}\""),
+            Just(r#""\ud800""#),
+            Just("\"open"),
+        ]
+        .prop_map(str::to_string),
+    ];
+    leaf.prop_recursive(4, 24, 4, |inner| {
+        prop_oneof![
+            (proptest::collection::vec(inner.clone(), 0..4), ws())
+                .prop_map(|(items, space)| array(items, space)),
+            (proptest::collection::vec(("[a-z]{1,4}", inner), 0..4), ws()).prop_map(
+                |(members, space)| {
+                    let members: Vec<String> = members
+                        .into_iter()
+                        .map(|(k, v)| format!("\"{k}\"{space}:{space}{v}"))
+                        .collect();
+                    format!("{{{space}{}{space}}}", members.join(","))
+                }
+            ),
+            Just("[1,]".to_string()),
+            Just("{\"a\":1,}".to_string()),
+            Just("{\"a\" 1}".to_string()),
+            Just("[1 2]".to_string()),
+        ]
+    })
+    .boxed()
+}
+
 /// Every fixture gives what serde_json gives, and the plain ones are read by the fast path.
 #[test]
 fn the_fast_path_agrees_on_every_fixture() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let mut fast = 0;
+    let (mut fast, mut headers) = (0, 0);
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let Ok(text) = std::fs::read_to_string(&path) else {
@@ -476,8 +619,12 @@ fn the_fast_path_agrees_on_every_fixture() {
         if agrees(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())) {
             fast += 1;
         }
+        if header_agrees(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())) {
+            headers += 1;
+        }
     }
     assert!(fast >= 3, "the fast path read {fast} fixtures");
+    assert!(headers >= 6, "the fast header read {headers} fixtures");
 }
 
 /// Numbers and addresses at their edges, one by one.
