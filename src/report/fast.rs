@@ -19,6 +19,8 @@
 
 use std::any::Any;
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -28,6 +30,7 @@ use cuguard_report::wire::UNKNOWN_DEVICE;
 
 use serde_json::Value;
 
+use super::fold::Fx;
 use super::{Addr, Frame, LeakFold, LeakState, Memory, Report, Stack, StackSite};
 
 /// Why the fast path gave no report.
@@ -191,6 +194,8 @@ struct Cursor<'a> {
     file: Option<Arc<str>>,
     /// A stack's frames as they are read (reused from stack to stack).
     frames: Vec<Frame>,
+    /// The function names interned so far, by their text in the document.
+    functions: HashMap<&'a str, Arc<str>, BuildHasherDefault<Fx>>,
 }
 
 /// A key as written before its value: `"name":`, in at most 16 bytes, as two little-endian
@@ -304,6 +309,7 @@ impl<'a> Cursor<'a> {
             module: None,
             file: None,
             frames: Vec::new(),
+            functions: HashMap::default(),
         }
     }
 
@@ -763,7 +769,7 @@ impl<'a> Cursor<'a> {
                     module = Some(Self::shared(&mut c.module, s));
                 }
                 2 => offset = c.addr()?,
-                3 => function = c.opt_string()?.map(intern::intern),
+                3 => function = c.opt_string()?.map(|s| c.function(s)),
                 4 => {
                     file = match c.opt_string()? {
                         Some(s) => Some(Self::shared(&mut c.file, s)),
@@ -788,6 +794,14 @@ impl<'a> Cursor<'a> {
             line,
             inlined,
         })
+    }
+
+    /// The interned function name `s`, through the names seen in this document.
+    fn function(&mut self, s: &'a str) -> Arc<str> {
+        self.functions
+            .entry(s)
+            .or_insert_with(|| intern::intern(s))
+            .clone()
     }
 
     /// The interned `s`, through `last` (the last one interned in this place).
