@@ -5,10 +5,14 @@
 //! element for the keys and spellings the shim writes (any order, any JSON whitespace), and
 //! copies every other member into a small document that serde_json parses into the
 //! [`Report`] (with empty `leaks` and `stacks`, then filled in). It handles a subset of what
-//! serde_json accepts, exactly: a string with an escape, an unknown or repeated key, a missing
-//! field, a number that is not a plain integer of the field's range, another shape, an element
-//! in array form, or any error, and it gives up (`None`) so that the caller parses the
+//! serde_json accepts, exactly: at a string with an escape, an unknown or repeated key, a
+//! missing field, a number that is not a plain integer of the field's range, another shape, an
+//! element in array form, or any error, it gives up ([`GaveUp`]) so that the caller parses the
 //! document with serde_json, whose result and error stand.
+//!
+//! [`header`] reads what the reader looks at in a document that is not a single report (a
+//! merged report's `schema`, `schema_version` and `processes`) by a scan that checks the whole
+//! document is JSON, where serde_json's pass would check it; it gives up the same way.
 //!
 //! Leaks go where serde_json would send them: into `Report::leaks`, or, while a
 //! [`LeakFold`] is installed as the thread's sink ([`with_leak_sink`]), into that fold, which
