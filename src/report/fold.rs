@@ -32,8 +32,8 @@ pub struct LeakGroup {
 pub struct LeakFold {
     groups: Vec<LeakGroup>,
     index: HashMap<Key, usize, BuildHasherDefault<Fx>>,
-    apis: HashMap<String, u32, BuildHasherDefault<Fx>>,
-    owners: HashMap<String, u32, BuildHasherDefault<Fx>>,
+    apis: Names,
+    owners: Names,
     largest: BinaryHeap<Ranked>,
     keep: usize,
     count: u64,
@@ -88,6 +88,16 @@ impl LeakFold {
         fold
     }
 
+    /// How many of the largest leaks it keeps.
+    pub(crate) fn keep(&self) -> usize {
+        self.keep
+    }
+
+    /// Whether no leak was folded yet.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// The groups, in the order of their first leak.
     pub fn groups(&self) -> &[LeakGroup] {
         &self.groups
@@ -121,8 +131,8 @@ impl LeakFold {
         let keep_it = self.keep > 0
             && (self.largest.len() < self.keep
                 || self.largest.peek().is_some_and(|worst| rank < worst.rank));
-        let api_id = id_of(&mut self.apis, api);
-        let owner_id = owner.map_or(0, |o| id_of(&mut self.owners, o) + 1);
+        let api_id = self.apis.id(api);
+        let owner_id = owner.map_or(0, |o| self.owners.id(o) + 1);
         let key: Key = (
             fields.stack(),
             api_id,
@@ -168,14 +178,32 @@ impl LeakSink for LeakFold {
     }
 }
 
-/// The id of `s` in `table`, added when new.
-fn id_of(table: &mut HashMap<String, u32, BuildHasherDefault<Fx>>, s: &str) -> u32 {
-    if let Some(&id) = table.get(s) {
-        return id;
+/// Strings numbered by first appearance: looked up in a list while there are few (a report
+/// names few driver entries and owners), by hash past that.
+#[derive(Debug, Default)]
+struct Names {
+    list: Vec<String>,
+    index: HashMap<String, u32, BuildHasherDefault<Fx>>,
+}
+
+impl Names {
+    /// Past this many names, they are looked up by hash.
+    const FEW: usize = 8;
+
+    /// The id of `s`, added when new.
+    fn id(&mut self, s: &str) -> u32 {
+        if self.list.len() <= Self::FEW {
+            if let Some(i) = self.list.iter().position(|n| n == s) {
+                return i as u32;
+            }
+        } else if let Some(&id) = self.index.get(s) {
+            return id;
+        }
+        let id = self.list.len() as u32;
+        self.list.push(s.to_string());
+        self.index.insert(s.to_string(), id);
+        id
     }
-    let id = table.len() as u32;
-    table.insert(s.to_string(), id);
-    id
 }
 
 /// The fields of a leak that rank and group it, parsed ([`LeakView`]) or whole ([`Leak`]).
@@ -221,7 +249,7 @@ leak_fields!(LeakView<'_>);
 
 /// The Fx hash (rustc's): fast on the small keys here.
 #[derive(Default)]
-struct Fx(u64);
+pub(super) struct Fx(u64);
 
 impl Hasher for Fx {
     fn finish(&self) -> u64 {

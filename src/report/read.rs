@@ -6,6 +6,7 @@
 //! error names the real problem. A merged report's processes are kept as byte ranges of the file
 //! and parsed one at a time, so memory holds the file and one process, never all of them parsed.
 
+use std::cell::Cell;
 use std::fmt;
 use std::io::Read;
 use std::ops::Range;
@@ -157,15 +158,16 @@ enum Shape {
     Merged(Vec<Range<usize>>),
 }
 
-/// What the reader looks at when a document does not parse as a single report.
+/// What the reader looks at when a document does not parse as a single report (see
+/// [`fast::Header`](super::fast::Header)), as serde_json reads it.
 #[derive(Deserialize)]
-struct Header<'a> {
+pub(super) struct Header<'a> {
     #[serde(default)]
-    schema: Option<Value>,
+    pub(super) schema: Option<Value>,
     #[serde(default)]
-    schema_version: Option<Value>,
+    pub(super) schema_version: Option<Value>,
     #[serde(default, borrow)]
-    processes: Option<Vec<&'a RawValue>>,
+    pub(super) processes: Option<Vec<&'a RawValue>>,
 }
 
 impl Document {
@@ -189,7 +191,9 @@ impl Document {
                 limit,
             });
         }
-        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        let mut bytes = SPARE.take();
+        bytes.clear();
+        bytes.reserve(usize::try_from(size).unwrap_or(0));
         // Read one byte past the limit, so a file that grows while read is still caught.
         file.take(limit.saturating_add(1))
             .read_to_end(&mut bytes)
@@ -230,22 +234,33 @@ impl Document {
         let mut first_try = None;
         if !looks_merged {
             cuguard_report::intern::reset();
-            match parse::<Report>(&bytes) {
+            match parse_single(&bytes) {
                 Ok(report) => return single(path, bytes, report),
-                Err(e) => first_try = Some(e),
+                Err(e) => first_try = e,
             }
         }
-        let header: Header = match parse(&bytes) {
-            Ok(h) => h,
-            Err(e) => return Err(classify(&path, &e, None)),
+        let fast = std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(super::fast::header);
+        let (schema, schema_version, processes) = match fast {
+            Some(header) => header,
+            None => match parse::<Header>(&bytes) {
+                Ok(h) => (
+                    h.schema,
+                    h.schema_version,
+                    h.processes
+                        .map(|list| list.into_iter().map(RawValue::get).collect()),
+                ),
+                Err(e) => return Err(classify(&path, &e, None)),
+            },
         };
-        check_header(&path, &header)?;
-        let Some(processes) = header.processes else {
+        check_header(&path, schema.as_ref(), schema_version.as_ref())?;
+        let Some(processes) = processes else {
             let e = match first_try {
                 Some(e) => e,
                 None => {
                     cuguard_report::intern::reset();
-                    match parse::<Report>(&bytes) {
+                    match parse_report(&bytes) {
                         Err(e) => e,
                         Ok(report) => return single(path, bytes, report),
                     }
@@ -255,8 +270,7 @@ impl Document {
         };
         let base = bytes.as_ptr() as usize;
         let mut ranges = Vec::with_capacity(processes.len());
-        for (i, raw) in processes.iter().enumerate() {
-            let text = raw.get();
+        for (i, text) in processes.iter().enumerate() {
             let start = (text.as_ptr() as usize).wrapping_sub(base);
             let range = start..start.wrapping_add(text.len());
             if bytes.get(range.clone()) != Some(text.as_bytes()) {
@@ -339,6 +353,34 @@ impl Document {
     }
 }
 
+impl Drop for Document {
+    fn drop(&mut self) {
+        recycle(std::mem::take(&mut self.bytes));
+    }
+}
+
+thread_local! {
+    /// A file's buffer that its [`Document`] is done with, kept for the next file this thread
+    /// reads (files are read one after the other: a buffer reused spares the allocator a large
+    /// allocation and free per file).
+    static SPARE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// The largest buffer kept for reuse (16 MiB).
+const SPARE_MAX: usize = 16 << 20;
+
+/// Keeps `bytes`' buffer for the next file read on this thread, if it is the largest yet and
+/// not too large.
+fn recycle(bytes: Vec<u8>) {
+    let spare = SPARE.take();
+    let keep = if bytes.capacity() > spare.capacity() && bytes.capacity() <= SPARE_MAX {
+        bytes
+    } else {
+        spare
+    };
+    SPARE.set(keep);
+}
+
 /// The reports of a [`Document`], parsed one at a time. See [`Document::into_reports`].
 #[derive(Debug)]
 pub struct Reports {
@@ -355,14 +397,14 @@ impl Iterator for Reports {
         match &mut self.doc.shape {
             Shape::Single(slot) => {
                 // Free the file's bytes: the parsed report is all that is needed now.
-                self.doc.bytes = Vec::new();
+                recycle(std::mem::take(&mut self.doc.bytes));
                 slot.take().map(|r| Ok(*r))
             }
             Shape::Merged(ranges) => {
                 let range = ranges.get(i)?.clone();
                 let parsed = parse_process(&self.doc.path, &self.doc.bytes[range], i);
                 if i + 1 == ranges.len() {
-                    self.doc.bytes = Vec::new();
+                    recycle(std::mem::take(&mut self.doc.bytes));
                     *ranges = Vec::new();
                 }
                 Some(parsed)
@@ -380,6 +422,30 @@ fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> serde_json::Result<T> {
     }
 }
 
+/// Parses one process's report: through the fast path where it handles the document exactly,
+/// else as [`parse`] does.
+fn parse_report(bytes: &[u8]) -> serde_json::Result<Report> {
+    parse_single(bytes).or_else(|e| match e {
+        Some(e) => Err(e),
+        None => parse(bytes),
+    })
+}
+
+/// As [`parse_report`], but when the fast path finds that the document cannot be a report (an
+/// object without `leaks`: a merged report, say), the error is left to be made if it is
+/// needed (`Err(None)`), sparing a pass of serde_json that would fail.
+fn parse_single(bytes: &[u8]) -> Result<Report, Option<serde_json::Error>> {
+    use super::fast::{GaveUp, report};
+    match std::str::from_utf8(bytes) {
+        Ok(text) => match report(text) {
+            Ok(report) => Ok(report),
+            Err(GaveUp::NoLeaks) => Err(None),
+            Err(GaveUp::Other) => serde_json::from_str(text).map_err(Some),
+        },
+        Err(_) => serde_json::from_slice(bytes).map_err(Some),
+    }
+}
+
 /// A single report's document, once its identity is checked.
 fn single(path: PathBuf, bytes: Vec<u8>, report: Report) -> Result<Document, ReadError> {
     check_identity(&path, &report)?;
@@ -393,7 +459,7 @@ fn single(path: PathBuf, bytes: Vec<u8>, report: Report) -> Result<Document, Rea
 /// Parses the `i`-th process of a merged report.
 fn parse_process(path: &Path, bytes: &[u8], i: usize) -> Result<Report, ReadError> {
     cuguard_report::intern::reset();
-    let report = parse::<Report>(bytes).map_err(|e| classify(path, &e, Some(i)))?;
+    let report = parse_report(bytes).map_err(|e| classify(path, &e, Some(i)))?;
     check_identity(path, &report).map_err(|e| match e {
         ReadError::NotAReport { path, reason } => ReadError::Invalid {
             path,
@@ -426,12 +492,16 @@ fn check_identity(path: &Path, report: &Report) -> Result<(), ReadError> {
 }
 
 /// Refuses a document whose header is not a version-1 cuguard report's.
-fn check_header(path: &Path, header: &Header) -> Result<(), ReadError> {
+fn check_header(
+    path: &Path,
+    schema: Option<&Value>,
+    schema_version: Option<&Value>,
+) -> Result<(), ReadError> {
     let not = |reason: String| ReadError::NotAReport {
         path: path.to_path_buf(),
         reason,
     };
-    match &header.schema {
+    match schema {
         None => return Err(not("no \"schema\" field".into())),
         Some(Value::String(s)) if s == SCHEMA_NAME => {}
         Some(other) => {
@@ -441,7 +511,7 @@ fn check_header(path: &Path, header: &Header) -> Result<(), ReadError> {
             )));
         }
     }
-    match &header.schema_version {
+    match schema_version {
         Some(Value::Number(n)) if n.as_u64() == Some(SCHEMA_VERSION) => Ok(()),
         Some(other) => Err(ReadError::UnsupportedVersion {
             path: path.to_path_buf(),

@@ -5,7 +5,8 @@
 //! [`with_leak_sink`] installs a [`LeakSink`] on this thread for the length of one parse: every
 //! element of `leaks` is then parsed as a [`LeakView`] (its strings borrowed from the document
 //! where they have no escapes), given to the sink, and dropped; the parsed report's `leaks` is
-//! empty. Without a sink, `leaks` is parsed into `Vec<Leak>` exactly as before.
+//! empty. Without a sink, `leaks` is parsed into `Vec<Leak>` exactly as before. A reader that
+//! parses `leaks` by its own means borrows the installed sink with [`with_installed_sink`].
 
 use std::any::Any;
 use std::borrow::Cow;
@@ -126,6 +127,18 @@ pub fn with_leak_sink<S: LeakSink, R>(sink: S, parse: impl FnOnce() -> R) -> (S,
         Ok(sink) => (*sink, result),
         Err(_) => unreachable!("the sink installed is the one taken back"),
     }
+}
+
+/// Runs `f` with this thread's sink (`None` when none is installed) taken out for the length of
+/// the call, then puts it back: for a reader that hands a report's leaks to the sink by its own
+/// means instead of through `Report`'s `Deserialize` (a parse inside `f` sees no sink).
+pub fn with_installed_sink<R>(f: impl FnOnce(Option<&mut dyn LeakSink>) -> R) -> R {
+    let mut sink = SINK.with(|s| s.borrow_mut().take());
+    let result = f(sink.as_deref_mut());
+    if let Some(sink) = sink {
+        SINK.with(|s| *s.borrow_mut() = Some(sink));
+    }
+    result
 }
 
 /// `deserialize_with` for [`Report::leaks`](crate::Report::leaks): into the thread's sink when
