@@ -6,11 +6,12 @@
 use serde_json::Value;
 
 use crate::cli_schema::validate;
-use crate::support::{c_program, read_report, run, scratch_dir, shim_command, sim_command};
+use crate::support::{
+    c_program, env_tag, read_report, run, scratch_dir, shim_command, sim_command,
+};
 
 fn reuse_cases(env: &[(&str, &str)]) -> Vec<(String, bool, u64)> {
-    let name: Vec<String> = env.iter().map(|(k, v)| format!("{}{v}", k.len())).collect();
-    let dir = scratch_dir(&format!("reuse-{}", name.join("-")));
+    let dir = scratch_dir(&format!("reuse{}", env_tag(env)));
     let report = dir.join("r.json");
     let mut cmd = shim_command(&c_program("pool_reuse"), &report);
     cmd.env("CUGUARD_QUIET", "1");

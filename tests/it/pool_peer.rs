@@ -6,18 +6,16 @@
 
 use serde_json::Value;
 
-use crate::support::{c_program, read_report, run, scratch_dir, shim_command, sim_command};
+use crate::support::{
+    c_program, env_tag, read_report, run, scratch_dir, shim_command, sim_command,
+};
 
 /// Bytes each trial reallocates (16 blocks of 4 MiB).
 const TRIAL_BYTES: u64 = 16 * (4 << 20);
 
 /// Runs `pool_peer MODE TRIALS` under the shim with the pool on; its output and report.
 fn peer_run(mode: &str, trials: u32, env: &[(&str, &str)]) -> (Value, Value) {
-    let tag: String = env
-        .iter()
-        .map(|(k, v)| format!("-{}{v}", k.len()))
-        .collect();
-    let dir = scratch_dir(&format!("pool-peer-{mode}{tag}"));
+    let dir = scratch_dir(&format!("pool-peer-{mode}{}", env_tag(env)));
     let report = dir.join("r.json");
     let mut cmd = shim_command(&c_program("pool_peer"), &report);
     cmd.args([mode, &trials.to_string()])

@@ -10,16 +10,12 @@
 use serde_json::Value;
 
 use crate::cli_schema::validate;
-use crate::support::{c_program, read_report, run, scratch_dir, shim_command};
+use crate::support::{c_program, env_tag, read_report, run, scratch_dir, shim_command};
 
 /// Runs `pool_stream MODE TRIALS` under the shim with the pool on and `env`; its output and the
 /// pool counters of device 0.
 fn stream_run(mode: &str, trials: u32, env: &[(&str, &str)]) -> (Value, Value) {
-    let tag: String = env
-        .iter()
-        .map(|(k, v)| format!("-{}{v}", k.len()))
-        .collect();
-    let dir = scratch_dir(&format!("pool-stream-{mode}{tag}"));
+    let dir = scratch_dir(&format!("pool-stream-{mode}{}", env_tag(env)));
     let report = dir.join("r.json");
     let mut cmd = shim_command(&c_program("pool_stream"), &report);
     cmd.args([mode, &trials.to_string()])

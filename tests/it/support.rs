@@ -109,6 +109,14 @@ pub fn rust_program(name: &str) -> PathBuf {
     artifacts().bin_dir.join(name)
 }
 
+/// A suffix that tells runs of one test with different settings apart (in scratch directory
+/// names): `-` then each name's length and value, per setting.
+pub fn env_tag(env: &[(&str, &str)]) -> String {
+    env.iter()
+        .map(|(k, v)| format!("-{}{v}", k.len()))
+        .collect()
+}
+
 /// A fresh scratch directory for one test.
 pub fn scratch_dir(test: &str) -> PathBuf {
     let d = artifacts()
