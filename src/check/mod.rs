@@ -37,8 +37,8 @@ use crate::format::{Registry, Row};
 use crate::growth::{Criterion, GrowingSite, growing_sites};
 use crate::input::Source;
 use crate::owners::{OwnerFilter, OwnerIndex, OwnerShare};
-use crate::report::{LeakFold, Report, Stack};
-use crate::sites::{SiteIndex, SiteKind};
+use crate::report::{HeldClass, Leak, LeakFold, LeakState, PyView, Report, Stack};
+use crate::sites::{Site, SiteIndex, SiteKind};
 use suppressions::Suppressions;
 
 /// The formats of `cuguard check --format`, the default first (see [`crate::format`]).
@@ -96,6 +96,9 @@ pub struct Limits {
     pub fail_on_events: FailingEvents,
     /// Whether an incomplete report fails.
     pub require_complete: bool,
+    /// Whether what Python objects held at the end of a Python program's code counts too
+    /// (`--held`; by default only what nothing held, the lost, counts).
+    pub held: bool,
 }
 
 impl Limits {
@@ -127,6 +130,7 @@ impl Default for Limits {
                     .collect(),
             ),
             require_complete: false,
+            held: false,
         }
     }
 }
@@ -164,6 +168,75 @@ pub struct ProcessCheck {
     pub other_owners: Vec<OwnerShare>,
     /// The sites of checked owners that grew (see [`crate::growth`]), most grown first.
     pub growing: Vec<GrowingSite>,
+    /// For a Python program checked on its end: what Python objects held then that was not
+    /// counted (bytes, allocations and cache blocks); `None` for other reports and with
+    /// `--held`.
+    pub held_at_end: Option<(u64, u64)>,
+}
+
+/// What a Python program's end view counts, as leaks with their bytes, count and, for a live
+/// cache block, the line that allocated it: lost and unclassified allocations, library ones
+/// (their owner decides), and with `held` the held allocations and the live cache blocks
+/// Python objects hold. What is held but not counted adds up in `not_counted`.
+fn end_items(
+    view: &PyView,
+    held: bool,
+    not_counted: &mut Option<(u64, u64)>,
+) -> Vec<(Leak, u64, u64, Option<Site>)> {
+    let mut out = Vec::new();
+    let mut skipped = (0u64, 0u64);
+    for a in &view.allocations {
+        let leak = Leak {
+            address: a.address,
+            size: a.size,
+            requested: a.requested,
+            api: a.api.clone(),
+            memory: a.memory.clone(),
+            device: a.device,
+            context: a.context,
+            thread: a.thread,
+            seq: a.seq,
+            time_ms: a.time_ms,
+            stack: a.stack,
+            state: LeakState::LiveAtExit,
+            handle: None,
+            owner: a.owner.clone(),
+        };
+        match a.class {
+            HeldClass::Held if !held => {
+                skipped = (skipped.0.saturating_add(a.size), skipped.1 + 1);
+            }
+            HeldClass::Cache => {
+                for b in a
+                    .blocks
+                    .iter()
+                    .filter(|b| b.state == "live" && !b.holders.is_empty())
+                {
+                    if !held {
+                        skipped = (skipped.0.saturating_add(b.size), skipped.1 + 1);
+                        continue;
+                    }
+                    let mut block = leak.clone();
+                    block.address = b.address;
+                    block.size = b.size;
+                    block.requested = b.size;
+                    // The program's: a tensor or array it keeps.
+                    block.owner = Some("program".into());
+                    out.push((
+                        block,
+                        b.size,
+                        1,
+                        crate::summary::python::frames_site(&b.frames),
+                    ));
+                }
+            }
+            _ => out.push((leak, a.size, 1, None)),
+        }
+    }
+    if !held {
+        *not_counted = Some(skipped);
+    }
+    out
 }
 
 /// Leaks at one site of one process.
@@ -210,6 +283,19 @@ impl ProcessCheck {
         suppressions: &Suppressions,
         owners: &OwnerFilter,
     ) -> ProcessCheck {
+        ProcessCheck::folded_held(source, report, leaks, suppressions, owners, false)
+    }
+
+    /// [`ProcessCheck::folded`], counting with `held` also what Python objects held at the end
+    /// of a Python program's code (see the module doc).
+    pub fn folded_held(
+        source: &Source,
+        report: &Report,
+        leaks: &LeakFold,
+        suppressions: &Suppressions,
+        owners: &OwnerFilter,
+        held: bool,
+    ) -> ProcessCheck {
         let index = SiteIndex::new(report);
         let mut owner_index = OwnerIndex::new(report);
         let mut others: Vec<(usize, u64, u64)> = Vec::new();
@@ -241,11 +327,27 @@ impl ProcessCheck {
             rule_hits: vec![0; suppressions.rules().len()],
             other_owners: Vec::new(),
             growing: Vec::new(),
+            held_at_end: None,
+        };
+        // A Python program whose end was recorded is checked on what it held then: the lost
+        // (and with `held`, the held) allocations of its view, not what teardown left.
+        let at_end = report
+            .python
+            .as_ref()
+            .and_then(|p| p.view.as_ref())
+            .filter(|v| v.at == "end");
+        let items: Vec<(Leak, u64, u64, Option<Site>)> = match at_end {
+            Some(view) => end_items(view, held, &mut check.held_at_end),
+            None => leaks
+                .groups()
+                .iter()
+                .map(|g| (g.leak.clone(), g.bytes, g.leaks, None))
+                .collect(),
         };
         // Leaks sharing a stack, api and memory kind share a verdict: decide once per triple.
         let mut decided: HashMap<(Option<u64>, &str, &str), Option<usize>> = HashMap::new();
-        for group in leaks.groups() {
-            let (leak, size, n) = (&group.leak, group.bytes, group.leaks);
+        for (leak, size, n, site_of) in &items {
+            let (size, n) = (*size, *n);
             let rule = if suppressions.is_empty() {
                 None
             } else {
@@ -264,7 +366,10 @@ impl ProcessCheck {
                 others.push((owner, size, n));
                 continue;
             }
-            let site = index.site(leak.stack);
+            let site = match site_of {
+                Some(s) => std::borrow::Cow::Borrowed(s),
+                None => index.site(leak.stack),
+            };
             let entry = check
                 .sites
                 .entry(site.key.clone())
@@ -423,6 +528,15 @@ pub struct RuleUse {
     pub matched: u64,
 }
 
+/// Memory Python objects held at the end and that was not counted.
+#[derive(Clone, Debug, Serialize)]
+pub struct HeldAtEnd {
+    /// Bytes.
+    pub bytes: u64,
+    /// Allocations and live cache blocks.
+    pub allocations: u64,
+}
+
 /// One process in the verdict (JUnit makes a test case of each).
 #[derive(Clone, Debug, Serialize)]
 pub struct ProcessVerdict {
@@ -489,6 +603,9 @@ pub struct Verdict {
     /// Unsuppressed leaks not checked because of their owner (see `limits.owners`), by owner,
     /// all processes together (`count`: leaks).
     pub other_owners: Vec<OwnerShare>,
+    /// What Python objects held at the end of Python programs' code and was not counted
+    /// (`--held` counts it); `null` when no report is checked on its end, or with `--held`.
+    pub held_at_end: Option<HeldAtEnd>,
     /// Sites: counting ones first (most counted bytes first), then the rest.
     pub sites: Vec<SiteVerdict>,
     /// Sites of checked owners that grew, per process: failing ones first, then most grown.
@@ -538,6 +655,8 @@ pub struct CheckFold {
     suppressed_events: u64,
     /// Bytes of other owners (each owner's label is the first process's).
     other_owners: HashMap<String, OwnerShare>,
+    /// What Python objects held at the end and was not counted (without `--held`).
+    held_at_end: Option<(u64, u64)>,
     processes: Vec<Condensed>,
 }
 
@@ -583,6 +702,7 @@ impl CheckFold {
             suppressed_leaks: 0,
             suppressed_events: 0,
             other_owners: HashMap::new(),
+            held_at_end: None,
             processes: Vec::new(),
         }
     }
@@ -635,6 +755,10 @@ impl CheckFold {
         self.suppressed_bytes = self.suppressed_bytes.saturating_add(p.suppressed.0);
         self.suppressed_leaks += p.suppressed.1;
         self.suppressed_events += p.suppressed_events;
+        if let Some((b, n)) = p.held_at_end {
+            let t = self.held_at_end.get_or_insert((0, 0));
+            *t = (t.0.saturating_add(b), t.1 + n);
+        }
         for share in p.other_owners {
             match self.other_owners.get_mut(&share.owner) {
                 Some(t) => {
@@ -675,6 +799,7 @@ impl CheckFold {
             suppressed_leaks,
             suppressed_events,
             other_owners,
+            held_at_end,
             processes,
             ..
         } = self;
@@ -926,6 +1051,7 @@ impl CheckFold {
             suppressed_leaks,
             suppressed_events,
             other_owners: crate::owners::combine(other_owners.into_values()),
+            held_at_end: held_at_end.map(|(bytes, allocations)| HeldAtEnd { bytes, allocations }),
             sites: site_verdicts,
             growing,
             events: event_verdicts,

@@ -131,6 +131,19 @@ impl Format<Verdict> for Text {
             }
             out.write_all(t.render("  ").as_bytes())?;
         }
+        if let Some(h) = &verdict.held_at_end
+            && h.allocations > 0
+        {
+            writeln!(
+                out,
+                "{}",
+                style.dim(&format!(
+                    "not checked: {} in {} held by Python objects at the end (--held to count them)",
+                    bytes(h.bytes),
+                    plural(h.allocations, "allocation", "allocations")
+                ))
+            )?;
+        }
         if verdict.limits.max_growth.is_some() && !verdict.growing.is_empty() {
             writeln!(out, "{}", style.bold("growing"))?;
             let mut t = Table::new(&[true, false, false, false, false]);

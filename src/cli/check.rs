@@ -24,7 +24,10 @@ counts fails. Given one, only that measure is limited (the other is not: --max-l
 alone passes any number of leaks adding up to 1 MiB or less). Given both, either one over its
 limit fails.
 
-Which leaks count: only the program's own by default. Memory a framework keeps in its cache
+Which leaks count: only the program's own by default. For a Python program run under `cuguard
+run`, the leaks are what was live when its code ended (before the interpreter's teardown), and
+only what no Python object held then (the lost) counts; --held counts the held too, a tensor
+kept in a framework's cache included. Memory a framework keeps in its cache
 (PyTorch's caching allocator, CuPy's or RMM's pools, XLA's BFC allocator), CUDA libraries'
 workspaces and the driver's own allocations are listed but do not count unless --owners names
 them; leaks without a known owner are the program's. Suppressed leaks and events never count;
@@ -38,6 +41,7 @@ Examples:
   cuguard check --baseline main-reports/ --max-leaked-bytes 1048576 reports/
   cuguard check --fail-on-events all --require-complete reports/
   cuguard check --owners framework_cache,cublas --max-growth 256MiB reports/
+  cuguard check --held cuguard.python3.*.json  # fail on memory still held at the end too
 
 Suppression rules (one per line, terms separated by spaces, all must match):
   leak:PATTERN     a frame's function, file or module      api:PATTERN     the driver entry
@@ -82,6 +86,10 @@ pub struct CheckArgs {
     /// Fail when a report is incomplete (a checkpoint, or cut short by a signal).
     #[arg(long)]
     pub require_complete: bool,
+    /// For Python programs whose end was recorded: count also what Python objects still held at
+    /// the end of their code (by default only the lost counts: what nothing held).
+    #[arg(long)]
+    pub held: bool,
     /// Output format.
     #[arg(long, value_parser = FORMATS, default_value = FORMATS.default_format().name())]
     pub format: &'static Row<Verdict>,
@@ -154,7 +162,7 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
     let suppressions = read_suppressions(&args.suppressions)?;
     let owners = args.owners.clone().unwrap_or_default();
     let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
-        ProcessCheck::folded(source, &report, &leaks, &suppressions, &owners)
+        ProcessCheck::folded_held(source, &report, &leaks, &suppressions, &owners, args.held)
     };
     let mut fold = CheckFold::new(&suppressions);
     input::for_each_folded(&input::expand(&args.paths)?, 0, condense, |_, p| {
@@ -177,6 +185,7 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
         owners,
         fail_on_events: failing_events(&args.fail_on_events),
         require_complete: args.require_complete,
+        held: args.held,
     };
     let verdict = fold.finish(baseline.as_ref(), &suppressions, limits);
     let code = if verdict.passed {

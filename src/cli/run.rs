@@ -84,6 +84,13 @@ pub enum RunError {
         /// Why it failed.
         source: io::Error,
     },
+    /// No directory for the Python bootstrap could be made.
+    PythonDir {
+        /// The directory tried last.
+        dir: PathBuf,
+        /// Why it failed.
+        source: io::Error,
+    },
     /// PROGRAM not found.
     ProgramNotFound(OsString),
     /// PROGRAM could not be executed.
@@ -108,6 +115,12 @@ impl fmt::Display for RunError {
             RunError::SimDir { dir, source } => write!(
                 f,
                 "cannot make the simulated driver's directory {}: {source}",
+                show(dir)
+            ),
+            RunError::PythonDir { dir, source } => write!(
+                f,
+                "cannot make the directory of cuguard's Python bootstrap {}: {source} \
+                 (CUGUARD_PYTHON_END=0 runs without it)",
                 show(dir)
             ),
             RunError::ProgramNotFound(p) => {
@@ -254,6 +267,97 @@ fn populate(dir: &Path, target: &Path, private: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// cuguard's Python bootstrap (`src/python/cuguard/_bootstrap/sitecustomize.py`): Python imports
+/// it at start-up when its directory is on `PYTHONPATH`, and it marks where the program's code
+/// ends, for the report's `python` section.
+const PYTHON_BOOTSTRAP: &str = include_str!("../python/cuguard/_bootstrap/sitecustomize.py");
+
+/// Makes (or reuses) a directory holding the bootstrap as `sitecustomize.py`: `<dir of the
+/// shim>/cuguard-python/`, or `$TMPDIR/cuguard-python-<uid>/` when that cannot be written.
+fn python_dir(shim: &Path) -> Result<PathBuf, RunError> {
+    let beside = shim
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join("cuguard-python");
+    if write_bootstrap(&beside, false).is_ok() {
+        return Ok(beside);
+    }
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let private = std::env::temp_dir().join(format!("cuguard-python-{uid}"));
+    match write_bootstrap(&private, true) {
+        Ok(()) => absolute(private),
+        Err(source) => Err(RunError::PythonDir {
+            dir: private,
+            source,
+        }),
+    }
+}
+
+/// Makes `dir` hold the bootstrap as `sitecustomize.py` (written under a temporary name and
+/// renamed into place, unless it already holds exactly this text). With `private`, as
+/// [`populate`]'s.
+fn write_bootstrap(dir: &Path, private: bool) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    if private {
+        let meta = std::fs::symlink_metadata(dir)?;
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "exists but is not a directory owned by this user and writable only by it",
+            ));
+        }
+    }
+    let file = dir.join("sitecustomize.py");
+    if std::fs::read(&file).ok().as_deref() == Some(PYTHON_BOOTSTRAP.as_bytes()) {
+        return Ok(());
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let temp = dir.join(format!(".sitecustomize.{}.{nanos}", std::process::id()));
+    std::fs::write(&temp, PYTHON_BOOTSTRAP)?;
+    if let Err(e) = std::fs::rename(&temp, &file) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// `first` then the entries of `existing` (a `PYTHONPATH`, `:`-separated) other than `first`.
+fn prepend_python_path(first: &Path, existing: Option<OsString>) -> OsString {
+    let mut out = OsString::from(first);
+    if let Some(existing) = existing.filter(|e| !e.is_empty()) {
+        for entry in existing
+            .as_bytes()
+            .split(|b| *b == b':')
+            .filter(|e| *e != first.as_os_str().as_bytes())
+        {
+            out.push(":");
+            out.push(OsStr::from_bytes(entry));
+        }
+    }
+    out
+}
+
+/// Whether a setting value turns something off (`0`, `off`, `false`, `no`).
+fn is_off(v: Option<OsString>) -> bool {
+    v.is_some_and(|v| {
+        matches!(
+            v.to_string_lossy().trim().to_ascii_lowercase().as_str(),
+            "0" | "off" | "false" | "no"
+        )
+    })
+}
+
 /// The child's pid while it runs, for the signal handler.
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
@@ -311,6 +415,14 @@ pub fn run(args: RunArgs) -> Result<u8, CliError> {
             "LD_LIBRARY_PATH",
             prepend(&dir, std::env::var_os("LD_LIBRARY_PATH")),
         );
+    }
+    if !is_off(std::env::var_os("CUGUARD_PYTHON_END")) {
+        let dir = python_dir(&shim)?;
+        cmd.env(
+            "PYTHONPATH",
+            prepend_python_path(&dir, std::env::var_os("PYTHONPATH")),
+        );
+        cmd.env("CUGUARD_PYTHON_BOOTSTRAP", &dir);
     }
     if let Some(template) = &args.report {
         cmd.env("CUGUARD_REPORT", template);

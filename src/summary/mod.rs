@@ -13,6 +13,7 @@ pub mod attribution;
 pub mod groups;
 pub mod json;
 pub mod markdown;
+pub mod python;
 pub mod text;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -151,6 +152,10 @@ pub struct ReportSummary {
     pub reconciliation: Vec<ReconciliationSummary>,
     /// What cuguard itself cost the process: the report's `cost` (`null` in older reports).
     pub cost: Option<Cost>,
+    /// A Python program's end: held, lost and the caches' live and idle blocks (see
+    /// [`python`]); left out when the report has no `python` section.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub python: Option<python::PythonSummary>,
 }
 
 /// Who a process was.
@@ -458,6 +463,7 @@ impl ReportSummary {
             growing_sites(report, &index, &mut owners, |_| true, &Criterion::default());
         growing.truncate(top);
         let reconciliation = attribution::reconciliation(report, &held);
+        let python = python::PythonSummary::new(report, &index, &mut owners);
 
         ReportSummary {
             source: source.to_string(),
@@ -495,6 +501,7 @@ impl ReportSummary {
             growing,
             reconciliation,
             cost: report.cost.clone(),
+            python,
         }
     }
 

@@ -20,6 +20,7 @@ use std::io::{self, Write};
 
 use super::attribution::{OomSummary, PeakSummary, ReconciliationSummary, SiteBytes};
 use super::groups::Job;
+use super::python::{ClassSite, HeldLine, PythonSummary};
 use super::{ReportSummary, Sections, Summary};
 use crate::format::{Format, Options};
 use crate::growth::GrowingSite;
@@ -156,6 +157,210 @@ fn write_with_chains(out: &mut dyn Write, t: &Table, chains: &[&[String]]) -> io
     Ok(())
 }
 
+/// The line on a Python program's end, after `report`:
+///
+/// ```text
+/// the end  the program's code finished at 657 ms: held 6.0 MiB in 3 allocations, lost 4.0 MiB in 1 (3 freed later, by the interpreter's teardown)
+/// the end  not recorded: cuguard's Python bootstrap did not run in this interpreter (…)
+/// ```
+fn end_line(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io::Result<()> {
+    if !py.recorded && py.at.as_deref() != Some("snapshot") {
+        let why = py.why.as_deref().unwrap_or("the report does not say why");
+        return writeln!(
+            out,
+            "the end  {}",
+            style.warn(&format!("not recorded: {}", one_line(why)))
+        );
+    }
+    let moment = if py.at.as_deref() == Some("snapshot") {
+        format!("at the snapshot ({})", millis(py.time_ms.unwrap_or(0)))
+    } else {
+        let how = match py.how.as_deref() {
+            Some("raised") => match &py.exception {
+                Some(e) => format!("raised {}", one_line(e)),
+                None => "raised".to_string(),
+            },
+            Some("interrupted") => "was interrupted".to_string(),
+            Some("kernel_shutdown") => "ended with the kernel's shutdown".to_string(),
+            _ => "finished".to_string(),
+        };
+        format!(
+            "the program's code {how} at {}",
+            millis(py.time_ms.unwrap_or(0))
+        )
+    };
+    let mut parts = vec![format!(
+        "held {} in {}",
+        bytes(py.held_bytes()),
+        plural(py.held_count(), "allocation", "allocations")
+    )];
+    if py.lost.allocations > 0 {
+        parts.push(style.bad(&format!(
+            "lost {} in {}",
+            bytes(py.lost.bytes),
+            plural(py.lost.allocations, "allocation", "allocations")
+        )));
+    } else {
+        parts.push(style.good("lost nothing"));
+    }
+    let idle: u64 = py.caches.iter().map(|c| c.idle_bytes).sum();
+    if !py.caches.is_empty() {
+        parts.push(format!("idle in caches {}", bytes(idle)));
+    }
+    let mut line = format!("the end  {moment}: {}", parts.join(", "));
+    if py.freed_after > 0 {
+        line.push_str(&format!(
+            " ({} freed later, by the interpreter's teardown)",
+            py.freed_after
+        ));
+    }
+    writeln!(out, "{line}")?;
+    for note in &py.notes {
+        writeln!(out, "         {}", style.warn(&one_line(note)))?;
+    }
+    Ok(())
+}
+
+/// What a Python program held at its end (or at the snapshot), after the device table:
+///
+/// ```text
+/// held at the end (Python objects keep them)
+///      3.0 MiB  WEIGHTS → .ptr (a number inside it: a weak match)  made at load (held.py:31)
+///     load (held.py:31) ← main (held.py:44)
+/// lost at the end (the program's own; nothing holds them)
+///      4.0 MiB  1 allocation  load (held.py:34)
+/// inside the caches at the end
+///   PyTorch's caching allocator: 2.0 GiB in 12 segments: 1.5 GiB live in 40 blocks, 512.0 MiB idle (its memory history)
+///      1.2 GiB  30 blocks  train_step (train.py:31)  held by KEEP → [0]
+/// ```
+fn python_sections(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io::Result<()> {
+    let when = if py.at.as_deref() == Some("snapshot") {
+        "at the snapshot"
+    } else {
+        "at the end"
+    };
+    if !py.held.lines.is_empty() {
+        writeln!(
+            out,
+            "{}",
+            style.bold(&format!("held {when} (Python objects keep them)"))
+        )?;
+        let mut t = Table::new(&[true, false, false]);
+        let mut chains = Vec::new();
+        for h in &py.held.lines {
+            let holder = match &h.path {
+                Some(_) => holder_line(h),
+                None => format!("a {} that no name reaches", one_line(&h.holder)),
+            };
+            t.row([
+                bytes(h.size),
+                one_line(&holder),
+                format!("made at {}", one_line(&h.label)),
+            ]);
+            chains.push(&h.stack[..]);
+        }
+        write_with_chains(out, &t, &chains)?;
+        more(
+            out,
+            py.held.allocations as usize,
+            py.held.lines.len(),
+            "held allocations",
+        )?;
+    }
+    if !py.lost.lines.is_empty() {
+        writeln!(
+            out,
+            "{}",
+            style.bad(&format!(
+                "lost {when} (the program's own; nothing holds them)"
+            ))
+        )?;
+        class_sites(out, &py.lost.lines)?;
+    }
+    if !py.unclassified.lines.is_empty() {
+        writeln!(out, "{}", style.warn(&format!("not classified {when}")))?;
+        class_sites(out, &py.unclassified.lines)?;
+    }
+    if !py.caches.is_empty() {
+        writeln!(out, "{}", style.bold(&format!("inside the caches {when}")))?;
+        for c in &py.caches {
+            let how = match c.source.as_str() {
+                "history" => "its memory history",
+                "states" => "its block states; no lines",
+                "hook" => "cuguard's hook in it",
+                _ => "the Python objects found holding its blocks",
+            };
+            writeln!(
+                out,
+                "  {}: {} in {}: {} live in {}, {} idle (by {how})",
+                one_line(&c.label),
+                bytes(c.segment_bytes),
+                plural(c.segments, "segment", "segments"),
+                bytes(c.live_bytes),
+                plural(c.live_blocks, "block", "blocks"),
+                bytes(c.idle_bytes),
+            )?;
+            if let Some(note) = &c.note {
+                writeln!(out, "    {}", style.warn(&one_line(note)))?;
+            }
+            let mut t = Table::new(&[true, true, false, false]);
+            let mut chains = Vec::new();
+            for s in &c.sites {
+                let held = match &s.holder {
+                    Some(path) => format!("held by {}", one_line(&path.join(" "))),
+                    None => "no Python holder found".to_string(),
+                };
+                t.row([
+                    bytes(s.bytes),
+                    plural(s.blocks, "block", "blocks"),
+                    one_line(&s.label),
+                    held,
+                ]);
+                chains.push(&s.stack[..]);
+            }
+            let rendered = t.render("  ");
+            for (i, line) in rendered.lines().enumerate() {
+                writeln!(out, "  {line}")?;
+                if let Some(chain) = chains.get(i)
+                    && !chain.is_empty()
+                {
+                    writeln!(out, "      {}", one_line(&chain.join(" ← ")))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A held allocation's holder: the path from a name, a weak match said as such.
+fn holder_line(h: &HeldLine) -> String {
+    let Some(steps) = &h.path else {
+        return String::new();
+    };
+    let mut steps = steps.clone();
+    if h.weak && steps.len() > 1 {
+        steps.pop();
+        if let Some(last) = steps.pop() {
+            steps.push(format!("{last} (a number inside it: a weak match)"));
+        }
+    }
+    steps.join(" → ")
+}
+
+fn class_sites(out: &mut dyn Write, sites: &[ClassSite]) -> io::Result<()> {
+    let mut t = Table::new(&[true, true, false]);
+    let mut chains = Vec::new();
+    for s in sites {
+        t.row([
+            bytes(s.bytes),
+            plural(s.allocations, "allocation", "allocations"),
+            one_line(&s.label),
+        ]);
+        chains.push(&s.stack[..]);
+    }
+    write_with_chains(out, &t, &chains)
+}
+
 fn more(out: &mut dyn Write, total: usize, shown: usize, what: &str) -> io::Result<()> {
     if total > shown {
         writeln!(out, "  … {} more {what} (see --top)", total - shown)?;
@@ -204,6 +409,9 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
         one_line(&p.tool_version),
         p.driver_version
     )?;
+    if let Some(py) = &p.python {
+        end_line(out, py, style)?;
+    }
     if !p.ooms.is_empty() || p.ooms_dropped > 0 {
         ooms_section(out, p, style)?;
     }
@@ -288,6 +496,9 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
         owners_section(out, &p.owners, "by owner", style)?;
     }
 
+    if let Some(py) = &p.python {
+        python_sections(out, py, style)?;
+    }
     if !p.sites.is_empty() {
         writeln!(out, "{}", style.bold("sites (largest first)"))?;
         let mut t = Table::new(&[true, true, false, false, false]);

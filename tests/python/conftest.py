@@ -22,10 +22,11 @@ import pytest
 pytest_plugins = ["pytester"]
 
 # The inner projects are run by the tests, never collected as tests of this suite.
-collect_ignore = ["inner"]
+collect_ignore = ["inner", "end"]
 
 ROOT = Path(__file__).resolve().parents[2]
 INNER = Path(__file__).resolve().parent / "inner"
+END = Path(__file__).resolve().parent / "end"
 
 
 def installed() -> bool:

@@ -120,6 +120,25 @@ string_enum! {
 }
 
 string_enum! {
+    /// What holds an allocation live when a Python program's code ended, or at a snapshot
+    /// (`python.view.allocations[].class`).
+    HeldClass {
+        /// A Python object holds it: a path of references from a name reaches the object
+        /// (or the object is only in an unreached cycle: its holder has no path).
+        Held = "held",
+        /// The program's own allocation, and no Python object holds it.
+        Lost = "lost",
+        /// A framework's cache segment: see its `blocks` (live and idle).
+        Cache = "cache",
+        /// A library's or the driver's memory (cuBLAS workspaces, NCCL, context internals):
+        /// not the program's to hold.
+        Library = "library",
+        /// Not classified: made while the end was being looked at, or the look was cut short.
+        Unclassified = "unclassified",
+    }
+}
+
+string_enum! {
     /// What an event is (`events[].kind`). Unknown kinds are valid and kept.
     EventKind {
         /// A pointer freed twice.

@@ -92,6 +92,7 @@ mod enums;
 pub mod intern;
 pub mod merged;
 mod model;
+pub mod python;
 pub mod signal;
 pub mod sink;
 pub mod template;
@@ -106,10 +107,13 @@ pub use attribution::{
 };
 pub use config::Config;
 pub use cost::{Cost, CostReports, CostTiming};
-pub use enums::{EventKind, LeakState, Memory, Reason, site_list};
+pub use enums::{EventKind, HeldClass, LeakState, Memory, Reason, site_list};
 pub use model::{
     Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, MixedRef, Module, PoolStats,
     Process, PyFrame, Report, Sample, Signal, Stack, StackSite, Stats, Timeline, Tool,
+};
+pub use python::{
+    Classification, Classified, PyAllocation, PyBlock, PyCache, PyEnd, PyHolder, PyView, Python,
 };
 pub use units::human_bytes;
 pub use write::{to_vec, write};

@@ -17,6 +17,7 @@ use crate::attribution::{OomRecord, OwnerInfo, PeakRecord, Reconciliation, Stack
 use crate::config::Config;
 use crate::cost::Cost;
 use crate::enums::{EventKind, LeakState, Memory, Reason};
+use crate::python::Python;
 use crate::{SCHEMA_NAME, SCHEMA_VERSION, intern, wire};
 
 /// One process's report (schema `"cuguard-report"`, version 1).
@@ -96,6 +97,10 @@ pub struct Report {
     /// What cuguard itself cost the process (absent in older reports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
+    /// A Python program's end and what held its memory then (`crate::python`); absent for
+    /// processes without Python, and in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<Python>,
     /// The shim's own problems, one line each.
     #[serde(default)]
     pub faults: Vec<String>,
@@ -574,6 +579,7 @@ impl Report {
             ooms_dropped: None,
             reconciliation: Vec::new(),
             cost: None,
+            python: None,
             faults: Vec::new(),
         }
     }

@@ -19,6 +19,7 @@ use cuguard_report::{
     Explained, MixedRef, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, Reconciliation,
     StackBytes, StackSamples, StackSeries,
 };
+use cuguard_report::{HeldClass, PyAllocation, PyBlock, PyCache, PyEnd, PyHolder, PyView, Python};
 use serde_json::Value;
 
 fn schema() -> Value {
@@ -354,6 +355,72 @@ fn full_report(reason: Reason) -> Report {
             ns: 4_500_000,
         },
         heap_bytes: 3 << 20,
+    });
+    let holder = PyHolder {
+        path: Some(vec![
+            "CACHE".into(),
+            "['w']".into(),
+            "torch.Tensor (1.0 MiB)".into(),
+        ]),
+        holder: "torch.Tensor".into(),
+        kind: "torch".into(),
+        weak: true,
+        address: Addr(0x7f2a_4000_0000),
+        bytes: 1 << 20,
+    };
+    r.python = Some(Python {
+        end: PyEnd {
+            recorded: true,
+            how: Some("raised".into()),
+            exception: Some("ValueError".into()),
+            time_ms: Some(90),
+            why: Some("(a full report writes every field)".into()),
+        },
+        view: Some(PyView {
+            at: "end".into(),
+            time_ms: 90,
+            complete: true,
+            elapsed_ms: Some(3),
+            notes: vec!["PyTorch's memory history was not on".into()],
+            caches: vec![PyCache {
+                owner: Some("pytorch_caching_allocator".into()),
+                framework: "pytorch".into(),
+                source: "history".into(),
+                segment_bytes: 2 << 20,
+                live_bytes: 1 << 20,
+                idle_bytes: 1 << 20,
+                note: Some("a note".into()),
+            }],
+            allocations: vec![PyAllocation {
+                address: Addr(0x7f2a_4000_0000),
+                size: 2 << 20,
+                requested: 2 << 20,
+                api: Arc::from("cuMemAlloc_v2"),
+                memory: Memory::Device,
+                device: 0,
+                context: Some(1),
+                thread: 4242,
+                seq: 1,
+                time_ms: 12,
+                stack: Some(1),
+                owner: Some("pytorch_caching_allocator".into()),
+                freed_after: true,
+                class: HeldClass::Cache,
+                holders: vec![holder.clone()],
+                blocks: vec![PyBlock {
+                    address: Addr(0x7f2a_4000_0000),
+                    size: 1 << 20,
+                    state: "live".into(),
+                    holders: vec![holder],
+                    frames: vec![PyFrame {
+                        file: "train.py".into(),
+                        line: Some(7),
+                        function: "step".into(),
+                        entry: Some(true),
+                    }],
+                }],
+            }],
+        }),
     });
     r.faults = vec!["CUGUARD_STACK_DEPTH=\"x\" is not a number; using 32".into()];
     r

@@ -25,6 +25,9 @@
 //! int32_t cuguard_track_end(uint64_t token, char **json);
 //! int32_t cuguard_live_allocations(uint64_t min_bytes, char **json);
 //! int32_t cuguard_label(const char *key, const char *value);
+//! int32_t cuguard_end_expect(void);
+//! int32_t cuguard_end_begin(const char *how, const char *exception, char **json);
+//! int32_t cuguard_end_classify(const char *json);
 //! void    cuguard_free(char *p);
 //! ```
 //!
@@ -40,6 +43,9 @@
 //! | `cuguard_track_end` | closes it; what it saw, as JSON in `*json` (`cuguard_report::api::Window`: `peak_bytes`, `allocated_bytes`, `leaked_bytes`, `leaks`) | walks the live allocations; names the leaks' sites only |
 //! | `cuguard_live_allocations` | the live allocations of at least `min_bytes`, largest first, with site and owner (`cuguard_report::api::LiveAllocations`) | walks the live allocations; names their sites |
 //! | `cuguard_label` | sets `process.labels[key] = value` in the reports written from now on ([`label`]) | a short lock |
+//! | `cuguard_end_expect` | cuguard's Python bootstrap will mark the end of the program's code ([`end`]) | one store |
+//! | `cuguard_end_begin` | marks the end now (`how`: `finished`, `raised`, `interrupted`, `kernel_shutdown`; `exception`: NULL or the type's name) and copies every live allocation's record; they are in `*json` as `cuguard_live_allocations` gives them | walks the live allocations; names their sites |
+//! | `cuguard_end_classify` | what holds each of them (`cuguard_report::Classification`), for the report's `python` section | parses the JSON |
 //! | `cuguard_free` | frees a string this ABI returned; NULL is ignored | — |
 //!
 //! Every function but the first four and `cuguard_free` returns [`OK`] (0) or a negative code:
@@ -72,6 +78,7 @@
 //! - Safe from any thread, in a forked child (which starts over, as its report does), and
 //!   while the program exits until the final report is claimed ([`E_ENDING`] after).
 
+pub mod end;
 pub mod label;
 pub mod live;
 pub mod snapshot;

@@ -21,14 +21,14 @@ use crate::tracker::{Record, Tracker};
 use super::{E_FORKED, E_FULL, E_INVALID, OK, call, clear, out_json};
 
 /// Every live allocation the report would list as live (not those lost with their context).
-fn live(t: &Tracker) -> Vec<(u64, Record)> {
+pub(super) fn live(t: &Tracker) -> Vec<(u64, Record)> {
     let mut all = crate::pool::serve::live_allocations(t);
     all.extend(t.vmm.live().into_iter().map(|(a, _, r)| (a, r)));
     all
 }
 
 /// `records` with their sites and owners named.
-fn described(records: &[(u64, Record)]) -> Vec<Allocation> {
+pub(super) fn described(records: &[(u64, Record)]) -> Vec<Allocation> {
     let asks: Vec<(u32, &'static str)> = records
         .iter()
         .map(|(_, r)| (r.stack, r.memory.as_str()))

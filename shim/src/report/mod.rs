@@ -17,6 +17,7 @@
 
 pub mod emergency;
 pub mod file;
+mod python;
 mod reconcile;
 pub mod stacks;
 pub mod timeline;
@@ -211,15 +212,25 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     let cfg = config::get();
     let mut leaks = collect_leaks(t);
     let (mut events, dropped) = t.events.snapshot();
-    // Raw order keys (time-stamp counter) become dense sequence numbers, leaks and events in
-    // one order.
+    // A Python program's end, when its bootstrap marked it: the allocations live then.
+    let end_mark = crate::tracker::end::get();
+    let end_live: &[(u64, Record)] = end_mark.as_ref().map_or(&[], |m| &m.live[..]);
+    let live_now: HashSet<(u64, u64)> = leaks
+        .iter()
+        .filter(|l| l.state == LeakState::LiveAtExit)
+        .map(|l| (l.address, l.record.seq))
+        .collect();
+    // Raw order keys (time-stamp counter) become dense sequence numbers, leaks, events and the
+    // end's allocations in one order.
     let keys: Vec<(u64, u32)> = leaks
         .iter()
         .map(|l| (l.record.seq, l.record.thread))
         .chain(events.iter().map(|e| (e.seq, e.thread)))
+        .chain(end_live.iter().map(|(_, r)| (r.seq, r.thread)))
         .collect();
     let dense = crate::tracker::dense_order(&keys);
-    let (for_leaks, for_events) = dense.split_at(leaks.len());
+    let (for_leaks, rest) = dense.split_at(leaks.len());
+    let (for_events, for_end) = rest.split_at(events.len());
     for (l, d) in leaks.iter_mut().zip(for_leaks) {
         l.record.seq = *d;
     }
@@ -334,16 +345,27 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
 
     // The memory kinds each stack allocated (of the allocations in the report), for owners.
     let mut memories: HashMap<u32, Vec<&'static str>> = HashMap::new();
-    for l in &leaks {
-        if l.record.stack != NONE {
-            let kinds = memories.entry(l.record.stack).or_default();
-            let m = l.record.memory.as_str();
+    for rec in leaks
+        .iter()
+        .map(|l| &l.record)
+        .chain(end_live.iter().map(|(_, r)| r))
+    {
+        if rec.stack != NONE {
+            let kinds = memories.entry(rec.stack).or_default();
+            let m = rec.memory.as_str();
             if !kinds.contains(&m) {
                 kinds.push(m);
             }
         }
     }
     let stacks = stacks::stacks(&memories);
+    r.python = python::section(
+        occasion,
+        end_mark.as_ref(),
+        for_end,
+        &stacks.owner_of,
+        &live_now,
+    );
     for (leak, l) in r.leaks.iter_mut().zip(&leaks) {
         leak.owner = stacks
             .owner_of

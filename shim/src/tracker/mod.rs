@@ -10,6 +10,7 @@ pub mod by_stack;
 pub mod contexts;
 pub mod counters;
 pub mod doors;
+pub mod end;
 pub mod events;
 pub mod limit;
 pub mod ooms;
@@ -369,6 +370,7 @@ pub fn reset_after_fork() {
         crate::process::global::replace(&TRACKER, Tracker::new());
     }
     by_stack::reset_after_fork();
+    end::reset_after_fork();
     limit::reset_after_fork();
     peaks::reset_after_fork();
     windows::reset_after_fork();

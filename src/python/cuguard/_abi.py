@@ -89,6 +89,9 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
         "cuguard_track_end": ([ctypes.c_uint64, c_char_pp], ctypes.c_int32),
         "cuguard_live_allocations": ([ctypes.c_uint64, c_char_pp], ctypes.c_int32),
         "cuguard_label": ([ctypes.c_char_p, ctypes.c_char_p], ctypes.c_int32),
+        "cuguard_end_expect": ([], ctypes.c_int32),
+        "cuguard_end_begin": ([ctypes.c_char_p, ctypes.c_char_p, c_char_pp], ctypes.c_int32),
+        "cuguard_end_classify": ([ctypes.c_char_p], ctypes.c_int32),
         "cuguard_free": ([ctypes.c_void_p], None),
     }
     for name, (args, res) in sigs.items():
@@ -259,3 +262,18 @@ def live_allocations(min_bytes: int) -> List[Dict[str, Any]]:
 def label(key: bytes, value: bytes) -> None:
     dll = lib()
     check(dll, dll.cuguard_label(key, value), "label()")
+
+
+def end_begin(how: str, exception: Optional[str]) -> List[Dict[str, Any]]:
+    """Marks the end of the program's code now; the allocations live then."""
+    dll = lib()
+    out = ctypes.c_void_p()
+    raw = None if exception is None else exception.encode("utf-8", "replace")[:256]
+    check(dll, dll.cuguard_end_begin(how.encode(), raw, ctypes.byref(out)), "end")
+    return take_json(dll, out)["allocations"]
+
+
+def end_classify(classification: Dict[str, Any]) -> None:
+    """Sends what holds each allocation live at the end."""
+    dll = lib()
+    check(dll, dll.cuguard_end_classify(json.dumps(classification).encode()), "end")

@@ -546,21 +546,90 @@ def _roots() -> List[Tuple[str, Any]]:
     return roots
 
 
-class _Walk:
-    """A breadth-first walk from the roots, remembering how each object was first reached."""
+def _is_ctypes_number(tp: type) -> bool:
+    """Whether ``tp`` is a ctypes scalar type (``c_uint64``, ``c_void_p``, ``c_size_t``…)."""
+    try:
+        return issubclass(tp, ctypes._SimpleCData)  # type: ignore[attr-defined]
+    except Exception:
+        return False
 
-    def __init__(self, targets: Dict[int, Any], timeout: float, max_depth: int) -> None:
+
+class WeakSearch:
+    """What a walk looks for besides its target objects: numbers (``int``, or a ctypes integer or
+    pointer) whose value lies inside one of some allocations, as LeakSanitizer counts a
+    pointer-sized value found in memory. This is how ctypes, cuda-python and home-made bindings
+    keep device memory: an object with an integer attribute.
+
+    ``allocations`` are ``(index, first address, bytes)``; ``pending`` the indices still without
+    a holder (the walk may stop once none is left); at most ``per_allocation`` matches are kept
+    for each, the first found (the shortest paths) first."""
+
+    def __init__(self, allocations: List[Tuple[int, int, int]], per_allocation: int = 4) -> None:
+        ordered = sorted(allocations, key=lambda a: a[1])
+        self.starts = [a[1] for a in ordered]
+        self.ends = [a[1] + a[2] for a in ordered]
+        self.indices = [a[0] for a in ordered]
+        self.lo = self.starts[0] if ordered else 0
+        self.hi = max(self.ends) if ordered else 0
+        self.pending = {a[0] for a in ordered}
+        self.per_allocation = per_allocation
+        # (allocation index, parent's id or None, step, value, kind)
+        self.found: List[Tuple[int, Optional[int], str, int, str]] = []
+        self._counts: Dict[int, int] = collections.defaultdict(int)
+        self._ctypes: Dict[type, bool] = {}
+
+    def check(self, obj: Any, parent: Optional[int], step: Optional[str]) -> None:
+        tp = type(obj)
+        if tp is int:
+            value, kind = obj, "int"
+        else:
+            known = self._ctypes.get(tp)
+            if known is None:
+                known = self._ctypes[tp] = _is_ctypes_number(tp)
+            if not known:
+                return
+            try:
+                value = obj.value
+            except Exception:
+                return
+            if type(value) is not int:
+                return
+            kind = "ctypes"
+        if value < self.lo or value >= self.hi:
+            return
+        k = bisect.bisect_right(self.starts, value) - 1
+        if k < 0 or value >= self.ends[k]:
+            return
+        index = self.indices[k]
+        if self._counts[index] >= self.per_allocation:
+            return
+        self._counts[index] += 1
+        self.pending.discard(index)
+        self.found.append((index, parent, step if step is not None else _type_name(tp), value, kind))
+
+
+class _Walk:
+    """A breadth-first walk from the roots, remembering how each object was first reached; with a
+    :class:`WeakSearch`, it also looks at the numbers it meets."""
+
+    def __init__(
+        self, targets: Dict[int, Any], timeout: float, max_depth: int, weak: Optional[WeakSearch] = None
+    ) -> None:
         # id → (parent's id or None, the step, the object: kept alive while the walk runs)
         self.parents: Dict[int, Tuple[Optional[int], Optional[str], Any]] = {}
         self.targets = targets
         self.deadline = time.monotonic() + timeout
         self.max_depth = max_depth
         self.complete = True
+        self.weak = weak
 
     def run(self, roots: List[Tuple[str, Any]]) -> None:
         remaining = set(self.targets)
+        weak = self.weak
         queue: "collections.deque[Tuple[Any, int]]" = collections.deque()
         for label, obj in roots:
+            if weak is not None:
+                weak.check(obj, None, label)
             if isinstance(obj, _ATOMS) or isinstance(obj, _OPAQUE):
                 continue
             i = id(obj)
@@ -570,7 +639,7 @@ class _Walk:
             remaining.discard(i)
             queue.append((obj, 0))
         steps = 0
-        while queue and remaining:
+        while queue and (remaining or (weak is not None and weak.pending)):
             obj, depth = queue.popleft()
             steps += 1
             if steps % 1024 == 0 and time.monotonic() > self.deadline:
@@ -585,6 +654,8 @@ class _Walk:
                 continue
             parent = id(obj)
             for child, step in children:
+                if weak is not None:
+                    weak.check(child, parent, step)
                 if isinstance(child, _ATOMS) or isinstance(child, _OPAQUE):
                     continue
                 i = id(child)

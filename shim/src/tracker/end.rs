@@ -1,0 +1,90 @@
+//! The end of a Python program's code: the moment cuguard's Python bootstrap marks (after
+//! `__main__` and the program's own `atexit` handlers, before the interpreter tears modules
+//! down), the allocations live then, and the classes the bootstrap found for them.
+//!
+//! Three facts, each set through the in-process ABI (`crate::api::end`):
+//! - *expected*: the bootstrap runs in this process and will mark the end;
+//! - the *mark*: when the code ended, how, and a copy of every live allocation's record then
+//!   (so that the report still lists what teardown freed afterwards);
+//! - the *classification*: for each of those allocations, held, lost, a cache's blocks…
+//!   (`cuguard_report::Classification`, as the Python side sent it).
+//!
+//! The report (`crate::report::python`) reads them. A forked child starts with none of them:
+//! its end is its own.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+use cuguard_report::Classification;
+
+use super::Record;
+use crate::process::global;
+
+/// Whether the bootstrap said it will mark the end.
+static EXPECTED: AtomicBool = AtomicBool::new(false);
+
+/// The mark and the classification, created when the end is marked.
+static STATE: AtomicPtr<Mutex<Option<Mark>>> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The end of the program's code, as marked.
+#[derive(Clone, Debug)]
+pub struct Mark {
+    /// How the code ended (`finished`, `raised`, `interrupted`, `kernel_shutdown`).
+    pub how: String,
+    /// The uncaught exception's type name, for `raised`.
+    pub exception: Option<String>,
+    /// Milliseconds since the process started.
+    pub time_ms: u64,
+    /// Every allocation live then: address and record (raw order keys, as the tracker holds
+    /// them).
+    pub live: Vec<(u64, Record)>,
+    /// What the Python side found holds them, once it said.
+    pub classification: Option<Classification>,
+}
+
+/// The bootstrap will mark the end.
+pub fn expect() {
+    EXPECTED.store(true, Ordering::Relaxed);
+}
+
+/// Whether the bootstrap said it will mark the end.
+pub fn expected() -> bool {
+    EXPECTED.load(Ordering::Relaxed)
+}
+
+fn state() -> &'static Mutex<Option<Mark>> {
+    global::get_or_create(&STATE, || Mutex::new(None))
+}
+
+/// Records the end: replaces an earlier mark (a second call is a later end, e.g. a kernel's
+/// shutdown after its cells).
+pub fn mark(m: Mark) {
+    *global::lock(state()) = Some(m);
+}
+
+/// Attaches the classification to the mark; false when there is no mark.
+pub fn classify(c: Classification) -> bool {
+    let mut s = global::lock(state());
+    match s.as_mut() {
+        Some(m) => {
+            m.classification = Some(c);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The mark, if the end was marked.
+pub fn get() -> Option<Mark> {
+    global::get(&STATE).and_then(|s| global::lock(s).clone())
+}
+
+/// In the child of a fork: no end yet (the child's code ends on its own). The promise stays:
+/// the child inherits the bootstrap's `atexit` handler with the parent's memory, so it marks its
+/// own end unless it leaves without running the handlers (`os._exit`, as multiprocessing's
+/// forked children do), which its report then says.
+pub fn reset_after_fork() {
+    if global::get(&STATE).is_some() {
+        global::replace(&STATE, Mutex::new(None));
+    }
+}

@@ -1,0 +1,193 @@
+"""cuguard's Python bootstrap: marks where a Python program's code ends, for the shim's report.
+
+`cuguard run` writes this file into a directory of its own, puts that directory first on
+``PYTHONPATH`` and names it in ``CUGUARD_PYTHON_BOOTSTRAP``; Python's ``site`` then imports it as
+``sitecustomize`` at start-up, before the program's code. It leaves the program as it was:
+
+- the directory is taken off ``sys.path`` again (``PYTHONPATH`` keeps it, so that the Python
+  programs this one starts are bootstrapped too);
+- the program's own ``sitecustomize``, if there is one further on the path, still runs, once,
+  and its errors are reported by ``site`` as usual;
+- it registers one ``atexit`` handler, first, so that it runs after every handler of the
+  program's; it imports nothing the program would notice (``ctypes`` and ``atexit``), and the
+  ``cuguard`` package only when the end comes or a framework it looks into is imported.
+
+At the end (after ``__main__`` returned, raised, exited or was interrupted, and after the
+program's ``atexit`` handlers, before the interpreter tears modules down) it asks the shim to mark
+the moment (``cuguard_end_begin``) and has ``cuguard._end`` find what held each allocation then.
+``CUGUARD_PYTHON_END=0`` turns it off. Under ``python -I``, ``-E`` or ``-S`` it does not run; the
+report says so.
+"""
+
+
+def _cuguard_start():
+    import os
+    import sys
+
+    here = os.environ.get("CUGUARD_PYTHON_BOOTSTRAP", "")
+
+    def same(entry):
+        try:
+            return bool(here) and os.path.abspath(entry) == os.path.abspath(here)
+        except (TypeError, ValueError):
+            return False
+
+    sys.path[:] = [p for p in sys.path if not same(p)]
+
+    def chain():
+        # The program's own sitecustomize, found further on the path; ours leaves sys.modules.
+        ours = sys.modules.pop("sitecustomize", None)
+        try:
+            import importlib
+
+            importlib.import_module("sitecustomize")
+        except ImportError as e:
+            if getattr(e, "name", None) != "sitecustomize":
+                raise
+            if ours is not None:
+                sys.modules["sitecustomize"] = ours
+
+    setting = os.environ.get("CUGUARD_PYTHON_END", "1").strip().lower()
+    if setting not in ("0", "off", "false", "no"):
+        try:
+            _cuguard_arm(sys)
+        except Exception as e:  # never stop the program for cuguard's sake
+            try:
+                sys.stderr.write(f"cuguard: the Python bootstrap is off in this process: {e!r}\n")
+            except Exception:
+                pass
+    chain()
+
+
+def _cuguard_arm(sys):
+    import atexit
+    import ctypes
+
+    try:
+        shim = ctypes.CDLL(None)
+        expect = shim.cuguard_end_expect
+    except (OSError, AttributeError):
+        return  # not under the shim: nothing to mark
+    expect.restype = ctypes.c_int32
+    if expect() != 0:
+        return  # the shim is off (CUGUARD_DISABLE) or of another kind
+    atexit.register(_cuguard_at_end)
+    sys.meta_path.insert(0, _CuguardWatcher())
+
+
+def _cuguard_package():
+    """The cuguard package: importable here, or loaded from where `cuguard run`'s launcher said
+    it is (a program run by another Python than the one cuguard is installed in)."""
+    import sys
+
+    try:
+        import cuguard._end as end
+
+        return end
+    except ImportError:
+        pass
+    import importlib.util
+    import os
+
+    where = os.environ.get("CUGUARD_PYTHON_PACKAGE", "")
+    init = os.path.join(where, "__init__.py")
+    if not where or not os.path.isfile(init):
+        return None
+    spec = importlib.util.spec_from_file_location("cuguard", init, submodule_search_locations=[where])
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cuguard"] = module
+    try:
+        spec.loader.exec_module(module)
+        import cuguard._end as end
+    except Exception:
+        sys.modules.pop("cuguard", None)
+        return None
+    return end
+
+
+def _cuguard_at_end():
+    end = _cuguard_package()
+    if end is not None:
+        end.at_end()
+        return
+    # Without the package the end is still marked, unclassified.
+    import ctypes
+
+    try:
+        shim = ctypes.CDLL(None)
+        begin, classify, free = shim.cuguard_end_begin, shim.cuguard_end_classify, shim.cuguard_free
+    except (OSError, AttributeError):
+        return
+    begin.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    begin.restype = ctypes.c_int32
+    classify.argtypes = [ctypes.c_char_p]
+    free.argtypes = [ctypes.c_void_p]
+    out = ctypes.c_void_p()
+    if begin(b"finished", None, ctypes.byref(out)) == 0:
+        free(out.value)
+        classify(
+            b'{"complete": false, "notes": ["cuguard\'s Python package is not importable in this '
+            b'interpreter: held and lost are not told apart"]}'
+        )
+
+
+class _CuguardWatcher:
+    """A finder that never finds anything itself: when a module cuguard looks into (PyTorch, CuPy,
+    IPython) has been imported, it tells `cuguard._end`, which turns on what that framework offers
+    (PyTorch's memory history once CUDA starts; CuPy's memory hook; IPython's cell names)."""
+
+    WATCHED = ("torch", "cupy", "IPython.core.interactiveshell")
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.WATCHED:
+            return None
+        import sys
+
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is None:
+                continue
+            loader = spec.loader
+            if loader is None or not hasattr(loader, "exec_module"):
+                return spec
+            spec.loader = _CuguardLoader(loader, name)
+            return spec
+        return None
+
+    def invalidate_caches(self):
+        pass
+
+
+class _CuguardLoader:
+    """The module's own loader, with cuguard told once the module has run."""
+
+    def __init__(self, loader, name):
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        # The module sees its own loader, as without cuguard.
+        module.__loader__ = self._loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None:
+            spec.loader = self._loader
+        self._loader.exec_module(module)
+        try:
+            end = _cuguard_package()
+            if end is not None:
+                end.imported(self._name, module)
+        except Exception:
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+_cuguard_start()

@@ -1,0 +1,115 @@
+"""The end of a Python program's code, for the shim's report (the report's ``python`` section).
+
+cuguard's bootstrap (``cuguard/_bootstrap/sitecustomize.py``, which ``cuguard run`` puts on
+``PYTHONPATH``) calls :func:`at_end` from an ``atexit`` handler registered before the program's
+code ran, so after ``__main__`` finished, raised, exited or was interrupted and after the program's
+own ``atexit`` handlers, and before the interpreter tears modules down. In IPython (and a Jupyter
+kernel) the end comes earlier: IPython's own exit handler clears the user's namespace, so
+:func:`at_end` runs just before it.
+
+:func:`at_end` marks the moment through the shim (``cuguard_end_begin``), collects garbage, asks
+``cuguard._inventory`` what holds each allocation live then, and sends that
+(``cuguard_end_classify``). ``CUGUARD_END_SECS`` bounds the walk of references (10 s by default).
+A signal during it leaves the mark with what is unclassified.
+
+:func:`imported` is called by the bootstrap when a framework it looks into has been imported.
+"""
+
+import functools
+import gc
+import os
+import sys
+from typing import Any, Optional, Tuple
+
+from . import _abi, _caches
+
+_done = False
+
+
+def _timeout() -> float:
+    try:
+        return max(0.0, float(os.environ.get("CUGUARD_END_SECS", "10")))
+    except ValueError:
+        return 10.0
+
+
+def _how() -> Tuple[str, Optional[str]]:
+    """How the code ended: an uncaught exception leaves itself in ``sys.last_value``."""
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if exc is None or isinstance(exc, SystemExit):
+        return "finished", None
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", None
+    tp = type(exc)
+    module = getattr(tp, "__module__", "")
+    name = tp.__qualname__ if module in ("builtins", "__main__", "") else f"{module}.{tp.__qualname__}"
+    return "raised", name
+
+
+def at_end(how: Optional[str] = None) -> None:
+    """Marks the end of the program's code and sends what held each allocation then (once)."""
+    global _done
+    if _done:
+        return
+    _done = True
+    if _abi.inactive_reason() is not None:
+        return
+    found_how, exception = _how()
+    how = how or found_how
+    try:
+        gc.collect()
+    except Exception:
+        pass
+    try:
+        allocations = _abi.end_begin(how, exception)
+    except Exception:
+        return
+    classification = {"complete": False, "notes": ["the look at what held each allocation failed"]}
+    try:
+        from . import _inventory
+
+        classification = _inventory.classify(allocations, timeout=_timeout())
+    except BaseException as e:  # a signal (KeyboardInterrupt) while looking: keep the mark
+        classification = {
+            "complete": False,
+            "notes": [f"the look at what held each allocation was cut short ({type(e).__name__})"],
+        }
+    try:
+        _abi.end_classify(classification)
+    except Exception:
+        pass
+
+
+def imported(name: str, module: Any) -> None:
+    """A module the bootstrap watches was imported: turn on what it offers."""
+    if name == "torch":
+        _caches.watch_torch(module)
+        try:
+            from . import _origin  # the line that started a backward pass
+
+            _origin.install_torch(module)
+        except Exception:
+            pass
+    elif name == "cupy":
+        _caches.watch_cupy(module)
+    elif name == "IPython.core.interactiveshell":
+        _watch_ipython(module)
+
+
+def _watch_ipython(module: Any) -> None:
+    """IPython's exit handler clears the user's namespace: mark the end just before it."""
+    shell = getattr(module, "InteractiveShell", None)
+    original = getattr(shell, "atexit_operations", None)
+    if shell is None or original is None or getattr(original, "_cuguard", False):
+        return
+
+    @functools.wraps(original)
+    def atexit_operations(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            at_end("kernel_shutdown" if "ipykernel" in sys.modules else None)
+        except Exception:
+            pass
+        return original(self, *args, **kwargs)
+
+    atexit_operations._cuguard = True  # type: ignore[attr-defined]
+    shell.atexit_operations = atexit_operations

@@ -1,0 +1,451 @@
+//! The summary's view of a Python program's end (the report's `python` section): what was
+//! *held* at the end of its code (by which Python objects, reached from which name), what was
+//! *lost* (the program's own, held by nothing), and, inside each framework's cache, its *live*
+//! blocks at the lines that allocated them against its *idle* ones. A snapshot taken with the
+//! view (`cuguard.snapshot(held=True)`, `cuguard.dask.snapshot`) reads the same way, at the
+//! snapshot's moment.
+//!
+//! [`PythonSummary::new`] condenses one report's section; the text, JSON and Markdown formats
+//! render it.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::owners::OwnerIndex;
+use crate::report::{HeldClass, PyAllocation, PyBlock, PyFrame, PyHolder, Report};
+use crate::sites::{SiteIndex, builtin_rules, python_site_frame};
+
+/// How many held allocations, lost sites and cache block sites are listed.
+pub const TOP: usize = 10;
+
+/// One process's Python end.
+#[derive(Clone, Debug, Serialize)]
+pub struct PythonSummary {
+    /// Whether the end of the program's code was recorded.
+    pub recorded: bool,
+    /// How it ended (`finished`, `raised`, `interrupted`, `kernel_shutdown`).
+    pub how: Option<String>,
+    /// The uncaught exception's type, when it raised.
+    pub exception: Option<String>,
+    /// When (ms since the process started).
+    pub time_ms: Option<u64>,
+    /// Why the end is not recorded.
+    pub why: Option<String>,
+    /// `end` or `snapshot`: the moment the classes below describe; `null` when none.
+    pub at: Option<String>,
+    /// Whether every holder was looked for within the bounds.
+    pub complete: bool,
+    /// What could not be told, and why.
+    pub notes: Vec<String>,
+    /// Allocations live at the end that the interpreter's teardown freed afterwards.
+    pub freed_after: u64,
+    /// Held by Python objects.
+    pub held: Class<HeldLine>,
+    /// The program's own, held by nothing.
+    pub lost: Class<ClassSite>,
+    /// Libraries' and the driver's.
+    pub library: Class<ClassSite>,
+    /// Not classified.
+    pub unclassified: Class<ClassSite>,
+    /// The frameworks' caches, most bytes first.
+    pub caches: Vec<CacheSummary>,
+}
+
+/// The allocations of one class.
+#[derive(Clone, Debug, Serialize)]
+pub struct Class<T> {
+    /// Their bytes.
+    pub bytes: u64,
+    /// How many.
+    pub allocations: u64,
+    /// The largest (held allocations) or the sites with most bytes (the others), at most [`TOP`].
+    pub lines: Vec<T>,
+}
+
+impl<T> Default for Class<T> {
+    fn default() -> Self {
+        Class {
+            bytes: 0,
+            allocations: 0,
+            lines: Vec::new(),
+        }
+    }
+}
+
+/// One held allocation.
+#[derive(Clone, Debug, Serialize)]
+pub struct HeldLine {
+    /// Its bytes.
+    pub size: u64,
+    /// Its holder's type.
+    pub holder: String,
+    /// The steps from a name to the holder; `null` when no name reaches it.
+    pub path: Option<Vec<String>>,
+    /// Whether the holder is a number inside it (a weak match).
+    pub weak: bool,
+    /// Where it was allocated (see [`crate::sites::Site::label`]).
+    pub label: String,
+    /// Its stack's frames for people (the site, then its callers).
+    pub stack: Vec<String>,
+}
+
+/// Allocations of one class at one site.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClassSite {
+    /// The site's key.
+    pub site: String,
+    /// The site for people.
+    pub label: String,
+    /// Bytes.
+    pub bytes: u64,
+    /// Allocations (or blocks).
+    pub allocations: u64,
+    /// The site's stack for people, when known.
+    pub stack: Vec<String>,
+}
+
+/// One framework's cache at the moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct CacheSummary {
+    /// Owner id of its segments (`null` when none is known).
+    pub owner: Option<String>,
+    /// The owner for people.
+    pub label: String,
+    /// `pytorch`, `cupy`, `rmm`, …
+    pub framework: String,
+    /// How live was told from idle (`history`, `states`, `hook`, `holders`).
+    pub source: String,
+    /// Its segments.
+    pub segments: u64,
+    /// Their bytes.
+    pub segment_bytes: u64,
+    /// Live blocks' bytes.
+    pub live_bytes: u64,
+    /// Live blocks.
+    pub live_blocks: u64,
+    /// Of the live bytes, those a Python object holds.
+    pub held_bytes: u64,
+    /// Of the live blocks, those a Python object holds.
+    pub held_blocks: u64,
+    /// Idle blocks' bytes.
+    pub idle_bytes: u64,
+    /// Live blocks by the line that allocated them, most bytes first, at most [`TOP`].
+    pub sites: Vec<BlockSite>,
+    /// What could not be told.
+    pub note: Option<String>,
+}
+
+/// Live cache blocks allocated at one line.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockSite {
+    /// The line's key (`function (file:line)`), or `<line not recorded>`.
+    pub site: String,
+    /// For people.
+    pub label: String,
+    /// Bytes.
+    pub bytes: u64,
+    /// Blocks.
+    pub blocks: u64,
+    /// Of those bytes, held by a Python object.
+    pub held_bytes: u64,
+    /// The shortest holder path among them, when one is held.
+    pub holder: Option<Vec<String>>,
+    /// The line and its callers.
+    pub stack: Vec<String>,
+}
+
+/// Where a block was allocated, for people: the user's frame by the site rules, and its
+/// callers after it (at most 3 frames).
+fn block_site(frames: &[PyFrame]) -> (String, String, Vec<String>) {
+    if frames.is_empty() {
+        let none = "<line not recorded>".to_string();
+        return (none.clone(), none, Vec::new());
+    }
+    let site_frames: Vec<_> = frames.iter().map(python_site_frame).collect();
+    let at = builtin_rules()
+        .find_site_with_kind(&site_frames)
+        .map_or(0, |(s, _)| s.index);
+    let name = |f: &PyFrame| match f.line {
+        Some(line) => format!(
+            "{} ({}:{line})",
+            f.function,
+            crate::sites::file_name(&f.file)
+        ),
+        None => format!("{} ({})", f.function, crate::sites::file_name(&f.file)),
+    };
+    let key = name(&frames[at]);
+    let stack: Vec<String> = frames[at..].iter().take(3).map(name).collect();
+    (
+        key.clone(),
+        key,
+        if stack.len() > 1 { stack } else { Vec::new() },
+    )
+}
+
+/// The site of a cache block by the frames the framework recorded: the user's frame by the
+/// site rules; `None` without frames (the block then goes with its segment's site).
+pub fn frames_site(frames: &[PyFrame]) -> Option<crate::sites::Site> {
+    if frames.is_empty() {
+        return None;
+    }
+    let site_frames: Vec<_> = frames.iter().map(python_site_frame).collect();
+    let at = builtin_rules()
+        .find_site_with_kind(&site_frames)
+        .map_or(0, |(s, _)| s.index);
+    let f = &frames[at];
+    let file = crate::sites::file_name(&f.file);
+    let location = Some(match f.line {
+        Some(line) => format!("{file}:{line}"),
+        None => file.to_string(),
+    });
+    let key = format!("{} ({})", f.function, location.as_deref().unwrap_or(""));
+    Some(crate::sites::Site {
+        key,
+        name: f.function.clone(),
+        location,
+        function: Some(f.function.clone()),
+        module: None,
+        kind: Some(crate::sites::SiteKind::User),
+        context: None,
+    })
+}
+
+/// The steps of a holder's path as one line: `BUFFERS → [0] → .ptr`, a weak match's number
+/// said as such.
+pub fn holder_text(h: &PyHolder) -> String {
+    match &h.path {
+        Some(steps) => {
+            let mut steps = steps.clone();
+            if h.weak && steps.len() > 1 {
+                steps.pop();
+                let last = steps.pop().unwrap_or_default();
+                steps.push(format!("{last} (a number inside it: a weak match)"));
+            }
+            steps.join(" → ")
+        }
+        None => format!("a {} no name reaches", h.holder),
+    }
+}
+
+impl PythonSummary {
+    /// The section of `report`, when it has one.
+    pub fn new(
+        report: &Report,
+        index: &SiteIndex<'_>,
+        owners: &mut OwnerIndex<'_>,
+    ) -> Option<PythonSummary> {
+        let python = report.python.as_ref()?;
+        let end = &python.end;
+        let mut s = PythonSummary {
+            recorded: end.recorded,
+            how: end.how.clone(),
+            exception: end.exception.clone(),
+            time_ms: end.time_ms,
+            why: end.why.clone(),
+            at: None,
+            complete: true,
+            notes: Vec::new(),
+            freed_after: 0,
+            held: Class::default(),
+            lost: Class::default(),
+            library: Class::default(),
+            unclassified: Class::default(),
+            caches: Vec::new(),
+        };
+        let Some(view) = &python.view else {
+            return Some(s);
+        };
+        s.at = Some(view.at.clone());
+        s.time_ms = Some(view.time_ms);
+        s.complete = view.complete;
+        s.notes = view.notes.clone();
+        let mut lost: HashMap<String, ClassSite> = HashMap::new();
+        let mut library: HashMap<String, ClassSite> = HashMap::new();
+        let mut unclassified: HashMap<String, ClassSite> = HashMap::new();
+        let mut held: Vec<HeldLine> = Vec::new();
+        let mut caches: HashMap<Option<String>, CacheSummary> = HashMap::new();
+        for a in &view.allocations {
+            s.freed_after += u64::from(a.freed_after);
+            match &a.class {
+                HeldClass::Held => {
+                    s.held.bytes = s.held.bytes.saturating_add(a.size);
+                    s.held.allocations += 1;
+                    held.push(held_line(a, index));
+                }
+                HeldClass::Cache => add_cache(&mut caches, a, owners),
+                HeldClass::Lost => add_site(&mut s.lost, &mut lost, a, index),
+                HeldClass::Library => add_site(&mut s.library, &mut library, a, index),
+                _ => add_site(&mut s.unclassified, &mut unclassified, a, index),
+            }
+        }
+        held.sort_by(|a, b| b.size.cmp(&a.size).then(a.label.cmp(&b.label)));
+        held.truncate(TOP);
+        s.held.lines = held;
+        for (class, sites) in [
+            (&mut s.lost, lost),
+            (&mut s.library, library),
+            (&mut s.unclassified, unclassified),
+        ] {
+            let mut v: Vec<ClassSite> = sites.into_values().collect();
+            v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+            v.truncate(TOP);
+            class.lines = v;
+        }
+        // What the Python side said of each cache (its source and note) completes the totals.
+        for c in &view.caches {
+            if let Some(sum) = caches.get_mut(&c.owner) {
+                sum.framework = c.framework.clone();
+                sum.source = c.source.clone();
+                sum.note = c.note.clone();
+            } else if c.note.is_some() {
+                s.notes.extend(c.note.clone());
+            }
+        }
+        let mut caches: Vec<CacheSummary> = caches.into_values().collect();
+        for c in &mut caches {
+            c.sites
+                .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+            c.sites.truncate(TOP);
+        }
+        caches.sort_by(|a, b| {
+            b.segment_bytes
+                .cmp(&a.segment_bytes)
+                .then(a.label.cmp(&b.label))
+        });
+        s.caches = caches;
+        Some(s)
+    }
+
+    /// Bytes held by Python objects: held allocations and held live cache blocks.
+    pub fn held_bytes(&self) -> u64 {
+        self.held
+            .bytes
+            .saturating_add(self.caches.iter().map(|c| c.held_bytes).sum::<u64>())
+    }
+
+    /// How many allocations and live cache blocks Python objects hold.
+    pub fn held_count(&self) -> u64 {
+        self.held.allocations + self.caches.iter().map(|c| c.held_blocks).sum::<u64>()
+    }
+}
+
+fn held_line(a: &PyAllocation, index: &SiteIndex<'_>) -> HeldLine {
+    let site = index.site(a.stack);
+    let first = a.holders.first();
+    HeldLine {
+        size: a.size,
+        holder: first.map_or_else(String::new, |h| h.holder.clone()),
+        path: first.and_then(|h| h.path.clone()),
+        weak: first.is_some_and(|h| h.weak),
+        label: site.label(),
+        stack: from_site(index, a.stack, &site.key),
+    }
+}
+
+/// The stack's frames for people from the site on (its callers after it), at most 3: the line
+/// and who called it, not the plumbing inside.
+fn from_site(index: &SiteIndex<'_>, stack: Option<u64>, key: &str) -> Vec<String> {
+    let chain = index.chain(stack);
+    let at = chain.iter().position(|f| f == key).unwrap_or(0);
+    let out: Vec<String> = chain.into_iter().skip(at).take(3).collect();
+    if out.len() > 1 { out } else { Vec::new() }
+}
+
+fn add_site(
+    class: &mut Class<ClassSite>,
+    sites: &mut HashMap<String, ClassSite>,
+    a: &PyAllocation,
+    index: &SiteIndex<'_>,
+) {
+    class.bytes = class.bytes.saturating_add(a.size);
+    class.allocations += 1;
+    let site = index.site(a.stack);
+    let e = sites.entry(site.key.clone()).or_insert_with(|| ClassSite {
+        site: site.key.clone(),
+        label: site.label(),
+        bytes: 0,
+        allocations: 0,
+        stack: from_site(index, a.stack, &site.key),
+    });
+    e.bytes = e.bytes.saturating_add(a.size);
+    e.allocations += 1;
+}
+
+fn add_cache(
+    caches: &mut HashMap<Option<String>, CacheSummary>,
+    a: &PyAllocation,
+    owners: &mut OwnerIndex<'_>,
+) {
+    let label = match &a.owner {
+        Some(id) => {
+            let i = owners.of_id(id);
+            owners.owner(i).label.clone()
+        }
+        None => "a framework's cache".to_string(),
+    };
+    let c = caches
+        .entry(a.owner.clone())
+        .or_insert_with(|| CacheSummary {
+            owner: a.owner.clone(),
+            label,
+            framework: String::new(),
+            source: "holders".into(),
+            segments: 0,
+            segment_bytes: 0,
+            live_bytes: 0,
+            live_blocks: 0,
+            held_bytes: 0,
+            held_blocks: 0,
+            idle_bytes: 0,
+            sites: Vec::new(),
+            note: None,
+        });
+    c.segments += 1;
+    c.segment_bytes = c.segment_bytes.saturating_add(a.size);
+    for b in &a.blocks {
+        if b.state == "live" {
+            add_block(c, b);
+        } else {
+            c.idle_bytes = c.idle_bytes.saturating_add(b.size);
+        }
+    }
+}
+
+fn add_block(c: &mut CacheSummary, b: &PyBlock) {
+    c.live_bytes = c.live_bytes.saturating_add(b.size);
+    c.live_blocks += 1;
+    let held = !b.holders.is_empty();
+    if held {
+        c.held_bytes = c.held_bytes.saturating_add(b.size);
+        c.held_blocks += 1;
+    }
+    let (key, label, stack) = block_site(&b.frames);
+    let holder = b
+        .holders
+        .iter()
+        .filter(|h| h.path.is_some())
+        .min_by_key(|h| h.path.as_ref().map_or(usize::MAX, Vec::len))
+        .map(|h| vec![holder_text(h)]);
+    match c.sites.iter_mut().find(|s| s.site == key) {
+        Some(s) => {
+            s.bytes = s.bytes.saturating_add(b.size);
+            s.blocks += 1;
+            if held {
+                s.held_bytes = s.held_bytes.saturating_add(b.size);
+            }
+            if s.holder.is_none() {
+                s.holder = holder;
+            }
+        }
+        None => c.sites.push(BlockSite {
+            site: key,
+            label,
+            bytes: b.size,
+            blocks: 1,
+            held_bytes: if held { b.size } else { 0 },
+            holder,
+            stack,
+        }),
+    }
+}

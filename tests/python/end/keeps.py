@@ -1,0 +1,54 @@
+"""A program whose ctypes buffers (objects keeping only the integer address) are held at its end
+by a module-level list and a global, and one whose handle it dropped (lost). The buffers free
+themselves when collected, so the interpreter's teardown frees the held ones: only the end of the
+program's code sees them."""
+
+import os
+import sys
+
+if sys.flags.isolated:  # python -I leaves the script's directory off sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import gpu  # noqa: E402
+
+MiB = 1 << 20
+
+KEPT = []
+WEIGHTS = None
+
+
+class Buffer:
+    """Device memory kept by its integer address, freed with the object."""
+
+    def __init__(self, size):
+        self.ptr = gpu.alloc(size)  # buffer
+
+    def __del__(self):
+        gpu.free(self.ptr)
+
+
+def load():
+    global WEIGHTS
+    KEPT.append(Buffer(1 * MiB))  # kept-list
+    KEPT.append(Buffer(2 * MiB))  # kept-list-2
+    WEIGHTS = Buffer(3 * MiB)  # kept-global
+    scratch = Buffer(5 * MiB)  # freed
+    del scratch
+    gpu.alloc(4 * MiB)  # lost
+
+
+def main():
+    load()
+    mode = sys.argv[1] if len(sys.argv) > 1 else "finish"
+    if mode == "raise":
+        raise ValueError("the program failed")
+    if mode == "exit":
+        sys.exit(3)
+    if mode == "_exit":
+        import os
+
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

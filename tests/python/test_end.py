@@ -1,0 +1,196 @@
+"""The end of a Python program's code (the report's `python` section, `cuguard._end`): under
+`cuguard run`, the bootstrap marks the moment the program's code ended, before the interpreter's
+teardown, and what held each allocation then. Real programs (`end/`) run under `cuguard run
+--driver sim`; their reports, `cuguard summary` and `cuguard check` are read as a user would."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import END, INNER, clean_env, cuguard_command, load_report, marked_line, run, run_sim, strip_ansi
+
+PLUMBING = "file:*/gpu.py"
+MiB = 1 << 20
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """The end programs and the inner project's `gpu.py` in a fresh directory."""
+    for source in list(END.glob("*.py")) + [INNER / "gpu.py"]:
+        shutil.copy(source, tmp_path / source.name)
+    shutil.copytree(END / "usersite", tmp_path / "usersite")
+    return tmp_path
+
+
+def run_program(project: Path, args, report: str = "r.json", **env):
+    env.setdefault("CUGUARD_PLUMBING", PLUMBING)
+    result = run_sim([sys.executable, *args], project, project / report, **env)
+    return result, project / report
+
+
+def view(report: dict) -> dict:
+    python = report.get("python")
+    assert python is not None, "the report has no python section"
+    return python
+
+
+def by_size(allocations):
+    return {a["size"]: a for a in allocations}
+
+
+def command(project: Path, *args: str):
+    return run(cuguard_command() + list(args), project)
+
+
+def test_held_and_lost_at_the_end(project: Path):
+    result, path = run_program(project, ["keeps.py"])
+    assert result.returncode == 0, result.stderr
+    report = load_report(path)
+    python = view(report)
+    assert python["end"]["recorded"] is True and python["end"]["how"] == "finished"
+    v = python["view"]
+    assert v["at"] == "end" and v["complete"] is True, v.get("notes")
+    found = by_size(v["allocations"])
+    assert sorted(found) == [1 * MiB, 2 * MiB, 3 * MiB, 4 * MiB], "the freed 5 MiB is not live at the end"
+    paths = {
+        1 * MiB: ["KEPT", "[0]", ".ptr"],
+        2 * MiB: ["KEPT", "[1]", ".ptr"],
+        3 * MiB: ["WEIGHTS", ".ptr"],
+    }
+    for size, steps in paths.items():
+        a = found[size]
+        assert a["class"] == "held", a
+        assert a["freed_after"] is True, "the teardown freed it after the end"
+        holder = a["holders"][0]
+        assert holder["weak"] is True and holder["kind"] == "int" and holder["holder"] == "Buffer"
+        assert holder["path"][:-1] == steps
+        assert holder["path"][-1] == f"int {a['address']}"
+    lost = found[4 * MiB]
+    assert lost["class"] == "lost" and not lost.get("freed_after") and not lost.get("holders")
+    # What was live at exit, after the teardown: only the lost one.
+    assert [leak["size"] for leak in report["leaks"]] == [4 * MiB]
+
+    text = strip_ansi(command(project, "summary", "r.json").stdout)
+    program = project / "keeps.py"
+    line = lambda marker: marked_line(program, marker)  # noqa: E731
+    assert (
+        "the end  the program's code finished at " in text
+        and ": held 6.0 MiB in 3 allocations, lost 4.0 MiB in 1 allocation (3 freed later, by the interpreter's teardown)" in text
+    ), text
+    held = text.split("held at the end (Python objects keep them)\n", 1)[1].split("lost at the end", 1)[0]
+    rows = [r.split() for r in held.splitlines() if not r.startswith("    ")]
+    assert [r[:2] for r in rows] == [["3.0", "MiB"], ["2.0", "MiB"], ["1.0", "MiB"]], held
+    assert f"WEIGHTS → .ptr (a number inside it: a weak match)" in held
+    init = f"Buffer.__init__ (keeps.py:{line('buffer')})"
+    assert f"made at {init}" in held
+    assert f"    {init} ← load (keeps.py:{line('kept-global')}) ← main (keeps.py:" in held
+    assert f"    {init} ← load (keeps.py:{line('kept-list')}) ← main (keeps.py:" in held
+    lost_part = text.split("lost at the end (the program's own; nothing holds them)\n", 1)[1]
+    assert lost_part.splitlines()[0].split() == ["4.0", "MiB", "1", "allocation", "load", f"(keeps.py:{line('lost')})"]
+
+    # check: the lost fails by default, naming its line; --held fails on the held too.
+    check = command(project, "check", "r.json")
+    out = strip_ansi(check.stdout)
+    assert check.returncode == 1, out
+    assert out.splitlines()[0] == "cuguard check: FAIL: 1 report, 4.0 MiB leaked in 1 leak", out
+    assert f"load (keeps.py:{line('lost')})" in out
+    assert "not checked: 6.0 MiB in 3 allocations held by Python objects at the end (--held to count them)" in out
+    held_check = command(project, "check", "--held", "r.json")
+    out = strip_ansi(held_check.stdout)
+    assert held_check.returncode == 1
+    assert out.splitlines()[0] == "cuguard check: FAIL: 1 report, 10.0 MiB leaked in 4 leaks", out
+    assert f"Buffer.__init__ (keeps.py:{line('buffer')})" in out and f"load (keeps.py:{line('lost')})" in out
+
+
+def test_a_cache_written_for_the_test_shows_its_kept_block_held_and_the_rest_idle(project: Path):
+    owners = "toy_cache:framework_cache=file:*/toycache.py"
+    result, path = run_program(project, ["cached.py"], CUGUARD_OWNERS=owners)
+    assert result.returncode == 0, result.stderr
+    v = view(load_report(path))["view"]
+    [segment] = v["allocations"]
+    assert segment["class"] == "cache" and segment["owner"] == "toy_cache" and segment["size"] == 4 * MiB
+    blocks = segment["blocks"]
+    base = int(segment["address"], 16)
+    assert [(int(b["address"], 16) - base, b["size"], b["state"]) for b in blocks] == [
+        (0, 2 * MiB, "idle"),
+        (2 * MiB, 1 * MiB, "live"),
+        (3 * MiB, 1 * MiB, "idle"),
+    ], blocks
+    kept = blocks[1]
+    assert kept["holders"][0]["path"] == ["KEEP", "toycache.Block (1.0 MiB of a 4.0 MiB allocation)"]
+    assert not kept["holders"][0].get("weak")
+    [cache] = v["caches"]
+    assert cache == {
+        "owner": "toy_cache",
+        "framework": "toy_cache",
+        "source": "holders",
+        "segment_bytes": 4 * MiB,
+        "live_bytes": 1 * MiB,
+        "idle_bytes": 3 * MiB,
+    }
+    text = strip_ansi(command(project, "summary", "r.json").stdout)
+    assert "inside the caches at the end\n  toy_cache: 4.0 MiB in 1 segment: 1.0 MiB live in 1 block, 3.0 MiB idle" in text, text
+    assert "held by KEEP → toycache.Block (1.0 MiB of a 4.0 MiB allocation)" in text
+    # The default check passes (the cache is not the program's, the block is held); --held fails.
+    assert command(project, "check", "r.json").returncode == 0
+    held = command(project, "check", "--held", "r.json")
+    assert held.returncode == 1 and "1.0 MiB" in strip_ansi(held.stdout).splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "args, how, exception, status",
+    [
+        (["keeps.py", "raise"], "raised", "ValueError", 1),
+        (["keeps.py", "exit"], "finished", None, 3),
+        (["-m", "keeps", "finish"], "finished", None, 0),
+        (["-c", "import keeps; keeps.main()"], "finished", None, 0),
+    ],
+)
+def test_every_way_the_code_ends(project: Path, args, how, exception, status):
+    result, path = run_program(project, args)
+    assert result.returncode == status, result.stderr
+    end = view(load_report(path))["end"]
+    assert end["recorded"] is True and end["how"] == how and end.get("exception") == exception
+    classes = sorted(a["class"] for a in view(load_report(path))["view"]["allocations"])
+    assert classes == ["held", "held", "held", "lost"]
+
+
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (["-I", "keeps.py"], "cuguard's Python bootstrap did not run in this interpreter"),
+        (["-S", "keeps.py"], "cuguard's Python bootstrap did not run in this interpreter"),
+    ],
+)
+def test_where_the_end_cannot_be_seen_the_report_says_so(project: Path, args, why):
+    result, path = run_program(project, args)
+    assert result.returncode == 0, result.stderr
+    python = view(load_report(path))
+    assert python["end"]["recorded"] is False and python["end"]["why"].startswith(why), python
+    assert "view" not in python
+    text = strip_ansi(command(project, "summary", "r.json").stdout)
+    assert f"the end  not recorded: {why}" in text
+
+
+def test_the_program_sees_its_interpreter_as_without_cuguard(project: Path):
+    """sys.path, __main__, warnings and exit status as bare; the user's own sitecustomize runs
+    once."""
+    env = dict(PYTHONPATH=str(project / "usersite"), PROBE_RUNS="1", PROBE_STATUS="7")
+    sim_env = clean_env(**env)
+    bare = run([sys.executable, "probe.py"], project, sim_env)
+    # Bare, on the simulated driver without the shim: the same program, the same Python.
+    bare_cmd = cuguard_command() + ["run", "--driver", "sim", "--quiet", "--report", str(project / "bare.json"), "--", sys.executable, "probe.py"]
+    off = run(bare_cmd, project, clean_env(CUGUARD_PYTHON_END="0", **env))
+    under, _ = run_program(project, ["probe.py"], **env)
+    assert under.returncode == 7 and off.returncode == 7, under.stderr
+    seen_under = json.loads(under.stdout)
+    seen_off = json.loads(off.stdout)
+    assert seen_under == seen_off, (seen_under, seen_off)
+    assert seen_under["sitecustomize_runs"] == 1
+    assert not any("cuguard-python" in p for p in seen_under["path"])
+    assert under.stderr == "", under.stderr
+    del bare
