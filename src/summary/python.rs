@@ -139,7 +139,7 @@ pub struct CacheSummary {
 /// Live cache blocks allocated at one line.
 #[derive(Clone, Debug, Serialize)]
 pub struct BlockSite {
-    /// The line's key (`function (file:line)`), or `<line not recorded>`.
+    /// The line's key (`function (file:line)`), or `<no Python line recorded>` (allocated on a thread without Python, such as PyTorch's autograd thread, or before the history was on).
     pub site: String,
     /// For people.
     pub label: String,
@@ -159,7 +159,7 @@ pub struct BlockSite {
 /// callers after it (at most 3 frames).
 fn block_site(frames: &[PyFrame]) -> (String, String, Vec<String>) {
     if frames.is_empty() {
-        let none = "<line not recorded>".to_string();
+        let none = "<no Python line recorded>".to_string();
         return (none.clone(), none, Vec::new());
     }
     let site_frames: Vec<_> = frames.iter().map(python_site_frame).collect();

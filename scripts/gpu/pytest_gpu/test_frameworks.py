@@ -1,7 +1,8 @@
 """A small suite of PyTorch and CuPy tests with leak limits, run on the H200 by check.sh's
 `python` section with `pytest --cuguard` (issue 11): with `--cuguard-uncached`, exactly
-`test_torch_keeps_a_tensor` fails, naming the line marked `# mark: kept`; without it, every test
-passes and the summary says that PyTorch's cache grew."""
+`test_torch_keeps_a_tensor` and `test_cupy_keeps_an_array` fail, naming the lines marked
+`# mark: kept` and `# mark: kept-cupy`; without it (issue 21), the same two fail, from the
+frameworks' own books of their caches (PyTorch's memory history, cuguard's hook in CuPy's pool)."""
 
 import cupy
 import pytest
@@ -35,6 +36,12 @@ def test_torch_keeps_a_tensor():
     t = torch.ones(1024, 1024, 4, device="cuda")  # mark: kept
     KEPT.append(t)
     assert KEPT[-1].sum().item() == 4 * 1024 * 1024
+
+
+def test_cupy_keeps_an_array():
+    a = cupy.ones((1024, 1024, 2), dtype=cupy.float32)  # mark: kept-cupy
+    KEPT.append(a)
+    assert float(a.sum()) == 2 * 1024 * 1024
 
 
 def test_cupy_sum():

@@ -70,9 +70,17 @@ def at_end(how: Optional[str] = None) -> None:
 
         classification = _inventory.classify(allocations, timeout=_timeout())
     except BaseException as e:  # a signal (KeyboardInterrupt) while looking: keep the mark
+        where = ""
+        tb = e.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None:
+            where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
         classification = {
             "complete": False,
-            "notes": [f"the look at what held each allocation was cut short ({type(e).__name__})"],
+            "notes": [
+                f"the look at what held each allocation was cut short ({type(e).__name__}: {e}{where})"
+            ],
         }
     try:
         _abi.end_classify(classification)

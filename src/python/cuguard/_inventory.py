@@ -120,10 +120,14 @@ def classify(
         [
             (i, int(a["address"]), int(a["size"]))
             for i, a in enumerate(allocations)
-            if i not in cache and not by_allocation.get(i)
+            # Numbers are looked for only for the program's own memory: a library's (cuBLAS
+            # workspaces) or a cache's is never held by a number in Python, and looking for one
+            # would walk every object the interpreter has.
+            if i not in cache and not by_allocation.get(i) and a.get("owner_kind") in (None, "program")
         ]
     )
     targets = {id(h.obj): h.obj for h in found}
+    targets = _holders._reachable_targets(targets, [found, targets, by_allocation])
     walk = _holders._Walk(targets, max(0.0, float(timeout)), max(1, int(max_depth)), weak)
     complete = True
     try:

@@ -483,7 +483,11 @@ def _roots() -> List[Tuple[str, Any]]:
             return
         seen_dicts.add(id(namespace))
         later = []
-        for k, v in list(dict.items(namespace)):
+        try:
+            items = list(dict.items(namespace))
+        except Exception:  # changed while read
+            return
+        for k, v in items:
             if not isinstance(k, str) or isinstance(v, types.ModuleType):
                 continue
             if k.startswith("__") and k.endswith("__"):
@@ -542,8 +546,44 @@ def _roots() -> List[Tuple[str, Any]]:
     for name, module in sorted(list(sys.modules.items()), key=lambda kv: str(kv[0])):
         if not isinstance(name, str) or name == "cuguard" or name.startswith("cuguard."):
             continue
-        names(getattr(module, "__dict__", None), f"{name}.")
+        try:  # sys.modules may hold objects that are not modules, and lazy ones that raise
+            namespace = object.__getattribute__(module, "__dict__")
+        except Exception:
+            continue
+        names(namespace, f"{name}.")
     return roots
+
+
+def _reachable_targets(targets: Dict[int, Any], ours: List[Any]) -> Dict[int, Any]:
+    """The targets some Python object refers to (one scan of the collector's objects, in C). A
+    holder nothing in Python refers to is held from native code only (PyTorch keeps the Python
+    object of a tensor its autograd graph holds): no name can reach it, so the walk need not
+    look for it, which would otherwise cost a walk of every object the interpreter has. `ours`
+    are the containers of this package that refer to the targets."""
+    if not targets:
+        return {}
+    objs = list(targets.values())
+    skip = {id(x) for x in ours}
+    skip.add(id(objs))
+    seen = set()
+    try:
+        referrers = gc.get_referrers(*objs)
+    except Exception:
+        return dict(targets)
+    skip.add(id(referrers))
+    for r in referrers:
+        if id(r) in skip or isinstance(r, _Holder):
+            continue
+        if isinstance(r, types.FrameType) and r.f_code.co_filename.startswith(_PACKAGE_DIR):
+            continue
+        try:
+            for x in gc.get_referents(r):
+                if id(x) in targets:
+                    seen.add(id(x))
+        except Exception:
+            continue
+    del referrers
+    return {i: o for i, o in targets.items() if i in seen}
 
 
 def _is_ctypes_number(tp: type) -> bool:
@@ -716,6 +756,7 @@ def holders(
     allocations = _abi.live_allocations(min_bytes)
     found = _find_holders(allocations)
     targets = {id(h.obj): h.obj for h in found}
+    targets = _reachable_targets(targets, [found, targets])
     walk = _Walk(targets, max(0.0, float(timeout)), max(1, int(max_depth)))
     try:
         if targets:

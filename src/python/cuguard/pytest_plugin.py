@@ -241,14 +241,74 @@ def _site_text(site: Any, rootdir: str) -> str:
     return text
 
 
-def _result(block: Any, rootdir: str) -> Dict[str, Any]:
-    """What one test's block saw, as plain data (it travels on the report, through xdist)."""
+def _cached_blocks() -> Dict[Tuple[str, int, int], List[Dict[str, Any]]]:
+    """The live blocks of the frameworks' caches now (PyTorch's allocator, CuPy's pool with
+    cuguard's hook): (framework, address, size) -> the frames that allocated it."""
+    from . import _caches
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        # PyTorch keeps cuBLAS workspaces in its cache for as long as the handle lives: the first
+        # test that multiplies matrices did not keep them (PyTorch's own leak check clears them).
+        clear = getattr(getattr(torch, "_C", None), "_cuda_clearCublasWorkspaces", None)
+        try:
+            if clear is not None and torch.cuda.is_initialized():
+                clear()
+        except Exception:
+            pass
+    out: Dict[Tuple[str, int, int], List[Dict[str, Any]]] = {}
+    try:
+        for book in _caches.books([]):
+            for b in book.blocks:
+                if b.state == "live":
+                    out[(book.framework, b.address, b.size)] = b.frames
+    except Exception:
+        pass
+    return out
+
+
+def _kept_in_caches(before: Dict[Tuple[str, int, int], Any]) -> List[Dict[str, Any]]:
+    """The cache blocks live now that were not live when the test started: tensors and arrays
+    the test kept, each as a leak of the program's at the line that allocated it."""
+    kept = []
+    for (framework, address, size), frames in _cached_blocks().items():
+        if (framework, address, size) in before:
+            continue
+        site = _user_frame(frames)
+        kept.append(
+            {
+                "size": size,
+                "address": address,
+                "owner": "program",
+                "api": f"{framework} cache",
+                "site": site,
+            }
+        )
+    return kept
+
+
+def _user_frame(frames: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The innermost frame outside installed packages and the standard library."""
+    import sysconfig
+
+    stdlib = sysconfig.get_paths().get("stdlib") or ""
+    for f in frames:
+        file = str(f.get("file") or "")
+        if "-packages/" in file or (stdlib and file.startswith(stdlib)) or file.startswith("<"):
+            continue
+        return {"file": file, "line": f.get("line"), "function": f.get("function")}
+    return None
+
+
+def _result(block: Any, rootdir: str, kept: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """What one test's block saw, as plain data (it travels on the report, through xdist): its
+    leaks, and the cache blocks it kept (`kept`, from the frameworks' own books)."""
     sites: Dict[Tuple[str, str], List[int]] = {}
     held: Dict[str, int] = defaultdict(int)
     kinds: Dict[str, str] = {}
     leaked = 0
     count = 0
-    for leak in block.leaks or []:
+    for leak in list(block.leaks or []) + list(kept or []):
         size = int(leak.get("size") or 0)
         owner = leak.get("owner") or "program"
         if owner != "program":
@@ -398,6 +458,7 @@ class _Tracker:
                 cuguard.label("xdist_worker", worker)
         cuguard.label("test", item.nodeid)
         gc.collect()
+        self.cached_before = _cached_blocks()
         block = cuguard.track()
         block.__enter__()
         self.block = block
@@ -414,19 +475,23 @@ class _Tracker:
             reports = runtestprotocol(item, nextitem=nextitem, log=False)
         finally:
             block, self.block = self.block, None
+            kept: List[Dict[str, Any]] = []
             if block is not None:
                 _let_go_of_failed_frames()
                 gc.collect()
+                kept = _kept_in_caches(getattr(self, "cached_before", {}))
                 block.__exit__(None, None, None)
         if block is not None:
-            self._judge(item, reports, block)
+            self._judge(item, reports, block, kept)
         for report in reports:
             ihook.pytest_runtest_logreport(report=report)
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
-    def _judge(self, item: pytest.Item, reports: List[pytest.TestReport], block: Any) -> None:
-        result = _result(block, self.rootdir)
+    def _judge(
+        self, item: pytest.Item, reports: List[pytest.TestReport], block: Any, kept: List[Dict[str, Any]]
+    ) -> None:
+        result = _result(block, self.rootdir, kept)
         self.owners_seen.update(result["held"])
         limits = self.limits.get(item.nodeid) or self._limits_of(item)
         call = next((r for r in reports if r.when == "call"), None)
