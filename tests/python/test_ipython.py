@@ -67,8 +67,9 @@ def test_magic_shows_what_the_kernel_holds(tmp_path: Path):
     assert text[1] == "device 0 — NVIDIA H200 (16.0 GiB): 4.0 MiB live in 2 allocations, peak 12.0 MiB"
     assert text[2].startswith("  contexts open: 0 (primary, 0x")
     assert len(text) == 5
-    assert text[3].split(None, 5)[:5] == ["3.0", "MiB", "1", "the", "program"]
-    assert text[4].split(None, 5)[:5] == ["1.0", "MiB", "1", "the", "program"]
+    # Each held by its notebook variable (an int inside it: cuguard.snapshot(held=True)).
+    assert text[3].split(None, 6)[:6] == ["3.0", "MiB", "1", "the", "program:", "held"]
+    assert text[4].split(None, 6)[:6] == ["1.0", "MiB", "1", "the", "program:", "held"]
     # Both were made on the cell's first and second lines.
     assert text[3].endswith(":1)") and "<module> (" in text[3], text
     assert text[4].endswith(":2)") and "<module> (" in text[4], text
@@ -85,6 +86,14 @@ def test_magic_shows_what_the_kernel_holds(tmp_path: Path):
     assert sorted(l["size"] for l in report["leaks"]) == [1 << 20, 3 << 20]
     assert outputs["bogus"][0] == "UsageError"
     assert outputs["bogus"][1] == "%cuguard: unknown subcommand 'bogus'"
+
+    # The end is the shell's exit, before IPython's own exit handler clears its namespace: the
+    # two are held by their names there, though the teardown freed nothing (ints free nothing).
+    final = json.loads((tmp_path / "final.json").read_text())
+    end = final["python"]
+    assert end["end"]["recorded"] is True and end["end"]["how"] == "finished", end
+    held = {a["size"]: a["holders"][0]["path"][0] for a in end["view"]["allocations"]}
+    assert held == {3 << 20: "weights", 1 << 20: "bias"}, end["view"]
 
 
 def test_magic_outside_the_shim_says_how_to_get_there(tmp_path: Path):

@@ -65,15 +65,36 @@ def inactive_reason() -> Optional[str]:
         return f"cuguard cannot tell: {e!r}"
 
 
-def snapshot(path: Optional[Any] = None) -> Dict[str, Any]:
+def snapshot(path: Optional[Any] = None, *, held: bool = False, timeout: float = 10.0) -> Dict[str, Any]:
     """The report as it stands now, as a dict (the shim's report format: ``docs/report.schema.json``;
     ``reason`` is ``"request"`` and ``complete`` is False). With ``path`` (a str or path-like), it is
-    also written there (replacing the file). Raises :class:`NotActive`, or :class:`OSError` when the
-    file cannot be written."""
+    also written there (replacing the file). With ``held``, it also says what holds each live
+    allocation now (its ``python.view``, ``at: "snapshot"``: held by which objects, lost, a
+    cache's live and idle blocks), as the end of the program does; the walk of references is
+    bounded by ``timeout`` seconds. Raises :class:`NotActive`, or :class:`OSError` when the file
+    cannot be written."""
     p = None if path is None else os.fspath(path)
     if isinstance(p, bytes):
         p = os.fsdecode(p)
-    return _abi.snapshot(p)
+    if not held:
+        return _abi.snapshot(p)
+    from . import _inventory
+
+    allocations = _abi.live_allocations(0)
+    classification = _inventory.classify(allocations, timeout=timeout)
+    report = _abi.snapshot(None)
+    report["python"] = {
+        "end": {"recorded": False, "why": "the program was still running (a snapshot)"},
+        "view": _inventory.view_of(report, classification),
+    }
+    if p is not None:
+        import json
+
+        tmp = f"{p}.cuguard-tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(report, f)
+        os.replace(tmp, p)
+    return report
 
 
 def live() -> Dict[int, Dict[str, int]]:

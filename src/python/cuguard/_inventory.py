@@ -308,3 +308,35 @@ def _cache_totals(
                 "note": book.note,
             }
     return list(totals.values())
+
+
+def view_of(report: Dict[str, Any], classification: Dict[str, Any]) -> Dict[str, Any]:
+    """A snapshot's ``python.view``: its live leaks, each with the class ``classification`` found
+    for its address (``unclassified`` where it has none: made while the look ran)."""
+    by_address = {int(c["address"], 16): c for c in classification.get("allocations", [])}
+    allocations = []
+    for leak in report.get("leaks", []):
+        if leak.get("state") != "live_at_exit":
+            continue
+        entry = {k: v for k, v in leak.items() if k not in ("state", "handle")}
+        c = by_address.get(int(leak["address"], 16))
+        entry["class"] = c["class"] if c else "unclassified"
+        for key in ("holders", "blocks"):
+            if c and c.get(key):
+                entry[key] = c[key]
+        allocations.append(entry)
+    allocations.sort(key=lambda a: a["seq"])
+    view = {
+        "at": "snapshot",
+        "time_ms": max([0] + [int(a["time_ms"]) for a in allocations]),
+        "complete": bool(classification.get("complete")),
+        "allocations": allocations,
+    }
+    end_ms = report.get("process", {}).get("end_unix_ms")
+    start_ms = report.get("process", {}).get("start_unix_ms")
+    if isinstance(end_ms, int) and isinstance(start_ms, int):
+        view["time_ms"] = max(0, end_ms - start_ms)
+    for key in ("elapsed_ms", "notes", "caches"):
+        if classification.get(key):
+            view[key] = classification[key]
+    return view

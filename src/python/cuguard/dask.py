@@ -178,26 +178,29 @@ def register(
     return {address: s["pid"] for address, s in sorted(states.items())}
 
 
-def _worker_snapshot() -> Optional[Dict[str, Any]]:
-    """A worker's live report, or None when it is not under the shim."""
+def _worker_snapshot(held: bool = True) -> Optional[Dict[str, Any]]:
+    """A worker's live report (with what holds each allocation, for ``held``), or None when it
+    is not under the shim."""
     from . import active
     from . import snapshot as process_snapshot
 
-    return process_snapshot() if active() else None
+    return process_snapshot(held=held) if active() else None
 
 
-def snapshot(client) -> Dict[str, Any]:
+def snapshot(client, held: bool = True) -> Dict[str, Any]:
     """A live snapshot of every worker of ``client``'s cluster, and of this process when it runs
     under the shim, in one merged report as ``cuguard merge`` writes it (``docs/report.schema.json``,
     ``merged``): ``{"schema", "schema_version", "tool", "merged": {"created_unix_ms", "inputs"},
     "processes": [REPORT, ...]}``, the workers in address order and this process last; ``inputs``
     names where each came from (``dask-worker:ADDRESS``, ``client``). Each ``REPORT`` is a
-    ``reason: "request"``, ``complete: false`` report, like :func:`cuguard.snapshot`'s. Raises
+    ``reason: "request"``, ``complete: false`` report, like :func:`cuguard.snapshot`'s; with
+    ``held`` (the default) it says what holds each live allocation (``python.view``), so that an
+    array a future keeps reads apart from the same memory idle in CuPy's or RMM's pool. Raises
     :class:`cuguard.CuguardError` naming the workers that are not under the shim."""
     from . import active
     from . import snapshot as process_snapshot
 
-    reports = client.run(_worker_snapshot)
+    reports = client.run(_worker_snapshot, held)
     missing = sorted(address for address, r in reports.items() if r is None)
     if missing:
         raise CuguardError(
@@ -211,7 +214,7 @@ def snapshot(client) -> Dict[str, Any]:
         processes.append(reports[address])
     if active():
         inputs.append("client")
-        processes.append(process_snapshot())
+        processes.append(process_snapshot(held=held))
     return {
         "schema": "cuguard-report",
         "schema_version": 1,

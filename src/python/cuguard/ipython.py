@@ -75,7 +75,7 @@ def cuguard_magic(line: str) -> None:
     command = words[0] if words else ""
     try:
         if command == "":
-            display(holdings_view(cuguard.snapshot()))
+            display(holdings_view(cuguard.snapshot(held=True)))
         elif command == "snapshot":
             if len(words) != 2:
                 raise UsageError(f"%cuguard snapshot takes one PATH\n{_USAGE}")
@@ -172,12 +172,32 @@ def _devices(report: Dict[str, Any]) -> List[_Device]:
         device(c.get("device")).contexts.append(f"{c.get('id')} ({kind}, {c.get('handle')})")
     stacks = {s.get("id"): s for s in report.get("stacks") or []}
     labels = {o.get("id"): o.get("label") for o in report.get("owners") or []}
+    view = ((report.get("python") or {}).get("view") or {}).get("allocations") or []
+    classes = {v.get("address"): v for v in view}
     for a in report.get("leaks") or []:
         if a.get("state") not in (None, "live_at_exit"):
             continue
         owner = a.get("owner") or "program"
         owner_text = str(labels.get(owner) or owner)
-        row = device(a.get("device")).rows[(owner_text, _site_of(stacks.get(a.get("stack"))))]
+        site = _site_of(stacks.get(a.get("stack")))
+        c = classes.get(a.get("address"))
+        if c is not None and c.get("class") == "cache" and c.get("blocks"):
+            # Inside a cache: its live blocks at the lines that allocated them, and its idle.
+            for b in c["blocks"]:
+                if b.get("state") == "live":
+                    frames = b.get("frames") or []
+                    where = _frame_text(frames[0]) if frames else site
+                    held = "held" if b.get("holders") else "live, no Python holder"
+                    key = (f"{owner_text}: {held}", where)
+                else:
+                    key = (f"{owner_text}: idle", "(cached for reuse)")
+                row = device(a.get("device")).rows[key]
+                row[0] += int(b.get("size") or 0)
+                row[1] += 1
+            continue
+        if c is not None and c.get("class") in ("held", "lost"):
+            owner_text = f"{owner_text}: {c['class']}"
+        row = device(a.get("device")).rows[(owner_text, site)]
         row[0] += int(a.get("size") or 0)
         row[1] += 1
     return [devices[k] for k in sorted(devices)]
