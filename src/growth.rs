@@ -502,7 +502,13 @@ mod tests {
                 .map(|i| if i <= k { i * MIB } else { after.min(k * MIB) })
                 .collect()
         };
-        for (k, want) in [(210, true), (175, true), (162, true), (158, false), (140, false)] {
+        for (k, want) in [
+            (210, true),
+            (175, true),
+            (162, true),
+            (158, false),
+            (140, false),
+        ] {
             assert_eq!(grows(&shape(k, u64::MAX)).is_some(), want, "held after {k}");
             assert_eq!(grows(&shape(k, 0)).is_some(), want, "freed after {k}");
         }
@@ -709,10 +715,7 @@ mod tests {
             .chain(half.iter().copied())
             .collect();
         let r = report_with(times(100), vec![(1, a.clone()), (2, b), (3, a)]);
-        assert_eq!(
-            sites_of(&r),
-            [("keep (train.c:10)".to_string(), 98 * MIB)]
-        );
+        assert_eq!(sites_of(&r), [("keep (train.c:10)".to_string(), 98 * MIB)]);
     }
 
     #[test]
