@@ -37,7 +37,7 @@ Examples:
   cuguard check --suppressions .cuguard-supp --format junit reports/ > cuguard-junit.xml
   cuguard check --baseline main-reports/ --max-leaked-bytes 1048576 reports/
   cuguard check --fail-on-events all --require-complete reports/
-  cuguard check --owners framework_cache,cublas --max-growth 256MiB reports/
+  cuguard check --owners framework_cache,cublas --max-leaked-bytes 8GiB --max-growth 256MiB reports/
 
 Suppression rules (one per line, terms separated by spaces, all must match):
   leak:PATTERN     a frame's function, file or module      api:PATTERN     the driver entry

@@ -16,9 +16,10 @@ run. MODE (default `list`):
   first W iterations only use the temporary; the next W each load a 2 MiB weight the program
   keeps (`# weights`) and fill a stand-in framework cache with a 4 MiB block (standin_cache.py,
   `# cache block`); two iterations later the program drops one weight and the cache gives one
-  block back; the remaining iterations only use the temporary. Nothing grows.
+  block back; the remaining iterations only use the temporary. Nothing grows. The weights are
+  freed at the teardown; the cache keeps its blocks to the end (live at exit, as a framework's).
 - `cache`: the stand-in cache takes one more 4 MiB block in every iteration and never gives one
-  back: growth inside a cache (`# cache block`).
+  back: growth inside a cache (`# cache block`), live at exit.
 
 Prints one JSON line: the mode, iterations, warm-up iterations, kept and temporary sizes.
 """

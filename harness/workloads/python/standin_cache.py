@@ -1,6 +1,7 @@
 """standin_cache.py: a stand-in for a framework's caching allocator, for growth.py: blocks taken
-from the CUDA driver (through ctypes) and kept for reuse, given back one at a time, and freed
-when the cache goes (at the interpreter's teardown). Tests declare its allocations a framework
+from the CUDA driver (through ctypes) and kept for reuse, given back one at a time, and never
+freed otherwise: like PyTorch's caching allocator, it still holds its blocks when the process
+ends, so they are live at exit under the cache's owner. Tests declare its allocations a framework
 cache's, as a user declares their own allocator's:
 
     CUGUARD_OWNERS='standin_cache:framework_cache=file:*/standin_cache.py'
@@ -27,7 +28,3 @@ class Cache:
     def give_back(self):
         """Returns the newest block to the driver."""
         self.free(self.blocks.pop())
-
-    def __del__(self):
-        for block in self.blocks:
-            self.free(block)
