@@ -8,7 +8,7 @@
 //! # The criterion
 //!
 //! [`growth`] reads one series (live bytes at sample times; the run is the samples' span, up to
-//! the last sample, which the shim takes when it writes the report). Let *max* be its largest
+//! the last sample, which the shim takes at the report's end time). Let *max* be its largest
 //! value, the *rise* end at the first sample that reaches it, and start at the *low before the
 //! rise* (the last sample, at or before that one, holding the smallest value so far). The
 //! series grows when, by the default [`Criterion`], all of these hold:
@@ -29,7 +29,8 @@
 //! then holds (or gives a little back: a cache returning one block) is set-up however the
 //! plateau ends. It compares maxima, not the last value, so memory freed at shutdown (a
 //! Python program's module globals, a C++ program's destructors) does not hide growth, as long
-//! as the stretch after that free is short next to the last third.
+//! as the stretch after that free is short: under 5/21 (24%) of the time from the low, by the
+//! line below.
 //!
 //! Where the line falls, for a steady rise that stops and then holds (or is freed): the last
 //! third gains `(x − 2/3) / x` of the rise when the rise lasted the first `x` of the time from
@@ -48,11 +49,14 @@
 //!
 //! [`growing_sites`] adds up the series of the stacks that share a site (all devices) and runs
 //! the criterion on each site's sum. The shim samples every `CUGUARD_TIMELINE_MS` (100 ms by
-//! default) and keeps at most 256 sample times and 128 series (when full, every other time is
-//! dropped and the interval doubles, so a long run keeps an even picture of its whole life); a
-//! report with more (hand-made or hostile) is read within bounds: the first [`MAX_SERIES`]
-//! series, and at most [`MAX_TIMES`] sample times, evenly spread over the run when there are
-//! more (the criterion's cost is quadratic in the samples).
+//! default) from its first tracked allocation and keeps at most 256 sample times and 128 series
+//! (when full, every other time is dropped and the interval doubles, so a long run keeps an even
+//! picture of its whole life; the last third is then still a third of it). Samples may be
+//! missing early in a run: the shim's thread takes none while it makes the stats page, in its
+//! first turn (a second on a loaded machine). A report with more (hand-made or hostile) is read
+//! within bounds: the first [`MAX_SERIES`] series, and at most [`MAX_TIMES`] sample times,
+//! evenly spread over the run when there are more (the criterion's cost is quadratic in the
+//! samples).
 
 use std::collections::{BTreeSet, HashMap};
 
