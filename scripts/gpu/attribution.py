@@ -17,7 +17,10 @@ found by the comment markers below so that editing this file cannot make them st
 - torch_oom: PyTorch asks for more than `CUGUARD_POOL_LIMIT` allows: one line is out of memory;
 - cudf_loop: the seed's loop, `cudf.DataFrame({'a': range(1_000_000)})` a hundred times;
 - torch_train_until_stopped: training (caching on) that keeps 1 MiB every 10 steps until Ctrl-C,
-  for `cuguard top` and the exporter to watch (issue 15).
+  for `cuguard top` and the exporter to watch (issue 15);
+- gpt2_train_cached, resnet18_train_cached: warm-up, not growth (issue 21): a transformers GPT-2
+  built from a config (4 layers, 30 steps) and torchvision's resnet18 (batch 64, 30 steps), caching
+  on. PyTorch's cache fills in the first step and then holds: no site may grow.
 """
 
 import json
@@ -151,6 +154,45 @@ def case_cudf_loop():
     return {"rows": len(df), "marks": {"loop": mark("loop")}}
 
 
+def case_gpt2_train_cached():
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=4)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    losses = []
+    for _ in range(30):
+        ids = torch.randint(0, model.config.vocab_size, (8, 512), device="cuda")
+        loss = model(ids, labels=ids).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.item()))
+    torch.cuda.synchronize()
+    return {"steps": len(losses), "loss": losses[-1], "reserved": torch.cuda.memory_reserved()}
+
+
+def case_resnet18_train_cached():
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=1000).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    losses = []
+    for _ in range(30):
+        x = torch.randn(64, 3, 224, 224, device="cuda")
+        y = torch.randint(0, 1000, (64,), device="cuda")
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.item()))
+    torch.cuda.synchronize()
+    return {"steps": len(losses), "loss": losses[-1], "reserved": torch.cuda.memory_reserved()}
+
+
 CASES = {
     "torch_train_cached": case_torch_train_cached,
     "torch_train_growth": case_torch_train_growth,
@@ -158,6 +200,8 @@ CASES = {
     "torch_oom": case_torch_oom,
     "cudf_loop": case_cudf_loop,
     "torch_train_until_stopped": case_torch_train_until_stopped,
+    "gpt2_train_cached": case_gpt2_train_cached,
+    "resnet18_train_cached": case_resnet18_train_cached,
 }
 
 

@@ -131,6 +131,10 @@ if [[ " $what " == *" attribution "* ]]; then
     [jax_bfc]="python3 scripts/gpu/owners.py jax_bfc"
   )
   python3 -c "import cudf" > $A/cudf-import.txt 2>&1 && ACMD[cudf_loop]="python3 scripts/gpu/attribution.py cudf_loop"
+  python3 -c "import transformers" > $A/transformers-import.txt 2>&1 \
+    && ACMD[gpt2_train_cached]="python3 scripts/gpu/attribution.py gpt2_train_cached"
+  python3 -c "import torchvision" > $A/torchvision-import.txt 2>&1 \
+    && ACMD[resnet18_train_cached]="python3 scripts/gpu/attribution.py resnet18_train_cached"
   for case in ${ATTR_CASES:-"${!ACMD[@]}"}; do
     CUGUARD_REPORT=$A/$case.json LD_PRELOAD=$S timeout 300 ${ACMD[$case]} > $A/$case.out 2> $A/$case.err
     echo $? > $A/$case.rc

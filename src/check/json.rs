@@ -32,8 +32,9 @@ use crate::format::{Format, Options};
 ///                     counting sites first, most counted bytes first
 /// growing[]           {process ("exe[pid]"), site, label, location|null, kind|null, owner,
 ///                      owner_label, owner_kind, devices[], from_bytes, to_bytes, grown_bytes,
-///                      from_ms, to_ms, trend, increases, stack[], failing}: sites of checked
-///                     owners that grew (see cuguard::growth), failing first, most grown first
+///                      from_ms, to_ms, trend, increases, last_part_ms, last_part_grown_bytes,
+///                      stack[], failing}: sites of checked owners still growing at the end of
+///                     the run (see cuguard::growth), failing first, most grown first
 /// events[]            {kind, site, count, baseline_count, counted, failing}: failing first
 /// suppressions[]      {file, line, rule, matched}: every rule; matched 0 = unused
 /// processes[]         {source, name, hostname, rank|null, worker (only when labelled), who

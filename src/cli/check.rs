@@ -40,7 +40,7 @@ Examples:
   cuguard check --suppressions .cuguard-supp --format junit reports/ > cuguard-junit.xml
   cuguard check --baseline main-reports/ --max-leaked-bytes 1048576 reports/
   cuguard check --fail-on-events all --require-complete reports/
-  cuguard check --owners framework_cache,cublas --max-growth 256MiB reports/
+  cuguard check --owners framework_cache,cublas --max-leaked-bytes 8GiB --max-growth 256MiB reports/
   cuguard check --held cuguard.python3.*.json  # fail on memory still held at the end too
 
 Suppression rules (one per line, terms separated by spaces, all must match):
@@ -60,8 +60,9 @@ pub struct CheckArgs {
     #[arg(long, value_name = "N")]
     pub max_leaks: Option<u64>,
     /// Fail when a site of a checked owner grew by more than SIZE in a process: its live bytes
-    /// kept rising while the program ran, even if freed at exit (needs reports with
-    /// stack_samples). Default: growth is not checked.
+    /// were still rising in the last part of the run, even if freed at exit; set-up followed by
+    /// a plateau is not growth (needs reports with stack_samples). Default: growth is not
+    /// checked.
     #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
     pub max_growth: Option<u64>,
     /// Whose leaks (and growth) are checked besides the program's own: owner ids

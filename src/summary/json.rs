@@ -65,10 +65,14 @@ use crate::format::{Format, Options};
 ///   peaks[]          per device, what was live at its peak (the report's last peaks[] record):
 ///                    {device, time_ms, live_bytes, peak_live_bytes|null, by_owner[] OWNER_SHARE
 ///                     (count: allocations), sites[] SITE_BYTES (at most --top), sites_total}
-///   growing[]        sites whose live bytes kept rising (cuguard::growth), most grown first, at
-///                    most --top: {site, label, location|null, kind|null, owner, owner_label,
-///                     owner_kind, devices[], from_bytes, to_bytes, grown_bytes, from_ms, to_ms,
-///                     trend (Kendall's tau-b), increases, stack[]}
+///   growing[]        sites whose live bytes were still rising at the end of the run
+///                    (cuguard::growth), most grown first, at most --top: {site, label,
+///                     location|null, kind|null, owner, owner_label, owner_kind, devices[],
+///                     from_bytes, to_bytes, grown_bytes, from_ms, to_ms (the rise: from the low
+///                     before it to its maximum), trend (Kendall's tau-b), increases,
+///                     last_part_ms (when the run's last third, from the low on, began),
+///                     last_part_grown_bytes (how far it rose there above every value before),
+///                     stack[]}
 ///   reconciliation[] per device: {device, used_bytes|null, used_by ("process": NVML's figure for
 ///                     the process | "device": the whole device's | null), device_used_bytes|null,
 ///                     process_used_bytes|null, process_used_note|null, explained {program_bytes,

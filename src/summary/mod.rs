@@ -145,7 +145,7 @@ pub struct ReportSummary {
     pub ooms_dropped: u64,
     /// What was live at each device's peak, by device.
     pub peaks: Vec<PeakSummary>,
-    /// The sites whose live bytes kept rising while the program ran, most grown first (see
+    /// The sites whose live bytes were still rising at the end of the run, most grown first (see
     /// [`crate::growth`]), at most `--top`.
     pub growing: Vec<GrowingSite>,
     /// What each device says is used against what cuguard can explain.

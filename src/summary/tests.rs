@@ -190,7 +190,7 @@ fn owners_peaks_growth_and_reconciliation() {
 
     // The last record of the device, not the first.
     assert_eq!(p.peaks.len(), 1);
-    assert_eq!(p.peaks[0].time_ms, 6600);
+    assert_eq!(p.peaks[0].time_ms, 9100);
     assert_eq!(p.peaks[0].sites[0].bytes, 384 << 20);
     assert_eq!(p.peaks[0].sites[0].allocations, 96);
     let temporary = p.peaks[0]
@@ -208,7 +208,7 @@ fn owners_peaks_growth_and_reconciliation() {
     assert_eq!(growing, [("append_batch (train.py:7)", 384 << 20)]);
     assert_eq!(
         (p.growing[0].growth.from_ms, p.growing[0].growth.to_ms),
-        (500, 6500)
+        (3000, 9000)
     );
 
     let used: Vec<(u32, Option<u64>, Option<&str>)> = p

@@ -434,7 +434,7 @@ fn growth_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
     writeln!(out, "<section id=\"growth\">\n<h2>What grows</h2>")?;
     writeln!(
         out,
-        "<p class=\"note\">Live bytes of the top sites over the run (the growing sites first, then the largest), even when the memory was freed before the end. A site grows when its live bytes kept rising while the program ran.</p>"
+        "<p class=\"note\">Live bytes of the top sites over the run (the growing sites first, then the largest), even when the memory was freed before the end. A site grows when its live bytes were still rising in the last part of the run: a rise followed by a plateau is set-up.</p>"
     )?;
     for (i, p) in with.iter().take(MAX_PROCESS_ENTRIES) {
         process_heading(out, p, s.reports > 1)?;

@@ -235,10 +235,10 @@ fn charts_mark_the_peak_and_each_oom() {
         [
             Marker {
                 kind: "peak",
-                time_ms: 6600,
+                time_ms: 9100,
                 live_bytes: 418 << 20,
                 short: "peak 420.0 MiB".into(),
-                label: "at the peak of 420.0 MiB (418.0 MiB live at 6.6 s, within 1%)".into(),
+                label: "at the peak of 420.0 MiB (418.0 MiB live at 9.1 s, within 1%)".into(),
             },
             Marker {
                 kind: "oom",
@@ -340,7 +340,7 @@ fn the_page_shows_every_attribution_section_for_the_fixture() {
         "And 2 more out-of-memory refusals not shown.",
         // The peak.
         "<section id=\"peaks\">",
-        "Device 0: at the peak of 420.0 MiB (418.0 MiB live at 6.6 s, within 1%)",
+        "Device 0: at the peak of 420.0 MiB (418.0 MiB live at 9.1 s, within 1%)",
         "<td class=\"num\" title=\"402653184 bytes\">384.0 MiB</td><td class=\"num\">96</td>",
         // What grows.
         "<section id=\"growth\">",

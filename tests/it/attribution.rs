@@ -2,7 +2,8 @@
 //! device's peak, live bytes per stack over time (what grew), out-of-memory records, owners and
 //! reconciliation. Python programs allocate through ctypes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -35,6 +36,16 @@ fn run_python(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Option<(String, String, Value)> {
+    run_python_report(test, script, args, env).map(|(out, err, r, _)| (out, err, r))
+}
+
+/// As [`run_python`], with the report's path too (for the `cuguard` command).
+fn run_python_report(
+    test: &str,
+    script: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Option<(String, String, Value, PathBuf)> {
     let dir = scratch_dir(test);
     let report = dir.join("r.json");
     let mut cmd = shim_command(Path::new("python3"), &report);
@@ -53,6 +64,7 @@ fn run_python(
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
         read_report(&report),
+        report,
     ))
 }
 
@@ -61,7 +73,9 @@ const MIB: u64 = 1 << 20;
 #[test]
 fn a_growing_list_is_sampled_rising_and_the_temporary_is_live_at_the_peak() {
     let script = python_workload("growth.py");
-    let Some((_, _, r)) = run_python("attr-growth", &script, &["20", "60"], &[]) else {
+    let env = [SAMPLED[0], ("CUGUARD_TIMELINE_MS", "20")];
+    let Some((_, _, r, path)) = run_python_report("attr-growth", &script, &["20", "60"], &env)
+    else {
         return;
     };
     crate::cli_schema::validate(&r).unwrap();
@@ -129,6 +143,262 @@ fn a_growing_list_is_sampled_rising_and_the_temporary_is_live_at_the_peak() {
         assert_eq!(s["site"]["kind"], "user");
     }
     assert_eq!(r["owners"][0]["id"], "program");
+    // The list's line grows to the 20 buffers (freed at shutdown does not hide it); the
+    // temporary does not. --max-growth fails on it and names it.
+    let grows_at = site_at(&script, "# grows");
+    let got = growing(&path);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!((&got[0].0[..], &got[0].1[..]), (&grows_at[..], "program"));
+    assert_eq!(got[0].3, 20 * MIB);
+    let (code, out) = cuguard_on(&path, &["check", "--max-growth", "1MiB"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!("{grows_at}) grew by "))
+            && out.contains("(more than --max-growth 1.0 MiB)"),
+        "{out}"
+    );
+    let (code, out) = cuguard_on(&path, &["check", "--max-growth", "64MiB"]);
+    assert_eq!(code, Some(0), "{out}");
+}
+
+/// `growth.py:LINE`: the location of the line of `script` marked with `marker`.
+fn site_at(script: &Path, marker: &str) -> String {
+    let text = std::fs::read_to_string(script).unwrap();
+    let line = text.lines().position(|l| l.ends_with(marker)).unwrap() + 1;
+    format!("{}:{line}", script.file_name().unwrap().to_string_lossy())
+}
+
+/// `cuguard ARGS… REPORT`: its exit code and stdout.
+fn cuguard_on(report: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(&artifacts().cuguard)
+        .args(args)
+        .arg(report)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The sites `cuguard summary --format json` says grow in the report's one process:
+/// (location, owner, from_bytes, to_bytes), most grown first.
+fn growing(report: &Path) -> Vec<(String, String, u64, u64)> {
+    let (code, out) = cuguard_on(report, &["summary", "--format", "json"]);
+    assert_eq!(code, Some(0), "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["processes"][0]["growing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["location"].as_str().unwrap_or_default().to_string(),
+                g["owner"].as_str().unwrap().to_string(),
+                g["from_bytes"].as_u64().unwrap(),
+                g["to_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The live bytes of `stack` at each sample time.
+fn series_of(report: &Value, stack: &Value) -> Vec<u64> {
+    report["stack_samples"]["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stack"] == *stack)
+        .unwrap_or_else(|| panic!("no series for stack {stack}"))["bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap())
+        .collect()
+}
+
+/// The settings of the runs whose growth is read: a sample every 10 ms, and no stats page. The
+/// reporter thread makes the page at the end of its first turn, naming the first sites, and
+/// takes no samples meanwhile: on a loaded machine that is a second, the whole of a short run.
+const SAMPLED: [(&str, &str); 2] = [("CUGUARD_PAGE", "0"), ("CUGUARD_TIMELINE_MS", "10")];
+
+/// The stand-in cache's owner rule, as a user declares their own allocator.
+const STANDIN_CACHE: (&str, &str) = (
+    "CUGUARD_OWNERS",
+    "standin_cache:framework_cache=file:*/standin_cache.py",
+);
+
+/// Set-up then steady work (issue 21): after 8 iterations of start-up, weights kept by the
+/// program and a stand-in framework cache filled in 8 iterations, one of each given back two
+/// iterations later, then 45 iterations that only use a temporary. Nothing grows, by any owner, and --max-growth passes; cut at its last
+/// maximum, each series is nothing but a rise (what the criterion used to call growth).
+#[test]
+fn set_up_then_a_plateau_does_not_grow() {
+    let script = python_workload("growth.py");
+    let cache_py = python_workload("standin_cache.py");
+    let env = [SAMPLED[0], SAMPLED[1], STANDIN_CACHE];
+    let Some((stdout, _, r, path)) =
+        run_python_report("attr-warmup", &script, &["64", "25", "warmup"], &env)
+    else {
+        return;
+    };
+    assert!(stdout.contains("\"warm\": 8"), "{stdout}");
+    let cache = stack_at_marker(&r, &cache_py, "# cache block");
+    // The weights are freed at shutdown; the cache keeps its 7 blocks to the end.
+    let leaks = r["leaks"].as_array().unwrap();
+    assert_eq!(leaks.len(), 7, "{leaks:?}");
+    assert!(leaks.iter().all(|l| l["stack"] == cache["id"]
+        && l["size"] == 4 * MIB
+        && l["owner"] == "standin_cache"));
+    let weights = stack_at_marker(&r, &script, "# weights");
+    assert_eq!(cache["owner"], "standin_cache");
+    assert_eq!(weights["owner"], "program");
+    assert!(
+        r["owners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["id"] == "standin_cache" && o["kind"] == "framework_cache"),
+        "{}",
+        r["owners"]
+    );
+    for (stack, size) in [(cache, 4 * MIB), (weights, 2 * MIB)] {
+        let bytes = series_of(&r, &stack["id"]);
+        let first_max = bytes.iter().position(|&b| b == 8 * size);
+        let last_max = bytes.iter().rposition(|&b| b == 8 * size);
+        let (Some(first_max), Some(last_max)) = (first_max, last_max) else {
+            panic!("never held 8 blocks: {bytes:?}");
+        };
+        let low_at = bytes[..=first_max]
+            .iter()
+            .rposition(|&b| b == 0)
+            .expect("sampled before the set-up");
+        let rising = bytes[low_at..=first_max]
+            .windows(2)
+            .filter(|w| w[1] > w[0])
+            .count();
+        assert!(
+            rising >= 3 && last_max - low_at >= 4,
+            "a rise of steps: {bytes:?}"
+        );
+        // Then one given back, held to the end (the weights until the teardown frees them).
+        let rest = &bytes[last_max + 1..];
+        let held = rest.iter().take_while(|&&b| b == 7 * size).count();
+        assert!(rest[held..].iter().all(|&b| b == 0), "{bytes:?}");
+        assert!(
+            held >= 2 * (last_max - low_at + 1),
+            "a plateau longer than the rise: {bytes:?}"
+        );
+    }
+    assert_eq!(growing(&path), []);
+    let (_, text) = cuguard_on(&path, &["summary"]);
+    assert!(!text.contains("growing"), "{text}");
+    // The cache's blocks at exit count as leaks under --owners framework_cache: a byte limit
+    // for them, as docs/cli.md's example gives, and no growth.
+    for owners in ["program", "framework_cache", "all"] {
+        let (code, out) = cuguard_on(
+            &path,
+            &[
+                "check",
+                "--owners",
+                owners,
+                "--max-leaked-bytes",
+                "64MiB",
+                "--max-growth",
+                "1MiB",
+            ],
+        );
+        assert_eq!(code, Some(0), "--owners {owners}: {out}");
+        assert!(!out.contains("grew"), "{out}");
+    }
+    let (code, out) = cuguard_on(&path, &["check", "--max-growth", "1MiB"]);
+    assert_eq!(
+        code,
+        Some(0),
+        "the cache's blocks are not the program's: {out}"
+    );
+}
+
+/// The seed's loop (issue 21): an allocation leaked in every iteration grows for the whole run,
+/// at its line, and fails --max-growth (and the leak check).
+#[test]
+fn an_allocation_leaked_in_every_iteration_grows() {
+    let script = python_workload("growth.py");
+    let env = SAMPLED;
+    let Some((_, _, r, path)) =
+        run_python_report("attr-leak", &script, &["30", "30", "leak"], &env)
+    else {
+        return;
+    };
+    let leaks_at = stack_at_marker(&r, &script, "# leaks")["id"].clone();
+    let leaks = r["leaks"].as_array().unwrap();
+    assert_eq!(leaks.len(), 30);
+    assert!(
+        leaks
+            .iter()
+            .all(|l| l["stack"] == leaks_at && l["size"] == MIB)
+    );
+    let got = growing(&path);
+    assert_eq!(got.len(), 1, "the temporary does not grow: {got:?}");
+    let (location, owner, from, to) = &got[0];
+    assert_eq!(
+        (&location[..], &owner[..], *to),
+        (&site_at(&script, "# leaks")[..], "program", 30 * MIB)
+    );
+    assert!(
+        *from <= MIB,
+        "sampling begins at the first allocation: {from}"
+    );
+    let loose = ["check", "--max-leaked-bytes", "1GiB"];
+    let (code, out) = cuguard_on(&path, &loose);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = cuguard_on(&path, &[&loose[..], &["--max-growth", "1MiB"]].concat());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!("{}) grew by ", site_at(&script, "# leaks"))),
+        "{out}"
+    );
+}
+
+/// Growth inside a cache: the stand-in cache takes a block in every iteration and keeps them
+/// all to the end. It grows, held by its owner; the default check (the program's own) passes,
+/// and docs/cli.md's `--owners framework_cache --max-leaked-bytes … --max-growth …` fails on
+/// the growth.
+#[test]
+fn a_cache_that_keeps_taking_blocks_grows_under_its_owner() {
+    let script = python_workload("growth.py");
+    let cache_py = python_workload("standin_cache.py");
+    let env = [SAMPLED[0], SAMPLED[1], STANDIN_CACHE];
+    let Some((_, _, r, path)) =
+        run_python_report("attr-cache", &script, &["30", "30", "cache"], &env)
+    else {
+        return;
+    };
+    assert_eq!(r["leaks"].as_array().unwrap().len(), 30, "kept to the end");
+    let block = site_at(&cache_py, "# cache block");
+    let got = growing(&path);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (&got[0].0[..], &got[0].1[..], got[0].3),
+        (&block[..], "standin_cache", 120 * MIB)
+    );
+    let (code, out) = cuguard_on(&path, &["check", "--max-growth", "1MiB"]);
+    assert_eq!(code, Some(0), "the cache is not the program: {out}");
+    let cache_check = [
+        "check",
+        "--owners",
+        "framework_cache",
+        "--max-leaked-bytes",
+        "1GiB",
+    ];
+    let (code, out) = cuguard_on(&path, &cache_check);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = cuguard_on(
+        &path,
+        &[&cache_check[..], &["--max-growth", "1MiB"]].concat(),
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains(&format!("{block}) grew by ")), "{out}");
 }
 
 /// The out-of-memory record names the request and what held the memory, with the pool off and

@@ -629,7 +629,7 @@ fn cli_summary_json_carries_the_sections() {
     let g = &p.growing[0];
     assert_eq!(g.label, "append_batch (train.py:7)");
     assert_eq!(g.location.as_deref(), Some("train.py:7"));
-    assert_eq!((g.grown_bytes, g.from_ms, g.to_ms), (384 << 20, 500, 6500));
+    assert_eq!((g.grown_bytes, g.from_ms, g.to_ms), (384 << 20, 3000, 9000));
     let r: Vec<(u32, Option<&str>, Option<i64>)> = p
         .reconciliation
         .iter()

@@ -154,7 +154,7 @@ fn cli_view_renders_attribution_in_chromium() {
     assert_eq!(dom.matches("<svg class=\"timeline\"").count(), 1);
     assert_eq!(dom.matches("<line class=\"marker peak\"").count(), 1);
     assert_eq!(dom.matches("<line class=\"marker oom\"").count(), 1);
-    assert!(dom.contains("at the peak of 420.0 MiB (418.0 MiB live at 6.6 s, within 1%)"));
+    assert!(dom.contains("at the peak of 420.0 MiB (418.0 MiB live at 9.1 s, within 1%)"));
     // What grows: one chart, a line per site, each named in the legend.
     assert_eq!(dom.matches("<svg class=\"growth\"").count(), 1);
     assert_eq!(dom.matches("<polyline class=\"series").count(), 4);

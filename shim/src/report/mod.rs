@@ -250,6 +250,11 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     let host = process::hostname();
 
     let number = REPORTS_WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    // The timeline's last sample is taken now, at the end time, before the slow part (naming
+    // the stacks): the reporter thread's samples while a final report is written would read as
+    // a flat stretch at the end of the run, which hides growth (`cuguard`'s growth criterion
+    // looks at the run's last part).
+    let samples = timeline::report();
     let process = format::Process {
         pid: process::pid(),
         ppid: process::ppid(),
@@ -462,7 +467,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     r.stats.vmm_reserved_ranges = Some(ranges as u64);
     r.stats.vmm_reserved_bytes = Some(bytes);
 
-    if let Some((timeline, stack_samples)) = timeline::report() {
+    if let Some((timeline, stack_samples)) = samples {
         r.timeline = Some(timeline);
         r.stack_samples = stack_samples;
     }

@@ -210,8 +210,9 @@ fn take(tl: &mut Timeline, now: u64) {
     }
 }
 
-/// The report's `timeline` and `stack_samples`, with one last sample of each taken now; `None`
-/// when sampling is off (or its lock is held, as after a fork mid-sample).
+/// The report's `timeline` and `stack_samples`, with one last sample of each taken now (the
+/// report takes them when it starts, at its end time); `None` when sampling is off (or its lock
+/// is held, as after a fork mid-sample).
 pub fn report() -> Option<(cuguard_report::Timeline, Option<StackSamples>)> {
     let base = interval_ms()?;
     let mut g = TIMELINE.try_lock().ok()?;
