@@ -229,6 +229,8 @@ fn end_items(
                         crate::summary::python::frames_site(&b.frames),
                     ));
                 }
+                // The segment itself is the cache's: counted only where `--owners` names it.
+                out.push((leak, a.size, 1, None));
             }
             _ => out.push((leak, a.size, 1, None)),
         }
