@@ -113,6 +113,8 @@ def command_env(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """`base` (default: this process's environment) with `CUGUARD_SHIM` and
     `CUGUARD_SIM_DRIVER` naming the packaged libraries where they are packaged and not set."""
     env = dict(os.environ if base is None else base)
+    # Where this package is, for the bootstrap of a program run by another Python.
+    env.setdefault("CUGUARD_PYTHON_PACKAGE", os.path.dirname(os.path.abspath(__file__)))
     for stem, variable in ((SHIM_STEM, "CUGUARD_SHIM"), (SIM_STEM, "CUGUARD_SIM_DRIVER")):
         if not env.get(variable):
             packaged = _packaged(stem)
@@ -131,8 +133,9 @@ def exec_command(args: List[str]) -> NoReturn:
     raise AssertionError("unreachable")
 
 
-#: The variables `cuguard run` sets for the program it starts.
-RUN_VARIABLES = ("LD_PRELOAD", "LD_LIBRARY_PATH")
+#: The variables `cuguard run` sets for the program it starts: the shim, the simulated driver,
+#: and the Python bootstrap that marks the end of a Python program's code.
+RUN_VARIABLES = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "CUGUARD_PYTHON_BOOTSTRAP")
 
 
 def shim_env(driver: str = "system", base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
