@@ -89,6 +89,9 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
         "cuguard_track_end": ([ctypes.c_uint64, c_char_pp], ctypes.c_int32),
         "cuguard_live_allocations": ([ctypes.c_uint64, c_char_pp], ctypes.c_int32),
         "cuguard_label": ([ctypes.c_char_p, ctypes.c_char_p], ctypes.c_int32),
+        "cuguard_origin_begin": ([ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int32),
+        "cuguard_origin_end": ([ctypes.c_uint64], ctypes.c_int32),
+        "cuguard_file_alias": ([ctypes.c_char_p, ctypes.c_char_p], ctypes.c_int32),
         "cuguard_free": ([ctypes.c_void_p], None),
     }
     for name, (args, res) in sigs.items():
@@ -259,3 +262,9 @@ def live_allocations(min_bytes: int) -> List[Dict[str, Any]]:
 def label(key: bytes, value: bytes) -> None:
     dll = lib()
     check(dll, dll.cuguard_label(key, value), "label()")
+
+
+def file_alias(file: str, display: str) -> None:
+    """Names source file ``file`` ``display`` in the reports written from now on."""
+    dll = lib()
+    check(dll, dll.cuguard_file_alias(os.fsencode(file), display.encode("utf-8")), "file alias")
