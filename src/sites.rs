@@ -13,9 +13,18 @@
 //! (`cudarc_leaks::main (cudarc_leaks.rs:25)`), after a word saying what it is when it is not
 //! the user's own frame: `on the autograd thread: AddmmBackward0::apply (…)` or
 //! `operation: cudf::merge (…)` for an operation, `framework: at::native::empty_cuda (…)` for a
-//! fallback. [`SiteIndex::chain`] gives a stack's frames in the mixed native and Python order,
-//! the way `py-spy --native` reads (`at::native::empty_cuda ← step (train.py:7) ← <module>
-//! (train.py:12)`), for the stacks that have Python frames.
+//! fallback. A site that is not the user's own frame, on a stack made under an origin
+//! (`stacks[].origin`: the thread that started the work, such as the one that called PyTorch's
+//! `backward()`), also names where the work was started (`…, backward from train.py:42`), in its
+//! label and its key. A Python frame in a file the program named (`python[].display`, a notebook
+//! cell) is located as `Cell In[2], line 5`.
+//!
+//! [`SiteIndex::chain`] gives a stack's frames in the mixed native and Python order, the way
+//! `py-spy --native` reads (`at::native::empty_cuda ← step (train.py:7) ← <module>
+//! (train.py:12)`), for the stacks that have Python frames, with each run of framework frames
+//! folded into one entry (`… 16 frames in libtorch_cpu.so, libtorch_cuda.so,
+//! libtorch_python.so ← case_torch (clients.py:54)`), so that the user's frames show within its
+//! budget; [`mixed_names`] gives them all, unfolded, for the flame graph.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -1046,6 +1055,46 @@ mod tests {
         assert_eq!(python_place("/work/train.py"), "train.py");
         assert_eq!(native_place("/v/site-packages/cupy/_core/core.cpython-312-x86_64-linux-gnu.so"), "cupy");
         assert_eq!(native_place("/v/site-packages/torch/lib/libtorch_cpu.so"), "libtorch_cpu.so");
+    }
+
+    #[test]
+    fn origins_and_cell_names_in_labels() {
+        let node = Site {
+            key: "k".into(),
+            name: "AddmmBackward0::apply".into(),
+            location: Some("Functions.cpp:1520".into()),
+            function: None,
+            module: None,
+            kind: Some(SiteKind::Operation),
+            context: Some(AUTOGRAD_THREAD.into()),
+            origin: Some("train.py:42".into()),
+        };
+        assert_eq!(
+            node.label(),
+            "on the autograd thread: AddmmBackward0::apply (Functions.cpp:1520), backward from train.py:42"
+        );
+        let elsewhere = Site {
+            context: None,
+            ..node
+        };
+        assert_eq!(
+            elsewhere.label(),
+            "operation: AddmmBackward0::apply (Functions.cpp:1520), from train.py:42"
+        );
+        let cell = |line, display: Option<&str>| crate::report::PyFrame {
+            file: "/tmp/ipykernel_4242/817962334.py".into(),
+            line,
+            function: "<module>".into(),
+            entry: Some(true),
+            display: display.map(Into::into),
+        };
+        assert_eq!(python_location(&cell(Some(5), Some("Cell In[2]"))).unwrap(), "Cell In[2], line 5");
+        assert_eq!(python_location(&cell(None, Some("Cell In[2]"))).unwrap(), "Cell In[2]");
+        assert_eq!(python_location(&cell(Some(5), None)).unwrap(), "817962334.py:5");
+        // A chain shows the cell's name too.
+        let mut stack = python_stack(Vec::new(), [Some(false), Some(true)]);
+        stack.python[1].display = Some("Cell In[7]".into());
+        assert_eq!(chain(&stack).last().unwrap(), "<module> (Cell In[7], line 12)");
     }
 
     #[test]

@@ -294,9 +294,11 @@ fn site_label(st: &format::Stack) -> Option<String> {
     Some(match site.in_.as_str() {
         site_list::PYTHON => {
             let f = st.python.get(site.index)?;
-            match f.line {
-                Some(l) => format!("{} ({}:{l})", f.function, base_name(&f.file)),
-                None => format!("{} ({})", f.function, base_name(&f.file)),
+            match (&f.display, f.line) {
+                (Some(d), Some(l)) => format!("{} ({d}, line {l})", f.function),
+                (Some(d), None) => format!("{} ({d})", f.function),
+                (None, Some(l)) => format!("{} ({}:{l})", f.function, base_name(&f.file)),
+                (None, None) => format!("{} ({})", f.function, base_name(&f.file)),
             }
         }
         _ => {
