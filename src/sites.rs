@@ -543,12 +543,10 @@ impl<'r> SiteIndex<'r> {
             .filter(|(_, (site, _))| site.kind != Some(SiteKind::User))
             .filter_map(|(&id, (_, stack))| {
                 let (origin, _) = by_stack.get(&stack.origin?)?;
-                let text = origin.location.clone().or_else(|| {
-                    origin
-                        .function
-                        .is_some()
-                        .then(|| origin.name.clone())
-                })?;
+                let text = origin
+                    .location
+                    .clone()
+                    .or_else(|| origin.function.is_some().then(|| origin.name.clone()))?;
                 Some((id, text))
             })
             .collect();
@@ -980,8 +978,19 @@ mod tests {
         let stack = recorded("jax_cudnn_handle");
         let c = chain(&stack);
         assert!(c.len() <= MAX_CHAIN, "{c:?}");
-        assert!(c.iter().any(|e| e.starts_with("… ") && e.contains("jax")), "{c:?}");
-        assert_eq!(&c[c.len() - 3..], ["case_jax (clients.py:125)", "main (clients.py:170)", "<module> (clients.py:182)"], "{c:?}");
+        assert!(
+            c.iter().any(|e| e.starts_with("… ") && e.contains("jax")),
+            "{c:?}"
+        );
+        assert_eq!(
+            &c[c.len() - 3..],
+            [
+                "case_jax (clients.py:125)",
+                "main (clients.py:170)",
+                "<module> (clients.py:182)"
+            ],
+            "{c:?}"
+        );
     }
 
     #[test]
@@ -993,17 +1002,39 @@ mod tests {
         // 2 framework frames, then the evaluation loop.
         stack.frames = vec![
             frame("/x/libcuguard.so", Some("cuMemAlloc_v2")),
-            frame("/venv/torch/lib/libc10_cuda.so", Some("c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)")),
-            frame(torch, Some("at::detail::empty_generic(c10::ArrayRef<long>)")),
+            frame(
+                "/venv/torch/lib/libc10_cuda.so",
+                Some(
+                    "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)",
+                ),
+            ),
+            frame(
+                torch,
+                Some("at::detail::empty_generic(c10::ArrayRef<long>)"),
+            ),
             frame("/lib/x86_64-linux-gnu/libc.so.6", Some("memset")),
             frame(torch, Some("at::native::empty_cuda(c10::ArrayRef<long>)")),
             frame(torch, Some("at::_ops::empty::call(c10::ArrayRef<long>)")),
-            frame(torch, Some("c10::impl::wrap_kernel_functor_unboxed_<void>::call()")),
-            frame(torch, Some("torch::autograd::generated::MulBackward0::apply(std::vector<at::Tensor>&&)")),
+            frame(
+                torch,
+                Some("c10::impl::wrap_kernel_functor_unboxed_<void>::call()"),
+            ),
+            frame(
+                torch,
+                Some("torch::autograd::generated::MulBackward0::apply(std::vector<at::Tensor>&&)"),
+            ),
             frame(torch, Some("at::_ops::mul::call()")),
             frame(torch, Some("at::_ops::mul::redispatch()")),
-            frame(torch, Some("torch::autograd::THPVariable_mul(_object*, _object*)")),
-            named("/opt/app/libmine.so", "mine::step(int)", Some("/src/mine.cc"), Some(9)),
+            frame(
+                torch,
+                Some("torch::autograd::THPVariable_mul(_object*, _object*)"),
+            ),
+            named(
+                "/opt/app/libmine.so",
+                "mine::step(int)",
+                Some("/src/mine.cc"),
+                Some(9),
+            ),
             frame(torch, Some("at::_ops::add::call()")),
             frame(torch, Some("at::_ops::add::redispatch()")),
             frame(py, Some("_PyEval_EvalFrameDefault")),
@@ -1050,11 +1081,23 @@ mod tests {
             .collect();
         assert_eq!(fold_text(&run[..4]), "… 4 frames in a.so, b.so, c.so");
         assert_eq!(fold_text(&run), "… 6 frames in a.so, b.so and 3 more");
-        assert_eq!(python_place("/v/lib/python3.12/site-packages/torch/nn/modules/module.py"), "torch");
-        assert_eq!(python_place("/usr/lib/python3/dist-packages/numpy/core.py"), "numpy");
+        assert_eq!(
+            python_place("/v/lib/python3.12/site-packages/torch/nn/modules/module.py"),
+            "torch"
+        );
+        assert_eq!(
+            python_place("/usr/lib/python3/dist-packages/numpy/core.py"),
+            "numpy"
+        );
         assert_eq!(python_place("/work/train.py"), "train.py");
-        assert_eq!(native_place("/v/site-packages/cupy/_core/core.cpython-312-x86_64-linux-gnu.so"), "cupy");
-        assert_eq!(native_place("/v/site-packages/torch/lib/libtorch_cpu.so"), "libtorch_cpu.so");
+        assert_eq!(
+            native_place("/v/site-packages/cupy/_core/core.cpython-312-x86_64-linux-gnu.so"),
+            "cupy"
+        );
+        assert_eq!(
+            native_place("/v/site-packages/torch/lib/libtorch_cpu.so"),
+            "libtorch_cpu.so"
+        );
     }
 
     #[test]
@@ -1088,13 +1131,25 @@ mod tests {
             entry: Some(true),
             display: display.map(Into::into),
         };
-        assert_eq!(python_location(&cell(Some(5), Some("Cell In[2]"))).unwrap(), "Cell In[2], line 5");
-        assert_eq!(python_location(&cell(None, Some("Cell In[2]"))).unwrap(), "Cell In[2]");
-        assert_eq!(python_location(&cell(Some(5), None)).unwrap(), "817962334.py:5");
+        assert_eq!(
+            python_location(&cell(Some(5), Some("Cell In[2]"))).unwrap(),
+            "Cell In[2], line 5"
+        );
+        assert_eq!(
+            python_location(&cell(None, Some("Cell In[2]"))).unwrap(),
+            "Cell In[2]"
+        );
+        assert_eq!(
+            python_location(&cell(Some(5), None)).unwrap(),
+            "817962334.py:5"
+        );
         // A chain shows the cell's name too.
         let mut stack = python_stack(Vec::new(), [Some(false), Some(true)]);
         stack.python[1].display = Some("Cell In[7]".into());
-        assert_eq!(chain(&stack).last().unwrap(), "<module> (Cell In[7], line 12)");
+        assert_eq!(
+            chain(&stack).last().unwrap(),
+            "<module> (Cell In[7], line 12)"
+        );
     }
 
     #[test]

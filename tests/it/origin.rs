@@ -9,7 +9,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::support::{artifacts, leak_stack, read_report, run, scratch_dir, shim_command, sim_command};
+use crate::support::{
+    artifacts, leak_stack, read_report, run, scratch_dir, shim_command, sim_command,
+};
 
 /// Builds `harness/workloads/c/autograd_stand_in.cc` as a shared library.
 fn stand_in(dir: &Path) -> PathBuf {
@@ -58,9 +60,14 @@ fn autograd_thread_allocations_name_the_line_that_started_the_backward_pass() {
     let lib = stand_in(&dir);
     let script = a.root.join("harness/workloads/python/origin.py");
     let py = std::fs::read_to_string(&script).unwrap();
-    let cc = std::fs::read_to_string(a.root.join("harness/workloads/c/autograd_stand_in.cc")).unwrap();
+    let cc =
+        std::fs::read_to_string(a.root.join("harness/workloads/c/autograd_stand_in.cc")).unwrap();
     let report_path = dir.join("report.json");
-    let lines = python(&mut shim_command(Path::new("python3"), &report_path), &script, &lib);
+    let lines = python(
+        &mut shim_command(Path::new("python3"), &report_path),
+        &script,
+        &lib,
+    );
     assert_eq!(
         lines[..5],
         [
@@ -84,7 +91,10 @@ fn autograd_thread_allocations_name_the_line_that_started_the_backward_pass() {
     // Inside the run: the node's stack names the origin, the stack of the thread that ran
     // backward(), whose site is that line (cuguard's own wrapper is not a site).
     let inside = leak_stack(&report, &address("backward"));
-    assert!(inside.get("python").is_none(), "the engine's thread has no Python frames");
+    assert!(
+        inside.get("python").is_none(),
+        "the engine's thread has no Python frames"
+    );
     let origin_id = inside["origin"].as_u64().expect("an origin");
     let origin = report["stacks"]
         .as_array()
@@ -95,21 +105,28 @@ fn autograd_thread_allocations_name_the_line_that_started_the_backward_pass() {
     let origin_line = line_ending(&py, "# origin: backward");
     let pyframes = origin["python"].as_array().unwrap();
     assert!(
-        pyframes[0]["file"].as_str().unwrap().ends_with("cuguard/_origin.py"),
+        pyframes[0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("cuguard/_origin.py"),
         "{origin}"
     );
     assert_eq!(pyframes[1]["function"], "backward");
     assert_eq!(pyframes[1]["line"], origin_line);
     assert_eq!(origin["site"]["in"], "python");
     assert_eq!(origin["site"]["index"], 1);
-    assert!(origin.get("origin").is_none(), "an origin has no origin of its own");
+    assert!(
+        origin.get("origin").is_none(),
+        "an origin has no origin of its own"
+    );
     // Outside a run: the same node, no origin.
     let outside = leak_stack(&report, &address("outside"));
     assert!(outside.get("origin").is_none(), "{outside}");
 
     // The command's labels.
     let node_line = line_ending(&cc, "return cuMemAlloc(t->out, t->bytes);");
-    let node = format!("on the autograd thread: AddmmBackward0::apply (autograd_stand_in.cc:{node_line})");
+    let node =
+        format!("on the autograd thread: AddmmBackward0::apply (autograd_stand_in.cc:{node_line})");
     let summary = run(
         Command::new(&a.cuguard)
             .args(["summary", "--format", "json"])
@@ -122,17 +139,28 @@ fn autograd_thread_allocations_name_the_line_that_started_the_backward_pass() {
         .unwrap()
         .iter()
         .filter(|s| s["kind"] == "operation")
-        .map(|s| (s["label"].as_str().unwrap().to_string(), s["leaked_bytes"].as_u64().unwrap()))
+        .map(|s| {
+            (
+                s["label"].as_str().unwrap().to_string(),
+                s["leaked_bytes"].as_u64().unwrap(),
+            )
+        })
         .collect();
     labels.sort();
     assert_eq!(
         labels,
         [
             (node.clone(), 2 << 20),
-            (format!("{node}, backward from origin.py:{origin_line}"), 1 << 20),
+            (
+                format!("{node}, backward from origin.py:{origin_line}"),
+                1 << 20
+            ),
         ]
     );
-    let text = run(Command::new(&a.cuguard).arg("summary").arg(&report_path), true);
+    let text = run(
+        Command::new(&a.cuguard).arg("summary").arg(&report_path),
+        true,
+    );
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(
         text.contains(&format!("{node}, backward from origin.py:{origin_line}")),
@@ -141,6 +169,9 @@ fn autograd_thread_allocations_name_the_line_that_started_the_backward_pass() {
 
     // Without the shim nothing is installed and the program runs as before.
     let bare = python(&mut sim_command(Path::new("python3")), &script, &lib);
-    assert_eq!(bare[..3], ["missing False", "installed False", "again False"]);
+    assert_eq!(
+        bare[..3],
+        ["missing False", "installed False", "again False"]
+    );
     assert_eq!(bare[3], "wrapped _engine_run_backward __main__");
 }

@@ -84,7 +84,15 @@ fn late_library(dir: &Path) -> std::path::PathBuf {
     let a = crate::support::artifacts();
     let lib = dir.join("liblate.so");
     let status = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-O1", "-fomit-frame-pointer", "-g", "-shared", "-fPIC", "-Wall", "-o"])
+        .args([
+            "-O1",
+            "-fomit-frame-pointer",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-Wall",
+            "-o",
+        ])
         .arg(&lib)
         .arg(a.root.join("harness/workloads/c/late_lib.c"))
         .arg("-I")
@@ -142,7 +150,13 @@ fn a_library_loaded_after_cuda_started_unwinds_through_all_its_frames() {
         .map(|f| {
             (
                 f["function"].as_str().unwrap_or("?").to_string(),
-                f["file"].as_str().unwrap_or("?").rsplit('/').next().unwrap().to_string(),
+                f["file"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .rsplit('/')
+                    .next()
+                    .unwrap()
+                    .to_string(),
                 f["line"].as_u64().unwrap_or(0),
             )
         })
@@ -152,14 +166,25 @@ fn a_library_loaded_after_cuda_started_unwinds_through_all_its_frames() {
         .map(|(f, call)| (f.to_string(), "late_lib.c".to_string(), line_of(&c, call)))
         .collect();
     assert_eq!(in_lib, want, "{stack}");
-    assert_eq!(frames[0]["function"], "late_0", "the shim's own frames are skipped");
+    assert_eq!(
+        frames[0]["function"], "late_0",
+        "the shim's own frames are skipped"
+    );
     // The library's frames come one after another, and the stack goes on past them.
-    let first = frames.iter().position(|f| f["function"] == "late_0").unwrap();
+    let first = frames
+        .iter()
+        .position(|f| f["function"] == "late_0")
+        .unwrap();
     assert_eq!(frames[first + 4]["function"], "late_entry");
-    assert!(frames.len() > first + 5, "the stack goes on past the library: {stack}");
+    assert!(
+        frames.len() > first + 5,
+        "the stack goes on past the library: {stack}"
+    );
     // No frame in no module: nothing was guessed.
     assert!(
-        frames.iter().all(|f| !f["module"].as_str().unwrap_or("").is_empty()),
+        frames
+            .iter()
+            .all(|f| !f["module"].as_str().unwrap_or("").is_empty()),
         "{stack}"
     );
 
@@ -170,7 +195,10 @@ fn a_library_loaded_after_cuda_started_unwinds_through_all_its_frames() {
     assert_eq!(stack["python"][0]["line"], site_line);
     assert_eq!(stack["python"][0]["function"], "load_weights");
     assert_eq!(stack["python"][0]["file"], file);
-    assert_eq!((&stack["site"]["in"], &stack["site"]["index"]), (&Value::from("frames"), &Value::from(0)));
+    assert_eq!(
+        (&stack["site"]["in"], &stack["site"]["index"]),
+        (&Value::from("frames"), &Value::from(0))
+    );
     let summary = run(
         std::process::Command::new(&a.cuguard)
             .args(["summary", "--format", "json"])
@@ -182,7 +210,12 @@ fn a_library_loaded_after_cuda_started_unwinds_through_all_its_frames() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["site"].as_str().unwrap().starts_with("late_0 (late_lib.c:"))
+        .find(|s| {
+            s["site"]
+                .as_str()
+                .unwrap()
+                .starts_with("late_0 (late_lib.c:")
+        })
         .unwrap_or_else(|| panic!("no late_0 site: {summary}"));
     let chain: Vec<&str> = site["stack"]
         .as_array()

@@ -79,8 +79,14 @@ mod tests {
         assert_eq!(all()["/tmp/ipykernel_1/817962334.py"], "Cell In[2]");
         assert_eq!(set("", "x"), Err(Refused::Invalid));
         assert_eq!(set("f", ""), Err(Refused::Invalid));
-        assert_eq!(set(&"f".repeat(MAX_FILE_BYTES + 1), "x"), Err(Refused::Invalid));
-        assert_eq!(set("f", &"d".repeat(MAX_DISPLAY_BYTES + 1)), Err(Refused::Invalid));
+        assert_eq!(
+            set(&"f".repeat(MAX_FILE_BYTES + 1), "x"),
+            Err(Refused::Invalid)
+        );
+        assert_eq!(
+            set("f", &"d".repeat(MAX_DISPLAY_BYTES + 1)),
+            Err(Refused::Invalid)
+        );
         for i in 0..MAX_ALIASES {
             let _ = set(&format!("file{i}"), "d");
         }

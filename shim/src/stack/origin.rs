@@ -108,7 +108,8 @@ impl Origins {
             None => Err(OriginError::Full),
             Some(slot) => {
                 let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-                slot.stack.store(stack.unwrap_or(NO_STACK), Ordering::Relaxed);
+                slot.stack
+                    .store(stack.unwrap_or(NO_STACK), Ordering::Relaxed);
                 slot.token.store(token, Ordering::Relaxed);
                 self.recompute();
                 Ok(token)
@@ -213,7 +214,9 @@ mod tests {
     #[test]
     fn the_table_is_bounded_and_a_forked_child_starts_with_none() {
         let o = Origins::new();
-        let tokens: Vec<u64> = (0..SLOTS as u32).map(|i| o.begin(Some(i)).unwrap()).collect();
+        let tokens: Vec<u64> = (0..SLOTS as u32)
+            .map(|i| o.begin(Some(i)).unwrap())
+            .collect();
         assert_eq!(o.begin(Some(99)), Err(OriginError::Full));
         assert_eq!(o.current(), Some(SLOTS as u32 - 1));
         // What a fork's child handler does.
