@@ -85,6 +85,7 @@ fn autograd_thread_allocations_name_the_line_that_started_the_backward_pass() {
             .unwrap_or_else(|| panic!("no {what}: {lines:?}"))
             .to_string()
     };
+    assert_eq!(lines.last().unwrap(), "refused -1 -1", "CUGUARD_E_INVALID");
     let report = read_report(&report_path);
     crate::cli_schema::validate(&report).unwrap();
 
@@ -174,4 +175,5 @@ fn autograd_thread_allocations_name_the_line_that_started_the_backward_pass() {
         ["missing False", "installed False", "again False"]
     );
     assert_eq!(bare[3], "wrapped _engine_run_backward __main__");
+    assert_eq!(bare.last().unwrap(), "refused - -");
 }

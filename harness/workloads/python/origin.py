@@ -15,6 +15,8 @@ Prints what install_torch answered, then one line per kept block:
     raised ValueError        (an exception from the engine passes through unchanged)
     backward 0x<address>     (made inside the wrapped run)
     outside 0x<address>      (made by the same node, no backward pass open)
+    refused -1 -1            (cuguard_origin_end of a token that names nothing, and
+                              cuguard_file_alias of NULL: CUGUARD_E_INVALID; `- -` without the shim)
 
 The line that starts the pass carries the marker `# origin: backward`.
 """
@@ -23,7 +25,7 @@ import ctypes
 import sys
 import types
 
-from cuguard import _origin
+from cuguard import _abi, _origin
 
 cuda = ctypes.CDLL("libcuda.so.1")
 engine = ctypes.CDLL(sys.argv[1])
@@ -80,6 +82,13 @@ def main():
     kept.append(outside.value)
     print(f"backward {kept[0]:#x}")
     print(f"outside {kept[1]:#x}")
+    # The ABI refuses what names nothing.
+    try:
+        dll = _abi.lib()
+        refused = (dll.cuguard_origin_end(1 << 60), dll.cuguard_file_alias(None, b"x"))
+        print("refused", *refused)
+    except _abi.NotActive:
+        print("refused - -")
 
 
 main()
