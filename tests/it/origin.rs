@@ -168,6 +168,24 @@ fn autograd_thread_allocations_name_the_line_that_started_the_backward_pass() {
         "{text}"
     );
 
+    // With Python frames read only under the GIL, the origin still has its Python line.
+    let gil_report = dir.join("gil.json");
+    let mut cmd = shim_command(Path::new("python3"), &gil_report);
+    cmd.env("CUGUARD_PYTHON", "gil");
+    python(&mut cmd, &script, &lib);
+    let gil = run(
+        Command::new(&a.cuguard)
+            .args(["summary", "--format", "json"])
+            .arg(&gil_report),
+        true,
+    );
+    let gil: Value = serde_json::from_slice(&gil.stdout).unwrap();
+    assert!(
+        gil["sites"].as_array().unwrap().iter().any(|s| s["label"]
+            == format!("{node}, backward from origin.py:{origin_line}").as_str()),
+        "{gil}"
+    );
+
     // Without the shim nothing is installed and the program runs as before.
     let bare = python(&mut sim_command(Path::new("python3")), &script, &lib);
     assert_eq!(

@@ -40,7 +40,11 @@ def install_torch(torch_module: Any) -> bool:
     if _abi.inactive_reason() is not None:
         return False
     dll = _abi.lib()
-    begin = dll.cuguard_origin_begin
+    # Called with the GIL held, so that the origin's Python frames are read whatever
+    # CUGUARD_PYTHON says (with `gil`, only a thread holding it has them read).
+    begin = ctypes.PyDLL(None).cuguard_origin_begin
+    begin.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+    begin.restype = ctypes.c_int32
     end = dll.cuguard_origin_end
 
     @functools.wraps(run)
