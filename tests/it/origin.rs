@@ -181,8 +181,9 @@ fn autograd_thread_allocations_name_the_line_that_started_the_backward_pass() {
     );
     let gil: Value = serde_json::from_slice(&gil.stdout).unwrap();
     assert!(
-        gil["sites"].as_array().unwrap().iter().any(|s| s["label"]
-            == format!("{node}, backward from origin.py:{origin_line}").as_str()),
+        gil["sites"].as_array().unwrap().iter().any(
+            |s| s["label"] == format!("{node}, backward from origin.py:{origin_line}").as_str()
+        ),
         "{gil}"
     );
 
