@@ -681,6 +681,7 @@ mod tests {
                 }),
                 owner: None,
                 mixed: vec![],
+                origin: None,
             });
         }
         r.stack_samples = Some(crate::report::StackSamples {

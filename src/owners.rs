@@ -484,6 +484,7 @@ mod tests {
             site: None,
             owner: owner.map(Into::into),
             mixed: vec![],
+            origin: None,
         }
     }
 

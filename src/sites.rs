@@ -13,9 +13,18 @@
 //! (`cudarc_leaks::main (cudarc_leaks.rs:25)`), after a word saying what it is when it is not
 //! the user's own frame: `on the autograd thread: AddmmBackward0::apply (…)` or
 //! `operation: cudf::merge (…)` for an operation, `framework: at::native::empty_cuda (…)` for a
-//! fallback. [`SiteIndex::chain`] gives a stack's frames in the mixed native and Python order,
-//! the way `py-spy --native` reads (`at::native::empty_cuda ← step (train.py:7) ← <module>
-//! (train.py:12)`), for the stacks that have Python frames.
+//! fallback. A site that is not the user's own frame, on a stack made under an origin
+//! (`stacks[].origin`: the thread that started the work, such as the one that called PyTorch's
+//! `backward()`), also names where the work was started (`…, backward from train.py:42`), in its
+//! label and its key. A Python frame in a file the program named (`python[].display`, a notebook
+//! cell) is located as `Cell In[2], line 5`.
+//!
+//! [`SiteIndex::chain`] gives a stack's frames in the mixed native and Python order, the way
+//! `py-spy --native` reads (`at::native::empty_cuda ← step (train.py:7) ← <module>
+//! (train.py:12)`), for the stacks that have Python frames, with each run of framework frames
+//! folded into one entry (`… 16 frames in libtorch_cpu.so, libtorch_cuda.so,
+//! libtorch_python.so ← case_torch (clients.py:54)`), so that the user's frames show within its
+//! budget; [`mixed_names`] gives them all, unfolded, for the flame graph.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -72,6 +81,10 @@ pub struct Site {
     pub kind: Option<SiteKind>,
     /// For an operation: where it ran, when the stack tells (`on the autograd thread`).
     pub context: Option<String>,
+    /// For a site that is not the user's own frame, on a stack made under an origin
+    /// (`stacks[].origin`): where the work was started, the origin stack's site location
+    /// (`train.py:42`), else its name. Part of the key.
+    pub origin: Option<String>,
 }
 
 impl Site {
@@ -84,12 +97,15 @@ impl Site {
             module: None,
             kind: None,
             context: None,
+            origin: None,
         }
     }
 
     /// The site for people, its location once: `name (location)`, or the name alone; an
     /// operation as `operation: name (location)` (or `on the autograd thread: …`), a fallback as
-    /// `framework: name (location)`.
+    /// `framework: name (location)`; with an origin, where the work was started after it
+    /// (`on the autograd thread: AddmmBackward0::apply (Functions.cpp:1520), backward from
+    /// train.py:42`; elsewhere `…, from train.py:42`).
     pub fn label(&self) -> String {
         let prefix = match self.kind {
             Some(SiteKind::Operation) => {
@@ -98,10 +114,19 @@ impl Site {
             Some(SiteKind::Fallback) => "framework: ".to_string(),
             _ => String::new(),
         };
-        match &self.location {
+        let mut label = match &self.location {
             Some(loc) => format!("{prefix}{} ({loc})", self.name),
             None => format!("{prefix}{}", self.name),
+        };
+        if let Some(origin) = &self.origin {
+            let how = if self.context.as_deref() == Some(AUTOGRAD_THREAD) {
+                "backward from"
+            } else {
+                "from"
+            };
+            label.push_str(&format!(", {how} {origin}"));
         }
+        label
     }
 }
 
@@ -190,6 +215,9 @@ fn short_name(function: &str) -> String {
     }
 }
 
+/// What [`operation_context`] says of PyTorch's autograd engine's own threads.
+const AUTOGRAD_THREAD: &str = "on the autograd thread";
+
 /// Where an operation ran, when its stack tells: PyTorch's autograd engine's own threads.
 fn operation_context(stack: &Stack) -> Option<String> {
     stack
@@ -197,16 +225,26 @@ fn operation_context(stack: &Stack) -> Option<String> {
         .iter()
         .filter_map(|f| f.function.as_deref())
         .any(|f| qualified_path(f).starts_with("torch::autograd::Engine::thread_"))
-        .then(|| "on the autograd thread".to_string())
+        .then(|| AUTOGRAD_THREAD.to_string())
+}
+
+/// A Python frame's location: `file:line` (file name only), or, for a file the program named
+/// (`display`, IPython's `Cell In[2]`), `Cell In[2], line 5`.
+pub fn python_location(f: &crate::report::PyFrame) -> Option<String> {
+    match (&f.display, f.line) {
+        (Some(display), Some(line)) => Some(format!("{display}, line {line}")),
+        (Some(display), None) => Some(display.clone()),
+        (None, _) => location(Some(&f.file), f.line),
+    }
 }
 
 /// The site the shim chose, when the report has one and its frame is named.
 fn shim_site(stack: &Stack) -> Option<Site> {
     let chosen = stack.site.as_ref()?;
-    let (function, file, line, module) = match chosen.in_.as_str() {
+    let (function, location, module) = match chosen.in_.as_str() {
         "python" => {
             let f = stack.python.get(chosen.index)?;
-            (Some(f.function.clone()), Some(f.file.clone()), f.line, None)
+            (Some(f.function.clone()), python_location(f), None)
         }
         "frames" => {
             let f = stack.frames.get(chosen.index)?;
@@ -215,15 +253,13 @@ fn shim_site(stack: &Stack) -> Option<Site> {
                     .as_deref()
                     .filter(|n| !n.is_empty())
                     .map(str::to_string),
-                f.file.as_deref().map(str::to_string),
-                f.line,
+                location(f.file.as_deref(), f.line),
                 Some(f.module.to_string()),
             )
         }
         _ => return None,
     };
     let function = function?;
-    let location = location(file.as_deref(), line);
     let key = match &location {
         Some(loc) => format!("{function} ({loc})"),
         None => function.clone(),
@@ -246,6 +282,7 @@ fn shim_site(stack: &Stack) -> Option<Site> {
         module,
         kind,
         context,
+        origin: None,
     })
 }
 
@@ -271,6 +308,7 @@ fn site_of_frame(f: &Frame) -> Site {
         module: Some(f.module.to_string()),
         kind: None,
         context: None,
+        origin: None,
     }
 }
 
@@ -320,16 +358,57 @@ pub fn python_site_frame(f: &crate::report::PyFrame) -> SiteFrame<'_> {
     }
 }
 
-/// The most frames [`SiteIndex::chain`] shows.
+/// The most entries [`SiteIndex::chain`] shows (a folded run counts as one).
 pub const MAX_CHAIN: usize = 8;
+
+/// Runs of at least this many framework frames are folded into one chain entry.
+pub const FOLD_MIN: usize = 3;
+
+/// The most module names a folded entry lists.
+const FOLD_NAMES: usize = 3;
 
 /// A stack's frames for people, in the mixed order (see [`mixed_order`]), innermost first:
 /// without the driver's, allocators' and interpreter's frames (the built-in rules' never-site
-/// tier), each `name (file:line)` (C++ names without parameters), at most [`MAX_CHAIN`] and
-/// then `…`. Empty when the stack has no mixed order, or when one frame is left (the site
-/// alone says as much).
+/// tier), each `name (file:line)` (C++ names without parameters), with each run of
+/// [`FOLD_MIN`] or more framework frames (the rules' framework tier: PyTorch's dispatcher and
+/// kernels, RMM, CuPy, XLA…; the never-site frames among them do not break a run) folded into
+/// one entry, `… 18 frames in libtorch_cpu.so, libtorch_cuda.so, libtorch_python.so` (the
+/// modules, or a Python frame's file, in order of first appearance; at most three, then `and N
+/// more`), so that the user's own frames and Python lines show within the budget: at most
+/// [`MAX_CHAIN`] entries and then `…`. Operation frames (an autograd node) and the user's
+/// frames are never folded. Empty when the stack has no mixed order, or when one entry is left
+/// (the site alone says as much).
 pub fn chain(stack: &Stack) -> Vec<String> {
-    let (mut out, cut) = mixed_names_upto(stack, MAX_CHAIN);
+    let Some(order) = mixed_order(stack) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut run: Vec<ChainFrame> = Vec::new();
+    let mut cut = false;
+    let flush = |run: &mut Vec<ChainFrame>, out: &mut Vec<String>| {
+        if run.len() >= FOLD_MIN {
+            out.push(fold_text(run));
+        } else {
+            out.extend(run.iter().map(|f| f.text.clone()));
+        }
+        run.clear();
+    };
+    for f in chain_frames(stack, &order) {
+        if f.tier == Some(Tier::Framework) {
+            run.push(f);
+            continue;
+        }
+        flush(&mut run, &mut out);
+        out.push(f.text);
+        if out.len() > MAX_CHAIN {
+            break;
+        }
+    }
+    flush(&mut run, &mut out);
+    if out.len() > MAX_CHAIN {
+        out.truncate(MAX_CHAIN);
+        cut = true;
+    }
     if cut {
         out.push("…".to_string());
     }
@@ -339,23 +418,74 @@ pub fn chain(stack: &Stack) -> Vec<String> {
     out
 }
 
-/// A stack's frames for people as [`chain`] names and filters them, at full depth (no cut,
-/// one frame kept), innermost first; `None` when the stack has no mixed order. The flame graph
-/// of `cuguard view` draws these.
-pub fn mixed_names(stack: &Stack) -> Option<Vec<String>> {
-    mixed_order(stack)?;
-    Some(mixed_names_upto(stack, usize::MAX).0)
+/// The entry a folded run of framework frames reads as (see [`chain`]).
+fn fold_text(run: &[ChainFrame]) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for f in run {
+        if !names.contains(&f.place.as_str()) {
+            names.push(&f.place);
+        }
+    }
+    let mut text = format!("… {} frames in ", run.len());
+    if names.len() <= FOLD_NAMES {
+        text.push_str(&names.join(", "));
+    } else {
+        text.push_str(&names[..FOLD_NAMES - 1].join(", "));
+        text.push_str(&format!(" and {} more", names.len() - (FOLD_NAMES - 1)));
+    }
+    text
 }
 
-/// At most `max` of a stack's frames for people (see [`chain`]), and whether more were left.
-fn mixed_names_upto(stack: &Stack, max: usize) -> (Vec<String>, bool) {
-    let Some(order) = mixed_order(stack) else {
-        return (Vec::new(), false);
-    };
+/// A stack's frames for people as [`chain`] names and filters them, at full depth (no cut,
+/// nothing folded, one frame kept), innermost first; `None` when the stack has no mixed
+/// order. The flame graph of `cuguard view` draws these.
+pub fn mixed_names(stack: &Stack) -> Option<Vec<String>> {
+    let order = mixed_order(stack)?;
+    Some(chain_frames(stack, &order).map(|f| f.text).collect())
+}
+
+/// One frame of a chain: its text, its tier, and where it lives (a native frame's module file
+/// name, a Python frame's file name), which a folded run lists.
+struct ChainFrame {
+    text: String,
+    tier: Option<Tier>,
+    place: String,
+}
+
+/// Where a Python frame lives, as a folded run names it: the installed package it is part of
+/// (`torch` for `…/site-packages/torch/nn/modules/module.py`), else its file name.
+fn python_place(file: &str) -> String {
+    for marker in ["/site-packages/", "/dist-packages/"] {
+        if let Some((_, rest)) = file.rsplit_once(marker)
+            && let Some(package) = rest.split('/').next()
+            && !package.is_empty()
+            && rest.contains('/')
+        {
+            return package.to_string();
+        }
+    }
+    file_name(file).to_string()
+}
+
+/// Where a native frame lives, as a folded run names it: its module's file name, but for a
+/// Python extension module (`core.cpython-312-x86_64-linux-gnu.so`, `_C.abi3.so`) the installed
+/// package it is part of (`cupy`).
+fn native_place(module: &str) -> String {
+    let name = file_name(module);
+    if name.contains(".cpython-") || name.ends_with(".abi3.so") {
+        let place = python_place(module);
+        if place != name {
+            return place;
+        }
+    }
+    name.to_string()
+}
+
+/// The frames of `order` that a chain shows (never-site frames left out), innermost first.
+fn chain_frames<'s>(stack: &'s Stack, order: &'s [Slot]) -> impl Iterator<Item = ChainFrame> + 's {
     let rules = builtin_rules();
-    let mut out = Vec::new();
-    for slot in order {
-        let (frame, name) = match slot {
+    order.iter().filter_map(move |slot| {
+        let (frame, name, place, py_loc) = match *slot {
             Slot::Native(i) => {
                 let f = &stack.frames[i];
                 let name = match f.function.as_deref() {
@@ -365,25 +495,28 @@ fn mixed_names_upto(stack: &Stack, max: usize) -> (Vec<String>, bool) {
                     }
                     _ => frame_name(f),
                 };
-                (site_frame(f), name)
+                (site_frame(f), name, native_place(&f.module), None)
             }
             Slot::Python(j) => {
                 let f = &stack.python[j];
-                (python_site_frame(f), f.function.clone())
+                let place = match &f.display {
+                    Some(display) => display.clone(),
+                    None => python_place(&f.file),
+                };
+                let loc = python_location(f);
+                (python_site_frame(f), f.function.clone(), place, loc)
             }
         };
-        if rules.tier(&frame) == Some(Tier::NeverSite) {
-            continue;
+        let tier = rules.tier(&frame);
+        if tier == Some(Tier::NeverSite) {
+            return None;
         }
-        if out.len() == max {
-            return (out, true);
-        }
-        out.push(match location(frame.file, frame.line) {
+        let text = match py_loc.or_else(|| location(frame.file, frame.line)) {
             Some(loc) => format!("{name} ({loc})"),
             None => name,
-        });
-    }
-    (out, false)
+        };
+        Some(ChainFrame { text, tier, place })
+    })
 }
 
 /// The sites of one report's stacks, computed once per stack.
@@ -396,11 +529,32 @@ pub struct SiteIndex<'r> {
 impl<'r> SiteIndex<'r> {
     /// Indexes `report`'s stacks. When two stacks share an id the first wins.
     pub fn new(report: &'r Report) -> SiteIndex<'r> {
-        let mut by_stack = HashMap::with_capacity(report.stacks.len());
+        let mut by_stack: HashMap<u64, (Site, &'r Stack)> =
+            HashMap::with_capacity(report.stacks.len());
         for stack in &report.stacks {
             by_stack
                 .entry(stack.id)
                 .or_insert_with(|| (site_of_stack(stack), stack));
+        }
+        // Stacks made under an origin: a site that is not the user's own frame says where the
+        // work was started (the origin's own site), in its label and its key.
+        let origins: Vec<(u64, String)> = by_stack
+            .iter()
+            .filter(|(_, (site, _))| site.kind != Some(SiteKind::User))
+            .filter_map(|(&id, (_, stack))| {
+                let (origin, _) = by_stack.get(&stack.origin?)?;
+                let text = origin
+                    .location
+                    .clone()
+                    .or_else(|| origin.function.is_some().then(|| origin.name.clone()))?;
+                Some((id, text))
+            })
+            .collect();
+        for (id, text) in origins {
+            if let Some((site, _)) = by_stack.get_mut(&id) {
+                site.key = format!("{}, from {text}", site.key);
+                site.origin = Some(text);
+            }
         }
         SiteIndex {
             by_stack,
@@ -463,6 +617,7 @@ mod tests {
             site: None,
             owner: None,
             mixed: Vec::new(),
+            origin: None,
         };
         assert_eq!(site_of_stack(&stack).key, "make_buffers");
     }
@@ -476,6 +631,7 @@ mod tests {
             site: None,
             owner: None,
             mixed: Vec::new(),
+            origin: None,
         };
         assert_eq!(site_of_stack(&stack).key, "libscratch.so+0x1a2b");
     }
@@ -489,6 +645,7 @@ mod tests {
             site: None,
             owner: None,
             mixed: Vec::new(),
+            origin: None,
         };
         assert_eq!(site_of_stack(&stack).key, "cuMemAlloc_v2");
         let empty = Stack {
@@ -498,6 +655,7 @@ mod tests {
             site: None,
             owner: None,
             mixed: Vec::new(),
+            origin: None,
         };
         assert_eq!(site_of_stack(&empty).key, "<empty stack>");
     }
@@ -509,6 +667,7 @@ mod tests {
             line: Some(line),
             function: "make".into(),
             entry: None,
+            display: None,
         };
         let stack = |line| Stack {
             id: 1,
@@ -522,6 +681,7 @@ mod tests {
             }),
             owner: None,
             mixed: Vec::new(),
+            origin: None,
         };
         assert_eq!(site_of_stack(&stack(75)).key, "make (train.py:75)");
         assert_ne!(site_of_stack(&stack(75)).key, site_of_stack(&stack(76)).key);
@@ -544,6 +704,7 @@ mod tests {
             }),
             owner: None,
             mixed: Vec::new(),
+            origin: None,
         };
         assert_eq!(
             site_of_stack(&native).key,
@@ -585,6 +746,7 @@ mod tests {
             site: site("frames", 1, None),
             owner: None,
             mixed: Vec::new(),
+            origin: None,
         };
         let s = site_of_stack(&user);
         assert_eq!(s.key, "cudarc_leaks::main (cudarc_leaks.rs:25)");
@@ -617,6 +779,7 @@ mod tests {
             site: site("frames", 1, Some("operation")),
             owner: None,
             mixed: Vec::new(),
+            origin: None,
         };
         let s = site_of_stack(&autograd);
         assert_eq!(
@@ -663,6 +826,7 @@ mod tests {
             line: Some(line),
             function: function.into(),
             entry,
+            display: None,
         };
         Stack {
             id: 7,
@@ -686,6 +850,7 @@ mod tests {
             site: site("python", 0, Some("user")),
             owner: None,
             mixed,
+            origin: None,
         }
     }
 
@@ -720,6 +885,273 @@ mod tests {
         assert!(chain(&stack).is_empty());
     }
 
+    /// A stack of `shim/symbolize/tests/fixtures/stacks-recorded.txt` (recorded on the H200) as
+    /// the report gives it: its native frames as listed, its Python frames run by one call of
+    /// the evaluation loop (the entry mark on the outermost), so that the mixed order puts them
+    /// at the first evaluation frame listed after them.
+    fn recorded(name: &str) -> Stack {
+        let text = include_str!("../shim/symbolize/tests/fixtures/stacks-recorded.txt");
+        let head = format!("stack {name}");
+        let block = text
+            .split("\n\n")
+            .find(|b| b.lines().any(|l| l == head))
+            .unwrap_or_else(|| panic!("no {head}"));
+        let opt = |s: &str| (s != "-").then(|| s.to_string());
+        let mut frames = Vec::new();
+        let mut python = Vec::new();
+        for line in block.lines() {
+            if let Some(rest) = line.strip_prefix("N ") {
+                let p: Vec<&str> = rest.split(" | ").collect();
+                frames.push(Frame {
+                    file: opt(p[2]).map(Into::into),
+                    line: p[3].parse().ok(),
+                    ..frame(p[0], opt(p[1]).as_deref())
+                });
+            } else if let Some(rest) = line.strip_prefix("P ") {
+                let p: Vec<&str> = rest.split(" | ").collect();
+                python.push(crate::report::PyFrame {
+                    file: p[0].into(),
+                    line: p[2].parse().ok(),
+                    function: p[1].into(),
+                    entry: Some(false),
+                    display: None,
+                });
+            }
+        }
+        if let Some(last) = python.last_mut() {
+            last.entry = Some(true);
+        }
+        Stack {
+            id: 1,
+            frames,
+            python,
+            site: None,
+            owner: None,
+            mixed: Vec::new(),
+            origin: None,
+        }
+    }
+
+    #[test]
+    fn pytorch_chains_fold_the_framework_and_reach_the_users_lines() {
+        // torch.full on the main thread: the runtime and the allocator left out, the 16
+        // frames of ATen's dispatcher and kernels in one entry, then the user's lines.
+        let stack = recorded("torch_tensor_caching_off");
+        assert_eq!(
+            chain(&stack),
+            [
+                "… 16 frames in libtorch_cpu.so, libtorch_cuda.so, libtorch_python.so",
+                "case_torch (clients.py:54)",
+                "main (clients.py:170)",
+                "<module> (clients.py:182)",
+            ]
+        );
+        // The flame graph keeps every frame.
+        let names = mixed_names(&stack).unwrap();
+        assert_eq!(names.len(), 16 + 3);
+        assert_eq!(names[0], "at::detail::empty_generic");
+        assert_eq!(names[15], "torch::autograd::THPVariable_full");
+        // nn.Linear's forward: ATen's frames and torch.nn's Python frames are one run.
+        let stack = recorded("torch_forward_cublaslt_workspace");
+        assert_eq!(
+            chain(&stack),
+            [
+                "… 19 frames in libtorch_cuda.so, libtorch_cpu.so and 2 more",
+                "torch_train (reliability.py:28)",
+                "<module> (reliability.py:52)",
+            ]
+        );
+        // Without folding this chain would have been ATen's first eight frames and "…".
+        assert!(mixed_names(&stack).unwrap().len() > MAX_CHAIN + 2);
+        // CuPy: its extension modules and its Python frames, named by the package.
+        let stack = recorded("cupy_pool_off_array");
+        assert_eq!(
+            chain(&stack),
+            [
+                "… 6 frames in cupy",
+                "case_cupy (clients.py:89)",
+                "main (clients.py:170)",
+                "<module> (clients.py:182)",
+            ]
+        );
+        // JAX: a long Python run of the framework, folded by its package.
+        let stack = recorded("jax_cudnn_handle");
+        let c = chain(&stack);
+        assert!(c.len() <= MAX_CHAIN, "{c:?}");
+        assert!(
+            c.iter().any(|e| e.starts_with("… ") && e.contains("jax")),
+            "{c:?}"
+        );
+        assert_eq!(
+            &c[c.len() - 3..],
+            [
+                "case_jax (clients.py:125)",
+                "main (clients.py:170)",
+                "<module> (clients.py:182)"
+            ],
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn folds_keep_operations_and_user_frames_and_count_what_they_hide() {
+        let torch = "/venv/torch/lib/libtorch_cpu.so";
+        let py = "/usr/bin/python3.12";
+        let mut stack = python_stack(Vec::new(), [Some(false), Some(true)]);
+        // allocator, 4 framework frames, an operation, 3 framework frames, a user native frame,
+        // 2 framework frames, then the evaluation loop.
+        stack.frames = vec![
+            frame("/x/libcuguard.so", Some("cuMemAlloc_v2")),
+            frame(
+                "/venv/torch/lib/libc10_cuda.so",
+                Some(
+                    "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)",
+                ),
+            ),
+            frame(
+                torch,
+                Some("at::detail::empty_generic(c10::ArrayRef<long>)"),
+            ),
+            frame("/lib/x86_64-linux-gnu/libc.so.6", Some("memset")),
+            frame(torch, Some("at::native::empty_cuda(c10::ArrayRef<long>)")),
+            frame(torch, Some("at::_ops::empty::call(c10::ArrayRef<long>)")),
+            frame(
+                torch,
+                Some("c10::impl::wrap_kernel_functor_unboxed_<void>::call()"),
+            ),
+            frame(
+                torch,
+                Some("torch::autograd::generated::MulBackward0::apply(std::vector<at::Tensor>&&)"),
+            ),
+            frame(torch, Some("at::_ops::mul::call()")),
+            frame(torch, Some("at::_ops::mul::redispatch()")),
+            frame(
+                torch,
+                Some("torch::autograd::THPVariable_mul(_object*, _object*)"),
+            ),
+            named(
+                "/opt/app/libmine.so",
+                "mine::step(int)",
+                Some("/src/mine.cc"),
+                Some(9),
+            ),
+            frame(torch, Some("at::_ops::add::call()")),
+            frame(torch, Some("at::_ops::add::redispatch()")),
+            frame(py, Some("_PyEval_EvalFrameDefault")),
+            frame(py, Some("Py_RunMain")),
+        ];
+        assert_eq!(
+            chain(&stack),
+            [
+                "… 4 frames in libtorch_cpu.so",
+                "torch::autograd::generated::MulBackward0::apply",
+                "… 3 frames in libtorch_cpu.so",
+                "mine::step (mine.cc:9)",
+                "at::_ops::add::call",
+                "at::_ops::add::redispatch",
+                "step (train.py:7)",
+                "<module> (train.py:12)",
+            ],
+            "libc's frame is left out and does not break the run; two frames are not folded"
+        );
+        // Exactly MAX_CHAIN entries: no cut. One more, and the last becomes "…".
+        stack.python.insert(
+            0,
+            crate::report::PyFrame {
+                file: "/work/train.py".into(),
+                line: Some(3),
+                function: "inner".into(),
+                entry: Some(false),
+                display: None,
+            },
+        );
+        let c = chain(&stack);
+        assert_eq!(c.len(), MAX_CHAIN + 1);
+        assert_eq!(c[MAX_CHAIN - 2], "inner (train.py:3)");
+        assert_eq!(c[MAX_CHAIN - 1], "step (train.py:7)");
+        assert_eq!(c[MAX_CHAIN], "…");
+        // A run over many modules names three, or two and how many more.
+        let run: Vec<ChainFrame> = ["a.so", "b.so", "a.so", "c.so", "d.so", "e.so"]
+            .iter()
+            .map(|m| ChainFrame {
+                text: String::new(),
+                tier: Some(Tier::Framework),
+                place: m.to_string(),
+            })
+            .collect();
+        assert_eq!(fold_text(&run[..4]), "… 4 frames in a.so, b.so, c.so");
+        assert_eq!(fold_text(&run), "… 6 frames in a.so, b.so and 3 more");
+        assert_eq!(
+            python_place("/v/lib/python3.12/site-packages/torch/nn/modules/module.py"),
+            "torch"
+        );
+        assert_eq!(
+            python_place("/usr/lib/python3/dist-packages/numpy/core.py"),
+            "numpy"
+        );
+        assert_eq!(python_place("/work/train.py"), "train.py");
+        assert_eq!(
+            native_place("/v/site-packages/cupy/_core/core.cpython-312-x86_64-linux-gnu.so"),
+            "cupy"
+        );
+        assert_eq!(
+            native_place("/v/site-packages/torch/lib/libtorch_cpu.so"),
+            "libtorch_cpu.so"
+        );
+    }
+
+    #[test]
+    fn origins_and_cell_names_in_labels() {
+        let node = Site {
+            key: "k".into(),
+            name: "AddmmBackward0::apply".into(),
+            location: Some("Functions.cpp:1520".into()),
+            function: None,
+            module: None,
+            kind: Some(SiteKind::Operation),
+            context: Some(AUTOGRAD_THREAD.into()),
+            origin: Some("train.py:42".into()),
+        };
+        assert_eq!(
+            node.label(),
+            "on the autograd thread: AddmmBackward0::apply (Functions.cpp:1520), backward from train.py:42"
+        );
+        let elsewhere = Site {
+            context: None,
+            ..node
+        };
+        assert_eq!(
+            elsewhere.label(),
+            "operation: AddmmBackward0::apply (Functions.cpp:1520), from train.py:42"
+        );
+        let cell = |line, display: Option<&str>| crate::report::PyFrame {
+            file: "/tmp/ipykernel_4242/817962334.py".into(),
+            line,
+            function: "<module>".into(),
+            entry: Some(true),
+            display: display.map(Into::into),
+        };
+        assert_eq!(
+            python_location(&cell(Some(5), Some("Cell In[2]"))).unwrap(),
+            "Cell In[2], line 5"
+        );
+        assert_eq!(
+            python_location(&cell(None, Some("Cell In[2]"))).unwrap(),
+            "Cell In[2]"
+        );
+        assert_eq!(
+            python_location(&cell(Some(5), None)).unwrap(),
+            "817962334.py:5"
+        );
+        // A chain shows the cell's name too.
+        let mut stack = python_stack(Vec::new(), [Some(false), Some(true)]);
+        stack.python[1].display = Some("Cell In[7]".into());
+        assert_eq!(
+            chain(&stack).last().unwrap(),
+            "<module> (Cell In[7], line 12)"
+        );
+    }
+
     #[test]
     fn mixed_names_are_chains_at_full_depth() {
         let mut stack = python_stack(Vec::new(), [Some(false), Some(true)]);
@@ -731,6 +1163,7 @@ mod tests {
                 line: Some(i),
                 function: format!("f{i}"),
                 entry: Some(i == 11),
+                display: None,
             })
             .collect();
         assert_eq!(chain(&stack).len(), MAX_CHAIN + 1);

@@ -228,6 +228,7 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
             site: None,
             owner: None,
             mixed: Vec::new(),
+            origin: None,
         });
     }
     r.stats.devices.push(DeviceStats {
@@ -451,6 +452,7 @@ fn fleet_report(pid: u32, leaks: usize, stacks: usize, o: &Options, rng: &mut Rn
             site: None,
             owner: Some(fleet_owner(g).into()),
             mixed: Vec::new(),
+            origin: None,
         });
     }
     r.stats.devices.push(DeviceStats {

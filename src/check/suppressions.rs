@@ -468,6 +468,7 @@ mod tests {
             site: None,
             owner: None,
             mixed: Vec::new(),
+            origin: None,
         }
     }
 

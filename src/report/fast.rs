@@ -728,6 +728,7 @@ impl<'a> Cursor<'a> {
             site,
             owner,
             mixed: Vec::new(),
+            origin: None,
         })
     }
 

@@ -208,6 +208,7 @@ pub fn frames_site(frames: &[PyFrame]) -> Option<crate::sites::Site> {
         module: None,
         kind: Some(crate::sites::SiteKind::User),
         context: None,
+        origin: None,
     })
 }
 

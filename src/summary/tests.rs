@@ -466,3 +466,65 @@ fn a_site_whose_bytes_two_owners_hold_says_mostly() {
         "{got}"
     );
 }
+
+/// A PyTorch stack as deep as a real one (ATen's dispatcher between the allocator and the
+/// Python binding): the summary's one-line stack folds it and reaches the user's lines.
+#[test]
+fn a_deep_framework_stack_reads_folded_with_the_users_lines() {
+    let json = std::fs::read_to_string(fixture("attribution.json")).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let stack = doc["stacks"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|s| {
+            s["python"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|f| f["function"] == "append_batch"))
+        })
+        .expect("append_batch's stack");
+    let frames = stack["frames"].as_array_mut().unwrap();
+    let at = frames
+        .iter()
+        .position(|f| {
+            f["function"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("torch::autograd::THPVariable_ones"))
+        })
+        .unwrap();
+    let template = frames[at].clone();
+    for (i, name) in [
+        "at::_ops::ones::call",
+        "c10::impl::wrap_kernel_functor_unboxed_<ones>::call",
+        "at::_ops::ones::redispatch",
+        "at::native::ones",
+        "at::_ops::empty_memory_format::call",
+        "at::detail::empty_cuda",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut f = template.clone();
+        f["function"] = (*name).into();
+        f["ip"] = format!("0x{:x}", 0x7000_0000 + i).into();
+        frames.insert(at, f);
+    }
+    // The mixed order then comes from the Python frames' entry marks.
+    stack.as_object_mut().unwrap().remove("mixed");
+    let bytes = serde_json::to_vec(&doc).unwrap();
+    let doc = crate::report::Document::from_bytes("deep.json".as_ref(), bytes).unwrap();
+    let report = doc.into_reports().next().unwrap().unwrap();
+    let source = Source {
+        path: "deep.json".into(),
+        index: None,
+    };
+    let s = Summary::new(vec![ReportSummary::new(&source, &report, 10)], 10);
+    let got = text(&s);
+    assert!(
+        got.contains(
+            "    stack: … 8 frames in libtorch_cuda.so, libtorch_python.so ← append_batch \
+             (train.py:7) ← train (train.py:20) ← <module> (train.py:30)"
+        ),
+        "{got}"
+    );
+}

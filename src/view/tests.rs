@@ -94,6 +94,7 @@ fn torch_stack(entries: [Option<bool>; 2]) -> Stack {
         line: Some(line),
         function: function.into(),
         entry,
+        display: None,
     };
     Stack {
         id: 1,
@@ -122,6 +123,7 @@ fn torch_stack(entries: [Option<bool>; 2]) -> Stack {
         site: None,
         owner: None,
         mixed: Vec::new(),
+        origin: None,
     }
 }
 
@@ -156,6 +158,7 @@ fn flame_paths_of_python_stacks_read_like_py_spy_native() {
             line: Some(i),
             function: format!("f{i}"),
             entry: Some(i == 19),
+            display: None,
         })
         .collect();
     let path = flame_path(&deep);

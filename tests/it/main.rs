@@ -14,6 +14,7 @@ mod cost;
 mod limit;
 mod limit_nvml;
 mod live;
+mod origin;
 mod pool;
 mod pool_peer;
 mod pool_stream;

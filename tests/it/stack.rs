@@ -77,3 +77,173 @@ fn leaks_point_at_the_static_function_and_the_thread_start_routine() {
         "{modules:?}"
     );
 }
+
+/// Compiles `harness/workloads/c/late_lib.c` as a shared library built without frame pointers
+/// (`-O1 -fomit-frame-pointer`, linked with `-lcuda` against the simulated driver).
+fn late_library(dir: &Path) -> std::path::PathBuf {
+    let a = crate::support::artifacts();
+    let lib = dir.join("liblate.so");
+    let status = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args([
+            "-O1",
+            "-fomit-frame-pointer",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-Wall",
+            "-o",
+        ])
+        .arg(&lib)
+        .arg(a.root.join("harness/workloads/c/late_lib.c"))
+        .arg("-I")
+        .arg(a.root.join("harness/workloads/c"))
+        .arg("-L")
+        .arg(&a.sim_dir)
+        .arg("-lcuda")
+        .status()
+        .expect("running cc");
+    assert!(status.success(), "compiling late_lib.c failed");
+    lib
+}
+
+/// The line of `text` (1-based) that ends with `marker`.
+fn line_of(text: &str, marker: &str) -> u64 {
+    text.lines()
+        .position(|l| l.ends_with(marker))
+        .unwrap_or_else(|| panic!("no {marker:?}")) as u64
+        + 1
+}
+
+#[test]
+fn a_library_loaded_after_cuda_started_unwinds_through_all_its_frames() {
+    let a = crate::support::artifacts();
+    let dir = scratch_dir("late_lib");
+    let lib = late_library(&dir);
+    let script = a.root.join("harness/workloads/python/late_lib.py");
+    let py = std::fs::read_to_string(&script).unwrap();
+    let c = std::fs::read_to_string(a.root.join("harness/workloads/c/late_lib.c")).unwrap();
+    let report_path = dir.join("report.json");
+    let mut cmd = shim_command(Path::new("python3"), &report_path);
+    cmd.arg(&script).arg(&lib);
+    let out = run(&mut cmd, true);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let late = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("late "))
+        .expect("the late block's address");
+    let report = read_report(&report_path);
+    crate::cli_schema::validate(&report).unwrap();
+    let stack = leak_stack(&report, late);
+
+    // Every frame of the library, innermost first, named with its line: the call each makes.
+    let calls = [
+        ("late_0", "int r = cuMemAlloc(out, bytes);"),
+        ("late_1", "int r = late_0(out, bytes + 0);"),
+        ("late_2", "int r = late_1(out, bytes);"),
+        ("late_3", "int r = late_2(out, bytes);"),
+        ("late_entry", "int r = late_3(out, bytes);"),
+    ];
+    let frames = stack["frames"].as_array().unwrap();
+    let in_lib: Vec<(String, String, u64)> = frames
+        .iter()
+        .filter(|f| same_file(f["module"].as_str().unwrap_or(""), &lib))
+        .map(|f| {
+            (
+                f["function"].as_str().unwrap_or("?").to_string(),
+                f["file"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .rsplit('/')
+                    .next()
+                    .unwrap()
+                    .to_string(),
+                f["line"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String, u64)> = calls
+        .iter()
+        .map(|(f, call)| (f.to_string(), "late_lib.c".to_string(), line_of(&c, call)))
+        .collect();
+    assert_eq!(in_lib, want, "{stack}");
+    assert_eq!(
+        frames[0]["function"], "late_0",
+        "the shim's own frames are skipped"
+    );
+    // The library's frames come one after another, and the stack goes on past them.
+    let first = frames
+        .iter()
+        .position(|f| f["function"] == "late_0")
+        .unwrap();
+    assert_eq!(frames[first + 4]["function"], "late_entry");
+    assert!(
+        frames.len() > first + 5,
+        "the stack goes on past the library: {stack}"
+    );
+    // No frame in no module: nothing was guessed.
+    assert!(
+        frames
+            .iter()
+            .all(|f| !f["module"].as_str().unwrap_or("").is_empty()),
+        "{stack}"
+    );
+
+    // The library is the user's own code: its innermost frame is the site, and the one-line
+    // stack runs from there through the library to the Python caller.
+    let file = script.to_str().unwrap();
+    let site_line = line_of(&py, "# site: load_weights");
+    assert_eq!(stack["python"][0]["line"], site_line);
+    assert_eq!(stack["python"][0]["function"], "load_weights");
+    assert_eq!(stack["python"][0]["file"], file);
+    assert_eq!(
+        (&stack["site"]["in"], &stack["site"]["index"]),
+        (&Value::from("frames"), &Value::from(0))
+    );
+    let summary = run(
+        std::process::Command::new(&a.cuguard)
+            .args(["summary", "--format", "json"])
+            .arg(&report_path),
+        true,
+    );
+    let summary: Value = serde_json::from_slice(&summary.stdout).unwrap();
+    let site = summary["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| {
+            s["site"]
+                .as_str()
+                .unwrap()
+                .starts_with("late_0 (late_lib.c:")
+        })
+        .unwrap_or_else(|| panic!("no late_0 site: {summary}"));
+    let chain: Vec<&str> = site["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    let mut expected: Vec<String> = want
+        .iter()
+        .map(|(f, file, line)| format!("{f} ({file}:{line})"))
+        .collect();
+    expected.push(format!("load_weights (late_lib.py:{site_line})"));
+    expected.push(format!(
+        "main (late_lib.py:{})",
+        line_of(&py, "# call: load_weights")
+    ));
+    expected.push(format!(
+        "<module> (late_lib.py:{})",
+        py.lines().position(|l| l == "main()").unwrap() + 1
+    ));
+    assert_eq!(chain, expected);
+    // And so it reads in the text summary, on the line under the site.
+    let text = run(
+        std::process::Command::new(&a.cuguard)
+            .arg("summary")
+            .arg(&report_path),
+        true,
+    );
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains(&expected.join(" ← ")), "{text}");
+}

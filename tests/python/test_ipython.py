@@ -20,7 +20,8 @@ sys.path.insert(0, {inner!r})
 outputs = {{}}
 
 def cell(code):
-    result = ip.run_cell(code)
+    # As a kernel runs cells: each counted, so IPython names it Cell In[N].
+    result = ip.run_cell(code, store_history=True)
     assert result.success, result.error_in_exec or result.error_before_exec
 
 def magic(name, line):
@@ -70,9 +71,9 @@ def test_magic_shows_what_the_kernel_holds(tmp_path: Path):
     # Each held by its notebook variable (an int inside it: cuguard.snapshot(held=True)).
     assert text[3].split(None, 6)[:6] == ["3.0", "MiB", "1", "the", "program:", "held"]
     assert text[4].split(None, 6)[:6] == ["1.0", "MiB", "1", "the", "program:", "held"]
-    # Both were made on the cell's first and second lines.
-    assert text[3].endswith(":1)") and "<module> (" in text[3], text
-    assert text[4].endswith(":2)") and "<module> (" in text[4], text
+    # Both were made on the first and second lines of the third cell, named as IPython names it.
+    assert text[3].endswith("  <module> (Cell In[3], line 1)"), text
+    assert text[4].endswith("  <module> (Cell In[3], line 2)"), text
     html = holds["text/html"]
     assert html.startswith('<div class="cuguard">') and html.count("<tr>") == 3
     assert "<b>device 0 — NVIDIA H200 (16.0 GiB)</b>" in html
@@ -94,6 +95,60 @@ def test_magic_shows_what_the_kernel_holds(tmp_path: Path):
     assert end["end"]["recorded"] is True and end["end"]["how"] == "finished", end
     held = {a["size"]: a["holders"][0]["path"][0] for a in end["view"]["allocations"]}
     assert held == {3 << 20: "weights", 1 << 20: "bias"}, end["view"]
+
+
+CELLS = """
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+ip = InteractiveShell.instance()
+sys.path.insert(0, {inner!r})
+
+def cell(code):
+    result = ip.run_cell(code, store_history=True)
+    assert result.success, result.error_in_exec or result.error_before_exec
+
+# Cell 1 runs before the extension is loaded: its name is told when it is.
+cell("import gpu\\nearly = gpu.alloc(2 << 20)")
+cell("%load_ext cuguard")
+cell("x = 1\\nlate = gpu.alloc(5 << 20)")
+with capture_output() as captured:
+    ip.run_line_magic("cuguard", "")
+files = sorted(ip.compile._filename_map.items(), key=lambda kv: kv[1])
+print(json.dumps({{"holds": captured.outputs[0].data["text/plain"], "files": files}}))
+"""
+
+
+def test_cells_are_named_as_ipython_names_them(tmp_path: Path):
+    script = tmp_path / "cells.py"
+    script.write_text(CELLS.format(inner=str(INNER)))
+    final = tmp_path / "final.json"
+    result = run_sim(
+        [sys.executable, str(script)], tmp_path, report=final, CUGUARD_PLUMBING="file:*/gpu.py"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout.splitlines()[-1])
+    rows = out["holds"].splitlines()[3:]
+    assert [r.split(None, 2)[:2] for r in rows] == [["5.0", "MiB"], ["2.0", "MiB"]], rows
+    assert rows[0].endswith("  <module> (Cell In[3], line 2)"), rows
+    assert rows[1].endswith("  <module> (Cell In[1], line 2)"), rows
+    # The report at the end: frames keep IPython's file and get the cell's name.
+    files = {number: name for name, number in out["files"]}
+    report = json.loads(final.read_text())
+    stacks = {s["id"]: s for s in report["stacks"]}
+    frames = {
+        (f["file"], f.get("display"))
+        for leak in report["leaks"]
+        for f in stacks[leak["stack"]].get("python", [])
+        if f["file"].startswith("<ipython-input-")
+    }
+    assert frames == {(files[1], "Cell In[1]"), (files[3], "Cell In[3]")}, frames
+    summary = run(cuguard_command() + ["summary", str(final)], tmp_path)
+    assert summary.returncode == 0, summary.stderr
+    assert "<module> (Cell In[3], line 2)" in summary.stdout, summary.stdout
+    assert "<module> (Cell In[1], line 2)" in summary.stdout, summary.stdout
+    assert "ipython-input" not in summary.stdout, summary.stdout
 
 
 def test_magic_outside_the_shim_says_how_to_get_there(tmp_path: Path):

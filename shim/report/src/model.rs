@@ -318,6 +318,12 @@ pub struct Stack {
     /// stack has no Python frames.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mixed: Vec<MixedRef>,
+    /// Where the work this stack's allocations were made for was started: the id of another
+    /// stack of `stacks[]`, that of the thread that opened an *origin* (`cuguard_origin_begin`:
+    /// the thread that called PyTorch's `backward()`, through cuguard's Python package) while
+    /// this stack's thread, which had no Python frames of its own, allocated. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<u64>,
 }
 
 /// `stacks[].mixed[]`: one frame of the mixed stack, as an index into `frames` or `python`.
@@ -388,6 +394,11 @@ pub struct PyFrame {
     /// reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entry: Option<bool>,
+    /// What the program calls `file` for people, when it said (`cuguard_file_alias`): IPython's
+    /// `Cell In[2]` for a notebook cell's compiled file. A location is then written
+    /// `Cell In[2], line 5` rather than `file:line`. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display: Option<String>,
 }
 
 /// `modules[]`: a loaded module.

@@ -177,6 +177,7 @@ fn full_report(reason: Reason) -> Report {
             }),
             owner: Some("program".into()),
             mixed: vec![],
+            origin: None,
         },
         Stack {
             id: 2,
@@ -186,6 +187,7 @@ fn full_report(reason: Reason) -> Report {
                 line: Some(75),
                 function: "load_batch".into(),
                 entry: Some(true),
+                display: Some("Cell In[2]".into()),
             }],
             site: Some(StackSite {
                 in_: site_list::PYTHON.into(),
@@ -204,6 +206,7 @@ fn full_report(reason: Reason) -> Report {
                     python: None,
                 },
             ],
+            origin: Some(1),
         },
     ];
     r.modules = vec![Module {

@@ -28,6 +28,9 @@
 //! int32_t cuguard_end_expect(void);
 //! int32_t cuguard_end_begin(const char *how, const char *exception, char **json);
 //! int32_t cuguard_end_classify(const char *json);
+//! int32_t cuguard_origin_begin(uint64_t *token);
+//! int32_t cuguard_origin_end(uint64_t token);
+//! int32_t cuguard_file_alias(const char *file, const char *display);
 //! void    cuguard_free(char *p);
 //! ```
 //!
@@ -46,6 +49,9 @@
 //! | `cuguard_end_expect` | cuguard's Python bootstrap will mark the end of the program's code ([`end`]) | one store |
 //! | `cuguard_end_begin` | marks the end now (`how`: `finished`, `raised`, `interrupted`, `kernel_shutdown`; `exception`: NULL or the type's name) and copies every live allocation's record; they are in `*json` as `cuguard_live_allocations` gives them | walks the live allocations; names their sites |
 //! | `cuguard_end_classify` | what holds each of them (`cuguard_report::Classification`), for the report's `python` section | parses the JSON |
+//! | `cuguard_origin_begin` | captures the calling thread's stack (native and Python) and makes it the *origin* of allocations on threads without Python frames (PyTorch's autograd threads) until `cuguard_origin_end`; its token in `*token` ([`origin`]; 16 open at once, the most recent one current) | one stack capture and a short lock |
+//! | `cuguard_origin_end` | closes it; the most recent other open origin is current again | a short lock |
+//! | `cuguard_file_alias` | names source file `file` `display` for people in the reports written from now on: Python frames in it get `display` (IPython's `Cell In[2]`), shown `Cell In[2], line 5` ([`alias`]; 4096 files, a file up to 4096 bytes, a name up to 256) | a short lock |
 //! | `cuguard_free` | frees a string this ABI returned; NULL is ignored | — |
 //!
 //! Every function but the first four and `cuguard_free` returns [`OK`] (0) or a negative code:
@@ -53,12 +59,12 @@
 //! | code | name | meaning |
 //! |---:|---|---|
 //! | 0 | `CUGUARD_OK` | done |
-//! | -1 | `CUGUARD_E_INVALID` | a NULL, non-UTF-8 or too long argument, or a token that names no open window |
+//! | -1 | `CUGUARD_E_INVALID` | a NULL, non-UTF-8 or too long argument, or a token that names no open window or origin |
 //! | -2 | `CUGUARD_E_OFF` | the shim is loaded but does not track (`CUGUARD_DISABLE=1`) |
 //! | -3 | `CUGUARD_E_BROKEN` | the shim's own code failed earlier; it forwards only now |
 //! | -4 | `CUGUARD_E_ENDING` | the process is ending: the final report is being written, or written |
 //! | -5 | `CUGUARD_E_FORKED` | the window was opened before a `fork`, in the parent |
-//! | -6 | `CUGUARD_E_FULL` | no room: 64 windows open at once, or 256 label keys |
+//! | -6 | `CUGUARD_E_FULL` | no room: 64 windows open at once, 256 label keys, 16 origins, or 4096 file aliases |
 //! | -7 | `CUGUARD_E_INTERNAL` | the shim's own code failed in this call (it is off from now on) |
 //! | -8 | `CUGUARD_E_IO` | `path` could not be written; `errno` says why |
 //! | -9 | `CUGUARD_E_REENTERED` | called from inside the shim (a hook), or while the thread is being torn down |
@@ -78,9 +84,11 @@
 //! - Safe from any thread, in a forked child (which starts over, as its report does), and
 //!   while the program exits until the final report is claimed ([`E_ENDING`] after).
 
+pub mod alias;
 pub mod end;
 pub mod label;
 pub mod live;
+pub mod origin;
 pub mod snapshot;
 pub mod track;
 
@@ -140,7 +148,7 @@ pub extern "C" fn cuguard_error_name(code: i32) -> *const c_char {
     let s: &'static CStr = match code {
         OK => c"CUGUARD_OK: done",
         E_INVALID => {
-            c"CUGUARD_E_INVALID: a NULL, non-UTF-8 or too long argument, or a token that names no open window"
+            c"CUGUARD_E_INVALID: a NULL, non-UTF-8 or too long argument, or a token that names no open window or origin"
         }
         E_OFF => c"CUGUARD_E_OFF: the shim is loaded but does not track (CUGUARD_DISABLE=1)",
         E_BROKEN => {
@@ -148,7 +156,9 @@ pub extern "C" fn cuguard_error_name(code: i32) -> *const c_char {
         }
         E_ENDING => c"CUGUARD_E_ENDING: the process is ending; its final report is being written",
         E_FORKED => c"CUGUARD_E_FORKED: the window was opened before a fork, in the parent process",
-        E_FULL => c"CUGUARD_E_FULL: no room: 64 windows open at once, or 256 label keys",
+        E_FULL => {
+            c"CUGUARD_E_FULL: no room: 64 windows open at once, 256 label keys, 16 origins, or 4096 file aliases"
+        }
         E_INTERNAL => {
             c"CUGUARD_E_INTERNAL: the shim's own code failed in this call; tracking is off from now on"
         }

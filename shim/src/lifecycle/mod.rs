@@ -246,4 +246,5 @@ extern "C" fn after_fork_child() {
     report::emergency::forget_after_fork();
     report::reset_after_fork();
     crate::process::labels::after_fork_child();
+    crate::process::aliases::after_fork_child();
 }

@@ -5,11 +5,13 @@
 //! - [`cost`]: the shim's own bill (sampled time on the allocation path, its own heap);
 //! - [`diag`]: the shim's own lines on stderr;
 //! - [`faults`]: the shim's own problems, kept for the report;
+//! - [`aliases`]: the names the program gave its source files for people (notebook cells);
 //! - [`labels`]: the labels the program set through the in-process API, with [`launcher`]'s;
 //! - [`launcher`]: the labels a launcher (torchrun, Slurm, Open MPI) set in the environment;
 //! - [`global`]: process-wide values created on first use and replaced in a forked child, and the
 //!   lock that a panic does not poison.
 
+pub mod aliases;
 pub mod clock;
 pub mod cost;
 pub mod diag;

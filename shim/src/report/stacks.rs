@@ -9,7 +9,8 @@
 //! {"id": 3,
 //!  "frames": [{"ip", "module", "offset", "function", "file", "line", "inlined"}, …],
 //!  "python": [{"file", "line", "function"}, …],            // only when Python frames were read
-//!  "site":   {"in": "frames"|"python", "index": 2, "fingerprint": "9c3e…"} | null}
+//!  "site":   {"in": "frames"|"python", "index": 2, "fingerprint": "9c3e…"} | null,
+//!  "origin": 5}                                              // only under an origin
 //! ```
 //!
 //! - `frames`: native frames, innermost first. An ip inside inlined code gives one entry per
@@ -18,7 +19,10 @@
 //!   [`cuguard_symbolize`] (symbol tables, DWARF, separate debug files), each distinct
 //!   (module, offset) once; work stops at a deadline (`CUGUARD_SYMBOLIZE_SECS`, default 2 s,
 //!   0 = off), after which frames keep null names for `cuguard symbolize` to fill in.
-//! - `python`: the thread's Python frames, innermost first.
+//! - `python`: the thread's Python frames, innermost first; a frame in a file the program
+//!   named (`cuguard_file_alias`, [`crate::process::aliases`]) has that name as `display`.
+//! - `origin`: for a stack captured on a thread without Python frames while an origin was open
+//!   ([`crate::stack::origin`]), the id of the origin's stack.
 //! - `site`: the frame the stack is charged to, by [`cuguard_symbolize::site::find_site`] with
 //!   the built-in plumbing list plus `CUGUARD_PLUMBING` (comma-separated `module:GLOB`,
 //!   `function:GLOB`, `file:GLOB`). The rule runs over the frames in call order: the native
@@ -290,9 +294,11 @@ fn site_label(st: &format::Stack) -> Option<String> {
     Some(match site.in_.as_str() {
         site_list::PYTHON => {
             let f = st.python.get(site.index)?;
-            match f.line {
-                Some(l) => format!("{} ({}:{l})", f.function, base_name(&f.file)),
-                None => format!("{} ({})", f.function, base_name(&f.file)),
+            match (&f.display, f.line) {
+                (Some(d), Some(l)) => format!("{} ({d}, line {l})", f.function),
+                (Some(d), None) => format!("{} ({d})", f.function),
+                (None, Some(l)) => format!("{} ({}:{l})", f.function, base_name(&f.file)),
+                (None, None) => format!("{} ({})", f.function, base_name(&f.file)),
             }
         }
         _ => {
@@ -439,6 +445,8 @@ struct Writer<'a> {
     interpreter: Option<usize>,
     /// The owner of each (stack, memory kind) asked for.
     owner_of: HashMap<(u32, &'static str), String>,
+    /// The names the program gave its source files for people ([`crate::process::aliases`]).
+    aliases: HashMap<String, String>,
 }
 
 impl<'a> Writer<'a> {
@@ -465,6 +473,7 @@ impl<'a> Writer<'a> {
                 .and_then(|a| stack::locate(a, modules))
                 .map(|(m, _)| m),
             owner_of: HashMap::new(),
+            aliases: crate::process::aliases::all(),
         }
     }
 
@@ -660,11 +669,13 @@ impl<'a> Writer<'a> {
                     line: f.line,
                     function: f.function.into(),
                     entry: Some(f.entry),
+                    display: self.aliases.get(f.file).cloned(),
                 })
                 .collect(),
             site,
             owner: Some(owner),
             mixed,
+            origin: stack::origin_of(words).map(u64::from),
         }
     }
 }

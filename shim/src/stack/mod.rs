@@ -63,10 +63,23 @@
 //! cache and asks pthread for its stack bounds (for the main thread glibc reads
 //! `/proc/self/maps`); its first rule-cache miss allocates a 25 KiB CFI context.
 //!
-//! Modules loaded later (a dlopen of libtorch after start-up): when a *new* stack has an ip in
-//! no known module, the module list is refreshed (at most every 20 ms, and only when the
-//! loader's load/unload counters moved) and the stack captured again; a stack stored that way
-//! is flagged, and later hits on it retry the refresh.
+//! Modules loaded later (a dlopen of libtorch, an extension module imported or a library
+//! `ctypes.CDLL`'d after the first capture): when a *new* stack has an ip in no module the
+//! snapshot knows (a *miss*), the loader is asked whether a module it has now maps that ip
+//! (`phdr::loaded_at`, a walk of its list without allocating). If one does, the module list
+//! and its unwind tables are rebuilt at once (when the loader's load/unload counters moved)
+//! and the stack captured again, so a library loaded a moment ago unwinds through all its
+//! frames from its first allocation on. An ip no module maps (JIT code, a frame-pointer guess
+//! gone wrong) only asks for the rate-limited refresh (at most every 20 ms, and only when the
+//! counters moved). A stack stored with an unknown ip is flagged, and later hits on it retry the
+//! rate-limited refresh. The cost stays off the common path: a stack seen before is never a
+//! miss, and a new stack pays the walk only when it has an unknown ip. Rebuilds are bounded by
+//! the loader's loads and by `unwind::MAX_SNAPSHOTS`.
+//!
+//! There is no `dlopen` hook: `dlopen` looks a bare name up in the `DT_RUNPATH` of the object
+//! that called it (the return address), so a shim that interposed it would change which
+//! library a program loads; and a library loaded by another's `DT_NEEDED` or by the loader
+//! itself passes no hook anyway. The miss is what every such case has in common.
 //!
 //! # What the caller (the shim) must know
 //!
@@ -90,6 +103,7 @@
 //! - Only x86_64 unwinds; elsewhere [`capture`] returns `None`.
 
 mod cfi;
+pub mod origin;
 mod phdr;
 pub mod python;
 mod table;
@@ -147,9 +161,24 @@ pub fn is_tail(word: u64) -> bool {
     word & TAIL_MASK == TAIL_TAG
 }
 
+/// The tag of the word that ends a stack captured on a thread without Python frames while an
+/// origin was open ([`origin`]): `ORIGIN_TAG | stack id of the origin`. No ip and no Python
+/// frame's word has it.
+pub const ORIGIN_TAG: u64 = 0xc0df_0000_0000_0000;
+
+/// The stack id of the origin a stack from [`stacks`] was captured under, if any ([`origin`]).
+pub fn origin_of(words: &[u64]) -> Option<StackId> {
+    let &last = words.last()?;
+    (last & TAIL_MASK == ORIGIN_TAG).then_some(last as u32)
+}
+
 /// Splits a stack from [`stacks`] into its native ips and its Python frames (tagged words for
-/// [`python::decode`]).
+/// [`python::decode`]); its origin's word, if any ([`origin_of`]), is in neither.
 pub fn split(words: &[u64]) -> (&[u64], &[u64]) {
+    let words = match origin_of(words) {
+        Some(_) => &words[..words.len() - 1],
+        None => words,
+    };
     let n = words
         .iter()
         .position(|&w| is_tail(w))
@@ -201,13 +230,24 @@ fn configure_from_settings() {
 /// re-entry, when no frame could be unwound, or when the table is full (2^20 distinct stacks).
 ///
 /// Cost: see the module doc. Never panics by design, never blocks.
+///
+/// On a thread without Python frames while an origin is open ([`origin`]), the stack ends with
+/// the origin's word ([`ORIGIN_TAG`]): its id is that of the stack and the origin together.
 #[inline(never)]
 pub fn capture() -> Option<StackId> {
-    capture_with(Skip::OwnModule, DEPTH.load(Ordering::Relaxed))
+    capture_with(Skip::OwnModule, DEPTH.load(Ordering::Relaxed), true)
+}
+
+/// [`capture`] for an origin ([`origin::begin`]): the calling thread's stack, never marked
+/// with another origin (an origin's stack does not chain to the one before it).
+#[inline(never)]
+pub fn capture_origin() -> Option<StackId> {
+    CONFIGURED.call_once(configure_from_settings);
+    capture_with(Skip::OwnModule, DEPTH.load(Ordering::Relaxed), false)
 }
 
 #[inline(never)]
-fn capture_with(skip: Skip, depth: usize) -> Option<StackId> {
+fn capture_with(skip: Skip, depth: usize, with_origin: bool) -> Option<StackId> {
     let depth = depth.min(MAX_DEPTH);
     if depth == 0 {
         return None;
@@ -223,9 +263,16 @@ fn capture_with(skip: Skip, depth: usize) -> Option<StackId> {
     let _span = cost::begin(Metric::Stacks);
     // SAFETY: `python::capture` initialised the first `py_n` elements.
     let py = unsafe { std::slice::from_raw_parts(py.as_ptr() as *const u64, py_n) };
+    // Work done for another thread: a thread without Python frames of its own, while an
+    // origin is open (one relaxed load otherwise).
+    let origin = if py_n == 0 && with_origin {
+        origin::current()
+    } else {
+        None
+    };
     let mut snap = unwind::snapshot()?;
     unwind::with_thread(|cache, bounds| {
-        let mut buf = [MaybeUninit::<u64>::uninit(); 2 * MAX_DEPTH];
+        let mut buf = [MaybeUninit::<u64>::uninit(); 2 * MAX_DEPTH + 1];
         for attempt in 0..2 {
             let n = unwind::unwind(snap, cache, bounds, skip, &mut buf[..depth]);
             if n == 0 {
@@ -234,9 +281,14 @@ fn capture_with(skip: Skip, depth: usize) -> Option<StackId> {
             for (slot, &w) in buf[n..n + py_n].iter_mut().zip(py) {
                 slot.write(w);
             }
+            let mut len = n + py_n;
+            if let Some(id) = origin {
+                buf[len].write(ORIGIN_TAG | u64::from(id));
+                len += 1;
+            }
             // SAFETY: `unwind` initialised the first `n` elements, the loop above the next
-            // `py_n`.
-            let words = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u64, n + py_n) };
+            // `py_n`, and the origin's word the one after them when there is one.
+            let words = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u64, len) };
             let ips = &words[..n];
             let h = table::hash(words);
             if let Some((id, rec)) = table::lookup(h, words) {
@@ -247,12 +299,15 @@ fn capture_with(skip: Skip, depth: usize) -> Option<StackId> {
                 snap = unwind::snapshot()?;
                 continue;
             }
-            let unknown = ips.iter().any(|&ip| !snap.knows(ip));
-            if unknown && attempt == 0 && unwind::refresh(false) {
+            let unknown = ips.iter().find(|&&ip| !snap.knows(ip)).copied();
+            if let Some(ip) = unknown
+                && attempt == 0
+                && unwind::refresh_for_miss(ip)
+            {
                 snap = unwind::snapshot()?;
                 continue;
             }
-            let flags = if unknown {
+            let flags = if unknown.is_some() {
                 table::FLAG_UNKNOWN_MODULE
             } else {
                 0
@@ -370,6 +425,7 @@ pub fn invalidate_modules() {
 pub fn after_fork_child() {
     table::reset_after_fork();
     unwind::reset_after_fork();
+    origin::reset_after_fork();
     python::reset_after_fork();
     HISTORY.lock.unlock();
 }

@@ -72,6 +72,42 @@ pub(crate) fn load_counters() -> (u64, u64) {
     counters
 }
 
+/// Whether a module the loader has now maps `addr` in one of its `PT_LOAD` segments: what
+/// tells an address in a library loaded since the last snapshot (worth a rebuild) from JIT code
+/// or a garbage frame (not). Walks the loader's list (its `dl_load_write_lock` held), stopping
+/// at the first match; reads only mapped program headers and allocates nothing.
+pub(crate) fn loaded_at(addr: u64) -> bool {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: `data` points at the `(u64, bool)` below; the loader passes a valid `info`
+        // whose `dlpi_phnum` program headers at `dlpi_phdr` are mapped during the callback.
+        unsafe {
+            let (addr, found) = &mut *(data as *mut (u64, bool));
+            let info = &*info;
+            if info.dlpi_phdr.is_null() {
+                return 0;
+            }
+            let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+            let hit = phdrs.iter().any(|p| {
+                let start = info.dlpi_addr.wrapping_add(p.p_vaddr);
+                p.p_type == libc::PT_LOAD && start <= *addr && *addr - start < p.p_memsz
+            });
+            if hit {
+                *found = true;
+                return 1;
+            }
+        }
+        0
+    }
+    let mut state = (addr, false);
+    // SAFETY: the callback only reads the headers it is given and writes the tuple.
+    unsafe { libc::dl_iterate_phdr(Some(cb), &mut state as *mut _ as *mut c_void) };
+    state.1
+}
+
 /// Reads what this module needs from the mapped program headers of `info`.
 pub(crate) fn describe(info: &libc::dl_phdr_info) -> Option<Mapped> {
     if info.dlpi_phdr.is_null() || info.dlpi_phnum == 0 {
@@ -228,6 +264,9 @@ mod tests {
             .expect("libc");
         assert!(libc.eh_frame_svma.is_some());
         assert!(libc.build_id.as_ref().is_some_and(|b| b.len() >= 8));
+        assert!(loaded_at(here) && loaded_at(main.start) && !loaded_at(main.end + (1 << 40)));
+        let on_stack = &mods as *const _ as u64;
+        assert!(!loaded_at(on_stack), "the stack is no module");
         let (adds, subs) = load_counters();
         assert!(adds as usize >= mods.len() && subs <= adds, "{adds} {subs}");
     }

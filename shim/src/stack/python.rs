@@ -1022,6 +1022,12 @@ pub fn decode<'a>(word: u64, codes: &'a [&'static Code]) -> PyFrame<'a> {
     }
 }
 
+/// A frame's word (code id, line; not an entry), for the stack module's tests.
+#[cfg(test)]
+pub(crate) fn tests_word(id: u64, line: i32) -> u64 {
+    word(id, line, false)
+}
+
 /// Clears the code table's insert lock in a forked child.
 pub(crate) fn reset_after_fork() {
     CODE_LOCK.unlock();
@@ -1098,6 +1104,7 @@ mod tests {
                 std::hint::black_box(super::super::capture_with(
                     super::super::Skip::Frames(0),
                     32,
+                    true,
                 ));
             }));
             configure(Mode::Off);
@@ -1105,6 +1112,7 @@ mod tests {
                 std::hint::black_box(super::super::capture_with(
                     super::super::Skip::Frames(0),
                     32,
+                    true,
                 ));
             }));
             configure(Mode::Own);

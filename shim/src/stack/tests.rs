@@ -123,7 +123,7 @@ struct Probe {
 extern "C" fn probe_cb(arg: *mut c_void) {
     // SAFETY: arg is the Probe passed to chain_entry.
     let p = unsafe { &mut *(arg as *mut Probe) };
-    p.ours = capture_with(Skip::Frames(0), p.depth);
+    p.ours = capture_with(Skip::Frames(0), p.depth, true);
     p.theirs = libgcc_backtrace();
 }
 
@@ -149,23 +149,11 @@ fn common_suffix(a: &[u64], b: &[u64]) -> usize {
 #[test]
 fn unwinds_through_code_without_frame_pointers_like_libgcc() {
     let c = chain();
-    // The library was loaded after the snapshot: the first capture may be stored before the
-    // rate-limited refresh lets the unwinder see it. Within a few refresh intervals it must.
-    let mut ours = Vec::new();
-    let mut theirs = Vec::new();
-    for _ in 0..20 {
-        let p = run_chain(MAX_DEPTH);
-        ours = ips_of(p.ours.expect("captured"));
-        theirs = p.theirs;
-        let in_chain = ours
-            .iter()
-            .filter(|&&ip| c.range.0 <= ip && ip < c.range.1)
-            .count();
-        if in_chain >= CHAIN + 2 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
+    // The library was loaded after the snapshot: its first capture misses, finds the library
+    // loaded, rebuilds the module list and unwinds through it at once.
+    let p = run_chain(MAX_DEPTH);
+    let ours = ips_of(p.ours.expect("captured"));
+    let theirs = p.theirs;
     let in_chain = ours
         .iter()
         .filter(|&&ip| c.range.0 <= ip && ip < c.range.1)
@@ -195,12 +183,12 @@ fn same_site_same_id_other_site_other_id_and_depth_limit() {
         std::thread::sleep(std::time::Duration::from_millis(25));
     }
     assert_eq!(ids[3..], [ids[3]; 3], "{ids:?}");
-    let other = capture_with(Skip::Frames(0), MAX_DEPTH);
+    let other = capture_with(Skip::Frames(0), MAX_DEPTH, true);
     assert!(other.is_some());
     assert_ne!(other, Some(ids[5]));
     let short = run_chain(5).ours.unwrap();
     assert_eq!(ips_of(short).len(), 5);
-    assert_eq!(capture_with(Skip::Frames(0), 0), None);
+    assert_eq!(capture_with(Skip::Frames(0), 0, true), None);
 }
 
 #[test]
@@ -221,7 +209,7 @@ fn many_threads_agree() {
                         extern "C" fn cb(arg: *mut c_void) {
                             // SAFETY: arg is the Probe below.
                             let p = unsafe { &mut *(arg as *mut Probe) };
-                            p.ours = capture_with(Skip::Frames(0), p.depth);
+                            p.ours = capture_with(Skip::Frames(0), p.depth, true);
                         }
                         // SAFETY: chain_entry calls cb with the pointer it is given.
                         unsafe { (chain().entry)(cb, &mut p as *mut _ as *mut c_void) };
@@ -270,13 +258,13 @@ fn capture_in_thread_local_destructor_is_safe() {
     impl Drop for D {
         fn drop(&mut self) {
             // Our own thread state may already be gone; must not crash or hang.
-            let _ = capture_with(Skip::Frames(0), 16);
+            let _ = capture_with(Skip::Frames(0), 16, true);
         }
     }
     thread_local!(static EARLY: D = const { D });
     std::thread::spawn(|| {
         EARLY.with(|_| {});
-        let _ = capture_with(Skip::Frames(0), 16); // registers our state's destructor after D's
+        let _ = capture_with(Skip::Frames(0), 16, true); // registers our state's destructor after D's
     })
     .join()
     .unwrap();
@@ -310,14 +298,14 @@ fn bench_capture() {
         let skip = Skip::Frames(b.skip);
         let mut id = None;
         for _ in 0..1000 {
-            id = capture_with(skip, b.depth);
+            id = capture_with(skip, b.depth, true);
         }
         b.frames = ips_of(id.unwrap()).len();
         let snap = unwind::snapshot().unwrap();
         for _ in 0..ROUNDS {
             let t = std::time::Instant::now();
             for _ in 0..ITERS {
-                std::hint::black_box(capture_with(skip, b.depth));
+                std::hint::black_box(capture_with(skip, b.depth, true));
             }
             b.capture.push(per_iter(t, ITERS));
             // The unwind alone, without hash and table probe.
@@ -380,14 +368,14 @@ fn capture_on_an_alternate_signal_stack_gives_up_safely() {
     // read outside them (it returns None instead of crashing).
     static RESULT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(7);
     extern "C" fn handler(_: c_int) {
-        let r = capture_with(Skip::Frames(0), 32);
+        let r = capture_with(Skip::Frames(0), 32, true);
         RESULT.store(
             r.map_or(u32::MAX, |_| 1),
             std::sync::atomic::Ordering::SeqCst,
         );
     }
     std::thread::spawn(|| {
-        let _ = capture_with(Skip::Frames(0), 8); // thread state and bounds exist
+        let _ = capture_with(Skip::Frames(0), 8, true); // thread state and bounds exist
         let mut stack = vec![0u8; 1 << 16];
         // SAFETY: a valid alternate stack for this thread and a handler that only captures;
         // both are undone before `stack` is freed.
@@ -442,7 +430,7 @@ fn after_dlclose_and_invalidate_the_module_list_is_rebuilt() {
     assert!(st.success());
     extern "C" fn cb(arg: *mut c_void) {
         // SAFETY: arg is the Option<StackId> below.
-        unsafe { *(arg as *mut Option<StackId>) = capture_with(Skip::Frames(0), 64) };
+        unsafe { *(arg as *mut Option<StackId>) = capture_with(Skip::Frames(0), 64, true) };
     }
     let path = CString::new(lib.to_str().unwrap()).unwrap();
     let before = unwind::snapshot().unwrap() as *const _;
@@ -453,17 +441,24 @@ fn after_dlclose_and_invalidate_the_module_list_is_rebuilt() {
         let f: extern "C" fn(extern "C" fn(*mut c_void), *mut c_void) =
             std::mem::transmute(libc::dlsym(h, c"call_back".as_ptr()));
         let mut id: Option<StackId> = None;
-        // Module list rebuilds are rate-limited (one per 20 ms): let the window pass so the
-        // capture below sees the library just loaded.
-        std::thread::sleep(std::time::Duration::from_millis(30));
+        // No wait: the capture's miss on the library just loaded rebuilds the module list.
         f(cb, &mut id as *mut _ as *mut c_void);
-        assert!(id.is_some());
+        let ips = ips_of(id.expect("captured"));
+        let at = f as usize as u64;
+        assert!(
+            ips.iter().any(|&ip| ip >= at && ip < at + 64),
+            "call_back's frame is in the stack: {ips:x?}"
+        );
+        assert!(
+            unwind::snapshot().unwrap().knows(at),
+            "the library just loaded is in the snapshot"
+        );
         assert_eq!(libc::dlclose(h), 0);
     }
     invalidate_modules();
     let after = unwind::snapshot().expect("rebuilt") as *const _;
     assert_ne!(before, after, "a new snapshot after invalidate");
-    assert!(capture_with(Skip::Frames(0), 32).is_some());
+    assert!(capture_with(Skip::Frames(0), 32, true).is_some());
     // The unloaded library is still listed (from the history), after the loaded ones.
     let mods = modules();
     assert!(
@@ -473,15 +468,31 @@ fn after_dlclose_and_invalidate_the_module_list_is_rebuilt() {
 }
 
 #[test]
+fn an_origins_word_ends_a_stack_and_is_neither_an_ip_nor_a_python_frame() {
+    let py = python::tests_word(3, 42);
+    let with_both = [0x1000, 0x2000, py, ORIGIN_TAG | 17];
+    assert_eq!(origin_of(&with_both), Some(17));
+    assert_eq!(split(&with_both), (&with_both[..2], &with_both[2..3]));
+    let native_only = [0x1000, ORIGIN_TAG | 5];
+    assert_eq!(origin_of(&native_only), Some(5));
+    assert_eq!(split(&native_only), (&native_only[..1], &[][..]));
+    let plain = [0x1000, py];
+    assert_eq!(origin_of(&plain), None);
+    assert_eq!(split(&plain), (&plain[..1], &plain[1..]));
+    assert_eq!(origin_of(&[]), None);
+    assert!(!is_tail(ORIGIN_TAG | 5));
+}
+
+#[test]
 fn capture_works_in_a_forked_child() {
-    let _ = capture_with(Skip::Frames(0), 16);
+    let _ = capture_with(Skip::Frames(0), 16, true);
     // SAFETY: the child only captures, writes one byte and _exits.
     unsafe {
         let pid = libc::fork();
         assert!(pid >= 0);
         if pid == 0 {
             after_fork_child();
-            let ok = capture_with(Skip::Frames(0), 16).is_some() && !stacks().is_empty();
+            let ok = capture_with(Skip::Frames(0), 16, true).is_some() && !stacks().is_empty();
             libc::_exit(if ok { 0 } else { 1 });
         }
         let mut status = 0;

@@ -5,8 +5,10 @@
 //! Snapshot: an immutable [`Snapshot`] published through an `AtomicPtr`; readers load it and use
 //! it with no lock. A refresh builds a new one under a try-lock and publishes it; old snapshots
 //! are leaked (a reader may still hold one), which is bounded: a refresh happens only when the
-//! loader's add/remove counters moved, at most once per [`REFRESH_INTERVAL_NS`] (unless forced
-//! after a `dlclose`), and at most [`MAX_SNAPSHOTS`] times (each costs about 80 bytes a module).
+//! loader's add/remove counters moved, at most once per [`REFRESH_INTERVAL_NS`] (unless forced:
+//! after a `dlclose`, or by a miss on an address a newly loaded module maps,
+//! [`refresh_for_miss`]), and at most [`MAX_SNAPSHOTS`] times (each costs about 80 bytes a
+//! module).
 //!
 //! Per thread: a 128 KiB rule cache, a gimli CFI evaluation context (about 25 KiB, made at the
 //! first cache miss; it never allocates while evaluating), the thread's stack bounds (so stack
@@ -174,6 +176,27 @@ pub(crate) fn refresh(force: bool) -> bool {
     }
     REFRESH_LOCK.unlock();
     published
+}
+
+/// After a capture met `ip` in no module of the current snapshot: rebuilds the snapshot at
+/// once when a module the loader has now maps `ip` (a library loaded since), else as
+/// [`refresh`] does, rate-limited. Returns whether a new snapshot was published.
+pub(crate) fn refresh_for_miss(ip: u64) -> bool {
+    if !phdr::loaded_at(ip) {
+        return refresh(false);
+    }
+    // Another thread may be rebuilding (a bounded walk of the loader's list): wait for it,
+    // a bounded time, and take its snapshot when it knows `ip`.
+    if !REFRESH_LOCK.lock_bounded() {
+        return false;
+    }
+    REFRESH_LOCK.unlock();
+    let current = SNAPSHOT.load(Ordering::Acquire);
+    // SAFETY: published snapshots are never freed.
+    if !current.is_null() && !STALE.load(Ordering::Relaxed) && unsafe { (*current).knows(ip) } {
+        return true;
+    }
+    refresh(true)
 }
 
 /// After a dlclose: the next capture rebuilds the module list before unwinding.

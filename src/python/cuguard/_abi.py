@@ -92,6 +92,9 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
         "cuguard_end_expect": ([], ctypes.c_int32),
         "cuguard_end_begin": ([ctypes.c_char_p, ctypes.c_char_p, c_char_pp], ctypes.c_int32),
         "cuguard_end_classify": ([ctypes.c_char_p], ctypes.c_int32),
+        "cuguard_origin_begin": ([ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int32),
+        "cuguard_origin_end": ([ctypes.c_uint64], ctypes.c_int32),
+        "cuguard_file_alias": ([ctypes.c_char_p, ctypes.c_char_p], ctypes.c_int32),
         "cuguard_free": ([ctypes.c_void_p], None),
     }
     for name, (args, res) in sigs.items():
@@ -277,3 +280,7 @@ def end_classify(classification: Dict[str, Any]) -> None:
     """Sends what holds each allocation live at the end."""
     dll = lib()
     check(dll, dll.cuguard_end_classify(json.dumps(classification).encode()), "end")
+def file_alias(file: str, display: str) -> None:
+    """Names source file ``file`` ``display`` in the reports written from now on."""
+    dll = lib()
+    check(dll, dll.cuguard_file_alias(os.fsencode(file), display.encode("utf-8")), "file alias")

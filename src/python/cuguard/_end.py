@@ -121,3 +121,19 @@ def _watch_ipython(module: Any) -> None:
 
     atexit_operations._cuguard = True  # type: ignore[attr-defined]
     shell.atexit_operations = atexit_operations
+
+    # Cells named as IPython names them (`Cell In[2], line 5`) in every report, without
+    # `%load_ext cuguard`.
+    init = shell.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        try:
+            from . import _cells
+
+            _cells.install(self)
+        except Exception:
+            pass
+
+    shell.__init__ = __init__

@@ -2,7 +2,8 @@
 
 - `%cuguard`: what this kernel holds now, inline: per device, its contexts and the live
   allocations grouped by owner (the program, a framework's cache, a library) and site (the
-  Python line, or native function, that made them), largest first, each with a bar of its share.
+  Python line, or native function, that made them; a notebook cell's line as IPython names it,
+  `Cell In[2], line 5`), largest first, each with a bar of its share.
   HTML in a notebook, text in a terminal. It reads `cuguard.snapshot()`.
 - `%cuguard snapshot PATH`: writes the report as it stands now to PATH.
 - `%cuguard holders [--min-bytes SIZE]`: which names (module globals, a frame's locals, the
@@ -15,7 +16,7 @@ The kernel must run under the shim: a kernel spec from `cuguard jupyter install-
 import html
 import shlex
 from collections import defaultdict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._units import human_bytes, parse_size
 
@@ -36,8 +37,15 @@ _TOP = 15
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """`%load_ext cuguard`: registers the `%cuguard` line magic."""
+    """`%load_ext cuguard`: registers the `%cuguard` line magic, and names the kernel's cells for
+    the shim as IPython names them (`Cell In[2]`, `cuguard._cells`)."""
     ipython.register_magic_function(cuguard_magic, magic_kind="line", magic_name="cuguard")
+    from . import _cells
+
+    try:
+        _cells.install(ipython)
+    except Exception:  # naming cells is a nicety; the magic works without it
+        pass
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -75,7 +83,7 @@ def cuguard_magic(line: str) -> None:
     command = words[0] if words else ""
     try:
         if command == "":
-            display(holdings_view(cuguard.snapshot(held=True)))
+            display(holdings_view(cuguard.snapshot(held=True), _cell_names()))
         elif command == "snapshot":
             if len(words) != 2:
                 raise UsageError(f"%cuguard snapshot takes one PATH\n{_USAGE}")
@@ -109,18 +117,39 @@ def cuguard_magic(line: str) -> None:
 
 # --- what the kernel holds ----------------------------------------------------------------------
 
+#: A file's name for people (`Cell In[2]`), or None: how a frame's file is shown.
+NameOf = Callable[[str], Optional[str]]
 
-def _frame_text(frame: Dict[str, Any]) -> str:
+
+def _cell_names() -> Optional[NameOf]:
+    """This shell's names of its cells (`cuguard._cells.display_name`), when there is a shell."""
+    try:
+        from IPython import get_ipython
+
+        from . import _cells
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None:
+        return None
+    return lambda file: _cells.display_name(shell, file)
+
+
+def _frame_text(frame: Dict[str, Any], name_of: Optional[NameOf] = None) -> str:
     function = frame.get("function") or "?"
     file = frame.get("file")
+    line = frame.get("line")
+    display = frame.get("display") or (name_of(file) if name_of and file else None)
+    if display:
+        return f"{function} ({display}, line {line})" if line else f"{function} ({display})"
     if file:
-        where = f"{file.rsplit('/', 1)[-1]}:{frame.get('line')}" if frame.get("line") else file
+        where = f"{file.rsplit('/', 1)[-1]}:{line}" if line else file
         return f"{function} ({where})"
     module = frame.get("module")
     return f"{function} ({module.rsplit('/', 1)[-1]})" if module else function
 
 
-def _site_of(stack: Optional[Dict[str, Any]]) -> str:
+def _site_of(stack: Optional[Dict[str, Any]], name_of: Optional[NameOf] = None) -> str:
     if not stack:
         return "(no stack)"
     site = stack.get("site")
@@ -128,9 +157,9 @@ def _site_of(stack: Optional[Dict[str, Any]]) -> str:
         frames = stack.get("python" if site.get("in") == "python" else "frames") or []
         index = site.get("index")
         if isinstance(index, int) and 0 <= index < len(frames):
-            return _frame_text(frames[index])
+            return _frame_text(frames[index], name_of)
     for frame in stack.get("python") or stack.get("frames") or []:
-        return _frame_text(frame)
+        return _frame_text(frame, name_of)
     return "(no frame)"
 
 
@@ -148,7 +177,7 @@ class _Device:
         return sum(size for size, _ in self.rows.values())
 
 
-def _devices(report: Dict[str, Any]) -> List[_Device]:
+def _devices(report: Dict[str, Any], name_of: Optional[NameOf] = None) -> List[_Device]:
     devices: Dict[int, _Device] = {}
 
     def device(ordinal: Any) -> _Device:
@@ -179,7 +208,7 @@ def _devices(report: Dict[str, Any]) -> List[_Device]:
             continue
         owner = a.get("owner") or "program"
         owner_text = str(labels.get(owner) or owner)
-        site = _site_of(stacks.get(a.get("stack")))
+        site = _site_of(stacks.get(a.get("stack")), name_of)
         c = classes.get(a.get("address"))
         if c is not None and c.get("class") == "cache" and c.get("blocks"):
             # Inside a cache: its live blocks at the lines that allocated them, and its idle.
@@ -203,9 +232,10 @@ def _devices(report: Dict[str, Any]) -> List[_Device]:
     return [devices[k] for k in sorted(devices)]
 
 
-def holdings_view(report: Dict[str, Any]) -> _Text:
-    """What the report says the process holds now, by device, owner and site."""
-    devices = _devices(report)
+def holdings_view(report: Dict[str, Any], name_of: Optional[NameOf] = None) -> _Text:
+    """What the report says the process holds now, by device, owner and site (a file `name_of`
+    names, a notebook cell, shown by that name)."""
+    devices = _devices(report, name_of)
     process = report.get("process") or {}
     head = f"cuguard: what process {process.get('pid', '?')} holds now"
     text = [head]

@@ -119,6 +119,13 @@ site_rules![
     (Framework, "module:*/jax_plugins/*"),
     (Framework, "file:*/jax/*"),
     (Framework, "file:*/jaxlib/*"),
+    // IPython and Jupyter's kernel: the machinery that runs a notebook's cells, never the
+    // user's line (the cell is).
+    (Framework, "file:*/IPython/*"),
+    (Framework, "file:*/ipykernel/*"),
+    // cuguard's own Python package where it sits on a stack: the wrapper that opens an origin
+    // around PyTorch's backward pass (`cuguard/_origin.py`), whose caller is the user's line.
+    (NeverSite, "file:*/cuguard/_origin.py"),
     // Binding layers, the C/C++ and Rust runtimes, the Python interpreter and its standard
     // library: never the user's line.
     (NeverSite, "function:nanobind::*"),

@@ -33,9 +33,9 @@
 //!   them: cudarc, cuda-python), CUDA libraries, the frameworks' allocators (PyTorch's caching
 //!   allocators, RMM's memory resources, CuPy's memory module, XLA's allocators, numba's driver
 //!   module), binding layers, the C/C++ and Rust runtimes, the Python interpreter and its
-//!   standard library;
+//!   standard library, and cuguard's own Python wrapper of PyTorch's backward pass;
 //! - [`Tier::Framework`]: framework internals, not the user's code (PyTorch, RMM/cuDF, CuPy,
-//!   numba, JAX/XLA);
+//!   numba, JAX/XLA, and IPython and ipykernel, which run a notebook's cells);
 //! - [`Tier::Operation`]: framework frames that name the operation that asked (PyTorch's autograd
 //!   nodes, `…Backward0::apply`; cuDF's public functions; an XLA executable's run);
 //! - no tier: the user's own frame.
