@@ -24,6 +24,13 @@ if [ -z "${NO_PYTEST:-}" ]; then
     > "$OUT/pytest-cached.txt" 2>&1
   echo "rc=$?" >> "$OUT/pytest-cached.txt"
 fi
+# dask-cuda: two snapshots around releasing a future that holds a 512 MiB CuPy array.
+if [ -z "${NO_DASK:-}" ] && [ -d .whl ]; then
+  [ -d /tmp/site/dask_cuda ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+  PYTHONPATH=$PYTHONPATH:/tmp/site PATH=$PWD/.gpu:$PATH timeout 300 python3 $E/dask_future.py "$OUT" > "$OUT/dask.log" 2>&1
+  echo "rc=$?" >> "$OUT/dask.log"
+  for s in before after; do $C summary "$OUT/dask-$s.json" > "$OUT/dask-$s.summary.txt" 2>&1; done
+fi
 if [ -z "${NO_COST:-}" ]; then
   for round in 1 2 3; do
     for view in 1 0; do
@@ -34,6 +41,8 @@ if [ -z "${NO_COST:-}" ]; then
     echo "round $round bare step_ms $ms" | tee -a "$OUT/cost.txt"
   done
 fi
+for s in before after; do [ -f "$OUT/dask-$s.summary.txt" ] && { echo "=== dask $s"; grep -A4 "inside the caches" "$OUT/dask-$s.summary.txt"; grep "the end" "$OUT/dask-$s.summary.txt"; }; done
+tail -n 5 "$OUT/dask.log" 2>/dev/null
 [ -f "$OUT/pytest-cached.txt" ] && grep -E "^(FAILED|PASSED)|cuguard: this test|  [0-9.]+ [KMG]iB  |passed|failed|rc=" "$OUT/pytest-cached.txt"
 for case in ${CASES:-torch_keep cupy_keep}; do echo "=== $case"; sed -n '1,/^sites/p' "$OUT/$case.summary.txt"; tail -n 4 "$OUT/$case.check.txt" "$OUT/$case.check-held.txt"; done
 (cd "$OUT" && tar czf reports.tgz *.json && rm -f *.json)

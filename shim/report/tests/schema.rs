@@ -420,6 +420,7 @@ fn full_report(reason: Reason) -> Report {
                         line: Some(7),
                         function: "step".into(),
                         entry: Some(true),
+                        display: Some("Cell In[4]".into()),
                     }],
                 }],
             }],
