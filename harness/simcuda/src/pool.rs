@@ -158,7 +158,8 @@ pub fn release_held(st: &mut State, which: impl Fn(&Alloc) -> bool) {
     if st.held.is_empty() {
         return;
     }
-    let (go, stay): (Vec<Alloc>, Vec<Alloc>) = std::mem::take(&mut st.held).into_iter().partition(which);
+    let (go, stay): (Vec<Alloc>, Vec<Alloc>) =
+        std::mem::take(&mut st.held).into_iter().partition(which);
     st.held = stay;
     for a in go {
         memory::drop_live(st, &a);

@@ -54,6 +54,12 @@ fn as_ref(p: usize) -> &'static Pool {
     unsafe { &*(p as *const Pool) }
 }
 
+/// The pool at address `p`, an address a pool gave its device (`Device::chunk_added`,
+/// `Device::frees_waiting`): pools are never freed.
+pub fn pool_at(p: usize) -> &'static Pool {
+    as_ref(p)
+}
+
 /// Whether any pool was ever created.
 #[inline]
 pub fn any() -> bool {
@@ -256,6 +262,7 @@ pub fn reset_after_fork() {
     ANY.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
     super::cache::reset_after_fork();
+    super::giveback::reset_after_fork();
     super::peers::reset_after_fork();
     super::stream_reuse::reset_after_fork();
 }
