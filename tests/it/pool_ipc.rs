@@ -52,7 +52,11 @@ fn a_pooled_allocation_exported_is_opened_at_its_own_address_with_its_bytes() {
         for receiver in ["shim", "plain"] {
             let what = format!("{size} bytes, receiver {receiver}");
             let bare = lines(
-                &run(sim_command(&program).arg(size.to_string()).arg(receiver), true).stdout,
+                &run(
+                    sim_command(&program).arg(size.to_string()).arg(receiver),
+                    true,
+                )
+                .stdout,
             );
             let dir = scratch_dir(&format!("ipc-{size}-{receiver}"));
             let report = dir.join("r.json");
@@ -67,8 +71,16 @@ fn a_pooled_allocation_exported_is_opened_at_its_own_address_with_its_bytes() {
             );
             let pooled = lines(&out.stdout);
             for (k, v) in SHARED {
-                assert_eq!(bare.get(k).map(String::as_str), Some(v), "bare, {what}: {k}");
-                assert_eq!(pooled.get(k).map(String::as_str), Some(v), "pool, {what}: {k}");
+                assert_eq!(
+                    bare.get(k).map(String::as_str),
+                    Some(v),
+                    "bare, {what}: {k}"
+                );
+                assert_eq!(
+                    pooled.get(k).map(String::as_str),
+                    Some(v),
+                    "pool, {what}: {k}"
+                );
             }
             assert_eq!(bare["receive.preloaded"], "0");
             assert_eq!(
@@ -79,12 +91,20 @@ fn a_pooled_allocation_exported_is_opened_at_its_own_address_with_its_bytes() {
             assert!(String::from_utf8_lossy(&out.stderr).is_empty(), "{what}");
             // A receiver under the shim writes its own report beside the exporter's.
             let reports = reports_in(&dir);
-            assert_eq!(reports.len(), if receiver == "shim" { 2 } else { 1 }, "{what}");
+            assert_eq!(
+                reports.len(),
+                if receiver == "shim" { 2 } else { 1 },
+                "{what}"
+            );
             let r = reports
                 .into_iter()
                 .find(|r| r["process"]["argv"][1] != "receive")
                 .unwrap();
-            assert!(r["events"].as_array().unwrap().is_empty(), "{what}: {}", r["events"]);
+            assert!(
+                r["events"].as_array().unwrap().is_empty(),
+                "{what}: {}",
+                r["events"]
+            );
             // Kept by nothing but the exported block: given back when it was freed, although
             // the keep would have held it.
             let pool = &r["stats"]["devices"][0]["pool"];
@@ -109,7 +129,9 @@ fn a_pooled_allocation_that_shares_its_chunk_is_refused_with_a_clear_line() {
     assert_eq!(lines(&out.stdout)["export.handle"], "801");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("cuIpcGetMemHandle refused for a pooled pointer: the allocation shares a chunk"),
+        stderr.contains(
+            "cuIpcGetMemHandle refused for a pooled pointer: the allocation shares a chunk"
+        ),
         "{stderr}"
     );
     let r = read_report(&report);

@@ -361,10 +361,16 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
         if self.dead() {
             return None;
         }
-        let mark = self.free_mark();
         let arena = arena % ARENAS;
         let mut g = lock(&self.arenas[arena]);
-        if !g.lent.is_empty() && g.lent.contains(&addr) {
+        let lent = !g.lent.is_empty() && g.lent.contains(&addr);
+        // An address this arena does not hold is not its free: no mark is taken for it (taking
+        // one may arm the stream rule's guard, `Device::reuse_on_stream`).
+        if !lent && g.sub.granted(addr).is_none() && g.sub.chunk_containing(addr).is_none() {
+            return None;
+        }
+        let mark = self.free_mark();
+        if lent {
             // Lent to a thread cache: live there (freed by another thread), or cached there
             // (freed twice).
             let Some(block) = self.claim_live(addr) else {
@@ -497,7 +503,9 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
     /// For a thread of the implementor's, off the program's threads, with the pool's context
     /// current: retires the fences that completed, releases the frees they cover, gives idle
     /// chunks beyond the keep back to the device (without waiting), and, with `fence`, records a
-    /// fence for frees that wait without one. Arenas busy now are left for the next call.
+    /// fence for frees that wait without one when their release could take the arena's idle
+    /// bytes beyond its keep, or give an exported chunk back. Arenas busy now are left for the
+    /// next call.
     /// Returns whether frees still wait (or an arena was busy).
     ///
     /// # Time Complexity
@@ -521,7 +529,15 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
             g.after_release(self);
             if let Some(&(newest, _, _)) = g.pending.back() {
                 waiting = true;
-                if fence && !g.fences.covers(newest) {
+                // Only frees whose release could make the arena trim are worth a fence of its
+                // own: others wait, as before, for the program's next fence (a fence recorded
+                // early would leave the pool's completed mark short of later work, and the
+                // stream rule less often applicable).
+                let could_trim =
+                    policy::trim_due(g.sub.stats().idle_bytes + g.pending_bytes, g.keep)
+                        || (!g.exported.is_empty()
+                            && g.pending.iter().any(|p| g.exported.contains(&p.1)));
+                if fence && could_trim && !g.fences.covers(newest) {
                     g.fence(self);
                 }
             }

@@ -279,6 +279,31 @@ fn waiting_frees_are_told_once_and_tending_gives_their_chunk_back_when_the_work_
 }
 
 #[test]
+fn tending_fences_only_frees_whose_release_could_go_beyond_the_keep() {
+    let pool = new_pool(
+        1 << 30,
+        Settings {
+            keep: ARENAS as u64 * 4 * MIB,
+            ..Settings::default()
+        },
+    );
+    let a = pool.alloc(0, MIB, None).unwrap();
+    let b = pool.alloc(0, 8 * MIB, None).unwrap();
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.free(0, a), Some(Ok(None)));
+    assert!(pool.tend(true));
+    assert_eq!(
+        pool.stats().fences,
+        0,
+        "1 MiB pending is within the arena's 4 MiB keep"
+    );
+    assert_eq!(pool.free(0, b), Some(Ok(None)));
+    assert!(pool.tend(true));
+    assert_eq!(pool.stats().fences, 1, "9 MiB pending is beyond it");
+    assert!(fake(&pool).violations.is_empty());
+}
+
+#[test]
 fn tending_neither_fences_during_a_capture_nor_touches_a_dead_pool() {
     let pool = new_pool(1 << 30, Settings::default());
     let a = pool.alloc(0, MIB, None).unwrap();
