@@ -404,12 +404,12 @@ fn run(g: &'static Giveback) {
 /// Picks the next piece of work, marking the thread busy with it; `None` when there is none now.
 fn next_work(st: &mut State) -> Option<Work> {
     let capturing = fence::capturing();
-    if !capturing || st.relaxed {
-        if let Some(i) = st.queue.iter().position(|j| !st.closing.contains(&j.ctx)) {
-            let job = st.queue.remove(i)?;
-            st.busy = Some(Busy::Free(job));
-            return Some(Work::Free(job));
-        }
+    if (!capturing || st.relaxed)
+        && let Some(i) = st.queue.iter().position(|j| !st.closing.contains(&j.ctx))
+    {
+        let job = st.queue.remove(i)?;
+        st.busy = Some(Busy::Free(job));
+        return Some(Work::Free(job));
     }
     if capturing || st.watched.is_empty() {
         return None;
