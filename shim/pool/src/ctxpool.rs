@@ -263,6 +263,12 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
         if self.settings.unsafe_reuse {
             return mark;
         }
+        self.stream_rule_mark(mark)
+    }
+
+    /// `mark`, or 0 when it is not covered yet and the stream rule lets the block be reused now.
+    #[inline]
+    fn stream_rule_mark(&self, mark: u64) -> u64 {
         let completed = self.completed.load(Acquire);
         if mark > completed && self.device.reuse_on_stream(completed) {
             self.stream_reuses.fetch_add(1, Relaxed);
@@ -364,12 +370,15 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
         let arena = arena % ARENAS;
         let mut g = lock(&self.arenas[arena]);
         let lent = !g.lent.is_empty() && g.lent.contains(&addr);
-        // An address this arena does not hold is not its free: no mark is taken for it (taking
-        // one may arm the stream rule's guard, `Device::reuse_on_stream`).
-        if !lent && g.sub.granted(addr).is_none() && g.sub.chunk_containing(addr).is_none() {
-            return None;
+        let mut mark = self.device.submissions();
+        if mark > self.completed.load(Acquire) && !self.settings.unsafe_reuse {
+            // Asking the stream rule may arm its guard (`Device::reuse_on_stream`): not for an
+            // address this arena does not hold (a free of the driver's own allocation).
+            if !lent && g.sub.granted(addr).is_none() && g.sub.chunk_containing(addr).is_none() {
+                return None;
+            }
+            mark = self.stream_rule_mark(mark);
         }
-        let mark = self.free_mark();
         if lent {
             // Lent to a thread cache: live there (freed by another thread), or cached there
             // (freed twice).

@@ -49,8 +49,9 @@
 //! - Under pressure, the pool's slow path [`settle`]s a context's queue: its chunks are freed on
 //!   the calling thread, after the thread's current free of that context.
 //! - Exit ([`stop_for_exit`], at the start of the final report): the thread stops after the call
-//!   it is in (waiting up to [`EXIT_WAIT`]), so that it makes no driver call while the CUDA
-//!   runtime and the driver tear down; chunks still queued go with the process. A chunk trimmed
+//!   it is in (the exit waits up to [`EXIT_WAIT`] for it, a fatal signal's report does not), so
+//!   that it makes no driver call while the CUDA runtime and the driver tear down; chunks still
+//!   queued go with the process. A chunk trimmed
 //!   later is given back with `cuMemFreeAsync`, as when no thread can be started.
 //! - Fork: the child forgets the parent's queue and pools (they belong to a context the child
 //!   cannot use); the state is replaced, the old one leaked (its lock may be held by a thread
@@ -308,9 +309,9 @@ pub fn capture_beginning() {
     }
 }
 
-/// The process is ending: the thread stops after the call it is in (waiting up to
-/// [`EXIT_WAIT`]); chunks trimmed from now on are not queued.
-pub fn stop_for_exit() {
+/// The process is ending: the thread stops after the call it is in (with `wait`, this waits up
+/// to [`EXIT_WAIT`] for that call); chunks trimmed from now on are not queued.
+pub fn stop_for_exit(wait: bool) {
     let Some(g) = global::get(&GIVEBACK) else {
         return;
     };
@@ -318,6 +319,9 @@ pub fn stop_for_exit() {
     st.stop = true;
     st.unavailable = true;
     g.wake.notify_all();
+    if !wait {
+        return;
+    }
     let start = Instant::now();
     while st.busy.is_some() {
         let left = EXIT_WAIT.saturating_sub(start.elapsed());
