@@ -109,6 +109,8 @@ struct State {
     busy: Option<Busy>,
     /// Pools (addresses) whose frees wait for a fence, for the next round.
     watched: Vec<usize>,
+    /// Pools still to be tended in the round in progress.
+    round: Vec<usize>,
     /// Pools tended in the last round that still waited (the next round may fence them).
     waited_last: Vec<usize>,
     next_round: Option<Instant>,
@@ -369,7 +371,10 @@ fn run(g: &'static Giveback) {
                 }
                 // Until the next round; work there is but may not be done now (a capture, a
                 // closing context) is looked at again after a round's time.
-                let timeout = (!st.queue.is_empty() || !st.watched.is_empty()).then(|| {
+                let timeout = (!st.queue.is_empty()
+                    || !st.watched.is_empty()
+                    || !st.round.is_empty())
+                .then(|| {
                     let until = st.next_round.map_or(Duration::ZERO, |t| {
                         t.saturating_duration_since(Instant::now())
                     });
@@ -415,29 +420,34 @@ fn next_work(st: &mut State) -> Option<Work> {
         st.busy = Some(Busy::Free(job));
         return Some(Work::Free(job));
     }
-    if capturing || st.watched.is_empty() {
+    if capturing {
         return None;
     }
-    let now = Instant::now();
-    if st.next_round.is_some_and(|t| now < t) {
-        return None;
-    }
-    // One pool per turn, so that frees queued meanwhile go first; a round ends when every
-    // watched pool had its turn.
-    let i = st
-        .watched
-        .iter()
-        .position(|p| !st.closing.contains(&registry::pool_at(*p).device().handle))?;
-    let pool = st.watched.swap_remove(i);
-    let fence = st.waited_last.contains(&pool);
-    st.waited_last.retain(|p| *p != pool);
-    if st.watched.is_empty() {
+    // Rounds: every pool that waited at the start of a round gets one turn in it, one pool per
+    // turn (so that frees queued meanwhile go first); rounds start at most every TEND_EVERY.
+    if st.round.is_empty() {
+        let now = Instant::now();
+        if st.watched.is_empty() || st.next_round.is_some_and(|t| now < t) {
+            return None;
+        }
+        st.round = std::mem::take(&mut st.watched);
         st.next_round = Some(now + TEND_EVERY);
     }
-    st.busy = Some(Busy::Tend {
-        ctx: registry::pool_at(pool).device().handle,
-    });
-    Some(Work::Tend { pool, fence })
+    // A closing context's pool waits for the next round.
+    while let Some(pool) = st.round.pop() {
+        let ctx = registry::pool_at(pool).device().handle;
+        if st.closing.contains(&ctx) {
+            if !st.watched.contains(&pool) {
+                st.watched.push(pool);
+            }
+            continue;
+        }
+        let fence = st.waited_last.contains(&pool);
+        st.waited_last.retain(|p| *p != pool);
+        st.busy = Some(Busy::Tend { ctx });
+        return Some(Work::Tend { pool, fence });
+    }
+    None
 }
 
 /// Tends the pool at `pool` with its context pushed current; whether frees still wait. A context
