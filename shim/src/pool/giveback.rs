@@ -131,7 +131,7 @@ struct Giveback {
 }
 
 static GIVEBACK: AtomicPtr<Giveback> = AtomicPtr::new(std::ptr::null_mut());
-/// Set once anything was queued or watched: until then the hooks that ask need not lock.
+/// Set once anything was queued or watched: until then a settle need not lock.
 static USED: AtomicBool = AtomicBool::new(false);
 
 fn giveback() -> &'static Giveback {
@@ -220,9 +220,8 @@ pub fn watch(pool: usize) {
 /// Context `ctx` is about to be destroyed (or released, or reset): waits for the thread's work
 /// on it, and holds its chunks back until [`closed`].
 pub fn closing(ctx: u64) {
-    if !USED.load(Ordering::Acquire) {
-        return;
-    }
+    // Always under the lock (rare calls): a chunk queued or a pool watched concurrently is
+    // then seen, or sees this.
     let g = giveback();
     let mut st = lock(g);
     st.closing.push(ctx);
@@ -237,9 +236,8 @@ pub fn closing(ctx: u64) {
 /// The call that [`closing`] announced has ended: `gone` when the context went (its chunks went
 /// with it), else its chunks are queued again.
 pub fn closed(ctx: u64, gone: bool) {
-    if !USED.load(Ordering::Acquire) {
-        return;
-    }
+    // Always under the lock (rare calls): a chunk queued or a pool watched concurrently is
+    // then seen, or sees this.
     let g = giveback();
     let mut st = lock(g);
     if let Some(i) = st.closing.iter().position(|c| *c == ctx) {
@@ -293,9 +291,8 @@ pub fn settle(ctx: u64) {
 /// progress, and for a free in progress when the thread is not in relaxed capture mode, so that
 /// the thread makes no call the capture forbids.
 pub fn capture_beginning() {
-    if !USED.load(Ordering::Acquire) {
-        return;
-    }
+    // Always under the lock (rare calls): a chunk queued or a pool watched concurrently is
+    // then seen, or sees this.
     let g = giveback();
     let mut st = lock(g);
     loop {
