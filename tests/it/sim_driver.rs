@@ -1070,8 +1070,9 @@ fn the_h200_measurements_are_reproduced() {
     ];
     let compared = |line: &&str| {
         let cols: Vec<&str> = line.split('\t').collect();
-        !matches!(cols[0], "path" | "gap_after_256_then_1" | "pair_1MiB_us")
-            && !(cols[0] == "export" && not_simulated.contains(&cols[1]))
+        let timing_or_path = matches!(cols[0], "path" | "gap_after_256_then_1" | "pair_1MiB_us");
+        let not_exported = cols[0] == "export" && not_simulated.contains(&cols[1]);
+        !(timing_or_path || not_exported)
     };
     let text = std::fs::read_to_string(&measured).unwrap();
     let real: Vec<&str> = text.lines().filter(compared).collect();
@@ -1091,4 +1092,50 @@ fn the_h200_measurements_are_reproduced() {
         sim.len(),
         differ.join("\n")
     );
+}
+
+/// A `cuMemAlloc` range freed with `cuMemFreeAsync` stays taken (cuMemGetInfo, cusimGetUsage,
+/// NVML) until a synchronizing call, as on the H200; its address is dead at once.
+#[test]
+fn a_stream_ordered_free_of_a_plain_allocation_is_held_until_a_synchronization() {
+    let a = support::artifacts();
+    let dir = support::scratch_dir("sim-held-free");
+    let link = dir.join("libnvidia-ml.so.1");
+    std::os::unix::fs::symlink(&a.sim_lib, &link).unwrap();
+    let mut cmd = support::sim_command(&support::c_program("sim_held_free"));
+    cmd.env(
+        "LD_LIBRARY_PATH",
+        format!("{}:{}", a.sim_dir.display(), dir.display()),
+    );
+    let out = support::run(&mut cmd, true);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let map = stdout
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let f = Facts {
+        map,
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    f.expect(&[
+        ("nvml", "1"),
+        ("held.samples_taken", "5"),
+        ("held.address_dead", "500"),
+        ("held.free_again", "1"),
+        ("held.alloc_under_pressure", "2"),
+        ("query.back", "0"),
+        ("ctx_synchronize.back", "1"),
+        ("stream.held", "1"),
+        ("stream_synchronize.back", "1"),
+        ("other_stream_synchronize.back", "1"),
+        ("event_synchronize.back", "1"),
+        ("mem_free.back", "1"),
+        ("before_the_stream.held", "1"),
+        ("after_the_stream.back", "1"),
+        ("async_alloc.back", "1"),
+        ("created_context.held", "1"),
+        ("context_destroy.back", "1"),
+    ]);
 }

@@ -250,6 +250,7 @@ fn finish(drv: &Driver, t: Teardown) {
     crate::peer::release_context(&mut st, t.id);
     st.streams.retain(|_, s| s.ctx_id != t.id);
     for s in &t.streams {
+        crate::capture::stream_gone(&mut st, Arc::as_ptr(s) as usize);
         s.close();
     }
 }
@@ -513,12 +514,12 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
     })
 }
 
-/// Waits for every stream of context `c`, then lets the device's pools release memory above
-/// their thresholds (as any synchronisation does on the real driver).
+/// Waits for every stream of context `c`, then lets the device release what stream-ordered frees
+/// gave back (as any synchronisation does on the real driver: `pool::synchronized`).
 pub fn synchronize(drv: &Driver, c: CtxRef) {
     let streams = streams_of(&drv.lock(), c.handle, c.id);
     stream::wait_all(&streams);
-    pool::trim_after_sync(&mut drv.lock(), c.device);
+    pool::synchronized(&mut drv.lock(), c.device);
 }
 
 /// The streams of context `handle` in its activation `id`.

@@ -43,6 +43,9 @@ pub mod code {
     pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
     pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
     pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+    pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
+    pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: CUresult = 901;
+    pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: CUresult = 908;
     pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 }
 
@@ -172,6 +175,14 @@ pub enum Fault {
     /// `cuStreamBeginCapture_v2` of a stream already capturing, or `cuStreamEndCapture` of one
     /// that is not.
     CaptureState,
+    /// A potentially unsafe call (a synchronous allocation) that a capture in progress forbids
+    /// (see `capture.rs`); the capture is invalidated.
+    CaptureUnsupported,
+    /// `cuStreamEndCapture` of a capture that a forbidden call invalidated.
+    CaptureInvalidated,
+    /// `cuStreamEndCapture` of a global or thread-local capture from another thread than the one
+    /// that began it.
+    CaptureWrongThread,
 
     // --- memory pools
     /// A pool handle that is unknown or was destroyed.
@@ -281,6 +292,9 @@ impl Fault {
             NotReady => CUDA_ERROR_NOT_READY,
             EventStreamMismatch => CUDA_ERROR_INVALID_HANDLE,
             CaptureState => CUDA_ERROR_ILLEGAL_STATE,
+            CaptureUnsupported => CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, // measured (cuMemAlloc)
+            CaptureInvalidated => CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, // measured
+            CaptureWrongThread => CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
 
             BadPool => CUDA_ERROR_INVALID_VALUE,
             PoolAttributeNotSettable => CUDA_ERROR_INVALID_VALUE,

@@ -162,7 +162,7 @@ pub extern "C" fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
         if let Some((s, seq)) = e.target() {
             s.wait_for(seq);
         }
-        pool::trim_after_sync(&mut drv.lock(), e.device);
+        pool::synchronized(&mut drv.lock(), e.device);
         Ok(())
     })
 }

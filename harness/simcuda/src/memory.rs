@@ -14,7 +14,9 @@
 //! - `live_bytes`/`live_allocs` count what the program holds and has not freed: the same
 //!   synchronous allocations, async allocations not yet passed to a free, and VMM physical
 //!   allocations until their memory goes (released and unmapped) (`cusimGetUsage`). Pinned or registered host memory and IPC
-//!   mappings count in neither.
+//!   mappings count in neither. A synchronous allocation freed with `cuMemFreeAsync` counts in
+//!   both until the driver releases its memory at a synchronization (`pool.rs`): the driver
+//!   still holds it.
 //!
 //! Allocation addresses are page-aligned, each allocation its own mapping. (The real driver packs
 //! small allocations 512 bytes apart in shared pages; programs must not rely on either.)
@@ -24,6 +26,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
+use crate::capture;
 use crate::context::{self, CtxRef};
 use crate::errors::Fault;
 use crate::ffi::consts::{
@@ -188,13 +191,24 @@ pub fn insert(st: &mut State, a: Alloc) {
 /// Removes the allocation at `base` from the map and from the program's live count; its memory
 /// is not returned yet (see [`reclaim`]).
 pub fn unlink(st: &mut State, base: u64) -> Option<Alloc> {
-    let a = st.allocs.remove(&base)?;
+    let a = detach(st, base)?;
+    drop_live(st, &a);
+    Some(a)
+}
+
+/// Removes the allocation at `base` from the map only: its address is dead, but it still counts
+/// as live (a held stream-ordered free, `pool.rs`) until [`drop_live`].
+pub fn detach(st: &mut State, base: u64) -> Option<Alloc> {
+    st.allocs.remove(&base)
+}
+
+/// Takes a detached allocation out of the program's live count.
+pub fn drop_live(st: &mut State, a: &Alloc) {
     if a.kind.counted_live()
         && let Ok(d) = st.device_mut(a.ctx.device)
     {
         d.mem.drop_live(a.size);
     }
-    Some(a)
 }
 
 /// Returns an unlinked allocation's memory: to its pool (async blocks, unless `context_gone`,
@@ -280,6 +294,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
         need(dptr)?;
         let mut st = drv.lock();
         let ctx = context::current(&st)?;
+        capture::refuse_unsafe(&mut st)?;
         if bytesize == 0 {
             return Err(Fault::ZeroSize);
         }
@@ -308,6 +323,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
         need(pPitch)?;
         let mut st = drv.lock();
         let ctx = context::current(&st)?;
+        capture::refuse_unsafe(&mut st)?;
         if !matches!(ElementSizeBytes, 4 | 8 | 16) {
             return Err(Fault::BadPitchElementSize);
         }
@@ -350,6 +366,7 @@ pub unsafe extern "C" fn cuMemAllocManaged(
         need(dptr)?;
         let mut st = drv.lock();
         let ctx = context::current(&st)?;
+        capture::refuse_unsafe(&mut st)?;
         if flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST {
             return Err(Fault::BadFlags);
         }
@@ -396,6 +413,8 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
         check_free(&st, dptr, freed_by_mem_free, Fault::WrongFreeFamily)?;
         let a = unlink(&mut st, dptr).ok_or(Fault::Internal)?;
         reclaim(&mut st, a, false);
+        // Having waited for the device's work, it is a synchronization too.
+        pool::release_held(&mut st, |h| h.ctx.device == device);
         Ok(())
     })
 }

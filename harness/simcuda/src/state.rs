@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use crate::capture::Capture;
 use crate::context::Ctx;
 use crate::device::Device;
 use crate::errors::Fault;
@@ -34,6 +35,8 @@ pub struct State {
     /// Contexts by handle, destroyed ones included (so their handles are known to be dead).
     pub contexts: HashMap<usize, Ctx>,
     /// Live allocations (device, pitched, managed, async, pinned host, IPC imports) by address.
+    /// An allocation leaves the map when it is freed (its address is dead to the program), even
+    /// when its memory stays taken for a while (`held`).
     pub allocs: BTreeMap<u64, Alloc>,
     /// Created streams by handle.
     pub streams: HashMap<usize, Arc<Stream>>,
@@ -42,6 +45,11 @@ pub struct State {
     pub vmm: Vmm,
     /// Peer access enabled: (id of the accessing context, id of the peer context).
     pub peer_access: Vec<(u64, u64)>,
+    /// Stream captures in progress (`capture.rs`).
+    pub captures: Vec<Capture>,
+    /// Synchronous allocations freed with `cuMemFreeAsync` whose stream reached the free: their
+    /// memory is still taken until a synchronization releases it (`pool.rs`).
+    pub held: Vec<Alloc>,
     next_handle: usize,
     next_id: u64,
 }
@@ -69,6 +77,8 @@ pub fn init(build: impl FnOnce(&mut State)) -> &'static Driver {
             pools: HashMap::new(),
             vmm: Vmm::default(),
             peer_access: Vec::new(),
+            captures: Vec::new(),
+            held: Vec::new(),
             next_handle: HANDLE_BASE,
             next_id: 1,
         };

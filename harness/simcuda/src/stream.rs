@@ -345,7 +345,7 @@ pub fn wait_device(drv: &Driver, dev: i32) {
 }
 
 /// Synchronises with stream `h`: for the legacy stream this includes the blocking streams'
-/// earlier work. Then pools release memory above their thresholds.
+/// earlier work. Then the device releases what stream-ordered frees gave back (`pool::synchronized`).
 fn synchronize(h: CUstream, per_thread_default: bool) -> Result<(), Fault> {
     let drv = state::driver()?;
     let (s, target) = {
@@ -359,7 +359,7 @@ fn synchronize(h: CUstream, per_thread_default: bool) -> Result<(), Fault> {
         (s, target)
     };
     s.wait_for(target);
-    pool::trim_after_sync(&mut drv.lock(), s.device);
+    pool::synchronized(&mut drv.lock(), s.device);
     Ok(())
 }
 
@@ -446,6 +446,7 @@ fn destroy(hStream: CUstream) -> Result<(), Fault> {
     let mut st = drv.lock();
     let h = hStream as usize;
     let s = st.streams.remove(&h).ok_or(Fault::BadStream)?;
+    crate::capture::stream_gone(&mut st, Arc::as_ptr(&s) as usize);
     s.close();
     if let Some(ctx) = st.contexts.get_mut(&s.ctx_handle) {
         // Forget streams that are closed and drained.

@@ -32,7 +32,7 @@ use crate::fence::Fences;
 use crate::growth::{GrowthPolicy, Route};
 use crate::policy::{self, Refused, Request, Steps};
 use crate::tcache::{self, CachedBlock, LiveBlock, MAX_CACHED_BLOCK, Packed, Shared, ThreadCache};
-use crate::tlsf::{ChunkId, FreeError, Grant, SubAllocator};
+use crate::tlsf::{ChunkId, ChunkKind, FreeError, Freed, Grant, SubAllocator};
 
 /// Arenas per pool.
 pub const ARENAS: usize = 16;
@@ -131,6 +131,17 @@ pub enum Reason {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InvalidFree;
 
+/// What [`CtxPool::export`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Export {
+    /// The block is a dedicated chunk whole, starting at `base`; now marked exported.
+    Whole { base: u64 },
+    /// The block shares its chunk with others.
+    Shared,
+    /// No live block there.
+    NotLive,
+}
+
 /// A live block, as [`CtxPool::find`] reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Block<R> {
@@ -163,6 +174,9 @@ struct Arena<D: Device, R> {
     records: AddrMap<R>,
     /// Blocks lent to thread caches (granted here; cached or live there, see `tcache.rs`).
     lent: AddrSet,
+    /// Dedicated chunks (by base, which is their one block's address) whose block was exported
+    /// ([`CtxPool::export`]): given back to the device once that block is freed, never reused.
+    exported: AddrSet,
     chunks_added: u64,
     trims: u64,
     trimmed_bytes: u64,
@@ -218,6 +232,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
                 fences: Fences::default(),
                 records: AddrMap::default(),
                 lent: AddrSet::default(),
+                exported: AddrSet::default(),
                 chunks_added: 0,
                 trims: 0,
                 trimmed_bytes: 0,
@@ -248,6 +263,12 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
         if self.settings.unsafe_reuse {
             return mark;
         }
+        self.stream_rule_mark(mark)
+    }
+
+    /// `mark`, or 0 when it is not covered yet and the stream rule lets the block be reused now.
+    #[inline]
+    fn stream_rule_mark(&self, mark: u64) -> u64 {
         let completed = self.completed.load(Acquire);
         if mark > completed && self.device.reuse_on_stream(completed) {
             self.stream_reuses.fetch_add(1, Relaxed);
@@ -316,7 +337,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
         let arena = arena % ARENAS;
         let mut g = lock(&self.arenas[arena]);
         if !g.pending.is_empty() {
-            g.release_ready();
+            g.release_ready(self);
         }
         let grant = match g.try_alloc(size) {
             Some(grant) => grant,
@@ -346,10 +367,19 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
         if self.dead() {
             return None;
         }
-        let mark = self.free_mark();
         let arena = arena % ARENAS;
         let mut g = lock(&self.arenas[arena]);
-        if !g.lent.is_empty() && g.lent.contains(&addr) {
+        let lent = !g.lent.is_empty() && g.lent.contains(&addr);
+        let mut mark = self.device.submissions();
+        if mark > self.completed.load(Acquire) && !self.settings.unsafe_reuse {
+            // Asking the stream rule may arm its guard (`Device::reuse_on_stream`): not for an
+            // address this arena does not hold (a free of the driver's own allocation).
+            if !lent && g.sub.granted(addr).is_none() && g.sub.chunk_containing(addr).is_none() {
+                return None;
+            }
+            mark = self.stream_rule_mark(mark);
+        }
+        if lent {
             // Lent to a thread cache: live there (freed by another thread), or cached there
             // (freed twice).
             let Some(block) = self.claim_live(addr) else {
@@ -373,7 +403,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
         }
         let immediate = mark <= g.fences.completed() || self.settings.unsafe_reuse;
         if immediate && (g.pending_set.is_empty() || !g.pending_set.contains(&addr)) {
-            return match g.sub.free(addr) {
+            return match g.free_block(self, addr) {
                 Ok(freed) => {
                     let record = g.records.remove(&addr);
                     if freed.chunk_idle {
@@ -388,6 +418,9 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
         match g.sub.find(addr) {
             Some(grant) if grant.addr == addr && !g.pending_set.contains(&addr) => {
                 let record = g.records.remove(&addr);
+                if g.pending.is_empty() {
+                    self.device.frees_waiting(std::ptr::from_ref(self) as usize);
+                }
                 g.pending.push_back((mark, addr, grant.size));
                 g.pending_set.insert(addr);
                 g.pending_bytes += grant.size;
@@ -400,7 +433,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
                 if policy::poll_due(g.frees) {
                     let done = g.fences.poll(&self.device);
                     self.note_completed(done);
-                    g.release_ready();
+                    g.release_ready(self);
                     g.after_release(self);
                 }
                 Some(Ok(record))
@@ -434,6 +467,91 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
             granted: grant.size,
             record: g.records.get(&grant.addr).copied(),
         })
+    }
+
+    /// Marks the live block at `addr` of arena `arena` exported (a CUDA IPC handle names it),
+    /// when the block is a dedicated chunk whole, and returns the chunk's base (the block's
+    /// address): the device's own handle of that chunk then names exactly this block, for any
+    /// process that opens it. From then on the chunk goes back to the device when the block is
+    /// freed, never to another allocation. [`Export::Shared`] for a block that shares its chunk
+    /// (a handle would name the whole chunk, at another address); [`Export::NotLive`] for an
+    /// address in no live block.
+    pub fn export(&self, arena: usize, addr: u64) -> Export {
+        self.whole_chunk(arena, addr, true)
+    }
+
+    /// What [`export`](Self::export) would answer, without marking anything.
+    pub fn exportable(&self, arena: usize, addr: u64) -> Export {
+        self.whole_chunk(arena, addr, false)
+    }
+
+    fn whole_chunk(&self, arena: usize, addr: u64, mark: bool) -> Export {
+        if self.dead() {
+            return Export::NotLive;
+        }
+        let mut g = lock(&self.arenas[arena % ARENAS]);
+        let Some(grant) = g.sub.find(addr) else {
+            return Export::NotLive;
+        };
+        if g.pending_set.contains(&grant.addr) {
+            return Export::NotLive;
+        }
+        match g.sub.chunk_containing(grant.addr) {
+            Some(c)
+                if c.kind == ChunkKind::Dedicated && c.base == grant.addr && c.live_blocks == 1 =>
+            {
+                if mark {
+                    g.exported.insert(c.base);
+                }
+                Export::Whole { base: c.base }
+            }
+            _ => Export::Shared,
+        }
+    }
+
+    /// For a thread of the implementor's, off the program's threads, with the pool's context
+    /// current: retires the fences that completed, releases the frees they cover, gives idle
+    /// chunks beyond the keep back to the device (without waiting), and, with `fence`, records a
+    /// fence for frees that wait without one when their release could take the arena's idle
+    /// bytes beyond its keep, or give an exported chunk back. Arenas busy now are left for the
+    /// next call.
+    /// Returns whether frees still wait (or an arena was busy).
+    ///
+    /// # Time Complexity
+    /// O(arenas + fences in flight + frees released).
+    pub fn tend(&self, fence: bool) -> bool {
+        if self.dead() {
+            return false;
+        }
+        let mut waiting = false;
+        for a in self.arenas.iter() {
+            let Ok(mut g) = a.try_lock() else {
+                waiting = true;
+                continue;
+            };
+            if g.pending.is_empty() {
+                continue;
+            }
+            let done = g.fences.poll(&self.device);
+            self.note_completed(done);
+            g.release_ready(self);
+            g.after_release(self);
+            if let Some(&(newest, _, _)) = g.pending.back() {
+                waiting = true;
+                // Only frees whose release could make the arena trim are worth a fence of its
+                // own: others wait, as before, for the program's next fence (a fence recorded
+                // early would leave the pool's completed mark short of later work, and the
+                // stream rule less often applicable).
+                let could_trim =
+                    policy::trim_due(g.sub.stats().idle_bytes + g.pending_bytes, g.keep)
+                        || (!g.exported.is_empty()
+                            && g.pending.iter().any(|p| g.exported.contains(&p.1)));
+                if fence && could_trim && !g.fences.covers(newest) {
+                    g.fence(self);
+                }
+            }
+        }
+        waiting
     }
 
     /// Bytes the program could still get from the pool without the device: free and pending.
@@ -494,6 +612,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
             let mut g = lock(a);
             gone.extend(g.records.drain());
             g.lent.clear();
+            g.exported.clear();
             g.pending.clear();
             g.pending_set.clear();
             g.pending_bytes = 0;
@@ -853,12 +972,15 @@ impl<D: Device, R: Packed> Arena<D, R> {
     /// reusable at once when the mark is covered, else pending until a fence covers it.
     fn release(&mut self, pool: &CtxPool<D, R>, addr: u64, size: u64, mark: u64) {
         if mark <= self.fences.completed() || pool.settings.unsafe_reuse {
-            if let Ok(freed) = self.sub.free(addr)
+            if let Ok(freed) = self.free_block(pool, addr)
                 && freed.chunk_idle
             {
                 self.after_release(pool);
             }
             return;
+        }
+        if self.pending.is_empty() {
+            pool.device.frees_waiting(std::ptr::from_ref(pool) as usize);
         }
         // Pending frees stay in mark order: a block cached a while ago waits as long as the
         // newest pending one (longer than it must, never shorter).
@@ -875,7 +997,7 @@ impl<D: Device, R: Packed> Arena<D, R> {
         if policy::poll_due(self.frees) {
             let done = self.fences.poll(&pool.device);
             pool.note_completed(done);
-            self.release_ready();
+            self.release_ready(pool);
             self.after_release(pool);
         }
     }
@@ -889,7 +1011,7 @@ impl<D: Device, R: Packed> Arena<D, R> {
     }
 
     /// Hands every pending block whose mark is covered back to the sub-allocator.
-    fn release_ready(&mut self) {
+    fn release_ready(&mut self, pool: &CtxPool<D, R>) {
         let done = self.fences.completed();
         while let Some(&(mark, addr, size)) = self.pending.front() {
             if mark > done {
@@ -898,8 +1020,23 @@ impl<D: Device, R: Packed> Arena<D, R> {
             self.pending.pop_front();
             self.pending_set.remove(&addr);
             self.pending_bytes -= size;
-            let _ = self.sub.free(addr);
+            let _ = self.free_block(pool, addr);
         }
+    }
+
+    /// Frees the block at `addr` in the sub-allocator; the dedicated chunk of an exported block
+    /// goes back to the device with it (without waiting), so that it is never handed out again
+    /// under a handle another process may hold.
+    fn free_block(&mut self, pool: &CtxPool<D, R>, addr: u64) -> Result<Freed, FreeError> {
+        let freed = self.sub.free(addr)?;
+        if !self.exported.is_empty() && self.exported.remove(&addr) {
+            self.release_chunks(std::iter::once(freed.chunk), pool, false);
+            return Ok(Freed {
+                chunk_idle: false,
+                ..freed
+            });
+        }
+        Ok(freed)
     }
 
     /// Records a fence for everything pending, if the pool's context is current.
@@ -924,7 +1061,7 @@ impl<D: Device, R: Packed> Arena<D, R> {
             return false;
         };
         pool.note_completed(done);
-        self.release_ready();
+        self.release_ready(pool);
         true
     }
 
@@ -938,7 +1075,7 @@ impl<D: Device, R: Packed> Arena<D, R> {
             return false;
         };
         pool.note_completed(done);
-        self.release_ready();
+        self.release_ready(pool);
         self.since_fence_bytes = 0;
         self.since_fence_count = 0;
         true
@@ -1089,7 +1226,7 @@ impl<D: Device, R: Packed> Steps for SlowPath<'_, D, R> {
     fn reclaim(&mut self) {
         let done = self.arena.fences.poll(&self.pool.device);
         self.pool.note_completed(done);
-        self.arena.release_ready();
+        self.arena.release_ready(self.pool);
     }
 
     fn drain_caches(&mut self) {
@@ -1161,6 +1298,10 @@ impl<D: Device, R: Packed> Steps for SlowPath<'_, D, R> {
 
     fn trim_own(&mut self) {
         self.arena.trim(0, self.pool, true);
+    }
+
+    fn settle_returns(&mut self) {
+        self.pool.device.settle_returns();
     }
 
     fn trim_others(&mut self) {

@@ -29,9 +29,23 @@ pub trait Device {
 
     /// Gives back a chunk [`alloc_chunk`](Device::alloc_chunk) returned, none of whose blocks is
     /// live or waiting for a fence. With `wait`, the memory must be free again when this returns
-    /// (the pool is under pressure); without, it may be given back in the legacy default
-    /// stream's order, without waiting for the device.
+    /// (the pool is under pressure); without, the calling thread must not wait for the device:
+    /// the memory may become free a little later (the shim hands the chunk to its give-back
+    /// thread), but promptly, and the device must not hand the address out again before then.
     fn free_chunk(&self, base: u64, wait: bool);
+
+    /// Waits until every chunk given back without `wait` is free on the device (under pressure,
+    /// before the slow path gives up). Nothing to wait for by default.
+    fn settle_returns(&self) {}
+
+    /// An arena of the pool at address `pool` now has frees waiting for a fence (it had none):
+    /// the implementor may arrange for [`CtxPool::tend`](crate::CtxPool::tend) to be called off
+    /// the program's threads until none wait, so that their memory comes back without the
+    /// program calling again. Called with the arena's lock held: it must not call into the pool.
+    /// Does nothing by default.
+    fn frees_waiting(&self, pool: usize) {
+        let _ = pool;
+    }
 
     /// A chunk `[base, base + size)` now belongs to arena `arena` of the pool at address `pool`,
     /// so that whoever maps addresses to pools can learn it. Does nothing by default.

@@ -84,7 +84,7 @@ mod tcache;
 mod tlsf;
 
 pub use ctxpool::{
-    ALIGN, ARENAS, Block, CtxPool, InvalidFree, PoolStats, Reason, Refusal, Settings,
+    ALIGN, ARENAS, Block, CtxPool, Export, InvalidFree, PoolStats, Reason, Refusal, Settings,
 };
 pub use device::{Device, DeviceError, LEGACY_STREAM};
 pub use tcache::{

@@ -24,7 +24,9 @@
 //!    the size the growth policy wants, and if the limit or the device refuses it, one of the
 //!    minimum that serves the request (skipped when it is the same size).
 //! 4. **Under pressure**: take this arena's blocks back from the thread caches
-//!    (`tcache.rs`); synchronize (if frees wait); give every idle chunk of this arena back,
+//!    (`tcache.rs`); wait until chunks given back earlier without waiting are free on the
+//!    device ([`Device::settle_returns`](crate::Device::settle_returns)); synchronize (if frees
+//!    wait); give every idle chunk of this arena back,
 //!    waiting for the device; when the minimum chunk is still over the limit, also those of the
 //!    other arenas whose locks are free. Then, if the limit allows the minimum chunk, add it;
 //!    else refuse, saying it is the limit.
@@ -33,7 +35,8 @@
 //!
 //! - After blocks went back to the sub-allocator, an arena holding more idle bytes than its
 //!   share of the keep ([`trim_due`]) gives idle chunks back, largest first, until no more than
-//!   that share is idle ([`to_trim`]), without waiting for the device.
+//!   that share is idle ([`to_trim`]), without waiting for the device (the shim's give-back
+//!   thread frees them).
 //! - A free that must wait for a fence joins a batch; a fence is recorded once [`FENCE_BYTES`]
 //!   bytes or [`FENCE_COUNT`] blocks wait ([`fence_due`]), and the fences in flight are polled
 //!   every [`POLL_EVERY`] such frees ([`poll_due`]).
@@ -135,6 +138,9 @@ pub(crate) trait Steps {
     fn trim_others(&mut self);
     /// Takes this arena's blocks cached in thread caches back (under pressure).
     fn drain_caches(&mut self) {}
+    /// Waits until chunks given back earlier without waiting are free on the device (under
+    /// pressure).
+    fn settle_returns(&mut self) {}
 }
 
 /// The slow path (see the module documentation): the grant, or why there is none.
@@ -187,6 +193,7 @@ pub(crate) fn alloc_slow<S: Steps>(s: &mut S, r: &Request) -> Result<S::Grant, R
     // 4. Under pressure: take cached blocks back, synchronize, reclaim, give idle chunks back,
     //    retry.
     s.drain_caches();
+    s.settle_returns();
     if s.has_pending() {
         s.synchronize();
     }

@@ -194,7 +194,8 @@ pub struct Explained {
     pub library_bytes: u64,
     /// Held by the driver and runtime as allocations (owner kind `driver`).
     pub driver_bytes: u64,
-    /// cuguard's pool: reserved from the driver and not handed out.
+    /// cuguard's pool: reserved from the driver and not asked for (free, waiting for a fence,
+    /// or the rounding of live blocks).
     pub pool_idle_bytes: u64,
     /// Contexts' own memory, measured when each context was created (live contexts only).
     pub context_overhead_bytes: u64,

@@ -129,6 +129,7 @@ macro_rules! for_each_entry {
             pass [cuEventDestroy_v2] fn(event: *mut c_void);
             pass [cuEventSynchronize] fn(event: *mut c_void);
             pass [cuStreamWaitEvent] fn(stream: *mut c_void, event: *mut c_void, flags: u32);
+            pass [cuThreadExchangeStreamCaptureMode] fn(mode: *mut c_void);
         }
     };
 }

@@ -160,12 +160,34 @@ pub unsafe fn cuCtxCreate_v4(
 /// # Safety
 /// The program's arguments, under the driver's contract.
 pub unsafe fn cuCtxDestroy(e: Entry, real: sig::cuCtxDestroy, ctx: CUcontext) -> CUresult {
+    let closing = Closing::new(Some(ctx as u64));
     // SAFETY: the program's own argument, forwarded unchanged.
     let r = unsafe { real(ctx) };
     if r == CUDA_SUCCESS {
         gone(ctx as u64, e);
     }
+    closing.end(r == CUDA_SUCCESS);
     r
+}
+
+/// A context that may go with the call in progress: the give-back thread leaves its chunks
+/// alone until the call has ended and the pool knows whether it went ([`end`](Closing::end)),
+/// since its addresses may belong to new allocations once it has.
+struct Closing(Option<u64>);
+
+impl Closing {
+    fn new(ctx: Option<u64>) -> Closing {
+        if let Some(c) = ctx {
+            shield((), || crate::pool::giveback::closing(c));
+        }
+        Closing(ctx)
+    }
+
+    fn end(self, gone: bool) {
+        if let Some(c) = self.0 {
+            shield((), || crate::pool::giveback::closed(c, gone));
+        }
+    }
 }
 
 /// `cuDevicePrimaryCtxRetain`.
@@ -200,14 +222,14 @@ pub unsafe fn cuDevicePrimaryCtxRelease(
     dev: CUdevice,
 ) -> CUresult {
     let handle = primary_handle(dev);
+    let closing = Closing::new(handle);
     // SAFETY: the program's own argument, forwarded unchanged.
     let r = unsafe { real(dev) };
-    if r == CUDA_SUCCESS
-        && let Some(h) = handle
-        && !primary_active(dev)
-    {
+    let went = r == CUDA_SUCCESS && handle.is_some() && !primary_active(dev);
+    if went && let Some(h) = handle {
         gone(h, e);
     }
+    closing.end(went);
     r
 }
 
@@ -221,6 +243,7 @@ pub unsafe fn cuDevicePrimaryCtxReset(
     dev: CUdevice,
 ) -> CUresult {
     let handle = primary_handle(dev);
+    let closing = Closing::new(handle);
     // SAFETY: the program's own argument, forwarded unchanged.
     let r = unsafe { real(dev) };
     if r == CUDA_SUCCESS
@@ -228,5 +251,6 @@ pub unsafe fn cuDevicePrimaryCtxReset(
     {
         gone(h, e);
     }
+    closing.end(r == CUDA_SUCCESS);
     r
 }

@@ -1,6 +1,7 @@
 //! Queries about pointers and memory, answered for pooled pointers as the driver would answer
 //! for a real allocation: the range is the block's, not the chunk's; idle pool memory counts as
-//! free; and an IPC handle, which could only name the whole chunk, is refused. Under a limit
+//! free; an IPC handle is the driver's own for a block that is a dedicated chunk whole, and
+//! refused for one that shares its chunk (the handle could only name the whole chunk). Under a limit
 //! (`CUGUARD_LIMIT`, unless `CUGUARD_LIMIT_VIRTUAL=0`), cuMemGetInfo answers with the limit as
 //! the total and what is left of it as free ([`crate::tracker::limit::virtual_info`]).
 
@@ -46,7 +47,12 @@ unsafe fn answer(attribute: u32, data: *mut c_void, start: u64, size: u64) -> bo
             RANGE_START_ADDR => *(data as *mut u64) = start,
             RANGE_SIZE => *(data as *mut usize) = size as usize,
             BUFFER_ID => *(data as *mut u64) = buffer_id(start),
-            IS_LEGACY_CUDA_IPC_CAPABLE => *(data as *mut i32) = 0,
+            IS_LEGACY_CUDA_IPC_CAPABLE => {
+                *(data as *mut i32) = matches!(
+                    serve::export(start, false),
+                    cuguard_pool::Export::Whole { .. }
+                ) as i32
+            }
             _ => return false,
         }
     }
@@ -183,7 +189,11 @@ pub unsafe fn cuMemGetInfo_v2(
     r
 }
 
-/// `cuIpcGetMemHandle`.
+/// `cuIpcGetMemHandle`: a pooled block that is a dedicated chunk whole is exported by the
+/// driver itself (its handle names that chunk, which starts at the block: any process that opens
+/// it gets the block's own address), and its chunk is kept for it alone. A block that shares its
+/// chunk is refused: the driver's handle would name the whole chunk, so a process that opens it
+/// would get the chunk's address, not the block's (and no cuguard in it to tell the offset).
 ///
 /// # Safety
 /// The program's arguments, under the driver's contract.
@@ -193,12 +203,19 @@ pub unsafe fn cuIpcGetMemHandle(
     handle: *mut c_void,
     dptr: CUdeviceptr,
 ) -> CUresult {
-    if serve::lookup(dptr) != PoolLookup::NotPooled {
+    if serve::lookup(dptr) != PoolLookup::NotPooled
+        && !matches!(
+            serve::export(dptr, true),
+            cuguard_pool::Export::Whole { .. }
+        )
+    {
         static SAID: AtomicBool = AtomicBool::new(false);
         crate::process::diag::warn_once(
             &SAID,
-            "cuIpcGetMemHandle refused for a pooled pointer (the handle would name the pool's chunk, \
-             not the allocation); run with CUGUARD_POOL=0 to share device memory between processes",
+            "cuIpcGetMemHandle refused for a pooled pointer: the allocation shares a chunk of the \
+             pool with others (allocations under 2 MiB do), and the handle would name the chunk, \
+             not the allocation; run with CUGUARD_POOL=0 to share small allocations between \
+             processes",
         );
         if let Some((_guard, t)) = super::active() {
             shield((), || {
@@ -212,7 +229,9 @@ pub unsafe fn cuIpcGetMemHandle(
                     None,
                     ctx,
                     Some(
-                        "IPC export of a pooled pointer; set CUGUARD_POOL=0 to share memory".into(),
+                        "IPC export of a pooled allocation that shares a chunk (under 2 MiB); \
+                         set CUGUARD_POOL=0 to share it"
+                            .into(),
                     ),
                 );
             });

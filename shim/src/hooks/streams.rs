@@ -81,20 +81,19 @@ pub unsafe fn cuGreenCtxStreamCreate(
     r
 }
 
-/// Begins a capture with `begin` (the real entry's call), counting it. With stream-aware reuse,
-/// the capture is counted first and an early reuse's guard drained, so that none is armed
-/// while the capture runs (a capturing stream cannot wait for an event recorded outside it);
-/// the count is taken back if the capture did not begin.
+/// Begins a capture with `begin` (the real entry's call), counting it first (so the pool serves
+/// no allocation and records no fence from then on, and the give-back thread waits), then
+/// letting a round of the give-back thread end; with stream-aware reuse, an early reuse's guard
+/// is drained, so that none is armed while the capture runs (a capturing stream cannot wait for
+/// an event recorded outside it). The count is taken back if the capture did not begin.
 fn capturing(begin: impl FnOnce() -> CUresult) -> CUresult {
-    if !stream_reuse::enabled() {
-        let r = begin();
-        if r == CUDA_SUCCESS {
-            fence::capture_changed(1);
-        }
-        return r;
-    }
     fence::capture_changed(1);
-    shield((), stream_reuse::capture_beginning);
+    // The give-back thread records and queries no event from now on: a round in progress ends
+    // first.
+    shield((), crate::pool::giveback::capture_beginning);
+    if stream_reuse::enabled() {
+        shield((), stream_reuse::capture_beginning);
+    }
     let r = begin();
     if r != CUDA_SUCCESS {
         fence::capture_changed(-1);

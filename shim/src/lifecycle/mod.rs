@@ -170,6 +170,10 @@ pub fn final_report(occasion: Occasion) -> bool {
         return false;
     }
     FINAL_WRITER.store(tid().max(1), Ordering::Release);
+    // No give-back from another thread while the runtime and the driver tear down. A fatal
+    // signal's report does not wait for the give-back thread's call in progress.
+    let wait = occasion.signal.is_none();
+    crate::guard::shield((), || crate::pool::giveback::stop_for_exit(wait));
     // Inside the shim while writing, so nothing the writing does is tracked. A thread whose
     // thread-locals are gone writes without it: tracking has stopped (`Writing`) anyway.
     let _guard = crate::guard::Guard::enter();

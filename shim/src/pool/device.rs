@@ -1,5 +1,7 @@
 //! The pool's device: [`DriverContext`] implements `cuguard_pool::Device` over the real driver
-//! for one context (chunks from cuMemAlloc_v2, given back with cuMemFreeAsync or cuMemFree,
+//! for one context (chunks from cuMemAlloc_v2, given back with cuMemFree: by the give-back
+//! thread ([`super::giveback`]) unless under pressure, or with cuMemFreeAsync when no thread
+//! can take them,
 //! events, cuCtxSynchronize), reading the submission count, captures and streams that
 //! [`super::fence`] keeps, and telling the registry where chunks are. A fence also covers the
 //! contexts [`super::peers`] says can reach this one: it records events on their streams, each
@@ -9,7 +11,7 @@ use std::ffi::c_void;
 
 use cuguard_pool::{Device, DeviceError, Reason};
 
-use super::{fence, peers, registry, stream_reuse};
+use super::{fence, giveback, peers, registry, stream_reuse};
 use crate::driver::{current_context, real};
 use crate::ffi::*;
 
@@ -48,6 +50,11 @@ impl Device for DriverContext {
     }
 
     fn free_chunk(&self, base: u64, wait: bool) {
+        // Without waiting: the give-back thread's cuMemFree, which waits for the context's work
+        // (a block reused early by the stream rule included).
+        if !wait && giveback::push(self.handle, base) {
+            return;
+        }
         // A block of the chunk may have been reused early: its stream's work first.
         stream_reuse::chunk_freeing(wait);
         if wait {
@@ -55,6 +62,14 @@ impl Device for DriverContext {
         } else {
             free_chunk_async(base);
         }
+    }
+
+    fn settle_returns(&self) {
+        giveback::settle(self.handle);
+    }
+
+    fn frees_waiting(&self, pool: usize) {
+        giveback::watch(pool);
     }
 
     fn chunk_added(&self, base: u64, size: u64, pool: usize, arena: usize) {
@@ -252,9 +267,11 @@ fn free_chunk(base: u64) {
     }
 }
 
-/// Gives a chunk back without waiting: cuMemFree would wait for all work on the device, which
+/// Gives a chunk back without waiting, when the give-back thread cannot take it (it could not
+/// start, or the process is exiting): cuMemFree would wait for all work on the device, which
 /// stalls a program whose CPU runs ahead of its kernels. No block of the chunk is live or
-/// pending, so no work can still touch it; the driver takes it back in legacy-stream order.
+/// pending, so no work can still touch it; the driver takes it back in legacy-stream order, and
+/// holds the memory until a synchronizing call (measured on the H200).
 fn free_chunk_async(base: u64) {
     if let Some(f) = real::cuMemFreeAsync() {
         // SAFETY: base is a chunk this pool allocated with cuMemAlloc and no block of it is live

@@ -4,6 +4,8 @@
 //!
 //! - [`cache`]: the calling thread's cache of ready blocks, bound to one pool at a time.
 //! - [`device`]: the pool's `Device` over the real driver, for one context.
+//! - [`giveback`]: the give-back thread: trimmed chunks freed with `cuMemFree` off the program's
+//!   threads, and pools whose frees wait for a fence tended until none wait.
 //! - [`fence`]: what the hooks see of the program's work (submissions, captures, non-blocking
 //!   streams), which the pool's fences need.
 //! - [`peers`]: which other contexts' work can touch a context's memory (peer access, peer
@@ -23,6 +25,7 @@
 pub mod cache;
 pub mod device;
 pub mod fence;
+pub mod giveback;
 pub mod peers;
 pub mod registry;
 pub mod serve;

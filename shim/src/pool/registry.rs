@@ -54,6 +54,12 @@ fn as_ref(p: usize) -> &'static Pool {
     unsafe { &*(p as *const Pool) }
 }
 
+/// The pool at address `p`, an address a pool gave its device (`Device::chunk_added`,
+/// `Device::frees_waiting`): pools are never freed.
+pub fn pool_at(p: usize) -> &'static Pool {
+    as_ref(p)
+}
+
 /// Whether any pool was ever created.
 #[inline]
 pub fn any() -> bool {
@@ -238,6 +244,28 @@ pub fn reserved_for_device(device: i32) -> u64 {
         .sum()
 }
 
+/// Bytes the live pools on `device` granted beyond what their live blocks asked for: a dedicated
+/// chunk is the request rounded up to 2 MiB, a shared block to 256 bytes. Report time only: it
+/// visits every live block.
+pub fn slack_for_device(device: i32) -> u64 {
+    if !any() {
+        return 0;
+    }
+    let pools: Vec<&'static Pool> = lock(&registry().pools).clone();
+    let mut slack = 0;
+    for p in pools.iter().filter(|p| p.device().ordinal == device) {
+        for (addr, record) in p.records() {
+            if let Some((owner, arena)) = owner(addr)
+                && std::ptr::eq(owner, *p)
+                && let Some(b) = p.find(arena, addr)
+            {
+                slack += b.granted.saturating_sub(record.size);
+            }
+        }
+    }
+    slack
+}
+
 /// Idle bytes (free and pending) of the live pools on `device`.
 pub fn idle_bytes_for_device(device: i32) -> u64 {
     let pools: Vec<&'static Pool> = lock(&registry().pools).clone();
@@ -256,6 +284,7 @@ pub fn reset_after_fork() {
     ANY.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
     super::cache::reset_after_fork();
+    super::giveback::reset_after_fork();
     super::peers::reset_after_fork();
     super::stream_reuse::reset_after_fork();
 }

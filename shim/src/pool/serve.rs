@@ -1,5 +1,6 @@
 //! Where cuMemAlloc_v2, cuMemAllocPitch_v2 and the frees are served: the pool of the current
-//! context when `CUGUARD_POOL` is on, else the real driver. The hooks call only these functions,
+//! context when `CUGUARD_POOL` is on and no stream capture is in progress, else the real
+//! driver. The hooks call only these functions,
 //! so the pool stands behind them without the hooks changing.
 //!
 //! Frees always ask the pool first whether it owns the pointer (even if the pool has since been
@@ -40,11 +41,16 @@ fn set_failure_reason(why: String) {
     let _ = FAILURE.try_with(|f| *f.borrow_mut() = Some(why));
 }
 
-/// Whether new allocations come from the pool.
+/// Whether new allocations come from the pool. Not while a stream capture is in progress: the
+/// driver then answers as it would without the pool (a global-mode or thread-local capture
+/// forbids cuMemAlloc, with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, and the driver invalidates
+/// the capture; a relaxed one, or another thread's thread-local one, lets it allocate), which
+/// only the driver can do: it alone can invalidate a capture, and knows each thread's capture
+/// mode.
 #[inline]
 fn pool_on() -> bool {
     let c = config::get();
-    c.pool && !c.disabled && !crate::phase::broken()
+    c.pool && !c.disabled && !crate::phase::broken() && !crate::pool::fence::capturing()
 }
 
 /// How an allocation was served.
@@ -220,6 +226,27 @@ pub fn lookup(addr: CUdeviceptr) -> PoolLookup {
                 size: b.record.map_or(b.granted, |r| r.size),
             },
             None => PoolLookup::InChunk,
+        }
+    })
+}
+
+/// For `cuIpcGetMemHandle` of `addr`, a pooled address: whether the block holding it is a
+/// dedicated chunk whole, so that the driver's handle of it names exactly the block (see
+/// [`cuguard_pool::CtxPool::export`]); with `mark`, the chunk is then kept for this block alone
+/// and goes back to the driver when the block is freed.
+pub fn export(addr: CUdeviceptr, mark: bool) -> cuguard_pool::Export {
+    use cuguard_pool::Export;
+    if !registry::any() {
+        return Export::NotLive;
+    }
+    guard::shield(Export::NotLive, || {
+        let Some((pool, arena)) = registry::owner(addr) else {
+            return Export::NotLive;
+        };
+        if mark {
+            pool.export(arena, addr)
+        } else {
+            pool.exportable(arena, addr)
         }
     })
 }

@@ -47,7 +47,10 @@ pub fn device(
         *slot += l.size;
     }
     if let Some(p) = crate::pool::registry::stats_for_device(device) {
-        e.pool_idle_bytes = p.free_bytes + p.pending_bytes;
+        // What the pool holds that no live allocation asked for: its free and pending bytes, and
+        // the rounding of its live blocks (a dedicated chunk is its request rounded to 2 MiB).
+        e.pool_idle_bytes =
+            p.free_bytes + p.pending_bytes + crate::pool::registry::slack_for_device(device);
     }
     let live: Vec<&ContextInfo> = contexts
         .iter()

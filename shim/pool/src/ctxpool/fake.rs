@@ -83,6 +83,10 @@ pub struct State {
     pub stream_reuse: bool,
     /// The `completed` of every `reuse_on_stream` asked.
     pub stream_asks: Vec<u64>,
+    /// How many times the pool said an arena's frees began to wait (`frees_waiting`).
+    pub waiting_notes: u64,
+    /// How many times the pool asked for chunks given back to be settled (`settle_returns`).
+    pub settles: u64,
 }
 
 /// The fake device: a [`State`] behind a `RefCell` (the pool calls it with `&self`).
@@ -254,6 +258,14 @@ impl Device for FakeDevice {
             }
             None => s.violation(format!("free of unknown chunk {base:#x}")),
         }
+    }
+
+    fn settle_returns(&self) {
+        self.s.borrow_mut().settles += 1;
+    }
+
+    fn frees_waiting(&self, _pool: usize) {
+        self.s.borrow_mut().waiting_notes += 1;
     }
 
     fn chunk_added(&self, base: u64, size: u64, pool: usize, arena: usize) {

@@ -31,6 +31,9 @@ use crate::device::LEGACY_STREAM;
 use crate::tcache::{MAX_CACHED_BLOCKS, MAX_CACHED_BYTES};
 
 const MIB: u64 = 1 << 20;
+/// A block that shares its chunk (under the 2 MiB dedicated threshold), larger than a thread
+/// cache takes.
+const BLOCK: u64 = 3 * MIB / 2;
 
 type Pool = CtxPool<FakeDevice, u64>;
 
@@ -53,8 +56,8 @@ fn a_block_freed_with_work_in_flight_waits_and_pressure_waits_for_a_fence() {
             ..Settings::default()
         },
     );
-    let blocks: Vec<u64> = (0..6)
-        .map(|i| pool.alloc(0, 3 * MIB, Some(i)).unwrap())
+    let blocks: Vec<u64> = (0..12)
+        .map(|i| pool.alloc(0, BLOCK, Some(i)).unwrap())
         .collect();
     assert_eq!(pool.stats().chunks, 1);
     fake(&pool).submit(LEGACY_STREAM);
@@ -62,12 +65,12 @@ fn a_block_freed_with_work_in_flight_waits_and_pressure_waits_for_a_fence() {
     // Pending: not findable, not freeable again, and not handed out while room remains.
     assert_eq!(pool.find(0, blocks[0]), None);
     assert_eq!(pool.free(0, blocks[0]), Some(Err(InvalidFree)));
-    assert_eq!(pool.stats().pending_bytes, 3 * MIB);
+    assert_eq!(pool.stats().pending_bytes, BLOCK);
     let small = pool.alloc(0, MIB, None).unwrap();
-    assert!(small >= blocks[0] + 3 * MIB || small + MIB <= blocks[0]);
+    assert!(small >= blocks[0] + BLOCK || small + MIB <= blocks[0]);
     // No room left under the limit: the pending block is worth a wait, for a fence (recorded
     // then) rather than the whole context.
-    let again = pool.alloc(0, 3 * MIB, Some(9)).unwrap();
+    let again = pool.alloc(0, BLOCK, Some(9)).unwrap();
     assert_eq!(again, blocks[0]);
     assert!(fake(&pool).done_up_to(1));
     let s = pool.stats();
@@ -88,15 +91,15 @@ fn a_fence_that_cannot_be_waited_for_leaves_the_pool_to_synchronize() {
             ..Settings::default()
         },
     );
-    let blocks: Vec<u64> = (0..6)
-        .map(|i| pool.alloc(0, 3 * MIB, Some(i)).unwrap())
+    let blocks: Vec<u64> = (0..13)
+        .map(|i| pool.alloc(0, BLOCK, Some(i)).unwrap())
         .collect();
     fake(&pool).submit(LEGACY_STREAM);
     fake(&pool).wait_fails = true;
     assert_eq!(pool.free(0, blocks[0]), Some(Ok(Some(0))));
-    // The room left under the limit (2 MiB) cannot serve it; the pending block can, once the
+    // The room left under the limit (half a MiB) cannot serve it; the pending block can, once the
     // context is synchronized.
-    assert_eq!(pool.alloc(0, 3 * MIB, Some(9)), Ok(blocks[0]));
+    assert_eq!(pool.alloc(0, BLOCK, Some(9)), Ok(blocks[0]));
     let s = pool.stats();
     assert_eq!((s.fence_waits, s.syncs, s.pending_bytes), (0, 1, 0));
     assert!(fake(&pool).violations.is_empty());
@@ -111,15 +114,15 @@ fn during_a_capture_frees_wait_and_the_pool_neither_fences_nor_synchronizes() {
             ..Settings::default()
         },
     );
-    let blocks: Vec<u64> = (0..6)
-        .map(|_| pool.alloc(0, 3 * MIB, None).unwrap())
+    let blocks: Vec<u64> = (0..13)
+        .map(|_| pool.alloc(0, BLOCK, None).unwrap())
         .collect();
     fake(&pool).submit(LEGACY_STREAM);
     fake(&pool).captures = 1;
     for b in &blocks {
         assert_eq!(pool.free(0, *b), Some(Ok(None)));
     }
-    let r = pool.alloc(0, 3 * MIB, None).unwrap_err();
+    let r = pool.alloc(0, BLOCK, None).unwrap_err();
     assert_eq!(r.reason, Reason::OutOfMemory);
     assert!(
         r.why
@@ -127,17 +130,17 @@ fn during_a_capture_frees_wait_and_the_pool_neither_fences_nor_synchronizes() {
         "{}",
         r.why
     );
-    let mib = |b: u64| format!("{} MiB", b / MIB);
+    let kib = |b: u64| format!("{} KiB", b >> 10);
     assert_eq!(
-        r.message(mib),
-        "CUGUARD_POOL_LIMIT of 20 MiB reached: 20 MiB reserved, 3 MiB more asked for"
+        r.message(kib),
+        "CUGUARD_POOL_LIMIT of 20480 KiB reached: 20480 KiB reserved, 1536 KiB more asked for"
     );
     let s = pool.stats();
     assert_eq!((s.fences, s.syncs, s.limit_refusals), (0, 0, 1));
-    assert_eq!(s.pending_bytes, 18 * MIB);
+    assert_eq!(s.pending_bytes, 13 * BLOCK);
     // The capture ends: the next request that needs them waits for a fence.
     fake(&pool).captures = 0;
-    assert_eq!(pool.alloc(0, 3 * MIB, None), Ok(blocks[0]));
+    assert_eq!(pool.alloc(0, BLOCK, None), Ok(blocks[0]));
     assert_eq!((pool.stats().fence_waits, pool.stats().syncs), (1, 0));
     assert!(fake(&pool).violations.is_empty());
 }
@@ -244,6 +247,115 @@ fn idle_chunks_beyond_the_keep_go_back_to_the_device_without_waiting() {
 }
 
 #[test]
+fn waiting_frees_are_told_once_and_tending_gives_their_chunk_back_when_the_work_is_done() {
+    let pool = new_pool(1 << 30, Settings::default());
+    let a = pool.alloc(0, 8 * MIB, None).unwrap();
+    let b = pool.alloc(0, MIB, None).unwrap();
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.free(0, a), Some(Ok(None)));
+    assert_eq!(pool.free(0, b), Some(Ok(None)));
+    // Told once, when the arena's first free began to wait; 8 MiB called for no fence yet.
+    assert_eq!(fake(&pool).waiting_notes, 1);
+    assert_eq!(pool.stats().fences, 0);
+    // Without `fence`, tending only polls.
+    assert!(pool.tend(false));
+    assert_eq!(pool.stats().fences, 0);
+    assert!(pool.tend(true));
+    assert_eq!(pool.stats().fences, 1);
+    assert!(pool.tend(true), "the fence is not complete");
+    assert_eq!(pool.stats().fences, 1, "one fence in flight covers them");
+    assert_eq!(fake(&pool).chunks.len(), 2);
+    fake(&pool).progress(LEGACY_STREAM, 1);
+    assert!(!pool.tend(true));
+    assert!(fake(&pool).chunks.is_empty(), "both chunks given back");
+    let s = pool.stats();
+    assert_eq!((s.pending_bytes, s.trims, s.reserved_bytes), (0, 2, 0));
+    // A later wait is told again.
+    let c = pool.alloc(0, MIB, None).unwrap();
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.free(0, c), Some(Ok(None)));
+    assert_eq!(fake(&pool).waiting_notes, 2);
+    assert!(fake(&pool).violations.is_empty());
+}
+
+#[test]
+fn tending_fences_only_frees_whose_release_could_go_beyond_the_keep() {
+    let pool = new_pool(
+        1 << 30,
+        Settings {
+            keep: ARENAS as u64 * 4 * MIB,
+            ..Settings::default()
+        },
+    );
+    let a = pool.alloc(0, MIB, None).unwrap();
+    let b = pool.alloc(0, 8 * MIB, None).unwrap();
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.free(0, a), Some(Ok(None)));
+    assert!(pool.tend(true));
+    assert_eq!(
+        pool.stats().fences,
+        0,
+        "1 MiB pending is within the arena's 4 MiB keep"
+    );
+    assert_eq!(pool.free(0, b), Some(Ok(None)));
+    assert!(pool.tend(true));
+    assert_eq!(pool.stats().fences, 1, "9 MiB pending is beyond it");
+    assert!(fake(&pool).violations.is_empty());
+}
+
+#[test]
+fn tending_neither_fences_during_a_capture_nor_touches_a_dead_pool() {
+    let pool = new_pool(1 << 30, Settings::default());
+    let a = pool.alloc(0, MIB, None).unwrap();
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.free(0, a), Some(Ok(None)));
+    fake(&pool).captures = 1;
+    assert!(pool.tend(true));
+    assert_eq!(pool.stats().fences, 0);
+    fake(&pool).captures = 0;
+    pool.kill();
+    assert!(!pool.tend(true));
+    assert!(fake(&pool).violations.is_empty());
+}
+
+#[test]
+fn an_exported_block_is_its_own_chunk_and_its_chunk_goes_back_when_it_is_freed() {
+    let pool = new_pool(
+        1 << 30,
+        Settings {
+            keep: 1 << 30,
+            ..Settings::default()
+        },
+    );
+    let whole = pool.alloc(0, 8 * MIB, Some(1)).unwrap();
+    let shared = pool.alloc(0, MIB, Some(2)).unwrap();
+    let kept = pool.alloc(0, 8 * MIB, Some(3)).unwrap();
+    assert_eq!(pool.export(0, whole + 100), Export::Whole { base: whole });
+    assert_eq!(pool.export(0, shared), Export::Shared);
+    assert_eq!(pool.export(0, 1), Export::NotLive);
+    assert_eq!(fake(&pool).chunks.len(), 3);
+    // Freed with nothing in flight: the exported chunk goes back at once, although the keep
+    // would hold it; an unexported one stays.
+    assert_eq!(pool.free(0, whole), Some(Ok(Some(1))));
+    assert_eq!(pool.free(0, kept), Some(Ok(Some(3))));
+    assert!(!fake(&pool).chunks.contains_key(&whole));
+    assert!(fake(&pool).chunks.contains_key(&kept));
+    // Freed with work in flight: back once a fence covers it.
+    let again = pool.alloc(0, 8 * MIB, Some(4)).unwrap();
+    assert_eq!(again, kept, "the unexported idle chunk serves it");
+    assert_eq!(pool.export(0, again), Export::Whole { base: again });
+    fake(&pool).submit(LEGACY_STREAM);
+    assert_eq!(pool.free(0, again), Some(Ok(Some(4))));
+    assert!(fake(&pool).chunks.contains_key(&again));
+    assert!(pool.tend(true));
+    fake(&pool).progress(LEGACY_STREAM, 1);
+    assert!(!pool.tend(true));
+    assert!(!fake(&pool).chunks.contains_key(&again));
+    assert!(fake(&pool).violations.is_empty());
+    pool.check_invariants().unwrap();
+}
+
+#[test]
 fn a_device_that_refuses_the_initial_reservation_says_so() {
     let pool = new_pool(MIB, Settings::default());
     let r = pool.reserve_initial(8 * MIB).unwrap_err();
@@ -275,30 +387,30 @@ fn a_free_the_stream_rule_allows_is_reusable_at_once_and_only_then() {
     let pool = kept_pool();
     let mut c = ThreadCache::new();
     // Nothing in flight: reusable by the fence rule; the stream rule is not asked.
-    let a = pool.alloc(0, 3 * MIB, Some(1)).unwrap();
+    let a = pool.alloc(0, BLOCK, Some(1)).unwrap();
     assert_eq!(pool.free(0, a), Some(Ok(Some(1))));
     assert!(fake(&pool).stream_asks.is_empty());
     // Work in flight, and the device says no: pending, as before.
-    let a = pool.alloc(0, 3 * MIB, Some(2)).unwrap();
+    let a = pool.alloc(0, BLOCK, Some(2)).unwrap();
     fake(&pool).submit(LEGACY_STREAM);
     assert_eq!(pool.free(0, a), Some(Ok(Some(2))));
-    assert_eq!(pool.stats().pending_bytes, 3 * MIB);
+    assert_eq!(pool.stats().pending_bytes, BLOCK);
     assert_eq!(fake(&pool).stream_asks, vec![0]);
     assert_eq!(pool.stats().stream_reuses, 0);
     // It says yes: the next free is reusable at once, through the arena and the thread cache,
     // without a synchronization, while the work is still in flight.
     fake(&pool).stream_reuse = true;
-    let b = pool.alloc(0, 3 * MIB, Some(3)).unwrap();
+    let b = pool.alloc(0, BLOCK, Some(3)).unwrap();
     fake(&pool).submit(LEGACY_STREAM);
     assert_eq!(pool.free(0, b), Some(Ok(Some(3))));
-    assert_eq!(pool.alloc(0, 3 * MIB, Some(4)), Ok(b));
+    assert_eq!(pool.alloc(0, BLOCK, Some(4)), Ok(b));
     let small = pool.alloc_cached(&mut c, 0, 1000, Some(5)).unwrap();
     fake(&pool).submit(LEGACY_STREAM);
     assert_eq!(pool.free_cached(&mut c, 0, small), Some(Ok(Some(5))));
     assert_eq!(pool.alloc_cached(&mut c, 0, 1000, Some(6)), Ok(small));
     assert!(!fake(&pool).done_up_to(1));
     let s = pool.stats();
-    assert_eq!((s.syncs, s.stream_reuses, s.pending_bytes), (0, 2, 3 * MIB));
+    assert_eq!((s.syncs, s.stream_reuses, s.pending_bytes), (0, 2, BLOCK));
     pool.check_invariants().unwrap();
     assert!(fake(&pool).violations.is_empty());
     // With unsafe reuse (the tests' own setting) the rule is never asked.
