@@ -1,4 +1,5 @@
-//! What grows: the sites whose live bytes were still rising at the end of the program's run,
+//! What grows: the sites whose live bytes were still rising at the end of the program's run
+//! (for a Python program whose end was recorded, the end of its code: `python.end.time_ms`),
 //! read from the report's `stack_samples` (live device bytes per stack over time), even when the
 //! memory was freed at shutdown and so is no leak. Set-up is not growth: a rise followed by a
 //! long plateau (a framework's cache filled in the first step, weights loaded once), even one
@@ -268,8 +269,19 @@ pub fn growing_sites(
     let Some(samples) = &report.stack_samples else {
         return Vec::new();
     };
-    // The sample times read: all of them, or MAX_TIMES spread evenly (first and last kept).
-    let all = samples.times_ms.len();
+    // A Python program's run ends where its code ended: what comes after (the look at what held
+    // its memory, the interpreter's teardown) is flat or falling, and would read as a plateau.
+    let end_ms = report
+        .python
+        .as_ref()
+        .filter(|p| p.end.recorded)
+        .and_then(|p| p.end.time_ms);
+    // The sample times read: all of them (up to the end of a Python program's code), or
+    // MAX_TIMES spread evenly (first and last kept).
+    let all = match end_ms {
+        Some(end) => samples.times_ms.iter().take_while(|&&t| t <= end).count(),
+        None => samples.times_ms.len(),
+    };
     let picks: Vec<usize> = if all <= MAX_TIMES {
         (0..all).collect()
     } else {

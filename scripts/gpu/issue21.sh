@@ -12,10 +12,11 @@ for p in $parts; do
   case $p in
     end) OUT=$OUT/end bash scripts/gpu/end_check.sh > "$OUT/end.txt" 2>&1 ;;
     stacks) [ -f scripts/gpu/stacks.sh ] && OUT=$OUT/stacks bash scripts/gpu/stacks.sh > "$OUT/stacks.txt" 2>&1 ;;
-    growth) OUT=$OUT/growth ATTR_CASES="gpt2_train_cached resnet18_train_cached torch_train_growth" \
+    growth) OUT=$OUT/growth ATTR_CASES="${GROWTH_CASES:-gpt2_train_cached resnet18_train_cached torch_train_growth}" \
         bash scripts/gpu/check.sh attribution > "$OUT/growth.txt" 2>&1 ;;
     giveback) [ -f scripts/gpu/giveback.sh ] && OUT=$OUT/giveback bash scripts/gpu/giveback.sh > "$OUT/giveback.txt" 2>&1 ;;
   esac
   echo "rc=$?"
 done
-for p in $parts; do echo "===== $p"; tail -n 40 "$OUT/$p.txt" 2>/dev/null; done
+for p in $parts; do echo "===== $p"; tail -n ${TAIL:-40} "$OUT/$p.txt" 2>/dev/null; done
+(cd "$OUT/.." && tar czf /tmp/issue21-out.tgz "$(basename "$OUT")" && mv /tmp/issue21-out.tgz "$OUT/all.tgz")

@@ -287,7 +287,7 @@ fn python_sections(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io:
             let how = match c.source.as_str() {
                 "history" => "its memory history",
                 "states" => "its block states; no lines",
-                "hook" => "cuguard's hook in it",
+                "hook" => "the arrays found holding its blocks, lines from cuguard's hook in it",
                 _ => "the Python objects found holding its blocks",
             };
             writeln!(

@@ -11,7 +11,8 @@ which idle, and where each live block was allocated.
 - **CuPy**: its pool keeps no book it shows. cuguard adds a memory hook
   (``cupy.cuda.MemoryHook``; hooks are per thread, so it is added in the thread that imported
   CuPy) that records each pool allocation's Python frames until it is freed
-  (:func:`watch_cupy`). Blocks allocated in other threads are told by their holders.
+  (:func:`watch_cupy`). It misses frees made in other threads, so it gives lines only: which
+  blocks are live the arrays found holding them say.
 - **RMM** and others: no book; ``cuguard._inventory`` tells live from idle by holders.
 
 ``CUGUARD_CACHE_VIEW=0`` turns the history and the hook off (the caches then read as their

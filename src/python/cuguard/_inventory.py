@@ -231,6 +231,12 @@ def _blocks(
 
     blocks: List[Dict[str, Any]] = []
     live: List[Tuple[int, int]] = []
+    lines: Dict[int, List[Any]] = {}
+    if booked is not None and booked[0].source == "hook":
+        # cuguard's CuPy hook sees a block's allocation, but not its free in another thread
+        # (CuPy's hooks are per thread): it gives lines, the holders say what is live.
+        lines = {b.address: b.frames for b in booked[1]}
+        booked = None
     if booked is not None:
         for b in sorted(booked[1], key=lambda b: b.address):
             blocks.append(
@@ -252,7 +258,13 @@ def _blocks(
         if any(s <= start and stop <= e for s, e in covered):
             continue
         blocks.append(
-            {"address": _hex(start), "size": stop - start, "state": "live", "holders": holders_in(start, stop), "frames": []}
+            {
+                "address": _hex(start),
+                "size": stop - start,
+                "state": "live",
+                "holders": holders_in(start, stop),
+                "frames": list(lines.get(start, [])),
+            }
         )
     taken = _merge(covered + held)
     cursor = base
