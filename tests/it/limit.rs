@@ -264,6 +264,93 @@ fn enforcement_without_virtualization() {
     assert_eq!(r["config"]["limit_virtual"], false);
 }
 
+/// `CUGUARD_POOL_LIMIT` is shown as `CUGUARD_LIMIT` is: cuMemGetInfo says the pool's limit as
+/// total and what the pool's blocks leave of it as free, and an allocation past it is refused
+/// (by the pool). Not shown with the pool off (nothing enforces it then) nor with
+/// `CUGUARD_LIMIT_VIRTUAL=0`; under both limits, the tighter.
+#[test]
+fn the_pools_limit_is_shown_as_the_limit_is() {
+    let (lines, _, r) = limited(
+        "pool-limit-shown",
+        &[("CUGUARD_POOL_LIMIT", "256MiB"), pool(true)],
+        "info alloc 100 info alloc 200 alloc 156 info alloc 1 freeall info alloc 256 info",
+    );
+    let l = 256 * MIB;
+    assert_eq!(
+        infos(&lines),
+        vec![(l, l), (156 * MIB, l), (0, l), (l, l), (0, l)],
+        "{lines:?}"
+    );
+    assert_eq!(
+        results(&lines),
+        vec![
+            "alloc 100 0",
+            &format!("alloc 200 {OOM}"),
+            "alloc 156 0",
+            &format!("alloc 1 {OOM}"),
+            "alloc 256 0"
+        ]
+    );
+    let ooms = r["ooms"].as_array().unwrap();
+    assert!(
+        !ooms.is_empty() && ooms.iter().all(|o| o["refused_by"] == "pool_limit"),
+        "{ooms:?}"
+    );
+
+    // A 1 GiB pool limit on a 16 GiB device: a 1 GiB device.
+    let g = 1u64 << 30;
+    let (lines, _, _) = limited(
+        "pool-limit-1g",
+        &[
+            ("CUGUARD_SIM_MEMORY", "16GiB"),
+            ("CUGUARD_POOL_LIMIT", "1GiB"),
+            pool(true),
+        ],
+        "info alloc 100 info",
+    );
+    assert_eq!(infos(&lines), vec![(g, g), (g - 100 * MIB, g)], "{lines:?}");
+
+    // Not enforced, not shown: the pool off, or CUGUARD_LIMIT_VIRTUAL=0.
+    let steps = "info alloc 100 info";
+    let bare = infos(&limited("pool-limit-bare", &[pool(false)], steps).0);
+    assert_eq!(bare[0], (g, g));
+    for (test, env) in [
+        (
+            "pool-limit-off",
+            &[("CUGUARD_POOL_LIMIT", "256MiB"), pool(false)][..],
+        ),
+        (
+            "pool-limit-novirt",
+            &[
+                ("CUGUARD_POOL_LIMIT", "256MiB"),
+                ("CUGUARD_LIMIT_VIRTUAL", "0"),
+                pool(true),
+            ][..],
+        ),
+    ] {
+        assert_eq!(infos(&limited(test, env, steps).0), bare, "{test}");
+    }
+
+    // Both: the tighter total, and the smaller free.
+    for (pool_limit, limit, total) in [("128MiB", "512MiB", 128), ("512MiB", "128MiB", 128)] {
+        let (lines, _, _) = limited(
+            &format!("pool-limit-both-{pool_limit}"),
+            &[
+                ("CUGUARD_POOL_LIMIT", pool_limit),
+                ("CUGUARD_LIMIT", limit),
+                pool(true),
+            ],
+            "info alloc 100 info",
+        );
+        let t = total * MIB;
+        assert_eq!(
+            infos(&lines),
+            vec![(t, t), (t - 100 * MIB, t)],
+            "{pool_limit} {limit}: {lines:?}"
+        );
+    }
+}
+
 /// A bad value: one line on stderr saying so, and no limit at all.
 #[test]
 fn bad_limits_are_said_once_and_ignored() {

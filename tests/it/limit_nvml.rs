@@ -139,6 +139,44 @@ fn nvml_says_the_limit_as_cumemgetinfo_does() {
     }
 }
 
+/// `CUGUARD_POOL_LIMIT=1GiB` on a 16 GiB device: NVML says a 1 GiB device, as cuMemGetInfo
+/// does, before the driver is initialized (one pool limit for every device needs no match) and
+/// after, linked and looked up, v1 and v2.
+#[test]
+fn nvml_says_the_pools_limit() {
+    let g = 1u64 << 30;
+    let (lines, stderr) = nvml_limit(
+        "nvml-pool-limit",
+        true,
+        &[
+            ("CUGUARD_SIM_MEMORY", "16GiB"),
+            ("CUGUARD_POOL_LIMIT", "1GiB"),
+            pool(true),
+        ],
+        "nvmlinit nvml 0 cuinit nvml 0 nvmlsym 0 info alloc 100 nvml 0 nvmlsym 0 info \
+         freeall nvml 0 info",
+    );
+    let after = g - 100 * MIB;
+    assert_eq!(
+        figures(&lines, "nvml")
+            .into_iter()
+            .map(|f| f.1)
+            .collect::<Vec<_>>(),
+        vec![says(g, g), says(g, g), says(g, after), says(g, g)],
+        "{lines:?}"
+    );
+    assert_eq!(
+        figures(&lines, "nvmlsym")
+            .into_iter()
+            .map(|f| f.1)
+            .collect::<Vec<_>>(),
+        vec![says(g, g), says(g, after)],
+        "{lines:?}"
+    );
+    assert_eq!(infos(&lines), vec![(g, g), (after, g), (g, g)]);
+    assert_eq!(stderr, "");
+}
+
 /// Two devices, each its own limit (bytes, and a share): each NVML device says its own, matched
 /// to its CUDA ordinal by UUID, and its own held bytes, as cuMemGetInfo does on that device.
 #[test]

@@ -3,9 +3,9 @@
 //! `-lnvidia-ml`, and `RTLD_DEFAULT` lookups), and [`on_lookup`] for `dlsym` on an NVML handle
 //! (pynvml: `CDLL("libnvidia-ml.so.1")`, then attribute lookups).
 //!
-//! Under a limit shown to the program (`CUGUARD_LIMIT`, unless `CUGUARD_LIMIT_VIRTUAL=0`), a
-//! lookup on a handle gets the export in place of NVML's entry, and the export answers through
-//! [`crate::hooks::nvml`]; otherwise the lookup gets NVML's own entry, and the export forwards.
+//! Under a limit shown to the program (`CUGUARD_LIMIT` or `CUGUARD_POOL_LIMIT`, unless
+//! `CUGUARD_LIMIT_VIRTUAL=0`; [`crate::hooks::shown`]), a lookup on a handle gets the export in
+//! place of NVML's entry, and the export answers through [`crate::hooks::nvml`]; otherwise the lookup gets NVML's own entry, and the export forwards.
 //! The real entries are the ones the program's lookups found, else NVML's after the shim
 //! ([`crate::driver::nvml_entries`]); with no NVML at all, the exports answer
 //! `NVML_ERROR_UNINITIALIZED`, as NVML does before `nvmlInit`.
@@ -71,7 +71,7 @@ pub fn on_lookup(handle: *mut c_void, name: &[u8], found: *mut c_void) -> *mut c
         };
     }
     nvml_entries::record(handle, entry, found);
-    if crate::tracker::limit::virtual_on() {
+    if crate::hooks::shown::on() {
         own(entry)
     } else {
         found

@@ -14,6 +14,7 @@ mod context;
 mod host;
 mod memory;
 pub mod nvml;
+pub mod shown;
 mod oom;
 mod peers;
 mod query;

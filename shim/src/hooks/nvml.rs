@@ -1,4 +1,5 @@
-//! NVML's memory figures under a limit (`CUGUARD_LIMIT`, unless `CUGUARD_LIMIT_VIRTUAL=0`): the
+//! NVML's memory figures under a limit (`CUGUARD_LIMIT` or `CUGUARD_POOL_LIMIT`, unless
+//! `CUGUARD_LIMIT_VIRTUAL=0`; [`super::shown`]): the
 //! answers of `nvmlDeviceGetMemoryInfo` and `nvmlDeviceGetMemoryInfo_v2` that the doors hand
 //! out, the same as cuMemGetInfo's ([`super::cuMemGetInfo_v2`]), for the programs that size
 //! their memory from NVML (pynvml, dask-cuda).
@@ -11,7 +12,8 @@
 //!
 //! - One limit for every device (`CUGUARD_LIMIT=8GiB`, `=50%`) needs no ordinal: an unmatched
 //!   device gets it too, a share being of NVML's total, with nothing held against it (the
-//!   program holds nothing before it initializes the driver).
+//!   program holds nothing before it initializes the driver). So does the pool's limit, which is
+//!   one for every device.
 //! - Per-device limits with no ordinal found: NVML's own figures, said once on stderr.
 //! - Before the driver is initialized, a device matched by `CUDA_VISIBLE_DEVICES` has its limit
 //!   worked out against NVML's total (the driver's resolution of the limit waits for the
@@ -26,6 +28,8 @@ use crate::driver::nvml_entries::{self, MemoryInfoFn, MemoryInfoV2Fn};
 use crate::guard::shield;
 use crate::pool::serve;
 use crate::tracker::limit;
+
+use super::shown::Shown;
 
 /// `nvmlDeviceGetMemoryInfo`.
 ///
@@ -74,35 +78,70 @@ pub unsafe fn memory_info_v2(
     r
 }
 
-/// `(total, free)` of NVML device `device` under its limit, from NVML's own `total` and `free`;
-/// `None` when NVML's figures stand.
+/// `(total, free)` of NVML device `device` under the limits shown ([`super::shown`]), from
+/// NVML's own `total` and `free`; `None` when NVML's figures stand.
 fn limited(device: Device, total: u64, free: u64) -> Option<(u64, u64)> {
-    if !limit::virtual_on() {
+    if !super::shown::on() {
         return None;
     }
-    let spec = crate::config::get().limit.as_ref()?;
+    let spec = crate::config::get()
+        .limit
+        .as_ref()
+        .filter(|_| limit::virtual_on());
+    let pool = crate::config::get()
+        .pool_settings
+        .limit
+        .filter(|_| super::shown::pool_limit_shown());
     let uuid = nvml_entries::uuid(device);
     let ordinal = uuid.as_deref().map_or(Ordinal::Unknown, device::ordinal_of);
-    let (bytes, held, idle) = match ordinal {
-        Ordinal::ByDriver(o) => (limit::limit(o)?, limit::held(o), serve::idle_bytes(o)),
-        Ordinal::ByVisibleDevices(o) => (of_total(spec.for_device(o)?, total)?, 0, 0),
-        Ordinal::Unknown if spec.devices.is_empty() => (of_total(spec.default?, total)?, 0, 0),
+    // Each limit in force as (total, held), and the pool's idle bytes (counted as free).
+    let (process, pooled, idle) = match ordinal {
+        Ordinal::ByDriver(o) => (
+            limit::limit(o).filter(|_| spec.is_some()).map(|l| (l, limit::held(o))),
+            super::shown::pool_limit(o).map(|l| (l, super::shown::pool_in_use(o))),
+            serve::idle_bytes(o),
+        ),
+        // Before the driver is initialized the program holds nothing: each limit is worked out
+        // against NVML's total.
+        Ordinal::ByVisibleDevices(o) => (
+            spec.and_then(|s| of_total(s.for_device(o)?, total)).map(|l| (l, 0)),
+            pool.and_then(|a| super::shown::within(a, total)).map(|l| (l, 0)),
+            0,
+        ),
         Ordinal::Unknown => {
-            static SAID: AtomicBool = AtomicBool::new(false);
-            crate::process::diag::warn_once(
-                &SAID,
-                &format!(
-                    "CUGUARD_LIMIT: NVML device {} matches no CUDA device (by UUID once the program \
-                     has initialized the driver, else by UUID in CUDA_VISIBLE_DEVICES); NVML's \
-                     memory figures are the device's own",
-                    uuid.as_deref().unwrap_or("(UUID unknown)")
-                ),
-            );
-            return None;
+            let process = match spec {
+                Some(s) if s.devices.is_empty() => s.default.and_then(|a| of_total(a, total)),
+                Some(_) => {
+                    static SAID: AtomicBool = AtomicBool::new(false);
+                    crate::process::diag::warn_once(
+                        &SAID,
+                        &format!(
+                            "CUGUARD_LIMIT: NVML device {} matches no CUDA device (by UUID once the \
+                             program has initialized the driver, else by UUID in \
+                             CUDA_VISIBLE_DEVICES); NVML's memory figures are the device's own",
+                            uuid.as_deref().unwrap_or("(UUID unknown)")
+                        ),
+                    );
+                    None
+                }
+                None => None,
+            };
+            // The pool's limit is one for every device: it needs no match.
+            (
+                process.map(|l| (l, 0)),
+                pool.and_then(|a| super::shown::within(a, total)).map(|l| (l, 0)),
+                0,
+            )
         }
     };
+    let limits: Vec<Shown> = process
+        .into_iter()
+        .chain(pooled)
+        .map(|(total, held)| Shown { total, held })
+        .collect();
     let device_free = free.saturating_add(idle).min(total);
-    Some((bytes, limit::virtual_free(bytes, held, device_free)))
+    let (free, total) = super::shown::combine(&limits, device_free)?;
+    Some((total, free))
 }
 
 /// `amount` of a device of `total` bytes, if it is a limit the tracker would keep (neither zero

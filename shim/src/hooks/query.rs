@@ -1,9 +1,10 @@
 //! Queries about pointers and memory, answered for pooled pointers as the driver would answer
 //! for a real allocation: the range is the block's, not the chunk's; idle pool memory counts as
 //! free; an IPC handle is the driver's own for a block that is a dedicated chunk whole, and
-//! refused for one that shares its chunk (the handle could only name the whole chunk). Under a limit
-//! (`CUGUARD_LIMIT`, unless `CUGUARD_LIMIT_VIRTUAL=0`), cuMemGetInfo answers with the limit as
-//! the total and what is left of it as free ([`crate::tracker::limit::virtual_info`]).
+//! refused for one that shares its chunk (the handle could only name the whole chunk). Under a
+//! limit (`CUGUARD_LIMIT` or `CUGUARD_POOL_LIMIT`, unless `CUGUARD_LIMIT_VIRTUAL=0`),
+//! cuMemGetInfo answers with the limit as the total and what is left of it as free
+//! ([`super::shown`]).
 
 #![allow(non_snake_case)]
 
@@ -16,7 +17,6 @@ use crate::ffi::*;
 use crate::guard::shield;
 use crate::pool::serve::{self, PoolLookup};
 use crate::tracker::events::Kind;
-use crate::tracker::limit;
 
 const BUFFER_ID: u32 = 7;
 const IS_LEGACY_CUDA_IPC_CAPABLE: u32 = 10;
@@ -173,10 +173,11 @@ pub unsafe fn cuMemGetInfo_v2(
             let t = if total.is_null() { usize::MAX } else { *total };
             *free = (*free).saturating_add(idle as usize).min(t);
         }
-        // Under a limit, the limit is the device as the program sees it.
+        // Under a limit (the process's or the pool's), the limit is the device as the program
+        // sees it.
         // SAFETY: checked non-null; written just above.
         let device_free = unsafe { *free } as u64;
-        if let Some((f, t)) = shield(None, || limit::virtual_info(device, device_free)) {
+        if let Some((f, t)) = shield(None, || super::shown::info(device, device_free)) {
             // SAFETY: free checked non-null; total written only when the program passed one.
             unsafe {
                 *free = f as usize;
