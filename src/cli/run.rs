@@ -11,6 +11,11 @@
 //! or `$TMPDIR/cuguard-sim-<uid>/` when that cannot be written. Links are made under a temporary
 //! name and renamed into place, so several `cuguard run` at once are safe.
 //!
+//! Every process of the run gets `CUGUARD_RUN_ID` ([`run_id`]): the shim writes it in each report,
+//! so that reports of one run given one path each keep a file and a later run's report replaces
+//! an earlier run's at that path (`shim/src/report/file.rs`). A run inside another (`cuguard run`
+//! started by a program that runs under `cuguard run`) is part of it and keeps its id.
+//!
 //! While the program runs, `cuguard` ignores SIGINT and SIGQUIT (the terminal sends them to the
 //! program too) and forwards SIGTERM and SIGHUP to it.
 
@@ -395,6 +400,23 @@ fn install_handlers() {
     }
 }
 
+/// The run's id: the one this run is part of (`inherited`, when it is one the shim takes), else
+/// a new one, this process's pid and the time in hexadecimal (`1f2e-18c5e0b7a1f3c2d4`).
+pub fn run_id(inherited: Option<&str>) -> String {
+    if let Some(id) = inherited.map(str::trim).filter(|id| {
+        (1..=64).contains(&id.len())
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+    }) {
+        return id.to_string();
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!("{:x}-{nanos:x}", std::process::id())
+}
+
 /// Runs `cuguard run`.
 pub fn run(args: RunArgs) -> Result<u8, CliError> {
     let shim = find_library("the shim libcuguard.so", "CUGUARD_SHIM", "libcuguard.so")?;
@@ -427,6 +449,10 @@ pub fn run(args: RunArgs) -> Result<u8, CliError> {
     if let Some(template) = &args.report {
         cmd.env("CUGUARD_REPORT", template);
     }
+    cmd.env(
+        "CUGUARD_RUN_ID",
+        run_id(std::env::var("CUGUARD_RUN_ID").ok().as_deref()),
+    );
     if args.quiet {
         cmd.env("CUGUARD_QUIET", "1");
     }
@@ -458,6 +484,18 @@ mod tests {
         assert_eq!(got, "/a/libcuguard.so:/x.so:/y.so");
         assert_eq!(prepend(Path::new("/a"), None), "/a");
         assert_eq!(prepend(Path::new("/a"), Some("".into())), "/a");
+    }
+
+    #[test]
+    fn a_run_keeps_the_id_of_the_run_it_is_part_of() {
+        assert_eq!(run_id(Some("4d2-1")), "4d2-1");
+        for fresh in [None, Some(""), Some("not an id")] {
+            let id = run_id(fresh);
+            let (pid, time) = id.split_once('-').unwrap();
+            assert_eq!(u32::from_str_radix(pid, 16).unwrap(), std::process::id());
+            assert!(u64::from_str_radix(time, 16).unwrap() > 0);
+        }
+        assert_ne!(run_id(None), run_id(None), "two runs, two ids");
     }
 
     #[test]

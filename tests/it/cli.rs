@@ -713,6 +713,107 @@ fn cli_diff_shows_mixed_stacks_like_py_spy() {
     ), "{text}");
 }
 
+/// The files in `dir`, sorted.
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `cuguard run --driver sim --report PATH -- ARGS…` from `dir`, as the README runs the demo.
+fn run_demo(dir: &Path, report: &str, args: &[&str]) -> Output {
+    let out = cuguard()
+        .current_dir(dir)
+        .env_remove("CUGUARD_RUN_ID")
+        .env_remove("CUGUARD_QUIET")
+        .env("CUGUARD_RUNTIME_DIR", support::artifacts().scratch.join("runtime"))
+        .args(["run", "--driver", "sim", "--report", report, "--"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    out
+}
+
+/// The README's demo run twice: the second run's report replaces the first's at `demo.json`,
+/// and `cuguard summary demo.json` shows the second run (its pid, not the first's).
+#[test]
+fn cli_the_readme_demo_run_twice_shows_the_second_run() {
+    let dir = support::scratch_dir("cli-readme-twice");
+    let program = support::rust_program("cudarc_leaks");
+    let program = program.to_str().unwrap();
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let out = run_demo(&dir, "demo.json", &[program]);
+        let said = stderr(&out);
+        assert!(
+            said.contains("demo.json") && !said.contains("demo.1.json"),
+            "{said}"
+        );
+        assert_eq!(files_in(&dir), ["demo.json"]);
+        let r = support::read_report(&dir.join("demo.json"));
+        runs.push((
+            r["process"]["pid"].as_u64().unwrap(),
+            r["run_id"].as_str().unwrap().to_string(),
+        ));
+    }
+    let [(pid1, run1), (pid2, run2)] = [runs[0].clone(), runs[1].clone()];
+    assert_ne!(pid1, pid2);
+    assert_ne!(run1, run2, "each cuguard run is its own run");
+    let out = cuguard()
+        .current_dir(&dir)
+        .args(["summary", "demo.json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains(&format!("  pid {pid2}  ")), "{text}");
+    assert!(!text.contains(&format!("pid {pid1} ")), "{text}");
+}
+
+/// Processes of one run given one path each keep a report (`demo.json`, `demo.1.json`, one
+/// run id); the next run's replace them, one for one, and a process started outside a run
+/// replaces a report written before it started.
+#[test]
+fn cli_one_run_keeps_each_process_report_a_later_run_replaces_them() {
+    let dir = support::scratch_dir("cli-run-one-path");
+    let program = support::rust_program("cudarc_leaks");
+    let twice = format!("{0} >/dev/null && {0} >/dev/null", program.display());
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        run_demo(&dir, "demo.json", &["/bin/sh", "-c", &twice]);
+        assert_eq!(files_in(&dir), ["demo.1.json", "demo.json"]);
+        let reports: Vec<serde_json::Value> = ["demo.json", "demo.1.json"]
+            .iter()
+            .map(|f| support::read_report(&dir.join(f)))
+            .collect();
+        assert_eq!(reports[0]["run_id"], reports[1]["run_id"]);
+        assert_ne!(reports[0]["process"]["pid"], reports[1]["process"]["pid"]);
+        ids.push(reports[0]["run_id"].clone());
+    }
+    assert_ne!(ids[0], ids[1]);
+
+    // Outside a run: the shim by hand, twice; the second replaces the first's report.
+    let report = dir.join("by-hand.json");
+    let mut pids = Vec::new();
+    for _ in 0..2 {
+        support::run(
+            support::shim_command(&program, &report)
+                .env_remove("CUGUARD_RUN_ID")
+                .env("CUGUARD_QUIET", "1"),
+            true,
+        );
+        let r = support::read_report(&report);
+        assert!(r.get("run_id").is_none(), "{}", r["run_id"]);
+        pids.push(r["process"]["pid"].clone());
+    }
+    assert_ne!(pids[0], pids[1]);
+    assert_eq!(files_in(&dir), ["by-hand.json", "demo.1.json", "demo.json"]);
+}
+
 #[test]
 fn cli_the_readme_demo_names_mains_line_once() {
     // The README's demo, with default settings: cudarc_leaks on the simulated driver.

@@ -43,6 +43,11 @@ pub struct Report {
     /// checkpoints and snapshots with its later reports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report_number: Option<u64>,
+    /// The run the process belonged to (`CUGUARD_RUN_ID`, which `cuguard run` sets for every
+    /// process it starts); absent outside a run. Reports of one run given one path each keep
+    /// their own file; a later run's report replaces an earlier run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
     /// The process the report describes.
     pub process: Process,
     /// The real CUDA driver the process used.
@@ -563,6 +568,7 @@ impl Report {
             cut_short: None,
             signal: None,
             report_number: None,
+            run_id: None,
             process,
             driver: Driver {
                 version: wire::UNKNOWN_VERSION,

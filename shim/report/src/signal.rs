@@ -28,6 +28,8 @@ struct Minimal<'a> {
     reason: Reason,
     cut_short: &'a str,
     signal: Signal,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_id: Option<&'a str>,
     process: &'a Process,
     driver: &'a Driver,
     devices: [Device; 0],
@@ -79,10 +81,15 @@ enum Fill<'a> {
 }
 
 impl SignalTemplate {
-    /// Renders the report of `process` (its `end_unix_ms` is replaced at the signal) with
-    /// `driver` and `faults`. Allocates. `None` only if the rendering could not be taken apart
+    /// Renders the report of `process` (its `end_unix_ms` is replaced at the signal) of the run
+    /// `run_id` with `driver` and `faults`. Allocates. `None` only if the rendering could not be taken apart
     /// again, which the tests rule out.
-    pub fn new(process: &Process, driver: &Driver, faults: &[String]) -> Option<SignalTemplate> {
+    pub fn new(
+        process: &Process,
+        run_id: Option<&str>,
+        driver: &Driver,
+        faults: &[String],
+    ) -> Option<SignalTemplate> {
         let doc = Minimal {
             schema: SCHEMA_NAME,
             schema_version: SCHEMA_VERSION,
@@ -94,6 +101,7 @@ impl SignalTemplate {
                 number: 0,
                 name: String::new(),
             },
+            run_id,
             process,
             driver,
             devices: [],
@@ -258,7 +266,7 @@ mod tests {
             path: "/usr/lib/libcuda.so.1".into(),
         };
         let faults = vec!["only the process and the signal".to_string()];
-        let t = SignalTemplate::new(&process(), &driver, &faults).unwrap();
+        let t = SignalTemplate::new(&process(), Some("4d2-1"), &driver, &faults).unwrap();
         let why = "signal: the \"full\" report\ndid not finish \u{1}";
         let out = written(&t, why, 11, "SIGSEGV", 1_764_461_003_000);
         assert_eq!(out.last(), Some(&b'\n'));
@@ -270,6 +278,7 @@ mod tests {
             number: 11,
             name: "SIGSEGV".into(),
         });
+        want.run_id = Some("4d2-1".into());
         want.driver = driver;
         want.faults = faults;
         assert_eq!(r, want);
@@ -282,6 +291,7 @@ mod tests {
             reason: Reason::Signal,
             cut_short: why,
             signal: want.signal.clone().unwrap(),
+            run_id: want.run_id.as_deref(),
             process: &want.process,
             driver: &want.driver,
             devices: [],
@@ -306,7 +316,7 @@ mod tests {
             version: 13000,
             path: String::new(),
         };
-        let t = SignalTemplate::new(&process(), &driver, &[]).unwrap();
+        let t = SignalTemplate::new(&process(), None, &driver, &[]).unwrap();
         let mut calls = 0;
         assert!(!t.write(
             &mut |_: &[u8]| {

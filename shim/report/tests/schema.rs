@@ -83,6 +83,7 @@ fn full_report(reason: Reason) -> Report {
         name: "SIGSEGV".into(),
     });
     r.report_number = Some(2);
+    r.run_id = Some("4d2-18c5e0b7a1f3".into());
     r.driver = Driver {
         version: 13000,
         path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
@@ -634,7 +635,7 @@ fn the_signal_report_validates() {
         path: String::new(),
     };
     let faults = vec!["only the process and the signal".to_string()];
-    let t = SignalTemplate::new(&process(), &driver, &faults).unwrap();
+    let t = SignalTemplate::new(&process(), Some("4d2-1"), &driver, &faults).unwrap();
     let mut out = Vec::new();
     assert!(t.write(
         &mut |b: &[u8]| {

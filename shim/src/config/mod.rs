@@ -86,6 +86,11 @@ pub struct Config {
     /// `CUGUARD_LIMIT_VIRTUAL`: under a limit, cuMemGetInfo reports the limit as the device's
     /// total and what is left of it as free (default on; `0` for enforcement only).
     pub limit_virtual: bool,
+    /// `CUGUARD_RUN_ID`: the run this process belongs to, set by `cuguard run` for every process
+    /// it starts (the report's `run_id`; reports of one run given one path each keep their own
+    /// file, a later run's replace an earlier one's, `crate::report::file`). `None` outside a
+    /// run, and for a value that is not 1 to 64 letters, digits, `.`, `_`, `:` or `-`.
+    pub run_id: Option<String>,
 }
 
 /// Where alerts go (`CUGUARD_ALERT`).
@@ -337,6 +342,17 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
             None
         }),
     };
+    let run_id = match var("CUGUARD_RUN_ID").as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(id) if run_id_ok(id) => Some(id.to_string()),
+        Some(id) => {
+            problems.push(format!(
+                "CUGUARD_RUN_ID={id:?} is not 1 to 64 letters, digits, '.', '_', ':' or '-'; \
+                 the process belongs to no run"
+            ));
+            None
+        }
+    };
     let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
 
     let config = Config {
@@ -364,8 +380,18 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         cost_sample_every,
         limit,
         limit_virtual,
+        run_id,
     };
     config
+}
+
+/// Whether `id` is a run id the report can carry and the report writer can compare in place:
+/// 1 to 64 ASCII letters, digits, `.`, `_`, `:` or `-` (nothing JSON escapes).
+pub fn run_id_ok(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
 /// Says each problem met while reading the settings, on stderr, once per process. Called at the
@@ -407,6 +433,19 @@ pub(crate) mod tests {
         assert_eq!(c.stack_depth, DEFAULT_STACK_DEPTH);
         assert_eq!(c.report_template, DEFAULT_REPORT);
         assert!(c.problems.is_empty());
+    }
+
+    #[test]
+    fn a_run_id_is_taken_as_given_or_not_at_all() {
+        assert_eq!(from_env(env(&[])).run_id, None);
+        let c = from_env(env(&[("CUGUARD_RUN_ID", " 1f2e-3d.run:7_x ")]));
+        assert_eq!(c.run_id.as_deref(), Some("1f2e-3d.run:7_x"));
+        for bad in ["a\"b", "with space", &"x".repeat(65)] {
+            let c = from_env(env(&[("CUGUARD_RUN_ID", bad)]));
+            assert_eq!(c.run_id, None, "{bad}");
+            assert_eq!(c.problems.len(), 1, "{bad}");
+            assert!(c.problems[0].starts_with("CUGUARD_RUN_ID="), "{bad}");
+        }
     }
 
     #[test]

@@ -3,14 +3,21 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
-/// When the shim started in this process: (Unix ms, monotonic ns). Taken when the settings are
+/// When the shim started in this process: (Unix ns, monotonic ns). Taken when the settings are
 /// read at load ([`crate::config`]), or at the first use of a clock if that came first.
 static START: OnceLock<(u64, u64)> = OnceLock::new();
 
 /// The shim's start in this process (Unix milliseconds, monotonic nanoseconds), taken now if it
 /// was not yet.
 pub fn start() -> (u64, u64) {
-    *START.get_or_init(|| (unix_ms(), monotonic_ns()))
+    let (unix_ns, mono) = start_ns();
+    (unix_ns / 1_000_000, mono)
+}
+
+/// The shim's start in this process (Unix nanoseconds, monotonic nanoseconds), taken now if it
+/// was not yet. Once taken, reading it is one load (async-signal-safe).
+pub fn start_ns() -> (u64, u64) {
+    *START.get_or_init(|| (read(libc::CLOCK_REALTIME), monotonic_ns()))
 }
 
 /// Nanoseconds on the monotonic clock.

@@ -57,7 +57,9 @@ pub fn prepare(report_path: &Path) {
         version: UNKNOWN_VERSION,
         path: crate::driver::driver_if_loaded().map_or_else(String::new, |d| d.path.clone()),
     };
-    let Some(template) = SignalTemplate::new(&process, &driver, &[FAULT.to_string()]) else {
+    let run_id = crate::config::get().run_id.as_deref();
+    let Some(template) = SignalTemplate::new(&process, run_id, &driver, &[FAULT.to_string()])
+    else {
         return;
     };
 
@@ -155,8 +157,8 @@ pub fn write(sig: i32, why: Why) -> bool {
         unsafe { libc::unlink(p.tmp.as_ptr()) };
         return false;
     }
-    // Replace this process's own earlier report (a checkpoint) if the path still holds it; never
-    // another process's.
+    // Replace this process's own earlier report (a checkpoint) if the path still holds it, or a
+    // report of an earlier run; never another process's of this run.
     if let Some(own) = file::own() {
         if file::still_own(own) {
             // SAFETY: both paths are NUL-terminated.
@@ -177,7 +179,7 @@ pub fn write(sig: i32, why: Why) -> bool {
                 libc::RENAME_NOREPLACE,
             )
         };
-        if r == 0 {
+        if r == 0 || file::replace_earlier(&p.tmp, target) {
             return true;
         }
     }

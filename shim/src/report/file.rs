@@ -1,11 +1,26 @@
-//! How the report gets where it goes: an atomic write that never overwrites another process's
-//! report. (The path template is the report crate's, `cuguard_report::template`.)
+//! How the report gets where it goes: an atomic write that never overwrites a report of another
+//! process of the same run, and replaces one of an earlier run. (The path template is the report
+//! crate's, `cuguard_report::template`.)
 //!
 //! The document is written to a temporary file created with `O_EXCL | O_NOFOLLOW`, mode 0600,
 //! beside the destination, then renamed into place with `RENAME_NOREPLACE`. If the destination
-//! exists (another process, or an earlier run with the same pid), `NAME.1.json`, `NAME.2.json`, …
-//! are tried (a name not ending in `.json` gets `.1`, `.2`, … at its end). If the directory
-//! cannot be written, the report goes to `$TMPDIR` (or /tmp) instead and says so.
+//! exists, what is there decides ([`earlier_run`]):
+//!
+//! - A report of an earlier run is replaced: a cuguard report (its first bytes say so) of this
+//!   user, written before this process started, whose `run_id` is not this process's
+//!   (`CUGUARD_RUN_ID`, which `cuguard run` gives every process it starts; outside a run, every
+//!   report written before this process started is an earlier run's). So the same command run
+//!   twice leaves the second run's report at the path. The replacement is an atomic exchange
+//!   (`RENAME_EXCHANGE`) followed by a check that what came out is the file judged, and the
+//!   removal of it; a file that came in meanwhile is put back.
+//! - Anything else stays: a report of another process of this run (`cuguard run` of a program
+//!   that starts several processes with one path), one written while this process ran (another
+//!   process at the same time), another user's, or a file that is not a process's report. Then
+//!   `NAME.1.json`, `NAME.2.json`, … are tried (a name not ending in `.json` gets `.1`, `.2`, …
+//!   at its end), each judged the same way.
+//!
+//! If the directory cannot be written, the report goes to `$TMPDIR` (or /tmp) instead and says
+//! so.
 //!
 //! A process that writes more than one report (checkpoints, snapshots on request, then the final
 //! report) replaces its own previous one: [`write_report`] remembers the file it last made (path,
@@ -13,7 +28,7 @@
 //! very file. Anything else at the path is another process's report and is never replaced. A
 //! forked child forgets the parent's file ([`forget_own_after_fork`]).
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -72,7 +87,7 @@ pub fn forget_own_after_fork() {
 }
 
 /// The device and inode of the file at `path` (not following a link). Async-signal-safe.
-pub fn dev_ino(path: &CString) -> Option<(u64, u64)> {
+pub fn dev_ino(path: &CStr) -> Option<(u64, u64)> {
     // SAFETY: an all-zero stat is a valid out-parameter.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: path is NUL-terminated; st is writable.
@@ -198,7 +213,14 @@ fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<PathBuf> {
         };
         match rename_noreplace(&tmp, &target) {
             Ok(()) => return Ok(target),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if let (Ok(t), Ok(d)) = (cstr(&tmp), cstr(&target)) {
+                    if replace_earlier(&t, &d) {
+                        return Ok(target);
+                    }
+                }
+                continue;
+            }
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp);
                 return Err(e);
@@ -209,6 +231,145 @@ fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<PathBuf> {
     Err(io::Error::other(
         "1000 reports with this name already exist",
     ))
+}
+
+/// How much of a file is read to judge it: the header of a report (schema, tool, reason, the
+/// process's report number and run) fits well within it.
+const HEADER: usize = 2048;
+/// How a process's report begins (compact JSON, as the report crate writes it).
+const REPORT_START: &[u8] = b"{\"schema\":\"cuguard-report\",";
+
+/// Whether the file at `path` is a report of an earlier run, which this process's report may
+/// replace (see the module documentation); its device and inode when it is. Async-signal-safe:
+/// `open`, `fstat`, `read` and `close`, a buffer on the stack, the settings and the start time
+/// already read.
+pub fn earlier_run(path: &CStr) -> Option<(u64, u64)> {
+    // SAFETY: path is NUL-terminated; the flags open for reading only and never follow a link
+    // (a FIFO does not block).
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; HEADER];
+    let judged = judge_open(fd, &mut buf);
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    judged
+}
+
+fn judge_open(fd: libc::c_int, buf: &mut [u8; HEADER]) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero stat is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open; st is writable.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != unsafe { libc::geteuid() } {
+        return None;
+    }
+    let written_ns = i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec);
+    if written_ns >= i128::from(crate::process::clock::start_ns().0) {
+        return None;
+    }
+    let mut n = 0;
+    while n < buf.len() {
+        // SAFETY: fd is open for reading; the rest of buf is writable.
+        let r = unsafe { libc::read(fd, buf[n..].as_mut_ptr().cast(), buf.len() - n) };
+        if r < 0 {
+            // SAFETY: reads errno only.
+            if unsafe { *libc::__errno_location() } == libc::EINTR {
+                continue;
+            }
+            return None;
+        }
+        if r == 0 {
+            break;
+        }
+        n += r as usize;
+    }
+    let mine = crate::config::get().run_id.as_deref().map(str::as_bytes);
+    earlier_report(&buf[..n], mine).then_some((st.st_dev, st.st_ino))
+}
+
+/// Whether a file beginning with `head` is a process's report that is not of the run `mine`.
+fn earlier_report(head: &[u8], mine: Option<&[u8]>) -> bool {
+    if !head.starts_with(REPORT_START) || find(head, b"\"merged\":{").is_some() {
+        return false;
+    }
+    match (mine, run_id_in(head)) {
+        (Some(m), Some(theirs)) => m != theirs,
+        _ => true,
+    }
+}
+
+/// The `run_id` in a report's first bytes (its value never needs escaping).
+fn run_id_in(head: &[u8]) -> Option<&[u8]> {
+    const KEY: &[u8] = b"\"run_id\":\"";
+    let at = find(head, KEY)? + KEY.len();
+    let len = head[at..].iter().position(|&b| b == b'"')?;
+    Some(&head[at..at + len])
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Puts the report at `tmp` in place of a report of an earlier run at `target`
+/// ([`earlier_run`]); whether it did. Async-signal-safe.
+///
+/// Atomic where the filesystem can exchange two names: the exchange, then a check that what
+/// came out is the file judged (or another earlier run's), removed; a file that came in
+/// between the judgment and the exchange (a report of this run) is exchanged back. Without the
+/// exchange, the file is judged again just before a plain rename over it.
+pub fn replace_earlier(tmp: &CStr, target: &CStr) -> bool {
+    let Some(judged) = earlier_run(target) else {
+        return false;
+    };
+    match rename_exchange(tmp, target) {
+        Ok(()) => {
+            if dev_ino(tmp) == Some(judged) || earlier_run(tmp).is_some() {
+                // SAFETY: tmp now names the earlier report that was at target.
+                unsafe { libc::unlink(tmp.as_ptr()) };
+                return true;
+            }
+            // Not the file judged: put it back, and keep ours at tmp.
+            let _ = rename_exchange(tmp, target);
+            false
+        }
+        Err(e) if matches!(e, libc::EINVAL | libc::ENOSYS | libc::ENOTSUP) => {
+            // SAFETY: both paths are NUL-terminated; rename only renames.
+            dev_ino(target) == Some(judged)
+                && unsafe { libc::rename(tmp.as_ptr(), target.as_ptr()) } == 0
+        }
+        Err(_) => false,
+    }
+}
+
+/// `renameat2(a, b, RENAME_EXCHANGE)`; the errno on failure. Async-signal-safe.
+fn rename_exchange(a: &CStr, b: &CStr) -> Result<(), i32> {
+    // SAFETY: both paths are NUL-terminated; renameat2 only renames.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        // SAFETY: reads errno only.
+        Err(unsafe { *libc::__errno_location() })
+    }
 }
 
 pub fn cstr(p: &Path) -> io::Result<CString> {
@@ -302,8 +463,12 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    /// The tests that write reports share this process's record of its own file.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn never_overwrites_and_falls_back_to_suffixes() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("cuguard-file-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -334,6 +499,79 @@ mod tests {
         let d = write_report(&p, b"four").unwrap();
         assert_eq!(d.path, dir.join("r.3.json"));
         assert_eq!(std::fs::read(&c.path).unwrap(), b"three");
+        forget_own_after_fork();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A report as the shim begins one, of the run `run`.
+    fn head(run: Option<&str>) -> Vec<u8> {
+        let run = run.map_or(String::new(), |r| format!(",\"run_id\":\"{r}\""));
+        format!(
+            "{{\"schema\":\"cuguard-report\",\"schema_version\":1,\"tool\":{{\"name\":\"cuguard\",\
+             \"version\":\"0.1.0\"}},\"complete\":true,\"reason\":\"exit\",\"cut_short\":null,\
+             \"signal\":null,\"report_number\":1{run},\"process\":{{\"pid\":7}}}}\n"
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn a_report_of_another_run_is_earlier() {
+        assert_eq!(run_id_in(&head(Some("a-1"))), Some(&b"a-1"[..]));
+        assert_eq!(run_id_in(&head(None)), None);
+        // Outside a run, every report is another run's; inside one, all but the run's own.
+        assert!(earlier_report(&head(None), None));
+        assert!(earlier_report(&head(Some("a-1")), None));
+        assert!(earlier_report(&head(None), Some(b"a-1")));
+        assert!(earlier_report(&head(Some("a-2")), Some(b"a-1")));
+        assert!(!earlier_report(&head(Some("a-1")), Some(b"a-1")));
+        // Not a process's report: kept whatever it says.
+        assert!(!earlier_report(b"theirs", None));
+        assert!(!earlier_report(b"", None));
+        let merged = b"{\"schema\":\"cuguard-report\",\"schema_version\":1,\"tool\":{},\
+                       \"merged\":{\"created_unix_ms\":1,\"inputs\":[]},\"processes\":[]}";
+        assert!(!earlier_report(merged, None));
+        // The key inside a string is escaped, so never taken for the field.
+        let mut quoted = head(Some("a-1"));
+        let at = find(&quoted, b"\"cut_short\":null").unwrap();
+        quoted.splice(
+            at..at + b"\"cut_short\":null".len(),
+            b"\"cut_short\":\"\\\"run_id\\\":\\\"a-9\"".iter().copied(),
+        );
+        assert_eq!(run_id_in(&quoted), Some(&b"a-1"[..]));
+    }
+
+    #[test]
+    fn a_report_written_before_this_process_started_is_replaced() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("cuguard-file-earlier-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("r.json");
+        crate::process::clock::start_ns();
+        // A report written an hour before this process started: an earlier run's.
+        std::fs::write(&p, head(None)).unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let a = write_report(&p, b"mine").unwrap();
+        assert_eq!(a.path, p);
+        assert_eq!(std::fs::read(&p).unwrap(), b"mine");
+        // No temporary file is left behind.
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["r.json"]);
+        // A report written while this process runs (another process's, now): kept.
+        forget_own_after_fork();
+        std::fs::write(&p, head(None)).unwrap();
+        let b = write_report(&p, b"again").unwrap();
+        assert_eq!(b.path, dir.join("r.1.json"));
+        assert_eq!(std::fs::read(&p).unwrap(), head(None));
         forget_own_after_fork();
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -274,6 +274,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
         name: signal_name(sig).into(),
     });
     r.report_number = Some(number);
+    r.run_id = crate::config::get().run_id.clone();
     r.driver = format::Driver {
         version: driver_version().map_or(UNKNOWN_VERSION, i64::from),
         path: crate::driver::driver_if_loaded().map_or_else(String::new, |d| d.path.clone()),
