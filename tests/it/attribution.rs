@@ -558,6 +558,62 @@ fn reconciliation_splits_what_the_device_uses() {
     assert_eq!(rec["unexplained_bytes"], 0, "{rec}");
 }
 
+/// What the pool gave back: a 64 MiB block freed under `CUGUARD_POOL_KEEP=0` goes back to the
+/// driver at once. Whichever way it went (`cuMemFreeAsync`, which the driver may still hold at
+/// the end, or `cuMemFree`), the reconciliation names no more of it than what the device says is
+/// used leaves, every part adds up to what is used, and nothing is negative.
+#[test]
+fn reconciliation_names_what_the_pool_gave_back_and_is_never_negative() {
+    let mib = 1u64 << 20;
+    for cache in ["0", "1"] {
+        let dir = scratch_dir(&format!("attr-given-back-{cache}"));
+        let report = dir.join("r.json");
+        run(
+            shim_command(&crate::support::c_program("limit"), &report)
+                .env("CUGUARD_SIM_MEMORY", "1GiB")
+                .env("CUGUARD_POOL_KEEP", "0")
+                .env("CUGUARD_POOL_THREAD_CACHE", cache)
+                .env("CUGUARD_QUIET", "1")
+                .args(["alloc", "1", "alloc", "64", "freeall", "alloc", "1"]),
+            true,
+        );
+        let r = read_report(&report);
+        crate::cli_schema::validate(&r).unwrap();
+        let rec = &r["reconciliation"][0];
+        let e = &rec["explained"];
+        let part = |k: &str| e[k].as_u64().unwrap_or_else(|| panic!("{k}: {rec}"));
+        let parts: u64 = [
+            "program_bytes",
+            "framework_cache_bytes",
+            "library_bytes",
+            "driver_bytes",
+            "pool_idle_bytes",
+            "context_overhead_bytes",
+        ]
+        .iter()
+        .map(|k| part(k))
+        .sum::<u64>()
+            + e["given_back_bytes"].as_u64().unwrap_or(0);
+        let used = rec["device_used_bytes"].as_u64().unwrap();
+        let unexplained = rec["unexplained_bytes"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{rec}"));
+        assert!(unexplained >= 0, "{rec}");
+        assert_eq!(parts + unexplained as u64, used, "{rec}");
+        assert_eq!(part("program_bytes"), mib, "the last block is live: {rec}");
+        let given = e["given_back_bytes"].as_u64().unwrap_or(0);
+        match rec["given_back_pending_bytes"].as_u64() {
+            // Given back with cuMemFreeAsync: the 64 MiB chunk and the first 1 MiB block's.
+            Some(pending) => {
+                assert!(pending >= 64 * mib, "{rec}");
+                assert!(given <= pending, "{rec}");
+            }
+            None => assert_eq!(given, 0, "{rec}"),
+        }
+        assert!(rec.get("excess_bytes").is_none(), "{rec}");
+    }
+}
+
 /// A bad setting is said once, by the process that uses CUDA, not by every process the program
 /// runs (here a shell running helpers before the program); bad owner and site rules too, and
 /// the defaults apply.

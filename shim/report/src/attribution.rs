@@ -173,8 +173,25 @@ pub struct Reconciliation {
     pub process_used_note: Option<String>,
     /// What cuguard can explain, by part.
     pub explained: Explained,
+    /// The contexts' overhead as estimated when each was created, when it is more than what is
+    /// used leaves for it once the exact parts are counted: `explained.context_overhead_bytes`
+    /// then counts only what is left, and `excess_bytes` says by how much the estimate is over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_overhead_estimate_bytes: Option<u64>,
+    /// By how much cuguard's figures (the exact parts and the contexts' whole estimate) exceed
+    /// what is used, when they do; nothing is then unexplained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub excess_bytes: Option<u64>,
+    /// What cuguard's pool gave back with `cuMemFreeAsync` since it last synchronized the
+    /// device, which the driver holds until a synchronizing call, when there is any:
+    /// `explained.given_back_bytes` counts no more of it than what is used leaves (the program
+    /// may have synchronized since, unseen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub given_back_pending_bytes: Option<u64>,
     /// What is used and not explained: `process_used_bytes − explained` when NVML listed the
-    /// process, else `device_used_bytes − explained`, which includes other processes.
+    /// process, else `device_used_bytes − explained`, which includes other processes. Never
+    /// negative (reports of cuguard 0.1 before this could be: read those as 0, the rest an
+    /// excess).
     #[serde(default)]
     pub unexplained_bytes: Option<i64>,
     /// Why so much is not explained, when NVML listed the process and more than 5% of its
@@ -197,8 +214,14 @@ pub struct Explained {
     /// cuguard's pool: reserved from the driver and not asked for (free, waiting for a fence,
     /// or the rounding of live blocks).
     pub pool_idle_bytes: u64,
-    /// Contexts' own memory, measured when each context was created (live contexts only).
+    /// Contexts' own memory, measured when each context was created (live contexts only), no
+    /// more than what is used leaves once the parts above are counted.
     pub context_overhead_bytes: u64,
+    /// Given back by cuguard's pool with `cuMemFreeAsync` and, as far as it knows, not yet
+    /// returned by the driver (which holds it until a synchronizing call), no more than what is
+    /// used leaves once the parts above are counted.
+    #[serde(default)]
+    pub given_back_bytes: u64,
 }
 
 impl Explained {
@@ -210,5 +233,6 @@ impl Explained {
             + self.driver_bytes
             + self.pool_idle_bytes
             + self.context_overhead_bytes
+            + self.given_back_bytes
     }
 }

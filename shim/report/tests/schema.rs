@@ -329,9 +329,13 @@ fn full_report(reason: Reason) -> Report {
             driver_bytes: 0,
             pool_idle_bytes: 58 << 20,
             context_overhead_bytes: 450 << 20,
+            given_back_bytes: 4 << 20,
         },
+        context_overhead_estimate_bytes: Some(460 << 20),
+        excess_bytes: Some(10 << 20),
+        given_back_pending_bytes: Some(4 << 20),
         unexplained_note: Some("memory the driver takes".into()),
-        unexplained_bytes: Some(6 << 20),
+        unexplained_bytes: Some(0),
     }];
     r.cost = Some(Cost {
         sample_every: 32,

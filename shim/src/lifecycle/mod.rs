@@ -235,6 +235,7 @@ extern "C" fn after_fork_child() {
     crate::process::cost::reset_after_fork();
     crate::stack::after_fork_child();
     crate::tracker::counters::reset_after_fork();
+    crate::tracker::given_back::reset_after_fork();
     crate::pool::registry::reset_after_fork();
     crate::report::timeline::reset_after_fork();
     crate::tracker::reset_after_fork();

@@ -60,7 +60,7 @@ impl Device for DriverContext {
         if wait {
             free_chunk(base);
         } else {
-            free_chunk_async(base);
+            free_chunk_async(base, self.ordinal);
         }
     }
 
@@ -136,7 +136,11 @@ impl Device for DriverContext {
             return false;
         };
         // SAFETY: no arguments; the pool's context is current.
-        (unsafe { sync() }) == CUDA_SUCCESS
+        let done = (unsafe { sync() }) == CUDA_SUCCESS;
+        if done {
+            crate::tracker::given_back::synchronized(self.ordinal);
+        }
+        done
     }
 
     fn reuse_on_stream(&self, completed: u64) -> bool {
@@ -271,14 +275,28 @@ fn free_chunk(base: u64) {
 /// start, or the process is exiting): cuMemFree would wait for all work on the device, which
 /// stalls a program whose CPU runs ahead of its kernels. No block of the chunk is live or
 /// pending, so no work can still touch it; the driver takes it back in legacy-stream order, and
-/// holds the memory until a synchronizing call (measured on the H200).
-fn free_chunk_async(base: u64) {
+/// holds the memory until a synchronizing call (measured on the H200): counted as given back
+/// and maybe not yet returned (`tracker::given_back`), for the report's reconciliation.
+fn free_chunk_async(base: u64, ordinal: i32) {
     if let Some(f) = real::cuMemFreeAsync() {
+        let size = chunk_size(base);
         // SAFETY: base is a chunk this pool allocated with cuMemAlloc and no block of it is live
         // or waiting for a fence; a null stream is the legacy default stream.
         if unsafe { f(base, std::ptr::null_mut()) } == CUDA_SUCCESS {
+            crate::tracker::given_back::freed_async(ordinal, size);
             return;
         }
     }
     free_chunk(base);
+}
+
+/// The size of the driver's allocation at `base` (a chunk), 0 if the driver does not say.
+fn chunk_size(base: u64) -> u64 {
+    let Some(range) = real::cuMemGetAddressRange_v2() else {
+        return 0;
+    };
+    let (mut start, mut size): (CUdeviceptr, usize) = (0, 0);
+    // SAFETY: valid out-parameters; base is a live allocation of this pool's context.
+    let r = unsafe { range(&mut start, &mut size, base) };
+    if r == CUDA_SUCCESS { size as u64 } else { 0 }
 }

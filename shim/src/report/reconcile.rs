@@ -3,10 +3,19 @@
 //! "Used" is the device's memory in use by every process (`cuMemGetInfo` in a live context of
 //! the device: total − free; NVML where no context is live), and this process's own usage as
 //! NVML lists it, where it does (inside a container NVML may see the host's pids: then the
-//! report says so rather than guess). What cuguard explains is the live device allocations in
-//! the report by their owner's kind, the pool's idle memory, and what creating each live context
-//! took (measured by NVML when it was created). The rest is unexplained: other processes'
-//! memory when only the device figure is known.
+//! report says so rather than guess). What cuguard explains, in this order ([`reckon`]):
+//!
+//! 1. exactly: the live device allocations in the report by their owner's kind, and the pool's
+//!    idle memory;
+//! 2. the contexts' own memory, as estimated when each live context was created (NVML's usage
+//!    before and after): no more than what is used leaves after (1); the estimate whole is said
+//!    when it is more, and by how much cuguard's figures exceed what is used;
+//! 3. memory the pool gave back with `cuMemFreeAsync` since it last synchronized the device
+//!    (`tracker::given_back`), which the driver holds until a synchronizing call: no more than
+//!    what is left after (2), since the program may have synchronized since.
+//!
+//! The rest is unexplained, never below zero: other processes' memory when only the device
+//! figure is known, and what the driver takes without an allocation call.
 
 use std::collections::HashMap;
 
@@ -56,7 +65,8 @@ pub fn device(
         .iter()
         .filter(|c| c.device == device && !c.destroyed)
         .collect();
-    e.context_overhead_bytes = live.iter().filter_map(|c| c.overhead_bytes).sum();
+    let overhead = live.iter().filter_map(|c| c.overhead_bytes).sum();
+    let given_back = crate::tracker::given_back::pending(device);
     let unloading = crate::phase::unloading();
     let device_used = if unloading {
         None
@@ -84,14 +94,68 @@ pub fn device(
         }
     };
     let basis = process_used.or(device_used);
-    let unexplained = basis.map(|b| b as i64 - e.total() as i64);
+    let r = reckon(basis, e, overhead, given_back);
     format::Reconciliation {
         device: ordinal,
         device_used_bytes: device_used,
         process_used_bytes: process_used,
         process_used_note: note,
-        unexplained_note: unexplained_note(process_used, unexplained),
-        unexplained_bytes: unexplained,
+        unexplained_note: unexplained_note(process_used, r.unexplained),
+        unexplained_bytes: r.unexplained.map(|u| i64::try_from(u).unwrap_or(i64::MAX)),
+        context_overhead_estimate_bytes: r.overhead_estimate,
+        excess_bytes: r.excess,
+        given_back_pending_bytes: (given_back > 0).then_some(given_back),
+        explained: r.explained,
+    }
+}
+
+/// What one device's figures come to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reckoned {
+    /// The parts, the estimated ones counted only as far as what is used goes.
+    pub explained: format::Explained,
+    /// What is used and not explained (`None` without a measure of use).
+    pub unexplained: Option<u64>,
+    /// The contexts' estimate whole, when less of it is counted.
+    pub overhead_estimate: Option<u64>,
+    /// By how much the exact parts and the contexts' whole estimate exceed what is used.
+    pub excess: Option<u64>,
+}
+
+/// Explains `used` bytes (the measure of use, if any) by the `exact` parts (the live
+/// allocations by owner and the pool's idle memory), then the contexts' `overhead` estimate,
+/// then what the pool gave back that the driver may still hold (`given_back`), each estimated
+/// part counted only as far as what is used leaves. Without a measure, every part counts whole.
+pub fn reckon(
+    used: Option<u64>,
+    exact: format::Explained,
+    overhead: u64,
+    given_back: u64,
+) -> Reckoned {
+    let mut e = exact;
+    e.context_overhead_bytes = 0;
+    e.given_back_bytes = 0;
+    let Some(used) = used else {
+        e.context_overhead_bytes = overhead;
+        e.given_back_bytes = given_back;
+        return Reckoned {
+            explained: e,
+            unexplained: None,
+            overhead_estimate: None,
+            excess: None,
+        };
+    };
+    let mut left = used.saturating_sub(e.total());
+    e.context_overhead_bytes = overhead.min(left);
+    left -= e.context_overhead_bytes;
+    e.given_back_bytes = given_back.min(left);
+    left -= e.given_back_bytes;
+    let over = e.total().saturating_add(overhead - e.context_overhead_bytes);
+    let excess = over.saturating_sub(used);
+    Reckoned {
+        overhead_estimate: (e.context_overhead_bytes < overhead).then_some(overhead),
+        excess: (excess > 0).then_some(excess),
+        unexplained: Some(left),
         explained: e,
     }
 }
@@ -103,7 +167,7 @@ const UNEXPLAINED_SHARE: f64 = 0.05;
 /// Why the unexplained part is there, when NVML listed the process and more than
 /// [`UNEXPLAINED_SHARE`] of its usage is unexplained (with the whole device's usage as the
 /// basis, other processes are the likelier reason, and `process_used_note` says so).
-fn unexplained_note(process_used: Option<u64>, unexplained: Option<i64>) -> Option<String> {
+fn unexplained_note(process_used: Option<u64>, unexplained: Option<u64>) -> Option<String> {
     let (used, u) = (process_used?, unexplained?);
     (used > 0 && u as f64 > UNEXPLAINED_SHARE * used as f64).then(|| {
         "memory the driver takes for the process without an allocation call: the code and data \
@@ -132,5 +196,85 @@ fn used_in(handle: u64) -> Option<u64> {
         let mut popped: CUcontext = std::ptr::null_mut();
         pop(&mut popped);
         (r == CUDA_SUCCESS).then(|| (total - free.min(total)) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn exact(program: u64, pool_idle: u64) -> format::Explained {
+        format::Explained {
+            program_bytes: program,
+            pool_idle_bytes: pool_idle,
+            ..Default::default()
+        }
+    }
+
+    /// Every part and the unexplained add up to what is used, and none is negative.
+    fn adds_up(used: u64, r: &Reckoned) {
+        assert_eq!(r.explained.total() + r.unexplained.unwrap(), used.max(
+            r.explained.program_bytes + r.explained.pool_idle_bytes
+        ), "{r:?}");
+    }
+
+    #[test]
+    fn the_contexts_estimate_counts_only_as_far_as_what_is_used() {
+        // CuPy on the H200: 520 MiB used, the contexts estimated at 523.6 MiB.
+        let used = 520 * MIB;
+        let estimate = 523 * MIB + 600 * 1024;
+        let r = reckon(Some(used), exact(0, 0), estimate, 0);
+        assert_eq!(r.explained.context_overhead_bytes, used);
+        assert_eq!(r.unexplained, Some(0));
+        assert_eq!(r.overhead_estimate, Some(estimate));
+        assert_eq!(r.excess, Some(estimate - used));
+        adds_up(used, &r);
+        // Within what is used: counted whole, nothing said of it.
+        let r = reckon(Some(600 * MIB), exact(10 * MIB, 2 * MIB), 500 * MIB, 0);
+        assert_eq!(r.explained.context_overhead_bytes, 500 * MIB);
+        assert_eq!(r.unexplained, Some(88 * MIB));
+        assert_eq!((r.overhead_estimate, r.excess), (None, None));
+        adds_up(600 * MIB, &r);
+    }
+
+    #[test]
+    fn memory_given_back_and_held_is_named() {
+        // PyTorch after empty_cache(): 3.6 GiB used, 3 GiB given back with cuMemFreeAsync.
+        let (used, given) = (3686 * MIB, 3 << 30);
+        let r = reckon(Some(used), exact(0, 0), 500 * MIB, given);
+        assert_eq!(r.explained.context_overhead_bytes, 500 * MIB);
+        assert_eq!(r.explained.given_back_bytes, given);
+        assert_eq!(r.unexplained, Some(used - 500 * MIB - given));
+        adds_up(used, &r);
+        // The program synchronized since: the device no longer counts it; no more of it is
+        // counted than what is used leaves.
+        let r = reckon(Some(600 * MIB), exact(0, 0), 500 * MIB, given);
+        assert_eq!(r.explained.given_back_bytes, 100 * MIB);
+        assert_eq!(r.unexplained, Some(0));
+        assert_eq!((r.overhead_estimate, r.excess), (None, None));
+    }
+
+    #[test]
+    fn exact_parts_over_what_is_used_leave_nothing_negative() {
+        // NVML's figure behind the allocations just made.
+        let r = reckon(Some(100 * MIB), exact(120 * MIB, 0), 50 * MIB, 7);
+        assert_eq!(r.explained.program_bytes, 120 * MIB);
+        assert_eq!(r.explained.context_overhead_bytes, 0);
+        assert_eq!(r.explained.given_back_bytes, 0);
+        assert_eq!(r.unexplained, Some(0));
+        assert_eq!(r.overhead_estimate, Some(50 * MIB));
+        assert_eq!(r.excess, Some(70 * MIB));
+        // Nothing at all.
+        let r = reckon(Some(0), exact(0, 0), 0, 0);
+        assert_eq!((r.unexplained, r.overhead_estimate, r.excess), (Some(0), None, None));
+    }
+
+    #[test]
+    fn without_a_measure_every_part_counts_whole() {
+        let r = reckon(None, exact(1, 2), 3, 4);
+        assert_eq!(r.explained.total(), 10);
+        assert_eq!((r.unexplained, r.overhead_estimate, r.excess), (None, None, None));
     }
 }

@@ -12,6 +12,7 @@ pub mod counters;
 pub mod doors;
 pub mod end;
 pub mod events;
+pub mod given_back;
 pub mod limit;
 pub mod ooms;
 pub mod peaks;
