@@ -134,16 +134,28 @@ pub struct ReconciliationSummary {
     /// Who the framework caches are, for people: the one framework cache holding memory at
     /// the end, else `framework caches`.
     pub framework_cache_label: String,
-    /// Used and not explained.
-    pub unexplained_bytes: Option<i64>,
+    /// Used and not explained; never negative (an older report's negative figure is read as
+    /// 0 and an excess of the contexts' estimate).
+    pub unexplained_bytes: Option<u64>,
     /// Why so much is not explained, when the report says.
     pub unexplained_note: Option<String>,
+    /// The contexts' overhead as estimated when they were created, when less of it is counted
+    /// (`explained.context_overhead_bytes`) because what is used leaves no more.
+    pub context_overhead_estimate_bytes: Option<u64>,
+    /// By how much cuguard's figures, the contexts' whole estimate included, exceed what is
+    /// used.
+    pub excess_bytes: Option<u64>,
+    /// What cuguard's pool gave back with cuMemFreeAsync since it last synchronized the
+    /// device (the driver holds it until a synchronizing call); `explained.given_back_bytes`
+    /// is the part of it counted.
+    pub given_back_pending_bytes: Option<u64>,
 }
 
 impl ReconciliationSummary {
     /// The explained parts for people, in order: `program`, the framework caches (by
     /// [`ReconciliationSummary::framework_cache_label`]), `CUDA libraries`, `driver and
-    /// runtime`, `pool idle`, `contexts`; the program's always, the others when not zero.
+    /// runtime`, `pool idle`, `contexts`, `given back, not yet returned`; the program's always,
+    /// the others when not zero.
     pub fn parts(&self) -> Vec<(String, u64)> {
         let e = &self.explained;
         let mut parts = vec![("program".to_string(), e.program_bytes)];
@@ -153,12 +165,63 @@ impl ReconciliationSummary {
             ("driver and runtime".to_string(), e.driver_bytes),
             ("pool idle".to_string(), e.pool_idle_bytes),
             ("contexts".to_string(), e.context_overhead_bytes),
+            (
+                "given back, not yet returned".to_string(),
+                e.given_back_bytes,
+            ),
         ] {
             if value > 0 {
                 parts.push((label, value));
             }
         }
         parts
+    }
+
+    /// What the estimated parts are, in words, when a person needs it: the memory given back
+    /// and held by the driver, and a contexts' estimate over what is used.
+    ///
+    /// ```text
+    /// given back: cuguard's pool freed 3.0 GiB with cuMemFreeAsync since it last synchronized the device; the driver holds such memory until a synchronizing call (cuCtxSynchronize, cudaDeviceSynchronize)
+    /// contexts: estimated at 523.6 MiB when they were created, 3.6 MiB more than what is used leaves for them; 520.0 MiB counted
+    /// ```
+    pub fn notes(&self) -> Vec<String> {
+        let bytes = crate::text::bytes;
+        let mut notes = Vec::new();
+        if let Some(pending) = self.given_back_pending_bytes.filter(|p| *p > 0) {
+            let counted = self.explained.given_back_bytes;
+            let mut n = format!(
+                "given back: cuguard's pool freed {} with cuMemFreeAsync since it last \
+                 synchronized the device; the driver holds such memory until a synchronizing \
+                 call (cuCtxSynchronize, cudaDeviceSynchronize)",
+                bytes(pending)
+            );
+            if counted < pending {
+                n.push_str(&format!(
+                    "; what is used leaves at most {} of it (the driver has returned the rest)",
+                    bytes(counted)
+                ));
+            }
+            notes.push(n);
+        }
+        if let Some(estimate) = self.context_overhead_estimate_bytes {
+            let counted = self.explained.context_overhead_bytes;
+            let over = self
+                .excess_bytes
+                .unwrap_or_else(|| estimate.saturating_sub(counted));
+            notes.push(format!(
+                "contexts: estimated at {} when they were created, {} more than what is used \
+                 leaves for them; {} counted",
+                bytes(estimate),
+                bytes(over),
+                bytes(counted)
+            ));
+        } else if let Some(over) = self.excess_bytes.filter(|o| *o > 0) {
+            notes.push(format!(
+                "what cuguard explains is {} more than what is used",
+                bytes(over)
+            ));
+        }
+        notes
     }
 }
 
@@ -331,6 +394,18 @@ pub fn reconciliation(report: &Report, held: &[OwnerShare]) -> Vec<Reconciliatio
                 (None, Some(d)) => (Some(d), Some("device")),
                 (None, None) => (None, None),
             };
+            let mut explained = r.explained.clone();
+            let mut estimate = r.context_overhead_estimate_bytes;
+            let mut excess = r.excess_bytes;
+            // An older report said an excess as a negative unexplained figure, the contexts'
+            // estimate counted whole: read it as a report written now says it.
+            if let Some(u) = r.unexplained_bytes.filter(|u| *u < 0) {
+                let over = u.unsigned_abs();
+                let whole = explained.context_overhead_bytes;
+                estimate = estimate.or(Some(whole));
+                excess = excess.or(Some(over));
+                explained.context_overhead_bytes = whole.saturating_sub(over);
+            }
             ReconciliationSummary {
                 device: r.device,
                 used_bytes,
@@ -338,10 +413,13 @@ pub fn reconciliation(report: &Report, held: &[OwnerShare]) -> Vec<Reconciliatio
                 device_used_bytes: r.device_used_bytes,
                 process_used_bytes: r.process_used_bytes,
                 process_used_note: r.process_used_note.clone(),
-                explained: r.explained.clone(),
+                explained,
                 framework_cache_label: framework_cache_label.clone(),
-                unexplained_bytes: r.unexplained_bytes,
+                unexplained_bytes: r.unexplained_bytes.map(|u| u.max(0).unsigned_abs()),
                 unexplained_note: r.unexplained_note.clone(),
+                context_overhead_estimate_bytes: estimate,
+                excess_bytes: excess,
+                given_back_pending_bytes: r.given_back_pending_bytes,
             }
         })
         .collect();

@@ -77,7 +77,12 @@ use crate::format::{Format, Options};
 ///                     the process | "device": the whole device's | null), device_used_bytes|null,
 ///                     process_used_bytes|null, process_used_note|null, explained {program_bytes,
 ///                     framework_cache_bytes, library_bytes, driver_bytes, pool_idle_bytes,
-///                     context_overhead_bytes}, framework_cache_label, unexplained_bytes|null, unexplained_note|null}
+///                     context_overhead_bytes, given_back_bytes}, framework_cache_label,
+///                     unexplained_bytes|null (never negative), unexplained_note|null,
+///                     context_overhead_estimate_bytes|null (the contexts' whole estimate, when
+///                     less is counted), excess_bytes|null (by how much cuguard's figures exceed
+///                     what is used), given_back_pending_bytes|null (given back by the pool with
+///                     cuMemFreeAsync, held by the driver until a synchronizing call)}
 ///
 /// SITE         {site (the key), label, location|null, kind|null}
 /// SITE_BYTES   {site, label, location|null, kind|null, owner, owner_label, owner_kind, bytes,

@@ -333,13 +333,7 @@ fn sections(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
         writeln!(out)?;
         for r in &p.reconciliation {
             let used = r.used_bytes.map_or("unknown".to_string(), bytes);
-            let unexplained = r.unexplained_bytes.map_or("unknown".to_string(), |u| {
-                if u < 0 {
-                    delta_bytes(i128::from(u))
-                } else {
-                    bytes(u.unsigned_abs())
-                }
-            });
+            let unexplained = r.unexplained_bytes.map_or("unknown".to_string(), bytes);
             let parts: Vec<String> = r
                 .parts()
                 .into_iter()
@@ -361,6 +355,9 @@ fn sections(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
                     out,
                     "  - used is the whole device's, other processes included{note}"
                 )?;
+            }
+            for note in r.notes() {
+                writeln!(out, "  - {}", cell(&note))?;
             }
         }
     }

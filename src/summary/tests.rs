@@ -528,3 +528,103 @@ fn a_deep_framework_stack_reads_folded_with_the_users_lines() {
         "{got}"
     );
 }
+
+/// Summarizes `attribution.json` with its reconciliation replaced by `reconciliation`.
+fn with_reconciliation(test: &str, reconciliation: serde_json::Value) -> Summary {
+    let text = std::fs::read_to_string(fixture("attribution.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["reconciliation"] = reconciliation;
+    let dir = std::env::temp_dir().join(format!("cuguard-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("attribution.json");
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    let processes = map_reports(std::slice::from_ref(&path), |src: &Source, r| {
+        ReportSummary::new(src, &r, 10)
+    })
+    .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    Summary::new(processes.into_iter().map(|(_, s)| s).collect(), 10)
+}
+
+/// Memory given back and held by the driver is named, a contexts' estimate over what is used
+/// is said, and no figure is negative, in a report written now and in an older one (whose
+/// unexplained figure could be negative).
+#[test]
+fn the_reconciliation_says_what_it_knows_and_nothing_is_negative() {
+    const MIB: u64 = 1 << 20;
+    let explained = |program: u64, contexts: u64, given_back: Option<u64>| {
+        let mut e = serde_json::json!({
+            "program_bytes": program, "framework_cache_bytes": 0, "library_bytes": 0,
+            "driver_bytes": 0, "pool_idle_bytes": 0, "context_overhead_bytes": contexts,
+        });
+        if let Some(g) = given_back {
+            e["given_back_bytes"] = g.into();
+        }
+        e
+    };
+    let s = with_reconciliation(
+        "reconcile-now",
+        serde_json::json!([
+            // PyTorch after empty_cache(), the pool's give-back held by the driver.
+            {"device": 0, "device_used_bytes": 3686 * MIB, "process_used_bytes": 3686 * MIB,
+             "explained": explained(0, 500 * MIB, Some(3072 * MIB)),
+             "given_back_pending_bytes": 3072 * MIB, "unexplained_bytes": 114 * MIB},
+            // CuPy on the H200: the contexts' estimate over what is used.
+            {"device": 1, "device_used_bytes": 520 * MIB, "process_used_bytes": 520 * MIB,
+             "explained": explained(0, 520 * MIB, None),
+             "context_overhead_estimate_bytes": 523 * MIB + 614 * 1024,
+             "excess_bytes": 3 * MIB + 614 * 1024, "unexplained_bytes": 0},
+        ]),
+    );
+    let got = text(&s);
+    let section: Vec<&str> = got
+        .lines()
+        .skip_while(|l| *l != "device memory")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert_eq!(
+        section,
+        [
+            "  device 0: used 3.6 GiB: program 0 B, contexts 500.0 MiB, given back, not yet \
+             returned 3.0 GiB, unexplained 114.0 MiB",
+            "    given back: cuguard's pool freed 3.0 GiB with cuMemFreeAsync since it last \
+             synchronized the device; the driver holds such memory until a synchronizing call \
+             (cuCtxSynchronize, cudaDeviceSynchronize)",
+            "  device 1: used 520.0 MiB: program 0 B, contexts 520.0 MiB, unexplained 0 B",
+            "    contexts: estimated at 523.6 MiB when they were created, 3.6 MiB more than what \
+             is used leaves for them; 520.0 MiB counted",
+        ],
+        "{got}"
+    );
+
+    // An older report: the estimate counted whole, the unexplained figure negative.
+    let old = with_reconciliation(
+        "reconcile-old",
+        serde_json::json!([
+            {"device": 0, "device_used_bytes": 520 * MIB, "process_used_bytes": 520 * MIB,
+             "explained": explained(0, 523 * MIB + 614 * 1024, None),
+             "unexplained_bytes": -(3 * (MIB as i64) + 614 * 1024)},
+        ]),
+    );
+    let r = &old.processes[0].reconciliation[0];
+    assert_eq!(r.unexplained_bytes, Some(0));
+    assert_eq!(r.explained.context_overhead_bytes, 520 * MIB);
+    assert_eq!(r.context_overhead_estimate_bytes, Some(523 * MIB + 614 * 1024));
+    assert_eq!(r.excess_bytes, Some(3 * MIB + 614 * 1024));
+    let got = text(&old);
+    assert!(
+        got.contains(
+            "  device 0: used 520.0 MiB: program 0 B, contexts 520.0 MiB, unexplained 0 B\n    \
+             contexts: estimated at 523.6 MiB when they were created, 3.6 MiB more than what is \
+             used leaves for them; 520.0 MiB counted\n"
+        ),
+        "{got}"
+    );
+    assert!(!got.contains("unexplained -"), "{got}");
+    let mut md = Vec::new();
+    super::markdown::Markdown::write(&old, &mut md, &Options::default()).unwrap();
+    let md = String::from_utf8(md).unwrap();
+    assert!(md.contains("unexplained 0 B"), "{md}");
+    assert!(md.contains("  - contexts: estimated at 523.6 MiB"), "{md}");
+}

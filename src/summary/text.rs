@@ -828,12 +828,16 @@ fn growing_section(out: &mut dyn Write, growing: &[GrowingSite], style: Style) -
 /// device memory
 ///   device 0: used 6.1 GiB: program 1.2 GiB, PyTorch's caching allocator 3.9 GiB, pool idle 512.0 MiB, contexts 512.0 MiB, unexplained 0 B
 ///     used is the whole device's (cuMemGetInfo), other processes included: NOTE
+///     given back: cuguard's pool freed 3.0 GiB with cuMemFreeAsync since it last synchronized the device; …
+///     contexts: estimated at 523.6 MiB when they were created, 3.6 MiB more than what is used leaves for them; 520.0 MiB counted
 ///     unexplained: NOTE
 /// ```
 ///
 /// "used" is the process's own usage where NVML listed the process, else the whole device's
 /// (then the second line says so, with the report's note). Parts that are zero are left out,
-/// except the program's and the unexplained.
+/// except the program's and the unexplained, which is never negative. The estimated parts'
+/// lines ([`ReconciliationSummary::notes`]) come when there is memory given back that the driver
+/// may hold, or a contexts' estimate over what is used.
 fn reconciliation_entry(out: &mut dyn Write, r: &ReconciliationSummary) -> io::Result<()> {
     let mut parts: Vec<String> = r
         .parts()
@@ -841,14 +845,7 @@ fn reconciliation_entry(out: &mut dyn Write, r: &ReconciliationSummary) -> io::R
         .map(|(label, value)| format!("{} {}", one_line(&label), bytes(value)))
         .collect();
     if let Some(u) = r.unexplained_bytes {
-        parts.push(format!(
-            "unexplained {}",
-            if u < 0 {
-                delta_bytes(i128::from(u))
-            } else {
-                bytes(u.unsigned_abs())
-            }
-        ));
+        parts.push(format!("unexplained {}", bytes(u)));
     }
     let used = match r.used_bytes {
         Some(u) => format!("used {}", bytes(u)),
@@ -864,6 +861,9 @@ fn reconciliation_entry(out: &mut dyn Write, r: &ReconciliationSummary) -> io::R
             out,
             "    used is the whole device's (cuMemGetInfo), other processes included{note}"
         )?;
+    }
+    for note in r.notes() {
+        writeln!(out, "    {note}")?;
     }
     if let Some(n) = &r.unexplained_note {
         writeln!(out, "    unexplained: {}", one_line(n))?;
