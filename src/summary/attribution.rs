@@ -181,7 +181,7 @@ impl ReconciliationSummary {
     /// and held by the driver, and a contexts' estimate over what is used.
     ///
     /// ```text
-    /// given back: cuguard's pool freed 3.0 GiB with cuMemFreeAsync since it last synchronized the device; the driver holds such memory until a synchronizing call (cuCtxSynchronize, cudaDeviceSynchronize)
+    /// given back: cuguard's pool gave back 3.0 GiB the driver may not have returned yet (freed with cuMemFreeAsync, which the driver holds until a synchronizing call such as cuCtxSynchronize, or still queued to be freed when the process ended)
     /// contexts: estimated at 523.6 MiB when they were created, 3.6 MiB more than what is used leaves for them; 520.0 MiB counted
     /// ```
     pub fn notes(&self) -> Vec<String> {
@@ -190,9 +190,9 @@ impl ReconciliationSummary {
         if let Some(pending) = self.given_back_pending_bytes.filter(|p| *p > 0) {
             let counted = self.explained.given_back_bytes;
             let mut n = format!(
-                "given back: cuguard's pool freed {} with cuMemFreeAsync since it last \
-                 synchronized the device; the driver holds such memory until a synchronizing \
-                 call (cuCtxSynchronize, cudaDeviceSynchronize)",
+                "given back: cuguard's pool gave back {} the driver may not have returned yet \
+                 (freed with cuMemFreeAsync, which the driver holds until a synchronizing call \
+                 such as cuCtxSynchronize, or still queued to be freed when the process ended)",
                 bytes(pending)
             );
             if counted < pending {

@@ -588,9 +588,9 @@ fn the_reconciliation_says_what_it_knows_and_nothing_is_negative() {
         [
             "  device 0: used 3.6 GiB: program 0 B, contexts 500.0 MiB, given back, not yet \
              returned 3.0 GiB, unexplained 114.0 MiB",
-            "    given back: cuguard's pool freed 3.0 GiB with cuMemFreeAsync since it last \
-             synchronized the device; the driver holds such memory until a synchronizing call \
-             (cuCtxSynchronize, cudaDeviceSynchronize)",
+            "    given back: cuguard's pool gave back 3.0 GiB the driver may not have returned \
+             yet (freed with cuMemFreeAsync, which the driver holds until a synchronizing call \
+             such as cuCtxSynchronize, or still queued to be freed when the process ended)",
             "  device 1: used 520.0 MiB: program 0 B, contexts 520.0 MiB, unexplained 0 B",
             "    contexts: estimated at 523.6 MiB when they were created, 3.6 MiB more than what \
              is used leaves for them; 520.0 MiB counted",

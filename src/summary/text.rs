@@ -828,7 +828,7 @@ fn growing_section(out: &mut dyn Write, growing: &[GrowingSite], style: Style) -
 /// device memory
 ///   device 0: used 6.1 GiB: program 1.2 GiB, PyTorch's caching allocator 3.9 GiB, pool idle 512.0 MiB, contexts 512.0 MiB, unexplained 0 B
 ///     used is the whole device's (cuMemGetInfo), other processes included: NOTE
-///     given back: cuguard's pool freed 3.0 GiB with cuMemFreeAsync since it last synchronized the device; …
+///     given back: cuguard's pool gave back 3.0 GiB the driver may not have returned yet (…)
 ///     contexts: estimated at 523.6 MiB when they were created, 3.6 MiB more than what is used leaves for them; 520.0 MiB counted
 ///     unexplained: NOTE
 /// ```

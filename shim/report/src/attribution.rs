@@ -182,9 +182,11 @@ pub struct Reconciliation {
     /// what is used, when they do; nothing is then unexplained.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub excess_bytes: Option<u64>,
-    /// What cuguard's pool gave back with `cuMemFreeAsync` since it last synchronized the
-    /// device, which the driver holds until a synchronizing call, when there is any:
-    /// `explained.given_back_bytes` counts no more of it than what is used leaves (the program
+    /// What cuguard's pool gave back and the driver may not have returned, when there is any:
+    /// chunks queued for the give-back thread's `cuMemFree` and not freed yet (the process
+    /// ended first), and what it gave back with `cuMemFreeAsync` since it last synchronized the
+    /// device, which the driver holds until a synchronizing call. `explained.given_back_bytes`
+    /// counts the first whole and no more of the second than what is used leaves (the program
     /// may have synchronized since, unseen).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub given_back_pending_bytes: Option<u64>,
@@ -217,9 +219,10 @@ pub struct Explained {
     /// Contexts' own memory, measured when each context was created (live contexts only), no
     /// more than what is used leaves once the parts above are counted.
     pub context_overhead_bytes: u64,
-    /// Given back by cuguard's pool with `cuMemFreeAsync` and, as far as it knows, not yet
-    /// returned by the driver (which holds it until a synchronizing call), no more than what is
-    /// used leaves once the parts above are counted.
+    /// Given back by cuguard's pool and, as far as it knows, not yet returned by the driver:
+    /// chunks queued to be freed and still allocated, and what it freed with `cuMemFreeAsync`
+    /// (which the driver holds until a synchronizing call), the latter no more than what is used
+    /// leaves once the parts above are counted.
     #[serde(default)]
     pub given_back_bytes: u64,
 }

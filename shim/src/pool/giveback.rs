@@ -335,6 +335,26 @@ pub fn stop_for_exit(wait: bool) {
     }
 }
 
+/// The chunks queued to be freed and not freed yet (the one being freed now included), as
+/// (context, base): memory given back that the device still counts, for the report's
+/// reconciliation. Takes the lock for the copy.
+pub fn waiting() -> Vec<(u64, u64)> {
+    let Some(g) = global::get(&GIVEBACK) else {
+        return Vec::new();
+    };
+    let st = lock(g);
+    let busy = match st.busy {
+        Some(Busy::Free(j)) => Some(j),
+        _ => None,
+    };
+    st.queue
+        .iter()
+        .copied()
+        .chain(busy)
+        .map(|j| (j.ctx, j.base))
+        .collect()
+}
+
 /// In the child of a fork: nothing queued or watched, no thread (one starts when needed).
 pub fn reset_after_fork() {
     if global::get(&GIVEBACK).is_some() {

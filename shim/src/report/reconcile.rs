@@ -10,9 +10,12 @@
 //! 2. the contexts' own memory, as estimated when each live context was created (NVML's usage
 //!    before and after): no more than what is used leaves after (1); the estimate whole is said
 //!    when it is more, and by how much cuguard's figures exceed what is used;
-//! 3. memory the pool gave back with `cuMemFreeAsync` since it last synchronized the device
-//!    (`tracker::given_back`), which the driver holds until a synchronizing call: no more than
-//!    what is left after (2), since the program may have synchronized since.
+//! 3. memory the pool gave back and the driver has not returned: exactly, the chunks queued
+//!    for the give-back thread's `cuMemFree` and not freed yet when the report was written (the
+//!    process ended first; counted with (1)); and what the pool gave back with
+//!    `cuMemFreeAsync` since it last synchronized the device (`tracker::given_back`), which the
+//!    driver holds until a synchronizing call: no more of it than what is left after (2), since
+//!    the program may have synchronized since.
 //!
 //! The rest is unexplained, never below zero: other processes' memory when only the device
 //! figure is known, and what the driver takes without an allocation call.
@@ -66,6 +69,12 @@ pub fn device(
         .filter(|c| c.device == device && !c.destroyed)
         .collect();
     let overhead = live.iter().filter_map(|c| c.overhead_bytes).sum();
+    // Queued for the give-back thread and not freed yet: still allocated, so counted exactly.
+    e.given_back_bytes = crate::pool::giveback::waiting()
+        .into_iter()
+        .filter(|(ctx, _)| live.iter().any(|c| c.handle == *ctx))
+        .map(|(ctx, base)| size_in(ctx, base))
+        .sum();
     let given_back = crate::tracker::given_back::pending(device);
     let unloading = crate::phase::unloading();
     let device_used = if unloading {
@@ -94,6 +103,7 @@ pub fn device(
         }
     };
     let basis = process_used.or(device_used);
+    let queued = e.given_back_bytes;
     let r = reckon(basis, e, overhead, given_back);
     format::Reconciliation {
         device: ordinal,
@@ -104,7 +114,7 @@ pub fn device(
         unexplained_bytes: r.unexplained.map(|u| i64::try_from(u).unwrap_or(i64::MAX)),
         context_overhead_estimate_bytes: r.overhead_estimate,
         excess_bytes: r.excess,
-        given_back_pending_bytes: (given_back > 0).then_some(given_back),
+        given_back_pending_bytes: Some(given_back + queued).filter(|b| *b > 0),
         explained: r.explained,
     }
 }
@@ -123,9 +133,11 @@ pub struct Reckoned {
 }
 
 /// Explains `used` bytes (the measure of use, if any) by the `exact` parts (the live
-/// allocations by owner and the pool's idle memory), then the contexts' `overhead` estimate,
-/// then what the pool gave back that the driver may still hold (`given_back`), each estimated
-/// part counted only as far as what is used leaves. Without a measure, every part counts whole.
+/// allocations by owner, the pool's idle memory, the chunks given back and still allocated in
+/// `given_back_bytes`), then the contexts' `overhead` estimate, then what the pool gave back
+/// with `cuMemFreeAsync` that the driver may still hold (`given_back`, added to
+/// `given_back_bytes`), each estimated part counted only as far as what is used leaves. Without
+/// a measure, every part counts whole.
 pub fn reckon(
     used: Option<u64>,
     exact: format::Explained,
@@ -134,10 +146,9 @@ pub fn reckon(
 ) -> Reckoned {
     let mut e = exact;
     e.context_overhead_bytes = 0;
-    e.given_back_bytes = 0;
     let Some(used) = used else {
         e.context_overhead_bytes = overhead;
-        e.given_back_bytes = given_back;
+        e.given_back_bytes += given_back;
         return Reckoned {
             explained: e,
             unexplained: None,
@@ -148,8 +159,9 @@ pub fn reckon(
     let mut left = used.saturating_sub(e.total());
     e.context_overhead_bytes = overhead.min(left);
     left -= e.context_overhead_bytes;
-    e.given_back_bytes = given_back.min(left);
-    left -= e.given_back_bytes;
+    let held = given_back.min(left);
+    e.given_back_bytes += held;
+    left -= held;
     let over = e.total().saturating_add(overhead - e.context_overhead_bytes);
     let excess = over.saturating_sub(used);
     Reckoned {
@@ -175,6 +187,30 @@ fn unexplained_note(process_used: Option<u64>, unexplained: Option<u64>) -> Opti
          memory for kernels' stacks and register spills, which grows with the kernels run"
             .to_string()
     })
+}
+
+/// The size of the allocation at `base` as the driver says in context `handle` (a chunk the
+/// pool gave back and has not freed yet); 0 when it does not say.
+fn size_in(handle: u64, base: u64) -> u64 {
+    let (Some(push), Some(pop), Some(range)) = (
+        real::cuCtxPushCurrent_v2(),
+        real::cuCtxPopCurrent_v2(),
+        real::cuMemGetAddressRange_v2(),
+    ) else {
+        return 0;
+    };
+    // SAFETY: handle is a live context the tracker knows; it is pushed and popped around one
+    // query with valid out-parameters.
+    unsafe {
+        if push(handle as CUcontext) != CUDA_SUCCESS {
+            return 0;
+        }
+        let (mut start, mut size): (CUdeviceptr, usize) = (0, 0);
+        let r = range(&mut start, &mut size, base);
+        let mut popped: CUcontext = std::ptr::null_mut();
+        pop(&mut popped);
+        if r == CUDA_SUCCESS { size as u64 } else { 0 }
+    }
 }
 
 /// Device memory in use (total − free) as the driver says in context `handle`, made current on
@@ -269,6 +305,19 @@ mod tests {
         // Nothing at all.
         let r = reckon(Some(0), exact(0, 0), 0, 0);
         assert_eq!((r.unexplained, r.overhead_estimate, r.excess), (Some(0), None, None));
+    }
+
+    #[test]
+    fn chunks_still_queued_count_exactly_before_the_estimates() {
+        // 64 MiB queued for the give-back thread when the process ended, 200 MiB used.
+        let mut e = exact(100 * MIB, 0);
+        e.given_back_bytes = 64 * MIB;
+        let r = reckon(Some(200 * MIB), e, 50 * MIB, 10 * MIB);
+        assert_eq!(r.explained.given_back_bytes, 64 * MIB);
+        assert_eq!(r.explained.context_overhead_bytes, 36 * MIB);
+        assert_eq!(r.overhead_estimate, Some(50 * MIB));
+        assert_eq!(r.excess, Some(14 * MIB));
+        assert_eq!(r.unexplained, Some(0));
     }
 
     #[test]
