@@ -729,7 +729,10 @@ fn run_demo(dir: &Path, report: &str, args: &[&str]) -> Output {
         .current_dir(dir)
         .env_remove("CUGUARD_RUN_ID")
         .env_remove("CUGUARD_QUIET")
-        .env("CUGUARD_RUNTIME_DIR", support::artifacts().scratch.join("runtime"))
+        .env(
+            "CUGUARD_RUNTIME_DIR",
+            support::artifacts().scratch.join("runtime"),
+        )
         .args(["run", "--driver", "sim", "--report", report, "--"])
         .args(args)
         .output()

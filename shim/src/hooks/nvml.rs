@@ -97,15 +97,19 @@ fn limited(device: Device, total: u64, free: u64) -> Option<(u64, u64)> {
     // Each limit in force as (total, held), and the pool's idle bytes (counted as free).
     let (process, pooled, idle) = match ordinal {
         Ordinal::ByDriver(o) => (
-            limit::limit(o).filter(|_| spec.is_some()).map(|l| (l, limit::held(o))),
+            limit::limit(o)
+                .filter(|_| spec.is_some())
+                .map(|l| (l, limit::held(o))),
             super::shown::pool_limit(o).map(|l| (l, super::shown::pool_in_use(o))),
             serve::idle_bytes(o),
         ),
         // Before the driver is initialized the program holds nothing: each limit is worked out
         // against NVML's total.
         Ordinal::ByVisibleDevices(o) => (
-            spec.and_then(|s| of_total(s.for_device(o)?, total)).map(|l| (l, 0)),
-            pool.and_then(|a| super::shown::within(a, total)).map(|l| (l, 0)),
+            spec.and_then(|s| of_total(s.for_device(o)?, total))
+                .map(|l| (l, 0)),
+            pool.and_then(|a| super::shown::within(a, total))
+                .map(|l| (l, 0)),
             0,
         ),
         Ordinal::Unknown => {
@@ -129,7 +133,8 @@ fn limited(device: Device, total: u64, free: u64) -> Option<(u64, u64)> {
             // The pool's limit is one for every device: it needs no match.
             (
                 process.map(|l| (l, 0)),
-                pool.and_then(|a| super::shown::within(a, total)).map(|l| (l, 0)),
+                pool.and_then(|a| super::shown::within(a, total))
+                    .map(|l| (l, 0)),
                 0,
             )
         }

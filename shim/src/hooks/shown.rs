@@ -139,10 +139,7 @@ mod tests {
                 total: 100,
                 held: 30,
             },
-            Shown {
-                total: 80,
-                held: 0,
-            },
+            Shown { total: 80, held: 0 },
         );
         assert_eq!(combine(&[], 1000), None);
         assert_eq!(combine(&[a], 1000), Some((70, 100)));

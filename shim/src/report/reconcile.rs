@@ -162,7 +162,9 @@ pub fn reckon(
     let held = given_back.min(left);
     e.given_back_bytes += held;
     left -= held;
-    let over = e.total().saturating_add(overhead - e.context_overhead_bytes);
+    let over = e
+        .total()
+        .saturating_add(overhead - e.context_overhead_bytes);
     let excess = over.saturating_sub(used);
     Reckoned {
         overhead_estimate: (e.context_overhead_bytes < overhead).then_some(overhead),
@@ -251,9 +253,11 @@ mod tests {
 
     /// Every part and the unexplained add up to what is used, and none is negative.
     fn adds_up(used: u64, r: &Reckoned) {
-        assert_eq!(r.explained.total() + r.unexplained.unwrap(), used.max(
-            r.explained.program_bytes + r.explained.pool_idle_bytes
-        ), "{r:?}");
+        assert_eq!(
+            r.explained.total() + r.unexplained.unwrap(),
+            used.max(r.explained.program_bytes + r.explained.pool_idle_bytes),
+            "{r:?}"
+        );
     }
 
     #[test]
@@ -304,7 +308,10 @@ mod tests {
         assert_eq!(r.excess, Some(70 * MIB));
         // Nothing at all.
         let r = reckon(Some(0), exact(0, 0), 0, 0);
-        assert_eq!((r.unexplained, r.overhead_estimate, r.excess), (Some(0), None, None));
+        assert_eq!(
+            (r.unexplained, r.overhead_estimate, r.excess),
+            (Some(0), None, None)
+        );
     }
 
     #[test]
@@ -324,6 +331,9 @@ mod tests {
     fn without_a_measure_every_part_counts_whole() {
         let r = reckon(None, exact(1, 2), 3, 4);
         assert_eq!(r.explained.total(), 10);
-        assert_eq!((r.unexplained, r.overhead_estimate, r.excess), (None, None, None));
+        assert_eq!(
+            (r.unexplained, r.overhead_estimate, r.excess),
+            (None, None, None)
+        );
     }
 }
