@@ -326,8 +326,9 @@ fn a_report_written_at_an_oom_says_so() {
 #[test]
 fn text_of_a_report_with_a_cost_adds_one_line() {
     let got = text(&summarize(&["cost.json"], 10));
+    // An older report: its stacks counted every capture, so they are said per capture.
     let line = "cuguard's cost: 12.3 ms in hooks over 10,000 allocations (1.23 µs each; \
-                stacks 0.91 µs), 15.0 ms writing 1 report, 3.4 MiB of its own memory";
+                stacks 0.91 µs a capture), 15.0 ms writing 1 report, 3.4 MiB of its own memory";
     let expected = include_str!("snapshots/leaks-two-contexts.txt")
         .replace("== leaks-two-contexts.json", "== cost.json")
         .replace(
@@ -353,7 +354,7 @@ fn costs_of_several_reports_add_up() {
         got.lines().nth(1),
         Some(
             "cuguard's cost: 24.7 ms in hooks over 20,000 allocations (1.23 µs each; \
-             stacks 0.91 µs), 30.0 ms writing 2 reports, 6.8 MiB of its own memory"
+             stacks 0.91 µs a capture), 30.0 ms writing 2 reports, 6.8 MiB of its own memory"
         )
     );
     assert!(summarize(&["events.json"], 10).cost.is_none());
@@ -610,7 +611,10 @@ fn the_reconciliation_says_what_it_knows_and_nothing_is_negative() {
     let r = &old.processes[0].reconciliation[0];
     assert_eq!(r.unexplained_bytes, Some(0));
     assert_eq!(r.explained.context_overhead_bytes, 520 * MIB);
-    assert_eq!(r.context_overhead_estimate_bytes, Some(523 * MIB + 614 * 1024));
+    assert_eq!(
+        r.context_overhead_estimate_bytes,
+        Some(523 * MIB + 614 * 1024)
+    );
     assert_eq!(r.excess_bytes, Some(3 * MIB + 614 * 1024));
     let got = text(&old);
     assert!(
@@ -627,4 +631,52 @@ fn the_reconciliation_says_what_it_knows_and_nothing_is_negative() {
     let md = String::from_utf8(md).unwrap();
     assert!(md.contains("unexplained 0 B"), "{md}");
     assert!(md.contains("  - contexts: estimated at 523.6 MiB"), "{md}");
+}
+
+/// A report written now: the steady cost per allocation after each thread's first calls, its
+/// parts per allocation within it, the first calls, work done once and the other stacks apart.
+#[test]
+fn the_cost_line_adds_up_and_says_one_time_costs_apart() {
+    use crate::report::CostTiming;
+    let timing = |calls, ns, first_calls, first_ns| CostTiming {
+        calls,
+        timed: calls,
+        dropped: 0,
+        ns,
+        first_calls,
+        first_ns,
+    };
+    let mut c = crate::report::Cost {
+        sample_every: 32,
+        first_timed: 8,
+        // 10,008 allocations: 1.2 ms after the first 8, which took 0.4 ms.
+        hooks: timing(10_008, 1_600_000, 8, 400_000),
+        stacks: timing(10_008, 1_100_000, 8, 200_000),
+        python: timing(5_000, 310_000, 8, 10_000),
+        captures: Some(timing(3, 200_000, 3, 200_000)),
+        one_time: Some(timing(2, 3_100_000, 0, 0)),
+        ..Default::default()
+    };
+    c.reports.written = 1;
+    c.reports.ns = 15_000_000;
+    c.heap_bytes = 3_565_158;
+    assert_eq!(
+        super::cost_line(&c),
+        "cuguard's cost: 1.6 ms in hooks over 10,008 allocations (0.12 µs each after each \
+         thread's first 8, of which stacks 0.09 µs, Python frames 0.03 µs; the first 8 of each \
+         thread 400.0 µs in all), 3.1 ms once (module tables, thread set-up, arming), 200.0 µs for 3 \
+         other stacks, 15.0 ms writing 1 report, 3.4 MiB of its own memory"
+    );
+    // All of them among the first: the parts per allocation over every call.
+    c.hooks = timing(4, 80_000, 4, 80_000);
+    c.stacks = timing(4, 60_000, 4, 60_000);
+    c.python = CostTiming::default();
+    assert!(
+        super::cost_line(&c).starts_with(
+            "cuguard's cost: 80.0 µs in hooks over 4 allocations (20.0 µs each, of which \
+             stacks 15.0 µs), 3.1 ms once"
+        ),
+        "{}",
+        super::cost_line(&c)
+    );
 }

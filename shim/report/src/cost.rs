@@ -9,6 +9,14 @@ use serde::{Deserialize, Serialize};
 /// later timed calls times the number of its later calls (with sampling, a later call over 1 ms,
 /// most likely descheduled, is left out of the mean and counted in `dropped`). Call counts are
 /// exact.
+///
+/// The bill adds up: `stacks` and `python` are parts of `hooks`, timed in the same calls and
+/// scaled by the same factor, so neither they nor their sum is ever more than `hooks`, in all
+/// and in each thread's first calls (`first_ns`). Stacks captured outside an allocation are in
+/// `captures`, and work done once (the module tables read for unwinding, a thread's set-up, the
+/// Python interpreter's lookup, arming the process at its first allocation) in `one_time`, timed whole and taken out of every other figure:
+/// the steady cost of an allocation is `(hooks.ns − hooks.first_ns) / (hooks.calls −
+/// hooks.first_calls)`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cost {
     /// After each thread's first `first_timed` calls, one call in this many was timed
@@ -20,11 +28,24 @@ pub struct Cost {
     /// call stack) and its accounting once served. The driver's or the pool's serving is not
     /// in it. `calls`: tracked allocation calls, failed ones included.
     pub hooks: CostTiming,
-    /// Native call-stack capture: unwinding, hashing, the stack table (part of `hooks`, and of
-    /// events' stacks). `calls`: captures.
+    /// Native call-stack capture inside the hooks' work: unwinding, hashing, the stack table (a
+    /// part of `hooks`). `calls`: captures (a refused allocation captures twice). In reports of
+    /// cuguard before the bill added up, also the captures outside an allocation.
     pub stacks: CostTiming,
-    /// Reading Python frames (part of `hooks`). `calls`: captures that read at least one.
+    /// Reading Python frames inside the hooks' work (a part of `hooks`). `calls`: captures that
+    /// read at least one.
     pub python: CostTiming,
+    /// Stacks captured outside an allocation (a context's, an event's), Python frames
+    /// included: not a part of `hooks`. Absent in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub captures: Option<CostTiming>,
+    /// Work done once, every occurrence timed whole and taken out of the other figures: the
+    /// module tables read for unwinding (at the first capture, and again when libraries are
+    /// loaded), each thread's unwinder set-up, the Python interpreter's lookup, arming the
+    /// process (exit handlers, the cuguard thread, the emergency report). `calls`: how many
+    /// times. Absent in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_time: Option<CostTiming>,
     /// Report writing, every report timed: the earlier reports of the process, and this one
     /// up to the moment its `cost` was taken (its serialization and file not included).
     pub reports: CostReports,
@@ -47,6 +68,13 @@ pub struct CostTiming {
     pub dropped: u64,
     /// Estimated nanoseconds over all calls.
     pub ns: u64,
+    /// Of the calls, each thread's first `first_timed` (for a part: those inside its whole's
+    /// first calls), which carry the warm-up; 0 in older reports.
+    #[serde(default)]
+    pub first_calls: u64,
+    /// Their nanoseconds (measured, part of `ns`).
+    #[serde(default)]
+    pub first_ns: u64,
 }
 
 /// `cost.reports`: report writing.
@@ -64,11 +92,29 @@ impl CostTiming {
         (self.calls > 0).then(|| self.ns as f64 / self.calls as f64)
     }
 
+    /// Nanoseconds of the calls after each thread's first ones (the steady state).
+    pub fn later_ns(&self) -> u64 {
+        self.ns.saturating_sub(self.first_ns)
+    }
+
+    /// Calls after each thread's first ones.
+    pub fn later_calls(&self) -> u64 {
+        self.calls.saturating_sub(self.first_calls)
+    }
+
     fn add(&mut self, other: &CostTiming) {
         self.calls = self.calls.saturating_add(other.calls);
         self.timed = self.timed.saturating_add(other.timed);
         self.dropped = self.dropped.saturating_add(other.dropped);
         self.ns = self.ns.saturating_add(other.ns);
+        self.first_calls = self.first_calls.saturating_add(other.first_calls);
+        self.first_ns = self.first_ns.saturating_add(other.first_ns);
+    }
+}
+
+fn add_optional(mine: &mut Option<CostTiming>, other: Option<&CostTiming>) {
+    if let Some(o) = other {
+        mine.get_or_insert_with(CostTiming::default).add(o);
     }
 }
 
@@ -81,6 +127,8 @@ impl Cost {
         self.hooks.add(&other.hooks);
         self.stacks.add(&other.stacks);
         self.python.add(&other.python);
+        add_optional(&mut self.captures, other.captures.as_ref());
+        add_optional(&mut self.one_time, other.one_time.as_ref());
         self.reports.written = self.reports.written.saturating_add(other.reports.written);
         self.reports.ns = self.reports.ns.saturating_add(other.reports.ns);
         self.heap_bytes = self.heap_bytes.saturating_add(other.heap_bytes);
@@ -111,14 +159,25 @@ mod tests {
                 timed: 9,
                 dropped: 0,
                 ns: 1000,
+                first_calls: 8,
+                first_ns: 900,
             },
             stacks: CostTiming {
                 calls: 10,
                 timed: 9,
                 dropped: 0,
                 ns: 600,
+                first_calls: 8,
+                first_ns: 500,
             },
             python: CostTiming::default(),
+            captures: None,
+            one_time: Some(CostTiming {
+                calls: 1,
+                timed: 1,
+                ns: 3000,
+                ..CostTiming::default()
+            }),
             reports: CostReports {
                 written: 1,
                 ns: 5_000_000,
@@ -132,7 +191,13 @@ mod tests {
             timed: 4,
             dropped: 0,
             ns: 80,
+            ..CostTiming::default()
         };
+        b.captures = Some(CostTiming {
+            calls: 2,
+            ns: 50,
+            ..CostTiming::default()
+        });
         let s = Cost::sum([&a, &b]).unwrap();
         assert_eq!(s.sample_every, 32);
         assert_eq!(
@@ -141,9 +206,15 @@ mod tests {
                 calls: 20,
                 timed: 18,
                 dropped: 0,
-                ns: 2000
+                ns: 2000,
+                first_calls: 16,
+                first_ns: 1800,
             }
         );
+        assert_eq!(s.hooks.later_ns(), 200);
+        assert_eq!(s.hooks.later_calls(), 4);
+        assert_eq!(s.captures.map(|c| c.calls), Some(2));
+        assert_eq!(s.one_time.map(|c| c.ns), Some(6000));
         assert_eq!(s.python.calls, 4);
         assert_eq!(
             s.reports,

@@ -81,7 +81,9 @@ pub fn note_allocation() {
 #[cold]
 fn arm_once() {
     if phase::arm() {
-        crate::guard::shield((), arm);
+        // Work done once (the exit handlers, the cuguard thread, the emergency report):
+        // billed apart from the allocation it happens in.
+        crate::process::cost::one_time(|| crate::guard::shield((), arm));
     }
 }
 

@@ -1,25 +1,33 @@
 //! The shim's own bill: what cuguard cost the program it runs in (the report's `cost`).
 //!
-//! # Time, sampled
+//! # Time, sampled, and a bill that adds up
 //!
-//! Three spans of the allocation path are timed ([`Metric`]): the hooks' work on each tracked
-//! allocation ([`Metric::Hooks`]: its record, call stack included, and its accounting once
-//! served; not the driver's or the pool's serving), the native stack capture inside it
-//! ([`Metric::Stacks`]: unwinding, hashing, the stack table) and the reading of Python frames
-//! ([`Metric::Python`], only the captures that read at least one).
+//! The hooks' work on each tracked allocation is the whole ([`Metric::Hooks`]: its record, call
+//! stack included, and its accounting once served; not the driver's or the pool's serving). Its
+//! parts are timed inside it, in the same calls: the native stack capture ([`Metric::Stacks`]:
+//! unwinding, hashing, the stack table) and the reading of Python frames ([`Metric::Python`],
+//! only the captures that read at least one). Stacks captured outside an allocation (a
+//! context's, an event's) are a bill of their own ([`Metric::Captures`]), not a part of it. Work
+//! done once (the module tables read for unwinding, a thread's unwinder set-up, the Python
+//! interpreter's lookup, arming the process at its first allocation) is timed every time it
+//! happens, whole, and taken out of every span it falls in ([`Metric::OneTime`],
+//! [`one_time`]): scaled up by the sample rate it would swamp the steady cost.
 //!
 //! Every call is counted (exactly). Time is read with `clock_gettime(CLOCK_MONOTONIC)` (a vDSO
 //! read: no syscall) around the first [`FIRST_TIMED`] calls of each thread, which carry its
-//! one-time costs (rule cache, module list, first stacks), and then around one call in
-//! [`sample_every`] (`CUGUARD_COST_SAMPLE`, a power of two, default [`DEFAULT_SAMPLE_EVERY`]). A thread's
-//! estimate is the time of its first calls plus the mean of its later timed calls times the
-//! number of its later calls; the report adds the threads up. A later timed call that took
-//! over [`OUTLIER_NS`] is left out of the mean and counted as dropped, unless every call is
-//! timed (the thread was most likely descheduled; on a busy machine one such sample, scaled
-//! up, would swamp the estimate). An untimed call costs a
-//! thread-local load, a counter store and a compare: no clock, no syscall, no locked
-//! instruction (counters are per thread, written by their own thread with relaxed loads and
-//! stores; threads past [`SLOTS`] share one slot with relaxed `fetch_add`s).
+//! warm-up (the rule cache, the first stacks), and then around one call in [`sample_every`]
+//! (`CUGUARD_COST_SAMPLE`, a power of two, default [`DEFAULT_SAMPLE_EVERY`]). A part is timed
+//! exactly when the allocation it is inside is, and its time kept or left out with that call's.
+//! A thread's estimate of the whole is the time of its first calls plus the mean of its later
+//! timed calls times the number of its later calls; a part's is its time in those first calls
+//! plus its time in the later timed calls scaled by the same factor, so no part is ever more than
+//! its whole, nor the parts together. The report adds the threads up. A later timed call that
+//! took over [`OUTLIER_NS`] is left out of the mean and counted as dropped, its parts with it,
+//! unless every call is timed (the thread was most likely descheduled; on a busy machine one
+//! such sample, scaled up, would swamp the estimate). An untimed call costs a thread-local load,
+//! a counter store and a compare: no clock, no syscall, no locked instruction (counters are per
+//! thread, written by their own thread with relaxed loads and stores; threads past [`SLOTS`]
+//! share one slot with relaxed `fetch_add`s).
 //!
 //! Report writing is timed whole, every time ([`report_written`]).
 //!
@@ -47,18 +55,24 @@ pub const OUTLIER_NS: u64 = 1_000_000;
 /// Threads with counters of their own; later ones share one slot.
 pub const SLOTS: usize = 256;
 
-/// A timed span of the allocation path.
+/// What is billed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Metric {
-    /// The hooks' work on a tracked allocation.
+    /// The hooks' work on a tracked allocation: the whole.
     Hooks = 0,
-    /// Native stack capture (unwinding, hashing, the table).
+    /// Native stack capture inside it (unwinding, hashing, the table): a part.
     Stacks = 1,
-    /// Reading Python frames.
+    /// Reading Python frames inside it: a part.
     Python = 2,
+    /// Stacks captured outside an allocation (a context's, an event's), Python frames included.
+    Captures = 3,
+    /// Work done once, every time timed, taken out of the spans it falls in.
+    OneTime = 4,
 }
 
-const METRICS: usize = 3;
+const METRICS: usize = 5;
+/// The parts of [`Metric::Hooks`].
+const PARTS: [Metric; 2] = [Metric::Stacks, Metric::Python];
 
 static SAMPLE_EVERY: AtomicU64 = AtomicU64::new(DEFAULT_SAMPLE_EVERY);
 
@@ -79,9 +93,12 @@ pub fn sample_every() -> u64 {
 struct Counts {
     /// Calls (all of them).
     calls: AtomicU64,
-    /// Nanoseconds of the first [`FIRST_TIMED`] calls.
+    /// Of them, those among the thread's first [`FIRST_TIMED`] (for a part: inside its whole's
+    /// first calls), and their nanoseconds.
+    first: AtomicU64,
     first_ns: AtomicU64,
-    /// Later calls that were timed, and their nanoseconds.
+    /// Later calls that were timed, and the nanoseconds of those kept (for one-time work: every
+    /// call, all of its time).
     timed: AtomicU64,
     timed_ns: AtomicU64,
     /// Of the later timed calls, those left out of the mean ([`OUTLIER_NS`]).
@@ -92,6 +109,7 @@ impl Counts {
     const fn new() -> Counts {
         Counts {
             calls: AtomicU64::new(0),
+            first: AtomicU64::new(0),
             first_ns: AtomicU64::new(0),
             timed: AtomicU64::new(0),
             timed_ns: AtomicU64::new(0),
@@ -102,6 +120,7 @@ impl Counts {
     fn clear(&self) {
         for c in [
             &self.calls,
+            &self.first,
             &self.first_ns,
             &self.timed,
             &self.timed_ns,
@@ -111,32 +130,102 @@ impl Counts {
         }
     }
 
-    /// (calls, timed calls, dropped timed calls, estimated ns) of one thread's counters.
-    fn estimate(&self) -> [u64; 4] {
-        let calls = self.calls.load(Relaxed);
-        let first = calls.min(FIRST_TIMED);
-        let first_ns = self.first_ns.load(Relaxed);
-        let later = calls - first;
-        let timed = self.timed.load(Relaxed).min(later);
-        let dropped = self.dropped.load(Relaxed).min(timed);
-        let kept = timed - dropped;
-        let timed_ns = self.timed_ns.load(Relaxed);
-        let later_ns = if later == 0 {
+    fn load(&self) -> Raw {
+        Raw {
+            calls: self.calls.load(Relaxed),
+            first: self.first.load(Relaxed),
+            first_ns: self.first_ns.load(Relaxed),
+            timed: self.timed.load(Relaxed),
+            timed_ns: self.timed_ns.load(Relaxed),
+            dropped: self.dropped.load(Relaxed),
+        }
+    }
+}
+
+/// One metric's counters, read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Raw {
+    calls: u64,
+    first: u64,
+    first_ns: u64,
+    timed: u64,
+    timed_ns: u64,
+    dropped: u64,
+}
+
+/// How a thread's later calls are scaled up from its timed ones: `later` calls after the first
+/// ones, `kept` of them timed and kept, `first` first calls.
+#[derive(Clone, Copy, Debug)]
+struct Scale {
+    first: u64,
+    later: u64,
+    kept: u64,
+}
+
+impl Scale {
+    /// The sampled metric `r`'s own scale.
+    fn of(r: &Raw) -> Scale {
+        let first = r.calls.min(FIRST_TIMED);
+        let later = r.calls - first;
+        let timed = r.timed.min(later);
+        Scale {
+            first,
+            later,
+            kept: timed - r.dropped.min(timed),
+        }
+    }
+
+    /// The time of all later calls, from the time `timed_ns` of the kept ones (or, with none
+    /// kept, from the first calls' `first_ns`).
+    fn later_ns(&self, first_ns: u64, timed_ns: u64) -> u64 {
+        let scaled = |ns: u64, of: u64| u128::from(ns) * u128::from(self.later) / u128::from(of);
+        if self.later == 0 {
             0
-        } else if kept > 0 {
-            (u128::from(timed_ns) * u128::from(later) / u128::from(kept)) as u64
-        } else if first > 0 {
-            (u128::from(first_ns) * u128::from(later) / u128::from(first)) as u64
+        } else if self.kept > 0 {
+            scaled(timed_ns, self.kept) as u64
+        } else if self.first > 0 {
+            scaled(first_ns, self.first) as u64
         } else {
             0
-        };
-        [
-            calls,
-            first + timed,
-            dropped,
-            first_ns.saturating_add(later_ns),
-        ]
+        }
     }
+}
+
+/// One thread's (or one slot's) estimate of every metric.
+fn estimates(raw: &[Raw; METRICS]) -> [Totals; METRICS] {
+    let mut out = [Totals::default(); METRICS];
+    for (m, r) in raw.iter().enumerate() {
+        let t = &mut out[m];
+        t.calls = r.calls;
+        match m {
+            // Parts: scaled as their whole is.
+            1 | 2 => {
+                let whole = Scale::of(&raw[Metric::Hooks as usize]);
+                t.first_calls = r.first;
+                t.first_ns = r.first_ns;
+                t.timed = r.first + r.timed;
+                t.ns = r
+                    .first_ns
+                    .saturating_add(whole.later_ns(r.first_ns, r.timed_ns));
+            }
+            // One-time work: every call timed, nothing scaled.
+            4 => {
+                t.timed = r.calls;
+                t.ns = r.timed_ns;
+            }
+            _ => {
+                let s = Scale::of(r);
+                t.first_calls = s.first;
+                t.first_ns = r.first_ns;
+                t.timed = s.first + r.timed.min(s.later);
+                t.dropped = r.dropped.min(r.timed);
+                t.ns = r
+                    .first_ns
+                    .saturating_add(s.later_ns(r.first_ns, r.timed_ns));
+            }
+        }
+    }
+    out
 }
 
 /// One thread's counters (or, for [`SHARED`], several threads').
@@ -151,6 +240,10 @@ impl Slot {
             metrics: [const { Counts::new() }; METRICS],
         }
     }
+
+    fn load(&self) -> [Raw; METRICS] {
+        self.metrics.each_ref().map(Counts::load)
+    }
 }
 
 static SLOT_TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
@@ -159,8 +252,8 @@ static SLOT_TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
 static SHARED: Slot = Slot::new();
 /// Slots handed out so far (`SLOTS` and more: all taken).
 static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
-/// Estimates of exited threads: per metric (calls, timed, dropped, ns).
-static RETIRED: [[AtomicU64; 4]; METRICS] = [const { [const { AtomicU64::new(0) }; 4] }; METRICS];
+/// Estimates of exited threads, per metric: calls, timed, dropped, ns, first calls, first ns.
+static RETIRED: [[AtomicU64; 6]; METRICS] = [const { [const { AtomicU64::new(0) }; 6] }; METRICS];
 /// Slots of exited threads, free for new threads: one bit each (lock-free, so a fork cannot
 /// leave it held).
 static FREE: [AtomicU64; SLOTS / 64] = [const { AtomicU64::new(0) }; SLOTS / 64];
@@ -168,12 +261,27 @@ static FREE: [AtomicU64; SLOTS / 64] = [const { AtomicU64::new(0) }; SLOTS / 64]
 const NO_SLOT: u32 = u32::MAX;
 const SHARED_SLOT: u32 = u32::MAX - 1;
 
+/// What a hooks call in progress on this thread is, for its parts (and its paused span).
+const NONE: u8 = 0;
+const UNTIMED: u8 = 1;
+const FIRST: u8 = 2;
+const SAMPLED: u8 = 3;
+/// A sampled call whose first segment was left out of the mean: the rest of it is not timed.
+const DROPPED: u8 = 4;
+
 thread_local! {
     static MY_SLOT: Cell<u32> = const { Cell::new(NO_SLOT) };
     static RELEASE: Release = const { Release };
-    /// A hooks span paused at the end of the record (see [`pause`]): 0 none, 1 a first call,
-    /// 2 a sampled later call.
-    static PAUSED: Cell<u8> = const { Cell::new(0) };
+    /// The hooks call in progress on this thread, if any: its kind (see [`NONE`]…).
+    static IN_HOOKS: Cell<u8> = const { Cell::new(NONE) };
+    /// A hooks call paused at the end of the record (see [`Span::pause`]): its kind, or
+    /// [`NONE`].
+    static PAUSED: Cell<u8> = const { Cell::new(NONE) };
+    /// Nanoseconds of the parts inside the hooks segment in progress, not yet kept.
+    static PENDING: [Cell<u64>; 2] = const { [Cell::new(0), Cell::new(0)] };
+    /// Nanoseconds of one-time work done on this thread so far: a span takes out what grew
+    /// while it ran.
+    static ONE_TIME_NS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Gives the thread's slot back when it exits, its estimate folded into [`RETIRED`].
@@ -187,11 +295,13 @@ impl Drop for Release {
         let Some(slot) = SLOT_TABLE.get(i as usize) else {
             return;
         };
-        for (m, counts) in slot.metrics.iter().enumerate() {
-            for (total, v) in RETIRED[m].iter().zip(counts.estimate()) {
+        for (m, t) in estimates(&slot.load()).iter().enumerate() {
+            for (total, v) in RETIRED[m].iter().zip(t.fields()) {
                 total.fetch_add(v, Relaxed);
             }
-            counts.clear();
+        }
+        for c in &slot.metrics {
+            c.clear();
         }
         FREE[i as usize / 64].fetch_or(1 << (i % 64), Relaxed);
     }
@@ -263,17 +373,50 @@ fn now() -> u64 {
     super::clock::monotonic_ns()
 }
 
+/// One-time work done on this thread so far, in nanoseconds.
+#[inline]
+fn one_time_so_far() -> u64 {
+    ONE_TIME_NS.try_with(Cell::get).unwrap_or(0)
+}
+
 /// A timed (or only counted) span; ends when dropped.
 #[must_use]
 pub struct Span {
     metric: Metric,
-    /// 0: not timed; 1: one of the first calls; 2: a sampled later call.
+    /// [`UNTIMED`], [`FIRST`], [`SAMPLED`] or [`DROPPED`] (not timed).
     kind: u8,
     start: u64,
+    /// [`one_time_so_far`] at the start.
+    one_time: u64,
+    /// A hooks call's second segment ([`resume`]).
+    resumed: bool,
 }
 
-/// Counts one call of `metric` and times it if it is one of the thread's first calls or its
-/// turn in the sample. Drop the span where the call ends (or [`Span::cancel`] it).
+impl Span {
+    fn untimed(metric: Metric) -> Span {
+        Span {
+            metric,
+            kind: UNTIMED,
+            start: 0,
+            one_time: 0,
+            resumed: false,
+        }
+    }
+
+    fn timed(metric: Metric, kind: u8) -> Span {
+        Span {
+            metric,
+            kind,
+            resumed: false,
+            one_time: one_time_so_far(),
+            start: now(),
+        }
+    }
+}
+
+/// Counts one call of a sampled metric ([`Metric::Hooks`], [`Metric::Captures`]) and times it
+/// if it is one of the thread's first calls or its turn in the sample. Drop the span where the
+/// call ends.
 #[inline]
 pub fn begin(metric: Metric) -> Span {
     let (slot, own) = slot_of(my_slot());
@@ -286,32 +429,84 @@ pub fn begin(metric: Metric) -> Span {
         c.calls.fetch_add(1, Relaxed)
     };
     let kind = if n < FIRST_TIMED {
-        1
+        FIRST
     } else if (n - FIRST_TIMED) & (sample_every() - 1) == 0 {
         add(&c.timed, 1, own);
-        2
+        SAMPLED
     } else {
-        return Span {
-            metric,
-            kind: 0,
-            start: 0,
-        };
+        UNTIMED
     };
-    Span {
-        metric,
-        kind,
-        start: now(),
+    if metric == Metric::Hooks {
+        let _ = IN_HOOKS.try_with(|h| h.set(kind));
     }
+    if kind == UNTIMED {
+        Span::untimed(metric)
+    } else {
+        Span::timed(metric, kind)
+    }
+}
+
+/// Whether a tracked allocation's hooks are at work on this thread (a capture then is a part of
+/// their bill, [`part`]; else it is a bill of its own, [`Metric::Captures`]).
+#[inline]
+pub fn in_hooks() -> bool {
+    IN_HOOKS.try_with(Cell::get).unwrap_or(NONE) != NONE
+}
+
+/// Counts one call of a part of the hooks' work ([`Metric::Stacks`], [`Metric::Python`]) on
+/// this thread, timed when the hooks call it is inside is. Call only [`in_hooks`].
+#[inline]
+pub fn part(metric: Metric) -> Span {
+    let kind = IN_HOOKS.try_with(Cell::get).unwrap_or(NONE);
+    let (slot, own) = slot_of(my_slot());
+    let c = &slot.metrics[metric as usize];
+    add(&c.calls, 1, own);
+    match kind {
+        FIRST => {
+            add(&c.first, 1, own);
+            Span::timed(metric, FIRST)
+        }
+        SAMPLED => {
+            add(&c.timed, 1, own);
+            Span::timed(metric, SAMPLED)
+        }
+        _ => Span::untimed(metric),
+    }
+}
+
+/// Runs `f`, work done once (the module tables read, a thread's set-up), timed every time and
+/// taken out of the spans it falls in ([`Metric::OneTime`]).
+#[inline(never)]
+pub fn one_time<T>(f: impl FnOnce() -> T) -> T {
+    let (start, before) = (now(), one_time_so_far());
+    let r = f();
+    // What nested one-time work took is already counted.
+    let ns = now()
+        .saturating_sub(start)
+        .saturating_sub(one_time_so_far().saturating_sub(before));
+    let _ = ONE_TIME_NS.try_with(|t| t.set(t.get().wrapping_add(ns)));
+    let (slot, own) = slot_of(my_slot());
+    let c = &slot.metrics[Metric::OneTime as usize];
+    add(&c.calls, 1, own);
+    add(&c.timed_ns, ns, own);
+    r
 }
 
 impl Span {
     /// Ends the span, adding its time so far; a hooks span can be [`resume`]d by the same
     /// thread later in the same call (the accounting after the allocation was served).
     pub fn pause(self) {
+        let metric = self.metric;
         let kind = self.kind;
         drop(self);
-        if kind != 0 {
-            let _ = PAUSED.try_with(|p| p.set(kind));
+        if metric == Metric::Hooks {
+            // A sampled call left out of the mean stays out.
+            let kept = if kind == SAMPLED && segment_dropped() {
+                DROPPED
+            } else {
+                kind
+            };
+            let _ = PAUSED.try_with(|p| p.set(kept));
         }
     }
 
@@ -320,81 +515,169 @@ impl Span {
     pub fn cancel(mut self) {
         let (slot, own) = slot_of(my_slot());
         let c = &slot.metrics[self.metric as usize];
-        if own {
-            c.calls
-                .store(c.calls.load(Relaxed).wrapping_sub(1), Relaxed);
-            if self.kind == 2 {
-                c.timed
-                    .store(c.timed.load(Relaxed).wrapping_sub(1), Relaxed);
+        let sub = |a: &AtomicU64| {
+            if own {
+                a.store(a.load(Relaxed).wrapping_sub(1), Relaxed);
+            } else {
+                a.fetch_sub(1, Relaxed);
             }
-        } else {
-            c.calls.fetch_sub(1, Relaxed);
-            if self.kind == 2 {
-                c.timed.fetch_sub(1, Relaxed);
-            }
+        };
+        sub(&c.calls);
+        match self.kind {
+            FIRST if matches!(self.metric, Metric::Stacks | Metric::Python) => sub(&c.first),
+            SAMPLED => sub(&c.timed),
+            _ => {}
         }
-        self.kind = 0;
+        self.kind = UNTIMED;
     }
+}
+
+thread_local! {
+    /// Whether the last hooks segment this thread ended was left out of the mean.
+    static LAST_DROPPED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn segment_dropped() -> bool {
+    LAST_DROPPED.try_with(Cell::get).unwrap_or(false)
 }
 
 impl Drop for Span {
     #[inline]
     fn drop(&mut self) {
-        if self.kind == 0 {
+        if self.metric == Metric::Hooks {
+            let _ = IN_HOOKS.try_with(|h| h.set(NONE));
+        }
+        if !matches!(self.kind, FIRST | SAMPLED) {
+            if self.metric == Metric::Hooks {
+                // The parts of an untimed call were not timed either.
+                take_pending();
+            }
             return;
         }
-        let ns = now().saturating_sub(self.start);
+        let ns = now()
+            .saturating_sub(self.start)
+            .saturating_sub(one_time_so_far().saturating_sub(self.one_time));
         let (slot, own) = slot_of(my_slot());
         let c = &slot.metrics[self.metric as usize];
-        if self.kind == 1 {
-            add(&c.first_ns, ns, own);
-        } else if ns > OUTLIER_NS && sample_every() > 1 {
-            // The thread was most likely descheduled: left out of the mean, not scaled up.
-            add(&c.dropped, 1, own);
-        } else {
-            add(&c.timed_ns, ns, own);
+        match self.metric {
+            Metric::Stacks | Metric::Python => {
+                // Kept or left out with the hooks call it is inside.
+                let i = (self.metric as usize) - 1;
+                let _ = PENDING.try_with(|p| p[i].set(p[i].get().wrapping_add(ns)));
+            }
+            Metric::Hooks => {
+                let pending = take_pending();
+                let dropped = self.kind == SAMPLED && ns > OUTLIER_NS && sample_every() > 1;
+                let _ = LAST_DROPPED.try_with(|d| d.set(dropped));
+                if dropped {
+                    // The thread was most likely descheduled: left out of the mean, not scaled
+                    // up, and its parts with it. (A second segment that runs long is left out
+                    // alone: the call's first is kept, and counted.)
+                    if !self.resumed {
+                        add(&c.dropped, 1, own);
+                    }
+                    return;
+                }
+                let first = self.kind == FIRST;
+                add(if first { &c.first_ns } else { &c.timed_ns }, ns, own);
+                for (m, ns) in PARTS.iter().zip(pending) {
+                    let pc = &slot.metrics[*m as usize];
+                    add(if first { &pc.first_ns } else { &pc.timed_ns }, ns, own);
+                }
+            }
+            _ => {
+                if self.kind == FIRST {
+                    add(&c.first_ns, ns, own);
+                } else if ns > OUTLIER_NS && sample_every() > 1 {
+                    add(&c.dropped, 1, own);
+                } else {
+                    add(&c.timed_ns, ns, own);
+                }
+            }
         }
     }
 }
 
-/// Resumes the hooks span this thread [`Span::pause`]d, if it was timed: the time until the
-/// returned span is dropped is added to that call's. Counts no new call.
+/// The parts' pending nanoseconds, cleared.
+fn take_pending() -> [u64; 2] {
+    PENDING
+        .try_with(|p| [p[0].replace(0), p[1].replace(0)])
+        .unwrap_or([0, 0])
+}
+
+/// Resumes the hooks call this thread [`Span::pause`]d: the time until the returned span is
+/// dropped is added to that call's (when it was timed and kept), and captures until then are its
+/// parts. Counts no new call. `None` when no call is paused.
 #[inline]
 pub fn resume() -> Option<Span> {
-    let kind = PAUSED.try_with(|p| p.replace(0)).unwrap_or(0);
-    (kind != 0).then(|| Span {
-        metric: Metric::Hooks,
-        kind,
-        start: now(),
-    })
+    let kind = PAUSED.try_with(|p| p.replace(NONE)).unwrap_or(NONE);
+    if kind == NONE {
+        return None;
+    }
+    let _ = IN_HOOKS.try_with(|h| h.set(kind));
+    let mut span = if matches!(kind, FIRST | SAMPLED) {
+        Span::timed(Metric::Hooks, kind)
+    } else {
+        Span::untimed(Metric::Hooks)
+    };
+    span.resumed = true;
+    Some(span)
 }
 
 /// One metric's totals: calls, how many were timed, how many of those were left out of the
-/// mean, estimated nanoseconds.
+/// mean, estimated nanoseconds, and of them the first calls of each thread and their time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
     pub calls: u64,
     pub timed: u64,
     pub dropped: u64,
     pub ns: u64,
+    pub first_calls: u64,
+    pub first_ns: u64,
+}
+
+impl Totals {
+    fn fields(&self) -> [u64; 6] {
+        [
+            self.calls,
+            self.timed,
+            self.dropped,
+            self.ns,
+            self.first_calls,
+            self.first_ns,
+        ]
+    }
+}
+
+/// The totals of every metric over every thread, running and exited.
+pub fn all_totals() -> [Totals; METRICS] {
+    let mut sum = RETIRED
+        .each_ref()
+        .map(|m| m.each_ref().map(|c| c.load(Relaxed)));
+    let used = (NEXT_SLOT.load(Relaxed) as usize).min(SLOTS);
+    for slot in SLOT_TABLE[..used].iter().chain([&SHARED]) {
+        for (m, t) in estimates(&slot.load()).iter().enumerate() {
+            for (total, v) in sum[m].iter_mut().zip(t.fields()) {
+                *total = total.saturating_add(v);
+            }
+        }
+    }
+    sum.map(
+        |[calls, timed, dropped, ns, first_calls, first_ns]| Totals {
+            calls,
+            timed,
+            dropped,
+            ns,
+            first_calls,
+            first_ns,
+        },
+    )
 }
 
 /// The totals of `metric` over every thread, running and exited.
+#[cfg(test)]
 pub fn totals(metric: Metric) -> Totals {
-    let m = metric as usize;
-    let mut sum = RETIRED[m].each_ref().map(|c| c.load(Relaxed));
-    let used = (NEXT_SLOT.load(Relaxed) as usize).min(SLOTS);
-    for slot in SLOT_TABLE[..used].iter().chain([&SHARED]) {
-        for (total, v) in sum.iter_mut().zip(slot.metrics[m].estimate()) {
-            *total = total.saturating_add(v);
-        }
-    }
-    Totals {
-        calls: sum[0],
-        timed: sum[1],
-        dropped: sum[2],
-        ns: sum[3],
-    }
+    all_totals()[metric as usize]
 }
 
 static REPORTS: AtomicU64 = AtomicU64::new(0);
@@ -425,7 +708,9 @@ pub fn reset_after_fork() {
     }
     REPORTS.store(0, Relaxed);
     REPORT_NS.store(0, Relaxed);
-    let _ = PAUSED.try_with(|p| p.set(0));
+    let _ = PAUSED.try_with(|p| p.set(NONE));
+    let _ = IN_HOOKS.try_with(|p| p.set(NONE));
+    take_pending();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -506,32 +791,128 @@ mod tests {
         std::thread::spawn(|| {
             let n = FIRST_TIMED + 3 * sample_every();
             for _ in 0..n {
-                let s = begin(Metric::Python);
+                let s = begin(Metric::Captures);
                 std::hint::black_box(&s);
             }
             let (slot, own) = slot_of(my_slot());
             assert!(own);
-            let [calls, timed, dropped, ns] = slot.metrics[Metric::Python as usize].estimate();
-            assert_eq!(calls, n);
-            assert_eq!(timed, FIRST_TIMED + 3);
-            assert!(dropped <= 3);
-            assert!(ns > 0);
-            // A cancelled span takes its call back.
-            begin(Metric::Python).cancel();
-            assert_eq!(slot.metrics[Metric::Python as usize].estimate()[0], n);
+            let t = estimates(&slot.load())[Metric::Captures as usize];
+            assert_eq!(t.calls, n);
+            assert_eq!(t.timed, FIRST_TIMED + 3);
+            assert_eq!(t.first_calls, FIRST_TIMED);
+            assert!(t.dropped <= 3);
+            assert!(t.ns > 0 && t.first_ns <= t.ns);
         })
         .join()
         .unwrap();
         // The exited thread's figures are kept.
-        assert!(totals(Metric::Python).calls >= FIRST_TIMED + 3 * sample_every());
+        assert!(totals(Metric::Captures).calls >= FIRST_TIMED + 3 * sample_every());
+    }
+
+    /// Hooks calls with a capture inside each (stacks, and Python frames in every other one):
+    /// the parts are timed in the same calls as their whole, and never add up to more.
+    #[test]
+    fn parts_are_timed_with_their_whole_and_stay_within_it() {
+        std::thread::spawn(|| {
+            let n = FIRST_TIMED + 5 * sample_every() + 3;
+            for i in 0..n {
+                let h = begin(Metric::Hooks);
+                assert!(in_hooks());
+                let py = part(Metric::Python);
+                if i % 2 == 0 {
+                    drop(py);
+                } else {
+                    py.cancel();
+                }
+                let st = part(Metric::Stacks);
+                std::hint::black_box(&st);
+                drop(st);
+                h.pause();
+                assert!(!in_hooks());
+                // The accounting after the allocation was served: a capture there is a part too.
+                let r = resume().expect("a paused call");
+                assert!(in_hooks());
+                drop(part(Metric::Stacks));
+                drop(r);
+                assert!(resume().is_none());
+            }
+            let (slot, _) = slot_of(my_slot());
+            let t = estimates(&slot.load());
+            let (hooks, stacks, python) = (
+                t[Metric::Hooks as usize],
+                t[Metric::Stacks as usize],
+                t[Metric::Python as usize],
+            );
+            assert_eq!(hooks.calls, n);
+            assert_eq!(stacks.calls, 2 * n);
+            assert_eq!(python.calls, n.div_ceil(2));
+            assert_eq!(stacks.first_calls, 2 * FIRST_TIMED);
+            assert!(stacks.ns + python.ns <= hooks.ns, "{t:?}");
+            assert!(stacks.first_ns + python.first_ns <= hooks.first_ns, "{t:?}");
+            assert!(
+                (stacks.ns - stacks.first_ns) + (python.ns - python.first_ns)
+                    <= hooks.ns - hooks.first_ns,
+                "{t:?}"
+            );
+            // A capture outside an allocation is its own bill.
+            drop(begin(Metric::Captures));
+            assert_eq!(
+                estimates(&slot.load())[Metric::Stacks as usize].calls,
+                2 * n
+            );
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// One-time work is timed whole, every time, and taken out of the span it falls in.
+    #[test]
+    fn one_time_work_is_billed_apart() {
+        std::thread::spawn(|| {
+            let h = begin(Metric::Hooks);
+            let st = part(Metric::Stacks);
+            let inner = one_time(|| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                one_time(|| std::thread::sleep(std::time::Duration::from_millis(10)))
+            });
+            std::hint::black_box(inner);
+            drop(st);
+            drop(h);
+            let (slot, _) = slot_of(my_slot());
+            let t = estimates(&slot.load());
+            let once = t[Metric::OneTime as usize];
+            assert_eq!((once.calls, once.timed), (2, 2));
+            assert!(once.ns >= 30_000_000, "{once:?}");
+            // Nested one-time work is not counted twice.
+            assert!(once.ns < 60_000_000, "{once:?}");
+            // Neither the hooks call nor its capture carries it.
+            assert!(t[Metric::Hooks as usize].ns < 10_000_000, "{t:?}");
+            assert!(t[Metric::Stacks as usize].ns <= t[Metric::Hooks as usize].ns);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
-    fn a_paused_hooks_span_resumes_once() {
+    fn a_long_sampled_call_is_dropped_with_its_parts() {
         std::thread::spawn(|| {
-            begin(Metric::Hooks).pause();
-            assert!(resume().is_some());
-            assert!(resume().is_none());
+            // The call after the first ones is the first sampled.
+            for i in 0..FIRST_TIMED + 1 {
+                let h = begin(Metric::Hooks);
+                let st = part(Metric::Stacks);
+                if i == FIRST_TIMED {
+                    // The first sampled call: descheduled, in its capture.
+                    std::thread::sleep(std::time::Duration::from_millis(3));
+                }
+                drop(st);
+                drop(h);
+            }
+            let (slot, _) = slot_of(my_slot());
+            let raw = slot.load();
+            assert_eq!(raw[Metric::Hooks as usize].dropped, 1);
+            assert_eq!(raw[Metric::Stacks as usize].timed_ns, 0, "{raw:?}");
+            let t = estimates(&raw);
+            assert!(t[Metric::Stacks as usize].ns <= t[Metric::Hooks as usize].ns);
         })
         .join()
         .unwrap();
@@ -539,22 +920,44 @@ mod tests {
 
     #[test]
     fn the_estimate_scales_later_samples() {
-        let c = Counts::new();
-        c.calls.store(FIRST_TIMED + 100, Relaxed);
-        c.first_ns.store(800, Relaxed);
-        c.timed.store(4, Relaxed);
-        c.timed_ns.store(40, Relaxed);
+        let mut raw = [Raw::default(); METRICS];
+        raw[Metric::Hooks as usize] = Raw {
+            calls: FIRST_TIMED + 100,
+            first: 0,
+            first_ns: 800,
+            timed: 4,
+            timed_ns: 40,
+            dropped: 0,
+        };
+        raw[Metric::Stacks as usize] = Raw {
+            calls: FIRST_TIMED + 100,
+            first: FIRST_TIMED,
+            first_ns: 400,
+            timed: 4,
+            timed_ns: 20,
+            dropped: 0,
+        };
+        let t = estimates(&raw);
         assert_eq!(
-            c.estimate(),
-            [FIRST_TIMED + 100, FIRST_TIMED + 4, 0, 800 + 1000]
+            t[Metric::Hooks as usize],
+            Totals {
+                calls: FIRST_TIMED + 100,
+                timed: FIRST_TIMED + 4,
+                dropped: 0,
+                ns: 800 + 1000,
+                first_calls: FIRST_TIMED,
+                first_ns: 800,
+            }
         );
+        // The part is scaled by its whole's factor (100 later calls, 4 kept).
+        assert_eq!(t[Metric::Stacks as usize].ns, 400 + 500);
         // A dropped sample is left out of the mean: the other four give 10 ns each.
-        c.timed.store(5, Relaxed);
-        c.dropped.store(1, Relaxed);
-        assert_eq!(
-            c.estimate(),
-            [FIRST_TIMED + 100, FIRST_TIMED + 5, 1, 800 + 1000]
-        );
+        raw[Metric::Hooks as usize].timed = 5;
+        raw[Metric::Hooks as usize].dropped = 1;
+        let t = estimates(&raw);
+        assert_eq!(t[Metric::Hooks as usize].ns, 800 + 1000);
+        assert_eq!(t[Metric::Hooks as usize].dropped, 1);
+        assert_eq!(t[Metric::Stacks as usize].ns, 400 + 500);
     }
 
     /// What the bill adds to one call: a span counted but not timed, a span timed, and an
@@ -577,9 +980,9 @@ mod tests {
                 best
             };
             configure(1 << 20);
-            let untimed = time(&|| drop(std::hint::black_box(begin(Metric::Stacks))));
+            let untimed = time(&|| drop(std::hint::black_box(begin(Metric::Captures))));
             configure(1);
-            let timed = time(&|| drop(std::hint::black_box(begin(Metric::Stacks))));
+            let timed = time(&|| drop(std::hint::black_box(begin(Metric::Captures))));
             configure(DEFAULT_SAMPLE_EVERY);
             let layout = Layout::from_size_align(64, 8).unwrap();
             // SAFETY: each block is freed with the layout it was allocated with.

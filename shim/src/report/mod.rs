@@ -499,13 +499,16 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
 fn bill(started: u64, heap: u64) -> format::Cost {
     use crate::process::cost::{self, Metric};
     cost::report_written(clock::monotonic_ns().saturating_sub(started));
+    let totals = cost::all_totals();
     let timing = |m: Metric| {
-        let t = cost::totals(m);
+        let t = totals[m as usize];
         format::CostTiming {
             calls: t.calls,
             timed: t.timed,
             dropped: t.dropped,
             ns: t.ns,
+            first_calls: t.first_calls,
+            first_ns: t.first_ns,
         }
     };
     let (written, ns) = cost::reports();
@@ -515,6 +518,8 @@ fn bill(started: u64, heap: u64) -> format::Cost {
         hooks: timing(Metric::Hooks),
         stacks: timing(Metric::Stacks),
         python: timing(Metric::Python),
+        captures: Some(timing(Metric::Captures)),
+        one_time: Some(timing(Metric::OneTime)),
         reports: format::CostReports { written, ns },
         heap_bytes: heap,
     }

@@ -253,14 +253,18 @@ fn capture_with(skip: Skip, depth: usize, with_origin: bool) -> Option<StackId> 
         return None;
     }
     let mut py = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
-    // Timed for the report's `cost`: Python frames apart, counted only when some were read.
-    let py_span = python::present().then(|| cost::begin(Metric::Python));
+    // Timed for the report's `cost`: inside a tracked allocation, as parts of its hooks' work
+    // (Python frames apart, counted only when some were read); outside one, whole, as a
+    // capture of its own (a context's, an event's).
+    let inside = cost::in_hooks();
+    let _capture = (!inside).then(|| cost::begin(Metric::Captures));
+    let py_span = (inside && python::present()).then(|| cost::part(Metric::Python));
     let py_n = python::capture(&mut py[..depth]);
     match py_span {
         Some(s) if py_n == 0 => s.cancel(),
         _ => drop(py_span),
     }
-    let _span = cost::begin(Metric::Stacks);
+    let _span = inside.then(|| cost::part(Metric::Stacks));
     // SAFETY: `python::capture` initialised the first `py_n` elements.
     let py = unsafe { std::slice::from_raw_parts(py.as_ptr() as *const u64, py_n) };
     // Work done for another thread: a thread without Python frames of its own, while an

@@ -442,7 +442,9 @@ fn layout_313(runtime: usize) -> Result<Layout, String> {
 
 #[inline]
 fn api() -> Option<&'static Api> {
-    API.get_or_init(resolve).as_ref()
+    // The interpreter's lookup, done once (billed apart).
+    API.get_or_init(|| crate::process::cost::one_time(resolve))
+        .as_ref()
 }
 
 /// Whether an interpreter whose frames can be read is in the process (resolved at the first

@@ -166,7 +166,9 @@ pub(crate) fn refresh(force: bool) -> bool {
     let mut published = false;
     if !unchanged && SNAPSHOTS_BUILT.load(Ordering::Relaxed) < MAX_SNAPSHOTS {
         SNAPSHOTS_BUILT.fetch_add(1, Ordering::Relaxed);
-        let snap = Box::into_raw(Box::new(Snapshot::build(counters)));
+        // Reading the module tables: work done once per module list, billed apart.
+        let snap =
+            crate::process::cost::one_time(|| Box::into_raw(Box::new(Snapshot::build(counters))));
         // The old snapshot is leaked on purpose: other threads may be unwinding with it.
         SNAPSHOT.store(snap, Ordering::Release);
         published = true;
@@ -340,14 +342,19 @@ pub(crate) fn with_thread<R>(f: impl FnOnce(&mut Cache, (u64, u64)) -> Option<R>
             return None;
         }
         let mut bounds = st.stack.get();
-        if bounds == (0, 0) {
-            bounds = thread_stack_bounds().unwrap_or((1, 1));
-            st.stack.set(bounds);
-        }
         let mut c = st.cache.get();
-        if c.is_null() {
-            c = Box::into_raw(Box::new(Cache::new()));
-            st.cache.set(c);
+        if bounds == (0, 0) || c.is_null() {
+            // The thread's set-up, done once (billed apart): its stack's bounds, its rule cache.
+            crate::process::cost::one_time(|| {
+                if bounds == (0, 0) {
+                    bounds = thread_stack_bounds().unwrap_or((1, 1));
+                    st.stack.set(bounds);
+                }
+                if c.is_null() {
+                    c = Box::into_raw(Box::new(Cache::new()));
+                    st.cache.set(c);
+                }
+            });
         }
         // SAFETY: the state is owned by this thread and `busy` guarantees no other borrow.
         let r = (bounds != (1, 1))
