@@ -823,7 +823,7 @@ fn cli_the_readme_demo_names_mains_line_once() {
     let dir = support::scratch_dir("cli-readme-demo");
     let report = dir.join("demo.json");
     support::run(
-        &mut support::shim_command(&support::rust_program("cudarc_leaks"), &report)
+        support::shim_command(&support::rust_program("cudarc_leaks"), &report)
             .env("CUGUARD_QUIET", "1"),
         true,
     );

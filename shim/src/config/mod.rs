@@ -355,7 +355,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     };
     let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
 
-    let config = Config {
+    Config {
         disabled,
         quiet,
         log,
@@ -381,8 +381,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         limit,
         limit_virtual,
         run_id,
-    };
-    config
+    }
 }
 
 /// Whether `id` is a run id the report can carry and the report writer can compare in place:

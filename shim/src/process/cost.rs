@@ -873,9 +873,12 @@ mod tests {
             let st = part(Metric::Stacks);
             let inner = one_time(|| {
                 std::thread::sleep(std::time::Duration::from_millis(20));
-                one_time(|| std::thread::sleep(std::time::Duration::from_millis(10)))
+                one_time(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    7
+                })
             });
-            std::hint::black_box(inner);
+            assert_eq!(inner, 7);
             drop(st);
             drop(h);
             let (slot, _) = slot_of(my_slot());

@@ -159,13 +159,12 @@ pub fn write(sig: i32, why: Why) -> bool {
     }
     // Replace this process's own earlier report (a checkpoint) if the path still holds it, or a
     // report of an earlier run; never another process's of this run.
-    if let Some(own) = file::own() {
-        if file::still_own(own) {
-            // SAFETY: both paths are NUL-terminated.
-            if unsafe { libc::rename(p.tmp.as_ptr(), own.cpath.as_ptr()) } == 0 {
-                return true;
-            }
-        }
+    if let Some(own) = file::own()
+        && file::still_own(own)
+        // SAFETY: both paths are NUL-terminated.
+        && unsafe { libc::rename(p.tmp.as_ptr(), own.cpath.as_ptr()) } == 0
+    {
+        return true;
     }
     for target in [&p.path, &p.alt_path] {
         // SAFETY: both paths are NUL-terminated; renameat2 only renames.

@@ -103,17 +103,16 @@ pub fn still_own(own: &Own) -> bool {
 /// Writes `contents` to `path` (or a fallback place) atomically, replacing this process's own
 /// previous report if it has one, and never another process's.
 pub fn write_report(path: &Path, contents: &[u8]) -> io::Result<Written> {
-    if let Some(own) = own() {
-        if still_own(own) {
-            if let Ok(()) = replace_own(own, contents) {
-                let p = own.path.clone();
-                set_own(&p);
-                return Ok(Written {
-                    path: p,
-                    fallback_reason: None,
-                });
-            }
-        }
+    if let Some(own) = own()
+        && still_own(own)
+        && let Ok(()) = replace_own(own, contents)
+    {
+        let p = own.path.clone();
+        set_own(&p);
+        return Ok(Written {
+            path: p,
+            fallback_reason: None,
+        });
     }
     let written = write_fresh(path, contents)?;
     set_own(&written.path);
@@ -214,10 +213,10 @@ fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<PathBuf> {
         match rename_noreplace(&tmp, &target) {
             Ok(()) => return Ok(target),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                if let (Ok(t), Ok(d)) = (cstr(&tmp), cstr(&target)) {
-                    if replace_earlier(&t, &d) {
-                        return Ok(target);
-                    }
+                if let (Ok(t), Ok(d)) = (cstr(&tmp), cstr(&target))
+                    && replace_earlier(&t, &d)
+                {
+                    return Ok(target);
                 }
                 continue;
             }
@@ -342,7 +341,7 @@ pub fn replace_earlier(tmp: &CStr, target: &CStr) -> bool {
             let _ = rename_exchange(tmp, target);
             false
         }
-        Err(e) if matches!(e, libc::EINVAL | libc::ENOSYS | libc::ENOTSUP) => {
+        Err(libc::EINVAL | libc::ENOSYS | libc::ENOTSUP) => {
             // SAFETY: both paths are NUL-terminated; rename only renames.
             dev_ino(target) == Some(judged)
                 && unsafe { libc::rename(tmp.as_ptr(), target.as_ptr()) } == 0
