@@ -487,9 +487,12 @@ mod tests {
         assert_eq!(b.path, dir.join("r.1.json"));
         assert_eq!(std::fs::read(&b.path).unwrap(), b"two");
         assert_eq!(std::fs::read(&p).unwrap(), b"theirs");
-        // Someone else's file where our last one was: never replaced.
-        std::fs::remove_file(&b.path).unwrap();
-        std::fs::write(&b.path, b"other").unwrap();
+        // Someone else's file where our last one was: never replaced. (Made beside it and renamed
+        // over it, so that it is another file: removing ours first would let the file system
+        // give the new one our inode number, as tmpfs and ext4 do.)
+        let theirs = dir.join("other.tmp");
+        std::fs::write(&theirs, b"other").unwrap();
+        std::fs::rename(&theirs, &b.path).unwrap();
         let c = write_report(&p, b"three").unwrap();
         assert_eq!(c.path, dir.join("r.2.json"));
         assert_eq!(std::fs::read(dir.join("r.1.json")).unwrap(), b"other");
