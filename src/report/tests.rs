@@ -283,7 +283,8 @@ mod robustness {
     fn odd_attribution_fields_are_read_and_shown() {
         use serde_json::{Value, json};
         let base: Value = serde_json::from_str(&fixture_text("attribution.json")).unwrap();
-        let edits: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+        type Edit<'a> = (&'a str, Box<dyn Fn(&mut Value)>);
+        let edits: Vec<Edit> = vec![
             (
                 "mixed out of range",
                 Box::new(|v| {

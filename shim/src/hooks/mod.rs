@@ -239,10 +239,10 @@ pub fn free_tracked(
 ) -> CUresult {
     let active = active();
     if let Some((result, record)) = pool() {
-        if let Some((_guard, t)) = active {
-            if addr != 0 {
-                crate::guard::shield((), || account_free(t, api, addr, cur, record, result, true));
-            }
+        if let Some((_guard, t)) = active
+            && addr != 0
+        {
+            crate::guard::shield((), || account_free(t, api, addr, cur, record, result, true));
         }
         return result;
     }

@@ -132,10 +132,10 @@ pub unsafe fn cuMemMap(
 ) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size, offset, handle, flags) };
-    if r == CUDA_SUCCESS {
-        if let Some((_guard, t)) = super::active() {
-            shield((), || t.vmm.mapped(ptr, size as u64, handle));
-        }
+    if r == CUDA_SUCCESS
+        && let Some((_guard, t)) = super::active()
+    {
+        shield((), || t.vmm.mapped(ptr, size as u64, handle));
     }
     r
 }
@@ -152,14 +152,14 @@ pub unsafe fn cuMemUnmap(
 ) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size) };
-    if r == CUDA_SUCCESS {
-        if let Some((_guard, t)) = super::active() {
-            shield((), || {
-                for rec in t.vmm.unmapped(ptr, size as u64) {
-                    t.stats.freed(&rec);
-                }
-            });
-        }
+    if r == CUDA_SUCCESS
+        && let Some((_guard, t)) = super::active()
+    {
+        shield((), || {
+            for rec in t.vmm.unmapped(ptr, size as u64) {
+                t.stats.freed(&rec);
+            }
+        });
     }
     r
 }
@@ -179,12 +179,13 @@ pub unsafe fn cuMemAddressReserve(
 ) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size, alignment, addr, flags) };
-    if r == CUDA_SUCCESS && !ptr.is_null() {
-        if let Some((_guard, t)) = super::active() {
-            // SAFETY: the call succeeded, so ptr was valid and written.
-            let at = unsafe { *ptr };
-            shield((), || t.vmm.reserved(at, size as u64));
-        }
+    if r == CUDA_SUCCESS
+        && !ptr.is_null()
+        && let Some((_guard, t)) = super::active()
+    {
+        // SAFETY: the call succeeded, so ptr was valid and written.
+        let at = unsafe { *ptr };
+        shield((), || t.vmm.reserved(at, size as u64));
     }
     r
 }
@@ -201,10 +202,10 @@ pub unsafe fn cuMemAddressFree(
 ) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size) };
-    if r == CUDA_SUCCESS {
-        if let Some((_guard, t)) = super::active() {
-            shield((), || t.vmm.unreserved(ptr));
-        }
+    if r == CUDA_SUCCESS
+        && let Some((_guard, t)) = super::active()
+    {
+        shield((), || t.vmm.unreserved(ptr));
     }
     r
 }

@@ -235,7 +235,7 @@ fn run() {
                 .as_millis()
                 .min(i32::MAX as u128) as libc::c_int
         };
-        if watch && (timeout_ms < 0 || timeout_ms > 1000) {
+        if watch && !(0..=1000).contains(&timeout_ms) {
             timeout_ms = 1000;
         }
         if page_pending {
@@ -282,10 +282,11 @@ fn run() {
             };
             FATAL_STATE.store(if ok { WRITTEN } else { FAILED }, Ordering::Release);
         }
-        if watch && !crate::phase::final_claimed() {
-            if let Some(t) = crate::tracker::if_any() {
-                super::alerts::poll(t);
-            }
+        if watch
+            && !crate::phase::final_claimed()
+            && let Some(t) = crate::tracker::if_any()
+        {
+            super::alerts::poll(t);
         }
         if REQ_SNAPSHOT.swap(false, Ordering::AcqRel) {
             super::interim_report(Occasion::REQUEST);

@@ -412,10 +412,12 @@ fn report_fatal(sig: libc::c_int) {
         reporter::Fatal::TimedOut => Some(Why::TimedOut),
         reporter::Fatal::Failed => Some(Why::ReporterFailed),
     };
-    if let Some(why) = why {
-        if emergency::write(sig, why) {
-            diag_line(b"cuguard: the full report could not be written at the signal; wrote a minimal one\n");
-        }
+    if let Some(why) = why
+        && emergency::write(sig, why)
+    {
+        diag_line(
+            b"cuguard: the full report could not be written at the signal; wrote a minimal one\n",
+        );
     }
     DONE.store(true, Ordering::Release);
 }

@@ -8,10 +8,10 @@ static FAULTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// Records a fault for the report.
 pub fn record(message: String) {
-    if let Ok(mut f) = FAULTS.lock() {
-        if f.len() < MAX_FAULTS {
-            f.push(message);
-        }
+    if let Ok(mut f) = FAULTS.lock()
+        && f.len() < MAX_FAULTS
+    {
+        f.push(message);
     }
 }
 

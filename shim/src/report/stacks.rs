@@ -52,6 +52,9 @@ use cuguard_symbolize::{Frame, Symbolizer};
 
 use crate::stack::{self, Module, python};
 
+/// A return address, where it lies (module, offset) and its frames.
+type ResolvedIp = (u64, Option<(usize, u64)>, Arc<[Frame]>);
+
 /// The default symbolization budget, seconds.
 pub const DEFAULT_SYMBOLIZE_SECS: f64 = 2.0;
 
@@ -532,7 +535,7 @@ impl<'a> Writer<'a> {
     fn stack(&mut self, id: u32, words: &[u64], memories: &[&'static str]) -> format::Stack {
         let (native, tail) = stack::split(words);
         // Resolve first, so that the site frames can borrow the resolved names.
-        let rows: Vec<(u64, Option<(usize, u64)>, Arc<[Frame]>)> = native
+        let rows: Vec<ResolvedIp> = native
             .iter()
             .map(|&ip| {
                 let at = stack::locate(ip, self.modules);

@@ -480,7 +480,7 @@ unsafe fn rd<T: Copy>(addr: usize) -> T {
 /// above the first pages, 8-aligned.
 #[inline(always)]
 fn plausible(p: usize) -> bool {
-    (0x10000..0x0000_8000_0000_0000).contains(&p) && p % 8 == 0
+    (0x10000..0x0000_8000_0000_0000).contains(&p) && p.is_multiple_of(8)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -111,10 +111,11 @@ impl Contexts {
     #[inline]
     pub fn lookup(&self, handle: u64) -> Option<(u32, i32)> {
         let generation = self.generation.load(Ordering::Acquire);
-        if let Ok((g, h, id, dev)) = LAST.try_with(|c| c.get()) {
-            if g == generation && h == handle {
-                return Some((id, dev));
-            }
+        if let Ok((g, h, id, dev)) = LAST.try_with(|c| c.get())
+            && g == generation
+            && h == handle
+        {
+            return Some((id, dev));
         }
         let found = {
             let inner = lock(&self.inner);

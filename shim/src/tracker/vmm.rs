@@ -95,10 +95,8 @@ impl Vmm {
                 }
                 None => false,
             };
-            if remove {
-                if let Some(h) = inner.handles.remove(&handle) {
-                    gone.push(h.record);
-                }
+            if remove && let Some(h) = inner.handles.remove(&handle) {
+                gone.push(h.record);
             }
         }
         gone

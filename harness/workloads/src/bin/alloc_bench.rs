@@ -60,7 +60,8 @@ struct Driver {
 
 fn load() -> Driver {
     // SAFETY: dlopen/dlsym with NUL-terminated names; each symbol is cast to the signature the
-    // CUDA driver API documents for it.
+    // CUDA driver API documents for it (the field's type names it).
+    #[allow(clippy::missing_transmute_annotations)]
     unsafe {
         let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW);
         assert!(!h.is_null(), "libcuda.so.1 not found");
@@ -274,7 +275,14 @@ fn child(test: &str, quick: bool) -> BTreeMap<String, f64> {
             let (ra, rf): (
                 unsafe extern "C" fn(*mut Ptr, usize) -> CuResult,
                 unsafe extern "C" fn(Ptr) -> CuResult,
-            ) = unsafe { (std::mem::transmute(a), std::mem::transmute(f)) };
+            ) = unsafe {
+                (
+                    std::mem::transmute::<usize, unsafe extern "C" fn(*mut Ptr, usize) -> CuResult>(
+                        a,
+                    ),
+                    std::mem::transmute::<usize, unsafe extern "C" fn(Ptr) -> CuResult>(f),
+                )
+            };
             for (label, size) in [("4KiB", 4096usize), ("1MiB", 1 << 20)] {
                 let mut diffs = Vec::new();
                 let mut hooked = Vec::new();
@@ -571,14 +579,14 @@ fn main() {
                 for (k, val) in parse_like(text.trim()) {
                     m.entry(k).or_default().push(val);
                 }
-                if test.starts_with("random") && v.shim {
-                    if let Some((reserved, live)) = peaks(&report) {
-                        if live > 0.0 {
-                            m.entry(format!("{test}_peak_reserved_over_peak_live"))
-                                .or_default()
-                                .push(reserved / live);
-                        }
-                    }
+                if test.starts_with("random")
+                    && v.shim
+                    && let Some((reserved, live)) = peaks(&report)
+                    && live > 0.0
+                {
+                    m.entry(format!("{test}_peak_reserved_over_peak_live"))
+                        .or_default()
+                        .push(reserved / live);
                 }
                 let _ = std::fs::remove_file(&report);
             }
