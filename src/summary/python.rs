@@ -24,7 +24,7 @@ pub const TOP: usize = 10;
 pub struct PythonSummary {
     /// Whether the end of the program's code was recorded.
     pub recorded: bool,
-    /// How it ended (`finished`, `raised`, `interrupted`, `kernel_shutdown`).
+    /// How it ended (`finished`, `raised`, `interrupted`, `kernel_shutdown`, `os_exit`).
     pub how: Option<String>,
     /// The uncaught exception's type, when it raised.
     pub exception: Option<String>,

@@ -182,6 +182,7 @@ fn end_line(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io::Result
             },
             Some("interrupted") => "was interrupted".to_string(),
             Some("kernel_shutdown") => "ended with the kernel's shutdown".to_string(),
+            Some("os_exit") => "left through os._exit".to_string(),
             _ => "finished".to_string(),
         };
         format!(

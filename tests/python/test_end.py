@@ -148,6 +148,7 @@ def test_a_cache_written_for_the_test_shows_its_kept_block_held_and_the_rest_idl
         (["keeps.py", "exit"], "finished", None, 3),
         (["-m", "keeps", "finish"], "finished", None, 0),
         (["-c", "import keeps; keeps.main()"], "finished", None, 0),
+        (["keeps.py", "_exit"], "os_exit", None, 4),
     ],
 )
 def test_every_way_the_code_ends(project: Path, args, how, exception, status):
@@ -174,6 +175,49 @@ def test_where_the_end_cannot_be_seen_the_report_says_so(project: Path, args, wh
     assert "view" not in python
     text = strip_ansi(command(project, "summary", "r.json").stdout)
     assert f"the end  not recorded: {why}" in text
+
+
+def test_a_program_that_leaves_through_libc_exit_has_its_report_saying_so(project: Path):
+    """libc's _exit, past os._exit's wrapper: no atexit handler runs, the report is still
+    written, and it says why the end is not known."""
+    result, path = run_program(project, ["keeps.py", "native_exit"])
+    assert result.returncode == 5, result.stderr
+    report = load_report(path)
+    assert report["reason"] == "exit" and report["complete"] is True
+    assert sorted(leak["size"] for leak in report["leaks"]) == [1 * MiB, 2 * MiB, 3 * MiB, 4 * MiB]
+    python = view(report)
+    assert python["end"]["recorded"] is False
+    assert python["end"]["why"].startswith("the program left through _exit(5) (os._exit, or native code)"), python
+    text = strip_ansi(command(project, "summary", "r.json").stdout)
+    assert "the end  not recorded: the program left through _exit(5)" in text
+
+
+def test_a_child_forked_without_exec_has_its_own_end(project: Path):
+    """multiprocessing's forked child leaves through os._exit: its report has its own end and
+    classes; the parent's, with a failed exec (a vfork child's _exit) between, has its own."""
+    result, _ = run_program(project, ["forks.py"])
+    assert result.returncode == 0, result.stderr
+    child_pid = int(result.stdout.split()[1])
+    reports = {}
+    for path in sorted(project.glob("r*.json")):
+        reports[load_report(path)["process"]["pid"]] = path
+    assert len(reports) == 2, sorted(reports)
+    child = reports.pop(child_pid)
+    (parent,) = reports.values()
+    source = project / "forks.py"
+    line = lambda marker: marked_line(source, marker)  # noqa: E731
+    for path, how, function, kept, lost in [
+        (child, "os_exit", "child_work", "child-kept", "child-lost"),
+        (parent, "finished", "main", "parent-kept", "parent-lost"),
+    ]:
+        python = view(load_report(path))
+        assert python["end"]["recorded"] is True and python["end"]["how"] == how, python["end"]
+        classes = sorted((a["class"], a["size"]) for a in python["view"]["allocations"])
+        sizes = (1 * MiB, 2 * MiB) if path == child else (3 * MiB, 4 * MiB)
+        assert classes == [("held", sizes[0]), ("lost", sizes[1])], classes
+        text = strip_ansi(command(project, "summary", path.name).stdout)
+        assert f"KEPT → [0] (a number inside it: a weak match)  made at {function} (forks.py:{line(kept)})" in text
+        assert f"  {function} (forks.py:{line(lost)})\n" in text.split("lost at the end")[1], text
 
 
 def test_the_program_sees_its_interpreter_as_without_cuguard(project: Path):

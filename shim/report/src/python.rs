@@ -47,7 +47,7 @@ pub struct PyEnd {
     /// Whether the end was recorded.
     pub recorded: bool,
     /// How the code ended: `finished` (`__main__` returned or `sys.exit`), `raised` (an uncaught
-    /// exception), `interrupted` (KeyboardInterrupt), `kernel_shutdown` (a Jupyter kernel).
+    /// exception), `interrupted` (KeyboardInterrupt), `kernel_shutdown` (a Jupyter kernel), `os_exit` (`os._exit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub how: Option<String>,
     /// The uncaught exception's type, when it `raised`.

@@ -22,7 +22,8 @@
 //! 4. End (`Writing`, then `Final`): exactly one final report, whichever way the process ends
 //!    ([`final_report`]): `exit`
 //!    from any thread (and so return from main, Rust's `process::exit`, Python's `sys.exit`),
-//!    `quick_exit`, or a fatal or terminating signal. Checkpoints and snapshots on request are
+//!    `quick_exit`, `_exit` ([`immediate_exit`]: Python's `os._exit`), or a fatal or terminating
+//!    signal. Checkpoints and snapshots on request are
 //!    interim reports ([`interim_report`]); each replaces the previous one of the same process.
 //! 5. Fallback: a process that never allocated but used contexts gets its report from the
 //!    library's destructor, which does not call the driver (it may already be finalized).
@@ -34,6 +35,7 @@
 //! memory now, named once, for the page and the alerts).
 
 pub mod alerts;
+pub mod immediate_exit;
 pub mod interpose;
 pub mod page;
 pub mod reporter;
@@ -58,6 +60,7 @@ static FINAL_WRITER: AtomicU32 = AtomicU32::new(0);
 pub fn first_use() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
+        immediate_exit::note_pid();
         crate::guard::install_panic_hook();
         crate::config::warn_problems_once();
         crate::report::stacks::read_settings();
@@ -188,7 +191,7 @@ pub fn final_report(occasion: Occasion) -> bool {
     true
 }
 
-fn wait_for_final() {
+pub(super) fn wait_for_final() {
     let writer = FINAL_WRITER.load(Ordering::Acquire);
     if writer == 0 || writer == tid() {
         return;
@@ -234,6 +237,7 @@ pub fn with_writer_turn<T>(f: impl FnOnce() -> T) -> Option<T> {
 /// the child arms again at its first allocation (`ForkedChild`).
 extern "C" fn after_fork_child() {
     crate::process::clock::reset_thread_id();
+    immediate_exit::after_fork_child();
     crate::process::cost::reset_after_fork();
     crate::stack::after_fork_child();
     crate::tracker::counters::reset_after_fork();

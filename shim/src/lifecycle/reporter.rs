@@ -37,6 +37,8 @@ static LAST_OOM_MS: AtomicU64 = AtomicU64::new(0);
 const OOM_REPORT_EVERY_MS: u64 = 1000;
 static REQ_FATAL: AtomicI32 = AtomicI32::new(0);
 static REQ_FATAL_FINAL: AtomicBool = AtomicBool::new(false);
+/// `_exit` asks for the final report ([`request_exit_report`]).
+static REQ_EXIT: AtomicBool = AtomicBool::new(false);
 /// State of the fatal-signal report: idle, pending, written, failed.
 static FATAL_STATE: AtomicU8 = AtomicU8::new(IDLE);
 const IDLE: u8 = 0;
@@ -203,6 +205,32 @@ pub fn request_fatal(sig: libc::c_int, final_report: bool, wait_ms: u64) -> Fata
     Fatal::TimedOut
 }
 
+/// From `_exit` (which may be called in a signal handler): asks for the final report and waits
+/// up to `wait_ms` for it, as [`request_fatal`] does. Async-signal-safe.
+#[cfg_attr(test, allow(dead_code))] // its caller, `_exit`, is not in the unit tests' binary
+pub fn request_exit_report(wait_ms: u64) -> Fatal {
+    if !RUNNING.load(Ordering::Acquire) || on_reporter_thread() {
+        return Fatal::NoReporter;
+    }
+    FATAL_STATE.store(PENDING, Ordering::Release);
+    REQ_EXIT.store(true, Ordering::Release);
+    wake();
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..wait_ms {
+        match FATAL_STATE.load(Ordering::Acquire) {
+            WRITTEN => return Fatal::Written,
+            FAILED => return Fatal::Failed,
+            _ => {}
+        }
+        // SAFETY: nanosleep is async-signal-safe.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+    }
+    Fatal::TimedOut
+}
+
 /// The cuguard thread faulted: a waiting thread is told, and this thread never returns.
 pub fn failed_forever() -> ! {
     RUNNING.store(false, Ordering::Release);
@@ -282,6 +310,10 @@ fn run() {
             };
             FATAL_STATE.store(if ok { WRITTEN } else { FAILED }, Ordering::Release);
         }
+        if REQ_EXIT.swap(false, Ordering::AcqRel) {
+            let ok = super::final_report(Occasion::EXIT) || crate::phase::final_done();
+            FATAL_STATE.store(if ok { WRITTEN } else { FAILED }, Ordering::Release);
+        }
         if watch
             && !crate::phase::final_claimed()
             && let Some(t) = crate::tracker::if_any()
@@ -339,6 +371,7 @@ pub fn after_fork_child() {
     REQ_OOM.store(false, Ordering::Release);
     LAST_OOM_MS.store(0, Ordering::Release);
     REQ_FATAL.store(0, Ordering::Release);
+    REQ_EXIT.store(false, Ordering::Release);
     FATAL_STATE.store(IDLE, Ordering::Release);
     NAME_SIG.store(0, Ordering::Release);
 }

@@ -90,6 +90,16 @@ static DONE: AtomicBool = AtomicBool::new(false);
 thread_local! {
     /// This thread is inside the fatal-signal handler.
     static IN_FATAL: Cell<bool> = const { Cell::new(false) };
+    /// The signal whose program handler this thread is running, chained from the shim's (0:
+    /// none): a handler that leaves through `_exit` ends the process of that signal.
+    static CHAINED: Cell<libc::c_int> = const { Cell::new(0) };
+}
+
+/// The signal whose program handler, chained from the shim's, the calling thread is running.
+/// Async-signal-safe.
+#[cfg_attr(test, allow(dead_code))] // its caller, `_exit`, is not in the unit tests' binary
+pub fn chained_signal() -> Option<libc::c_int> {
+    CHAINED.try_with(|c| c.get()).ok().filter(|&s| s != 0)
 }
 
 /// How long a faulting thread waits for the cuguard thread's report.
@@ -434,6 +444,7 @@ fn dispose(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void)
         // The kernel would have reset the action on delivery of the program's handler.
         set_default(sig);
     }
+    let outer = CHAINED.try_with(|c| c.replace(sig)).unwrap_or(0);
     if prev.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the program installed this function as an SA_SIGINFO handler; it gets the
         // arguments the kernel gave us.
@@ -445,6 +456,7 @@ fn dispose(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void)
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
         f(sig);
     }
+    let _ = CHAINED.try_with(|c| c.set(outer));
 }
 
 fn set_default(sig: libc::c_int) {

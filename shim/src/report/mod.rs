@@ -84,6 +84,16 @@ impl Occasion {
         signal: None,
         cut_short: None,
     };
+    /// The final report of a process that a signal ends.
+    #[cfg_attr(test, allow(dead_code))] // its caller, `_exit`, is not in the unit tests' binary
+    pub fn signal(sig: i32) -> Occasion {
+        Occasion {
+            reason: Reason::Signal,
+            complete: true,
+            signal: Some(sig),
+            cut_short: None,
+        }
+    }
     /// A checkpoint.
     pub const CHECKPOINT: Occasion = Occasion {
         reason: Reason::Checkpoint,
@@ -113,6 +123,9 @@ static REPORTS_WRITTEN: std::sync::atomic::AtomicU64 = std::sync::atomic::Atomic
 /// In a forked child: its reports are numbered from 1 again.
 pub fn reset_after_fork() {
     REPORTS_WRITTEN.store(0, std::sync::atomic::Ordering::Relaxed);
+    if let Ok(mut said) = LAST_SAID.try_lock() {
+        said.clear();
+    }
 }
 
 /// The name of signal `sig` (`"SIGSEGV"`), or `"signal"` for others.
@@ -694,6 +707,9 @@ pub use cuguard_report::human_bytes;
 
 /// Writes a report for `occasion` (the caller is inside the shim and holds the writer's turn,
 /// see [`crate::lifecycle`]); a final one also prints the summary line. Never panics.
+/// The last summary line said, in this process.
+static LAST_SAID: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
 pub fn write_and_say(t: &Tracker, occasion: &Occasion) -> Option<Outcome> {
     let cfg = config::get();
     match crate::guard::shield(Err(std::io::Error::other("internal error")), || {
@@ -706,7 +722,17 @@ pub fn write_and_say(t: &Tracker, occasion: &Occasion) -> Option<Outcome> {
                 if let Some(sig) = occasion.signal {
                     line.push_str(&format!(" ({} received)", signal_name(sig)));
                 }
-                crate::process::diag::warn(&line);
+                // A signal's report made final by the program's handler (`_exit` from it) says
+                // the same line again: once is enough.
+                // (try_lock: a forked child may inherit it held by a thread it does not have.)
+                match LAST_SAID.try_lock() {
+                    Ok(said) if *said == line => {}
+                    Ok(mut said) => {
+                        crate::process::diag::warn(&line);
+                        *said = line;
+                    }
+                    Err(_) => crate::process::diag::warn(&line),
+                }
             } else if let Some(why) = &outcome.fallback_reason {
                 static SAID: std::sync::atomic::AtomicBool =
                     std::sync::atomic::AtomicBool::new(false);

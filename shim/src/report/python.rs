@@ -16,6 +16,15 @@ use crate::tracker::end::{self, Mark};
 const NO_MARK: &str = "the program left without running its atexit handlers (os._exit, a \
      fatal signal, or an exit from a native thread): cuguard could not see where its code ended, \
      so this report only has what was live at exit";
+/// Why the end is not known when the process left through `_exit` (`{}`: its status).
+fn left_by_exit(status: i32) -> String {
+    format!(
+        "the program left through _exit({status}) (os._exit, or native code) without running its \
+         atexit handlers, before cuguard's bootstrap could look: nothing was torn down, so what \
+         was live at exit is what the program held, but held and lost are not told apart"
+    )
+}
+
 /// Why the end is not known in a Python process without the bootstrap.
 const NO_BOOTSTRAP: &str = "cuguard's Python bootstrap did not run in this interpreter \
      (python -I, -E or -S, an embedded interpreter, or a program not started by `cuguard run`): \
@@ -42,7 +51,10 @@ pub(super) fn section(
                     "the process was ended by {} before its code ended",
                     super::signal_name(sig)
                 ),
-                None => NO_MARK.to_string(),
+                None => match crate::lifecycle::immediate_exit::leaving() {
+                    Some(status) => left_by_exit(status),
+                    None => NO_MARK.to_string(),
+                },
             }
         } else if python_present() {
             NO_BOOTSTRAP.to_string()

@@ -80,9 +80,9 @@ pub fn get() -> Option<Mark> {
 }
 
 /// In the child of a fork: no end yet (the child's code ends on its own). The promise stays:
-/// the child inherits the bootstrap's `atexit` handler with the parent's memory, so it marks its
-/// own end unless it leaves without running the handlers (`os._exit`, as multiprocessing's
-/// forked children do), which its report then says.
+/// the child inherits the bootstrap's `atexit` handler and its `os._exit` wrapper with the
+/// parent's memory, so it marks its own end (multiprocessing's forked children leave through
+/// `os._exit`); one that leaves through libc's `_exit` has its report say so.
 pub fn reset_after_fork() {
     if global::get(&STATE).is_some() {
         global::replace(&STATE, Mutex::new(None));

@@ -45,9 +45,13 @@ def main():
     if mode == "exit":
         sys.exit(3)
     if mode == "_exit":
-        import os
+        os._exit(4)
+    if mode == "native_exit":  # libc's _exit, past Python's os._exit
+        import ctypes
 
-        os._exit(0)
+        libc = ctypes.CDLL(None)
+        libc._exit.argtypes = [ctypes.c_int]
+        libc._exit(5)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@
   and its errors are reported by ``site`` as usual;
 - it registers one ``atexit`` handler, first, so that it runs after every handler of the
   program's; it imports nothing the program would notice (``ctypes`` and ``atexit``), and the
-  ``cuguard`` package only when the end comes or a framework it looks into is imported.
+  ``cuguard`` package only when the end comes or a framework it looks into is imported;
+- ``os._exit`` is wrapped (same name, same status, same effect) so that a program leaving
+  through it, as multiprocessing's forked children do, still has its end marked first.
 
 At the end (after ``__main__`` returned, raised, exited or was interrupted, and after the
 program's ``atexit`` handlers, before the interpreter tears modules down) it asks the shim to mark
@@ -73,6 +75,30 @@ def _cuguard_arm(sys):
         return  # the shim is off (CUGUARD_DISABLE) or of another kind
     atexit.register(_cuguard_at_end)
     sys.meta_path.insert(0, _CuguardWatcher())
+    _cuguard_wrap_os_exit()
+
+
+def _cuguard_wrap_os_exit():
+    """``os._exit`` leaves without ``atexit`` handlers (multiprocessing's forked children do):
+    its wrapper marks the end first, then calls the real one with the same status."""
+    import os
+
+    real = os._exit
+
+    def _exit(status):
+        try:
+            _cuguard_at_end("os_exit")
+        except BaseException:  # never keep the program from leaving
+            pass
+        real(status)
+
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(_exit, name, getattr(real, name))
+        except (AttributeError, TypeError):
+            pass
+    _exit.__wrapped__ = real
+    os._exit = _exit
 
 
 def _cuguard_package():
@@ -107,10 +133,10 @@ def _cuguard_package():
     return end
 
 
-def _cuguard_at_end():
+def _cuguard_at_end(how=None):
     end = _cuguard_package()
     if end is not None:
-        end.at_end()
+        end.at_end(how)
         return
     # Without the package the end is still marked, unclassified.
     import ctypes
@@ -125,7 +151,7 @@ def _cuguard_at_end():
     classify.argtypes = [ctypes.c_char_p]
     free.argtypes = [ctypes.c_void_p]
     out = ctypes.c_void_p()
-    if begin(b"finished", None, ctypes.byref(out)) == 0:
+    if begin((how or "finished").encode(), None, ctypes.byref(out)) == 0:
         free(out.value)
         classify(
             b'{"complete": false, "notes": ["cuguard\'s Python package is not importable in this '
