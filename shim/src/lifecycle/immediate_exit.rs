@@ -20,15 +20,12 @@
 // The exports are left out of the unit tests' binary (they would replace its own `_exit`).
 #![cfg_attr(test, allow(dead_code))]
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::reporter::{self, Fatal};
 
 /// This process's pid as the shim knows it: set at first use, and in a forked child.
 static OWN_PID: AtomicI32 = AtomicI32::new(0);
-/// The process is leaving through `_exit` (the report says how it ended), with this status.
-static LEAVING: AtomicBool = AtomicBool::new(false);
-static STATUS: AtomicI32 = AtomicI32::new(0);
 
 /// How long `_exit` waits for the cuguard thread's report, milliseconds.
 const WAIT_MS: u64 = 30_000;
@@ -39,16 +36,9 @@ pub fn note_pid() {
     OWN_PID.store(unsafe { libc::getpid() }, Ordering::Release);
 }
 
-/// The status given to `_exit`, when the process is leaving through it.
-pub fn leaving() -> Option<i32> {
-    LEAVING
-        .load(Ordering::Acquire)
-        .then(|| STATUS.load(Ordering::Acquire))
-}
-
 /// In a forked child: not leaving (the parent may have been).
 pub fn after_fork_child() {
-    LEAVING.store(false, Ordering::Release);
+    crate::process::leaving::after_fork_child();
     note_pid();
 }
 
@@ -72,8 +62,7 @@ fn before_exit(status: libc::c_int) {
         }
         return;
     }
-    STATUS.store(status, Ordering::Release);
-    LEAVING.store(true, Ordering::Release);
+    crate::process::leaving::through_exit(status);
     match reporter::request_exit_report(WAIT_MS) {
         Fatal::Written | Fatal::TimedOut | Fatal::Failed => {}
         Fatal::NoReporter => {

@@ -8,6 +8,7 @@
 //! - [`aliases`]: the names the program gave its source files for people (notebook cells);
 //! - [`labels`]: the labels the program set through the in-process API, with [`launcher`]'s;
 //! - [`launcher`]: the labels a launcher (torchrun, Slurm, Open MPI) set in the environment;
+//! - [`leaving`]: whether the process is leaving through `_exit`, and its status;
 //! - [`global`]: process-wide values created on first use and replaced in a forked child, and the
 //!   lock that a panic does not poison.
 
@@ -20,3 +21,4 @@ pub mod global;
 pub mod identity;
 pub mod labels;
 pub mod launcher;
+pub mod leaving;

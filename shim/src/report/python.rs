@@ -51,7 +51,7 @@ pub(super) fn section(
                     "the process was ended by {} before its code ended",
                     super::signal_name(sig)
                 ),
-                None => match crate::lifecycle::immediate_exit::leaving() {
+                None => match crate::process::leaving::exit_status() {
                     Some(status) => left_by_exit(status),
                     None => NO_MARK.to_string(),
                 },
