@@ -59,13 +59,16 @@
 //! evenly spread over the run when there are more (the criterion's cost is quadratic in the
 //! samples).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use cuguard_report::{PyCache, PyCacheLine};
 
 use serde::Serialize;
 
 use crate::owners::OwnerIndex;
 use crate::report::Report;
 use crate::sites::{SiteIndex, SiteKind};
+use crate::sites::frames_site;
 
 /// The most series [`growing_sites`] reads.
 pub const MAX_SERIES: usize = 1024;
@@ -294,56 +297,114 @@ pub fn growing_sites(
     if n == 0 {
         return Vec::new();
     }
-    struct Acc {
+    /// Where a site's largest series came from: a stack of the shim's samples, or a line of a
+    /// cache's history (`python.view.caches[].lines[]`).
+    #[derive(Clone, Copy)]
+    enum From<'a> {
+        Stack(Option<u64>),
+        Line(&'a PyCacheLine),
+    }
+    struct Acc<'a> {
         sum: Vec<u64>,
         devices: BTreeSet<u32>,
-        /// The stack whose series reached the most, and that most.
-        largest: (Option<u64>, u64),
+        /// The series that reached the most, and that most.
+        largest: (From<'a>, u64),
     }
-    let mut by_site: HashMap<String, Acc> = HashMap::new();
-    for series in samples.series.iter().take(MAX_SERIES) {
-        let owner = owners.of_stack(series.stack, Some("device"));
-        if !include(owners.owner(owner)) {
-            continue;
-        }
-        let key = sites.site(series.stack).key.clone();
+    fn add<'a>(
+        by_site: &mut HashMap<String, Acc<'a>>,
+        key: String,
+        from: From<'a>,
+        device: u32,
+        bytes: impl Fn(usize) -> u64,
+        n: usize,
+    ) {
         let acc = by_site.entry(key).or_insert_with(|| Acc {
             sum: vec![0; n],
             devices: BTreeSet::new(),
-            largest: (series.stack, 0),
+            largest: (from, 0),
         });
-        let bytes = |k: usize| series.bytes.get(picks[k]).copied().unwrap_or(0);
         let mut top = 0;
         for (k, s) in acc.sum.iter_mut().enumerate() {
             let b = bytes(k);
             *s = s.saturating_add(b);
             top = top.max(b);
         }
-        acc.devices.insert(series.device);
+        acc.devices.insert(device);
         if top > acc.largest.1 {
-            acc.largest = (series.stack, top);
+            acc.largest = (from, top);
         }
     }
+    // A cache whose history gave each program line's live bytes over time: growth inside it
+    // follows those lines (the program's tensors, at the lines that made them), and its
+    // segments' series (charged to whichever line grew a segment) are left out.
+    let lined: Vec<&PyCache> = report
+        .python
+        .as_ref()
+        .and_then(|p| p.view.as_ref())
+        .map(|v| v.caches.iter().filter(|c| !c.lines.is_empty()).collect())
+        .unwrap_or_default();
+    let lined_owners: HashSet<&str> = lined.iter().filter_map(|c| c.owner.as_deref()).collect();
+    let mut by_site: HashMap<String, Acc> = HashMap::new();
+    for series in samples.series.iter().take(MAX_SERIES) {
+        let owner = owners.of_stack(series.stack, Some("device"));
+        let owner = owners.owner(owner);
+        if lined_owners.contains(owner.id.as_str()) || !include(owner) {
+            continue;
+        }
+        let key = sites.site(series.stack).key.clone();
+        let bytes = |k: usize| series.bytes.get(picks[k]).copied().unwrap_or(0);
+        add(&mut by_site, key, From::Stack(series.stack), series.device, bytes, n);
+    }
+    if include(owners.owner(owners.program())) {
+        for line in lined.iter().flat_map(|c| c.lines.iter()).take(MAX_SERIES) {
+            let Some(site) = frames_site(&line.frames) else {
+                continue;
+            };
+            let bytes = |k: usize| line_bytes_at(&line.samples, times[k]);
+            add(&mut by_site, site.key, From::Line(line), line.device, bytes, n);
+        }
+    }
+    let program = owners.program();
     let mut out: Vec<GrowingSite> = by_site
         .into_values()
         .filter_map(|acc| {
             let g = growth(&times, &acc.sum, criterion)?;
-            let stack = acc.largest.0;
-            let site = sites.site(stack);
-            let owner = owners.of_stack(stack, Some("device"));
-            let owner = owners.owner(owner);
-            Some(GrowingSite {
-                site: site.key.clone(),
-                label: site.label(),
-                location: site.location.clone(),
-                kind: site.kind,
-                owner: owner.id.clone(),
-                owner_label: owner.label.clone(),
-                owner_kind: owner.kind,
-                devices: acc.devices.into_iter().collect(),
-                growth: g,
-                stack: sites.chain(stack),
-            })
+            let devices = acc.devices.into_iter().collect();
+            match acc.largest.0 {
+                From::Stack(stack) => {
+                    let site = sites.site(stack);
+                    let owner = owners.of_stack(stack, Some("device"));
+                    let owner = owners.owner(owner);
+                    Some(GrowingSite {
+                        site: site.key.clone(),
+                        label: site.label(),
+                        location: site.location.clone(),
+                        kind: site.kind,
+                        owner: owner.id.clone(),
+                        owner_label: owner.label.clone(),
+                        owner_kind: owner.kind,
+                        devices,
+                        growth: g,
+                        stack: sites.chain(stack),
+                    })
+                }
+                From::Line(line) => {
+                    let site = frames_site(&line.frames)?;
+                    let owner = owners.owner(program);
+                    Some(GrowingSite {
+                        label: site.label(),
+                        site: site.key,
+                        location: site.location,
+                        kind: site.kind,
+                        owner: owner.id.clone(),
+                        owner_label: owner.label.clone(),
+                        owner_kind: owner.kind,
+                        devices,
+                        growth: g,
+                        stack: line.frames.iter().map(frame_text).collect(),
+                    })
+                }
+            }
         })
         .collect();
     out.sort_by(|a, b| {
@@ -353,6 +414,21 @@ pub fn growing_sites(
             .then(a.site.cmp(&b.site))
     });
     out
+}
+
+/// A cache line's live bytes at `t_ms`: its last sample at or before then (0 before its first).
+fn line_bytes_at(samples: &[(u64, u64)], t_ms: u64) -> u64 {
+    let k = samples.partition_point(|&(t, _)| t <= t_ms);
+    if k == 0 { 0 } else { samples[k - 1].1 }
+}
+
+/// A Python frame for people: `function (file.py:12)`.
+fn frame_text(f: &cuguard_report::PyFrame) -> String {
+    let file = crate::sites::file_name(&f.file);
+    match f.line {
+        Some(line) => format!("{} ({file}:{line})", f.function),
+        None => format!("{} ({file})", f.function),
+    }
 }
 
 #[cfg(test)]
@@ -747,5 +823,60 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert!(got[0].1 > 19_000 * 1024, "{got:?}");
         assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    }
+
+    /// A caching allocator whose segments grew at the line that needed a new one ("other",
+    /// stack 3) while the program kept a tensor per step at another: with the cache's history,
+    /// the kept line grows and the segments' line does not; without it, the segments' line.
+    #[test]
+    fn growth_inside_a_cache_follows_its_lines() {
+        let n = 60usize;
+        // The segments: a new 8 MiB segment every 10 samples, charged to stack 3.
+        let segments: Vec<u64> = (0..n as u64).map(|i| (i / 10 + 1) * 8 * MIB).collect();
+        let mut r = report_with(times(n), vec![(3, segments)]);
+        r.stacks[0].owner = Some("pytorch_caching_allocator".into());
+        // A tensor kept per step (1 MiB each, one per 100 ms), and a temporary made and freed in
+        // every step at another line.
+        let kept: Vec<(u64, u64)> = (0..n as u64).map(|i| (i * 100 + 5, (i + 1) * MIB)).collect();
+        let temporary: Vec<(u64, u64)> = (0..2 * n as u64)
+            .map(|i| (i * 50 + 10, if i % 2 == 0 { 4 * MIB } else { 0 }))
+            .collect();
+        let frame = |line: u32| {
+            serde_json::json!([{"file": "/src/train.py", "line": line, "function": "step"},
+                               {"file": "/src/train.py", "line": 30, "function": "<module>"}])
+        };
+        let python = serde_json::json!({
+            "end": {"recorded": true, "how": "finished", "time_ms": 6000},
+            "view": {"at": "end", "time_ms": 6000, "complete": true, "allocations": [],
+                "caches": [{"owner": "pytorch_caching_allocator", "framework": "pytorch",
+                    "source": "history", "segment_bytes": 48 * MIB, "live_bytes": 60 * MIB,
+                    "idle_bytes": 0,
+                    "lines": [{"device": 0, "frames": frame(7), "samples": kept},
+                              {"device": 0, "frames": frame(8), "samples": temporary}]}]}
+        });
+        r.python = Some(serde_json::from_value(python).unwrap());
+        let sites = SiteIndex::new(&r);
+        let mut owners = OwnerIndex::new(&r);
+        let got = growing_sites(&r, &sites, &mut owners, |_| true, &Criterion::default());
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].label, "step (train.py:7)");
+        assert_eq!(got[0].owner, "program");
+        assert_eq!(got[0].stack, ["step (train.py:7)", "<module> (train.py:30)"]);
+        assert_eq!(got[0].growth.grown_bytes, 59 * MIB);
+        // Only the cache's lines are the program's: a check of the cache's owner alone sees no
+        // growth inside it.
+        let mut owners = OwnerIndex::new(&r);
+        let cache_only = growing_sites(
+            &r,
+            &sites,
+            &mut owners,
+            |o| o.id == "pytorch_caching_allocator",
+            &Criterion::default(),
+        );
+        assert!(cache_only.is_empty(), "{cache_only:?}");
+
+        // Without the history's lines, the segments' line is what grew.
+        r.python = None;
+        assert_eq!(sites_of(&r), [("other (train.c:20)".to_string(), 40 * MIB)]);
     }
 }

@@ -585,6 +585,36 @@ impl<'r> SiteIndex<'r> {
     }
 }
 
+
+/// The site of a cache block by the frames the framework recorded: the user's frame by the
+/// site rules; `None` without frames (the block then goes with its segment's site).
+pub fn frames_site(frames: &[crate::report::PyFrame]) -> Option<Site> {
+    if frames.is_empty() {
+        return None;
+    }
+    let site_frames: Vec<_> = frames.iter().map(python_site_frame).collect();
+    let at = builtin_rules()
+        .find_site_with_kind(&site_frames)
+        .map_or(0, |(s, _)| s.index);
+    let f = &frames[at];
+    let file = file_name(&f.file);
+    let location = Some(match f.line {
+        Some(line) => format!("{file}:{line}"),
+        None => file.to_string(),
+    });
+    let key = format!("{} ({})", f.function, location.as_deref().unwrap_or(""));
+    Some(Site {
+        key,
+        name: f.function.clone(),
+        location,
+        function: Some(f.function.clone()),
+        module: None,
+        kind: Some(SiteKind::User),
+        context: None,
+        origin: None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -226,7 +226,7 @@ fn end_items(
                         block,
                         b.size,
                         1,
-                        crate::summary::python::frames_site(&b.frames),
+                        crate::sites::frames_site(&b.frames),
                     ));
                 }
                 // The segment itself is the cache's: counted only where `--owners` names it.

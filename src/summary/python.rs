@@ -183,35 +183,6 @@ fn block_site(frames: &[PyFrame]) -> (String, String, Vec<String>) {
     )
 }
 
-/// The site of a cache block by the frames the framework recorded: the user's frame by the
-/// site rules; `None` without frames (the block then goes with its segment's site).
-pub fn frames_site(frames: &[PyFrame]) -> Option<crate::sites::Site> {
-    if frames.is_empty() {
-        return None;
-    }
-    let site_frames: Vec<_> = frames.iter().map(python_site_frame).collect();
-    let at = builtin_rules()
-        .find_site_with_kind(&site_frames)
-        .map_or(0, |(s, _)| s.index);
-    let f = &frames[at];
-    let file = crate::sites::file_name(&f.file);
-    let location = Some(match f.line {
-        Some(line) => format!("{file}:{line}"),
-        None => file.to_string(),
-    });
-    let key = format!("{} ({})", f.function, location.as_deref().unwrap_or(""));
-    Some(crate::sites::Site {
-        key,
-        name: f.function.clone(),
-        location,
-        function: Some(f.function.clone()),
-        module: None,
-        kind: Some(crate::sites::SiteKind::User),
-        context: None,
-        origin: None,
-    })
-}
-
 /// The steps of a holder's path as one line: `BUFFERS → [0] → .ptr`, a weak match's number
 /// said as such.
 pub fn holder_text(h: &PyHolder) -> String {

@@ -238,3 +238,36 @@ def test_the_program_sees_its_interpreter_as_without_cuguard(project: Path):
     assert not any("cuguard-python" in p for p in seen_under["path"])
     assert under.stderr == "", under.stderr
     del bare
+
+
+def test_a_caches_history_gives_each_lines_live_bytes_over_time():
+    """PyTorch's history, in the shape `torch.cuda.memory._snapshot()["device_traces"]` has it
+    (Unix microseconds, the allocating Python frames innermost first): each program line's live
+    bytes over time, the framework's own frames skipped, a block freed before its line's end
+    counted down, and entries whose allocation the history no longer holds ignored."""
+    from cuguard import _caches
+
+    torch_dir = "/site-packages/torch/"
+    start_ms = 1_000_000.0
+
+    def frames(line):
+        return [
+            {"filename": torch_dir + "nn/functional.py", "line": 5, "name": "linear"},
+            {"filename": "/work/train.py", "line": line, "name": "step"},
+        ]
+
+    entries = [{"action": "free_completed", "addr": 1, "size": 64 * MiB, "time_us": (start_ms + 1) * 1000}]
+    for i in range(10):
+        t = (start_ms + 100 * (i + 1)) * 1000
+        entries.append({"action": "alloc", "addr": 1000 + i, "size": 2 * MiB, "time_us": t, "frames": frames(7)})
+        entries.append({"action": "alloc", "addr": 5000 + i, "size": 4 * MiB, "time_us": t + 10, "frames": frames(8)})
+        entries.append({"action": "free_requested", "addr": 5000 + i, "size": 4 * MiB, "time_us": t + 20})
+        entries.append({"action": "free_completed", "addr": 5000 + i, "size": 4 * MiB, "time_us": t + 30})
+        entries.append({"action": "segment_alloc", "addr": 9000 + i, "size": 20 * MiB, "time_us": t + 40})
+    lines, cut = _caches.history_lines([entries], torch_dir, start_ms)
+    assert cut is None
+    assert [(l["frames"][1]["line"], l["device"]) for l in lines] == [(7, 0), (8, 0)], "largest peak first"
+    kept, temporary = lines
+    assert kept["samples"] == [[100, 0]] + [[100 * (i + 1), 2 * MiB * (i + 1)] for i in range(10)]
+    assert temporary["samples"][0] == [100, 0] and max(b for _, b in temporary["samples"]) == 4 * MiB
+    assert temporary["samples"][-1] == [1000, 0]

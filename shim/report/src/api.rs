@@ -76,6 +76,10 @@ pub struct Window {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveAllocations {
     pub allocations: Vec<Allocation>,
+    /// Milliseconds since the process started, as the list was made (`cuguard_end_begin`
+    /// says it: the Python side lines its clock up with the report's with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now_ms: Option<u64>,
 }
 
 /// `value` as one line of compact JSON.

@@ -113,7 +113,8 @@ pub use model::{
     Process, PyFrame, Report, Sample, Signal, Stack, StackSite, Stats, Timeline, Tool,
 };
 pub use python::{
-    Classification, Classified, PyAllocation, PyBlock, PyCache, PyEnd, PyHolder, PyView, Python,
+    Classification, Classified, PyAllocation, PyBlock, PyCache, PyCacheLine, PyEnd, PyHolder,
+    PyView, Python,
 };
 pub use units::human_bytes;
 pub use write::{to_vec, write};

@@ -188,6 +188,23 @@ pub struct PyCache {
     /// What could not be told, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Each program line's live bytes in the cache over time, from the framework's history
+    /// (PyTorch's): growth inside the cache follows these lines, not its segments'.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<PyCacheLine>,
+}
+
+/// `python.view.caches[].lines[]`: one program line's live bytes inside a cache over time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PyCacheLine {
+    /// The device.
+    pub device: u32,
+    /// Where its blocks were allocated, innermost first, as the framework recorded it.
+    pub frames: Vec<PyFrame>,
+    /// `[milliseconds since the process started, live bytes]` after each change (thinned to
+    /// the last value in each stretch of time); bytes count from the first entry the history
+    /// kept.
+    pub samples: Vec<(u64, u64)>,
 }
 
 /// What the Python side sends the shim at the end (`cuguard_end_classify`): the classes of the

@@ -67,13 +67,15 @@ pub unsafe extern "C" fn cuguard_end_begin(
     call(|| {
         let mut records = crate::tracker::if_any().map(live).unwrap_or_default();
         records.sort_by(|a, b| b.1.size.cmp(&a.1.size).then(a.1.seq.cmp(&b.1.seq)));
+        let time_ms = crate::process::clock::since_start_ms();
         let listed = LiveAllocations {
             allocations: described(&records),
+            now_ms: Some(time_ms),
         };
         end::mark(Mark {
             how,
             exception,
-            time_ms: crate::process::clock::since_start_ms(),
+            time_ms,
             live: records,
             classification: None,
         });

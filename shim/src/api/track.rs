@@ -83,6 +83,7 @@ pub fn live_allocations(min_bytes: u64) -> LiveAllocations {
     all.sort_by(|a, b| b.1.size.cmp(&a.1.size).then(a.1.seq.cmp(&b.1.seq)));
     LiveAllocations {
         allocations: described(&all),
+        now_ms: None,
     }
 }
 

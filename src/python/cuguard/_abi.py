@@ -14,6 +14,7 @@ import errno as _errno
 import json
 import os
 import threading
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 #: This package's version; the shim's ``cuguard_version()`` must say the same.
@@ -267,13 +268,17 @@ def label(key: bytes, value: bytes) -> None:
     check(dll, dll.cuguard_label(key, value), "label()")
 
 
-def end_begin(how: str, exception: Optional[str]) -> List[Dict[str, Any]]:
-    """Marks the end of the program's code now; the allocations live then."""
+def end_begin(how: str, exception: Optional[str]) -> Tuple[List[Dict[str, Any]], Optional[float]]:
+    """Marks the end of the program's code now; the allocations live then, and when the process
+    started by the shim's clock (Unix milliseconds; ``None`` from a shim that does not say)."""
     dll = lib()
     out = ctypes.c_void_p()
     raw = None if exception is None else exception.encode("utf-8", "replace")[:256]
     check(dll, dll.cuguard_end_begin(how.encode(), raw, ctypes.byref(out)), "end")
-    return take_json(dll, out)["allocations"]
+    listed = take_json(dll, out)
+    now_ms = listed.get("now_ms")
+    start = None if now_ms is None else time.time() * 1000 - float(now_ms)
+    return listed["allocations"], start
 
 
 def end_classify(classification: Dict[str, Any]) -> None:

@@ -3,11 +3,14 @@ which idle, and where each live block was allocated.
 
 - **PyTorch**: the caching allocator's snapshot (``torch.cuda.memory._snapshot()``) lists every
   segment and every block with its state. With its memory history on
-  (``torch.cuda.memory._record_memory_history(enabled="state", context="state",
-  stacks="python")``), each live block also has the Python frames that allocated it: cuguard
-  turns that on when PyTorch initializes CUDA (:func:`watch_torch`, through
-  ``torch.cuda._lazy_call``, so importing PyTorch never starts CUDA). Its authors measured about
-  2 µs per allocation.
+  (``torch.cuda.memory._record_memory_history(enabled="all", context="alloc",
+  stacks="python", max_entries=CUGUARD_CACHE_HISTORY)``), each live block also has the Python
+  frames that allocated it, and the history keeps the last allocations and frees with their
+  times and frames: cuguard turns that on when PyTorch initializes CUDA (:func:`watch_torch`,
+  through ``torch.cuda._lazy_call``, so importing PyTorch never starts CUDA). Its authors
+  measured about 2 µs per allocation. From the history, :func:`history_lines` makes each
+  program line's live bytes inside the cache over time (the report's ``caches[].lines``), so
+  growth follows the lines whose tensors are kept, not the line that grew a segment.
 - **CuPy**: its pool keeps no book it shows. cuguard adds a memory hook
   (``cupy.cuda.MemoryHook``; hooks are per thread, so it is added in the thread that imported
   CuPy) that records each pool allocation's Python frames until it is freed
@@ -23,10 +26,17 @@ without the API (an older PyTorch) adds one note saying so, and reads as today.
 import os
 import sys
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 #: The most Python frames kept for one block.
 MAX_FRAMES = 32
+#: The most allocations and frees PyTorch's history keeps (``CUGUARD_CACHE_HISTORY``).
+HISTORY_ENTRIES = 100_000
+#: The most lines whose live bytes over time are sent, the most points for each, and the least
+#: peak a line needs to be sent.
+MAX_LINES = 64
+MAX_POINTS = 512
+MIN_LINE_PEAK = 1 << 20
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -53,12 +63,22 @@ class Book:
     included), how they were told (``source``: ``history``, ``states`` or ``hook``), and a note
     when something could not be told."""
 
-    def __init__(self, framework: str, source: str, complete: bool, blocks: List[Block], note: Optional[str]):
+    def __init__(
+        self,
+        framework: str,
+        source: str,
+        complete: bool,
+        blocks: List[Block],
+        note: Optional[str],
+        lines: Optional[List[Dict[str, Any]]] = None,
+    ):
         self.framework = framework
         self.source = source
         self.complete = complete
         self.blocks = blocks
         self.note = note
+        #: Each program line's live bytes in the cache over time (:func:`history_lines`).
+        self.lines = lines or []
 
 
 def framework_of(owner: Optional[str]) -> str:
@@ -71,13 +91,15 @@ def framework_of(owner: Optional[str]) -> str:
     return owner
 
 
-def books(notes: List[str]) -> List[Book]:
+def books(notes: List[str], start_unix_ms: Optional[float] = None) -> List[Book]:
     """The books of the frameworks loaded in this process; a framework whose book cannot be read
-    adds a line to ``notes`` saying why."""
+    adds a line to ``notes`` saying why. ``start_unix_ms``: when the process started by the
+    shim's clock (its report's ``process.start_unix_ms``), for the lines' times; without it the
+    lines are left out."""
     out = []
     torch = sys.modules.get("torch")
     if torch is not None:
-        book = _torch_book(torch, notes)
+        book = _torch_book(torch, notes, start_unix_ms)
         if book is not None:
             out.append(book)
     if _cupy_lines is not None:
@@ -87,7 +109,14 @@ def books(notes: List[str]) -> List[Book]:
 
 # --- PyTorch ---------------------------------------------------------------------------------
 
-_torch_history = {"on": False, "note": None}
+_torch_history: Dict[str, Any] = {"on": False, "trace": False, "note": None}
+
+
+def _history_entries() -> int:
+    try:
+        return max(0, int(os.environ.get("CUGUARD_CACHE_HISTORY", HISTORY_ENTRIES)))
+    except ValueError:
+        return HISTORY_ENTRIES
 
 
 def watch_torch(torch: Any) -> None:
@@ -107,7 +136,11 @@ def watch_torch(torch: Any) -> None:
 
     def turn_on() -> None:
         try:
-            record(enabled="state", context="state", stacks="python")
+            try:
+                record(enabled="all", context="alloc", stacks="python", max_entries=_history_entries())
+                _torch_history["trace"] = True
+            except (TypeError, ValueError, RuntimeError):  # a version without these arguments
+                record(enabled="state", context="state", stacks="python")
             _torch_history["on"] = True
         except Exception as e:  # a version whose arguments differ
             _torch_history["note"] = (
@@ -121,7 +154,7 @@ def watch_torch(torch: Any) -> None:
         _torch_history["note"] = f"PyTorch's memory history could not be scheduled ({type(e).__name__}: {e})"
 
 
-def _torch_book(torch: Any, notes: List[str]) -> Optional[Book]:
+def _torch_book(torch: Any, notes: List[str], start_unix_ms: Optional[float]) -> Optional[Book]:
     cuda = getattr(torch, "cuda", None)
     try:
         initialized = bool(cuda is not None and cuda.is_initialized())
@@ -178,7 +211,115 @@ def _torch_book(torch: Any, notes: List[str]) -> Optional[Book]:
             "PyTorch's memory history was not on (PyTorch was imported before cuguard's bootstrap "
             "could watch it): live blocks have no lines"
         )
-    return Book("pytorch", "history" if any_frames else "states", True, blocks, note)
+    lines: List[Dict[str, Any]] = []
+    if start_unix_ms is not None and _torch_history["trace"] and isinstance(snap, dict):
+        try:
+            lines, cut = history_lines(snap.get("device_traces") or [], _torch_dir(torch), start_unix_ms)
+        except (KeyError, TypeError, ValueError) as e:
+            lines, cut = [], None
+            notes.append(
+                f"PyTorch {version}'s memory history has another shape ({type(e).__name__}: {e}): "
+                "growth inside its cache follows its segments"
+            )
+        if cut is not None:
+            notes.append(
+                f"PyTorch's memory history kept its last {_history_entries():,} allocations and frees "
+                f"(from {cut:,} ms): live bytes by line in its cache are over that stretch "
+                "(CUGUARD_CACHE_HISTORY keeps more)"
+            )
+    return Book("pytorch", "history" if any_frames else "states", True, blocks, note, lines)
+
+
+def _torch_dir(torch: Any) -> str:
+    return os.path.dirname(os.path.abspath(getattr(torch, "__file__", "") or "")) + os.sep
+
+
+def history_lines(
+    traces: List[List[Dict[str, Any]]], framework_dir: str, start_unix_ms: float
+) -> Tuple[List[Dict[str, Any]], Optional[int]]:
+    """Each program line's live bytes inside the cache over time, from PyTorch's history
+    (``_snapshot()["device_traces"]``: per device, ``alloc`` and ``free_requested`` /
+    ``free_completed`` entries with ``addr``, ``size``, ``time_us`` (Unix time) and the
+    allocating Python ``frames``).
+
+    A line is the innermost frame outside the framework's package and cuguard's; its bytes
+    count from the first entry kept (0 then), up with each block it allocated, down when that
+    block is freed (requested: the tensor is gone). Returns at most :data:`MAX_LINES` lines whose
+    peak is at least :data:`MIN_LINE_PEAK`, largest peak first, each ``{"device", "frames",
+    "samples": [[ms since start, bytes], ...]}`` with at most :data:`MAX_POINTS` points (the last
+    value in each of as many equal stretches of time), and when the history was cut (the ms of
+    its first entry, when it holds as many as it keeps; else ``None``)."""
+    ours = (framework_dir, _PACKAGE_DIR + os.sep)
+    lines: Dict[Tuple[int, Tuple[str, int, str]], Dict[str, Any]] = {}
+    cut: Optional[int] = None
+    keep = _history_entries()
+    for device, entries in enumerate(traces):
+        if not entries:
+            continue
+        if keep and len(entries) >= keep:
+            first = entries[0].get("time_us")
+            if first is not None:
+                at = int(first / 1000 - start_unix_ms)
+                cut = at if cut is None else min(cut, at)
+        blocks: Dict[int, Tuple[Tuple[int, Tuple[str, int, str]], int]] = {}
+        for e in entries:
+            action = e.get("action")
+            t = e.get("time_us")
+            if t is None:
+                continue
+            ms = max(0, int(t / 1000 - start_unix_ms))
+            if action == "alloc":
+                frames = e.get("frames") or []
+                at = next((f for f in frames if not str(f.get("filename", "")).startswith(ours)), None)
+                if at is None:
+                    continue
+                key = (device, (str(at.get("filename", "?")), int(at.get("line") or 0), str(at.get("name", "?"))))
+                size = int(e["size"])
+                blocks[int(e["addr"])] = (key, size)
+                line = lines.get(key)
+                if line is None:
+                    kept = [
+                        {"file": str(f.get("filename", "?")), "line": f.get("line"), "function": str(f.get("name", "?"))}
+                        for f in frames[:MAX_FRAMES]
+                    ]
+                    line = lines[key] = {"device": device, "frames": kept, "bytes": 0, "peak": 0, "points": [[ms, 0]]}
+                line["bytes"] += size
+                line["peak"] = max(line["peak"], line["bytes"])
+                line["points"].append([ms, line["bytes"]])
+            elif action in ("free_requested", "free_completed"):
+                found = blocks.pop(int(e["addr"]), None)
+                if found is None:
+                    continue
+                key, size = found
+                line = lines[key]
+                line["bytes"] -= size
+                line["points"].append([ms, line["bytes"]])
+    chosen = sorted((l for l in lines.values() if l["peak"] >= MIN_LINE_PEAK), key=lambda l: -l["peak"])
+    out = []
+    for line in chosen[:MAX_LINES]:
+        out.append({"device": line["device"], "frames": line["frames"], "samples": _thin(line["points"])})
+    return out, cut
+
+
+def _thin(points: List[List[int]]) -> List[List[int]]:
+    """At most :data:`MAX_POINTS` of a step function's points: the last value in each of as many
+    equal stretches of its time (the first and last points kept)."""
+    if len(points) <= MAX_POINTS:
+        return points
+    first, last = points[0][0], points[-1][0]
+    span = max(1, last - first)
+    out: List[List[int]] = [points[0]]
+    bucket = 0
+    for p in points[1:]:
+        b = min(MAX_POINTS - 2, (p[0] - first) * (MAX_POINTS - 2) // span)
+        if b == bucket and len(out) > 1:
+            out[-1] = p
+        else:
+            out.append(p)
+            bucket = b
+    if out[-1] is not points[-1]:
+        out.append(points[-1])
+    return out
 
 
 # --- CuPy ------------------------------------------------------------------------------------

@@ -61,14 +61,14 @@ def at_end(how: Optional[str] = None) -> None:
     except Exception:
         pass
     try:
-        allocations = _abi.end_begin(how, exception)
+        allocations, start_unix_ms = _abi.end_begin(how, exception)
     except Exception:
         return
     classification = {"complete": False, "notes": ["the look at what held each allocation failed"]}
     try:
         from . import _inventory
 
-        classification = _inventory.classify(allocations, timeout=_timeout())
+        classification = _inventory.classify(allocations, timeout=_timeout(), start_unix_ms=start_unix_ms)
     except BaseException as e:  # a signal (KeyboardInterrupt) while looking: keep the mark
         where = ""
         tb = e.__traceback__

@@ -78,13 +78,15 @@ def classify(
     *,
     timeout: float = _holders.DEFAULT_TIMEOUT,
     max_depth: int = _holders.DEFAULT_MAX_DEPTH,
+    start_unix_ms: Optional[float] = None,
 ) -> Dict[str, Any]:
     """The classes of ``allocations`` (as ``cuguard_live_allocations`` lists them), as the shim's
     ``cuguard_end_classify`` takes them: ``{"complete", "elapsed_ms", "notes", "caches",
-    "allocations": [{"address", "class", "holders", "blocks"}]}``."""
+    "allocations": [{"address", "class", "holders", "blocks"}]}``. ``start_unix_ms`` (the
+    process's start by the shim's clock) lets the caches' lines carry times."""
     started = time.monotonic()
     notes: List[str] = []
-    books = _caches.books(notes)
+    books = _caches.books(notes, start_unix_ms)
     # Which allocation each book segment lies in.
     order = sorted(range(len(allocations)), key=lambda i: int(allocations[i]["address"]))
     starts = [int(allocations[i]["address"]) for i in order]
@@ -285,6 +287,7 @@ def _cache_totals(
     books: List[Any],
 ) -> List[Dict[str, Any]]:
     totals: Dict[Tuple[Optional[str], str, str], Dict[str, Any]] = {}
+    lined = set()  # the books whose lines are in an entry already
     for i, entry in enumerate(result):
         if entry["class"] != "cache":
             continue
@@ -305,6 +308,9 @@ def _cache_totals(
                 "note": book.note if book is not None else None,
             },
         )
+        if book is not None and book.lines and id(book) not in lined:
+            lined.add(id(book))
+            t["lines"] = book.lines
         t["segment_bytes"] += int(allocations[i]["size"])
         for b in entry["blocks"]:
             t["live_bytes" if b["state"] == "live" else "idle_bytes"] += int(b["size"])
