@@ -21,10 +21,12 @@ use std::process::Command;
 use crate::support::artifacts;
 
 /// What the suite needs besides the package (the `test` extra of pyproject.toml).
-const TEST_PACKAGES: [&str; 5] = [
+const TEST_PACKAGES: [&str; 7] = [
     "pytest>=7",
     "pytest-xdist>=3",
     "ipython>=8",
+    "ipykernel>=6",
+    "jupyter_client>=7",
     "dask>=2024.1",
     "distributed>=2024.1",
 ];

@@ -240,3 +240,77 @@ def test_magic_usage_errors_name_the_subcommand():
         cuguard_magic("holders --min-bytes x")
     with pytest.raises(UsageError, match="^%cuguard: No closing quotation"):
         cuguard_magic("snapshot 'x")
+
+
+KERNEL_CLIENT = """
+import json, sys
+from jupyter_client.manager import start_new_kernel
+
+km, kc = start_new_kernel(kernel_name="leaks", startup_timeout=60)
+outputs = []
+
+def cell(code):
+    texts = []
+
+    def hook(msg):
+        content = msg.get("content", {{}})
+        if msg["msg_type"] in ("display_data", "execute_result"):
+            texts.append(content["data"].get("text/plain", ""))
+        elif msg["msg_type"] == "stream":
+            texts.append(content["text"])
+        elif msg["msg_type"] == "error":
+            texts.append("ERROR " + content["ename"] + ": " + content["evalue"])
+
+    reply = kc.execute_interactive(code, output_hook=hook, timeout=60)
+    assert reply["content"]["status"] == "ok", (code, texts)
+    return "".join(texts)
+
+cell("import sys; sys.path.insert(0, {inner!r}); import gpu")
+cell("weights = gpu.alloc(3 << 20)\\ndropped = gpu.alloc(1 << 20)\\ndel dropped")
+outputs.append(cell("%load_ext cuguard"))
+outputs.append(cell("%cuguard"))
+kc.stop_channels()
+km.shutdown_kernel(now=False)
+print(json.dumps({{"outputs": outputs, "pid": km.provisioner.pid if km.provisioner else None}}))
+"""
+
+
+def test_a_real_kernels_end_is_its_shutdown_and_the_magic_shows_it_live(tmp_path: Path):
+    """A Jupyter kernel (ipykernel, started by jupyter_client from the spec `cuguard jupyter
+    install-kernel` writes): `%cuguard` shows the notebook variable's allocation held and the
+    dropped one lost while the kernel runs, and the kernel's report, written at its shutdown,
+    has the same classes, its end `kernel_shutdown`, and the cells named as IPython names them."""
+    pytest.importorskip("ipykernel")
+    pytest.importorskip("jupyter_client")
+    prefix = tmp_path / "prefix"
+    report = tmp_path / "kernel.json"
+    installed = run(
+        cuguard_command()
+        + ["jupyter", "install-kernel", "--prefix", str(prefix), "--name", "leaks", "--driver", "sim",
+           "--report", str(report), "--env", "CUGUARD_PLUMBING=file:*/gpu.py"],
+        tmp_path,
+    )
+    assert installed.returncode == 0, installed.stderr
+    env = clean_env(JUPYTER_PATH=str(prefix / "share" / "jupyter"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"))
+    client = run([sys.executable, "-c", KERNEL_CLIENT.format(inner=str(INNER))], tmp_path, env)
+    assert client.returncode == 0, client.stderr
+    outputs = json.loads(client.stdout.splitlines()[-1])["outputs"]
+    live = outputs[1]
+    assert "3.0 MiB" in live and "1.0 MiB" in live, live
+    lines = live.splitlines()
+    held = [l for l in lines if "3.0 MiB" in l]
+    lost = [l for l in lines if "1.0 MiB" in l]
+    assert held and "held" in held[0] and "(Cell In[2], line 1)" in held[0], live
+    assert lost and "lost" in lost[0] and "(Cell In[2], line 2)" in lost[0], live
+
+    final = json.loads(report.read_text())
+    python = final["python"]
+    assert python["end"]["recorded"] is True and python["end"]["how"] == "kernel_shutdown", python["end"]
+    classes = {a["size"]: a["class"] for a in python["view"]["allocations"]}
+    assert classes == {3 << 20: "held", 1 << 20: "lost"}, python["view"]
+    held = [a for a in python["view"]["allocations"] if a["class"] == "held"][0]
+    assert held["holders"][0]["path"][0] == "weights"
+    summary = run(cuguard_command() + ["summary", str(report)], tmp_path)
+    text = summary.stdout
+    assert "the end  the program's code ended with the kernel's shutdown" in text, text
+    assert "<module> (Cell In[2], line 2)" in text.split("lost at the end")[1], text
