@@ -14,7 +14,7 @@ export PYTHONPATH=/tmp/site
 for suite in ${SUITES:-rmm cupy}; do
   dir=$PWD/.peers/${suite}_tests
   for how in bare pool; do
-    cmd=(python3 -m pytest -q -p no:cacheprovider -o addopts= --junitxml="$OUT/$suite-$how.xml" .)
+    cmd=(python3 -m pytest -q -p no:cacheprovider -o addopts= ${PYTEST_ARGS:--n 4} --junitxml="$OUT/$suite-$how.xml" .)
     [ $how = pool ] && cmd=("$C" run --quiet --report "$OUT/$suite-pool.%p.json" -- "${cmd[@]}")
     (cd "$dir" && timeout ${SUITE_SECS:-300} "${cmd[@]}") > "$OUT/$suite-$how.txt" 2>&1
     echo "rc=$?" >> "$OUT/$suite-$how.txt"
