@@ -15,7 +15,7 @@ use cuguard_pool::ARENAS;
 use crate::config;
 use crate::ffi::*;
 use crate::guard;
-use crate::pool::{cache, device, registry};
+use crate::pool::{cache, device, regions, registry};
 use crate::tracker::Record;
 
 /// The real cuMemAlloc_v2.
@@ -65,11 +65,26 @@ pub struct Served {
 /// failed internally).
 fn pooled(cur: Option<u64>, size: u64, record: Option<Record>) -> Option<Result<u64, CUresult>> {
     let ctx = cur?;
+    // One relaxed load when no NVTX tool is or can be attached.
+    let nvtx = crate::nvtx::maybe();
+    if nvtx && crate::nvtx::in_tool() {
+        return None;
+    }
     let pool = guard::shield(None, || registry::current(ctx))?;
     let arena = crate::tracker::counters::arena(ARENAS);
+    // Read again after the pool: making the first one attaches the tool.
+    let nvtx = nvtx && crate::nvtx::on();
+    let asked = if nvtx {
+        size.saturating_add(regions::redzone())
+    } else {
+        size
+    };
     guard::shield(None, || {
-        let result = cache::with(pool, true, |c| pool.alloc_cached(c, arena, size, record))
-            .unwrap_or_else(|| pool.alloc(arena, size, record));
+        let result = cache::with(pool, true, |c| pool.alloc_cached(c, arena, asked, record))
+            .unwrap_or_else(|| pool.alloc(arena, asked, record));
+        if nvtx && let Ok(addr) = result {
+            regions::block_out(addr, size);
+        }
         Some(result.map_err(|refusal| {
             set_failure_reason(refusal.message(cuguard_report::human_bytes));
             device::result_of(refusal.reason)
@@ -173,6 +188,15 @@ pub fn pitch_alloc(
 pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Option<Record>)> {
     if addr == 0 || !registry::any() {
         return None;
+    }
+    if crate::nvtx::maybe() {
+        if crate::nvtx::in_tool() {
+            return None;
+        }
+        if crate::nvtx::on() {
+            // Before the pool takes the block back: it may be handed out again at once.
+            guard::shield((), || regions::block_in(addr));
+        }
     }
     let answer = guard::shield(None, || {
         // The thread's cache follows the current context's pool; a block of another pool is
