@@ -80,6 +80,14 @@ fn find_sanitizer(given: Option<&PathBuf>) -> Result<PathBuf, RunError> {
     Err(RunError::NotFound { what, looked })
 }
 
+/// Whether `option` is among `args` (as `--option` or `--option=value`).
+fn mentions(args: &[OsString], option: &str) -> bool {
+    args.iter().any(|a| {
+        let a = a.to_string_lossy();
+        a == option || a.strip_prefix(option).is_some_and(|r| r.starts_with('='))
+    })
+}
+
 /// Whether a compute-sanitizer option turns its leak check on.
 fn asks_leak_check(args: &[OsString]) -> bool {
     args.iter().enumerate().any(|(i, a)| {
@@ -101,11 +109,16 @@ pub fn run(args: &RunArgs, tool: Tool) -> Result<u8, CliError> {
         std::env::current_exe().map_err(|e| RunError::ProgramNotExecutable("cuguard".into(), e))?;
     let mut cmd = Command::new(&sanitizer);
     cmd.args(["--tool", tool.name()]);
-    if tool == Tool::Memcheck {
+    // An option given with --sanitizer-arg replaces cuguard's (compute-sanitizer may refuse one
+    // given twice).
+    let given = &args.sanitizer_arg;
+    if tool == Tool::Memcheck && !mentions(given, "--leak-check") {
         cmd.args(["--leak-check", "no"]);
     }
-    cmd.args(["--nvtx", "yes"]);
-    if asks_leak_check(&args.sanitizer_arg) {
+    if !mentions(given, "--nvtx") {
+        cmd.args(["--nvtx", "yes"]);
+    }
+    if asks_leak_check(given) {
         eprintln!(
             "cuguard: compute-sanitizer's leak check sees the pool's chunks, which the pool keeps \
              past the program's frees; the leaks to read are cuguard's report's, block by block"
@@ -154,5 +167,8 @@ mod tests {
             "--show-backtrace=no"
         ])));
         assert!(!asks_leak_check(&v(&["--show-backtrace=no"])));
+        assert!(mentions(&v(&["--nvtx=no"]), "--nvtx"));
+        assert!(mentions(&v(&["--nvtx", "no"]), "--nvtx"));
+        assert!(!mentions(&v(&["--nvtxx"]), "--nvtx"));
     }
 }

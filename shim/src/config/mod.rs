@@ -22,6 +22,22 @@ pub const DEFAULT_REDZONE: u64 = 256;
 /// The largest `CUGUARD_POOL_REDZONE` taken.
 pub const MAX_REDZONE: u64 = 1 << 20;
 
+/// `CUGUARD_POOL_REDZONE` from `var`: bytes the pool keeps unused after each block while an NVTX
+/// tool is told of the blocks (`crate::pool::regions`), or why the value was not taken (then
+/// [`DEFAULT_REDZONE`]). Read when a tool attaches, not with the other settings: it matters only
+/// then, and the settings the allocation path reads stay as they were.
+pub fn redzone_from(var: Option<String>) -> Result<u64, String> {
+    match var.as_deref().map(str::trim) {
+        None | Some("") => Ok(DEFAULT_REDZONE),
+        Some(v) => match amount::parse(v) {
+            Ok(Amount::Bytes(b)) if b <= MAX_REDZONE => Ok(b),
+            _ => Err(format!(
+                "CUGUARD_POOL_REDZONE={v:?} is not a number of bytes up to {MAX_REDZONE}; using {DEFAULT_REDZONE}"
+            )),
+        },
+    }
+}
+
 /// The default report path template.
 pub const DEFAULT_REPORT: &str = cuguard_report::template::DEFAULT_TEMPLATE;
 /// The default number of frames captured per allocation.
@@ -53,14 +69,6 @@ pub struct Config {
     /// `CUGUARD_POOL_THREAD_CACHE`: a per-thread cache of ready blocks in front of the pool's
     /// arenas (`cuguard_pool::ThreadCache`); 0 to compare without it.
     pub thread_cache: bool,
-    /// `NVTX_INJECTION64_PATH` (set by compute-sanitizer and the other NVIDIA tools): the NVTX
-    /// tool the pool tells its chunks and blocks to (`crate::nvtx`); `None` when unset or empty.
-    /// Only read here; loaded at the first pool, never while the shim loads.
-    pub nvtx_injection: Option<std::ffi::CString>,
-    /// `CUGUARD_POOL_REDZONE`: bytes the pool keeps unused after each block while an NVTX tool
-    /// is told of the blocks, registered as no block's, so a write just past a block's end is
-    /// caught (`crate::pool::regions`). Default [`DEFAULT_REDZONE`]; 0 for none.
-    pub redzone: u64,
     /// `CUGUARD_POOL_STREAM_REUSE`: a freed block whose pending work was all issued on one
     /// stream is reusable at once, other streams being made to wait for that stream
     /// (`crate::pool::stream_reuse`). On by default; 0 for the fence rule alone.
@@ -220,9 +228,6 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let log = flag("CUGUARD_LOG", false);
     let pool = flag("CUGUARD_POOL", true);
     let thread_cache = flag("CUGUARD_POOL_THREAD_CACHE", true);
-    let nvtx_injection = var("NVTX_INJECTION64_PATH")
-        .filter(|p| !p.is_empty())
-        .and_then(|p| std::ffi::CString::new(p).ok());
     let stream_reuse = flag("CUGUARD_POOL_STREAM_REUSE", true);
     let unsafe_reuse = flag("CUGUARD_TEST_UNSAFE_REUSE", false);
     let signals = flag("CUGUARD_SIGNALS", true);
@@ -271,18 +276,6 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         limit: amount("CUGUARD_POOL_LIMIT", defaults.limit, true),
         keep: amount("CUGUARD_POOL_KEEP", Some(defaults.keep), true)
             .unwrap_or(Amount::Bytes(u64::MAX)),
-    };
-    let redzone = match var("CUGUARD_POOL_REDZONE").as_deref().map(str::trim) {
-        None | Some("") => DEFAULT_REDZONE,
-        Some(v) => match amount::parse(v) {
-            Ok(Amount::Bytes(b)) if b <= MAX_REDZONE => b,
-            _ => {
-                problems.push(format!(
-                    "CUGUARD_POOL_REDZONE={v:?} is not a number of bytes up to {MAX_REDZONE}; using {DEFAULT_REDZONE}"
-                ));
-                DEFAULT_REDZONE
-            }
-        },
     };
     let report_template = match var("CUGUARD_REPORT") {
         Some(s) if !s.trim().is_empty() => s,
@@ -395,8 +388,6 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         pool,
         pool_settings,
         thread_cache,
-        nvtx_injection,
-        redzone,
         stream_reuse,
         unsafe_reuse,
         no_tracking,

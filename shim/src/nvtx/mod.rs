@@ -11,8 +11,8 @@
 //! headers with a C compiler (and carry their own copy of the globals) for the sake of calls the
 //! pool makes five of.
 //!
-//! Nothing happens while the shim loads: the configuration only reads the variable. The tool is
-//! attached by [`start`], which the pool calls when it makes its first pool (a context exists:
+//! Nothing happens while the shim loads. The tool is attached by [`start`] (which reads the
+//! variable then, as the headers do at their first call), which the pool calls when it makes its first pool (a context exists:
 //! compute-sanitizer wants CUDA initialized before NVTX calls), once per process. When the
 //! variable is unset nothing is loaded, ever, and the pool's fast paths read one word
 //! ([`on`]). A tool that cannot be loaded or initialized gets one line on stderr and the pool
@@ -27,7 +27,7 @@ mod mem;
 
 use std::cell::Cell;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 pub use mem::Heap;
 
@@ -43,6 +43,14 @@ const OFF: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
 /// The domain the tool gave (0: the default domain).
 static DOMAIN: AtomicUsize = AtomicUsize::new(0);
+/// `CUGUARD_POOL_REDZONE`, read when the tool attached.
+static REDZONE: AtomicU64 = AtomicU64::new(0);
+
+/// The bytes the pool keeps unused after each block while the tool is attached.
+#[inline]
+pub fn redzone() -> u64 {
+    REDZONE.load(Ordering::Relaxed)
+}
 
 thread_local! {
     // Const-initialized and destructor-free: usable while the thread exits.
@@ -93,10 +101,16 @@ pub fn start() {
     {
         return;
     }
-    let Some(path) = crate::config::get().nvtx_injection.as_deref() else {
+    // Read now, as NVTX's headers read it at their first call (the program may have set it since
+    // the shim loaded).
+    let Some(path) = std::env::var_os("NVTX_INJECTION64_PATH")
+        .filter(|p| !p.is_empty())
+        .and_then(|p| std::ffi::CString::new(std::os::unix::ffi::OsStringExt::into_vec(p)).ok())
+    else {
         STATE.store(OFF, Ordering::Release);
         return;
     };
+    let path = path.as_c_str();
     let outcome = {
         let _inside = InTool::enter();
         attach(path)
@@ -104,6 +118,13 @@ pub fn start() {
     match outcome {
         Ok(domain) => {
             DOMAIN.store(domain, Ordering::Relaxed);
+            let redzone = crate::config::redzone_from(std::env::var("CUGUARD_POOL_REDZONE").ok())
+                .unwrap_or_else(|why| {
+                    crate::process::diag::warn(&why);
+                    crate::process::faults::record(why);
+                    crate::config::DEFAULT_REDZONE
+                });
+            REDZONE.store(redzone, Ordering::Relaxed);
             STATE.store(ON, Ordering::Release);
             crate::process::diag::log(|| {
                 format!(

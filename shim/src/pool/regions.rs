@@ -49,7 +49,7 @@ fn books() -> &'static Mutex<Books> {
 /// Bytes to ask of the sub-allocator beyond a request while the tool is attached.
 #[inline]
 pub fn redzone() -> u64 {
-    crate::config::get().redzone
+    nvtx::redzone()
 }
 
 /// A chunk `[base, base + size)` was added to a pool: its heap.
