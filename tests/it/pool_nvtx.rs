@@ -416,11 +416,19 @@ fn nvtx_no_injection_no_calls() {
     assert_eq!(kinds, ["phase", "phase"], "{}", r.log);
 }
 
+/// A failing tool: (name, library, extra environment, what the line says).
+type FailCase = (
+    &'static str,
+    PathBuf,
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
+
 /// A tool that cannot be loaded, lacks the memory extension or refuses it: one line on stderr,
 /// and the program runs as under the pool without registration.
 #[test]
 fn nvtx_failing_injection_one_line() {
-    let cases: [(&str, PathBuf, &[(&str, &str)], &str); 3] = [
+    let cases: [FailCase; 3] = [
         (
             "missing",
             PathBuf::from("/nonexistent/libnvtx-tool.so"),
