@@ -22,9 +22,11 @@
 //!    ([`pool::serve`], [`pool::device`]); with the pool off, the real driver does.
 //! 7. [`tracker`]: live allocations, contexts, events, counters, door counts.
 //! 8. [`stack`]: the call stack, captured and deduplicated.
-//! 9. [`config`] (settings read at load, the only load-time work), [`guard`] (re-entry guard and
-//!    panic shield), [`phase`] (the lifecycle's state machine), [`process`] (identity, clocks,
-//!    stderr, process-wide values) and [`ffi`] (the C types) are below everything.
+//! 9. [`nvtx`]: the process's NVTX tool (compute-sanitizer's), attached at the first pool when
+//!    `NVTX_INJECTION64_PATH` names one; the pool tells it its chunks and blocks.
+//! 10. [`config`] (settings read at load, the only load-time work), [`guard`] (re-entry guard and
+//!     panic shield), [`phase`] (the lifecycle's state machine), [`process`] (identity, clocks,
+//!     stderr, process-wide values) and [`ffi`] (the C types) are below everything.
 //!
 //! Beside the walk, [`api`] is the program's own door: a small versioned C ABI through which
 //! the program (the Python package, through ctypes) asks for its live bytes, a snapshot of the
@@ -42,6 +44,7 @@ mod ffi;
 mod guard;
 mod hooks;
 mod lifecycle;
+mod nvtx;
 mod phase;
 mod pool;
 mod process;

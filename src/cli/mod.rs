@@ -21,6 +21,7 @@ mod exporter;
 mod merge;
 mod pages;
 mod run;
+mod sanitizer;
 mod snapshot;
 mod summary;
 mod suppressions;

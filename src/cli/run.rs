@@ -50,6 +50,13 @@ Examples:
   cuguard run -- ./train --epochs 1
   cuguard run --report 'reports/cuguard.%e.%p.json' --quiet -- python3 train.py
   cuguard run --driver sim -- ./my_test        # no GPU needed
+  cuguard run --sanitizer memcheck -- ./train  # compute-sanitizer's memcheck sees each pooled block
+
+With --sanitizer, compute-sanitizer runs the program (--tool TOOL --nvtx yes, and for memcheck
+--leak-check no: cuguard's report counts the leaks, block by block, where compute-sanitizer's
+would count the pool's chunks). The pool is on, and tells the sanitizer each block it hands out
+(address and size asked) through NVTX's memory API, so memcheck reports a write past a block or a
+use after its free as it does without a pool.
 
 The exit status is PROGRAM's (128+N if signal N killed it); 127 if PROGRAM is not found,
 126 if it cannot be executed, 2 if the shim cannot be found.
@@ -65,6 +72,26 @@ pub struct RunArgs {
     /// Silence the shim's one-line summary at exit (sets CUGUARD_QUIET=1).
     #[arg(long)]
     pub quiet: bool,
+    /// Run the program under compute-sanitizer with this tool, the pool on and each pooled
+    /// block registered with the sanitizer.
+    #[arg(long, value_enum, value_name = "TOOL")]
+    pub sanitizer: Option<super::sanitizer::Tool>,
+    /// The compute-sanitizer to run (default: $CUGUARD_COMPUTE_SANITIZER, else
+    /// compute-sanitizer on PATH, else /usr/local/cuda/bin/compute-sanitizer).
+    #[arg(long, value_name = "PATH", requires = "sanitizer")]
+    pub sanitizer_path: Option<PathBuf>,
+    /// One more option for compute-sanitizer (repeatable), e.g. --sanitizer-arg=--show-backtrace=no.
+    #[arg(
+        long,
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        requires = "sanitizer"
+    )]
+    pub sanitizer_arg: Vec<OsString>,
+    /// Replace this process by PROGRAM instead of waiting for it (what --sanitizer runs under
+    /// compute-sanitizer).
+    #[arg(long, hide = true)]
+    pub exec: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
@@ -417,9 +444,17 @@ pub fn run_id(inherited: Option<&str>) -> String {
     format!("{:x}-{nanos:x}", std::process::id())
 }
 
+/// The shim: `$CUGUARD_SHIM`, else beside the executable.
+pub(super) fn find_shim() -> Result<PathBuf, RunError> {
+    find_library("the shim libcuguard.so", "CUGUARD_SHIM", "libcuguard.so")
+}
+
 /// Runs `cuguard run`.
 pub fn run(args: RunArgs) -> Result<u8, CliError> {
-    let shim = find_library("the shim libcuguard.so", "CUGUARD_SHIM", "libcuguard.so")?;
+    if let Some(tool) = args.sanitizer {
+        return super::sanitizer::run(&args, tool);
+    }
+    let shim = find_shim()?;
     let Some((program, program_args)) = args.command.split_first() else {
         return Err(RunError::ProgramNotFound(OsString::new()).into());
     };
@@ -456,11 +491,23 @@ pub fn run(args: RunArgs) -> Result<u8, CliError> {
     if args.quiet {
         cmd.env("CUGUARD_QUIET", "1");
     }
-    install_handlers();
-    let mut child = cmd.spawn().map_err(|e| match e.kind() {
+    let not_started = |e: io::Error| match e.kind() {
         io::ErrorKind::NotFound => RunError::ProgramNotFound(program.clone()),
         _ => RunError::ProgramNotExecutable(program.clone(), e),
-    })?;
+    };
+    if args.exec {
+        return Err(not_started(std::os::unix::process::CommandExt::exec(&mut cmd)).into());
+    }
+    wait_for(cmd, not_started)
+}
+
+/// Starts `cmd` and waits for it, with cuguard's signal handling; its exit status as cuguard's.
+pub(super) fn wait_for(
+    mut cmd: Command,
+    not_started: impl FnOnce(io::Error) -> RunError,
+) -> Result<u8, CliError> {
+    install_handlers();
+    let mut child = cmd.spawn().map_err(not_started)?;
     CHILD.store(child.id() as i32, Ordering::SeqCst);
     let status = child.wait().map_err(RunError::Wait)?;
     CHILD.store(0, Ordering::SeqCst);

@@ -19,6 +19,7 @@ mod pool;
 mod pool_capture;
 mod pool_giveback;
 mod pool_ipc;
+mod pool_nvtx;
 mod pool_peer;
 mod pool_stream;
 mod python;

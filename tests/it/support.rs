@@ -104,6 +104,33 @@ pub fn c_program(name: &str) -> PathBuf {
     out
 }
 
+/// Compiles `harness/workloads/c/<name>.c` as a shared library (`-shared -fPIC`, linked with
+/// nothing but libc) and returns its path. Compiles once per test process.
+pub fn c_library(name: &str) -> PathBuf {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    let mut built = built.lock().unwrap();
+    if let Some(p) = built.get(name) {
+        return p.clone();
+    }
+    let a = artifacts();
+    let src = a.root.join("harness/workloads/c").join(format!("{name}.c"));
+    let out = a
+        .scratch
+        .join(format!("lib{name}-{}.so", std::process::id()));
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-g", "-O0", "-Wall", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("running cc");
+    assert!(status.success(), "compiling {} failed", src.display());
+    built.insert(name.to_string(), out.clone());
+    out
+}
+
 /// A Rust workload program from `harness/workloads`.
 pub fn rust_program(name: &str) -> PathBuf {
     artifacts().bin_dir.join(name)

@@ -16,6 +16,28 @@ pub mod limit;
 /// How often the memory timeline is sampled by default (`CUGUARD_TIMELINE_MS`).
 pub const DEFAULT_TIMELINE_MS: u64 = 100;
 
+/// The bytes kept unused after each pooled block while an NVTX tool is told of the blocks
+/// (`CUGUARD_POOL_REDZONE`): one alignment unit of the pool.
+pub const DEFAULT_REDZONE: u64 = 256;
+/// The largest `CUGUARD_POOL_REDZONE` taken.
+pub const MAX_REDZONE: u64 = 1 << 20;
+
+/// `CUGUARD_POOL_REDZONE` from `var`: bytes the pool keeps unused after each block while an NVTX
+/// tool is told of the blocks (`crate::pool::regions`), or why the value was not taken (then
+/// [`DEFAULT_REDZONE`]). Read when a tool attaches, not with the other settings: it matters only
+/// then, and the settings the allocation path reads stay as they were.
+pub fn redzone_from(var: Option<String>) -> Result<u64, String> {
+    match var.as_deref().map(str::trim) {
+        None | Some("") => Ok(DEFAULT_REDZONE),
+        Some(v) => match amount::parse(v) {
+            Ok(Amount::Bytes(b)) if b <= MAX_REDZONE => Ok(b),
+            _ => Err(format!(
+                "CUGUARD_POOL_REDZONE={v:?} is not a number of bytes up to {MAX_REDZONE}; using {DEFAULT_REDZONE}"
+            )),
+        },
+    }
+}
+
 /// The default report path template.
 pub const DEFAULT_REPORT: &str = cuguard_report::template::DEFAULT_TEMPLATE;
 /// The default number of frames captured per allocation.

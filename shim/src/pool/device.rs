@@ -11,7 +11,7 @@ use std::ffi::c_void;
 
 use cuguard_pool::{Device, DeviceError, Reason};
 
-use super::{fence, giveback, peers, registry, stream_reuse};
+use super::{fence, giveback, peers, regions, registry, stream_reuse};
 use crate::driver::{current_context, real};
 use crate::ffi::*;
 
@@ -74,9 +74,15 @@ impl Device for DriverContext {
 
     fn chunk_added(&self, base: u64, size: u64, pool: usize, arena: usize) {
         registry::chunk_added(base, size, pool, arena);
+        if crate::nvtx::on() {
+            regions::chunk_added(base, size);
+        }
     }
 
     fn chunk_removed(&self, base: u64) {
+        if crate::nvtx::on() {
+            regions::chunk_removed(base);
+        }
         registry::chunk_removed(base);
     }
 

@@ -11,6 +11,8 @@
 //! - [`peers`]: which other contexts' work can touch a context's memory (peer access, peer
 //!   copies), which its pool's fences must cover too.
 //! - [`registry`]: the pool of the current context, and the owner of an address.
+//! - [`regions`]: while an NVTX tool is attached (compute-sanitizer), each chunk registered as a
+//!   heap and each block handed out as a region of it, with the size the program asked for.
 //! - [`stream_reuse`]: a freed block whose pending work is all on one stream reused at once,
 //!   other streams made to wait for that stream's work first.
 //! - [`serve`]: what the hooks ask: serve an allocation or a free from the pool or the driver,
@@ -27,6 +29,7 @@ pub mod device;
 pub mod fence;
 pub mod giveback;
 pub mod peers;
+pub mod regions;
 pub mod registry;
 pub mod serve;
 pub mod stream_reuse;

@@ -108,6 +108,13 @@ fn find_or_create(ctx: u64) -> Option<&'static Pool> {
     if let Some(p) = pools.iter().find(|p| p.device().handle == ctx) {
         return Some(*p);
     }
+    // The process's NVTX tool, attached before the first pool is published (CUDA is initialized
+    // here), so that every thread that finds a pool finds the tool attached or not for good.
+    // Under the lock: a driver call the tool makes meanwhile is left to the driver
+    // (`crate::nvtx::in_tool`), and frees see no pool yet.
+    if !any() {
+        crate::nvtx::start();
+    }
     let mut device: CUdevice = -1;
     let f = real::cuCtxGetDevice()?;
     // SAFETY: valid out-parameter; ctx is current.
@@ -185,6 +192,9 @@ pub fn context_destroyed(ctx: u64) -> Vec<(u64, Record)> {
         return Vec::new();
     };
     let ranges = pool.chunk_ranges();
+    if crate::nvtx::on() {
+        super::regions::context_gone(&ranges);
+    }
     let gone = pool.kill();
     {
         let mut chunks = reg.chunks.write().unwrap_or_else(|e| e.into_inner());
@@ -284,6 +294,7 @@ pub fn reset_after_fork() {
     ANY.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
     super::cache::reset_after_fork();
+    super::regions::reset_after_fork();
     super::giveback::reset_after_fork();
     super::peers::reset_after_fork();
     super::stream_reuse::reset_after_fork();

@@ -15,7 +15,7 @@ use cuguard_pool::ARENAS;
 use crate::config;
 use crate::ffi::*;
 use crate::guard;
-use crate::pool::{cache, device, registry};
+use crate::pool::{cache, device, regions, registry};
 use crate::tracker::Record;
 
 /// The real cuMemAlloc_v2.
@@ -65,15 +65,56 @@ pub struct Served {
 /// failed internally).
 fn pooled(cur: Option<u64>, size: u64, record: Option<Record>) -> Option<Result<u64, CUresult>> {
     let ctx = cur?;
+    // One relaxed load when no NVTX tool is or can be attached; the rest is out of line.
+    if crate::nvtx::maybe() {
+        return pooled_told(ctx, size, record);
+    }
     let pool = guard::shield(None, || registry::current(ctx))?;
     let arena = crate::tracker::counters::arena(ARENAS);
+    guard::shield(None, || Some(alloc_from(pool, arena, size, record)))
+}
+
+/// [`pooled`] while an NVTX tool is or may be attached ([`regions`]): the block asked with its
+/// red zone, and registered with the size the program asked. An allocation the tool itself
+/// makes from inside a call the shim made to it goes to the driver.
+#[cold]
+#[inline(never)]
+fn pooled_told(ctx: u64, size: u64, record: Option<Record>) -> Option<Result<u64, CUresult>> {
+    if crate::nvtx::in_tool() {
+        return None;
+    }
+    let pool = guard::shield(None, || registry::current(ctx))?;
+    let arena = crate::tracker::counters::arena(ARENAS);
+    // Read after the pool: making the first one attaches the tool (or finds there is none).
+    let told = crate::nvtx::on();
+    let asked = if told {
+        size.saturating_add(regions::redzone())
+    } else {
+        size
+    };
     guard::shield(None, || {
-        let result = cache::with(pool, true, |c| pool.alloc_cached(c, arena, size, record))
-            .unwrap_or_else(|| pool.alloc(arena, size, record));
-        Some(result.map_err(|refusal| {
-            set_failure_reason(refusal.message(cuguard_report::human_bytes));
-            device::result_of(refusal.reason)
-        }))
+        let result = alloc_from(pool, arena, asked, record);
+        if told && let Ok(addr) = result {
+            regions::block_out(addr, size);
+        }
+        Some(result)
+    })
+}
+
+/// A block of `size` bytes from `pool`: the calling thread's cache, else arena `arena`; a
+/// refusal becomes the driver's answer, its reason kept for the `alloc_failed` event.
+#[inline]
+fn alloc_from(
+    pool: &'static super::Pool,
+    arena: usize,
+    size: u64,
+    record: Option<Record>,
+) -> Result<u64, CUresult> {
+    let result = cache::with(pool, true, |c| pool.alloc_cached(c, arena, size, record))
+        .unwrap_or_else(|| pool.alloc(arena, size, record));
+    result.map_err(|refusal| {
+        set_failure_reason(refusal.message(cuguard_report::human_bytes));
+        device::result_of(refusal.reason)
     })
 }
 
@@ -174,6 +215,9 @@ pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Optio
     if addr == 0 || !registry::any() {
         return None;
     }
+    if crate::nvtx::maybe() && !freeing_told(addr) {
+        return None;
+    }
     let answer = guard::shield(None, || {
         // The thread's cache follows the current context's pool; a block of another pool is
         // freed to that pool directly.
@@ -193,6 +237,21 @@ pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Optio
         Ok(record) => (CUDA_SUCCESS, record),
         Err(_) => (CUDA_ERROR_INVALID_VALUE, None),
     })
+}
+
+/// Before [`pool_free`] while an NVTX tool is or may be attached: the block's region goes now,
+/// before the pool takes the block back (it may be handed out again at once). False for a free
+/// the tool itself makes from inside a call the shim made to it, which goes to the driver.
+#[cold]
+#[inline(never)]
+fn freeing_told(addr: CUdeviceptr) -> bool {
+    if crate::nvtx::in_tool() {
+        return false;
+    }
+    if crate::nvtx::on() {
+        guard::shield((), || regions::block_in(addr));
+    }
+    true
 }
 
 /// What the pool knows of an address.
