@@ -67,8 +67,8 @@ use serde::Serialize;
 
 use crate::owners::OwnerIndex;
 use crate::report::Report;
-use crate::sites::{SiteIndex, SiteKind};
 use crate::sites::frames_site;
+use crate::sites::{SiteIndex, SiteKind};
 
 /// The most series [`growing_sites`] reads.
 pub const MAX_SERIES: usize = 1024;
@@ -353,7 +353,14 @@ pub fn growing_sites(
         }
         let key = sites.site(series.stack).key.clone();
         let bytes = |k: usize| series.bytes.get(picks[k]).copied().unwrap_or(0);
-        add(&mut by_site, key, From::Stack(series.stack), series.device, bytes, n);
+        add(
+            &mut by_site,
+            key,
+            From::Stack(series.stack),
+            series.device,
+            bytes,
+            n,
+        );
     }
     if include(owners.owner(owners.program())) {
         for line in lined.iter().flat_map(|c| c.lines.iter()).take(MAX_SERIES) {
@@ -361,7 +368,14 @@ pub fn growing_sites(
                 continue;
             };
             let bytes = |k: usize| line_bytes_at(&line.samples, times[k]);
-            add(&mut by_site, site.key, From::Line(line), line.device, bytes, n);
+            add(
+                &mut by_site,
+                site.key,
+                From::Line(line),
+                line.device,
+                bytes,
+                n,
+            );
         }
     }
     let program = owners.program();
@@ -837,7 +851,9 @@ mod tests {
         r.stacks[0].owner = Some("pytorch_caching_allocator".into());
         // A tensor kept per step (1 MiB each, one per 100 ms), and a temporary made and freed in
         // every step at another line.
-        let kept: Vec<(u64, u64)> = (0..n as u64).map(|i| (i * 100 + 5, (i + 1) * MIB)).collect();
+        let kept: Vec<(u64, u64)> = (0..n as u64)
+            .map(|i| (i * 100 + 5, (i + 1) * MIB))
+            .collect();
         let temporary: Vec<(u64, u64)> = (0..2 * n as u64)
             .map(|i| (i * 50 + 10, if i % 2 == 0 { 4 * MIB } else { 0 }))
             .collect();
@@ -861,7 +877,10 @@ mod tests {
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(got[0].label, "step (train.py:7)");
         assert_eq!(got[0].owner, "program");
-        assert_eq!(got[0].stack, ["step (train.py:7)", "<module> (train.py:30)"]);
+        assert_eq!(
+            got[0].stack,
+            ["step (train.py:7)", "<module> (train.py:30)"]
+        );
         assert_eq!(got[0].growth.grown_bytes, 59 * MIB);
         // Only the cache's lines are the program's: a check of the cache's owner alone sees no
         // growth inside it.

@@ -585,7 +585,6 @@ impl<'r> SiteIndex<'r> {
     }
 }
 
-
 /// The site of a cache block by the frames the framework recorded: the user's frame by the
 /// site rules; `None` without frames (the block then goes with its segment's site).
 pub fn frames_site(frames: &[crate::report::PyFrame]) -> Option<Site> {

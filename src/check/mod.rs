@@ -222,12 +222,7 @@ fn end_items(
                     block.requested = b.size;
                     // The program's: a tensor or array it keeps.
                     block.owner = Some("program".into());
-                    out.push((
-                        block,
-                        b.size,
-                        1,
-                        crate::sites::frames_site(&b.frames),
-                    ));
+                    out.push((block, b.size, 1, crate::sites::frames_site(&b.frames)));
                 }
                 // The segment itself is the cache's: counted only where `--owners` names it.
                 out.push((leak, a.size, 1, None));

@@ -205,7 +205,8 @@ fn run_recorded(test: &str, phase: &str, env: &[(&str, &str)], injection: Option
     let mut cmd = shim_command(&c_program("pool_nvtx"), &report);
     cmd.arg(phase).env("NVTX_RECORDER_OUT", &log);
     if let Some(lib) = injection {
-        cmd.env("NVTX_INJECTION64_PATH", lib);
+        cmd.env("NVTX_INJECTION64_PATH", lib)
+            .env("CUGUARD_NVTX", "1");
     } else {
         cmd.env_remove("NVTX_INJECTION64_PATH");
     }
@@ -213,9 +214,29 @@ fn run_recorded(test: &str, phase: &str, env: &[(&str, &str)], injection: Option
         cmd.env(k, v);
     }
     let out = run(&mut cmd, true);
+    // A forked child (the `fork` phase) writes a report of its own (`report.1.json` or this
+    // one, whichever it wrote first): the program's is the one whose pid is not a child's.
+    let children: Vec<u64> = stdout(&out)
+        .lines()
+        .filter_map(|l| l.strip_prefix("child ")?.split(' ').next()?.parse().ok())
+        .collect();
+    let report = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            let name = p.file_name()?.to_str()?.to_string();
+            (name.starts_with("report") && name.ends_with(".json")).then_some(p)
+        })
+        .map(|p| read_report(&p))
+        .find(|r| {
+            r["process"]["pid"]
+                .as_u64()
+                .is_some_and(|pid| !children.contains(&pid))
+        })
+        .unwrap_or_else(|| read_report(&report));
     Run {
         log: std::fs::read_to_string(&log).unwrap_or_default(),
-        report: read_report(&report),
+        report,
         out,
     }
 }
@@ -414,6 +435,22 @@ fn nvtx_no_injection_no_calls() {
         .map(|l| l.split(' ').next().unwrap())
         .collect();
     assert_eq!(kinds, ["phase", "phase"], "{}", r.log);
+
+    // A tool in the process without CUGUARD_NVTX=1 (registration is opt-in): not attached, no
+    // calls, no line.
+    let dir = scratch_dir("nvtx_not_asked");
+    let (report, log) = (dir.join("report.json"), dir.join("nvtx.log"));
+    let mut cmd = shim_command(&c_program("pool_nvtx"), &report);
+    cmd.arg("sequence")
+        .env("NVTX_RECORDER_OUT", &log)
+        .env("NVTX_INJECTION64_PATH", recorder())
+        .env_remove("CUGUARD_NVTX");
+    let out = run(&mut cmd, true);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!text.contains("heap_register"), "{text}");
+    assert_eq!(stderr(&out).matches("NVTX").count(), 0);
+    let s = said(&stdout(&out));
+    assert_eq!(s["sequence"].allocs[1].1 - s["sequence"].allocs[0].1, 1024);
 }
 
 /// A failing tool: (name, library, extra environment, what the line says).
@@ -611,6 +648,7 @@ fn nvtx_cuguard_run_sanitizer() {
             .env("CUGUARD_SIM_DRIVER", &a.sim_lib)
             .env("CUGUARD_REPORT", &report)
             .env("CUGUARD_POOL", "0")
+            .env("CUGUARD_NVTX", "1")
             .env("NVTX_RECORDER_OUT", &log)
             .env_remove("LD_PRELOAD"),
         true,

@@ -11,7 +11,8 @@
 //! headers with a C compiler (and carry their own copy of the globals) for the sake of calls the
 //! pool makes five of.
 //!
-//! Nothing happens while the shim loads. The tool is attached by [`start`] (which reads the
+//! Only with `CUGUARD_NVTX=1` (experimental: it failed with compute-sanitizer 13.0 on the H200,
+//! see [`start`]). Nothing happens while the shim loads. The tool is attached by [`start`] (which reads the
 //! variable then, as the headers do at their first call), which the pool calls when it makes its first pool (a context exists:
 //! compute-sanitizer wants CUDA initialized before NVTX calls), once per process. When the
 //! variable is unset nothing is loaded, ever, and the pool's fast paths read one word
@@ -99,6 +100,14 @@ pub fn start() {
         .compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Relaxed)
         .is_err()
     {
+        return;
+    }
+    // Registration with a real tool is opt-in (`CUGUARD_NVTX=1`) until it works with one: on the
+    // H200, compute-sanitizer 13.0 refused a heap's unregistration and the program then crashed
+    // (docs/compatibility.md, 2026-12-02 run 9). Without it, a tool in the process sees the pool's
+    // chunks as the driver's allocations, as before.
+    if std::env::var_os("CUGUARD_NVTX").is_none_or(|v| v != "1") {
+        STATE.store(OFF, Ordering::Release);
         return;
     }
     // Read now, as NVTX's headers read it at their first call (the program may have set it since
