@@ -19,7 +19,9 @@ use cuguard_report::{
     Explained, MixedRef, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, Reconciliation,
     StackBytes, StackSamples, StackSeries,
 };
-use cuguard_report::{HeldClass, PyAllocation, PyBlock, PyCache, PyEnd, PyHolder, PyView, Python};
+use cuguard_report::{
+    HeldClass, PyAllocation, PyBlock, PyCache, PyCacheLine, PyEnd, PyHolder, PyView, Python,
+};
 use serde_json::Value;
 
 fn schema() -> Value {
@@ -420,6 +422,17 @@ fn full_report(reason: Reason) -> Report {
                 live_bytes: 1 << 20,
                 idle_bytes: 1 << 20,
                 note: Some("a note".into()),
+                lines: vec![PyCacheLine {
+                    device: 0,
+                    frames: vec![PyFrame {
+                        file: "train.py".into(),
+                        line: Some(12),
+                        function: "step".into(),
+                        entry: Some(true),
+                        display: Some("Cell In[3]".into()),
+                    }],
+                    samples: vec![(10, 0), (20, 1 << 20)],
+                }],
             }],
             allocations: vec![PyAllocation {
                 address: Addr(0x7f2a_4000_0000),
