@@ -214,26 +214,8 @@ fn run_recorded(test: &str, phase: &str, env: &[(&str, &str)], injection: Option
         cmd.env(k, v);
     }
     let out = run(&mut cmd, true);
-    // A forked child (the `fork` phase) writes a report of its own (`report.1.json` or this
-    // one, whichever it wrote first): the program's is the one whose pid is not a child's.
-    let children: Vec<u64> = stdout(&out)
-        .lines()
-        .filter_map(|l| l.strip_prefix("child ")?.split(' ').next()?.parse().ok())
-        .collect();
-    let report = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| {
-            let p = e.ok()?.path();
-            let name = p.file_name()?.to_str()?.to_string();
-            (name.starts_with("report") && name.ends_with(".json")).then_some(p)
-        })
-        .map(|p| read_report(&p))
-        .find(|r| {
-            r["process"]["pid"]
-                .as_u64()
-                .is_some_and(|pid| !children.contains(&pid))
-        })
-        .unwrap_or_else(|| read_report(&report));
+    // A forked child (the `fork` phase) writes a report of its own: the program's is read.
+    let report = program_report(&report);
     Run {
         log: std::fs::read_to_string(&log).unwrap_or_default(),
         report,

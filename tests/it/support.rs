@@ -203,6 +203,34 @@ pub fn read_report(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing report {}: {e}", path.display()))
 }
 
+/// The report of the program itself among the reports written at `path` (`r.json`, `r.1.json`,
+/// …): its forked children (which leave through `_exit` and write their own) are left out, as the
+/// reports whose parent wrote one there too.
+pub fn program_report(path: &Path) -> serde_json::Value {
+    let dir = path.parent().expect("a report path in a directory");
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("r");
+    let reports: Vec<serde_json::Value> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            let name = p.file_name()?.to_str()?.to_string();
+            (name.starts_with(stem) && name.ends_with(".json")).then(|| read_report(&p))
+        })
+        .collect();
+    let pids: Vec<u64> = reports
+        .iter()
+        .filter_map(|r| r["process"]["pid"].as_u64())
+        .collect();
+    reports
+        .into_iter()
+        .find(|r| {
+            r["process"]["ppid"]
+                .as_u64()
+                .is_none_or(|ppid| !pids.contains(&ppid))
+        })
+        .unwrap_or_else(|| read_report(path))
+}
+
 /// Runs `program` bare on the simulated driver, then under the shim with the pool off and on;
 /// asserts that the program printed the same answers all three times, and returns the bare run's
 /// output and the two reports (pool off, pool on), each checked against the schema.
