@@ -37,15 +37,17 @@ const COLUMN_BLOCK: usize = 4096;
 
 /// Distinct strings, numbered from 0 by first appearance, each held once.
 ///
-/// Each string's bytes follow a varint of its length in a block of [`STRING_BLOCK`] bytes; a
-/// [`Column`] gives each number the block and offset where its string starts, and the index is
-/// a hash table of numbers alone (hashed by their text), so a string costs its length, about
-/// one byte, eight bytes of place and a few bytes of index.
+/// Each string's bytes follow a varint of its length in a block of [`STRING_BLOCK`] bytes (a
+/// longer string has a block of its own, and the blocks its length spans after the first are
+/// left empty), so that a string's place is one number, block × [`STRING_BLOCK`] + offset; a
+/// [`Column`] gives each string's place, and the index is a hash table of numbers alone (hashed
+/// by their text). A string costs its length, about one byte, four bytes of place and a few
+/// bytes of index.
 #[derive(Default)]
 pub struct Strings {
     blocks: Vec<Vec<u8>>,
-    /// By number: block << 32 | offset.
-    at: Column<u64>,
+    /// By number: where the string starts, block × [`STRING_BLOCK`] + offset.
+    at: Column<u32>,
     index: HashTable<u32>,
     bytes: usize,
 }
@@ -79,7 +81,7 @@ impl Strings {
     ///
     /// # Panics
     ///
-    /// Past `u32::MAX` distinct strings.
+    /// Past 4 GiB of distinct strings.
     pub fn id(&mut self, s: &str) -> u32 {
         let hash = hash(s);
         let Strings {
@@ -123,23 +125,30 @@ impl Strings {
             .last()
             .is_some_and(|b| b.capacity() - b.len() >= need);
         if !fits {
-            self.blocks.push(Vec::with_capacity(need.max(STRING_BLOCK)));
+            self.blocks
+                .push(Vec::with_capacity(need.max(STRING_BLOCK)));
         }
         let block = self.blocks.len() - 1;
         let b = &mut self.blocks[block];
         let offset = b.len();
         b.extend_from_slice(&head[..n]);
         b.extend_from_slice(s.as_bytes());
+        // The blocks a long string spans past its first stay empty.
+        for _ in 1..need.div_ceil(STRING_BLOCK) {
+            self.blocks.push(Vec::new());
+        }
         self.bytes += need;
-        self.at.push(((block as u64) << 32) | offset as u64);
+        let place = block * STRING_BLOCK + offset;
+        self.at
+            .push(u32::try_from(place).expect("more than 4 GiB of distinct strings"));
     }
 }
 
 /// The text at number `id`.
-fn text<'a>(blocks: &'a [Vec<u8>], at: &Column<u64>, id: u32) -> &'a str {
-    let place = *at.get(id as usize);
-    let block = &blocks[(place >> 32) as usize];
-    let mut i = (place & 0xffff_ffff) as usize;
+fn text<'a>(blocks: &'a [Vec<u8>], at: &Column<u32>, id: u32) -> &'a str {
+    let place = *at.get(id as usize) as usize;
+    let block = &blocks[place / STRING_BLOCK];
+    let mut i = place % STRING_BLOCK;
     let (mut len, mut shift) = (0usize, 0);
     loop {
         let byte = block[i];
@@ -256,15 +265,16 @@ pub struct SiteTable {
     keys: Strings,
     texts: Strings,
     faces: Column<Face>,
+    /// Labels numbered too far among the texts to be packed (see [`Face::pack`]), by site.
+    far_labels: std::collections::HashMap<u32, u32>,
 }
 
-/// How a site is shown.
+/// How a site is shown: its location (a number among the texts, or [`NO_TEXT`]) and, in one
+/// word, where its label comes from and its kind (see [`Face::pack`]).
 #[derive(Clone, Copy, Debug)]
 struct Face {
-    /// Number of its location among the texts; [`NO_TEXT`]: none.
     location: u32,
-    label: Label,
-    kind: Option<SiteKind>,
+    shown: u32,
 }
 
 /// Where a site's label comes from.
@@ -276,6 +286,48 @@ enum Label {
     KeyAt,
     /// This text (its number among the texts).
     Text(u32),
+}
+
+impl Face {
+    /// Texts numbered below this are kept in the word itself.
+    const PACKED: u32 = 1 << 28;
+
+    /// The label's source in bits 31-30 (0: the key, 1: key and location, 2: a text numbered in
+    /// bits 27-0, 3: a text found in [`SiteTable::far_labels`]) and the kind in bits 29-28.
+    fn pack(label: Label, kind: Option<SiteKind>) -> u32 {
+        let kind = match kind {
+            None => 0,
+            Some(SiteKind::User) => 1,
+            Some(SiteKind::Operation) => 2,
+            Some(SiteKind::Fallback) => 3,
+        };
+        let label = match label {
+            Label::Key => 0,
+            Label::KeyAt => 1 << 30,
+            Label::Text(t) if t < Face::PACKED => (2 << 30) | t,
+            Label::Text(_) => 3 << 30,
+        };
+        label | (kind << 28)
+    }
+
+    fn kind(self) -> Option<SiteKind> {
+        match (self.shown >> 28) & 3 {
+            0 => None,
+            1 => Some(SiteKind::User),
+            2 => Some(SiteKind::Operation),
+            _ => Some(SiteKind::Fallback),
+        }
+    }
+
+    /// The label's source; a far text's number comes from `far`.
+    fn label(self, far: impl FnOnce() -> u32) -> Label {
+        match self.shown >> 30 {
+            0 => Label::Key,
+            1 => Label::KeyAt,
+            2 => Label::Text(self.shown & (Face::PACKED - 1)),
+            _ => Label::Text(far()),
+        }
+    }
 }
 
 /// The number that stands for no text.
@@ -318,10 +370,14 @@ impl SiteTable {
             Label::Text(self.texts.id(label))
         };
         let location = location.map_or(NO_TEXT, |l| self.texts.id(l));
+        if let Label::Text(t) = label
+            && t >= Face::PACKED
+        {
+            self.far_labels.insert(id, t);
+        }
         self.faces.push(Face {
             location,
-            label,
-            kind,
+            shown: Face::pack(label, kind),
         });
         (id, true)
     }
@@ -344,13 +400,18 @@ impl SiteTable {
 
     /// Site `id`'s kind.
     pub fn kind(&self, id: u32) -> Option<SiteKind> {
-        self.faces.get(id as usize).kind
+        self.faces.get(id as usize).kind()
+    }
+
+    fn label_of(&self, id: u32) -> (Face, Label) {
+        let face = *self.faces.get(id as usize);
+        (face, face.label(|| self.far_labels[&id]))
     }
 
     /// Site `id`'s label.
     pub fn label(&self, id: u32) -> Cow<'_, str> {
-        let face = self.faces.get(id as usize);
-        match face.label {
+        let (face, label) = self.label_of(id);
+        match label {
             Label::Key => Cow::Borrowed(self.key(id)),
             Label::KeyAt => Cow::Owned(format!(
                 "{} ({})",
@@ -363,8 +424,8 @@ impl SiteTable {
 
     /// Whether `label` is site `id`'s label.
     pub fn label_is(&self, id: u32, label: &str) -> bool {
-        let face = self.faces.get(id as usize);
-        match face.label {
+        let (face, source) = self.label_of(id);
+        match source {
             Label::Key => label == self.key(id),
             Label::KeyAt => is_key_at(label, self.key(id), self.texts.get(face.location)),
             Label::Text(t) => label == self.texts.get(t),
@@ -449,6 +510,18 @@ mod tests {
         );
         assert_eq!(s.id(&long), l);
         assert_eq!(s.get(ids[0]), "site_0");
+    }
+
+    #[test]
+    fn faces_pack_every_label_and_kind() {
+        let kinds = [None, Some(SiteKind::User), Some(SiteKind::Operation), Some(SiteKind::Fallback)];
+        for kind in kinds {
+            for label in [Label::Key, Label::KeyAt, Label::Text(0), Label::Text(Face::PACKED - 1), Label::Text(Face::PACKED)] {
+                let face = Face { location: 0, shown: Face::pack(label, kind) };
+                assert_eq!(face.kind(), kind);
+                assert_eq!(face.label(|| Face::PACKED), label);
+            }
+        }
     }
 
     #[test]
