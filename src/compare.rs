@@ -42,7 +42,7 @@ use crate::record::{Dec, Enc};
 use crate::spill::{Log, Spill};
 
 /// The most values gathered at once for the medians of the sites most processes have.
-pub const BATCH: usize = 1 << 18;
+pub const BATCH: usize = 1 << 17;
 
 /// When a process is called out (see the module doc).
 #[derive(Clone, Debug, PartialEq)]

@@ -125,8 +125,7 @@ impl Strings {
             .last()
             .is_some_and(|b| b.capacity() - b.len() >= need);
         if !fits {
-            self.blocks
-                .push(Vec::with_capacity(need.max(STRING_BLOCK)));
+            self.blocks.push(Vec::with_capacity(need.max(STRING_BLOCK)));
         }
         let block = self.blocks.len() - 1;
         let b = &mut self.blocks[block];
@@ -514,10 +513,24 @@ mod tests {
 
     #[test]
     fn faces_pack_every_label_and_kind() {
-        let kinds = [None, Some(SiteKind::User), Some(SiteKind::Operation), Some(SiteKind::Fallback)];
+        let kinds = [
+            None,
+            Some(SiteKind::User),
+            Some(SiteKind::Operation),
+            Some(SiteKind::Fallback),
+        ];
         for kind in kinds {
-            for label in [Label::Key, Label::KeyAt, Label::Text(0), Label::Text(Face::PACKED - 1), Label::Text(Face::PACKED)] {
-                let face = Face { location: 0, shown: Face::pack(label, kind) };
+            for label in [
+                Label::Key,
+                Label::KeyAt,
+                Label::Text(0),
+                Label::Text(Face::PACKED - 1),
+                Label::Text(Face::PACKED),
+            ] {
+                let face = Face {
+                    location: 0,
+                    shown: Face::pack(label, kind),
+                };
                 assert_eq!(face.kind(), kind);
                 assert_eq!(face.label(|| Face::PACKED), label);
             }

@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! cuguard-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--reports N] [--leaks N]
-//!               [--stacks N] [--sites N] [--depth N] [--shapes many,merged,one,fleet] [--keep]
-//!               [--reuse]
+//!               [--stacks N] [--sites N] [--depth N]
+//!               [--shapes many,merged,one,fleet,distinct,shared] [--rounds N] [--keep] [--reuse]
 //! ```
 //!
 //! It runs three shapes by default, each with `--leaks` leaks in all (default 1,000,000):
@@ -14,22 +14,30 @@
 //! (2 × the largest report + 64 MiB). Reports are deterministic (a fixed pseudo-random sequence)
 //! and written with the report crate's types.
 //! The numbers for this repository's machine are in docs/cli.md (the three shapes) and
-//! docs/benchmarks.md ("The command at scale", the fleet).
+//! docs/benchmarks.md ("The command at scale", the fleet; "The command over many distinct
+//! sites", `distinct` and `shared`).
 //!
 //! The fourth shape, `fleet`, is the command at scale (issue 14): `--reports` processes (give
 //! 10,000) holding `--leaks` leaks (give 10,000,000), each process leaking from 48 of a fleet-wide
 //! pool of `--stacks` stacks (default for this shape 400) charged to `--sites` distinct sites
 //! (default 300), a tenth of the stacks held by PyTorch's caching allocator and a twentieth by
-//! cuBLAS; one process in six is written into a merged report of eight processes. Its table
-//! gives summary's and check's wall time, CPU time and peak RSS (the child's `ru_maxrss`) against
-//! the goals (≤ 3 s, ≤ 64 MiB), for `--cuguard` and, with `--before`, for another build beside
-//! it on the same files. `--reuse` keeps the files of an earlier `--keep` run when their count
-//! matches.
+//! cuBLAS; one process in six is written into a merged report of eight processes. `distinct`
+//! (issue 23) is the same but for its stacks: each process leaks from 50 stacks of its own, each
+//! charged to a site of its own, so every process brings 50 new sites (500,000 at 10,000
+//! processes); `shared` gives every process the same 50 stacks and sites.
+//!
+//! For these three shapes the table gives, per build: `cat` of the same files (output
+//! discarded, as the commands' is; once untimed first, so that every timed read finds the files
+//! cached), then summary's and check's wall time, CPU time and peak RSS (the child's
+//! `ru_maxrss`), and each one's wall time as a multiple of that `cat`'s, against the goals; for
+//! `--cuguard` and, with `--before`, for another build beside it on the same files, `--rounds`
+//! times, the builds interleaved. The load average is printed when each shape begins.
+//! `--reuse` keeps the files of an earlier `--keep` run when their shape and counts match.
 //!
 //! ```sh
 //! cargo build --release -p cuguard
-//! target/release/cuguard-bench --shapes fleet --reports 10000 --leaks 10000000 \
-//!     --before /tmp/cuguard-before --keep --reuse
+//! target/release/cuguard-bench --shapes distinct,shared --reports 10000 --leaks 10000000 \
+//!     --before /tmp/cuguard-before --rounds 2 --keep --reuse
 //! ```
 
 use std::io::Write as _;

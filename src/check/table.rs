@@ -61,6 +61,11 @@ impl Sites {
         self.rows.len()
     }
 
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
     /// Adds a process named `name`; returns its number.
     pub fn add_process(&mut self, name: &str) -> u32 {
         let id = self.table.texts().id(name);
@@ -209,14 +214,21 @@ pub struct ProcessLog {
     growing: HashMap<usize, Vec<GrowingSite>>,
 }
 
-/// One process as its record gives it back.
+/// One process as its record gives it back (the fields of [`super::ProcessCheck`] it keeps).
 pub struct Condensed {
+    /// Where the report came from.
     pub source: String,
+    /// `exe[pid]`.
     pub name: String,
+    /// Host name.
     pub hostname: String,
+    /// Rank, if any.
     pub rank: Option<u32>,
+    /// The label `worker`, if any.
     pub worker: Option<String>,
+    /// Who it was, for people.
     pub who: String,
+    /// Whether the report is final.
     pub complete: bool,
     /// (site number, bytes, leaks), in site key order.
     pub sites: Vec<(u32, u64, u64)>,
@@ -243,6 +255,11 @@ impl ProcessLog {
     /// How many processes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Adds the next process.
