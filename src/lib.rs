@@ -6,6 +6,8 @@
 //!
 //! - [`report`]: the report model (schema `"cuguard-report"` version 1) and its reader;
 //! - [`input`]: PATHs (files, directories, globs) to reports, read in parallel;
+//! - [`intern`]: compact tables (strings kept once and numbered, columns that never move)
+//!   for what is kept per site across thousands of reports;
 //! - [`sites`]: the rule that charges a leak to a place in the program, and how a site is
 //!   printed (its location once, its kind, its mixed native and Python stack);
 //! - [`owners`]: who holds each allocation (the program, a framework's cache, a library, the
@@ -26,7 +28,8 @@
 //!   metrics, and their HTTP server;
 //! - [`cli`]: the command, one module per subcommand; exit codes in [`cli::exit`];
 //! - [`spill`]: output written before what precedes it is known (the summary's processes, read
-//!   before the totals that open it);
+//!   before the totals that open it), and what is kept on disk until the end (the check's
+//!   processes), in the records of [`record`];
 //! - [`style`], [`text`]: terminal colour and tables, number formatting (wildcards come from
 //!   `cuguard_symbolize::glob`, the workspace's one matcher).
 //!
@@ -51,9 +54,11 @@ pub mod fuzzing;
 pub mod growth;
 pub mod identity;
 pub mod input;
+pub mod intern;
 pub mod live;
 pub mod merge;
 pub mod owners;
+pub mod record;
 pub mod report;
 pub mod sites;
 pub mod spill;

@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! cuguard-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--reports N] [--leaks N]
-//!               [--stacks N] [--sites N] [--depth N] [--shapes many,merged,one,fleet] [--keep]
-//!               [--reuse]
+//!               [--stacks N] [--sites N] [--depth N]
+//!               [--shapes many,merged,one,fleet,distinct,shared] [--rounds N] [--keep] [--reuse]
 //! ```
 //!
 //! It runs three shapes by default, each with `--leaks` leaks in all (default 1,000,000):
@@ -14,22 +14,30 @@
 //! (2 × the largest report + 64 MiB). Reports are deterministic (a fixed pseudo-random sequence)
 //! and written with the report crate's types.
 //! The numbers for this repository's machine are in docs/cli.md (the three shapes) and
-//! docs/benchmarks.md ("The command at scale", the fleet).
+//! docs/benchmarks.md ("The command at scale", the fleet; "The command over many distinct
+//! sites", `distinct` and `shared`).
 //!
 //! The fourth shape, `fleet`, is the command at scale (issue 14): `--reports` processes (give
 //! 10,000) holding `--leaks` leaks (give 10,000,000), each process leaking from 48 of a fleet-wide
 //! pool of `--stacks` stacks (default for this shape 400) charged to `--sites` distinct sites
 //! (default 300), a tenth of the stacks held by PyTorch's caching allocator and a twentieth by
-//! cuBLAS; one process in six is written into a merged report of eight processes. Its table
-//! gives summary's and check's wall time, CPU time and peak RSS (the child's `ru_maxrss`) against
-//! the goals (≤ 3 s, ≤ 64 MiB), for `--cuguard` and, with `--before`, for another build beside
-//! it on the same files. `--reuse` keeps the files of an earlier `--keep` run when their count
-//! matches.
+//! cuBLAS; one process in six is written into a merged report of eight processes. `distinct`
+//! (issue 23) is the same but for its stacks: each process leaks from 50 stacks of its own, each
+//! charged to a site of its own, so every process brings 50 new sites (500,000 at 10,000
+//! processes); `shared` gives every process the same 50 stacks and sites.
+//!
+//! For these three shapes the table gives, per build: `cat` of the same files (output
+//! discarded, as the commands' is; once untimed first, so that every timed read finds the files
+//! cached), then summary's and check's wall time, CPU time and peak RSS (the child's
+//! `ru_maxrss`), and each one's wall time as a multiple of that `cat`'s, against the goals; for
+//! `--cuguard` and, with `--before`, for another build beside it on the same files, `--rounds`
+//! times, the builds interleaved. The load average is printed when each shape begins.
+//! `--reuse` keeps the files of an earlier `--keep` run when their shape and counts match.
 //!
 //! ```sh
 //! cargo build --release -p cuguard
-//! target/release/cuguard-bench --shapes fleet --reports 10000 --leaks 10000000 \
-//!     --before /tmp/cuguard-before --keep --reuse
+//! target/release/cuguard-bench --shapes distinct,shared --reports 10000 --leaks 10000000 \
+//!     --before /tmp/cuguard-before --rounds 2 --keep --reuse
 //! ```
 
 use std::io::Write as _;
@@ -56,6 +64,7 @@ struct Options {
     shapes: Vec<String>,
     keep: bool,
     reuse: bool,
+    rounds: usize,
 }
 
 fn parse() -> Result<Options, String> {
@@ -72,6 +81,7 @@ fn parse() -> Result<Options, String> {
         shapes: vec!["many".into(), "merged".into(), "one".into()],
         keep: false,
         reuse: false,
+        rounds: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -86,21 +96,23 @@ fn parse() -> Result<Options, String> {
             "--sites" => o.sites = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
             "--depth" => o.depth = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
             "--shapes" => o.shapes = value()?.split(',').map(String::from).collect(),
+            "--rounds" => o.rounds = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
             "--keep" => o.keep = true,
             "--reuse" => o.reuse = true,
             "-h" | "--help" => {
                 return Err(
                     "usage: cuguard-bench [--cuguard PATH] [--before PATH] [--dir DIR] \
                             [--reports N] [--leaks N] [--stacks N] [--sites N] [--depth N] \
-                            [--shapes many,merged,one,fleet] [--keep] [--reuse]"
+                            [--shapes many,merged,one,fleet,distinct,shared] [--rounds N] \
+                            [--keep] [--reuse]"
                         .into(),
                 );
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if o.reports == 0 || o.stacks == Some(0) || o.sites == 0 {
-        return Err("--reports, --stacks and --sites must be positive".into());
+    if o.reports == 0 || o.stacks == Some(0) || o.sites == 0 || o.rounds == 0 {
+        return Err("--reports, --stacks, --sites and --rounds must be positive".into());
     }
     Ok(o)
 }
@@ -303,9 +315,62 @@ fn fleet_owner(g: u64) -> &'static str {
     }
 }
 
-/// One process of the fleet: `leaks` leaks from 48 stacks of the fleet-wide pool of `stacks`
-/// (charged to `o.sites` distinct sites), with owners.
-fn fleet_report(pid: u32, leaks: usize, stacks: usize, o: &Options, rng: &mut Rng) -> Report {
+/// Which stacks a process of a fleet-like shape allocates from, and the site each is charged
+/// to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// The fleet: 48 stacks drawn from a fleet-wide pool of `stacks`, charged to `o.sites`
+    /// sites.
+    Fleet { stacks: usize },
+    /// [`PER_REPORT`] stacks of its own, each its own site: every process brings new sites.
+    Distinct,
+    /// The same [`PER_REPORT`] stacks and sites in every process.
+    Shared,
+}
+
+/// How many stacks (and sites) each process of the `distinct` and `shared` shapes has.
+const PER_REPORT: u64 = 50;
+
+impl Layout {
+    /// The shape's name on the command line and in its stamp.
+    fn name(self) -> &'static str {
+        match self {
+            Layout::Fleet { .. } => "fleet",
+            Layout::Distinct => "distinct",
+            Layout::Shared => "shared",
+        }
+    }
+
+    /// The stacks process number `i` allocates from (ids from 1), maybe repeated.
+    fn stacks(self, i: usize, rng: &mut Rng) -> Vec<u64> {
+        match self {
+            Layout::Fleet { stacks } => (0..48).map(|_| rng.next() % stacks as u64 + 1).collect(),
+            Layout::Distinct => (1..=PER_REPORT)
+                .map(|k| i as u64 * PER_REPORT + k)
+                .collect(),
+            Layout::Shared => (1..=PER_REPORT).collect(),
+        }
+    }
+
+    /// The site stack `g` is charged to.
+    fn site(self, g: u64, o: &Options) -> u64 {
+        match self {
+            Layout::Fleet { .. } => g % o.sites as u64,
+            Layout::Distinct | Layout::Shared => g,
+        }
+    }
+}
+
+/// One process of a fleet-like shape (see [`Layout`]): `leaks` leaks from the stacks `mine`,
+/// with owners.
+fn fleet_report(
+    pid: u32,
+    leaks: usize,
+    mine: &[u64],
+    layout: Layout,
+    o: &Options,
+    rng: &mut Rng,
+) -> Report {
     let process = Process {
         pid,
         ppid: 1,
@@ -358,8 +423,6 @@ fn fleet_report(pid: u32, leaks: usize, stacks: usize, o: &Options, rng: &mut Rn
             hint: None,
         });
     }
-    // The 48 stacks this process allocates from, drawn from the fleet's pool.
-    let mine: Vec<u64> = (0..48).map(|_| rng.next() % stacks as u64 + 1).collect();
     let apis: [Arc<str>; 2] = ["cuMemAlloc_v2".into(), "cuMemAllocAsync".into()];
     let mut total = 0u64;
     r.leaks.reserve(leaks);
@@ -409,11 +472,11 @@ fn fleet_report(pid: u32, leaks: usize, stacks: usize, o: &Options, rng: &mut Rn
     let shim: Arc<str> = "/opt/cuguard/lib/libcuguard.so".into();
     let trainer: Arc<str> = "/opt/fleet/bin/trainer".into();
     let torch: Arc<str> = "/opt/fleet/lib/libtorch_cuda.so".into();
-    let mut ids = mine.clone();
+    let mut ids = mine.to_vec();
     ids.sort_unstable();
     ids.dedup();
     for g in ids {
-        let site = g % o.sites as u64;
+        let site = layout.site(g, o);
         let frames = (0..o.depth)
             .map(|d| {
                 let (module, function, file) = match d {
@@ -469,19 +532,20 @@ fn fleet_report(pid: u32, leaks: usize, stacks: usize, o: &Options, rng: &mut Rn
     r
 }
 
-/// Writes the fleet into `dir`: `o.reports` processes, one in six of them (the first six of
-/// every 48 ranks) in merged reports of eight; returns (files, total bytes, largest file).
-fn generate_fleet(dir: &Path, o: &Options) -> std::io::Result<(usize, u64, u64)> {
+/// Writes a fleet-like shape into `dir`: `o.reports` processes, one in six of them (the first
+/// eight of every 48 ranks) in merged reports of eight; returns (files, total bytes, largest
+/// file).
+fn generate_fleet(dir: &Path, layout: Layout, o: &Options) -> std::io::Result<(usize, u64, u64)> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
-    let stacks = o.stacks.unwrap_or(400);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let (mut files, mut total, mut largest) = (0usize, 0u64, 0u64);
     let mut merged: Option<(PathBuf, MergedWriter<std::io::BufWriter<std::fs::File>>)> = None;
     for i in 0..o.reports {
         let leaks = o.leaks / o.reports + usize::from(i < o.leaks % o.reports);
         let pid = 20_000 + i as u32;
-        let report = fleet_report(pid, leaks, stacks, o, &mut rng);
+        let mine = layout.stacks(i, &mut rng);
+        let report = fleet_report(pid, leaks, &mine, layout, o, &mut rng);
         if i % 48 < 8 {
             if merged.is_none() {
                 let path = dir.join(format!("cuguard.merged.{pid}.json"));
@@ -521,17 +585,23 @@ fn generate_fleet(dir: &Path, o: &Options) -> std::io::Result<(usize, u64, u64)>
     Ok((files, total, largest))
 }
 
-/// The fleet's files, written anew unless `--reuse` finds those of an earlier `--keep` run.
-fn fleet_files(dir: &Path, o: &Options) -> Result<(usize, u64, u64), String> {
+/// A fleet-like shape's files, written anew unless `--reuse` finds those of an earlier `--keep`
+/// run.
+fn fleet_files(dir: &Path, layout: Layout, o: &Options) -> Result<(usize, u64, u64), String> {
     let stamp = dir.join("fleet.stamp");
-    let want = format!(
-        "reports {} leaks {} stacks {} sites {} depth {}\n",
-        o.reports,
-        o.leaks,
-        o.stacks.unwrap_or(400),
-        o.sites,
-        o.depth
-    );
+    let want = match layout {
+        Layout::Fleet { stacks } => format!(
+            "reports {} leaks {} stacks {stacks} sites {} depth {}\n",
+            o.reports, o.leaks, o.sites, o.depth
+        ),
+        _ => format!(
+            "{} reports {} leaks {} depth {}\n",
+            layout.name(),
+            o.reports,
+            o.leaks,
+            o.depth
+        ),
+    };
     if o.reuse && std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
         let (mut files, mut total, mut largest) = (0usize, 0u64, 0u64);
         for e in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
@@ -545,21 +615,46 @@ fn fleet_files(dir: &Path, o: &Options) -> Result<(usize, u64, u64), String> {
         }
         return Ok((files, total, largest));
     }
-    let got = generate_fleet(dir, o).map_err(|e| e.to_string())?;
+    let got = generate_fleet(dir, layout, o).map_err(|e| e.to_string())?;
     // Outside the reports' `*.json`, so the commands do not read it.
     std::fs::write(&stamp, want).map_err(|e| e.to_string())?;
     Ok(got)
 }
 
-/// Times `summary` and `check --format json` of one build on the fleet; prints a row.
+/// The report files of a shape's directory, sorted (the order `cuguard` reads them in).
+fn json_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
+        let path = e.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Times `cat` of `files` (output discarded, as the commands' is): (wall, CPU) seconds.
+fn cat(files: &[PathBuf]) -> Result<(f64, f64), String> {
+    let (t, u, _, code) = measure(Command::new("cat").args(files)).map_err(|e| e.to_string())?;
+    if code != 0 {
+        return Err(format!("cat exited with {code}"));
+    }
+    Ok((t, u))
+}
+
+/// Times `cat` of the shape's files, then `summary` and `check --format json` of one build on
+/// them; prints a row, with each command's wall time as a multiple of `cat`'s just before.
 fn fleet_row(
     label: &str,
     cuguard: &Path,
     dir: &Path,
-    files: usize,
     input: u64,
+    goal: &str,
     o: &Options,
 ) -> Result<(), String> {
+    let files = json_files(dir)?;
+    let (tcat, _) = cat(&files)?;
     let (ts, us, rs, cs) =
         measure(Command::new(cuguard).arg("summary").arg(dir)).map_err(|e| e.to_string())?;
     let (tc, uc, rc, cc) = measure(
@@ -574,43 +669,76 @@ fn fleet_row(
         ));
     }
     println!(
-        "{label:<8} {files:>6} {:>9} {:>9} {:>10.1} {:>7.2}s {:>7.2}s {:>8.1} {:>7.2}s {:>7.2}s {:>8.1}   ≤ 3 s, ≤ 64 MiB",
+        "{label:<8} {:>6} {:>9} {:>9} {:>10.1} {:>6.2}s {:>7.2}s {:>7.2}s {:>8.1} {:>5.1}× {:>7.2}s {:>7.2}s {:>8.1} {:>5.1}×   {goal}",
+        files.len(),
         o.reports,
         o.leaks,
         mib(input),
+        tcat,
         ts,
         us,
         mib(rs),
+        ts / tcat,
         tc,
         uc,
         mib(rc),
+        tc / tcat,
     );
     let _ = std::io::stdout().flush();
     Ok(())
 }
 
-/// The command at scale: the fleet, measured for `--cuguard` and `--before`.
-fn fleet(o: &Options) -> Result<(), String> {
-    let dir = o.dir.join("fleet");
-    let (files, input, _) = fleet_files(&dir, o)?;
+/// A fleet-like shape (`fleet`, `distinct`, `shared`), measured for `--cuguard` and `--before`,
+/// `--rounds` times, the builds interleaved.
+fn fleet(layout: Layout, o: &Options) -> Result<(), String> {
+    let dir = o.dir.join(layout.name());
+    let (_, input, _) = fleet_files(&dir, layout, o)?;
+    let goal = match layout {
+        Layout::Fleet { .. } => "≤ 3 s, ≤ 64 MiB",
+        Layout::Distinct => "≤ 4.5× cat, ≤ 64 MiB",
+        Layout::Shared => "RSS flat in reports",
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
     println!(
-        "{:<8} {:>6} {:>9} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}   goal",
+        "{}: {} sites per process{}; load average {}",
+        layout.name(),
+        match layout {
+            Layout::Fleet { .. } => "48 stacks of a shared pool, their".to_string(),
+            _ => PER_REPORT.to_string(),
+        },
+        match layout {
+            Layout::Fleet { .. } => "",
+            Layout::Distinct => ", each process's its own",
+            Layout::Shared => ", the same in every process",
+        },
+        load.join(" ")
+    );
+    println!(
+        "{:<8} {:>6} {:>9} {:>9} {:>10} {:>7} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>6}   goal",
         "build",
         "files",
         "processes",
         "leaks",
         "input MiB",
+        "cat",
         "summary",
         "cpu",
         "RSS MiB",
+        "/cat",
         "check",
         "cpu",
-        "RSS MiB"
+        "RSS MiB",
+        "/cat"
     );
-    if let Some(before) = &o.before {
-        fleet_row("before", before, &dir, files, input, o)?;
+    // Once untimed, so that every timed read finds the files in the page cache.
+    cat(&json_files(&dir)?)?;
+    for _ in 0..o.rounds {
+        if let Some(before) = &o.before {
+            fleet_row("before", before, &dir, input, goal, o)?;
+        }
+        fleet_row("after", &o.cuguard, &dir, input, goal, o)?;
     }
-    fleet_row("after", &o.cuguard, &dir, files, input, o)?;
     if !o.keep {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -630,13 +758,25 @@ fn run() -> Result<(), String> {
     {
         return Err(format!("{}: not found", before.display()));
     }
-    let (fleet_shape, shapes): (Vec<&str>, Vec<&str>) = o
+    let (fleet_shapes, shapes): (Vec<&str>, Vec<&str>) = o
         .shapes
         .iter()
         .map(String::as_str)
-        .partition(|s| *s == "fleet");
-    if !fleet_shape.is_empty() {
-        fleet(&o)?;
+        .partition(|s| matches!(*s, "fleet" | "distinct" | "shared"));
+    for (i, shape) in fleet_shapes.iter().enumerate() {
+        let layout = match *shape {
+            "fleet" => Layout::Fleet {
+                stacks: o.stacks.unwrap_or(400),
+            },
+            "distinct" => Layout::Distinct,
+            _ => Layout::Shared,
+        };
+        if i > 0 {
+            println!();
+        }
+        fleet(layout, &o)?;
+    }
+    if !fleet_shapes.is_empty() {
         if shapes.is_empty() {
             return Ok(());
         }

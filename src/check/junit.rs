@@ -42,7 +42,10 @@ impl Format<Verdict> for Junit {
 
     /// Writes the verdict as JUnit XML.
     fn write(verdict: &Verdict, out: &mut dyn Write, _: &Options) -> io::Result<()> {
-        let failed_processes = verdict.processes.iter().filter(|p| p.failed).count();
+        let mut failed_processes = 0;
+        for p in verdict.processes.iter() {
+            failed_processes += usize::from(p?.failed);
+        }
         let tests = verdict.processes.len() + 1;
         let failures = failed_processes + usize::from(!verdict.passed);
         writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
@@ -70,7 +73,8 @@ impl Format<Verdict> for Junit {
             )?;
             writeln!(out, "    </testcase>")?;
         }
-        for p in &verdict.processes {
+        for p in verdict.processes.iter() {
+            let p = p?;
             let mut name = p.name.clone();
             match (p.rank, &p.worker) {
                 (_, Some(w)) => name.push_str(&format!(" ({}, worker {w})", p.hostname)),

@@ -19,16 +19,20 @@
 //!    (`--fail-on-events`, by default `double_free`, `invalid_free`, `free_in_wrong_context`),
 //!    or, with `--require-complete`, when a report is incomplete.
 //!
-//! [`ProcessCheck::new`] condenses one report (in the input workers); [`Verdict::new`] decides.
-//! Output formats, one per file, listed in [`FORMATS`]: [`text`], [`json`] (whose [`json::Json`]
-//! describes the JSON), [`junit`].
+//! [`ProcessCheck::new`] condenses one report (in the input workers); [`CheckFold`] adds the
+//! processes up one at a time, in compact tables and a log of the processes ([`table`]), and
+//! decides; [`Verdict::new`] does both for processes in memory. Output formats, one per file,
+//! listed in [`FORMATS`]: [`text`], [`json`] (whose [`json::Json`] describes the JSON),
+//! [`junit`].
 
 pub mod json;
 pub mod junit;
 pub mod suppressions;
+pub mod table;
 pub mod text;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::io;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -407,9 +411,12 @@ impl ProcessCheck {
 }
 
 /// What a baseline holds: leaks per site and events per (kind, site), all processes together.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Baseline {
-    sites: HashMap<String, (u64, u64)>,
+    /// Site keys, numbered.
+    keys: crate::intern::Strings,
+    /// (bytes, leaks) by site number.
+    sites: crate::intern::Column<(u64, u64)>,
     events: HashMap<(String, String), u64>,
 }
 
@@ -426,13 +433,22 @@ impl Baseline {
     /// Adds one condensed process.
     pub fn add(&mut self, p: &ProcessCheck) {
         for (key, s) in &p.sites {
-            let e = self.sites.entry(key.clone()).or_default();
+            let id = self.keys.id(key) as usize;
+            if id == self.sites.len() {
+                self.sites.push((0, 0));
+            }
+            let e = self.sites.get_mut(id);
             e.0 = e.0.saturating_add(s.bytes);
             e.1 += s.leaks;
         }
         for (key, n) in &p.events {
             *self.events.entry(key.clone()).or_default() += n;
         }
+    }
+
+    /// The baseline's (bytes, leaks) at the site keyed `key`, if it has it.
+    pub fn site(&self, key: &str) -> Option<(u64, u64)> {
+        self.keys.find(key).map(|id| *self.sites.get(id as usize))
     }
 }
 
@@ -603,16 +619,17 @@ pub struct Verdict {
     /// What Python objects held at the end of Python programs' code and was not counted
     /// (`--held` counts it); `null` when no report is checked on its end, or with `--held`.
     pub held_at_end: Option<HeldAtEnd>,
-    /// Sites: counting ones first (most counted bytes first), then the rest.
-    pub sites: Vec<SiteVerdict>,
+    /// Sites: counting ones first (most counted bytes first), then the rest; made one at a time
+    /// when read (see [`table::SiteVerdicts`]).
+    pub sites: table::SiteVerdicts,
     /// Sites of checked owners that grew, per process: failing ones first, then most grown.
     pub growing: Vec<GrowthVerdict>,
     /// Unsuppressed events by kind and site: failing ones first.
     pub events: Vec<EventVerdict>,
     /// Every suppression rule with its matches.
     pub suppressions: Vec<RuleUse>,
-    /// Per process.
-    pub processes: Vec<ProcessVerdict>,
+    /// Per process, in input order; read back one at a time (see [`table::ProcessVerdicts`]).
+    pub processes: table::ProcessVerdicts,
 }
 
 impl Verdict {
@@ -628,6 +645,7 @@ impl Verdict {
             fold.add(p.clone());
         }
         fold.finish(baseline, suppressions, limits)
+            .expect("a check kept in memory reads back what it kept")
     }
 
     /// The rules that matched nothing.
@@ -637,15 +655,16 @@ impl Verdict {
 }
 
 /// A [`Verdict`] built one process at a time, in input order: each process's sites are added to
-/// those across processes and the process keeps only its totals per site (by site number), so
-/// memory holds the distinct sites and the processes' per-site totals, never their leaks.
+/// those across processes ([`table::Sites`]: compact tables) and the process itself goes to a log
+/// ([`table::ProcessLog`]: its totals per site by site number), so memory holds the distinct
+/// sites, a few words each, never the processes' leaks or their per-site totals.
 #[derive(Debug)]
 pub struct CheckFold {
-    /// Site numbers by key.
-    ids: HashMap<Arc<str>, u32>,
-    /// The sites across processes, by number.
-    sites: Vec<SiteAcc>,
-    events: BTreeMap<(String, String), u64>,
+    sites: table::Sites,
+    /// Event kinds and sites, numbered.
+    event_names: crate::intern::Strings,
+    /// Events by (kind, site) numbers.
+    events: HashMap<(u32, u32), u64>,
     hits: Vec<u64>,
     suppressed_bytes: u64,
     suppressed_leaks: u64,
@@ -654,97 +673,51 @@ pub struct CheckFold {
     other_owners: HashMap<String, OwnerShare>,
     /// What Python objects held at the end and was not counted (without `--held`).
     held_at_end: Option<(u64, u64)>,
-    processes: Vec<Condensed>,
-}
-
-/// One site across processes.
-#[derive(Debug)]
-struct SiteAcc {
-    key: Arc<str>,
-    location: Option<String>,
-    label: String,
-    kind: Option<SiteKind>,
-    bytes: u64,
-    leaks: u64,
-    apis: BTreeSet<String>,
-    processes: Vec<String>,
-    process_count: u64,
-}
-
-/// One process, as the verdict needs it once its sites are counted across processes.
-#[derive(Debug)]
-struct Condensed {
-    source: String,
-    name: String,
-    hostname: String,
-    rank: Option<u32>,
-    worker: Option<String>,
-    who: String,
-    complete: bool,
-    /// (site number, bytes, leaks), in site key order.
-    sites: Vec<(u32, u64, u64)>,
-    events: Vec<((String, String), u64)>,
-    growing: Vec<GrowingSite>,
+    /// The sources of incomplete reports, in input order.
+    incomplete: Vec<String>,
+    processes: table::ProcessLog,
 }
 
 impl CheckFold {
-    /// An empty check of processes condensed with `suppressions`.
+    /// An empty check of processes condensed with `suppressions`, keeping the processes in
+    /// memory.
     pub fn new(suppressions: &Suppressions) -> CheckFold {
+        CheckFold::with_log(suppressions, false)
+    }
+
+    /// As [`CheckFold::new`], keeping the processes in a temporary file (see [`table`]): memory
+    /// does not grow with their number.
+    pub fn on_disk(suppressions: &Suppressions) -> CheckFold {
+        CheckFold::with_log(suppressions, true)
+    }
+
+    fn with_log(suppressions: &Suppressions, on_disk: bool) -> CheckFold {
         CheckFold {
-            ids: HashMap::new(),
-            sites: Vec::new(),
-            events: BTreeMap::new(),
+            sites: table::Sites::default(),
+            event_names: crate::intern::Strings::new(),
+            events: HashMap::new(),
             hits: vec![0; suppressions.rules().len()],
             suppressed_bytes: 0,
             suppressed_leaks: 0,
             suppressed_events: 0,
             other_owners: HashMap::new(),
             held_at_end: None,
-            processes: Vec::new(),
+            incomplete: Vec::new(),
+            processes: table::ProcessLog::new(on_disk),
         }
     }
 
     /// Adds the next process (in input order).
     pub fn add(&mut self, p: ProcessCheck) {
+        let number = self.sites.add_process(&p.name);
         let mut sites = Vec::with_capacity(p.sites.len());
-        for (key, s) in p.sites {
-            let id = match self.ids.get(key.as_str()) {
-                Some(&id) => id,
-                None => {
-                    let id = self.sites.len() as u32;
-                    let key: Arc<str> = key.into();
-                    self.ids.insert(key.clone(), id);
-                    self.sites.push(SiteAcc {
-                        key,
-                        location: s.location.clone(),
-                        label: s.label.clone(),
-                        kind: s.kind,
-                        bytes: 0,
-                        leaks: 0,
-                        apis: BTreeSet::new(),
-                        processes: Vec::new(),
-                        process_count: 0,
-                    });
-                    id
-                }
-            };
-            let a = &mut self.sites[id as usize];
-            a.bytes = a.bytes.saturating_add(s.bytes);
-            a.leaks += s.leaks;
-            a.apis.extend(s.apis);
-            if a.processes.len() < 5 {
-                a.processes.push(p.name.clone());
-            }
-            a.process_count += 1;
+        for (key, s) in &p.sites {
+            let id = self.sites.add(number, key, s);
             sites.push((id, s.bytes, s.leaks));
         }
-        for (key, n) in &p.events {
-            match self.events.get_mut(key) {
-                Some(t) => *t += n,
-                None => {
-                    self.events.insert(key.clone(), *n);
-                }
-            }
+        for ((kind, site), n) in &p.events {
+            let key = (self.event_names.id(kind), self.event_names.id(site));
+            *self.events.entry(key).or_default() += n;
         }
         for (h, n) in self.hits.iter_mut().zip(&p.rule_hits) {
             *h += n;
@@ -767,7 +740,10 @@ impl CheckFold {
                 }
             }
         }
-        self.processes.push(Condensed {
+        if !p.complete {
+            self.incomplete.push(p.source.clone());
+        }
+        let condensed = table::Condensed {
             source: p.source,
             name: p.name,
             hostname: p.hostname,
@@ -777,19 +753,21 @@ impl CheckFold {
             complete: p.complete,
             sites,
             events: p.events.into_iter().collect(),
-            growing: p.growing,
-        });
+        };
+        self.processes.add(&condensed, p.growing);
     }
 
-    /// Decides. `suppressions` must be the ones the processes were condensed with.
+    /// Decides. `suppressions` must be the ones the processes were condensed with. Fails only
+    /// when what was kept in a temporary file cannot be read back (or could not be written).
     pub fn finish(
         self,
         baseline: Option<&Baseline>,
         suppressions: &Suppressions,
         limits: Limits,
-    ) -> Verdict {
+    ) -> io::Result<Verdict> {
         let CheckFold {
             sites,
+            event_names,
             events,
             hits,
             suppressed_bytes,
@@ -797,62 +775,48 @@ impl CheckFold {
             suppressed_events,
             other_owners,
             held_at_end,
+            incomplete,
             processes,
-            ..
         } = self;
         let process_count = processes.len();
-        let keys: Vec<Arc<str>> = sites.iter().map(|a| a.key.clone()).collect();
-        let mut site_verdicts: Vec<SiteVerdict> = sites
-            .into_iter()
-            .map(|a| {
-                let key: &str = &a.key;
-                let (status, base) = match baseline {
-                    None => (SiteStatus::Leak, (0, 0)),
-                    Some(b) => match b.sites.get(key) {
-                        None => (SiteStatus::New, (0, 0)),
-                        Some(&(bb, bl)) if a.bytes > bb || a.leaks > bl => {
-                            (SiteStatus::Grown, (bb, bl))
-                        }
-                        Some(&base) => (SiteStatus::Baselined, base),
-                    },
-                };
-                let (counted_bytes, counted_leaks) = match status {
-                    SiteStatus::Baselined => (0, 0),
-                    _ => (
-                        a.bytes.saturating_sub(base.0),
-                        a.leaks.saturating_sub(base.1),
-                    ),
-                };
-                SiteVerdict {
-                    site: key.to_string(),
-                    location: a.location,
-                    status,
-                    leaked_bytes: a.bytes,
-                    leaks: a.leaks,
-                    baseline_bytes: base.0,
-                    baseline_leaks: base.1,
-                    counted_bytes,
-                    counted_leaks,
-                    apis: a.apis.into_iter().collect(),
-                    processes: a.processes,
-                    process_count: a.process_count,
-                    label: a.label,
-                    kind: a.kind,
-                }
-            })
-            .collect();
-        site_verdicts.sort_by(|a, b| {
-            let counts = |s: &SiteVerdict| s.status != SiteStatus::Baselined;
-            counts(b)
-                .cmp(&counts(a))
-                .then(b.counted_bytes.cmp(&a.counted_bytes))
-                .then(b.leaked_bytes.cmp(&a.leaked_bytes))
-                .then(a.site.cmp(&b.site))
+        let mut growing: Vec<GrowthVerdict> =
+            table::growth_verdicts(&processes, |i| sites.process_name(i), limits.max_growth);
+        // The baseline's totals of the sites it has, by number.
+        let base: Option<HashMap<u32, (u64, u64)>> = baseline.map(|b| {
+            (0..sites.len() as u32)
+                .filter_map(|id| b.site(sites.key(id)).map(|t| (id, t)))
+                .collect()
         });
+        let (mut leaked_bytes, mut leaks, mut counted_bytes, mut counted_leaks) =
+            (0u64, 0u64, 0u64, 0u64);
+        let mut counting = Vec::with_capacity(sites.len());
+        for id in 0..sites.len() as u32 {
+            let totals = sites.totals(id);
+            let (status, b) = match &base {
+                None => (SiteStatus::Leak, (0, 0)),
+                Some(base) => match base.get(&id) {
+                    None => (SiteStatus::New, (0, 0)),
+                    Some(&(bb, bl)) if totals.0 > bb || totals.1 > bl => {
+                        (SiteStatus::Grown, (bb, bl))
+                    }
+                    Some(&b) => (SiteStatus::Baselined, b),
+                },
+            };
+            let (cb, cl) = table::counted(status, totals, b);
+            leaked_bytes = leaked_bytes.saturating_add(totals.0);
+            leaks += totals.1;
+            counted_bytes = counted_bytes.saturating_add(cb);
+            counted_leaks += cl;
+            counting.push(cb > 0 || cl > 0);
+        }
 
         let mut event_verdicts: Vec<EventVerdict> = events
             .into_iter()
             .map(|((kind, site), count)| {
+                let (kind, site) = (
+                    event_names.get(kind).to_string(),
+                    event_names.get(site).to_string(),
+                );
                 let baseline_count = baseline
                     .and_then(|b| b.events.get(&(kind.clone(), site.clone())).copied())
                     .unwrap_or(0);
@@ -875,22 +839,6 @@ impl CheckFold {
                 .then(a.site.cmp(&b.site))
         });
 
-        let leaked_bytes = site_verdicts
-            .iter()
-            .map(|s| s.leaked_bytes)
-            .fold(0, u64::saturating_add);
-        let leaks = site_verdicts.iter().map(|s| s.leaks).sum();
-        let counted_bytes = site_verdicts
-            .iter()
-            .map(|s| s.counted_bytes)
-            .fold(0, u64::saturating_add);
-        let counted_leaks: u64 = site_verdicts.iter().map(|s| s.counted_leaks).sum();
-        let incomplete: Vec<String> = processes
-            .iter()
-            .filter(|p| !p.complete)
-            .map(|p| p.source.clone())
-            .collect();
-
         let mut failures = Vec::new();
         let what = if baseline.is_some() {
             "new or grown leaks"
@@ -909,16 +857,6 @@ impl CheckFold {
         if let (true, Some(max)) = (leaks_over, limits.max_leaks) {
             failures.push(format!("{counted_leaks} {what} exceed --max-leaks {max}"));
         }
-        let mut growing: Vec<GrowthVerdict> = processes
-            .iter()
-            .flat_map(|p| {
-                p.growing.iter().map(|g| GrowthVerdict {
-                    process: p.name.clone(),
-                    growth: g.clone(),
-                    failing: limits.max_growth.is_some_and(|m| g.growth.grown_bytes > m),
-                })
-            })
-            .collect();
         growing.sort_by(|a, b| {
             b.failing
                 .cmp(&a.failing)
@@ -971,70 +909,22 @@ impl CheckFold {
         }
         let passed = failures.is_empty();
 
-        let counting: HashSet<&str> = site_verdicts
-            .iter()
-            .filter(|s| s.counted_bytes > 0 || s.counted_leaks > 0)
-            .map(|s| s.site.as_str())
-            .collect();
-        let counting: Vec<bool> = keys.iter().map(|k| counting.contains(&**k)).collect();
-        let failing_event_keys: HashMap<(&str, &str), ()> = event_verdicts
-            .iter()
-            .filter(|e| e.failing)
-            .map(|e| ((e.kind.as_str(), e.site.as_str()), ()))
-            .collect();
-        let leaks_fail = bytes_over || leaks_over;
-        let process_verdicts = processes
-            .into_iter()
-            .map(|p| {
-                let failing_sites: Vec<(Arc<str>, u64, u64)> = if leaks_fail {
-                    p.sites
-                        .iter()
-                        .filter(|(id, _, _)| counting[*id as usize])
-                        .map(|&(id, b, n)| (keys[id as usize].clone(), b, n))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                let failing_events: Vec<(String, String, u64)> = p
-                    .events
-                    .iter()
-                    .filter(|((k, s), _)| {
-                        failing_event_keys.contains_key(&(k.as_str(), s.as_str()))
-                    })
-                    .map(|((k, s), n)| (k.clone(), s.clone(), *n))
-                    .collect();
-                let incomplete_fails = limits.require_complete && !p.complete;
-                let failing_growth: Vec<(String, u64)> = match limits.max_growth {
-                    Some(max) => p
-                        .growing
-                        .iter()
-                        .filter(|g| g.growth.grown_bytes > max)
-                        .map(|g| (g.site.clone(), g.growth.grown_bytes))
-                        .collect(),
-                    None => Vec::new(),
-                };
-                ProcessVerdict {
-                    source: p.source,
-                    name: p.name,
-                    hostname: p.hostname,
-                    rank: p.rank,
-                    worker: p.worker,
-                    who: p.who,
-                    complete: p.complete,
-                    leaked_bytes: p.sites.iter().map(|s| s.1).fold(0, u64::saturating_add),
-                    leaks: p.sites.iter().map(|s| s.2).sum(),
-                    failed: !failing_sites.is_empty()
-                        || !failing_events.is_empty()
-                        || !failing_growth.is_empty()
-                        || incomplete_fails,
-                    failing_sites,
-                    failing_events,
-                    failing_growth,
-                }
-            })
-            .collect();
+        let failing = table::Failing {
+            leaks_fail: bytes_over || leaks_over,
+            counting,
+            events: event_verdicts
+                .iter()
+                .filter(|e| e.failing)
+                .map(|e| (e.kind.clone(), e.site.clone()))
+                .collect::<HashSet<_>>(),
+            max_growth: limits.max_growth,
+            require_complete: limits.require_complete,
+        };
+        let site_verdicts = table::SiteVerdicts::new(sites, base);
+        let process_verdicts =
+            table::ProcessVerdicts::new(processes, site_verdicts.clone(), failing)?;
 
-        Verdict {
+        Ok(Verdict {
             passed,
             failures,
             baseline: baseline.is_some(),
@@ -1065,7 +955,7 @@ impl CheckFold {
                 .collect(),
             processes: process_verdicts,
             limits,
-        }
+        })
     }
 }
 

@@ -64,15 +64,11 @@ impl Format<Verdict> for Text {
         }
         failed_processes(out, verdict, options)?;
 
-        let counting: Vec<_> = verdict
-            .sites
-            .iter()
-            .filter(|s| s.status != SiteStatus::Baselined)
-            .collect();
-        if !counting.is_empty() {
+        let counting = verdict.sites.counting();
+        if counting > 0 {
             writeln!(out, "{}", style.bold("leak sites"))?;
             let mut t = Table::new(&[true, true, false, false, false]);
-            for s in counting.iter().take(top) {
+            for s in verdict.sites.iter().take(counting.min(top)) {
                 let mut row = vec![bytes(s.leaked_bytes), plural(s.leaks, "leak", "leaks")];
                 match s.status {
                     SiteStatus::Leak => {}
@@ -96,15 +92,11 @@ impl Format<Verdict> for Text {
                 t.row(row);
             }
             out.write_all(t.render("  ").as_bytes())?;
-            if counting.len() > top {
-                writeln!(out, "  … {} more sites (see --top)", counting.len() - top)?;
+            if counting > top {
+                writeln!(out, "  … {} more sites (see --top)", counting - top)?;
             }
         }
-        let baselined = verdict
-            .sites
-            .iter()
-            .filter(|s| s.status == SiteStatus::Baselined)
-            .count();
+        let baselined = verdict.sites.len() - counting;
         if baselined > 0 {
             writeln!(
                 out,
@@ -259,12 +251,23 @@ pub fn failed_processes(
     if verdict.processes.len() < 2 {
         return Ok(());
     }
-    let failed: Vec<_> = verdict.processes.iter().filter(|p| p.failed).collect();
+    // The first `--top` that failed, and how many failed.
+    let mut failed = Vec::new();
+    let mut failed_count = 0usize;
+    for p in verdict.processes.iter() {
+        let p = p?;
+        if p.failed {
+            failed_count += 1;
+            if failed.len() < options.top {
+                failed.push(p);
+            }
+        }
+    }
     if failed.is_empty() {
         return Ok(());
     }
     writeln!(out, "{}", options.style.bold("failed processes"))?;
-    for p in failed.iter().take(options.top) {
+    for p in &failed {
         let mut why = Vec::new();
         for (site, b, n) in &p.failing_sites {
             why.push(format!(
@@ -290,8 +293,8 @@ pub fn failed_processes(
             one_line(&why.join("; "))
         )?;
     }
-    if failed.len() > options.top {
-        writeln!(out, "  … {} more (see --top)", failed.len() - options.top)?;
+    if failed_count > options.top {
+        writeln!(out, "  … {} more (see --top)", failed_count - options.top)?;
     }
     Ok(())
 }

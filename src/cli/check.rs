@@ -165,7 +165,7 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
     let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
         ProcessCheck::folded_held(source, &report, &leaks, &suppressions, &owners, args.held)
     };
-    let mut fold = CheckFold::new(&suppressions);
+    let mut fold = CheckFold::on_disk(&suppressions);
     input::for_each_folded(&input::expand(&args.paths)?, 0, condense, |_, p| {
         fold.add(p)
     })?;
@@ -188,7 +188,12 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
         require_complete: args.require_complete,
         held: args.held,
     };
-    let verdict = fold.finish(baseline.as_ref(), &suppressions, limits);
+    let verdict = fold
+        .finish(baseline.as_ref(), &suppressions, limits)
+        .map_err(|source| CliError::Output {
+            what: "a temporary file".into(),
+            source,
+        })?;
     let code = if verdict.passed {
         exit::OK
     } else {

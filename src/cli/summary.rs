@@ -53,11 +53,15 @@ pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
     let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
         ReportSummary::folded(source, &report, &leaks, top)
     };
-    let mut fold = SummaryFold::grouped(top, args.by);
+    let mut fold = SummaryFold::on_disk(top, args.by);
+    let spilled = |e| CliError::Output {
+        what: "a temporary file".into(),
+        source: e,
+    };
     let Some((head, process, tail)) = sections(args.format.name()) else {
         // A format that cannot be written in parts: every process kept until the end.
         input::for_each_folded(&files, top, condense, |_, p| fold.add(p))?;
-        let summary = fold.finish();
+        let summary = fold.finish().map_err(spilled)?;
         write_stdout(|out| args.format.write(&summary, out, &options))?;
         return Ok(exit::OK);
     };
@@ -75,15 +79,11 @@ pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
         }
         written += 1;
     })?;
-    let spilled = |e| CliError::Output {
-        what: "a temporary file".into(),
-        source: e,
-    };
     if let Some(e) = spill_error {
         return Err(spilled(e));
     }
     spill.flush().map_err(spilled)?;
-    let summary = fold.finish();
+    let summary = fold.finish().map_err(spilled)?;
     write_stdout(|out| {
         head(&summary, out, &options)?;
         spill.copy_to(out)?;

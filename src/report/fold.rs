@@ -249,7 +249,7 @@ leak_fields!(LeakView<'_>);
 
 /// The Fx hash (rustc's): fast on the small keys here.
 #[derive(Default)]
-pub(super) struct Fx(u64);
+pub(crate) struct Fx(u64);
 
 impl Hasher for Fx {
     fn finish(&self) -> u64 {

@@ -193,7 +193,8 @@ impl Document {
         }
         let mut bytes = SPARE.take();
         bytes.clear();
-        bytes.reserve(usize::try_from(size).unwrap_or(0));
+        // Exactly: a buffer grown by doubling would hold up to twice the file.
+        bytes.reserve_exact(usize::try_from(size).unwrap_or(0));
         // Read one byte past the limit, so a file that grows while read is still caught.
         file.take(limit.saturating_add(1))
             .read_to_end(&mut bytes)

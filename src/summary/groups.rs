@@ -3,7 +3,8 @@
 //! and the reports that are incomplete or missing.
 //!
 //! [`JobFold`] is fed each process summary, one at a time, before its site list is cut to `--top`,
-//! and keeps from it only each process's totals per site (never the summaries or the reports):
+//! with the numbers [`Overall`] gave its sites, and keeps from it only each process's totals per
+//! site (never the summaries or the reports), by site number:
 //!
 //! - each group (see [`crate::identity::GroupBy`]; processes without the label form one group,
 //!   `(no worker)`, `(no rank)`) gets the bytes and leaks its processes leaked, split into the
@@ -20,15 +21,26 @@
 //!
 //! The summary carries a [`Job`] when `--by` is given, and otherwise only when some process was
 //! called out or some rank is missing.
+//!
+//! Memory: the comparison's values go to a log ([`Comparison::on_disk`]); without `--by`, who
+//! each process was goes to a log too, and only those called out or incomplete are read back;
+//! with `--by`, the groups list every process and keep each group's totals per site (the
+//! processes of `--by process` are each a group of their own, cut to its [`GROUP_SITES`] largest
+//! sites at once).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
 
 use serde::Serialize;
 
 use super::ReportSummary;
+use super::overall::{Overall, top_by};
 use crate::compare::{Comparison, Criterion, Measure, Outlier};
 use crate::identity::{GroupBy, GroupKey, Identity};
+use crate::intern::{Column, Strings};
 use crate::owners::OwnerKind;
+use crate::record::{Dec, Enc};
+use crate::spill::Spill;
 use crate::text::bytes;
 
 /// How many sites each group lists, largest first.
@@ -140,10 +152,36 @@ impl ProcessRef {
 pub struct JobFold {
     by: Option<GroupBy>,
     top: usize,
-    refs: Vec<ProcessRef>,
+    refs: Refs,
+    processes: usize,
     incomplete: Vec<usize>,
     comparison: Comparison,
+    /// The held sites whose first process with bytes there labels them otherwise than
+    /// [`Overall`] does (its first process).
+    held_labels: HashMap<u32, String>,
+    /// The growing sites, numbered, and their labels by number.
+    grown: Strings,
+    grown_labels: Vec<String>,
     groups: BTreeMap<Option<GroupKey>, GroupFold>,
+    world_size: Option<u32>,
+    ranks: BTreeSet<u32>,
+    all_workers: bool,
+    all_ranks: bool,
+    values: Vec<(Measure, u32, u64)>,
+}
+
+/// Who each process was: kept when grouped (the groups list them all), else in a log and read
+/// back by place.
+#[derive(Debug)]
+enum Refs {
+    Kept(Vec<ProcessRef>),
+    Logged {
+        log: Spill,
+        /// Where each process's record starts.
+        at: Column<u64>,
+        written: u64,
+        error: Option<io::Error>,
+    },
 }
 
 /// One group's running sums.
@@ -151,87 +189,182 @@ pub struct JobFold {
 struct GroupFold {
     members: Vec<usize>,
     group: Group,
-    sites: HashMap<String, GroupSite>,
+    /// By site number.
+    sites: HashMap<u32, GroupAcc>,
+}
+
+/// One site of a group while its processes are added.
+#[derive(Debug)]
+struct GroupAcc {
+    leaked_bytes: u64,
+    leaks: u64,
+    /// The label its first process in the group gave, when not [`Overall`]'s.
+    label: Option<Box<str>>,
 }
 
 impl JobFold {
-    /// An empty job, grouped `by`, listing at most `top` processes called out.
+    /// An empty job, grouped `by`, listing at most `top` processes called out; what it keeps
+    /// per process in memory.
     pub fn new(by: Option<GroupBy>, top: usize) -> JobFold {
+        JobFold::with(by, top, Comparison::new(), Spill::Memory(Vec::new()))
+    }
+
+    /// As [`JobFold::new`], what it keeps per process in temporary files.
+    pub fn on_disk(by: Option<GroupBy>, top: usize) -> JobFold {
+        JobFold::with(by, top, Comparison::on_disk(), Spill::new())
+    }
+
+    fn with(by: Option<GroupBy>, top: usize, comparison: Comparison, log: Spill) -> JobFold {
         JobFold {
             by,
             top,
-            refs: Vec::new(),
+            refs: match by {
+                Some(_) => Refs::Kept(Vec::new()),
+                None => Refs::Logged {
+                    log,
+                    at: Column::new(),
+                    written: 0,
+                    error: None,
+                },
+            },
+            processes: 0,
             incomplete: Vec::new(),
-            comparison: Comparison::new(),
+            comparison,
+            held_labels: HashMap::new(),
+            grown: Strings::new(),
+            grown_labels: Vec::new(),
             groups: BTreeMap::new(),
+            world_size: None,
+            ranks: BTreeSet::new(),
+            all_workers: true,
+            all_ranks: true,
+            values: Vec::new(),
         }
     }
 
-    /// Adds the next process (in input order), before its site list is cut to `--top`.
-    pub fn add(&mut self, p: &ReportSummary) {
+    /// Adds the next process (in input order), before its site list is cut to `--top`; `ids`
+    /// are the numbers `overall` gave its sites, in order.
+    pub fn add(&mut self, p: &ReportSummary, ids: &[u32], overall: &Overall) {
         let r = ProcessRef::of(p);
-        let i = self.refs.len();
-        let n = self.comparison.add_process();
-        for s in &p.sites {
-            self.comparison
-                .add(n, Measure::Held, &s.site, &s.label, s.leaked_bytes);
+        let i = self.processes;
+        self.processes += 1;
+        let mut values = std::mem::take(&mut self.values);
+        values.clear();
+        for (s, &id) in p.sites.iter().zip(ids) {
+            if s.leaked_bytes > 0
+                && self.comparison.count(Measure::Held, id) == 0
+                && !overall.label_is(id, &s.label)
+            {
+                self.held_labels.insert(id, s.label.clone());
+            }
+            values.push((Measure::Held, id, s.leaked_bytes));
         }
-        for g in &p.growing {
-            self.comparison
-                .add(n, Measure::Grown, &g.site, &g.label, g.growth.grown_bytes);
+        for g in p.growing.iter().filter(|g| g.growth.grown_bytes > 0) {
+            let id = self.grown.id(&g.site);
+            if id as usize == self.grown_labels.len() {
+                self.grown_labels.push(g.label.clone());
+            }
+            values.push((Measure::Grown, id, g.growth.grown_bytes));
         }
+        self.comparison.add_process(values.iter().copied());
+        self.values = values;
         if !p.complete {
             self.incomplete.push(i);
         }
+        self.world_size = self.world_size.max(r.who.world_size);
+        if let Some(rank) = r.who.rank {
+            self.ranks.insert(rank);
+        }
+        self.all_workers &= r.who.worker.is_some();
+        self.all_ranks &= r.who.rank.is_some();
         if let Some(by) = self.by {
             let g = self
                 .groups
                 .entry(by.key(&r.who, i))
                 .or_insert_with(GroupFold::new);
             g.members.push(i);
-            g.add(p, &r);
+            g.add(p, &r, ids, overall);
+            if by == GroupBy::Process {
+                g.close(overall);
+            }
         }
         self.refs.push(r);
     }
 
     /// The job section; `None` when not grouped and nothing is called out or missing.
-    pub fn finish(self) -> Option<Job> {
+    pub fn finish(self, overall: &Overall) -> io::Result<Option<Job>> {
         let JobFold {
             by,
             top,
             refs,
+            processes,
             incomplete,
             comparison,
+            held_labels,
+            grown,
+            grown_labels,
             groups,
+            world_size,
+            ranks,
+            all_workers,
+            all_ranks,
+            ..
         } = self;
         let criterion = Criterion::default();
-        let outliers = comparison.outliers(&criterion);
-        let noun = noun(&refs, by);
-        let outliers_total = outliers.len();
-        let outliers: Vec<JobOutlier> = outliers
-            .into_iter()
-            .take(top)
-            .map(|o| {
-                let who = refs[o.process].clone();
-                JobOutlier {
-                    sentence: sentence(&who.who, &o, noun),
-                    who,
-                    outlier: o,
-                }
-            })
-            .collect();
-        let world_size = refs.iter().filter_map(|r| r.who.world_size).max();
-        let ranks: BTreeSet<u32> = refs.iter().filter_map(|r| r.who.rank).collect();
+        let key = |m: Measure, id: u32| match m {
+            Measure::Held => overall.key(id),
+            Measure::Grown => grown.get(id),
+        };
+        let (found, outliers_total) =
+            comparison.outliers(&criterion, top, |m, a, b| key(m, a).cmp(key(m, b)))?;
+        let noun = match by {
+            Some(GroupBy::Worker) => "workers",
+            Some(GroupBy::Rank) => "ranks",
+            _ if processes > 0 && all_workers => "workers",
+            _ if processes > 0 && all_ranks => "ranks",
+            _ => "processes",
+        };
+        let refs = refs.finish()?;
+        let mut outliers = Vec::with_capacity(found.len());
+        for f in found {
+            let label = match f.measure {
+                Measure::Held => held_labels
+                    .get(&f.site)
+                    .cloned()
+                    .unwrap_or_else(|| overall.label(f.site).into_owned()),
+                Measure::Grown => grown_labels[f.site as usize].clone(),
+            };
+            let o = Outlier {
+                process: f.process,
+                measure: f.measure,
+                site: key(f.measure, f.site).to_string(),
+                label,
+                bytes: f.bytes,
+                median_bytes: f.median_bytes,
+                processes: f.processes,
+            };
+            let who = refs.get(f.process)?;
+            outliers.push(JobOutlier {
+                sentence: sentence(&who.who, &o, noun),
+                who,
+                outlier: o,
+            });
+        }
         let missing_ranks: Vec<u32> = world_size
             .map(|w| (0..w).filter(|r| !ranks.contains(r)).collect())
             .unwrap_or_default();
         if by.is_none() && outliers.is_empty() && missing_ranks.is_empty() {
-            return None;
+            return Ok(None);
         }
-        let groups = by
-            .map(|by| finish_groups(groups, &refs, by))
-            .unwrap_or_default();
-        Some(Job {
+        let groups = match (by, &refs) {
+            (Some(by), Finished::Kept(refs)) => finish_groups(groups, refs, by, overall),
+            _ => Vec::new(),
+        };
+        let incomplete = incomplete
+            .into_iter()
+            .map(|i| refs.get(i))
+            .collect::<io::Result<_>>()?;
+        Ok(Some(Job {
             by,
             groups,
             criterion: format!(
@@ -242,10 +375,91 @@ impl JobFold {
             ),
             outliers,
             outliers_total,
-            incomplete: incomplete.into_iter().map(|i| refs[i].clone()).collect(),
+            incomplete,
             world_size,
             missing_ranks,
-        })
+        }))
+    }
+}
+
+impl Refs {
+    fn push(&mut self, r: ProcessRef) {
+        match self {
+            Refs::Kept(v) => v.push(r),
+            Refs::Logged {
+                log,
+                at,
+                written,
+                error,
+            } => {
+                at.push(*written);
+                let mut e = Enc::new();
+                e.u64(u64::from(r.who.pid))
+                    .str(&r.who.host)
+                    .opt_u32(r.who.rank)
+                    .opt_str(r.who.worker.as_deref())
+                    .opt_u32(r.who.world_size)
+                    .str(&r.source)
+                    .str(&r.reason);
+                let record = e.record();
+                *written += record.len() as u64;
+                if error.is_none()
+                    && let Err(err) = std::io::Write::write_all(log, &record)
+                {
+                    *error = Some(err);
+                }
+            }
+        }
+    }
+
+    fn finish(self) -> io::Result<Finished> {
+        match self {
+            Refs::Kept(v) => Ok(Finished::Kept(v)),
+            Refs::Logged { log, at, error, .. } => match error {
+                Some(e) => Err(e),
+                None => Ok(Finished::Logged(log.into_log()?, at)),
+            },
+        }
+    }
+}
+
+/// Who each process was, to read back.
+enum Finished {
+    Kept(Vec<ProcessRef>),
+    Logged(crate::spill::Log, Column<u64>),
+}
+
+impl Finished {
+    /// Process `i`.
+    fn get(&self, i: usize) -> io::Result<ProcessRef> {
+        match self {
+            Finished::Kept(v) => Ok(v[i].clone()),
+            Finished::Logged(log, at) => {
+                let mut input = log.reader_at(*at.get(i));
+                let record = crate::record::next(&mut input)?.ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::UnexpectedEof, "a process is missing")
+                })?;
+                let mut d = Dec::new(&record);
+                let pid = d.u32()?;
+                let host = d.str()?.to_string();
+                let rank = d.opt_u32()?;
+                let worker = d.opt_str()?.map(str::to_string);
+                let world_size = d.opt_u32()?;
+                let who = Identity {
+                    pid,
+                    host,
+                    rank,
+                    worker,
+                    world_size,
+                };
+                Ok(ProcessRef {
+                    name: who.describe(),
+                    who,
+                    source: d.str()?.to_string(),
+                    reason: d.str()?.to_string(),
+                })
+            }
+        }
     }
 }
 
@@ -254,13 +468,14 @@ fn finish_groups(
     groups: BTreeMap<Option<GroupKey>, GroupFold>,
     refs: &[ProcessRef],
     by: GroupBy,
+    overall: &Overall,
 ) -> Vec<Group> {
     let mut order: Vec<(Option<GroupKey>, GroupFold)> = groups.into_iter().collect();
     let unlabelled = usize::from(order.first().is_some_and(|(k, _)| k.is_none()));
     order.rotate_left(unlabelled);
     order
         .into_iter()
-        .map(|(key, g)| {
+        .map(|(key, mut g)| {
             let name = match (&key, by) {
                 (None, _) => format!("(no {})", by.as_str()),
                 (Some(_), GroupBy::Process) => refs[g.members[0]].name.clone(),
@@ -269,7 +484,9 @@ fn finish_groups(
                     format!("{} {}", by.as_str(), crate::text::one_line(t))
                 }
             };
-            g.finish(name)
+            g.close(overall);
+            g.group.name = name;
+            g.group
         })
         .collect()
 }
@@ -294,7 +511,7 @@ impl GroupFold {
         }
     }
 
-    fn add(&mut self, p: &ReportSummary, r: &ProcessRef) {
+    fn add(&mut self, p: &ReportSummary, r: &ProcessRef, ids: &[u32], overall: &Overall) {
         let g = &mut self.group;
         g.processes.push(r.clone());
         g.leaked_bytes = g.leaked_bytes.saturating_add(p.leaked_bytes);
@@ -317,51 +534,43 @@ impl GroupFold {
             .iter()
             .map(|s| s.growth.grown_bytes)
             .fold(g.grown_bytes, u64::saturating_add);
-        for s in &p.sites {
-            let e = match self.sites.get_mut(&s.site) {
-                Some(e) => e,
-                None => self
-                    .sites
-                    .entry(s.site.clone())
-                    .or_insert_with(|| GroupSite {
-                        site: s.site.clone(),
-                        label: s.label.clone(),
-                        leaked_bytes: 0,
-                        leaks: 0,
-                    }),
-            };
+        for (s, &id) in p.sites.iter().zip(ids) {
+            let e = self.sites.entry(id).or_insert_with(|| GroupAcc {
+                leaked_bytes: 0,
+                leaks: 0,
+                label: (!overall.label_is(id, &s.label)).then(|| s.label.as_str().into()),
+            });
             e.leaked_bytes = e.leaked_bytes.saturating_add(s.leaked_bytes);
             e.leaks += s.leaks;
         }
     }
 
-    fn finish(self, name: String) -> Group {
-        let mut g = self.group;
-        g.name = name;
-        let mut sites: Vec<GroupSite> = self.sites.into_values().collect();
-        sites.sort_by(|a, b| {
-            b.leaked_bytes
-                .cmp(&a.leaked_bytes)
-                .then(b.leaks.cmp(&a.leaks))
-                .then(a.site.cmp(&b.site))
+    /// Cuts the group's sites to its [`GROUP_SITES`] largest (adds to what was cut before).
+    fn close(&mut self, overall: &Overall) {
+        if self.sites.is_empty() {
+            return;
+        }
+        let sites = std::mem::take(&mut self.sites);
+        let g = &mut self.group;
+        g.sites_total += sites.len();
+        let top = top_by(sites.into_iter(), GROUP_SITES, |(a, x), (b, y)| {
+            y.leaked_bytes
+                .cmp(&x.leaked_bytes)
+                .then(y.leaks.cmp(&x.leaks))
+                .then_with(|| overall.key(*a).cmp(overall.key(*b)))
         });
-        g.sites_total = sites.len();
-        sites.truncate(GROUP_SITES);
-        g.sites = sites;
-        g
-    }
-}
-
-/// What the processes are called, plural: `ranks` when grouped by rank or all have one,
-/// `workers` likewise, else `processes`.
-fn noun(refs: &[ProcessRef], by: Option<GroupBy>) -> &'static str {
-    let all = |f: fn(&Identity) -> bool| !refs.is_empty() && refs.iter().all(|r| f(&r.who));
-    match by {
-        Some(GroupBy::Worker) => "workers",
-        Some(GroupBy::Rank) => "ranks",
-        _ if all(|w| w.worker.is_some()) => "workers",
-        _ if all(|w| w.rank.is_some()) => "ranks",
-        _ => "processes",
+        g.sites = top
+            .into_iter()
+            .map(|(id, acc)| GroupSite {
+                site: overall.key(id).to_string(),
+                label: match acc.label {
+                    Some(l) => l.into(),
+                    None => overall.label(id).into_owned(),
+                },
+                leaked_bytes: acc.leaked_bytes,
+                leaks: acc.leaks,
+            })
+            .collect();
     }
 }
 

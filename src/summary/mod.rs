@@ -13,6 +13,7 @@ pub mod attribution;
 pub mod groups;
 pub mod json;
 pub mod markdown;
+pub mod overall;
 pub mod python;
 pub mod text;
 
@@ -601,6 +602,7 @@ impl Summary {
             fold.add(p);
         }
         fold.finish()
+            .expect("a summary kept in memory reads back what it kept")
     }
 
     /// Total events of every kind.
@@ -791,12 +793,13 @@ pub fn sections(name: &str) -> Option<SectionWriters> {
 }
 
 /// A [`Summary`] built one process at a time, in input order: each process's sites are added
-/// to those across processes and then cut to `top`, so memory holds the distinct sites and each
-/// process's shortened summary, never every process's every site.
+/// to those across processes ([`overall::Overall`], compact tables) and then cut to `top`, so
+/// memory holds the distinct sites, a few words each, and each process's shortened summary,
+/// never every process's every site.
 #[derive(Debug)]
 pub struct SummaryFold {
     top: usize,
-    sites: HashMap<String, OverallSite>,
+    sites: overall::Overall,
     events: BTreeMap<String, u64>,
     /// Bytes by owner (each owner's label is the first process's).
     owners: HashMap<String, OwnerShare>,
@@ -809,6 +812,7 @@ pub struct SummaryFold {
     processes: Vec<ReportSummary>,
     /// The processes as one job (see [`groups`]).
     job: groups::JobFold,
+    ids: Vec<u32>,
 }
 
 impl SummaryFold {
@@ -819,9 +823,19 @@ impl SummaryFold {
 
     /// As [`SummaryFold::new`], with the processes grouped `by` (see [`groups`]).
     pub fn grouped(top: usize, by: Option<crate::identity::GroupBy>) -> SummaryFold {
+        SummaryFold::with_job(top, groups::JobFold::new(by, top))
+    }
+
+    /// As [`SummaryFold::grouped`], what the job section keeps per process in temporary files
+    /// (see [`groups`]), for [`SummaryFold::count`]: memory does not grow with the processes.
+    pub fn on_disk(top: usize, by: Option<crate::identity::GroupBy>) -> SummaryFold {
+        SummaryFold::with_job(top, groups::JobFold::on_disk(by, top))
+    }
+
+    fn with_job(top: usize, job: groups::JobFold) -> SummaryFold {
         SummaryFold {
             top,
-            sites: HashMap::new(),
+            sites: overall::Overall::new(),
             events: BTreeMap::new(),
             owners: HashMap::new(),
             reports: 0,
@@ -830,7 +844,8 @@ impl SummaryFold {
             leaks: 0,
             cost: None,
             processes: Vec::new(),
-            job: groups::JobFold::new(by, top),
+            job,
+            ids: Vec::new(),
         }
     }
 
@@ -845,35 +860,11 @@ impl SummaryFold {
     /// summary without these processes in `processes`, but counted in `reports`.
     pub fn count(&mut self, p: &mut ReportSummary) {
         self.reports += 1;
-        self.job.add(p);
-        for s in &p.sites {
-            let o = match self.sites.get_mut(&s.site) {
-                Some(o) => o,
-                None => self
-                    .sites
-                    .entry(s.site.clone())
-                    .or_insert_with(|| OverallSite {
-                        site: s.site.clone(),
-                        location: s.location.clone(),
-                        leaked_bytes: 0,
-                        leaks: 0,
-                        processes: 0,
-                        label: s.label.clone(),
-                        kind: s.kind,
-                        owner: s.owner.clone(),
-                        owner_label: s.owner_label.clone(),
-                        owner_kind: s.owner_kind,
-                        owner_bytes: 0,
-                        stack: s.stack.clone(),
-                    }),
-            };
-            if o.owner == s.owner {
-                o.owner_bytes = o.owner_bytes.saturating_add(s.owner_bytes);
-            }
-            o.leaked_bytes = o.leaked_bytes.saturating_add(s.leaked_bytes);
-            o.leaks += s.leaks;
-            o.processes += 1;
-        }
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        ids.extend(p.sites.iter().map(|s| self.sites.add(s)));
+        self.job.add(p, &ids, &self.sites);
+        self.ids = ids;
         for e in &p.events {
             match self.events.get_mut(&e.kind) {
                 Some(n) => *n += e.count,
@@ -908,19 +899,24 @@ impl SummaryFold {
         p.sites.shrink_to_fit();
     }
 
-    /// The summary of the processes added.
-    pub fn finish(self) -> Summary {
-        let mut sites: Vec<OverallSite> = self.sites.into_values().collect();
-        sort_sites(&mut sites, |s| (s.leaked_bytes, s.leaks, s.site.clone()));
-        let sites_total = sites.len();
-        sites.truncate(self.top);
+    /// The summary of the processes added. Fails only when what was kept in a temporary file
+    /// cannot be read back (or could not be written).
+    pub fn finish(self) -> io::Result<Summary> {
+        let sites: Vec<OverallSite> = self
+            .sites
+            .top(self.top)
+            .into_iter()
+            .map(|id| self.sites.site(id))
+            .collect();
+        let sites_total = self.sites.len();
         let mut events: Vec<EventCount> = self
             .events
             .into_iter()
             .map(|(kind, count)| EventCount { kind, count })
             .collect();
         events.sort_by(|a, b| b.count.cmp(&a.count).then(a.kind.cmp(&b.kind)));
-        Summary {
+        let job = self.job.finish(&self.sites)?;
+        Ok(Summary {
             reports: self.reports,
             complete_reports: self.complete_reports,
             leaked_bytes: self.leaked_bytes,
@@ -931,8 +927,8 @@ impl SummaryFold {
             owners: crate::owners::combine(self.owners.into_values()),
             cost: self.cost,
             processes: self.processes,
-            job: self.job.finish(),
-        }
+            job,
+        })
     }
 }
 

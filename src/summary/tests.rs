@@ -407,7 +407,7 @@ fn streamed_summary_equals_the_whole_one_on_the_fixtures() {
                     },
                 )
                 .unwrap();
-                let streamed_summary = fold.finish();
+                let streamed_summary = fold.finish().unwrap();
                 let mut streamed = Vec::new();
                 head(&streamed_summary, &mut streamed, &options).unwrap();
                 streamed.extend_from_slice(&body);
