@@ -700,20 +700,15 @@ fn fleet(layout: Layout, o: &Options) -> Result<(), String> {
     };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    println!(
-        "{}: {} sites per process{}; load average {}",
-        layout.name(),
-        match layout {
-            Layout::Fleet { .. } => "48 stacks of a shared pool, their".to_string(),
-            _ => PER_REPORT.to_string(),
-        },
-        match layout {
-            Layout::Fleet { .. } => "",
-            Layout::Distinct => ", each process's its own",
-            Layout::Shared => ", the same in every process",
-        },
-        load.join(" ")
-    );
+    let what = match layout {
+        Layout::Fleet { stacks } => format!(
+            "48 stacks per process from a shared pool of {stacks}, charged to {} sites",
+            o.sites
+        ),
+        Layout::Distinct => format!("{PER_REPORT} sites per process, each process's its own"),
+        Layout::Shared => format!("{PER_REPORT} sites per process, the same in every process"),
+    };
+    println!("{}: {what}; load average {}", layout.name(), load.join(" "));
     println!(
         "{:<8} {:>6} {:>9} {:>9} {:>10} {:>7} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>6}   goal",
         "build",
