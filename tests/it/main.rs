@@ -30,6 +30,7 @@ mod shim_leaks;
 mod sim_driver;
 mod sites;
 mod stack;
+mod stripped;
 mod support;
 
 #[test]

@@ -4,8 +4,10 @@
 //!
 //! Which environment:
 //! - `CUGUARD_TEST_PYTHON`, a Python interpreter whose environment has the distribution installed
-//!   from its wheel (`.ci/run` builds one in `target/ci-venv`). The suite then also checks what the
-//!   wheel installed (`CUGUARD_EXPECT_INSTALLED=1`).
+//!   from its wheel (`.ci/run` installs the release wheel of `scripts/release-wheel.sh` into
+//!   `target/ci-venv`). The suite then also checks what the wheel installed
+//!   (`CUGUARD_EXPECT_INSTALLED=1`), and runs as a user's would: from a directory outside the
+//!   checkout (nothing of the source tree on `sys.path`), with no cargo on `PATH`.
 //! - Else, outside CI, a development environment that this test makes once, in
 //!   `target/python-dev/`: a virtual environment (`python3 -m venv`) with the packages of the
 //!   `test` extra from PyPI (made again when that list changes), in which the checkout's `src/python` is on the path and the package's
@@ -104,6 +106,16 @@ fn dev_python(root: &Path, target: &Path) -> PathBuf {
     python
 }
 
+/// This process's `PATH` without the directories that hold a `cargo` or a `rustc`: what a user
+/// who installed the wheel, without a Rust toolchain, has.
+fn without_cargo() -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let kept: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|d| !d.join("cargo").exists() && !d.join("rustc").exists())
+        .collect();
+    std::env::join_paths(kept).unwrap()
+}
+
 #[test]
 fn python_suite() {
     let a = artifacts();
@@ -111,8 +123,16 @@ fn python_suite() {
     let given = std::env::var_os("CUGUARD_TEST_PYTHON").filter(|p| !p.is_empty());
     let installed = given.is_some();
     let mut cmd;
+    // Where pytest runs: outside the checkout for the installed distribution.
+    let mut outside = None;
     match given {
-        Some(python) => cmd = Command::new(python),
+        Some(python) => {
+            cmd = Command::new(python);
+            let dir = std::env::temp_dir().join(format!("cuguard-suite-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            cmd.env("PATH", without_cargo()).env_remove("CARGO");
+            outside = Some(dir);
+        }
         None => {
             assert!(
                 std::env::var_os("CI").is_none(),
@@ -126,15 +146,10 @@ fn python_suite() {
             cmd.env("PATH", std::env::join_paths(dirs).unwrap());
         }
     }
-    cmd.current_dir(&a.root)
-        .args([
-            "-m",
-            "pytest",
-            "tests/python",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-        ])
+    cmd.current_dir(outside.as_deref().unwrap_or(&a.root))
+        .args(["-m", "pytest"])
+        .arg(a.root.join("tests/python"))
+        .args(["-p", "no:cacheprovider", "-q"])
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env_remove("LD_PRELOAD")
         .env_remove("PYTEST_ADDOPTS");
@@ -148,6 +163,9 @@ fn python_suite() {
         cmd.env("CUGUARD_EXPECT_INSTALLED", "1");
     }
     let out = cmd.output().expect("running pytest");
+    if let Some(dir) = outside {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
     assert!(

@@ -178,9 +178,19 @@ pub unsafe fn protect(addr: u64, len: usize, prot: c_int) -> Result<(), Fault> {
 }
 
 /// A new anonymous memory file of `len` bytes (close-on-exec).
+///
+/// Made with the system call rather than glibc's `memfd_create` wrapper, which glibc has only
+/// from 2.27 on: the wheel's binaries link against glibc 2.17 (`scripts/release-wheel.sh`).
 pub fn memfd(len: usize) -> Result<c_int, Fault> {
-    // SAFETY: the name is a NUL-terminated literal.
-    let fd = unsafe { libc::memfd_create(c"cuguard-sim".as_ptr(), libc::MFD_CLOEXEC) };
+    // SAFETY: memfd_create(2) takes a NUL-terminated name (a literal) and flags; it returns a
+    // new descriptor or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_memfd_create,
+            c"cuguard-sim".as_ptr(),
+            libc::MFD_CLOEXEC,
+        )
+    } as c_int;
     if fd < 0 {
         return Err(Fault::HostResources);
     }
