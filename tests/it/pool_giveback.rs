@@ -131,6 +131,29 @@ fn the_keep_setting_still_holds_memory_on_purpose() {
     assert_eq!(pool_stats(&report)["trims"], 0);
 }
 
+/// Memory the driver still holds for another allocator (the driver's own pool, freed with
+/// cuMemFreeAsync, until a synchronization) is not the pool's to take: an allocation the
+/// driver would refuse is refused under the pool too, even with a pooled free of its own
+/// waiting for the GPU (whose synchronization would release the other pool's memory), and is
+/// served after the program synchronizes. CuPy's `test_free_all_blocks_large_chunk` on the H200.
+#[test]
+fn memory_the_driver_holds_for_another_allocator_is_not_taken_by_the_pools_synchronization() {
+    for (pool, cache) in [("0", "1"), ("1", "1"), ("1", "0")] {
+        let env = [("CUGUARD_POOL", pool), ("CUGUARD_POOL_THREAD_CACHE", cache)];
+        let (lines, _, report) = giveback("others", &env, true);
+        let what = format!("pool {pool}, thread cache {cache}: {lines:?}");
+        // CUDA_ERROR_OUT_OF_MEMORY, as the driver answers, then served.
+        assert_eq!(lines["others.before_sync"], "2", "{what}");
+        assert_eq!(lines["others.after_sync"], "0", "{what}");
+        if pool == "1" {
+            let stats = pool_stats(&report);
+            // Its own free did wait for a fence (the case where it used to synchronize).
+            assert_eq!(stats["fences"], 1, "{what} {stats}");
+            assert_eq!(stats["syncs"], 0, "{what} {stats}");
+        }
+    }
+}
+
 #[test]
 fn an_exit_with_a_give_back_pending_writes_its_report() {
     let (lines, out, report) = giveback("exit", &[], true);

@@ -12,6 +12,11 @@
  *   destroy  256 MiB of a created context freed while pending, then the context destroyed at
  *            once; new allocations follow and must stay intact
  *   reset    as destroy, in the primary context, with cuDevicePrimaryCtxReset
+ *   others   memory another allocator gave back but the driver still holds is not the pool's
+ *            to take: with a pooled free waiting for the GPU, 70% of the device from the
+ *            driver's own pool (cuMemAllocAsync) freed with cuMemFreeAsync, then 30% asked with
+ *            cuMemAlloc before any synchronization (the driver refuses it: CuPy's
+ *            test_free_all_blocks_large_chunk), then again after cuCtxSynchronize (served)
  *
  * Prints "key<TAB>value" lines: free_call_us (how long cuMemFree took), back_ms (when the
  * memory was back on the device, sampled every 5 ms up to 1 s; -1 if never), and mode-specific
@@ -157,6 +162,23 @@ int main(int argc, char **argv) {
             printf("keep.reused\t%d\n", again == p);
             CHECK(cuMemFree(again));
         }
+    } else if (!strcmp(mode, "others")) {
+        size_t free_b, total;
+        CHECK(cuMemGetInfo(&free_b, &total));
+        /* Work on two streams, so that the free waits for a fence (not one stream's order). */
+        CUdeviceptr waiting = allocate(MiB, 1);
+        CHECK(cuMemsetD8Async(waiting, 0, 4096, 0));
+        CHECK(cuMemFree(waiting));
+        CUdeviceptr big, rest;
+        CHECK(cuMemAllocAsync(&big, total / 10 * 7, 0));
+        CHECK(cuMemFreeAsync(big, 0));
+        CUresult first = cuMemAlloc(&rest, total / 10 * 3);
+        printf("others.before_sync\t%d\n", (int)first);
+        if (first == CUDA_SUCCESS) CHECK(cuMemFree(rest));
+        CHECK(cuCtxSynchronize());
+        CUresult after = cuMemAlloc(&rest, total / 10 * 3);
+        printf("others.after_sync\t%d\n", (int)after);
+        if (after == CUDA_SUCCESS) CHECK(cuMemFree(rest));
     } else if (!strcmp(mode, "exit")) {
         CUdeviceptr p = allocate(3 * GiB, 1);
         timed_free(p);

@@ -1304,6 +1304,13 @@ impl<D: Device, R: Packed> Steps for SlowPath<'_, D, R> {
         self.pool.device.settle_returns();
     }
 
+    fn room_possible(&self, bytes: u64) -> bool {
+        self.pool
+            .device
+            .free_bytes()
+            .is_none_or(|free| free.saturating_add(self.pool.reserved.load(Relaxed)) >= bytes)
+    }
+
     fn trim_others(&mut self) {
         self.pool.trim_other_arenas(self.index);
     }

@@ -101,6 +101,13 @@ pub trait Device {
     /// Waits for all work of the context to finish; false when that failed.
     fn synchronize(&self) -> bool;
 
+    /// The device's free memory as the driver counts it now (memory another allocator freed
+    /// but the driver still holds for it counts as taken), or `None` when it cannot say (then
+    /// the pool assumes a synchronization might make room). `None` by default.
+    fn free_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// For a fence being recorded: pushes onto `events` what completes once the work issued so
     /// far by every *other* context that can touch this context's memory (its peers: see
     /// `fence.rs`) has completed. A relation whose work a fence of this context covering

@@ -149,6 +149,13 @@ impl Device for DriverContext {
         done
     }
 
+    fn free_bytes(&self) -> Option<u64> {
+        let get = real::cuMemGetInfo_v2()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-parameters; the pool's context is current (the slow path checks).
+        (unsafe { get(&mut free, &mut total) } == CUDA_SUCCESS).then_some(free as u64)
+    }
+
     fn reuse_on_stream(&self, completed: u64) -> bool {
         stream_reuse::arm(self.handle, self.ordinal, completed)
     }

@@ -41,6 +41,8 @@ struct Script {
     /// Bytes `trim_own` / `trim_others` give back.
     own_idle: u64,
     others_idle: u64,
+    /// The device's free bytes, when it says (for `room_possible`).
+    device_free: Option<u64>,
     log: Vec<Act>,
 }
 
@@ -99,6 +101,10 @@ impl Steps for Script {
     fn trim_others(&mut self) {
         self.reserved -= std::mem::take(&mut self.others_idle);
         self.log.push(TrimOthers);
+    }
+    fn room_possible(&self, bytes: u64) -> bool {
+        self.device_free
+            .is_none_or(|free| free + self.reserved >= bytes)
     }
 }
 
@@ -406,6 +412,49 @@ fn under_pressure_the_arena_synchronizes_and_retries_before_trimming() {
             Try(true)
         ]
     );
+}
+
+#[test]
+fn under_pressure_no_synchronization_when_only_memory_held_for_others_could_serve() {
+    // The device has 512 KiB free and the pool 256 KiB of its own: a 1 MiB request cannot be
+    // served by anything of the pool's, so its pending free is not synchronized for (that would
+    // release what the driver holds for another allocator); the arena still trims and asks
+    // once more, as the driver would answer without the pool.
+    let mut s = Script {
+        pending_bytes: 256,
+        reserved: 256 * 1024,
+        device_free: Some(512 * 1024),
+        sync_ok: true,
+        ..Script::default()
+    };
+    assert_eq!(
+        run(&mut s, shared(20 * MIB, 2 * MIB)),
+        Err(Refused::OutOfMemory)
+    );
+    assert_eq!(
+        s.log,
+        [
+            Reclaim,
+            Try(false),
+            Fence,
+            Grow(20 * MIB, false),
+            Grow(2 * MIB, false),
+            Try(false),
+            TrimOwn,
+            Grow(2 * MIB, false)
+        ]
+    );
+    // With room for it among its own chunks and the device's free memory, it synchronizes.
+    let mut s = Script {
+        tries: [false, true].into(),
+        pending_bytes: 256,
+        reserved: 512 * 1024,
+        device_free: Some(512 * 1024),
+        sync_ok: true,
+        ..Script::default()
+    };
+    assert_eq!(run(&mut s, shared(20 * MIB, 2 * MIB)), Ok(()));
+    assert_eq!(s.log[s.log.len() - 2..], [Sync(true), Try(true)]);
 }
 
 #[test]
