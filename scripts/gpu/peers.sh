@@ -9,7 +9,10 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 C=$PWD/.gpu/cuguard
 export CUGUARD_SHIM=$PWD/.gpu/libcuguard.so PYTHONUNBUFFERED=1
-[ -d /tmp/site/rmm ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*rmm*.whl .whl/rapids_logger*.whl
+# RMM's wheels, for its suite only.
+if [[ " ${SUITES:-rmm cupy} " == *" rmm "* ]] && [ ! -d /tmp/site/rmm ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*rmm*.whl .whl/rapids_logger*.whl
+fi
 export PYTHONPATH=/tmp/site
 for suite in ${SUITES:-rmm cupy}; do
   dir=$PWD/.peers/${suite}_tests
