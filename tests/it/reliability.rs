@@ -13,7 +13,7 @@
 //! - `CUGUARD_WARN_AT`; a full disk.
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -204,6 +204,18 @@ fn start(dir: &Path, mode: &str, env: &[(&str, &str)]) -> (Child, String) {
     cmd.arg(mode).stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
+    }
+    // The terminating signals' default actions, whatever the test runner's are (under `nohup`
+    // SIGHUP is ignored, and the shim leaves an ignored signal ignored, so the program would
+    // wait forever): these are programs that did not change them.
+    // SAFETY: only `signal`, which is async-signal-safe, runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
     }
     let mut child = cmd.spawn().unwrap();
     let mut line = String::new();
