@@ -9,6 +9,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 from typing import List
@@ -93,8 +94,11 @@ def elf_sections(path: Path) -> List[str]:
 def test_what_the_wheel_installs():
     if os.environ.get("CUGUARD_EXPECT_INSTALLED") == "1":
         assert installed(), f"the package at {cuguard.__file__} was not installed from a wheel"
-        # Imported from the environment, with no source tree on the path.
-        assert ROOT not in Path(cuguard.__file__).resolve().parents, cuguard.__file__
+        # Imported from the environment's site-packages (which may lie anywhere, CI's under the
+        # checkout's target/), with no source tree on the path.
+        where = Path(cuguard.__file__).resolve().parents
+        assert Path(sysconfig.get_paths()["purelib"]).resolve() in where, cuguard.__file__
+        assert ROOT / "src" not in where, cuguard.__file__
         sources = {ROOT, ROOT / "src", ROOT / "src" / "python"}
         assert not [p for p in sys.path if Path(p or os.getcwd()).resolve() in sources], sys.path
     if not installed():
