@@ -15,18 +15,37 @@
  *   heap_reset PID HANDLE
  *   region_register PID HEAP addr=0xA size=N
  *   region_unregister PID addr=0xA
+ *   error PID WHAT             a call compute-sanitizer would refuse (the tests fail on it)
+ *
+ * It is as strict as compute-sanitizer's memcheck is documented to be (SanitizerNvtxGuide,
+ * nvToolsExtMem.h), and keeps books to be so: every structure must have its extension's
+ * compatibility id (0x0102) and the headers' size, heaps usage SUB_ALLOCATOR and type
+ * VIRTUAL_ADDRESS; the domain must be the one nvtxDomainCreateA gave (NULL only when no core
+ * tool was attached, as the headers then pass); a heap must be exactly one live allocation of the
+ * driver ("Any allocation created with cudaMalloc can be registered as a memory pool"), and the
+ * driver must still hold it when the heap is unregistered ("calling cudaFree on a memory pool
+ * causes Compute Sanitizer to automatically unregister it": an unregistration afterwards names a
+ * heap the tool no longer has); a heap handle must be one it gave and has not taken back; a
+ * region must lie inside its heap and overlap no live region; an unregistered region must be
+ * live. Stricter than the header on one point, which the pool keeps anyway: a heap is
+ * unregistered only once its regions are (the header lets the heap take them). The driver is
+ * asked through the library already loaded as libcuda.so.1 (the simulated driver in the tests),
+ * not through the shim's exports.
  *
  * NVTX_RECORDER_FAIL makes it fail on purpose: "core" (InitializeInjectionNvtx2 returns 0),
  * "ext" (InitializeInjectionNvtxExtension returns 0), "heap:N" (the Nth heap registration, and
  * every later one, returns NULL). The file is written with O_APPEND and one write per line, so
  * forked children and threads interleave whole lines. */
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+static void child_books(void);
 static int out_fd = -1;
 static int fail_core, fail_ext, fail_heap_from;
 static long heaps_registered;
@@ -56,6 +75,7 @@ __attribute__((constructor)) static void on_load(void) {
         if (!strcmp(fail, "ext")) fail_ext = 1;
         if (!strncmp(fail, "heap:", 5)) fail_heap_from = atoi(fail + 5);
     }
+    pthread_atfork(NULL, NULL, child_books);
     record("loaded %d", (int)getpid());
 }
 
@@ -78,8 +98,10 @@ static void my_initialize(const void *reserved) {
 }
 
 static char domain_token;
+static int domain_made;
 static void *my_domain_create(const char *name) {
     record("domain %d %s %p", (int)getpid(), name ? name : "(null)", (void *)&domain_token);
+    __atomic_store_n(&domain_made, 1, __ATOMIC_RELEASE);
     return &domain_token;
 }
 
@@ -140,24 +162,169 @@ typedef struct {
     const void *const *ref_elements;
 } unregister_batch_t;
 
+/* ---- the tool's books ---- */
+
+#define COMPAT 0x0102
+#define MAX_HEAPS 4096
+#define MAX_REGIONS 65536
+
+static pthread_mutex_t books = PTHREAD_MUTEX_INITIALIZER;
+static struct heap {
+    void *handle;
+    uintptr_t base, end;
+    unsigned long long id; /* the driver's buffer id of its allocation (0: no driver to ask) */
+} heaps[MAX_HEAPS];
+static int nheaps;
+static struct region {
+    uintptr_t addr, end;
+    void *heap;
+} regions[MAX_REGIONS];
+static int nregions;
+
+#define ERROR(...) record("error %d " __VA_ARGS__)
+
+/* A forked child's pools are new: so are its books (the shim's are too). */
+static void child_books(void) {
+    pthread_mutex_init(&books, NULL);
+    nheaps = nregions = 0;
+}
+
+static int find_heap(void *h) {
+    for (int i = 0; i < nheaps; i++)
+        if (heaps[i].handle == h) return i;
+    return -1;
+}
+
+static int find_region(uintptr_t a) {
+    for (int i = 0; i < nregions; i++)
+        if (regions[i].addr == a) return i;
+    return -1;
+}
+
+/* The driver's view of ptr: the allocation holding it (1, with its buffer id), none (0), or no
+ * driver to ask (-1). */
+typedef int (*range_fn)(uintptr_t *base, size_t *size, uintptr_t ptr);
+typedef int (*attr_fn)(void *data, int attribute, uintptr_t ptr);
+static int allocation(uintptr_t ptr, uintptr_t *base, size_t *size, unsigned long long *id) {
+    static range_fn range;
+    static attr_fn attr;
+    static int looked;
+    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        if (h) {
+            range = (range_fn)dlsym(h, "cuMemGetAddressRange_v2");
+            attr = (attr_fn)dlsym(h, "cuPointerGetAttribute");
+        }
+        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+    }
+    *id = 0;
+    if (!range || !attr) return -1;
+    if (range(base, size, ptr) != 0) return 0;
+    if (attr(id, 7 /* CU_POINTER_ATTRIBUTE_BUFFER_ID */, ptr) != 0) return 0;
+    return 1;
+}
+
+/* Whether the heap's allocation is still the one it was registered over: the tool drops a heap
+ * whose allocation is freed. */
+static int heap_alive(const struct heap *hp) {
+    uintptr_t b = 0;
+    size_t n = 0;
+    unsigned long long id = 0;
+    int a = allocation(hp->base, &b, &n, &id);
+    return a < 0 || (a == 1 && id == hp->id);
+}
+
+/* Drops heap i and its regions (books locked). */
+static void drop_heap(int i) {
+    void *h = heaps[i].handle;
+    heaps[i] = heaps[--nheaps];
+    for (int k = 0; k < nregions;) {
+        if (regions[k].heap == h) regions[k] = regions[--nregions];
+        else k++;
+    }
+}
+
+static int domain_ok(void *domain, const char *call) {
+    void *want = __atomic_load_n(&domain_made, __ATOMIC_ACQUIRE) ? (void *)&domain_token : NULL;
+    if (domain == want) return 1;
+    ERROR("%s: domain %p is not the one the tool created (%p)", (int)getpid(), call, domain, want);
+    return 0;
+}
+
 static void *my_heap_register(void *domain, const heap_desc_t *d) {
     long n = __atomic_add_fetch(&heaps_registered, 1, __ATOMIC_RELAXED);
+    int pid = (int)getpid();
+    if (!domain_ok(domain, "nvtxMemHeapRegister")) return NULL;
+    if (!d || d->ext_compat_id != COMPAT || d->struct_size != sizeof *d) {
+        ERROR("nvtxMemHeapRegister: compat %#x, struct size %u (want %#x, %zu)", pid, d ? d->ext_compat_id : 0,
+              d ? d->struct_size : 0, COMPAT, sizeof *d);
+        return NULL;
+    }
+    if (d->usage != 1 || d->type != 1 || d->type_specific_desc_size != sizeof(range_t) || !d->type_specific_desc) {
+        ERROR("nvtxMemHeapRegister: usage %u type %u descriptor size %zu", pid, d->usage, d->type,
+              d->type_specific_desc_size);
+        return NULL;
+    }
     const range_t *r = d->type_specific_desc;
     if (fail_heap_from && n >= fail_heap_from) {
-        record("heap_register %d (nil) %p base=%p size=%zu usage=%u type=%u name=%s refused", (int)getpid(),
-               domain, r->ptr, r->size, d->usage, d->type, d->message_type == 1 ? (const char *)d->message : "-");
+        record("heap_register %d (nil) %p base=%p size=%zu usage=%u type=%u name=%s refused", pid, domain, r->ptr,
+               r->size, d->usage, d->type, d->message_type == 1 ? (const char *)d->message : "-");
+        return NULL;
+    }
+    uintptr_t base = (uintptr_t)r->ptr, end = base + r->size, ab = 0;
+    size_t as = 0;
+    unsigned long long id = 0;
+    int alive = allocation(base, &ab, &as, &id);
+    if (alive == 0 || (alive == 1 && (ab != base || as != r->size))) {
+        ERROR("nvtxMemHeapRegister: [%p, +%zu) is not one allocation of the driver (%s %#lx, %zu bytes)", pid,
+              r->ptr, r->size, alive ? "it is in" : "none at", (unsigned long)ab, as);
         return NULL;
     }
     /* A handle of the tool's own, not the heap's address. */
     void *h = (void *)(uintptr_t)(0x7e0000000000ull + (uint64_t)n * 16);
-    record("heap_register %d %p %p base=%p size=%zu usage=%u type=%u name=%s", (int)getpid(), h, domain, r->ptr,
-           r->size, d->usage, d->type, d->message_type == 1 ? (const char *)d->message : "-");
+    pthread_mutex_lock(&books);
+    for (int i = 0; i < nheaps;) {
+        if (!(base < heaps[i].end && heaps[i].base < end)) {
+            i++;
+        } else if (!heap_alive(&heaps[i])) {
+            drop_heap(i); /* its memory was freed: the tool dropped it then */
+        } else {
+            pthread_mutex_unlock(&books);
+            ERROR("nvtxMemHeapRegister: [%p, +%zu) overlaps heap %p", pid, r->ptr, r->size, heaps[i].handle);
+            return NULL;
+        }
+    }
+    if (nheaps < MAX_HEAPS) heaps[nheaps++] = (struct heap){h, base, end, id};
+    pthread_mutex_unlock(&books);
+    record("heap_register %d %p %p base=%p size=%zu usage=%u type=%u name=%s", pid, h, domain, r->ptr, r->size,
+           d->usage, d->type, d->message_type == 1 ? (const char *)d->message : "-");
     return h;
 }
 
 static void my_heap_unregister(void *domain, void *heap) {
-    (void)domain;
-    record("heap_unregister %d %p", (int)getpid(), heap);
+    int pid = (int)getpid();
+    if (!domain_ok(domain, "nvtxMemHeapUnregister")) return;
+    pthread_mutex_lock(&books);
+    int i = find_heap(heap);
+    if (i < 0) {
+        pthread_mutex_unlock(&books);
+        ERROR("nvtxMemHeapUnregister: unknown heap %p", pid, heap);
+        return;
+    }
+    struct heap hp = heaps[i];
+    if (!heap_alive(&hp)) {
+        drop_heap(i);
+        pthread_mutex_unlock(&books);
+        ERROR("nvtxMemHeapUnregister: heap %p's memory %#lx was freed already (the tool dropped it then)", pid, heap,
+              (unsigned long)hp.base);
+        return;
+    }
+    int inside = 0;
+    for (int k = 0; k < nregions; k++) inside += regions[k].heap == heap;
+    drop_heap(i);
+    pthread_mutex_unlock(&books);
+    if (inside) ERROR("nvtxMemHeapUnregister: heap %p still has %d regions", pid, heap, inside);
+    record("heap_unregister %d %p", pid, heap);
 }
 
 static void my_heap_reset(void *domain, void *heap) {
@@ -166,16 +333,59 @@ static void my_heap_reset(void *domain, void *heap) {
 }
 
 static void my_regions_register(void *domain, const register_batch_t *b) {
-    (void)domain;
+    int pid = (int)getpid();
+    if (!domain_ok(domain, "nvtxMemRegionsRegister")) return;
+    if (!b || b->ext_compat_id != COMPAT || b->struct_size != sizeof *b || b->region_type != 1 ||
+        b->region_desc_element_size != sizeof(range_t)) {
+        ERROR("nvtxMemRegionsRegister: compat %#x, struct size %u, type %u, element size %zu", pid,
+              b ? b->ext_compat_id : 0, b ? b->struct_size : 0, b ? b->region_type : 0,
+              b ? b->region_desc_element_size : 0);
+        return;
+    }
     const range_t *r = b->region_desc_elements;
-    for (size_t i = 0; i < b->region_count; i++)
-        record("region_register %d %p addr=%p size=%zu", (int)getpid(), b->heap, r[i].ptr, r[i].size);
+    pthread_mutex_lock(&books);
+    int hi = find_heap(b->heap);
+    struct heap hp = hi >= 0 ? heaps[hi] : (struct heap){0};
+    for (size_t i = 0; i < b->region_count; i++) {
+        uintptr_t a = (uintptr_t)r[i].ptr, e = a + r[i].size;
+        const char *bad = NULL;
+        if (hi < 0) bad = "unknown heap";
+        else if (!heap_alive(&hp)) bad = "its heap's memory was freed";
+        else if (a < hp.base || e > hp.end) bad = "outside its heap";
+        else
+            for (int k = 0; k < nregions; k++)
+                if (a < regions[k].end && regions[k].addr < e) bad = "overlaps a live region";
+        if (bad) {
+            pthread_mutex_unlock(&books);
+            ERROR("nvtxMemRegionsRegister: heap %p addr=%p size=%zu: %s", pid, b->heap, r[i].ptr, r[i].size, bad);
+            pthread_mutex_lock(&books);
+            continue;
+        }
+        if (nregions < MAX_REGIONS) regions[nregions++] = (struct region){a, e, b->heap};
+        pthread_mutex_unlock(&books);
+        record("region_register %d %p addr=%p size=%zu", pid, b->heap, r[i].ptr, r[i].size);
+        pthread_mutex_lock(&books);
+    }
+    pthread_mutex_unlock(&books);
 }
 
 static void my_regions_unregister(void *domain, const unregister_batch_t *b) {
-    (void)domain;
-    for (size_t i = 0; i < b->ref_count; i++)
-        record("region_unregister %d addr=%p", (int)getpid(), b->ref_elements[i]);
+    int pid = (int)getpid();
+    if (!domain_ok(domain, "nvtxMemRegionsUnregister")) return;
+    if (!b || b->ext_compat_id != COMPAT || b->struct_size != sizeof *b || b->ref_type != 1 ||
+        b->ref_element_size != sizeof(void *)) {
+        ERROR("nvtxMemRegionsUnregister: compat %#x, struct size %u, ref type %u, element size %zu", pid,
+              b ? b->ext_compat_id : 0, b ? b->struct_size : 0, b ? b->ref_type : 0, b ? b->ref_element_size : 0);
+        return;
+    }
+    for (size_t i = 0; i < b->ref_count; i++) {
+        pthread_mutex_lock(&books);
+        int k = find_region((uintptr_t)b->ref_elements[i]);
+        if (k >= 0) regions[k] = regions[--nregions];
+        pthread_mutex_unlock(&books);
+        if (k < 0) ERROR("nvtxMemRegionsUnregister: %p is not a live region", pid, b->ref_elements[i]);
+        else record("region_unregister %d addr=%p", pid, b->ref_elements[i]);
+    }
 }
 
 int InitializeInjectionNvtxExtension(module_info_t *m) {
@@ -183,7 +393,12 @@ int InitializeInjectionNvtxExtension(module_info_t *m) {
            m->segments_count, m->segments_count ? m->segments[0].segment_id : 0,
            m->segments_count ? m->segments[0].slot_count : 0);
     if (fail_ext) return 0;
-    if (m->module_id != 1 || m->segments_count < 1 || m->segments[0].slot_count < 7) return 0;
+    if (m->nvtx_ver != 3 || m->struct_size != sizeof *m || m->module_id != 1 || m->compat_id != COMPAT ||
+        m->segments_count != 1 || m->segments[0].segment_id != 1 || m->segments[0].slot_count != 63) {
+        ERROR("InitializeInjectionNvtxExtension: version %u, struct size %u, module %u, compat %#x, %zu segments",
+              (int)getpid(), m->nvtx_ver, m->struct_size, m->module_id, m->compat_id, m->segments_count);
+        return 0;
+    }
     intptr_t *slots = m->segments[0].function_slots;
     slots[1] = (intptr_t)my_heap_register;
     slots[2] = (intptr_t)my_heap_unregister;

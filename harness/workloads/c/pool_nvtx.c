@@ -14,7 +14,8 @@
  * out of order, refused frees), "threads" (THREADS threads, pairs through their caches, each
  * leaving one block to the main thread and exiting), "contexts" (a block freed with another
  * context current, a context destroyed with a block live), "fork" (a child allocates and frees
- * its own), "end" (one block held at exit). Each block is filled and read back, so a block handed
+ * its own), "end" (one block held at exit); "primary", only when asked, alone (the primary
+ * context reset with a block live, then gone with its last release with one). Each block is filled and read back, so a block handed
  * to two owners would show ("mismatch" lines). */
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -153,6 +154,26 @@ static void contexts(void) {
     put(get(2048, 0x63));
 }
 
+/* Run alone ("primary"): the primary context reset with a block live, made again, then gone
+ * with its last release with a block live, and made once more. */
+static void primary_gone(void) {
+    phase("primary");
+    CUdevice dev;
+    CHECK(cuDeviceGet(&dev, 0));
+    CUdeviceptr a = get(3000, 0x80);
+    CHECK(cuDevicePrimaryCtxReset(dev));
+    printf("lost %d 0x%llx\n", (int)getpid(), (unsigned long long)a);
+    primary = wl_primary(0);
+    put(get(3000, 0x81));
+    CUdeviceptr b = get(3000, 0x82);
+    /* main's retain and this one: the second release is the last. */
+    CHECK(cuDevicePrimaryCtxRelease(dev));
+    CHECK(cuDevicePrimaryCtxRelease(dev));
+    printf("lost %d 0x%llx\n", (int)getpid(), (unsigned long long)b);
+    primary = wl_primary(0);
+    put(get(3000, 0x83));
+}
+
 static void forked(void) {
     phase("fork");
     CUdeviceptr a = get(1500, 0x70);
@@ -180,6 +201,7 @@ int main(int argc, char **argv) {
     if (all || !strcmp(only, "threads")) threads();
     if (all || !strcmp(only, "contexts")) contexts();
     if (all || !strcmp(only, "fork")) forked();
+    if (!strcmp(only, "primary")) primary_gone();
     phase("end");
     CUdeviceptr held = get(777, 0x7f);
     printf("live %d 0x%llx 777\n", (int)getpid(), (unsigned long long)held);

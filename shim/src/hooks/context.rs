@@ -161,6 +161,7 @@ pub unsafe fn cuCtxCreate_v4(
 /// The program's arguments, under the driver's contract.
 pub unsafe fn cuCtxDestroy(e: Entry, real: sig::cuCtxDestroy, ctx: CUcontext) -> CUresult {
     let closing = Closing::new(Some(ctx as u64));
+    crate::pool::serve::context_closing(ctx as u64);
     // SAFETY: the program's own argument, forwarded unchanged.
     let r = unsafe { real(ctx) };
     if r == CUDA_SUCCESS {
@@ -244,6 +245,9 @@ pub unsafe fn cuDevicePrimaryCtxReset(
 ) -> CUresult {
     let handle = primary_handle(dev);
     let closing = Closing::new(handle);
+    if let Some(h) = handle {
+        crate::pool::serve::context_closing(h);
+    }
     // SAFETY: the program's own argument, forwarded unchanged.
     let r = unsafe { real(dev) };
     if r == CUDA_SUCCESS

@@ -59,6 +59,14 @@ unsafe fn answer(attribute: u32, data: *mut c_void, start: u64, size: u64) -> bo
     true
 }
 
+/// Whether the calling thread is inside a call the shim made into the NVTX tool: the tool is
+/// then answered by the driver (it validates the chunk it was told of, not a block; and the pool
+/// may hold the lock its lookup takes).
+#[inline]
+fn from_tool() -> bool {
+    crate::nvtx::on() && crate::nvtx::in_tool()
+}
+
 /// `cuMemGetAddressRange_v2`.
 ///
 /// # Safety
@@ -70,6 +78,10 @@ pub unsafe fn cuMemGetAddressRange_v2(
     psize: *mut usize,
     dptr: CUdeviceptr,
 ) -> CUresult {
+    if from_tool() {
+        // SAFETY: the tool's own arguments, forwarded unchanged.
+        return unsafe { real(pbase, psize, dptr) };
+    }
     match serve::lookup(dptr) {
         PoolLookup::Block { start, size } => {
             // SAFETY: the program's out-parameters, either may be NULL.
@@ -101,6 +113,10 @@ pub unsafe fn cuPointerGetAttribute(
     attribute: u32,
     ptr: CUdeviceptr,
 ) -> CUresult {
+    if from_tool() {
+        // SAFETY: the tool's own arguments, forwarded unchanged.
+        return unsafe { real(data, attribute, ptr) };
+    }
     match serve::lookup(ptr) {
         PoolLookup::InChunk => CUDA_ERROR_INVALID_VALUE,
         // SAFETY: data is the program's storage for this attribute.
@@ -126,7 +142,7 @@ pub unsafe fn cuPointerGetAttributes(
 ) -> CUresult {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(n, attributes, data, ptr) };
-    if r != CUDA_SUCCESS || attributes.is_null() || data.is_null() {
+    if r != CUDA_SUCCESS || attributes.is_null() || data.is_null() || from_tool() {
         return r;
     }
     if let PoolLookup::Block { start, size } = serve::lookup(ptr) {

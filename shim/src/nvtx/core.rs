@@ -8,7 +8,7 @@
 //! last entry), so a tool that fills any slot of any module writes only memory that is here.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// `NVTX_VERSION`.
 pub const NVTX_VERSION: u32 = 3;
@@ -110,12 +110,24 @@ static VERSION_INFO: ExportTableVersionInfo = ExportTableVersionInfo {
     set_injection_nvtx_version,
 };
 
+/// The modules whose tables the tool asked for (bit `module`), for the trace.
+static ASKED: AtomicU32 = AtomicU32::new(0);
+
+/// The modules whose tables the tool asked for, by `NvtxCallbackModule` id.
+pub fn modules_asked() -> Vec<u32> {
+    let bits = ASKED.load(Ordering::Relaxed);
+    (0..32).filter(|m| bits & (1 << m) != 0).collect()
+}
+
 /// `nvtxEtiGetModuleFunctionTable`: a module's table and its number of entries less one.
 unsafe extern "C" fn get_module_function_table(
     module: u32,
     out_table: *mut *const c_void,
     out_size: *mut u32,
 ) -> c_int {
+    if module < 32 {
+        ASKED.fetch_or(1 << module, Ordering::Relaxed);
+    }
     let (table, entries): (*const c_void, usize) = match module {
         MODULE_CORE => (CORE_TABLE.0.as_ptr().cast(), CORE_SIZE + 1),
         MODULE_CUDA => (CUDA_TABLE.0.as_ptr().cast(), CUDA_SIZE + 1),
@@ -154,6 +166,14 @@ pub type InitFn = unsafe extern "C" fn(get: unsafe extern "C" fn(u32) -> *const 
 /// What the tool put in a slot: a function address, or 0.
 fn slot(s: &AtomicUsize) -> usize {
     s.load(Ordering::Acquire)
+}
+
+/// Whether the tool filled `nvtxDomainCreateA` and `nvtxInitialize`, for the trace.
+pub fn filled() -> (bool, bool) {
+    (
+        slot(&CORE2[CORE2_DOMAIN_CREATE_A]) != 0,
+        slot(&CORE2[CORE2_INITIALIZE]) != 0,
+    )
 }
 
 /// Calls the tool's `nvtxInitialize(NULL)` if it set one: what `nvtxInitialize(0)` does once the

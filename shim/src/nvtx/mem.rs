@@ -240,19 +240,24 @@ pub fn region_register(domain: usize, heap: Heap, addr: u64, size: u64) {
     unsafe { f(domain as *mut c_void, &batch) };
 }
 
-/// `nvtxMemRegionsUnregister` of the region that starts at `addr`.
-pub fn region_unregister(domain: usize, addr: u64) {
+/// `nvtxMemRegionsUnregister` of the regions that start at `addrs` (one batch; nothing when
+/// empty).
+pub fn regions_unregister(domain: usize, addrs: &[u64]) {
+    if addrs.is_empty() {
+        return;
+    }
     let Some(f) = slot(CBID_REGIONS_UNREGISTER) else {
         return;
     };
-    let pointer = addr as *const c_void;
+    // `nvtxMemRegionRef_t` is a union of two pointers: one pointer each.
+    let pointers: Vec<*const c_void> = addrs.iter().map(|&a| a as *const c_void).collect();
     let batch = UnregisterBatch {
         ext_compat_id: COMPAT_ID,
         struct_size: std::mem::size_of::<UnregisterBatch>() as u16,
         ref_type: REF_POINTER,
-        ref_count: 1,
+        ref_count: pointers.len(),
         ref_element_size: std::mem::size_of::<*const c_void>(),
-        ref_elements: &pointer,
+        ref_elements: pointers.as_ptr(),
     };
     // SAFETY: the tool's nvtxMemRegionsUnregister (`void (nvtxDomainHandle_t,
     // nvtxMemRegionsUnregisterBatch_t const*)`); the batch outlives the call.
@@ -260,6 +265,11 @@ pub fn region_unregister(domain: usize, addr: u64) {
         unsafe { std::mem::transmute(f) };
     // SAFETY: as above.
     unsafe { f(domain as *mut c_void, &batch) };
+}
+
+/// The callback ids of the slots the tool filled, for the trace.
+pub fn filled() -> Vec<usize> {
+    (1..SLOT_COUNT).filter(|&id| slot(id).is_some()).collect()
 }
 
 #[cfg(test)]

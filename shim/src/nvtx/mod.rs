@@ -12,7 +12,9 @@
 //! pool makes five of.
 //!
 //! Only with `CUGUARD_NVTX=1` (experimental: it failed with compute-sanitizer 13.0 on the H200,
-//! see [`start`]). Nothing happens while the shim loads. The tool is attached by [`start`] (which reads the
+//! see [`start`]; the heaps of a context already gone were unregistered, which the tool refuses,
+//! see [`crate::pool::regions`]). `CUGUARD_NVTX_TRACE=1` writes every call into the tool, with
+//! its arguments, result, thread and current context, to stderr. Nothing happens while the shim loads. The tool is attached by [`start`] (which reads the
 //! variable then, as the headers do at their first call), which the pool calls when it makes its first pool (a context exists:
 //! compute-sanitizer wants CUDA initialized before NVTX calls), once per process. When the
 //! variable is unset nothing is loaded, ever, and the pool's fast paths read one word
@@ -20,15 +22,16 @@
 //! runs as without it.
 //!
 //! Calls into the tool run with [`InTool`] held: should the tool reach the shim's driver entries
-//! from inside one, the pool leaves those allocations to the driver (it holds a lock of its own
-//! around some of these calls).
+//! from inside one, the pool leaves those allocations, and the pointer queries, to the driver (it
+//! holds a lock of its own around some of these calls, and the tool must see the chunk it was told
+//! of, not a block).
 
 mod core;
 mod mem;
 
 use std::cell::Cell;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 pub use mem::Heap;
 
@@ -46,6 +49,20 @@ static STATE: AtomicU8 = AtomicU8::new(IDLE);
 static DOMAIN: AtomicUsize = AtomicUsize::new(0);
 /// `CUGUARD_POOL_REDZONE`, read when the tool attached.
 static REDZONE: AtomicU64 = AtomicU64::new(0);
+/// `CUGUARD_NVTX_TRACE=1`, read when the tool is attached: every call into the tool on stderr.
+static TRACE: AtomicBool = AtomicBool::new(false);
+
+/// One `cuguard: nvtx: …` line on stderr under `CUGUARD_NVTX_TRACE=1`, with the calling thread
+/// and its current context (a tool may tie a heap to either).
+fn trace(line: impl FnOnce() -> String) {
+    if !TRACE.load(Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    let ctx = crate::driver::current_context().unwrap_or(0);
+    crate::process::diag::warn(&format!("nvtx: [tid {tid} ctx {ctx:#x}] {}", line()));
+}
 
 /// The bytes the pool keeps unused after each block while the tool is attached.
 #[inline]
@@ -120,6 +137,11 @@ pub fn start() {
         return;
     };
     let path = path.as_c_str();
+    TRACE.store(
+        std::env::var_os("CUGUARD_NVTX_TRACE").is_some_and(|v| v == "1"),
+        Ordering::Relaxed,
+    );
+    trace(|| format!("attaching {}", path.to_string_lossy()));
     let outcome = {
         let _inside = InTool::enter();
         attach(path)
@@ -188,12 +210,28 @@ fn attach(path: &CStr) -> Result<usize, String> {
             // SAFETY: the tool's InitializeInjectionNvtx2 has this signature.
             let init: core::InitFn = unsafe { std::mem::transmute(init) };
             // SAFETY: get_export_table and what it returns live for the process.
-            if unsafe { init(core::get_export_table) } == 0 {
+            let status = unsafe { init(core::get_export_table) };
+            let (domain_fn, initialize_fn) = core::filled();
+            trace(|| {
+                format!(
+                    "InitializeInjectionNvtx2 -> {status}; tables asked: modules {:?}; \
+                     nvtxDomainCreateA {}, nvtxInitialize {}",
+                    core::modules_asked(),
+                    if domain_fn { "filled" } else { "not filled" },
+                    if initialize_fn {
+                        "filled"
+                    } else {
+                        "not filled"
+                    },
+                )
+            });
+            if status == 0 {
                 // SAFETY: the handle this function opened.
                 unsafe { libc::dlclose(core_handle) };
             }
         }
         None => {
+            trace(|| "no InitializeInjectionNvtx2 (no core tool)".into());
             // SAFETY: the handle this function opened.
             unsafe { libc::dlclose(core_handle) };
         }
@@ -201,6 +239,7 @@ fn attach(path: &CStr) -> Result<usize, String> {
     // The program's domain, then its first memory call: `nvtxMemHeapRegister` first runs
     // `nvtxInitialize(0)`, then loads the extension.
     let domain = core::domain_create(c"cuguard") as usize;
+    trace(|| format!("nvtxDomainCreateA(\"cuguard\") -> {domain:#x}"));
     core::initialize();
     // The memory extension (`nvtxExtLoadInjectionLibrary`, `nvtxExtInitOnce`).
     // SAFETY: as above.
@@ -215,7 +254,18 @@ fn attach(path: &CStr) -> Result<usize, String> {
     };
     // SAFETY: the tool's InitializeInjectionNvtxExtension has this signature.
     let init: mem::InitFn = unsafe { std::mem::transmute(init) };
-    mem::attach(init)?;
+    let attached = mem::attach(init);
+    trace(|| {
+        format!(
+            "InitializeInjectionNvtxExtension: {}; memory slots filled: {:?}",
+            match &attached {
+                Ok(()) => "ok".to_string(),
+                Err(why) => why.clone(),
+            },
+            mem::filled()
+        )
+    });
+    attached?;
     Ok(domain)
 }
 
@@ -225,24 +275,63 @@ const HEAP_NAME: &CStr = c"cuguard pool chunk";
 /// Registers `[base, base + size)` as a sub-allocator's heap; the tool's handle, `None` when it
 /// gave none.
 pub fn heap_register(base: u64, size: u64) -> Option<Heap> {
-    let _inside = InTool::enter();
-    mem::heap_register(DOMAIN.load(Ordering::Relaxed), base, size, HEAP_NAME)
+    let domain = DOMAIN.load(Ordering::Relaxed);
+    let heap = {
+        let _inside = InTool::enter();
+        mem::heap_register(domain, base, size, HEAP_NAME)
+    };
+    trace(|| {
+        format!(
+            "nvtxMemHeapRegister(domain {domain:#x}, base {base:#x}, size {size}) -> {:#x}",
+            heap.unwrap_or(0)
+        )
+    });
+    heap
 }
 
-/// Unregisters a heap (its regions with it).
-pub fn heap_unregister(heap: Heap) {
+/// Unregisters a heap (the heap of the chunk at `base`), whose regions were unregistered first.
+pub fn heap_unregister(heap: Heap, base: u64) {
+    let domain = DOMAIN.load(Ordering::Relaxed);
+    trace(|| {
+        format!("nvtxMemHeapUnregister(domain {domain:#x}, heap {heap:#x}) (chunk {base:#x})")
+    });
     let _inside = InTool::enter();
-    mem::heap_unregister(DOMAIN.load(Ordering::Relaxed), heap);
+    mem::heap_unregister(domain, heap);
 }
 
 /// Registers the region `[addr, addr + size)` of `heap`.
 pub fn region_register(heap: Heap, addr: u64, size: u64) {
+    let domain = DOMAIN.load(Ordering::Relaxed);
+    trace(|| {
+        format!("nvtxMemRegionsRegister(domain {domain:#x}, heap {heap:#x}, {addr:#x}, {size})")
+    });
     let _inside = InTool::enter();
-    mem::region_register(DOMAIN.load(Ordering::Relaxed), heap, addr, size);
+    mem::region_register(domain, heap, addr, size);
 }
 
-/// Unregisters the region that starts at `addr`.
-pub fn region_unregister(addr: u64) {
+/// Unregisters the regions that start at `addrs`, in one call.
+pub fn regions_unregister(addrs: &[u64]) {
+    let domain = DOMAIN.load(Ordering::Relaxed);
+    trace(|| {
+        let list: Vec<String> = addrs.iter().map(|a| format!("{a:#x}")).collect();
+        format!(
+            "nvtxMemRegionsUnregister(domain {domain:#x}, [{}])",
+            list.join(", ")
+        )
+    });
     let _inside = InTool::enter();
-    mem::region_unregister(DOMAIN.load(Ordering::Relaxed), addr);
+    mem::regions_unregister(domain, addrs);
+}
+
+/// Under `CUGUARD_NVTX_TRACE=1`: the heap of the chunk at `base` was forgotten without a call,
+/// its memory having gone with its context (the tool drops a heap whose memory is freed).
+pub fn heap_dropped(heap: Option<Heap>, base: u64) {
+    if let Some(h) = heap {
+        trace(|| {
+            format!(
+                "heap {h:#x} of chunk {base:#x} forgotten, not unregistered: its memory went with \
+                 its context"
+            )
+        });
+    }
 }

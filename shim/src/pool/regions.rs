@@ -3,9 +3,12 @@
 //! allocation it stands for:
 //!
 //! - each chunk is a heap of a sub-allocator (`nvtxMemHeapRegister`) once the driver gave it,
-//!   and goes (`nvtxMemHeapUnregister`) before the chunk goes back to the driver (a trim, a
-//!   dedicated chunk's block freed, the give-back thread's `cuMemFree` later) or after its
-//!   context went (destroy, reset, last release: the driver freed it);
+//!   and goes (`nvtxMemHeapUnregister`, after the regions still in it) while its memory is still
+//!   allocated: before the chunk goes back to the driver (a trim, a dedicated chunk's block
+//!   freed, the give-back thread's `cuMemFree` later) or before its context is destroyed
+//!   (`cuCtxDestroy`, `cuDevicePrimaryCtxReset`). A heap whose memory went without that (the
+//!   last `cuDevicePrimaryCtxRelease`) is forgotten without a call: compute-sanitizer drops a
+//!   pool whose allocation is freed, and refuses its unregistration afterwards;
 //! - each block handed out, by an arena or a thread's cache, is a region of its chunk's heap
 //!   (`nvtxMemRegionsRegister`) at the block's address with the size the program asked for, and
 //!   is unregistered (`nvtxMemRegionsUnregister`) when the program frees it, before the pool can
@@ -54,31 +57,72 @@ pub fn redzone() -> u64 {
 
 /// A chunk `[base, base + size)` was added to a pool: its heap.
 pub fn chunk_added(base: u64, size: u64) {
-    // A chunk of a destroyed context at the same address, if its heap was not dropped yet.
-    chunk_removed(base);
+    // A chunk of a destroyed context at the same address, if its books were not dropped yet:
+    // its memory went with the context, and the tool with it.
+    forget(base);
     let heap = nvtx::heap_register(base, size);
     lock(books()).heaps.insert(base, (base + size, heap));
 }
 
-/// The chunk at `base` is about to go back to the driver: its heap goes first.
+/// Takes the chunk at `base` out of the books: its heap (if the tool gave one) and the blocks
+/// still registered in it.
+fn take(base: u64) -> Option<(Option<Heap>, Vec<u64>)> {
+    let mut b = lock(books());
+    let (end, heap) = b.heaps.remove(&base)?;
+    let mut inside = Vec::new();
+    b.regions.retain(|&a, _| {
+        let keep = a < base || a >= end;
+        if !keep {
+            inside.push(a);
+        }
+        keep
+    });
+    inside.sort_unstable();
+    Some((heap, inside))
+}
+
+/// The chunk at `base` is about to go back to the driver, its memory still allocated: its
+/// heap goes first, after the regions still registered in it (none when the pool trims an idle
+/// chunk; a live block's before its context is destroyed). The guide has a pool unregistered
+/// before its allocation is freed; NVTX's header lets the heap take its regions with it, but
+/// the shim does not ask that of the tool.
 pub fn chunk_removed(base: u64) {
-    let heap = {
-        let mut b = lock(books());
-        let Some((end, heap)) = b.heaps.remove(&base) else {
-            return;
-        };
-        b.regions.retain(|&a, _| a < base || a >= end);
-        heap
+    let Some((heap, inside)) = take(base) else {
+        return;
     };
     if let Some(h) = heap {
-        nvtx::heap_unregister(h);
+        nvtx::regions_unregister(&inside);
+        nvtx::heap_unregister(h, base);
     }
 }
 
-/// The chunks `ranges` (start, end) went with their context: their heaps go.
+/// The chunk at `base` is gone already (its context was destroyed, and the driver freed it): its
+/// books are dropped without a call. compute-sanitizer unregisters a pool itself when its
+/// allocation is freed; unregistering it again is refused ("Call to nvtxMemHeapUnregister
+/// failed: One or more of the parameters is invalid").
+fn forget(base: u64) {
+    if let Some((heap, _)) = take(base) {
+        nvtx::heap_dropped(heap, base);
+    }
+}
+
+/// The context of the chunks `ranges` (start, end) is about to be destroyed: their heaps go now,
+/// while their memory is still allocated. If the destroy then fails, the chunks stay in the pool
+/// without a heap (the tool sees each as one allocation).
+pub fn context_closing(ranges: &[(u64, u64)]) {
+    for &(base, end) in ranges {
+        chunk_removed(base);
+        lock(books()).heaps.insert(base, (end, None));
+    }
+}
+
+/// The chunks `ranges` (start, end) went with their context: their books are dropped, with no
+/// call (see [`forget`]). Where the shim could not unregister them first (the last
+/// `cuDevicePrimaryCtxRelease`, which cannot be told from another before it returns), the tool
+/// dropped them with the memory.
 pub fn context_gone(ranges: &[(u64, u64)]) {
     for &(base, _) in ranges {
-        chunk_removed(base);
+        forget(base);
     }
 }
 
@@ -100,7 +144,7 @@ pub fn block_out(addr: u64, size: u64) {
 /// takes the block back.
 pub fn block_in(addr: u64) {
     if lock(books()).regions.remove(&addr).is_some() {
-        nvtx::region_unregister(addr);
+        nvtx::regions_unregister(&[addr]);
     }
 }
 

@@ -92,6 +92,14 @@ pub fn current_existing(ctx: u64) -> Option<&'static Pool> {
     Some(pool)
 }
 
+/// The pool of context `ctx`, if it has one (whichever context is current).
+pub fn existing(ctx: u64) -> Option<&'static Pool> {
+    lock(&registry().pools)
+        .iter()
+        .find(|p| p.device().handle == ctx)
+        .copied()
+}
+
 /// The pool of context `ctx` (the calling thread's current one), created on first use.
 #[inline]
 pub fn current(ctx: u64) -> Option<&'static Pool> {

@@ -318,6 +318,20 @@ pub fn idle_bytes(device: i32) -> u64 {
     guard::shield(0, || registry::idle_bytes_for_device(device))
 }
 
+/// A context is about to be destroyed (`cuCtxDestroy`, `cuDevicePrimaryCtxReset`): with an NVTX
+/// tool attached, its chunks' heaps go now, while their memory is still allocated
+/// ([`regions::context_closing`]).
+pub fn context_closing(handle: u64) {
+    if !crate::nvtx::on() || crate::nvtx::in_tool() {
+        return;
+    }
+    guard::shield((), || {
+        if let Some(pool) = registry::existing(handle) {
+            regions::context_closing(&pool.chunk_ranges());
+        }
+    });
+}
+
 /// A context is gone, and the driver freed everything in it. Returns the records of the pooled
 /// blocks that were still live.
 pub fn context_destroyed(handle: u64) -> Vec<(u64, Record)> {
