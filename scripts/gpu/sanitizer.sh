@@ -53,7 +53,7 @@ CUDA_INC=${CUDA_INC:-$(dirname "$(dirname "$NVCC")")/include}
 "$NVCC" -O2 -lineinfo -I"$CUDA_INC" -o "$L/nvtx_sequence" scripts/gpu/nvtx_sequence.cu -lcuda \
   >> "$L/nvcc.log" 2>&1 || echo "nvcc failed (nvtx_sequence)" >> "$L/nvcc.log"
 ls "$CUDA_INC/nvtx3/" > "$L/nvtx3-headers.txt" 2>&1
-grep -h "define NVTX_EXT_COMPATID_MEM\|NVTX3EXT_CBID_nvtxMemHeap" "$CUDA_INC/nvtx3/nvToolsExtMem.h" \
+grep -h "define NVTX_EXT_COMPATID_MEM\|NVTX3EXT_CBID_nvtxMem" "$CUDA_INC/nvtx3/nvToolsExtMem.h" \
   >> "$L/nvtx3-headers.txt" 2>&1
 
 run_case() { # NAME CMD...: stdout+stderr to $L/NAME.log, status to $L/NAME.rc
@@ -146,7 +146,7 @@ def reports(log):
 
     A report starts at a line '========= Invalid ...' (or 'Program hit', 'Malloc', 'Cuda', 'Leaked');
     its details are the following '=========     ' lines (five or more spaces after the marks):
-    'Address 0x... is out of bounds', 'and is N bytes after the nearest allocation at 0x... of
+    'Access to 0x... is out of bounds' (older tools: 'Address 0x...'), 'and is N bytes after the nearest allocation at 0x... of
     size 1,000 bytes'. Sizes may have thousands separators."""
     out, cur = [], None
     for line in log.splitlines():
@@ -159,7 +159,7 @@ def reports(log):
             if not line.startswith("========="):
                 cur = None
             continue
-        a = re.search(r"Address (0x[0-9a-fA-F]+)", line)
+        a = re.search(r"(?:Address|Access to) (0x[0-9a-fA-F]+)", line)
         if a and cur[1] is None:
             cur[1] = int(a.group(1), 16)
         z = re.search(r"allocation at 0x[0-9a-fA-F]+ of size ([\d,]+) bytes", line)

@@ -256,10 +256,11 @@ fn stderr(o: &Output) -> String {
 /// on many; refused frees unregister nothing; before a context's destroy, the block it held is
 /// unregistered and then its heaps, while their memory is still allocated; a forked child
 /// registers its own; at exit the live regions are the live blocks.
-fn every_block_registered(cache: &str) {
+fn every_block_registered(cache: &str, numbering: &str) {
     let env = [
         ("CUGUARD_POOL_THREAD_CACHE", cache),
         ("CUGUARD_POOL_KEEP", "0"),
+        ("NVTX_RECORDER_NUMBERING", numbering),
     ];
     let r = run_recorded("nvtx_all", "all", &env, Some(&recorder()));
     let text = stdout(&r.out);
@@ -354,12 +355,47 @@ fn every_block_registered(cache: &str) {
 
 #[test]
 fn nvtx_every_block_registered_thread_cache_on() {
-    every_block_registered("1");
+    every_block_registered("1", "1");
 }
 
 #[test]
 fn nvtx_every_block_registered_thread_cache_off() {
-    every_block_registered("0");
+    every_block_registered("0", "1");
+}
+
+/// A tool built with the headers CUDA 13.0 ships, as compute-sanitizer 13.0 is, numbers the
+/// memory extension's callbacks from 0 (NVTX 3.2's from 1): on the H200 the shim called its slot
+/// 1 as the heap registration, which is that tool's unregistration ("Call to
+/// nvtxMemHeapUnregister failed: One or more of the parameters is invalid"), then crashed. The
+/// recorder numbered from 0, with a trap at every other slot, gets every call at its place.
+#[test]
+fn nvtx_a_tool_numbering_its_callbacks_from_zero() {
+    every_block_registered("1", "0");
+    let r = run_recorded(
+        "nvtx_zero",
+        "sequence",
+        &[
+            ("NVTX_RECORDER_NUMBERING", "0"),
+            ("CUGUARD_NVTX_TRACE", "1"),
+        ],
+        Some(&recorder()),
+    );
+    assert!(
+        stderr(&r.out).contains("callbacks numbered from 0;"),
+        "{}",
+        stderr(&r.out)
+    );
+    let r = run_recorded(
+        "nvtx_one",
+        "sequence",
+        &[("CUGUARD_NVTX_TRACE", "1")],
+        Some(&recorder()),
+    );
+    assert!(
+        stderr(&r.out).contains("callbacks numbered from 1;"),
+        "{}",
+        stderr(&r.out)
+    );
 }
 
 /// Issue 24, the refusal compute-sanitizer 13.0 printed on the H200 ("Call to

@@ -388,6 +388,9 @@ static void my_regions_unregister(void *domain, const unregister_batch_t *b) {
     }
 }
 
+/* A slot the recorder implements nothing at: any call there is the caller's mistake. */
+static void my_wrong_slot(void) { ERROR("a memory-extension slot the recorder implements nothing at was called", (int)getpid()); }
+
 int InitializeInjectionNvtxExtension(module_info_t *m) {
     record("mem %d module=%u compat=%u segments=%zu segment=%zu slots=%zu", (int)getpid(), m->module_id, m->compat_id,
            m->segments_count, m->segments_count ? m->segments[0].segment_id : 0,
@@ -399,11 +402,18 @@ int InitializeInjectionNvtxExtension(module_info_t *m) {
               (int)getpid(), m->nvtx_ver, m->struct_size, m->module_id, m->compat_id, m->segments_count);
         return 0;
     }
+    /* NVTX 3.2's callback ids (from 1), or with NVTX_RECORDER_NUMBERING=0 those of the headers
+     * CUDA 13.0 ships, which compute-sanitizer 13.0 uses (from 0: one less each). Every other
+     * slot of the 17 gets a trap (slot 0 stays empty in the numbering from 1, which has no
+     * callback 0), so a call made at the wrong place is an error line. */
+    const char *numbering = getenv("NVTX_RECORDER_NUMBERING");
+    int shift = numbering && !strcmp(numbering, "0") ? 1 : 0;
     intptr_t *slots = m->segments[0].function_slots;
-    slots[1] = (intptr_t)my_heap_register;
-    slots[2] = (intptr_t)my_heap_unregister;
-    slots[3] = (intptr_t)my_heap_reset;
-    slots[4] = (intptr_t)my_regions_register;
-    slots[6] = (intptr_t)my_regions_unregister;
+    for (int i = 1 - shift; i <= 17 - shift; i++) slots[i] = (intptr_t)my_wrong_slot;
+    slots[1 - shift] = (intptr_t)my_heap_register;
+    slots[2 - shift] = (intptr_t)my_heap_unregister;
+    slots[3 - shift] = (intptr_t)my_heap_reset;
+    slots[4 - shift] = (intptr_t)my_regions_register;
+    slots[6 - shift] = (intptr_t)my_regions_unregister;
     return 1;
 }

@@ -3,6 +3,17 @@
 //! `InitializeInjectionNvtxExtension` is given the module's description ([`ModuleInfo`]: module
 //! id 1, compatibility id `0x0102`, one segment of 63 function slots) and fills the slots of the
 //! functions it implements, by callback id.
+//!
+//! Two numberings of the callback ids are in use, with the same compatibility id: NVIDIA/NVTX's
+//! headers from 3.2 on number them from 1 ("CBID 0 is invalid": `nvtxMemHeapRegister` 1,
+//! `nvtxMemHeapUnregister` 2, `nvtxMemRegionsRegister` 4, `nvtxMemRegionsUnregister` 6), while
+//! the headers CUDA 13.0 ships (`/usr/local/cuda/include/nvtx3/nvToolsExtMem.h`), and so
+//! compute-sanitizer 13.0, number them from 0 (`nvtxMemHeapRegister` 0, `nvtxMemHeapUnregister`
+//! 1, ...: the same order, one less). A tool of the older numbering fills slot 0, which the newer
+//! leaves empty; [`attach`] reads which one the tool used from that and calls its functions at
+//! their places. (Calling slot 1 of a 0-numbered tool as its heap registration was the H200's
+//! "Call to nvtxMemHeapUnregister failed: One or more of the parameters is invalid", and its
+//! crash: run 11.)
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -37,6 +48,10 @@ const MESSAGE_ASCII: u32 = 1;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicUsize = AtomicUsize::new(0);
+
+/// 1 when the tool numbers the callbacks from 1 (the ids below, NVTX 3.2's headers), 0 when from
+/// 0 (CUDA 13.0's headers): a callback of id `k` here is in the tool's slot `k - 1 + BASE`.
+static BASE: AtomicUsize = AtomicUsize::new(1);
 
 /// The module's state word, then its function slots (`nvtxExtMemSlots`): the slot of callback
 /// id `k` is `SLOTS[k + 1]`.
@@ -88,6 +103,14 @@ pub fn attach(init: InitFn) -> Result<(), String> {
     // SAFETY: `info` and its segment outlive the call; the slots are statics the tool may write
     // (AtomicUsize has usize's layout).
     let status = unsafe { init(&mut info) };
+    // Slot 0 is no callback's in the newer numbering: a tool that filled it numbers from 0.
+    let first = SLOTS[1].load(Ordering::Acquire);
+    let base = if first != FRESH && first != DISABLED {
+        0
+    } else {
+        1
+    };
+    BASE.store(base, Ordering::Relaxed);
     for s in &SLOTS[1..] {
         if status == 0 || s.load(Ordering::Acquire) == FRESH {
             s.store(DISABLED, Ordering::Release);
@@ -113,9 +136,16 @@ pub fn attach(init: InitFn) -> Result<(), String> {
     }
 }
 
-/// The tool's function for callback id `id`, if it set one.
+/// How the tool numbers its callbacks: 1 (NVTX 3.2's headers) or 0 (CUDA 13.0's), for the
+/// trace.
+pub fn numbered_from() -> usize {
+    BASE.load(Ordering::Relaxed)
+}
+
+/// The tool's function for callback id `id` (numbered from 1), if it set one.
 fn slot(id: usize) -> Option<usize> {
-    let v = SLOTS[id + 1].load(Ordering::Acquire);
+    // `SLOTS[0]` is the module's state word: the tool's slot `n` is `SLOTS[n + 1]`.
+    let v = SLOTS[id - 1 + BASE.load(Ordering::Relaxed) + 1].load(Ordering::Acquire);
     (v != FRESH && v != DISABLED).then_some(v)
 }
 
@@ -269,7 +299,10 @@ pub fn regions_unregister(domain: usize, addrs: &[u64]) {
 
 /// The callback ids of the slots the tool filled, for the trace.
 pub fn filled() -> Vec<usize> {
-    (1..SLOT_COUNT).filter(|&id| slot(id).is_some()).collect()
+    let base = BASE.load(Ordering::Relaxed);
+    (1..=SLOT_COUNT - base)
+        .filter(|&id| slot(id).is_some())
+        .collect()
 }
 
 #[cfg(test)]

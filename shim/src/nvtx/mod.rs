@@ -257,11 +257,13 @@ fn attach(path: &CStr) -> Result<usize, String> {
     let attached = mem::attach(init);
     trace(|| {
         format!(
-            "InitializeInjectionNvtxExtension: {}; memory slots filled: {:?}",
+            "InitializeInjectionNvtxExtension: {}; callbacks numbered from {}; filled \
+             (callback ids from 1): {:?}",
             match &attached {
                 Ok(()) => "ok".to_string(),
                 Err(why) => why.clone(),
             },
+            mem::numbered_from(),
             mem::filled()
         )
     });
