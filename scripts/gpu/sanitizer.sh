@@ -8,8 +8,7 @@
 #      b. under the pool, registration off
 #         (compute-sanitizer --nvtx no):           neither reported (one chunk per allocation);
 #      c. under the pool with registration
-#         (CUGUARD_NVTX=1 cuguard run --sanitizer memcheck):
-#                                                  both reported, sizes 1000, the correct write not,
+#         (cuguard run --sanitizer memcheck):      both reported, sizes 1000, the correct write not,
 #                                                  and no "Call to nvtx… failed" line;
 #      d. the same with CUGUARD_NVTX_TRACE=1 CUGUARD_LOG=1: every NVTX call the shim makes, with
 #         its arguments and result, on stderr (what the tool accepted, and the last call before
@@ -69,13 +68,13 @@ run_case bare "$CS" --tool memcheck "${OPTS[@]}" "$L/planted"
 # the program as cuguard run --sanitizer does.
 run_case pool_unregistered env CUGUARD_POOL=1 CUGUARD_REPORT="$L/pool_unregistered.json" \
   "$CS" --tool memcheck --nvtx no "${OPTS[@]}" "$C" run --exec -- "$L/planted"
-# The documented command, registration asked for (it is opt-in).
-run_case pool_registered env CUGUARD_NVTX=1 \
+# The documented command, as a user types it (registration is on by default).
+run_case pool_registered env -u CUGUARD_NVTX \
   "$C" run --sanitizer memcheck --report "$L/pool_registered.json" \
   --sanitizer-arg=--destroy-on-device-error=kernel --sanitizer-arg=--show-backtrace=no \
   -- "$L/planted"
 # The same, every NVTX call the shim makes traced on stderr.
-run_case pool_traced env CUGUARD_NVTX=1 CUGUARD_NVTX_TRACE=1 CUGUARD_LOG=1 \
+run_case pool_traced env -u CUGUARD_NVTX CUGUARD_NVTX_TRACE=1 CUGUARD_LOG=1 \
   "$C" run --sanitizer memcheck --report "$L/pool_traced.json" \
   --sanitizer-arg=--destroy-on-device-error=kernel --sanitizer-arg=--show-backtrace=no \
   -- "$L/planted"
@@ -119,7 +118,7 @@ PY
 if [ -d .whl ]; then
   [ -d /tmp/site/rmm ] || python3 -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --target /tmp/site .whl/*rmm*.whl .whl/rapids_logger*.whl > "$L/pip.log" 2>&1
-  run_case rmm env CUGUARD_NVTX=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} \
+  run_case rmm env -u CUGUARD_NVTX PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} \
     "$C" run --sanitizer memcheck --report "$L/rmm.json" \
     --sanitizer-arg=--destroy-on-device-error=kernel --sanitizer-arg=--show-backtrace=no \
     -- python3 "$L/planted.py" rmm
@@ -128,7 +127,7 @@ else
     > "$L/rmm.log"
   echo skipped > "$L/rmm.rc"
 fi
-run_case torch env CUGUARD_NVTX=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+run_case torch env -u CUGUARD_NVTX PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
   "$C" run --sanitizer memcheck --report "$L/torch.json" \
   --sanitizer-arg=--destroy-on-device-error=kernel --sanitizer-arg=--show-backtrace=no \
   -- python3 "$L/planted.py" torch

@@ -81,10 +81,19 @@ pub struct ModuleInfo {
 /// `InitializeInjectionNvtxExtension`'s type.
 pub type InitFn = unsafe extern "C" fn(info: *mut ModuleInfo) -> c_int;
 
+/// Why the tool's memory extension could not be used.
+pub enum Unusable {
+    /// It failed: its `InitializeInjectionNvtxExtension` returned 0.
+    Refused(String),
+    /// It does not implement the calls the pool makes (a tool without NVTX's memory API, such as
+    /// a profiler's): nothing failed.
+    NoMemoryApi(String),
+}
+
 /// Hands the module to the tool's `InitializeInjectionNvtxExtension`, as `nvtxExtInitOnce`
 /// does; `Err` with why when it refused (returned 0) or set none of the slots the pool needs.
 /// Slots it left are disabled, as the headers do.
-pub fn attach(init: InitFn) -> Result<(), String> {
+pub fn attach(init: InitFn) -> Result<(), Unusable> {
     let mut segment = ModuleSegment {
         segment_id: 1,
         slot_count: SLOT_COUNT,
@@ -117,7 +126,9 @@ pub fn attach(init: InitFn) -> Result<(), String> {
         }
     }
     if status == 0 {
-        return Err("its InitializeInjectionNvtxExtension returned 0".into());
+        return Err(Unusable::Refused(
+            "its InitializeInjectionNvtxExtension returned 0".into(),
+        ));
     }
     let missing: Vec<&str> = [
         (CBID_HEAP_REGISTER, "nvtxMemHeapRegister"),
@@ -132,7 +143,10 @@ pub fn attach(init: InitFn) -> Result<(), String> {
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(format!("it does not implement {}", missing.join(", ")))
+        Err(Unusable::NoMemoryApi(format!(
+            "it does not implement {}",
+            missing.join(", ")
+        )))
     }
 }
 

@@ -11,15 +11,19 @@
 //! headers with a C compiler (and carry their own copy of the globals) for the sake of calls the
 //! pool makes five of.
 //!
-//! Only with `CUGUARD_NVTX=1` (experimental: it failed with compute-sanitizer 13.0 on the H200,
-//! see [`start`]; the heaps of a context already gone were unregistered, which the tool refuses,
-//! see [`crate::pool::regions`]). `CUGUARD_NVTX_TRACE=1` writes every call into the tool, with
-//! its arguments, result, thread and current context, to stderr. Nothing happens while the shim loads. The tool is attached by [`start`] (which reads the
-//! variable then, as the headers do at their first call), which the pool calls when it makes its first pool (a context exists:
-//! compute-sanitizer wants CUDA initialized before NVTX calls), once per process. When the
-//! variable is unset nothing is loaded, ever, and the pool's fast paths read one word
+//! On whenever `NVTX_INJECTION64_PATH` names a tool (compute-sanitizer sets it), unless
+//! `CUGUARD_NVTX=0`. Checked with compute-sanitizer 13.0 on the H200 (docs/compatibility.md,
+//! 2026-12-02 run 12), after two faults run 9 showed: the memory extension's callback ids are
+//! numbered from 0 in CUDA 13.0's headers ([`mem`]), and a heap must not be unregistered once its
+//! memory is gone ([`crate::pool::regions`]). `CUGUARD_NVTX_TRACE=1` writes every call into the
+//! tool, with its arguments, result, thread and current context, to stderr. Nothing happens
+//! while the shim loads. The tool is attached by [`start`] (which reads the variable then, as the
+//! headers do at their first call), which the pool calls when it makes its first pool (a context
+//! exists: compute-sanitizer wants CUDA initialized before NVTX calls), once per process. When
+//! the variable is unset nothing is loaded, ever, and the pool's fast paths read one word
 //! ([`on`]). A tool that cannot be loaded or initialized gets one line on stderr and the pool
-//! runs as without it.
+//! runs as without it; a tool without the memory API (a profiler's) gets none (`CUGUARD_LOG=1`
+//! says it).
 //!
 //! Calls into the tool run with [`InTool`] held: should the tool reach the shim's driver entries
 //! from inside one, the pool leaves those allocations, and the pointer queries, to the driver (it
@@ -119,11 +123,8 @@ pub fn start() {
     {
         return;
     }
-    // Registration with a real tool is opt-in (`CUGUARD_NVTX=1`) until it works with one: on the
-    // H200, compute-sanitizer 13.0 refused a heap's unregistration and the program then crashed
-    // (docs/compatibility.md, 2026-12-02 run 9). Without it, a tool in the process sees the pool's
-    // chunks as the driver's allocations, as before.
-    if std::env::var_os("CUGUARD_NVTX").is_none_or(|v| v != "1") {
+    // `CUGUARD_NVTX=0`: a tool in the process sees the pool's chunks as the driver's allocations.
+    if std::env::var_os("CUGUARD_NVTX").is_some_and(|v| v == "0") {
         STATE.store(OFF, Ordering::Release);
         return;
     }
@@ -164,7 +165,7 @@ pub fn start() {
                 )
             });
         }
-        Err(why) => {
+        Err(mem::Unusable::Refused(why)) => {
             STATE.store(OFF, Ordering::Release);
             let line = format!(
                 "NVTX_INJECTION64_PATH={}: {why}; the pool runs without telling it of its blocks",
@@ -172,6 +173,16 @@ pub fn start() {
             );
             crate::process::diag::warn(&line);
             crate::process::faults::record(line);
+        }
+        Err(mem::Unusable::NoMemoryApi(why)) => {
+            // A tool of another kind (a profiler's): nothing to say unless asked.
+            STATE.store(OFF, Ordering::Release);
+            crate::process::diag::log(|| {
+                format!(
+                    "NVTX tool {}: {why}; the pool's blocks are not registered with it",
+                    path.to_string_lossy()
+                )
+            });
         }
     }
 }
@@ -197,13 +208,16 @@ fn symbol(handle: *mut libc::c_void, name: &CStr) -> Option<usize> {
 }
 
 /// The headers' two loads, in their order; the domain on success.
-fn attach(path: &CStr) -> Result<usize, String> {
+fn attach(path: &CStr) -> Result<usize, mem::Unusable> {
     // The core injection (`nvtxInitializeInjectionLibrary`). Its failure leaves the core API
     // without a tool; the headers go on to the extension all the same.
     // SAFETY: a NUL-terminated path; the loader runs the library's constructors.
     let core_handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY) };
     if core_handle.is_null() {
-        return Err(format!("could not be loaded ({})", dlerror()));
+        return Err(mem::Unusable::Refused(format!(
+            "could not be loaded ({})",
+            dlerror()
+        )));
     }
     match symbol(core_handle, c"InitializeInjectionNvtx2") {
         Some(init) => {
@@ -245,12 +259,17 @@ fn attach(path: &CStr) -> Result<usize, String> {
     // SAFETY: as above.
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY) };
     if handle.is_null() {
-        return Err(format!("could not be loaded ({})", dlerror()));
+        return Err(mem::Unusable::Refused(format!(
+            "could not be loaded ({})",
+            dlerror()
+        )));
     }
     let Some(init) = symbol(handle, c"InitializeInjectionNvtxExtension") else {
         // SAFETY: the handle this function opened.
         unsafe { libc::dlclose(handle) };
-        return Err("it has no InitializeInjectionNvtxExtension (no NVTX memory API)".into());
+        return Err(mem::Unusable::NoMemoryApi(
+            "it has no InitializeInjectionNvtxExtension (no NVTX memory API)".into(),
+        ));
     };
     // SAFETY: the tool's InitializeInjectionNvtxExtension has this signature.
     let init: mem::InitFn = unsafe { std::mem::transmute(init) };
@@ -260,8 +279,8 @@ fn attach(path: &CStr) -> Result<usize, String> {
             "InitializeInjectionNvtxExtension: {}; callbacks numbered from {}; filled \
              (callback ids from 1): {:?}",
             match &attached {
-                Ok(()) => "ok".to_string(),
-                Err(why) => why.clone(),
+                Ok(()) => "ok",
+                Err(mem::Unusable::Refused(why) | mem::Unusable::NoMemoryApi(why)) => why,
             },
             mem::numbered_from(),
             mem::filled()
