@@ -13,7 +13,7 @@
 //!
 //! On whenever `NVTX_INJECTION64_PATH` names a tool (compute-sanitizer sets it), unless
 //! `CUGUARD_NVTX=0`. Checked with compute-sanitizer 13.0 on the H200 (docs/compatibility.md,
-//! 2026-12-02 run 12), after two faults run 9 showed: the memory extension's callback ids are
+//! 2026-12-02 runs 11–13), after the faults runs 9 and 11 showed: the memory extension's callback ids are
 //! numbered from 0 in CUDA 13.0's headers ([`mem`]), and a heap must not be unregistered once its
 //! memory is gone ([`crate::pool::regions`]). `CUGUARD_NVTX_TRACE=1` writes every call into the
 //! tool, with its arguments, result, thread and current context, to stderr. Nothing happens
