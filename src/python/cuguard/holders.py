@@ -318,6 +318,14 @@ def _probe_for(tp: type) -> Optional[Tuple[Probe, str]]:
     return None
 
 
+def _is(obj: Any, cls: Any) -> bool:
+    """`isinstance` by the object's type alone. `isinstance` also reads `obj.__class__` when the
+    type does not match, which runs the class's `__getattribute__`: some warn on every read
+    (`torch.distributed.reduce_op`'s FutureWarning), and looking at what holds memory must read
+    nothing of the program's objects."""
+    return issubclass(type(obj), cls)
+
+
 def _instance_dict(obj: Any) -> Optional[dict]:
     try:
         if not type(obj).__dictoffset__:
@@ -379,7 +387,7 @@ def _find_holders(allocations: List[Dict[str, Any]]) -> List[_Holder]:
 
 
 def _key_text(k: Any) -> str:
-    if isinstance(k, (str, bytes, int, float, bool)) or k is None:
+    if _is(k, (str, bytes, int, float, bool)) or k is None:
         text = repr(k)
         return text if len(text) <= 80 else text[:77] + "..."
     return f"<{_type_name(type(k))}>"
@@ -446,7 +454,7 @@ def _children(obj: Any) -> Iterator[Tuple[Any, Optional[str]]]:
         if obj.tb_next is not None:
             yield obj.tb_next, ".tb_next"
         return
-    elif isinstance(obj, type):
+    elif _is(obj, type):
         for k, v in list(vars(obj).items()):
             if not (k.startswith("__") and k.endswith("__")):
                 yield v, f".{k}"
@@ -454,7 +462,7 @@ def _children(obj: Any) -> Iterator[Tuple[Any, Optional[str]]]:
     d = _instance_dict(obj)
     if d is not None:
         for k, v in list(dict.items(d)):
-            yield v, f".{k}" if isinstance(k, str) else f".__dict__[{_key_text(k)}]"
+            yield v, f".{k}" if _is(k, str) else f".__dict__[{_key_text(k)}]"
     for klass in tp.__mro__:
         slots = vars(klass).get("__slots__", ())
         if isinstance(slots, str):
@@ -488,7 +496,7 @@ def _roots() -> List[Tuple[str, Any]]:
         except Exception:  # changed while read
             return
         for k, v in items:
-            if not isinstance(k, str) or isinstance(v, types.ModuleType):
+            if not _is(k, str) or _is(v, types.ModuleType):
                 continue
             if k.startswith("__") and k.endswith("__"):
                 continue
@@ -508,8 +516,8 @@ def _roots() -> List[Tuple[str, Any]]:
         out = user_ns.get("Out")
         hidden = getattr(shell, "user_ns_hidden", {}) or {}
         for k, v in list(user_ns.items()):
-            if isinstance(k, str) and not k.startswith("_") and k not in hidden and k not in ("In", "Out"):
-                if not isinstance(v, types.ModuleType):
+            if _is(k, str) and not k.startswith("_") and k not in hidden and k not in ("In", "Out"):
+                if not _is(v, types.ModuleType):
                     roots.append((k, v))
         if isinstance(out, dict):
             seen_dicts.add(id(out))
@@ -539,12 +547,12 @@ def _roots() -> List[Tuple[str, Any]]:
                 if f_locals is not None and f_locals is not f.f_globals and hasattr(f_locals, "items"):
                     where = f"{code.co_name} at {os.path.basename(code.co_filename)}:{f.f_lineno}"
                     for k, v in list(f_locals.items()):
-                        if isinstance(k, str) and not isinstance(v, types.ModuleType):
+                        if _is(k, str) and not _is(v, types.ModuleType):
                             roots.append((f"{k} (local of {where})", v))
             f = f.f_back
     del frames
     for name, module in sorted(list(sys.modules.items()), key=lambda kv: str(kv[0])):
-        if not isinstance(name, str) or name == "cuguard" or name.startswith("cuguard."):
+        if not _is(name, str) or name == "cuguard" or name.startswith("cuguard."):
             continue
         try:  # sys.modules may hold objects that are not modules, and lazy ones that raise
             namespace = object.__getattribute__(module, "__dict__")
@@ -572,9 +580,9 @@ def _reachable_targets(targets: Dict[int, Any], ours: List[Any]) -> Dict[int, An
         return dict(targets)
     skip.add(id(referrers))
     for r in referrers:
-        if id(r) in skip or isinstance(r, _Holder):
+        if id(r) in skip or _is(r, _Holder):
             continue
-        if isinstance(r, types.FrameType) and r.f_code.co_filename.startswith(_PACKAGE_DIR):
+        if _is(r, types.FrameType) and r.f_code.co_filename.startswith(_PACKAGE_DIR):
             continue
         try:
             for x in gc.get_referents(r):
@@ -670,7 +678,7 @@ class _Walk:
         for label, obj in roots:
             if weak is not None:
                 weak.check(obj, None, label)
-            if isinstance(obj, _ATOMS) or isinstance(obj, _OPAQUE):
+            if _is(obj, _ATOMS) or _is(obj, _OPAQUE):
                 continue
             i = id(obj)
             if i in self.parents:
@@ -696,7 +704,7 @@ class _Walk:
             for child, step in children:
                 if weak is not None:
                     weak.check(child, parent, step)
-                if isinstance(child, _ATOMS) or isinstance(child, _OPAQUE):
+                if _is(child, _ATOMS) or _is(child, _OPAQUE):
                     continue
                 i = id(child)
                 if i in self.parents:

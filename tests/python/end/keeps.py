@@ -27,6 +27,20 @@ class Buffer:
         gpu.free(self.ptr)
 
 
+class _Deprecated:
+    """As `torch.distributed.reduce_op` is: every attribute read, `__class__` included, warns.
+    Looking at what holds memory must not read it."""
+
+    def __getattribute__(self, name):
+        import warnings
+
+        warnings.warn("reduce_op is deprecated (read by cuguard)", FutureWarning)
+        return object.__getattribute__(self, name)
+
+
+reduce_op = _Deprecated()
+
+
 def load():
     global WEIGHTS
     KEPT.append(Buffer(1 * MiB))  # kept-list
