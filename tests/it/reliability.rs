@@ -205,9 +205,21 @@ fn start(dir: &Path, mode: &str, env: &[(&str, &str)]) -> (Child, String) {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    // The terminating signals' default actions, whatever the test runner's are (under `nohup`
-    // SIGHUP is ignored, and the shim leaves an ignored signal ignored, so the program would
-    // wait forever): these are programs that did not change them.
+    default_signals(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("ready "), "{line}");
+    (child, line)
+}
+
+/// Gives the program the terminating signals' default actions, whatever the test runner's are:
+/// under `nohup` SIGHUP is ignored, and a shell's background job ignores SIGINT and SIGQUIT (Python
+/// then installs no KeyboardInterrupt handler); the shim leaves an ignored signal ignored, so the
+/// program would wait forever. These tests are of programs that did not change them.
+fn default_signals(cmd: &mut Command) {
     // SAFETY: only `signal`, which is async-signal-safe, runs between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
@@ -217,13 +229,6 @@ fn start(dir: &Path, mode: &str, env: &[(&str, &str)]) -> (Child, String) {
             Ok(())
         });
     }
-    let mut child = cmd.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("ready "), "{line}");
-    (child, line)
 }
 
 fn signal(child: &Child, sig: i32) {
@@ -329,6 +334,7 @@ fn ctrl_c_after_the_program_restores_the_default_action_leaves_the_report() {
         let report = dir.join("r.json");
         let mut cmd = shim_command(Path::new("python3"), &report);
         cmd.args(["-c", script, how]);
+        default_signals(&mut cmd);
         let out = cmd.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         if out.status.code() == Some(127) {
