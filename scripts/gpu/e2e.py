@@ -5,6 +5,8 @@ Usage: python3 e2e.py resnet [steps]   -> one JSON line: {"ms_per_step": median,
          RESOURCE: default (cudaMalloc), pool (RMM's PoolMemoryResource), async
        python3 e2e.py cudf_loop RESOURCE -> {"ms_per_iter": median, "checksum": ...}: the seed's
          loop, `cudf.DataFrame({'a': range(1_000_000)})` and its sum, 100 times a repetition
+       python3 e2e.py cudf_cold RESOURCE -> the same loop's first 100 iterations in a fresh
+         process, each timed (issue 23, item 2: the cold start), with the import before them
        python3 e2e.py cudf_etl RESOURCE  -> {"ms_per_rep": median, "checksum": ...}: a 10M-row
          groupby, merge and sort
        python3 e2e.py all SHIM OUT.json -> runs every configuration side by side, prints a table
@@ -93,6 +95,43 @@ def cudf_loop(resource, reps=7):
         if rep:  # the first repetition warms up
             samples.append((time.perf_counter() - t) * 1e3 / 100)
     return {"ms_per_iter": statistics.median(samples), "checksum": checksum}
+
+
+def _since_process_start_ms():
+    """Milliseconds since this process started (the kernel's start time, /proc/self/stat)."""
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    start_ticks = int(fields[19])  # field 22: starttime, in clock ticks since boot
+    with open("/proc/uptime") as f:
+        uptime_s = float(f.read().split()[0])
+    return (uptime_s - start_ticks / os.sysconf("SC_CLK_TCK")) * 1e3
+
+
+def cudf_cold(resource, n=100):
+    """The seed's loop from a cold start (issue 23, item 2): the first `n` iterations of a fresh
+    process, each timed, with the import and the process's start before them."""
+    t0 = time.perf_counter()
+    _rmm_resource(resource)
+    import cudf
+
+    import_ms = (time.perf_counter() - t0) * 1e3
+    started_ms = _since_process_start_ms()
+    checksum = 0
+    each = []
+    for _ in range(n):
+        t = time.perf_counter()
+        df = cudf.DataFrame({"a": range(1_000_000)})
+        checksum += int(df["a"].sum())
+        each.append((time.perf_counter() - t) * 1e3)
+    return {
+        "since_process_start_ms": round(started_ms, 1),
+        "import_ms": round(import_ms, 1),
+        "first_iter_ms": round(each[0], 3),
+        "first_n_ms_per_iter": round(sum(each) / n, 3),
+        "after_first_ms_per_iter": round(sum(each[1:]) / (n - 1), 3),
+        "first10_ms": [round(x, 3) for x in each[:10]],
+        "checksum": checksum,
+    }
 
 
 def cudf_etl(resource, reps=7):
@@ -285,6 +324,8 @@ def main():
         print(json.dumps(rmm_loop(sys.argv[2])))
     elif what == "cudf_loop":
         print(json.dumps(cudf_loop(sys.argv[2])))
+    elif what == "cudf_cold":
+        print(json.dumps(cudf_cold(sys.argv[2])))
     elif what == "cudf_etl":
         print(json.dumps(cudf_etl(sys.argv[2])))
     elif what == "all":
