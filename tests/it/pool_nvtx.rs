@@ -202,6 +202,16 @@ fn said(stdout: &str) -> BTreeMap<String, Said> {
     out
 }
 
+impl Replay {
+    /// The kinds of the protocol's lines before the first call (`loaded`, `core`, `mem`, ...).
+    fn header_kinds(&self) -> Vec<&str> {
+        self.header
+            .iter()
+            .map(|h| h.split(' ').next().unwrap())
+            .collect()
+    }
+}
+
 fn sorted<T: Ord + Clone>(v: &[T]) -> Vec<T> {
     let mut v = v.to_vec();
     v.sort();
@@ -270,11 +280,7 @@ fn every_block_registered(cache: &str, numbering: &str) {
     let rep = replay(&r.log, REDZONE);
     // The protocol, in the headers' order: the core (domain, nvtxInitialize), then the memory
     // extension with its module id, compatibility id and one segment of 63 slots.
-    let header: Vec<&str> = rep
-        .header
-        .iter()
-        .map(|h| h.split(' ').next().unwrap())
-        .collect();
+    let header = rep.header_kinds();
     assert_eq!(
         header,
         ["loaded", "core", "domain", "initialize", "mem"],
@@ -605,11 +611,7 @@ fn nvtx_tool_refusals() {
         Some(&recorder()),
     );
     let rep = replay(&r.log, REDZONE);
-    let header: Vec<&str> = rep
-        .header
-        .iter()
-        .map(|h| h.split(' ').next().unwrap())
-        .collect();
+    let header = rep.header_kinds();
     // The refused core closes the library (as the headers do); the extension loads it again.
     assert_eq!(
         header,

@@ -77,57 +77,48 @@ pub fn artifacts() -> &'static Artifacts {
 /// Compiles `harness/workloads/c/<name>.c` (with `-g -O0`, linked with `-lcuda` against the
 /// simulated driver) and returns the program's path. Compiles once per test process.
 pub fn c_program(name: &str) -> PathBuf {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
-    let built = BUILT.get_or_init(Default::default);
-    let mut built = built.lock().unwrap();
-    if let Some(p) = built.get(name) {
-        return p.clone();
-    }
     let a = artifacts();
-    let src = a.root.join("harness/workloads/c").join(format!("{name}.c"));
-    let out = a.scratch.join(format!("c-{name}-{}", std::process::id()));
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-g", "-O0", "-fno-omit-frame-pointer", "-Wall", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .arg("-I")
-        .arg(a.root.join("harness/workloads/c"))
-        .arg("-L")
-        .arg(&a.sim_dir)
-        .args(["-lcuda", "-lpthread", "-ldl"])
-        .status()
-        .expect("running cc");
-    assert!(status.success(), "compiling {} failed", src.display());
-    built.insert(name.to_string(), out.clone());
-    out
+    compiled(name, format!("c-{name}"), |cc| {
+        cc.args(["-fno-omit-frame-pointer", "-I"])
+            .arg(a.root.join("harness/workloads/c"))
+            .arg("-L")
+            .arg(&a.sim_dir)
+            .args(["-lcuda", "-lpthread", "-ldl"]);
+    })
 }
 
 /// Compiles `harness/workloads/c/<name>.c` as a shared library (`-shared -fPIC`, linked with
 /// nothing but libc) and returns its path. Compiles once per test process.
 pub fn c_library(name: &str) -> PathBuf {
+    compiled(name, format!("lib{name}"), |cc| {
+        cc.args(["-shared", "-fPIC"]);
+    })
+}
+
+/// `harness/workloads/c/<name>.c` compiled with `-g -O0 -Wall` and the options `options` adds,
+/// into the scratch directory as `<stem>-<pid>` (`.so` for a library); once per test process and
+/// output.
+fn compiled(name: &str, stem: String, options: impl FnOnce(&mut Command)) -> PathBuf {
     use std::collections::HashMap;
     use std::sync::Mutex;
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let built = BUILT.get_or_init(Default::default);
     let mut built = built.lock().unwrap();
-    if let Some(p) = built.get(name) {
+    if let Some(p) = built.get(&stem) {
         return p.clone();
     }
     let a = artifacts();
     let src = a.root.join("harness/workloads/c").join(format!("{name}.c"));
+    let suffix = if stem.starts_with("lib") { ".so" } else { "" };
     let out = a
         .scratch
-        .join(format!("lib{name}-{}.so", std::process::id()));
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-g", "-O0", "-Wall", "-shared", "-fPIC", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("running cc");
+        .join(format!("{stem}-{}{suffix}", std::process::id()));
+    let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    cc.args(["-g", "-O0", "-Wall", "-o"]).arg(&out).arg(&src);
+    options(&mut cc);
+    let status = cc.status().expect("running cc");
     assert!(status.success(), "compiling {} failed", src.display());
-    built.insert(name.to_string(), out.clone());
+    built.insert(stem, out.clone());
     out
 }
 
