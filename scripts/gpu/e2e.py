@@ -10,6 +10,10 @@ Usage: python3 e2e.py resnet [steps]   -> one JSON line: {"ms_per_step": median,
        python3 e2e.py cudf_etl RESOURCE  -> {"ms_per_rep": median, "checksum": ...}: a 10M-row
          groupby, merge and sort
        python3 e2e.py all SHIM OUT.json -> runs every configuration side by side, prints a table
+       python3 e2e.py resnet-only / cudf-only SHIM OUT.json -> only those rows of `all`
+       python3 e2e.py cold SHIM OUT.json -> cudf_cold bare, on RMM's pool and under cuguard, each a
+         fresh process, rounds interleaved (E2E_ROUNDS, 3): from the spawn to the 100th iteration,
+         the whole process, and cuguard's bill
 
 `all` runs each configuration as its own process (the environment decides the allocator), in
 interleaved rounds, and checks that the losses are identical with the pool on and off.
@@ -75,7 +79,11 @@ def rmm_loop(resource, n=20000):
 def _rmm_resource(resource):
     import rmm
 
-    if resource == "pool":
+    if resource == "ctx":
+        # RMM's default resource, with the CUDA context made in the set-up (one cudaMalloc), as
+        # the pool resource's first 1 GiB makes it: the loop then starts on a context that exists.
+        rmm.DeviceBuffer(size=1)
+    elif resource == "pool":
         rmm.mr.set_current_device_resource(
             rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=1 << 30)
         )
@@ -123,7 +131,11 @@ def cudf_cold(resource, n=100):
         df = cudf.DataFrame({"a": range(1_000_000)})
         checksum += int(df["a"].sum())
         each.append((time.perf_counter() - t) * 1e3)
+    # From the parent's spawn (`cold`) to the end of the last iteration: the goal's measure.
+    spawned = os.environ.get("E2E_SPAWNED_AT")
     return {
+        "spawn_to_last_ms": round((time.time() - float(spawned)) * 1e3, 1) if spawned else None,
+        "each_ms": [round(x, 3) for x in each],
         "since_process_start_ms": round(started_ms, 1),
         "import_ms": round(import_ms, 1),
         "first_iter_ms": round(each[0], 3),
@@ -201,10 +213,11 @@ def all_configs(shim, out_path, only=None, rounds=2):
         "RMM PoolMemoryResource, bare": (["rmm", "pool"], {}),
         "RMM CudaAsyncMemoryResource, bare": (["rmm", "async"], {}),
     }
+    # What a PyTorch user gets: the cache on, cuguard's defaults.
+    resnet_cfgs["torch caching allocator, cuguard stacks on"] = {**det, **quiet, "LD_PRELOAD": shim}
     base_shim = os.path.join(os.path.dirname(shim), "baseline", "libcuguard.so")
     if os.path.exists(base_shim):
         # Another build (say the one before a change) beside this one, each in its own process.
-        resnet_cfgs["torch caching allocator, cuguard stacks on"] = {**det, **quiet, "LD_PRELOAD": shim}
         resnet_cfgs["torch caching allocator, baseline cuguard stacks on"] = {**det, **quiet, "LD_PRELOAD": base_shim}
         resnet_cfgs["torch caching allocator, cuguard stacks on, fence rule alone"] = {
             **det, **quiet, "LD_PRELOAD": shim, "CUGUARD_POOL_STREAM_REUSE": "0"}
@@ -226,6 +239,8 @@ def all_configs(shim, out_path, only=None, rounds=2):
     rmm_cfgs.update(cudf_cfgs)
     if only == "resnet":
         rmm_cfgs = {}
+    elif only == "cudf":
+        resnet_cfgs, rmm_cfgs = {}, cudf_cfgs
     results = {k: [] for k in list(resnet_cfgs) + list(rmm_cfgs)}
     losses = {}
     checksums = {}
@@ -316,6 +331,83 @@ def all_configs(shim, out_path, only=None, rounds=2):
                "checksums": {k: sorted(v) for k, v in checksums.items()}}, open(out_path, "w"))
 
 
+def cold_configs(shim, out_path, rounds=3):
+    """The seed's loop from a cold start (issue 23, item 2), each configuration a fresh process,
+    rounds interleaved: from the spawn to the end of the 100th iteration (the goal), the whole
+    process (its exit and report included), and cuguard's bill from each report."""
+    gpu = os.path.dirname(shim)
+    cmd = [sys.executable, __file__, "cudf_cold"]
+    quiet = {"CUGUARD_QUIET": "1", "CUGUARD_REPORT": "x"}
+    cfgs = {
+        "RMM default (cudaMalloc), bare": (cmd + ["default"], {}),
+        "RMM pool resource (1 GiB up front), bare": (cmd + ["pool"], {}),
+        "cuguard run (pool, stacks on: the defaults)": (
+            [os.path.join(gpu, "cuguard"), "run", "--report", "x", "--"] + cmd + ["default"], {}),
+        "cuguard by LD_PRELOAD (the defaults)": (cmd + ["default"], {**quiet, "LD_PRELOAD": shim}),
+        "cuguard by LD_PRELOAD, stacks off": (cmd + ["default"], {**quiet, "LD_PRELOAD": shim, "CUGUARD_STACK_DEPTH": "0"}),
+        "cuguard by LD_PRELOAD, pool off": (cmd + ["default"], {**quiet, "LD_PRELOAD": shim, "CUGUARD_POOL": "0"}),
+        # The context made before the loop, as RMM's pool resource makes it: where its 300 ms go.
+        "RMM default, context made in the set-up, bare": (cmd + ["ctx"], {}),
+        "cuguard run, context made in the set-up": (
+            [os.path.join(gpu, "cuguard"), "run", "--report", "x", "--"] + cmd + ["ctx"], {}),
+    }
+    base_shim = os.path.join(gpu, "baseline", "libcuguard.so")
+    if os.path.exists(base_shim):
+        cfgs["baseline cuguard by LD_PRELOAD (the defaults)"] = (cmd + ["default"], {**quiet, "LD_PRELOAD": base_shim})
+    os.makedirs(REPORTS, exist_ok=True)
+    rows = {k: [] for k in cfgs}
+    for rnd in range(rounds):
+        for name, (args, env) in cfgs.items():
+            e = dict(os.environ)
+            e.pop("LD_PRELOAD", None)
+            e.update(env)
+            report = os.path.join(REPORTS, f"cold-{slug(name)}-{rnd}.json")
+            args = [report if a == "x" else a for a in args]
+            if "CUGUARD_REPORT" in e:
+                e["CUGUARD_REPORT"] = report
+            e["E2E_SPAWNED_AT"] = repr(time.time())
+            t = time.perf_counter()
+            out = subprocess.run(args, env=e, capture_output=True, text=True, timeout=600)
+            whole = (time.perf_counter() - t) * 1e3
+            r = next((json.loads(l) for l in reversed(out.stdout.splitlines()) if l.startswith("{")), None)
+            if r is None:
+                sys.stderr.write(f"{name}: exit {out.returncode}\n{out.stderr[-3000:]}\n")
+                continue
+            r["whole_ms"] = round(whole, 1)
+            try:
+                r["cost"] = json.load(open(report)).get("cost")
+            except Exception:
+                r["cost"] = None
+            rows[name].append(r)
+    med = lambda xs: statistics.median(xs) if xs else float("nan")
+    bare = {r["checksum"] for r in rows["RMM default (cudaMalloc), bare"]}
+    print("| configuration | spawn to the 100th iteration's end, ms (median; each round) | whole process, ms | import, ms | first iteration, ms | iterations 2-100, ms each | checksums |")
+    print("|---|---|---|---|---|---|---|")
+    for name, rs in rows.items():
+        if not rs:
+            print(f"| {name} | failed | | | | | |")
+            continue
+        goal = [r["spawn_to_last_ms"] for r in rs]
+        sums = {r["checksum"] for r in rs}
+        print(f"| {name} | {med(goal):.0f} ({', '.join(f'{g:.0f}' for g in goal)}) | {med([r['whole_ms'] for r in rs]):.0f} "
+              f"| {med([r['import_ms'] for r in rs]):.0f} | {med([r['first_iter_ms'] for r in rs]):.1f} "
+              f"| {med([r['after_first_ms_per_iter'] for r in rs]):.3f} | {'= bare' if sums == bare else sorted(sums)} |")
+    print()
+    print("| configuration (cuguard's bill, median over rounds) | hooks, ms | of which stacks | Python frames | once, ms | frames unwound | rules evaluated (ms) | pool chunks (MiB, ms) | report writing, ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, rs in rows.items():
+        cs = [r["cost"] for r in rs if r.get("cost")]
+        if not cs:
+            continue
+        g = lambda f: med([f(c) for c in cs])
+        uw = lambda k: g(lambda c: (c.get("unwind") or {}).get(k, 0))
+        pg = lambda k: g(lambda c: (c.get("pool_growth") or {}).get(k, 0))
+        print(f"| {name} | {g(lambda c: c['hooks']['ns']) / 1e6:.1f} | {g(lambda c: c['stacks']['ns']) / 1e6:.1f} | {g(lambda c: c['python']['ns']) / 1e6:.1f} "
+              f"| {g(lambda c: (c.get('one_time') or {}).get('ns', 0)) / 1e6:.1f} | {uw('frames'):.0f} | {uw('evaluated'):.0f} ({uw('evaluated_ns') / 1e6:.1f}) "
+              f"| {pg('chunks'):.0f} ({pg('bytes') / 1048576:.0f} MiB, {pg('ns') / 1e6:.1f}) | {g(lambda c: c['reports']['ns']) / 1e6:.1f} |")
+    json.dump(rows, open(out_path, "w"))
+
+
 def main():
     what = sys.argv[1]
     if what == "resnet":
@@ -330,6 +422,10 @@ def main():
         print(json.dumps(cudf_etl(sys.argv[2])))
     elif what == "all":
         all_configs(sys.argv[2], sys.argv[3], rounds=int(os.environ.get("E2E_ROUNDS", "2")))
+    elif what == "cold":
+        cold_configs(sys.argv[2], sys.argv[3], rounds=int(os.environ.get("E2E_ROUNDS", "3")))
+    elif what == "cudf-only":
+        all_configs(sys.argv[2], sys.argv[3], only="cudf", rounds=int(os.environ.get("E2E_ROUNDS", "1")))
     elif what == "resnet-only":
         all_configs(sys.argv[2], sys.argv[3], only="resnet", rounds=int(os.environ.get("E2E_ROUNDS", "1")))
 

@@ -19,12 +19,12 @@ pub mod fold;
 mod read;
 
 pub use cuguard_report::{
-    Addr, Config, Context, Cost, CostReports, CostTiming, Device, DeviceStats, Doors, Driver,
-    Event, EventKind, Explained, Frame, HeldClass, Leak, LeakState, Memory, MixedRef, Module,
-    OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, PoolStats, Process, PyAllocation,
-    PyBlock, PyCache, PyEnd, PyFrame, PyHolder, PyView, Python, Reason, Reconciliation, Report,
-    SCHEMA_NAME, SCHEMA_VERSION, Sample, Signal, Stack, StackBytes, StackSamples, StackSeries,
-    StackSite, Stats, Timeline, Tool,
+    Addr, Config, Context, Cost, CostGrowth, CostReports, CostTiming, CostUnwind, Device,
+    DeviceStats, Doors, Driver, Event, EventKind, Explained, Frame, HeldClass, Leak, LeakState,
+    Memory, MixedRef, Module, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, PoolStats,
+    Process, PyAllocation, PyBlock, PyCache, PyEnd, PyFrame, PyHolder, PyView, Python, Reason,
+    Reconciliation, Report, SCHEMA_NAME, SCHEMA_VERSION, Sample, Signal, Stack, StackBytes,
+    StackSamples, StackSeries, StackSite, Stats, Timeline, Tool,
 };
 pub use fold::{LeakFold, LeakGroup};
 pub use read::{DEFAULT_MAX_REPORT_BYTES, Document, ReadError, Reports};

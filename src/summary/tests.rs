@@ -655,6 +655,15 @@ fn the_cost_line_adds_up_and_says_one_time_costs_apart() {
         python: timing(5_000, 310_000, 8, 10_000),
         captures: Some(timing(3, 200_000, 3, 200_000)),
         one_time: Some(timing(2, 3_100_000, 0, 0)),
+        unwind: Some(crate::report::CostUnwind {
+            evaluated: 110,
+            ..Default::default()
+        }),
+        pool_growth: Some(crate::report::CostGrowth {
+            chunks: 3,
+            bytes: 36 << 20,
+            ns: 600_000,
+        }),
         ..Default::default()
     };
     c.reports.written = 1;
@@ -664,8 +673,9 @@ fn the_cost_line_adds_up_and_says_one_time_costs_apart() {
         super::cost_line(&c),
         "cuguard's cost: 1.6 ms in hooks over 10,008 allocations (0.12 µs each after each \
          thread's first 8, of which stacks 0.09 µs, Python frames 0.03 µs; the first 8 of each \
-         thread 400.0 µs in all), 3.1 ms once (module tables, thread set-up, arming), 200.0 µs for 3 \
-         other stacks, 15.0 ms writing 1 report, 3.4 MiB of its own memory"
+         thread 400.0 µs in all), 3.1 ms once (module tables, 110 unwind rules, thread set-up, \
+         arming), 3 pool chunks (36.0 MiB) from the driver in 600.0 µs, 200.0 µs for 3 other \
+         stacks, 15.0 ms writing 1 report, 3.4 MiB of its own memory"
     );
     // All of them among the first: the parts per allocation over every call.
     c.hooks = timing(4, 80_000, 4, 80_000);

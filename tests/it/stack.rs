@@ -247,3 +247,58 @@ fn a_library_loaded_after_cuda_started_unwinds_through_all_its_frames() {
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(text.contains(&expected.join(" ← ")), "{text}");
 }
+
+/// The unwinder evaluates a return address's rule once in the process: a library loaded later
+/// keeps the rules known before it (the caches are emptied only when a module may have been
+/// unloaded), and a thread finds the rules another thread evaluated in the process-wide table.
+/// Counted by each phase's snapshot (`cost.unwind`, exact); see `stack_rules.c`.
+#[test]
+fn rules_are_evaluated_once_across_a_late_library_and_threads() {
+    let program = c_program("stack_rules");
+    let dir = scratch_dir("stack_rules");
+    let lib = late_library(&dir);
+    let mut cmd = shim_command(&program, &dir.join("report.json"));
+    cmd.arg(&lib).arg(&dir);
+    let out = run(&mut cmd, true);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    let unwind: Vec<Value> = (1..=5)
+        .map(|phase| {
+            let r = read_report(&dir.join(format!("{phase}.json")));
+            r["cost"]["unwind"].clone()
+        })
+        .collect();
+    let at = |phase: usize, k: &str| unwind[phase - 1][k].as_u64().unwrap();
+    assert!(at(1, "evaluated") > 0, "{unwind:?}");
+    assert!(
+        at(2, "evaluated") > at(1, "evaluated"),
+        "the late library's frames are new: {unwind:?}"
+    );
+    assert_eq!(
+        at(3, "evaluated"),
+        at(2, "evaluated"),
+        "the module list read again for the late library keeps the rules known before: {unwind:?}"
+    );
+    assert!(at(3, "by_position") > at(2, "by_position"), "{unwind:?}");
+    assert!(
+        at(4, "evaluated") > at(3, "evaluated"),
+        "thread A's start routine is new: {unwind:?}"
+    );
+    assert!(
+        at(4, "shared") > at(3, "shared"),
+        "thread A finds the main thread's rules of site()'s chain: {unwind:?}"
+    );
+    assert_eq!(
+        at(5, "evaluated"),
+        at(4, "evaluated"),
+        "thread B evaluates nothing thread A did not: {unwind:?}"
+    );
+    assert!(at(5, "shared") > at(4, "shared"), "{unwind:?}");
+    for phase in 1..=5 {
+        let u = &unwind[phase - 1];
+        let sum: u64 = ["by_position", "cached", "shared", "evaluated"]
+            .iter()
+            .map(|k| u[*k].as_u64().unwrap())
+            .sum();
+        assert!(sum <= at(phase, "frames"), "{u}");
+    }
+}

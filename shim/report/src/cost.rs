@@ -41,11 +41,21 @@ pub struct Cost {
     pub captures: Option<CostTiming>,
     /// Work done once, every occurrence timed whole and taken out of the other figures: the
     /// module tables read for unwinding (at the first capture, and again when libraries are
-    /// loaded), each thread's unwinder set-up, the Python interpreter's lookup, arming the
+    /// loaded), each return address's unwind rule evaluated (once per address), each thread's
+    /// unwinder set-up, the Python interpreter's lookup, arming the
     /// process (exit handlers, the cuguard thread, the emergency report). `calls`: how many
     /// times. Absent in older reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub one_time: Option<CostTiming>,
+    /// How the native captures unwound (exact counts): frames stepped, and where each frame's
+    /// rule came from. Absent in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unwind: Option<CostUnwind>,
+    /// The chunks the pool took from the driver and the driver's time for them: the pool's
+    /// own driver calls, not in `hooks` (a program without the pool makes its own instead).
+    /// Absent in older reports, and 0s when the pool is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_growth: Option<CostGrowth>,
     /// Report writing, every report timed: the earlier reports of the process, and this one
     /// up to the moment its `cost` was taken (its serialization and file not included).
     pub reports: CostReports,
@@ -75,6 +85,56 @@ pub struct CostTiming {
     /// Their nanoseconds (measured, part of `ns`).
     #[serde(default)]
     pub first_ns: u64,
+}
+
+/// `cost.unwind`: how the native captures unwound, counted exactly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CostUnwind {
+    /// Frames stepped, the shim's own innermost ones included.
+    pub frames: u64,
+    /// Of them, those whose rule was the thread's last capture's at the same position.
+    pub by_position: u64,
+    /// Those whose rule was in the thread's rule cache.
+    pub cached: u64,
+    /// Those whose rule was in the process-wide table (evaluated by another thread, or evicted
+    /// from this one's cache). 0 in reports before it.
+    #[serde(default)]
+    pub shared: u64,
+    /// Those whose rule was evaluated from the module's DWARF CFI, once per address (the rest:
+    /// frames outside every module, guessed with frame pointers).
+    pub evaluated: u64,
+    /// Nanoseconds those evaluations took (each timed; work done once, in `one_time`).
+    pub evaluated_ns: u64,
+}
+
+/// `cost.pool_growth`: the chunks the pool took from the driver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CostGrowth {
+    /// Chunks (`cuMemAlloc` calls that succeeded).
+    pub chunks: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Nanoseconds the driver took for them.
+    pub ns: u64,
+}
+
+impl CostUnwind {
+    fn add(&mut self, o: &CostUnwind) {
+        self.frames = self.frames.saturating_add(o.frames);
+        self.by_position = self.by_position.saturating_add(o.by_position);
+        self.cached = self.cached.saturating_add(o.cached);
+        self.shared = self.shared.saturating_add(o.shared);
+        self.evaluated = self.evaluated.saturating_add(o.evaluated);
+        self.evaluated_ns = self.evaluated_ns.saturating_add(o.evaluated_ns);
+    }
+}
+
+impl CostGrowth {
+    fn add(&mut self, o: &CostGrowth) {
+        self.chunks = self.chunks.saturating_add(o.chunks);
+        self.bytes = self.bytes.saturating_add(o.bytes);
+        self.ns = self.ns.saturating_add(o.ns);
+    }
 }
 
 /// `cost.reports`: report writing.
@@ -129,6 +189,14 @@ impl Cost {
         self.python.add(&other.python);
         add_optional(&mut self.captures, other.captures.as_ref());
         add_optional(&mut self.one_time, other.one_time.as_ref());
+        if let Some(o) = &other.unwind {
+            self.unwind.get_or_insert_with(CostUnwind::default).add(o);
+        }
+        if let Some(o) = &other.pool_growth {
+            self.pool_growth
+                .get_or_insert_with(CostGrowth::default)
+                .add(o);
+        }
         self.reports.written = self.reports.written.saturating_add(other.reports.written);
         self.reports.ns = self.reports.ns.saturating_add(other.reports.ns);
         self.heap_bytes = self.heap_bytes.saturating_add(other.heap_bytes);
@@ -178,6 +246,15 @@ mod tests {
                 ns: 3000,
                 ..CostTiming::default()
             }),
+            unwind: Some(CostUnwind {
+                frames: 40,
+                by_position: 30,
+                cached: 6,
+                shared: 1,
+                evaluated: 2,
+                evaluated_ns: 1200,
+            }),
+            pool_growth: None,
             reports: CostReports {
                 written: 1,
                 ns: 5_000_000,
@@ -193,6 +270,11 @@ mod tests {
             ns: 80,
             ..CostTiming::default()
         };
+        b.pool_growth = Some(CostGrowth {
+            chunks: 2,
+            bytes: 40 << 20,
+            ns: 900_000,
+        });
         b.captures = Some(CostTiming {
             calls: 2,
             ns: 50,
@@ -216,6 +298,11 @@ mod tests {
         assert_eq!(s.captures.map(|c| c.calls), Some(2));
         assert_eq!(s.one_time.map(|c| c.ns), Some(6000));
         assert_eq!(s.python.calls, 4);
+        assert_eq!(
+            s.unwind.map(|u| (u.frames, u.evaluated_ns)),
+            Some((80, 2400))
+        );
+        assert_eq!(s.pool_growth.map(|g| g.chunks), Some(2));
         assert_eq!(
             s.reports,
             CostReports {

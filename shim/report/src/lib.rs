@@ -106,7 +106,7 @@ pub use attribution::{
     StackSamples, StackSeries,
 };
 pub use config::Config;
-pub use cost::{Cost, CostReports, CostTiming};
+pub use cost::{Cost, CostGrowth, CostReports, CostTiming, CostUnwind};
 pub use enums::{EventKind, HeldClass, LeakState, Memory, Reason, site_list};
 pub use model::{
     Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, MixedRef, Module, PoolStats,

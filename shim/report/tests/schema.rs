@@ -11,9 +11,10 @@ use cuguard_report::merged::{Merged, MergedWriter};
 use cuguard_report::signal::SignalTemplate;
 use cuguard_report::wire::{UNKNOWN_DEVICE, UNKNOWN_VERSION};
 use cuguard_report::{
-    Addr, Config, Context, Cost, CostReports, CostTiming, Device, DeviceStats, Doors, Driver,
-    Event, EventKind, Frame, Leak, LeakState, Memory, Module, PoolStats, Process, PyFrame, Reason,
-    Report, Sample, Signal, Stack, StackSite, Timeline, site_list,
+    Addr, Config, Context, Cost, CostGrowth, CostReports, CostTiming, CostUnwind, Device,
+    DeviceStats, Doors, Driver, Event, EventKind, Frame, Leak, LeakState, Memory, Module,
+    PoolStats, Process, PyFrame, Reason, Report, Sample, Signal, Stack, StackSite, Timeline,
+    site_list,
 };
 use cuguard_report::{
     Explained, MixedRef, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, Reconciliation,
@@ -381,6 +382,19 @@ fn full_report(reason: Reason) -> Report {
             ns: 900_000,
             first_calls: 0,
             first_ns: 0,
+        }),
+        unwind: Some(CostUnwind {
+            frames: 400,
+            by_position: 300,
+            cached: 80,
+            shared: 5,
+            evaluated: 5,
+            evaluated_ns: 9_000,
+        }),
+        pool_growth: Some(CostGrowth {
+            chunks: 2,
+            bytes: 40 << 20,
+            ns: 800_000,
         }),
         reports: CostReports {
             written: 2,

@@ -41,11 +41,15 @@ impl Device for DriverContext {
             return Err(DeviceError::Unavailable);
         };
         let mut base: CUdeviceptr = 0;
+        let start = crate::process::clock::monotonic_ns();
         // SAFETY: valid out-parameter; the pool's context is current.
         let r = unsafe { alloc(&mut base, bytes as usize) };
         if r != CUDA_SUCCESS {
             return Err(DeviceError::Refused(r));
         }
+        // The driver's time for the chunk, in the bill's `pool_growth` (not in the hooks').
+        let ns = crate::process::clock::monotonic_ns().saturating_sub(start);
+        crate::process::cost::tally(crate::process::cost::Tally::Chunks, &[1, bytes, ns]);
         Ok(base)
     }
 

@@ -228,16 +228,45 @@ fn estimates(raw: &[Raw; METRICS]) -> [Totals; METRICS] {
     out
 }
 
+/// Exact counts kept beside the timed bill (nothing sampled): how captures unwound, and what
+/// the pool asked the driver for. The report's `cost.unwind` and `cost.pool_growth`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tally {
+    /// Frames stepped by the unwinder (the shim's own included).
+    Frames = 0,
+    /// Of them, rules taken from the thread's last capture at the same position.
+    ByPosition = 1,
+    /// Rules found in the thread's rule cache.
+    Cached = 2,
+    /// Rules found in the process-wide table (another thread's, or one evicted here).
+    Shared = 3,
+    /// Rules evaluated from the module's CFI (a miss of all three).
+    Evaluated = 4,
+    /// Nanoseconds those evaluations took (each timed; in [`Metric::OneTime`]).
+    EvaluatedNs = 5,
+    /// Chunks the pool took from the driver (`cuMemAlloc`).
+    Chunks = 6,
+    /// Their bytes.
+    ChunkBytes = 7,
+    /// Nanoseconds the driver took to give them.
+    ChunkNs = 8,
+}
+
+/// How many [`Tally`] counters there are.
+pub const TALLIES: usize = 9;
+
 /// One thread's counters (or, for [`SHARED`], several threads').
 #[repr(align(64))]
 struct Slot {
     metrics: [Counts; METRICS],
+    tallies: [AtomicU64; TALLIES],
 }
 
 impl Slot {
     const fn new() -> Slot {
         Slot {
             metrics: [const { Counts::new() }; METRICS],
+            tallies: [const { AtomicU64::new(0) }; TALLIES],
         }
     }
 
@@ -254,6 +283,8 @@ static SHARED: Slot = Slot::new();
 static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
 /// Estimates of exited threads, per metric: calls, timed, dropped, ns, first calls, first ns.
 static RETIRED: [[AtomicU64; 6]; METRICS] = [const { [const { AtomicU64::new(0) }; 6] }; METRICS];
+/// Tallies of exited threads.
+static RETIRED_TALLIES: [AtomicU64; TALLIES] = [const { AtomicU64::new(0) }; TALLIES];
 /// Slots of exited threads, free for new threads: one bit each (lock-free, so a fork cannot
 /// leave it held).
 static FREE: [AtomicU64; SLOTS / 64] = [const { AtomicU64::new(0) }; SLOTS / 64];
@@ -302,6 +333,9 @@ impl Drop for Release {
         }
         for c in &slot.metrics {
             c.clear();
+        }
+        for (total, c) in RETIRED_TALLIES.iter().zip(&slot.tallies) {
+            total.fetch_add(c.swap(0, Relaxed), Relaxed);
         }
         FREE[i as usize / 64].fetch_or(1 << (i % 64), Relaxed);
     }
@@ -478,6 +512,12 @@ pub fn part(metric: Metric) -> Span {
 /// taken out of the spans it falls in ([`Metric::OneTime`]).
 #[inline(never)]
 pub fn one_time<T>(f: impl FnOnce() -> T) -> T {
+    one_time_timed(f).0
+}
+
+/// [`one_time`], returning the nanoseconds it counted too.
+#[inline(never)]
+pub fn one_time_timed<T>(f: impl FnOnce() -> T) -> (T, u64) {
     let (start, before) = (now(), one_time_so_far());
     let r = f();
     // What nested one-time work took is already counted.
@@ -489,7 +529,7 @@ pub fn one_time<T>(f: impl FnOnce() -> T) -> T {
     let c = &slot.metrics[Metric::OneTime as usize];
     add(&c.calls, 1, own);
     add(&c.timed_ns, ns, own);
-    r
+    (r, ns)
 }
 
 impl Span {
@@ -680,6 +720,30 @@ pub fn totals(metric: Metric) -> Totals {
     all_totals()[metric as usize]
 }
 
+/// Adds `values` to this thread's tallies, from `first` on (one thread-local lookup for
+/// several counters).
+#[inline]
+pub fn tally(first: Tally, values: &[u64]) {
+    let (slot, own) = slot_of(my_slot());
+    for (c, &v) in slot.tallies[first as usize..].iter().zip(values) {
+        if v != 0 {
+            add(c, v, own);
+        }
+    }
+}
+
+/// Every tally over every thread, running and exited, by [`Tally`] index.
+pub fn all_tallies() -> [u64; TALLIES] {
+    let mut sum = RETIRED_TALLIES.each_ref().map(|c| c.load(Relaxed));
+    let used = (NEXT_SLOT.load(Relaxed) as usize).min(SLOTS);
+    for slot in SLOT_TABLE[..used].iter().chain([&SHARED]) {
+        for (total, c) in sum.iter_mut().zip(&slot.tallies) {
+            *total = total.saturating_add(c.load(Relaxed));
+        }
+    }
+    sum
+}
+
 static REPORTS: AtomicU64 = AtomicU64::new(0);
 static REPORT_NS: AtomicU64 = AtomicU64::new(0);
 
@@ -705,6 +769,14 @@ pub fn reset_after_fork() {
         for c in m {
             c.store(0, Relaxed);
         }
+    }
+    for c in SLOT_TABLE
+        .iter()
+        .chain([&SHARED])
+        .flat_map(|s| &s.tallies)
+        .chain(&RETIRED_TALLIES)
+    {
+        c.store(0, Relaxed);
     }
     REPORTS.store(0, Relaxed);
     REPORT_NS.store(0, Relaxed);

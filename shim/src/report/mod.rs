@@ -213,9 +213,14 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
 
 /// The report for `occasion` as it stands now, without writing it anywhere (the in-process
 /// API's snapshot); the caller is inside the shim and holds the writer's turn, as
-/// [`write`]'s does. It counts as one of the process's reports (`report_number`).
+/// [`write`]'s does. It counts as one of the process's reports (`report_number`), and its
+/// building as one report written in the bill, which it carries as a written report does.
 pub fn build(t: &Tracker, occasion: &Occasion) -> format::Report {
-    gather(t, occasion).0
+    let started = clock::monotonic_ns();
+    let heap = crate::process::cost::heap_bytes();
+    let mut report = gather(t, occasion).0;
+    report.cost = Some(bill(started, heap));
+    report
 }
 
 /// Everything the report holds for `occasion`, gathered in the order it is written (the end
@@ -525,6 +530,8 @@ fn bill(started: u64, heap: u64) -> format::Cost {
         }
     };
     let (written, ns) = cost::reports();
+    let t = cost::all_tallies();
+    let at = |k: cost::Tally| t[k as usize];
     format::Cost {
         sample_every: cost::sample_every(),
         first_timed: cost::FIRST_TIMED,
@@ -533,6 +540,19 @@ fn bill(started: u64, heap: u64) -> format::Cost {
         python: timing(Metric::Python),
         captures: Some(timing(Metric::Captures)),
         one_time: Some(timing(Metric::OneTime)),
+        unwind: Some(format::CostUnwind {
+            frames: at(cost::Tally::Frames),
+            by_position: at(cost::Tally::ByPosition),
+            cached: at(cost::Tally::Cached),
+            shared: at(cost::Tally::Shared),
+            evaluated: at(cost::Tally::Evaluated),
+            evaluated_ns: at(cost::Tally::EvaluatedNs),
+        }),
+        pool_growth: Some(format::CostGrowth {
+            chunks: at(cost::Tally::Chunks),
+            bytes: at(cost::Tally::ChunkBytes),
+            ns: at(cost::Tally::ChunkNs),
+        }),
         reports: format::CostReports { written, ns },
         heap_bytes: heap,
     }

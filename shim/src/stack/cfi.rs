@@ -10,6 +10,8 @@
 //! stack there. Code outside every known module (JIT code) gets the frame-pointer rule, with
 //! every stack read checked, so a wrong guess truncates the stack but cannot fault.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, RegisterRule, UnwindContext,
     UnwindSection, X86_64,
@@ -140,14 +142,73 @@ pub(crate) fn rule_for(m: &ModUnwind, svma: u64, ctx: &mut UnwindContext<usize>)
     }
 }
 
+/// Buckets of the process-wide rule table ([`shared_get`]), two entries each (256 KiB of
+/// zero-initialised static memory: only the pages touched are ever mapped).
+const SHARED_BUCKETS: usize = 8192;
+
+/// The process-wide rule table, behind every thread's own cache: a rule one thread evaluated
+/// serves every other (PyTorch's autograd threads, Dask's workers, a new thread) without a CFI
+/// evaluation, which costs microseconds when a module's tables are read for the first time.
+/// Each entry is two words, `(key, rule)`, with `key = ip ^ mix(rule ^ epoch)`: lock-free
+/// (Hyatt's check, as chess engines share their tables), so a reader that races a writer and
+/// reads one word of each entry finds a key that does not match (`mix` is a bijection: a false
+/// match needs a 64-bit collision) and treats it as a miss. The epoch (the snapshot's
+/// generation) is in the key: entries of an older module list never match.
+static SHARED: [[AtomicU64; 4]; SHARED_BUCKETS] =
+    [const { [const { AtomicU64::new(0) }; 4] }; SHARED_BUCKETS];
+
+/// A bijective 64-bit mixer (splitmix64's finaliser).
+#[inline(always)]
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[inline(always)]
+fn bucket(ip: u64) -> &'static [AtomicU64; 4] {
+    &SHARED[(mix(ip) as usize) % SHARED_BUCKETS]
+}
+
+/// The rule at `ip` another thread (or this one) evaluated under module list `epoch`, if the
+/// process-wide table still holds it.
+#[inline]
+pub(crate) fn shared_get(ip: u64, epoch: u64) -> Option<Rule> {
+    let b = bucket(ip);
+    for e in [0, 2] {
+        let key = b[e].load(Ordering::Relaxed);
+        let rule = b[e + 1].load(Ordering::Relaxed);
+        if rule != 0 && key == ip ^ mix(rule ^ epoch) {
+            return Some(Rule(rule));
+        }
+    }
+    None
+}
+
+/// Shares the rule at `ip` evaluated under module list `epoch` with every thread.
+pub(crate) fn shared_put(ip: u64, epoch: u64, rule: Rule) {
+    let b = bucket(ip);
+    // An empty entry if there is one, else the one this ip picks (an older rule is replaced).
+    let e = if b[1].load(Ordering::Relaxed) == 0 {
+        0
+    } else if b[3].load(Ordering::Relaxed) == 0 {
+        2
+    } else {
+        ((ip >> 4) & 1) as usize * 2
+    };
+    b[e + 1].store(rule.0, Ordering::Relaxed);
+    b[e].store(ip ^ mix(rule.0 ^ epoch), Ordering::Relaxed);
+}
+
 const SETS: usize = 2048;
 const WAYS: usize = 4;
 
 /// A per-thread cache of rules by address: 4-way set associative, 2048 sets (128 KiB), so the
 /// thousands of return addresses a framework allocates from (PyTorch's dispatch paths) stay
 /// resident together (framehop's direct-mapped 509-slot cache, tried first, lost several
-/// entries of every 40-frame stack to collisions). Each miss costs a CFI evaluation (about
-/// half a microsecond).
+/// entries of every 40-frame stack to collisions). A miss looks in the process-wide table
+/// ([`shared_get`]), and only then costs a CFI evaluation (about half a microsecond warm, tens
+/// of microseconds when the module's tables are first read from disk).
 #[repr(C, align(64))]
 pub(crate) struct RuleCache {
     sets: [[(u64, Rule); WAYS]; SETS],
@@ -259,5 +320,38 @@ mod tests {
         }
         c.check_generation(2);
         assert_eq!(c.get(addrs[0]), None, "a new generation empties the cache");
+    }
+
+    #[test]
+    fn the_shared_table_answers_only_its_own_epoch_and_never_a_torn_entry() {
+        let r = Rule::new(KIND_SP, 40, Some(-16));
+        let ip = 0x7f12_3456_7890;
+        assert_eq!(shared_get(ip, 7), None);
+        shared_put(ip, 7, r);
+        assert_eq!(shared_get(ip, 7), Some(r));
+        assert_eq!(shared_get(ip, 8), None, "another module list's rule");
+        assert_eq!(shared_get(ip + 1, 7), None);
+        // A reader that sees the key of one entry and the rule of another gets no match.
+        let b = bucket(ip);
+        let e = if b[0].load(Ordering::Relaxed) == ip ^ mix(r.0 ^ 7) {
+            0
+        } else {
+            2
+        };
+        b[e + 1].store(Rule::END.0, Ordering::Relaxed);
+        assert_eq!(shared_get(ip, 7), None);
+        // Two rules in one (empty) bucket are both kept.
+        let ip2 = 0x7f00_0000_1000;
+        let b2 = bucket(ip2);
+        let other = (1..)
+            .map(|k| ip2 + (k << 12))
+            .find(|&o| std::ptr::eq(bucket(o), b2))
+            .unwrap();
+        shared_put(ip2, 7, r);
+        shared_put(other, 7, Rule::END);
+        assert_eq!(
+            (shared_get(ip2, 7), shared_get(other, 7)),
+            (Some(r), Some(Rule::END))
+        );
     }
 }

@@ -39,7 +39,10 @@ pub(crate) struct Snapshot {
     /// The module holding the shim's own code: its frames are skipped.
     own: (u64, u64),
     counters: (u64, u64),
-    /// Distinguishes snapshots, so per-thread rule caches know when to empty themselves.
+    /// Distinguishes module lists under which a rule may differ, so the rule caches (each
+    /// thread's, and the process-wide table's entries) know when to empty themselves: it
+    /// changes only when a module may have been unloaded. Additions keep it (the modules known
+    /// before keep their rules; ips in no module are never cached).
     generation: u64,
 }
 
@@ -61,7 +64,10 @@ unsafe fn mapped(bias: u64, svma: (u64, u64)) -> &'static [u8] {
 }
 
 impl Snapshot {
-    fn build(counters: (u64, u64)) -> Snapshot {
+    /// The module list now. `generation` is that of `previous` when no module can have been
+    /// unloaded since (the loader's unload counter did not move and no dlclose was seen): every
+    /// rule of the modules it knew still holds, so the rule caches are kept.
+    fn build(counters: (u64, u64), previous: Option<&Snapshot>, stale: bool) -> Snapshot {
         let own_addr = super::capture as *const () as u64;
         let mut mods = Vec::with_capacity(64);
         let mut own = (0, 0);
@@ -86,11 +92,15 @@ impl Snapshot {
             });
         }
         mods.sort_unstable_by_key(|m| m.start);
+        let generation = match previous {
+            Some(p) if !stale && p.counters.1 == counters.1 => p.generation,
+            _ => GENERATION.fetch_add(1, Ordering::Relaxed),
+        };
         Snapshot {
             mods,
             own,
             counters,
-            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+            generation,
         }
     }
 
@@ -103,14 +113,6 @@ impl Snapshot {
     /// Whether `ip` lies in a module this snapshot knows.
     pub(crate) fn knows(&self, ip: u64) -> bool {
         self.module(ip).is_some()
-    }
-
-    /// The unwind rule at `ip` (slow path: a CFI lookup).
-    fn rule_for(&self, ip: u64, ctx: &mut UnwindContext<usize>) -> Rule {
-        match self.module(ip) {
-            Some(m) => super::cfi::rule_for(m, ip.wrapping_sub(m.bias), ctx),
-            None => Rule::FRAME_POINTER,
-        }
     }
 }
 
@@ -167,8 +169,11 @@ pub(crate) fn refresh(force: bool) -> bool {
     if !unchanged && SNAPSHOTS_BUILT.load(Ordering::Relaxed) < MAX_SNAPSHOTS {
         SNAPSHOTS_BUILT.fetch_add(1, Ordering::Relaxed);
         // Reading the module tables: work done once per module list, billed apart.
-        let snap =
-            crate::process::cost::one_time(|| Box::into_raw(Box::new(Snapshot::build(counters))));
+        // SAFETY: published snapshots are never freed.
+        let previous = (!current.is_null()).then(|| unsafe { &*current });
+        let snap = crate::process::cost::one_time(|| {
+            Box::into_raw(Box::new(Snapshot::build(counters, previous, stale)))
+        });
         // The old snapshot is leaked on purpose: other threads may be unwinding with it.
         SNAPSHOT.store(snap, Ordering::Release);
         published = true;
@@ -236,6 +241,10 @@ pub(crate) struct Cache {
     /// The generation `last` belongs to.
     last_generation: u64,
     ctx: Option<Box<UnwindContext<usize>>>,
+    /// Since the last [`Self::take_tally`]: frames stepped, rules by position, rules from the
+    /// thread's cache, from the process-wide table, rules evaluated and the nanoseconds that
+    /// took (the bill's `cost.unwind`).
+    tally: [u64; 6],
 }
 
 impl Cache {
@@ -245,7 +254,14 @@ impl Cache {
             last: [(0, Rule::END); LAST_FRAMES],
             last_generation: 0,
             ctx: None,
+            tally: [0; 6],
         }
+    }
+
+    /// The counts since the last call (see [`Cache::tally`]), cleared: for
+    /// `cost::tally(Tally::Frames, …)`.
+    pub(crate) fn take_tally(&mut self) -> [u64; 6] {
+        std::mem::take(&mut self.tally)
     }
 
     /// The rule at `ip`, the `n`th frame of this capture: the last capture's at the same
@@ -254,27 +270,56 @@ impl Cache {
     fn rule_at(&mut self, snap: &Snapshot, n: usize, ip: u64) -> Rule {
         if let Some(slot) = self.last.get(n).copied() {
             if slot.0 == ip {
+                self.tally[1] += 1;
                 return slot.1;
             }
-            let r = self.rule(snap, ip);
-            self.last[n] = (ip, r);
-            return r;
+            return match self.rule(snap, ip) {
+                Some(r) => {
+                    self.last[n] = (ip, r);
+                    r
+                }
+                None => Rule::FRAME_POINTER,
+            };
         }
-        self.rule(snap, ip)
+        self.rule(snap, ip).unwrap_or(Rule::FRAME_POINTER)
     }
 
-    /// The rule at `ip`: from the cache, else from the module's CFI (and then cached).
+    /// The rule at `ip`: from the thread's cache, else from the process-wide table, else from
+    /// the module's CFI (and then kept in both). `None` for an ip in no module the snapshot
+    /// knows: the caller guesses with frame pointers, and nothing is kept (a library loaded
+    /// there later has rules of its own, and the caches outlive additions to the module list).
     #[inline(always)]
-    fn rule(&mut self, snap: &Snapshot, ip: u64) -> Rule {
+    fn rule(&mut self, snap: &Snapshot, ip: u64) -> Option<Rule> {
         if let Some(r) = self.rules.get(ip) {
-            return r;
+            self.tally[2] += 1;
+            return Some(r);
         }
+        self.miss(snap, ip)
+    }
+
+    /// A miss of the thread's cache.
+    #[inline(never)]
+    fn miss(&mut self, snap: &Snapshot, ip: u64) -> Option<Rule> {
+        let m = snap.module(ip)?;
+        if let Some(r) = super::cfi::shared_get(ip, snap.generation) {
+            self.rules.put(ip, r);
+            self.tally[3] += 1;
+            return Some(r);
+        }
+        // Evaluated once per address in the process (the table shares it): work done once,
+        // billed apart, since the first read of a module's tables can fault their pages in
+        // from disk (tens of microseconds each on the H200's machine).
         let ctx = self
             .ctx
             .get_or_insert_with(|| Box::new(UnwindContext::new()));
-        let r = snap.rule_for(ip, ctx);
+        let (r, ns) = crate::process::cost::one_time_timed(|| {
+            super::cfi::rule_for(m, ip.wrapping_sub(m.bias), ctx)
+        });
+        super::cfi::shared_put(ip, snap.generation, r);
         self.rules.put(ip, r);
-        r
+        self.tally[4] += 1;
+        self.tally[5] += ns;
+        Some(r)
     }
 
     #[cfg(test)]
@@ -473,10 +518,11 @@ pub(crate) fn unwind(
                 }
             }
         }
+        cache.tally[0] += 1;
         let rule = if by_position {
             cache.rule_at(snap, step, ip)
         } else {
-            cache.rule(snap, ip)
+            cache.rule(snap, ip).unwrap_or(Rule::FRAME_POINTER)
         };
         let Some((ra, new_sp, new_bp)) = rule.step(sp, bp, &read) else {
             break;
