@@ -19,7 +19,8 @@ what=${*:-cold resnet bench capture cudf late}
 if [ -d /tmp/cudf ] && ls /tmp/cudf/libcudf.part.* >/dev/null 2>&1; then
   (cd /tmp/cudf && cat libcudf.part.* > libcudf_cu13-26.10.2-py3-none-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl && rm libcudf.part.*)
 fi
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl /tmp/cudf/*.whl > "$OUT/pip.log" 2>&1
+# Installed once per machine (a later call on the same warm machine finds it).
+[ -d /tmp/site/cudf ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl /tmp/cudf/*.whl > "$OUT/pip.log" 2>&1
 # numpy 2.5 there no longer has row_stack, which this cuDF still imports.
 printf 'import numpy\nif not hasattr(numpy, "row_stack"): numpy.row_stack = numpy.vstack\n' > /tmp/site/sitecustomize.py
 export PYTHONPATH=/tmp/site
