@@ -21,7 +21,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{
-    AtomicBool, AtomicU64,
+    AtomicBool, AtomicU32, AtomicU64,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::addr_hash::{AddrMap, AddrSet};
 use crate::device::{Device, DeviceError};
 use crate::fence::Fences;
-use crate::growth::{GrowthPolicy, Route};
+use crate::growth::{GrowthPolicy, Route, SizeRepeats};
 use crate::policy::{self, Refused, Request, Steps};
 use crate::tcache::{self, CachedBlock, LiveBlock, MAX_CACHED_BLOCK, Packed, Shared, ThreadCache};
 use crate::tlsf::{ChunkId, ChunkKind, FreeError, Freed, Grant, SubAllocator};
@@ -46,7 +46,8 @@ pub struct Settings {
     /// Most bytes the pool may reserve on its device (`CUGUARD_POOL_LIMIT`).
     pub limit: Option<u64>,
     /// Idle bytes kept before chunks go back to the device (`CUGUARD_POOL_KEEP`), shared evenly
-    /// among the arenas.
+    /// among the arenas that hold chunks (a program with one thread keeps all of it in its one
+    /// arena).
     pub keep: u64,
     /// For cuguard's own tests only (`CUGUARD_TEST_UNSAFE_REUSE`): reuse freed blocks at once,
     /// ignoring fences.
@@ -157,8 +158,9 @@ pub struct Block<R> {
 struct Arena<D: Device, R> {
     sub: SubAllocator,
     growth: GrowthPolicy,
-    /// This arena's share of the idle bytes kept ([`Settings::keep`] / [`ARENAS`]).
-    keep: u64,
+    /// The exact sizes of the dedicated requests it was asked for: idle chunks of sizes asked
+    /// for again are kept when the growth policy gives chunks back.
+    repeats: SizeRepeats,
     /// Frees waiting for a fence: (mark, address, granted size), in mark order.
     pending: VecDeque<(u64, u64, u64)>,
     /// The addresses in `pending`.
@@ -194,6 +196,8 @@ pub struct CtxPool<D: Device, R> {
     settings: Settings,
     /// Bytes reserved from the device, all arenas together (for the limit).
     reserved: AtomicU64,
+    /// Bit `i`: arena `i` has added a chunk (the keep is shared among these).
+    arenas_used: AtomicU32,
     peak_reserved: AtomicU64,
     /// The context is gone; the device freed the chunks with it.
     dead: AtomicBool,
@@ -222,7 +226,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
             Mutex::new(Arena {
                 sub: SubAllocator::new(ALIGN),
                 growth: GrowthPolicy::default(),
-                keep: settings.keep / ARENAS as u64,
+                repeats: SizeRepeats::default(),
                 pending: VecDeque::new(),
                 pending_set: AddrSet::default(),
                 pending_bytes: 0,
@@ -244,6 +248,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
             arenas: (0..ARENAS).map(|_| arena()).collect(),
             settings,
             reserved: AtomicU64::new(0),
+            arenas_used: AtomicU32::new(0),
             peak_reserved: AtomicU64::new(0),
             dead: AtomicBool::new(false),
             caches: Mutex::new(Vec::new()),
@@ -338,6 +343,9 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
         let mut g = lock(&self.arenas[arena]);
         if !g.pending.is_empty() {
             g.release_ready(self);
+        }
+        if size >= g.growth.dedicated_threshold {
+            g.repeats.note(size);
         }
         let grant = match g.try_alloc(size) {
             Some(grant) => grant,
@@ -542,16 +550,24 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
                 // own: others wait, as before, for the program's next fence (a fence recorded
                 // early would leave the pool's completed mark short of later work, and the
                 // stream rule less often applicable).
-                let could_trim =
-                    policy::trim_due(g.sub.stats().idle_bytes + g.pending_bytes, g.keep)
-                        || (!g.exported.is_empty()
-                            && g.pending.iter().any(|p| g.exported.contains(&p.1)));
+                let could_trim = policy::trim_due(
+                    g.sub.stats().idle_bytes + g.pending_bytes,
+                    self.keep_share(),
+                ) || (!g.exported.is_empty()
+                    && g.pending.iter().any(|p| g.exported.contains(&p.1)));
                 if fence && could_trim && !g.fences.covers(newest) {
                     g.fence(self);
                 }
             }
         }
         waiting
+    }
+
+    /// The idle bytes one arena keeps: [`Settings::keep`] shared evenly among the arenas that
+    /// hold chunks.
+    fn keep_share(&self) -> u64 {
+        let used = self.arenas_used.load(Relaxed).count_ones().max(1);
+        self.settings.keep / u64::from(used)
     }
 
     /// Bytes the program could still get from the pool without the device: free and pending.
@@ -1167,6 +1183,10 @@ impl<D: Device, R: Packed> Arena<D, R> {
             });
         }
         self.chunks_added += 1;
+        let bit = 1u32 << (arena % ARENAS);
+        if pool.arenas_used.load(Relaxed) & bit == 0 {
+            pool.arenas_used.fetch_or(bit, Relaxed);
+        }
         let reserved = pool.reserved.fetch_add(size, Relaxed) + size;
         pool.peak_reserved.fetch_max(reserved, Relaxed);
         let pool_addr = std::ptr::from_ref(pool) as usize;
@@ -1176,7 +1196,7 @@ impl<D: Device, R: Packed> Arena<D, R> {
 
     /// After blocks went back to the sub-allocator: give idle chunks back beyond what is kept.
     fn after_release(&mut self, pool: &CtxPool<D, R>) {
-        let keep = self.keep;
+        let keep = pool.keep_share();
         if policy::trim_due(self.sub.stats().idle_bytes, keep) {
             self.trim(keep, pool, false);
         }
@@ -1282,7 +1302,10 @@ impl<D: Device, R: Packed> Steps for SlowPath<'_, D, R> {
 
     fn release_idle_dedicated(&mut self, bytes: u64) {
         let a = &mut *self.arena;
-        let release = a.growth.dedicated_release(a.sub.idle_chunks(), bytes);
+        let live = a.sub.stats().live_bytes;
+        let release = a
+            .growth
+            .dedicated_release(a.sub.idle_chunks(), bytes, &a.repeats, live);
         a.release_chunks(release.iter().map(|c| c.id), self.pool, false);
     }
 

@@ -104,6 +104,8 @@ pub struct ChunkInfo {
     pub kind: ChunkKind,
     /// Number of live blocks in it; 0 means idle (one free block, removable).
     pub live_blocks: u64,
+    /// A dedicated chunk: the exact size of the last request it served (0 for a shared one).
+    pub last_request: u64,
 }
 
 /// A live block: what [`SubAllocator::alloc`] grants and [`SubAllocator::find`] reports.
@@ -318,6 +320,8 @@ struct Chunk {
     head: u32,
     /// Number of live blocks in the chunk.
     live_blocks: u64,
+    /// A dedicated chunk: the exact size of the last request it served.
+    last_request: u64,
     /// Granule indices (`(addr - base) / granule`) where live blocks start.
     starts: PredSet,
 }
@@ -674,6 +678,7 @@ impl SubAllocator {
             kind,
             head,
             live_blocks: 0,
+            last_request: 0,
             starts,
         });
         self.by_base.insert(pos, (base, slot));
@@ -886,6 +891,7 @@ impl SubAllocator {
         }
         self.unlink_free(candidate, mapping(block.size >> self.shift));
         self.nodes[candidate as usize].state = State::Live;
+        self.chunk_mut(block.chunk).last_request = size;
         Ok(self.mark_live(candidate, block.addr, block.size, block.chunk, None))
     }
 
@@ -1179,6 +1185,7 @@ impl SubAllocator {
             size: c.size,
             kind: c.kind,
             live_blocks: c.live_blocks,
+            last_request: c.last_request,
         }
     }
 

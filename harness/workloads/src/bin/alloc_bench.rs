@@ -6,7 +6,9 @@
 //! that drift on the machine hits every configuration alike. Each child measures:
 //!
 //! - `pair`: the median cuMemAlloc_v2+cuMemFree_v2 pair, one thread, for 256 B, 4 KiB, 1 MiB and
-//!   64 MiB (batches of pairs timed together, median over batches);
+//!   64 MiB (batches of pairs timed together, median over batches), `cuCtxGetCurrent`, and the
+//!   machine's cost of the steps a tracked pair is made of (`step_*`: the time-stamp counter,
+//!   the monotonic and coarse clocks, a system call, an atomic add);
 //! - `async`: the median cuMemAllocAsync+cuMemFreeAsync pair (4 KiB) on the legacy stream;
 //! - `live1000`: the 4 KiB pair with 1,000 live blocks of mixed sizes around it;
 //! - `random`: RMM's random_allocations pattern (sizes uniform in [1, max], allocate with
@@ -207,6 +209,63 @@ fn time_pairs(batches: usize, per_batch: usize, mut op: impl FnMut()) -> f64 {
     median(&mut samples)
 }
 
+/// What this machine charges for the steps a tracked pair is made of, measured in the same
+/// child (the same for every configuration: the machine's, not the shim's): the time-stamp
+/// counter (the record's order key), the monotonic clock (the bill's sampled timing), the
+/// coarse clock (the record's time), a system call (what every cached thread-local saves), an
+/// uncontended atomic add (a shared counter).
+fn primitives(out: &mut BTreeMap<String, f64>, scale: usize) {
+    let clock = |id: libc::clockid_t| {
+        move || {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid out-parameter; clock_gettime has no other effect.
+            unsafe { libc::clock_gettime(id, &mut ts) };
+            std::hint::black_box(ts);
+        }
+    };
+    let counter = std::sync::atomic::AtomicU64::new(0);
+    let steps: [(&str, Box<dyn Fn() + '_>); 5] = [
+        #[cfg(target_arch = "x86_64")]
+        (
+            "step_rdtsc_ns",
+            // SAFETY: rdtsc has no preconditions.
+            Box::new(|| {
+                std::hint::black_box(unsafe { core::arch::x86_64::_rdtsc() });
+            }),
+        ),
+        #[cfg(not(target_arch = "x86_64"))]
+        ("step_rdtsc_ns", Box::new(|| {})),
+        (
+            "step_clock_monotonic_ns",
+            Box::new(clock(libc::CLOCK_MONOTONIC)),
+        ),
+        (
+            "step_clock_monotonic_coarse_ns",
+            Box::new(clock(libc::CLOCK_MONOTONIC_COARSE)),
+        ),
+        (
+            "step_syscall_gettid_ns",
+            // SAFETY: gettid has no arguments and cannot fail.
+            Box::new(|| {
+                std::hint::black_box(unsafe { libc::syscall(libc::SYS_gettid) });
+            }),
+        ),
+        (
+            "step_atomic_add_ns",
+            Box::new(|| {
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }),
+        ),
+    ];
+    for (name, op) in steps {
+        let ns = time_pairs(200 / scale, 200, op);
+        out.insert(name.into(), ns);
+    }
+}
+
 /// A small deterministic generator (xorshift), so every configuration sees the same sequence.
 struct Rng(u64);
 impl Rng {
@@ -262,6 +321,7 @@ fn child(test: &str, quick: bool) -> BTreeMap<String, f64> {
                 std::hint::black_box(ctx);
             });
             out.insert("cuCtxGetCurrent_ns".into(), ns);
+            primitives(&mut out, scale);
         }
         "overhead" => {
             // Interleaved batches through the hooks (what the program calls) and straight to the

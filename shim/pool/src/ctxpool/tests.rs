@@ -283,10 +283,12 @@ fn tending_fences_only_frees_whose_release_could_go_beyond_the_keep() {
     let pool = new_pool(
         1 << 30,
         Settings {
-            keep: ARENAS as u64 * 4 * MIB,
+            keep: 8 * MIB,
             ..Settings::default()
         },
     );
+    // Two arenas hold chunks: each keeps half of the 8 MiB.
+    let other = pool.alloc(1, MIB, None).unwrap();
     let a = pool.alloc(0, MIB, None).unwrap();
     let b = pool.alloc(0, 8 * MIB, None).unwrap();
     fake(&pool).submit(LEGACY_STREAM);
@@ -295,11 +297,50 @@ fn tending_fences_only_frees_whose_release_could_go_beyond_the_keep() {
     assert_eq!(
         pool.stats().fences,
         0,
-        "1 MiB pending is within the arena's 4 MiB keep"
+        "1 MiB pending is within the arena's 4 MiB share of the keep"
     );
     assert_eq!(pool.free(0, b), Some(Ok(None)));
     assert!(pool.tend(true));
     assert_eq!(pool.stats().fences, 1, "9 MiB pending is beyond it");
+    assert_eq!(pool.free(1, other), Some(Ok(None)));
+    assert!(fake(&pool).violations.is_empty());
+}
+
+/// The keep is the pool's, shared among the arenas that hold chunks: a program with one thread
+/// keeps all of it (it kept 1/16 of it, and a training loop whose step frees more than that
+/// gave its chunks back and asked for them again every step).
+#[test]
+fn one_arena_keeps_the_whole_keep() {
+    let pool = new_pool(
+        1 << 30,
+        Settings {
+            keep: 64 * MIB,
+            ..Settings::default()
+        },
+    );
+    let a = pool.alloc(0, 32 * MIB, None).unwrap();
+    assert_eq!(pool.free(0, a), Some(Ok(None)));
+    let s = pool.stats();
+    assert_eq!(
+        (s.trims, s.reserved_bytes),
+        (0, 32 * MIB),
+        "32 MiB idle is within 64"
+    );
+    let a = pool.alloc(0, 32 * MIB, None).unwrap();
+    assert_eq!(
+        pool.stats().chunks_added,
+        1,
+        "the idle chunk served it again"
+    );
+    let b = pool.alloc(0, 40 * MIB, None).unwrap();
+    assert_eq!(pool.free(0, a), Some(Ok(None)));
+    assert_eq!(pool.free(0, b), Some(Ok(None)));
+    let s = pool.stats();
+    assert_eq!(
+        (s.trims, s.reserved_bytes),
+        (1, 32 * MIB),
+        "72 MiB idle is beyond it: the largest chunk goes"
+    );
     assert!(fake(&pool).violations.is_empty());
 }
 

@@ -1,7 +1,7 @@
 //! RMM's `random_allocations` benchmark, replayed against the sub-allocator and the growth
 //! policy, with a fake driver that hands out address ranges.
 
-use super::{GrowthPolicy, Route};
+use super::{GrowthPolicy, Route, SizeRepeats};
 use crate::tlsf::{AllocError, ChunkInfo, SubAllocator};
 
 const MIB: u64 = 1 << 20;
@@ -24,7 +24,10 @@ impl Rng {
 pub(crate) enum Release {
     /// None: idle dedicated chunks stay until the owner trims.
     Never,
-    /// Largest first, until at least the new chunk's size is given back.
+    /// The policy's own rule ([`GrowthPolicy::dedicated_release`]).
+    Policy,
+    /// The rule before sizes asked for again were kept: largest first, until at least the new
+    /// chunk's size is given back.
     LargestFirst,
     /// All of them.
     All,
@@ -57,11 +60,16 @@ struct SimPool {
     release: Release,
     next_base: u64,
     r: SimResult,
+    /// The exact sizes of dedicated requests, as the pool counts them.
+    repeats: SizeRepeats,
 }
 
 impl SimPool {
     fn alloc(&mut self, size: u64) -> u64 {
         let route = self.policy.route(size);
+        if matches!(route, Route::Dedicated { .. }) {
+            self.repeats.note(size);
+        }
         let try_alloc = |a: &mut SubAllocator| match route {
             Route::Shared => a.alloc(size, 0),
             Route::Dedicated { max_block } => a.alloc_dedicated(size, 0, max_block),
@@ -97,17 +105,27 @@ impl SimPool {
     }
 
     fn release_dedicated(&mut self, wanted: u64) {
+        let live = self.a.stats().live_bytes;
+        let idle_bytes = self.a.stats().dedicated_idle_bytes;
+        let idle = || self.a.idle_chunks();
         let victims: Vec<ChunkInfo> = match self.release {
             Release::Never => Vec::new(),
-            // The policy's own rule.
-            Release::LargestFirst => self.policy.dedicated_release(self.a.idle_chunks(), wanted),
-            Release::All => self
+            Release::Policy => self
                 .policy
-                .dedicated_release(self.a.idle_chunks(), u64::MAX),
+                .dedicated_release(idle(), wanted, &self.repeats, live),
+            Release::LargestFirst => {
+                self.policy
+                    .dedicated_release(idle(), wanted, &SizeRepeats::default(), live)
+            }
+            Release::All => {
+                self.policy
+                    .dedicated_release(idle(), u64::MAX, &SizeRepeats::default(), live)
+            }
             Release::Budget(d) => {
-                let budget = self.a.stats().live_bytes / d;
-                let excess = self.a.stats().dedicated_idle_bytes.saturating_sub(budget);
-                self.policy.dedicated_release(self.a.idle_chunks(), excess)
+                let budget = live / d;
+                let excess = idle_bytes.saturating_sub(budget);
+                self.policy
+                    .dedicated_release(idle(), excess, &SizeRepeats::default(), live)
             }
         };
         for c in victims {
@@ -136,6 +154,7 @@ pub(crate) fn simulate(
         release,
         next_base: 1 << 40,
         r: SimResult::default(),
+        repeats: SizeRepeats::default(),
     };
     let mut live: Vec<(u64, u64)> = Vec::new();
     let (mut live_bytes, mut count) = (0u64, 0u64);
@@ -177,7 +196,7 @@ fn rmm_random_allocations_stay_within_bound() {
                 RMM_MAX_USAGE,
                 seed,
                 GrowthPolicy::default(),
-                Release::LargestFirst,
+                Release::Policy,
             );
             assert!(
                 r.ratio() <= 1.15,
@@ -200,14 +219,7 @@ fn rmm_random_allocations_report() {
             let (mut worst, mut sum, mut calls, mut frees, mut allocs) = (0f64, 0f64, 0, 0, 0);
             const SEEDS: u64 = 5;
             for seed in 0..SEEDS {
-                let r = simulate(
-                    max * MIB,
-                    n,
-                    RMM_MAX_USAGE,
-                    seed,
-                    policy,
-                    Release::LargestFirst,
-                );
+                let r = simulate(max * MIB, n, RMM_MAX_USAGE, seed, policy, Release::Policy);
                 worst = worst.max(r.ratio());
                 sum += r.ratio();
                 calls += r.driver_allocs;
@@ -230,7 +242,8 @@ fn rmm_random_allocations_report() {
 #[ignore = "exploration"]
 fn rmm_random_allocations_explore() {
     let base = GrowthPolicy::default();
-    let mut variants = vec![("default", base, Release::LargestFirst)];
+    let mut variants = vec![("default", base, Release::Policy)];
+    variants.push(("largest first", base, Release::LargestFirst));
     variants.push(("release all", base, Release::All));
     variants.push(("release never", base, Release::Never));
     variants.push(("budget 1/16", base, Release::Budget(16)));
@@ -243,7 +256,7 @@ fn rmm_random_allocations_explore() {
                 dedicated_threshold: t * MIB,
                 ..base
             },
-            Release::LargestFirst,
+            Release::Policy,
         ));
     }
     for d in [4, 16] {
@@ -253,7 +266,7 @@ fn rmm_random_allocations_explore() {
                 dedicated_waste_divisor: d,
                 ..base
             },
-            Release::LargestFirst,
+            Release::Policy,
         ));
     }
     for (g, m) in [(8, 20), (32, 20), (16, 64)] {
@@ -264,7 +277,7 @@ fn rmm_random_allocations_explore() {
                 min_shared_chunk: m * MIB,
                 ..base
             },
-            Release::LargestFirst,
+            Release::Policy,
         ));
     }
     for (name, p, release) in variants {
@@ -289,6 +302,126 @@ fn rmm_random_allocations_explore() {
                     calls as f64 / allocs as f64
                 );
             }
+        }
+        println!("{line}");
+    }
+}
+
+/// A training loop in miniature, as PyTorch without its caching allocator asks for memory: every
+/// step allocates the same sequence of tensors (activations forward, each kept until the
+/// backward pass frees it; temporaries freed a few allocations later), then frees the rest.
+/// Returns the driver allocations of each step.
+pub(crate) fn simulate_steps(
+    steps: usize,
+    per_step: usize,
+    seed: u64,
+    policy: GrowthPolicy,
+    release: Release,
+) -> (Vec<u64>, SimResult) {
+    let mut rng = Rng(seed);
+    // Sizes in a network come from a few shapes: 24 distinct sizes in [2 MiB, 128 MiB], with
+    // many repeats, some within 1/8 of each other.
+    let shapes: Vec<u64> = (0..24)
+        .map(|_| 2 * MIB + rng.next() % (126 * MIB))
+        .collect();
+    // (size, lifetime in allocations; usize::MAX: until the step's end)
+    let plan: Vec<(u64, usize)> = (0..per_step)
+        .map(|_| {
+            let size = shapes[(rng.next() % shapes.len() as u64) as usize];
+            let life = if rng.next() % 2 == 0 {
+                usize::MAX
+            } else {
+                1 + (rng.next() % 6) as usize
+            };
+            (size, life)
+        })
+        .collect();
+    let mut pool = SimPool {
+        a: SubAllocator::with_capacity(256, 4096),
+        policy,
+        release,
+        next_base: 1 << 40,
+        r: SimResult::default(),
+        repeats: SizeRepeats::default(),
+    };
+    let mut per = Vec::new();
+    for _ in 0..steps {
+        let before = pool.r.driver_allocs;
+        let mut live: Vec<(u64, u64, usize)> = Vec::new(); // (addr, size, free after this index)
+        let mut live_bytes = 0u64;
+        for (i, &(size, life)) in plan.iter().enumerate() {
+            live.retain(|&(addr, size, until)| {
+                let keep = until > i;
+                if !keep {
+                    pool.a.free(addr).unwrap();
+                    live_bytes -= size;
+                }
+                keep
+            });
+            let addr = pool.alloc(size);
+            live.push((addr, size, i.saturating_add(life)));
+            live_bytes += size;
+            pool.r.allocs += 1;
+            pool.r.peak_live = pool.r.peak_live.max(live_bytes);
+        }
+        // The backward pass: what is left goes, latest first.
+        for (addr, _, _) in live.into_iter().rev() {
+            pool.a.free(addr).unwrap();
+        }
+        per.push(pool.r.driver_allocs - before);
+    }
+    if let Err(e) = pool.a.check_invariants() {
+        panic!("{e}");
+    }
+    (per, pool.r)
+}
+
+/// A training loop asks the driver for nothing once it has run a few steps, and holds little
+/// more than it uses; the rule before (largest first, whatever the size) asked for 20 to 30
+/// chunks every step, forever.
+#[test]
+fn a_repeating_loop_stops_asking_the_driver() {
+    for seed in 0..4 {
+        let (per, r) = simulate_steps(10, 200, seed, GrowthPolicy::default(), Release::Policy);
+        assert_eq!(
+            per[3..],
+            [0; 7],
+            "seed {seed}: chunks added per step {per:?}"
+        );
+        assert!(
+            r.ratio() <= 1.15,
+            "seed {seed}: {r:?} ratio {:.3}",
+            r.ratio()
+        );
+        let (before, _) = simulate_steps(
+            10,
+            200,
+            seed,
+            GrowthPolicy::default(),
+            Release::LargestFirst,
+        );
+        assert!(
+            before[3..].iter().all(|&n| n >= 15),
+            "seed {seed}: the old rule {before:?}"
+        );
+    }
+}
+
+/// The training loop under each release rule: chunks added per step, peak reserved / peak live.
+/// Run with `cargo test -p cuguard-pool --release -- --ignored --nocapture a_repeating_loop_explore`.
+#[test]
+#[ignore = "exploration"]
+fn a_repeating_loop_explore() {
+    for release in [
+        Release::Policy,
+        Release::LargestFirst,
+        Release::Never,
+        Release::Budget(8),
+    ] {
+        let mut line = format!("{release:?}:");
+        for seed in 0..4 {
+            let (per, r) = simulate_steps(10, 200, seed, GrowthPolicy::default(), release);
+            line += &format!(" {per:?} {:.3};", r.ratio());
         }
         println!("{line}");
     }

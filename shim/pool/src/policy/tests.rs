@@ -609,6 +609,7 @@ fn chunk(id: u32, size: u64) -> ChunkInfo {
         size,
         kind: ChunkKind::Shared,
         live_blocks: 0,
+        last_request: 0,
     }
 }
 

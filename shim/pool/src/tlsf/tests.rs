@@ -66,6 +66,7 @@ fn alloc_free_roundtrip_restores_one_block() {
         size: 4 * MIB,
         kind: ChunkKind::Shared,
         live_blocks: 0,
+        last_request: 0,
     };
     assert_eq!(idle, vec![info]);
     assert_eq!(a.chunk(c), Some(info));
@@ -103,6 +104,29 @@ fn request_errors() {
     assert_eq!(a.footprint(0, 0), None);
     assert_eq!(a.footprint(1, 3), None);
     assert_eq!(a.footprint(1, 4096), Some(4096));
+    ok(&a);
+}
+
+#[test]
+fn a_dedicated_chunk_remembers_its_last_request() {
+    let mut a = SubAllocator::new(G);
+    let c = a.add_dedicated_chunk(0, 4 * MIB).unwrap();
+    assert_eq!(a.chunk(c).unwrap().last_request, 0);
+    let g = a.alloc_dedicated(4 * MIB - 5, 0, u64::MAX).unwrap();
+    assert_eq!(a.chunk(c).unwrap().last_request, 4 * MIB - 5);
+    a.free(g.addr).unwrap();
+    // Still known once idle, which is when the growth policy asks.
+    assert_eq!(a.idle_chunks().next().unwrap().last_request, 4 * MIB - 5);
+    let g = a.alloc_dedicated(3 * MIB + 1, 0, u64::MAX).unwrap();
+    assert_eq!(a.chunk(c).unwrap().last_request, 3 * MIB + 1);
+    a.free(g.addr).unwrap();
+    let s = a.add_chunk(8 * MIB, 2 * MIB).unwrap();
+    a.alloc(100, 0).unwrap();
+    assert_eq!(
+        a.chunk(s).unwrap().last_request,
+        0,
+        "shared chunks serve many"
+    );
     ok(&a);
 }
 
@@ -527,6 +551,8 @@ fn check_against_model(a: &SubAllocator, m: &Model) -> Result<(), TestCaseError>
             size,
             kind,
             live_blocks: m.live_in(base, size),
+            // Not modelled: checked on its own (a_dedicated_chunk_remembers_its_last_request).
+            last_request: a.chunk(id).map_or(0, |c| c.last_request),
         })
         .collect();
     let idle: Vec<ChunkInfo> = infos
