@@ -227,7 +227,8 @@ fn primitives(out: &mut BTreeMap<String, f64>, scale: usize) {
         }
     };
     let counter = std::sync::atomic::AtomicU64::new(0);
-    let steps: [(&str, Box<dyn Fn() + '_>); 5] = [
+    type Step<'a> = (&'static str, Box<dyn Fn() + 'a>);
+    let steps: [Step<'_>; 5] = [
         #[cfg(target_arch = "x86_64")]
         (
             "step_rdtsc_ns",

@@ -328,7 +328,7 @@ pub(crate) fn simulate_steps(
     let plan: Vec<(u64, usize)> = (0..per_step)
         .map(|_| {
             let size = shapes[(rng.next() % shapes.len() as u64) as usize];
-            let life = if rng.next() % 2 == 0 {
+            let life = if rng.next().is_multiple_of(2) {
                 usize::MAX
             } else {
                 1 + (rng.next() % 6) as usize
