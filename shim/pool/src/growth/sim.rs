@@ -65,6 +65,17 @@ struct SimPool {
 }
 
 impl SimPool {
+    fn new(policy: GrowthPolicy, release: Release) -> SimPool {
+        SimPool {
+            a: SubAllocator::with_capacity(256, 4096),
+            policy,
+            release,
+            next_base: 1 << 40,
+            r: SimResult::default(),
+            repeats: SizeRepeats::default(),
+        }
+    }
+
     fn alloc(&mut self, size: u64) -> u64 {
         let route = self.policy.route(size);
         if matches!(route, Route::Dedicated { .. }) {
@@ -148,14 +159,7 @@ pub(crate) fn simulate(
     release: Release,
 ) -> SimResult {
     let mut rng = Rng(seed);
-    let mut pool = SimPool {
-        a: SubAllocator::with_capacity(256, 4096),
-        policy,
-        release,
-        next_base: 1 << 40,
-        r: SimResult::default(),
-        repeats: SizeRepeats::default(),
-    };
+    let mut pool = SimPool::new(policy, release);
     let mut live: Vec<(u64, u64)> = Vec::new();
     let (mut live_bytes, mut count) = (0u64, 0u64);
     for _ in 0..num_allocations * 2 {
@@ -336,14 +340,7 @@ pub(crate) fn simulate_steps(
             (size, life)
         })
         .collect();
-    let mut pool = SimPool {
-        a: SubAllocator::with_capacity(256, 4096),
-        policy,
-        release,
-        next_base: 1 << 40,
-        r: SimResult::default(),
-        repeats: SizeRepeats::default(),
-    };
+    let mut pool = SimPool::new(policy, release);
     let mut per = Vec::new();
     for _ in 0..steps {
         let before = pool.r.driver_allocs;
