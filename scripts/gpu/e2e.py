@@ -327,7 +327,7 @@ def all_configs(shim, out_path, only=None, rounds=2):
         fmt = lambda v: f"{v:.2f} µs" if v is not None else "-"
         bills[name] = cost
         print(f"| {name} | {cost['hooks']['calls']} | {fmt(per('hooks'))} | {fmt(per('stacks'))} | {fmt(per('python'))} | {cost.get('heap_bytes', 0) / 1048576:.1f} MiB |")
-    json.dump({"medians": med, "losses_equal": same, "losses": losses, "bills": bills,
+    json.dump({"medians": med, "rounds": results, "losses_equal": same, "losses": losses, "bills": bills,
                "checksums": {k: sorted(v) for k, v in checksums.items()}}, open(out_path, "w"))
 
 
