@@ -518,6 +518,25 @@ fn snapshot_refuses_what_it_cannot_do_safely() {
     plain.wait().unwrap();
 }
 
+/// The report file of each child, in the children's order. A pid can come back within one run
+/// (some kernels, gVisor's among them, hand out pids at random, and the children run one after
+/// another): the shim never replaces another process's report, so a pid's second child writes
+/// `r.PID.1.json`, its third `r.PID.2.json`.
+fn child_report_names(children: &[(u32, i32)]) -> Vec<String> {
+    let mut seen = std::collections::HashMap::<u32, u32>::new();
+    children
+        .iter()
+        .map(|(pid, _)| {
+            let n = seen.entry(*pid).or_insert(0);
+            *n += 1;
+            match *n {
+                1 => format!("r.{pid}.json"),
+                k => format!("r.{pid}.{}.json", k - 1),
+            }
+        })
+        .collect()
+}
+
 /// Runs fork_race and returns (children's pids and statuses, the report directory).
 fn fork_race(name: &str, child: &str, pool: &str) -> (Vec<(u32, i32)>, PathBuf) {
     let dir = scratch_dir(&format!("rel-fork-{name}"));
@@ -544,12 +563,13 @@ fn forked_children_write_their_own_reports_and_never_hang() {
     // allocates from it never meets a lock a parent thread held.
     for pool in ["1", "0"] {
         let (children, dir) = fork_race(&format!("alloc-{pool}"), "alloc", pool);
-        for (pid, status) in &children {
+        let names = child_report_names(&children);
+        for ((pid, status), name) in children.iter().zip(&names) {
             assert_eq!(
                 *status, 0,
                 "child {pid} ended with wait status {status} (14 = hung, killed by SIGALRM), pool {pool}"
             );
-            let r = read_report(&dir.join(format!("r.{pid}.json")));
+            let r = read_report(&dir.join(name));
             validate(&r).unwrap();
             assert_eq!(r["process"]["pid"], *pid);
             assert_eq!(
@@ -560,7 +580,7 @@ fn forked_children_write_their_own_reports_and_never_hang() {
         }
         let parent: Vec<String> = files_in(&dir)
             .into_iter()
-            .filter(|f| !children.iter().any(|(p, _)| f == &format!("r.{p}.json")))
+            .filter(|f| !names.contains(f))
             .collect();
         assert_eq!(parent.len(), 1, "{parent:?}");
         let r = read_report(&dir.join(&parent[0]));
@@ -572,9 +592,10 @@ fn forked_children_write_their_own_reports_and_never_hang() {
 fn forked_children_exit_cleanly_while_parent_threads_hold_locks() {
     for pool in ["0", "1"] {
         let (children, dir) = fork_race(&format!("exit-{pool}"), "exit", pool);
-        for (pid, status) in &children {
+        let names = child_report_names(&children);
+        for ((pid, status), name) in children.iter().zip(&names) {
             assert_eq!(*status, 0, "child {pid}: wait status {status} (14 = hung)");
-            let r = read_report(&dir.join(format!("r.{pid}.json")));
+            let r = read_report(&dir.join(name));
             assert!(
                 r["leaks"].as_array().unwrap().is_empty(),
                 "the parent's live blocks are not the child's"
@@ -586,9 +607,9 @@ fn forked_children_exit_cleanly_while_parent_threads_hold_locks() {
 #[test]
 fn fork_and_exec_keeps_the_shim() {
     let (children, dir) = fork_race("exec", "exec", "1");
-    for (pid, status) in &children {
+    for ((_, status), name) in children.iter().zip(&child_report_names(&children)) {
         assert_eq!(*status, 0);
-        let r = read_report(&dir.join(format!("r.{pid}.json")));
+        let r = read_report(&dir.join(name));
         assert_eq!(leak_sizes(&r), vec![7 << 20]);
         assert!(
             r["process"]["argv"]
