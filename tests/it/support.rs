@@ -29,7 +29,9 @@ pub struct Artifacts {
 /// Builds the workspace's libraries and programs once per test process and returns their paths.
 ///
 /// `cargo test` builds only the test targets, so the shim, the simulated driver and the workloads
-/// are built here with the same cargo and profile.
+/// are built here with the same cargo and profile. `--tests` too: with it the build resolves the
+/// dependencies' features as `cargo test --workspace` did (dev-dependencies included), so it
+/// reuses what that built instead of building serde, clap and the rest a second time.
 pub fn artifacts() -> &'static Artifacts {
     static ARTIFACTS: OnceLock<Artifacts> = OnceLock::new();
     ARTIFACTS.get_or_init(|| {
@@ -45,7 +47,7 @@ pub fn artifacts() -> &'static Artifacts {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.current_dir(&root)
-            .args(["build", "--workspace", "--bins", "--lib"]);
+            .args(["build", "--workspace", "--bins", "--lib", "--tests"]);
         if release {
             cmd.arg("--release");
         }
