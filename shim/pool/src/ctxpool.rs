@@ -1302,10 +1302,9 @@ impl<D: Device, R: Packed> Steps for SlowPath<'_, D, R> {
 
     fn release_idle_dedicated(&mut self, bytes: u64) {
         let a = &mut *self.arena;
-        let live = a.sub.stats().live_bytes;
         let release = a
             .growth
-            .dedicated_release(a.sub.idle_chunks(), bytes, &a.repeats, live);
+            .dedicated_release(a.sub.idle_chunks(), bytes, &a.repeats);
         a.release_chunks(release.iter().map(|c| c.id), self.pool, false);
     }
 

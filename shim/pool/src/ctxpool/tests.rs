@@ -1263,3 +1263,85 @@ fn the_reuse_check_catches_a_pool_that_ignores_fences() {
     m.settings.unsafe_reuse = false; // check as if it were the safe pool
     assert!(m.alloc(0, 4096, false).is_err());
 }
+
+/// A training loop through the whole pool (the arena, its slow path, the keep), not the growth
+/// policy alone: with a keep that holds its idle memory it asks the device for nothing after a
+/// few steps; with a keep a little under it, for what the keep trimmed at the step's end, and
+/// no more (a rule that gave kept chunks back at a step's start, when nothing was live, made it
+/// ask for every chunk again: 2026-12-03, docs/benchmarks.md run 19).
+#[test]
+fn a_repeating_loop_through_the_pool_stops_asking_the_device() {
+    for keep in [u64::MAX, 2 << 30] {
+        for seed in 0..4u64 {
+            let pool = new_pool(
+                64 << 30,
+                Settings {
+                    keep,
+                    ..Settings::default()
+                },
+            );
+            let (added, trimmed) = repeating_loop(&pool, seed);
+            // What the keep trims at a step's end: what is reserved beyond it, give or take a
+            // chunk. Giving kept chunks back at the step's start gave back 2-3× that.
+            let beyond = pool.stats().peak_reserved_bytes.saturating_sub(keep) + 42 * MIB;
+            for step in 3..added.len() {
+                assert!(
+                    trimmed[step] <= beyond,
+                    "keep {keep}, seed {seed}: chunks added per step {added:?}, bytes given back \
+                     {trimmed:?}, over {beyond}"
+                );
+            }
+            if keep == u64::MAX {
+                assert_eq!(added[3..], [0; 7], "seed {seed}: {added:?}");
+            }
+        }
+    }
+}
+
+/// Ten steps of the same 200 allocations (24 sizes in [2 MiB, 42 MiB), half live until the
+/// step's end, half for 1-6 allocations), all freed at the step's end: the chunks the pool
+/// added in each step, and the bytes it gave back.
+fn repeating_loop(pool: &Pool, seed: u64) -> (Vec<u64>, Vec<u64>) {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let shapes: Vec<u64> = (0..24).map(|_| 2 * MIB + next() % (40 * MIB)).collect();
+    let plan: Vec<(u64, usize)> = (0..200)
+        .map(|_| {
+            let size = shapes[(next() % 24) as usize];
+            let life = if next() % 2 == 0 {
+                usize::MAX
+            } else {
+                1 + (next() % 6) as usize
+            };
+            (size, life)
+        })
+        .collect();
+    let (mut added, mut trimmed) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        let before = pool.stats();
+        let mut live: Vec<(u64, usize)> = Vec::new();
+        for (i, &(size, life)) in plan.iter().enumerate() {
+            live.retain(|&(addr, until)| {
+                let keep = until > i;
+                if !keep {
+                    assert_eq!(pool.free(0, addr), Some(Ok(None)));
+                }
+                keep
+            });
+            let addr = pool.alloc(0, size, None).unwrap();
+            live.push((addr, i.saturating_add(life)));
+        }
+        for (addr, _) in live.into_iter().rev() {
+            assert_eq!(pool.free(0, addr), Some(Ok(None)));
+        }
+        let after = pool.stats();
+        added.push(after.chunks_added - before.chunks_added);
+        trimmed.push(after.trimmed_bytes - before.trimmed_bytes);
+    }
+    (added, trimmed)
+}

@@ -121,22 +121,20 @@ impl SimPool {
         let idle = || self.a.idle_chunks();
         let victims: Vec<ChunkInfo> = match self.release {
             Release::Never => Vec::new(),
-            Release::Policy => self
-                .policy
-                .dedicated_release(idle(), wanted, &self.repeats, live),
+            Release::Policy => self.policy.dedicated_release(idle(), wanted, &self.repeats),
             Release::LargestFirst => {
                 self.policy
-                    .dedicated_release(idle(), wanted, &SizeRepeats::default(), live)
+                    .dedicated_release(idle(), wanted, &SizeRepeats::default())
             }
             Release::All => {
                 self.policy
-                    .dedicated_release(idle(), u64::MAX, &SizeRepeats::default(), live)
+                    .dedicated_release(idle(), u64::MAX, &SizeRepeats::default())
             }
             Release::Budget(d) => {
                 let budget = live / d;
                 let excess = idle_bytes.saturating_sub(budget);
                 self.policy
-                    .dedicated_release(idle(), excess, &SizeRepeats::default(), live)
+                    .dedicated_release(idle(), excess, &SizeRepeats::default())
             }
         };
         for c in victims {
