@@ -52,7 +52,7 @@
 #![deny(unsafe_code)]
 
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 
 use crate::tlsf::ChunkInfo;
 use crate::tlsf::ChunkKind;

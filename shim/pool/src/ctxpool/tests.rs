@@ -1298,29 +1298,11 @@ fn a_repeating_loop_through_the_pool_stops_asking_the_device() {
     }
 }
 
-/// Ten steps of the same 200 allocations (24 sizes in [2 MiB, 42 MiB), half live until the
-/// step's end, half for 1-6 allocations), all freed at the step's end: the chunks the pool
-/// added in each step, and the bytes it gave back.
+/// Ten steps of the growth simulation's loop ([`crate::growth::sim::loop_plan`], sizes in
+/// [2 MiB, 42 MiB)), everything freed at each step's end: the chunks the pool added in each
+/// step, and the bytes it gave back.
 fn repeating_loop(pool: &Pool, seed: u64) -> (Vec<u64>, Vec<u64>) {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let shapes: Vec<u64> = (0..24).map(|_| 2 * MIB + next() % (40 * MIB)).collect();
-    let plan: Vec<(u64, usize)> = (0..200)
-        .map(|_| {
-            let size = shapes[(next() % 24) as usize];
-            let life = if next() % 2 == 0 {
-                usize::MAX
-            } else {
-                1 + (next() % 6) as usize
-            };
-            (size, life)
-        })
-        .collect();
+    let plan = crate::growth::sim::loop_plan(seed, 200, 40 * MIB);
     let (mut added, mut trimmed) = (Vec::new(), Vec::new());
     for _ in 0..10 {
         let before = pool.stats();

@@ -313,21 +313,14 @@ fn rmm_random_allocations_explore() {
 /// step allocates the same sequence of tensors (activations forward, each kept until the
 /// backward pass frees it; temporaries freed a few allocations later), then frees the rest.
 /// Returns the driver allocations of each step.
-pub(crate) fn simulate_steps(
-    steps: usize,
-    per_step: usize,
-    seed: u64,
-    policy: GrowthPolicy,
-    release: Release,
-) -> (Vec<u64>, SimResult) {
+/// One step of a training loop in miniature: `per_step` allocations of 24 sizes in
+/// [2 MiB, 2 MiB + `spread`) (a network's few shapes, with many repeats, some within 1/8 of each
+/// other), each with its lifetime in allocations (`usize::MAX`: until the step's end; else 1-6).
+/// The same every step; also run through the whole context pool (`ctxpool/tests.rs`).
+pub(crate) fn loop_plan(seed: u64, per_step: usize, spread: u64) -> Vec<(u64, usize)> {
     let mut rng = Rng(seed);
-    // Sizes in a network come from a few shapes: 24 distinct sizes in [2 MiB, 128 MiB], with
-    // many repeats, some within 1/8 of each other.
-    let shapes: Vec<u64> = (0..24)
-        .map(|_| 2 * MIB + rng.next() % (126 * MIB))
-        .collect();
-    // (size, lifetime in allocations; usize::MAX: until the step's end)
-    let plan: Vec<(u64, usize)> = (0..per_step)
+    let shapes: Vec<u64> = (0..24).map(|_| 2 * MIB + rng.next() % spread).collect();
+    (0..per_step)
         .map(|_| {
             let size = shapes[(rng.next() % shapes.len() as u64) as usize];
             let life = if rng.next().is_multiple_of(2) {
@@ -337,7 +330,17 @@ pub(crate) fn simulate_steps(
             };
             (size, life)
         })
-        .collect();
+        .collect()
+}
+
+pub(crate) fn simulate_steps(
+    steps: usize,
+    per_step: usize,
+    seed: u64,
+    policy: GrowthPolicy,
+    release: Release,
+) -> (Vec<u64>, SimResult) {
+    let plan = loop_plan(seed, per_step, 126 * MIB);
     let mut pool = SimPool::new(policy, release);
     let mut per = Vec::new();
     for _ in 0..steps {
