@@ -161,6 +161,7 @@ fn write_with_chains(out: &mut dyn Write, t: &Table, chains: &[&[String]]) -> io
 ///
 /// ```text
 /// the end  the program's code finished at 657 ms: held 6.0 MiB in 3 allocations, lost 4.0 MiB in 1 (3 freed later, by the interpreter's teardown)
+/// the end  the program's code finished at 69 ms: 50.0 MiB in 50 allocations not told apart (held or lost)
 /// the end  not recorded: cuguard's Python bootstrap did not run in this interpreter (…)
 /// ```
 fn end_line(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io::Result<()> {
@@ -190,19 +191,32 @@ fn end_line(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io::Result
             millis(py.time_ms.unwrap_or(0))
         )
     };
-    let mut parts = vec![format!(
-        "held {} in {}",
-        bytes(py.held_bytes()),
-        plural(py.held_count(), "allocation", "allocations")
-    )];
+    // What was not classified (the package not importable, the walk cut short) is neither held
+    // nor lost: "held 0 B, lost nothing" would be false about it.
+    let untold = &py.unclassified;
+    let mut parts = Vec::new();
+    if py.held_count() > 0 || untold.allocations == 0 {
+        parts.push(format!(
+            "held {} in {}",
+            bytes(py.held_bytes()),
+            plural(py.held_count(), "allocation", "allocations")
+        ));
+    }
     if py.lost.allocations > 0 {
         parts.push(style.bad(&format!(
             "lost {} in {}",
             bytes(py.lost.bytes),
             plural(py.lost.allocations, "allocation", "allocations")
         )));
-    } else {
+    } else if untold.allocations == 0 {
         parts.push(style.good("lost nothing"));
+    }
+    if untold.allocations > 0 {
+        parts.push(style.warn(&format!(
+            "{} in {} not told apart (held or lost)",
+            bytes(untold.bytes),
+            plural(untold.allocations, "allocation", "allocations")
+        )));
     }
     let idle: u64 = py.caches.iter().map(|c| c.idle_bytes).sum();
     if !py.caches.is_empty() {

@@ -179,6 +179,33 @@ def test_where_the_end_cannot_be_seen_the_report_says_so(project: Path, args, wh
     assert f"the end  not recorded: {why}" in text
 
 
+def test_without_the_package_the_end_is_marked_and_its_allocations_are_not_called_held_or_lost(project: Path):
+    """A program run by a Python where cuguard's package cannot be imported (another
+    interpreter, and no package where the launcher said): the end is still marked, every
+    allocation live then is unclassified, and the summary says so instead of "held 0 B, lost
+    nothing"."""
+    shadow = project / "shadow" / "cuguard"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise ImportError("not this interpreter\'s package")\n')
+    # The shadow is put first on the program's own path (PYTHONPATH would shadow the launcher).
+    first = f"import sys, runpy; sys.path.insert(0, {str(shadow.parent)!r}); runpy.run_path('keeps.py', run_name='__main__')"
+    result, path = run_program(project, ["-c", first], CUGUARD_PYTHON_PACKAGE=str(project / "nowhere"))
+    assert result.returncode == 0, result.stderr
+    python = view(load_report(path))
+    assert python["end"]["recorded"] is True and python["end"]["how"] == "finished"
+    v = python["view"]
+    assert v["complete"] is False and v["notes"] == [
+        "cuguard's Python package is not importable in this interpreter: held and lost are not told apart"
+    ]
+    assert sorted((a["class"], a["size"]) for a in v["allocations"]) == [
+        ("unclassified", size * MiB) for size in (1, 2, 3, 4)
+    ]
+    text = strip_ansi(command(project, "summary", "r.json").stdout)
+    [end] = [line for line in text.splitlines() if line.startswith("the end  ")]
+    assert end.startswith("the program's code finished at ", len("the end  ")), end
+    assert end.endswith(" ms: 10.0 MiB in 4 allocations not told apart (held or lost) (3 freed later, by the interpreter's teardown)"), end
+
+
 def test_a_program_that_leaves_through_libc_exit_has_its_report_saying_so(project: Path):
     """libc's _exit, past os._exit's wrapper: no atexit handler runs, the report is still
     written, and it says why the end is not known."""
