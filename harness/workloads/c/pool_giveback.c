@@ -21,7 +21,7 @@
  *
  * Prints "key<TAB>value" lines: free_call_us (how long cuMemFree took), back_ms (when the
  * memory was back on the device, sampled every 5 ms up to 1 s; -1 if never), and mode-specific
- * lines. */
+ * lines (fork: reaped_ms, when the parent had reaped its child). */
 #include <dlfcn.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -196,6 +196,9 @@ int main(int argc, char **argv) {
         }
         int status = -1;
         waitpid(child, &status, 0);
+        /* The child's life (its report written at its exit) is in back_ms: the parent looks only
+         * once it has reaped the child. */
+        printf("reaped_ms\t%.0f\n", now_ms() - t0);
         printf("child_status\t%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status));
         printf("back_ms\t%.0f\n", back_ms(t0, base));
     } else if (!strcmp(mode, "destroy")) {
