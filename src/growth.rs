@@ -184,6 +184,92 @@ pub fn growth(times: &[u64], bytes: &[u64], criterion: &Criterion) -> Option<Gro
     })
 }
 
+impl Criterion {
+    /// The fewest sample times a series needs before it can grow: the window's
+    /// [`Criterion::min_samples`], and a last part of [`Criterion::min_last_samples`] after the
+    /// low.
+    pub fn fewest_samples(&self) -> usize {
+        self.min_samples.max(self.min_last_samples.max(1) + 1)
+    }
+}
+
+/// Why a report's growth cannot be told: its run has fewer sample times than any series needs
+/// ([`Criterion::fewest_samples`]), so that no site grew says nothing (a 70 ms loop leaking a
+/// buffer per step has one sample at 100 ms intervals).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct NotTold {
+    /// The sample times in the run (up to the end of a Python program's code).
+    pub samples: usize,
+    /// The fewest the criterion needs.
+    pub needed: usize,
+    /// How long the run was, milliseconds: to the end of a Python program's code, else to the
+    /// report.
+    pub run_ms: u64,
+    /// The shim's sampling interval at the end (`stack_samples.interval_ms`); `None` when
+    /// sampling was off (`CUGUARD_TIMELINE_MS=0`).
+    pub interval_ms: Option<u64>,
+}
+
+impl NotTold {
+    /// Why, for people: `the run (70 ms) has 1 sample, 5 are needed (one every 100 ms)`.
+    pub fn why(&self) -> String {
+        let run = crate::text::millis(self.run_ms);
+        match self.interval_ms {
+            None => {
+                format!("the run ({run}) has no samples (sampling was off: CUGUARD_TIMELINE_MS=0)")
+            }
+            Some(every) => format!(
+                "the run ({run}) has {}, {} are needed (one every {})",
+                crate::text::plural(self.samples as u64, "sample", "samples"),
+                self.needed,
+                crate::text::millis(every)
+            ),
+        }
+    }
+}
+
+/// Whether `report`'s growth cannot be told by `criterion` (see [`NotTold`]): `None` when its
+/// run has the samples, when it allocated nothing (nothing could grow), or when it is older
+/// than sampling (no `stack_samples`, and sampling not said to be off).
+pub fn not_told(report: &Report, criterion: &Criterion) -> Option<NotTold> {
+    if report.stats.devices.iter().all(|d| d.allocations == 0) {
+        return None;
+    }
+    let off = report.config.as_ref().and_then(|c| c.timeline_ms) == Some(0);
+    if report.stack_samples.is_none() && !off {
+        return None;
+    }
+    let end_ms = python_end_ms(report);
+    let samples = report.stack_samples.as_ref().map_or(0, |s| match end_ms {
+        Some(end) => s.times_ms.iter().take_while(|&&t| t <= end).count(),
+        None => s.times_ms.len(),
+    });
+    let needed = criterion.fewest_samples();
+    if samples >= needed {
+        return None;
+    }
+    let process = &report.process;
+    let run_ms =
+        end_ms.unwrap_or_else(|| process.end_unix_ms.saturating_sub(process.start_unix_ms));
+    Some(NotTold {
+        samples,
+        needed,
+        run_ms,
+        interval_ms: report.stack_samples.as_ref().map(|s| s.interval_ms),
+    })
+}
+
+/// Where a Python program's code ended, milliseconds since process start, when its end was
+/// recorded: its run ends there (what comes after, the look at what held its memory and the
+/// interpreter's teardown, is flat or falling, and would read as a plateau).
+fn python_end_ms(report: &Report) -> Option<u64> {
+    report
+        .python
+        .as_ref()
+        .filter(|p| p.end.recorded)
+        .and_then(|p| p.end.time_ms)
+}
+
 /// The last part of the run from the sample `low_at` on (see the module doc): where it starts,
 /// and how far its largest value rose above the largest before it (0 when it did not). `None`
 /// when there are too few samples for a part and something before it.
@@ -272,13 +358,7 @@ pub fn growing_sites(
     let Some(samples) = &report.stack_samples else {
         return Vec::new();
     };
-    // A Python program's run ends where its code ended: what comes after (the look at what held
-    // its memory, the interpreter's teardown) is flat or falling, and would read as a plateau.
-    let end_ms = report
-        .python
-        .as_ref()
-        .filter(|p| p.end.recorded)
-        .and_then(|p| p.end.time_ms);
+    let end_ms = python_end_ms(report);
     // The sample times read: all of them (up to the end of a Python program's code), or
     // MAX_TIMES spread evenly (first and last kept).
     let all = match end_ms {
@@ -799,6 +879,56 @@ mod tests {
                 .collect(),
         });
         r
+    }
+
+    #[test]
+    fn a_run_with_too_few_samples_is_not_told() {
+        let c = Criterion::default();
+        assert_eq!(c.fewest_samples(), 5);
+        let mut r = report_with(
+            vec![100, 200, 300, 400],
+            vec![(1, vec![0, MIB, 2 * MIB, 3 * MIB])],
+        );
+        r.process.end_unix_ms = 450;
+        // Nothing allocated: nothing could grow.
+        assert_eq!(not_told(&r, &c), None);
+        r.stats.devices.push(crate::report::DeviceStats {
+            device: 0,
+            live_bytes: 0,
+            peak_live_bytes: 3 * MIB,
+            total_allocated_bytes: 3 * MIB,
+            allocations: 3,
+            frees: 0,
+            released_bytes: None,
+            host_pinned_live_bytes: None,
+            pool: None,
+        });
+        let four = NotTold {
+            samples: 4,
+            needed: 5,
+            run_ms: 450,
+            interval_ms: Some(100),
+        };
+        assert_eq!(not_told(&r, &c), Some(four));
+        // A fifth sample: told (here, it grew).
+        let samples = r.stack_samples.as_mut().unwrap();
+        samples.times_ms.push(500);
+        samples.series[0].bytes.push(4 * MIB);
+        assert_eq!(not_told(&r, &c), None);
+        // A report older than sampling: nothing is said.
+        r.stack_samples = None;
+        assert_eq!(not_told(&r, &c), None);
+        // Sampling off.
+        r.config = Some(crate::report::Config {
+            timeline_ms: Some(0),
+            ..Default::default()
+        });
+        let none = NotTold {
+            samples: 0,
+            interval_ms: None,
+            ..four
+        };
+        assert_eq!(not_told(&r, &c), Some(none));
     }
 
     fn sites_of(r: &Report) -> Vec<(String, u64)> {

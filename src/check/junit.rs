@@ -6,7 +6,8 @@
 //! who failed, `rank 3 (host node17, pid 9001) failed: `) that fails when the process contributed to
 //! a failure (its leaks at counting sites, its failing events, its sites that grew by more than
 //! `--max-growth`, or its incompleteness under `--require-complete`), and one case `cuguard.check` / `limits` that carries the overall
-//! verdict and its reasons.
+//! verdict and its reasons (and, in its `<system-out>`, the reports whose growth `--max-growth`
+//! could not check: too few samples).
 
 use std::io::{self, Write};
 
@@ -61,16 +62,34 @@ impl Format<Verdict> for Junit {
             out,
             r#"    <testcase classname="cuguard.check" name="limits">"#
         )?;
-        if verdict.passed {
+        // Reports too short to tell growth, when it was asked for: said, not failed.
+        let not_told: Vec<String> = match verdict.limits.max_growth {
+            Some(_) => verdict
+                .growth_not_told
+                .iter()
+                .map(|n| format!("growth not checked in {}: {}", n.source, n.why.why()))
+                .collect(),
+            None => Vec::new(),
+        };
+        if verdict.passed && not_told.is_empty() {
             writeln!(out, "</testcase>")?;
         } else {
             writeln!(out)?;
-            writeln!(
-                out,
-                r#"      <failure type="cuguard" message="{}">{}</failure>"#,
-                xml(&verdict.failures.join("; ")),
-                xml(&verdict.failures.join("\n"))
-            )?;
+            if !verdict.passed {
+                writeln!(
+                    out,
+                    r#"      <failure type="cuguard" message="{}">{}</failure>"#,
+                    xml(&verdict.failures.join("; ")),
+                    xml(&verdict.failures.join("\n"))
+                )?;
+            }
+            if !not_told.is_empty() {
+                writeln!(
+                    out,
+                    "      <system-out>{}</system-out>",
+                    xml(&not_told.join("\n"))
+                )?;
+            }
             writeln!(out, "    </testcase>")?;
         }
         for p in verdict.processes.iter() {

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::format::{Registry, Row};
-use crate::growth::{Criterion, GrowingSite, growing_sites};
+use crate::growth::{Criterion, GrowingSite, NotTold, growing_sites, not_told};
 use crate::input::Source;
 use crate::owners::{OwnerFilter, OwnerIndex, OwnerShare};
 use crate::report::{HeldClass, Leak, LeakFold, LeakState, PyView, Report, Stack};
@@ -172,6 +172,8 @@ pub struct ProcessCheck {
     pub other_owners: Vec<OwnerShare>,
     /// The sites of checked owners that grew (see [`crate::growth`]), most grown first.
     pub growing: Vec<GrowingSite>,
+    /// Why its growth could not be told (too few samples), if so (see [`not_told`]).
+    pub growth_not_told: Option<NotTold>,
     /// For a Python program checked on its end: what Python objects held then that was not
     /// counted (bytes, allocations and cache blocks); `None` for other reports and with
     /// `--held`.
@@ -328,6 +330,7 @@ impl ProcessCheck {
             rule_hits: vec![0; suppressions.rules().len()],
             other_owners: Vec::new(),
             growing: Vec::new(),
+            growth_not_told: None,
             held_at_end: None,
         };
         // A Python program whose end was recorded is checked on what it held then: the lost
@@ -399,13 +402,15 @@ impl ProcessCheck {
                 .or_default() += 1;
         }
         check.other_owners = crate::owners::by_owner(&owner_index, others);
+        let criterion = Criterion::default();
         check.growing = growing_sites(
             report,
             &index,
             &mut owner_index,
             |o| owners.includes(o),
-            &Criterion::default(),
+            &criterion,
         );
+        check.growth_not_told = not_told(report, &criterion);
         check
     }
 }
@@ -599,6 +604,9 @@ pub struct Verdict {
     pub reports: usize,
     /// Those that are incomplete (their sources).
     pub incomplete: Vec<String>,
+    /// Those whose growth could not be told (too few samples), in input order: `--max-growth`
+    /// did not check them.
+    pub growth_not_told: Vec<GrowthNotTold>,
     /// Unsuppressed bytes leaked.
     pub leaked_bytes: u64,
     /// Unsuppressed leaks.
@@ -630,6 +638,16 @@ pub struct Verdict {
     pub suppressions: Vec<RuleUse>,
     /// Per process, in input order; read back one at a time (see [`table::ProcessVerdicts`]).
     pub processes: table::ProcessVerdicts,
+}
+
+/// A report whose growth could not be told.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GrowthNotTold {
+    /// Where the report came from.
+    pub source: String,
+    /// Why (its samples, the run's length).
+    #[serde(flatten)]
+    pub why: NotTold,
 }
 
 impl Verdict {
@@ -675,6 +693,8 @@ pub struct CheckFold {
     held_at_end: Option<(u64, u64)>,
     /// The sources of incomplete reports, in input order.
     incomplete: Vec<String>,
+    /// The reports whose growth could not be told, in input order.
+    growth_not_told: Vec<GrowthNotTold>,
     processes: table::ProcessLog,
 }
 
@@ -703,6 +723,7 @@ impl CheckFold {
             other_owners: HashMap::new(),
             held_at_end: None,
             incomplete: Vec::new(),
+            growth_not_told: Vec::new(),
             processes: table::ProcessLog::new(on_disk),
         }
     }
@@ -743,6 +764,12 @@ impl CheckFold {
         if !p.complete {
             self.incomplete.push(p.source.clone());
         }
+        if let Some(why) = p.growth_not_told {
+            self.growth_not_told.push(GrowthNotTold {
+                source: p.source.clone(),
+                why,
+            });
+        }
         let condensed = table::Condensed {
             source: p.source,
             name: p.name,
@@ -776,6 +803,7 @@ impl CheckFold {
             other_owners,
             held_at_end,
             incomplete,
+            growth_not_told,
             processes,
         } = self;
         let process_count = processes.len();
@@ -930,6 +958,7 @@ impl CheckFold {
             baseline: baseline.is_some(),
             reports: process_count,
             incomplete,
+            growth_not_told,
             leaked_bytes,
             leaks,
             counted_bytes,

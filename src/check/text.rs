@@ -2,7 +2,8 @@
 //!
 //! First line: `cuguard check: PASS` or `cuguard check: FAIL`, with the reasons; then the sites
 //! that count (and, with a baseline, those it covers), the leaks not checked because of their
-//! owner, the sites that grew, the events, what suppressions set aside, unused suppressions,
+//! owner, the sites that grew (and with `--max-growth`, the reports too short to tell), the
+//! events, what suppressions set aside, unused suppressions,
 //! and incomplete reports. With several processes (a merged run), the processes that failed
 //! come right after the reasons, each named by its worker or rank, host and pid
 //! ([`failed_processes`]).
@@ -172,6 +173,23 @@ impl Format<Verdict> for Text {
                     plural(verdict.growing.len() as u64, "site", "sites")
                 ))
             )?;
+        }
+        if verdict.limits.max_growth.is_some() && !verdict.growth_not_told.is_empty() {
+            writeln!(
+                out,
+                "{}",
+                style.warn("growth not checked (too few samples; a longer run has more)")
+            )?;
+            for n in verdict.growth_not_told.iter().take(top) {
+                writeln!(out, "  {}: {}", one_line(&n.source), n.why.why())?;
+            }
+            if verdict.growth_not_told.len() > top {
+                writeln!(
+                    out,
+                    "  … {} more (see --top)",
+                    verdict.growth_not_told.len() - top
+                )?;
+            }
         }
         if !verdict.events.is_empty() {
             writeln!(out, "{}", style.bold("events"))?;

@@ -73,6 +73,9 @@ use crate::format::{Format, Options};
 ///                     last_part_ms (when the run's last third, from the low on, began),
 ///                     last_part_grown_bytes (how far it rose there above every value before),
 ///                     stack[]}
+///   growth_not_told  why growth could not be told, or null when it could (or nothing was
+///                    allocated): {samples (sample times in the run), needed, run_ms,
+///                     interval_ms|null (the shim's sampling interval; null: no samples)}
 ///   reconciliation[] per device: {device, used_bytes|null, used_by ("process": NVML's figure for
 ///                     the process | "device": the whole device's | null), device_used_bytes|null,
 ///                     process_used_bytes|null, process_used_note|null, explained {program_bytes,

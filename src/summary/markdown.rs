@@ -326,6 +326,11 @@ fn sections(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
                 site_cell(&g.label, g.owner_kind, &g.owner_label, false, &g.stack)
             )?;
         }
+    } else if let Some(n) = &p.growth_not_told {
+        writeln!(out)?;
+        writeln!(out, "#### Growing")?;
+        writeln!(out)?;
+        writeln!(out, "Not told: {}.", n.why())?;
     }
     if !p.reconciliation.is_empty() {
         writeln!(out)?;

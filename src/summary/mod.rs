@@ -24,7 +24,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::format::{Options, Registry, Row};
-use crate::growth::{Criterion, GrowingSite, growing_sites};
+use crate::growth::{Criterion, GrowingSite, NotTold, growing_sites, not_told};
 use crate::input::Source;
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner};
 use crate::report::{Addr, Cost, LeakFold, LeakState, Report};
@@ -149,6 +149,9 @@ pub struct ReportSummary {
     /// The sites whose live bytes were still rising at the end of the run, most grown first (see
     /// [`crate::growth`]), at most `--top`.
     pub growing: Vec<GrowingSite>,
+    /// Why growth could not be told (the run had too few samples: see
+    /// [`crate::growth::not_told`]); `None` when it could, or when nothing was allocated.
+    pub growth_not_told: Option<NotTold>,
     /// What each device says is used against what cuguard can explain.
     pub reconciliation: Vec<ReconciliationSummary>,
     /// What cuguard itself cost the process: the report's `cost` (`null` in older reports).
@@ -460,9 +463,10 @@ impl ReportSummary {
         );
         let ooms = attribution::ooms(report, &index, &mut owners, top);
         let peaks = attribution::peaks(report, &index, &mut owners, top);
-        let mut growing =
-            growing_sites(report, &index, &mut owners, |_| true, &Criterion::default());
+        let criterion = Criterion::default();
+        let mut growing = growing_sites(report, &index, &mut owners, |_| true, &criterion);
         growing.truncate(top);
+        let growth_not_told = not_told(report, &criterion);
         let reconciliation = attribution::reconciliation(report, &held);
         let python = python::PythonSummary::new(report, &index, &mut owners);
 
@@ -500,6 +504,7 @@ impl ReportSummary {
             ooms,
             peaks,
             growing,
+            growth_not_told,
             reconciliation,
             cost: report.cost.clone(),
             python,

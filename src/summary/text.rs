@@ -565,6 +565,8 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
     }
     if !p.growing.is_empty() {
         growing_section(out, &p.growing, style)?;
+    } else if let Some(n) = &p.growth_not_told {
+        writeln!(out, "{}  not told: {}", style.bold("growing"), n.why())?;
     }
     if !p.reconciliation.is_empty() {
         writeln!(out, "{}", style.bold("device memory"))?;

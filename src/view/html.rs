@@ -426,7 +426,9 @@ fn growth_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
         .processes
         .iter()
         .enumerate()
-        .filter(|(i, p)| !p.growing.is_empty() || chart_of(*i).is_some())
+        .filter(|(i, p)| {
+            !p.growing.is_empty() || p.growth_not_told.is_some() || chart_of(*i).is_some()
+        })
         .collect();
     if with.is_empty() {
         return Ok(());
@@ -444,10 +446,16 @@ fn growth_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
                 "<div class=\"growth-chart\" data-growth=\"{k}\"></div>"
             )?;
         }
-        if p.growing.is_empty() {
-            writeln!(out, "<p class=\"good\">No site grew.</p>")?;
-        } else {
+        if !p.growing.is_empty() {
             growing_table(out, &p.growing)?;
+        } else if let Some(n) = &p.growth_not_told {
+            writeln!(
+                out,
+                "<p class=\"note\">Growth not told: {}.</p>",
+                esc(&n.why())
+            )?;
+        } else {
+            writeln!(out, "<p class=\"good\">No site grew.</p>")?;
         }
     }
     more_processes(out, with.len())?;

@@ -206,6 +206,45 @@ def test_without_the_package_the_end_is_marked_and_its_allocations_are_not_calle
     assert end.endswith(" ms: 10.0 MiB in 4 allocations not told apart (held or lost) (3 freed later, by the interpreter's teardown)"), end
 
 
+def millis(ms: int) -> str:
+    """As the summary writes a duration."""
+    return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
+
+
+def test_a_loop_too_short_for_its_samples_is_not_called_free_of_growth(project: Path):
+    """20 steps that keep 1 MiB each, in a few milliseconds: growth, but the run ends with
+    fewer samples (one every 100 ms) than growth needs. The summary, the view and --max-growth
+    say it could not be told, instead of "No site grew" or a silent pass."""
+    result, path = run_program(project, ["short_loop.py"])
+    assert result.returncode == 0, result.stderr
+    report = load_report(path)
+    end_ms = view(report)["end"]["time_ms"]
+    times = report["stack_samples"]["times_ms"]
+    samples = len([t for t in times if t <= end_ms])
+    assert samples < 5, (samples, end_ms)
+    summary = json.loads(command(project, "summary", "--format", "json", "r.json").stdout)
+    [process] = summary["processes"]
+    assert process["growing"] == []
+    # The shim samples at the report's end too (after the end of the program's code).
+    interval = report["stack_samples"]["interval_ms"]
+    assert process["growth_not_told"] == {"samples": samples, "needed": 5, "run_ms": end_ms, "interval_ms": interval}
+    noun = "sample" if samples == 1 else "samples"
+    why = f"the run ({millis(end_ms)}) has {samples} {noun}, 5 are needed (one every {millis(interval)})"
+    text = strip_ansi(command(project, "summary", "r.json").stdout)
+    assert f"growing  not told: {why}" in text.splitlines(), text
+    html = command(project, "view", "r.json", "-o", "v.html")
+    assert html.returncode == 0, html.stderr
+    page = (project / "v.html").read_text()
+    assert f"Growth not told: {why}." in page and "No site grew." not in page
+    check = command(project, "check", "--max-growth", "1MiB", "r.json")
+    assert check.returncode == 0, check.stdout
+    lines = strip_ansi(check.stdout).splitlines()
+    at = lines.index("growth not checked (too few samples; a longer run has more)")
+    assert lines[at + 1] == f"  r.json: {why}", lines
+    # Without --max-growth, nothing is said of it.
+    assert "growth not checked" not in command(project, "check", "r.json").stdout
+
+
 def test_a_program_that_leaves_through_libc_exit_has_its_report_saying_so(project: Path):
     """libc's _exit, past os._exit's wrapper: no atexit handler runs, the report is still
     written, and it says why the end is not known."""
