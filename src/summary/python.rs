@@ -52,6 +52,23 @@ pub struct PythonSummary {
     pub caches: Vec<CacheSummary>,
 }
 
+impl PythonSummary {
+    /// How the program's code ended, for people: `finished`, `raised ValueError`, `was
+    /// interrupted`, `ended with the kernel's shutdown`, `left through os._exit`.
+    pub fn how_it_ended(&self) -> String {
+        match self.how.as_deref() {
+            Some("raised") => match &self.exception {
+                Some(e) => format!("raised {}", crate::text::one_line(e)),
+                None => "raised".to_string(),
+            },
+            Some("interrupted") => "was interrupted".to_string(),
+            Some("kernel_shutdown") => "ended with the kernel's shutdown".to_string(),
+            Some("os_exit") => "left through os._exit".to_string(),
+            _ => "finished".to_string(),
+        }
+    }
+}
+
 /// The allocations of one class.
 #[derive(Clone, Debug, Serialize)]
 pub struct Class<T> {

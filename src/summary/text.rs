@@ -176,18 +176,9 @@ fn end_line(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io::Result
     let moment = if py.at.as_deref() == Some("snapshot") {
         format!("at the snapshot ({})", millis(py.time_ms.unwrap_or(0)))
     } else {
-        let how = match py.how.as_deref() {
-            Some("raised") => match &py.exception {
-                Some(e) => format!("raised {}", one_line(e)),
-                None => "raised".to_string(),
-            },
-            Some("interrupted") => "was interrupted".to_string(),
-            Some("kernel_shutdown") => "ended with the kernel's shutdown".to_string(),
-            Some("os_exit") => "left through os._exit".to_string(),
-            _ => "finished".to_string(),
-        };
         format!(
-            "the program's code {how} at {}",
+            "the program's code {} at {}",
+            py.how_it_ended(),
             millis(py.time_ms.unwrap_or(0))
         )
     };

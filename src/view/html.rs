@@ -6,12 +6,15 @@
 //!   site, who refused, the device's free and total memory, live bytes by owner, the pool, the
 //!   top sites then, the asking stack);
 //! - "Device memory over time": the timeline charts (`svg.timeline`, a `polyline.live` and a
-//!   `polyline.reserved` each, a `line.marker.peak` at the peak's breakdown and a
-//!   `line.marker.oom` at each refusal, each with a dot at the live bytes then);
+//!   `polyline.reserved` each, a `line.marker.peak` at the peak's breakdown, a
+//!   `line.marker.end` at the end of a Python program's code and a `line.marker.oom` at each
+//!   refusal, each with a dot at the live bytes then, and a `circle.sample` per sample when
+//!   there are few);
 //! - `#peaks` "At the peak": per device, bytes by owner and the top sites then;
 //! - `#growth` "What grows": per process, a chart of its top sites' live bytes over time
-//!   (`svg.growth`, one `polyline.series` per site, labelled in the legend below it) and the
-//!   table of growing sites;
+//!   (`svg.growth`, one `polyline.series` per site, labelled in the legend below it, and a
+//!   `line.marker.end` at the end of a Python program's code) and the table of growing sites,
+//!   or why growth could not be told;
 //! - `#owners` "Held at exit, by owner" (when an owner other than the program holds bytes),
 //!   with what a framework cache's memory means;
 //! - `#sites` "Top sites" (site label and who holds it), the flame graph (`#flame .frame`
@@ -573,6 +576,12 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
         write!(
             out,
             "<span class=\"p\">the peak (when its breakdown was taken)</span>"
+        )?;
+    }
+    if marked("end") {
+        write!(
+            out,
+            "<span class=\"e\">the end of the program's code (the interpreter's teardown after it)</span>"
         )?;
     }
     if marked("oom") {

@@ -55,14 +55,16 @@ pub struct Chart {
     pub name: Option<String>,
     /// Points `[time_ms, live_bytes, reserved_bytes]`, time ascending.
     pub points: Vec<[u64; 3]>,
-    /// Moments marked on the chart: the peak, then out-of-memory refusals in order.
+    /// Moments marked on the chart: the peak, the end of a Python program's code, then
+    /// out-of-memory refusals in order. Each knows the live bytes at its moment, which the
+    /// live line passes through.
     pub markers: Vec<Marker>,
 }
 
 /// A moment marked on a timeline chart.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Marker {
-    /// `peak` or `oom`.
+    /// `peak`, `end` (of a Python program's code) or `oom`.
     pub kind: &'static str,
     /// Milliseconds since process start.
     pub time_ms: u64,
@@ -85,6 +87,9 @@ pub struct GrowthChart {
     pub process_index: usize,
     /// Sample times, milliseconds since process start, ascending.
     pub times: Vec<u64>,
+    /// When a Python program's code ended, if its end was recorded: growth is judged up to it,
+    /// and what follows is the interpreter's teardown.
+    pub end_ms: Option<u64>,
     /// At most [`MAX_GROWTH_LINES`] lines: the growing sites first (most grown first), then the
     /// largest by bytes.
     pub lines: Vec<GrowthLine>,
@@ -237,7 +242,8 @@ impl ProcessView {
 }
 
 /// The moments marked on one device's chart: its peak (when the moment of the breakdown is
-/// known), then its out-of-memory refusals in order; at most [`MAX_MARKERS`].
+/// known), the end of a Python program's code (when recorded, with the device bytes its view
+/// found live then), then its out-of-memory refusals in order; at most [`MAX_MARKERS`].
 fn markers(
     report: &Report,
     summary: &ReportSummary,
@@ -275,7 +281,28 @@ fn markers(
                 sites.site(o.stack).label()
             ),
         });
-    peak.chain(ooms).take(MAX_MARKERS).collect()
+    let end = report.python.as_ref().and_then(|p| {
+        let at = p.end.time_ms.filter(|_| p.end.recorded)?;
+        let view = p.view.as_ref().filter(|v| v.at == "end")?;
+        let how = summary.python.as_ref()?.how_it_ended();
+        let live = view
+            .allocations
+            .iter()
+            .filter(|a| a.device == device && a.memory != crate::report::Memory::HostPinned)
+            .fold(0u64, |sum, a| sum.saturating_add(a.size));
+        Some(Marker {
+            kind: "end",
+            time_ms: at,
+            live_bytes: live,
+            short: "end of code".to_string(),
+            label: format!(
+                "the program's code {how} at {}, {} live: what follows is the interpreter's teardown",
+                millis(at),
+                bytes(live)
+            ),
+        })
+    });
+    peak.chain(end).chain(ooms).take(MAX_MARKERS).collect()
 }
 
 /// The process's top sites' live bytes over time (see [`GrowthChart`]); `None` without
@@ -361,6 +388,11 @@ fn growth_chart(
         process: who.to_string(),
         process_index: 0,
         times,
+        end_ms: report
+            .python
+            .as_ref()
+            .filter(|p| p.end.recorded)
+            .and_then(|p| p.end.time_ms),
         lines,
     })
 }

@@ -52,6 +52,8 @@
     if (colour) attrs.stroke = colour;
     return svg("polyline", attrs, s);
   }
+  // Charts with at most this many samples dot each one.
+  var SPARSE = 60;
   function chart(c, into) {
     var W = 520, H = 190, L = 66, B = 22, T = 20, R = 12;
     var tmax = 1, ymax = 1, markers = c.markers || [];
@@ -62,10 +64,19 @@
     var fig = document.createElement("figure");
     var s = svg("svg", { "class": "timeline", viewBox: "0 0 " + W + " " + H, width: W, height: H }, fig);
     axes(s, W, H, L, B, T, R, tmax, ymax);
-    ["reserved", "live"].forEach(function (kind) {
-      var col = kind === "live" ? 1 : 2;
-      line(s, c.points.map(function (p) { return [x(p[0]), y(p[col])]; }), kind, W - R);
-    });
+    line(s, c.points.map(function (p) { return [x(p[0]), y(p[2])]; }), "reserved", W - R);
+    // The live line passes through the samples and the marked moments, whose live bytes are
+    // known exactly (a sample may have missed the peak).
+    var live = c.points.map(function (p) { return [p[0], p[1]]; });
+    markers.forEach(function (m) { live.push([m.time_ms, m.live_bytes || 0]); });
+    live.sort(function (a, b) { return a[0] - b[0]; });
+    line(s, live.map(function (p) { return [x(p[0]), y(p[1])]; }), "live", W - R);
+    // Few samples: each is dotted, so that the lines between read as what they are.
+    if (c.points.length <= SPARSE) {
+      c.points.forEach(function (p) {
+        svg("circle", { "class": "sample", cx: x(p[0]), cy: y(p[1]), r: 2 }, s);
+      });
+    }
     // Markers: a vertical line each and a dot at the live bytes then (the samples may have
     // missed the moment); its text at the top unless it would overlap the last one shown.
     var lastEnd = -1e9;
@@ -97,6 +108,7 @@
     var W = 1000, H = 240, L = 70, B = 22, T = 12, R = 14;
     var times = g.times, tmax = 1, ymax = 1;
     times.forEach(function (t) { tmax = Math.max(tmax, t); });
+    if (g.end_ms != null) tmax = Math.max(tmax, g.end_ms);
     g.lines.forEach(function (l) { l.bytes.forEach(function (b) { ymax = Math.max(ymax, b); }); });
     var x = function (t) { return L + (W - L - R) * t / tmax; };
     var y = function (v) { return H - B - (H - B - T) * v / ymax; };
@@ -113,6 +125,19 @@
       for (var k = 0; k < times.length && k < l.bytes.length; k++) pts.push([x(times[k]), y(l.bytes[k])]);
       var pl = line(s, pts, "series" + (l.growing ? " grows" : ""), W - R, colour);
       svg("title", {}, pl).textContent = l.label;
+      if (times.length <= SPARSE) {
+        pts.forEach(function (q) {
+          svg("circle", { "class": "sample", cx: q[0], cy: q[1], r: 2, fill: colour }, s);
+        });
+      }
+    }
+    if (g.end_ms != null) {
+      var ex = x(g.end_ms);
+      // The end of a Python program's code: growth is judged up to it.
+      var el = svg("line", { "class": "marker end", x1: ex, y1: T, x2: ex, y2: H - B }, s);
+      svg("title", {}, el).textContent = "the end of the program's code at " + ms(g.end_ms) + ": growth is judged up to here; what follows is the interpreter's teardown";
+      var right = ex + 70 > W - R;
+      text(s, right ? ex - 3 : ex + 3, T + 10, "end of code", right ? "end" : "start", "marker-label end");
     }
     g.lines.forEach(function (l, i) {
       var li = document.createElement("li");

@@ -227,6 +227,54 @@ fn the_attribution_fixtures_flame_graph_has_python_functions() {
 }
 
 #[test]
+fn a_python_program_s_end_is_marked_with_the_device_bytes_live_then() {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("attribution.json")).unwrap())
+            .unwrap();
+    let allocation = |address: &str, size: u64, memory: &str, device: u32| {
+        serde_json::json!({
+            "address": address, "size": size, "requested": size, "api": "cuMemAlloc_v2",
+            "memory": memory, "device": device, "context": 0, "thread": 1, "seq": 0,
+            "time_ms": 100, "stack": null, "class": "lost"
+        })
+    };
+    v["python"] = serde_json::json!({
+        "end": {"recorded": true, "how": "raised", "exception": "ValueError", "time_ms": 9500},
+        "view": {"at": "end", "time_ms": 9500, "complete": true, "allocations": [
+            allocation("0x1000", 3 << 20, "device", 0),
+            allocation("0x2000", 1 << 20, "host_pinned", 0),
+            allocation("0x3000", 5 << 20, "device", 1),
+            allocation("0x4000", 2 << 20, "managed", 0),
+        ]}
+    });
+    let p = ProcessView::new(&source(), &report_of(&v.to_string()));
+    let c = &p.charts[0];
+    // Between the peak and the refusals; device 0's device memory (not its pinned host memory,
+    // nor device 1's).
+    let kinds: Vec<&str> = c.markers.iter().map(|m| m.kind).collect();
+    assert_eq!(kinds, ["peak", "end", "oom"]);
+    assert_eq!(
+        c.markers[1],
+        Marker {
+            kind: "end",
+            time_ms: 9500,
+            live_bytes: 5 << 20,
+            short: "end of code".into(),
+            label: "the program's code raised ValueError at 9.5 s, 5.0 MiB live: what follows is the interpreter's teardown".into(),
+        }
+    );
+    assert_eq!(p.growth.as_ref().unwrap().end_ms, Some(9500));
+    // The legend names it.
+    let html = page(&View::new(vec![p], 10));
+    assert!(html.contains("the end of the program's code (the interpreter's teardown after it)"));
+    // Without a recorded end: no marker, no end on the growth chart.
+    v["python"]["end"] = serde_json::json!({"recorded": false, "why": "python -I"});
+    let p = ProcessView::new(&source(), &report_of(&v.to_string()));
+    assert!(p.charts[0].markers.iter().all(|m| m.kind != "end"));
+    assert_eq!(p.growth.as_ref().unwrap().end_ms, None);
+}
+
+#[test]
 fn charts_mark_the_peak_and_each_oom() {
     let report = fixture_report("attribution.json");
     let p = ProcessView::new(&source(), &report);

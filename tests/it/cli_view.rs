@@ -158,6 +158,8 @@ fn cli_view_renders_attribution_in_chromium() {
     // What grows: one chart, a line per site, each named in the legend.
     assert_eq!(dom.matches("<svg class=\"growth\"").count(), 1);
     assert_eq!(dom.matches("<polyline class=\"series").count(), 4);
+    // So few samples (21 on the timeline, 20 times for each of the 4 sites) are dotted.
+    assert_eq!(dom.matches("<circle class=\"sample\"").count(), 21 + 4 * 20);
     assert_eq!(dom.matches("<polyline class=\"series grows\"").count(), 1);
     for label in [
         "append_batch (train.py:7)</span>",
@@ -182,4 +184,37 @@ fn cli_view_renders_attribution_in_chromium() {
         assert!(dom.contains(name), "flame graph has {name}");
     }
     assert!(!dom.contains(">_PyEval_EvalFrameDefault<"));
+}
+
+/// A Python program's end, recorded: a dashed line on the timeline (its marker) and on the
+/// growth chart, named in the legend.
+#[test]
+fn cli_view_marks_a_python_program_s_end_in_chromium() {
+    let Some(chromium) = chromium() else {
+        println!(
+            "skipping cli_view_marks_a_python_program_s_end_in_chromium: chromium is not installed (apt-get install -y chromium)"
+        );
+        return;
+    };
+    let dir = support::scratch_dir("cli-view-chromium-end");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("attribution.json")).unwrap())
+            .unwrap();
+    v["python"] = serde_json::json!({
+        "end": {"recorded": true, "how": "finished", "time_ms": 9500},
+        "view": {"at": "end", "time_ms": 9500, "complete": true, "allocations": []}
+    });
+    let report = dir.join("ended.json");
+    std::fs::write(&report, v.to_string()).unwrap();
+    let page = dir.join("report.html");
+    write_page(&page, &[report]);
+    let dom = rendered_dom(&chromium, &page, &dir.join("profile"));
+    assert!(
+        dom.contains("data-rendered=\"yes\""),
+        "the script ran to the end"
+    );
+    assert_eq!(dom.matches("<line class=\"marker end\"").count(), 2);
+    assert!(dom.contains("the end of the program's code (the interpreter's teardown after it)"));
+    assert!(dom.contains("the program's code finished at 9.5 s, 0 B live"));
+    assert!(dom.contains(">end of code<"));
 }

@@ -236,6 +236,12 @@ def test_a_loop_too_short_for_its_samples_is_not_called_free_of_growth(project: 
     assert html.returncode == 0, html.stderr
     page = (project / "v.html").read_text()
     assert f"Growth not told: {why}." in page and "No site grew." not in page
+    # The end of the code is marked on the timeline, with the 20 MiB the list held then, and on
+    # the growth chart.
+    data = json.loads(page.split('<script type="application/json" id="data">', 1)[1].split("</script>", 1)[0])
+    [end] = [m for m in data["charts"][0]["markers"] if m["kind"] == "end"]
+    assert (end["time_ms"], end["live_bytes"]) == (end_ms, 20 * MiB)
+    assert data["growth"][0]["end_ms"] == end_ms
     check = command(project, "check", "--max-growth", "1MiB", "r.json")
     assert check.returncode == 0, check.stdout
     lines = strip_ansi(check.stdout).splitlines()
