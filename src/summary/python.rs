@@ -90,14 +90,21 @@ impl<T> Default for Class<T> {
     }
 }
 
-/// One held allocation.
+/// Held allocations that read alike: made at one site from one stack, held by one type of
+/// holder through one path but for its indices (a list of 300 tensors is one line,
+/// `KEPT → [0…299]`).
 #[derive(Clone, Debug, Serialize)]
 pub struct HeldLine {
-    /// Its bytes.
+    /// The bytes of its largest allocation.
     pub size: u64,
-    /// Its holder's type.
+    /// The bytes of all of them.
+    pub bytes: u64,
+    /// How many.
+    pub allocations: u64,
+    /// Their holder's type.
     pub holder: String,
-    /// The steps from a name to the holder; `null` when no name reaches it.
+    /// The steps from a name to the holder, an index that differs between them written as the
+    /// range it spans (`[0…19]`); `null` when no name reaches it.
     pub path: Option<Vec<String>>,
     /// Whether the holder is a number inside it (a weak match).
     pub weak: bool,
@@ -252,7 +259,7 @@ impl PythonSummary {
         let mut lost: HashMap<String, ClassSite> = HashMap::new();
         let mut library: HashMap<String, ClassSite> = HashMap::new();
         let mut unclassified: HashMap<String, ClassSite> = HashMap::new();
-        let mut held: Vec<HeldLine> = Vec::new();
+        let mut held = HeldLines::default();
         let mut caches: HashMap<Option<String>, CacheSummary> = HashMap::new();
         for a in &view.allocations {
             s.freed_after += u64::from(a.freed_after);
@@ -260,7 +267,7 @@ impl PythonSummary {
                 HeldClass::Held => {
                     s.held.bytes = s.held.bytes.saturating_add(a.size);
                     s.held.allocations += 1;
-                    held.push(held_line(a, index));
+                    held.add(a, index);
                 }
                 HeldClass::Cache => add_cache(&mut caches, a, owners),
                 HeldClass::Lost => add_site(&mut s.lost, &mut lost, a, index),
@@ -268,9 +275,7 @@ impl PythonSummary {
                 _ => add_site(&mut s.unclassified, &mut unclassified, a, index),
             }
         }
-        held.sort_by(|a, b| b.size.cmp(&a.size).then(a.label.cmp(&b.label)));
-        held.truncate(TOP);
-        s.held.lines = held;
+        s.held.lines = held.top(TOP);
         for (class, sites) in [
             (&mut s.lost, lost),
             (&mut s.library, library),
@@ -319,16 +324,110 @@ impl PythonSummary {
     }
 }
 
-fn held_line(a: &PyAllocation, index: &SiteIndex<'_>) -> HeldLine {
-    let site = index.site(a.stack);
-    let first = a.holders.first();
-    HeldLine {
-        size: a.size,
-        holder: first.map_or_else(String::new, |h| h.holder.clone()),
-        path: first.and_then(|h| h.path.clone()),
-        weak: first.is_some_and(|h| h.weak),
-        label: site.label(),
-        stack: from_site(index, a.stack, &site.key),
+/// What a held line says but for its path's indices: site label, stack, holder, weak, and the
+/// path with each index written `[]` (a weak match's last step, the number, left out).
+type HeldKey = (String, Vec<String>, String, bool, Option<Vec<String>>);
+
+/// The held allocations, grouped into [`HeldLine`]s as they come.
+#[derive(Default)]
+struct HeldLines {
+    by_key: HashMap<HeldKey, Group>,
+}
+
+struct Group {
+    line: HeldLine,
+    /// Per step of the path: the smallest and largest index there, for an index step.
+    spans: Vec<Option<(i64, i64)>>,
+}
+
+/// A path step that is an index (`[12]`, as the walk writes a list's or tuple's item, or a
+/// dict's integer key): its number.
+fn index_of(step: &str) -> Option<i64> {
+    step.strip_prefix('[')?.strip_suffix(']')?.parse().ok()
+}
+
+impl HeldLines {
+    fn add(&mut self, a: &PyAllocation, index: &SiteIndex<'_>) {
+        let site = index.site(a.stack);
+        let first = a.holders.first();
+        let holder = first.map_or_else(String::new, |h| h.holder.clone());
+        let weak = first.is_some_and(|h| h.weak);
+        let path = first.and_then(|h| h.path.clone());
+        let label = site.label();
+        let stack = from_site(index, a.stack, &site.key);
+        let pattern = path.as_ref().map(|steps| {
+            let kept = if weak && steps.len() > 1 {
+                &steps[..steps.len() - 1]
+            } else {
+                &steps[..]
+            };
+            kept.iter()
+                .map(|s| match index_of(s) {
+                    Some(_) => "[]".to_string(),
+                    None => s.clone(),
+                })
+                .collect::<Vec<_>>()
+        });
+        let key = (label.clone(), stack.clone(), holder.clone(), weak, pattern);
+        let spans: Vec<Option<(i64, i64)>> = path
+            .iter()
+            .flatten()
+            .map(|s| index_of(s).map(|i| (i, i)))
+            .collect();
+        match self.by_key.get_mut(&key) {
+            Some(g) => {
+                g.line.size = g.line.size.max(a.size);
+                g.line.bytes = g.line.bytes.saturating_add(a.size);
+                g.line.allocations += 1;
+                for (span, new) in g.spans.iter_mut().zip(spans) {
+                    if let (Some((lo, hi)), Some((i, _))) = (span.as_mut(), new) {
+                        *lo = (*lo).min(i);
+                        *hi = (*hi).max(i);
+                    }
+                }
+            }
+            None => {
+                let line = HeldLine {
+                    size: a.size,
+                    bytes: a.size,
+                    allocations: 1,
+                    holder,
+                    path,
+                    weak,
+                    label,
+                    stack,
+                };
+                self.by_key.insert(key, Group { line, spans });
+            }
+        }
+    }
+
+    /// The `top` lines with the most bytes, each path's differing indices written as ranges.
+    fn top(self, top: usize) -> Vec<HeldLine> {
+        let mut lines: Vec<HeldLine> = self
+            .by_key
+            .into_values()
+            .map(|mut g| {
+                if let Some(steps) = &mut g.line.path {
+                    for (step, span) in steps.iter_mut().zip(&g.spans) {
+                        if let Some((lo, hi)) = span
+                            && lo != hi
+                        {
+                            *step = format!("[{lo}…{hi}]");
+                        }
+                    }
+                }
+                g.line
+            })
+            .collect();
+        lines.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(a.label.cmp(&b.label))
+                .then(a.path.cmp(&b.path))
+        });
+        lines.truncate(top);
+        lines
     }
 }
 

@@ -690,3 +690,86 @@ fn the_cost_line_adds_up_and_says_one_time_costs_apart() {
         super::cost_line(&c)
     );
 }
+
+/// Held allocations that read alike are one line (a list's items: the indices they span, at
+/// any depth); another name, or a step that is not an index (a dict's string key) that
+/// differs, stays its own line.
+#[test]
+fn held_allocations_that_read_alike_are_one_line() {
+    let json = std::fs::read_to_string(fixture("attribution.json")).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let mut n = 0u64;
+    let mut held = |size: u64, path: &[&str], holder: &str, weak: bool| {
+        n += 1;
+        let mut steps: Vec<String> = path.iter().map(|s| s.to_string()).collect();
+        if weak {
+            steps.push(format!("int 0x{:x}", n << 20));
+        }
+        serde_json::json!({
+            "address": format!("0x{:x}", n << 20), "size": size, "requested": size,
+            "api": "cuMemAlloc_v2", "memory": "device", "device": 0, "context": 0, "thread": 1,
+            "seq": n, "time_ms": 10, "stack": null, "class": "held",
+            "holders": [{"path": steps, "holder": holder, "kind": if weak { "int" } else { "ref" },
+                         "weak": weak, "address": format!("0x{:x}", n << 20), "bytes": size}]
+        })
+    };
+    const MIB: u64 = 1 << 20;
+    let mut allocations = Vec::new();
+    for i in [3, 0, 7, 1] {
+        allocations.push(held(
+            MIB,
+            &["KEPT", &format!("[{i}]"), ".ptr"],
+            "Buffer",
+            true,
+        ));
+    }
+    allocations.push(held(2 * MIB, &["KEPT", "[4]", ".ptr"], "Buffer", true));
+    allocations.push(held(MIB, &["OTHER", "[0]", ".ptr"], "Buffer", true));
+    allocations.push(held(MIB, &["CACHE", "['a']"], "torch.Tensor", false));
+    allocations.push(held(MIB, &["CACHE", "['b']"], "torch.Tensor", false));
+    allocations.push(held(MIB, &["GRID", "[0]", "[5]"], "torch.Tensor", false));
+    allocations.push(held(MIB, &["GRID", "[2]", "[5]"], "torch.Tensor", false));
+    doc["python"] = serde_json::json!({
+        "end": {"recorded": true, "how": "finished", "time_ms": 100},
+        "view": {"at": "end", "time_ms": 100, "complete": true, "allocations": allocations}
+    });
+    let bytes = serde_json::to_vec(&doc).unwrap();
+    let doc = crate::report::Document::from_bytes("held.json".as_ref(), bytes).unwrap();
+    let report = doc.into_reports().next().unwrap().unwrap();
+    let source = Source {
+        path: "held.json".into(),
+        index: None,
+    };
+    let s = ReportSummary::new(&source, &report, 10);
+    let py = s.python.as_ref().unwrap();
+    let lines: Vec<(u64, u64, u64, String)> = py
+        .held
+        .lines
+        .iter()
+        .map(|h| {
+            let path = h.path.clone().unwrap_or_default();
+            (h.bytes, h.allocations, h.size, path.join(" "))
+        })
+        .collect();
+    let weak = |n: u64| format!(" int 0x{:x}", n << 20);
+    assert_eq!(
+        lines,
+        [
+            // KEPT's five: all of them, one line; the index as the range; the first's number.
+            (6 * MIB, 5, 2 * MIB, format!("KEPT [0…7] .ptr{}", weak(1))),
+            (2 * MIB, 2, MIB, "GRID [0…2] [5]".to_string()),
+            (MIB, 1, MIB, "CACHE ['a']".to_string()),
+            (MIB, 1, MIB, "CACHE ['b']".to_string()),
+            (MIB, 1, MIB, format!("OTHER [0] .ptr{}", weak(6))),
+        ]
+    );
+    assert_eq!(py.held.allocations, 10);
+    let summary = Summary::new(vec![s], 10);
+    let out = text(&summary);
+    assert!(
+        out.contains(
+            "  6.0 MiB  5 allocations  KEPT → [0…7] → .ptr (a number inside it: a weak match)"
+        ),
+        "{out}"
+    );
+}

@@ -231,7 +231,9 @@ fn end_line(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io::Result
 ///
 /// ```text
 /// held at the end (Python objects keep them)
-///      3.0 MiB  WEIGHTS → .ptr (a number inside it: a weak match)  made at load (held.py:31)
+///     20.0 MiB  20 allocations  KEPT → [0…19] → .ptr (a number inside it: a weak match)  made at step (held.py:22)
+///     step (held.py:22) ← main (held.py:30)
+///      3.0 MiB    1 allocation  WEIGHTS → .ptr (a number inside it: a weak match)          made at load (held.py:31)
 ///     load (held.py:31) ← main (held.py:44)
 /// lost at the end (the program's own; nothing holds them)
 ///      4.0 MiB  1 allocation  load (held.py:34)
@@ -251,7 +253,7 @@ fn python_sections(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io:
             "{}",
             style.bold(&format!("held {when} (Python objects keep them)"))
         )?;
-        let mut t = Table::new(&[true, false, false]);
+        let mut t = Table::new(&[true, true, false, false]);
         let mut chains = Vec::new();
         for h in &py.held.lines {
             let holder = match &h.path {
@@ -259,7 +261,8 @@ fn python_sections(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io:
                 None => format!("a {} that no name reaches", one_line(&h.holder)),
             };
             t.row([
-                bytes(h.size),
+                bytes(h.bytes),
+                plural(h.allocations, "allocation", "allocations"),
                 one_line(&holder),
                 format!("made at {}", one_line(&h.label)),
             ]);
@@ -269,7 +272,7 @@ fn python_sections(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io:
         more(
             out,
             py.held.allocations as usize,
-            py.held.lines.len(),
+            py.held.lines.iter().map(|h| h.allocations as usize).sum(),
             "held allocations",
         )?;
     }

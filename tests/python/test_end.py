@@ -232,6 +232,14 @@ def test_a_loop_too_short_for_its_samples_is_not_called_free_of_growth(project: 
     why = f"the run ({millis(end_ms)}) has {samples} {noun}, 5 are needed (one every {millis(interval)})"
     text = strip_ansi(command(project, "summary", "r.json").stdout)
     assert f"growing  not told: {why}" in text.splitlines(), text
+    # The 20 buffers the list holds read alike: one line, the indices they span.
+    source = project / "short_loop.py"
+    held = text.split("held at the end (Python objects keep them)\n", 1)[1].splitlines()
+    assert held[:3] == [
+        f"  20.0 MiB  20 allocations  KEPT → [0…19] → .ptr (a number inside it: a weak match)  made at Buffer.__init__ (short_loop.py:{marked_line(source, 'step')})",
+        f"    Buffer.__init__ (short_loop.py:{marked_line(source, 'step')}) ← main (short_loop.py:{marked_line(source, 'keep')}) ← <module> (short_loop.py:{len(source.read_text().splitlines())})",
+        "at the peak",
+    ], held
     html = command(project, "view", "r.json", "-o", "v.html")
     assert html.returncode == 0, html.stderr
     page = (project / "v.html").read_text()

@@ -1,6 +1,6 @@
 """A loop that keeps a 1 MiB buffer per step in a module-level list: growth, but over 20 steps
 that take a few milliseconds, far fewer than the 5 samples at 100 ms that growth needs to be
-told. The list is freed at teardown, so nothing leaks."""
+told. The list is freed at teardown, so nothing leaks; at the end it holds 20 alike buffers."""
 
 import os
 import sys
@@ -27,7 +27,7 @@ class Buffer:
 
 def main():
     for _ in range(20):
-        KEPT.append(Buffer(1 * MiB))
+        KEPT.append(Buffer(1 * MiB))  # keep
 
 
 if __name__ == "__main__":
