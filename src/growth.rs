@@ -194,35 +194,52 @@ impl Criterion {
 }
 
 /// Why a report's growth cannot be told: its run has fewer sample times than any series needs
-/// ([`Criterion::fewest_samples`]), so that no site grew says nothing (a 70 ms loop leaking a
-/// buffer per step has one sample at 100 ms intervals).
+/// ([`Criterion::fewest_samples`]), so that no site grew says nothing. The shim samples from its
+/// first tracked allocation, so what counts is the time from then to the end: a 50 ms loop
+/// leaking a buffer per step has one sample at 100 ms intervals, however long the imports and
+/// the device's start-up before it took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct NotTold {
     /// The sample times in the run (up to the end of a Python program's code).
     pub samples: usize,
     /// The fewest the criterion needs.
     pub needed: usize,
-    /// How long the run was, milliseconds: to the end of a Python program's code, else to the
-    /// report.
-    pub run_ms: u64,
+    /// Where the run ended, milliseconds since process start: the end of a Python program's
+    /// code, else the report.
+    pub end_ms: u64,
+    /// From the first sample to the end, milliseconds; `None` when no sample came before it.
+    pub span_ms: Option<u64>,
+    /// Whether the end is a Python program's end of code.
+    pub code_end: bool,
     /// The shim's sampling interval at the end (`stack_samples.interval_ms`); `None` when
     /// sampling was off (`CUGUARD_TIMELINE_MS=0`).
     pub interval_ms: Option<u64>,
 }
 
 impl NotTold {
-    /// Why, for people: `the run (70 ms) has 1 sample, 5 are needed (one every 100 ms)`.
+    /// Why, for people: `1 sample in the 48 ms from the first to the end of the code (at
+    /// 62 ms); 5 are needed, one every 100 ms`.
     pub fn why(&self) -> String {
-        let run = crate::text::millis(self.run_ms);
-        match self.interval_ms {
-            None => {
-                format!("the run ({run}) has no samples (sampling was off: CUGUARD_TIMELINE_MS=0)")
-            }
-            Some(every) => format!(
-                "the run ({run}) has {}, {} are needed (one every {})",
-                crate::text::plural(self.samples as u64, "sample", "samples"),
+        use crate::text::{millis, plural};
+        let end = if self.code_end {
+            "the end of the code"
+        } else {
+            "the end"
+        };
+        let at = millis(self.end_ms);
+        match (self.interval_ms, self.span_ms) {
+            (None, _) => "no samples: sampling was off (CUGUARD_TIMELINE_MS=0)".to_string(),
+            (Some(every), Some(span)) => format!(
+                "{} in the {} from the first to {end} (at {at}); {} are needed, one every {}",
+                plural(self.samples as u64, "sample", "samples"),
+                millis(span),
                 self.needed,
-                crate::text::millis(every)
+                millis(every)
+            ),
+            (Some(every), None) => format!(
+                "no sample before {end} (at {at}); {} are needed, one every {} from the first allocation",
+                self.needed,
+                millis(every)
             ),
         }
     }
@@ -239,22 +256,31 @@ pub fn not_told(report: &Report, criterion: &Criterion) -> Option<NotTold> {
     if report.stack_samples.is_none() && !off {
         return None;
     }
-    let end_ms = python_end_ms(report);
-    let samples = report.stack_samples.as_ref().map_or(0, |s| match end_ms {
-        Some(end) => s.times_ms.iter().take_while(|&&t| t <= end).count(),
-        None => s.times_ms.len(),
-    });
+    let code_end = python_end_ms(report);
+    let process = &report.process;
+    let end_ms =
+        code_end.unwrap_or_else(|| process.end_unix_ms.saturating_sub(process.start_unix_ms));
+    let times: &[u64] = report
+        .stack_samples
+        .as_ref()
+        .map_or(&[], |s| &s.times_ms[..]);
+    let samples = match code_end {
+        Some(end) => times.iter().take_while(|&&t| t <= end).count(),
+        None => times.len(),
+    };
     let needed = criterion.fewest_samples();
     if samples >= needed {
         return None;
     }
-    let process = &report.process;
-    let run_ms =
-        end_ms.unwrap_or_else(|| process.end_unix_ms.saturating_sub(process.start_unix_ms));
     Some(NotTold {
         samples,
         needed,
-        run_ms,
+        end_ms,
+        span_ms: times
+            .first()
+            .filter(|_| samples > 0)
+            .map(|&first| end_ms.saturating_sub(first)),
+        code_end: code_end.is_some(),
         interval_ms: report.stack_samples.as_ref().map(|s| s.interval_ms),
     })
 }
@@ -906,10 +932,16 @@ mod tests {
         let four = NotTold {
             samples: 4,
             needed: 5,
-            run_ms: 450,
+            end_ms: 450,
+            span_ms: Some(350),
+            code_end: false,
             interval_ms: Some(100),
         };
         assert_eq!(not_told(&r, &c), Some(four));
+        assert_eq!(
+            four.why(),
+            "4 samples in the 350 ms from the first to the end (at 450 ms); 5 are needed, one every 100 ms"
+        );
         // A fifth sample: told (here, it grew).
         let samples = r.stack_samples.as_mut().unwrap();
         samples.times_ms.push(500);
@@ -925,10 +957,26 @@ mod tests {
         });
         let none = NotTold {
             samples: 0,
+            span_ms: None,
             interval_ms: None,
             ..four
         };
         assert_eq!(not_told(&r, &c), Some(none));
+        assert_eq!(
+            none.why(),
+            "no samples: sampling was off (CUGUARD_TIMELINE_MS=0)"
+        );
+        // Samples only after the end (a program whose first allocation came late).
+        let late = NotTold {
+            samples: 0,
+            span_ms: None,
+            code_end: true,
+            ..four
+        };
+        assert_eq!(
+            late.why(),
+            "no sample before the end of the code (at 450 ms); 5 are needed, one every 100 ms from the first allocation"
+        );
     }
 
     fn sites_of(r: &Report) -> Vec<(String, u64)> {

@@ -19,7 +19,8 @@ use crate::format::{Format, Options};
 /// baseline            whether a baseline was used
 /// reports             process reports read
 /// incomplete[]        sources of incomplete reports
-/// growth_not_told[]   {source, samples, needed, run_ms, interval_ms|null}: reports whose run had
+/// growth_not_told[]   {source, samples, needed, end_ms, span_ms|null, code_end,
+///                      interval_ms|null}: reports whose run had
 ///                     too few samples to tell growth (see cuguard::growth::not_told); with
 ///                     --max-growth, not checked for it
 /// leaked_bytes, leaks                 unsuppressed, all processes

@@ -74,8 +74,11 @@ use crate::format::{Format, Options};
 ///                     last_part_grown_bytes (how far it rose there above every value before),
 ///                     stack[]}
 ///   growth_not_told  why growth could not be told, or null when it could (or nothing was
-///                    allocated): {samples (sample times in the run), needed, run_ms,
-///                     interval_ms|null (the shim's sampling interval; null: no samples)}
+///                    allocated): {samples (sample times in the run), needed, end_ms (the end of
+///                     a Python program's code, else the report's), span_ms|null (from the first
+///                     sample to the end; null: none before it), code_end (whether end_ms is
+///                     the end of the code), interval_ms|null (the shim's sampling interval;
+///                     null: sampling was off)}
 ///   reconciliation[] per device: {device, used_bytes|null, used_by ("process": NVML's figure for
 ///                     the process | "device": the whole device's | null), device_used_bytes|null,
 ///                     process_used_bytes|null, process_used_note|null, explained {program_bytes,

@@ -173,10 +173,95 @@ pub struct BlockSite {
     pub blocks: u64,
     /// Of those bytes, held by a Python object.
     pub held_bytes: u64,
-    /// The shortest holder path among them, when one is held.
+    /// The first held block's shortest holder path, when one is held. An index that differs
+    /// between the blocks held through the same path is written as the range it spans, and the
+    /// last step then loses what it said of one block's size (`CLONES → [0…299] →
+    /// torch.Tensor`).
     pub holder: Option<Vec<String>>,
     /// The line and its callers.
     pub stack: Vec<String>,
+    /// The holder shown, and per step of its path the smallest and largest index there.
+    #[serde(skip)]
+    holder_spans: Option<(PyHolder, Spans)>,
+}
+
+impl BlockSite {
+    /// Counts `h`, a held block's shortest holder, into the holder shown.
+    fn add_holder(&mut self, h: &PyHolder) {
+        let Some(path) = &h.path else {
+            return;
+        };
+        let spans = path.iter().map(|s| index_of(s).map(|i| (i, i))).collect();
+        match &mut self.holder_spans {
+            None => self.holder_spans = Some((h.clone(), spans)),
+            Some((first, seen)) => {
+                if path_pattern(first) == path_pattern(h) {
+                    for (span, new) in seen.iter_mut().zip(spans) {
+                        if let (Some((lo, hi)), Some((i, _))) = (span.as_mut(), new) {
+                            *lo = (*lo).min(i);
+                            *hi = (*hi).max(i);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes [`BlockSite::holder`] from the holders counted.
+    fn finish_holder(&mut self) {
+        if let Some((mut h, spans)) = self.holder_spans.take() {
+            if let Some(steps) = &mut h.path {
+                write_spans(steps, &spans, h.weak);
+            }
+            self.holder = Some(vec![holder_text(&h)]);
+        }
+    }
+}
+
+/// A holder's path but for its indices (each written `[]`) and what its last step says of the
+/// one allocation (a weak match's number, `torch.Tensor (1.0 MiB of a 2.0 MiB allocation)`'s
+/// sizes): holders with the same pattern read alike.
+fn path_pattern(h: &PyHolder) -> Option<Vec<String>> {
+    let steps = h.path.as_ref()?;
+    let kept = if h.weak && steps.len() > 1 {
+        &steps[..steps.len() - 1]
+    } else {
+        &steps[..]
+    };
+    let n = kept.len();
+    Some(
+        kept.iter()
+            .enumerate()
+            .map(|(i, s)| match index_of(s) {
+                Some(_) => "[]".to_string(),
+                None if i + 1 == n => s.split(" (").next().unwrap_or(s).to_string(),
+                None => s.clone(),
+            })
+            .collect(),
+    )
+}
+
+/// Per step of a path: the smallest and largest index seen there, for an index step.
+type Spans = Vec<Option<(i64, i64)>>;
+
+/// Writes each index step whose smallest and largest differ as the range: `[0…19]`. Over a
+/// range, what the last step says of one allocation (`torch.Tensor (1.0 MiB)`) is not said of
+/// all, and goes (a weak match's last step, its number, is not shown anyway).
+fn write_spans(steps: &mut [String], spans: &[Option<(i64, i64)>], weak: bool) {
+    let ranged = spans.iter().flatten().any(|(lo, hi)| lo != hi);
+    if ranged
+        && !weak
+        && let Some(last) = steps.last_mut()
+    {
+        *last = last.split(" (").next().unwrap_or(last).to_string();
+    }
+    for (step, span) in steps.iter_mut().zip(spans) {
+        if let Some((lo, hi)) = span
+            && lo != hi
+        {
+            *step = format!("[{lo}…{hi}]");
+        }
+    }
 }
 
 /// Where a block was allocated, for people: the user's frame by the site rules, and its
@@ -298,6 +383,7 @@ impl PythonSummary {
         }
         let mut caches: Vec<CacheSummary> = caches.into_values().collect();
         for c in &mut caches {
+            c.sites.iter_mut().for_each(BlockSite::finish_holder);
             c.sites
                 .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
             c.sites.truncate(TOP);
@@ -325,7 +411,7 @@ impl PythonSummary {
 }
 
 /// What a held line says but for its path's indices: site label, stack, holder, weak, and the
-/// path with each index written `[]` (a weak match's last step, the number, left out).
+/// path's [`path_pattern`].
 type HeldKey = (String, Vec<String>, String, bool, Option<Vec<String>>);
 
 /// The held allocations, grouped into [`HeldLine`]s as they come.
@@ -337,7 +423,7 @@ struct HeldLines {
 struct Group {
     line: HeldLine,
     /// Per step of the path: the smallest and largest index there, for an index step.
-    spans: Vec<Option<(i64, i64)>>,
+    spans: Spans,
 }
 
 /// A path step that is an index (`[12]`, as the walk writes a list's or tuple's item, or a
@@ -355,19 +441,7 @@ impl HeldLines {
         let path = first.and_then(|h| h.path.clone());
         let label = site.label();
         let stack = from_site(index, a.stack, &site.key);
-        let pattern = path.as_ref().map(|steps| {
-            let kept = if weak && steps.len() > 1 {
-                &steps[..steps.len() - 1]
-            } else {
-                &steps[..]
-            };
-            kept.iter()
-                .map(|s| match index_of(s) {
-                    Some(_) => "[]".to_string(),
-                    None => s.clone(),
-                })
-                .collect::<Vec<_>>()
-        });
+        let pattern = first.and_then(path_pattern);
         let key = (label.clone(), stack.clone(), holder.clone(), weak, pattern);
         let spans: Vec<Option<(i64, i64)>> = path
             .iter()
@@ -409,13 +483,7 @@ impl HeldLines {
             .into_values()
             .map(|mut g| {
                 if let Some(steps) = &mut g.line.path {
-                    for (step, span) in steps.iter_mut().zip(&g.spans) {
-                        if let Some((lo, hi)) = span
-                            && lo != hi
-                        {
-                            *step = format!("[{lo}…{hi}]");
-                        }
-                    }
+                    write_spans(steps, &g.spans, g.line.weak);
                 }
                 g.line
             })
@@ -513,27 +581,32 @@ fn add_block(c: &mut CacheSummary, b: &PyBlock) {
         .holders
         .iter()
         .filter(|h| h.path.is_some())
-        .min_by_key(|h| h.path.as_ref().map_or(usize::MAX, Vec::len))
-        .map(|h| vec![holder_text(h)]);
-    match c.sites.iter_mut().find(|s| s.site == key) {
-        Some(s) => {
+        .min_by_key(|h| h.path.as_ref().map_or(usize::MAX, Vec::len));
+    let at = match c.sites.iter().position(|s| s.site == key) {
+        Some(at) => {
+            let s = &mut c.sites[at];
             s.bytes = s.bytes.saturating_add(b.size);
             s.blocks += 1;
             if held {
                 s.held_bytes = s.held_bytes.saturating_add(b.size);
             }
-            if s.holder.is_none() {
-                s.holder = holder;
-            }
+            at
         }
-        None => c.sites.push(BlockSite {
-            site: key,
-            label,
-            bytes: b.size,
-            blocks: 1,
-            held_bytes: if held { b.size } else { 0 },
-            holder,
-            stack,
-        }),
+        None => {
+            c.sites.push(BlockSite {
+                site: key,
+                label,
+                bytes: b.size,
+                blocks: 1,
+                held_bytes: if held { b.size } else { 0 },
+                holder: None,
+                stack,
+                holder_spans: None,
+            });
+            c.sites.len() - 1
+        }
+    };
+    if let Some(h) = holder {
+        c.sites[at].add_holder(h);
     }
 }

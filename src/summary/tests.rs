@@ -773,3 +773,56 @@ fn held_allocations_that_read_alike_are_one_line() {
         "{out}"
     );
 }
+
+/// Inside a cache, a line's live blocks held through one path but for its index read as the
+/// range (`CLONES → [0…3] → torch.Tensor`, without what the first said of its one block's
+/// size); a block held another way does not widen it.
+#[test]
+fn a_cache_line_s_blocks_held_by_a_list_read_as_its_range() {
+    let json = std::fs::read_to_string(fixture("attribution.json")).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    const MIB: u64 = 1 << 20;
+    let block = |at: u64, path: &[&str]| {
+        serde_json::json!({
+            "address": format!("0x{:x}", (1 << 30) + at * MIB), "size": MIB, "state": "live",
+            "holders": [{"path": path, "holder": "torch.Tensor", "kind": "ref", "weak": false,
+                         "address": format!("0x{:x}", (1 << 30) + at * MIB), "bytes": MIB}],
+            "frames": [{"file": "/w/train.py", "line": 20, "function": "main"}]
+        })
+    };
+    let tensor = |of: u64| format!("torch.Tensor (1.0 MiB of a {of}.0 MiB allocation)");
+    let blocks = vec![
+        block(0, &["CLONES", "[2]", &tensor(8)]),
+        block(1, &["CLONES", "[0]", &tensor(8)]),
+        block(2, &["CLONES", "[3]", &tensor(2)]),
+        block(3, &["CLONES", "[1]", &tensor(8)]),
+        block(4, &["SPARE", "[9]", &tensor(8)]),
+    ];
+    doc["python"] = serde_json::json!({
+        "end": {"recorded": true, "how": "finished", "time_ms": 100},
+        "view": {"at": "end", "time_ms": 100, "complete": true, "allocations": [{
+            "address": "0x40000000", "size": 8 * MIB, "requested": 8 * MIB,
+            "api": "cuMemAlloc_v2", "memory": "device", "device": 0, "context": 0, "thread": 1,
+            "seq": 1, "time_ms": 10, "stack": null, "class": "cache", "blocks": blocks
+        }]}
+    });
+    let bytes = serde_json::to_vec(&doc).unwrap();
+    let doc = crate::report::Document::from_bytes("cache.json".as_ref(), bytes).unwrap();
+    let report = doc.into_reports().next().unwrap().unwrap();
+    let source = Source {
+        path: "cache.json".into(),
+        index: None,
+    };
+    let s = ReportSummary::new(&source, &report, 10);
+    let [cache] = &s.python.as_ref().unwrap().caches[..] else {
+        panic!("one cache");
+    };
+    let [site] = &cache.sites[..] else {
+        panic!("one line");
+    };
+    assert_eq!((site.bytes, site.blocks), (5 * MIB, 5));
+    assert_eq!(
+        site.holder,
+        Some(vec!["CLONES → [0…3] → torch.Tensor".to_string()])
+    );
+}

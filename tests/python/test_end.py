@@ -225,11 +225,23 @@ def test_a_loop_too_short_for_its_samples_is_not_called_free_of_growth(project: 
     summary = json.loads(command(project, "summary", "--format", "json", "r.json").stdout)
     [process] = summary["processes"]
     assert process["growing"] == []
-    # The shim samples at the report's end too (after the end of the program's code).
+    # The shim samples from the first allocation, and at the report's end too (after the end
+    # of the program's code).
     interval = report["stack_samples"]["interval_ms"]
-    assert process["growth_not_told"] == {"samples": samples, "needed": 5, "run_ms": end_ms, "interval_ms": interval}
-    noun = "sample" if samples == 1 else "samples"
-    why = f"the run ({millis(end_ms)}) has {samples} {noun}, 5 are needed (one every {millis(interval)})"
+    span = end_ms - times[0] if samples else None
+    assert process["growth_not_told"] == {
+        "samples": samples,
+        "needed": 5,
+        "end_ms": end_ms,
+        "span_ms": span,
+        "code_end": True,
+        "interval_ms": interval,
+    }
+    if samples:
+        noun = "sample" if samples == 1 else "samples"
+        why = f"{samples} {noun} in the {millis(span)} from the first to the end of the code (at {millis(end_ms)}); 5 are needed, one every {millis(interval)}"
+    else:
+        why = f"no sample before the end of the code (at {millis(end_ms)}); 5 are needed, one every {millis(interval)} from the first allocation"
     text = strip_ansi(command(project, "summary", "r.json").stdout)
     assert f"growing  not told: {why}" in text.splitlines(), text
     # The 20 buffers the list holds read alike: one line, the indices they span.
