@@ -449,6 +449,17 @@ pub(super) fn find_shim() -> Result<PathBuf, RunError> {
     find_library("the shim libcuguard.so", "CUGUARD_SHIM", "libcuguard.so")
 }
 
+/// cuguard's Python package beside a command built in a checkout (`target/<profile>/cuguard`
+/// and `src/python/cuguard`): the bootstrap loads it from there in a Python that cannot import
+/// it (the system's, another interpreter), as the wheel's launcher says where its own is.
+/// Without it, such a Python's end is marked but not classified. `None` elsewhere.
+fn checkout_package() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let root = exe.parent()?.parent()?.parent()?;
+    let package = root.join("src/python/cuguard");
+    package.join("__init__.py").is_file().then_some(package)
+}
+
 /// Runs `cuguard run`.
 pub fn run(args: RunArgs) -> Result<u8, CliError> {
     if let Some(tool) = args.sanitizer {
@@ -480,6 +491,11 @@ pub fn run(args: RunArgs) -> Result<u8, CliError> {
             prepend_python_path(&dir, std::env::var_os("PYTHONPATH")),
         );
         cmd.env("CUGUARD_PYTHON_BOOTSTRAP", &dir);
+        if std::env::var_os("CUGUARD_PYTHON_PACKAGE").is_none()
+            && let Some(package) = checkout_package()
+        {
+            cmd.env("CUGUARD_PYTHON_PACKAGE", package);
+        }
     }
     if let Some(template) = &args.report {
         cmd.env("CUGUARD_REPORT", template);

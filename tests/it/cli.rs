@@ -852,3 +852,65 @@ fn cli_the_readme_demo_names_mains_line_once() {
         assert!(!l.contains("mod.rs"), "{l}");
     }
 }
+
+/// `cuguard run` built in a checkout, with a Python that cannot import cuguard's package (the
+/// system's, no `PYTHONPATH`): the bootstrap is given the checkout's package, so the end of the
+/// program's code is classified (held and lost), not only marked. Skips where `python3` is
+/// missing or already imports cuguard.
+#[test]
+fn cli_run_from_a_checkout_classifies_a_system_python_s_end() {
+    let plain = |args: &[&str]| {
+        Command::new("python3")
+            .args(args)
+            .env_remove("PYTHONPATH")
+            .output()
+    };
+    match plain(&["-c", "import cuguard"]) {
+        Err(_) => return println!("skipped: no python3"),
+        Ok(o) if o.status.success() => return println!("skipped: python3 imports cuguard"),
+        Ok(_) => {}
+    }
+    let dir = support::scratch_dir("cli-run-checkout-package");
+    let root = &support::artifacts().root;
+    for (from, name) in [
+        ("tests/python/end/keeps.py", "keeps.py"),
+        ("tests/python/inner/gpu.py", "gpu.py"),
+    ] {
+        std::fs::copy(root.join(from), dir.join(name)).unwrap();
+    }
+    let out = cuguard()
+        .current_dir(&dir)
+        .env_remove("PYTHONPATH")
+        .env_remove("CUGUARD_PYTHON_PACKAGE")
+        .env_remove("CUGUARD_RUN_ID")
+        .env("CUGUARD_PLUMBING", "file:*/gpu.py")
+        .env(
+            "CUGUARD_RUNTIME_DIR",
+            support::artifacts().scratch.join("runtime"),
+        )
+        .args(["run", "--driver", "sim", "--report", "r.json", "--"])
+        .args(["python3", "keeps.py"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = support::read_report(&dir.join("r.json"));
+    let view = &r["python"]["view"];
+    assert_eq!(view["complete"], true, "{view}");
+    let mut classes: Vec<(String, u64)> = view["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["class"].as_str().unwrap().to_string(),
+                a["size"].as_u64().unwrap() >> 20,
+            )
+        })
+        .collect();
+    classes.sort();
+    let want: Vec<(String, u64)> = [("held", 1), ("held", 2), ("held", 3), ("lost", 4)]
+        .iter()
+        .map(|(c, m)| (c.to_string(), *m))
+        .collect();
+    assert_eq!(classes, want);
+}
