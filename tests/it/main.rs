@@ -2,6 +2,7 @@
 //! driver in `harness/simcuda`. All of them build into this one test binary.
 
 mod attribution;
+mod bench_args;
 mod cli;
 mod cli_check;
 mod cli_job;

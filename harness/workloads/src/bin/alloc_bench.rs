@@ -554,8 +554,47 @@ const TESTS: &[&str] = &[
     "streampair",
 ];
 
+#[path = "../bench_args.rs"]
+mod bench_args;
+
+const USAGE: &str = "\
+alloc_bench: device allocation costs under several configurations, side by side in one run
+
+Usage: alloc_bench [--shim PATH] [--baseline PATH] [--rounds N] [--quick] [--json FILE]
+                   [--tests a,b] [--variants a,b]
+
+  --shim PATH       the shim to measure (default libcuguard.so, found by the loader)
+  --baseline PATH   another build's shim, run interleaved as NAME@baseline
+  --rounds N        rounds over every configuration (default 3; 1 with --quick)
+  --quick           fewer pairs per measurement
+  --json FILE       every figure, as JSON
+  --tests a,b       only these tests (pair, async, live1000, random1, random64, random256,
+                    threads, streampair)
+  --variants a,b    only these configurations (bare, passthrough, passthrough+stacks, pool,
+                    pool-nocache, pool-fence, pool+stacks, pool-untracked)
+
+The driver is whatever libcuda.so.1 the loader finds: the real one, or the simulated one.
+
+Example (on the GPU machine, after scripts/gpu/stage.sh):
+  .gpu/alloc_bench --shim .gpu/libcuguard.so --quick --tests pair,async";
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--child") {
+        bench_args::Options {
+            valued: &[
+                "--shim",
+                "--baseline",
+                "--rounds",
+                "--json",
+                "--tests",
+                "--variants",
+            ],
+            flags: &["--quick"],
+            usage: USAGE,
+        }
+        .check(&args);
+    }
     let arg = |name: &str| {
         args.iter()
             .position(|a| a == name)

@@ -129,8 +129,35 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+#[path = "../bench_args.rs"]
+mod bench_args;
+
+const USAGE: &str = "\
+capture_bench: what call-stack capture costs per allocation in deep stacks, before and after
+the capture caches, side by side in one run (the shim's own bill)
+
+Usage: capture_bench [--shim PATH] [--rounds N] [--pairs N] [--python-script PATH]
+
+  --shim PATH            the shim (default: libcuguard.so beside this program)
+  --rounds N             rounds over every workload (default 5)
+  --pairs N              allocation pairs per child (default 50000)
+  --python-script PATH   the Python workload (default harness/workloads/python/alloc_bench.py)
+
+The driver is whatever libcuda.so.1 the loader finds: the real one, or the simulated one.
+
+Example (on the GPU machine, after scripts/gpu/stage.sh):
+  .gpu/capture_bench --shim .gpu/libcuguard.so --rounds 3";
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--child") {
+        bench_args::Options {
+            valued: &["--shim", "--rounds", "--pairs", "--python-script"],
+            flags: &[],
+            usage: USAGE,
+        }
+        .check(&args);
+    }
     let arg = |name: &str| {
         args.iter()
             .position(|a| a == name)
