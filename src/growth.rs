@@ -48,6 +48,10 @@
 //! rise's (from the low's sample to the maximum's); [`Growth`] also says when the last part
 //! began and the new heights it reached.
 //!
+//! A run with fewer sample times than any series needs (5, from the shim's first sample to the
+//! end) cannot be told at all: [`not_told`] says so, so that the summary, the view and
+//! `check --max-growth` do not read "no site grew" into it.
+//!
 //! [`growing_sites`] adds up the series of the stacks that share a site (all devices) and runs
 //! the criterion on each site's sum. The shim samples every `CUGUARD_TIMELINE_MS` (100 ms by
 //! default) from its first tracked allocation and keeps at most 256 sample times and 128 series

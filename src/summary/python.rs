@@ -191,17 +191,12 @@ impl BlockSite {
         let Some(path) = &h.path else {
             return;
         };
-        let spans = path.iter().map(|s| index_of(s).map(|i| (i, i))).collect();
+        let spans = spans_of(path);
         match &mut self.holder_spans {
             None => self.holder_spans = Some((h.clone(), spans)),
             Some((first, seen)) => {
                 if path_pattern(first) == path_pattern(h) {
-                    for (span, new) in seen.iter_mut().zip(spans) {
-                        if let (Some((lo, hi)), Some((i, _))) = (span.as_mut(), new) {
-                            *lo = (*lo).min(i);
-                            *hi = (*hi).max(i);
-                        }
-                    }
+                    widen(seen, spans);
                 }
             }
         }
@@ -244,10 +239,25 @@ fn path_pattern(h: &PyHolder) -> Option<Vec<String>> {
 /// Per step of a path: the smallest and largest index seen there, for an index step.
 type Spans = Vec<Option<(i64, i64)>>;
 
+/// A path's spans: each index step's number as its smallest and largest.
+fn spans_of(path: &[String]) -> Spans {
+    path.iter().map(|s| index_of(s).map(|i| (i, i))).collect()
+}
+
+/// Widens `seen` by another path's spans (one of the same pattern, so the same steps).
+fn widen(seen: &mut Spans, other: Spans) {
+    for (span, new) in seen.iter_mut().zip(other) {
+        if let (Some((lo, hi)), Some((i, _))) = (span.as_mut(), new) {
+            *lo = (*lo).min(i);
+            *hi = (*hi).max(i);
+        }
+    }
+}
+
 /// Writes each index step whose smallest and largest differ as the range: `[0…19]`. Over a
 /// range, what the last step says of one allocation (`torch.Tensor (1.0 MiB)`) is not said of
 /// all, and goes (a weak match's last step, its number, is not shown anyway).
-fn write_spans(steps: &mut [String], spans: &[Option<(i64, i64)>], weak: bool) {
+fn write_spans(steps: &mut [String], spans: &Spans, weak: bool) {
     let ranged = spans.iter().flatten().any(|(lo, hi)| lo != hi);
     if ranged
         && !weak
@@ -443,22 +453,13 @@ impl HeldLines {
         let stack = from_site(index, a.stack, &site.key);
         let pattern = first.and_then(path_pattern);
         let key = (label.clone(), stack.clone(), holder.clone(), weak, pattern);
-        let spans: Vec<Option<(i64, i64)>> = path
-            .iter()
-            .flatten()
-            .map(|s| index_of(s).map(|i| (i, i)))
-            .collect();
+        let spans = path.as_deref().map(spans_of).unwrap_or_default();
         match self.by_key.get_mut(&key) {
             Some(g) => {
                 g.line.size = g.line.size.max(a.size);
                 g.line.bytes = g.line.bytes.saturating_add(a.size);
                 g.line.allocations += 1;
-                for (span, new) in g.spans.iter_mut().zip(spans) {
-                    if let (Some((lo, hi)), Some((i, _))) = (span.as_mut(), new) {
-                        *lo = (*lo).min(i);
-                        *hi = (*hi).max(i);
-                    }
-                }
+                widen(&mut g.spans, spans);
             }
             None => {
                 let line = HeldLine {
