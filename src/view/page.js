@@ -55,7 +55,7 @@
   // Charts with at most this many samples dot each one.
   var SPARSE = 60;
   function chart(c, into) {
-    var W = 520, H = 190, L = 66, B = 22, T = 20, R = 12;
+    var W = 520, H = 200, L = 66, B = 22, T = 31, R = 12;
     var tmax = 1, ymax = 1, markers = c.markers || [];
     c.points.forEach(function (p) { tmax = Math.max(tmax, p[0]); ymax = Math.max(ymax, p[1], p[2]); });
     markers.forEach(function (m) { tmax = Math.max(tmax, m.time_ms); ymax = Math.max(ymax, m.live_bytes || 0); });
@@ -78,8 +78,9 @@
       });
     }
     // Markers: a vertical line each and a dot at the live bytes then (the samples may have
-    // missed the moment); its text at the top unless it would overlap the last one shown.
-    var lastEnd = -1e9;
+    // missed the moment); its text at the top, or in a second row above where it would
+    // overlap one already shown, else only in its title.
+    var rows = [{ y: T - 7, taken: [] }, { y: T - 18, taken: [] }];
     markers.forEach(function (m) {
       var mx = x(m.time_ms);
       var l = svg("line", { "class": "marker " + m.kind, x1: mx, y1: T - 4, x2: mx, y2: H - B }, s);
@@ -91,10 +92,13 @@
       if (mx + width / 2 > W - 2) { anchor = "end"; left = mx - width; }
       else if (mx - width / 2 < L) { anchor = "start"; left = mx; }
       else { left = mx - width / 2; }
-      if (left > lastEnd + 4) {
-        var t = text(s, mx, T - 7, m.short, anchor, "marker-label " + m.kind);
+      var row = rows.find(function (r) {
+        return r.taken.every(function (span) { return left > span[1] + 4 || left + width + 4 < span[0]; });
+      });
+      if (row) {
+        var t = text(s, mx, row.y, m.short, anchor, "marker-label " + m.kind);
         svg("title", {}, t).textContent = m.label;
-        lastEnd = left + width;
+        row.taken.push([left, left + width]);
       }
     });
     var cap = document.createElement("figcaption");
