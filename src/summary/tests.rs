@@ -691,13 +691,29 @@ fn the_cost_line_adds_up_and_says_one_time_costs_apart() {
     );
 }
 
+/// The summary of attribution.json with a Python end at 100 ms whose view holds `allocations`.
+fn summary_at_the_end(allocations: serde_json::Value) -> ReportSummary {
+    let json = std::fs::read_to_string(fixture("attribution.json")).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    doc["python"] = serde_json::json!({
+        "end": {"recorded": true, "how": "finished", "time_ms": 100},
+        "view": {"at": "end", "time_ms": 100, "complete": true, "allocations": allocations}
+    });
+    let bytes = serde_json::to_vec(&doc).unwrap();
+    let doc = crate::report::Document::from_bytes("end.json".as_ref(), bytes).unwrap();
+    let report = doc.into_reports().next().unwrap().unwrap();
+    let source = Source {
+        path: "end.json".into(),
+        index: None,
+    };
+    ReportSummary::new(&source, &report, 10)
+}
+
 /// Held allocations that read alike are one line (a list's items: the indices they span, at
 /// any depth); another name, or a step that is not an index (a dict's string key) that
 /// differs, stays its own line.
 #[test]
 fn held_allocations_that_read_alike_are_one_line() {
-    let json = std::fs::read_to_string(fixture("attribution.json")).unwrap();
-    let mut doc: serde_json::Value = serde_json::from_str(&json).unwrap();
     let mut n = 0u64;
     let mut held = |size: u64, path: &[&str], holder: &str, weak: bool| {
         n += 1;
@@ -729,18 +745,7 @@ fn held_allocations_that_read_alike_are_one_line() {
     allocations.push(held(MIB, &["CACHE", "['b']"], "torch.Tensor", false));
     allocations.push(held(MIB, &["GRID", "[0]", "[5]"], "torch.Tensor", false));
     allocations.push(held(MIB, &["GRID", "[2]", "[5]"], "torch.Tensor", false));
-    doc["python"] = serde_json::json!({
-        "end": {"recorded": true, "how": "finished", "time_ms": 100},
-        "view": {"at": "end", "time_ms": 100, "complete": true, "allocations": allocations}
-    });
-    let bytes = serde_json::to_vec(&doc).unwrap();
-    let doc = crate::report::Document::from_bytes("held.json".as_ref(), bytes).unwrap();
-    let report = doc.into_reports().next().unwrap().unwrap();
-    let source = Source {
-        path: "held.json".into(),
-        index: None,
-    };
-    let s = ReportSummary::new(&source, &report, 10);
+    let s = summary_at_the_end(serde_json::Value::Array(allocations));
     let py = s.python.as_ref().unwrap();
     let lines: Vec<(u64, u64, u64, String)> = py
         .held
@@ -779,8 +784,6 @@ fn held_allocations_that_read_alike_are_one_line() {
 /// size); a block held another way does not widen it.
 #[test]
 fn a_cache_line_s_blocks_held_by_a_list_read_as_its_range() {
-    let json = std::fs::read_to_string(fixture("attribution.json")).unwrap();
-    let mut doc: serde_json::Value = serde_json::from_str(&json).unwrap();
     const MIB: u64 = 1 << 20;
     let block = |at: u64, path: &[&str]| {
         serde_json::json!({
@@ -798,22 +801,11 @@ fn a_cache_line_s_blocks_held_by_a_list_read_as_its_range() {
         block(3, &["CLONES", "[1]", &tensor(8)]),
         block(4, &["SPARE", "[9]", &tensor(8)]),
     ];
-    doc["python"] = serde_json::json!({
-        "end": {"recorded": true, "how": "finished", "time_ms": 100},
-        "view": {"at": "end", "time_ms": 100, "complete": true, "allocations": [{
-            "address": "0x40000000", "size": 8 * MIB, "requested": 8 * MIB,
-            "api": "cuMemAlloc_v2", "memory": "device", "device": 0, "context": 0, "thread": 1,
-            "seq": 1, "time_ms": 10, "stack": null, "class": "cache", "blocks": blocks
-        }]}
-    });
-    let bytes = serde_json::to_vec(&doc).unwrap();
-    let doc = crate::report::Document::from_bytes("cache.json".as_ref(), bytes).unwrap();
-    let report = doc.into_reports().next().unwrap().unwrap();
-    let source = Source {
-        path: "cache.json".into(),
-        index: None,
-    };
-    let s = ReportSummary::new(&source, &report, 10);
+    let s = summary_at_the_end(serde_json::json!([{
+        "address": "0x40000000", "size": 8 * MIB, "requested": 8 * MIB,
+        "api": "cuMemAlloc_v2", "memory": "device", "device": 0, "context": 0, "thread": 1,
+        "seq": 1, "time_ms": 10, "stack": null, "class": "cache", "blocks": blocks
+    }]));
     let [cache] = &s.python.as_ref().unwrap().caches[..] else {
         panic!("one cache");
     };

@@ -28,6 +28,15 @@ fn chromium() -> Option<PathBuf> {
     None
 }
 
+/// Chromium for the test `test`, or `None` after saying that it is skipped.
+fn chromium_for(test: &str) -> Option<PathBuf> {
+    let found = chromium();
+    if found.is_none() {
+        println!("skipping {test}: chromium is not installed (apt-get install -y chromium)");
+    }
+    found
+}
+
 fn write_page(out: &Path, paths: &[PathBuf]) -> String {
     let status = Command::new(&support::artifacts().cuguard)
         .args(["view", "-o"])
@@ -81,10 +90,7 @@ fn cli_view_page_is_self_contained() {
 
 #[test]
 fn cli_view_renders_in_chromium() {
-    let Some(chromium) = chromium() else {
-        println!(
-            "skipping cli_view_renders_in_chromium: chromium is not installed (apt-get install -y chromium)"
-        );
+    let Some(chromium) = chromium_for("cli_view_renders_in_chromium") else {
         return;
     };
     let dir = support::scratch_dir("cli-view-chromium");
@@ -133,10 +139,7 @@ fn cli_view_renders_in_chromium() {
 
 #[test]
 fn cli_view_renders_attribution_in_chromium() {
-    let Some(chromium) = chromium() else {
-        println!(
-            "skipping cli_view_renders_attribution_in_chromium: chromium is not installed (apt-get install -y chromium)"
-        );
+    let Some(chromium) = chromium_for("cli_view_renders_attribution_in_chromium") else {
         return;
     };
     let dir = support::scratch_dir("cli-view-chromium-attribution");
@@ -190,10 +193,7 @@ fn cli_view_renders_attribution_in_chromium() {
 /// growth chart, named in the legend.
 #[test]
 fn cli_view_marks_a_python_program_s_end_in_chromium() {
-    let Some(chromium) = chromium() else {
-        println!(
-            "skipping cli_view_marks_a_python_program_s_end_in_chromium: chromium is not installed (apt-get install -y chromium)"
-        );
+    let Some(chromium) = chromium_for("cli_view_marks_a_python_program_s_end_in_chromium") else {
         return;
     };
     let dir = support::scratch_dir("cli-view-chromium-end");
