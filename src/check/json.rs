@@ -20,9 +20,8 @@ use crate::format::{Format, Options};
 /// reports             process reports read
 /// incomplete[]        sources of incomplete reports
 /// growth_not_told[]   {source, samples, needed, end_ms, span_ms|null, code_end,
-///                      interval_ms|null}: reports whose run had
-///                     too few samples to tell growth (see cuguard::growth::not_told); with
-///                     --max-growth, not checked for it
+///                      interval_ms|null}: reports whose run had too few samples to tell growth
+///                     (see cuguard::growth::not_told); with --max-growth, not checked for it
 /// leaked_bytes, leaks                 unsuppressed, all processes
 /// counted_bytes, counted_leaks        what counts against the limits (new or grown with a baseline)
 /// suppressed_bytes, suppressed_leaks, suppressed_events
