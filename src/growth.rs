@@ -376,21 +376,67 @@ pub struct GrowingSite {
     pub stack: Vec<String>,
 }
 
-/// The sites of `report` that grew (see the module doc), most grown first; only stacks whose
-/// owner `include` accepts are added up.
-pub fn growing_sites(
-    report: &Report,
+/// Where a site's largest series came from: a stack of the shim's samples, or a line of a
+/// cache's history (`python.view.caches[].lines[]`).
+#[derive(Clone, Copy, Debug)]
+pub enum SeriesFrom<'a> {
+    /// A stack id of `stack_samples.series[]`.
+    Stack(Option<u64>),
+    /// A line of a cache's history.
+    Line(&'a PyCacheLine),
+}
+
+/// One site's live bytes over time: the series of its stacks and cache lines added up.
+#[derive(Debug)]
+pub struct SiteSeries<'a> {
+    /// The site's key (see [`crate::sites`]).
+    pub key: String,
+    /// Live bytes at each of [`SitesOverTime::times`].
+    pub bytes: Vec<u64>,
+    /// The devices its series are on.
+    pub devices: BTreeSet<u32>,
+    /// The series that reached the most, and that most.
+    pub largest: (SeriesFrom<'a>, u64),
+    /// Its place in the order the sites were first met.
+    pub first: usize,
+}
+
+impl SiteSeries<'_> {
+    /// The site for people, its location once.
+    pub fn label(&self, sites: &SiteIndex<'_>) -> String {
+        match self.largest.0 {
+            SeriesFrom::Stack(stack) => sites.site(stack).label(),
+            SeriesFrom::Line(line) => {
+                frames_site(&line.frames).map_or_else(|| self.key.clone(), |s| s.label())
+            }
+        }
+    }
+}
+
+/// The sites' live bytes over the run, as the growth criterion reads them.
+#[derive(Debug)]
+pub struct SitesOverTime<'a> {
+    /// The sample times read, milliseconds since process start.
+    pub times: Vec<u64>,
+    /// One per site, in the order first met.
+    pub sites: Vec<SiteSeries<'a>>,
+}
+
+/// The live bytes of `report`'s sites over time (see the module doc): the series of the
+/// stacks that share a site added up (all devices), only stacks whose owner `include` accepts;
+/// inside a cache whose history gave each program line's bytes, those lines (as the program's)
+/// in place of the cache's segments. The sample times are all of them, or [`MAX_TIMES`] spread
+/// evenly (first and last kept), up to the end of a Python program's code when `to_code_end`;
+/// `None` without samples.
+pub fn sites_over_time<'a>(
+    report: &'a Report,
     sites: &SiteIndex<'_>,
     owners: &mut OwnerIndex<'_>,
     include: impl Fn(&crate::owners::Owner) -> bool,
-    criterion: &Criterion,
-) -> Vec<GrowingSite> {
-    let Some(samples) = &report.stack_samples else {
-        return Vec::new();
-    };
-    let end_ms = python_end_ms(report);
-    // The sample times read: all of them (up to the end of a Python program's code), or
-    // MAX_TIMES spread evenly (first and last kept).
+    to_code_end: bool,
+) -> Option<SitesOverTime<'a>> {
+    let samples = report.stack_samples.as_ref()?;
+    let end_ms = python_end_ms(report).filter(|_| to_code_end);
     let all = match end_ms {
         Some(end) => samples.times_ms.iter().take_while(|&&t| t <= end).count(),
         None => samples.times_ms.len(),
@@ -405,36 +451,26 @@ pub fn growing_sites(
     let times: Vec<u64> = picks.iter().map(|&i| samples.times_ms[i]).collect();
     let n = times.len();
     if n == 0 {
-        return Vec::new();
-    }
-    /// Where a site's largest series came from: a stack of the shim's samples, or a line of a
-    /// cache's history (`python.view.caches[].lines[]`).
-    #[derive(Clone, Copy)]
-    enum From<'a> {
-        Stack(Option<u64>),
-        Line(&'a PyCacheLine),
-    }
-    struct Acc<'a> {
-        sum: Vec<u64>,
-        devices: BTreeSet<u32>,
-        /// The series that reached the most, and that most.
-        largest: (From<'a>, u64),
+        return None;
     }
     fn add<'a>(
-        by_site: &mut HashMap<String, Acc<'a>>,
+        by_site: &mut HashMap<String, SiteSeries<'a>>,
         key: String,
-        from: From<'a>,
+        from: SeriesFrom<'a>,
         device: u32,
         bytes: impl Fn(usize) -> u64,
         n: usize,
     ) {
-        let acc = by_site.entry(key).or_insert_with(|| Acc {
-            sum: vec![0; n],
+        let first = by_site.len();
+        let acc = by_site.entry(key.clone()).or_insert_with(|| SiteSeries {
+            key,
+            bytes: vec![0; n],
             devices: BTreeSet::new(),
             largest: (from, 0),
+            first,
         });
         let mut top = 0;
-        for (k, s) in acc.sum.iter_mut().enumerate() {
+        for (k, s) in acc.bytes.iter_mut().enumerate() {
             let b = bytes(k);
             *s = s.saturating_add(b);
             top = top.max(b);
@@ -454,7 +490,7 @@ pub fn growing_sites(
         .map(|v| v.caches.iter().filter(|c| !c.lines.is_empty()).collect())
         .unwrap_or_default();
     let lined_owners: HashSet<&str> = lined.iter().filter_map(|c| c.owner.as_deref()).collect();
-    let mut by_site: HashMap<String, Acc> = HashMap::new();
+    let mut by_site: HashMap<String, SiteSeries> = HashMap::new();
     for series in samples.series.iter().take(MAX_SERIES) {
         let owner = owners.of_stack(series.stack, Some("device"));
         let owner = owners.owner(owner);
@@ -466,7 +502,7 @@ pub fn growing_sites(
         add(
             &mut by_site,
             key,
-            From::Stack(series.stack),
+            SeriesFrom::Stack(series.stack),
             series.device,
             bytes,
             n,
@@ -481,21 +517,40 @@ pub fn growing_sites(
             add(
                 &mut by_site,
                 site.key,
-                From::Line(line),
+                SeriesFrom::Line(line),
                 line.device,
                 bytes,
                 n,
             );
         }
     }
+    let mut sites: Vec<SiteSeries> = by_site.into_values().collect();
+    sites.sort_by_key(|s| s.first);
+    Some(SitesOverTime { times, sites })
+}
+
+/// The sites of `report` that grew (see the module doc), most grown first; only stacks whose
+/// owner `include` accepts are added up.
+pub fn growing_sites(
+    report: &Report,
+    sites: &SiteIndex<'_>,
+    owners: &mut OwnerIndex<'_>,
+    include: impl Fn(&crate::owners::Owner) -> bool,
+    criterion: &Criterion,
+) -> Vec<GrowingSite> {
+    let Some(over_time) = sites_over_time(report, sites, owners, include, true) else {
+        return Vec::new();
+    };
     let program = owners.program();
-    let mut out: Vec<GrowingSite> = by_site
-        .into_values()
+    let times = &over_time.times;
+    let mut out: Vec<GrowingSite> = over_time
+        .sites
+        .into_iter()
         .filter_map(|acc| {
-            let g = growth(&times, &acc.sum, criterion)?;
+            let g = growth(times, &acc.bytes, criterion)?;
             let devices = acc.devices.into_iter().collect();
             match acc.largest.0 {
-                From::Stack(stack) => {
+                SeriesFrom::Stack(stack) => {
                     let site = sites.site(stack);
                     let owner = owners.of_stack(stack, Some("device"));
                     let owner = owners.owner(owner);
@@ -512,7 +567,7 @@ pub fn growing_sites(
                         stack: sites.chain(stack),
                     })
                 }
-                From::Line(line) => {
+                SeriesFrom::Line(line) => {
                     let site = frames_site(&line.frames)?;
                     let owner = owners.owner(program);
                     Some(GrowingSite {

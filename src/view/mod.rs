@@ -19,7 +19,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::growth::{MAX_SERIES, MAX_TIMES};
 use crate::input::Source;
 use crate::report::{Report, Stack};
 use crate::sites::{SiteIndex, frame_name, mixed_names};
@@ -77,8 +76,9 @@ pub struct Marker {
 }
 
 /// One process's top sites' live bytes over time, from its `stack_samples`: the series of the
-/// stacks that share a site added up (all devices), as [`crate::growth::growing_sites`] reads
-/// them.
+/// stacks that share a site added up (all devices), and inside a cache whose history gave each
+/// program line's bytes, those lines in place of its segments, as
+/// [`crate::growth::growing_sites`] reads them.
 #[derive(Clone, Debug, Serialize)]
 pub struct GrowthChart {
     /// `exe[pid]` and host.
@@ -306,57 +306,38 @@ fn markers(
 }
 
 /// The process's top sites' live bytes over time (see [`GrowthChart`]); `None` without
-/// `stack_samples` or when no site held memory. Reads the first [`MAX_SERIES`] series and at
-/// most [`MAX_TIMES`] times, evenly spread over the run, as the growth criterion does.
+/// `stack_samples` or when no site held memory. Reads the series as the growth criterion does
+/// ([`crate::growth::sites_over_time`]), over the whole run.
 fn growth_chart(
     report: &Report,
     summary: &ReportSummary,
     sites: &SiteIndex<'_>,
     who: &str,
 ) -> Option<GrowthChart> {
-    let samples = report.stack_samples.as_ref()?;
-    let all = samples.times_ms.len();
-    let picks: Vec<usize> = if all <= MAX_TIMES {
-        (0..all).collect()
-    } else {
-        (0..MAX_TIMES)
-            .map(|i| i * (all - 1) / (MAX_TIMES - 1))
-            .collect()
-    };
-    if picks.is_empty() {
-        return None;
-    }
-    // Each site's series added up, with its label, in the order first seen.
-    let mut by_site: HashMap<String, (usize, String, Vec<u64>)> = HashMap::new();
-    for series in samples.series.iter().take(MAX_SERIES) {
-        let site = sites.site(series.stack);
-        let next = by_site.len();
-        let (_, _, sum) = by_site
-            .entry(site.key.clone())
-            .or_insert_with(|| (next, site.label(), vec![0; picks.len()]));
-        for (k, s) in sum.iter_mut().enumerate() {
-            let b = series.bytes.get(picks[k]).copied().unwrap_or(0);
-            *s = s.saturating_add(b);
-        }
-    }
+    // The series the growth criterion reads (a cache's lines in place of its segments, where
+    // its history gave them), over the whole run: the teardown after a Python program's end
+    // shows, beside its mark.
+    let mut owners = crate::owners::OwnerIndex::new(report);
+    let over_time = crate::growth::sites_over_time(report, sites, &mut owners, |_| true, false)?;
     let rank: HashMap<&str, usize> = summary
         .growing
         .iter()
         .enumerate()
         .map(|(i, g)| (g.site.as_str(), i))
         .collect();
-    let mut lines: Vec<(Option<usize>, u64, usize, GrowthLine)> = by_site
-        .into_iter()
-        .filter_map(|(key, (first, label, bytes))| {
-            let max = bytes.iter().copied().max().unwrap_or(0);
+    let mut lines: Vec<(Option<usize>, u64, usize, GrowthLine)> = over_time
+        .sites
+        .iter()
+        .filter_map(|site| {
+            let max = site.bytes.iter().copied().max().unwrap_or(0);
             (max > 0).then(|| {
-                let growing = rank.get(key.as_str()).copied();
+                let growing = rank.get(site.key.as_str()).copied();
                 let line = GrowthLine {
-                    label,
+                    label: site.label(sites),
                     growing: growing.is_some(),
-                    bytes,
+                    bytes: site.bytes.clone(),
                 };
-                (growing, max, first, line)
+                (growing, max, site.first, line)
             })
         })
         .collect();
@@ -371,7 +352,7 @@ fn growth_chart(
     if lines.is_empty() {
         return None;
     }
-    let times: Vec<u64> = picks.iter().map(|&i| samples.times_ms[i]).collect();
+    let times = over_time.times;
     let mut lines: Vec<GrowthLine> = lines.into_iter().map(|l| l.3).collect();
     // At most MAX_GROWTH_POINTS: consecutive times bucketed, each keeping its last time and
     // each line's largest value, so maxima survive.

@@ -484,3 +484,62 @@ fn sections_of_many_processes_stay_bounded() {
     );
     assert_eq!(html.matches("5 more processes not shown.").count(), 3);
 }
+
+/// Inside a cache whose history gave each program line's bytes, the growth chart draws those
+/// lines, as the growth criterion reads them, not the cache's segments (charged to whichever
+/// line grew a segment).
+#[test]
+fn the_growth_chart_follows_a_cache_s_lines() {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("attribution.json")).unwrap())
+            .unwrap();
+    let before = ProcessView::new(&source(), &report_of(&v.to_string()));
+    let labels = |p: &ProcessView| -> Vec<String> {
+        let mut l: Vec<String> = p
+            .growth
+            .as_ref()
+            .unwrap()
+            .lines
+            .iter()
+            .map(|l| l.label.clone())
+            .collect();
+        l.sort();
+        l
+    };
+    assert!(labels(&before).contains(&"forward (model.py:40)".to_string()));
+    const MIB: u64 = 1 << 20;
+    v["python"] = serde_json::json!({
+        "end": {"recorded": true, "how": "finished", "time_ms": 9500},
+        "view": {"at": "end", "time_ms": 9500, "complete": true, "allocations": [],
+            "caches": [{"owner": "pytorch_caching_allocator", "framework": "pytorch",
+                "source": "history", "segment_bytes": 22 * MIB, "live_bytes": 3 * MIB,
+                "idle_bytes": 19 * MIB,
+                "lines": [{"device": 0,
+                    "frames": [{"file": "/w/eval.py", "line": 9, "function": "keep"}],
+                    "samples": [[1000, MIB], [5000, 2 * MIB], [9000, 3 * MIB]]}]}]}
+    });
+    let after = ProcessView::new(&source(), &report_of(&v.to_string()));
+    let got = labels(&after);
+    assert!(
+        !got.contains(&"forward (model.py:40)".to_string()),
+        "{got:?}"
+    );
+    let chart = after.growth.as_ref().unwrap();
+    let keep = chart
+        .lines
+        .iter()
+        .find(|l| l.label == "keep (eval.py:9)")
+        .expect("the cache's line");
+    // Its bytes at each sample time: the line's last value at or before it.
+    let want: Vec<u64> = chart
+        .times
+        .iter()
+        .map(|&t| match t {
+            t if t >= 9000 => 3 * MIB,
+            t if t >= 5000 => 2 * MIB,
+            t if t >= 1000 => MIB,
+            _ => 0,
+        })
+        .collect();
+    assert_eq!(keep.bytes, want);
+}
