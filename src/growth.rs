@@ -292,7 +292,7 @@ pub fn not_told(report: &Report, criterion: &Criterion) -> Option<NotTold> {
 /// Where a Python program's code ended, milliseconds since process start, when its end was
 /// recorded: its run ends there (what comes after, the look at what held its memory and the
 /// interpreter's teardown, is flat or falling, and would read as a plateau).
-fn python_end_ms(report: &Report) -> Option<u64> {
+pub fn python_end_ms(report: &Report) -> Option<u64> {
     report
         .python
         .as_ref()

@@ -282,7 +282,7 @@ fn markers(
             ),
         });
     let end = report.python.as_ref().and_then(|p| {
-        let at = p.end.time_ms.filter(|_| p.end.recorded)?;
+        let at = crate::growth::python_end_ms(report)?;
         let view = p.view.as_ref().filter(|v| v.at == "end")?;
         let how = summary.python.as_ref()?.how_it_ended();
         let live = view
@@ -369,11 +369,7 @@ fn growth_chart(
         process: who.to_string(),
         process_index: 0,
         times,
-        end_ms: report
-            .python
-            .as_ref()
-            .filter(|p| p.end.recorded)
-            .and_then(|p| p.end.time_ms),
+        end_ms: crate::growth::python_end_ms(report),
         lines,
     })
 }
