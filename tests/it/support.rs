@@ -273,3 +273,129 @@ pub fn report_allocations(report: &serde_json::Value) -> u64 {
         .map(|d| d["allocations"].as_u64().unwrap())
         .sum()
 }
+
+/// The user a shared-machine test protects (`docs/reliability.md`, "On a shared machine").
+pub const VICTIM: u32 = 1000;
+/// The other local user, who plants links and files where the victim writes.
+pub const ATTACKER: u32 = 1001;
+
+/// Whether this process may act as other users (it runs as root). Outside CI a test that needs
+/// it says so and does nothing; in CI (`CI` set) it fails, naming what is missing: CI runs as
+/// root (`.ci/run`).
+pub fn can_switch_users(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} needs root (to act as uids {VICTIM} and {ATTACKER}); CI runs as root"
+    );
+    eprintln!("{test}: not root; skipped (it acts as uids {VICTIM} and {ATTACKER})");
+    false
+}
+
+/// A fresh world-writable sticky directory (mode 1777, like /tmp) for one test, with a home
+/// directory in it for the victim (`home/`, theirs, 0700). Its parents can be traversed by
+/// every user.
+pub fn shared_dir(test: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = scratch_dir(test);
+    let mut p = d.clone();
+    while let Some(up) = p.parent() {
+        // The scratch directory's parents (the checkout's target/) must be traversable.
+        if let Ok(m) = std::fs::metadata(up)
+            && m.permissions().mode() & 0o001 == 0
+        {
+            let _ = std::fs::set_permissions(
+                up,
+                std::fs::Permissions::from_mode(m.permissions().mode() | 0o011),
+            );
+        }
+        p = up.to_path_buf();
+        if p == artifacts().root {
+            break;
+        }
+    }
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let home = d.join("home");
+    std::fs::create_dir(&home).unwrap();
+    chown(&home, VICTIM);
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    d
+}
+
+/// Gives `path` (not following a link) to `uid` (and the group of the same number).
+pub fn chown(path: &Path, uid: u32) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: c is NUL-terminated; lchown changes only the owner of that name.
+    let r = unsafe { libc::lchown(c.as_ptr(), uid, uid) };
+    assert_eq!(
+        r,
+        0,
+        "lchown {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Plants, as the attacker, a symbolic link at `at` pointing to `to`.
+pub fn plant_link(at: &Path, to: &Path) {
+    std::os::unix::fs::symlink(to, at).unwrap();
+    chown(at, ATTACKER);
+}
+
+/// A file only the victim may read or write (mode 0600, theirs), holding `precious`.
+pub fn victims_file(dir: &Path, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("home").join(name);
+    std::fs::write(&p, b"precious").unwrap();
+    chown(&p, VICTIM);
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+/// Asserts the victim's file still holds what [`victims_file`] put there.
+pub fn assert_untouched(victim: &Path, what: &str) {
+    let got = std::fs::read(victim).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "precious",
+        "{what} wrote through the attacker's link into {}",
+        victim.display()
+    );
+}
+
+/// `cmd` to be run as `uid`, with pid 1 in a new pid namespace (so that the names it derives
+/// from its pid are the ones an attacker who watches `ps` would plant), `HOME` the victim's.
+/// The program and its arguments are those of `cmd`; its environment is kept.
+pub fn as_user_pid1(cmd: &Command, uid: u32, home: &Path) -> Command {
+    let mut out = Command::new("unshare");
+    out.args(["--pid", "--fork", "--kill-child", "setpriv"])
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .args(["--clear-groups", "--"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => out.env(k, v),
+            None => out.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        out.current_dir(d);
+    }
+    out.env("HOME", home);
+    out
+}
+
+/// Whether the file at `path` has permission bits `mode` (0600 for everything cuguard writes).
+pub fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
