@@ -1,6 +1,7 @@
 //! Small text helpers shared by the readers and the output formats.
 
-/// Makes text safe to print on one line: control characters escaped, at most 300 characters.
+/// Makes text safe to print on one line: control characters and the characters that reorder
+/// text ([`cuguard_report::needs_escape`]) escaped, at most 300 characters.
 pub fn one_line(text: &str) -> String {
     const MAX: usize = 300;
     let mut out = String::with_capacity(text.len().min(MAX + 3));
@@ -9,7 +10,7 @@ pub fn one_line(text: &str) -> String {
             out.push('…');
             break;
         }
-        if c.is_control() {
+        if cuguard_report::needs_escape(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);

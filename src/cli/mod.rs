@@ -159,8 +159,10 @@ pub(crate) fn write_stdout(
         })
 }
 
-/// Writes to `path` atomically (a temporary file in the same directory, then a rename), or to
-/// standard output when `path` is `None`.
+/// Writes to `path`, or to standard output when `path` is `None`, as every file cuguard writes
+/// is written ([`cuguard_files::replace`]): a temporary file with an unpredictable name in the
+/// same directory, created without following links, mode 0600, then renamed into place. A link,
+/// another user's file or a non-regular file at `path` is refused, and the error says so.
 pub(crate) fn write_output(
     path: Option<&std::path::Path>,
     f: impl FnOnce(&mut dyn Write) -> io::Result<()>,
@@ -168,25 +170,18 @@ pub(crate) fn write_output(
     let Some(path) = path else {
         return write_stdout(f);
     };
-    let err = |source| CliError::Output {
+    // Temporaries of a writer killed before its rename (an hour or more old) are this user's to
+    // clear.
+    cuguard_files::clean_stale_temps(path, std::time::Duration::from_secs(3600));
+    cuguard_files::replace(path, 0o600, |file| {
+        let mut out = io::BufWriter::new(file);
+        f(&mut out)?;
+        out.flush()
+    })
+    .map_err(|source| CliError::Output {
         what: crate::text::one_line(&path.display().to_string()),
         source,
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut out = io::BufWriter::new(std::fs::File::create(&temp)?);
-        f(&mut out)?;
-        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&temp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result.map_err(err)
+    })
 }
 
 /// Runs a parsed command line; returns the exit code.

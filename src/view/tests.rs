@@ -543,3 +543,14 @@ fn the_growth_chart_follows_a_cache_s_lines() {
         .collect();
     assert_eq!(keep.bytes, want);
 }
+
+/// A report may carry a string of hundreds of MiB (an executable's name, a command line): the
+/// page shows the first 4,096 characters of it, and nothing that reorders text.
+#[test]
+fn texts_on_the_page_are_bounded_and_cannot_reorder_it() {
+    let long = "x".repeat(200_000);
+    let shown = super::html::esc(&long);
+    assert_eq!(shown.chars().count(), 4097);
+    assert!(shown.ends_with("x…"));
+    assert_eq!(super::html::esc("a\u{202e}b<"), "a\u{fffd}b&lt;");
+}

@@ -150,7 +150,10 @@ pub fn append(path: &Path) -> io::Result<File> {
     };
     if fd < 0 {
         let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ELOOP) {
+        // A link gives ELOOP, or EACCES in a sticky directory where another user owns the link:
+        // either way it is said as a link.
+        let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        if link || e.raw_os_error() == Some(libc::ELOOP) {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 "is a symbolic link; cuguard never writes through a link (remove it, or give the \
@@ -325,12 +328,20 @@ impl Private {
 
 /// A per-user directory at `path` that no other user can own, fill or redirect: made 0700 if it
 /// is not there; used if it is a real directory (not a link) of this user that no one else can
-/// write to. Otherwise (another user made it first, or it is a link or a file) a fresh one is
-/// made beside it, `PATH.XXXXXXXX` with a random tag, 0700, and the reason is returned with it.
+/// write to. Otherwise (another user made it first, or it is a link or a file) a fresh one
+/// beside it, `PATH.XXXXXXXX` with a random tag: one an earlier call made, if there is one this
+/// user's and closed to others ([`fresh_dirs`]), else a new one, 0700; the reason is returned
+/// with it.
 pub fn private_dir(path: &Path) -> io::Result<Private> {
     match usable_private(path) {
         Ok(()) => Ok(Private::Asked(path.to_path_buf())),
         Err(why) => {
+            if let Some(earlier) = fresh_dirs(path).into_iter().next() {
+                return Ok(Private::Fresh {
+                    path: earlier,
+                    why: format!("{} {why}", path.display()),
+                });
+            }
             let mut name = path.as_os_str().to_os_string();
             for _ in 0..16 {
                 let mut fresh = name.clone();
@@ -351,6 +362,44 @@ pub fn private_dir(path: &Path) -> io::Result<Private> {
             Err(io::Error::other(name.to_string_lossy().into_owned()))
         }
     }
+}
+
+/// The fresh directories [`private_dir`] made for `path` (`PATH.XXXXXXXX`, eight hexadecimal
+/// digits) that are there now, this user's and closed to others (what [`private_dir`] asks of
+/// a directory), oldest first: where a reader finds what a writer put in one.
+pub fn fresh_dirs(path: &Path) -> Vec<PathBuf> {
+    let (Some(name), Some(dir)) = (path.file_name(), path.parent()) else {
+        return Vec::new();
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.as_bytes();
+            n.len() == name.len() + 9
+                && n.starts_with(name.as_bytes())
+                && n[name.len()] == b'.'
+                && n[name.len() + 1..]
+                    .iter()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+        })
+        .filter_map(|e| {
+            let p = e.path();
+            let m = std::fs::symlink_metadata(&p).ok()?;
+            let closed = m.is_dir() && m.uid() == euid() && m.mode() & 0o022 == 0;
+            closed.then(|| (m.modified().unwrap_or(std::time::UNIX_EPOCH), p))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, p)| p).collect()
 }
 
 /// Whether `path` is (or has just been made) a directory this user alone owns and can write.
@@ -594,6 +643,15 @@ mod tests {
             std::fs::metadata(path).unwrap().permissions().mode() & 0o777,
             0o700
         );
+        // Asked again: the fresh one made before, not one more.
+        assert_eq!(private_dir(&p).unwrap(), fresh);
+        assert_eq!(fresh_dirs(&p), [path.clone()]);
+        // A fresh one opened to others is not used again.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(fresh_dirs(&p).is_empty());
+        let again = private_dir(&p).unwrap();
+        assert_ne!(again.path(), path);
+        assert_eq!(fresh_dirs(&p), [again.path().to_path_buf()]);
         // A link: not used.
         let link = d.join("link");
         std::os::unix::fs::symlink(&p, &link).unwrap();

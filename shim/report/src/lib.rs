@@ -116,7 +116,7 @@ pub use python::{
     Classification, Classified, PyAllocation, PyBlock, PyCache, PyCacheLine, PyEnd, PyHolder,
     PyView, Python,
 };
-pub use units::human_bytes;
+pub use units::{human_bytes, needs_escape, push_escaped};
 pub use write::{to_vec, write};
 
 /// The value of every report's `schema` field.

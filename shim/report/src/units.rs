@@ -1,4 +1,5 @@
-//! Sizes for people, written the same way by the shim and the command: `3.0 MiB`.
+//! Text for people, written the same way by the shim and the command: sizes (`3.0 MiB`), and
+//! names from the program (its executable, script, frames) made safe to print on a terminal.
 
 /// Bytes in the largest binary unit that keeps the number at or above 1, one decimal: `512 B`,
 /// `1.5 KiB`, `3.0 MiB`.
@@ -16,9 +17,40 @@ pub fn human_bytes(n: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// Whether `c` must be escaped before it reaches a terminal or a log: control characters
+/// (escape sequences start with one) and the characters that reorder text (the bidirectional
+/// overrides, embeddings and isolates, as in "Trojan Source"), which can make a name read as
+/// another.
+pub fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// Appends `text` to `out` with every character [`needs_escape`] says must be escaped written as
+/// `\u{…}` (`\n`, `\t`, `\r` for those three).
+pub fn push_escaped(out: &mut String, text: &str) {
+    for c in text.chars() {
+        if needs_escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::human_bytes;
+    use super::{human_bytes, push_escaped};
+
+    #[test]
+    fn names_from_the_program_cannot_drive_the_terminal() {
+        let mut out = String::new();
+        push_escaped(&mut out, "ev\u{1b}[2Jil\u{202e}txt.exe\n");
+        assert_eq!(out, "ev\\u{1b}[2Jil\\u{202e}txt.exe\\n");
+    }
 
     #[test]
     fn units() {

@@ -7,7 +7,6 @@
 //! empty one, so that asking creates nothing (no report at exit because of it).
 
 use std::ffi::c_char;
-use std::io::Write;
 use std::path::Path;
 
 use crate::report::{Occasion, Reason};
@@ -33,18 +32,11 @@ pub fn json() -> Option<Vec<u8>> {
     })
 }
 
-/// Writes `bytes` to `path`: to a temporary file beside it, then renamed over it.
+/// Writes `bytes` to `path` as every file cuguard writes is written
+/// ([`cuguard_files::replace`]: never through a link, never over another user's file), with the
+/// report's mode.
 fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".cuguard-tmp.{}", std::process::id()));
-    let tmp = Path::new(&tmp);
-    let result = std::fs::File::create(tmp)
-        .and_then(|mut f| f.write_all(bytes))
-        .and_then(|()| std::fs::rename(tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(tmp);
-    }
-    result
+    cuguard_files::replace_with(path, crate::report::file::report_mode(), bytes)
 }
 
 /// The report now in `*json`; also written to `path` unless it is NULL.

@@ -56,6 +56,8 @@ pub struct Config {
     pub log: bool,
     /// `CUGUARD_REPORT`: the report path template, as given.
     pub report_template: String,
+    /// `CUGUARD_REPORT_MODE`: the report file's permission bits (octal; default 0600).
+    pub report_mode: u32,
     /// The directory a relative report path is resolved against: the working directory at load.
     pub start_dir: PathBuf,
     /// `CUGUARD_STACK_DEPTH`: frames per allocation; 0 = off.
@@ -281,6 +283,18 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         Some(s) if !s.trim().is_empty() => s,
         _ => DEFAULT_REPORT.to_string(),
     };
+    let report_mode = match var("CUGUARD_REPORT_MODE").as_deref().map(str::trim) {
+        None | Some("") => 0o600,
+        Some(v) => match u32::from_str_radix(v, 8) {
+            Ok(m) if m <= 0o777 => m,
+            _ => {
+                problems.push(format!(
+                    "CUGUARD_REPORT_MODE={v:?} is not a file mode in octal (as 600 or 0640); using 0600"
+                ));
+                0o600
+            }
+        },
+    };
     let checkpoint_secs = match var("CUGUARD_CHECKPOINT_SECS").as_deref().map(str::trim) {
         None | Some("") => 0,
         Some(v) => match v.parse::<u64>() {
@@ -403,6 +417,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         limit,
         limit_virtual,
         run_id,
+        report_mode,
     }
 }
 
@@ -480,6 +495,25 @@ pub(crate) mod tests {
         assert_eq!(c.problems.len(), 2);
         assert!(c.problems[0].contains("CUGUARD_QUIET"));
         assert!(c.problems[1].contains("CUGUARD_STACK_DEPTH"));
+    }
+
+    #[test]
+    fn report_modes_are_octal_or_the_default_with_a_line() {
+        assert_eq!(from_env(env(&[])).report_mode, 0o600);
+        assert_eq!(
+            from_env(env(&[("CUGUARD_REPORT_MODE", "0640")])).report_mode,
+            0o640
+        );
+        for bad in ["garbage", "999", "7777", "-1"] {
+            let c = from_env(env(&[("CUGUARD_REPORT_MODE", bad)]));
+            assert_eq!(c.report_mode, 0o600, "{bad}");
+            assert_eq!(
+                c.problems,
+                [format!(
+                    "CUGUARD_REPORT_MODE={bad:?} is not a file mode in octal (as 600 or 0640); using 0600"
+                )]
+            );
+        }
     }
 
     #[test]

@@ -79,7 +79,11 @@ pub fn prepare(report_path: &Path) {
         .file_name()
         .unwrap_or_default()
         .to_string_lossy();
-    let Ok(tmp) = file::cstr(&dir.join(format!(".{name}.{}.signal.tmp", process::pid()))) else {
+    let Ok(tmp) = file::cstr(&dir.join(format!(
+        ".{}.{:016x}.signal.tmp",
+        String::from_utf8_lossy(cuguard_files::shorten(name.as_bytes(), 200)),
+        cuguard_files::random()
+    ))) else {
         return;
     };
     let fresh = Box::into_raw(Box::new(Prepared {

@@ -136,40 +136,33 @@ fn replace_own(own: &Own, contents: &[u8]) -> io::Result<()> {
 /// `NAME.json` as `NAME.N.json`, so that it still reads as a report (`*.json`); another name gets
 /// `.N` at its end.
 fn numbered(name: &std::ffi::OsStr, n: u32) -> std::ffi::OsString {
-    let bytes = name.as_bytes();
-    match bytes.strip_suffix(b".json") {
-        Some(stem) if !stem.is_empty() => {
-            let mut out = std::ffi::OsString::from(std::ffi::OsStr::from_bytes(stem));
-            out.push(format!(".{n}.json"));
-            out
-        }
-        _ => {
-            let mut out = name.to_os_string();
-            out.push(format!(".{n}"));
-            out
-        }
-    }
+    tagged(name, &n.to_string())
 }
 
+/// `NAME.json` as `NAME.TAG.json`; another name gets `.TAG` at its end. NAME is shortened where
+/// the whole would pass the file system's 255 bytes.
+fn tagged(name: &std::ffi::OsStr, tag: &str) -> std::ffi::OsString {
+    let bytes = name.as_bytes();
+    let (stem, end) = match bytes.strip_suffix(b".json") {
+        Some(stem) if !stem.is_empty() => (stem, format!(".{tag}.json")),
+        _ => (bytes, format!(".{tag}")),
+    };
+    let stem = cuguard_files::shorten(stem, cuguard_files::NAME_MAX.saturating_sub(end.len()));
+    let mut out = std::ffi::OsString::from(std::ffi::OsStr::from_bytes(stem));
+    out.push(end);
+    out
+}
+
+/// A fresh temporary name beside `path`, unpredictable and short enough
+/// ([`cuguard_files::temp_path`]).
 fn temp_path(path: &Path) -> io::Result<PathBuf> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::other("report path has no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(
-        ".{}.{}.tmp",
-        std::process::id(),
-        crate::process::clock::monotonic_ns() % 1_000_000
-    ));
-    Ok(dir.join(tmp_name))
+    cuguard_files::temp_path(path, cuguard_files::random())
 }
 
 fn write_fresh(path: &Path, contents: &[u8]) -> io::Result<Written> {
+    // Temporaries of a writer killed before its rename (an hour or more old) are this user's to
+    // clear.
+    cuguard_files::clean_stale_temps(path, std::time::Duration::from_secs(3600));
     match write_atomic(path, contents) {
         Ok(p) => Ok(Written {
             path: p,
@@ -185,7 +178,16 @@ fn write_fresh(path: &Path, contents: &[u8]) -> io::Result<Written> {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| "cuguard.json".into());
             let fallback = dir.join(name);
-            let p = write_atomic(&fallback, contents)?;
+            let p = write_atomic(&fallback, contents).map_err(|second| {
+                io::Error::new(
+                    second.kind(),
+                    format!(
+                        "{} ({first}), nor {} ({second})",
+                        path.display(),
+                        fallback.display()
+                    ),
+                )
+            })?;
             Ok(Written {
                 path: p,
                 fallback_reason: Some(format!("could not write {} ({first})", path.display())),
@@ -226,10 +228,14 @@ fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<PathBuf> {
             }
         }
     }
-    let _ = std::fs::remove_file(&tmp);
-    Err(io::Error::other(
-        "1000 reports with this name already exist",
-    ))
+    // A thousand names taken (by reports, or by someone filling the directory): a name no one
+    // can have guessed, rather than no report.
+    let target = dir.join(tagged(name, &format!("{:016x}", cuguard_files::random())));
+    rename_noreplace(&tmp, &target)
+        .map(|()| target)
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
 }
 
 /// How much of a file is read to judge it: the header of a report (schema, tool, reason, the
@@ -417,13 +423,10 @@ fn write_new(path: &Path, contents: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// The report file's mode: 0600 unless `CUGUARD_REPORT_MODE` (octal) says otherwise.
+/// The report file's mode: 0600 unless `CUGUARD_REPORT_MODE` (octal) says otherwise (a bad
+/// value is said once, with the other settings).
 pub fn report_mode() -> libc::c_uint {
-    std::env::var("CUGUARD_REPORT_MODE")
-        .ok()
-        .and_then(|m| u32::from_str_radix(m.trim(), 8).ok())
-        .filter(|m| *m <= 0o777)
-        .unwrap_or(0o600)
+    crate::config::get().report_mode
 }
 
 pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {

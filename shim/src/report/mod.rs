@@ -590,7 +590,14 @@ pub fn report_path() -> PathBuf {
 }
 
 fn path_for(host: &str, rank: Option<i64>) -> PathBuf {
-    expand(&config::get().report_template, host, rank)
+    let template = &config::get().report_template;
+    let path = expand(template, host, rank);
+    // A directory (`CUGUARD_REPORT=out/`, `.`): the report goes into it, by the default name.
+    if template.ends_with('/') || path.is_dir() {
+        let name = template::DEFAULT_TEMPLATE.trim_start_matches("./");
+        return path.join(expand(name, host, rank).file_name().unwrap_or_default());
+    }
+    path
 }
 
 /// `template` with the report template's placeholders expanded (`%p`, `%e`, `%h`, `%r`, `%t`),

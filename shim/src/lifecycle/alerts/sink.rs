@@ -65,16 +65,10 @@ pub fn send(alert: &Alert) {
     }
 }
 
-/// Appends the alert's line to `path`, in one write.
+/// Appends the alert's line to `path`, in one write: never through a link, never to another
+/// user's file or a FIFO, created 0600 ([`cuguard_files::append`]).
 fn append(path: &std::path::Path, alert: &Alert) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o644)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)?;
-    f.write_all(alert.to_line().as_bytes())
+    cuguard_files::append(path)?.write_all(alert.to_line().as_bytes())
 }
 
 /// The syslog message for `alert` (RFC 3164, as glibc's `syslog` writes it), without a newline.
