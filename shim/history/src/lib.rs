@@ -1,0 +1,620 @@
+//! The history file: every allocation and free the shim saw, recorded raw and compact, and read
+//! back by the command. One crate for both sides, so the layout is written down once.
+//!
+//! The shim's allocation path appends one fixed-size [`Raw`] record (32 bytes) to its thread's
+//! buffer and does nothing else. Its own thread drains the buffers into the file as
+//! [`Chunk::Events`], encoded here at 8 to 16 bytes an event. Stacks are interned once
+//! ([`Chunk::Stack`]), as heaptrack and memray do: record raw, interpret later.
+//!
+//! ```
+//! use cuguard_history::{Action, Chunk, Header, Raw, Reader, write_chunk};
+//! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 1 }.encode().to_vec();
+//! let events = [
+//!     Raw { tsc: 100, addr: 0x7f00_0000_0000, size: 1 << 20, stack: 3, context: 0, kind: Action::Alloc as u8, device: 1 },
+//!     Raw { tsc: 250, addr: 0x7f00_0000_0000, size: 0, stack: u32::MAX, context: 0, kind: Action::Free as u8, device: 1 },
+//! ];
+//! write_chunk(&mut file, &Chunk::Events { thread: 42, events: events.to_vec() });
+//! let mut r = Reader::new(&file).unwrap();
+//! assert_eq!(r.header().pid, 7);
+//! match r.next().unwrap().unwrap() {
+//!     Chunk::Events { thread, events: got } => assert_eq!((thread, got), (42, events.to_vec())),
+//!     other => panic!("{other:?}"),
+//! }
+//! assert!(r.next().is_none());
+//! ```
+//!
+//! # Layout (version 1), little-endian
+//!
+//! A 32-byte header ([`Header`]): magic `CUGHIST1`, version (u32), pid (u32), the process's start
+//! (u64 nanoseconds since the Unix epoch), 8 bytes reserved. Then chunks to the end of the file,
+//! each `kind (u8) · length (u32) · checksum (u32, FNV-1a 32 of the kind and the payload) ·
+//! payload`. A reader rejects a
+//! checksum that does not match ([`Error::Corrupt`]) and a chunk cut short ([`Error::Truncated`]);
+//! a file that ends at a chunk boundary without [`Chunk::End`] is whole up to there (its process
+//! was killed, or is still running). Kinds it does not know (from a newer writer of the same
+//! version) are skipped.
+//!
+//! An events chunk is `thread (varint) · count (varint) · events`, each event
+//! `tag (u8) · Δtsc (zigzag varint) · Δaddress (zigzag varint) · [size (varint)] · stack+1
+//! (varint) · [context (varint) · device (u8)]`: the deltas run from the previous event of the
+//! chunk (0 for the first); the size is there for the actions that have one ([`Action::sized`]);
+//! the context and device when the tag's bit 7 says they changed.
+
+use std::fmt;
+
+/// The first bytes of every history file.
+pub const MAGIC: &[u8; 8] = b"CUGHIST1";
+/// The layout this crate writes, and the newest it reads.
+pub const VERSION: u32 = 1;
+/// The header's size in bytes.
+pub const HEADER_LEN: usize = 32;
+/// "No stack" and "no context" in [`Raw`].
+pub const NONE: u32 = u32::MAX;
+/// The largest chunk a reader accepts (a writer stays far below it).
+pub const MAX_CHUNK: u32 = 64 << 20;
+
+/// What an event is: the low 4 bits of [`Raw::kind`]; the high 4 bits are the memory
+/// ([`Memory`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Action {
+    /// Memory handed to the program (or to a cache's block).
+    Alloc = 1,
+    /// Memory given back.
+    Free = 2,
+    /// An allocation refused for lack of memory (`size` asked for, no address).
+    Oom = 3,
+    /// A context destroyed or reset (`addr` is the context id); its live memory went with it.
+    ContextRelease = 4,
+    /// A driver allocation that a pool or a cache carves blocks from (a segment).
+    SegmentAlloc = 5,
+    /// A segment given back to the driver.
+    SegmentFree = 6,
+}
+
+impl Action {
+    /// The action of a kind byte.
+    pub fn of(kind: u8) -> Option<Action> {
+        Some(match kind & 0x0f {
+            1 => Action::Alloc,
+            2 => Action::Free,
+            3 => Action::Oom,
+            4 => Action::ContextRelease,
+            5 => Action::SegmentAlloc,
+            6 => Action::SegmentFree,
+            _ => return None,
+        })
+    }
+
+    /// Whether events of this action carry a size.
+    pub fn sized(self) -> bool {
+        matches!(self, Action::Alloc | Action::Oom | Action::SegmentAlloc)
+    }
+}
+
+/// The memory an event is about: the high 4 bits of [`Raw::kind`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Memory {
+    Device = 0,
+    Pitched = 1,
+    Managed = 2,
+    Async = 3,
+    Vmm = 4,
+    HostPinned = 5,
+    /// A block of cuguard's own pool.
+    PoolBlock = 6,
+    /// A block inside a framework's cache (PyTorch's, CuPy's), where the shim reads them.
+    CacheBlock = 7,
+}
+
+impl Memory {
+    /// The memory of a kind byte.
+    pub fn of(kind: u8) -> Option<Memory> {
+        Some(match kind >> 4 {
+            0 => Memory::Device,
+            1 => Memory::Pitched,
+            2 => Memory::Managed,
+            3 => Memory::Async,
+            4 => Memory::Vmm,
+            5 => Memory::HostPinned,
+            6 => Memory::PoolBlock,
+            7 => Memory::CacheBlock,
+            _ => return None,
+        })
+    }
+}
+
+/// The kind byte of `action` on `memory`.
+pub const fn kind(action: Action, memory: Memory) -> u8 {
+    action as u8 | (memory as u8) << 4
+}
+
+/// One event as the allocation path records it: 32 bytes, appended and nothing else. The thread
+/// is the buffer's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Raw {
+    /// When: the shim's order key (the time-stamp counter on x86-64), converted to time by the
+    /// [`Chunk::Clock`] pairs.
+    pub tsc: u64,
+    /// The address (the context id for [`Action::ContextRelease`]; 0 for [`Action::Oom`]).
+    pub addr: u64,
+    /// Bytes, for [`Action::sized`] actions; 0 otherwise.
+    pub size: u64,
+    /// The stack's id ([`Chunk::Stack`]), or [`NONE`].
+    pub stack: u32,
+    /// The context's id, `u16::MAX` for none.
+    pub context: u16,
+    /// [`kind`]: the action and the memory.
+    pub kind: u8,
+    /// The device's ordinal + 1; 0 when unknown.
+    pub device: u8,
+}
+
+/// The file's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub version: u32,
+    pub pid: u32,
+    /// When the process started, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+}
+
+impl Header {
+    /// The header's bytes.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[..8].copy_from_slice(MAGIC);
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
+        b[12..16].copy_from_slice(&self.pid.to_le_bytes());
+        b[16..24].copy_from_slice(&self.start_unix_ns.to_le_bytes());
+        b
+    }
+
+    /// Reads a header, or says why the bytes are not one this crate reads.
+    pub fn decode(b: &[u8]) -> Result<Header, Error> {
+        if b.len() < 8 || &b[..8] != MAGIC {
+            return Err(Error::NotHistory);
+        }
+        if b.len() < HEADER_LEN {
+            return Err(Error::Truncated { at: b.len() as u64 });
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let version = u32_at(8);
+        if version > VERSION || version == 0 {
+            return Err(Error::NewerVersion(version));
+        }
+        Ok(Header {
+            version,
+            pid: u32_at(12),
+            start_unix_ns: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+        })
+    }
+}
+
+/// One chunk of the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Chunk {
+    /// Events of one thread, in the order it made them.
+    Events { thread: u32, events: Vec<Raw> },
+    /// A stack first seen: its id and its frames' instruction pointers, innermost first.
+    Stack { id: u32, frames: Vec<u64> },
+    /// A time-stamp-counter reading and the clocks at the same moment: the reader converts
+    /// [`Raw::tsc`] to time between such pairs.
+    Clock {
+        tsc: u64,
+        monotonic_ns: u64,
+        unix_ns: u64,
+    },
+    /// Events the buffers could not hold (a thread made them faster than they were drained),
+    /// between two moments: counted, never silent.
+    Dropped {
+        count: u64,
+        first_tsc: u64,
+        last_tsc: u64,
+    },
+    /// What was live when this file (a segment of a bounded history) began: an older segment
+    /// that was let go held their allocations.
+    Live { events: Vec<(u32, Raw)> },
+    /// A module mapped in the process: where, how long, its path (frames are named from these).
+    Module { base: u64, len: u64, path: String },
+    /// The history ended here, whole, at this moment.
+    End { tsc: u64 },
+}
+
+const EVENTS: u8 = 1;
+const STACK: u8 = 2;
+const CLOCK: u8 = 3;
+const DROPPED: u8 = 4;
+const LIVE: u8 = 5;
+const MODULE: u8 = 6;
+const END: u8 = 7;
+
+/// Appends `chunk` to `out`, framed.
+pub fn write_chunk(out: &mut Vec<u8>, chunk: &Chunk) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 9]);
+    let kind = match chunk {
+        Chunk::Events { thread, events } => {
+            varint(out, u64::from(*thread));
+            varint(out, events.len() as u64);
+            encode_events(out, events.iter().map(|e| (*thread, *e)), false);
+            EVENTS
+        }
+        Chunk::Stack { id, frames } => {
+            varint(out, u64::from(*id));
+            varint(out, frames.len() as u64);
+            let mut prev = 0u64;
+            for &ip in frames {
+                varint(out, zigzag(ip.wrapping_sub(prev) as i64));
+                prev = ip;
+            }
+            STACK
+        }
+        Chunk::Clock {
+            tsc,
+            monotonic_ns,
+            unix_ns,
+        } => {
+            for v in [tsc, monotonic_ns, unix_ns] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            CLOCK
+        }
+        Chunk::Dropped {
+            count,
+            first_tsc,
+            last_tsc,
+        } => {
+            for v in [count, first_tsc, last_tsc] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            DROPPED
+        }
+        Chunk::Live { events } => {
+            varint(out, events.len() as u64);
+            encode_events(out, events.iter().copied(), true);
+            LIVE
+        }
+        Chunk::Module { base, len, path } => {
+            varint(out, *base);
+            varint(out, *len);
+            varint(out, path.len() as u64);
+            out.extend_from_slice(path.as_bytes());
+            MODULE
+        }
+        Chunk::End { tsc } => {
+            out.extend_from_slice(&tsc.to_le_bytes());
+            END
+        }
+    };
+    let len = (out.len() - start - 9) as u32;
+    let sum = checksum(kind, &out[start + 9..]);
+    out[start] = kind;
+    out[start + 1..start + 5].copy_from_slice(&len.to_le_bytes());
+    out[start + 5..start + 9].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// The tag bit that says the context and device follow.
+const PLACE_CHANGED: u8 = 0x80;
+
+fn encode_events(out: &mut Vec<u8>, events: impl Iterator<Item = (u32, Raw)>, threads: bool) {
+    let (mut tsc, mut addr, mut place) = (0u64, 0u64, None::<(u16, u8)>);
+    for (thread, e) in events {
+        let changed = place != Some((e.context, e.device));
+        // The memory nibble keeps 3 bits: bit 7 of the tag is ours.
+        out.push((e.kind & 0x7f) | if changed { PLACE_CHANGED } else { 0 });
+        if threads {
+            varint(out, u64::from(thread));
+        }
+        varint(out, zigzag(e.tsc.wrapping_sub(tsc) as i64));
+        varint(out, zigzag(e.addr.wrapping_sub(addr) as i64));
+        if Action::of(e.kind).is_some_and(Action::sized) {
+            varint(out, e.size);
+        }
+        varint(out, u64::from(e.stack.wrapping_add(1)));
+        if changed {
+            varint(out, u64::from(e.context));
+            out.push(e.device);
+            place = Some((e.context, e.device));
+        }
+        (tsc, addr) = (e.tsc, e.addr);
+    }
+}
+
+/// Why a history file could not be read (from some byte on).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The file does not begin as a history file.
+    NotHistory,
+    /// Written by a newer cuguard, in a layout this one does not know.
+    NewerVersion(u32),
+    /// The file ends inside a chunk (copied while being written, or cut).
+    Truncated { at: u64 },
+    /// A chunk's bytes are not what was written.
+    Corrupt { at: u64, why: &'static str },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotHistory => write!(f, "not a cuguard history file"),
+            Error::NewerVersion(v) => write!(
+                f,
+                "a history of layout version {v}, written by a newer cuguard (this one reads version {VERSION})"
+            ),
+            Error::Truncated { at } => write!(f, "the history is cut short at byte {at}"),
+            Error::Corrupt { at, why } => write!(f, "the history is damaged at byte {at}: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Reads a history's chunks in file order.
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+    header: Header,
+    at: usize,
+    failed: bool,
+}
+
+impl<'a> Reader<'a> {
+    /// Reads the header; the chunks follow with [`Iterator::next`].
+    pub fn new(bytes: &'a [u8]) -> Result<Reader<'a>, Error> {
+        let header = Header::decode(bytes)?;
+        Ok(Reader {
+            bytes,
+            header,
+            at: HEADER_LEN,
+            failed: false,
+        })
+    }
+
+    /// The file's header.
+    pub fn header(&self) -> Header {
+        self.header
+    }
+
+    /// Where the next chunk begins.
+    pub fn offset(&self) -> u64 {
+        self.at as u64
+    }
+
+    fn chunk(&mut self) -> Result<Option<Chunk>, Error> {
+        loop {
+            let rest = &self.bytes[self.at..];
+            if rest.is_empty() {
+                return Ok(None);
+            }
+            let at = self.at as u64;
+            if rest.len() < 9 {
+                return Err(Error::Truncated {
+                    at: self.bytes.len() as u64,
+                });
+            }
+            let kind = rest[0];
+            let len = u32::from_le_bytes(rest[1..5].try_into().unwrap());
+            let sum = u32::from_le_bytes(rest[5..9].try_into().unwrap());
+            if len > MAX_CHUNK {
+                return Err(Error::Corrupt {
+                    at,
+                    why: "a chunk's length is out of bounds",
+                });
+            }
+            let Some(payload) = rest.get(9..9 + len as usize) else {
+                return Err(Error::Truncated {
+                    at: self.bytes.len() as u64,
+                });
+            };
+            if checksum(kind, payload) != sum {
+                return Err(Error::Corrupt {
+                    at,
+                    why: "a chunk's checksum does not match",
+                });
+            }
+            self.at += 9 + len as usize;
+            let corrupt = |why| Error::Corrupt { at, why };
+            let mut p = Cursor { b: payload, at: 0 };
+            let chunk = match kind {
+                EVENTS => {
+                    let thread = p.u32().ok_or(corrupt("a thread id"))?;
+                    let n = p.count().ok_or(corrupt("an event count"))?;
+                    let events = decode_events(&mut p, n, false).ok_or(corrupt("an event"))?;
+                    Chunk::Events {
+                        thread,
+                        events: events.into_iter().map(|(_, e)| e).collect(),
+                    }
+                }
+                STACK => {
+                    let id = p.u32().ok_or(corrupt("a stack id"))?;
+                    let n = p.count().ok_or(corrupt("a frame count"))?;
+                    let mut frames = Vec::with_capacity(n);
+                    let mut prev = 0u64;
+                    for _ in 0..n {
+                        prev = prev.wrapping_add(p.signed().ok_or(corrupt("a frame"))? as u64);
+                        frames.push(prev);
+                    }
+                    Chunk::Stack { id, frames }
+                }
+                CLOCK => {
+                    let [tsc, monotonic_ns, unix_ns] = p.fixed().ok_or(corrupt("a clock"))?;
+                    Chunk::Clock {
+                        tsc,
+                        monotonic_ns,
+                        unix_ns,
+                    }
+                }
+                DROPPED => {
+                    let [count, first_tsc, last_tsc] = p.fixed().ok_or(corrupt("a drop count"))?;
+                    Chunk::Dropped {
+                        count,
+                        first_tsc,
+                        last_tsc,
+                    }
+                }
+                LIVE => {
+                    let n = p.count().ok_or(corrupt("a live count"))?;
+                    Chunk::Live {
+                        events: decode_events(&mut p, n, true).ok_or(corrupt("a live event"))?,
+                    }
+                }
+                MODULE => {
+                    let base = p.varint().ok_or(corrupt("a module"))?;
+                    let len = p.varint().ok_or(corrupt("a module"))?;
+                    let n = p.count().ok_or(corrupt("a module path"))?;
+                    let path = p.take(n).ok_or(corrupt("a module path"))?;
+                    Chunk::Module {
+                        base,
+                        len,
+                        path: String::from_utf8_lossy(path).into_owned(),
+                    }
+                }
+                END => {
+                    let tsc = p.take(8).ok_or(corrupt("the end"))?;
+                    Chunk::End {
+                        tsc: u64::from_le_bytes(tsc.try_into().unwrap()),
+                    }
+                }
+                // A kind from a newer writer: skipped.
+                _ => continue,
+            };
+            if p.at != payload.len() && kind != END {
+                return Err(corrupt("bytes left over in a chunk"));
+            }
+            return Ok(Some(chunk));
+        }
+    }
+}
+
+impl Iterator for Reader<'_> {
+    type Item = Result<Chunk, Error>;
+
+    /// The next chunk; after an error, nothing more.
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        match self.chunk() {
+            Ok(c) => c.map(Ok),
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+fn decode_events(p: &mut Cursor, n: usize, threads: bool) -> Option<Vec<(u32, Raw)>> {
+    let mut out = Vec::with_capacity(n.min(1 << 20));
+    let (mut tsc, mut addr, mut context, mut device) = (0u64, 0u64, u16::MAX, 0u8);
+    let mut first = true;
+    for _ in 0..n {
+        let tag = p.byte()?;
+        let thread = if threads { p.u32()? } else { 0 };
+        tsc = tsc.wrapping_add(p.signed()? as u64);
+        addr = addr.wrapping_add(p.signed()? as u64);
+        let kind = tag & 0x7f;
+        let action = Action::of(kind)?;
+        let size = if action.sized() { p.varint()? } else { 0 };
+        let stack = u32::try_from(p.varint()?).ok()?.wrapping_sub(1);
+        if tag & PLACE_CHANGED != 0 {
+            context = u16::try_from(p.varint()?).ok()?;
+            device = p.byte()?;
+        } else if first {
+            return None;
+        }
+        first = false;
+        out.push((
+            thread,
+            Raw {
+                tsc,
+                addr,
+                size,
+                stack,
+                context,
+                kind,
+                device,
+            },
+        ));
+    }
+    Some(out)
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn byte(&mut self) -> Option<u8> {
+        let v = *self.b.get(self.at)?;
+        self.at += 1;
+        Some(v)
+    }
+
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    fn signed(&mut self) -> Option<i64> {
+        let z = self.varint()?;
+        Some((z >> 1) as i64 ^ -((z & 1) as i64))
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        u32::try_from(self.varint()?).ok()
+    }
+
+    /// A count of items that each take at least one byte: never more than the bytes left.
+    fn count(&mut self) -> Option<usize> {
+        let n = usize::try_from(self.varint()?).ok()?;
+        (n <= self.b.len() - self.at).then_some(n)
+    }
+
+    fn fixed(&mut self) -> Option<[u64; 3]> {
+        let b = self.take(24)?;
+        Some(std::array::from_fn(|i| {
+            u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap())
+        }))
+    }
+}
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// A chunk's checksum: FNV-1a 32 of its kind byte and its payload.
+pub fn checksum(kind: u8, payload: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in std::iter::once(&kind).chain(payload) {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests;
