@@ -108,8 +108,8 @@ fn the_commands_outputs_never_go_through_a_planted_link() {
             .env("CUGUARD_RUNTIME_DIR", &runtime)
             .env_remove("XDG_RUNTIME_DIR");
         let got = as_victim(&cmd, &dir);
-        assert!(got.status.success(), "{what}: {}", text(&got));
         support::assert_untouched(&victim, what);
+        assert!(got.status.success(), "{what}: {}", text(&got));
         let written = dir.join(out);
         let meta = std::fs::symlink_metadata(&written).unwrap();
         assert!(
@@ -199,9 +199,9 @@ fn the_shims_snapshot_and_alert_file_never_go_through_a_planted_link() {
         )
         .env("CUGUARD_RUNTIME_DIR", dir.join("home").join("run"));
     let got = as_victim(&cmd, &dir);
-    assert!(got.status.success(), "{}", text(&got));
     support::assert_untouched(&snap_victim, "the in-process snapshot");
     support::assert_untouched(&alert_victim, "the alert file");
+    assert!(got.status.success(), "{}", text(&got));
     assert_eq!(support::mode_of(&dir.join("snap.json")), 0o600);
     assert_eq!(support::mode_of(&report), 0o600);
     let stderr = String::from_utf8_lossy(&got.stderr);
@@ -328,7 +328,9 @@ fn names_from_the_program_are_escaped_on_stderr() {
     let dir = support::scratch_dir("shared-escapes");
     let program = support::c_program("shared_writer");
     let named = dir.join("ev\u{1b}[2Jil\u{202e}fdp.exe");
-    std::fs::copy(&program, &named).unwrap();
+    // A hard link, not a copy: a copy's open file, inherited by another test's child forked
+    // meanwhile, would make it busy to run (ETXTBSY).
+    std::fs::hard_link(&program, &named).unwrap();
     let mut cmd = support::shim_command(&named, &dir.join("cuguard.%e.json"));
     cmd.arg("1");
     let out = support::run(&mut cmd, true);

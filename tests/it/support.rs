@@ -358,11 +358,11 @@ pub fn victims_file(dir: &Path, name: &str) -> PathBuf {
 /// Asserts the victim's file still holds what [`victims_file`] put there.
 pub fn assert_untouched(victim: &Path, what: &str) {
     let got = std::fs::read(victim).unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        "precious",
-        "{what} wrote through the attacker's link into {}",
-        victim.display()
+    assert!(
+        got == b"precious",
+        "{what} wrote through the attacker's link into {}: it now begins {:?}",
+        victim.display(),
+        String::from_utf8_lossy(&got[..got.len().min(80)])
     );
 }
 

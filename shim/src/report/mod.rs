@@ -595,7 +595,9 @@ fn path_for(host: &str, rank: Option<i64>) -> PathBuf {
     // A directory (`CUGUARD_REPORT=out/`, `.`): the report goes into it, by the default name.
     if template.ends_with('/') || path.is_dir() {
         let name = template::DEFAULT_TEMPLATE.trim_start_matches("./");
-        return path.join(expand(name, host, rank).file_name().unwrap_or_default());
+        // (Components drop a `.` inside the path: `out/.` is `out`.)
+        let dir: PathBuf = path.components().collect();
+        return dir.join(expand(name, host, rank).file_name().unwrap_or_default());
     }
     path
 }
