@@ -12,7 +12,8 @@ use crate::live::{self, Reader, Scan};
 #[derive(Debug, Args)]
 pub struct PagesArgs {
     /// The directory of the stats pages [default: $CUGUARD_RUNTIME_DIR, else
-    /// $XDG_RUNTIME_DIR/cuguard, else /tmp/cuguard-UID, as the shim picks it].
+    /// $XDG_RUNTIME_DIR/cuguard, else /tmp/cuguard-UID and the private
+    /// /tmp/cuguard-UID.XXXXXXXX the shim uses when another user took that name].
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }
@@ -20,7 +21,10 @@ pub struct PagesArgs {
 impl PagesArgs {
     /// A reader of the pages there.
     pub fn reader(&self) -> Reader {
-        Reader::new(self.dir.clone().unwrap_or_else(live::default_dir))
+        match &self.dir {
+            Some(dir) => Reader::new(dir.clone()),
+            None => Reader::of(live::default_dir()),
+        }
     }
 }
 

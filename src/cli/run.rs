@@ -7,9 +7,13 @@
 //!   `libcuguard_simcuda.so` next to the executable, else `<exe dir>/../lib/cuguard/`.
 //!
 //! With `--driver sim`, `LD_LIBRARY_PATH` gets a directory holding `libcuda.so.1` and
-//! `libcuda.so`, links to the simulated driver: `<dir of the simulated driver>/cuguard-sim/`,
-//! or `$TMPDIR/cuguard-sim-<uid>/` when that cannot be written. Links are made under a temporary
-//! name and renamed into place, so several `cuguard run` at once are safe.
+//! `libcuda.so`, links to the simulated driver; `PYTHONPATH` gets one holding the Python
+//! bootstrap. Each is `<dir of the library>/cuguard-sim/` (or `cuguard-python/`) where that can
+//! be written or is there already, else a per-user directory that another user can neither make
+//! first nor fill: `$XDG_RUNTIME_DIR/cuguard-sim`, else `$TMPDIR/cuguard-sim-<uid>/`, else (when
+//! another user took that name) a fresh private `cuguard-sim-<uid>.XXXXXXXX`, said in one line
+//! ([`user_dir`]). Links and files are made under random names and renamed into place, so
+//! several `cuguard run` at once are safe.
 //!
 //! Every process of the run gets `CUGUARD_RUN_ID` ([`run_id`]): the shim writes it in each report,
 //! so that reports of one run given one path each keep a file and a later run's report replaces
@@ -237,59 +241,29 @@ fn prepend(first: &Path, existing: Option<OsString>) -> OsString {
     out
 }
 
-/// Makes (or reuses) the directory of `libcuda.so.1` / `libcuda.so` links to `sim_lib`.
+/// Makes (or reuses) the directory of `libcuda.so.1` / `libcuda.so` links to `sim_lib`
+/// ([`user_dir`]).
 fn sim_dir(sim_lib: &Path) -> Result<PathBuf, RunError> {
-    let beside = sim_lib
-        .parent()
-        .unwrap_or(Path::new("/"))
-        .join("cuguard-sim");
-    if populate(&beside, sim_lib, false).is_ok() {
-        return Ok(beside);
-    }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let private = std::env::temp_dir().join(format!("cuguard-sim-{uid}"));
-    match populate(&private, sim_lib, true) {
-        Ok(()) => absolute(private),
-        Err(source) => Err(RunError::SimDir {
-            dir: private,
-            source,
-        }),
-    }
+    user_dir(
+        sim_lib,
+        "cuguard-sim",
+        "the simulated driver's links",
+        |dir, _| populate(dir, sim_lib),
+        |dir, source| RunError::SimDir { dir, source },
+    )
 }
 
-/// Makes `dir` hold `libcuda.so.1` and `libcuda.so` resolving to `target`, race-safely.
-/// With `private`, `dir` must be ours and writable by no one else (it is in a shared place).
-fn populate(dir: &Path, target: &Path, private: bool) -> io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    if private {
-        let meta = std::fs::symlink_metadata(dir)?;
-        // SAFETY: getuid has no preconditions and cannot fail.
-        let uid = unsafe { libc::getuid() };
-        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "exists but is not a directory owned by this user and writable only by it",
-            ));
-        }
-    }
+/// Makes `dir` hold `libcuda.so.1` and `libcuda.so` resolving to `target`, race-safely: each
+/// link is made under a random name and renamed into place. `dir` is closed to other users
+/// ([`user_dir`]).
+fn populate(dir: &Path, target: &Path) -> io::Result<()> {
     let want = std::fs::canonicalize(target)?;
     for name in ["libcuda.so.1", "libcuda.so"] {
         let link = dir.join(name);
         if std::fs::canonicalize(&link).ok().as_deref() == Some(want.as_path()) {
             continue;
         }
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let temp = dir.join(format!(".{name}.{}.{nanos}", std::process::id()));
-        let _ = std::fs::remove_file(&temp);
+        let temp = dir.join(format!(".{name}.{:016x}", cuguard_files::random()));
         std::os::unix::fs::symlink(&want, &temp)?;
         if let Err(e) = std::fs::rename(&temp, &link) {
             let _ = std::fs::remove_file(&temp);
@@ -304,64 +278,110 @@ fn populate(dir: &Path, target: &Path, private: bool) -> io::Result<()> {
 /// ends, for the report's `python` section.
 const PYTHON_BOOTSTRAP: &str = include_str!("../python/cuguard/_bootstrap/sitecustomize.py");
 
-/// Makes (or reuses) a directory holding the bootstrap as `sitecustomize.py`: `<dir of the
-/// shim>/cuguard-python/`, or `$TMPDIR/cuguard-python-<uid>/` when that cannot be written.
+/// Makes (or reuses) a directory holding the bootstrap as `sitecustomize.py` ([`user_dir`]).
 fn python_dir(shim: &Path) -> Result<PathBuf, RunError> {
-    let beside = shim
-        .parent()
-        .unwrap_or(Path::new("/"))
-        .join("cuguard-python");
-    if write_bootstrap(&beside, false).is_ok() {
-        return Ok(beside);
-    }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let private = std::env::temp_dir().join(format!("cuguard-python-{uid}"));
-    match write_bootstrap(&private, true) {
-        Ok(()) => absolute(private),
-        Err(source) => Err(RunError::PythonDir {
-            dir: private,
-            source,
-        }),
-    }
+    user_dir(
+        shim,
+        "cuguard-python",
+        "the Python bootstrap",
+        write_bootstrap,
+        |dir, source| RunError::PythonDir { dir, source },
+    )
 }
 
-/// Makes `dir` hold the bootstrap as `sitecustomize.py` (written under a temporary name and
-/// renamed into place, unless it already holds exactly this text). With `private`, as
-/// [`populate`]'s.
-fn write_bootstrap(dir: &Path, private: bool) -> io::Result<()> {
+/// Makes `dir` hold the bootstrap as `sitecustomize.py` with mode `mode`, unless it already
+/// holds exactly this text in a file of this user or root ([`cuguard_files::replace`]: a
+/// temporary file with a random name, renamed into place; a link or another user's file there
+/// is refused).
+fn write_bootstrap(dir: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let file = dir.join("sitecustomize.py");
+    let trusted = std::fs::symlink_metadata(&file)
+        .is_ok_and(|m| m.file_type().is_file() && (m.uid() == 0 || m.uid() == euid()));
+    if trusted && std::fs::read(&file).ok().as_deref() == Some(PYTHON_BOOTSTRAP.as_bytes()) {
+        return Ok(());
+    }
+    cuguard_files::replace(&file, mode, |f| {
+        io::Write::write_all(f, PYTHON_BOOTSTRAP.as_bytes())
+    })
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The directory `cuguard run` fills with `fill` (the simulated driver's links, the Python
+/// bootstrap) for the program it runs, which goes with the library `lib`: the first of
+///
+/// 1. `<dir of lib>/NAME`, where it can be made or is already there, and is a directory of this
+///    user or root that no one else can write to (an install's own, shared by its users; filled
+///    with files others can read);
+/// 2. `$XDG_RUNTIME_DIR/NAME`, where `$XDG_RUNTIME_DIR` is a directory of this user's closed to
+///    others, as the login manager makes it;
+/// 3. `$TMPDIR/NAME-UID` (`/tmp` without `$TMPDIR`), made 0700 or used if it is this user's and
+///    closed to others; if another user made it first (or it is a link, a file, open to
+///    others), a fresh private `NAME-UID.XXXXXXXX` beside it, the one an earlier run made if
+///    there is one ([`cuguard_files::private_dir`]), said in one line on stderr.
+///
+/// Files in 2 and 3 are 0600. On failure, `failed` says the directory tried last and why.
+fn user_dir(
+    lib: &Path,
+    name: &str,
+    what: &str,
+    fill: impl Fn(&Path, u32) -> io::Result<()>,
+    failed: impl Fn(PathBuf, io::Error) -> RunError,
+) -> Result<PathBuf, RunError> {
+    let beside = lib.parent().unwrap_or(Path::new("/")).join(name);
+    if install_dir(&beside)
+        .and_then(|()| fill(&beside, 0o644))
+        .is_ok()
+    {
+        return Ok(beside);
+    }
+    let asked = match runtime_dir() {
+        Some(xdg) => xdg.join(name),
+        None => std::env::temp_dir().join(format!("{name}-{}", euid())),
+    };
+    let private = cuguard_files::private_dir(&asked).map_err(|e| failed(asked.clone(), e))?;
+    let dir = private.path().to_path_buf();
+    fill(&dir, 0o600).map_err(|e| failed(dir.clone(), e))?;
+    if let cuguard_files::Private::Fresh { path, why } = &private {
+        eprintln!(
+            "cuguard: {what}: {}; using {}",
+            one_line(why),
+            one_line(&path.display().to_string())
+        );
+    }
+    absolute(dir)
+}
+
+/// Whether `dir` (made 0755 if it is not there) is a real directory of this user or root that
+/// no one else can write to.
+fn install_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     match std::fs::DirBuilder::new().mode(0o755).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
-    if private {
-        let meta = std::fs::symlink_metadata(dir)?;
-        // SAFETY: getuid has no preconditions and cannot fail.
-        let uid = unsafe { libc::getuid() };
-        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "exists but is not a directory owned by this user and writable only by it",
-            ));
-        }
-    }
-    let file = dir.join("sitecustomize.py");
-    if std::fs::read(&file).ok().as_deref() == Some(PYTHON_BOOTSTRAP.as_bytes()) {
-        return Ok(());
-    }
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let temp = dir.join(format!(".sitecustomize.{}.{nanos}", std::process::id()));
-    std::fs::write(&temp, PYTHON_BOOTSTRAP)?;
-    if let Err(e) = std::fs::rename(&temp, &file) {
-        let _ = std::fs::remove_file(&temp);
-        return Err(e);
+    let m = std::fs::symlink_metadata(dir)?;
+    if !m.is_dir() || !(m.uid() == 0 || m.uid() == euid()) || m.mode() & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "not a directory of this user or root closed to others",
+        ));
     }
     Ok(())
+}
+
+/// `$XDG_RUNTIME_DIR`, where it is an absolute path to a directory of this user's that no one
+/// else can write to.
+fn runtime_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?);
+    let m = std::fs::symlink_metadata(&dir).ok()?;
+    (dir.is_absolute() && m.is_dir() && m.uid() == euid() && m.mode() & 0o022 == 0).then_some(dir)
 }
 
 /// `first` then the entries of `existing` (a `PYTHONPATH`, `:`-separated) other than `first`.
@@ -569,8 +589,9 @@ mod tests {
         let lib = dir.join("libcuguard_simcuda.so");
         std::fs::write(&lib, b"not really a library").unwrap();
         let links = dir.join("cuguard-sim");
-        populate(&links, &lib, false).unwrap();
-        populate(&links, &lib, false).unwrap();
+        std::fs::create_dir(&links).unwrap();
+        populate(&links, &lib).unwrap();
+        populate(&links, &lib).unwrap();
         let want = std::fs::canonicalize(&lib).unwrap();
         for name in ["libcuda.so.1", "libcuda.so"] {
             assert_eq!(std::fs::canonicalize(links.join(name)).unwrap(), want);

@@ -71,6 +71,7 @@ fn ask_snapshot(pid: u32) -> String {
         pid,
         wait: 30.0,
         report: None,
+        max_size: snapshot::DEFAULT_MAX_SIZE,
     };
     match snapshot::snapshot(&args) {
         Ok(path) => format!("process {pid} wrote its report: {}", path.display()),

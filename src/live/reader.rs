@@ -2,7 +2,6 @@
 //! said once, the pages of ended processes removed.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::fmt;
 use std::fs::File;
 use std::io;
@@ -10,7 +9,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cuguard_page::{Page, PageError};
+use cuguard_page::{Page, PageError, RuntimeDir};
 
 use super::process::{self, Liveness};
 
@@ -67,8 +66,16 @@ impl fmt::Display for ScanError {
 
 impl std::error::Error for ScanError {}
 
-/// Reads the pages in one directory, again and again (`cuguard top` refreshes, `cuguard
-/// exporter` is scraped), remembering which bad pages it has already said.
+/// Reads the pages in a user's page directory, again and again (`cuguard top` refreshes,
+/// `cuguard exporter` is scraped), remembering which bad pages it has already said.
+///
+/// Which directories: one ([`Reader::new`]: `--dir`, `CUGUARD_RUNTIME_DIR`,
+/// `$XDG_RUNTIME_DIR/cuguard`), or for the shared `/tmp/cuguard-UID`
+/// ([`cuguard_page::RuntimeDir::Shared`], [`Reader::of`]) that one when it is this user's and
+/// closed to others, and every fresh private `/tmp/cuguard-UID.XXXXXXXX` of this user's, where
+/// the shim puts its page when another user took the shared name
+/// ([`cuguard_files::fresh_dirs`]); looked for again at each scan. A shared directory that is
+/// not this user's (or is a link, or open to others) is not read, and said once.
 ///
 /// What it trusts, and what it does (see also [`Reader::scan`]):
 /// - only files named `PID-STARTMS.page` ([`cuguard_page::parse_file_name`]); anything else in
@@ -83,56 +90,141 @@ impl std::error::Error for ScanError {}
 ///   mid-write [`READS`] times running) is skipped and said once, not at every look.
 #[derive(Debug)]
 pub struct Reader {
-    dir: PathBuf,
+    dirs: Dirs,
     euid: u32,
-    /// The bad pages already said, by file name, with what was said.
-    said: HashMap<OsString, String>,
+    /// The bad pages (and refused directories) already said, by path, with what was said.
+    said: HashMap<PathBuf, String>,
+}
+
+/// The directories a [`Reader`] reads.
+#[derive(Debug)]
+enum Dirs {
+    /// This one.
+    One(PathBuf),
+    /// The shared one, when it is this user's, and the fresh private ones beside it.
+    Shared(PathBuf),
 }
 
 impl Reader {
     /// A reader of the pages in `dir`.
     pub fn new(dir: PathBuf) -> Reader {
+        Reader::with(Dirs::One(dir))
+    }
+
+    /// A reader of the pages where the shim puts them for `dir` (see [`Reader`]).
+    pub fn of(dir: RuntimeDir) -> Reader {
+        Reader::with(match dir {
+            RuntimeDir::Given(dir) => Dirs::One(dir),
+            RuntimeDir::Shared(dir) => Dirs::Shared(dir),
+        })
+    }
+
+    fn with(dirs: Dirs) -> Reader {
         Reader {
-            dir,
+            dirs,
             // SAFETY: geteuid has no preconditions and cannot fail.
             euid: unsafe { libc::geteuid() },
             said: HashMap::new(),
         }
     }
 
-    /// The directory it reads.
+    /// The directory it reads (the shared one asked for, for [`Reader::of`] a shared one).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        match &self.dirs {
+            Dirs::One(dir) | Dirs::Shared(dir) => dir,
+        }
     }
 
-    /// Looks at the directory once: every page of a running process of this user, decoded;
+    /// Looks at the directories once: every page of a running process of this user, decoded;
     /// the pages of ended processes removed; new problems as [`Scan::notes`]. A missing
     /// directory is no error (no processes); one that cannot be listed is.
     pub fn scan(&mut self) -> Result<Scan, ScanError> {
         let mut scan = Scan::default();
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                scan.no_directory = true;
-                self.said.clear();
-                return Ok(scan);
+        let mut seen = Vec::new();
+        let dirs = match &self.dirs {
+            Dirs::One(dir) => vec![dir.clone()],
+            Dirs::Shared(asked) => {
+                let asked = asked.clone();
+                let mut dirs = Vec::new();
+                match self.closed(&asked) {
+                    Ok(true) => dirs.push(asked.clone()),
+                    Ok(false) => {}
+                    Err(why) => {
+                        seen.push(asked.clone());
+                        if self.said.get(&asked) != Some(&why) {
+                            let shown = crate::text::one_line(&asked.display().to_string());
+                            scan.notes.push(format!(
+                                "{shown} {why}: not read (the shim puts this user's pages in a private {shown}.XXXXXXXX then)"
+                            ));
+                            self.said.insert(asked.clone(), why);
+                        }
+                    }
+                }
+                dirs.extend(cuguard_files::fresh_dirs(&asked));
+                dirs
             }
+        };
+        let mut found = false;
+        for dir in &dirs {
+            found |= self.scan_dir(dir, &mut scan, &mut seen)?;
+        }
+        scan.no_directory = !found;
+        self.said.retain(|path, _| seen.contains(path));
+        scan.processes
+            .sort_by_key(|p| (p.page.pid, p.page.start_unix_ms));
+        Ok(scan)
+    }
+
+    /// Whether `dir` is there (`Ok(false)` when not), a directory of this user's closed to
+    /// others; why not, when it is something else.
+    fn closed(&self, dir: &Path) -> Result<bool, String> {
+        let m = match std::fs::symlink_metadata(dir) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(format!("cannot be read ({e})")),
+        };
+        if m.file_type().is_symlink() {
+            Err("is a symbolic link".into())
+        } else if !m.is_dir() {
+            Err("is not a directory".into())
+        } else if m.uid() != self.euid {
+            Err(format!("belongs to another user (uid {})", m.uid()))
+        } else if m.mode() & 0o022 != 0 {
+            Err(format!(
+                "can be written by other users (mode {:o})",
+                m.mode() & 0o7777
+            ))
+        } else {
+            Ok(true)
+        }
+    }
+
+    /// Reads the pages in `dir` into `scan`, adding the paths looked at to `seen`; whether the
+    /// directory was there.
+    fn scan_dir(
+        &mut self,
+        dir: &Path,
+        scan: &mut Scan,
+        seen: &mut Vec<PathBuf>,
+    ) -> Result<bool, ScanError> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(source) => {
                 return Err(ScanError {
-                    dir: self.dir.clone(),
+                    dir: dir.to_path_buf(),
                     source,
                 });
             }
         };
-        let mut seen = Vec::new();
         for entry in entries {
             let Ok(entry) = entry else { continue };
             let name = entry.file_name();
             let Some((pid, start)) = name.to_str().and_then(cuguard_page::parse_file_name) else {
                 continue;
             };
-            seen.push(name.clone());
             let path = entry.path();
+            seen.push(path.clone());
             match self.look(&path, pid, start) {
                 Look::Read(page) => scan.processes.push(LiveProcess { path, page: *page }),
                 Look::Stale => {
@@ -142,20 +234,17 @@ impl Reader {
                 }
                 Look::Vanished => {}
                 Look::Bad(why) => {
-                    if self.said.get(&name) != Some(&why) {
+                    if self.said.get(&path) != Some(&why) {
                         scan.notes.push(format!(
                             "page {}: {why}; skipped",
                             crate::text::one_line(&path.display().to_string())
                         ));
-                        self.said.insert(name, why);
+                        self.said.insert(path, why);
                     }
                 }
             }
         }
-        self.said.retain(|name, _| seen.contains(name));
-        scan.processes
-            .sort_by_key(|p| (p.page.pid, p.page.start_unix_ms));
-        Ok(scan)
+        Ok(true)
     }
 
     /// What the page file at `path`, named for `pid` started at `start`, is.

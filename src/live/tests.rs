@@ -287,3 +287,70 @@ fn exe_names() {
     assert_eq!(exe_name("train"), "train");
     assert_eq!(exe_name(""), "");
 }
+
+#[test]
+fn the_shared_directory_and_the_private_ones_beside_it_are_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = dir("shared");
+    let asked = root.join("cuguard-7");
+    let private = |name: &str, mode: u32| {
+        let d = root.join(name);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
+        d
+    };
+    // Where the shim puts pages when another user took the shared name (and an older one).
+    let fresh = private("cuguard-7.0123abcd", 0o700);
+    let older = private("cuguard-7.fedcba98", 0o700);
+    // Not the shim's: open to others, or not its name.
+    let open = private("cuguard-7.00000000", 0o777);
+    let other = private("cuguard-7.nothex00", 0o700);
+    let mine = page(me(), process::unix_ms());
+    let a = write(&fresh, &mine);
+    let b = write(&older, &page(me(), mine.start_unix_ms + 1));
+    write(&open, &page(me(), mine.start_unix_ms + 2));
+    write(&other, &page(me(), mine.start_unix_ms + 3));
+    let mut reader = Reader::of(RuntimeDir::Shared(asked.clone()));
+    assert_eq!(reader.dir(), asked);
+    let scan = reader.scan().unwrap();
+    let mut paths: Vec<&Path> = scan.processes.iter().map(|p| p.path.as_path()).collect();
+    paths.sort();
+    assert_eq!(paths, [a.as_path(), b.as_path()]);
+    assert!(scan.notes.is_empty() && !scan.no_directory, "{scan:?}");
+    // The shared name taken by a link (or another user's directory): not read, said once.
+    let elsewhere = private("elsewhere", 0o700);
+    write(&elsewhere, &page(me(), mine.start_unix_ms + 4));
+    std::os::unix::fs::symlink(&elsewhere, &asked).unwrap();
+    let scan = reader.scan().unwrap();
+    assert_eq!(scan.processes.len(), 2);
+    let shown = asked.display();
+    assert_eq!(
+        scan.notes,
+        [format!(
+            "{shown} is a symbolic link: not read (the shim puts this user's pages in a private {shown}.XXXXXXXX then)"
+        )]
+    );
+    assert!(reader.scan().unwrap().notes.is_empty(), "said once");
+    std::fs::remove_file(&asked).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let theirs = private("cuguard-7", 0o755);
+        std::os::unix::fs::chown(&theirs, Some(4_000_000), None).unwrap();
+        let scan = reader.scan().unwrap();
+        assert_eq!(scan.processes.len(), 2);
+        assert_eq!(
+            scan.notes,
+            [format!(
+                "{shown} belongs to another user (uid 4000000): not read (the shim puts this user's pages in a private {shown}.XXXXXXXX then)"
+            )]
+        );
+        // This user's own, closed to others: read with the rest.
+        std::os::unix::fs::chown(&theirs, Some(0), None).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        write(&theirs, &page(me(), mine.start_unix_ms + 5));
+        assert_eq!(reader.scan().unwrap().processes.len(), 3);
+    }
+    // Nothing there at all: no directory.
+    std::fs::remove_dir_all(&root).unwrap();
+    assert!(reader.scan().unwrap().no_directory);
+}

@@ -645,7 +645,7 @@ mod tests {
         );
         // Asked again: the fresh one made before, not one more.
         assert_eq!(private_dir(&p).unwrap(), fresh);
-        assert_eq!(fresh_dirs(&p), [path.clone()]);
+        assert_eq!(fresh_dirs(&p), std::slice::from_ref(path));
         // A fresh one opened to others is not used again.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(fresh_dirs(&p).is_empty());

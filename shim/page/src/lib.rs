@@ -474,17 +474,46 @@ pub fn parse_file_name(name: &str) -> Option<(u32, u64)> {
     Some((pid.parse().ok()?, start.parse().ok()?))
 }
 
+/// Where a user's pages live, from the settings alone (nothing on disk is looked at): the shim
+/// writes its page there, and `cuguard top` and `cuguard exporter` read them there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuntimeDir {
+    /// `CUGUARD_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/cuguard`: a directory the user chose, or
+    /// one in the user's own runtime directory, which no one else can write to. Used as it is:
+    /// made 0700 if missing, and the shim writes no page in it (and says so in one line) unless
+    /// it is this user's and closed to others.
+    Given(std::path::PathBuf),
+    /// `/tmp/cuguard-UID`, in a directory every user can write to, where another user may have
+    /// made it first (or put a link there). Then the shim uses a fresh private directory beside
+    /// it, `/tmp/cuguard-UID.XXXXXXXX`, the same one for every process while it is there
+    /// (`cuguard_files::private_dir`), and says so in one line; readers look in the asked
+    /// directory, when it is this user's and closed to others, and in every such fresh one of
+    /// this user's (`cuguard_files::fresh_dirs`). Readers and writers so agree without a word
+    /// passed between them.
+    Shared(std::path::PathBuf),
+}
+
+impl RuntimeDir {
+    /// The directory asked for.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            RuntimeDir::Given(p) | RuntimeDir::Shared(p) => p,
+        }
+    }
+}
+
 /// The per-user directory the pages live in: `CUGUARD_RUNTIME_DIR` if set, else
-/// `$XDG_RUNTIME_DIR/cuguard`, else `/tmp/cuguard-UID`. `env` looks a variable up.
-pub fn runtime_dir(uid: u32, env: impl Fn(&str) -> Option<String>) -> std::path::PathBuf {
+/// `$XDG_RUNTIME_DIR/cuguard`, else `/tmp/cuguard-UID` ([`RuntimeDir`] says how each is used).
+/// `env` looks a variable up.
+pub fn runtime_dir(uid: u32, env: impl Fn(&str) -> Option<String>) -> RuntimeDir {
     let set = |k: &str| env(k).filter(|v| !v.is_empty());
     if let Some(dir) = set("CUGUARD_RUNTIME_DIR") {
-        return dir.into();
+        return RuntimeDir::Given(dir.into());
     }
     if let Some(xdg) = set("XDG_RUNTIME_DIR") {
-        return std::path::Path::new(&xdg).join("cuguard");
+        return RuntimeDir::Given(std::path::Path::new(&xdg).join("cuguard"));
     }
-    format!("/tmp/cuguard-{uid}").into()
+    RuntimeDir::Shared(format!("/tmp/cuguard-{uid}").into())
 }
 
 fn count(n: u32, max: usize, what: &'static str) -> Result<usize, PageError> {
@@ -702,11 +731,15 @@ mod tests {
         };
         assert_eq!(
             runtime_dir(7, env(&[])),
-            std::path::PathBuf::from("/tmp/cuguard-7")
+            RuntimeDir::Shared("/tmp/cuguard-7".into())
         );
         assert_eq!(
             runtime_dir(7, env(&[("XDG_RUNTIME_DIR", "/run/user/7")])),
-            std::path::PathBuf::from("/run/user/7/cuguard")
+            RuntimeDir::Given("/run/user/7/cuguard".into())
+        );
+        assert_eq!(
+            runtime_dir(7, env(&[("XDG_RUNTIME_DIR", "")])).path(),
+            std::path::Path::new("/tmp/cuguard-7")
         );
         assert_eq!(
             runtime_dir(
@@ -716,7 +749,7 @@ mod tests {
                     ("CUGUARD_RUNTIME_DIR", "/x")
                 ])
             ),
-            std::path::PathBuf::from("/x")
+            RuntimeDir::Given("/x".into())
         );
     }
 

@@ -1,5 +1,11 @@
 //! The report path template (`CUGUARD_REPORT`): placeholders expanded per process. The shim
 //! expands it to know where to write; `cuguard snapshot` expands it to know where to look.
+//!
+//! It also names the report when its path is taken ([`numbered`], [`tagged`]): the shim writes
+//! under those names, and `cuguard snapshot` looks for them, from this one definition.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 
 /// The template used when none is given.
 pub const DEFAULT_TEMPLATE: &str = "./cuguard.%e.%p.json";
@@ -50,6 +56,28 @@ pub fn expand(template: &str, p: &Placeholders<'_>) -> String {
     out
 }
 
+/// The `n`th name tried for a report whose name `name` is taken: `NAME.json` as `NAME.N.json`,
+/// so that it still reads as a report (`*.json`); another name gets `.N` at its end. As
+/// [`tagged`] with the number as the tag.
+pub fn numbered(name: &OsStr, n: u32) -> OsString {
+    tagged(name, &n.to_string())
+}
+
+/// `NAME.json` as `NAME.TAG.json`; another name gets `.TAG` at its end. NAME is shortened (at a
+/// character boundary where it is UTF-8) where the whole would pass the file system's 255 bytes
+/// ([`cuguard_files::NAME_MAX`]).
+pub fn tagged(name: &OsStr, tag: &str) -> OsString {
+    let bytes = name.as_bytes();
+    let (stem, end) = match bytes.strip_suffix(b".json") {
+        Some(stem) if !stem.is_empty() => (stem, format!(".{tag}.json")),
+        _ => (bytes, format!(".{tag}")),
+    };
+    let stem = cuguard_files::shorten(stem, cuguard_files::NAME_MAX.saturating_sub(end.len()));
+    let mut out = OsString::from(OsStr::from_bytes(stem));
+    out.push(end);
+    out
+}
+
 fn sanitize(s: &str) -> String {
     s.chars()
         .map(|c| if c == '/' || c == '\0' { '_' } else { c })
@@ -75,6 +103,23 @@ mod tests {
         assert_eq!(
             expand("x.%e.%p.%h.%r.%t.%%.%z%", &ph()),
             "x.a_b.42.h.norank.7.%.%z%"
+        );
+    }
+
+    #[test]
+    fn taken_names_are_numbered_before_json_and_fit() {
+        let n = |name: &str, k| numbered(OsStr::new(name), k).into_string().unwrap();
+        assert_eq!(n("r.json", 1), "r.1.json");
+        assert_eq!(n("r.json", 999), "r.999.json");
+        assert_eq!(n("report", 2), "report.2");
+        assert_eq!(n(".json", 3), ".json.3");
+        let long = format!("{}.json", "é".repeat(125));
+        let got = n(&long, 12);
+        assert!(got.len() <= cuguard_files::NAME_MAX, "{}", got.len());
+        assert!(got.ends_with("é.12.json"), "{got}");
+        assert_eq!(
+            tagged(OsStr::new("r.json"), "00ff"),
+            OsString::from("r.00ff.json")
         );
     }
 

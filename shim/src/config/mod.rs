@@ -94,8 +94,8 @@ pub struct Config {
     /// `CUGUARD_SIGNALS`: write the report when a fatal or terminating signal ends the process.
     pub signals: bool,
     /// Where the stats page goes (`CUGUARD_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/cuguard`, else
-    /// `/tmp/cuguard-UID`); `None` with `CUGUARD_PAGE=0`.
-    pub page_dir: Option<PathBuf>,
+    /// `/tmp/cuguard-UID`, [`cuguard_page::RuntimeDir`]); `None` with `CUGUARD_PAGE=0`.
+    pub page_dir: Option<cuguard_page::RuntimeDir>,
     /// `CUGUARD_ALERT`: where `CUGUARD_WARN_AT` alerts go.
     pub alert: AlertTo,
     /// `CUGUARD_TEST_SYSLOG_SOCKET`: for cuguard's own tests only, the socket the `syslog` sink
@@ -564,7 +564,9 @@ pub(crate) mod tests {
         let c = from_env(env(&[]));
         assert_eq!(
             c.page_dir,
-            Some(PathBuf::from(format!("/tmp/cuguard-{uid}")))
+            Some(cuguard_page::RuntimeDir::Shared(
+                format!("/tmp/cuguard-{uid}").into()
+            ))
         );
         assert_eq!(c.alert, AlertTo::Stderr);
         assert_eq!(c.syslog_socket, PathBuf::from("/dev/log"));
@@ -572,7 +574,10 @@ pub(crate) mod tests {
             ("CUGUARD_RUNTIME_DIR", "/run/x"),
             ("CUGUARD_ALERT", "file:/var/log/cuguard.%h.log"),
         ]));
-        assert_eq!(c.page_dir, Some(PathBuf::from("/run/x")));
+        assert_eq!(
+            c.page_dir,
+            Some(cuguard_page::RuntimeDir::Given("/run/x".into()))
+        );
         assert_eq!(c.alert, AlertTo::File("/var/log/cuguard.%h.log".into()));
         let c = from_env(env(&[("CUGUARD_PAGE", "0"), ("CUGUARD_ALERT", "SysLog")]));
         assert_eq!(c.page_dir, None);

@@ -6,6 +6,11 @@
 //!   nobody else; everything after goes through that descriptor.
 //! - Pages this pid left in an earlier image (before an `exec`) or that a dead process with the
 //!   same pid left are unlinked first: their writer is gone.
+//! - So are the temporaries (`.PID-START.page.new`) a process killed between making its page
+//!   and naming it left: this user's regular files (never a link: they are looked at with
+//!   `AT_SYMLINK_NOFOLLOW`, and unlinking removes a name, never what it points to) of this pid,
+//!   of a pid that no process has now, or older than [`STALE_TEMP_SECS`] (a temporary lives for
+//!   microseconds; the age catches a pid taken again since).
 //! - The page is written whole into a temporary file (`.PID-START.page.new`, `O_CREAT | O_EXCL |
 //!   O_NOFOLLOW`, mode 0600, sized [`PAGE_SIZE`], mapped `MAP_SHARED`), then renamed to its
 //!   name, so a reader never finds a page that was never whole.
@@ -156,6 +161,67 @@ fn remove_stale(dir: &Path, dirfd: &Fd, pid: u32) {
     }
 }
 
+/// How old a page's temporary must be to be removed whatever its pid (see the module
+/// documentation).
+pub const STALE_TEMP_SECS: i64 = 600;
+
+/// The pid a page temporary's name (`.PID-START.page.new`) says, if it is one.
+fn temp_pid(name: &[u8]) -> Option<u32> {
+    let page = std::str::from_utf8(name.strip_prefix(b".")?.strip_suffix(b".new")?).ok()?;
+    Some(cuguard_page::parse_file_name(page)?.0)
+}
+
+/// Whether a process has `pid` now (a zombie counts: its pid is not free yet).
+fn pid_taken(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 checks only; it sends nothing.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Unlinks the page temporaries in `dir` that their writers left (see the module
+/// documentation); how many.
+fn remove_stale_temps(dir: &Path, dirfd: &Fd, pid: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let now = crate::process::clock::unix_ms() as i64 / 1000;
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(writer) = temp_pid(name.as_bytes()) else {
+            continue;
+        };
+        let Ok(c) = c_string(name.as_bytes()) else {
+            continue;
+        };
+        // SAFETY: st is plain data filled by fstatat; c is NUL-terminated; dirfd is open. The
+        // name is looked at itself, never what it points to.
+        let st = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstatat(dirfd.0, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) != 0 {
+                continue;
+            }
+            st
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != me {
+            continue;
+        }
+        let old = now - st.st_mtime >= STALE_TEMP_SECS;
+        // SAFETY: c is NUL-terminated; dirfd is open; unlinkat removes the name only.
+        if (writer == pid || old || !pid_taken(writer))
+            && unsafe { libc::unlinkat(dirfd.0, c.as_ptr(), 0) } == 0
+        {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Makes the page file `name` in `dir` holding `first` (a whole page), mapped; returns the
 /// mapping and the file's path. Nothing is left behind on failure.
 pub fn create(
@@ -166,6 +232,7 @@ pub fn create(
 ) -> Result<(Mapped, CString), String> {
     let dirfd = open_dir(dir)?;
     remove_stale(dir, &dirfd, pid);
+    remove_stale_temps(dir, &dirfd, pid);
     let tmp = c_string(format!(".{name}.new").as_bytes())?;
     let final_name = c_string(name.as_bytes())?;
     let path = c_string(dir.join(name).as_os_str().as_bytes())?;
@@ -296,6 +363,54 @@ mod tests {
         assert!(!dir.join(&name).exists());
         m.publish(&encode(&page, 0)); // after the removal: harmless
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+
+    #[test]
+    fn temporaries_left_by_killed_writers_are_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("temps");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let pid = std::process::id();
+        // A pid no process has: a child's, waited for.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        let dead = child.id();
+        let temp = |p: u32, start: u64| format!(".{}.new", cuguard_page::file_name(p, start));
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let make = |name: &str, old: bool| {
+            let f = std::fs::File::create(dir.join(name)).unwrap();
+            if old {
+                f.set_modified(hour_ago).unwrap();
+            }
+        };
+        make(&temp(dead, 1), false); // its writer is gone
+        make(&temp(pid, 1), false); // an earlier image of this process
+        make(&temp(1, 1), true); // pid 1 runs, but this is an hour old: the pid was taken again
+        make(&temp(1, 2), false); // pid 1 may be writing it now
+        make(".other.new", true); // not a page's temporary
+        let target = dir.join("precious");
+        std::fs::write(&target, b"x").unwrap();
+        std::os::unix::fs::symlink(&target, dir.join(temp(dead, 3))).unwrap();
+        let page = encode(&Page::default(), 0);
+        let (_, path) = create(&dir, &cuguard_page::file_name(pid, 9), pid, &page).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        let mut want = vec![
+            temp(1, 2),
+            ".other.new".to_string(),
+            temp(dead, 3),
+            cuguard_page::file_name(pid, 9),
+            "precious".to_string(),
+        ];
+        want.sort();
+        assert_eq!(names, want);
+        assert_eq!(std::fs::read(&target).unwrap(), b"x");
+        unlink(&path);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

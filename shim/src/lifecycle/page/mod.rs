@@ -5,10 +5,17 @@
 //! # Where
 //!
 //! `CUGUARD_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/cuguard`, else `/tmp/cuguard-UID`
-//! ([`cuguard_page::runtime_dir`], read with the settings), made with mode 0700; the file is
-//! `PID-STARTMS.page` ([`cuguard_page::file_name`]), mode 0600 ([`mapping`] says how it is made
-//! safely). `START` is when the shim started in the process (in a forked child: the fork), in
-//! milliseconds since the Unix epoch. `CUGUARD_PAGE=0` turns pages off.
+//! ([`cuguard_page::runtime_dir`], read with the settings), made with mode 0700. The first two
+//! must be this user's and closed to others, or there is no page (said in one line). The last
+//! is in a directory every user can write to: when another user made it first (or it is a link,
+//! or open to others), the page goes to a fresh private `/tmp/cuguard-UID.XXXXXXXX` instead,
+//! the one other processes of this user already use if there is one
+//! ([`cuguard_files::private_dir`]), said in one line; `cuguard top` and `cuguard exporter` look
+//! there too ([`cuguard_page::RuntimeDir::Shared`]). The file is `PID-STARTMS.page`
+//! ([`cuguard_page::file_name`]), mode 0600 ([`mapping`] says how it is made safely, and how
+//! temporaries that a killed process left are cleaned). `START` is when the shim started in the
+//! process (in a forked child: the fork), in milliseconds since the Unix epoch. `CUGUARD_PAGE=0`
+//! turns pages off.
 //!
 //! # When
 //!
@@ -68,6 +75,9 @@ static MAPPED_AT: AtomicUsize = AtomicUsize::new(0);
 static FORKED_AT_MS: AtomicU64 = AtomicU64::new(0);
 /// Whether the failure to make a page was said.
 static SAID: AtomicBool = AtomicBool::new(false);
+/// Whether the fresh directory used in place of the shared one was said (once per process
+/// tree: a forked child does not say it again).
+static FRESH_SAID: AtomicBool = AtomicBool::new(false);
 
 fn shared() -> &'static Mutex<Shared> {
     global::get_or_create(&SHARED, || Mutex::new(Shared::default()))
@@ -91,8 +101,10 @@ fn start_unix_ms() -> u64 {
 /// Makes this process's page (the cuguard thread calls this when it starts). `None` when pages
 /// are off, or when making one failed (said once on stderr and in the report's faults).
 pub fn start() -> Option<Writer> {
-    let dir = crate::config::get().page_dir.as_ref()?;
+    let asked = crate::config::get().page_dir.as_ref()?;
     let t = crate::tracker::if_any()?;
+    let dir = directory(asked)?;
+    let dir = dir.as_path();
     let start = start_unix_ms();
     let mut filler = fill::Filler::new(start);
     let now = crate::process::clock::since_start_ms();
@@ -102,13 +114,7 @@ pub fn start() -> Option<Writer> {
     let (mapped, path) = match mapping::create(dir, &name, pid, &first) {
         Ok(made) => made,
         Err(why) => {
-            let message = format!(
-                "no stats page (`cuguard top` and `cuguard exporter` will not see this process): {why}; set CUGUARD_RUNTIME_DIR to a directory of yours, or CUGUARD_PAGE=0"
-            );
-            if !SAID.swap(true, Ordering::Relaxed) {
-                crate::process::diag::warn(&message);
-                crate::process::faults::record(message);
-            }
+            no_page(&why);
             return None;
         }
     };
@@ -125,6 +131,42 @@ pub fn start() -> Option<Writer> {
         filler,
         next_ms: now + PUBLISH_MS,
     })
+}
+
+/// Says once, on stderr and in the report's faults, that this process has no page, and why.
+fn no_page(why: &str) {
+    let message = format!(
+        "no stats page (`cuguard top` and `cuguard exporter` will not see this process): {why}; set CUGUARD_RUNTIME_DIR to a directory of yours, or CUGUARD_PAGE=0"
+    );
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::process::diag::warn(&message);
+        crate::process::faults::record(message);
+    }
+}
+
+/// The directory the page goes in (see the module documentation): the one asked for, or for
+/// the shared `/tmp/cuguard-UID` that another user took, a fresh private one (said once).
+fn directory(asked: &cuguard_page::RuntimeDir) -> Option<std::path::PathBuf> {
+    let shared = match asked {
+        cuguard_page::RuntimeDir::Given(dir) => return Some(dir.clone()),
+        cuguard_page::RuntimeDir::Shared(dir) => dir,
+    };
+    match cuguard_files::private_dir(shared) {
+        Ok(cuguard_files::Private::Asked(dir)) => Some(dir),
+        Ok(cuguard_files::Private::Fresh { path, why }) => {
+            if !FRESH_SAID.swap(true, Ordering::Relaxed) {
+                crate::process::diag::warn(&format!(
+                    "the stats page: {why}; using {} (`cuguard top` and `cuguard exporter` look there too; CUGUARD_RUNTIME_DIR sets another)",
+                    path.display()
+                ));
+            }
+            Some(path)
+        }
+        Err(e) => {
+            no_page(&format!("{}: {e}", shared.display()));
+            None
+        }
+    }
 }
 
 impl Writer {
