@@ -11,8 +11,8 @@
 //! # Where it looks
 //!
 //! Where the shim writes (`CUGUARD_REPORT` from the process's environment, expanded by the
-//! shim's own expander, `cuguard_report::template`, relative to its working directory): the path
-//! itself, then, while each name is taken, the names the shim tries when it is
+//! shim's own expander, `cuguard_report::template`, relative to its working directory; in a
+//! directory it names, by the default name): the path itself, then, while each name is taken, the names the shim tries when it is
 //! ([`template::numbered`]: `NAME.1.json`, `NAME.2.json`, … up to `NAME.999.json`; past those, a
 //! `NAME.<16 hex digits>.json` it finds in the directory, [`template::tagged`]); the same in
 //! `$TMPDIR` of the process (or /tmp), where the shim writes when the directory cannot be
@@ -330,7 +330,16 @@ fn places(
             start_unix_s: s.unwrap_or(0),
         };
         let p = PathBuf::from(template::expand(&template, &placeholders));
-        let p = if p.is_relative() { cwd.join(p) } else { p };
+        let mut p = if p.is_relative() { cwd.join(p) } else { p };
+        // A directory (`CUGUARD_REPORT=out/`, `.`): the shim writes into it, by the default
+        // name (as shim/src/report/mod.rs `path_for`).
+        if template.ends_with('/') || p.is_dir() {
+            let name = template::expand(
+                template::DEFAULT_TEMPLATE.trim_start_matches("./"),
+                &placeholders,
+            );
+            p = p.components().collect::<PathBuf>().join(name);
+        }
         let name = p.file_name().map(OsStr::to_os_string);
         add(p);
         if let Some(name) = name {

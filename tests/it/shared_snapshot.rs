@@ -539,3 +539,21 @@ fn another_users_page_directory_does_not_hide_the_victims_processes() {
     assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 0);
     assert_eq!(std::fs::read_dir(&on_disk).unwrap().count(), 0);
 }
+
+#[test]
+fn a_report_directory_is_looked_in_by_the_default_name() {
+    let dir = scratch_dir("shared-snap-dir");
+    let mut template = dir.as_os_str().to_owned();
+    template.push("/");
+    let child = start(
+        shim_command(&c_program("exit_paths"), Path::new(&template)),
+        "wait",
+    );
+    let out = snapshot(child.id(), 10.0, Duration::from_secs(1));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let exe = c_program("exit_paths");
+    let exe = exe.file_name().unwrap().to_str().unwrap();
+    let want = dir.join(format!("cuguard.{exe}.{}.json", child.id()));
+    assert_eq!(out.stdout.trim_end(), want.to_str().unwrap());
+    stop(child);
+}
