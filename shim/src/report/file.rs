@@ -34,6 +34,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+// The names tried when a report's name is taken: the report crate's, which `cuguard snapshot`
+// looks for too.
+use cuguard_report::template::{numbered, tagged};
+
 /// Where the report finally went, and what went wrong on the way.
 pub struct Written {
     pub path: PathBuf,
@@ -131,26 +135,6 @@ fn replace_own(own: &Own, contents: &[u8]) -> io::Result<()> {
     std::fs::rename(&tmp, &own.path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
-}
-
-/// `NAME.json` as `NAME.N.json`, so that it still reads as a report (`*.json`); another name gets
-/// `.N` at its end.
-fn numbered(name: &std::ffi::OsStr, n: u32) -> std::ffi::OsString {
-    tagged(name, &n.to_string())
-}
-
-/// `NAME.json` as `NAME.TAG.json`; another name gets `.TAG` at its end. NAME is shortened where
-/// the whole would pass the file system's 255 bytes.
-fn tagged(name: &std::ffi::OsStr, tag: &str) -> std::ffi::OsString {
-    let bytes = name.as_bytes();
-    let (stem, end) = match bytes.strip_suffix(b".json") {
-        Some(stem) if !stem.is_empty() => (stem, format!(".{tag}.json")),
-        _ => (bytes, format!(".{tag}")),
-    };
-    let stem = cuguard_files::shorten(stem, cuguard_files::NAME_MAX.saturating_sub(end.len()));
-    let mut out = std::ffi::OsString::from(std::ffi::OsStr::from_bytes(stem));
-    out.push(end);
-    out
 }
 
 /// A fresh temporary name beside `path`, unpredictable and short enough
