@@ -330,16 +330,9 @@ fn places(
             start_unix_s: s.unwrap_or(0),
         };
         let p = PathBuf::from(template::expand(&template, &placeholders));
-        let mut p = if p.is_relative() { cwd.join(p) } else { p };
-        // A directory (`CUGUARD_REPORT=out/`, `.`): the shim writes into it, by the default
-        // name (as shim/src/report/mod.rs `path_for`).
-        if template.ends_with('/') || p.is_dir() {
-            let name = template::expand(
-                template::DEFAULT_TEMPLATE.trim_start_matches("./"),
-                &placeholders,
-            );
-            p = p.components().collect::<PathBuf>().join(name);
-        }
+        let p = if p.is_relative() { cwd.join(p) } else { p };
+        // A directory (`CUGUARD_REPORT=out/`, `.`): the shim writes into it, by the default name.
+        let p = template::into_directory(&template, p, &placeholders);
         let name = p.file_name().map(OsStr::to_os_string);
         add(p);
         if let Some(name) = name {

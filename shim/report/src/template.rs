@@ -56,6 +56,22 @@ pub fn expand(template: &str, p: &Placeholders<'_>) -> String {
     out
 }
 
+/// Where the report goes when the template names a directory (`CUGUARD_REPORT=out/`, or `.`, or
+/// any path that is one): into it, by the default name ([`DEFAULT_TEMPLATE`]'s). `path` is the
+/// template expanded (and made absolute as the caller does); anything else is returned as it is.
+pub fn into_directory(
+    template: &str,
+    path: std::path::PathBuf,
+    p: &Placeholders<'_>,
+) -> std::path::PathBuf {
+    if !(template.ends_with('/') || path.is_dir()) {
+        return path;
+    }
+    // (Components drop a `.` inside the path: `out/.` is `out`.)
+    let dir: std::path::PathBuf = path.components().collect();
+    dir.join(expand(DEFAULT_TEMPLATE.trim_start_matches("./"), p))
+}
+
 /// The `n`th name tried for a report whose name `name` is taken: `NAME.json` as `NAME.N.json`,
 /// so that it still reads as a report (`*.json`); another name gets `.N` at its end. As
 /// [`tagged`] with the number as the tag.

@@ -591,15 +591,13 @@ pub fn report_path() -> PathBuf {
 
 fn path_for(host: &str, rank: Option<i64>) -> PathBuf {
     let template = &config::get().report_template;
-    let path = expand(template, host, rank);
     // A directory (`CUGUARD_REPORT=out/`, `.`): the report goes into it, by the default name.
-    if template.ends_with('/') || path.is_dir() {
-        let name = template::DEFAULT_TEMPLATE.trim_start_matches("./");
-        // (Components drop a `.` inside the path: `out/.` is `out`.)
-        let dir: PathBuf = path.components().collect();
-        return dir.join(expand(name, host, rank).file_name().unwrap_or_default());
-    }
-    path
+    let exe = process::exe_name();
+    template::into_directory(
+        template,
+        expand(template, host, rank),
+        &placeholders(host, rank, &exe),
+    )
 }
 
 /// `template` with the report template's placeholders expanded (`%p`, `%e`, `%h`, `%r`, `%t`),
@@ -609,17 +607,21 @@ pub fn expand_path(template: &str) -> PathBuf {
     expand(template, &process::hostname(), process::rank())
 }
 
-fn expand(template: &str, host: &str, rank: Option<i64>) -> PathBuf {
-    let cfg = config::get();
-    let exe_name = process::exe_name();
-    let placeholders = template::Placeholders {
+/// The placeholders' values in this process (`exe`: its executable's name).
+fn placeholders<'a>(host: &'a str, rank: Option<i64>, exe: &'a str) -> template::Placeholders<'a> {
+    template::Placeholders {
         pid: process::pid(),
-        exe_name: &exe_name,
+        exe_name: exe,
         host,
         rank,
         start_unix_s: crate::process::clock::start().0 / 1000,
-    };
-    let path = PathBuf::from(template::expand(template, &placeholders));
+    }
+}
+
+fn expand(template: &str, host: &str, rank: Option<i64>) -> PathBuf {
+    let cfg = config::get();
+    let exe = process::exe_name();
+    let path = PathBuf::from(template::expand(template, &placeholders(host, rank, &exe)));
     if path.is_relative() {
         cfg.start_dir.join(path)
     } else {
