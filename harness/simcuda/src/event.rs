@@ -161,8 +161,8 @@ pub extern "C" fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
         let e = lookup(&drv.lock(), hEvent)?;
         if let Some((s, seq)) = e.target() {
             s.wait_for(seq);
+            pool::stream_synchronized(&mut drv.lock(), &s);
         }
-        pool::synchronized(&mut drv.lock(), e.device);
         Ok(())
     })
 }

@@ -11,12 +11,16 @@
 //!
 //! `cuMemFreeAsync` also takes synchronous allocations (`cuMemAlloc_v2`, pitched, managed). Their
 //! address dies at once too, but their memory stays taken (in `cuMemGetInfo_v2`, NVML and
-//! `cusimGetUsage`) after the stream reaches the free, until a synchronization releases it
-//! ([`synchronized`]: `cuCtxSynchronize`, `cuStreamSynchronize` and `cuEventSynchronize` of the
-//! device, and `cuMemFree_v2`, which waits for the device's work), or the context goes. Measured
-//! on the H200: 3 GiB freed this way on the legacy stream stayed taken in every 100 ms sample for
-//! a second, and came back at `cuCtxSynchronize`. An allocation that runs out of memory does not
-//! release it (not measured; the conservative choice).
+//! `cusimGetUsage`) after the stream reaches the free, until a synchronization with the stream
+//! of the free releases it ([`stream_synchronized`]: `cuStreamSynchronize` of that stream, or of
+//! the legacy stream when the free was on the legacy stream or a blocking one; `cuEventSynchronize`
+//! of an event recorded on such a stream; [`synchronized`]: `cuCtxSynchronize`), or the context
+//! goes. Measured on the H200 (docs/gpu-runs/2026-12-02-run1/giveback.md): 3 GiB freed this way on
+//! the legacy stream stayed taken in every 100 ms sample for a second, after a stream query, an
+//! event query, an allocation under pressure, synchronizing another, non-blocking stream and a
+//! `cuMemFree_v2` of another allocation (which waits for the device's work, yet releases
+//! nothing); it came back at the legacy stream's synchronize, an event's synchronize and
+//! `cuCtxSynchronize`.
 //!
 //! Every device has a default pool. Pools made with `cuMemPoolCreate` belong to the context that
 //! was current when they were made (if any) and go away with it.
@@ -145,26 +149,49 @@ fn trim(st: &mut State, h: usize, keep: u64) {
     }
 }
 
-/// What a synchronisation does on device `dev`: synchronous allocations freed with
-/// `cuMemFreeAsync` (whose stream reached the free) are released, and each pool releases cached
-/// memory above its release threshold.
+/// What a whole-device synchronisation (`cuCtxSynchronize`) does on device `dev`: synchronous
+/// allocations freed with `cuMemFreeAsync` (whose stream reached the free) are released, and each
+/// pool releases cached memory above its release threshold.
 pub fn synchronized(st: &mut State, dev: i32) {
-    release_held(st, |a| a.ctx.device == dev);
+    release_held(st, |h| h.alloc.ctx.device == dev);
     trim_pools(st, dev);
 }
 
+/// What synchronizing with stream `s` does (`cuStreamSynchronize`, or `cuEventSynchronize` of an
+/// event recorded on it): the held allocations freed on `s` are released (on the legacy stream,
+/// also those freed on the blocking streams it waits for), and each pool of the device releases
+/// cached memory above its release threshold.
+pub fn stream_synchronized(st: &mut State, s: &Arc<stream::Stream>) {
+    let legacy = s.kind == stream::StreamKind::Legacy;
+    release_held(st, |h| {
+        Arc::ptr_eq(&h.stream, s)
+            || (legacy
+                && h.stream.ctx_id == s.ctx_id
+                && h.stream.kind != stream::StreamKind::NonBlocking)
+    });
+    trim_pools(st, s.device);
+}
+
 /// Releases the held allocations (see the module documentation) that `which` picks.
-pub fn release_held(st: &mut State, which: impl Fn(&Alloc) -> bool) {
+pub fn release_held(st: &mut State, which: impl Fn(&Held) -> bool) {
     if st.held.is_empty() {
         return;
     }
-    let (go, stay): (Vec<Alloc>, Vec<Alloc>) =
+    let (go, stay): (Vec<Held>, Vec<Held>) =
         std::mem::take(&mut st.held).into_iter().partition(which);
     st.held = stay;
-    for a in go {
-        memory::drop_live(st, &a);
-        memory::reclaim(st, a, false);
+    for h in go {
+        memory::drop_live(st, &h.alloc);
+        memory::reclaim(st, h.alloc, false);
     }
+}
+
+/// A synchronous allocation freed with `cuMemFreeAsync` whose stream reached the free: its
+/// memory is still taken until a synchronization with `stream` (see the module documentation).
+pub struct Held {
+    pub alloc: Alloc,
+    /// The stream the free was issued on.
+    pub stream: Arc<stream::Stream>,
 }
 
 /// Each pool of device `dev` releases cached memory above its release threshold.
@@ -228,7 +255,7 @@ pub fn release_context(st: &mut State, ctx_id: u64, dev: i32) {
     for h in on_device {
         trim(st, h, 0);
     }
-    release_held(st, |a| a.ctx.id == ctx_id);
+    release_held(st, |h| h.alloc.ctx.id == ctx_id);
 }
 
 /// Marks pool `h` destroyed: cached blocks go at once, blocks still allocated when their frees
@@ -382,12 +409,16 @@ fn free_async(dptr: CUdeviceptr, h: CUstream, pt: bool) -> Result<(), Fault> {
     // still there, and is freed at once rather than leaked.
     let slot = Arc::new(Mutex::new(Some(a)));
     let in_op = slot.clone();
+    let on = s.clone();
     let op: stream::Work = Box::new(move || {
         let taken = in_op.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let (Some(a), Ok(drv)) = (taken, state::driver()) {
             let mut st = drv.lock();
             if held {
-                st.held.push(a);
+                st.held.push(Held {
+                    alloc: a,
+                    stream: on,
+                });
             } else {
                 memory::reclaim(&mut st, a, false);
             }

@@ -49,7 +49,7 @@ pub struct State {
     pub captures: Vec<Capture>,
     /// Synchronous allocations freed with `cuMemFreeAsync` whose stream reached the free: their
     /// memory is still taken until a synchronization releases it (`pool.rs`).
-    pub held: Vec<Alloc>,
+    pub held: Vec<crate::pool::Held>,
     next_handle: usize,
     next_id: u64,
 }

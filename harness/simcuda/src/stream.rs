@@ -345,7 +345,8 @@ pub fn wait_device(drv: &Driver, dev: i32) {
 }
 
 /// Synchronises with stream `h`: for the legacy stream this includes the blocking streams'
-/// earlier work. Then the device releases what stream-ordered frees gave back (`pool::synchronized`).
+/// earlier work. Then the device releases what stream-ordered frees on that stream gave back
+/// (`pool::stream_synchronized`).
 fn synchronize(h: CUstream, per_thread_default: bool) -> Result<(), Fault> {
     let drv = state::driver()?;
     let (s, target) = {
@@ -359,7 +360,7 @@ fn synchronize(h: CUstream, per_thread_default: bool) -> Result<(), Fault> {
         (s, target)
     };
     s.wait_for(target);
-    pool::synchronized(&mut drv.lock(), s.device);
+    pool::stream_synchronized(&mut drv.lock(), &s);
     Ok(())
 }
 

@@ -121,7 +121,8 @@ int main(void) {
     CHECK(cuCtxSynchronize());
     printf("ctx_synchronize.back\t%d\n", back(taken(), base));
 
-    /* The other synchronizing calls. */
+    /* The other synchronizing calls, each as measured on the H200
+     * (docs/gpu-runs/2026-12-02-run1/giveback.md) where it was. */
     CUstream s;
     CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     freed_async(64 * MiB, s);
@@ -129,20 +130,26 @@ int main(void) {
     CHECK(cuStreamSynchronize(s));
     printf("stream_synchronize.back\t%d\n", back(taken(), base));
 
-    freed_async(64 * MiB, s);
-    CHECK(cuStreamSynchronize(0)); /* another stream of the device: a synchronization too */
-    printf("other_stream_synchronize.back\t%d\n", back(taken(), base));
-
-    freed_async(64 * MiB, s);
-    CHECK(cuEventRecord(e, s));
-    CHECK(cuEventSynchronize(e));
-    printf("event_synchronize.back\t%d\n", back(taken(), base));
-
+    /* Freed on the legacy stream: synchronizing another, non-blocking stream releases nothing
+     * (H200: still taken), */
     freed_async(64 * MiB, 0);
+    CHECK(cuStreamSynchronize(s));
+    printf("other_stream_synchronize.held\t%d\n", holds(taken(), base, 64 * MiB));
+    /* nor does a cuMemFree of another allocation, though it waits for the device's work (H200:
+     * still taken); */
     CUdeviceptr other;
     CHECK(cuMemAlloc(&other, 1 * MiB));
-    CHECK(cuMemFree(other)); /* waits for the device's work: a synchronization */
-    printf("mem_free.back\t%d\n", back(taken(), base));
+    CHECK(cuMemFree(other));
+    printf("mem_free.held\t%d\n", holds(taken(), base, 64 * MiB));
+    /* the legacy stream's synchronize does (H200: back). */
+    CHECK(cuStreamSynchronize(0));
+    printf("legacy_stream_synchronize.back\t%d\n", back(taken(), base));
+
+    /* An event recorded on the legacy stream after the free, synchronized (H200: back). */
+    freed_async(64 * MiB, 0);
+    CHECK(cuEventRecord(e, 0));
+    CHECK(cuEventSynchronize(e));
+    printf("event_synchronize.back\t%d\n", back(taken(), base));
 
     /* Freed before the stream's work reached the free: held only once it does. */
     CUdeviceptr late;
