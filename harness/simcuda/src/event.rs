@@ -20,7 +20,6 @@ use crate::stream::{self, Point};
 /// An event.
 pub struct Event {
     pub ctx_id: u64,
-    pub device: i32,
     pub flags: c_uint,
     rec: Mutex<Record>,
 }
@@ -94,7 +93,6 @@ pub unsafe extern "C" fn cuEventCreate(phEvent: *mut CUevent, Flags: c_uint) -> 
         let handle = st.new_handle();
         let ev = Event {
             ctx_id: c.id,
-            device: c.device,
             flags: Flags,
             rec: Mutex::new(Record::default()),
         };
