@@ -55,8 +55,8 @@ pub struct ExporterArgs {
     pub pages: PagesArgs,
 }
 
-/// Runs `cuguard exporter`: serves until the process is ended, or with `--textfile --once`
-/// writes once.
+/// Runs `cuguard exporter`: serves until the process is ended (or its listener fails: exit 2),
+/// or with `--textfile --once` writes once.
 pub fn run(args: ExporterArgs) -> Result<u8, CliError> {
     let mut reader = args.pages.reader();
     match &args.textfile {
@@ -76,7 +76,7 @@ fn serve(mut reader: Reader, addr: SocketAddr) -> Result<u8, CliError> {
         crate::text::one_line(&reader.dir().display().to_string())
     );
     let mut last_error = None;
-    server.serve(move || match reader.scan() {
+    let stopped = server.serve(move || match reader.scan() {
         Ok(scan) => {
             last_error = None;
             pages::say_notes(&scan);
@@ -91,7 +91,10 @@ fn serve(mut reader: Reader, addr: SocketAddr) -> Result<u8, CliError> {
             Err(message)
         }
     });
-    Ok(exit::OK)
+    // No client ends it, only its listener failing: said in one line, as errors are, and exit 2
+    // (a service manager restarts it on failure).
+    eprintln!("cuguard: error: {stopped}");
+    Ok(exit::USAGE)
 }
 
 fn write_textfiles(

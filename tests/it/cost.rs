@@ -162,6 +162,24 @@ fn bill_adds_up(what: &str, report: &Value, path: &Path) {
         assert!(t(k, "first_calls") <= t(k, "calls"), "{what}: {k}: {cost}");
         assert!(t(k, "timed") <= t(k, "calls"), "{what}: {k}: {cost}");
     }
+    // Work that was done took time: the hooks were called and timed, the stacks captured, and
+    // each part timed in some calls took more than nothing; the report was built.
+    assert!(
+        t("hooks", "calls") > 0 && t("hooks", "timed") > 0,
+        "{what}: no hook timed: {cost}"
+    );
+    assert!(t("stacks", "calls") > 0, "{what}: no stack captured: {cost}");
+    for k in ["hooks", "stacks", "python", "captures", "one_time"] {
+        assert!(
+            t(k, "timed") == 0 || t(k, "ns") > 0,
+            "{what}: {k}: {} calls timed at 0 ns: {cost}",
+            t(k, "timed")
+        );
+    }
+    assert!(
+        u(&cost["reports"]["written"]) >= 1 && u(&cost["reports"]["ns"]) > 0,
+        "{what}: the report's own building is not in the bill: {cost}"
+    );
     let later = |k: &str| t(k, "ns") - t(k, "first_ns");
     assert!(
         t("stacks", "ns") + t("python", "ns") <= t("hooks", "ns"),
@@ -303,11 +321,20 @@ fn every_reports_bill_adds_up() {
             cmd.env("CUGUARD_COST_SAMPLE", sample)
                 .env("CUGUARD_POOL", pool)
                 .env("CUGUARD_QUIET", "1");
-            let out = cmd.output().unwrap();
-            if out.status.code() == Some(127) {
-                eprintln!("skipped {what}: not found");
-                continue;
-            }
+            let out = match cmd.output() {
+                Ok(out) => out,
+                Err(e) => {
+                    crate::support::missing(&what, &format!("cannot start it: {e}"));
+                    continue;
+                }
+            };
+            // Every program here ends well, with and without the shim.
+            assert!(
+                out.status.success(),
+                "{what}: {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
             let report = read_report(&path);
             crate::cli_schema::validate(&report).unwrap();
             assert!(u(&report["cost"]["hooks"]["calls"]) > 0, "{what}");
@@ -315,5 +342,44 @@ fn every_reports_bill_adds_up() {
             checked += 1;
         }
     }
-    assert!(checked >= 21, "only {checked} reports checked");
+    // No run lost: nine programs, three settings each (outside CI, a missing python3 is said).
+    assert!(
+        checked == 27 || (std::env::var_os("CI").is_none() && checked == 21),
+        "{checked} reports checked of 27"
+    );
+}
+
+/// The checker itself: a real report passes it, and the same report with every timing zeroed
+/// (what a broken clock or a bill never filled would give) fails it.
+#[test]
+fn the_bill_check_fails_a_report_whose_timings_are_all_zero() {
+    let dir = scratch_dir("cost-zeroed");
+    let path = dir.join("r.json");
+    run(
+        shim_command(&c_program("leaks_linked"), &path).env("CUGUARD_QUIET", "1"),
+        true,
+    );
+    let report = read_report(&path);
+    bill_adds_up("leaks_linked", &report, &path);
+    let mut zeroed = report.clone();
+    fn zero(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m.iter_mut() {
+                    if k == "ns" || k.ends_with("_ns") {
+                        *v = Value::from(0);
+                    } else {
+                        zero(v);
+                    }
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(zero),
+            _ => {}
+        }
+    }
+    zero(&mut zeroed["cost"]);
+    let zeroed_path = dir.join("zeroed.json");
+    std::fs::write(&zeroed_path, serde_json::to_vec(&zeroed).unwrap()).unwrap();
+    let failed = std::panic::catch_unwind(|| bill_adds_up("zeroed", &zeroed, &zeroed_path));
+    assert!(failed.is_err(), "a bill of zeros passed the check");
 }

@@ -399,3 +399,14 @@ pub fn mode_of(path: &Path) -> u32 {
         .mode()
         & 0o7777
 }
+
+/// Says that `test` cannot run here because `what` is missing, so that the caller returns. In CI
+/// (`CI` set, as `.ci/run` sets it) it fails instead, naming what is missing: `.ci/run` installs
+/// everything the tests need, and no test may pass there by not running.
+pub fn missing(test: &str, what: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} cannot run: {what} (CI must run every test; .ci/run installs what they need)"
+    );
+    eprintln!("skipped {test}: {what}");
+}
