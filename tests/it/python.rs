@@ -149,7 +149,7 @@ fn python_suite() {
     cmd.current_dir(outside.as_deref().unwrap_or(&a.root))
         .args(["-m", "pytest"])
         .arg(a.root.join("tests/python"))
-        .args(["-p", "no:cacheprovider", "-q"])
+        .args(["-p", "no:cacheprovider", "-q", "-rs"])
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env_remove("LD_PRELOAD")
         .env_remove("PYTEST_ADDOPTS");
@@ -173,5 +173,52 @@ fn python_suite() {
         "the Python suite failed ({}):\n{stdout}\n--- stderr\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
+    );
+    // Skips are counted and named (`-rs`): in CI, where .ci/run installs everything the suite
+    // needs, a skip not listed in EXPECTED_SKIPS (with its reason) fails the suite.
+    let skipped = skips(&stdout);
+    let unexpected: Vec<&String> = skipped
+        .iter()
+        .filter(|s| !EXPECTED_SKIPS.iter().any(|(what, _)| s.contains(what)))
+        .collect();
+    if !unexpected.is_empty() {
+        let list = unexpected
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{} Python tests skipped that CI must run:\n{list}",
+            unexpected.len()
+        );
+        eprintln!(
+            "{} Python tests skipped (CI would fail them):\n{list}",
+            unexpected.len()
+        );
+    }
+}
+
+/// Skips of the Python suite that are expected everywhere, with the reason (a substring of the
+/// skip's line); none today.
+const EXPECTED_SKIPS: &[(&str, &str)] = &[];
+
+/// The lines pytest's `-rs` summary gives for skipped tests (`SKIPPED [N] FILE:LINE: REASON`).
+fn skips(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("SKIPPED "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn pytest_skip_lines_are_read() {
+    let out = "....s.\n=== short test summary info ===\n\
+               SKIPPED [1] tests/python/test_dask.py:21: could not import 'distributed'\n\
+               5 passed, 1 skipped in 2.0s\n";
+    assert_eq!(
+        skips(out),
+        ["SKIPPED [1] tests/python/test_dask.py:21: could not import 'distributed'"]
     );
 }
