@@ -68,7 +68,8 @@ def inactive_reason() -> Optional[str]:
 def snapshot(path: Optional[Any] = None, *, held: bool = False, timeout: float = 10.0) -> Dict[str, Any]:
     """The report as it stands now, as a dict (the shim's report format: ``docs/report.schema.json``;
     ``reason`` is ``"request"`` and ``complete`` is False). With ``path`` (a str or path-like), it is
-    also written there (replacing the file). With ``held``, it also says what holds each live
+    also written there (replacing the file; mode 0600; a symbolic link or another user's file at
+    ``path`` is refused with an :class:`OSError` that says so). With ``held``, it also says what holds each live
     allocation now (its ``python.view``, ``at: "snapshot"``: held by which objects, lost, a
     cache's live and idle blocks), as the end of the program does; the walk of references is
     bounded by ``timeout`` seconds. Raises :class:`NotActive`, or :class:`OSError` when the file
@@ -90,10 +91,11 @@ def snapshot(path: Optional[Any] = None, *, held: bool = False, timeout: float =
     if p is not None:
         import json
 
-        tmp = f"{p}.cuguard-tmp.{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(report, f)
-        os.replace(tmp, p)
+        from . import _files
+
+        # Mode 0600, through a fresh temporary file beside it; a link or another user's file at
+        # `p` is refused, never written through.
+        _files.replace(p, json.dumps(report).encode(), 0o600)
     return report
 
 

@@ -8,12 +8,16 @@ Inside the kernel, `%load_ext cuguard` then `%cuguard` shows what it holds.
 """
 
 import argparse
+import errno
 import json
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import List, Optional
+
+from . import _files
 
 _EXAMPLES = """\
 examples:
@@ -151,12 +155,39 @@ def install_kernel(args: argparse.Namespace) -> Path:
         base = _user_data_dir()
     spec = kernel_spec(args)
     directory = base / "kernels" / args.name
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / "kernel.json"
-    temporary = directory / f".kernel.json.{os.getpid()}"
-    temporary.write_text(json.dumps(spec, indent=1) + "\n")
-    os.replace(temporary, target)
+    # 0755 whatever the umask (an open umask must not make the directory refused below).
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    _check_directory(directory)
+    # kernel.json is 0600: Jupyter reads it as the user who installed it, and it holds the
+    # kernel's command line and settings. Written through a fresh temporary file beside it; a
+    # link or another user's file at kernel.json is refused, never written through.
+    _files.replace(directory / "kernel.json", (json.dumps(spec, indent=1) + "\n").encode(), 0o600)
     return directory
+
+
+def _check_directory(directory: Path) -> None:
+    """The kernel's directory must be this user's: Jupyter runs the command a kernel.json names,
+    so a spec in a directory that another user owns (or may rename files in) is theirs to
+    change. Raises :class:`OSError` saying why not."""
+    st = os.lstat(directory)
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(errno.EEXIST, "is a symbolic link; cuguard never writes through a link", str(directory))
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.ENOTDIR, "is not a directory", str(directory))
+    if st.st_uid != os.geteuid():
+        raise PermissionError(
+            errno.EACCES,
+            f"belongs to another user (uid {st.st_uid}), who could change the kernel's command; "
+            "give another --prefix or --name",
+            str(directory),
+        )
+    if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
+        raise PermissionError(
+            errno.EACCES,
+            f"can be written by every user (mode {stat.S_IMODE(st.st_mode):o}), who could replace "
+            "the kernel's spec; give another --prefix or --name",
+            str(directory),
+        )
 
 
 def main(argv: List[str]) -> int:
@@ -168,7 +199,11 @@ def main(argv: List[str]) -> int:
         return 2
     try:
         directory = install_kernel(args)
-    except (ValueError, OSError) as e:
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"cuguard jupyter install-kernel: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
         print(f"cuguard jupyter install-kernel: {e}", file=sys.stderr)
         return 2
     print(f"Installed kernel spec {args.name} in {directory}")

@@ -134,8 +134,15 @@ def exec_command(args: List[str]) -> NoReturn:
 
 
 #: The variables `cuguard run` sets for the program it starts: the shim, the simulated driver,
-#: and the Python bootstrap that marks the end of a Python program's code.
-RUN_VARIABLES = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "CUGUARD_PYTHON_BOOTSTRAP")
+#: the Python bootstrap that marks the end of a Python program's code, and where the bootstrap
+#: loads cuguard's package from (never from the program's own path).
+RUN_VARIABLES = (
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "CUGUARD_PYTHON_BOOTSTRAP",
+    "CUGUARD_PYTHON_PACKAGE",
+)
 
 
 def shim_env(driver: str = "system", base: Optional[Dict[str, str]] = None) -> Dict[str, str]:

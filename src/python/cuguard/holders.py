@@ -37,6 +37,9 @@ DEFAULT_TIMEOUT = 10.0
 DEFAULT_MAX_DEPTH = 32
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+#: This package's name: ``cuguard``, or the one cuguard's bootstrap loads it under beside a
+#: program's own ``cuguard`` module.
+_OWN = __name__.rpartition(".")[0]
 
 # Objects that are never holders and whose references are not followed.
 _ATOMS = (
@@ -552,11 +555,16 @@ def _roots() -> List[Tuple[str, Any]]:
             f = f.f_back
     del frames
     for name, module in sorted(list(sys.modules.items()), key=lambda kv: str(kv[0])):
-        if not _is(name, str) or name == "cuguard" or name.startswith("cuguard."):
+        if not _is(name, str) or name == _OWN or name.startswith(_OWN + "."):
             continue
         try:  # sys.modules may hold objects that are not modules, and lazy ones that raise
             namespace = object.__getattribute__(module, "__dict__")
         except Exception:
+            continue
+        # Another copy of this package (loaded under another name) is not the program's either;
+        # a `cuguard` module of the program's own is.
+        file = namespace.get("__file__") if _is(namespace, dict) else None
+        if _is(file, str) and file.startswith(_PACKAGE_DIR + os.sep):
             continue
         names(namespace, f"{name}.")
     return roots

@@ -15,6 +15,7 @@ The kernel must run under the shim: a kernel spec from `cuguard jupyter install-
 
 import html
 import shlex
+import sys
 from collections import defaultdict
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -69,12 +70,18 @@ class _Text:
         return self.html_text
 
 
+def _package() -> Any:
+    """This package, under whichever name it was loaded (``cuguard``, or the name cuguard's
+    bootstrap gives it beside a program's own ``cuguard`` module)."""
+    return sys.modules[__package__]
+
+
 def cuguard_magic(line: str) -> None:
     """%cuguard [snapshot PATH | holders [--min-bytes SIZE] | help]"""
     from IPython.core.error import UsageError
     from IPython.display import display
 
-    import cuguard
+    cuguard = _package()
 
     try:
         words = shlex.split(line)
@@ -297,7 +304,7 @@ def holders_view(found: Any) -> _Text:
     """`cuguard.holders()`'s answer: its text (`cuguard.format_holders`) and, for notebooks, a
     table of each allocation's size, the path of references from a name to its holder, and where
     it was made."""
-    import cuguard
+    cuguard = _package()
 
     text = cuguard.format_holders(found)
     rows = []

@@ -11,6 +11,12 @@
 - it registers one ``atexit`` handler, first, so that it runs after every handler of the
   program's; it imports nothing the program would notice (``ctypes`` and ``atexit``), and the
   ``cuguard`` package only when the end comes or a framework it looks into is imported;
+- it loads the ``cuguard`` package from its own path (``CUGUARD_PYTHON_PACKAGE``, which
+  ``cuguard run`` and the package's launcher set), never through the program's ``sys.path``: a
+  user's script named ``cuguard.py``, or a ``cuguard/`` in the current directory, is never run
+  by it, and a ``cuguard`` module of the program's stays the program's (cuguard's package is then
+  loaded under a name of its own, ``_cuguard_installed``). When the package is not where that
+  says, one line says so and the program runs on, its end marked but not classified;
 - ``os._exit`` is wrapped (same name, same status, same effect) so that a program leaving
   through it, as multiprocessing's forked children do, still has its end marked first.
 
@@ -35,6 +41,16 @@ def _cuguard_start():
             return False
 
     sys.path[:] = [p for p in sys.path if not same(p)]
+    # The interpreter's own path, before the program's directory (or, for `-c` and `-m`, the
+    # current one) goes first on it: where an installed cuguard is looked for when
+    # CUGUARD_PYTHON_PACKAGE does not say.
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = None
+    _cuguard_state["path"] = [
+        p for p in sys.path if isinstance(p, str) and os.path.isabs(p) and p != cwd
+    ]
 
     def chain():
         # The program's own sitecustomize, found further on the path; ours leaves sys.modules.
@@ -101,36 +117,134 @@ def _cuguard_wrap_os_exit():
     os._exit = _exit
 
 
+#: The name cuguard's package is loaded under when the program's own ``import cuguard`` would
+#: load something else (the user's ``cuguard.py``, a ``cuguard/`` in the current directory):
+#: that name stays the program's.
+_CUGUARD_OWN_NAME = "_cuguard_installed"
+
+#: What the bootstrap found: the interpreter's path at start-up, and ``cuguard._end`` once loaded
+#: (or why it could not be).
+_cuguard_state = {"path": None, "end": None, "failed": False}
+
+
 def _cuguard_package():
-    """The cuguard package: importable here, or loaded from where `cuguard run`'s launcher said
-    it is (a program run by another Python than the one cuguard is installed in)."""
+    """``cuguard._end`` of cuguard's own package, loaded on first use; None when it cannot be
+    (said once, in one line, when ``CUGUARD_PYTHON_PACKAGE`` names no usable package)."""
+    end = _cuguard_state["end"]
+    if end is not None or _cuguard_state["failed"]:
+        return end
+    try:
+        end = _cuguard_load()
+    except Exception as e:
+        end = None
+        _cuguard_say(f"cuguard's Python package could not be loaded ({type(e).__name__}: {e})")
+    if end is None:
+        _cuguard_state["failed"] = True
+    _cuguard_state["end"] = end
+    return end
+
+
+def _cuguard_say(what):
     import sys
 
     try:
-        import cuguard._end as end
-
-        return end
-    except ImportError:
+        sys.stderr.write(
+            f"cuguard: {what}; the end of this program's code is marked but what held each "
+            "allocation is not told\n"
+        )
+    except Exception:
         pass
+
+
+def _cuguard_load():
+    """Loads the package from its own path, never through the program's ``sys.path``: the
+    directory ``CUGUARD_PYTHON_PACKAGE`` names (``cuguard run`` and the package's launcher set
+    it), else the ``cuguard`` package found on the interpreter's path as it stood at start-up
+    (before the program's directory or the current directory was put first on it).
+
+    The package is loaded under its own name, ``cuguard``, only when that is what the program's
+    own ``import cuguard`` gives or would give (one copy of the package, whoever imports it
+    first); otherwise under :data:`_CUGUARD_OWN_NAME`, so that a ``cuguard`` of the program's stays
+    the program's and is never run by cuguard."""
+    import importlib
     import importlib.util
     import os
+    import sys
 
     where = os.environ.get("CUGUARD_PYTHON_PACKAGE", "")
-    init = os.path.join(where, "__init__.py")
-    if not where or not os.path.isfile(init):
+    if where:
+        init = os.path.join(where, "__init__.py")
+        if not os.path.isfile(init) or not os.path.isfile(os.path.join(where, "_end.py")):
+            _cuguard_say(f"CUGUARD_PYTHON_PACKAGE={where!r} holds no cuguard package")
+            return None
+    else:
+        where = _cuguard_installed_at()
+        if where is None:
+            return None  # the report's note says the package is not importable here
+        init = os.path.join(where, "__init__.py")
+    real = os.path.realpath(init)
+
+    def ours(module):
+        try:  # sys.modules may hold objects that are not modules, and lazy ones that raise
+            file = getattr(module, "__file__", None)
+            return isinstance(file, str) and os.path.realpath(file) == real
+        except Exception:
+            return False
+
+    name = _CUGUARD_OWN_NAME
+    theirs = sys.modules.get("cuguard")
+    if theirs is not None:
+        if ours(theirs):
+            return importlib.import_module("cuguard._end")
+    else:
+        try:
+            # Finds, never runs: what the program's own `import cuguard` would load now.
+            spec = importlib.util.find_spec("cuguard")
+        except (ImportError, ValueError):
+            spec = None
+        origin = getattr(spec, "origin", None)
+        if isinstance(origin, str) and os.path.realpath(origin) == real:
+            name = "cuguard"
+    loaded = sys.modules.get(name)
+    if loaded is not None and ours(loaded):
+        return importlib.import_module(name + "._end")
+    if loaded is not None:
+        _cuguard_say(f"the module name {name} is taken by another module")
         return None
-    spec = importlib.util.spec_from_file_location("cuguard", init, submodule_search_locations=[where])
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[where])
     if spec is None or spec.loader is None:
+        _cuguard_say(f"cuguard's Python package at {where} cannot be loaded")
         return None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["cuguard"] = module
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-        import cuguard._end as end
-    except Exception:
-        sys.modules.pop("cuguard", None)
+        return importlib.import_module(name + "._end")
+    except BaseException:
+        for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+            sys.modules.pop(key, None)
+        raise
+
+
+def _cuguard_installed_at():
+    """The directory of the ``cuguard`` package on the interpreter's path as it stood at
+    start-up (site-packages, ``.pth`` entries, ``PYTHONPATH``), less the directory the
+    interpreter started in; None if there is none."""
+    import importlib.machinery
+    import os
+
+    path = _cuguard_state["path"] or []
+    try:
+        spec = importlib.machinery.PathFinder.find_spec("cuguard", path)
+    except (ImportError, ValueError, OSError):
         return None
-    return end
+    places = getattr(spec, "submodule_search_locations", None)
+    if spec is None or not places or not isinstance(spec.origin, str):
+        return None
+    where = os.path.dirname(spec.origin)
+    if not os.path.isfile(os.path.join(where, "_end.py")):
+        return None
+    return where
 
 
 def _cuguard_at_end(how=None):
