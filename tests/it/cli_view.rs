@@ -32,7 +32,10 @@ fn chromium() -> Option<PathBuf> {
 fn chromium_for(test: &str) -> Option<PathBuf> {
     let found = chromium();
     if found.is_none() {
-        support::missing(test, "chromium is not installed (apt-get install -y chromium)");
+        support::missing(
+            test,
+            "chromium is not installed (apt-get install -y chromium)",
+        );
     }
     found
 }

@@ -168,7 +168,10 @@ fn bill_adds_up(what: &str, report: &Value, path: &Path) {
         t("hooks", "calls") > 0 && t("hooks", "timed") > 0,
         "{what}: no hook timed: {cost}"
     );
-    assert!(t("stacks", "calls") > 0, "{what}: no stack captured: {cost}");
+    assert!(
+        t("stacks", "calls") > 0,
+        "{what}: no stack captured: {cost}"
+    );
     for k in ["hooks", "stacks", "python", "captures", "one_time"] {
         assert!(
             t(k, "timed") == 0 || t(k, "ns") > 0,
