@@ -21,8 +21,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    self, ATTACKER, VICTIM, artifacts, c_program, can_switch_users, chown, mode_of, scratch_dir,
-    shared_dir, shim_command,
+    self, ATTACKER, VICTIM, artifacts, as_user, c_program, can_switch_users, chown, mode_of,
+    scratch_dir, shared_dir, shim_command,
 };
 
 /// What a snapshot may use: 1 GiB of address space, far more than reading a report needs and far
@@ -271,24 +271,6 @@ fn as_root_a_device_another_user_names_is_never_opened() {
     assert_eq!(out.stdout.trim_end(), fallback.to_str().unwrap());
     assert_eq!(std::fs::metadata(&fallback).unwrap().uid(), ATTACKER);
     stop(child);
-}
-
-/// `cmd` run as `uid` (real and effective, its group, no others), `HOME` the victim's.
-fn as_user(cmd: &Command, uid: u32, home: &Path) -> Command {
-    let mut out = Command::new("setpriv");
-    out.arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"))
-        .args(["--clear-groups", "--"])
-        .arg(cmd.get_program())
-        .args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => out.env(k, v),
-            None => out.env_remove(k),
-        };
-    }
-    out.env("HOME", home);
-    out
 }
 
 /// The directories in `dir` whose name starts with `prefix`.

@@ -370,9 +370,29 @@ pub fn assert_untouched(victim: &Path, what: &str) {
 /// from its pid are the ones an attacker who watches `ps` would plant), `HOME` the victim's.
 /// The program and its arguments are those of `cmd`; its environment is kept.
 pub fn as_user_pid1(cmd: &Command, uid: u32, home: &Path) -> Command {
-    let mut out = Command::new("unshare");
-    out.args(["--pid", "--fork", "--kill-child", "setpriv"])
-        .arg(format!("--reuid={uid}"))
+    switched(
+        &["unshare", "--pid", "--fork", "--kill-child"],
+        cmd,
+        uid,
+        home,
+    )
+}
+
+/// `cmd` run as `uid` (real and effective, its group, no others), `HOME` the victim's; its
+/// environment and directory kept.
+pub fn as_user(cmd: &Command, uid: u32, home: &Path) -> Command {
+    switched(&[], cmd, uid, home)
+}
+
+/// `cmd` run through `setpriv` as `uid`, behind the command line `prefix`.
+fn switched(prefix: &[&str], cmd: &Command, uid: u32, home: &Path) -> Command {
+    let (program, rest) = prefix.split_first().unwrap_or((&"setpriv", &[]));
+    let mut out = Command::new(program);
+    out.args(rest);
+    if !prefix.is_empty() {
+        out.arg("setpriv");
+    }
+    out.arg(format!("--reuid={uid}"))
         .arg(format!("--regid={uid}"))
         .args(["--clear-groups", "--"])
         .arg(cmd.get_program())
