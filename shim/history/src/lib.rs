@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use cuguard_history::{Action, Chunk, Header, Raw, Reader, write_chunk};
-//! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 1 }.encode().to_vec();
+//! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 1, segment: 0 }.encode().to_vec();
 //! let events = [
 //!     Raw { tsc: 100, addr: 0x7f00_0000_0000, size: 1 << 20, stack: 3, context: 0, kind: Action::Alloc as u8, device: 1 },
 //!     Raw { tsc: 250, addr: 0x7f00_0000_0000, size: 0, stack: u32::MAX, context: 0, kind: Action::Free as u8, device: 1 },
@@ -26,7 +26,7 @@
 //! # Layout (version 1), little-endian
 //!
 //! A 32-byte header ([`Header`]): magic `CUGHIST1`, version (u32), pid (u32), the process's start
-//! (u64 nanoseconds since the Unix epoch), 8 bytes reserved. Then chunks to the end of the file,
+//! (u64 nanoseconds since the Unix epoch), the segment's number (u32), 4 bytes reserved. Then chunks to the end of the file,
 //! each `kind (u8) · length (u32) · checksum (u32, FNV-1a 32 of the kind and the payload) ·
 //! payload`. A reader rejects a
 //! checksum that does not match ([`Error::Corrupt`]) and a chunk cut short ([`Error::Truncated`]);
@@ -159,6 +159,9 @@ pub struct Header {
     pub pid: u32,
     /// When the process started, nanoseconds since the Unix epoch.
     pub start_unix_ns: u64,
+    /// Which segment of a bounded history this file is: 0 for the first, counting up each time
+    /// the writer starts a new one (see [`Chunk::Live`]).
+    pub segment: u32,
 }
 
 impl Header {
@@ -169,6 +172,7 @@ impl Header {
         b[8..12].copy_from_slice(&self.version.to_le_bytes());
         b[12..16].copy_from_slice(&self.pid.to_le_bytes());
         b[16..24].copy_from_slice(&self.start_unix_ns.to_le_bytes());
+        b[24..28].copy_from_slice(&self.segment.to_le_bytes());
         b
     }
 
@@ -189,6 +193,7 @@ impl Header {
             version,
             pid: u32_at(12),
             start_unix_ns: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+            segment: u32_at(24),
         })
     }
 }
@@ -200,11 +205,13 @@ pub enum Chunk {
     Events { thread: u32, events: Vec<Raw> },
     /// A stack first seen: its id and its frames' instruction pointers, innermost first.
     Stack { id: u32, frames: Vec<u64> },
-    /// A time-stamp-counter reading and the clocks at the same moment: the reader converts
-    /// [`Raw::tsc`] to time between such pairs.
+    /// A time-stamp-counter reading and the clocks at the same moment: nanoseconds since the
+    /// process's start on the monotonic clock (the report's times count from the same start),
+    /// and since the Unix epoch. The reader converts [`Raw::tsc`] to time between such pairs;
+    /// each segment begins with the pair taken when the history began, so that it has two.
     Clock {
         tsc: u64,
-        monotonic_ns: u64,
+        since_start_ns: u64,
         unix_ns: u64,
     },
     /// Events the buffers could not hold (a thread made them faster than they were drained),
@@ -217,8 +224,23 @@ pub enum Chunk {
     /// What was live when this file (a segment of a bounded history) began: an older segment
     /// that was let go held their allocations.
     Live { events: Vec<(u32, Raw)> },
-    /// A module mapped in the process: where, how long, its path (frames are named from these).
-    Module { base: u64, len: u64, path: String },
+    /// A module mapped in the process (frames are named from these): the addresses
+    /// `[start, end)` its segments cover, its load bias (`ip - bias` is the offset symbol tables
+    /// use), its path and its GNU build-id in hex (empty when it has none).
+    Module {
+        start: u64,
+        end: u64,
+        bias: u64,
+        path: String,
+        build_id: String,
+    },
+    /// A Python code object first seen: the id its frames' words carry (see the shim's
+    /// `stack::python`), its file and its function.
+    Code {
+        id: u32,
+        file: String,
+        function: String,
+    },
     /// The history ended here, whole, at this moment.
     End { tsc: u64 },
 }
@@ -230,6 +252,7 @@ const DROPPED: u8 = 4;
 const LIVE: u8 = 5;
 const MODULE: u8 = 6;
 const END: u8 = 7;
+const CODE: u8 = 8;
 
 /// Appends `chunk` to `out`, framed.
 pub fn write_chunk(out: &mut Vec<u8>, chunk: &Chunk) {
@@ -254,10 +277,10 @@ pub fn write_chunk(out: &mut Vec<u8>, chunk: &Chunk) {
         }
         Chunk::Clock {
             tsc,
-            monotonic_ns,
+            since_start_ns,
             unix_ns,
         } => {
-            for v in [tsc, monotonic_ns, unix_ns] {
+            for v in [tsc, since_start_ns, unix_ns] {
                 out.extend_from_slice(&v.to_le_bytes());
             }
             CLOCK
@@ -277,12 +300,25 @@ pub fn write_chunk(out: &mut Vec<u8>, chunk: &Chunk) {
             encode_events(out, events.iter().copied(), true);
             LIVE
         }
-        Chunk::Module { base, len, path } => {
-            varint(out, *base);
-            varint(out, *len);
-            varint(out, path.len() as u64);
-            out.extend_from_slice(path.as_bytes());
+        Chunk::Module {
+            start,
+            end,
+            bias,
+            path,
+            build_id,
+        } => {
+            varint(out, *start);
+            varint(out, end.wrapping_sub(*start));
+            varint(out, start.wrapping_sub(*bias));
+            string(out, path);
+            string(out, build_id);
             MODULE
+        }
+        Chunk::Code { id, file, function } => {
+            varint(out, u64::from(*id));
+            string(out, file);
+            string(out, function);
+            CODE
         }
         Chunk::End { tsc } => {
             out.extend_from_slice(&tsc.to_le_bytes());
@@ -439,10 +475,10 @@ impl<'a> Reader<'a> {
                     Chunk::Stack { id, frames }
                 }
                 CLOCK => {
-                    let [tsc, monotonic_ns, unix_ns] = p.fixed().ok_or(corrupt("a clock"))?;
+                    let [tsc, since_start_ns, unix_ns] = p.fixed().ok_or(corrupt("a clock"))?;
                     Chunk::Clock {
                         tsc,
-                        monotonic_ns,
+                        since_start_ns,
                         unix_ns,
                     }
                 }
@@ -461,15 +497,24 @@ impl<'a> Reader<'a> {
                     }
                 }
                 MODULE => {
-                    let base = p.varint().ok_or(corrupt("a module"))?;
+                    let start = p.varint().ok_or(corrupt("a module"))?;
                     let len = p.varint().ok_or(corrupt("a module"))?;
-                    let n = p.count().ok_or(corrupt("a module path"))?;
-                    let path = p.take(n).ok_or(corrupt("a module path"))?;
+                    let below = p.varint().ok_or(corrupt("a module"))?;
+                    let path = p.string().ok_or(corrupt("a module path"))?;
+                    let build_id = p.string().ok_or(corrupt("a module's build-id"))?;
                     Chunk::Module {
-                        base,
-                        len,
-                        path: String::from_utf8_lossy(path).into_owned(),
+                        start,
+                        end: start.wrapping_add(len),
+                        bias: start.wrapping_sub(below),
+                        path,
+                        build_id,
                     }
+                }
+                CODE => {
+                    let id = p.u32().ok_or(corrupt("a code id"))?;
+                    let file = p.string().ok_or(corrupt("a code's file"))?;
+                    let function = p.string().ok_or(corrupt("a code's function"))?;
+                    Chunk::Code { id, file, function }
                 }
                 END => {
                     let tsc = p.take(8).ok_or(corrupt("the end"))?;
@@ -587,6 +632,11 @@ impl<'a> Cursor<'a> {
         (n <= self.b.len() - self.at).then_some(n)
     }
 
+    fn string(&mut self) -> Option<String> {
+        let n = self.count()?;
+        Some(String::from_utf8_lossy(self.take(n)?).into_owned())
+    }
+
     fn fixed(&mut self) -> Option<[u64; 3]> {
         let b = self.take(24)?;
         Some(std::array::from_fn(|i| {
@@ -603,6 +653,11 @@ fn varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+fn string(out: &mut Vec<u8>, s: &str) {
+    varint(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
@@ -615,6 +670,8 @@ pub fn checksum(kind: u8, payload: &[u8]) -> u32 {
     }
     h
 }
+
+pub mod replay;
 
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@ fn header() -> Vec<u8> {
         version: VERSION,
         pid: 9,
         start_unix_ns: 1_700_000_000_000_000_000,
+        segment: 0,
     }
     .encode()
     .to_vec()
@@ -53,10 +54,10 @@ fn chunk() -> impl Strategy<Value = Chunk> {
             .prop_map(|(thread, events)| Chunk::Events { thread, events }),
         (any::<u32>(), proptest::collection::vec(any::<u64>(), 0..40))
             .prop_map(|(id, frames)| Chunk::Stack { id, frames }),
-        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(tsc, monotonic_ns, unix_ns)| {
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(tsc, since_start_ns, unix_ns)| {
             Chunk::Clock {
                 tsc,
-                monotonic_ns,
+                since_start_ns,
                 unix_ns,
             }
         }),
@@ -69,10 +70,24 @@ fn chunk() -> impl Strategy<Value = Chunk> {
         }),
         proptest::collection::vec((any::<u32>(), raw()), 0..40)
             .prop_map(|events| Chunk::Live { events }),
-        (any::<u64>(), any::<u64>(), ".{0,40}").prop_map(|(base, len, path)| Chunk::Module {
-            base,
-            len,
-            path
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            ".{0,40}",
+            "[0-9a-f]{0,40}"
+        )
+            .prop_map(|(start, end, bias, path, build_id)| Chunk::Module {
+                start,
+                end,
+                bias,
+                path,
+                build_id
+            }),
+        (any::<u32>(), ".{0,40}", ".{0,20}").prop_map(|(id, file, function)| Chunk::Code {
+            id,
+            file,
+            function
         }),
         any::<u64>().prop_map(|tsc| Chunk::End { tsc }),
     ]

@@ -89,6 +89,7 @@ mod config;
 mod cost;
 pub mod edit;
 mod enums;
+mod history;
 pub mod intern;
 pub mod merged;
 mod model;
@@ -108,6 +109,7 @@ pub use attribution::{
 pub use config::Config;
 pub use cost::{Cost, CostGrowth, CostReports, CostTiming, CostUnwind};
 pub use enums::{EventKind, HeldClass, LeakState, Memory, Reason, site_list};
+pub use history::{HistoryInfo, HistoryLost};
 pub use model::{
     Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, MixedRef, Module, PoolStats,
     Process, PyFrame, Report, Sample, Signal, Stack, StackSite, Stats, Timeline, Tool,

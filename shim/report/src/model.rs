@@ -106,6 +106,10 @@ pub struct Report {
     /// processes without Python, and in older reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<Python>,
+    /// The history of every allocation and free: where it is, what it lost (absent when it is
+    /// off, and in older reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<crate::HistoryInfo>,
     /// The shim's own problems, one line each.
     #[serde(default)]
     pub faults: Vec<String>,
@@ -597,6 +601,7 @@ impl Report {
             reconciliation: Vec::new(),
             cost: None,
             python: None,
+            history: None,
             faults: Vec::new(),
         }
     }

@@ -1,0 +1,413 @@
+//! What a history says happened, for the command: every allocation's life as a [`Block`] (when
+//! it was made, when it went, where, how big, from which stack), the out-of-memory refusals,
+//! the events lost, and what is needed to name the stacks.
+//!
+//! A bounded history is one or more segment files ([`crate::Header::segment`]), oldest first.
+//! The oldest kept segment begins with a [`Chunk::Live`] chunk: what was live when it began,
+//! made before the kept part of the history (those blocks start before [`Replay::begins_ns`]).
+//!
+//! ```
+//! use cuguard_history::{Action, Chunk, Header, Memory, Raw, kind, write_chunk};
+//! use cuguard_history::replay::Replay;
+//! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 0, segment: 0 }.encode().to_vec();
+//! // 1 tsc tick = 1 ns here.
+//! write_chunk(&mut file, &Chunk::Clock { tsc: 1_000, since_start_ns: 0, unix_ns: 0 });
+//! write_chunk(&mut file, &Chunk::Clock { tsc: 2_000_001_000, since_start_ns: 2_000_000_000, unix_ns: 2_000_000_000 });
+//! let ev = |tsc, action, size| Raw { tsc, addr: 0x7000_0000, size, stack: 0, context: 0, kind: kind(action, Memory::Device), device: 1 };
+//! write_chunk(&mut file, &Chunk::Events { thread: 5, events: vec![
+//!     ev(500_001_000, Action::Alloc, 512 << 20),
+//!     ev(1_500_001_000, Action::Free, 0),
+//! ]});
+//! write_chunk(&mut file, &Chunk::End { tsc: 2_000_001_000 });
+//! let r = Replay::read(&[&file]).unwrap();
+//! assert_eq!(r.blocks.len(), 1);
+//! assert_eq!((r.blocks[0].start_ns, r.blocks[0].end_ns), (500_000_000, Some(1_500_000_000)));
+//! assert_eq!(r.live_at(1_000_000_000).count(), 1);
+//! assert_eq!(r.live_at(1_600_000_000).count(), 0);
+//! assert!(r.whole);
+//! ```
+
+use std::collections::HashMap;
+
+use crate::{Action, Chunk, Error, Header, Memory, NONE, Raw, Reader};
+
+/// One allocation's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// When it was made, nanoseconds since the process started.
+    pub start_ns: u64,
+    /// When it was freed (or lost with its context); `None` while it was still live when the
+    /// history ends.
+    pub end_ns: Option<u64>,
+    pub addr: u64,
+    pub size: u64,
+    /// Its stack's id, or [`NONE`].
+    pub stack: u32,
+    /// The thread that made it.
+    pub thread: u32,
+    pub memory: Memory,
+    /// Device ordinal + 1; 0 when unknown.
+    pub device: u8,
+    /// The context's id, `u16::MAX` for none.
+    pub context: u16,
+    /// Whether its end was its context's release rather than a free.
+    pub released: bool,
+}
+
+impl Block {
+    /// Whether it was live at `t_ns`: made at or before it, not yet gone.
+    pub fn live_at(&self, t_ns: u64) -> bool {
+        self.start_ns <= t_ns && self.end_ns.is_none_or(|e| e > t_ns)
+    }
+
+    /// The device's ordinal, if known.
+    pub fn device(&self) -> Option<u32> {
+        self.device.checked_sub(1).map(u32::from)
+    }
+}
+
+/// An allocation refused for lack of memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Oom {
+    pub time_ns: u64,
+    /// Bytes asked for.
+    pub size: u64,
+    pub stack: u32,
+    pub thread: u32,
+    pub device: u8,
+}
+
+/// Events lost between two moments (nanoseconds since the start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lost {
+    pub count: u64,
+    pub from_ns: u64,
+    pub to_ns: u64,
+}
+
+/// A module the stacks' addresses fall in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    pub start: u64,
+    pub end: u64,
+    pub bias: u64,
+    pub path: String,
+    pub build_id: Option<String>,
+}
+
+/// What a history says happened.
+#[derive(Clone, Debug, Default)]
+pub struct Replay {
+    pub pid: u32,
+    /// When the process started, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// Allocations handed to the program (and blocks of a cache, where the shim reads them),
+    /// by start time.
+    pub blocks: Vec<Block>,
+    /// Driver allocations that a pool or a cache carves blocks from, by start time.
+    pub segments: Vec<Block>,
+    pub ooms: Vec<Oom>,
+    /// Events the shim could not record, and when.
+    pub lost: Vec<Lost>,
+    /// Each stack's words (innermost first: native ips, then tagged Python frames), by id.
+    pub stacks: HashMap<u32, Vec<u64>>,
+    pub modules: Vec<Module>,
+    /// Python code objects by id: (file, function).
+    pub codes: HashMap<u32, (String, String)>,
+    /// From when the history knows every event: the start of the process, or of the oldest
+    /// segment kept (what came before it was let go to stay within the bound).
+    pub begins_ns: u64,
+    /// The last moment the history knows of.
+    pub ends_ns: u64,
+    /// The first segment kept (0: nothing was let go).
+    pub first_segment: u32,
+    /// Whether the history ended whole (the process reached its end, or the shim's last drain
+    /// at a fatal signal); false when it was killed, or is still running.
+    pub whole: bool,
+    /// Why the rest of a file could not be read: what came before is answered.
+    pub cut: Option<Error>,
+    /// Frees of addresses the history never saw made (made before it began, or lost).
+    pub unmatched_frees: u64,
+}
+
+/// One event with its thread, as read.
+#[derive(Clone, Copy)]
+struct Ev {
+    raw: Raw,
+    thread: u32,
+}
+
+impl Replay {
+    /// Reads a history's segment files, oldest first. An error when the first file is not a
+    /// history this version reads, or when the files are of different processes; a file cut
+    /// short or damaged after its header is read up to there ([`Replay::cut`]).
+    pub fn read(files: &[&[u8]]) -> Result<Replay, Error> {
+        let mut out = Replay::default();
+        let mut clocks: Vec<(u64, u64)> = Vec::new();
+        let mut events: Vec<Ev> = Vec::new();
+        let mut live: Vec<Ev> = Vec::new();
+        let mut drops: Vec<(u64, u64, u64)> = Vec::new();
+        let mut end_tsc = None;
+        let mut header: Option<Header> = None;
+        for (i, bytes) in files.iter().enumerate() {
+            let mut reader = Reader::new(bytes)?;
+            let h = reader.header();
+            match header {
+                None => {
+                    out.pid = h.pid;
+                    out.start_unix_ns = h.start_unix_ns;
+                    out.first_segment = h.segment;
+                }
+                Some(first) if first.pid != h.pid || first.start_unix_ns != h.start_unix_ns => {
+                    return Err(Error::Corrupt {
+                        at: 0,
+                        why: "the segments are of different processes",
+                    });
+                }
+                Some(_) => {}
+            }
+            header = Some(h);
+            for chunk in reader.by_ref() {
+                let chunk = match chunk {
+                    Ok(c) => c,
+                    Err(e) => {
+                        out.cut = Some(e);
+                        break;
+                    }
+                };
+                match chunk {
+                    Chunk::Events { thread, events: e } => {
+                        events.extend(e.into_iter().map(|raw| Ev { raw, thread }))
+                    }
+                    Chunk::Stack { id, frames } => {
+                        out.stacks.insert(id, frames);
+                    }
+                    Chunk::Clock {
+                        tsc,
+                        since_start_ns,
+                        ..
+                    } => clocks.push((tsc, since_start_ns)),
+                    Chunk::Dropped {
+                        count,
+                        first_tsc,
+                        last_tsc,
+                    } => drops.push((count, first_tsc, last_tsc)),
+                    // Only the oldest segment's: a later one restates what the older one's
+                    // events already say.
+                    Chunk::Live { events: e } if i == 0 => {
+                        live.extend(e.into_iter().map(|(thread, raw)| Ev { raw, thread }))
+                    }
+                    Chunk::Live { .. } => {}
+                    Chunk::Module {
+                        start,
+                        end,
+                        bias,
+                        path,
+                        build_id,
+                    } => {
+                        if !out
+                            .modules
+                            .iter()
+                            .any(|m| m.start == start && m.end == end && m.path == path)
+                        {
+                            out.modules.push(Module {
+                                start,
+                                end,
+                                bias,
+                                path,
+                                build_id: (!build_id.is_empty()).then_some(build_id),
+                            });
+                        }
+                    }
+                    Chunk::Code { id, file, function } => {
+                        out.codes.insert(id, (file, function));
+                    }
+                    Chunk::End { tsc } => end_tsc = Some(tsc),
+                }
+            }
+            if out.cut.is_some() {
+                break;
+            }
+        }
+        out.whole = end_tsc.is_some() && out.cut.is_none();
+        let clock = Clock::new(clocks);
+        events.sort_by_key(|e| e.raw.tsc);
+        live.sort_by_key(|e| e.raw.tsc);
+        out.begins_ns = if out.first_segment == 0 {
+            0
+        } else {
+            clock.first_ns()
+        };
+        let mut last_tsc = end_tsc.unwrap_or(0);
+        if let Some(e) = events.last() {
+            last_tsc = last_tsc.max(e.raw.tsc);
+        }
+        out.ends_ns = clock.ns(last_tsc).max(clock.last_ns());
+
+        let mut open: HashMap<u64, usize> = HashMap::new();
+        let mut open_segments: HashMap<u64, usize> = HashMap::new();
+        for e in live.iter().chain(&events) {
+            let r = e.raw;
+            let (Some(action), Some(memory)) = (Action::of(r.kind), Memory::of(r.kind)) else {
+                continue;
+            };
+            let t = clock.ns(r.tsc);
+            let block = Block {
+                start_ns: t,
+                end_ns: None,
+                addr: r.addr,
+                size: r.size,
+                stack: r.stack,
+                thread: e.thread,
+                memory,
+                device: r.device,
+                context: r.context,
+                released: false,
+            };
+            match action {
+                Action::Alloc => {
+                    if let Some(old) = open.insert(r.addr, out.blocks.len()) {
+                        // Made again while still open: its free was never seen.
+                        out.blocks[old].end_ns = Some(t);
+                    }
+                    out.blocks.push(block);
+                }
+                Action::SegmentAlloc => {
+                    if let Some(old) = open_segments.insert(r.addr, out.segments.len()) {
+                        out.segments[old].end_ns = Some(t);
+                    }
+                    out.segments.push(block);
+                }
+                Action::Free => match open.remove(&r.addr) {
+                    Some(i) => out.blocks[i].end_ns = Some(t),
+                    None => out.unmatched_frees += 1,
+                },
+                Action::SegmentFree => match open_segments.remove(&r.addr) {
+                    Some(i) => out.segments[i].end_ns = Some(t),
+                    None => out.unmatched_frees += 1,
+                },
+                Action::Oom => out.ooms.push(Oom {
+                    time_ns: t,
+                    size: r.size,
+                    stack: r.stack,
+                    thread: e.thread,
+                    device: r.device,
+                }),
+                Action::ContextRelease => {
+                    let ctx = r.addr as u16;
+                    for (list, map) in [
+                        (&mut out.blocks, &mut open),
+                        (&mut out.segments, &mut open_segments),
+                    ] {
+                        map.retain(|_, &mut i| {
+                            let b = &mut list[i];
+                            if b.context == ctx {
+                                b.end_ns = Some(t);
+                                b.released = true;
+                                false
+                            } else {
+                                true
+                            }
+                        });
+                    }
+                }
+            }
+        }
+        out.lost = drops
+            .into_iter()
+            .map(|(count, a, b)| Lost {
+                count,
+                from_ns: clock.ns(a),
+                to_ns: clock.ns(b),
+            })
+            .collect();
+        Ok(out)
+    }
+
+    /// The blocks live at `t_ns`.
+    pub fn live_at(&self, t_ns: u64) -> impl Iterator<Item = &Block> {
+        self.blocks.iter().filter(move |b| b.live_at(t_ns))
+    }
+
+    /// The blocks made in `[from_ns, to_ns]` and still live at `to_ns`: what that window kept.
+    pub fn kept_between(&self, from_ns: u64, to_ns: u64) -> impl Iterator<Item = &Block> {
+        self.blocks
+            .iter()
+            .filter(move |b| b.start_ns >= from_ns && b.live_at(to_ns))
+    }
+
+    /// The moment of the most live device memory on `device` (ordinal + 1; `None` for every
+    /// device together), and how much: the first such moment.
+    pub fn peak(&self, device: Option<u8>) -> (u64, u64) {
+        let mut steps: Vec<(u64, i64)> = Vec::with_capacity(self.blocks.len() * 2);
+        for b in &self.blocks {
+            if b.memory == Memory::HostPinned || device.is_some_and(|d| d != b.device) {
+                continue;
+            }
+            steps.push((b.start_ns, b.size as i64));
+            if let Some(e) = b.end_ns {
+                steps.push((e, -(b.size as i64)));
+            }
+        }
+        // Frees first at one moment: a block given back and another made at once do not add.
+        steps.sort_by_key(|&(t, d)| (t, d));
+        let (mut live, mut best) = (0i64, (0u64, 0u64));
+        for (t, d) in steps {
+            live += d;
+            if live > best.1 as i64 {
+                best = (t, live as u64);
+            }
+        }
+        best
+    }
+
+    /// The first out-of-memory refusal's moment.
+    pub fn first_oom_ns(&self) -> Option<u64> {
+        self.ooms.iter().map(|o| o.time_ns).min()
+    }
+
+    /// Events lost in all.
+    pub fn lost_events(&self) -> u64 {
+        self.lost.iter().map(|l| l.count).sum()
+    }
+}
+
+/// Turns time-stamp-counter readings into nanoseconds since the start, between the history's
+/// clock pairs (and beyond them, along the nearest two).
+struct Clock {
+    pairs: Vec<(u64, u64)>,
+}
+
+impl Clock {
+    fn new(mut pairs: Vec<(u64, u64)>) -> Clock {
+        pairs.sort_unstable();
+        pairs.dedup_by_key(|p| p.0);
+        Clock { pairs }
+    }
+
+    fn first_ns(&self) -> u64 {
+        self.pairs.first().map_or(0, |p| p.1)
+    }
+
+    fn last_ns(&self) -> u64 {
+        self.pairs.last().map_or(0, |p| p.1)
+    }
+
+    fn ns(&self, tsc: u64) -> u64 {
+        let p = &self.pairs;
+        match p.len() {
+            0 => 0,
+            1 => p[0].1,
+            n => {
+                let i = p.partition_point(|q| q.0 <= tsc).clamp(1, n - 1);
+                let ((t0, n0), (t1, n1)) = (p[i - 1], p[i]);
+                let slope = (n1 as f64 - n0 as f64) / (t1 as f64 - t0 as f64);
+                let v = n0 as f64 + (tsc as f64 - t0 as f64) * slope;
+                v.max(0.0).round() as u64
+            }
+        }
+    }
+}
+
+/// "No stack".
+pub const NO_STACK: u32 = NONE;
