@@ -411,3 +411,40 @@ impl Clock {
 
 /// "No stack".
 pub const NO_STACK: u32 = NONE;
+
+/// One word of a stack ([`Replay::stacks`]), as the shim's capture writes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Word {
+    /// A native frame's return address.
+    Native(u64),
+    /// A Python frame: its code's id ([`Replay::codes`]), its line, and whether it is the first
+    /// frame one call of the evaluation loop ran.
+    Python {
+        code: u32,
+        line: Option<u32>,
+        entry: bool,
+    },
+    /// The stack ends under an origin: the id of the origin's stack (work done for another
+    /// thread).
+    Origin(u32),
+}
+
+impl Word {
+    /// Reads one word (the layout of the shim's `stack` module: a Python frame is tagged
+    /// `0xc0de` in its top 16 bits, with its entry bit at 47, code id at 24..47 and line at
+    /// 0..24; an origin `0xc0df` with the stack id below).
+    pub fn of(w: u64) -> Word {
+        match w >> 48 {
+            0xc0de => {
+                let line = w & 0xff_ffff;
+                Word::Python {
+                    code: (w >> 24 & 0x7f_ffff) as u32,
+                    line: (line != 0xff_ffff).then_some(line as u32),
+                    entry: w & 1 << 47 != 0,
+                }
+            }
+            0xc0df => Word::Origin(w as u32),
+            _ => Word::Native(w),
+        }
+    }
+}
