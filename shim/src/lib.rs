@@ -42,6 +42,7 @@ mod doors;
 mod driver;
 mod ffi;
 mod guard;
+mod history;
 mod hooks;
 mod lifecycle;
 mod nvtx;

@@ -12,6 +12,7 @@ mod cli_schema;
 mod cli_symbolize;
 mod cli_view;
 mod cost;
+mod history_recording;
 mod limit;
 mod limit_nvml;
 mod live;

@@ -145,10 +145,12 @@ impl Replay {
         let mut out = Replay::default();
         let mut clocks: Vec<(u64, u64)> = Vec::new();
         let mut events: Vec<Ev> = Vec::new();
-        let mut live: Vec<Ev> = Vec::new();
         let mut drops: Vec<(u64, u64, u64)> = Vec::new();
         let mut end_tsc = None;
         let mut header: Option<Header> = None;
+        // The oldest kept segment's beginning: its last clock before anything else.
+        let mut segment_began = 0u64;
+        let mut before_content = true;
         for (i, bytes) in files.iter().enumerate() {
             let mut reader = Reader::new(bytes)?;
             let h = reader.header();
@@ -175,6 +177,17 @@ impl Replay {
                         break;
                     }
                 };
+                if i == 0 {
+                    match &chunk {
+                        Chunk::Clock { since_start_ns, .. } if before_content => {
+                            segment_began = segment_began.max(*since_start_ns)
+                        }
+                        Chunk::Events { .. } | Chunk::Live { .. } | Chunk::End { .. } => {
+                            before_content = false
+                        }
+                        _ => {}
+                    }
+                }
                 match chunk {
                     Chunk::Events { thread, events: e } => {
                         events.extend(e.into_iter().map(|raw| Ev { raw, thread }))
@@ -194,8 +207,10 @@ impl Replay {
                     } => drops.push((count, first_tsc, last_tsc)),
                     // Only the oldest segment's: a later one restates what the older one's
                     // events already say.
+                    // (Sorted with the events: a free of an older block at the same address may
+                    // come after it in the file and before it in time.)
                     Chunk::Live { events: e } if i == 0 => {
-                        live.extend(e.into_iter().map(|(thread, raw)| Ev { raw, thread }))
+                        events.extend(e.into_iter().map(|(thread, raw)| Ev { raw, thread }))
                     }
                     Chunk::Live { .. } => {}
                     Chunk::Module {
@@ -232,11 +247,10 @@ impl Replay {
         out.whole = end_tsc.is_some() && out.cut.is_none();
         let clock = Clock::new(clocks);
         events.sort_by_key(|e| e.raw.tsc);
-        live.sort_by_key(|e| e.raw.tsc);
         out.begins_ns = if out.first_segment == 0 {
             0
         } else {
-            clock.first_ns()
+            segment_began
         };
         let mut last_tsc = end_tsc.unwrap_or(0);
         if let Some(e) = events.last() {
@@ -246,7 +260,7 @@ impl Replay {
 
         let mut open: HashMap<u64, usize> = HashMap::new();
         let mut open_segments: HashMap<u64, usize> = HashMap::new();
-        for e in live.iter().chain(&events) {
+        for e in &events {
             let r = e.raw;
             let (Some(action), Some(memory)) = (Action::of(r.kind), Memory::of(r.kind)) else {
                 continue;
@@ -383,10 +397,6 @@ impl Clock {
         pairs.sort_unstable();
         pairs.dedup_by_key(|p| p.0);
         Clock { pairs }
-    }
-
-    fn first_ns(&self) -> u64 {
-        self.pairs.first().map_or(0, |p| p.1)
     }
 
     fn last_ns(&self) -> u64 {

@@ -414,6 +414,20 @@ fn full_report(reason: Reason) -> Report {
         address: Addr(0x7f2a_4000_0000),
         bytes: 1 << 20,
     };
+    r.history = Some(cuguard_report::HistoryInfo {
+        files: vec!["r.history.1".into(), "r.history".into()],
+        events: 1_000_000,
+        bytes: 9_400_000,
+        bound_bytes: 16 << 20,
+        segments_let_go: 2,
+        begins_ms: 1200,
+        lost: vec![cuguard_report::HistoryLost {
+            count: 12,
+            from_ms: 1300,
+            to_ms: 1310,
+        }],
+        stopped: Some("writing r.history failed: No space left on device".into()),
+    });
     r.python = Some(Python {
         end: PyEnd {
             recorded: true,

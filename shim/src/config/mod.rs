@@ -15,6 +15,10 @@ pub mod limit;
 
 /// How often the memory timeline is sampled by default (`CUGUARD_TIMELINE_MS`).
 pub const DEFAULT_TIMELINE_MS: u64 = 100;
+/// The history's bound when `CUGUARD_HISTORY` is not set: 256 MiB, all segments together.
+pub const DEFAULT_HISTORY_BYTES: u64 = 256 << 20;
+/// The smallest bound `CUGUARD_HISTORY` takes.
+pub const MIN_HISTORY_BYTES: u64 = 1 << 20;
 
 /// The bytes kept unused after each pooled block while an NVTX tool is told of the blocks
 /// (`CUGUARD_POOL_REDZONE`): one alignment unit of the pool.
@@ -64,6 +68,9 @@ pub struct Config {
     pub stack_depth: usize,
     /// `CUGUARD_TIMELINE_MS`: how often the memory timeline is sampled; 0 = off.
     pub timeline_ms: u64,
+    /// `CUGUARD_HISTORY`: the history's bound in bytes, all its segments together
+    /// ([`crate::history`]); 0 turns it off.
+    pub history_bytes: u64,
     /// `CUGUARD_POOL`: serve cuMemAlloc/cuMemFree from the pool.
     pub pool: bool,
     /// `CUGUARD_POOL_INITIAL`, `CUGUARD_POOL_LIMIT`, `CUGUARD_POOL_KEEP`.
@@ -320,6 +327,32 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
             }
         },
     };
+    let history_bytes = match var("CUGUARD_HISTORY").as_deref().map(str::trim) {
+        None | Some("") => DEFAULT_HISTORY_BYTES,
+        Some(v)
+            if matches!(
+                v.to_ascii_lowercase().as_str(),
+                "0" | "off" | "no" | "false"
+            ) =>
+        {
+            0
+        }
+        Some(v) => match amount::parse(v) {
+            Ok(amount::Amount::Bytes(b)) if b >= MIN_HISTORY_BYTES => b,
+            Ok(amount::Amount::Bytes(_)) => {
+                problems.push(format!(
+                    "CUGUARD_HISTORY={v:?} is less than 1MiB; using 1MiB"
+                ));
+                MIN_HISTORY_BYTES
+            }
+            _ => {
+                problems.push(format!(
+                    "CUGUARD_HISTORY={v:?} is not a size (256MiB) or 0 for off; using 256MiB"
+                ));
+                DEFAULT_HISTORY_BYTES
+            }
+        },
+    };
     let warn_at = match var("CUGUARD_WARN_AT").as_deref().map(str::trim) {
         None | Some("") => None,
         Some(v) if matches!(v.to_ascii_lowercase().as_str(), "off" | "none") => None,
@@ -399,6 +432,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         start_dir,
         stack_depth,
         timeline_ms,
+        history_bytes,
         pool,
         pool_settings,
         thread_cache,

@@ -58,6 +58,7 @@ fn served(
         };
         if s.pooled {
             t.stats.allocated(&record);
+            crate::history::allocated(addr, &record, true);
         } else {
             t.add(addr, record);
         }

@@ -238,11 +238,19 @@ pub fn free_tracked(
     free: impl FnOnce() -> CUresult,
 ) -> CUresult {
     let active = active();
+    // The history's moment of the free, before the memory can go to another allocation.
+    let tsc = if active.is_some() {
+        crate::history::stamp()
+    } else {
+        0
+    };
     if let Some((result, record)) = pool() {
         if let Some((_guard, t)) = active
             && addr != 0
         {
-            crate::guard::shield((), || account_free(t, api, addr, cur, record, result, true));
+            crate::guard::shield((), || {
+                account_free(t, api, addr, cur, record, result, true, tsc)
+            });
         }
         return result;
     }
@@ -254,10 +262,13 @@ pub fn free_tracked(
     }
     let taken = crate::guard::shield(None, || t.take(addr));
     let result = free();
-    crate::guard::shield((), || account_free(t, api, addr, cur, taken, result, false));
+    crate::guard::shield((), || {
+        account_free(t, api, addr, cur, taken, result, false, tsc)
+    });
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 fn account_free(
     t: &Tracker,
     api: Entry,
@@ -266,10 +277,11 @@ fn account_free(
     taken: Option<Record>,
     result: CUresult,
     pooled: bool,
+    tsc: u64,
 ) {
     match (taken, result) {
         (Some(record), CUDA_SUCCESS) => {
-            t.freed(addr, &record);
+            t.freed(addr, &record, tsc);
             let (now, _) = context_of(t, cur);
             if record.context != NONE && now != NONE && now != record.context {
                 event(

@@ -59,7 +59,9 @@ pub unsafe fn cuMemCreate(
         };
         t.stats.allocated(&record);
         // SAFETY: the call succeeded, so handle was valid and written.
-        t.vmm.created(unsafe { *handle }, record);
+        let handle = unsafe { *handle };
+        crate::history::allocated(handle, &record, false);
+        t.vmm.created(handle, record);
         crate::lifecycle::note_allocation();
     });
     if let Some(g) = grant {
@@ -98,6 +100,7 @@ pub unsafe fn cuMemRelease(
             let (gone, known) = t.vmm.released(handle);
             if let Some(rec) = gone {
                 t.stats.freed(&rec);
+                crate::history::freed(handle, &rec, crate::history::stamp());
             }
             t.freed.note(handle);
             if !known {
@@ -156,8 +159,9 @@ pub unsafe fn cuMemUnmap(
         && let Some((_guard, t)) = super::active()
     {
         shield((), || {
-            for rec in t.vmm.unmapped(ptr, size as u64) {
+            for (handle, rec) in t.vmm.unmapped(ptr, size as u64) {
                 t.stats.freed(&rec);
+                crate::history::freed(handle, &rec, crate::history::stamp());
             }
         });
     }

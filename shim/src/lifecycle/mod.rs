@@ -184,6 +184,7 @@ pub fn final_report(occasion: Occasion) -> bool {
     let _guard = crate::guard::Guard::enter();
     {
         let _turn = writer_turn(WAIT_FOR_WRITER);
+        crate::guard::shield((), crate::history::writer::finish);
         report::write_and_say(t, &occasion);
     }
     page::remove();
@@ -245,6 +246,7 @@ extern "C" fn after_fork_child() {
     crate::pool::registry::reset_after_fork();
     crate::report::timeline::reset_after_fork();
     crate::tracker::reset_after_fork();
+    crate::history::reset_after_fork();
     phase::forked();
     WRITER.store(0, Ordering::Release);
     FINAL_WRITER.store(0, Ordering::Release);

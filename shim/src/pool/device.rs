@@ -78,6 +78,7 @@ impl Device for DriverContext {
 
     fn chunk_added(&self, base: u64, size: u64, pool: usize, arena: usize) {
         registry::chunk_added(base, size, pool, arena);
+        crate::history::chunk(true, base, size, self.handle, self.ordinal);
         if crate::nvtx::on() {
             regions::chunk_added(base, size);
         }
@@ -88,6 +89,7 @@ impl Device for DriverContext {
             regions::chunk_removed(base);
         }
         registry::chunk_removed(base);
+        crate::history::chunk(false, base, 0, self.handle, self.ordinal);
     }
 
     fn is_current(&self) -> bool {

@@ -176,6 +176,7 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
     let (mut report, host, rank) = gather(t, occasion);
     report.cost = Some(bill(started, heap));
     let path = path_for(&host, rank);
+    report.history = crate::guard::shield(None, || crate::history::writer::info(&path));
     let written = file::write_report(&path, &format::to_vec(&report))?;
 
     let mut kinds: Vec<(String, usize)> = Vec::new();

@@ -334,6 +334,12 @@ pub fn stacks() -> Vec<(StackId, Vec<u64>)> {
     table::all()
 }
 
+/// The stacks with ids `from..` captured so far, as [`stacks`] gives them: the history writes
+/// each stack once, as it appears.
+pub fn stacks_since(from: u32) -> Vec<(StackId, Vec<u64>)> {
+    table::since(from)
+}
+
 /// Modules seen by the unwinder but since unloaded, kept so their ips can still be located.
 struct History {
     lock: SpinLock,

@@ -992,6 +992,18 @@ pub fn codes() -> Vec<&'static Code> {
     by_id.into_iter().map_while(|c| c).collect()
 }
 
+impl Code {
+    /// The id its frames' words carry.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// How many code entries exist (ids `0..`): the history writes the new ones when this grows.
+pub fn code_count() -> u32 {
+    CODE_COUNT.load(Ordering::Acquire)
+}
+
 /// One Python frame as the report gives it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PyFrame<'a> {
@@ -1050,6 +1062,29 @@ mod tests {
         assert_eq!(Mode::parse("GIL"), Some(Mode::Gil));
         assert_eq!(Mode::parse("off"), Some(Mode::Off));
         assert_eq!(Mode::parse("sometimes"), None);
+    }
+
+    #[test]
+    fn the_history_reads_frame_words_as_they_are_made() {
+        use cuguard_history::replay::Word;
+        assert_eq!(
+            Word::of(word(5, 42, true)),
+            Word::Python {
+                code: 5,
+                line: Some(42),
+                entry: true
+            }
+        );
+        assert_eq!(
+            Word::of(word(0x7f_fffe, -1, false)),
+            Word::Python {
+                code: 0x7f_fffe,
+                line: None,
+                entry: false
+            }
+        );
+        assert_eq!(Word::of(super::super::ORIGIN_TAG | 17), Word::Origin(17));
+        assert_eq!(Word::of(0x7fff_1234_5678), Word::Native(0x7fff_1234_5678));
     }
 
     #[test]

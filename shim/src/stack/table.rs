@@ -232,6 +232,14 @@ pub(crate) fn all() -> Vec<(u32, Vec<u64>)> {
         .collect()
 }
 
+/// The stacks with ids `from..` published so far (the history writes each once).
+pub(crate) fn since(from: u32) -> Vec<(u32, Vec<u64>)> {
+    let n = COUNT.load(Ordering::Acquire);
+    (from..n)
+        .filter_map(|id| rec(id).map(|r| (id, r.ips.to_vec())))
+        .collect()
+}
+
 /// Clears the insert lock in a forked child (where the thread that held it does not exist).
 pub(crate) fn reset_after_fork() {
     INSERT_LOCK.unlock();

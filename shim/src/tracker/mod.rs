@@ -276,6 +276,7 @@ impl Tracker {
     /// Records a new allocation at `addr`.
     pub fn add(&self, addr: u64, record: Record) {
         self.stats.allocated(&record);
+        crate::history::allocated(addr, &record, false);
         if let Some(old) = self.live.insert(addr, record) {
             // The driver handed out an address the shim still thought live: the free that
             // released it went through no door the shim watches.
@@ -305,9 +306,11 @@ impl Tracker {
         self.live.remove(addr)
     }
 
-    /// Accounts for a completed free of `record` at `addr`.
-    pub fn freed(&self, addr: u64, record: &Record) {
+    /// Accounts for a completed free of `record` at `addr`, begun at `tsc`
+    /// ([`crate::history::stamp`]).
+    pub fn freed(&self, addr: u64, record: &Record, tsc: u64) {
         self.stats.freed(record);
+        crate::history::freed(addr, record, tsc);
         self.freed.note(addr);
     }
 
@@ -324,6 +327,7 @@ impl Tracker {
     /// Moves every live allocation of context `id` (and `pooled`, the pool's records of it) to
     /// the released list; returns their count and bytes.
     pub fn release_context(&self, id: u32, pooled: Vec<(u64, Record)>) -> (usize, u64) {
+        crate::history::context_released(id, -1);
         let mut gone = self.live.drain_where(|r| r.context == id);
         gone.extend(pooled);
         let bytes = gone.iter().map(|(_, r)| r.size).sum();

@@ -75,8 +75,9 @@ impl Vmm {
         }
     }
 
-    /// `[addr, addr+size)` was unmapped; returns the records of handles whose memory is now gone.
-    pub fn unmapped(&self, addr: u64, size: u64) -> Vec<Record> {
+    /// `[addr, addr+size)` was unmapped; returns the handles whose memory is now gone, with their
+    /// records.
+    pub fn unmapped(&self, addr: u64, size: u64) -> Vec<(u64, Record)> {
         let mut inner = lock(&self.inner);
         let end = addr.saturating_add(size);
         let hit: Vec<(u64, u64)> = inner
@@ -96,7 +97,7 @@ impl Vmm {
                 None => false,
             };
             if remove && let Some(h) = inner.handles.remove(&handle) {
-                gone.push(h.record);
+                gone.push((handle, h.record));
             }
         }
         gone

@@ -533,6 +533,24 @@ const VARIANTS: &[Variant] = &[
         shim: true,
     },
     Variant {
+        name: "pool-nohistory",
+        env: &[
+            ("CUGUARD_POOL", "1"),
+            ("CUGUARD_STACK_DEPTH", "0"),
+            ("CUGUARD_HISTORY", "0"),
+        ],
+        shim: true,
+    },
+    Variant {
+        name: "pool+stacks-nohistory",
+        env: &[
+            ("CUGUARD_POOL", "1"),
+            ("CUGUARD_STACK_DEPTH", "32"),
+            ("CUGUARD_HISTORY", "0"),
+        ],
+        shim: true,
+    },
+    Variant {
         name: "pool-untracked",
         env: &[
             ("CUGUARD_POOL", "1"),
@@ -571,7 +589,8 @@ Usage: alloc_bench [--shim PATH] [--baseline PATH] [--rounds N] [--quick] [--jso
   --tests a,b       only these tests (pair, async, live1000, random1, random64, random256,
                     threads, streampair)
   --variants a,b    only these configurations (bare, passthrough, passthrough+stacks, pool,
-                    pool-nocache, pool-fence, pool+stacks, pool-untracked)
+                    pool-nocache, pool-fence, pool+stacks, pool-untracked,
+                    pool-nohistory, pool+stacks-nohistory: the history is on in the others)
 
 The driver is whatever libcuda.so.1 the loader finds: the real one, or the simulated one.
 

@@ -1,0 +1,325 @@
+//! The history's per-thread buffers, shim side: the allocation path appends one fixed-size
+//! record to its thread's ring and nothing else; the cuguard thread drains every ring.
+//!
+//! - One ring per thread, single producer (its thread) and single consumer (whoever holds the
+//!   ring's drain lock: the cuguard thread, or the thread itself as it exits). The producer
+//!   writes the slot, then publishes `head` (Release); the consumer reads up to `head` (Acquire)
+//!   and then publishes `tail`. No lock and no locked instruction on the allocation path.
+//! - A full ring drops the event and counts it, with the first and last moment of the drop
+//!   ([`Ring::lost`]): never silent.
+//! - Rings are leaked and reused: a thread that exits moves what its ring holds to the orphans
+//!   list ([`take_orphans`]) and frees the ring for the next thread, so thousands of
+//!   short-lived threads use as many rings as ever ran at once.
+//! - A thread whose thread-local storage is already gone (it is exiting) appends to the orphans
+//!   list directly, under its lock.
+//!
+//! Fork: the child keeps only its own thread's ring, emptied (what it held is the parent's).
+
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use cuguard_history::Raw;
+
+use crate::process::global::lock;
+
+/// Events a ring holds: 16,384 (512 KiB), drained every few tens of milliseconds.
+pub const CAP: usize = 1 << 14;
+
+/// Events kept for exited threads between two drains before more are counted lost.
+const MAX_ORPHANS: usize = 1 << 20;
+
+/// One thread's ring.
+pub struct Ring {
+    /// Events written (producer).
+    head: AtomicU64,
+    /// Events read (consumer).
+    tail: AtomicU64,
+    /// The thread the events are of (set when a thread takes the ring).
+    thread: AtomicU32,
+    /// Held by whoever drains.
+    draining: AtomicBool,
+    /// Events dropped in all (producer), those the consumer has reported, and the moments of
+    /// the first and last drop since then.
+    lost: AtomicU64,
+    lost_seen: AtomicU64,
+    lost_first: AtomicU64,
+    lost_last: AtomicU64,
+    slots: Box<[UnsafeCell<Raw>]>,
+}
+
+// SAFETY: a slot is written only by the producer before it publishes `head`, and read only by
+// the one consumer (under `draining`) for indexes below the published `head` and at or above
+// `tail`; the producer never writes a slot the consumer may still read (it stops at CAP ahead
+// of the published `tail`).
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    fn new() -> Ring {
+        Ring {
+            head: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+            thread: AtomicU32::new(0),
+            draining: AtomicBool::new(false),
+            lost: AtomicU64::new(0),
+            lost_seen: AtomicU64::new(0),
+            lost_first: AtomicU64::new(0),
+            lost_last: AtomicU64::new(0),
+            slots: (0..CAP).map(|_| UnsafeCell::new(Raw::default())).collect(),
+        }
+    }
+
+    /// Appends one event (the producer only).
+    #[inline]
+    fn push(&self, raw: Raw) {
+        let head = self.head.load(Ordering::Relaxed);
+        if head - self.tail.load(Ordering::Acquire) >= CAP as u64 {
+            let lost = self.lost.load(Ordering::Relaxed);
+            if lost == self.lost_seen.load(Ordering::Relaxed) {
+                self.lost_first.store(raw.tsc, Ordering::Relaxed);
+            }
+            self.lost_last.store(raw.tsc, Ordering::Relaxed);
+            self.lost.store(lost + 1, Ordering::Release);
+            return;
+        }
+        // SAFETY: see the `Sync` impl: this slot is the producer's until `head` passes it.
+        unsafe { *self.slots[head as usize & (CAP - 1)].get() = raw };
+        self.head.store(head + 1, Ordering::Release);
+    }
+
+    /// Hands what the ring holds to `f` (its thread, then the events, oldest first) and what it
+    /// dropped since the last drain to `lost` (count, first and last moment); false when
+    /// another consumer is at it.
+    pub fn drain(
+        &self,
+        f: &mut dyn FnMut(u32, &[Raw]),
+        lost: &mut dyn FnMut(u64, u64, u64),
+    ) -> bool {
+        if self.draining.swap(true, Ordering::Acquire) {
+            return false;
+        }
+        let tail = self.tail.load(Ordering::Relaxed);
+        let head = self.head.load(Ordering::Acquire);
+        let thread = self.thread.load(Ordering::Relaxed);
+        if head > tail {
+            let mut batch = Vec::with_capacity((head - tail) as usize);
+            for i in tail..head {
+                // SAFETY: see the `Sync` impl: published, not yet consumed.
+                batch.push(unsafe { *self.slots[i as usize & (CAP - 1)].get() });
+            }
+            self.tail.store(head, Ordering::Release);
+            f(thread, &batch);
+        }
+        let total = self.lost.load(Ordering::Acquire);
+        let seen = self.lost_seen.load(Ordering::Relaxed);
+        if total > seen {
+            lost(
+                total - seen,
+                self.lost_first.load(Ordering::Relaxed),
+                self.lost_last.load(Ordering::Relaxed),
+            );
+            self.lost_seen.store(total, Ordering::Relaxed);
+        }
+        self.draining.store(false, Ordering::Release);
+        true
+    }
+}
+
+/// Every ring (in use and free), and the free ones to reuse.
+struct Registry {
+    all: Vec<&'static Ring>,
+    free: Vec<&'static Ring>,
+    /// Events of exited threads not yet drained, and how many did not fit.
+    orphans: Vec<(u32, Raw)>,
+    orphans_lost: u64,
+}
+
+static REGISTRY: AtomicPtr<Mutex<Registry>> = AtomicPtr::new(std::ptr::null_mut());
+
+fn registry() -> &'static Mutex<Registry> {
+    crate::process::global::get_or_create(&REGISTRY, || {
+        Mutex::new(Registry {
+            all: Vec::new(),
+            free: Vec::new(),
+            orphans: Vec::new(),
+            orphans_lost: 0,
+        })
+    })
+}
+
+/// Gives the thread's ring back when the thread exits, with what it holds moved to the orphans.
+struct Owner(&'static Ring);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let ring = self.0;
+        let mut held: Vec<(u32, Raw)> = Vec::new();
+        let mut lost = 0u64;
+        // The cuguard thread may be draining it right now: wait for it (it takes microseconds).
+        for _ in 0..100_000 {
+            if ring.drain(
+                &mut |thread, events| held.extend(events.iter().map(|e| (thread, *e))),
+                &mut |n, _, _| lost += n,
+            ) {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let _ = RING.try_with(|r| r.set(std::ptr::null()));
+        let mut r = lock(registry());
+        let room = MAX_ORPHANS.saturating_sub(r.orphans.len());
+        r.orphans_lost += lost + held.len().saturating_sub(room) as u64;
+        held.truncate(room);
+        r.orphans.extend(held);
+        r.free.push(ring);
+    }
+}
+
+thread_local! {
+    static RING: Cell<*const Ring> = const { Cell::new(std::ptr::null()) };
+    static OWNER: RefCell<Option<Owner>> = const { RefCell::new(None) };
+}
+
+/// Appends `raw` to the calling thread's ring (taking one on its first event).
+#[inline]
+pub fn push(raw: Raw) {
+    match RING.try_with(|r| r.get()) {
+        Ok(p) if !p.is_null() => {
+            // SAFETY: rings are leaked and never freed.
+            unsafe { &*p }.push(raw)
+        }
+        Ok(_) => match take_ring() {
+            Some(ring) => ring.push(raw),
+            None => orphan(raw),
+        },
+        Err(_) => orphan(raw),
+    }
+}
+
+#[cold]
+fn take_ring() -> Option<&'static Ring> {
+    let ring = {
+        let mut r = lock(registry());
+        match r.free.pop() {
+            Some(ring) => ring,
+            None => {
+                let ring: &'static Ring = Box::leak(Box::new(Ring::new()));
+                r.all.push(ring);
+                ring
+            }
+        }
+    };
+    ring.thread
+        .store(crate::process::clock::thread_id(), Ordering::Relaxed);
+    if OWNER
+        .try_with(|o| *o.borrow_mut() = Some(Owner(ring)))
+        .is_err()
+    {
+        lock(registry()).free.push(ring);
+        return None;
+    }
+    RING.try_with(|p| p.set(ring)).ok()?;
+    Some(ring)
+}
+
+/// An event of a thread without a ring (it is exiting).
+#[cold]
+fn orphan(raw: Raw) {
+    let mut r = lock(registry());
+    if r.orphans.len() < MAX_ORPHANS {
+        let thread = crate::process::clock::thread_id();
+        r.orphans.push((thread, raw));
+    } else {
+        r.orphans_lost += 1;
+    }
+}
+
+/// Every ring there is, for the drain.
+pub fn rings() -> Vec<&'static Ring> {
+    lock(registry()).all.clone()
+}
+
+/// The orphans' events (exited threads') and how many were lost, taken.
+pub fn take_orphans() -> (Vec<(u32, Raw)>, u64) {
+    let mut r = lock(registry());
+    (
+        std::mem::take(&mut r.orphans),
+        std::mem::take(&mut r.orphans_lost),
+    )
+}
+
+/// In the child of a fork: the other threads' rings are gone with them; this thread's is
+/// emptied (what it held is its parent's history).
+pub fn reset_after_fork() {
+    crate::process::global::replace(
+        &REGISTRY,
+        Mutex::new(Registry {
+            all: Vec::new(),
+            free: Vec::new(),
+            orphans: Vec::new(),
+            orphans_lost: 0,
+        }),
+    );
+    if let Ok(p) = RING.try_with(|r| r.get())
+        && !p.is_null()
+    {
+        // SAFETY: rings are leaked and never freed.
+        let ring = unsafe { &*p };
+        let head = ring.head.load(Ordering::Relaxed);
+        ring.tail.store(head, Ordering::Relaxed);
+        ring.lost_seen
+            .store(ring.lost.load(Ordering::Relaxed), Ordering::Relaxed);
+        ring.draining.store(false, Ordering::Relaxed);
+        ring.thread
+            .store(crate::process::clock::thread_id(), Ordering::Relaxed);
+        lock(registry()).all.push(ring);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(tsc: u64) -> Raw {
+        Raw {
+            tsc,
+            ..Raw::default()
+        }
+    }
+
+    #[test]
+    fn a_full_ring_counts_what_it_drops_and_drains_in_order() {
+        let ring = Ring::new();
+        for i in 0..CAP as u64 + 5 {
+            ring.push(ev(i));
+        }
+        let (mut got, mut lost) = (Vec::new(), Vec::new());
+        assert!(ring.drain(
+            &mut |_, e| got.extend(e.iter().map(|r| r.tsc)),
+            &mut |n, a, b| lost.push((n, a, b))
+        ));
+        assert_eq!(got, (0..CAP as u64).collect::<Vec<_>>());
+        assert_eq!(lost, vec![(5, CAP as u64, CAP as u64 + 4)]);
+        ring.push(ev(7));
+        got.clear();
+        lost.clear();
+        ring.drain(
+            &mut |_, e| got.extend(e.iter().map(|r| r.tsc)),
+            &mut |n, a, b| lost.push((n, a, b)),
+        );
+        assert_eq!((got, lost), (vec![7], vec![]));
+    }
+
+    #[test]
+    fn a_thread_that_exits_leaves_its_events_to_the_orphans() {
+        std::thread::spawn(|| {
+            push(ev(1));
+            push(ev(2));
+        })
+        .join()
+        .unwrap();
+        let (orphans, _) = take_orphans();
+        let mine: Vec<u64> = orphans.iter().map(|(_, r)| r.tsc).collect();
+        assert!(mine.windows(2).any(|w| w == [1, 2]), "{mine:?}");
+    }
+}

@@ -1,0 +1,602 @@
+//! The history's file, shim side: the cuguard thread drains every thread's ring
+//! ([`super::ring`]) every [`DRAIN_MS`] into a file beside the report, and the final report
+//! drains the rest and closes it with an end.
+//!
+//! - The file is `NAME.history` beside the report `NAME.json` (the report template's path in
+//!   this process), created exclusively (never through a link) with mode 0600. A file of that
+//!   name left by a process that no longer runs (an earlier run) is replaced; one of a running
+//!   process (a sibling with the same report name) is left alone and this one is tagged with its
+//!   pid (`NAME.PID.history`).
+//! - Each drain appends whole chunks with one `write`: what is on disk is readable at any moment
+//!   (a `kill -9` loses at most the last drain interval).
+//! - Bounded: when the file passes half the bound it becomes `NAME.history.1` (replacing an older
+//!   one, which is let go) and a new segment begins, restating the modules, Python code, stacks
+//!   and everything live ([`cuguard_history::Chunk::Live`]), so the newest segment and its
+//!   predecessor are within the bound and the newer one reads on its own.
+//! - A write that fails (a full disk) stops the history: the program runs on, and the report
+//!   says why ([`info`]).
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use cuguard_history::{Action, Chunk, Header, Raw, VERSION, write_chunk};
+use cuguard_report::{HistoryInfo, HistoryLost};
+
+use crate::process::clock;
+use crate::process::global::lock;
+
+/// How often the cuguard thread drains the rings, milliseconds.
+pub const DRAIN_MS: u64 = 50;
+
+/// The longest list of loss windows kept for the report.
+const MAX_LOST_WINDOWS: usize = 64;
+
+/// The clock pair taken when the history began: (tsc, ns since start, Unix ns).
+static FIRST: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+
+/// Takes the history's first clock pair (once, when it is turned on).
+pub fn first_clock() {
+    let (tsc, since, unix) = now();
+    if FIRST[0]
+        .compare_exchange(0, tsc.max(1), Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        FIRST[1].store(since, Ordering::Release);
+        FIRST[2].store(unix, Ordering::Release);
+    }
+}
+
+fn first() -> (u64, u64, u64) {
+    (
+        FIRST[0].load(Ordering::Acquire),
+        FIRST[1].load(Ordering::Acquire),
+        FIRST[2].load(Ordering::Acquire),
+    )
+}
+
+fn now() -> (u64, u64, u64) {
+    let tsc = crate::tracker::counters::order_key();
+    let mono = clock::monotonic_ns();
+    let (start_unix, start_mono) = clock::start_ns();
+    let since = mono.saturating_sub(start_mono);
+    (tsc, since, start_unix + since)
+}
+
+/// The writer's state.
+struct Writer {
+    file: Option<File>,
+    /// The newest segment's path, and its predecessor's.
+    path: PathBuf,
+    segment: u32,
+    seg_bytes: u64,
+    prev_bytes: u64,
+    /// When the current and the previous segment began, ns since the start.
+    seg_start_ns: u64,
+    prev_start_ns: u64,
+    bound: u64,
+    events: u64,
+    stacks_done: u32,
+    codes_done: u32,
+    modules_done: HashSet<(u64, String)>,
+    /// What is live, as the events drained so far say (for a new segment's `Live` chunk).
+    live: HashMap<u64, (u32, Raw)>,
+    live_segments: HashMap<u64, (u32, Raw)>,
+    lost: Vec<HistoryLost>,
+    let_go: u32,
+    stopped: Option<String>,
+    ended: bool,
+    /// The latest clock pair written.
+    last_clock: (u64, u64, u64),
+}
+
+static WRITER: AtomicPtr<Mutex<Option<Writer>>> = AtomicPtr::new(std::ptr::null_mut());
+
+fn writer() -> &'static Mutex<Option<Writer>> {
+    crate::process::global::get_or_create(&WRITER, || Mutex::new(None))
+}
+
+/// When the last drain ran, ms since the start.
+static LAST_DRAIN_MS: AtomicU64 = AtomicU64::new(0);
+
+/// For the cuguard thread's loop: drains when a drain is due; returns in how many ms the next
+/// one is (`None` when the history is off).
+pub fn tick() -> Option<u64> {
+    if !super::on() {
+        return None;
+    }
+    let now = clock::since_start_ms();
+    let last = LAST_DRAIN_MS.load(Ordering::Relaxed);
+    if now >= last + DRAIN_MS {
+        drain(false);
+        LAST_DRAIN_MS.store(clock::since_start_ms(), Ordering::Relaxed);
+        return Some(DRAIN_MS);
+    }
+    Some(last + DRAIN_MS - now)
+}
+
+/// Drains every ring into the file now (a report is about to be written: what it says and the
+/// history agree).
+pub fn drain_now() {
+    if super::on() {
+        drain(false);
+    }
+}
+
+/// Drains the rest and ends the history (the final report).
+pub fn finish() {
+    if super::on() {
+        drain(true);
+    }
+}
+
+fn drain(end: bool) {
+    let mut guard = lock(writer());
+    if guard.is_none() {
+        *guard = Some(Writer::new());
+    }
+    let w = guard.as_mut().expect("just set");
+    if w.ended {
+        return;
+    }
+    let mut batches: Vec<(u32, Vec<Raw>)> = Vec::new();
+    let mut lost: Vec<(u64, u64, u64)> = Vec::new();
+    for ring in super::ring::rings() {
+        ring.drain(
+            &mut |thread, events| batches.push((thread, events.to_vec())),
+            &mut |n, a, b| lost.push((n, a, b)),
+        );
+    }
+    let (orphans, orphans_lost) = super::ring::take_orphans();
+    let mut by_thread: HashMap<u32, Vec<Raw>> = HashMap::new();
+    for (thread, raw) in orphans {
+        by_thread.entry(thread).or_default().push(raw);
+    }
+    batches.extend(by_thread);
+    if orphans_lost > 0 {
+        let t = crate::tracker::counters::order_key();
+        lost.push((orphans_lost, t, t));
+    }
+    w.write(&batches, &lost, end);
+    if end {
+        w.ended = true;
+        w.file = None;
+    }
+}
+
+impl Writer {
+    fn new() -> Writer {
+        Writer {
+            file: None,
+            path: PathBuf::new(),
+            segment: 0,
+            seg_bytes: 0,
+            prev_bytes: 0,
+            seg_start_ns: 0,
+            prev_start_ns: 0,
+            bound: crate::config::get().history_bytes,
+            events: 0,
+            stacks_done: 0,
+            codes_done: 0,
+            modules_done: HashSet::new(),
+            live: HashMap::new(),
+            live_segments: HashMap::new(),
+            lost: Vec::new(),
+            let_go: 0,
+            stopped: None,
+            ended: false,
+            last_clock: first(),
+        }
+    }
+
+    fn write(&mut self, batches: &[(u32, Vec<Raw>)], lost: &[(u64, u64, u64)], end: bool) {
+        let clock_now = now();
+        self.last_clock = clock_now;
+        for &(count, a, b) in lost {
+            self.note_lost(count, a, b);
+        }
+        if self.stopped.is_some() || (self.file.is_none() && !self.open()) {
+            return;
+        }
+        let mut buf = Vec::new();
+        self.names(&mut buf, false);
+        write_chunk(
+            &mut buf,
+            &Chunk::Clock {
+                tsc: clock_now.0,
+                since_start_ns: clock_now.1,
+                unix_ns: clock_now.2,
+            },
+        );
+        for (thread, events) in batches {
+            // Chunks of at most 64 Ki events, far below the reader's bound.
+            for part in events.chunks(1 << 16) {
+                write_chunk(
+                    &mut buf,
+                    &Chunk::Events {
+                        thread: *thread,
+                        events: part.to_vec(),
+                    },
+                );
+                self.events += part.len() as u64;
+            }
+        }
+        for &(count, first_tsc, last_tsc) in lost {
+            write_chunk(
+                &mut buf,
+                &Chunk::Dropped {
+                    count,
+                    first_tsc,
+                    last_tsc,
+                },
+            );
+        }
+        if end {
+            write_chunk(&mut buf, &Chunk::End { tsc: clock_now.0 });
+        }
+        // A new segment first when this drain would take the current one past half the bound:
+        // it restates what was live before these events, which follow it.
+        if self.seg_bytes > 0 && self.seg_bytes + buf.len() as u64 > self.bound / 2 {
+            self.rotate();
+        }
+        self.append(&buf);
+        // In time order: the rings are drained one after another, so a free of an address and
+        // the next allocation that received it may be drained in either order.
+        let mut all: Vec<(u32, Raw)> = batches
+            .iter()
+            .flat_map(|(thread, events)| events.iter().map(|e| (*thread, *e)))
+            .collect();
+        all.sort_by_key(|(_, e)| e.tsc);
+        for (thread, e) in &all {
+            self.follow(*thread, e);
+        }
+    }
+
+    /// Keeps the live sets up to date with one drained event.
+    fn follow(&mut self, thread: u32, e: &Raw) {
+        match Action::of(e.kind) {
+            Some(Action::Alloc) => {
+                self.live.insert(e.addr, (thread, *e));
+            }
+            Some(Action::Free) => {
+                if self.live.get(&e.addr).is_some_and(|(_, a)| a.tsc <= e.tsc) {
+                    self.live.remove(&e.addr);
+                }
+            }
+            Some(Action::SegmentAlloc) => {
+                self.live_segments.insert(e.addr, (thread, *e));
+            }
+            Some(Action::SegmentFree) => {
+                if self
+                    .live_segments
+                    .get(&e.addr)
+                    .is_some_and(|(_, a)| a.tsc <= e.tsc)
+                {
+                    self.live_segments.remove(&e.addr);
+                }
+            }
+            Some(Action::ContextRelease) => {
+                let ctx = e.context;
+                self.live.retain(|_, (_, r)| r.context != ctx);
+                self.live_segments.retain(|_, (_, r)| r.context != ctx);
+            }
+            _ => {}
+        }
+    }
+
+    fn note_lost(&mut self, count: u64, a: u64, b: u64) {
+        let (from_ms, to_ms) = (self.ms(a), self.ms(b));
+        let full = self.lost.len() >= MAX_LOST_WINDOWS;
+        match self.lost.last_mut() {
+            Some(l) if full => {
+                l.count += count;
+                l.to_ms = l.to_ms.max(to_ms);
+            }
+            _ => self.lost.push(HistoryLost {
+                count,
+                from_ms,
+                to_ms,
+            }),
+        }
+    }
+
+    /// A time-stamp-counter reading in ms since the start, between the first and latest clock.
+    fn ms(&self, tsc: u64) -> u64 {
+        let (t0, n0, _) = first();
+        let (t1, n1, _) = self.last_clock;
+        if t1 <= t0 {
+            return n1 / 1_000_000;
+        }
+        let ns = n0 as f64 + (tsc as f64 - t0 as f64) * (n1 as f64 - n0 as f64) / (t1 - t0) as f64;
+        (ns.max(0.0) / 1e6) as u64
+    }
+
+    /// Modules, Python code and stacks not yet written (all of them with `all`, for a new
+    /// segment).
+    fn names(&mut self, buf: &mut Vec<u8>, all: bool) {
+        if all {
+            self.stacks_done = 0;
+            self.codes_done = 0;
+            self.modules_done.clear();
+        }
+        let stacks = crate::stack::stacks_since(self.stacks_done);
+        let codes_now = crate::stack::python::code_count();
+        if !stacks.is_empty() {
+            for m in crate::stack::modules() {
+                if self.modules_done.insert((m.start, m.path.clone())) {
+                    write_chunk(
+                        buf,
+                        &Chunk::Module {
+                            start: m.start,
+                            end: m.end,
+                            bias: m.base,
+                            path: m.path,
+                            build_id: m.build_id.unwrap_or_default(),
+                        },
+                    );
+                }
+            }
+        }
+        if codes_now > self.codes_done {
+            for c in crate::stack::python::codes()
+                .into_iter()
+                .skip(self.codes_done as usize)
+            {
+                write_chunk(
+                    buf,
+                    &Chunk::Code {
+                        id: c.id(),
+                        file: c.file.to_string(),
+                        function: c.function.to_string(),
+                    },
+                );
+                self.codes_done += 1;
+            }
+        }
+        for (id, words) in stacks {
+            write_chunk(buf, &Chunk::Stack { id, frames: words });
+            self.stacks_done = self.stacks_done.max(id + 1);
+        }
+    }
+
+    fn append(&mut self, buf: &[u8]) {
+        let Some(f) = self.file.as_mut() else { return };
+        match f.write_all(buf) {
+            Ok(()) => self.seg_bytes += buf.len() as u64,
+            Err(e) => self.stop(format!("writing {} failed: {e}", self.path.display())),
+        }
+    }
+
+    fn stop(&mut self, why: String) {
+        crate::process::diag::log(|| format!("the history stops: {why}"));
+        crate::process::faults::record(format!("history: {why}"));
+        self.stopped = Some(why);
+        self.file = None;
+    }
+
+    /// Creates the first segment; false (and the history stopped) when it cannot.
+    fn open(&mut self) -> bool {
+        let report = crate::report::report_path();
+        let path = history_path(&report, None);
+        let file = match create(&path) {
+            Ok(f) => Ok((f, path.clone())),
+            Err(_) => {
+                let tagged = history_path(&report, Some(crate::process::identity::pid()));
+                create(&tagged).map(|f| (f, tagged))
+            }
+        };
+        match file {
+            Ok((f, path)) => {
+                self.file = Some(f);
+                self.path = path;
+                self.seg_start_ns = first().1;
+                self.begin_segment(false);
+                true
+            }
+            Err(e) => {
+                self.stop(format!("{} could not be created: {e}", path.display()));
+                false
+            }
+        }
+    }
+
+    /// Writes a segment's beginning: header, first clock, and for a later segment everything
+    /// named so far and what is live.
+    fn begin_segment(&mut self, restate: bool) {
+        let (start_unix, _) = clock::start_ns();
+        let mut buf = Header {
+            version: VERSION,
+            pid: crate::process::identity::pid(),
+            start_unix_ns: start_unix,
+            segment: self.segment,
+        }
+        .encode()
+        .to_vec();
+        let (tsc, since, unix) = first();
+        write_chunk(
+            &mut buf,
+            &Chunk::Clock {
+                tsc,
+                since_start_ns: since,
+                unix_ns: unix,
+            },
+        );
+        if restate {
+            let (tsc, since, unix) = self.last_clock;
+            write_chunk(
+                &mut buf,
+                &Chunk::Clock {
+                    tsc,
+                    since_start_ns: since,
+                    unix_ns: unix,
+                },
+            );
+            self.names(&mut buf, true);
+            let mut live: Vec<(u32, Raw)> = self
+                .live_segments
+                .values()
+                .chain(self.live.values())
+                .copied()
+                .collect();
+            live.sort_by_key(|(_, r)| r.tsc);
+            for part in live.chunks(1 << 16) {
+                write_chunk(
+                    &mut buf,
+                    &Chunk::Live {
+                        events: part.to_vec(),
+                    },
+                );
+            }
+        }
+        self.seg_bytes = 0;
+        self.append(&buf);
+    }
+
+    /// Starts a new segment: the current one becomes `NAME.history.1`.
+    fn rotate(&mut self) {
+        let prev = previous(&self.path);
+        let had_prev = self.prev_bytes > 0;
+        if std::fs::rename(&self.path, &prev).is_err() {
+            let _ = std::fs::remove_file(&self.path);
+            self.prev_bytes = 0;
+        } else {
+            self.prev_bytes = self.seg_bytes;
+        }
+        if had_prev {
+            self.let_go += 1;
+        }
+        self.prev_start_ns = self.seg_start_ns;
+        self.seg_start_ns = self.last_clock.1;
+        self.segment += 1;
+        match create(&self.path) {
+            Ok(f) => {
+                self.file = Some(f);
+                self.begin_segment(true);
+            }
+            Err(e) => self.stop(format!(
+                "a new segment {} could not be created: {e}",
+                self.path.display()
+            )),
+        }
+    }
+
+    fn info(&self, report: &Path) -> HistoryInfo {
+        let dir = report.parent().unwrap_or(Path::new(""));
+        let name = |p: &Path| -> String {
+            if p.parent() == Some(dir) {
+                p.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            } else {
+                p.to_string_lossy().into_owned()
+            }
+        };
+        let mut files = Vec::new();
+        if self.prev_bytes > 0 {
+            files.push(name(&previous(&self.path)));
+        }
+        if !self.path.as_os_str().is_empty() && (self.file.is_some() || self.seg_bytes > 0) {
+            files.push(name(&self.path));
+        }
+        HistoryInfo {
+            files,
+            events: self.events,
+            bytes: self.seg_bytes + self.prev_bytes,
+            bound_bytes: self.bound,
+            segments_let_go: self.let_go,
+            begins_ms: if self.let_go > 0 {
+                self.prev_start_ns / 1_000_000
+            } else {
+                0
+            },
+            lost: self.lost.clone(),
+            stopped: self.stopped.clone(),
+        }
+    }
+}
+
+/// The report's `history` for a report going to `report` (drained first), or `None` when the
+/// history is off.
+pub fn info(report: &Path) -> Option<HistoryInfo> {
+    if !super::on() {
+        return None;
+    }
+    drain_now();
+    lock(writer()).as_ref().map(|w| w.info(report))
+}
+
+/// `NAME.history` for the report `NAME.json` (any other report name gets `.history` added),
+/// tagged `NAME.PID.history` when asked.
+fn history_path(report: &Path, tag: Option<u32>) -> PathBuf {
+    let name = report
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "cuguard".into());
+    let stem = name.strip_suffix(".json").unwrap_or(&name);
+    let file = match tag {
+        Some(pid) => format!("{stem}.{pid}.history"),
+        None => format!("{stem}.history"),
+    };
+    report.with_file_name(file)
+}
+
+fn previous(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".1");
+    PathBuf::from(p)
+}
+
+/// Creates `path` exclusively; a history file there of this user's whose process no longer
+/// runs (an earlier run) is removed first, with its older segment.
+fn create(path: &Path) -> std::io::Result<File> {
+    match cuguard_files::create_new(path, 0o600) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && stale(path) => {
+            let _ = std::fs::remove_file(previous(path));
+            std::fs::remove_file(path)?;
+            cuguard_files::create_new(path, 0o600)
+        }
+        other => other,
+    }
+}
+
+/// Whether `path` is this user's regular history file of a process that no longer runs.
+fn stale(path: &Path) -> bool {
+    use std::io::Read as _;
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return false;
+    };
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    match f.metadata() {
+        Ok(m) if m.is_file() && m.uid() == uid => {}
+        _ => return false,
+    }
+    let mut head = [0u8; cuguard_history::HEADER_LEN];
+    if f.read_exact(&mut head).is_err() {
+        return false;
+    }
+    let Ok(h) = Header::decode(&head) else {
+        return false;
+    };
+    if h.pid == crate::process::identity::pid() {
+        return h.start_unix_ns != clock::start_ns().0;
+    }
+    // SAFETY: kill with signal 0 only checks whether the process exists.
+    let r = unsafe { libc::kill(h.pid as libc::pid_t, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// In the child of a fork: a fresh writer (the parent's lock may be held, its file is the
+/// parent's).
+pub fn reset_after_fork() {
+    crate::process::global::replace(&WRITER, Mutex::new(None));
+    LAST_DRAIN_MS.store(0, Ordering::Relaxed);
+}

@@ -1,0 +1,298 @@
+//! The history as the shim records it: real programs under the shim, their history files read
+//! back with the history crate's own reader. (What the command answers from them is in
+//! `cli_history`.)
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use cuguard_history::replay::Replay;
+use serde_json::Value;
+
+use super::support::*;
+
+const MIB: u64 = 1 << 20;
+
+fn replay(files: &[&Path]) -> Replay {
+    let bytes: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    let refs: Vec<&[u8]> = bytes.iter().map(|b| &b[..]).collect();
+    Replay::read(&refs).unwrap()
+}
+
+fn start_ms(report: &Value) -> i64 {
+    report["process"]["start_unix_ms"].as_i64().unwrap()
+}
+
+#[test]
+fn a_run_leaves_its_history_beside_the_report_with_every_allocation_in_time() {
+    let dir = scratch_dir("history-spike");
+    let report = dir.join("r.json");
+    let out = run(
+        &mut shim_command(&c_program("history_spike"), &report),
+        true,
+    );
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = read_report(&report);
+    assert_eq!(r["history"]["files"], serde_json::json!(["r.history"]));
+    let file = dir.join("r.history");
+    assert_eq!(mode_of(&file), 0o600);
+    assert_eq!(
+        r["history"]["bytes"].as_u64().unwrap(),
+        std::fs::metadata(&file).unwrap().len()
+    );
+    let h = replay(&[&file]);
+    assert!(h.whole && h.cut.is_none(), "{:?}", h.cut);
+    assert_eq!((h.lost_events(), h.unmatched_frees), (0, 0));
+    assert_eq!(h.pid as u64, r["process"]["pid"].as_u64().unwrap());
+    // Every allocation: 1 MiB calm ones, the spike, 5 scratch and 5 kept buffers.
+    let sizes = |size: u64| h.blocks.iter().filter(|b| b.size == size).count();
+    assert!(sizes(MIB) >= 30, "{}", sizes(MIB));
+    assert_eq!(
+        (sizes(512 * MIB), sizes(2 * MIB), sizes(4 * MIB)),
+        (1, 5, 5)
+    );
+    assert_eq!(
+        h.blocks.len(),
+        sizes(MIB) + 11,
+        "nothing else was allocated"
+    );
+    // The spike, when the program says it was (its clock against the report's start).
+    let spike = h.blocks.iter().find(|b| b.size == 512 * MIB).unwrap();
+    let rel = |unix_ms: i64| unix_ms - start_ms(&r);
+    let (from, to) = (
+        rel(said["spike"][0].as_i64().unwrap()),
+        rel(said["spike"][1].as_i64().unwrap()),
+    );
+    let start = (spike.start_ns / 1_000_000) as i64;
+    let end = (spike.end_ns.unwrap() / 1_000_000) as i64;
+    assert!(
+        (from - 50..=from + 2).contains(&start),
+        "made at {start} ms, the program says {from}"
+    );
+    assert!(
+        (to - 2..=to + 50).contains(&end),
+        "freed at {end} ms, the program says {to}"
+    );
+    assert_eq!(
+        h.peak(None).0,
+        spike.start_ns,
+        "the peak is the spike's beginning"
+    );
+    // Each block's stack is one the history names.
+    assert!(h.blocks.iter().all(|b| h.stacks.contains_key(&b.stack)));
+    assert!(!h.modules.is_empty());
+}
+
+#[test]
+fn a_program_killed_with_sigkill_leaves_a_history_read_up_to_its_last_drain() {
+    let dir = scratch_dir("history-kill");
+    let report = dir.join("r.json");
+    let mut child = shim_command(&c_program("history_spike"), &report)
+        .arg("hang")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let _said = lines.next().unwrap().unwrap();
+    let ready = lines.next().unwrap().unwrap();
+    assert!(ready.starts_with("ready "), "{ready}");
+    std::thread::sleep(Duration::from_millis(300));
+    let killed_ms = unix_ms();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!report.exists(), "a kill -9 writes no report");
+    let h = replay(&[&dir.join("r.history")]);
+    assert!(!h.whole && h.cut.is_none(), "{:?}", h.cut);
+    let ends_unix_ms = (h.start_unix_ns + h.ends_ns) / 1_000_000;
+    assert!(
+        ends_unix_ms + 200 >= killed_ms,
+        "the history ends {} ms before the kill",
+        killed_ms - ends_unix_ms
+    );
+    // The five kept buffers were live when it was killed.
+    let live: Vec<u64> = h
+        .blocks
+        .iter()
+        .filter(|b| b.end_ns.is_none())
+        .map(|b| b.size)
+        .collect();
+    assert_eq!(live, vec![4 * MIB; 5]);
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[test]
+fn a_forked_childs_history_is_its_own() {
+    let dir = scratch_dir("history-fork");
+    let out = run(
+        &mut shim_command(&c_program("history_fork"), &dir.join("r.%p.json")),
+        true,
+    );
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let child = said["child"].as_u64().unwrap();
+    let parent = out_pid(&dir, child);
+    let sizes = |pid: u64| {
+        let h = replay(&[&dir.join(format!("r.{pid}.history"))]);
+        assert_eq!(h.pid as u64, pid);
+        assert!(h.whole);
+        let mut s: Vec<u64> = h.blocks.iter().map(|b| b.size).collect();
+        s.sort();
+        s
+    };
+    assert_eq!(sizes(parent), vec![MIB, 3 * MIB]);
+    assert_eq!(sizes(child), vec![2 * MIB]);
+}
+
+/// The pid of the other process that wrote a history in `dir` than `child`.
+fn out_pid(dir: &Path, child: u64) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_prefix("r.")?
+                .strip_suffix(".history")?
+                .parse::<u64>()
+                .ok()
+        })
+        .find(|&p| p != child)
+        .expect("the parent's history")
+}
+
+#[test]
+fn thousands_of_short_lived_threads_lose_no_event() {
+    let dir = scratch_dir("history-threads");
+    let report = dir.join("r.json");
+    run(
+        shim_command(&c_program("history_churn"), &report).args(["50", "40", "20", "10"]),
+        true,
+    );
+    let h = replay(&[&dir.join("r.history")]);
+    assert!(h.whole);
+    assert_eq!((h.lost_events(), h.unmatched_frees), (0, 0));
+    // 2,000 threads × 20 pairs, and the 10 kept.
+    assert_eq!(h.blocks.len(), 40_010);
+    assert_eq!(h.blocks.iter().filter(|b| b.end_ns.is_none()).count(), 10);
+    let threads: std::collections::HashSet<u32> = h.blocks.iter().map(|b| b.thread).collect();
+    assert!(threads.len() >= 1000, "{} threads", threads.len());
+    let ended = |list: &[cuguard_history::replay::Block]| {
+        list.iter().filter(|b| b.end_ns.is_some()).count() as u64
+    };
+    let events = (h.blocks.len() + h.segments.len()) as u64 + ended(&h.blocks) + ended(&h.segments);
+    assert_eq!(
+        read_report(&report)["history"]["events"].as_u64(),
+        Some(events)
+    );
+}
+
+#[test]
+fn a_bounded_history_keeps_the_latest_part_and_says_what_it_let_go() {
+    let dir = scratch_dir("history-bound");
+    let report = dir.join("r.json");
+    let mut cmd = shim_command(&c_program("history_churn"), &report);
+    cmd.env("CUGUARD_HISTORY", "1MiB")
+        .args(["50", "40", "200", "10"]);
+    run(&mut cmd, true);
+    let r = read_report(&report);
+    let info = &r["history"];
+    assert_eq!(
+        info["files"],
+        serde_json::json!(["r.history.1", "r.history"])
+    );
+    assert!(info["segments_let_go"].as_u64().unwrap() >= 1, "{info}");
+    assert!(info["begins_ms"].as_u64().unwrap() > 0, "{info}");
+    assert_eq!(info["bound_bytes"].as_u64(), Some(MIB));
+    let (older, newer) = (dir.join("r.history.1"), dir.join("r.history"));
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    assert_eq!(info["bytes"].as_u64(), Some(size(&older) + size(&newer)));
+    for files in [vec![&*older, &*newer], vec![&*newer]] {
+        let h = replay(&files);
+        assert!(h.whole && h.first_segment >= 1, "{files:?}");
+        assert_eq!(h.unmatched_frees, 0, "{files:?}");
+        // What was live at the end is all there, though it was made before the kept part.
+        let live: Vec<u64> = h
+            .blocks
+            .iter()
+            .filter(|b| b.end_ns.is_none())
+            .map(|b| b.size)
+            .collect();
+        assert_eq!(live, vec![MIB; 10], "{files:?}");
+    }
+    assert!(
+        replay(&[&older, &newer]).begins_ns <= replay(&[&newer]).begins_ns,
+        "the older segment reaches further back"
+    );
+}
+
+#[test]
+fn a_full_disk_stops_the_history_and_the_program_runs_on() {
+    let dir = scratch_dir("history-full");
+    let report = dir.join("r.json");
+    let mut cmd = shim_command(&c_program("history_churn"), &report);
+    cmd.args(["10", "10", "2000", "0"]);
+    // A file-size limit stands in for a full disk: writes past 256 KiB fail (EFBIG), with
+    // SIGXFSZ ignored as a program that handles it would.
+    // SAFETY: setrlimit and signal are async-signal-safe; nothing else runs in the child here.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 256 << 10,
+                rlim_max: 256 << 10,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let out = run(&mut cmd, true);
+    let r = read_report(&report);
+    let stopped = r["history"]["stopped"].as_str().unwrap();
+    assert!(stopped.contains("File too large"), "{stopped}");
+    assert!(
+        r["faults"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f.as_str().unwrap().starts_with("history: ")),
+        "{}",
+        r["faults"]
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one summary line: {stderr}");
+    // What was written is readable: whole chunks, up to where it stopped.
+    let h = replay(&[&dir.join("r.history")]);
+    assert!(!h.whole && h.cut.is_none(), "{:?}", h.cut);
+    assert!(!h.blocks.is_empty());
+}
+
+#[test]
+fn history_off_writes_no_file_and_a_bad_setting_is_said() {
+    let dir = scratch_dir("history-off");
+    let report = dir.join("r.json");
+    let mut cmd = shim_command(&c_program("history_churn"), &report);
+    cmd.env("CUGUARD_HISTORY", "0").args(["1", "1", "10"]);
+    run(&mut cmd, true);
+    assert!(read_report(&report).get("history").is_none());
+    assert!(!dir.join("r.history").exists());
+
+    let mut cmd = shim_command(&c_program("history_churn"), &report);
+    cmd.env("CUGUARD_HISTORY", "lots").args(["1", "1", "10"]);
+    run(&mut cmd, true);
+    let r = read_report(&report);
+    assert!(
+        r["faults"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f.as_str().unwrap().contains("CUGUARD_HISTORY=\"lots\"")),
+        "{}",
+        r["faults"]
+    );
+    assert_eq!(r["history"]["bound_bytes"].as_u64(), Some(256 * MIB));
+}
