@@ -41,12 +41,30 @@ fn end_of(status: std::process::ExitStatus) -> End {
     }
 }
 
-/// The report files in `dir` (temporary files left behind count as failures).
+/// The report files in `dir` (temporary files left behind count as failures); the histories
+/// beside them are [`histories_in`]'s.
 fn files_in(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !is_history(n))
+        .collect();
+    v.sort();
+    v
+}
+
+fn is_history(name: &str) -> bool {
+    name.ends_with(".history") || name.ends_with(".history.1")
+}
+
+/// The history files in `dir`.
+fn histories_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| is_history(n))
         .collect();
     v.sort();
     v
@@ -133,6 +151,27 @@ fn check_one_report(
     assert_eq!(leak_sizes(&r), KEPT.to_vec());
     assert_eq!(leak_addresses(&r), ready_addresses(stdout));
     assert!(r["process"]["pid"].as_u64().is_some());
+    // The history survives the same ending, whole, and ends with what the report says was live.
+    assert_eq!(histories_in(dir), vec!["r.history".to_string()]);
+    assert_eq!(r["history"]["files"], serde_json::json!(["r.history"]));
+    let bytes = std::fs::read(dir.join("r.history")).unwrap();
+    let h = cuguard_history::replay::Replay::read(&[&bytes]).unwrap();
+    assert!(
+        h.whole && h.cut.is_none(),
+        "{reason}: the history ended whole"
+    );
+    let mut live: Vec<u64> = h
+        .blocks
+        .iter()
+        .filter(|b| b.end_ns.is_none())
+        .map(|b| b.size)
+        .collect();
+    live.sort();
+    assert_eq!(
+        live,
+        leak_sizes(&r),
+        "the history's live blocks are the report's leaks"
+    );
     r
 }
 
@@ -195,6 +234,12 @@ fn exit_paths_without_signal_handling_or_report_are_unchanged() {
     let (got, _, _, dir) = run_mode("nosignals", "segv", &[("CUGUARD_SIGNALS", "0")]);
     assert_eq!(got, End::Signal(libc::SIGSEGV));
     assert!(files_in(&dir).is_empty());
+    // No report, but what the history drained before the crash is readable.
+    for f in histories_in(&dir) {
+        let bytes = std::fs::read(dir.join(f)).unwrap();
+        let h = cuguard_history::replay::Replay::read(&[&bytes]).unwrap();
+        assert!(!h.whole && h.cut.is_none());
+    }
 }
 
 /// Starts exit_paths MODE and waits for its "ready" line.

@@ -43,7 +43,8 @@ static __attribute__((noinline)) int calm(int ms) {
     long long end = now_ms() + ms;
     while (now_ms() < end) {
         CUdeviceptr p;
-        if (cuMemAlloc(&p, 1 << 20) != CUDA_SUCCESS) return 1; calm_line = __LINE__;
+        if (cuMemAlloc(&p, 1 << 20) != CUDA_SUCCESS) return 1;
+        calm_line = __LINE__ - 1;
         if (cuMemFree(p) != CUDA_SUCCESS) return 1;
         sleep_ms(10);
     }

@@ -1,20 +1,22 @@
-//! The history, shim side: every allocation and free the shim sees, appended by the allocation
-//! path to its thread's ring ([`ring`]) as one fixed-size record, and drained by the cuguard
-//! thread into a bounded file beside the report ([`writer`]). The layout is the
-//! `cuguard-history` crate's.
+//! The history's recording, shim side: every allocation and free the shim sees, appended by the
+//! allocation path to its thread's ring ([`ring`]) as one fixed-size record. The cuguard thread
+//! drains the rings into the file (`lifecycle::history`). The layout is the `cuguard-history`
+//! crate's.
 //!
-//! On unless `CUGUARD_HISTORY=0`; `CUGUARD_HISTORY=SIZE` bounds the files (256 MiB by default).
-//! What the allocation path does here: one relaxed load to see whether the history is on, a
-//! time-stamp-counter read where the record has none, and [`ring::push`].
+//! On unless `CUGUARD_HISTORY=0`. What the allocation path does here: one relaxed load to see
+//! whether the history is on, a time-stamp-counter read, and [`ring::push`]. The callers (the
+//! tracker, the pool's glue) hand plain values: this floor knows no tracker type.
 
 pub mod ring;
-pub mod writer;
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
-use cuguard_history::{Action, Memory as Mem, Raw, kind};
+pub use cuguard_history::Memory;
+use cuguard_history::{Action, Raw, kind};
 
-use crate::tracker::{Memory, NONE, Record};
+/// "No stack", "no context".
+pub const NONE: u32 = u32::MAX;
 
 /// 0: not decided yet; 1: on; 2: off.
 static STATE: AtomicU8 = AtomicU8::new(0);
@@ -33,21 +35,58 @@ pub fn on() -> bool {
 fn decide() -> bool {
     let on = crate::config::get().history_bytes > 0;
     if on {
-        writer::first_clock();
+        first_clock();
     }
     STATE.store(if on { 1 } else { 2 }, Ordering::Relaxed);
     on
 }
 
-fn memory(m: Memory) -> Mem {
-    match m {
-        Memory::Device => Mem::Device,
-        Memory::Pitched => Mem::Pitched,
-        Memory::Managed => Mem::Managed,
-        Memory::Async => Mem::Async,
-        Memory::Vmm => Mem::Vmm,
-        Memory::HostPinned => Mem::HostPinned,
+/// The moment of an event: the time-stamp counter where there is one (the tracker's order key
+/// is the same reading), else a shared counter.
+#[inline]
+pub fn now_tsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc has no preconditions.
+        unsafe { core::arch::x86_64::_rdtsc() }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The clock pair taken when the history began: (tsc, ns since start, Unix ns).
+static FIRST: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+
+/// A clock pair now: (tsc, ns since the start, Unix ns).
+pub fn clock_now() -> (u64, u64, u64) {
+    let tsc = now_tsc();
+    let clock = crate::process::clock::monotonic_ns();
+    let (start_unix, start_mono) = crate::process::clock::start_ns();
+    let since = clock.saturating_sub(start_mono);
+    (tsc, since, start_unix + since)
+}
+
+fn first_clock() {
+    let (tsc, since, unix) = clock_now();
+    if FIRST[0]
+        .compare_exchange(0, tsc.max(1), Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        FIRST[1].store(since, Ordering::Release);
+        FIRST[2].store(unix, Ordering::Release);
+    }
+}
+
+/// The clock pair taken when the history began.
+pub fn first() -> (u64, u64, u64) {
+    (
+        FIRST[0].load(Ordering::Acquire),
+        FIRST[1].load(Ordering::Acquire),
+        FIRST[2].load(Ordering::Acquire),
+    )
 }
 
 #[inline]
@@ -73,38 +112,30 @@ fn device(ordinal: i32) -> u8 {
 /// moment [`allocated`] takes after it was received.
 #[inline]
 pub fn stamp() -> u64 {
-    if on() {
-        crate::tracker::counters::order_key()
-    } else {
-        0
-    }
+    if on() { now_tsc() } else { 0 }
 }
 
-/// The program received the allocation `r` at `addr` (from its own pool block when `pooled`).
+/// The program received `size` bytes of `memory` at `addr`, from stack `stack`, in context
+/// `context` (or [`NONE`]) on device `ordinal` (-1: unknown).
 #[inline]
-pub fn allocated(addr: u64, r: &Record, pooled: bool) {
+pub fn allocated(addr: u64, size: u64, memory: Memory, stack: u32, context_id: u32, ordinal: i32) {
     if !on() {
         return;
     }
-    let m = if pooled {
-        Mem::PoolBlock
-    } else {
-        memory(r.memory)
-    };
     ring::push(Raw {
-        tsc: crate::tracker::counters::order_key(),
+        tsc: now_tsc(),
         addr,
-        size: r.size,
-        stack: r.stack,
-        context: context(r.context),
-        kind: kind(Action::Alloc, m),
-        device: device(r.device),
+        size,
+        stack,
+        context: context(context_id),
+        kind: kind(Action::Alloc, memory),
+        device: device(ordinal),
     });
 }
 
-/// The program freed the allocation `r` at `addr`, from the moment `tsc` ([`stamp`]).
+/// The program freed the allocation at `addr`, from the moment `tsc` ([`stamp`]).
 #[inline]
-pub fn freed(addr: u64, r: &Record, tsc: u64) {
+pub fn freed(addr: u64, memory: Memory, context_id: u32, ordinal: i32, tsc: u64) {
     if !on() {
         return;
     }
@@ -113,13 +144,13 @@ pub fn freed(addr: u64, r: &Record, tsc: u64) {
         addr,
         size: 0,
         stack: NONE,
-        context: context(r.context),
-        kind: kind(Action::Free, memory(r.memory)),
-        device: device(r.device),
+        context: context(context_id),
+        kind: kind(Action::Free, memory),
+        device: device(ordinal),
     });
 }
 
-/// An allocation of `size` bytes was refused for lack of memory.
+/// An allocation of `size` bytes was refused for lack of memory, at the moment `tsc`.
 pub fn refused(size: u64, stack: u32, ordinal: i32, tsc: u64) {
     if !on() {
         return;
@@ -130,53 +161,85 @@ pub fn refused(size: u64, stack: u32, ordinal: i32, tsc: u64) {
         size,
         stack,
         context: u16::MAX,
-        kind: kind(Action::Oom, Mem::Device),
+        kind: kind(Action::Oom, Memory::Device),
         device: device(ordinal),
     });
 }
 
 /// The context `id` was destroyed or reset: its live memory went with it.
-pub fn context_released(id: u32, ordinal: i32) {
+pub fn context_released(id: u32) {
     if !on() {
         return;
     }
     ring::push(Raw {
-        tsc: crate::tracker::counters::order_key(),
+        tsc: now_tsc(),
         addr: u64::from(id),
         size: 0,
         stack: NONE,
         context: context(id),
-        kind: kind(Action::ContextRelease, Mem::Device),
-        device: device(ordinal),
+        kind: kind(Action::ContextRelease, Memory::Device),
+        device: 0,
     });
 }
 
-/// The pool took a chunk of `size` bytes at `base` from the driver (`taken`), or gave it back.
-pub fn chunk(taken: bool, base: u64, size: u64, context_handle: u64, ordinal: i32) {
+/// The pool took a chunk of `size` bytes at `base` from the driver (`taken`), or gave it back,
+/// for context `context_id` on device `ordinal`.
+pub fn chunk(taken: bool, base: u64, size: u64, context_id: u32, ordinal: i32) {
     if !on() {
         return;
     }
-    let ctx = crate::tracker::if_any()
-        .and_then(|t| t.contexts.lookup(context_handle))
-        .map_or(NONE, |(id, _)| id);
     let action = if taken {
         Action::SegmentAlloc
     } else {
         Action::SegmentFree
     };
     ring::push(Raw {
-        tsc: crate::tracker::counters::order_key(),
+        tsc: now_tsc(),
         addr: base,
         size: if taken { size } else { 0 },
         stack: NONE,
-        context: context(ctx),
-        kind: kind(action, Mem::Device),
+        context: context(context_id),
+        kind: kind(action, Memory::Device),
         device: device(ordinal),
     });
 }
 
-/// In the child of a fork: its history is its own, in its own file.
+/// Where the history is and what it holds, as the writer (`lifecycle::history`) left it after
+/// its last drain: for the report.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    /// The segment files, oldest first.
+    pub files: Vec<std::path::PathBuf>,
+    pub events: u64,
+    pub bytes: u64,
+    pub bound: u64,
+    pub let_go: u32,
+    /// From when the kept history holds every event, ms since the start.
+    pub begins_ms: u64,
+    /// Events lost: (count, from ms, to ms).
+    pub lost: Vec<(u64, u64, u64)>,
+    pub stopped: Option<String>,
+}
+
+static STATUS: AtomicPtr<Mutex<Option<Status>>> = AtomicPtr::new(std::ptr::null_mut());
+
+fn status_cell() -> &'static Mutex<Option<Status>> {
+    crate::process::global::get_or_create(&STATUS, || Mutex::new(None))
+}
+
+/// The writer's latest status; `None` while nothing was written (or the history is off).
+pub fn status() -> Option<Status> {
+    crate::process::global::lock(status_cell()).clone()
+}
+
+/// The writer's new status.
+pub fn set_status(s: Status) {
+    *crate::process::global::lock(status_cell()) = Some(s);
+}
+
+/// In the child of a fork: the other threads' rings are gone with them, and the parent's file
+/// is not the child's.
 pub fn reset_after_fork() {
     ring::reset_after_fork();
-    writer::reset_after_fork();
+    crate::process::global::replace(&STATUS, Mutex::new(None));
 }

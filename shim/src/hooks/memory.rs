@@ -58,7 +58,7 @@ fn served(
         };
         if s.pooled {
             t.stats.allocated(&record);
-            crate::history::allocated(addr, &record, true);
+            record.to_history(addr, true);
         } else {
             t.add(addr, record);
         }

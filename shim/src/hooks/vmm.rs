@@ -60,7 +60,7 @@ pub unsafe fn cuMemCreate(
         t.stats.allocated(&record);
         // SAFETY: the call succeeded, so handle was valid and written.
         let handle = unsafe { *handle };
-        crate::history::allocated(handle, &record, false);
+        record.to_history(handle, false);
         t.vmm.created(handle, record);
         crate::lifecycle::note_allocation();
     });
@@ -100,7 +100,7 @@ pub unsafe fn cuMemRelease(
             let (gone, known) = t.vmm.released(handle);
             if let Some(rec) = gone {
                 t.stats.freed(&rec);
-                crate::history::freed(handle, &rec, crate::history::stamp());
+                rec.freed_to_history(handle, crate::history::stamp());
             }
             t.freed.note(handle);
             if !known {
@@ -161,7 +161,7 @@ pub unsafe fn cuMemUnmap(
         shield((), || {
             for (handle, rec) in t.vmm.unmapped(ptr, size as u64) {
                 t.stats.freed(&rec);
-                crate::history::freed(handle, &rec, crate::history::stamp());
+                rec.freed_to_history(handle, crate::history::stamp());
             }
         });
     }

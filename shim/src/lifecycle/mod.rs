@@ -35,6 +35,7 @@
 //! memory now, named once, for the page and the alerts).
 
 pub mod alerts;
+pub mod history;
 pub mod immediate_exit;
 pub mod interpose;
 pub mod page;
@@ -184,7 +185,7 @@ pub fn final_report(occasion: Occasion) -> bool {
     let _guard = crate::guard::Guard::enter();
     {
         let _turn = writer_turn(WAIT_FOR_WRITER);
-        crate::guard::shield((), crate::history::writer::finish);
+        crate::guard::shield((), history::finish);
         report::write_and_say(t, &occasion);
     }
     page::remove();
@@ -216,6 +217,7 @@ pub fn interim_report(occasion: Occasion) -> bool {
     if phase::final_claimed() {
         return false;
     }
+    crate::guard::shield((), history::drain_now);
     report::write_and_say(t, &occasion).is_some()
 }
 
@@ -229,6 +231,7 @@ pub fn with_writer_turn<T>(f: impl FnOnce() -> T) -> Option<T> {
     if phase::final_claimed() {
         return None;
     }
+    crate::guard::shield((), history::drain_now);
     Some(f())
 }
 
@@ -247,6 +250,7 @@ extern "C" fn after_fork_child() {
     crate::report::timeline::reset_after_fork();
     crate::tracker::reset_after_fork();
     crate::history::reset_after_fork();
+    history::reset_after_fork();
     phase::forked();
     WRITER.store(0, Ordering::Release);
     FINAL_WRITER.store(0, Ordering::Release);

@@ -33,6 +33,15 @@ pub struct DriverContext {
     pub ordinal: i32,
 }
 
+impl DriverContext {
+    /// The tracker's id of this context, or `NONE`.
+    fn context_id(&self) -> u32 {
+        crate::tracker::if_any()
+            .and_then(|t| t.contexts.lookup(self.handle))
+            .map_or(crate::tracker::NONE, |(id, _)| id)
+    }
+}
+
 impl Device for DriverContext {
     type Event = FenceEvent;
 
@@ -78,7 +87,7 @@ impl Device for DriverContext {
 
     fn chunk_added(&self, base: u64, size: u64, pool: usize, arena: usize) {
         registry::chunk_added(base, size, pool, arena);
-        crate::history::chunk(true, base, size, self.handle, self.ordinal);
+        crate::history::chunk(true, base, size, self.context_id(), self.ordinal);
         if crate::nvtx::on() {
             regions::chunk_added(base, size);
         }
@@ -89,7 +98,7 @@ impl Device for DriverContext {
             regions::chunk_removed(base);
         }
         registry::chunk_removed(base);
-        crate::history::chunk(false, base, 0, self.handle, self.ordinal);
+        crate::history::chunk(false, base, 0, self.context_id(), self.ordinal);
     }
 
     fn is_current(&self) -> bool {

@@ -23,7 +23,7 @@ pub mod stacks;
 pub mod timeline;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cuguard_report as format;
@@ -176,7 +176,7 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
     let (mut report, host, rank) = gather(t, occasion);
     report.cost = Some(bill(started, heap));
     let path = path_for(&host, rank);
-    report.history = crate::guard::shield(None, || crate::history::writer::info(&path));
+    report.history = crate::history::status().map(|s| history_info(&path, s));
     let written = file::write_report(&path, &format::to_vec(&report))?;
 
     let mut kinds: Vec<(String, usize)> = Vec::new();
@@ -511,6 +511,38 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     r.faults = cfg.problems.clone();
     r.faults.extend(crate::process::faults::all());
     (r, host, rank)
+}
+
+/// The report's `history`: the files named from the report's directory (paths when elsewhere).
+fn history_info(report: &Path, s: crate::history::Status) -> format::HistoryInfo {
+    let dir = report.parent().unwrap_or(Path::new(""));
+    let name = |p: &Path| -> String {
+        match p.parent() {
+            Some(d) if d == dir => p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            _ => p.to_string_lossy().into_owned(),
+        }
+    };
+    format::HistoryInfo {
+        files: s.files.iter().map(|f| name(f)).collect(),
+        events: s.events,
+        bytes: s.bytes,
+        bound_bytes: s.bound,
+        segments_let_go: s.let_go,
+        begins_ms: s.begins_ms,
+        lost: s
+            .lost
+            .iter()
+            .map(|&(count, from_ms, to_ms)| format::HistoryLost {
+                count,
+                from_ms,
+                to_ms,
+            })
+            .collect(),
+        stopped: s.stopped,
+    }
 }
 
 /// The report's `cost`: the shim's own bill ([`crate::process::cost`]), with this report's

@@ -112,6 +112,49 @@ pub struct Record {
     pub stack: u32,
 }
 
+impl Record {
+    /// The history's memory of this record (a block of the pool's own when `pooled`).
+    fn history_memory(&self, pooled: bool) -> crate::history::Memory {
+        use crate::history::Memory as H;
+        if pooled {
+            return H::PoolBlock;
+        }
+        match self.memory {
+            Memory::Device => H::Device,
+            Memory::Pitched => H::Pitched,
+            Memory::Managed => H::Managed,
+            Memory::Async => H::Async,
+            Memory::Vmm => H::Vmm,
+            Memory::HostPinned => H::HostPinned,
+        }
+    }
+
+    /// Tells the history the program received this allocation at `addr`.
+    #[inline]
+    pub fn to_history(&self, addr: u64, pooled: bool) {
+        crate::history::allocated(
+            addr,
+            self.size,
+            self.history_memory(pooled),
+            self.stack,
+            self.context,
+            self.device,
+        );
+    }
+
+    /// Tells the history the program freed this allocation at `addr`, from the moment `tsc`.
+    #[inline]
+    pub fn freed_to_history(&self, addr: u64, tsc: u64) {
+        crate::history::freed(
+            addr,
+            self.history_memory(false),
+            self.context,
+            self.device,
+            tsc,
+        );
+    }
+}
+
 /// A hasher for addresses: one multiply. Addresses are at least 256-byte aligned, so the low
 /// bits are dropped first.
 #[derive(Default)]
@@ -276,7 +319,7 @@ impl Tracker {
     /// Records a new allocation at `addr`.
     pub fn add(&self, addr: u64, record: Record) {
         self.stats.allocated(&record);
-        crate::history::allocated(addr, &record, false);
+        record.to_history(addr, false);
         if let Some(old) = self.live.insert(addr, record) {
             // The driver handed out an address the shim still thought live: the free that
             // released it went through no door the shim watches.
@@ -310,7 +353,7 @@ impl Tracker {
     /// ([`crate::history::stamp`]).
     pub fn freed(&self, addr: u64, record: &Record, tsc: u64) {
         self.stats.freed(record);
-        crate::history::freed(addr, record, tsc);
+        record.freed_to_history(addr, tsc);
         self.freed.note(addr);
     }
 
@@ -327,7 +370,7 @@ impl Tracker {
     /// Moves every live allocation of context `id` (and `pooled`, the pool's records of it) to
     /// the released list; returns their count and bytes.
     pub fn release_context(&self, id: u32, pooled: Vec<(u64, Record)>) -> (usize, u64) {
-        crate::history::context_released(id, -1);
+        crate::history::context_released(id);
         let mut gone = self.live.drain_where(|r| r.context == id);
         gone.extend(pooled);
         let bytes = gone.iter().map(|(_, r)| r.size).sum();

@@ -1,5 +1,5 @@
 //! The history's file, shim side: the cuguard thread drains every thread's ring
-//! ([`super::ring`]) every [`DRAIN_MS`] into a file beside the report, and the final report
+//! ([`crate::history::ring`]) every [`DRAIN_MS`] into a file beside the report, and the final report
 //! drains the rest and closes it with an end.
 //!
 //! - The file is `NAME.history` beside the report `NAME.json` (the report template's path in
@@ -24,7 +24,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use cuguard_history::{Action, Chunk, Header, Raw, VERSION, write_chunk};
-use cuguard_report::{HistoryInfo, HistoryLost};
 
 use crate::process::clock;
 use crate::process::global::lock;
@@ -35,36 +34,7 @@ pub const DRAIN_MS: u64 = 50;
 /// The longest list of loss windows kept for the report.
 const MAX_LOST_WINDOWS: usize = 64;
 
-/// The clock pair taken when the history began: (tsc, ns since start, Unix ns).
-static FIRST: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
-
-/// Takes the history's first clock pair (once, when it is turned on).
-pub fn first_clock() {
-    let (tsc, since, unix) = now();
-    if FIRST[0]
-        .compare_exchange(0, tsc.max(1), Ordering::AcqRel, Ordering::Acquire)
-        .is_ok()
-    {
-        FIRST[1].store(since, Ordering::Release);
-        FIRST[2].store(unix, Ordering::Release);
-    }
-}
-
-fn first() -> (u64, u64, u64) {
-    (
-        FIRST[0].load(Ordering::Acquire),
-        FIRST[1].load(Ordering::Acquire),
-        FIRST[2].load(Ordering::Acquire),
-    )
-}
-
-fn now() -> (u64, u64, u64) {
-    let tsc = crate::tracker::counters::order_key();
-    let mono = clock::monotonic_ns();
-    let (start_unix, start_mono) = clock::start_ns();
-    let since = mono.saturating_sub(start_mono);
-    (tsc, since, start_unix + since)
-}
+use crate::history::{clock_now as now, first};
 
 /// The writer's state.
 struct Writer {
@@ -85,7 +55,8 @@ struct Writer {
     /// What is live, as the events drained so far say (for a new segment's `Live` chunk).
     live: HashMap<u64, (u32, Raw)>,
     live_segments: HashMap<u64, (u32, Raw)>,
-    lost: Vec<HistoryLost>,
+    /// Events lost: (count, from ms, to ms).
+    lost: Vec<(u64, u64, u64)>,
     let_go: u32,
     stopped: Option<String>,
     ended: bool,
@@ -101,63 +72,78 @@ fn writer() -> &'static Mutex<Option<Writer>> {
 
 /// When the last drain ran, ms since the start.
 static LAST_DRAIN_MS: AtomicU64 = AtomicU64::new(0);
+/// The interval until the next drain, ms: [`DRAIN_MS`], or [`BUSY_DRAIN_MS`] after a drain
+/// that wrote more than 1/64 of the bound.
+static INTERVAL_MS: AtomicU64 = AtomicU64::new(DRAIN_MS);
+/// How often a busy program's rings are drained, milliseconds.
+pub const BUSY_DRAIN_MS: u64 = 5;
 
 /// For the cuguard thread's loop: drains when a drain is due; returns in how many ms the next
 /// one is (`None` when the history is off).
 pub fn tick() -> Option<u64> {
-    if !super::on() {
+    if !crate::history::on() {
         return None;
     }
     let now = clock::since_start_ms();
     let last = LAST_DRAIN_MS.load(Ordering::Relaxed);
-    if now >= last + DRAIN_MS {
-        drain(false);
+    let every = INTERVAL_MS.load(Ordering::Relaxed).max(1);
+    if now >= last + every {
+        let bytes = drain(false);
+        // A busy program: drain more often, so that one drain stays a small part of the bound.
+        let every = if bytes > crate::config::get().history_bytes / 64 {
+            BUSY_DRAIN_MS
+        } else {
+            DRAIN_MS
+        };
+        INTERVAL_MS.store(every, Ordering::Relaxed);
         LAST_DRAIN_MS.store(clock::since_start_ms(), Ordering::Relaxed);
-        return Some(DRAIN_MS);
+        return Some(every);
     }
-    Some(last + DRAIN_MS - now)
+    Some(last + every - now)
 }
 
 /// Drains every ring into the file now (a report is about to be written: what it says and the
 /// history agree).
 pub fn drain_now() {
-    if super::on() {
+    if crate::history::on() {
         drain(false);
     }
 }
 
 /// Drains the rest and ends the history (the final report).
 pub fn finish() {
-    if super::on() {
+    if crate::history::on() {
         drain(true);
     }
 }
 
-fn drain(end: bool) {
+/// Drains every ring into the file; returns the bytes written.
+fn drain(end: bool) -> u64 {
     let mut guard = lock(writer());
     if guard.is_none() {
         *guard = Some(Writer::new());
     }
     let w = guard.as_mut().expect("just set");
     if w.ended {
-        return;
+        return 0;
     }
+    let before = w.seg_bytes + w.prev_bytes;
     let mut batches: Vec<(u32, Vec<Raw>)> = Vec::new();
     let mut lost: Vec<(u64, u64, u64)> = Vec::new();
-    for ring in super::ring::rings() {
+    for ring in crate::history::ring::rings() {
         ring.drain(
             &mut |thread, events| batches.push((thread, events.to_vec())),
             &mut |n, a, b| lost.push((n, a, b)),
         );
     }
-    let (orphans, orphans_lost) = super::ring::take_orphans();
+    let (orphans, orphans_lost) = crate::history::ring::take_orphans();
     let mut by_thread: HashMap<u32, Vec<Raw>> = HashMap::new();
     for (thread, raw) in orphans {
         by_thread.entry(thread).or_default().push(raw);
     }
     batches.extend(by_thread);
     if orphans_lost > 0 {
-        let t = crate::tracker::counters::order_key();
+        let t = crate::history::now_tsc();
         lost.push((orphans_lost, t, t));
     }
     w.write(&batches, &lost, end);
@@ -165,6 +151,8 @@ fn drain(end: bool) {
         w.ended = true;
         w.file = None;
     }
+    crate::history::set_status(w.status());
+    (w.seg_bytes + w.prev_bytes).saturating_sub(before)
 }
 
 impl Writer {
@@ -292,14 +280,10 @@ impl Writer {
         let full = self.lost.len() >= MAX_LOST_WINDOWS;
         match self.lost.last_mut() {
             Some(l) if full => {
-                l.count += count;
-                l.to_ms = l.to_ms.max(to_ms);
+                l.0 += count;
+                l.2 = l.2.max(to_ms);
             }
-            _ => self.lost.push(HistoryLost {
-                count,
-                from_ms,
-                to_ms,
-            }),
+            _ => self.lost.push((count, from_ms, to_ms)),
         }
     }
 
@@ -366,7 +350,11 @@ impl Writer {
         let Some(f) = self.file.as_mut() else { return };
         match f.write_all(buf) {
             Ok(()) => self.seg_bytes += buf.len() as u64,
-            Err(e) => self.stop(format!("writing {} failed: {e}", self.path.display())),
+            Err(e) => {
+                // What was written of these chunks goes: the file ends at a whole chunk.
+                let _ = f.set_len(self.seg_bytes);
+                self.stop(format!("writing {} failed: {e}", self.path.display()))
+            }
         }
     }
 
@@ -483,30 +471,21 @@ impl Writer {
         }
     }
 
-    fn info(&self, report: &Path) -> HistoryInfo {
-        let dir = report.parent().unwrap_or(Path::new(""));
-        let name = |p: &Path| -> String {
-            if p.parent() == Some(dir) {
-                p.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            } else {
-                p.to_string_lossy().into_owned()
-            }
-        };
+    /// What the report says of the history ([`crate::history::Status`]).
+    fn status(&self) -> crate::history::Status {
         let mut files = Vec::new();
         if self.prev_bytes > 0 {
-            files.push(name(&previous(&self.path)));
+            files.push(previous(&self.path));
         }
         if !self.path.as_os_str().is_empty() && (self.file.is_some() || self.seg_bytes > 0) {
-            files.push(name(&self.path));
+            files.push(self.path.clone());
         }
-        HistoryInfo {
+        crate::history::Status {
             files,
             events: self.events,
             bytes: self.seg_bytes + self.prev_bytes,
-            bound_bytes: self.bound,
-            segments_let_go: self.let_go,
+            bound: self.bound,
+            let_go: self.let_go,
             begins_ms: if self.let_go > 0 {
                 self.prev_start_ns / 1_000_000
             } else {
@@ -516,16 +495,6 @@ impl Writer {
             stopped: self.stopped.clone(),
         }
     }
-}
-
-/// The report's `history` for a report going to `report` (drained first), or `None` when the
-/// history is off.
-pub fn info(report: &Path) -> Option<HistoryInfo> {
-    if !super::on() {
-        return None;
-    }
-    drain_now();
-    lock(writer()).as_ref().map(|w| w.info(report))
 }
 
 /// `NAME.history` for the report `NAME.json` (any other report name gets `.history` added),
