@@ -756,7 +756,8 @@ fn cli_the_readme_demo_run_twice_shows_the_second_run() {
             said.contains("demo.json") && !said.contains("demo.1.json"),
             "{said}"
         );
-        assert_eq!(files_in(&dir), ["demo.json"]);
+        // The report and its history, replaced by the next run's.
+        assert_eq!(files_in(&dir), ["demo.history", "demo.json"]);
         let r = support::read_report(&dir.join("demo.json"));
         runs.push((
             r["process"]["pid"].as_u64().unwrap(),
@@ -788,11 +789,27 @@ fn cli_one_run_keeps_each_process_report_a_later_run_replaces_them() {
     let mut ids = Vec::new();
     for _ in 0..2 {
         run_demo(&dir, "demo.json", &["/bin/sh", "-c", &twice]);
-        assert_eq!(files_in(&dir), ["demo.1.json", "demo.json"]);
+        // Each process's history is kept too, numbered as the reports are, each report naming
+        // its own.
+        assert_eq!(
+            files_in(&dir),
+            [
+                "demo.1.history",
+                "demo.1.json",
+                "demo.history",
+                "demo.json"
+            ]
+        );
         let reports: Vec<serde_json::Value> = ["demo.json", "demo.1.json"]
             .iter()
             .map(|f| support::read_report(&dir.join(f)))
             .collect();
+        let mut histories: Vec<&str> = reports
+            .iter()
+            .map(|r| r["history"]["files"][0].as_str().unwrap())
+            .collect();
+        histories.sort();
+        assert_eq!(histories, ["demo.1.history", "demo.history"]);
         assert_eq!(reports[0]["run_id"], reports[1]["run_id"]);
         assert_ne!(reports[0]["process"]["pid"], reports[1]["process"]["pid"]);
         ids.push(reports[0]["run_id"].clone());
@@ -814,7 +831,17 @@ fn cli_one_run_keeps_each_process_report_a_later_run_replaces_them() {
         pids.push(r["process"]["pid"].clone());
     }
     assert_ne!(pids[0], pids[1]);
-    assert_eq!(files_in(&dir), ["by-hand.json", "demo.1.json", "demo.json"]);
+    assert_eq!(
+        files_in(&dir),
+        [
+            "by-hand.history",
+            "by-hand.json",
+            "demo.1.history",
+            "demo.1.json",
+            "demo.history",
+            "demo.json"
+        ]
+    );
 }
 
 #[test]

@@ -235,15 +235,15 @@ fn a_full_disk_stops_the_history_and_the_program_runs_on() {
     let dir = scratch_dir("history-full");
     let report = dir.join("r.json");
     let mut cmd = shim_command(&c_program("history_churn"), &report);
-    cmd.args(["10", "10", "2000", "0"]);
-    // A file-size limit stands in for a full disk: writes past 256 KiB fail (EFBIG), with
+    cmd.args(["10", "10", "4000", "0"]);
+    // A file-size limit stands in for a full disk: writes past 4 MiB fail (EFBIG), with
     // SIGXFSZ ignored as a program that handles it would.
     // SAFETY: setrlimit and signal are async-signal-safe; nothing else runs in the child here.
     unsafe {
         cmd.pre_exec(|| {
             let lim = libc::rlimit {
-                rlim_cur: 256 << 10,
-                rlim_max: 256 << 10,
+                rlim_cur: 4 << 20,
+                rlim_max: 4 << 20,
             };
             libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
             libc::signal(libc::SIGXFSZ, libc::SIG_IGN);

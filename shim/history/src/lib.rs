@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use cuguard_history::{Action, Chunk, Header, Raw, Reader, write_chunk};
-//! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 1, segment: 0 }.encode().to_vec();
+//! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 1, segment: 0, run: 0 }.encode().to_vec();
 //! let events = [
 //!     Raw { tsc: 100, addr: 0x7f00_0000_0000, size: 1 << 20, stack: 3, context: 0, kind: Action::Alloc as u8, device: 1 },
 //!     Raw { tsc: 250, addr: 0x7f00_0000_0000, size: 0, stack: u32::MAX, context: 0, kind: Action::Free as u8, device: 1 },
@@ -26,7 +26,7 @@
 //! # Layout (version 1), little-endian
 //!
 //! A 32-byte header ([`Header`]): magic `CUGHIST1`, version (u32), pid (u32), the process's start
-//! (u64 nanoseconds since the Unix epoch), the segment's number (u32), 4 bytes reserved. Then chunks to the end of the file,
+//! (u64 nanoseconds since the Unix epoch), the segment's number (u32), the run's tag (u32). Then chunks to the end of the file,
 //! each `kind (u8) · length (u32) · checksum (u32, FNV-1a 32 of the kind and the payload) ·
 //! payload`. A reader rejects a
 //! checksum that does not match ([`Error::Corrupt`]) and a chunk cut short ([`Error::Truncated`]);
@@ -162,6 +162,14 @@ pub struct Header {
     /// Which segment of a bounded history this file is: 0 for the first, counting up each time
     /// the writer starts a new one (see [`Chunk::Live`]).
     pub segment: u32,
+    /// The run the process belongs to ([`run_tag`] of `CUGUARD_RUN_ID`), 0 outside a run: a
+    /// writer replaces an earlier run's file of its name, never one of its own run.
+    pub run: u32,
+}
+
+/// The header's tag of a run id: FNV-1a 32 of its bytes, never 0.
+pub fn run_tag(id: &str) -> u32 {
+    checksum(0, id.as_bytes()).max(1)
 }
 
 impl Header {
@@ -173,6 +181,7 @@ impl Header {
         b[12..16].copy_from_slice(&self.pid.to_le_bytes());
         b[16..24].copy_from_slice(&self.start_unix_ns.to_le_bytes());
         b[24..28].copy_from_slice(&self.segment.to_le_bytes());
+        b[28..32].copy_from_slice(&self.run.to_le_bytes());
         b
     }
 
@@ -194,6 +203,7 @@ impl Header {
             pid: u32_at(12),
             start_unix_ns: u64::from_le_bytes(b[16..24].try_into().unwrap()),
             segment: u32_at(24),
+            run: u32_at(28),
         })
     }
 }

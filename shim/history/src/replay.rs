@@ -9,7 +9,7 @@
 //! ```
 //! use cuguard_history::{Action, Chunk, Header, Memory, Raw, kind, write_chunk};
 //! use cuguard_history::replay::Replay;
-//! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 0, segment: 0 }.encode().to_vec();
+//! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 0, segment: 0, run: 0 }.encode().to_vec();
 //! // 1 tsc tick = 1 ns here.
 //! write_chunk(&mut file, &Chunk::Clock { tsc: 1_000, since_start_ns: 0, unix_ns: 0 });
 //! write_chunk(&mut file, &Chunk::Clock { tsc: 2_000_001_000, since_start_ns: 2_000_000_000, unix_ns: 2_000_000_000 });

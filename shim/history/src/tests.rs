@@ -10,6 +10,7 @@ fn header() -> Vec<u8> {
         pid: 9,
         start_unix_ns: 1_700_000_000_000_000_000,
         segment: 0,
+        run: 0,
     }
     .encode()
     .to_vec()

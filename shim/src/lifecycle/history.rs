@@ -1,12 +1,12 @@
-//! The history's file, shim side: the cuguard thread drains every thread's ring
-//! ([`crate::history::ring`]) every [`DRAIN_MS`] into a file beside the report, and the final report
-//! drains the rest and closes it with an end.
+//! The history's file, shim side: its own thread drains every thread's ring
+//! ([`crate::history::ring`]) every [`DRAIN_MS`] into a file beside the report ([`start`]), and
+//! the final report drains the rest and closes it with an end.
 //!
 //! - The file is `NAME.history` beside the report `NAME.json` (the report template's path in
 //!   this process), created exclusively (never through a link) with mode 0600. A file of that
-//!   name left by a process that no longer runs (an earlier run) is replaced; one of a running
-//!   process (a sibling with the same report name) is left alone and this one is tagged with its
-//!   pid (`NAME.PID.history`).
+//!   name of an earlier run (another `CUGUARD_RUN_ID`'s, or outside runs one whose process no
+//!   longer runs) is replaced; one of this run's other processes is kept, and this one numbered
+//!   as reports are (`NAME.1.history`, …). The report names its own history.
 //! - Each drain appends whole chunks with one `write`: what is on disk is readable at any moment
 //!   (a `kill -9` loses at most the last drain interval).
 //! - Bounded: when the file passes half the bound it becomes `NAME.history.1` (replacing an older
@@ -14,14 +14,14 @@
 //!   and everything live ([`cuguard_history::Chunk::Live`]), so the newest segment and its
 //!   predecessor are within the bound and the newer one reads on its own.
 //! - A write that fails (a full disk) stops the history: the program runs on, and the report
-//!   says why ([`info`]).
+//!   says why (`history.stopped`), with the file cut back to its last whole chunk.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use cuguard_history::{Action, Chunk, Header, Raw, VERSION, write_chunk};
 
@@ -71,35 +71,57 @@ fn writer() -> &'static Mutex<Option<Writer>> {
 }
 
 /// When the last drain ran, ms since the start.
-static LAST_DRAIN_MS: AtomicU64 = AtomicU64::new(0);
-/// The interval until the next drain, ms: [`DRAIN_MS`], or [`BUSY_DRAIN_MS`] after a drain
-/// that wrote more than 1/64 of the bound.
-static INTERVAL_MS: AtomicU64 = AtomicU64::new(DRAIN_MS);
 /// How often a busy program's rings are drained, milliseconds.
 pub const BUSY_DRAIN_MS: u64 = 5;
 
-/// For the cuguard thread's loop: drains when a drain is due; returns in how many ms the next
-/// one is (`None` when the history is off).
-pub fn tick() -> Option<u64> {
-    if !crate::history::on() {
-        return None;
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// Starts the history's thread, `cuguard-history`, which drains the rings every [`DRAIN_MS`]
+/// ([`BUSY_DRAIN_MS`] after a drain that wrote more than 1/64 of the bound). Its own thread,
+/// apart from the cuguard thread, whose reports and names may take a while: the rings are
+/// drained meanwhile. Started when the process arms (never at load), with every signal
+/// blocked; a forked child starts its own.
+pub fn start() {
+    if RUNNING.swap(true, Ordering::AcqRel) {
+        return;
     }
-    let now = clock::since_start_ms();
-    let last = LAST_DRAIN_MS.load(Ordering::Relaxed);
-    let every = INTERVAL_MS.load(Ordering::Relaxed).max(1);
-    if now >= last + every {
-        let bytes = drain(false);
+    // SAFETY: sigset_t values are plain data; pthread_sigmask only changes this thread's mask.
+    let spawned = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let r = std::thread::Builder::new()
+            .name("cuguard-history".into())
+            .stack_size(256 << 10)
+            .spawn(drain_loop);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    };
+    if let Err(e) = spawned {
+        RUNNING.store(false, Ordering::Release);
+        crate::process::diag::log(|| format!("could not start the history's thread: {e}"));
+    }
+}
+
+fn drain_loop() {
+    // Inside the shim for good: nothing this thread does is tracked.
+    std::mem::forget(crate::guard::Guard::enter());
+    let mut every = DRAIN_MS;
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(every));
+        if crate::phase::final_claimed() {
+            RUNNING.store(false, Ordering::Release);
+            return;
+        }
+        let bytes = crate::guard::shield(0, || drain(false));
         // A busy program: drain more often, so that one drain stays a small part of the bound.
-        let every = if bytes > crate::config::get().history_bytes / 64 {
+        every = if bytes > crate::config::get().history_bytes / 64 {
             BUSY_DRAIN_MS
         } else {
             DRAIN_MS
         };
-        INTERVAL_MS.store(every, Ordering::Relaxed);
-        LAST_DRAIN_MS.store(clock::since_start_ms(), Ordering::Relaxed);
-        return Some(every);
     }
-    Some(last + every - now)
 }
 
 /// Drains every ring into the file now (a report is about to be written: what it says and the
@@ -190,6 +212,7 @@ impl Writer {
             return;
         }
         let mut buf = Vec::new();
+        let mut written = 0u64;
         self.names(&mut buf, false);
         write_chunk(
             &mut buf,
@@ -209,7 +232,7 @@ impl Writer {
                         events: part.to_vec(),
                     },
                 );
-                self.events += part.len() as u64;
+                written += part.len() as u64;
             }
         }
         for &(count, first_tsc, last_tsc) in lost {
@@ -231,6 +254,9 @@ impl Writer {
             self.rotate();
         }
         self.append(&buf);
+        if self.stopped.is_none() {
+            self.events += written;
+        }
         // In time order: the rings are drained one after another, so a free of an address and
         // the next allocation that received it may be drained in either order.
         let mut all: Vec<(u32, Raw)> = batches
@@ -368,14 +394,18 @@ impl Writer {
     /// Creates the first segment; false (and the history stopped) when it cannot.
     fn open(&mut self) -> bool {
         let report = crate::report::report_path();
-        let path = history_path(&report, None);
-        let file = match create(&path) {
-            Ok(f) => Ok((f, path.clone())),
-            Err(_) => {
-                let tagged = history_path(&report, Some(crate::process::identity::pid()));
-                create(&tagged).map(|f| (f, tagged))
+        let path = history_path(&report, 0);
+        // The report's name, numbered as reports are when another process of the run has it.
+        let mut file = create(&path).map(|f| (f, path.clone()));
+        for n in 1..MAX_NUMBERED {
+            match &file {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let numbered = history_path(&report, n);
+                    file = create(&numbered).map(|f| (f, numbered));
+                }
+                _ => break,
             }
-        };
+        }
         match file {
             Ok((f, path)) => {
                 self.file = Some(f);
@@ -400,6 +430,7 @@ impl Writer {
             pid: crate::process::identity::pid(),
             start_unix_ns: start_unix,
             segment: self.segment,
+            run: run_tag(),
         }
         .encode()
         .to_vec();
@@ -497,19 +528,31 @@ impl Writer {
     }
 }
 
+/// How many numbered names a history tries when the first is another process's of its run.
+const MAX_NUMBERED: u32 = 1000;
+
 /// `NAME.history` for the report `NAME.json` (any other report name gets `.history` added),
-/// tagged `NAME.PID.history` when asked.
-fn history_path(report: &Path, tag: Option<u32>) -> PathBuf {
+/// `NAME.N.history` for `n` > 0.
+fn history_path(report: &Path, n: u32) -> PathBuf {
     let name = report
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "cuguard".into());
     let stem = name.strip_suffix(".json").unwrap_or(&name);
-    let file = match tag {
-        Some(pid) => format!("{stem}.{pid}.history"),
-        None => format!("{stem}.history"),
+    let file = if n == 0 {
+        format!("{stem}.history")
+    } else {
+        format!("{stem}.{n}.history")
     };
     report.with_file_name(file)
+}
+
+/// This process's run tag for the header ([`cuguard_history::run_tag`]), 0 outside a run.
+fn run_tag() -> u32 {
+    crate::config::get()
+        .run_id
+        .as_deref()
+        .map_or(0, cuguard_history::run_tag)
 }
 
 fn previous(path: &Path) -> PathBuf {
@@ -518,8 +561,9 @@ fn previous(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// Creates `path` exclusively; a history file there of this user's whose process no longer
-/// runs (an earlier run) is removed first, with its older segment.
+/// Creates `path` exclusively; a history file there of this user's of an earlier run (another
+/// run's, or outside runs one whose process no longer runs) is removed first, with its older
+/// segment.
 fn create(path: &Path) -> std::io::Result<File> {
     match cuguard_files::create_new(path, 0o600) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && stale(path) => {
@@ -555,6 +599,10 @@ fn stale(path: &Path) -> bool {
     let Ok(h) = Header::decode(&head) else {
         return false;
     };
+    let mine = run_tag();
+    if h.run != 0 || mine != 0 {
+        return h.run != mine;
+    }
     if h.pid == crate::process::identity::pid() {
         return h.start_unix_ns != clock::start_ns().0;
     }
@@ -567,5 +615,5 @@ fn stale(path: &Path) -> bool {
 /// parent's).
 pub fn reset_after_fork() {
     crate::process::global::replace(&WRITER, Mutex::new(None));
-    LAST_DRAIN_MS.store(0, Ordering::Relaxed);
+    RUNNING.store(false, Ordering::Release);
 }

@@ -115,6 +115,9 @@ fn arm() {
     if thread {
         reporter::announce();
     }
+    if crate::history::on() {
+        history::start();
+    }
 }
 
 unsafe extern "C" {

@@ -274,12 +274,6 @@ fn run() {
                 timeout_ms = due;
             }
         }
-        if let Some(due) = super::history::tick() {
-            let due = due.max(1).min(i32::MAX as u64) as libc::c_int;
-            if timeout_ms < 0 || timeout_ms > due {
-                timeout_ms = due;
-            }
-        }
         if let Some(due) = crate::report::timeline::tick() {
             let due = due.max(1).min(i32::MAX as u64) as libc::c_int;
             if timeout_ms < 0 || timeout_ms > due {
