@@ -59,6 +59,14 @@
 //! integer fits in 64 signed bits. The viewer reads an integer of up to 8 bytes as a JavaScript
 //! number: exact below 2^53, far above any device address.
 //!
+//! # Checking a snapshot
+//!
+//! `scripts/memory_viz_check.py` checks a snapshot as its readers will read it (the opcodes the
+//! viewer's unpickler knows, PyTorch's keys, the tiling, the viewer's walk back from the state
+//! through the trace); `scripts/memory_viz_torch.py` runs `torch/cuda/_memory_viz.py`'s own
+//! readers on it, and `scripts/memory_viz_node.mjs` the viewer's JavaScript, each given the
+//! file(s) from a PyTorch checkout or install (torch itself is not needed).
+//!
 //! # Events at one moment
 //!
 //! The trace orders events of one nanosecond as the viewer can replay them: frees of what was

@@ -422,3 +422,85 @@ fn the_pickle_grows_linearly_with_the_events() {
     ));
     assert_eq!(checked["segments"][0][3].as_array().unwrap().len(), 3000);
 }
+
+/// PyTorch's own readers (`segsum`, `trace`, the flame graphs, the HTML pages of
+/// `torch/cuda/_memory_viz.py`) on the snapshot, when `CUGUARD_TORCH_MEMORY_VIZ` names that
+/// file: torch is not needed, only that file (see `scripts/memory_viz_torch.py`).
+#[test]
+fn pytorchs_memory_viz_reads_it_when_at_hand() {
+    let Some(viz) = std::env::var_os("CUGUARD_TORCH_MEMORY_VIZ") else {
+        eprintln!("CUGUARD_TORCH_MEMORY_VIZ is not set: PyTorch's _memory_viz.py not run");
+        return;
+    };
+    let path =
+        std::env::temp_dir().join(format!("cuguard-memory-viz-{}.pickle", std::process::id()));
+    std::fs::write(&path, memory_viz(&replay(), &frames, None)).unwrap();
+    let out = std::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/memory_viz_torch.py"
+        ))
+        .arg(viz)
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // segsum: three segments, 8 MiB + 256 B + 1 MiB reserved, 3.5 MiB + 256 B + 1 MiB allocated.
+    assert!(text.contains("segments: 3\n"), "{text}");
+    assert!(text.contains("total_reserved: 9.0MiB"), "{text}");
+    assert!(text.contains("total_allocated: 4.5MiB"), "{text}");
+    assert!(
+        text.contains("raise OutOfMemoryError() # 1.0GiB requested"),
+        "{text}"
+    );
+}
+
+/// The JavaScript of PyTorch's viewer (its unpickler, `annotate_snapshot`,
+/// `process_alloc_data`) on the snapshot, in Node, when `CUGUARD_TORCH_VIZ_DIR` names a
+/// `torch/utils/viz` folder (see `scripts/memory_viz_node.mjs`).
+#[test]
+fn pytorchs_viewer_script_reads_it_when_at_hand() {
+    let Some(dir) = std::env::var_os("CUGUARD_TORCH_VIZ_DIR") else {
+        eprintln!("CUGUARD_TORCH_VIZ_DIR is not set: PyTorch's MemoryViz.js not run");
+        return;
+    };
+    let path = std::env::temp_dir().join(format!(
+        "cuguard-memory-viz-js-{}.pickle",
+        std::process::id()
+    ));
+    std::fs::write(&path, memory_viz(&replay(), &frames, None)).unwrap();
+    let out = std::process::Command::new("node")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/memory_viz_node.mjs"
+        ))
+        .arg(dir)
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_str(&text).unwrap();
+    // Device 0: six allocations, at most A + P + Q + B + C + D live; three driver allocations.
+    // Device 1: two allocations, two driver allocations.
+    assert_eq!(
+        got,
+        json!([
+            {"device": 0, "events": 13, "allocations": 6, "peak": 8 * MIB + MIB / 2 + 256,
+             "segments": 3, "reserved_peak": 12 * MIB + 256},
+            {"device": 1, "events": 6, "allocations": 2, "peak": 2 * MIB,
+             "segments": 2, "reserved_peak": 3 * MIB},
+        ])
+    );
+}
