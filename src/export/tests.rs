@@ -461,20 +461,14 @@ fn pytorchs_memory_viz_reads_it_when_at_hand() {
     );
 }
 
-/// The JavaScript of PyTorch's viewer (its unpickler, `annotate_snapshot`,
-/// `process_alloc_data`) on the snapshot, in Node, when `CUGUARD_TORCH_VIZ_DIR` names a
-/// `torch/utils/viz` folder (see `scripts/memory_viz_node.mjs`).
-#[test]
-fn pytorchs_viewer_script_reads_it_when_at_hand() {
-    let Some(dir) = std::env::var_os("CUGUARD_TORCH_VIZ_DIR") else {
-        eprintln!("CUGUARD_TORCH_VIZ_DIR is not set: PyTorch's MemoryViz.js not run");
-        return;
-    };
+/// Runs `scripts/memory_viz_node.mjs` on `bytes` with the viewer's files in `dir`.
+fn node(dir: &std::ffi::OsStr, bytes: &[u8]) -> Value {
     let path = std::env::temp_dir().join(format!(
-        "cuguard-memory-viz-js-{}.pickle",
-        std::process::id()
+        "cuguard-memory-viz-js-{}-{}.pickle",
+        std::process::id(),
+        bytes.len()
     ));
-    std::fs::write(&path, memory_viz(&replay(), &frames, None)).unwrap();
+    std::fs::write(&path, bytes).unwrap();
     let out = std::process::Command::new("node")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -491,16 +485,160 @@ fn pytorchs_viewer_script_reads_it_when_at_hand() {
         "{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let got: Value = serde_json::from_str(&text).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The JavaScript of PyTorch's viewer (its unpickler, `annotate_snapshot`,
+/// `process_alloc_data`) on the snapshot, in Node, when `CUGUARD_TORCH_VIZ_DIR` names a
+/// `torch/utils/viz` folder (see `scripts/memory_viz_node.mjs`).
+#[test]
+fn pytorchs_viewer_script_reads_it_when_at_hand() {
+    let Some(dir) = std::env::var_os("CUGUARD_TORCH_VIZ_DIR") else {
+        eprintln!("CUGUARD_TORCH_VIZ_DIR is not set: PyTorch's MemoryViz.js not run");
+        return;
+    };
     // Device 0: six allocations, at most A + P + Q + B + C + D live; three driver allocations.
     // Device 1: two allocations, two driver allocations.
     assert_eq!(
-        got,
+        node(&dir, &memory_viz(&replay(), &frames, None)),
         json!([
             {"device": 0, "events": 13, "allocations": 6, "peak": 8 * MIB + MIB / 2 + 256,
              "segments": 3, "reserved_peak": 12 * MIB + 256},
             {"device": 1, "events": 6, "allocations": 2, "peak": 2 * MIB,
              "segments": 2, "reserved_peak": 3 * MIB},
         ])
+    );
+    // The window: B is freed in it, made before it; P and T are live at its end.
+    assert_eq!(
+        node(&dir, &memory_viz(&replay(), &frames, Some((2_700, 6_500)))),
+        json!([
+            {"device": 0, "events": 4, "allocations": 6, "peak": 8 * MIB + MIB / 2 + 256,
+             "segments": 3, "reserved_peak": 12 * MIB + 256},
+            {"device": 1, "events": 2, "allocations": 2, "peak": 2 * MIB,
+             "segments": 2, "reserved_peak": 3 * MIB},
+        ])
+    );
+    // Five thousand allocations, all live then all freed, the last first (the viewer's timeline
+    // shifts every allocation above a freed one: freeing the first first is quadratic there):
+    // lists longer than one batch.
+    let n = 5_000u64;
+    let big = Replay {
+        start_unix_ns: START,
+        segments: vec![block(0, None, S, n * 4096, Memory::Device, 1)],
+        blocks: (0..n)
+            .map(|i| {
+                block(
+                    10 + i,
+                    Some(10 + 2 * n - i),
+                    S + i * 4096,
+                    4096,
+                    Memory::PoolBlock,
+                    1,
+                )
+            })
+            .collect(),
+        ..Replay::default()
+    };
+    assert_eq!(
+        node(&dir, &memory_viz(&big, &frames, None)),
+        json!([{"device": 0, "events": 1 + 2 * n, "allocations": n, "peak": n * 4096,
+                "segments": 1, "reserved_peak": n * 4096}])
+    );
+}
+
+/// A history written as the shim writes it and read back by [`Replay::read`]: a pool's segment
+/// and its blocks, a plain allocation, an OOM.
+#[test]
+fn a_history_file_read_back_exports() {
+    use cuguard_history::{Action, Chunk, Header, Raw, kind, write_chunk};
+    let mut file = Header {
+        version: cuguard_history::VERSION,
+        pid: 7,
+        start_unix_ns: START,
+        segment: 0,
+    }
+    .encode()
+    .to_vec();
+    // 1 tsc tick = 1 ns.
+    write_chunk(
+        &mut file,
+        &Chunk::Clock {
+            tsc: 0,
+            since_start_ns: 0,
+            unix_ns: START,
+        },
+    );
+    write_chunk(
+        &mut file,
+        &Chunk::Clock {
+            tsc: 1_000_000,
+            since_start_ns: 1_000_000,
+            unix_ns: START + 1_000_000,
+        },
+    );
+    let ev = |tsc, action, memory, addr, size, device| Raw {
+        tsc,
+        addr,
+        size,
+        stack: 2,
+        context: 0,
+        kind: kind(action, memory),
+        device,
+    };
+    write_chunk(
+        &mut file,
+        &Chunk::Events {
+            thread: 5,
+            events: vec![
+                ev(1_000, Action::SegmentAlloc, Memory::Device, S, 2 * MIB, 1),
+                ev(2_000, Action::Alloc, Memory::PoolBlock, S, 4096, 1),
+                ev(3_000, Action::Alloc, Memory::PoolBlock, S + MIB, 4096, 1),
+                ev(4_000, Action::Free, Memory::PoolBlock, S, 0, 1),
+                ev(5_000, Action::Alloc, Memory::Device, P, 512, 2),
+                ev(6_000, Action::Oom, Memory::Device, 0, 1 << 40, 2),
+            ],
+        },
+    );
+    write_chunk(&mut file, &Chunk::End { tsc: 7_000 });
+    let replay = Replay::read(&[&file]).unwrap();
+    let got = check(&memory_viz(&replay, &frames, None));
+    assert_eq!(
+        got["segments"],
+        json!([
+            [
+                0,
+                S,
+                2 * MIB,
+                [
+                    ["inactive", S, MIB],
+                    ["active_allocated", S + MIB, 4096],
+                    ["inactive", S + MIB + 4096, MIB - 4096],
+                ]
+            ],
+            [1, P, 512, [["active_allocated", P, 512]]],
+        ])
+    );
+    let actions = |d: usize| -> Vec<String> {
+        got["traces"][d]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e[0].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        actions(0),
+        [
+            "segment_alloc",
+            "alloc",
+            "alloc",
+            "free_requested",
+            "free_completed"
+        ]
+    );
+    assert_eq!(actions(1), ["segment_alloc", "alloc", "oom"]);
+    assert_eq!(
+        got["traces"][1][2],
+        json!(["oom", 0, 1u64 << 40, us(6_000)])
     );
 }
