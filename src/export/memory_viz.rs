@@ -34,23 +34,24 @@
 //!
 //! Every driver allocation that a pool or a cache carves blocks from ([`Replay::segments`]) is a
 //! segment. A program allocation ([`Replay::blocks`]) is a block of the segment that holds its
-//! address, was live when it was made and outlives it; a program allocation in no segment (a
+//! address, was live when it was made and is not given back before it; a program allocation in no segment (a
 //! plain `cudaMalloc`, whoever made it: the program, a library, a framework's cache) is a
 //! segment of its own with one block, itself, and its trace has `segment_alloc` and `alloc`
 //! where it was made, `free_requested`, `free_completed` and `segment_free` where it went. So
 //! the viewer's Active Memory Timeline shows every allocation, and its Active Cached Segment
 //! Timeline every driver allocation. Pinned host memory is left out: it is not device memory.
 //! Memory of an unknown device is shown as one more device after the highest known ordinal (as
-//! `torch.cuda._memory_viz` places memory that is not on a GPU).
+//! `_profile_to_snapshot` in `torch/cuda/_memory_viz.py` places memory that is not on a GPU).
 //!
 //! # A window
 //!
 //! With `window = Some((from_ns, to_ns))` (nanoseconds since the process started), the
 //! snapshot is taken at `to_ns`: `segments` holds what was live at that moment, and the traces
 //! the events of `[from_ns, to_ns]`. That is what PyTorch's own snapshot is (the state when it
-//! was taken, and the trace its ring buffer still held), and the viewer replays the trace
-//! backwards from the state, so the two agree: allocations made before the window and freed in
-//! it appear as live from the window's start. Without a window, the state at the history's end
+//! was taken, and the trace its ring buffer still held), and the two agree: the viewer's
+//! Allocator State History walks the trace backwards from the state, and its timelines show
+//! what the state holds with no `alloc` in the trace, and what is freed in the trace with no
+//! `alloc` before, as live from the window's start. Without a window, the state at the history's end
 //! and every event.
 //!
 //! # Integers
