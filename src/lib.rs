@@ -23,6 +23,7 @@
 //! - [`format`](mod@format): the trait every output format implements, and the registries
 //!   `--format` reads;
 //! - [`view`]: the HTML page of `cuguard view`;
+//! - [`export`]: a history in other tools' formats (PyTorch's memory snapshot);
 //! - [`live`]: the stats pages of running processes, read for `cuguard top` and `cuguard
 //!   exporter`; [`top`]: the live terminal view; [`exporter`]: those pages as Prometheus
 //!   metrics, and their HTTP server;
@@ -47,6 +48,7 @@ pub mod check;
 pub mod cli;
 pub mod compare;
 pub mod diff;
+pub mod export;
 pub mod exporter;
 pub mod format;
 #[doc(hidden)]

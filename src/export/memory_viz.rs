@@ -1,0 +1,540 @@
+//! A history as a PyTorch memory snapshot: the pickle that <https://pytorch.org/memory_viz> and
+//! `torch.cuda._memory_viz` read (what `torch.cuda.memory._snapshot()` gives, pickled).
+//!
+//! # What the snapshot holds
+//!
+//! A dict with two keys, in PyTorch's order (`torch/csrc/cuda/memory_snapshot.cpp`,
+//! `_memory_snapshot_pickled`):
+//!
+//! - `segments`: the memory held at one moment, a list of dicts with PyTorch's keys: `device`
+//!   (the ordinal), `address`, `total_size`, `allocated_size`, `active_size`, `requested_size`,
+//!   `stream` (0), `segment_type` (`"large"`), `segment_pool_id` (`(0, 0)`, the default pool),
+//!   `is_expandable` (false), `frames` and `blocks`. The blocks tile the segment in address
+//!   order, with no gap or overlap, each a dict of `address`, `size`, `requested_size`, `state`
+//!   and `frames`: `state` is `"active_allocated"` for a live allocation (its `requested_size`
+//!   its size: the history knows no rounding) and `"inactive"` for the free space between them
+//!   (`requested_size` 0, no frames).
+//! - `device_traces`: one list per device, indexed by ordinal up to the highest one the history
+//!   saw, of the events in time order, each a dict of `action`, `addr`, `size`, `stream` (0),
+//!   `time_us` (microseconds since the Unix epoch, as PyTorch writes them) and `frames`.
+//!   `action` is `segment_alloc` and `segment_free` (a driver allocation made and given back),
+//!   `alloc`, `free_requested` then `free_completed` at once (a free: the viewer folds the pair
+//!   into one `free`, and its Allocator State History needs the pair to do so), or `oom` (a
+//!   refusal: `size` asked for, and `device_free` in place of `addr`, written 0: the history does
+//!   not know it).
+//!
+//! A frame is a dict of exactly `name`, `filename` and `line`, innermost first. A free's frames
+//! are its allocation's (the history keeps no stack for a free). The same stack's list is written
+//! once and memoized, as PyTorch's writer shares it too.
+//!
+//! No `allocator_settings` (PyTorch's allocator configuration: there is none to tell; the
+//! viewer says "No allocator settings found") nor `external_annotations`.
+//!
+//! # What is a segment, what is a block
+//!
+//! Every driver allocation that a pool or a cache carves blocks from ([`Replay::segments`]) is a
+//! segment. A program allocation ([`Replay::blocks`]) is a block of the segment that holds its
+//! address, was live when it was made and is not given back before it; a program allocation in no segment (a
+//! plain `cudaMalloc`, whoever made it: the program, a library, a framework's cache) is a
+//! segment of its own with one block, itself, and its trace has `segment_alloc` and `alloc`
+//! where it was made, `free_requested`, `free_completed` and `segment_free` where it went. So
+//! the viewer's Active Memory Timeline shows every allocation, and its Active Cached Segment
+//! Timeline every driver allocation. Pinned host memory is left out: it is not device memory.
+//! Memory of an unknown device is shown as one more device after the highest known ordinal (as
+//! `_profile_to_snapshot` in `torch/cuda/_memory_viz.py` places memory that is not on a GPU).
+//!
+//! # A window
+//!
+//! With `window = Some((from_ns, to_ns))` (nanoseconds since the process started), the
+//! snapshot is taken at `to_ns`: `segments` holds what was live at that moment, and the traces
+//! the events of `[from_ns, to_ns]`. That is what PyTorch's own snapshot is (the state when it
+//! was taken, and the trace its ring buffer still held), and the two agree: the viewer's
+//! Allocator State History walks the trace backwards from the state, and its timelines show
+//! what the state holds with no `alloc` in the trace, and what is freed in the trace with no
+//! `alloc` before, as live from the window's start. Without a window, the state at the history's end
+//! and every event.
+//!
+//! # Integers
+//!
+//! Addresses and sizes are written as PyTorch writes them, `static_cast<int64_t>`, so every
+//! integer fits in 64 signed bits. The viewer reads an integer of up to 8 bytes as a JavaScript
+//! number: exact below 2^53, far above any device address.
+//!
+//! # Checking a snapshot
+//!
+//! `scripts/memory_viz_check.py` checks a snapshot as its readers will read it (the opcodes the
+//! viewer's unpickler knows, PyTorch's keys, the tiling, the viewer's walk back from the state
+//! through the trace); `scripts/memory_viz_torch.py` runs `torch/cuda/_memory_viz.py`'s own
+//! readers on it, and `scripts/memory_viz_node.mjs` the viewer's JavaScript, each given the
+//! file(s) from a PyTorch checkout or install (torch itself is not needed).
+//!
+//! # Events at one moment
+//!
+//! The trace orders events of one nanosecond as the viewer can replay them: frees of what was
+//! made before, then segments given back, segments made, allocations made, and last the frees
+//! of what was made and freed within that nanosecond.
+
+use std::collections::HashMap;
+
+use cuguard_history::Memory;
+use cuguard_history::replay::{Block, Replay};
+
+use super::pickle::{Memo, Pickler};
+
+/// One frame of a stack, as the viewer prints it (`filename:line:name`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VizFrame {
+    /// The function.
+    pub name: String,
+    /// Its file (or module).
+    pub filename: String,
+    /// The line; 0 when unknown.
+    pub line: u32,
+}
+
+/// The history `replay` as a pickled PyTorch memory snapshot (see the module's documentation),
+/// restricted to `window` (`[from_ns, to_ns]`, nanoseconds since the process started) when
+/// given. `frames` names a stack id's frames, innermost first; it is asked once per stack, never
+/// for [`cuguard_history::NONE`] (no stack: no frames).
+pub fn memory_viz(
+    replay: &Replay,
+    frames: &dyn Fn(u32) -> Vec<VizFrame>,
+    window: Option<(u64, u64)>,
+) -> Vec<u8> {
+    let (from, to) = window.unwrap_or((0, u64::MAX));
+    let model = Model::new(replay);
+    let mut w = Writer {
+        p: Pickler::new(),
+        frames,
+        stacks: HashMap::new(),
+        start_unix_ns: replay.start_unix_ns,
+    };
+    w.p.begin_dict();
+
+    w.p.key("segments");
+    w.p.begin_list();
+    let mut live: Vec<&Seg> = model.segs.iter().filter(|s| s.block.live_at(to)).collect();
+    live.sort_by_key(|s| (s.device, s.block.addr));
+    for seg in live {
+        w.segment(seg, to);
+    }
+    w.p.end();
+
+    w.p.key("device_traces");
+    let mut traces: Vec<Vec<Event>> = (0..model.devices).map(|_| Vec::new()).collect();
+    let mut seq = 0;
+    let mut push = |device: usize, t: u64, action: Action, b: &Block| {
+        if from <= t && t <= to {
+            traces[device].push(Event {
+                t,
+                rank: action.rank(b, t),
+                seq,
+                action,
+                addr: b.addr,
+                size: b.size,
+                stack: b.stack,
+            });
+            seq += 1;
+        }
+    };
+    for seg in &model.segs {
+        let d = seg.device;
+        let s = seg.block;
+        push(d, s.start_ns, Action::SegmentAlloc, s);
+        if seg.own {
+            push(d, s.start_ns, Action::Alloc, s);
+        }
+        for &b in &seg.blocks {
+            push(d, b.start_ns, Action::Alloc, b);
+            if let Some(end) = b.end_ns {
+                push(d, end, Action::Free, b);
+            }
+        }
+        if let Some(end) = s.end_ns {
+            if seg.own {
+                push(d, end, Action::Free, s);
+            }
+            push(d, end, Action::SegmentFree, s);
+        }
+    }
+    for o in &replay.ooms {
+        let b = Block {
+            start_ns: o.time_ns,
+            end_ns: None,
+            addr: 0,
+            size: o.size,
+            stack: o.stack,
+            thread: o.thread,
+            memory: Memory::Device,
+            device: o.device,
+            context: u16::MAX,
+            released: false,
+        };
+        push(model.index(o.device), o.time_ns, Action::Oom, &b);
+    }
+    w.p.begin_list();
+    for mut trace in traces {
+        trace.sort_unstable_by_key(|e| (e.t, e.rank, e.seq));
+        w.p.begin_list();
+        for e in &trace {
+            w.event(e);
+        }
+        w.p.end();
+    }
+    w.p.end();
+
+    w.p.end();
+    w.p.finish()
+}
+
+/// Where each allocation goes in the snapshot.
+struct Model<'a> {
+    segs: Vec<Seg<'a>>,
+    /// `device_traces`' length.
+    devices: usize,
+    /// The index of the device after the highest known ordinal: where memory of an unknown
+    /// device goes.
+    unknown: usize,
+}
+
+/// A segment: a driver allocation a pool carves blocks from, or a program allocation of its own.
+struct Seg<'a> {
+    block: &'a Block,
+    /// Whether it is a program allocation in no pool's segment: its own one block.
+    own: bool,
+    /// The viewer's device index.
+    device: usize,
+    /// The program allocations carved from it (none when `own`).
+    blocks: Vec<&'a Block>,
+}
+
+impl<'a> Model<'a> {
+    fn new(replay: &'a Replay) -> Model<'a> {
+        let device_memory = |b: &&Block| b.memory != Memory::HostPinned;
+        let known = replay
+            .blocks
+            .iter()
+            .chain(&replay.segments)
+            .filter(device_memory)
+            .map(|b| b.device)
+            .chain(replay.ooms.iter().map(|o| o.device))
+            .max()
+            .unwrap_or(0);
+        // One after the highest ordinal (`known` is it + 1).
+        let unknown = usize::from(known);
+        let index = |device: u8| device_index(device, unknown);
+        let mut devices = 0;
+        let mut seen = |i: usize| {
+            devices = devices.max(i + 1);
+            i
+        };
+
+        let mut segs: Vec<Seg> = replay
+            .segments
+            .iter()
+            .filter(device_memory)
+            .map(|b| Seg {
+                block: b,
+                own: false,
+                device: seen(index(b.device)),
+                blocks: Vec::new(),
+            })
+            .collect();
+        // The pool segments by address, with the highest end among each one and those before
+        // it: the segments that may hold an address are those before its place whose reach
+        // passes it.
+        let mut by_addr: Vec<usize> = (0..segs.len()).collect();
+        by_addr.sort_by_key(|&i| segs[i].block.addr);
+        let mut reach = Vec::with_capacity(by_addr.len());
+        let mut most = 0u64;
+        for &i in &by_addr {
+            let s = segs[i].block;
+            most = most.max(s.addr.saturating_add(s.size));
+            reach.push(most);
+        }
+        let pools = segs.len();
+        for b in replay.blocks.iter().filter(device_memory) {
+            let end = by_addr.partition_point(|&i| segs[i].block.addr <= b.addr);
+            let holder = (0..end)
+                .rev()
+                .take_while(|&k| reach[k] > b.addr)
+                .map(|k| by_addr[k])
+                .find(|&i| holds(segs[i].block, b));
+            match holder {
+                Some(i) => segs[i].blocks.push(b),
+                None => {
+                    let device = seen(index(b.device));
+                    segs.push(Seg {
+                        block: b,
+                        own: true,
+                        device,
+                        blocks: Vec::new(),
+                    })
+                }
+            }
+        }
+        debug_assert!(segs[..pools].iter().all(|s| !s.own));
+        for o in &replay.ooms {
+            seen(index(o.device));
+        }
+        Model {
+            segs,
+            devices,
+            unknown,
+        }
+    }
+
+    /// The viewer's index of a device (ordinal + 1, 0 for unknown).
+    fn index(&self, device: u8) -> usize {
+        device_index(device, self.unknown)
+    }
+}
+
+fn device_index(device: u8, unknown: usize) -> usize {
+    match device {
+        0 => unknown,
+        d => usize::from(d - 1),
+    }
+}
+
+/// Whether `seg` holds `block`: its address, live when the block was made, and not gone before
+/// it.
+fn holds(seg: &Block, block: &Block) -> bool {
+    block.addr >= seg.addr
+        && block.addr - seg.addr < seg.size
+        && seg.live_at(block.start_ns)
+        && match (seg.end_ns, block.end_ns) {
+            (None, _) => true,
+            (Some(s), Some(b)) => b <= s,
+            (Some(_), None) => false,
+        }
+}
+
+/// What a trace entry says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    SegmentAlloc,
+    Alloc,
+    /// `free_requested` and `free_completed`, one after the other.
+    Free,
+    SegmentFree,
+    Oom,
+}
+
+impl Action {
+    /// Its place among the events of one nanosecond `t`, for the allocation `b` it is about (see
+    /// the module's documentation).
+    fn rank(self, b: &Block, t: u64) -> u8 {
+        let made_before = b.start_ns < t;
+        match self {
+            Action::Free if made_before => 0,
+            Action::SegmentFree if made_before => 1,
+            Action::SegmentAlloc => 2,
+            Action::Alloc => 3,
+            Action::Free => 4,
+            Action::SegmentFree => 5,
+            Action::Oom => 6,
+        }
+    }
+}
+
+/// One entry of a device's trace (two for a free).
+struct Event {
+    t: u64,
+    rank: u8,
+    /// The order it was made in: the last key, so that the output is the same each time.
+    seq: usize,
+    action: Action,
+    addr: u64,
+    size: u64,
+    stack: u32,
+}
+
+/// One block of a segment's tiling.
+struct Tile<'a> {
+    addr: u64,
+    size: u64,
+    /// The allocation, or `None` for free space.
+    block: Option<&'a Block>,
+}
+
+/// The blocks of `seg` at `t`: its allocations live then in address order, and the space between
+/// them. An allocation that overlaps the one before it is left out, one that runs past the
+/// segment's end is cut there (either happens only when events were lost).
+fn tiles<'a>(seg: &'a Seg, t: u64) -> Vec<Tile<'a>> {
+    let s = seg.block;
+    if seg.own {
+        return vec![Tile {
+            addr: s.addr,
+            size: s.size,
+            block: Some(s),
+        }];
+    }
+    let end = s.addr.saturating_add(s.size);
+    let mut live: Vec<&Block> = seg
+        .blocks
+        .iter()
+        .copied()
+        .filter(|b| b.live_at(t))
+        .collect();
+    live.sort_by_key(|b| (b.addr, b.start_ns));
+    let mut out = Vec::with_capacity(live.len() * 2 + 1);
+    let mut at = s.addr;
+    for b in live {
+        if b.addr < at {
+            continue;
+        }
+        if b.addr > at {
+            out.push(Tile {
+                addr: at,
+                size: b.addr - at,
+                block: None,
+            });
+        }
+        let size = b.size.min(end - b.addr);
+        out.push(Tile {
+            addr: b.addr,
+            size,
+            block: Some(b),
+        });
+        at = b.addr + size;
+    }
+    if at < end {
+        out.push(Tile {
+            addr: at,
+            size: end - at,
+            block: None,
+        });
+    }
+    out
+}
+
+/// An address or size as PyTorch writes it: `static_cast<int64_t>`.
+fn i64_of(v: u64) -> i64 {
+    v as i64
+}
+
+struct Writer<'f> {
+    p: Pickler,
+    frames: &'f dyn Fn(u32) -> Vec<VizFrame>,
+    /// Each stack's frame list, written once.
+    stacks: HashMap<u32, Memo>,
+    start_unix_ns: u64,
+}
+
+impl Writer<'_> {
+    /// A stack's frames: the list of dicts the first time, the memo's after.
+    fn frames(&mut self, stack: u32) {
+        if let Some(&m) = self.stacks.get(&stack) {
+            self.p.get(m);
+            return;
+        }
+        let frames = if stack == cuguard_history::NONE {
+            Vec::new()
+        } else {
+            (self.frames)(stack)
+        };
+        self.p.begin_list();
+        for f in &frames {
+            self.p.begin_dict();
+            self.p.key("name");
+            self.p.str(&f.name);
+            self.p.key("filename");
+            self.p.str(&f.filename);
+            self.p.key("line");
+            self.p.int(i64::from(f.line));
+            self.p.end();
+        }
+        self.p.end();
+        let m = self.p.memoize();
+        self.stacks.insert(stack, m);
+    }
+
+    fn segment(&mut self, seg: &Seg, t: u64) {
+        let tiles = tiles(seg, t);
+        let allocated: u64 = tiles
+            .iter()
+            .filter(|x| x.block.is_some())
+            .map(|x| x.size)
+            .sum();
+        let s = seg.block;
+        let p = &mut self.p;
+        p.begin_dict();
+        p.key("device");
+        p.int(seg.device as i64);
+        p.key("address");
+        p.int(i64_of(s.addr));
+        p.key("total_size");
+        p.int(i64_of(s.size));
+        for k in ["allocated_size", "active_size", "requested_size"] {
+            p.key(k);
+            p.int(i64_of(allocated));
+        }
+        p.key("stream");
+        p.int(0);
+        p.key("segment_type");
+        p.key("large");
+        p.key("segment_pool_id");
+        p.tuple2(0, 0);
+        p.key("is_expandable");
+        p.bool(false);
+        p.key("frames");
+        self.frames(s.stack);
+        self.p.key("blocks");
+        self.p.begin_list();
+        for x in &tiles {
+            let p = &mut self.p;
+            p.begin_dict();
+            p.key("address");
+            p.int(i64_of(x.addr));
+            p.key("size");
+            p.int(i64_of(x.size));
+            p.key("requested_size");
+            p.int(if x.block.is_some() { i64_of(x.size) } else { 0 });
+            p.key("state");
+            p.key(if x.block.is_some() {
+                "active_allocated"
+            } else {
+                "inactive"
+            });
+            p.key("frames");
+            self.frames(x.block.map_or(cuguard_history::NONE, |b| b.stack));
+            self.p.end();
+        }
+        self.p.end();
+        self.p.end();
+    }
+
+    fn event(&mut self, e: &Event) {
+        let names: &[&'static str] = match e.action {
+            Action::SegmentAlloc => &["segment_alloc"],
+            Action::Alloc => &["alloc"],
+            Action::Free => &["free_requested", "free_completed"],
+            Action::SegmentFree => &["segment_free"],
+            Action::Oom => &["oom"],
+        };
+        let time_us = i64_of(self.start_unix_ns.saturating_add(e.t) / 1000);
+        for &name in names {
+            let p = &mut self.p;
+            p.begin_dict();
+            p.key("action");
+            p.key(name);
+            if e.action == Action::Oom {
+                p.key("device_free");
+                p.int(0);
+            } else {
+                p.key("addr");
+                p.int(i64_of(e.addr));
+            }
+            p.key("size");
+            p.int(i64_of(e.size));
+            p.key("stream");
+            p.int(0);
+            p.key("time_us");
+            p.int(time_us);
+            p.key("frames");
+            self.frames(e.stack);
+            self.p.end();
+        }
+    }
+}
