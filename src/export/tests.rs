@@ -556,6 +556,7 @@ fn a_history_file_read_back_exports() {
         pid: 7,
         start_unix_ns: START,
         segment: 0,
+        run: 0,
     }
     .encode()
     .to_vec();
