@@ -54,6 +54,7 @@ pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod growth;
+pub mod history;
 pub mod identity;
 pub mod input;
 pub mod intern;

@@ -25,7 +25,7 @@ mod sanitizer;
 mod snapshot;
 mod summary;
 mod suppressions;
-mod symbolize;
+pub(crate) mod symbolize;
 mod top;
 mod view;
 
@@ -106,6 +106,8 @@ pub enum CliError {
     Listen(crate::exporter::server::BindError),
     /// `top`: the terminal could not be used.
     Terminal(io::Error),
+    /// An argument the command cannot answer (a moment outside the history), in words.
+    Usage(String),
 }
 
 impl fmt::Display for CliError {
@@ -119,6 +121,7 @@ impl fmt::Display for CliError {
             CliError::Scan(e) => e.fmt(f),
             CliError::Listen(e) => e.fmt(f),
             CliError::Terminal(e) => write!(f, "the terminal: {e}"),
+            CliError::Usage(why) => f.write_str(why),
         }
     }
 }

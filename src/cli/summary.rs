@@ -37,6 +37,14 @@ pub struct SummaryArgs {
     /// How many sites and leaks to list per process (0: all).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
+    /// What was live at this moment of the run, from its history: `12.5s`, `840ms`, `2m`, a
+    /// number of seconds, `peak`, `oom` (the first refusal) or `end`. One process.
+    #[arg(long, value_name = "TIME", conflicts_with_all = ["between", "by"])]
+    pub at: Option<String>,
+    /// What was allocated between two moments and still live at the second: what one step
+    /// kept. One process.
+    #[arg(long, num_args = 2, value_names = ["T1", "T2"], conflicts_with = "by")]
+    pub between: Option<Vec<String>>,
     /// Reports: files, directories (every *.json below them) or globs.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
@@ -45,6 +53,9 @@ pub struct SummaryArgs {
 /// Runs `cuguard summary`.
 pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
     let top = if args.top == 0 { usize::MAX } else { args.top };
+    if args.at.is_some() || args.between.is_some() {
+        return moment(&args, top);
+    }
     let files = input::expand(&args.paths)?;
     let options = Options {
         style: Style::for_stdout(),
@@ -88,6 +99,43 @@ pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
         head(&summary, out, &options)?;
         spill.copy_to(out)?;
         tail(written, out, &options)
+    })?;
+    Ok(exit::OK)
+}
+
+/// `--at` and `--between`: one process's history, asked.
+fn moment(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
+    let [path] = &args.paths[..] else {
+        return Err(CliError::Usage(format!(
+            "--at and --between ask one process's history: give one report or history file, not {}",
+            args.paths.len()
+        )));
+    };
+    let loaded = crate::history::load(path)?;
+    let time = |t: &str, flag: &str| {
+        crate::history::parse_time(t, &loaded.replay)
+            .map_err(|why| CliError::Usage(format!("{flag} {why}")))
+    };
+    let m = match (&args.at, &args.between) {
+        (Some(at), _) => crate::history::moment::at(&loaded, time(at, "--at")?, top),
+        (_, Some(pair)) => {
+            let (from, to) = (time(&pair[0], "--between")?, time(&pair[1], "--between")?);
+            if from > to {
+                return Err(CliError::Usage(format!(
+                    "--between {} {}: the first moment is after the second",
+                    pair[0], pair[1]
+                )));
+            }
+            crate::history::moment::between(&loaded, from, to, top)
+        }
+        _ => unreachable!("asked for a moment"),
+    };
+    let source = path.display().to_string();
+    let style = Style::for_stdout();
+    write_stdout(|out| match args.format.name() {
+        "markdown" => crate::summary::moment::markdown(&m, &source, out),
+        "json" => crate::summary::moment::json(&m, &source, out),
+        _ => crate::summary::moment::text(&m, &source, out, style),
     })?;
     Ok(exit::OK)
 }

@@ -16,7 +16,7 @@ use crate::owners::{OwnerKind, OwnerShare};
 use crate::text::{bytes, delta_bytes, millis, one_line};
 
 /// Escapes text for a table cell or inline text.
-fn cell(text: &str) -> String {
+pub(super) fn cell(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in one_line(text).chars() {
         if matches!(c, '|' | '`' | '*' | '_' | '<' | '>' | '[' | ']' | '\\') {
@@ -174,7 +174,13 @@ impl Sections for Markdown {
 }
 
 /// A site's cell: its label, who holds it when not the program, and its mixed stack.
-fn site_cell(label: &str, kind: OwnerKind, owner: &str, mostly: bool, stack: &[String]) -> String {
+pub(super) fn site_cell(
+    label: &str,
+    kind: OwnerKind,
+    owner: &str,
+    mostly: bool,
+    stack: &[String],
+) -> String {
     let mut text = cell(label);
     if kind != OwnerKind::Program {
         let mostly = if mostly { "mostly " } else { "" };
@@ -235,7 +241,7 @@ fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
     writeln!(out)
 }
 
-fn owner_list(owners: &[OwnerShare]) -> String {
+pub(super) fn owner_list(owners: &[OwnerShare]) -> String {
     owners
         .iter()
         .map(|o| format!("{} {}", cell(&o.label), bytes(o.bytes)))

@@ -13,6 +13,7 @@ pub mod attribution;
 pub mod groups;
 pub mod json;
 pub mod markdown;
+pub mod moment;
 pub mod overall;
 pub mod python;
 pub mod text;

@@ -123,7 +123,7 @@ fn leaked_phrase(leaked_bytes: u64, leaks: u64, style: Style) -> String {
 }
 
 /// `held by LABEL` for an owner that is not the program, else nothing.
-fn held_by(kind: OwnerKind, label: &str) -> String {
+pub(super) fn held_by(kind: OwnerKind, label: &str) -> String {
     if kind == OwnerKind::Program {
         String::new()
     } else {
@@ -144,7 +144,11 @@ fn site_held_by(kind: OwnerKind, label: &str, owner_bytes: u64, bytes: u64) -> S
 
 /// Writes a table, each row followed by its chain (the mixed stack), when it has one, on a line
 /// of its own indented under the row: `    a ← b ← c`.
-fn write_with_chains(out: &mut dyn Write, t: &Table, chains: &[&[String]]) -> io::Result<()> {
+pub(super) fn write_with_chains(
+    out: &mut dyn Write,
+    t: &Table,
+    chains: &[&[String]],
+) -> io::Result<()> {
     let rendered = t.render("  ");
     for (i, line) in rendered.lines().enumerate() {
         writeln!(out, "{line}")?;
@@ -637,7 +641,7 @@ fn owners_section(
 }
 
 /// `the program 1.0 GiB, PyTorch's caching allocator 0.6 GiB`.
-fn owner_list(owners: &[OwnerShare]) -> String {
+pub(super) fn owner_list(owners: &[OwnerShare]) -> String {
     owners
         .iter()
         .map(|o| format!("{} {}", one_line(&o.label), bytes(o.bytes)))

@@ -1,0 +1,333 @@
+//! A process's history, command side: found from its report (`history.files`) or given as a
+//! file, read with the history crate's [`Replay`], and its stacks named as `cuguard symbolize`
+//! names a report's (the binaries the modules name, on this machine; sites and owners by the
+//! built-in rules). [`moment`] answers what was live at a moment, or kept over a window.
+//!
+//! Every failure is one line and exit 2: a report without a history, a file that is not a
+//! history, one of a newer layout, one cut short or damaged.
+
+pub mod moment;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cuguard_history::replay::{Replay, Word};
+use cuguard_report::{Addr, Frame, Module, Process, PyFrame, Reason, Report, Stack};
+use cuguard_symbolize::Symbolizer;
+use cuguard_symbolize::site::Plumbing;
+
+use crate::cli::CliError;
+use crate::input::InputError;
+use crate::report::ReadError;
+
+/// The largest history file read (a segment is at most half of `CUGUARD_HISTORY`).
+pub const MAX_HISTORY_BYTES: u64 = 8 << 30;
+
+/// A history read and named.
+pub struct Loaded {
+    pub replay: Replay,
+    /// The process as a report with only what naming needs: its process, modules and named
+    /// stacks (and the owners they name), for the summary's site and owner indexes.
+    pub report: Report,
+    /// The segment files read, oldest first.
+    pub files: Vec<PathBuf>,
+}
+
+/// Reads the history at `path`: a report naming its history, or a history file (with its older
+/// segment `PATH.1` when that is the same process's).
+pub fn load(path: &Path) -> Result<Loaded, CliError> {
+    let head = read_head(path)?;
+    let (files, report) = if head.starts_with(cuguard_history::MAGIC) {
+        (segments_beside(path)?, None)
+    } else {
+        let doc = crate::report::Document::read_with_limit(path, crate::input::max_report_bytes())
+            .map_err(|e| CliError::Input(InputError::from(e)))?;
+        let reports: Vec<Report> = doc
+            .into_reports()
+            .collect::<Result<_, _>>()
+            .map_err(|e| CliError::Input(InputError::from(e)))?;
+        let [r]: [Report; 1] = reports.try_into().map_err(|all: Vec<Report>| {
+            invalid(
+                path,
+                format!(
+                    "a merged report of {} processes: give one process's report or history",
+                    all.len()
+                ),
+            )
+        })?;
+        let Some(info) = &r.history else {
+            return Err(invalid(
+                path,
+                "the report names no history (CUGUARD_HISTORY=0, or a cuguard before 0.2)".into(),
+            ));
+        };
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let files: Vec<PathBuf> = info.files.iter().map(|f| dir.join(f)).collect();
+        if files.is_empty() {
+            return Err(invalid(path, "the report's history has no file".into()));
+        }
+        (files, Some(r))
+    };
+    let mut bytes = Vec::with_capacity(files.len());
+    for f in &files {
+        bytes.push(read_file(f)?);
+    }
+    let refs: Vec<&[u8]> = bytes.iter().map(|b| &b[..]).collect();
+    let replay = Replay::read(&refs).map_err(|e| invalid(&files[0], e.to_string()))?;
+    if let Some(cut) = &replay.cut {
+        let which = files.last().expect("at least one file");
+        return Err(invalid(which, cut.to_string()));
+    }
+    let report = named(&replay, report.map(|r| r.process));
+    Ok(Loaded {
+        replay,
+        report,
+        files,
+    })
+}
+
+fn invalid(path: &Path, reason: String) -> CliError {
+    CliError::Input(InputError::from(ReadError::Invalid {
+        path: path.to_path_buf(),
+        process: None,
+        reason,
+    }))
+}
+
+/// The first bytes of `path`, refusing anything but a regular file (a FIFO would block).
+fn read_head(path: &Path) -> Result<Vec<u8>, CliError> {
+    use std::io::Read as _;
+    let mut f = open_regular(path)?;
+    let mut head = vec![0u8; 8];
+    let n = f
+        .read(&mut head)
+        .map_err(|e| invalid(path, e.to_string()))?;
+    head.truncate(n);
+    Ok(head)
+}
+
+fn open_regular(path: &Path) -> Result<std::fs::File, CliError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| invalid(path, e.to_string()))?;
+    let meta = f.metadata().map_err(|e| invalid(path, e.to_string()))?;
+    if !meta.is_file() {
+        return Err(invalid(path, "not a regular file".into()));
+    }
+    if meta.len() > MAX_HISTORY_BYTES {
+        return Err(invalid(
+            path,
+            format!(
+                "{} is larger than a history is ({} at most)",
+                crate::text::bytes(meta.len()),
+                crate::text::bytes(MAX_HISTORY_BYTES)
+            ),
+        ));
+    }
+    Ok(f)
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
+    use std::io::Read as _;
+    let mut f = open_regular(path)?;
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)
+        .map_err(|e| invalid(path, e.to_string()))?;
+    Ok(out)
+}
+
+/// `path` and, before it, its older segment `PATH.1` when that is the same process's previous
+/// segment.
+fn segments_beside(path: &Path) -> Result<Vec<PathBuf>, CliError> {
+    let mut older = path.as_os_str().to_owned();
+    older.push(".1");
+    let older = PathBuf::from(older);
+    let newer = cuguard_history::Header::decode(&read_first(path)?);
+    if let (Ok(newer), Ok(bytes)) = (newer, read_first(&older))
+        && let Ok(h) = cuguard_history::Header::decode(&bytes)
+        && h.pid == newer.pid
+        && h.start_unix_ns == newer.start_unix_ns
+        && h.segment + 1 == newer.segment
+    {
+        return Ok(vec![older, path.to_path_buf()]);
+    }
+    Ok(vec![path.to_path_buf()])
+}
+
+fn read_first(path: &Path) -> Result<Vec<u8>, CliError> {
+    use std::io::Read as _;
+    let mut f = open_regular(path)?;
+    let mut head = vec![0u8; cuguard_history::HEADER_LEN];
+    let n = f
+        .read(&mut head)
+        .map_err(|e| invalid(path, e.to_string()))?;
+    head.truncate(n);
+    Ok(head)
+}
+
+/// A report holding the history's stacks, named, with `process` (or one made from the
+/// history's header).
+fn named(replay: &Replay, process: Option<Process>) -> Report {
+    let process = process.unwrap_or_else(|| Process {
+        pid: replay.pid,
+        ppid: 0,
+        // The loader lists the main program first.
+        exe: replay
+            .modules
+            .first()
+            .map(|m| m.path.clone())
+            .unwrap_or_default(),
+        argv: Vec::new(),
+        hostname: String::new(),
+        rank: None,
+        start_unix_ms: replay.start_unix_ns / 1_000_000,
+        end_unix_ms: (replay.start_unix_ns + replay.ends_ns) / 1_000_000,
+        labels: None,
+    });
+    let mut report = Report::new(true, Reason::Exit, process);
+    let modules: Vec<Module> = replay
+        .modules
+        .iter()
+        .map(|m| Module {
+            path: m.path.clone(),
+            build_id: m.build_id.clone(),
+            base: Addr(m.bias),
+            start: Some(Addr(m.start)),
+            size: m.end.saturating_sub(m.start),
+        })
+        .collect();
+    let used: std::collections::HashSet<u32> = replay
+        .blocks
+        .iter()
+        .map(|b| b.stack)
+        .chain(replay.ooms.iter().map(|o| o.stack))
+        .collect();
+    let mut ids: Vec<u32> = used
+        .into_iter()
+        .filter(|id| replay.stacks.contains_key(id))
+        .collect();
+    ids.sort_unstable();
+    let module_names: Vec<Arc<str>> = modules.iter().map(|m| Arc::from(&*m.path)).collect();
+    report.stacks = ids
+        .iter()
+        .map(|&id| stack(id, &replay.stacks[&id], replay, &module_names))
+        .collect();
+    report.modules = modules;
+    let mut value = serde_json::to_value(&report).expect("a report serializes");
+    let mut symbolizer = Symbolizer::new(None);
+    crate::cli::symbolize::symbolize_report(&mut value, &mut symbolizer, &Plumbing::builtin());
+    serde_json::from_value(value).unwrap_or(report)
+}
+
+/// One stack as a report's: native frames located in the modules, Python frames named by the
+/// code table.
+fn stack(id: u32, words: &[u64], replay: &Replay, names: &[Arc<str>]) -> Stack {
+    let mut frames = Vec::new();
+    let mut python = Vec::new();
+    let mut origin = None;
+    for &w in words {
+        match Word::of(w) {
+            Word::Native(ip) => {
+                let m = replay
+                    .modules
+                    .iter()
+                    .position(|m| m.start <= ip && ip < m.end);
+                frames.push(Frame {
+                    ip: Addr(ip),
+                    module: m.map_or_else(|| Arc::from(""), |i| names[i].clone()),
+                    offset: Addr(m.map_or(ip, |i| ip.wrapping_sub(replay.modules[i].bias))),
+                    function: None,
+                    file: None,
+                    line: None,
+                    inlined: None,
+                });
+            }
+            Word::Python { code, line, entry } => {
+                let (file, function) = replay
+                    .codes
+                    .get(&code)
+                    .cloned()
+                    .unwrap_or_else(|| ("<unknown>".into(), "<unknown>".into()));
+                python.push(PyFrame {
+                    file,
+                    line,
+                    function,
+                    entry: Some(entry),
+                    display: None,
+                });
+            }
+            Word::Origin(o) => origin = Some(u64::from(o)),
+        }
+    }
+    Stack {
+        id: u64::from(id),
+        frames,
+        python,
+        site: None,
+        owner: None,
+        mixed: Vec::new(),
+        origin,
+    }
+}
+
+/// What a user gives for a moment, turned into nanoseconds since the start: `12.5s`, `840ms`,
+/// `2m`, a plain number of seconds, `peak`, `oom` (the first) or `end`.
+pub fn parse_time(text: &str, replay: &Replay) -> Result<u64, String> {
+    let t = text.trim();
+    let ns = match t {
+        "peak" => replay.peak(None).0,
+        "end" => replay.ends_ns,
+        "oom" => replay.first_oom_ns().ok_or_else(|| {
+            "no allocation was refused for lack of memory in this history".to_string()
+        })?,
+        _ => {
+            let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+                (n, 1e6)
+            } else if let Some(n) = t.strip_suffix("us") {
+                (n, 1e3)
+            } else if let Some(n) = t.strip_suffix('s') {
+                (n, 1e9)
+            } else if let Some(n) = t.strip_suffix('m') {
+                (n, 60e9)
+            } else {
+                (t, 1e9)
+            };
+            let v: f64 = num.trim().parse().map_err(|_| {
+                format!("{text:?} is not a time (12.5s, 840ms, 2m, peak, oom or end)")
+            })?;
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!(
+                    "{text:?} is not a time (12.5s, 840ms, 2m, peak, oom or end)"
+                ));
+            }
+            (v * scale).round() as u64
+        }
+    };
+    if ns < replay.begins_ns || ns > replay.ends_ns {
+        return Err(format!(
+            "{text} is outside the history: it spans {} to {}",
+            span_text(replay.begins_ns),
+            span_text(replay.ends_ns)
+        ));
+    }
+    Ok(ns)
+}
+
+/// A moment for people: `1.25 s`, `840 ms`.
+pub fn span_text(ns: u64) -> String {
+    crate::text::millis(ns / 1_000_000)
+}
+
+/// Stacks are the report's ids: a history's id as the report's.
+pub fn stack_key(id: u32) -> Option<u64> {
+    (id != cuguard_history::NONE).then_some(u64::from(id))
+}
+
+/// The stacks the history names, by id, for callers that want them at hand.
+pub fn stacks_by_id(report: &Report) -> HashMap<u64, &Stack> {
+    report.stacks.iter().map(|s| (s.id, s)).collect()
+}

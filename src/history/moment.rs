@@ -1,0 +1,253 @@
+//! What a history says of one moment (`summary --at`: what was live then) or one window
+//! (`summary --between`: what was made in it and still live at its end), by device, owner and
+//! site, with each site's callers: the shape of the summary's "at the peak" section.
+
+use std::collections::HashMap;
+
+use cuguard_history::replay::{Block, Replay};
+use serde::Serialize;
+
+use super::{Loaded, stack_key};
+use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner};
+use crate::sites::{SiteIndex, SiteRef};
+
+/// A moment or a window, answered.
+#[derive(Clone, Debug, Serialize)]
+pub struct Moment {
+    /// The process, for people: `train[4242]`.
+    pub process: String,
+    /// `at` or `between`.
+    pub question: &'static str,
+    /// The moment asked (`--at`), milliseconds since the start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<f64>,
+    /// The window asked (`--between`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to_ms: Option<f64>,
+    /// What the history covers.
+    pub span: Span,
+    /// By device, the device with the most bytes first.
+    pub devices: Vec<DeviceMoment>,
+}
+
+/// What the history covers, and its gaps.
+#[derive(Clone, Debug, Serialize)]
+pub struct Span {
+    /// From when it holds every event (later than 0 when older segments were let go).
+    pub begins_ms: f64,
+    /// The last moment it knows.
+    pub ends_ms: f64,
+    /// Whether it ended whole (false: the process was killed, or is still running).
+    pub whole: bool,
+    /// Allocations it holds.
+    pub allocations: usize,
+    /// Events lost in the part asked about (a thread made them faster than they were drained).
+    pub lost_events: u64,
+}
+
+/// One device's part.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceMoment {
+    /// Device ordinal; `null` when unknown.
+    pub device: Option<u32>,
+    pub bytes: u64,
+    pub allocations: u64,
+    /// By owner, most first.
+    pub by_owner: Vec<OwnerShare>,
+    /// By site and owner, most first, at most `--top`.
+    pub sites: Vec<SiteMoment>,
+    /// How many (site, owner) pairs there were.
+    pub sites_total: usize,
+}
+
+/// One site's part.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteMoment {
+    #[serde(flatten)]
+    pub site: SiteRef,
+    pub owner: String,
+    pub owner_label: String,
+    pub owner_kind: OwnerKind,
+    pub bytes: u64,
+    pub allocations: u64,
+    /// When its oldest allocation here was made, ms since the start.
+    pub first_ms: f64,
+    /// The callers of its largest allocation here, innermost first.
+    pub stack: Vec<String>,
+}
+
+fn ms(ns: u64) -> f64 {
+    (ns as f64 / 1e4).round() / 100.0
+}
+
+/// What was live at `at_ns`.
+pub fn at(loaded: &Loaded, at_ns: u64, top: usize) -> Moment {
+    let blocks: Vec<&Block> = loaded.replay.live_at(at_ns).collect();
+    let mut m = answer(loaded, &blocks, top, lost(&loaded.replay, at_ns, at_ns));
+    m.question = "at";
+    m.at_ms = Some(ms(at_ns));
+    m
+}
+
+/// What was made in `[from_ns, to_ns]` and still live at `to_ns`.
+pub fn between(loaded: &Loaded, from_ns: u64, to_ns: u64, top: usize) -> Moment {
+    let blocks: Vec<&Block> = loaded.replay.kept_between(from_ns, to_ns).collect();
+    let mut m = answer(loaded, &blocks, top, lost(&loaded.replay, from_ns, to_ns));
+    m.question = "between";
+    m.from_ms = Some(ms(from_ns));
+    m.to_ms = Some(ms(to_ns));
+    m
+}
+
+/// Events lost in windows that touch `[from, to]`.
+fn lost(r: &Replay, from: u64, to: u64) -> u64 {
+    r.lost
+        .iter()
+        .filter(|l| l.from_ns <= to && l.to_ns >= from)
+        .map(|l| l.count)
+        .sum()
+}
+
+fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> Moment {
+    let r = &loaded.replay;
+    let sites = SiteIndex::new(&loaded.report);
+    let mut owners = OwnerIndex::new(&loaded.report);
+    // (device, site key, owner) → sums, the oldest start and the largest block's stack.
+    struct Group {
+        site: SiteRef,
+        owner: usize,
+        bytes: u64,
+        allocations: u64,
+        first_ns: u64,
+        largest: (u64, Option<u64>),
+    }
+    let mut groups: HashMap<(Option<u32>, String, usize), Group> = HashMap::new();
+    let mut per_device: HashMap<Option<u32>, Vec<(usize, u64, u64)>> = HashMap::new();
+    for b in blocks {
+        if b.memory == cuguard_history::Memory::HostPinned {
+            continue;
+        }
+        let stack = stack_key(b.stack);
+        let o = owners.of_stack(stack, Some("device"));
+        let site = sites.site(stack);
+        let g = groups
+            .entry((b.device(), site.key.clone(), o))
+            .or_insert_with(|| Group {
+                site: SiteRef::from(&*site),
+                owner: o,
+                bytes: 0,
+                allocations: 0,
+                first_ns: b.start_ns,
+                largest: (0, stack),
+            });
+        g.bytes += b.size;
+        g.allocations += 1;
+        g.first_ns = g.first_ns.min(b.start_ns);
+        if b.size > g.largest.0 {
+            g.largest = (b.size, stack);
+        }
+        per_device
+            .entry(b.device())
+            .or_default()
+            .push((o, b.size, 1));
+    }
+    let mut devices: Vec<DeviceMoment> = per_device
+        .into_iter()
+        .map(|(device, items)| {
+            let bytes = items.iter().map(|i| i.1).sum();
+            let allocations = items.len() as u64;
+            DeviceMoment {
+                device,
+                bytes,
+                allocations,
+                by_owner: by_owner(&owners, items),
+                sites: Vec::new(),
+                sites_total: 0,
+            }
+        })
+        .collect();
+    for d in &mut devices {
+        let mut list: Vec<SiteMoment> = groups
+            .iter()
+            .filter(|((dev, _, _), _)| *dev == d.device)
+            .map(|(_, g)| {
+                let owner = owners.owner(g.owner);
+                SiteMoment {
+                    site: g.site.clone(),
+                    owner: owner.id.clone(),
+                    owner_label: owner.label.clone(),
+                    owner_kind: owner.kind,
+                    bytes: g.bytes,
+                    allocations: g.allocations,
+                    first_ms: ms(g.first_ns),
+                    stack: callers(&sites, g.largest.1),
+                }
+            })
+            .collect();
+        list.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(b.allocations.cmp(&a.allocations))
+                .then(a.site.site.cmp(&b.site.site))
+        });
+        d.sites_total = list.len();
+        list.truncate(top);
+        d.sites = list;
+    }
+    devices.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.device.cmp(&b.device)));
+    Moment {
+        process: loaded.report.process_name(),
+        question: "at",
+        at_ms: None,
+        from_ms: None,
+        to_ms: None,
+        span: Span {
+            begins_ms: ms(r.begins_ns),
+            ends_ms: ms(r.ends_ns),
+            whole: r.whole,
+            allocations: r.blocks.len(),
+            lost_events,
+        },
+        devices,
+    }
+}
+
+/// The callers of a stack for people: the summary's mixed chain when the stack has Python
+/// frames, else its named native frames from the site outward (at most [`MAX_CALLERS`]).
+fn callers(sites: &SiteIndex<'_>, stack: Option<u64>) -> Vec<String> {
+    let chain = sites.chain(stack);
+    if !chain.is_empty() {
+        return chain;
+    }
+    let Some(s) = sites.stack(stack) else {
+        return Vec::new();
+    };
+    let from = s
+        .site
+        .as_ref()
+        .filter(|site| site.in_ == cuguard_report::site_list::FRAMES)
+        .map_or(0, |site| site.index);
+    let out: Vec<String> = s
+        .frames
+        .iter()
+        .skip(from)
+        .filter(|f| f.inlined != Some(true) || f.function.is_some())
+        .map_while(|f| {
+            let function = f.function.as_deref()?;
+            Some(match (&f.file, f.line) {
+                (Some(file), Some(line)) => format!(
+                    "{function} ({}:{line})",
+                    file.rsplit('/').next().unwrap_or(file)
+                ),
+                _ => function.to_string(),
+            })
+        })
+        .take(MAX_CALLERS)
+        .collect();
+    if out.len() < 2 { Vec::new() } else { out }
+}
+
+/// The most native frames a site's callers show.
+const MAX_CALLERS: usize = 8;

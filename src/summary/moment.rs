@@ -1,0 +1,170 @@
+//! `summary --at` and `--between`: a history's answer for one moment or window
+//! ([`crate::history::moment::Moment`]) as text, Markdown or JSON.
+//!
+//! ```text
+//! == r.json  history_spike[4242]
+//! live at 450 ms: 512.0 MiB in 1 allocation (the history spans 0 ms to 1.12 s, whole)
+//!   device 0: 512.0 MiB in 1 allocation: the program 512.0 MiB
+//!     512.0 MiB  1 allocation  spike_site (history_spike.c:55)  since 301 ms
+//!       spike_site (history_spike.c:55) ← main (history_spike.c:80)
+//! ```
+
+use std::io::{self, Write};
+
+use crate::history::moment::{DeviceMoment, Moment};
+use crate::style::{Style, Table};
+use crate::text::{bytes, one_line, plural};
+
+fn when(ms: f64) -> String {
+    crate::text::millis(ms.round() as u64)
+}
+
+/// The headline: what was asked, the total, and the history's span and gaps.
+fn headline(m: &Moment) -> String {
+    let bytes_total: u64 = m.devices.iter().map(|d| d.bytes).sum();
+    let count: u64 = m.devices.iter().map(|d| d.allocations).sum();
+    let asked = match (m.at_ms, m.from_ms, m.to_ms) {
+        (Some(at), _, _) => format!("live at {}", when(at)),
+        (_, Some(a), Some(b)) => format!("kept from {} to {}", when(a), when(b)),
+        _ => "live".into(),
+    };
+    let mut span = format!(
+        "the history spans {} to {}",
+        when(m.span.begins_ms),
+        when(m.span.ends_ms)
+    );
+    if m.span.begins_ms > 0.0 {
+        span.push_str(", what came before was let go to stay within CUGUARD_HISTORY");
+    }
+    span.push_str(if m.span.whole {
+        ", whole"
+    } else {
+        ", without its end: the process was killed or is still running"
+    });
+    if m.span.lost_events > 0 {
+        span.push_str(&format!(
+            "; {} lost around then",
+            plural(m.span.lost_events, "event", "events")
+        ));
+    }
+    format!(
+        "{asked}: {} in {} ({span})",
+        bytes(bytes_total),
+        plural(count, "allocation", "allocations")
+    )
+}
+
+fn device_name(d: &DeviceMoment) -> String {
+    d.device
+        .map_or_else(|| "device ?".to_string(), |n| format!("device {n}"))
+}
+
+/// Text.
+pub fn text(m: &Moment, source: &str, out: &mut dyn Write, style: Style) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        style.bold(&format!(
+            "== {}  {}",
+            one_line(source),
+            one_line(&m.process)
+        ))
+    )?;
+    writeln!(out, "{}", headline(m))?;
+    for d in &m.devices {
+        let owners = if d.by_owner.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", super::text::owner_list(&d.by_owner))
+        };
+        writeln!(
+            out,
+            "  {}: {} in {}{owners}",
+            device_name(d),
+            bytes(d.bytes),
+            plural(d.allocations, "allocation", "allocations")
+        )?;
+        let mut t = Table::new(&[true, true, false, false, false]);
+        for s in &d.sites {
+            t.row([
+                bytes(s.bytes),
+                plural(s.allocations, "allocation", "allocations"),
+                one_line(&s.site.label),
+                format!("since {}", when(s.first_ms)),
+                super::text::held_by(s.owner_kind, &s.owner_label),
+            ]);
+        }
+        let chains: Vec<&[String]> = d.sites.iter().map(|s| &s.stack[..]).collect();
+        let mut body = Vec::new();
+        super::text::write_with_chains(&mut body, &t, &chains)?;
+        for line in String::from_utf8_lossy(&body).lines() {
+            writeln!(out, "  {line}")?;
+        }
+        if d.sites_total > d.sites.len() {
+            writeln!(
+                out,
+                "    … {} more sites (see --top)",
+                d.sites_total - d.sites.len()
+            )?;
+        }
+    }
+    if m.devices.is_empty() {
+        writeln!(out, "  nothing")?;
+    }
+    Ok(())
+}
+
+/// Markdown, for a pull-request comment.
+pub fn markdown(m: &Moment, source: &str, out: &mut dyn Write) -> io::Result<()> {
+    use super::markdown::{cell, owner_list, site_cell};
+    writeln!(
+        out,
+        "### {} `{}`\n",
+        cell(&m.process),
+        one_line(source).replace('`', "'")
+    )?;
+    writeln!(out, "{}\n", cell(&headline(m)))?;
+    for d in &m.devices {
+        writeln!(
+            out,
+            "**{}**: {} in {}: {}\n",
+            device_name(d),
+            bytes(d.bytes),
+            plural(d.allocations, "allocation", "allocations"),
+            owner_list(&d.by_owner)
+        )?;
+        writeln!(out, "| bytes | allocations | since | site |")?;
+        writeln!(out, "|---:|---:|---:|---|")?;
+        for s in &d.sites {
+            writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                bytes(s.bytes),
+                s.allocations,
+                when(s.first_ms),
+                site_cell(&s.site.label, s.owner_kind, &s.owner_label, false, &s.stack)
+            )?;
+        }
+        if d.sites_total > d.sites.len() {
+            writeln!(
+                out,
+                "\n… {} more sites (see --top)",
+                d.sites_total - d.sites.len()
+            )?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// JSON: the [`Moment`] with the source, one object.
+pub fn json(m: &Moment, source: &str, out: &mut dyn Write) -> io::Result<()> {
+    #[derive(serde::Serialize)]
+    struct Doc<'a> {
+        source: &'a str,
+        #[serde(flatten)]
+        moment: &'a Moment,
+    }
+    serde_json::to_writer_pretty(&mut *out, &Doc { source, moment: m })?;
+    writeln!(out)
+}
