@@ -793,12 +793,7 @@ fn cli_one_run_keeps_each_process_report_a_later_run_replaces_them() {
         // its own.
         assert_eq!(
             files_in(&dir),
-            [
-                "demo.1.history",
-                "demo.1.json",
-                "demo.history",
-                "demo.json"
-            ]
+            ["demo.1.history", "demo.1.json", "demo.history", "demo.json"]
         );
         let reports: Vec<serde_json::Value> = ["demo.json", "demo.1.json"]
             .iter()

@@ -1,0 +1,256 @@
+//! `cuguard summary --at` and `--between` on real histories: a program with a 512 MiB spike
+//! between two calm phases and a loop that keeps one buffer per iteration
+//! (`harness/workloads/c/history_spike.c`), run under the shim; a program killed with SIGKILL;
+//! damaged, cut and foreign files.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::support::*;
+
+fn cuguard(dir: &Path, args: &[&str]) -> Output {
+    Command::new(&artifacts().cuguard)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = cuguard(dir, args);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    stdout
+}
+
+/// `args` fail with exit 2 and one line on stderr, which is returned.
+fn refused(dir: &Path, args: &[&str]) -> String {
+    let out = cuguard(dir, args);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stdout}{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    stderr
+}
+
+/// Runs history_spike into `dir/r.json`; what it said, and its report.
+fn spike_run(dir: &Path) -> (Value, Value) {
+    let out = run(
+        &mut shim_command(&c_program("history_spike"), &dir.join("r.json")),
+        true,
+    );
+    (
+        serde_json::from_slice(&out.stdout).unwrap(),
+        read_report(&dir.join("r.json")),
+    )
+}
+
+/// A wall-clock moment the program printed, as `N ms` since the report's start (+ `delta`).
+fn at(said: &Value, report: &Value, delta: i64) -> String {
+    let start = report["process"]["start_unix_ms"].as_i64().unwrap();
+    format!("{}ms", said.as_i64().unwrap() - start + delta)
+}
+
+#[test]
+fn summary_at_finds_the_spike_at_its_line_and_only_while_it_lasts() {
+    let dir = scratch_dir("history-at");
+    let (said, r) = spike_run(&dir);
+    let line = said["lines"]["spike"].as_u64().unwrap();
+    let site = format!("spike_site (history_spike.c:{line})");
+    // Inside the spike (150 ms into its 300 ms), from the report and from the history file.
+    let inside = at(&said["spike"][0], &r, 150);
+    for source in ["r.json", "r.history"] {
+        let out = ok(&dir, &["summary", source, "--at", &inside]);
+        assert!(out.contains("live at "), "{out}");
+        let row = out
+            .lines()
+            .find(|l| l.contains(&site))
+            .unwrap_or_else(|| panic!("{source}: the spike's site: {out}"));
+        assert!(
+            row.contains("512.0 MiB") && row.contains("1 allocation"),
+            "{row}"
+        );
+        // Its callers, on the next line: the site, then main.
+        let chain = out
+            .lines()
+            .skip_while(|l| !l.contains(&site))
+            .nth(1)
+            .unwrap();
+        assert!(
+            chain.contains(&format!("{site} ← main (history_spike.c:")),
+            "{chain}"
+        );
+    }
+    // Before and after it: not there.
+    for moment in [
+        at(&said["spike"][0], &r, -150),
+        at(&said["spike"][1], &r, 150),
+    ] {
+        let out = ok(&dir, &["summary", "r.json", "--at", &moment]);
+        assert!(!out.contains("spike_site"), "{moment}: {out}");
+        assert!(!out.contains("512.0 MiB"), "{moment}: {out}");
+    }
+    // `peak` is the spike too, in JSON.
+    let json: Value = serde_json::from_str(&ok(
+        &dir,
+        &["summary", "r.json", "--at", "peak", "--format", "json"],
+    ))
+    .unwrap();
+    let sites = json["devices"][0]["sites"].as_array().unwrap();
+    assert_eq!(sites[0]["label"], site.as_str(), "{json}");
+    assert_eq!(sites[0]["bytes"], 512u64 << 20);
+    assert!(json["span"]["whole"].as_bool().unwrap());
+    // And in Markdown.
+    let md = ok(
+        &dir,
+        &["summary", "r.json", "--at", "peak", "--format", "markdown"],
+    );
+    assert!(md.contains("| 512.0 MiB | 1 |"), "{md}");
+}
+
+#[test]
+fn summary_between_around_one_iteration_lists_the_buffer_it_kept_alone() {
+    let dir = scratch_dir("history-between");
+    let (said, r) = spike_run(&dir);
+    let keep = format!(
+        "keep_site (history_spike.c:{})",
+        said["lines"]["keep"].as_u64().unwrap()
+    );
+    let it = &said["iterations"][2];
+    // From just before the iteration to just before its end: its 2 MiB temporary was freed
+    // 20 ms before.
+    let (from, to) = (at(&it[0], &r, -2), at(&it[1], &r, -2));
+    let json: Value = serde_json::from_str(&ok(
+        &dir,
+        &[
+            "summary",
+            "r.json",
+            "--between",
+            &from,
+            &to,
+            "--format",
+            "json",
+        ],
+    ))
+    .unwrap();
+    let devices = json["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1, "{json}");
+    let sites = devices[0]["sites"].as_array().unwrap();
+    assert_eq!(sites.len(), 1, "one site: {json}");
+    assert_eq!(sites[0]["label"], keep.as_str());
+    assert_eq!(
+        (sites[0]["allocations"].as_u64(), sites[0]["bytes"].as_u64()),
+        (Some(1), Some(4 << 20))
+    );
+    let out = ok(&dir, &["summary", "r.json", "--between", &from, &to]);
+    assert!(out.contains("kept from"), "{out}");
+    assert!(out.contains(&keep), "{out}");
+    assert!(!out.contains("scratch_site"), "{out}");
+}
+
+#[test]
+fn a_history_of_a_program_killed_with_sigkill_answers_up_to_200_ms_before_the_kill() {
+    let dir = scratch_dir("history-at-kill");
+    let mut child = shim_command(&c_program("history_spike"), &dir.join("r.json"))
+        .arg("hang")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let said: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(lines.next().unwrap().unwrap().starts_with("ready "));
+    std::thread::sleep(Duration::from_millis(300));
+    let killed_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let bytes = std::fs::read(dir.join("r.history")).unwrap();
+    let start_ms = cuguard_history::Header::decode(&bytes)
+        .unwrap()
+        .start_unix_ns
+        / 1_000_000;
+    let moment = format!("{}ms", killed_unix_ms - start_ms - 200);
+    let out = ok(&dir, &["summary", "r.history", "--at", &moment]);
+    let keep = format!(
+        "keep_site (history_spike.c:{})",
+        said["lines"]["keep"].as_u64().unwrap()
+    );
+    let row = out.lines().find(|l| l.contains(&keep)).expect(&out);
+    assert!(
+        row.contains("20.0 MiB") && row.contains("5 allocations"),
+        "{row}"
+    );
+    assert!(out.contains("without its end"), "{out}");
+}
+
+#[test]
+fn damaged_cut_newer_and_foreign_files_are_refused_in_one_line() {
+    let dir = scratch_dir("history-bad");
+    let (_, _) = spike_run(&dir);
+    let good = std::fs::read(dir.join("r.history")).unwrap();
+    // A byte changed inside a chunk.
+    let mut damaged = good.clone();
+    let mid = good.len() / 2;
+    damaged[mid] ^= 0x55;
+    std::fs::write(dir.join("damaged.history"), &damaged).unwrap();
+    let said = refused(&dir, &["summary", "damaged.history", "--at", "end"]);
+    assert!(
+        said.contains("damaged.history") && said.contains("damaged at byte"),
+        "{said}"
+    );
+    // Cut inside a chunk.
+    std::fs::write(dir.join("cut.history"), &good[..good.len() - 3]).unwrap();
+    let said = refused(&dir, &["summary", "cut.history", "--at", "end"]);
+    assert!(
+        said.contains("cut.history") && said.contains("cut short"),
+        "{said}"
+    );
+    // Written by a newer cuguard.
+    let mut newer = good.clone();
+    newer[8..12].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(dir.join("newer.history"), &newer).unwrap();
+    let said = refused(&dir, &["summary", "newer.history", "--at", "end"]);
+    assert!(said.contains("newer cuguard"), "{said}");
+    // A report whose history is off.
+    run(
+        shim_command(&c_program("history_churn"), &dir.join("off.json"))
+            .env("CUGUARD_HISTORY", "0")
+            .args(["1", "1", "4"]),
+        true,
+    );
+    let said = refused(&dir, &["summary", "off.json", "--at", "end"]);
+    assert!(said.contains("names no history"), "{said}");
+    // A moment outside the run, and one that is not a moment.
+    let said = refused(&dir, &["summary", "r.json", "--at", "99s"]);
+    assert!(
+        said.contains("outside the history: it spans 0 ms to"),
+        "{said}"
+    );
+    let said = refused(&dir, &["summary", "r.json", "--at", "soon"]);
+    assert!(said.contains("is not a time"), "{said}");
+    let said = refused(&dir, &["summary", "r.json", "--between", "0.5s", "0.1s"]);
+    assert!(said.contains("after the second"), "{said}");
+    let said = refused(&dir, &["summary", "r.json", "r.json", "--at", "end"]);
+    assert!(said.contains("one process"), "{said}");
+    // A FIFO is not read (it would block).
+    let fifo = dir.join("fifo.history");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: c is a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let said = refused(&dir, &["summary", "fifo.history", "--at", "end"]);
+    assert!(said.contains("not a regular file"), "{said}");
+}
