@@ -17,6 +17,7 @@
 mod check;
 mod diff;
 pub mod exit;
+mod export;
 mod exporter;
 mod merge;
 mod pages;
@@ -72,6 +73,8 @@ pub enum Command {
     Diff(diff::DiffArgs),
     /// Write one self-contained HTML page: memory over time, top sites, flame graph.
     View(view::ViewArgs),
+    /// Write a process's history in another tool's format (PyTorch's memory_viz).
+    Export(export::ExportArgs),
     /// Make a running process (under the shim) write its report now; prints its path.
     Snapshot(snapshot::SnapshotArgs),
     /// Name the frames the shim could not (function, file, line) and recompute sites.
@@ -197,6 +200,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Merge(args) => merge::run(args),
         Command::Diff(args) => diff::run(args),
         Command::View(args) => view::run(args),
+        Command::Export(args) => export::run(args),
         Command::Snapshot(args) => snapshot::run(args),
         Command::Symbolize(args) => symbolize::run(args),
         Command::Top(args) => top::run(args),

@@ -254,3 +254,101 @@ fn damaged_cut_newer_and_foreign_files_are_refused_in_one_line() {
     let said = refused(&dir, &["summary", "fifo.history", "--at", "end"]);
     assert!(said.contains("not a regular file"), "{said}");
 }
+
+#[test]
+fn the_memory_viz_export_of_the_spike_run_is_a_snapshot_pytorchs_readers_accept() {
+    let dir = scratch_dir("history-export");
+    let (said, r) = spike_run(&dir);
+    let out = cuguard(
+        &dir,
+        &[
+            "export",
+            "--format",
+            "memory-viz",
+            "r.json",
+            "-o",
+            "r.pickle",
+        ],
+    );
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.starts_with("cuguard: wrote r.pickle ("), "{stderr}");
+    assert_eq!(mode_of(&dir.join("r.pickle")), 0o600);
+    // The format's invariants, as the viewer reads them (protocol 4 and its opcodes, blocks
+    // tiling segments, actions, frame keys, the replay backwards): scripts/memory_viz_check.py.
+    let python = "python3";
+    let check = artifacts().root.join("scripts/memory_viz_check.py");
+    let checked = Command::new(python)
+        .arg(&check)
+        .arg(dir.join("r.pickle"))
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    // The spike, with its frames as PyTorch writes them.
+    let probe = r#"
+import pickle, sys
+d = pickle.load(open(sys.argv[1], "rb"))
+assert sorted(d) == ["device_traces", "segments"], sorted(d)
+t = d["device_traces"][0]
+a = [e for e in t if e["action"] == "alloc" and e["size"] == 512 << 20]
+assert len(a) == 1, a
+f = a[0]["frames"][0]
+assert sorted(f) == ["filename", "line", "name"], f
+print(f["name"], f["line"], [e["action"] for e in t if e["addr"] == a[0]["addr"]])
+"#;
+    let probed = Command::new(python)
+        .args(["-c", probe])
+        .arg(dir.join("r.pickle"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&probed);
+    assert!(probed.status.success(), "{stderr}");
+    let line = said["lines"]["spike"].as_u64().unwrap();
+    assert!(
+        stdout.starts_with(&format!("spike_site {line} ")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("'alloc', 'free_requested', 'free_completed'"),
+        "{stdout}"
+    );
+    // A window: only its events, and the size said.
+    let from = at(&said["spike"][0], &r, -50);
+    let to = at(&said["spike"][1], &r, 50);
+    let out = cuguard(
+        &dir,
+        &[
+            "export",
+            "r.history",
+            "--between",
+            &from,
+            &to,
+            "-o",
+            "w.pickle",
+        ],
+    );
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(", events from "), "{stderr}");
+    let checked = Command::new(python)
+        .arg(&check)
+        .arg(dir.join("w.pickle"))
+        .output()
+        .unwrap();
+    assert!(checked.status.success());
+    let summary: Value = serde_json::from_slice(&checked.stdout).unwrap();
+    let actions: Vec<&str> = summary["traces"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e[0].as_str().unwrap())
+        .collect();
+    assert!(
+        actions.contains(&"alloc") && actions.len() < 40,
+        "{actions:?}"
+    );
+}
