@@ -1,6 +1,7 @@
 //! What a history says of one moment (`summary --at`: what was live then) or one window
 //! (`summary --between`: what was made in it and still live at its end), by device, owner and
-//! site, with each site's callers: the shape of the summary's "at the peak" section.
+//! call path (each row a site and the callers that reached it): the shape of the summary's "at
+//! the peak" section.
 
 use std::collections::HashMap;
 
@@ -56,9 +57,9 @@ pub struct DeviceMoment {
     pub allocations: u64,
     /// By owner, most first.
     pub by_owner: Vec<OwnerShare>,
-    /// By site and owner, most first, at most `--top`.
+    /// By call path (a site and its callers) and owner, most first, at most `--top`.
     pub sites: Vec<SiteMoment>,
-    /// How many (site, owner) pairs there were.
+    /// How many (call path, owner) pairs there were.
     pub sites_total: usize,
 }
 
@@ -74,7 +75,7 @@ pub struct SiteMoment {
     pub allocations: u64,
     /// When its oldest allocation here was made, ms since the start.
     pub first_ms: f64,
-    /// The callers of its largest allocation here, innermost first.
+    /// The call path: the site and its callers, innermost first.
     pub stack: Vec<String>,
 }
 
@@ -123,7 +124,9 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> M
         first_ns: u64,
         largest: (u64, Option<u64>),
     }
-    let mut groups: HashMap<(Option<u32>, String, usize), Group> = HashMap::new();
+    // By call path (stack) rather than by site alone: one site reached from several lines (a
+    // helper every step calls) shows each line that made memory, with its callers.
+    let mut groups: HashMap<(Option<u32>, Option<u64>, usize), Group> = HashMap::new();
     let mut per_device: HashMap<Option<u32>, Vec<(usize, u64, u64)>> = HashMap::new();
     for b in blocks {
         if b.memory == cuguard_history::Memory::HostPinned {
@@ -133,7 +136,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> M
         let o = owners.of_stack(stack, Some("device"));
         let site = sites.site(stack);
         let g = groups
-            .entry((b.device(), site.key.clone(), o))
+            .entry((b.device(), stack, o))
             .or_insert_with(|| Group {
                 site: SiteRef::from(&*site),
                 owner: o,
