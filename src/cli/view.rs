@@ -32,11 +32,40 @@ pub struct ViewArgs {
 
 /// Runs `cuguard view`.
 pub fn run(args: ViewArgs) -> Result<u8, CliError> {
-    let processes = input::map_paths(&args.paths, |source, report| {
-        ProcessView::new(source, &report)
-    })?;
+    // History files (a process killed before its report) are read as histories.
+    let (histories, reports): (Vec<PathBuf>, Vec<PathBuf>) =
+        args.paths.iter().cloned().partition(|p| is_history(p));
+    let mut processes: Vec<ProcessView> = Vec::new();
+    if !reports.is_empty() {
+        processes.extend(
+            input::map_paths(&reports, |source, report| ProcessView::new(source, &report))?
+                .into_iter()
+                .map(|(_, p)| p),
+        );
+    }
+    for path in histories {
+        let loaded = crate::history::load(&path)?;
+        let source = input::Source { path, index: None };
+        processes.push(ProcessView::from_history(&source, &loaded));
+    }
     let top = if args.top == 0 { usize::MAX } else { args.top };
-    let view = View::new(processes.into_iter().map(|(_, p)| p).collect(), top);
+    let view = View::new(processes, top);
     write_output(Some(&args.output), |out| html::write(&view, out))?;
     Ok(exit::OK)
+}
+
+/// Whether `path` is a history file (it begins as one).
+fn is_history(path: &std::path::Path) -> bool {
+    use std::io::Read as _;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    if !meta.is_file() {
+        return false;
+    }
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && &head == cuguard_history::MAGIC
 }

@@ -219,7 +219,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> M
 
 /// The callers of a stack for people: the summary's mixed chain when the stack has Python
 /// frames, else its named native frames from the site outward (at most [`MAX_CALLERS`]).
-fn callers(sites: &SiteIndex<'_>, stack: Option<u64>) -> Vec<String> {
+pub(crate) fn callers(sites: &SiteIndex<'_>, stack: Option<u64>) -> Vec<String> {
     let chain = sites.chain(stack);
     if !chain.is_empty() {
         return chain;

@@ -68,6 +68,7 @@ fn script_json(view: &View) -> io::Result<String> {
         "charts": view.charts,
         "growth": view.growth,
         "flame": view.flame,
+        "timelines": view.timelines,
     }))?;
     Ok(json
         .replace('<', "\\u003c")
@@ -494,6 +495,35 @@ fn owners_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
     writeln!(out, "</section>")
 }
 
+/// `#history` "Memory over the run": each process's active-memory timeline from its history
+/// (drawn by the script into `div.history`), and the histories that could not be read.
+fn history_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
+    if view.timelines.is_empty() && view.timeline_notes.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "<section id=\"history\">\n<h2>Memory over the run, from the history</h2>"
+    )?;
+    if !view.timelines.is_empty() {
+        writeln!(
+            out,
+            "<p class=\"note\">Live device memory stacked by site, the largest allocations as bands below it. Drag across the chart to zoom in, double-click to zoom out; hover a band for its allocation; click a moment for what was live then.</p>"
+        )?;
+    }
+    for (i, t) in view.timelines.iter().enumerate() {
+        writeln!(
+            out,
+            "<div class=\"history\" data-timeline=\"{i}\"><h3>{}</h3></div>",
+            esc(&t.process)
+        )?;
+    }
+    for note in &view.timeline_notes {
+        writeln!(out, "<p class=\"note\">{}</p>", esc(note))?;
+    }
+    writeln!(out, "</section>")
+}
+
 /// Writes the page.
 pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
     let s = &view.summary;
@@ -605,6 +635,7 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
         )?;
     }
 
+    history_section(out, view)?;
     peaks_section(out, view)?;
     growth_section(out, view)?;
     owners_section(out, view)?;
@@ -711,6 +742,8 @@ mod tests {
                 bytes: 1,
                 children: Vec::new(),
             },
+            timelines: Vec::new(),
+            timeline_notes: Vec::new(),
         };
         let json = script_json(&view).unwrap();
         assert!(!json.contains('<') && !json.contains('>'));

@@ -14,6 +14,7 @@
 
 pub mod html;
 pub mod processes;
+pub mod timeline;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -180,6 +181,9 @@ pub struct ProcessView {
     pub growth: Option<GrowthChart>,
     /// Leaked bytes per stack path (outermost frame first).
     pub paths: Vec<(Vec<String>, u64)>,
+    /// Its active-memory timeline, from its history ([`timeline`]); or why its history could
+    /// not be read.
+    pub timeline: Option<Result<timeline::Timeline, String>>,
 }
 
 impl ProcessView {
@@ -232,14 +236,51 @@ impl ProcessView {
             })
             .collect();
         paths.sort();
+        // A single report's history beside it (a merged report's processes name theirs
+        // relative to where they were written).
+        let timeline = (report.history.is_some() && source.index.is_none()).then(|| {
+            crate::history::load(&source.path)
+                .map(|l| history_timeline(&l))
+                .map_err(|e| e.to_string())
+        });
         ProcessView {
             summary,
             charts,
             growth,
             paths,
+            timeline,
         }
     }
+
+    /// A process known by its history alone (a history file given to `cuguard view`).
+    pub fn from_history(source: &Source, loaded: &crate::history::Loaded) -> ProcessView {
+        let mut p = ProcessView::new(source, &loaded.report);
+        p.timeline = Some(Ok(history_timeline(loaded)));
+        p
+    }
 }
+
+/// The timeline of a history read, its sites named as `summary --at` names them.
+fn history_timeline(l: &crate::history::Loaded) -> timeline::Timeline {
+    let sites = SiteIndex::new(&l.report);
+    timeline::timeline(&l.replay, l.report.process_name(), &|id| {
+        let stack = crate::history::stack_key(id);
+        let callers = crate::history::moment::callers(&sites, stack);
+        // A site with the caller that reached it: a helper called from several lines is
+        // drawn once per line.
+        let label = match &callers[..] {
+            [site, caller, ..] => format!("{site} ← {caller}"),
+            _ => sites.site(stack).label(),
+        };
+        timeline::SiteInfo {
+            label,
+            stack: callers,
+        }
+    })
+}
+
+/// Most active-memory timelines on a page.
+pub const MAX_TIMELINES: usize = 8;
 
 /// The moments marked on one device's chart: its peak (when the moment of the breakdown is
 /// known), the end of a Python program's code (when recorded, with the device bytes its view
@@ -408,6 +449,10 @@ pub struct View {
     pub growth_omitted: usize,
     /// The flame graph's root (`all`).
     pub flame: Node,
+    /// Active-memory timelines from the processes' histories, at most [`MAX_TIMELINES`].
+    pub timelines: Vec<timeline::Timeline>,
+    /// Histories left out, or that could not be read (one line each).
+    pub timeline_notes: Vec<String>,
 }
 
 impl View {
@@ -422,7 +467,18 @@ impl View {
         let mut growth = Vec::new();
         let mut growth_omitted = 0;
         let mut summaries = Vec::with_capacity(processes.len());
-        for (i, p) in processes.into_iter().enumerate() {
+        let mut timelines = Vec::new();
+        let mut timeline_notes = Vec::new();
+        for (i, mut p) in processes.into_iter().enumerate() {
+            match p.timeline.take() {
+                Some(Ok(t)) if timelines.len() < MAX_TIMELINES => timelines.push(t),
+                Some(Ok(t)) => timeline_notes.push(format!(
+                    "{}: its history is not drawn (at most {MAX_TIMELINES} on a page)",
+                    t.process
+                )),
+                Some(Err(why)) => timeline_notes.push(why),
+                None => {}
+            }
             for (path, bytes) in &p.paths {
                 flame.add(path, *bytes);
             }
@@ -451,6 +507,8 @@ impl View {
             growth,
             growth_omitted,
             flame,
+            timelines,
+            timeline_notes,
         }
     }
 }

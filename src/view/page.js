@@ -193,6 +193,147 @@
     walk(root, 0, 0);
     box.style.height = (depth + 1) * 18 + "px";
   }
+
+  // The active-memory timeline of one process's history (see src/view/timeline.rs): live bytes
+  // stacked by site on a canvas, the largest allocations as bands below, zoom by dragging,
+  // hover a band, click a moment. Each level's columns hold the series at the column's highest
+  // moment; the finest level that covers the range shown is used.
+  var PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+    "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#a0cbe8", "#bab0ac"];
+  function colour(k, n) { return k === n - 1 ? "#bab0ac" : PALETTE[k % (PALETTE.length - 1)]; }
+  function history(t, into) {
+    var n = t.series.length, W = 960, H = 240, L = 70, R = 12, T = 10, B = 22, LANE = 7;
+    var view = [t.begins_ms, t.ends_ms];
+    var area = document.createElement("canvas");
+    area.width = W; area.height = H; area.className = "history-area";
+    var bandsC = document.createElement("canvas");
+    var lanes = [], laneEnd = [];
+    t.bands.forEach(function (b, i) {
+      var end = b[1] < 0 ? t.ends_ms : b[1], l = 0;
+      while (l < laneEnd.length && laneEnd[l] > b[0]) l++;
+      if (l >= 40) { lanes.push(-1); return; }
+      laneEnd[l] = end; lanes.push(l);
+    });
+    bandsC.width = W; bandsC.height = Math.max(1, laneEnd.length) * LANE + 4; bandsC.className = "history-bands";
+    var tip = document.createElement("div"); tip.className = "history-tip";
+    var list = document.createElement("div"); list.className = "history-at";
+    var legend = document.createElement("div"); legend.className = "legend";
+    t.series.forEach(function (s, k) {
+      var e = document.createElement("span");
+      e.style.borderLeft = "12px solid " + colour(k, n);
+      e.style.paddingLeft = "4px"; e.style.marginRight = "10px";
+      e.textContent = s.label;
+      legend.appendChild(e);
+    });
+    into.appendChild(area); into.appendChild(bandsC); into.appendChild(tip);
+    into.appendChild(legend); into.appendChild(list);
+    function x(ms) { return L + (ms - view[0]) / Math.max(1e-9, view[1] - view[0]) * (W - L - R); }
+    function at(px) { return view[0] + (px - L) / (W - L - R) * (view[1] - view[0]); }
+    // The columns covering the range, from the finest level that holds all of it.
+    function columns() {
+      var fine = t.levels.slice(1).filter(function (l) { return l.to_ms > view[0] && l.from_ms < view[1]; });
+      var width = view[1] - view[0], whole = t.ends_ms - t.begins_ms;
+      var levels = fine.length && width <= whole / 4 ? fine : [t.levels[0]];
+      var cols = [];
+      levels.forEach(function (l) {
+        for (var c = 0; c < l.at.length; c++) cols.push({ at: l.at[c], v: l.bytes.slice(c * n, c * n + n),
+          from: l.from_ms + (l.to_ms - l.from_ms) * c / l.at.length, to: l.from_ms + (l.to_ms - l.from_ms) * (c + 1) / l.at.length });
+      });
+      return cols.filter(function (c) { return c.to >= view[0] && c.from <= view[1]; });
+    }
+    function draw() {
+      var g = area.getContext("2d"), cols = columns(), ymax = 1;
+      g.clearRect(0, 0, W, H);
+      cols.forEach(function (c) { var s = 0; c.v.forEach(function (v) { s += v; }); ymax = Math.max(ymax, s); });
+      var y = function (b) { return H - B - b / ymax * (H - B - T); };
+      cols.forEach(function (c) {
+        var x0 = Math.max(L, x(c.from)), x1 = Math.min(W - R, x(c.to)), base = 0;
+        for (var k = 0; k < n; k++) {
+          if (!c.v[k]) continue;
+          g.fillStyle = colour(k, n);
+          g.fillRect(Math.floor(x0), y(base + c.v[k]), Math.max(1, Math.ceil(x1) - Math.floor(x0)), y(base) - y(base + c.v[k]));
+          base += c.v[k];
+        }
+      });
+      g.strokeStyle = "#888"; g.beginPath(); g.moveTo(L, T); g.lineTo(L, H - B); g.lineTo(W - R, H - B); g.stroke();
+      g.fillStyle = "#333"; g.font = "11px sans-serif"; g.textAlign = "right";
+      g.fillText(fmt(ymax), L - 4, T + 8); g.fillText("0", L - 4, H - B);
+      g.textAlign = "left"; g.fillText(ms(Math.round(view[0])), L, H - 6);
+      g.textAlign = "right"; g.fillText(ms(Math.round(view[1])), W - R, H - 6);
+      var h = bandsC.getContext("2d");
+      h.clearRect(0, 0, W, bandsC.height);
+      t.bands.forEach(function (b, i) {
+        if (lanes[i] < 0) return;
+        var end = b[1] < 0 ? t.ends_ms : b[1];
+        if (end < view[0] || b[0] > view[1]) return;
+        h.fillStyle = colour(b[3], n);
+        var x0 = Math.max(L, x(b[0])), x1 = Math.min(W - R, x(end));
+        h.fillRect(x0, lanes[i] * LANE + 2, Math.max(2, x1 - x0), LANE - 2);
+      });
+      into.setAttribute("data-drawn", String(cols.length));
+    }
+    // What was live at a moment: the column's series, then the bands live then.
+    function show(ms0) {
+      var cols = columns(), best = null;
+      cols.forEach(function (c) { if (c.from <= ms0 && ms0 <= c.to) best = c; });
+      if (!best) return;
+      list.textContent = "";
+      var total = 0; best.v.forEach(function (v) { total += v; });
+      var h = document.createElement("p");
+      h.textContent = "live at " + ms(Math.round(best.at)) + ": " + fmt(total);
+      list.appendChild(h);
+      var rows = best.v.map(function (v, k) { return [v, k]; }).filter(function (r) { return r[0] > 0; })
+        .sort(function (a, b) { return b[0] - a[0]; });
+      var tbl = document.createElement("table"); tbl.className = "history-list";
+      rows.forEach(function (r) {
+        var tr = document.createElement("tr"), s = t.series[r[1]];
+        var a = document.createElement("td"); a.className = "num"; a.textContent = fmt(r[0]); tr.appendChild(a);
+        var b = document.createElement("td"); b.textContent = s.label;
+        if (s.stack && s.stack.length) { b.title = s.stack.join(" ← "); }
+        tr.appendChild(b); tbl.appendChild(tr);
+      });
+      list.appendChild(tbl);
+      var live = t.bands.filter(function (b) { var e = b[1] < 0 ? Infinity : b[1]; return b[0] <= best.at && best.at < e; })
+        .sort(function (a, b) { return b[2] - a[2]; }).slice(0, 10);
+      if (live.length) {
+        var p = document.createElement("p");
+        p.textContent = "largest allocations then: " + live.map(function (b) {
+          return fmt(b[2]) + " " + t.series[b[3]].label + " (from " + ms(Math.round(b[0])) + ")";
+        }).join(", ");
+        list.appendChild(p);
+      }
+      into.setAttribute("data-shown", String(Math.round(best.at)));
+    }
+    var down = null;
+    area.onmousedown = function (e) { down = e.offsetX; };
+    area.onmouseup = function (e) {
+      if (down !== null && Math.abs(e.offsetX - down) > 4) {
+        var a = at(Math.min(down, e.offsetX)), b = at(Math.max(down, e.offsetX));
+        view = [Math.max(t.begins_ms, a), Math.min(t.ends_ms, b)];
+        draw();
+      } else {
+        show(at(e.offsetX));
+      }
+      down = null;
+    };
+    area.ondblclick = function () { view = [t.begins_ms, t.ends_ms]; draw(); };
+    bandsC.onmousemove = function (e) {
+      var lane = Math.floor((e.offsetY - 2) / LANE), ms0 = at(e.offsetX), hit = null;
+      t.bands.forEach(function (b, i) {
+        var end = b[1] < 0 ? t.ends_ms : b[1];
+        if (lanes[i] === lane && b[0] <= ms0 && ms0 <= end) hit = b;
+      });
+      if (!hit) { tip.textContent = ""; return; }
+      var s = t.series[hit[3]];
+      tip.textContent = fmt(hit[2]) + " from " + ms(Math.round(hit[0])) + " to " +
+        (hit[1] < 0 ? "the end" : ms(Math.round(hit[1]))) + ": " + s.label +
+        (s.stack && s.stack.length ? " — " + s.stack.join(" ← ") : "");
+    };
+    draw();
+    // A moment asked in the address (#at=MS): shown at once.
+    var m = /(?:^#|&)at=([0-9.]+)/.exec(location.hash || "");
+    show(m ? +m[1] : t.peak[0]);
+  }
   try {
     var data = JSON.parse(document.getElementById("data").textContent);
     var charts = document.getElementById("charts");
@@ -207,6 +348,11 @@
     for (var i = 0; i < slots.length; i++) {
       var g = (data.growth || [])[+slots[i].getAttribute("data-growth")];
       if (g) growthChart(g, slots[i]);
+    }
+    var hs = document.querySelectorAll("[data-timeline]");
+    for (var j = 0; j < hs.length; j++) {
+      var ht = (data.timelines || [])[+hs[j].getAttribute("data-timeline")];
+      if (ht) history(ht, hs[j]);
     }
     var box = document.getElementById("flame");
     if (data.flame.v > 0) {

@@ -46,7 +46,7 @@ fn refused(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Runs history_spike into `dir/r.json`; what it said, and its report.
-fn spike_run(dir: &Path) -> (Value, Value) {
+pub(crate) fn spike_run(dir: &Path) -> (Value, Value) {
     let out = run(
         &mut shim_command(&c_program("history_spike"), &dir.join("r.json")),
         true,
@@ -58,7 +58,7 @@ fn spike_run(dir: &Path) -> (Value, Value) {
 }
 
 /// A wall-clock moment the program printed, as `N ms` since the report's start (+ `delta`).
-fn at(said: &Value, report: &Value, delta: i64) -> String {
+pub(crate) fn at(said: &Value, report: &Value, delta: i64) -> String {
     let start = report["process"]["start_unix_ms"].as_i64().unwrap();
     format!("{}ms", said.as_i64().unwrap() - start + delta)
 }

@@ -53,6 +53,11 @@ fn write_page(out: &Path, paths: &[PathBuf]) -> String {
 
 /// The DOM after the page's script ran.
 fn rendered_dom(chromium: &Path, page: &Path, profile: &Path) -> String {
+    rendered_url(chromium, &format!("file://{}", page.display()), profile)
+}
+
+/// The DOM of the page at `url` after its script ran.
+fn rendered_url(chromium: &Path, url: &str, profile: &Path) -> String {
     let out = Command::new("timeout")
         .arg("120")
         .arg(chromium)
@@ -65,7 +70,7 @@ fn rendered_dom(chromium: &Path, page: &Path, profile: &Path) -> String {
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg("--dump-dom")
-        .arg(format!("file://{}", page.display()))
+        .arg(url)
         .output()
         .unwrap();
     assert!(
@@ -220,4 +225,43 @@ fn cli_view_marks_a_python_program_s_end_in_chromium() {
     assert!(dom.contains("the end of the program's code (the interpreter's teardown after it)"));
     assert!(dom.contains("the program's code finished at 9.5 s, 0 B live"));
     assert!(dom.contains(">end of code<"));
+}
+
+/// The history's timeline: drawn from a real run's history (a report, and the history file
+/// alone), the moment asked in the address listed with the spike's call path.
+#[test]
+fn cli_view_draws_the_history_timeline_in_chromium() {
+    let Some(chromium) = chromium_for("cli_view_draws_the_history_timeline_in_chromium") else {
+        return;
+    };
+    let dir = support::scratch_dir("cli-view-history");
+    let (said, r) = crate::cli_history::spike_run(&dir);
+    let inside = crate::cli_history::at(&said["spike"][0], &r, 150);
+    let inside = inside.trim_end_matches("ms");
+    for source in ["r.json", "r.history"] {
+        let page = dir.join(format!("{source}.html"));
+        let html = write_page(&page, &[dir.join(source)]);
+        assert!(html.contains("<section id=\"history\">"), "{source}");
+        let dom = rendered_url(
+            &chromium,
+            &format!("file://{}#at={inside}", page.display()),
+            &dir.join("profile"),
+        );
+        assert!(dom.contains("data-rendered=\"yes\""), "{source}: {dom}");
+        assert!(!dom.contains("data-error=\""), "{source}");
+        assert!(
+            dom.contains("data-drawn=\"800\""),
+            "{source}: the whole run in 800 columns"
+        );
+        let list = dom
+            .split("class=\"history-at\"")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{source}: no list: {dom}"));
+        assert!(list.contains("512.0 MiB"), "{source}: {list}");
+        assert!(
+            list.contains("spike_site (history_spike.c:")
+                && list.contains("main (history_spike.c:"),
+            "{source}: {list}"
+        );
+    }
 }
