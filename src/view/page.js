@@ -361,6 +361,7 @@
       box.textContent = "Nothing leaked.";
     }
     document.body.setAttribute("data-rendered", "yes");
+    document.body.setAttribute("data-drawn-ms", String(Math.round(performance.now())));
   } catch (e) {
     document.body.setAttribute("data-error", String(e));
   }
