@@ -23,8 +23,9 @@ use cuguard_history::Raw;
 
 use crate::process::global::lock;
 
-/// Events a ring holds: 16,384 (512 KiB), drained every few tens of milliseconds.
-pub const CAP: usize = 1 << 14;
+/// Events a ring holds: 65,536 (2 MiB of address space, its pages made resident only as the
+/// ring first fills them), drained every 50 ms, every 5 ms while busy.
+pub const CAP: usize = 1 << 16;
 
 /// Events kept for exited threads between two drains before more are counted lost.
 const MAX_ORPHANS: usize = 1 << 20;
@@ -65,7 +66,7 @@ impl Ring {
             lost_seen: AtomicU64::new(0),
             lost_first: AtomicU64::new(0),
             lost_last: AtomicU64::new(0),
-            slots: (0..CAP).map(|_| UnsafeCell::new(Raw::default())).collect(),
+            slots: zeroed_slots(),
         }
     }
 
@@ -123,6 +124,20 @@ impl Ring {
         self.draining.store(false, Ordering::Release);
         true
     }
+}
+
+/// The slots of a ring, zeroed by the allocator (for a block this size, fresh pages from the
+/// kernel: resident only once written), so that a thread that records little costs little.
+fn zeroed_slots() -> Box<[UnsafeCell<Raw>]> {
+    let layout = std::alloc::Layout::array::<UnsafeCell<Raw>>(CAP).expect("a ring's layout");
+    // SAFETY: the layout is non-zero in size; a null return is handled.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut UnsafeCell<Raw>;
+    if p.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: p holds CAP zeroed slots, allocated with the global allocator and this layout; an
+    // all-zero `Raw` (plain integers) is a valid value.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, CAP)) }
 }
 
 /// Every ring (in use and free), and the free ones to reuse.

@@ -71,13 +71,15 @@ fn writer() -> &'static Mutex<Option<Writer>> {
 }
 
 /// When the last drain ran, ms since the start.
-/// How often a busy program's rings are drained, milliseconds.
+/// How often a busy program's rings are drained, milliseconds (a ring more than 1/64 full).
 pub const BUSY_DRAIN_MS: u64 = 5;
+/// How often, when a ring was more than 1/8 full or one lost events.
+pub const FULL_DRAIN_MS: u64 = 1;
 
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
 /// Starts the history's thread, `cuguard-history`, which drains the rings every [`DRAIN_MS`]
-/// ([`BUSY_DRAIN_MS`] after a drain that wrote more than 1/64 of the bound). Its own thread,
+/// ([`BUSY_DRAIN_MS`], [`FULL_DRAIN_MS`] while the rings fill faster). Its own thread,
 /// apart from the cuguard thread, whose reports and names may take a while: the rings are
 /// drained meanwhile. Started when the process arms (never at load), with every signal
 /// blocked; a forked child starts its own.
@@ -114,9 +116,14 @@ fn drain_loop() {
             RUNNING.store(false, Ordering::Release);
             return;
         }
-        let bytes = crate::guard::shield(0, || drain(false));
-        // A busy program: drain more often, so that one drain stays a small part of the bound.
-        every = if bytes > crate::config::get().history_bytes / 64 {
+        let d = crate::guard::shield(Drained::default(), || drain(false));
+        // A busy program: drain more often, so that no ring fills between two drains and one
+        // drain stays a small part of the bound.
+        every = if d.lost > 0 || d.fullest >= crate::history::ring::CAP / 8 {
+            FULL_DRAIN_MS
+        } else if d.fullest >= crate::history::ring::CAP / 64
+            || d.bytes > crate::config::get().history_bytes / 64
+        {
             BUSY_DRAIN_MS
         } else {
             DRAIN_MS
@@ -139,15 +146,26 @@ pub fn finish() {
     }
 }
 
-/// Drains every ring into the file; returns the bytes written.
-fn drain(end: bool) -> u64 {
+/// What one drain found.
+#[derive(Default)]
+struct Drained {
+    /// Bytes written.
+    bytes: u64,
+    /// Events taken from the fullest ring.
+    fullest: usize,
+    /// Events lost since the drain before.
+    lost: u64,
+}
+
+/// Drains every ring into the file.
+fn drain(end: bool) -> Drained {
     let mut guard = lock(writer());
     if guard.is_none() {
         *guard = Some(Writer::new());
     }
     let w = guard.as_mut().expect("just set");
     if w.ended {
-        return 0;
+        return Drained::default();
     }
     let before = w.seg_bytes + w.prev_bytes;
     let mut batches: Vec<(u32, Vec<Raw>)> = Vec::new();
@@ -174,7 +192,11 @@ fn drain(end: bool) -> u64 {
         w.file = None;
     }
     crate::history::set_status(w.status());
-    (w.seg_bytes + w.prev_bytes).saturating_sub(before)
+    Drained {
+        bytes: (w.seg_bytes + w.prev_bytes).saturating_sub(before),
+        fullest: batches.iter().map(|(_, e)| e.len()).max().unwrap_or(0),
+        lost: lost.iter().map(|l| l.0).sum(),
+    }
 }
 
 impl Writer {
