@@ -23,9 +23,10 @@ use cuguard_history::Raw;
 
 use crate::process::global::lock;
 
-/// Events a ring holds: 65,536 (2 MiB of address space, its pages made resident only as the
-/// ring first fills them), drained every 50 ms, every 5 ms while busy.
-pub const CAP: usize = 1 << 16;
+/// Events a ring holds: 16,384 (512 KiB, written once when the thread first records, so that
+/// no page fault lands on the allocation path later), drained every 50 ms, more often while
+/// busy (down to every millisecond: 16 million events a second from one thread).
+pub const CAP: usize = 1 << 14;
 
 /// Events kept for exited threads between two drains before more are counted lost.
 const MAX_ORPHANS: usize = 1 << 20;
@@ -126,8 +127,8 @@ impl Ring {
     }
 }
 
-/// The slots of a ring, zeroed by the allocator (for a block this size, fresh pages from the
-/// kernel: resident only once written), so that a thread that records little costs little.
+/// The slots of a ring, zeroed and every page written now (the first event of a thread pays
+/// for them, not every 128th event after it).
 fn zeroed_slots() -> Box<[UnsafeCell<Raw>]> {
     let layout = std::alloc::Layout::array::<UnsafeCell<Raw>>(CAP).expect("a ring's layout");
     // SAFETY: the layout is non-zero in size; a null return is handled.
@@ -137,7 +138,14 @@ fn zeroed_slots() -> Box<[UnsafeCell<Raw>]> {
     }
     // SAFETY: p holds CAP zeroed slots, allocated with the global allocator and this layout; an
     // all-zero `Raw` (plain integers) is a valid value.
-    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, CAP)) }
+    let slots: Box<[UnsafeCell<Raw>]> =
+        unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, CAP)) };
+    // Fresh pages from the kernel are mapped at their first write: write each now.
+    for s in slots.iter().step_by(4096 / std::mem::size_of::<Raw>()) {
+        // SAFETY: the ring is not shared yet.
+        unsafe { std::ptr::write_volatile(s.get(), Raw::default()) };
+    }
+    slots
 }
 
 /// Every ring (in use and free), and the free ones to reuse.
