@@ -43,13 +43,32 @@ pub fn run(args: ViewArgs) -> Result<u8, CliError> {
                 .map(|(_, p)| p),
         );
     }
+    // The histories the reports name: the first few drawn (each is read whole).
+    let mut drawn = 0;
+    let mut left_out = 0;
+    for p in &mut processes {
+        if p.history.is_some() {
+            if drawn < crate::view::MAX_TIMELINES {
+                p.draw_history();
+                drawn += 1;
+            } else {
+                left_out += 1;
+            }
+        }
+    }
     for path in histories {
         let loaded = crate::history::load(&path)?;
         let source = input::Source { path, index: None };
         processes.push(ProcessView::from_history(&source, &loaded));
     }
     let top = if args.top == 0 { usize::MAX } else { args.top };
-    let view = View::new(processes, top);
+    let mut view = View::new(processes, top);
+    if left_out > 0 {
+        view.timeline_notes.push(format!(
+            "{left_out} more processes have a history: view them one at a time (at most {} are drawn on a page)",
+            crate::view::MAX_TIMELINES
+        ));
+    }
     write_output(Some(&args.output), |out| html::write(&view, out))?;
     Ok(exit::OK)
 }

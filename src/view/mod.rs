@@ -182,8 +182,10 @@ pub struct ProcessView {
     /// Leaked bytes per stack path (outermost frame first).
     pub paths: Vec<(Vec<String>, u64)>,
     /// Its active-memory timeline, from its history ([`timeline`]); or why its history could
-    /// not be read.
+    /// not be read. Filled by [`ProcessView::draw_history`], for a few processes only.
     pub timeline: Option<Result<timeline::Timeline, String>>,
+    /// The report that names this process's history, when it does.
+    pub history: Option<std::path::PathBuf>,
 }
 
 impl ProcessView {
@@ -238,17 +240,15 @@ impl ProcessView {
         paths.sort();
         // A single report's history beside it (a merged report's processes name theirs
         // relative to where they were written).
-        let timeline = (report.history.is_some() && source.index.is_none()).then(|| {
-            crate::history::load(&source.path)
-                .map(|l| history_timeline(&l))
-                .map_err(|e| e.to_string())
-        });
+        let history =
+            (report.history.is_some() && source.index.is_none()).then(|| source.path.clone());
         ProcessView {
             summary,
             charts,
             growth,
             paths,
-            timeline,
+            timeline: None,
+            history,
         }
     }
 
@@ -257,6 +257,18 @@ impl ProcessView {
         let mut p = ProcessView::new(source, &loaded.report);
         p.timeline = Some(Ok(history_timeline(loaded)));
         p
+    }
+
+    /// Reads this process's history, when its report names one, and makes its timeline (or
+    /// keeps why it could not be read).
+    pub fn draw_history(&mut self) {
+        if let Some(path) = &self.history {
+            self.timeline = Some(
+                crate::history::load(path)
+                    .map(|l| history_timeline(&l))
+                    .map_err(|e| e.to_string()),
+            );
+        }
     }
 }
 
