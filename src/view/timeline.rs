@@ -284,3 +284,120 @@ impl Sweep {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use cuguard_history::{Action, Chunk, Header, Memory, Raw, VERSION, kind, write_chunk};
+
+    use super::*;
+
+    /// A history of `blocks` (start ns, end ns, bytes, stack), 1 tsc tick = 1 ns.
+    fn replay(blocks: &[(u64, Option<u64>, u64, u32)], end: u64) -> Replay {
+        let mut f = Header {
+            version: VERSION,
+            pid: 1,
+            start_unix_ns: 0,
+            segment: 0,
+            run: 0,
+        }
+        .encode()
+        .to_vec();
+        for t in [0, end] {
+            write_chunk(
+                &mut f,
+                &Chunk::Clock {
+                    tsc: t,
+                    since_start_ns: t,
+                    unix_ns: t,
+                },
+            );
+        }
+        let mut events = Vec::new();
+        for (i, &(start, stop, size, stack)) in blocks.iter().enumerate() {
+            let addr = 0x7000_0000_0000 + i as u64 * 0x1000_0000;
+            let ev = |tsc, action, size| Raw {
+                tsc,
+                addr,
+                size,
+                stack,
+                context: 0,
+                kind: kind(action, Memory::Device),
+                device: 1,
+            };
+            events.push(ev(start, Action::Alloc, size));
+            if let Some(e) = stop {
+                events.push(ev(e, Action::Free, 0));
+            }
+        }
+        events.sort_by_key(|e| e.tsc);
+        write_chunk(&mut f, &Chunk::Events { thread: 1, events });
+        write_chunk(&mut f, &Chunk::End { tsc: end });
+        Replay::read(&[&f]).unwrap()
+    }
+
+    fn site(id: u32) -> SiteInfo {
+        SiteInfo {
+            label: format!("site_{id}"),
+            stack: vec![format!("site_{id}"), "main".into()],
+        }
+    }
+
+    #[test]
+    fn a_spike_between_calm_phases_is_drawn_at_its_height_and_as_a_band() {
+        const MS: u64 = 1_000_000;
+        // Calm: 1 MiB blocks all along; the spike: 512 MiB from 400 to 600 ms.
+        let mut blocks: Vec<(u64, Option<u64>, u64, u32)> = (0..100)
+            .map(|i| (i * 10 * MS, Some(i * 10 * MS + 5 * MS), 1 << 20, 1))
+            .collect();
+        blocks.push((400 * MS, Some(600 * MS), 512 << 20, 2));
+        let t = timeline(&replay(&blocks, 1000 * MS), "p[1]".into(), &site);
+        let spike = t.series.iter().position(|s| s.label == "site_2").unwrap();
+        let n = t.series.len();
+        let l0 = &t.levels[0];
+        let at = |ms: f64| {
+            let c = ((ms - l0.from_ms) / (l0.to_ms - l0.from_ms) * COLUMNS as f64) as usize;
+            l0.bytes[c * n + spike]
+        };
+        assert_eq!(at(500.0), 512 << 20);
+        assert_eq!(at(300.0), 0);
+        assert_eq!(at(700.0), 0);
+        // The largest allocation is a band, with its times and site.
+        let band = t.bands.iter().find(|b| b.2 == 512 << 20).unwrap();
+        assert_eq!((band.0, band.1, band.3), (400.0, 600.0, spike));
+        assert_eq!(
+            t.peak,
+            (400.0, (512 << 20) + (1 << 20)),
+            "with the calm block of 400 ms"
+        );
+        // Every level has its columns; the windows cover the run in order.
+        assert_eq!(t.levels.len(), 1 + WINDOWS);
+        assert!(t.levels.iter().all(|l| l.at.len() == COLUMNS));
+        assert_eq!(t.levels[1].from_ms, 0.0);
+        assert_eq!(t.levels[WINDOWS].to_ms, 1000.0);
+        // In the window holding 500 ms, a column there has the spike too.
+        let w = &t.levels[1 + 8];
+        let c = ((500.0 - w.from_ms) / (w.to_ms - w.from_ms) * COLUMNS as f64) as usize;
+        assert_eq!(w.bytes[c * n + spike], 512 << 20);
+    }
+
+    #[test]
+    fn a_million_allocations_make_a_page_of_bounded_size() {
+        const US: u64 = 1_000;
+        let blocks: Vec<(u64, Option<u64>, u64, u32)> = (0..1_000_000u64)
+            .map(|i| {
+                (
+                    i * US,
+                    Some(i * US + 50 * US),
+                    4096 + (i % 997) * 64,
+                    (i % 300) as u32,
+                )
+            })
+            .collect();
+        let t = timeline(&replay(&blocks, 1_000_100 * US), "p[1]".into(), &site);
+        assert_eq!(t.allocations, 1_000_000);
+        assert_eq!(t.series.len(), SERIES + 1);
+        assert_eq!(t.bands.len(), BANDS);
+        let json = serde_json::to_string(&t).unwrap();
+        assert!(json.len() < 4 << 20, "{} bytes", json.len());
+    }
+}
