@@ -331,3 +331,43 @@ pub fn stack_key(id: u32) -> Option<u64> {
 pub fn stacks_by_id(report: &Report) -> HashMap<u64, &Stack> {
     report.stacks.iter().map(|s| (s.id, s)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replay() -> Replay {
+        Replay {
+            begins_ns: 0,
+            ends_ns: 3_200_000_000,
+            ..Replay::default()
+        }
+    }
+
+    #[test]
+    fn times_read_as_people_write_them() {
+        let r = replay();
+        assert_eq!(parse_time("12.5ms", &r), Ok(12_500_000));
+        assert_eq!(parse_time("1.25s", &r), Ok(1_250_000_000));
+        assert_eq!(parse_time("2", &r), Ok(2_000_000_000));
+        assert_eq!(parse_time(" 840ms ", &r), Ok(840_000_000));
+        assert_eq!(parse_time("end", &r), Ok(3_200_000_000));
+        assert_eq!(parse_time("peak", &r), Ok(0));
+        assert_eq!(
+            parse_time("99s", &r),
+            Err("99s is outside the history: it spans 0 ms to 3.2 s".into())
+        );
+        assert!(
+            parse_time("soon", &r)
+                .unwrap_err()
+                .contains("is not a time")
+        );
+        assert!(parse_time("-1s", &r).unwrap_err().contains("is not a time"));
+        assert!(parse_time("nan", &r).unwrap_err().contains("is not a time"));
+        assert!(
+            parse_time("oom", &r)
+                .unwrap_err()
+                .contains("no allocation was refused")
+        );
+    }
+}
