@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The history on the H200, in one call (issue 36; the H200 issue, items 1-4): PyTorch resnet18
+# training under the shim with PyTorch's own memory history on, a 4 GiB spike in the middle;
+# `summary --at` inside, before and after it and at the end; the memory-viz export read by
+# torch.cuda._memory_viz beside PyTorch's own snapshot; the step time with the history on, off,
+# and without cuguard, interleaved; the pool pair with and without the history.
+# Run from the repository root on the GPU machine after scripts/gpu/stage.sh (.gpu/).
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+B=/tmp/cuguard-history
+rm -rf "$B"; mkdir -p "$B"
+C=$PWD/.gpu/cuguard
+S=$PWD/.gpu/libcuguard.so
+P=$PWD/scripts/gpu/history_torch.py
+export PYTHONUNBUFFERED=1
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)'
+} > "$OUT/versions.txt" 2>&1
+cat "$OUT/versions.txt"
+
+echo "== 1. training with a spike, PyTorch's history on"
+TORCH_HISTORY=1 TORCH_SNAPSHOT=$B/torch.pickle "$C" run --report "$B/train.json" -- python3 "$P" train 30 spike | tee "$B/train.out"
+ls -la "$B"
+python3 - "$B/train.out" "$B/train.json" > "$B/moments.txt" <<'PY'
+import json, sys
+said = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+start = json.load(open(sys.argv[2]))["process"]["start_unix_ms"]
+a, b = said["spike_unix_ms"]
+print(f"{a - start + 150}ms {a - start - 300}ms {b - start + 300}ms")
+PY
+read INSIDE BEFORE AFTER < "$B/moments.txt"
+echo "inside=$INSIDE before=$BEFORE after=$AFTER"
+{
+  for t in "$INSIDE" "$BEFORE" "$AFTER" peak end; do
+    echo "### summary --at $t"
+    "$C" summary "$B/train.json" --at "$t" --top 12
+  done
+  echo "### summary --between $BEFORE $AFTER"
+  "$C" summary "$B/train.json" --between "$BEFORE" "$AFTER" --top 12
+} > "$OUT/at.txt" 2>&1
+cat "$OUT/at.txt"
+"$C" summary "$B/train.json" --at end --format json > "$OUT/at_end.json" 2>&1
+"$C" summary "$B/train.json" > "$OUT/summary.txt" 2>&1
+
+echo "== 2. the export, read by PyTorch's own viewer code"
+"$C" export --format memory-viz "$B/train.json" -o "$B/cuguard.pickle" 2>&1 | tee "$OUT/export.txt"
+{
+  echo "cuguard: $(python3 "$P" viz "$B/cuguard.pickle")"
+  echo "torch:   $(python3 "$P" viz "$B/torch.pickle")"
+} | tee "$OUT/viz.txt"
+python3 scripts/memory_viz_check.py "$B/cuguard.pickle" > /dev/null && echo "memory_viz_check: ok" | tee -a "$OUT/viz.txt"
+python3 - "$B/cuguard.pickle" "$B/torch.pickle" <<'PY' | tee "$OUT/compare.txt"
+import pickle, sys
+c = pickle.load(open(sys.argv[1], "rb")); t = pickle.load(open(sys.argv[2], "rb"))
+def active(s): return sum(b["size"] for g in s["segments"] for b in g["blocks"] if b["state"] == "active_allocated")
+def reserved(s): return sum(g["total_size"] for g in s["segments"])
+print("at the end: cuguard segments", len(c["segments"]), "reserved", reserved(c), "active", active(c))
+print("at the end: torch   segments", len(t["segments"]), "reserved", reserved(t), "active", active(t))
+ct = [e for tr in c["device_traces"] for e in tr]; tt = [e for tr in t["device_traces"] for e in tr]
+print("trace entries: cuguard", len(ct), "torch", len(tt))
+print("cuguard actions:", {a: sum(1 for e in ct if e["action"] == a) for a in sorted({e["action"] for e in ct})})
+print("torch actions:  ", {a: sum(1 for e in tt if e["action"] == a) for a in sorted({e["action"] for e in tt})})
+PY
+cp "$B/cuguard.pickle" "$OUT/" 2>/dev/null
+cp "$B/train.json" "$OUT/train.json"
+cp "$B"/train*.history "$OUT/" 2>/dev/null
+
+echo "== 3. step time: history on, off, no cuguard (3 rounds, interleaved)"
+for r in 1 2 3; do
+  on=$("$C" run --quiet --report "$B/t$r.json" -- python3 "$P" time 60)
+  off=$(CUGUARD_HISTORY=0 "$C" run --quiet --report "$B/o$r.json" -- python3 "$P" time 60)
+  none=$(python3 "$P" time 60)
+  echo "round $r: history-on $on history-off $off no-cuguard $none"
+done | tee "$OUT/cost.txt"
+
+echo "== 4. the pool pair, history on and off"
+.gpu/alloc_bench --shim "$S" --tests pair --variants pool,pool-nohistory,pool+stacks,pool+stacks-nohistory --rounds 5 2>&1 | tee "$OUT/pair.md"
