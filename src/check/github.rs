@@ -38,7 +38,10 @@ impl Format<Verdict> for Github {
                     props.push(format!("line={line}"));
                 }
             }
-            props.push(format!("title={}", property(&format!("cuguard {}", f.rule))));
+            props.push(format!(
+                "title={}",
+                property(&format!("cuguard {}", f.rule))
+            ));
             writeln!(out, "::error {}::{}", props.join(","), message(&f.message))?;
         }
         Ok(())

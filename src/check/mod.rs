@@ -25,8 +25,8 @@
 //! listed in [`FORMATS`]: [`text`], [`json`] (whose [`json::Json`] describes the JSON),
 //! [`junit`], [`sarif`] and [`github`] (these two point at the user's code: [`places`]).
 
-pub mod json;
 pub mod github;
+pub mod json;
 pub mod junit;
 pub mod places;
 pub mod sarif;
@@ -203,6 +203,10 @@ pub struct SuppressedSite {
     pub rule: usize,
 }
 
+/// A leak to condense: the leak, its bytes, its count, and its site and place when it is not
+/// the site of its stack (a live cache block's, found from its Python frames).
+type Item = (Leak, u64, u64, Option<(Site, Place)>);
+
 /// What a Python program's end view counts, as leaks with their bytes, count and, for a live
 /// cache block, the line that allocated it: lost and unclassified allocations, library ones
 /// (their owner decides), and with `held` the held allocations and the live cache blocks
@@ -211,7 +215,7 @@ fn end_items(
     view: &PyView,
     held: bool,
     not_counted: &mut Option<(u64, u64)>,
-) -> Vec<(Leak, u64, u64, Option<(Site, Place)>)> {
+) -> Vec<Item> {
     let mut out = Vec::new();
     let mut skipped = (0u64, 0u64);
     for a in &view.allocations {
@@ -368,7 +372,7 @@ impl ProcessCheck {
             .as_ref()
             .and_then(|p| p.view.as_ref())
             .filter(|v| v.at == "end");
-        let items: Vec<(Leak, u64, u64, Option<(Site, Place)>)> = match at_end {
+        let items: Vec<Item> = match at_end {
             Some(view) => end_items(view, held, &mut check.held_at_end),
             None => leaks
                 .groups()
@@ -399,10 +403,7 @@ impl ProcessCheck {
                 check.rule_hits[rule] += n;
                 check.suppressed.0 = check.suppressed.0.saturating_add(size);
                 check.suppressed.1 += n;
-                check
-                    .places
-                    .entry(site.key.clone())
-                    .or_insert_with(place);
+                check.places.entry(site.key.clone()).or_insert_with(place);
                 let s = check
                     .suppressed_sites
                     .entry(("leak".to_string(), site.key.clone()))
@@ -765,7 +766,10 @@ impl Verdict {
         self.limits
             .max_leaked_bytes
             .is_some_and(|m| self.counted_bytes > m)
-            || self.limits.max_leaks.is_some_and(|m| self.counted_leaks > m)
+            || self
+                .limits
+                .max_leaks
+                .is_some_and(|m| self.counted_leaks > m)
     }
 
     /// The rules that matched nothing.

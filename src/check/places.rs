@@ -78,12 +78,8 @@ impl Place {
         let python = |j: usize| python_frame(&stack.python[j]);
         // Where the walk starts: the shim's site, else the first frame outside the runtime.
         let start = match stack.site.as_ref() {
-            Some(s) if s.in_ == "python" && s.index < stack.python.len() => {
-                Slot::Python(s.index)
-            }
-            Some(s) if s.in_ == "frames" && s.index < stack.frames.len() => {
-                Slot::Native(s.index)
-            }
+            Some(s) if s.in_ == "python" && s.index < stack.python.len() => Slot::Python(s.index),
+            Some(s) if s.in_ == "frames" && s.index < stack.frames.len() => Slot::Native(s.index),
             _ => Slot::Native(
                 stack
                     .frames

@@ -2,7 +2,8 @@
 //! `upload-sarif`, GitLab, IDEs).
 //!
 //! One run; its `tool.driver` is cuguard, with one rule per kind of finding the check can fail
-//! on ([`RULES`]: `leak`, `growth`, and one per event kind). Its results:
+//! on ([`RULES`]: `cuguard/leak`, `cuguard/growth`, and one per event kind,
+//! `cuguard/double_free`, …). Its results:
 //!
 //! - one per failing finding, level `error`: each counting leak site when the leaks exceed a
 //!   limit, each site that grew by more than `--max-growth` (one per process), each site with
@@ -22,10 +23,10 @@
 //! ```text
 //! {"version": "2.1.0", "$schema": "…sarif-2.1.0.json",
 //!  "runs": [{"tool": {"driver": {"name": "cuguard", "version", "informationUri", "rules": [
-//!              {"id": "leak", "name": "Leak", "shortDescription": {"text"},
+//!              {"id": "cuguard/leak", "name": "Leak", "shortDescription": {"text"},
 //!               "fullDescription": {"text"}, "defaultConfiguration": {"level": "error"}}, …]}},
 //!            "originalUriBaseIds": {"%SRCROOT%": {"uri": "file:///src/app/"}},
-//!            "results": [{"ruleId": "leak", "ruleIndex": 0, "level": "error",
+//!            "results": [{"ruleId": "cuguard/leak", "ruleIndex": 0, "level": "error",
 //!              "message": {"text": "3.0 MiB leaked in 2 allocations (cuMemAlloc_v2) by 1 process (train[4242]); owner: the program"},
 //!              "locations": [{"physicalLocation": {"artifactLocation": {"uri": "src/train.c",
 //!                 "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 42}},
@@ -46,7 +47,8 @@ use crate::text::{bytes, millis, plural};
 
 /// A kind of finding: a SARIF rule.
 pub struct Rule {
-    /// `ruleId`: `leak`, `growth`, or an event kind.
+    /// The finding: `leak`, `growth`, or an event kind; the SARIF `ruleId` is `cuguard/` and
+    /// this.
     pub id: &'static str,
     /// `name`, PascalCase.
     pub name: &'static str,
@@ -140,6 +142,18 @@ pub const RULES: &[Rule] = &[
 /// `--format sarif`.
 pub struct Sarif;
 
+/// The SARIF `ruleId` of finding `kind`: `cuguard/leak` (an id that differs from the rule's
+/// name, as SARIF wants).
+fn rule_id(kind: &str) -> String {
+    format!("cuguard/{kind}")
+}
+
+/// Where people learn about cuguard's findings.
+const INFORMATION_URI: &str = match option_env!("CARGO_PKG_REPOSITORY") {
+    Some(uri) if !uri.is_empty() => uri,
+    _ => "https://example.invalid/cuguard",
+};
+
 /// One finding before it is written.
 struct Finding<'v> {
     rule: String,
@@ -194,7 +208,10 @@ fn findings(verdict: &Verdict, suppressed: bool) -> io::Result<Vec<Finding<'_>>>
                 .filter(|o| !o.is_empty())
                 .unwrap_or_else(|| "the program".into());
             let counted = if s.counted_bytes < s.leaked_bytes {
-                format!(" ({} new or grown since the baseline)", bytes(s.counted_bytes))
+                format!(
+                    " ({} new or grown since the baseline)",
+                    bytes(s.counted_bytes)
+                )
             } else {
                 String::new()
             };
@@ -261,7 +278,12 @@ fn findings(verdict: &Verdict, suppressed: bool) -> io::Result<Vec<Finding<'_>>>
                     plural(s.count, "allocation", "allocations")
                 )
             } else {
-                format!("{} {} event{}", s.count, s.kind, if s.count == 1 { "" } else { "s" })
+                format!(
+                    "{} {} event{}",
+                    s.count,
+                    s.kind,
+                    if s.count == 1 { "" } else { "s" }
+                )
             };
             let rule = verdict.suppressions.get(s.rule);
             out.push(Finding {
@@ -327,7 +349,7 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
         .iter()
         .map(|r| {
             json!({
-                "id": r.id,
+                "id": rule_id(r.id),
                 "name": r.name,
                 "shortDescription": {"text": r.short},
                 "fullDescription": {"text": r.full},
@@ -342,7 +364,7 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
             Some(i) => i,
             None => {
                 rules.push(json!({
-                    "id": f.rule,
+                    "id": rule_id(&f.rule),
                     "name": f.rule,
                     "shortDescription": {"text": format!("{} events", f.rule)},
                     "fullDescription": {"text": format!("Events of kind {} in the report.", f.rule)},
@@ -382,7 +404,7 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
             .and_then(|p| p.fingerprint.as_deref())
             .unwrap_or(&f.site);
         let mut result = json!({
-            "ruleId": f.rule,
+            "ruleId": rule_id(&f.rule),
             "ruleIndex": index,
             "level": f.level,
             "message": {"text": f.message},
@@ -407,7 +429,7 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
             "tool": {"driver": {
                 "name": "cuguard",
                 "version": env!("CARGO_PKG_VERSION"),
-                "informationUri": env!("CARGO_PKG_REPOSITORY"),
+                "informationUri": INFORMATION_URI,
                 "rules": rules,
             }},
             "originalUriBaseIds": {"%SRCROOT%": {"uri": root_uri}},
