@@ -23,16 +23,20 @@
 //! processes up one at a time, in compact tables and a log of the processes ([`table`]), and
 //! decides; [`Verdict::new`] does both for processes in memory. Output formats, one per file,
 //! listed in [`FORMATS`]: [`text`], [`json`] (whose [`json::Json`] describes the JSON),
-//! [`junit`].
+//! [`junit`], [`sarif`] and [`github`] (these two point at the user's code: [`places`]).
 
+pub mod github;
 pub mod json;
 pub mod junit;
+pub mod places;
+pub mod sarif;
 pub mod suppressions;
 pub mod table;
 pub mod text;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -43,6 +47,7 @@ use crate::input::Source;
 use crate::owners::{OwnerFilter, OwnerIndex, OwnerShare};
 use crate::report::{HeldClass, Leak, LeakFold, LeakState, PyView, Report, Stack};
 use crate::sites::{Site, SiteIndex, SiteKind};
+use places::Place;
 use suppressions::Suppressions;
 
 /// The formats of `cuguard check --format`, the default first (see [`crate::format`]).
@@ -50,6 +55,8 @@ pub const FORMATS: Registry<Verdict> = Registry::new(&[
     Row::of::<text::Text>(),
     Row::of::<json::Json>(),
     Row::of::<junit::Junit>(),
+    Row::of::<sarif::Sarif>(),
+    Row::of::<github::Github>(),
 ]);
 
 /// The event kinds that fail a check unless told otherwise.
@@ -178,7 +185,27 @@ pub struct ProcessCheck {
     /// counted (bytes, allocations and cache blocks); `None` for other reports and with
     /// `--held`.
     pub held_at_end: Option<(u64, u64)>,
+    /// Where each site of its leaks and events (suppressed ones included) is, by site key.
+    pub places: BTreeMap<String, Place>,
+    /// Suppressed leaks and events by (finding, site key): the finding is `leak` or the
+    /// event's kind.
+    pub suppressed_sites: BTreeMap<(String, String), SuppressedSite>,
 }
+
+/// Suppressed leaks or events of one kind at one site.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SuppressedSite {
+    /// Bytes (0 for events).
+    pub bytes: u64,
+    /// Leaks or events.
+    pub count: u64,
+    /// The first rule that matched them (index into the suppressions' rules).
+    pub rule: usize,
+}
+
+/// A leak to condense: the leak, its bytes, its count, and its site and place when it is not
+/// the site of its stack (a live cache block's, found from its Python frames).
+type Item = (Leak, u64, u64, Option<(Site, Place)>);
 
 /// What a Python program's end view counts, as leaks with their bytes, count and, for a live
 /// cache block, the line that allocated it: lost and unclassified allocations, library ones
@@ -188,7 +215,7 @@ fn end_items(
     view: &PyView,
     held: bool,
     not_counted: &mut Option<(u64, u64)>,
-) -> Vec<(Leak, u64, u64, Option<Site>)> {
+) -> Vec<Item> {
     let mut out = Vec::new();
     let mut skipped = (0u64, 0u64);
     for a in &view.allocations {
@@ -228,7 +255,10 @@ fn end_items(
                     block.requested = b.size;
                     // The program's: a tensor or array it keeps.
                     block.owner = Some("program".into());
-                    out.push((block, b.size, 1, crate::sites::frames_site(&b.frames)));
+                    let site = crate::sites::frames_site(&b.frames)
+                        .map(|s| (Place::of_python(&b.frames, &s), s))
+                        .map(|(p, s)| (s, p));
+                    out.push((block, b.size, 1, site));
                 }
                 // The segment itself is the cache's: counted only where `--owners` names it.
                 out.push((leak, a.size, 1, None));
@@ -332,6 +362,8 @@ impl ProcessCheck {
             growing: Vec::new(),
             growth_not_told: None,
             held_at_end: None,
+            places: BTreeMap::new(),
+            suppressed_sites: BTreeMap::new(),
         };
         // A Python program whose end was recorded is checked on what it held then: the lost
         // (and with `held`, the held) allocations of its view, not what teardown left.
@@ -340,7 +372,7 @@ impl ProcessCheck {
             .as_ref()
             .and_then(|p| p.view.as_ref())
             .filter(|v| v.at == "end");
-        let items: Vec<(Leak, u64, u64, Option<Site>)> = match at_end {
+        let items: Vec<Item> = match at_end {
             Some(view) => end_items(view, held, &mut check.held_at_end),
             None => leaks
                 .groups()
@@ -359,10 +391,28 @@ impl ProcessCheck {
                     .entry((leak.stack, &*leak.api, leak.memory.as_str()))
                     .or_insert_with(|| suppressions.match_leak(leak, stack_of(leak.stack)))
             };
+            let site = match site_of {
+                Some((s, _)) => std::borrow::Cow::Borrowed(s),
+                None => index.site(leak.stack),
+            };
+            let place = || match site_of {
+                Some((_, p)) => p.clone(),
+                None => Place::of(index.stack(leak.stack), &site),
+            };
             if let Some(rule) = rule {
                 check.rule_hits[rule] += n;
                 check.suppressed.0 = check.suppressed.0.saturating_add(size);
                 check.suppressed.1 += n;
+                check.places.entry(site.key.clone()).or_insert_with(place);
+                let s = check
+                    .suppressed_sites
+                    .entry(("leak".to_string(), site.key.clone()))
+                    .or_insert(SuppressedSite {
+                        rule,
+                        ..SuppressedSite::default()
+                    });
+                s.bytes = s.bytes.saturating_add(size);
+                s.count += n;
                 continue;
             }
             let owner = owner_index.of_leak(leak);
@@ -370,10 +420,13 @@ impl ProcessCheck {
                 others.push((owner, size, n));
                 continue;
             }
-            let site = match site_of {
-                Some(s) => std::borrow::Cow::Borrowed(s),
-                None => index.site(leak.stack),
-            };
+            let label = owner_index.owner(owner).label.clone();
+            check
+                .places
+                .entry(site.key.clone())
+                .or_insert_with(place)
+                .owners
+                .insert(label);
             let entry = check
                 .sites
                 .entry(site.key.clone())
@@ -390,12 +443,25 @@ impl ProcessCheck {
             }
         }
         for event in &report.events {
+            let site = index.site(event.stack);
+            if !check.places.contains_key(&site.key) {
+                let place = Place::of(index.stack(event.stack), &site);
+                check.places.insert(site.key.clone(), place);
+            }
             if let Some(rule) = suppressions.match_event(event, stack_of(event.stack)) {
                 check.rule_hits[rule] += 1;
                 check.suppressed_events += 1;
+                let s = check
+                    .suppressed_sites
+                    .entry((event.kind.to_string(), site.key.clone()))
+                    .or_insert(SuppressedSite {
+                        rule,
+                        ..SuppressedSite::default()
+                    });
+                s.count += 1;
                 continue;
             }
-            let site = index.site(event.stack).key.clone();
+            let site = site.key.clone();
             *check
                 .events
                 .entry((event.kind.to_string(), site))
@@ -638,6 +704,35 @@ pub struct Verdict {
     pub suppressions: Vec<RuleUse>,
     /// Per process, in input order; read back one at a time (see [`table::ProcessVerdicts`]).
     pub processes: table::ProcessVerdicts,
+    /// Where the sites of leaks and events are, by site key (not in the JSON).
+    #[serde(skip)]
+    pub places: HashMap<String, Place>,
+    /// Suppressed leaks and events by kind and site, in (kind, site) order (not in the JSON).
+    #[serde(skip)]
+    pub suppressed_sites: Vec<SuppressedFinding>,
+    /// The directory the `sarif` and `github` formats name files relative to, absolute (see
+    /// [`places::source_root`]); `None`: the current directory. Not in the JSON.
+    #[serde(skip)]
+    pub source_root: Option<PathBuf>,
+}
+
+/// Suppressed leaks or events of one kind at one site, all processes together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SuppressedFinding {
+    /// `leak`, or the events' kind.
+    pub kind: String,
+    /// Site key.
+    pub site: String,
+    /// Bytes (0 for events).
+    pub bytes: u64,
+    /// Leaks or events.
+    pub count: u64,
+    /// The rule that matched them first (index into [`Verdict::suppressions`]).
+    pub rule: usize,
+    /// Processes that had them (`exe[pid]`), at most 5.
+    pub processes: Vec<String>,
+    /// How many processes had them.
+    pub process_count: u64,
 }
 
 /// A report whose growth could not be told.
@@ -664,6 +759,17 @@ impl Verdict {
         }
         fold.finish(baseline, suppressions, limits)
             .expect("a check kept in memory reads back what it kept")
+    }
+
+    /// Whether the leaks that count exceed a limit (then every counting site fails).
+    pub fn leaks_fail(&self) -> bool {
+        self.limits
+            .max_leaked_bytes
+            .is_some_and(|m| self.counted_bytes > m)
+            || self
+                .limits
+                .max_leaks
+                .is_some_and(|m| self.counted_leaks > m)
     }
 
     /// The rules that matched nothing.
@@ -696,6 +802,10 @@ pub struct CheckFold {
     /// The reports whose growth could not be told, in input order.
     growth_not_told: Vec<GrowthNotTold>,
     processes: table::ProcessLog,
+    /// Where the sites are, by key.
+    places: HashMap<String, Place>,
+    /// Suppressed findings by (kind, site key).
+    suppressed_sites: BTreeMap<(String, String), SuppressedFinding>,
 }
 
 impl CheckFold {
@@ -725,6 +835,8 @@ impl CheckFold {
             incomplete: Vec::new(),
             growth_not_told: Vec::new(),
             processes: table::ProcessLog::new(on_disk),
+            places: HashMap::new(),
+            suppressed_sites: BTreeMap::new(),
         }
     }
 
@@ -759,6 +871,34 @@ impl CheckFold {
                 None => {
                     self.other_owners.insert(share.owner.clone(), share);
                 }
+            }
+        }
+        for (key, place) in p.places {
+            match self.places.get_mut(&key) {
+                Some(known) => known.merge(place),
+                None => {
+                    self.places.insert(key, place);
+                }
+            }
+        }
+        for ((kind, site), s) in p.suppressed_sites {
+            let f = self
+                .suppressed_sites
+                .entry((kind.clone(), site.clone()))
+                .or_insert_with(|| SuppressedFinding {
+                    kind,
+                    site,
+                    bytes: 0,
+                    count: 0,
+                    rule: s.rule,
+                    processes: Vec::new(),
+                    process_count: 0,
+                });
+            f.bytes = f.bytes.saturating_add(s.bytes);
+            f.count += s.count;
+            f.process_count += 1;
+            if f.processes.len() < 5 {
+                f.processes.push(p.name.clone());
             }
         }
         if !p.complete {
@@ -805,6 +945,8 @@ impl CheckFold {
             incomplete,
             growth_not_told,
             processes,
+            places,
+            suppressed_sites,
         } = self;
         let process_count = processes.len();
         let mut growing: Vec<GrowthVerdict> =
@@ -984,6 +1126,9 @@ impl CheckFold {
                 .collect(),
             processes: process_verdicts,
             limits,
+            places,
+            suppressed_sites: suppressed_sites.into_values().collect(),
+            source_root: None,
         })
     }
 }

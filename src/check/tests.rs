@@ -386,3 +386,69 @@ fn folded_check_equals_the_whole_one_on_the_fixtures() {
         }
     }
 }
+
+/// The fixture's verdict with every site placed at `file` line 7, under the source root `/root`.
+fn placed_at(file: &str) -> Verdict {
+    let mut v = verdict(&["leaks-two-contexts.json"], "", None, Limits::default());
+    assert!(!v.places.is_empty());
+    for p in v.places.values_mut() {
+        p.frames = vec![places::PlaceFrame {
+            file: file.into(),
+            line: Some(7),
+        }];
+    }
+    v.source_root = Some(PathBuf::from("/root"));
+    v
+}
+
+#[test]
+fn github_commands_escape_odd_paths() {
+    let v = placed_at("/root/my dir/a,b:c\nd%.c");
+    let mut out = Vec::new();
+    github::Github::write(&v, &mut out, &Options::default()).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    let counting = v.sites.counting();
+    assert!(counting > 0);
+    assert_eq!(out.lines().count(), counting, "{out}");
+    for line in out.lines() {
+        assert!(
+            line.starts_with("::error file=my dir/a%2Cb%3Ac%0Ad%25.c,line=7,title=cuguard leak::"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn sarif_places_odd_paths_as_uri_references() {
+    let v = placed_at("/root/my dir/a,b:c\nd%.c");
+    let mut out = Vec::new();
+    sarif::Sarif::write(&v, &mut out, &Options::default()).unwrap();
+    let log: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let run = &log["runs"][0];
+    assert_eq!(
+        run["originalUriBaseIds"]["%SRCROOT%"]["uri"],
+        "file:///root/"
+    );
+    let results = run["results"].as_array().unwrap();
+    assert_eq!(results.len(), v.sites.counting());
+    for r in results {
+        let physical = &r["locations"][0]["physicalLocation"];
+        assert_eq!(
+            physical["artifactLocation"]["uri"],
+            "my%20dir/a%2Cb%3Ac%0Ad%25.c"
+        );
+        assert_eq!(physical["region"]["startLine"], 7);
+    }
+    // Outside the root: logical locations only.
+    let v = placed_at("/elsewhere/a.c");
+    let mut out = Vec::new();
+    sarif::Sarif::write(&v, &mut out, &Options::default()).unwrap();
+    let log: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    for r in log["runs"][0]["results"].as_array().unwrap() {
+        assert!(r["locations"][0].get("physicalLocation").is_none(), "{r}");
+        assert!(
+            r["locations"][0]["logicalLocations"][0]["name"].is_string(),
+            "{r}"
+        );
+    }
+}

@@ -42,6 +42,8 @@ Examples:
   cuguard check --fail-on-events all --require-complete reports/
   cuguard check --owners framework_cache,cublas --max-leaked-bytes 8GiB --max-growth 256MiB reports/
   cuguard check --held cuguard.python3.*.json  # fail on memory still held at the end too
+  cuguard check --format sarif --source-root . reports/ > cuguard.sarif  # for code scanning
+  cuguard check --format github reports/  # annotations in a GitHub Actions job
 
 Suppression rules (one per line, terms separated by spaces, all must match):
   leak:PATTERN     a frame's function, file or module      api:PATTERN     the driver entry
@@ -97,6 +99,11 @@ pub struct CheckArgs {
     /// How many sites and events to list in text output (0: all).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
+    /// The directory whose files `--format sarif` and `--format github` point at, relative to
+    /// it: each finding is placed at the first frame, from its site outward, whose file is
+    /// under it [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    pub source_root: Option<PathBuf>,
     /// Reports: files, directories (every *.json below them) or globs.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
@@ -188,12 +195,15 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
         require_complete: args.require_complete,
         held: args.held,
     };
-    let verdict = fold
+    let mut verdict = fold
         .finish(baseline.as_ref(), &suppressions, limits)
         .map_err(|source| CliError::Output {
             what: "a temporary file".into(),
             source,
         })?;
+    verdict.source_root = Some(crate::check::places::source_root(
+        args.source_root.as_deref(),
+    ));
     let code = if verdict.passed {
         exit::OK
     } else {

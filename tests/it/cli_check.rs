@@ -1,5 +1,7 @@
 //! `cuguard check` and `cuguard suppressions` as CI runs them: exit codes, suppressions (matching
-//! and unused), baselines (pass and fail), JSON and JUnit output decoded independently.
+//! and unused), baselines (pass and fail), JSON and JUnit output decoded independently; SARIF
+//! and GitHub workflow commands from a C program's report, pointing at its lines (the SARIF
+//! validated by the SARIF Multitool).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -359,5 +361,280 @@ fn cli_check_help_states_the_defaults() {
         "Default: growth is not checked",
     ] {
         assert!(t.contains(want), "{want:?} in:\n{t}");
+    }
+}
+
+/// Runs `stack_named` under the shim into a fresh directory; returns the report's path and the
+/// program's lines (`kind 0xaddr line [caller line]`).
+fn stack_named_report(test: &str) -> (PathBuf, Vec<Vec<String>>) {
+    let program = support::c_program("stack_named");
+    let dir = support::scratch_dir(test);
+    let report = dir.join("report.json");
+    let out = support::run(&mut support::shim_command(&program, &report), true);
+    let lines = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    (report, lines)
+}
+
+fn check_report(args: &[&str], report: &std::path::Path) -> Output {
+    Command::new(&support::artifacts().cuguard)
+        .env("NO_COLOR", "1")
+        .arg("check")
+        .args(args)
+        .arg(report)
+        .output()
+        .unwrap()
+}
+
+fn workloads_dir() -> String {
+    let dir = support::artifacts().root.join("harness/workloads/c");
+    dir.to_str().unwrap().to_string()
+}
+
+/// The lines `stack_named` allocated at, sorted.
+fn allocation_lines(lines: &[Vec<String>]) -> Vec<u64> {
+    let mut want: Vec<u64> = lines.iter().map(|w| w[2].parse().unwrap()).collect();
+    want.sort();
+    want
+}
+
+#[test]
+fn cli_check_sarif_points_at_the_leaking_lines() {
+    let root = workloads_dir();
+    let mut fingerprints = Vec::new();
+    for run in ["cli-check-sarif-1", "cli-check-sarif-2"] {
+        let (report, lines) = stack_named_report(run);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        let out = check_report(&["--format", "sarif", "--source-root", &root], &report);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "the format leaves the verdict alone"
+        );
+        let log: serde_json::Value = serde_json::from_slice(&out.stdout).expect("SARIF is JSON");
+        assert_eq!(log["version"], "2.1.0");
+        let run0 = &log["runs"][0];
+        assert_eq!(run0["tool"]["driver"]["name"], "cuguard");
+        let rules = run0["tool"]["driver"]["rules"].as_array().unwrap();
+        assert!(rules.iter().any(|r| r["id"] == "cuguard/leak"), "{rules:?}");
+        let base = run0["originalUriBaseIds"]["%SRCROOT%"]["uri"]
+            .as_str()
+            .unwrap();
+        assert!(
+            base.starts_with("file:///") && base.ends_with('/'),
+            "{base}"
+        );
+        let results = run0["results"].as_array().unwrap();
+        assert_eq!(
+            results.len(),
+            4,
+            "one result per leaking site: {results:#?}"
+        );
+        let mut got = Vec::new();
+        let mut prints = Vec::new();
+        for r in results {
+            assert_eq!(r["ruleId"], "cuguard/leak");
+            assert_eq!(r["level"], "error");
+            let text = r["message"]["text"].as_str().unwrap();
+            assert!(
+                text.contains("leaked in 1 allocation") && text.contains("1 process"),
+                "{text}"
+            );
+            let physical = &r["locations"][0]["physicalLocation"];
+            assert_eq!(physical["artifactLocation"]["uri"], "stack_named.c", "{r}");
+            assert_eq!(physical["artifactLocation"]["uriBaseId"], "%SRCROOT%");
+            got.push(physical["region"]["startLine"].as_u64().unwrap());
+            prints.push(
+                r["partialFingerprints"]["cuguard/v1"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        got.sort();
+        assert_eq!(got, allocation_lines(&lines));
+        prints.sort();
+        fingerprints.push(prints);
+
+        // No file under the root: no physical location, but the function still.
+        let elsewhere = report.parent().unwrap().to_str().unwrap().to_string();
+        let out = check_report(&["--format", "sarif", "--source-root", &elsewhere], &report);
+        assert_eq!(out.status.code(), Some(1));
+        let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        for r in log["runs"][0]["results"].as_array().unwrap() {
+            let loc = &r["locations"][0];
+            assert!(loc.get("physicalLocation").is_none(), "{r}");
+            assert!(loc["logicalLocations"][0]["name"].as_str().is_some(), "{r}");
+        }
+    }
+    assert_eq!(
+        fingerprints[0], fingerprints[1],
+        "the same code, the same fingerprints"
+    );
+    let mut distinct = fingerprints[0].clone();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 4, "one fingerprint per site");
+}
+
+#[test]
+fn cli_check_sarif_keeps_suppressed_sites() {
+    let (report, lines) = stack_named_report("cli-check-sarif-supp");
+    let supp = report.parent().unwrap().join("supp");
+    std::fs::write(&supp, "leak:thread_start\n").unwrap();
+    let out = check_report(
+        &[
+            "--format",
+            "sarif",
+            "--source-root",
+            &workloads_dir(),
+            "--suppressions",
+            supp.to_str().unwrap(),
+        ],
+        &report,
+    );
+    assert_eq!(out.status.code(), Some(1), "three sites still fail");
+    let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = log["runs"][0]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 4, "{results:#?}");
+    let thread_line: u64 = lines.iter().find(|w| w[0] == "thread").unwrap()[2]
+        .parse()
+        .unwrap();
+    for r in results {
+        let line = r["locations"][0]["physicalLocation"]["region"]["startLine"]
+            .as_u64()
+            .unwrap();
+        match r.get("suppressions") {
+            Some(s) => {
+                assert_eq!(line, thread_line, "{r}");
+                assert_eq!(s[0]["kind"], "external", "{r}");
+                assert_eq!(r["level"], "note", "{r}");
+            }
+            None => assert_ne!(line, thread_line, "{r}"),
+        }
+    }
+}
+
+#[test]
+fn cli_check_github_annotates_each_failing_site() {
+    let (report, lines) = stack_named_report("cli-check-github");
+    let out = check_report(
+        &["--format", "github", "--source-root", &workloads_dir()],
+        &report,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the format leaves the verdict alone"
+    );
+    let text = text(&out);
+    let commands: Vec<&str> = text.lines().collect();
+    assert_eq!(commands.len(), 4, "one command per failing site: {text}");
+    let mut got = Vec::new();
+    for c in &commands {
+        let rest = c
+            .strip_prefix("::error file=stack_named.c,line=")
+            .unwrap_or_else(|| panic!("{c}"));
+        let (line, rest) = rest.split_once(',').unwrap();
+        got.push(line.parse::<u64>().unwrap());
+        assert!(rest.starts_with("title=cuguard leak::"), "{c}");
+        assert!(rest.contains("leaked in 1 allocation"), "{c}");
+    }
+    got.sort();
+    assert_eq!(got, allocation_lines(&lines));
+
+    // Nothing under the root: the commands name no file.
+    let elsewhere = report.parent().unwrap().to_str().unwrap().to_string();
+    let out = check_report(
+        &["--format", "github", "--source-root", &elsewhere],
+        &report,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let text = self::text(&out);
+    assert_eq!(text.lines().count(), 4, "{text}");
+    assert!(
+        text.lines()
+            .all(|l| l.starts_with("::error title=cuguard leak::")),
+        "{text}"
+    );
+
+    // A passing check says nothing.
+    let out = check_report(&["--format", "github", "--max-leaks", "10"], &report);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(self::text(&out), "");
+}
+
+/// The SARIF Multitool: `$SARIF_MULTITOOL`, or `sarif-multitool` on `PATH` (`npm install -g
+/// @microsoft/sarif-multitool`; `.ci/run` installs it).
+fn sarif_multitool() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SARIF_MULTITOOL") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("sarif-multitool"))
+        .find(|p| p.is_file())
+}
+
+#[test]
+fn cli_check_sarif_passes_the_sarif_multitool() {
+    let test = "cli_check_sarif_passes_the_sarif_multitool";
+    let Some(tool) = sarif_multitool() else {
+        support::missing(
+            test,
+            "the SARIF Multitool is not installed (npm install -g @microsoft/sarif-multitool)",
+        );
+        return;
+    };
+    let (report, _) = stack_named_report("cli-check-sarif-valid");
+    let dir = report.parent().unwrap().to_path_buf();
+    let supp = dir.join("supp");
+    std::fs::write(&supp, "leak:thread_start\n").unwrap();
+    // Placed in the source, and not (logical locations only); with a suppressed site.
+    for (name, root) in [
+        ("in.sarif", workloads_dir()),
+        ("out.sarif", dir.to_str().unwrap().to_string()),
+    ] {
+        let out = check_report(
+            &[
+                "--format",
+                "sarif",
+                "--source-root",
+                &root,
+                "--suppressions",
+                supp.to_str().unwrap(),
+            ],
+            &report,
+        );
+        assert_eq!(out.status.code(), Some(1));
+        let log = dir.join(name);
+        std::fs::write(&log, &out.stdout).unwrap();
+        let verdict = dir.join(format!("{name}.validation"));
+        let run = Command::new(&tool)
+            // .NET without ICU (CI's image may lack it): no culture data is needed here.
+            .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
+            .arg("validate")
+            .arg("-o")
+            .arg(&verdict)
+            .arg(&log)
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert!(run.status.success(), "{said}");
+        let found: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&verdict).unwrap()).expect("its log is JSON");
+        let problems: Vec<_> = found["runs"][0]["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| matches!(r["level"].as_str(), Some("error") | Some("warning") | None))
+            .collect();
+        assert!(problems.is_empty(), "{name}: {said}");
     }
 }

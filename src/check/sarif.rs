@@ -1,0 +1,451 @@
+//! `--format sarif`: the verdict as a SARIF 2.1.0 log, for code scanning (GitHub's
+//! `upload-sarif`, GitLab, IDEs).
+//!
+//! One run; its `tool.driver` is cuguard, with one rule per kind of finding the check can fail
+//! on ([`RULES`]: `cuguard/leak`, `cuguard/growth`, and one per event kind,
+//! `cuguard/double_free`, …). Its results:
+//!
+//! - one per failing finding, level `error`: each counting leak site when the leaks exceed a
+//!   limit, each site that grew by more than `--max-growth` (one per process), each site with
+//!   events of a failing kind;
+//! - one per suppressed leak or event site, level `note`, with `suppressions: [{"kind":
+//!   "external", "justification": the rule}]`.
+//!
+//! Each result is located at the first frame, from the site's outward, whose file is under the
+//! source root (`--source-root`, see [`super::places`]): `physicalLocation.artifactLocation`
+//! `{uri: relative path, uriBaseId: "%SRCROOT%"}` and `region.startLine`; the run's
+//! `originalUriBaseIds` gives `%SRCROOT%` as a `file://` URI. Every location also has
+//! `logicalLocations`: the site's function (and its module), so a site with no file under the
+//! root still says where it is. `partialFingerprints["cuguard/v1"]` hashes the rule id and the
+//! shim's fingerprint of the site (else the site key): equal across runs of the same code, never
+//! made of addresses, pids or times. `run.properties.cuguard` carries `{passed, failures[]}`.
+//!
+//! ```text
+//! {"version": "2.1.0", "$schema": "…sarif-2.1.0.json",
+//!  "runs": [{"tool": {"driver": {"name": "cuguard", "version", "informationUri", "rules": [
+//!              {"id": "cuguard/leak", "name": "Leak", "shortDescription": {"text"},
+//!               "fullDescription": {"text"}, "defaultConfiguration": {"level": "error"}}, …]}},
+//!            "originalUriBaseIds": {"%SRCROOT%": {"uri": "file:///src/app/"}},
+//!            "results": [{"ruleId": "cuguard/leak", "ruleIndex": 0, "level": "error",
+//!              "message": {"text": "3.0 MiB leaked in 2 allocations (cuMemAlloc_v2) by 1 process (train[4242]); owner: the program"},
+//!              "locations": [{"physicalLocation": {"artifactLocation": {"uri": "src/train.c",
+//!                 "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 42}},
+//!                 "logicalLocations": [{"name": "make_buffers", "kind": "function"}]}],
+//!              "partialFingerprints": {"cuguard/v1": "9c3e…"}}, …],
+//!            "properties": {"cuguard": {"passed": false, "failures": […]}}}]}
+//! ```
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::Verdict;
+use super::places::{Located, Place, source_root, stable_hash};
+use crate::format::{Format, Options};
+use crate::text::{bytes, millis, plural};
+
+/// A kind of finding: a SARIF rule.
+pub struct Rule {
+    /// The finding: `leak`, `growth`, or an event kind; the SARIF `ruleId` is `cuguard/` and
+    /// this.
+    pub id: &'static str,
+    /// `name`, PascalCase.
+    pub name: &'static str,
+    /// `shortDescription`.
+    pub short: &'static str,
+    /// `fullDescription`.
+    pub full: &'static str,
+}
+
+/// The rules, in `tool.driver.rules` order (an event kind not listed gets a rule after them).
+pub const RULES: &[Rule] = &[
+    Rule {
+        id: "leak",
+        name: "Leak",
+        short: "GPU memory leaked",
+        full: "Memory allocated through the CUDA driver was still allocated when the process \
+               ended (for a Python program checked on its end: when its code ended, and nothing \
+               held it), and the leaks that count exceed the limits of `cuguard check`.",
+    },
+    Rule {
+        id: "growth",
+        name: "Growth",
+        short: "GPU memory kept growing",
+        full: "The live memory allocated at this site kept growing until the end of the run, \
+               by more than `cuguard check --max-growth`.",
+    },
+    Rule {
+        id: "double_free",
+        name: "DoubleFree",
+        short: "GPU memory freed twice",
+        full: "A pointer was freed a second time.",
+    },
+    Rule {
+        id: "invalid_free",
+        name: "InvalidFree",
+        short: "Invalid free of GPU memory",
+        full: "The driver refused a free: the pointer was not an allocation, or pointed inside one.",
+    },
+    Rule {
+        id: "untracked_free",
+        name: "UntrackedFree",
+        short: "Free of memory cuguard never saw allocated",
+        full: "A pointer was freed that cuguard never saw allocated; the free was forwarded to \
+               the driver.",
+    },
+    Rule {
+        id: "free_in_wrong_context",
+        name: "FreeInWrongContext",
+        short: "GPU memory freed in another context",
+        full: "An allocation was freed while another CUDA context than its own was current.",
+    },
+    Rule {
+        id: "free_after_context_destroy",
+        name: "FreeAfterContextDestroy",
+        short: "Free after the context was destroyed",
+        full: "An allocation was freed after its CUDA context had been destroyed (and the \
+               allocation with it).",
+    },
+    Rule {
+        id: "context_destroyed_with_live_allocations",
+        name: "ContextDestroyedWithLiveAllocations",
+        short: "CUDA context destroyed with live allocations",
+        full: "A CUDA context was destroyed while allocations made in it were still live.",
+    },
+    Rule {
+        id: "alloc_failed",
+        name: "AllocFailed",
+        short: "GPU allocation failed (out of memory)",
+        full: "An allocation call through the CUDA driver failed, most often for lack of memory.",
+    },
+    Rule {
+        id: "ipc_refused",
+        name: "IpcRefused",
+        short: "IPC export refused",
+        full: "An IPC export of a pointer from a memory pool was refused.",
+    },
+    Rule {
+        id: "warn_threshold_crossed",
+        name: "WarnThresholdCrossed",
+        short: "Live GPU memory crossed the warning threshold",
+        full: "Live memory crossed the threshold the run was configured to warn at.",
+    },
+    Rule {
+        id: "shim_fault",
+        name: "ShimFault",
+        short: "A fault of cuguard itself",
+        full: "cuguard's shim met a problem of its own while recording.",
+    },
+];
+
+/// `--format sarif`.
+pub struct Sarif;
+
+/// The SARIF `ruleId` of finding `kind`: `cuguard/leak` (an id that differs from the rule's
+/// name, as SARIF wants).
+fn rule_id(kind: &str) -> String {
+    format!("cuguard/{kind}")
+}
+
+/// Where people learn about cuguard's findings.
+const INFORMATION_URI: &str = match option_env!("CARGO_PKG_REPOSITORY") {
+    Some(uri) if !uri.is_empty() => uri,
+    _ => "https://example.invalid/cuguard",
+};
+
+/// One finding before it is written.
+struct Finding<'v> {
+    rule: String,
+    level: &'static str,
+    message: String,
+    site: String,
+    place: Option<&'v Place>,
+    /// The suppression rule's text, for a suppressed finding.
+    suppressed: Option<String>,
+}
+
+impl Format<Verdict> for Sarif {
+    const NAME: &'static str = "sarif";
+    const HELP: &'static str = "SARIF 2.1.0, for code scanning (one result per failing site)";
+
+    /// Writes the log as pretty-printed JSON and a newline (`options` do not apply).
+    fn write(verdict: &Verdict, out: &mut dyn Write, _: &Options) -> io::Result<()> {
+        let root = match &verdict.source_root {
+            Some(r) => r.clone(),
+            None => source_root(None),
+        };
+        let log = log(verdict, &root)?;
+        serde_json::to_writer_pretty(&mut *out, &log)?;
+        out.write_all(b"\n")
+    }
+}
+
+/// The processes for a message: `1 process (train[4242])`, `7 processes (a[1], b[2], … +2)`.
+pub(crate) fn processes(names: &[String], count: u64) -> String {
+    let mut listed = names.join(", ");
+    if count > names.len() as u64 {
+        listed.push_str(&format!(", +{}", count - names.len() as u64));
+    }
+    format!("{} ({listed})", plural(count, "process", "processes"))
+}
+
+/// The failing findings of a verdict, and, with `suppressed`, the suppressed ones, in order:
+/// leak sites, growth, events, suppressed.
+fn findings(verdict: &Verdict, suppressed: bool) -> io::Result<Vec<Finding<'_>>> {
+    let mut out = Vec::new();
+    if verdict.leaks_fail() {
+        // Counting sites come first; [`table::SiteVerdicts::iter`] makes them one at a time.
+        let sites: Vec<_> = verdict
+            .sites
+            .iter()
+            .take(verdict.sites.counting())
+            .collect();
+        for s in sites {
+            let place = verdict.places.get(&s.site);
+            let owners = place
+                .map(|p| p.owners.iter().cloned().collect::<Vec<_>>().join(", "))
+                .filter(|o| !o.is_empty())
+                .unwrap_or_else(|| "the program".into());
+            let counted = if s.counted_bytes < s.leaked_bytes {
+                format!(
+                    " ({} new or grown since the baseline)",
+                    bytes(s.counted_bytes)
+                )
+            } else {
+                String::new()
+            };
+            out.push(Finding {
+                rule: "leak".into(),
+                level: "error",
+                message: format!(
+                    "{} leaked in {}{counted} ({}) by {}; owner: {owners}; site: {}",
+                    bytes(s.leaked_bytes),
+                    plural(s.leaks, "allocation", "allocations"),
+                    s.apis.join(", "),
+                    processes(&s.processes, s.process_count),
+                    s.label,
+                ),
+                site: s.site,
+                place,
+                suppressed: None,
+            });
+        }
+    }
+    if verdict.limits.max_growth.is_some() {
+        for g in verdict.growing.iter().filter(|g| g.failing) {
+            let grown = &g.growth.growth;
+            out.push(Finding {
+                rule: "growth".into(),
+                level: "error",
+                message: format!(
+                    "{} grew by {} over {} in 1 process ({}); owner: {}; site: {}",
+                    g.growth.label,
+                    bytes(grown.grown_bytes),
+                    millis(grown.to_ms.saturating_sub(grown.from_ms)),
+                    g.process,
+                    g.growth.owner_label,
+                    g.growth.label,
+                ),
+                site: g.growth.site.clone(),
+                place: verdict.places.get(&g.growth.site),
+                suppressed: None,
+            });
+        }
+    }
+    for e in verdict.events.iter().filter(|e| e.failing) {
+        out.push(Finding {
+            rule: e.kind.clone(),
+            level: "error",
+            message: format!(
+                "{} {} event{} at {}",
+                e.counted,
+                e.kind,
+                if e.counted == 1 { "" } else { "s" },
+                e.site
+            ),
+            site: e.site.clone(),
+            place: verdict.places.get(&e.site),
+            suppressed: None,
+        });
+    }
+    if suppressed {
+        for s in &verdict.suppressed_sites {
+            let what = if s.kind == "leak" {
+                format!(
+                    "{} leaked in {}",
+                    bytes(s.bytes),
+                    plural(s.count, "allocation", "allocations")
+                )
+            } else {
+                format!(
+                    "{} {} event{}",
+                    s.count,
+                    s.kind,
+                    if s.count == 1 { "" } else { "s" }
+                )
+            };
+            let rule = verdict.suppressions.get(s.rule);
+            out.push(Finding {
+                rule: s.kind.clone(),
+                level: "note",
+                message: format!(
+                    "{what} by {} at {} (suppressed)",
+                    processes(&s.processes, s.process_count),
+                    s.site
+                ),
+                site: s.site.clone(),
+                place: verdict.places.get(&s.site),
+                suppressed: Some(match rule {
+                    Some(r) => format!("{}:{}: {}", r.file, r.line, r.rule),
+                    None => "a suppression rule".into(),
+                }),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A failing finding for workflow commands: its rule, message and place in the source.
+pub(crate) struct Failing {
+    /// Rule id.
+    pub rule: String,
+    /// For people.
+    pub message: String,
+    /// Under the source root, when found.
+    pub located: Option<Located>,
+}
+
+/// The failing findings with their places under `root` (see [`findings`]).
+pub(crate) fn failing(verdict: &Verdict, root: &Path) -> io::Result<Vec<Failing>> {
+    Ok(findings(verdict, false)?
+        .into_iter()
+        .map(|f| Failing {
+            located: f.place.and_then(|p| p.locate(root)),
+            rule: f.rule,
+            message: f.message,
+        })
+        .collect())
+}
+
+/// `%XX`-escapes what may not stand in a URI path (RFC 3986: all but unreserved and `/`).
+fn uri_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                out.push(b as char)
+            }
+            b => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// The log as a JSON value.
+fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
+    let findings = findings(verdict, true)?;
+    let mut rules: Vec<Value> = RULES
+        .iter()
+        .map(|r| {
+            json!({
+                "id": rule_id(r.id),
+                "name": r.name,
+                "shortDescription": {"text": r.short},
+                "fullDescription": {"text": r.full},
+                "defaultConfiguration": {"level": "error"},
+            })
+        })
+        .collect();
+    let mut ids: Vec<String> = RULES.iter().map(|r| r.id.to_string()).collect();
+    let mut results = Vec::with_capacity(findings.len());
+    for f in &findings {
+        let index = match ids.iter().position(|id| *id == f.rule) {
+            Some(i) => i,
+            None => {
+                rules.push(json!({
+                    "id": rule_id(&f.rule),
+                    "name": f.rule,
+                    "shortDescription": {"text": format!("{} events", f.rule)},
+                    "fullDescription": {"text": format!("Events of kind {} in the report.", f.rule)},
+                    "defaultConfiguration": {"level": "error"},
+                }));
+                ids.push(f.rule.clone());
+                ids.len() - 1
+            }
+        };
+        let mut location = serde_json::Map::new();
+        if let Some(l) = f.place.and_then(|p| p.locate(root)) {
+            let mut physical = json!({
+                "artifactLocation": {"uri": uri_path(&l.path), "uriBaseId": "%SRCROOT%"},
+            });
+            if let Some(line) = l.line.filter(|l| *l > 0) {
+                physical["region"] = json!({"startLine": line});
+            }
+            location.insert("physicalLocation".into(), physical);
+        }
+        let mut logical = Vec::new();
+        let function = f.place.map(|p| p.function.as_str()).unwrap_or(&f.site);
+        if !function.is_empty() {
+            logical.push(json!({"name": function, "kind": "function"}));
+        }
+        if let Some(module) = f.place.and_then(|p| p.module.as_deref()) {
+            logical.push(json!({
+                "name": crate::sites::file_name(module),
+                "fullyQualifiedName": module,
+                "kind": "module",
+            }));
+        }
+        if !logical.is_empty() {
+            location.insert("logicalLocations".into(), Value::Array(logical));
+        }
+        let key = f
+            .place
+            .and_then(|p| p.fingerprint.as_deref())
+            .unwrap_or(&f.site);
+        let mut result = json!({
+            "ruleId": rule_id(&f.rule),
+            "ruleIndex": index,
+            "level": f.level,
+            "message": {"text": f.message},
+            "partialFingerprints": {"cuguard/v1": stable_hash(&[&f.rule, key])},
+        });
+        if !location.is_empty() {
+            result["locations"] = json!([Value::Object(location)]);
+        }
+        if let Some(rule) = &f.suppressed {
+            result["suppressions"] = json!([{"kind": "external", "justification": rule}]);
+        }
+        results.push(result);
+    }
+    let mut root_uri = format!("file://{}", uri_path(&root.to_string_lossy()));
+    if !root_uri.ends_with('/') {
+        root_uri.push('/');
+    }
+    Ok(json!({
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "cuguard",
+                "version": env!("CARGO_PKG_VERSION"),
+                "informationUri": INFORMATION_URI,
+                "rules": rules,
+            }},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": root_uri}},
+            "results": results,
+            "properties": {"cuguard": {"passed": verdict.passed, "failures": verdict.failures}},
+        }],
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uri_path;
+
+    #[test]
+    fn uri_paths_escape_what_a_uri_cannot_hold() {
+        assert_eq!(uri_path("src/a b,c:d.c"), "src/a%20b%2Cc%3Ad.c");
+        assert_eq!(uri_path("dir/é.py"), "dir/%C3%A9.py");
+    }
+}
