@@ -217,7 +217,7 @@ fn generate(path: &Path, events: u64) -> u64 {
             per_thread[th].push(ev(t + 20_000, addr, 0, cuguard_history::NONE, Action::Free));
             written += 2;
         }
-        if step % 50 == 0 {
+        if step.is_multiple_of(50) {
             let addr = 0x7e00_0000_0000 + kept * 0x40_0000;
             per_thread[th].push(ev(t + 1_000, addr, 4 << 20, 199, Action::Alloc));
             kept += 1;
@@ -237,7 +237,7 @@ fn generate(path: &Path, events: u64) -> u64 {
         }
         t += 50_000;
         step += 1;
-        if step % 4096 == 0 {
+        if step.is_multiple_of(4096) {
             flush(&mut buf, &mut per_thread, t);
             out.write_all(&buf).unwrap();
             buf.clear();

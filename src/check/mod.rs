@@ -211,11 +211,7 @@ type Item = (Leak, u64, u64, Option<(Site, Place)>);
 /// cache block, the line that allocated it: lost and unclassified allocations, library ones
 /// (their owner decides), and with `held` the held allocations and the live cache blocks
 /// Python objects hold. What is held but not counted adds up in `not_counted`.
-fn end_items(
-    view: &PyView,
-    held: bool,
-    not_counted: &mut Option<(u64, u64)>,
-) -> Vec<Item> {
+fn end_items(view: &PyView, held: bool, not_counted: &mut Option<(u64, u64)>) -> Vec<Item> {
     let mut out = Vec::new();
     let mut skipped = (0u64, 0u64);
     for a in &view.allocations {

@@ -58,7 +58,7 @@ fn served(
         };
         if s.pooled {
             t.stats.allocated(&record);
-            record.to_history(addr, true);
+            record.history_allocated(addr, true);
         } else {
             t.add(addr, record);
         }

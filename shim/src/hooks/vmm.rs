@@ -60,7 +60,7 @@ pub unsafe fn cuMemCreate(
         t.stats.allocated(&record);
         // SAFETY: the call succeeded, so handle was valid and written.
         let handle = unsafe { *handle };
-        record.to_history(handle, false);
+        record.history_allocated(handle, false);
         t.vmm.created(handle, record);
         crate::lifecycle::note_allocation();
     });
@@ -100,7 +100,7 @@ pub unsafe fn cuMemRelease(
             let (gone, known) = t.vmm.released(handle);
             if let Some(rec) = gone {
                 t.stats.freed(&rec);
-                rec.freed_to_history(handle, crate::history::stamp());
+                rec.history_freed(handle, crate::history::stamp());
             }
             t.freed.note(handle);
             if !known {
@@ -161,7 +161,7 @@ pub unsafe fn cuMemUnmap(
         shield((), || {
             for (handle, rec) in t.vmm.unmapped(ptr, size as u64) {
                 t.stats.freed(&rec);
-                rec.freed_to_history(handle, crate::history::stamp());
+                rec.history_freed(handle, crate::history::stamp());
             }
         });
     }

@@ -297,22 +297,19 @@ impl Writer {
             Some(Action::Alloc) => {
                 self.live.insert(e.addr, (thread, *e));
             }
-            Some(Action::Free) => {
-                if self.live.get(&e.addr).is_some_and(|(_, a)| a.tsc <= e.tsc) {
-                    self.live.remove(&e.addr);
-                }
+            Some(Action::Free) if self.live.get(&e.addr).is_some_and(|(_, a)| a.tsc <= e.tsc) => {
+                self.live.remove(&e.addr);
             }
             Some(Action::SegmentAlloc) => {
                 self.live_segments.insert(e.addr, (thread, *e));
             }
-            Some(Action::SegmentFree) => {
+            Some(Action::SegmentFree)
                 if self
                     .live_segments
                     .get(&e.addr)
-                    .is_some_and(|(_, a)| a.tsc <= e.tsc)
-                {
-                    self.live_segments.remove(&e.addr);
-                }
+                    .is_some_and(|(_, a)| a.tsc <= e.tsc) =>
+            {
+                self.live_segments.remove(&e.addr);
             }
             Some(Action::ContextRelease) => {
                 let ctx = e.context;

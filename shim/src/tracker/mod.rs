@@ -131,7 +131,7 @@ impl Record {
 
     /// Tells the history the program received this allocation at `addr`.
     #[inline]
-    pub fn to_history(&self, addr: u64, pooled: bool) {
+    pub fn history_allocated(&self, addr: u64, pooled: bool) {
         crate::history::allocated(
             addr,
             self.size,
@@ -144,7 +144,7 @@ impl Record {
 
     /// Tells the history the program freed this allocation at `addr`, from the moment `tsc`.
     #[inline]
-    pub fn freed_to_history(&self, addr: u64, tsc: u64) {
+    pub fn history_freed(&self, addr: u64, tsc: u64) {
         crate::history::freed(
             addr,
             self.history_memory(false),
@@ -319,7 +319,7 @@ impl Tracker {
     /// Records a new allocation at `addr`.
     pub fn add(&self, addr: u64, record: Record) {
         self.stats.allocated(&record);
-        record.to_history(addr, false);
+        record.history_allocated(addr, false);
         if let Some(old) = self.live.insert(addr, record) {
             // The driver handed out an address the shim still thought live: the free that
             // released it went through no door the shim watches.
@@ -353,7 +353,7 @@ impl Tracker {
     /// ([`crate::history::stamp`]).
     pub fn freed(&self, addr: u64, record: &Record, tsc: u64) {
         self.stats.freed(record);
-        record.freed_to_history(addr, tsc);
+        record.history_freed(addr, tsc);
         self.freed.note(addr);
     }
 
