@@ -124,9 +124,11 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> M
         first_ns: u64,
         largest: (u64, Option<u64>),
     }
-    // By call path (stack) rather than by site alone: one site reached from several lines (a
-    // helper every step calls) shows each line that made memory, with its callers.
-    let mut groups: HashMap<(Option<u32>, Option<u64>, usize), Group> = HashMap::new();
+    // By call path (the site and its callers as printed) rather than by site alone: one site
+    // reached from several lines (a helper every step calls) shows each line that made memory.
+    // Stacks that print the same are one row.
+    let mut groups: HashMap<(Option<u32>, Vec<String>, usize), Group> = HashMap::new();
+    let mut paths: HashMap<Option<u64>, Vec<String>> = HashMap::new();
     let mut per_device: HashMap<Option<u32>, Vec<(usize, u64, u64)>> = HashMap::new();
     for b in blocks {
         if b.memory == cuguard_history::Memory::HostPinned {
@@ -135,8 +137,19 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> M
         let stack = stack_key(b.stack);
         let o = owners.of_stack(stack, Some("device"));
         let site = sites.site(stack);
+        let path = paths
+            .entry(stack)
+            .or_insert_with(|| {
+                let c = callers(&sites, stack);
+                if c.is_empty() {
+                    vec![site.key.clone()]
+                } else {
+                    c
+                }
+            })
+            .clone();
         let g = groups
-            .entry((b.device(), stack, o))
+            .entry((b.device(), path, o))
             .or_insert_with(|| Group {
                 site: SiteRef::from(&*site),
                 owner: o,
@@ -239,6 +252,10 @@ pub(crate) fn callers(sites: &SiteIndex<'_>, stack: Option<u64>) -> Vec<String> 
         .filter(|f| f.inlined != Some(true) || f.function.is_some())
         .map_while(|f| {
             let function = f.function.as_deref()?;
+            // The language's start-up frames end the chain: the user's callers are above them.
+            if RUNTIME_FRAMES.iter().any(|p| function.starts_with(p)) {
+                return None;
+            }
             Some(match (&f.file, f.line) {
                 (Some(file), Some(line)) => format!(
                     "{function} ({}:{line})",
@@ -254,3 +271,16 @@ pub(crate) fn callers(sites: &SiteIndex<'_>, stack: Option<u64>) -> Vec<String> 
 
 /// The most native frames a site's callers show.
 const MAX_CALLERS: usize = 8;
+
+/// Functions of a language's start-up, where a native chain of callers stops (Rust's `main`
+/// shim and backtrace markers, C's start).
+const RUNTIME_FRAMES: &[&str] = &[
+    "call_once<",
+    "core::ops::function::",
+    "std::rt::",
+    "std::sys::backtrace::",
+    "std::panicking::",
+    "std::panic::",
+    "__libc_start",
+    "_start",
+];
