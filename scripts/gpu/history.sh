@@ -43,7 +43,23 @@ echo "inside=$INSIDE before=$BEFORE after=$AFTER"
 } > "$OUT/at.txt" 2>&1
 cat "$OUT/at.txt"
 "$C" summary "$B/train.json" --at end --format json > "$OUT/at_end.json" 2>&1
+"$C" summary "$B/train.json" --at peak --format json > "$OUT/at_peak.json" 2>&1
 "$C" summary "$B/train.json" > "$OUT/summary.txt" 2>&1
+"$C" view "$B/train.json" -o "$OUT/view.html" > "$OUT/view.txt" 2>&1
+
+echo "== 1b. PyTorch's own peaks (its trace), and cuguard --at the same moments"
+python3 "$P" peaks "$B/torch.pickle" | tee "$OUT/torch_peaks.json"
+python3 - "$OUT/torch_peaks.json" "$B/train.json" > "$B/tpeaks.txt" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); start = json.load(open(sys.argv[2]))["process"]["start_unix_ms"]
+print(f"{p['peak_reserved_unix_ms'] - start:.0f}ms {p['peak_active_unix_ms'] - start:.0f}ms")
+PY
+read TRES TACT < "$B/tpeaks.txt"
+echo "torch's reserved peak at $TRES, active peak at $TACT (from cuguard's start)"
+"$C" summary "$B/train.json" --at "$TRES" --format json > "$OUT/at_torch_reserved_peak.json" 2>&1
+"$C" summary "$B/train.json" --at "$TRES" --top 12 > "$OUT/at_torch_reserved_peak.txt" 2>&1
+"$C" summary "$B/train.json" --at "$TACT" --top 12 > "$OUT/at_torch_active_peak.txt" 2>&1
+head -3 "$OUT/at_torch_reserved_peak.txt"
 
 echo "== 2. the export, read by PyTorch's own viewer code"
 "$C" export --format memory-viz "$B/train.json" -o "$B/cuguard.pickle" 2>&1 | tee "$OUT/export.txt"
@@ -68,6 +84,14 @@ cp "$B/cuguard.pickle" "$OUT/" 2>/dev/null
 cp "$B/train.json" "$OUT/train.json"
 cp "$B"/train*.history "$OUT/" 2>/dev/null
 
+echo "== 2b. a transformers GPT-2 run, exported"
+timeout 180 "$C" run --quiet --report "$B/gpt2.json" -- python3 "$P" gpt2 20 > "$OUT/gpt2.out" 2>&1
+echo "gpt2 exit: $?"; cat "$OUT/gpt2.out"
+"$C" export --format memory-viz "$B/gpt2.json" -o "$B/gpt2.pickle" 2>&1 | tee -a "$OUT/export.txt"
+echo "gpt2 cuguard: $(python3 "$P" viz "$B/gpt2.pickle")" | tee -a "$OUT/viz.txt"
+python3 scripts/memory_viz_check.py "$B/gpt2.pickle" > /dev/null && echo "memory_viz_check gpt2: ok" | tee -a "$OUT/viz.txt"
+ls -la "$B"/gpt2* > "$OUT/gpt2_files.txt"
+
 echo "== 3. step time: history on, off, no cuguard (3 rounds, interleaved)"
 for r in 1 2 3; do
   on=$("$C" run --quiet --report "$B/t$r.json" -- python3 "$P" time 60)
@@ -76,5 +100,9 @@ for r in 1 2 3; do
   echo "round $r: history-on $on history-off $off no-cuguard $none"
 done | tee "$OUT/cost.txt"
 
-echo "== 4. the pool pair, history on and off"
-.gpu/alloc_bench --shim "$S" --tests pair --variants pool,pool-nohistory,pool+stacks,pool+stacks-nohistory --rounds 5 2>&1 | tee "$OUT/pair.md"
+echo "== 4. the pool pair: history on and off; beside the build before (.gpu/baseline, if staged)"
+base=()
+[ -f .gpu/baseline/libcuguard.so ] && base=(--baseline "$PWD/.gpu/baseline/libcuguard.so")
+timeout 240 .gpu/alloc_bench --shim "$S" "${base[@]}" --tests pair,async \
+  --variants bare,pool,pool+stacks,pool-untracked,pool-nohistory,pool+stacks-nohistory --rounds 3 \
+  --json "$OUT/pair.json" 2>&1 | tee "$OUT/pair.md"

@@ -7,6 +7,11 @@ history (issue 36; the H200 issue, items 1-4).
         $TORCH_SNAPSHOT. Prints one JSON line: ms_per_step (median), spike_unix_ms (from, to),
         spike_line, torch's segments and reserved bytes at the end.
     python3 history_torch.py time STEPS   -> the median ms per step after 10 warm-up steps.
+    python3 history_torch.py gpt2 STEPS   -> a transformers GPT-2 (4 layers, random weights) trained
+        STEPS steps on random tokens; one JSON line with the loss.
+    python3 history_torch.py peaks SNAPSHOT.pickle -> from PyTorch's own trace: the peak of its
+        reserved (segment) bytes and of its active (allocated) bytes, with their unix ms, and the
+        blocks live at the active peak by size; one JSON line.
     python3 history_torch.py viz SNAPSHOT.pickle -> runs torch.cuda._memory_viz's segsum,
         trace_plot and segment_plot on it; one JSON line of what each returned (sizes) or raised.
 """
@@ -51,9 +56,11 @@ def spike(torch):
 
 
 def train(steps, with_spike):
-    torch, model, opt, x, y = model_and_data()
     if os.environ.get("TORCH_HISTORY") == "1":
+        import torch
+
         torch.cuda.memory._record_memory_history(max_entries=200000)
+    torch, model, opt, x, y = model_and_data()
     times, window = [], None
     for i in range(steps):
         torch.cuda.synchronize()
@@ -95,6 +102,66 @@ def timing(steps):
     print(json.dumps({"ms_per_step": statistics.median(times)}), flush=True)
 
 
+def gpt2(steps):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=4)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 50257, (8, 256), device="cuda")
+    loss = None
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+    print(json.dumps({"case": "gpt2", "loss": float(loss)}), flush=True)
+
+
+def peaks(path):
+    """PyTorch's own answer for its peak, replayed from its trace (time_us is unix microseconds)."""
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    events = sorted((e for t in snap["device_traces"] for e in t), key=lambda e: e["time_us"])
+    reserved = active = 0
+    peak_r = peak_a = (0, None)
+    live = {}
+    at_peak = {}
+    for e in events:
+        a, size = e["action"], e["size"]
+        if a == "segment_alloc":
+            reserved += size
+        elif a == "segment_free":
+            reserved -= size
+        elif a == "alloc":
+            active += size
+            live[e["addr"]] = size
+        elif a == "free_completed":
+            active -= size
+            live.pop(e["addr"], None)
+        if reserved > peak_r[0]:
+            peak_r = (reserved, e["time_us"])
+        if active > peak_a[0]:
+            peak_a = (active, e["time_us"])
+            at_peak = dict(live)
+    sizes = {}
+    for size in at_peak.values():
+        sizes[size] = sizes.get(size, 0) + 1
+    top = sorted(sizes.items(), key=lambda kv: -kv[0] * kv[1])[:8]
+    first = events[0]["time_us"] if events else None
+    print(json.dumps({
+        "trace_entries": len(events),
+        "trace_first_unix_ms": first and first / 1e3,
+        "peak_reserved_bytes": peak_r[0], "peak_reserved_unix_ms": peak_r[1] and peak_r[1] / 1e3,
+        "peak_active_bytes": peak_a[0], "peak_active_unix_ms": peak_a[1] and peak_a[1] / 1e3,
+        "blocks_at_active_peak": len(at_peak),
+        "largest_at_active_peak": [{"size": s, "count": n} for s, n in top],
+        "note": "reserved counts only segments allocated after _record_memory_history began",
+    }), flush=True)
+
+
 def viz(path):
     from torch.cuda import _memory_viz as mv
 
@@ -116,6 +183,10 @@ if __name__ == "__main__":
         train(int(sys.argv[2]), len(sys.argv) > 3 and sys.argv[3] == "spike")
     elif what == "time":
         timing(int(sys.argv[2]))
+    elif what == "gpt2":
+        gpt2(int(sys.argv[2]))
+    elif what == "peaks":
+        peaks(sys.argv[2])
     elif what == "viz":
         viz(sys.argv[2])
     else:
