@@ -235,6 +235,8 @@ fn end_items(view: &PyView, held: bool, not_counted: &mut Option<(u64, u64)>) ->
             HeldClass::Held if !held => {
                 skipped = (skipped.0.saturating_add(a.size), skipped.1 + 1);
             }
+            // The framework frees it (numba's queue of deferred frees): never the program's leak.
+            HeldClass::PendingFree => {}
             HeldClass::Cache => {
                 for b in a
                     .blocks
@@ -438,7 +440,11 @@ impl ProcessCheck {
                 entry.apis.insert(leak.api.to_string());
             }
         }
-        for event in &report.events {
+        for event in report
+            .events
+            .iter()
+            .filter(|e| !report.at_python_teardown(e))
+        {
             let site = index.site(event.stack);
             if !check.places.contains_key(&site.key) {
                 let place = Place::of(index.stack(event.stack), &site);

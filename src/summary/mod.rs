@@ -28,7 +28,7 @@ use crate::format::{Options, Registry, Row};
 use crate::growth::{Criterion, GrowingSite, NotTold, growing_sites, not_told};
 use crate::input::Source;
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner};
-use crate::report::{Addr, Cost, LeakFold, LeakState, Report};
+use crate::report::{Addr, Cost, Event, LeakFold, LeakState, Report};
 use crate::sites::{SiteIndex, SiteKind};
 use attribution::{OomSummary, PeakSummary, ReconciliationSummary};
 
@@ -469,7 +469,23 @@ impl ReportSummary {
         growing.truncate(top);
         let growth_not_told = not_told(report, &criterion);
         let reconciliation = attribution::reconciliation(report, &held);
-        let python = python::PythonSummary::new(report, &index, &mut owners);
+        let mut python = python::PythonSummary::new(report, &index, &mut owners);
+        // A context the interpreter's teardown destroyed (numba's, at exit) is the framework's:
+        // said once, not counted among the events.
+        let teardown: Vec<&Event> = report
+            .events
+            .iter()
+            .filter(|e| report.at_python_teardown(e))
+            .collect();
+        if let (Some(py), false) = (python.as_mut(), teardown.is_empty()) {
+            let live: u64 = teardown.iter().filter_map(|e| e.size).sum();
+            py.notes.push(format!(
+                "{} destroyed by the interpreter's teardown after the program's code ended, with {} \
+                 still live (a framework's own exit, as numba's): not a finding against the program",
+                crate::text::plural(teardown.len() as u64, "context", "contexts"),
+                crate::text::bytes(live)
+            ));
+        }
 
         ReportSummary {
             source: source.to_string(),
@@ -494,7 +510,13 @@ impl ReportSummary {
             sites_total: sites.len(),
             sites,
             largest_leaks,
-            events: count_events(report.events.iter().map(|e| e.kind.as_str())),
+            events: count_events(
+                report
+                    .events
+                    .iter()
+                    .filter(|e| !report.at_python_teardown(e))
+                    .map(|e| e.kind.as_str()),
+            ),
             events_dropped: report.events_dropped.unwrap_or(0),
             faults: report.faults.clone(),
             owners: held,

@@ -46,6 +46,8 @@ pub struct PythonSummary {
     pub lost: Class<ClassSite>,
     /// Libraries' and the driver's.
     pub library: Class<ClassSite>,
+    /// Queued by a framework for a free it makes later (numba's deferred deallocations).
+    pub pending_free: Class<ClassSite>,
     /// Not classified.
     pub unclassified: Class<ClassSite>,
     /// The frameworks' caches, most bytes first.
@@ -341,6 +343,7 @@ impl PythonSummary {
             held: Class::default(),
             lost: Class::default(),
             library: Class::default(),
+            pending_free: Class::default(),
             unclassified: Class::default(),
             caches: Vec::new(),
         };
@@ -353,6 +356,7 @@ impl PythonSummary {
         s.notes = view.notes.clone();
         let mut lost: HashMap<String, ClassSite> = HashMap::new();
         let mut library: HashMap<String, ClassSite> = HashMap::new();
+        let mut pending_free: HashMap<String, ClassSite> = HashMap::new();
         let mut unclassified: HashMap<String, ClassSite> = HashMap::new();
         let mut held = HeldLines::default();
         let mut caches: HashMap<Option<String>, CacheSummary> = HashMap::new();
@@ -367,6 +371,9 @@ impl PythonSummary {
                 HeldClass::Cache => add_cache(&mut caches, a, owners),
                 HeldClass::Lost => add_site(&mut s.lost, &mut lost, a, index),
                 HeldClass::Library => add_site(&mut s.library, &mut library, a, index),
+                HeldClass::PendingFree => {
+                    add_site(&mut s.pending_free, &mut pending_free, a, index)
+                }
                 _ => add_site(&mut s.unclassified, &mut unclassified, a, index),
             }
         }
@@ -374,6 +381,7 @@ impl PythonSummary {
         for (class, sites) in [
             (&mut s.lost, lost),
             (&mut s.library, library),
+            (&mut s.pending_free, pending_free),
             (&mut s.unclassified, unclassified),
         ] {
             let mut v: Vec<ClassSite> = sites.into_values().collect();

@@ -206,6 +206,13 @@ fn end_line(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io::Result
     } else if untold.allocations == 0 {
         parts.push(style.good("lost nothing"));
     }
+    if py.pending_free.allocations > 0 {
+        parts.push(format!(
+            "{} in {} waiting in numba's queue of frees",
+            bytes(py.pending_free.bytes),
+            plural(py.pending_free.allocations, "allocation", "allocations")
+        ));
+    }
     if untold.allocations > 0 {
         parts.push(style.warn(&format!(
             "{} in {} not told apart (held or lost)",
@@ -289,6 +296,16 @@ fn python_sections(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io:
             ))
         )?;
         class_sites(out, &py.lost.lines)?;
+    }
+    if !py.pending_free.lines.is_empty() {
+        writeln!(
+            out,
+            "{}",
+            style.bold(&format!(
+                "waiting in numba's queue of frees {when} (numba frees them at its next flush: not leaks)"
+            ))
+        )?;
+        class_sites(out, &py.pending_free.lines)?;
     }
     if !py.unclassified.lines.is_empty() {
         writeln!(out, "{}", style.warn(&format!("not classified {when}")))?;

@@ -23,7 +23,7 @@ use std::process::Command;
 use crate::support::artifacts;
 
 /// What the suite needs besides the package (the `test` extra of pyproject.toml).
-const TEST_PACKAGES: [&str; 7] = [
+const TEST_PACKAGES: [&str; 11] = [
     "pytest>=7",
     "pytest-xdist>=3",
     "ipython>=8",
@@ -31,6 +31,10 @@ const TEST_PACKAGES: [&str; 7] = [
     "jupyter_client>=7",
     "dask>=2024.1",
     "distributed>=2024.1",
+    "cuda-bindings>=13",
+    "cuda-core>=1.2",
+    "numba-cuda>=0.30",
+    "nvidia-cuda-runtime>=13",
 ];
 
 /// The development environment's Python, made on first use (see the module's documentation).

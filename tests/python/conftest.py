@@ -22,7 +22,7 @@ import pytest
 pytest_plugins = ["pytester"]
 
 # The inner projects are run by the tests, never collected as tests of this suite.
-collect_ignore = ["inner", "end"]
+collect_ignore = ["inner", "end", "clients"]
 
 ROOT = Path(__file__).resolve().parents[2]
 INNER = Path(__file__).resolve().parent / "inner"

@@ -133,6 +133,9 @@ string_enum! {
         /// A library's or the driver's memory (cuBLAS workspaces, NCCL, context internals):
         /// not the program's to hold.
         Library = "library",
+        /// A framework has queued its free and makes it later (numba's deferred
+        /// deallocations): the framework's, neither lost nor a leak.
+        PendingFree = "pending_free",
         /// Not classified: made while the end was being looked at, or the look was cut short.
         Unclassified = "unclassified",
     }

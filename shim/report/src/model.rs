@@ -560,6 +560,19 @@ pub struct Doors {
 }
 
 impl Report {
+    /// Whether `event` is a context destroyed after a Python program's code ended, while the
+    /// interpreter tore down (numba destroys its context at exit, with the arrays it had not
+    /// freed yet): the framework's teardown, no finding against the program.
+    pub fn at_python_teardown(&self, event: &Event) -> bool {
+        let end = self
+            .python
+            .as_ref()
+            .filter(|p| p.end.recorded)
+            .and_then(|p| p.end.time_ms);
+        event.kind == EventKind::ContextDestroyedWithLiveAllocations
+            && matches!((end, event.time_ms), (Some(end), Some(t)) if t >= end)
+    }
+
     /// An empty report of this cuguard for `process`: no devices, contexts, leaks, events or
     /// stacks, the driver unknown; the caller fills in the rest.
     pub fn new(complete: bool, reason: Reason, process: Process) -> Report {

@@ -107,6 +107,72 @@ def books(notes: List[str], start_unix_ms: Optional[float] = None) -> List[Book]
     return out
 
 
+# --- numba -----------------------------------------------------------------------------------
+
+
+def _attrs(obj: Any) -> Dict[str, Any]:
+    """An object's instance dictionary, read without running any of its code (empty if none)."""
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+    except Exception:
+        return {}
+    return d if type(d) is dict else {}
+
+
+def _address(handle: Any) -> Optional[int]:
+    """A device address as numba queues it: an int, a ctypes pointer, or a cuda-bindings
+    ``CUdeviceptr`` (read as its type documents, ``int(ptr)``)."""
+    if type(handle) is int:
+        return handle
+    tp = type(handle)
+    try:
+        if tp.__module__ in ("cuda.bindings.driver", "cuda.cuda") and tp.__name__.startswith("CUdeviceptr"):
+            return int(handle)
+        value = getattr(handle, "value", None) if tp.__module__ == "ctypes" else None
+    except Exception:
+        return None
+    return value if type(value) is int else None
+
+
+def pending_frees() -> Dict[int, str]:
+    """The frees a framework has queued but not yet made, by address, each with the framework's
+    name: numba's deferred deallocations. An array numba no longer uses waits in its context's
+    queue (``memory_manager.deallocations``) and is freed with the queue's next flush (when
+    ``CUDA_DEALLOCS_COUNT`` items or a share of the device's memory wait, or at teardown). Such
+    an allocation is ``pending_free``: the framework's to free, neither lost nor a leak."""
+    driver_module = sys.modules.get("numba.cuda.cudadrv.driver")
+    if driver_module is None:
+        return {}
+    driver = _attrs(driver_module).get("driver")
+    devices = _attrs(driver).get("devices") if driver is not None else None
+    if not isinstance(devices, dict):
+        return {}
+    out: Dict[int, str] = {}
+    for device in list(dict.values(devices)):
+        context = _attrs(device).get("primary_context")
+        manager = _attrs(context).get("memory_manager") if context is not None else None
+        queues = [_attrs(manager).get("deallocations"), _attrs(context).get("deallocations")]
+        for queue in queues:
+            cons = _attrs(queue).get("_cons") if queue is not None else None
+            if cons is None or type(cons).__name__ != "deque":
+                continue
+            for item in list(cons):
+                if type(item) is not tuple or len(item) != 3:
+                    continue
+                dtor, handle, size = item
+                try:  # numba queues the driver's function (a plain function or a binding's)
+                    name = object.__getattribute__(dtor, "__name__")
+                except Exception:
+                    continue
+                if not (isinstance(name, str) and name.startswith("cuMemFree") and not name.startswith("cuMemFreeHost")):
+                    continue
+                address = _address(handle)
+                if address is None or type(size) is not int or size <= 0:
+                    continue
+                out[address] = "numba"
+    return out
+
+
 # --- PyTorch ---------------------------------------------------------------------------------
 
 _torch_history: Dict[str, Any] = {"on": False, "trace": False, "note": None}

@@ -13,8 +13,10 @@ For each allocation the shim lists (``cuguard_live_allocations``, with its owner
    Numbers never make a cache block live: a cache keeps its free blocks as numbers.
 2. **Held**: a Python object holds it, found as ``holders()`` finds them, or, as a weaker match,
    a number (``int``, a ctypes integer or pointer) reached from a name has a value inside it.
-3. **Library**: owned by a library or the driver, and nothing in Python holds it.
-4. **Lost**: the program's own, and nothing holds it.
+3. **Pending free**: a framework has queued its free and makes it later (numba's deferred
+   deallocations, ``cuguard._caches.pending_frees``): the framework's, neither lost nor a leak.
+4. **Library**: owned by a library or the driver, and nothing in Python holds it.
+5. **Lost**: the program's own, and nothing holds it.
 
 The walk of references is bounded in time (``timeout``) and depth; past its bound the answer says
 it is incomplete, and allocations not reached stay lost or idle as found so far.
@@ -114,6 +116,13 @@ def classify(
         if a.get("owner_kind") == "framework_cache" or i in booked
     }
 
+    try:
+        pending = _caches.pending_frees()
+    except Exception as e:
+        pending = {}
+        notes.append(f"numba's queue of deferred frees could not be read ({type(e).__name__}: {e})")
+    pending_at = {i: pending[int(a["address"])] for i, a in enumerate(allocations) if int(a["address"]) in pending}
+
     found = _holders._find_holders(allocations)
     by_allocation: Dict[int, List[Any]] = collections.defaultdict(list)
     for h in found:
@@ -125,7 +134,10 @@ def classify(
             # Numbers are looked for only for the program's own memory: a library's (cuBLAS
             # workspaces) or a cache's is never held by a number in Python, and looking for one
             # would walk every object the interpreter has.
-            if i not in cache and not by_allocation.get(i) and a.get("owner_kind") in (None, "program")
+            if i not in cache
+            and i not in pending_at
+            and not by_allocation.get(i)
+            and a.get("owner_kind") in (None, "program")
         ]
     )
     targets = {id(h.obj): h.obj for h in found}
@@ -136,7 +148,7 @@ def classify(
         if targets or weak.pending:
             walk.run(_holders._roots())
         complete = walk.complete
-        result = _classes(allocations, cache, booked, by_allocation, walk, weak)
+        result = _classes(allocations, cache, booked, by_allocation, walk, weak, pending_at)
     finally:
         walk.parents = {}
     if not complete:
@@ -161,6 +173,7 @@ def _classes(
     by_allocation: Dict[int, List[Any]],
     walk: Any,
     weak: Any,
+    pending_at: Dict[int, str],
 ) -> List[Dict[str, Any]]:
     human = _holders.human_bytes
     weak_by: Dict[int, List[Tuple[Optional[int], str, int, str]]] = collections.defaultdict(list)
@@ -187,13 +200,33 @@ def _classes(
         strong = [(h, p) for h, p in strong if id(h.obj) not in on_paths]
         strong.sort(key=lambda hp: len(hp[1]) if hp[1] else 1 << 30)
         entry: Dict[str, Any] = {"address": _hex(address), "holders": [], "blocks": []}
-        if i in cache:
+        if i in pending_at:
+            # Queued for a free the framework makes later (numba's deferred deallocations).
+            entry["class"] = "pending_free"
+        elif i in cache:
             entry["class"] = "cache"
             entry["blocks"] = _blocks(a, booked.get(i), strong)
         elif strong or weak_by.get(i):
             entry["class"] = "held"
             holders = [_holder_entry(h, p) for h, p in strong]
             for parent, step, value, kind in weak_by.get(i, []):
+                if kind == "cuda-bindings":
+                    # A pointer of NVIDIA's bindings: a holder by its type, as a tensor is.
+                    what = f"cuda.CUdeviceptr ({human(size)})"
+                    path = [step, what] if parent is None else _render_path(walk, parent, "")
+                    if parent is not None and path:
+                        path = path[:-1] + [step, what]
+                    holders.append(
+                        {
+                            "path": path,
+                            "holder": "cuda.CUdeviceptr",
+                            "kind": kind,
+                            "weak": False,
+                            "address": _hex(value),
+                            "bytes": size if value == address else 1,
+                        }
+                    )
+                    continue
                 if parent is None:
                     path = [step, f"{kind} {_hex(value)}"]
                 else:

@@ -602,6 +602,27 @@ def _reachable_targets(targets: Dict[int, Any], ours: List[Any]) -> Dict[int, An
     return {i: o for i, o in targets.items() if i in seen}
 
 
+#: NVIDIA's driver bindings (cuda-bindings' ``cuda.bindings.driver``, and cuda-python before 12.6
+#: as ``cuda.cuda``): the types whose value is a device address, read as the bindings document
+#: it, ``int(ptr)``. Their objects are not tracked by the garbage collector: the walk meets them
+#: as values of names, lists and attributes.
+_BINDING_POINTERS = {
+    ("cuda.bindings.driver", "CUdeviceptr"),
+    ("cuda.bindings.driver", "CUdeviceptr_v2"),
+    ("cuda.cuda", "CUdeviceptr"),
+    ("cuda.cuda", "CUdeviceptr_v2"),
+}
+
+
+def _is_binding_pointer(tp: type) -> bool:
+    """Whether ``tp`` is one of NVIDIA's bindings' device pointer types (by its module and name
+    alone: nothing of the object is read to tell)."""
+    try:
+        return (type.__getattribute__(tp, "__module__"), type.__getattribute__(tp, "__name__")) in _BINDING_POINTERS
+    except Exception:
+        return False
+
+
 def _is_ctypes_number(tp: type) -> bool:
     """Whether ``tp`` is a ctypes scalar type (``c_uint64``, ``c_void_p``, ``c_size_t``…)."""
     try:
@@ -632,7 +653,8 @@ class WeakSearch:
         # (allocation index, parent's id or None, step, value, kind)
         self.found: List[Tuple[int, Optional[int], str, int, str]] = []
         self._counts: Dict[int, int] = collections.defaultdict(int)
-        self._ctypes: Dict[type, bool] = {}
+        # type → "ctypes", "cuda-bindings" or "" (no number)
+        self._ctypes: Dict[type, str] = {}
 
     def check(self, obj: Any, parent: Optional[int], step: Optional[str]) -> None:
         tp = type(obj)
@@ -641,16 +663,18 @@ class WeakSearch:
         else:
             known = self._ctypes.get(tp)
             if known is None:
-                known = self._ctypes[tp] = _is_ctypes_number(tp)
+                known = self._ctypes[tp] = (
+                    "ctypes" if _is_ctypes_number(tp) else "cuda-bindings" if _is_binding_pointer(tp) else ""
+                )
             if not known:
                 return
             try:
-                value = obj.value
+                value = obj.value if known == "ctypes" else int(obj)
             except Exception:
                 return
             if type(value) is not int:
                 return
-            kind = "ctypes"
+            kind = known
         if value < self.lo or value >= self.hi:
             return
         k = bisect.bisect_right(self.starts, value) - 1

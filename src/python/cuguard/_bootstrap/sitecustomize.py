@@ -92,6 +92,36 @@ def _cuguard_arm(sys):
     atexit.register(_cuguard_at_end)
     sys.meta_path.insert(0, _CuguardWatcher())
     _cuguard_wrap_os_exit()
+    _cuguard_wrap_finalizers(sys)
+
+
+def _cuguard_wrap_finalizers(sys):
+    """``weakref.finalize`` runs every pending finalizer at exit, from an ``atexit`` handler it
+    registers when the program makes its first one: later than ours, so before ours. Frameworks
+    free the program's memory there (numba's arrays queue their frees, CuPy's and cuda.core's
+    buffers free theirs), so the end of the program's code is marked first: its wrapper calls
+    the end, then the finalizers, as before and in the same order."""
+    weakref = sys.modules.get("weakref")  # already imported by every interpreter that runs site
+    finalize = getattr(weakref, "finalize", None)
+    if finalize is None or "_exitfunc" not in vars(finalize) or finalize._registered_with_atexit:
+        return
+    exitfunc = vars(finalize)["_exitfunc"]
+    if not isinstance(exitfunc, classmethod):
+        return
+    original = exitfunc.__func__
+
+    def _exitfunc(cls):
+        try:
+            _cuguard_at_end()
+        except BaseException:  # never keep the finalizers from running
+            pass
+        return original(cls)
+
+    _exitfunc.__name__ = original.__name__
+    _exitfunc.__qualname__ = original.__qualname__
+    _exitfunc.__doc__ = original.__doc__
+    _exitfunc.__wrapped__ = original
+    finalize._exitfunc = classmethod(_exitfunc)
 
 
 def _cuguard_wrap_os_exit():

@@ -1,0 +1,127 @@
+"""NVIDIA's own Python clients on the simulated driver, from PyPI, under `cuguard run`: the
+driver bindings (`cuda-bindings`), their Pythonic layer (`cuda.core`) and numba (`numba-cuda`).
+Each program (`clients/`) keeps, drops and frees device memory; the report's end view, `cuguard
+summary` and `cuguard check` are read as a user would.
+
+Versions these tests expect: cuda-bindings 13 (its `CUdeviceptr`, read as `int(ptr)`),
+cuda.core 1.2, numba-cuda 0.30 (its deferred deallocations: a queue flushed when more than
+`CUDA_DEALLOCS_COUNT`, 10, frees wait)."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import clean_env, cuguard_command, load_report, marked_line, run, run_sim, strip_ansi
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
+MiB = 1 << 20
+
+
+def needs(module: str):
+    """The client, imported; in CI a missing one fails the test (`.ci/run` installs it)."""
+    try:
+        return __import__(module)
+    except ImportError as e:
+        if __import__("os").environ.get("CI"):
+            pytest.fail(f"{module} is missing in CI ({e}): the `test` extra installs it")
+        pytest.skip(f"{module} is not installed")
+
+
+def run_client(tmp_path: Path, program: str):
+    shutil.copy(CLIENTS / program, tmp_path / program)
+    result = run_sim([sys.executable, program], tmp_path, tmp_path / "r.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = load_report(tmp_path / "r.json")
+    summary = strip_ansi(run(cuguard_command() + ["summary", "r.json"], tmp_path).stdout)
+    check = run(cuguard_command() + ["check", "r.json"], tmp_path)
+    line = lambda marker: marked_line(tmp_path / program, marker)  # noqa: E731
+    return report, summary, check, line
+
+
+def classes(report: dict):
+    return sorted((a["size"] // MiB, a["class"]) for a in report["python"]["view"]["allocations"])
+
+
+def section(text: str, title: str) -> list:
+    """The rows under a summary section's title, each split on white space."""
+    part = text.split(title + "\n", 1)[1]
+    rows = []
+    for row in part.splitlines():
+        if not row.startswith("  "):
+            break
+        rows.append(row.split())
+    return rows
+
+
+def test_cuda_bindings_pointers_are_holders_and_the_dropped_one_is_lost(tmp_path: Path):
+    needs("cuda.bindings")
+    report, text, check, line = run_client(tmp_path, "bindings.py")
+    assert classes(report) == [(1, "lost"), (2, "held"), (4, "held")]
+    held = {a["size"] // MiB: a["holders"][0] for a in report["python"]["view"]["allocations"] if a["class"] == "held"}
+    assert held[4]["path"] == ["WEIGHTS", "cuda.CUdeviceptr (4.0 MiB)"] and not held[4].get("weak")
+    assert held[2]["path"] == ["CACHE", "['activations']", "cuda.CUdeviceptr (2.0 MiB)"]
+    assert held[2]["kind"] == "cuda-bindings"
+    assert ": held 6.0 MiB in 2 allocations, lost 1.0 MiB in 1 allocation" in text, text
+    rows = section(text, "held at the end (Python objects keep them)")
+    assert rows[0][:5] == ["4.0", "MiB", "1", "allocation", "WEIGHTS"], text
+    assert " ".join(rows[0][5:]) == f"→ cuda.CUdeviceptr (4.0 MiB) made at <module> (bindings.py:{line('HELD')})"
+    assert " ".join(rows[1][4:]) == (
+        f"CACHE → ['activations'] → cuda.CUdeviceptr (2.0 MiB) made at <module> (bindings.py:{line('ASYNC')})"
+    )
+    lost = section(text, "lost at the end (the program's own; nothing holds them)")
+    assert lost[0] == ["1.0", "MiB", "1", "allocation", "scratch", f"(bindings.py:{line('LOST')})"], text
+    # check fails on the lost one alone, at its line; the held are named as not checked.
+    out = strip_ansi(check.stdout)
+    assert check.returncode == 1, out
+    assert out.splitlines()[0] == "cuguard check: FAIL: 1 report, 1.0 MiB leaked in 1 leak", out
+    assert f"scratch (bindings.py:{line('LOST')})" in out
+    assert "not checked: 6.0 MiB in 2 allocations held by Python objects at the end" in out
+
+
+def test_cuda_core_buffers_kept_closed_and_from_a_memory_resource(tmp_path: Path):
+    needs("cuda.core")
+    report, text, check, line = run_client(tmp_path, "core.py")
+    assert classes(report) == [(1, "held"), (4, "held")], "the closed buffer is freed"
+    assert ": held 5.0 MiB in 2 allocations, lost nothing" in text, text
+    rows = section(text, "held at the end (Python objects keep them)")
+    assert " ".join(rows[0][4:]) == f"KEPT → cuda.Buffer (4.0 MiB) made at <module> (core.py:{line('KEPT')})", text
+    assert " ".join(rows[1][4:]) == (
+        f"FROM_RESOURCE → [0] → cuda.Buffer (1.0 MiB) made at <module> (core.py:{line('RESOURCE')})"
+    ), text
+    assert check.returncode == 0, check.stdout
+    assert strip_ansi(check.stdout).splitlines()[0] == "cuguard check: PASS: 1 report, 0 B leaked in 0 leaks"
+
+
+def test_numba_arrays_kept_dropped_into_its_queue_and_freed_in_a_batch(tmp_path: Path):
+    needs("numba.cuda")
+    report, text, check, line = run_client(tmp_path, "numba_arrays.py")
+    # The kept array is held; the dropped one waits in numba's queue of frees; the batch was freed.
+    assert classes(report) == [(2, "pending_free"), (4, "held")]
+    assert (
+        ": held 4.0 MiB in 1 allocation, lost nothing, 2.0 MiB in 1 allocation waiting in numba's queue of frees"
+        in text
+    ), text
+    rows = section(text, "held at the end (Python objects keep them)")
+    assert " ".join(rows[0][4:]) == (
+        f"KEPT → numba.DeviceNDArray (4.0 MiB) made at <module> (numba_arrays.py:{line('KEPT')})"
+    ), text
+    pending = section(text, "waiting in numba's queue of frees at the end (numba frees them at its next flush: not leaks)")
+    assert pending[0] == ["2.0", "MiB", "1", "allocation", "dropped", f"(numba_arrays.py:{line('DROPPED')})"], text
+    # The batch's 11 arrays were live together at the peak, and freed by numba's flush.
+    peak = text.split("at the peak\n", 1)[1]
+    assert f"11.0 MiB  11 allocations  batch (numba_arrays.py:{line('BATCH')})" in peak, text
+    # numba's teardown destroys its context with the arrays it had not freed: said once, not an event.
+    events = [e["kind"] for e in report["events"]]
+    assert events == ["context_destroyed_with_live_allocations"], events
+    assert (
+        "1 context destroyed by the interpreter's teardown after the program's code ended, with 6.0 MiB "
+        "still live (a framework's own exit, as numba's): not a finding against the program"
+    ) in text
+    assert "\nevents\n" not in text, text
+    out = strip_ansi(check.stdout)
+    assert check.returncode == 0, out
+    assert out.splitlines()[0] == "cuguard check: PASS: 1 report, 0 B leaked in 0 leaks", out
+    strict = run(cuguard_command() + ["check", "--fail-on-events", "all", "r.json"], tmp_path)
+    assert strict.returncode == 0, strict.stdout
