@@ -125,3 +125,14 @@ def test_numba_arrays_kept_dropped_into_its_queue_and_freed_in_a_batch(tmp_path:
     assert out.splitlines()[0] == "cuguard check: PASS: 1 report, 0 B leaked in 0 leaks", out
     strict = run(cuguard_command() + ["check", "--fail-on-events", "all", "r.json"], tmp_path)
     assert strict.returncode == 0, strict.stdout
+
+
+def test_a_kernel_launch_on_the_simulated_driver_is_refused_clearly(tmp_path: Path):
+    needs("cuda.bindings")
+    shutil.copy(CLIENTS / "launch.py", tmp_path / "launch.py")
+    result = run_sim([sys.executable, "launch.py"], tmp_path, tmp_path / "r.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        "cuModuleLoadData raised FunctionNotFoundError function cuModuleLoadData is not found",
+        "cuLaunchKernel raised FunctionNotFoundError function cuLaunchKernel is not found",
+    ], result.stdout
