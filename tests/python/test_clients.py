@@ -29,9 +29,9 @@ def needs(module: str):
         pytest.skip(f"{module} is not installed")
 
 
-def run_client(tmp_path: Path, program: str):
+def run_client(tmp_path: Path, program: str, **env: str):
     shutil.copy(CLIENTS / program, tmp_path / program)
-    result = run_sim([sys.executable, program], tmp_path, tmp_path / "r.json")
+    result = run_sim([sys.executable, program], tmp_path, tmp_path / "r.json", **env)
     assert result.returncode == 0, result.stdout + result.stderr
     report = load_report(tmp_path / "r.json")
     summary = strip_ansi(run(cuguard_command() + ["summary", "r.json"], tmp_path).stdout)
@@ -80,6 +80,15 @@ def test_cuda_bindings_pointers_are_holders_and_the_dropped_one_is_lost(tmp_path
     assert "not checked: 6.0 MiB in 2 allocations held by Python objects at the end" in out
 
 
+def test_a_correct_cuda_bindings_program_passes_check(tmp_path: Path):
+    needs("cuda.bindings")
+    report, text, check, _ = run_client(tmp_path, "bindings.py", CLIENT_CORRECT="1")
+    assert classes(report) == [(2, "held"), (4, "held")]
+    out = strip_ansi(check.stdout)
+    assert check.returncode == 0, out
+    assert out.splitlines()[0] == "cuguard check: PASS: 1 report, 0 B leaked in 0 leaks", out
+
+
 def test_cuda_core_buffers_kept_closed_and_from_a_memory_resource(tmp_path: Path):
     needs("cuda.core")
     report, text, check, line = run_client(tmp_path, "core.py")
@@ -125,6 +134,12 @@ def test_numba_arrays_kept_dropped_into_its_queue_and_freed_in_a_batch(tmp_path:
     assert out.splitlines()[0] == "cuguard check: PASS: 1 report, 0 B leaked in 0 leaks", out
     strict = run(cuguard_command() + ["check", "--fail-on-events", "all", "r.json"], tmp_path)
     assert strict.returncode == 0, strict.stdout
+    # What the program keeps fails `--held`, at the kept array's line, and nothing else does.
+    held = run(cuguard_command() + ["check", "--held", "r.json"], tmp_path)
+    out = strip_ansi(held.stdout)
+    assert held.returncode == 1, out
+    assert out.splitlines()[0] == "cuguard check: FAIL: 1 report, 4.0 MiB leaked in 1 leak", out
+    assert f"<module> (numba_arrays.py:{line('KEPT')})" in out, out
 
 
 def test_a_kernel_launch_on_the_simulated_driver_is_refused_clearly(tmp_path: Path):
