@@ -292,13 +292,16 @@ def test_xdist_two_workers_each_under_the_shim_results_gathered(
     assert "2 workers [13 items]" in text, text
     result.assert_outcomes(passed=11, failed=2)
     tests = where(records)
-    assert {r["worker"] for r in tests} == {"gw0", "gw1"}, tests
-    assert len({r["pid"] for r in tests}) == 2
+    # Which worker runs test_where's cases is xdist's choice (on a loaded machine one worker can
+    # take them all): each ran in a worker, under the shim; both workers are seen below.
+    assert {r["worker"] for r in tests} <= {"gw0", "gw1"} and tests, tests
+    assert len({r["pid"] for r in tests}) == len({r["worker"] for r in tests})
     assert all(r["active"] and "libcuguard" in r["preload"] for r in tests)
     workers = {r["pid"] for r in tests}
     conftests = [json.loads(p.read_text()) for p in records.glob("conftest-*.json")]
     # The controller and both workers loaded the conftest, each under the shim.
     assert len(conftests) == 3 and all(c["active"] for c in conftests)
+    assert len({c["pid"] for c in conftests}) == 3, conftests
     assert workers < {c["pid"] for c in conftests}
     assert failure(text, "test_leak_over_limit")[0].startswith(
         "cuguard: this test leaked 3.0 MiB of GPU memory in 2 allocations"
