@@ -3,6 +3,7 @@
 
 mod attribution;
 mod bench_args;
+mod by_hand;
 mod cli;
 mod cli_check;
 mod cli_history;

@@ -151,6 +151,9 @@ def test_a_cache_written_for_the_test_shows_its_kept_block_held_and_the_rest_idl
         (["-m", "keeps", "finish"], "finished", None, 0),
         (["-c", "import keeps; keeps.main()"], "finished", None, 0),
         (["keeps.py", "_exit"], "os_exit", None, 4),
+        # No sitecustomize is imported: the shim hands the interpreter the bootstrap itself.
+        (["-I", "keeps.py"], "finished", None, 0),
+        (["-S", "keeps.py"], "finished", None, 0),
     ],
 )
 def test_every_way_the_code_ends(project: Path, args, how, exception, status):
@@ -163,14 +166,14 @@ def test_every_way_the_code_ends(project: Path, args, how, exception, status):
 
 
 @pytest.mark.parametrize(
-    "args, why",
+    "args, env, why",
     [
-        (["-I", "keeps.py"], "cuguard's Python bootstrap did not run in this interpreter"),
-        (["-S", "keeps.py"], "cuguard's Python bootstrap did not run in this interpreter"),
+        (["keeps.py"], {"CUGUARD_PYTHON_END": "0"}, "CUGUARD_PYTHON_END=0 turned cuguard's Python bootstrap off"),
+        (["-I", "keeps.py"], {"CUGUARD_PYTHON_END": "0"}, "CUGUARD_PYTHON_END=0 turned cuguard's Python bootstrap off"),
     ],
 )
-def test_where_the_end_cannot_be_seen_the_report_says_so(project: Path, args, why):
-    result, path = run_program(project, args)
+def test_where_the_end_cannot_be_seen_the_report_says_so(project: Path, args, env, why):
+    result, path = run_program(project, args, **env)
     assert result.returncode == 0, result.stderr
     python = view(load_report(path))
     assert python["end"]["recorded"] is False and python["end"]["why"].startswith(why), python

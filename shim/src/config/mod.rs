@@ -117,6 +117,9 @@ pub struct Config {
     /// `CUGUARD_LIMIT_VIRTUAL`: under a limit, cuMemGetInfo reports the limit as the device's
     /// total and what is left of it as free (default on; `0` for enforcement only).
     pub limit_virtual: bool,
+    /// `CUGUARD_PYTHON_END`: in a Python process, mark the end of the program's code before the
+    /// interpreter's teardown (`crate::lifecycle::python_bootstrap`); `0` for off.
+    pub python_end: bool,
     /// `CUGUARD_RUN_ID`: the run this process belongs to, set by `cuguard run` for every process
     /// it starts (the report's `run_id`; reports of one run given one path each keep their own
     /// file, a later run's replace an earlier one's, `crate::report::file`). `None` outside a
@@ -243,6 +246,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let no_tracking = flag("CUGUARD_TEST_NO_TRACKING", false);
     let page = flag("CUGUARD_PAGE", true);
     let limit_virtual = flag("CUGUARD_LIMIT_VIRTUAL", true);
+    let python_end = flag("CUGUARD_PYTHON_END", true);
     let stack_depth = match var("CUGUARD_STACK_DEPTH").as_deref().map(str::trim) {
         None | Some("") => DEFAULT_STACK_DEPTH,
         Some(s) => match s.parse::<usize>() {
@@ -450,6 +454,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         cost_sample_every,
         limit,
         limit_virtual,
+        python_end,
         run_id,
         report_mode,
     }

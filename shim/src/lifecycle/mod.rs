@@ -31,14 +31,16 @@
 //! Reports are written one at a time (the writer's turn, a lock a forked child resets). The
 //! final report removes the stats page. The modules below live here because they are the
 //! lifecycle's parts: [`signals`], [`reporter`] (the cuguard thread), [`page`] (the stats page it
-//! keeps), [`alerts`] (`CUGUARD_WARN_AT`, and where alerts go) and [`sites`] (the sites holding
-//! memory now, named once, for the page and the alerts).
+//! keeps), [`alerts`] (`CUGUARD_WARN_AT`, and where alerts go), [`sites`] (the sites holding
+//! memory now, named once, for the page and the alerts) and [`python_bootstrap`] (the end of a
+//! Python program's code, armed by the shim where `cuguard run`'s bootstrap did not run).
 
 pub mod alerts;
 pub mod history;
 pub mod immediate_exit;
 pub mod interpose;
 pub mod page;
+pub mod python_bootstrap;
 pub mod reporter;
 pub mod signals;
 pub mod sites;
@@ -65,6 +67,7 @@ pub fn first_use() {
         crate::guard::install_panic_hook();
         crate::config::warn_problems_once();
         crate::report::stacks::read_settings();
+        python_bootstrap::offer();
         // SAFETY: after_fork_child is a plain extern "C" fn without arguments; registering has no
         // other effect.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
@@ -118,6 +121,8 @@ fn arm() {
     if crate::history::on() {
         history::start();
     }
+    // Again, for an interpreter that was not running at the first use.
+    python_bootstrap::offer();
 }
 
 unsafe extern "C" {

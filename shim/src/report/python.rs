@@ -25,9 +25,9 @@ fn left_by_exit(status: i32) -> String {
     )
 }
 
-/// Why the end is not known in a Python process without the bootstrap.
-const NO_BOOTSTRAP: &str = "cuguard's Python bootstrap did not run in this interpreter \
-     (python -I, -E or -S, an embedded interpreter, or a program not started by `cuguard run`): \
+/// Why the end is not known in a Python process where the bootstrap did not run, when
+/// [`crate::lifecycle::python_bootstrap::why_not`] has no better reason.
+const NO_BOOTSTRAP: &str = "cuguard's Python bootstrap did not run in this interpreter: \
      this report only has what was live at exit, after the interpreter's teardown";
 
 /// The section for a report written for `occasion`, with the end's records already given their
@@ -56,6 +56,8 @@ pub(super) fn section(
                     None => NO_MARK.to_string(),
                 },
             }
+        } else if let Some(why) = crate::lifecycle::python_bootstrap::why_not() {
+            why
         } else if python_present() {
             NO_BOOTSTRAP.to_string()
         } else {

@@ -23,8 +23,19 @@
 At the end (after ``__main__`` returned, raised, exited or was interrupted, and after the
 program's ``atexit`` handlers, before the interpreter tears modules down) it asks the shim to mark
 the moment (``cuguard_end_begin``) and has ``cuguard._end`` find what held each allocation then.
-``CUGUARD_PYTHON_END=0`` turns it off. Under ``python -I``, ``-E`` or ``-S`` it does not run; the
-report says so.
+``CUGUARD_PYTHON_END=0`` turns it off.
+
+**Without** ``cuguard run`` (the shim loaded by ``LD_PRELOAD`` alone, or ``python -I``, ``-E``,
+``-S``, where no ``sitecustomize`` is imported), the shim runs this same file itself
+(``shim/src/lifecycle/python_bootstrap.rs``): at its first use in the process it hands the
+interpreter a pending call (``Py_AddPendingCall``), which the main thread runs between two
+bytecodes, with the GIL. The shim defines ``_CUGUARD_BY_SHIM`` (its own path) in the module's
+namespace, so the file then defines its functions and runs :func:`_cuguard_by_shim` instead of
+:func:`_cuguard_start`: the same ``atexit`` handler, import hook and ``os._exit`` wrapper, armed
+from that moment on (handlers the program registered before then run after the end is marked),
+with cuguard's package found beside the shim (a wheel's ``cuguard/_bin/``, a checkout's
+``target/<profile>/``). Nothing is added to ``sys.path``, and the program's own
+``sitecustomize`` is left as it ran (or did not).
 """
 
 
@@ -78,7 +89,6 @@ def _cuguard_start():
 
 
 def _cuguard_arm(sys):
-    import atexit
     import ctypes
 
     try:
@@ -89,6 +99,13 @@ def _cuguard_arm(sys):
     expect.restype = ctypes.c_int32
     if expect() != 0:
         return  # the shim is off (CUGUARD_DISABLE) or of another kind
+    _cuguard_hooks(sys)
+
+
+def _cuguard_hooks(sys):
+    """The ``atexit`` handler, the import hook and the ``os._exit`` wrapper."""
+    import atexit
+
     atexit.register(_cuguard_at_end)
     sys.meta_path.insert(0, _CuguardWatcher())
     _cuguard_wrap_os_exit()
@@ -124,6 +141,62 @@ def _cuguard_wrap_finalizers(sys):
     finalize._exitfunc = classmethod(_exitfunc)
 
 
+def _cuguard_by_shim():
+    """Run by the shim in a pending call (see the module's documentation): arms the end from now
+    on. Returns ``""`` when armed, else why not, in one line (the report's ``python.end.why``).
+    Arming uses no ``ctypes`` (the call may come in the middle of an import; the shim marks the
+    promise itself); cuguard's package is loaded now only for a framework it looks into that was
+    imported already."""
+    import os
+    import sys
+
+    try:
+        _cuguard_state["shim"] = _CUGUARD_BY_SHIM  # noqa: F821 (defined by the shim)
+        _cuguard_state["path"] = _cuguard_path_now(os, sys)
+        _cuguard_hooks(sys)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}".replace("\n", " ")[:200]
+    try:
+        _cuguard_seen_already(sys)
+    except Exception:
+        pass
+    return ""
+
+
+def _cuguard_path_now(os, sys):
+    """The interpreter's path, less what the program put first on it: the script's directory
+    (``sys.path[0]`` unless ``-P`` or ``-I``), the directory of ``sys.argv[0]`` and the current
+    directory: where an installed cuguard is looked for when neither ``CUGUARD_PYTHON_PACKAGE``
+    nor the shim's place says."""
+    path = [p for p in sys.path if isinstance(p, str)]
+    flags = sys.flags
+    if path and not (getattr(flags, "safe_path", False) or getattr(flags, "isolated", 0)):
+        path = path[1:]
+    skip = set()
+    try:
+        skip.add(os.getcwd())
+    except OSError:
+        pass
+    argv0 = (getattr(sys, "argv", None) or [""])[0]
+    if isinstance(argv0, str) and argv0 not in ("", "-c", "-m"):
+        skip.add(os.path.dirname(os.path.abspath(argv0)))
+    return [p for p in path if os.path.isabs(p) and p not in skip]
+
+
+def _cuguard_seen_already(sys):
+    """Frameworks imported before the shim armed the end: looked into now (those being imported
+    at this moment are not)."""
+    for name in _CuguardWatcher.WATCHED:
+        module = sys.modules.get(name)
+        spec = getattr(module, "__spec__", None)
+        if module is None or getattr(spec, "_initializing", False):
+            continue
+        end = _cuguard_package()
+        if end is None:
+            return
+        end.imported(name, module)
+
+
 def _cuguard_wrap_os_exit():
     """``os._exit`` leaves without ``atexit`` handlers (multiprocessing's forked children do):
     its wrapper marks the end first, then calls the real one with the same status."""
@@ -154,7 +227,7 @@ _CUGUARD_OWN_NAME = "_cuguard_installed"
 
 #: What the bootstrap found: the interpreter's path at start-up, and ``cuguard._end`` once loaded
 #: (or why it could not be).
-_cuguard_state = {"path": None, "end": None, "failed": False}
+_cuguard_state = {"path": None, "end": None, "failed": False, "shim": None}
 
 
 def _cuguard_package():
@@ -208,7 +281,7 @@ def _cuguard_load():
             _cuguard_say(f"CUGUARD_PYTHON_PACKAGE={where!r} holds no cuguard package")
             return None
     else:
-        where = _cuguard_installed_at()
+        where = _cuguard_beside_shim() or _cuguard_installed_at()
         if where is None:
             return None  # the report's note says the package is not importable here
         init = os.path.join(where, "__init__.py")
@@ -254,6 +327,23 @@ def _cuguard_load():
         for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
             sys.modules.pop(key, None)
         raise
+
+
+def _cuguard_beside_shim():
+    """The package that came with the shim that ran this file (:func:`_cuguard_by_shim`): a
+    wheel's ``cuguard/_bin/libcuguard*.so`` is inside it, a checkout's
+    ``target/<profile>/libcuguard.so`` two levels below ``src/python/cuguard``. None otherwise."""
+    import os
+
+    shim = _cuguard_state.get("shim")
+    if not isinstance(shim, str) or not shim:
+        return None
+    here = os.path.dirname(os.path.realpath(shim))
+    for where in (os.path.dirname(here), os.path.join(here, "..", "..", "src", "python", "cuguard")):
+        where = os.path.normpath(where)
+        if os.path.isfile(os.path.join(where, "__init__.py")) and os.path.isfile(os.path.join(where, "_end.py")):
+            return where
+    return None
 
 
 def _cuguard_installed_at():
@@ -360,4 +450,5 @@ class _CuguardLoader:
         return getattr(self._loader, name)
 
 
-_cuguard_start()
+if "_CUGUARD_BY_SHIM" not in globals():  # imported as sitecustomize (cuguard run)
+    _cuguard_start()
