@@ -103,7 +103,7 @@ def _cuguard_arm(sys):
 
 
 def _cuguard_hooks(sys):
-    """The ``atexit`` handler, the import hook and the ``os._exit`` wrapper."""
+    """The ``atexit`` handler, the import hook, the ``os._exit`` and exit finalizers' wrappers."""
     import atexit
 
     atexit.register(_cuguard_at_end)
