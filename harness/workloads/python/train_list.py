@@ -77,7 +77,19 @@ if how == "main":
 elif how == "native-exit":
     libc = ctypes.CDLL(None)
 
+    def main_thread_in_pause():
+        # The main thread's system call, as the kernel shows it: 34 is pause(2) on x86_64. Until
+        # it is there, the main thread may still run a bytecode (and the shim's pending call).
+        try:
+            with open(f"/proc/self/task/{os.getpid()}/syscall") as f:
+                return f.read().split(" ", 1)[0] == "34"
+        except OSError:
+            return True
+
     def worker():
+        deadline = time.monotonic() + 30
+        while not main_thread_in_pause() and time.monotonic() < deadline:
+            time.sleep(0.005)
         main()
         libc.exit(0)
 
