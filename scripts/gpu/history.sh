@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
-# The history on the H200, in one call (issue 36; the H200 issue, items 1-4): PyTorch resnet18
-# training under the shim with PyTorch's own memory history on, a 4 GiB spike in the middle;
-# `summary --at` inside, before and after it and at the end; the memory-viz export read by
-# torch.cuda._memory_viz beside PyTorch's own snapshot; the step time with the history on, off,
-# and without cuguard, interleaved; the pool pair with and without the history.
-# Run from the repository root on the GPU machine after scripts/gpu/stage.sh (.gpu/).
+# The history on the H200, in one call (the H200 issue): PyTorch resnet18 training under the
+# shim with PyTorch's own memory history on, a 4 GiB spike in the middle; `summary --at` inside,
+# before and after it, at the end and at PyTorch's own peaks; the memory-viz export read by
+# torch.cuda._memory_viz beside PyTorch's own snapshot (and a GPT-2 run's); by LD_PRELOAD alone,
+# the list that grows (run 7's case); pprof beside JAX's own; the step time with the history on,
+# off and without cuguard, interleaved; the pool pair beside the build before.
+# Run from the repository root on the GPU machine after scripts/gpu/stage.sh (.gpu/). A call
+# lasts at most 10 minutes: each section says how long it may take, and one that would end past
+# BUDGET seconds is skipped (and said), most important first.
 set -u
+BUDGET=${BUDGET:-560}
+section() {  # section NAME MAX_SECONDS: whether to run it
+  if [ $((SECONDS + $2)) -gt "$BUDGET" ]; then
+    echo "== $1: SKIPPED (at ${SECONDS}s, it may take $2 s; budget $BUDGET s)" | tee -a "$OUT/skipped.txt"
+    return 1
+  fi
+  echo "== $1 (at ${SECONDS}s)"
+}
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 B=/tmp/cuguard-history
@@ -21,8 +32,8 @@ export PYTHONUNBUFFERED=1
 } > "$OUT/versions.txt" 2>&1
 cat "$OUT/versions.txt"
 
-echo "== 1. training with a spike, PyTorch's history on"
-TORCH_HISTORY=1 TORCH_SNAPSHOT=$B/torch.pickle "$C" run --report "$B/train.json" -- python3 "$P" train 30 spike | tee "$B/train.out"
+section "1. training with a spike, PyTorch's history on" 200 || exit 1
+TORCH_HISTORY=1 TORCH_SNAPSHOT=$B/torch.pickle timeout 200 "$C" run --report "$B/train.json" -- python3 "$P" train 30 spike | tee "$B/train.out"
 ls -la "$B"
 python3 - "$B/train.out" "$B/train.json" > "$B/moments.txt" <<'PY'
 import json, sys
@@ -47,7 +58,7 @@ cat "$OUT/at.txt"
 "$C" summary "$B/train.json" > "$OUT/summary.txt" 2>&1
 "$C" view "$B/train.json" -o "$OUT/view.html" > "$OUT/view.txt" 2>&1
 
-echo "== 1b. PyTorch's own peaks (its trace), and cuguard --at the same moments"
+section "1b. PyTorch's own peaks (its trace), and cuguard --at the same moments" 30
 python3 "$P" peaks "$B/torch.pickle" | tee "$OUT/torch_peaks.json"
 python3 - "$OUT/torch_peaks.json" "$B/train.json" > "$B/tpeaks.txt" <<'PY'
 import json, sys
@@ -61,11 +72,13 @@ echo "torch's reserved peak at $TRES, active peak at $TACT (from cuguard's start
 "$C" summary "$B/train.json" --at "$TACT" --top 12 > "$OUT/at_torch_active_peak.txt" 2>&1
 head -3 "$OUT/at_torch_reserved_peak.txt"
 
-echo "== 2. the export, read by PyTorch's own viewer code"
-"$C" export --format memory-viz "$B/train.json" -o "$B/cuguard.pickle" 2>&1 | tee "$OUT/export.txt"
+cp "$B/train.json" "$OUT/train.json"
+cp "$B"/train*.history "$OUT/" 2>/dev/null
+if section "2. the export, read by PyTorch's own viewer code" 120; then
+timeout 60 "$C" export --format memory-viz "$B/train.json" -o "$B/cuguard.pickle" 2>&1 | tee "$OUT/export.txt"
 {
-  echo "cuguard: $(python3 "$P" viz "$B/cuguard.pickle")"
-  echo "torch:   $(python3 "$P" viz "$B/torch.pickle")"
+  echo "cuguard: $(timeout 60 python3 "$P" viz "$B/cuguard.pickle")"
+  echo "torch:   $(timeout 60 python3 "$P" viz "$B/torch.pickle")"
 } | tee "$OUT/viz.txt"
 python3 scripts/memory_viz_check.py "$B/cuguard.pickle" > /dev/null && echo "memory_viz_check: ok" | tee -a "$OUT/viz.txt"
 python3 - "$B/cuguard.pickle" "$B/torch.pickle" <<'PY' | tee "$OUT/compare.txt"
@@ -81,28 +94,59 @@ print("cuguard actions:", {a: sum(1 for e in ct if e["action"] == a) for a in so
 print("torch actions:  ", {a: sum(1 for e in tt if e["action"] == a) for a in sorted({e["action"] for e in tt})})
 PY
 cp "$B/cuguard.pickle" "$OUT/" 2>/dev/null
-cp "$B/train.json" "$OUT/train.json"
-cp "$B"/train*.history "$OUT/" 2>/dev/null
+fi
 
-echo "== 2b. a transformers GPT-2 run, exported"
+if section "6. by LD_PRELOAD alone: a list gaining a tensor every step (run 7's case)" 90; then
+  CUGUARD_REPORT=$B/hand.json LD_PRELOAD=$S timeout 90 python3 scripts/gpu/attribution.py torch_train_growth > "$OUT/hand.out" 2>&1
+  echo "exit: $?" >> "$OUT/hand.out"
+  {
+    "$C" summary "$B/hand.json"
+    echo "### check --max-growth 16MiB"
+    "$C" check --max-growth 16MiB "$B/hand.json"; echo "check exit: $?"
+  } > "$OUT/hand.txt" 2>&1
+  grep -E "^the end|grow|check exit|attribution.py" "$OUT/hand.txt" | head -12
+  cp "$B/hand.json" "$OUT/" 2>/dev/null
+fi
+
+if section "3. step time: history on, off, no cuguard (3 rounds, interleaved)" 170; then
+for r in 1 2 3; do
+  on=$(timeout 60 "$C" run --quiet --report "$B/t$r.json" -- python3 "$P" time 60)
+  off=$(CUGUARD_HISTORY=0 timeout 60 "$C" run --quiet --report "$B/o$r.json" -- python3 "$P" time 60)
+  none=$(timeout 60 python3 "$P" time 60)
+  echo "round $r: history-on $on history-off $off no-cuguard $none"
+done | tee "$OUT/cost.txt"
+fi
+
+if section "4. the pool pair: history on and off; beside the build before (.gpu/baseline)" 150; then
+base=()
+[ -f .gpu/baseline/libcuguard.so ] && base=(--baseline "$PWD/.gpu/baseline/libcuguard.so")
+timeout 150 .gpu/alloc_bench --shim "$S" "${base[@]}" --tests pair,async \
+  --variants bare,pool,pool+stacks,pool-untracked,pool-nohistory,pool+stacks-nohistory --rounds 3 \
+  --json "$OUT/pair.json" 2>&1 | tee "$OUT/pair.md"
+fi
+
+if "$C" export --help 2>/dev/null | grep -q pprof && section "5. pprof beside JAX's own device memory profile" 90; then
+  JAX_PROFILE=$B/jax.prof timeout 90 "$C" run --report "$B/jax.json" -- python3 scripts/gpu/pprof_jax.py > "$OUT/jax.out" 2>&1
+  echo "exit: $?" >> "$OUT/jax.out"
+  timeout 30 "$C" export --format pprof "$B/jax.json" -o "$B/cuguard.pb.gz" > "$OUT/pprof_export.txt" 2>&1
+  {
+    echo "### JAX: pprof -top -sample_index=inuse_space"
+    timeout 30 .gpu/pprof -top -sample_index=inuse_space "$B/jax.prof" 2>&1 | head -40
+    echo "### cuguard: pprof -top -sample_index=inuse_space"
+    timeout 30 .gpu/pprof -top -sample_index=inuse_space "$B/cuguard.pb.gz" 2>&1 | head -40
+    echo "### cuguard: pprof -traces"
+    timeout 30 .gpu/pprof -traces "$B/cuguard.pb.gz" 2>&1 | head -60
+  } > "$OUT/pprof.txt"
+  cat "$OUT/pprof.txt" | head -60
+  cp "$B/jax.prof" "$B/cuguard.pb.gz" "$B/jax.json" "$OUT/" 2>/dev/null
+fi
+
+if section "2b. a transformers GPT-2 run, exported" 150; then
 timeout 180 "$C" run --quiet --report "$B/gpt2.json" -- python3 "$P" gpt2 20 > "$OUT/gpt2.out" 2>&1
 echo "gpt2 exit: $?"; cat "$OUT/gpt2.out"
 "$C" export --format memory-viz "$B/gpt2.json" -o "$B/gpt2.pickle" 2>&1 | tee -a "$OUT/export.txt"
 echo "gpt2 cuguard: $(python3 "$P" viz "$B/gpt2.pickle")" | tee -a "$OUT/viz.txt"
 python3 scripts/memory_viz_check.py "$B/gpt2.pickle" > /dev/null && echo "memory_viz_check gpt2: ok" | tee -a "$OUT/viz.txt"
 ls -la "$B"/gpt2* > "$OUT/gpt2_files.txt"
-
-echo "== 3. step time: history on, off, no cuguard (3 rounds, interleaved)"
-for r in 1 2 3; do
-  on=$("$C" run --quiet --report "$B/t$r.json" -- python3 "$P" time 60)
-  off=$(CUGUARD_HISTORY=0 "$C" run --quiet --report "$B/o$r.json" -- python3 "$P" time 60)
-  none=$(python3 "$P" time 60)
-  echo "round $r: history-on $on history-off $off no-cuguard $none"
-done | tee "$OUT/cost.txt"
-
-echo "== 4. the pool pair: history on and off; beside the build before (.gpu/baseline, if staged)"
-base=()
-[ -f .gpu/baseline/libcuguard.so ] && base=(--baseline "$PWD/.gpu/baseline/libcuguard.so")
-timeout 240 .gpu/alloc_bench --shim "$S" "${base[@]}" --tests pair,async \
-  --variants bare,pool,pool+stacks,pool-untracked,pool-nohistory,pool+stacks-nohistory --rounds 3 \
-  --json "$OUT/pair.json" 2>&1 | tee "$OUT/pair.md"
+fi
+echo "== done at ${SECONDS}s"
