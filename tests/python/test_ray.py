@@ -6,7 +6,8 @@ order on it: two actors (`leaker`, `steady`, half a GPU each) and a task allocat
 report is labelled with the job, node, actor or task name and worker id; a live
 `cuguard.ray.snapshot` shows the leaking actor's leaks while its method still runs; `ray.kill`
 ends it and its final report stays, labelled; an actor killed with SIGKILL leaves its last
-checkpoint; and after `ray.shutdown()`, `cuguard summary --by worker` on the reports names each
+checkpoint, one killed before its first checkpoint is named absent, one Ray restarts comes back
+labelled with its name; and after `ray.shutdown()`, `cuguard summary --by worker` on the reports names each
 worker. A node whose workers cannot import cuguard is named in `init`'s error.
 """
 
@@ -219,6 +220,43 @@ def test_an_actor_killed_with_sigkill_leaves_its_last_checkpoint(cluster):
     assert len(report["leaks"]) == 1
 
 
+def test_a_restarted_actor_comes_back_under_the_shim_with_the_same_name(cluster):
+    phoenix = cluster.work.Leaker.options(name="phoenix", max_restarts=1).remote()
+    first, _ = ray.get(phoenix.who.remote(), timeout=TIMEOUT)
+    ray.get(phoenix.leak.remote(1, MiB), timeout=TIMEOUT)
+    deadline = time.monotonic() + 30
+    while True:  # its first checkpoint, with the leak
+        try:
+            if len(load_report(cluster.report_of(first))["leaks"]) == 1:
+                break
+        except (ValueError, OSError):
+            pass
+        assert time.monotonic() < deadline, "no checkpoint from phoenix"
+        time.sleep(0.2)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(phoenix.leak_and_die.remote(0, MiB), timeout=TIMEOUT)
+    deadline = time.monotonic() + 60
+    while True:  # Ray restarts it in a new process
+        try:
+            second, worker_id = ray.get(phoenix.who.remote(), timeout=TIMEOUT)
+            break
+        except ray.exceptions.RayActorError:
+            assert time.monotonic() < deadline, "phoenix was not restarted"
+            time.sleep(0.2)
+    assert second != first
+    ray.get(phoenix.leak.remote(2, MiB), timeout=TIMEOUT)
+    merged = cuguard.ray.snapshot(timeout=TIMEOUT)
+    lives = [p for p in merged["processes"] if p["process"]["labels"].get("worker") == "phoenix"]
+    assert [(p["process"]["pid"], p["reason"], len(p["leaks"])) for p in lives] == [
+        (second, "request", 2),
+        (first, "checkpoint", 1),
+    ]
+    assert lives[0]["process"]["labels"]["ray_worker_id"] == worker_id
+    ray.kill(phoenix)
+    cluster.pids["phoenix"] = second
+    cluster.phoenix_first = first
+
+
 def test_a_worker_killed_before_its_first_checkpoint_is_absent_from_the_snapshot(cluster):
     vanished = cluster.work.Leaker.options(name="vanished").remote()
     pid, worker_id = ray.get(vanished.who.remote(), timeout=TIMEOUT)
@@ -244,12 +282,16 @@ def test_summary_by_worker_names_each_worker_at_the_end(cluster, tmp_path):
         cuguard_command() + ["summary", "--by", "worker", str(cluster.reports)], tmp_path, clean_env()
     )
     assert done.returncode == 0, done.stderr
-    groups = dict(re.findall(r"^  worker (\S+): 1 process, leaked (.*?), peak", done.stdout, re.M))
-    assert set(groups) == {"leaker", "steady", "doomed", cluster.task}, done.stdout
+    groups = dict(re.findall(r"^  worker (\S+): \d+ process(?:es)?, leaked (.*?), peak", done.stdout, re.M))
+    assert set(groups) == {"leaker", "steady", "doomed", "phoenix", cluster.task}, done.stdout
+    phoenix = re.search(r"^  worker phoenix: 2 processes, leaked 3.0 MiB in 3 leaks", done.stdout, re.M)
+    assert phoenix, done.stdout
     assert groups["leaker"].startswith("8.0 MiB in 5 leaks"), done.stdout
     assert groups["doomed"].startswith("1.0 MiB in 1 leak"), done.stdout
     assert groups["steady"].startswith("nothing") or groups["steady"].startswith("0 B"), done.stdout
-    # Every worker's final report: exit (the SIGKILLed one's is its checkpoint).
+    # Every worker's final report: exit (the SIGKILLed ones' are their checkpoints).
+    first = load_report(cluster.report_of(cluster.phoenix_first))
+    assert (first["reason"], first["process"]["labels"]["worker"]) == ("checkpoint", "phoenix")
     for name, pid in cluster.pids.items():
         report = load_report(cluster.report_of(pid))
         assert report["process"]["labels"]["worker"] == name

@@ -219,7 +219,10 @@ def _gather(tasks: Dict[str, Any], timeout: float) -> Tuple[Dict[str, Any], List
         ready, _ = ray.wait([ref], timeout=0)
         if not ready:
             ray.cancel(ref, force=True)
-            failed.append(f"{name}: no worker of the job started there in {timeout:g} s")
+            failed.append(
+                f"{name}: no answer in {timeout:g} s (no worker of the job could start there, "
+                "or its task did not end)"
+            )
             continue
         try:
             results[name] = ray.get(ref)
@@ -337,8 +340,12 @@ def _setup() -> None:
     labels = _Labels(base)
     # Ray asks its function manager for a function's code the first time this worker runs it
     # (an actor's class at its creation): the moment to learn the actor's or the task's name.
-    manager = ray._private.worker.global_worker.function_actor_manager
-    original = manager.get_execution_info
+    # It is Ray's own inside: where it is not there, the worker keeps the labels above.
+    try:
+        manager = ray._private.worker.global_worker.function_actor_manager
+        original = manager.get_execution_info
+    except AttributeError:
+        return
 
     def get_execution_info(job_id, descriptor):
         info = original(job_id, descriptor)
