@@ -278,6 +278,11 @@ def test_a_worker_killed_before_its_first_checkpoint_is_absent_from_the_snapshot
 def test_summary_by_worker_names_each_worker_at_the_end(cluster, tmp_path):
     assert "doomed" in cluster.pids, "runs after the kill tests"
     cluster.close()
+    # ray.shutdown() returns before the workers have ended (each writes its report as it ends).
+    deadline = time.monotonic() + 60
+    while any(cuguard.ray._alive(pid) for pid in cluster.pids.values()):
+        assert time.monotonic() < deadline, "workers still running after ray.shutdown()"
+        time.sleep(0.2)
     done = run(
         cuguard_command() + ["summary", "--by", "worker", str(cluster.reports)], tmp_path, clean_env()
     )
