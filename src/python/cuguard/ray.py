@@ -28,7 +28,9 @@ task worker ``TASK:ID`` (its first task's name, the first 8 digits of the worker
 Reports go to ``report`` (a ``CUGUARD_REPORT`` template holding ``%p``; by default
 :data:`DEFAULT_REPORT` in the driver's working directory), and every worker writes a checkpoint
 every ``checkpoint`` seconds, so that a worker killed with SIGKILL leaves its last one; a worker
-that Ray ends (``ray.kill``, ``exit_actor``, an idle worker let go) writes its final report.
+that Ray ends through ``_exit`` (``ray.kill``, ``exit_actor``) writes its final report;
+:func:`shutdown` has every worker write its report before ``ray.shutdown()``, which ends some
+workers with SIGKILL.
 
 :func:`snapshot` asks every live worker of the job for its report now: one task per node, pinned
 there, finds the job's worker processes (by their ``CUGUARD_RAY_RUN``) and runs ``cuguard
@@ -48,7 +50,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import _abi, _launcher
 from ._abi import CuguardError
 
-__all__ = ["init", "runtime_env", "check", "snapshot", "DEFAULT_REPORT", "SETUP_HOOK"]
+__all__ = ["init", "runtime_env", "check", "snapshot", "shutdown", "DEFAULT_REPORT", "SETUP_HOOK"]
 
 #: The workers' report path when neither ``report`` nor ``CUGUARD_REPORT`` says otherwise, in the
 #: driver's working directory: ``%h`` the host and ``%p`` the worker's pid.
@@ -413,26 +415,18 @@ def _last_report(template: str, pid: int, run: str) -> Optional[Tuple[str, Dict[
 
 
 def _node_snapshot(run: str, ended: List[Tuple[int, str]], wait: float) -> Dict[str, Any]:
-    """On one node: every live process of the run but this one, asked for its report with
+    """On one node: every live process of the run, asked for its report with
     ``cuguard snapshot``; and for each ``(pid, report template)`` of ``ended`` not alive here,
     its last report."""
     me = os.getpid()
     marker = run.encode()
     live, idle, failed, reports = [], [], [], []
     exe = str(_launcher.binary())
-    from . import active, live as live_devices
-    from . import snapshot as process_snapshot
-
-    # This worker (it may have run the job's tasks before): from inside.
-    if os.environ.get(RUN_VARIABLE) == run and active():
-        if live_devices():
-            reports.append(("live", me, process_snapshot()))
-            live.append(me)
-        else:
-            idle.append(me)
+    # This worker too (it may have run the job's tasks before): `cuguard snapshot` signals it,
+    # and the shim's own thread writes its report while this one waits.
     env = {k: v for k, v in _launcher.command_env().items() if k != "LD_PRELOAD"}
     for entry in sorted(os.listdir("/proc"), key=lambda e: (len(e), e)):
-        if not entry.isdigit() or int(entry) == me:
+        if not entry.isdigit():
             continue
         pid = int(entry)
         if _environ(pid).get(RUN_VARIABLE.encode()) != marker:
@@ -580,3 +574,40 @@ def snapshot(timeout: float = 60) -> Dict[str, Any]:
         "merged": {"created_unix_ms": int(time.time() * 1000), "inputs": inputs, "absent": absent},
         "processes": processes,
     }
+
+
+def _job_processes(run: str) -> List[int]:
+    """The processes of this machine, but this one, that belong to the run."""
+    marker = run.encode()
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me and _alive(int(entry)):
+            if _environ(int(entry)).get(RUN_VARIABLE.encode()) == marker:
+                found.append(int(entry))
+    return sorted(found)
+
+
+def shutdown(timeout: float = 30) -> List[int]:
+    """Has every live worker of the job write its report as it is now (:func:`snapshot`, into
+    each worker's report file), then ``ray.shutdown()``, then waits up to ``timeout`` seconds for
+    this machine's workers of the job to end: ``ray.shutdown()`` returns before they have. A
+    worker that ends through ``_exit`` replaces that report with its final one; one that Ray ends
+    with SIGKILL keeps it. Returns the pids still running then (empty when all ended)."""
+    run = _job_run() if ray.is_initialized() else None
+    if run is not None:
+        # Every worker's report as it is now, in its file, on every node: Ray may end a worker
+        # with SIGKILL, which leaves no final report.
+        try:
+            snapshot(timeout=timeout)
+        except CuguardError:
+            pass
+    ray.shutdown()
+    if run is None:
+        return []
+    deadline = time.monotonic() + timeout
+    while True:
+        left = _job_processes(run)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)

@@ -112,8 +112,7 @@ def main():
     ray.get(running)
     os.unlink(release)
     ray.kill(leaker)  # its final report is written as it goes
-    time.sleep(1)
-    ray.shutdown()
+    cuguard.ray.shutdown()  # ray.shutdown(), then the workers' ends (and their reports)
     print(f"reports: {args.reports}/; next: cuguard summary --by worker {args.reports}/")
 
 
