@@ -2,7 +2,8 @@
 //!
 //! - rank: the report's `process.rank`, else the first of the launcher labels `RANK`,
 //!   `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK` (in `process.labels`) that is a number;
-//! - worker: the label `worker` (a Dask worker's name or address);
+//! - worker: the label `worker` (a Dask worker's name or address, a Ray actor's name, a Ray task
+//!   worker's `TASK:ID`);
 //! - world size: the label `WORLD_SIZE`, when it is a number;
 //! - host and pid: `process.hostname` and `process.pid`.
 //!

@@ -1,6 +1,7 @@
 //! The Python suite (`tests/python`): the distribution, the pytest plugin, the IPython magic and
-//! the in-process API and `cuguard.dask`, run by pytest in a Python environment that has the
-//! `cuguard` package, pytest, pytest-xdist, IPython, dask and distributed. Every test there runs on the simulated driver.
+//! the in-process API, `cuguard.dask` and `cuguard.ray`, run by pytest in a Python environment that
+//! has the `cuguard` package, pytest, pytest-xdist, IPython, dask, distributed and ray. Every test
+//! there runs on the simulated driver.
 //!
 //! Which environment:
 //! - `CUGUARD_TEST_PYTHON`, a Python interpreter whose environment has the distribution installed
@@ -10,7 +11,7 @@
 //!   checkout (nothing of the source tree on `sys.path`), with no cargo on `PATH`.
 //! - Else, outside CI, a development environment that this test makes once, in
 //!   `target/python-dev/`: a virtual environment (`python3 -m venv`) with the packages of the
-//!   `test` extra from PyPI (made again when that list changes), in which the checkout's `src/python` is on the path and the package's
+//!   `test` and `ray` extras from PyPI (made again when that list changes), in which the checkout's `src/python` is on the path and the package's
 //!   pytest entry point is declared (a `.pth` file and a `.dist-info` directory: what an editable
 //!   install writes, without building the wheel), and with `target/<profile>` (the binary and the
 //!   libraries this test run built) first on `PATH`. The Python code and the binaries are then the
@@ -22,8 +23,8 @@ use std::process::Command;
 
 use crate::support::artifacts;
 
-/// What the suite needs besides the package (the `test` extra of pyproject.toml).
-const TEST_PACKAGES: [&str; 11] = [
+/// What the suite needs besides the package (the `test` and `ray` extras of pyproject.toml).
+const TEST_PACKAGES: [&str; 12] = [
     "pytest>=7",
     "pytest-xdist>=3",
     "ipython>=8",
@@ -35,6 +36,7 @@ const TEST_PACKAGES: [&str; 11] = [
     "cuda-core>=1.2",
     "numba-cuda>=0.30",
     "nvidia-cuda-runtime>=13",
+    "ray>=2.40",
 ];
 
 /// The development environment's Python, made on first use (see the module's documentation).
