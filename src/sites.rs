@@ -374,59 +374,125 @@ const FOLD_NAMES: usize = 3;
 /// kernels, RMM, CuPy, XLA…; the never-site frames among them do not break a run) folded into
 /// one entry, `… 18 frames in libtorch_cpu.so, libtorch_cuda.so, libtorch_python.so` (the
 /// modules, or a Python frame's file, in order of first appearance; at most three, then `and N
-/// more`), so that the user's own frames and Python lines show within the budget: at most
-/// [`MAX_CHAIN`] entries and then `…`. Operation frames (an autograd node) and the user's
-/// frames are never folded. Empty when the stack has no mixed order, or when one entry is left
-/// (the site alone says as much).
+/// more`). Operation frames (an autograd node) and the user's frames are never in such a run.
+///
+/// At most [`MAX_CHAIN`] entries (a folded run counts as one). A longer chain keeps its ends and
+/// folds what is between ([`fit`]): the innermost entries up to the first of the user's own
+/// frames (the site), the user's code that called it (a Python frame outside the frameworks, or
+/// a native `main`) and the outermost entries, so that a deep native library called from Python
+/// reads `deep_0 (deep.c:4) ← … 10 frames in libdeep.so ← load_weights (deep.py:9) ← <module>
+/// (deep.py:12)`. Empty when the stack has no mixed order, or when one entry is left (the site
+/// alone says as much).
 pub fn chain(stack: &Stack) -> Vec<String> {
     let Some(order) = mixed_order(stack) else {
         return Vec::new();
     };
-    let mut out: Vec<String> = Vec::new();
+    let mut entries: Vec<Entry> = Vec::new();
     let mut run: Vec<ChainFrame> = Vec::new();
-    let mut cut = false;
-    let flush = |run: &mut Vec<ChainFrame>, out: &mut Vec<String>| {
+    let flush = |run: &mut Vec<ChainFrame>, entries: &mut Vec<Entry>| {
         if run.len() >= FOLD_MIN {
-            out.push(fold_text(run));
+            entries.push(Entry::folded(run.drain(..).map(|f| f.place).collect()));
         } else {
-            out.extend(run.iter().map(|f| f.text.clone()));
+            entries.extend(run.drain(..).map(Entry::one));
         }
-        run.clear();
     };
     for f in chain_frames(stack, &order) {
         if f.tier == Some(Tier::Framework) {
             run.push(f);
             continue;
         }
-        flush(&mut run, &mut out);
-        out.push(f.text);
-        if out.len() > MAX_CHAIN {
-            break;
-        }
+        flush(&mut run, &mut entries);
+        entries.push(Entry::one(f));
     }
-    flush(&mut run, &mut out);
-    if out.len() > MAX_CHAIN {
-        out.truncate(MAX_CHAIN);
-        cut = true;
-    }
-    if cut {
-        out.push("…".to_string());
-    }
+    flush(&mut run, &mut entries);
+    let mut out: Vec<String> = fit(entries).into_iter().map(|e| e.text).collect();
     if out.len() < 2 {
         out.clear();
     }
     out
 }
 
-/// The entry a folded run of framework frames reads as (see [`chain`]).
-fn fold_text(run: &[ChainFrame]) -> String {
-    let mut names: Vec<&str> = Vec::new();
-    for f in run {
-        if !names.contains(&f.place.as_str()) {
-            names.push(&f.place);
+/// One entry of a chain: one frame, or a folded run of frames.
+struct Entry {
+    text: String,
+    /// Where each frame it stands for lives, innermost first (see [`ChainFrame::place`]).
+    places: Vec<String>,
+    /// One frame of the user's own code (neither framework nor operation).
+    user: bool,
+    /// One frame where the user's program runs its own code from: a Python frame outside the
+    /// frameworks, or a native `main`.
+    caller: bool,
+}
+
+impl Entry {
+    fn one(f: ChainFrame) -> Entry {
+        Entry {
+            text: f.text,
+            places: vec![f.place],
+            user: f.tier.is_none(),
+            caller: f.tier.is_none() && f.caller,
         }
     }
-    let mut text = format!("… {} frames in ", run.len());
+
+    fn folded(places: Vec<String>) -> Entry {
+        Entry {
+            text: fold_text(&places),
+            places,
+            user: false,
+            caller: false,
+        }
+    }
+}
+
+/// Fits a chain's entries into [`MAX_CHAIN`], keeping its ends (see [`chain`]). A chain that
+/// fits is left as it is. Else, first, the entries between the head (the innermost entries up
+/// to and with the first user frame) and the first caller after it (a Python frame of the
+/// user's, or `main`) become one folded entry; then, if that is still too long, the head, the
+/// folded entry and that caller stay, and the entries after them fold down to as many of the
+/// outermost as fit.
+fn fit(mut entries: Vec<Entry>) -> Vec<Entry> {
+    if entries.len() <= MAX_CHAIN {
+        return entries;
+    }
+    let fold = |entries: &mut Vec<Entry>, range: std::ops::Range<usize>| {
+        let places: Vec<String> = entries
+            .splice(range.clone(), std::iter::empty())
+            .flat_map(|e| e.places)
+            .collect();
+        entries.insert(range.start, Entry::folded(places));
+    };
+    let head = entries.iter().position(|e| e.user).unwrap_or(0) + 1;
+    let caller = entries[head..]
+        .iter()
+        .position(|e| e.caller)
+        .map(|i| head + i);
+    let mut front = head;
+    if let Some(caller) = caller {
+        if caller - head >= 2 {
+            fold(&mut entries, head..caller);
+            front = head + 2;
+        } else {
+            front = caller + 1;
+        }
+    }
+    if entries.len() > MAX_CHAIN {
+        let front = front.min(MAX_CHAIN - 2);
+        let tail = MAX_CHAIN - front - 1;
+        let end = entries.len() - tail;
+        fold(&mut entries, front..end);
+    }
+    entries
+}
+
+/// The entry a folded run of frames reads as, from where each frame lives (see [`chain`]).
+fn fold_text(places: &[String]) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for p in places {
+        if !names.contains(&p.as_str()) {
+            names.push(p);
+        }
+    }
+    let mut text = format!("… {} frames in ", places.len());
     if names.len() <= FOLD_NAMES {
         text.push_str(&names.join(", "));
     } else {
@@ -444,12 +510,14 @@ pub fn mixed_names(stack: &Stack) -> Option<Vec<String>> {
     Some(chain_frames(stack, &order).map(|f| f.text).collect())
 }
 
-/// One frame of a chain: its text, its tier, and where it lives (a native frame's module file
-/// name, a Python frame's file name), which a folded run lists.
+/// One frame of a chain: its text, its tier, where it lives (a native frame's module file
+/// name, a Python frame's file name), which a folded run lists, and whether it is a frame the
+/// user's code is run from (a Python frame, or a native `main`), which [`fit`] keeps.
 struct ChainFrame {
     text: String,
     tier: Option<Tier>,
     place: String,
+    caller: bool,
 }
 
 /// Where a Python frame lives, as a folded run names it: the installed package it is part of
@@ -485,7 +553,7 @@ fn native_place(module: &str) -> String {
 fn chain_frames<'s>(stack: &'s Stack, order: &'s [Slot]) -> impl Iterator<Item = ChainFrame> + 's {
     let rules = builtin_rules();
     order.iter().filter_map(move |slot| {
-        let (frame, name, place, py_loc) = match *slot {
+        let (frame, name, place, py_loc, caller) = match *slot {
             Slot::Native(i) => {
                 let f = &stack.frames[i];
                 let name = match f.function.as_deref() {
@@ -495,7 +563,8 @@ fn chain_frames<'s>(stack: &'s Stack, order: &'s [Slot]) -> impl Iterator<Item =
                     }
                     _ => frame_name(f),
                 };
-                (site_frame(f), name, native_place(&f.module), None)
+                let main = name == "main";
+                (site_frame(f), name, native_place(&f.module), None, main)
             }
             Slot::Python(j) => {
                 let f = &stack.python[j];
@@ -504,7 +573,7 @@ fn chain_frames<'s>(stack: &'s Stack, order: &'s [Slot]) -> impl Iterator<Item =
                     None => python_place(&f.file),
                 };
                 let loc = python_location(f);
-                (python_site_frame(f), f.function.clone(), place, loc)
+                (python_site_frame(f), f.function.clone(), place, loc, true)
             }
         };
         let tier = rules.tier(&frame);
@@ -515,7 +584,12 @@ fn chain_frames<'s>(stack: &'s Stack, order: &'s [Slot]) -> impl Iterator<Item =
             Some(loc) => format!("{name} ({loc})"),
             None => name,
         };
-        Some(ChainFrame { text, tier, place })
+        Some(ChainFrame {
+            text,
+            tier,
+            place,
+            caller,
+        })
     })
 }
 
@@ -1083,7 +1157,8 @@ mod tests {
             ],
             "libc's frame is left out and does not break the run; two frames are not folded"
         );
-        // Exactly MAX_CHAIN entries: no cut. One more, and the last becomes "…".
+        // Exactly MAX_CHAIN entries: as they are. One more, and what lies between the user's
+        // native frame and the Python line that called it is folded, so the ends stay.
         stack.python.insert(
             0,
             crate::report::PyFrame {
@@ -1094,19 +1169,23 @@ mod tests {
                 display: None,
             },
         );
-        let c = chain(&stack);
-        assert_eq!(c.len(), MAX_CHAIN + 1);
-        assert_eq!(c[MAX_CHAIN - 2], "inner (train.py:3)");
-        assert_eq!(c[MAX_CHAIN - 1], "step (train.py:7)");
-        assert_eq!(c[MAX_CHAIN], "…");
+        assert_eq!(
+            chain(&stack),
+            [
+                "… 4 frames in libtorch_cpu.so",
+                "torch::autograd::generated::MulBackward0::apply",
+                "… 3 frames in libtorch_cpu.so",
+                "mine::step (mine.cc:9)",
+                "… 2 frames in libtorch_cpu.so",
+                "inner (train.py:3)",
+                "step (train.py:7)",
+                "<module> (train.py:12)",
+            ]
+        );
         // A run over many modules names three, or two and how many more.
-        let run: Vec<ChainFrame> = ["a.so", "b.so", "a.so", "c.so", "d.so", "e.so"]
+        let run: Vec<String> = ["a.so", "b.so", "a.so", "c.so", "d.so", "e.so"]
             .iter()
-            .map(|m| ChainFrame {
-                text: String::new(),
-                tier: Some(Tier::Framework),
-                place: m.to_string(),
-            })
+            .map(|m| m.to_string())
             .collect();
         assert_eq!(fold_text(&run[..4]), "… 4 frames in a.so, b.so, c.so");
         assert_eq!(fold_text(&run), "… 6 frames in a.so, b.so and 3 more");
@@ -1126,6 +1205,84 @@ mod tests {
         assert_eq!(
             native_place("/v/site-packages/torch/lib/libtorch_cpu.so"),
             "libtorch_cpu.so"
+        );
+    }
+
+    #[test]
+    fn a_deep_native_library_folds_between_its_first_frame_and_its_caller() {
+        // A library of the user's, 11 calls deep, called through ctypes from Python.
+        let py = "/usr/bin/python3.12";
+        let deep = "/work/libdeep.so";
+        let mut frames = vec![frame("/x/libcuguard.so", Some("cuMemAlloc_v2"))];
+        for i in 0..11 {
+            let name = format!("deep_{i}");
+            frames.push(named(deep, &name, Some("/work/deep.c"), Some(4 + i)));
+        }
+        frames.extend([
+            frame("/lib/x86_64-linux-gnu/libffi.so.8", Some("ffi_call")),
+            frame(
+                "/usr/lib/python3.12/lib-dynload/_ctypes.cpython-312-x86_64-linux-gnu.so",
+                Some("_ctypes_callproc"),
+            ),
+            frame(py, Some("_PyEval_EvalFrameDefault")),
+            frame(py, Some("Py_RunMain")),
+        ]);
+        let pyframe = |function: &str, line, entry| crate::report::PyFrame {
+            file: "/work/deep.py".into(),
+            line: Some(line),
+            function: function.into(),
+            entry: Some(entry),
+            display: None,
+        };
+        let mut stack = Stack {
+            id: 1,
+            frames,
+            python: vec![
+                pyframe("load_weights", 9, false),
+                pyframe("<module>", 12, true),
+            ],
+            site: None,
+            owner: None,
+            mixed: Vec::new(),
+            origin: None,
+        };
+        assert_eq!(
+            chain(&stack),
+            [
+                "deep_0 (deep.c:4)",
+                "… 10 frames in libdeep.so",
+                "load_weights (deep.py:9)",
+                "<module> (deep.py:12)",
+            ]
+        );
+        // Six frames deep, the chain fits: nothing folded.
+        stack.frames.drain(7..12);
+        assert_eq!(chain(&stack).len(), 6 + 2);
+        assert_eq!(chain(&stack)[MAX_CHAIN - 1], "<module> (deep.py:12)");
+        // A native `main` calls the user's code as a Python line does: everything before it
+        // (the Python frames here run by no evaluation frame on the stack) is kept.
+        let mut stack = Stack {
+            python: vec![pyframe("callback", 3, true)],
+            ..stack
+        };
+        stack.frames.truncate(7);
+        for i in 6..11 {
+            let name = format!("deep_{i}");
+            stack
+                .frames
+                .push(named(deep, &name, Some("/work/deep.c"), Some(4 + i)));
+        }
+        stack
+            .frames
+            .push(named("/work/app", "main", Some("/work/app.c"), Some(30)));
+        assert_eq!(
+            chain(&stack),
+            [
+                "deep_0 (deep.c:4)",
+                "… 10 frames in libdeep.so",
+                "main (app.c:30)",
+                "callback (deep.py:3)",
+            ]
         );
     }
 
@@ -1185,7 +1342,7 @@ mod tests {
     fn mixed_names_are_chains_at_full_depth() {
         let mut stack = python_stack(Vec::new(), [Some(false), Some(true)]);
         assert_eq!(mixed_names(&stack), Some(chain(&stack)));
-        // Twelve Python frames: the chain stops at MAX_CHAIN, the names go on.
+        // Twelve Python frames: the chain keeps its ends within MAX_CHAIN, the names go on.
         stack.python = (0..12)
             .map(|i| crate::report::PyFrame {
                 file: "/work/deep.py".into(),
@@ -1195,8 +1352,19 @@ mod tests {
                 display: None,
             })
             .collect();
-        assert_eq!(chain(&stack).len(), MAX_CHAIN + 1);
-        assert_eq!(chain(&stack).last().unwrap(), "…");
+        assert_eq!(
+            chain(&stack),
+            [
+                "at::native::empty_cuda",
+                "f0 (deep.py:0)",
+                "f1 (deep.py:1)",
+                "… 6 frames in deep.py",
+                "f8 (deep.py:8)",
+                "f9 (deep.py:9)",
+                "f10 (deep.py:10)",
+                "f11 (deep.py:11)",
+            ]
+        );
         let names = mixed_names(&stack).unwrap();
         assert_eq!(names.len(), 13);
         assert_eq!(names[0], "at::native::empty_cuda");

@@ -248,6 +248,152 @@ fn a_library_loaded_after_cuda_started_unwinds_through_all_its_frames() {
     assert!(text.contains(&expected.join(" ← ")), "{text}");
 }
 
+/// Compiles `harness/workloads/c/deep_lib.c` into `dir/libdeep.so` as users build their own
+/// libraries (`-O1 -fomit-frame-pointer -g`, linked with `-lcuda` against the simulated driver).
+fn deep_library(dir: &Path) {
+    let a = crate::support::artifacts();
+    let status = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args([
+            "-O1",
+            "-fomit-frame-pointer",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-Wall",
+            "-o",
+        ])
+        .arg(dir.join("libdeep.so"))
+        .arg(a.root.join("harness/workloads/c/deep_lib.c"))
+        .arg("-I")
+        .arg(a.root.join("harness/workloads/c"))
+        .arg("-L")
+        .arg(&a.sim_dir)
+        .arg("-lcuda")
+        .status()
+        .expect("running cc");
+    assert!(status.success(), "compiling deep_lib.c failed");
+}
+
+/// A Python program calls its own native library (loaded with `ctypes.CDLL("./libdeep.so")`
+/// after CUDA started, no frame pointers), which allocates 11 calls deep. The site's one-line
+/// stack keeps the library's innermost frame and the Python lines that called it, folding the
+/// ten frames between, and so does the "held at the end" line's callers. The library's
+/// relative name becomes its absolute path in the report, so its frames are named.
+#[test]
+fn a_deep_library_called_from_python_keeps_its_python_caller_on_one_line() {
+    let a = crate::support::artifacts();
+    let dir = scratch_dir("deep_lib");
+    deep_library(&dir);
+    let script = a.root.join("harness/workloads/python/deep_lib.py");
+    std::fs::copy(&script, dir.join("deep_lib.py")).unwrap();
+    let py = std::fs::read_to_string(&script).unwrap();
+    let c = std::fs::read_to_string(a.root.join("harness/workloads/c/deep_lib.c")).unwrap();
+    let mut cmd = std::process::Command::new(&a.cuguard);
+    cmd.current_dir(&dir)
+        .args([
+            "run", "--driver", "sim", "--quiet", "--report", "r.json", "--",
+        ])
+        .args(["python3", "deep_lib.py"])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("CUGUARD_RUNTIME_DIR", a.scratch.join("runtime"))
+        .env_remove("PYTHONPATH")
+        .env_remove("LD_PRELOAD");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CUGUARD_") && k != "CUGUARD_RUNTIME_DIR" {
+            cmd.env_remove(k);
+        }
+    }
+    run(&mut cmd, true);
+    let report_path = dir.join("r.json");
+    let report = read_report(&report_path);
+    crate::cli_schema::validate(&report).unwrap();
+    let lib = dir.join("libdeep.so");
+    let lib = lib.to_str().unwrap();
+    assert!(
+        report["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["path"] == lib),
+        "the library's path is absolute: {}",
+        report["modules"]
+    );
+
+    let deep_0 = format!(
+        "deep_0 (deep_lib.c:{})",
+        line_of(&c, "int r = cuMemAlloc(out, bytes);")
+    );
+    let caller = format!(
+        "load_weights (deep_lib.py:{})",
+        line_of(&py, "# site: load_weights")
+    );
+    let module = format!(
+        "<module> (deep_lib.py:{})",
+        line_of(&py, "# call: load_weights")
+    );
+    let text = run(
+        std::process::Command::new(&a.cuguard)
+            .arg("summary")
+            .arg(&report_path),
+        true,
+    );
+    let text = String::from_utf8(text.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let after = |head: &str, n: usize| -> Vec<&str> {
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with(head))
+            .unwrap_or_else(|| panic!("no {head:?} in {text}"));
+        lines[at + 1..at + 1 + n].to_vec()
+    };
+    assert_eq!(
+        after("sites (largest first)", 2),
+        [
+            format!("  1.0 MiB  1 leak  {deep_0}  cuMemAlloc_v2"),
+            format!("    {deep_0} ← … 10 frames in libdeep.so ← {caller} ← {module}"),
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        after("held at the end", 2),
+        [
+            format!(
+                "  1.0 MiB  1 allocation  weights (a number inside it: a weak match)  made at {deep_0}"
+            ),
+            format!("    {deep_0} ← … 10 frames in libdeep.so ← {caller}"),
+        ],
+        "{text}"
+    );
+    // The places that point at code: the library's source is outside the project's root here,
+    // so the Python line that called it; with the root above both, the library's own line.
+    let github = |root: &Path| {
+        let out = run(
+            std::process::Command::new(&a.cuguard)
+                .args(["check", "--held", "--format", "github", "--source-root"])
+                .arg(root)
+                .arg(&report_path),
+            false,
+        );
+        let out = String::from_utf8(out.stdout).unwrap();
+        let line = out.lines().next().unwrap_or_default().to_string();
+        line.split(",title=").next().unwrap().to_string()
+    };
+    assert_eq!(
+        github(&dir),
+        format!(
+            "::error file=deep_lib.py,line={}",
+            line_of(&py, "# site: load_weights")
+        )
+    );
+    assert_eq!(
+        github(&a.root),
+        format!(
+            "::error file=harness/workloads/c/deep_lib.c,line={}",
+            line_of(&c, "int r = cuMemAlloc(out, bytes);")
+        )
+    );
+}
+
 /// The unwinder evaluates a return address's rule once in the process: a library loaded later
 /// keeps the rules known before it (the caches are emptied only when a module may have been
 /// unloaded), and a thread finds the rules another thread evaluated in the process-wide table.

@@ -384,7 +384,7 @@ fn to_module(m: &phdr::Mapped) -> Module {
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default()
     } else {
-        String::from_utf8_lossy(&m.name).into_owned()
+        absolute(String::from_utf8_lossy(&m.name).into_owned(), m.start)
     };
     Module {
         path,
@@ -393,6 +393,50 @@ fn to_module(m: &phdr::Mapped) -> Module {
         start: m.start,
         end: m.end,
     }
+}
+
+/// The loader's name for a module, made absolute. `dlopen("./libdeep.so")` (Python's
+/// `ctypes.CDLL("./libdeep.so")`) leaves the loader with the relative name, which neither the
+/// report's symbolizer nor a reader in another directory can open. The kernel's map of the
+/// process (`/proc/self/maps`) names the file mapped at `start` absolutely; a module no longer
+/// mapped is taken from the current directory. Names without a `/` (`linux-vdso.so.1`) and
+/// absolute ones are kept.
+fn absolute(name: String, start: u64) -> String {
+    if name.starts_with('/') || !name.contains('/') {
+        return name;
+    }
+    let file = name.rsplit('/').next().unwrap_or(&name);
+    if let Some(path) = std::fs::read_to_string("/proc/self/maps")
+        .ok()
+        .and_then(|maps| mapped_at(&maps, start, file))
+    {
+        return path;
+    }
+    std::env::current_dir()
+        .map(|dir| {
+            let joined = dir.join(&name);
+            std::fs::canonicalize(&joined)
+                .unwrap_or(joined)
+                .to_string_lossy()
+                .into_owned()
+        })
+        .unwrap_or(name)
+}
+
+/// The absolute path of the file `/proc/self/maps` (its text, `maps`) has mapped at `addr`, when
+/// its file name is `file`.
+fn mapped_at(maps: &str, addr: u64, file: &str) -> Option<String> {
+    maps.lines().find_map(|line| {
+        let mut fields = line.splitn(6, ' ');
+        let (lo, hi) = fields.next()?.split_once('-')?;
+        let (lo, hi) = (
+            u64::from_str_radix(lo, 16).ok()?,
+            u64::from_str_radix(hi, 16).ok()?,
+        );
+        let path = fields.nth(4)?.trim_start();
+        (lo <= addr && addr < hi && path.starts_with('/') && path.rsplit('/').next() == Some(file))
+            .then(|| path.to_string())
+    })
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -503,3 +503,28 @@ fn capture_works_in_a_forked_child() {
         );
     }
 }
+
+#[test]
+fn a_module_loaded_by_a_relative_name_gets_its_absolute_path() {
+    let maps = "\
+559d3a1f2000-559d3a1f3000 r--p 00000000 fd:01 42 /usr/bin/python3.12
+7f1c2a0d0000-7f1c2a0d1000 r--p 00000000 fd:01 77 /tmp/my work/libdeep.so
+7f1c2a0d1000-7f1c2a0d2000 r-xp 00001000 fd:01 77 /tmp/my work/libdeep.so
+7ffd1b3fe000-7ffd1b400000 r-xp 00000000 00:00 0                          [vdso]
+";
+    assert_eq!(
+        mapped_at(maps, 0x7f1c2a0d0000, "libdeep.so").as_deref(),
+        Some("/tmp/my work/libdeep.so")
+    );
+    assert_eq!(mapped_at(maps, 0x7f1c2a0d0000, "other.so"), None);
+    assert_eq!(mapped_at(maps, 0x7f1c2a0d2000, "libdeep.so"), None);
+    // The names that stay: absolute ones, and the loader's pseudo-modules.
+    assert_eq!(absolute("/lib/libc.so.6".into(), 0), "/lib/libc.so.6");
+    assert_eq!(absolute("linux-vdso.so.1".into(), 0), "linux-vdso.so.1");
+    // A relative name no longer mapped: from the current directory.
+    let here = std::env::current_dir().unwrap();
+    assert_eq!(
+        absolute("./gone/libx.so".into(), 0),
+        here.join("./gone/libx.so").to_string_lossy()
+    );
+}
