@@ -30,7 +30,11 @@ fn thread_sanitizer_finds_no_race_in_the_shim() {
     std::fs::create_dir_all(&out).unwrap();
     let status = Command::new("cargo")
         .current_dir(&a.root)
-        .env("RUSTFLAGS", "-Zsanitizer=thread -Cforce-frame-pointers=yes")
+        // cuguard_tsan: without the shim's sigaction (see shim/src/lifecycle/mod.rs).
+        .env(
+            "RUSTFLAGS",
+            "-Zsanitizer=thread -Cforce-frame-pointers=yes --cfg cuguard_tsan",
+        )
         .args([
             "+nightly",
             "build",

@@ -38,6 +38,10 @@
 pub mod alerts;
 pub mod history;
 pub mod immediate_exit;
+// Under ThreadSanitizer (`--cfg cuguard_tsan`, tests/it/reliability_race.rs) the program's
+// `sigaction` is libc's: libtsan takes the next definition after its own as the real one, which
+// would be the shim's, instrumented code it calls while it initializes, before anything else.
+#[cfg(not(cuguard_tsan))]
 pub mod interpose;
 pub mod page;
 pub mod python_bootstrap;
