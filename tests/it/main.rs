@@ -5,6 +5,7 @@ mod attribution;
 mod bench_args;
 mod cli;
 mod cli_check;
+mod cli_export;
 mod cli_history;
 mod cli_job;
 mod cli_live;
