@@ -106,6 +106,9 @@ pub struct Profile {
     pub comments: Vec<String>,
 }
 
+/// A sample's labels: name and value, in a fixed order.
+pub type Labels = Vec<(&'static str, String)>;
+
 /// A stack's place in the builder: which process's stacks (its mappings differ) and which id.
 type StackKey = (usize, Option<u64>);
 
@@ -117,7 +120,7 @@ pub struct Builder {
     natives: HashMap<(usize, u64, Vec<Line>), usize>,
     pythons: HashMap<Line, usize>,
     stacks: HashMap<StackKey, Vec<usize>>,
-    samples: HashMap<(Vec<usize>, Vec<(&'static str, String)>), usize>,
+    samples: HashMap<(Vec<usize>, Labels), usize>,
 }
 
 impl Builder {
