@@ -1,6 +1,8 @@
-//! `cuguard export`: a process's history in another tool's format. `memory-viz`: PyTorch's
-//! memory snapshot (the pickle <https://pytorch.org/memory_viz> and `torch.cuda._memory_viz`
-//! read), with every owner's memory, not only PyTorch's cache.
+//! `cuguard export`: a run in another tool's format. `memory-viz`: a process's history as
+//! PyTorch's memory snapshot (the pickle <https://pytorch.org/memory_viz> and
+//! `torch.cuda._memory_viz` read), with every owner's memory, not only PyTorch's cache.
+//! `pprof`: reports (and their histories) as a heap profile for `go tool pprof` and every pprof
+//! reader.
 
 use std::path::PathBuf;
 
@@ -8,7 +10,10 @@ use clap::{Args, ValueEnum};
 use cuguard_report::Stack;
 
 use super::{CliError, exit, write_output};
-use crate::export::{VizFrame, memory_viz};
+use crate::export::heap::{Process, When, heap};
+use crate::export::{VizFrame, memory_viz, pprof};
+use crate::input::InputError;
+use crate::report::Report;
 
 /// The formats `cuguard export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -16,32 +21,52 @@ pub enum ExportFormat {
     /// PyTorch's memory snapshot: a pickle for pytorch.org/memory_viz and torch.cuda._memory_viz.
     #[value(name = "memory-viz")]
     MemoryViz,
+    /// pprof's profile.proto, gzipped: a heap profile (inuse_space, alloc_space…) for go tool
+    /// pprof.
+    #[value(name = "pprof")]
+    Pprof,
 }
 
 /// Arguments of `cuguard export`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-The history is the report's (history.files) or the file given. The snapshot holds the segments
-and blocks live at the end (of the window, with --between) and every event of the run (of the
-window) in device_traces; open it at https://pytorch.org/memory_viz (drag the file in).
+memory-viz: the history is the report's (history.files) or the file given. The snapshot holds
+the segments and blocks live at the end (of the window, with --between) and every event of the
+run (of the window) in device_traces; open it at https://pytorch.org/memory_viz (drag the file
+in).
+
+pprof: device memory by call stack as Go's heap profiles have it: inuse_space and
+inuse_objects at the end (the report's live allocations; --at a moment of the history), and
+alloc_space and alloc_objects over the run (from the history; without one, inuse only). Stacks
+hold native frames (with their mappings) and Python frames, in cuguard's mixed order; samples
+are labelled device, owner, process and rank. Give one process's report, a merged report, a
+history file, or several.
 
 Examples:
   cuguard export --format memory-viz cuguard.train.4242.json -o train.pickle
-  cuguard export --format memory-viz train.history --between 12s 14s -o step.pickle")]
+  cuguard export --format memory-viz train.history --between 12s 14s -o step.pickle
+  cuguard export --format pprof cuguard.train.4242.json -o train.pb.gz
+  go tool pprof -top -sample_index=alloc_space train.pb.gz
+  go tool pprof -top -diff_base=before.pb.gz after.pb.gz")]
 pub struct ExportArgs {
     /// The format.
     #[arg(long, value_enum, default_value = "memory-viz")]
     pub format: ExportFormat,
-    /// Only the events between two moments (12.5s, 840ms, peak, oom, end), for a history too
-    /// large for the viewer.
+    /// memory-viz: only the events between two moments (12.5s, 840ms, peak, oom, end), for a
+    /// history too large for the viewer.
     #[arg(long, num_args = 2, value_names = ["T1", "T2"])]
     pub between: Option<Vec<String>>,
-    /// Where to write it (a pickle is binary: required).
+    /// pprof: what was in use at this moment of each process's history (12.5s, 840ms, peak,
+    /// oom, end), and allocated until then, rather than at the end.
+    #[arg(long, value_name = "T")]
+    pub at: Option<String>,
+    /// Where to write it (both formats are binary: required).
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
-    /// One process's report, or its history file.
-    #[arg(value_name = "PATH")]
-    pub path: PathBuf,
+    /// memory-viz: one process's report, or its history file. pprof: reports (merged or not),
+    /// or history files.
+    #[arg(value_name = "PATH", required = true)]
+    pub paths: Vec<PathBuf>,
 }
 
 /// Past this size, PyTorch's viewer in a browser lags (pytorch#155889); the command says so.
@@ -49,7 +74,23 @@ const VIEWER_COMFORT_BYTES: u64 = 500 << 20;
 
 /// Runs `cuguard export`.
 pub fn run(args: ExportArgs) -> Result<u8, CliError> {
-    let loaded = crate::history::load(&args.path)?;
+    match args.format {
+        ExportFormat::MemoryViz => run_memory_viz(args),
+        ExportFormat::Pprof => run_pprof(args),
+    }
+}
+
+fn run_memory_viz(args: ExportArgs) -> Result<u8, CliError> {
+    if args.at.is_some() {
+        return Err(CliError::Usage(
+            "--at is pprof's: memory-viz takes --between".into(),
+        ));
+    }
+    let [path]: [PathBuf; 1] = args
+        .paths
+        .try_into()
+        .map_err(|_| CliError::Usage("memory-viz takes one process's report or history".into()))?;
+    let loaded = crate::history::load(&path)?;
     let window = match &args.between {
         Some(pair) => {
             let t = |s: &str| {
@@ -73,9 +114,7 @@ pub fn run(args: ExportArgs) -> Result<u8, CliError> {
             .get(&u64::from(id))
             .map_or_else(Vec::new, |s| viz_frames(s))
     };
-    let bytes = match args.format {
-        ExportFormat::MemoryViz => memory_viz(&loaded.replay, &frames, window),
-    };
+    let bytes = memory_viz(&loaded.replay, &frames, window);
     write_output(Some(&args.output), |w| w.write_all(&bytes))?;
     let size = bytes.len() as u64;
     let mut line = format!(
@@ -97,6 +136,97 @@ pub fn run(args: ExportArgs) -> Result<u8, CliError> {
     }
     eprintln!("{line}");
     Ok(exit::OK)
+}
+
+fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
+    if args.between.is_some() {
+        return Err(CliError::Usage(
+            "--between is memory-viz's: pprof takes --at".into(),
+        ));
+    }
+    let mut processes = Vec::new();
+    // Processes without a history, and why, for the one line that says so.
+    let mut without: Vec<(String, String)> = Vec::new();
+    for path in &args.paths {
+        if crate::history::is_history_file(path)? {
+            processes.push(Process {
+                report: None,
+                history: Some(crate::history::load(path)?),
+            });
+            continue;
+        }
+        let doc = crate::report::Document::read_with_limit(path, crate::input::max_report_bytes())
+            .map_err(|e| CliError::Input(InputError::from(e)))?;
+        for r in doc.into_reports() {
+            let r: Report = r.map_err(|e| CliError::Input(InputError::from(e)))?;
+            let history = match crate::history::of_report(&r, path) {
+                Ok(h) => Some(h),
+                Err(e) if args.at.is_some() => return Err(e),
+                Err(e) => {
+                    without.push((r.process_name(), why_no_history(&r, &e)));
+                    None
+                }
+            };
+            processes.push(Process {
+                report: Some(r),
+                history,
+            });
+        }
+    }
+    let (when, at) = match &args.at {
+        Some(t) => {
+            let mut at = Vec::with_capacity(processes.len());
+            for p in &processes {
+                let h = p.history.as_ref().expect("--at reads every history");
+                let ns = crate::history::parse_time(t, &h.replay).map_err(|why| {
+                    CliError::Usage(format!("--at {why} ({})", h.report.process_name()))
+                })?;
+                at.push(ns);
+            }
+            (When::At, at)
+        }
+        None => (When::End, Vec::new()),
+    };
+    let alloc = without.is_empty();
+    if let Some((first, why)) = without.first() {
+        let others = match without.len() {
+            1 => String::new(),
+            2 => " (and 1 more process)".to_string(),
+            n => format!(" (and {} more processes)", n - 1),
+        };
+        eprintln!(
+            "cuguard: {}{others} has no history ({}): the profile holds inuse_space and inuse_objects only, no alloc_*",
+            crate::text::one_line(first),
+            crate::text::one_line(why)
+        );
+    }
+    let profile = heap(&processes, when, &at, alloc);
+    let bytes = pprof::pprof(&profile);
+    write_output(Some(&args.output), |w| w.write_all(&bytes))?;
+    eprintln!(
+        "cuguard: wrote {} ({}, {} sample{} of {} process{}; {})",
+        crate::text::one_line(&args.output.display().to_string()),
+        crate::text::bytes(bytes.len() as u64),
+        profile.samples.len(),
+        if profile.samples.len() == 1 { "" } else { "s" },
+        processes.len(),
+        if processes.len() == 1 { "" } else { "es" },
+        profile
+            .types
+            .iter()
+            .map(|t| t.kind)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(exit::OK)
+}
+
+/// Why a report's history is not at hand, in a few words.
+fn why_no_history(r: &Report, e: &CliError) -> String {
+    match &r.history {
+        None => "CUGUARD_HISTORY=0, or a cuguard before 0.2".into(),
+        Some(_) => e.to_string(),
+    }
 }
 
 /// A stack's frames as PyTorch's snapshots have them, innermost first: in the mixed native and

@@ -56,19 +56,40 @@ pub fn load(path: &Path) -> Result<Loaded, CliError> {
                 ),
             )
         })?;
-        let Some(info) = &r.history else {
-            return Err(invalid(
-                path,
-                "the report names no history (CUGUARD_HISTORY=0, or a cuguard before 0.2)".into(),
-            ));
-        };
-        let dir = path.parent().unwrap_or(Path::new(""));
-        let files: Vec<PathBuf> = info.files.iter().map(|f| dir.join(f)).collect();
-        if files.is_empty() {
-            return Err(invalid(path, "the report's history has no file".into()));
-        }
-        (files, Some(r))
+        (files_of(&r, path)?, Some(r))
     };
+    read_segments(files, report.map(|r| r.process))
+}
+
+/// Whether the file at `path` is a history file (else it may be a report).
+pub fn is_history_file(path: &Path) -> Result<bool, CliError> {
+    Ok(read_head(path)?.starts_with(cuguard_history::MAGIC))
+}
+
+/// The history of `report`, read from `path` (its history's files are named relative to the
+/// report's directory).
+pub fn of_report(report: &Report, path: &Path) -> Result<Loaded, CliError> {
+    read_segments(files_of(report, path)?, Some(report.process.clone()))
+}
+
+/// The files of the history `report` names, beside `path`.
+fn files_of(report: &Report, path: &Path) -> Result<Vec<PathBuf>, CliError> {
+    let Some(info) = &report.history else {
+        return Err(invalid(
+            path,
+            "the report names no history (CUGUARD_HISTORY=0, or a cuguard before 0.2)".into(),
+        ));
+    };
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let files: Vec<PathBuf> = info.files.iter().map(|f| dir.join(f)).collect();
+    if files.is_empty() {
+        return Err(invalid(path, "the report's history has no file".into()));
+    }
+    Ok(files)
+}
+
+/// Reads a history's segment files (oldest first) and names its stacks.
+fn read_segments(files: Vec<PathBuf>, process: Option<Process>) -> Result<Loaded, CliError> {
     let mut bytes = Vec::with_capacity(files.len());
     for f in &files {
         bytes.push(read_file(f)?);
@@ -79,7 +100,7 @@ pub fn load(path: &Path) -> Result<Loaded, CliError> {
         let which = files.last().expect("at least one file");
         return Err(invalid(which, cut.to_string()));
     }
-    let report = named(&replay, report.map(|r| r.process));
+    let report = named(&replay, process);
     Ok(Loaded {
         replay,
         report,

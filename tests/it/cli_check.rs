@@ -1,7 +1,7 @@
 //! `cuguard check` and `cuguard suppressions` as CI runs them: exit codes, suppressions (matching
 //! and unused), baselines (pass and fail), JSON and JUnit output decoded independently; SARIF
-//! and GitHub workflow commands from a C program's report, pointing at its lines (the SARIF
-//! validated by the SARIF Multitool).
+//! and GitHub workflow commands from a C program's and a Python program's reports, pointing at
+//! their lines (the SARIF validated by the SARIF Multitool).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -611,30 +611,154 @@ fn cli_check_sarif_passes_the_sarif_multitool() {
         assert_eq!(out.status.code(), Some(1));
         let log = dir.join(name);
         std::fs::write(&log, &out.stdout).unwrap();
-        let verdict = dir.join(format!("{name}.validation"));
-        let run = Command::new(&tool)
-            // .NET without ICU (CI's image may lack it): no culture data is needed here.
-            .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
-            .arg("validate")
-            .arg("-o")
-            .arg(&verdict)
-            .arg(&log)
-            .output()
-            .unwrap();
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&run.stdout),
-            String::from_utf8_lossy(&run.stderr)
-        );
-        assert!(run.status.success(), "{said}");
-        let found: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&verdict).unwrap()).expect("its log is JSON");
-        let problems: Vec<_> = found["runs"][0]["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| matches!(r["level"].as_str(), Some("error") | Some("warning") | None))
-            .collect();
-        assert!(problems.is_empty(), "{name}: {said}");
+        validate_sarif(&tool, &log);
     }
+    // A Python program's, placed in its script.
+    let py = support::scratch_dir("cli-check-sarif-valid-py");
+    let Some(_) = support::python_program(test, &py, "profile_leak", "r.json", &["2"]) else {
+        return;
+    };
+    let root = py.to_str().unwrap().to_string();
+    let out = check_report(
+        &["--format", "sarif", "--source-root", &root],
+        &py.join("r.json"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let log = py.join("py.sarif");
+    std::fs::write(&log, &out.stdout).unwrap();
+    validate_sarif(&tool, &log);
+}
+
+/// Validates the SARIF log at `log` with the SARIF Multitool: no error or warning.
+fn validate_sarif(tool: &std::path::Path, log: &std::path::Path) {
+    let name = log.file_name().unwrap().to_string_lossy().into_owned();
+    let verdict = log.with_extension("sarif.validation");
+    let run = Command::new(tool)
+        // .NET without ICU (CI's image may lack it): no culture data is needed here.
+        .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
+        .arg("validate")
+        .arg("-o")
+        .arg(&verdict)
+        .arg(log)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(run.status.success(), "{said}");
+    let found: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&verdict).unwrap()).expect("its log is JSON");
+    let problems: Vec<_> = found["runs"][0]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| matches!(r["level"].as_str(), Some("error") | Some("warning") | None))
+        .collect();
+    assert!(problems.is_empty(), "{name}: {said}");
+}
+
+/// Runs `harness/workloads/python/profile_leak.py 2` (it loses two blocks at one line and one at
+/// another) under `cuguard run --driver sim` in a fresh directory; the directory and the lines
+/// (leak, weights). `None` where there is no `python3`.
+fn python_leaks(test: &str, run: &str) -> Option<(PathBuf, u64, u64)> {
+    let dir = support::scratch_dir(run);
+    let said = support::python_program(test, &dir, "profile_leak", "r.json", &["2"])?;
+    let line = |what: &str| -> u64 {
+        said.lines()
+            .find_map(|l| l.strip_prefix(what)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{what} in {said}"))
+    };
+    Some((dir.clone(), line("leak "), line("weights ")))
+}
+
+#[test]
+fn cli_check_sarif_and_github_point_at_a_python_program_s_lines() {
+    let test = "cli_check_sarif_and_github_point_at_a_python_program_s_lines";
+    let mut fingerprints = Vec::new();
+    for run in ["cli-check-sarif-py-1", "cli-check-sarif-py-2"] {
+        let Some((dir, leak, weights)) = python_leaks(test, run) else {
+            return;
+        };
+        let report = dir.join("r.json");
+        let root = dir.to_str().unwrap().to_string();
+        let out = check_report(&["--format", "sarif", "--source-root", &root], &report);
+        assert_eq!(out.status.code(), Some(1), "lost memory fails the check");
+        let log: serde_json::Value = serde_json::from_slice(&out.stdout).expect("SARIF is JSON");
+        let results = log["runs"][0]["results"].as_array().unwrap();
+        let mut got: Vec<(u64, String)> = results
+            .iter()
+            .map(|r| {
+                assert_eq!(r["ruleId"], "cuguard/leak");
+                let physical = &r["locations"][0]["physicalLocation"];
+                assert_eq!(
+                    physical["artifactLocation"]["uri"], "profile_leak.py",
+                    "{r}"
+                );
+                assert_eq!(physical["artifactLocation"]["uriBaseId"], "%SRCROOT%");
+                (
+                    physical["region"]["startLine"].as_u64().unwrap(),
+                    r["message"]["text"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got.iter().map(|g| g.0).collect::<Vec<_>>(),
+            [leak, weights],
+            "{results:#?}"
+        );
+        assert!(
+            got[0]
+                .1
+                .starts_with("2.0 MiB leaked in 2 allocations (cuMemAlloc_v2)"),
+            "{}",
+            got[0].1
+        );
+        let mut prints: Vec<String> = results
+            .iter()
+            .map(|r| {
+                r["partialFingerprints"]["cuguard/v1"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        prints.sort();
+        fingerprints.push(prints);
+
+        // GitHub: one exact line per failing site.
+        let out = check_report(&["--format", "github", "--source-root", &root], &report);
+        assert_eq!(out.status.code(), Some(1));
+        let text = text(&out);
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.sort();
+        assert_eq!(lines.len(), 2, "{text}");
+        let process = format!(
+            "python3.{}",
+            lines[0]
+                .split("by 1 process (python3.")
+                .nth(1)
+                .and_then(|r| r.split(')').next())
+                .unwrap_or_else(|| panic!("{text}"))
+        );
+        let want = |line: u64, what: &str, n: u32, site: &str| {
+            format!(
+                "::error file=profile_leak.py,line={line},title=cuguard leak::{what} leaked in {n} allocation{} (cuMemAlloc_v2) by 1 process ({process}); owner: the program; site: {site} (profile_leak.py:{line})",
+                if n == 1 { "" } else { "s" }
+            )
+        };
+        let mut expected = vec![
+            want(leak, "2.0 MiB", 2, "leak_blocks"),
+            want(weights, "3.0 MiB", 1, "load_weights"),
+        ];
+        expected.sort();
+        assert_eq!(lines, expected);
+    }
+    assert_eq!(
+        fingerprints[0], fingerprints[1],
+        "the same code, the same fingerprints"
+    );
+    assert_ne!(fingerprints[0][0], fingerprints[0][1]);
 }

@@ -6,6 +6,7 @@ mod bench_args;
 mod by_hand;
 mod cli;
 mod cli_check;
+mod cli_export;
 mod cli_history;
 mod cli_job;
 mod cli_live;

@@ -430,3 +430,37 @@ pub fn missing(test: &str, what: &str) {
     );
     eprintln!("skipped {test}: {what}");
 }
+
+/// Runs `harness/workloads/python/<name>.py ARGS` with `cuguard run --driver sim`, copied into
+/// `dir` (so that its frames name `dir/<name>.py`), writing the report `dir/<report>`; the
+/// program's standard output. `None` (after [`missing`]) where there is no `python3`.
+pub fn python_program(
+    test: &str,
+    dir: &Path,
+    name: &str,
+    report: &str,
+    args: &[&str],
+) -> Option<String> {
+    if Command::new("python3").arg("-c").arg("").output().is_err() {
+        missing(test, "no python3");
+        return None;
+    }
+    let a = artifacts();
+    let script = format!("{name}.py");
+    std::fs::copy(
+        a.root.join("harness/workloads/python").join(&script),
+        dir.join(&script),
+    )
+    .unwrap();
+    let mut cmd = Command::new(&a.cuguard);
+    cmd.current_dir(dir)
+        .env_remove("CUGUARD_RUN_ID")
+        .env_remove("LD_PRELOAD")
+        .env("CUGUARD_RUNTIME_DIR", a.scratch.join("runtime"))
+        .args([
+            "run", "--driver", "sim", "--report", report, "--", "python3", &script,
+        ])
+        .args(args);
+    let out = run(&mut cmd, true);
+    Some(String::from_utf8(out.stdout).unwrap())
+}

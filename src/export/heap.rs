@@ -1,0 +1,146 @@
+//! A run's device memory as a heap profile (Go's, as pprof reads it): what was in use at the end
+//! (the report's live allocations) or at a moment (from the history), and what was allocated
+//! over the run up to then (from the history), by stack, device, owner, process and rank.
+
+use cuguard_history::replay::Block;
+
+use super::profile::{ALLOC, Builder, INUSE, Profile};
+use crate::history::{Loaded, stack_key, stacks_by_id};
+use crate::owners::OwnerIndex;
+use crate::report::{Memory, Report};
+
+/// One process of the run: its report (when there is one) and its history (when read).
+pub struct Process {
+    pub report: Option<Report>,
+    pub history: Option<Loaded>,
+}
+
+/// When the in-use part is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    /// At the end: the report's live allocations (a history file alone: what was live when it
+    /// ended).
+    End,
+    /// At each process's moment, nanoseconds since its start (from its history).
+    At,
+}
+
+/// The profile of `processes`. `alloc`: with `alloc_*` over the run (every process has a
+/// history). `at[i]`: process `i`'s moment for [`When::At`] (and the end of its `alloc_*`).
+pub fn heap(processes: &[Process], when: When, at: &[u64], alloc: bool) -> Profile {
+    let types = if alloc {
+        ALLOC.iter().chain(INUSE.iter()).cloned().collect()
+    } else {
+        INUSE.to_vec()
+    };
+    let mut b = Builder::new(types, "inuse_space");
+    let mut start = u64::MAX;
+    let mut end = 0;
+    for (pi, p) in processes.iter().enumerate() {
+        let Some(base) = p
+            .report
+            .as_ref()
+            .or_else(|| p.history.as_ref().map(|h| &h.report))
+        else {
+            continue;
+        };
+        start = start.min(base.process.start_unix_ms.saturating_mul(1_000_000));
+        end = end.max(base.process.end_unix_ms.saturating_mul(1_000_000));
+        let mut common = vec![("process", base.process_name())];
+        if let Some(rank) = base.process.rank {
+            common.push(("rank", rank.to_string()));
+        }
+        let labels = |device: Option<u32>, owner: &str| {
+            let mut l = vec![
+                (
+                    "device",
+                    device.map_or_else(|| "unknown".into(), |d| d.to_string()),
+                ),
+                ("owner", owner.to_string()),
+            ];
+            l.extend(common.iter().cloned());
+            l
+        };
+        let inuse = |objects: i64, bytes: i64| -> Vec<i64> {
+            if alloc {
+                vec![0, 0, objects, bytes]
+            } else {
+                vec![objects, bytes]
+            }
+        };
+        let use_report = when == When::End && p.report.is_some();
+        if use_report {
+            let r = p.report.as_ref().expect("checked");
+            let stacks = stacks_by_id(r);
+            let mut owners = OwnerIndex::new(r);
+            for leak in r.leaks.iter().filter(|l| l.memory != Memory::HostPinned) {
+                let o = owners.of_leak(leak);
+                let device =
+                    (leak.device != cuguard_report::wire::UNKNOWN_DEVICE).then_some(leak.device);
+                let stack = leak.stack.and_then(|id| stacks.get(&id).copied());
+                b.add(
+                    pi,
+                    leak.stack,
+                    stack,
+                    labels(device, &owners.owner(o).id),
+                    &inuse(1, signed(leak.size)),
+                );
+            }
+        }
+        let Some(h) = &p.history else { continue };
+        let t = match when {
+            When::At => at[pi],
+            When::End => h.replay.ends_ns,
+        };
+        let stacks = stacks_by_id(&h.report);
+        let mut owners = OwnerIndex::new(&h.report);
+        let device_memory = |b: &&Block| b.memory != cuguard_history::Memory::HostPinned;
+        for blk in h.replay.blocks.iter().filter(device_memory) {
+            if blk.start_ns > t {
+                continue;
+            }
+            let id = stack_key(blk.stack);
+            let o = owners.of_stack(id, Some("device"));
+            let stack = id.and_then(|id| stacks.get(&id).copied());
+            let live = !use_report && blk.live_at(t);
+            let size = signed(blk.size);
+            let values = match (alloc, live) {
+                (true, true) => vec![1, size, 1, size],
+                (true, false) => vec![1, size, 0, 0],
+                (false, true) => vec![1, size],
+                (false, false) => continue,
+            };
+            b.add(
+                pi,
+                id,
+                stack,
+                labels(blk.device(), &owners.owner(o).id),
+                &values,
+            );
+        }
+    }
+    if start == u64::MAX {
+        start = 0;
+    }
+    let comments = vec![format!(
+        "cuguard {}: device memory {}",
+        env!("CARGO_PKG_VERSION"),
+        match (when, alloc) {
+            (When::End, true) => "in use at the end, and allocated over the run",
+            (When::End, false) => "in use at the end",
+            (When::At, _) => "in use at a moment, and allocated until then",
+        }
+    )];
+    let main = processes.iter().find_map(|p| {
+        p.report
+            .as_ref()
+            .or_else(|| p.history.as_ref().map(|h| &h.report))
+            .map(|r| r.process.exe.as_str())
+    });
+    b.finish(main, start, end.saturating_sub(start), comments)
+}
+
+/// A size as profile.proto's `int64`.
+fn signed(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
