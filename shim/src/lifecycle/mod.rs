@@ -71,6 +71,7 @@ pub fn first_use() {
         crate::guard::install_panic_hook();
         crate::config::warn_problems_once();
         crate::report::stacks::read_settings();
+        crate::tracker::end::tell_why_not(python_bootstrap::why_not);
         python_bootstrap::offer();
         // SAFETY: after_fork_child is a plain extern "C" fn without arguments; registering has no
         // other effect.

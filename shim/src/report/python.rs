@@ -26,7 +26,7 @@ fn left_by_exit(status: i32) -> String {
 }
 
 /// Why the end is not known in a Python process where the bootstrap did not run, when
-/// [`crate::lifecycle::python_bootstrap::why_not`] has no better reason.
+/// [`end::why_not`] (the bootstrap's hand-over) has no better reason.
 const NO_BOOTSTRAP: &str = "cuguard's Python bootstrap did not run in this interpreter: \
      this report only has what was live at exit, after the interpreter's teardown";
 
@@ -56,7 +56,7 @@ pub(super) fn section(
                     None => NO_MARK.to_string(),
                 },
             }
-        } else if let Some(why) = crate::lifecycle::python_bootstrap::why_not() {
+        } else if let Some(why) = end::why_not() {
             why
         } else if python_present() {
             NO_BOOTSTRAP.to_string()

@@ -42,6 +42,21 @@ pub struct Mark {
     pub classification: Option<Classification>,
 }
 
+/// Why the end cannot be marked in this process, as the floor that hands the bootstrap to the
+/// interpreter tells it (`lifecycle::python_bootstrap::why_not`, registered at the shim's first
+/// use): the report writer asks here, below both, so that no floor imports one above it.
+static WHY_NOT: std::sync::OnceLock<fn() -> Option<String>> = std::sync::OnceLock::new();
+
+/// Registers who says why the end cannot be marked (once; later calls change nothing).
+pub fn tell_why_not(why: fn() -> Option<String>) {
+    let _ = WHY_NOT.set(why);
+}
+
+/// Why the end cannot be marked here, in one line; `None` when nothing registered says so.
+pub fn why_not() -> Option<String> {
+    WHY_NOT.get().and_then(|why| why())
+}
+
 /// The bootstrap will mark the end.
 pub fn expect() {
     EXPECTED.store(true, Ordering::Relaxed);
