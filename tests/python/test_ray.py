@@ -305,7 +305,13 @@ def test_summary_by_worker_names_each_worker_at_the_end(cluster, tmp_path):
         if name == "doomed":
             assert (report["reason"], report["complete"]) == ("checkpoint", False)
         elif name != "leaker":  # leaker's was written at ray.kill
-            assert (report["reason"], report["complete"]) in [("exit", True), ("request", False)], name
+            # A worker Ray SIGKILLed at the shutdown: the report cuguard.ray.shutdown() asked for,
+            # or a periodic checkpoint written after it (the same moment's state).
+            assert (report["reason"], report["complete"]) in [
+                ("exit", True),
+                ("request", False),
+                ("checkpoint", False),
+            ], name
         else:
             assert (report["reason"], report["complete"]) == ("exit", True)
 
