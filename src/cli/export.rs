@@ -36,7 +36,8 @@ run (of the window) in device_traces; open it at https://pytorch.org/memory_viz 
 in).
 
 pprof: device memory by call stack as Go's heap profiles have it: inuse_space and
-inuse_objects at the end (the report's live allocations; --at a moment of the history), and
+inuse_objects at the end (the report's live allocations; a Python program's when its code
+ended; --at a moment of the history), and
 alloc_space and alloc_objects over the run (from the history; without one, inuse only). Stacks
 hold native frames (with their mappings) and Python frames, in cuguard's mixed order; samples
 are labelled device, owner, process and rank. Give one process's report, a merged report, a

@@ -18,8 +18,8 @@ pub struct Process {
 /// When the in-use part is taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum When {
-    /// At the end: the report's live allocations (a history file alone: what was live when it
-    /// ended).
+    /// At the end: the report's live allocations, or for a Python program those live when its
+    /// code ended (the report's end view); a history file alone: what was live when it ended.
     End,
     /// At each process's moment, nanoseconds since its start (from its history).
     At,
@@ -73,7 +73,41 @@ pub fn heap(processes: &[Process], when: When, at: &[u64], alloc: bool) -> Profi
             let r = p.report.as_ref().expect("checked");
             let stacks = stacks_by_id(r);
             let mut owners = OwnerIndex::new(r);
-            for leak in r.leaks.iter().filter(|l| l.memory != Memory::HostPinned) {
+            // A Python program's end is the end of its code (the report's end view), before the
+            // interpreter's teardown freed its globals (JAX's arrays, a list of tensors), as
+            // `summary` reads it; elsewhere what was live at exit.
+            let end_of_code = r
+                .python
+                .as_ref()
+                .and_then(|py| py.view.as_ref())
+                .filter(|v| v.at == "end");
+            if let Some(view) = end_of_code {
+                for a in view
+                    .allocations
+                    .iter()
+                    .filter(|a| a.memory != Memory::HostPinned)
+                {
+                    let o = match &a.owner {
+                        Some(id) => owners.of_id(id),
+                        None => owners.of_stack(a.stack, Some(a.memory.as_str())),
+                    };
+                    let device =
+                        (a.device != cuguard_report::wire::UNKNOWN_DEVICE).then_some(a.device);
+                    let stack = a.stack.and_then(|id| stacks.get(&id).copied());
+                    b.add(
+                        pi,
+                        a.stack,
+                        stack,
+                        labels(device, &owners.owner(o).id),
+                        &inuse(1, signed(a.size)),
+                    );
+                }
+            }
+            for leak in r
+                .leaks
+                .iter()
+                .filter(|l| end_of_code.is_none() && l.memory != Memory::HostPinned)
+            {
                 let o = owners.of_leak(leak);
                 let device =
                     (leak.device != cuguard_report::wire::UNKNOWN_DEVICE).then_some(leak.device);

@@ -274,6 +274,25 @@ fn cli_export_pprof_of_a_python_program_that_leaks() {
 }
 
 #[test]
+fn cli_export_pprof_of_a_python_program_is_its_end_of_code_not_its_exit() {
+    let test = "cli_export_pprof_of_a_python_program_is_its_end_of_code_not_its_exit";
+    let Some(()) = go(test) else { return };
+    let dir = support::scratch_dir("cli-export-pprof-py-end");
+    let Some(said) = support::python_program(test, &dir, "profile_leak", "r.json", &["2", "keep"])
+    else {
+        return;
+    };
+    assert!(said.lines().any(|l| l.starts_with("kept ")), "{said}");
+    export(&dir, &["r.json", "-o", "p.pb.gz"]);
+    // CACHE's buffer is freed by its finalizer at the interpreter's exit: gone from the report's
+    // leaks, but live when the program's code ended, which is the profile's end, as summary's.
+    let top = pprof(&dir, &["-top", "p.pb.gz"]);
+    assert_eq!(flat(&top, "Buffer.__init__"), "4194304B", "{top}");
+    assert_eq!(flat(&top, "load_weights"), "3145728B", "{top}");
+    assert_eq!(flat(&top, "leak_blocks"), "2097152B", "{top}");
+}
+
+#[test]
 fn cli_export_pprof_of_reports_without_history_or_stacks() {
     let test = "cli_export_pprof_of_reports_without_history_or_stacks";
     let Some(()) = go(test) else { return };
