@@ -145,6 +145,38 @@ RUN_VARIABLES = (
 )
 
 
+#: Settings of this process's environment not passed on to a distributed job's workers: the
+#: report's template (each job gives its workers their own) and the test harness's.
+NOT_PASSED = ("CUGUARD_REPORT", "CUGUARD_TEST_PYTHON", "CUGUARD_EXPECT_INSTALLED")
+
+
+def worker_env(driver: str, report: Optional[str], default_report: str, limit: Optional[object]) -> Dict[str, str]:
+    """The variables the worker processes of a distributed job (Dask's, Ray's) start with:
+    every ``CUGUARD_*`` setting of this process but :data:`NOT_PASSED`, what ``cuguard run
+    --driver DRIVER`` sets (:func:`shim_env`), ``CUGUARD_REPORT`` (``report``, else this
+    process's ``CUGUARD_REPORT``, else ``default_report``; it must hold ``%p`` so that two
+    workers never write one file; made absolute) and ``CUGUARD_LIMIT`` when ``limit`` is given."""
+    env: Dict[str, str] = {}
+    for key, value in os.environ.items():
+        if key.startswith("CUGUARD_") and key not in NOT_PASSED:
+            env[key] = value
+    shim = shim_env(driver)
+    for key in RUN_VARIABLES:
+        if key in shim:
+            env[key] = shim[key]
+    if report is None:
+        report = os.environ.get("CUGUARD_REPORT") or default_report
+    if "%p" not in report:
+        raise ValueError(
+            f"report={report!r}: the workers' report path must hold %p (the pid), "
+            "so that two workers never write the same file"
+        )
+    env["CUGUARD_REPORT"] = os.path.abspath(report)
+    if limit is not None:
+        env["CUGUARD_LIMIT"] = str(limit)
+    return env
+
+
 def shim_env(driver: str = "system", base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """The environment `cuguard run --driver DRIVER` would give a program started from `base`
     (default: this process's environment): `LD_PRELOAD` with the shim and, for the simulated

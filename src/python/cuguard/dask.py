@@ -47,10 +47,6 @@ PLUGIN_NAME = "cuguard"
 #: write the same file.
 DEFAULT_REPORT = "cuguard.dask-worker.%h.%p.json"
 
-#: Settings of the client's environment that are not passed on to workers: the shim's own variables
-#: that ``cuguard run`` sets (its report path is replaced by the workers' own) and the test
-#: harness's.
-_NOT_PASSED = ("CUGUARD_REPORT", "CUGUARD_TEST_PYTHON", "CUGUARD_EXPECT_INSTALLED")
 
 try:
     from distributed.diagnostics.plugin import NannyPlugin, WorkerPlugin
@@ -62,27 +58,7 @@ except ImportError as e:  # pragma: no cover - distributed missing
 
 def _worker_env(limit: Optional[Any], driver: str, report: Optional[str]) -> Dict[str, str]:
     """The variables a worker process starts with (see the module's documentation)."""
-    env: Dict[str, str] = {}
-    for key, value in os.environ.items():
-        if key.startswith("CUGUARD_") and key not in _NOT_PASSED:
-            env[key] = value
-    shim = _launcher.shim_env(driver)
-    for key in _launcher.RUN_VARIABLES:
-        if key in shim:
-            env[key] = shim[key]
-    if report is None:
-        report = os.environ.get("CUGUARD_REPORT") or DEFAULT_REPORT
-    if "%p" not in report:
-        raise ValueError(
-            f"report={report!r}: the workers' report path must hold %p (the pid), "
-            "so that two workers never write the same file"
-        )
-    if not os.path.isabs(report):
-        report = os.path.join(os.getcwd(), report)
-    env["CUGUARD_REPORT"] = report
-    if limit is not None:
-        env["CUGUARD_LIMIT"] = str(limit)
-    return env
+    return _launcher.worker_env(driver, report, DEFAULT_REPORT, limit)
 
 
 class ShimNannyPlugin(NannyPlugin):

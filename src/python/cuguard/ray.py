@@ -68,8 +68,6 @@ DEFAULT_CHECKPOINT = 10
 #: Where each worker says who it is, in Ray's key-value store (namespace, key prefix).
 _KV_NAMESPACE = "cuguard"
 
-#: Settings of the driver's environment that are not passed on to workers (see cuguard.dask).
-_NOT_PASSED = ("CUGUARD_REPORT", "CUGUARD_TEST_PYTHON", "CUGUARD_EXPECT_INSTALLED")
 
 #: The most task names ``ray_task`` lists.
 _MAX_TASKS = 16
@@ -84,24 +82,7 @@ def _env_vars(
     driver: str, limit: Optional[Any], report: Optional[str], checkpoint: Optional[float]
 ) -> Dict[str, str]:
     """The variables each worker process starts with (see the module's documentation)."""
-    env: Dict[str, str] = {}
-    for key, value in os.environ.items():
-        if key.startswith("CUGUARD_") and key not in _NOT_PASSED:
-            env[key] = value
-    shim = _launcher.shim_env(driver)
-    for key in _launcher.RUN_VARIABLES:
-        if key in shim:
-            env[key] = shim[key]
-    if report is None:
-        report = os.environ.get("CUGUARD_REPORT") or DEFAULT_REPORT
-    if "%p" not in report:
-        raise ValueError(
-            f"report={report!r}: the workers' report path must hold %p (the pid), "
-            "so that two workers never write the same file"
-        )
-    env["CUGUARD_REPORT"] = os.path.abspath(report)
-    if limit is not None:
-        env["CUGUARD_LIMIT"] = str(limit)
+    env = _launcher.worker_env(driver, report, DEFAULT_REPORT, limit)
     if checkpoint is not None:
         env["CUGUARD_CHECKPOINT_SECS"] = f"{checkpoint:g}"
     run = os.environ.get("CUGUARD_RUN_ID") or f"ray-{secrets.token_hex(8)}"
