@@ -81,43 +81,36 @@ pub fn heap(processes: &[Process], when: When, at: &[u64], alloc: bool) -> Profi
                 .as_ref()
                 .and_then(|py| py.view.as_ref())
                 .filter(|v| v.at == "end");
-            if let Some(view) = end_of_code {
-                for a in view
+            // (owner, device, stack id, bytes) of each live allocation, from one source or the other.
+            let live: Vec<(usize, u32, Option<u64>, u64)> = match end_of_code {
+                Some(view) => view
                     .allocations
                     .iter()
                     .filter(|a| a.memory != Memory::HostPinned)
-                {
-                    let o = match &a.owner {
-                        Some(id) => owners.of_id(id),
-                        None => owners.of_stack(a.stack, Some(a.memory.as_str())),
-                    };
-                    let device =
-                        (a.device != cuguard_report::wire::UNKNOWN_DEVICE).then_some(a.device);
-                    let stack = a.stack.and_then(|id| stacks.get(&id).copied());
-                    b.add(
-                        pi,
-                        a.stack,
-                        stack,
-                        labels(device, &owners.owner(o).id),
-                        &inuse(1, signed(a.size)),
-                    );
-                }
-            }
-            for leak in r
-                .leaks
-                .iter()
-                .filter(|l| end_of_code.is_none() && l.memory != Memory::HostPinned)
-            {
-                let o = owners.of_leak(leak);
-                let device =
-                    (leak.device != cuguard_report::wire::UNKNOWN_DEVICE).then_some(leak.device);
-                let stack = leak.stack.and_then(|id| stacks.get(&id).copied());
+                    .map(|a| {
+                        let o = match &a.owner {
+                            Some(id) => owners.of_id(id),
+                            None => owners.of_stack(a.stack, Some(a.memory.as_str())),
+                        };
+                        (o, a.device, a.stack, a.size)
+                    })
+                    .collect(),
+                None => r
+                    .leaks
+                    .iter()
+                    .filter(|l| l.memory != Memory::HostPinned)
+                    .map(|l| (owners.of_leak(l), l.device, l.stack, l.size))
+                    .collect(),
+            };
+            for (o, device, id, size) in live {
+                let device = (device != cuguard_report::wire::UNKNOWN_DEVICE).then_some(device);
+                let stack = id.and_then(|id| stacks.get(&id).copied());
                 b.add(
                     pi,
-                    leak.stack,
+                    id,
                     stack,
                     labels(device, &owners.owner(o).id),
-                    &inuse(1, signed(leak.size)),
+                    &inuse(1, signed(size)),
                 );
             }
         }
