@@ -306,9 +306,11 @@ def test_summary_by_worker_names_each_worker_at_the_end(cluster, tmp_path):
             assert (report["reason"], report["complete"]) == ("checkpoint", False)
         elif name != "leaker":  # leaker's was written at ray.kill
             # A worker Ray SIGKILLed at the shutdown: the report cuguard.ray.shutdown() asked for,
-            # or a periodic checkpoint written after it (the same moment's state).
+            # or a periodic checkpoint written after it (the same moment's state); one Ray ended
+            # with SIGTERM: its final report, written at the signal.
             assert (report["reason"], report["complete"]) in [
                 ("exit", True),
+                ("signal", True),
                 ("request", False),
                 ("checkpoint", False),
             ], name
