@@ -49,10 +49,12 @@ pub fn exercise(data: &[u8]) -> Result<usize, String> {
     let colour = Options {
         style: Style { color: true },
         top: 5,
+        cost: true,
     };
     let plain = Options {
         style: Style::plain(),
         top: 5,
+        cost: false,
     };
     write_all(crate::summary::FORMATS, &summary, &colour);
     let verdict = Verdict::new(&checks, None, &rules, Limits::default());

@@ -249,6 +249,24 @@ impl NotTold {
     }
 }
 
+impl NotTold {
+    /// Why, in a few words for the summary's last lines: `2 samples in 31 ms; 5 are needed`,
+    /// `sampling was off`.
+    pub fn short(&self) -> String {
+        use crate::text::{millis, plural};
+        match (self.interval_ms, self.span_ms) {
+            (None, _) => "sampling was off".to_string(),
+            (Some(_), Some(span)) => format!(
+                "{} in {}; {} are needed",
+                plural(self.samples as u64, "sample", "samples"),
+                millis(span),
+                self.needed
+            ),
+            (Some(_), None) => format!("no sample; {} are needed", self.needed),
+        }
+    }
+}
+
 /// Whether `report`'s growth cannot be told by `criterion` (see [`NotTold`]): `None` when its
 /// run has the samples, when it allocated nothing (nothing could grow), or when it is older
 /// than sampling (no `stack_samples`, and sampling not said to be off).

@@ -213,6 +213,7 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
     let options = Options {
         style: Style::for_stdout(),
         top,
+        cost: false,
     };
     let written = write_stdout(|out| args.format.write(&verdict, out, &options));
     match written {

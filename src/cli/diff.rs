@@ -53,6 +53,7 @@ pub fn run(args: DiffArgs) -> Result<u8, CliError> {
     let options = Options {
         style: Style::for_stdout(),
         top,
+        cost: false,
     };
     write_stdout(|out| args.format.write(&diff, out, &options))?;
     Ok(exit::OK)

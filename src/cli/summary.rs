@@ -45,6 +45,10 @@ pub struct SummaryArgs {
     /// kept. One process.
     #[arg(long, num_args = 2, value_names = ["T1", "T2"], conflicts_with = "by")]
     pub between: Option<Vec<String>>,
+    /// cuguard's own cost whole (time in hooks, stacks, Python frames, one-time set-up, pool
+    /// chunks, report writing, memory) rather than in one short line.
+    #[arg(long)]
+    pub cost: bool,
     /// Reports: files, directories (every *.json below them) or globs.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
@@ -60,6 +64,7 @@ pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
     let options = Options {
         style: Style::for_stdout(),
         top,
+        cost: args.cost,
     };
     let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
         ReportSummary::folded(source, &report, &leaks, top)

@@ -72,6 +72,8 @@ pub struct Options {
     /// The most entries a format that shortens its lists shows in each (`usize::MAX`: all;
     /// `--top`). Formats for programs list everything their model holds.
     pub top: usize,
+    /// cuguard's own cost whole rather than in one short line (`--cost`).
+    pub cost: bool,
 }
 
 impl Default for Options {
@@ -80,6 +82,7 @@ impl Default for Options {
         Options {
             style: Style::plain(),
             top: usize::MAX,
+            cost: false,
         }
     }
 }

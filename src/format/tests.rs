@@ -47,10 +47,12 @@ const OPTIONS: [Options; 2] = [
     Options {
         style: Style { color: false },
         top: 2,
+        cost: false,
     },
     Options {
         style: Style { color: true },
         top: usize::MAX,
+        cost: true,
     },
 ];
 

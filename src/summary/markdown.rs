@@ -97,7 +97,12 @@ impl Sections for Markdown {
         Ok(())
     }
 
-    fn process(_: usize, p: &ReportSummary, out: &mut dyn Write, _: &Options) -> io::Result<()> {
+    fn process(
+        _: usize,
+        p: &ReportSummary,
+        out: &mut dyn Write,
+        options: &Options,
+    ) -> io::Result<()> {
         {
             writeln!(out)?;
             let id = p.identity();
@@ -151,9 +156,20 @@ impl Sections for Markdown {
                 owners(out, &p.owners)?;
             }
             sections(out, p)?;
-            if let Some(c) = &p.cost {
+            if p.growing.is_empty()
+                && let Some(n) = &p.growth_not_told
+            {
                 writeln!(out)?;
-                writeln!(out, "{}.", cell(&super::cost_line(c)))?;
+                writeln!(out, "Growth not told ({}).", cell(&n.short()))?;
+            }
+            if let Some(c) = &p.cost {
+                let cost = if options.cost {
+                    super::cost_line(c)
+                } else {
+                    super::cost_short(c)
+                };
+                writeln!(out)?;
+                writeln!(out, "{}.", cell(&cost))?;
             }
             if !p.events.is_empty() {
                 writeln!(out)?;
@@ -332,11 +348,6 @@ fn sections(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
                 site_cell(&g.label, g.owner_kind, &g.owner_label, false, &g.stack)
             )?;
         }
-    } else if let Some(n) = &p.growth_not_told {
-        writeln!(out)?;
-        writeln!(out, "#### Growing")?;
-        writeln!(out)?;
-        writeln!(out, "Not told: {}.", n.why())?;
     }
     if !p.reconciliation.is_empty() {
         writeln!(out)?;

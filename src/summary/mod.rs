@@ -744,6 +744,32 @@ pub fn cost_line(c: &Cost) -> String {
     s
 }
 
+/// cuguard's own cost in one short line (under 100 characters): what each allocation cost
+/// (after each thread's first, when there were later ones) and the memory it kept, with the
+/// way to the whole bill ([`cost_line`], `--cost`):
+///
+/// ```text
+/// cuguard's cost: 8.4 µs per allocation, 10.0 MiB of memory (--cost: the whole bill)
+/// ```
+pub fn cost_short(c: &Cost) -> String {
+    let h = &c.hooks;
+    let each = if h.later_calls() > 0 {
+        Some(h.later_ns() as f64 / h.later_calls() as f64)
+    } else if h.calls > 0 {
+        Some(h.ns as f64 / h.calls as f64)
+    } else {
+        None
+    };
+    let memory = format!("{} of memory", crate::text::bytes(c.heap_bytes));
+    match each {
+        Some(ns) => format!(
+            "cuguard's cost: {} per allocation, {memory} (--cost: the whole bill)",
+            per_call(ns)
+        ),
+        None => format!("cuguard's cost: {memory} (--cost: the whole bill)"),
+    }
+}
+
 /// `850 ns`, `12.3 µs`, `1.2 ms`, `3.4 s`.
 fn duration(ns: u64) -> String {
     let ns = ns as f64;

@@ -26,8 +26,12 @@ fn summarize(names: &[&str], top: usize) -> Summary {
 }
 
 fn text(summary: &Summary) -> String {
+    text_with(summary, Options::default())
+}
+
+fn text_with(summary: &Summary, options: Options) -> String {
     let mut out = Vec::new();
-    super::text::Text::write(summary, &mut out, &Options::default()).unwrap();
+    super::text::Text::write(summary, &mut out, &options).unwrap();
     String::from_utf8(out).unwrap()
 }
 
@@ -139,13 +143,13 @@ fn sections_start_a_line_and_come_in_order() {
     assert_eq!(
         headings,
         [
+            "leaked",
+            "sites (largest first)",
+            "by owner",
+            "out of memory",
             "process",
             "command",
             "report",
-            "out of memory",
-            "leaked",
-            "by owner",
-            "sites (largest first)",
             "largest leaks",
             "at the peak",
             "growing",
@@ -321,27 +325,35 @@ fn a_report_written_at_an_oom_says_so() {
     );
 }
 
-/// A report with a `cost` prints it in one line after `leaked`; everything else is as the same
-/// report without it prints.
+/// A report with a `cost` prints it in one short line at the end, whole with `--cost`;
+/// everything else is as the same report without it prints.
 #[test]
 fn text_of_a_report_with_a_cost_adds_one_line() {
     let got = text(&summarize(&["cost.json"], 10));
-    // An older report: its stacks counted every capture, so they are said per capture.
-    let line = "cuguard's cost: 12.3 ms in hooks over 10,000 allocations (1.23 µs each; \
-                stacks 0.91 µs a capture), 15.0 ms writing 1 report, 3.4 MiB of its own memory";
+    let short =
+        "cuguard's cost: 1.23 µs per allocation, 3.4 MiB of memory (--cost: the whole bill)";
+    assert!(short.chars().count() < 100);
     let expected = include_str!("snapshots/leaks-two-contexts.txt")
-        .replace("== leaks-two-contexts.json", "== cost.json")
-        .replace(
-            "leaked   15.0 MiB in 5 leaks\n",
-            &format!("leaked   15.0 MiB in 5 leaks\n{line}\n"),
-        );
-    assert_eq!(got, expected);
+        .replace("== leaks-two-contexts.json", "== cost.json");
+    assert_eq!(got, format!("{expected}{short}\n"));
+    // With `--cost`, the whole bill in its place. An older report: its stacks counted every
+    // capture, so they are said per capture.
+    let whole = "cuguard's cost: 12.3 ms in hooks over 10,000 allocations (1.23 µs each; \
+                 stacks 0.91 µs a capture), 15.0 ms writing 1 report, 3.4 MiB of its own memory";
+    let got = text_with(
+        &summarize(&["cost.json"], 10),
+        Options {
+            cost: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(got, format!("{expected}{whole}\n"));
     // Without one, nothing is printed about it.
     let old = text(&summarize(&["leaks-two-contexts.json"], 10));
     assert!(!old.contains("cuguard's cost"));
 }
 
-/// Several reports: their costs add up, in a line under the totals.
+/// Several reports: their costs add up, in a line after the sites and owners across them.
 #[test]
 fn costs_of_several_reports_add_up() {
     let s = summarize(&["cost.json", "cost.json", "events.json"], 10);
@@ -349,13 +361,26 @@ fn costs_of_several_reports_add_up() {
     assert_eq!(c.hooks.calls, 20_000);
     assert_eq!(c.reports.written, 2);
     assert_eq!(c.heap_bytes, 2 * 3_565_158);
-    let got = text(&s);
+    let whole = text_with(
+        &s,
+        Options {
+            cost: true,
+            ..Options::default()
+        },
+    );
+    let head: Vec<&str> = whole.lines().take_while(|l| !l.is_empty()).collect();
     assert_eq!(
-        got.lines().nth(1),
+        head.last().copied(),
         Some(
             "cuguard's cost: 24.7 ms in hooks over 20,000 allocations (1.23 µs each; \
              stacks 0.91 µs a capture), 30.0 ms writing 2 reports, 6.8 MiB of its own memory"
         )
+    );
+    let short = text(&s);
+    let head: Vec<&str> = short.lines().take_while(|l| !l.is_empty()).collect();
+    assert_eq!(
+        head.last().copied(),
+        Some("cuguard's cost: 1.23 µs per allocation, 6.8 MiB of memory (--cost: the whole bill)")
     );
     assert!(summarize(&["events.json"], 10).cost.is_none());
 }

@@ -1,14 +1,16 @@
 //! `--format text`: the summary for a terminal, coloured only when [`Style`] says so.
 //!
-//! With several reports it opens with the totals (and cuguard's own cost, summed, when the
-//! reports give it), the sites across all of them and bytes by owner; then one section per
-//! process: who it was, whether the report is complete, what each out-of-memory refusal saw
-//! (first, when there were any), what leaked, cuguard's own cost in one line
-//! ([`super::cost_line`], when the report gives it), what leaked per device and context,
-//! who holds it (by owner, when not all of it is the program's), the sites (largest first), the
-//! largest leaks, what was live at each device's peak, what grew, what the device says is used
-//! against what cuguard can explain, the events and the shim's faults. Between the totals and
-//! the processes, the job section when there is one ([`job_section`]).
+//! It leads with the answer. With several reports it opens with the totals, the sites across
+//! all of them, bytes by owner and cuguard's own cost (summed, when the reports give it); then
+//! the job section when there is one ([`job_section`]); then one section per process
+//! ([`process`]): what the run left behind (what leaked; for a Python program what was held
+//! and lost at the end of its code), the sites (largest first), who holds the bytes (by owner,
+//! when not all of it is the program's) and each out-of-memory refusal; then who the process
+//! was and how its report was written, what leaked per device and context, the largest leaks,
+//! what was live at each device's peak, what grew, what the device says is used against what
+//! cuguard can explain, the events and the shim's faults; last, growth that could not be told
+//! (one line) and cuguard's own cost: one short line ([`super::cost_short`]), the whole bill
+//! with `--cost` ([`super::cost_line`]).
 //!
 //! Sections are a heading at the start of a line with their entries indented under it; every
 //! site is printed with its location once (`name (file:line)`), and a site whose stack has
@@ -58,9 +60,6 @@ impl Sections for Text {
                 style.bold(&plural(summary.reports as u64, "report", "reports")),
                 plural(summary.event_total(), "event", "events"),
             )?;
-            if let Some(c) = &summary.cost {
-                writeln!(out, "{}", super::cost_line(c))?;
-            }
             if !summary.sites.is_empty() {
                 writeln!(
                     out,
@@ -84,6 +83,9 @@ impl Sections for Text {
             if summary.owners.iter().any(|o| o.kind != OwnerKind::Program) {
                 owners_section(out, &summary.owners, "by owner, all reports", style)?;
             }
+            if let Some(c) = &summary.cost {
+                writeln!(out, "{}", cost_text(c, options))?;
+            }
             writeln!(out)?;
         }
         if let Some(job) = &summary.job {
@@ -102,7 +104,7 @@ impl Sections for Text {
         if i > 0 {
             writeln!(out)?;
         }
-        process(p, out, options.style)
+        process(p, out, options)
     }
 
     fn tail(_: usize, _: &mut dyn Write, _: &Options) -> io::Result<()> {
@@ -398,52 +400,71 @@ fn more(out: &mut dyn Write, total: usize, shown: usize, what: &str) -> io::Resu
     Ok(())
 }
 
-fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<()> {
-    writeln!(
-        out,
-        "{}",
-        style.bold(&format!("== {}", one_line(&p.source)))
-    )?;
-    let mut who = format!(
-        "{}  pid {}  ppid {}  host {}",
-        one_line(p.exe_name()),
-        p.process.pid,
-        p.process.ppid,
-        one_line(&p.process.hostname)
-    );
-    let id = p.identity();
-    if let Some(rank) = id.rank {
-        who.push_str(&format!("  rank {rank}"));
-    }
-    if let Some(worker) = &id.worker {
-        who.push_str(&format!("  worker {}", one_line(worker)));
-    }
-    writeln!(out, "process  {who}")?;
-    writeln!(out, "command  {}", one_line(&p.process.argv.join(" ")))?;
-    let why = match p.reason.as_str() {
-        "exit" => "written at exit".to_string(),
-        "checkpoint" => "written at a checkpoint".to_string(),
-        "signal" => "cut short by a signal".to_string(),
-        "request" => "written on request".to_string(),
-        "oom" => "written when an allocation ran out of memory".to_string(),
-        other => format!("reason {}", one_line(other)),
-    };
-    let status = if p.complete {
-        format!("complete, {why}")
-    } else {
-        style.warn(&format!("INCOMPLETE, {why}"))
-    };
-    writeln!(
-        out,
-        "report   {status}, by cuguard {} (driver {})",
-        one_line(&p.tool_version),
-        p.driver_version
-    )?;
-    if let Some(py) = &p.python {
-        end_line(out, py, style)?;
+/// One process, the answer first: the heading (with the report's state when it is not
+/// complete), what the run left behind (the end of a Python program's code, what leaked, what
+/// was held and lost then), the sites, who holds the bytes and each out-of-memory refusal; then
+/// who the process was, its devices, its largest leaks, what was live at each peak, what grew,
+/// what the device says is used, the events and the shim's faults; last, one line on what could
+/// not be told and cuguard's own cost (whole with `--cost`).
+fn process(p: &ReportSummary, out: &mut dyn Write, options: &Options) -> io::Result<()> {
+    let style = options.style;
+    heading(p, out, style)?;
+    answer(p, out, style)?;
+    sites_section(p, out, style)?;
+    if p.owners.iter().any(|o| o.kind != OwnerKind::Program) {
+        owners_section(out, &p.owners, "by owner", style)?;
     }
     if !p.ooms.is_empty() || p.ooms_dropped > 0 {
         ooms_section(out, p, style)?;
+    }
+    identity(p, out, style)?;
+    devices_table(p, out)?;
+    largest_leaks_section(p, out, style)?;
+    if !p.peaks.is_empty() {
+        writeln!(out, "{}", style.bold("at the peak"))?;
+        for peak in &p.peaks {
+            peak_entry(out, peak)?;
+        }
+    }
+    if !p.growing.is_empty() {
+        growing_section(out, &p.growing, style)?;
+    }
+    if !p.reconciliation.is_empty() {
+        writeln!(out, "{}", style.bold("device memory"))?;
+        for r in &p.reconciliation {
+            reconciliation_entry(out, r)?;
+        }
+    }
+    events_and_faults(p, out, style)?;
+    if p.growing.is_empty()
+        && let Some(n) = &p.growth_not_told
+    {
+        writeln!(out, "growing  not told ({})", n.short())?;
+    }
+    if let Some(c) = &p.cost {
+        writeln!(out, "{}", cost_text(c, options))?;
+    }
+    Ok(())
+}
+
+/// `== SOURCE`, and `(INCOMPLETE, cut short by a signal)` after it when the report is not
+/// whole: its figures are then a lower bound, which the reader should know before them.
+fn heading(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<()> {
+    let name = style.bold(&format!("== {}", one_line(&p.source)));
+    if p.complete {
+        writeln!(out, "{name}")
+    } else {
+        let why = style.warn(&format!("(INCOMPLETE, {})", report_why(p)));
+        writeln!(out, "{name}  {why}")
+    }
+}
+
+/// What the run left behind: the end of a Python program's code (held and lost then), then
+/// `leaked` (with the program's own share when other owners hold some), then the Python
+/// sections (held, lost, waiting to be freed at the end).
+fn answer(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<()> {
+    if let Some(py) = &p.python {
+        end_line(out, py, style)?;
     }
     let others = p.owners.iter().any(|o| o.kind != OwnerKind::Program);
     let own = if others && p.leaks > 0 {
@@ -467,10 +488,80 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
         "leaked   {}{own}",
         leaked_phrase(p.leaked_bytes, p.leaks, style)
     )?;
-    if let Some(c) = &p.cost {
-        writeln!(out, "{}", super::cost_line(c))?;
+    if let Some(py) = &p.python {
+        python_sections(out, py, style)?;
     }
+    Ok(())
+}
 
+/// `sites (largest first)`: each site's bytes, leaks, place, entry points and holder.
+fn sites_section(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<()> {
+    if p.sites.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "{}", style.bold("sites (largest first)"))?;
+    let mut t = Table::new(&[true, true, false, false, false]);
+    for s in &p.sites {
+        t.row([
+            bytes(s.leaked_bytes),
+            plural(s.leaks, "leak", "leaks"),
+            one_line(&s.label),
+            one_line(&s.apis.join(",")),
+            site_held_by(s.owner_kind, &s.owner_label, s.owner_bytes, s.leaked_bytes),
+        ]);
+    }
+    let chains: Vec<&[String]> = p.sites.iter().map(|s| &s.stack[..]).collect();
+    write_with_chains(out, &t, &chains)?;
+    more(out, p.sites_total, p.sites.len(), "sites")
+}
+
+/// Why the report was written: `written at exit`, `cut short by a signal`, ….
+fn report_why(p: &ReportSummary) -> String {
+    match p.reason.as_str() {
+        "exit" => "written at exit".to_string(),
+        "checkpoint" => "written at a checkpoint".to_string(),
+        "signal" => "cut short by a signal".to_string(),
+        "request" => "written on request".to_string(),
+        "oom" => "written when an allocation ran out of memory".to_string(),
+        other => format!("reason {}", one_line(other)),
+    }
+}
+
+/// `process`, `command` and `report`: who the process was and how its report was written.
+fn identity(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<()> {
+    let mut who = format!(
+        "{}  pid {}  ppid {}  host {}",
+        one_line(p.exe_name()),
+        p.process.pid,
+        p.process.ppid,
+        one_line(&p.process.hostname)
+    );
+    let id = p.identity();
+    if let Some(rank) = id.rank {
+        who.push_str(&format!("  rank {rank}"));
+    }
+    if let Some(worker) = &id.worker {
+        who.push_str(&format!("  worker {}", one_line(worker)));
+    }
+    writeln!(out, "process  {who}")?;
+    writeln!(out, "command  {}", one_line(&p.process.argv.join(" ")))?;
+    let why = report_why(p);
+    let status = if p.complete {
+        format!("complete, {why}")
+    } else {
+        style.warn(&format!("INCOMPLETE, {why}"))
+    };
+    writeln!(
+        out,
+        "report   {status}, by cuguard {} (driver {})",
+        one_line(&p.tool_version),
+        p.driver_version
+    )
+}
+
+/// Each device (name, size, what leaked on it, its limit, peak and pool), and under it each
+/// context.
+fn devices_table(p: &ReportSummary, out: &mut dyn Write) -> io::Result<()> {
     let mut t = Table::new(&[false, false, true, true, false]);
     for d in &p.devices {
         let mut extra = Vec::new();
@@ -521,74 +612,43 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
             ]);
         }
     }
-    out.write_all(t.render("  ").as_bytes())?;
-    if others {
-        owners_section(out, &p.owners, "by owner", style)?;
-    }
+    out.write_all(t.render("  ").as_bytes())
+}
 
-    if let Some(py) = &p.python {
-        python_sections(out, py, style)?;
+/// `largest leaks`: size, address, entry point, memory, device, context, thread and place.
+fn largest_leaks_section(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<()> {
+    if p.largest_leaks.is_empty() {
+        return Ok(());
     }
-    if !p.sites.is_empty() {
-        writeln!(out, "{}", style.bold("sites (largest first)"))?;
-        let mut t = Table::new(&[true, true, false, false, false]);
-        for s in &p.sites {
-            t.row([
-                bytes(s.leaked_bytes),
-                plural(s.leaks, "leak", "leaks"),
-                one_line(&s.label),
-                one_line(&s.apis.join(",")),
-                site_held_by(s.owner_kind, &s.owner_label, s.owner_bytes, s.leaked_bytes),
-            ]);
-        }
-        let chains: Vec<&[String]> = p.sites.iter().map(|s| &s.stack[..]).collect();
-        write_with_chains(out, &t, &chains)?;
-        more(out, p.sites_total, p.sites.len(), "sites")?;
+    writeln!(out, "{}", style.bold("largest leaks"))?;
+    let mut t = Table::new(&[true, false, false, false, false, false, false, false]);
+    for l in &p.largest_leaks {
+        let ctx = match l.context {
+            Some(c) => format!("ctx {c}"),
+            None => "ctx -".into(),
+        };
+        let state = if l.state == "live_at_exit" {
+            String::new()
+        } else {
+            one_line(&l.state)
+        };
+        t.row([
+            bytes(l.size),
+            l.address.to_string(),
+            one_line(&l.api),
+            one_line(&l.memory),
+            format!("dev {}", l.device),
+            ctx,
+            format!("thread {}", l.thread),
+            format!("{} {state}", one_line(&l.label)),
+        ]);
     }
-    if !p.largest_leaks.is_empty() {
-        writeln!(out, "{}", style.bold("largest leaks"))?;
-        let mut t = Table::new(&[true, false, false, false, false, false, false, false]);
-        for l in &p.largest_leaks {
-            let ctx = match l.context {
-                Some(c) => format!("ctx {c}"),
-                None => "ctx -".into(),
-            };
-            let state = if l.state == "live_at_exit" {
-                String::new()
-            } else {
-                one_line(&l.state)
-            };
-            t.row([
-                bytes(l.size),
-                l.address.to_string(),
-                one_line(&l.api),
-                one_line(&l.memory),
-                format!("dev {}", l.device),
-                ctx,
-                format!("thread {}", l.thread),
-                format!("{} {state}", one_line(&l.label)),
-            ]);
-        }
-        out.write_all(t.render("  ").as_bytes())?;
-        more(out, p.leaks as usize, p.largest_leaks.len(), "leaks")?;
-    }
-    if !p.peaks.is_empty() {
-        writeln!(out, "{}", style.bold("at the peak"))?;
-        for peak in &p.peaks {
-            peak_entry(out, peak)?;
-        }
-    }
-    if !p.growing.is_empty() {
-        growing_section(out, &p.growing, style)?;
-    } else if let Some(n) = &p.growth_not_told {
-        writeln!(out, "{}  not told: {}", style.bold("growing"), n.why())?;
-    }
-    if !p.reconciliation.is_empty() {
-        writeln!(out, "{}", style.bold("device memory"))?;
-        for r in &p.reconciliation {
-            reconciliation_entry(out, r)?;
-        }
-    }
+    out.write_all(t.render("  ").as_bytes())?;
+    more(out, p.leaks as usize, p.largest_leaks.len(), "leaks")
+}
+
+/// `events` (each kind's count), the events the shim did not keep, and `shim faults`.
+fn events_and_faults(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<()> {
     if !p.events.is_empty() {
         writeln!(out, "{}", style.bold("events"))?;
         let mut t = Table::new(&[true, false]);
@@ -614,6 +674,16 @@ fn process(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<(
         }
     }
     Ok(())
+}
+
+/// cuguard's own cost: the one short line ([`super::cost_short`]), or with `--cost` the whole
+/// bill ([`super::cost_line`]).
+fn cost_text(c: &crate::report::Cost, options: &Options) -> String {
+    if options.cost {
+        super::cost_line(c)
+    } else {
+        super::cost_short(c)
+    }
 }
 
 /// Bytes held by owner, a heading and a table:

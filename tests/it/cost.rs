@@ -85,6 +85,7 @@ fn every_call_timed_counts_match_the_report() {
     let out = run(
         std::process::Command::new(&artifacts().cuguard)
             .arg("summary")
+            .arg("--cost")
             .arg(&path),
         true,
     );
@@ -100,6 +101,22 @@ fn every_call_timed_counts_match_the_report() {
             && lines[0].ends_with(" of its own memory"),
         "{}",
         lines[0]
+    );
+    // Without `--cost`, one short line, the summary's last.
+    let out = run(
+        std::process::Command::new(&artifacts().cuguard)
+            .arg("summary")
+            .arg(&path),
+        true,
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("cuguard's cost: ")
+            && last.contains(" per allocation, ")
+            && last.ends_with(" of memory (--cost: the whole bill)")
+            && last.chars().count() < 100,
+        "{text}"
     );
 }
 
@@ -200,6 +217,7 @@ fn bill_adds_up(what: &str, report: &Value, path: &Path) {
     let out = run(
         std::process::Command::new(&artifacts().cuguard)
             .arg("summary")
+            .arg("--cost")
             .arg(path),
         true,
     );
