@@ -229,57 +229,136 @@ pub fn build(t: &Tracker, occasion: &Occasion) -> format::Report {
 /// order has them); with the host and rank its path is made from.
 fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i64>) {
     let cfg = config::get();
-    let mut leaks = collect_leaks(t);
-    let (mut events, dropped) = t.events.snapshot();
-    // A Python program's end, when its bootstrap marked it: the allocations live then.
-    let end_mark = crate::tracker::end::get();
-    let end_live: &[(u64, Record)] = end_mark.as_ref().map_or(&[], |m| &m.live[..]);
-    let live_now: HashSet<(u64, u64)> = leaks
-        .iter()
-        .filter(|l| l.state == LeakState::LiveAtExit)
-        .map(|l| (l.address, l.record.seq))
-        .collect();
-    // Raw order keys (time-stamp counter) become dense sequence numbers, leaks, events and the
-    // end's allocations in one order.
-    let keys: Vec<(u64, u32)> = leaks
-        .iter()
-        .map(|l| (l.record.seq, l.record.thread))
-        .chain(events.iter().map(|e| (e.seq, e.thread)))
-        .chain(end_live.iter().map(|(_, r)| (r.seq, r.thread)))
-        .collect();
-    let dense = crate::tracker::dense_order(&keys);
-    let (for_leaks, rest) = dense.split_at(leaks.len());
-    let (for_events, for_end) = rest.split_at(events.len());
-    for (l, d) in leaks.iter_mut().zip(for_leaks) {
-        l.record.seq = *d;
-    }
-    // Out-of-memory records share their alloc_failed event's order key.
-    let mut dense_of: HashMap<(u64, u32), u64> = HashMap::new();
-    for (e, d) in events.iter_mut().zip(for_events) {
-        dense_of.insert((e.seq, e.thread), *d);
-        e.seq = *d;
-    }
-    let (mut ooms, ooms_dropped) = t.ooms.snapshot();
-    for o in &mut ooms {
-        o.seq = dense_of.get(&(o.seq, o.thread)).copied().unwrap_or(o.seq);
-    }
+    let taken = Taken::now(t);
     let contexts = t.contexts.snapshot();
-    let devices = t.contexts.devices();
     let rank = process::rank();
     let host = process::hostname();
-
     let number = REPORTS_WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     // The timeline's last sample is taken now, at the end time, before the slow part (naming
     // the stacks): the reporter thread's samples while a final report is written would read as
     // a flat stretch at the end of the run, which hides growth (`cuguard`'s growth criterion
     // looks at the run's last part).
     let samples = timeline::report();
+    let mut r = heading(t, occasion, number, &host, rank);
+    r.config = Some(settings(cfg));
+    r.contexts = contexts.iter().map(context_entry).collect();
+    r.leaks = leak_entries(&taken.leaks);
+    r.events = taken.events.iter().map(event_entry).collect();
+    r.events_dropped = Some(taken.events_dropped);
+    name_stacks(&mut r, &taken, occasion);
+    r.ooms = oom_entries(&taken.ooms, &r.stacks);
+    r.ooms_dropped = (taken.ooms_dropped > 0).then_some(taken.ooms_dropped);
+    r.reconciliation = reconciliation(&r, &contexts);
+    device_stats(t, &mut r);
+    if let Some((timeline, stack_samples)) = samples {
+        r.timeline = Some(timeline);
+        r.stack_samples = stack_samples;
+    }
+    r.peaks = crate::tracker::peaks::all()
+        .into_iter()
+        .map(|p| format::PeakRecord {
+            device: device_ordinal(p.device),
+            time_ms: p.time_ms,
+            live_bytes: p.live_bytes,
+            stacks: stack_bytes(&p.stacks),
+        })
+        .collect();
+    let (exported, dlsym, get_proc_address) = crate::tracker::doors::counts();
+    r.doors = Some(format::Doors {
+        dlsym,
+        get_proc_address,
+        exported: Some(exported),
+    });
+    r.faults = cfg.problems.clone();
+    r.faults.extend(crate::process::faults::all());
+    (r, host, rank)
+}
+
+/// What the tracker holds now, taken in one go, its order keys made dense: the leaks, the
+/// events, the out-of-memory records, and a Python program's end (when its bootstrap marked
+/// it) with the order of the allocations live then.
+struct Taken {
+    leaks: Vec<Leak>,
+    events: Vec<crate::tracker::events::Event>,
+    events_dropped: u64,
+    ooms: Vec<crate::tracker::ooms::Oom>,
+    ooms_dropped: u64,
+    end_mark: Option<crate::tracker::end::Mark>,
+    /// The dense order of each of the end mark's live allocations, in its order.
+    end_order: Vec<u64>,
+    /// The (address, order key) of each allocation still live now.
+    live_now: HashSet<(u64, u64)>,
+}
+
+impl Taken {
+    fn now(t: &Tracker) -> Taken {
+        let mut leaks = collect_leaks(t);
+        let (mut events, events_dropped) = t.events.snapshot();
+        let end_mark = crate::tracker::end::get();
+        let end_live: &[(u64, Record)] = end_mark.as_ref().map_or(&[], |m| &m.live[..]);
+        let live_now: HashSet<(u64, u64)> = leaks
+            .iter()
+            .filter(|l| l.state == LeakState::LiveAtExit)
+            .map(|l| (l.address, l.record.seq))
+            .collect();
+        // Raw order keys (time-stamp counter) become dense sequence numbers, leaks, events and
+        // the end's allocations in one order.
+        let keys: Vec<(u64, u32)> = leaks
+            .iter()
+            .map(|l| (l.record.seq, l.record.thread))
+            .chain(events.iter().map(|e| (e.seq, e.thread)))
+            .chain(end_live.iter().map(|(_, r)| (r.seq, r.thread)))
+            .collect();
+        let dense = crate::tracker::dense_order(&keys);
+        let (for_leaks, rest) = dense.split_at(leaks.len());
+        let (for_events, for_end) = rest.split_at(events.len());
+        for (l, d) in leaks.iter_mut().zip(for_leaks) {
+            l.record.seq = *d;
+        }
+        // Out-of-memory records share their alloc_failed event's order key.
+        let mut dense_of: HashMap<(u64, u32), u64> = HashMap::new();
+        for (e, d) in events.iter_mut().zip(for_events) {
+            dense_of.insert((e.seq, e.thread), *d);
+            e.seq = *d;
+        }
+        let (mut ooms, ooms_dropped) = t.ooms.snapshot();
+        for o in &mut ooms {
+            o.seq = dense_of.get(&(o.seq, o.thread)).copied().unwrap_or(o.seq);
+        }
+        let end_order = for_end.to_vec();
+        Taken {
+            leaks,
+            events,
+            events_dropped,
+            ooms,
+            ooms_dropped,
+            end_mark,
+            end_order,
+            live_now,
+        }
+    }
+
+    /// The end mark's live allocations (none without a mark).
+    fn end_live(&self) -> &[(u64, Record)] {
+        self.end_mark.as_ref().map_or(&[], |m| &m.live[..])
+    }
+}
+
+/// A report with its heading filled in: the occasion, the process, its number, the run, the
+/// driver and the devices.
+fn heading(
+    t: &Tracker,
+    occasion: &Occasion,
+    number: u64,
+    host: &str,
+    rank: Option<i64>,
+) -> format::Report {
     let process = format::Process {
         pid: process::pid(),
         ppid: process::ppid(),
         exe: process::exe(),
         argv: process::argv(),
-        hostname: host.clone(),
+        hostname: host.to_string(),
         // The schema's rank is a count: a launcher's negative rank is not one.
         rank: rank.and_then(|r| u32::try_from(r).ok()),
         start_unix_ms: crate::process::clock::start().0,
@@ -298,7 +377,9 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
         version: driver_version().map_or(UNKNOWN_VERSION, i64::from),
         path: crate::driver::driver_if_loaded().map_or_else(String::new, |d| d.path.clone()),
     };
-    r.devices = devices
+    r.devices = t
+        .contexts
+        .devices()
         .into_iter()
         .map(|d| format::Device {
             ordinal: device_ordinal(d.ordinal),
@@ -307,24 +388,30 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
             limit_bytes: crate::tracker::limit::limit(d.ordinal),
         })
         .collect();
-    r.config = Some(settings(cfg));
-    r.contexts = contexts
-        .iter()
-        .map(|c| format::Context {
-            id: c.id,
-            handle: Addr(c.handle),
-            device: device_ordinal(c.device),
-            primary: c.primary,
-            destroyed: c.destroyed,
-            destroyed_by: c.destroyed_by.map(|e| e.name().into()),
-            created_ms: Some(c.created_ms),
-            destroyed_ms: c.destroyed_ms,
-            stack: id(c.stack).map(u64::from),
-            overhead_bytes: c.overhead_bytes,
-        })
-        .collect();
+    r
+}
+
+/// A context as the report writes it.
+fn context_entry(c: &crate::tracker::contexts::ContextInfo) -> format::Context {
+    format::Context {
+        id: c.id,
+        handle: Addr(c.handle),
+        device: device_ordinal(c.device),
+        primary: c.primary,
+        destroyed: c.destroyed,
+        destroyed_by: c.destroyed_by.map(|e| e.name().into()),
+        created_ms: Some(c.created_ms),
+        destroyed_ms: c.destroyed_ms,
+        stack: id(c.stack).map(u64::from),
+        overhead_bytes: c.overhead_bytes,
+    }
+}
+
+/// The leaks as the report writes them, their owners not yet known ([`name_stacks`]); each
+/// entry point's name is shared between them.
+fn leak_entries(leaks: &[Leak]) -> Vec<format::Leak> {
     let mut apis: HashMap<&'static str, Arc<str>> = HashMap::new();
-    r.leaks = leaks
+    leaks
         .iter()
         .map(|l| {
             let rec = &l.record;
@@ -348,32 +435,37 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
                 owner: None,
             }
         })
-        .collect();
-    r.events = events
-        .into_iter()
-        .map(|e| format::Event {
-            kind: e.kind.into(),
-            address: (e.address != 0).then_some(Addr(e.address)),
-            api: e.api.map(|a| a.name().into()),
-            seq: e.seq,
-            thread: e.thread.into(),
-            stack: id(e.stack).map(u64::from),
-            result: e.result.map(i64::from),
-            size: e.size,
-            context: id(e.context),
-            time_ms: Some(e.time_ms),
-            message: e.message,
-            device: e.device.map(device_ordinal),
-        })
-        .collect();
-    r.events_dropped = Some(dropped);
+        .collect()
+}
 
+/// An event as the report writes it.
+fn event_entry(e: &crate::tracker::events::Event) -> format::Event {
+    format::Event {
+        kind: e.kind.into(),
+        address: (e.address != 0).then_some(Addr(e.address)),
+        api: e.api.map(|a| a.name().into()),
+        seq: e.seq,
+        thread: e.thread.into(),
+        stack: id(e.stack).map(u64::from),
+        result: e.result.map(i64::from),
+        size: e.size,
+        context: id(e.context),
+        time_ms: Some(e.time_ms),
+        message: e.message.clone(),
+        device: e.device.map(device_ordinal),
+    }
+}
+
+/// Names the stacks (the slow part: symbolization), and with them fills in the stacks, the
+/// modules, the owners, each leak's owner and the Python section.
+fn name_stacks(r: &mut format::Report, taken: &Taken, occasion: &Occasion) {
     // The memory kinds each stack allocated (of the allocations in the report), for owners.
     let mut memories: HashMap<u32, Vec<&'static str>> = HashMap::new();
-    for rec in leaks
+    for rec in taken
+        .leaks
         .iter()
         .map(|l| &l.record)
-        .chain(end_live.iter().map(|(_, r)| r))
+        .chain(taken.end_live().iter().map(|(_, r)| r))
     {
         if rec.stack != NONE {
             let kinds = memories.entry(rec.stack).or_default();
@@ -386,12 +478,12 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     let stacks = stacks::stacks(&memories);
     r.python = python::section(
         occasion,
-        end_mark.as_ref(),
-        for_end,
+        taken.end_mark.as_ref(),
+        &taken.end_order,
         &stacks.owner_of,
-        &live_now,
+        &taken.live_now,
     );
-    for (leak, l) in r.leaks.iter_mut().zip(&leaks) {
+    for (leak, l) in r.leaks.iter_mut().zip(&taken.leaks) {
         leak.owner = stacks
             .owner_of
             .get(&(l.record.stack, l.record.memory.as_str()))
@@ -400,8 +492,15 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     r.stacks = stacks.stacks;
     r.modules = stacks.modules;
     r.owners = stacks.owners;
-    let owner_of_stack: HashMap<u64, &str> = r
-        .stacks
+}
+
+/// The out-of-memory records as the report writes them, what was live then summed by owner
+/// (the owner of each stack in `stacks`, else the program).
+fn oom_entries(
+    ooms: &[crate::tracker::ooms::Oom],
+    stacks: &[format::Stack],
+) -> Vec<format::OomRecord> {
+    let owner_of_stack: HashMap<u64, &str> = stacks
         .iter()
         .filter_map(|s| Some((s.id, s.owner.as_deref()?)))
         .collect();
@@ -422,8 +521,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
         sums.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.owner.cmp(&b.owner)));
         sums
     };
-    r.ooms = ooms
-        .iter()
+    ooms.iter()
         .map(|o| format::OomRecord {
             seq: o.seq,
             time_ms: o.time_ms,
@@ -451,22 +549,31 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
             }),
             labels: o.labels.clone(),
         })
-        .collect();
-    r.ooms_dropped = (ooms_dropped > 0).then_some(ooms_dropped);
+        .collect()
+}
+
+/// Each device that had a context: what it says is used against what the report explains.
+fn reconciliation(
+    r: &format::Report,
+    contexts: &[crate::tracker::contexts::ContextInfo],
+) -> Vec<format::Reconciliation> {
     let kinds: HashMap<&str, &str> = r
         .owners
         .iter()
         .map(|o| (o.id.as_str(), o.kind.as_str()))
         .collect();
-    let mut rec_devices: Vec<i32> = contexts.iter().map(|c| c.device).collect();
-    rec_devices.sort_unstable();
-    rec_devices.dedup();
-    r.reconciliation = rec_devices
+    let mut devices: Vec<i32> = contexts.iter().map(|c| c.device).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    devices
         .into_iter()
         .filter(|d| *d >= 0)
-        .map(|d| reconcile::device(d, &r.leaks, &kinds, &contexts))
-        .collect();
+        .map(|d| reconcile::device(d, &r.leaks, &kinds, contexts))
+        .collect()
+}
 
+/// The counters per device (with the pool's) and the VMM reservations.
+fn device_stats(t: &Tracker, r: &mut format::Report) {
     r.stats.devices = t
         .stats
         .snapshot()
@@ -486,31 +593,6 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
     let (ranges, bytes) = t.vmm.reservations();
     r.stats.vmm_reserved_ranges = Some(ranges as u64);
     r.stats.vmm_reserved_bytes = Some(bytes);
-
-    if let Some((timeline, stack_samples)) = samples {
-        r.timeline = Some(timeline);
-        r.stack_samples = stack_samples;
-    }
-    r.peaks = crate::tracker::peaks::all()
-        .into_iter()
-        .map(|p| format::PeakRecord {
-            device: device_ordinal(p.device),
-            time_ms: p.time_ms,
-            live_bytes: p.live_bytes,
-            stacks: stack_bytes(&p.stacks),
-        })
-        .collect();
-
-    let (exported, dlsym, get_proc_address) = crate::tracker::doors::counts();
-    r.doors = Some(format::Doors {
-        dlsym,
-        get_proc_address,
-        exported: Some(exported),
-    });
-
-    r.faults = cfg.problems.clone();
-    r.faults.extend(crate::process::faults::all());
-    (r, host, rank)
 }
 
 /// The report's `history`: the files named from the report's directory (paths when elsewhere).
