@@ -49,7 +49,7 @@ mod nvtx;
 mod phase;
 mod pool;
 mod process;
-mod report;
+mod writer;
 mod stack;
 mod tracker;
 

@@ -17,7 +17,7 @@
 //!
 //! Every process of the run gets `CUGUARD_RUN_ID` ([`run_id`]): the shim writes it in each report,
 //! so that reports of one run given one path each keep a file and a later run's report replaces
-//! an earlier run's at that path (`shim/src/report/file.rs`). A run inside another (`cuguard run`
+//! an earlier run's at that path (`shim/src/writer/file.rs`). A run inside another (`cuguard run`
 //! started by a program that runs under `cuguard run`) is part of it and keeps its id.
 //!
 //! While the program runs, `cuguard` ignores SIGINT and SIGQUIT (the terminal sends them to the

@@ -1,5 +1,5 @@
 //! `cuguard_snapshot`: the report as it stands now, built by the report writer's own code
-//! ([`crate::report::build`]) under the writer's turn, as the shim's snapshots on request are
+//! ([`crate::writer::build`]) under the writer's turn, as the shim's snapshots on request are
 //! (`reason` `request`, `complete` false). It is handed to the caller, and written to the
 //! caller's path when one is given; the process's own report file is not touched.
 //!
@@ -9,7 +9,7 @@
 use std::ffi::c_char;
 use std::path::Path;
 
-use crate::report::{Occasion, Reason};
+use crate::writer::{Occasion, Reason};
 
 use super::{E_ENDING, E_INVALID, E_IO, call, clear, out_json, text};
 
@@ -25,8 +25,8 @@ const API: Occasion = Occasion {
 pub fn json() -> Option<Vec<u8>> {
     crate::lifecycle::with_writer_turn(|| {
         let report = match crate::tracker::if_any() {
-            Some(t) => crate::report::build(t, &API),
-            None => crate::report::build(&crate::tracker::Tracker::new(), &API),
+            Some(t) => crate::writer::build(t, &API),
+            None => crate::writer::build(&crate::tracker::Tracker::new(), &API),
         };
         cuguard_report::to_vec(&report)
     })
@@ -36,7 +36,7 @@ pub fn json() -> Option<Vec<u8>> {
 /// ([`cuguard_files::replace`]: never through a link, never over another user's file), with the
 /// report's mode.
 fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    cuguard_files::replace_with(path, crate::report::file::report_mode(), bytes)
+    cuguard_files::replace_with(path, crate::writer::file::report_mode(), bytes)
 }
 
 /// The report now in `*json`; also written to `path` unless it is NULL.

@@ -5,7 +5,7 @@
 //! Its leaks are found when it closes: the live allocations (the same ones the report lists:
 //! the driver's, the pool's, VMM handles) whose order key falls inside it, i.e. made after it
 //! opened, on any thread, and still live. Only those have their sites named
-//! ([`crate::report::stacks::named_now`], the report's site and owner rules), so closing a
+//! ([`crate::writer::stacks::named_now`], the report's site and owner rules), so closing a
 //! window costs one walk of the live allocations plus the naming of its own leaks.
 //!
 //! Windows nest and overlap freely: each has its own slot and token.
@@ -33,7 +33,7 @@ pub(super) fn described(records: &[(u64, Record)]) -> Vec<Allocation> {
         .iter()
         .map(|(_, r)| (r.stack, r.memory.as_str()))
         .collect();
-    let named = crate::report::stacks::named_now(&asks);
+    let named = crate::writer::stacks::named_now(&asks);
     records
         .iter()
         .zip(named)

@@ -122,7 +122,7 @@ pub struct Config {
     pub python_end: bool,
     /// `CUGUARD_RUN_ID`: the run this process belongs to, set by `cuguard run` for every process
     /// it starts (the report's `run_id`; reports of one run given one path each keep their own
-    /// file, a later run's replace an earlier one's, `crate::report::file`). `None` outside a
+    /// file, a later run's replace an earlier one's, `crate::writer::file`). `None` outside a
     /// run, and for a value that is not 1 to 64 letters, digits, `.`, `_`, `:` or `-`.
     pub run_id: Option<String>,
 }

@@ -88,9 +88,9 @@ fn say(oom: &Oom) {
     let top: Vec<(u32, u64)> = oom.stacks.iter().take(3).map(|s| (s.0, s.1)).collect();
     let mut ids: Vec<u32> = vec![oom.stack];
     ids.extend(top.iter().map(|t| t.0));
-    let names = crate::report::stacks::sites_now(&ids);
+    let names = crate::writer::stacks::sites_now(&ids);
     let at = names.first().cloned().flatten();
-    let human = crate::report::human_bytes;
+    let human = crate::writer::human_bytes;
     let mut line = format!(
         "out of memory{} asking {} ({})",
         at.map(|s| format!(" at {s}")).unwrap_or_default(),

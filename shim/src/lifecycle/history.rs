@@ -412,7 +412,7 @@ impl Writer {
 
     /// Creates the first segment; false (and the history stopped) when it cannot.
     fn open(&mut self) -> bool {
-        let report = crate::report::report_path();
+        let report = crate::writer::report_path();
         let path = history_path(&report, 0);
         // The report's name, numbered as reports are when another process of the run has it.
         let mut file = create(&path).map(|f| (f, path.clone()));

@@ -58,7 +58,7 @@ fn before_exit(status: libc::c_int) {
         // The program's handler for a fatal signal, chained from the shim's, ends the process:
         // it ends of that signal, and its report (interim until now) becomes the final one.
         if let Fatal::NoReporter = reporter::request_fatal(sig, true, WAIT_MS) {
-            super::final_report(crate::report::Occasion::signal(sig));
+            super::final_report(crate::writer::Occasion::signal(sig));
         }
         return;
     }
@@ -66,7 +66,7 @@ fn before_exit(status: libc::c_int) {
     match reporter::request_exit_report(WAIT_MS) {
         Fatal::Written | Fatal::TimedOut | Fatal::Failed => {}
         Fatal::NoReporter => {
-            super::final_report(crate::report::Occasion::EXIT);
+            super::final_report(crate::writer::Occasion::EXIT);
         }
     }
 }

@@ -14,7 +14,7 @@
 //!      during its initialization, which comes before any allocation, so this handler runs
 //!      first at exit and the report sees the program's memory before the runtime releases its
 //!      contexts;
-//!    - the emergency report is prepared ([`crate::report::emergency`]);
+//!    - the emergency report is prepared ([`crate::writer::emergency`]);
 //!    - the cuguard thread starts ([`reporter`]): checkpoints, snapshots on request, the
 //!      report for signals, and the stats page ([`page`]);
 //!    - signal handlers are installed where the program has none ([`signals`]); from then on, a
@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::phase;
-use crate::report::{self, Occasion};
+use crate::writer::{self, Occasion};
 
 /// Registered once per image: atexit, at_quick_exit.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
@@ -70,7 +70,7 @@ pub fn first_use() {
         immediate_exit::note_pid();
         crate::guard::install_panic_hook();
         crate::config::warn_problems_once();
-        crate::report::stacks::read_settings();
+        crate::writer::stacks::read_settings();
         crate::tracker::end::tell_why_not(python_bootstrap::why_not);
         python_bootstrap::offer();
         // SAFETY: after_fork_child is a plain extern "C" fn without arguments; registering has no
@@ -107,7 +107,7 @@ fn arm() {
             at_quick_exit(at_exit);
         }
     }
-    report::emergency::prepare(&report::report_path());
+    writer::emergency::prepare(&writer::report_path());
     let cfg = crate::config::get();
     let thread = if cfg.signals
         || cfg.snapshot_signal != 0
@@ -199,7 +199,7 @@ pub fn final_report(occasion: Occasion) -> bool {
     {
         let _turn = writer_turn(WAIT_FOR_WRITER);
         crate::guard::shield((), history::finish);
-        report::write_and_say(t, &occasion);
+        writer::write_and_say(t, &occasion);
     }
     page::remove();
     phase::end_final();
@@ -231,7 +231,7 @@ pub fn interim_report(occasion: Occasion) -> bool {
         return false;
     }
     crate::guard::shield((), history::drain_now);
-    report::write_and_say(t, &occasion).is_some()
+    writer::write_and_say(t, &occasion).is_some()
 }
 
 /// Runs `f` under the writer's turn, for a report the in-process API asks for
@@ -260,7 +260,7 @@ extern "C" fn after_fork_child() {
     crate::tracker::counters::reset_after_fork();
     crate::tracker::given_back::reset_after_fork();
     crate::pool::registry::reset_after_fork();
-    crate::report::timeline::reset_after_fork();
+    crate::writer::timeline::reset_after_fork();
     crate::tracker::reset_after_fork();
     crate::history::reset_after_fork();
     history::reset_after_fork();
@@ -272,9 +272,9 @@ extern "C" fn after_fork_child() {
     alerts::after_fork_child();
     page::after_fork_child();
     sites::after_fork_child();
-    report::file::forget_own_after_fork();
-    report::emergency::forget_after_fork();
-    report::reset_after_fork();
+    writer::file::forget_own_after_fork();
+    writer::emergency::forget_after_fork();
+    writer::reset_after_fork();
     crate::process::labels::after_fork_child();
     crate::process::aliases::after_fork_child();
 }

@@ -23,7 +23,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::report::{Occasion, Reason};
+use crate::writer::{Occasion, Reason};
 
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 static RUNNING: AtomicBool = AtomicBool::new(false);
@@ -274,7 +274,7 @@ fn run() {
                 timeout_ms = due;
             }
         }
-        if let Some(due) = crate::report::timeline::tick() {
+        if let Some(due) = crate::writer::timeline::tick() {
             let due = due.max(1).min(i32::MAX as u64) as libc::c_int;
             if timeout_ms < 0 || timeout_ms > due {
                 timeout_ms = due;

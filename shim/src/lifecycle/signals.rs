@@ -38,13 +38,13 @@
 //! fatal signal the faulting thread waits (bounded) for the report, then takes the disposition.
 //! If the thread is not running, fails or does not finish in time (the faulting thread may hold
 //! a lock or the heap's lock it needs), the handler writes the emergency report
-//! ([`crate::report::emergency`]) itself.
+//! ([`crate::writer::emergency`]) itself.
 
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 
 use super::reporter;
-use crate::report::emergency::{self, Why};
+use crate::writer::emergency::{self, Why};
 
 /// Signals that end the process with a fault.
 pub const FATAL: [libc::c_int; 5] = [

@@ -3,7 +3,7 @@
 //! of the allocations), each stack named once per process.
 //!
 //! Naming a stack is expensive (symbolizing its frames, up to half a second the first time a
-//! module is read: [`crate::report::stacks::sites_with_owners_now`]), so the label and owner of
+//! module is read: [`crate::writer::stacks::sites_with_owners_now`]), so the label and owner of
 //! each stack id are kept once found (a stack's frames never change). Only stacks that reach
 //! the top of a list are named, all those new in one list together. When naming ran out of time
 //! (a large library), the label found so far is used and naming is tried again, at most every
@@ -101,7 +101,7 @@ pub fn names(stacks: &[u32]) -> Vec<Name> {
     };
     if !missing.is_empty() {
         // Named outside the lock: it may take a while.
-        let (found, whole) = crate::report::stacks::sites_with_owners_now(&missing);
+        let (found, whole) = crate::writer::stacks::sites_with_owners_now(&missing);
         let mut c = global::lock(cache());
         for (id, site) in missing.iter().zip(found) {
             let name = match site {

@@ -9,7 +9,7 @@
 //! - the *classification*: for each of those allocations, held, lost, a cache's blocks…
 //!   (`cuguard_report::Classification`, as the Python side sent it).
 //!
-//! The report (`crate::report::python`) reads them. A forked child starts with none of them:
+//! The report (`crate::writer::python`) reads them. A forked child starts with none of them:
 //! its end is its own.
 
 use std::sync::Mutex;

@@ -165,7 +165,7 @@ fn resolve(device: i32) -> u64 {
 fn setting_text(threshold: u64) -> String {
     match crate::config::get().warn_at {
         Some(Amount::Percent(p)) => format!("{p}% of the device"),
-        _ => crate::report::human_bytes(threshold),
+        _ => crate::writer::human_bytes(threshold),
     }
 }
 
@@ -183,7 +183,7 @@ fn warn(t: &Tracker, device: i32, live_now: u64, threshold: u64) {
     let sites = top_sites(t, device, TOP_SITES);
     let mut message = format!(
         "device {device}: live device memory {} crossed CUGUARD_WARN_AT ({})",
-        crate::report::human_bytes(live_now),
+        crate::writer::human_bytes(live_now),
         setting_text(threshold)
     );
     if !sites.is_empty() {
@@ -193,7 +193,7 @@ fn warn(t: &Tracker, device: i32, live_now: u64, threshold: u64) {
             .map(|(site, bytes, n)| {
                 format!(
                     "{site} ({} in {n} allocation{})",
-                    crate::report::human_bytes(*bytes),
+                    crate::writer::human_bytes(*bytes),
                     if *n == 1 { "" } else { "s" }
                 )
             })
@@ -233,7 +233,7 @@ fn warn(t: &Tracker, device: i32, live_now: u64, threshold: u64) {
 fn clear(_t: &Tracker, device: i32, live_now: u64, threshold: u64) {
     let message = format!(
         "device {device}: live device memory {} fell below 90% of CUGUARD_WARN_AT ({}); the warning fires again at the next crossing",
-        crate::report::human_bytes(live_now),
+        crate::writer::human_bytes(live_now),
         setting_text(threshold)
     );
     sink::send(&alert(
@@ -283,7 +283,7 @@ fn alert(
         setting: setting_raw(),
         alerts_total,
         top_sites,
-        report: crate::report::report_path().to_string_lossy().into_owned(),
+        report: crate::writer::report_path().to_string_lossy().into_owned(),
         message: message.to_string(),
     }
 }

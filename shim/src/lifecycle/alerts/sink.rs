@@ -47,7 +47,7 @@ pub fn send(alert: &Alert) {
             );
         }),
         AlertTo::File(template) => {
-            let path = crate::report::expand_path(template);
+            let path = crate::writer::expand_path(template);
             append(&path, alert).map_err(|e| {
                 static SAID: AtomicBool = AtomicBool::new(false);
                 diag::warn_once(

@@ -70,7 +70,7 @@ impl Filler {
                 exe: process::exe(),
                 worker: None,
                 host: process::hostname(),
-                report: crate::report::report_path().to_string_lossy().into_owned(),
+                report: crate::writer::report_path().to_string_lossy().into_owned(),
                 ..Page::default()
             },
             history: BTreeMap::new(),
@@ -135,7 +135,7 @@ impl Filler {
                     self.history
                         .get(&l.device)
                         .and_then(History::since_ms)
-                        .and_then(crate::report::timeline::stack_bytes_since)
+                        .and_then(crate::writer::timeline::stack_bytes_since)
                 });
                 let growth = at_start
                     .as_ref()

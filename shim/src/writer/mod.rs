@@ -1,4 +1,4 @@
-//! The report: one JSON document per process (schema `cuguard-report`, version 1; see
+//! The shim's report writer: one JSON document per process (schema `cuguard-report`, version 1; see
 //! `docs/report.schema.json`), and the one-line summary on stderr.
 //!
 //! Only raw facts go in: addresses, sizes, contexts, threads, stacks as instruction pointers
