@@ -49,9 +49,9 @@ mod nvtx;
 mod phase;
 mod pool;
 mod process;
-mod writer;
 mod stack;
 mod tracker;
+mod writer;
 
 /// The shim's own heap, counted for the report's `cost` ([`process::cost::Counting`]).
 #[global_allocator]

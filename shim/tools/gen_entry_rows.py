@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generates shim/src/driver/submit_rows.rs: the `submit` rows of the driver-entry table
-(shim/src/driver/table.rs), one per driver entry that submits device work (kernels, copies,
+(shim/src/driver/entry_table.rs), one per driver entry that submits device work (kernels, copies,
 sets, graph launches, stream memory operations, external semaphores, host functions). The shim
 counts each call of them for the pool's safe-reuse scheme (see shim/pool/src/fence.rs).
 

@@ -1,5 +1,5 @@
 //! The first door, and the functions the other two hand out: both made from the driver-entry
-//! table ([`crate::driver::table`]), a few lines per entry.
+//! table ([`crate::driver::entry_table`]), a few lines per entry.
 //!
 //! For every entry of every role but `pass`, there are two functions with the entry's exact C
 //! signature:
@@ -178,7 +178,7 @@ pub fn is_own(p: *mut c_void) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::table::Role;
+    use crate::driver::entry_table::Role;
 
     #[test]
     fn every_entry_but_pass_has_two_distinct_functions() {

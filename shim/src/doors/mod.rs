@@ -1,5 +1,5 @@
 //! The three doors by which programs reach the driver, and how the shim stands in each. This is
-//! the top of the shim: the doors join the driver-entry table ([`crate::driver::table`]) to the
+//! the top of the shim: the doors join the driver-entry table ([`crate::driver::entry_table`]) to the
 //! handlers in [`crate::hooks`], and nothing below imports them.
 //!
 //! - [`exports`]: the shim's exported symbols, which `-lcuda` programs bind to, and the functions

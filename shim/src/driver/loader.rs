@@ -1,5 +1,5 @@
 //! Finding the real driver: libc's `dlsym` (without calling `dlsym`, which the shim exports), the
-//! driver library's handle, and the address of every entry of [`super::table`] in it.
+//! driver library's handle, and the address of every entry of [`super::entry_table`] in it.
 //!
 //! Resolution is lazy: it happens on the first call that needs a real entry, never at load time.
 //! If the driver library is not loaded yet, it fails and is tried again on a later call.
@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicUsize;
 
 use once_cell::sync::OnceCell;
 
-use super::table::{ENTRY_COUNT, Entry, Role, real};
+use super::entry_table::{ENTRY_COUNT, Entry, Role, real};
 use crate::ffi::*;
 
 unsafe extern "C" {

@@ -15,17 +15,17 @@
 
 #[macro_use]
 mod submit_rows;
-pub mod device;
+pub mod device_uuid;
+pub mod entry_table;
 pub mod loader;
 pub mod nvml;
 pub mod nvml_entries;
-pub mod table;
 
+pub(crate) use entry_table::for_each_entry;
 pub(crate) use submit_rows::submit_rows;
-pub(crate) use table::for_each_entry;
 
+pub use entry_table::{Entry, real, sig};
 pub use loader::{
     REAL_DLSYM, current_context, driver, driver_if_loaded, entry_at, is_driver_name, real_dlsym,
     resolve_real_dlsym,
 };
-pub use table::{Entry, real, sig};

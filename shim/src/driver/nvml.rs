@@ -108,7 +108,7 @@ fn load() -> Option<Nvml> {
 
 /// The NVML handle of CUDA device `ordinal`, by its UUID.
 fn device(n: &Nvml, ordinal: i32) -> Option<Device> {
-    let text = format!("{}\0", super::device::uuid(ordinal)?);
+    let text = format!("{}\0", super::device_uuid::uuid(ordinal)?);
     let mut d: Device = std::ptr::null_mut();
     // SAFETY: a NUL-terminated UUID string and a valid out-parameter.
     (unsafe { (n.by_uuid)(text.as_ptr().cast(), &mut d) } == 0).then_some(d)

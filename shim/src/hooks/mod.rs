@@ -3,7 +3,7 @@
 //! an allocation, account for a free).
 //!
 //! A handler is named after the first form of its row in the driver-entry table
-//! ([`crate::driver::table`]) and takes the form that was called, the typed real entry and the
+//! ([`crate::driver::entry_table`]) and takes the form that was called, the typed real entry and the
 //! program's arguments; `doors::exports` calls it from the shim's exported symbols and from the
 //! functions the lookup doors hand out. Each is thin: forward to the real driver (or to the pool,
 //! through [`crate::pool::serve`], for cuMemAlloc/cuMemFree), then tell the tracker under a

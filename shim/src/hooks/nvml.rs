@@ -5,7 +5,7 @@
 //! their memory from NVML (pynvml, dask-cuda).
 //!
 //! Real NVML first; a failure is returned untouched. Then the NVML device's CUDA ordinal
-//! ([`crate::driver::device::ordinal_of`]: by UUID against the driver the program initialized,
+//! ([`crate::driver::device_uuid::ordinal_of`]: by UUID against the driver the program initialized,
 //! else by `CUDA_VISIBLE_DEVICES`), and under that ordinal's limit: total = the limit, free =
 //! what is left of it (never below 0, never above NVML's free plus the pool's idle bytes),
 //! used = total − free, and v2's reserved = 0. A device with no limit keeps NVML's figures.
@@ -22,7 +22,7 @@
 use std::sync::atomic::AtomicBool;
 
 use crate::config::amount::Amount;
-use crate::driver::device::{self, Ordinal};
+use crate::driver::device_uuid::{self, Ordinal};
 use crate::driver::nvml::{Device, Memory, MemoryV2, NVML_SUCCESS, NvmlReturn};
 use crate::driver::nvml_entries::{self, MemoryInfoFn, MemoryInfoV2Fn};
 use crate::guard::shield;
@@ -93,7 +93,9 @@ fn limited(device: Device, total: u64, free: u64) -> Option<(u64, u64)> {
         .limit
         .filter(|_| super::shown::pool_limit_shown());
     let uuid = nvml_entries::uuid(device);
-    let ordinal = uuid.as_deref().map_or(Ordinal::Unknown, device::ordinal_of);
+    let ordinal = uuid
+        .as_deref()
+        .map_or(Ordinal::Unknown, device_uuid::ordinal_of);
     // Each limit in force as (total, held), and the pool's idle bytes (counted as free).
     let (process, pooled, idle) = match ordinal {
         Ordinal::ByDriver(o) => (

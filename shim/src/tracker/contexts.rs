@@ -190,7 +190,7 @@ impl Contexts {
             // SAFETY: total is a valid out-parameter.
             unsafe { f(&mut total, ordinal) };
         }
-        let uuid = crate::driver::device::uuid(ordinal);
+        let uuid = crate::driver::device_uuid::uuid(ordinal);
         let mut inner = lock(&self.inner);
         if !inner.devices.iter().any(|d| d.ordinal == ordinal) {
             inner.devices.push(DeviceInfo {
