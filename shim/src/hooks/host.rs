@@ -16,10 +16,10 @@ fn after_alloc(api: Entry, result: CUresult, pp: *mut *mut c_void, size: usize) 
     };
     shield((), || {
         if result == CUDA_SUCCESS {
-            // SAFETY: the call succeeded, so pp was valid and written.
             let addr = if pp.is_null() {
                 0
             } else {
+                // SAFETY: the call succeeded, so pp was valid and written.
                 unsafe { *pp as u64 }
             };
             if addr != 0 {

@@ -289,7 +289,7 @@ enum Ran {
 ///
 /// The calling thread holds the GIL, with no exception set.
 unsafe fn run_bootstrap(api: &Api) -> Ran {
-    // SAFETY (whole body): the GIL is held (the caller's contract); every object made is
+    // SAFETY: (the whole body) the GIL is held (the caller's contract); every object made is
     // released exactly once; the borrowed builtins dict is not released.
     unsafe {
         let failed = |what: &str| -> Ran {

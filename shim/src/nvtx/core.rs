@@ -218,10 +218,8 @@ mod tests {
             let mut t: *const c_void = std::ptr::null();
             let mut n = 0u32;
             // SAFETY: valid out-parameters.
-            assert_eq!(
-                unsafe { get_module_function_table(module, &mut t, &mut n) },
-                1
-            );
+            let found = unsafe { get_module_function_table(module, &mut t, &mut n) };
+            assert_eq!(found, 1);
             assert_eq!(n as usize, size);
             let t = t.cast::<*const AtomicUsize>();
             // SAFETY: the table has size + 1 entries.
@@ -235,10 +233,8 @@ mod tests {
         }
         let mut t: *const c_void = std::ptr::null();
         // SAFETY: valid out-parameter; the size may be NULL.
-        assert_eq!(
-            unsafe { get_module_function_table(7, &mut t, std::ptr::null_mut()) },
-            0
-        );
+        let found = unsafe { get_module_function_table(7, &mut t, std::ptr::null_mut()) };
+        assert_eq!(found, 0);
         // SAFETY: plain lookups.
         unsafe {
             assert!(!get_export_table(ETID_CALLBACKS).is_null());

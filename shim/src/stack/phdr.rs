@@ -128,10 +128,10 @@ pub(crate) fn describe(info: &libc::dl_phdr_info) -> Option<Mapped> {
         .map(|p| p.p_vaddr.checked_add(p.p_memsz))
         .max()??;
     let mut m = Mapped {
-        // SAFETY: dlpi_name is a NUL-terminated string owned by the loader, or null.
         name: if info.dlpi_name.is_null() {
             Vec::new()
         } else {
+            // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
             unsafe { CStr::from_ptr(info.dlpi_name) }
                 .to_bytes()
                 .to_vec()

@@ -101,6 +101,7 @@ fn libgcc_backtrace() -> Vec<u64> {
     extern "C" fn each(ctx: *mut c_void, arg: *mut c_void) -> c_int {
         // SAFETY: arg is the Vec below; ctx is libgcc's context for this frame.
         let v = unsafe { &mut *(arg as *mut Vec<u64>) };
+        // SAFETY: ctx is libgcc's context for this frame.
         let ip = unsafe { _Unwind_GetIP(ctx) } as u64;
         if ip == 0 {
             return 1;

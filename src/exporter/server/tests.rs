@@ -258,10 +258,8 @@ fn a_listener_that_stops_listening_ends_serve() {
     let serving = std::thread::spawn(move || server.serve(|| Ok(String::new())));
     assert!(request(addr, "GET /metrics HTTP/1.1").starts_with("HTTP/1.1 200 "));
     // SAFETY: shutdown on a descriptor this test holds (a duplicate of the listener).
-    assert_eq!(
-        unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RD) },
-        0
-    );
+    let shut = unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RD) };
+    assert_eq!(shut, 0);
     let stopped = serving.join().unwrap();
     assert_eq!(stopped.source.raw_os_error(), Some(libc::EINVAL));
     assert_eq!(

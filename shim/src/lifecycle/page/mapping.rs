@@ -212,8 +212,9 @@ fn remove_stale_temps(dir: &Path, dirfd: &Fd, pid: u32) -> usize {
             continue;
         }
         let old = now - st.st_mtime >= STALE_TEMP_SECS;
-        // SAFETY: c is NUL-terminated; dirfd is open; unlinkat removes the name only.
-        if (writer == pid || old || !pid_taken(writer))
+        let ours_to_remove = writer == pid || old || !pid_taken(writer);
+        if ours_to_remove
+            // SAFETY: c is NUL-terminated; dirfd is open; unlinkat removes the name only.
             && unsafe { libc::unlinkat(dirfd.0, c.as_ptr(), 0) } == 0
         {
             removed += 1;
