@@ -347,7 +347,7 @@ fn many(out: &mut dyn Write, s: &Summary, all: &AllProcesses) -> io::Result<()> 
     if r.processes > 0 {
         writeln!(
             out,
-            "<p class=\"rest\" id=\"process-rest\">{} more {}: {} leaked in {}{}{}.</p>",
+            "<p class=\"rest\" id=\"process-rest\">{} more {}: {} leaked in {} {}{}{}.</p>",
             grouped(r.processes as u64),
             if r.processes == 1 {
                 "process"
@@ -355,11 +355,8 @@ fn many(out: &mut dyn Write, s: &Summary, all: &AllProcesses) -> io::Result<()> 
                 "processes"
             },
             bytes(r.leaked_bytes),
-            format!(
-                "{} {}",
-                grouped(r.leaks),
-                if r.leaks == 1 { "leak" } else { "leaks" }
-            ),
+            grouped(r.leaks),
+            if r.leaks == 1 { "leak" } else { "leaks" },
             if r.processes > 1 {
                 format!(" ({} to {} each)", bytes(r.least), bytes(r.most))
             } else {
