@@ -6,14 +6,17 @@ use clap::Args;
 
 use super::{CliError, exit, write_output};
 use crate::input;
-use crate::view::{ProcessView, View, html};
+use crate::view::fold::ViewFold;
+use crate::view::{ProcessView, html};
 
 /// Arguments of `cuguard view`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
 The page needs no network: styles, script and data are inline. It shows device memory over time
 (live and reserved, per device, from the reports' timelines), the top sites, and a flame graph
-of leaked bytes by stack.
+of leaked bytes by stack. Over 100 processes, it lists the 25 that leaked most and adds up the
+others; every process is in the page, compressed, opened by its search box (pid, rank, host or
+name) or its \"Show all\" button.
 
 Examples:
   cuguard view cuguard.train.4242.json -o report.html
@@ -35,34 +38,41 @@ pub fn run(args: ViewArgs) -> Result<u8, CliError> {
     // History files (a process killed before its report) are read as histories.
     let (histories, reports): (Vec<PathBuf>, Vec<PathBuf>) =
         args.paths.iter().cloned().partition(|p| is_history(p));
-    let mut processes: Vec<ProcessView> = Vec::new();
-    if !reports.is_empty() {
-        processes.extend(
-            input::map_paths(&reports, |source, report| ProcessView::new(source, &report))?
-                .into_iter()
-                .map(|(_, p)| p),
-        );
-    }
+    let top = if args.top == 0 { usize::MAX } else { args.top };
+    // Each process is condensed as it is read (its leaks folded while parsed) and added to the
+    // view, then dropped: memory holds what the page shows, not the processes.
+    let mut fold = ViewFold::new(top);
     // The histories the reports name: the first few drawn (each is read whole).
     let mut drawn = 0;
     let mut left_out = 0;
-    for p in &mut processes {
-        if p.history.is_some() {
-            if drawn < crate::view::MAX_TIMELINES {
-                p.draw_history();
-                drawn += 1;
-            } else {
-                left_out += 1;
-            }
-        }
+    if !reports.is_empty() {
+        let files = input::expand(&reports)?;
+        input::for_each_folded(
+            &files,
+            crate::view::SECTION_TOP,
+            |source, report, leaks| ProcessView::folded(source, &report, &leaks),
+            |_, mut p| {
+                if p.history.is_some() {
+                    if drawn < crate::view::MAX_TIMELINES {
+                        p.draw_history();
+                        drawn += 1;
+                    } else {
+                        left_out += 1;
+                    }
+                }
+                fold.add(p);
+            },
+        )?;
     }
     for path in histories {
         let loaded = crate::history::load(&path)?;
         let source = input::Source { path, index: None };
-        processes.push(ProcessView::from_history(&source, &loaded));
+        fold.add(ProcessView::from_history(&source, &loaded));
     }
-    let top = if args.top == 0 { usize::MAX } else { args.top };
-    let mut view = View::new(processes, top);
+    let mut view = fold.finish().map_err(|e| CliError::Output {
+        what: "a temporary file".into(),
+        source: e,
+    })?;
     if left_out > 0 {
         view.timeline_notes.push(format!(
             "{left_out} more processes have a history: view them one at a time (at most {} are drawn on a page)",

@@ -19,7 +19,8 @@
 //!   with what a framework cache's memory means;
 //! - `#sites` "Top sites" (site label and who holds it), the flame graph (`#flame .frame`
 //!   boxes, callers above callees, in the mixed native and Python order; click a box to zoom),
-//!   and the processes.
+//!   and the processes ([`super::processes`]: every one, or over [`super::MAX_LISTED`] the top
+//!   ones, the others added up, a search box and the compressed list of them all).
 //!
 //! Tables and text are plain HTML, sizes as `cuguard summary` prints them; the script draws the
 //! charts and the flame graph from the JSON in `<script id="data">`, then sets
@@ -27,7 +28,7 @@
 
 use std::io::{self, Write};
 
-use super::{MAX_PROCESS_ENTRIES, View};
+use super::View;
 use crate::growth::GrowingSite;
 use crate::owners::{OwnerKind, OwnerShare};
 use crate::summary::ReportSummary;
@@ -64,8 +65,9 @@ pub(crate) fn esc(text: &str) -> String {
 
 /// JSON that is safe inside `<script>`: no `<`, `>`, `&` or line separators left raw.
 fn script_json(view: &View) -> io::Result<String> {
+    let charts: Vec<&super::Chart> = view.charts.iter().chain(&view.merged).collect();
     let json = serde_json::to_string(&serde_json::json!({
-        "charts": view.charts,
+        "charts": charts,
         "growth": view.growth,
         "flame": view.flame,
         "timelines": view.timelines,
@@ -239,14 +241,13 @@ fn process_heading(out: &mut dyn Write, p: &ReportSummary, several: bool) -> io:
     Ok(())
 }
 
-/// `N more processes not shown` when a section lists only the first
-/// [`MAX_PROCESS_ENTRIES`].
-fn more_processes(out: &mut dyn Write, total: usize) -> io::Result<()> {
-    if total > MAX_PROCESS_ENTRIES {
+/// `N more processes not shown` when a section lists `shown` of `total`.
+fn more_processes(out: &mut dyn Write, shown: usize, total: usize) -> io::Result<()> {
+    if total > shown {
         writeln!(
             out,
             "<p class=\"note\">{} more processes not shown.</p>",
-            total - MAX_PROCESS_ENTRIES
+            total - shown
         )?;
     }
     Ok(())
@@ -317,11 +318,7 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
 /// The out-of-memory section, first on the page.
 fn ooms_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
     let s = &view.summary;
-    let with: Vec<&ReportSummary> = s
-        .processes
-        .iter()
-        .filter(|p| !p.ooms.is_empty() || p.ooms_dropped > 0)
-        .collect();
+    let with = &view.ooms;
     if with.is_empty() {
         return Ok(());
     }
@@ -329,7 +326,7 @@ fn ooms_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
         out,
         "<section id=\"oom\">\n<h2 class=\"bad\">Out of memory</h2>"
     )?;
-    for p in with.iter().take(MAX_PROCESS_ENTRIES) {
+    for p in with {
         process_heading(out, p, s.reports > 1)?;
         for o in &p.ooms {
             oom_entry(out, o)?;
@@ -346,7 +343,7 @@ fn ooms_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
             )?;
         }
     }
-    more_processes(out, with.len())?;
+    more_processes(out, with.len(), view.ooms_total)?;
     writeln!(out, "</section>")
 }
 
@@ -375,7 +372,7 @@ fn peak_entry(out: &mut dyn Write, peak: &PeakSummary) -> io::Result<()> {
 /// What was live at each device's peak.
 fn peaks_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
     let s = &view.summary;
-    let with: Vec<&ReportSummary> = s.processes.iter().filter(|p| !p.peaks.is_empty()).collect();
+    let with = &view.peaks;
     if with.is_empty() {
         return Ok(());
     }
@@ -384,13 +381,13 @@ fn peaks_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
         out,
         "<p class=\"note\">What was live on each device when its live bytes were highest (the shim's breakdown, taken within 1% of the peak).</p>"
     )?;
-    for p in with.iter().take(MAX_PROCESS_ENTRIES) {
+    for p in with {
         process_heading(out, p, s.reports > 1)?;
         for peak in &p.peaks {
             peak_entry(out, peak)?;
         }
     }
-    more_processes(out, with.len())?;
+    more_processes(out, with.len(), view.peaks_total)?;
     writeln!(out, "</section>")
 }
 
@@ -434,14 +431,7 @@ fn growing_table(out: &mut dyn Write, growing: &[GrowingSite]) -> io::Result<()>
 fn growth_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
     let s = &view.summary;
     let chart_of = |i: usize| view.growth.iter().position(|g| g.process_index == i);
-    let with: Vec<(usize, &ReportSummary)> = s
-        .processes
-        .iter()
-        .enumerate()
-        .filter(|(i, p)| {
-            !p.growing.is_empty() || p.growth_not_told.is_some() || chart_of(*i).is_some()
-        })
-        .collect();
+    let with = &view.growing;
     if with.is_empty() {
         return Ok(());
     }
@@ -450,7 +440,7 @@ fn growth_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
         out,
         "<p class=\"note\">Live bytes of the top sites over the run (the growing sites first, then the largest), even when the memory was freed before the end. A site grows when its live bytes were still rising in the last part of the run: a rise followed by a plateau is set-up.</p>"
     )?;
-    for (i, p) in with.iter().take(MAX_PROCESS_ENTRIES) {
+    for (i, p) in with {
         process_heading(out, p, s.reports > 1)?;
         if let Some(k) = chart_of(*i) {
             writeln!(
@@ -470,7 +460,7 @@ fn growth_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
             writeln!(out, "<p class=\"good\">No site grew.</p>")?;
         }
     }
-    more_processes(out, with.len())?;
+    more_processes(out, with.len(), view.growing_total)?;
     if view.growth_omitted > 0 {
         writeln!(
             out,
@@ -573,11 +563,7 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
         String::new()
     };
     let incomplete = s.reports - s.complete_reports;
-    let ooms: u64 = s
-        .processes
-        .iter()
-        .map(|p| (p.ooms.len() as u64).saturating_add(p.ooms_dropped))
-        .fold(0, u64::saturating_add);
+    let ooms = view.oom_refusals;
     writeln!(
         out,
         "<p class=\"totals\">{}{}: {leaked}{own}, {}{}.</p>",
@@ -630,8 +616,14 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
     if view.charts_omitted > 0 {
         writeln!(
             out,
-            "<p class=\"note\">{} more timelines not shown.</p>",
-            view.charts_omitted
+            "<p class=\"note\">{} more timelines not shown: the {} with the highest peaks are drawn, the others merged into {} (per device, the most any of them had at each moment).</p>",
+            view.charts_omitted,
+            view.charts.len(),
+            if view.merged.len() == 1 {
+                "the last chart"
+            } else {
+                "the last charts"
+            }
         )?;
     }
 
@@ -685,8 +677,20 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
     )?;
     writeln!(out, "<div id=\"flame\"></div>")?;
 
-    super::processes::section(out, s)?;
+    super::processes::section(out, s, view.all.as_ref())?;
+    if view.all.is_none() {
+        processes_table(out, s)?;
+    }
+    writeln!(
+        out,
+        "<script type=\"application/json\" id=\"data\">{}</script>",
+        script_json(view)?
+    )?;
+    writeln!(out, "<script>\n{JS}</script>\n</body>\n</html>")
+}
 
+/// The table of processes at the end of a page that lists every one.
+fn processes_table(out: &mut dyn Write, s: &crate::summary::Summary) -> io::Result<()> {
     writeln!(out, "<h2>Processes</h2>")?;
     writeln!(
         out,
@@ -714,13 +718,7 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
             esc(&p.source)
         )?;
     }
-    writeln!(out, "</tbody>\n</table>")?;
-    writeln!(
-        out,
-        "<script type=\"application/json\" id=\"data\">{}</script>",
-        script_json(view)?
-    )?;
-    writeln!(out, "<script>\n{JS}</script>\n</body>\n</html>")
+    writeln!(out, "</tbody>\n</table>")
 }
 
 #[cfg(test)]
@@ -731,19 +729,11 @@ mod tests {
     #[test]
     fn hostile_names_stay_inert() {
         assert_eq!(esc("<script>&\"'"), "&lt;script&gt;&amp;&quot;&#39;");
-        let view = View {
-            summary: crate::summary::Summary::new(Vec::new(), 10),
-            charts: Vec::new(),
-            charts_omitted: 0,
-            growth: Vec::new(),
-            growth_omitted: 0,
-            flame: Node {
-                name: "</script><script>alert(1)</script>".into(),
-                bytes: 1,
-                children: Vec::new(),
-            },
-            timelines: Vec::new(),
-            timeline_notes: Vec::new(),
+        let mut view = crate::view::fold::ViewFold::new(10).finish().unwrap();
+        view.flame = Node {
+            name: "</script><script>alert(1)</script>".into(),
+            bytes: 1,
+            children: Vec::new(),
         };
         let json = script_json(&view).unwrap();
         assert!(!json.contains('<') && !json.contains('>'));

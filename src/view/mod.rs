@@ -12,6 +12,7 @@
 //! to frame-name paths ([`flame_path`]). [`View::new`] combines them; [`html::write`] writes the
 //! page; with several processes, [`processes`] writes the per-process view.
 
+pub mod fold;
 pub mod html;
 pub mod processes;
 pub mod timeline;
@@ -21,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::input::Source;
-use crate::report::{Report, Stack};
+use crate::report::{LeakFold, Report, Stack};
 use crate::sites::{SiteIndex, frame_name, mixed_names};
 use crate::summary::{ReportSummary, Summary};
 use crate::text::{bytes, millis};
@@ -122,21 +123,23 @@ pub struct Node {
 }
 
 impl Node {
-    fn add(&mut self, path: &[String], bytes: u64) {
+    /// Adds `bytes` along `path`; returns how many nodes were made.
+    fn add(&mut self, path: &[String], bytes: u64) -> usize {
         self.bytes = self.bytes.saturating_add(bytes);
-        if let Some((first, rest)) = path.split_first() {
-            let child = match self.children.iter().position(|c| c.name == *first) {
-                Some(i) => &mut self.children[i],
-                None => {
-                    self.children.push(Node {
-                        name: first.clone(),
-                        ..Node::default()
-                    });
-                    self.children.last_mut().expect("just pushed")
-                }
-            };
-            child.add(rest, bytes);
-        }
+        let Some((first, rest)) = path.split_first() else {
+            return 0;
+        };
+        let (child, made) = match self.children.iter().position(|c| c.name == *first) {
+            Some(i) => (&mut self.children[i], 0),
+            None => {
+                self.children.push(Node {
+                    name: first.clone(),
+                    ..Node::default()
+                });
+                (self.children.last_mut().expect("just pushed"), 1)
+            }
+        };
+        made + child.add(rest, bytes)
     }
 
     /// Drops nodes below `min` bytes and sorts callees largest first; returns nodes kept.
@@ -191,7 +194,13 @@ pub struct ProcessView {
 impl ProcessView {
     /// Condenses one report.
     pub fn new(source: &Source, report: &Report) -> ProcessView {
-        let summary = ReportSummary::new(source, report, SECTION_TOP);
+        ProcessView::folded(source, report, &LeakFold::of(&report.leaks, SECTION_TOP))
+    }
+
+    /// Condenses one report whose leaks are `leaks` (folded while it was parsed; the report's
+    /// own `leaks` are not read), as [`ProcessView::new`].
+    pub fn folded(source: &Source, report: &Report, leaks: &LeakFold) -> ProcessView {
+        let summary = ReportSummary::folded(source, report, leaks, SECTION_TOP);
         let sites = SiteIndex::new(report);
         let who = format!("{} on {}", report.process_name(), report.process.hostname);
         let mut per_device: BTreeMap<u32, Vec<[u64; 3]>> = BTreeMap::new();
@@ -223,9 +232,9 @@ impl ProcessView {
             .collect();
         let growth = growth_chart(report, &summary, &sites, &who);
         let mut by_stack: HashMap<Option<u64>, u64> = HashMap::new();
-        for leak in &report.leaks {
-            let e = by_stack.entry(leak.stack).or_default();
-            *e = e.saturating_add(leak.size);
+        for group in leaks.groups() {
+            let e = by_stack.entry(group.leak.stack).or_default();
+            *e = e.saturating_add(group.bytes);
         }
         let mut paths: Vec<(Vec<String>, u64)> = by_stack
             .into_iter()
@@ -367,6 +376,7 @@ fn growth_chart(
     sites: &SiteIndex<'_>,
     who: &str,
 ) -> Option<GrowthChart> {
+    report.stack_samples.as_ref()?;
     // The series the growth criterion reads (a cache's lines in place of its segments, where
     // its history gave them), over the whole run: the teardown after a Python program's end
     // shows, beside its mark.
@@ -445,17 +455,43 @@ fn downsample(points: Vec<[u64; 3]>) -> Vec<[u64; 3]> {
         .collect()
 }
 
-/// What the page shows. Serialized into the page as its data.
-#[derive(Clone, Debug, Serialize)]
+/// What the page shows: whatever the number of processes, a bounded part of them (see
+/// [`fold::ViewFold`], which builds it one process at a time). Its charts, growth charts, flame
+/// graph and timelines are serialized into the page as its data.
+#[derive(Debug)]
 pub struct View {
-    /// The summary of all processes (sites cut to `top`; each process's out-of-memory records,
-    /// peaks and growing sites cut to [`SECTION_TOP`]).
+    /// The summary of all processes (sites cut to `top`). Its `processes` are those the page
+    /// lists: every process when there are at most [`MAX_LISTED`], in input order; else the
+    /// [`TOP_PROCESSES`] that leaked most, most first.
     pub summary: Summary,
-    /// Timelines, at most [`MAX_CHARTS`].
+    /// Timelines, at most [`MAX_CHARTS`]: those of the processes with the highest peaks, in
+    /// input order.
     pub charts: Vec<Chart>,
     /// Timelines left out.
     pub charts_omitted: usize,
-    /// Growth charts, one per process that has `stack_samples`, at most [`MAX_CHARTS`].
+    /// Per device, the timelines left out merged into one (their largest values over time),
+    /// when some were.
+    pub merged: Vec<Chart>,
+    /// The processes with out-of-memory refusals, at most [`MAX_PROCESS_ENTRIES`] (the first
+    /// ones), in input order.
+    pub ooms: Vec<ReportSummary>,
+    /// How many processes had out-of-memory refusals.
+    pub ooms_total: usize,
+    /// Out-of-memory refusals, all processes together (those the shims did not keep included).
+    pub oom_refusals: u64,
+    /// The processes with a peak's breakdown, at most [`MAX_PROCESS_ENTRIES`] (the highest
+    /// peaks), in input order.
+    pub peaks: Vec<ReportSummary>,
+    /// How many processes had a peak's breakdown.
+    pub peaks_total: usize,
+    /// The processes with growing sites, a growth chart, or a note on why growth could not be
+    /// told, with their place in the input, at most [`MAX_PROCESS_ENTRIES`] (those that grew
+    /// most), in input order.
+    pub growing: Vec<(usize, ReportSummary)>,
+    /// How many processes [`View::growing`] could have listed.
+    pub growing_total: usize,
+    /// Growth charts of the processes in [`View::growing`] (each knows its process's place in
+    /// the input), at most [`MAX_CHARTS`].
     pub growth: Vec<GrowthChart>,
     /// Growth charts left out.
     pub growth_omitted: usize,
@@ -465,63 +501,27 @@ pub struct View {
     pub timelines: Vec<timeline::Timeline>,
     /// Histories left out, or that could not be read (one line each).
     pub timeline_notes: Vec<String>,
+    /// Every process's row, when the page lists only some of them (see
+    /// [`processes::AllProcesses`]).
+    pub all: Option<processes::AllProcesses>,
 }
 
+/// Up to this many processes, the page lists every one (as it always did); beyond, the
+/// [`TOP_PROCESSES`] that leaked most, the others added up and kept in the page's compressed
+/// part.
+pub const MAX_LISTED: usize = 100;
+/// How many processes a page of more than [`MAX_LISTED`] lists.
+pub const TOP_PROCESSES: usize = 25;
+
 impl View {
-    /// Combines condensed processes; lists `top` sites.
+    /// Combines condensed processes (in input order); lists `top` sites.
     pub fn new(processes: Vec<ProcessView>, top: usize) -> View {
-        let mut flame = Node {
-            name: "all".into(),
-            ..Node::default()
-        };
-        let mut charts = Vec::new();
-        let mut omitted = 0;
-        let mut growth = Vec::new();
-        let mut growth_omitted = 0;
-        let mut summaries = Vec::with_capacity(processes.len());
-        let mut timelines = Vec::new();
-        let mut timeline_notes = Vec::new();
-        for (i, mut p) in processes.into_iter().enumerate() {
-            match p.timeline.take() {
-                Some(Ok(t)) if timelines.len() < MAX_TIMELINES => timelines.push(t),
-                Some(Ok(t)) => timeline_notes.push(format!(
-                    "{}: its history is not drawn (at most {MAX_TIMELINES} on a page)",
-                    t.process
-                )),
-                Some(Err(why)) => timeline_notes.push(why),
-                None => {}
-            }
-            for (path, bytes) in &p.paths {
-                flame.add(path, *bytes);
-            }
-            for c in p.charts {
-                if charts.len() < MAX_CHARTS {
-                    charts.push(c);
-                } else {
-                    omitted += 1;
-                }
-            }
-            if let Some(mut g) = p.growth {
-                if growth.len() < MAX_CHARTS {
-                    g.process_index = i;
-                    growth.push(g);
-                } else {
-                    growth_omitted += 1;
-                }
-            }
-            summaries.push(p.summary);
+        let mut fold = fold::ViewFold::new(top);
+        for p in processes {
+            fold.add(p);
         }
-        flame.prune((flame.bytes / MIN_FRACTION).max(1));
-        View {
-            summary: Summary::new(summaries, top),
-            charts,
-            charts_omitted: omitted,
-            growth,
-            growth_omitted,
-            flame,
-            timelines,
-            timeline_notes,
-        }
+        fold.finish()
+            .expect("a view kept in temporary files reads back what it kept")
     }
 }
 

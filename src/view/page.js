@@ -334,6 +334,146 @@
     var m = /(?:^#|&)at=([0-9.]+)/.exec(location.hash || "");
     show(m ? +m[1] : t.peak[0]);
   }
+  // A page of many processes keeps every process's row gzip'd in #all-processes (see
+  // processes.rs for its columns); opened only when asked, to find a process or show them all.
+  var ROW = { index: 0, name: 1, worker: 2, rank: 3, host: 4, pid: 5, complete: 6, reason: 7,
+    leaked: 8, own: 9, others: 10, peak: 11, leaks: 12, events: 13, source: 14, sites: 15 };
+  var allRows = null;
+  function rows() {
+    if (allRows) return allRows;
+    var b64 = document.getElementById("all-processes").textContent.replace(/\s+/g, "");
+    var bin = atob(b64), bytes = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    allRows = new Response(stream).text().then(JSON.parse);
+    return allRows;
+  }
+  function cell(tr, s, cls) {
+    var td = document.createElement("td");
+    if (cls) td.className = cls;
+    td.textContent = s;
+    tr.appendChild(td);
+    return td;
+  }
+  // The rows found as a table like the one above, each process's largest sites under it when
+  // `sites` is set.
+  function rowTable(found, sites) {
+    var t = document.createElement("table");
+    t.className = "found";
+    var head = ["process", "worker", "rank", "host", "pid", "report", "leaked", "program's own", "others", "peak", "largest site"];
+    var num = { rank: 1, pid: 1, leaked: 1, "program's own": 1, others: 1, peak: 1 };
+    var tr = document.createElement("tr");
+    head.forEach(function (h) {
+      var th = document.createElement("th");
+      if (num[h]) th.className = "num";
+      th.textContent = h;
+      tr.appendChild(th);
+    });
+    var thead = document.createElement("thead");
+    thead.appendChild(tr);
+    t.appendChild(thead);
+    var body = document.createElement("tbody");
+    found.forEach(function (r) {
+      var tr = document.createElement("tr");
+      tr.className = "found-process";
+      tr.setAttribute("data-index", r[ROW.index]);
+      tr.title = r[ROW.source];
+      cell(tr, r[ROW.name]);
+      cell(tr, r[ROW.worker] == null ? "" : r[ROW.worker]);
+      cell(tr, r[ROW.rank] == null ? "" : String(r[ROW.rank]), "num");
+      cell(tr, r[ROW.host]);
+      cell(tr, String(r[ROW.pid]), "num");
+      var rep = cell(tr, r[ROW.complete] ? "complete" : "incomplete (" + r[ROW.reason] + ")");
+      if (!r[ROW.complete]) rep.className = "warn";
+      cell(tr, fmt(r[ROW.leaked]), "num");
+      cell(tr, fmt(r[ROW.own]), "num");
+      cell(tr, fmt(r[ROW.others]), "num");
+      cell(tr, fmt(r[ROW.peak]), "num");
+      cell(tr, r[ROW.sites].length ? r[ROW.sites][0][2] : "", "site");
+      body.appendChild(tr);
+      if (sites && r[ROW.sites].length) {
+        var sub = document.createElement("tr");
+        sub.className = "found-sites";
+        var td = document.createElement("td");
+        td.colSpan = head.length;
+        var p = document.createElement("div");
+        p.className = "note";
+        p.textContent = r[ROW.source] + ": " + fmt(r[ROW.leaked]) + " leaked in " + r[ROW.leaks] +
+          (r[ROW.leaks] === 1 ? " leak" : " leaks") + "; its largest sites:";
+        td.appendChild(p);
+        r[ROW.sites].forEach(function (s) {
+          var d = document.createElement("div");
+          d.className = "site";
+          d.textContent = fmt(s[0]) + " in " + s[1] + (s[1] === 1 ? " leak" : " leaks") + " — " + s[2];
+          td.appendChild(d);
+        });
+        sub.appendChild(td);
+        body.appendChild(sub);
+      }
+    });
+    t.appendChild(body);
+    return t;
+  }
+  // Whether row `r` answers the query: a number is a pid or a rank, `rank N` / `pid N` one of
+  // them; other words are looked for in the name, worker, host and report file.
+  function matches(r, q) {
+    var m = /^(rank|pid)?\s*(\d+)$/.exec(q);
+    if (m) {
+      var n = +m[2];
+      if (m[1] === "rank") return r[ROW.rank] === n;
+      if (m[1] === "pid") return r[ROW.pid] === n;
+      return r[ROW.pid] === n || r[ROW.rank] === n;
+    }
+    return [r[ROW.name], r[ROW.worker] || "", r[ROW.host], r[ROW.source]].some(function (s) {
+      return s.toLowerCase().indexOf(q) >= 0;
+    });
+  }
+  var SHOWN = 50;
+  function finder() {
+    var input = document.getElementById("find-process");
+    if (!input) return;
+    var out = document.getElementById("found"), note = document.getElementById("found-note");
+    var asked = 0;
+    function show(what, found, total, sites) {
+      out.textContent = "";
+      if (found.length) out.appendChild(rowTable(found, sites));
+      note.textContent = what;
+      out.setAttribute("data-found", String(total));
+    }
+    function fail(e) {
+      note.textContent = "The list of processes could not be read: " + e;
+      out.setAttribute("data-error", String(e));
+    }
+    function find(q) {
+      var mine = ++asked;
+      q = q.trim().toLowerCase();
+      if (!q) { show("", [], 0, false); return; }
+      rows().then(function (all) {
+        if (mine !== asked) return;
+        var found = all.filter(function (r) { return matches(r, q); });
+        var n = found.length;
+        show(n === 0 ? "No process matches." :
+          n === 1 ? "1 process matches." :
+          n + " processes match" + (n > SHOWN ? " (the first " + SHOWN + " shown)." : "."),
+          found.slice(0, SHOWN), n, true);
+      }, fail);
+    }
+    input.addEventListener("input", function () { find(input.value); });
+    document.getElementById("show-all").addEventListener("click", function () {
+      var mine = ++asked;
+      note.textContent = "Opening…";
+      rows().then(function (all) {
+        if (mine !== asked) return;
+        show("All " + all.length + " processes, in the order they were read.", all, all.length, false);
+      }, fail);
+    });
+    // A search asked in the address (#find=rank%2042): run at once.
+    var m = /(?:^#|&)find=([^&]*)/.exec(location.hash || "");
+    if (m) {
+      input.value = decodeURIComponent(m[1]);
+      find(input.value);
+    }
+  }
   try {
     var data = JSON.parse(document.getElementById("data").textContent);
     var charts = document.getElementById("charts");
@@ -360,6 +500,7 @@
     } else {
       box.textContent = "Nothing leaked.";
     }
+    finder();
     document.body.setAttribute("data-rendered", "yes");
     document.body.setAttribute("data-drawn-ms", String(Math.round(performance.now())));
   } catch (e) {

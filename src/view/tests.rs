@@ -554,3 +554,96 @@ fn texts_on_the_page_are_bounded_and_cannot_reorder_it() {
     assert!(shown.ends_with("x…"));
     assert_eq!(super::html::esc("a\u{202e}b<"), "a\u{fffd}b&lt;");
 }
+
+/// Over [`MAX_LISTED`] processes, the view lists the [`TOP_PROCESSES`] that leaked most, adds up
+/// the others, and keeps every process's row in its compressed part, in input order.
+#[test]
+fn a_view_of_many_processes_lists_the_top_and_keeps_every_row_compressed() {
+    use std::io::Read as _;
+    let base: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("leaks-two-contexts.json")).unwrap())
+            .unwrap();
+    let n = MAX_LISTED + 50;
+    let mut fold = fold::ViewFold::new(25);
+    let mut total = 0u64;
+    for i in 0..n as u64 {
+        let mut v = base.clone();
+        v["process"]["pid"] = (1000 + i).into();
+        for leak in v["leaks"].as_array_mut().unwrap() {
+            leak["size"] = (leak["size"].as_u64().unwrap() * (1 + i % 10)).into();
+        }
+        let p = ProcessView::new(&source(), &report_of(&v.to_string()));
+        total += p.summary.leaked_bytes;
+        fold.add(p);
+    }
+    let view = fold.finish().unwrap();
+    assert_eq!(view.summary.reports, n);
+    assert_eq!(view.summary.processes.len(), TOP_PROCESSES);
+    // Most leaked first; ties, the earliest.
+    let pids: Vec<u32> = view
+        .summary
+        .processes
+        .iter()
+        .map(|p| p.process.pid)
+        .collect();
+    assert_eq!(&pids[..3], &[1009, 1019, 1029]);
+    let all = view.all.as_ref().unwrap();
+    assert_eq!(all.processes, n);
+    assert_eq!(all.rest.processes, n - TOP_PROCESSES);
+    let listed: u64 = view.summary.processes.iter().map(|p| p.leaked_bytes).sum();
+    assert_eq!(all.rest.leaked_bytes, total - listed);
+    let mut json = String::new();
+    flate2::read::GzDecoder::new(all.gzip.reader())
+        .read_to_string(&mut json)
+        .unwrap();
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    assert_eq!(rows.len(), n);
+    assert_eq!(rows[7][0], 7);
+    assert_eq!(rows[7][1], "rank 0");
+    assert_eq!(rows[7][5], 1007);
+    assert_eq!(rows[7][14], "t.json");
+    assert_eq!(rows[7][15].as_array().unwrap().len(), 3, "its three sites");
+    let html = page(&view);
+    assert!(html.contains(&format!("{} more processes: ", n - TOP_PROCESSES)));
+    assert!(html.contains("id=\"find-process\""));
+    assert!(html.contains(&format!("Show all {n} processes")));
+    assert!(!html.contains("<table id=\"processes\">"));
+}
+
+/// A view of few processes lists every one, as it always did, and has no compressed part.
+#[test]
+fn a_view_of_few_processes_lists_every_one() {
+    let view = view_of(&["events.json", "leaks-two-contexts.json"], 25);
+    assert!(view.all.is_none());
+    assert_eq!(view.summary.processes.len(), 2);
+    let html = page(&view);
+    assert!(html.contains("<table id=\"processes\">"));
+    assert!(!html.contains("application/octet-stream"));
+}
+
+#[test]
+fn base64_as_rfc_4648() {
+    use std::io::Read as _;
+    for (plain, coded) in [
+        ("", ""),
+        ("f", "Zg=="),
+        ("fo", "Zm8="),
+        ("foo", "Zm9v"),
+        ("foob", "Zm9vYg=="),
+        ("fooba", "Zm9vYmE="),
+        ("foobar", "Zm9vYmFy"),
+    ] {
+        let mut out = Vec::new();
+        processes::base64(&mut plain.as_bytes(), &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), coded);
+    }
+    // Longer than one buffer, read in pieces of odd sizes.
+    let long: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut out = Vec::new();
+    processes::base64(
+        &mut std::io::Cursor::new(&long).take(long.len() as u64),
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(out.len(), long.len().div_ceil(3) * 4);
+}

@@ -265,3 +265,107 @@ fn cli_view_draws_the_history_timeline_in_chromium() {
         );
     }
 }
+
+/// The DOM of the page at `url` once its script, and what it started (reading the page's
+/// compressed part), ran: Chromium's virtual time lets the page's tasks run before it dumps.
+fn settled_dom(chromium: &Path, url: &str, profile: &Path) -> String {
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+            "--virtual-time-budget=10000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// 300 reports of one job, rank r leaking (1 + r % 7) times the fixture's leaks and rank 137
+/// a hundred times: the page lists the 25 that leaked most, adds up the other 275 in a line,
+/// calls rank 137 out, and finds any process (by rank, by host) in its compressed part.
+#[test]
+fn cli_view_of_many_processes_lists_the_top_and_finds_any_in_chromium() {
+    let dir = support::scratch_dir("cli-view-many");
+    let reports = dir.join("reports");
+    std::fs::create_dir_all(&reports).unwrap();
+    let base: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("leaks-two-contexts.json")).unwrap())
+            .unwrap();
+    for rank in 0..300u64 {
+        let mut v = base.clone();
+        v["process"]["pid"] = (10_000 + rank).into();
+        v["process"]["rank"] = rank.into();
+        v["process"]["hostname"] = format!("node{:03}", rank / 8).into();
+        let factor = if rank == 137 { 100 } else { 1 + rank % 7 };
+        for leak in v["leaks"].as_array_mut().unwrap() {
+            leak["size"] = (leak["size"].as_u64().unwrap() * factor).into();
+        }
+        std::fs::write(reports.join(format!("r{rank:03}.json")), v.to_string()).unwrap();
+    }
+    let page = dir.join("many.html");
+    let html = write_page(&page, std::slice::from_ref(&reports));
+    assert!(html.contains(
+        "<script type=\"application/octet-stream\" id=\"all-processes\" data-processes=\"300\">"
+    ));
+    assert_eq!(html.matches("<tr id=\"process-row-").count(), 25);
+    assert_eq!(html.matches("<details class=\"process\"").count(), 25);
+    // The first listed leaked most: rank 137; then the ranks leaking 7 times, earliest first.
+    let first = html.split("<tr id=\"process-row-0\">").nth(1).unwrap();
+    assert!(first.starts_with("<td>rank 137</td>"), "{first:.200}");
+    let second = html.split("<tr id=\"process-row-1\">").nth(1).unwrap();
+    assert!(second.starts_with("<td>rank 6</td>"), "{second:.200}");
+    assert!(
+        html.contains("<p class=\"rest\" id=\"process-rest\">275 more processes: "),
+        "the others added up"
+    );
+    let called_out = html
+        .split("<ul class=\"called-out\">")
+        .nth(1)
+        .and_then(|s| s.split("</ul>").next())
+        .expect("rank 137 called out");
+    assert!(called_out.contains("rank 137"), "{called_out}");
+    assert!(!called_out.contains("rank 6 "), "{called_out}");
+    assert!(!html.contains("<table id=\"processes\">"));
+    assert!(
+        std::fs::metadata(&page).unwrap().len() < 400_000,
+        "the page stays small"
+    );
+
+    let Some(chromium) =
+        chromium_for("cli_view_of_many_processes_lists_the_top_and_finds_any_in_chromium")
+    else {
+        return;
+    };
+    let url = |find: &str| format!("file://{}#find={find}", page.display());
+    let dom = settled_dom(&chromium, &url("rank%20250"), &dir.join("profile"));
+    assert!(dom.contains("data-rendered=\"yes\""), "{dom}");
+    assert!(!dom.contains("data-error=\""), "{dom}");
+    assert!(dom.contains("data-found=\"1\""), "one process: {dom}");
+    let found = dom.split("id=\"found\"").nth(1).unwrap();
+    assert_eq!(found.matches("<tr class=\"found-process\"").count(), 1);
+    assert!(
+        found.contains("<td>rank 250</td><td></td><td class=\"num\">250</td><td>node031</td><td class=\"num\">10250</td><td>complete</td>"),
+        "{found}"
+    );
+    assert!(found.contains("r250.json"), "its report file: {found}");
+    // A host: its eight ranks.
+    let dom = settled_dom(&chromium, &url("node010"), &dir.join("profile"));
+    assert!(dom.contains("data-found=\"8\""), "{dom}");
+    let found = dom.split("id=\"found\"").nth(1).unwrap();
+    for rank in 80..88 {
+        assert!(found.contains(&format!("<td>rank {rank}</td>")), "{found}");
+    }
+}
