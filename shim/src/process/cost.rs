@@ -588,10 +588,9 @@ impl Drop for Span {
             let _ = IN_HOOKS.try_with(|h| h.set(NONE));
         }
         if !matches!(self.kind, FIRST | SAMPLED) {
-            if self.metric == Metric::Hooks {
-                // The parts of an untimed call were not timed either.
-                take_pending();
-            }
+            // The parts of an untimed call were not timed either: nothing of theirs is
+            // pending (only a part inside a timed call adds to it, and that call's end takes
+            // it).
             return;
         }
         let ns = now()

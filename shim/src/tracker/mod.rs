@@ -132,7 +132,15 @@ impl Record {
     /// Tells the history the program received this allocation at `addr`.
     #[inline]
     pub fn history_allocated(&self, addr: u64, pooled: bool) {
-        crate::history::allocated(
+        self.history_allocated_at(None, addr, pooled);
+    }
+
+    /// [`Self::history_allocated`], at the moment `tsc` when one taken already follows every
+    /// free of `addr` (see [`crate::history::allocated_at`]).
+    #[inline]
+    pub fn history_allocated_at(&self, tsc: Option<u64>, addr: u64, pooled: bool) {
+        crate::history::allocated_at(
+            tsc,
             addr,
             self.size,
             self.history_memory(pooled),
