@@ -191,6 +191,36 @@ fn same_site_same_id_other_site_other_id_and_depth_limit() {
     assert_eq!(capture_with(Skip::Frames(0), 0, true), None);
 }
 
+/// A capture from one call site (the `black_box`es keep the two sites' code apart).
+#[inline(never)]
+fn capture_at_site_a() -> Option<StackId> {
+    std::hint::black_box(1u8);
+    let id = capture_with(Skip::Frames(0), 8, true);
+    std::hint::black_box(id)
+}
+
+/// A capture from another call site.
+#[inline(never)]
+fn capture_at_site_b() -> Option<StackId> {
+    std::hint::black_box(2u16);
+    let id = capture_with(Skip::Frames(0), 8, true);
+    std::hint::black_box(id)
+}
+
+#[test]
+fn the_threads_last_stack_answers_only_for_itself() {
+    // Each capture's id comes from the thread's last stack when it is that one again, else
+    // from the table: alternating sites must still get each its own id.
+    let (a, b) = (capture_at_site_a().unwrap(), capture_at_site_b().unwrap());
+    assert_ne!(a, b);
+    for _ in 0..3 {
+        assert_eq!(capture_at_site_a(), Some(a));
+        assert_eq!(capture_at_site_a(), Some(a));
+        assert_eq!(capture_at_site_b(), Some(b));
+    }
+    assert_ne!(ips_of(a), ips_of(b));
+}
+
 #[test]
 fn many_threads_agree() {
     let _ = run_chain(MAX_DEPTH);
