@@ -218,13 +218,20 @@ fn slot(device: i32) -> usize {
 }
 
 /// The calling thread's counters, registered on first use. `None` while the thread is exiting.
-#[inline]
+#[inline(always)]
 fn counters() -> Option<&'static Counters> {
     let p = COUNTERS.try_with(|c| c.get()).ok()?;
     if !p.is_null() {
         // SAFETY: registered counters are leaked and never freed.
         return Some(unsafe { &*p });
     }
+    register()
+}
+
+/// The calling thread's counters, registered now (its first count).
+#[cold]
+#[inline(never)]
+fn register() -> Option<&'static Counters> {
     let c: &'static Counters = {
         let mut r = lock(registry());
         let c =
@@ -253,7 +260,7 @@ pub fn arena(count: usize) -> usize {
 /// Counts device memory of `size` bytes on `device` from stack `stack` allocated (`+1`) or
 /// freed (`-1`, `allocated` false): what [`allocated`] or [`freed`] count, and the stack's live
 /// bytes ([`super::by_stack`]), with one look-up of the thread's counters.
-#[inline]
+#[inline(always)]
 pub fn device_change(device: i32, size: u64, stack: u32, allocated: bool) {
     let s = slot(device);
     let index = super::by_stack::index(stack);

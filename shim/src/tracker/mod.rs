@@ -359,6 +359,7 @@ impl Tracker {
 
     /// Accounts for a completed free of `record` at `addr`, begun at `tsc`
     /// ([`crate::history::stamp`]).
+    #[inline]
     pub fn freed(&self, addr: u64, record: &Record, tsc: u64) {
         self.stats.freed(record);
         record.history_freed(addr, tsc);

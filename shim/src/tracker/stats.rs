@@ -56,7 +56,7 @@ impl Stats {
     }
 
     /// Counts an allocation (and, for device memory, its stack's live bytes).
-    #[inline]
+    #[inline(always)]
     pub fn allocated(&self, r: &Record) {
         let (device, size) = (r.device, r.size);
         if r.memory.on_device() {
@@ -71,7 +71,7 @@ impl Stats {
     }
 
     /// Counts a free by the program.
-    #[inline]
+    #[inline(always)]
     pub fn freed(&self, r: &Record) {
         let (device, size) = (r.device, r.size);
         if r.memory.on_device() {
