@@ -17,7 +17,10 @@ thread_local! {
 
 /// Proof that the calling thread has entered the shim; leaving happens on drop.
 pub struct Guard {
-    _not_send: std::marker::PhantomData<*const ()>,
+    /// This thread's flag, kept so that leaving needs no second thread-local look-up (a call
+    /// into the loader in a shared library). A `&Cell` is not `Send`: the guard stays on its
+    /// thread.
+    inside: &'static Cell<bool>,
 }
 
 impl Guard {
@@ -25,25 +28,22 @@ impl Guard {
     /// thread-locals are gone.
     #[inline]
     pub fn enter() -> Option<Guard> {
-        INSIDE
-            .try_with(|inside| {
-                if inside.get() {
-                    None
-                } else {
-                    inside.set(true);
-                    Some(Guard {
-                        _not_send: std::marker::PhantomData,
-                    })
-                }
-            })
-            .ok()
-            .flatten()
+        let inside = INSIDE.try_with(|inside| inside as *const Cell<bool>).ok()?;
+        // SAFETY: INSIDE is const-initialized and has no destructor, so its storage is valid
+        // for the whole life of this thread, and the guard (not `Send`) never leaves it.
+        let inside: &'static Cell<bool> = unsafe { &*inside };
+        if inside.get() {
+            return None;
+        }
+        inside.set(true);
+        Some(Guard { inside })
     }
 }
 
 impl Drop for Guard {
+    #[inline]
     fn drop(&mut self) {
-        let _ = INSIDE.try_with(|inside| inside.set(false));
+        self.inside.set(false);
     }
 }
 

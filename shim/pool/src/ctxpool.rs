@@ -689,11 +689,26 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
         size: u64,
         record: Option<R>,
     ) -> Result<u64, Refusal> {
+        self.alloc_cached_hit(cache, arena, size, record)
+            .map(|(addr, _)| addr)
+    }
+
+    /// [`alloc_cached`](Self::alloc_cached), saying whether the block came from `cache`
+    /// itself (`true`): then every free of it happened on the cache's thread, or before the
+    /// block reached the cache, so before this call began.
+    #[inline]
+    pub fn alloc_cached_hit(
+        &self,
+        cache: &mut ThreadCache,
+        arena: usize,
+        size: u64,
+        record: Option<R>,
+    ) -> Result<(u64, bool), Refusal> {
         if size != 0 && size <= MAX_CACHED_BLOCK && self.cache_ready(cache) {
             let rounded = size.next_multiple_of(ALIGN);
             let ready = self.ready_mark();
             match cache.take(rounded, ready, record) {
-                tcache::Take::Hit(addr) => return Ok(addr),
+                tcache::Take::Hit(addr) => return Ok((addr, true)),
                 tcache::Take::Miss { unready: true } => {
                     // Blocks that wait for their fence go back to their arenas, which fence.
                     let blocks = cache.take_unready(rounded, ready);
@@ -702,7 +717,7 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
                 tcache::Take::Miss { unready: false } => {}
             }
         }
-        self.alloc(arena, size, record)
+        self.alloc(arena, size, record).map(|addr| (addr, false))
     }
 
     /// Frees like [`free`](Self::free): a block live in `cache` goes back into it without a

@@ -109,21 +109,32 @@ fn device(ordinal: i32) -> u8 {
 
 /// A moment for [`freed`], taken before the memory is given back (0 when the history is off):
 /// the free of an address is then always before the next allocation that receives it, whose
-/// moment [`allocated`] takes after it was received.
+/// moment [`allocated_at`] takes after it was received (or, for a block of the thread's own
+/// cache, before it was served: see there).
 #[inline]
 pub fn stamp() -> u64 {
     if on() { now_tsc() } else { 0 }
 }
 
 /// The program received `size` bytes of `memory` at `addr`, from stack `stack`, in context
-/// `context` (or [`NONE`]) on device `ordinal` (-1: unknown).
+/// `context` (or [`NONE`]) on device `ordinal` (-1: unknown), at the moment `tsc` when one
+/// taken already follows every free of `addr` (a block from the thread's own cache: the
+/// record's order key, taken before it was served), else now.
 #[inline]
-pub fn allocated(addr: u64, size: u64, memory: Memory, stack: u32, context_id: u32, ordinal: i32) {
+pub fn allocated_at(
+    tsc: Option<u64>,
+    addr: u64,
+    size: u64,
+    memory: Memory,
+    stack: u32,
+    context_id: u32,
+    ordinal: i32,
+) {
     if !on() {
         return;
     }
     ring::push(Raw {
-        tsc: now_tsc(),
+        tsc: tsc.unwrap_or_else(now_tsc),
         addr,
         size,
         stack,

@@ -204,7 +204,7 @@ thread_local! {
 }
 
 /// Appends `raw` to the calling thread's ring (taking one on its first event).
-#[inline]
+#[inline(always)]
 pub fn push(raw: Raw) {
     match RING.try_with(|r| r.get()) {
         Ok(p) if !p.is_null() => {

@@ -63,6 +63,7 @@ pub fn current_tracked_context(t: &Tracker) -> (u32, i32) {
 }
 
 /// The (id, device) of context `cur` (the current one, already asked of the driver).
+#[inline]
 pub fn context_of(t: &Tracker, cur: Option<u64>) -> (u32, i32) {
     let Some(handle) = cur else {
         return (NONE, -1);

@@ -58,12 +58,20 @@ pub struct Served {
     pub result: CUresult,
     /// The pool answered (and, on success, holds the block and its record).
     pub pooled: bool,
+    /// The block came from the calling thread's cache: every free of it happened before this
+    /// allocation began (see `cuguard_pool::CtxPool::alloc_cached_hit`), so a moment taken
+    /// before it was served (the record's order key) already follows them.
+    pub cached: bool,
 }
 
 /// Allocates `size` bytes from the current context's pool, keeping `record` with the block:
-/// `None` to let the driver answer (no pool: no current context, not initialized, or the pool
-/// failed internally).
-fn pooled(cur: Option<u64>, size: u64, record: Option<Record>) -> Option<Result<u64, CUresult>> {
+/// the address and whether the thread's cache held it, or `None` to let the driver answer (no
+/// pool: no current context, not initialized, or the pool failed internally).
+fn pooled(
+    cur: Option<u64>,
+    size: u64,
+    record: Option<Record>,
+) -> Option<Result<(u64, bool), CUresult>> {
     let ctx = cur?;
     // One relaxed load when no NVTX tool is or can be attached; the rest is out of line.
     if crate::nvtx::maybe() {
@@ -79,7 +87,11 @@ fn pooled(cur: Option<u64>, size: u64, record: Option<Record>) -> Option<Result<
 /// makes from inside a call the shim made to it goes to the driver.
 #[cold]
 #[inline(never)]
-fn pooled_told(ctx: u64, size: u64, record: Option<Record>) -> Option<Result<u64, CUresult>> {
+fn pooled_told(
+    ctx: u64,
+    size: u64,
+    record: Option<Record>,
+) -> Option<Result<(u64, bool), CUresult>> {
     if crate::nvtx::in_tool() {
         return None;
     }
@@ -94,24 +106,27 @@ fn pooled_told(ctx: u64, size: u64, record: Option<Record>) -> Option<Result<u64
     };
     guard::shield(None, || {
         let result = alloc_from(pool, arena, asked, record);
-        if told && let Ok(addr) = result {
+        if told && let Ok((addr, _)) = result {
             regions::block_out(addr, size);
         }
         Some(result)
     })
 }
 
-/// A block of `size` bytes from `pool`: the calling thread's cache, else arena `arena`; a
-/// refusal becomes the driver's answer, its reason kept for the `alloc_failed` event.
+/// A block of `size` bytes from `pool`: the calling thread's cache, else arena `arena`, and
+/// whether the cache held it; a refusal becomes the driver's answer, its reason kept for the
+/// `alloc_failed` event.
 #[inline]
 fn alloc_from(
     pool: &'static super::Pool,
     arena: usize,
     size: u64,
     record: Option<Record>,
-) -> Result<u64, CUresult> {
-    let result = cache::with(pool, true, |c| pool.alloc_cached(c, arena, size, record))
-        .unwrap_or_else(|| pool.alloc(arena, size, record));
+) -> Result<(u64, bool), CUresult> {
+    let result = cache::with(pool, true, |c| {
+        pool.alloc_cached_hit(c, arena, size, record)
+    })
+    .unwrap_or_else(|| pool.alloc(arena, size, record).map(|addr| (addr, false)));
     result.map_err(|refusal| {
         set_failure_reason(refusal.message(cuguard_report::human_bytes));
         device::result_of(refusal.reason)
@@ -129,18 +144,20 @@ pub fn device_alloc(
 ) -> Served {
     if pool_on() && !dptr.is_null() {
         match pooled(cur, size as u64, record) {
-            Some(Ok(addr)) => {
+            Some(Ok((addr, cached))) => {
                 // SAFETY: dptr is the program's non-null out-parameter.
                 unsafe { *dptr = addr };
                 return Served {
                     result: CUDA_SUCCESS,
                     pooled: true,
+                    cached,
                 };
             }
             Some(Err(code)) => {
                 return Served {
                     result: code,
                     pooled: true,
+                    cached: false,
                 };
             }
             None => {}
@@ -150,6 +167,7 @@ pub fn device_alloc(
     Served {
         result: unsafe { real(dptr, size) },
         pooled: false,
+        cached: false,
     }
 }
 
@@ -171,6 +189,7 @@ pub fn pitch_alloc(
         let refuse = |result| Served {
             result,
             pooled: true,
+            cached: false,
         };
         if !matches!(element_size, 4 | 8 | 16) || width == 0 || height == 0 {
             return refuse(CUDA_ERROR_INVALID_VALUE);
@@ -186,7 +205,7 @@ pub fn pitch_alloc(
             r
         });
         match pooled(cur, size as u64, record) {
-            Some(Ok(addr)) => {
+            Some(Ok((addr, cached))) => {
                 // SAFETY: dptr and pitch are the program's non-null out-parameters.
                 unsafe {
                     *dptr = addr;
@@ -195,6 +214,7 @@ pub fn pitch_alloc(
                 return Served {
                     result: CUDA_SUCCESS,
                     pooled: true,
+                    cached,
                 };
             }
             Some(Err(code)) => return refuse(code),
@@ -205,6 +225,7 @@ pub fn pitch_alloc(
     Served {
         result: unsafe { real(dptr, pitch, width, height, element_size) },
         pooled: false,
+        cached: false,
     }
 }
 

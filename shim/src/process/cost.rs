@@ -300,19 +300,52 @@ const SAMPLED: u8 = 3;
 /// A sampled call whose first segment was left out of the mean: the rest of it is not timed.
 const DROPPED: u8 = 4;
 
-thread_local! {
-    static MY_SLOT: Cell<u32> = const { Cell::new(NO_SLOT) };
-    static RELEASE: Release = const { Release };
+/// A thread's state of the bill, in one thread-local: a span holds a reference to it, so that
+/// its end (and a pause) reach it without another thread-local look-up (each is a call into
+/// the loader in a shared library).
+struct State {
+    /// The thread's slot, [`NO_SLOT`] before its first call.
+    slot: Cell<u32>,
     /// The hooks call in progress on this thread, if any: its kind (see [`NONE`]…).
-    static IN_HOOKS: Cell<u8> = const { Cell::new(NONE) };
+    in_hooks: Cell<u8>,
     /// A hooks call paused at the end of the record (see [`Span::pause`]): its kind, or
     /// [`NONE`].
-    static PAUSED: Cell<u8> = const { Cell::new(NONE) };
+    paused: Cell<u8>,
+    /// Whether the last hooks segment this thread ended was left out of the mean.
+    last_dropped: Cell<bool>,
     /// Nanoseconds of the parts inside the hooks segment in progress, not yet kept.
-    static PENDING: [Cell<u64>; 2] = const { [Cell::new(0), Cell::new(0)] };
+    pending: [Cell<u64>; 2],
     /// Nanoseconds of one-time work done on this thread so far: a span takes out what grew
     /// while it ran.
-    static ONE_TIME_NS: Cell<u64> = const { Cell::new(0) };
+    one_time_ns: Cell<u64>,
+}
+
+thread_local! {
+    // Const-initialized and without a destructor: usable while the thread exits, and its
+    // storage lasts as long as the thread.
+    static STATE: State = const {
+        State {
+            slot: Cell::new(NO_SLOT),
+            in_hooks: Cell::new(NONE),
+            paused: Cell::new(NONE),
+            last_dropped: Cell::new(false),
+            pending: [Cell::new(0), Cell::new(0)],
+            one_time_ns: Cell::new(0),
+        }
+    };
+    static RELEASE: Release = const { Release };
+}
+
+/// The calling thread's [`State`]; `None` only where thread-locals cannot be reached at all.
+#[inline(always)]
+fn state() -> Option<&'static State> {
+    // SAFETY: STATE is const-initialized and has no destructor, so its storage is valid for
+    // the whole life of this thread; `&State` is not `Send` (it holds `Cell`s), so the
+    // reference never leaves the thread.
+    STATE
+        .try_with(|s| s as *const State)
+        .ok()
+        .map(|p| unsafe { &*p })
 }
 
 /// Gives the thread's slot back when it exits, its estimate folded into [`RETIRED`].
@@ -320,7 +353,7 @@ struct Release;
 
 impl Drop for Release {
     fn drop(&mut self) {
-        let Ok(i) = MY_SLOT.try_with(|s| s.replace(SHARED_SLOT)) else {
+        let Some(i) = state().map(|s| s.slot.replace(SHARED_SLOT)) else {
             return;
         };
         let Some(slot) = SLOT_TABLE.get(i as usize) else {
@@ -344,21 +377,28 @@ impl Drop for Release {
 /// The calling thread's slot index ([`SHARED_SLOT`] when it has none of its own).
 #[inline]
 fn my_slot() -> u32 {
-    MY_SLOT
-        .try_with(|s| {
-            let i = s.get();
-            if i != NO_SLOT {
-                return i;
-            }
-            let i = claim();
-            s.set(i);
-            if i != SHARED_SLOT {
-                // Registers the destructor that gives the slot back.
-                let _ = RELEASE.try_with(|_| ());
-            }
-            i
-        })
-        .unwrap_or(SHARED_SLOT)
+    state().map_or(SHARED_SLOT, slot_in)
+}
+
+/// The slot index of the thread whose state is `s`, claimed on its first call.
+#[inline(always)]
+fn slot_in(s: &State) -> u32 {
+    let i = s.slot.get();
+    if i != NO_SLOT {
+        return i;
+    }
+    first_slot(s)
+}
+
+#[cold]
+fn first_slot(s: &State) -> u32 {
+    let i = claim();
+    s.slot.set(i);
+    if i != SHARED_SLOT {
+        // Registers the destructor that gives the slot back.
+        let _ = RELEASE.try_with(|_| ());
+    }
+    i
 }
 
 #[cold]
@@ -407,15 +447,17 @@ fn now() -> u64 {
     super::clock::monotonic_ns()
 }
 
-/// One-time work done on this thread so far, in nanoseconds.
+/// One-time work done on the thread of state `s` so far, in nanoseconds.
 #[inline]
-fn one_time_so_far() -> u64 {
-    ONE_TIME_NS.try_with(Cell::get).unwrap_or(0)
+fn one_time_so_far(s: Option<&State>) -> u64 {
+    s.map_or(0, |s| s.one_time_ns.get())
 }
 
 /// A timed (or only counted) span; ends when dropped.
 #[must_use]
 pub struct Span {
+    /// The thread's state (`None` where thread-locals cannot be reached).
+    state: Option<&'static State>,
     metric: Metric,
     /// [`UNTIMED`], [`FIRST`], [`SAMPLED`] or [`DROPPED`] (not timed).
     kind: u8,
@@ -427,8 +469,9 @@ pub struct Span {
 }
 
 impl Span {
-    fn untimed(metric: Metric) -> Span {
+    fn untimed(state: Option<&'static State>, metric: Metric) -> Span {
         Span {
+            state,
             metric,
             kind: UNTIMED,
             start: 0,
@@ -437,12 +480,13 @@ impl Span {
         }
     }
 
-    fn timed(metric: Metric, kind: u8) -> Span {
+    fn timed(state: Option<&'static State>, metric: Metric, kind: u8) -> Span {
         Span {
+            state,
             metric,
             kind,
             resumed: false,
-            one_time: one_time_so_far(),
+            one_time: one_time_so_far(state),
             start: now(),
         }
     }
@@ -453,7 +497,8 @@ impl Span {
 /// call ends.
 #[inline]
 pub fn begin(metric: Metric) -> Span {
-    let (slot, own) = slot_of(my_slot());
+    let state = state();
+    let (slot, own) = slot_of(state.map_or(SHARED_SLOT, slot_in));
     let c = &slot.metrics[metric as usize];
     let n = if own {
         let n = c.calls.load(Relaxed);
@@ -470,13 +515,15 @@ pub fn begin(metric: Metric) -> Span {
     } else {
         UNTIMED
     };
-    if metric == Metric::Hooks {
-        let _ = IN_HOOKS.try_with(|h| h.set(kind));
+    if metric == Metric::Hooks
+        && let Some(s) = state
+    {
+        s.in_hooks.set(kind);
     }
     if kind == UNTIMED {
-        Span::untimed(metric)
+        Span::untimed(state, metric)
     } else {
-        Span::timed(metric, kind)
+        Span::timed(state, metric, kind)
     }
 }
 
@@ -484,27 +531,28 @@ pub fn begin(metric: Metric) -> Span {
 /// their bill, [`part`]; else it is a bill of its own, [`Metric::Captures`]).
 #[inline]
 pub fn in_hooks() -> bool {
-    IN_HOOKS.try_with(Cell::get).unwrap_or(NONE) != NONE
+    state().map_or(NONE, |s| s.in_hooks.get()) != NONE
 }
 
 /// Counts one call of a part of the hooks' work ([`Metric::Stacks`], [`Metric::Python`]) on
 /// this thread, timed when the hooks call it is inside is. Call only [`in_hooks`].
 #[inline]
 pub fn part(metric: Metric) -> Span {
-    let kind = IN_HOOKS.try_with(Cell::get).unwrap_or(NONE);
-    let (slot, own) = slot_of(my_slot());
+    let state = state();
+    let kind = state.map_or(NONE, |s| s.in_hooks.get());
+    let (slot, own) = slot_of(state.map_or(SHARED_SLOT, slot_in));
     let c = &slot.metrics[metric as usize];
     add(&c.calls, 1, own);
     match kind {
         FIRST => {
             add(&c.first, 1, own);
-            Span::timed(metric, FIRST)
+            Span::timed(state, metric, FIRST)
         }
         SAMPLED => {
             add(&c.timed, 1, own);
-            Span::timed(metric, SAMPLED)
+            Span::timed(state, metric, SAMPLED)
         }
-        _ => Span::untimed(metric),
+        _ => Span::untimed(state, metric),
     }
 }
 
@@ -518,14 +566,17 @@ pub fn one_time<T>(f: impl FnOnce() -> T) -> T {
 /// [`one_time`], returning the nanoseconds it counted too.
 #[inline(never)]
 pub fn one_time_timed<T>(f: impl FnOnce() -> T) -> (T, u64) {
-    let (start, before) = (now(), one_time_so_far());
+    let state = state();
+    let (start, before) = (now(), one_time_so_far(state));
     let r = f();
     // What nested one-time work took is already counted.
     let ns = now()
         .saturating_sub(start)
-        .saturating_sub(one_time_so_far().saturating_sub(before));
-    let _ = ONE_TIME_NS.try_with(|t| t.set(t.get().wrapping_add(ns)));
-    let (slot, own) = slot_of(my_slot());
+        .saturating_sub(one_time_so_far(state).saturating_sub(before));
+    if let Some(s) = state {
+        s.one_time_ns.set(s.one_time_ns.get().wrapping_add(ns));
+    }
+    let (slot, own) = slot_of(state.map_or(SHARED_SLOT, slot_in));
     let c = &slot.metrics[Metric::OneTime as usize];
     add(&c.calls, 1, own);
     add(&c.timed_ns, ns, own);
@@ -536,24 +587,25 @@ impl Span {
     /// Ends the span, adding its time so far; a hooks span can be [`resume`]d by the same
     /// thread later in the same call (the accounting after the allocation was served).
     pub fn pause(self) {
-        let metric = self.metric;
-        let kind = self.kind;
+        let (metric, kind, state) = (self.metric, self.kind, self.state);
         drop(self);
-        if metric == Metric::Hooks {
+        if metric == Metric::Hooks
+            && let Some(s) = state
+        {
             // A sampled call left out of the mean stays out.
-            let kept = if kind == SAMPLED && segment_dropped() {
+            let kept = if kind == SAMPLED && s.last_dropped.get() {
                 DROPPED
             } else {
                 kind
             };
-            let _ = PAUSED.try_with(|p| p.set(kept));
+            s.paused.set(kept);
         }
     }
 
     /// Takes back the call count and forgets the span (the call turned out not to be one:
     /// a capture that read no Python frames).
     pub fn cancel(mut self) {
-        let (slot, own) = slot_of(my_slot());
+        let (slot, own) = slot_of(self.state.map_or(SHARED_SLOT, slot_in));
         let c = &slot.metrics[self.metric as usize];
         let sub = |a: &AtomicU64| {
             if own {
@@ -572,43 +624,40 @@ impl Span {
     }
 }
 
-thread_local! {
-    /// Whether the last hooks segment this thread ended was left out of the mean.
-    static LAST_DROPPED: Cell<bool> = const { Cell::new(false) };
-}
-
-fn segment_dropped() -> bool {
-    LAST_DROPPED.try_with(Cell::get).unwrap_or(false)
-}
-
 impl Drop for Span {
     #[inline]
     fn drop(&mut self) {
-        if self.metric == Metric::Hooks {
-            let _ = IN_HOOKS.try_with(|h| h.set(NONE));
+        let state = self.state;
+        if self.metric == Metric::Hooks
+            && let Some(s) = state
+        {
+            s.in_hooks.set(NONE);
         }
         if !matches!(self.kind, FIRST | SAMPLED) {
-            if self.metric == Metric::Hooks {
-                // The parts of an untimed call were not timed either.
-                take_pending();
-            }
+            // The parts of an untimed call were not timed either: nothing of theirs is
+            // pending (only a part inside a timed call adds to it, and that call's end takes
+            // it).
             return;
         }
         let ns = now()
             .saturating_sub(self.start)
-            .saturating_sub(one_time_so_far().saturating_sub(self.one_time));
-        let (slot, own) = slot_of(my_slot());
+            .saturating_sub(one_time_so_far(state).saturating_sub(self.one_time));
+        let (slot, own) = slot_of(state.map_or(SHARED_SLOT, slot_in));
         let c = &slot.metrics[self.metric as usize];
         match self.metric {
             Metric::Stacks | Metric::Python => {
                 // Kept or left out with the hooks call it is inside.
                 let i = (self.metric as usize) - 1;
-                let _ = PENDING.try_with(|p| p[i].set(p[i].get().wrapping_add(ns)));
+                if let Some(s) = state {
+                    s.pending[i].set(s.pending[i].get().wrapping_add(ns));
+                }
             }
             Metric::Hooks => {
-                let pending = take_pending();
+                let pending = take_pending(state);
                 let dropped = self.kind == SAMPLED && ns > OUTLIER_NS && sample_every() > 1;
-                let _ = LAST_DROPPED.try_with(|d| d.set(dropped));
+                if let Some(s) = state {
+                    s.last_dropped.set(dropped);
+                }
                 if dropped {
                     // The thread was most likely descheduled: left out of the mean, not scaled
                     // up, and its parts with it. (A second segment that runs long is left out
@@ -638,11 +687,11 @@ impl Drop for Span {
     }
 }
 
-/// The parts' pending nanoseconds, cleared.
-fn take_pending() -> [u64; 2] {
-    PENDING
-        .try_with(|p| [p[0].replace(0), p[1].replace(0)])
-        .unwrap_or([0, 0])
+/// The parts' pending nanoseconds of the thread of state `s`, cleared.
+fn take_pending(s: Option<&State>) -> [u64; 2] {
+    s.map_or([0, 0], |s| {
+        [s.pending[0].replace(0), s.pending[1].replace(0)]
+    })
 }
 
 /// Resumes the hooks call this thread [`Span::pause`]d: the time until the returned span is
@@ -650,15 +699,16 @@ fn take_pending() -> [u64; 2] {
 /// parts. Counts no new call. `None` when no call is paused.
 #[inline]
 pub fn resume() -> Option<Span> {
-    let kind = PAUSED.try_with(|p| p.replace(NONE)).unwrap_or(NONE);
+    let state = state()?;
+    let kind = state.paused.replace(NONE);
     if kind == NONE {
         return None;
     }
-    let _ = IN_HOOKS.try_with(|h| h.set(kind));
+    state.in_hooks.set(kind);
     let mut span = if matches!(kind, FIRST | SAMPLED) {
-        Span::timed(Metric::Hooks, kind)
+        Span::timed(Some(state), Metric::Hooks, kind)
     } else {
-        Span::untimed(Metric::Hooks)
+        Span::untimed(Some(state), Metric::Hooks)
     };
     span.resumed = true;
     Some(span)
@@ -780,9 +830,11 @@ pub fn reset_after_fork() {
     }
     REPORTS.store(0, Relaxed);
     REPORT_NS.store(0, Relaxed);
-    let _ = PAUSED.try_with(|p| p.set(NONE));
-    let _ = IN_HOOKS.try_with(|p| p.set(NONE));
-    take_pending();
+    if let Some(s) = state() {
+        s.paused.set(NONE);
+        s.in_hooks.set(NONE);
+        take_pending(Some(s));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

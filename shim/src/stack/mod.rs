@@ -52,9 +52,10 @@
 //! # Hot path
 //!
 //! [`capture`]: one atomic load for the published module snapshot, the thread-local state,
-//! the unwind (no lock, no allocation), a hash of the ips and a lock-free probe of the stack
-//! table. Only a stack never seen before allocates its record and takes the table's insert
-//! lock. See [`table`] and [`unwind`] for the details and the bounds on memory.
+//! the unwind (no lock, no allocation), and then, when the stack is the thread's last one
+//! again (a loop that allocates), one comparison with it gives the id; else a hash of the ips
+//! and a lock-free probe of the stack table. Only a stack never seen before allocates its
+//! record and takes the table's insert lock. See [`table`] and [`unwind`] for the details and the bounds on memory.
 //!
 //! Deep stacks (issue 14): a loop that allocates meets the same frames at every allocation.
 //! Each frame's rule is first looked for in the thread's last capture at the same position (one
@@ -300,10 +301,18 @@ fn capture_with(skip: Skip, depth: usize, with_origin: bool) -> Option<StackId> 
             // `py_n`, and the origin's word the one after them when there is one.
             let words = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u64, len) };
             let ips = &words[..n];
+            // The thread's last stack again (a loop that allocates): its id without a hash.
+            if let Some(id) = cache.known(words) {
+                return Some(id);
+            }
             let h = table::hash(words);
             if let Some((id, rec)) = table::lookup(h, words) {
                 let suspect = rec.flags.load(Ordering::Relaxed) & table::FLAG_UNKNOWN_MODULE != 0;
-                if !suspect || attempt == 1 || !unwind::refresh(false) {
+                if !suspect {
+                    cache.remember(words, id);
+                    return Some(id);
+                }
+                if attempt == 1 || !unwind::refresh(false) {
                     return Some(id);
                 }
                 snap = unwind::snapshot()?;
@@ -322,7 +331,11 @@ fn capture_with(skip: Skip, depth: usize, with_origin: bool) -> Option<StackId> 
             } else {
                 0
             };
-            return table::insert(h, words, flags);
+            let id = table::insert(h, words, flags)?;
+            if flags == 0 {
+                cache.remember(words, id);
+            }
+            return Some(id);
         }
         None
     })

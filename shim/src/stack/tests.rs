@@ -192,6 +192,46 @@ fn same_site_same_id_other_site_other_id_and_depth_limit() {
     assert_eq!(capture_with(Skip::Frames(0), 0, true), None);
 }
 
+/// A capture from one call site (the `black_box`es keep the two sites' code apart).
+#[inline(never)]
+fn capture_at_site_a() -> Option<StackId> {
+    std::hint::black_box(1u8);
+    let id = capture_with(Skip::Frames(0), 8, true);
+    std::hint::black_box(id)
+}
+
+/// A capture from another call site.
+#[inline(never)]
+fn capture_at_site_b() -> Option<StackId> {
+    std::hint::black_box(2u16);
+    let id = capture_with(Skip::Frames(0), 8, true);
+    std::hint::black_box(id)
+}
+
+#[test]
+fn the_threads_last_stack_answers_only_for_itself() {
+    // Each capture's id comes from the thread's last stack when it is that one again, else
+    // from the table: alternating sites must still get each its own id. (Each site is called
+    // from one line, so its whole stack is the same every time.)
+    let capture = |at_a: bool| {
+        if at_a {
+            capture_at_site_a()
+        } else {
+            capture_at_site_b()
+        }
+    };
+    let order = [true, false, true, true, false, false, true, false, true];
+    let ids: Vec<Option<StackId>> = order.iter().map(|&at_a| capture(at_a)).collect();
+    let (a, b) = (ids[0].unwrap(), ids[1].unwrap());
+    assert_ne!(a, b);
+    let expected: Vec<Option<StackId>> = order
+        .iter()
+        .map(|&at_a| Some(if at_a { a } else { b }))
+        .collect();
+    assert_eq!(ids, expected);
+    assert_ne!(ips_of(a), ips_of(b));
+}
+
 #[test]
 fn many_threads_agree() {
     let _ = run_chain(MAX_DEPTH);

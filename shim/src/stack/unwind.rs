@@ -219,6 +219,9 @@ pub(crate) fn reset_after_fork() {
 
 /// Frames of the thread's last capture remembered by position ([`Cache::last`]).
 const LAST_FRAMES: usize = 64;
+/// Words of the thread's last stack remembered with its id ([`Cache::known`]); a longer stack
+/// is looked up in the table every time.
+const KNOWN_WORDS: usize = 96;
 
 /// Whether captures use the last capture's rules by position (`CUGUARD_TEST_CAPTURE_CACHE=0`
 /// turns it off, for the capture benchmark's "before" column).
@@ -240,6 +243,15 @@ pub(crate) struct Cache {
     last: [(u64, Rule); LAST_FRAMES],
     /// The generation `last` belongs to.
     last_generation: u64,
+    /// The words of the thread's last stack (ips, Python frames, origin) and its id in the
+    /// stack table: a loop that allocates captures the same stack again, and then knows its id
+    /// by one comparison, without hashing it or probing the table. Ids are never reused (the
+    /// table only grows), so this stays true across module-list changes; a stack flagged for
+    /// an unknown module is never remembered (its lookups retry the refresh).
+    known: [u64; KNOWN_WORDS],
+    /// How many words of `known` are the stack; 0: none remembered.
+    known_len: usize,
+    known_id: u32,
     ctx: Option<Box<UnwindContext<usize>>>,
     /// Since the last [`Self::take_tally`]: frames stepped, rules by position, rules from the
     /// thread's cache, from the process-wide table, rules evaluated and the nanoseconds that
@@ -253,9 +265,30 @@ impl Cache {
             rules: RuleCache::new_boxed(),
             last: [(0, Rule::END); LAST_FRAMES],
             last_generation: 0,
+            known: [0; KNOWN_WORDS],
+            known_len: 0,
+            known_id: 0,
             ctx: None,
             tally: [0; 6],
         }
+    }
+
+    /// The id of `words` when they are the thread's last stack ([`Self::remember`]).
+    #[inline]
+    pub(crate) fn known(&self, words: &[u64]) -> Option<u32> {
+        (self.known_len != 0 && self.known[..self.known_len] == *words).then_some(self.known_id)
+    }
+
+    /// Remembers `words` as the thread's last stack, of id `id` (nothing when too long).
+    #[inline]
+    pub(crate) fn remember(&mut self, words: &[u64], id: u32) {
+        if words.is_empty() || words.len() > KNOWN_WORDS {
+            self.known_len = 0;
+            return;
+        }
+        self.known[..words.len()].copy_from_slice(words);
+        self.known_len = words.len();
+        self.known_id = id;
     }
 
     /// The counts since the last call (see [`Cache::tally`]), cleared: for

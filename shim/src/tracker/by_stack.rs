@@ -49,7 +49,9 @@ fn slot(device: i32) -> usize {
     (device.max(0) as usize).min(DEVICES - 1)
 }
 
-fn index(stack: u32) -> usize {
+/// The counters' index of `stack` ([`NO_STACK`] for none).
+#[inline]
+pub(super) fn index(stack: u32) -> usize {
     if stack == NONE || stack as usize >= NO_STACK {
         NO_STACK
     } else {

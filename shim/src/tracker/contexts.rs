@@ -108,7 +108,7 @@ impl Contexts {
     }
 
     /// The id and device of the live incarnation of `handle`.
-    #[inline]
+    #[inline(always)]
     pub fn lookup(&self, handle: u64) -> Option<(u32, i32)> {
         let generation = self.generation.load(Ordering::Acquire);
         if let Ok((g, h, id, dev)) = LAST.try_with(|c| c.get())
@@ -117,6 +117,12 @@ impl Contexts {
         {
             return Some((id, dev));
         }
+        self.lookup_table(handle, generation)
+    }
+
+    /// [`Self::lookup`] in the table, remembered for the thread's next look-up.
+    #[inline(never)]
+    fn lookup_table(&self, handle: u64, generation: u64) -> Option<(u32, i32)> {
         let found = {
             let inner = lock(&self.inner);
             inner

@@ -113,6 +113,13 @@ pub fn stack_change(slot: usize, index: usize, bytes: i64, allocations: i64) -> 
     let Some(c) = counters() else {
         return false;
     };
+    stack_change_in(c, slot, index, bytes, allocations);
+    true
+}
+
+/// [`stack_change`] in the thread's counters `c`.
+#[inline]
+fn stack_change_in(c: &Counters, slot: usize, index: usize, bytes: i64, allocations: i64) {
     let d = &c.stack;
     let key = (slot as u64) << 32 | index as u64;
     if d.key.load(Relaxed) != key {
@@ -122,7 +129,6 @@ pub fn stack_change(slot: usize, index: usize, bytes: i64, allocations: i64) -> 
     d.bytes.store(d.bytes.load(Relaxed) + bytes, Relaxed);
     d.allocations
         .store(d.allocations.load(Relaxed) + allocations, Relaxed);
-    true
 }
 
 /// The running threads' unfolded live bytes by stack on device slot `slot`: (index, bytes,
@@ -212,13 +218,20 @@ fn slot(device: i32) -> usize {
 }
 
 /// The calling thread's counters, registered on first use. `None` while the thread is exiting.
-#[inline]
+#[inline(always)]
 fn counters() -> Option<&'static Counters> {
     let p = COUNTERS.try_with(|c| c.get()).ok()?;
     if !p.is_null() {
         // SAFETY: registered counters are leaked and never freed.
         return Some(unsafe { &*p });
     }
+    register()
+}
+
+/// The calling thread's counters, registered now (its first count).
+#[cold]
+#[inline(never)]
+fn register() -> Option<&'static Counters> {
     let c: &'static Counters = {
         let mut r = lock(registry());
         let c =
@@ -242,6 +255,45 @@ pub fn arena(count: usize) -> usize {
     let a = NEXT_ARENA.fetch_add(1, Relaxed);
     let _ = ARENA.try_with(|c| c.set(a));
     a % count.max(1)
+}
+
+/// Counts device memory of `size` bytes on `device` from stack `stack` allocated (`+1`) or
+/// freed (`-1`, `allocated` false): what [`allocated`] or [`freed`] count, and the stack's live
+/// bytes ([`super::by_stack`]), with one look-up of the thread's counters.
+#[inline(always)]
+pub fn device_change(device: i32, size: u64, stack: u32, allocated: bool) {
+    let s = slot(device);
+    let index = super::by_stack::index(stack);
+    let delta = if allocated {
+        size as i64
+    } else {
+        -(size as i64)
+    };
+    super::windows::note(delta);
+    match counters() {
+        Some(c) => {
+            let d = &c.devices[s];
+            if allocated {
+                bump(&d.allocations, 1);
+                bump(&d.total_allocated, size);
+            } else {
+                bump(&d.frees, 1);
+            }
+            stack_change_in(c, s, index, delta, if allocated { 1 } else { -1 });
+            live_change(c, s, delta);
+        }
+        None => {
+            let d = &SHARED.retired.devices[s];
+            if allocated {
+                d.allocations.fetch_add(1, Relaxed);
+                d.total_allocated.fetch_add(size, Relaxed);
+            } else {
+                d.frees.fetch_add(1, Relaxed);
+            }
+            super::by_stack::add_shared(s, index, delta, if allocated { 1 } else { -1 });
+            shared_live(s, delta);
+        }
+    }
 }
 
 /// Counts an allocation of `size` bytes on `device`; `on_device` says whether it occupies

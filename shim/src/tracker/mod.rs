@@ -132,7 +132,15 @@ impl Record {
     /// Tells the history the program received this allocation at `addr`.
     #[inline]
     pub fn history_allocated(&self, addr: u64, pooled: bool) {
-        crate::history::allocated(
+        self.history_allocated_at(None, addr, pooled);
+    }
+
+    /// [`Self::history_allocated`], at the moment `tsc` when one taken already follows every
+    /// free of `addr` (see [`crate::history::allocated_at`]).
+    #[inline]
+    pub fn history_allocated_at(&self, tsc: Option<u64>, addr: u64, pooled: bool) {
+        crate::history::allocated_at(
+            tsc,
             addr,
             self.size,
             self.history_memory(pooled),
@@ -351,6 +359,7 @@ impl Tracker {
 
     /// Accounts for a completed free of `record` at `addr`, begun at `tsc`
     /// ([`crate::history::stamp`]).
+    #[inline]
     pub fn freed(&self, addr: u64, record: &Record, tsc: u64) {
         self.stats.freed(record);
         record.history_freed(addr, tsc);

@@ -56,33 +56,33 @@ impl Stats {
     }
 
     /// Counts an allocation (and, for device memory, its stack's live bytes).
-    #[inline]
+    #[inline(always)]
     pub fn allocated(&self, r: &Record) {
         let (device, size) = (r.device, r.size);
         if r.memory.on_device() {
-            by_stack::add(r.stack, device, size as i64, 1);
             limit::charge(device, size);
+            counters::device_change(device, size, r.stack, true);
         } else {
             let rare = &self.rare[slot(device)];
             rare.host_pinned_live_bytes.fetch_add(size, Relaxed);
             rare.host_pinned_live_allocations.fetch_add(1, Relaxed);
+            counters::allocated(device, size, false);
         }
-        counters::allocated(device, size, r.memory.on_device());
     }
 
     /// Counts a free by the program.
-    #[inline]
+    #[inline(always)]
     pub fn freed(&self, r: &Record) {
         let (device, size) = (r.device, r.size);
         if r.memory.on_device() {
-            by_stack::add(r.stack, device, -(size as i64), -1);
             limit::credit(device, size);
+            counters::device_change(device, size, r.stack, false);
         } else {
             let rare = &self.rare[slot(device)];
             rare.host_pinned_live_bytes.fetch_sub(size, Relaxed);
             rare.host_pinned_live_allocations.fetch_sub(1, Relaxed);
+            counters::freed(device, size, false);
         }
-        counters::freed(device, size, r.memory.on_device());
     }
 
     /// Counts memory lost with its context.

@@ -550,6 +550,28 @@ fn a_cached_block_is_handed_out_once_its_fence_completes() {
 }
 
 #[test]
+fn an_allocation_says_whether_the_threads_own_cache_held_its_block() {
+    let pool = kept_pool();
+    let (mut c1, mut c2) = (ThreadCache::new(), ThreadCache::new());
+    // The first block comes from the arena.
+    let (a, hit) = pool.alloc_cached_hit(&mut c1, 0, 4096, Some(1)).unwrap();
+    assert!(!hit);
+    // Freed by this thread, it is served from its cache again.
+    assert_eq!(pool.free_cached(&mut c1, 0, a), Some(Ok(Some(1))));
+    assert_eq!(
+        pool.alloc_cached_hit(&mut c1, 0, 4096, Some(2)),
+        Ok((a, true))
+    );
+    // Freed by another thread, it is no longer the first thread's cache's to hand out.
+    assert_eq!(pool.free_cached(&mut c2, 0, a), Some(Ok(Some(2))));
+    assert_ne!(
+        pool.alloc_cached_hit(&mut c1, 0, 4096, Some(3)),
+        Ok((a, true))
+    );
+    pool.check_invariants().unwrap();
+}
+
+#[test]
 fn a_block_live_in_one_threads_cache_can_be_freed_by_another_thread() {
     let pool = kept_pool();
     let (mut c1, mut c2) = (ThreadCache::new(), ThreadCache::new());
