@@ -21,8 +21,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::entries;
 use crate::ffi::CUresult;
+use crate::symbols;
 
 /// The simulator's settings.
 #[derive(Debug)]
@@ -172,7 +172,7 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         Vec::new(),
         "no failures",
         "ENTRY:N[+][:CODE],... naming exported entries",
-        |v| parse_fail_rules(v, entries::is_export),
+        |v| parse_fail_rules(v, symbols::is_export),
     );
     let mut fail: HashMap<String, (AtomicU64, Vec<FailRule>)> = HashMap::new();
     for rule in rules {

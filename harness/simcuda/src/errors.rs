@@ -14,11 +14,11 @@
 //! CUDA documentation and are the simulator's best guess.
 //!
 //! This module also holds the names and descriptions behind `cuGetErrorName` and
-//! `cuGetErrorString`.
+//! `cuGetErrorString` (their C entry points: `entries/errors.rs`).
 
-use std::ffi::{CStr, c_char};
+use std::ffi::CStr;
 
-use crate::ffi::{CUresult, guard, put};
+use crate::ffi::CUresult;
 
 /// The codes of `CUresult` that the simulator uses (values from CUDA 13.0's `cuda.h`).
 pub mod code {
@@ -445,57 +445,6 @@ pub fn describe(error: CUresult) -> Option<(&'static CStr, &'static CStr)> {
         .iter()
         .find(|(c, _, _)| *c == error)
         .map(|&(_, name, text)| (name, text))
-}
-
-/// `cuGetErrorName`: the enumerator's name, or `CUDA_ERROR_INVALID_VALUE` and `*pStr = NULL` for
-/// a code the driver does not know. Works before `cuInit`.
-///
-/// # Safety
-/// `pStr` is NULL or points to writable storage for one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetErrorName(error: CUresult, pStr: *mut *const c_char) -> CUresult {
-    guard("cuGetErrorName", || {
-        // SAFETY: the caller passes NULL or a writable pointer slot.
-        unsafe { lookup_into(error, pStr, |(name, _)| name) }
-    })
-}
-
-/// `cuGetErrorString`: the description, or `CUDA_ERROR_INVALID_VALUE` and `*pStr = NULL` for a
-/// code the driver does not know. Works before `cuInit`.
-///
-/// # Safety
-/// `pStr` is NULL or points to writable storage for one pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetErrorString(error: CUresult, pStr: *mut *const c_char) -> CUresult {
-    guard("cuGetErrorString", || {
-        // SAFETY: the caller passes NULL or a writable pointer slot.
-        unsafe { lookup_into(error, pStr, |(_, text)| text) }
-    })
-}
-
-/// Writes the chosen string of `error` to `out`, or NULL and an error for an unknown code.
-///
-/// # Safety
-/// `out` is NULL or writable.
-unsafe fn lookup_into(
-    error: CUresult,
-    out: *mut *const c_char,
-    pick: impl Fn((&'static CStr, &'static CStr)) -> &'static CStr,
-) -> Result<(), Fault> {
-    if out.is_null() {
-        return Err(Fault::NullPointer);
-    }
-    match describe(error) {
-        Some(pair) => {
-            // SAFETY: `out` is non-null and writable by the caller's contract.
-            unsafe { put(out, pick(pair).as_ptr()) }
-        }
-        None => {
-            // SAFETY: as above.
-            unsafe { put(out, std::ptr::null())? };
-            Err(Fault::BadArgument)
-        }
-    }
 }
 
 #[cfg(test)]

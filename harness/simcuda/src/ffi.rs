@@ -1,6 +1,6 @@
 //! The C side of the driver: the types, constants and structures of `cuda.h` that the exported
-//! entries use (written here by hand, with the layouts of CUDA 13.0), and [`guard`], the wrapper
-//! every export runs its body in.
+//! entries use (written here by hand, with the layouts of CUDA 13.0). Plain data: the wrapper
+//! every export runs its body in is `entries/mod.rs`'s `guard`.
 //!
 //! `CUresult` crosses the boundary as a plain `c_uint`, never as a Rust enum: a program may hand
 //! the driver any number, and a Rust enum holding an undeclared value is undefined behaviour.
@@ -8,10 +8,6 @@
 #![allow(non_camel_case_types)]
 
 use std::ffi::{c_char, c_int, c_uint, c_ushort, c_void};
-use std::panic::{AssertUnwindSafe, catch_unwind};
-
-use crate::config;
-use crate::errors::{Fault, code};
 
 pub type CUresult = c_uint;
 pub type CUdevice = c_int;
@@ -145,44 +141,4 @@ pub mod consts {
     pub const CU_GET_PROC_ADDRESS_SUCCESS: i32 = 0;
     pub const CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND: i32 = 1;
     pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: i32 = 2;
-}
-
-/// Runs the body of the exported entry `entry` and turns its outcome into a `CUresult`.
-///
-/// In order: a failure injected by `CUGUARD_SIM_FAIL` returns its code without running the body;
-/// the configured latency is spent; the body runs, and a panic inside it becomes
-/// `CUDA_ERROR_UNKNOWN` instead of unwinding into C.
-pub fn guard(entry: &'static str, body: impl FnOnce() -> Result<(), Fault>) -> CUresult {
-    if let Some(code) = config::injected_failure(entry) {
-        return code;
-    }
-    config::spend_latency(entry);
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => code::CUDA_SUCCESS,
-        Ok(Err(fault)) => fault.code(),
-        Err(_) => code::CUDA_ERROR_UNKNOWN,
-    }
-}
-
-/// Writes `value` through the out-pointer `p`, or fails with [`Fault::NullPointer`].
-///
-/// # Safety
-/// `p` is NULL or valid for a write of `T` (alignment included).
-pub unsafe fn put<T>(p: *mut T, value: T) -> Result<(), Fault> {
-    if p.is_null() {
-        return Err(Fault::NullPointer);
-    }
-    // SAFETY: non-null, and valid for writes by the caller's contract.
-    unsafe { p.write(value) };
-    Ok(())
-}
-
-/// Fails with [`Fault::NullPointer`] if `p` is NULL. Entries check their out-pointers with this
-/// before they change anything, so a NULL out-pointer never leaves a half-done operation.
-pub fn need<T>(p: *const T) -> Result<(), Fault> {
-    if p.is_null() {
-        Err(Fault::NullPointer)
-    } else {
-        Ok(())
-    }
 }

@@ -9,29 +9,31 @@
 //! semantics, when each copy returns, `cuMemFree` waiting for work in flight.
 //!
 //! Settings come from the environment at `cuInit` (see `config.rs`). Two extensions serve tests:
-//! `cusimEnqueueFill` and `cusimGetUsage` (see `extensions.rs`).
+//! `cusimEnqueueFill` and `cusimGetUsage` (see `entries/extensions.rs`).
 //!
-//! Modules, one concern each:
-//! - `ffi`: C types, constants, the [`ffi::guard`] every export runs in;
-//! - `errors`: situations, their codes, `cuGetErrorName`/`String`;
-//! - `config`: settings, failure injection, latency;
-//! - `state`: the global state and its lock;
-//! - `fork`: the locks held across a `fork`, so a child can go on;
-//! - `hostmem`: mmap/memfd wrappers;
-//! - `device`: `cuInit`, versions, device queries;
-//! - `context`: primary and created contexts, the per-thread context stack;
-//! - `stream`, `event`: ordered simulated work;
-//! - `memory`: allocations, accounting, synchronous alloc/free entries;
-//! - `pool`: memory pools and stream-ordered allocation;
-//! - `vmm`: virtual memory management;
-//! - `copy`: memcpy/memset (peer copies included) and the simulated fill;
-//! - `peer`: peer access between contexts of different devices;
-//! - `pointer`: address classification and pointer attributes;
-//! - `ipc`: inter-process memory handles;
-//! - `entries`, `procaddr`: the table of exports and `cuGetProcAddress`;
-//! - `extensions`: `cusim*`;
-//! - `nvml`: a simulated NVML over the same state, visible only through a `libnvidia-ml.so.1`
-//!   link to this library (see there).
+//! Three layers, each a folder with one file per family (capture, context, copy, device, event,
+//! ipc, memory, peer, pointer, pool, stream, vmm; errors, extensions, nvml and procaddr have
+//! entry points only):
+//! - `model/`: each family's types and rules in plain Rust (a context, an allocation, a stream
+//!   and its worker, a pool's blocks). A model knows nothing of the state or of C.
+//! - `state/`: the global state that owns every family's model, behind one lock (`state/mod.rs`),
+//!   and, per family, the operations on it that need more than that family's model (a free
+//!   returning a block to its pool, a context's teardown freeing what every family holds for it).
+//!   It imports the models; no model imports it. `state/fork.rs` holds its locks across a `fork`.
+//! - `entries/`: the `extern "C"` functions, per family: convert the C arguments, lock the
+//!   state, call it, turn the outcome into a `CUresult` (`entries/mod.rs`'s `guard`).
+//!
+//! Beside them: `ffi` (C types and constants), `errors` (situations, their codes, the names
+//! behind `cuGetErrorName`), `config` (settings, failure injection, latency), `hostmem` (mmap and
+//! memfd wrappers), `symbols` (the name of every export: the rows of the table
+//! `cuGetProcAddress` answers from). The simulated NVML (`entries/nvml.rs`) shares the state and is
+//! visible only through a `libnvidia-ml.so.1` link to this library (see there).
+//! `tests/layers.rs` fails on an import cycle between files or
+//! an import against the layers.
+//!
+//! To add an entry: its C function in `entries/<family>.rs`, its row in `symbols.rs`; model
+//! changes in `model/<family>.rs`; anything that touches two families in `state/<family>.rs`. To
+//! add a family: a file in each layer that needs one, and a `mod` line in each folder's `mod.rs`.
 //!
 //! Example (C, linked with `-lcuda` against this library):
 //!
@@ -49,25 +51,11 @@
 #![allow(non_snake_case)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod capture;
 mod config;
-mod context;
-mod copy;
-mod device;
 mod entries;
 mod errors;
-mod event;
-mod extensions;
 mod ffi;
-mod fork;
 mod hostmem;
-mod ipc;
-mod memory;
-mod nvml;
-mod peer;
-mod pointer;
-mod pool;
-mod procaddr;
+mod model;
 mod state;
-mod stream;
-mod vmm;
+mod symbols;

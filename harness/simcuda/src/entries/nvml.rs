@@ -1,8 +1,9 @@
-//! A simulated NVML (`libnvidia-ml.so.1`), beside the simulated driver and sharing its state: the
-//! same devices, the same memory figures, the same UUIDs. Only what cuguard and the NVML readers
-//! it serves (pynvml, dask-cuda) need: `nvmlInit_v2`, `nvmlInit`, `nvmlShutdown`,
-//! `nvmlDeviceGetCount_v2`, `nvmlDeviceGetHandleByIndex_v2`, `nvmlDeviceGetHandleByUUID`,
-//! `nvmlDeviceGetUUID`, `nvmlDeviceGetMemoryInfo`, `nvmlDeviceGetMemoryInfo_v2` and
+//! The NVML family's C entry points: a simulated NVML (`libnvidia-ml.so.1`), beside the
+//! simulated driver and sharing its state: the same devices, the same memory figures, the same
+//! UUIDs. Only what cuguard and the NVML readers it serves (pynvml, dask-cuda) need:
+//! `nvmlInit_v2`, `nvmlInit`, `nvmlShutdown`, `nvmlDeviceGetCount_v2`,
+//! `nvmlDeviceGetHandleByIndex_v2`, `nvmlDeviceGetHandleByUUID`, `nvmlDeviceGetUUID`,
+//! `nvmlDeviceGetMemoryInfo`, `nvmlDeviceGetMemoryInfo_v2` and
 //! `nvmlDeviceGetComputeRunningProcesses_v3`, with NVML's own return codes.
 //!
 //! The symbols live in the driver library itself, so a program finds them only where it looks
@@ -31,7 +32,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 
 use crate::config;
-use crate::ffi::CUuuid;
+use crate::model::device::uuid_text;
 use crate::state;
 
 /// `nvmlReturn_t`.
@@ -46,20 +47,6 @@ pub const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
 pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: NvmlReturn = 25;
 pub const NVML_ERROR_UNKNOWN: NvmlReturn = 999;
-
-/// The names this module exports (for `CUGUARD_SIM_FAIL`).
-pub const EXPORTS: &[&str] = &[
-    "nvmlInit_v2",
-    "nvmlInit",
-    "nvmlShutdown",
-    "nvmlDeviceGetCount_v2",
-    "nvmlDeviceGetHandleByIndex_v2",
-    "nvmlDeviceGetHandleByUUID",
-    "nvmlDeviceGetUUID",
-    "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetMemoryInfo_v2",
-    "nvmlDeviceGetComputeRunningProcesses_v3",
-];
 
 /// `nvmlMemory_t`.
 #[repr(C)]
@@ -125,20 +112,6 @@ fn ordinal(device: NvmlDevice, count: u32) -> Option<i32> {
 
 fn handle(ordinal: u32) -> NvmlDevice {
     (HANDLE_BASE + 16 * ordinal as usize) as NvmlDevice
-}
-
-/// Device `ordinal`'s UUID, as NVML writes it.
-fn uuid_text(ordinal: i32) -> String {
-    let CUuuid { bytes } = crate::device::uuid(ordinal);
-    let hex: String = bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
 }
 
 /// `(total, used)` of device `ordinal`: the configured memory, and what the driver counts as
@@ -418,10 +391,5 @@ mod tests {
         assert_eq!(ordinal(handle(4), 4), None);
         assert_eq!(ordinal(std::ptr::null_mut(), 4), None);
         assert_eq!(ordinal((HANDLE_BASE + 8) as NvmlDevice, 4), None);
-    }
-
-    #[test]
-    fn uuids_as_nvidia_smi_prints_them() {
-        assert_eq!(uuid_text(1), "GPU-63756775-6172-642d-7369-6d0000000001");
     }
 }

@@ -1,22 +1,14 @@
-//! Virtual memory management: `cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`,
+//! The VMM family's C entry points: `cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`,
 //! `cuMemSetAccess`, `cuMemUnmap`, `cuMemRelease`, `cuMemAddressFree`,
-//! `cuMemGetAllocationGranularity`.
+//! `cuMemGetAllocationGranularity` (the model: `model/vmm.rs`).
 //!
-//! - A reservation is a range of host address space mapped with no access.
-//! - A physical allocation (`CUmemGenericAllocationHandle`) is a memory file of its size, charged
-//!   to its device and counted live until it is gone.
-//! - `cuMemMap` maps (part of) the file over (part of) a reservation, still with no access;
-//!   `cuMemSetAccess` makes it readable or read-write. Bytes written through one mapping are
-//!   seen through every other mapping of the same physical allocation.
-//! - `cuMemUnmap` puts the no-access reservation back. A released physical allocation is freed
-//!   when its last mapping goes.
-//!
-//! Granularity (minimum and recommended) is 2 MiB; sizes, offsets and addresses must be
-//! multiples of it. VMM memory belongs to the device, not to a context.
+//! `cuMemMap` maps with no access; `cuMemSetAccess` makes the range readable or read-write.
+//! `cuMemUnmap` puts the no-access reservation back, after the work in flight on the mappings'
+//! devices; a released physical allocation is freed when its last mapping goes.
 
-use std::collections::{BTreeMap, HashMap};
-use std::ffi::{c_int, c_uint};
+use std::ffi::c_uint;
 
+use super::{guard, need, put};
 use crate::errors::Fault;
 use crate::ffi::consts::{
     CU_MEM_ACCESS_FLAGS_PROT_NONE, CU_MEM_ACCESS_FLAGS_PROT_READ,
@@ -26,111 +18,10 @@ use crate::ffi::consts::{
 };
 use crate::ffi::{
     CUdeviceptr, CUmemAccessDesc, CUmemAllocationProp, CUmemGenericAllocationHandle, CUresult,
-    guard, need, put,
 };
 use crate::hostmem;
+use crate::model::vmm::{GRANULARITY, Mapping, Phys, aligned};
 use crate::state::{self, State};
-use crate::stream;
-
-/// Allocation granularity of every simulated device.
-pub const GRANULARITY: u64 = 2 << 20;
-
-/// A physical allocation.
-#[derive(Debug)]
-pub struct Phys {
-    pub fd: c_int,
-    pub size: u64,
-    pub device: i32,
-    pub handle_types: c_uint,
-    /// `cuMemRelease` was called; the memory goes with the last mapping.
-    pub released: bool,
-    pub mappings: u32,
-}
-
-/// A mapping of a physical allocation into a reservation.
-#[derive(Debug, Clone)]
-pub struct Mapping {
-    pub size: u64,
-    pub handle: u64,
-    pub device: i32,
-    /// `CU_MEM_ACCESS_FLAGS_PROT_*` set by `cuMemSetAccess`.
-    pub access: c_uint,
-}
-
-/// All VMM state.
-#[derive(Debug, Default)]
-pub struct Vmm {
-    /// Reservations: start and size.
-    pub reservations: BTreeMap<u64, u64>,
-    pub handles: HashMap<u64, Phys>,
-    /// Mappings by start address.
-    pub mappings: BTreeMap<u64, Mapping>,
-}
-
-/// The mapping containing `ptr`.
-pub fn mapping_containing(vmm: &Vmm, ptr: u64) -> Option<(u64, &Mapping)> {
-    vmm.mappings
-        .range(..=ptr)
-        .next_back()
-        .filter(|(b, m)| ptr < *b + m.size)
-        .map(|(b, m)| (*b, m))
-}
-
-/// The mappings that exactly tile `[ptr, ptr + size)`, contiguous, or [`Fault::VmmBadRange`].
-fn tiling(vmm: &Vmm, ptr: u64, size: u64) -> Result<Vec<u64>, Fault> {
-    let end = ptr.checked_add(size).ok_or(Fault::VmmBadRange)?;
-    let mut at = ptr;
-    let mut bases = Vec::new();
-    while at < end {
-        let m = vmm.mappings.get(&at).ok_or(Fault::VmmBadRange)?;
-        bases.push(at);
-        at += m.size;
-    }
-    if at != end || bases.is_empty() {
-        return Err(Fault::VmmBadRange);
-    }
-    Ok(bases)
-}
-
-/// Whether `[ptr, ptr + size)` lies in one reservation and overlaps no mapping.
-fn nothing_mapped(vmm: &Vmm, ptr: u64, size: u64) -> Result<bool, Fault> {
-    let end = ptr.checked_add(size).ok_or(Fault::VmmBadRange)?;
-    let inside = vmm
-        .reservations
-        .range(..=ptr)
-        .next_back()
-        .is_some_and(|(b, s)| end <= b + s);
-    if !inside {
-        return Err(Fault::VmmBadRange);
-    }
-    Ok(mapping_containing(vmm, ptr).is_none() && vmm.mappings.range(ptr..end).next().is_none())
-}
-
-/// Checks that `[ptr, ptr + len)` lies in VMM mappings with at least `need` access. `Ok(None)`
-/// if `ptr` is in no mapping; `Ok(Some(device))` if the whole range is usable.
-pub fn check_access(vmm: &Vmm, ptr: u64, len: u64, need_write: bool) -> Result<Option<i32>, Fault> {
-    let Some((base, first)) = mapping_containing(vmm, ptr) else {
-        return Ok(None);
-    };
-    let device = first.device;
-    let end = ptr.checked_add(len).ok_or(Fault::BadRange)?;
-    let needed = if need_write {
-        CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-    } else {
-        CU_MEM_ACCESS_FLAGS_PROT_READ
-    };
-    let mut at = base;
-    loop {
-        let m = vmm.mappings.get(&at).ok_or(Fault::BadRange)?;
-        if m.access & needed != needed {
-            return Err(Fault::InaccessibleRange);
-        }
-        at += m.size;
-        if at >= end {
-            return Ok(Some(device));
-        }
-    }
-}
 
 /// Checks an allocation property: pinned memory on a valid device, with handle types the
 /// simulator knows. Returns the device.
@@ -148,30 +39,6 @@ fn check_prop(st: &State, prop: &CUmemAllocationProp) -> Result<i32, Fault> {
     }
     st.device(prop.location.id)?;
     Ok(prop.location.id)
-}
-
-fn aligned(v: u64) -> bool {
-    v.is_multiple_of(GRANULARITY)
-}
-
-/// Frees a physical allocation that is released and unmapped.
-fn drop_phys_if_done(st: &mut State, handle: u64) {
-    let done = st
-        .vmm
-        .handles
-        .get(&handle)
-        .is_some_and(|p| p.released && p.mappings == 0);
-    if !done {
-        return;
-    }
-    let Some(p) = st.vmm.handles.remove(&handle) else {
-        return;
-    };
-    hostmem::close(p.fd);
-    if let Ok(d) = st.device_mut(p.device) {
-        d.mem.uncharge(p.size);
-        d.mem.drop_live(p.size);
-    }
 }
 
 /// `cuMemGetAllocationGranularity`: 2 MiB.
@@ -261,7 +128,7 @@ pub extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult
             Some(p) if !p.released => p.released = true,
             _ => return Err(Fault::BadVmmHandle),
         }
-        drop_phys_if_done(&mut st, handle);
+        st.drop_phys_if_done(handle);
         Ok(())
     })
 }
@@ -367,7 +234,7 @@ pub extern "C" fn cuMemMap(
         if !inside {
             return Err(Fault::VmmBadRange);
         }
-        let overlaps = mapping_containing(&st.vmm, ptr).is_some()
+        let overlaps = st.vmm.mapping_containing(ptr).is_some()
             || st.vmm.mappings.range(ptr..end).next().is_some();
         if overlaps {
             return Err(Fault::VmmAlreadyMapped);
@@ -398,18 +265,18 @@ pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
         let drv = state::driver()?;
         let devices: Vec<i32> = {
             let st = drv.lock();
-            if nothing_mapped(&st.vmm, ptr, size as u64)? {
+            if st.vmm.nothing_mapped(ptr, size as u64)? {
                 // Unmapping a range already unmapped succeeds (measured).
                 return Ok(());
             }
-            let bases = tiling(&st.vmm, ptr, size as u64)?;
+            let bases = st.vmm.tiling(ptr, size as u64)?;
             bases.iter().map(|b| st.vmm.mappings[b].device).collect()
         };
         for d in devices {
-            stream::wait_device(drv, d);
+            drv.wait_device(d);
         }
         let mut st = drv.lock();
-        let bases = tiling(&st.vmm, ptr, size as u64)?;
+        let bases = st.vmm.tiling(ptr, size as u64)?;
         for b in bases {
             let Some(m) = st.vmm.mappings.remove(&b) else {
                 continue;
@@ -419,7 +286,7 @@ pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
             if let Some(p) = st.vmm.handles.get_mut(&m.handle) {
                 p.mappings -= 1;
             }
-            drop_phys_if_done(&mut st, m.handle);
+            st.drop_phys_if_done(m.handle);
         }
         Ok(())
     })
@@ -466,7 +333,7 @@ pub unsafe extern "C" fn cuMemSetAccess(
             CU_MEM_ACCESS_FLAGS_PROT_READ => libc::PROT_READ,
             _ => libc::PROT_NONE,
         };
-        for b in tiling(&st.vmm, ptr, size as u64)? {
+        for b in st.vmm.tiling(ptr, size as u64)? {
             let m = st.vmm.mappings.get_mut(&b).ok_or(Fault::Internal)?;
             // SAFETY: the mapping is ours.
             unsafe { hostmem::protect(b, m.size as usize, prot)? };

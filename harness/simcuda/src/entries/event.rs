@@ -1,76 +1,18 @@
-//! Events: a recorded point in a stream, which completes when the stream's work before it has.
+//! The event family's C entry points: `cuEventCreate`, `cuEventRecord(_ptsz)`, queries,
+//! synchronisation, destruction and elapsed time.
 //!
 //! `cuEventRecord` issues a marker operation on the stream (so on the legacy stream it also
-//! covers the blocking streams' earlier work) and remembers it; the marker stamps the time when
-//! it runs. Recording again starts a new generation: a marker of an older generation that runs
-//! late does not touch the new one.
+//! covers the blocking streams' earlier work) and remembers it in the event (`model/event.rs`).
 
 use std::ffi::c_uint;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
-use crate::context;
+use super::{guard, need, put};
 use crate::errors::Fault;
 use crate::ffi::consts::{CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, CU_EVENT_INTERPROCESS};
-use crate::ffi::{CUevent, CUresult, CUstream, guard, need, put};
-use crate::pool;
-use crate::state::{self, State};
-use crate::stream::{self, Point};
-
-/// An event.
-pub struct Event {
-    pub ctx_id: u64,
-    pub flags: c_uint,
-    rec: Mutex<Record>,
-}
-
-/// What an event's last record captured (behind the event's lock).
-#[derive(Default)]
-pub(crate) struct Record {
-    generation: u64,
-    /// The marker operation of the last record, if any.
-    target: Option<Point>,
-    /// When that marker ran.
-    time: Option<Instant>,
-}
-
-impl Event {
-    fn record(&self) -> std::sync::MutexGuard<'_, Record> {
-        self.rec.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The event's lock, for holding it across a fork (see `fork.rs`).
-    pub(crate) fn lock_record(&self) -> std::sync::MutexGuard<'_, Record> {
-        self.record()
-    }
-
-    /// The point the last record captured (`None` if never recorded).
-    pub fn target(&self) -> Option<Point> {
-        self.record().target.clone()
-    }
-
-    /// Whether the recorded work has completed (an event never recorded has).
-    pub fn complete(&self) -> bool {
-        self.target().is_none_or(|(s, seq)| s.reached(seq))
-    }
-
-    fn stamp(&self, generation: u64) {
-        let mut r = self.record();
-        if r.generation == generation {
-            r.time = Some(Instant::now());
-        }
-    }
-}
-
-/// The live event with handle `h`.
-pub fn lookup(st: &State, h: CUevent) -> Result<Arc<Event>, Fault> {
-    st.events.get(&(h as usize)).cloned().ok_or(Fault::BadEvent)
-}
-
-/// Forgets the events of a destroyed context.
-pub fn release_context(st: &mut State, ctx_id: u64) {
-    st.events.retain(|_, e| e.ctx_id != ctx_id);
-}
+use crate::ffi::{CUevent, CUresult, CUstream};
+use crate::model::event::Event;
+use crate::state;
 
 /// `cuEventCreate`: flags are a combination of `CU_EVENT_BLOCKING_SYNC`,
 /// `CU_EVENT_DISABLE_TIMING` and `CU_EVENT_INTERPROCESS` (which needs `DISABLE_TIMING`).
@@ -89,14 +31,9 @@ pub unsafe extern "C" fn cuEventCreate(phEvent: *mut CUevent, Flags: c_uint) -> 
             return Err(Fault::BadFlags);
         }
         let mut st = drv.lock();
-        let c = context::current(&st)?;
+        let c = st.current()?;
         let handle = st.new_handle();
-        let ev = Event {
-            ctx_id: c.id,
-            flags: Flags,
-            rec: Mutex::new(Record::default()),
-        };
-        st.events.insert(handle, Arc::new(ev));
+        st.events.insert(handle, Arc::new(Event::new(c.id, Flags)));
         // SAFETY: checked non-null; writable by the caller's contract.
         unsafe { put(phEvent, handle as CUevent) }
     })
@@ -105,8 +42,8 @@ pub unsafe extern "C" fn cuEventCreate(phEvent: *mut CUevent, Flags: c_uint) -> 
 fn record(ev: CUevent, h: CUstream, per_thread_default: bool) -> Result<(), Fault> {
     let drv = state::driver()?;
     let mut st = drv.lock();
-    let e = lookup(&st, ev)?;
-    let s = stream::resolve(&mut st, h, per_thread_default)?;
+    let e = st.event(ev as usize)?;
+    let s = st.resolve_stream(h as usize, per_thread_default)?;
     if s.ctx_id != e.ctx_id {
         return Err(Fault::EventStreamMismatch);
     }
@@ -115,12 +52,7 @@ fn record(ev: CUevent, h: CUstream, per_thread_default: bool) -> Result<(), Faul
     r.time = None;
     let generation = r.generation;
     let marker = e.clone();
-    let seq = stream::submit(
-        &st,
-        &s,
-        None,
-        Some(Box::new(move || marker.stamp(generation))),
-    )?;
+    let seq = st.submit(&s, None, Some(Box::new(move || marker.stamp(generation))))?;
     r.target = Some((s, seq));
     Ok(())
 }
@@ -142,7 +74,7 @@ pub extern "C" fn cuEventRecord_ptsz(hEvent: CUevent, hStream: CUstream) -> CUre
 pub extern "C" fn cuEventQuery(hEvent: CUevent) -> CUresult {
     guard("cuEventQuery", || {
         let drv = state::driver()?;
-        let e = lookup(&drv.lock(), hEvent)?;
+        let e = drv.lock().event(hEvent as usize)?;
         if e.complete() {
             Ok(())
         } else {
@@ -156,10 +88,10 @@ pub extern "C" fn cuEventQuery(hEvent: CUevent) -> CUresult {
 pub extern "C" fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
     guard("cuEventSynchronize", || {
         let drv = state::driver()?;
-        let e = lookup(&drv.lock(), hEvent)?;
+        let e = drv.lock().event(hEvent as usize)?;
         if let Some((s, seq)) = e.target() {
             s.wait_for(seq);
-            pool::stream_synchronized(&mut drv.lock(), &s);
+            drv.lock().stream_synchronized(&s);
         }
         Ok(())
     })
@@ -183,7 +115,7 @@ fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> Result<(), Fault> {
     need(ms)?;
     let (a, b) = {
         let st = drv.lock();
-        (lookup(&st, start)?, lookup(&st, end)?)
+        (st.event(start as usize)?, st.event(end as usize)?)
     };
     let mut times = [None; 2];
     for (slot, e) in times.iter_mut().zip([&a, &b]) {

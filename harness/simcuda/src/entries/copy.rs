@@ -1,56 +1,28 @@
-//! Copies and sets (`cuMemcpy*`, `cuMemsetD*`) and the simulated fill, as work on streams.
+//! The copy family's C entry points: copies and sets (`cuMemcpy*`, `cuMemsetD*`) and the
+//! simulated fill (`cusimEnqueueFill`'s work), as work on streams.
 //!
 //! Every copy or set is an operation on a stream: the synchronous entries use the legacy default
 //! stream (their `_ptds` variants the per-thread one), the `Async` entries the stream given. When
-//! the call returns follows the CUDA rules ("API synchronization behavior"):
-//!
-//! | entry | returns |
-//! |---|---|
-//! | sync copy to host memory (pinned or pageable) | when the copy is done |
-//! | sync copy from pinned host to device | when the copy is done |
-//! | sync copy from pageable host to device | once the source is staged (copied aside) |
-//! | sync copy device to device | at once |
-//! | async copy to pageable host memory | when the copy is done |
-//! | async copy from pageable host memory | once the source is staged |
-//! | other async copies | at once |
-//! | sync set of pinned host or managed memory | when the set is done |
-//! | other sets | at once |
-//!
-//! Device ranges are checked against the allocation they start in; an address the driver does
-//! not know is pageable host memory, which device-side operands may not be.
+//! the call returns follows the CUDA rules (`model/copy.rs`). Device ranges are checked against
+//! the allocation they start in (`state/pointer.rs`).
 //!
 //! Peer copies (`cuMemcpyPeer`, `cuMemcpyPeerAsync`) copy device to device between the memory of
 //! two live contexts, on the stream given (or the legacy stream) and without peer access, as the
 //! real driver does (it stages them when access is not enabled). The simulated fill stands for a
 //! kernel: on another device's memory it needs peer access from the stream's context
-//! (`peer.rs`), and is refused with `CUDA_ERROR_PEER_ACCESS_NOT_ENABLED` without it.
+//! (`model/peer.rs`), and is refused with `CUDA_ERROR_PEER_ACCESS_NOT_ENABLED` without it.
 
 use std::ffi::{c_uchar, c_uint, c_ushort, c_void};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::guard;
 use crate::errors::Fault;
-use crate::ffi::{CUcontext, CUdeviceptr, CUresult, CUstream, guard};
-use crate::pointer::{self, Place};
-use crate::state;
-use crate::stream::{self, Stream};
-
-/// Synchronous or `Async` entry.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Sync,
-    Async,
-}
-
-/// The direction an entry names.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Dir {
-    HtoD,
-    DtoH,
-    DtoD,
-    /// `cuMemcpy`/`cuMemcpyAsync`: inferred from the addresses.
-    Any,
-}
+use crate::ffi::{CUcontext, CUdeviceptr, CUresult, CUstream};
+use crate::model::copy::{Dir, Mode};
+use crate::model::pointer::Place;
+use crate::model::stream::{Stream, Work};
+use crate::state::{self, State};
 
 /// Issues work on the stream `h` names, and waits for it if `wait` says so once the operands'
 /// places are known.
@@ -58,12 +30,12 @@ fn issue(
     h: CUstream,
     per_thread: bool,
     delayed: bool,
-    prepare: impl FnOnce(&state::State, &Stream) -> Result<Option<(stream::Work, bool)>, Fault>,
+    prepare: impl FnOnce(&State, &Stream) -> Result<Option<(Work, bool)>, Fault>,
 ) -> Result<(), Fault> {
     let drv = state::driver()?;
     let (s, seq, wait): (Arc<Stream>, u64, bool) = {
         let mut st = drv.lock();
-        let s = stream::resolve(&mut st, h, per_thread)?;
+        let s = st.resolve_stream(h as usize, per_thread)?;
         let Some((work, wait)) = prepare(&st, &s)? else {
             return Ok(());
         };
@@ -71,7 +43,7 @@ fn issue(
             Some(c) if delayed => c.work_delay,
             _ => Duration::ZERO,
         };
-        let work: stream::Work = if delay.is_zero() {
+        let work: Work = if delay.is_zero() {
             work
         } else {
             Box::new(move || {
@@ -79,7 +51,7 @@ fn issue(
                 work()
             })
         };
-        let seq = stream::submit(&st, &s, None, Some(work))?;
+        let seq = st.submit(&s, None, Some(work))?;
         (s, seq, wait)
     };
     if wait {
@@ -105,22 +77,13 @@ fn copy(
             return Err(Fault::BadArgument);
         }
         let n = len as u64;
-        let d = pointer::place(st, dst, n, true)?;
-        let s = pointer::place(st, src, n, false)?;
-        let bad = match dir {
-            Dir::HtoD => d == Place::Pageable,
-            Dir::DtoH => s == Place::Pageable,
-            Dir::DtoD => d == Place::Pageable || s == Place::Pageable,
-            Dir::Any => false,
-        };
-        if bad {
+        let d = st.place(dst, n, true)?;
+        let s = st.place(src, n, false)?;
+        if dir.refuses(d, s) {
             return Err(Fault::BadRange);
         }
-        let wait = match mode {
-            Mode::Sync => !d.device_side() || s == Place::Pinned,
-            Mode::Async => d == Place::Pageable,
-        };
-        let work: stream::Work = if !wait && s == Place::Pageable {
+        let wait = mode.copy_waits(d, s);
+        let work: Work = if !wait && s == Place::Pageable {
             // SAFETY: the caller's `len` bytes at `src` are readable (pageable host memory, the
             // entry's contract); they are copied aside before the call returns.
             let staged = unsafe { std::slice::from_raw_parts(src as *const u8, len) }.to_vec();
@@ -157,12 +120,12 @@ fn set(
         if !dst.is_multiple_of(elem as u64) {
             return Err(Fault::Misaligned);
         }
-        let d = pointer::place(st, dst, len as u64, true)?;
+        let d = st.place(dst, len as u64, true)?;
         if d == Place::Pageable {
             return Err(Fault::BadRange);
         }
-        let wait = mode == Mode::Sync && matches!(d, Place::Pinned | Place::Managed);
-        let work: stream::Work = Box::new(move || {
+        let wait = mode.set_waits(d);
+        let work: Work = Box::new(move || {
             // SAFETY: `[dst, dst + len)` was checked to lie in driver memory, aligned to `elem`.
             unsafe {
                 match elem {
@@ -180,15 +143,17 @@ fn set(
 /// then write `value` into `[dst, dst + bytes)`. Returns at once.
 pub fn fill(h: CUstream, dst: u64, bytes: usize, value: u8, delay_us: u32) -> Result<(), Fault> {
     issue(h, false, false, |st, s| {
-        if bytes > 0 && pointer::place(st, dst, bytes as u64, true)? == Place::Pageable {
+        if bytes > 0 && st.place(dst, bytes as u64, true)? == Place::Pageable {
             return Err(Fault::BadRange);
         }
-        if let Some(a) = crate::memory::containing(st, dst)
-            && !crate::peer::may_touch(st, s.ctx_id, s.device, a.ctx.id, a.ctx.device)
+        if let Some(a) = st.containing(dst)
+            && !st
+                .peer_access
+                .may_touch(s.ctx_id, s.device, a.ctx.id, a.ctx.device)
         {
             return Err(Fault::PeerNotEnabled);
         }
-        let work: stream::Work = Box::new(move || {
+        let work: Work = Box::new(move || {
             std::thread::sleep(Duration::from_micros(delay_us as u64));
             if bytes > 0 {
                 // SAFETY: `[dst, dst + bytes)` was checked to lie in driver memory.
@@ -209,13 +174,13 @@ pub extern "C" fn cuMemcpyHtoDAsync(
     _ByteCount: c_uint,
     _hStream: CUstream,
 ) -> CUresult {
-    guard("cuMemcpyHtoDAsync", || Err(crate::errors::Fault::LegacyAbi))
+    guard("cuMemcpyHtoDAsync", || Err(Fault::LegacyAbi))
 }
 
 /// The legacy `cuMemsetD8` (32-bit `CUdeviceptr` and count): not supported.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemsetD8(_dstDevice: c_uint, _uc: c_uchar, _N: c_uint) -> CUresult {
-    guard("cuMemsetD8", || Err(crate::errors::Fault::LegacyAbi))
+    guard("cuMemsetD8", || Err(Fault::LegacyAbi))
 }
 
 /// The legacy `cuMemcpyHtoD` (32-bit `CUdeviceptr` and size): not supported.
@@ -225,7 +190,7 @@ pub extern "C" fn cuMemcpyHtoD(
     _srcHost: *const c_void,
     _ByteCount: c_uint,
 ) -> CUresult {
-    guard("cuMemcpyHtoD", || Err(crate::errors::Fault::LegacyAbi))
+    guard("cuMemcpyHtoD", || Err(Fault::LegacyAbi))
 }
 
 /// `cuMemcpy`: direction from the addresses (unified addressing).
@@ -289,7 +254,7 @@ fn copy_peer(
             if c.is_null() {
                 return Err(Fault::UnknownContextHandle);
             }
-            crate::context::by_handle(&st, c as usize)?;
+            st.context_by_handle(c as usize)?;
         }
     }
     copy(h, per_thread, dst, src, len, mode, Dir::DtoD)

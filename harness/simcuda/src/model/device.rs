@@ -1,18 +1,15 @@
-//! The driver and its devices: `cuInit`, `cuDriverGetVersion` and the `cuDevice*` queries.
+//! The device family's model: a simulated device (its memory accounting, primary context and
+//! pools), its name, attributes and UUID.
 //!
 //! Every simulated device is an H200 (compute capability 9.0) with the memory size the settings
 //! give; its attributes are those of the real board where they matter to programs that manage
 //! memory (memory pools, VMM, unified addressing, alignments).
 
-use std::ffi::{c_char, c_int, c_uint};
+use std::ffi::{c_char, c_int};
 
-use crate::config;
-use crate::context;
 use crate::errors::Fault;
-use crate::ffi::{CUdevice, CUresult, CUuuid, guard, put};
-use crate::memory::DeviceMem;
-use crate::pool;
-use crate::state::{self, State};
+use crate::ffi::CUuuid;
+use crate::model::memory::DeviceMem;
 
 /// One simulated device.
 pub struct Device {
@@ -115,137 +112,6 @@ pub fn attribute(attrib: c_int, dev: i32) -> Result<c_int, Fault> {
     })
 }
 
-/// Builds the devices, their primary contexts (inactive) and default pools.
-fn build_devices(st: &mut State, count: u32, memory: u64) {
-    for ordinal in 0..count as i32 {
-        let primary = context::new_primary(st, ordinal);
-        let default_pool = pool::new_default(st, ordinal);
-        st.devices.push(Device {
-            mem: DeviceMem::new(memory),
-            primary,
-            default_pool,
-            current_pool: default_pool,
-        });
-    }
-}
-
-/// `cuInit`: reads the settings (the first time) and sets up the devices.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuInit(Flags: c_uint) -> CUresult {
-    // Loaded before the guard so that `CUGUARD_SIM_FAIL` can already fail this call.
-    let Ok(cfg) = std::panic::catch_unwind(config::load) else {
-        return Fault::Internal.code();
-    };
-    guard("cuInit", || {
-        if Flags != 0 {
-            return Err(Fault::BadFlags);
-        }
-        if cfg.devices == 0 {
-            return Err(Fault::NoDevice);
-        }
-        state::init(|st| build_devices(st, cfg.devices, cfg.memory));
-        Ok(())
-    })
-}
-
-/// `cuDriverGetVersion`: `CUGUARD_SIM_VERSION` (13000 unless set). Works before `cuInit`, when it
-/// reads that one variable without loading the other settings.
-///
-/// # Safety
-/// `driverVersion` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDriverGetVersion(driverVersion: *mut c_int) -> CUresult {
-    guard("cuDriverGetVersion", || {
-        let version = config::get().map_or_else(config::version_before_init, |c| c.version);
-        // SAFETY: NULL or writable by the caller's contract.
-        unsafe { put(driverVersion, version) }
-    })
-}
-
-/// `cuDeviceGet`.
-///
-/// # Safety
-/// `device` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CUresult {
-    guard("cuDeviceGet", || {
-        let drv = state::driver()?;
-        drv.lock().device(ordinal)?;
-        // SAFETY: NULL or writable by the caller's contract.
-        unsafe { put(device, ordinal) }
-    })
-}
-
-/// `cuDeviceGetCount`.
-///
-/// # Safety
-/// `count` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
-    guard("cuDeviceGetCount", || {
-        let drv = state::driver()?;
-        let n = drv.lock().devices.len() as c_int;
-        // SAFETY: NULL or writable by the caller's contract.
-        unsafe { put(count, n) }
-    })
-}
-
-/// `cuDeviceGetName`: writes at most `len - 1` characters and a NUL.
-///
-/// # Safety
-/// `name` is NULL or writable for `len` bytes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
-    guard("cuDeviceGetName", || {
-        let drv = state::driver()?;
-        drv.lock().device(dev)?;
-        if name.is_null() || len <= 0 {
-            return Err(Fault::BadArgument);
-        }
-        let bytes = DEVICE_NAME.as_bytes();
-        let n = bytes.len().min(len as usize - 1);
-        // SAFETY: `name` is writable for `len` > n bytes by the caller's contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), name.cast::<u8>(), n);
-            *name.add(n) = 0;
-        }
-        Ok(())
-    })
-}
-
-/// `cuDeviceTotalMem_v2`: the configured memory size.
-///
-/// # Safety
-/// `bytes` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
-    guard("cuDeviceTotalMem_v2", || {
-        let drv = state::driver()?;
-        let total = drv.lock().device(dev)?.mem.limit;
-        // SAFETY: NULL or writable by the caller's contract.
-        unsafe { put(bytes, total as usize) }
-    })
-}
-
-/// `cuDeviceGetAttribute`.
-///
-/// # Safety
-/// `pi` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetAttribute(
-    pi: *mut c_int,
-    attrib: c_int,
-    dev: CUdevice,
-) -> CUresult {
-    guard("cuDeviceGetAttribute", || {
-        let drv = state::driver()?;
-        drv.lock().device(dev)?;
-        let value = attribute(attrib, dev)?;
-        // SAFETY: NULL or writable by the caller's contract.
-        unsafe { put(pi, value) }
-    })
-}
-
 /// The UUID of device `dev`: the bytes of "cuguard-sim" and the ordinal.
 pub fn uuid(dev: i32) -> CUuuid {
     let mut bytes = [0 as c_char; 16];
@@ -256,31 +122,18 @@ pub fn uuid(dev: i32) -> CUuuid {
     CUuuid { bytes }
 }
 
-fn get_uuid(entry: &'static str, out: *mut CUuuid, dev: CUdevice) -> CUresult {
-    guard(entry, || {
-        let drv = state::driver()?;
-        drv.lock().device(dev)?;
-        // SAFETY: NULL or writable, as the exported entries require of their callers.
-        unsafe { put(out, uuid(dev)) }
-    })
-}
-
-/// `cuDeviceGetUuid`.
-///
-/// # Safety
-/// `uuid` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
-    get_uuid("cuDeviceGetUuid", uuid, dev)
-}
-
-/// `cuDeviceGetUuid_v2`.
-///
-/// # Safety
-/// `uuid` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
-    get_uuid("cuDeviceGetUuid_v2", uuid, dev)
+/// Device `ordinal`'s UUID as NVML (and `nvidia-smi`) writes it.
+pub fn uuid_text(ordinal: i32) -> String {
+    let CUuuid { bytes } = uuid(ordinal);
+    let hex: String = bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 #[cfg(test)]
@@ -306,5 +159,10 @@ mod tests {
             assert!(w[0].0 < w[1].0);
         }
         assert!(ATTRIBUTES.iter().all(|&(a, _)| a > 0 && a < ATTRIBUTE_MAX));
+    }
+
+    #[test]
+    fn uuids_as_nvidia_smi_prints_them() {
+        assert_eq!(uuid_text(1), "GPU-63756775-6172-642d-7369-6d0000000001");
     }
 }

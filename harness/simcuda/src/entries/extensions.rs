@@ -1,5 +1,5 @@
-//! The simulator's own entries, for tests (not part of the real driver, and not offered by
-//! `cuGetProcAddress`):
+//! The extensions family's C entry points: the simulator's own entries, for tests (not part of
+//! the real driver, and not offered by `cuGetProcAddress`):
 //!
 //! - `CUresult cusimEnqueueFill(CUstream s, CUdeviceptr dst, size_t bytes, unsigned char value,
 //!   unsigned int delay_us)`: simulated device work. Queued on stream `s` (0 and
@@ -9,14 +9,15 @@
 //!   another device's memory only once the stream's context enabled peer access to the context
 //!   that owns it; without, it is refused with `CUDA_ERROR_PEER_ACCESS_NOT_ENABLED`.
 //! - `CUresult cusimGetUsage(int device, size_t *live_bytes, size_t *live_allocations)`: the
-//!   driver's own count of device memory the program holds (see `memory.rs`: synchronous, pitched,
-//!   managed and not-yet-freed async allocations, and VMM physical allocations until released
-//!   and unmapped). Either pointer may be NULL.
+//!   driver's own count of device memory the program holds (see `model/memory.rs`: synchronous,
+//!   pitched, managed and not-yet-freed async allocations, and VMM physical allocations until
+//!   released and unmapped). Either pointer may be NULL.
 
 use std::ffi::{c_int, c_uchar, c_uint};
 
-use crate::copy;
-use crate::ffi::{CUdeviceptr, CUresult, CUstream, guard, put};
+use super::copy;
+use super::{guard, put};
+use crate::ffi::{CUdeviceptr, CUresult, CUstream};
 use crate::state;
 
 /// `cusimEnqueueFill`.

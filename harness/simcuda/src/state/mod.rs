@@ -1,8 +1,15 @@
-//! The driver's global state: everything the simulator knows, behind one lock.
+//! The state layer: the driver's global state, which owns every family's model, behind one lock;
+//! and (one file per family, `impl State` blocks) the operations that need more than one family's
+//! model, such as a free that returns a block to its pool or a context's teardown that frees
+//! what every family holds for it.
+//!
+//! The layers: `model/` (each family's types and rules, knowing nothing of this state), this
+//! state (importing the models, imported by none of them), and `entries/` (the C entry points,
+//! which lock the state and call it). `tests/layers.rs` keeps the imports so.
 //!
 //! One `Mutex<State>` guards the bookkeeping of every family (devices, contexts, allocations,
 //! streams, events, pools, VMM, IPC). It is only ever held for bookkeeping, never while waiting
-//! for simulated device work. Each stream has its own queue lock (see `stream.rs`).
+//! for simulated device work. Each stream has its own queue lock (see `model/stream.rs`).
 //!
 //! Lock order: the state lock may be taken first and a stream's queue lock inside it; never the
 //! other way round. Stream workers run their work holding no lock, so work that needs the state
@@ -14,15 +21,28 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use crate::capture::Capture;
-use crate::context::Ctx;
-use crate::device::Device;
 use crate::errors::Fault;
-use crate::event::Event;
-use crate::memory::Alloc;
-use crate::pool::Pool;
-use crate::stream::Stream;
-use crate::vmm::Vmm;
+use crate::model::capture::Capture;
+use crate::model::context::Ctx;
+use crate::model::device::Device;
+use crate::model::event::Event;
+use crate::model::memory::Alloc;
+use crate::model::peer::PeerAccess;
+use crate::model::pool::{Held, Pool};
+use crate::model::stream::Stream;
+use crate::model::vmm::Vmm;
+
+mod capture;
+mod context;
+mod device;
+mod event;
+pub mod fork;
+mod ipc;
+mod memory;
+mod pointer;
+mod pool;
+mod stream;
+mod vmm;
 
 /// The initialised driver.
 pub struct Driver {
@@ -43,13 +63,13 @@ pub struct State {
     pub events: HashMap<usize, Arc<Event>>,
     pub pools: HashMap<usize, Pool>,
     pub vmm: Vmm,
-    /// Peer access enabled: (id of the accessing context, id of the peer context).
-    pub peer_access: Vec<(u64, u64)>,
-    /// Stream captures in progress (`capture.rs`).
+    /// Peer access enabled between contexts.
+    pub peer_access: PeerAccess,
+    /// Stream captures in progress (`model/capture.rs`).
     pub captures: Vec<Capture>,
     /// Synchronous allocations freed with `cuMemFreeAsync` whose stream reached the free: their
-    /// memory is still taken until a synchronization releases it (`pool.rs`).
-    pub held: Vec<crate::pool::Held>,
+    /// memory is still taken until a synchronization releases it (`state/pool.rs`).
+    pub held: Vec<Held>,
     next_handle: usize,
     next_id: u64,
 }
@@ -76,14 +96,13 @@ pub fn init(build: impl FnOnce(&mut State)) -> &'static Driver {
             events: HashMap::new(),
             pools: HashMap::new(),
             vmm: Vmm::default(),
-            peer_access: Vec::new(),
+            peer_access: PeerAccess::default(),
             captures: Vec::new(),
             held: Vec::new(),
             next_handle: HANDLE_BASE,
             next_id: 1,
         };
         build(&mut state);
-        crate::fork::register();
         Driver {
             state: Mutex::new(state),
         }

@@ -1,5 +1,5 @@
-//! Forking: the simulator stays usable in the child of a `fork`, whatever its other threads were
-//! doing at that moment.
+//! The state's fork handling: the simulator stays usable in the child of a `fork`, whatever its
+//! other threads were doing at that moment.
 //!
 //! The real driver cannot be used in a forked child at all; the simulator lets a child go on
 //! with the parent's contexts and memory (a copy), because that is how cuguard's tests make the
@@ -15,20 +15,20 @@
 //!   worker had taken but not finished counts as done, and operations still queued run on a new
 //!   worker when someone waits for them or issues more.
 //!
-//! The handlers are registered once, when the driver is initialized.
+//! The handlers are registered once, when the driver is initialized (`cuInit`).
 
 use std::cell::RefCell;
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, MutexGuard, Once};
 
-use crate::event::{self, Event};
-use crate::state::{self, State};
-use crate::stream::{self, Stream};
+use super::{State, driver};
+use crate::model::event::{Event, Record};
+use crate::model::stream::{self, Queue, Stream};
 
 /// The locks held across a fork, and what they borrow from. Fields drop in order: the guards
 /// first (the queues', then the events', then the state's), then the objects they borrow.
 struct Held {
-    queues: Vec<MutexGuard<'static, stream::Queue>>,
-    _events: Vec<MutexGuard<'static, event::Record>>,
+    queues: Vec<MutexGuard<'static, Queue>>,
+    _events: Vec<MutexGuard<'static, Record>>,
     _state: MutexGuard<'static, State>,
     streams: Vec<Arc<Stream>>,
     _event_objects: Vec<Arc<Event>>,
@@ -39,14 +39,18 @@ thread_local! {
     static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
 }
 
-/// Registers the fork handlers; called once, from the driver's initialization.
+/// Registers the fork handlers, the first time it is called (by `cuInit`, once the driver is
+/// initialized).
 pub fn register() {
-    // SAFETY: three plain extern "C" fns without arguments; registering has no other effect.
-    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: three plain extern "C" fns without arguments; registering has no other effect.
+        unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+    });
 }
 
 extern "C" fn prepare() {
-    let Ok(drv) = state::driver() else { return };
+    let Ok(drv) = driver() else { return };
     let st = drv.lock();
     let mut streams: Vec<Arc<Stream>> = Vec::new();
     for c in st.contexts.values() {
@@ -62,16 +66,12 @@ extern "C" fn prepare() {
     // `'static`.
     let events = event_objects
         .iter()
-        .map(|e| unsafe {
-            std::mem::transmute::<_, MutexGuard<'static, event::Record>>(e.lock_record())
-        })
+        .map(|e| unsafe { std::mem::transmute::<_, MutexGuard<'static, Record>>(e.lock_record()) })
         .collect();
     // SAFETY: as above, for the streams' queues.
     let queues = streams
         .iter()
-        .map(|s| unsafe {
-            std::mem::transmute::<_, MutexGuard<'static, stream::Queue>>(s.lock_queue())
-        })
+        .map(|s| unsafe { std::mem::transmute::<_, MutexGuard<'static, Queue>>(s.lock_queue()) })
         .collect();
     let held = Held {
         queues,
