@@ -598,12 +598,13 @@ fn table_rows() -> Vec<Row> {
         .root
         .join("harness/simcuda/src/symbols.rs");
     let text = std::fs::read_to_string(&path).unwrap();
-    text.lines()
-        .filter_map(|l| {
-            l.trim()
-                .strip_prefix("$row!(")?
-                .strip_suffix("),")
-                .map(str::to_string)
+    // Each row is `$row!(KIND, "base", SINCE, family::symbol),`, on one line or wrapped over
+    // several by rustfmt.
+    text.split("$row!(")
+        .skip(1)
+        .filter_map(|rest| {
+            let inner = rest.split_once("),")?.0;
+            Some(inner.split_whitespace().collect::<Vec<_>>().join(" "))
         })
         .map(|inner| {
             let parts: Vec<&str> = inner.split(',').map(str::trim).collect();
