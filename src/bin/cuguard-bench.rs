@@ -4,7 +4,8 @@
 //! ```text
 //! cuguard-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--reports N] [--leaks N]
 //!               [--stacks N] [--sites N] [--depth N]
-//!               [--shapes many,merged,one,fleet,distinct,shared] [--rounds N] [--keep] [--reuse]
+//!               [--shapes many,merged,one,fleet,distinct,shared,ranks] [--rounds N] [--keep]
+//!               [--reuse]
 //! ```
 //!
 //! It runs three shapes by default, each with `--leaks` leaks in all (default 1,000,000):
@@ -24,7 +25,12 @@
 //! cuBLAS; one process in six is written into a merged report of eight processes. `distinct`
 //! (issue 23) is the same but for its stacks: each process leaks from 50 stacks of its own, each
 //! charged to a site of its own, so every process brings 50 new sites (500,000 at 10,000
-//! processes); `shared` gives every process the same 50 stacks and sites.
+//! processes); `shared` gives every process the same 50 stacks and sites. `ranks` (issue 40) is
+//! a large training job: every process is its own rank (rank = its number, every report a file
+//! of its own), leaking from 50 stacks of its own of 12 frames (unless `--depth` says), each
+//! charged to a site `site_F (ranks.cc:L)` with `F` drawn from [`RANK_FUNCTIONS`] names and `L`
+//! from [`RANK_LINES`] lines, so that sites repeat across ranks now and then: about 400,000 are
+//! distinct at 10,000 processes (give `--leaks` 1,000 per process).
 //!
 //! For these three shapes the table gives, per build: `cat` of the same files (output
 //! discarded, as the commands' is; once untimed first, so that every timed read finds the files
@@ -38,6 +44,8 @@
 //! cargo build --release -p cuguard
 //! target/release/cuguard-bench --shapes distinct,shared --reports 10000 --leaks 10000000 \
 //!     --before /tmp/cuguard-before --rounds 2 --keep --reuse
+//! target/release/cuguard-bench --shapes ranks --reports 10000 --leaks 10000000 \
+//!     --before /tmp/cuguard-before --dir /tmp/cuguard-bench --keep --reuse
 //! ```
 
 use std::io::Write as _;
@@ -48,7 +56,7 @@ use std::time::Instant;
 
 use cuguard::report::{
     Addr, Context, Device, DeviceStats, Driver, Event, EventKind, Frame, Leak, LeakState, Memory,
-    OwnerInfo, Process, Reason, Report, Stack,
+    OwnerInfo, Process, Reason, Report, Stack, StackSite,
 };
 use cuguard_report::merged::{Merged, MergedWriter};
 
@@ -60,7 +68,8 @@ struct Options {
     leaks: usize,
     stacks: Option<usize>,
     sites: usize,
-    depth: usize,
+    /// Frames per stack; `None`: 12 for `ranks`, else 16.
+    depth: Option<usize>,
     shapes: Vec<String>,
     keep: bool,
     reuse: bool,
@@ -77,7 +86,7 @@ fn parse() -> Result<Options, String> {
         leaks: 1_000_000,
         stacks: None,
         sites: 300,
-        depth: 16,
+        depth: None,
         shapes: vec!["many".into(), "merged".into(), "one".into()],
         keep: false,
         reuse: false,
@@ -94,7 +103,7 @@ fn parse() -> Result<Options, String> {
             "--leaks" => o.leaks = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
             "--stacks" => o.stacks = Some(value()?.parse().map_err(|e| format!("{a}: {e}"))?),
             "--sites" => o.sites = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
-            "--depth" => o.depth = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
+            "--depth" => o.depth = Some(value()?.parse().map_err(|e| format!("{a}: {e}"))?),
             "--shapes" => o.shapes = value()?.split(',').map(String::from).collect(),
             "--rounds" => o.rounds = value()?.parse().map_err(|e| format!("{a}: {e}"))?,
             "--keep" => o.keep = true,
@@ -103,7 +112,7 @@ fn parse() -> Result<Options, String> {
                 return Err(
                     "usage: cuguard-bench [--cuguard PATH] [--before PATH] [--dir DIR] \
                             [--reports N] [--leaks N] [--stacks N] [--sites N] [--depth N] \
-                            [--shapes many,merged,one,fleet,distinct,shared] [--rounds N] \
+                            [--shapes many,merged,one,fleet,distinct,shared,ranks] [--rounds N] \
                             [--keep] [--reuse]"
                         .into(),
                 );
@@ -212,7 +221,7 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
     let worker: Arc<str> = "/opt/bench/worker".into();
     let file: Arc<str> = "worker.cc".into();
     for id in 1..=stacks {
-        let frames = (0..o.depth)
+        let frames = (0..o.depth.unwrap_or(16))
             .map(|d| {
                 let (module, function) = if d == 0 {
                     (shim.clone(), "cuMemAlloc_v2".to_string())
@@ -326,10 +335,30 @@ enum Layout {
     Distinct,
     /// The same [`PER_REPORT`] stacks and sites in every process.
     Shared,
+    /// A training job, every process its own rank: [`PER_REPORT`] stacks of its own, each
+    /// charged to a site drawn from [`RANK_FUNCTIONS`] × [`RANK_LINES`] (see [`rank_site`]).
+    Ranks,
 }
 
-/// How many stacks (and sites) each process of the `distinct` and `shared` shapes has.
+/// How many stacks (and sites) each process of the `distinct`, `shared` and `ranks` shapes has.
 const PER_REPORT: u64 = 50;
+
+/// How many function names the sites of `ranks` are drawn from.
+const RANK_FUNCTIONS: u64 = 400;
+
+/// How many lines the sites of `ranks` are drawn from: with [`RANK_FUNCTIONS`], a million
+/// places, of which 500,000 draws (10,000 processes) hit about 393,000.
+const RANK_LINES: u64 = 2500;
+
+/// The site of stack `g` of `ranks`: (function number, line), the same for the same `g`
+/// (a splitmix64 of it).
+fn rank_site(g: u64) -> (u64, u32) {
+    let mut z = g.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z % RANK_FUNCTIONS, ((z >> 32) % RANK_LINES) as u32 + 1)
+}
 
 impl Layout {
     /// The shape's name on the command line and in its stamp.
@@ -338,6 +367,22 @@ impl Layout {
             Layout::Fleet { .. } => "fleet",
             Layout::Distinct => "distinct",
             Layout::Shared => "shared",
+            Layout::Ranks => "ranks",
+        }
+    }
+
+    /// Frames per stack: `--depth`, else 12 for `ranks` and 16 for the others.
+    fn depth(self, o: &Options) -> usize {
+        o.depth
+            .unwrap_or(if self == Layout::Ranks { 12 } else { 16 })
+    }
+
+    /// The rank of process `pid` (the `i`-th has pid 20,000 + `i`): its number for `ranks`, else
+    /// one of 8.
+    fn rank(self, pid: u32) -> u32 {
+        match self {
+            Layout::Ranks => pid - 20_000,
+            _ => pid % 8,
         }
     }
 
@@ -345,7 +390,7 @@ impl Layout {
     fn stacks(self, i: usize, rng: &mut Rng) -> Vec<u64> {
         match self {
             Layout::Fleet { stacks } => (0..48).map(|_| rng.next() % stacks as u64 + 1).collect(),
-            Layout::Distinct => (1..=PER_REPORT)
+            Layout::Distinct | Layout::Ranks => (1..=PER_REPORT)
                 .map(|k| i as u64 * PER_REPORT + k)
                 .collect(),
             Layout::Shared => (1..=PER_REPORT).collect(),
@@ -356,7 +401,7 @@ impl Layout {
     fn site(self, g: u64, o: &Options) -> u64 {
         match self {
             Layout::Fleet { .. } => g % o.sites as u64,
-            Layout::Distinct | Layout::Shared => g,
+            Layout::Distinct | Layout::Shared | Layout::Ranks => g,
         }
     }
 }
@@ -375,9 +420,13 @@ fn fleet_report(
         pid,
         ppid: 1,
         exe: "/opt/fleet/bin/trainer".into(),
-        argv: vec!["trainer".into(), "--rank".into(), (pid % 8).to_string()],
+        argv: vec![
+            "trainer".into(),
+            "--rank".into(),
+            layout.rank(pid).to_string(),
+        ],
         hostname: format!("node{:04}", pid / 8),
-        rank: Some(pid % 8),
+        rank: Some(layout.rank(pid)),
         start_unix_ms: 1_764_460_800_000,
         end_unix_ms: 1_764_460_900_000,
         labels: None,
@@ -477,10 +526,16 @@ fn fleet_report(
     ids.dedup();
     for g in ids {
         let site = layout.site(g, o);
-        let frames = (0..o.depth)
+        let (rank_function, rank_line) = rank_site(g);
+        let frames = (0..layout.depth(o))
             .map(|d| {
                 let (module, function, file) = match d {
                     0 => (shim.clone(), "cuMemAlloc_v2".to_string(), None),
+                    1 if layout == Layout::Ranks => (
+                        trainer.clone(),
+                        format!("site_{rank_function}"),
+                        Some("ranks.cc"),
+                    ),
                     1 if fleet_owner(g) != "program" => (
                         torch.clone(),
                         format!("c10::cuda::alloc_{site}"),
@@ -503,16 +558,28 @@ fn fleet_report(
                     offset: Addr((g * 64 + d as u64) * 16),
                     function: Some(function.into()),
                     file: file.map(Into::into),
-                    line: Some(d as u32 * 3 + (site % 50) as u32 + 10),
+                    line: Some(if layout == Layout::Ranks && d == 1 {
+                        rank_line
+                    } else {
+                        d as u32 * 3 + (site % 50) as u32 + 10
+                    }),
                     inlined: None,
                 }
             })
             .collect();
+        // The shim's choice, so that the site is keyed `function (file:line)` (without it, by the
+        // function alone).
+        let site = (layout == Layout::Ranks).then(|| StackSite {
+            in_: "frames".into(),
+            index: 1,
+            fingerprint: format!("{rank_function:03}{rank_line:04}"),
+            kind: Some("user".into()),
+        });
         r.stacks.push(Stack {
             id: g,
             frames,
             python: Vec::new(),
-            site: None,
+            site,
             owner: Some(fleet_owner(g).into()),
             mixed: Vec::new(),
             origin: None,
@@ -533,8 +600,8 @@ fn fleet_report(
 }
 
 /// Writes a fleet-like shape into `dir`: `o.reports` processes, one in six of them (the first
-/// eight of every 48 ranks) in merged reports of eight; returns (files, total bytes, largest
-/// file).
+/// eight of every 48 ranks) in merged reports of eight, but for `ranks` (a file each); returns
+/// (files, total bytes, largest file).
 fn generate_fleet(dir: &Path, layout: Layout, o: &Options) -> std::io::Result<(usize, u64, u64)> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
@@ -546,7 +613,7 @@ fn generate_fleet(dir: &Path, layout: Layout, o: &Options) -> std::io::Result<(u
         let pid = 20_000 + i as u32;
         let mine = layout.stacks(i, &mut rng);
         let report = fleet_report(pid, leaks, &mine, layout, o, &mut rng);
-        if i % 48 < 8 {
+        if i % 48 < 8 && layout != Layout::Ranks {
             if merged.is_none() {
                 let path = dir.join(format!("cuguard.merged.{pid}.json"));
                 let out = std::io::BufWriter::new(std::fs::File::create(&path)?);
@@ -592,14 +659,17 @@ fn fleet_files(dir: &Path, layout: Layout, o: &Options) -> Result<(usize, u64, u
     let want = match layout {
         Layout::Fleet { stacks } => format!(
             "reports {} leaks {} stacks {stacks} sites {} depth {}\n",
-            o.reports, o.leaks, o.sites, o.depth
+            o.reports,
+            o.leaks,
+            o.sites,
+            layout.depth(o)
         ),
         _ => format!(
             "{} reports {} leaks {} depth {}\n",
             layout.name(),
             o.reports,
             o.leaks,
-            o.depth
+            layout.depth(o)
         ),
     };
     if o.reuse && std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) {
@@ -695,7 +765,7 @@ fn fleet(layout: Layout, o: &Options) -> Result<(), String> {
     let (_, input, _) = fleet_files(&dir, layout, o)?;
     let goal = match layout {
         Layout::Fleet { .. } => "≤ 3 s, ≤ 64 MiB",
-        Layout::Distinct => "≤ 4.5× cat, ≤ 64 MiB",
+        Layout::Distinct | Layout::Ranks => "≤ 4.5× cat, ≤ 64 MiB",
         Layout::Shared => "RSS flat in reports",
     };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -707,6 +777,11 @@ fn fleet(layout: Layout, o: &Options) -> Result<(), String> {
         ),
         Layout::Distinct => format!("{PER_REPORT} sites per process, each process's its own"),
         Layout::Shared => format!("{PER_REPORT} sites per process, the same in every process"),
+        Layout::Ranks => format!(
+            "each process its own rank, {PER_REPORT} stacks of {} frames each, sites from \
+             {RANK_FUNCTIONS} functions × {RANK_LINES} lines",
+            layout.depth(o)
+        ),
     };
     println!("{}: {what}; load average {}", layout.name(), load.join(" "));
     println!(
@@ -757,13 +832,14 @@ fn run() -> Result<(), String> {
         .shapes
         .iter()
         .map(String::as_str)
-        .partition(|s| matches!(*s, "fleet" | "distinct" | "shared"));
+        .partition(|s| matches!(*s, "fleet" | "distinct" | "shared" | "ranks"));
     for (i, shape) in fleet_shapes.iter().enumerate() {
         let layout = match *shape {
             "fleet" => Layout::Fleet {
                 stacks: o.stacks.unwrap_or(400),
             },
             "distinct" => Layout::Distinct,
+            "ranks" => Layout::Ranks,
             _ => Layout::Shared,
         };
         if i > 0 {
