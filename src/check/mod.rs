@@ -185,7 +185,8 @@ pub struct ProcessCheck {
     /// counted (bytes, allocations and cache blocks); `None` for other reports and with
     /// `--held`.
     pub held_at_end: Option<(u64, u64)>,
-    /// Where each site of its leaks and events (suppressed ones included) is, by site key.
+    /// Where each site of its leaks and events (suppressed ones included) is, by site key;
+    /// empty when condensed without places (see [`Condense::places`]).
     pub places: BTreeMap<String, Place>,
     /// Suppressed leaks and events by (finding, site key): the finding is `leak` or the
     /// event's kind.
@@ -327,6 +328,28 @@ impl ProcessCheck {
         owners: &OwnerFilter,
         held: bool,
     ) -> ProcessCheck {
+        let how = Condense {
+            suppressions,
+            owners,
+            held,
+            places: true,
+        };
+        ProcessCheck::condensed(source, report, leaks, &how)
+    }
+
+    /// Condenses a report whose leaks are `leaks` as `how` says (see [`Condense`]).
+    pub fn condensed(
+        source: &Source,
+        report: &Report,
+        leaks: &LeakFold,
+        how: &Condense<'_>,
+    ) -> ProcessCheck {
+        let Condense {
+            suppressions,
+            owners,
+            held,
+            places: keep_places,
+        } = *how;
         let index = SiteIndex::new(report);
         let mut owner_index = OwnerIndex::new(report);
         let mut others: Vec<(usize, u64, u64)> = Vec::new();
@@ -401,7 +424,9 @@ impl ProcessCheck {
                 check.rule_hits[rule] += n;
                 check.suppressed.0 = check.suppressed.0.saturating_add(size);
                 check.suppressed.1 += n;
-                check.places.entry(site.key.clone()).or_insert_with(place);
+                if keep_places {
+                    check.places.entry(site.key.clone()).or_insert_with(place);
+                }
                 let s = check
                     .suppressed_sites
                     .entry(("leak".to_string(), site.key.clone()))
@@ -418,13 +443,15 @@ impl ProcessCheck {
                 others.push((owner, size, n));
                 continue;
             }
-            let label = owner_index.owner(owner).label.clone();
-            check
-                .places
-                .entry(site.key.clone())
-                .or_insert_with(place)
-                .owners
-                .insert(label);
+            if keep_places {
+                let label = owner_index.owner(owner).label.clone();
+                check
+                    .places
+                    .entry(site.key.clone())
+                    .or_insert_with(place)
+                    .owners
+                    .insert(label);
+            }
             let entry = check
                 .sites
                 .entry(site.key.clone())
@@ -446,7 +473,7 @@ impl ProcessCheck {
             .filter(|e| !report.at_python_teardown(e))
         {
             let site = index.site(event.stack);
-            if !check.places.contains_key(&site.key) {
+            if keep_places && !check.places.contains_key(&site.key) {
                 let place = Place::of(index.stack(event.stack), &site);
                 check.places.insert(site.key.clone(), place);
             }
@@ -481,6 +508,21 @@ impl ProcessCheck {
         check.growth_not_told = not_told(report, &criterion);
         check
     }
+}
+
+/// How [`ProcessCheck::condensed`] condenses a report.
+#[derive(Clone, Copy, Debug)]
+pub struct Condense<'a> {
+    /// The suppressions to apply.
+    pub suppressions: &'a Suppressions,
+    /// Whose leaks are checked (the others are counted in `other_owners`).
+    pub owners: &'a OwnerFilter,
+    /// Whether what Python objects held at the end counts too (`--held`).
+    pub held: bool,
+    /// Whether to keep where each site is in the source ([`ProcessCheck::places`]): only the
+    /// formats that point at code (`sarif`, `github`) read it, and across half a million sites
+    /// it is most of the check's memory (a kilobyte a site), so the others leave it out.
+    pub places: bool,
 }
 
 /// What a baseline holds: leaks per site and events per (kind, site), all processes together.
@@ -953,15 +995,89 @@ impl CheckFold {
         let process_count = processes.len();
         let mut growing: Vec<GrowthVerdict> =
             table::growth_verdicts(&processes, |i| sites.process_name(i), limits.max_growth);
-        // The baseline's totals of the sites it has, by number.
-        let base: Option<HashMap<u32, (u64, u64)>> = baseline.map(|b| {
+        sort_growing(&mut growing);
+        let (totals, base) = SiteTotals::of(&sites, baseline);
+        let events = event_verdicts(events, &event_names, baseline, &limits);
+        let (failures, leaks_fail) = failures(
+            &totals,
+            &growing,
+            &events,
+            incomplete.len(),
+            baseline.is_some(),
+            &limits,
+        );
+        let failing = table::Failing {
+            leaks_fail,
+            counting: totals.counting,
+            events: events
+                .iter()
+                .filter(|e| e.failing)
+                .map(|e| (e.kind.clone(), e.site.clone()))
+                .collect::<HashSet<_>>(),
+            max_growth: limits.max_growth,
+            require_complete: limits.require_complete,
+        };
+        let site_verdicts = table::SiteVerdicts::new(sites, base);
+        let process_verdicts =
+            table::ProcessVerdicts::new(processes, site_verdicts.clone(), failing)?;
+        Ok(Verdict {
+            passed: failures.is_empty(),
+            failures,
+            baseline: baseline.is_some(),
+            reports: process_count,
+            incomplete,
+            growth_not_told,
+            leaked_bytes: totals.leaked_bytes,
+            leaks: totals.leaks,
+            counted_bytes: totals.counted_bytes,
+            counted_leaks: totals.counted_leaks,
+            suppressed_bytes,
+            suppressed_leaks,
+            suppressed_events,
+            other_owners: crate::owners::combine(other_owners.into_values()),
+            held_at_end: held_at_end.map(|(bytes, allocations)| HeldAtEnd { bytes, allocations }),
+            sites: site_verdicts,
+            growing,
+            events,
+            suppressions: rule_uses(suppressions, hits),
+            processes: process_verdicts,
+            limits,
+            places,
+            suppressed_sites: suppressed_sites.into_values().collect(),
+            source_root: None,
+        })
+    }
+}
+
+/// The totals across sites, and which sites count (by number).
+struct SiteTotals {
+    leaked_bytes: u64,
+    leaks: u64,
+    counted_bytes: u64,
+    counted_leaks: u64,
+    /// By site number: whether any of its bytes or leaks count.
+    counting: Vec<bool>,
+}
+
+/// The baseline's totals of the sites it has, by site number.
+type BaseTotals = HashMap<u32, (u64, u64)>;
+
+impl SiteTotals {
+    /// Adds up every site, each compared with `baseline` when given (see the module doc, step
+    /// 4); also gives the baseline's totals by site number.
+    fn of(sites: &table::Sites, baseline: Option<&Baseline>) -> (SiteTotals, Option<BaseTotals>) {
+        let base: Option<BaseTotals> = baseline.map(|b| {
             (0..sites.len() as u32)
                 .filter_map(|id| b.site(sites.key(id)).map(|t| (id, t)))
                 .collect()
         });
-        let (mut leaked_bytes, mut leaks, mut counted_bytes, mut counted_leaks) =
-            (0u64, 0u64, 0u64, 0u64);
-        let mut counting = Vec::with_capacity(sites.len());
+        let mut t = SiteTotals {
+            leaked_bytes: 0,
+            leaks: 0,
+            counted_bytes: 0,
+            counted_leaks: 0,
+            counting: Vec::with_capacity(sites.len()),
+        };
         for id in 0..sites.len() as u32 {
             let totals = sites.totals(id);
             let (status, b) = match &base {
@@ -975,164 +1091,140 @@ impl CheckFold {
                 },
             };
             let (cb, cl) = table::counted(status, totals, b);
-            leaked_bytes = leaked_bytes.saturating_add(totals.0);
-            leaks += totals.1;
-            counted_bytes = counted_bytes.saturating_add(cb);
-            counted_leaks += cl;
-            counting.push(cb > 0 || cl > 0);
+            t.leaked_bytes = t.leaked_bytes.saturating_add(totals.0);
+            t.leaks += totals.1;
+            t.counted_bytes = t.counted_bytes.saturating_add(cb);
+            t.counted_leaks += cl;
+            t.counting.push(cb > 0 || cl > 0);
         }
+        (t, base)
+    }
+}
 
-        let mut event_verdicts: Vec<EventVerdict> = events
-            .into_iter()
-            .map(|((kind, site), count)| {
-                let (kind, site) = (
-                    event_names.get(kind).to_string(),
-                    event_names.get(site).to_string(),
-                );
-                let baseline_count = baseline
-                    .and_then(|b| b.events.get(&(kind.clone(), site.clone())).copied())
-                    .unwrap_or(0);
-                let counted = count.saturating_sub(baseline_count);
-                EventVerdict {
-                    failing: counted > 0 && limits.fail_on_events.includes(&kind),
-                    kind,
-                    site,
-                    count,
-                    baseline_count,
-                    counted,
-                }
-            })
-            .collect();
-        event_verdicts.sort_by(|a, b| {
-            b.failing
-                .cmp(&a.failing)
-                .then(b.counted.cmp(&a.counted))
-                .then(a.kind.cmp(&b.kind))
-                .then(a.site.cmp(&b.site))
-        });
+/// The events by (kind, site), each against the baseline's count, failing ones first.
+fn event_verdicts(
+    events: HashMap<(u32, u32), u64>,
+    names: &crate::intern::Strings,
+    baseline: Option<&Baseline>,
+    limits: &Limits,
+) -> Vec<EventVerdict> {
+    let mut verdicts: Vec<EventVerdict> = events
+        .into_iter()
+        .map(|((kind, site), count)| {
+            let (kind, site) = (names.get(kind).to_string(), names.get(site).to_string());
+            let baseline_count = baseline
+                .and_then(|b| b.events.get(&(kind.clone(), site.clone())).copied())
+                .unwrap_or(0);
+            let counted = count.saturating_sub(baseline_count);
+            EventVerdict {
+                failing: counted > 0 && limits.fail_on_events.includes(&kind),
+                kind,
+                site,
+                count,
+                baseline_count,
+                counted,
+            }
+        })
+        .collect();
+    verdicts.sort_by(|a, b| {
+        b.failing
+            .cmp(&a.failing)
+            .then(b.counted.cmp(&a.counted))
+            .then(a.kind.cmp(&b.kind))
+            .then(a.site.cmp(&b.site))
+    });
+    verdicts
+}
 
-        let mut failures = Vec::new();
-        let what = if baseline.is_some() {
-            "new or grown leaks"
-        } else {
-            "leaks"
-        };
-        let bytes_over = limits.max_leaked_bytes.is_some_and(|m| counted_bytes > m);
-        let leaks_over = limits.max_leaks.is_some_and(|m| counted_leaks > m);
-        if let (true, Some(max)) = (bytes_over, limits.max_leaked_bytes) {
+/// Failing growth first, then most grown.
+fn sort_growing(growing: &mut [GrowthVerdict]) {
+    growing.sort_by(|a, b| {
+        b.failing
+            .cmp(&a.failing)
+            .then(
+                b.growth
+                    .growth
+                    .grown_bytes
+                    .cmp(&a.growth.growth.grown_bytes),
+            )
+            .then(a.process.cmp(&b.process))
+            .then(a.growth.site.cmp(&b.growth.site))
+    });
+}
+
+/// Why the check fails, in words (empty: it passes), and whether the leaks fail it.
+fn failures(
+    totals: &SiteTotals,
+    growing: &[GrowthVerdict],
+    events: &[EventVerdict],
+    incomplete: usize,
+    with_baseline: bool,
+    limits: &Limits,
+) -> (Vec<String>, bool) {
+    let mut failures = Vec::new();
+    let what = if with_baseline {
+        "new or grown leaks"
+    } else {
+        "leaks"
+    };
+    let (counted_bytes, counted_leaks) = (totals.counted_bytes, totals.counted_leaks);
+    let bytes_over = limits.max_leaked_bytes.is_some_and(|m| counted_bytes > m);
+    let leaks_over = limits.max_leaks.is_some_and(|m| counted_leaks > m);
+    if let (true, Some(max)) = (bytes_over, limits.max_leaked_bytes) {
+        failures.push(format!(
+            "{} in {what} exceeds --max-leaked-bytes {}",
+            crate::text::bytes(counted_bytes),
+            crate::text::bytes(max),
+        ));
+    }
+    if let (true, Some(max)) = (leaks_over, limits.max_leaks) {
+        failures.push(format!("{counted_leaks} {what} exceed --max-leaks {max}"));
+    }
+    if let Some(max) = limits.max_growth {
+        for g in growing.iter().filter(|g| g.failing) {
+            let grown = &g.growth.growth;
             failures.push(format!(
-                "{} in {what} exceeds --max-leaked-bytes {}",
-                crate::text::bytes(counted_bytes),
+                "{} grew by {} over {} in {} (more than --max-growth {})",
+                g.growth.label,
+                crate::text::bytes(grown.grown_bytes),
+                crate::text::millis(grown.to_ms.saturating_sub(grown.from_ms)),
+                g.process,
                 crate::text::bytes(max),
             ));
         }
-        if let (true, Some(max)) = (leaks_over, limits.max_leaks) {
-            failures.push(format!("{counted_leaks} {what} exceed --max-leaks {max}"));
-        }
-        growing.sort_by(|a, b| {
-            b.failing
-                .cmp(&a.failing)
-                .then(
-                    b.growth
-                        .growth
-                        .grown_bytes
-                        .cmp(&a.growth.growth.grown_bytes),
-                )
-                .then(a.process.cmp(&b.process))
-                .then(a.growth.site.cmp(&b.growth.site))
-        });
-        if let Some(max) = limits.max_growth {
-            for g in growing.iter().filter(|g| g.failing) {
-                failures.push(format!(
-                    "{} grew by {} over {} in {} (more than --max-growth {})",
-                    g.growth.label,
-                    crate::text::bytes(g.growth.growth.grown_bytes),
-                    crate::text::millis(
-                        g.growth
-                            .growth
-                            .to_ms
-                            .saturating_sub(g.growth.growth.from_ms)
-                    ),
-                    g.process,
-                    crate::text::bytes(max),
-                ));
-            }
-        }
-        let failing_events: BTreeMap<&str, u64> =
-            event_verdicts
-                .iter()
-                .filter(|e| e.failing)
-                .fold(BTreeMap::new(), |mut m, e| {
-                    *m.entry(e.kind.as_str()).or_default() += e.counted;
-                    m
-                });
-        for (kind, n) in &failing_events {
-            failures.push(format!(
-                "{n} {kind} event{}",
-                if *n == 1 { "" } else { "s" }
-            ));
-        }
-        if limits.require_complete && !incomplete.is_empty() {
-            failures.push(format!(
-                "{} incomplete report{} (--require-complete)",
-                incomplete.len(),
-                if incomplete.len() == 1 { "" } else { "s" }
-            ));
-        }
-        let passed = failures.is_empty();
-
-        let failing = table::Failing {
-            leaks_fail: bytes_over || leaks_over,
-            counting,
-            events: event_verdicts
-                .iter()
-                .filter(|e| e.failing)
-                .map(|e| (e.kind.clone(), e.site.clone()))
-                .collect::<HashSet<_>>(),
-            max_growth: limits.max_growth,
-            require_complete: limits.require_complete,
-        };
-        let site_verdicts = table::SiteVerdicts::new(sites, base);
-        let process_verdicts =
-            table::ProcessVerdicts::new(processes, site_verdicts.clone(), failing)?;
-
-        Ok(Verdict {
-            passed,
-            failures,
-            baseline: baseline.is_some(),
-            reports: process_count,
-            incomplete,
-            growth_not_told,
-            leaked_bytes,
-            leaks,
-            counted_bytes,
-            counted_leaks,
-            suppressed_bytes,
-            suppressed_leaks,
-            suppressed_events,
-            other_owners: crate::owners::combine(other_owners.into_values()),
-            held_at_end: held_at_end.map(|(bytes, allocations)| HeldAtEnd { bytes, allocations }),
-            sites: site_verdicts,
-            growing,
-            events: event_verdicts,
-            suppressions: suppressions
-                .rules()
-                .iter()
-                .zip(hits)
-                .map(|(r, matched)| RuleUse {
-                    file: r.file.clone(),
-                    line: r.line,
-                    rule: r.text.clone(),
-                    matched,
-                })
-                .collect(),
-            processes: process_verdicts,
-            limits,
-            places,
-            suppressed_sites: suppressed_sites.into_values().collect(),
-            source_root: None,
-        })
     }
+    let mut failing_events: BTreeMap<&str, u64> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.failing) {
+        *failing_events.entry(e.kind.as_str()).or_default() += e.counted;
+    }
+    for (kind, n) in &failing_events {
+        failures.push(format!(
+            "{n} {kind} event{}",
+            if *n == 1 { "" } else { "s" }
+        ));
+    }
+    if limits.require_complete && incomplete > 0 {
+        failures.push(format!(
+            "{incomplete} incomplete report{} (--require-complete)",
+            if incomplete == 1 { "" } else { "s" }
+        ));
+    }
+    (failures, bytes_over || leaks_over)
+}
+
+/// How often each suppression rule matched.
+fn rule_uses(suppressions: &Suppressions, hits: Vec<u64>) -> Vec<RuleUse> {
+    suppressions
+        .rules()
+        .iter()
+        .zip(hits)
+        .map(|(r, matched)| RuleUse {
+            file: r.file.clone(),
+            line: r.line,
+            rule: r.text.clone(),
+            matched,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use clap::Args;
 
 use super::{CliError, exit, write_stdout};
 use crate::check::suppressions::Suppressions;
-use crate::check::{Baseline, CheckFold, FORMATS, FailingEvents, Limits, ProcessCheck, Verdict};
+use crate::check::{
+    Baseline, CheckFold, Condense, FORMATS, FailingEvents, Limits, ProcessCheck, Verdict,
+};
 use crate::format::{Options, Row};
 use crate::input;
 use crate::owners::OwnerFilter;
@@ -169,8 +171,15 @@ pub(crate) fn read_suppressions(files: &[PathBuf]) -> Result<Suppressions, CliEr
 pub fn run(args: CheckArgs) -> Result<u8, CliError> {
     let suppressions = read_suppressions(&args.suppressions)?;
     let owners = args.owners.clone().unwrap_or_default();
+    // Where sites are in the source: only for the formats that point at code.
+    let how = Condense {
+        suppressions: &suppressions,
+        owners: &owners,
+        held: args.held,
+        places: matches!(args.format.name(), "sarif" | "github"),
+    };
     let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
-        ProcessCheck::folded_held(source, &report, &leaks, &suppressions, &owners, args.held)
+        ProcessCheck::condensed(source, &report, &leaks, &how)
     };
     let mut fold = CheckFold::on_disk(&suppressions);
     input::for_each_folded(&input::expand(&args.paths)?, 0, condense, |_, p| {

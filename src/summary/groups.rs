@@ -24,9 +24,12 @@
 //!
 //! Memory: the comparison's values go to a log ([`Comparison::on_disk`]); without `--by`, who
 //! each process was goes to a log too, and only those called out or incomplete are read back;
-//! with `--by`, the groups list every process and keep each group's totals per site (the
-//! processes of `--by process` are each a group of their own, cut to its [`GROUP_SITES`] largest
-//! sites at once).
+//! with `--by`, the groups list every process (what is printed), and each process's totals per
+//! site go to a log as well, one record per process ([`GroupSites`]), added up per group when
+//! the job is finished, in passes over the log that each gather at most [`BATCH`] of them, so
+//! that a job of 10,000 ranks does not keep 10,000 tables of sites (the processes of `--by
+//! process` are each a group of their own, cut to its [`GROUP_SITES`] largest sites at once).
+//! The groups' figures are exact, as if every table were kept.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
@@ -35,7 +38,7 @@ use serde::Serialize;
 
 use super::ReportSummary;
 use super::overall::{Overall, top_by};
-use crate::compare::{Comparison, Criterion, Measure, Outlier};
+use crate::compare::{BATCH, Comparison, Criterion, Measure, Outlier};
 use crate::identity::{GroupBy, GroupKey, Identity};
 use crate::intern::{Column, Strings};
 use crate::owners::OwnerKind;
@@ -45,6 +48,10 @@ use crate::text::bytes;
 
 /// How many sites each group lists, largest first.
 pub const GROUP_SITES: usize = 3;
+
+/// The most logged sites [`GroupSites::finish`] gathers in one pass over its log: the
+/// comparison's [`BATCH`] (a few in tests, so that they take many passes).
+const GROUP_BATCH: usize = if cfg!(test) { 64 } else { BATCH };
 
 /// One job's processes together (see the module doc).
 #[derive(Clone, Debug, Serialize)]
@@ -168,6 +175,101 @@ pub struct JobFold {
     all_workers: bool,
     all_ranks: bool,
     values: Vec<(Measure, u32, u64)>,
+    /// The groups' totals per site, one record per process (see [`GroupSites`]).
+    group_sites: GroupSites,
+}
+
+/// The groups' totals per site while processes are added: each process's sites go to a log as
+/// one record (its group's number, then site number, bytes, leaks and, when it is not
+/// [`Overall`]'s, the label the process gives, for each site), and are added up per group in
+/// [`JobFold::finish`].
+#[derive(Debug)]
+struct GroupSites {
+    log: Spill,
+    /// The first error writing the log.
+    error: Option<io::Error>,
+    record: Enc,
+}
+
+impl GroupSites {
+    /// Logs the sites `group` (group number `number`) gathered from one process, and empties
+    /// them.
+    fn log(&mut self, number: u32, group: &mut GroupFold) {
+        if group.sites.is_empty() {
+            return;
+        }
+        self.record.clear().u64(u64::from(number));
+        // Taken, not drained: a drained table would keep its room, a table per group.
+        for (id, acc) in std::mem::take(&mut group.sites) {
+            self.record
+                .u64(u64::from(id))
+                .u64(acc.leaked_bytes)
+                .u64(acc.leaks)
+                .opt_str(acc.label.as_deref());
+            group.logged += 1;
+        }
+        if self.error.is_none()
+            && let Err(e) = self.record.write_to(&mut self.log)
+        {
+            self.error = Some(e);
+        }
+    }
+
+    /// Adds the logged sites up per group, in passes over the log of at most [`GROUP_BATCH`] logged
+    /// sites each (a group with more is a pass of its own), and cuts each group's sites to its
+    /// [`GROUP_SITES`] largest.
+    fn finish(self, groups: &mut [&mut GroupFold], overall: &Overall) -> io::Result<()> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let log = self.log.into_log()?;
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, "the groups' log is damaged");
+        let logged: Vec<usize> = (0..groups.len())
+            .filter(|&i| groups[i].logged > 0)
+            .collect();
+        let mut start = 0;
+        while start < logged.len() {
+            let (mut end, mut sum) = (start, 0usize);
+            while end < logged.len()
+                && (end == start || sum + groups[logged[end]].logged <= GROUP_BATCH)
+            {
+                sum += groups[logged[end]].logged;
+                end += 1;
+            }
+            let wanted: HashMap<u32, usize> = logged[start..end]
+                .iter()
+                .map(|&i| (groups[i].number, i))
+                .collect();
+            let mut input = log.reader();
+            while let Some(record) = crate::record::next(&mut input)? {
+                let mut d = Dec::new(&record);
+                let Some(&i) = wanted.get(&d.u32()?) else {
+                    continue;
+                };
+                let g = &mut *groups[i];
+                while !d.is_empty() {
+                    let id = d.u32()?;
+                    let (bytes, leaks) = (d.u64()?, d.u64()?);
+                    let label = d.opt_str()?;
+                    let e = g.sites.entry(id).or_insert_with(|| GroupAcc {
+                        leaked_bytes: 0,
+                        leaks: 0,
+                        label: label.map(Into::into),
+                    });
+                    e.leaked_bytes = e.leaked_bytes.saturating_add(bytes);
+                    e.leaks += leaks;
+                }
+                if g.sites.is_empty() {
+                    return Err(bad());
+                }
+            }
+            for &i in &logged[start..end] {
+                groups[i].close(overall);
+            }
+            start = end;
+        }
+        Ok(())
+    }
 }
 
 /// Who each process was: kept when grouped (the groups list them all), else in a log and read
@@ -187,10 +289,15 @@ enum Refs {
 /// One group's running sums.
 #[derive(Debug)]
 struct GroupFold {
+    /// Its number, in the order the groups were first seen.
+    number: u32,
     members: Vec<usize>,
     group: Group,
-    /// By site number.
+    /// By site number: the current process's (then logged, see [`GroupSites`]), or all of
+    /// them while [`GroupSites::finish`] adds them up.
     sites: HashMap<u32, GroupAcc>,
+    /// How many of its sites were logged.
+    logged: usize,
 }
 
 /// One site of a group while its processes are added.
@@ -206,15 +313,21 @@ impl JobFold {
     /// An empty job, grouped `by`, listing at most `top` processes called out; what it keeps
     /// per process in memory.
     pub fn new(by: Option<GroupBy>, top: usize) -> JobFold {
-        JobFold::with(by, top, Comparison::new(), Spill::Memory(Vec::new()))
+        JobFold::with(by, top, Comparison::new(), || Spill::Memory(Vec::new()))
     }
 
     /// As [`JobFold::new`], what it keeps per process in temporary files.
     pub fn on_disk(by: Option<GroupBy>, top: usize) -> JobFold {
-        JobFold::with(by, top, Comparison::on_disk(), Spill::new())
+        JobFold::with(by, top, Comparison::on_disk(), Spill::new)
     }
 
-    fn with(by: Option<GroupBy>, top: usize, comparison: Comparison, log: Spill) -> JobFold {
+    fn with(
+        by: Option<GroupBy>,
+        top: usize,
+        comparison: Comparison,
+        spill: impl Fn() -> Spill,
+    ) -> JobFold {
+        let log = spill();
         JobFold {
             by,
             top,
@@ -239,6 +352,15 @@ impl JobFold {
             all_workers: true,
             all_ranks: true,
             values: Vec::new(),
+            group_sites: GroupSites {
+                log: if by.is_some_and(|b| b != GroupBy::Process) {
+                    spill()
+                } else {
+                    Spill::Memory(Vec::new())
+                },
+                error: None,
+                record: Enc::new(),
+            },
         }
     }
 
@@ -278,14 +400,17 @@ impl JobFold {
         self.all_workers &= r.who.worker.is_some();
         self.all_ranks &= r.who.rank.is_some();
         if let Some(by) = self.by {
+            let number = self.groups.len() as u32;
             let g = self
                 .groups
                 .entry(by.key(&r.who, i))
-                .or_insert_with(GroupFold::new);
+                .or_insert_with(|| GroupFold::new(number));
             g.members.push(i);
             g.add(p, &r, ids, overall);
             if by == GroupBy::Process {
                 g.close(overall);
+            } else {
+                self.group_sites.log(g.number, g);
             }
         }
         self.refs.push(r);
@@ -308,6 +433,7 @@ impl JobFold {
             ranks,
             all_workers,
             all_ranks,
+            group_sites,
             ..
         } = self;
         let criterion = Criterion::default();
@@ -357,7 +483,9 @@ impl JobFold {
             return Ok(None);
         }
         let groups = match (by, &refs) {
-            (Some(by), Finished::Kept(refs)) => finish_groups(groups, refs, by, overall),
+            (Some(by), Finished::Kept(refs)) => {
+                finish_groups(groups, group_sites, refs, by, overall)?
+            }
             _ => Vec::new(),
         };
         let incomplete = incomplete
@@ -466,14 +594,19 @@ impl Finished {
 /// The groups, keyed ones first (in key order), then the one without the label.
 fn finish_groups(
     groups: BTreeMap<Option<GroupKey>, GroupFold>,
+    sites: GroupSites,
     refs: &[ProcessRef],
     by: GroupBy,
     overall: &Overall,
-) -> Vec<Group> {
+) -> io::Result<Vec<Group>> {
     let mut order: Vec<(Option<GroupKey>, GroupFold)> = groups.into_iter().collect();
     let unlabelled = usize::from(order.first().is_some_and(|(k, _)| k.is_none()));
     order.rotate_left(unlabelled);
-    order
+    sites.finish(
+        &mut order.iter_mut().map(|(_, g)| g).collect::<Vec<_>>(),
+        overall,
+    )?;
+    Ok(order
         .into_iter()
         .map(|(key, mut g)| {
             let name = match (&key, by) {
@@ -488,12 +621,14 @@ fn finish_groups(
             g.group.name = name;
             g.group
         })
-        .collect()
+        .collect())
 }
 
 impl GroupFold {
-    fn new() -> GroupFold {
+    fn new(number: u32) -> GroupFold {
         GroupFold {
+            number,
+            logged: 0,
             members: Vec::new(),
             group: Group {
                 name: String::new(),

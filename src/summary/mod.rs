@@ -310,155 +310,13 @@ impl ReportSummary {
     pub fn folded(source: &Source, report: &Report, leaks: &LeakFold, top: usize) -> ReportSummary {
         let index = SiteIndex::new(report);
         let mut owners = OwnerIndex::new(report);
-        // Bytes and leaks by (stack, owner).
-        let mut by_stack: HashMap<(Option<u64>, usize), (u64, u64)> = HashMap::new();
-        let mut devices: BTreeMap<u32, DeviceSummary> = BTreeMap::new();
-        for d in &report.devices {
-            devices.entry(d.ordinal).or_insert_with(|| DeviceSummary {
-                device: d.ordinal,
-                name: Some(d.name.clone()),
-                total_bytes: Some(d.total_bytes),
-                limit_bytes: d.limit_bytes,
-                ..DeviceSummary::empty(d.ordinal)
-            });
-        }
-        for s in &report.stats.devices {
-            let d = devices
-                .entry(s.device)
-                .or_insert_with(|| DeviceSummary::empty(s.device));
-            d.peak_live_bytes = Some(s.peak_live_bytes);
-            d.pool_reserved_bytes = s.pool.as_ref().map(|p| p.reserved_bytes);
-        }
-        let mut contexts: BTreeMap<(u32, Option<u32>), ContextSummary> = BTreeMap::new();
-        let mut sites: HashMap<String, SiteAcc<'_>> = HashMap::new();
-        let (mut leaked_bytes, mut released) = (0u64, 0u64);
-        for group in leaks.groups() {
-            let (leak, size, n) = (&group.leak, group.bytes, group.leaks);
-            leaked_bytes = leaked_bytes.saturating_add(size);
-            if leak.state == LeakState::ReleasedByContextDestroy {
-                released += n;
-            }
-            let d = devices
-                .entry(leak.device)
-                .or_insert_with(|| DeviceSummary::empty(leak.device));
-            d.leaked_bytes = d.leaked_bytes.saturating_add(size);
-            d.leaks += n;
-            let c = contexts
-                .entry((leak.device, leak.context))
-                .or_insert_with(|| {
-                    let ctx = leak
-                        .context
-                        .and_then(|id| report.contexts.iter().find(|c| c.id == id));
-                    ContextSummary {
-                        context: leak.context,
-                        device: leak.device,
-                        listed: ctx.is_some(),
-                        primary: ctx.is_some_and(|c| c.primary),
-                        destroyed: ctx.is_some_and(|c| c.destroyed),
-                        destroyed_by: ctx.and_then(|c| c.destroyed_by.clone()),
-                        leaked_bytes: 0,
-                        leaks: 0,
-                    }
-                });
-            c.leaked_bytes = c.leaked_bytes.saturating_add(size);
-            c.leaks += n;
-            let owner = owners.of_leak(leak);
-            let site = index.site(leak.stack);
-            let entry = sites.entry(site.key.clone()).or_insert_with(|| SiteAcc {
-                summary: SiteSummary {
-                    site: site.key.clone(),
-                    location: site.location.clone(),
-                    leaked_bytes: 0,
-                    leaks: 0,
-                    apis: Vec::new(),
-                    label: site.label(),
-                    kind: site.kind,
-                    owner: String::new(),
-                    owner_label: String::new(),
-                    owner_kind: OwnerKind::Program,
-                    owner_bytes: 0,
-                    stack: Vec::new(),
-                },
-                apis: BTreeSet::new(),
-                owners: HashMap::new(),
-                stacks: HashMap::new(),
-            });
-            entry.summary.leaked_bytes = entry.summary.leaked_bytes.saturating_add(size);
-            entry.summary.leaks += n;
-            entry.apis.insert(&leak.api);
-            let b = by_stack.entry((leak.stack, owner)).or_default();
-            *b = (b.0.saturating_add(size), b.1 + n);
-        }
-        // Bytes by owner and by stack at each site, from the bytes by (stack, owner).
-        for (&(stack, owner), &(b, _)) in &by_stack {
-            if let Some(acc) = sites.get_mut(&index.site(stack).key) {
-                let o = acc.owners.entry(owner).or_default();
-                *o = o.saturating_add(b);
-                let st = acc.stacks.entry(stack).or_default();
-                *st = st.saturating_add(b);
-            }
-        }
-        let mut sites: Vec<(SiteSummary, Option<Option<u64>>)> = sites
-            .into_values()
-            .map(|acc| {
-                let mut s = acc.summary;
-                s.apis = acc.apis.into_iter().map(str::to_string).collect();
-                let owner = largest(&acc.owners).unwrap_or_else(|| owners.program());
-                s.owner_bytes = acc.owners.get(&owner).copied().unwrap_or(s.leaked_bytes);
-                let owner = owners.owner(owner);
-                s.owner = owner.id.clone();
-                s.owner_label = owner.label.clone();
-                s.owner_kind = owner.kind;
-                (s, largest(&acc.stacks))
-            })
-            .collect();
-        sort_sites(&mut sites, |(s, _)| {
-            (s.leaked_bytes, s.leaks, s.site.clone())
-        });
-        let sites: Vec<SiteSummary> = sites
-            .into_iter()
-            .enumerate()
-            .map(|(i, (mut s, stack))| {
-                if i < CHAIN_SITES {
-                    s.stack = stack.map(|st| index.chain(st)).unwrap_or_default();
-                }
-                s
-            })
-            .collect();
-
-        let largest_leaks = leaks
-            .largest()
-            .into_iter()
-            .take(top)
-            .map(|l| LeakLine {
-                address: l.address,
-                size: l.size,
-                requested: l.requested,
-                api: l.api.to_string(),
-                memory: l.memory.to_string(),
-                device: l.device,
-                context: l.context,
-                thread: l.thread,
-                seq: l.seq,
-                state: l.state.to_string(),
-                site: index.site(l.stack).key.clone(),
-                label: {
-                    let site = index.site(l.stack);
-                    if site.kind.is_some() {
-                        site.label()
-                    } else {
-                        site.key.clone()
-                    }
-                },
-                owner: {
-                    let o = owners.of_leak(l);
-                    owners.owner(o).id.clone()
-                },
-            })
-            .collect();
+        let mut tally = Tally::of(report, leaks, &index, &mut owners);
+        let sites = tally.site_list(&index, &owners);
+        let largest_leaks = largest_leaks(leaks, &index, &mut owners, top);
         let held = by_owner(
             &owners,
-            by_stack
+            tally
+                .by_stack
                 .iter()
                 .map(|(&(_, owner), &(bytes, leaks))| (owner, bytes, leaks)),
         );
@@ -469,44 +327,19 @@ impl ReportSummary {
         growing.truncate(top);
         let growth_not_told = not_told(report, &criterion);
         let reconciliation = attribution::reconciliation(report, &held);
-        let mut python = python::PythonSummary::new(report, &index, &mut owners);
-        // A context the interpreter's teardown destroyed (numba's, at exit) is the framework's:
-        // said once, not counted among the events.
-        let teardown: Vec<&Event> = report
-            .events
-            .iter()
-            .filter(|e| report.at_python_teardown(e))
-            .collect();
-        if let (Some(py), false) = (python.as_mut(), teardown.is_empty()) {
-            let live: u64 = teardown.iter().filter_map(|e| e.size).sum();
-            py.notes.push(format!(
-                "{} destroyed by the interpreter's teardown after the program's code ended, with {} \
-                 still live (a framework's own exit, as numba's): not a finding against the program",
-                crate::text::plural(teardown.len() as u64, "context", "contexts"),
-                crate::text::bytes(live)
-            ));
-        }
-
+        let python = python_summary(report, &index, &mut owners);
         ReportSummary {
             source: source.to_string(),
-            process: ProcessInfo {
-                exe: report.process.exe.clone(),
-                argv: report.process.argv.clone(),
-                pid: report.process.pid,
-                ppid: report.process.ppid,
-                hostname: report.process.hostname.clone(),
-                rank: report.process.rank,
-                labels: report.process.labels.clone().unwrap_or_default(),
-            },
+            process: ProcessInfo::of(report),
             complete: report.complete,
             reason: report.reason.to_string(),
             tool_version: report.tool.version.clone(),
             driver_version: report.driver.version,
-            leaked_bytes,
+            leaked_bytes: tally.leaked_bytes,
             leaks: leaks.count(),
-            released_by_context_destroy: released,
-            devices: devices.into_values().collect(),
-            contexts: contexts.into_values().collect(),
+            released_by_context_destroy: tally.released,
+            devices: tally.devices.into_values().collect(),
+            contexts: tally.contexts.into_values().collect(),
             sites_total: sites.len(),
             sites,
             largest_leaks,
@@ -577,6 +410,252 @@ struct SiteAcc<'r> {
     owners: HashMap<usize, u64>,
     /// Bytes by stack.
     stacks: HashMap<Option<u64>, u64>,
+}
+
+/// A report's leaks added up: by device, context, site and (stack, owner).
+struct Tally<'r> {
+    devices: BTreeMap<u32, DeviceSummary>,
+    contexts: BTreeMap<(u32, Option<u32>), ContextSummary>,
+    sites: HashMap<String, SiteAcc<'r>>,
+    /// Bytes and leaks by (stack, owner).
+    by_stack: HashMap<(Option<u64>, usize), (u64, u64)>,
+    leaked_bytes: u64,
+    /// Leaks released by a context destroy.
+    released: u64,
+}
+
+impl<'r> Tally<'r> {
+    /// Adds up `leaks` (the report's, folded), every device the report names listed.
+    fn of(
+        report: &'r Report,
+        leaks: &'r LeakFold,
+        index: &SiteIndex<'_>,
+        owners: &mut OwnerIndex<'r>,
+    ) -> Tally<'r> {
+        let mut t = Tally {
+            devices: devices_of(report),
+            contexts: BTreeMap::new(),
+            sites: HashMap::new(),
+            by_stack: HashMap::new(),
+            leaked_bytes: 0,
+            released: 0,
+        };
+        for group in leaks.groups() {
+            let (leak, size, n) = (&group.leak, group.bytes, group.leaks);
+            t.leaked_bytes = t.leaked_bytes.saturating_add(size);
+            if leak.state == LeakState::ReleasedByContextDestroy {
+                t.released += n;
+            }
+            let d = t
+                .devices
+                .entry(leak.device)
+                .or_insert_with(|| DeviceSummary::empty(leak.device));
+            d.leaked_bytes = d.leaked_bytes.saturating_add(size);
+            d.leaks += n;
+            let c = t
+                .contexts
+                .entry((leak.device, leak.context))
+                .or_insert_with(|| ContextSummary::of(report, leak.device, leak.context));
+            c.leaked_bytes = c.leaked_bytes.saturating_add(size);
+            c.leaks += n;
+            let owner = owners.of_leak(leak);
+            let site = index.site(leak.stack);
+            let entry = t
+                .sites
+                .entry(site.key.clone())
+                .or_insert_with(|| SiteAcc::new(&site));
+            entry.summary.leaked_bytes = entry.summary.leaked_bytes.saturating_add(size);
+            entry.summary.leaks += n;
+            entry.apis.insert(&leak.api);
+            let b = t.by_stack.entry((leak.stack, owner)).or_default();
+            *b = (b.0.saturating_add(size), b.1 + n);
+        }
+        // Bytes by owner and by stack at each site, from the bytes by (stack, owner).
+        for (&(stack, owner), &(b, _)) in &t.by_stack {
+            if let Some(acc) = t.sites.get_mut(&index.site(stack).key) {
+                let o = acc.owners.entry(owner).or_default();
+                *o = o.saturating_add(b);
+                let st = acc.stacks.entry(stack).or_default();
+                *st = st.saturating_add(b);
+            }
+        }
+        t
+    }
+
+    /// The sites, most bytes first, each with its owner, and the first [`CHAIN_SITES`] with
+    /// their largest stack's mixed frames.
+    /// Takes the sites out of the tally.
+    fn site_list(&mut self, index: &SiteIndex<'_>, owners: &OwnerIndex<'_>) -> Vec<SiteSummary> {
+        let mut sites: Vec<(SiteSummary, Option<Option<u64>>)> = std::mem::take(&mut self.sites)
+            .into_values()
+            .map(|acc| {
+                let mut s = acc.summary;
+                s.apis = acc.apis.into_iter().map(str::to_string).collect();
+                let owner = largest(&acc.owners).unwrap_or_else(|| owners.program());
+                s.owner_bytes = acc.owners.get(&owner).copied().unwrap_or(s.leaked_bytes);
+                let owner = owners.owner(owner);
+                s.owner = owner.id.clone();
+                s.owner_label = owner.label.clone();
+                s.owner_kind = owner.kind;
+                (s, largest(&acc.stacks))
+            })
+            .collect();
+        sort_sites(&mut sites, |(s, _)| {
+            (s.leaked_bytes, s.leaks, s.site.clone())
+        });
+        sites
+            .into_iter()
+            .enumerate()
+            .map(|(i, (mut s, stack))| {
+                if i < CHAIN_SITES {
+                    s.stack = stack.map(|st| index.chain(st)).unwrap_or_default();
+                }
+                s
+            })
+            .collect()
+    }
+}
+
+/// Every device the report names, by ordinal, with its peak and pool from `stats`.
+fn devices_of(report: &Report) -> BTreeMap<u32, DeviceSummary> {
+    let mut devices: BTreeMap<u32, DeviceSummary> = BTreeMap::new();
+    for d in &report.devices {
+        devices.entry(d.ordinal).or_insert_with(|| DeviceSummary {
+            device: d.ordinal,
+            name: Some(d.name.clone()),
+            total_bytes: Some(d.total_bytes),
+            limit_bytes: d.limit_bytes,
+            ..DeviceSummary::empty(d.ordinal)
+        });
+    }
+    for s in &report.stats.devices {
+        let d = devices
+            .entry(s.device)
+            .or_insert_with(|| DeviceSummary::empty(s.device));
+        d.peak_live_bytes = Some(s.peak_live_bytes);
+        d.pool_reserved_bytes = s.pool.as_ref().map(|p| p.reserved_bytes);
+    }
+    devices
+}
+
+/// The `top` largest leaks, as listed.
+fn largest_leaks<'r>(
+    leaks: &'r LeakFold,
+    index: &SiteIndex<'_>,
+    owners: &mut OwnerIndex<'r>,
+    top: usize,
+) -> Vec<LeakLine> {
+    leaks
+        .largest()
+        .into_iter()
+        .take(top)
+        .map(|l| {
+            let site = index.site(l.stack);
+            LeakLine {
+                address: l.address,
+                size: l.size,
+                requested: l.requested,
+                api: l.api.to_string(),
+                memory: l.memory.to_string(),
+                device: l.device,
+                context: l.context,
+                thread: l.thread,
+                seq: l.seq,
+                state: l.state.to_string(),
+                site: site.key.clone(),
+                label: if site.kind.is_some() {
+                    site.label()
+                } else {
+                    site.key.clone()
+                },
+                owner: {
+                    let o = owners.of_leak(l);
+                    owners.owner(o).id.clone()
+                },
+            }
+        })
+        .collect()
+}
+
+/// A Python program's end (see [`python`]), with a note on the contexts the interpreter's
+/// teardown destroyed (numba's, at exit): the framework's, said once, not counted among the
+/// events.
+fn python_summary<'r>(
+    report: &'r Report,
+    index: &SiteIndex<'_>,
+    owners: &mut OwnerIndex<'r>,
+) -> Option<python::PythonSummary> {
+    let mut python = python::PythonSummary::new(report, index, owners);
+    let teardown: Vec<&Event> = report
+        .events
+        .iter()
+        .filter(|e| report.at_python_teardown(e))
+        .collect();
+    if let (Some(py), false) = (python.as_mut(), teardown.is_empty()) {
+        let live: u64 = teardown.iter().filter_map(|e| e.size).sum();
+        py.notes.push(format!(
+            "{} destroyed by the interpreter's teardown after the program's code ended, with {} \
+             still live (a framework's own exit, as numba's): not a finding against the program",
+            crate::text::plural(teardown.len() as u64, "context", "contexts"),
+            crate::text::bytes(live)
+        ));
+    }
+    python
+}
+
+impl ProcessInfo {
+    fn of(report: &Report) -> ProcessInfo {
+        ProcessInfo {
+            exe: report.process.exe.clone(),
+            argv: report.process.argv.clone(),
+            pid: report.process.pid,
+            ppid: report.process.ppid,
+            hostname: report.process.hostname.clone(),
+            rank: report.process.rank,
+            labels: report.process.labels.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl ContextSummary {
+    /// Context `id` of `device`, as `contexts[]` describes it, with nothing leaked yet.
+    fn of(report: &Report, device: u32, id: Option<u32>) -> ContextSummary {
+        let ctx = id.and_then(|id| report.contexts.iter().find(|c| c.id == id));
+        ContextSummary {
+            context: id,
+            device,
+            listed: ctx.is_some(),
+            primary: ctx.is_some_and(|c| c.primary),
+            destroyed: ctx.is_some_and(|c| c.destroyed),
+            destroyed_by: ctx.and_then(|c| c.destroyed_by.clone()),
+            leaked_bytes: 0,
+            leaks: 0,
+        }
+    }
+}
+
+impl<'r> SiteAcc<'r> {
+    fn new(site: &crate::sites::Site) -> SiteAcc<'r> {
+        SiteAcc {
+            summary: SiteSummary {
+                site: site.key.clone(),
+                location: site.location.clone(),
+                leaked_bytes: 0,
+                leaks: 0,
+                apis: Vec::new(),
+                label: site.label(),
+                kind: site.kind,
+                owner: String::new(),
+                owner_label: String::new(),
+                owner_kind: OwnerKind::Program,
+                owner_bytes: 0,
+                stack: Vec::new(),
+            },
+            apis: BTreeSet::new(),
+            owners: HashMap::new(),
+            stacks: HashMap::new(),
+        }
+    }
 }
 
 /// The key with the most bytes (ties: the smallest key).

@@ -843,3 +843,165 @@ fn a_cache_line_s_blocks_held_by_a_list_read_as_its_range() {
         Some(vec!["CLONES → [0…3] → torch.Tensor".to_string()])
     );
 }
+
+/// The job section of many ranks, as the command builds it (its per-process state in logs,
+/// the groups' sites added up in bounded passes), finds the same outliers and the same group
+/// figures as the direct computation over every process's every site held in memory: 300
+/// ranks, then 20 more processes with ranks already seen (a rank's group adds up processes
+/// far apart in the input), 40 sites of which some most processes have (a median above 0) and
+/// some few, and planted outliers at both.
+#[test]
+fn the_bounded_job_finds_what_the_exact_computation_finds() {
+    use std::collections::{BTreeMap, HashMap};
+
+    use crate::identity::GroupBy;
+
+    const MIB: u64 = 1 << 20;
+    let template = summarize(&["leaks-two-contexts.json"], usize::MAX).processes[0].clone();
+    let site_template = template.sites[0].clone();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let planted: [(u32, u32, u64); 4] = [
+        (7, 3, 2048 * MIB),
+        (123, 17, 900 * MIB),
+        (250, 39, 700 * MIB),
+        // A site no other process has: compared against a median of 0.
+        (42, 40, 100 * MIB),
+    ];
+    let key = |site: u32| format!("s{site} (t.py:{site})");
+    // Every process's (rank, sites as (site, bytes, leaks)).
+    let mut processes: Vec<(u32, Vec<(u32, u64, u64)>)> = Vec::new();
+    for i in 0..320u32 {
+        let rank = if i < 300 { i } else { (i - 300) * 13 };
+        let mut sites = Vec::new();
+        for site in 0..40u32 {
+            // Site s is had by about (s % 10) tenths of the processes.
+            if next() % 10 < u64::from(site % 10) {
+                sites.push((site, (next() % 60 + 1) * MIB, next() % 9 + 1));
+            }
+        }
+        for &(r, site, bytes) in &planted {
+            if i == r {
+                sites.retain(|s| s.0 != site);
+                sites.push((site, bytes, 3));
+            }
+        }
+        processes.push((rank, sites));
+    }
+    let summary_of = |i: usize, rank: u32, sites: &[(u32, u64, u64)]| {
+        let mut p = template.clone();
+        p.source = format!("cuguard.train.{i}.json");
+        p.process.pid = 1000 + i as u32;
+        p.process.rank = Some(rank);
+        p.growing.clear();
+        p.sites = sites
+            .iter()
+            .map(|&(site, bytes, leaks)| {
+                let mut s = site_template.clone();
+                s.site = key(site);
+                s.label = key(site);
+                s.location = Some(format!("t.py:{site}"));
+                s.leaked_bytes = bytes;
+                s.leaks = leaks;
+                s.owner_bytes = bytes;
+                s
+            })
+            .collect();
+        super::sort_sites(&mut p.sites, |s| (s.leaked_bytes, s.leaks, s.site.clone()));
+        p.sites_total = p.sites.len();
+        p
+    };
+
+    // The direct computation: every value in memory, each site's median taken over all.
+    let n = processes.len();
+    let mut want: Vec<(usize, String, u64, u64)> = Vec::new();
+    for site in 0..=40u32 {
+        let values: Vec<(usize, u64)> = processes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, sites))| {
+                sites.iter().find(|s| s.0 == site).map(|s| (i, s.1))
+            })
+            .collect();
+        let mut all: Vec<u64> = values.iter().map(|v| v.1).collect();
+        all.resize(n, 0);
+        all.sort_unstable();
+        let median = (all[n / 2 - 1] + all[n / 2]) / 2;
+        for (i, bytes) in values {
+            if bytes >= 4 * median && bytes - median >= 64 * MIB {
+                want.push((i, key(site), bytes, median));
+            }
+        }
+    }
+    want.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)).then(a.1.cmp(&b.1)));
+    for &(r, site, bytes) in &planted {
+        assert!(
+            want.iter().any(|w| (w.0, &w.1, w.2) == (r as usize, &key(site), bytes)),
+            "planted at rank {r}, site {site}"
+        );
+    }
+    assert!(want.iter().any(|w| w.3 > 0) && want.iter().any(|w| w.3 == 0));
+    // Each rank's sites added up, then its three largest.
+    let mut groups: BTreeMap<u32, HashMap<u32, (u64, u64)>> = BTreeMap::new();
+    for (rank, sites) in &processes {
+        let g = groups.entry(*rank).or_default();
+        for &(site, bytes, leaks) in sites {
+            let t = g.entry(site).or_default();
+            *t = (t.0 + bytes, t.1 + leaks);
+        }
+    }
+    let want_groups: Vec<(String, usize, Vec<(String, u64, u64)>)> = groups
+        .iter()
+        .map(|(rank, sites)| {
+            let mut top: Vec<(String, u64, u64)> =
+                sites.iter().map(|(&s, &(b, l))| (key(s), b, l)).collect();
+            top.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+            top.truncate(super::groups::GROUP_SITES);
+            (format!("rank {rank}"), sites.len(), top)
+        })
+        .collect();
+
+    // The command's way, on disk and in memory alike.
+    for on_disk in [true, false] {
+        let mut fold = if on_disk {
+            super::SummaryFold::on_disk(usize::MAX, Some(GroupBy::Rank))
+        } else {
+            super::SummaryFold::grouped(usize::MAX, Some(GroupBy::Rank))
+        };
+        for (i, (rank, sites)) in processes.iter().enumerate() {
+            let mut p = summary_of(i, *rank, sites);
+            fold.count(&mut p);
+        }
+        let job = fold.finish().unwrap().job.unwrap();
+        let got: Vec<(usize, String, u64, u64)> = job
+            .outliers
+            .iter()
+            .map(|o| {
+                let o = &o.outlier;
+                (o.process, o.site.clone(), o.bytes, o.median_bytes)
+            })
+            .collect();
+        assert_eq!(got, want, "on disk: {on_disk}");
+        assert_eq!(job.outliers_total, want.len());
+        assert!(job.outliers[0].sentence.starts_with("rank 7 holds 2.0 GiB at s3 (t.py:3), "));
+        let got_groups: Vec<(String, usize, Vec<(String, u64, u64)>)> = job
+            .groups
+            .iter()
+            .map(|g| {
+                let top = g
+                    .sites
+                    .iter()
+                    .map(|s| (s.site.clone(), s.leaked_bytes, s.leaks))
+                    .collect();
+                (g.name.clone(), g.sites_total, top)
+            })
+            .collect();
+        assert_eq!(got_groups, want_groups, "on disk: {on_disk}");
+        assert_eq!(job.groups[0].processes.len(), 2, "rank 0 twice");
+    }
+}
