@@ -583,7 +583,7 @@ fn alloc_and_free_latency_is_spent_on_the_synchronous_entries() {
     assert!(f.num("async_pairs_ms") < 60.0, "{}", f.stdout);
 }
 
-/// One row of the table in `harness/simcuda/src/entries.rs`.
+/// One row of the table in `harness/simcuda/src/symbols.rs`.
 #[derive(Debug, Clone)]
 struct Row {
     kind: String,
@@ -596,12 +596,12 @@ struct Row {
 fn table_rows() -> Vec<Row> {
     let path = support::artifacts()
         .root
-        .join("harness/simcuda/src/entries.rs");
+        .join("harness/simcuda/src/symbols.rs");
     let text = std::fs::read_to_string(&path).unwrap();
     text.lines()
         .filter_map(|l| {
             l.trim()
-                .strip_prefix("row!(")?
+                .strip_prefix("$row!(")?
                 .strip_suffix("),")
                 .map(str::to_string)
         })

@@ -8,7 +8,7 @@
 //! | `CUGUARD_SIM_MEMORY` | memory per device: bytes with an optional unit `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024) or `KB`/`MB`/`GB`/`TB` (powers of 1000) | `16GiB` |
 //! | `CUGUARD_SIM_ALLOC_LATENCY_US` | busy-wait at each call of the synchronous `cuMemAlloc*` entries and `cuMemHostAlloc` | 0 |
 //! | `CUGUARD_SIM_FREE_LATENCY_US` | busy-wait at each call of `cuMemFree_v2` and `cuMemFreeHost` | 0 |
-//! | `CUGUARD_SIM_FAIL` | `ENTRY:N[:CODE]`, comma-separated: the Nth call (1-based) of export `ENTRY` returns `CODE` (default 2) and does nothing; `ENTRY:N+` fails the Nth and every later call; the simulated NVML's entries (`nvml.rs`) too, where `CODE` is an NVML return code | none |
+//! | `CUGUARD_SIM_FAIL` | `ENTRY:N[:CODE]`, comma-separated: the Nth call (1-based) of export `ENTRY` returns `CODE` (default 2) and does nothing; `ENTRY:N+` fails the Nth and every later call; the simulated NVML's entries (`entries/nvml.rs`) too, where `CODE` is an NVML return code | none |
 //! | `CUGUARD_SIM_VERSION` | what `cuDriverGetVersion` reports | 13000 |
 //! | `CUGUARD_SIM_WORK_DELAY_US` | every copy and memset queued on a stream (the `Async` entries, and the synchronous ones that return before their work is done) waits this long on its stream before it runs, like a slow kernel ahead of it | 0 |
 //!

@@ -176,7 +176,7 @@ pub enum Fault {
     /// that is not.
     CaptureState,
     /// A potentially unsafe call (a synchronous allocation) that a capture in progress forbids
-    /// (see `capture.rs`); the capture is invalidated.
+    /// (see `model/capture.rs`); the capture is invalidated.
     CaptureUnsupported,
     /// `cuStreamEndCapture` of a capture that a forbidden call invalidated.
     CaptureInvalidated,

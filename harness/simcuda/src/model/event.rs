@@ -42,7 +42,7 @@ impl Event {
         self.rec.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The event's lock, for holding it across a fork (see `fork.rs`).
+    /// The event's lock, for holding it across a fork (see `state/fork.rs`).
     pub fn lock_record(&self) -> std::sync::MutexGuard<'_, Record> {
         self.record()
     }

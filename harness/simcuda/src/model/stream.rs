@@ -105,7 +105,7 @@ impl Stream {
         self.q.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The queue's lock, for holding it across a fork (see `fork.rs`).
+    /// The queue's lock, for holding it across a fork (see `state/fork.rs`).
     pub(crate) fn lock_queue(&self) -> MutexGuard<'_, Queue> {
         self.queue()
     }
