@@ -28,8 +28,7 @@
 //! memfd wrappers), `symbols` (the name of every export: the rows of the table
 //! `cuGetProcAddress` answers from). The simulated NVML (`entries/nvml.rs`) shares the state and is
 //! visible only through a `libnvidia-ml.so.1` link to this library (see there).
-//! `tests/layers.rs` fails on an import cycle between files or
-//! an import against the layers.
+//! `tests/layers.rs` fails on an import cycle between files or an import against the layers.
 //!
 //! To add an entry: its C function in `entries/<family>.rs`, its row in `symbols.rs`; model
 //! changes in `model/<family>.rs`; anything that touches two families in `state/<family>.rs`. To

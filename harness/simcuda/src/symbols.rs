@@ -14,7 +14,9 @@
 //!
 //! To add a driver entry: write it in `entries/<family>.rs` and add its row here.
 
-/// Every exported driver entry, each row given to the macro `$row`.
+/// Every exported driver entry, each row given to the macro `$row` (one row a line: the table
+/// test in `tests/it/sim_driver.rs` reads them).
+#[rustfmt::skip]
 macro_rules! driver_entries {
     ($row:ident) => {
         [
@@ -22,83 +24,23 @@ macro_rules! driver_entries {
             $row!(Default, "cuGetErrorName", 6000, errors::cuGetErrorName),
             $row!(Default, "cuGetErrorString", 6000, errors::cuGetErrorString),
             $row!(Default, "cuInit", 2000, device::cuInit),
-            $row!(
-                Default,
-                "cuDriverGetVersion",
-                2020,
-                device::cuDriverGetVersion
-            ),
+            $row!(Default, "cuDriverGetVersion", 2020, device::cuDriverGetVersion),
             $row!(Default, "cuDeviceGet", 2000, device::cuDeviceGet),
             $row!(Default, "cuDeviceGetCount", 2000, device::cuDeviceGetCount),
             $row!(Default, "cuDeviceGetName", 2000, device::cuDeviceGetName),
-            $row!(
-                Default,
-                "cuDeviceTotalMem",
-                3020,
-                device::cuDeviceTotalMem_v2
-            ),
-            $row!(
-                Default,
-                "cuDeviceGetAttribute",
-                2000,
-                device::cuDeviceGetAttribute
-            ),
+            $row!(Default, "cuDeviceTotalMem", 3020, device::cuDeviceTotalMem_v2),
+            $row!(Default, "cuDeviceGetAttribute", 2000, device::cuDeviceGetAttribute),
             $row!(Default, "cuDeviceGetUuid", 9020, device::cuDeviceGetUuid),
-            $row!(
-                Default,
-                "cuDeviceGetUuid",
-                11040,
-                device::cuDeviceGetUuid_v2
-            ),
+            $row!(Default, "cuDeviceGetUuid", 11040, device::cuDeviceGetUuid_v2),
             // primary contexts
-            $row!(
-                Default,
-                "cuDevicePrimaryCtxRetain",
-                7000,
-                context::cuDevicePrimaryCtxRetain
-            ),
-            $row!(
-                Default,
-                "cuDevicePrimaryCtxRelease",
-                7000,
-                context::cuDevicePrimaryCtxRelease
-            ),
-            $row!(
-                Default,
-                "cuDevicePrimaryCtxRelease",
-                11000,
-                context::cuDevicePrimaryCtxRelease_v2
-            ),
-            $row!(
-                Default,
-                "cuDevicePrimaryCtxReset",
-                7000,
-                context::cuDevicePrimaryCtxReset
-            ),
-            $row!(
-                Default,
-                "cuDevicePrimaryCtxReset",
-                11000,
-                context::cuDevicePrimaryCtxReset_v2
-            ),
-            $row!(
-                Default,
-                "cuDevicePrimaryCtxGetState",
-                7000,
-                context::cuDevicePrimaryCtxGetState
-            ),
-            $row!(
-                Default,
-                "cuDevicePrimaryCtxSetFlags",
-                7000,
-                context::cuDevicePrimaryCtxSetFlags
-            ),
-            $row!(
-                Default,
-                "cuDevicePrimaryCtxSetFlags",
-                11000,
-                context::cuDevicePrimaryCtxSetFlags_v2
-            ),
+            $row!(Default, "cuDevicePrimaryCtxRetain", 7000, context::cuDevicePrimaryCtxRetain),
+            $row!(Default, "cuDevicePrimaryCtxRelease", 7000, context::cuDevicePrimaryCtxRelease),
+            $row!(Default, "cuDevicePrimaryCtxRelease", 11000, context::cuDevicePrimaryCtxRelease_v2),
+            $row!(Default, "cuDevicePrimaryCtxReset", 7000, context::cuDevicePrimaryCtxReset),
+            $row!(Default, "cuDevicePrimaryCtxReset", 11000, context::cuDevicePrimaryCtxReset_v2),
+            $row!(Default, "cuDevicePrimaryCtxGetState", 7000, context::cuDevicePrimaryCtxGetState),
+            $row!(Default, "cuDevicePrimaryCtxSetFlags", 7000, context::cuDevicePrimaryCtxSetFlags),
+            $row!(Default, "cuDevicePrimaryCtxSetFlags", 11000, context::cuDevicePrimaryCtxSetFlags_v2),
             // contexts
             $row!(Default, "cuCtxCreate", 2000, context::cuCtxCreate),
             $row!(Default, "cuCtxCreate", 3020, context::cuCtxCreate_v2),
@@ -109,177 +51,52 @@ macro_rules! driver_entries {
             $row!(Default, "cuCtxGetCurrent", 4000, context::cuCtxGetCurrent),
             $row!(Default, "cuCtxSetCurrent", 4000, context::cuCtxSetCurrent),
             $row!(Default, "cuCtxPushCurrent", 2000, context::cuCtxPushCurrent),
-            $row!(
-                Default,
-                "cuCtxPushCurrent",
-                4000,
-                context::cuCtxPushCurrent_v2
-            ),
+            $row!(Default, "cuCtxPushCurrent", 4000, context::cuCtxPushCurrent_v2),
             $row!(Default, "cuCtxPopCurrent", 2000, context::cuCtxPopCurrent),
-            $row!(
-                Default,
-                "cuCtxPopCurrent",
-                4000,
-                context::cuCtxPopCurrent_v2
-            ),
+            $row!(Default, "cuCtxPopCurrent", 4000, context::cuCtxPopCurrent_v2),
             $row!(Default, "cuCtxGetDevice", 2000, context::cuCtxGetDevice),
             $row!(Default, "cuCtxSynchronize", 2000, context::cuCtxSynchronize),
-            $row!(
-                Default,
-                "cuCtxGetApiVersion",
-                3020,
-                context::cuCtxGetApiVersion
-            ),
+            $row!(Default, "cuCtxGetApiVersion", 3020, context::cuCtxGetApiVersion),
             $row!(Default, "cuCtxGetFlags", 7000, context::cuCtxGetFlags),
             $row!(Default, "cuCtxSetFlags", 12010, context::cuCtxSetFlags),
             $row!(Default, "cuCtxGetId", 12000, context::cuCtxGetId),
-            $row!(
-                Default,
-                "cuCtxGetStreamPriorityRange",
-                5050,
-                context::cuCtxGetStreamPriorityRange
-            ),
+            $row!(Default, "cuCtxGetStreamPriorityRange", 5050, context::cuCtxGetStreamPriorityRange),
             // peer access
-            $row!(
-                Default,
-                "cuDeviceCanAccessPeer",
-                4000,
-                peer::cuDeviceCanAccessPeer
-            ),
-            $row!(
-                Default,
-                "cuCtxEnablePeerAccess",
-                4000,
-                peer::cuCtxEnablePeerAccess
-            ),
-            $row!(
-                Default,
-                "cuCtxDisablePeerAccess",
-                4000,
-                peer::cuCtxDisablePeerAccess
-            ),
+            $row!(Default, "cuDeviceCanAccessPeer", 4000, peer::cuDeviceCanAccessPeer),
+            $row!(Default, "cuCtxEnablePeerAccess", 4000, peer::cuCtxEnablePeerAccess),
+            $row!(Default, "cuCtxDisablePeerAccess", 4000, peer::cuCtxDisablePeerAccess),
             // streams
             $row!(Default, "cuStreamCreate", 2000, stream::cuStreamCreate),
-            $row!(
-                Default,
-                "cuStreamCreateWithPriority",
-                5050,
-                stream::cuStreamCreateWithPriority
-            ),
+            $row!(Default, "cuStreamCreateWithPriority", 5050, stream::cuStreamCreateWithPriority),
             $row!(Default, "cuStreamDestroy", 2000, stream::cuStreamDestroy),
             $row!(Default, "cuStreamDestroy", 4000, stream::cuStreamDestroy_v2),
-            $row!(
-                Default,
-                "cuStreamSynchronize",
-                2000,
-                stream::cuStreamSynchronize
-            ),
-            $row!(
-                Default,
-                "cuStreamBeginCapture",
-                10010,
-                capture::cuStreamBeginCapture_v2
-            ),
-            $row!(
-                Ptsz,
-                "cuStreamBeginCapture",
-                10010,
-                capture::cuStreamBeginCapture_v2_ptsz
-            ),
-            $row!(
-                Default,
-                "cuStreamEndCapture",
-                10000,
-                capture::cuStreamEndCapture
-            ),
-            $row!(
-                Ptsz,
-                "cuStreamEndCapture",
-                10000,
-                capture::cuStreamEndCapture_ptsz
-            ),
+            $row!(Default, "cuStreamSynchronize", 2000, stream::cuStreamSynchronize),
+            $row!(Default, "cuStreamBeginCapture", 10010, capture::cuStreamBeginCapture_v2),
+            $row!(Ptsz, "cuStreamBeginCapture", 10010, capture::cuStreamBeginCapture_v2_ptsz),
+            $row!(Default, "cuStreamEndCapture", 10000, capture::cuStreamEndCapture),
+            $row!(Ptsz, "cuStreamEndCapture", 10000, capture::cuStreamEndCapture_ptsz),
             $row!(Default, "cuGraphDestroy", 10000, capture::cuGraphDestroy),
-            $row!(
-                Default,
-                "cuStreamIsCapturing",
-                10000,
-                capture::cuStreamIsCapturing
-            ),
-            $row!(
-                Ptsz,
-                "cuStreamIsCapturing",
-                10000,
-                capture::cuStreamIsCapturing_ptsz
-            ),
-            $row!(
-                Default,
-                "cuThreadExchangeStreamCaptureMode",
-                10010,
-                capture::cuThreadExchangeStreamCaptureMode
-            ),
-            $row!(
-                Ptsz,
-                "cuStreamSynchronize",
-                7000,
-                stream::cuStreamSynchronize_ptsz
-            ),
+            $row!(Default, "cuStreamIsCapturing", 10000, capture::cuStreamIsCapturing),
+            $row!(Ptsz, "cuStreamIsCapturing", 10000, capture::cuStreamIsCapturing_ptsz),
+            $row!(Default, "cuThreadExchangeStreamCaptureMode", 10010, capture::cuThreadExchangeStreamCaptureMode),
+            $row!(Ptsz, "cuStreamSynchronize", 7000, stream::cuStreamSynchronize_ptsz),
             $row!(Default, "cuStreamQuery", 2000, stream::cuStreamQuery),
             $row!(Ptsz, "cuStreamQuery", 7000, stream::cuStreamQuery_ptsz),
-            $row!(
-                Default,
-                "cuStreamWaitEvent",
-                3020,
-                stream::cuStreamWaitEvent
-            ),
-            $row!(
-                Ptsz,
-                "cuStreamWaitEvent",
-                7000,
-                stream::cuStreamWaitEvent_ptsz
-            ),
+            $row!(Default, "cuStreamWaitEvent", 3020, stream::cuStreamWaitEvent),
+            $row!(Ptsz, "cuStreamWaitEvent", 7000, stream::cuStreamWaitEvent_ptsz),
             $row!(Default, "cuStreamGetFlags", 5050, stream::cuStreamGetFlags),
-            $row!(
-                Ptsz,
-                "cuStreamGetFlags",
-                7000,
-                stream::cuStreamGetFlags_ptsz
-            ),
-            $row!(
-                Default,
-                "cuStreamGetPriority",
-                5050,
-                stream::cuStreamGetPriority
-            ),
-            $row!(
-                Ptsz,
-                "cuStreamGetPriority",
-                7000,
-                stream::cuStreamGetPriority_ptsz
-            ),
+            $row!(Ptsz, "cuStreamGetFlags", 7000, stream::cuStreamGetFlags_ptsz),
+            $row!(Default, "cuStreamGetPriority", 5050, stream::cuStreamGetPriority),
+            $row!(Ptsz, "cuStreamGetPriority", 7000, stream::cuStreamGetPriority_ptsz),
             // events
             $row!(Default, "cuEventCreate", 2000, event::cuEventCreate),
             $row!(Default, "cuEventRecord", 2000, event::cuEventRecord),
             $row!(Ptsz, "cuEventRecord", 7000, event::cuEventRecord_ptsz),
             $row!(Default, "cuEventQuery", 2000, event::cuEventQuery),
-            $row!(
-                Default,
-                "cuEventSynchronize",
-                2000,
-                event::cuEventSynchronize
-            ),
+            $row!(Default, "cuEventSynchronize", 2000, event::cuEventSynchronize),
             $row!(Default, "cuEventDestroy", 4000, event::cuEventDestroy_v2),
-            $row!(
-                Default,
-                "cuEventElapsedTime",
-                2000,
-                event::cuEventElapsedTime
-            ),
-            $row!(
-                Default,
-                "cuEventElapsedTime",
-                12080,
-                event::cuEventElapsedTime_v2
-            ),
+            $row!(Default, "cuEventElapsedTime", 2000, event::cuEventElapsedTime),
+            $row!(Default, "cuEventElapsedTime", 12080, event::cuEventElapsedTime_v2),
             // device memory
             $row!(Default, "cuMemAlloc", 2000, memory::cuMemAlloc),
             $row!(Default, "cuMemAlloc", 3020, memory::cuMemAlloc_v2),
@@ -287,119 +104,39 @@ macro_rules! driver_entries {
             $row!(Default, "cuMemAllocPitch", 3020, memory::cuMemAllocPitch_v2),
             $row!(Default, "cuMemFree", 2000, memory::cuMemFree),
             $row!(Default, "cuMemFree", 3020, memory::cuMemFree_v2),
-            $row!(
-                Default,
-                "cuMemAllocManaged",
-                6000,
-                memory::cuMemAllocManaged
-            ),
+            $row!(Default, "cuMemAllocManaged", 6000, memory::cuMemAllocManaged),
             $row!(Default, "cuMemAllocHost", 2000, memory::cuMemAllocHost),
             $row!(Default, "cuMemAllocHost", 3020, memory::cuMemAllocHost_v2),
             $row!(Default, "cuMemHostAlloc", 2020, memory::cuMemHostAlloc),
             $row!(Default, "cuMemFreeHost", 2000, memory::cuMemFreeHost),
-            $row!(
-                Default,
-                "cuMemHostRegister",
-                4000,
-                memory::cuMemHostRegister
-            ),
-            $row!(
-                Default,
-                "cuMemHostRegister",
-                6050,
-                memory::cuMemHostRegister_v2
-            ),
-            $row!(
-                Default,
-                "cuMemHostUnregister",
-                4000,
-                memory::cuMemHostUnregister
-            ),
-            $row!(
-                Default,
-                "cuMemHostGetDevicePointer",
-                3020,
-                memory::cuMemHostGetDevicePointer_v2
-            ),
+            $row!(Default, "cuMemHostRegister", 4000, memory::cuMemHostRegister),
+            $row!(Default, "cuMemHostRegister", 6050, memory::cuMemHostRegister_v2),
+            $row!(Default, "cuMemHostUnregister", 4000, memory::cuMemHostUnregister),
+            $row!(Default, "cuMemHostGetDevicePointer", 3020, memory::cuMemHostGetDevicePointer_v2),
             $row!(Default, "cuMemGetInfo", 2000, memory::cuMemGetInfo),
             $row!(Default, "cuMemGetInfo", 3020, memory::cuMemGetInfo_v2),
-            $row!(
-                Default,
-                "cuMemGetAddressRange",
-                2000,
-                memory::cuMemGetAddressRange
-            ),
-            $row!(
-                Default,
-                "cuMemGetAddressRange",
-                3020,
-                memory::cuMemGetAddressRange_v2
-            ),
+            $row!(Default, "cuMemGetAddressRange", 2000, memory::cuMemGetAddressRange),
+            $row!(Default, "cuMemGetAddressRange", 3020, memory::cuMemGetAddressRange_v2),
             // stream-ordered allocation and pools
             $row!(Default, "cuMemAllocAsync", 11020, pool::cuMemAllocAsync),
             $row!(Ptsz, "cuMemAllocAsync", 11020, pool::cuMemAllocAsync_ptsz),
-            $row!(
-                Default,
-                "cuMemAllocFromPoolAsync",
-                11020,
-                pool::cuMemAllocFromPoolAsync
-            ),
-            $row!(
-                Ptsz,
-                "cuMemAllocFromPoolAsync",
-                11020,
-                pool::cuMemAllocFromPoolAsync_ptsz
-            ),
+            $row!(Default, "cuMemAllocFromPoolAsync", 11020, pool::cuMemAllocFromPoolAsync),
+            $row!(Ptsz, "cuMemAllocFromPoolAsync", 11020, pool::cuMemAllocFromPoolAsync_ptsz),
             $row!(Default, "cuMemFreeAsync", 11020, pool::cuMemFreeAsync),
             $row!(Ptsz, "cuMemFreeAsync", 11020, pool::cuMemFreeAsync_ptsz),
-            $row!(
-                Default,
-                "cuDeviceGetDefaultMemPool",
-                11020,
-                pool::cuDeviceGetDefaultMemPool
-            ),
-            $row!(
-                Default,
-                "cuDeviceGetMemPool",
-                11020,
-                pool::cuDeviceGetMemPool
-            ),
-            $row!(
-                Default,
-                "cuDeviceSetMemPool",
-                11020,
-                pool::cuDeviceSetMemPool
-            ),
+            $row!(Default, "cuDeviceGetDefaultMemPool", 11020, pool::cuDeviceGetDefaultMemPool),
+            $row!(Default, "cuDeviceGetMemPool", 11020, pool::cuDeviceGetMemPool),
+            $row!(Default, "cuDeviceSetMemPool", 11020, pool::cuDeviceSetMemPool),
             $row!(Default, "cuMemPoolCreate", 11020, pool::cuMemPoolCreate),
             $row!(Default, "cuMemPoolDestroy", 11020, pool::cuMemPoolDestroy),
             $row!(Default, "cuMemPoolTrimTo", 11020, pool::cuMemPoolTrimTo),
-            $row!(
-                Default,
-                "cuMemPoolSetAttribute",
-                11020,
-                pool::cuMemPoolSetAttribute
-            ),
-            $row!(
-                Default,
-                "cuMemPoolGetAttribute",
-                11020,
-                pool::cuMemPoolGetAttribute
-            ),
+            $row!(Default, "cuMemPoolSetAttribute", 11020, pool::cuMemPoolSetAttribute),
+            $row!(Default, "cuMemPoolGetAttribute", 11020, pool::cuMemPoolGetAttribute),
             // virtual memory management
-            $row!(
-                Default,
-                "cuMemGetAllocationGranularity",
-                10020,
-                vmm::cuMemGetAllocationGranularity
-            ),
+            $row!(Default, "cuMemGetAllocationGranularity", 10020, vmm::cuMemGetAllocationGranularity),
             $row!(Default, "cuMemCreate", 10020, vmm::cuMemCreate),
             $row!(Default, "cuMemRelease", 10020, vmm::cuMemRelease),
-            $row!(
-                Default,
-                "cuMemAddressReserve",
-                10020,
-                vmm::cuMemAddressReserve
-            ),
+            $row!(Default, "cuMemAddressReserve", 10020, vmm::cuMemAddressReserve),
             $row!(Default, "cuMemAddressFree", 10020, vmm::cuMemAddressFree),
             $row!(Default, "cuMemMap", 10020, vmm::cuMemMap),
             $row!(Default, "cuMemUnmap", 10020, vmm::cuMemUnmap),
@@ -412,12 +149,7 @@ macro_rules! driver_entries {
             $row!(Default, "cuMemcpyPeer", 4000, copy::cuMemcpyPeer),
             $row!(Ptds, "cuMemcpyPeer", 7000, copy::cuMemcpyPeer_ptds),
             $row!(Default, "cuMemcpyPeerAsync", 4000, copy::cuMemcpyPeerAsync),
-            $row!(
-                Ptsz,
-                "cuMemcpyPeerAsync",
-                7000,
-                copy::cuMemcpyPeerAsync_ptsz
-            ),
+            $row!(Ptsz, "cuMemcpyPeerAsync", 7000, copy::cuMemcpyPeerAsync_ptsz),
             $row!(Default, "cuMemcpyHtoD", 2000, copy::cuMemcpyHtoD),
             $row!(Default, "cuMemcpyHtoD", 3020, copy::cuMemcpyHtoD_v2),
             $row!(Ptds, "cuMemcpyHtoD", 7000, copy::cuMemcpyHtoD_v2_ptds),
@@ -426,42 +158,12 @@ macro_rules! driver_entries {
             $row!(Default, "cuMemcpyDtoD", 3020, copy::cuMemcpyDtoD_v2),
             $row!(Ptds, "cuMemcpyDtoD", 7000, copy::cuMemcpyDtoD_v2_ptds),
             $row!(Default, "cuMemcpyHtoDAsync", 2000, copy::cuMemcpyHtoDAsync),
-            $row!(
-                Default,
-                "cuMemcpyHtoDAsync",
-                3020,
-                copy::cuMemcpyHtoDAsync_v2
-            ),
-            $row!(
-                Ptsz,
-                "cuMemcpyHtoDAsync",
-                7000,
-                copy::cuMemcpyHtoDAsync_v2_ptsz
-            ),
-            $row!(
-                Default,
-                "cuMemcpyDtoHAsync",
-                3020,
-                copy::cuMemcpyDtoHAsync_v2
-            ),
-            $row!(
-                Ptsz,
-                "cuMemcpyDtoHAsync",
-                7000,
-                copy::cuMemcpyDtoHAsync_v2_ptsz
-            ),
-            $row!(
-                Default,
-                "cuMemcpyDtoDAsync",
-                3020,
-                copy::cuMemcpyDtoDAsync_v2
-            ),
-            $row!(
-                Ptsz,
-                "cuMemcpyDtoDAsync",
-                7000,
-                copy::cuMemcpyDtoDAsync_v2_ptsz
-            ),
+            $row!(Default, "cuMemcpyHtoDAsync", 3020, copy::cuMemcpyHtoDAsync_v2),
+            $row!(Ptsz, "cuMemcpyHtoDAsync", 7000, copy::cuMemcpyHtoDAsync_v2_ptsz),
+            $row!(Default, "cuMemcpyDtoHAsync", 3020, copy::cuMemcpyDtoHAsync_v2),
+            $row!(Ptsz, "cuMemcpyDtoHAsync", 7000, copy::cuMemcpyDtoHAsync_v2_ptsz),
+            $row!(Default, "cuMemcpyDtoDAsync", 3020, copy::cuMemcpyDtoDAsync_v2),
+            $row!(Ptsz, "cuMemcpyDtoDAsync", 7000, copy::cuMemcpyDtoDAsync_v2_ptsz),
             $row!(Default, "cuMemsetD8", 2000, copy::cuMemsetD8),
             $row!(Default, "cuMemsetD8", 3020, copy::cuMemsetD8_v2),
             $row!(Ptds, "cuMemsetD8", 7000, copy::cuMemsetD8_v2_ptds),
@@ -476,46 +178,16 @@ macro_rules! driver_entries {
             $row!(Default, "cuMemsetD32Async", 3020, copy::cuMemsetD32Async),
             $row!(Ptsz, "cuMemsetD32Async", 7000, copy::cuMemsetD32Async_ptsz),
             // pointers
-            $row!(
-                Default,
-                "cuPointerGetAttribute",
-                4000,
-                pointer::cuPointerGetAttribute
-            ),
-            $row!(
-                Default,
-                "cuPointerGetAttributes",
-                7000,
-                pointer::cuPointerGetAttributes
-            ),
+            $row!(Default, "cuPointerGetAttribute", 4000, pointer::cuPointerGetAttribute),
+            $row!(Default, "cuPointerGetAttributes", 7000, pointer::cuPointerGetAttributes),
             // IPC
             $row!(Default, "cuIpcGetMemHandle", 4010, ipc::cuIpcGetMemHandle),
             $row!(Default, "cuIpcOpenMemHandle", 4010, ipc::cuIpcOpenMemHandle),
-            $row!(
-                Default,
-                "cuIpcOpenMemHandle",
-                11000,
-                ipc::cuIpcOpenMemHandle_v2
-            ),
-            $row!(
-                Default,
-                "cuIpcCloseMemHandle",
-                4010,
-                ipc::cuIpcCloseMemHandle
-            ),
+            $row!(Default, "cuIpcOpenMemHandle", 11000, ipc::cuIpcOpenMemHandle_v2),
+            $row!(Default, "cuIpcCloseMemHandle", 4010, ipc::cuIpcCloseMemHandle),
             // the entry point itself
-            $row!(
-                Default,
-                "cuGetProcAddress",
-                11030,
-                procaddr::cuGetProcAddress
-            ),
-            $row!(
-                Default,
-                "cuGetProcAddress",
-                12000,
-                procaddr::cuGetProcAddress_v2
-            ),
+            $row!(Default, "cuGetProcAddress", 11030, procaddr::cuGetProcAddress),
+            $row!(Default, "cuGetProcAddress", 12000, procaddr::cuGetProcAddress_v2),
         ]
     };
 }
