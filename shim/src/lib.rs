@@ -19,7 +19,7 @@
 //! 5. [`report`]: what is written: the tracker, the pool, the stacks and the timeline, as
 //!    `cuguard_report` types, to a file.
 //! 6. [`pool`]: `cuguard_pool`'s pool of the current context serves it, over the real driver
-//!    ([`pool::serve`], [`pool::device`]); with the pool off, the real driver does.
+//!    ([`serving::serve`], [`serving::driver_context`]); with the pool off, the real driver does.
 //! 7. [`tracker`]: live allocations, contexts, events, counters, door counts.
 //! 8. [`stack`]: the call stack, captured and deduplicated.
 //! 9. [`nvtx`]: the process's NVTX tool (compute-sanitizer's), attached at the first pool when
@@ -47,8 +47,8 @@ mod hooks;
 mod lifecycle;
 mod nvtx;
 mod phase;
-mod pool;
 mod process;
+mod serving;
 mod stack;
 mod tracker;
 mod writer;

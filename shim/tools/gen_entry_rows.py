@@ -2,7 +2,7 @@
 """Generates shim/src/driver/submit_rows.rs: the `submit` rows of the driver-entry table
 (shim/src/driver/entry_table.rs), one per driver entry that submits device work (kernels, copies,
 sets, graph launches, stream memory operations, external semaphores, host functions). The shim
-counts each call of them for the pool's safe-reuse scheme (see shim/pool/src/fence.rs).
+counts each call of them for the pool's safe-reuse scheme (see shim/pool/src/reuse.rs).
 
 The list comes mechanically from cudarc's driver bindings for CUDA 13.0 (the version Cargo.lock
 pins): every function that takes a CUstream, or whose name says it launches, copies or sets,

@@ -5,7 +5,7 @@
 //! its own `LD_PRELOAD` entries, which the shim's goes in front of). compute-sanitizer itself
 //! never has the shim loaded. The pool is turned on (`CUGUARD_POOL=1`); compute-sanitizer sets
 //! `NVTX_INJECTION64_PATH`, so the shim attaches its NVTX tool at the first pool and registers
-//! each chunk as a heap and each block as a region of it (`shim/src/pool/regions.rs`).
+//! each chunk as a heap and each block as a region of it (`shim/src/serving/regions.rs`).
 //!
 //! The sanitizer gets `--tool TOOL --nvtx yes`, and for memcheck `--leak-check no`: the pool
 //! keeps its chunks past the program's frees, so compute-sanitizer's leak check would count the

@@ -924,9 +924,7 @@ fn the_bounded_job_finds_what_the_exact_computation_finds() {
         let values: Vec<(usize, u64)> = processes
             .iter()
             .enumerate()
-            .filter_map(|(i, (_, sites))| {
-                sites.iter().find(|s| s.0 == site).map(|s| (i, s.1))
-            })
+            .filter_map(|(i, (_, sites))| sites.iter().find(|s| s.0 == site).map(|s| (i, s.1)))
             .collect();
         let mut all: Vec<u64> = values.iter().map(|v| v.1).collect();
         all.resize(n, 0);
@@ -941,7 +939,8 @@ fn the_bounded_job_finds_what_the_exact_computation_finds() {
     want.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)).then(a.1.cmp(&b.1)));
     for &(r, site, bytes) in &planted {
         assert!(
-            want.iter().any(|w| (w.0, &w.1, w.2) == (r as usize, &key(site), bytes)),
+            want.iter()
+                .any(|w| (w.0, &w.1, w.2) == (r as usize, &key(site), bytes)),
             "planted at rank {r}, site {site}"
         );
     }
@@ -988,7 +987,11 @@ fn the_bounded_job_finds_what_the_exact_computation_finds() {
             .collect();
         assert_eq!(got, want, "on disk: {on_disk}");
         assert_eq!(job.outliers_total, want.len());
-        assert!(job.outliers[0].sentence.starts_with("rank 7 holds 2.0 GiB at s3 (t.py:3), "));
+        assert!(
+            job.outliers[0]
+                .sentence
+                .starts_with("rank 7 holds 2.0 GiB at s3 (t.py:3), ")
+        );
         let got_groups: Vec<(String, usize, Vec<(String, u64, u64)>)> = job
             .groups
             .iter()

@@ -1,5 +1,5 @@
 //! One context's pool: chunks from the [`Device`], carved by the sub-allocator, with frees held
-//! back until a fence says they are safe (see [`crate::fence`]), and the slow path's decisions
+//! back until a fence says they are safe (see [`crate::reuse`]), and the slow path's decisions
 //! taken by [`crate::policy`].
 //!
 //! A pool is split into [`ARENAS`] arenas, each with its own lock, chunks and fences; a thread
@@ -27,10 +27,10 @@ use std::sync::atomic::{
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::addr_hash::{AddrMap, AddrSet};
+use crate::chunking::{GrowthPolicy, Route, SizeRepeats};
 use crate::device::{Device, DeviceError};
-use crate::fence::Fences;
-use crate::growth::{GrowthPolicy, Route, SizeRepeats};
 use crate::policy::{self, Refused, Request, Steps};
+use crate::reuse::Fences;
 use crate::tcache::{self, CachedBlock, LiveBlock, MAX_CACHED_BLOCK, Packed, Shared, ThreadCache};
 use crate::tlsf::{ChunkId, ChunkKind, FreeError, Freed, Grant, SubAllocator};
 

@@ -15,7 +15,7 @@ pub const LEGACY_STREAM: u64 = 0;
 /// pool makes them only while [`is_current`](Device::is_current) says it is the calling thread's
 /// current one (creating a pool's first chunks included: the caller makes sure of that).
 ///
-/// The fence rule (`fence.rs`) relies on what [`submissions`](Device::submissions),
+/// The fence rule (`reuse.rs`) relies on what [`submissions`](Device::submissions),
 /// [`record_event`](Device::record_event), [`with_side_streams`](Device::with_side_streams) and
 /// [`destroyed_streams_done`](Device::destroyed_streams_done) promise; read it before
 /// implementing them.
@@ -110,7 +110,7 @@ pub trait Device {
 
     /// For a fence being recorded: pushes onto `events` what completes once the work issued so
     /// far by every *other* context that can touch this context's memory (its peers: see
-    /// `fence.rs`) has completed. A relation whose work a fence of this context covering
+    /// `reuse.rs`) has completed. A relation whose work a fence of this context covering
     /// `completed` already waited for may be forgotten. Returns how many peers it covered. Does
     /// nothing by default: nothing outside the context can reach its memory.
     fn record_peer_events(&self, completed: u64, events: &mut Vec<Self::Event>) -> u64 {
@@ -121,7 +121,7 @@ pub trait Device {
     /// A block of this context is being freed now, with a mark above `completed` (all work
     /// counted up to `completed` is known complete): returns true when it may be reused at once
     /// because all pending work was issued on one stream, the implementor having made every
-    /// other stream wait for that work before its next submission (the stream rule, `fence.rs`:
+    /// other stream wait for that work before its next submission (the stream rule, `reuse.rs`:
     /// the implementor must only say yes when that rule's conditions hold). Called with an
     /// arena lock held, or none. Never by default: the fence rule alone.
     fn reuse_on_stream(&self, completed: u64) -> bool {

@@ -15,8 +15,8 @@
 //!   its own lock; allocation, free, lookup, trimming, the report's [`PoolStats`]. Each block
 //!   carries a record of the caller's type `R` (in the shim, the tracker's record).
 //! - `tlsf.rs`: the sub-allocator, a two-level segregated fit over address ranges, O(1).
-//! - `growth.rs`: how large a chunk to ask for, and which requests get a chunk of their own.
-//! - `fence.rs`: the rule for when a freed block may be reused without racing GPU work.
+//! - `chunking.rs`: how large a chunk to ask for, and which requests get a chunk of their own.
+//! - `reuse.rs`: the rule for when a freed block may be reused without racing GPU work.
 //! - `tcache.rs`: [`ThreadCache`], a thread's cache of ready blocks in front of the arenas, so
 //!   that a pair it serves takes no lock; the caller's record lives in the cache slot, with
 //!   the block.
@@ -75,11 +75,11 @@
 #![deny(unsafe_code)]
 
 mod addr_hash;
+mod chunking;
 mod ctxpool;
 mod device;
-mod fence;
-mod growth;
 mod policy;
+mod reuse;
 mod tcache;
 mod tlsf;
 

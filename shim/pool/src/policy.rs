@@ -45,7 +45,7 @@
 //!   bytes or [`FENCE_COUNT`] blocks wait ([`fence_due`]), and the fences in flight are polled
 //!   every [`POLL_EVERY`] such frees ([`poll_due`]).
 
-use crate::growth::{GrowthPolicy, Route};
+use crate::chunking::{GrowthPolicy, Route};
 use crate::tlsf::{ChunkId, ChunkInfo};
 
 /// A fence is recorded once this many bytes, or [`FENCE_COUNT`] blocks, wait for one.

@@ -8,7 +8,7 @@
 //! and remembers it in its `lent` set):
 //!
 //! - **cached**: freed by this thread, with the free's *mark* (the submission count then, as
-//!   for any pooled free, see `fence.rs`); handed out again only once the pool's completed mark
+//!   for any pooled free, see `reuse.rs`); handed out again only once the pool's completed mark
 //!   covers it, so a cached block is exactly as safe to reuse as a pooled one;
 //! - **live**: handed out from the cache, with the caller's record kept in the slot (packed
 //!   into [`RECORD_WORDS`] words, [`Packed`]), next to the block's address and size.

@@ -45,7 +45,7 @@ pub fn devices() -> Vec<DeviceLive> {
             reserved: 0,
             live_bytes: d.live_bytes,
             peak_bytes: d.peak_live_bytes,
-            pool_reserved_bytes: crate::pool::registry::reserved_for_device(d.device),
+            pool_reserved_bytes: crate::serving::registry::reserved_for_device(d.device),
             live_allocations: d.live_allocations,
             allocated_bytes: d.total_allocated_bytes,
         })

@@ -22,7 +22,7 @@ use super::{E_FORKED, E_FULL, E_INVALID, OK, call, clear, out_json};
 
 /// Every live allocation the report would list as live (not those lost with their context).
 pub(super) fn live(t: &Tracker) -> Vec<(u64, Record)> {
-    let mut all = crate::pool::serve::live_allocations(t);
+    let mut all = crate::serving::serve::live_allocations(t);
     all.extend(t.vmm.live().into_iter().map(|(a, _, r)| (a, r)));
     all
 }

@@ -27,7 +27,7 @@ pub const DEFAULT_REDZONE: u64 = 256;
 pub const MAX_REDZONE: u64 = 1 << 20;
 
 /// `CUGUARD_POOL_REDZONE` from `var`: bytes the pool keeps unused after each block while an NVTX
-/// tool is told of the blocks (`crate::pool::regions`), or why the value was not taken (then
+/// tool is told of the blocks (`crate::serving::regions`), or why the value was not taken (then
 /// [`DEFAULT_REDZONE`]). Read when a tool attaches, not with the other settings: it matters only
 /// then, and the settings the allocation path reads stay as they were.
 pub fn redzone_from(var: Option<String>) -> Result<u64, String> {
@@ -80,7 +80,7 @@ pub struct Config {
     pub thread_cache: bool,
     /// `CUGUARD_POOL_STREAM_REUSE`: a freed block whose pending work was all issued on one
     /// stream is reusable at once, other streams being made to wait for that stream
-    /// (`crate::pool::stream_reuse`). On by default; 0 for the fence rule alone.
+    /// (`crate::serving::stream_reuse`). On by default; 0 for the fence rule alone.
     pub stream_reuse: bool,
     /// `CUGUARD_TEST_UNSAFE_REUSE=1`: for cuguard's own tests only, the pool reuses freed blocks
     /// at once, ignoring fences, so a test can show that it would then catch the corruption.

@@ -54,7 +54,7 @@ fn created(
 
 /// The context `handle` is gone (destroyed by `by`): its allocations were released with it.
 fn gone(handle: u64, by: Entry) {
-    let pooled = crate::pool::serve::context_destroyed(handle);
+    let pooled = crate::serving::serve::context_destroyed(handle);
     let Some((_guard, t)) = super::active() else {
         return;
     };
@@ -161,7 +161,7 @@ pub unsafe fn cuCtxCreate_v4(
 /// The program's arguments, under the driver's contract.
 pub unsafe fn cuCtxDestroy(e: Entry, real: sig::cuCtxDestroy, ctx: CUcontext) -> CUresult {
     let closing = Closing::new(Some(ctx as u64));
-    crate::pool::serve::context_closing(ctx as u64);
+    crate::serving::serve::context_closing(ctx as u64);
     // SAFETY: the program's own argument, forwarded unchanged.
     let r = unsafe { real(ctx) };
     if r == CUDA_SUCCESS {
@@ -179,14 +179,14 @@ struct Closing(Option<u64>);
 impl Closing {
     fn new(ctx: Option<u64>) -> Closing {
         if let Some(c) = ctx {
-            shield((), || crate::pool::giveback::closing(c));
+            shield((), || crate::serving::giveback::closing(c));
         }
         Closing(ctx)
     }
 
     fn end(self, gone: bool) {
         if let Some(c) = self.0 {
-            shield((), || crate::pool::giveback::closed(c, gone));
+            shield((), || crate::serving::giveback::closed(c, gone));
         }
     }
 }
@@ -246,7 +246,7 @@ pub unsafe fn cuDevicePrimaryCtxReset(
     let handle = primary_handle(dev);
     let closing = Closing::new(handle);
     if let Some(h) = handle {
-        crate::pool::serve::context_closing(h);
+        crate::serving::serve::context_closing(h);
     }
     // SAFETY: the program's own argument, forwarded unchanged.
     let r = unsafe { real(dev) };

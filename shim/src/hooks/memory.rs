@@ -1,6 +1,6 @@
 //! cuMemAlloc, cuMemAllocPitch, cuMemFree and cuMemAllocManaged.
 //!
-//! cuMemAlloc_v2, cuMemAllocPitch_v2 and cuMemFree_v2 go through [`crate::pool::serve`], which is
+//! cuMemAlloc_v2, cuMemAllocPitch_v2 and cuMemFree_v2 go through [`crate::serving::serve`], which is
 //! where the pool stands behind them; the hooks themselves only track. The record of a new
 //! allocation is made before it is served, so that a pooled block gets its record under the
 //! same lock as the block itself. Each asks the process's limit first
@@ -15,7 +15,7 @@ use super::{
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::pool::serve;
+use crate::serving::serve;
 use crate::tracker::limit::Grant;
 use crate::tracker::{Memory, Record, Tracker};
 

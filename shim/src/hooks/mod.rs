@@ -6,7 +6,7 @@
 //! ([`crate::driver::entry_table`]) and takes the form that was called, the typed real entry and the
 //! program's arguments; `doors::exports` calls it from the shim's exported symbols and from the
 //! functions the lookup doors hand out. Each is thin: forward to the real driver (or to the pool,
-//! through [`crate::pool::serve`], for cuMemAlloc/cuMemFree), then tell the tracker under a
+//! through [`crate::serving::serve`], for cuMemAlloc/cuMemFree), then tell the tracker under a
 //! [`crate::guard::Guard`] and [`crate::guard::shield`]. The driver's result is always what the
 //! program gets.
 
@@ -35,8 +35,8 @@ pub use vmm::*;
 use crate::driver::{Entry, real};
 use crate::ffi::*;
 use crate::guard::Guard;
-use crate::pool::serve::PoolLookup;
 use crate::process::{clock, cost};
+use crate::serving::serve::PoolLookup;
 use crate::tracker::events::{Event, Kind};
 use crate::tracker::limit::{self, Grant};
 use crate::tracker::{Memory, NONE, Record, Tracker};
@@ -329,7 +329,7 @@ fn account_free(
         }
         (None, _)
             if !pooled
-                && matches!(crate::pool::serve::lookup(addr), PoolLookup::Block { start, .. } if start == addr) =>
+                && matches!(crate::serving::serve::lookup(addr), PoolLookup::Block { start, .. } if start == addr) =>
         {
             // A live pooled block passed to a free of another family (cuMemFreeHost, say).
             let (ctx, _) = context_of(t, cur);

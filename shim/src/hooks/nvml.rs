@@ -26,7 +26,7 @@ use crate::driver::device_uuid::{self, Ordinal};
 use crate::driver::nvml::{Device, Memory, MemoryV2, NVML_SUCCESS, NvmlReturn};
 use crate::driver::nvml_entries::{self, MemoryInfoFn, MemoryInfoV2Fn};
 use crate::guard::shield;
-use crate::pool::serve;
+use crate::serving::serve;
 use crate::tracker::limit;
 
 use super::shown::Shown;

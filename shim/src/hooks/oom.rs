@@ -42,7 +42,7 @@ pub fn refused(
         .map_or(0, |d| d.live_bytes);
     let mut stacks = crate::tracker::by_stack::snapshot(device);
     stacks.truncate(MAX_STACKS);
-    let pool = crate::pool::registry::stats_for_device(device).map(|p| PoolState {
+    let pool = crate::serving::registry::stats_for_device(device).map(|p| PoolState {
         reserved_bytes: p.reserved_bytes,
         free_bytes: p.free_bytes + p.pending_bytes,
         largest_free_block: p.largest_free_block,

@@ -1,5 +1,5 @@
 //! Work of one context that can touch another context's memory, watched for the pool's fences
-//! ([`crate::pool::peers`]): peer access enabled and disabled, and the copies that may reach
+//! ([`crate::serving::peers`]): peer access enabled and disabled, and the copies that may reach
 //! another context's memory (the `copy` rows: `cuMemcpyPeer*`, `cuMemcpy3DPeer*`, and the
 //! unified-address `cuMemcpy`/`cuMemcpyAsync`, whose operands are found in the pools).
 //!
@@ -14,8 +14,8 @@ use std::ffi::c_void;
 use crate::driver::{Entry, current_context, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::pool::peers::{self, Touch};
-use crate::pool::registry;
+use crate::serving::peers::{self, Touch};
+use crate::serving::registry;
 
 use super::submit;
 

@@ -15,7 +15,7 @@ use super::{current_tracked_context, event};
 use crate::driver::{Entry, real, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::pool::serve::{self, PoolLookup};
+use crate::serving::serve::{self, PoolLookup};
 use crate::tracker::events::Kind;
 
 const BUFFER_ID: u32 = 7;

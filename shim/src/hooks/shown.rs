@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 use crate::config::amount::Amount;
-use crate::pool::{registry, serve};
+use crate::serving::{registry, serve};
 use crate::tracker::counters::DEVICES;
 use crate::tracker::limit;
 

@@ -2,7 +2,7 @@
 //! its legacy-stream and per-thread-stream (`_ptsz`) form.
 //!
 //! The driver lets cuMemFreeAsync free any device allocation (measured: it frees a cuMemAlloc
-//! pointer), so frees go through [`crate::pool::serve::pool_free`] first, which hands pooled pointers back
+//! pointer), so frees go through [`crate::serving::serve::pool_free`] first, which hands pooled pointers back
 //! to the pool.
 
 #![allow(non_snake_case)]
@@ -13,7 +13,7 @@ use super::{
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::pool::serve;
+use crate::serving::serve;
 use crate::tracker::Memory;
 
 fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize) {

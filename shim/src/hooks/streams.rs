@@ -1,8 +1,8 @@
 //! Streams and stream captures, watched for the pool's fences: non-blocking streams each need
 //! their own fence event, a destroyed one leaves a last event behind, and no fence may be
-//! recorded while a capture is in progress (see [`crate::pool::fence`]). With stream-aware
+//! recorded while a capture is in progress (see [`crate::serving::submissions`]). With stream-aware
 //! reuse, a stream's destruction and a capture's beginning also drain the guard of blocks
-//! reused early ([`crate::pool::stream_reuse`]).
+//! reused early ([`crate::serving::stream_reuse`]).
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
@@ -11,7 +11,7 @@ use std::ffi::c_int;
 use crate::driver::{Entry, current_context, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::pool::{fence, stream_reuse};
+use crate::serving::{stream_reuse, submissions};
 
 /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`: the capture ended anyway.
 const CAPTURE_INVALIDATED: CUresult = 901;
@@ -24,7 +24,7 @@ fn created(result: CUresult, ph: *mut CUstream, flags: u32) {
     let stream = unsafe { *ph } as u64;
     shield((), || {
         if let Some(ctx) = current_context() {
-            fence::stream_created(ctx, stream, flags);
+            submissions::stream_created(ctx, stream, flags);
         }
     });
 }
@@ -77,7 +77,7 @@ pub unsafe fn cuGreenCtxStreamCreate(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ph, green, flags, priority) };
     // Green-context streams are always non-blocking.
-    created(r, ph, flags | fence::CU_STREAM_NON_BLOCKING);
+    created(r, ph, flags | submissions::CU_STREAM_NON_BLOCKING);
     r
 }
 
@@ -87,16 +87,16 @@ pub unsafe fn cuGreenCtxStreamCreate(
 /// is drained, so that none is armed while the capture runs (a capturing stream cannot wait for
 /// an event recorded outside it). The count is taken back if the capture did not begin.
 fn capturing(begin: impl FnOnce() -> CUresult) -> CUresult {
-    fence::capture_changed(1);
+    submissions::capture_changed(1);
     // The give-back thread records and queries no event from now on: a round in progress ends
     // first.
-    shield((), crate::pool::giveback::capture_beginning);
+    shield((), crate::serving::giveback::capture_beginning);
     if stream_reuse::enabled() {
         shield((), stream_reuse::capture_beginning);
     }
     let r = begin();
     if r != CUDA_SUCCESS {
-        fence::capture_changed(-1);
+        submissions::capture_changed(-1);
     }
     r
 }
@@ -108,7 +108,7 @@ fn capturing(begin: impl FnOnce() -> CUresult) -> CUresult {
 pub unsafe fn cuStreamDestroy(_e: Entry, real: sig::cuStreamDestroy, stream: CUstream) -> CUresult {
     shield((), || {
         stream_reuse::stream_destroying(stream as u64);
-        fence::stream_destroying(stream as u64);
+        submissions::stream_destroying(stream as u64);
     });
     // SAFETY: the program's own argument, forwarded unchanged.
     unsafe { real(stream) }
@@ -172,7 +172,7 @@ pub unsafe fn cuStreamEndCapture(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(stream, graph) };
     if r == CUDA_SUCCESS || r == CAPTURE_INVALIDATED {
-        fence::capture_changed(-1);
+        submissions::capture_changed(-1);
     }
     r
 }

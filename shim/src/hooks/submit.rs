@@ -1,12 +1,12 @@
 //! The handler of every `submit` row of the driver-entry table: entries that submit device work
 //! (kernels, copies, sets, graph launches, stream memory operations, external semaphores, host
 //! functions). Each is forwarded and then counted, which is how the pool knows whether any work
-//! issued before a free could still touch the freed block ([`crate::pool::fence`]); the count
+//! issued before a free could still touch the freed block ([`crate::serving::submissions`]); the count
 //! also notes the submission's stream, and before the work is forwarded a stream other than the
 //! one an early-reused block's work is on waits for that work
-//! ([`crate::pool::stream_reuse`]).
+//! ([`crate::serving::stream_reuse`]).
 //!
-//! A submission's stream, as a key ([`crate::pool::fence`]): the row's `hStream` or `stream`
+//! A submission's stream, as a key ([`crate::serving::submissions`]): the row's `hStream` or `stream`
 //! argument; `cuLaunchKernelEx`'s `config->hStream`; the default stream for entries without
 //! one (the synchronous copies and sets, `cuLaunch`, `cuLaunchGrid`); unknown for
 //! `cuLaunchCooperativeKernelMultiDevice` (one stream per device, in its list). Handle 0 is the
@@ -17,9 +17,9 @@ use std::ffi::c_void;
 
 use crate::driver::Entry;
 use crate::ffi::CUresult;
-use crate::pool::{fence, stream_reuse};
+use crate::serving::{stream_reuse, submissions};
 
-pub use crate::pool::fence::UNKNOWN_KEY;
+pub use crate::serving::submissions::UNKNOWN_KEY;
 
 /// Whether an entry's exported name is a `_ptsz` or `_ptds` form (handle 0 is then the calling
 /// thread's per-thread default stream).
@@ -43,7 +43,7 @@ pub fn is_per_thread(e: Entry) -> bool {
 pub fn key_of(handle: u64, per_thread_form: bool) -> u64 {
     match handle {
         0 if per_thread_form => stream_reuse::per_thread_key(),
-        0 | 1 => fence::LEGACY_KEY,
+        0 | 1 => submissions::LEGACY_KEY,
         2 => stream_reuse::per_thread_key(),
         h => h,
     }
@@ -79,6 +79,6 @@ pub fn before(key: u64) {
 /// answer.
 #[inline(always)]
 pub fn counted_on(result: CUresult, key: u64) -> CUresult {
-    fence::submitted_on(key);
+    submissions::submitted_on(key);
     result
 }

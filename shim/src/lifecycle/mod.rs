@@ -192,7 +192,7 @@ pub fn final_report(occasion: Occasion) -> bool {
     // No give-back from another thread while the runtime and the driver tear down. A fatal
     // signal's report does not wait for the give-back thread's call in progress.
     let wait = occasion.signal.is_none();
-    crate::guard::shield((), || crate::pool::giveback::stop_for_exit(wait));
+    crate::guard::shield((), || crate::serving::giveback::stop_for_exit(wait));
     // Inside the shim while writing, so nothing the writing does is tracked. A thread whose
     // thread-locals are gone writes without it: tracking has stopped (`Writing`) anyway.
     let _guard = crate::guard::Guard::enter();
@@ -259,7 +259,7 @@ extern "C" fn after_fork_child() {
     crate::stack::after_fork_child();
     crate::tracker::counters::reset_after_fork();
     crate::tracker::given_back::reset_after_fork();
-    crate::pool::registry::reset_after_fork();
+    crate::serving::registry::reset_after_fork();
     crate::writer::timeline::reset_after_fork();
     crate::tracker::reset_after_fork();
     crate::history::reset_after_fork();

@@ -1,6 +1,6 @@
 //! The NVTX tool of the process (compute-sanitizer's, when it runs the program), attached the way
 //! an NVTX-using program attaches it, so that the pool can tell it where its blocks are
-//! ([`crate::pool::regions`]).
+//! ([`crate::serving::regions`]).
 //!
 //! NVIDIA's `nvtx3` headers find the tool through `NVTX_INJECTION64_PATH` and nothing else (they
 //! do not look for one already loaded): [`core`] is their core injection (`dlopen(path,
@@ -15,7 +15,7 @@
 //! `CUGUARD_NVTX=0`. Checked with compute-sanitizer 13.0 on the H200 (docs/compatibility.md,
 //! 2026-12-02 runs 11–13), after the faults runs 9 and 11 showed: the memory extension's callback ids are
 //! numbered from 0 in CUDA 13.0's headers ([`mem`]), and a heap must not be unregistered once its
-//! memory is gone ([`crate::pool::regions`]). `CUGUARD_NVTX_TRACE=1` writes every call into the
+//! memory is gone ([`crate::serving::regions`]). `CUGUARD_NVTX_TRACE=1` writes every call into the
 //! tool, with its arguments, result, thread and current context, to stderr. Nothing happens
 //! while the shim loads. The tool is attached by [`start`] (which reads the variable then, as the
 //! headers do at their first call), which the pool calls when it makes its first pool (a context

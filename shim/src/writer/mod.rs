@@ -6,7 +6,7 @@
 //! time; `cuguard` does the analysis.
 //!
 //! The format is the `cuguard-report` crate's: [`write()`] gathers what the tracker, the stacks
-//! ([`stacks`]), the pool ([`crate::pool::serve`]), the timeline and the alerts hold as plain
+//! ([`stacks`]), the pool ([`crate::serving::serve`]), the timeline and the alerts hold as plain
 //! data, fills a [`cuguard_report::Report`] with it, and serializes it in one place. No JSON is
 //! written anywhere else in the shim.
 //!
@@ -587,7 +587,7 @@ fn device_stats(t: &Tracker, r: &mut format::Report) {
             frees: d.frees,
             released_bytes: Some(d.released_bytes),
             host_pinned_live_bytes: Some(d.host_pinned_live_bytes),
-            pool: crate::pool::serve::pool_stats(d.device),
+            pool: crate::serving::serve::pool_stats(d.device),
         })
         .collect();
     let (ranges, bytes) = t.vmm.reservations();
@@ -762,7 +762,7 @@ fn id(v: u32) -> Option<u32> {
 }
 
 fn collect_leaks(t: &Tracker) -> Vec<Leak> {
-    let mut leaks: Vec<Leak> = crate::pool::serve::live_allocations(t)
+    let mut leaks: Vec<Leak> = crate::serving::serve::live_allocations(t)
         .into_iter()
         .map(|(address, record)| Leak {
             address,

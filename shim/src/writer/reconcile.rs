@@ -58,11 +58,11 @@ pub fn device(
         };
         *slot += l.size;
     }
-    if let Some(p) = crate::pool::registry::stats_for_device(device) {
+    if let Some(p) = crate::serving::registry::stats_for_device(device) {
         // What the pool holds that no live allocation asked for: its free and pending bytes, and
         // the rounding of its live blocks (a dedicated chunk is its request rounded to 2 MiB).
         e.pool_idle_bytes =
-            p.free_bytes + p.pending_bytes + crate::pool::registry::slack_for_device(device);
+            p.free_bytes + p.pending_bytes + crate::serving::registry::slack_for_device(device);
     }
     let live: Vec<&ContextInfo> = contexts
         .iter()
@@ -70,7 +70,7 @@ pub fn device(
         .collect();
     let overhead = live.iter().filter_map(|c| c.overhead_bytes).sum();
     // Queued for the give-back thread and not freed yet: still allocated, so counted exactly.
-    e.given_back_bytes = crate::pool::giveback::waiting()
+    e.given_back_bytes = crate::serving::giveback::waiting()
         .into_iter()
         .filter(|(ctx, _)| live.iter().any(|c| c.handle == *ctx))
         .map(|(ctx, base)| size_in(ctx, base))

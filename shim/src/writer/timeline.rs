@@ -192,7 +192,7 @@ fn take(tl: &mut Timeline, now: u64) {
     };
     for d in t.stats.snapshot() {
         let reserved =
-            crate::pool::registry::stats_for_device(d.device).map_or(0, |p| p.reserved_bytes);
+            crate::serving::registry::stats_for_device(d.device).map_or(0, |p| p.reserved_bytes);
         tl.samples.push(Sample {
             time_ms: now,
             device: d.device,

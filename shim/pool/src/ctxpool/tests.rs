@@ -1320,11 +1320,11 @@ fn a_repeating_loop_through_the_pool_stops_asking_the_device() {
     }
 }
 
-/// Ten steps of the growth simulation's loop ([`crate::growth::sim::loop_plan`], sizes in
+/// Ten steps of the growth simulation's loop ([`crate::chunking::sim::loop_plan`], sizes in
 /// [2 MiB, 42 MiB)), everything freed at each step's end: the chunks the pool added in each
 /// step, and the bytes it gave back.
 fn repeating_loop(pool: &Pool, seed: u64) -> (Vec<u64>, Vec<u64>) {
-    let plan = crate::growth::sim::loop_plan(seed, 200, 40 * MIB);
+    let plan = crate::chunking::sim::loop_plan(seed, 200, 40 * MIB);
     let (mut added, mut trimmed) = (Vec::new(), Vec::new());
     for _ in 0..10 {
         let before = pool.stats();

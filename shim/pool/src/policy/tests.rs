@@ -2,7 +2,7 @@
 //! logs every step, and each test states the exact sequence the policy must produce.
 
 use super::*;
-use crate::growth::GrowthPolicy;
+use crate::chunking::GrowthPolicy;
 use crate::tlsf::ChunkKind;
 use std::collections::VecDeque;
 

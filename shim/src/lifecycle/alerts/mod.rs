@@ -308,7 +308,7 @@ fn named_top_sites(device: i32, n: usize) -> Vec<AlertSite> {
 /// A site is the first frame outside cuguard and the CUDA libraries, as `module+0xoffset`.
 fn top_sites(t: &Tracker, device: i32, n: usize) -> Vec<(String, u64, usize)> {
     let mut by_stack: std::collections::HashMap<u32, (u64, usize)> = Default::default();
-    for (_, r) in crate::pool::serve::live_allocations(t) {
+    for (_, r) in crate::serving::serve::live_allocations(t) {
         if r.device == device && r.memory.on_device() {
             let e = by_stack.entry(r.stack).or_default();
             e.0 += r.size;

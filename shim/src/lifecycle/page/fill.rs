@@ -110,7 +110,7 @@ impl Filler {
                 total_bytes: info.map_or(0, |i| i.total_bytes),
                 live_bytes: live,
                 peak_bytes: c.map_or(0, |c| c.peak_live_bytes),
-                reserved_bytes: crate::pool::registry::stats_for_device(d)
+                reserved_bytes: crate::serving::registry::stats_for_device(d)
                     .map_or(0, |p| p.reserved_bytes),
                 growth_bytes: history.growth(),
                 history_interval_ms: HISTORY_INTERVAL_MS as u32,

@@ -1,14 +1,14 @@
 //! Stream-aware reuse: a freed pool block whose pending work was all issued on one stream S is
 //! reusable at once, and until that work is known complete, every submission on any *other*
 //! stream first waits for it (an event recorded on S, waited for with `cuStreamWaitEvent`).
-//! The rule and why it is safe are `cuguard_pool`'s `fence.rs` ("Stream-aware reuse"); this is
+//! The rule and why it is safe are `cuguard_pool`'s `reuse.rs` ("Stream-aware reuse"); this is
 //! the shim's half: the *guard* the pool arms at such a free ([`arm`]), and what the hooks do
 //! while one is armed ([`before`], [`drain`]).
 //!
 //! # The guard
 //!
 //! At most one guard exists at a time, for one context C and one stream key S (keys are
-//! [`super::fence`]'s). Each free that arms it gets a new *epoch* (process-wide, never reused),
+//! [`super::submissions`]'s). Each free that arms it gets a new *epoch* (process-wide, never reused),
 //! and raises the guard's mark (the count its pending work is under). While a guard exists:
 //!
 //! - A submission on a stream T ≠ S (any context, any thread) first makes T wait for an event
@@ -36,7 +36,7 @@
 //! submission counted after the pool's completed mark was on one known stream S (and S is not
 //! another thread's per-thread stream), and an existing guard is of the same context and
 //! either on S or already covered by a completed fence of C (it always is when the new free's
-//! work is all on another stream: see `fence.rs`).
+//! work is all on another stream: see `reuse.rs`).
 //!
 //! The hooks call the driver through its real entries ([`crate::driver::real`]); nothing here
 //! is counted as a submission, and nothing recurses into the hooks.
@@ -47,8 +47,8 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-use super::fence::{self, LEGACY_KEY, NO_KEY, PER_THREAD_BIT, UNKNOWN_KEY};
-use super::{device, peers};
+use super::submissions::{self, LEGACY_KEY, NO_KEY, PER_THREAD_BIT, UNKNOWN_KEY};
+use super::{driver_context, peers};
 use crate::driver::{current_context, real};
 use crate::ffi::*;
 use crate::process::global::{self, lock};
@@ -138,7 +138,10 @@ fn handle_of(key: u64) -> u64 {
 /// at once (see the module documentation for when).
 pub fn arm(ctx: u64, ordinal: i32, completed: u64) -> bool {
     // Cheap refusals first (atomic reads), so that frees that cannot qualify take no lock.
-    if !enabled() || fence::capturing() || fence::single_stream_since(completed).is_none() {
+    if !enabled()
+        || submissions::capturing()
+        || submissions::single_stream_since(completed).is_none()
+    {
         return false;
     }
     if current_context() != Some(ctx) {
@@ -147,10 +150,10 @@ pub fn arm(ctx: u64, ordinal: i32, completed: u64) -> bool {
     let mut st = lock(state());
     // Under the lock: a capture that began, or a relation that appeared, since has drained
     // (or drains after this) and is seen here.
-    if fence::capturing() || !peers::reaching(ctx, completed).is_empty() {
+    if submissions::capturing() || !peers::reaching(ctx, completed).is_empty() {
         return false;
     }
-    let Some((key, upto)) = fence::single_stream_since(completed) else {
+    let Some((key, upto)) = submissions::single_stream_since(completed) else {
         return false;
     };
     let per_thread = key & PER_THREAD_BIT != 0;
@@ -160,7 +163,7 @@ pub fn arm(ctx: u64, ordinal: i32, completed: u64) -> bool {
     match st.guard.as_ref() {
         Some(g) if g.ctx != ctx => {
             let e = EPOCH.load(Ordering::Acquire);
-            if !(g.event != 0 && g.recorded >= e && device::event_done(g.event)) {
+            if !(g.event != 0 && g.recorded >= e && driver_context::event_done(g.event)) {
                 return false;
             }
             retire(&mut st);
@@ -240,7 +243,7 @@ fn before_slow(key: u64, seen: u64) {
         }
         g.recorded = e;
     }
-    if device::event_done(g.event) {
+    if driver_context::event_done(g.event) {
         // The stream's work up to every arming free is done.
         retire(&mut st);
         return;
@@ -284,7 +287,7 @@ fn drain_locked(st: &mut State) {
         });
     if !waited {
         // All work that could touch the context's memory is the context's own.
-        in_context(g.ctx, device::synchronize_current);
+        in_context(g.ctx, driver_context::synchronize_current);
     }
     retire(st);
 }
@@ -296,7 +299,7 @@ fn retire(st: &mut State) {
     if let Some(g) = st.guard.take()
         && g.event != 0
     {
-        device::destroy_event(g.event);
+        driver_context::destroy_event(g.event);
     }
 }
 
@@ -325,7 +328,7 @@ fn in_context<T>(ctx: u64, f: impl FnOnce() -> T) -> Option<T> {
     if current_context() == Some(ctx) {
         Some(f())
     } else {
-        device::with_current(ctx, f)
+        driver_context::with_current(ctx, f)
     }
 }
 
@@ -335,13 +338,13 @@ pub fn stream_destroying(handle: u64) {
         return;
     }
     let mut st = lock(state());
-    fence::stream_destroyed(handle);
+    submissions::stream_destroyed(handle);
     if st.guard.as_ref().is_some_and(|g| g.stream == handle) {
         drain_locked(&mut st);
     }
 }
 
-/// A stream capture is about to begin (already counted by [`fence::capture_changed`]): a
+/// A stream capture is about to begin (already counted by [`submissions::capture_changed`]): a
 /// guard is drained, and none is armed until it ends. The lock is taken even when no guard
 /// seems armed: an arming in progress either saw the capture or is drained here after it.
 pub fn capture_beginning() {
@@ -391,5 +394,5 @@ pub fn reset_after_fork() {
     global::replace(&STATE, Default::default());
     EPOCH.store(0, Ordering::SeqCst);
     GUARD_STREAM.store(NO_KEY, Ordering::SeqCst);
-    fence::reset_after_fork();
+    submissions::reset_after_fork();
 }

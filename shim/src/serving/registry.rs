@@ -14,7 +14,7 @@ use std::sync::{Mutex, RwLock};
 use cuguard_pool::{PoolStats, Settings};
 
 use super::Pool;
-use super::device::DriverContext;
+use super::driver_context::DriverContext;
 use crate::driver::real;
 use crate::ffi::*;
 use crate::process::global::lock;

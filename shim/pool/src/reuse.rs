@@ -61,7 +61,7 @@
 //! - **One stream.** Let `c` be the pool's completed mark. Every submission counted after `c`,
 //!   up to now (a superset of those up to the free's mark), was issued on one stream S. The
 //!   shim knows because the count and the stream of each submission are taken in one atomic
-//!   step (runs of one stream, `pool::fence`). Streams are told apart by handle, with the legacy
+//!   step (runs of one stream, `serving::submissions`). Streams are told apart by handle, with the legacy
 //!   stream and each thread's per-thread default stream each a stream of its own (the legacy
 //!   stream's implicit synchronization with blocking streams is not relied on); an entry
 //!   without a stream argument (a synchronous copy or set) is on the default stream; a
@@ -95,7 +95,7 @@
 //! # Who does what
 //!
 //! The counting and the stream bookkeeping happen where the program's calls are seen (in the
-//! shim: `hooks::submit`, `hooks::streams`, and its `pool::fence`); the pool reads them through
+//! shim: `hooks::submit`, `hooks::streams`, and its `serving::submissions`); the pool reads them through
 //! its [`Device`]: the count is [`Device::submissions`], captures [`Device::capturing`], the
 //! non-blocking streams and how many destroyed ones left a last event
 //! [`Device::with_side_streams`]. [`Fences`] here records, polls and retires the fences.

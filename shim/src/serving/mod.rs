@@ -1,4 +1,4 @@
-//! The pool's glue: cuMemAlloc_v2, cuMemAllocPitch_v2 and cuMemFree_v2 served from the
+//! The shim's serving of allocations from the pool (its glue): cuMemAlloc_v2, cuMemAllocPitch_v2 and cuMemFree_v2 served from the
 //! `cuguard_pool` crate's pools (sub-allocator, growth, fences, policy; no FFI), one per context.
 //! What is here is about this process and its driver:
 //!
@@ -25,15 +25,15 @@
 //! from the pool.
 
 pub mod cache;
-pub mod device;
-pub mod fence;
+pub mod driver_context;
 pub mod giveback;
 pub mod peers;
 pub mod regions;
 pub mod registry;
 pub mod serve;
 pub mod stream_reuse;
+pub mod submissions;
 
 /// A context's pool, as the shim uses it: over the real driver, keeping the tracker's record
 /// with each block.
-pub type Pool = cuguard_pool::CtxPool<device::DriverContext, crate::tracker::Record>;
+pub type Pool = cuguard_pool::CtxPool<driver_context::DriverContext, crate::tracker::Record>;

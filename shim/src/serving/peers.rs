@@ -1,5 +1,5 @@
 //! Which other contexts' work can touch a context's memory: the relations a pool's fence must
-//! cover besides its own context's streams (the rule is `cuguard_pool`'s `fence.rs`, "Other
+//! cover besides its own context's streams (the rule is `cuguard_pool`'s `reuse.rs`, "Other
 //! contexts").
 //!
 //! For each context X whose memory others can reach, two lists of contexts:
@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
-use super::fence;
+use super::submissions;
 use crate::process::global::{self, lock};
 
 /// A context that copied to or from X's memory.
@@ -99,7 +99,7 @@ pub fn disabled(peer: u64, by: u64) {
         let before = r.enabled.len();
         r.enabled.retain(|c| *c != by);
         if r.enabled.len() != before {
-            touch_end(r, by, fence::mark());
+            touch_end(r, by, submissions::mark());
         }
     });
 }
@@ -161,7 +161,7 @@ impl Touch {
 impl Drop for Touch {
     /// The copy was counted: it is covered by any fence whose mark reaches the count now.
     fn drop(&mut self) {
-        let mark = fence::mark();
+        let mark = submissions::mark();
         change(|map| {
             for &x in self.targets.iter().filter(|x| **x != 0) {
                 // Gone with a destroyed context: nothing left to cover.
@@ -235,8 +235,8 @@ mod tests {
         enabled(x, x);
         assert_eq!(reaching(x, u64::MAX), vec![b]);
         assert!(reaching(b, 0).is_empty(), "access is one-way");
-        fence::submitted();
-        let at_disable = fence::mark();
+        submissions::submitted();
+        let at_disable = submissions::mark();
         disabled(x, b);
         assert_eq!(reaching(x, at_disable - 1), vec![b]);
         assert_eq!(reaching(x, at_disable), Vec::<u64>::new());
@@ -245,9 +245,9 @@ mod tests {
         let touch = Touch::begin(c, [x, c]).expect("x is another context");
         assert_eq!(reaching(x, u64::MAX), vec![c]);
         assert!(reaching(c, u64::MAX).is_empty());
-        fence::submitted();
+        submissions::submitted();
         drop(touch);
-        let counted = fence::mark();
+        let counted = submissions::mark();
         assert_eq!(reaching(x, counted - 1), vec![c]);
         assert!(reaching(x, counted).is_empty());
         assert!(Touch::begin(c, [c, 0]).is_none(), "its own memory");

@@ -3,7 +3,7 @@
 //! thread ([`super::giveback`]) unless under pressure, or with cuMemFreeAsync when no thread
 //! can take them,
 //! events, cuCtxSynchronize), reading the submission count, captures and streams that
-//! [`super::fence`] keeps, and telling the registry where chunks are. A fence also covers the
+//! [`super::submissions`] keeps, and telling the registry where chunks are. A fence also covers the
 //! contexts [`super::peers`] says can reach this one: it records events on their streams, each
 //! made current for that ([`FenceEvent`]).
 
@@ -11,7 +11,7 @@ use std::ffi::c_void;
 
 use cuguard_pool::{Device, DeviceError, Reason};
 
-use super::{fence, giveback, peers, regions, registry, stream_reuse};
+use super::{giveback, peers, regions, registry, stream_reuse, submissions};
 use crate::driver::{current_context, real};
 use crate::ffi::*;
 
@@ -107,11 +107,11 @@ impl Device for DriverContext {
 
     #[inline]
     fn submissions(&self) -> u64 {
-        fence::mark()
+        submissions::mark()
     }
 
     fn capturing(&self) -> bool {
-        fence::capturing()
+        submissions::capturing()
     }
 
     fn record_event(&self, stream: u64) -> Option<FenceEvent> {
@@ -119,18 +119,18 @@ impl Device for DriverContext {
     }
 
     fn with_side_streams<T>(&self, f: impl FnOnce(&[u64], u64) -> T) -> T {
-        fence::with_side_streams(self.handle, f)
+        submissions::with_side_streams(self.handle, f)
     }
 
     fn destroyed_streams_done(&self, count: u64) -> bool {
-        fence::destroyed_streams_done(self.handle, count)
+        submissions::destroyed_streams_done(self.handle, count)
     }
 
     fn event_done(&self, event: &FenceEvent) -> bool {
         match *event {
             FenceEvent::Recorded(ev) => event_done(ev),
             FenceEvent::DestroyedStreams { ctx, count } => {
-                fence::destroyed_streams_done(ctx, count)
+                submissions::destroyed_streams_done(ctx, count)
             }
         }
     }
@@ -227,7 +227,7 @@ fn record_all_streams(ctx: u64, events: &mut Vec<FenceEvent>) {
         return;
     };
     events.push(FenceEvent::Recorded(legacy));
-    let (all, destroyed) = fence::with_side_streams(ctx, |streams, destroyed| {
+    let (all, destroyed) = submissions::with_side_streams(ctx, |streams, destroyed| {
         let before = events.len();
         for &stream in streams {
             if let Some(ev) = record_event(stream) {

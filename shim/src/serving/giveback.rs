@@ -63,7 +63,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::{device, fence, registry};
+use super::{driver_context, registry, submissions};
 use crate::driver::real;
 use crate::ffi::*;
 use crate::process::global;
@@ -429,7 +429,7 @@ fn run(g: &'static Giveback) {
 
 /// Picks the next piece of work, marking the thread busy with it; `None` when there is none now.
 fn next_work(st: &mut State) -> Option<Work> {
-    let capturing = fence::capturing();
+    let capturing = submissions::capturing();
     if (!capturing || st.relaxed)
         && let Some(i) = st.queue.iter().position(|j| !st.closing.contains(&j.ctx))
     {
@@ -471,7 +471,7 @@ fn next_work(st: &mut State) -> Option<Work> {
 /// that cannot be made current is gone, and its pool with it.
 fn tend(pool: usize, fence: bool) -> bool {
     let p = registry::pool_at(pool);
-    device::with_current(p.device().handle, || p.tend(fence)).unwrap_or(false)
+    driver_context::with_current(p.device().handle, || p.tend(fence)).unwrap_or(false)
 }
 
 /// Frees a chunk with `cuMemFree` (which needs no current context).

@@ -6,7 +6,7 @@
 //! Frees always ask the pool first whether it owns the pointer (even if the pool has since been
 //! turned off), so a pooled pointer never reaches the driver's free. A pooled block carries the
 //! tracker's record of it, so a pooled allocation or free takes one lock, or none when the
-//! calling thread's cache ([`crate::pool::cache`]) serves it.
+//! calling thread's cache ([`crate::serving::cache`]) serves it.
 
 use std::cell::RefCell;
 
@@ -15,7 +15,7 @@ use cuguard_pool::ARENAS;
 use crate::config;
 use crate::ffi::*;
 use crate::guard;
-use crate::pool::{cache, device, regions, registry};
+use crate::serving::{cache, driver_context, regions, registry};
 use crate::tracker::Record;
 
 /// The real cuMemAlloc_v2.
@@ -50,7 +50,7 @@ fn set_failure_reason(why: String) {
 #[inline]
 fn pool_on() -> bool {
     let c = config::get();
-    c.pool && !c.disabled && !crate::phase::broken() && !crate::pool::fence::capturing()
+    c.pool && !c.disabled && !crate::phase::broken() && !crate::serving::submissions::capturing()
 }
 
 /// How an allocation was served.
@@ -129,7 +129,7 @@ fn alloc_from(
     .unwrap_or_else(|| pool.alloc(arena, size, record).map(|addr| (addr, false)));
     result.map_err(|refusal| {
         set_failure_reason(refusal.message(cuguard_report::human_bytes));
-        device::result_of(refusal.reason)
+        driver_context::result_of(refusal.reason)
     })
 }
 
@@ -358,9 +358,9 @@ pub fn context_closing(handle: u64) {
 pub fn context_destroyed(handle: u64) -> Vec<(u64, Record)> {
     guard::shield(Vec::new(), || {
         let gone = registry::context_destroyed(handle);
-        crate::pool::fence::context_gone(handle);
-        crate::pool::peers::context_gone(handle);
-        crate::pool::stream_reuse::context_gone(handle);
+        crate::serving::submissions::context_gone(handle);
+        crate::serving::peers::context_gone(handle);
+        crate::serving::stream_reuse::context_gone(handle);
         gone
     })
 }
@@ -397,7 +397,7 @@ pub fn pool_stats(device: i32) -> Option<cuguard_report::PoolStats> {
         fence_waits: Some(s.fence_waits),
         peer_waits: Some(s.peer_waits),
         stream_reuses: Some(s.stream_reuses),
-        stream_waits: Some(crate::pool::stream_reuse::waits_for_device(device)),
+        stream_waits: Some(crate::serving::stream_reuse::waits_for_device(device)),
         limit_refusals: Some(s.limit_refusals),
     })
 }
