@@ -37,7 +37,7 @@ use std::io;
 
 use serde::Serialize;
 
-use crate::intern::Column;
+use crate::compact::Column;
 use crate::record::{Dec, Enc};
 use crate::spill::{Log, Spill};
 

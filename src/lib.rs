@@ -46,6 +46,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod compact;
 pub mod compare;
 pub mod diff;
 pub mod export;
@@ -57,7 +58,6 @@ pub mod growth;
 pub mod history;
 pub mod identity;
 pub mod input;
-pub mod intern;
 pub mod live;
 pub mod merge;
 pub mod owners;

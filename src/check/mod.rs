@@ -28,10 +28,10 @@
 pub mod github;
 pub mod json;
 pub mod junit;
+pub mod kept;
 pub mod places;
 pub mod sarif;
 pub mod suppressions;
-pub mod table;
 pub mod text;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -529,9 +529,9 @@ pub struct Condense<'a> {
 #[derive(Debug, Default)]
 pub struct Baseline {
     /// Site keys, numbered.
-    keys: crate::intern::Strings,
+    keys: crate::compact::Strings,
     /// (bytes, leaks) by site number.
-    sites: crate::intern::Column<(u64, u64)>,
+    sites: crate::compact::Column<(u64, u64)>,
     events: HashMap<(String, String), u64>,
 }
 
@@ -738,16 +738,16 @@ pub struct Verdict {
     /// (`--held` counts it); `null` when no report is checked on its end, or with `--held`.
     pub held_at_end: Option<HeldAtEnd>,
     /// Sites: counting ones first (most counted bytes first), then the rest; made one at a time
-    /// when read (see [`table::SiteVerdicts`]).
-    pub sites: table::SiteVerdicts,
+    /// when read (see [`kept::SiteVerdicts`]).
+    pub sites: kept::SiteVerdicts,
     /// Sites of checked owners that grew, per process: failing ones first, then most grown.
     pub growing: Vec<GrowthVerdict>,
     /// Unsuppressed events by kind and site: failing ones first.
     pub events: Vec<EventVerdict>,
     /// Every suppression rule with its matches.
     pub suppressions: Vec<RuleUse>,
-    /// Per process, in input order; read back one at a time (see [`table::ProcessVerdicts`]).
-    pub processes: table::ProcessVerdicts,
+    /// Per process, in input order; read back one at a time (see [`kept::ProcessVerdicts`]).
+    pub processes: kept::ProcessVerdicts,
     /// Where the sites of leaks and events are, by site key (not in the JSON).
     #[serde(skip)]
     pub places: HashMap<String, Place>,
@@ -823,14 +823,14 @@ impl Verdict {
 }
 
 /// A [`Verdict`] built one process at a time, in input order: each process's sites are added to
-/// those across processes ([`table::Sites`]: compact tables) and the process itself goes to a log
-/// ([`table::ProcessLog`]: its totals per site by site number), so memory holds the distinct
+/// those across processes ([`kept::Sites`]: compact tables) and the process itself goes to a log
+/// ([`kept::ProcessLog`]: its totals per site by site number), so memory holds the distinct
 /// sites, a few words each, never the processes' leaks or their per-site totals.
 #[derive(Debug)]
 pub struct CheckFold {
-    sites: table::Sites,
+    sites: kept::Sites,
     /// Event kinds and sites, numbered.
-    event_names: crate::intern::Strings,
+    event_names: crate::compact::Strings,
     /// Events by (kind, site) numbers.
     events: HashMap<(u32, u32), u64>,
     hits: Vec<u64>,
@@ -845,7 +845,7 @@ pub struct CheckFold {
     incomplete: Vec<String>,
     /// The reports whose growth could not be told, in input order.
     growth_not_told: Vec<GrowthNotTold>,
-    processes: table::ProcessLog,
+    processes: kept::ProcessLog,
     /// Where the sites are, by key.
     places: HashMap<String, Place>,
     /// Suppressed findings by (kind, site key).
@@ -867,8 +867,8 @@ impl CheckFold {
 
     fn with_log(suppressions: &Suppressions, on_disk: bool) -> CheckFold {
         CheckFold {
-            sites: table::Sites::default(),
-            event_names: crate::intern::Strings::new(),
+            sites: kept::Sites::default(),
+            event_names: crate::compact::Strings::new(),
             events: HashMap::new(),
             hits: vec![0; suppressions.rules().len()],
             suppressed_bytes: 0,
@@ -878,7 +878,7 @@ impl CheckFold {
             held_at_end: None,
             incomplete: Vec::new(),
             growth_not_told: Vec::new(),
-            processes: table::ProcessLog::new(on_disk),
+            processes: kept::ProcessLog::new(on_disk),
             places: HashMap::new(),
             suppressed_sites: BTreeMap::new(),
         }
@@ -954,7 +954,7 @@ impl CheckFold {
                 why,
             });
         }
-        let condensed = table::Condensed {
+        let condensed = kept::Condensed {
             source: p.source,
             name: p.name,
             hostname: p.hostname,
@@ -994,7 +994,7 @@ impl CheckFold {
         } = self;
         let process_count = processes.len();
         let mut growing: Vec<GrowthVerdict> =
-            table::growth_verdicts(&processes, |i| sites.process_name(i), limits.max_growth);
+            kept::growth_verdicts(&processes, |i| sites.process_name(i), limits.max_growth);
         sort_growing(&mut growing);
         let (totals, base) = SiteTotals::of(&sites, baseline);
         let events = event_verdicts(events, &event_names, baseline, &limits);
@@ -1006,7 +1006,7 @@ impl CheckFold {
             baseline.is_some(),
             &limits,
         );
-        let failing = table::Failing {
+        let failing = kept::Failing {
             leaks_fail,
             counting: totals.counting,
             events: events
@@ -1017,9 +1017,9 @@ impl CheckFold {
             max_growth: limits.max_growth,
             require_complete: limits.require_complete,
         };
-        let site_verdicts = table::SiteVerdicts::new(sites, base);
+        let site_verdicts = kept::SiteVerdicts::new(sites, base);
         let process_verdicts =
-            table::ProcessVerdicts::new(processes, site_verdicts.clone(), failing)?;
+            kept::ProcessVerdicts::new(processes, site_verdicts.clone(), failing)?;
         Ok(Verdict {
             passed: failures.is_empty(),
             failures,
@@ -1065,7 +1065,7 @@ type BaseTotals = HashMap<u32, (u64, u64)>;
 impl SiteTotals {
     /// Adds up every site, each compared with `baseline` when given (see the module doc, step
     /// 4); also gives the baseline's totals by site number.
-    fn of(sites: &table::Sites, baseline: Option<&Baseline>) -> (SiteTotals, Option<BaseTotals>) {
+    fn of(sites: &kept::Sites, baseline: Option<&Baseline>) -> (SiteTotals, Option<BaseTotals>) {
         let base: Option<BaseTotals> = baseline.map(|b| {
             (0..sites.len() as u32)
                 .filter_map(|id| b.site(sites.key(id)).map(|t| (id, t)))
@@ -1090,7 +1090,7 @@ impl SiteTotals {
                     Some(&b) => (SiteStatus::Baselined, b),
                 },
             };
-            let (cb, cl) = table::counted(status, totals, b);
+            let (cb, cl) = kept::counted(status, totals, b);
             t.leaked_bytes = t.leaked_bytes.saturating_add(totals.0);
             t.leaks += totals.1;
             t.counted_bytes = t.counted_bytes.saturating_add(cb);
@@ -1104,7 +1104,7 @@ impl SiteTotals {
 /// The events by (kind, site), each against the baseline's count, failing ones first.
 fn event_verdicts(
     events: HashMap<(u32, u32), u64>,
-    names: &crate::intern::Strings,
+    names: &crate::compact::Strings,
     baseline: Option<&Baseline>,
     limits: &Limits,
 ) -> Vec<EventVerdict> {

@@ -195,7 +195,7 @@ pub(crate) fn processes(names: &[String], count: u64) -> String {
 fn findings(verdict: &Verdict, suppressed: bool) -> io::Result<Vec<Finding<'_>>> {
     let mut out = Vec::new();
     if verdict.leaks_fail() {
-        // Counting sites come first; [`table::SiteVerdicts::iter`] makes them one at a time.
+        // Counting sites come first; [`kept::SiteVerdicts::iter`] makes them one at a time.
         let sites: Vec<_> = verdict
             .sites
             .iter()

@@ -38,9 +38,9 @@ use serde::Serialize;
 
 use super::ReportSummary;
 use super::overall::{Overall, top_by};
+use crate::compact::{Column, Strings};
 use crate::compare::{BATCH, Comparison, Criterion, Measure, Outlier};
 use crate::identity::{GroupBy, GroupKey, Identity};
-use crate::intern::{Column, Strings};
 use crate::owners::OwnerKind;
 use crate::record::{Dec, Enc};
 use crate::spill::Spill;

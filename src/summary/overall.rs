@@ -1,5 +1,5 @@
 //! The sites across processes, as the summary adds them up ([`Overall`]): in compact tables
-//! (see [`crate::intern`]), so that a site costs its key's bytes and a few words whatever the
+//! (see [`crate::compact`]), so that a site costs its key's bytes and a few words whatever the
 //! number of sites and processes.
 //!
 //! Each site is numbered by its key in a [`SiteTable`], which keeps how the first process that
@@ -13,7 +13,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use super::{OverallSite, SiteSummary};
-use crate::intern::{Column, SiteTable};
+use crate::compact::{Column, SiteTable};
 use crate::owners::OwnerKind;
 
 /// One site's totals.

@@ -109,10 +109,10 @@
 //! - Only x86_64 unwinds; elsewhere [`capture`] returns `None`.
 
 mod cfi;
+mod dedup;
 pub mod origin;
 mod phdr;
 pub mod python;
-mod table;
 mod unwind;
 
 #[cfg(test)]
@@ -122,14 +122,14 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::process::cost::{self, Metric};
-use table::SpinLock;
+use dedup::SpinLock;
 use unwind::Skip;
 
 /// Identifies one distinct captured stack. Dense: `0..` in first-capture order.
 pub type StackId = u32;
 
 /// The most distinct stacks the table keeps (ids are `0..MAX_STACKS`).
-pub const MAX_STACKS: usize = table::MAX_STACKS;
+pub const MAX_STACKS: usize = dedup::MAX_STACKS;
 
 /// The most frames kept per stack, whatever [`configure`] asks.
 pub const MAX_DEPTH: usize = 256;
@@ -305,9 +305,9 @@ fn capture_with(skip: Skip, depth: usize, with_origin: bool) -> Option<StackId> 
             if let Some(id) = cache.known(words) {
                 return Some(id);
             }
-            let h = table::hash(words);
-            if let Some((id, rec)) = table::lookup(h, words) {
-                let suspect = rec.flags.load(Ordering::Relaxed) & table::FLAG_UNKNOWN_MODULE != 0;
+            let h = dedup::hash(words);
+            if let Some((id, rec)) = dedup::lookup(h, words) {
+                let suspect = rec.flags.load(Ordering::Relaxed) & dedup::FLAG_UNKNOWN_MODULE != 0;
                 if !suspect {
                     cache.remember(words, id);
                     return Some(id);
@@ -327,11 +327,11 @@ fn capture_with(skip: Skip, depth: usize, with_origin: bool) -> Option<StackId> 
                 continue;
             }
             let flags = if unknown.is_some() {
-                table::FLAG_UNKNOWN_MODULE
+                dedup::FLAG_UNKNOWN_MODULE
             } else {
                 0
             };
-            let id = table::insert(h, words, flags)?;
+            let id = dedup::insert(h, words, flags)?;
             if flags == 0 {
                 cache.remember(words, id);
             }
@@ -344,13 +344,13 @@ fn capture_with(skip: Skip, depth: usize, with_origin: bool) -> Option<StackId> 
 /// Every distinct stack captured so far, by id (innermost frame first; call-site addresses),
 /// each followed by its Python frames, if any ([`split`] separates them).
 pub fn stacks() -> Vec<(StackId, Vec<u64>)> {
-    table::all()
+    dedup::all()
 }
 
 /// The stacks with ids `from..` captured so far, as [`stacks`] gives them: the history writes
 /// each stack once, as it appears.
 pub fn stacks_since(from: u32) -> Vec<(StackId, Vec<u64>)> {
-    table::since(from)
+    dedup::since(from)
 }
 
 /// Modules seen by the unwinder but since unloaded, kept so their ips can still be located.
@@ -496,7 +496,7 @@ pub fn invalidate_modules() {
 /// Clears the locks a fork may have caught held by another thread. Call in the child, from a
 /// `pthread_atfork` child handler (only the forking thread exists then).
 pub fn after_fork_child() {
-    table::reset_after_fork();
+    dedup::reset_after_fork();
     unwind::reset_after_fork();
     origin::reset_after_fork();
     python::reset_after_fork();

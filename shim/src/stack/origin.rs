@@ -23,7 +23,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::StackId;
-use super::table::SpinLock;
+use super::dedup::SpinLock;
 
 /// Origins open at once, at most.
 pub const SLOTS: usize = 16;

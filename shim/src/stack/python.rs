@@ -90,7 +90,7 @@ use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 
-use super::table::SpinLock;
+use super::dedup::SpinLock;
 
 /// Whether and when Python frames are read (`CUGUARD_PYTHON`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -86,7 +86,7 @@ fn chain() -> &'static Chain {
 }
 
 fn ips_of(id: StackId) -> Vec<u64> {
-    table::all().into_iter().find(|s| s.0 == id).unwrap().1
+    dedup::all().into_iter().find(|s| s.0 == id).unwrap().1
 }
 
 /// libgcc's view of the current stack, as call-site addresses (return address - 1).

@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use gimli::UnwindContext;
 
 use super::cfi::{ModUnwind, Rule, RuleCache};
+use super::dedup::SpinLock;
 use super::phdr;
-use super::table::SpinLock;
 
 /// Refreshes of the module list are at most this often (unless forced by a dlclose).
 pub(crate) const REFRESH_INTERVAL_NS: u64 = 20_000_000;

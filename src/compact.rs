@@ -13,7 +13,7 @@
 //! that while a vector moves.
 //!
 //! ```
-//! use cuguard::intern::Strings;
+//! use cuguard::compact::Strings;
 //! let mut s = Strings::new();
 //! let a = s.id("train.py:42");
 //! assert_eq!(s.id("make_buffers"), a + 1);

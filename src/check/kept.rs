@@ -14,8 +14,8 @@ use std::sync::Arc;
 use serde::ser::{Error as _, Serialize, SerializeSeq, Serializer};
 
 use super::{GrowthVerdict, ProcessVerdict, SiteLeaks, SiteStatus, SiteVerdict};
+use crate::compact::{Column, SiteTable, Strings};
 use crate::growth::GrowingSite;
-use crate::intern::{Column, SiteTable, Strings};
 use crate::record::{Dec, Enc};
 use crate::spill::{Log, Spill};
 
