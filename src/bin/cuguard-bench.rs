@@ -294,6 +294,7 @@ fn measure(cmd: &mut Command) -> std::io::Result<(f64, f64, u64, i32)> {
     // SAFETY: a zeroed rusage is valid; wait4 fills it for our own child, which nothing else
     // waits for (the Child handle is dropped without waiting).
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: our own child, a valid status and rusage to fill.
     let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
     let seconds = start.elapsed().as_secs_f64();
     if pid < 0 {

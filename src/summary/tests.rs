@@ -844,6 +844,11 @@ fn a_cache_line_s_blocks_held_by_a_list_read_as_its_range() {
     );
 }
 
+/// One process's totals per site: (site, bytes, leaks).
+type Sites = Vec<(u32, u64, u64)>;
+/// One group: its key, its member count, and its sites by label: (label, bytes, leaks).
+type GroupSites = (String, usize, Vec<(String, u64, u64)>);
+
 /// The job section of many ranks, as the command builds it (its per-process state in logs,
 /// the groups' sites added up in bounded passes), finds the same outliers and the same group
 /// figures as the direct computation over every process's every site held in memory: 300
@@ -875,7 +880,7 @@ fn the_bounded_job_finds_what_the_exact_computation_finds() {
     ];
     let key = |site: u32| format!("s{site} (t.py:{site})");
     // Every process's (rank, sites as (site, bytes, leaks)).
-    let mut processes: Vec<(u32, Vec<(u32, u64, u64)>)> = Vec::new();
+    let mut processes: Vec<(u32, Sites)> = Vec::new();
     for i in 0..320u32 {
         let rank = if i < 300 { i } else { (i - 300) * 13 };
         let mut sites = Vec::new();
@@ -954,7 +959,7 @@ fn the_bounded_job_finds_what_the_exact_computation_finds() {
             *t = (t.0 + bytes, t.1 + leaks);
         }
     }
-    let want_groups: Vec<(String, usize, Vec<(String, u64, u64)>)> = groups
+    let want_groups: Vec<GroupSites> = groups
         .iter()
         .map(|(rank, sites)| {
             let mut top: Vec<(String, u64, u64)> =
@@ -992,7 +997,7 @@ fn the_bounded_job_finds_what_the_exact_computation_finds() {
                 .sentence
                 .starts_with("rank 7 holds 2.0 GiB at s3 (t.py:3), ")
         );
-        let got_groups: Vec<(String, usize, Vec<(String, u64, u64)>)> = job
+        let got_groups: Vec<GroupSites> = job
             .groups
             .iter()
             .map(|g| {

@@ -164,8 +164,9 @@ pub fn device_alloc(
         }
     }
     // SAFETY: the program's own arguments, forwarded unchanged.
+    let result = unsafe { real(dptr, size) };
     Served {
-        result: unsafe { real(dptr, size) },
+        result,
         pooled: false,
         cached: false,
     }
@@ -222,8 +223,9 @@ pub fn pitch_alloc(
         }
     }
     // SAFETY: the program's own arguments, forwarded unchanged.
+    let result = unsafe { real(dptr, pitch, width, height, element_size) };
     Served {
-        result: unsafe { real(dptr, pitch, width, height, element_size) },
+        result,
         pooled: false,
         cached: false,
     }

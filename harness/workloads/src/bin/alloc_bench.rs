@@ -232,8 +232,8 @@ fn primitives(out: &mut BTreeMap<String, f64>, scale: usize) {
         #[cfg(target_arch = "x86_64")]
         (
             "step_rdtsc_ns",
-            // SAFETY: rdtsc has no preconditions.
             Box::new(|| {
+                // SAFETY: rdtsc has no preconditions.
                 std::hint::black_box(unsafe { core::arch::x86_64::_rdtsc() });
             }),
         ),
@@ -249,8 +249,8 @@ fn primitives(out: &mut BTreeMap<String, f64>, scale: usize) {
         ),
         (
             "step_syscall_gettid_ns",
-            // SAFETY: gettid has no arguments and cannot fail.
             Box::new(|| {
+                // SAFETY: gettid has no arguments and cannot fail.
                 std::hint::black_box(unsafe { libc::syscall(libc::SYS_gettid) });
             }),
         ),
