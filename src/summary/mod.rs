@@ -32,12 +32,29 @@ use crate::report::{Addr, Cost, Event, LeakFold, LeakState, Report};
 use crate::sites::{SiteIndex, SiteKind};
 use attribution::{OomSummary, PeakSummary, ReconciliationSummary};
 
-/// The formats of `cuguard summary --format`, the default first (see [`crate::format`]).
-pub const FORMATS: Registry<Summary> = Registry::new(&[
-    Row::of::<text::Text>(),
-    Row::of::<json::Json>(),
-    Row::of::<markdown::Markdown>(),
-]);
+/// The summary's formats, registered once: each is a [`crate::format::Format`] (its name and
+/// whole writer, for `--format`) and [`Sections`] (its parts, written as the processes come).
+macro_rules! summary_formats {
+    ($($format:ty),+ $(,)?) => {
+        /// The formats of `cuguard summary --format`, the default first (see [`crate::format`]).
+        pub const FORMATS: Registry<Summary> = Registry::new(&[$(Row::of::<$format>()),+]);
+
+        /// The three parts of the format named `name`, one of [`FORMATS`].
+        pub fn sections(name: &str) -> Option<SectionWriters> {
+            fn of<S: Sections>() -> SectionWriters {
+                (S::head, S::process, S::tail)
+            }
+            $(
+                if name == <$format as crate::format::Format<Summary>>::NAME {
+                    return Some(of::<$format>());
+                }
+            )+
+            None
+        }
+    };
+}
+
+summary_formats!(text::Text, json::Json, markdown::Markdown);
 
 /// The summary of several reports. Serialized as the `--format json` output (see
 /// [`json::Json`]).
@@ -925,19 +942,6 @@ pub type SectionWriters = (
     fn(usize, &ReportSummary, &mut dyn Write, &Options) -> io::Result<()>,
     fn(usize, &mut dyn Write, &Options) -> io::Result<()>,
 );
-
-/// The three parts of the format named `name` (`text`, `json`, `markdown`).
-pub fn sections(name: &str) -> Option<SectionWriters> {
-    fn of<S: Sections>() -> SectionWriters {
-        (S::head, S::process, S::tail)
-    }
-    match name {
-        "text" => Some(of::<text::Text>()),
-        "json" => Some(of::<json::Json>()),
-        "markdown" => Some(of::<markdown::Markdown>()),
-        _ => None,
-    }
-}
 
 /// A [`Summary`] built one process at a time, in input order: each process's sites are added
 /// to those across processes ([`overall::Overall`], compact tables) and then cut to `top`, so

@@ -1013,3 +1013,14 @@ fn the_bounded_job_finds_what_the_exact_computation_finds() {
         assert_eq!(job.groups[0].processes.len(), 2, "rank 0 twice");
     }
 }
+
+/// Every `--format` of the summary is written in parts, and only those: one registration.
+#[test]
+fn every_summary_format_is_written_in_parts() {
+    let names: Vec<&str> = super::FORMATS.rows().iter().map(|r| r.name()).collect();
+    assert_eq!(names, ["text", "json", "markdown"]);
+    for name in names {
+        assert!(super::sections(name).is_some(), "{name}");
+    }
+    assert!(super::sections("sarif").is_none());
+}
