@@ -269,8 +269,27 @@ cell("import sys; sys.path.insert(0, {inner!r}); import gpu")
 cell("weights = gpu.alloc(3 << 20)\\ndropped = gpu.alloc(1 << 20)\\ndel dropped")
 outputs.append(cell("%load_ext cuguard"))
 outputs.append(cell("%cuguard"))
+# A loaded machine, as the kernel sees it: busy loops in its own session (the scheduler shares
+# the CPU between sessions, so a build elsewhere barely slows it), detached (ipykernel's
+# shutdown waits for its own children), not under the shim. A bare ipykernel leaves in about
+# 0.65 s so loaded on a quiet machine, where jupyter_client sends SIGTERM at 2.5 s and SIGKILL
+# at 5 s; CI's own load on top can take it past the first.
+busy = cell(
+    "import os, subprocess\\n"
+    "_env = {{k: v for k, v in os.environ.items() if not k.startswith('CUGUARD') and k not in ('LD_PRELOAD', 'PYTHONPATH')}}\\n"
+    "_sh = 'for i in 1 2 3 4; do (while :; do :; done) >/dev/null 2>&1 </dev/null & echo $!; done'\\n"
+    "print(subprocess.run(['sh', '-c', _sh], env=_env, capture_output=True, text=True).stdout.replace(chr(10), ' '))"
+)
 kc.stop_channels()
-km.shutdown_kernel(now=False)
+try:
+    km.shutdown_kernel(now=False)
+finally:
+    import os, signal
+    for pid in busy.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
 status = getattr(km, "_shutdown_status", None)
 print(json.dumps({{"outputs": outputs, "pid": km.provisioner.pid if km.provisioner else None,
                    "shutdown": getattr(status, "name", str(status))}}))
@@ -297,8 +316,9 @@ def test_a_real_kernels_end_is_its_shutdown_and_the_magic_shows_it_live(tmp_path
     client = run([sys.executable, "-c", KERNEL_CLIENT.format(inner=str(INNER))], tmp_path, env)
     assert client.returncode == 0, client.stderr
     said = json.loads(client.stdout.splitlines()[-1])
-    # The kernel left on its own within jupyter_client's wait: no SIGTERM, no SIGKILL.
-    assert said["shutdown"] == "ShutdownRequest", said["shutdown"]
+    # The kernel left within jupyter_client's wait, on its own or at its SIGTERM (which the shim
+    # answers by writing the report, the end already marked and classified), never killed.
+    assert said["shutdown"] in ("ShutdownRequest", "SigtermRequest"), said["shutdown"]
     outputs = said["outputs"]
     live = outputs[1]
     assert "3.0 MiB" in live and "1.0 MiB" in live, live
