@@ -125,13 +125,16 @@ fn ready_addresses(stdout: &str) -> Vec<String> {
     v
 }
 
-/// One report, exact leaks, schema-valid.
+/// One report, exact leaks, schema-valid. `churning`: another thread allocated and freed 4 KiB
+/// blocks when the process ended, so one of them may have been live then, between its
+/// allocation and its free (at most one, besides the kept blocks).
 fn check_one_report(
     dir: &Path,
     stdout: &str,
     reason: &str,
     complete: bool,
     signal: Option<&str>,
+    churning: bool,
 ) -> Value {
     assert_eq!(
         files_in(dir),
@@ -148,8 +151,18 @@ fn check_one_report(
         Some(name) => assert_eq!(r["signal"]["name"], name),
         None => assert!(r["signal"].is_null()),
     }
-    assert_eq!(leak_sizes(&r), KEPT.to_vec());
-    assert_eq!(leak_addresses(&r), ready_addresses(stdout));
+    let sizes = leak_sizes(&r);
+    if churning && sizes.len() == KEPT.len() + 1 && sizes.contains(&4096) {
+        let kept: Vec<u64> = sizes.into_iter().filter(|s| *s != 4096).collect();
+        assert_eq!(kept, KEPT.to_vec());
+        let addresses = leak_addresses(&r);
+        for a in ready_addresses(stdout) {
+            assert!(addresses.contains(&a), "{a} not in {addresses:?}");
+        }
+    } else {
+        assert_eq!(sizes, KEPT.to_vec());
+        assert_eq!(leak_addresses(&r), ready_addresses(stdout));
+    }
     assert!(r["process"]["pid"].as_u64().is_some());
     // The history survives the same ending, whole, and ends with what the report says was live.
     assert_eq!(histories_in(dir), vec!["r.history".to_string()]);
@@ -210,7 +223,7 @@ fn every_exit_path_writes_one_final_report() {
             let (got, stdout, stderr, dir) =
                 run_mode(&format!("{mode}-{pool}"), mode, &[("CUGUARD_POOL", pool)]);
             assert_eq!(got, *end, "{mode}: {stderr}");
-            check_one_report(&dir, &stdout, reason, true, *signal);
+            check_one_report(&dir, &stdout, reason, true, *signal, *mode == "exit_thread");
             let lines: Vec<&str> = stderr
                 .lines()
                 .filter(|l| l.starts_with("cuguard:"))
@@ -322,7 +335,7 @@ fn terminating_signals_write_the_report_then_kill_as_before() {
             libc::SIGHUP => "SIGHUP",
             _ => "SIGQUIT",
         };
-        let r = check_one_report(&dir, &ready, "signal", true, Some(name));
+        let r = check_one_report(&dir, &ready, "signal", true, Some(name), false);
         assert_eq!(r["signal"]["number"], sig);
     }
 }
@@ -333,13 +346,13 @@ fn the_programs_own_handlers_are_honoured() {
     let (got, stdout, _, dir) = run_mode("handler-before", "handler_before", &[]);
     assert_eq!(got, End::Code(42));
     assert!(stdout.contains("program handler ran"));
-    check_one_report(&dir, &stdout, "signal", true, Some("SIGSEGV"));
+    check_one_report(&dir, &stdout, "signal", true, Some("SIGSEGV"), false);
     // One installed after the shim's replaces it: the program decides. Here it leaves through
     // _exit, from the handler: the cuguard thread writes the final report while it waits.
     let (got, stdout, _, dir) = run_mode("handler-after", "handler_after", &[]);
     assert_eq!(got, End::Code(42));
     assert!(stdout.contains("program handler ran"));
-    check_one_report(&dir, &stdout, "exit", true, None);
+    check_one_report(&dir, &stdout, "exit", true, None, false);
     // A SIGTERM handler of the program's: not taken; the program exits cleanly, and so does the
     // report.
     let dir = scratch_dir("rel-term-handler");
@@ -348,7 +361,7 @@ fn the_programs_own_handlers_are_honoured() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(end_of(out.status), End::Code(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("clean shutdown"));
-    check_one_report(&dir, &ready, "exit", true, None);
+    check_one_report(&dir, &ready, "exit", true, None, false);
 }
 
 /// Ctrl-C in a program that restores the default action before dying of it (Python ends an
@@ -360,7 +373,7 @@ fn ctrl_c_after_the_program_restores_the_default_action_leaves_the_report() {
     let (got, stdout, stderr, dir) = run_mode("reset-dfl-raise", "reset_dfl_raise", &[]);
     assert_eq!(got, End::Signal(libc::SIGINT), "{stderr}");
     assert!(!stdout.contains("went on after raise"));
-    let r = check_one_report(&dir, &stdout, "signal", true, Some("SIGINT"));
+    let r = check_one_report(&dir, &stdout, "signal", true, Some("SIGINT"), false);
     assert_eq!(r["signal"]["number"], libc::SIGINT);
     // Python through ctypes: an unhandled KeyboardInterrupt, raised or from SIGINT sent to itself.
     let script = "import ctypes, os, signal, sys, time\n\
@@ -435,7 +448,7 @@ fn sigaction_reads_back_what_the_program_set() {
             .map(str::to_string)
             .collect();
         assert_eq!(shimmed, expected, "pool {pool}");
-        check_one_report(&dir, &stdout, "exit", true, None);
+        check_one_report(&dir, &stdout, "exit", true, None, false);
     }
 }
 
@@ -479,7 +492,7 @@ fn checkpoint_then_exit_leaves_only_the_final_report() {
     assert_eq!(read_report(&report)["reason"], "checkpoint");
     signal(&child, libc::SIGTERM);
     child.wait().unwrap();
-    let r = check_one_report(&dir, &ready, "signal", true, Some("SIGTERM"));
+    let r = check_one_report(&dir, &ready, "signal", true, Some("SIGTERM"), false);
     assert!(r["report_number"].as_u64().unwrap() >= 2);
 }
 
