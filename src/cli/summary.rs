@@ -69,12 +69,12 @@ pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
         what: "a temporary file".into(),
         source: e,
     };
+    // Every format of `FORMATS` writes in sections (it is registered so).
     let Some((head, process, tail)) = sections(args.format.name()) else {
-        // A format that cannot be written in parts: every process kept until the end.
-        input::for_each_folded(&files, top, condense, |_, p| fold.add(p))?;
-        let summary = fold.finish().map_err(spilled)?;
-        write_stdout(|out| args.format.write(&summary, out, &options))?;
-        return Ok(exit::OK);
+        return Err(CliError::Usage(format!(
+            "--format {}: not a summary format",
+            args.format.name()
+        )));
     };
     // Each process is written (to a spill) as soon as it is read, and dropped: the totals that
     // come first in every format are known only at the end.

@@ -24,7 +24,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::format::{Options, Registry, Row};
+use crate::format::{Format, Options, Registry, Row};
 use crate::growth::{Criterion, GrowingSite, NotTold, growing_sites, not_told};
 use crate::input::Source;
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner};
@@ -32,12 +32,28 @@ use crate::report::{Addr, Cost, Event, LeakFold, LeakState, Report};
 use crate::sites::{SiteIndex, SiteKind};
 use attribution::{OomSummary, PeakSummary, ReconciliationSummary};
 
-/// The formats of `cuguard summary --format`, the default first (see [`crate::format`]).
-pub const FORMATS: Registry<Summary> = Registry::new(&[
-    Row::of::<text::Text>(),
-    Row::of::<json::Json>(),
-    Row::of::<markdown::Markdown>(),
-]);
+/// Registers the summary formats once: each is a [`Format`] (its name, help and whole writer,
+/// in [`FORMATS`]) and writes in [`Sections`] ([`sections`]); a format that does not cannot be
+/// listed.
+macro_rules! formats {
+    ($($format:ty),+ $(,)?) => {
+        /// The formats of `cuguard summary --format`, the default first (see [`crate::format`]).
+        pub const FORMATS: Registry<Summary> = Registry::new(&[$(Row::of::<$format>()),+]);
+
+        /// The three parts of the format of [`FORMATS`] named `name`; `None` for a name not
+        /// there.
+        pub fn sections(name: &str) -> Option<SectionWriters> {
+            $(
+                if name == <$format as Format<Summary>>::NAME {
+                    return Some((<$format>::head, <$format>::process, <$format>::tail));
+                }
+            )+
+            None
+        }
+    };
+}
+
+formats!(text::Text, json::Json, markdown::Markdown);
 
 /// The summary of several reports. Serialized as the `--format json` output (see
 /// [`json::Json`]).
@@ -820,19 +836,6 @@ pub type SectionWriters = (
     fn(usize, &ReportSummary, &mut dyn Write, &Options) -> io::Result<()>,
     fn(usize, &mut dyn Write, &Options) -> io::Result<()>,
 );
-
-/// The three parts of the format named `name` (`text`, `json`, `markdown`).
-pub fn sections(name: &str) -> Option<SectionWriters> {
-    fn of<S: Sections>() -> SectionWriters {
-        (S::head, S::process, S::tail)
-    }
-    match name {
-        "text" => Some(of::<text::Text>()),
-        "json" => Some(of::<json::Json>()),
-        "markdown" => Some(of::<markdown::Markdown>()),
-        _ => None,
-    }
-}
 
 /// A [`Summary`] built one process at a time, in input order: each process's sites are added
 /// to those across processes ([`overall::Overall`], compact tables) and then cut to `top`, so

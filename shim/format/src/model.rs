@@ -60,8 +60,8 @@ pub struct Report {
     /// Every context the process created or retained.
     pub contexts: Vec<Context>,
     /// Every allocation still owned by the program when the report was written, or lost with
-    /// its context. Parsed empty while a [`LeakSink`](crate::sink::LeakSink) takes them.
-    #[serde(deserialize_with = "crate::sink::leaks")]
+    /// its context. Empty in a report read with its leaks folded
+    /// ([`Document::read_folding`](crate::read::Document::read_folding)).
     pub leaks: Vec<Leak>,
     /// Misuse and anomalies seen while running.
     pub events: Vec<Event>,

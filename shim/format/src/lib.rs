@@ -43,7 +43,7 @@
 //! # Example
 //!
 //! ```
-//! use cuguard_report::{Addr, Leak, LeakState, Memory, Process, Reason, Report};
+//! use cuguard_format::{Addr, Leak, LeakState, Memory, Process, Reason, Report};
 //!
 //! let process = Process {
 //!     pid: 4242,
@@ -73,7 +73,7 @@
 //!     handle: None,
 //!     owner: None,
 //! });
-//! let text = cuguard_report::to_vec(&report);
+//! let text = cuguard_format::to_vec(&report);
 //! let back: Report = serde_json::from_slice(&text)?;
 //! assert_eq!(back, report);
 //! assert_eq!(back.process_name(), "train[4242]");
@@ -91,11 +91,12 @@ pub mod edit;
 mod enums;
 mod history;
 pub mod intern;
+mod leak;
 pub mod merged;
 mod model;
 pub mod python;
+pub mod read;
 pub mod signal;
-pub mod sink;
 pub mod template;
 mod units;
 pub mod wire;
@@ -108,8 +109,9 @@ pub use attribution::{
 };
 pub use config::Config;
 pub use cost::{Cost, CostGrowth, CostReports, CostTiming, CostUnwind};
-pub use enums::{EventKind, HeldClass, LeakState, Memory, Reason, site_list};
+pub use enums::{EventKind, HeldClass, LeakState, Memory, OwnerKind, Reason, site_list};
 pub use history::{HistoryInfo, HistoryLost};
+pub use leak::{LeakView, Text};
 pub use model::{
     Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, MixedRef, Module, PoolStats,
     Process, PyFrame, Report, Sample, Signal, Stack, StackSite, Stats, Timeline, Tool,
@@ -118,7 +120,8 @@ pub use python::{
     Classification, Classified, PyAllocation, PyBlock, PyCache, PyCacheLine, PyEnd, PyHolder,
     PyView, Python,
 };
-pub use units::{human_bytes, needs_escape, push_escaped};
+pub use read::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, LeakGroup, ReadError, Reports};
+pub use units::{human_bytes, needs_escape, one_line, push_escaped};
 pub use write::{to_vec, write};
 
 /// The value of every report's `schema` field.
