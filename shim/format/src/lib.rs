@@ -1,5 +1,5 @@
 //! The cuguard report format, shared by the shim that writes reports (`libcuguard.so`) and the
-//! `cuguard` command that reads them.
+//! `cuguard` command that reads them: the types of every field, the reader, the writers.
 //!
 //! # What a report is
 //!
@@ -10,8 +10,9 @@
 //! instruction pointers with their module and offset (names where the shim could find them in
 //! time), per-device statistics, the pool's figures, a memory timeline, and the shim's settings
 //! and faults. `cuguard merge` puts several processes' reports in one document ([`merged`]).
-//! The contract is `../shared/REPORT.md`; `docs/report.schema.json` is its machine-checked
-//! form, and this crate's tests check the types against it.
+//! The contract is `docs/report.md`; `docs/report.schema.json` is its machine-checked form,
+//! and this crate's tests check the types, and the reader's fast path, against it. Adding a
+//! field touches this crate and the schema, then the shim where it fills the field in.
 //!
 //! # The types
 //!
@@ -25,10 +26,12 @@
 //!
 //! # Reading and writing
 //!
-//! Reading is plain serde (`serde_json::from_slice::<Report>`); the `cuguard` command wraps it
-//! with one-line errors and merged reports (`cuguard::report::Document`), and calls
-//! [`intern::reset`] before each report so that repeated strings share one allocation. Writing
-//! goes through [`write()`] or [`to_vec`]. Besides, the crate holds:
+//! Every type reads with plain serde (`serde_json::from_slice::<Report>`). [`read`] is the
+//! reader the `cuguard` command uses: [`Document`] reads a file, single or merged, with one-line
+//! errors ([`ReadError`]); it parses a report's `leaks` and `stacks` by hand where it can, calls
+//! [`intern::reset`] before each report so that repeated strings share one allocation, and on
+//! request folds a report's leaks as it parses them ([`LeakFold`]) instead of holding them.
+//! Writing goes through [`write()`] or [`to_vec`]. Besides, the crate holds:
 //!
 //! - [`template`]: the report path template (`CUGUARD_REPORT`), expanded by the shim to write
 //!   and by `cuguard snapshot` to look;

@@ -2,7 +2,7 @@
 //! them.
 //!
 //! Every field the shim writes is here. Fields that came after the first contract
-//! (`../shared/REPORT.md`) are optional for readers (`#[serde(default)]`). How each is written
+//! (`docs/report.md`) are optional for readers (`#[serde(default)]`). How each is written
 //! follows the shim: a field it always writes, `null` included, is always serialized
 //! (`Option::None` as `null`); one it writes only sometimes (`leaks[].handle`,
 //! `events[].device`, `stacks[].python`, `timeline`, …) is skipped when absent.

@@ -217,17 +217,21 @@ impl Document {
     ) -> Result<(Document, LeakFold), ReadError> {
         let bytes = read_bytes(path, limit)?;
         let mut fold = LeakFold::new(keep);
-        let doc = Self::parse(path, bytes, Leaks::Fold(&mut fold))?;
+        let doc = Self::from_bytes_into(path, bytes, Leaks::Fold(&mut fold))?;
         Ok((doc, fold))
     }
 
     /// Checks a document held in memory; `path` names it in errors.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Document, ReadError> {
-        Self::parse(path, bytes, Leaks::Keep)
+        Self::from_bytes_into(path, bytes, Leaks::Keep)
     }
 
     /// Checks a document; a single report's leaks go where `leaks` says.
-    fn parse(path: &Path, bytes: Vec<u8>, mut leaks: Leaks<'_>) -> Result<Document, ReadError> {
+    fn from_bytes_into(
+        path: &Path,
+        bytes: Vec<u8>,
+        mut leaks: Leaks<'_>,
+    ) -> Result<Document, ReadError> {
         let path = path.to_path_buf();
         match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
             Some(b'{') => {}
