@@ -183,7 +183,7 @@ fn varint(mut n: u64, out: &mut [u8; 10]) -> usize {
 
 /// The hash of a string: the Fx hash of its bytes, its high and low bits mixed.
 fn hash(s: &str) -> u64 {
-    let mut h = crate::report::fold::Fx::default();
+    let mut h = cuguard_format::read::fold::Fx::default();
     h.write(s.as_bytes());
     h.write_usize(s.len());
     let h = h.finish();

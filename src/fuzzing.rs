@@ -75,3 +75,6 @@ fn write_all<T>(formats: Registry<T>, value: &T, options: &Options) {
         let _ = format.write(value, &mut std::io::sink(), options);
     }
 }
+
+#[cfg(test)]
+mod tests;

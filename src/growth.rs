@@ -65,7 +65,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use cuguard_report::{PyCache, PyCacheLine};
+use cuguard_format::{PyCache, PyCacheLine};
 
 use serde::Serialize;
 
@@ -620,7 +620,7 @@ fn line_bytes_at(samples: &[(u64, u64)], t_ms: u64) -> u64 {
 }
 
 /// A Python frame for people: `function (file.py:12)`.
-fn frame_text(f: &cuguard_report::PyFrame) -> String {
+fn frame_text(f: &cuguard_format::PyFrame) -> String {
     let file = crate::sites::file_name(&f.file);
     match f.line {
         Some(line) => format!("{} ({file}:{line})", f.function),

@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::report::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, ReadError, Report};
 use crate::text::one_line;
-use cuguard_report::sink::with_leak_sink;
 use cuguard_symbolize::glob;
 
 /// Where a report came from: a file, and for a merged report the process's index in it.
@@ -361,36 +360,25 @@ where
     T: Send,
     F: Fn(&Source, Report, LeakFold) -> T + Sync,
 {
-    let parse = |read: &dyn Fn() -> Result<Report, ReadError>| match fold {
-        Some(keep) => {
-            let (leaks, report) = with_leak_sink(LeakFold::new(keep), read);
-            report.map(|r| (r, leaks))
-        }
-        None => read().map(|r| (r, LeakFold::default())),
-    };
     let source = |index| Source {
         path: path.to_path_buf(),
         index,
     };
-    // A single report is parsed as the file is checked; a merged one's processes later.
-    let mut single = None;
-    let doc = match fold {
-        Some(keep) => {
-            let (leaks, doc) = with_leak_sink(LeakFold::new(keep), || {
-                Document::read_with_limit(path, max_report_bytes())
-            });
-            single = Some(leaks);
-            doc?
-        }
-        None => Document::read_with_limit(path, max_report_bytes())?,
+    // A single report is parsed as the file is checked (its leaks folded then, when asked); a
+    // merged one's processes later.
+    let (doc, single) = match fold {
+        Some(keep) => Document::read_folding(path, max_report_bytes(), keep)?,
+        None => (
+            Document::read_with_limit(path, max_report_bytes())?,
+            LeakFold::default(),
+        ),
     };
     if !doc.is_merged() {
         let source = source(None);
-        let leaks = single.unwrap_or_default();
         let mut reports = doc.into_reports();
         return match reports.next() {
             Some(r) => {
-                let value = f(&source, r?, leaks);
+                let value = f(&source, r?, single);
                 Ok(vec![(source, value)])
             }
             None => Ok(Vec::new()),
@@ -398,13 +386,17 @@ where
     }
     let one = |i: usize| {
         let source = source(Some(i));
-        let (report, leaks) = parse(&|| {
-            doc.merged_process(i).unwrap_or_else(|| {
-                Err(ReadError::Invalid {
-                    path: path.to_path_buf(),
-                    process: Some(i),
-                    reason: "no such process".into(),
-                })
+        let parsed = match fold {
+            Some(keep) => doc.merged_process_folding(i, keep),
+            None => doc
+                .merged_process(i)
+                .map(|r| r.map(|r| (r, LeakFold::default()))),
+        };
+        let (report, leaks) = parsed.unwrap_or_else(|| {
+            Err(ReadError::Invalid {
+                path: path.to_path_buf(),
+                process: Some(i),
+                reason: "no such process".into(),
             })
         })?;
         let value = f(&source, report, leaks);

@@ -12,13 +12,13 @@
 //! Each `REPORT` is a process's report copied byte for byte from its input, so nothing the shim
 //! wrote is lost, and each keeps its own pid, rank and host. Merged inputs are flattened: their
 //! processes are copied one by one. Inputs are read one at a time, so memory holds one input.
-//! The document is written by `cuguard_report::merged::MergedWriter`.
+//! The document is written by `cuguard_format::merged::MergedWriter`.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use cuguard_report::merged::{Merged, MergedWriter};
+use cuguard_format::merged::{Merged, MergedWriter};
 
 use crate::identity::{GroupBy, GroupKey, Identity};
 use crate::input::InputError;

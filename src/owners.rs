@@ -20,44 +20,8 @@ use cuguard_symbolize::site::SiteFrame;
 use crate::report::{Leak, Report, Stack};
 use crate::sites::{builtin_rules, python_site_frame, site_frame};
 
-/// What kind of holder an owner is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OwnerKind {
-    /// The program's own data.
-    Program,
-    /// Memory a framework keeps for reuse: its cache, not necessarily the program's data.
-    FrameworkCache,
-    /// A CUDA library's own memory (workspaces, handles).
-    Library,
-    /// The CUDA driver and runtime.
-    Driver,
-}
-
-impl OwnerKind {
-    /// Every kind.
-    pub const ALL: [OwnerKind; 4] = [
-        OwnerKind::Program,
-        OwnerKind::FrameworkCache,
-        OwnerKind::Library,
-        OwnerKind::Driver,
-    ];
-
-    /// `program`, `framework_cache`, `library` or `driver`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OwnerKind::Program => "program",
-            OwnerKind::FrameworkCache => "framework_cache",
-            OwnerKind::Library => "library",
-            OwnerKind::Driver => "driver",
-        }
-    }
-
-    /// The kind [`OwnerKind::as_str`] names.
-    pub fn parse(s: &str) -> Option<OwnerKind> {
-        OwnerKind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-}
+/// What kind of holder an owner is: the report format's own type (`owners[].kind`).
+pub use cuguard_format::OwnerKind;
 
 /// Who holds an allocation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -1,27 +1,11 @@
 //! Small text helpers shared by the readers and the output formats.
 
-/// Makes text safe to print on one line: control characters and the characters that reorder
-/// text ([`cuguard_report::needs_escape`]) escaped, at most 300 characters.
-pub fn one_line(text: &str) -> String {
-    const MAX: usize = 300;
-    let mut out = String::with_capacity(text.len().min(MAX + 3));
-    for (n, c) in text.chars().enumerate() {
-        if n == MAX {
-            out.push('…');
-            break;
-        }
-        if cuguard_report::needs_escape(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+/// Makes text safe to print on one line (the report format's rule, shared with its reader).
+pub use cuguard_format::one_line;
 
 /// Bytes in binary units with one decimal: `512 B`, `1.5 KiB`, `8.0 MiB`, `140.4 GiB`.
 pub fn bytes(n: u64) -> String {
-    cuguard_report::human_bytes(n)
+    cuguard_format::human_bytes(n)
 }
 
 /// A signed byte difference: `+1.5 MiB`, `-512 B`, `0 B`.

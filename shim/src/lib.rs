@@ -17,7 +17,7 @@
 //! 4. [`lifecycle`]: the first allocation arms the process (exit handlers, the cuguard thread,
 //!    signal handlers); the final report is written however the process ends.
 //! 5. [`report`]: what is written: the tracker, the pool, the stacks and the timeline, as
-//!    `cuguard_report` types, to a file.
+//!    `cuguard_format` types, to a file.
 //! 6. [`pool`]: `cuguard_pool`'s pool of the current context serves it, over the real driver
 //!    ([`serving::serve`], [`serving::driver_context`]); with the pool off, the real driver does.
 //! 7. [`tracker`]: live allocations, contexts, events, counters, door counts.

@@ -58,7 +58,7 @@ use cuguard::report::{
     Addr, Context, Device, DeviceStats, Driver, Event, EventKind, Frame, Leak, LeakState, Memory,
     OwnerInfo, Process, Reason, Report, Stack, StackSite,
 };
-use cuguard_report::merged::{Merged, MergedWriter};
+use cuguard_format::merged::{Merged, MergedWriter};
 
 struct Options {
     cuguard: PathBuf,
@@ -276,7 +276,7 @@ fn generate(dir: &Path, files: usize, o: &Options) -> std::io::Result<(u64, u64)
         let report = report(10_000 + i as u32, leaks, o, &mut rng);
         let path = dir.join(format!("cuguard.worker.{}.json", 10_000 + i));
         let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
-        cuguard_report::write(&report, &mut out)?;
+        cuguard_format::write(&report, &mut out)?;
         out.flush()?;
         let size = std::fs::metadata(&path)?.len();
         total += size;
@@ -628,7 +628,7 @@ fn generate_fleet(dir: &Path, layout: Layout, o: &Options) -> std::io::Result<(u
                 merged = Some((path, MergedWriter::begin(out, &head)?));
             }
             if let Some((_, w)) = merged.as_mut() {
-                w.process(&cuguard_report::to_vec(&report))?;
+                w.process(&cuguard_format::to_vec(&report))?;
             }
             if (i % 48 == 7 || i + 1 == o.reports)
                 && let Some((path, w)) = merged.take()
@@ -643,7 +643,7 @@ fn generate_fleet(dir: &Path, layout: Layout, o: &Options) -> std::io::Result<(u
         }
         let path = dir.join(format!("cuguard.trainer.{pid}.json"));
         let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
-        cuguard_report::write(&report, &mut out)?;
+        cuguard_format::write(&report, &mut out)?;
         out.flush()?;
         let size = std::fs::metadata(&path)?.len();
         files += 1;

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use cuguard_report::Stack;
+use cuguard_format::Stack;
 
 use super::{CliError, exit, write_output};
 use crate::export::heap::{Process, When, heap};

@@ -11,7 +11,7 @@
 //! # Where it looks
 //!
 //! Where the shim writes (`CUGUARD_REPORT` from the process's environment, expanded by the
-//! shim's own expander, `cuguard_report::template`, relative to its working directory; in a
+//! shim's own expander, `cuguard_format::template`, relative to its working directory; in a
 //! directory it names, by the default name): the path itself, then, while each name is taken, the names the shim tries when it is
 //! ([`template::numbered`]: `NAME.1.json`, `NAME.2.json`, … up to `NAME.999.json`; past those, a
 //! `NAME.<16 hex digits>.json` it finds in the directory, [`template::tagged`]); the same in
@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use cuguard_report::template;
+use cuguard_format::template;
 
 use super::CliError;
 use crate::text::one_line;
@@ -487,7 +487,7 @@ impl Looker {
         }
         let judged = match self.read(&fd) {
             Ok(head) => {
-                if head.schema != cuguard_report::SCHEMA_NAME {
+                if head.schema != cuguard_format::SCHEMA_NAME {
                     Judged::Refused("not a cuguard report".into())
                 } else if head.process.pid == u64::from(self.pid)
                     && head.process.end_unix_ms >= self.sent_ms

@@ -10,16 +10,16 @@
 //! It reads the binaries named in the report's frames (checking their build-id against the
 //! report's `modules`, so a rebuilt binary is never trusted), plus separate debug files under
 //! `--debug-dir` and the usual places. Stacks are rewritten through the report's types
-//! (`cuguard_report::edit`), leaks' owners and `owners[]` key by key; everything else in the
+//! (`cuguard_format::edit`), leaks' owners and `owners[]` key by key; everything else in the
 //! report is kept as it was. A merged report is symbolized process by process.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use cuguard_report::edit::edit_stacks;
-use cuguard_report::merged::processes_mut;
-use cuguard_report::{MixedRef, OwnerInfo, site_list};
+use cuguard_format::edit::edit_stacks;
+use cuguard_format::merged::processes_mut;
+use cuguard_format::{MixedRef, OwnerInfo, site_list};
 use cuguard_symbolize::Symbolizer;
 use cuguard_symbolize::mixed::{Slot, mixed};
 use cuguard_symbolize::rules::Rules;

@@ -103,7 +103,7 @@ pub fn heap(processes: &[Process], when: When, at: &[u64], alloc: bool) -> Profi
                     .collect(),
             };
             for (o, device, id, size) in live {
-                let device = (device != cuguard_report::wire::UNKNOWN_DEVICE).then_some(device);
+                let device = (device != cuguard_format::wire::UNKNOWN_DEVICE).then_some(device);
                 let stack = id.and_then(|id| stacks.get(&id).copied());
                 b.add(
                     pi,

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cuguard_format::{Addr, Frame, Module, Process, PyFrame, Reason, Report, Stack};
 use cuguard_history::replay::{Replay, Word};
-use cuguard_report::{Addr, Frame, Module, Process, PyFrame, Reason, Report, Stack};
 use cuguard_symbolize::Symbolizer;
 use cuguard_symbolize::site::Plumbing;
 

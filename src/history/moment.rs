@@ -243,7 +243,7 @@ pub(crate) fn callers(sites: &SiteIndex<'_>, stack: Option<u64>) -> Vec<String> 
     let from = s
         .site
         .as_ref()
-        .filter(|site| site.in_ == cuguard_report::site_list::FRAMES)
+        .filter(|site| site.in_ == cuguard_format::site_list::FRAMES)
         .map_or(0, |site| site.index);
     let out: Vec<String> = s
         .frames

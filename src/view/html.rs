@@ -56,7 +56,7 @@ pub(crate) fn esc(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c if cuguard_report::needs_escape(c) && c != '\n' && c != '\t' => out.push('\u{fffd}'),
+            c if cuguard_format::needs_escape(c) && c != '\n' && c != '\t' => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }

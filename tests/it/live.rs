@@ -666,7 +666,7 @@ fn top_and_the_exporter_watch_a_running_workload() {
             "    PID  RANK  DEV        LIVE        PEAK    RESERVED       GROWTH  EXE"
         );
         let cols: Vec<&str> = lines[1].split_whitespace().collect();
-        let human = cuguard_report::human_bytes;
+        let human = cuguard_format::human_bytes;
         let want_live = human(3 * MIB);
         let want_peak = human(5 * MIB);
         let want_reserved = human(reserved);

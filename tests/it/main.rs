@@ -15,6 +15,7 @@ mod cli_schema;
 mod cli_symbolize;
 mod cli_view;
 mod cost;
+mod format_read;
 mod history_recording;
 mod limit;
 mod limit_nvml;

@@ -10,13 +10,13 @@
 //!    allocation's record, and hands the live allocations back as `cuguard_live_allocations`
 //!    does (all of them, largest first).
 //! 3. The bootstrap finds what holds each one and sends it with `cuguard_end_classify(json)`
-//!    (`cuguard_report::Classification`). If that never comes (a signal, the walk failing), the
+//!    (`cuguard_format::Classification`). If that never comes (a signal, the walk failing), the
 //!    mark stands and the report lists the allocations as `unclassified`.
 
 use std::ffi::c_char;
 
-use cuguard_report::Classification;
-use cuguard_report::api::LiveAllocations;
+use cuguard_format::Classification;
+use cuguard_format::api::LiveAllocations;
 
 use super::track::{described, live};
 use super::{E_INVALID, OK, call, clear, out_json, text};
@@ -80,11 +80,11 @@ pub unsafe extern "C" fn cuguard_end_begin(
             classification: None,
         });
         // SAFETY: `json` was checked above.
-        unsafe { out_json(json, cuguard_report::api::to_vec(&listed)) }
+        unsafe { out_json(json, cuguard_format::api::to_vec(&listed)) }
     })
 }
 
-/// Attaches what holds each allocation live at the end (`cuguard_report::Classification` as
+/// Attaches what holds each allocation live at the end (`cuguard_format::Classification` as
 /// JSON) to the mark `cuguard_end_begin` made.
 ///
 /// # Safety

@@ -43,12 +43,12 @@
 //! | `cuguard_live` | per device that allocated, in ordinal order: writes `min(cap, n)` entries to `out` (which may be NULL when `cap` is 0) and `n` to `*count` ([`live`]) | sums the per-thread counters: no lock the allocation path takes, no JSON; microseconds |
 //! | `cuguard_snapshot` | the report as it stands now (the shim's report format, `docs/report.schema.json`; `reason` `request`, `complete` false) in `*json`; also written to `path` when it is not NULL ([`snapshot`]) | a report: milliseconds to seconds (names frames within `CUGUARD_SYMBOLIZE_SECS`) |
 //! | `cuguard_track_begin` | opens a window over every thread of the process; its token in `*token` ([`track`]) | a few atomics |
-//! | `cuguard_track_end` | closes it; what it saw, as JSON in `*json` (`cuguard_report::api::Window`: `peak_bytes`, `allocated_bytes`, `leaked_bytes`, `leaks`) | walks the live allocations; names the leaks' sites only |
-//! | `cuguard_live_allocations` | the live allocations of at least `min_bytes`, largest first, with site and owner (`cuguard_report::api::LiveAllocations`) | walks the live allocations; names their sites |
+//! | `cuguard_track_end` | closes it; what it saw, as JSON in `*json` (`cuguard_format::api::Window`: `peak_bytes`, `allocated_bytes`, `leaked_bytes`, `leaks`) | walks the live allocations; names the leaks' sites only |
+//! | `cuguard_live_allocations` | the live allocations of at least `min_bytes`, largest first, with site and owner (`cuguard_format::api::LiveAllocations`) | walks the live allocations; names their sites |
 //! | `cuguard_label` | sets `process.labels[key] = value` in the reports written from now on ([`label`]) | a short lock |
 //! | `cuguard_end_expect` | cuguard's Python bootstrap will mark the end of the program's code ([`end`]) | one store |
 //! | `cuguard_end_begin` | marks the end now (`how`: `finished`, `raised`, `interrupted`, `kernel_shutdown`; `exception`: NULL or the type's name) and copies every live allocation's record; they are in `*json` as `cuguard_live_allocations` gives them | walks the live allocations; names their sites |
-//! | `cuguard_end_classify` | what holds each of them (`cuguard_report::Classification`), for the report's `python` section | parses the JSON |
+//! | `cuguard_end_classify` | what holds each of them (`cuguard_format::Classification`), for the report's `python` section | parses the JSON |
 //! | `cuguard_origin_begin` | captures the calling thread's stack (native and Python) and makes it the *origin* of allocations on threads without Python frames (PyTorch's autograd threads) until `cuguard_origin_end`; its token in `*token` ([`origin`]; 16 open at once, the most recent one current) | one stack capture and a short lock |
 //! | `cuguard_origin_end` | closes it; the most recent other open origin is current again | a short lock |
 //! | `cuguard_file_alias` | names source file `file` `display` for people in the reports written from now on: Python frames in it get `display` (IPython's `Cell In[2]`), shown `Cell In[2], line 5` ([`alias`]; 4096 files, a file up to 4096 bytes, a name up to 256) | a short lock |

@@ -28,7 +28,7 @@ pub fn json() -> Option<Vec<u8>> {
             Some(t) => crate::writer::build(t, &API),
             None => crate::writer::build(&crate::tracker::Tracker::new(), &API),
         };
-        cuguard_report::to_vec(&report)
+        cuguard_format::to_vec(&report)
     })
 }
 

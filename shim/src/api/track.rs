@@ -12,8 +12,8 @@
 
 use std::ffi::c_char;
 
-use cuguard_report::api::{Allocation, LiveAllocations, Window};
-use cuguard_report::wire::device_ordinal;
+use cuguard_format::api::{Allocation, LiveAllocations, Window};
+use cuguard_format::wire::device_ordinal;
 
 use crate::tracker::windows::{self, WindowError};
 use crate::tracker::{Record, Tracker};
@@ -130,7 +130,7 @@ pub unsafe extern "C" fn cuguard_track_end(token: u64, json: *mut *mut c_char) -
         Ok(closed) => {
             let w = window(&closed);
             // SAFETY: `json` was checked above.
-            unsafe { out_json(json, cuguard_report::api::to_vec(&w)) }
+            unsafe { out_json(json, cuguard_format::api::to_vec(&w)) }
         }
         Err(e) => code(e),
     })
@@ -150,6 +150,6 @@ pub unsafe extern "C" fn cuguard_live_allocations(min_bytes: u64, json: *mut *mu
     call(|| {
         let all = live_allocations(min_bytes);
         // SAFETY: `json` was checked above.
-        unsafe { out_json(json, cuguard_report::api::to_vec(&all)) }
+        unsafe { out_json(json, cuguard_format::api::to_vec(&all)) }
     })
 }

@@ -43,7 +43,7 @@ pub fn redzone_from(var: Option<String>) -> Result<u64, String> {
 }
 
 /// The default report path template.
-pub const DEFAULT_REPORT: &str = cuguard_report::template::DEFAULT_TEMPLATE;
+pub const DEFAULT_REPORT: &str = cuguard_format::template::DEFAULT_TEMPLATE;
 /// The default number of frames captured per allocation.
 pub const DEFAULT_STACK_DEPTH: usize = 32;
 /// The most frames that may be asked for.

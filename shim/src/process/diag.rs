@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Writes one line to stderr.
 pub fn warn(message: &str) {
     // Names from the program (its executable, script, paths) are in messages: nothing in them
-    // may drive the terminal or reorder the line ([`cuguard_report::needs_escape`]).
+    // may drive the terminal or reorder the line ([`cuguard_format::needs_escape`]).
     let mut line = String::with_capacity(message.len() + 10);
     line.push_str("cuguard: ");
-    cuguard_report::push_escaped(&mut line, message);
+    cuguard_format::push_escaped(&mut line, message);
     line.push('\n');
     write_stderr(line.as_bytes());
 }

@@ -151,8 +151,8 @@ fn find_or_create(ctx: u64) -> Option<&'static Pool> {
     {
         crate::process::diag::warn(&format!(
             "CUGUARD_POOL_INITIAL: could not reserve {} ({})",
-            cuguard_report::human_bytes(initial),
-            r.message(cuguard_report::human_bytes)
+            cuguard_format::human_bytes(initial),
+            r.message(cuguard_format::human_bytes)
         ));
     }
     Some(pool)

@@ -128,7 +128,7 @@ fn alloc_from(
     })
     .unwrap_or_else(|| pool.alloc(arena, size, record).map(|addr| (addr, false)));
     result.map_err(|refusal| {
-        set_failure_reason(refusal.message(cuguard_report::human_bytes));
+        set_failure_reason(refusal.message(cuguard_format::human_bytes));
         driver_context::result_of(refusal.reason)
     })
 }
@@ -380,9 +380,9 @@ pub fn pooled_records() -> Vec<(u64, Record)> {
 }
 
 /// The report's `stats.devices[].pool` for `device` (`None` when it has no pool).
-pub fn pool_stats(device: i32) -> Option<cuguard_report::PoolStats> {
+pub fn pool_stats(device: i32) -> Option<cuguard_format::PoolStats> {
     let s = registry::stats_for_device(device)?;
-    Some(cuguard_report::PoolStats {
+    Some(cuguard_format::PoolStats {
         reserved_bytes: s.reserved_bytes,
         peak_reserved_bytes: s.peak_reserved_bytes,
         chunks: Some(s.chunks),

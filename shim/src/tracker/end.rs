@@ -7,7 +7,7 @@
 //! - the *mark*: when the code ended, how, and a copy of every live allocation's record then
 //!   (so that the report still lists what teardown freed afterwards);
 //! - the *classification*: for each of those allocations, held, lost, a cache's blocks…
-//!   (`cuguard_report::Classification`, as the Python side sent it).
+//!   (`cuguard_format::Classification`, as the Python side sent it).
 //!
 //! The report (`crate::writer::python`) reads them. A forked child starts with none of them:
 //! its end is its own.
@@ -15,7 +15,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-use cuguard_report::Classification;
+use cuguard_format::Classification;
 
 use super::Record;
 use crate::process::global;

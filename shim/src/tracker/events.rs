@@ -33,9 +33,9 @@ pub enum Kind {
     WarnThresholdCrossed,
 }
 
-impl From<Kind> for cuguard_report::EventKind {
-    fn from(k: Kind) -> cuguard_report::EventKind {
-        use cuguard_report::EventKind as K;
+impl From<Kind> for cuguard_format::EventKind {
+    fn from(k: Kind) -> cuguard_format::EventKind {
+        use cuguard_format::EventKind as K;
         match k {
             Kind::DoubleFree => K::DoubleFree,
             Kind::InvalidFree => K::InvalidFree,

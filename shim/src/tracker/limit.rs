@@ -98,7 +98,7 @@ fn resolve(device: i32) -> u64 {
         return NONE;
     };
     let total = total_memory(device);
-    let human = cuguard_report::human_bytes;
+    let human = cuguard_format::human_bytes;
     let given = match amount {
         Amount::Bytes(b) => human(b),
         Amount::Percent(p) => format!("{p}%"),
@@ -184,7 +184,7 @@ impl Refused {
     /// The reason in words, as the OOM record and the failed allocation's event give it
     /// (`crate::hooks` recognizes its first word).
     pub fn reason(&self) -> String {
-        let human = cuguard_report::human_bytes;
+        let human = cuguard_format::human_bytes;
         format!(
             "CUGUARD_LIMIT of {} on device {} reached: {} held, {} more asked for",
             human(self.limit),

@@ -40,15 +40,15 @@ pub enum Memory {
     HostPinned,
 }
 
-impl From<Memory> for cuguard_report::Memory {
-    fn from(m: Memory) -> cuguard_report::Memory {
+impl From<Memory> for cuguard_format::Memory {
+    fn from(m: Memory) -> cuguard_format::Memory {
         match m {
-            Memory::Device => cuguard_report::Memory::Device,
-            Memory::Pitched => cuguard_report::Memory::Pitched,
-            Memory::Managed => cuguard_report::Memory::Managed,
-            Memory::Async => cuguard_report::Memory::Async,
-            Memory::Vmm => cuguard_report::Memory::Vmm,
-            Memory::HostPinned => cuguard_report::Memory::HostPinned,
+            Memory::Device => cuguard_format::Memory::Device,
+            Memory::Pitched => cuguard_format::Memory::Pitched,
+            Memory::Managed => cuguard_format::Memory::Managed,
+            Memory::Async => cuguard_format::Memory::Async,
+            Memory::Vmm => cuguard_format::Memory::Vmm,
+            Memory::HostPinned => cuguard_format::Memory::HostPinned,
         }
     }
 }
@@ -56,7 +56,7 @@ impl From<Memory> for cuguard_report::Memory {
 impl Memory {
     /// The report's name for it.
     pub fn as_str(self) -> &'static str {
-        cuguard_report::Memory::from(self)
+        cuguard_format::Memory::from(self)
             .known_name()
             .unwrap_or_default()
     }
@@ -74,12 +74,12 @@ pub enum LeakState {
     ReleasedByContextDestroy,
 }
 
-impl From<LeakState> for cuguard_report::LeakState {
-    fn from(s: LeakState) -> cuguard_report::LeakState {
+impl From<LeakState> for cuguard_format::LeakState {
+    fn from(s: LeakState) -> cuguard_format::LeakState {
         match s {
-            LeakState::LiveAtExit => cuguard_report::LeakState::LiveAtExit,
+            LeakState::LiveAtExit => cuguard_format::LeakState::LiveAtExit,
             LeakState::ReleasedByContextDestroy => {
-                cuguard_report::LeakState::ReleasedByContextDestroy
+                cuguard_format::LeakState::ReleasedByContextDestroy
             }
         }
     }

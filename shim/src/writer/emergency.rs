@@ -13,9 +13,9 @@ use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use cuguard_report::signal::SignalTemplate;
-use cuguard_report::wire::UNKNOWN_VERSION;
-use cuguard_report::{Driver, Process};
+use cuguard_format::signal::SignalTemplate;
+use cuguard_format::wire::UNKNOWN_VERSION;
+use cuguard_format::{Driver, Process};
 
 use super::file;
 use crate::process::identity as process;

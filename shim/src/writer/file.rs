@@ -1,6 +1,6 @@
 //! How the report gets where it goes: an atomic write that never overwrites a report of another
 //! process of the same run, and replaces one of an earlier run. (The path template is the report
-//! crate's, `cuguard_report::template`.)
+//! crate's, `cuguard_format::template`.)
 //!
 //! The document is written to a temporary file created with `O_EXCL | O_NOFOLLOW`, mode 0600,
 //! beside the destination, then renamed into place with `RENAME_NOREPLACE`. If the destination
@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 // The names tried when a report's name is taken: the report crate's, which `cuguard snapshot`
 // looks for too.
-use cuguard_report::template::{numbered, tagged};
+use cuguard_format::template::{numbered, tagged};
 
 /// Where the report finally went, and what went wrong on the way.
 pub struct Written {

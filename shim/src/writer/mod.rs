@@ -5,9 +5,9 @@
 //! with their module and offset. Names are filled in where the symbolizer can do so in bounded
 //! time; `cuguard` does the analysis.
 //!
-//! The format is the `cuguard-report` crate's: [`write()`] gathers what the tracker, the stacks
+//! The format is the `cuguard-format` crate's: [`write()`] gathers what the tracker, the stacks
 //! ([`stacks`]), the pool ([`crate::serving::serve`]), the timeline and the alerts hold as plain
-//! data, fills a [`cuguard_report::Report`] with it, and serializes it in one place. No JSON is
+//! data, fills a [`cuguard_format::Report`] with it, and serializes it in one place. No JSON is
 //! written anywhere else in the shim.
 //!
 //! A process may write several reports to the same file, each replacing the last (see
@@ -26,9 +26,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cuguard_report as format;
-use cuguard_report::wire::{UNKNOWN_VERSION, device_ordinal};
-use cuguard_report::{Addr, template};
+use cuguard_format as format;
+use cuguard_format::wire::{UNKNOWN_VERSION, device_ordinal};
+use cuguard_format::{Addr, template};
 
 use crate::config;
 use crate::config::amount::Amount;
@@ -849,7 +849,7 @@ fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
-pub use cuguard_report::human_bytes;
+pub use cuguard_format::human_bytes;
 
 /// Writes a report for `occasion` (the caller is inside the shim and holds the writer's turn,
 /// see [`crate::lifecycle`]); a final one also prints the summary line. Never panics.

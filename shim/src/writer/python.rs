@@ -4,9 +4,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use cuguard_report as format;
-use cuguard_report::wire::device_ordinal;
-use cuguard_report::{Addr, HeldClass};
+use cuguard_format as format;
+use cuguard_format::wire::device_ordinal;
+use cuguard_format::{Addr, HeldClass};
 
 use super::{Occasion, Reason, id};
 use crate::tracker::Record;

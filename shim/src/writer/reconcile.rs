@@ -22,8 +22,8 @@
 
 use std::collections::HashMap;
 
-use cuguard_report as format;
-use cuguard_report::wire::device_ordinal;
+use cuguard_format as format;
+use cuguard_format::wire::device_ordinal;
 
 use crate::driver::nvml::{self, ProcessUsage};
 use crate::driver::real;

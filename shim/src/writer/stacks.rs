@@ -43,8 +43,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
-use cuguard_report as format;
-use cuguard_report::{Addr, site_list};
+use cuguard_format as format;
+use cuguard_format::{Addr, site_list};
 use cuguard_symbolize::mixed::{self, Slot};
 use cuguard_symbolize::rules::Rules;
 use cuguard_symbolize::site::{Plumbing, SiteFrame};

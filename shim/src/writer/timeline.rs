@@ -16,8 +16,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use cuguard_report::StackSamples;
-use cuguard_report::wire::device_ordinal;
+use cuguard_format::StackSamples;
+use cuguard_format::wire::device_ordinal;
 
 /// The most (stack, device) series followed at once.
 pub const MAX_TRACKED: usize = 512;
@@ -121,7 +121,7 @@ impl ByStack {
             times_ms: self.times.clone(),
             series: series
                 .into_iter()
-                .map(|(&(stack, device), bytes, _)| cuguard_report::StackSeries {
+                .map(|(&(stack, device), bytes, _)| cuguard_format::StackSeries {
                     stack: (stack != crate::tracker::NONE).then_some(u64::from(stack)),
                     device: device_ordinal(device),
                     bytes: bytes.clone(),
@@ -213,7 +213,7 @@ fn take(tl: &mut Timeline, now: u64) {
 /// The report's `timeline` and `stack_samples`, with one last sample of each taken now (the
 /// report takes them when it starts, at its end time); `None` when sampling is off (or its lock
 /// is held, as after a fork mid-sample).
-pub fn report() -> Option<(cuguard_report::Timeline, Option<StackSamples>)> {
+pub fn report() -> Option<(cuguard_format::Timeline, Option<StackSamples>)> {
     let base = interval_ms()?;
     let mut g = TIMELINE.try_lock().ok()?;
     let tl = g.get_or_insert_with(|| new_timeline(base));
@@ -222,12 +222,12 @@ pub fn report() -> Option<(cuguard_report::Timeline, Option<StackSamples>)> {
     take_stacks(tl, now);
     let stacks = tl.stacks.report();
     Some((
-        cuguard_report::Timeline {
+        cuguard_format::Timeline {
             interval_ms: tl.interval_ms,
             samples: tl
                 .samples
                 .iter()
-                .map(|s| cuguard_report::Sample {
+                .map(|s| cuguard_format::Sample {
                     time_ms: s.time_ms,
                     device: device_ordinal(s.device),
                     live_bytes: s.live_bytes,

@@ -30,7 +30,7 @@ pub mod sink;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use cuguard_report::alert::{Alert, AlertKind, AlertSite};
+use cuguard_format::alert::{Alert, AlertKind, AlertSite};
 
 use crate::config::amount::Amount;
 use crate::tracker::events::{Event, Kind};
@@ -269,7 +269,7 @@ fn alert(
     Alert {
         source: "cuguard".into(),
         kind,
-        time: cuguard_report::alert::rfc3339_utc(unix_ms),
+        time: cuguard_format::alert::rfc3339_utc(unix_ms),
         unix_ms,
         pid: process::pid(),
         exe: process::exe(),

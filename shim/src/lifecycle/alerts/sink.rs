@@ -1,7 +1,7 @@
 //! Where alerts go: `CUGUARD_ALERT` ([`crate::config::AlertTo`]).
 //!
 //! - `stderr` (the default): the alert's `message` as one `cuguard: …` line, for a person;
-//! - `json`: the alert as one JSON object a line on stderr ([`cuguard_report::alert`]), for
+//! - `json`: the alert as one JSON object a line on stderr ([`cuguard_format::alert`]), for
 //!   collectors that read the program's output (a container's log);
 //! - `syslog`: the same JSON object as one syslog message, ident `cuguard`, facility `user`,
 //!   severity `warning` (a `warn_at`) or `notice` (a `cleared`), sent to `/dev/log` as
@@ -19,7 +19,7 @@
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 
-use cuguard_report::alert::{Alert, AlertKind};
+use cuguard_format::alert::{Alert, AlertKind};
 
 use crate::config::AlertTo;
 use crate::process::diag;

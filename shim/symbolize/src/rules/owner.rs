@@ -3,50 +3,8 @@
 
 use super::pattern::{Pattern, PatternError};
 
-/// What kind of holder an owner is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OwnerKind {
-    /// The program's own data (a tensor, an array, a buffer it asked for).
-    Program,
-    /// Memory a framework keeps for reuse (PyTorch's caching allocator, CuPy's pool, RMM's pool
-    /// resources, XLA's BFC allocator): its cache, not necessarily the program's data.
-    FrameworkCache,
-    /// A library's own memory (cuBLAS, cuDNN, NCCL… workspaces and handles).
-    Library,
-    /// The CUDA driver and runtime themselves.
-    Driver,
-}
-
-impl OwnerKind {
-    /// Every kind, in the order of this enum.
-    pub const ALL: [OwnerKind; 4] = [
-        OwnerKind::Program,
-        OwnerKind::FrameworkCache,
-        OwnerKind::Library,
-        OwnerKind::Driver,
-    ];
-
-    /// `program`, `framework_cache`, `library` or `driver`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OwnerKind::Program => "program",
-            OwnerKind::FrameworkCache => "framework_cache",
-            OwnerKind::Library => "library",
-            OwnerKind::Driver => "driver",
-        }
-    }
-
-    /// The kind [`OwnerKind::as_str`] names.
-    pub fn parse(s: &str) -> Option<OwnerKind> {
-        OwnerKind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-}
-
-impl std::fmt::Display for OwnerKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// What kind of holder an owner is: the report format's own type (`owners[].kind`).
+pub use cuguard_format::OwnerKind;
 
 /// Who holds an allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,17 +2,18 @@
 //! `cuguard check` read of them, in memory that grows with the distinct kinds of leak (stack,
 //! owner, driver entry, memory kind, device, context, state), never with the number of leaks.
 //!
-//! The fold is a [`LeakSink`]: installed with [`cuguard_report::sink::with_leak_sink`] around a
-//! report's parse, it receives each leak and the report comes out with empty `leaks`.
-//! [`LeakFold::of`] folds a report already parsed whole, the same way.
+//! The reader folds a report's leaks as it parses them when asked to
+//! ([`Document::read_folding`](super::Document::read_folding),
+//! [`Document::merged_process_folding`](super::Document::merged_process_folding)): the fold
+//! comes back beside the report, whose own `leaks` is then empty. [`LeakFold::of`] folds a
+//! report already parsed whole, the same way.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use cuguard_report::sink::{LeakSink, LeakView};
-
-use super::{Leak, LeakState, Memory};
+use crate::leak::LeakView;
+use crate::{Leak, LeakState, Memory};
 
 /// Leaks that share everything but their address, size, thread, order and time.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,14 +89,20 @@ impl LeakFold {
         fold
     }
 
-    /// How many of the largest leaks it keeps.
-    pub(crate) fn keep(&self) -> usize {
-        self.keep
+    /// Forgets every leak folded (a parse that gave up), keeping what it keeps.
+    pub(crate) fn clear(&mut self) {
+        *self = LeakFold::new(self.keep);
     }
 
-    /// Whether no leak was folded yet.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.count == 0
+    /// Folds one leak as parsed.
+    pub(crate) fn leak(&mut self, leak: &LeakView<'_>) {
+        let owner = leak.owner.as_ref().map(|o| &*o.0);
+        self.add(&leak.api.0, owner, leak, || leak.to_leak());
+    }
+
+    /// Folds one leak already whole.
+    pub(crate) fn push(&mut self, leak: Leak) {
+        self.add(&leak.api, leak.owner.as_deref(), &leak, || leak.clone());
     }
 
     /// The groups, in the order of their first leak.
@@ -171,13 +178,6 @@ impl LeakFold {
     }
 }
 
-impl LeakSink for LeakFold {
-    fn leak(&mut self, leak: LeakView<'_>) {
-        let owner = leak.owner.as_ref().map(|o| &*o.0);
-        self.add(&leak.api.0, owner, &leak, || leak.to_leak());
-    }
-}
-
 /// Strings numbered by first appearance: looked up in a list while there are few (a report
 /// names few driver entries and owners), by hash past that.
 #[derive(Debug, Default)]
@@ -247,9 +247,9 @@ macro_rules! leak_fields {
 leak_fields!(Leak);
 leak_fields!(LeakView<'_>);
 
-/// The Fx hash (rustc's): fast on the small keys here.
+/// The Fx hash (rustc's): fast on the small keys of the fold and of `cuguard`'s tables of sites.
 #[derive(Default)]
-pub(crate) struct Fx(u64);
+pub struct Fx(u64);
 
 impl Hasher for Fx {
     fn finish(&self) -> u64 {
@@ -279,11 +279,10 @@ impl Hasher for Fx {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Document;
-    use cuguard_report::sink::with_leak_sink;
+    use crate::read::{DEFAULT_MAX_REPORT_BYTES, Document};
 
     fn fixtures() -> std::path::PathBuf {
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
     }
 
     /// Folding while parsing gives what folding the parsed leaks gives, on every fixture.
@@ -299,22 +298,16 @@ mod tests {
                 continue;
             };
             let whole: Vec<_> = doc.into_reports().map(Result::unwrap).collect();
-            let (_, doc) = with_leak_sink(LeakFold::new(0), || Document::read(&path));
-            let doc = doc.unwrap();
+            let (doc, _) = Document::read_folding(&path, DEFAULT_MAX_REPORT_BYTES, 0).unwrap();
             for (i, report) in whole.iter().enumerate() {
                 for keep in [0, 1, 3, usize::MAX] {
-                    let (fold, parsed) = with_leak_sink(LeakFold::new(keep), || {
-                        if doc.is_merged() {
-                            doc.merged_process(i).unwrap()
-                        } else {
-                            Document::read(&path)
-                                .unwrap()
-                                .into_reports()
-                                .next()
-                                .unwrap()
-                        }
-                    });
-                    let parsed = parsed.unwrap();
+                    let (parsed, fold) = if doc.is_merged() {
+                        doc.merged_process_folding(i, keep).unwrap().unwrap()
+                    } else {
+                        let (doc, fold) =
+                            Document::read_folding(&path, DEFAULT_MAX_REPORT_BYTES, keep).unwrap();
+                        (doc.into_reports().next().unwrap().unwrap(), fold)
+                    };
                     assert!(parsed.leaks.is_empty());
                     let reference = LeakFold::of(&report.leaks, keep);
                     assert_eq!(fold.groups(), reference.groups(), "{}", path.display());

@@ -1,5 +1,6 @@
 //! The report's enumerations: values written as strings (`reason`, `leaks[].memory`,
-//! `leaks[].state`, `events[].kind`), each keeping values this version does not know.
+//! `leaks[].state`, `events[].kind`), each keeping values this version does not know; and
+//! [`OwnerKind`], the kinds of `owners[]`.
 
 use serde::{Deserialize, Serialize};
 
@@ -192,5 +193,54 @@ mod tests {
             serde_json::to_string(&Memory::HostPinned).unwrap(),
             "\"host_pinned\""
         );
+    }
+}
+
+/// `owners[].kind`: what kind of holder an owner is. The one definition: the shim's owner rules
+/// (`cuguard_symbolize::rules`) give it, and `cuguard` adds up bytes and filters by it. The
+/// report keeps it as a string (`OwnerInfo::kind`), so a kind this version does not know reads as
+/// [`OwnerKind::parse`]'s `None`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnerKind {
+    /// The program's own data (a tensor, an array, a buffer it asked for).
+    Program,
+    /// Memory a framework keeps for reuse (PyTorch's caching allocator, CuPy's pool, RMM's pool
+    /// resources, XLA's BFC allocator): its cache, not necessarily the program's data.
+    FrameworkCache,
+    /// A library's own memory (cuBLAS, cuDNN, NCCL… workspaces and handles).
+    Library,
+    /// The CUDA driver and runtime themselves.
+    Driver,
+}
+
+impl OwnerKind {
+    /// Every kind, in the order of this enum.
+    pub const ALL: [OwnerKind; 4] = [
+        OwnerKind::Program,
+        OwnerKind::FrameworkCache,
+        OwnerKind::Library,
+        OwnerKind::Driver,
+    ];
+
+    /// `program`, `framework_cache`, `library` or `driver`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OwnerKind::Program => "program",
+            OwnerKind::FrameworkCache => "framework_cache",
+            OwnerKind::Library => "library",
+            OwnerKind::Driver => "driver",
+        }
+    }
+
+    /// The kind [`OwnerKind::as_str`] names.
+    pub fn parse(s: &str) -> Option<OwnerKind> {
+        OwnerKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for OwnerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }

@@ -2,7 +2,7 @@
 //! them.
 //!
 //! Every field the shim writes is here. Fields that came after the first contract
-//! (`../shared/REPORT.md`) are optional for readers (`#[serde(default)]`). How each is written
+//! (`docs/report.md`) are optional for readers (`#[serde(default)]`). How each is written
 //! follows the shim: a field it always writes, `null` included, is always serialized
 //! (`Option::None` as `null`); one it writes only sometimes (`leaks[].handle`,
 //! `events[].device`, `stacks[].python`, `timeline`, …) is skipped when absent.
@@ -60,8 +60,8 @@ pub struct Report {
     /// Every context the process created or retained.
     pub contexts: Vec<Context>,
     /// Every allocation still owned by the program when the report was written, or lost with
-    /// its context. Parsed empty while a [`LeakSink`](crate::sink::LeakSink) takes them.
-    #[serde(deserialize_with = "crate::sink::leaks")]
+    /// its context. Empty in a report read with its leaks folded
+    /// ([`Document::read_folding`](crate::read::Document::read_folding)).
     pub leaks: Vec<Leak>,
     /// Misuse and anomalies seen while running.
     pub events: Vec<Event>,

@@ -2,24 +2,24 @@
 //! escapes, unicode, big numbers, nulls, reordered, unknown, repeated and missing keys,
 //! whitespace), on the fixtures and on fixtures with bytes changed, whatever the fast path
 //! returns is what serde_json gives, into `Report::leaks` and into a [`LeakFold`]; and where
-//! serde_json refuses, the fast path gives up without touching the fold.
+//! serde_json refuses, the fast path gives up without touching the fold. serde_json's own pass
+//! when folding (the leaks parsed apart from the rest) gives serde_json's report and error too.
 
 use proptest::prelude::*;
 
 use super::{GaveUp, header, report};
-use crate::report::read::Header;
-use crate::report::{LeakFold, Report};
-use cuguard_report::sink::with_leak_sink;
+use crate::Report;
+use crate::read::{Header, LeakFold, Leaks, slow};
 
 fn fixture_text(name: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
     std::fs::read_to_string(path.join(name)).unwrap()
 }
 
 /// Checks the fast path against serde_json on `text`; gives whether the fast path read it.
 fn agrees(text: &str) -> Result<bool, TestCaseError> {
     let whole: Result<Report, _> = serde_json::from_str(text);
-    let fast = report(text);
+    let fast = report(text, Leaks::Keep);
     if fast == Err(GaveUp::NoLeaks) {
         prop_assert!(whole.is_err(), "no leaks, yet serde_json reads a report");
     }
@@ -32,28 +32,52 @@ fn agrees(text: &str) -> Result<bool, TestCaseError> {
         (_, None) => {}
     }
     for keep in [0, 2, usize::MAX] {
-        let (reference, whole) =
-            with_leak_sink(LeakFold::new(keep), || serde_json::from_str::<Report>(text));
-        let (fold, fast) = with_leak_sink(LeakFold::new(keep), || report(text).ok());
-        match (whole, fast) {
-            (Ok(w), Some(f)) => {
-                prop_assert_eq!(w, f);
-                prop_assert_eq!(fold.groups(), reference.groups());
-                prop_assert_eq!(fold.count(), reference.count());
-                prop_assert_eq!(fold.largest(), reference.largest());
+        let reference = whole.as_ref().ok().map(|w| LeakFold::of(&w.leaks, keep));
+        let without_leaks = whole.as_ref().ok().map(|w| Report {
+            leaks: Vec::new(),
+            ..w.clone()
+        });
+        let mut fold = LeakFold::new(keep);
+        match (&without_leaks, report(text, Leaks::Fold(&mut fold)).ok()) {
+            (Some(w), Some(f)) => {
+                prop_assert_eq!(w, &f);
+                same(&fold, reference.as_ref().unwrap())?;
             }
-            (Err(_), Some(_)) => prop_assert!(false, "serde_json refuses what the fast path read"),
+            (None, Some(_)) => prop_assert!(false, "serde_json refuses what the fast path read"),
             (_, None) => {
-                prop_assert!(
-                    fold.is_empty(),
+                prop_assert_eq!(
+                    fold.count(),
+                    0,
                     "the fold is emptied when the fast path gives up"
                 );
                 prop_assert_eq!(fold.groups().len(), 0);
                 prop_assert_eq!(fold.largest().len(), 0);
             }
         }
+        let mut fold = LeakFold::new(keep);
+        match (&whole, slow(text.as_bytes(), Leaks::Fold(&mut fold))) {
+            (Ok(_), Ok(s)) => {
+                prop_assert_eq!(without_leaks.as_ref().unwrap(), &s);
+                same(&fold, reference.as_ref().unwrap())?;
+            }
+            (Err(w), Err(s)) => prop_assert_eq!(w.to_string(), s.to_string()),
+            (w, s) => prop_assert!(
+                false,
+                "serde_json: {:?}; its pass folding: {:?}",
+                w.as_ref().err(),
+                s.err()
+            ),
+        }
     }
     Ok(fast.is_some())
+}
+
+/// Whether two folds hold the same.
+fn same(a: &LeakFold, b: &LeakFold) -> Result<(), TestCaseError> {
+    prop_assert_eq!(a.groups(), b.groups());
+    prop_assert_eq!(a.count(), b.count());
+    prop_assert_eq!(a.largest(), b.largest());
+    Ok(())
 }
 
 /// A member: its key and its value, as JSON text.
@@ -609,7 +633,7 @@ fn json_value() -> BoxedStrategy<String> {
 /// Every fixture gives what serde_json gives, and the plain ones are read by the fast path.
 #[test]
 fn the_fast_path_agrees_on_every_fixture() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
     let (mut fast, mut headers) = (0, 0);
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -669,8 +693,7 @@ fn edges_of_numbers_and_addresses() {
         );
         let text = base(&format!("{{{leak}}}"));
         // The skeleton is not a whole report: compare the leaks alone.
-        let whole: Result<Vec<cuguard_report::Leak>, _> =
-            serde_json::from_str(&format!("[{{{leak}}}]"));
+        let whole: Result<Vec<crate::Leak>, _> = serde_json::from_str(&format!("[{{{leak}}}]"));
         let mut c = super::Cursor::new(&text);
         c.i = text.find("[{").unwrap() + 1;
         let fast = c.leak().map(|l| l.to_leak());
@@ -689,4 +712,155 @@ fn field<'a>(members: &'a str, key: &str) -> &'a str {
         .find(",\"")
         .map_or(members.len(), |e| start + e);
     &members[start..end]
+}
+
+mod keys {
+    //! The fast path's key lists name every field of a leak and a stack, as the types declare
+    //! them to serde and as `docs/report.schema.json` publishes them: a field added anywhere
+    //! but here would send every report down the slow path.
+
+    use std::collections::BTreeSet;
+    use std::fmt;
+
+    use serde::de::{self, Deserialize, Visitor};
+    use serde_json::Value;
+
+    use super::super::{FRAME_KEYS, Key, LEAK_KEYS, SITE_KEYS, STACK_KEYS, STACK_SLOW_KEYS};
+    use crate::{Frame, Leak, LeakView, PyAllocation, Stack, StackSite};
+
+    /// A deserializer that only asks a struct for the names of its fields.
+    struct Introspect<'a>(&'a mut &'static [&'static str]);
+
+    #[derive(Debug)]
+    struct Stop;
+
+    impl fmt::Display for Stop {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("stop")
+        }
+    }
+    impl std::error::Error for Stop {}
+    impl de::Error for Stop {
+        fn custom<T: fmt::Display>(_: T) -> Self {
+            Stop
+        }
+    }
+
+    impl<'de> de::Deserializer<'de> for Introspect<'_> {
+        type Error = Stop;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop)
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Stop> {
+            *self.0 = fields;
+            Err(Stop)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+
+    /// The JSON names of `T`'s fields, as its derived `Deserialize` declares them.
+    fn fields<'de, T: Deserialize<'de>>() -> Vec<&'static str> {
+        let mut names: &'static [&'static str] = &[];
+        let _ = T::deserialize(Introspect(&mut names));
+        assert!(
+            !names.is_empty(),
+            "{} is a struct",
+            std::any::type_name::<T>()
+        );
+        names.to_vec()
+    }
+
+    fn names(keys: &[Key]) -> Vec<&'static str> {
+        keys.iter()
+            .map(|k| std::str::from_utf8(k.name).unwrap())
+            .collect()
+    }
+
+    fn set<'a>(names: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
+        names.into_iter().map(str::to_string).collect()
+    }
+
+    /// The properties the schema gives the object at `pointer`.
+    fn schema_properties(pointer: &str) -> BTreeSet<String> {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/report.schema.json");
+        let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let at = schema
+            .pointer(pointer)
+            .unwrap_or_else(|| panic!("{pointer}"));
+        at["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{pointer} has properties"))
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn a_leaks_fields_are_the_fast_paths_keys() {
+        let leak = fields::<Leak>();
+        assert_eq!(leak, names(&LEAK_KEYS), "Leak and the fast path, in order");
+        assert_eq!(fields::<LeakView>(), leak, "LeakView and Leak, in order");
+        // A Python allocation is a leak's record without `state` and `handle`, and its class.
+        let py = set(fields::<PyAllocation>());
+        let missing: Vec<_> = leak
+            .iter()
+            .filter(|k| !["state", "handle"].contains(k) && !py.contains(**k))
+            .collect();
+        assert!(missing.is_empty(), "PyAllocation lacks {missing:?}");
+        assert_eq!(
+            schema_properties("/$defs/process_report/properties/leaks/items"),
+            set(leak),
+            "leaks[] in the schema"
+        );
+    }
+
+    #[test]
+    fn a_stacks_fields_are_the_fast_paths_keys() {
+        let read = names(&STACK_KEYS);
+        let all = set(read.iter().copied().chain(STACK_SLOW_KEYS));
+        assert_eq!(
+            all.len(),
+            read.len() + STACK_SLOW_KEYS.len(),
+            "no key twice"
+        );
+        assert_eq!(set(fields::<Stack>()), all, "Stack and the fast path");
+        assert_eq!(
+            schema_properties("/$defs/process_report/properties/stacks/items"),
+            all,
+            "stacks[] in the schema"
+        );
+        assert_eq!(fields::<Frame>(), names(&FRAME_KEYS), "Frame, in order");
+        assert_eq!(schema_properties("/$defs/frame"), set(names(&FRAME_KEYS)));
+        assert_eq!(
+            fields::<StackSite>(),
+            names(&SITE_KEYS),
+            "StackSite, in order"
+        );
+        let site =
+            std::path::Path::new("/$defs/process_report/properties/stacks/items/properties/site");
+        let one_of = format!("{}/oneOf", site.display());
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/report.schema.json");
+        let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let object = schema
+            .pointer(&one_of)
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().position(|v| v.get("properties").is_some()))
+            .expect("site is an object or null");
+        assert_eq!(
+            schema_properties(&format!("{one_of}/{object}")),
+            set(names(&SITE_KEYS)),
+            "stacks[].site in the schema"
+        );
+    }
 }

@@ -1,5 +1,5 @@
 //! The cuguard report format, shared by the shim that writes reports (`libcuguard.so`) and the
-//! `cuguard` command that reads them.
+//! `cuguard` command that reads them: the types of every field, the reader, the writers.
 //!
 //! # What a report is
 //!
@@ -10,8 +10,9 @@
 //! instruction pointers with their module and offset (names where the shim could find them in
 //! time), per-device statistics, the pool's figures, a memory timeline, and the shim's settings
 //! and faults. `cuguard merge` puts several processes' reports in one document ([`merged`]).
-//! The contract is `../shared/REPORT.md`; `docs/report.schema.json` is its machine-checked
-//! form, and this crate's tests check the types against it.
+//! The contract is `docs/report.md`; `docs/report.schema.json` is its machine-checked form,
+//! and this crate's tests check the types, and the reader's fast path, against it. Adding a
+//! field touches this crate and the schema, then the shim where it fills the field in.
 //!
 //! # The types
 //!
@@ -25,10 +26,12 @@
 //!
 //! # Reading and writing
 //!
-//! Reading is plain serde (`serde_json::from_slice::<Report>`); the `cuguard` command wraps it
-//! with one-line errors and merged reports (`cuguard::report::Document`), and calls
-//! [`intern::reset`] before each report so that repeated strings share one allocation. Writing
-//! goes through [`write()`] or [`to_vec`]. Besides, the crate holds:
+//! Every type reads with plain serde (`serde_json::from_slice::<Report>`). [`read`] is the
+//! reader the `cuguard` command uses: [`Document`] reads a file, single or merged, with one-line
+//! errors ([`ReadError`]); it parses a report's `leaks` and `stacks` by hand where it can, calls
+//! [`intern::reset`] before each report so that repeated strings share one allocation, and on
+//! request folds a report's leaks as it parses them ([`LeakFold`]) instead of holding them.
+//! Writing goes through [`write()`] or [`to_vec`]. Besides, the crate holds:
 //!
 //! - [`template`]: the report path template (`CUGUARD_REPORT`), expanded by the shim to write
 //!   and by `cuguard snapshot` to look;
@@ -43,7 +46,7 @@
 //! # Example
 //!
 //! ```
-//! use cuguard_report::{Addr, Leak, LeakState, Memory, Process, Reason, Report};
+//! use cuguard_format::{Addr, Leak, LeakState, Memory, Process, Reason, Report};
 //!
 //! let process = Process {
 //!     pid: 4242,
@@ -73,7 +76,7 @@
 //!     handle: None,
 //!     owner: None,
 //! });
-//! let text = cuguard_report::to_vec(&report);
+//! let text = cuguard_format::to_vec(&report);
 //! let back: Report = serde_json::from_slice(&text)?;
 //! assert_eq!(back, report);
 //! assert_eq!(back.process_name(), "train[4242]");
@@ -91,11 +94,12 @@ pub mod edit;
 mod enums;
 mod history;
 pub mod intern;
+mod leak;
 pub mod merged;
 mod model;
 pub mod python;
+pub mod read;
 pub mod signal;
-pub mod sink;
 pub mod template;
 mod units;
 pub mod wire;
@@ -108,8 +112,9 @@ pub use attribution::{
 };
 pub use config::Config;
 pub use cost::{Cost, CostGrowth, CostReports, CostTiming, CostUnwind};
-pub use enums::{EventKind, HeldClass, LeakState, Memory, Reason, site_list};
+pub use enums::{EventKind, HeldClass, LeakState, Memory, OwnerKind, Reason, site_list};
 pub use history::{HistoryInfo, HistoryLost};
+pub use leak::{LeakView, Text};
 pub use model::{
     Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, MixedRef, Module, PoolStats,
     Process, PyFrame, Report, Sample, Signal, Stack, StackSite, Stats, Timeline, Tool,
@@ -118,7 +123,8 @@ pub use python::{
     Classification, Classified, PyAllocation, PyBlock, PyCache, PyCacheLine, PyEnd, PyHolder,
     PyView, Python,
 };
-pub use units::{human_bytes, needs_escape, push_escaped};
+pub use read::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, LeakGroup, ReadError, Reports};
+pub use units::{human_bytes, needs_escape, one_line, push_escaped};
 pub use write::{to_vec, write};
 
 /// The value of every report's `schema` field.

@@ -1,10 +1,32 @@
-//! Reading report files: [`Document`] (one file, single or merged) and [`ReadError`].
+//! Reading report files: [`Document`] (one file, single or merged) and [`ReadError`]; a
+//! report's leaks folded while it is parsed ([`LeakFold`]), when the caller asks for a fold.
+//!
+//! One report describes one process. A *merged* report, written by `cuguard merge`, holds
+//! several of them verbatim in a `processes` array under the same schema name and version;
+//! [`Document`] reads both shapes and hands out one [`Report`] per process.
+//!
+//! Reading is lenient where the contract allows growth: unknown fields are ignored, fields added
+//! after the first contract (`config`, `modules`, `faults`, `doors`, `timeline`, `owners`,
+//! `peaks`, `stack_samples`, `ooms`, `reconciliation`, …) may be absent, and enumerations keep
+//! values this version does not know (`Other`). Anything that is not a schema-version-1 report
+//! is refused with a [`ReadError`] whose message is one line.
+//!
+//! The reader parses `leaks` and `stacks` by hand where it can ([`fast`]), with serde_json's
+//! result; serde_json parses the rest, and the whole document wherever the fast path gives up.
+//! [`Document::read`] hands out reports with their leaks; [`Document::read_folding`] and
+//! [`Document::merged_process_folding`] hand each report out without them, beside the
+//! [`LeakFold`] they went into, for the commands that read millions.
 //!
 //! A single report is parsed in one pass straight into [`Report`]. Only when that fails does
 //! the reader look at the document's header (`schema`, `schema_version`, `processes`) to tell a
 //! merged report, a foreign document or another version from a malformed report, so that the
 //! error names the real problem. A merged report's processes are kept as byte ranges of the file
 //! and parsed one at a time, so memory holds the file and one process, never all of them parsed.
+
+mod fast;
+pub mod fold;
+#[cfg(test)]
+mod tests;
 
 use std::cell::Cell;
 use std::fmt;
@@ -16,8 +38,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Report, SCHEMA_NAME, SCHEMA_VERSION};
-use crate::text::one_line;
+use crate::units::one_line;
+use crate::{Report, SCHEMA_NAME, SCHEMA_VERSION};
+pub use fold::{LeakFold, LeakGroup};
 
 /// Files larger than this are refused unless the caller asks for another limit (4 GiB).
 pub const DEFAULT_MAX_REPORT_BYTES: u64 = 4 << 30;
@@ -135,13 +158,13 @@ impl std::error::Error for ReadError {
 /// One report file: a single process's report, or a merged report of several.
 ///
 /// ```no_run
-/// use cuguard::report::Document;
+/// use cuguard_format::read::Document;
 /// let doc = Document::read(std::path::Path::new("cuguard.train.4242.json"))?;
 /// for report in doc.into_reports() {
 ///     let report = report?;
 ///     println!("{} leaked {} bytes", report.process_name(), report.leaked_bytes());
 /// }
-/// # Ok::<(), cuguard::report::ReadError>(())
+/// # Ok::<(), cuguard_format::read::ReadError>(())
 /// ```
 #[derive(Debug)]
 pub struct Document {
@@ -159,15 +182,15 @@ enum Shape {
 }
 
 /// What the reader looks at when a document does not parse as a single report (see
-/// [`fast::Header`](super::fast::Header)), as serde_json reads it.
+/// [`fast::Header`]), as serde_json reads it.
 #[derive(Deserialize)]
-pub(super) struct Header<'a> {
+pub(crate) struct Header<'a> {
     #[serde(default)]
-    pub(super) schema: Option<Value>,
+    pub(crate) schema: Option<Value>,
     #[serde(default)]
-    pub(super) schema_version: Option<Value>,
+    pub(crate) schema_version: Option<Value>,
     #[serde(default, borrow)]
-    pub(super) processes: Option<Vec<&'a RawValue>>,
+    pub(crate) processes: Option<Vec<&'a RawValue>>,
 }
 
 impl Document {
@@ -178,39 +201,37 @@ impl Document {
 
     /// Reads and checks a report file, refusing files over `limit` bytes.
     pub fn read_with_limit(path: &Path, limit: u64) -> Result<Document, ReadError> {
-        let io = |source| ReadError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let size = file.metadata().map_err(io)?.len();
-        if size > limit {
-            return Err(ReadError::TooLarge {
-                path: path.to_path_buf(),
-                size,
-                limit,
-            });
-        }
-        let mut bytes = SPARE.take();
-        bytes.clear();
-        // Exactly: a buffer grown by doubling would hold up to twice the file.
-        bytes.reserve_exact(usize::try_from(size).unwrap_or(0));
-        // Read one byte past the limit, so a file that grows while read is still caught.
-        file.take(limit.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(io)?;
-        if bytes.len() as u64 > limit {
-            return Err(ReadError::TooLarge {
-                path: path.to_path_buf(),
-                size: bytes.len() as u64,
-                limit,
-            });
-        }
+        let bytes = read_bytes(path, limit)?;
         Self::from_bytes(path, bytes)
+    }
+
+    /// As [`Document::read_with_limit`], but a single report's leaks are folded while it is
+    /// parsed (keeping the `keep` largest) into the fold returned beside the document, never
+    /// held: the report the document hands out has empty `leaks`. A merged report's processes
+    /// are not parsed yet, so its fold is empty: fold each with
+    /// [`Document::merged_process_folding`].
+    pub fn read_folding(
+        path: &Path,
+        limit: u64,
+        keep: usize,
+    ) -> Result<(Document, LeakFold), ReadError> {
+        let bytes = read_bytes(path, limit)?;
+        let mut fold = LeakFold::new(keep);
+        let doc = Self::from_bytes_into(path, bytes, Leaks::Fold(&mut fold))?;
+        Ok((doc, fold))
     }
 
     /// Checks a document held in memory; `path` names it in errors.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Document, ReadError> {
+        Self::from_bytes_into(path, bytes, Leaks::Keep)
+    }
+
+    /// Checks a document; a single report's leaks go where `leaks` says.
+    fn from_bytes_into(
+        path: &Path,
+        bytes: Vec<u8>,
+        mut leaks: Leaks<'_>,
+    ) -> Result<Document, ReadError> {
         let path = path.to_path_buf();
         match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
             Some(b'{') => {}
@@ -234,15 +255,13 @@ impl Document {
         let looks_merged = head.windows(9).any(|w| w == b"\"merged\"");
         let mut first_try = None;
         if !looks_merged {
-            cuguard_report::intern::reset();
-            match parse_single(&bytes) {
+            crate::intern::reset();
+            match parse_single(&bytes, leaks.reborrow()) {
                 Ok(report) => return single(path, bytes, report),
                 Err(e) => first_try = e,
             }
         }
-        let fast = std::str::from_utf8(&bytes)
-            .ok()
-            .and_then(super::fast::header);
+        let fast = std::str::from_utf8(&bytes).ok().and_then(fast::header);
         let (schema, schema_version, processes) = match fast {
             Some(header) => header,
             None => match parse::<Header>(&bytes) {
@@ -260,8 +279,8 @@ impl Document {
             let e = match first_try {
                 Some(e) => e,
                 None => {
-                    cuguard_report::intern::reset();
-                    match parse_report(&bytes) {
+                    crate::intern::reset();
+                    match parse_report(&bytes, leaks.reborrow()) {
                         Err(e) => e,
                         Ok(report) => return single(path, bytes, report),
                     }
@@ -332,9 +351,26 @@ impl Document {
         match &self.shape {
             Shape::Merged(ranges) => ranges
                 .get(i)
-                .map(|r| parse_process(&self.path, &self.bytes[r.clone()], i)),
+                .map(|r| parse_process(&self.path, &self.bytes[r.clone()], i, Leaks::Keep)),
             Shape::Single(_) => None,
         }
+    }
+
+    /// As [`Document::merged_process`], but the process's leaks are folded while it is parsed
+    /// (keeping the `keep` largest) into the fold returned beside the report, whose own
+    /// `leaks` is empty.
+    pub fn merged_process_folding(
+        &self,
+        i: usize,
+        keep: usize,
+    ) -> Option<Result<(Report, LeakFold), ReadError>> {
+        let Shape::Merged(ranges) = &self.shape else {
+            return None;
+        };
+        let range = ranges.get(i)?.clone();
+        let mut fold = LeakFold::new(keep);
+        let report = parse_process(&self.path, &self.bytes[range], i, Leaks::Fold(&mut fold));
+        Some(report.map(|r| (r, fold)))
     }
 
     /// Parses every process of a merged report (a single report was parsed when read), so that
@@ -342,7 +378,7 @@ impl Document {
     pub fn check_processes(&self) -> Result<(), ReadError> {
         if let Shape::Merged(ranges) = &self.shape {
             for (i, range) in ranges.iter().enumerate() {
-                parse_process(&self.path, &self.bytes[range.clone()], i)?;
+                parse_process(&self.path, &self.bytes[range.clone()], i, Leaks::Keep)?;
             }
         }
         Ok(())
@@ -357,6 +393,56 @@ impl Document {
 impl Drop for Document {
     fn drop(&mut self) {
         recycle(std::mem::take(&mut self.bytes));
+    }
+}
+
+/// A report file's bytes, refused over `limit` bytes (read into this thread's spare buffer).
+fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    if size > limit {
+        return Err(ReadError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+            limit,
+        });
+    }
+    let mut bytes = SPARE.take();
+    bytes.clear();
+    // Exactly: a buffer grown by doubling would hold up to twice the file.
+    bytes.reserve_exact(usize::try_from(size).unwrap_or(0));
+    // Read one byte past the limit, so a file that grows while read is still caught.
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge {
+            path: path.to_path_buf(),
+            size: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Where a single report's leaks go while it is parsed.
+enum Leaks<'f> {
+    /// Into the report's own `leaks`.
+    Keep,
+    /// Into a fold, the report's `leaks` left empty.
+    Fold(&'f mut LeakFold),
+}
+
+impl Leaks<'_> {
+    fn reborrow(&mut self) -> Leaks<'_> {
+        match self {
+            Leaks::Keep => Leaks::Keep,
+            Leaks::Fold(fold) => Leaks::Fold(fold),
+        }
     }
 }
 
@@ -403,7 +489,7 @@ impl Iterator for Reports {
             }
             Shape::Merged(ranges) => {
                 let range = ranges.get(i)?.clone();
-                let parsed = parse_process(&self.doc.path, &self.doc.bytes[range], i);
+                let parsed = parse_process(&self.doc.path, &self.doc.bytes[range], i, Leaks::Keep);
                 if i + 1 == ranges.len() {
                     recycle(std::mem::take(&mut self.doc.bytes));
                     *ranges = Vec::new();
@@ -412,6 +498,14 @@ impl Iterator for Reports {
             }
         }
     }
+}
+
+/// The report in `text` as the reader's fast path reads it, its leaks kept; `None` where the
+/// fast path gives up (the reader then parses the document with serde_json, whose result is the
+/// same). For the tests and benchmarks that check the fast path covers what the shim writes.
+pub fn fast_path(text: &str) -> Option<Report> {
+    crate::intern::reset();
+    fast::report(text, Leaks::Keep).ok()
 }
 
 /// Parses JSON text: as `str` when it is valid UTF-8 (checked once for the whole text, not
@@ -424,26 +518,74 @@ fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> serde_json::Result<T> {
 }
 
 /// Parses one process's report: through the fast path where it handles the document exactly,
-/// else as [`parse`] does.
-fn parse_report(bytes: &[u8]) -> serde_json::Result<Report> {
-    parse_single(bytes).or_else(|e| match e {
+/// else through serde_json ([`slow`]).
+fn parse_report(bytes: &[u8], mut leaks: Leaks<'_>) -> serde_json::Result<Report> {
+    parse_single(bytes, leaks.reborrow()).or_else(|e| match e {
         Some(e) => Err(e),
-        None => parse(bytes),
+        None => slow(bytes, leaks),
     })
 }
 
 /// As [`parse_report`], but when the fast path finds that the document cannot be a report (an
 /// object without `leaks`: a merged report, say), the error is left to be made if it is
 /// needed (`Err(None)`), sparing a pass of serde_json that would fail.
-fn parse_single(bytes: &[u8]) -> Result<Report, Option<serde_json::Error>> {
-    use super::fast::{GaveUp, report};
+fn parse_single(bytes: &[u8], mut leaks: Leaks<'_>) -> Result<Report, Option<serde_json::Error>> {
+    use fast::GaveUp;
     match std::str::from_utf8(bytes) {
-        Ok(text) => match report(text) {
+        Ok(text) => match fast::report(text, leaks.reborrow()) {
             Ok(report) => Ok(report),
             Err(GaveUp::NoLeaks) => Err(None),
-            Err(GaveUp::Other) => serde_json::from_str(text).map_err(Some),
+            Err(GaveUp::Other) => slow(bytes, leaks).map_err(Some),
         },
-        Err(_) => serde_json::from_slice(bytes).map_err(Some),
+        Err(_) => slow(bytes, leaks).map_err(Some),
+    }
+}
+
+/// serde_json's parse of a report, its result and error standing. Folding, the `leaks` array
+/// is parsed element by element into the fold and the rest of the document beside it, so that
+/// memory never holds the leaks; where that split cannot be made, the whole document is parsed
+/// (for serde_json's own error, or its leaks then folded).
+fn slow(bytes: &[u8], leaks: Leaks<'_>) -> serde_json::Result<Report> {
+    let fold = match leaks {
+        Leaks::Keep => return parse(bytes),
+        Leaks::Fold(fold) => fold,
+    };
+    fold.clear();
+    if let Some((text, range)) = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| Some((text, fast::leaks_range(text)?)))
+    {
+        let mut de = serde_json::Deserializer::from_str(&text[range.clone()]);
+        let folded = serde::Deserializer::deserialize_seq(&mut de, IntoFold(&mut *fold))
+            .and_then(|()| de.end());
+        if folded.is_ok() {
+            let rest = [&text[..range.start], "[]", &text[range.end..]].concat();
+            if let Ok(report) = serde_json::from_str::<Report>(&rest) {
+                return Ok(report);
+            }
+        }
+        fold.clear();
+    }
+    let mut report: Report = parse(bytes)?;
+    for leak in report.leaks.drain(..) {
+        fold.push(leak);
+    }
+    Ok(report)
+}
+
+/// Folds a sequence of leaks as serde_json parses them, one at a time.
+struct IntoFold<'f>(&'f mut LeakFold);
+
+impl<'de> serde::de::Visitor<'de> for IntoFold<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a sequence")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(leak) = seq.next_element::<crate::LeakView<'de>>()? {
+            self.0.leak(&leak);
+        }
+        Ok(())
     }
 }
 
@@ -458,9 +600,14 @@ fn single(path: PathBuf, bytes: Vec<u8>, report: Report) -> Result<Document, Rea
 }
 
 /// Parses the `i`-th process of a merged report.
-fn parse_process(path: &Path, bytes: &[u8], i: usize) -> Result<Report, ReadError> {
-    cuguard_report::intern::reset();
-    let report = parse_report(bytes).map_err(|e| classify(path, &e, Some(i)))?;
+fn parse_process(
+    path: &Path,
+    bytes: &[u8],
+    i: usize,
+    leaks: Leaks<'_>,
+) -> Result<Report, ReadError> {
+    crate::intern::reset();
+    let report = parse_report(bytes, leaks).map_err(|e| classify(path, &e, Some(i)))?;
     check_identity(path, &report).map_err(|e| match e {
         ReadError::NotAReport { path, reason } => ReadError::Invalid {
             path,

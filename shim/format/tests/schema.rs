@@ -7,20 +7,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cuguard_report::merged::{Merged, MergedWriter};
-use cuguard_report::signal::SignalTemplate;
-use cuguard_report::wire::{UNKNOWN_DEVICE, UNKNOWN_VERSION};
-use cuguard_report::{
+use cuguard_format::merged::{Merged, MergedWriter};
+use cuguard_format::signal::SignalTemplate;
+use cuguard_format::wire::{UNKNOWN_DEVICE, UNKNOWN_VERSION};
+use cuguard_format::{
     Addr, Config, Context, Cost, CostGrowth, CostReports, CostTiming, CostUnwind, Device,
     DeviceStats, Doors, Driver, Event, EventKind, Frame, Leak, LeakState, Memory, Module,
     PoolStats, Process, PyFrame, Reason, Report, Sample, Signal, Stack, StackSite, Timeline,
     site_list,
 };
-use cuguard_report::{
+use cuguard_format::{
     Explained, MixedRef, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, Reconciliation,
     StackBytes, StackSamples, StackSeries,
 };
-use cuguard_report::{
+use cuguard_format::{
     HeldClass, PyAllocation, PyBlock, PyCache, PyCacheLine, PyEnd, PyHolder, PyView, Python,
 };
 use serde_json::Value;
@@ -414,14 +414,14 @@ fn full_report(reason: Reason) -> Report {
         address: Addr(0x7f2a_4000_0000),
         bytes: 1 << 20,
     };
-    r.history = Some(cuguard_report::HistoryInfo {
+    r.history = Some(cuguard_format::HistoryInfo {
         files: vec!["r.history.1".into(), "r.history".into()],
         events: 1_000_000,
         bytes: 9_400_000,
         bound_bytes: 16 << 20,
         segments_let_go: 2,
         begins_ms: 1200,
-        lost: vec![cuguard_report::HistoryLost {
+        lost: vec![cuguard_format::HistoryLost {
             count: 12,
             from_ms: 1300,
             to_ms: 1310,
@@ -538,7 +538,7 @@ fn null_report() -> Report {
 }
 
 fn to_value(r: &Report) -> Value {
-    serde_json::from_slice(&cuguard_report::to_vec(r)).unwrap()
+    serde_json::from_slice(&cuguard_format::to_vec(r)).unwrap()
 }
 
 /// Follows `$ref`s from `node`.
@@ -738,9 +738,9 @@ fn a_merged_report_validates_and_its_keys_match_the_schema() {
     };
     let mut out = Vec::new();
     let mut w = MergedWriter::begin(&mut out, &merged).unwrap();
-    w.process(&cuguard_report::to_vec(&full_report(Reason::Exit)))
+    w.process(&cuguard_format::to_vec(&full_report(Reason::Exit)))
         .unwrap();
-    w.process(&cuguard_report::to_vec(&null_report())).unwrap();
+    w.process(&cuguard_format::to_vec(&null_report())).unwrap();
     assert_eq!(w.finish().unwrap(), 2);
     let doc: Value = serde_json::from_slice(&out).unwrap();
     validate(&root, &doc).unwrap_or_else(|e| panic!("merged report:\n{e}"));

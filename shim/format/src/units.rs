@@ -41,6 +41,25 @@ pub fn push_escaped(out: &mut String, text: &str) {
     }
 }
 
+/// Makes text safe to print on one line: every character [`needs_escape`] says must be
+/// escaped, escaped; at most 300 characters (the reader's errors, the command's messages).
+pub fn one_line(text: &str) -> String {
+    const MAX: usize = 300;
+    let mut out = String::with_capacity(text.len().min(MAX + 3));
+    for (n, c) in text.chars().enumerate() {
+        if n == MAX {
+            out.push('…');
+            break;
+        }
+        if needs_escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::{human_bytes, push_escaped};

@@ -14,28 +14,31 @@
 //! merged report's `schema`, `schema_version` and `processes`) by a scan that checks the whole
 //! document is JSON, where serde_json's pass would check it; it gives up the same way.
 //!
-//! Leaks go where serde_json would send them: into `Report::leaks`, or, while a
-//! [`LeakFold`] is installed as the thread's sink ([`with_leak_sink`]), into that fold, which
-//! is emptied again when the fast path gives up so that serde_json's pass starts it afresh. A
-//! sink of any other kind, or a fold that already holds leaks, is left to serde_json.
+//! Leaks go where the caller asked ([`Leaks`]): into `Report::leaks`, or into a
+//! [`LeakFold`], which is emptied again when the fast path gives up so that serde_json's pass
+//! starts it afresh.
 //!
-//! [`with_leak_sink`]: cuguard_report::sink::with_leak_sink
+//! [`leaks_range`] finds where a document's `leaks` array lies, for serde_json's pass to fold it
+//! apart from the rest.
+//!
+//! The keys each element may have are listed here once ([`LEAK_KEYS`], [`STACK_KEYS`] and
+//! [`STACK_SLOW_KEYS`], [`SITE_KEYS`], [`FRAME_KEYS`]); the tests check them against the
+//! types' own serde field names and against `docs/report.schema.json`, so that a field added to
+//! a leak or a stack cannot send every report down the slow path unnoticed.
 
-use std::any::Any;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::ops::Range;
 use std::sync::Arc;
 
-use cuguard_report::intern;
-use cuguard_report::sink::{LeakSink, LeakView, Text, with_installed_sink};
-use cuguard_report::wire::UNKNOWN_DEVICE;
-
 use serde_json::Value;
 
+use super::Leaks;
 use super::fold::Fx;
-use super::{Addr, Frame, LeakFold, LeakState, Memory, Report, Stack, StackSite};
+use crate::leak::{LeakView, Text};
+use crate::wire::UNKNOWN_DEVICE;
+use crate::{Addr, Frame, LeakState, Memory, Report, Stack, StackSite, intern};
 
 /// Why the fast path gave no report.
 #[derive(Debug, PartialEq, Eq)]
@@ -47,30 +50,45 @@ pub(super) enum GaveUp {
     Other,
 }
 
-/// The report in `text`, when the fast path handles the whole document; else why not (nothing
-/// was handed to the thread's sink then).
-pub(super) fn report(text: &str) -> Result<Report, GaveUp> {
-    with_installed_sink(|sink| match sink {
-        None => {
+/// The report in `text`, its leaks where `leaks` says, when the fast path handles the whole
+/// document; else why not (a fold is left empty then).
+pub(super) fn report(text: &str, leaks: Leaks<'_>) -> Result<Report, GaveUp> {
+    match leaks {
+        Leaks::Keep => {
             let mut leaks = Vec::new();
             let mut report = parse(text, &mut |leak| leaks.push(leak.to_leak()))?;
             report.leaks = leaks;
             Ok(report)
         }
-        Some(sink) => {
-            let fold = (sink as &mut dyn Any)
-                .downcast_mut::<LeakFold>()
-                .ok_or(GaveUp::Other)?;
-            if !fold.is_empty() {
-                return Err(GaveUp::Other);
-            }
-            let report = parse(text, &mut |leak| fold.leak(leak));
+        Leaks::Fold(fold) => {
+            fold.clear();
+            let report = parse(text, &mut |leak| fold.leak(&leak));
             if report.is_err() {
-                *fold = LeakFold::new(fold.keep());
+                fold.clear();
             }
             report
         }
-    })
+    }
+}
+
+/// Where the value of the document's one `leaks` member lies, when the document is an object
+/// whose members can be stepped over (the values are left to serde_json to check); `None` when
+/// it has no `leaks`, or two.
+pub(super) fn leaks_range(text: &str) -> Option<Range<usize>> {
+    let mut c = Cursor::new(text);
+    let mut leaks = None;
+    c.members_of_report(|c, key| {
+        let start = c.i;
+        c.skip_value()?;
+        if key == "leaks" {
+            if leaks.is_some() {
+                return None;
+            }
+            leaks = Some(start..c.i);
+        }
+        Some(())
+    })?;
+    leaks
 }
 
 /// Parses the document, handing each leak to `leak`.
@@ -204,8 +222,8 @@ struct Cursor<'a> {
 
 /// A key as written before its value: `"name":`, in at most 16 bytes, as two little-endian
 /// words and the masks of the bytes it covers in each.
-struct Key {
-    name: &'static [u8],
+pub(crate) struct Key {
+    pub(crate) name: &'static [u8],
     len: usize,
     lo: u64,
     hi: u64,
@@ -257,8 +275,8 @@ impl Key {
     }
 }
 
-/// The keys of `leaks[]`, in the order the shim writes them.
-const LEAK_KEYS: [Key; 14] = [
+/// The keys of `leaks[]`, in the order the shim writes them: every field of [`crate::Leak`].
+pub(crate) const LEAK_KEYS: [Key; 14] = [
     Key::new("address"),
     Key::new("size"),
     Key::new("requested"),
@@ -277,16 +295,25 @@ const LEAK_KEYS: [Key; 14] = [
 /// The keys a leak must have, by bit (all but `handle` and `owner`).
 const LEAK_REQUIRED: u32 = (1 << 12) - 1;
 
-/// The keys of `stacks[]` read here (not `python` or `mixed`), in the shim's order.
-const STACK_KEYS: [Key; 4] = [
+/// The keys of `stacks[]` read here, in the shim's order.
+pub(crate) const STACK_KEYS: [Key; 4] = [
     Key::new("id"),
     Key::new("frames"),
     Key::new("site"),
     Key::new("owner"),
 ];
 
+/// The other keys of `stacks[]`: at one of them the fast path gives up on purpose (a Python
+/// report's stacks, or a stack with an origin, are few and left to serde_json). With
+/// [`STACK_KEYS`], every field of [`Stack`].
+#[cfg_attr(
+    not(test),
+    allow(dead_code, reason = "the list the tests check the fast path against")
+)]
+pub(crate) const STACK_SLOW_KEYS: [&str; 3] = ["python", "mixed", "origin"];
+
 /// The keys of `stacks[].site`, in the shim's order.
-const SITE_KEYS: [Key; 4] = [
+pub(crate) const SITE_KEYS: [Key; 4] = [
     Key::new("in"),
     Key::new("index"),
     Key::new("fingerprint"),
@@ -294,7 +321,7 @@ const SITE_KEYS: [Key; 4] = [
 ];
 
 /// The keys of `stacks[].frames[]`, in the shim's order.
-const FRAME_KEYS: [Key; 7] = [
+pub(crate) const FRAME_KEYS: [Key; 7] = [
     Key::new("ip"),
     Key::new("module"),
     Key::new("offset"),
