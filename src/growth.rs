@@ -224,7 +224,7 @@ impl NotTold {
     /// Why, for people: `1 sample in the 48 ms from the first to the end of the code (at
     /// 62 ms); 5 are needed, one every 100 ms`.
     pub fn why(&self) -> String {
-        use crate::text::{millis, plural};
+        use crate::wording::{millis, plural};
         let end = if self.code_end {
             "the end of the code"
         } else {
@@ -253,7 +253,7 @@ impl NotTold {
     /// Why, in a few words for the summary's last lines: `2 samples in 31 ms; 5 are needed`,
     /// `sampling was off`.
     pub fn short(&self) -> String {
-        use crate::text::{millis, plural};
+        use crate::wording::{millis, plural};
         match (self.interval_ms, self.span_ms) {
             (None, _) => "sampling was off".to_string(),
             (Some(_), Some(span)) => format!(

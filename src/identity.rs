@@ -56,7 +56,7 @@ impl Identity {
     /// `worker NAME`, else `rank R`, else `pid P`.
     pub fn name(&self) -> String {
         match (&self.worker, self.rank) {
-            (Some(w), _) => format!("worker {}", crate::text::one_line(w)),
+            (Some(w), _) => format!("worker {}", crate::wording::one_line(w)),
             (None, Some(r)) => format!("rank {r}"),
             (None, None) => format!("pid {}", self.pid),
         }
@@ -69,7 +69,7 @@ impl Identity {
         if let (Some(_), Some(r)) = (&self.worker, self.rank) {
             more.push(format!("rank {r}"));
         }
-        more.push(format!("host {}", crate::text::one_line(&self.host)));
+        more.push(format!("host {}", crate::wording::one_line(&self.host)));
         if self.worker.is_some() || self.rank.is_some() {
             more.push(format!("pid {}", self.pid));
         }

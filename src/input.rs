@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::report::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, ReadError, Report};
-use crate::text::one_line;
+use crate::wording::one_line;
 use cuguard_symbolize::glob;
 
 /// Where a report came from: a file, and for a merged report the process's index in it.

@@ -15,7 +15,7 @@ use std::io::{self, Write};
 
 use super::Verdict;
 use super::places::source_root;
-use crate::format::{Format, Options};
+use crate::output::{Format, Options};
 
 /// `--format github`.
 pub struct Github;

@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 
 use super::Verdict;
-use crate::format::{Format, Options};
+use crate::output::{Format, Options};
 
 /// `--format json`: the [`Verdict`] as one pretty-printed JSON document and a newline.
 ///

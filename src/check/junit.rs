@@ -12,8 +12,8 @@
 use std::io::{self, Write};
 
 use super::Verdict;
-use crate::format::{Format, Options};
-use crate::text::{bytes, one_line, plural};
+use crate::output::{Format, Options};
+use crate::wording::{bytes, one_line, plural};
 
 /// Escapes text for XML attributes and content; drops characters XML 1.0 cannot hold.
 fn xml(text: &str) -> String {

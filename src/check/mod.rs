@@ -41,16 +41,16 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::format::{Registry, Row};
 use crate::growth::{Criterion, GrowingSite, NotTold, growing_sites, not_told};
 use crate::input::Source;
+use crate::output::{Registry, Row};
 use crate::owners::{OwnerFilter, OwnerIndex, OwnerShare};
 use crate::report::{HeldClass, Leak, LeakFold, LeakState, PyView, Report, Stack};
 use crate::sites::{Site, SiteIndex, SiteKind};
 use places::Place;
 use suppressions::Suppressions;
 
-/// The formats of `cuguard check --format`, the default first (see [`crate::format`]).
+/// The formats of `cuguard check --format`, the default first (see [`crate::output`]).
 pub const FORMATS: Registry<Verdict> = Registry::new(&[
     Row::of::<text::Text>(),
     Row::of::<json::Json>(),
@@ -1173,8 +1173,8 @@ fn failures(
     if let (true, Some(max)) = (bytes_over, limits.max_leaked_bytes) {
         failures.push(format!(
             "{} in {what} exceeds --max-leaked-bytes {}",
-            crate::text::bytes(counted_bytes),
-            crate::text::bytes(max),
+            crate::wording::bytes(counted_bytes),
+            crate::wording::bytes(max),
         ));
     }
     if let (true, Some(max)) = (leaks_over, limits.max_leaks) {
@@ -1186,10 +1186,10 @@ fn failures(
             failures.push(format!(
                 "{} grew by {} over {} in {} (more than --max-growth {})",
                 g.growth.label,
-                crate::text::bytes(grown.grown_bytes),
-                crate::text::millis(grown.to_ms.saturating_sub(grown.from_ms)),
+                crate::wording::bytes(grown.grown_bytes),
+                crate::wording::millis(grown.to_ms.saturating_sub(grown.from_ms)),
                 g.process,
-                crate::text::bytes(max),
+                crate::wording::bytes(max),
             ));
         }
     }

@@ -42,8 +42,8 @@ use serde_json::{Value, json};
 
 use super::Verdict;
 use super::places::{Located, Place, source_root, stable_hash};
-use crate::format::{Format, Options};
-use crate::text::{bytes, millis, plural};
+use crate::output::{Format, Options};
+use crate::wording::{bytes, millis, plural};
 
 /// A kind of finding: a SARIF rule.
 pub struct Rule {

@@ -35,7 +35,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::report::{Event, Leak, Stack};
-use crate::text::one_line;
+use crate::wording::one_line;
 use cuguard_symbolize::glob;
 
 /// A suppressions file, parsed.
@@ -382,7 +382,7 @@ pub fn write_file(
     reports: usize,
     out: &mut dyn std::io::Write,
 ) -> std::io::Result<()> {
-    use crate::text::{bytes, plural};
+    use crate::wording::{bytes, plural};
     writeln!(
         out,
         "# cuguard suppressions, generated from {}.",

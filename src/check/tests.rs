@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use super::suppressions::Suppressions;
 use super::*;
-use crate::format::{Format, Options};
 use crate::input::map_reports;
+use crate::output::{Format, Options};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -9,8 +9,8 @@ use crate::check::suppressions::Suppressions;
 use crate::check::{
     Baseline, CheckFold, Condense, FORMATS, FailingEvents, Limits, ProcessCheck, Verdict,
 };
-use crate::format::{Options, Row};
 use crate::input;
+use crate::output::{Options, Row};
 use crate::owners::OwnerFilter;
 use crate::report::{LeakFold, Report};
 use crate::style::Style;

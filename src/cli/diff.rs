@@ -6,8 +6,8 @@ use clap::Args;
 
 use super::{CliError, exit, write_stdout};
 use crate::diff::{Diff, FORMATS};
-use crate::format::{Options, Row};
 use crate::input;
+use crate::output::{Options, Row};
 use crate::style::Style;
 use crate::summary::{ReportSummary, Summary};
 

@@ -120,8 +120,8 @@ fn run_memory_viz(args: ExportArgs) -> Result<u8, CliError> {
     let size = bytes.len() as u64;
     let mut line = format!(
         "cuguard: wrote {} ({}, {} allocations{})",
-        crate::text::one_line(&args.output.display().to_string()),
-        crate::text::bytes(size),
+        crate::wording::one_line(&args.output.display().to_string()),
+        crate::wording::bytes(size),
         loaded.replay.blocks.len(),
         match window {
             Some((a, b)) => format!(
@@ -197,8 +197,8 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
         };
         eprintln!(
             "cuguard: {}{others} has no history ({}): the profile holds inuse_space and inuse_objects only, no alloc_*",
-            crate::text::one_line(first),
-            crate::text::one_line(why)
+            crate::wording::one_line(first),
+            crate::wording::one_line(why)
         );
     }
     let profile = heap(&processes, when, &at, alloc);
@@ -206,8 +206,8 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
     write_output(Some(&args.output), |w| w.write_all(&bytes))?;
     eprintln!(
         "cuguard: wrote {} ({}, {} sample{} of {} process{}; {})",
-        crate::text::one_line(&args.output.display().to_string()),
-        crate::text::bytes(bytes.len() as u64),
+        crate::wording::one_line(&args.output.display().to_string()),
+        crate::wording::bytes(bytes.len() as u64),
         profile.samples.len(),
         if profile.samples.len() == 1 { "" } else { "s" },
         processes.len(),

@@ -73,7 +73,7 @@ fn serve(mut reader: Reader, addr: SocketAddr) -> Result<u8, CliError> {
     eprintln!(
         "cuguard exporter: serving http://{}/metrics from the pages in {}",
         server.addr(),
-        crate::text::one_line(&reader.dir().display().to_string())
+        crate::wording::one_line(&reader.dir().display().to_string())
     );
     let mut last_error = None;
     let stopped = server.serve(move || match reader.scan() {

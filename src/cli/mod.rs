@@ -185,7 +185,7 @@ pub(crate) fn write_output(
         out.flush()
     })
     .map_err(|source| CliError::Output {
-        what: crate::text::one_line(&path.display().to_string()),
+        what: crate::wording::one_line(&path.display().to_string()),
         source,
     })
 }

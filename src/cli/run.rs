@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use clap::{Args, ValueEnum};
 
 use super::{CliError, exit};
-use crate::text::one_line;
+use crate::wording::one_line;
 
 /// Which CUDA driver the program gets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]

@@ -55,7 +55,7 @@ use clap::Args;
 use cuguard_format::template;
 
 use super::CliError;
-use crate::text::one_line;
+use crate::wording::one_line;
 
 /// The largest report read by default: 2 GiB (see the module documentation).
 pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;

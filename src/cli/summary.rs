@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{CliError, exit, write_stdout};
-use crate::format::{Options, Row};
 use crate::identity::GroupBy;
 use crate::input;
+use crate::output::{Options, Row};
 use crate::report::{LeakFold, Report};
 use crate::spill::Spill;
 use crate::style::Style;

@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 
 use super::Diff;
-use crate::format::{Format, Options};
+use crate::output::{Format, Options};
 
 /// `--format json`: the [`Diff`] as one pretty-printed JSON document and a newline.
 ///

@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::format::{Registry, Row};
+use crate::output::{Registry, Row};
 use crate::sites::SiteKind;
 use crate::summary::Summary;
 
-/// The formats of `cuguard diff --format`, the default first (see [`crate::format`]).
+/// The formats of `cuguard diff --format`, the default first (see [`crate::output`]).
 pub const FORMATS: Registry<Diff> =
     Registry::new(&[Row::of::<text::Text>(), Row::of::<json::Json>()]);
 

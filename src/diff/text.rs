@@ -7,9 +7,9 @@
 use std::io::{self, Write};
 
 use super::{Change, Diff};
-use crate::format::{Format, Options};
+use crate::output::{Format, Options};
 use crate::style::Table;
-use crate::text::{bytes, delta_bytes, one_line, plural};
+use crate::wording::{bytes, delta_bytes, one_line, plural};
 
 /// `--format text`, the default.
 pub struct Text;

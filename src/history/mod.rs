@@ -144,8 +144,8 @@ fn open_regular(path: &Path) -> Result<std::fs::File, CliError> {
             path,
             format!(
                 "{} is larger than a history is ({} at most)",
-                crate::text::bytes(meta.len()),
-                crate::text::bytes(MAX_HISTORY_BYTES)
+                crate::wording::bytes(meta.len()),
+                crate::wording::bytes(MAX_HISTORY_BYTES)
             ),
         ));
     }
@@ -340,7 +340,7 @@ pub fn parse_time(text: &str, replay: &Replay) -> Result<u64, String> {
 
 /// A moment for people: `1.25 s`, `840 ms`.
 pub fn span_text(ns: u64) -> String {
-    crate::text::millis(ns / 1_000_000)
+    crate::wording::millis(ns / 1_000_000)
 }
 
 /// Stacks are the report's ids: a history's id as the report's.

@@ -58,7 +58,7 @@ impl fmt::Display for ScanError {
         write!(
             f,
             "reading the page directory {}: {}",
-            crate::text::one_line(&self.dir.display().to_string()),
+            crate::wording::one_line(&self.dir.display().to_string()),
             self.source
         )
     }
@@ -152,7 +152,7 @@ impl Reader {
                     Err(why) => {
                         seen.push(asked.clone());
                         if self.said.get(&asked) != Some(&why) {
-                            let shown = crate::text::one_line(&asked.display().to_string());
+                            let shown = crate::wording::one_line(&asked.display().to_string());
                             scan.notes.push(format!(
                                 "{shown} {why}: not read (the shim puts this user's pages in a private {shown}.XXXXXXXX then)"
                             ));
@@ -237,7 +237,7 @@ impl Reader {
                     if self.said.get(&path) != Some(&why) {
                         scan.notes.push(format!(
                             "page {}: {why}; skipped",
-                            crate::text::one_line(&path.display().to_string())
+                            crate::wording::one_line(&path.display().to_string())
                         ));
                         self.said.insert(path, why);
                     }

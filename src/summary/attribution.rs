@@ -185,7 +185,7 @@ impl ReconciliationSummary {
     /// contexts: estimated at 523.6 MiB when they were created, 3.6 MiB more than what is used leaves for them; 520.0 MiB counted
     /// ```
     pub fn notes(&self) -> Vec<String> {
-        let bytes = crate::text::bytes;
+        let bytes = crate::wording::bytes;
         let mut notes = Vec::new();
         if let Some(pending) = self.given_back_pending_bytes.filter(|p| *p > 0) {
             let counted = self.explained.given_back_bytes;
@@ -362,14 +362,14 @@ pub fn peak_when(peak: &PeakSummary) -> String {
     match peak.peak_live_bytes {
         Some(top) if top > peak.live_bytes => format!(
             "{} ({} live at {}, within 1%)",
-            crate::text::bytes(top),
-            crate::text::bytes(peak.live_bytes),
-            crate::text::millis(peak.time_ms)
+            crate::wording::bytes(top),
+            crate::wording::bytes(peak.live_bytes),
+            crate::wording::millis(peak.time_ms)
         ),
         _ => format!(
             "{} (at {})",
-            crate::text::bytes(peak.live_bytes),
-            crate::text::millis(peak.time_ms)
+            crate::wording::bytes(peak.live_bytes),
+            crate::wording::millis(peak.time_ms)
         ),
     }
 }

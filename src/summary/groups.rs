@@ -44,7 +44,7 @@ use crate::identity::{GroupBy, GroupKey, Identity};
 use crate::owners::OwnerKind;
 use crate::record::{Dec, Enc};
 use crate::spill::Spill;
-use crate::text::bytes;
+use crate::wording::bytes;
 
 /// How many sites each group lists, largest first.
 pub const GROUP_SITES: usize = 3;
@@ -614,7 +614,7 @@ fn finish_groups(
                 (Some(_), GroupBy::Process) => refs[g.members[0]].name.clone(),
                 (Some(GroupKey::Number(n)), _) => format!("{} {n}", by.as_str()),
                 (Some(GroupKey::Text(t)), _) => {
-                    format!("{} {}", by.as_str(), crate::text::one_line(t))
+                    format!("{} {}", by.as_str(), crate::wording::one_line(t))
                 }
             };
             g.close(overall);
@@ -730,7 +730,7 @@ fn sentence(who: &Identity, o: &Outlier, noun: &str) -> String {
         "{} {verb} {} at {}, {compared}{}{more}",
         who.name(),
         bytes(o.bytes),
-        crate::text::one_line(&o.label),
+        crate::wording::one_line(&o.label),
         if more.is_empty() { "" } else { " " }
     )
 }

@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 
 use super::{ReportSummary, Sections, Summary};
-use crate::format::{Format, Options};
+use crate::output::{Format, Options};
 
 /// `--format json`: the [`Summary`] as one pretty-printed JSON document and a newline.
 ///

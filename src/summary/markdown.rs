@@ -11,9 +11,9 @@ use std::io::{self, Write};
 use super::attribution::SiteBytes;
 use super::groups::Job;
 use super::{ReportSummary, Sections, Summary};
-use crate::format::{Format, Options};
+use crate::output::{Format, Options};
 use crate::owners::{OwnerKind, OwnerShare};
-use crate::text::{bytes, delta_bytes, millis, one_line};
+use crate::wording::{bytes, delta_bytes, millis, one_line};
 
 /// Escapes text for a table cell or inline text.
 pub(super) fn cell(text: &str) -> String {

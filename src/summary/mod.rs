@@ -24,19 +24,19 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::format::{Options, Registry, Row};
 use crate::growth::{Criterion, GrowingSite, NotTold, growing_sites, not_told};
 use crate::input::Source;
+use crate::output::{Options, Registry, Row};
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner};
 use crate::report::{Addr, Cost, Event, LeakFold, LeakState, Report};
 use crate::sites::{SiteIndex, SiteKind};
 use attribution::{OomSummary, PeakSummary, ReconciliationSummary};
 
-/// The summary's formats, registered once: each is a [`crate::format::Format`] (its name and
+/// The summary's formats, registered once: each is a [`crate::output::Format`] (its name and
 /// whole writer, for `--format`) and [`Sections`] (its parts, written as the processes come).
 macro_rules! summary_formats {
     ($($format:ty),+ $(,)?) => {
-        /// The formats of `cuguard summary --format`, the default first (see [`crate::format`]).
+        /// The formats of `cuguard summary --format`, the default first (see [`crate::output`]).
         pub const FORMATS: Registry<Summary> = Registry::new(&[$(Row::of::<$format>()),+]);
 
         /// The three parts of the format named `name`, one of [`FORMATS`].
@@ -45,7 +45,7 @@ macro_rules! summary_formats {
                 (S::head, S::process, S::tail)
             }
             $(
-                if name == <$format as crate::format::Format<Summary>>::NAME {
+                if name == <$format as crate::output::Format<Summary>>::NAME {
                     return Some(of::<$format>());
                 }
             )+
@@ -613,8 +613,8 @@ fn python_summary<'r>(
         py.notes.push(format!(
             "{} destroyed by the interpreter's teardown after the program's code ended, with {} \
              still live (a framework's own exit, as numba's): not a finding against the program",
-            crate::text::plural(teardown.len() as u64, "context", "contexts"),
-            crate::text::bytes(live)
+            crate::wording::plural(teardown.len() as u64, "context", "contexts"),
+            crate::wording::bytes(live)
         ));
     }
     python
@@ -820,7 +820,7 @@ pub fn cost_line(c: &Cost) -> String {
         s.push_str(&format!(
             ", {} ({}) from the driver in {}",
             count(g.chunks, "pool chunk", "pool chunks"),
-            crate::text::bytes(g.bytes),
+            crate::wording::bytes(g.bytes),
             duration(g.ns)
         ));
     }
@@ -835,7 +835,7 @@ pub fn cost_line(c: &Cost) -> String {
         ", {} writing {}, {} of its own memory",
         duration(c.reports.ns),
         count(c.reports.written, "report", "reports"),
-        crate::text::bytes(c.heap_bytes)
+        crate::wording::bytes(c.heap_bytes)
     ));
     s
 }
@@ -856,7 +856,7 @@ pub fn cost_short(c: &Cost) -> String {
     } else {
         None
     };
-    let memory = format!("{} of memory", crate::text::bytes(c.heap_bytes));
+    let memory = format!("{} of memory", crate::wording::bytes(c.heap_bytes));
     match each {
         Some(ns) => format!(
             "cuguard's cost: {} per allocation, {memory} (--cost: the whole bill)",
@@ -907,7 +907,7 @@ fn count(n: u64, one: &str, many: &str) -> String {
 /// A format written in three parts, so that processes can be written as they are read, before
 /// the totals across them are known, and the totals put in front afterwards: everything before
 /// the processes ([`Sections::head`], which does not read `processes`), each process, and the
-/// end. Every summary format is one; its [`crate::format::Format::write`] is
+/// end. Every summary format is one; its [`crate::output::Format::write`] is
 /// [`write_in_sections`].
 pub trait Sections {
     /// Everything before the processes.

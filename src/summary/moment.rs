@@ -13,10 +13,10 @@ use std::io::{self, Write};
 
 use crate::history::moment::{DeviceMoment, Moment};
 use crate::style::{Style, Table};
-use crate::text::{bytes, one_line, plural};
+use crate::wording::{bytes, one_line, plural};
 
 fn when(ms: f64) -> String {
-    crate::text::millis(ms.round() as u64)
+    crate::wording::millis(ms.round() as u64)
 }
 
 /// The headline: what was asked, the total, and the history's span and gaps.

@@ -60,7 +60,7 @@ impl PythonSummary {
     pub fn how_it_ended(&self) -> String {
         match self.how.as_deref() {
             Some("raised") => match &self.exception {
-                Some(e) => format!("raised {}", crate::text::one_line(e)),
+                Some(e) => format!("raised {}", crate::wording::one_line(e)),
                 None => "raised".to_string(),
             },
             Some("interrupted") => "was interrupted".to_string(),

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use super::{ReportSummary, Summary};
-use crate::format::{Format, Options};
 use crate::input::{Source, map_reports};
+use crate::output::{Format, Options};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

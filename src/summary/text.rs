@@ -24,11 +24,11 @@ use super::attribution::{OomSummary, PeakSummary, ReconciliationSummary, SiteByt
 use super::groups::Job;
 use super::python::{ClassSite, HeldLine, PythonSummary};
 use super::{ReportSummary, Sections, Summary};
-use crate::format::{Format, Options};
 use crate::growth::GrowingSite;
+use crate::output::{Format, Options};
 use crate::owners::{OwnerKind, OwnerShare};
 use crate::style::{Style, Table};
-use crate::text::{bytes, delta_bytes, millis, one_line, plural};
+use crate::wording::{bytes, delta_bytes, millis, one_line, plural};
 
 /// `--format text`, the default.
 pub struct Text;

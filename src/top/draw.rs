@@ -13,7 +13,7 @@ use super::app::{App, Screen};
 use super::once::nothing_found;
 use super::spark::sparkline;
 use crate::live::{LiveProcess, exe_name};
-use crate::text::{bytes, delta_bytes, one_line};
+use crate::wording::{bytes, delta_bytes, one_line};
 
 /// Widths of the list's columns before the history: pid, exe, rank/worker, device, live, peak,
 /// reserved, growth.

@@ -18,7 +18,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use crate::live::{LiveProcess, exe_name};
-use crate::text::{bytes, delta_bytes, one_line};
+use crate::wording::{bytes, delta_bytes, one_line};
 
 /// The header line.
 pub fn header() -> String {

@@ -33,7 +33,7 @@ use crate::growth::GrowingSite;
 use crate::owners::{OwnerKind, OwnerShare};
 use crate::summary::ReportSummary;
 use crate::summary::attribution::{OomSummary, PeakSummary, SiteBytes, peak_when};
-use crate::text::{bytes, delta_bytes, millis, plural};
+use crate::wording::{bytes, delta_bytes, millis, plural};
 
 const CSS: &str = include_str!("page.css");
 const JS: &str = include_str!("page.js");

@@ -25,7 +25,7 @@ use crate::input::Source;
 use crate::report::{LeakFold, Report, Stack};
 use crate::sites::{SiteIndex, frame_name, mixed_names};
 use crate::summary::{ReportSummary, Summary};
-use crate::text::{bytes, millis};
+use crate::wording::{bytes, millis};
 
 /// Most points kept per device timeline.
 pub const MAX_POINTS: usize = 2000;

@@ -26,7 +26,7 @@ use super::MAX_LISTED;
 use crate::owners::OwnerKind;
 use crate::spill::{Log, Spill};
 use crate::summary::{ReportSummary, Summary};
-use crate::text::{bytes, plural};
+use crate::wording::{bytes, plural};
 
 /// How many of its sites a process's row in the compressed part carries.
 pub const ROW_SITES: usize = 5;

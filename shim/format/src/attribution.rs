@@ -1,4 +1,4 @@
-//! What the report says about who holds memory and when: the owners ([`OwnerInfo`]), what was
+//! The report format's attribution: what the report says about who holds memory and when: the owners ([`OwnerInfo`]), what was
 //! live at each device's peak ([`PeakRecord`]), live bytes per stack over time
 //! ([`StackSamples`], from which growth is read), what an out-of-memory saw ([`OomRecord`]), and
 //! what the device says is used against what cuguard can explain ([`Reconciliation`]).

@@ -1,4 +1,4 @@
-//! [`Config`]: the shim's effective settings as the report gives them (`config`).
+//! The report format's `config` ([`Config`]): the shim's effective settings (`config`).
 //!
 //! The object is informational and was free-form in the first reports, so reading is lenient: a
 //! field of another type than the shim writes reads as absent, and unknown fields are ignored.

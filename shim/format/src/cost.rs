@@ -1,4 +1,4 @@
-//! [`Cost`]: the report's `cost`, what cuguard itself cost the program (time on the allocation
+//! The report format's `cost` ([`Cost`]): what cuguard itself cost the program (time on the allocation
 //! path, report writing, its own heap), and how figures of several reports add up.
 
 use serde::{Deserialize, Serialize};

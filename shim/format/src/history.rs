@@ -1,4 +1,4 @@
-//! `history`: where the process's history of every allocation and free is, and what it lost.
+//! The report format's `history`: where the process's history of every allocation and free is, and what it lost.
 //! The history itself is binary (the `cuguard-history` crate); the report only names it.
 
 use serde::{Deserialize, Serialize};

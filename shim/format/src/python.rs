@@ -1,4 +1,4 @@
-//! `python`: what a Python program's memory was held by, at the end of its code (the final
+//! The report format's `python`: what a Python program's memory was held by, at the end of its code (the final
 //! report) or at a snapshot, and whether that end was seen at all.
 //!
 //! A Python program's code ends before the interpreter tears its modules down, and the teardown

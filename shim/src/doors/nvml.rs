@@ -1,4 +1,4 @@
-//! NVML's memory-info entries, through both doors a program reaches NVML by: the shim's exports
+//! The doors to NVML's memory-info entries, both by which a program reaches NVML: the shim's exports
 //! `nvmlDeviceGetMemoryInfo` and `nvmlDeviceGetMemoryInfo_v2` (programs linked with
 //! `-lnvidia-ml`, and `RTLD_DEFAULT` lookups), and [`on_lookup`] for `dlsym` on an NVML handle
 //! (pynvml: `CDLL("libnvidia-ml.so.1")`, then attribute lookups).

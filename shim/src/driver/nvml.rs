@@ -1,4 +1,4 @@
-//! NVML, the management library beside the driver, for what the CUDA driver does not say: how
+//! The shim's own calls to NVML, the management library beside the driver, for what the CUDA driver does not say: how
 //! much memory a device has in use by every process (without a context), and how much this
 //! process uses as the driver accounts it (context included).
 //!

@@ -1,4 +1,4 @@
-//! NVML's memory figures under a limit (`CUGUARD_LIMIT` or `CUGUARD_POOL_LIMIT`, unless
+//! The hooks of NVML's memory figures, under a limit (`CUGUARD_LIMIT` or `CUGUARD_POOL_LIMIT`, unless
 //! `CUGUARD_LIMIT_VIRTUAL=0`; [`super::shown`]): the
 //! answers of `nvmlDeviceGetMemoryInfo` and `nvmlDeviceGetMemoryInfo_v2` that the doors hand
 //! out, the same as cuMemGetInfo's ([`super::cuMemGetInfo_v2`]), for the programs that size

@@ -1,4 +1,4 @@
-//! Work of one context that can touch another context's memory, watched for the pool's fences
+//! The hooks on work of one context that can touch another context's memory, watched for the pool's fences
 //! ([`crate::serving::peers`]): peer access enabled and disabled, and the copies that may reach
 //! another context's memory (the `copy` rows: `cuMemcpyPeer*`, `cuMemcpy3DPeer*`, and the
 //! unified-address `cuMemcpy`/`cuMemcpyAsync`, whose operands are found in the pools).

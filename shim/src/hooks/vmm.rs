@@ -1,4 +1,4 @@
-//! Virtual memory management: cuMemCreate, cuMemRelease, cuMemMap, cuMemUnmap,
+//! The hooks of virtual memory management: cuMemCreate, cuMemRelease, cuMemMap, cuMemUnmap,
 //! cuMemAddressReserve and cuMemAddressFree (JAX/XLA allocates this way).
 
 #![allow(non_snake_case)]

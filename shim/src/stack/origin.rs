@@ -1,4 +1,4 @@
-//! Origins: the stack of the thread that started work which other threads do for it, given to
+//! The stack capture's origins: the stack of the thread that started work which other threads do for it, given to
 //! the allocations those threads make (PyTorch's backward pass runs on the autograd engine's
 //! own threads, which have no Python frames, while the thread that called `backward()` waits).
 //!

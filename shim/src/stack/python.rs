@@ -1,4 +1,4 @@
-//! Python frames of the allocating thread (CPython 3.9–3.13), read in place with no call that
+//! The stack capture's Python frames: those of the allocating thread (CPython 3.9–3.13), read in place with no call that
 //! could allocate, take a lock or run Python code.
 //!
 //! # What is read, and why that is safe

@@ -1,4 +1,4 @@
-//! The end of a Python program's code: the moment cuguard's Python bootstrap marks (after
+//! The tracker's mark of the end of a Python program's code: the moment cuguard's Python bootstrap marks (after
 //! `__main__` and the program's own `atexit` handlers, before the interpreter tears modules
 //! down), the allocations live then, and the classes the bootstrap found for them.
 //!

@@ -1,4 +1,4 @@
-//! Virtual memory management (cuMemCreate/Map/Unmap/Release, address reservations).
+//! The tracker's record of virtual memory management (cuMemCreate/Map/Unmap/Release, address reservations).
 //!
 //! Physical memory made by cuMemCreate stays allocated while its handle is unreleased or while
 //! any mapping of it remains (the driver frees a released handle on its last unmap). Each such

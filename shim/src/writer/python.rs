@@ -1,4 +1,4 @@
-//! The report's `python` section: where a Python program's code ended and what held each
+//! The writer's `python` section of the report: where a Python program's code ended and what held each
 //! allocation live then ([`crate::tracker::end`], marked by cuguard's Python bootstrap), or why
 //! that end is not known.
 

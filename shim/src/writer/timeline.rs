@@ -1,4 +1,4 @@
-//! Device memory over time, for the report's `timeline` (what `cuguard view` draws): per device,
+//! The writer's `timeline` of the report: device memory over time (what `cuguard view` draws): per device,
 //! live bytes (the program's) and reserved bytes (the pool's), sampled by the shim's reporter
 //! thread every `CUGUARD_TIMELINE_MS` (default 100 ms; 0 turns sampling off).
 //!

@@ -1,4 +1,5 @@
-//! Small text helpers shared by the readers and the output formats.
+//! How figures and text are worded for people, shared by the readers and the output formats:
+//! sizes, durations, plurals, text safe to print on one line.
 
 /// Makes text safe to print on one line (the report format's rule, shared with its reader).
 pub use cuguard_format::one_line;

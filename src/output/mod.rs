@@ -13,7 +13,7 @@
 //! ```
 //! use std::io::{self, Write};
 //!
-//! use cuguard::format::{Format, Options, Registry, Row};
+//! use cuguard::output::{Format, Options, Registry, Row};
 //!
 //! /// What is rendered (in cuguard: `Summary`, `Verdict`, `Diff`).
 //! struct Total(u64);
