@@ -59,6 +59,7 @@ pub mod identity;
 pub mod input;
 pub mod live;
 pub mod merge;
+pub mod naming;
 pub mod output;
 pub mod owners;
 pub mod record;

@@ -162,7 +162,7 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
             let r: Report = r.map_err(|e| CliError::Input(InputError::from(e)))?;
             let history = match crate::history::of_report(&r, path) {
                 Ok(h) => Some(h),
-                Err(e) if args.at.is_some() => return Err(e),
+                Err(e) if args.at.is_some() => return Err(e.into()),
                 Err(e) => {
                     without.push((r.process_name(), why_no_history(&r, &e)));
                     None
@@ -223,7 +223,7 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
 }
 
 /// Why a report's history is not at hand, in a few words.
-fn why_no_history(r: &Report, e: &CliError) -> String {
+fn why_no_history(r: &Report, e: &InputError) -> String {
     match &r.history {
         None => "CUGUARD_HISTORY=0, or a cuguard before 0.2".into(),
         Some(_) => e.to_string(),

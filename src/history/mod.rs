@@ -17,7 +17,6 @@ use cuguard_history::replay::{Replay, Word};
 use cuguard_symbolize::Symbolizer;
 use cuguard_symbolize::site::Plumbing;
 
-use crate::cli::CliError;
 use crate::input::InputError;
 use crate::report::ReadError;
 
@@ -36,17 +35,17 @@ pub struct Loaded {
 
 /// Reads the history at `path`: a report naming its history, or a history file (with its older
 /// segment `PATH.1` when that is the same process's).
-pub fn load(path: &Path) -> Result<Loaded, CliError> {
+pub fn load(path: &Path) -> Result<Loaded, InputError> {
     let head = read_head(path)?;
     let (files, report) = if head.starts_with(cuguard_history::MAGIC) {
         (segments_beside(path)?, None)
     } else {
         let doc = crate::report::Document::read_with_limit(path, crate::input::max_report_bytes())
-            .map_err(|e| CliError::Input(InputError::from(e)))?;
+            .map_err(InputError::from)?;
         let reports: Vec<Report> = doc
             .into_reports()
             .collect::<Result<_, _>>()
-            .map_err(|e| CliError::Input(InputError::from(e)))?;
+            .map_err(InputError::from)?;
         let [r]: [Report; 1] = reports.try_into().map_err(|all: Vec<Report>| {
             invalid(
                 path,
@@ -62,18 +61,18 @@ pub fn load(path: &Path) -> Result<Loaded, CliError> {
 }
 
 /// Whether the file at `path` is a history file (else it may be a report).
-pub fn is_history_file(path: &Path) -> Result<bool, CliError> {
+pub fn is_history_file(path: &Path) -> Result<bool, InputError> {
     Ok(read_head(path)?.starts_with(cuguard_history::MAGIC))
 }
 
 /// The history of `report`, read from `path` (its history's files are named relative to the
 /// report's directory).
-pub fn of_report(report: &Report, path: &Path) -> Result<Loaded, CliError> {
+pub fn of_report(report: &Report, path: &Path) -> Result<Loaded, InputError> {
     read_segments(files_of(report, path)?, Some(report.process.clone()))
 }
 
 /// The files of the history `report` names, beside `path`.
-fn files_of(report: &Report, path: &Path) -> Result<Vec<PathBuf>, CliError> {
+fn files_of(report: &Report, path: &Path) -> Result<Vec<PathBuf>, InputError> {
     let Some(info) = &report.history else {
         return Err(invalid(
             path,
@@ -89,7 +88,7 @@ fn files_of(report: &Report, path: &Path) -> Result<Vec<PathBuf>, CliError> {
 }
 
 /// Reads a history's segment files (oldest first) and names its stacks.
-fn read_segments(files: Vec<PathBuf>, process: Option<Process>) -> Result<Loaded, CliError> {
+fn read_segments(files: Vec<PathBuf>, process: Option<Process>) -> Result<Loaded, InputError> {
     let mut bytes = Vec::with_capacity(files.len());
     for f in &files {
         bytes.push(read_file(f)?);
@@ -108,16 +107,16 @@ fn read_segments(files: Vec<PathBuf>, process: Option<Process>) -> Result<Loaded
     })
 }
 
-fn invalid(path: &Path, reason: String) -> CliError {
-    CliError::Input(InputError::from(ReadError::Invalid {
+fn invalid(path: &Path, reason: String) -> InputError {
+    InputError::from(ReadError::Invalid {
         path: path.to_path_buf(),
         process: None,
         reason,
-    }))
+    })
 }
 
 /// The first bytes of `path`, refusing anything but a regular file (a FIFO would block).
-fn read_head(path: &Path) -> Result<Vec<u8>, CliError> {
+fn read_head(path: &Path) -> Result<Vec<u8>, InputError> {
     use std::io::Read as _;
     let mut f = open_regular(path)?;
     let mut head = vec![0u8; 8];
@@ -128,7 +127,7 @@ fn read_head(path: &Path) -> Result<Vec<u8>, CliError> {
     Ok(head)
 }
 
-fn open_regular(path: &Path) -> Result<std::fs::File, CliError> {
+fn open_regular(path: &Path) -> Result<std::fs::File, InputError> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -152,7 +151,7 @@ fn open_regular(path: &Path) -> Result<std::fs::File, CliError> {
     Ok(f)
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
+fn read_file(path: &Path) -> Result<Vec<u8>, InputError> {
     use std::io::Read as _;
     let mut f = open_regular(path)?;
     let mut out = Vec::new();
@@ -163,7 +162,7 @@ fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
 
 /// `path` and, before it, its older segment `PATH.1` when that is the same process's previous
 /// segment.
-fn segments_beside(path: &Path) -> Result<Vec<PathBuf>, CliError> {
+fn segments_beside(path: &Path) -> Result<Vec<PathBuf>, InputError> {
     let mut older = path.as_os_str().to_owned();
     older.push(".1");
     let older = PathBuf::from(older);
@@ -179,7 +178,7 @@ fn segments_beside(path: &Path) -> Result<Vec<PathBuf>, CliError> {
     Ok(vec![path.to_path_buf()])
 }
 
-fn read_first(path: &Path) -> Result<Vec<u8>, CliError> {
+fn read_first(path: &Path) -> Result<Vec<u8>, InputError> {
     use std::io::Read as _;
     let mut f = open_regular(path)?;
     let mut head = vec![0u8; cuguard_history::HEADER_LEN];
@@ -240,7 +239,7 @@ fn named(replay: &Replay, process: Option<Process>) -> Report {
     report.modules = modules;
     let mut value = serde_json::to_value(&report).expect("a report serializes");
     let mut symbolizer = Symbolizer::new(None);
-    crate::cli::symbolize::symbolize_report(&mut value, &mut symbolizer, &Plumbing::builtin());
+    crate::naming::symbolize_report(&mut value, &mut symbolizer, &Plumbing::builtin());
     serde_json::from_value(value).unwrap_or(report)
 }
 

@@ -117,17 +117,13 @@ pub use history::{HistoryInfo, HistoryLost};
 pub use leak::{LeakView, Text};
 pub use model::{
     Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, MixedRef, Module, PoolStats,
-    Process, PyFrame, Report, Sample, Signal, Stack, StackSite, Stats, Timeline, Tool,
+    Process, Report, SCHEMA_NAME, SCHEMA_VERSION, Sample, Signal, Stack, StackSite, Stats,
+    Timeline, Tool,
 };
 pub use python::{
-    Classification, Classified, PyAllocation, PyBlock, PyCache, PyCacheLine, PyEnd, PyHolder,
-    PyView, Python,
+    Classification, Classified, PyAllocation, PyBlock, PyCache, PyCacheLine, PyEnd, PyFrame,
+    PyHolder, PyView, Python,
 };
 pub use read::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, LeakGroup, ReadError, Reports};
 pub use units::{human_bytes, needs_escape, one_line, push_escaped};
 pub use write::{to_vec, write};
-
-/// The value of every report's `schema` field.
-pub const SCHEMA_NAME: &str = "cuguard-report";
-/// The schema version the shim writes and `cuguard` reads.
-pub const SCHEMA_VERSION: u64 = 1;

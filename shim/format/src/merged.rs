@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::Tool;
-use crate::{SCHEMA_NAME, SCHEMA_VERSION};
+use crate::model::{SCHEMA_NAME, SCHEMA_VERSION};
 
 /// `merged`: how a merged report was made.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,9 +17,14 @@ use crate::attribution::{OomRecord, OwnerInfo, PeakRecord, Reconciliation, Stack
 use crate::config::Config;
 use crate::cost::Cost;
 use crate::enums::{EventKind, LeakState, Memory, Reason};
-use crate::python::Python;
-use crate::{SCHEMA_NAME, SCHEMA_VERSION, intern, wire};
+use crate::history::HistoryInfo;
+use crate::python::{PyFrame, Python};
+use crate::{intern, wire};
 
+/// The value of every report's `schema` field.
+pub const SCHEMA_NAME: &str = "cuguard-report";
+/// The schema version the shim writes and `cuguard` reads.
+pub const SCHEMA_VERSION: u64 = 1;
 /// One process's report (schema `"cuguard-report"`, version 1).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -61,7 +66,7 @@ pub struct Report {
     pub contexts: Vec<Context>,
     /// Every allocation still owned by the program when the report was written, or lost with
     /// its context. Empty in a report read with its leaks folded
-    /// ([`Document::read_folding`](crate::read::Document::read_folding)).
+    /// (`Document::read_folding`, in `read/`).
     pub leaks: Vec<Leak>,
     /// Misuse and anomalies seen while running.
     pub events: Vec<Event>,
@@ -109,7 +114,7 @@ pub struct Report {
     /// The history of every allocation and free: where it is, what it lost (absent when it is
     /// off, and in older reports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub history: Option<crate::HistoryInfo>,
+    pub history: Option<HistoryInfo>,
     /// The shim's own problems, one line each.
     #[serde(default)]
     pub faults: Vec<String>,
@@ -385,29 +390,6 @@ pub struct Frame {
     /// Whether this frame was inlined into the next one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inlined: Option<bool>,
-}
-
-/// `stacks[].python[]`: one Python frame.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PyFrame {
-    /// Source file.
-    pub file: String,
-    /// Line number.
-    pub line: Option<u32>,
-    /// Function name.
-    pub function: String,
-    /// Whether this frame is the first one that a call of the interpreter's evaluation loop
-    /// ran: the outermost Python frame of the chain that one native evaluation frame
-    /// (`_PyEval_EvalFrameDefault`) was running (on CPython 3.9 and 3.10, every frame). How
-    /// `mixed` splits the Python frames among the native evaluation frames. Absent in older
-    /// reports.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub entry: Option<bool>,
-    /// What the program calls `file` for people, when it said (`cuguard_file_alias`): IPython's
-    /// `Cell In[2]` for a notebook cell's compiled file. A location is then written
-    /// `Cell In[2], line 5` rather than `file:line`. Absent otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub display: Option<String>,
 }
 
 /// `modules[]`: a loaded module.

@@ -26,7 +26,6 @@ use serde::{Deserialize, Serialize};
 use crate::addr::Addr;
 pub use crate::enums::HeldClass;
 use crate::enums::Memory;
-use crate::model::PyFrame;
 use crate::{intern, wire};
 use std::sync::Arc;
 
@@ -247,4 +246,27 @@ impl Classification {
     pub fn from_json(text: &str) -> Result<Classification, String> {
         serde_json::from_str(text).map_err(|e| e.to_string())
     }
+}
+
+/// `stacks[].python[]`: one Python frame.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PyFrame {
+    /// Source file.
+    pub file: String,
+    /// Line number.
+    pub line: Option<u32>,
+    /// Function name.
+    pub function: String,
+    /// Whether this frame is the first one that a call of the interpreter's evaluation loop
+    /// ran: the outermost Python frame of the chain that one native evaluation frame
+    /// (`_PyEval_EvalFrameDefault`) was running (on CPython 3.9 and 3.10, every frame). How
+    /// `mixed` splits the Python frames among the native evaluation frames. Absent in older
+    /// reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<bool>,
+    /// What the program calls `file` for people, when it said (`cuguard_file_alias`): IPython's
+    /// `Cell In[2]` for a notebook cell's compiled file. A location is then written
+    /// `Cell In[2], line 5` rather than `file:line`. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display: Option<String>,
 }

@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 
 use crate::enums::Reason;
 use crate::model::{Context, Device, Driver, Event, Leak, Process, Signal, Stack, Stats, Tool};
-use crate::{SCHEMA_NAME, SCHEMA_VERSION};
+use crate::model::{SCHEMA_NAME, SCHEMA_VERSION};
 
 /// What the signal-time report says beyond the process: the fields of [`crate::Report`] it
 /// has, in the same order (a test reads it back as a `Report`).

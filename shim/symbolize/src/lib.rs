@@ -87,6 +87,7 @@ pub mod mixed;
 mod module;
 pub mod rules;
 pub mod site;
+mod site_frame;
 mod symbol_names;
 
 use std::collections::HashMap;
@@ -94,19 +95,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use demangle::demangle;
-
-/// One frame of a symbolized address. For an address inside inlined code there are several:
-/// the innermost (inlined) one first, the real function last.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Frame {
-    /// Demangled function name, from DWARF, else from the symbol tables.
-    pub function: Option<String>,
-    /// Source file, as DWARF names it (usually absolute).
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    /// True for frames that were inlined into the next one.
-    pub inlined: bool,
-}
+pub use module::Frame;
 
 /// Caches each module's symbol table and DWARF context, and the frames of each offset asked.
 pub struct Symbolizer {

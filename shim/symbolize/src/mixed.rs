@@ -18,7 +18,7 @@
 //! frames. Without entry marks (reports from before they were recorded) there is no mixed
 //! order: [`mixed`] returns `None`.
 
-use crate::site::SiteFrame;
+use crate::site_frame::SiteFrame;
 
 /// One frame of a mixed stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,10 +13,22 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
-use crate::Frame;
 use crate::demangle::demangle;
 use crate::dwarf_names::{DwarfNames, Reader};
 use crate::symbol_names::{SegmentIndex, with_symbol_path};
+
+/// One frame of a symbolized address. For an address inside inlined code there are several:
+/// the innermost (inlined) one first, the real function last.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// Demangled function name, from DWARF, else from the symbol tables.
+    pub function: Option<String>,
+    /// Source file, as DWARF names it (usually absolute).
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// True for frames that were inlined into the next one.
+    pub inlined: bool,
+}
 
 struct Sym {
     addr: u64,

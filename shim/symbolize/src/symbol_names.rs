@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 
 use crate::demangle::{demangle, looks_rust};
-use crate::site::qualified_path;
+use crate::site_frame::qualified_path;
 
 /// DWARF's short `name` (`alloc<f32>`) qualified by the path of the symbol `mangled` that covers
 /// the same address. `None` when the symbol is not a mangled name or its last segment is not

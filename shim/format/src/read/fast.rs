@@ -36,9 +36,12 @@ use serde_json::Value;
 
 use super::Leaks;
 use super::fold::Fx;
+use crate::addr::Addr;
+use crate::enums::{LeakState, Memory};
+use crate::intern;
 use crate::leak::{LeakView, Text};
+use crate::model::{Frame, Report, Stack, StackSite};
 use crate::wire::UNKNOWN_DEVICE;
-use crate::{Addr, Frame, LeakState, Memory, Report, Stack, StackSite, intern};
 
 /// Why the fast path gave no report.
 #[derive(Debug, PartialEq, Eq)]

@@ -12,8 +12,9 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::enums::{LeakState, Memory};
 use crate::leak::LeakView;
-use crate::{Leak, LeakState, Memory};
+use crate::model::Leak;
 
 /// Leaks that share everything but their address, size, thread, order and time.
 #[derive(Clone, Debug, PartialEq)]

@@ -38,8 +38,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::model::{Report, SCHEMA_NAME, SCHEMA_VERSION};
 use crate::units::one_line;
-use crate::{Report, SCHEMA_NAME, SCHEMA_VERSION};
 pub use fold::{LeakFold, LeakGroup};
 
 /// Files larger than this are refused unless the caller asks for another limit (4 GiB).
@@ -582,7 +582,7 @@ impl<'de> serde::de::Visitor<'de> for IntoFold<'_> {
         f.write_str("a sequence")
     }
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(leak) = seq.next_element::<crate::LeakView<'de>>()? {
+        while let Some(leak) = seq.next_element::<crate::leak::LeakView<'de>>()? {
             self.0.leak(&leak);
         }
         Ok(())

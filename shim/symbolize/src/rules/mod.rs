@@ -107,7 +107,7 @@ mod pattern;
 pub use owner::{Owner, OwnerKind, OwnerSpecError};
 pub use pattern::{Pattern, PatternError};
 
-use crate::site::{Site, SiteFrame, fingerprint};
+use crate::site_frame::{Site, SiteFrame, fingerprint};
 pub(crate) use builtin::SITE_SPECS;
 use owner::{Entry, OwnerRule, USER_CACHE_HINT};
 use pattern::Facts;

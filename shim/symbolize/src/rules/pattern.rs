@@ -15,7 +15,7 @@
 //! A `&` or a `,` cannot be part of a glob.
 
 use crate::glob::Glob;
-use crate::site::{SiteFrame, qualified_path};
+use crate::site_frame::{SiteFrame, qualified_path};
 
 /// A frame with the facts rules look at, computed once.
 pub(crate) struct Facts<'a> {
