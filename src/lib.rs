@@ -4,9 +4,10 @@
 //! and turns them into summaries, CI verdicts, diffs and pictures. It is also the `cuguard`
 //! command (see [`cli`]).
 //!
-//! - [`report`]: the report model (schema `"cuguard-report"` version 1) and its reader;
+//! - [`report`]: the report model (schema `"cuguard-report"` version 1) and its reader, as the
+//!   `cuguard-format` crate (`shim/format`) defines them;
 //! - [`input`]: PATHs (files, directories, globs) to reports, read in parallel;
-//! - [`intern`]: compact tables (strings kept once and numbered, columns that never move)
+//! - [`compact`]: compact tables (strings kept once and numbered, columns that never move)
 //!   for what is kept per site across thousands of reports;
 //! - [`sites`]: the rule that charges a leak to a place in the program, and how a site is
 //!   printed (its location once, its kind, its mixed native and Python stack);
@@ -20,9 +21,11 @@
 //!   output format;
 //! - [`check`]: the CI gate: suppressions, owners, baselines, limits, growth; its output formats;
 //! - [`merge`], [`diff`]: merged multi-process reports; the difference of two runs;
-//! - [`format`](mod@format): the trait every output format implements, and the registries
-//!   `--format` reads;
+//! - [`output`]: the trait every output format implements, and the registries `--format`
+//!   reads;
 //! - [`view`]: the HTML page of `cuguard view`;
+//! - [`history`]: a process's history of every allocation and free, read and answered for one
+//!   moment or window; [`naming`]: a report's frames named after the fact (`cuguard symbolize`);
 //! - [`export`]: a history in other tools' formats (PyTorch's memory snapshot);
 //! - [`live`]: the stats pages of running processes, read for `cuguard top` and `cuguard
 //!   exporter`; [`top`]: the live terminal view; [`exporter`]: those pages as Prometheus
@@ -31,7 +34,7 @@
 //! - [`spill`]: output written before what precedes it is known (the summary's processes, read
 //!   before the totals that open it), and what is kept on disk until the end (the check's
 //!   processes), in the records of [`record`];
-//! - [`style`], [`text`]: terminal colour and tables, number formatting (wildcards come from
+//! - [`style`], [`wording`]: terminal colour and tables, number formatting (wildcards come from
 //!   `cuguard_symbolize::glob`, the workspace's one matcher).
 //!
 //! ```no_run

@@ -16,9 +16,9 @@
 //!    whether to track ([`phase`], [`guard`]), makes the record, and has the allocation served.
 //! 4. [`lifecycle`]: the first allocation arms the process (exit handlers, the cuguard thread,
 //!    signal handlers); the final report is written however the process ends.
-//! 5. [`report`]: what is written: the tracker, the pool, the stacks and the timeline, as
+//! 5. [`writer`]: what is written: the tracker, the pool, the stacks and the timeline, as
 //!    `cuguard_format` types, to a file.
-//! 6. [`pool`]: `cuguard_pool`'s pool of the current context serves it, over the real driver
+//! 6. [`serving`]: `cuguard_pool`'s pool of the current context serves it, over the real driver
 //!    ([`serving::serve`], [`serving::driver_context`]); with the pool off, the real driver does.
 //! 7. [`tracker`]: live allocations, contexts, events, counters, door counts.
 //! 8. [`stack`]: the call stack, captured and deduplicated.

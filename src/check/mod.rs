@@ -20,7 +20,7 @@
 //!    or, with `--require-complete`, when a report is incomplete.
 //!
 //! [`ProcessCheck::new`] condenses one report (in the input workers); [`CheckFold`] adds the
-//! processes up one at a time, in compact tables and a log of the processes ([`table`]), and
+//! processes up one at a time, in compact tables and a log of the processes ([`kept`]), and
 //! decides; [`Verdict::new`] does both for processes in memory. Output formats, one per file,
 //! listed in [`FORMATS`]: [`text`], [`json`] (whose [`json::Json`] describes the JSON),
 //! [`junit`], [`sarif`] and [`github`] (these two point at the user's code: [`places`]).
@@ -859,7 +859,7 @@ impl CheckFold {
         CheckFold::with_log(suppressions, false)
     }
 
-    /// As [`CheckFold::new`], keeping the processes in a temporary file (see [`table`]): memory
+    /// As [`CheckFold::new`], keeping the processes in a temporary file (see [`kept`]): memory
     /// does not grow with their number.
     pub fn on_disk(suppressions: &Suppressions) -> CheckFold {
         CheckFold::with_log(suppressions, true)

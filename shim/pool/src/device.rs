@@ -129,8 +129,8 @@ pub trait Device {
         false
     }
 
-    /// Waits for all work of this context's peers to finish (after [`synchronize`]
-    /// (Device::synchronize)); how many peers it waited for, or `None` when that failed.
+    /// Waits for all work of this context's peers to finish (after
+    /// [`synchronize`](Device::synchronize)); how many peers it waited for, or `None` when that failed.
     /// Nothing to wait for by default.
     fn synchronize_peers(&self, completed: u64) -> Option<u64> {
         let _ = completed;
