@@ -23,14 +23,13 @@
 //! error names the real problem. A merged report's processes are kept as byte ranges of the file
 //! and parsed one at a time, so memory holds the file and one process, never all of them parsed.
 
+mod buffer;
 mod fast;
 pub mod fold;
 #[cfg(test)]
 mod tests;
 
-use std::cell::Cell;
 use std::fmt;
-use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -40,6 +39,7 @@ use serde_json::value::RawValue;
 
 use crate::model::{Report, SCHEMA_NAME, SCHEMA_VERSION};
 use crate::units::one_line;
+use buffer::Buffer;
 pub use fold::{LeakFold, LeakGroup};
 
 /// Files larger than this are refused unless the caller asks for another limit (4 GiB).
@@ -169,7 +169,7 @@ impl std::error::Error for ReadError {
 #[derive(Debug)]
 pub struct Document {
     path: PathBuf,
-    bytes: Vec<u8>,
+    bytes: Buffer,
     shape: Shape,
 }
 
@@ -201,8 +201,8 @@ impl Document {
 
     /// Reads and checks a report file, refusing files over `limit` bytes.
     pub fn read_with_limit(path: &Path, limit: u64) -> Result<Document, ReadError> {
-        let bytes = read_bytes(path, limit)?;
-        Self::from_bytes(path, bytes)
+        let bytes = Buffer::read(path, limit)?;
+        Self::from_bytes_into(path, bytes, Leaks::Keep)
     }
 
     /// As [`Document::read_with_limit`], but a single report's leaks are folded while it is
@@ -215,7 +215,7 @@ impl Document {
         limit: u64,
         keep: usize,
     ) -> Result<(Document, LeakFold), ReadError> {
-        let bytes = read_bytes(path, limit)?;
+        let bytes = Buffer::read(path, limit)?;
         let mut fold = LeakFold::new(keep);
         let doc = Self::from_bytes_into(path, bytes, Leaks::Fold(&mut fold))?;
         Ok((doc, fold))
@@ -223,13 +223,13 @@ impl Document {
 
     /// Checks a document held in memory; `path` names it in errors.
     pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Document, ReadError> {
-        Self::from_bytes_into(path, bytes, Leaks::Keep)
+        Self::from_bytes_into(path, Buffer::from_vec(bytes), Leaks::Keep)
     }
 
     /// Checks a document; a single report's leaks go where `leaks` says.
     fn from_bytes_into(
         path: &Path,
-        bytes: Vec<u8>,
+        bytes: Buffer,
         mut leaks: Leaks<'_>,
     ) -> Result<Document, ReadError> {
         let path = path.to_path_buf();
@@ -251,10 +251,8 @@ impl Document {
         // `cuguard merge` writes `"merged"` near the start: such a document is probed as merged
         // first, sparing a parse as a single report that would fail. The hint only orders the
         // attempts; both shapes are still recognized whatever it says.
-        let head = &bytes[..bytes.len().min(4096)];
-        let looks_merged = head.windows(9).any(|w| w == b"\"merged\"");
         let mut first_try = None;
-        if !looks_merged {
+        if !looks_merged(&bytes) {
             crate::intern::reset();
             match parse_single(&bytes, leaks.reborrow()) {
                 Ok(report) => return single(path, bytes, report),
@@ -392,41 +390,8 @@ impl Document {
 
 impl Drop for Document {
     fn drop(&mut self) {
-        recycle(std::mem::take(&mut self.bytes));
+        self.bytes.recycle();
     }
-}
-
-/// A report file's bytes, refused over `limit` bytes (read into this thread's spare buffer).
-fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let io = |source| ReadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let size = file.metadata().map_err(io)?.len();
-    if size > limit {
-        return Err(ReadError::TooLarge {
-            path: path.to_path_buf(),
-            size,
-            limit,
-        });
-    }
-    let mut bytes = SPARE.take();
-    bytes.clear();
-    // Exactly: a buffer grown by doubling would hold up to twice the file.
-    bytes.reserve_exact(usize::try_from(size).unwrap_or(0));
-    // Read one byte past the limit, so a file that grows while read is still caught.
-    file.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if bytes.len() as u64 > limit {
-        return Err(ReadError::TooLarge {
-            path: path.to_path_buf(),
-            size: bytes.len() as u64,
-            limit,
-        });
-    }
-    Ok(bytes)
 }
 
 /// Where a single report's leaks go while it is parsed.
@@ -446,28 +411,6 @@ impl Leaks<'_> {
     }
 }
 
-thread_local! {
-    /// A file's buffer that its [`Document`] is done with, kept for the next file this thread
-    /// reads (files are read one after the other: a buffer reused spares the allocator a large
-    /// allocation and free per file).
-    static SPARE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
-}
-
-/// The largest buffer kept for reuse (16 MiB).
-const SPARE_MAX: usize = 16 << 20;
-
-/// Keeps `bytes`' buffer for the next file read on this thread, if it is the largest yet and
-/// not too large.
-fn recycle(bytes: Vec<u8>) {
-    let spare = SPARE.take();
-    let keep = if bytes.capacity() > spare.capacity() && bytes.capacity() <= SPARE_MAX {
-        bytes
-    } else {
-        spare
-    };
-    SPARE.set(keep);
-}
-
 /// The reports of a [`Document`], parsed one at a time. See [`Document::into_reports`].
 #[derive(Debug)]
 pub struct Reports {
@@ -484,14 +427,14 @@ impl Iterator for Reports {
         match &mut self.doc.shape {
             Shape::Single(slot) => {
                 // Free the file's bytes: the parsed report is all that is needed now.
-                recycle(std::mem::take(&mut self.doc.bytes));
+                self.doc.bytes.recycle();
                 slot.take().map(|r| Ok(*r))
             }
             Shape::Merged(ranges) => {
                 let range = ranges.get(i)?.clone();
                 let parsed = parse_process(&self.doc.path, &self.doc.bytes[range], i, Leaks::Keep);
                 if i + 1 == ranges.len() {
-                    recycle(std::mem::take(&mut self.doc.bytes));
+                    self.doc.bytes.recycle();
                     *ranges = Vec::new();
                 }
                 Some(parsed)
@@ -590,13 +533,20 @@ impl<'de> serde::de::Visitor<'de> for IntoFold<'_> {
 }
 
 /// A single report's document, once its identity is checked.
-fn single(path: PathBuf, bytes: Vec<u8>, report: Report) -> Result<Document, ReadError> {
+fn single(path: PathBuf, bytes: Buffer, report: Report) -> Result<Document, ReadError> {
     check_identity(&path, &report)?;
     Ok(Document {
         path,
         bytes,
         shape: Shape::Single(Some(Box::new(report))),
     })
+}
+
+/// Whether `"merged"` appears in the document's first 4 KiB, where `cuguard merge` writes it.
+fn looks_merged(bytes: &[u8]) -> bool {
+    const KEY: &[u8] = b"\"merged\"";
+    let head = &bytes[..bytes.len().min(4096)];
+    head.windows(KEY.len()).any(|w| w == KEY)
 }
 
 /// Parses the `i`-th process of a merged report.

@@ -210,6 +210,12 @@ fn merged_reports_read_process_by_process() {
 
 #[test]
 fn the_merged_hint_only_orders_attempts() {
+    // The hint is seen where `cuguard merge` writes it, and not in a single report.
+    assert!(looks_merged(
+        br#"{"schema":"cuguard-report","schema_version":1,"merged":{"inputs":[]},"processes":[]}"#
+    ));
+    assert!(looks_merged(b"{\"merged\" : {}}"));
+    assert!(!looks_merged(fixture_text("events.json").as_bytes()));
     // A single report that mentions "merged" early is still a single report.
     let single = with("events.json", |v| {
         v["config"] = serde_json::json!({"merged": true});
