@@ -11,8 +11,9 @@
 //! document with serde_json, whose result and error stand.
 //!
 //! [`header`] reads what the reader looks at in a document that is not a single report (a
-//! merged report's `schema`, `schema_version` and `processes`) by a scan that checks the whole
-//! document is JSON, where serde_json's pass would check it; it gives up the same way.
+//! merged report's `schema`, `schema_version` and `processes`) by a scan that checks the
+//! document is JSON outside its processes, each of which is checked when it is parsed; it gives
+//! up the same way.
 //!
 //! Leaks go where the caller asked ([`Leaks`]): into `Report::leaks`, or into a
 //! [`LeakFold`], which is emptied again when the fast path gives up so that serde_json's pass
@@ -161,8 +162,13 @@ const MAX_DEPTH: usize = 100;
 /// `null`).
 pub(super) type Header<'a> = (Option<Value>, Option<Value>, Option<Vec<&'a str>>);
 
-/// The [`Header`] of `text`, as serde_json gives it, when the whole document is valid JSON (so
-/// serde_json would accept it) and the fast path reads it exactly; `None` otherwise.
+/// The [`Header`] of `text`, as serde_json gives it, when the document is valid JSON outside its
+/// processes and the fast path reads it exactly; `None` otherwise.
+///
+/// Each process is only stepped over, where it ends found as in valid JSON: the reader parses
+/// every process it hands out, and that parse checks the process's text. So a document that
+/// serde_json refuses may have a header here, but then one of the processes listed is itself
+/// refused when parsed (`Document` then gives serde_json's complaint about the whole file).
 pub(super) fn header(text: &str) -> Option<Header<'_>> {
     let mut c = Cursor::new(text);
     let (mut schema, mut version, mut processes) = (None, None, None);
@@ -181,7 +187,7 @@ pub(super) fn header(text: &str) -> Option<Header<'_>> {
             let mut list = Vec::new();
             c.array(|c| {
                 let at = c.i;
-                c.valid_value(2)?;
+                c.skip_value()?;
                 list.push(text.get(at..c.i)?);
                 Some(())
             })?;

@@ -21,7 +21,9 @@
 //! the reader look at the document's header (`schema`, `schema_version`, `processes`) to tell a
 //! merged report, a foreign document or another version from a malformed report, so that the
 //! error names the real problem. A merged report's processes are kept as byte ranges of the file
-//! and parsed one at a time, so memory holds the file and one process, never all of them parsed.
+//! and parsed one at a time, so memory holds the file and one process, never all of them parsed;
+//! the header only steps over them, and each is checked as it is parsed (a process that is not
+//! JSON gets serde_json's complaint about the whole file then, with its line and column).
 
 mod buffer;
 mod fast;
@@ -349,7 +351,7 @@ impl Document {
         match &self.shape {
             Shape::Merged(ranges) => ranges
                 .get(i)
-                .map(|r| parse_process(&self.path, &self.bytes[r.clone()], i, Leaks::Keep)),
+                .map(|r| parse_process(&self.path, &self.bytes, r.clone(), i, Leaks::Keep)),
             Shape::Single(_) => None,
         }
     }
@@ -367,7 +369,7 @@ impl Document {
         };
         let range = ranges.get(i)?.clone();
         let mut fold = LeakFold::new(keep);
-        let report = parse_process(&self.path, &self.bytes[range], i, Leaks::Fold(&mut fold));
+        let report = parse_process(&self.path, &self.bytes, range, i, Leaks::Fold(&mut fold));
         Some(report.map(|r| (r, fold)))
     }
 
@@ -376,7 +378,7 @@ impl Document {
     pub fn check_processes(&self) -> Result<(), ReadError> {
         if let Shape::Merged(ranges) = &self.shape {
             for (i, range) in ranges.iter().enumerate() {
-                parse_process(&self.path, &self.bytes[range.clone()], i, Leaks::Keep)?;
+                parse_process(&self.path, &self.bytes, range.clone(), i, Leaks::Keep)?;
             }
         }
         Ok(())
@@ -432,7 +434,7 @@ impl Iterator for Reports {
             }
             Shape::Merged(ranges) => {
                 let range = ranges.get(i)?.clone();
-                let parsed = parse_process(&self.doc.path, &self.doc.bytes[range], i, Leaks::Keep);
+                let parsed = parse_process(&self.doc.path, &self.doc.bytes, range, i, Leaks::Keep);
                 if i + 1 == ranges.len() {
                     self.doc.bytes.recycle();
                     *ranges = Vec::new();
@@ -549,15 +551,29 @@ fn looks_merged(bytes: &[u8]) -> bool {
     head.windows(KEY.len()).any(|w| w == KEY)
 }
 
-/// Parses the `i`-th process of a merged report.
+/// Parses the `i`-th process of a merged report, at `range` in the document `whole`.
+///
+/// The document's header stepped over each process without checking it (see [`fast::header`]),
+/// so a process that is not JSON is found here: the complaint is then serde_json's about the
+/// whole document, as it would have been had the document been checked whole when read (where
+/// it is, in the file's lines and columns).
 fn parse_process(
     path: &Path,
-    bytes: &[u8],
+    whole: &[u8],
+    range: Range<usize>,
     i: usize,
     leaks: Leaks<'_>,
 ) -> Result<Report, ReadError> {
+    use serde_json::error::Category;
     crate::intern::reset();
-    let report = parse_report(bytes, leaks).map_err(|e| classify(path, &e, Some(i)))?;
+    let report = parse_report(&whole[range], leaks).map_err(|e| {
+        if let Category::Syntax | Category::Eof = e.classify()
+            && let Err(e) = parse::<serde::de::IgnoredAny>(whole)
+        {
+            return classify(path, &e, None);
+        }
+        classify(path, &e, Some(i))
+    })?;
     check_identity(path, &report).map_err(|e| match e {
         ReadError::NotAReport { path, reason } => ReadError::Invalid {
             path,

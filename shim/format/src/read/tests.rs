@@ -209,6 +209,29 @@ fn merged_reports_read_process_by_process() {
 }
 
 #[test]
+fn a_merged_process_that_is_not_json_is_refused_where_it_is_in_the_file() {
+    let a = fixture_text("incomplete.json");
+    let merged = format!(
+        "{{\"schema\":\"cuguard-report\",\"schema_version\":1,\"merged\":{{}},\n\"processes\":[{a},\n{{\"schema\": tru}}]}}"
+    );
+    let whole = serde_json::from_str::<serde::de::IgnoredAny>(&merged).unwrap_err();
+    let want = format!("m.json: not valid JSON: {whole}");
+    assert!(
+        want.contains(&format!("line {}", merged.lines().count())),
+        "{want}"
+    );
+    // The header steps over the processes; the bad one is found when it is parsed.
+    let doc = Document::from_bytes(Path::new("m.json"), merged.into_bytes()).unwrap();
+    assert_eq!(doc.len(), 2);
+    assert_eq!(doc.check_processes().unwrap_err().to_string(), want);
+    let got: Vec<Result<u32, String>> = doc
+        .into_reports()
+        .map(|r| r.map(|r| r.process.pid).map_err(|e| e.to_string()))
+        .collect();
+    assert_eq!(got, [Ok(9001), Err(want)]);
+}
+
+#[test]
 fn the_merged_hint_only_orders_attempts() {
     // The hint is seen where `cuguard merge` writes it, and not in a single report.
     assert!(looks_merged(
