@@ -1,5 +1,6 @@
 //! `cuguard view PATH… -o report.html`: one self-contained HTML page (see [`crate::view`]).
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -45,6 +46,9 @@ pub fn run(args: ViewArgs) -> Result<u8, CliError> {
     // The histories the reports name: the first few drawn (each is read whole).
     let mut drawn = 0;
     let mut left_out = 0;
+    // The history files the reports name, when history files are given too: a history given
+    // beside the report that names it is that report's process, shown once.
+    let mut named: HashSet<PathBuf> = HashSet::new();
     if !reports.is_empty() {
         let files = input::expand(&reports)?;
         input::for_each_folded(
@@ -52,6 +56,9 @@ pub fn run(args: ViewArgs) -> Result<u8, CliError> {
             crate::view::SECTION_TOP,
             |source, report, leaks| ProcessView::folded(source, &report, &leaks),
             |_, mut p| {
+                if !histories.is_empty() {
+                    named.extend(p.history_files.iter().filter_map(|f| f.canonicalize().ok()));
+                }
                 if p.history.is_some() {
                     if drawn < crate::view::MAX_TIMELINES {
                         p.draw_history();
@@ -65,6 +72,9 @@ pub fn run(args: ViewArgs) -> Result<u8, CliError> {
         )?;
     }
     for path in histories {
+        if path.canonicalize().is_ok_and(|c| named.contains(&c)) {
+            continue;
+        }
         let loaded = crate::history::load(&path)?;
         let source = input::Source { path, index: None };
         fold.add(ProcessView::from_history(&source, &loaded));

@@ -71,16 +71,26 @@ pub fn of_report(report: &Report, path: &Path) -> Result<Loaded, InputError> {
     read_segments(files_of(report, path)?, Some(report.process.clone()))
 }
 
+/// The files of the history the report at `path` names, beside it (oldest first; none when it
+/// names no history).
+pub fn files_named(report: &Report, path: &Path) -> Vec<PathBuf> {
+    let dir = path.parent().unwrap_or(Path::new(""));
+    report
+        .history
+        .iter()
+        .flat_map(|info| info.files.iter().map(|f| dir.join(f)))
+        .collect()
+}
+
 /// The files of the history `report` names, beside `path`.
 fn files_of(report: &Report, path: &Path) -> Result<Vec<PathBuf>, InputError> {
-    let Some(info) = &report.history else {
+    if report.history.is_none() {
         return Err(invalid(
             path,
             "the report names no history (CUGUARD_HISTORY=0, or a cuguard before 0.2)".into(),
         ));
-    };
-    let dir = path.parent().unwrap_or(Path::new(""));
-    let files: Vec<PathBuf> = info.files.iter().map(|f| dir.join(f)).collect();
+    }
+    let files = files_named(report, path);
     if files.is_empty() {
         return Err(invalid(path, "the report's history has no file".into()));
     }

@@ -189,6 +189,8 @@ pub struct ProcessView {
     pub timeline: Option<Result<timeline::Timeline, String>>,
     /// The report that names this process's history, when it does.
     pub history: Option<std::path::PathBuf>,
+    /// The files of that history, as the report names them beside it.
+    pub history_files: Vec<std::path::PathBuf>,
 }
 
 impl ProcessView {
@@ -251,6 +253,10 @@ impl ProcessView {
         // relative to where they were written).
         let history =
             (report.history.is_some() && source.index.is_none()).then(|| source.path.clone());
+        let history_files = history
+            .as_deref()
+            .map(|path| crate::history::files_named(report, path))
+            .unwrap_or_default();
         ProcessView {
             summary,
             charts,
@@ -258,6 +264,7 @@ impl ProcessView {
             paths,
             timeline: None,
             history,
+            history_files,
         }
     }
 

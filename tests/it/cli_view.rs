@@ -266,6 +266,33 @@ fn cli_view_draws_the_history_timeline_in_chromium() {
     }
 }
 
+/// A history given beside the report that names it is that report's process, shown once: the
+/// page is the report's own page.
+#[test]
+fn cli_view_of_a_report_and_its_history_shows_the_process_once() {
+    let dir = support::scratch_dir("cli-view-report-and-history");
+    crate::cli_history::spike_run(&dir);
+    let alone = write_page(&dir.join("alone.html"), &[dir.join("r.json")]);
+    let both = write_page(
+        &dir.join("both.html"),
+        &[dir.join("r.json"), dir.join("r.history")],
+    );
+    assert!(alone.contains("<section id=\"history\">"));
+    assert!(both.contains("<p class=\"totals\">1 process report: "));
+    assert!(
+        !both.contains("<details class=\"process\""),
+        "one process: no list of them"
+    );
+    assert!(
+        both == alone,
+        "the page differs when the history is given beside its report"
+    );
+    // Given alone, the history is the process.
+    let history = write_page(&dir.join("history.html"), &[dir.join("r.history")]);
+    assert!(history.contains("<section id=\"history\">"));
+    assert!(history.contains("<p class=\"totals\">1 process report: "));
+}
+
 /// The DOM of the page at `url` once its script, and what it started (reading the page's
 /// compressed part), ran: Chromium's virtual time lets the page's tasks run before it dumps.
 fn settled_dom(chromium: &Path, url: &str, profile: &Path) -> String {
