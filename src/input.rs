@@ -85,8 +85,37 @@ impl std::error::Error for InputError {
 
 impl From<ReadError> for InputError {
     fn from(e: ReadError) -> Self {
+        // A history file where a report is read: say what it is, and what reads it.
+        if let ReadError::NotAReport { path, .. } = &e
+            && is_history(path)
+        {
+            let shown = one_line(&path.display().to_string());
+            return InputError::Read(ReadError::NotAReport {
+                path: path.clone(),
+                reason: format!(
+                    "it is a process's history: read it with `cuguard summary {shown} --at end` \
+                     or `cuguard view {shown} -o page.html`"
+                ),
+            });
+        }
         InputError::Read(e)
     }
+}
+
+/// Whether `path` is a regular file that begins as a history file.
+pub fn is_history(path: &Path) -> bool {
+    use std::io::Read as _;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    if !meta.is_file() {
+        return false;
+    }
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && &head == cuguard_history::MAGIC
 }
 
 /// Expands PATHs into report files, in order, without duplicates: a file stands for itself, a

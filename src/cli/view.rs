@@ -37,8 +37,11 @@ pub struct ViewArgs {
 /// Runs `cuguard view`.
 pub fn run(args: ViewArgs) -> Result<u8, CliError> {
     // History files (a process killed before its report) are read as histories.
-    let (histories, reports): (Vec<PathBuf>, Vec<PathBuf>) =
-        args.paths.iter().cloned().partition(|p| is_history(p));
+    let (histories, reports): (Vec<PathBuf>, Vec<PathBuf>) = args
+        .paths
+        .iter()
+        .cloned()
+        .partition(|p| input::is_history(p));
     let top = if args.top == 0 { usize::MAX } else { args.top };
     // Each process is condensed as it is read (its leaks folded while parsed) and added to the
     // view, then dropped: memory holds what the page shows, not the processes.
@@ -91,20 +94,4 @@ pub fn run(args: ViewArgs) -> Result<u8, CliError> {
     }
     write_output(Some(&args.output), |out| html::write(&view, out))?;
     Ok(exit::OK)
-}
-
-/// Whether `path` is a history file (it begins as one).
-fn is_history(path: &std::path::Path) -> bool {
-    use std::io::Read as _;
-    let Ok(meta) = std::fs::metadata(path) else {
-        return false;
-    };
-    if !meta.is_file() {
-        return false;
-    }
-    let mut head = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok()
-        && &head == cuguard_history::MAGIC
 }

@@ -195,6 +195,16 @@ fn a_history_of_a_program_killed_with_sigkill_answers_up_to_200_ms_before_the_ki
         "{row}"
     );
     assert!(out.contains("without its end"), "{out}");
+    // Where a report is read, the history says what it is and what reads it.
+    for command in ["summary", "check"] {
+        let said = refused(&dir, &[command, "r.history"]);
+        assert_eq!(
+            said.trim_end(),
+            "cuguard: error: r.history: not a cuguard report: it is a process's history: read it \
+             with `cuguard summary r.history --at end` or `cuguard view r.history -o page.html`",
+            "{command}"
+        );
+    }
 }
 
 #[test]
