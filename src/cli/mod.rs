@@ -193,7 +193,10 @@ pub(crate) fn write_output(
 /// Runs a parsed command line; returns the exit code.
 pub fn dispatch(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => match args.sanitizer {
+            Some(tool) => sanitizer::run(&args, tool),
+            None => run::run(args),
+        },
         Command::Summary(args) => summary::run(args),
         Command::Check(args) => check::run(args),
         Command::Suppressions(args) => suppressions::run(args),

@@ -47,6 +47,30 @@ pub enum Driver {
     Sim,
 }
 
+/// compute-sanitizer's tools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Tool {
+    /// Out-of-bounds and misaligned accesses, use after free (each pooled block is one allocation to it).
+    Memcheck,
+    /// Reads of uninitialized device memory.
+    Initcheck,
+    /// Shared-memory data races (does not look at global memory: pooled blocks change nothing).
+    Racecheck,
+    /// Misuse of synchronization primitives.
+    Synccheck,
+}
+
+impl Tool {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Tool::Memcheck => "memcheck",
+            Tool::Initcheck => "initcheck",
+            Tool::Racecheck => "racecheck",
+            Tool::Synccheck => "synccheck",
+        }
+    }
+}
+
 /// Arguments of `cuguard run`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -79,7 +103,7 @@ pub struct RunArgs {
     /// Run the program under compute-sanitizer with this tool, the pool on and each pooled
     /// block registered with the sanitizer.
     #[arg(long, value_enum, value_name = "TOOL")]
-    pub sanitizer: Option<super::sanitizer::Tool>,
+    pub sanitizer: Option<Tool>,
     /// The compute-sanitizer to run (default: $CUGUARD_COMPUTE_SANITIZER, else
     /// compute-sanitizer on PATH, else /usr/local/cuda/bin/compute-sanitizer).
     #[arg(long, value_name = "PATH", requires = "sanitizer")]
@@ -480,11 +504,8 @@ fn checkout_package() -> Option<PathBuf> {
     package.join("__init__.py").is_file().then_some(package)
 }
 
-/// Runs `cuguard run`.
+/// Runs `cuguard run` without `--sanitizer` (with it, [`super::sanitizer::run`]).
 pub fn run(args: RunArgs) -> Result<u8, CliError> {
-    if let Some(tool) = args.sanitizer {
-        return super::sanitizer::run(&args, tool);
-    }
     let shim = find_shim()?;
     let Some((program, program_args)) = args.command.split_first() else {
         return Err(RunError::ProgramNotFound(OsString::new()).into());

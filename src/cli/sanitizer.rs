@@ -17,34 +17,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Command;
 
-use clap::ValueEnum;
-
 use super::CliError;
-use super::run::{Driver, RunArgs, RunError, find_shim, wait_for};
-
-/// compute-sanitizer's tools.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Tool {
-    /// Out-of-bounds and misaligned accesses, use after free (each pooled block is one allocation to it).
-    Memcheck,
-    /// Reads of uninitialized device memory.
-    Initcheck,
-    /// Shared-memory data races (does not look at global memory: pooled blocks change nothing).
-    Racecheck,
-    /// Misuse of synchronization primitives.
-    Synccheck,
-}
-
-impl Tool {
-    fn name(self) -> &'static str {
-        match self {
-            Tool::Memcheck => "memcheck",
-            Tool::Initcheck => "initcheck",
-            Tool::Racecheck => "racecheck",
-            Tool::Synccheck => "synccheck",
-        }
-    }
-}
+use super::run::{Driver, RunArgs, RunError, Tool, find_shim, wait_for};
 
 /// The compute-sanitizer to run: `--sanitizer-path`, else `$CUGUARD_COMPUTE_SANITIZER`, else
 /// `compute-sanitizer` on `PATH`, else the CUDA toolkit's default place.

@@ -12,6 +12,7 @@
 //! to frame-name paths ([`flame_path`]). [`View::new`] combines them; [`html::write`] writes the
 //! page; with several processes, [`processes`] writes the per-process view.
 
+mod escape;
 pub mod fold;
 pub mod html;
 pub mod processes;

@@ -23,6 +23,7 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 
 use super::MAX_LISTED;
+use super::escape::esc;
 use crate::owners::OwnerKind;
 use crate::spill::{Log, Spill};
 use crate::summary::{ReportSummary, Summary};
@@ -30,10 +31,6 @@ use crate::wording::{bytes, plural};
 
 /// How many of its sites a process's row in the compressed part carries.
 pub const ROW_SITES: usize = 5;
-
-fn esc(text: &str) -> String {
-    super::html::esc(text)
-}
 
 /// The program's own bytes and the rest, of what `p` leaked.
 fn split(p: &ReportSummary) -> (u64, u64) {

@@ -549,10 +549,10 @@ fn the_growth_chart_follows_a_cache_s_lines() {
 #[test]
 fn texts_on_the_page_are_bounded_and_cannot_reorder_it() {
     let long = "x".repeat(200_000);
-    let shown = super::html::esc(&long);
+    let shown = super::escape::esc(&long);
     assert_eq!(shown.chars().count(), 4097);
     assert!(shown.ends_with("x…"));
-    assert_eq!(super::html::esc("a\u{202e}b<"), "a\u{fffd}b&lt;");
+    assert_eq!(super::escape::esc("a\u{202e}b<"), "a\u{fffd}b&lt;");
 }
 
 /// Over [`MAX_LISTED`] processes, the view lists the [`TOP_PROCESSES`] that leaked most, adds up
