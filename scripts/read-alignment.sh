@@ -9,8 +9,7 @@
 set -euo pipefail
 dir=${1:?usage: read-alignment.sh DIR [OFFSET ...]}
 shift
-offsets=("${@:-0}")
-[ $# -eq 0 ] && offsets=(0 16 32 48 64)
+if [ $# -gt 0 ]; then offsets=("$@"); else offsets=(0 16 32 48 64); fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/r.c" <<'C'
