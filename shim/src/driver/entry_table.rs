@@ -29,9 +29,9 @@
 //!
 //! # What derives from the table
 //!
-//! - here: [`Entry`] (names, roles) and [`real`], the typed real entries, and [`sig`], their
-//!   signatures;
+//! - here: [`Entry`] (names, roles) and [`sig`], their signatures;
 //! - [`super::loader`]: the real addresses, resolved once;
+//! - [`super::real`]: the typed real entries, from those addresses;
 //! - `doors::exports`: the shim's exported symbols and the hooks the lookups hand out, each a
 //!   few generated lines that call the handler in `hooks` named after the row's first form
 //!   (`hooks::cuMemAlloc_v2`), and the lookups from a real address to a hook.
@@ -157,7 +157,7 @@ macro_rules! role {
     };
 }
 
-/// The table's own expansion: [`Entry`], [`real`] and [`sig`].
+/// The table's own expansion: [`Entry`] and [`sig`].
 macro_rules! define_table {
     (() $( $role:ident [$($form:ident),+ $(,)?] fn $sig:tt; )*) => {
         /// Every driver entry the shim knows, by its exact exported name, in table order.
@@ -197,22 +197,6 @@ macro_rules! define_table {
             use super::*;
             $($(
                 pub type $form = unsafe extern "C" fn $sig -> CUresult;
-            )+)*
-        }
-
-        /// The real driver's entries, typed: `None` when the driver is not loaded or lacks the
-        /// entry.
-        #[allow(non_snake_case, dead_code)]
-        pub mod real {
-            use super::*;
-            $($(
-                #[inline]
-                pub fn $form() -> Option<sig::$form> {
-                    let p = super::super::loader::pointer(Entry::$form);
-                    // SAFETY: p is the driver's export of exactly this name, whose C signature
-                    // is the one the table declares for it.
-                    (p != 0).then(|| unsafe { std::mem::transmute::<usize, sig::$form>(p) })
-                }
             )+)*
         }
     };

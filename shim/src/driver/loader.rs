@@ -9,8 +9,7 @@ use std::sync::atomic::AtomicUsize;
 
 use once_cell::sync::OnceCell;
 
-use super::entry_table::{ENTRY_COUNT, Entry, Role, real};
-use crate::ffi::*;
+use super::entry_table::{ENTRY_COUNT, Entry, Role};
 
 unsafe extern "C" {
     fn dlvsym(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void;
@@ -165,15 +164,6 @@ fn load() -> Result<Driver, ()> {
     };
     crate::process::diag::log(|| format!("driver resolved: {path}"));
     Ok(Driver { ptrs, path })
-}
-
-/// The calling thread's current context, as the real driver has it.
-#[inline]
-pub fn current_context() -> Option<u64> {
-    let get = real::cuCtxGetCurrent()?;
-    let mut ctx: CUcontext = std::ptr::null_mut();
-    // SAFETY: valid out-parameter.
-    (unsafe { get(&mut ctx) } == CUDA_SUCCESS && !ctx.is_null()).then_some(ctx as u64)
 }
 
 /// The path of the loaded object that contains `addr`, or an empty string.

@@ -46,6 +46,7 @@ pub mod interpose;
 pub mod page;
 pub mod python_bootstrap;
 pub mod reporter;
+pub mod reporter_thread;
 pub mod signals;
 pub mod sites;
 
@@ -121,7 +122,8 @@ fn arm() {
     };
     signals::install(cfg.signals, if thread { cfg.snapshot_signal } else { 0 });
     if thread {
-        reporter::announce();
+        let sig = cfg.snapshot_signal;
+        reporter::announce(signals::snapshot_installed(sig).then_some(sig));
     }
     if crate::history::on() {
         history::start();

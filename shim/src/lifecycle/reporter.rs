@@ -19,10 +19,10 @@
 //! inherited eventfd (shared with the parent) and the child starts its own thread when it first
 //! allocates.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::reporter_thread;
 use crate::writer::{Occasion, Reason};
 
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
@@ -45,10 +45,6 @@ const IDLE: u8 = 0;
 const PENDING: u8 = 1;
 const WRITTEN: u8 = 2;
 const FAILED: u8 = 3;
-
-thread_local! {
-    static IS_REPORTER: Cell<bool> = const { Cell::new(false) };
-}
 
 /// Starts the cuguard thread; returns whether it runs.
 pub fn start() -> bool {
@@ -92,28 +88,11 @@ pub fn start() -> bool {
     }
 }
 
-/// Names the thread after the snapshot signal it answers (called once handlers are installed).
-pub fn announce() {
-    let sig = crate::config::get().snapshot_signal;
-    let _ = NAME_SIG.compare_exchange(
-        0,
-        if super::signals::snapshot_installed(sig) {
-            sig
-        } else {
-            -1
-        },
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    );
+/// Names the thread after the snapshot signal it answers, `sig` (`None`: it answers none);
+/// called once the handlers are installed.
+pub fn announce(sig: Option<i32>) {
+    reporter_thread::settle_snapshot_signal(sig);
     wake();
-}
-
-/// The signal the thread's name announces: 0 not decided yet, -1 none.
-static NAME_SIG: AtomicI32 = AtomicI32::new(0);
-
-/// The signal that asks this process for a snapshot, once the thread answers one.
-pub fn snapshot_signal() -> Option<i32> {
-    Some(NAME_SIG.load(Ordering::Acquire)).filter(|s| *s > 0)
 }
 
 /// Records that the snapshot signal could not be taken (the program handles it).
@@ -126,11 +105,6 @@ pub fn snapshot_unavailable() {
             )
         });
     }
-}
-
-/// Whether the calling thread is the cuguard thread.
-pub fn on_reporter_thread() -> bool {
-    IS_REPORTER.try_with(|r| r.get()).unwrap_or(false)
 }
 
 fn wake() {
@@ -209,7 +183,7 @@ pub fn request_fatal(sig: libc::c_int, final_report: bool, wait_ms: u64) -> Fata
 /// up to `wait_ms` for it, as [`request_fatal`] does. Async-signal-safe.
 #[cfg_attr(test, allow(dead_code))] // its caller, `_exit`, is not in the unit tests' binary
 pub fn request_exit_report(wait_ms: u64) -> Fatal {
-    if !RUNNING.load(Ordering::Acquire) || on_reporter_thread() {
+    if !RUNNING.load(Ordering::Acquire) || reporter_thread::on_reporter_thread() {
         return Fatal::NoReporter;
     }
     FATAL_STATE.store(PENDING, Ordering::Release);
@@ -242,7 +216,7 @@ pub fn failed_forever() -> ! {
 }
 
 fn run() {
-    let _ = IS_REPORTER.try_with(|r| r.set(true));
+    reporter_thread::mark_current();
     // Inside the shim for good: nothing this thread does is tracked.
     std::mem::forget(crate::guard::Guard::enter());
     let cfg = crate::config::get();
@@ -345,7 +319,7 @@ fn run() {
 
 /// Sets the thread's name once the snapshot signal is settled; returns whether it did.
 fn name_thread() -> bool {
-    let sig = NAME_SIG.load(Ordering::Acquire);
+    let sig = reporter_thread::settled_signal();
     if sig == 0 {
         return false;
     }
@@ -373,5 +347,5 @@ pub fn after_fork_child() {
     REQ_FATAL.store(0, Ordering::Release);
     REQ_EXIT.store(false, Ordering::Release);
     FATAL_STATE.store(IDLE, Ordering::Release);
-    NAME_SIG.store(0, Ordering::Release);
+    reporter_thread::after_fork_child();
 }

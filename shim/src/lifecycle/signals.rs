@@ -389,7 +389,7 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
 }
 
 fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    if reporter::on_reporter_thread() {
+    if super::reporter_thread::on_reporter_thread() {
         // The cuguard thread itself faulted: tell a waiting thread, then never return (returning
         // would fault again). The program goes on without the cuguard thread.
         reporter::failed_forever();

@@ -216,7 +216,7 @@ fn warn(t: &Tracker, device: i32, live_now: u64, threshold: u64) {
         api: None,
         seq: t.next_seq(),
         thread: crate::process::clock::thread_id(),
-        stack: if super::reporter::on_reporter_thread() {
+        stack: if super::reporter_thread::on_reporter_thread() {
             NONE
         } else {
             crate::tracker::capture_stack()

@@ -167,7 +167,7 @@ impl Filler {
 
         Page {
             updated_unix_ms: crate::process::clock::unix_ms(),
-            snapshot_signal: crate::lifecycle::reporter::snapshot_signal(),
+            snapshot_signal: crate::lifecycle::reporter_thread::snapshot_signal(),
             oom_total: t.ooms.seen(),
             alerts_total: crate::lifecycle::alerts::total(),
             live_allocations,
