@@ -1,6 +1,11 @@
 //! Turning command-line PATHs into reports: files, directories (every `*.json` below them) and
 //! globs; then reading them in parallel, one report at a time per worker.
 //!
+//! Every file is opened as [`cuguard_format::read::open_regular`] opens it: without blocking, and
+//! refused in one line unless it is a regular file (`PATH: not a regular file (a FIFO)`), then
+//! read up to the size it had when opened. A directory's or a glob's files that are not regular
+//! files are left out of the expansion.
+//!
 //! Memory stays proportional to the largest file being read (one per worker thread), never to
 //! the sum of all inputs: each worker reads a file, hands each process's [`Report`] to the
 //! caller's function, and keeps only what that function returns.
@@ -102,20 +107,16 @@ impl From<ReadError> for InputError {
     }
 }
 
-/// Whether `path` is a regular file that begins as a history file.
+/// Whether `path` is a regular file that begins as a history file. Opened as every input is
+/// ([`cuguard_format::read::open_regular`]): a FIFO put at the name between a look and the
+/// `open` never blocks.
 pub fn is_history(path: &Path) -> bool {
     use std::io::Read as _;
-    let Ok(meta) = std::fs::metadata(path) else {
+    let Ok((file, size)) = cuguard_format::read::open_regular(path) else {
         return false;
     };
-    if !meta.is_file() {
-        return false;
-    }
     let mut head = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok()
-        && &head == cuguard_history::MAGIC
+    file.take(size).read_exact(&mut head).is_ok() && &head == cuguard_history::MAGIC
 }
 
 /// Expands PATHs into report files, in order, without duplicates: a file stands for itself, a

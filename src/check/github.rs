@@ -8,10 +8,14 @@
 //!
 //! `file` is relative to the source root (`--source-root`), the first frame from the site's
 //! outward whose file is under it; without one, `file` and `line` are left out. Values are
-//! escaped as the runner unescapes them ([`message`], [`property`]). Nothing is written when
-//! the check passes.
+//! escaped as the runner unescapes them ([`message`], [`property`]), and every character
+//! [`needs_escape`] names (line breaks, NEL, U+2028, terminal escapes, reordering characters: a
+//! report's names may hold any) is written as the text output writes it (`\n`, `\u{202e}`), so
+//! each command is one line and reads as it is. Nothing is written when the check passes.
 
 use std::io::{self, Write};
+
+use cuguard_format::needs_escape;
 
 use super::Verdict;
 use super::places::source_root;
@@ -48,16 +52,32 @@ impl Format<Verdict> for Github {
     }
 }
 
-/// Escapes a command's message: `%`, `\r` and `\n` (as `@actions/core` does).
+/// Escapes a command's message: `%` as the runner unescapes it (`%25`, as `@actions/core`
+/// does), and every character [`needs_escape`] names as `\n`, `\u{1b}` (`\r` and `\n` among
+/// them, so none is left for `%0D`, `%0A`).
 pub fn message(text: &str) -> String {
-    text.replace('%', "%25")
-        .replace('\r', "%0D")
-        .replace('\n', "%0A")
+    escape(text, &[])
 }
 
 /// Escapes a command's property value: as [`message`], and `:` and `,`.
 pub fn property(text: &str) -> String {
-    message(text).replace(':', "%3A").replace(',', "%2C")
+    escape(text, &[(':', "%3A"), (',', "%2C")])
+}
+
+fn escape(text: &str, more: &[(char, &str)]) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '%' {
+            out.push_str("%25");
+        } else if let Some((_, to)) = more.iter().find(|(from, _)| *from == c) {
+            out.push_str(to);
+        } else if needs_escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -67,9 +87,14 @@ mod tests {
     #[test]
     fn workflow_command_escaping() {
         let path = "my dir/a,b:c%d\nx\r.c";
-        assert_eq!(property(path), "my dir/a%2Cb%3Ac%25d%0Ax%0D.c");
-        assert_eq!(message(path), "my dir/a,b:c%25d%0Ax%0D.c");
-        // Escaped `%` first, so an escape is never escaped twice.
+        assert_eq!(property(path), r"my dir/a%2Cb%3Ac%25d\nx\r.c");
+        assert_eq!(message(path), r"my dir/a,b:c%25d\nx\r.c");
+        // An escape is never escaped twice.
         assert_eq!(property("%3A"), "%253A");
+        // What ends a line for some readers, drives a terminal or reorders text.
+        let name = "a\u{85}b\u{2028}c\u{1b}[2Jd\u{202e}e\u{2066}f";
+        let shown = r"a\u{85}b\u{2028}c\u{1b}[2Jd\u{202e}e\u{2066}f";
+        assert_eq!(message(name), shown);
+        assert_eq!(property(name), shown);
     }
 }

@@ -8,14 +8,22 @@
 //! `--max-growth`, or its incompleteness under `--require-complete`), and one case `cuguard.check` / `limits` that carries the overall
 //! verdict and its reasons (and, in its `<system-out>`, the reports whose growth `--max-growth`
 //! could not check: too few samples).
+//!
+//! Texts from the reports (sites, kinds, names, the failures) are escaped as the text output
+//! escapes them ([`cuguard_format::needs_escape`]: `\n`, `\u{202e}`), so the failure's lines are
+//! the ones cuguard wrote and a viewer shows each name as it is.
 
 use std::io::{self, Write};
+
+use cuguard_format::{escaped, needs_escape};
 
 use super::Verdict;
 use crate::output::{Format, Options};
 use crate::wording::{bytes, one_line, plural};
 
-/// Escapes text for XML attributes and content; drops characters XML 1.0 cannot hold.
+/// Escapes text for XML attributes and content: `\n` and `\t` (cuguard's own line breaks) as
+/// character references, any other character [`needs_escape`] names as `\u{…}`; drops the
+/// characters XML 1.0 cannot hold.
 fn xml(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -27,7 +35,8 @@ fn xml(text: &str) -> String {
             '\'' => out.push_str("&apos;"),
             '\n' => out.push_str("&#10;"),
             '\t' => out.push_str("&#9;"),
-            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => out.push('?'),
+            c if needs_escape(c) => out.extend(c.escape_default()),
+            '\u{fffe}' | '\u{ffff}' => out.push('?'),
             c => out.push(c),
         }
     }
@@ -67,7 +76,13 @@ impl Format<Verdict> for Junit {
             Some(_) => verdict
                 .growth_not_told
                 .iter()
-                .map(|n| format!("growth not checked in {}: {}", n.source, n.why.why()))
+                .map(|n| {
+                    format!(
+                        "growth not checked in {}: {}",
+                        escaped(&n.source),
+                        n.why.why()
+                    )
+                })
                 .collect(),
             None => Vec::new(),
         };
@@ -76,11 +91,12 @@ impl Format<Verdict> for Junit {
         } else {
             writeln!(out)?;
             if !verdict.passed {
+                let failures: Vec<String> = verdict.failures.iter().map(|f| escaped(f)).collect();
                 writeln!(
                     out,
                     r#"      <failure type="cuguard" message="{}">{}</failure>"#,
-                    xml(&verdict.failures.join("; ")),
-                    xml(&verdict.failures.join("\n"))
+                    xml(&failures.join("; ")),
+                    xml(&failures.join("\n"))
                 )?;
             }
             if !not_told.is_empty() {
@@ -114,16 +130,17 @@ impl Format<Verdict> for Junit {
             let mut lines = Vec::new();
             for (site, b, n) in &p.failing_sites {
                 lines.push(format!(
-                    "{} in {} at {site}",
+                    "{} in {} at {}",
                     bytes(*b),
-                    plural(*n, "leak", "leaks")
+                    plural(*n, "leak", "leaks"),
+                    escaped(site)
                 ));
             }
             for (kind, site, n) in &p.failing_events {
-                lines.push(format!("{n} × {kind} at {site}"));
+                lines.push(format!("{n} × {} at {}", escaped(kind), escaped(site)));
             }
             for (site, grown) in &p.failing_growth {
-                lines.push(format!("{site} grew by {}", bytes(*grown)));
+                lines.push(format!("{} grew by {}", escaped(site), bytes(*grown)));
             }
             if !p.complete {
                 lines.push("the report is incomplete".into());
@@ -131,7 +148,7 @@ impl Format<Verdict> for Junit {
             let message = format!(
                 "{}{} leaked in {}",
                 if p.rank.is_some() || p.worker.is_some() {
-                    format!("{} failed: ", p.who)
+                    format!("{} failed: ", escaped(&p.who))
                 } else {
                     String::new()
                 },

@@ -20,6 +20,11 @@
 //! shim's fingerprint of the site (else the site key): equal across runs of the same code, never
 //! made of addresses, pids or times. `run.properties.cuguard` carries `{passed, failures[]}`.
 //!
+//! Texts for people (messages, names, the failures, a suppression's rule, an unknown event
+//! kind's rule) have every character [`cuguard_format::needs_escape`] names written as the text
+//! output writes it (`\n`, `\u{202e}`): JSON escapes control characters, but a viewer shows NEL,
+//! U+2028 and the reordering characters as they are. Fingerprints hash the texts as reported.
+//!
 //! ```text
 //! {"version": "2.1.0", "$schema": "…sarif-2.1.0.json",
 //!  "runs": [{"tool": {"driver": {"name": "cuguard", "version", "informationUri", "rules": [
@@ -38,6 +43,7 @@
 use std::io::{self, Write};
 use std::path::Path;
 
+use cuguard_format::escaped;
 use serde_json::{Value, json};
 
 use super::Verdict;
@@ -363,11 +369,12 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
         let index = match ids.iter().position(|id| *id == f.rule) {
             Some(i) => i,
             None => {
+                let kind = escaped(&f.rule);
                 rules.push(json!({
-                    "id": rule_id(&f.rule),
-                    "name": f.rule,
-                    "shortDescription": {"text": format!("{} events", f.rule)},
-                    "fullDescription": {"text": format!("Events of kind {} in the report.", f.rule)},
+                    "id": rule_id(&kind),
+                    "name": kind,
+                    "shortDescription": {"text": format!("{kind} events")},
+                    "fullDescription": {"text": format!("Events of kind {kind} in the report.")},
                     "defaultConfiguration": {"level": "error"},
                 }));
                 ids.push(f.rule.clone());
@@ -387,12 +394,12 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
         let mut logical = Vec::new();
         let function = f.place.map(|p| p.function.as_str()).unwrap_or(&f.site);
         if !function.is_empty() {
-            logical.push(json!({"name": function, "kind": "function"}));
+            logical.push(json!({"name": escaped(function), "kind": "function"}));
         }
         if let Some(module) = f.place.and_then(|p| p.module.as_deref()) {
             logical.push(json!({
-                "name": crate::sites::file_name(module),
-                "fullyQualifiedName": module,
+                "name": escaped(crate::sites::file_name(module)),
+                "fullyQualifiedName": escaped(module),
                 "kind": "module",
             }));
         }
@@ -404,17 +411,17 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
             .and_then(|p| p.fingerprint.as_deref())
             .unwrap_or(&f.site);
         let mut result = json!({
-            "ruleId": rule_id(&f.rule),
+            "ruleId": rule_id(&escaped(&f.rule)),
             "ruleIndex": index,
             "level": f.level,
-            "message": {"text": f.message},
+            "message": {"text": escaped(&f.message)},
             "partialFingerprints": {"cuguard/v1": stable_hash(&[&f.rule, key])},
         });
         if !location.is_empty() {
             result["locations"] = json!([Value::Object(location)]);
         }
         if let Some(rule) = &f.suppressed {
-            result["suppressions"] = json!([{"kind": "external", "justification": rule}]);
+            result["suppressions"] = json!([{"kind": "external", "justification": escaped(rule)}]);
         }
         results.push(result);
     }
@@ -434,7 +441,10 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
             }},
             "originalUriBaseIds": {"%SRCROOT%": {"uri": root_uri}},
             "results": results,
-            "properties": {"cuguard": {"passed": verdict.passed, "failures": verdict.failures}},
+            "properties": {"cuguard": {
+                "passed": verdict.passed,
+                "failures": verdict.failures.iter().map(|f| escaped(f)).collect::<Vec<_>>(),
+            }},
         }],
     }))
 }

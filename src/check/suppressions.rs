@@ -20,6 +20,12 @@
 //! character, `[abc]` one of a set. A leak without a stack matches frame patterns only when the
 //! pattern is `*`.
 //!
+//! Generated rules match what they were made from: a name's wildcard characters are written as
+//! classes (`[*]`), and a character no pattern can hold (whitespace, which separates terms, and
+//! every character [`cuguard_format::needs_escape`] names, such as line breaks) as `?`, the one
+//! place a generated rule is wider than its name. The comments above them carry the report's
+//! texts escaped (`\n`, `\u{202e}`), so nothing a report holds starts a line of the file.
+//!
 //! ```text
 //! # a known leak in a vendor library
 //! leak:libvendor.so
@@ -36,6 +42,7 @@ use serde::Serialize;
 
 use crate::report::{Event, Leak, Stack};
 use crate::wording::one_line;
+use cuguard_format::{escaped, needs_escape};
 use cuguard_symbolize::glob;
 
 /// A suppressions file, parsed.
@@ -105,15 +112,32 @@ fn anchored(pattern: &str) -> String {
     format!("{start}{body}{end}")
 }
 
+/// The largest suppressions file read, bytes.
+const MAX_FILE: u64 = 64 << 20;
+
 impl Suppressions {
     /// Reads a suppressions file.
     pub fn read(path: &Path) -> Result<Suppressions, ParseError> {
+        use std::io::Read as _;
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ParseError {
+        let failed = |reason: String| ParseError {
             file: name.clone(),
             line: 0,
-            reason: e.to_string(),
-        })?;
+            reason,
+        };
+        // A regular file only, read to its size when opened (a FIFO would block, a device never
+        // end), at most MAX_FILE.
+        let (file, size) =
+            cuguard_format::read::open_regular(path).map_err(|e| failed(e.to_string()))?;
+        if size > MAX_FILE {
+            return Err(failed(format!(
+                "{size} bytes: larger than a suppressions file is ({MAX_FILE} at most)"
+            )));
+        }
+        let mut text = String::new();
+        file.take(size)
+            .read_to_string(&mut text)
+            .map_err(|e| failed(e.to_string()))?;
         Self::parse(&name, &text)
     }
 
@@ -235,12 +259,16 @@ fn frame_matches(pattern: &str, stack: Option<&Stack>) -> bool {
         .any(|f| glob::matches(pattern, &f.function) || glob::matches(pattern, &f.file))
 }
 
-/// Escapes text so that, anchored with `^…$`, it matches itself only.
+/// Escapes text so that, anchored with `^…$`, it matches itself only (a leading `^` of the text
+/// stays literal: only the first `^` anchors).
 pub fn escape(text: &str) -> String {
     format!("^{}$", escape_body(text))
 }
 
-/// Escapes wildcard characters (and turns spaces into `?`, since spaces separate terms).
+/// Escapes wildcard characters, and turns what a pattern cannot hold into `?`: whitespace (it
+/// separates terms) and what [`needs_escape`] names (line breaks, escapes, reordering
+/// characters), so the rule stays one line of the file and one term. A trailing `$` is written
+/// `[$]` (else it would anchor).
 fn escape_body(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     for c in text.chars() {
@@ -250,16 +278,13 @@ fn escape_body(text: &str) -> String {
                 out.push(c);
                 out.push(']');
             }
-            c if c.is_whitespace() || c.is_control() => out.push('?'),
+            c if c.is_whitespace() || needs_escape(c) => out.push('?'),
             c => out.push(c),
         }
     }
     if out.ends_with('$') {
         out.pop();
         out.push_str("[$]");
-    }
-    if out.starts_with('^') {
-        out.replace_range(0..1, "?");
     }
     out
 }
@@ -289,7 +314,12 @@ pub struct Proposal {
 fn site_condition(site: &crate::sites::Site) -> Option<String> {
     match (&site.function, &site.module) {
         (Some(f), _) => Some(escape(f)),
-        (None, Some(m)) => Some(format!("{}$", escape_body(crate::sites::file_name(m)))),
+        (None, Some(m)) => {
+            // Anchored at the end only; a leading `*` keeps a name's leading `^` literal.
+            let body = escape_body(crate::sites::file_name(m));
+            let star = if body.starts_with('^') { "*" } else { "" };
+            Some(format!("{star}{body}$"))
+        }
         (None, None) => None,
     }
 }
@@ -320,7 +350,7 @@ pub fn propose(report: &crate::report::Report) -> Vec<Proposal> {
             Some(c) => format!("leak:{c}"),
             None => format!(
                 "# no stack, so no precise rule; this would suppress every {} leak: api:{}",
-                leak.api,
+                escaped(&leak.api),
                 escape(&leak.api)
             ),
         };
@@ -377,6 +407,9 @@ pub fn combine(all: impl IntoIterator<Item = Proposal>) -> Vec<Proposal> {
 }
 
 /// Writes proposals as a suppressions file, each rule under a comment saying what it covers.
+///
+/// Every text from a report is escaped ([`needs_escape`]), so none can start a line (a rule) of
+/// the file; rules are written whole (cut, a rule would match another name, or none).
 pub fn write_file(
     proposals: &[Proposal],
     reports: usize,
@@ -399,7 +432,11 @@ pub fn write_file(
                 "{} in {} ({})",
                 bytes(p.bytes),
                 plural(p.leaks, "leak", "leaks"),
-                p.apis.iter().cloned().collect::<Vec<_>>().join(", ")
+                p.apis
+                    .iter()
+                    .map(|a| escaped(a))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         if p.events > 0 {
@@ -420,7 +457,9 @@ pub fn write_file(
             what.join(", "),
             one_line(&whose)
         )?;
-        writeln!(out, "{}", one_line(&p.rule))?;
+        // Made of escaped texts and patterns that hold no character to escape, so this is
+        // only a guard.
+        writeln!(out, "{}", escaped(&p.rule))?;
     }
     Ok(())
 }
@@ -547,6 +586,10 @@ mod tests {
             "a*b",
             "std::vector<int, std::allocator<int> >::push",
             "f$",
+            "^caret",
+            "$^",
+            "ev\u{202e}il\u{2028}\u{85}\u{1b}[2J",
+            &format!("tmpl<{}>::alloc", "x".repeat(400)),
         ] {
             let s = Suppressions::parse("s", &format!("leak:{}", escape(name))).unwrap();
             assert!(
@@ -554,11 +597,47 @@ mod tests {
                     .is_some(),
                 "{name}"
             );
-            let longer = format!("{name}x");
-            assert!(
-                s.match_leak(&leak("x", Memory::Device), Some(&stack(&[&longer])))
-                    .is_none()
-            );
+            // Longer, and (for a leading `^`, which once became `?`) the same length.
+            for other in [
+                format!("{name}x"),
+                format!("x{name}"),
+                name.replacen('^', "x", 1),
+            ] {
+                if other == name {
+                    continue;
+                }
+                assert!(
+                    s.match_leak(&leak("x", Memory::Device), Some(&stack(&[&other])))
+                        .is_none(),
+                    "{name:?} against {other:?}"
+                );
+            }
         }
+    }
+
+    #[test]
+    fn a_module_rule_keeps_a_leading_caret_literal() {
+        let site = crate::sites::Site {
+            key: "^lib.so+0x10".into(),
+            name: "^lib.so+0x10".into(),
+            location: None,
+            function: None,
+            module: Some("/opt/^lib.so".into()),
+            kind: None,
+            context: None,
+            origin: None,
+        };
+        let rule = site_condition(&site).unwrap();
+        assert_eq!(rule, "*^lib.so$");
+        let s = Suppressions::parse("s", &format!("leak:{rule}")).unwrap();
+        let frame_in = |module: &str| {
+            let mut st = stack(&["f"]);
+            st.frames[0].module = module.into();
+            st.frames[0].file = None;
+            s.match_leak(&leak("x", Memory::Device), Some(&st))
+                .is_some()
+        };
+        assert!(frame_in("/opt/^lib.so"));
+        assert!(!frame_in("/opt/xlib.so"));
     }
 }

@@ -412,7 +412,7 @@ fn github_commands_escape_odd_paths() {
     assert_eq!(out.lines().count(), counting, "{out}");
     for line in out.lines() {
         assert!(
-            line.starts_with("::error file=my dir/a%2Cb%3Ac%0Ad%25.c,line=7,title=cuguard leak::"),
+            line.starts_with(r"::error file=my dir/a%2Cb%3Ac\nd%25.c,line=7,title=cuguard leak::"),
             "{line}"
         );
     }

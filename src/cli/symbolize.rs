@@ -59,7 +59,18 @@ pub fn run(args: SymbolizeArgs) -> Result<u8, CliError> {
     let doc = Document::read_with_limit(&args.report, crate::input::max_report_bytes())
         .map_err(|e| CliError::Input(InputError::from(e)))?;
     drop(doc);
-    let text = std::fs::read(&args.report).map_err(|e| read_error(&args.report, e.to_string()))?;
+    // Read again as the reader did: a regular file, to its size when opened (the name may have
+    // been replaced meanwhile by a FIFO, which would block).
+    let text = {
+        use std::io::Read as _;
+        let (file, size) = cuguard_format::read::open_regular(&args.report)
+            .map_err(|e| read_error(&args.report, e.to_string()))?;
+        let mut text = Vec::new();
+        file.take(size.min(crate::input::max_report_bytes()))
+            .read_to_end(&mut text)
+            .map_err(|e| read_error(&args.report, e.to_string()))?;
+        text
+    };
     let mut value: Value =
         serde_json::from_slice(&text).map_err(|e| read_error(&args.report, e.to_string()))?;
     let mut plumbing = Plumbing::builtin();

@@ -26,6 +26,9 @@ pub const MAX_HISTORY_BYTES: u64 = 8 << 30;
 /// A history read and named.
 pub struct Loaded {
     pub replay: Replay,
+    /// Why the shim stopped recording before the end (a full disk), as its report says; `None`
+    /// when it did not, or when the history was read without its report.
+    pub stopped: Option<String>,
     /// The process as a report with only what naming needs: its process, modules and named
     /// stacks (and the owners they name), for the summary's site and owner indexes.
     pub report: Report,
@@ -57,7 +60,11 @@ pub fn load(path: &Path) -> Result<Loaded, InputError> {
         })?;
         (files_of(&r, path)?, Some(r))
     };
-    read_segments(files, report.map(|r| r.process))
+    let owner = match report {
+        Some(r) => Some(Owner::of(r, path)?),
+        None => None,
+    };
+    read_segments(files, owner)
 }
 
 /// Whether the file at `path` is a history file (else it may be a report).
@@ -68,18 +75,91 @@ pub fn is_history_file(path: &Path) -> Result<bool, InputError> {
 /// The history of `report`, read from `path` (its history's files are named relative to the
 /// report's directory).
 pub fn of_report(report: &Report, path: &Path) -> Result<Loaded, InputError> {
-    read_segments(files_of(report, path)?, Some(report.process.clone()))
+    read_segments(
+        files_of(report, path)?,
+        Some(Owner::of(report.clone(), path)?),
+    )
 }
 
-/// The files of the history the report at `path` names, beside it (oldest first; none when it
-/// names no history).
+/// The files of the history the report at `path` names (oldest first; none when it names no
+/// history), as [`files_of`] finds them.
 pub fn files_named(report: &Report, path: &Path) -> Vec<PathBuf> {
+    resolve(report, path)
+}
+
+/// The most files a history has: a segment and the one before it.
+const MAX_SEGMENTS: usize = 2;
+
+/// Where the files a report names are: an absolute name where it is, else (the report and its
+/// history moved together, as CI artifacts are) the same file name beside the report; a
+/// relative name (a report of an earlier cuguard) beside the report. A file named twice, by
+/// any name, is read once.
+fn resolve(report: &Report, path: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
     let dir = path.parent().unwrap_or(Path::new(""));
-    report
-        .history
-        .iter()
-        .flat_map(|info| info.files.iter().map(|f| dir.join(f)))
-        .collect()
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for name in report.history.iter().flat_map(|info| info.files.iter()) {
+        let named = Path::new(name);
+        let file = if named.is_absolute() {
+            match (named.symlink_metadata(), named.file_name()) {
+                (Err(_), Some(base)) => dir.join(base),
+                _ => named.to_path_buf(),
+            }
+        } else {
+            dir.join(named)
+        };
+        let key = match std::fs::metadata(&file) {
+            Ok(m) => (m.dev(), m.ino()),
+            Err(_) => (u64::MAX, out.len() as u64),
+        };
+        if seen.insert(key) {
+            out.push(file);
+        }
+    }
+    out
+}
+
+/// Whose a history must be when it is read for a report: that report's process (its pid, start
+/// and run), in files owned by whoever owns the report.
+struct Owner {
+    report: Report,
+    /// The report file's owner.
+    uid: u32,
+}
+
+impl Owner {
+    fn of(report: Report, path: &Path) -> Result<Owner, InputError> {
+        use std::os::unix::fs::MetadataExt as _;
+        let uid = std::fs::metadata(path)
+            .map_err(|e| invalid(path, e.to_string()))?
+            .uid();
+        Ok(Owner { report, uid })
+    }
+
+    /// Why `replay` (read from `file`) is not this report's process's history, if it is not.
+    fn refuses(&self, replay: &Replay) -> Option<String> {
+        let p = &self.report.process;
+        let start_ms = replay.start_unix_ns / 1_000_000;
+        let run = self
+            .report
+            .run_id
+            .as_deref()
+            .map_or(0, cuguard_history::run_tag);
+        if replay.pid != p.pid || start_ms != p.start_unix_ms {
+            return Some(format!(
+                "not this report's history: it is of process {} started at {} ms (Unix), the report of process {} started at {} ms",
+                replay.pid, start_ms, p.pid, p.start_unix_ms
+            ));
+        }
+        if replay.run != 0 && run != 0 && replay.run != run {
+            return Some(format!(
+                "not this report's history: it is of another run than {}",
+                self.report.run_id.as_deref().unwrap_or_default()
+            ));
+        }
+        None
+    }
 }
 
 /// The files of the history `report` names, beside `path`.
@@ -90,28 +170,49 @@ fn files_of(report: &Report, path: &Path) -> Result<Vec<PathBuf>, InputError> {
             "the report names no history (CUGUARD_HISTORY=0, or a cuguard before 0.2)".into(),
         ));
     }
-    let files = files_named(report, path);
+    let files = resolve(report, path);
     if files.is_empty() {
         return Err(invalid(path, "the report's history has no file".into()));
+    }
+    if files.len() > MAX_SEGMENTS {
+        return Err(invalid(
+            path,
+            format!(
+                "the report names {} history files; a history has at most {MAX_SEGMENTS} (a segment and the one before it)",
+                files.len()
+            ),
+        ));
     }
     Ok(files)
 }
 
-/// Reads a history's segment files (oldest first) and names its stacks.
-fn read_segments(files: Vec<PathBuf>, process: Option<Process>) -> Result<Loaded, InputError> {
+/// Reads a history's segment files (oldest first) and names its stacks; with `owner`, only when
+/// every file is owned by the report's owner and the history is of the report's process.
+fn read_segments(files: Vec<PathBuf>, owner: Option<Owner>) -> Result<Loaded, InputError> {
     let mut bytes = Vec::with_capacity(files.len());
     for f in &files {
-        bytes.push(read_file(f)?);
+        bytes.push(read_file(f, owner.as_ref().map(|o| o.uid))?);
     }
     let refs: Vec<&[u8]> = bytes.iter().map(|b| &b[..]).collect();
     let replay = Replay::read(&refs).map_err(|e| invalid(&files[0], e.to_string()))?;
+    if let Some(why) = owner.as_ref().and_then(|o| o.refuses(&replay)) {
+        return Err(invalid(files.last().expect("at least one file"), why));
+    }
     if let Some(cut) = &replay.cut {
         let which = files.last().expect("at least one file");
         return Err(invalid(which, cut.to_string()));
     }
+    let (process, stopped) = match owner {
+        Some(o) => (
+            Some(o.report.process),
+            o.report.history.and_then(|h| h.stopped),
+        ),
+        None => (None, None),
+    };
     let report = named(&replay, process);
     Ok(Loaded {
         replay,
+        stopped,
         report,
         files,
     })
@@ -161,13 +262,26 @@ fn open_regular(path: &Path) -> Result<std::fs::File, InputError> {
     Ok(f)
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, InputError> {
-    use std::io::Read as _;
+/// A history file's sound part ([`cuguard_history::read_sound`]): never more than its size when
+/// opened, nor past its first bad chunk, so a sparse or padded file costs what it holds. With
+/// `uid`, a file another user owns is refused.
+fn read_file(path: &Path, uid: Option<u32>) -> Result<Vec<u8>, InputError> {
+    use std::os::unix::fs::MetadataExt as _;
     let mut f = open_regular(path)?;
-    let mut out = Vec::new();
-    f.read_to_end(&mut out)
-        .map_err(|e| invalid(path, e.to_string()))?;
-    Ok(out)
+    let meta = f.metadata().map_err(|e| invalid(path, e.to_string()))?;
+    if let Some(uid) = uid
+        && meta.uid() != uid
+    {
+        return Err(invalid(
+            path,
+            format!(
+                "owned by uid {}, not by the report's owner (uid {uid}): not read as its history",
+                meta.uid()
+            ),
+        ));
+    }
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, &mut f);
+    cuguard_history::read_sound(&mut reader, meta.len()).map_err(|e| invalid(path, e.to_string()))
 }
 
 /// `path` and, before it, its older segment `PATH.1` when that is the same process's previous
@@ -177,8 +291,13 @@ fn segments_beside(path: &Path) -> Result<Vec<PathBuf>, InputError> {
     older.push(".1");
     let older = PathBuf::from(older);
     let newer = cuguard_history::Header::decode(&read_first(path)?);
+    let owner = |p: &Path| {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::symlink_metadata(p).ok().map(|m| m.uid())
+    };
     if let (Ok(newer), Ok(bytes)) = (newer, read_first(&older))
         && let Ok(h) = cuguard_history::Header::decode(&bytes)
+        && owner(&older) == owner(path)
         && h.pid == newer.pid
         && h.start_unix_ns == newer.start_unix_ns
         && h.segment + 1 == newer.segment
@@ -242,9 +361,10 @@ fn named(replay: &Replay, process: Option<Process>) -> Report {
         .collect();
     ids.sort_unstable();
     let module_names: Vec<Arc<str>> = modules.iter().map(|m| Arc::from(&*m.path)).collect();
+    let index = ModuleIndex::new(&replay.modules);
     report.stacks = ids
         .iter()
-        .map(|&id| stack(id, &replay.stacks[&id], replay, &module_names))
+        .map(|&id| stack(id, &replay.stacks[&id], replay, &module_names, &index))
         .collect();
     report.modules = modules;
     let mut value = serde_json::to_value(&report).expect("a report serializes");
@@ -255,17 +375,20 @@ fn named(replay: &Replay, process: Option<Process>) -> Report {
 
 /// One stack as a report's: native frames located in the modules, Python frames named by the
 /// code table.
-fn stack(id: u32, words: &[u64], replay: &Replay, names: &[Arc<str>]) -> Stack {
+fn stack(
+    id: u32,
+    words: &[u64],
+    replay: &Replay,
+    names: &[Arc<str>],
+    by_start: &ModuleIndex,
+) -> Stack {
     let mut frames = Vec::new();
     let mut python = Vec::new();
     let mut origin = None;
     for &w in words {
         match Word::of(w) {
             Word::Native(ip) => {
-                let m = replay
-                    .modules
-                    .iter()
-                    .position(|m| m.start <= ip && ip < m.end);
+                let m = by_start.find(ip);
                 frames.push(Frame {
                     ip: Addr(ip),
                     module: m.map_or_else(|| Arc::from(""), |i| names[i].clone()),
@@ -301,6 +424,40 @@ fn stack(id: u32, words: &[u64], replay: &Replay, names: &[Arc<str>]) -> Stack {
         owner: None,
         mixed: Vec::new(),
         origin,
+    }
+}
+
+/// The modules by start address, to find the one an address falls in without walking them all.
+/// Modules do not overlap in a real process; where a file says they do, the one that starts
+/// nearest below the address wins, among the few nearest (a bounded look back).
+struct ModuleIndex {
+    /// (start, end, index in the list), by start.
+    ranges: Vec<(u64, u64, usize)>,
+}
+
+impl ModuleIndex {
+    /// How many ranges below an address are looked at.
+    const LOOK_BACK: usize = 16;
+
+    fn new(modules: &[cuguard_history::replay::Module]) -> ModuleIndex {
+        let mut ranges: Vec<(u64, u64, usize)> = modules
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.start, m.end, i))
+            .collect();
+        ranges.sort_unstable();
+        ModuleIndex { ranges }
+    }
+
+    /// The module holding `ip`, if any.
+    fn find(&self, ip: u64) -> Option<usize> {
+        let below = self.ranges.partition_point(|r| r.0 <= ip);
+        self.ranges[..below]
+            .iter()
+            .rev()
+            .take(Self::LOOK_BACK)
+            .find(|r| ip < r.1)
+            .map(|r| r.2)
     }
 }
 

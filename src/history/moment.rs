@@ -40,8 +40,12 @@ pub struct Span {
     pub begins_ms: f64,
     /// The last moment it knows.
     pub ends_ms: f64,
-    /// Whether it ended whole (false: the process was killed, or is still running).
+    /// Whether it ended whole (false: the process was killed, or is still running, or the
+    /// recording stopped: see `stopped`).
     pub whole: bool,
+    /// Why the shim stopped recording before the end (a full disk), as the report says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
     /// Allocations it holds.
     pub allocations: usize,
     /// Events lost in the part asked about (a thread made them faster than they were drained).
@@ -223,6 +227,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> M
             begins_ms: ms(r.begins_ns),
             ends_ms: ms(r.ends_ns),
             whole: r.whole,
+            stopped: loaded.stopped.clone(),
             allocations: r.blocks.len(),
             lost_events,
         },

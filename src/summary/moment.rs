@@ -36,11 +36,16 @@ fn headline(m: &Moment) -> String {
     if m.span.begins_ms > 0.0 {
         span.push_str(", what came before was let go to stay within CUGUARD_HISTORY");
     }
-    span.push_str(if m.span.whole {
-        ", whole"
-    } else {
-        ", without its end: the process was killed or is still running"
-    });
+    match (&m.span.stopped, m.span.whole) {
+        (Some(why), _) => span.push_str(&format!(
+            ", up to where the recording stopped: {}",
+            one_line(why)
+        )),
+        (None, true) => span.push_str(", whole"),
+        (None, false) => {
+            span.push_str(", without its end: the process was killed or is still running")
+        }
+    }
     if m.span.lost_events > 0 {
         span.push_str(&format!(
             "; {} lost around then",

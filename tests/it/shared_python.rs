@@ -475,6 +475,8 @@ fn install_kernel_writes_through_no_link_and_into_no_other_users_directory() {
 
     // The victim installs into the shared directory itself, where the attacker made the
     // kernel's directory first and planted links at kernel.json and at the old temporary name.
+    // The first of the attacker's directories on the way, `share`, is refused: nothing is made
+    // or written below it.
     let theirs = make(&d, &kernels, ATTACKER, 0o755);
     let theirs = make(&theirs, &["cuguard"], ATTACKER, 0o755);
     plant_link(&theirs.join(".kernel.json.1"), &precious);
@@ -487,7 +489,7 @@ fn install_kernel_writes_through_no_link_and_into_no_other_users_directory() {
         format!(
             "cuguard jupyter install-kernel: {}: belongs to another user (uid 1001), who could \
              change the kernel's command; give another --prefix or --name\n",
-            theirs.display()
+            d.join("share").display()
         )
     );
 

@@ -347,3 +347,78 @@ def test_uncached_names_the_test_that_keeps_a_tensor(pytester: pytest.Pytester, 
         " " * 14 + leak_site("test_cache.py", line, "test_keeps_tensor", "3.0 MiB"),
     ], text
     assert "framework caches off (--cuguard-uncached)" in text
+
+
+#: A function name and a file name a program can give its code (`code.replace`): a line break
+#: and a rule, a terminal escape, NEL, LINE SEPARATOR and RIGHT-TO-LEFT OVERRIDE.
+HOSTILE_FUNCTION = "make\nleak:*\nbuf\x1b[2J\x85\u2028\u202efdp"
+HOSTILE_FILE = "ev\u202eil\x1b.py"
+#: As the plugin shows them: escaped as the `cuguard` command escapes (`\n`, `\u{1b}`).
+HOSTILE_FUNCTION_SHOWN = r"make\nleak:*\nbuf\u{1b}[2J\u{85}\u{2028}\u{202e}fdp"
+HOSTILE_FILE_SHOWN = r"ev\u{202e}il\u{1b}.py"
+
+
+def test_names_from_the_program_are_escaped_in_messages_and_summary(
+    pytester: pytest.Pytester, inner_project
+):
+    pytester.makepyfile(
+        test_hostile=r'''
+        import os
+        import types
+
+        import pytest
+
+        from gpu import alloc
+
+        KEPT = []
+        NAME = "make\nleak:*\nbuf\x1b[2J\x85\u2028\u202efdp"
+        FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ev\u202eil\x1b.py")
+
+
+        def _keep():
+            KEPT.append(alloc(4096))  # leak: hostile
+
+
+        names = {"co_name": NAME, "co_filename": FILE}
+        if hasattr(_keep.__code__, "co_qualname"):
+            names["co_qualname"] = NAME
+        keep = types.FunctionType(_keep.__code__.replace(**names), globals())
+
+
+        @pytest.mark.limit_gpu_leaks(0)
+        def test_hostile_names():
+            keep()
+        '''
+    )
+    result = pytester.runpytest_subprocess(*SIM, "test_hostile.py")
+    text = output(result)
+    result.assert_outcomes(failed=1)
+    for c in ("\x1b", "\x85", "\u2028", "\u202e"):
+        assert c not in text, (c, text)
+    line = inner_project("test_hostile.py", "leak: hostile")
+    site = leak_site(HOSTILE_FILE_SHOWN, line, HOSTILE_FUNCTION_SHOWN, "4.0 KiB")
+    assert failure(text, "test_hostile_names") == [
+        "cuguard: this test leaked 4.0 KiB of GPU memory in 1 allocation, over its limit of 0 B "
+        "(@pytest.mark.limit_gpu_leaks); still live after its teardown:",
+        "  " + site,
+    ], text
+    assert section(text, "cuguard: GPU memory per test") == [
+        "1 of 1 tests leaked GPU memory, 4.0 KiB in all (the program's own; framework caches "
+        "are not leaks), largest first:",
+        "   4.0 KiB  test_hostile.py::test_hostile_names  (1 allocation)",
+        " " * 14 + site,
+    ], text
+
+
+def test_escaped_is_the_commands_rule():
+    """The plugin's escaping is the command's (`cuguard_format::escaped`): the Rust test
+    `every_character_of_the_rule` (shim/format/src/units.rs) checks the same text."""
+    from cuguard._units import escaped
+
+    assert escaped(
+        "\0\t\r\n\x1b\x7f\x85\x9f\xa0\u061c\u200d\u200e\u200f\u2028\u2029\u202a\u202e\u202f"
+        "\u2066\u2069\u206a é"
+    ) == (
+        r"\u{0}\t\r\n\u{1b}\u{7f}\u{85}\u{9f}" "\xa0" r"\u{61c}" "\u200d" r"\u{200e}\u{200f}"
+        r"\u{2028}\u{2029}\u{202a}\u{202e}" "\u202f" r"\u{2066}\u{2069}" "\u206a é"
+    )

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 /// `history`: the history file(s) beside the report, and what they hold.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HistoryInfo {
-    /// The segment files, oldest first: names in the report's directory (a path when the history
-    /// is elsewhere).
+    /// The segment files, oldest first, by absolute path (reports of earlier builds: names in the
+    /// report's directory). The command reads them only as the report's process's own.
     pub files: Vec<String>,
     /// Events written.
     pub events: u64,

@@ -125,5 +125,5 @@ pub use python::{
     PyHolder, PyView, Python,
 };
 pub use read::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, LeakGroup, ReadError, Reports};
-pub use units::{human_bytes, needs_escape, one_line, push_escaped};
+pub use units::{escaped, human_bytes, needs_escape, one_line, push_escaped};
 pub use write::{to_vec, write};

@@ -17,15 +17,26 @@ pub fn human_bytes(n: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-/// Whether `c` must be escaped before it reaches a terminal or a log: control characters
-/// (escape sequences start with one) and the characters that reorder text (the bidirectional
-/// overrides, embeddings and isolates, as in "Trojan Source"), which can make a name read as
-/// another.
+/// Whether `c` must be escaped before it reaches a terminal, a log or a line-based file: control
+/// characters (escape sequences start with one; C1's NEL, U+0085, ends a line for some readers),
+/// the line and paragraph separators (U+2028, U+2029, line breaks to others), and the characters
+/// that reorder text (the bidirectional marks, overrides, embeddings and isolates, as in "Trojan
+/// Source"), which can make a name read as another.
+///
+/// The one rule for text that comes from a report or a program: the shim's lines, the command's
+/// text, `check`'s formats, generated suppressions; the pytest plugin mirrors it
+/// (`cuguard/_units.py`, `needs_escape`).
 pub fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
         )
 }
 
@@ -39,6 +50,15 @@ pub fn push_escaped(out: &mut String, text: &str) {
             out.push(c);
         }
     }
+}
+
+/// `text` with every character [`needs_escape`] says must be escaped written as `\u{…}` (`\n`,
+/// `\t`, `\r` for those three), whole: for formats that keep a text entire (a rule, a message
+/// a program reads).
+pub fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    push_escaped(&mut out, text);
+    out
 }
 
 /// Makes text safe to print on one line: every character [`needs_escape`] says must be
@@ -62,13 +82,25 @@ pub fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{human_bytes, push_escaped};
+    use super::{escaped, human_bytes, push_escaped};
 
     #[test]
     fn names_from_the_program_cannot_drive_the_terminal() {
         let mut out = String::new();
         push_escaped(&mut out, "ev\u{1b}[2Jil\u{202e}txt.exe\n");
         assert_eq!(out, "ev\\u{1b}[2Jil\\u{202e}txt.exe\\n");
+    }
+
+    /// The same text and the same answer as the Python mirror's test
+    /// (`tests/python/test_pytest_plugin.py`, `test_escaped_is_the_commands_rule`).
+    #[test]
+    fn every_character_of_the_rule() {
+        assert_eq!(
+            escaped(
+                "\0\t\r\n\u{1b}\u{7f}\u{85}\u{9f}\u{a0}\u{61c}\u{200d}\u{200e}\u{200f}\u{2028}\u{2029}\u{202a}\u{202e}\u{202f}\u{2066}\u{2069}\u{206a} é"
+            ),
+            "\\u{0}\\t\\r\\n\\u{1b}\\u{7f}\\u{85}\\u{9f}\u{a0}\\u{61c}\u{200d}\\u{200e}\\u{200f}\\u{2028}\\u{2029}\\u{202a}\\u{202e}\u{202f}\\u{2066}\\u{2069}\u{206a} é"
+        );
     }
 
     #[test]

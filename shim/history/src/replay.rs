@@ -27,7 +27,7 @@
 //! assert!(r.whole);
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::{Action, Chunk, Error, Header, Memory, NONE, Raw, Reader};
 
@@ -99,6 +99,8 @@ pub struct Module {
 #[derive(Clone, Debug, Default)]
 pub struct Replay {
     pub pid: u32,
+    /// The run's tag ([`crate::run_tag`] of `CUGUARD_RUN_ID`), 0 outside a run.
+    pub run: u32,
     /// When the process started, nanoseconds since the Unix epoch.
     pub start_unix_ns: u64,
     /// Allocations handed to the program (and blocks of a cache, where the shim reads them),
@@ -146,6 +148,7 @@ impl Replay {
         let mut clocks: Vec<(u64, u64)> = Vec::new();
         let mut events: Vec<Ev> = Vec::new();
         let mut drops: Vec<(u64, u64, u64)> = Vec::new();
+        let mut modules_seen: HashSet<(u64, u64, String)> = HashSet::new();
         let mut end_tsc = None;
         let mut header: Option<Header> = None;
         // The oldest kept segment's beginning: its last clock before anything else.
@@ -157,6 +160,7 @@ impl Replay {
             match header {
                 None => {
                     out.pid = h.pid;
+                    out.run = h.run;
                     out.start_unix_ns = h.start_unix_ns;
                     out.first_segment = h.segment;
                 }
@@ -220,11 +224,7 @@ impl Replay {
                         path,
                         build_id,
                     } => {
-                        if !out
-                            .modules
-                            .iter()
-                            .any(|m| m.start == start && m.end == end && m.path == path)
-                        {
+                        if modules_seen.insert((start, end, path.clone())) {
                             out.modules.push(Module {
                                 start,
                                 end,
@@ -258,8 +258,8 @@ impl Replay {
         }
         out.ends_ns = clock.ns(last_tsc).max(clock.last_ns());
 
-        let mut open: HashMap<u64, usize> = HashMap::new();
-        let mut open_segments: HashMap<u64, usize> = HashMap::new();
+        let mut open = Open::default();
+        let mut open_segments = Open::default();
         for e in &events {
             let r = e.raw;
             let (Some(action), Some(memory)) = (Action::of(r.kind), Memory::of(r.kind)) else {
@@ -279,27 +279,18 @@ impl Replay {
                 released: false,
             };
             match action {
-                Action::Alloc => {
-                    if let Some(old) = open.insert(r.addr, out.blocks.len()) {
-                        // Made again while still open: its free was never seen.
-                        out.blocks[old].end_ns = Some(t);
+                Action::Alloc => open.made(&mut out.blocks, block),
+                Action::SegmentAlloc => open_segments.made(&mut out.segments, block),
+                Action::Free => {
+                    if !open.freed(&mut out.blocks, r.addr, t) {
+                        out.unmatched_frees += 1;
                     }
-                    out.blocks.push(block);
                 }
-                Action::SegmentAlloc => {
-                    if let Some(old) = open_segments.insert(r.addr, out.segments.len()) {
-                        out.segments[old].end_ns = Some(t);
+                Action::SegmentFree => {
+                    if !open_segments.freed(&mut out.segments, r.addr, t) {
+                        out.unmatched_frees += 1;
                     }
-                    out.segments.push(block);
                 }
-                Action::Free => match open.remove(&r.addr) {
-                    Some(i) => out.blocks[i].end_ns = Some(t),
-                    None => out.unmatched_frees += 1,
-                },
-                Action::SegmentFree => match open_segments.remove(&r.addr) {
-                    Some(i) => out.segments[i].end_ns = Some(t),
-                    None => out.unmatched_frees += 1,
-                },
                 Action::Oom => out.ooms.push(Oom {
                     time_ns: t,
                     size: r.size,
@@ -309,21 +300,8 @@ impl Replay {
                 }),
                 Action::ContextRelease => {
                     let ctx = r.addr as u16;
-                    for (list, map) in [
-                        (&mut out.blocks, &mut open),
-                        (&mut out.segments, &mut open_segments),
-                    ] {
-                        map.retain(|_, &mut i| {
-                            let b = &mut list[i];
-                            if b.context == ctx {
-                                b.end_ns = Some(t);
-                                b.released = true;
-                                false
-                            } else {
-                                true
-                            }
-                        });
-                    }
+                    open.released(&mut out.blocks, ctx, t);
+                    open_segments.released(&mut out.segments, ctx, t);
                 }
             }
         }
@@ -383,6 +361,61 @@ impl Replay {
     /// Events lost in all.
     pub fn lost_events(&self) -> u64 {
         self.lost.iter().map(|l| l.count).sum()
+    }
+}
+
+/// The blocks not yet ended, by address and by context: a free finds its block, and a context's
+/// release ends its blocks, each in time proportional to what it ends (a release of a context
+/// with nothing live costs nothing, however many blocks other contexts hold).
+#[derive(Default)]
+struct Open {
+    /// Address to index in the list.
+    by_addr: HashMap<u64, usize>,
+    /// Context to the addresses open in it.
+    by_context: HashMap<u16, HashSet<u64>>,
+}
+
+impl Open {
+    /// `block` made: a block still open at its address ends now (its free was never seen).
+    fn made(&mut self, list: &mut Vec<Block>, block: Block) {
+        if let Some(old) = self.by_addr.insert(block.addr, list.len()) {
+            list[old].end_ns = Some(block.start_ns);
+            self.forget(list[old].context, block.addr);
+        }
+        self.by_context
+            .entry(block.context)
+            .or_default()
+            .insert(block.addr);
+        list.push(block);
+    }
+
+    /// The block at `addr` freed at `t`; false when none is open there.
+    fn freed(&mut self, list: &mut [Block], addr: u64, t: u64) -> bool {
+        let Some(i) = self.by_addr.remove(&addr) else {
+            return false;
+        };
+        list[i].end_ns = Some(t);
+        self.forget(list[i].context, addr);
+        true
+    }
+
+    /// Every block open in `context` ended at `t` with it.
+    fn released(&mut self, list: &mut [Block], context: u16, t: u64) {
+        for addr in self.by_context.remove(&context).unwrap_or_default() {
+            if let Some(i) = self.by_addr.remove(&addr) {
+                list[i].end_ns = Some(t);
+                list[i].released = true;
+            }
+        }
+    }
+
+    fn forget(&mut self, context: u16, addr: u64) {
+        if let Some(set) = self.by_context.get_mut(&context) {
+            set.remove(&addr);
+            if set.is_empty() {
+                self.by_context.remove(&context);
+            }
+        }
     }
 }
 

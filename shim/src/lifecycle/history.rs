@@ -3,14 +3,17 @@
 //! the final report drains the rest and closes it with an end.
 //!
 //! - The file is `NAME.history` beside the report `NAME.json` (the report template's path in
-//!   this process), created exclusively (never through a link) with mode 0600. A file of that
-//!   name of an earlier run (another `CUGUARD_RUN_ID`'s, or outside runs one whose process no
-//!   longer runs) is replaced; one of this run's other processes is kept, and this one numbered
-//!   as reports are (`NAME.1.history`, …). The report names its own history.
+//!   this process), created exclusively (never through a link) with the report's mode (0600
+//!   unless `CUGUARD_REPORT_MODE` says otherwise). A file of that name whose writer no longer
+//!   runs and that is not of this run is replaced; any other (a process still running, of any
+//!   run, or one of this run's) is kept, and this one numbered as reports are
+//!   (`NAME.1.history`, …). The header names the process (pid, start, run tag) and the report
+//!   names its own history by absolute path, so the command can refuse a history that is not
+//!   the report's.
 //! - Each drain appends whole chunks with one `write`: what is on disk is readable at any moment
 //!   (a `kill -9` loses at most the last drain interval).
-//! - Bounded: when the file passes half the bound it becomes `NAME.history.1` (replacing an older
-//!   one, which is let go) and a new segment begins, restating the modules, Python code, stacks
+//! - Bounded: when the file passes half the bound it becomes `NAME.history.1` (replacing this
+//!   writer's older one, which is let go; never a file it did not make) and a new segment begins, restating the modules, Python code, stacks
 //!   and everything live ([`cuguard_history::Chunk::Live`]), so the newest segment and its
 //!   predecessor are within the bound and the newer one reads on its own.
 //! - A write that fails (a full disk) stops the history: the program runs on, and the report
@@ -41,6 +44,11 @@ struct Writer {
     file: Option<File>,
     /// The newest segment's path, and its predecessor's.
     path: PathBuf,
+    /// The files this writer made, as (device, inode): the current segment's and the previous
+    /// one's. Rotation touches a path only while it is still one of these (never another
+    /// process's file that took its name).
+    current_id: Option<(u64, u64)>,
+    prev_id: Option<(u64, u64)>,
     segment: u32,
     seg_bytes: u64,
     prev_bytes: u64,
@@ -204,6 +212,8 @@ impl Writer {
         Writer {
             file: None,
             path: PathBuf::new(),
+            current_id: None,
+            prev_id: None,
             segment: 0,
             seg_bytes: 0,
             prev_bytes: 0,
@@ -427,6 +437,7 @@ impl Writer {
         }
         match file {
             Ok((f, path)) => {
+                self.current_id = file_id(&f);
                 self.file = Some(f);
                 self.path = path;
                 self.seg_start_ns = first().1;
@@ -493,24 +504,58 @@ impl Writer {
         self.append(&buf);
     }
 
-    /// Starts a new segment: the current one becomes `NAME.history.1`.
+    /// Starts a new segment: the current one becomes `NAME.history.1`. Only this writer's own
+    /// files are renamed or removed: when `NAME.history.1` is a file this process did not make
+    /// (planted there, or another process's), the current segment cannot become it, so it is let
+    /// go (counted and said) rather than renamed over that file or silently deleted.
     fn rotate(&mut self) {
         let prev = previous(&self.path);
         let had_prev = self.prev_bytes > 0;
-        if std::fs::rename(&self.path, &prev).is_err() {
-            let _ = std::fs::remove_file(&self.path);
-            self.prev_bytes = 0;
-        } else {
-            self.prev_bytes = self.seg_bytes;
+        let ours = |id: Option<(u64, u64)>, p: &Path| id.is_some() && path_id(p) == id;
+        if !ours(self.current_id, &self.path) {
+            // The name no longer holds this writer's file: nothing there is touched.
+            self.stop(format!(
+                "{} was replaced by another file while it was written",
+                self.path.display()
+            ));
+            return;
+        }
+        // This writer's own older segment goes first (it is let go); anything else at that name
+        // stays.
+        if had_prev && ours(self.prev_id, &prev) {
+            let _ = std::fs::remove_file(&prev);
         }
         if had_prev {
             self.let_go += 1;
+        }
+        match rename_noreplace(&self.path, &prev) {
+            Ok(()) => {
+                self.prev_bytes = self.seg_bytes;
+                self.prev_id = self.current_id;
+            }
+            Err(e) => {
+                // The segment cannot be kept under its older name: it is let go, and said.
+                let _ = std::fs::remove_file(&self.path);
+                if self.seg_bytes > 0 {
+                    self.let_go += 1;
+                }
+                self.prev_bytes = 0;
+                self.prev_id = None;
+                let why = format!(
+                    "{} could not take the older segment ({e}): the segment before {} ms was let go",
+                    prev.display(),
+                    self.last_clock.1 / 1_000_000
+                );
+                crate::process::diag::log(|| format!("the history: {why}"));
+                crate::process::faults::record(format!("history: {why}"));
+            }
         }
         self.prev_start_ns = self.seg_start_ns;
         self.seg_start_ns = self.last_clock.1;
         self.segment += 1;
         match create(&self.path) {
             Ok(f) => {
+                self.current_id = file_id(&f);
                 self.file = Some(f);
                 self.begin_segment(true);
             }
@@ -580,21 +625,25 @@ fn previous(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// Creates `path` exclusively; a history file there of this user's of an earlier run (another
-/// run's, or outside runs one whose process no longer runs) is removed first, with its older
-/// segment.
+/// Creates `path` exclusively, with the report's mode (`CUGUARD_REPORT_MODE`, 0600 by default);
+/// a history file there of this user's of an earlier run whose writer no longer runs is removed
+/// first, with its older segment.
 fn create(path: &Path) -> std::io::Result<File> {
-    match cuguard_files::create_new(path, 0o600) {
+    let mode = crate::config::get().report_mode;
+    match cuguard_files::create_new(path, mode) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && stale(path) => {
             let _ = std::fs::remove_file(previous(path));
             std::fs::remove_file(path)?;
-            cuguard_files::create_new(path, 0o600)
+            cuguard_files::create_new(path, mode)
         }
         other => other,
     }
 }
 
-/// Whether `path` is this user's regular history file of a process that no longer runs.
+/// Whether `path` is this user's regular history file of an earlier process that no longer
+/// runs, and not of this run (a run's processes each keep theirs). A history whose writer still
+/// runs is never stale, whatever run it is of: concurrent runs given one report name each keep
+/// their own.
 fn stale(path: &Path) -> bool {
     use std::io::Read as _;
     use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
@@ -618,16 +667,63 @@ fn stale(path: &Path) -> bool {
     let Ok(h) = Header::decode(&head) else {
         return false;
     };
-    let mine = run_tag();
-    if h.run != 0 || mine != 0 {
-        return h.run != mine;
-    }
     if h.pid == crate::process::identity::pid() {
+        // This pid's earlier owner (the pid was reused): stale; this very process: never.
         return h.start_unix_ns != clock::start_ns().0;
+    }
+    let mine = run_tag();
+    if mine != 0 && h.run == mine {
+        return false;
     }
     // SAFETY: kill with signal 0 only checks whether the process exists.
     let r = unsafe { libc::kill(h.pid as libc::pid_t, 0) };
     r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// The (device, inode) of an open file.
+fn file_id(f: &File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    f.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The (device, inode) of what `path` names, without following a link.
+fn path_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Renames `from` to `to` unless something is already at `to` (`EEXIST` then): `renameat2`'s
+/// `RENAME_NOREPLACE`, or where the file system lacks it, a hard link and an unlink.
+fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    };
+    let (a, b) = (c(from)?, c(to)?);
+    // SAFETY: both are NUL-terminated paths; renameat2 reads them and changes nothing else.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+        return Err(e);
+    }
+    std::fs::hard_link(from, to)?;
+    std::fs::remove_file(from)
 }
 
 /// In the child of a fork: a fresh writer (the parent's lock may be held, its file is the

@@ -23,7 +23,7 @@ pub mod stacks;
 pub mod timeline;
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cuguard_format as format;
@@ -176,7 +176,7 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
     let (mut report, host, rank) = gather(t, occasion);
     report.cost = Some(bill(started, heap));
     let path = path_for(&host, rank);
-    report.history = crate::history::status().map(|s| history_info(&path, s));
+    report.history = crate::history::status().map(history_info);
     let written = file::write_report(&path, &format::to_vec(&report))?;
 
     let mut kinds: Vec<(String, usize)> = Vec::new();
@@ -595,20 +595,15 @@ fn device_stats(t: &Tracker, r: &mut format::Report) {
     r.stats.vmm_reserved_bytes = Some(bytes);
 }
 
-/// The report's `history`: the files named from the report's directory (paths when elsewhere).
-fn history_info(report: &Path, s: crate::history::Status) -> format::HistoryInfo {
-    let dir = report.parent().unwrap_or(Path::new(""));
-    let name = |p: &Path| -> String {
-        match p.parent() {
-            Some(d) if d == dir => p
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            _ => p.to_string_lossy().into_owned(),
-        }
-    };
+/// The report's `history`: its files by absolute path (the report's own path is absolute), so
+/// that no file elsewhere that happens to share the name is taken for it.
+fn history_info(s: crate::history::Status) -> format::HistoryInfo {
     format::HistoryInfo {
-        files: s.files.iter().map(|f| name(f)).collect(),
+        files: s
+            .files
+            .iter()
+            .map(|f| f.to_string_lossy().into_owned())
+            .collect(),
         events: s.events,
         bytes: s.bytes,
         bound_bytes: s.bound,

@@ -6,11 +6,11 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memmap2::Mmap;
+use cuguard_format::read::open_regular;
+use memmap2::{Mmap, MmapOptions};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use crate::demangle::demangle;
@@ -54,14 +54,19 @@ pub(crate) struct Module {
     _maps: Vec<Mmap>,
 }
 
+/// The file at `path`, mapped: `None` when it cannot be opened or is not a regular file. A
+/// module's name comes from a report or a history, which may name anything: the file is opened
+/// without blocking (a FIFO there would wait for a writer forever) and judged by `fstat` on
+/// what was opened (`cuguard_format::read::open_regular`); a FIFO or a device (`/dev/zero`)
+/// is then a module that cannot be read, as a missing one is. The map covers the size the file
+/// had when opened, never more.
 fn map(path: &Path) -> Option<Mmap> {
-    let file = File::open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    // SAFETY: the map is read-only. If the file is truncated or rewritten while mapped, reads
-    // may fault or see new bytes: the same risk every debugger and profiler takes.
-    unsafe { Mmap::map(&file) }.ok()
+    let (file, size) = open_regular(path).ok()?;
+    let len = usize::try_from(size).ok()?;
+    // SAFETY: the map is read-only, of the file's length when it was opened. If the file is
+    // truncated or rewritten while mapped, reads may fault or see new bytes: the same risk
+    // every debugger and profiler takes.
+    unsafe { MmapOptions::new().len(len).map(&file) }.ok()
 }
 
 /// Extends a borrow of mapped (or boxed) bytes to `'static`.

@@ -9,6 +9,11 @@ whatever the umask), synced, then renamed over the target. What is at the target
 and again just before the rename (:func:`check_destination`): a symbolic link, another user's
 file, a directory, a FIFO or a device is refused with an :class:`OSError` whose message says
 which, the same words as the Rust writers'. The temporary file is removed on any failure.
+
+:func:`read_regular` reads a whole file that another process or a directory named, by the
+rules of the Rust reader (``cuguard_format::read::open_regular``): opened ``O_NONBLOCK`` (a FIFO
+never blocks), ``O_NOFOLLOW`` (a link is not followed), judged by ``fstat`` on what was opened (a
+FIFO or a device is refused, never read) and read up to the size it had when opened.
 """
 
 import errno
@@ -28,6 +33,22 @@ LINK = (
 DIRECTORY = "is a directory; give a file name"
 NAMES_DIRECTORY = "names a directory; give a file name"
 NOT_REGULAR = "is not a regular file (a FIFO, socket or device); not written"
+LINK_NOT_READ = "is a symbolic link; not read"
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, in the words of the Rust reader."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
 
 
 def _another_user(uid: int) -> str:
@@ -153,3 +174,36 @@ def replace(path: PathArg, contents: bytes, mode: int = 0o600) -> None:
         except OSError:
             pass
         raise
+
+
+def read_regular(path: PathArg, follow: bool = False) -> Tuple[bytes, os.stat_result]:
+    """The bytes of the regular file at ``path`` (as many as it held when opened) and its
+    ``fstat``. Opened ``O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC``, and ``O_NOFOLLOW`` unless
+    ``follow``. Raises :class:`OSError` (``filename`` the path): ``ELOOP`` for a link ("is a
+    symbolic link; not read"), ``EINVAL`` for anything that is not a regular file ("is not a
+    regular file (a FIFO); not read"), or the system's error."""
+    raw = os.fsencode(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    if not follow:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(raw, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow:
+            raise OSError(errno.ELOOP, LINK_NOT_READ, _str(raw)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"is not a regular file ({_kind(st.st_mode)}); not read", _str(raw))
+        parts = []
+        left = st.st_size
+        while left > 0:
+            part = os.read(fd, min(left, 1 << 20))
+            if not part:
+                break
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts), st
+    finally:
+        os.close(fd)

@@ -148,16 +148,13 @@ def install_kernel(args: argparse.Namespace) -> Path:
     if not _NAME.match(args.name):
         raise ValueError(f"--name {args.name!r}: use letters, digits, '.', '_' and '-' only")
     if args.prefix:
-        base = Path(args.prefix) / "share" / "jupyter"
+        top, below = Path(args.prefix), ["share", "jupyter", "kernels", args.name]
     elif args.sys_prefix:
-        base = Path(sys.prefix) / "share" / "jupyter"
+        top, below = Path(sys.prefix), ["share", "jupyter", "kernels", args.name]
     else:
-        base = _user_data_dir()
+        top, below = _user_data_dir(), ["kernels", args.name]
     spec = kernel_spec(args)
-    directory = base / "kernels" / args.name
-    # 0755 whatever the umask (an open umask must not make the directory refused below).
-    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-    _check_directory(directory)
+    directory = _kernel_directory(top, below)
     # kernel.json is 0600: Jupyter reads it as the user who installed it, and it holds the
     # kernel's command line and settings. Written through a fresh temporary file beside it; a
     # link or another user's file at kernel.json is refused, never written through.
@@ -165,26 +162,73 @@ def install_kernel(args: argparse.Namespace) -> Path:
     return directory
 
 
-def _check_directory(directory: Path) -> None:
-    """The kernel's directory must be this user's: Jupyter runs the command a kernel.json names,
-    so a spec in a directory that another user owns (or may rename files in) is theirs to
-    change. Raises :class:`OSError` saying why not."""
-    st = os.lstat(directory)
+def _kernel_directory(top: Path, below: List[str]) -> Path:
+    """The kernel's directory, ``top/below…``, made where missing, every directory on the way
+    judged before anything is made in it (:func:`_check_directory`), from ``top`` down: a spec
+    is only as safe as the directories above it, since whoever may rename one of them may put
+    their own spec in its place. ``top`` is the prefix (or Jupyter's data directory) as given: a
+    link there is followed; below it, a link is refused, never followed."""
+    # 0755 whatever the umask (an open umask must not make a directory refused below).
+    top.mkdir(mode=0o755, parents=True, exist_ok=True)
+    _check_directory(top, os.stat(top), last=False)
+    path = top
+    for i, part in enumerate(below):
+        path = path / part
+        try:
+            # mkdir never follows a link at `path` (it fails, and the link is refused below).
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            pass
+        _check_directory(path, os.lstat(path), last=i == len(below) - 1)
+    return path
+
+
+def _private_group(gid: int) -> bool:
+    """Whether group ``gid`` is this user's own private group (the group of the user's name,
+    their primary group, with no other member), so that its write permission is the user's."""
+    try:
+        import grp
+        import pwd
+
+        me = pwd.getpwuid(os.geteuid())
+        group = grp.getgrgid(gid)
+    except (ImportError, KeyError):
+        return False
+    return gid == me.pw_gid and group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}
+
+
+def _check_directory(directory: Path, st: os.stat_result, last: bool) -> None:
+    """A directory on the way to the kernel's (``last``: the kernel's own) must be safe from other
+    users: Jupyter runs the command a kernel.json names, so a spec in (or below) a directory that
+    another user owns, or may rename files in, is theirs to change. Not a link; a directory; this
+    user's (or root's, above the kernel's own); not writable by its group (unless that is the
+    user's private group) or by every user, unless sticky (as /tmp). Raises :class:`OSError`
+    saying why not."""
     if stat.S_ISLNK(st.st_mode):
         raise OSError(errno.EEXIST, "is a symbolic link; cuguard never writes through a link", str(directory))
     if not stat.S_ISDIR(st.st_mode):
         raise OSError(errno.ENOTDIR, "is not a directory", str(directory))
-    if st.st_uid != os.geteuid():
+    if st.st_uid != os.geteuid() and (last or st.st_uid != 0):
         raise PermissionError(
             errno.EACCES,
             f"belongs to another user (uid {st.st_uid}), who could change the kernel's command; "
             "give another --prefix or --name",
             str(directory),
         )
-    if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
+    if st.st_mode & stat.S_ISVTX:
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_mode & 0o002:
         raise PermissionError(
             errno.EACCES,
-            f"can be written by every user (mode {stat.S_IMODE(st.st_mode):o}), who could replace "
+            f"can be written by every user (mode {mode:o}), who could replace the kernel's spec; "
+            "give another --prefix or --name",
+            str(directory),
+        )
+    if st.st_mode & 0o020 and not _private_group(st.st_gid):
+        raise PermissionError(
+            errno.EACCES,
+            f"can be written by the users of group {st.st_gid} (mode {mode:o}), who could replace "
             "the kernel's spec; give another --prefix or --name",
             str(directory),
         )

@@ -1,6 +1,7 @@
-"""Sizes for people: `parse_size` reads the limits users write ("1 MiB", "2GiB", "1.5GB",
-"4096"), with the units the shim's settings take, and `human_bytes` prints sizes the way the
-`cuguard` command does ("1.0 MiB")."""
+"""Sizes and names for people: `parse_size` reads the limits users write ("1 MiB", "2GiB",
+"1.5GB", "4096"), with the units the shim's settings take, `human_bytes` prints sizes the way the
+`cuguard` command does ("1.0 MiB"), and `escaped` makes a name from the program (a frame's
+function or file, a driver entry) safe to print, escaped as the command escapes it."""
 
 import math
 import re
@@ -64,3 +65,35 @@ def human_bytes(n: int) -> str:
         value /= 1024.0
         unit += 1
     return f"{value:.1f} {units[unit]}"
+
+
+def needs_escape(c: str) -> bool:
+    """Whether the character `c` must be escaped before it reaches a terminal or a log: control
+    characters (C0, DEL and C1, NEL among them), the line and paragraph separators (U+2028,
+    U+2029) and the characters that reorder text (bidirectional marks, overrides, embeddings and
+    isolates).
+
+    The same set as `cuguard_format::needs_escape` (shim/format/src/units.rs), the one rule of the
+    shim and the command: change both together (`test_escaped_is_the_commands_rule` and the Rust
+    test `every_character_of_the_rule` check the same text)."""
+    o = ord(c)
+    return (
+        o < 0x20
+        or 0x7F <= o <= 0x9F
+        or o in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029)
+        or 0x202A <= o <= 0x202E
+        or 0x2066 <= o <= 0x2069
+    )
+
+
+_SHORT_ESCAPES = {"\t": "\\t", "\r": "\\r", "\n": "\\n"}
+
+
+def escaped(text: str) -> str:
+    """`text` with every character `needs_escape` names written as the command writes it (Rust's
+    `escape_default`): `\\n`, `\\t`, `\\r`, else `\\u{1b}` (lowercase hex)."""
+    if not any(needs_escape(c) for c in text):
+        return text
+    return "".join(
+        (_SHORT_ESCAPES.get(c) or f"\\u{{{ord(c):x}}}") if needs_escape(c) else c for c in text
+    )

@@ -26,6 +26,10 @@ With `--cuguard`:
   sites, and how much each framework cache grew; it suggests `--cuguard-uncached` when a cache
   grew. With pytest-xdist, each test's result travels on its report (`report.cuguard`, a plain
   dict) and the owners' names in `workeroutput`, so the controller's summary covers every worker.
+- **Names as they are.** A frame's function and file, a driver entry, an owner's label and a
+  test's id are the program's to choose: the messages and the summary escape what could break a
+  line, drive the terminal or reorder the text (`_units.escaped`, the `cuguard` command's rule:
+  `\\n`, `\\u{202e}`).
 - `--cuguard-uncached` sets `PYTORCH_NO_CUDA_MEMORY_CACHING=1` (before the restart) and, at
   session start in each process that runs tests, makes CuPy allocate without its pool and RMM use
   its plain `CudaMemoryResource`, when they are installed: each tensor or array is then its own
@@ -46,7 +50,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from ._units import human_bytes, parse_size
+from ._units import escaped, human_bytes, parse_size
 
 #: Set in the environment of a pytest restarted under the shim (so it never restarts twice).
 RESTARTED = "CUGUARD_PYTEST_RESTARTED"
@@ -338,13 +342,15 @@ def _result(block: Any, rootdir: str, kept: Optional[List[Dict[str, Any]]] = Non
 
 
 def _site_lines(result: Dict[str, Any], indent: str, limit: Optional[int] = None) -> List[str]:
+    """The lines of a result's sites, their texts (the program's names) escaped."""
     lines = []
     sites = result["sites"]
     shown = sites if limit is None else sites[:limit]
     for s in shown:
         count = f"{s['count']} allocations" if s["count"] != 1 else "1 allocation"
-        api = f", {s['api']}" if s["api"] else ""
-        lines.append(f"{indent}{human_bytes(s['bytes']):>10}  {s['site']}  ({count}{api})")
+        api = f", {escaped(s['api'])}" if s["api"] else ""
+        site = escaped(s["site"])
+        lines.append(f"{indent}{human_bytes(s['bytes']):>10}  {site}  ({count}{api})")
     if len(shown) < len(sites):
         lines.append(f"{indent}… and {len(sites) - len(shown)} more sites")
     return lines
@@ -414,7 +420,7 @@ class _Tracker:
             try:
                 self.limits[node.nodeid] = self._limits_of(node)
             except ValueError as e:
-                problems.append(f"  {node.nodeid}: {e}")
+                problems.append(f"  {escaped(node.nodeid)}: {escaped(str(e))}")
         if problems:
             report.outcome = "failed"
             report.longrepr = "cuguard: bad GPU memory limits:\n" + "\n".join(problems)
@@ -550,11 +556,12 @@ def summary_lines(
     uncached: bool,
     notes: List[str],
 ) -> List[str]:
-    """The terminal summary's lines (a line starting with '=' is a section heading)."""
+    """The terminal summary's lines (a line starting with '=' is a section heading); every text
+    from the program (names, labels, test ids, notes) escaped."""
     if not results and not notes:
         return []
     lines = ["= cuguard: GPU memory per test ="]
-    lines.extend(f"note: {n}" for n in notes)
+    lines.extend(f"note: {escaped(n)}" for n in notes)
     leaking = sorted(
         ((nodeid, r) for nodeid, r in results.items() if r["leaked_bytes"] > 0),
         key=lambda kv: (-kv[1]["leaked_bytes"], kv[0]),
@@ -572,7 +579,8 @@ def summary_lines(
         for nodeid, r in leaking[:_SUMMARY_TESTS]:
             n = r["leaks"]
             lines.append(
-                f"{human_bytes(r['leaked_bytes']):>10}  {nodeid}  ({n} allocation{'s' if n != 1 else ''})"
+                f"{human_bytes(r['leaked_bytes']):>10}  {escaped(nodeid)}  "
+                f"({n} allocation{'s' if n != 1 else ''})"
             )
             lines.extend(_site_lines(r, " " * 14, _SUMMARY_SITES))
         if len(leaking) > _SUMMARY_TESTS:
@@ -594,10 +602,12 @@ def summary_lines(
             label = info.get("label") or owner
             tests.sort(key=lambda t: (-t[1], t[0]))
             grown = sum(s for _, s in tests)
-            first = ", ".join(f"{nodeid} {human_bytes(s)}" for nodeid, s in tests[:3])
+            first = ", ".join(f"{escaped(nodeid)} {human_bytes(s)}" for nodeid, s in tests[:3])
             more = f", and {len(tests) - 3} more" if len(tests) > 3 else ""
             verb = "grew by" if kind == "framework_cache" else "kept"
-            lines.append(f"  {label} ({owner}) {verb} {human_bytes(grown)}: {first}{more}")
+            lines.append(
+                f"  {escaped(label)} ({escaped(owner)}) {verb} {human_bytes(grown)}: {first}{more}"
+            )
     if cache_grew and not uncached:
         lines.append(
             "A framework's cache grew: it can hide which test kept a tensor or array. Run with "

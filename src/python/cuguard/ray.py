@@ -39,6 +39,7 @@ read from their last report; a worker that ran a task and ended without one is n
 ``merged.absent``.
 """
 
+import errno
 import glob
 import json
 import os
@@ -47,7 +48,7 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _abi, _launcher
+from . import _abi, _files, _launcher
 from ._abi import CuguardError
 
 __all__ = ["init", "runtime_env", "check", "snapshot", "shutdown", "DEFAULT_REPORT", "SETUP_HOOK"]
@@ -373,23 +374,32 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _last_report(template: str, pid: int, run: str) -> Optional[Tuple[str, Dict[str, Any]]]:
+def _last_report(
+    template: str, pid: int, run: str, refused: Optional[List[str]] = None
+) -> Optional[Tuple[str, Dict[str, Any]]]:
     """The last report an ended process of the run wrote from ``template``: the newest file there
-    whose ``process.pid`` and ``run_id`` are its."""
+    whose ``process.pid`` and ``run_id`` are its. The directory is shared with whoever else may
+    write there: a name that is a link, a FIFO or a device is not read (``_files.read_regular``;
+    a FIFO never blocks) and is said in ``refused`` (``PATH: why``), when given."""
     directory = os.path.dirname(template)
     prefix = os.path.basename(template).split("%", 1)[0]
     best = None
     for path in glob.glob(os.path.join(glob.escape(directory), glob.escape(prefix) + "*.json")):
+        if str(pid) not in os.path.basename(path):
+            continue
         try:
-            if str(pid) not in os.path.basename(path):
-                continue
-            with open(path) as f:
-                report = json.load(f)
+            data, st = _files.read_regular(path)
+        except OSError as e:
+            if refused is not None and e.errno in (errno.ELOOP, errno.EINVAL):
+                refused.append(f"{path}: {e.strerror}")
+            continue
+        try:
+            report = json.loads(data)
             if report.get("process", {}).get("pid") != pid or report.get("run_id") != run:
                 continue
-            mtime = os.stat(path).st_mtime
-        except (OSError, ValueError, AttributeError):
+        except (ValueError, AttributeError):
             continue
+        mtime = st.st_mtime
         if best is None or mtime > best[0]:
             best = (mtime, path, report)
     return None if best is None else (best[1], best[2])
@@ -431,11 +441,13 @@ def _node_snapshot(run: str, ended: List[Tuple[int, str]], wait: float) -> Dict[
             time.sleep(0.1)
         if done.returncode == 0:
             try:
-                with open(done.stdout.strip()) as f:
-                    reports.append(("live", pid, json.load(f)))
+                data, _ = _files.read_regular(done.stdout.strip())
+                reports.append(("live", pid, json.loads(data)))
                 live.append(pid)
                 continue
-            except (OSError, ValueError) as e:
+            except OSError as e:
+                why = f"its report {done.stdout.strip()} could not be read: {e.strerror or e}"
+            except ValueError as e:
                 why = f"its report {done.stdout.strip()} could not be read: {e}"
         if "has not started tracking yet" in why:
             idle.append(pid)
@@ -445,10 +457,13 @@ def _node_snapshot(run: str, ended: List[Tuple[int, str]], wait: float) -> Dict[
     for pid, template in ended:
         if pid in live or pid in idle or (_alive(pid) and _environ(pid).get(RUN_VARIABLE.encode()) == marker):
             continue
-        last = _last_report(template, pid, run) if template else None
+        refused: List[str] = []
+        last = _last_report(template, pid, run, refused) if template else None
         if last is not None:
             reports.append((last[0], pid, last[1]))
             found.append(pid)
+        elif refused:
+            failed.append({"pid": pid, "why": "its report was not read: " + "; ".join(refused)})
     return {"reports": reports, "idle": idle, "failed": failed, "found": found}
 
 
@@ -478,10 +493,11 @@ def snapshot(timeout: float = 60) -> Dict[str, Any]:
     the driver. ``inputs`` names where each came from: ``ray-worker:NODE_IP:PID`` for a live
     worker, the report's path for an ended one, ``driver``. ``absent``: the workers that ran a
     task but gave nothing: ``{"worker", "node", "pid", "why"}`` (ended without a report, killed
-    before its first checkpoint; or alive but not answering, with ``cuguard snapshot``'s
-    message). Workers that never allocated are left out. Raises :class:`cuguard.CuguardError`
-    when this job's workers are not under the shim, or naming the nodes whose snapshot task
-    failed or did not end within ``timeout`` seconds."""
+    before its first checkpoint; ended, its report's name a link, a FIFO or a device, which is
+    not read; or alive but not answering, with ``cuguard snapshot``'s message). Workers that
+    never allocated are left out. Raises :class:`cuguard.CuguardError` when this job's workers
+    are not under the shim, or naming the nodes whose snapshot task failed or did not end within
+    ``timeout`` seconds."""
     from . import active
     from . import snapshot as process_snapshot
 

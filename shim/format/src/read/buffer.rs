@@ -16,6 +16,7 @@ use std::ops::Deref;
 use std::path::Path;
 
 use super::ReadError;
+use super::open::{OpenError, open_regular};
 
 /// Where a file's bytes start in memory: a multiple of this.
 const ALIGN: usize = 64;
@@ -33,22 +34,28 @@ impl Buffer {
         Buffer { vec, start: 0 }
     }
 
-    /// A report file's bytes, refused over `limit` bytes (read into this thread's spare
-    /// buffer, from a 64-byte boundary).
+    /// A report file's bytes, refused over `limit` bytes or when the name is not a regular file
+    /// ([`open_regular`]: a FIFO never blocks, a device is never read), read into this thread's
+    /// spare buffer, from a 64-byte boundary. A file that grows while read is read up to the
+    /// size it had when opened.
     pub(super) fn read(path: &Path, limit: u64) -> Result<Buffer, ReadError> {
         let io = |source| ReadError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let too_large = |size| ReadError::TooLarge {
-            path: path.to_path_buf(),
-            size,
-            limit,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let size = file.metadata().map_err(io)?.len();
+        let (file, size) = open_regular(path).map_err(|e| match e {
+            OpenError::Io(source) => io(source),
+            OpenError::NotRegular(what) => ReadError::NotRegular {
+                path: path.to_path_buf(),
+                what,
+            },
+        })?;
         if size > limit {
-            return Err(too_large(size));
+            return Err(ReadError::TooLarge {
+                path: path.to_path_buf(),
+                size,
+                limit,
+            });
         }
         let mut vec = SPARE.take();
         vec.clear();
@@ -56,15 +63,8 @@ impl Buffer {
         vec.reserve_exact(usize::try_from(size).unwrap_or(0).saturating_add(ALIGN));
         let start = vec.as_ptr().align_offset(ALIGN).min(ALIGN);
         vec.resize(start, 0);
-        // Read one byte past the limit, so a file that grows while read is still caught.
-        file.take(limit.saturating_add(1))
-            .read_to_end(&mut vec)
-            .map_err(io)?;
-        let buffer = Buffer { vec, start };
-        if buffer.len() as u64 > limit {
-            return Err(too_large(buffer.len() as u64));
-        }
-        Ok(buffer)
+        file.take(size).read_to_end(&mut vec).map_err(io)?;
+        Ok(Buffer { vec, start })
     }
 
     /// Gives the memory back to this thread's spare buffer, if it is the largest yet and not
@@ -123,6 +123,12 @@ mod tests {
         assert!(
             e.to_string().contains("more than the limit of 1000 bytes"),
             "{e}"
+        );
+        // A device is refused, not read up to the limit.
+        let e = Buffer::read(Path::new("/dev/zero"), 1 << 30).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/dev/zero: not a regular file (a character device)"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

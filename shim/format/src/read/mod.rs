@@ -1,5 +1,7 @@
 //! Reading report files: [`Document`] (one file, single or merged) and [`ReadError`]; a
-//! report's leaks folded while it is parsed ([`LeakFold`]), when the caller asks for a fold.
+//! report's leaks folded while it is parsed ([`LeakFold`]), when the caller asks for a fold;
+//! [`open_regular`], how a report and every file a report or history names (a module the
+//! symbolizer reads) is opened: never blocking, a regular file only, read to its size at open.
 //!
 //! One report describes one process. A *merged* report, written by `cuguard merge`, holds
 //! several of them verbatim in a `processes` array under the same schema name and version;
@@ -28,6 +30,7 @@
 mod buffer;
 mod fast;
 pub mod fold;
+mod open;
 #[cfg(test)]
 mod tests;
 
@@ -43,6 +46,7 @@ use crate::model::{Report, SCHEMA_NAME, SCHEMA_VERSION};
 use crate::units::one_line;
 use buffer::Buffer;
 pub use fold::{LeakFold, LeakGroup};
+pub use open::{NotRegular, OpenError, open_regular};
 
 /// Files larger than this are refused unless the caller asks for another limit (4 GiB).
 pub const DEFAULT_MAX_REPORT_BYTES: u64 = 4 << 30;
@@ -56,6 +60,13 @@ pub enum ReadError {
         path: PathBuf,
         /// The operating system's error.
         source: std::io::Error,
+    },
+    /// The name is not a regular file (a FIFO, a device, a directory…): it is not read.
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is.
+        what: NotRegular,
     },
     /// The file is larger than the limit.
     TooLarge {
@@ -110,6 +121,7 @@ impl ReadError {
     pub fn path(&self) -> &Path {
         match self {
             ReadError::Io { path, .. }
+            | ReadError::NotRegular { path, .. }
             | ReadError::TooLarge { path, .. }
             | ReadError::Truncated { path, .. }
             | ReadError::Malformed { path, .. }
@@ -125,6 +137,7 @@ impl fmt::Display for ReadError {
         let path = one_line(&self.path().display().to_string());
         match self {
             ReadError::Io { source, .. } => write!(f, "{path}: {}", one_line(&source.to_string())),
+            ReadError::NotRegular { what, .. } => write!(f, "{path}: not a regular file ({what})"),
             ReadError::TooLarge { size, limit, .. } => write!(
                 f,
                 "{path}: file is {size} bytes, more than the limit of {limit} bytes"
