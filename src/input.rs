@@ -121,10 +121,23 @@ pub fn is_history(path: &Path) -> bool {
 
 /// Expands PATHs into report files, in order, without duplicates: a file stands for itself, a
 /// directory for every `*.json` file below it (sorted), and a PATH that does not exist but holds
-/// `*`, `?` or `[` for the files it matches (sorted).
+/// `*`, `?` or `[` for the files it matches (sorted). A pattern that matches nothing is
+/// [`InputError::NoMatch`].
 pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, InputError> {
+    expand_paths(paths, false)
+}
+
+/// [`expand`] for an input that may hold no file at all, for the caller to refuse or accept (an
+/// empty list): a pattern that matches nothing then stands for no file, as an empty directory
+/// does. Beside PATHs that do yield files it is still [`InputError::NoMatch`].
+pub fn expand_maybe_empty(paths: &[PathBuf]) -> Result<Vec<PathBuf>, InputError> {
+    expand_paths(paths, true)
+}
+
+fn expand_paths(paths: &[PathBuf], maybe_empty: bool) -> Result<Vec<PathBuf>, InputError> {
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
+    let mut unmatched = None;
     for path in paths {
         let mut found = Vec::new();
         if path.is_dir() {
@@ -139,7 +152,10 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, InputError> {
             }
             found = expand_glob(path)?;
             if found.is_empty() {
-                return Err(InputError::NoMatch(text.into_owned()));
+                if !maybe_empty {
+                    return Err(InputError::NoMatch(text.into_owned()));
+                }
+                unmatched.get_or_insert_with(|| text.into_owned());
             }
         }
         for f in found {
@@ -148,7 +164,10 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, InputError> {
             }
         }
     }
-    Ok(out)
+    match unmatched {
+        Some(pattern) if !out.is_empty() => Err(InputError::NoMatch(pattern)),
+        _ => Ok(out),
+    }
 }
 
 /// Collects the `*.json` files below `dir`.
@@ -498,6 +517,20 @@ mod tests {
             e.to_string().ends_with("nope-*.json: no file matches"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn an_input_that_may_be_empty_lets_a_glob_match_nothing_only_alone() {
+        let dir = fixtures();
+        let none = dir.join("nope-*.json");
+        assert_eq!(
+            expand_maybe_empty(std::slice::from_ref(&none)).unwrap(),
+            Vec::<PathBuf>::new()
+        );
+        let e = expand_maybe_empty(&[dir.join("events.json"), none]).unwrap_err();
+        assert!(matches!(e, InputError::NoMatch(_)), "{e}");
+        let e = expand_maybe_empty(&[dir.join("nope.json")]).unwrap_err();
+        assert!(matches!(e, InputError::NotFound(_)), "{e}");
     }
 
     #[test]

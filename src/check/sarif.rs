@@ -3,7 +3,11 @@
 //!
 //! One run; its `tool.driver` is cuguard, with one rule per kind of finding the check can fail
 //! on ([`RULES`]: `cuguard/leak`, `cuguard/growth`, and one per event kind,
-//! `cuguard/double_free`, …). Its results:
+//! `cuguard/double_free`, …). Each rule says what it means (`shortDescription`,
+//! `fullDescription`) and what to do (`help`, text and Markdown on one line: how to fix it, then
+//! how to accept it: a suppression, a baseline, a limit). The driver has an `informationUri`
+//! only when the package's repository is a real web address (none now: cuguard has no public
+//! site, and a placeholder would send people nowhere; the property is optional). Its results:
 //!
 //! - one per failing finding, level `error`: each counting leak site when the leaks exceed a
 //!   limit, each site that grew by more than `--max-growth` (one per process), each site with
@@ -27,9 +31,10 @@
 //!
 //! ```text
 //! {"version": "2.1.0", "$schema": "…sarif-2.1.0.json",
-//!  "runs": [{"tool": {"driver": {"name": "cuguard", "version", "informationUri", "rules": [
+//!  "runs": [{"tool": {"driver": {"name": "cuguard", "version", "rules": [
 //!              {"id": "cuguard/leak", "name": "Leak", "shortDescription": {"text"},
-//!               "fullDescription": {"text"}, "defaultConfiguration": {"level": "error"}}, …]}},
+//!               "fullDescription": {"text"}, "help": {"text", "markdown"},
+//!               "defaultConfiguration": {"level": "error"}}, …]}},
 //!            "originalUriBaseIds": {"%SRCROOT%": {"uri": "file:///src/app/"}},
 //!            "results": [{"ruleId": "cuguard/leak", "ruleIndex": 0, "level": "error",
 //!              "message": {"text": "3.0 MiB leaked in 2 allocations (cuMemAlloc_v2) by 1 process (train[4242]); owner: the program"},
@@ -62,6 +67,9 @@ pub struct Rule {
     pub short: &'static str,
     /// `fullDescription`.
     pub full: &'static str,
+    /// How to fix it, in Markdown on one line; `help` is this and how to accept it instead
+    /// ([`help`]).
+    pub fix: &'static str,
 }
 
 /// The rules, in `tool.driver.rules` order (an event kind not listed gets a rule after them).
@@ -73,6 +81,8 @@ pub const RULES: &[Rule] = &[
         full: "Memory allocated through the CUDA driver was still allocated when the process \
                ended (for a Python program checked on its end: when its code ended, and nothing \
                held it), and the leaks that count exceed the limits of `cuguard check`.",
+        fix: "Free the allocation before the process ends (`cuMemFree`, `cudaFree`, or drop the \
+              last reference to the tensor or buffer that holds it).",
     },
     Rule {
         id: "growth",
@@ -80,18 +90,24 @@ pub const RULES: &[Rule] = &[
         short: "GPU memory kept growing",
         full: "The live memory allocated at this site kept growing until the end of the run, \
                by more than `cuguard check --max-growth`.",
+        fix: "Find what this site keeps adding to (a list, a cache or a buffer that grows every \
+              step) and bound it or free what it no longer needs.",
     },
     Rule {
         id: "double_free",
         name: "DoubleFree",
         short: "GPU memory freed twice",
         full: "A pointer was freed a second time.",
+        fix: "Free each allocation once: give the memory one owner, or clear the pointer when it \
+              is freed.",
     },
     Rule {
         id: "invalid_free",
         name: "InvalidFree",
         short: "Invalid free of GPU memory",
         full: "The driver refused a free: the pointer was not an allocation, or pointed inside one.",
+        fix: "Free only a pointer an allocation returned, itself: not an offset into a block, \
+              nor memory of another allocator.",
     },
     Rule {
         id: "untracked_free",
@@ -99,12 +115,16 @@ pub const RULES: &[Rule] = &[
         short: "Free of memory cuguard never saw allocated",
         full: "A pointer was freed that cuguard never saw allocated; the free was forwarded to \
                the driver.",
+        fix: "Run the whole program under `cuguard run`, so that its allocations are seen from \
+              its start: memory allocated before the shim was loaded is freed untracked.",
     },
     Rule {
         id: "free_in_wrong_context",
         name: "FreeInWrongContext",
         short: "GPU memory freed in another context",
         full: "An allocation was freed while another CUDA context than its own was current.",
+        fix: "Make the allocation's own context current (`cuCtxSetCurrent`, or its device) \
+              before freeing it.",
     },
     Rule {
         id: "free_after_context_destroy",
@@ -112,36 +132,47 @@ pub const RULES: &[Rule] = &[
         short: "Free after the context was destroyed",
         full: "An allocation was freed after its CUDA context had been destroyed (and the \
                allocation with it).",
+        fix: "Free allocations before their context is destroyed (`cuCtxDestroy`, \
+              `cudaDeviceReset`): destroying it already released them.",
     },
     Rule {
         id: "context_destroyed_with_live_allocations",
         name: "ContextDestroyedWithLiveAllocations",
         short: "CUDA context destroyed with live allocations",
         full: "A CUDA context was destroyed while allocations made in it were still live.",
+        fix: "Free the context's allocations before destroying it: its destruction releases \
+              them, and hides leaks that would otherwise show.",
     },
     Rule {
         id: "alloc_failed",
         name: "AllocFailed",
         short: "GPU allocation failed (out of memory)",
         full: "An allocation call through the CUDA driver failed, most often for lack of memory.",
+        fix: "Lower the program's peak (smaller batches; free what is no longer needed before \
+              allocating more); `cuguard summary` says what was live.",
     },
     Rule {
         id: "ipc_refused",
         name: "IpcRefused",
         short: "IPC export refused",
         full: "An IPC export of a pointer from a memory pool was refused.",
+        fix: "Allocate memory to be shared between processes 2 MiB or larger (it then has a \
+              chunk of its own in cuguard's pool), or run with `CUGUARD_POOL=0`.",
     },
     Rule {
         id: "warn_threshold_crossed",
         name: "WarnThresholdCrossed",
         short: "Live GPU memory crossed the warning threshold",
         full: "Live memory crossed the threshold the run was configured to warn at.",
+        fix: "Lower the program's peak of live memory, or raise `CUGUARD_WARN_AT`.",
     },
     Rule {
         id: "shim_fault",
         name: "ShimFault",
         short: "A fault of cuguard itself",
         full: "cuguard's shim met a problem of its own while recording.",
+        fix: "The report's `faults` say what went wrong, and the report may be incomplete: \
+              please report it to cuguard's maintainers with the report.",
     },
 ];
 
@@ -154,11 +185,60 @@ fn rule_id(kind: &str) -> String {
     format!("cuguard/{kind}")
 }
 
-/// Where people learn about cuguard's findings.
-const INFORMATION_URI: &str = match option_env!("CARGO_PKG_REPOSITORY") {
-    Some(uri) if !uri.is_empty() => uri,
-    _ => "https://example.invalid/cuguard",
-};
+/// Where people learn about cuguard (`tool.driver.informationUri`): the package's repository
+/// when it is a real web address, else none. The property is optional in SARIF 2.1.0, and cuguard
+/// has no public site to name: a placeholder would send people nowhere.
+fn information_uri() -> Option<&'static str> {
+    option_env!("CARGO_PKG_REPOSITORY").filter(|uri| is_web_address(uri))
+}
+
+/// Whether `uri` is an `https://` address of a host that can exist: not a name reserved for
+/// documentation and tests (RFC 2606, RFC 6761: `.invalid`, `.test`, `.example`, `.localhost`,
+/// `example.com`, …).
+fn is_web_address(uri: &str) -> bool {
+    let Some(rest) = uri.strip_prefix("https://") else {
+        return false;
+    };
+    let host = rest.split(['/', ':', '?', '#']).next().unwrap_or_default();
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let reserved = ["invalid", "test", "example", "localhost"]
+        .iter()
+        .any(|tld| host == *tld || host.ends_with(&format!(".{tld}")))
+        || ["example.com", "example.net", "example.org"]
+            .iter()
+            .any(|d| host == *d || host.ends_with(&format!(".{d}")));
+    host.contains('.') && !reserved
+}
+
+/// `help` of the rule for finding `kind`, in Markdown on one line: `fix`, then how to accept
+/// the finding instead.
+fn help(kind: &str, fix: &str) -> String {
+    let accept = match kind {
+        "leak" => "If it is kept on purpose, suppress the site: `cuguard suppressions REPORTS` \
+                   writes a `leak:` rule per site, for `cuguard check --suppressions FILE`; \
+                   `--baseline` counts only new and grown leaks, and `--max-leaked-bytes` and \
+                   `--max-leaks` allow some."
+            .to_string(),
+        "growth" => "Growth is measured on the live memory over the run, so suppressions and \
+                     baselines do not apply to it: where it is expected, raise `--max-growth`."
+            .to_string(),
+        kind => format!(
+            "To accept it, suppress it: `cuguard suppressions REPORTS` writes an \
+             `event:{kind}` rule per site, for `cuguard check --suppressions FILE`; \
+             `--fail-on-events` chooses the kinds that fail."
+        ),
+    };
+    if fix.is_empty() {
+        accept
+    } else {
+        format!("{fix} {accept}")
+    }
+}
+
+/// A rule's `help` property: the Markdown, and as text without its backquotes.
+fn help_property(markdown: &str) -> Value {
+    json!({"text": markdown.replace('`', ""), "markdown": markdown})
+}
 
 /// One finding before it is written.
 struct Finding<'v> {
@@ -359,6 +439,7 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
                 "name": r.name,
                 "shortDescription": {"text": r.short},
                 "fullDescription": {"text": r.full},
+                "help": help_property(&help(r.id, r.fix)),
                 "defaultConfiguration": {"level": "error"},
             })
         })
@@ -374,7 +455,14 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
                     "id": rule_id(&kind),
                     "name": kind,
                     "shortDescription": {"text": format!("{kind} events")},
-                    "fullDescription": {"text": format!("Events of kind {kind} in the report.")},
+                    "fullDescription": {"text": format!(
+                        "Events of kind {kind} in the report: a kind this cuguard does not \
+                         describe (the report may be from a newer cuguard)."
+                    )},
+                    "help": help_property(&help(
+                        &kind,
+                        "`cuguard check --format json REPORTS` lists these events by site.",
+                    )),
                     "defaultConfiguration": {"level": "error"},
                 }));
                 ids.push(f.rule.clone());
@@ -429,16 +517,19 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
     if !root_uri.ends_with('/') {
         root_uri.push('/');
     }
+    let mut driver = json!({
+        "name": "cuguard",
+        "version": env!("CARGO_PKG_VERSION"),
+        "rules": rules,
+    });
+    if let Some(uri) = information_uri() {
+        driver["informationUri"] = json!(uri);
+    }
     Ok(json!({
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
         "runs": [{
-            "tool": {"driver": {
-                "name": "cuguard",
-                "version": env!("CARGO_PKG_VERSION"),
-                "informationUri": INFORMATION_URI,
-                "rules": rules,
-            }},
+            "tool": {"driver": driver},
             "originalUriBaseIds": {"%SRCROOT%": {"uri": root_uri}},
             "results": results,
             "properties": {"cuguard": {
@@ -451,7 +542,40 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
 
 #[cfg(test)]
 mod tests {
-    use super::uri_path;
+    use super::{RULES, help, is_web_address, uri_path};
+
+    #[test]
+    fn information_uri_is_a_real_web_address_or_none() {
+        assert!(is_web_address("https://github.com/someone/cuguard"));
+        for fake in [
+            "https://example.invalid/cuguard",
+            "https://cuguard.test/",
+            "https://www.example.com/cuguard",
+            "https://localhost/cuguard",
+            "http://github.com/someone/cuguard",
+            "file:///usr/share/doc/cuguard",
+            "",
+        ] {
+            assert!(!is_web_address(fake), "{fake}");
+        }
+    }
+
+    #[test]
+    fn every_rule_says_how_to_fix_it_and_how_to_accept_it() {
+        for r in RULES {
+            let help = help(r.id, r.fix);
+            assert!(help.starts_with(r.fix) && !r.fix.is_empty(), "{}", r.id);
+            assert!(!help.contains('\n'), "{}", r.id);
+            let accept = if r.id == "growth" {
+                "--max-growth"
+            } else {
+                "cuguard suppressions"
+            };
+            assert!(help.contains(accept), "{}: {help}", r.id);
+        }
+        assert!(help("future_kind", "").starts_with("To accept it"));
+        assert!(help("future_kind", "").contains("`event:future_kind`"));
+    }
 
     #[test]
     fn uri_paths_escape_what_a_uri_cannot_hold() {

@@ -35,7 +35,8 @@ workspaces and the driver's own allocations are listed but do not count unless -
 them; leaks without a known owner are the program's. Suppressed leaks and events never count;
 with --baseline only new sites, and the growth of grown sites, count.
 
-Exit 0: pass. Exit 1: fail. Exit 2: usage error or unreadable input.
+Exit 0: pass. Exit 1: fail. Exit 2: usage error, unreadable input, or PATHs that hold no report
+(an empty directory: did the program run under cuguard?); --allow-empty passes those.
 
 Examples:
   cuguard check cuguard.*.json
@@ -46,6 +47,7 @@ Examples:
   cuguard check --held cuguard.python3.*.json  # fail on memory still held at the end too
   cuguard check --format sarif --source-root . reports/ > cuguard.sarif  # for code scanning
   cuguard check --format github reports/  # annotations in a GitHub Actions job
+  cuguard check --allow-empty reports/  # pass a job that may run no program under cuguard
 
 Suppression rules (one per line, terms separated by spaces, all must match):
   leak:PATTERN     a frame's function, file or module      api:PATTERN     the driver entry
@@ -106,6 +108,10 @@ pub struct CheckArgs {
     /// under it [default: the current directory]
     #[arg(long, value_name = "DIR")]
     pub source_root: Option<PathBuf>,
+    /// Pass when the PATHs hold no report (empty directories, globs that match nothing). By
+    /// default that is an error (exit 2): a program that never ran under cuguard writes none.
+    #[arg(long)]
+    pub allow_empty: bool,
     /// Reports: files, directories (every *.json below them) or globs.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
@@ -181,10 +187,14 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
     let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
         ProcessCheck::condensed(source, &report, &leaks, &how)
     };
+    // No report at all is a job whose program never ran under the shim: refused unless allowed,
+    // before anything is read or written.
+    let files = input::expand_maybe_empty(&args.paths)?;
+    if files.is_empty() && !args.allow_empty {
+        return Err(CliError::NoReport(args.paths));
+    }
     let mut fold = CheckFold::on_disk(&suppressions);
-    input::for_each_folded(&input::expand(&args.paths)?, 0, condense, |_, p| {
-        fold.add(p)
-    })?;
+    input::for_each_folded(&files, 0, condense, |_, p| fold.add(p))?;
     let baseline = if args.baseline.is_empty() {
         None
     } else {

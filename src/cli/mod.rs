@@ -30,11 +30,13 @@ pub(crate) mod symbolize;
 mod top;
 mod view;
 
+use std::ffi::OsString;
 use std::fmt;
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::input::InputError;
 
@@ -111,6 +113,8 @@ pub enum CliError {
     Terminal(io::Error),
     /// An argument the command cannot answer (a moment outside the history), in words.
     Usage(String),
+    /// `check`: its PATHs hold no report (empty directories, globs that match nothing).
+    NoReport(Vec<std::path::PathBuf>),
 }
 
 impl fmt::Display for CliError {
@@ -125,6 +129,21 @@ impl fmt::Display for CliError {
             CliError::Listen(e) => e.fmt(f),
             CliError::Terminal(e) => write!(f, "the terminal: {e}"),
             CliError::Usage(why) => f.write_str(why),
+            CliError::NoReport(paths) => {
+                const SHOWN: usize = 3;
+                let shown: Vec<String> = paths
+                    .iter()
+                    .take(SHOWN)
+                    .map(|p| crate::wording::one_line(&p.display().to_string()))
+                    .collect();
+                write!(f, "no report in {}", shown.join(", "))?;
+                if paths.len() > SHOWN {
+                    write!(f, " and {} more", paths.len() - SHOWN)?;
+                }
+                f.write_str(
+                    " (did the program run under cuguard? --allow-empty passes an empty input)",
+                )
+            }
         }
     }
 }
@@ -212,17 +231,24 @@ pub fn dispatch(cli: Cli) -> Result<u8, CliError> {
 }
 
 /// The whole command: parses `std::env::args`, runs, prints errors as one line on standard
-/// error, and returns the exit code (see [`exit`]).
+/// error, usage errors included ([`usage_error`]), and returns the exit code (see [`exit`]).
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => {
+        // `--help`, `--version`: printed in full on standard output.
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            });
+            return ExitCode::from(exit::OK);
+        }
+        // `cuguard` alone: the help is the answer (on standard error, exit 2).
+        Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            return ExitCode::from(exit::USAGE);
+        }
+        Err(e) => {
+            eprintln!("cuguard: error: {}", usage_error(&e, &args));
+            return ExitCode::from(exit::USAGE);
         }
     };
     match dispatch(cli) {
@@ -235,6 +261,61 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// One of clap's usage errors in one line: clap's message (its first paragraph, without the
+/// usage and "For more information" lines that follow), its suggestion, and the `--help` to
+/// read, the subcommand's when `args` name one: `unexpected argument '--formt' found; did you
+/// mean '--format'? (see cuguard check --help)`. Characters that could break the line are
+/// escaped.
+fn usage_error(error: &clap::Error, args: &[OsString]) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let rendered = error.to_string();
+    let mut message = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if let Some(rest) = message.strip_prefix("error: ") {
+        message = rest.to_string();
+    }
+    let quoted = |values: &[String]| {
+        values
+            .iter()
+            .map(|v| format!("'{v}'"))
+            .collect::<Vec<_>>()
+            .join(" or ")
+    };
+    for kind in [
+        ContextKind::SuggestedSubcommand,
+        ContextKind::SuggestedArg,
+        ContextKind::SuggestedValue,
+    ] {
+        match error.get(kind) {
+            Some(ContextValue::String(v)) => message.push_str(&format!(
+                "; did you mean {}?",
+                quoted(std::slice::from_ref(v))
+            )),
+            Some(ContextValue::Strings(v)) if !v.is_empty() => {
+                message.push_str(&format!("; did you mean {}?", quoted(v)))
+            }
+            _ => {}
+        }
+    }
+    // Before the subcommand only `--help` and `--version` are options: the first word that is
+    // not an option names it.
+    let named = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy())
+        .find(|a| !a.starts_with('-'));
+    let command = Cli::command();
+    let help = match named.as_deref().and_then(|n| command.find_subcommand(n)) {
+        Some(sub) => format!("cuguard {} --help", sub.get_name()),
+        None => "cuguard --help".to_string(),
+    };
+    format!("{} (see {help})", cuguard_format::escaped(&message))
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -242,5 +323,61 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn no_report_says_where_it_looked_and_what_to_do() {
+        let paths = ["reports/", "a b", "r/*.json", "d", "e"].map(std::path::PathBuf::from);
+        let error = super::CliError::NoReport(paths.to_vec());
+        assert_eq!(
+            error.to_string(),
+            "no report in reports/, a b, r/*.json and 2 more \
+             (did the program run under cuguard? --allow-empty passes an empty input)"
+        );
+        assert_eq!(error.exit_code(), super::exit::USAGE);
+    }
+
+    /// `usage_error` of what clap says to `args`.
+    fn said(args: &[&str]) -> String {
+        use clap::Parser;
+        let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        let error = super::Cli::try_parse_from(&args).unwrap_err();
+        super::usage_error(&error, &args)
+    }
+
+    #[test]
+    fn usage_errors_are_one_line_naming_the_help_to_read() {
+        assert_eq!(
+            said(&["cuguard", "check", "--top", "x", "r.json"]),
+            "invalid value 'x' for '--top <N>': invalid digit found in string \
+             (see cuguard check --help)"
+        );
+        assert_eq!(
+            said(&["cuguard", "check", "--format"]),
+            "a value is required for '--format <FORMAT>' but none was supplied \
+             [possible values: text, json, junit, sarif, github] (see cuguard check --help)"
+        );
+        assert_eq!(
+            said(&["cuguard", "--bogus"]),
+            "unexpected argument '--bogus' found (see cuguard --help)"
+        );
+        assert_eq!(
+            said(&["cuguard", "help", "frobnicate"]),
+            "unrecognized subcommand 'frobnicate' (see cuguard --help)"
+        );
+        // What the user typed cannot break the line or drive the terminal: clap drops escape
+        // sequences, and what else could break the line is escaped.
+        let line = said(&[
+            "cuguard",
+            "check",
+            "--max-leaks",
+            "1\u{1b}[31m\r2",
+            "r.json",
+        ]);
+        assert!(
+            line.starts_with("invalid value '1\\r2' for '--max-leaks <N>'"),
+            "{line}"
+        );
+        assert!(!line.chars().any(char::is_control), "{line}");
     }
 }

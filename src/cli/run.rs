@@ -22,6 +22,10 @@
 //!
 //! While the program runs, `cuguard` ignores SIGINT and SIGQUIT (the terminal sends them to the
 //! program too) and forwards SIGTERM and SIGHUP to it.
+//!
+//! Without `--driver sim`, where the program would find no `libcuda.so.1` ([`driver_found`]),
+//! `cuguard` says so in one line ([`NO_DRIVER`]) before it starts the program, and then runs it
+//! all the same: a warning, not a refusal.
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -488,6 +492,83 @@ pub fn run_id(inherited: Option<&str>) -> String {
     format!("{:x}-{nanos:x}", std::process::id())
 }
 
+/// What `cuguard run` says, on one line of stderr, when the program it starts without `--driver
+/// sim` would find no CUDA driver ([`driver_found`]). The pytest plugin, which learns what `cuguard
+/// run` gives a program by running it (`cuguard._launcher.shim_env_said`), knows this line by its
+/// start, `cuguard: no libcuda.so.1 `, and says it in pytest's words (`--cuguard-driver sim`).
+pub const NO_DRIVER: &str = "cuguard: no libcuda.so.1 on this machine (no NVIDIA driver?): the \
+     program's CUDA calls will fail; --driver sim runs it on the simulated driver";
+
+/// Where the dynamic loader looks for a library after `LD_LIBRARY_PATH` and its cache: its
+/// default directories (glibc's; Debian's multiarch ones, `<dir>/<arch>-linux-gnu` of the
+/// first two, are added), and where drivers live that programs reach through their own run path
+/// or the cache alone (WSL's, NixOS's), in case the cache is stale or missing.
+const DRIVER_DIRS: [&str; 6] = [
+    "/lib",
+    "/usr/lib",
+    "/lib64",
+    "/usr/lib64",
+    "/usr/lib/wsl/lib",
+    "/run/opengl-driver/lib",
+];
+
+/// Whether a program started with `LD_LIBRARY_PATH` set to `library_path` would find a
+/// `libcuda.so.1`: in a directory of `library_path` (entries separated by `:` or `;`, as the
+/// loader splits them; an empty one is the current directory), among the paths the loader's
+/// cache (`/etc/ld.so.cache`) names, or in [`DRIVER_DIRS`].
+///
+/// It looks for the file where the loader would, rather than loading it. `dlopen` of the driver
+/// here would run the real driver's initializers in this process (and, in a `cuguard run`
+/// started under the shim, the shim's hooks), and map a library of tens of megabytes only to
+/// learn whether a file exists; `RTLD_NOLOAD` only says whether it is loaded already. Looking
+/// costs a few `stat`s and one read of the cache (tens of kilobytes), which needs no parsing: its
+/// string table holds each library's full path as a NUL-terminated string. It errs toward
+/// silence, since its answer only decides a warning: an entry with a dynamic string token
+/// (`$ORIGIN`, `$LIB`) counts as holding a driver, and so does a 32-bit driver. What it cannot
+/// see is a directory named only in the program's own run path (`DT_RUNPATH`).
+fn driver_found(library_path: Option<&OsStr>) -> bool {
+    let cache = std::fs::read("/etc/ld.so.cache").unwrap_or_default();
+    let multiarch = DRIVER_DIRS[..2]
+        .iter()
+        .map(|dir| PathBuf::from(format!("{dir}/{}-linux-gnu", std::env::consts::ARCH)));
+    let dirs: Vec<PathBuf> = DRIVER_DIRS
+        .iter()
+        .map(PathBuf::from)
+        .chain(multiarch)
+        .collect();
+    driver_in(library_path, &cache, &dirs)
+}
+
+/// [`driver_found`]'s answer, given the loader's cache (the bytes of `/etc/ld.so.cache`) and its
+/// default directories.
+fn driver_in(library_path: Option<&OsStr>, cache: &[u8], dirs: &[PathBuf]) -> bool {
+    const NAME: &str = "libcuda.so.1";
+    let listed = library_path
+        .map(OsStr::as_bytes)
+        .filter(|p| !p.is_empty())
+        .map(|p| p.split(|b| matches!(b, b':' | b';')));
+    for entry in listed.into_iter().flatten() {
+        if entry.contains(&b'$') {
+            return true;
+        }
+        let dir = if entry.is_empty() {
+            Path::new(".")
+        } else {
+            Path::new(OsStr::from_bytes(entry))
+        };
+        if dir.join(NAME).exists() {
+            return true;
+        }
+    }
+    let suffix = format!("/{NAME}");
+    let cached = cache
+        .split(|b| *b == 0)
+        .filter(|s| s.ends_with(suffix.as_bytes()))
+        .filter_map(|s| s.iter().position(|b| *b == b'/').map(|at| &s[at..]))
+        .any(|path| Path::new(OsStr::from_bytes(path)).exists());
+    cached || dirs.iter().any(|dir| dir.join(NAME).exists())
+}
+
 /// The shim: `$CUGUARD_SHIM`, else beside the executable.
 pub(super) fn find_shim() -> Result<PathBuf, RunError> {
     find_library("the shim libcuguard.so", "CUGUARD_SHIM", "libcuguard.so")
@@ -524,6 +605,8 @@ pub fn run(args: RunArgs) -> Result<u8, CliError> {
             "LD_LIBRARY_PATH",
             prepend(&dir, std::env::var_os("LD_LIBRARY_PATH")),
         );
+    } else if !driver_found(std::env::var_os("LD_LIBRARY_PATH").as_deref()) {
+        eprintln!("{NO_DRIVER}");
     }
     if !is_off(std::env::var_os("CUGUARD_PYTHON_END")) {
         let dir = python_dir(&shim)?;
@@ -600,6 +683,55 @@ mod tests {
             assert!(u64::from_str_radix(time, 16).unwrap() > 0);
         }
         assert_ne!(run_id(None), run_id(None), "two runs, two ids");
+    }
+
+    #[test]
+    fn a_driver_is_looked_for_where_the_loader_would_find_it() {
+        let dir = std::env::temp_dir().join(format!("cuguard-driver-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (with, without) = (dir.join("with"), dir.join("without"));
+        std::fs::create_dir_all(&with).unwrap();
+        std::fs::create_dir_all(&without).unwrap();
+        std::fs::write(with.join("libcuda.so.1"), b"").unwrap();
+        let path = |p: &Path| Some(p.as_os_str().to_owned());
+        let joined = |a: &Path, sep: &str, b: &Path| {
+            Some(OsString::from(format!(
+                "{}{sep}{}",
+                a.display(),
+                b.display()
+            )))
+        };
+        let none: [PathBuf; 0] = [];
+        // LD_LIBRARY_PATH: any entry, `:` or `;` between them; nothing else to look at.
+        assert!(!driver_in(None, b"", &none));
+        assert!(!driver_in(Some(OsStr::new("")), b"", &none));
+        assert!(!driver_in(path(&without).as_deref(), b"", &none));
+        assert!(driver_in(path(&with).as_deref(), b"", &none));
+        assert!(driver_in(
+            joined(&without, ":", &with).as_deref(),
+            b"",
+            &none
+        ));
+        assert!(driver_in(
+            joined(&without, ";", &with).as_deref(),
+            b"",
+            &none
+        ));
+        // An entry the loader expands is not judged: silence.
+        assert!(driver_in(Some(OsStr::new("$ORIGIN/../lib")), b"", &none));
+        // The cache: a NUL-terminated path among its strings, if the file is there.
+        let named = |p: &Path| {
+            let mut cache = b"glibc-ld.so.cache1.1\x05\0\0\0libcuda.so.1\0".to_vec();
+            cache.extend_from_slice(p.join("libcuda.so.1").as_os_str().as_bytes());
+            cache.extend_from_slice(b"\0libc.so.6\0/lib/libc.so.6\0");
+            cache
+        };
+        assert!(driver_in(None, &named(&with), &none));
+        assert!(!driver_in(None, &named(&without), &none), "a stale entry");
+        // The default directories.
+        assert!(!driver_in(None, b"", std::slice::from_ref(&without)));
+        assert!(driver_in(None, b"", &[without.clone(), with.clone()]));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -650,13 +650,24 @@ fn validate_sarif(tool: &std::path::Path, log: &std::path::Path) {
     assert!(run.status.success(), "{said}");
     let found: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&verdict).unwrap()).expect("its log is JSON");
+    // Allowed: SARIF2005's advice that the driver name an `informationUri`. The property is
+    // optional in SARIF 2.1.0 and cuguard has no public site to name (`src/check/sarif.rs`).
+    let no_information_uri = |r: &serde_json::Value| {
+        r["ruleId"] == "SARIF2005" && r["message"]["id"] == "Warning_ProvideToolnformationUri"
+    };
     let problems: Vec<_> = found["runs"][0]["results"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|r| matches!(r["level"].as_str(), Some("error") | Some("warning") | None))
+        .filter(|r| !no_information_uri(r))
         .collect();
     assert!(problems.is_empty(), "{name}: {said}");
+    let text = std::fs::read_to_string(log).unwrap();
+    assert!(
+        !text.contains("example.invalid"),
+        "{name}: a placeholder URI"
+    );
 }
 
 /// Runs `harness/workloads/python/profile_leak.py 2` (it loses two blocks at one line and one at
@@ -761,4 +772,132 @@ fn cli_check_sarif_and_github_point_at_a_python_program_s_lines() {
         "the same code, the same fingerprints"
     );
     assert_ne!(fingerprints[0][0], fingerprints[0][1]);
+}
+
+/// `cuguard check` of `paths` as given (not fixtures), in `dir`.
+fn check_in(dir: &std::path::Path, args: &[&str], paths: &[&str]) -> Output {
+    Command::new(&support::artifacts().cuguard)
+        .env("NO_COLOR", "1")
+        .current_dir(dir)
+        .arg("check")
+        .args(args)
+        .args(paths)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn cli_check_refuses_an_input_with_no_report() {
+    let dir = support::scratch_dir("cli-check-empty");
+    std::fs::create_dir_all(dir.join("cuguard-reports")).unwrap();
+    std::fs::create_dir_all(dir.join("other/deeper")).unwrap();
+    std::fs::write(dir.join("other/notes.txt"), "not a report\n").unwrap();
+    let hint = "(did the program run under cuguard? --allow-empty passes an empty input)";
+    for (paths, shown) in [
+        (&["cuguard-reports/"][..], "cuguard-reports/"),
+        (
+            &["cuguard-reports/cuguard.*.json"],
+            "cuguard-reports/cuguard.*.json",
+        ),
+        (
+            &["cuguard-reports", "other", "cuguard-reports/*.json"],
+            "cuguard-reports, other, cuguard-reports/*.json",
+        ),
+    ] {
+        for format in ["text", "json", "junit", "sarif", "github"] {
+            let out = check_in(&dir, &["--format", format], paths);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{paths:?} {format}: {err}");
+            assert_eq!(
+                err,
+                format!("cuguard: error: no report in {shown} {hint}\n"),
+                "{paths:?} {format}"
+            );
+            assert!(
+                out.stdout.is_empty(),
+                "{paths:?} {format}: before any output"
+            );
+        }
+        // --allow-empty: the old answer.
+        let out = check_in(&dir, &["--allow-empty"], paths);
+        assert_eq!(out.status.code(), Some(0), "{paths:?}");
+        assert_eq!(
+            text(&out),
+            "cuguard check: PASS: 0 reports, 0 B leaked in 0 leaks\n",
+            "{paths:?}"
+        );
+        assert!(out.stderr.is_empty(), "{paths:?}");
+    }
+    // A glob that matches nothing beside PATHs that do hold reports is still a mistake.
+    let report = fixture("events.json");
+    let out = check_in(
+        &dir,
+        &["--allow-empty"],
+        &[report.to_str().unwrap(), "cuguard-reports/*.json"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "cuguard: error: cuguard-reports/*.json: no file matches\n"
+    );
+}
+
+#[test]
+fn cli_check_sarif_rules_say_what_they_mean_and_what_to_do() {
+    // An event kind cuguard has no rule for gets one of its own, with help too.
+    let dir = support::scratch_dir("cli-check-sarif-help");
+    let events = std::fs::read_to_string(fixture("events.json")).unwrap();
+    let future = dir.join("future.json");
+    std::fs::write(
+        &future,
+        events.replacen("\"invalid_free\"", "\"future_kind\"", 1),
+    )
+    .unwrap();
+    let out = check_in(
+        &dir,
+        &["--format", "sarif", "--fail-on-events", "all"],
+        &[
+            fixture("leaks-two-contexts.json").to_str().unwrap(),
+            future.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let raw = text(&out);
+    assert!(!raw.contains("example.invalid"), "a placeholder URI: {raw}");
+    let log: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    let driver = &log["runs"][0]["tool"]["driver"];
+    if let Some(uri) = driver.get("informationUri") {
+        assert!(uri.as_str().unwrap().starts_with("https://"), "{uri}");
+    }
+    let rules = driver["rules"].as_array().unwrap();
+    assert!(
+        rules.iter().any(|r| r["id"] == "cuguard/future_kind"),
+        "{rules:#?}"
+    );
+    for rule in rules {
+        for text in [
+            &rule["shortDescription"]["text"],
+            &rule["fullDescription"]["text"],
+            &rule["help"]["text"],
+            &rule["help"]["markdown"],
+        ] {
+            let text = text.as_str().unwrap_or_default();
+            assert!(!text.trim().is_empty(), "{rule:#}");
+            assert!(!text.contains('\n'), "{rule:#}");
+        }
+        let help = rule["help"]["text"].as_str().unwrap();
+        assert!(!help.contains('`'), "plain text: {help}");
+        assert!(
+            help.contains("cuguard suppressions") || help.contains("suppress"),
+            "how to suppress it: {rule:#}"
+        );
+    }
+    let leak = rules.iter().find(|r| r["id"] == "cuguard/leak").unwrap();
+    let help = leak["help"]["text"].as_str().unwrap();
+    assert!(help.contains("Free"), "{help}");
 }

@@ -447,6 +447,35 @@ fn cuguard_run_uses_the_users_runtime_directory_where_there_is_one() {
     );
 }
 
+/// Puts in `shared` what the victim of a test that binds `shared` over /tmp runs: the `cuguard`
+/// command, the shim, the simulated driver (with its `cuguard-sim/libcuda.so.1` link, relative)
+/// and the `exit_paths` program, in `bin/` (root's, 0755), each a hard link to the built file
+/// (the scratch directory is in the checkout's target/, as the files are), else a copy. Returns
+/// `bin`, relative to `shared`.
+fn in_the_shared_dir(shared: &Path) -> PathBuf {
+    let a = artifacts();
+    let bin = Path::new("bin");
+    let dir = shared.join(bin);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (name, built) in [
+        ("cuguard", a.cuguard.clone()),
+        ("libcuguard.so", a.shim.clone()),
+        ("libcuguard_simcuda.so", a.sim_lib.clone()),
+        ("exit_paths", c_program("exit_paths")),
+    ] {
+        let to = dir.join(name);
+        if std::fs::hard_link(&built, &to).is_err() {
+            std::fs::copy(&built, &to).unwrap();
+        }
+    }
+    let links = dir.join("cuguard-sim");
+    std::fs::create_dir(&links).unwrap();
+    std::fs::set_permissions(&links, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("../libcuguard_simcuda.so", links.join("libcuda.so.1")).unwrap();
+    bin.to_path_buf()
+}
+
 #[test]
 fn another_users_page_directory_does_not_hide_the_victims_processes() {
     if !can_switch_users("another_users_page_directory_does_not_hide_the_victims_processes") {
@@ -460,6 +489,13 @@ fn another_users_page_directory_does_not_hide_the_victims_processes() {
     std::fs::create_dir(&theirs).unwrap();
     std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
     chown(&theirs, ATTACKER);
+    // In the namespace, every path is one inside the shared directory, seen under /tmp: binding
+    // it over /tmp hides all that /tmp held, the checkout's target/ too where the checkout lives
+    // under /tmp (and the directory the test runs in, hence `/` as the shell's). So what the
+    // victim runs is put in it first.
+    let bin = in_the_shared_dir(&shared);
+    let inside = Path::new("/tmp");
+    let home_inside = inside.join("home");
     let script = r#"
         mount --bind "$SHARED" /tmp || exit 97
         exec setpriv --reuid="$VICTIM" --regid="$VICTIM" --clear-groups -- sh -c '
@@ -480,14 +516,15 @@ fn another_users_page_directory_does_not_hide_the_victims_processes() {
     "#;
     let out = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .current_dir("/")
         .env("SHARED", &shared)
         .env("VICTIM", VICTIM.to_string())
-        .env("HOME", &home)
-        .env("PROGRAM", c_program("exit_paths"))
-        .env("CUGUARD", &artifacts().cuguard)
-        .env("LD_PRELOAD", &artifacts().shim)
-        .env("LD_LIBRARY_PATH", &artifacts().sim_dir)
-        .env("CUGUARD_REPORT", home.join("r.json"))
+        .env("HOME", &home_inside)
+        .env("PROGRAM", inside.join(&bin).join("exit_paths"))
+        .env("CUGUARD", inside.join(&bin).join("cuguard"))
+        .env("LD_PRELOAD", inside.join(&bin).join("libcuguard.so"))
+        .env("LD_LIBRARY_PATH", inside.join(&bin).join("cuguard-sim"))
+        .env("CUGUARD_REPORT", home_inside.join("r.json"))
         .env_remove("CUGUARD_RUNTIME_DIR")
         .env_remove("XDG_RUNTIME_DIR")
         .env_remove("TMPDIR")

@@ -69,7 +69,7 @@ def test_help_names_the_launchers_subcommand(tmp_path: Path):
     assert result.returncode == 0
     assert "Commands:" in result.stdout and "  run " in result.stdout
     assert result.stdout.endswith(
-        "Installed with the Python package (`pip install cuguard`):\n"
+        "Installed with the Python package (its wheel, or `pip install .` in a checkout):\n"
         "  jupyter       Jupyter: `cuguard jupyter install-kernel` writes a kernel spec whose kernels run\n"
         "                under the shim (see `cuguard jupyter install-kernel --help`)\n"
         "  python -m cuguard ...   is the same command\n"

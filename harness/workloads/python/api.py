@@ -480,7 +480,7 @@ def version():
         assert cuguard.active() is False
         reason = cuguard.inactive_reason()
         assert real in reason and "9.9.9" in reason, reason
-        e = expect_raises(cuguard.VersionMismatch, [real, "9.9.9", "pip install cuguard==" + real], cuguard.snapshot)
+        e = expect_raises(cuguard.VersionMismatch, [real, "9.9.9", "pip install dist/cuguard-" + real + "-"], cuguard.snapshot)
         print(e)
         expect_raises(cuguard.VersionMismatch, ["9.9.9"], cuguard.live)
     finally:

@@ -61,8 +61,8 @@ struct Writer {
     codes_done: u32,
     modules_done: HashSet<(u64, String)>,
     /// What is live, as the events drained so far say (for a new segment's `Live` chunk).
-    live: HashMap<u64, (u32, Raw)>,
-    live_segments: HashMap<u64, (u32, Raw)>,
+    live: LiveSet,
+    live_segments: LiveSet,
     /// Events lost: (count, from ms, to ms).
     lost: Vec<(u64, u64, u64)>,
     let_go: u32,
@@ -224,8 +224,8 @@ impl Writer {
             stacks_done: 0,
             codes_done: 0,
             modules_done: HashSet::new(),
-            live: HashMap::new(),
-            live_segments: HashMap::new(),
+            live: LiveSet::default(),
+            live_segments: LiveSet::default(),
             lost: Vec::new(),
             let_go: 0,
             stopped: None,
@@ -304,27 +304,13 @@ impl Writer {
     /// Keeps the live sets up to date with one drained event.
     fn follow(&mut self, thread: u32, e: &Raw) {
         match Action::of(e.kind) {
-            Some(Action::Alloc) => {
-                self.live.insert(e.addr, (thread, *e));
-            }
-            Some(Action::Free) if self.live.get(&e.addr).is_some_and(|(_, a)| a.tsc <= e.tsc) => {
-                self.live.remove(&e.addr);
-            }
-            Some(Action::SegmentAlloc) => {
-                self.live_segments.insert(e.addr, (thread, *e));
-            }
-            Some(Action::SegmentFree)
-                if self
-                    .live_segments
-                    .get(&e.addr)
-                    .is_some_and(|(_, a)| a.tsc <= e.tsc) =>
-            {
-                self.live_segments.remove(&e.addr);
-            }
+            Some(Action::Alloc) => self.live.insert(thread, e),
+            Some(Action::Free) => self.live.freed(e),
+            Some(Action::SegmentAlloc) => self.live_segments.insert(thread, e),
+            Some(Action::SegmentFree) => self.live_segments.freed(e),
             Some(Action::ContextRelease) => {
-                let ctx = e.context;
-                self.live.retain(|_, (_, r)| r.context != ctx);
-                self.live_segments.retain(|_, (_, r)| r.context != ctx);
+                self.live.released(e.context);
+                self.live_segments.released(e.context);
             }
             _ => {}
         }
@@ -486,8 +472,9 @@ impl Writer {
             self.names(&mut buf, true);
             let mut live: Vec<(u32, Raw)> = self
                 .live_segments
+                .by_addr
                 .values()
-                .chain(self.live.values())
+                .chain(self.live.by_addr.values())
                 .copied()
                 .collect();
             live.sort_by_key(|(_, r)| r.tsc);
@@ -588,6 +575,48 @@ impl Writer {
             },
             lost: self.lost.clone(),
             stopped: self.stopped.clone(),
+        }
+    }
+}
+
+/// What is live, by address and by context: a context's release removes its own entries, in
+/// time proportional to them, however many other contexts hold.
+#[derive(Default)]
+struct LiveSet {
+    by_addr: HashMap<u64, (u32, Raw)>,
+    by_context: HashMap<u16, HashSet<u64>>,
+}
+
+impl LiveSet {
+    fn insert(&mut self, thread: u32, e: &Raw) {
+        if let Some((_, old)) = self.by_addr.insert(e.addr, (thread, *e)) {
+            self.forget(old.context, e.addr);
+        }
+        self.by_context.entry(e.context).or_default().insert(e.addr);
+    }
+
+    /// A free: ends what is live at its address if it was made before it.
+    fn freed(&mut self, e: &Raw) {
+        if let Some(&(_, made)) = self.by_addr.get(&e.addr)
+            && made.tsc <= e.tsc
+        {
+            self.by_addr.remove(&e.addr);
+            self.forget(made.context, e.addr);
+        }
+    }
+
+    fn released(&mut self, context: u16) {
+        for addr in self.by_context.remove(&context).unwrap_or_default() {
+            self.by_addr.remove(&addr);
+        }
+    }
+
+    fn forget(&mut self, context: u16, addr: u64) {
+        if let Some(set) = self.by_context.get_mut(&context) {
+            set.remove(&addr);
+            if set.is_empty() {
+                self.by_context.remove(&context);
+            }
         }
     }
 }

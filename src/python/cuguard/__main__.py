@@ -17,7 +17,7 @@ from typing import List, Optional
 from . import _launcher
 
 _MORE_HELP = """\
-Installed with the Python package (`pip install cuguard`):
+Installed with the Python package (its wheel, or `pip install .` in a checkout):
   jupyter       Jupyter: `cuguard jupyter install-kernel` writes a kernel spec whose kernels run
                 under the shim (see `cuguard jupyter install-kernel --help`)
   python -m cuguard ...   is the same command

@@ -131,8 +131,9 @@ def _load() -> Tuple[Optional[ctypes.CDLL], Optional[CuguardError]]:
             f"the cuguard shim loaded in this process is version {shim_version} (C ABI {abi}), "
             f"but this cuguard Python package is version {VERSION} (C ABI {ABI_VERSION}): they refuse "
             "to talk. Run the program with the `cuguard` command of this package "
-            f"(`cuguard run -- python ...`), or install the package of the shim's version "
-            f"(pip install cuguard=={shim_version})"
+            f"(`cuguard run -- python ...`), or install the package of the shim's version, "
+            f"{shim_version}: its wheel (`pip install dist/cuguard-{shim_version}-*manylinux*.whl`, "
+            "made by scripts/release-wheel.sh) or its checkout (`pip install .`)"
         )
     return dll, None
 

@@ -15,7 +15,9 @@ the libraries are found the way `cuguard run` finds them: `$CUGUARD_SHIM` and
 libraries in `CUGUARD_SHIM` and `CUGUARD_SIM_DRIVER` (unless they are set already), which is how
 `cuguard run` finds them in a wheel. `shim_env(driver)` asks `cuguard run` itself which
 `LD_PRELOAD` and `LD_LIBRARY_PATH` it gives a program, so that a process restarted under the shim
-(the pytest plugin's restart) gets exactly what `cuguard run` would give it.
+(the pytest plugin's restart) gets exactly what `cuguard run` would give it; `shim_env_said(driver)`
+also returns what `cuguard run` said as it did (that no CUDA driver can be found, say), for the
+caller to show.
 """
 
 import os
@@ -23,7 +25,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, NoReturn, Optional
+from typing import Dict, List, NoReturn, Optional, Tuple
+
+from ._abi import VERSION
 
 #: The directory of the packaged native parts.
 BIN_DIR = Path(__file__).resolve().parent / "_bin"
@@ -56,7 +60,8 @@ def binary() -> Path:
     raise NotInstalled(
         "the cuguard command is not part of this installation "
         f"(no {packaged}, and no built cuguard executable on PATH); "
-        "install the distribution with `pip install cuguard` (or `pip install .` in a checkout), "
+        f"install the distribution from its wheel (`pip install dist/cuguard-{VERSION}-*manylinux*.whl`, "
+        "made by scripts/release-wheel.sh) or from a checkout (`pip install .`), "
         "or put a directory holding a built `cuguard` (target/debug) on PATH"
     )
 
@@ -186,6 +191,20 @@ def shim_env(driver: str = "system", base: Optional[Dict[str, str]] = None) -> D
     stay those of `cuguard run` alone. Raises `NotInstalled` when the command or a library is
     missing, and `RuntimeError` with `cuguard`'s message when `cuguard run` refuses.
     """
+    return shim_env_said(driver, base)[0]
+
+
+#: How the line `cuguard run` says when the program would find no CUDA driver (and `--driver sim`
+#: was not given) starts (`NO_DRIVER` in src/cli/run.rs).
+NO_DRIVER_START = "cuguard: no libcuda.so.1 "
+
+
+def shim_env_said(
+    driver: str = "system", base: Optional[Dict[str, str]] = None
+) -> Tuple[Dict[str, str], List[str]]:
+    """:func:`shim_env`, and the lines `cuguard run` said on its standard error as it started
+    the program, for the caller to show where they would otherwise be lost: that no CUDA driver
+    can be found (:data:`NO_DRIVER_START`), that a private directory was used."""
     if driver not in ("system", "sim"):
         raise ValueError(f"driver must be 'system' or 'sim', not {driver!r}")
     env = command_env(base)
@@ -208,4 +227,5 @@ def shim_env(driver: str = "system", base: Optional[Dict[str, str]] = None) -> D
             given[key.decode()] = os.fsdecode(value)
     result = dict(os.environ if base is None else base)
     result.update(given)
-    return result
+    said = [line for line in proc.stderr.decode(errors="replace").splitlines() if line.strip()]
+    return result, said

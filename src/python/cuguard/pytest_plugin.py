@@ -10,7 +10,10 @@ With `--cuguard`:
   so before anything can load CUDA: `LD_PRELOAD` (and, with `--cuguard-driver sim`, the
   simulated driver) exactly as `cuguard run` sets them (`cuguard._launcher.shim_env`). Started
   under `cuguard run` (or `LD_PRELOAD`), it does not restart. pytest-xdist's workers inherit the
-  environment, so each worker is its own process under the shim.
+  environment, so each worker is its own process under the shim. What `cuguard run` says as it
+  starts a program, lost in the restart otherwise, goes into the restarted pytest's header, once:
+  above all that no `libcuda.so.1` can be found on this machine (`NO_DRIVER`, in pytest's
+  words: `--cuguard-driver sim` runs the tests without a GPU).
 - **Per test.** Each test runs inside `cuguard.track()`, opened after a `gc.collect()` when the
   test's call starts and closed after another `gc.collect()` when its teardown has finished, so
   memory a function-scoped fixture frees in its teardown is not a leak. Memory allocated by the
@@ -54,6 +57,17 @@ from ._units import escaped, human_bytes, parse_size
 
 #: Set in the environment of a pytest restarted under the shim (so it never restarts twice).
 RESTARTED = "CUGUARD_PYTEST_RESTARTED"
+
+#: Set in the environment of a pytest restarted under the shim to the lines `cuguard run` said
+#: (one a line), for its header; taken out of the environment there.
+SAID = "CUGUARD_PYTEST_SAID"
+
+#: The header's line, in pytest's words, where `cuguard run` says that the program would find no
+#: CUDA driver (`_launcher.NO_DRIVER_START`).
+NO_DRIVER = (
+    "cuguard: no libcuda.so.1 on this machine (no NVIDIA driver?): the tests' CUDA calls will "
+    "fail; --cuguard-driver sim runs them on the simulated driver"
+)
 
 #: The environment variable that turns PyTorch's caching allocator off.
 TORCH_NO_CACHING = "PYTORCH_NO_CUDA_MEMORY_CACHING"
@@ -184,10 +198,13 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: Any, args
 
     driver = getattr(namespace, "cuguard_driver", "system") or "system"
     try:
-        env = _launcher.shim_env(driver)
+        env, said = _launcher.shim_env_said(driver)
     except (_launcher.NotInstalled, RuntimeError, OSError) as e:
         raise pytest.UsageError(f"--cuguard: cannot restart pytest under cuguard's shim: {e}") from None
     env[RESTARTED] = driver
+    said = [NO_DRIVER if line.startswith(_launcher.NO_DRIVER_START) else line for line in said]
+    if said:
+        env[SAID] = "\n".join(said)
     argv = _restart_argv(list(early_config.invocation_params.args))
     # pytest captures file descriptors 0, 1 and 2 while conftests load: give the restarted
     # process the real ones.
@@ -397,6 +414,8 @@ class _Tracker:
         self.owners: Dict[str, Dict[str, str]] = {}
         self.owners_seen: set = set()
         self.notes: List[str] = []
+        # What `cuguard run` said at the restart, for the header (this process's alone).
+        self.said = [line for line in os.environ.pop(SAID, "").splitlines() if line]
 
     # Collection: every test's limits, checked once; bad ones fail the module's collection.
 
@@ -451,7 +470,8 @@ class _Tracker:
             else "no leak limit unless marked"
         )
         uncached = "; framework caches off (--cuguard-uncached)" if self.uncached else ""
-        return [f"cuguard: GPU memory tracked per test, {how}; {limit}{uncached}"]
+        said = [escaped(line) for line in self.said]
+        return [f"cuguard: GPU memory tracked per test, {how}; {limit}{uncached}", *said]
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
