@@ -24,6 +24,15 @@
 //!   so a scrape can always open the pages.
 //! - Grow its memory. A request head is at most 16 KiB, and a connection's buffers go with it:
 //!   at most 64 × (16 KiB + one answer).
+//! - Keep a scrape out with a flood of connections, up to the backlog. What comes while the
+//!   exporter is off the CPU waits in the kernel's accept queue, and a connection that finds it
+//!   full has its SYN dropped: its client tries again a second later, then 3 s later, past most
+//!   scrapes' timeouts. The backlog is 4096 ([`BACKLOG`]; std's `listen` asks for 128; the
+//!   kernel caps it at `net.core.somaxconn`). Each wake-up accepts all that waits, and reads
+//!   each connection as it is accepted: a request already there is answered at once, a
+//!   connection its client already closed is closed without taking a place, and one about to be
+//!   closed to make room is read once more first. A flood that keeps more than the backlog
+//!   waiting while the exporter is off the CPU still has SYNs dropped, a scrape's among them.
 //!
 //! Only a failure of the listener itself (not of a client) ends [`MetricsServer::serve`], which
 //! returns it.
@@ -38,7 +47,7 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use super::exposition::CONTENT_TYPE;
@@ -78,8 +87,12 @@ const LINGER_BYTES: usize = 1 << 20;
 /// Descriptors held in reserve: given up while the metrics are read, and one at a time to
 /// accept and close a connection when there is no other descriptor.
 const RESERVE: usize = 8;
-/// Connections accepted per wake-up at most, so that a flood of them does not starve those open.
-const ACCEPTS_PER_WAKE: usize = 64;
+/// The listener's backlog: connections the kernel completes and holds for `accept`. The kernel
+/// caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
+const BACKLOG: libc::c_int = 4096;
+/// Connections accepted per wake-up at most: the whole backlog, so that each wake-up leaves the
+/// queue empty, yet bounded, so that a flood cannot starve the connections open.
+const ACCEPTS_PER_WAKE: usize = BACKLOG as usize;
 /// How long accepting pauses when the system has no memory or descriptor to give, and none can
 /// be freed here.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
@@ -145,6 +158,12 @@ impl MetricsServer {
         let listener = TcpListener::bind(addr).map_err(err)?;
         let bound = listener.local_addr().map_err(err)?;
         listener.set_nonblocking(true).map_err(err)?;
+        // std listens with a backlog of 128. Listening again on a listening socket sets its
+        // backlog (Linux's inet_listen), here to the longer one.
+        // SAFETY: listen on a descriptor the listener owns, which outlives the call.
+        if unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) } != 0 {
+            return Err(err(io::Error::last_os_error()));
+        }
         Ok(MetricsServer {
             listener,
             addr: bound,
@@ -242,7 +261,14 @@ impl MetricsServer {
                 );
             }
             if listening != 0 {
-                let accepted = accept(listener, &mut conns, &mut reserve, &limits, now);
+                let accepted = accept(
+                    listener,
+                    &mut conns,
+                    &mut reserve,
+                    &limits,
+                    now,
+                    &mut metrics,
+                );
                 match accepted {
                     Ok(Accepted::All) => {}
                     Ok(Accepted::Pause) => paused_until = Some(now + ACCEPT_PAUSE),
@@ -271,24 +297,30 @@ enum Accepted {
 
 /// Accepts the connections waiting on `listener`, closing others to make room (see the module
 /// doc). Errs only when the listener itself fails.
+///
+/// What a connection sent before it was accepted is read at once: a request already there is
+/// answered then, and a connection its client already closed is closed without taking a place.
+/// Under a flood of connections, a scrape is answered in the same round as it is accepted, not
+/// closed by the flood's next ones before it is read.
 fn accept(
     listener: &TcpListener,
     conns: &mut Vec<Conn>,
     reserve: &mut Reserve,
     limits: &Limits,
     now: Instant,
+    metrics: &mut impl FnMut() -> Result<String, String>,
 ) -> io::Result<Accepted> {
     let mut took = 0;
     while took < ACCEPTS_PER_WAKE {
-        let e = match listener.accept() {
-            Ok((stream, _)) => {
+        let e = match accept_nonblocking(listener) {
+            Ok(stream) => {
                 took += 1;
-                if conns.len() >= limits.connections.max(1) {
-                    make_room(conns);
-                }
-                // One that cannot be made non-blocking is dropped (closed).
-                if stream.set_nonblocking(true).is_ok() {
-                    conns.push(Conn::new(stream, now + limits.head_timeout));
+                let mut conn = Conn::new(stream, now + limits.head_timeout);
+                if conn.advance(now, limits, reserve, metrics) {
+                    if conns.len() >= limits.connections.max(1) {
+                        make_room(conns, now, limits, reserve, metrics);
+                    }
+                    conns.push(conn);
                 }
                 continue;
             }
@@ -309,23 +341,28 @@ fn accept(
                 if !reserve.give_one() {
                     // The reserve is spent (the limit was lowered under it): idle connections
                     // give way to it, as the pages are read with it.
-                    if make_room(conns) {
+                    if make_room(conns, now, limits, reserve, metrics) {
                         reserve.refill();
                         continue;
                     }
                     return Ok(Accepted::Pause);
                 }
-                let taken = listener.accept();
+                let taken = accept_nonblocking(listener);
                 match taken {
-                    Ok((stream, _)) => {
+                    Ok(stream) => {
                         took += 1;
                         // It takes the place of the oldest idle connection; with none, it is
                         // closed at once rather than left waiting (and the listener readable
                         // for ever).
-                        if make_room(conns) && stream.set_nonblocking(true).is_ok() {
-                            conns.push(Conn::new(stream, now + limits.head_timeout));
+                        let mut conn = Conn::new(stream, now + limits.head_timeout);
+                        if conn.advance(now, limits, reserve, metrics)
+                            && make_room(conns, now, limits, reserve, metrics)
+                        {
+                            conns.push(conn);
                         } else {
-                            drop(stream);
+                            // Closed before the reserve is taken back up, which needs its
+                            // descriptor.
+                            drop(conn);
                         }
                         reserve.refill();
                     }
@@ -357,6 +394,25 @@ fn accept(
     Ok(Accepted::All)
 }
 
+/// One connection from `listener`, non-blocking from the start (one system call, not three).
+fn accept_nonblocking(listener: &TcpListener) -> io::Result<TcpStream> {
+    // SAFETY: accept4 on a descriptor the listener owns, which outlives the call; null address
+    // pointers ask for no peer address.
+    let fd = unsafe {
+        libc::accept4(
+            listener.as_raw_fd(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a connected socket that accept4 just opened, owned by nothing else.
+    Ok(unsafe { TcpStream::from_raw_fd(fd) })
+}
+
 /// Whether `accept` failing with `code` is about that one connection, not the listener: it went
 /// (or a firewall refused it) before it was accepted, or it brought a network error (Linux passes
 /// those on; accept(2) says to retry as for EAGAIN), or a signal came.
@@ -379,16 +435,38 @@ fn gone_before_accepted(code: i32) -> bool {
 }
 
 /// Closes one connection for a new one: the oldest answered (lingering), else the oldest without
-/// a whole request head, else the oldest. False when there is none.
-fn make_room(conns: &mut Vec<Conn>) -> bool {
+/// a whole request head, else the oldest. One without a whole head is read once more first: if
+/// its request has come since, it is answered, and another makes room unless its whole answer
+/// went out at once. False when there is none.
+fn make_room(
+    conns: &mut Vec<Conn>,
+    now: Instant,
+    limits: &Limits,
+    reserve: &mut Reserve,
+    metrics: &mut impl FnMut() -> Result<String, String>,
+) -> bool {
     let rank = |c: &Conn| match c.state {
         State::Linger { .. } => 0,
         State::Head { .. } => 1,
         State::Write { .. } => 2,
     };
-    // `conns` is in the order of accepting: the first of the lowest rank is the oldest.
-    let oldest = (0..conns.len()).min_by_key(|&i| (rank(&conns[i]), i));
-    oldest.map(|i| conns.remove(i)).is_some()
+    loop {
+        // `conns` is in the order of accepting: the first of the lowest rank is the oldest.
+        let Some(i) = (0..conns.len()).min_by_key(|&i| (rank(&conns[i]), i)) else {
+            return false;
+        };
+        let c = &mut conns[i];
+        // Each round turns one connection from a head into an answer being written, so this
+        // ends.
+        if matches!(c.state, State::Head { .. })
+            && c.advance(now, limits, reserve, metrics)
+            && matches!(c.state, State::Write { .. })
+        {
+            continue;
+        }
+        conns.remove(i);
+        return true;
+    }
 }
 
 /// Descriptors held in reserve: duplicates of the listener, which cost nothing else.

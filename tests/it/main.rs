@@ -21,6 +21,7 @@ mod first_hour;
 mod format_read;
 mod history_identity;
 mod history_recording;
+mod history_setting;
 mod hostile_input;
 mod limit;
 mod limit_nvml;

@@ -341,21 +341,41 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         {
             0
         }
-        Some(v) => match amount::parse(v) {
-            Ok(amount::Amount::Bytes(b)) if b >= MIN_HISTORY_BYTES => b,
-            Ok(amount::Amount::Bytes(_)) => {
-                problems.push(format!(
-                    "CUGUARD_HISTORY={v:?} is less than 1MiB; using 1MiB"
-                ));
-                MIN_HISTORY_BYTES
+        Some(v) => {
+            let default = DEFAULT_HISTORY_BYTES >> 20;
+            match amount::parse(v) {
+                // Zero however written (`00`, `0MiB`) is off, as `0` is; not a fraction of a
+                // byte (`0.5`), which is under the least bound.
+                Ok(Amount::Bytes(0))
+                    if v.chars()
+                        .take_while(|c| c.is_ascii_digit() || *c == '.')
+                        .all(|c| c == '0' || c == '.') =>
+                {
+                    0
+                }
+                Ok(Amount::Bytes(b)) if b >= MIN_HISTORY_BYTES => b,
+                Ok(Amount::Bytes(_)) => {
+                    let least = MIN_HISTORY_BYTES >> 20;
+                    problems.push(format!(
+                        "CUGUARD_HISTORY={v:?} is less than the least bound, {least}MiB; using {least}MiB"
+                    ));
+                    MIN_HISTORY_BYTES
+                }
+                // A percentage is of a device's memory, which the history is not on.
+                Ok(Amount::Percent(_)) => {
+                    problems.push(format!(
+                        "CUGUARD_HISTORY={v:?} is not a size; give a size (as {default}MiB) or 0 for off; using {default}MiB"
+                    ));
+                    DEFAULT_HISTORY_BYTES
+                }
+                Err(why) => {
+                    problems.push(format!(
+                        "CUGUARD_HISTORY={why}; give a size (as {default}MiB) or 0 for off; using {default}MiB"
+                    ));
+                    DEFAULT_HISTORY_BYTES
+                }
             }
-            _ => {
-                problems.push(format!(
-                    "CUGUARD_HISTORY={v:?} is not a size (256MiB) or 0 for off; using 256MiB"
-                ));
-                DEFAULT_HISTORY_BYTES
-            }
-        },
+        }
     };
     let warn_at = match var("CUGUARD_WARN_AT").as_deref().map(str::trim) {
         None | Some("") => None,
@@ -679,6 +699,74 @@ pub(crate) mod tests {
                 c.problems[0].ends_with("; no limit is set"),
                 "{:?}",
                 c.problems
+            );
+        }
+    }
+
+    #[test]
+    fn history_bounds() {
+        let history = |v: &str| {
+            let c = from_env(env(&[("CUGUARD_HISTORY", v)]));
+            (c.history_bytes, c.problems)
+        };
+        assert_eq!(from_env(env(&[])).history_bytes, DEFAULT_HISTORY_BYTES);
+        assert_eq!(history("64MiB"), (64 << 20, vec![]));
+        assert_eq!(history(" 1MiB "), (MIN_HISTORY_BYTES, vec![]));
+        assert_eq!(
+            history("18446744073709551615"),
+            (u64::MAX, vec![]),
+            "the largest bound is taken"
+        );
+        // Zero, however written, is off, as `0` is; never "less than 1MiB".
+        for off in ["0", "00", "000", "0B", "0MiB", "0.0", "off", "No", "FALSE"] {
+            assert_eq!(history(off), (0, vec![]), "{off}");
+        }
+        // Under the least bound: the least bound, said.
+        for small in ["1", "512KiB", "1048575", "0.5", "0.0001KiB"] {
+            assert_eq!(
+                history(small),
+                (
+                    MIN_HISTORY_BYTES,
+                    vec![format!(
+                        "CUGUARD_HISTORY={small:?} is less than the least bound, 1MiB; using 1MiB"
+                    )]
+                ),
+                "{small}"
+            );
+        }
+        // Past 2^64 - 1 bytes: a bad value, the default, never unbounded.
+        for huge in [
+            "18446744073709551616",
+            "99999999999999999999999",
+            "16777216TiB",
+        ] {
+            let (bytes, problems) = history(huge);
+            assert_eq!(bytes, DEFAULT_HISTORY_BYTES, "{huge}");
+            assert_eq!(problems.len(), 1, "{huge}: {problems:?}");
+            assert!(
+                problems[0].starts_with(&format!("CUGUARD_HISTORY={huge:?} ")),
+                "{problems:?}"
+            );
+            assert!(problems[0].ends_with("; using 256MiB"), "{problems:?}");
+        }
+        assert_eq!(
+            history("18446744073709551616").1,
+            [
+                "CUGUARD_HISTORY=\"18446744073709551616\" is out of range (16EiB or more); \
+                 give a size (as 256MiB) or 0 for off; using 256MiB"
+            ]
+        );
+        for bad in ["lots", "25%", "-1"] {
+            let (bytes, problems) = history(bad);
+            assert_eq!(bytes, DEFAULT_HISTORY_BYTES, "{bad}");
+            assert_eq!(problems.len(), 1, "{bad}: {problems:?}");
+            assert!(
+                problems[0].starts_with(&format!("CUGUARD_HISTORY={bad:?} ")),
+                "{problems:?}"
+            );
+            assert!(
+                problems[0].ends_with("give a size (as 256MiB) or 0 for off; using 256MiB"),
+                "{problems:?}"
             );
         }
     }

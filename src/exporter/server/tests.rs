@@ -283,3 +283,54 @@ fn a_port_in_use_is_said_plainly() {
         )
     );
 }
+
+/// Whether the server has closed `s` by now (its end read, or reset), without waiting.
+fn closed_now(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut s: &TcpStream = s;
+    match s.read(&mut [0; 1]) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() == io::ErrorKind::ConnectionReset,
+    }
+}
+
+#[test]
+fn a_scrape_behind_five_hundred_waiting_connections_is_answered() {
+    let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    if somaxconn < 1024 {
+        eprintln!("skipped: net.core.somaxconn is {somaxconn}, under the 501 connections queued");
+        return;
+    }
+    let server = MetricsServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = server.addr();
+    // Before it serves, the accept queue alone holds them: with std's backlog of 128, the
+    // 130th connection's SYN was dropped and it waited a second.
+    let waiting: Vec<TcpStream> = (0..500)
+        .map(|i| {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+                .unwrap_or_else(|e| panic!("connection {i}: {e}"))
+        })
+        .collect();
+    let mut scrape = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).unwrap();
+    scrape
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    std::thread::spawn(move || server.serve(|| Ok("m 1\n".to_string())));
+    scrape
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut got = String::new();
+    scrape.read_to_string(&mut got).unwrap();
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert!(got.ends_with("\r\n\r\nm 1\n"), "{got}");
+    // All were accepted at once, each taking the place of the oldest: the 437 oldest are closed
+    // (the last of them for the scrape), the 63 newest are open, each within its head timeout.
+    let closed: Vec<bool> = waiting.iter().map(closed_now).collect();
+    assert_eq!(closed.iter().position(|&c| !c), Some(437), "{closed:?}");
+    assert!(closed[437..].iter().all(|&c| !c), "{closed:?}");
+}
