@@ -799,12 +799,16 @@ fn cli_one_run_keeps_each_process_report_a_later_run_replaces_them() {
             .iter()
             .map(|f| support::read_report(&dir.join(f)))
             .collect();
-        let mut histories: Vec<&str> = reports
+        // Each names its own, by absolute path.
+        let mut histories: Vec<std::path::PathBuf> = reports
             .iter()
-            .map(|r| r["history"]["files"][0].as_str().unwrap())
+            .map(|r| r["history"]["files"][0].as_str().unwrap().into())
             .collect();
         histories.sort();
-        assert_eq!(histories, ["demo.1.history", "demo.history"]);
+        assert_eq!(
+            histories,
+            [dir.join("demo.1.history"), dir.join("demo.history")]
+        );
         assert_eq!(reports[0]["run_id"], reports[1]["run_id"]);
         assert_ne!(reports[0]["process"]["pid"], reports[1]["process"]["pid"]);
         ids.push(reports[0]["run_id"].clone());

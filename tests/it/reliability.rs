@@ -166,7 +166,10 @@ fn check_one_report(
     assert!(r["process"]["pid"].as_u64().is_some());
     // The history survives the same ending, whole, and ends with what the report says was live.
     assert_eq!(histories_in(dir), vec!["r.history".to_string()]);
-    assert_eq!(r["history"]["files"], serde_json::json!(["r.history"]));
+    assert_eq!(
+        r["history"]["files"],
+        serde_json::json!([dir.join("r.history")])
+    );
     let bytes = std::fs::read(dir.join("r.history")).unwrap();
     let h = cuguard_history::replay::Replay::read(&[&bytes]).unwrap();
     assert!(
