@@ -515,7 +515,7 @@ impl Writer {
         if had_prev {
             self.let_go += 1;
         }
-        match rename_noreplace(&self.path, &prev) {
+        match crate::writer::file::rename_noreplace(&self.path, &prev) {
             Ok(()) => {
                 self.prev_bytes = self.seg_bytes;
                 self.prev_id = self.current_id;
@@ -722,37 +722,6 @@ fn path_id(path: &Path) -> Option<(u64, u64)> {
         .ok()
         .filter(|m| m.is_file())
         .map(|m| (m.dev(), m.ino()))
-}
-
-/// Renames `from` to `to` unless something is already at `to` (`EEXIST` then): `renameat2`'s
-/// `RENAME_NOREPLACE`, or where the file system lacks it, a hard link and an unlink.
-fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let c = |p: &Path| {
-        std::ffi::CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
-    };
-    let (a, b) = (c(from)?, c(to)?);
-    // SAFETY: both are NUL-terminated paths; renameat2 reads them and changes nothing else.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if r == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
-        return Err(e);
-    }
-    std::fs::hard_link(from, to)?;
-    std::fs::remove_file(from)
 }
 
 /// In the child of a fork: a fresh writer (the parent's lock may be held, its file is the

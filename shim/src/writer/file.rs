@@ -413,6 +413,8 @@ pub fn report_mode() -> libc::c_uint {
     crate::config::get().report_mode
 }
 
+/// Renames `from` to `to` unless something is already at `to` (`EEXIST` then): `renameat2`'s
+/// `RENAME_NOREPLACE`, or where the file system lacks it, a hard link and an unlink.
 pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     let (f, t) = (cstr(from)?, cstr(to)?);
     // SAFETY: both paths are NUL-terminated; renameat2 only renames.
