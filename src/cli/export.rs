@@ -225,7 +225,7 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
 /// Why a report's history is not at hand, in a few words.
 fn why_no_history(r: &Report, e: &InputError) -> String {
     match &r.history {
-        None => "CUGUARD_HISTORY=0, or a cuguard before 0.2".into(),
+        None => "CUGUARD_HISTORY=0, or a cuguard without one".into(),
         Some(_) => e.to_string(),
     }
 }

@@ -167,7 +167,7 @@ fn files_of(report: &Report, path: &Path) -> Result<Vec<PathBuf>, InputError> {
     if report.history.is_none() {
         return Err(invalid(
             path,
-            "the report names no history (CUGUARD_HISTORY=0, or a cuguard before 0.2)".into(),
+            "the report names no history (it was written with CUGUARD_HISTORY=0, or by a cuguard without one)".into(),
         ));
     }
     let files = resolve(report, path);

@@ -303,7 +303,7 @@ fn cli_export_pprof_of_reports_without_history_or_stacks() {
     let said = export(&dir, &[merged.to_str().unwrap(), "-o", "m.pb.gz"]);
     assert_eq!(
         said.lines().next().unwrap(),
-        "cuguard: train[4242] (and 1 more process) has no history (CUGUARD_HISTORY=0, or a cuguard before 0.2): the profile holds inuse_space and inuse_objects only, no alloc_*",
+        "cuguard: train[4242] (and 1 more process) has no history (CUGUARD_HISTORY=0, or a cuguard without one): the profile holds inuse_space and inuse_objects only, no alloc_*",
         "{said}"
     );
     assert_eq!(said.lines().count(), 2, "{said}");
