@@ -33,6 +33,23 @@ pub fn millis(ms: u64) -> String {
     }
 }
 
+/// A moment of the run for people, exact to the millisecond, in a form `--at` reads back to the
+/// same millisecond: `250 ms` below a second, else seconds with the milliseconds that are not
+/// zero (`3 s`, `3.5 s`, `12.345 s`). For the moments a report records (a peak's breakdown, a
+/// refusal), where [`millis`]'s `12.3 s` would send `--at` up to 50 ms away.
+pub fn moment(ms: u64) -> String {
+    if ms < 1000 {
+        return format!("{ms} ms");
+    }
+    let (s, frac) = (ms / 1000, ms % 1000);
+    if frac == 0 {
+        format!("{s} s")
+    } else {
+        let digits = format!("{frac:03}");
+        format!("{s}.{} s", digits.trim_end_matches('0'))
+    }
+}
+
 /// `1 leak`, `2 leaks`.
 pub fn plural(n: u64, one: &str, many: &str) -> String {
     if n == 1 {
@@ -44,6 +61,18 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn moments_are_exact_to_the_millisecond() {
+        use super::moment;
+        assert_eq!(moment(0), "0 ms");
+        assert_eq!(moment(999), "999 ms");
+        assert_eq!(moment(1000), "1 s");
+        assert_eq!(moment(3500), "3.5 s");
+        assert_eq!(moment(3050), "3.05 s");
+        assert_eq!(moment(12_345), "12.345 s");
+        assert_eq!(moment(7_200_001), "7200.001 s");
+    }
+
     #[test]
     fn sizes() {
         assert_eq!(super::bytes(0), "0 B");

@@ -355,7 +355,8 @@ pub fn peaks(
         .collect()
 }
 
-/// The peak and when its breakdown was taken: `1.6 GiB (at 12.3 s)`, or, when the shim's last
+/// The peak and when its breakdown was taken: `1.6 GiB (at 12.345 s)`, a moment `--at` reads
+/// back ([`crate::wording::moment`]), or, when the shim's last
 /// record (taken at each 1% rise) is below the peak itself, `16.0 GiB (15.9 GiB live at 74 ms,
 /// within 1%)`.
 pub fn peak_when(peak: &PeakSummary) -> String {
@@ -364,12 +365,12 @@ pub fn peak_when(peak: &PeakSummary) -> String {
             "{} ({} live at {}, within 1%)",
             crate::wording::bytes(top),
             crate::wording::bytes(peak.live_bytes),
-            crate::wording::millis(peak.time_ms)
+            crate::wording::moment(peak.time_ms)
         ),
         _ => format!(
             "{} (at {})",
             crate::wording::bytes(peak.live_bytes),
-            crate::wording::millis(peak.time_ms)
+            crate::wording::moment(peak.time_ms)
         ),
     }
 }

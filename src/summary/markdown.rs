@@ -228,7 +228,7 @@ fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
             cell(&o.api),
             bytes(o.size),
             o.device,
-            millis(o.time_ms),
+            crate::wording::moment(o.time_ms),
             cell(&o.site.label),
             bytes(o.live_bytes)
         )?;

@@ -808,7 +808,7 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
         one_line(&o.api),
         bytes(o.size),
         o.device,
-        millis(o.time_ms),
+        crate::wording::moment(o.time_ms),
         one_line(&o.site.label)
     )?;
     let who = super::attribution::refuser_with_setting(&o.refused_by)

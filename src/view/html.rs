@@ -238,7 +238,7 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
         esc(&o.api),
         bytes(o.size),
         o.device,
-        millis(o.time_ms),
+        crate::wording::moment(o.time_ms),
         esc(&o.site.label)
     )?;
     let who = crate::summary::attribution::refuser_with_setting(&o.refused_by)

@@ -345,7 +345,7 @@ fn markers(
             short: format!("OOM {}", bytes(o.size)),
             label: format!(
                 "out of memory at {}: {} asking {} at {}",
-                millis(o.time_ms),
+                crate::wording::moment(o.time_ms),
                 o.api,
                 bytes(o.size),
                 sites.site(o.stack).label()

@@ -365,3 +365,53 @@ print(f["name"], f["line"], [e["action"] for e in t if e["addr"] == a[0]["addr"]
         "{actions:?}"
     );
 }
+
+/// One clock: the moment the summary prints for the peak (and the report records) is one that
+/// `--at` finds the peak's bytes at. The record's time came from the coarse clock, up to a tick
+/// (4 ms) behind the history's: `--at` there came before the spike's own allocation.
+#[test]
+fn the_summarys_peak_moment_is_one_at_finds_with_the_peaks_bytes() {
+    let dir = scratch_dir("history-one-clock");
+    let (_, r) = spike_run(&dir);
+    let text = ok(&dir, &["summary", "r.json"]);
+    let line = text
+        .lines()
+        .find(|l| l.contains("at the peak of "))
+        .unwrap_or_else(|| panic!("{text}"));
+    // `device 0: at the peak of 512.0 MiB (at 305 ms): the program 512.0 MiB`
+    let rest = line.split("at the peak of ").nth(1).unwrap();
+    let (bytes, rest) = rest.split_once(" (at ").unwrap();
+    let (moment, _) = rest.split_once("): ").unwrap();
+    assert_eq!(bytes, "512.0 MiB", "{line}");
+    let at = ok(&dir, &["summary", "r.json", "--at", moment]);
+    let headline = at.lines().nth(1).unwrap();
+    assert!(
+        headline.contains(": 512.0 MiB in 1 allocation ("),
+        "--at {moment}: {headline}"
+    );
+    // The report's own record, in milliseconds, likewise.
+    let ms = r["peaks"][0]["time_ms"].as_u64().unwrap();
+    let json: Value = serde_json::from_str(&ok(
+        &dir,
+        &[
+            "summary",
+            "r.json",
+            "--at",
+            &format!("{ms}ms"),
+            "--format",
+            "json",
+        ],
+    ))
+    .unwrap();
+    let live: u64 = json["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        live,
+        r["peaks"][0]["live_bytes"].as_u64().unwrap(),
+        "{json}"
+    );
+}

@@ -152,7 +152,7 @@ pub fn record_alloc_failed(
         result: Some(result),
         size: Some(size),
         context,
-        time_ms: clock::since_start_ms(),
+        time_ms: clock::moment_ms(),
         message: why,
         device: None,
     });
@@ -220,7 +220,7 @@ pub fn event(
         result: Some(result),
         size,
         context,
-        time_ms: clock::since_start_ms(),
+        time_ms: clock::moment_ms(),
         message,
         device: None,
     });

@@ -49,7 +49,7 @@ pub fn refused(
     });
     let oom = Oom {
         seq,
-        time_ms: clock::since_start_ms(),
+        time_ms: clock::moment_ms(),
         thread: clock::thread_id(),
         api,
         size,

@@ -69,7 +69,7 @@ fn take(r: &Records, slot: usize, live: u64) {
     let device = slot as i32;
     *last = Some(Peak {
         device,
-        time_ms: crate::process::clock::since_start_ms(),
+        time_ms: crate::process::clock::moment_ms(),
         live_bytes: live,
         stacks: by_stack::snapshot(device),
     });
