@@ -506,7 +506,7 @@ pub fn parse_time(text: &str, replay: &Replay) -> Result<u64, String> {
 
 /// A moment for people: `1.25 s`, `840 ms`.
 pub fn span_text(ns: u64) -> String {
-    crate::wording::millis(ns / 1_000_000)
+    crate::wording::moment(ns / 1_000_000)
 }
 
 /// Stacks are the report's ids: a history's id as the report's.

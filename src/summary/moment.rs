@@ -15,8 +15,15 @@ use crate::history::moment::{DeviceMoment, Moment};
 use crate::style::{Style, Table};
 use crate::wording::{bytes, one_line, plural};
 
+/// A moment as `--at` reads it back: exact to the millisecond, rounded up, so that what was made
+/// at the moment asked is in the answer at the moment printed ([`crate::wording::moment`]).
 fn when(ms: f64) -> String {
-    crate::wording::millis(ms.round() as u64)
+    crate::wording::moment(ms.ceil() as u64)
+}
+
+/// The history's last moment, rounded down: `--at` at it is still inside the history.
+fn until(ms: f64) -> String {
+    crate::wording::moment(ms.floor() as u64)
 }
 
 /// The headline: what was asked, the total, and the history's span and gaps.
@@ -31,7 +38,7 @@ fn headline(m: &Moment) -> String {
     let mut span = format!(
         "the history spans {} to {}",
         when(m.span.begins_ms),
-        when(m.span.ends_ms)
+        until(m.span.ends_ms)
     );
     if m.span.begins_ms > 0.0 {
         span.push_str(", what came before was let go to stay within CUGUARD_HISTORY");
