@@ -39,7 +39,7 @@ pub struct Loaded {
 /// Reads the history at `path`: a report naming its history, or a history file (with its older
 /// segment `PATH.1` when that is the same process's).
 pub fn load(path: &Path) -> Result<Loaded, InputError> {
-    let head = read_head(path)?;
+    let head = read_first(path, cuguard_history::MAGIC.len())?;
     let (files, report) = if head.starts_with(cuguard_history::MAGIC) {
         (segments_beside(path)?, None)
     } else {
@@ -69,7 +69,7 @@ pub fn load(path: &Path) -> Result<Loaded, InputError> {
 
 /// Whether the file at `path` is a history file (else it may be a report).
 pub fn is_history_file(path: &Path) -> Result<bool, InputError> {
-    Ok(read_head(path)?.starts_with(cuguard_history::MAGIC))
+    Ok(read_first(path, cuguard_history::MAGIC.len())?.starts_with(cuguard_history::MAGIC))
 }
 
 /// The history of `report`, read from `path` (its history's files are named relative to the
@@ -226,40 +226,34 @@ fn invalid(path: &Path, reason: String) -> InputError {
     })
 }
 
-/// The first bytes of `path`, refusing anything but a regular file (a FIFO would block).
-fn read_head(path: &Path) -> Result<Vec<u8>, InputError> {
+/// The first `n` bytes of `path` (fewer when it is shorter), refusing anything but a regular
+/// file (a FIFO would block).
+fn read_first(path: &Path, n: usize) -> Result<Vec<u8>, InputError> {
     use std::io::Read as _;
-    let mut f = open_regular(path)?;
-    let mut head = vec![0u8; 8];
-    let n = f
-        .read(&mut head)
+    let (f, size) = open_regular(path)?;
+    let mut head = Vec::with_capacity(n);
+    f.take(size.min(n as u64))
+        .read_to_end(&mut head)
         .map_err(|e| invalid(path, e.to_string()))?;
-    head.truncate(n);
     Ok(head)
 }
 
-fn open_regular(path: &Path) -> Result<std::fs::File, InputError> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| invalid(path, e.to_string()))?;
-    let meta = f.metadata().map_err(|e| invalid(path, e.to_string()))?;
-    if !meta.is_file() {
-        return Err(invalid(path, "not a regular file".into()));
-    }
-    if meta.len() > MAX_HISTORY_BYTES {
+/// A history file opened as every input is ([`cuguard_format::read::open_regular`]: without
+/// blocking, refused unless a regular file), with its size then, at most [`MAX_HISTORY_BYTES`].
+fn open_regular(path: &Path) -> Result<(std::fs::File, u64), InputError> {
+    let (f, size) =
+        cuguard_format::read::open_regular(path).map_err(|e| invalid(path, e.to_string()))?;
+    if size > MAX_HISTORY_BYTES {
         return Err(invalid(
             path,
             format!(
                 "{} is larger than a history is ({} at most)",
-                crate::wording::bytes(meta.len()),
+                crate::wording::bytes(size),
                 crate::wording::bytes(MAX_HISTORY_BYTES)
             ),
         ));
     }
-    Ok(f)
+    Ok((f, size))
 }
 
 /// A history file's sound part ([`cuguard_history::read_sound`]): never more than its size when
@@ -267,21 +261,23 @@ fn open_regular(path: &Path) -> Result<std::fs::File, InputError> {
 /// `uid`, a file another user owns is refused.
 fn read_file(path: &Path, uid: Option<u32>) -> Result<Vec<u8>, InputError> {
     use std::os::unix::fs::MetadataExt as _;
-    let mut f = open_regular(path)?;
-    let meta = f.metadata().map_err(|e| invalid(path, e.to_string()))?;
-    if let Some(uid) = uid
-        && meta.uid() != uid
-    {
-        return Err(invalid(
-            path,
-            format!(
-                "owned by uid {}, not by the report's owner (uid {uid}): not read as its history",
-                meta.uid()
-            ),
-        ));
+    let (mut f, size) = open_regular(path)?;
+    if let Some(uid) = uid {
+        let owner = f
+            .metadata()
+            .map_err(|e| invalid(path, e.to_string()))?
+            .uid();
+        if owner != uid {
+            return Err(invalid(
+                path,
+                format!(
+                    "owned by uid {owner}, not by the report's owner (uid {uid}): not read as its history"
+                ),
+            ));
+        }
     }
     let mut reader = std::io::BufReader::with_capacity(1 << 20, &mut f);
-    cuguard_history::read_sound(&mut reader, meta.len()).map_err(|e| invalid(path, e.to_string()))
+    cuguard_history::read_sound(&mut reader, size).map_err(|e| invalid(path, e.to_string()))
 }
 
 /// `path` and, before it, its older segment `PATH.1` when that is the same process's previous
@@ -290,12 +286,12 @@ fn segments_beside(path: &Path) -> Result<Vec<PathBuf>, InputError> {
     let mut older = path.as_os_str().to_owned();
     older.push(".1");
     let older = PathBuf::from(older);
-    let newer = cuguard_history::Header::decode(&read_first(path)?);
+    let newer = cuguard_history::Header::decode(&read_first(path, cuguard_history::HEADER_LEN)?);
     let owner = |p: &Path| {
         use std::os::unix::fs::MetadataExt as _;
         std::fs::symlink_metadata(p).ok().map(|m| m.uid())
     };
-    if let (Ok(newer), Ok(bytes)) = (newer, read_first(&older))
+    if let (Ok(newer), Ok(bytes)) = (newer, read_first(&older, cuguard_history::HEADER_LEN))
         && let Ok(h) = cuguard_history::Header::decode(&bytes)
         && owner(&older) == owner(path)
         && h.pid == newer.pid
@@ -305,17 +301,6 @@ fn segments_beside(path: &Path) -> Result<Vec<PathBuf>, InputError> {
         return Ok(vec![older, path.to_path_buf()]);
     }
     Ok(vec![path.to_path_buf()])
-}
-
-fn read_first(path: &Path) -> Result<Vec<u8>, InputError> {
-    use std::io::Read as _;
-    let mut f = open_regular(path)?;
-    let mut head = vec![0u8; cuguard_history::HEADER_LEN];
-    let n = f
-        .read(&mut head)
-        .map_err(|e| invalid(path, e.to_string()))?;
-    head.truncate(n);
-    Ok(head)
 }
 
 /// A report holding the history's stacks, named, with `process` (or one made from the
