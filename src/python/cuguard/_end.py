@@ -9,8 +9,9 @@ kernel) the end comes earlier: IPython's own exit handler clears the user's name
 
 :func:`at_end` marks the moment through the shim (``cuguard_end_begin``), collects garbage, asks
 ``cuguard._inventory`` what holds each allocation live then, and sends that
-(``cuguard_end_classify``). ``CUGUARD_END_SECS`` bounds the walk of references (10 s by default;
-at a Jupyter kernel's shutdown at most :data:`KERNEL_SHUTDOWN_SECS`).
+(``cuguard_end_classify``). ``CUGUARD_END_SECS`` bounds that look, its walk of references taking
+what the collection of objects left (10 s by default; at a Jupyter kernel's shutdown at most
+:data:`KERNEL_SHUTDOWN_SECS`).
 A signal during it leaves the mark with what is unclassified.
 
 :func:`imported` is called by the bootstrap when a framework it looks into has been imported.

@@ -142,7 +142,10 @@ def classify(
     )
     targets = {id(h.obj): h.obj for h in found}
     targets = _holders._reachable_targets(targets, [found, targets, by_allocation])
-    walk = _holders._Walk(targets, max(0.0, float(timeout)), max(1, int(max_depth)), weak)
+    # The bound is the whole look's: what the collection of objects and the books took comes off
+    # the walk's share (a kernel's shutdown must end before jupyter_client's SIGTERM).
+    left = max(0.0, float(timeout) - (time.monotonic() - started))
+    walk = _holders._Walk(targets, left, max(1, int(max_depth)), weak)
     complete = True
     try:
         if targets or weak.pending:
