@@ -1,8 +1,9 @@
 """The pytest plugin, run on the inner project (`inner/`) by pytest in a subprocess, on the
 simulated driver: markers that pass and fail, `--cuguard-limit-leaks`, bad limits, the restart
 under the shim, `cuguard run`, pytest-xdist with two workers, framework caches and
-`--cuguard-uncached`. Each test checks which inner tests pass and fail, and the lines and sizes
-the messages and the summary name."""
+`--cuguard-uncached`, the callers of a helper that allocates and `CUGUARD_HELPERS` (in the
+messages and in `cuguard.holders()`). Each test checks which inner tests pass and fail, and the
+lines and sizes the messages and the summary name."""
 
 import json
 import subprocess
@@ -12,7 +13,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest import clean_env, cuguard_command, run, strip_ansi
+from conftest import INNER, clean_env, cuguard_command, marked_line, run, run_sim, strip_ansi
 
 SIM = ("--cuguard", "--cuguard-driver", "sim", "-p", "no:cacheprovider")
 
@@ -62,8 +63,12 @@ def failure(text: str, test: str) -> List[str]:
     raise AssertionError(f"no failure of {test} in:\n{text}")
 
 
-def leak_site(path: str, line: int, function: str, size: str, count: str = "1 allocation") -> str:
-    return f"{size:>10}  {path}:{line} in {function}  ({count}, cuMemAlloc_v2)"
+def leak_site(
+    path: str, line: int, function: str, size: str, count: str = "1 allocation", caller: str = ""
+) -> str:
+    """A site's row; `caller`, when given, is what follows its `←`."""
+    called = f" ← {caller}" if caller else ""
+    return f"{size:>10}  {path}:{line} in {function}{called}  ({count}, cuMemAlloc_v2)"
 
 
 def limits_summary(line, *, indent: int) -> List[str]:
@@ -387,7 +392,7 @@ def test_names_from_the_program_are_escaped_in_messages_and_summary(
 
         @pytest.mark.limit_gpu_leaks(0)
         def test_hostile_names():
-            keep()
+            keep()  # call: hostile
         '''
     )
     result = pytester.runpytest_subprocess(*SIM, "test_hostile.py")
@@ -396,7 +401,8 @@ def test_names_from_the_program_are_escaped_in_messages_and_summary(
     for c in ("\x1b", "\x85", "\u2028", "\u202e"):
         assert c not in text, (c, text)
     line = inner_project("test_hostile.py", "leak: hostile")
-    site = leak_site(HOSTILE_FILE_SHOWN, line, HOSTILE_FUNCTION_SHOWN, "4.0 KiB")
+    caller = f"test_hostile.py:{inner_project('test_hostile.py', 'call: hostile')} in test_hostile_names"
+    site = leak_site(HOSTILE_FILE_SHOWN, line, HOSTILE_FUNCTION_SHOWN, "4.0 KiB", caller=caller)
     assert failure(text, "test_hostile_names") == [
         "cuguard: this test leaked 4.0 KiB of GPU memory in 1 allocation, over its limit of 0 B "
         "(@pytest.mark.limit_gpu_leaks); still live after its teardown:",
@@ -408,6 +414,210 @@ def test_names_from_the_program_are_escaped_in_messages_and_summary(
         "   4.0 KiB  test_hostile.py::test_hostile_names  (1 allocation)",
         " " * 14 + site,
     ], text
+
+
+HELPERS_PROJECT = """
+import ctypes
+
+import pytest
+
+from gpu import check, driver, free
+
+KEPT = []
+
+
+def alloc(size):
+    pointer = ctypes.c_uint64()
+    check(driver().cuMemAlloc_v2(ctypes.byref(pointer), size))  # site: alloc
+    return pointer.value
+
+
+def make_scratch(size):
+    return alloc(size)  # site: make_scratch
+
+
+@pytest.mark.limit_gpu_leaks(0)
+def test_one_of_three_leaks():
+    first = alloc(1 << 20)  # call: first
+    KEPT.append(alloc(4096))  # call: kept
+    second = alloc(2 << 20)  # call: second
+    free(first)
+    free(second)
+
+
+@pytest.mark.limit_gpu_leaks(0)
+def test_three_lines_three_rows():
+    KEPT.append(alloc(1 << 20))  # call: a
+    KEPT.append(alloc(2 << 20))  # call: b
+    KEPT.append(make_scratch(3 << 20))  # call: c
+"""
+
+HELPERS_HEAD = (
+    "cuguard: this test leaked {} of GPU memory in {}, over its limit of 0 B "
+    "(@pytest.mark.limit_gpu_leaks); still live after its teardown:"
+)
+
+
+def run_helpers_project(pytester: pytest.Pytester, line):
+    """Runs HELPERS_PROJECT (both tests fail); returns the output and where a marked line is."""
+    pytester.makepyfile(test_helpers=HELPERS_PROJECT)
+    result = pytester.runpytest_subprocess(*SIM, "test_helpers.py")
+    result.assert_outcomes(failed=2)
+    return output(result), lambda marker: f"test_helpers.py:{line('test_helpers.py', marker)}"
+
+
+def test_a_helpers_leak_is_named_with_the_line_that_called_it(
+    pytester: pytest.Pytester, inner_project
+):
+    text, at = run_helpers_project(pytester, inner_project)
+    alloc = f"{at('site: alloc')} in alloc"
+    # Three lines called the helper; the one that kept its memory is named, the others not.
+    assert failure(text, "test_one_of_three_leaks") == [
+        HELPERS_HEAD.format("4.0 KiB", "1 allocation"),
+        f"     4.0 KiB  {alloc} ← {at('call: kept')} in test_one_of_three_leaks  "
+        "(1 allocation, cuMemAlloc_v2)",
+    ], text
+    # One helper's leaks from three lines are three rows; the first caller only.
+    assert failure(text, "test_three_lines_three_rows") == [
+        HELPERS_HEAD.format("6.0 MiB", "3 allocations"),
+        f"     3.0 MiB  {alloc} ← {at('site: make_scratch')} in make_scratch  (1 allocation, cuMemAlloc_v2)",
+        f"     2.0 MiB  {alloc} ← {at('call: b')} in test_three_lines_three_rows  (1 allocation, cuMemAlloc_v2)",
+        f"     1.0 MiB  {alloc} ← {at('call: a')} in test_three_lines_three_rows  (1 allocation, cuMemAlloc_v2)",
+    ], text
+    summary = section(text, "cuguard: GPU memory per test")
+    assert summary[1:3] == [
+        "   6.0 MiB  test_helpers.py::test_three_lines_three_rows  (3 allocations)",
+        " " * 14 + f"   3.0 MiB  {alloc} ← {at('site: make_scratch')} in make_scratch  "
+        "(1 allocation, cuMemAlloc_v2)",
+    ], text
+
+
+@pytest.mark.parametrize(
+    "helpers, third",
+    [
+        ("alloc", "{make_scratch} in make_scratch (via alloc)"),
+        (" alloc , make_* ", "{c} in test_three_lines_three_rows (via make_scratch)"),
+    ],
+)
+def test_named_helpers_give_way_to_their_callers(
+    pytester: pytest.Pytester, inner_project, monkeypatch: pytest.MonkeyPatch, helpers: str, third: str
+):
+    monkeypatch.setenv("CUGUARD_HELPERS", helpers)
+    text, at = run_helpers_project(pytester, inner_project)
+    assert failure(text, "test_one_of_three_leaks") == [
+        HELPERS_HEAD.format("4.0 KiB", "1 allocation"),
+        f"     4.0 KiB  {at('call: kept')} in test_one_of_three_leaks (via alloc)  "
+        "(1 allocation, cuMemAlloc_v2)",
+    ], text
+    third = third.format(make_scratch=at("site: make_scratch"), c=at("call: c"))
+    assert failure(text, "test_three_lines_three_rows") == [
+        HELPERS_HEAD.format("6.0 MiB", "3 allocations"),
+        f"     3.0 MiB  {third}  (1 allocation, cuMemAlloc_v2)",
+        f"     2.0 MiB  {at('call: b')} in test_three_lines_three_rows (via alloc)  (1 allocation, cuMemAlloc_v2)",
+        f"     1.0 MiB  {at('call: a')} in test_three_lines_three_rows (via alloc)  (1 allocation, cuMemAlloc_v2)",
+    ], text
+
+
+HOLDERS_PROGRAM = """
+import ctypes
+import sys
+
+sys.path.insert(0, sys.argv[1])
+
+import cuguard
+from gpu import check, driver, free
+
+
+class Array:
+    def __init__(self, address, size):
+        self.__cuda_array_interface__ = {"data": (address, False), "shape": (size,), "typestr": "|u1"}
+
+
+def alloc(size):
+    pointer = ctypes.c_uint64()
+    check(driver().cuMemAlloc_v2(ctypes.byref(pointer), size))  # site: alloc
+    return pointer.value
+
+
+KEPT = []
+
+
+def step():
+    first = alloc(1 << 20)  # call: first
+    KEPT.append(Array(alloc(2 << 20), 2 << 20))  # call: kept
+    second = alloc(3 << 20)  # call: second
+    free(first)
+    free(second)
+
+
+step()  # call: step
+found = cuguard.holders()
+print(found)
+print("made_at:", found[0]["made_at"])
+print("callers:", [(c["function"], c["line"]) for c in found[0]["site"]["callers"]])
+"""
+
+
+@pytest.mark.parametrize("helpers", [None, "alloc"])
+def test_holders_name_the_line_that_called_a_helper(tmp_path: Path, helpers):
+    program = tmp_path / "keeps.py"
+    program.write_text(HOLDERS_PROGRAM)
+    env = {"CUGUARD_HELPERS": helpers} if helpers else {}
+    result = run_sim([sys.executable, str(program), str(INNER)], tmp_path, **env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    site, kept = marked_line(program, "site: alloc"), marked_line(program, "call: kept")
+    made_at = f"keeps.py:{kept} (via alloc)" if helpers else f"keeps.py:{site} ← keeps.py:{kept}"
+    lines = result.stdout.splitlines()
+    assert lines[:2] == [
+        "cuguard holders: 1 live allocation (2.0 MiB); 1 reached from a name",
+        f"   2.0 MiB  KEPT → [0] → Array (2.0 MiB, made at {made_at})",
+    ], result.stdout
+    assert lines[2:] == [
+        f"made_at: {made_at}",
+        f"callers: [('step', {kept}), ('<module>', {marked_line(program, 'call: step')})]",
+    ], result.stdout
+
+
+def test_call_path_picks_the_frame_to_name(monkeypatch: pytest.MonkeyPatch):
+    """`holders._call_path` on sites as the shim gives them, and on odd ones."""
+    from cuguard.holders import _call_path as call_path
+
+    def frame(file, line, function):
+        return {"file": file, "line": line, "function": function, "module": None}
+
+    alloc = frame("/w/app.py", 18, "Pool.alloc")
+    make = frame("/w/app.py", 30, "make_buffer")
+    step = frame("/w/app.py", 40, "step")
+    pytest_frame = frame("/v/lib/python3.12/site-packages/_pytest/python.py", 159, "pytest_pyfunc_call")
+    native = {"file": None, "line": None, "function": "run", "module": "/w/app"}
+    monkeypatch.delenv("CUGUARD_HELPERS", raising=False)
+    assert call_path({**alloc, "callers": [make, step]}) == ({**alloc, "callers": [make, step]}, make, None)
+    # A caller outside the program (pytest calling a test) or without a file is not named.
+    assert call_path({**step, "callers": [pytest_frame]})[1:] == (None, None)
+    assert call_path({**step, "callers": [frame("<string>", 1, "<module>")]})[1:] == (None, None)
+    assert call_path({**step, "callers": [native]})[1:] == (None, None)
+    # Sites from a shim without callers, and odd values.
+    assert call_path(alloc) == (alloc, None, None)
+    assert call_path(None) == ({}, None, None)
+    assert call_path({**alloc, "callers": "x"}) == ({**alloc, "callers": "x"}, None, None)
+    assert call_path({**alloc, "callers": [None, step]})[1:] == (None, None)
+
+    # Helpers: by a method's own name, by glob; the helper named is the one the line called.
+    site = {**alloc, "callers": [make, step, pytest_frame]}
+    monkeypatch.setenv("CUGUARD_HELPERS", "alloc")
+    assert call_path(site) == (make, None, "Pool.alloc")
+    monkeypatch.setenv("CUGUARD_HELPERS", "none,Pool.alloc,make_*")
+    assert call_path(site) == (step, None, "make_buffer")
+    # `none` (the command's: no helpers found by their paths) names no function.
+    monkeypatch.setenv("CUGUARD_HELPERS", "none")
+    assert call_path({**frame("/w/app.py", 1, "none"), "callers": [step]})[1:] == (step, None)
+    # No caller that is not a helper, or the first one without a file: named as without helpers.
+    monkeypatch.setenv("CUGUARD_HELPERS", "*")
+    assert call_path(site) == (site, make, None)
+    monkeypatch.setenv("CUGUARD_HELPERS", "alloc")
+    assert call_path({**alloc, "callers": [native, step]})[1:] == (None, None)
+    # A site that is no helper keeps its caller.
+    assert call_path({**step, "callers": [make]}) == ({**step, "callers": [make]}, make, None)
 
 
 def test_escaped_is_the_commands_rule():

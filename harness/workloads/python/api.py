@@ -56,9 +56,12 @@ def free(ptr):
     check(cuda.cuMemFree_v2(ptr), "cuMemFree_v2")
 
 
-ALLOC_LINE = next(
-    n for n, line in enumerate(open(__file__), 1) if line.rstrip().endswith("# site: alloc")
-)
+def marked_line(marker):
+    """The number of this file's line that ends with `# MARKER`."""
+    return next(n for n, line in enumerate(open(__file__), 1) if line.rstrip().endswith(f"# {marker}"))
+
+
+ALLOC_LINE = marked_line("site: alloc")
 
 
 def expect_raises(kind, words, f, *args):
@@ -308,7 +311,7 @@ def holders():
     import api_held
 
     init()
-    weights = alloc(2 * MiB)
+    weights = alloc(2 * MiB)  # holders: weights
     api_held.CACHE["weights"] = api_held.DeviceArray(weights, 2 * MiB)
     unheld = alloc(3 * MiB)
     odd = [Raising(), Proxy(api_held.CACHE), Raising]
@@ -316,7 +319,7 @@ def holders():
     def inner():
         buf = api_held.DeviceArray(alloc(MiB), MiB)  # noqa: F841 (held by this frame's local)
         view = type("View", (), {})()
-        whole = alloc(4 * MiB)
+        whole = alloc(4 * MiB)  # holders: whole
         view.__cuda_array_interface__ = {"data": (whole + MiB, False), "shape": (MiB,), "typestr": "|u1"}
         return cuguard.holders(), view, whole
 
@@ -326,14 +329,16 @@ def holders():
     for h in found:
         by_address.setdefault(h["address"], []).append(h)
 
+    # Each made at the helper's line, called from the line named after it.
+    made_at = f"api.py:{ALLOC_LINE} ← api.py:{marked_line('holders: weights')}"
     [w] = by_address[weights]
     assert w["path"] == [
         "api_held.CACHE",
         "['weights']",
-        f"api_held.DeviceArray (2.0 MiB, made at api.py:{ALLOC_LINE})",
+        f"api_held.DeviceArray (2.0 MiB, made at {made_at})",
     ], w
     assert w["holder"] == "api_held.DeviceArray" and w["size"] == 2 * MiB, w
-    assert w["made_at"] == f"api.py:{ALLOC_LINE}" and w["site"]["line"] == ALLOC_LINE, w
+    assert w["made_at"] == made_at and w["site"]["line"] == ALLOC_LINE, w
 
     [u] = by_address[unheld]
     assert u["holder"] is None and u["path"] is None, u
@@ -344,7 +349,8 @@ def holders():
 
     [v] = by_address[whole]
     assert v["holder"] == "View" and v["holder_bytes"] == MiB, v
-    assert v["path"][-1] == f"View (1.0 MiB of a 4.0 MiB allocation made at api.py:{ALLOC_LINE})", v
+    made_at = f"api.py:{ALLOC_LINE} ← api.py:{marked_line('holders: whole')}"
+    assert v["path"][-1] == f"View (1.0 MiB of a 4.0 MiB allocation made at {made_at})", v
     assert v["path"][0].startswith("view (local of inner"), v
 
     assert [h["size"] for h in found] == sorted((h["size"] for h in found), reverse=True)

@@ -8,15 +8,23 @@
 //! Allocation:      {"address": N, "size": N, "requested": N, "api": "cuMemAlloc_v2",
 //!                   "memory": "device", "device": 0|null, "thread": N, "time_ms": N,
 //!                   "owner": "program"|null, "owner_kind": "program"|null,
-//!                   "site": {"file": s|null, "line": N|null, "function": s|null, "module": s|null}}
+//!                   "site": Site}
+//! Site:            {"file": s|null, "line": N|null, "function": s|null, "module": s|null,
+//!                   "callers": [Site…]}                 // only when some caller is named
 //! ```
 //!
 //! Unlike the report's, addresses here are JSON numbers (Python reads them exactly), and
-//! `site` is always an object: its fields are null where nothing names the frame.
+//! `site` is always an object: its fields are null where nothing names the frame. `callers`
+//! are the user's frames that called the site's, innermost first (the site's caller, then its
+//! caller…), at most [`MAX_CALLERS`], each without callers of its own: what a program that
+//! allocates through a helper of its own needs to tell the helper's callers apart.
 
 use serde::{Deserialize, Serialize};
 
 use crate::enums::Memory;
+
+/// The most callers a [`Site`] names.
+pub const MAX_CALLERS: usize = 4;
 
 /// The frame an allocation is charged to, named.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +37,12 @@ pub struct Site {
     pub function: Option<String>,
     /// The module (shared library or executable) of a native site; null for a Python one.
     pub module: Option<String>,
+    /// The user's frames further out on the stack, innermost first: the site's caller, its
+    /// caller…, at most [`MAX_CALLERS`], by the same site rules that chose the site, in the
+    /// same list (a Python site's callers are Python frames, a native site's native ones).
+    /// Absent when none is known, so that readers older than it read the rest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callers: Vec<Site>,
 }
 
 /// One allocation the program owns.
@@ -114,6 +128,12 @@ mod tests {
                     line: Some(12),
                     function: Some("f".into()),
                     module: None,
+                    callers: vec![Site {
+                        file: Some("/w/t.py".into()),
+                        line: Some(30),
+                        function: Some("step".into()),
+                        ..Site::default()
+                    }],
                 },
             }],
         };
@@ -125,6 +145,23 @@ mod tests {
         );
         assert_eq!(v["leaks"][0]["memory"], "device");
         assert_eq!(v["leaks"][0]["site"]["line"], 12);
+        assert_eq!(v["leaks"][0]["site"]["callers"][0]["line"], 30);
         assert_eq!(serde_json::from_slice::<Window>(&text).unwrap(), w);
+    }
+
+    #[test]
+    fn a_site_without_callers_reads_and_writes_as_before() {
+        let old = r#"{"file": "/w/t.py", "line": 12, "function": "f", "module": null}"#;
+        let site: Site = serde_json::from_str(old).unwrap();
+        assert!(site.callers.is_empty());
+        let v: serde_json::Value = serde_json::from_slice(&to_vec(&site)).unwrap();
+        assert_eq!(v, serde_json::from_str::<serde_json::Value>(old).unwrap());
+        // The caller's own callers are not written either.
+        let outer = Site {
+            callers: vec![site.clone()],
+            ..site.clone()
+        };
+        let v: serde_json::Value = serde_json::from_slice(&to_vec(&outer)).unwrap();
+        assert_eq!(v["callers"][0].as_object().unwrap().len(), 4, "{v}");
     }
 }

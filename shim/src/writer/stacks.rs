@@ -326,8 +326,9 @@ pub struct Named {
     pub owner_kind: Option<String>,
 }
 
-/// For each `(stack id or NONE, memory kind)` of `asks`: the stack's site, named now, and the
-/// owner of an allocation of that memory made from it, by the same rules as the report's
+/// For each `(stack id or NONE, memory kind)` of `asks`: the stack's site, named now with its
+/// callers ([`api_site`]: what tells apart the lines that called a helper of the program's), and
+/// the owner of an allocation of that memory made from it, by the same rules as the report's
 /// (`site`, `owner`). Names frames within half a second at most (as [`sites_now`]), and shares
 /// the names it finds with the reports; a frame left unnamed has null fields.
 pub fn named_now(asks: &[(u32, &'static str)]) -> Vec<Named> {
@@ -352,7 +353,7 @@ pub fn named_now(asks: &[(u32, &'static str)]) -> Vec<Named> {
     let mut sites: HashMap<u32, format::api::Site> = HashMap::new();
     for (id, words) in all.iter().filter(|(id, _)| memories.contains_key(id)) {
         let st = w.stack(*id, words, &memories[id]);
-        sites.insert(*id, api_site(&st).unwrap_or_default());
+        sites.insert(*id, api_site(&st, &settings.rules).unwrap_or_default());
     }
     let rules = &settings.rules;
     asks.iter()
@@ -373,28 +374,71 @@ pub fn named_now(asks: &[(u32, &'static str)]) -> Vec<Named> {
         .collect()
 }
 
-/// The frame `st`'s site points at, as the API names it.
-fn api_site(st: &format::Stack) -> Option<format::api::Site> {
+/// The frame `st`'s site points at, as the API names it, with its callers: the frames further
+/// out in the list the site is in (`python` or `frames`) that are the user's by the site rules
+/// (`rules`, as [`Rules::find_site_with_kind`] judges them) and have a name, innermost first, at
+/// most [`format::api::MAX_CALLERS`]. A native site's callers stop at the native frames.
+fn api_site(st: &format::Stack, rules: &Rules) -> Option<format::api::Site> {
     let site = st.site.as_ref()?;
-    Some(match site.in_.as_str() {
-        site_list::PYTHON => {
-            let f = st.python.get(site.index)?;
+    let python = site.in_ == site_list::PYTHON;
+    let len = if python {
+        st.python.len()
+    } else {
+        st.frames.len()
+    };
+    let (_, mut named) = api_frame(st, python, site.index)?;
+    named.callers = (site.index + 1..len)
+        .filter_map(|i| api_frame(st, python, i))
+        .filter(|(frame, _)| frame.function.is_some() && rules.tier(frame).is_none())
+        .map(|(_, caller)| caller)
+        .take(format::api::MAX_CALLERS)
+        .collect();
+    Some(named)
+}
+
+/// Frame `index` of `st`'s Python frames (`python`) or native ones, as the site rules see it
+/// and as the API names it (without callers).
+fn api_frame(
+    st: &format::Stack,
+    python: bool,
+    index: usize,
+) -> Option<(SiteFrame<'_>, format::api::Site)> {
+    Some(if python {
+        let f = st.python.get(index)?;
+        (
+            SiteFrame {
+                module: "",
+                function: Some(&f.function),
+                file: Some(&f.file),
+                line: f.line,
+                offset: 0,
+            },
             format::api::Site {
                 file: Some(f.file.to_string()),
                 line: f.line,
                 function: Some(f.function.to_string()),
                 module: None,
-            }
-        }
-        _ => {
-            let f = st.frames.get(site.index)?;
+                callers: Vec::new(),
+            },
+        )
+    } else {
+        let f = st.frames.get(index)?;
+        (
+            SiteFrame {
+                module: &f.module,
+                function: f.function.as_deref(),
+                file: f.file.as_deref(),
+                line: f.line,
+                offset: f.offset.0,
+            },
             format::api::Site {
                 file: f.file.as_deref().map(str::to_string),
                 line: f.line,
                 function: f.function.as_deref().map(str::to_string),
                 module: Some(f.module.to_string()),
-            }
-        }
+                callers: Vec::new(),
+            },
+        )
     })
 }
 
@@ -707,5 +751,136 @@ mod tests {
         let rules: Vec<&str> = s.rules.site_rules().map(|(_, p)| p).collect();
         assert!(rules.contains(&"function:mypool::*"));
         assert!(rules.contains(&"module:libpool.so"));
+    }
+
+    fn py(file: &str, line: u32, function: &str) -> format::PyFrame {
+        format::PyFrame {
+            file: file.into(),
+            line: Some(line),
+            function: function.into(),
+            entry: None,
+            display: None,
+        }
+    }
+
+    fn native(module: &str, function: Option<&str>, line: u32) -> format::Frame {
+        format::Frame {
+            ip: Addr(0x1000 + u64::from(line)),
+            module: module.into(),
+            offset: Addr(u64::from(line)),
+            function: function.map(Arc::from),
+            file: function.map(|_| Arc::from("/w/app.c")),
+            line: function.map(|_| line),
+            inlined: Some(false),
+        }
+    }
+
+    fn stack_at(
+        in_: &str,
+        index: usize,
+        frames: Vec<format::Frame>,
+        python: Vec<format::PyFrame>,
+    ) -> format::Stack {
+        format::Stack {
+            id: 1,
+            frames,
+            python,
+            site: Some(format::StackSite {
+                in_: in_.into(),
+                index,
+                fingerprint: String::new(),
+                kind: Some("user".into()),
+            }),
+            owner: None,
+            mixed: Vec::new(),
+            origin: None,
+        }
+    }
+
+    fn lines(site: &format::api::Site) -> Vec<(Option<&str>, Option<u32>)> {
+        site.callers
+            .iter()
+            .map(|c| (c.function.as_deref(), c.line))
+            .collect()
+    }
+
+    #[test]
+    fn an_api_site_names_the_users_callers_innermost_first() {
+        let s = Settings::from_env(env(&[("CUGUARD_PLUMBING", "file:*/gpu.py")]));
+        let st = stack_at(
+            site_list::PYTHON,
+            1,
+            Vec::new(),
+            vec![
+                py("/w/gpu.py", 5, "raw"),
+                py("/w/app.py", 18, "alloc"),
+                py("/usr/lib/python3.12/functools.py", 9, "wrapper"),
+                py("/w/app.py", 27, "step"),
+                py("/w/gpu.py", 7, "retry"),
+                py("/w/app.py", 40, "train"),
+                py("/w/app.py", 50, "main"),
+                py("/w/app.py", 60, "<module>"),
+                py("/w/app.py", 70, "beyond"),
+            ],
+        );
+        let site = api_site(&st, &s.rules).unwrap();
+        assert_eq!(
+            (site.function.as_deref(), site.line),
+            (Some("alloc"), Some(18))
+        );
+        // The standard library's and the plumbing's frames are not the user's; four at most.
+        assert_eq!(
+            lines(&site),
+            [
+                (Some("step"), Some(27)),
+                (Some("train"), Some(40)),
+                (Some("main"), Some(50)),
+                (Some("<module>"), Some(60)),
+            ]
+        );
+        assert!(
+            site.callers
+                .iter()
+                .all(|c| c.callers.is_empty() && c.module.is_none())
+        );
+        assert_eq!(site.callers[0].file.as_deref(), Some("/w/app.py"));
+
+        // The outermost frame has no callers.
+        let last = stack_at(site_list::PYTHON, 8, Vec::new(), st.python.clone());
+        assert!(api_site(&last, &s.rules).unwrap().callers.is_empty());
+    }
+
+    #[test]
+    fn a_native_sites_callers_are_named_native_frames_of_the_user() {
+        let s = Settings::from_env(env(&[]));
+        let st = stack_at(
+            site_list::FRAMES,
+            1,
+            vec![
+                native("/usr/lib/libcuda.so.1", Some("cuMemAlloc_v2"), 1),
+                native("/w/app", Some("alloc"), 18),
+                native("/w/app", None, 20),
+                native(
+                    "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+                    Some("std::function"),
+                    3,
+                ),
+                native("/w/app", Some("step"), 27),
+                native("/w/app", Some("main"), 40),
+                native(
+                    "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                    Some("__libc_start_main"),
+                    2,
+                ),
+            ],
+            vec![py("/w/app.py", 5, "not_in_the_native_list")],
+        );
+        let site = api_site(&st, &s.rules).unwrap();
+        assert_eq!(site.module.as_deref(), Some("/w/app"));
+        assert_eq!(
+            lines(&site),
+            [(Some("step"), Some(27)), (Some("main"), Some(40))]
+        );
+        assert_eq!(site.callers[0].module.as_deref(), Some("/w/app"));
     }
 }

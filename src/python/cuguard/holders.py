@@ -12,6 +12,11 @@ references from a name the user knows to each one.
    finds the shortest path to each holder, bounded in time and depth. A path is rendered as steps:
    ``df`` → ``['a']`` → ``.data`` → ``rmm.DeviceBuffer (8.0 MiB, made at etl.py:31)``.
 
+Where an allocation was made is named with the line that called its site (the shim's ``callers``)
+when that line is the program's own: ``made at etl.py:31 ← etl.py:52``, so that the callers of a
+helper that allocates are told apart. The helpers ``CUGUARD_HELPERS`` names are left out:
+``made at etl.py:52 (via alloc)`` (:func:`_call_path`; the pytest plugin names sites the same way).
+
 Where several holders of one allocation lie on one path (an array → its memory pointer → its
 memory), the deepest is kept. Nothing here trusts the objects it meets: attribute lookups that
 raise, proxies and odd containers cost a step of the path, never an exception.
@@ -20,9 +25,12 @@ raise, proxies and odd containers cost a step of the path, never an exception.
 import bisect
 import collections
 import ctypes
+import fnmatch
+import functools
 import gc
 import os
 import sys
+import sysconfig
 import threading
 import time
 import types
@@ -30,6 +38,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import _abi
+from ._units import escaped
 
 #: Seconds the walk of references may take by default.
 DEFAULT_TIMEOUT = 10.0
@@ -132,17 +141,92 @@ def _static_has(tp: type, name: str) -> bool:
         return False
 
 
-def _site_text(site: Optional[Dict[str, Any]]) -> str:
-    site = site or {}
-    file, line, function = site.get("file"), site.get("line"), site.get("function")
+#: The environment variable that names the program's own allocation helpers: function names,
+#: comma-separated, with ``*`` and ``?`` globs (``alloc,make_*``). An allocation made in one is named
+#: by the line that called it. The ``cuguard`` command reads it too, where ``none`` turns its own
+#: finding of helpers off: no function's name here.
+HELPERS = "CUGUARD_HELPERS"
+
+
+def _helper_patterns() -> List[str]:
+    names = (p.strip() for p in os.environ.get(HELPERS, "").split(","))
+    return [p for p in names if p and p != "none"]
+
+
+def _is_helper(function: Any, patterns: List[str]) -> bool:
+    """Whether a frame's function is one of the helpers: by its name as the shim gives it
+    (``Pool.alloc`` for a method) or its last dotted part (``alloc``)."""
+    if not patterns or not isinstance(function, str) or not function:
+        return False
+    names = {function, function.rpartition(".")[2]}
+    return any(fnmatch.fnmatchcase(n, p) for n in names for p in patterns)
+
+
+@functools.lru_cache(maxsize=None)
+def _stdlib_dirs() -> Tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(p.rstrip(os.sep) + os.sep for p in {paths.get("stdlib"), paths.get("platstdlib")} if p)
+
+
+def _outside_the_program(file: str) -> bool:
+    """Whether ``file`` is an installed package's, the standard library's or no file at all
+    (``<string>``): a line that called the program's code, not one of the program's."""
+    return "-packages/" in file or file.startswith("<") or file.startswith(_stdlib_dirs())
+
+
+def _frame(value: Any) -> Optional[Dict[str, Any]]:
+    return value if isinstance(value, dict) and value.get("file") else None
+
+
+def _call_path(site: Any) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]], Optional[str]]:
+    """How to name an allocation made at ``site`` (the shim's ``site`` dict, whose ``callers`` are
+    the user's frames that called it, innermost first): ``(frame, caller, via)``.
+
+    - When the site's function is a helper (``CUGUARD_HELPERS``) and some caller with a file is
+      not: that caller, no caller, and the helper it called (``via``).
+    - Else the site itself, and its first caller when that has a file and is the program's own
+      (not an installed package's or the standard library's: a test's caller is pytest).
+    """
+    site = site if isinstance(site, dict) else {}
+    raw = site.get("callers")
+    callers = [c if isinstance(c, dict) else {} for c in raw] if isinstance(raw, list) else []
+    patterns = _helper_patterns()
+    if _is_helper(site.get("function"), patterns):
+        inner = site
+        for c in callers:
+            if not _is_helper(c.get("function"), patterns):
+                if _frame(c) is None:
+                    break
+                return c, None, str(inner.get("function"))
+            inner = c
+    first = _frame(callers[0]) if callers else None
+    if first is not None and _outside_the_program(str(first["file"])):
+        first = None
+    return site, first, None
+
+
+def _frame_text(frame: Dict[str, Any]) -> str:
+    file, line, function = frame.get("file"), frame.get("line"), frame.get("function")
     if file:
         base = os.path.basename(str(file))
         return f"{base}:{line}" if line is not None else base
     if function:
         return str(function)
-    if site.get("module"):
-        return os.path.basename(str(site["module"]))
+    if frame.get("module"):
+        return os.path.basename(str(frame["module"]))
     return "an unknown site"
+
+
+def _site_text(site: Optional[Dict[str, Any]]) -> str:
+    """``etl.py:31``, ``etl.py:31 ← etl.py:52`` (its caller, see :func:`_call_path`) or
+    ``etl.py:52 (via alloc)``; the program's names escaped."""
+    frame, caller, via = _call_path(site)
+    text = _frame_text(frame)
+    if via is not None:
+        text += f" (via {via})"
+    elif caller is not None:
+        text += f" ← {_frame_text(caller)}"
+    return escaped(text)
 
 
 # --- what an object holds -------------------------------------------------------------------------
@@ -779,12 +863,13 @@ def holders(
     """For each live allocation of at least ``min_bytes``, the Python objects that hold it and a path
     of references from a name the user knows to each. Returns a :class:`Holders` list of dicts::
 
-        {"path": ["df", "['a']", ".data", "rmm.DeviceBuffer (8.0 MiB, made at etl.py:31)"],
+        {"path": ["df", "['a']", ".data", "rmm.DeviceBuffer (8.0 MiB, made at etl.py:31 ← etl.py:52)"],
          "size": 8388608,            # the allocation's bytes
          "holder": "rmm.DeviceBuffer",
-         "made_at": "etl.py:31",
+         "made_at": "etl.py:31 ← etl.py:52",   # the site ← its caller (see _call_path)
          "address": 139..., "device": 0, "api": "cuMemAlloc_v2", "owner": "program",
-         "site": {"file": ..., "line": 31, "function": ..., "module": None},
+         "site": {"file": ..., "line": 31, "function": ..., "module": None,
+                  "callers": [{"file": ..., "line": 52, "function": ..., "module": None}, ...]},
          "holder_kind": "rmm", "holder_address": 139..., "holder_bytes": 8388608}
 
     ``path`` is None when no name reaches the holder within the bounds; an allocation no Python

@@ -25,6 +25,11 @@ With `--cuguard`:
   `--cuguard-limit-leaks=SIZE` is the leak limit of every test without the marker. The test's
   call report becomes a failure whose message names each leak's site (Python file:line) and
   size. A bad SIZE fails the collection of the test's module, naming the test.
+- **Sites and their callers.** A leak's site is followed by the line that called it when that
+  line is the program's (`spike.py:18 in alloc ← spike.py:27 in step`), and leaks are grouped by
+  that text: a helper's leaks from three lines are three rows. A site in one of the helpers
+  `CUGUARD_HELPERS` names (`alloc,make_*`) is named by its first caller that is not one:
+  `spike.py:27 in step (via alloc)` (`holders._call_path`).
 - **Summary.** The terminal summary lists the tests that leaked, largest first, with their
   sites, and how much each framework cache grew; it suggests `--cuguard-uncached` when a cache
   grew. With pytest-xdist, each test's result travels on its report (`report.cuguard`, a plain
@@ -246,19 +251,35 @@ class _Limits:
 # --- results --------------------------------------------------------------------------------
 
 
-def _site_text(site: Any, rootdir: str) -> str:
-    if not isinstance(site, dict) or not site.get("file"):
-        return "(no Python line)"
-    file = str(site["file"])
+def _frame_text(frame: Dict[str, Any], rootdir: str) -> str:
+    """`file:line in function`, the file relative to `rootdir` when it lies inside it."""
+    file = str(frame["file"])
     try:
         relative = os.path.relpath(file, rootdir)
         if not relative.startswith(".."):
             file = relative
     except ValueError:
         pass
-    text = f"{file}:{site.get('line')}" if site.get("line") is not None else file
-    if site.get("function"):
-        text += f" in {site['function']}"
+    text = f"{file}:{frame.get('line')}" if frame.get("line") is not None else file
+    if frame.get("function"):
+        text += f" in {frame['function']}"
+    return text
+
+
+def _site_text(site: Any, rootdir: str) -> str:
+    """A leak's site as its messages name it: `spike.py:18 in alloc`, with the line that called
+    it (`← spike.py:27 in step`), or by that line when the site is a helper's
+    (`spike.py:27 in step (via alloc)`): see `holders._call_path`."""
+    if not isinstance(site, dict) or not site.get("file"):
+        return "(no Python line)"
+    from .holders import _call_path
+
+    frame, caller, via = _call_path(site)
+    text = _frame_text(frame, rootdir)
+    if via is not None:
+        return f"{text} (via {via})"
+    if caller is not None:
+        text += f" ← {_frame_text(caller, rootdir)}"
     return text
 
 
