@@ -47,6 +47,7 @@
 //! # Ok::<(), cuguard::report::ReadError>(())
 //! ```
 
+pub mod call_path;
 pub mod check;
 pub mod cli;
 pub mod compact;

@@ -85,6 +85,9 @@ pub struct Site {
     /// (`stacks[].origin`): where the work was started, the origin stack's site location
     /// (`train.py:42`), else its name. Part of the key.
     pub origin: Option<String>,
+    /// For a site charged to the caller of an allocation helper ([`crate::call_path`]): the
+    /// helper's frame the caller called. Part of the key and the label.
+    pub via: Option<Box<Site>>,
 }
 
 impl Site {
@@ -98,6 +101,7 @@ impl Site {
             kind: None,
             context: None,
             origin: None,
+            via: None,
         }
     }
 
@@ -125,6 +129,10 @@ impl Site {
                 "from"
             };
             label.push_str(&format!(", {how} {origin}"));
+        }
+        if let Some(helper) = &self.via {
+            label.push_str(" via ");
+            label.push_str(&helper.label());
         }
         label
     }
@@ -283,7 +291,43 @@ fn shim_site(stack: &Stack) -> Option<Site> {
         kind,
         context,
         origin: None,
+        via: None,
     })
+}
+
+/// A named native frame as a site of the user's own (`function (file:line)`, keyed as the
+/// shim's sites are); `None` for a frame without a name. [`crate::call_path`] follows these.
+pub fn user_frame_site(f: &Frame) -> Option<Site> {
+    let function = f.function.as_deref().filter(|n| !n.is_empty())?.to_string();
+    Some(user_site(
+        function,
+        location(f.file.as_deref(), f.line),
+        Some(f.module.to_string()),
+    ))
+}
+
+/// A Python frame as a site of the user's own (`function (file:line)`, or its display name's
+/// `Cell In[2], line 5`).
+pub fn python_frame_site(f: &crate::report::PyFrame) -> Option<Site> {
+    (!f.function.is_empty()).then(|| user_site(f.function.clone(), python_location(f), None))
+}
+
+fn user_site(function: String, location: Option<String>, module: Option<String>) -> Site {
+    let key = match &location {
+        Some(loc) => format!("{function} ({loc})"),
+        None => function.clone(),
+    };
+    Site {
+        key,
+        name: function.clone(),
+        location,
+        function: Some(function),
+        module,
+        kind: Some(SiteKind::User),
+        context: None,
+        origin: None,
+        via: None,
+    }
 }
 
 /// A frame's name: its function when known, else `module+0xoffset` (module file name only).
@@ -309,6 +353,7 @@ fn site_of_frame(f: &Frame) -> Site {
         kind: None,
         context: None,
         origin: None,
+        via: None,
     }
 }
 
@@ -610,6 +655,8 @@ impl<'r> SiteIndex<'r> {
                 .entry(stack.id)
                 .or_insert_with(|| (site_of_stack(stack), stack));
         }
+        // A site reached through an allocation helper is charged to the caller.
+        crate::call_path::resolve(&mut by_stack, crate::call_path::helpers());
         // Stacks made under an origin: a site that is not the user's own frame says where the
         // work was started (the origin's own site), in its label and its key.
         let origins: Vec<(u64, String)> = by_stack
@@ -685,6 +732,7 @@ pub fn frames_site(frames: &[crate::report::PyFrame]) -> Option<Site> {
         kind: Some(SiteKind::User),
         context: None,
         origin: None,
+        via: None,
     })
 }
 
@@ -1297,6 +1345,7 @@ mod tests {
             kind: Some(SiteKind::Operation),
             context: Some(AUTOGRAD_THREAD.into()),
             origin: Some("train.py:42".into()),
+            via: None,
         };
         assert_eq!(
             node.label(),

@@ -405,16 +405,16 @@ impl ProcessCheck {
         let mut decided: HashMap<(Option<u64>, &str, &str), Option<usize>> = HashMap::new();
         for (leak, size, n, site_of) in &items {
             let (size, n) = (*size, *n);
+            let site = match site_of {
+                Some((s, _)) => std::borrow::Cow::Borrowed(s),
+                None => index.site(leak.stack),
+            };
             let rule = if suppressions.is_empty() {
                 None
             } else {
                 *decided
                     .entry((leak.stack, &*leak.api, leak.memory.as_str()))
-                    .or_insert_with(|| suppressions.match_leak(leak, stack_of(leak.stack)))
-            };
-            let site = match site_of {
-                Some((s, _)) => std::borrow::Cow::Borrowed(s),
-                None => index.site(leak.stack),
+                    .or_insert_with(|| suppressions.match_leak(leak, stack_of(leak.stack), &site))
             };
             let place = || match site_of {
                 Some((_, p)) => p.clone(),
@@ -477,7 +477,7 @@ impl ProcessCheck {
                 let place = Place::of(index.stack(event.stack), &site);
                 check.places.insert(site.key.clone(), place);
             }
-            if let Some(rule) = suppressions.match_event(event, stack_of(event.stack)) {
+            if let Some(rule) = suppressions.match_event(event, stack_of(event.stack), &site) {
                 check.rule_hits[rule] += 1;
                 check.suppressed_events += 1;
                 let s = check
@@ -758,6 +758,10 @@ pub struct Verdict {
     /// [`places::source_root`]); `None`: the current directory. Not in the JSON.
     #[serde(skip)]
     pub source_root: Option<PathBuf>,
+    /// Whether the text lists each suppressed site with its rule (`--show-suppressed`). Not in
+    /// the JSON.
+    #[serde(skip)]
+    pub show_suppressed: bool,
 }
 
 /// Suppressed leaks or events of one kind at one site, all processes together.
@@ -1045,6 +1049,7 @@ impl CheckFold {
             places,
             suppressed_sites: suppressed_sites.into_values().collect(),
             source_root: None,
+            show_suppressed: false,
         })
     }
 }

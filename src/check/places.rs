@@ -43,6 +43,9 @@ pub struct Place {
     pub module: Option<String>,
     /// The labels of the owners whose leaks were charged to the site.
     pub owners: BTreeSet<String>,
+    /// For a site charged to the caller of an allocation helper ([`crate::call_path`]): the
+    /// helper's frame, for SARIF's related locations.
+    pub via: Option<PlaceFrame>,
 }
 
 /// A place found under the source root.
@@ -105,6 +108,26 @@ impl Place {
             })
             .take(MAX_FRAMES)
             .collect();
+        if let Some(helper) = &site.via {
+            // The walk starts at the caller; the helper's frame is kept beside it, and the
+            // shim's fingerprint (the helper's) takes the caller in, so each caller is a result.
+            let at = |loc: &Option<String>| {
+                place
+                    .frames
+                    .iter()
+                    .position(|f| loc.as_deref() == Some(frame_location(f).as_str()))
+            };
+            if let Some(k) = at(&site.location) {
+                place.via = at(&helper.location)
+                    .filter(|h| *h < k)
+                    .map(|h| place.frames[h].clone());
+                place.frames.drain(..k);
+            }
+            place.fingerprint = place
+                .fingerprint
+                .take()
+                .map(|f| stable_hash(&[&f, &site.key]));
+        }
         place
     }
 
@@ -163,6 +186,15 @@ impl Place {
         if self.frames.is_empty() {
             self.frames = other.frames;
         }
+    }
+}
+
+/// `file:line` (file name only), as sites print their locations.
+fn frame_location(f: &PlaceFrame) -> String {
+    let file = crate::sites::file_name(&f.file);
+    match f.line {
+        Some(line) => format!("{file}:{line}"),
+        None => file.to_string(),
     }
 }
 

@@ -508,6 +508,27 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
         if !location.is_empty() {
             result["locations"] = json!([Value::Object(location)]);
         }
+        // A site charged to a helper's caller: the helper's line, related.
+        if let Some(place) = f.place
+            && let Some(helper) = &place.via
+            && let Some(l) = (Place {
+                frames: vec![helper.clone()],
+                ..Place::default()
+            })
+            .locate(root)
+        {
+            let mut physical = json!({
+                "artifactLocation": {"uri": uri_path(&l.path), "uriBaseId": "%SRCROOT%"},
+            });
+            if let Some(line) = l.line.filter(|l| *l > 0) {
+                physical["region"] = json!({"startLine": line});
+            }
+            result["relatedLocations"] = json!([{
+                "id": 1,
+                "physicalLocation": physical,
+                "message": {"text": "the allocation helper it went through"},
+            }]);
+        }
         if let Some(rule) = &f.suppressed {
             result["suppressions"] = json!([{"kind": "external", "justification": escaped(rule)}]);
         }

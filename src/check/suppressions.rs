@@ -10,6 +10,7 @@
 //! |---|---|
 //! | `leak:PATTERN` | (a leak rule) whose stack has a frame whose function, file or module matches; Python frames' function and file count too |
 //! | `frame:PATTERN` | same condition, usable in event rules |
+//! | `site:PATTERN` | charged to a matching function: its site's (after an allocation helper, the caller's: [`crate::call_path`]), else the site's name |
 //! | `api:PATTERN` | made by a matching driver entry (`cuMemAllocManaged`) |
 //! | `memory:PATTERN` | of a matching memory kind (`device`, `pitched`, `managed`, `async`, `vmm`, `host_pinned`) |
 //! | `event:PATTERN` | (an event rule) of a matching kind (`double_free`, …) |
@@ -19,6 +20,13 @@
 //! text unless anchored with `^` (start) or `$` (end); `*` matches any run of characters, `?` one
 //! character, `[abc]` one of a set. A leak without a stack matches frame patterns only when the
 //! pattern is `*`.
+//!
+//! Generated rules name the site a leak is charged to (`site:^step$`), and for a site reached
+//! through an allocation helper the helper too (`site:^step$ leak:^alloc$`), never a helper
+//! alone: a rule for the helper would silence every leak made through it, next run's new ones
+//! included. A rule that matches the stack of every allocation the report saw (a report
+//! remembers each distinct stack, freed allocations' too) is not written (it is commented out,
+//! with why): it could tell no leak from another.
 //!
 //! Generated rules match what they were made from: a name's wildcard characters are written as
 //! classes (`[*]`), and a character no pattern can hold (whitespace, which separates terms, and
@@ -31,6 +39,8 @@
 //! leak:libvendor.so
 //! # CUDA graphs keep this buffer on purpose
 //! leak:^capture_graph$ api:cuMemAllocAsync
+//! # the buffer step keeps on purpose, made through the helper alloc
+//! site:^step$ leak:^alloc$
 //! memory:host_pinned
 //! event:untracked_free frame:cupy_
 //! ```
@@ -41,6 +51,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::report::{Event, Leak, Stack};
+use crate::sites::Site;
 use crate::wording::one_line;
 use cuguard_format::{escaped, needs_escape};
 use cuguard_symbolize::glob;
@@ -69,6 +80,7 @@ pub struct Rule {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Term {
     Frame,
+    Site,
     Api,
     Memory,
     Event,
@@ -159,7 +171,7 @@ impl Suppressions {
             for word in line.split_whitespace() {
                 let Some((kind, pattern)) = word.split_once(':') else {
                     return Err(err(format!(
-                        "{word:?} is not TYPE:PATTERN (types: leak, frame, api, memory, event)"
+                        "{word:?} is not TYPE:PATTERN (types: leak, frame, site, api, memory, event)"
                     )));
                 };
                 if pattern.is_empty() {
@@ -171,6 +183,7 @@ impl Suppressions {
                         Term::Frame
                     }
                     "frame" => Term::Frame,
+                    "site" => Term::Site,
                     "api" => Term::Api,
                     "memory" => Term::Memory,
                     "event" => {
@@ -179,7 +192,7 @@ impl Suppressions {
                     }
                     other => {
                         return Err(err(format!(
-                            "unknown type {other:?} (types: leak, frame, api, memory, event)"
+                            "unknown type {other:?} (types: leak, frame, site, api, memory, event)"
                         )));
                     }
                 };
@@ -211,12 +224,13 @@ impl Suppressions {
         &self.rules
     }
 
-    /// The first rule that suppresses `leak`, whose stack is `stack`.
-    pub fn match_leak(&self, leak: &Leak, stack: Option<&Stack>) -> Option<usize> {
+    /// The first rule that suppresses `leak`, whose stack is `stack` and site `site`.
+    pub fn match_leak(&self, leak: &Leak, stack: Option<&Stack>, site: &Site) -> Option<usize> {
         self.rules.iter().position(|r| {
             !r.for_events
                 && r.terms.iter().all(|(term, p)| match term {
                     Term::Frame => frame_matches(p, stack),
+                    Term::Site => site_matches(p, stack, site),
                     Term::Api => glob::matches(p, &leak.api),
                     Term::Memory => glob::matches(p, leak.memory.as_str()),
                     Term::Event => false,
@@ -224,12 +238,13 @@ impl Suppressions {
         })
     }
 
-    /// The first rule that suppresses `event`, whose stack is `stack`.
-    pub fn match_event(&self, event: &Event, stack: Option<&Stack>) -> Option<usize> {
+    /// The first rule that suppresses `event`, whose stack is `stack` and site `site`.
+    pub fn match_event(&self, event: &Event, stack: Option<&Stack>, site: &Site) -> Option<usize> {
         self.rules.iter().position(|r| {
             r.for_events
                 && r.terms.iter().all(|(term, p)| match term {
                     Term::Frame => frame_matches(p, stack),
+                    Term::Site => site_matches(p, stack, site),
                     Term::Api => event.api.as_deref().is_some_and(|a| glob::matches(p, a)),
                     Term::Memory => false,
                     Term::Event => glob::matches(p, event.kind.as_str()),
@@ -241,6 +256,15 @@ impl Suppressions {
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
+}
+
+/// Whether the function a leak is charged to (its site's, else the site's name) matches; a leak
+/// without a stack only `*`.
+fn site_matches(pattern: &str, stack: Option<&Stack>, site: &Site) -> bool {
+    if stack.is_none() {
+        return pattern.chars().all(|c| c == '*');
+    }
+    glob::matches(pattern, site.function.as_deref().unwrap_or(&site.name))
 }
 
 fn frame_matches(pattern: &str, stack: Option<&Stack>) -> bool {
@@ -310,21 +334,30 @@ pub struct Proposal {
     pub process_count: u64,
 }
 
-/// The frame condition that picks out a site, or `None` when the site has no frame.
-fn site_condition(site: &crate::sites::Site) -> Option<String> {
+/// The conditions that pick out a site: the function it is charged to (`site:`), and the
+/// allocation helper it went through (`leak:`); or, for a site without a function, its module
+/// (`leak:…so$`); `None` when the site has no frame.
+fn site_condition(site: &Site) -> Option<String> {
     match (&site.function, &site.module) {
-        (Some(f), _) => Some(escape(f)),
+        (Some(f), _) => {
+            let mut c = format!("site:{}", escape(f));
+            if let Some(helper) = site.via.as_ref().and_then(|h| h.function.as_deref()) {
+                c.push_str(&format!(" leak:{}", escape(helper)));
+            }
+            Some(c)
+        }
         (None, Some(m)) => {
             // Anchored at the end only; a leading `*` keeps a name's leading `^` literal.
             let body = escape_body(crate::sites::file_name(m));
             let star = if body.starts_with('^') { "*" } else { "" };
-            Some(format!("{star}{body}$"))
+            Some(format!("leak:{star}{body}$"))
         }
         (None, None) => None,
     }
 }
 
-/// Proposes rules for every leak and event of one report, one per distinct rule.
+/// Proposes rules for every leak and event of one report, one per distinct rule. A rule that
+/// would match the stack of every allocation the report saw is commented out, saying why.
 pub fn propose(report: &crate::report::Report) -> Vec<Proposal> {
     use std::collections::BTreeMap;
     let index = crate::sites::SiteIndex::new(report);
@@ -333,7 +366,7 @@ pub fn propose(report: &crate::report::Report) -> Vec<Proposal> {
     fn add<'m>(
         map: &'m mut BTreeMap<String, Proposal>,
         rule: String,
-        site: &crate::sites::Site,
+        site: &Site,
         name: &str,
     ) -> &'m mut Proposal {
         map.entry(rule.clone()).or_insert_with(|| Proposal {
@@ -347,7 +380,7 @@ pub fn propose(report: &crate::report::Report) -> Vec<Proposal> {
     for leak in &report.leaks {
         let site = index.site(leak.stack);
         let rule = match site_condition(&site) {
-            Some(c) => format!("leak:{c}"),
+            Some(c) => c,
             None => format!(
                 "# no stack, so no precise rule; this would suppress every {} leak: api:{}",
                 escaped(&leak.api),
@@ -365,12 +398,56 @@ pub fn propose(report: &crate::report::Report) -> Vec<Proposal> {
         let site = index.site(event.stack);
         let kind = escape(event.kind.as_str());
         let rule = match site_condition(&site) {
-            Some(c) => format!("event:{kind} frame:{c}"),
+            Some(c) => format!("event:{kind} {}", c.replace("leak:", "frame:")),
             None => format!("event:{kind}"),
         };
         add(&mut by_rule, rule, &site, &name).events += 1;
     }
-    by_rule.into_values().collect()
+    let mut out: Vec<Proposal> = by_rule.into_values().collect();
+    for p in &mut out {
+        if let Some(why) = matches_every_stack(&p.rule, report, &index) {
+            p.rule = format!("# not written: {} {why}", p.rule);
+        }
+    }
+    out
+}
+
+/// Why a generated leak rule is refused: it matches the stack of every allocation in the
+/// report (two call paths or more), so it would silence any leak, future ones too; `None`
+/// when it picks out some stacks only (or is not a leak rule).
+fn matches_every_stack(
+    rule: &str,
+    report: &crate::report::Report,
+    index: &crate::sites::SiteIndex<'_>,
+) -> Option<String> {
+    if rule.starts_with('#') || rule.starts_with("event:") {
+        return None;
+    }
+    let parsed = Suppressions::parse("", rule).ok()?;
+    let r = parsed.rules.first()?;
+    let frame_terms = |stack: &Stack| {
+        let site = index.site(Some(stack.id));
+        r.terms.iter().all(|(term, p)| match term {
+            Term::Frame => frame_matches(p, Some(stack)),
+            Term::Site => site_matches(p, Some(stack), &site),
+            _ => true,
+        })
+    };
+    // The stacks that made memory: not those that made a context.
+    let contexts: std::collections::HashSet<u64> =
+        report.contexts.iter().filter_map(|c| c.stack).collect();
+    let made: Vec<&Stack> = report
+        .stacks
+        .iter()
+        .filter(|s| !contexts.contains(&s.id))
+        .collect();
+    (made.len() >= 2 && made.iter().all(|s| frame_terms(s))).then(|| {
+        format!(
+            "would match all {} call paths of the report, so it would silence every future leak \
+             too; name the callers (`--helper FUNCTION` makes a helper's callers the sites)",
+            made.len()
+        )
+    })
 }
 
 /// Adds up proposals from several reports (same rule: one proposal), most bytes first.
@@ -467,6 +544,24 @@ pub fn write_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stack's site, as `check` gives it to the rules.
+    fn site_of(stack: Option<&Stack>) -> Site {
+        stack.map_or_else(
+            || Site {
+                key: "<no stack>".into(),
+                name: "<no stack>".into(),
+                location: None,
+                function: None,
+                module: None,
+                kind: None,
+                context: None,
+                origin: None,
+                via: None,
+            },
+            crate::sites::site_of_stack,
+        )
+    }
     use crate::report::{Addr, EventKind, Frame, LeakState, Memory};
 
     fn leak(api: &str, memory: Memory) -> Leak {
@@ -520,22 +615,38 @@ mod tests {
         .unwrap();
         let st = stack(&["cuMemAlloc_v2", "make_buf", "main"]);
         assert_eq!(
-            s.match_leak(&leak("cuMemAlloc_v2", Memory::Device), Some(&st)),
+            s.match_leak(
+                &leak("cuMemAlloc_v2", Memory::Device),
+                Some(&st),
+                &site_of(Some(&st))
+            ),
             Some(0)
         );
         let other = stack(&["make_buffers"]);
         assert_eq!(
-            s.match_leak(&leak("cuMemAlloc_v2", Memory::Device), Some(&other)),
+            s.match_leak(
+                &leak("cuMemAlloc_v2", Memory::Device),
+                Some(&other),
+                &site_of(Some(&other))
+            ),
             None,
             "anchored"
         );
         assert_eq!(
-            s.match_leak(&leak("cuMemAllocManaged", Memory::Managed), Some(&other)),
+            s.match_leak(
+                &leak("cuMemAllocManaged", Memory::Managed),
+                Some(&other),
+                &site_of(Some(&other))
+            ),
             Some(1),
             "file and api"
         );
         assert_eq!(
-            s.match_leak(&leak("cuMemAllocHost_v2", Memory::HostPinned), None),
+            s.match_leak(
+                &leak("cuMemAllocHost_v2", Memory::HostPinned),
+                None,
+                &site_of(None)
+            ),
             Some(2)
         );
         assert_eq!(s.rules()[1].line, 4);
@@ -558,9 +669,19 @@ mod tests {
             message: None,
             device: None,
         };
-        assert_eq!(s.match_event(&e, Some(&stack(&["cupy_free"]))), Some(0));
-        assert_eq!(s.match_event(&e, None), None);
-        assert_eq!(s.match_leak(&leak("x", Memory::Device), None), Some(1));
+        assert_eq!(
+            s.match_event(
+                &e,
+                Some(&stack(&["cupy_free"])),
+                &site_of(Some(&stack(&["cupy_free"])))
+            ),
+            Some(0)
+        );
+        assert_eq!(s.match_event(&e, None, &site_of(None)), None);
+        assert_eq!(
+            s.match_leak(&leak("x", Memory::Device), None, &site_of(None)),
+            Some(1)
+        );
     }
 
     #[test]
@@ -593,8 +714,12 @@ mod tests {
         ] {
             let s = Suppressions::parse("s", &format!("leak:{}", escape(name))).unwrap();
             assert!(
-                s.match_leak(&leak("x", Memory::Device), Some(&stack(&[name])))
-                    .is_some(),
+                s.match_leak(
+                    &leak("x", Memory::Device),
+                    Some(&stack(&[name])),
+                    &site_of(Some(&stack(&[name])))
+                )
+                .is_some(),
                 "{name}"
             );
             // Longer, and (for a leading `^`, which once became `?`) the same length.
@@ -607,8 +732,12 @@ mod tests {
                     continue;
                 }
                 assert!(
-                    s.match_leak(&leak("x", Memory::Device), Some(&stack(&[&other])))
-                        .is_none(),
+                    s.match_leak(
+                        &leak("x", Memory::Device),
+                        Some(&stack(&[&other])),
+                        &site_of(Some(&stack(&[&other])))
+                    )
+                    .is_none(),
                     "{name:?} against {other:?}"
                 );
             }
@@ -626,15 +755,16 @@ mod tests {
             kind: None,
             context: None,
             origin: None,
+            via: None,
         };
         let rule = site_condition(&site).unwrap();
-        assert_eq!(rule, "*^lib.so$");
-        let s = Suppressions::parse("s", &format!("leak:{rule}")).unwrap();
+        assert_eq!(rule, "leak:*^lib.so$");
+        let s = Suppressions::parse("s", &rule).unwrap();
         let frame_in = |module: &str| {
             let mut st = stack(&["f"]);
             st.frames[0].module = module.into();
             st.frames[0].file = None;
-            s.match_leak(&leak("x", Memory::Device), Some(&st))
+            s.match_leak(&leak("x", Memory::Device), Some(&st), &site_of(Some(&st)))
                 .is_some()
         };
         assert!(frame_in("/opt/^lib.so"));

@@ -179,10 +179,10 @@ fn generated_suppressions_suppress_everything_they_name() {
     let mut out = Vec::new();
     write_file(&proposals, 2, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
-    assert!(text.contains("\nleak:^make_buffers$\n"), "{text}");
+    assert!(text.contains("\nsite:^make_buffers$\n"), "{text}");
     assert!(text.contains("\nleak:libscratch.so$\n"), "{text}");
     assert!(
-        text.contains("\nevent:^double_free$ frame:^cupy_cuda_memory_free$\n"),
+        text.contains("\nevent:^double_free$ site:^cupy_cuda_memory_free$\n"),
         "{text}"
     );
     let all_events = Limits {

@@ -230,6 +230,23 @@ impl Format<Verdict> for Text {
                 plural(verdict.suppressed_leaks, "leak", "leaks"),
                 plural(verdict.suppressed_events, "event", "events")
             )?;
+            if verdict.show_suppressed {
+                let mut t = Table::new(&[true, false, false]);
+                for s in &verdict.suppressed_sites {
+                    let what = if s.kind == "leak" {
+                        format!("{} in {}", bytes(s.bytes), plural(s.count, "leak", "leaks"))
+                    } else {
+                        format!("{} × {}", s.count, one_line(&s.kind))
+                    };
+                    let by = verdict.suppressions.get(s.rule).map_or_else(String::new, |r| {
+                        format!("by {}:{}: {}", one_line(&r.file), r.line, one_line(&r.rule))
+                    });
+                    t.row([what, one_line(&s.site), by]);
+                }
+                out.write_all(t.render("  ").as_bytes())?;
+            } else {
+                writeln!(out, "  (--show-suppressed lists them with their rules)")?;
+            }
         }
         let unused: Vec<_> = verdict.unused_suppressions().collect();
         if !unused.is_empty() {

@@ -108,6 +108,9 @@ pub struct CheckArgs {
     /// under it [default: the current directory]
     #[arg(long, value_name = "DIR")]
     pub source_root: Option<PathBuf>,
+    /// List each suppressed site with the rule that silenced it (file:line: rule).
+    #[arg(long)]
+    pub show_suppressed: bool,
     /// Pass when the PATHs hold no report (empty directories, globs that match nothing). By
     /// default that is an error (exit 2): a program that never ran under cuguard writes none.
     #[arg(long)]
@@ -115,6 +118,9 @@ pub struct CheckArgs {
     /// Reports: files, directories (every *.json below them) or globs.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
+    /// Allocation helpers (see `--helper`).
+    #[command(flatten)]
+    pub helpers: super::HelperArgs,
 }
 
 /// Parses a byte count: an integer with an optional unit (`512`, `64KiB`, `1.5MiB`, `2GB`).
@@ -220,6 +226,7 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
             what: "a temporary file".into(),
             source,
         })?;
+    verdict.show_suppressed = args.show_suppressed;
     verdict.source_root = Some(crate::check::places::source_root(
         args.source_root.as_deref(),
     ));

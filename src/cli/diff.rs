@@ -34,6 +34,9 @@ pub struct DiffArgs {
     /// The later run.
     #[arg(value_name = "NEW")]
     pub new: PathBuf,
+    /// Allocation helpers (see `--helper`).
+    #[command(flatten)]
+    pub helpers: super::HelperArgs,
 }
 
 fn summarize(path: &PathBuf) -> Result<Summary, CliError> {

@@ -68,6 +68,9 @@ pub struct ExportArgs {
     /// or history files.
     #[arg(value_name = "PATH", required = true)]
     pub paths: Vec<PathBuf>,
+    /// Allocation helpers (see `--helper`).
+    #[command(flatten)]
+    pub helpers: super::HelperArgs,
 }
 
 /// Past this size, PyTorch's viewer in a browser lags (pytorch#155889); the command says so.

@@ -87,6 +87,16 @@ pub enum Command {
     Exporter(exporter::ExporterArgs),
 }
 
+/// `--helper`: the allocation helpers the analysis looks through ([`crate::call_path`]).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct HelperArgs {
+    /// A function that wraps the allocation (`alloc`, `make_*`; repeat, or comma-separate):
+    /// its callers are the sites. Helpers every call path of a site shares are found without
+    /// it; `--helper none` turns that off. Adds to CUGUARD_HELPERS.
+    #[arg(long = "helper", value_name = "FUNCTION")]
+    pub helper: Vec<String>,
+}
+
 /// Why a subcommand failed.
 #[derive(Debug)]
 pub enum CliError {
@@ -211,6 +221,16 @@ pub(crate) fn write_output(
 
 /// Runs a parsed command line; returns the exit code.
 pub fn dispatch(cli: Cli) -> Result<u8, CliError> {
+    let helpers = match &cli.command {
+        Command::Summary(a) => Some(&a.helpers),
+        Command::Check(a) => Some(&a.helpers),
+        Command::Suppressions(a) => Some(&a.helpers),
+        Command::Diff(a) => Some(&a.helpers),
+        Command::View(a) => Some(&a.helpers),
+        Command::Export(a) => Some(&a.helpers),
+        _ => None,
+    };
+    crate::call_path::configure(helpers.map_or(&[][..], |h| &h.helper[..]));
     match cli.command {
         Command::Run(args) => match args.sanitizer {
             Some(tool) => sanitizer::run(&args, tool),

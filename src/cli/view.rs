@@ -32,6 +32,9 @@ pub struct ViewArgs {
     /// Reports: files, directories (every *.json below them) or globs.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
+    /// Allocation helpers (see `--helper`).
+    #[command(flatten)]
+    pub helpers: super::HelperArgs,
 }
 
 /// Runs `cuguard view`.

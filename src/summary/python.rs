@@ -458,7 +458,7 @@ impl HeldLines {
         let weak = first.is_some_and(|h| h.weak);
         let path = first.and_then(|h| h.path.clone());
         let label = site.label();
-        let stack = from_site(index, a.stack, &site.key);
+        let stack = from_site(index, a.stack, &site);
         let pattern = first.and_then(path_pattern);
         let key = (label.clone(), stack.clone(), holder.clone(), weak, pattern);
         let spans = path.as_deref().map(spans_of).unwrap_or_default();
@@ -509,9 +509,11 @@ impl HeldLines {
 }
 
 /// The stack's frames for people from the site on (its callers after it), at most 3: the line
-/// and who called it, not the plumbing inside.
-fn from_site(index: &SiteIndex<'_>, stack: Option<u64>, key: &str) -> Vec<String> {
+/// and who called it, not the plumbing inside; for a site charged to a helper's caller, from
+/// the helper on.
+fn from_site(index: &SiteIndex<'_>, stack: Option<u64>, site: &crate::sites::Site) -> Vec<String> {
     let chain = index.chain(stack);
+    let key = site.via.as_deref().map_or(&site.key, |helper| &helper.key);
     let at = chain.iter().position(|f| f == key).unwrap_or(0);
     let out: Vec<String> = chain.into_iter().skip(at).take(3).collect();
     if out.len() > 1 { out } else { Vec::new() }
@@ -531,7 +533,7 @@ fn add_site(
         label: site.label(),
         bytes: 0,
         allocations: 0,
-        stack: from_site(index, a.stack, &site.key),
+        stack: from_site(index, a.stack, &site),
     });
     e.bytes = e.bytes.saturating_add(a.size);
     e.allocations += 1;

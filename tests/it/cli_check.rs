@@ -218,7 +218,7 @@ fn cli_suppressions_generates_a_file_that_passes_check() {
     );
     assert!(out.stdout.is_empty());
     let rules = std::fs::read_to_string(&supp).unwrap();
-    assert!(rules.contains("\nleak:^make_buffers$\n"), "{rules}");
+    assert!(rules.contains("\nsite:^make_buffers$\n"), "{rules}");
     let (code, v) = verdict(
         &[
             "--suppressions",
@@ -568,7 +568,7 @@ fn cli_check_github_annotates_each_failing_site() {
 
 /// The SARIF Multitool: `$SARIF_MULTITOOL`, or `sarif-multitool` on `PATH` (`npm install -g
 /// @microsoft/sarif-multitool`; `.ci/run` installs it).
-fn sarif_multitool() -> Option<PathBuf> {
+pub(crate) fn sarif_multitool() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SARIF_MULTITOOL") {
         return Some(PathBuf::from(p));
     }
@@ -630,7 +630,7 @@ fn cli_check_sarif_passes_the_sarif_multitool() {
 }
 
 /// Validates the SARIF log at `log` with the SARIF Multitool: no error or warning.
-fn validate_sarif(tool: &std::path::Path, log: &std::path::Path) {
+pub(crate) fn validate_sarif(tool: &std::path::Path, log: &std::path::Path) {
     let name = log.file_name().unwrap().to_string_lossy().into_owned();
     let verdict = log.with_extension("sarif.validation");
     let run = Command::new(tool)

@@ -168,8 +168,8 @@ fn cli_suppressions_of_a_hostile_report_add_no_rule() {
     assert_eq!(
         rules,
         [
-            format!("leak:^{}$", long_name()).as_str(),
-            "leak:^make?leak:[*]?buf?[[]2J???fdp$",
+            format!("site:^{}$", long_name()).as_str(),
+            "site:^make?leak:[*]?buf?[[]2J???fdp$",
         ],
         "{file}"
     );

@@ -2,6 +2,7 @@
 //! driver in `harness/simcuda`. All of them build into this one test binary.
 
 mod attribution;
+mod call_paths;
 mod bench_args;
 mod by_hand;
 mod cli;
@@ -17,6 +18,7 @@ mod cli_symbolize;
 mod cli_usage;
 mod cli_view;
 mod cost;
+mod docs_blocks;
 mod first_hour;
 mod format_read;
 mod history_identity;
