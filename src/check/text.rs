@@ -238,9 +238,12 @@ impl Format<Verdict> for Text {
                     } else {
                         format!("{} × {}", s.count, one_line(&s.kind))
                     };
-                    let by = verdict.suppressions.get(s.rule).map_or_else(String::new, |r| {
-                        format!("by {}:{}: {}", one_line(&r.file), r.line, one_line(&r.rule))
-                    });
+                    let by = verdict
+                        .suppressions
+                        .get(s.rule)
+                        .map_or_else(String::new, |r| {
+                            format!("by {}:{}: {}", one_line(&r.file), r.line, one_line(&r.rule))
+                        });
                     t.row([what, one_line(&s.site), by]);
                 }
                 out.write_all(t.render("  ").as_bytes())?;

@@ -40,11 +40,11 @@ pub struct SummaryArgs {
     pub top: usize,
     /// What was live at this moment of the run, from its history: `12.5s`, `840ms`, `2m`, a
     /// number of seconds, `peak`, `oom` (the first refusal) or `end`. One process.
-    #[arg(long, value_name = "TIME", conflicts_with_all = ["between", "by"])]
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true, conflicts_with_all = ["between", "by"])]
     pub at: Option<String>,
     /// What was allocated between two moments and still live at the second: what one step
     /// kept. One process.
-    #[arg(long, num_args = 2, value_names = ["T1", "T2"], conflicts_with = "by")]
+    #[arg(long, num_args = 2, value_names = ["T1", "T2"], allow_hyphen_values = true, conflicts_with = "by")]
     pub between: Option<Vec<String>>,
     /// cuguard's own cost whole (time in hooks, stacks, Python frames, one-time set-up, pool
     /// chunks, report writing, memory) rather than in one short line.

@@ -471,7 +471,15 @@ pub fn parse_time(text: &str, replay: &Replay) -> Result<u64, String> {
             let v: f64 = num.trim().parse().map_err(|_| {
                 format!("{text:?} is not a time (12.5s, 840ms, 2m, peak, oom or end)")
             })?;
-            if !v.is_finite() || v < 0.0 {
+            if v < 0.0 {
+                return Err(format!(
+                    "{text:?} is before the process started: times count from its start, and \
+                     the history spans {} to {}",
+                    span_text(replay.begins_ns),
+                    span_text(replay.ends_ns)
+                ));
+            }
+            if !v.is_finite() {
                 return Err(format!(
                     "{text:?} is not a time (12.5s, 840ms, 2m, peak, oom or end)"
                 ));
@@ -534,7 +542,11 @@ mod tests {
                 .unwrap_err()
                 .contains("is not a time")
         );
-        assert!(parse_time("-1s", &r).unwrap_err().contains("is not a time"));
+        assert!(
+            parse_time("-1s", &r)
+                .unwrap_err()
+                .starts_with("\"-1s\" is before the process started: times count from its start, and the history spans ")
+        );
         assert!(parse_time("nan", &r).unwrap_err().contains("is not a time"));
         assert!(
             parse_time("oom", &r)

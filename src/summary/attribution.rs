@@ -113,6 +113,9 @@ pub struct PeakSummary {
     pub sites_total: usize,
 }
 
+/// The least idle pool memory [`ReconciliationSummary::notes`] explains.
+pub const POOL_IDLE_NOTE: u64 = 32 << 20;
+
 /// What a device says is used against what cuguard can explain (`reconciliation[]`).
 #[derive(Clone, Debug, Serialize)]
 pub struct ReconciliationSummary {
@@ -184,6 +187,13 @@ impl ReconciliationSummary {
     /// given back: cuguard's pool gave back 3.0 GiB the driver may not have returned yet (freed with cuMemFreeAsync, which the driver holds until a synchronizing call such as cuCtxSynchronize, or still queued to be freed when the process ended)
     /// contexts: estimated at 523.6 MiB when they were created, 3.6 MiB more than what is used leaves for them; 520.0 MiB counted
     /// ```
+    ///
+    /// And when the pool keeps more idle than the program holds (at least
+    /// [`POOL_IDLE_NOTE`]), what keeps it and how to give it back:
+    ///
+    /// ```text
+    /// pool idle: cuguard's pool keeps 36.0 MiB reserved for reuse after the program freed it, more than the program holds (4.0 MiB): what a spike left; CUGUARD_POOL_KEEP (…) bounds it, …
+    /// ```
     pub fn notes(&self) -> Vec<String> {
         let bytes = crate::wording::bytes;
         let mut notes = Vec::new();
@@ -202,6 +212,17 @@ impl ReconciliationSummary {
                 ));
             }
             notes.push(n);
+        }
+        let idle = self.explained.pool_idle_bytes;
+        if idle >= POOL_IDLE_NOTE && idle > self.explained.program_bytes {
+            notes.push(format!(
+                "pool idle: cuguard's pool keeps {} reserved for reuse after the program freed \
+                 it, more than the program holds ({}): what a spike left; CUGUARD_POOL_KEEP \
+                 (default 10% of the device) bounds it, CUGUARD_POOL_KEEP=0 gives back every \
+                 chunk that holds no live block, CUGUARD_POOL=0 turns the pool off",
+                bytes(idle),
+                bytes(self.explained.program_bytes)
+            ));
         }
         if let Some(estimate) = self.context_overhead_estimate_bytes {
             let counted = self.explained.context_overhead_bytes;

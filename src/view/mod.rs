@@ -295,11 +295,13 @@ fn history_timeline(l: &crate::history::Loaded) -> timeline::Timeline {
     timeline::timeline(&l.replay, l.report.process_name(), &|id| {
         let stack = crate::history::stack_key(id);
         let callers = crate::history::moment::callers(&sites, stack);
-        // A site with the caller that reached it: a helper called from several lines is
-        // drawn once per line.
+        // A site charged to a helper's caller is named as everywhere (`step (…) via alloc
+        // (…)`); another with the caller that reached it.
+        let site = sites.site(stack);
         let label = match &callers[..] {
+            _ if site.via.is_some() => site.label(),
             [site, caller, ..] => format!("{site} ← {caller}"),
-            _ => sites.site(stack).label(),
+            _ => site.label(),
         };
         timeline::SiteInfo {
             label,

@@ -32,12 +32,18 @@ fn run_c(dir: &Path, report: &str, args: &[&str]) -> Lines {
         .env_remove("LD_PRELOAD")
         .env_remove("CUGUARD_HELPERS")
         .env("CUGUARD_RUNTIME_DIR", a.scratch.join("runtime"))
-        .args(["run", "--driver", "sim", "--quiet", "--report", report, "--"])
+        .args([
+            "run", "--driver", "sim", "--quiet", "--report", report, "--",
+        ])
         .arg(c_program("helper_leak"))
         .args(args)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     lines_of(&String::from_utf8_lossy(&out.stdout))
 }
 
@@ -86,13 +92,25 @@ fn a_c_programs_leaks_through_one_helper_are_named_at_their_callers() {
     let sites = section(&summary, "sites");
     assert_eq!(sites.len(), 1, "{summary}");
     assert!(sites[0].contains(&kept), "{summary}");
+    // The default pool kept the 16 MiB step's chunk after the program freed it: said, and how to
+    // give it back.
+    assert!(
+        summary.contains(
+            "    pool idle: cuguard's pool keeps 36.0 MiB reserved for reuse after the program freed \
+             it, more than the program holds (4.0 MiB): what a spike left; CUGUARD_POOL_KEEP"
+        ),
+        "{summary}"
+    );
 
     // check, as text: the new leak at step's line.
     let out = cuguard(&dir, &["check", "new.json"]);
     assert_eq!(out.status.code(), Some(1));
     let said = text(&out);
     let leak_sites = section(&said, "leak sites");
-    assert!(leak_sites[0].starts_with("  16.0 MiB  1 leak  "), "{leak_sites:?}");
+    assert!(
+        leak_sites[0].starts_with("  16.0 MiB  1 leak  "),
+        "{leak_sites:?}"
+    );
     assert!(leak_sites[0].contains(&forgot), "{leak_sites:?}");
     assert!(leak_sites[1].contains(&kept), "{leak_sites:?}");
 
@@ -101,7 +119,14 @@ fn a_c_programs_leaks_through_one_helper_are_named_at_their_callers() {
     let root = root.to_str().unwrap();
     let out = cuguard(
         &dir,
-        &["check", "new.json", "--format", "github", "--source-root", root],
+        &[
+            "check",
+            "new.json",
+            "--format",
+            "github",
+            "--source-root",
+            root,
+        ],
     );
     let github = text(&out);
     let at: Vec<&str> = github
@@ -109,12 +134,23 @@ fn a_c_programs_leaks_through_one_helper_are_named_at_their_callers() {
         .filter_map(|l| l.strip_prefix("::error file=helper_leak.c,line="))
         .map(|l| l.split(',').next().unwrap())
         .collect();
-    assert_eq!(at, [l["step"].to_string(), l["keep"].to_string()], "{github}");
+    assert_eq!(
+        at,
+        [l["step"].to_string(), l["keep"].to_string()],
+        "{github}"
+    );
 
     // SARIF: each result at its caller's line, the helper's line related, the log valid.
     let out = cuguard(
         &dir,
-        &["check", "new.json", "--format", "sarif", "--source-root", root],
+        &[
+            "check",
+            "new.json",
+            "--format",
+            "sarif",
+            "--source-root",
+            root,
+        ],
     );
     let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let results = log["runs"][0]["results"].as_array().unwrap();
@@ -162,7 +198,11 @@ fn a_c_programs_leaks_through_one_helper_are_named_at_their_callers() {
     // Suppressions from the first run name main and the helper; they keep the old leak out and
     // let the new one fail.
     let out = cuguard(&dir, &["suppressions", "-o", "base.supp", "base.json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rules: Vec<String> = std::fs::read_to_string(dir.join("base.supp"))
         .unwrap()
         .lines()
@@ -174,7 +214,13 @@ fn a_c_programs_leaks_through_one_helper_are_named_at_their_callers() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let out = cuguard(
         &dir,
-        &["check", "new.json", "--suppressions", "base.supp", "--show-suppressed"],
+        &[
+            "check",
+            "new.json",
+            "--suppressions",
+            "base.supp",
+            "--show-suppressed",
+        ],
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let said = text(&out);
@@ -197,10 +243,16 @@ fn a_rule_for_the_helper_alone_is_not_written() {
     let l = run_c(&dir, "base.json", &[]);
     // Helpers not looked for: every leak is the helper's, and a rule for it would match every
     // call path the program has.
-    let summary = text(&cuguard(&dir, &["summary", "--helper", "none", "base.json"]));
+    let summary = text(&cuguard(
+        &dir,
+        &["summary", "--helper", "none", "base.json"],
+    ));
     let sites = section(&summary, "sites");
     assert!(
-        sites[0].ends_with(&format!("alloc (helper_leak.c:{})  cuMemAlloc_v2", l["alloc"])),
+        sites[0].ends_with(&format!(
+            "alloc (helper_leak.c:{})  cuMemAlloc_v2",
+            l["alloc"]
+        )),
         "{summary}"
     );
     let out = cuguard(&dir, &["suppressions", "--helper", "none", "base.json"]);
@@ -221,7 +273,14 @@ fn a_rule_for_the_helper_alone_is_not_written() {
     // Named, a helper is passed over even where one path reaches it.
     let named = text(&cuguard(
         &dir,
-        &["summary", "--helper", "none", "--helper", "alloc", "base.json"],
+        &[
+            "summary",
+            "--helper",
+            "none",
+            "--helper",
+            "alloc",
+            "base.json",
+        ],
     ));
     assert!(
         section(&named, "sites")[0].contains(&format!(
@@ -239,8 +298,7 @@ fn a_python_programs_leaks_through_one_helper_are_named_at_their_callers() {
     let Some(base) = support::python_program(test, &dir, "helper_leak", "base.json", &[]) else {
         return;
     };
-    let Some(new) = support::python_program(test, &dir, "helper_leak", "new.json", &["new"])
-    else {
+    let Some(new) = support::python_program(test, &dir, "helper_leak", "new.json", &["new"]) else {
         return;
     };
     let l = lines_of(&base);
@@ -260,7 +318,14 @@ fn a_python_programs_leaks_through_one_helper_are_named_at_their_callers() {
     let root = dir.to_str().unwrap();
     let github = text(&cuguard(
         &dir,
-        &["check", "new.json", "--format", "github", "--source-root", root],
+        &[
+            "check",
+            "new.json",
+            "--format",
+            "github",
+            "--source-root",
+            root,
+        ],
     ));
     assert!(
         github.contains(&format!("::error file=helper_leak.py,line={},", l["step"])),

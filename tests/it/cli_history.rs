@@ -255,6 +255,15 @@ fn damaged_cut_newer_and_foreign_files_are_refused_in_one_line() {
     );
     let said = refused(&dir, &["summary", "r.json", "--at", "soon"]);
     assert!(said.contains("is not a time"), "{said}");
+    // A negative moment is a value, not an option, and the answer says why it has none.
+    let said = refused(&dir, &["summary", "r.json", "--at", "-1s"]);
+    assert!(
+        said.starts_with(
+            "cuguard: error: --at \"-1s\" is before the process started: times count from its \
+             start, and the history spans 0 ms to "
+        ),
+        "{said}"
+    );
     let said = refused(&dir, &["summary", "r.json", "--between", "0.5s", "0.1s"]);
     assert!(said.contains("after the second"), "{said}");
     let said = refused(&dir, &["summary", "r.json", "r.json", "--at", "end"]);

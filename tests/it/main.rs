@@ -2,9 +2,9 @@
 //! driver in `harness/simcuda`. All of them build into this one test binary.
 
 mod attribution;
-mod call_paths;
 mod bench_args;
 mod by_hand;
+mod call_paths;
 mod cli;
 mod cli_check;
 mod cli_export;

@@ -283,7 +283,7 @@ pub fn sites_with_owners_now(ids: &[u32]) -> (Vec<Option<SiteNow>>, bool) {
             let st = w.stack(*id, words, &[]);
             let owner = st.owner.clone().unwrap_or_default();
             Some(SiteNow {
-                label: site_label(&st),
+                label: site_label(&st, &settings.rules),
                 owner,
             })
         })
@@ -291,8 +291,24 @@ pub fn sites_with_owners_now(ids: &[u32]) -> (Vec<Option<SiteNow>>, bool) {
     (sites, w.unnamed == 0 && !w.broken)
 }
 
-/// The label of a symbolized stack's site.
-fn site_label(st: &format::Stack) -> Option<String> {
+/// The label of a symbolized stack's site, with the user's frame that called it when there is
+/// one (`alloc (spike.py:9) ← train_step (spike.py:18)`), so that the lines that called one
+/// helper read apart.
+fn site_label(st: &format::Stack, rules: &Rules) -> Option<String> {
+    let mut label = frame_label(st)?;
+    if let Some(caller) = api_site(st, rules).and_then(|s| s.callers.into_iter().next()) {
+        let name = caller.function.as_deref().unwrap_or("?");
+        label.push_str(&match (&caller.file, caller.line) {
+            (Some(file), Some(l)) => format!(" ← {name} ({}:{l})", base_name(file)),
+            (Some(file), None) => format!(" ← {name} ({})", base_name(file)),
+            _ => format!(" ← {name}"),
+        });
+    }
+    Some(label)
+}
+
+/// The label of a symbolized stack's site frame alone.
+fn frame_label(st: &format::Stack) -> Option<String> {
     let site = st.site.as_ref()?;
     Some(match site.in_.as_str() {
         site_list::PYTHON => {
