@@ -206,13 +206,17 @@ pub struct SuppressedSite {
 
 /// A leak to condense: the leak, its bytes, its count, and its site and place when it is not
 /// the site of its stack (a live cache block's, found from its Python frames).
-type Item = (Leak, u64, u64, Option<(Site, Place)>);
+pub(crate) type Item = (Leak, u64, u64, Option<(Site, Place)>);
 
 /// What a Python program's end view counts, as leaks with their bytes, count and, for a live
 /// cache block, the line that allocated it: lost and unclassified allocations, library ones
 /// (their owner decides), and with `held` the held allocations and the live cache blocks
 /// Python objects hold. What is held but not counted adds up in `not_counted`.
-fn end_items(view: &PyView, held: bool, not_counted: &mut Option<(u64, u64)>) -> Vec<Item> {
+pub(crate) fn end_items(
+    view: &PyView,
+    held: bool,
+    not_counted: &mut Option<(u64, u64)>,
+) -> Vec<Item> {
     let mut out = Vec::new();
     let mut skipped = (0u64, 0u64);
     for a in &view.allocations {

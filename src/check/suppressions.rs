@@ -377,8 +377,29 @@ pub fn propose(report: &crate::report::Report) -> Vec<Proposal> {
             ..Proposal::default()
         })
     }
-    for leak in &report.leaks {
-        let site = index.site(leak.stack);
+    // What `check` counts: for a Python program whose end was recorded, what it held then
+    // (held ones too, for `check --held`), not what the interpreter's teardown left.
+    let at_end = report
+        .python
+        .as_ref()
+        .and_then(|p| p.view.as_ref())
+        .filter(|v| v.at == "end");
+    let items: Vec<(std::borrow::Cow<'_, Leak>, Option<Site>)> = match at_end {
+        Some(view) => super::end_items(view, true, &mut None)
+            .into_iter()
+            .map(|(leak, _, _, site)| (std::borrow::Cow::Owned(leak), site.map(|(s, _)| s)))
+            .collect(),
+        None => report
+            .leaks
+            .iter()
+            .map(|l| (std::borrow::Cow::Borrowed(l), None))
+            .collect(),
+    };
+    for (leak, own_site) in &items {
+        let site = match own_site {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => index.site(leak.stack),
+        };
         let rule = match site_condition(&site) {
             Some(c) => c,
             None => format!(
