@@ -48,9 +48,28 @@ pub struct Span {
     pub stopped: Option<String>,
     /// Allocations it holds.
     pub allocations: usize,
-    /// Events lost in the part asked about (a thread made them faster than they were drained).
+    /// Events lost up to the moment asked (the window's end for `--between`): a thread made them
+    /// faster than they were drained. Any of them can change the answer: a lost free leaves a
+    /// block live here that was freed, a lost allocation leaves one out.
     pub lost_events: u64,
+    /// The windows those events were lost in, oldest first (at most [`MAX_WINDOWS`]; the
+    /// count covers them all).
+    pub lost_windows: Vec<LostWindow>,
+    /// Whether the answer is whole: no event was lost up to the moment asked, and the history
+    /// is not cut short before it.
+    pub complete: bool,
 }
+
+/// A window in which events were lost.
+#[derive(Clone, Debug, Serialize)]
+pub struct LostWindow {
+    pub from_ms: f64,
+    pub to_ms: f64,
+    pub events: u64,
+}
+
+/// The most lost windows an answer lists.
+pub const MAX_WINDOWS: usize = 5;
 
 /// One device's part.
 #[derive(Clone, Debug, Serialize)]
@@ -79,6 +98,10 @@ pub struct SiteMoment {
     pub allocations: u64,
     /// When its oldest allocation here was made, ms since the start.
     pub first_ms: f64,
+    /// Of its allocations, those made before a window in which events were lost ended (up to
+    /// the moment asked): each is live here, or was freed in a lost window.
+    pub unsure_allocations: u64,
+    pub unsure_bytes: u64,
     /// The call path: the site and its callers, innermost first.
     pub stack: Vec<String>,
 }
@@ -90,7 +113,7 @@ fn ms(ns: u64) -> f64 {
 /// What was live at `at_ns`.
 pub fn at(loaded: &Loaded, at_ns: u64, top: usize) -> Moment {
     let blocks: Vec<&Block> = loaded.replay.live_at(at_ns).collect();
-    let mut m = answer(loaded, &blocks, top, lost(&loaded.replay, at_ns, at_ns));
+    let mut m = answer(loaded, &blocks, top, at_ns);
     m.question = "at";
     m.at_ms = Some(ms(at_ns));
     m
@@ -99,24 +122,59 @@ pub fn at(loaded: &Loaded, at_ns: u64, top: usize) -> Moment {
 /// What was made in `[from_ns, to_ns]` and still live at `to_ns`.
 pub fn between(loaded: &Loaded, from_ns: u64, to_ns: u64, top: usize) -> Moment {
     let blocks: Vec<&Block> = loaded.replay.kept_between(from_ns, to_ns).collect();
-    let mut m = answer(loaded, &blocks, top, lost(&loaded.replay, from_ns, to_ns));
+    let mut m = answer(loaded, &blocks, top, to_ns);
     m.question = "between";
     m.from_ms = Some(ms(from_ns));
     m.to_ms = Some(ms(to_ns));
     m
 }
 
-/// Events lost in windows that touch `[from, to]`.
-fn lost(r: &Replay, from: u64, to: u64) -> u64 {
-    r.lost
-        .iter()
-        .filter(|l| l.from_ns <= to && l.to_ns >= from)
-        .map(|l| l.count)
-        .sum()
+/// The windows of lost events that began by `upto`: each can change an answer there.
+fn lost_upto(r: &Replay, upto: u64) -> Vec<&cuguard_history::replay::Lost> {
+    r.lost.iter().filter(|l| l.from_ns <= upto).collect()
 }
 
-fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> Moment {
+/// The lost windows for people: by time, those that overlap (threads lose events at the same
+/// moments) made one, at most [`MAX_WINDOWS`].
+fn windows(lost: &[&cuguard_history::replay::Lost]) -> Vec<LostWindow> {
+    let mut all = merged_windows(lost);
+    all.truncate(MAX_WINDOWS);
+    all
+}
+
+/// The windows of `lost` by time, those that overlap made one.
+pub(crate) fn merged_windows(lost: &[&cuguard_history::replay::Lost]) -> Vec<LostWindow> {
+    let mut by_time: Vec<(u64, u64, u64)> =
+        lost.iter().map(|l| (l.from_ns, l.to_ns, l.count)).collect();
+    by_time.sort_unstable();
+    let mut merged: Vec<(u64, u64, u64)> = Vec::new();
+    for (from, to, count) in by_time {
+        match merged.last_mut() {
+            Some(last) if from <= last.1 => {
+                last.1 = last.1.max(to);
+                last.2 += count;
+            }
+            _ => merged.push((from, to, count)),
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(from, to, events)| LostWindow {
+            from_ms: ms(from),
+            to_ms: ms(to),
+            events,
+        })
+        .collect()
+}
+
+/// The answer from `blocks`, as of `upto` (the moment asked, or the window's end).
+fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
     let r = &loaded.replay;
+    let lost = lost_upto(r, upto);
+    let lost_events: u64 = lost.iter().map(|l| l.count).sum();
+    // A block made before the last lost window ended may have been freed in it.
+    let unsure_before = lost.iter().map(|l| l.to_ns).max();
+    let unsure = |b: &Block| unsure_before.is_some_and(|t| b.start_ns <= t);
     let sites = SiteIndex::new(&loaded.report);
     let mut owners = OwnerIndex::new(&loaded.report);
     // (device, site key, owner) → sums, the oldest start and the largest block's stack.
@@ -127,6 +185,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> M
         allocations: u64,
         first_ns: u64,
         largest: (u64, Option<u64>),
+        unsure: (u64, u64),
     }
     // By call path (the site and its callers as printed) rather than by site alone: one site
     // reached from several lines (a helper every step calls) shows each line that made memory.
@@ -161,7 +220,11 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> M
                 allocations: 0,
                 first_ns: b.start_ns,
                 largest: (0, stack),
+                unsure: (0, 0),
             });
+        if unsure(b) {
+            g.unsure = (g.unsure.0 + 1, g.unsure.1 + b.size);
+        }
         g.bytes += b.size;
         g.allocations += 1;
         g.first_ns = g.first_ns.min(b.start_ns);
@@ -202,6 +265,8 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> M
                     bytes: g.bytes,
                     allocations: g.allocations,
                     first_ms: ms(g.first_ns),
+                    unsure_allocations: g.unsure.0,
+                    unsure_bytes: g.unsure.1,
                     stack: callers(&sites, g.largest.1),
                 }
             })
@@ -230,6 +295,8 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, lost_events: u64) -> M
             stopped: loaded.stopped.clone(),
             allocations: r.blocks.len(),
             lost_events,
+            lost_windows: windows(&lost),
+            complete: lost_events == 0,
         },
         devices,
     }

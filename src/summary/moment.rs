@@ -48,21 +48,53 @@ fn headline(m: &Moment) -> String {
             ", up to where the recording stopped: {}",
             one_line(why)
         )),
-        (None, true) => span.push_str(", whole"),
+        (None, true) if m.span.complete => span.push_str(", whole"),
+        (None, true) => {}
         (None, false) => {
             span.push_str(", without its end: the process was killed or is still running")
         }
     }
     if m.span.lost_events > 0 {
-        span.push_str(&format!(
-            "; {} lost around then",
-            plural(m.span.lost_events, "event", "events")
-        ));
+        span.push_str(&format!("; NOT WHOLE: {}", lost_text(m)));
     }
     format!(
         "{asked}: {} in {} ({span})",
         bytes(bytes_total),
         plural(count, "allocation", "allocations")
+    )
+}
+
+/// What was lost up to the moment asked, and what it may change: `12 events lost before this
+/// moment, at 1.2 s–1.25 s and 3.1 s–3.2 s: an allocation listed may have been freed in a lost
+/// window (`unsure`), one made in it may be missing`.
+fn lost_text(m: &Moment) -> String {
+    let windows: Vec<String> = m
+        .span
+        .lost_windows
+        .iter()
+        .map(|w| format!("{}–{}", until(w.from_ms), when(w.to_ms)))
+        .collect();
+    let listed: u64 = m.span.lost_windows.iter().map(|w| w.events).sum();
+    let mut at = windows.join(", ");
+    if m.span.lost_events > listed {
+        at.push_str(", and later windows");
+    }
+    format!(
+        "{} lost before this moment (the threads made them faster than they were written), at \
+         {at}: an allocation listed may have been freed in a lost window, one made in it may be \
+         missing",
+        plural(m.span.lost_events, "event", "events")
+    )
+}
+
+/// A row's allocations that may have been freed in a lost window, for people.
+fn unsure_text(s: &crate::history::moment::SiteMoment) -> String {
+    if s.unsure_allocations == 0 {
+        return String::new();
+    }
+    format!(
+        "{} of them made before a lost window: live, or freed in it",
+        s.unsure_allocations
     )
 }
 
@@ -96,7 +128,7 @@ pub fn text(m: &Moment, source: &str, out: &mut dyn Write, style: Style) -> io::
             bytes(d.bytes),
             plural(d.allocations, "allocation", "allocations")
         )?;
-        let mut t = Table::new(&[true, true, false, false, false]);
+        let mut t = Table::new(&[true, true, false, false, false, false]);
         for s in &d.sites {
             t.row([
                 bytes(s.bytes),
@@ -104,6 +136,7 @@ pub fn text(m: &Moment, source: &str, out: &mut dyn Write, style: Style) -> io::
                 one_line(&s.site.label),
                 format!("since {}", when(s.first_ms)),
                 super::text::held_by(s.owner_kind, &s.owner_label),
+                unsure_text(s),
             ]);
         }
         let chains: Vec<&[String]> = d.sites.iter().map(|s| &s.stack[..]).collect();
@@ -148,11 +181,17 @@ pub fn markdown(m: &Moment, source: &str, out: &mut dyn Write) -> io::Result<()>
         writeln!(out, "| bytes | allocations | since | site |")?;
         writeln!(out, "|---:|---:|---:|---|")?;
         for s in &d.sites {
+            let unsure = unsure_text(s);
             writeln!(
                 out,
-                "| {} | {} | {} | {} |",
+                "| {} | {}{} | {} | {} |",
                 bytes(s.bytes),
                 s.allocations,
+                if unsure.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({unsure})")
+                },
                 when(s.first_ms),
                 site_cell(&s.site.label, s.owner_kind, &s.owner_label, false, &s.stack)
             )?;

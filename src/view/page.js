@@ -281,6 +281,17 @@
       var total = 0; best.v.forEach(function (v) { total += v; });
       var h = document.createElement("p");
       h.textContent = "live at " + ms(Math.round(best.at)) + ": " + fmt(total);
+      // Events lost before this moment can change the answer: said, never hidden.
+      var lostBefore = 0, lostLast = null;
+      (t.lost || []).forEach(function (w) { if (w.from_ms <= best.at) { lostBefore += w.events; lostLast = w; } });
+      if (lostBefore > 0) {
+        // Inside a window, some of its events may be after this moment: at most that many.
+        var upTo = best.at < lostLast.to_ms ? "up to " : "";
+        h.textContent += " — NOT WHOLE: " + upTo + lostBefore + " events lost before this moment (the last at " +
+          ms(Math.round(lostLast.from_ms)) + "–" + ms(Math.round(lostLast.to_ms)) +
+          "): a row may hold an allocation freed in a lost window, or miss one made in it";
+        h.className = "lost";
+      }
       list.appendChild(h);
       var rows = best.v.map(function (v, k) { return [v, k]; }).filter(function (r) { return r[0] > 0; })
         .sort(function (a, b) { return b[0] - a[0]; });

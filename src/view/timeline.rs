@@ -39,6 +39,9 @@ pub struct SiteInfo {
     pub stack: Vec<String>,
 }
 
+/// The most lost windows a timeline carries (a few KiB of the page).
+pub const MAX_LOST_WINDOWS: usize = 200;
+
 /// One process's timeline.
 #[derive(Clone, Debug, Serialize)]
 pub struct Timeline {
@@ -58,8 +61,28 @@ pub struct Timeline {
     pub peak: (f64, u64),
     /// Events lost while recording.
     pub lost_events: u64,
+    /// The windows they were lost in, by time, overlapping ones made one (at most
+    /// [`MAX_LOST_WINDOWS`]): the page says, at each moment, what was lost before it.
+    pub lost: Vec<crate::history::moment::LostWindow>,
     /// Whether the history ended whole.
     pub whole: bool,
+}
+
+/// The history's lost windows for the page: at most [`MAX_LOST_WINDOWS`], the later ones
+/// folded into the last (its end and count take theirs), so that the events lost before any
+/// moment are counted whole.
+fn lost_windows(replay: &Replay) -> Vec<crate::history::moment::LostWindow> {
+    let mut all = crate::history::moment::merged_windows(&replay.lost.iter().collect::<Vec<_>>());
+    if all.len() > MAX_LOST_WINDOWS {
+        let rest: Vec<_> = all.split_off(MAX_LOST_WINDOWS);
+        if let Some(last) = all.last_mut() {
+            for w in rest {
+                last.to_ms = last.to_ms.max(w.to_ms);
+                last.events += w.events;
+            }
+        }
+    }
+    all
 }
 
 /// One level: columns over `[from_ms, to_ms]`.
@@ -196,6 +219,7 @@ pub fn timeline(replay: &Replay, process: String, site: &dyn Fn(u32) -> SiteInfo
         allocations: blocks.len(),
         peak: (ms(peak.0), peak.1),
         lost_events: replay.lost_events(),
+        lost: lost_windows(replay),
         whole: replay.whole,
     }
 }

@@ -396,3 +396,52 @@ fn cli_view_of_many_processes_lists_the_top_and_finds_any_in_chromium() {
         assert!(found.contains(&format!("<td>rank {rank}</td>")), "{found}");
     }
 }
+
+/// The page's answer at a moment says the events lost before it (issue 51), as `--at` does: a
+/// history whose threads outran its writer, read at its end and at its start.
+#[test]
+fn cli_view_says_the_events_lost_before_a_moment_in_chromium() {
+    let Some(chromium) = chromium_for("cli_view_says_the_events_lost_before_a_moment_in_chromium")
+    else {
+        return;
+    };
+    let dir = support::scratch_dir("cli-view-lost");
+    support::run(
+        support::shim_command(&support::c_program("history_churn"), &dir.join("r.json"))
+            .args(["4", "1", "300000", "4"]),
+        true,
+    );
+    let out = Command::new(&support::artifacts().cuguard)
+        .args(["summary", "--format", "json", "--at", "end"])
+        .arg(dir.join("r.json"))
+        .output()
+        .unwrap();
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lost = m["span"]["lost_events"].as_u64().unwrap();
+    let end = m["at_ms"].as_f64().unwrap().floor();
+    let page = dir.join("r.html");
+    write_page(&page, &[dir.join("r.json")]);
+    let list_at = |ms: f64| {
+        let dom = rendered_url(
+            &chromium,
+            &format!("file://{}#at={ms}", page.display()),
+            &dir.join("profile"),
+        );
+        dom.split("class=\"history-at\"")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no list at {ms}: {dom}"))
+            .split("</p>")
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let at_end = list_at(end);
+    assert_eq!(
+        at_end.contains(" events lost before this moment (the last at "),
+        lost > 0,
+        "{lost} lost: {at_end}"
+    );
+    assert_eq!(at_end.contains("NOT WHOLE: "), lost > 0, "{at_end}");
+    let at_start = list_at(0.0);
+    assert!(!at_start.contains("NOT WHOLE"), "{at_start}");
+}
