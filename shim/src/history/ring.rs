@@ -5,7 +5,11 @@
 //!   ring's drain lock: the cuguard thread, or the thread itself as it exits). The producer
 //!   writes the slot, then publishes `head` (Release); the consumer reads up to `head` (Acquire)
 //!   and then publishes `tail`. No lock and no locked instruction on the allocation path.
-//! - A full ring drops the event and counts it, with the first and last moment of the drop
+//! - A full ring is drained by its own thread before the event goes in (back-pressure, as
+//!   memray's writer does): the thread asks the history's writer to drain every ring now
+//!   ([`set_make_room`]), waiting for the drain in progress if there is one. Only when that
+//!   cannot be (the history is not started, has ended or stopped, or its writer stays busy past
+//!   its bound) is the event dropped, and counted with the first and last moment of the drop
 //!   ([`Ring::lost`]): never silent.
 //! - Rings are leaked and reused: a thread that exits moves what its ring holds to the orphans
 //!   list ([`take_orphans`]) and frees the ring for the next thread, so thousands of
@@ -71,11 +75,16 @@ impl Ring {
         }
     }
 
+    /// Whether the ring has room for one more event.
+    pub fn has_room(&self) -> bool {
+        self.head.load(Ordering::Relaxed) - self.tail.load(Ordering::Acquire) < CAP as u64
+    }
+
     /// Appends one event (the producer only).
     #[inline]
     fn push(&self, raw: Raw) {
         let head = self.head.load(Ordering::Relaxed);
-        if head - self.tail.load(Ordering::Acquire) >= CAP as u64 {
+        if head - self.tail.load(Ordering::Acquire) >= CAP as u64 && !self.make_room() {
             let lost = self.lost.load(Ordering::Relaxed);
             if lost == self.lost_seen.load(Ordering::Relaxed) {
                 self.lost_first.store(raw.tsc, Ordering::Relaxed);
@@ -87,6 +96,18 @@ impl Ring {
         // SAFETY: see the `Sync` impl: this slot is the producer's until `head` passes it.
         unsafe { *self.slots[head as usize & (CAP - 1)].get() = raw };
         self.head.store(head + 1, Ordering::Release);
+    }
+
+    /// The ring is full: has the history's writer drain it now (see the module doc); whether it
+    /// has room after.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&self) -> bool {
+        let Some(make_room) = MAKE_ROOM.get() else {
+            return false;
+        };
+        make_room(self);
+        self.has_room()
     }
 
     /// Hands what the ring holds to `f` (its thread, then the events, oldest first) and what it
@@ -146,6 +167,14 @@ fn zeroed_slots() -> Box<[UnsafeCell<Raw>]> {
         unsafe { std::ptr::write_volatile(s.get(), Raw::default()) };
     }
     slots
+}
+
+/// What drains a full ring now (the history's writer), once the history's thread started.
+static MAKE_ROOM: std::sync::OnceLock<fn(&Ring)> = std::sync::OnceLock::new();
+
+/// Sets what a thread whose ring is full calls to have it drained (the history's writer).
+pub fn set_make_room(f: fn(&Ring)) {
+    let _ = MAKE_ROOM.set(f);
 }
 
 /// Every ring (in use and free), and the free ones to reuse.

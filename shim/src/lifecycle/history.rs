@@ -29,7 +29,6 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use cuguard_history::{Action, Chunk, Header, Raw, VERSION, write_chunk};
 
 use crate::process::clock;
-use crate::process::global::lock;
 
 /// How often the cuguard thread drains the rings, milliseconds.
 pub const DRAIN_MS: u64 = 50;
@@ -95,6 +94,7 @@ pub fn start() {
     if RUNNING.swap(true, Ordering::AcqRel) {
         return;
     }
+    crate::history::ring::set_make_room(make_room);
     // SAFETY: sigset_t values are plain data; pthread_sigmask only changes this thread's mask.
     let spawned = unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -165,9 +165,52 @@ struct Drained {
     lost: u64,
 }
 
+/// Back-pressure: the calling thread's ring is full. Drains every ring now, as the history's
+/// thread would (what the rings hold is written in time order), unless a drain that ran while
+/// this thread waited for the writer made room already. The caller is on the allocation path,
+/// inside the shim; the wait is for the drain in progress, at most [`WRITER_WAIT`].
+fn make_room(ring: &crate::history::ring::Ring) {
+    crate::guard::shield((), || {
+        let Some(mut guard) = lock_writer() else {
+            return;
+        };
+        if !ring.has_room() {
+            drain_locked(&mut guard, false);
+        }
+    });
+}
+
+/// The longest a thread waits for the writer's lock: a drain takes milliseconds; a holder that
+/// keeps it longer (a thread stopped by a signal while it drained) is not waited for.
+const WRITER_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The writer's lock, taken within [`WRITER_WAIT`] (`None` past it); a poisoned lock is taken
+/// back.
+fn lock_writer() -> Option<std::sync::MutexGuard<'static, Option<Writer>>> {
+    use std::sync::TryLockError;
+    let started = std::time::Instant::now();
+    loop {
+        match writer().try_lock() {
+            Ok(g) => return Some(g),
+            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) if started.elapsed() < WRITER_WAIT => {
+                std::thread::sleep(std::time::Duration::from_micros(20))
+            }
+            Err(TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
 /// Drains every ring into the file.
 fn drain(end: bool) -> Drained {
-    let mut guard = lock(writer());
+    match lock_writer() {
+        Some(mut guard) => drain_locked(&mut guard, end),
+        None => Drained::default(),
+    }
+}
+
+/// Drains every ring into the file, the writer's lock held.
+fn drain_locked(guard: &mut Option<Writer>, end: bool) -> Drained {
     if guard.is_none() {
         *guard = Some(Writer::new());
     }
