@@ -324,6 +324,8 @@ fn ten_million_events_from_four_threads_are_all_kept() {
     // Every pair is in it: 5 million allocations freed, and the 4 kept ones live at the end,
     // at the addresses the report lists.
     assert_eq!(h.blocks.len(), 5_000_004);
+    // And the pool's chunks the blocks came from: one a thread (10,000,000 + 4 + 4 events).
+    assert_eq!(h.segments.len(), 4);
     let mut live: Vec<u64> = h.live_at(h.ends_ns).map(|b| b.addr).collect();
     let mut leaks: Vec<u64> = r["leaks"]
         .as_array()
@@ -337,4 +339,62 @@ fn ten_million_events_from_four_threads_are_all_kept() {
     live.sort_unstable();
     leaks.sort_unstable();
     assert_eq!(live, leaks);
+}
+
+/// The bound is hard (issue 51): eight threads churn 4.8 million allocate-and-free pairs under a
+/// 1 MiB `CUGUARD_HISTORY`; the history's files together never pass it (sampled while they run
+/// and at the end), nothing is lost, and the newest segment reads on its own up to the end.
+#[test]
+fn the_bound_holds_to_the_byte_under_eight_churning_threads() {
+    let dir = scratch_dir("history-bound-hard");
+    let report = dir.join("r.json");
+    let mut child = shim_command(&c_program("history_churn"), &report)
+        .env("CUGUARD_HISTORY", "1MiB")
+        .args(["8", "2", "300000", "2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let files = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".history"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum::<u64>()
+    };
+    let mut most = 0;
+    while child.try_wait().unwrap().is_none() {
+        most = most.max(files());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(child.wait().unwrap().success());
+    most = most.max(files());
+    assert!(most <= MIB, "{most} bytes, over the 1 MiB bound");
+    let r = read_report(&report);
+    let history = &r["history"];
+    // The pairs' 9.6 million events, the 2 kept blocks, and the pool's chunk of each of the 16
+    // threads (as the 4-thread run above has 4).
+    assert_eq!(history["events"].as_u64().unwrap(), 9_600_018);
+    assert!(
+        history["segments_let_go"].as_u64().unwrap() > 0,
+        "{history}"
+    );
+    assert!(
+        history
+            .get("lost")
+            .is_none_or(|l| l.as_array().is_some_and(|a| a.is_empty())),
+        "{history}"
+    );
+    let names: Vec<std::path::PathBuf> = history["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().into())
+        .collect();
+    let newest = replay(&[names.last().unwrap()]);
+    assert!(newest.whole && newest.cut.is_none(), "{:?}", newest.cut);
+    assert_eq!(newest.lost_events(), 0);
+    // The two kept blocks are live at the end, restated by every segment since they were made.
+    assert_eq!(newest.live_at(newest.ends_ns).count(), 2);
 }

@@ -67,6 +67,8 @@ struct Writer {
     let_go: u32,
     stopped: Option<String>,
     ended: bool,
+    /// The bytes the current segment's beginning took (header, clocks, what it restates).
+    seg_begin_bytes: u64,
     /// The latest clock pair written.
     last_clock: (u64, u64, u64),
 }
@@ -272,6 +274,7 @@ impl Writer {
             lost: Vec::new(),
             let_go: 0,
             stopped: None,
+            seg_begin_bytes: 0,
             ended: false,
             last_clock: first(),
         }
@@ -286,33 +289,67 @@ impl Writer {
         if self.stopped.is_some() || (self.file.is_none() && !self.open()) {
             return;
         }
-        let mut buf = Vec::new();
-        let mut written = 0u64;
-        self.names(&mut buf, false);
+        // What is new to name, and the clock, first.
+        let mut head = Vec::new();
+        self.names(&mut head, false);
         write_chunk(
-            &mut buf,
+            &mut head,
             &Chunk::Clock {
                 tsc: clock_now.0,
                 since_start_ns: clock_now.1,
                 unix_ns: clock_now.2,
             },
         );
-        for (thread, events) in batches {
-            // Chunks of at most 64 Ki events, far below the reader's bound.
-            for part in events.chunks(1 << 16) {
-                write_chunk(
-                    &mut buf,
-                    &Chunk::Events {
-                        thread: *thread,
-                        events: part.to_vec(),
-                    },
-                );
-                written += part.len() as u64;
+        if !self.put(&head) {
+            // What the events name must be there: past the bound rather than without it.
+            self.append(&head);
+        }
+        // Then the events in time order (the rings are drained one after another, so a free of
+        // an address and the next allocation that received it may be drained in either order),
+        // in pieces small beside the bound: each piece goes whole into the current segment, or
+        // into a new one that restates what was live before it ([`Self::put`]), so that neither
+        // segment passes half the bound and the live sets follow the pieces in order.
+        let mut all: Vec<(u32, Raw)> = batches
+            .iter()
+            .flat_map(|(thread, events)| events.iter().map(|e| (*thread, *e)))
+            .collect();
+        all.sort_by_key(|(_, e)| e.tsc);
+        let piece_events = (self.bound / 2 / 64 / std::mem::size_of::<Raw>() as u64)
+            .clamp(1 << 10, 1 << 16) as usize;
+        let mut let_go: Vec<(u64, u64, u64)> = Vec::new();
+        for part in all.chunks(piece_events) {
+            let mut by_thread: Vec<(u32, Vec<Raw>)> = Vec::new();
+            for (thread, e) in part {
+                match by_thread.iter_mut().find(|(t, _)| t == thread) {
+                    Some((_, events)) => events.push(*e),
+                    None => by_thread.push((*thread, vec![*e])),
+                }
+            }
+            let mut buf = Vec::new();
+            for (thread, events) in by_thread {
+                write_chunk(&mut buf, &Chunk::Events { thread, events });
+            }
+            if self.put(&buf) {
+                if self.stopped.is_none() {
+                    self.events += part.len() as u64;
+                }
+                for (thread, e) in part {
+                    self.follow(*thread, e);
+                }
+            } else if let (Some(first), Some(last)) = (part.first(), part.last()) {
+                // Not even a new segment holds it (what it restates takes the room): let go,
+                // and said as lost, in the file too.
+                self.note_lost(part.len() as u64, first.1.tsc, last.1.tsc);
+                let_go.push((part.len() as u64, first.1.tsc, last.1.tsc));
+                for (thread, e) in part {
+                    self.follow(*thread, e);
+                }
             }
         }
-        for &(count, first_tsc, last_tsc) in lost {
+        let mut tail = Vec::new();
+        for &(count, first_tsc, last_tsc) in lost.iter().chain(&let_go) {
             write_chunk(
-                &mut buf,
+                &mut tail,
                 &Chunk::Dropped {
                     count,
                     first_tsc,
@@ -321,27 +358,34 @@ impl Writer {
             );
         }
         if end {
-            write_chunk(&mut buf, &Chunk::End { tsc: clock_now.0 });
+            write_chunk(&mut tail, &Chunk::End { tsc: clock_now.0 });
         }
-        // A new segment first when this drain would take the current one past half the bound:
-        // it restates what was live before these events, which follow it.
-        if self.seg_bytes > 0 && self.seg_bytes + buf.len() as u64 > self.bound / 2 {
-            self.rotate();
+        if !self.put(&tail) {
+            // The losses and the end are a few bytes each: past the bound rather than unsaid.
+            self.append(&tail);
         }
-        self.append(&buf);
-        if self.stopped.is_none() {
-            self.events += written;
+    }
+
+    /// Appends `buf` (whole chunks) to the current segment, after starting a new one when it
+    /// would take the current one past half the bound; false when it fits in neither (a new
+    /// segment's restatement leaves it no room): it is not written.
+    fn put(&mut self, buf: &[u8]) -> bool {
+        if buf.is_empty() {
+            return true;
         }
-        // In time order: the rings are drained one after another, so a free of an address and
-        // the next allocation that received it may be drained in either order.
-        let mut all: Vec<(u32, Raw)> = batches
-            .iter()
-            .flat_map(|(thread, events)| events.iter().map(|e| (*thread, *e)))
-            .collect();
-        all.sort_by_key(|(_, e)| e.tsc);
-        for (thread, e) in &all {
-            self.follow(*thread, e);
+        let half = self.bound / 2;
+        let len = buf.len() as u64;
+        if self.seg_bytes + len > half && self.seg_bytes > 0 {
+            // A segment that holds only its own beginning gains nothing from another.
+            if self.seg_bytes > self.seg_begin_bytes {
+                self.rotate();
+            }
+            if self.seg_bytes + len > half {
+                return false;
+            }
         }
+        self.append(buf);
+        true
     }
 
     /// Keeps the live sets up to date with one drained event.
@@ -532,6 +576,7 @@ impl Writer {
         }
         self.seg_bytes = 0;
         self.append(&buf);
+        self.seg_begin_bytes = self.seg_bytes;
     }
 
     /// Starts a new segment: the current one becomes `NAME.history.1`. Only this writer's own
