@@ -398,3 +398,56 @@ fn the_bound_holds_to_the_byte_under_eight_churning_threads() {
     // The two kept blocks are live at the end, restated by every segment since they were made.
     assert_eq!(newest.live_at(newest.ends_ns).count(), 2);
 }
+
+/// Endings under load (issue 51): a program killed with SIGKILL while four threads churn leaves
+/// a history whose last moment is within 100 ms of the kill, and whose live set 100 ms before
+/// the kill is what the program said it held then (its 1 MiB blocks, each printed with the
+/// moments around its call).
+#[test]
+fn a_program_killed_while_it_churns_leaves_its_history_to_within_100_ms() {
+    let dir = scratch_dir("history-kill-churn");
+    let mut child = shim_command(&c_program("history_kill"), &dir.join("r.json"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut kept: Vec<(u64, u64)> = Vec::new();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while kept.len() < 60 {
+        let line = lines.next().expect("the program's lines").unwrap();
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f[0], "kept", "{line}");
+        kept.push((f[2].parse().unwrap(), f[3].parse().unwrap()));
+    }
+    let killed_unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // What it printed up to the kill (a line may have been on its way).
+    for line in lines.map_while(Result::ok) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        kept.push((f[2].parse().unwrap(), f[3].parse().unwrap()));
+    }
+    let h = replay(&[&dir.join("r.history")]);
+    assert!(!h.whole, "killed: no end");
+    assert_eq!(h.lost_events(), 0);
+    let since = |unix: u64| unix.saturating_sub(h.start_unix_ns);
+    let kill = since(killed_unix_ns);
+    assert!(
+        h.ends_ns + 100_000_000 >= kill,
+        "the history ends {} ms before the kill",
+        (kill - h.ends_ns) / 1_000_000
+    );
+    // 100 ms before the kill, moved into the pause between two calls (10 ms apart), so that
+    // every block the program had was made before it, and none after before it.
+    let t = kill - 100_000_000;
+    let i = kept
+        .iter()
+        .rposition(|&(_, after)| since(after) < t)
+        .expect("a block kept 100 ms before the kill");
+    let next_before = kept.get(i + 1).map_or(u64::MAX, |k| since(k.0));
+    let moment = (since(kept[i].1) + next_before.min(since(kept[i].1) + 5_000_000)) / 2;
+    let live = h.live_at(moment).filter(|b| b.size == 1 << 20).count();
+    assert_eq!(live, i + 1, "the program held {} blocks then", i + 1);
+}
