@@ -98,7 +98,8 @@ pub struct RunArgs {
     /// Which CUDA driver the program uses.
     #[arg(long, value_enum, default_value_t = Driver::System)]
     pub driver: Driver,
-    /// Where the shim writes the report (sets CUGUARD_REPORT).
+    /// Where the shim writes the report (sets CUGUARD_REPORT); its directory is made when it is
+    /// missing and names no placeholder.
     #[arg(long, value_name = "TEMPLATE")]
     pub report: Option<OsString>,
     /// Silence the shim's one-line summary at exit (sets CUGUARD_QUIET=1).
@@ -622,6 +623,7 @@ pub fn run(args: RunArgs) -> Result<u8, CliError> {
         }
     }
     if let Some(template) = &args.report {
+        make_report_dir(template);
         cmd.env("CUGUARD_REPORT", template);
     }
     cmd.env(
@@ -753,4 +755,29 @@ mod tests {
         assert_eq!(leftovers, 2, "no temporary links left behind");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// Makes the directory `--report TEMPLATE` names when it is missing (`reports/` in
+/// `reports/cuguard.%p.json`, or the template itself when it ends in `/`), as the user asked
+/// for it: the shim would write elsewhere. Made 0700, the user's alone, as the reports in it
+/// are. A directory part with a placeholder (`%h/`) is left to the shim; a failure is said by
+/// the shim when it writes.
+fn make_report_dir(template: &OsString) {
+    let text = template.to_string_lossy();
+    let dir = if text.ends_with('/') {
+        std::path::Path::new(template)
+    } else {
+        match std::path::Path::new(template).parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => return,
+        }
+    };
+    if dir.to_string_lossy().contains('%') || dir.exists() {
+        return;
+    }
+    use std::os::unix::fs::DirBuilderExt as _;
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir);
 }

@@ -210,3 +210,45 @@ fn no_text_tells_a_user_to_pip_install_cuguard_from_an_index() {
         found.join("\n")
     );
 }
+
+/// `cuguard run --report DIR/NAME` makes DIR when it is missing (the user asked for the report
+/// there; the shim alone would write it elsewhere), the user's alone; the shim's line names the
+/// report without a `./` inside.
+#[test]
+fn cuguard_run_makes_the_report_directory_it_was_given() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = scratch_dir("first-hour-report-dir");
+    let a = artifacts();
+    let out = Command::new(&a.cuguard)
+        .current_dir(&dir)
+        .env_remove("LD_PRELOAD")
+        .env_remove("CUGUARD_RUN_ID")
+        .env("CUGUARD_RUNTIME_DIR", a.scratch.join("runtime"))
+        .args([
+            "run",
+            "--driver",
+            "sim",
+            "--report",
+            "./out/deep/r.json",
+            "--",
+        ])
+        .arg(crate::support::rust_program("cudarc_leaks"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let made = dir.join("out/deep");
+    assert!(made.join("r.json").is_file());
+    assert_eq!(
+        std::fs::metadata(&made).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("report: {}", made.join("r.json").display())),
+        "{said}"
+    );
+}

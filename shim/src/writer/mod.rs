@@ -732,10 +732,12 @@ fn expand(template: &str, host: &str, rank: Option<i64>) -> PathBuf {
     let cfg = config::get();
     let exe = process::exe_name();
     let path = PathBuf::from(template::expand(template, &placeholders(host, rank, &exe)));
+    // `Path::components` leaves out the `.` a relative template starts with (`./r.json`): the
+    // path said and named in the report reads `/work/r.json`, not `/work/./r.json`.
     if path.is_relative() {
-        cfg.start_dir.join(path)
+        cfg.start_dir.join(path).components().collect()
     } else {
-        path
+        path.components().collect()
     }
 }
 
