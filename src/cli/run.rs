@@ -660,6 +660,31 @@ pub(super) fn wait_for(
     })
 }
 
+/// Makes the directory `--report TEMPLATE` names when it is missing (`reports/` in
+/// `reports/cuguard.%p.json`, or the template itself when it ends in `/`), as the user asked
+/// for it: the shim would write elsewhere. Made 0700, the user's alone, as the reports in it
+/// are. A directory part with a placeholder (`%h/`) is left to the shim; a failure is said by
+/// the shim when it writes.
+fn make_report_dir(template: &OsString) {
+    let text = template.to_string_lossy();
+    let dir = if text.ends_with('/') {
+        std::path::Path::new(template)
+    } else {
+        match std::path::Path::new(template).parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => return,
+        }
+    };
+    if dir.to_string_lossy().contains('%') || dir.exists() {
+        return;
+    }
+    use std::os::unix::fs::DirBuilderExt as _;
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -755,29 +780,4 @@ mod tests {
         assert_eq!(leftovers, 2, "no temporary links left behind");
         std::fs::remove_dir_all(&dir).unwrap();
     }
-}
-
-/// Makes the directory `--report TEMPLATE` names when it is missing (`reports/` in
-/// `reports/cuguard.%p.json`, or the template itself when it ends in `/`), as the user asked
-/// for it: the shim would write elsewhere. Made 0700, the user's alone, as the reports in it
-/// are. A directory part with a placeholder (`%h/`) is left to the shim; a failure is said by
-/// the shim when it writes.
-fn make_report_dir(template: &OsString) {
-    let text = template.to_string_lossy();
-    let dir = if text.ends_with('/') {
-        std::path::Path::new(template)
-    } else {
-        match std::path::Path::new(template).parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => return,
-        }
-    };
-    if dir.to_string_lossy().contains('%') || dir.exists() {
-        return;
-    }
-    use std::os::unix::fs::DirBuilderExt as _;
-    let _ = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir);
 }
