@@ -61,9 +61,11 @@ cat "$OUT/at.txt"
 section "1b. PyTorch's own peaks (its trace), and cuguard --at the same moments" 30
 python3 "$P" peaks "$B/torch.pickle" | tee "$OUT/torch_peaks.json"
 python3 - "$OUT/torch_peaks.json" "$B/train.json" > "$B/tpeaks.txt" <<'PY'
-import json, sys
+import json, math, sys
 p = json.load(open(sys.argv[1])); start = json.load(open(sys.argv[2]))["process"]["start_unix_ms"]
-print(f"{p['peak_reserved_unix_ms'] - start:.0f}ms {p['peak_active_unix_ms'] - start:.0f}ms")
+# Rounded up, as cuguard prints moments: rounded to the nearest, a moment 0.44 ms into the
+# millisecond asked before the segment PyTorch's peak made (run 27).
+print(f"{math.ceil(p['peak_reserved_unix_ms'] - start)}ms {math.ceil(p['peak_active_unix_ms'] - start)}ms")
 PY
 read TRES TACT < "$B/tpeaks.txt"
 echo "torch's reserved peak at $TRES, active peak at $TACT (from cuguard's start)"
