@@ -47,6 +47,7 @@ Examples:
   cuguard check --held cuguard.python3.*.json  # fail on memory still held at the end too
   cuguard check --format sarif --source-root . reports/ > cuguard.sarif  # for code scanning
   cuguard check --format github reports/  # annotations in a GitHub Actions job
+  cuguard check --suppressions .cuguard-supp --show-suppressed reports/  # which rule silenced what
   cuguard check --allow-empty reports/  # pass a job that may run no program under cuguard
 
 Suppression rules (one per line, terms separated by spaces, all must match):

@@ -23,6 +23,7 @@ Examples:
   cuguard summary --format markdown 'reports/*.json' > comment.md
   cuguard summary --by rank job-1234.json           # a merged report, one group per rank
   cuguard summary --cost cuguard.train.4242.json    # cuguard's own cost, the whole bill
+  cuguard summary --helper make_buffer r.json       # make_buffer's leaks at its callers' lines
 
 Across three or more processes, a process that holds (or grew) at least 4x the median and
 at least 64 MiB more at a site is called out; incomplete reports and ranks missing from
