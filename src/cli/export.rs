@@ -46,6 +46,7 @@ history file, or several.
 Examples:
   cuguard export --format memory-viz cuguard.train.4242.json -o train.pickle
   cuguard export --format memory-viz train.history --between 12s 14s -o step.pickle
+  cuguard export --format memory-viz --force long.json -o whole.pickle   # past 500 MB anyway
   cuguard export --format pprof cuguard.train.4242.json -o train.pb.gz
   go tool pprof -top -sample_index=alloc_space train.pb.gz
   go tool pprof -top -diff_base=before.pb.gz after.pb.gz")]
@@ -64,6 +65,10 @@ pub struct ExportArgs {
     /// Where to write it (both formats are binary: required).
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
+    /// memory-viz: write a whole run's snapshot past 500 MB anyway (PyTorch's viewer lags past
+    /// it; without --force such a snapshot is refused, and a --between window suggested).
+    #[arg(long)]
+    pub force: bool,
     /// memory-viz: one process's report, or its history file. pprof: reports (merged or not),
     /// or history files.
     #[arg(value_name = "PATH", required = true)]
@@ -75,6 +80,33 @@ pub struct ExportArgs {
 
 /// Past this size, PyTorch's viewer in a browser lags (pytorch#155889); the command says so.
 const VIEWER_COMFORT_BYTES: u64 = 500 << 20;
+
+/// Why a whole run's memory-viz snapshot of `size` bytes is not written: past
+/// [`VIEWER_COMFORT_BYTES`], without a window (`--between`) and without `--force`; the answer
+/// names a window to export instead: the last tenth of the history.
+fn too_large(
+    size: u64,
+    windowed: bool,
+    force: bool,
+    replay: &cuguard_history::replay::Replay,
+) -> Option<String> {
+    if windowed || force || size <= VIEWER_COMFORT_BYTES {
+        return None;
+    }
+    let (begins, ends) = (replay.begins_ns, replay.ends_ns);
+    let from = ends - (ends - begins) / 10;
+    let ms = |ns: u64| ns / 1_000_000;
+    Some(format!(
+        "the whole run's snapshot would be {}, and PyTorch's viewer lags past 500 MB: export a \
+         window (the history spans {} to {}; its last tenth: --between {}ms {}ms), or give \
+         --force to write it whole",
+        crate::wording::bytes(size),
+        crate::history::span_text(begins),
+        crate::history::span_text(ends),
+        ms(from),
+        ms(ends)
+    ))
+}
 
 /// Runs `cuguard export`.
 pub fn run(args: ExportArgs) -> Result<u8, CliError> {
@@ -119,6 +151,14 @@ fn run_memory_viz(args: ExportArgs) -> Result<u8, CliError> {
             .map_or_else(Vec::new, |s| viz_frames(s))
     };
     let bytes = memory_viz(&loaded.replay, &frames, window);
+    if let Some(why) = too_large(
+        bytes.len() as u64,
+        window.is_some(),
+        args.force,
+        &loaded.replay,
+    ) {
+        return Err(CliError::Usage(why));
+    }
     write_output(Some(&args.output), |w| w.write_all(&bytes))?;
     let size = bytes.len() as u64;
     let mut line = format!(
@@ -136,7 +176,7 @@ fn run_memory_viz(args: ExportArgs) -> Result<u8, CliError> {
         }
     );
     if size > VIEWER_COMFORT_BYTES {
-        line.push_str("; the viewer lags past 500 MB: export a window with --between");
+        line.push_str("; the viewer lags past 500 MB: a window (--between) opens faster");
     }
     eprintln!("{line}");
     Ok(exit::OK)
@@ -271,4 +311,31 @@ fn viz_frames(stack: &Stack) -> Vec<VizFrame> {
         .filter_map(native)
         .chain((0..stack.python.len()).filter_map(python))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_run_past_500_mb_is_refused_with_a_window_to_export_instead() {
+        let replay = cuguard_history::replay::Replay {
+            begins_ns: 0,
+            ends_ns: 10_000_000_000,
+            ..Default::default()
+        };
+        let big = VIEWER_COMFORT_BYTES + 1;
+        assert_eq!(
+            too_large(big, false, false, &replay).as_deref(),
+            Some(
+                "the whole run's snapshot would be 500.0 MiB, and PyTorch's viewer lags past \
+                 500 MB: export a window (the history spans 0 ms to 10 s; its last tenth: \
+                 --between 9000ms 10000ms), or give --force to write it whole"
+            )
+        );
+        // A window, --force, or a snapshot the viewer opens: written.
+        assert_eq!(too_large(big, true, false, &replay), None);
+        assert_eq!(too_large(big, false, true, &replay), None);
+        assert_eq!(too_large(VIEWER_COMFORT_BYTES, false, false, &replay), None);
+    }
 }
