@@ -14,7 +14,7 @@
 //! - or it is named: `--helper FUNCTION` (the analysis commands) or `CUGUARD_HELPERS`
 //!   (comma-separated), each a function name or a glob (`make_*`) matching the whole name or a
 //!   method's own (`alloc` names `Pool.alloc`). A named helper is passed over wherever it is on
-//!   a path.
+//!   a path, with the frames it called.
 //!
 //! `--helper none` (or `CUGUARD_HELPERS=none`) turns the first rule off. A site charged to a
 //! caller is keyed and printed with the helper it went through,
@@ -171,31 +171,44 @@ pub fn resolve(sites: &mut HashMap<u64, (Site, &Stack)>, helpers: &Helpers) {
     if !helpers.found && helpers.named.is_empty() {
         return;
     }
-    // The stacks of each user site, with their paths.
-    let mut groups: HashMap<String, Vec<(u64, Vec<Site>)>> = HashMap::new();
-    for (&id, (site, stack)) in sites.iter() {
-        if site.kind != Some(SiteKind::User) {
-            continue;
+    // The stacks of each user site. Without named helpers, a site reached by one stack has no
+    // paths to tell apart: its path is not followed (a report holds up to a million stacks).
+    let mut by_site: HashMap<&str, Vec<u64>> = HashMap::new();
+    for (&id, (site, _)) in sites.iter() {
+        if site.kind == Some(SiteKind::User) {
+            by_site.entry(site.key.as_str()).or_default().push(id);
         }
-        let path = outward(stack);
-        // A path whose first frame is not the site (a name the report did not resolve alike)
-        // is not followed.
-        if path.first().is_none_or(|first| first.key != site.key) {
-            continue;
-        }
-        groups.entry(site.key.clone()).or_default().push((id, path));
     }
-    for (_, group) in groups {
+    let mut groups: Vec<Vec<(u64, Vec<Site>)>> = Vec::new();
+    for (key, ids) in by_site {
+        if ids.len() < 2 && helpers.named.is_empty() {
+            continue;
+        }
+        let group: Vec<(u64, Vec<Site>)> = ids
+            .into_iter()
+            .filter_map(|id| {
+                let path = outward(sites[&id].1);
+                // A path whose first frame is not the site (a name the report did not resolve
+                // alike) is not followed.
+                (path.first().is_some_and(|first| first.key == key)).then_some((id, path))
+            })
+            .collect();
+        groups.push(group);
+    }
+    for group in groups {
         let shared = if helpers.found {
             shared_prefix(&group)
         } else {
             None
         };
         for (id, path) in group {
-            let mut at = shared.unwrap_or(0).min(path.len() - 1);
-            while at + 1 < path.len() && helpers.names(&path[at]) {
-                at += 1;
-            }
+            // Past the frames every path shares, and past the outermost named helper: what a
+            // named helper calls is the helper's.
+            let named = path
+                .iter()
+                .rposition(|f| helpers.names(f))
+                .map_or(0, |k| k + 1);
+            let at = shared.unwrap_or(0).max(named).min(path.len() - 1);
             if at == 0 {
                 continue;
             }
