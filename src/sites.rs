@@ -91,7 +91,8 @@ pub struct Site {
 }
 
 impl Site {
-    fn placeholder(key: String) -> Site {
+    /// A site without a frame (`<no stack>`, `<unknown stack N>`): its key is its name.
+    pub(crate) fn placeholder(key: String) -> Site {
         Site {
             name: key.clone(),
             key,

@@ -569,17 +569,7 @@ mod tests {
     /// A stack's site, as `check` gives it to the rules.
     fn site_of(stack: Option<&Stack>) -> Site {
         stack.map_or_else(
-            || Site {
-                key: "<no stack>".into(),
-                name: "<no stack>".into(),
-                location: None,
-                function: None,
-                module: None,
-                kind: None,
-                context: None,
-                origin: None,
-                via: None,
-            },
+            || Site::placeholder("<no stack>".into()),
             crate::sites::site_of_stack,
         )
     }

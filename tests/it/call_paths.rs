@@ -72,6 +72,16 @@ fn section<'t>(text: &'t str, heading: &str) -> Vec<&'t str> {
         .collect()
 }
 
+/// The rules of a suppressions file: its lines that are neither comments nor empty.
+fn rules(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 fn workloads_c() -> PathBuf {
     artifacts().root.join("harness/workloads/c")
 }
@@ -203,13 +213,7 @@ fn a_c_programs_leaks_through_one_helper_are_named_at_their_callers() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rules: Vec<String> = std::fs::read_to_string(dir.join("base.supp"))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(str::to_string)
-        .collect();
-    assert_eq!(rules, ["site:^main$ leak:^alloc$"]);
+    assert_eq!(rules(&dir.join("base.supp")), ["site:^main$ leak:^alloc$"]);
     let out = cuguard(&dir, &["check", "base.json", "--suppressions", "base.supp"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let out = cuguard(
@@ -351,13 +355,7 @@ fn a_python_programs_leaks_through_one_helper_are_named_at_their_callers() {
     // leaks no longer list), so with --held the new leak alone fails.
     let out = cuguard(&dir, &["suppressions", "-o", "base.supp", "base.json"]);
     assert!(out.status.success());
-    let rules: Vec<String> = std::fs::read_to_string(dir.join("base.supp"))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(str::to_string)
-        .collect();
-    assert_eq!(rules, ["site:^main$ leak:^alloc$"]);
+    assert_eq!(rules(&dir.join("base.supp")), ["site:^main$ leak:^alloc$"]);
     let out = cuguard(
         &dir,
         &[
