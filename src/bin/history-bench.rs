@@ -4,7 +4,7 @@
 //! wall time and peak memory (its own, from `wait4`), side by side in one run.
 //!
 //! ```text
-//! history-bench [--cuguard PATH] [--dir DIR] [--events N] [--chromium PATH]
+//! history-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--events N] [--chromium PATH]
 //! target/release/history-bench --events 10000000
 //! ```
 //!
@@ -17,10 +17,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use cuguard_history::{Action, Chunk, Header, Memory, Raw, VERSION, kind, write_chunk};
+use cuguard_history::live::Follow;
+use cuguard_history::{Action, Chunk, Header, Memory, Raw, VERSION, kind, write_chunk_of};
 
 fn main() {
     let mut cuguard = PathBuf::from("target/release/cuguard");
+    let mut before: Option<PathBuf> = None;
     let mut dir = PathBuf::from("target/history-bench");
     let mut events: u64 = 10_000_000;
     let mut chromium: Option<PathBuf> = which("chromium");
@@ -30,12 +32,13 @@ fn main() {
         let v = args.get(i + 1).cloned().unwrap_or_default();
         match args[i].as_str() {
             "--cuguard" => cuguard = PathBuf::from(v),
+            "--before" => before = Some(PathBuf::from(v)),
             "--dir" => dir = PathBuf::from(v),
             "--events" => events = v.parse().expect("--events N"),
             "--chromium" => chromium = Some(PathBuf::from(v)),
             _ => {
                 eprintln!(
-                    "usage: history-bench [--cuguard PATH] [--dir DIR] [--events N] [--chromium PATH]"
+                    "usage: history-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--events N] [--chromium PATH]"
                 );
                 std::process::exit(2);
             }
@@ -43,72 +46,98 @@ fn main() {
         i += 2;
     }
     std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("bench.history");
-    let started = Instant::now();
-    let written = generate(&file, events);
-    let size = std::fs::metadata(&file).unwrap().len();
-    println!(
-        "history: {written} events, {} bytes ({:.2} bytes an event), written in {:.1} s",
-        size,
-        size as f64 / written as f64,
-        started.elapsed().as_secs_f64()
-    );
-    let page = dir.join("bench.html");
-    let pickle = dir.join("bench.pickle");
-    println!("| command | wall s | peak MiB | / cat |");
-    println!("|---|---:|---:|---:|");
-    let cat = timed(
-        Command::new("cat")
-            .arg(&file)
-            .stdout(std::process::Stdio::null()),
-    );
-    let row = |name: &str, t: (f64, f64)| {
+    // The build before reads layout 1 (no checkpoints): the same events, written as it wrote them.
+    let mut runs = vec![("now", cuguard.clone(), VERSION)];
+    if let Some(b) = before {
+        runs.insert(0, ("before", b, 1));
+    }
+    for (name, cuguard, version) in runs {
+        let file = dir.join(format!("bench-{name}.history"));
+        let started = Instant::now();
+        let (written, end_ns) = generate(&file, events, version);
+        let size = std::fs::metadata(&file).unwrap().len();
         println!(
-            "| {name} | {:.2} | {:.1} | {:.1}x |",
-            t.0,
-            t.1,
-            t.0 / cat.0.max(1e-3)
+            "\n{name}: {} (layout {version}): {written} events, {size} bytes ({:.2} bytes an event), written in {:.1} s",
+            cuguard.display(),
+            size as f64 / written as f64,
+            started.elapsed().as_secs_f64()
         );
-    };
-    row("cat (reading the file)", cat);
-    row(
-        "cuguard summary --at peak",
-        timed(
-            Command::new(&cuguard)
-                .args(["summary", "--at", "peak"])
+        let page = dir.join(format!("bench-{name}.html"));
+        let pickle = dir.join(format!("bench-{name}.pickle"));
+        let (from, to) = (end_ns / 1_000_000 * 9 / 10, end_ns / 1_000_000);
+        let middle = format!("{}ms", end_ns / 2_000_000);
+        println!("| command | wall s | peak MiB | / cat |");
+        println!("|---|---:|---:|---:|");
+        let cat = timed(
+            Command::new("cat")
                 .arg(&file)
                 .stdout(std::process::Stdio::null()),
-        ),
-    );
-    row(
-        "cuguard view",
-        timed(
-            Command::new(&cuguard)
-                .arg("view")
-                .arg(&file)
-                .arg("-o")
-                .arg(&page),
-        ),
-    );
-    row(
-        "cuguard export --format memory-viz",
-        timed(
-            Command::new(&cuguard)
-                .args(["export", "--format", "memory-viz"])
-                .arg(&file)
-                .arg("-o")
-                .arg(&pickle),
-        ),
-    );
-    println!(
-        "page: {} bytes; memory-viz pickle: {} bytes",
-        std::fs::metadata(&page).unwrap().len(),
-        std::fs::metadata(&pickle).unwrap().len()
-    );
-    if let Some(chromium) = chromium {
-        match drawn_ms(&chromium, &page, &dir) {
-            Some(ms) => println!("Chromium: the page drawn {ms} ms after navigation started"),
-            None => println!("Chromium: the page did not say it was drawn"),
+        );
+        let row = |what: &str, t: (f64, f64)| {
+            println!(
+                "| {what} | {:.2} | {:.1} | {:.1}x |",
+                t.0,
+                t.1,
+                t.0 / cat.0.max(1e-3)
+            );
+        };
+        row("cat (reading the file)", cat);
+        for at in ["peak", middle.as_str(), "end"] {
+            row(
+                &format!("cuguard summary --at {at}"),
+                timed(
+                    Command::new(&cuguard)
+                        .args(["summary", "--at", at])
+                        .arg(&file)
+                        .stdout(std::process::Stdio::null()),
+                ),
+            );
+        }
+        row(
+            &format!("cuguard summary --between {from}ms {to}ms"),
+            timed(
+                Command::new(&cuguard)
+                    .args([
+                        "summary",
+                        "--between",
+                        &format!("{from}ms"),
+                        &format!("{to}ms"),
+                    ])
+                    .arg(&file)
+                    .stdout(std::process::Stdio::null()),
+            ),
+        );
+        row(
+            "cuguard view",
+            timed(
+                Command::new(&cuguard)
+                    .arg("view")
+                    .arg(&file)
+                    .arg("-o")
+                    .arg(&page),
+            ),
+        );
+        row(
+            &format!("cuguard export --format memory-viz --between {from}ms {to}ms"),
+            timed(
+                Command::new(&cuguard)
+                    .args(["export", "--format", "memory-viz", "--between"])
+                    .args([format!("{from}ms"), format!("{to}ms")])
+                    .arg(&file)
+                    .arg("-o")
+                    .arg(&pickle),
+            ),
+        );
+        println!(
+            "page: {} bytes; memory-viz pickle of the window: {} bytes",
+            std::fs::metadata(&page).unwrap().len(),
+            std::fs::metadata(&pickle).unwrap().len()
+        );
+        if let Some(chromium) = &chromium {
+            match drawn_ms(chromium, &page, &dir) {
+                Some(ms) => println!("Chromium: the page drawn {ms} ms after navigation started"),
+                None => println!("Chromium: the page did not say it was drawn"),
+            }
         }
     }
 }
@@ -164,11 +193,14 @@ fn drawn_ms(chromium: &Path, page: &Path, dir: &Path) -> Option<u64> {
     dom[at..].split('"').next()?.parse().ok()
 }
 
-/// Writes a history of about `events` events to `path`; the count written.
-fn generate(path: &Path, events: u64) -> u64 {
+/// Writes a history of about `events` events to `path` in layout `version`, as the shim's
+/// writer does: drains every 4096 steps, each a clock and then the events made by then in time
+/// order (a free made later waits for its drain), a checkpoint when one is due; the count
+/// written.
+fn generate(path: &Path, events: u64, version: u32) -> (u64, u64) {
     let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let mut buf = Header {
-        version: VERSION,
+        version,
         pid: 4242,
         start_unix_ns: 1_800_000_000_000_000_000,
         segment: 0,
@@ -176,8 +208,8 @@ fn generate(path: &Path, events: u64) -> u64 {
     }
     .encode()
     .to_vec();
-    // 1 tsc tick = 1 ns; one step every 50 µs.
-    write_chunk(
+    let chunk = |buf: &mut Vec<u8>, c: &Chunk| write_chunk_of(buf, c, version);
+    chunk(
         &mut buf,
         &Chunk::Clock {
             tsc: 0,
@@ -189,14 +221,17 @@ fn generate(path: &Path, events: u64) -> u64 {
         let frames: Vec<u64> = (0..12)
             .map(|f| 0x5555_0000_0000 + u64::from(id % 40) * 0x1000 + f * 0x40)
             .collect();
-        write_chunk(&mut buf, &Chunk::Stack { id, frames });
+        chunk(&mut buf, &Chunk::Stack { id, frames });
     }
     let threads = 8u32;
     let mut written = 0u64;
     let mut t = 1_000u64;
     let mut step = 0u64;
     let mut kept = 0u64;
-    let mut per_thread: Vec<Vec<Raw>> = vec![Vec::new(); threads as usize];
+    let mut follow = Follow::default();
+    // Events made, by when: a drain writes those made by its moment.
+    let mut pending: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u32, RawKey)>> =
+        Default::default();
     let ev = |tsc, addr, size, stack, action| Raw {
         tsc,
         addr,
@@ -205,46 +240,64 @@ fn generate(path: &Path, events: u64) -> u64 {
         context: 0,
         kind: kind(action, Memory::PoolBlock),
         device: 1,
+        stream: 0,
+    };
+    let push = |pending: &mut std::collections::BinaryHeap<_>, thread: u32, r: Raw| {
+        pending.push(std::cmp::Reverse((r.tsc, thread, RawKey(r))))
     };
     while written < events {
-        let th = (step % u64::from(threads)) as usize;
-        let base = 0x7f00_0000_0000u64 + (th as u64) * 0x10_0000_0000;
+        let th = (step % u64::from(threads)) as u32;
+        let base = 0x7f00_0000_0000u64 + u64::from(th) * 0x10_0000_0000;
         // Four temporaries made and freed.
         for k in 0..4u64 {
             let stack = ((step * 7 + k * 13) % 200) as u32;
             let addr = base + k * 0x100_0000;
-            per_thread[th].push(ev(t, addr, (1 + k) << 20, stack, Action::Alloc));
-            per_thread[th].push(ev(t + 20_000, addr, 0, cuguard_history::NONE, Action::Free));
+            push(
+                &mut pending,
+                100 + th,
+                ev(t, addr, (1 + k) << 20, stack, Action::Alloc),
+            );
+            push(
+                &mut pending,
+                100 + th,
+                ev(t + 20_000, addr, 0, cuguard_history::NONE, Action::Free),
+            );
             written += 2;
         }
         if step.is_multiple_of(50) {
             let addr = 0x7e00_0000_0000 + kept * 0x40_0000;
-            per_thread[th].push(ev(t + 1_000, addr, 4 << 20, 199, Action::Alloc));
+            push(
+                &mut pending,
+                100 + th,
+                ev(t + 1_000, addr, 4 << 20, 199, Action::Alloc),
+            );
             kept += 1;
             written += 1;
         }
         if step % 10_000 == 5_000 {
             let addr = 0x7d00_0000_0000 + step * 0x1000;
-            per_thread[th].push(ev(t + 2_000, addr, 4 << 30, 198, Action::Alloc));
-            per_thread[th].push(ev(
-                t + 30_000_000,
-                addr,
-                0,
-                cuguard_history::NONE,
-                Action::Free,
-            ));
+            push(
+                &mut pending,
+                100 + th,
+                ev(t + 2_000, addr, 4 << 30, 198, Action::Alloc),
+            );
+            push(
+                &mut pending,
+                100 + th,
+                ev(t + 30_000_000, addr, 0, cuguard_history::NONE, Action::Free),
+            );
             written += 2;
         }
         t += 50_000;
         step += 1;
         if step.is_multiple_of(4096) {
-            flush(&mut buf, &mut per_thread, t);
+            drain(&mut buf, &mut pending, &mut follow, t, version);
             out.write_all(&buf).unwrap();
             buf.clear();
         }
     }
-    flush(&mut buf, &mut per_thread, t);
-    write_chunk(
+    drain(&mut buf, &mut pending, &mut follow, u64::MAX, version);
+    chunk(
         &mut buf,
         &Chunk::End {
             tsc: t + 40_000_000,
@@ -252,28 +305,74 @@ fn generate(path: &Path, events: u64) -> u64 {
     );
     out.write_all(&buf).unwrap();
     out.flush().unwrap();
-    written
+    (written, t + 40_000_000)
 }
 
-fn flush(buf: &mut Vec<u8>, per_thread: &mut [Vec<Raw>], t: u64) {
-    for (thread, events) in per_thread.iter_mut().enumerate() {
-        if !events.is_empty() {
-            events.sort_by_key(|e| e.tsc);
-            write_chunk(
-                buf,
-                &Chunk::Events {
-                    thread: 100 + thread as u32,
-                    events: std::mem::take(events),
-                },
-            );
-        }
+/// A record ordered by nothing but its place in the heap's key.
+#[derive(Clone, Copy)]
+struct RawKey(Raw);
+
+impl PartialEq for RawKey {
+    fn eq(&self, _: &Self) -> bool {
+        true
     }
-    write_chunk(
+}
+impl Eq for RawKey {}
+impl PartialOrd for RawKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for RawKey {
+    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
+}
+
+/// One drain at `t`: its clock, then the events made by then, in time order, a chunk per
+/// thread; a checkpoint when due.
+fn drain(
+    buf: &mut Vec<u8>,
+    pending: &mut std::collections::BinaryHeap<std::cmp::Reverse<(u64, u32, RawKey)>>,
+    follow: &mut Follow,
+    t: u64,
+    version: u32,
+) {
+    let mut now: Vec<(u32, Raw)> = Vec::new();
+    let mut last = 0;
+    while let Some(std::cmp::Reverse((tsc, thread, RawKey(r)))) = pending.peek().copied() {
+        if tsc > t {
+            break;
+        }
+        pending.pop();
+        last = tsc;
+        now.push((thread, r));
+    }
+    let clock = if t == u64::MAX { last } else { t };
+    write_chunk_of(
         buf,
         &Chunk::Clock {
-            tsc: t,
-            since_start_ns: t,
-            unix_ns: 1_800_000_000_000_000_000 + t,
+            tsc: clock,
+            since_start_ns: clock,
+            unix_ns: 1_800_000_000_000_000_000 + clock,
         },
+        version,
     );
+    for piece in now.chunks(1 << 16) {
+        let mut by_thread: Vec<(u32, Vec<Raw>)> = Vec::new();
+        for (thread, r) in piece {
+            follow.follow(*thread, r);
+            match by_thread.iter_mut().find(|(t, _)| t == thread) {
+                Some((_, v)) => v.push(*r),
+                None => by_thread.push((*thread, vec![*r])),
+            }
+        }
+        for (thread, events) in by_thread {
+            write_chunk_of(buf, &Chunk::Events { thread, events }, version);
+        }
+    }
+    if follow.due() {
+        write_chunk_of(buf, &follow.checkpoint(), version);
+        follow.checkpointed();
+    }
 }

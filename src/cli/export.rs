@@ -126,11 +126,11 @@ fn run_memory_viz(args: ExportArgs) -> Result<u8, CliError> {
         .paths
         .try_into()
         .map_err(|_| CliError::Usage("memory-viz takes one process's report or history".into()))?;
-    let loaded = crate::history::load(&path)?;
+    let opened = crate::history::load(&path)?;
     let window = match &args.between {
         Some(pair) => {
             let t = |s: &str| {
-                crate::history::parse_time(s, &loaded.replay)
+                crate::history::parse_time(s, &opened)
                     .map_err(|why| CliError::Usage(format!("--between {why}")))
             };
             let (from, to) = (t(&pair[0])?, t(&pair[1])?);
@@ -143,6 +143,10 @@ fn run_memory_viz(args: ExportArgs) -> Result<u8, CliError> {
             Some((from, to))
         }
         None => None,
+    };
+    let loaded = match window {
+        Some((from, to)) => opened.read(from, to)?,
+        None => opened.whole()?,
     };
     let stacks = crate::history::stacks_by_id(&loaded.report);
     let frames = |id: u32| {
@@ -195,7 +199,7 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
         if crate::history::is_history_file(path)? {
             processes.push(Process {
                 report: None,
-                history: Some(crate::history::load(path)?),
+                history: Some(crate::history::load(path)?.whole()?),
             });
             continue;
         }
@@ -203,7 +207,7 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
             .map_err(|e| CliError::Input(InputError::from(e)))?;
         for r in doc.into_reports() {
             let r: Report = r.map_err(|e| CliError::Input(InputError::from(e)))?;
-            let history = match crate::history::of_report(&r, path) {
+            let history = match crate::history::of_report(&r, path).and_then(|o| o.whole()) {
                 Ok(h) => Some(h),
                 Err(e) if args.at.is_some() => return Err(e.into()),
                 Err(e) => {

@@ -121,13 +121,16 @@ fn moment(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
             args.paths.len()
         )));
     };
-    let loaded = crate::history::load(path)?;
+    let opened = crate::history::load(path)?;
     let time = |t: &str, flag: &str| {
-        crate::history::parse_time(t, &loaded.replay)
+        crate::history::parse_time(t, &opened)
             .map_err(|why| CliError::Usage(format!("{flag} {why}")))
     };
     let m = match (&args.at, &args.between) {
-        (Some(at), _) => crate::history::moment::at(&loaded, time(at, "--at")?, top),
+        (Some(at), _) => {
+            let at = time(at, "--at")?;
+            crate::history::moment::at(&opened.read(at, at)?, at, top)
+        }
         (_, Some(pair)) => {
             let (from, to) = (time(&pair[0], "--between")?, time(&pair[1], "--between")?);
             if from > to {
@@ -136,7 +139,7 @@ fn moment(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
                     pair[0], pair[1]
                 )));
             }
-            crate::history::moment::between(&loaded, from, to, top)
+            crate::history::moment::between(&opened.read(from, to)?, from, to, top)
         }
         _ => unreachable!("asked for a moment"),
     };

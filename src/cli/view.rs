@@ -81,7 +81,7 @@ pub fn run(args: ViewArgs) -> Result<u8, CliError> {
         if path.canonicalize().is_ok_and(|c| named.contains(&c)) {
             continue;
         }
-        let loaded = crate::history::load(&path)?;
+        let loaded = crate::history::load(&path)?.whole()?;
         let source = input::Source { path, index: None };
         fold.add(ProcessView::from_history(&source, &loaded));
     }

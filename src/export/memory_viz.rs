@@ -8,15 +8,20 @@
 //!
 //! - `segments`: the memory held at one moment, a list of dicts with PyTorch's keys: `device`
 //!   (the ordinal), `address`, `total_size`, `allocated_size`, `active_size`, `requested_size`,
-//!   `stream` (0), `segment_type` (`"large"`), `segment_pool_id` (`(0, 0)`, the default pool),
+//!   `stream` (the stream its allocation was made on, as the history keeps it: the program's
+//!   `CUstream` handle, 0 for the legacy default stream, for a pool's chunk and for a call that
+//!   takes none, `CU_STREAM_PER_THREAD` (2) for a thread's per-thread default stream),
+//!   `segment_type` (`"large"`), `segment_pool_id` (`(0, 0)`, the default pool),
 //!   `is_expandable` (false), `frames` and `blocks`. The blocks tile the segment in address
 //!   order, with no gap or overlap, each a dict of `address`, `size`, `requested_size`, `state`
 //!   and `frames`: `state` is `"active_allocated"` for a live allocation (its `requested_size`
 //!   its size: the history knows no rounding) and `"inactive"` for the free space between them
 //!   (`requested_size` 0, no frames).
 //! - `device_traces`: one list per device, indexed by ordinal up to the highest one the history
-//!   saw, of the events in time order, each a dict of `action`, `addr`, `size`, `stream` (0),
-//!   `time_us` (microseconds since the Unix epoch, as PyTorch writes them) and `frames`.
+//!   saw, of the events in time order, each a dict of `action`, `addr`, `size`, `stream` (the
+//!   stream the allocation or segment it is about was made on, a free's included, as PyTorch
+//!   writes the block's; 0 for `oom`), `time_us` (microseconds since the Unix epoch, as PyTorch
+//!   writes them) and `frames`.
 //!   `action` is `segment_alloc` and `segment_free` (a driver allocation made and given back),
 //!   `alloc`, `free_requested` then `free_completed` at once (a free: the viewer folds the pair
 //!   into one `free`, and its Allocator State History needs the pair to do so), or `oom` (a
@@ -56,9 +61,9 @@
 //!
 //! # Integers
 //!
-//! Addresses and sizes are written as PyTorch writes them, `static_cast<int64_t>`, so every
-//! integer fits in 64 signed bits. The viewer reads an integer of up to 8 bytes as a JavaScript
-//! number: exact below 2^53, far above any device address.
+//! Addresses, sizes and streams are written as PyTorch writes them, `static_cast<int64_t>`, so
+//! every integer fits in 64 signed bits. The viewer reads an integer of up to 8 bytes as a JavaScript
+//! number: exact below 2^53, far above any device address or stream handle (a host pointer).
 //!
 //! # Checking a snapshot
 //!
@@ -133,6 +138,7 @@ pub fn memory_viz(
                 addr: b.addr,
                 size: b.size,
                 stack: b.stack,
+                stream: b.stream,
             });
             seq += 1;
         }
@@ -169,6 +175,7 @@ pub fn memory_viz(
             device: o.device,
             context: u16::MAX,
             released: false,
+            stream: 0,
         };
         push(model.index(o.device), o.time_ns, Action::Oom, &b);
     }
@@ -348,6 +355,8 @@ struct Event {
     addr: u64,
     size: u64,
     stack: u32,
+    /// The stream its allocation was made on.
+    stream: u64,
 }
 
 /// One block of a segment's tiling.
@@ -409,7 +418,7 @@ fn tiles<'a>(seg: &'a Seg, t: u64) -> Vec<Tile<'a>> {
     out
 }
 
-/// An address or size as PyTorch writes it: `static_cast<int64_t>`.
+/// An address, size or stream as PyTorch writes it: `static_cast<int64_t>`.
 fn i64_of(v: u64) -> i64 {
     v as i64
 }
@@ -471,7 +480,7 @@ impl Writer<'_> {
             p.int(i64_of(allocated));
         }
         p.key("stream");
-        p.int(0);
+        p.int(i64_of(s.stream));
         p.key("segment_type");
         p.key("large");
         p.key("segment_pool_id");
@@ -529,7 +538,7 @@ impl Writer<'_> {
             p.key("size");
             p.int(i64_of(e.size));
             p.key("stream");
-            p.int(0);
+            p.int(i64_of(e.stream));
             p.key("time_us");
             p.int(time_us);
             p.key("frames");

@@ -36,6 +36,7 @@ fn block(
         device,
         context: 0,
         released: false,
+        stream: 0,
     }
 }
 
@@ -585,6 +586,7 @@ fn a_history_file_read_back_exports() {
         context: 0,
         kind: kind(action, memory),
         device,
+        stream: 0,
     };
     write_chunk(
         &mut file,

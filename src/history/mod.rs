@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cuguard_format::{Addr, Frame, Module, Process, PyFrame, Reason, Report, Stack};
+use cuguard_history::bounded::{History, Source};
 use cuguard_history::replay::{Replay, Word};
 use cuguard_symbolize::Symbolizer;
 use cuguard_symbolize::site::Plumbing;
@@ -23,9 +24,122 @@ use crate::report::ReadError;
 /// The largest history file read (a segment is at most half of `CUGUARD_HISTORY`).
 pub const MAX_HISTORY_BYTES: u64 = 8 << 30;
 
-/// A history read and named.
+/// A history opened: walked once, read a window at a time ([`Opened::read`]) in memory that
+/// does not grow with its length.
+pub struct Opened {
+    pub history: History<Fixed>,
+    /// Why the shim stopped recording before the end, as its report says.
+    pub stopped: Option<String>,
+    /// The report's process, when read for a report.
+    process: Option<Process>,
+    /// The segment files, oldest first.
+    pub files: Vec<PathBuf>,
+    /// Notes already said.
+    said: std::cell::Cell<usize>,
+}
+
+/// A history file as it was when opened: read at offsets, never past the size it had then
+/// (a running process's writer appends meanwhile).
+pub struct Fixed {
+    file: std::fs::File,
+    size: u64,
+}
+
+impl Source for Fixed {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let end = self.size.saturating_sub(offset).min(buf.len() as u64) as usize;
+        Source::read_at(&self.file, &mut buf[..end], offset)
+    }
+}
+
+impl Opened {
+    /// The process, the span, the losses (no blocks).
+    pub fn meta(&self) -> &Replay {
+        self.history.meta()
+    }
+
+    /// What was live at `from_ns` and made up to `to_ns`, named.
+    pub fn read(&self, from_ns: u64, to_ns: u64) -> Result<Loaded, InputError> {
+        let replay = self
+            .history
+            .window(from_ns, to_ns)
+            .map_err(|e| invalid(&self.files[0], e.to_string()))?;
+        self.say_notes();
+        let report = named(&replay, self.process.clone());
+        Ok(Loaded {
+            replay,
+            stopped: self.stopped.clone(),
+            report,
+            files: self.files.clone(),
+            allocations: self.history.allocations(),
+        })
+    }
+
+    /// The whole history, named (memory grows with it).
+    pub fn whole(&self) -> Result<Loaded, InputError> {
+        self.read(0, u64::MAX)
+    }
+
+    /// What the reader worked around (a damaged checkpoint), one line each on stderr, once.
+    fn say_notes(&self) {
+        let notes = self.history.notes();
+        let which = self.files.last().expect("at least one file");
+        for n in notes.iter().skip(self.said.get()) {
+            eprintln!(
+                "cuguard: {}: {n}",
+                crate::wording::one_line(&which.display().to_string())
+            );
+        }
+        self.said.set(notes.len());
+    }
+}
+
+/// The moments a history's times are read against ([`parse_time`]).
+pub trait Moments {
+    fn begins_ns(&self) -> u64;
+    fn ends_ns(&self) -> u64;
+    fn peak_ns(&self) -> u64;
+    fn first_oom_ns(&self) -> Option<u64>;
+}
+
+impl Moments for Replay {
+    fn begins_ns(&self) -> u64 {
+        self.begins_ns
+    }
+    fn ends_ns(&self) -> u64 {
+        self.ends_ns
+    }
+    fn peak_ns(&self) -> u64 {
+        self.peak(None).0
+    }
+    fn first_oom_ns(&self) -> Option<u64> {
+        Replay::first_oom_ns(self)
+    }
+}
+
+impl Moments for Opened {
+    fn begins_ns(&self) -> u64 {
+        self.meta().begins_ns
+    }
+    fn ends_ns(&self) -> u64 {
+        self.meta().ends_ns
+    }
+    fn peak_ns(&self) -> u64 {
+        self.history.peak().0
+    }
+    fn first_oom_ns(&self) -> Option<u64> {
+        self.history.first_oom_ns()
+    }
+}
+
+/// A history read (a window of it, or all of it) and named.
 pub struct Loaded {
     pub replay: Replay,
+    /// Allocations in the whole history (the window's blocks are fewer).
+    pub allocations: u64,
     /// Why the shim stopped recording before the end (a full disk), as its report says; `None`
     /// when it did not, or when the history was read without its report.
     pub stopped: Option<String>,
@@ -38,7 +152,7 @@ pub struct Loaded {
 
 /// Reads the history at `path`: a report naming its history, or a history file (with its older
 /// segment `PATH.1` when that is the same process's).
-pub fn load(path: &Path) -> Result<Loaded, InputError> {
+pub fn load(path: &Path) -> Result<Opened, InputError> {
     let head = read_first(path, cuguard_history::MAGIC.len())?;
     let (files, report) = if head.starts_with(cuguard_history::MAGIC) {
         (segments_beside(path)?, None)
@@ -74,7 +188,7 @@ pub fn is_history_file(path: &Path) -> Result<bool, InputError> {
 
 /// The history of `report`, read from `path` (its history's files are named relative to the
 /// report's directory).
-pub fn of_report(report: &Report, path: &Path) -> Result<Loaded, InputError> {
+pub fn of_report(report: &Report, path: &Path) -> Result<Opened, InputError> {
     read_segments(
         files_of(report, path)?,
         Some(Owner::of(report.clone(), path)?),
@@ -188,14 +302,14 @@ fn files_of(report: &Report, path: &Path) -> Result<Vec<PathBuf>, InputError> {
 
 /// Reads a history's segment files (oldest first) and names its stacks; with `owner`, only when
 /// every file is owned by the report's owner and the history is of the report's process.
-fn read_segments(files: Vec<PathBuf>, owner: Option<Owner>) -> Result<Loaded, InputError> {
-    let mut bytes = Vec::with_capacity(files.len());
+fn read_segments(files: Vec<PathBuf>, owner: Option<Owner>) -> Result<Opened, InputError> {
+    let mut sources = Vec::with_capacity(files.len());
     for f in &files {
-        bytes.push(read_file(f, owner.as_ref().map(|o| o.uid))?);
+        sources.push(open_file(f, owner.as_ref().map(|o| o.uid))?);
     }
-    let refs: Vec<&[u8]> = bytes.iter().map(|b| &b[..]).collect();
-    let replay = Replay::read(&refs).map_err(|e| invalid(&files[0], e.to_string()))?;
-    if let Some(why) = owner.as_ref().and_then(|o| o.refuses(&replay)) {
+    let history = History::open(sources).map_err(|e| invalid(&files[0], e.to_string()))?;
+    let replay = history.meta();
+    if let Some(why) = owner.as_ref().and_then(|o| o.refuses(replay)) {
         return Err(invalid(files.last().expect("at least one file"), why));
     }
     if let Some(cut) = &replay.cut {
@@ -209,13 +323,15 @@ fn read_segments(files: Vec<PathBuf>, owner: Option<Owner>) -> Result<Loaded, In
         ),
         None => (None, None),
     };
-    let report = named(&replay, process);
-    Ok(Loaded {
-        replay,
+    let opened = Opened {
+        history,
         stopped,
-        report,
+        process,
         files,
-    })
+        said: std::cell::Cell::new(0),
+    };
+    opened.say_notes();
+    Ok(opened)
 }
 
 fn invalid(path: &Path, reason: String) -> InputError {
@@ -256,14 +372,13 @@ fn open_regular(path: &Path) -> Result<(std::fs::File, u64), InputError> {
     Ok((f, size))
 }
 
-/// A history file's sound part ([`cuguard_history::read_sound`]): never more than its size when
-/// opened, nor past its first bad chunk, so a sparse or padded file costs what it holds. With
-/// `uid`, a file another user owns is refused.
-fn read_file(path: &Path, uid: Option<u32>) -> Result<Vec<u8>, InputError> {
+/// A history file opened for reading at offsets, up to its size now. With `uid`, a file
+/// another user owns is refused.
+fn open_file(path: &Path, uid: Option<u32>) -> Result<Fixed, InputError> {
     use std::os::unix::fs::MetadataExt as _;
-    let (mut f, size) = open_regular(path)?;
+    let (file, size) = open_regular(path)?;
     if let Some(uid) = uid {
-        let owner = f
+        let owner = file
             .metadata()
             .map_err(|e| invalid(path, e.to_string()))?
             .uid();
@@ -276,8 +391,7 @@ fn read_file(path: &Path, uid: Option<u32>) -> Result<Vec<u8>, InputError> {
             ));
         }
     }
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, &mut f);
-    cuguard_history::read_sound(&mut reader, size).map_err(|e| invalid(path, e.to_string()))
+    Ok(Fixed { file, size })
 }
 
 /// `path` and, before it, its older segment `PATH.1` when that is the same process's previous
@@ -448,11 +562,12 @@ impl ModuleIndex {
 
 /// What a user gives for a moment, turned into nanoseconds since the start: `12.5s`, `840ms`,
 /// `2m`, a plain number of seconds, `peak`, `oom` (the first) or `end`.
-pub fn parse_time(text: &str, replay: &Replay) -> Result<u64, String> {
+pub fn parse_time(text: &str, replay: &impl Moments) -> Result<u64, String> {
     let t = text.trim();
+    let (begins_ns, ends_ns) = (replay.begins_ns(), replay.ends_ns());
     let ns = match t {
-        "peak" => replay.peak(None).0,
-        "end" => replay.ends_ns,
+        "peak" => replay.peak_ns(),
+        "end" => ends_ns,
         "oom" => replay.first_oom_ns().ok_or_else(|| {
             "no allocation was refused for lack of memory in this history".to_string()
         })?,
@@ -475,8 +590,8 @@ pub fn parse_time(text: &str, replay: &Replay) -> Result<u64, String> {
                 return Err(format!(
                     "{text:?} is before the process started: times count from its start, and \
                      the history spans {} to {}",
-                    span_text(replay.begins_ns),
-                    span_text(replay.ends_ns)
+                    span_text(begins_ns),
+                    span_text(ends_ns)
                 ));
             }
             if !v.is_finite() {
@@ -487,11 +602,11 @@ pub fn parse_time(text: &str, replay: &Replay) -> Result<u64, String> {
             (v * scale).round() as u64
         }
     };
-    if ns < replay.begins_ns || ns > replay.ends_ns {
+    if ns < begins_ns || ns > ends_ns {
         return Err(format!(
             "{text} is outside the history: it spans {} to {}",
-            span_text(replay.begins_ns),
-            span_text(replay.ends_ns)
+            span_text(begins_ns),
+            span_text(ends_ns)
         ));
     }
     Ok(ns)

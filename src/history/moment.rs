@@ -102,6 +102,9 @@ pub struct SiteMoment {
     /// the moment asked): each is live here, or was freed in a lost window.
     pub unsure_allocations: u64,
     pub unsure_bytes: u64,
+    /// The streams its allocations here were made on (the `CUstream` handles; 0: the legacy
+    /// default stream, or a call that takes none), in order.
+    pub streams: Vec<u64>,
     /// The call path: the site and its callers, innermost first.
     pub stack: Vec<String>,
 }
@@ -186,6 +189,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
         first_ns: u64,
         largest: (u64, Option<u64>),
         unsure: (u64, u64),
+        streams: std::collections::BTreeSet<u64>,
     }
     // By call path (the site and its callers as printed) rather than by site alone: one site
     // reached from several lines (a helper every step calls) shows each line that made memory.
@@ -221,7 +225,9 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
                 first_ns: b.start_ns,
                 largest: (0, stack),
                 unsure: (0, 0),
+                streams: Default::default(),
             });
+        g.streams.insert(b.stream);
         if unsure(b) {
             g.unsure = (g.unsure.0 + 1, g.unsure.1 + b.size);
         }
@@ -267,6 +273,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
                     first_ms: ms(g.first_ns),
                     unsure_allocations: g.unsure.0,
                     unsure_bytes: g.unsure.1,
+                    streams: g.streams.iter().copied().collect(),
                     stack: callers(&sites, g.largest.1),
                 }
             })
@@ -293,7 +300,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
             ends_ms: ms(r.ends_ns),
             whole: r.whole,
             stopped: loaded.stopped.clone(),
-            allocations: r.blocks.len(),
+            allocations: loaded.allocations as usize,
             lost_events,
             lost_windows: windows(&lost),
             complete: lost_events == 0,

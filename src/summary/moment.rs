@@ -134,7 +134,7 @@ pub fn text(m: &Moment, source: &str, out: &mut dyn Write, style: Style) -> io::
                 bytes(s.bytes),
                 plural(s.allocations, "allocation", "allocations"),
                 one_line(&s.site.label),
-                format!("since {}", when(s.first_ms)),
+                format!("since {}{}", when(s.first_ms), streams_text(&s.streams)),
                 super::text::held_by(s.owner_kind, &s.owner_label),
                 unsure_text(s),
             ]);
@@ -218,4 +218,27 @@ pub fn json(m: &Moment, source: &str, out: &mut dyn Write) -> io::Result<()> {
     }
     serde_json::to_writer_pretty(&mut *out, &Doc { source, moment: m })?;
     writeln!(out)
+}
+
+/// `, on stream 0x5000` when a site's allocations were made on streams other than the default.
+fn streams_text(streams: &[u64]) -> String {
+    if streams.iter().all(|&s| s == 0) {
+        return String::new();
+    }
+    let names: Vec<String> = streams
+        .iter()
+        .map(|&s| {
+            if s == 0 {
+                "the default".into()
+            } else {
+                format!("{s:#x}")
+            }
+        })
+        .collect();
+    let word = if names.len() == 1 {
+        "stream"
+    } else {
+        "streams"
+    };
+    format!(", on {word} {}", names.join(", "))
 }

@@ -282,6 +282,7 @@ impl ProcessView {
         if let Some(path) = &self.history {
             self.timeline = Some(
                 crate::history::load(path)
+                    .and_then(|o| o.whole())
                     .map(|l| history_timeline(&l))
                     .map_err(|e| e.to_string()),
             );

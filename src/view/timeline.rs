@@ -347,6 +347,7 @@ mod tests {
                 context: 0,
                 kind: kind(action, Memory::Device),
                 device: 1,
+                stream: 0,
             };
             events.push(ev(start, Action::Alloc, size));
             if let Some(e) = stop {

@@ -454,6 +454,7 @@ pub(crate) fn lost_history(dir: &Path) -> std::path::PathBuf {
         context: 0,
         kind: kind(Action::Alloc, Memory::Device),
         device: 0,
+        stream: 0,
     };
     for c in [
         clock(0),
@@ -522,4 +523,89 @@ fn summary_at_says_the_events_lost_before_the_moment_and_is_whole_only_without_t
     );
     assert_eq!(json["devices"][0]["sites"][0]["unsure_allocations"], 2);
     assert_eq!(json["devices"][0]["sites"][0]["unsure_bytes"], 2 << 20);
+}
+
+/// A history of the previous layout (1: no streams, no checkpoints), written by cuguard at
+/// 94323a1 with its report, is read and answers as that cuguard answered (its answers recorded
+/// then: the moments, bytes and allocations below).
+#[test]
+fn a_history_of_the_previous_layout_answers_as_before() {
+    let dir = scratch_dir("history-v1");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/history-v1");
+    for f in ["spike.json", "spike.history", "leak.json", "leak.history"] {
+        std::fs::copy(fixtures.join(f), dir.join(f)).unwrap();
+    }
+    let ask = |args: &[&str]| -> Value {
+        let mut all = args.to_vec();
+        all.extend(["--format", "json"]);
+        serde_json::from_str(&ok(&dir, &all)).unwrap()
+    };
+    // (question, moment ms, allocations in the history, its end ms, [(bytes, allocations) by device]).
+    type Case<'a> = (&'a [&'a str], f64, u64, f64, &'a [(u64, u64)]);
+    let cases: [Case; 5] = [
+        (
+            &["summary", "spike.json", "--at", "peak"],
+            304.52,
+            71,
+            1112.49,
+            &[(512 << 20, 1)],
+        ),
+        (
+            &["summary", "spike.json", "--at", "500ms"],
+            500.0,
+            71,
+            1112.49,
+            &[(512 << 20, 1)],
+        ),
+        (
+            &["summary", "spike.json", "--at", "end"],
+            1112.49,
+            71,
+            1112.49,
+            &[],
+        ),
+        (
+            &["summary", "leak.json", "--at", "end"],
+            2.9,
+            3,
+            2.9,
+            &[(20 << 20, 2)],
+        ),
+        (
+            &["summary", "leak.json", "--at", "peak"],
+            2.84,
+            3,
+            2.9,
+            &[(20 << 20, 2)],
+        ),
+    ];
+    for (args, at, allocations, ends, devices) in cases {
+        let v = ask(args);
+        assert_eq!(v["at_ms"].as_f64(), Some(at), "{args:?}");
+        assert_eq!(
+            v["span"]["allocations"].as_u64(),
+            Some(allocations),
+            "{args:?}"
+        );
+        assert_eq!(v["span"]["ends_ms"].as_f64(), Some(ends), "{args:?}");
+        assert_eq!(v["span"]["whole"], true, "{args:?}");
+        let got: Vec<(u64, u64)> = v["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["bytes"].as_u64().unwrap(),
+                    d["allocations"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(got, devices, "{args:?}");
+    }
+    let v = ask(&["summary", "spike.json", "--between", "1s", "end"]);
+    assert_eq!(
+        (v["from_ms"].as_f64(), v["to_ms"].as_f64()),
+        (Some(1000.0), Some(1112.49))
+    );
+    assert_eq!(v["devices"], serde_json::json!([]));
 }

@@ -419,6 +419,7 @@ fn adversarial_replays_take_under_two_seconds() {
         context,
         kind: kind(action, Memory::Device),
         device: 1,
+        stream: 0,
     };
     // 100,000 blocks live in context 0, then 100,000 releases of other contexts: each release
     // walked every live block.

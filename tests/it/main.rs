@@ -24,6 +24,7 @@ mod format_read;
 mod history_identity;
 mod history_recording;
 mod history_setting;
+mod history_streams;
 mod hostile_input;
 mod limit;
 mod limit_nvml;

@@ -10,8 +10,8 @@
 //! use cuguard_history::{Action, Chunk, Header, Raw, Reader, write_chunk};
 //! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 1, segment: 0, run: 0 }.encode().to_vec();
 //! let events = [
-//!     Raw { tsc: 100, addr: 0x7f00_0000_0000, size: 1 << 20, stack: 3, context: 0, kind: Action::Alloc as u8, device: 1 },
-//!     Raw { tsc: 250, addr: 0x7f00_0000_0000, size: 0, stack: u32::MAX, context: 0, kind: Action::Free as u8, device: 1 },
+//!     Raw { tsc: 100, addr: 0x7f00_0000_0000, size: 1 << 20, stack: 3, context: 0, kind: Action::Alloc as u8, device: 1, stream: 0 },
+//!     Raw { tsc: 250, addr: 0x7f00_0000_0000, size: 0, stack: u32::MAX, context: 0, kind: Action::Free as u8, device: 1, stream: 0x5000 },
 //! ];
 //! write_chunk(&mut file, &Chunk::Events { thread: 42, events: events.to_vec() });
 //! let mut r = Reader::new(&file).unwrap();
@@ -23,7 +23,7 @@
 //! assert!(r.next().is_none());
 //! ```
 //!
-//! # Layout (version 1), little-endian
+//! # Layout (version 2), little-endian
 //!
 //! A 32-byte header ([`Header`]): magic `CUGHIST1`, version (u32), pid (u32), the process's start
 //! (u64 nanoseconds since the Unix epoch), the segment's number (u32), the run's tag (u32). Then chunks to the end of the file,
@@ -38,14 +38,21 @@
 //! `tag (u8) · Δtsc (zigzag varint) · Δaddress (zigzag varint) · [size (varint)] · stack+1
 //! (varint) · [context (varint) · device (u8)]`: the deltas run from the previous event of the
 //! chunk (0 for the first); the size is there for the actions that have one ([`Action::sized`]);
-//! the context and device when the tag's bit 7 says they changed.
+//! the context, device and stream when the tag's bit 7 says they changed. (Version 1, read still,
+//! had no stream: its events are on stream 0.)
+//!
+//! A checkpoint chunk ([`Chunk::Checkpoint`]) restates everything live after the events before
+//! it, with what the span since the checkpoint before it held (its peak, its refusals), so that
+//! a reader reaches any moment from the checkpoint before it rather than from the beginning.
 
 use std::fmt;
 
 /// The first bytes of every history file.
 pub const MAGIC: &[u8; 8] = b"CUGHIST1";
 /// The layout this crate writes, and the newest it reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// The oldest layout it reads (version 1: no streams, no checkpoints).
+pub const OLDEST_VERSION: u32 = 1;
 /// The header's size in bytes.
 pub const HEADER_LEN: usize = 32;
 /// "No stack" and "no context" in [`Raw`].
@@ -130,7 +137,7 @@ pub const fn kind(action: Action, memory: Memory) -> u8 {
     action as u8 | (memory as u8) << 4
 }
 
-/// One event as the allocation path records it: 32 bytes, appended and nothing else. The thread
+/// One event as the allocation path records it: 40 bytes, appended and nothing else. The thread
 /// is the buffer's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
@@ -150,6 +157,9 @@ pub struct Raw {
     pub kind: u8,
     /// The device's ordinal + 1; 0 when unknown.
     pub device: u8,
+    /// The stream it was made or freed on, as the program's `CUstream` handle (0: the legacy
+    /// default stream, or a call that takes none).
+    pub stream: u64,
 }
 
 /// The file's header.
@@ -195,7 +205,7 @@ impl Header {
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let version = u32_at(8);
-        if version > VERSION || version == 0 {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(Error::NewerVersion(version));
         }
         Ok(Header {
@@ -253,26 +263,64 @@ pub enum Chunk {
     },
     /// The history ended here, whole, at this moment.
     End { tsc: u64 },
+    /// Everything live after the events before it in the file (allocations and segments, as
+    /// [`Chunk::Live`] lists them), and what the span since the checkpoint before it (or the
+    /// segment's beginning) held.
+    Checkpoint(Checkpoint),
 }
 
-const EVENTS: u8 = 1;
+/// A checkpoint's content ([`Chunk::Checkpoint`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The latest moment of the events before it (its tsc).
+    pub tsc: u64,
+    /// Events before it, since its segment began (after what the segment restates).
+    pub events: u64,
+    /// Allocations ([`Action::Alloc`]) among them.
+    pub allocations: u64,
+    /// The most live memory (allocations, host-pinned memory excepted, every device together)
+    /// in the span since the checkpoint before it, and the moment it was first reached.
+    pub peak_bytes: u64,
+    pub peak_tsc: u64,
+    /// Refusals ([`Action::Oom`]) in that span.
+    pub ooms: u64,
+    /// What is live.
+    pub live: Vec<(u32, Raw)>,
+}
+
+/// The bytes of a checkpoint's fixed fields, before its live set: a reader that looks for
+/// checkpoints reads only these.
+pub const CHECKPOINT_HEAD: usize = 48;
+
+pub(crate) const EVENTS: u8 = 1;
 const STACK: u8 = 2;
-const CLOCK: u8 = 3;
+pub(crate) const CLOCK: u8 = 3;
 const DROPPED: u8 = 4;
-const LIVE: u8 = 5;
+pub(crate) const LIVE: u8 = 5;
 const MODULE: u8 = 6;
 const END: u8 = 7;
 const CODE: u8 = 8;
+pub(crate) const CHECKPOINT: u8 = 9;
 
 /// Appends `chunk` to `out`, framed.
 pub fn write_chunk(out: &mut Vec<u8>, chunk: &Chunk) {
+    write_chunk_of(out, chunk, VERSION)
+}
+
+/// Appends `chunk` to `out` as layout `version` writes it (1: no streams, and no
+/// checkpoints: one is not written); for benchmarks beside an older cuguard and tests of the
+/// older layout.
+pub fn write_chunk_of(out: &mut Vec<u8>, chunk: &Chunk, version: u32) {
+    if version < 2 && matches!(chunk, Chunk::Checkpoint(_)) {
+        return;
+    }
     let start = out.len();
     out.extend_from_slice(&[0; 9]);
     let kind = match chunk {
         Chunk::Events { thread, events } => {
             varint(out, u64::from(*thread));
             varint(out, events.len() as u64);
-            encode_events(out, events.iter().map(|e| (*thread, *e)), false);
+            encode_events(out, events.iter().map(|e| (*thread, *e)), false, version);
             EVENTS
         }
         Chunk::Stack { id, frames } => {
@@ -307,7 +355,7 @@ pub fn write_chunk(out: &mut Vec<u8>, chunk: &Chunk) {
         }
         Chunk::Live { events } => {
             varint(out, events.len() as u64);
-            encode_events(out, events.iter().copied(), true);
+            encode_events(out, events.iter().copied(), true, version);
             LIVE
         }
         Chunk::Module {
@@ -334,6 +382,21 @@ pub fn write_chunk(out: &mut Vec<u8>, chunk: &Chunk) {
             out.extend_from_slice(&tsc.to_le_bytes());
             END
         }
+        Chunk::Checkpoint(c) => {
+            for v in [
+                c.tsc,
+                c.events,
+                c.allocations,
+                c.peak_bytes,
+                c.peak_tsc,
+                c.ooms,
+            ] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            varint(out, c.live.len() as u64);
+            encode_events(out, c.live.iter().copied(), true, version);
+            CHECKPOINT
+        }
     };
     let len = (out.len() - start - 9) as u32;
     let sum = checksum(kind, &out[start + 9..]);
@@ -342,13 +405,18 @@ pub fn write_chunk(out: &mut Vec<u8>, chunk: &Chunk) {
     out[start + 5..start + 9].copy_from_slice(&sum.to_le_bytes());
 }
 
-/// The tag bit that says the context and device follow.
+/// The tag bit that says the context, device and stream follow.
 const PLACE_CHANGED: u8 = 0x80;
 
-fn encode_events(out: &mut Vec<u8>, events: impl Iterator<Item = (u32, Raw)>, threads: bool) {
-    let (mut tsc, mut addr, mut place) = (0u64, 0u64, None::<(u16, u8)>);
+fn encode_events(
+    out: &mut Vec<u8>,
+    events: impl Iterator<Item = (u32, Raw)>,
+    threads: bool,
+    version: u32,
+) {
+    let (mut tsc, mut addr, mut place) = (0u64, 0u64, None::<(u16, u8, u64)>);
     for (thread, e) in events {
-        let changed = place != Some((e.context, e.device));
+        let changed = place != Some((e.context, e.device, e.stream));
         // The memory nibble keeps 3 bits: bit 7 of the tag is ours.
         out.push((e.kind & 0x7f) | if changed { PLACE_CHANGED } else { 0 });
         if threads {
@@ -363,7 +431,10 @@ fn encode_events(out: &mut Vec<u8>, events: impl Iterator<Item = (u32, Raw)>, th
         if changed {
             varint(out, u64::from(e.context));
             out.push(e.device);
-            place = Some((e.context, e.device));
+            if version >= 2 {
+                varint(out, e.stream);
+            }
+            place = Some((e.context, e.device, e.stream));
         }
         (tsc, addr) = (e.tsc, e.addr);
     }
@@ -505,86 +576,108 @@ impl<'a> Reader<'a> {
                 });
             }
             self.at += 9 + len as usize;
-            let corrupt = |why| Error::Corrupt { at, why };
-            let mut p = Cursor { b: payload, at: 0 };
-            let chunk = match kind {
-                EVENTS => {
-                    let thread = p.u32().ok_or(corrupt("a thread id"))?;
-                    let n = p.count().ok_or(corrupt("an event count"))?;
-                    let events = decode_events(&mut p, n, false).ok_or(corrupt("an event"))?;
-                    Chunk::Events {
-                        thread,
-                        events: events.into_iter().map(|(_, e)| e).collect(),
-                    }
-                }
-                STACK => {
-                    let id = p.u32().ok_or(corrupt("a stack id"))?;
-                    let n = p.count().ok_or(corrupt("a frame count"))?;
-                    let mut frames = Vec::with_capacity(n);
-                    let mut prev = 0u64;
-                    for _ in 0..n {
-                        prev = prev.wrapping_add(p.signed().ok_or(corrupt("a frame"))? as u64);
-                        frames.push(prev);
-                    }
-                    Chunk::Stack { id, frames }
-                }
-                CLOCK => {
-                    let [tsc, since_start_ns, unix_ns] = p.fixed().ok_or(corrupt("a clock"))?;
-                    Chunk::Clock {
-                        tsc,
-                        since_start_ns,
-                        unix_ns,
-                    }
-                }
-                DROPPED => {
-                    let [count, first_tsc, last_tsc] = p.fixed().ok_or(corrupt("a drop count"))?;
-                    Chunk::Dropped {
-                        count,
-                        first_tsc,
-                        last_tsc,
-                    }
-                }
-                LIVE => {
-                    let n = p.count().ok_or(corrupt("a live count"))?;
-                    Chunk::Live {
-                        events: decode_events(&mut p, n, true).ok_or(corrupt("a live event"))?,
-                    }
-                }
-                MODULE => {
-                    let start = p.varint().ok_or(corrupt("a module"))?;
-                    let len = p.varint().ok_or(corrupt("a module"))?;
-                    let below = p.varint().ok_or(corrupt("a module"))?;
-                    let path = p.string().ok_or(corrupt("a module path"))?;
-                    let build_id = p.string().ok_or(corrupt("a module's build-id"))?;
-                    Chunk::Module {
-                        start,
-                        end: start.wrapping_add(len),
-                        bias: start.wrapping_sub(below),
-                        path,
-                        build_id,
-                    }
-                }
-                CODE => {
-                    let id = p.u32().ok_or(corrupt("a code id"))?;
-                    let file = p.string().ok_or(corrupt("a code's file"))?;
-                    let function = p.string().ok_or(corrupt("a code's function"))?;
-                    Chunk::Code { id, file, function }
-                }
-                END => {
-                    let tsc = p.take(8).ok_or(corrupt("the end"))?;
-                    Chunk::End {
-                        tsc: u64::from_le_bytes(tsc.try_into().unwrap()),
-                    }
-                }
+            match decode_chunk(kind, payload, self.header.version, at)? {
+                Some(chunk) => return Ok(Some(chunk)),
                 // A kind from a newer writer: skipped.
-                _ => continue,
-            };
-            if p.at != payload.len() && kind != END {
-                return Err(corrupt("bytes left over in a chunk"));
+                None => continue,
             }
-            return Ok(Some(chunk));
         }
     }
+}
+
+/// The chunk of `kind` whose payload (checksum already checked) is `payload`, in a file of
+/// layout `v`, found at byte `at`; `None` for a kind this crate does not know.
+pub(crate) fn decode_chunk(
+    kind: u8,
+    payload: &[u8],
+    v: u32,
+    at: u64,
+) -> Result<Option<Chunk>, Error> {
+    let corrupt = |why| Error::Corrupt { at, why };
+    let mut p = Cursor { b: payload, at: 0 };
+    let chunk = match kind {
+        EVENTS => {
+            let thread = p.u32().ok_or(corrupt("a thread id"))?;
+            let n = p.count().ok_or(corrupt("an event count"))?;
+            let events = decode_events(&mut p, n, false, v).ok_or(corrupt("an event"))?;
+            Chunk::Events {
+                thread,
+                events: events.into_iter().map(|(_, e)| e).collect(),
+            }
+        }
+        STACK => {
+            let id = p.u32().ok_or(corrupt("a stack id"))?;
+            let n = p.count().ok_or(corrupt("a frame count"))?;
+            let mut frames = Vec::with_capacity(n);
+            let mut prev = 0u64;
+            for _ in 0..n {
+                prev = prev.wrapping_add(p.signed().ok_or(corrupt("a frame"))? as u64);
+                frames.push(prev);
+            }
+            Chunk::Stack { id, frames }
+        }
+        CLOCK => {
+            let [tsc, since_start_ns, unix_ns] = p.fixed().ok_or(corrupt("a clock"))?;
+            Chunk::Clock {
+                tsc,
+                since_start_ns,
+                unix_ns,
+            }
+        }
+        DROPPED => {
+            let [count, first_tsc, last_tsc] = p.fixed().ok_or(corrupt("a drop count"))?;
+            Chunk::Dropped {
+                count,
+                first_tsc,
+                last_tsc,
+            }
+        }
+        LIVE => {
+            let n = p.count().ok_or(corrupt("a live count"))?;
+            Chunk::Live {
+                events: decode_events(&mut p, n, true, v).ok_or(corrupt("a live event"))?,
+            }
+        }
+        MODULE => {
+            let start = p.varint().ok_or(corrupt("a module"))?;
+            let len = p.varint().ok_or(corrupt("a module"))?;
+            let below = p.varint().ok_or(corrupt("a module"))?;
+            let path = p.string().ok_or(corrupt("a module path"))?;
+            let build_id = p.string().ok_or(corrupt("a module's build-id"))?;
+            Chunk::Module {
+                start,
+                end: start.wrapping_add(len),
+                bias: start.wrapping_sub(below),
+                path,
+                build_id,
+            }
+        }
+        CODE => {
+            let id = p.u32().ok_or(corrupt("a code id"))?;
+            let file = p.string().ok_or(corrupt("a code's file"))?;
+            let function = p.string().ok_or(corrupt("a code's function"))?;
+            Chunk::Code { id, file, function }
+        }
+        END => {
+            let tsc = p.take(8).ok_or(corrupt("the end"))?;
+            Chunk::End {
+                tsc: u64::from_le_bytes(tsc.try_into().unwrap()),
+            }
+        }
+        CHECKPOINT => {
+            let mut c = checkpoint_head(&mut p).ok_or(corrupt("a checkpoint"))?;
+            let n = p.count().ok_or(corrupt("a checkpoint's count"))?;
+            c.live =
+                decode_events(&mut p, n, true, v).ok_or(corrupt("a checkpoint's live event"))?;
+            Chunk::Checkpoint(c)
+        }
+        // A kind from a newer writer: skipped.
+        _ => return Ok(None),
+    };
+    if p.at != payload.len() && kind != END {
+        return Err(corrupt("bytes left over in a chunk"));
+    }
+    Ok(Some(chunk))
 }
 
 impl Iterator for Reader<'_> {
@@ -605,9 +698,35 @@ impl Iterator for Reader<'_> {
     }
 }
 
-fn decode_events(p: &mut Cursor, n: usize, threads: bool) -> Option<Vec<(u32, Raw)>> {
+/// A checkpoint's fixed fields ([`CHECKPOINT_HEAD`] bytes), its live set empty.
+fn checkpoint_head(p: &mut Cursor) -> Option<Checkpoint> {
+    let b = p.take(CHECKPOINT_HEAD)?;
+    let f = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+    Some(Checkpoint {
+        tsc: f(0),
+        events: f(1),
+        allocations: f(2),
+        peak_bytes: f(3),
+        peak_tsc: f(4),
+        ooms: f(5),
+        live: Vec::new(),
+    })
+}
+
+/// A checkpoint's fixed fields from the first [`CHECKPOINT_HEAD`] bytes of its payload.
+pub fn decode_checkpoint_head(payload: &[u8]) -> Option<Checkpoint> {
+    checkpoint_head(&mut Cursor { b: payload, at: 0 })
+}
+
+pub(crate) fn decode_events(
+    p: &mut Cursor,
+    n: usize,
+    threads: bool,
+    version: u32,
+) -> Option<Vec<(u32, Raw)>> {
     let mut out = Vec::with_capacity(n.min(1 << 20));
-    let (mut tsc, mut addr, mut context, mut device) = (0u64, 0u64, u16::MAX, 0u8);
+    let (mut tsc, mut addr, mut context, mut device, mut stream) =
+        (0u64, 0u64, u16::MAX, 0u8, 0u64);
     let mut first = true;
     for _ in 0..n {
         let tag = p.byte()?;
@@ -621,6 +740,9 @@ fn decode_events(p: &mut Cursor, n: usize, threads: bool) -> Option<Vec<(u32, Ra
         if tag & PLACE_CHANGED != 0 {
             context = u16::try_from(p.varint()?).ok()?;
             device = p.byte()?;
+            if version >= 2 {
+                stream = p.varint()?;
+            }
         } else if first {
             return None;
         }
@@ -635,15 +757,16 @@ fn decode_events(p: &mut Cursor, n: usize, threads: bool) -> Option<Vec<(u32, Ra
                 context,
                 kind,
                 device,
+                stream,
             },
         ));
     }
     Some(out)
 }
 
-struct Cursor<'a> {
-    b: &'a [u8],
-    at: usize,
+pub(crate) struct Cursor<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl<'a> Cursor<'a> {
@@ -725,6 +848,8 @@ pub fn checksum(kind: u8, payload: &[u8]) -> u32 {
     h
 }
 
+pub mod bounded;
+pub mod live;
 pub mod replay;
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! // 1 tsc tick = 1 ns here.
 //! write_chunk(&mut file, &Chunk::Clock { tsc: 1_000, since_start_ns: 0, unix_ns: 0 });
 //! write_chunk(&mut file, &Chunk::Clock { tsc: 2_000_001_000, since_start_ns: 2_000_000_000, unix_ns: 2_000_000_000 });
-//! let ev = |tsc, action, size| Raw { tsc, addr: 0x7000_0000, size, stack: 0, context: 0, kind: kind(action, Memory::Device), device: 1 };
+//! let ev = |tsc, action, size| Raw { tsc, addr: 0x7000_0000, size, stack: 0, context: 0, kind: kind(action, Memory::Device), device: 1, stream: 0 };
 //! write_chunk(&mut file, &Chunk::Events { thread: 5, events: vec![
 //!     ev(500_001_000, Action::Alloc, 512 << 20),
 //!     ev(1_500_001_000, Action::Free, 0),
@@ -52,6 +52,8 @@ pub struct Block {
     pub context: u16,
     /// Whether its end was its context's release rather than a free.
     pub released: bool,
+    /// The stream it was made on (the `CUstream` handle; 0: the legacy default stream, or none).
+    pub stream: u64,
 }
 
 impl Block {
@@ -238,6 +240,8 @@ impl Replay {
                         out.codes.insert(id, (file, function));
                     }
                     Chunk::End { tsc } => end_tsc = Some(tsc),
+                    // What the events before it said already.
+                    Chunk::Checkpoint(_) => {}
                 }
             }
             if out.cut.is_some() {
@@ -277,6 +281,7 @@ impl Replay {
                 device: r.device,
                 context: r.context,
                 released: false,
+                stream: r.stream,
             };
             match action {
                 Action::Alloc => open.made(&mut out.blocks, block),
@@ -368,7 +373,7 @@ impl Replay {
 /// release ends its blocks, each in time proportional to what it ends (a release of a context
 /// with nothing live costs nothing, however many blocks other contexts hold).
 #[derive(Default)]
-struct Open {
+pub(crate) struct Open {
     /// Address to index in the list.
     by_addr: HashMap<u64, usize>,
     /// Context to the addresses open in it.
@@ -377,7 +382,7 @@ struct Open {
 
 impl Open {
     /// `block` made: a block still open at its address ends now (its free was never seen).
-    fn made(&mut self, list: &mut Vec<Block>, block: Block) {
+    pub(crate) fn made(&mut self, list: &mut Vec<Block>, block: Block) {
         if let Some(old) = self.by_addr.insert(block.addr, list.len()) {
             list[old].end_ns = Some(block.start_ns);
             self.forget(list[old].context, block.addr);
@@ -390,7 +395,7 @@ impl Open {
     }
 
     /// The block at `addr` freed at `t`; false when none is open there.
-    fn freed(&mut self, list: &mut [Block], addr: u64, t: u64) -> bool {
+    pub(crate) fn freed(&mut self, list: &mut [Block], addr: u64, t: u64) -> bool {
         let Some(i) = self.by_addr.remove(&addr) else {
             return false;
         };
@@ -400,7 +405,7 @@ impl Open {
     }
 
     /// Every block open in `context` ended at `t` with it.
-    fn released(&mut self, list: &mut [Block], context: u16, t: u64) {
+    pub(crate) fn released(&mut self, list: &mut [Block], context: u16, t: u64) {
         for addr in self.by_context.remove(&context).unwrap_or_default() {
             if let Some(i) = self.by_addr.remove(&addr) {
                 list[i].end_ns = Some(t);
@@ -421,22 +426,22 @@ impl Open {
 
 /// Turns time-stamp-counter readings into nanoseconds since the start, between the history's
 /// clock pairs (and beyond them, along the nearest two).
-struct Clock {
+pub(crate) struct Clock {
     pairs: Vec<(u64, u64)>,
 }
 
 impl Clock {
-    fn new(mut pairs: Vec<(u64, u64)>) -> Clock {
+    pub(crate) fn new(mut pairs: Vec<(u64, u64)>) -> Clock {
         pairs.sort_unstable();
         pairs.dedup_by_key(|p| p.0);
         Clock { pairs }
     }
 
-    fn last_ns(&self) -> u64 {
+    pub(crate) fn last_ns(&self) -> u64 {
         self.pairs.last().map_or(0, |p| p.1)
     }
 
-    fn ns(&self, tsc: u64) -> u64 {
+    pub(crate) fn ns(&self, tsc: u64) -> u64 {
         let p = &self.pairs;
         match p.len() {
             0 => 0,

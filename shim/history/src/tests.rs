@@ -29,24 +29,28 @@ fn raw() -> impl Strategy<Value = Raw> {
         any::<u16>(),
         (1u8..=6, 0u8..=7),
         any::<u8>(),
+        any::<u64>(),
     )
-        .prop_map(|(tsc, addr, size, stack, context, (a, m), device)| {
-            let kind = a | m << 4;
-            let size = if Action::of(kind).unwrap().sized() {
-                size
-            } else {
-                0
-            };
-            Raw {
-                tsc,
-                addr,
-                size,
-                stack,
-                context,
-                kind,
-                device,
-            }
-        })
+        .prop_map(
+            |(tsc, addr, size, stack, context, (a, m), device, stream)| {
+                let kind = a | m << 4;
+                let size = if Action::of(kind).unwrap().sized() {
+                    size
+                } else {
+                    0
+                };
+                Raw {
+                    tsc,
+                    addr,
+                    size,
+                    stack,
+                    context,
+                    kind,
+                    device,
+                    stream,
+                }
+            },
+        )
 }
 
 fn chunk() -> impl Strategy<Value = Chunk> {
@@ -91,6 +95,19 @@ fn chunk() -> impl Strategy<Value = Chunk> {
             function
         }),
         any::<u64>().prop_map(|tsc| Chunk::End { tsc }),
+        (
+            proptest::array::uniform6(any::<u64>()),
+            proptest::collection::vec((any::<u32>(), raw()), 0..20)
+        )
+            .prop_map(|(f, live)| Chunk::Checkpoint(Checkpoint {
+                tsc: f[0],
+                events: f[1],
+                allocations: f[2],
+                peak_bytes: f[3],
+                peak_tsc: f[4],
+                ooms: f[5],
+                live,
+            })),
     ]
 }
 
@@ -151,6 +168,7 @@ fn a_training_loop_costs_under_16_bytes_an_event() {
                 context: 0,
                 kind: kind(Action::Alloc, Memory::PoolBlock),
                 device: 1,
+                stream: 0,
             });
             live.push(addr);
         }
@@ -164,6 +182,7 @@ fn a_training_loop_costs_under_16_bytes_an_event() {
                 context: 0,
                 kind: kind(Action::Free, Memory::PoolBlock),
                 device: 1,
+                stream: 0,
             });
         }
     }
@@ -192,12 +211,12 @@ fn headers_of_other_files_and_newer_versions_are_refused() {
         Error::Truncated { at: 20 }
     );
     let mut newer = header();
-    newer[8] = 2;
+    newer[8] = 3;
     let e = read_all(&newer).unwrap_err();
-    assert_eq!(e, Error::NewerVersion(2));
+    assert_eq!(e, Error::NewerVersion(3));
     assert_eq!(
         e.to_string(),
-        "a history of layout version 2, written by a newer cuguard (this one reads version 1)"
+        "a history of layout version 3, written by a newer cuguard (this one reads version 2)"
     );
     assert_eq!(read_all(&header()).unwrap(), vec![]);
 }

@@ -117,9 +117,13 @@ pub fn stamp() -> u64 {
 }
 
 /// The program received `size` bytes of `memory` at `addr`, from stack `stack`, in context
-/// `context` (or [`NONE`]) on device `ordinal` (-1: unknown), at the moment `tsc` when one
-/// taken already follows every free of `addr` (a block from the thread's own cache: the
-/// record's order key, taken before it was served), else now.
+/// `context` (or [`NONE`]) on device `ordinal` (-1: unknown), made on `stream` (the program's
+/// `CUstream` handle, one value per stream: 0 for the legacy default stream and for a call that
+/// takes none, `CU_STREAM_PER_THREAD` for a per-thread default stream; the stream-ordered hooks
+/// work it out), at the moment `tsc` when one taken already follows every free of `addr` (a
+/// block from the thread's own cache: the record's order key, taken before it was served), else
+/// now.
+#[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn allocated_at(
     tsc: Option<u64>,
@@ -129,6 +133,7 @@ pub fn allocated_at(
     stack: u32,
     context_id: u32,
     ordinal: i32,
+    stream: u64,
 ) {
     if !on() {
         return;
@@ -141,12 +146,14 @@ pub fn allocated_at(
         context: context(context_id),
         kind: kind(Action::Alloc, memory),
         device: device(ordinal),
+        stream,
     });
 }
 
-/// The program freed the allocation at `addr`, from the moment `tsc` ([`stamp`]).
+/// The program freed the allocation at `addr` on `stream` (as for [`allocated_at`]: 0 for a
+/// free that takes none), from the moment `tsc` ([`stamp`]).
 #[inline]
-pub fn freed(addr: u64, memory: Memory, context_id: u32, ordinal: i32, tsc: u64) {
+pub fn freed(addr: u64, memory: Memory, context_id: u32, ordinal: i32, tsc: u64, stream: u64) {
     if !on() {
         return;
     }
@@ -158,6 +165,7 @@ pub fn freed(addr: u64, memory: Memory, context_id: u32, ordinal: i32, tsc: u64)
         context: context(context_id),
         kind: kind(Action::Free, memory),
         device: device(ordinal),
+        stream,
     });
 }
 
@@ -174,6 +182,7 @@ pub fn refused(size: u64, stack: u32, ordinal: i32, tsc: u64) {
         context: u16::MAX,
         kind: kind(Action::Oom, Memory::Device),
         device: device(ordinal),
+        stream: 0,
     });
 }
 
@@ -190,6 +199,7 @@ pub fn context_released(id: u32) {
         context: context(id),
         kind: kind(Action::ContextRelease, Memory::Device),
         device: 0,
+        stream: 0,
     });
 }
 
@@ -212,6 +222,7 @@ pub fn chunk(taken: bool, base: u64, size: u64, context_id: u32, ordinal: i32) {
         context: context(context_id),
         kind: kind(action, Memory::Device),
         device: device(ordinal),
+        stream: 0,
     });
 }
 

@@ -62,9 +62,9 @@ fn served(
             // record's order key (taken then) is its moment, and no second clock read is due.
             // (Both are the time-stamp counter on x86_64; elsewhere they are two counters.)
             let tsc = (s.cached && cfg!(target_arch = "x86_64")).then_some(record.seq);
-            record.history_allocated_at(tsc, addr, true);
+            record.history_allocated_at(tsc, addr, true, 0);
         } else {
-            t.add(addr, record);
+            t.add(addr, record, 0);
         }
         crate::lifecycle::note_allocation();
     });

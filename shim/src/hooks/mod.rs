@@ -112,7 +112,8 @@ pub fn make_record(
     record
 }
 
-/// Records an allocation the driver just made at `addr` in context `cur`.
+/// Records an allocation the driver just made at `addr` in context `cur`, by a call that takes
+/// no stream.
 pub fn record_alloc(
     t: &Tracker,
     cur: Option<u64>,
@@ -122,9 +123,25 @@ pub fn record_alloc(
     size: u64,
     requested: u64,
 ) {
+    record_alloc_on(t, cur, api, memory, addr, size, requested, 0);
+}
+
+/// [`record_alloc`] of a stream-ordered allocation, made on `stream` (the history's key of it:
+/// see [`crate::history::allocated_at`]).
+#[allow(clippy::too_many_arguments)]
+pub fn record_alloc_on(
+    t: &Tracker,
+    cur: Option<u64>,
+    api: Entry,
+    memory: Memory,
+    addr: u64,
+    size: u64,
+    requested: u64,
+    stream: u64,
+) {
     let record = make_record(t, cur, api, memory, size, requested);
     let _span = cost::resume();
-    t.add(addr, record);
+    t.add(addr, record, stream);
     crate::lifecycle::note_allocation();
 }
 
@@ -226,15 +243,28 @@ pub fn event(
     });
 }
 
-/// Frees `addr` and accounts for it. A pooled block is freed by `pool` (which hands back its
-/// record, taken out under the pool's lock together with the block); anything else by `free`
-/// (the driver), with the record taken out before the free, so that an address the driver
-/// hands out again at once is never confused with the old one, and put back if the free is
-/// refused.
+/// Frees `addr` and accounts for it, for a free that takes no stream. A pooled block is freed
+/// by `pool` (which hands back its record, taken out under the pool's lock together with the
+/// block); anything else by `free` (the driver), with the record taken out before the free, so
+/// that an address the driver hands out again at once is never confused with the old one, and
+/// put back if the free is refused.
 pub fn free_tracked(
     api: Entry,
     addr: u64,
     cur: Option<u64>,
+    pool: impl FnOnce() -> Option<(CUresult, Option<Record>)>,
+    free: impl FnOnce() -> CUresult,
+) -> CUresult {
+    free_tracked_on(api, addr, cur, 0, pool, free)
+}
+
+/// [`free_tracked`] of a stream-ordered free, on `stream` (the history's key of it: see
+/// [`crate::history::freed`]).
+pub fn free_tracked_on(
+    api: Entry,
+    addr: u64,
+    cur: Option<u64>,
+    stream: u64,
     pool: impl FnOnce() -> Option<(CUresult, Option<Record>)>,
     free: impl FnOnce() -> CUresult,
 ) -> CUresult {
@@ -250,7 +280,7 @@ pub fn free_tracked(
             && addr != 0
         {
             crate::guard::shield((), || {
-                account_free(t, api, addr, cur, record, result, true, tsc)
+                account_free(t, api, addr, cur, record, result, true, tsc, stream)
             });
         }
         return result;
@@ -264,7 +294,7 @@ pub fn free_tracked(
     let taken = crate::guard::shield(None, || t.take(addr));
     let result = free();
     crate::guard::shield((), || {
-        account_free(t, api, addr, cur, taken, result, false, tsc)
+        account_free(t, api, addr, cur, taken, result, false, tsc, stream)
     });
     result
 }
@@ -279,10 +309,11 @@ fn account_free(
     result: CUresult,
     pooled: bool,
     tsc: u64,
+    stream: u64,
 ) {
     match (taken, result) {
         (Some(record), CUDA_SUCCESS) => {
-            t.freed(addr, &record, tsc);
+            t.freed(addr, &record, tsc, stream);
             let (now, _) = context_of(t, cur);
             if record.context != NONE && now != NONE && now != record.context {
                 event(

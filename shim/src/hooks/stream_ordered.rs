@@ -4,11 +4,16 @@
 //! The driver lets cuMemFreeAsync free any device allocation (measured: it frees a cuMemAlloc
 //! pointer), so frees go through [`crate::serving::serve::pool_free`] first, which hands pooled pointers back
 //! to the pool.
+//!
+//! The history records each allocation's and each free's stream ([`history_stream`]); the pool
+//! never serves these allocations (they go to the driver), but a pooled block freed here is
+//! freed on this free's stream.
 
 #![allow(non_snake_case)]
 
 use super::{
-    admit_untracked, current_tracked_context, free_tracked, record_alloc, record_alloc_failed,
+    admit_untracked, current_tracked_context, free_tracked_on, record_alloc_failed,
+    record_alloc_on, submit,
 };
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
@@ -16,7 +21,21 @@ use crate::guard::shield;
 use crate::serving::serve;
 use crate::tracker::Memory;
 
-fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize) {
+/// The history's key of the stream `stream` passed to `api`: one value per stream, whichever
+/// handle named it. The program's handle, except that the legacy default stream is 0 (handle 0
+/// in a plain entry, `CU_STREAM_LEGACY` in any) and the calling thread's per-thread default
+/// stream is `CU_STREAM_PER_THREAD` (handle 0 in a `_ptsz` entry, or that handle in any).
+#[inline]
+fn history_stream(api: Entry, stream: CUstream) -> u64 {
+    match stream as u64 {
+        0 if submit::is_per_thread(api) => 2,
+        1 => 0,
+        h => h,
+    }
+}
+
+/// Tracks the outcome of an allocation made on `stream` (its history key).
+fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize, stream: u64) {
     let Some((_guard, t)) = super::active() else {
         return;
     };
@@ -25,7 +44,7 @@ fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize
             // SAFETY: the call succeeded, so dptr was valid and written.
             let addr = if dptr.is_null() { 0 } else { unsafe { *dptr } };
             if addr != 0 {
-                record_alloc(
+                record_alloc_on(
                     t,
                     crate::driver::current_context(),
                     api,
@@ -33,6 +52,7 @@ fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize
                     addr,
                     size as u64,
                     size as u64,
+                    stream,
                 );
             }
         } else {
@@ -58,7 +78,7 @@ pub unsafe fn cuMemAllocAsync(
     };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, stream) };
-    after_alloc(e, r, dptr, bytesize);
+    after_alloc(e, r, dptr, bytesize, history_stream(e, stream));
     if let Some(g) = grant {
         g.done();
     }
@@ -83,14 +103,15 @@ pub unsafe fn cuMemAllocFromPoolAsync(
     };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, pool, stream) };
-    after_alloc(e, r, dptr, bytesize);
+    after_alloc(e, r, dptr, bytesize, history_stream(e, stream));
     if let Some(g) = grant {
         g.done();
     }
     r
 }
 
-/// `cuMemFreeAsync` and `_ptsz`: a pooled block back to the pool, anything else to the driver.
+/// `cuMemFreeAsync` and `_ptsz`: a pooled block back to the pool, anything else to the driver;
+/// the free is on `stream`.
 ///
 /// # Safety
 /// The program's arguments, under the driver's contract.
@@ -101,12 +122,28 @@ pub unsafe fn cuMemFreeAsync(
     stream: CUstream,
 ) -> CUresult {
     let cur = crate::driver::current_context();
-    free_tracked(
+    free_tracked_on(
         e,
         dptr,
         cur,
+        history_stream(e, stream),
         || serve::pool_free(cur, dptr),
         // SAFETY: the program's own arguments, forwarded unchanged.
         || unsafe { real(dptr, stream) },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_default_stream_has_one_history_key_whichever_handle_names_it() {
+        let h = |e, v: usize| history_stream(e, v as CUstream);
+        let (plain, ptsz) = (Entry::cuMemAllocAsync, Entry::cuMemAllocAsync_ptsz);
+        assert_eq!((h(plain, 0), h(plain, 1), h(ptsz, 1)), (0, 0, 0));
+        assert_eq!((h(ptsz, 0), h(ptsz, 2), h(plain, 2)), (2, 2, 2));
+        assert_eq!(h(Entry::cuMemFreeAsync_ptsz, 0), 2);
+        assert_eq!((h(plain, 0x5a00), h(ptsz, 0x5a00)), (0x5a00, 0x5a00));
+    }
 }

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-use cuguard_history::{Action, Chunk, Header, Raw, VERSION, write_chunk};
+use cuguard_history::live::Follow;
+use cuguard_history::{Chunk, Header, Raw, VERSION, write_chunk};
 
 use crate::process::clock;
 
@@ -59,9 +60,9 @@ struct Writer {
     stacks_done: u32,
     codes_done: u32,
     modules_done: HashSet<(u64, String)>,
-    /// What is live, as the events drained so far say (for a new segment's `Live` chunk).
-    live: LiveSet,
-    live_segments: LiveSet,
+    /// What is live, as the events drained so far say (for a new segment's `Live` chunk and
+    /// the checkpoints).
+    follow: Follow,
     /// Events lost: (count, from ms, to ms).
     lost: Vec<(u64, u64, u64)>,
     let_go: u32,
@@ -269,8 +270,7 @@ impl Writer {
             stacks_done: 0,
             codes_done: 0,
             modules_done: HashSet::new(),
-            live: LiveSet::default(),
-            live_segments: LiveSet::default(),
+            follow: Follow::default(),
             lost: Vec::new(),
             let_go: 0,
             stopped: None,
@@ -334,7 +334,7 @@ impl Writer {
                     self.events += part.len() as u64;
                 }
                 for (thread, e) in part {
-                    self.follow(*thread, e);
+                    self.follow.follow(*thread, e);
                 }
             } else if let (Some(first), Some(last)) = (part.first(), part.last()) {
                 // Not even a new segment holds it (what it restates takes the room): let go,
@@ -342,8 +342,18 @@ impl Writer {
                 self.note_lost(part.len() as u64, first.1.tsc, last.1.tsc);
                 let_go.push((part.len() as u64, first.1.tsc, last.1.tsc));
                 for (thread, e) in part {
-                    self.follow(*thread, e);
+                    self.follow.follow(*thread, e);
                 }
+            }
+        }
+        // A checkpoint every so many events: a reader reaches any moment from the one before.
+        if self.follow.due() && self.stopped.is_none() {
+            let mut buf = Vec::new();
+            write_chunk(&mut buf, &self.follow.checkpoint());
+            if self.put(&buf) {
+                self.follow.checkpointed();
+            } else {
+                self.follow.postpone();
             }
         }
         let mut tail = Vec::new();
@@ -386,21 +396,6 @@ impl Writer {
         }
         self.append(buf);
         true
-    }
-
-    /// Keeps the live sets up to date with one drained event.
-    fn follow(&mut self, thread: u32, e: &Raw) {
-        match Action::of(e.kind) {
-            Some(Action::Alloc) => self.live.insert(thread, e),
-            Some(Action::Free) => self.live.freed(e),
-            Some(Action::SegmentAlloc) => self.live_segments.insert(thread, e),
-            Some(Action::SegmentFree) => self.live_segments.freed(e),
-            Some(Action::ContextRelease) => {
-                self.live.released(e.context);
-                self.live_segments.released(e.context);
-            }
-            _ => {}
-        }
     }
 
     fn note_lost(&mut self, count: u64, a: u64, b: u64) {
@@ -557,14 +552,8 @@ impl Writer {
                 },
             );
             self.names(&mut buf, true);
-            let mut live: Vec<(u32, Raw)> = self
-                .live_segments
-                .by_addr
-                .values()
-                .chain(self.live.by_addr.values())
-                .copied()
-                .collect();
-            live.sort_by_key(|(_, r)| r.tsc);
+            self.follow.begin_segment();
+            let live = self.follow.live();
             for part in live.chunks(1 << 16) {
                 write_chunk(
                     &mut buf,
@@ -663,48 +652,6 @@ impl Writer {
             },
             lost: self.lost.clone(),
             stopped: self.stopped.clone(),
-        }
-    }
-}
-
-/// What is live, by address and by context: a context's release removes its own entries, in
-/// time proportional to them, however many other contexts hold.
-#[derive(Default)]
-struct LiveSet {
-    by_addr: HashMap<u64, (u32, Raw)>,
-    by_context: HashMap<u16, HashSet<u64>>,
-}
-
-impl LiveSet {
-    fn insert(&mut self, thread: u32, e: &Raw) {
-        if let Some((_, old)) = self.by_addr.insert(e.addr, (thread, *e)) {
-            self.forget(old.context, e.addr);
-        }
-        self.by_context.entry(e.context).or_default().insert(e.addr);
-    }
-
-    /// A free: ends what is live at its address if it was made before it.
-    fn freed(&mut self, e: &Raw) {
-        if let Some(&(_, made)) = self.by_addr.get(&e.addr)
-            && made.tsc <= e.tsc
-        {
-            self.by_addr.remove(&e.addr);
-            self.forget(made.context, e.addr);
-        }
-    }
-
-    fn released(&mut self, context: u16) {
-        for addr in self.by_context.remove(&context).unwrap_or_default() {
-            self.by_addr.remove(&addr);
-        }
-    }
-
-    fn forget(&mut self, context: u16, addr: u64) {
-        if let Some(set) = self.by_context.get_mut(&context) {
-            set.remove(&addr);
-            if set.is_empty() {
-                self.by_context.remove(&context);
-            }
         }
     }
 }

@@ -129,16 +129,18 @@ impl Record {
         }
     }
 
-    /// Tells the history the program received this allocation at `addr`.
+    /// Tells the history the program received this allocation at `addr`, made by a call that
+    /// takes no stream.
     #[inline]
     pub fn history_allocated(&self, addr: u64, pooled: bool) {
-        self.history_allocated_at(None, addr, pooled);
+        self.history_allocated_at(None, addr, pooled, 0);
     }
 
-    /// [`Self::history_allocated`], at the moment `tsc` when one taken already follows every
-    /// free of `addr` (see [`crate::history::allocated_at`]).
+    /// [`Self::history_allocated`] of an allocation made on `stream` (the history's key of a
+    /// stream: see [`crate::history::allocated_at`]), at the moment `tsc` when one taken
+    /// already follows every free of `addr` (see there too).
     #[inline]
-    pub fn history_allocated_at(&self, tsc: Option<u64>, addr: u64, pooled: bool) {
+    pub fn history_allocated_at(&self, tsc: Option<u64>, addr: u64, pooled: bool, stream: u64) {
         crate::history::allocated_at(
             tsc,
             addr,
@@ -147,18 +149,27 @@ impl Record {
             self.stack,
             self.context,
             self.device,
+            stream,
         );
     }
 
-    /// Tells the history the program freed this allocation at `addr`, from the moment `tsc`.
+    /// Tells the history the program freed this allocation at `addr`, from the moment `tsc`,
+    /// by a call that takes no stream.
     #[inline]
     pub fn history_freed(&self, addr: u64, tsc: u64) {
+        self.history_freed_on(addr, tsc, 0);
+    }
+
+    /// [`Self::history_freed`] by a free on `stream` (see [`crate::history::freed`]).
+    #[inline]
+    pub fn history_freed_on(&self, addr: u64, tsc: u64, stream: u64) {
         crate::history::freed(
             addr,
             self.history_memory(false),
             self.context,
             self.device,
             tsc,
+            stream,
         );
     }
 }
@@ -324,10 +335,11 @@ impl Tracker {
         crate::tracker::counters::order_key()
     }
 
-    /// Records a new allocation at `addr`.
-    pub fn add(&self, addr: u64, record: Record) {
+    /// Records a new allocation at `addr`, made on `stream` (the history's key of it, 0 for a
+    /// call that takes none: see [`crate::history::allocated_at`]).
+    pub fn add(&self, addr: u64, record: Record, stream: u64) {
         self.stats.allocated(&record);
-        record.history_allocated(addr, false);
+        record.history_allocated_at(None, addr, false, stream);
         if let Some(old) = self.live.insert(addr, record) {
             // The driver handed out an address the shim still thought live: the free that
             // released it went through no door the shim watches.
@@ -357,12 +369,12 @@ impl Tracker {
         self.live.remove(addr)
     }
 
-    /// Accounts for a completed free of `record` at `addr`, begun at `tsc`
-    /// ([`crate::history::stamp`]).
+    /// Accounts for a completed free of `record` at `addr` on `stream` (0 for a free that takes
+    /// none: see [`crate::history::freed`]), begun at `tsc` ([`crate::history::stamp`]).
     #[inline]
-    pub fn freed(&self, addr: u64, record: &Record, tsc: u64) {
+    pub fn freed(&self, addr: u64, record: &Record, tsc: u64, stream: u64) {
         self.stats.freed(record);
-        record.history_freed(addr, tsc);
+        record.history_freed_on(addr, tsc, stream);
         self.freed.note(addr);
     }
 

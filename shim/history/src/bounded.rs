@@ -1,0 +1,981 @@
+//! Reading a history in memory that does not grow with its length: [`History::open`] walks the
+//! files' chunks once, keeping only what names the stacks, the clocks, the losses and where
+//! each checkpoint ([`crate::Chunk::Checkpoint`]) is; a moment or a window is then read from the
+//! checkpoint before it ([`History::window`]), and the whole run is walked event by event
+//! without keeping what ended ([`History::walk`]).
+//!
+//! Events come out in time order: the writer sorts each drain's events, and a drain's events
+//! are all older than the clock at its head. An event whose thread was held between taking its
+//! moment and recording it can land in a later drain; it is applied where it lands (a free
+//! older than the block now at its address ends nothing: that block's predecessor already
+//! ended when the address was made again).
+//!
+//! ```
+//! use cuguard_history::{Action, Chunk, Header, Memory, Raw, kind, write_chunk};
+//! use cuguard_history::bounded::History;
+//! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 0, segment: 0, run: 0 }.encode().to_vec();
+//! write_chunk(&mut file, &Chunk::Clock { tsc: 0, since_start_ns: 0, unix_ns: 0 });
+//! write_chunk(&mut file, &Chunk::Clock { tsc: 1_000, since_start_ns: 1_000, unix_ns: 1_000 });
+//! let ev = |tsc, action, size| Raw { tsc, addr: 0x7000, size, stack: 0, context: 0, kind: kind(action, Memory::Device), device: 1, stream: 0 };
+//! write_chunk(&mut file, &Chunk::Events { thread: 5, events: vec![ev(100, Action::Alloc, 64), ev(600, Action::Free, 0)] });
+//! write_chunk(&mut file, &Chunk::End { tsc: 1_000 });
+//! let h = History::open(vec![&file[..]]).unwrap();
+//! assert_eq!(h.window(300, 300).unwrap().blocks.len(), 1);
+//! assert_eq!(h.window(700, 700).unwrap().live_at(700).count(), 0);
+//! assert_eq!(h.peak(), (100, 64));
+//! ```
+
+use std::collections::{HashMap, HashSet};
+
+use crate::replay::{Block, Clock, Lost, Module, Oom, Replay};
+use crate::{
+    Action, CHECKPOINT_HEAD, Checkpoint, Chunk, Error, HEADER_LEN, Header, MAX_CHUNK, Memory, Raw,
+    checksum, decode_chunk,
+};
+
+/// Bytes a history's file is read by at once.
+const READ_BYTES: usize = 4 << 20;
+/// The most clock pairs kept: past it every other one goes (the time-stamp counter runs
+/// evenly, so the pairs left convert as well).
+const MAX_CLOCKS: usize = 1 << 16;
+/// Clocks past a window's end read before stopping: a drain's events are older than the clock
+/// at its head, and an event that missed its drain lands in the next one.
+const CLOCKS_PAST: u32 = 3;
+
+/// Where a history's bytes come from: a file, read at offsets, or bytes in memory.
+pub trait Source {
+    /// The bytes there are.
+    fn size(&self) -> u64;
+    /// Reads into `buf` from `offset`: how many bytes were read (fewer only at the end).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize>;
+}
+
+impl Source for &[u8] {
+    fn size(&self) -> u64 {
+        self.len() as u64
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let from = (offset as usize).min(self.len());
+        let n = buf.len().min(self.len() - from);
+        buf[..n].copy_from_slice(&self[from..from + n]);
+        Ok(n)
+    }
+}
+
+impl Source for std::fs::File {
+    fn size(&self) -> u64 {
+        self.metadata().map_or(0, |m| m.len())
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match FileExt::read_at(self, &mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+}
+
+use std::os::unix::fs::FileExt;
+
+/// One chunk's frame.
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    at: u64,
+    kind: u8,
+    len: u32,
+    sum: u32,
+}
+
+/// A file's chunks in order, read through one bounded buffer.
+struct Chunks<'a, S: Source> {
+    src: &'a S,
+    size: u64,
+    next: u64,
+    buf: Vec<u8>,
+    buf_at: u64,
+}
+
+impl<'a, S: Source> Chunks<'a, S> {
+    fn new(src: &'a S, from: u64, size: u64) -> Self {
+        Chunks {
+            src,
+            size,
+            next: from,
+            buf: Vec::new(),
+            buf_at: 0,
+        }
+    }
+
+    /// `n` bytes from `at`, through the buffer.
+    fn bytes(&mut self, at: u64, n: usize) -> Result<&[u8], Error> {
+        let end = at + n as u64;
+        if end > self.size {
+            return Err(Error::Truncated { at: self.size });
+        }
+        if at < self.buf_at || end > self.buf_at + self.buf.len() as u64 {
+            let want = n.max(READ_BYTES).min((self.size - at) as usize);
+            self.buf.resize(want, 0);
+            let got = self
+                .src
+                .read_at(&mut self.buf, at)
+                .map_err(|_| Error::Truncated { at })?;
+            self.buf.truncate(got);
+            self.buf_at = at;
+            if got < n {
+                return Err(Error::Truncated {
+                    at: at + got as u64,
+                });
+            }
+        }
+        let from = (at - self.buf_at) as usize;
+        Ok(&self.buf[from..from + n])
+    }
+
+    /// The next chunk's frame; `None` at the end of the file.
+    fn frame(&mut self) -> Result<Option<Frame>, Error> {
+        let at = self.next;
+        if at >= self.size {
+            return Ok(None);
+        }
+        let h = self.bytes(at, 9)?;
+        let kind = h[0];
+        let len = u32::from_le_bytes(h[1..5].try_into().unwrap());
+        let sum = u32::from_le_bytes(h[5..9].try_into().unwrap());
+        if len > MAX_CHUNK {
+            return Err(Error::Corrupt {
+                at,
+                why: "a chunk's length is out of bounds",
+            });
+        }
+        if at + 9 + u64::from(len) > self.size {
+            return Err(Error::Truncated { at: self.size });
+        }
+        self.next = at + 9 + u64::from(len);
+        Ok(Some(Frame { at, kind, len, sum }))
+    }
+
+    /// A chunk's payload, its checksum checked.
+    fn payload(&mut self, f: Frame) -> Result<&[u8], Error> {
+        let p = self.bytes(f.at + 9, f.len as usize)?;
+        if checksum(f.kind, p) != f.sum {
+            return Err(Error::Corrupt {
+                at: f.at,
+                why: "a chunk's checksum does not match",
+            });
+        }
+        Ok(p)
+    }
+
+    /// A chunk decoded, its checksum checked.
+    fn chunk(&mut self, f: Frame, version: u32) -> Result<Option<Chunk>, Error> {
+        let p = self.payload(f)?;
+        // The payload is borrowed from the buffer: decoding copies what it keeps.
+        let p = p.to_vec();
+        decode_chunk(f.kind, &p, version, f.at)
+    }
+}
+
+/// Where a read can begin: a checkpoint, or a segment file's beginning (whose `Live` chunks, if
+/// any, are what was live then).
+#[derive(Clone, Copy, Debug)]
+struct Start {
+    file: usize,
+    /// The checkpoint's frame; `None`: the file's beginning.
+    checkpoint: Option<Frame>,
+    /// Every event before it is at or before this moment (ns since the start).
+    ready_ns: u64,
+}
+
+/// A span of the history between two starts, as its checkpoint at the end summed it up (or as
+/// read, for a file's last span).
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    /// Where reading it begins ([`History::starts`]).
+    start: usize,
+    /// Where it ends: the checkpoint that sums it up, or `None` for the end of its file.
+    end: Option<usize>,
+    peak_bytes: u64,
+    /// The peak's moment, where it was read (a file's last span).
+    peak_ns: Option<u64>,
+    ooms: u64,
+}
+
+/// One step of the history, in time order.
+#[derive(Clone, Copy, Debug)]
+pub enum Step {
+    /// A block live where the read began (made before it: its `start_ns` says when).
+    Restated(Block),
+    /// A block made.
+    Made(Block),
+    /// A block ended: its `end_ns` says when.
+    Ended(Block),
+    /// A segment (memory a pool or cache carves from) taken, and given back.
+    SegmentMade(Block),
+    SegmentEnded(Block),
+    Oom(Oom),
+}
+
+/// A history opened for reading in bounded memory.
+pub struct History<S: Source> {
+    files: Vec<S>,
+    versions: Vec<u32>,
+    /// Each file's sound part: where its first chunk that could not be read begins (its size
+    /// when every chunk could).
+    sound: Vec<u64>,
+    /// Everything but the blocks: the process, the span, the losses, and what names the
+    /// stacks. [`Self::window`] returns a copy with the window's blocks.
+    meta: Replay,
+    clock: Clock,
+    /// Where reads can begin, in file order.
+    starts: Vec<Start>,
+    spans: Vec<Span>,
+    allocations: u64,
+    /// What the reader had to work around (a damaged checkpoint), one line each.
+    notes: std::cell::RefCell<Vec<String>>,
+}
+
+/// Where a stream begins: after `at` in `file`, with `state` live; from [`History::starts`]'s
+/// `start`.
+struct Begin {
+    start: usize,
+    file: usize,
+    at: u64,
+    state: Vec<(u32, Raw)>,
+}
+
+/// Where a stream stops.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// At the end of the history.
+    End,
+    /// At the end of this file.
+    FileEnd(usize),
+    /// Before this chunk (a checkpoint) of this file.
+    Before(usize, u64),
+    /// [`CLOCKS_PAST`] clocks after this moment (ns since the start).
+    After(u64),
+}
+
+/// What a stream left: the blocks and segments still open where it stopped, the frees it could
+/// not match, and its last event's moment.
+struct Left {
+    open: OpenSet,
+    segments: OpenSet,
+    unmatched: u64,
+    last_ns: u64,
+}
+
+impl<S: Source> History<S> {
+    /// Walks the segment files (oldest first): an error when the first is not a history this
+    /// version reads, or the files are of different processes; a file cut short or damaged is
+    /// read up to there ([`Replay::cut`]).
+    pub fn open(files: Vec<S>) -> Result<History<S>, Error> {
+        let mut meta = Replay::default();
+        let mut versions = Vec::new();
+        let mut sound = Vec::new();
+        let mut clocks: Vec<(u64, u64)> = Vec::new();
+        let mut drops: Vec<(u64, u64, u64)> = Vec::new();
+        let mut modules_seen: HashSet<(u64, u64, String)> = HashSet::new();
+        let mut end_tsc = None;
+        let mut first: Option<Header> = None;
+        let mut starts: Vec<(Start, Option<Checkpoint>)> = Vec::new();
+        for (i, src) in files.iter().enumerate() {
+            let mut head = [0u8; HEADER_LEN];
+            let got = src.read_at(&mut head, 0).map_err(|_| Error::NotHistory)?;
+            let h = Header::decode(&head[..got])?;
+            match first {
+                None => {
+                    meta.pid = h.pid;
+                    meta.run = h.run;
+                    meta.start_unix_ns = h.start_unix_ns;
+                    meta.first_segment = h.segment;
+                    first = Some(h);
+                }
+                Some(f) if f.pid != h.pid || f.start_unix_ns != h.start_unix_ns => {
+                    return Err(Error::Corrupt {
+                        at: 0,
+                        why: "the segments are of different processes",
+                    });
+                }
+                Some(_) => {}
+            }
+            versions.push(h.version);
+            let begin = starts.len();
+            starts.push((
+                Start {
+                    file: i,
+                    checkpoint: None,
+                    ready_ns: 0,
+                },
+                None,
+            ));
+            let mut before_content = true;
+            let mut began = 0u64;
+            let mut chunks = Chunks::new(src, HEADER_LEN as u64, src.size());
+            let mut good;
+            loop {
+                good = chunks.next;
+                let f = match chunks.frame() {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break,
+                    Err(e) => {
+                        meta.cut = Some(e);
+                        break;
+                    }
+                };
+                let chunk = match f.kind {
+                    // Read where a window needs them.
+                    crate::EVENTS | crate::LIVE => {
+                        before_content = false;
+                        continue;
+                    }
+                    crate::CHECKPOINT => {
+                        before_content = false;
+                        match chunks
+                            .bytes(f.at + 9, CHECKPOINT_HEAD.min(f.len as usize))
+                            .ok()
+                            .and_then(crate::decode_checkpoint_head)
+                        {
+                            Some(c) => starts.push((
+                                Start {
+                                    file: i,
+                                    checkpoint: Some(f),
+                                    ready_ns: 0,
+                                },
+                                Some(c),
+                            )),
+                            None => {
+                                meta.cut = Some(Error::Corrupt {
+                                    at: f.at,
+                                    why: "a checkpoint is cut short",
+                                });
+                                break;
+                            }
+                        }
+                        continue;
+                    }
+                    _ => match chunks.chunk(f, h.version) {
+                        Ok(Some(c)) => c,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            meta.cut = Some(e);
+                            break;
+                        }
+                    },
+                };
+                match chunk {
+                    Chunk::Clock {
+                        tsc,
+                        since_start_ns,
+                        ..
+                    } => {
+                        if before_content {
+                            began = began.max(since_start_ns);
+                        }
+                        clocks.push((tsc, since_start_ns));
+                        if clocks.len() > 2 * MAX_CLOCKS {
+                            thin(&mut clocks);
+                        }
+                    }
+                    Chunk::Stack { id, frames } => {
+                        meta.stacks.insert(id, frames);
+                    }
+                    Chunk::Dropped {
+                        count,
+                        first_tsc,
+                        last_tsc,
+                    } => drops.push((count, first_tsc, last_tsc)),
+                    Chunk::Module {
+                        start,
+                        end,
+                        bias,
+                        path,
+                        build_id,
+                    } if modules_seen.insert((start, end, path.clone())) => {
+                        meta.modules.push(Module {
+                            start,
+                            end,
+                            bias,
+                            path,
+                            build_id: (!build_id.is_empty()).then_some(build_id),
+                        });
+                    }
+                    Chunk::Code { id, file, function } => {
+                        meta.codes.insert(id, (file, function));
+                    }
+                    Chunk::End { tsc } => end_tsc = Some(tsc),
+                    _ => {}
+                }
+            }
+            sound.push(if meta.cut.is_some() { good } else { src.size() });
+            starts[begin].0.ready_ns = began;
+            if i == 0 && meta.first_segment != 0 {
+                meta.begins_ns = began;
+            }
+            if meta.cut.is_some() {
+                break;
+            }
+        }
+        let mut files = files;
+        files.truncate(versions.len());
+        meta.whole = end_tsc.is_some() && meta.cut.is_none();
+        let clock = Clock::new(clocks);
+        meta.lost = drops
+            .into_iter()
+            .map(|(count, a, b)| Lost {
+                count,
+                from_ns: clock.ns(a),
+                to_ns: clock.ns(b),
+            })
+            .collect();
+        let mut spans = Vec::new();
+        let mut kept: Vec<Start> = Vec::with_capacity(starts.len());
+        let mut allocations = 0u64;
+        let mut last_tsc = end_tsc.unwrap_or(0);
+        for (k, (mut s, c)) in starts.into_iter().enumerate() {
+            if let Some(c) = &c {
+                s.ready_ns = clock.ns(c.tsc);
+                last_tsc = last_tsc.max(c.tsc);
+                // It sums up the span since the start before it, in its file.
+                if kept.last().is_some_and(|p| p.file == s.file) {
+                    spans.push(Span {
+                        start: k - 1,
+                        end: Some(k),
+                        peak_bytes: c.peak_bytes,
+                        peak_ns: None,
+                        ooms: c.ooms,
+                    });
+                }
+            }
+            kept.push(s);
+        }
+        let mut h = History {
+            files,
+            versions,
+            sound,
+            meta,
+            clock,
+            starts: kept,
+            spans,
+            allocations: 0,
+            notes: Default::default(),
+        };
+        // Each file's last span, from its last start to its end, is read (it holds at most a
+        // checkpoint's worth of events; all of a history without checkpoints).
+        for file in 0..h.files.len() {
+            let Some(k) = h.starts.iter().rposition(|s| s.file == file) else {
+                continue;
+            };
+            let begin = h.begin_at(k)?;
+            let k = begin.start;
+            let from_file_begin = h.starts[k].checkpoint.is_none();
+            if let Some(f) = h.starts[k].checkpoint {
+                allocations += h.checkpoint_head(file, f).map_or(0, |c| c.allocations);
+            }
+            let mut tail = Tail::default();
+            let left = h.stream(begin, Stop::FileEnd(file), &mut |step| tail.note(step))?;
+            allocations += tail.made;
+            if file == 0 {
+                // Blocks the oldest file restates (made before it began) are the history's.
+                allocations += if from_file_begin {
+                    tail.restated
+                } else {
+                    h.live_chunks(0)?
+                        .iter()
+                        .filter(|(_, r)| Action::of(r.kind) == Some(Action::Alloc))
+                        .count() as u64
+                };
+            }
+            h.meta.ends_ns = h.meta.ends_ns.max(left.last_ns);
+            let starts = &h.starts;
+            h.spans
+                .retain(|s| !(s.start >= k && starts[s.start].file == file));
+            let (peak_ns, peak_bytes) = std::mem::take(&mut tail.peak).done();
+            h.spans.push(Span {
+                start: k,
+                end: None,
+                peak_bytes,
+                peak_ns: Some(peak_ns),
+                ooms: tail.ooms,
+            });
+        }
+        h.allocations = allocations;
+        h.spans.sort_by_key(|s| s.start);
+        h.meta.ends_ns = h
+            .meta
+            .ends_ns
+            .max(h.clock.ns(last_tsc))
+            .max(h.clock.last_ns());
+        Ok(h)
+    }
+}
+
+impl<S: Source> History<S> {
+    /// The process, the span, the losses, and what names the stacks (no blocks).
+    pub fn meta(&self) -> &Replay {
+        &self.meta
+    }
+
+    /// Allocations the history holds (those it restates at its beginning included).
+    pub fn allocations(&self) -> u64 {
+        self.allocations
+    }
+
+    /// Checkpoints found (none in a history of layout 1).
+    pub fn checkpoints(&self) -> usize {
+        self.starts
+            .iter()
+            .filter(|s| s.checkpoint.is_some())
+            .count()
+    }
+
+    /// What the reader had to work around, one line each (a damaged checkpoint read past).
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.borrow().clone()
+    }
+
+    /// What was live at `from_ns` and everything made up to `to_ns` (with when it ended, where
+    /// that is before the read stopped, a little past `to_ns`; still live is `end_ns: None`),
+    /// with the refusals in the window: read from the checkpoint before `from_ns`.
+    pub fn window(&self, from_ns: u64, to_ns: u64) -> Result<Replay, Error> {
+        let to_ns = to_ns.max(from_ns);
+        let k = self
+            .starts
+            .iter()
+            .rposition(|s| s.ready_ns <= from_ns)
+            .unwrap_or(0);
+        let begin = self.begin_at(k)?;
+        let mut out = self.meta.clone();
+        let keep = |b: &Block| {
+            b.start_ns <= to_ns && (b.start_ns >= from_ns || b.end_ns.is_none_or(|e| e > from_ns))
+        };
+        let left = self.stream(begin, Stop::After(to_ns), &mut |step| match step {
+            Step::Ended(b) if keep(&b) => out.blocks.push(b),
+            Step::SegmentEnded(b) if keep(&b) => out.segments.push(b),
+            Step::Oom(o) if o.time_ns >= from_ns && o.time_ns <= to_ns => out.ooms.push(o),
+            _ => {}
+        })?;
+        out.blocks
+            .extend(left.open.blocks.into_values().filter(|b| keep(b)));
+        out.segments
+            .extend(left.segments.blocks.into_values().filter(|b| keep(b)));
+        out.blocks.sort_by_key(|b| (b.start_ns, b.addr));
+        out.segments.sort_by_key(|b| (b.start_ns, b.addr));
+        out.unmatched_frees = left.unmatched;
+        Ok(out)
+    }
+
+    /// The whole history's blocks (memory grows with it: for a history known to be small).
+    pub fn replay(&self) -> Result<Replay, Error> {
+        self.window(0, u64::MAX)
+    }
+
+    /// The moment of the most live memory (host-pinned memory excepted, every device together)
+    /// and how much: the first such moment. Read from the span that holds it.
+    pub fn peak(&self) -> (u64, u64) {
+        let mut best: Option<&Span> = None;
+        for s in &self.spans {
+            if best.is_none_or(|b| s.peak_bytes > b.peak_bytes) {
+                best = Some(s);
+            }
+        }
+        let Some(span) = best else {
+            return (0, 0);
+        };
+        if let Some(ns) = span.peak_ns {
+            return (ns, span.peak_bytes);
+        }
+        let stop = match span.end {
+            Some(e) => match self.starts[e].checkpoint {
+                Some(f) => Stop::Before(self.starts[e].file, f.at),
+                None => Stop::FileEnd(self.starts[e].file),
+            },
+            None => Stop::FileEnd(self.starts[span.start].file),
+        };
+        let mut peak = Peak::default();
+        match self
+            .begin_at(span.start)
+            .and_then(|b| self.stream(b, stop, &mut |step| peak.note(step)))
+        {
+            Ok(_) => peak.done(),
+            Err(_) => (0, 0),
+        }
+    }
+
+    /// The first refusal's moment, read from the first span that holds one.
+    pub fn first_oom_ns(&self) -> Option<u64> {
+        let span = self.spans.iter().find(|s| s.ooms > 0)?;
+        let mut first = None;
+        let begin = self.begin_at(span.start).ok()?;
+        self.stream(begin, Stop::End, &mut |step| {
+            if let Step::Oom(o) = step
+                && first.is_none()
+            {
+                first = Some(o.time_ns);
+            }
+        })
+        .ok()?;
+        first
+    }
+
+    /// Every step of the history, in time order, from its beginning (what it restates first).
+    pub fn walk(&self, visit: &mut dyn FnMut(Step)) -> Result<(), Error> {
+        let begin = self.begin_at(0)?;
+        let left = self.stream(begin, Stop::End, visit)?;
+        let _ = left;
+        Ok(())
+    }
+
+    /// A start's fixed fields, for a checkpoint.
+    fn checkpoint_head(&self, file: usize, f: Frame) -> Option<Checkpoint> {
+        let mut head = vec![0u8; CHECKPOINT_HEAD.min(f.len as usize)];
+        let got = self.files[file].read_at(&mut head, f.at + 9).ok()?;
+        crate::decode_checkpoint_head(&head[..got])
+    }
+
+    /// The index of the start `begin` was made from.
+    fn begin_at(&self, k: usize) -> Result<Begin, Error> {
+        let mut k = k.min(self.starts.len().saturating_sub(1));
+        loop {
+            let s = self.starts.get(k).copied().ok_or(Error::NotHistory)?;
+            let Some(f) = s.checkpoint else {
+                return Ok(Begin {
+                    start: k,
+                    file: s.file,
+                    at: HEADER_LEN as u64,
+                    state: self.live_chunks(s.file)?,
+                });
+            };
+            let src = &self.files[s.file];
+            let mut chunks = Chunks::new(src, f.at, self.sound[s.file]);
+            match chunks.chunk(f, self.versions[s.file]) {
+                Ok(Some(Chunk::Checkpoint(c))) => {
+                    return Ok(Begin {
+                        start: k,
+                        file: s.file,
+                        at: f.at + 9 + u64::from(f.len),
+                        state: c.live,
+                    });
+                }
+                other => {
+                    let why = match other {
+                        Err(e) => e.to_string(),
+                        _ => "not a checkpoint".into(),
+                    };
+                    self.notes.borrow_mut().push(format!(
+                        "a checkpoint at byte {} is damaged ({why}): read from the one before it, more slowly",
+                        f.at
+                    ));
+                    k = k.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// The `Live` chunks at the beginning of `file`: what was live when it began.
+    fn live_chunks(&self, file: usize) -> Result<Vec<(u32, Raw)>, Error> {
+        let src = &self.files[file];
+        let mut chunks = Chunks::new(src, HEADER_LEN as u64, self.sound[file]);
+        let mut out = Vec::new();
+        while let Some(f) = chunks.frame()? {
+            match f.kind {
+                crate::LIVE => {
+                    if let Some(Chunk::Live { events }) = chunks.chunk(f, self.versions[file])? {
+                        out.extend(events);
+                    }
+                }
+                crate::EVENTS | crate::CHECKPOINT => break,
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads events from `begin` until `stop`, in time order, calling `visit` for each step.
+    fn stream(&self, begin: Begin, stop: Stop, visit: &mut dyn FnMut(Step)) -> Result<Left, Error> {
+        let mut left = Left {
+            open: OpenSet::default(),
+            segments: OpenSet::default(),
+            unmatched: 0,
+            last_ns: 0,
+        };
+        let mut state = begin.state;
+        state.sort_by_key(|(_, r)| r.tsc);
+        for (thread, r) in state {
+            let b = self.block(thread, &r);
+            match Action::of(r.kind) {
+                Some(Action::Alloc) => {
+                    left.open.made(b);
+                    visit(Step::Restated(b));
+                }
+                Some(Action::SegmentAlloc) => {
+                    left.segments.made(b);
+                    visit(Step::SegmentMade(b));
+                }
+                _ => {}
+            }
+        }
+        let mut group: Vec<(u32, Raw)> = Vec::new();
+        let mut past = 0u32;
+        for file in begin.file..self.files.len() {
+            let src = &self.files[file];
+            let from = if file == begin.file {
+                begin.at
+            } else {
+                HEADER_LEN as u64
+            };
+            let mut chunks = Chunks::new(src, from, self.sound[file]);
+            while let Some(f) = chunks.frame()? {
+                if let Stop::Before(sf, at) = stop
+                    && sf == file
+                    && f.at >= at
+                {
+                    self.apply(&mut group, &mut left, visit);
+                    return Ok(left);
+                }
+                match f.kind {
+                    crate::EVENTS => {
+                        if let Some(Chunk::Events { thread, events }) =
+                            chunks.chunk(f, self.versions[file])?
+                        {
+                            group.extend(events.into_iter().map(|e| (thread, e)));
+                        }
+                    }
+                    crate::CLOCK => {
+                        self.apply(&mut group, &mut left, visit);
+                        if let Stop::After(ns) = stop
+                            && let Some(Chunk::Clock { since_start_ns, .. }) =
+                                chunks.chunk(f, self.versions[file])?
+                            && since_start_ns > ns
+                        {
+                            past += 1;
+                            if past >= CLOCKS_PAST {
+                                return Ok(left);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let Stop::FileEnd(sf) = stop
+                && sf == file
+            {
+                break;
+            }
+        }
+        self.apply(&mut group, &mut left, visit);
+        Ok(left)
+    }
+
+    fn block(&self, thread: u32, r: &Raw) -> Block {
+        Block {
+            start_ns: self.clock.ns(r.tsc),
+            end_ns: None,
+            addr: r.addr,
+            size: r.size,
+            stack: r.stack,
+            thread,
+            memory: Memory::of(r.kind).unwrap_or(Memory::Device),
+            device: r.device,
+            context: r.context,
+            released: false,
+            stream: r.stream,
+        }
+    }
+
+    /// Applies a drain's events, in time order.
+    fn apply(&self, group: &mut Vec<(u32, Raw)>, left: &mut Left, visit: &mut dyn FnMut(Step)) {
+        group.sort_by_key(|(_, r)| r.tsc);
+        for (thread, r) in group.drain(..) {
+            let (Some(action), Some(_)) = (Action::of(r.kind), Memory::of(r.kind)) else {
+                continue;
+            };
+            let t = self.clock.ns(r.tsc);
+            left.last_ns = left.last_ns.max(t);
+            match action {
+                Action::Alloc => {
+                    let b = self.block(thread, &r);
+                    if let Some(old) = left.open.made(b) {
+                        visit(Step::Ended(old));
+                    }
+                    visit(Step::Made(b));
+                }
+                Action::SegmentAlloc => {
+                    let b = self.block(thread, &r);
+                    if let Some(old) = left.segments.made(b) {
+                        visit(Step::SegmentEnded(old));
+                    }
+                    visit(Step::SegmentMade(b));
+                }
+                Action::Free => match left.open.freed(r.addr, t) {
+                    Some(b) => visit(Step::Ended(b)),
+                    None => left.unmatched += 1,
+                },
+                Action::SegmentFree => match left.segments.freed(r.addr, t) {
+                    Some(b) => visit(Step::SegmentEnded(b)),
+                    None => left.unmatched += 1,
+                },
+                Action::Oom => visit(Step::Oom(Oom {
+                    time_ns: t,
+                    size: r.size,
+                    stack: r.stack,
+                    thread,
+                    device: r.device,
+                })),
+                Action::ContextRelease => {
+                    let ctx = r.addr as u16;
+                    for b in left.open.released(ctx, t) {
+                        visit(Step::Ended(b));
+                    }
+                    for b in left.segments.released(ctx, t) {
+                        visit(Step::SegmentEnded(b));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Blocks not yet ended, by address and by context.
+#[derive(Default)]
+struct OpenSet {
+    blocks: HashMap<u64, Block>,
+    by_context: HashMap<u16, HashSet<u64>>,
+}
+
+impl OpenSet {
+    /// `b` made; the block it replaces at its address (whose free was never seen), ended now.
+    fn made(&mut self, b: Block) -> Option<Block> {
+        let old = self.blocks.insert(b.addr, b).map(|mut old| {
+            old.end_ns = Some(b.start_ns);
+            old
+        });
+        if let Some(old) = &old {
+            self.forget(old.context, old.addr);
+        }
+        self.by_context.entry(b.context).or_default().insert(b.addr);
+        old
+    }
+
+    /// The block at `addr` freed at `t`; `None` when none was made there before `t`.
+    fn freed(&mut self, addr: u64, t: u64) -> Option<Block> {
+        let b = self.blocks.get(&addr)?;
+        if b.start_ns > t {
+            return None;
+        }
+        let mut b = self.blocks.remove(&addr)?;
+        b.end_ns = Some(t);
+        self.forget(b.context, addr);
+        Some(b)
+    }
+
+    /// Every block of `context`, ended at `t` with it.
+    fn released(&mut self, context: u16, t: u64) -> Vec<Block> {
+        let mut gone = Vec::new();
+        for addr in self.by_context.remove(&context).unwrap_or_default() {
+            if let Some(mut b) = self.blocks.remove(&addr) {
+                b.end_ns = Some(t);
+                b.released = true;
+                gone.push(b);
+            }
+        }
+        gone.sort_by_key(|b| (b.start_ns, b.addr));
+        gone
+    }
+
+    fn forget(&mut self, context: u16, addr: u64) {
+        if let Some(set) = self.by_context.get_mut(&context) {
+            set.remove(&addr);
+            if set.is_empty() {
+                self.by_context.remove(&context);
+            }
+        }
+    }
+}
+
+/// The most live memory over steps in time order, frees first at one moment: the first moment
+/// it was reached, and how much (as [`Replay::peak`] finds it).
+#[derive(Default)]
+struct Peak {
+    live: i64,
+    at: Option<u64>,
+    pending: i64,
+    best: (u64, u64),
+}
+
+impl Peak {
+    fn note(&mut self, step: Step) {
+        let (t, d) = match step {
+            Step::Restated(b) | Step::Made(b) if b.memory != Memory::HostPinned => {
+                (b.start_ns, b.size as i64)
+            }
+            Step::Ended(b) if b.memory != Memory::HostPinned => {
+                (b.end_ns.unwrap_or(b.start_ns), -(b.size as i64))
+            }
+            _ => return,
+        };
+        if self.at.is_some_and(|a| a != t) {
+            self.settle();
+        }
+        self.at = Some(t);
+        self.pending += d;
+    }
+
+    fn settle(&mut self) {
+        self.live += std::mem::take(&mut self.pending);
+        if let Some(t) = self.at
+            && self.live > self.best.1 as i64
+        {
+            self.best = (t, self.live as u64);
+        }
+    }
+
+    fn done(mut self) -> (u64, u64) {
+        self.settle();
+        self.best
+    }
+}
+
+/// A file's last span, as read: its allocations, what it restated, its refusals, its peak.
+#[derive(Default)]
+struct Tail {
+    made: u64,
+    restated: u64,
+    ooms: u64,
+    peak: Peak,
+}
+
+impl Tail {
+    fn note(&mut self, step: Step) {
+        match step {
+            Step::Made(_) => self.made += 1,
+            Step::Restated(_) => self.restated += 1,
+            Step::Oom(_) => self.ooms += 1,
+            _ => {}
+        }
+        self.peak.note(step);
+    }
+}
+
+/// Halves a list of clock pairs, keeping the first and the last.
+fn thin(clocks: &mut Vec<(u64, u64)>) {
+    let last = clocks.last().copied();
+    let mut i = 0;
+    clocks.retain(|_| {
+        i += 1;
+        i % 2 == 1
+    });
+    if let Some(last) = last
+        && clocks.last() != Some(&last)
+    {
+        clocks.push(last);
+    }
+}
+
+#[cfg(test)]
+mod tests;
