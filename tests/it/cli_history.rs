@@ -299,17 +299,7 @@ fn the_memory_viz_export_of_the_spike_run_is_a_snapshot_pytorchs_readers_accept(
     // The format's invariants, as the viewer reads them (protocol 4 and its opcodes, blocks
     // tiling segments, actions, frame keys, the replay backwards): scripts/memory_viz_check.py.
     let python = "python3";
-    let check = artifacts().root.join("scripts/memory_viz_check.py");
-    let checked = Command::new(python)
-        .arg(&check)
-        .arg(dir.join("r.pickle"))
-        .output()
-        .unwrap();
-    assert!(
-        checked.status.success(),
-        "{}",
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    memory_viz_checked(&dir.join("r.pickle"));
     // The spike, with its frames as PyTorch writes them.
     let probe = r#"
 import pickle, sys
@@ -356,12 +346,7 @@ print(f["name"], f["line"], [e["action"] for e in t if e["addr"] == a[0]["addr"]
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains(", events from "), "{stderr}");
-    let checked = Command::new(python)
-        .arg(&check)
-        .arg(dir.join("w.pickle"))
-        .output()
-        .unwrap();
-    assert!(checked.status.success());
+    let checked = memory_viz_checked(&dir.join("w.pickle"));
     let summary: Value = serde_json::from_slice(&checked.stdout).unwrap();
     let actions: Vec<&str> = summary["traces"][0]
         .as_array()

@@ -69,35 +69,19 @@ fn history(report: &Value) -> Vec<Vec<u8>> {
 /// The memory-viz export of `dir/r.json`, checked by `scripts/memory_viz_check.py`, as JSON:
 /// `segments` as [address, total_size, stream], device 0's trace as [action, addr, size, stream].
 fn memory_viz(dir: &Path) -> Value {
-    let out = Command::new(&artifacts().cuguard)
-        .current_dir(dir)
-        .args([
+    run(
+        Command::new(&artifacts().cuguard).current_dir(dir).args([
             "export",
             "--format",
             "memory-viz",
             "r.json",
             "-o",
             "r.pickle",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ]),
+        true,
     );
     let pickle = dir.join("r.pickle");
-    let check = artifacts().root.join("scripts/memory_viz_check.py");
-    let checked = Command::new("python3")
-        .arg(&check)
-        .arg(&pickle)
-        .output()
-        .unwrap();
-    assert!(
-        checked.status.success(),
-        "{}",
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    memory_viz_checked(&pickle);
     let probe = r#"
 import json, pickle, sys
 d = pickle.load(open(sys.argv[1], "rb"))
@@ -106,15 +90,9 @@ print(json.dumps({
     "trace": [[e["action"], e["addr"], e["size"], e["stream"]] for e in d["device_traces"][0]],
 }))
 "#;
-    let probed = Command::new("python3")
-        .args(["-c", probe])
-        .arg(&pickle)
-        .output()
-        .unwrap();
-    assert!(
-        probed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&probed.stderr)
+    let probed = run(
+        Command::new("python3").args(["-c", probe]).arg(&pickle),
+        true,
     );
     serde_json::from_slice(&probed.stdout).unwrap()
 }

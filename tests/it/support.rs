@@ -189,6 +189,14 @@ pub fn run(cmd: &mut Command, expect_success: bool) -> Output {
     out
 }
 
+/// Checks a memory-viz pickle as PyTorch's readers take it (`scripts/memory_viz_check.py`):
+/// the test fails with what the check said otherwise. Its output: a JSON summary of the
+/// snapshot (`traces`: each device's actions).
+pub fn memory_viz_checked(pickle: &Path) -> Output {
+    let check = artifacts().root.join("scripts/memory_viz_check.py");
+    run(Command::new("python3").arg(&check).arg(pickle), true)
+}
+
 /// Reads a report written by the shim.
 pub fn read_report(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path)

@@ -29,8 +29,8 @@ use std::collections::{HashMap, HashSet};
 
 use crate::replay::{Block, Clock, Lost, Module, Oom, Replay};
 use crate::{
-    Action, CHECKPOINT_HEAD, Checkpoint, Chunk, Error, HEADER_LEN, Header, MAX_CHUNK, Memory, Raw,
-    checksum, decode_chunk,
+    Action, CHECKPOINT_HEAD, Checkpoint, Chunk, Error, HEADER_LEN, Header, Memory, Raw, checksum,
+    decode_chunk,
 };
 
 /// Bytes a history's file is read by at once.
@@ -142,16 +142,7 @@ impl<'a, S: Source> Chunks<'a, S> {
         if at >= self.size {
             return Ok(None);
         }
-        let h = self.bytes(at, 9)?;
-        let kind = h[0];
-        let len = u32::from_le_bytes(h[1..5].try_into().unwrap());
-        let sum = u32::from_le_bytes(h[5..9].try_into().unwrap());
-        if len > MAX_CHUNK {
-            return Err(Error::Corrupt {
-                at,
-                why: "a chunk's length is out of bounds",
-            });
-        }
+        let (kind, len, sum) = crate::frame_head(self.bytes(at, 9)?, at)?;
         if at + 9 + u64::from(len) > self.size {
             return Err(Error::Truncated { at: self.size });
         }
@@ -626,9 +617,7 @@ impl<S: Source> History<S> {
     /// Every step of the history, in time order, from its beginning (what it restates first).
     pub fn walk(&self, visit: &mut dyn FnMut(Step)) -> Result<(), Error> {
         let begin = self.begin_at(0)?;
-        let left = self.stream(begin, Stop::End, visit)?;
-        let _ = left;
-        Ok(())
+        self.stream(begin, Stop::End, visit).map(drop)
     }
 
     /// A start's fixed fields, for a checkpoint.

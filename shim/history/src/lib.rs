@@ -469,50 +469,6 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Reads a history file from `source` as far as it is sound, in memory bounded by what it holds:
-/// the header and each whole chunk whose checksum matches, stopping after the first that is not
-/// (kept, header and all, so that [`Reader`] says what is wrong where it is) or at `limit` bytes.
-/// A file that is mostly a hole (a sparse file), or longer than its content, costs only what
-/// comes before the first bad chunk: a file is never read whole before it is judged.
-///
-/// ```
-/// use cuguard_history::{Chunk, Header, read_sound, write_chunk};
-/// let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 1, segment: 0, run: 0 }.encode().to_vec();
-/// write_chunk(&mut file, &Chunk::End { tsc: 9 });
-/// let whole = file.len();
-/// file.extend(std::iter::repeat_n(0u8, 1 << 20)); // a hole after the content
-/// let got = read_sound(&mut &file[..], u64::MAX).unwrap();
-/// assert_eq!(got.len(), whole + 9); // the content, and the first bad chunk's head
-/// ```
-pub fn read_sound(source: &mut impl std::io::Read, limit: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read as _;
-    let mut out = Vec::new();
-    let mut src = source.take(limit);
-    let mut fill = |out: &mut Vec<u8>, n: usize| -> std::io::Result<bool> {
-        let want = out.len() + n;
-        (&mut src).take(n as u64).read_to_end(out)?;
-        Ok(out.len() == want)
-    };
-    if !fill(&mut out, HEADER_LEN)? || Header::decode(&out).is_err() {
-        return Ok(out);
-    }
-    loop {
-        let at = out.len();
-        if !fill(&mut out, 9)? {
-            return Ok(out);
-        }
-        let kind = out[at];
-        let len = u32::from_le_bytes(out[at + 1..at + 5].try_into().unwrap());
-        let sum = u32::from_le_bytes(out[at + 5..at + 9].try_into().unwrap());
-        if len > MAX_CHUNK || !fill(&mut out, len as usize)? {
-            return Ok(out);
-        }
-        if checksum(kind, &out[at + 9..]) != sum {
-            return Ok(out);
-        }
-    }
-}
-
 /// Reads a history's chunks in file order.
 pub struct Reader<'a> {
     bytes: &'a [u8],
@@ -555,15 +511,7 @@ impl<'a> Reader<'a> {
                     at: self.bytes.len() as u64,
                 });
             }
-            let kind = rest[0];
-            let len = u32::from_le_bytes(rest[1..5].try_into().unwrap());
-            let sum = u32::from_le_bytes(rest[5..9].try_into().unwrap());
-            if len > MAX_CHUNK {
-                return Err(Error::Corrupt {
-                    at,
-                    why: "a chunk's length is out of bounds",
-                });
-            }
+            let (kind, len, sum) = frame_head(rest, at)?;
             let Some(payload) = rest.get(9..9 + len as usize) else {
                 return Err(Error::Truncated {
                     at: self.bytes.len() as u64,
@@ -583,6 +531,19 @@ impl<'a> Reader<'a> {
             }
         }
     }
+}
+
+/// A chunk's frame from its first 9 bytes (at byte `at`): its kind, its payload's length (at
+/// most [`MAX_CHUNK`]) and its checksum.
+pub(crate) fn frame_head(h: &[u8], at: u64) -> Result<(u8, u32, u32), Error> {
+    let len = u32::from_le_bytes(h[1..5].try_into().unwrap());
+    if len > MAX_CHUNK {
+        return Err(Error::Corrupt {
+            at,
+            why: "a chunk's length is out of bounds",
+        });
+    }
+    Ok((h[0], len, u32::from_le_bytes(h[5..9].try_into().unwrap())))
 }
 
 /// The chunk of `kind` whose payload (checksum already checked) is `payload`, in a file of

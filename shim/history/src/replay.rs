@@ -27,9 +27,9 @@
 //! assert!(r.whole);
 //! ```
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
-use crate::{Action, Chunk, Error, Header, Memory, NONE, Raw, Reader};
+use crate::{Error, Memory, NONE};
 
 /// One allocation's life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,191 +134,13 @@ pub struct Replay {
     pub unmatched_frees: u64,
 }
 
-/// One event with its thread, as read.
-#[derive(Clone, Copy)]
-struct Ev {
-    raw: Raw,
-    thread: u32,
-}
-
 impl Replay {
-    /// Reads a history's segment files, oldest first. An error when the first file is not a
-    /// history this version reads, or when the files are of different processes; a file cut
-    /// short or damaged after its header is read up to there ([`Replay::cut`]).
+    /// Reads a history's segment files, oldest first, whole ([`crate::bounded::History`] reads
+    /// them, then every block): an error when the first file is not a history this version
+    /// reads, or when the files are of different processes; a file cut short or damaged after
+    /// its header is read up to there ([`Replay::cut`]).
     pub fn read(files: &[&[u8]]) -> Result<Replay, Error> {
-        let mut out = Replay::default();
-        let mut clocks: Vec<(u64, u64)> = Vec::new();
-        let mut events: Vec<Ev> = Vec::new();
-        let mut drops: Vec<(u64, u64, u64)> = Vec::new();
-        let mut modules_seen: HashSet<(u64, u64, String)> = HashSet::new();
-        let mut end_tsc = None;
-        let mut header: Option<Header> = None;
-        // The oldest kept segment's beginning: its last clock before anything else.
-        let mut segment_began = 0u64;
-        let mut before_content = true;
-        for (i, bytes) in files.iter().enumerate() {
-            let mut reader = Reader::new(bytes)?;
-            let h = reader.header();
-            match header {
-                None => {
-                    out.pid = h.pid;
-                    out.run = h.run;
-                    out.start_unix_ns = h.start_unix_ns;
-                    out.first_segment = h.segment;
-                }
-                Some(first) if first.pid != h.pid || first.start_unix_ns != h.start_unix_ns => {
-                    return Err(Error::Corrupt {
-                        at: 0,
-                        why: "the segments are of different processes",
-                    });
-                }
-                Some(_) => {}
-            }
-            header = Some(h);
-            for chunk in reader.by_ref() {
-                let chunk = match chunk {
-                    Ok(c) => c,
-                    Err(e) => {
-                        out.cut = Some(e);
-                        break;
-                    }
-                };
-                if i == 0 {
-                    match &chunk {
-                        Chunk::Clock { since_start_ns, .. } if before_content => {
-                            segment_began = segment_began.max(*since_start_ns)
-                        }
-                        Chunk::Events { .. } | Chunk::Live { .. } | Chunk::End { .. } => {
-                            before_content = false
-                        }
-                        _ => {}
-                    }
-                }
-                match chunk {
-                    Chunk::Events { thread, events: e } => {
-                        events.extend(e.into_iter().map(|raw| Ev { raw, thread }))
-                    }
-                    Chunk::Stack { id, frames } => {
-                        out.stacks.insert(id, frames);
-                    }
-                    Chunk::Clock {
-                        tsc,
-                        since_start_ns,
-                        ..
-                    } => clocks.push((tsc, since_start_ns)),
-                    Chunk::Dropped {
-                        count,
-                        first_tsc,
-                        last_tsc,
-                    } => drops.push((count, first_tsc, last_tsc)),
-                    // Only the oldest segment's: a later one restates what the older one's
-                    // events already say.
-                    // (Sorted with the events: a free of an older block at the same address may
-                    // come after it in the file and before it in time.)
-                    Chunk::Live { events: e } if i == 0 => {
-                        events.extend(e.into_iter().map(|(thread, raw)| Ev { raw, thread }))
-                    }
-                    Chunk::Live { .. } => {}
-                    Chunk::Module {
-                        start,
-                        end,
-                        bias,
-                        path,
-                        build_id,
-                    } => {
-                        if modules_seen.insert((start, end, path.clone())) {
-                            out.modules.push(Module {
-                                start,
-                                end,
-                                bias,
-                                path,
-                                build_id: (!build_id.is_empty()).then_some(build_id),
-                            });
-                        }
-                    }
-                    Chunk::Code { id, file, function } => {
-                        out.codes.insert(id, (file, function));
-                    }
-                    Chunk::End { tsc } => end_tsc = Some(tsc),
-                    // What the events before it said already.
-                    Chunk::Checkpoint(_) => {}
-                }
-            }
-            if out.cut.is_some() {
-                break;
-            }
-        }
-        out.whole = end_tsc.is_some() && out.cut.is_none();
-        let clock = Clock::new(clocks);
-        events.sort_by_key(|e| e.raw.tsc);
-        out.begins_ns = if out.first_segment == 0 {
-            0
-        } else {
-            segment_began
-        };
-        let mut last_tsc = end_tsc.unwrap_or(0);
-        if let Some(e) = events.last() {
-            last_tsc = last_tsc.max(e.raw.tsc);
-        }
-        out.ends_ns = clock.ns(last_tsc).max(clock.last_ns());
-
-        let mut open = Open::default();
-        let mut open_segments = Open::default();
-        for e in &events {
-            let r = e.raw;
-            let (Some(action), Some(memory)) = (Action::of(r.kind), Memory::of(r.kind)) else {
-                continue;
-            };
-            let t = clock.ns(r.tsc);
-            let block = Block {
-                start_ns: t,
-                end_ns: None,
-                addr: r.addr,
-                size: r.size,
-                stack: r.stack,
-                thread: e.thread,
-                memory,
-                device: r.device,
-                context: r.context,
-                released: false,
-                stream: r.stream,
-            };
-            match action {
-                Action::Alloc => open.made(&mut out.blocks, block),
-                Action::SegmentAlloc => open_segments.made(&mut out.segments, block),
-                Action::Free => {
-                    if !open.freed(&mut out.blocks, r.addr, t) {
-                        out.unmatched_frees += 1;
-                    }
-                }
-                Action::SegmentFree => {
-                    if !open_segments.freed(&mut out.segments, r.addr, t) {
-                        out.unmatched_frees += 1;
-                    }
-                }
-                Action::Oom => out.ooms.push(Oom {
-                    time_ns: t,
-                    size: r.size,
-                    stack: r.stack,
-                    thread: e.thread,
-                    device: r.device,
-                }),
-                Action::ContextRelease => {
-                    let ctx = r.addr as u16;
-                    open.released(&mut out.blocks, ctx, t);
-                    open_segments.released(&mut out.segments, ctx, t);
-                }
-            }
-        }
-        out.lost = drops
-            .into_iter()
-            .map(|(count, a, b)| Lost {
-                count,
-                from_ns: clock.ns(a),
-                to_ns: clock.ns(b),
-            })
-            .collect();
-        Ok(out)
+        crate::bounded::History::open(files.to_vec())?.replay()
     }
 
     /// The blocks live at `t_ns`.
@@ -366,61 +188,6 @@ impl Replay {
     /// Events lost in all.
     pub fn lost_events(&self) -> u64 {
         self.lost.iter().map(|l| l.count).sum()
-    }
-}
-
-/// The blocks not yet ended, by address and by context: a free finds its block, and a context's
-/// release ends its blocks, each in time proportional to what it ends (a release of a context
-/// with nothing live costs nothing, however many blocks other contexts hold).
-#[derive(Default)]
-pub(crate) struct Open {
-    /// Address to index in the list.
-    by_addr: HashMap<u64, usize>,
-    /// Context to the addresses open in it.
-    by_context: HashMap<u16, HashSet<u64>>,
-}
-
-impl Open {
-    /// `block` made: a block still open at its address ends now (its free was never seen).
-    pub(crate) fn made(&mut self, list: &mut Vec<Block>, block: Block) {
-        if let Some(old) = self.by_addr.insert(block.addr, list.len()) {
-            list[old].end_ns = Some(block.start_ns);
-            self.forget(list[old].context, block.addr);
-        }
-        self.by_context
-            .entry(block.context)
-            .or_default()
-            .insert(block.addr);
-        list.push(block);
-    }
-
-    /// The block at `addr` freed at `t`; false when none is open there.
-    pub(crate) fn freed(&mut self, list: &mut [Block], addr: u64, t: u64) -> bool {
-        let Some(i) = self.by_addr.remove(&addr) else {
-            return false;
-        };
-        list[i].end_ns = Some(t);
-        self.forget(list[i].context, addr);
-        true
-    }
-
-    /// Every block open in `context` ended at `t` with it.
-    pub(crate) fn released(&mut self, list: &mut [Block], context: u16, t: u64) {
-        for addr in self.by_context.remove(&context).unwrap_or_default() {
-            if let Some(i) = self.by_addr.remove(&addr) {
-                list[i].end_ns = Some(t);
-                list[i].released = true;
-            }
-        }
-    }
-
-    fn forget(&mut self, context: u16, addr: u64) {
-        if let Some(set) = self.by_context.get_mut(&context) {
-            set.remove(&addr);
-            if set.is_empty() {
-                self.by_context.remove(&context);
-            }
-        }
     }
 }
 

@@ -8,6 +8,7 @@ use crate::bounded::History;
 use crate::live::Follow;
 use crate::replay::Replay;
 use crate::{Action, Chunk, Header, Memory, Raw, VERSION, kind, write_chunk};
+use reference::read as read_whole;
 
 /// One random program step: (thread, what, address slot, size).
 type Op = (u32, u8, u8, u16);
@@ -150,7 +151,7 @@ proptest! {
     ) {
         let files = write(&ops, drain, every, rotate, 2);
         let refs: Vec<&[u8]> = files.iter().map(|f| &f[..]).collect();
-        let whole = Replay::read(&refs).unwrap();
+        let whole = read_whole(&refs).unwrap();
         let h = History::open(refs.clone()).unwrap();
         prop_assert!(h.notes().is_empty());
         prop_assert_eq!(h.meta().ends_ns, whole.ends_ns);
@@ -184,7 +185,7 @@ fn a_damaged_checkpoint_is_read_past_and_said() {
         .map(|i| (i % 3, (i % 7) as u8, (i * 7 % 251) as u8, 100))
         .collect();
     let mut file = write(&ops, 4, 20, 0, 1).remove(0);
-    let whole = Replay::read(&[&file[..]]).unwrap();
+    let whole = read_whole(&[&file[..]]).unwrap();
     let h = History::open(vec![&file[..]]).unwrap();
     assert!(h.checkpoints() > 3, "{}", h.checkpoints());
     // Flip a byte inside the last checkpoint's live set.
@@ -223,11 +224,258 @@ fn a_history_of_layout_1_reads_as_before() {
     );
     let file = std::fs::read(format!("{dir}/spike.history")).unwrap();
     assert_eq!(crate::Header::decode(&file).unwrap().version, 1);
-    let whole = Replay::read(&[&file[..]]).unwrap();
+    let whole = read_whole(&[&file[..]]).unwrap();
     let h = History::open(vec![&file[..]]).unwrap();
     assert_eq!(h.checkpoints(), 0);
     assert_eq!(h.allocations(), 71);
     assert_eq!(h.peak(), whole.peak(None));
     assert_eq!(h.peak().1, 512 << 20);
     assert!(whole.blocks.iter().all(|b| b.stream == 0));
+}
+
+/// The reference: every event of every file read into memory, sorted by time, and replayed
+/// (how histories were read before the bounded reader, which applies them drain by drain).
+mod reference {
+    use std::collections::{HashMap, HashSet};
+
+    use crate::replay::{Block, Clock, Lost, Module, Oom, Replay};
+    use crate::{Action, Chunk, Error, Header, Memory, Raw, Reader};
+
+    /// One event with its thread, as read.
+    #[derive(Clone, Copy)]
+    struct Ev {
+        raw: Raw,
+        thread: u32,
+    }
+
+    pub fn read(files: &[&[u8]]) -> Result<Replay, Error> {
+        let mut out = Replay::default();
+        let mut clocks: Vec<(u64, u64)> = Vec::new();
+        let mut events: Vec<Ev> = Vec::new();
+        let mut drops: Vec<(u64, u64, u64)> = Vec::new();
+        let mut modules_seen: HashSet<(u64, u64, String)> = HashSet::new();
+        let mut end_tsc = None;
+        let mut header: Option<Header> = None;
+        // The oldest kept segment's beginning: its last clock before anything else.
+        let mut segment_began = 0u64;
+        let mut before_content = true;
+        for (i, bytes) in files.iter().enumerate() {
+            let mut reader = Reader::new(bytes)?;
+            let h = reader.header();
+            match header {
+                None => {
+                    out.pid = h.pid;
+                    out.run = h.run;
+                    out.start_unix_ns = h.start_unix_ns;
+                    out.first_segment = h.segment;
+                }
+                Some(first) if first.pid != h.pid || first.start_unix_ns != h.start_unix_ns => {
+                    return Err(Error::Corrupt {
+                        at: 0,
+                        why: "the segments are of different processes",
+                    });
+                }
+                Some(_) => {}
+            }
+            header = Some(h);
+            for chunk in reader.by_ref() {
+                let chunk = match chunk {
+                    Ok(c) => c,
+                    Err(e) => {
+                        out.cut = Some(e);
+                        break;
+                    }
+                };
+                if i == 0 {
+                    match &chunk {
+                        Chunk::Clock { since_start_ns, .. } if before_content => {
+                            segment_began = segment_began.max(*since_start_ns)
+                        }
+                        Chunk::Events { .. } | Chunk::Live { .. } | Chunk::End { .. } => {
+                            before_content = false
+                        }
+                        _ => {}
+                    }
+                }
+                match chunk {
+                    Chunk::Events { thread, events: e } => {
+                        events.extend(e.into_iter().map(|raw| Ev { raw, thread }))
+                    }
+                    Chunk::Stack { id, frames } => {
+                        out.stacks.insert(id, frames);
+                    }
+                    Chunk::Clock {
+                        tsc,
+                        since_start_ns,
+                        ..
+                    } => clocks.push((tsc, since_start_ns)),
+                    Chunk::Dropped {
+                        count,
+                        first_tsc,
+                        last_tsc,
+                    } => drops.push((count, first_tsc, last_tsc)),
+                    // Only the oldest segment's: a later one restates what the older one's
+                    // events already say.
+                    // (Sorted with the events: a free of an older block at the same address may
+                    // come after it in the file and before it in time.)
+                    Chunk::Live { events: e } if i == 0 => {
+                        events.extend(e.into_iter().map(|(thread, raw)| Ev { raw, thread }))
+                    }
+                    Chunk::Live { .. } => {}
+                    Chunk::Module {
+                        start,
+                        end,
+                        bias,
+                        path,
+                        build_id,
+                    } => {
+                        if modules_seen.insert((start, end, path.clone())) {
+                            out.modules.push(Module {
+                                start,
+                                end,
+                                bias,
+                                path,
+                                build_id: (!build_id.is_empty()).then_some(build_id),
+                            });
+                        }
+                    }
+                    Chunk::Code { id, file, function } => {
+                        out.codes.insert(id, (file, function));
+                    }
+                    Chunk::End { tsc } => end_tsc = Some(tsc),
+                    // What the events before it said already.
+                    Chunk::Checkpoint(_) => {}
+                }
+            }
+            if out.cut.is_some() {
+                break;
+            }
+        }
+        out.whole = end_tsc.is_some() && out.cut.is_none();
+        let clock = Clock::new(clocks);
+        events.sort_by_key(|e| e.raw.tsc);
+        out.begins_ns = if out.first_segment == 0 {
+            0
+        } else {
+            segment_began
+        };
+        let mut last_tsc = end_tsc.unwrap_or(0);
+        if let Some(e) = events.last() {
+            last_tsc = last_tsc.max(e.raw.tsc);
+        }
+        out.ends_ns = clock.ns(last_tsc).max(clock.last_ns());
+
+        let mut open = Open::default();
+        let mut open_segments = Open::default();
+        for e in &events {
+            let r = e.raw;
+            let (Some(action), Some(memory)) = (Action::of(r.kind), Memory::of(r.kind)) else {
+                continue;
+            };
+            let t = clock.ns(r.tsc);
+            let block = Block {
+                start_ns: t,
+                end_ns: None,
+                addr: r.addr,
+                size: r.size,
+                stack: r.stack,
+                thread: e.thread,
+                memory,
+                device: r.device,
+                context: r.context,
+                released: false,
+                stream: r.stream,
+            };
+            match action {
+                Action::Alloc => open.made(&mut out.blocks, block),
+                Action::SegmentAlloc => open_segments.made(&mut out.segments, block),
+                Action::Free => {
+                    if !open.freed(&mut out.blocks, r.addr, t) {
+                        out.unmatched_frees += 1;
+                    }
+                }
+                Action::SegmentFree => {
+                    if !open_segments.freed(&mut out.segments, r.addr, t) {
+                        out.unmatched_frees += 1;
+                    }
+                }
+                Action::Oom => out.ooms.push(Oom {
+                    time_ns: t,
+                    size: r.size,
+                    stack: r.stack,
+                    thread: e.thread,
+                    device: r.device,
+                }),
+                Action::ContextRelease => {
+                    let ctx = r.addr as u16;
+                    open.released(&mut out.blocks, ctx, t);
+                    open_segments.released(&mut out.segments, ctx, t);
+                }
+            }
+        }
+        out.lost = drops
+            .into_iter()
+            .map(|(count, a, b)| Lost {
+                count,
+                from_ns: clock.ns(a),
+                to_ns: clock.ns(b),
+            })
+            .collect();
+        Ok(out)
+    }
+
+    /// The blocks not yet ended, by address and by context: a free finds its block, and a context's
+    /// release ends its blocks, each in time proportional to what it ends (a release of a context
+    /// with nothing live costs nothing, however many blocks other contexts hold).
+    #[derive(Default)]
+    pub(crate) struct Open {
+        /// Address to index in the list.
+        by_addr: HashMap<u64, usize>,
+        /// Context to the addresses open in it.
+        by_context: HashMap<u16, HashSet<u64>>,
+    }
+
+    impl Open {
+        /// `block` made: a block still open at its address ends now (its free was never seen).
+        pub(crate) fn made(&mut self, list: &mut Vec<Block>, block: Block) {
+            if let Some(old) = self.by_addr.insert(block.addr, list.len()) {
+                list[old].end_ns = Some(block.start_ns);
+                self.forget(list[old].context, block.addr);
+            }
+            self.by_context
+                .entry(block.context)
+                .or_default()
+                .insert(block.addr);
+            list.push(block);
+        }
+
+        /// The block at `addr` freed at `t`; false when none is open there.
+        pub(crate) fn freed(&mut self, list: &mut [Block], addr: u64, t: u64) -> bool {
+            let Some(i) = self.by_addr.remove(&addr) else {
+                return false;
+            };
+            list[i].end_ns = Some(t);
+            self.forget(list[i].context, addr);
+            true
+        }
+
+        /// Every block open in `context` ended at `t` with it.
+        pub(crate) fn released(&mut self, list: &mut [Block], context: u16, t: u64) {
+            for addr in self.by_context.remove(&context).unwrap_or_default() {
+                if let Some(i) = self.by_addr.remove(&addr) {
+                    list[i].end_ns = Some(t);
+                    list[i].released = true;
+                }
+            }
+        }
+
+        fn forget(&mut self, context: u16, addr: u64) {
+            if let Some(set) = self.by_context.get_mut(&context) {
+                set.remove(&addr);
+                if set.is_empty() {
+                    self.by_context.remove(&context);
+                }
+            }
+        }
+    }
 }
