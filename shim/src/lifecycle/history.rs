@@ -97,7 +97,7 @@ pub fn start() {
     if RUNNING.swap(true, Ordering::AcqRel) {
         return;
     }
-    crate::history::ring::set_make_room(make_room);
+    prepare();
     // SAFETY: sigset_t values are plain data; pthread_sigmask only changes this thread's mask.
     let spawned = unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -115,6 +115,12 @@ pub fn start() {
         RUNNING.store(false, Ordering::Release);
         crate::process::diag::log(|| format!("could not start the history's thread: {e}"));
     }
+}
+
+/// Lets a full ring drain itself through the writer ([`make_room`]): before anything else when
+/// the process arms, since its other threads record from then on.
+pub fn prepare() {
+    crate::history::ring::set_make_room(make_room);
 }
 
 fn drain_loop() {

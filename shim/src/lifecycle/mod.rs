@@ -101,6 +101,11 @@ fn arm_once() {
 }
 
 fn arm() {
+    // First: the other threads record as soon as the process is armed, and a ring that fills
+    // before the history's thread runs drains itself through the writer rather than dropping.
+    if crate::history::on() {
+        history::prepare();
+    }
     if !REGISTERED.swap(true, Ordering::AcqRel) {
         // SAFETY: plain extern "C" fns without arguments; registering has no other effect.
         unsafe {
