@@ -81,9 +81,9 @@ pub fn run(args: ViewArgs) -> Result<u8, CliError> {
         if path.canonicalize().is_ok_and(|c| named.contains(&c)) {
             continue;
         }
-        let loaded = crate::history::load(&path)?.whole()?;
+        let opened = crate::history::load(&path)?;
         let source = input::Source { path, index: None };
-        fold.add(ProcessView::from_history(&source, &loaded));
+        fold.add(ProcessView::from_history(&source, &opened));
     }
     let mut view = fold.finish().map_err(|e| CliError::Output {
         what: "a temporary file".into(),

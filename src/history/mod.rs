@@ -68,7 +68,12 @@ impl Opened {
             .window(from_ns, to_ns)
             .map_err(|e| invalid(&self.files[0], e.to_string()))?;
         self.say_notes();
-        let report = named(&replay, self.process.clone());
+        let used = replay
+            .blocks
+            .iter()
+            .map(|b| b.stack)
+            .chain(replay.ooms.iter().map(|o| o.stack));
+        let report = named(&replay, used, self.process.clone());
         Ok(Loaded {
             replay,
             stopped: self.stopped.clone(),
@@ -76,6 +81,13 @@ impl Opened {
             files: self.files.clone(),
             allocations: self.history.allocations(),
         })
+    }
+
+    /// The process as a report holding every stack of the history, named (for what walks the
+    /// whole history: the view's timeline).
+    pub fn names(&self) -> Report {
+        let meta = self.meta();
+        named(meta, meta.stacks.keys().copied(), self.process.clone())
     }
 
     /// The whole history, named (memory grows with it).
@@ -419,7 +431,7 @@ fn segments_beside(path: &Path) -> Result<Vec<PathBuf>, InputError> {
 
 /// A report holding the history's stacks, named, with `process` (or one made from the
 /// history's header).
-fn named(replay: &Replay, process: Option<Process>) -> Report {
+fn named(replay: &Replay, used: impl Iterator<Item = u32>, process: Option<Process>) -> Report {
     let process = process.unwrap_or_else(|| Process {
         pid: replay.pid,
         ppid: 0,
@@ -448,12 +460,7 @@ fn named(replay: &Replay, process: Option<Process>) -> Report {
             size: m.end.saturating_sub(m.start),
         })
         .collect();
-    let used: std::collections::HashSet<u32> = replay
-        .blocks
-        .iter()
-        .map(|b| b.stack)
-        .chain(replay.ooms.iter().map(|o| o.stack))
-        .collect();
+    let used: std::collections::HashSet<u32> = used.collect();
     let mut ids: Vec<u32> = used
         .into_iter()
         .filter(|id| replay.stacks.contains_key(id))

@@ -270,9 +270,10 @@ impl ProcessView {
     }
 
     /// A process known by its history alone (a history file given to `cuguard view`).
-    pub fn from_history(source: &Source, loaded: &crate::history::Loaded) -> ProcessView {
-        let mut p = ProcessView::new(source, &loaded.report);
-        p.timeline = Some(Ok(history_timeline(loaded)));
+    pub fn from_history(source: &Source, opened: &crate::history::Opened) -> ProcessView {
+        let report = opened.names();
+        let mut p = ProcessView::new(source, &report);
+        p.timeline = Some(history_timeline(opened, &report).map_err(|e| e.to_string()));
         p
     }
 
@@ -282,18 +283,24 @@ impl ProcessView {
         if let Some(path) = &self.history {
             self.timeline = Some(
                 crate::history::load(path)
-                    .and_then(|o| o.whole())
-                    .map(|l| history_timeline(&l))
-                    .map_err(|e| e.to_string()),
+                    .map_err(|e| e.to_string())
+                    .and_then(|o| {
+                        history_timeline(&o, &o.names()).map_err(|e| {
+                            format!("{}: {e}", o.files.last().expect("a file").display())
+                        })
+                    }),
             );
         }
     }
 }
 
 /// The timeline of a history read, its sites named as `summary --at` names them.
-fn history_timeline(l: &crate::history::Loaded) -> timeline::Timeline {
-    let sites = SiteIndex::new(&l.report);
-    timeline::timeline(&l.replay, l.report.process_name(), &|id| {
+fn history_timeline(
+    opened: &crate::history::Opened,
+    report: &crate::report::Report,
+) -> Result<timeline::Timeline, cuguard_history::Error> {
+    let sites = SiteIndex::new(report);
+    timeline::timeline(&opened.history, report.process_name(), &|id| {
         let stack = crate::history::stack_key(id);
         let callers = crate::history::moment::callers(&sites, stack);
         // A site charged to a helper's caller is named as everywhere (`step (…) via alloc

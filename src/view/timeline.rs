@@ -12,13 +12,14 @@
 //! - the [`BANDS`] largest allocations by size, each with its times, size and site: drawn as
 //!   bands, listed when a moment is clicked.
 //!
-//! One sweep over the allocations' starts and ends in time order: O(n log n) time, and memory
-//! of two steps per allocation plus the columns.
+//! Two walks over the history's steps in time order ([`History::walk`]): time that grows with
+//! the history, memory with what is live at once, the stacks and the columns.
 
 use std::collections::HashMap;
 
 use cuguard_history::Memory;
-use cuguard_history::replay::Replay;
+use cuguard_history::bounded::{History, Source, Step};
+use cuguard_history::replay::{Block, Replay};
 use serde::Serialize;
 
 /// Sites drawn apart; the rest are `other`.
@@ -100,31 +101,53 @@ fn ms(ns: u64) -> f64 {
     (ns as f64 / 1e3).round() / 1e3
 }
 
-/// The timeline of `replay`; `site` names a stack (`u32::MAX`: none) and groups stacks into
-/// sites by its label.
-pub fn timeline(replay: &Replay, process: String, site: &dyn Fn(u32) -> SiteInfo) -> Timeline {
-    let blocks: Vec<&cuguard_history::replay::Block> = replay
-        .blocks
-        .iter()
-        .filter(|b| b.memory != Memory::HostPinned)
-        .collect();
-    let (from, to) = (replay.begins_ns, replay.ends_ns.max(replay.begins_ns + 1));
+/// The timeline of `history`; `site` names a stack (`u32::MAX`: none) and groups stacks into
+/// sites by its label. Two walks over the history, in memory that does not grow with it: the
+/// first weighs each stack (bytes × time) and keeps the largest allocations, the second sweeps
+/// the steps into the columns.
+pub fn timeline<S: Source>(
+    history: &History<S>,
+    process: String,
+    site: &dyn Fn(u32) -> SiteInfo,
+) -> Result<Timeline, cuguard_history::Error> {
+    let meta = history.meta();
+    let (from, to) = (meta.begins_ns, meta.ends_ns.max(meta.begins_ns + 1));
+    let drawn = |b: &Block| b.memory != Memory::HostPinned;
+    // Each stack's bytes × time (in the order first seen), the allocations, the largest.
+    let mut weight: HashMap<u32, f64> = HashMap::new();
+    let mut stacks: Vec<u32> = Vec::new();
+    let mut allocations = 0usize;
+    let mut largest = Largest::default();
+    history.walk(&mut |step| match step {
+        Step::Restated(b) | Step::Made(b) if drawn(&b) => {
+            allocations += 1;
+            let w = weight.entry(b.stack).or_insert_with(|| {
+                stacks.push(b.stack);
+                0.0
+            });
+            *w += b.size as f64 * (to.max(b.start_ns) - b.start_ns) as f64;
+            largest.made(&b);
+        }
+        Step::Ended(b) if drawn(&b) => {
+            let end = b.end_ns.unwrap_or(to).max(b.start_ns);
+            *weight.entry(b.stack).or_default() -=
+                b.size as f64 * (to.max(b.start_ns) - end.min(to.max(b.start_ns))) as f64;
+            largest.ended(&b);
+        }
+        _ => {}
+    })?;
     // Sites by label, and each one's bytes × time.
     let mut site_of_stack: HashMap<u32, usize> = HashMap::new();
     let mut sites: Vec<(SiteInfo, f64)> = Vec::new();
     let mut by_label: HashMap<String, usize> = HashMap::new();
-    let mut block_site = Vec::with_capacity(blocks.len());
-    for b in &blocks {
-        let s = *site_of_stack.entry(b.stack).or_insert_with(|| {
-            let info = site(b.stack);
-            *by_label.entry(info.label.clone()).or_insert_with(|| {
-                sites.push((info, 0.0));
-                sites.len() - 1
-            })
+    for stack in stacks {
+        let info = site(stack);
+        let s = *by_label.entry(info.label.clone()).or_insert_with(|| {
+            sites.push((info, 0.0));
+            sites.len() - 1
         });
-        let end = b.end_ns.unwrap_or(to).max(b.start_ns);
-        sites[s].1 += b.size as f64 * (end - b.start_ns) as f64;
-        block_site.push(s);
+        sites[s].1 += weight[&stack];
+        site_of_stack.insert(stack, s);
     }
     let mut order: Vec<usize> = (0..sites.len()).collect();
     order.sort_by(|&a, &b| sites[b].1.total_cmp(&sites[a].1));
@@ -145,18 +168,10 @@ pub fn timeline(replay: &Replay, process: String, site: &dyn Fn(u32) -> SiteInfo
         stack: Vec::new(),
     });
     let n = series.len();
+    let series_of = |stack: u32| series_of_site[site_of_stack[&stack]];
 
-    // Steps in time order, frees first at one moment.
-    let mut steps: Vec<(u64, i64, u16)> = Vec::with_capacity(blocks.len() * 2);
-    for (b, &s) in blocks.iter().zip(&block_site) {
-        let k = series_of_site[s] as u16;
-        steps.push((b.start_ns, b.size as i64, k));
-        if let Some(e) = b.end_ns {
-            steps.push((e, -(b.size as i64), k));
-        }
-    }
-    steps.sort_unstable_by_key(|&(t, d, _)| (t, d));
-
+    // The steps in time order, frees first at one moment: each window's columns before its
+    // first step hold what was live when it began.
     let span = (to - from) as f64;
     let window = span / WINDOWS as f64;
     let mut level0 = Sweep::new(from as f64, span, n);
@@ -165,62 +180,120 @@ pub fn timeline(replay: &Replay, process: String, site: &dyn Fn(u32) -> SiteInfo
         .collect();
     let mut live = vec![0i64; n];
     let mut total = 0i64;
-    for &(t, d, k) in &steps {
-        live[k as usize] += d;
-        total += d;
-        let t = t.clamp(from, to);
-        level0.note(t as f64, total, &live);
-        let w = (((t - from) as f64 / window) as usize).min(WINDOWS - 1);
-        fine[w].note(t as f64, total, &live);
+    // The first window's columns begin empty; each later one from what was live at its start.
+    let mut seeded = 1;
+    let mut moment: Vec<(u64, i64, usize)> = Vec::new();
+    let mut settle = |moment: &mut Vec<(u64, i64, usize)>, live: &mut Vec<i64>, total: &mut i64| {
+        moment.sort_by_key(|&(_, d, _)| d);
+        for (t, d, k) in moment.drain(..) {
+            while seeded < WINDOWS && (t as f64) >= from as f64 + seeded as f64 * window {
+                fine[seeded].seed(live);
+                seeded += 1;
+            }
+            live[k] += d;
+            *total += d;
+            let t = t.clamp(from, to);
+            level0.note(t as f64, *total, live);
+            let w = (((t - from) as f64 / window) as usize).min(WINDOWS - 1);
+            fine[w].note(t as f64, *total, live);
+        }
+    };
+    history.walk(&mut |step| {
+        let (t, d, stack) = match step {
+            Step::Restated(b) | Step::Made(b) if drawn(&b) => (b.start_ns, b.size as i64, b.stack),
+            Step::Ended(b) if drawn(&b) => {
+                (b.end_ns.unwrap_or(b.start_ns), -(b.size as i64), b.stack)
+            }
+            _ => return,
+        };
+        if moment.first().is_some_and(|m| m.0 != t) {
+            settle(&mut moment, &mut live, &mut total);
+        }
+        moment.push((t, d, series_of(stack)));
+    })?;
+    settle(&mut moment, &mut live, &mut total);
+    while seeded < WINDOWS {
+        fine[seeded].seed(&live);
+        seeded += 1;
     }
     let mut levels = vec![level0.finish()];
-    // A window's columns before its first step hold what was live when it began: the state
-    // at each window's start, found by walking the steps once more.
-    let mut state = vec![0i64; n];
-    let mut i = 0;
-    for (w, sweep) in fine.into_iter().enumerate() {
-        let end = from as f64 + (w + 1) as f64 * window;
-        let mut s = sweep;
-        s.seed(&state);
-        while i < steps.len() && (steps[i].0 as f64) < end {
-            state[steps[i].2 as usize] += steps[i].1;
-            i += 1;
-        }
-        levels.push(s.finish());
-    }
+    levels.extend(fine.into_iter().map(Sweep::finish));
 
-    // The largest allocations, as bands.
-    let mut idx: Vec<usize> = (0..blocks.len()).collect();
-    if idx.len() > BANDS {
-        idx.select_nth_unstable_by(BANDS, |&a, &b| blocks[b].size.cmp(&blocks[a].size));
-        idx.truncate(BANDS);
-    }
-    idx.sort_by_key(|&i| blocks[i].start_ns);
-    let bands = idx
-        .iter()
-        .map(|&i| {
-            let b = blocks[i];
+    let bands = largest
+        .list()
+        .into_iter()
+        .map(|b| {
             (
                 ms(b.start_ns),
                 b.end_ns.map_or(-1.0, ms),
                 b.size,
-                series_of_site[block_site[i]],
+                series_of(b.stack),
             )
         })
         .collect();
-    let peak = replay.peak(None);
-    Timeline {
+    let peak = history.peak();
+    Ok(Timeline {
         process,
         begins_ms: ms(from),
         ends_ms: ms(to),
         series,
         levels,
         bands,
-        allocations: blocks.len(),
+        allocations,
         peak: (ms(peak.0), peak.1),
-        lost_events: replay.lost_events(),
-        lost: lost_windows(replay),
-        whole: replay.whole,
+        lost_events: meta.lost_events(),
+        lost: lost_windows(meta),
+        whole: meta.whole,
+    })
+}
+
+/// The [`BANDS`] largest allocations as a walk meets them (the earliest among equals), with
+/// their ends once met.
+#[derive(Default)]
+struct Largest {
+    /// (size, order met) of those kept, smallest and latest first.
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, std::cmp::Reverse<u64>)>>,
+    kept: HashMap<u64, Block>,
+    /// A kept allocation's order, by its address and start.
+    by_block: HashMap<(u64, u64), u64>,
+    met: u64,
+}
+
+impl Largest {
+    fn made(&mut self, b: &Block) {
+        let order = self.met;
+        self.met += 1;
+        let key = std::cmp::Reverse((b.size, std::cmp::Reverse(order)));
+        if self.heap.len() == BANDS {
+            match self.heap.peek() {
+                Some(smallest) if key < *smallest => {
+                    let std::cmp::Reverse((_, std::cmp::Reverse(gone))) =
+                        self.heap.pop().expect("peeked");
+                    if let Some(g) = self.kept.remove(&gone) {
+                        self.by_block.remove(&(g.addr, g.start_ns));
+                    }
+                }
+                _ => return,
+            }
+        }
+        self.heap.push(key);
+        self.kept.insert(order, *b);
+        self.by_block.insert((b.addr, b.start_ns), order);
+    }
+
+    fn ended(&mut self, b: &Block) {
+        if let Some(order) = self.by_block.remove(&(b.addr, b.start_ns))
+            && let Some(k) = self.kept.get_mut(&order)
+        {
+            k.end_ns = b.end_ns;
+        }
+    }
+
+    /// Those kept, by start.
+    fn list(self) -> Vec<Block> {
+        let mut all: Vec<(u64, Block)> = self.kept.into_iter().collect();
+        all.sort_by_key(|(order, b)| (b.start_ns, *order));
+        all.into_iter().map(|(_, b)| b).collect()
     }
 }
 
@@ -316,7 +389,7 @@ mod tests {
     use super::*;
 
     /// A history of `blocks` (start ns, end ns, bytes, stack), 1 tsc tick = 1 ns.
-    fn replay(blocks: &[(u64, Option<u64>, u64, u32)], end: u64) -> Replay {
+    fn history(blocks: &[(u64, Option<u64>, u64, u32)], end: u64) -> History<Vec<u8>> {
         let mut f = Header {
             version: VERSION,
             pid: 1,
@@ -357,7 +430,7 @@ mod tests {
         events.sort_by_key(|e| e.tsc);
         write_chunk(&mut f, &Chunk::Events { thread: 1, events });
         write_chunk(&mut f, &Chunk::End { tsc: end });
-        Replay::read(&[&f]).unwrap()
+        History::open(vec![f]).unwrap()
     }
 
     fn site(id: u32) -> SiteInfo {
@@ -375,7 +448,7 @@ mod tests {
             .map(|i| (i * 10 * MS, Some(i * 10 * MS + 5 * MS), 1 << 20, 1))
             .collect();
         blocks.push((400 * MS, Some(600 * MS), 512 << 20, 2));
-        let t = timeline(&replay(&blocks, 1000 * MS), "p[1]".into(), &site);
+        let t = timeline(&history(&blocks, 1000 * MS), "p[1]".into(), &site).unwrap();
         let spike = t.series.iter().position(|s| s.label == "site_2").unwrap();
         let n = t.series.len();
         let l0 = &t.levels[0];
@@ -418,7 +491,7 @@ mod tests {
                 )
             })
             .collect();
-        let t = timeline(&replay(&blocks, 1_000_100 * US), "p[1]".into(), &site);
+        let t = timeline(&history(&blocks, 1_000_100 * US), "p[1]".into(), &site).unwrap();
         assert_eq!(t.allocations, 1_000_000);
         assert_eq!(t.series.len(), SERIES + 1);
         assert_eq!(t.bands.len(), BANDS);

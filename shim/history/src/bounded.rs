@@ -62,6 +62,15 @@ impl Source for &[u8] {
     }
 }
 
+impl Source for Vec<u8> {
+    fn size(&self) -> u64 {
+        self.len() as u64
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        (&self[..]).read_at(buf, offset)
+    }
+}
+
 impl Source for std::fs::File {
     fn size(&self) -> u64 {
         self.metadata().map_or(0, |m| m.len())
