@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use cuguard_format::Stack;
 
 use super::{CliError, exit, write_output};
-use crate::export::heap::{Process, When, heap};
+use crate::export::heap::{HeapError, HistoryAt, Process, When, heap};
 use crate::export::{VizFrame, memory_viz, pprof};
 use crate::input::InputError;
 use crate::report::Report;
@@ -197,9 +197,11 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
     let mut without: Vec<(String, String)> = Vec::new();
     for path in &args.paths {
         if crate::history::is_history_file(path)? {
+            // Read now, so that a file that is not one is said before anything is written.
+            crate::history::load(path)?;
             processes.push(Process {
                 report: None,
-                history: Some(crate::history::load(path)?.whole()?),
+                history: Some(HistoryAt::File(path.clone())),
             });
             continue;
         }
@@ -207,8 +209,8 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
             .map_err(|e| CliError::Input(InputError::from(e)))?;
         for r in doc.into_reports() {
             let r: Report = r.map_err(|e| CliError::Input(InputError::from(e)))?;
-            let history = match crate::history::of_report(&r, path).and_then(|o| o.whole()) {
-                Ok(h) => Some(h),
+            let history = match crate::history::of_report(&r, path) {
+                Ok(_) => Some(HistoryAt::OfReport(path.clone())),
                 Err(e) if args.at.is_some() => return Err(e.into()),
                 Err(e) => {
                     without.push((r.process_name(), why_no_history(&r, &e)));
@@ -221,19 +223,10 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
             });
         }
     }
-    let (when, at) = match &args.at {
-        Some(t) => {
-            let mut at = Vec::with_capacity(processes.len());
-            for p in &processes {
-                let h = p.history.as_ref().expect("--at reads every history");
-                let ns = crate::history::parse_time(t, &h.replay).map_err(|why| {
-                    CliError::Usage(format!("--at {why} ({})", h.report.process_name()))
-                })?;
-                at.push(ns);
-            }
-            (When::At, at)
-        }
-        None => (When::End, Vec::new()),
+    let when = if args.at.is_some() {
+        When::At
+    } else {
+        When::End
     };
     let alloc = without.is_empty();
     if let Some((first, why)) = without.first() {
@@ -248,7 +241,10 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
             crate::wording::one_line(why)
         );
     }
-    let profile = heap(&processes, when, &at, alloc);
+    let profile = heap(&processes, when, args.at.as_deref(), alloc).map_err(|e| match e {
+        HeapError::Input(e) => CliError::from(e),
+        HeapError::Moment(why) => CliError::Usage(why),
+    })?;
     let bytes = pprof::pprof(&profile);
     write_output(Some(&args.output), |w| w.write_all(&bytes))?;
     eprintln!(

@@ -2,17 +2,51 @@
 //! (the report's live allocations) or at a moment (from the history), and what was allocated
 //! over the run up to then (from the history), by stack, device, owner, process and rank.
 
+use std::path::PathBuf;
+
+use cuguard_history::bounded::Step;
 use cuguard_history::replay::Block;
 
 use super::profile::{ALLOC, Builder, INUSE, Profile};
-use crate::history::{Loaded, stack_key, stacks_by_id};
+use crate::history::{Opened, stack_key, stacks_by_id};
+use crate::input::InputError;
 use crate::owners::OwnerIndex;
 use crate::report::{Memory, Report};
 
-/// One process of the run: its report (when there is one) and its history (when read).
+/// One process of the run: its report (when there is one) and where its history is (when it
+/// has one). Histories are opened one at a time, as the profile reaches them: a run of
+/// thousands of ranks holds one open.
 pub struct Process {
     pub report: Option<Report>,
-    pub history: Option<Loaded>,
+    pub history: Option<HistoryAt>,
+}
+
+/// Where a process's history is read from.
+pub enum HistoryAt {
+    /// A history file given alone.
+    File(PathBuf),
+    /// The history the process's report names, the report read from this path.
+    OfReport(PathBuf),
+}
+
+/// Why a profile could not be made.
+pub enum HeapError {
+    /// A history could not be read.
+    Input(InputError),
+    /// A process's moment (`--at`) is not one of its history: what to say.
+    Moment(String),
+}
+
+impl Process {
+    fn open(&self) -> Result<Option<Opened>, InputError> {
+        match (&self.history, &self.report) {
+            (Some(HistoryAt::File(path)), _) => crate::history::load(path).map(Some),
+            (Some(HistoryAt::OfReport(path)), Some(r)) => {
+                crate::history::of_report(r, path).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
 }
 
 /// When the in-use part is taken.
@@ -26,8 +60,15 @@ pub enum When {
 }
 
 /// The profile of `processes`. `alloc`: with `alloc_*` over the run (every process has a
-/// history). `at[i]`: process `i`'s moment for [`When::At`] (and the end of its `alloc_*`).
-pub fn heap(processes: &[Process], when: When, at: &[u64], alloc: bool) -> Profile {
+/// history). `at`: each process's moment for [`When::At`] (and the end of its `alloc_*`), as
+/// `summary --at` reads it. Each history is walked once for `alloc_*` and read at its moment
+/// for `inuse_*`, in memory that does not grow with it.
+pub fn heap(
+    processes: &[Process],
+    when: When,
+    at: Option<&str>,
+    alloc: bool,
+) -> Result<Profile, HeapError> {
     let types = if alloc {
         ALLOC.iter().chain(INUSE.iter()).cloned().collect()
     } else {
@@ -36,14 +77,16 @@ pub fn heap(processes: &[Process], when: When, at: &[u64], alloc: bool) -> Profi
     let mut b = Builder::new(types, "inuse_space");
     let mut start = u64::MAX;
     let mut end = 0;
+    let mut main: Option<String> = None;
     for (pi, p) in processes.iter().enumerate() {
-        let Some(base) = p
-            .report
-            .as_ref()
-            .or_else(|| p.history.as_ref().map(|h| &h.report))
-        else {
+        let history = p.open().map_err(HeapError::Input)?;
+        let names = history.as_ref().map(Opened::names);
+        let Some(base) = p.report.as_ref().or(names.as_ref()) else {
             continue;
         };
+        if main.is_none() {
+            main = Some(base.process.exe.clone());
+        }
         start = start.min(base.process.start_unix_ms.saturating_mul(1_000_000));
         end = end.max(base.process.end_unix_ms.saturating_mul(1_000_000));
         let mut common = vec![("process", base.process_name())];
@@ -114,36 +157,53 @@ pub fn heap(processes: &[Process], when: When, at: &[u64], alloc: bool) -> Profi
                 );
             }
         }
-        let Some(h) = &p.history else { continue };
-        let t = match when {
-            When::At => at[pi],
-            When::End => h.replay.ends_ns,
+        let (Some(h), Some(names)) = (&history, &names) else {
+            continue;
         };
-        let stacks = stacks_by_id(&h.report);
-        let mut owners = OwnerIndex::new(&h.report);
-        let device_memory = |b: &&Block| b.memory != cuguard_history::Memory::HostPinned;
-        for blk in h.replay.blocks.iter().filter(device_memory) {
-            if blk.start_ns > t {
-                continue;
-            }
+        let t = match (when, at) {
+            (When::At, Some(text)) => crate::history::parse_time(text, h).map_err(|why| {
+                HeapError::Moment(format!("--at {why} ({})", names.process_name()))
+            })?,
+            _ => h.meta().ends_ns,
+        };
+        let stacks = stacks_by_id(names);
+        let mut owners = OwnerIndex::new(names);
+        let device_memory = |b: &Block| b.memory != cuguard_history::Memory::HostPinned;
+        let mut add = |blk: &Block, values: &[i64]| {
             let id = stack_key(blk.stack);
             let o = owners.of_stack(id, Some("device"));
             let stack = id.and_then(|id| stacks.get(&id).copied());
-            let live = !use_report && blk.live_at(t);
-            let size = signed(blk.size);
-            let values = match (alloc, live) {
-                (true, true) => vec![1, size, 1, size],
-                (true, false) => vec![1, size, 0, 0],
-                (false, true) => vec![1, size],
-                (false, false) => continue,
-            };
-            b.add(
-                pi,
-                id,
-                stack,
-                labels(blk.device(), &owners.owner(o).id),
-                &values,
-            );
+            let mut l = labels(blk.device(), &owners.owner(o).id);
+            if blk.stream != 0 {
+                l.push(("stream", format!("{:#x}", blk.stream)));
+            }
+            b.add(pi, id, stack, l, values);
+        };
+        if alloc {
+            h.history
+                .walk(&mut |step| match step {
+                    Step::Made(blk) | Step::Restated(blk)
+                        if device_memory(&blk) && blk.start_ns <= t =>
+                    {
+                        add(&blk, &[1, signed(blk.size), 0, 0])
+                    }
+                    _ => {}
+                })
+                .map_err(|e| HeapError::Input(h.invalid(e)))?;
+        }
+        if !use_report {
+            let w = h.read(t, t).map_err(HeapError::Input)?;
+            for blk in w.replay.live_at(t).filter(|b| device_memory(b)) {
+                let size = signed(blk.size);
+                add(
+                    blk,
+                    &if alloc {
+                        vec![0, 0, 1, size]
+                    } else {
+                        vec![1, size]
+                    },
+                );
+            }
         }
     }
     if start == u64::MAX {
@@ -158,13 +218,7 @@ pub fn heap(processes: &[Process], when: When, at: &[u64], alloc: bool) -> Profi
             (When::At, _) => "in use at a moment, and allocated until then",
         }
     )];
-    let main = processes.iter().find_map(|p| {
-        p.report
-            .as_ref()
-            .or_else(|| p.history.as_ref().map(|h| &h.report))
-            .map(|r| r.process.exe.as_str())
-    });
-    b.finish(main, start, end.saturating_sub(start), comments)
+    Ok(b.finish(main.as_deref(), start, end.saturating_sub(start), comments))
 }
 
 /// A size as profile.proto's `int64`.

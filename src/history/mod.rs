@@ -66,7 +66,7 @@ impl Opened {
         let replay = self
             .history
             .window(from_ns, to_ns)
-            .map_err(|e| invalid(&self.files[0], e.to_string()))?;
+            .map_err(|e| self.invalid(e))?;
         self.say_notes();
         let used = replay
             .blocks
@@ -88,6 +88,11 @@ impl Opened {
     pub fn names(&self) -> Report {
         let meta = self.meta();
         named(meta, meta.stacks.keys().copied(), self.process.clone())
+    }
+
+    /// A reading error of this history as the command says it.
+    pub fn invalid(&self, e: cuguard_history::Error) -> InputError {
+        invalid(&self.files[0], e.to_string())
     }
 
     /// The whole history, named (memory grows with it).

@@ -3,6 +3,7 @@
 //! per-thread default stream, and with cuMemAlloc (no stream), and frees with cuMemFreeAsync;
 //! run under the shim with its pool on (cuMemAlloc's blocks then are the pool's) and off.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -205,6 +206,47 @@ fn each_block_event_and_export_carries_its_stream(env: &[(&str, &str)]) {
     for s in [a, b] {
         assert!(trace.iter().any(|e| num(&e[3]) == s), "{s:#x}");
     }
+
+    // The pprof export at the history's end: what is in use, by its `stream` label (none for
+    // the default stream).
+    run(
+        Command::new(&artifacts().cuguard).current_dir(&dir).args([
+            "export", "--format", "pprof", "r.json", "--at", "end", "-o", "p.pb.gz",
+        ]),
+        true,
+    );
+    let traces = run(
+        Command::new("go").current_dir(&dir).args([
+            "tool",
+            "pprof",
+            "-unit=B",
+            "-sample_index=inuse_space",
+            "-traces",
+            "p.pb.gz",
+        ]),
+        true,
+    );
+    let mut by_stream: BTreeMap<u64, u64> = BTreeMap::new();
+    for sample in String::from_utf8_lossy(&traces.stdout).split("-----------+") {
+        let stream = sample
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("stream:"))
+            .map_or(0, |v| {
+                u64::from_str_radix(v.trim().trim_start_matches("0x"), 16).unwrap()
+            });
+        let bytes = sample.lines().find_map(|l| {
+            let first = l.split_whitespace().next()?;
+            first.strip_suffix('B')?.parse::<u64>().ok()
+        });
+        if let Some(bytes) = bytes.filter(|&b| b > 0) {
+            *by_stream.entry(stream).or_default() += bytes;
+        }
+    }
+    let mut expected: BTreeMap<u64, u64> = BTreeMap::new();
+    for m in made.iter().filter(|m| m.freed_on.is_none()) {
+        *expected.entry(m.stream).or_default() += m.size;
+    }
+    assert_eq!(by_stream, expected);
 }
 
 #[test]
