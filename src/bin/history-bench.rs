@@ -128,6 +128,17 @@ fn main() {
                     .arg(&pickle),
             ),
         );
+        row(
+            "cuguard export --format pprof --at end",
+            timed(
+                Command::new(&cuguard)
+                    .args(["export", "--format", "pprof", "--at", "end"])
+                    .arg(&file)
+                    .arg("-o")
+                    .arg(dir.join(format!("bench-{name}.pb.gz")))
+                    .stderr(std::process::Stdio::null()),
+            ),
+        );
         println!(
             "page: {} bytes; memory-viz pickle of the window: {} bytes",
             std::fs::metadata(&page).unwrap().len(),

@@ -174,9 +174,7 @@ impl<'a, S: Source> Chunks<'a, S> {
     /// A chunk decoded, its checksum checked.
     fn chunk(&mut self, f: Frame, version: u32) -> Result<Option<Chunk>, Error> {
         let p = self.payload(f)?;
-        // The payload is borrowed from the buffer: decoding copies what it keeps.
-        let p = p.to_vec();
-        decode_chunk(f.kind, &p, version, f.at)
+        decode_chunk(f.kind, p, version, f.at)
     }
 }
 
@@ -705,7 +703,7 @@ impl<S: Source> History<S> {
         let mut state = begin.state;
         state.sort_by_key(|(_, r)| r.tsc);
         for (thread, r) in state {
-            let b = self.block(thread, &r);
+            let b = self.block(thread, &r, self.clock.ns(r.tsc));
             match Action::of(r.kind) {
                 Some(Action::Alloc) => {
                     left.open.made(b);
@@ -770,9 +768,10 @@ impl<S: Source> History<S> {
         Ok(left)
     }
 
-    fn block(&self, thread: u32, r: &Raw) -> Block {
+    /// The block `r` makes, at `start_ns` (its moment converted).
+    fn block(&self, thread: u32, r: &Raw, start_ns: u64) -> Block {
         Block {
-            start_ns: self.clock.ns(r.tsc),
+            start_ns,
             end_ns: None,
             addr: r.addr,
             size: r.size,
@@ -797,14 +796,14 @@ impl<S: Source> History<S> {
             left.last_ns = left.last_ns.max(t);
             match action {
                 Action::Alloc => {
-                    let b = self.block(thread, &r);
+                    let b = self.block(thread, &r, t);
                     if let Some(old) = left.open.made(b) {
                         visit(Step::Ended(old));
                     }
                     visit(Step::Made(b));
                 }
                 Action::SegmentAlloc => {
-                    let b = self.block(thread, &r);
+                    let b = self.block(thread, &r, t);
                     if let Some(old) = left.segments.made(b) {
                         visit(Step::SegmentEnded(old));
                     }
@@ -839,11 +838,39 @@ impl<S: Source> History<S> {
     }
 }
 
+/// A hasher for addresses and context ids: splitmix64's finalizer (the keys are the program's
+/// own addresses, not chosen to collide; aligned, so every bit is mixed into the low ones the
+/// table indexes by), for maps touched at every event.
+#[derive(Default)]
+struct Mix(u64);
+
+impl std::hash::Hasher for Mix {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let mut z = v ^ self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        self.0 = z ^ (z >> 31);
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(u64::from(v));
+    }
+}
+
+type Fast = std::hash::BuildHasherDefault<Mix>;
+
 /// Blocks not yet ended, by address and by context.
 #[derive(Default)]
 struct OpenSet {
-    blocks: HashMap<u64, Block>,
-    by_context: HashMap<u16, HashSet<u64>>,
+    blocks: HashMap<u64, Block, Fast>,
+    by_context: HashMap<u16, HashSet<u64, Fast>, Fast>,
 }
 
 impl OpenSet {

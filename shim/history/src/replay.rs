@@ -195,13 +195,18 @@ impl Replay {
 /// clock pairs (and beyond them, along the nearest two).
 pub(crate) struct Clock {
     pairs: Vec<(u64, u64)>,
+    /// The pair last converted between (readings come mostly in time order).
+    hint: std::cell::Cell<usize>,
 }
 
 impl Clock {
     pub(crate) fn new(mut pairs: Vec<(u64, u64)>) -> Clock {
         pairs.sort_unstable();
         pairs.dedup_by_key(|p| p.0);
-        Clock { pairs }
+        Clock {
+            pairs,
+            hint: std::cell::Cell::new(1),
+        }
     }
 
     pub(crate) fn last_ns(&self) -> u64 {
@@ -214,7 +219,16 @@ impl Clock {
             0 => 0,
             1 => p[0].1,
             n => {
-                let i = p.partition_point(|q| q.0 <= tsc).clamp(1, n - 1);
+                // The pairs around `tsc` (the first pair after it, the nearest two at the ends):
+                // the last ones again, else found.
+                let mut i = self.hint.get();
+                let fits = (1..n).contains(&i)
+                    && (i == 1 || p[i - 1].0 <= tsc)
+                    && (i == n - 1 || tsc < p[i].0);
+                if !fits {
+                    i = p.partition_point(|q| q.0 <= tsc).clamp(1, n - 1);
+                    self.hint.set(i);
+                }
                 let ((t0, n0), (t1, n1)) = (p[i - 1], p[i]);
                 let slope = (n1 as f64 - n0 as f64) / (t1 as f64 - t0 as f64);
                 let v = n0 as f64 + (tsc as f64 - t0 as f64) * slope;
