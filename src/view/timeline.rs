@@ -114,23 +114,23 @@ pub fn timeline<S: Source>(
     let (from, to) = (meta.begins_ns, meta.ends_ns.max(meta.begins_ns + 1));
     let drawn = |b: &Block| b.memory != Memory::HostPinned;
     // Each stack's bytes × time (in the order first seen), the allocations, the largest.
-    let mut weight: HashMap<u32, f64> = HashMap::new();
+    let mut weight: ByStack<f64> = ByStack::default();
     let mut stacks: Vec<u32> = Vec::new();
     let mut allocations = 0usize;
     let mut largest = Largest::default();
     history.walk(&mut |step| match step {
         Step::Restated(b) | Step::Made(b) if drawn(&b) => {
             allocations += 1;
-            let w = weight.entry(b.stack).or_insert_with(|| {
+            let (w, new) = weight.slot(b.stack);
+            if new {
                 stacks.push(b.stack);
-                0.0
-            });
+            }
             *w += b.size as f64 * (to.max(b.start_ns) - b.start_ns) as f64;
             largest.made(&b);
         }
         Step::Ended(b) if drawn(&b) => {
             let end = b.end_ns.unwrap_or(to).max(b.start_ns);
-            *weight.entry(b.stack).or_default() -=
+            *weight.slot(b.stack).0 -=
                 b.size as f64 * (to.max(b.start_ns) - end.min(to.max(b.start_ns))) as f64;
             largest.ended(&b);
         }
@@ -146,7 +146,7 @@ pub fn timeline<S: Source>(
             sites.push((info, 0.0));
             sites.len() - 1
         });
-        sites[s].1 += weight[&stack];
+        sites[s].1 += *weight.slot(stack).0;
         site_of_stack.insert(stack, s);
     }
     let mut order: Vec<usize> = (0..sites.len()).collect();
@@ -168,7 +168,11 @@ pub fn timeline<S: Source>(
         stack: Vec::new(),
     });
     let n = series.len();
-    let series_of = |stack: u32| series_of_site[site_of_stack[&stack]];
+    let mut series_by_stack: ByStack<usize> = ByStack::default();
+    for (&stack, &site) in &site_of_stack {
+        *series_by_stack.slot(stack).0 = series_of_site[site];
+    }
+    let series_of = |stack: u32| series_by_stack.get(stack).copied().unwrap_or(other);
 
     // The steps in time order, frees first at one moment: each window's columns before its
     // first step hold what was live when it began.
@@ -245,6 +249,50 @@ pub fn timeline<S: Source>(
         lost: lost_windows(meta),
         whole: meta.whole,
     })
+}
+
+/// A value by stack id, in a list while ids are small (the shim numbers stacks from 0), in a
+/// map past that: looked up at every step of a walk.
+struct ByStack<T> {
+    dense: Vec<Option<T>>,
+    sparse: HashMap<u32, T>,
+}
+
+impl<T> Default for ByStack<T> {
+    fn default() -> Self {
+        ByStack {
+            dense: Vec::new(),
+            sparse: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Default> ByStack<T> {
+    /// Ids below this are kept in the list.
+    const DENSE: u32 = 1 << 22;
+
+    /// The value of `id` (made when new), and whether it is new.
+    fn slot(&mut self, id: u32) -> (&mut T, bool) {
+        if id < Self::DENSE {
+            let i = id as usize;
+            if i >= self.dense.len() {
+                self.dense.resize_with(i + 1, || None);
+            }
+            let new = self.dense[i].is_none();
+            (self.dense[i].get_or_insert_with(T::default), new)
+        } else {
+            let new = !self.sparse.contains_key(&id);
+            (self.sparse.entry(id).or_default(), new)
+        }
+    }
+
+    fn get(&self, id: u32) -> Option<&T> {
+        if id < Self::DENSE {
+            self.dense.get(id as usize).and_then(Option::as_ref)
+        } else {
+            self.sparse.get(&id)
+        }
+    }
 }
 
 /// The [`BANDS`] largest allocations as a walk meets them (the earliest among equals), with
