@@ -137,7 +137,8 @@ pub const fn kind(action: Action, memory: Memory) -> u8 {
     action as u8 | (memory as u8) << 4
 }
 
-/// One event as the allocation path records it: 40 bytes, appended and nothing else. The thread
+/// One event as the allocation path records it (the shim's ring keeps it in 32 bytes, and its
+/// stream, when not the default, in a second slot). The thread
 /// is the buffer's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]

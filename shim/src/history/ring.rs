@@ -17,6 +17,10 @@
 //! - A thread whose thread-local storage is already gone (it is exiting) appends to the orphans
 //!   list directly, under its lock.
 //!
+//! - A slot is 32 bytes ([`Slot`]: two to a cache line); an event on a stream other than the
+//!   default takes a second slot right after it, holding the stream ([`STREAM_MARK`]), written
+//!   with it and published with it, so a drain never splits the two.
+//!
 //! Fork: the child keeps only its own thread's ring, emptied (what it held is the parent's).
 
 use std::cell::{Cell, RefCell, UnsafeCell};
@@ -35,6 +39,63 @@ pub const CAP: usize = 1 << 14;
 /// Events kept for exited threads between two drains before more are counted lost.
 const MAX_ORPHANS: usize = 1 << 20;
 
+/// One event as a ring holds it: [`Raw`] without its stream, 32 bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+struct Slot {
+    tsc: u64,
+    addr: u64,
+    size: u64,
+    stack: u32,
+    context: u16,
+    kind: u8,
+    device: u8,
+}
+
+/// The kind of a slot that holds the stream (in `addr`) of the event in the slot before it: no
+/// action's (actions are 1 to 6).
+const STREAM_MARK: u8 = 0x0f;
+
+impl Slot {
+    fn of(r: &Raw) -> Slot {
+        Slot {
+            tsc: r.tsc,
+            addr: r.addr,
+            size: r.size,
+            stack: r.stack,
+            context: r.context,
+            kind: r.kind,
+            device: r.device,
+        }
+    }
+
+    fn raw(&self) -> Raw {
+        Raw {
+            tsc: self.tsc,
+            addr: self.addr,
+            size: self.size,
+            stack: self.stack,
+            context: self.context,
+            kind: self.kind,
+            device: self.device,
+            stream: 0,
+        }
+    }
+}
+
+/// The events of slots read in order: a stream mark gives its stream to the event before it.
+fn events(slots: impl Iterator<Item = Slot>) -> Vec<Raw> {
+    let mut out: Vec<Raw> = Vec::new();
+    for s in slots {
+        match (s.kind, out.last_mut()) {
+            (STREAM_MARK, Some(last)) => last.stream = s.addr,
+            (STREAM_MARK, None) => {}
+            _ => out.push(s.raw()),
+        }
+    }
+    out
+}
+
 /// One thread's ring.
 pub struct Ring {
     /// Events written (producer).
@@ -51,7 +112,7 @@ pub struct Ring {
     lost_seen: AtomicU64,
     lost_first: AtomicU64,
     lost_last: AtomicU64,
-    slots: Box<[UnsafeCell<Raw>]>,
+    slots: Box<[UnsafeCell<Slot>]>,
 }
 
 // SAFETY: a slot is written only by the producer before it publishes `head`, and read only by
@@ -75,16 +136,17 @@ impl Ring {
         }
     }
 
-    /// Whether the ring has room for one more event.
+    /// Whether the ring has room for one more event (and its stream's slot).
     pub fn has_room(&self) -> bool {
-        self.head.load(Ordering::Relaxed) - self.tail.load(Ordering::Acquire) < CAP as u64
+        self.head.load(Ordering::Relaxed) - self.tail.load(Ordering::Acquire) < CAP as u64 - 1
     }
 
-    /// Appends one event (the producer only).
+    /// Appends one event (the producer only): one slot, two on a stream other than the default.
     #[inline]
     fn push(&self, raw: Raw) {
         let head = self.head.load(Ordering::Relaxed);
-        if head - self.tail.load(Ordering::Acquire) >= CAP as u64 && !self.make_room() {
+        let need = 1 + u64::from(raw.stream != 0);
+        if head - self.tail.load(Ordering::Acquire) + need > CAP as u64 && !self.make_room() {
             let lost = self.lost.load(Ordering::Relaxed);
             if lost == self.lost_seen.load(Ordering::Relaxed) {
                 self.lost_first.store(raw.tsc, Ordering::Relaxed);
@@ -94,8 +156,19 @@ impl Ring {
             return;
         }
         // SAFETY: see the `Sync` impl: this slot is the producer's until `head` passes it.
-        unsafe { *self.slots[head as usize & (CAP - 1)].get() = raw };
-        self.head.store(head + 1, Ordering::Release);
+        unsafe { *self.slots[head as usize & (CAP - 1)].get() = Slot::of(&raw) };
+        if raw.stream == 0 {
+            self.head.store(head + 1, Ordering::Release);
+            return;
+        }
+        let mark = Slot {
+            addr: raw.stream,
+            kind: STREAM_MARK,
+            ..Slot::default()
+        };
+        // SAFETY: as above; there was room for two slots.
+        unsafe { *self.slots[(head + 1) as usize & (CAP - 1)].get() = mark };
+        self.head.store(head + 2, Ordering::Release);
     }
 
     /// The ring is full: has the history's writer drain it now (see the module doc); whether it
@@ -125,11 +198,9 @@ impl Ring {
         let head = self.head.load(Ordering::Acquire);
         let thread = self.thread.load(Ordering::Relaxed);
         if head > tail {
-            let mut batch = Vec::with_capacity((head - tail) as usize);
-            for i in tail..head {
-                // SAFETY: see the `Sync` impl: published, not yet consumed.
-                batch.push(unsafe { *self.slots[i as usize & (CAP - 1)].get() });
-            }
+            // SAFETY: see the `Sync` impl: published, not yet consumed.
+            let batch =
+                events((tail..head).map(|i| unsafe { *self.slots[i as usize & (CAP - 1)].get() }));
             self.tail.store(head, Ordering::Release);
             f(thread, &batch);
         }
@@ -150,21 +221,21 @@ impl Ring {
 
 /// The slots of a ring, zeroed and every page written now (the first event of a thread pays
 /// for them, not every 128th event after it).
-fn zeroed_slots() -> Box<[UnsafeCell<Raw>]> {
-    let layout = std::alloc::Layout::array::<UnsafeCell<Raw>>(CAP).expect("a ring's layout");
+fn zeroed_slots() -> Box<[UnsafeCell<Slot>]> {
+    let layout = std::alloc::Layout::array::<UnsafeCell<Slot>>(CAP).expect("a ring's layout");
     // SAFETY: the layout is non-zero in size; a null return is handled.
-    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut UnsafeCell<Raw>;
+    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut UnsafeCell<Slot>;
     if p.is_null() {
         std::alloc::handle_alloc_error(layout);
     }
     // SAFETY: p holds CAP zeroed slots, allocated with the global allocator and this layout; an
-    // all-zero `Raw` (plain integers) is a valid value.
-    let slots: Box<[UnsafeCell<Raw>]> =
+    // all-zero `Slot` (plain integers) is a valid value.
+    let slots: Box<[UnsafeCell<Slot>]> =
         unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, CAP)) };
     // Fresh pages from the kernel are mapped at their first write: write each now.
-    for s in slots.iter().step_by(4096 / std::mem::size_of::<Raw>()) {
+    for s in slots.iter().step_by(4096 / std::mem::size_of::<Slot>()) {
         // SAFETY: the ring is not shared yet.
-        unsafe { std::ptr::write_volatile(s.get(), Raw::default()) };
+        unsafe { std::ptr::write_volatile(s.get(), Slot::default()) };
     }
     slots
 }
@@ -360,6 +431,33 @@ mod tests {
             &mut |n, a, b| lost.push((n, a, b)),
         );
         assert_eq!((got, lost), (vec![7], vec![]));
+    }
+
+    #[test]
+    fn an_event_on_a_stream_drains_with_it_and_takes_two_slots() {
+        let ring = Ring::new();
+        let on = |tsc, stream| Raw { stream, ..ev(tsc) };
+        ring.push(on(1, 0));
+        ring.push(on(2, 0x5e00_0000_0030));
+        ring.push(on(3, 0));
+        ring.push(on(4, 2));
+        let mut got = Vec::new();
+        ring.drain(
+            &mut |_, e| got.extend(e.iter().map(|r| (r.tsc, r.stream))),
+            &mut |_, _, _| {},
+        );
+        assert_eq!(got, vec![(1, 0), (2, 0x5e00_0000_0030), (3, 0), (4, 2)]);
+        // Full: the last slot takes an event on the default stream, not one with its stream.
+        for i in 0..CAP as u64 - 1 {
+            ring.push(on(i, 0));
+        }
+        ring.push(on(100_000, 7));
+        ring.push(on(100_001, 0));
+        let (mut n, mut lost) = (0, Vec::new());
+        ring.drain(&mut |_, e| n += e.len(), &mut |c, a, b| {
+            lost.push((c, a, b))
+        });
+        assert_eq!((n, lost), (CAP, vec![(1, 100_000, 100_000)]));
     }
 
     #[test]
