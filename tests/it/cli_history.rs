@@ -594,3 +594,47 @@ fn a_history_of_the_previous_layout_answers_as_before() {
     );
     assert_eq!(v["devices"], serde_json::json!([]));
 }
+
+/// A history whose last checkpoint is damaged (a byte of what it restates flipped) is still
+/// read, from the checkpoint before it, with one line that says so; the answer is the one the
+/// undamaged history gave.
+#[test]
+fn a_damaged_checkpoint_is_read_past_with_one_line() {
+    let dir = scratch_dir("history-damaged-checkpoint");
+    // 2 threads of 300,000 pairs: 1.2 million events, a checkpoint every 262,144 or more.
+    run(
+        shim_command(&c_program("history_churn"), &dir.join("r.json"))
+            .args(["2", "1", "300000", "2"]),
+        true,
+    );
+    let args = ["summary", "r.json", "--at", "end", "--format", "json"];
+    let before: Value = serde_json::from_str(&ok(&dir, &args)).unwrap();
+    let file = dir.join("r.history");
+    let mut bytes = std::fs::read(&file).unwrap();
+    // The last checkpoint (kind 9): a byte of its live set, past its 48-byte head and count.
+    let (mut at, mut last) = (cuguard_history::HEADER_LEN, None);
+    while at < bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
+        if bytes[at] == 9 {
+            last = Some((at, len));
+        }
+        at += 9 + len;
+    }
+    let (at, len) = last.expect("a checkpoint in 1.2 million events");
+    assert!(len > cuguard_history::CHECKPOINT_HEAD + 4, "{len}");
+    bytes[at + 9 + cuguard_history::CHECKPOINT_HEAD + 3] ^= 0x20;
+    std::fs::write(&file, &bytes).unwrap();
+    let out = cuguard(&dir, &args);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "cuguard: {}: a checkpoint at byte {at} is damaged (a chunk's checksum does not match): read from the one before it, more slowly\n",
+            file.display()
+        )
+    );
+    let after: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(after["devices"], before["devices"]);
+    assert_eq!(after["span"], before["span"]);
+}

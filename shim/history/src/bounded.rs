@@ -233,7 +233,7 @@ pub struct History<S: Source> {
     starts: Vec<Start>,
     spans: Vec<Span>,
     allocations: u64,
-    /// What the reader had to work around (a damaged checkpoint), one line each.
+    /// What the reader had to work around (a damaged checkpoint), one line each, each once.
     notes: std::cell::RefCell<Vec<String>>,
 }
 
@@ -660,13 +660,18 @@ impl<S: Source> History<S> {
                 }
                 other => {
                     let why = match other {
+                        Err(Error::Corrupt { why, .. }) => why.to_string(),
                         Err(e) => e.to_string(),
                         _ => "not a checkpoint".into(),
                     };
-                    self.notes.borrow_mut().push(format!(
+                    let note = format!(
                         "a checkpoint at byte {} is damaged ({why}): read from the one before it, more slowly",
                         f.at
-                    ));
+                    );
+                    let mut notes = self.notes.borrow_mut();
+                    if !notes.contains(&note) {
+                        notes.push(note);
+                    }
                     k = k.saturating_sub(1);
                 }
             }
