@@ -206,6 +206,8 @@
     var view = [t.begins_ms, t.ends_ms];
     var area = document.createElement("canvas");
     area.width = W; area.height = H; area.className = "history-area";
+    // ", on stream 0x5e8c30" for an allocation made on a stream other than the default.
+    function onStream(b) { return b[4] ? ", on stream 0x" + b[4].toString(16) : ""; }
     var bandsC = document.createElement("canvas");
     var lanes = [], laneEnd = [];
     t.bands.forEach(function (b, i) {
@@ -309,7 +311,7 @@
       if (live.length) {
         var p = document.createElement("p");
         p.textContent = "largest allocations then: " + live.map(function (b) {
-          return fmt(b[2]) + " " + t.series[b[3]].label + " (from " + ms(Math.round(b[0])) + ")";
+          return fmt(b[2]) + " " + t.series[b[3]].label + " (from " + ms(Math.round(b[0])) + onStream(b) + ")";
         }).join(", ");
         list.appendChild(p);
       }
@@ -337,7 +339,7 @@
       if (!hit) { tip.textContent = ""; return; }
       var s = t.series[hit[3]];
       tip.textContent = fmt(hit[2]) + " from " + ms(Math.round(hit[0])) + " to " +
-        (hit[1] < 0 ? "the end" : ms(Math.round(hit[1]))) + ": " + s.label +
+        (hit[1] < 0 ? "the end" : ms(Math.round(hit[1]))) + onStream(hit) + ": " + s.label +
         (s.stack && s.stack.length ? " — " + s.stack.join(" ← ") : "");
     };
     draw();

@@ -54,8 +54,9 @@ pub struct Timeline {
     pub series: Vec<SiteInfo>,
     /// Level 0, then the windows.
     pub levels: Vec<Level>,
-    /// The largest allocations: `[start ms, end ms or -1 (live at the end), bytes, series]`.
-    pub bands: Vec<(f64, f64, u64, usize)>,
+    /// The largest allocations: `[start ms, end ms or -1 (live at the end), bytes, series,
+    /// stream]` (the stream's handle; 0: the default stream).
+    pub bands: Vec<(f64, f64, u64, usize, u64)>,
     /// Allocations in the history, and those drawn as bands.
     pub allocations: usize,
     /// The history's peak: (ms, bytes).
@@ -232,6 +233,7 @@ pub fn timeline<S: Source>(
                 b.end_ns.map_or(-1.0, ms),
                 b.size,
                 series_of(b.stack),
+                b.stream,
             )
         })
         .collect();

@@ -435,3 +435,69 @@ fn cli_view_says_the_events_lost_before_a_moment_in_chromium() {
     assert!(before.contains("1.0 MiB"), "{before}");
     assert!(!before.contains("NOT WHOLE"), "{before}");
 }
+
+/// The history's timeline says the stream of each allocation made on one other than the
+/// default: a run that allocates on two streams and the per-thread default stream, asked at its
+/// end, lists each with its stream (`, on stream 0x…`), and the default stream's without one.
+#[test]
+fn cli_view_says_the_streams_of_the_allocations_listed() {
+    let Some(chromium) = chromium_for("cli_view_says_the_streams_of_the_allocations_listed") else {
+        return;
+    };
+    let dir = support::scratch_dir("cli-view-streams");
+    let out = support::run(
+        &mut support::shim_command(&support::c_program("history_streams"), &dir.join("r.json")),
+        true,
+    );
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let page = dir.join("r.html");
+    write_page(&page, &[dir.join("r.json")]);
+    // The history's end, where every allocation the program kept is live and the two it freed
+    // are gone.
+    let at_end = Command::new(&support::artifacts().cuguard)
+        .args(["summary", "--at", "end", "--format", "json"])
+        .arg(dir.join("r.json"))
+        .output()
+        .unwrap();
+    let at_end: serde_json::Value = serde_json::from_slice(&at_end.stdout).unwrap();
+    let end = at_end["at_ms"].as_f64().unwrap();
+    let dom = rendered_url(
+        &chromium,
+        &format!("file://{}#at={end}", page.display()),
+        &dir.join("profile"),
+    );
+    let list = dom
+        .split("largest allocations then: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no list: {dom}"))
+        .split('<')
+        .next()
+        .unwrap();
+    let streams: Vec<&str> = said["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    // 2 MiB on the first stream, 3 MiB and 5 MiB on the second, 7 MiB on the per-thread
+    // default stream (0x2), 6 MiB on the legacy stream and 4 MiB by cuMemAlloc: no stream said.
+    for (size, stream) in [
+        ("2.0 MiB", Some(streams[0])),
+        ("3.0 MiB", Some(streams[1])),
+        ("5.0 MiB", Some(streams[1])),
+        ("7.0 MiB", Some("0x2")),
+        ("6.0 MiB", None),
+        ("4.0 MiB", None),
+    ] {
+        // Items are `SIZE SITE (from T[, on stream S])`, joined by ", ".
+        let item = list
+            .split("), ")
+            .find(|i| i.starts_with(size))
+            .map(|i| i.trim_end_matches(')').to_string() + ")")
+            .unwrap_or_else(|| panic!("{size}: {list}"));
+        match stream {
+            Some(s) => assert!(item.ends_with(&format!("on stream {s})")), "{size}: {item}"),
+            None => assert!(!item.contains("on stream"), "{size}: {item}"),
+        }
+    }
+}
