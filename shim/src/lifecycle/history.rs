@@ -98,19 +98,7 @@ pub fn start() {
         return;
     }
     prepare();
-    // SAFETY: sigset_t values are plain data; pthread_sigmask only changes this thread's mask.
-    let spawned = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let r = std::thread::Builder::new()
-            .name("cuguard-history".into())
-            .stack_size(256 << 10)
-            .spawn(drain_loop);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        r
-    };
+    let spawned = crate::process::thread::spawn_masked("cuguard-history", drain_loop);
     if let Err(e) = spawned {
         RUNNING.store(false, Ordering::Release);
         crate::process::diag::log(|| format!("could not start the history's thread: {e}"));

@@ -58,21 +58,7 @@ pub fn start() -> bool {
         return false;
     }
     WAKE_FD.store(fd, Ordering::Release);
-    // The thread inherits the creating thread's signal mask: block everything around the spawn
-    // so that it never runs a signal handler, not even before its first instruction.
-    // SAFETY: sigset_t values are plain data; pthread_sigmask only changes this thread's mask.
-    let spawned = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let r = std::thread::Builder::new()
-            .name("cuguard".into())
-            .stack_size(256 << 10)
-            .spawn(run);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        r
-    };
+    let spawned = crate::process::thread::spawn_masked("cuguard", run);
     match spawned {
         Ok(_) => {
             RUNNING.store(true, Ordering::Release);

@@ -10,7 +10,8 @@
 //! - [`launcher`]: the labels a launcher (torchrun, Slurm, Open MPI) set in the environment;
 //! - [`leaving`]: whether the process is leaving through `_exit`, and its status;
 //! - [`global`]: process-wide values created on first use and replaced in a forked child, and the
-//!   lock that a panic does not poison.
+//!   lock that a panic does not poison;
+//! - [`thread`]: the shim's own threads, started with every signal blocked.
 
 pub mod aliases;
 pub mod clock;
@@ -22,3 +23,4 @@ pub mod identity;
 pub mod labels;
 pub mod launcher;
 pub mod leaving;
+pub mod thread;

@@ -159,21 +159,7 @@ fn ensure_started(g: &'static Giveback, st: &mut State) -> bool {
         return true;
     }
     st.started = true;
-    // The thread inherits the creating thread's signal mask: block everything around the spawn
-    // so that it never runs a signal handler.
-    // SAFETY: sigset_t values are plain data; pthread_sigmask only changes this thread's mask.
-    let spawned = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let r = std::thread::Builder::new()
-            .name("cuguard-free".into())
-            .stack_size(256 << 10)
-            .spawn(move || run(g));
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        r
-    };
+    let spawned = crate::process::thread::spawn_masked("cuguard-free", move || run(g));
     if let Err(e) = spawned {
         crate::process::diag::log(|| format!("could not start the give-back thread: {e}"));
         st.unavailable = true;
