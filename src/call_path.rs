@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use cuguard_symbolize::glob;
 use cuguard_symbolize::mixed::Slot;
 
-use crate::report::Stack;
+use cuguard_format::Stack;
 use crate::sites::{Site, SiteKind};
 
 /// How far outward from a site a path is followed (user frames).

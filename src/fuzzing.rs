@@ -10,7 +10,7 @@ use crate::check::{Limits, ProcessCheck, Verdict};
 use crate::diff::Diff;
 use crate::input::Source;
 use crate::output::{Options, Registry};
-use crate::report::Document;
+use cuguard_format::Document;
 use crate::style::Style;
 use crate::summary::{ReportSummary, Summary};
 use crate::view::{ProcessView, View};

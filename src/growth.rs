@@ -70,7 +70,7 @@ use cuguard_format::{PyCache, PyCacheLine};
 use serde::Serialize;
 
 use crate::owners::OwnerIndex;
-use crate::report::Report;
+use cuguard_format::Report;
 use crate::sites::frames_site;
 use crate::sites::{SiteIndex, SiteKind};
 
@@ -930,7 +930,7 @@ mod tests {
     }
 
     fn report_with(times: Vec<u64>, series: Vec<(u64, Vec<u64>)>) -> Report {
-        let process = crate::report::Process {
+        let process = cuguard_format::Process {
             pid: 1,
             ppid: 0,
             exe: "/x".into(),
@@ -941,11 +941,11 @@ mod tests {
             end_unix_ms: 0,
             labels: None,
         };
-        let mut r = Report::new(true, crate::report::Reason::Exit, process);
-        let frame = |function: &str, line| crate::report::Frame {
-            ip: crate::report::Addr(1),
+        let mut r = Report::new(true, cuguard_format::Reason::Exit, process);
+        let frame = |function: &str, line| cuguard_format::Frame {
+            ip: cuguard_format::Addr(1),
             module: "/opt/app/train".into(),
-            offset: crate::report::Addr(1),
+            offset: cuguard_format::Addr(1),
             function: Some(function.into()),
             file: Some("/src/train.c".into()),
             line: Some(line),
@@ -954,11 +954,11 @@ mod tests {
         for (id, _) in &series {
             // Stacks 1 and 2 share a site (same function and line); 3 is elsewhere.
             let (function, line) = if *id < 3 { ("keep", 10) } else { ("other", 20) };
-            r.stacks.push(crate::report::Stack {
+            r.stacks.push(cuguard_format::Stack {
                 id: *id,
                 frames: vec![frame(function, line)],
                 python: vec![],
-                site: Some(crate::report::StackSite {
+                site: Some(cuguard_format::StackSite {
                     in_: "frames".into(),
                     index: 0,
                     fingerprint: "f".into(),
@@ -969,12 +969,12 @@ mod tests {
                 origin: None,
             });
         }
-        r.stack_samples = Some(crate::report::StackSamples {
+        r.stack_samples = Some(cuguard_format::StackSamples {
             interval_ms: 100,
             times_ms: times,
             series: series
                 .into_iter()
-                .map(|(id, bytes)| crate::report::StackSeries {
+                .map(|(id, bytes)| cuguard_format::StackSeries {
                     stack: Some(id),
                     device: 0,
                     bytes,
@@ -995,7 +995,7 @@ mod tests {
         r.process.end_unix_ms = 450;
         // Nothing allocated: nothing could grow.
         assert_eq!(not_told(&r, &c), None);
-        r.stats.devices.push(crate::report::DeviceStats {
+        r.stats.devices.push(cuguard_format::DeviceStats {
             device: 0,
             live_bytes: 0,
             peak_live_bytes: 3 * MIB,
@@ -1028,7 +1028,7 @@ mod tests {
         r.stack_samples = None;
         assert_eq!(not_told(&r, &c), None);
         // Sampling off.
-        r.config = Some(crate::report::Config {
+        r.config = Some(cuguard_format::Config {
             timeline_ms: Some(0),
             ..Default::default()
         });

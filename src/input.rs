@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::report::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, ReadError, Report};
+use cuguard_format::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, ReadError, Report};
 use crate::wording::one_line;
 use cuguard_symbolize::glob;
 

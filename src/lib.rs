@@ -4,8 +4,8 @@
 //! and turns them into summaries, CI verdicts, diffs and pictures. It is also the `cuguard`
 //! command (see [`cli`]).
 //!
-//! - [`report`]: the report model (schema `"cuguard-report"` version 1) and its reader, as the
-//!   `cuguard-format` crate (`shim/format`) defines them;
+//! - the report model (schema `"cuguard-report"` version 1) and its reader are the
+//!   [`cuguard_format`] crate's (`shim/format`), named by that one name throughout;
 //! - [`input`]: PATHs (files, directories, globs) to reports, read in parallel;
 //! - [`compact`]: compact tables (strings kept once and numbered, columns that never move)
 //!   for what is kept per site across thousands of reports;
@@ -38,13 +38,13 @@
 //!   `cuguard_symbolize::glob`, the workspace's one matcher).
 //!
 //! ```no_run
-//! use cuguard::report::Document;
+//! use cuguard_format::Document;
 //! let doc = Document::read("cuguard.train.4242.json".as_ref())?;
 //! for report in doc.into_reports() {
 //!     let report = report?;
 //!     println!("{}: {} bytes leaked", report.process_name(), report.leaked_bytes());
 //! }
-//! # Ok::<(), cuguard::report::ReadError>(())
+//! # Ok::<(), cuguard_format::ReadError>(())
 //! ```
 
 pub mod call_path;
@@ -67,7 +67,6 @@ pub mod naming;
 pub mod output;
 pub mod owners;
 pub mod record;
-pub mod report;
 pub mod sites;
 pub mod spill;
 pub mod style;

@@ -22,7 +22,7 @@ use cuguard_format::merged::{Merged, MergedWriter};
 
 use crate::identity::{GroupBy, GroupKey, Identity};
 use crate::input::InputError;
-use crate::report::{Document, ReadError};
+use cuguard_format::{Document, ReadError};
 
 /// Why a merge failed.
 #[derive(Debug)]

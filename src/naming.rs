@@ -14,7 +14,7 @@ use cuguard_symbolize::rules::Rules;
 use cuguard_symbolize::site::{Plumbing, SiteFrame};
 use serde_json::Value;
 
-use crate::report::{Frame, PyFrame, Stack, StackSite};
+use cuguard_format::{Frame, PyFrame, Stack, StackSite};
 
 /// Names the frames of one process's report and recomputes its stacks' mixed order, sites,
 /// site kinds and owners, its leaks' owners and `owners[]` (with `plumbing`'s rules). The stacks

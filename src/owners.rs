@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use cuguard_symbolize::site::SiteFrame;
 
-use crate::report::{Leak, Report, Stack};
+use cuguard_format::{Leak, Report, Stack};
 use crate::sites::{builtin_rules, python_site_frame, site_frame};
 
 /// What kind of holder an owner is: the report format's own type (`owners[].kind`).
@@ -390,7 +390,7 @@ impl OwnerFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Addr, Frame, LeakState, Memory};
+    use cuguard_format::{Addr, Frame, LeakState, Memory};
 
     fn frame(module: &str, function: &str) -> Frame {
         Frame {
@@ -424,7 +424,7 @@ mod tests {
     }
 
     fn report(stacks: Vec<Stack>) -> Report {
-        let process = crate::report::Process {
+        let process = cuguard_format::Process {
             pid: 1,
             ppid: 0,
             exe: "/x".into(),
@@ -435,7 +435,7 @@ mod tests {
             end_unix_ms: 0,
             labels: None,
         };
-        let mut r = Report::new(true, crate::report::Reason::Exit, process);
+        let mut r = Report::new(true, cuguard_format::Reason::Exit, process);
         r.stacks = stacks;
         r
     }
@@ -513,7 +513,7 @@ mod tests {
     #[test]
     fn the_reports_descriptions_win_and_unknown_ids_are_the_programs() {
         let mut r = report(vec![stack(1, vec![], Some("my_arena"))]);
-        r.owners.push(crate::report::OwnerInfo {
+        r.owners.push(cuguard_format::OwnerInfo {
             id: "my_arena".into(),
             kind: "framework_cache".into(),
             label: "my arena".into(),

@@ -34,7 +34,7 @@ use cuguard_symbolize::rules::{Rules, Tier};
 use cuguard_symbolize::site::{SiteFrame, qualified_path};
 use serde::Serialize;
 
-use crate::report::{Frame, Report, Stack};
+use cuguard_format::{Frame, Report, Stack};
 
 /// What kind of frame a site is (`stacks[].site.kind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -239,7 +239,7 @@ fn operation_context(stack: &Stack) -> Option<String> {
 
 /// A Python frame's location: `file:line` (file name only), or, for a file the program named
 /// (`display`, IPython's `Cell In[2]`), `Cell In[2], line 5`.
-pub fn python_location(f: &crate::report::PyFrame) -> Option<String> {
+pub fn python_location(f: &cuguard_format::PyFrame) -> Option<String> {
     match (&f.display, f.line) {
         (Some(display), Some(line)) => Some(format!("{display}, line {line}")),
         (Some(display), None) => Some(display.clone()),
@@ -309,7 +309,7 @@ pub fn user_frame_site(f: &Frame) -> Option<Site> {
 
 /// A Python frame as a site of the user's own (`function (file:line)`, or its display name's
 /// `Cell In[2], line 5`).
-pub fn python_frame_site(f: &crate::report::PyFrame) -> Option<Site> {
+pub fn python_frame_site(f: &cuguard_format::PyFrame) -> Option<Site> {
     (!f.function.is_empty()).then(|| user_site(f.function.clone(), python_location(f), None))
 }
 
@@ -394,7 +394,7 @@ pub fn site_frame(f: &Frame) -> SiteFrame<'_> {
 }
 
 /// What the rules look at in a Python frame.
-pub fn python_site_frame(f: &crate::report::PyFrame) -> SiteFrame<'_> {
+pub fn python_site_frame(f: &cuguard_format::PyFrame) -> SiteFrame<'_> {
     SiteFrame {
         module: "",
         function: Some(&f.function),
@@ -709,7 +709,7 @@ impl<'r> SiteIndex<'r> {
 
 /// The site of a cache block by the frames the framework recorded: the user's frame by the
 /// site rules; `None` without frames (the block then goes with its segment's site).
-pub fn frames_site(frames: &[crate::report::PyFrame]) -> Option<Site> {
+pub fn frames_site(frames: &[cuguard_format::PyFrame]) -> Option<Site> {
     if frames.is_empty() {
         return None;
     }
@@ -740,7 +740,7 @@ pub fn frames_site(frames: &[crate::report::PyFrame]) -> Option<Site> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Addr;
+    use cuguard_format::Addr;
 
     fn frame(module: &str, function: Option<&str>) -> Frame {
         Frame {
@@ -814,7 +814,7 @@ mod tests {
 
     #[test]
     fn the_shims_site_wins_and_keeps_lines_apart() {
-        let py = |line| crate::report::PyFrame {
+        let py = |line| cuguard_format::PyFrame {
             file: "/work/train.py".into(),
             line: Some(line),
             function: "make".into(),
@@ -825,7 +825,7 @@ mod tests {
             id: 1,
             frames: vec![frame("/usr/lib/libcudart.so.13", Some("cudaMalloc"))],
             python: vec![py(line)],
-            site: Some(crate::report::StackSite {
+            site: Some(cuguard_format::StackSite {
                 in_: "python".into(),
                 index: 0,
                 fingerprint: "f".into(),
@@ -848,7 +848,7 @@ mod tests {
                 },
             ],
             python: vec![],
-            site: Some(crate::report::StackSite {
+            site: Some(cuguard_format::StackSite {
                 in_: "frames".into(),
                 index: 1,
                 fingerprint: "g".into(),
@@ -872,8 +872,8 @@ mod tests {
         }
     }
 
-    fn site(in_: &str, index: usize, kind: Option<&str>) -> Option<crate::report::StackSite> {
-        Some(crate::report::StackSite {
+    fn site(in_: &str, index: usize, kind: Option<&str>) -> Option<cuguard_format::StackSite> {
+        Some(cuguard_format::StackSite {
             in_: in_.into(),
             index,
             fingerprint: "f".into(),
@@ -971,9 +971,9 @@ mod tests {
         );
     }
 
-    fn python_stack(mixed: Vec<crate::report::MixedRef>, entries: [Option<bool>; 2]) -> Stack {
+    fn python_stack(mixed: Vec<cuguard_format::MixedRef>, entries: [Option<bool>; 2]) -> Stack {
         let py = "/usr/bin/python3.12";
-        let pyframe = |function: &str, line, entry| crate::report::PyFrame {
+        let pyframe = |function: &str, line, entry| cuguard_format::PyFrame {
             file: "/work/train.py".into(),
             line: Some(line),
             function: function.into(),
@@ -1017,7 +1017,7 @@ mod tests {
         let stack = python_stack(Vec::new(), [Some(false), Some(true)]);
         assert_eq!(chain(&stack), want);
         // From the report's own mixed order.
-        let m = |native, python| crate::report::MixedRef { native, python };
+        let m = |native, python| cuguard_format::MixedRef { native, python };
         let stack = python_stack(
             vec![
                 m(Some(0), None),
@@ -1061,7 +1061,7 @@ mod tests {
                 });
             } else if let Some(rest) = line.strip_prefix("P ") {
                 let p: Vec<&str> = rest.split(" | ").collect();
-                python.push(crate::report::PyFrame {
+                python.push(cuguard_format::PyFrame {
                     file: p[0].into(),
                     line: p[2].parse().ok(),
                     function: p[1].into(),
@@ -1210,7 +1210,7 @@ mod tests {
         // native frame and the Python line that called it is folded, so the ends stay.
         stack.python.insert(
             0,
-            crate::report::PyFrame {
+            cuguard_format::PyFrame {
                 file: "/work/train.py".into(),
                 line: Some(3),
                 function: "inner".into(),
@@ -1276,7 +1276,7 @@ mod tests {
             frame(py, Some("_PyEval_EvalFrameDefault")),
             frame(py, Some("Py_RunMain")),
         ]);
-        let pyframe = |function: &str, line, entry| crate::report::PyFrame {
+        let pyframe = |function: &str, line, entry| cuguard_format::PyFrame {
             file: "/work/deep.py".into(),
             line: Some(line),
             function: function.into(),
@@ -1360,7 +1360,7 @@ mod tests {
             elsewhere.label(),
             "operation: AddmmBackward0::apply (Functions.cpp:1520), from train.py:42"
         );
-        let cell = |line, display: Option<&str>| crate::report::PyFrame {
+        let cell = |line, display: Option<&str>| cuguard_format::PyFrame {
             file: "/tmp/ipykernel_4242/817962334.py".into(),
             line,
             function: "<module>".into(),
@@ -1394,7 +1394,7 @@ mod tests {
         assert_eq!(mixed_names(&stack), Some(chain(&stack)));
         // Twelve Python frames: the chain keeps its ends within MAX_CHAIN, the names go on.
         stack.python = (0..12)
-            .map(|i| crate::report::PyFrame {
+            .map(|i| cuguard_format::PyFrame {
                 file: "/work/deep.py".into(),
                 line: Some(i),
                 function: format!("f{i}"),

@@ -54,7 +54,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cuguard::report::{
+use cuguard_format::{
     Addr, Context, Device, DeviceStats, Driver, Event, EventKind, Frame, Leak, LeakState, Memory,
     OwnerInfo, Process, Reason, Report, Stack, StackSite,
 };

@@ -45,7 +45,7 @@ use crate::growth::{Criterion, GrowingSite, NotTold, growing_sites, not_told};
 use crate::input::Source;
 use crate::output::{Registry, Row};
 use crate::owners::{OwnerFilter, OwnerIndex, OwnerShare};
-use crate::report::{HeldClass, Leak, LeakFold, LeakState, PyView, Report, Stack};
+use cuguard_format::{HeldClass, Leak, LeakFold, LeakState, PyView, Report, Stack};
 use crate::sites::{Site, SiteIndex, SiteKind};
 use places::Place;
 use suppressions::Suppressions;

@@ -13,7 +13,7 @@ use std::path::{Component, Path, PathBuf};
 
 use cuguard_symbolize::mixed::Slot;
 
-use crate::report::{PyFrame, Stack};
+use cuguard_format::{PyFrame, Stack};
 use crate::sites::{Site, is_runtime_module, mixed_order};
 
 /// The most frames with a file a place keeps (the site's and those outward of it).

@@ -50,7 +50,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::report::{Event, Leak, Stack};
+use cuguard_format::{Event, Leak, Stack};
 use crate::sites::Site;
 use crate::wording::one_line;
 use cuguard_format::{escaped, needs_escape};
@@ -358,7 +358,7 @@ fn site_condition(site: &Site) -> Option<String> {
 
 /// Proposes rules for every leak and event of one report, one per distinct rule. A rule that
 /// would match the stack of every allocation the report saw is commented out, saying why.
-pub fn propose(report: &crate::report::Report) -> Vec<Proposal> {
+pub fn propose(report: &cuguard_format::Report) -> Vec<Proposal> {
     use std::collections::BTreeMap;
     let index = crate::sites::SiteIndex::new(report);
     let name = report.process_name();
@@ -438,7 +438,7 @@ pub fn propose(report: &crate::report::Report) -> Vec<Proposal> {
 /// when it picks out some stacks only (or is not a leak rule).
 fn matches_every_stack(
     rule: &str,
-    report: &crate::report::Report,
+    report: &cuguard_format::Report,
     index: &crate::sites::SiteIndex<'_>,
 ) -> Option<String> {
     if rule.starts_with('#') || rule.starts_with("event:") {
@@ -573,7 +573,7 @@ mod tests {
             crate::sites::site_of_stack,
         )
     }
-    use crate::report::{Addr, EventKind, Frame, LeakState, Memory};
+    use cuguard_format::{Addr, EventKind, Frame, LeakState, Memory};
 
     fn leak(api: &str, memory: Memory) -> Leak {
         Leak {

@@ -336,7 +336,7 @@ fn growth_fails_only_over_max_growth_and_names_the_site() {
 #[test]
 fn folded_check_equals_the_whole_one_on_the_fixtures() {
     use crate::input::for_each_folded;
-    use crate::report::{LeakFold, Report};
+    use cuguard_format::{LeakFold, Report};
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()

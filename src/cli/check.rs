@@ -12,7 +12,7 @@ use crate::check::{
 use crate::input;
 use crate::output::{Options, Row};
 use crate::owners::OwnerFilter;
-use crate::report::{LeakFold, Report};
+use cuguard_format::{LeakFold, Report};
 use crate::style::Style;
 
 /// Arguments of `cuguard check`.

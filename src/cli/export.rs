@@ -13,7 +13,7 @@ use super::{CliError, exit, write_output};
 use crate::export::heap::{HeapError, HistoryAt, Process, When, heap};
 use crate::export::{VizFrame, memory_viz, pprof};
 use crate::input::InputError;
-use crate::report::Report;
+use cuguard_format::Report;
 
 /// The formats `cuguard export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -205,7 +205,7 @@ fn run_pprof(args: ExportArgs) -> Result<u8, CliError> {
             });
             continue;
         }
-        let doc = crate::report::Document::read_with_limit(path, crate::input::max_report_bytes())
+        let doc = cuguard_format::Document::read_with_limit(path, crate::input::max_report_bytes())
             .map_err(|e| CliError::Input(InputError::from(e)))?;
         for r in doc.into_reports() {
             let r: Report = r.map_err(|e| CliError::Input(InputError::from(e)))?;

@@ -9,7 +9,7 @@ use super::{CliError, exit, write_stdout};
 use crate::identity::GroupBy;
 use crate::input;
 use crate::output::{Options, Row};
-use crate::report::{LeakFold, Report};
+use cuguard_format::{LeakFold, Report};
 use crate::spill::Spill;
 use crate::style::Style;
 use crate::summary::{FORMATS, ReportSummary, Summary, SummaryFold, sections};

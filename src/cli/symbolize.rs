@@ -24,7 +24,7 @@ use serde_json::Value;
 use super::{CliError, exit, write_output};
 use crate::input::InputError;
 use crate::naming::symbolize_report;
-use crate::report::{Document, ReadError};
+use cuguard_format::{Document, ReadError};
 
 /// Arguments of `cuguard symbolize`.
 #[derive(Debug, Args)]

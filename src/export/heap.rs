@@ -11,7 +11,7 @@ use super::profile::{ALLOC, Builder, INUSE, Profile};
 use crate::history::{Opened, stack_key, stacks_by_id};
 use crate::input::InputError;
 use crate::owners::OwnerIndex;
-use crate::report::{Memory, Report};
+use cuguard_format::{Memory, Report};
 
 /// One process of the run: its report (when there is one) and where its history is (when it
 /// has one). Histories are opened one at a time, as the profile reaches them: a run of

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use cuguard_symbolize::mixed::Slot;
 use cuguard_symbolize::rules::Tier;
 
-use crate::report::{Frame, PyFrame, Stack};
+use cuguard_format::{Frame, PyFrame, Stack};
 use crate::sites::{
     builtin_rules, file_name, is_runtime_module, mixed_order, python_site_frame, site_frame,
 };

@@ -19,7 +19,7 @@ use cuguard_symbolize::Symbolizer;
 use cuguard_symbolize::site::Plumbing;
 
 use crate::input::InputError;
-use crate::report::ReadError;
+use cuguard_format::ReadError;
 
 /// The largest history file read (a segment is at most half of `CUGUARD_HISTORY`).
 pub const MAX_HISTORY_BYTES: u64 = 8 << 30;
@@ -174,7 +174,7 @@ pub fn load(path: &Path) -> Result<Opened, InputError> {
     let (files, report) = if head.starts_with(cuguard_history::MAGIC) {
         (segments_beside(path)?, None)
     } else {
-        let doc = crate::report::Document::read_with_limit(path, crate::input::max_report_bytes())
+        let doc = cuguard_format::Document::read_with_limit(path, crate::input::max_report_bytes())
             .map_err(InputError::from)?;
         let reports: Vec<Report> = doc
             .into_reports()

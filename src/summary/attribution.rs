@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner, share};
-use crate::report::{Explained, OomPool, Report, StackBytes};
+use cuguard_format::{Explained, OomPool, Report, StackBytes};
 use crate::sites::{SiteIndex, SiteRef};
 
 /// Live bytes at one site, held by one owner, at some moment.
@@ -345,7 +345,7 @@ pub fn peaks(
     owners: &mut OwnerIndex<'_>,
     top: usize,
 ) -> Vec<PeakSummary> {
-    let mut last: std::collections::BTreeMap<u32, &crate::report::PeakRecord> =
+    let mut last: std::collections::BTreeMap<u32, &cuguard_format::PeakRecord> =
         std::collections::BTreeMap::new();
     for p in &report.peaks {
         let keep = last

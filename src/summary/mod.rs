@@ -28,7 +28,7 @@ use crate::growth::{Criterion, GrowingSite, NotTold, growing_sites, not_told};
 use crate::input::Source;
 use crate::output::{Options, Registry, Row};
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner};
-use crate::report::{Addr, Cost, Event, LeakFold, LeakState, Report};
+use cuguard_format::{Addr, Cost, Event, LeakFold, LeakState, Report};
 use crate::sites::{SiteIndex, SiteKind};
 use attribution::{OomSummary, PeakSummary, ReconciliationSummary};
 

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::owners::OwnerIndex;
-use crate::report::{HeldClass, PyAllocation, PyBlock, PyFrame, PyHolder, Report};
+use cuguard_format::{HeldClass, PyAllocation, PyBlock, PyFrame, PyHolder, Report};
 use crate::sites::{SiteIndex, builtin_rules, python_site_frame};
 
 /// How many held allocations, lost sites and cache block sites are listed.

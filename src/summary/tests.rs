@@ -114,7 +114,7 @@ fn markdown_escapes_and_lists_sites() {
 fn dropped_events_are_mentioned() {
     let json = std::fs::read_to_string(fixture("events.json")).unwrap();
     let json = json.replacen('{', "{\"events_dropped\": 7,", 1);
-    let doc = crate::report::Document::from_bytes("e.json".as_ref(), json.into_bytes()).unwrap();
+    let doc = cuguard_format::Document::from_bytes("e.json".as_ref(), json.into_bytes()).unwrap();
     let report = doc.into_reports().next().unwrap().unwrap();
     let source = Source {
         path: "e.json".into(),
@@ -311,7 +311,7 @@ fn a_report_written_at_an_oom_says_so() {
     let json = std::fs::read_to_string(fixture("attribution.json")).unwrap();
     let json = json.replacen("\"reason\": \"exit\"", "\"reason\": \"oom\"", 1);
     let json = json.replacen("\"complete\": true", "\"complete\": false", 1);
-    let doc = crate::report::Document::from_bytes("o.json".as_ref(), json.into_bytes()).unwrap();
+    let doc = cuguard_format::Document::from_bytes("o.json".as_ref(), json.into_bytes()).unwrap();
     let report = doc.into_reports().next().unwrap().unwrap();
     let source = Source {
         path: "o.json".into(),
@@ -403,7 +403,7 @@ fn all_fixtures() -> Vec<PathBuf> {
 #[test]
 fn streamed_summary_equals_the_whole_one_on_the_fixtures() {
     use crate::input::for_each_folded;
-    use crate::report::{LeakFold, Report};
+    use cuguard_format::{LeakFold, Report};
     let files = all_fixtures();
     assert!(files.len() >= 5);
     let mut sets: Vec<Vec<PathBuf>> = files.iter().map(|f| vec![f.clone()]).collect();
@@ -467,7 +467,7 @@ fn a_site_whose_bytes_two_owners_hold_says_mostly() {
     other["owner"] = "cublas".into();
     r["leaks"].as_array_mut().unwrap().push(other);
     let doc =
-        crate::report::Document::from_bytes("mixed.json".as_ref(), serde_json::to_vec(&r).unwrap())
+        cuguard_format::Document::from_bytes("mixed.json".as_ref(), serde_json::to_vec(&r).unwrap())
             .unwrap();
     let report = doc.into_reports().next().unwrap().unwrap();
     let source = Source {
@@ -538,7 +538,7 @@ fn a_deep_framework_stack_reads_folded_with_the_users_lines() {
     // The mixed order then comes from the Python frames' entry marks.
     stack.as_object_mut().unwrap().remove("mixed");
     let bytes = serde_json::to_vec(&doc).unwrap();
-    let doc = crate::report::Document::from_bytes("deep.json".as_ref(), bytes).unwrap();
+    let doc = cuguard_format::Document::from_bytes("deep.json".as_ref(), bytes).unwrap();
     let report = doc.into_reports().next().unwrap().unwrap();
     let source = Source {
         path: "deep.json".into(),
@@ -662,7 +662,7 @@ fn the_reconciliation_says_what_it_knows_and_nothing_is_negative() {
 /// parts per allocation within it, the first calls, work done once and the other stacks apart.
 #[test]
 fn the_cost_line_adds_up_and_says_one_time_costs_apart() {
-    use crate::report::CostTiming;
+    use cuguard_format::CostTiming;
     let timing = |calls, ns, first_calls, first_ns| CostTiming {
         calls,
         timed: calls,
@@ -671,7 +671,7 @@ fn the_cost_line_adds_up_and_says_one_time_costs_apart() {
         first_calls,
         first_ns,
     };
-    let mut c = crate::report::Cost {
+    let mut c = cuguard_format::Cost {
         sample_every: 32,
         first_timed: 8,
         // 10,008 allocations: 1.2 ms after the first 8, which took 0.4 ms.
@@ -680,11 +680,11 @@ fn the_cost_line_adds_up_and_says_one_time_costs_apart() {
         python: timing(5_000, 310_000, 8, 10_000),
         captures: Some(timing(3, 200_000, 3, 200_000)),
         one_time: Some(timing(2, 3_100_000, 0, 0)),
-        unwind: Some(crate::report::CostUnwind {
+        unwind: Some(cuguard_format::CostUnwind {
             evaluated: 110,
             ..Default::default()
         }),
-        pool_growth: Some(crate::report::CostGrowth {
+        pool_growth: Some(cuguard_format::CostGrowth {
             chunks: 3,
             bytes: 36 << 20,
             ns: 600_000,
@@ -725,7 +725,7 @@ fn summary_at_the_end(allocations: serde_json::Value) -> ReportSummary {
         "view": {"at": "end", "time_ms": 100, "complete": true, "allocations": allocations}
     });
     let bytes = serde_json::to_vec(&doc).unwrap();
-    let doc = crate::report::Document::from_bytes("end.json".as_ref(), bytes).unwrap();
+    let doc = cuguard_format::Document::from_bytes("end.json".as_ref(), bytes).unwrap();
     let report = doc.into_reports().next().unwrap().unwrap();
     let source = Source {
         path: "end.json".into(),

@@ -678,7 +678,7 @@ fn events_and_faults(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io
 
 /// cuguard's own cost: the one short line ([`super::cost_short`]), or with `--cost` the whole
 /// bill ([`super::cost_line`]).
-fn cost_text(c: &crate::report::Cost, options: &Options) -> String {
+fn cost_text(c: &cuguard_format::Cost, options: &Options) -> String {
     if options.cost {
         super::cost_line(c)
     } else {

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::input::Source;
-use crate::report::{LeakFold, Report, Stack};
+use cuguard_format::{LeakFold, Report, Stack};
 use crate::sites::{SiteIndex, frame_name, mixed_names};
 use crate::summary::{ReportSummary, Summary};
 use crate::wording::{bytes, millis};
@@ -297,7 +297,7 @@ impl ProcessView {
 /// The timeline of a history read, its sites named as `summary --at` names them.
 fn history_timeline(
     opened: &crate::history::Opened,
-    report: &crate::report::Report,
+    report: &cuguard_format::Report,
 ) -> Result<timeline::Timeline, cuguard_history::Error> {
     let sites = SiteIndex::new(report);
     timeline::timeline(&opened.history, report.process_name(), &|id| {
@@ -368,7 +368,7 @@ fn markers(
         let live = view
             .allocations
             .iter()
-            .filter(|a| a.device == device && a.memory != crate::report::Memory::HostPinned)
+            .filter(|a| a.device == device && a.memory != cuguard_format::Memory::HostPinned)
             .fold(0u64, |sum, a| sum.saturating_add(a.size));
         Some(Marker {
             kind: "end",

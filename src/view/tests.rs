@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::input::map_reports;
-use crate::report::{Document, Frame, PyFrame};
+use cuguard_format::{Document, Frame, PyFrame};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -74,9 +74,9 @@ fn flame_tree_adds_paths() {
 
 fn frame(module: &str, function: Option<&str>) -> Frame {
     Frame {
-        ip: crate::report::Addr(0x1000),
+        ip: cuguard_format::Addr(0x1000),
         module: module.into(),
-        offset: crate::report::Addr(0x54caec),
+        offset: cuguard_format::Addr(0x54caec),
         function: function.map(Into::into),
         file: None,
         line: None,
