@@ -1,7 +1,10 @@
 //! Naming a report's frames after the fact, and what depends on the names: each stack's mixed
 //! native and Python order, its site, site kind and owner, the leaks' owners and `owners[]`.
-//! The work of `cuguard symbolize` (`cli/symbolize.rs`, which reads and writes the files), shared
-//! with the history's reader, which names the stacks of a history beside its report.
+//! One typed step, [`name_stacks`], does it for reports and histories alike: the history's reader
+//! names a report it holds in its types ([`name_report`]); `cuguard symbolize`
+//! (`cli/symbolize.rs`, which reads and writes the files) names a report held as JSON in place
+//! ([`symbolize_report`]), so that fields this version does not know are written back as they
+//! were.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,119 +17,198 @@ use cuguard_symbolize::rules::Rules;
 use cuguard_symbolize::site::{Plumbing, SiteFrame};
 use serde_json::Value;
 
-use cuguard_format::{Frame, PyFrame, Stack, StackSite};
+use cuguard_format::{Frame, Module, PyFrame, Report, Stack, StackSite};
 
-/// Names the frames of one process's report and recomputes its stacks' mixed order, sites,
-/// site kinds and owners, its leaks' owners and `owners[]` (with `plumbing`'s rules). The stacks
-/// are read and written back through the report's types; every other field is kept as it is.
-pub fn symbolize_report(report: &mut Value, symbolizer: &mut Symbolizer, plumbing: &Plumbing) {
-    let rules = plumbing.rules();
-    // What each stack allocated, as its leaks say: the memory kinds, per stack.
+/// The owner the rules give each (stack id, memory kind) that the leaks name.
+type OwnersByKind = HashMap<(u64, String), String>;
+
+/// The memory kinds each stack's leaks are of, in the order first met.
+fn kinds_by_stack<'l>(leaks: impl Iterator<Item = (u64, &'l str)>) -> HashMap<u64, Vec<String>> {
     let mut memories: HashMap<u64, Vec<String>> = HashMap::new();
-    for leak in report
-        .get("leaks")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let (Some(stack), Some(memory)) = (
-            leak.get("stack").and_then(Value::as_u64),
-            leak.get("memory").and_then(Value::as_str),
-        ) {
-            let m = memories.entry(stack).or_default();
-            if !m.iter().any(|x| x == memory) {
-                m.push(memory.to_string());
+    for (stack, memory) in leaks {
+        let m = memories.entry(stack).or_default();
+        if !m.iter().any(|x| x == memory) {
+            m.push(memory.to_string());
+        }
+    }
+    memories
+}
+
+/// Names the frames of a report's or a history's `stacks` (with `modules`' build ids) and
+/// recomputes each stack's mixed order, site, site kind and owner (with `plumbing`'s rules);
+/// returns the owner of each (stack, memory kind) in `memories`, for the leaks. The one naming
+/// step: [`name_report`] and [`symbolize_report`] both go through it.
+pub fn name_stacks(
+    stacks: &mut [Stack],
+    modules: &[Module],
+    memories: &HashMap<u64, Vec<String>>,
+    symbolizer: &mut Symbolizer,
+    plumbing: &Plumbing,
+) -> OwnersByKind {
+    let rules = plumbing.rules();
+    let build_ids: HashMap<&str, Option<&str>> = modules
+        .iter()
+        .map(|m| (m.path.as_str(), m.build_id.as_deref()))
+        .collect();
+    let mut owners = OwnersByKind::new();
+    for stack in stacks {
+        stack.frames = named_frames(std::mem::take(&mut stack.frames), &build_ids, symbolizer);
+        let order = call_order(stack);
+        stack.mixed = match &order {
+            Order::Mixed(slots) => slots
+                .iter()
+                .map(|s| match *s {
+                    Slot::Native(i) => MixedRef {
+                        native: Some(i),
+                        python: None,
+                    },
+                    Slot::Python(j) => MixedRef {
+                        native: None,
+                        python: Some(j),
+                    },
+                })
+                .collect(),
+            Order::Split(_) => Vec::new(),
+        };
+        let slots = order.slots();
+        let frames = site_frames(stack, &slots);
+        let site = rules.find_site_with_kind(&frames).map(|(site, kind)| {
+            let (list, index) = match slots[site.index] {
+                Slot::Native(i) => (site_list::FRAMES, i),
+                Slot::Python(j) => (site_list::PYTHON, j),
+            };
+            StackSite {
+                in_: list.into(),
+                index,
+                fingerprint: site.fingerprint,
+                kind: Some(kind.as_str().into()),
+            }
+        });
+        let kinds = memories.get(&stack.id).map(Vec::as_slice).unwrap_or(&[]);
+        // The stack's own owner: for the memory kind its leaks share, else for none.
+        let shared = match kinds {
+            [one] => Some(one.as_str()),
+            _ => None,
+        };
+        let owner = rules.owner(&frames, shared).id.clone();
+        for memory in kinds {
+            let owner = rules.owner(&frames, Some(memory)).id.clone();
+            owners.insert((stack.id, memory.clone()), owner);
+        }
+        drop(frames);
+        stack.site = site;
+        stack.owner = Some(owner);
+    }
+    owners
+}
+
+/// `frames` with each native frame not yet named replaced by what the symbolizer finds there
+/// (inlined calls first, each marked `inlined`).
+fn named_frames(
+    frames: Vec<Frame>,
+    build_ids: &HashMap<&str, Option<&str>>,
+    symbolizer: &mut Symbolizer,
+) -> Vec<Frame> {
+    let mut named = Vec::with_capacity(frames.len());
+    for frame in frames {
+        if frame.function.is_some() || frame.module.is_empty() {
+            named.push(frame);
+            continue;
+        }
+        let build_id = build_ids.get(&*frame.module).copied().flatten();
+        let found = symbolizer.symbolize(Path::new(&*frame.module), build_id, frame.offset.0);
+        if found.is_empty() {
+            named.push(frame);
+            continue;
+        }
+        let last = found.len() - 1;
+        for (i, f) in found.into_iter().enumerate() {
+            named.push(Frame {
+                function: f.function.map(Into::into),
+                file: f.file.map(Into::into),
+                line: f.line,
+                inlined: (i < last).then_some(true),
+                ..frame.clone()
+            });
+        }
+    }
+    named
+}
+
+/// Names a report held in its types ([`name_stacks`]), then its leaks' owners and `owners[]`
+/// as [`symbolize_report`] does. The history's reader names its stacks through this.
+pub fn name_report(report: &mut Report, symbolizer: &mut Symbolizer, plumbing: &Plumbing) {
+    let memories = kinds_by_stack(
+        report
+            .leaks
+            .iter()
+            .filter_map(|l| Some((l.stack?, l.memory.as_str()))),
+    );
+    let owners = name_stacks(
+        &mut report.stacks,
+        &report.modules,
+        &memories,
+        symbolizer,
+        plumbing,
+    );
+    let mut named: Vec<String> = Vec::new();
+    for leak in &mut report.leaks {
+        let (Some(stack), Some(slot)) = (leak.stack, leak.owner.as_mut()) else {
+            continue;
+        };
+        if let Some(owner) = owners.get(&(stack, leak.memory.as_str().to_string())) {
+            slot.clone_from(owner);
+            if !named.contains(owner) {
+                named.push(owner.clone());
             }
         }
     }
-    // The owner of each (stack, memory kind) the leaks name, found below.
-    let mut owners: HashMap<(u64, String), String> = HashMap::new();
+    for owner in report.stacks.iter().filter_map(|s| s.owner.as_ref()) {
+        if !named.contains(owner) {
+            named.push(owner.clone());
+        }
+    }
+    let known: Vec<String> = report.owners.iter().map(|o| o.id.clone()).collect();
+    let described = named
+        .iter()
+        .filter(|id| !known.contains(id))
+        .filter_map(|id| owner_info(plumbing.rules(), id));
+    report.owners.extend(described);
+}
+
+/// `owners[]`'s description of the owner `id`, by the rules.
+fn owner_info(rules: &Rules, id: &str) -> Option<OwnerInfo> {
+    let owner = rules.owner_by_id(id)?;
+    Some(OwnerInfo {
+        id: owner.id.clone(),
+        kind: owner.kind.as_str().into(),
+        label: owner.label.clone(),
+        hint: owner.hint.clone(),
+    })
+}
+
+/// Names the frames of one process's report held as JSON, for `cuguard symbolize`, which
+/// writes the file back: the stacks go through [`name_stacks`] in their types; the leaks'
+/// owners and `owners[]` are set in place, and every other field is kept as it is.
+pub fn symbolize_report(report: &mut Value, symbolizer: &mut Symbolizer, plumbing: &Plumbing) {
+    let leaks = report.get("leaks").and_then(Value::as_array);
+    let memories = kinds_by_stack(leaks.into_iter().flatten().filter_map(|leak| {
+        Some((
+            leak.get("stack").and_then(Value::as_u64)?,
+            leak.get("memory").and_then(Value::as_str)?,
+        ))
+    }));
+    let mut owners = OwnersByKind::new();
     // The report was read as a report first, so its stacks are well-formed.
     let _ = edit_stacks(report, |stacks, modules| {
-        let build_ids: HashMap<&str, Option<&str>> = modules
-            .iter()
-            .map(|m| (m.path.as_str(), m.build_id.as_deref()))
-            .collect();
-        for stack in stacks {
-            let frames = std::mem::take(&mut stack.frames);
-            let mut named = Vec::with_capacity(frames.len());
-            for frame in frames {
-                if frame.function.is_some() || frame.module.is_empty() {
-                    named.push(frame);
-                    continue;
-                }
-                let build_id = build_ids.get(&*frame.module).copied().flatten();
-                let found =
-                    symbolizer.symbolize(Path::new(&*frame.module), build_id, frame.offset.0);
-                if found.is_empty() {
-                    named.push(frame);
-                    continue;
-                }
-                let last = found.len() - 1;
-                for (i, f) in found.into_iter().enumerate() {
-                    named.push(Frame {
-                        function: f.function.map(Into::into),
-                        file: f.file.map(Into::into),
-                        line: f.line,
-                        inlined: (i < last).then_some(true),
-                        ..frame.clone()
-                    });
-                }
-            }
-            stack.frames = named;
-            let order = call_order(stack);
-            stack.mixed = match &order {
-                Order::Mixed(slots) => slots
-                    .iter()
-                    .map(|s| match *s {
-                        Slot::Native(i) => MixedRef {
-                            native: Some(i),
-                            python: None,
-                        },
-                        Slot::Python(j) => MixedRef {
-                            native: None,
-                            python: Some(j),
-                        },
-                    })
-                    .collect(),
-                Order::Split(_) => Vec::new(),
-            };
-            let slots = order.slots();
-            let frames = site_frames(stack, &slots);
-            let site = rules.find_site_with_kind(&frames).map(|(site, kind)| {
-                let (list, index) = match slots[site.index] {
-                    Slot::Native(i) => (site_list::FRAMES, i),
-                    Slot::Python(j) => (site_list::PYTHON, j),
-                };
-                StackSite {
-                    in_: list.into(),
-                    index,
-                    fingerprint: site.fingerprint,
-                    kind: Some(kind.as_str().into()),
-                }
-            });
-            let kinds = memories.get(&stack.id).map(Vec::as_slice).unwrap_or(&[]);
-            // The stack's own owner: for the memory kind its leaks share, else for none.
-            let shared = match kinds {
-                [one] => Some(one.as_str()),
-                _ => None,
-            };
-            let owner = rules.owner(&frames, shared).id.clone();
-            for memory in kinds {
-                let owner = rules.owner(&frames, Some(memory)).id.clone();
-                owners.insert((stack.id, memory.clone()), owner);
-            }
-            drop(frames);
-            stack.site = site;
-            stack.owner = Some(owner);
-        }
+        owners = name_stacks(stacks, modules, &memories, symbolizer, plumbing);
     });
-    set_leak_owners(report, &owners, rules);
+    set_leak_owners(report, &owners, plumbing.rules());
 }
 
 /// Rewrites the owner of each leak that has one (and a stack), and describes every owner the
 /// stacks and leaks name in `owners[]` (keeping the descriptions already there).
-fn set_leak_owners(report: &mut Value, owners: &HashMap<(u64, String), String>, rules: &Rules) {
+fn set_leak_owners(report: &mut Value, owners: &OwnersByKind, rules: &Rules) {
     let mut named: Vec<String> = Vec::new();
     if let Some(leaks) = report.get_mut("leaks").and_then(Value::as_array_mut) {
         for leak in leaks {
@@ -178,16 +260,7 @@ fn set_leak_owners(report: &mut Value, owners: &HashMap<(u64, String), String>, 
         if known.contains(&id) {
             continue;
         }
-        let Some(owner) = rules.owner_by_id(&id) else {
-            continue;
-        };
-        let info = OwnerInfo {
-            id: owner.id.clone(),
-            kind: owner.kind.as_str().into(),
-            label: owner.label.clone(),
-            hint: owner.hint.clone(),
-        };
-        if let Ok(v) = serde_json::to_value(info) {
+        if let Some(v) = owner_info(rules, &id).and_then(|i| serde_json::to_value(i).ok()) {
             list.push(v);
         }
     }
@@ -256,6 +329,34 @@ fn split_order(frames: &[Frame], python: &[PyFrame]) -> Vec<Slot> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A report named in its types and the same report named as JSON come out the same: one
+    /// naming step behind both.
+    #[test]
+    fn a_typed_report_is_named_as_its_json_is() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/attribution.json");
+        let mut value: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        for stack in value["stacks"].as_array_mut().unwrap() {
+            let s = stack.as_object_mut().unwrap();
+            s.insert("site".into(), Value::Null);
+            s.remove("owner");
+            s.remove("mixed");
+        }
+        for leak in value["leaks"].as_array_mut().unwrap() {
+            leak["owner"] = Value::from("stale");
+        }
+        value.as_object_mut().unwrap().remove("owners");
+        let mut typed: Report = serde_json::from_value(value.clone()).unwrap();
+        symbolize_report(&mut value, &mut Symbolizer::new(None), &Plumbing::builtin());
+        name_report(&mut typed, &mut Symbolizer::new(None), &Plumbing::builtin());
+        let from_json: Report = serde_json::from_value(value).unwrap();
+        assert!(from_json.stacks.iter().all(|s| s.owner.is_some()));
+        assert_eq!(typed.stacks, from_json.stacks);
+        assert_eq!(typed.leaks, from_json.leaks);
+        assert_eq!(typed.owners, from_json.owners);
+    }
 
     /// The attribution fixture's stacks are named already: stripped of what depends on the
     /// names (leaks' owners made stale), symbolizing gives back the site kinds, owners and mixed

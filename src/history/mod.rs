@@ -478,10 +478,9 @@ fn named(replay: &Replay, used: impl Iterator<Item = u32>, process: Option<Proce
         .map(|&id| stack(id, &replay.stacks[&id], replay, &module_names, &index))
         .collect();
     report.modules = modules;
-    let mut value = serde_json::to_value(&report).expect("a report serializes");
     let mut symbolizer = Symbolizer::new(None);
-    crate::naming::symbolize_report(&mut value, &mut symbolizer, &Plumbing::builtin());
-    serde_json::from_value(value).unwrap_or(report)
+    crate::naming::name_report(&mut report, &mut symbolizer, &Plumbing::builtin());
+    report
 }
 
 /// One stack as a report's: native frames located in the modules, Python frames named by the
