@@ -28,8 +28,8 @@ use std::sync::OnceLock;
 use cuguard_symbolize::glob;
 use cuguard_symbolize::mixed::Slot;
 
+use crate::site_frames::{Site, SiteKind};
 use cuguard_format::Stack;
-use crate::sites::{Site, SiteKind};
 
 /// How far outward from a site a path is followed (user frames).
 const MAX_PATH: usize = 16;
@@ -121,28 +121,28 @@ pub fn outward(stack: &Stack) -> Vec<Site> {
         "frames" => Slot::Native(chosen.index),
         _ => return Vec::new(),
     };
-    let order: Vec<Slot> = crate::sites::mixed_order(stack).unwrap_or_else(|| match start {
+    let order: Vec<Slot> = crate::site_frames::mixed_order(stack).unwrap_or_else(|| match start {
         Slot::Python(_) => (0..stack.python.len()).map(Slot::Python).collect(),
         Slot::Native(_) => (0..stack.frames.len()).map(Slot::Native).collect(),
     });
     let Some(from) = order.iter().position(|s| *s == start) else {
         return Vec::new();
     };
-    let rules = crate::sites::builtin_rules();
+    let rules = crate::site_frames::builtin_rules();
     let mut out = Vec::new();
     for slot in &order[from..] {
         let (frame, site) = match *slot {
             Slot::Native(i) => match stack.frames.get(i) {
                 Some(f) => (
-                    crate::sites::site_frame(f),
-                    crate::sites::user_frame_site(f),
+                    crate::site_frames::site_frame(f),
+                    crate::site_frames::user_frame_site(f),
                 ),
                 None => continue,
             },
             Slot::Python(j) => match stack.python.get(j) {
                 Some(f) => (
-                    crate::sites::python_site_frame(f),
-                    crate::sites::python_frame_site(f),
+                    crate::site_frames::python_site_frame(f),
+                    crate::site_frames::python_frame_site(f),
                 ),
                 None => continue,
             },

@@ -10,10 +10,10 @@ use crate::check::{Limits, ProcessCheck, Verdict};
 use crate::diff::Diff;
 use crate::input::Source;
 use crate::output::{Options, Registry};
-use cuguard_format::Document;
 use crate::style::Style;
 use crate::summary::{ReportSummary, Summary};
 use crate::view::{ProcessView, View};
+use cuguard_format::Document;
 
 /// Reads `data` as a report file and, if it is one, produces every output from it. Returns the
 /// number of processes read, or the reader's one-line refusal.
@@ -69,8 +69,8 @@ pub fn exercise(data: &[u8]) -> Result<usize, String> {
     Ok(n)
 }
 
-/// Writes `value` in every format of `formats`, into nothing.
-fn write_all<T>(formats: Registry<T>, value: &T, options: &Options) {
+/// Writes `value` in every format of `formats` (whatever the parts of their rows), into nothing.
+fn write_all<T, P>(formats: Registry<T, P>, value: &T, options: &Options) {
     for format in formats.rows() {
         let _ = format.write(value, &mut std::io::sink(), options);
     }

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use cuguard_format::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, ReadError, Report};
 use crate::wording::one_line;
+use cuguard_format::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, ReadError, Report};
 use cuguard_symbolize::glob;
 
 /// Where a report came from: a file, and for a merged report the process's index in it.

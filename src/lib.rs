@@ -10,7 +10,10 @@
 //! - [`compact`]: compact tables (strings kept once and numbered, columns that never move)
 //!   for what is kept per site across thousands of reports;
 //! - [`sites`]: the rule that charges a leak to a place in the program, and how a site is
-//!   printed (its location once, its kind, its mixed native and Python stack);
+//!   printed (its location once, its kind, its mixed native and Python stack); [`site_frames`]:
+//!   the [`sites::Site`] type and the frames a site is read from, which [`sites`] re-exports;
+//!   [`call_path`]: the allocation helpers a site's stacks share, looked through to the
+//!   caller's line;
 //! - [`owners`]: who holds each allocation (the program, a framework's cache, a library, the
 //!   driver), bytes by owner, and `check --owners`;
 //! - [`growth`]: which sites kept growing while the program ran (from `stack_samples`);
@@ -25,8 +28,9 @@
 //!   reads;
 //! - [`view`]: the HTML page of `cuguard view`;
 //! - [`history`]: a process's history of every allocation and free, read and answered for one
-//!   moment or window; [`naming`]: a report's frames named after the fact (`cuguard symbolize`);
-//! - [`export`]: a history in other tools' formats (PyTorch's memory snapshot);
+//!   moment or window; [`naming`]: the frames of a report or a history named after the fact
+//!   (`cuguard symbolize`, and the history's reader);
+//! - [`export`]: reports and histories in other tools' formats (PyTorch's memory snapshot, pprof);
 //! - [`live`]: the stats pages of running processes, read for `cuguard top` and `cuguard
 //!   exporter`; [`top`]: the live terminal view; [`exporter`]: those pages as Prometheus
 //!   metrics, and their HTTP server;
@@ -67,6 +71,7 @@ pub mod naming;
 pub mod output;
 pub mod owners;
 pub mod record;
+pub mod site_frames;
 pub mod sites;
 pub mod spill;
 pub mod style;

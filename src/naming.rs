@@ -153,10 +153,11 @@ pub fn name_report(report: &mut Report, symbolizer: &mut Symbolizer, plumbing: &
     );
     let mut named: Vec<String> = Vec::new();
     for leak in &mut report.leaks {
-        let (Some(stack), Some(slot)) = (leak.stack, leak.owner.as_mut()) else {
+        let Some(stack) = leak.stack else {
             continue;
         };
-        if let Some(owner) = owners.get(&(stack, leak.memory.as_str().to_string())) {
+        let key = (stack, leak.memory.as_str().to_string());
+        if let (Some(owner), Some(slot)) = (owners.get(&key), leak.owner.as_mut()) {
             slot.clone_from(owner);
             if !named.contains(owner) {
                 named.push(owner.clone());

@@ -17,8 +17,8 @@ use serde::Serialize;
 
 use cuguard_symbolize::site::SiteFrame;
 
-use cuguard_format::{Leak, Report, Stack};
 use crate::sites::{builtin_rules, python_site_frame, site_frame};
+use cuguard_format::{Leak, Report, Stack};
 
 /// What kind of holder an owner is: the report format's own type (`owners[].kind`).
 pub use cuguard_format::OwnerKind;
@@ -406,17 +406,19 @@ mod tests {
 
     fn leak(stack: Option<u64>, memory: Memory, owner: Option<&str>) -> Leak {
         Leak {
-            address: Addr(0x1000),
-            size: 100,
-            requested: 100,
-            api: "cuMemAlloc_v2".into(),
-            memory,
-            device: 0,
-            context: None,
-            thread: 1,
-            seq: 1,
-            time_ms: 0,
-            stack,
+            allocation: cuguard_format::Allocation {
+                address: Addr(0x1000),
+                size: 100,
+                requested: 100,
+                api: "cuMemAlloc_v2".into(),
+                memory,
+                device: 0,
+                context: None,
+                thread: 1,
+                seq: 1,
+                time_ms: 0,
+                stack,
+            },
             state: LeakState::LiveAtExit,
             handle: None,
             owner: owner.map(Into::into),

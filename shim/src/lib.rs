@@ -20,7 +20,9 @@
 //!    `cuguard_format` types, to a file.
 //! 6. [`serving`]: `cuguard_pool`'s pool of the current context serves it, over the real driver
 //!    ([`serving::serve`], [`serving::driver_context`]); with the pool off, the real driver does.
-//! 7. [`tracker`]: live allocations, contexts, events, counters, door counts.
+//! 7. [`tracker`]: live allocations, contexts, events, counters, door counts; each allocation and
+//!    free also goes to the calling thread's ring of the history ([`recorder`]), which the
+//!    cuguard thread drains into the history's file ([`lifecycle::drain`]).
 //! 8. [`stack`]: the call stack, captured and deduplicated.
 //! 9. [`nvtx`]: the process's NVTX tool (compute-sanitizer's), attached at the first pool when
 //!    `NVTX_INJECTION64_PATH` names one; the pool tells it its chunks and blocks.
@@ -42,12 +44,12 @@ mod doors;
 mod driver;
 mod ffi;
 mod guard;
-mod history;
 mod hooks;
 mod lifecycle;
 mod nvtx;
 mod phase;
 mod process;
+mod recorder;
 mod serving;
 mod stack;
 mod tracker;

@@ -54,11 +54,11 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
+use cuguard_format::merged::{Merged, MergedWriter};
 use cuguard_format::{
     Addr, Context, Device, DeviceStats, Driver, Event, EventKind, Frame, Leak, LeakState, Memory,
     OwnerInfo, Process, Reason, Report, Stack, StackSite,
 };
-use cuguard_format::merged::{Merged, MergedWriter};
 
 struct Options {
     cuguard: PathBuf,
@@ -152,30 +152,7 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
         end_unix_ms: 1_764_460_900_000,
         labels: None,
     };
-    let mut r = Report::new(true, Reason::Exit, process);
-    r.tool.version = "bench".into();
-    r.driver = Driver {
-        version: 13000,
-        path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
-    };
-    r.devices.push(Device {
-        ordinal: 0,
-        name: "NVIDIA H200".into(),
-        total_bytes: 150_754_820_096,
-        limit_bytes: None,
-    });
-    r.contexts.push(Context {
-        id: 1,
-        handle: Addr(0x55d0_c0a1_b2c0),
-        device: 0,
-        primary: true,
-        destroyed: false,
-        destroyed_by: None,
-        created_ms: None,
-        destroyed_ms: None,
-        stack: None,
-        overhead_bytes: None,
-    });
+    let mut r = base_report(process, 0);
     let api: Arc<str> = "cuMemAlloc_v2".into();
     let mut total = 0u64;
     r.leaks.reserve(leaks);
@@ -187,36 +164,25 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
         let thread = u64::from(pid) + rng.next() % 4;
         let time_ms = rng.next() % 100_000;
         r.leaks.push(Leak {
-            address: Addr(0x7f00_0000_0000u64 + (i as u64) * 0x10_0000),
-            size,
-            requested,
-            api: api.clone(),
-            memory: Memory::Device,
-            device: 0,
-            context: Some(1),
-            thread,
-            seq: i as u64,
-            time_ms,
-            stack: Some(stack),
+            allocation: cuguard_format::Allocation {
+                address: Addr(0x7f00_0000_0000u64 + (i as u64) * 0x10_0000),
+                size,
+                requested,
+                api: api.clone(),
+                memory: Memory::Device,
+                device: 0,
+                context: Some(1),
+                thread,
+                seq: i as u64,
+                time_ms,
+                stack: Some(stack),
+            },
             state: LeakState::LiveAtExit,
             handle: None,
             owner: None,
         });
     }
-    r.events.push(Event {
-        kind: EventKind::DoubleFree,
-        address: Some(Addr(0x7f00_0000_0000)),
-        api: Some("cuMemFree_v2".into()),
-        seq: 1,
-        thread: 1,
-        stack: Some(1),
-        result: Some(1),
-        size: None,
-        context: None,
-        time_ms: None,
-        message: None,
-        device: None,
-    });
+    r.events.push(double_free(1, Some(1)));
     let shim: Arc<str> = "/opt/cuguard/lib/libcuguard.so".into();
     let worker: Arc<str> = "/opt/bench/worker".into();
     let file: Arc<str> = "worker.cc".into();
@@ -252,8 +218,62 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
             origin: None,
         });
     }
-    r.stats.devices.push(DeviceStats {
-        device: 0,
+    r.stats.devices.push(all_live(0, total, leaks));
+    r
+}
+
+/// A complete report of `process`, written at its exit, on one H200 (`device`) with its primary
+/// context: what every synthetic report starts from.
+fn base_report(process: Process, device: u32) -> Report {
+    let mut r = Report::new(true, Reason::Exit, process);
+    r.tool.version = "bench".into();
+    r.driver = Driver {
+        version: 13000,
+        path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+    };
+    r.devices.push(Device {
+        ordinal: device,
+        name: "NVIDIA H200".into(),
+        total_bytes: 150_754_820_096,
+        limit_bytes: None,
+    });
+    r.contexts.push(Context {
+        id: 1,
+        handle: Addr(0x55d0_c0a1_b2c0),
+        device,
+        primary: true,
+        destroyed: false,
+        destroyed_by: None,
+        created_ms: None,
+        destroyed_ms: None,
+        stack: None,
+        overhead_bytes: None,
+    });
+    r
+}
+
+/// A double free of the first leak's address, on `thread` from `stack`.
+fn double_free(thread: u64, stack: Option<u64>) -> Event {
+    Event {
+        kind: EventKind::DoubleFree,
+        address: Some(Addr(0x7f00_0000_0000)),
+        api: Some("cuMemFree_v2".into()),
+        seq: 1,
+        thread,
+        stack,
+        result: Some(1),
+        size: None,
+        context: None,
+        time_ms: None,
+        message: None,
+        device: None,
+    }
+}
+
+/// The counters of `device` when its `leaks` allocations, `total` bytes, are all still live.
+fn all_live(device: u32, total: u64, leaks: usize) -> DeviceStats {
+    DeviceStats {
+        device,
         live_bytes: total,
         peak_live_bytes: total,
         total_allocated_bytes: total,
@@ -262,8 +282,7 @@ fn report(pid: u32, leaks: usize, o: &Options, rng: &mut Rng) -> Report {
         released_bytes: None,
         host_pinned_live_bytes: None,
         pool: None,
-    });
-    r
+    }
 }
 
 fn generate(dir: &Path, files: usize, o: &Options) -> std::io::Result<(u64, u64)> {
@@ -432,31 +451,8 @@ fn fleet_report(
         end_unix_ms: 1_764_460_900_000,
         labels: None,
     };
-    let mut r = Report::new(true, Reason::Exit, process);
-    r.tool.version = "bench".into();
-    r.driver = Driver {
-        version: 13000,
-        path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
-    };
     let device = pid % 8;
-    r.devices.push(Device {
-        ordinal: device,
-        name: "NVIDIA H200".into(),
-        total_bytes: 150_754_820_096,
-        limit_bytes: None,
-    });
-    r.contexts.push(Context {
-        id: 1,
-        handle: Addr(0x55d0_c0a1_b2c0),
-        device,
-        primary: true,
-        destroyed: false,
-        destroyed_by: None,
-        created_ms: None,
-        destroyed_ms: None,
-        stack: None,
-        overhead_bytes: None,
-    });
+    let mut r = base_report(process, device);
     for (id, kind, label) in [
         ("program", "program", "the program"),
         (
@@ -473,6 +469,23 @@ fn fleet_report(
             hint: None,
         });
     }
+    let total = fleet_leaks(&mut r, leaks, mine, rng);
+    r.events
+        .push(double_free(u64::from(pid), mine.first().copied()));
+    let mut ids = mine.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    for g in ids {
+        r.stacks.push(fleet_stack(g, layout, o));
+    }
+    r.stats.devices.push(all_live(device, total, leaks));
+    r
+}
+
+/// Adds `leaks` leaks to `r` (its process's device), each from one of the stacks `mine` and
+/// owned as [`fleet_owner`] says; gives their bytes.
+fn fleet_leaks(r: &mut Report, leaks: usize, mine: &[u64], rng: &mut Rng) -> u64 {
+    let (pid, device) = (r.process.pid, r.devices[0].ordinal);
     let apis: [Arc<str>; 2] = ["cuMemAlloc_v2".into(), "cuMemAllocAsync".into()];
     let mut total = 0u64;
     r.leaks.reserve(leaks);
@@ -484,120 +497,98 @@ fn fleet_report(
         let thread = u64::from(pid) + rng.next() % 4;
         let time_ms = rng.next() % 100_000;
         let api = apis[usize::from(stack % 7 == 3)].clone();
+        let memory = if api.ends_with("Async") {
+            Memory::Async
+        } else {
+            Memory::Device
+        };
         r.leaks.push(Leak {
-            address: Addr(0x7f00_0000_0000u64 + (i as u64) * 0x10_0000),
-            size,
-            requested,
-            memory: if api.ends_with("Async") {
-                Memory::Async
-            } else {
-                Memory::Device
+            allocation: cuguard_format::Allocation {
+                address: Addr(0x7f00_0000_0000u64 + (i as u64) * 0x10_0000),
+                size,
+                requested,
+                memory,
+                api,
+                device,
+                context: Some(1),
+                thread,
+                seq: i as u64,
+                time_ms,
+                stack: Some(stack),
             },
-            api,
-            device,
-            context: Some(1),
-            thread,
-            seq: i as u64,
-            time_ms,
-            stack: Some(stack),
             state: LeakState::LiveAtExit,
             handle: None,
             owner: Some(fleet_owner(stack).into()),
         });
     }
-    r.events.push(Event {
-        kind: EventKind::DoubleFree,
-        address: Some(Addr(0x7f00_0000_0000)),
-        api: Some("cuMemFree_v2".into()),
-        seq: 1,
-        thread: u64::from(pid),
-        stack: mine.first().copied(),
-        result: Some(1),
-        size: None,
-        context: None,
-        time_ms: None,
-        message: None,
-        device: None,
-    });
+    total
+}
+
+/// The stack `g` of a fleet-like shape: the shim's frame, the site's (a layer, the caching
+/// allocator's, or a rank's), then the training loop's.
+fn fleet_stack(g: u64, layout: Layout, o: &Options) -> Stack {
     let shim: Arc<str> = "/opt/cuguard/lib/libcuguard.so".into();
     let trainer: Arc<str> = "/opt/fleet/bin/trainer".into();
     let torch: Arc<str> = "/opt/fleet/lib/libtorch_cuda.so".into();
-    let mut ids = mine.to_vec();
-    ids.sort_unstable();
-    ids.dedup();
-    for g in ids {
-        let site = layout.site(g, o);
-        let (rank_function, rank_line) = rank_site(g);
-        let frames = (0..layout.depth(o))
-            .map(|d| {
-                let (module, function, file) = match d {
-                    0 => (shim.clone(), "cuMemAlloc_v2".to_string(), None),
-                    1 if layout == Layout::Ranks => (
-                        trainer.clone(),
-                        format!("site_{rank_function}"),
-                        Some("ranks.cc"),
-                    ),
-                    1 if fleet_owner(g) != "program" => (
-                        torch.clone(),
-                        format!("c10::cuda::alloc_{site}"),
-                        Some("CUDACachingAllocator.cpp"),
-                    ),
-                    1 => (
-                        trainer.clone(),
-                        format!("trainer::layer_{site}::forward"),
-                        Some("layers.cc"),
-                    ),
-                    _ => (
-                        trainer.clone(),
-                        format!("trainer::step_{}", (g as usize + d) % 40),
-                        Some("train.cc"),
-                    ),
-                };
-                Frame {
-                    ip: Addr(0x5500_0000_0000u64 + (g * 64 + d as u64) * 16),
-                    module,
-                    offset: Addr((g * 64 + d as u64) * 16),
-                    function: Some(function.into()),
-                    file: file.map(Into::into),
-                    line: Some(if layout == Layout::Ranks && d == 1 {
-                        rank_line
-                    } else {
-                        d as u32 * 3 + (site % 50) as u32 + 10
-                    }),
-                    inlined: None,
-                }
-            })
-            .collect();
-        // The shim's choice, so that the site is keyed `function (file:line)` (without it, by the
-        // function alone).
-        let site = (layout == Layout::Ranks).then(|| StackSite {
-            in_: "frames".into(),
-            index: 1,
-            fingerprint: format!("{rank_function:03}{rank_line:04}"),
-            kind: Some("user".into()),
-        });
-        r.stacks.push(Stack {
-            id: g,
-            frames,
-            python: Vec::new(),
-            site,
-            owner: Some(fleet_owner(g).into()),
-            mixed: Vec::new(),
-            origin: None,
-        });
-    }
-    r.stats.devices.push(DeviceStats {
-        device,
-        live_bytes: total,
-        peak_live_bytes: total,
-        total_allocated_bytes: total,
-        allocations: leaks as u64,
-        frees: 0,
-        released_bytes: None,
-        host_pinned_live_bytes: None,
-        pool: None,
+    let site = layout.site(g, o);
+    let (rank_function, rank_line) = rank_site(g);
+    let frames = (0..layout.depth(o))
+        .map(|d| {
+            let (module, function, file) = match d {
+                0 => (shim.clone(), "cuMemAlloc_v2".to_string(), None),
+                1 if layout == Layout::Ranks => (
+                    trainer.clone(),
+                    format!("site_{rank_function}"),
+                    Some("ranks.cc"),
+                ),
+                1 if fleet_owner(g) != "program" => (
+                    torch.clone(),
+                    format!("c10::cuda::alloc_{site}"),
+                    Some("CUDACachingAllocator.cpp"),
+                ),
+                1 => (
+                    trainer.clone(),
+                    format!("trainer::layer_{site}::forward"),
+                    Some("layers.cc"),
+                ),
+                _ => (
+                    trainer.clone(),
+                    format!("trainer::step_{}", (g as usize + d) % 40),
+                    Some("train.cc"),
+                ),
+            };
+            Frame {
+                ip: Addr(0x5500_0000_0000u64 + (g * 64 + d as u64) * 16),
+                module,
+                offset: Addr((g * 64 + d as u64) * 16),
+                function: Some(function.into()),
+                file: file.map(Into::into),
+                line: Some(if layout == Layout::Ranks && d == 1 {
+                    rank_line
+                } else {
+                    d as u32 * 3 + (site % 50) as u32 + 10
+                }),
+                inlined: None,
+            }
+        })
+        .collect();
+    // The shim's choice, so that the site is keyed `function (file:line)` (without it, by the
+    // function alone).
+    let site = (layout == Layout::Ranks).then(|| StackSite {
+        in_: "frames".into(),
+        index: 1,
+        fingerprint: format!("{rank_function:03}{rank_line:04}"),
+        kind: Some("user".into()),
     });
-    r
+    Stack {
+        id: g,
+        frames,
+        python: Vec::new(),
+        site,
+        owner: Some(fleet_owner(g).into()),
+        mixed: Vec::new(),
+        origin: None,
+    }
 }
 
 /// Writes a fleet-like shape into `dir`: `o.reports` processes, one in six of them (the first

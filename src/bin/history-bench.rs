@@ -17,25 +17,44 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use cuguard_history::live::Follow;
-use cuguard_history::{Action, Chunk, Header, Memory, Raw, VERSION, kind, write_chunk_of};
+use cuguard_format::MemoryKind;
 
-fn main() {
-    let mut cuguard = PathBuf::from("target/release/cuguard");
-    let mut before: Option<PathBuf> = None;
-    let mut dir = PathBuf::from("target/history-bench");
-    let mut events: u64 = 10_000_000;
-    let mut chromium: Option<PathBuf> = which("chromium");
+use cuguard_history::live::Follow;
+use cuguard_history::{Action, Chunk, Header, Raw, VERSION, kind, write_chunk_of};
+
+/// What the command line asks.
+struct Args {
+    /// The command to time.
+    cuguard: PathBuf,
+    /// A build before, timed on the same events first.
+    before: Option<PathBuf>,
+    /// Where the histories and what is made of them go.
+    dir: PathBuf,
+    /// How many events the history holds.
+    events: u64,
+    /// The browser that draws the page, when there is one.
+    chromium: Option<PathBuf>,
+}
+
+/// Reads the command line; exits 2 on a word it does not know.
+fn args() -> Args {
+    let mut a = Args {
+        cuguard: PathBuf::from("target/release/cuguard"),
+        before: None,
+        dir: PathBuf::from("target/history-bench"),
+        events: 10_000_000,
+        chromium: which("chromium"),
+    };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
         let v = args.get(i + 1).cloned().unwrap_or_default();
         match args[i].as_str() {
-            "--cuguard" => cuguard = PathBuf::from(v),
-            "--before" => before = Some(PathBuf::from(v)),
-            "--dir" => dir = PathBuf::from(v),
-            "--events" => events = v.parse().expect("--events N"),
-            "--chromium" => chromium = Some(PathBuf::from(v)),
+            "--cuguard" => a.cuguard = PathBuf::from(v),
+            "--before" => a.before = Some(PathBuf::from(v)),
+            "--dir" => a.dir = PathBuf::from(v),
+            "--events" => a.events = v.parse().expect("--events N"),
+            "--chromium" => a.chromium = Some(PathBuf::from(v)),
             _ => {
                 eprintln!(
                     "usage: history-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--events N] [--chromium PATH]"
@@ -45,6 +64,17 @@ fn main() {
         }
         i += 2;
     }
+    a
+}
+
+fn main() {
+    let Args {
+        cuguard,
+        before,
+        dir,
+        events,
+        chromium,
+    } = args();
     std::fs::create_dir_all(&dir).unwrap();
     // The build before reads layout 1 (no checkpoints): the same events, written as it wrote them.
     let mut runs = vec![("now", cuguard.clone(), VERSION)];
@@ -62,83 +92,7 @@ fn main() {
             size as f64 / written as f64,
             started.elapsed().as_secs_f64()
         );
-        let page = dir.join(format!("bench-{name}.html"));
-        let pickle = dir.join(format!("bench-{name}.pickle"));
-        let (from, to) = (end_ns / 1_000_000 * 9 / 10, end_ns / 1_000_000);
-        let middle = format!("{}ms", end_ns / 2_000_000);
-        println!("| command | wall s | peak MiB | / cat |");
-        println!("|---|---:|---:|---:|");
-        let cat = timed(
-            Command::new("cat")
-                .arg(&file)
-                .stdout(std::process::Stdio::null()),
-        );
-        let row = |what: &str, t: (f64, f64)| {
-            println!(
-                "| {what} | {:.2} | {:.1} | {:.1}x |",
-                t.0,
-                t.1,
-                t.0 / cat.0.max(1e-3)
-            );
-        };
-        row("cat (reading the file)", cat);
-        for at in ["peak", middle.as_str(), "end"] {
-            row(
-                &format!("cuguard summary --at {at}"),
-                timed(
-                    Command::new(&cuguard)
-                        .args(["summary", "--at", at])
-                        .arg(&file)
-                        .stdout(std::process::Stdio::null()),
-                ),
-            );
-        }
-        row(
-            &format!("cuguard summary --between {from}ms {to}ms"),
-            timed(
-                Command::new(&cuguard)
-                    .args([
-                        "summary",
-                        "--between",
-                        &format!("{from}ms"),
-                        &format!("{to}ms"),
-                    ])
-                    .arg(&file)
-                    .stdout(std::process::Stdio::null()),
-            ),
-        );
-        row(
-            "cuguard view",
-            timed(
-                Command::new(&cuguard)
-                    .arg("view")
-                    .arg(&file)
-                    .arg("-o")
-                    .arg(&page),
-            ),
-        );
-        row(
-            &format!("cuguard export --format memory-viz --between {from}ms {to}ms"),
-            timed(
-                Command::new(&cuguard)
-                    .args(["export", "--format", "memory-viz", "--between"])
-                    .args([format!("{from}ms"), format!("{to}ms")])
-                    .arg(&file)
-                    .arg("-o")
-                    .arg(&pickle),
-            ),
-        );
-        row(
-            "cuguard export --format pprof --at end",
-            timed(
-                Command::new(&cuguard)
-                    .args(["export", "--format", "pprof", "--at", "end"])
-                    .arg(&file)
-                    .arg("-o")
-                    .arg(dir.join(format!("bench-{name}.pb.gz")))
-                    .stderr(std::process::Stdio::null()),
-            ),
-        );
+        let (page, pickle) = commands_table(&cuguard, &file, &dir, name, end_ns);
         println!(
             "page: {} bytes; memory-viz pickle of the window: {} bytes",
             std::fs::metadata(&page).unwrap().len(),
@@ -151,6 +105,95 @@ fn main() {
             }
         }
     }
+}
+
+/// Times each command on the history `file` (of the run `name`, ending at `end_ns`) against
+/// reading it, a row each; gives the page and the pickle it made.
+fn commands_table(
+    cuguard: &Path,
+    file: &Path,
+    dir: &Path,
+    name: &str,
+    end_ns: u64,
+) -> (PathBuf, PathBuf) {
+    let page = dir.join(format!("bench-{name}.html"));
+    let pickle = dir.join(format!("bench-{name}.pickle"));
+    let (from, to) = (end_ns / 1_000_000 * 9 / 10, end_ns / 1_000_000);
+    let middle = format!("{}ms", end_ns / 2_000_000);
+    println!("| command | wall s | peak MiB | / cat |");
+    println!("|---|---:|---:|---:|");
+    let cat = timed(
+        Command::new("cat")
+            .arg(file)
+            .stdout(std::process::Stdio::null()),
+    );
+    let row = |what: &str, t: (f64, f64)| {
+        println!(
+            "| {what} | {:.2} | {:.1} | {:.1}x |",
+            t.0,
+            t.1,
+            t.0 / cat.0.max(1e-3)
+        );
+    };
+    row("cat (reading the file)", cat);
+    for at in ["peak", middle.as_str(), "end"] {
+        row(
+            &format!("cuguard summary --at {at}"),
+            timed(
+                Command::new(cuguard)
+                    .args(["summary", "--at", at])
+                    .arg(file)
+                    .stdout(std::process::Stdio::null()),
+            ),
+        );
+    }
+    row(
+        &format!("cuguard summary --between {from}ms {to}ms"),
+        timed(
+            Command::new(cuguard)
+                .args([
+                    "summary",
+                    "--between",
+                    &format!("{from}ms"),
+                    &format!("{to}ms"),
+                ])
+                .arg(file)
+                .stdout(std::process::Stdio::null()),
+        ),
+    );
+    row(
+        "cuguard view",
+        timed(
+            Command::new(cuguard)
+                .arg("view")
+                .arg(file)
+                .arg("-o")
+                .arg(&page),
+        ),
+    );
+    row(
+        &format!("cuguard export --format memory-viz --between {from}ms {to}ms"),
+        timed(
+            Command::new(cuguard)
+                .args(["export", "--format", "memory-viz", "--between"])
+                .args([format!("{from}ms"), format!("{to}ms")])
+                .arg(file)
+                .arg("-o")
+                .arg(&pickle),
+        ),
+    );
+    row(
+        "cuguard export --format pprof --at end",
+        timed(
+            Command::new(cuguard)
+                .args(["export", "--format", "pprof", "--at", "end"])
+                .arg(file)
+                .arg("-o")
+                .arg(dir.join(format!("bench-{name}.pb.gz")))
+                .stderr(std::process::Stdio::null()),
+        ),
+    );
+    (page, pickle)
 }
 
 fn which(name: &str) -> Option<PathBuf> {
@@ -249,7 +292,7 @@ fn generate(path: &Path, events: u64, version: u32) -> (u64, u64) {
         size,
         stack,
         context: 0,
-        kind: kind(action, Memory::PoolBlock),
+        kind: kind(action, MemoryKind::PoolBlock),
         device: 1,
         stream: 0,
     };

@@ -17,8 +17,8 @@ use std::io::{self, Write};
 
 use cuguard_format::needs_escape;
 
-use super::Verdict;
 use super::places::source_root;
+use super::verdict::Verdict;
 use crate::output::{Format, Options};
 
 /// `--format github`.

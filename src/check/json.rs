@@ -4,7 +4,7 @@
 
 use std::io::{self, Write};
 
-use super::Verdict;
+use super::verdict::Verdict;
 use crate::output::{Format, Options};
 
 /// `--format json`: the [`Verdict`] as one pretty-printed JSON document and a newline.

@@ -17,7 +17,7 @@ use std::io::{self, Write};
 
 use cuguard_format::{escaped, needs_escape};
 
-use super::Verdict;
+use super::verdict::Verdict;
 use crate::output::{Format, Options};
 use crate::wording::{bytes, one_line, plural};
 

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use serde::ser::{Error as _, Serialize, SerializeSeq, Serializer};
 
-use super::{GrowthVerdict, ProcessVerdict, SiteLeaks, SiteStatus, SiteVerdict};
+use super::condense::SiteLeaks;
+use super::entries::{GrowthVerdict, ProcessVerdict, SiteStatus, SiteVerdict};
 use crate::compact::{Column, SiteTable, Strings};
 use crate::growth::GrowingSite;
 use crate::record::{Dec, Enc};

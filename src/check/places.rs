@@ -13,8 +13,8 @@ use std::path::{Component, Path, PathBuf};
 
 use cuguard_symbolize::mixed::Slot;
 
-use cuguard_format::{PyFrame, Stack};
 use crate::sites::{Site, is_runtime_module, mixed_order};
+use cuguard_format::{PyFrame, Stack};
 
 /// The most frames with a file a place keeps (the site's and those outward of it).
 const MAX_FRAMES: usize = 32;

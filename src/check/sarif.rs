@@ -51,8 +51,8 @@ use std::path::Path;
 use cuguard_format::escaped;
 use serde_json::{Value, json};
 
-use super::Verdict;
 use super::places::{Located, Place, source_root, stable_hash};
+use super::verdict::Verdict;
 use crate::output::{Format, Options};
 use crate::wording::{bytes, millis, plural};
 
@@ -450,89 +450,12 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
         let index = match ids.iter().position(|id| *id == f.rule) {
             Some(i) => i,
             None => {
-                let kind = escaped(&f.rule);
-                rules.push(json!({
-                    "id": rule_id(&kind),
-                    "name": kind,
-                    "shortDescription": {"text": format!("{kind} events")},
-                    "fullDescription": {"text": format!(
-                        "Events of kind {kind} in the report: a kind this cuguard does not \
-                         describe (the report may be from a newer cuguard)."
-                    )},
-                    "help": help_property(&help(
-                        &kind,
-                        "`cuguard check --format json REPORTS` lists these events by site.",
-                    )),
-                    "defaultConfiguration": {"level": "error"},
-                }));
+                rules.push(unknown_kind_rule(&escaped(&f.rule)));
                 ids.push(f.rule.clone());
                 ids.len() - 1
             }
         };
-        let mut location = serde_json::Map::new();
-        if let Some(l) = f.place.and_then(|p| p.locate(root)) {
-            let mut physical = json!({
-                "artifactLocation": {"uri": uri_path(&l.path), "uriBaseId": "%SRCROOT%"},
-            });
-            if let Some(line) = l.line.filter(|l| *l > 0) {
-                physical["region"] = json!({"startLine": line});
-            }
-            location.insert("physicalLocation".into(), physical);
-        }
-        let mut logical = Vec::new();
-        let function = f.place.map(|p| p.function.as_str()).unwrap_or(&f.site);
-        if !function.is_empty() {
-            logical.push(json!({"name": escaped(function), "kind": "function"}));
-        }
-        if let Some(module) = f.place.and_then(|p| p.module.as_deref()) {
-            logical.push(json!({
-                "name": escaped(crate::sites::file_name(module)),
-                "fullyQualifiedName": escaped(module),
-                "kind": "module",
-            }));
-        }
-        if !logical.is_empty() {
-            location.insert("logicalLocations".into(), Value::Array(logical));
-        }
-        let key = f
-            .place
-            .and_then(|p| p.fingerprint.as_deref())
-            .unwrap_or(&f.site);
-        let mut result = json!({
-            "ruleId": rule_id(&escaped(&f.rule)),
-            "ruleIndex": index,
-            "level": f.level,
-            "message": {"text": escaped(&f.message)},
-            "partialFingerprints": {"cuguard/v1": stable_hash(&[&f.rule, key])},
-        });
-        if !location.is_empty() {
-            result["locations"] = json!([Value::Object(location)]);
-        }
-        // A site charged to a helper's caller: the helper's line, related.
-        if let Some(place) = f.place
-            && let Some(helper) = &place.via
-            && let Some(l) = (Place {
-                frames: vec![helper.clone()],
-                ..Place::default()
-            })
-            .locate(root)
-        {
-            let mut physical = json!({
-                "artifactLocation": {"uri": uri_path(&l.path), "uriBaseId": "%SRCROOT%"},
-            });
-            if let Some(line) = l.line.filter(|l| *l > 0) {
-                physical["region"] = json!({"startLine": line});
-            }
-            result["relatedLocations"] = json!([{
-                "id": 1,
-                "physicalLocation": physical,
-                "message": {"text": "the allocation helper it went through"},
-            }]);
-        }
-        if let Some(rule) = &f.suppressed {
-            result["suppressions"] = json!([{"kind": "external", "justification": escaped(rule)}]);
-        }
-        results.push(result);
+        results.push(result(f, index, root));
     }
     let mut root_uri = format!("file://{}", uri_path(&root.to_string_lossy()));
     if !root_uri.ends_with('/') {
@@ -559,6 +482,98 @@ fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
             }},
         }],
     }))
+}
+
+/// The rule of events of `kind` (escaped), a kind this cuguard does not describe.
+fn unknown_kind_rule(kind: &str) -> Value {
+    json!({
+        "id": rule_id(kind),
+        "name": kind,
+        "shortDescription": {"text": format!("{kind} events")},
+        "fullDescription": {"text": format!(
+            "Events of kind {kind} in the report: a kind this cuguard does not \
+             describe (the report may be from a newer cuguard)."
+        )},
+        "help": help_property(&help(
+            kind,
+            "`cuguard check --format json REPORTS` lists these events by site.",
+        )),
+        "defaultConfiguration": {"level": "error"},
+    })
+}
+
+/// One finding as a result of rule number `index`: its message, where it is (physical and
+/// logical), its fingerprint, the helper it went through and the rule that suppressed it.
+fn result(f: &Finding<'_>, index: usize, root: &Path) -> Value {
+    let location = location(f, root);
+    let key = f
+        .place
+        .and_then(|p| p.fingerprint.as_deref())
+        .unwrap_or(&f.site);
+    let mut result = json!({
+        "ruleId": rule_id(&escaped(&f.rule)),
+        "ruleIndex": index,
+        "level": f.level,
+        "message": {"text": escaped(&f.message)},
+        "partialFingerprints": {"cuguard/v1": stable_hash(&[&f.rule, key])},
+    });
+    if !location.is_empty() {
+        result["locations"] = json!([Value::Object(location)]);
+    }
+    // A site charged to a helper's caller: the helper's line, related.
+    if let Some(place) = f.place
+        && let Some(helper) = &place.via
+        && let Some(l) = (Place {
+            frames: vec![helper.clone()],
+            ..Place::default()
+        })
+        .locate(root)
+    {
+        result["relatedLocations"] = json!([{
+            "id": 1,
+            "physicalLocation": physical_location(&l),
+            "message": {"text": "the allocation helper it went through"},
+        }]);
+    }
+    if let Some(rule) = &f.suppressed {
+        result["suppressions"] = json!([{"kind": "external", "justification": escaped(rule)}]);
+    }
+    result
+}
+
+/// Where a finding is: its file and line under the source root, and its function and module.
+fn location(f: &Finding<'_>, root: &Path) -> serde_json::Map<String, Value> {
+    let mut location = serde_json::Map::new();
+    if let Some(l) = f.place.and_then(|p| p.locate(root)) {
+        location.insert("physicalLocation".into(), physical_location(&l));
+    }
+    let mut logical = Vec::new();
+    let function = f.place.map(|p| p.function.as_str()).unwrap_or(&f.site);
+    if !function.is_empty() {
+        logical.push(json!({"name": escaped(function), "kind": "function"}));
+    }
+    if let Some(module) = f.place.and_then(|p| p.module.as_deref()) {
+        logical.push(json!({
+            "name": escaped(crate::sites::file_name(module)),
+            "fullyQualifiedName": escaped(module),
+            "kind": "module",
+        }));
+    }
+    if !logical.is_empty() {
+        location.insert("logicalLocations".into(), Value::Array(logical));
+    }
+    location
+}
+
+/// A file and line under the source root, as SARIF's `physicalLocation`.
+fn physical_location(l: &Located) -> Value {
+    let mut physical = json!({
+        "artifactLocation": {"uri": uri_path(&l.path), "uriBaseId": "%SRCROOT%"},
+    });
+    if let Some(line) = l.line.filter(|l| *l > 0) {
+        physical["region"] = json!({"startLine": line});
+    }
+    physical
 }
 
 #[cfg(test)]

@@ -50,9 +50,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use cuguard_format::{Event, Leak, Stack};
 use crate::sites::Site;
 use crate::wording::one_line;
+use cuguard_format::{Event, Leak, Stack};
 use cuguard_format::{escaped, needs_escape};
 use cuguard_symbolize::glob;
 
@@ -385,7 +385,7 @@ pub fn propose(report: &cuguard_format::Report) -> Vec<Proposal> {
         .and_then(|p| p.view.as_ref())
         .filter(|v| v.at == "end");
     let items: Vec<(std::borrow::Cow<'_, Leak>, Option<Site>)> = match at_end {
-        Some(view) => super::end_items(view, true, &mut None)
+        Some(view) => super::end::end_items(view, true, &mut None)
             .into_iter()
             .map(|(leak, _, _, site)| (std::borrow::Cow::Owned(leak), site.map(|(s, _)| s)))
             .collect(),
@@ -577,17 +577,19 @@ mod tests {
 
     fn leak(api: &str, memory: Memory) -> Leak {
         Leak {
-            address: Addr(0x1000),
-            size: 1,
-            requested: 1,
-            api: api.into(),
-            memory,
-            device: 0,
-            context: None,
-            thread: 1,
-            seq: 1,
-            time_ms: 0,
-            stack: Some(1),
+            allocation: cuguard_format::Allocation {
+                address: Addr(0x1000),
+                size: 1,
+                requested: 1,
+                api: api.into(),
+                memory,
+                device: 0,
+                context: None,
+                thread: 1,
+                seq: 1,
+                time_ms: 0,
+                stack: Some(1),
+            },
             state: LeakState::LiveAtExit,
             handle: None,
             owner: None,

@@ -6,6 +6,7 @@ use super::suppressions::Suppressions;
 use super::*;
 use crate::input::map_reports;
 use crate::output::{Format, Options};
+use crate::owners::OwnerFilter;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -4,16 +4,18 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{CliError, exit, write_stdout};
+use super::common::write_stdout;
+use super::error::CliError;
+use super::exit;
 use crate::check::suppressions::Suppressions;
 use crate::check::{
-    Baseline, CheckFold, Condense, FORMATS, FailingEvents, Limits, ProcessCheck, Verdict,
+    Baseline, CheckFold, Condense, FORMATS, FailingEvents, Limits, Needs, ProcessCheck, Verdict,
 };
 use crate::input;
 use crate::output::{Options, Row};
 use crate::owners::OwnerFilter;
-use cuguard_format::{LeakFold, Report};
 use crate::style::Style;
+use cuguard_format::{LeakFold, Report};
 
 /// Arguments of `cuguard check`.
 #[derive(Debug, Args)]
@@ -100,7 +102,7 @@ pub struct CheckArgs {
     pub held: bool,
     /// Output format.
     #[arg(long, value_parser = FORMATS, default_value = FORMATS.default_format().name())]
-    pub format: &'static Row<Verdict>,
+    pub format: &'static Row<Verdict, Needs>,
     /// How many sites and events to list in text output (0: all).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
@@ -121,7 +123,7 @@ pub struct CheckArgs {
     pub paths: Vec<PathBuf>,
     /// Allocation helpers (see `--helper`).
     #[command(flatten)]
-    pub helpers: super::HelperArgs,
+    pub helpers: super::common::HelperArgs,
 }
 
 /// Parses a byte count: an integer with an optional unit (`512`, `64KiB`, `1.5MiB`, `2GB`).
@@ -189,7 +191,7 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
         suppressions: &suppressions,
         owners: &owners,
         held: args.held,
-        places: matches!(args.format.name(), "sarif" | "github"),
+        places: args.format.parts().places,
     };
     let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
         ProcessCheck::condensed(source, &report, &leaks, &how)

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{CliError, exit, write_stdout};
+use super::common::write_stdout;
+use super::error::CliError;
+use super::exit;
 use crate::diff::{Diff, FORMATS};
 use crate::input;
 use crate::output::{Options, Row};
@@ -36,7 +38,7 @@ pub struct DiffArgs {
     pub new: PathBuf,
     /// Allocation helpers (see `--helper`).
     #[command(flatten)]
-    pub helpers: super::HelperArgs,
+    pub helpers: super::common::HelperArgs,
 }
 
 fn summarize(path: &PathBuf) -> Result<Summary, CliError> {

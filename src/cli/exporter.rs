@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::common::write_output;
+use super::error::CliError;
+use super::exit;
 use super::pages::{self, PagesArgs};
-use super::{CliError, exit, write_output};
 use crate::exporter::exposition;
 use crate::exporter::server::MetricsServer;
 use crate::live::{Reader, Scan};

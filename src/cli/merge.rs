@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::{CliError, exit, write_output};
+use super::common::write_output;
+use super::error::CliError;
+use super::exit;
 use crate::identity::GroupBy;
 use crate::input;
 use crate::merge::{MergeError, merge};

@@ -12,12 +12,16 @@
 //! - `snapshot`: make a running process write its report now;
 //! - `top`: the processes under the shim, live; `exporter`: their Prometheus metrics.
 //!
-//! Exit codes are documented in [`exit`].
+//! What the subcommands share: `common.rs` (`--helper`, writing output) and `error.rs` (why a
+//! subcommand failed, [`CliError`], with `run`'s and `snapshot`'s errors). Exit codes are
+//! documented in [`exit`].
 
 mod check;
+mod common;
 mod diff;
+mod error;
 pub mod exit;
-mod export;
+pub(crate) mod export;
 mod exporter;
 mod merge;
 mod pages;
@@ -31,14 +35,13 @@ mod top;
 mod view;
 
 use std::ffi::OsString;
-use std::fmt;
-use std::io::{self, Write};
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::input::InputError;
+pub use common::HelperArgs;
+pub use error::CliError;
 
 /// Find, explain and gate CUDA device-memory leaks.
 #[derive(Debug, Parser)]
@@ -85,138 +88,6 @@ pub enum Command {
     Top(top::TopArgs),
     /// Serve this user's processes' live memory as Prometheus metrics (or write a textfile).
     Exporter(exporter::ExporterArgs),
-}
-
-/// `--helper`: the allocation helpers the analysis looks through ([`crate::call_path`]).
-#[derive(Clone, Debug, Default, clap::Args)]
-pub struct HelperArgs {
-    /// A function that wraps the allocation (`alloc`, `make_*`; repeat, or comma-separate):
-    /// its callers are the sites. Helpers every call path of a site shares are found without
-    /// it; `--helper none` turns that off. Adds to CUGUARD_HELPERS.
-    #[arg(long = "helper", value_name = "FUNCTION")]
-    pub helper: Vec<String>,
-}
-
-/// Why a subcommand failed.
-#[derive(Debug)]
-pub enum CliError {
-    /// The reports could not be read.
-    Input(InputError),
-    /// Output could not be written.
-    Output {
-        /// Where to.
-        what: String,
-        /// The operating system's error.
-        source: io::Error,
-    },
-    /// `run` failed before the program ran.
-    Run(run::RunError),
-    /// A suppressions file could not be read or parsed.
-    Suppressions(crate::check::suppressions::ParseError),
-    /// `snapshot` got no report.
-    Snapshot(Box<snapshot::SnapshotError>),
-    /// `top`, `exporter`: the stats page directory could not be read.
-    Scan(crate::live::ScanError),
-    /// `exporter`: the address could not be listened on.
-    Listen(crate::exporter::server::BindError),
-    /// `top`: the terminal could not be used.
-    Terminal(io::Error),
-    /// An argument the command cannot answer (a moment outside the history), in words.
-    Usage(String),
-    /// `check`: its PATHs hold no report (empty directories, globs that match nothing).
-    NoReport(Vec<std::path::PathBuf>),
-}
-
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CliError::Input(e) => e.fmt(f),
-            CliError::Output { what, source } => write!(f, "writing {what}: {source}"),
-            CliError::Run(e) => e.fmt(f),
-            CliError::Suppressions(e) => e.fmt(f),
-            CliError::Snapshot(e) => e.fmt(f),
-            CliError::Scan(e) => e.fmt(f),
-            CliError::Listen(e) => e.fmt(f),
-            CliError::Terminal(e) => write!(f, "the terminal: {e}"),
-            CliError::Usage(why) => f.write_str(why),
-            CliError::NoReport(paths) => {
-                const SHOWN: usize = 3;
-                let shown: Vec<String> = paths
-                    .iter()
-                    .take(SHOWN)
-                    .map(|p| crate::wording::one_line(&p.display().to_string()))
-                    .collect();
-                write!(f, "no report in {}", shown.join(", "))?;
-                if paths.len() > SHOWN {
-                    write!(f, " and {} more", paths.len() - SHOWN)?;
-                }
-                f.write_str(
-                    " (did the program run under cuguard? --allow-empty passes an empty input)",
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for CliError {}
-
-impl CliError {
-    /// The exit code this error ends the command with.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            CliError::Run(e) => e.exit_code(),
-            _ => exit::USAGE,
-        }
-    }
-
-    pub(crate) fn is_broken_pipe(&self) -> bool {
-        matches!(self, CliError::Output { source, .. } if source.kind() == io::ErrorKind::BrokenPipe)
-    }
-}
-
-impl From<InputError> for CliError {
-    fn from(e: InputError) -> Self {
-        CliError::Input(e)
-    }
-}
-
-/// Writes to standard output through a buffer; errors name standard output.
-pub(crate) fn write_stdout(
-    f: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> Result<(), CliError> {
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::new(stdout.lock());
-    f(&mut out)
-        .and_then(|()| out.flush())
-        .map_err(|source| CliError::Output {
-            what: "standard output".into(),
-            source,
-        })
-}
-
-/// Writes to `path`, or to standard output when `path` is `None`, as every file cuguard writes
-/// is written ([`cuguard_files::replace`]): a temporary file with an unpredictable name in the
-/// same directory, created without following links, mode 0600, then renamed into place. A link,
-/// another user's file or a non-regular file at `path` is refused, and the error says so.
-pub(crate) fn write_output(
-    path: Option<&std::path::Path>,
-    f: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> Result<(), CliError> {
-    let Some(path) = path else {
-        return write_stdout(f);
-    };
-    // Temporaries of a writer killed before its rename (an hour or more old) are this user's to
-    // clear.
-    cuguard_files::clean_stale_temps(path, std::time::Duration::from_secs(3600));
-    cuguard_files::replace(path, 0o600, |file| {
-        let mut out = io::BufWriter::new(file);
-        f(&mut out)?;
-        out.flush()
-    })
-    .map_err(|source| CliError::Output {
-        what: crate::wording::one_line(&path.display().to_string()),
-        source,
-    })
 }
 
 /// Runs a parsed command line; returns the exit code.

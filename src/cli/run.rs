@@ -28,7 +28,6 @@
 //! all the same: a warning, not a refusal.
 
 use std::ffi::{OsStr, OsString};
-use std::fmt;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
@@ -38,7 +37,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{Args, ValueEnum};
 
-use super::{CliError, exit};
+use super::error::{CliError, RunError};
+use super::exit;
 use crate::wording::one_line;
 
 /// Which CUDA driver the program gets.
@@ -128,92 +128,6 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
-}
-
-/// Why `run` could not start the program.
-#[derive(Debug)]
-pub enum RunError {
-    /// A library (shim or simulated driver) was not found.
-    NotFound {
-        /// Which library.
-        what: &'static str,
-        /// Where it was looked for.
-        looked: Vec<PathBuf>,
-    },
-    /// A path that `LD_PRELOAD` or `LD_LIBRARY_PATH` cannot hold (it has a space or colon).
-    UnusablePath(PathBuf),
-    /// No directory for the simulated driver's links could be made.
-    SimDir {
-        /// The directory tried last.
-        dir: PathBuf,
-        /// Why it failed.
-        source: io::Error,
-    },
-    /// No directory for the Python bootstrap could be made.
-    PythonDir {
-        /// The directory tried last.
-        dir: PathBuf,
-        /// Why it failed.
-        source: io::Error,
-    },
-    /// PROGRAM not found.
-    ProgramNotFound(OsString),
-    /// PROGRAM could not be executed.
-    ProgramNotExecutable(OsString, io::Error),
-    /// Waiting for PROGRAM failed.
-    Wait(io::Error),
-}
-
-impl fmt::Display for RunError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let show = |p: &Path| one_line(&p.display().to_string());
-        match self {
-            RunError::NotFound { what, looked } => {
-                let looked: Vec<String> = looked.iter().map(|p| show(p)).collect();
-                write!(f, "{what} not found (looked at {})", looked.join(", "))
-            }
-            RunError::UnusablePath(p) => write!(
-                f,
-                "{}: the dynamic loader cannot take a path with a space or colon",
-                show(p)
-            ),
-            RunError::SimDir { dir, source } => write!(
-                f,
-                "cannot make the simulated driver's directory {}: {source}",
-                show(dir)
-            ),
-            RunError::PythonDir { dir, source } => write!(
-                f,
-                "cannot make the directory of cuguard's Python bootstrap {}: {source} \
-                 (CUGUARD_PYTHON_END=0 runs without it)",
-                show(dir)
-            ),
-            RunError::ProgramNotFound(p) => {
-                write!(f, "{}: program not found", one_line(&p.to_string_lossy()))
-            }
-            RunError::ProgramNotExecutable(p, e) => {
-                write!(f, "{}: cannot execute: {e}", one_line(&p.to_string_lossy()))
-            }
-            RunError::Wait(e) => write!(f, "waiting for the program: {e}"),
-        }
-    }
-}
-
-impl RunError {
-    /// The exit code (see [`exit`]).
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            RunError::ProgramNotFound(_) => exit::NOT_FOUND,
-            RunError::ProgramNotExecutable(..) => exit::NOT_EXECUTABLE,
-            _ => exit::USAGE,
-        }
-    }
-}
-
-impl From<RunError> for CliError {
-    fn from(e: RunError) -> Self {
-        CliError::Run(e)
-    }
 }
 
 /// Finds a library: the environment variable, else next to the executable, else in

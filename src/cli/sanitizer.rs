@@ -17,8 +17,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::CliError;
-use super::run::{Driver, RunArgs, RunError, Tool, find_shim, wait_for};
+use super::error::{CliError, RunError};
+use super::run::{Driver, RunArgs, Tool, find_shim, wait_for};
 
 /// The compute-sanitizer to run: `--sanitizer-path`, else `$CUGUARD_COMPUTE_SANITIZER`, else
 /// `compute-sanitizer` on `PATH`, else the CUDA toolkit's default place.

@@ -42,7 +42,6 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -54,8 +53,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Args;
 use cuguard_format::template;
 
-use super::CliError;
-use crate::wording::one_line;
+use super::error::{CliError, SnapshotError};
 
 /// The largest report read by default: 2 GiB (see the module documentation).
 pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;
@@ -92,74 +90,10 @@ pub struct SnapshotArgs {
     pub max_size: u64,
 }
 
-/// Why a snapshot could not be had.
-#[derive(Debug)]
-pub enum SnapshotError {
-    /// The process does not exist or cannot be read.
-    NoProcess(u32, String),
-    /// The shim is not loaded in it.
-    NoShim(u32),
-    /// The shim is loaded but has not armed (no allocation yet) or is disabled.
-    NotArmed(u32),
-    /// The shim is armed but answers no snapshot signal.
-    NoSignal(u32),
-    /// The signal could not be sent.
-    Send(u32, std::io::Error),
-    /// No report appeared in time: where it looked, with why a file found there was not read.
-    TimedOut {
-        pid: u32,
-        looked: Vec<(PathBuf, Option<String>)>,
-    },
-}
-
-impl fmt::Display for SnapshotError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SnapshotError::NoProcess(pid, why) => write!(f, "process {pid}: {why}"),
-            SnapshotError::NoShim(pid) => {
-                write!(
-                    f,
-                    "process {pid} does not run under cuguard (libcuguard.so is not loaded)"
-                )
-            }
-            SnapshotError::NotArmed(pid) => write!(
-                f,
-                "process {pid} has not started tracking yet (cuguard starts at the first CUDA allocation), or CUGUARD_DISABLE is set"
-            ),
-            SnapshotError::NoSignal(pid) => write!(
-                f,
-                "process {pid} takes no snapshot signal (the program handles CUGUARD_SNAPSHOT_SIGNAL itself, or it is off); restart it with another CUGUARD_SNAPSHOT_SIGNAL"
-            ),
-            SnapshotError::Send(pid, e) => write!(f, "signalling process {pid}: {e}"),
-            SnapshotError::TimedOut { pid, looked } => {
-                write!(f, "process {pid} wrote no report in time; looked at ")?;
-                let names: Vec<String> = looked
-                    .iter()
-                    .take(4)
-                    .map(|(p, why)| {
-                        let p = one_line(&p.display().to_string());
-                        match why {
-                            Some(why) => format!("{p} ({why})"),
-                            None => p,
-                        }
-                    })
-                    .collect();
-                write!(f, "{}", names.join(", "))?;
-                if looked.len() > 4 {
-                    write!(f, " and {} more", looked.len() - 4)?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-impl std::error::Error for SnapshotError {}
-
 /// Runs `cuguard snapshot`.
 pub fn run(args: SnapshotArgs) -> Result<u8, CliError> {
     let path = snapshot(&args).map_err(|e| CliError::Snapshot(Box::new(e)))?;
-    super::write_stdout(|out| writeln!(out, "{}", path.display()))?;
+    super::common::write_stdout(|out| writeln!(out, "{}", path.display()))?;
     Ok(super::exit::OK)
 }
 

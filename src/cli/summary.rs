@@ -5,14 +5,16 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{CliError, exit, write_stdout};
+use super::common::write_stdout;
+use super::error::CliError;
+use super::exit;
 use crate::identity::GroupBy;
 use crate::input;
 use crate::output::{Options, Row};
-use cuguard_format::{LeakFold, Report};
 use crate::spill::Spill;
 use crate::style::Style;
-use crate::summary::{FORMATS, ReportSummary, Summary, SummaryFold, sections};
+use crate::summary::{FORMATS, Parts, ReportSummary, Summary, SummaryFold};
+use cuguard_format::{LeakFold, Report};
 
 /// Arguments of `cuguard summary`.
 #[derive(Debug, Args)]
@@ -31,7 +33,7 @@ at least 64 MiB more at a site is called out; incomplete reports and ranks missi
 pub struct SummaryArgs {
     /// Output format.
     #[arg(long, value_parser = FORMATS, default_value = FORMATS.default_format().name())]
-    pub format: &'static Row<Summary>,
+    pub format: &'static Row<Summary, Parts>,
     /// Group the processes of a job by worker (label `worker`), rank, host or process, with
     /// each group's leaks, peak, growth and largest sites.
     #[arg(long, value_enum, value_name = "WHAT")]
@@ -56,7 +58,7 @@ pub struct SummaryArgs {
     pub paths: Vec<PathBuf>,
     /// Allocation helpers (see `--helper`).
     #[command(flatten)]
-    pub helpers: super::HelperArgs,
+    pub helpers: super::common::HelperArgs,
 }
 
 /// Runs `cuguard summary`.
@@ -79,13 +81,7 @@ pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
         what: "a temporary file".into(),
         source: e,
     };
-    // Every format of FORMATS is written in parts (`summary_formats!` registers both at once).
-    let Some((head, process, tail)) = sections(args.format.name()) else {
-        return Err(CliError::Usage(format!(
-            "summary has no format {:?}",
-            args.format.name()
-        )));
-    };
+    let (head, process, tail) = args.format.parts().sections;
     // Each process is written (to a spill) as soon as it is read, and dropped: the totals that
     // come first in every format are known only at the end.
     let mut spill = Spill::new();
@@ -144,11 +140,11 @@ fn moment(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
         _ => unreachable!("asked for a moment"),
     };
     let source = path.display().to_string();
-    let style = Style::for_stdout();
-    write_stdout(|out| match args.format.name() {
-        "markdown" => crate::summary::moment::markdown(&m, &source, out),
-        "json" => crate::summary::moment::json(&m, &source, out),
-        _ => crate::summary::moment::text(&m, &source, out, style),
-    })?;
+    let options = Options {
+        style: Style::for_stdout(),
+        top,
+        cost: args.cost,
+    };
+    write_stdout(|out| (args.format.parts().moment)(&m, &source, out, &options))?;
     Ok(exit::OK)
 }

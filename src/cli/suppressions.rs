@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{CliError, exit, write_output};
+use super::common::write_output;
+use super::error::CliError;
+use super::exit;
 use crate::check::suppressions::{combine, propose, write_file};
 use crate::input;
 
@@ -28,7 +30,7 @@ pub struct SuppressionsArgs {
     pub paths: Vec<PathBuf>,
     /// Allocation helpers (see `--helper`).
     #[command(flatten)]
-    pub helpers: super::HelperArgs,
+    pub helpers: super::common::HelperArgs,
 }
 
 /// Runs `cuguard suppressions`.

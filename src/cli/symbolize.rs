@@ -21,7 +21,9 @@ use cuguard_symbolize::Symbolizer;
 use cuguard_symbolize::site::Plumbing;
 use serde_json::Value;
 
-use super::{CliError, exit, write_output};
+use super::common::write_output;
+use super::error::CliError;
+use super::exit;
 use crate::input::InputError;
 use crate::naming::symbolize_report;
 use cuguard_format::{Document, ReadError};

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::common::write_stdout;
+use super::error::CliError;
+use super::exit;
 use super::pages::{self, PagesArgs};
 use super::snapshot::{self, SnapshotArgs};
-use super::{CliError, exit, write_stdout};
 use crate::style::Style;
 use crate::top::{app::App, once, terminal};
 

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{CliError, exit, write_output};
+use super::common::write_output;
+use super::error::CliError;
+use super::exit;
 use crate::input;
 use crate::view::fold::ViewFold;
 use crate::view::{ProcessView, html};
@@ -34,7 +36,7 @@ pub struct ViewArgs {
     pub paths: Vec<PathBuf>,
     /// Allocation helpers (see `--helper`).
     #[command(flatten)]
-    pub helpers: super::HelperArgs,
+    pub helpers: super::common::HelperArgs,
 }
 
 /// Runs `cuguard view`.

@@ -4,7 +4,7 @@
 
 use std::io::{self, Write};
 
-use super::Diff;
+use super::model::Diff;
 use crate::output::{Format, Options};
 
 /// `--format json`: the [`Diff`] as one pretty-printed JSON document and a newline.

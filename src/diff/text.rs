@@ -6,7 +6,7 @@
 
 use std::io::{self, Write};
 
-use super::{Change, Diff};
+use super::model::{Change, Diff};
 use crate::output::{Format, Options};
 use crate::style::Table;
 use crate::wording::{bytes, delta_bytes, one_line, plural};

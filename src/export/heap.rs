@@ -93,69 +93,15 @@ pub fn heap(
         if let Some(rank) = base.process.rank {
             common.push(("rank", rank.to_string()));
         }
-        let labels = |device: Option<u32>, owner: &str| {
-            let mut l = vec![
-                (
-                    "device",
-                    device.map_or_else(|| "unknown".into(), |d| d.to_string()),
-                ),
-                ("owner", owner.to_string()),
-            ];
-            l.extend(common.iter().cloned());
-            l
-        };
-        let inuse = |objects: i64, bytes: i64| -> Vec<i64> {
-            if alloc {
-                vec![0, 0, objects, bytes]
-            } else {
-                vec![objects, bytes]
-            }
+        let mut samples = Samples {
+            builder: &mut b,
+            process: pi,
+            common,
+            alloc,
         };
         let use_report = when == When::End && p.report.is_some();
         if use_report {
-            let r = p.report.as_ref().expect("checked");
-            let stacks = stacks_by_id(r);
-            let mut owners = OwnerIndex::new(r);
-            // A Python program's end is the end of its code (the report's end view), before the
-            // interpreter's teardown freed its globals (JAX's arrays, a list of tensors), as
-            // `summary` reads it; elsewhere what was live at exit.
-            let end_of_code = r
-                .python
-                .as_ref()
-                .and_then(|py| py.view.as_ref())
-                .filter(|v| v.at == "end");
-            // (owner, device, stack id, bytes) of each live allocation, from one source or the other.
-            let live: Vec<(usize, u32, Option<u64>, u64)> = match end_of_code {
-                Some(view) => view
-                    .allocations
-                    .iter()
-                    .filter(|a| a.memory != Memory::HostPinned)
-                    .map(|a| {
-                        let o = match &a.owner {
-                            Some(id) => owners.of_id(id),
-                            None => owners.of_stack(a.stack, Some(a.memory.as_str())),
-                        };
-                        (o, a.device, a.stack, a.size)
-                    })
-                    .collect(),
-                None => r
-                    .leaks
-                    .iter()
-                    .filter(|l| l.memory != Memory::HostPinned)
-                    .map(|l| (owners.of_leak(l), l.device, l.stack, l.size))
-                    .collect(),
-            };
-            for (o, device, id, size) in live {
-                let device = (device != cuguard_format::wire::UNKNOWN_DEVICE).then_some(device);
-                let stack = id.and_then(|id| stacks.get(&id).copied());
-                b.add(
-                    pi,
-                    id,
-                    stack,
-                    labels(device, &owners.owner(o).id),
-                    &inuse(1, signed(size)),
-                );
-            }
+            samples.report_inuse(p.report.as_ref().expect("checked"));
         }
         let (Some(h), Some(names)) = (&history, &names) else {
             continue;
@@ -166,45 +112,7 @@ pub fn heap(
             })?,
             _ => h.meta().ends_ns,
         };
-        let stacks = stacks_by_id(names);
-        let mut owners = OwnerIndex::new(names);
-        let device_memory = |b: &Block| b.memory != cuguard_history::Memory::HostPinned;
-        let mut add = |blk: &Block, values: &[i64]| {
-            let id = stack_key(blk.stack);
-            let o = owners.of_stack(id, Some("device"));
-            let stack = id.and_then(|id| stacks.get(&id).copied());
-            let mut l = labels(blk.device(), &owners.owner(o).id);
-            if blk.stream != 0 {
-                l.push(("stream", format!("{:#x}", blk.stream)));
-            }
-            b.add(pi, id, stack, l, values);
-        };
-        if alloc {
-            h.history
-                .walk(&mut |step| match step {
-                    Step::Made(blk) | Step::Restated(blk)
-                        if device_memory(&blk) && blk.start_ns <= t =>
-                    {
-                        add(&blk, &[1, signed(blk.size), 0, 0])
-                    }
-                    _ => {}
-                })
-                .map_err(|e| HeapError::Input(h.invalid(e)))?;
-        }
-        if !use_report {
-            let w = h.read(t, t).map_err(HeapError::Input)?;
-            for blk in w.replay.live_at(t).filter(|b| device_memory(b)) {
-                let size = signed(blk.size);
-                add(
-                    blk,
-                    &if alloc {
-                        vec![0, 0, 1, size]
-                    } else {
-                        vec![1, size]
-                    },
-                );
-            }
-        }
+        samples.history(h, names, t, !use_report)?;
     }
     if start == u64::MAX {
         start = 0;
@@ -219,6 +127,136 @@ pub fn heap(
         }
     )];
     Ok(b.finish(main.as_deref(), start, end.saturating_sub(start), comments))
+}
+
+/// One process's samples as they are added to the profile: what each is labelled with, and
+/// where its values go.
+struct Samples<'b> {
+    builder: &'b mut Builder,
+    /// The process's number.
+    process: usize,
+    /// The labels of all its samples: the process and its rank.
+    common: Vec<(&'static str, String)>,
+    /// Whether the profile has `alloc_*` (before `inuse_*`).
+    alloc: bool,
+}
+
+impl Samples<'_> {
+    /// A sample's labels: its device, its owner, then the process's.
+    fn labels(&self, device: Option<u32>, owner: &str) -> Vec<(&'static str, String)> {
+        let mut l = vec![
+            (
+                "device",
+                device.map_or_else(|| "unknown".into(), |d| d.to_string()),
+            ),
+            ("owner", owner.to_string()),
+        ];
+        l.extend(self.common.iter().cloned());
+        l
+    }
+
+    /// The values of an in-use sample (0 for `alloc_*`).
+    fn inuse(&self, objects: i64, bytes: i64) -> Vec<i64> {
+        if self.alloc {
+            vec![0, 0, objects, bytes]
+        } else {
+            vec![objects, bytes]
+        }
+    }
+
+    /// What was in use at the end, from the report `r`.
+    fn report_inuse(&mut self, r: &Report) {
+        let stacks = stacks_by_id(r);
+        let mut owners = OwnerIndex::new(r);
+        // A Python program's end is the end of its code (the report's end view), before the
+        // interpreter's teardown freed its globals (JAX's arrays, a list of tensors), as
+        // `summary` reads it; elsewhere what was live at exit.
+        let end_of_code = r
+            .python
+            .as_ref()
+            .and_then(|py| py.view.as_ref())
+            .filter(|v| v.at == "end");
+        // (owner, device, stack id, bytes) of each live allocation, from one source or the other.
+        let live: Vec<(usize, u32, Option<u64>, u64)> = match end_of_code {
+            Some(view) => view
+                .allocations
+                .iter()
+                .filter(|a| a.memory != Memory::HostPinned)
+                .map(|a| {
+                    let o = match &a.owner {
+                        Some(id) => owners.of_id(id),
+                        None => owners.of_stack(a.stack, Some(a.memory.as_str())),
+                    };
+                    (o, a.device, a.stack, a.size)
+                })
+                .collect(),
+            None => r
+                .leaks
+                .iter()
+                .filter(|l| l.memory != Memory::HostPinned)
+                .map(|l| (owners.of_leak(l), l.device, l.stack, l.size))
+                .collect(),
+        };
+        for (o, device, id, size) in live {
+            let device = (device != cuguard_format::wire::UNKNOWN_DEVICE).then_some(device);
+            let stack = id.and_then(|id| stacks.get(&id).copied());
+            let labels = self.labels(device, &owners.owner(o).id);
+            let values = self.inuse(1, signed(size));
+            self.builder.add(self.process, id, stack, labels, &values);
+        }
+    }
+
+    /// From the history `h` (its stacks named in `names`): with `alloc_*`, what was allocated
+    /// until `t`, walked once; with `inuse`, what was live at `t`.
+    fn history(
+        &mut self,
+        h: &Opened,
+        names: &Report,
+        t: u64,
+        inuse: bool,
+    ) -> Result<(), HeapError> {
+        let stacks = stacks_by_id(names);
+        let mut owners = OwnerIndex::new(names);
+        let alloc = self.alloc;
+        let device_memory = |b: &Block| b.memory != cuguard_format::MemoryKind::HostPinned;
+        let mut add = |blk: &Block, values: &[i64]| {
+            let id = stack_key(blk.stack);
+            let o = owners.of_stack(id, Some("device"));
+            let stack = id.and_then(|id| stacks.get(&id).copied());
+            let mut l = self.labels(blk.device(), &owners.owner(o).id);
+            if blk.stream != 0 {
+                l.push(("stream", format!("{:#x}", blk.stream)));
+            }
+            self.builder.add(self.process, id, stack, l, values);
+        };
+        if alloc {
+            h.history
+                .walk(&mut |step| match step {
+                    Step::Made(blk) | Step::Restated(blk)
+                        if device_memory(&blk) && blk.start_ns <= t =>
+                    {
+                        add(&blk, &[1, signed(blk.size), 0, 0])
+                    }
+                    _ => {}
+                })
+                .map_err(|e| HeapError::Input(h.invalid(e)))?;
+        }
+        if inuse {
+            let w = h.read(t, t).map_err(HeapError::Input)?;
+            for blk in w.replay.live_at(t).filter(|b| device_memory(b)) {
+                let size = signed(blk.size);
+                add(
+                    blk,
+                    &if alloc {
+                        vec![0, 0, 1, size]
+                    } else {
+                        vec![1, size]
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A size as profile.proto's `int64`.

@@ -81,7 +81,8 @@
 
 use std::collections::HashMap;
 
-use cuguard_history::Memory;
+use cuguard_format::MemoryKind;
+use cuguard_format::wire::UNKNOWN_DEVICE;
 use cuguard_history::replay::{Block, Replay};
 
 use super::pickle::{Memo, Pickler};
@@ -171,7 +172,7 @@ pub fn memory_viz(
             size: o.size,
             stack: o.stack,
             thread: o.thread,
-            memory: Memory::Device,
+            memory: MemoryKind::Device,
             device: o.device,
             context: u16::MAX,
             released: false,
@@ -217,7 +218,7 @@ struct Seg<'a> {
 
 impl<'a> Model<'a> {
     fn new(replay: &'a Replay) -> Model<'a> {
-        let device_memory = |b: &&Block| b.memory != Memory::HostPinned;
+        let device_memory = |b: &&Block| b.memory != MemoryKind::HostPinned;
         let known = replay
             .blocks
             .iter()
@@ -225,11 +226,13 @@ impl<'a> Model<'a> {
             .filter(device_memory)
             .map(|b| b.device)
             .chain(replay.ooms.iter().map(|o| o.device))
+            .filter(|&d| d != UNKNOWN_DEVICE)
+            .map(|d| d as usize + 1)
             .max()
             .unwrap_or(0);
         // One after the highest ordinal (`known` is it + 1).
-        let unknown = usize::from(known);
-        let index = |device: u8| device_index(device, unknown);
+        let unknown = known;
+        let index = |device: u32| device_index(device, unknown);
         let mut devices = 0;
         let mut seen = |i: usize| {
             devices = devices.max(i + 1);
@@ -291,16 +294,18 @@ impl<'a> Model<'a> {
         }
     }
 
-    /// The viewer's index of a device (ordinal + 1, 0 for unknown).
-    fn index(&self, device: u8) -> usize {
+    /// The viewer's index of a device (an ordinal, or [`UNKNOWN_DEVICE`]).
+    fn index(&self, device: u32) -> usize {
         device_index(device, self.unknown)
     }
 }
 
-fn device_index(device: u8, unknown: usize) -> usize {
-    match device {
-        0 => unknown,
-        d => usize::from(d - 1),
+/// The viewer's index of `device`: its ordinal, or `unknown` (after every known one).
+fn device_index(device: u32, unknown: usize) -> usize {
+    if device == UNKNOWN_DEVICE {
+        unknown
+    } else {
+        device as usize
     }
 }
 

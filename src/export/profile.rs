@@ -12,10 +12,10 @@ use std::collections::HashMap;
 use cuguard_symbolize::mixed::Slot;
 use cuguard_symbolize::rules::Tier;
 
-use cuguard_format::{Frame, PyFrame, Stack};
 use crate::sites::{
     builtin_rules, file_name, is_runtime_module, mixed_order, python_site_frame, site_frame,
 };
+use cuguard_format::{Frame, PyFrame, Stack};
 
 /// A value's type and unit (`inuse_space`, `bytes`).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! PyTorch's viewer needs and gives a summary, which the tests compare with what the history
 //! says.
 
-use cuguard_history::Memory;
+use cuguard_format::MemoryKind;
 use cuguard_history::replay::{Block, Oom, Replay};
 use serde_json::{Value, json};
 
@@ -22,9 +22,13 @@ fn block(
     end_ns: Option<u64>,
     addr: u64,
     size: u64,
-    memory: Memory,
-    device: u8,
+    memory: MemoryKind,
+    device_plus_one: u8,
 ) -> Block {
+    // The file's encoding (ordinal + 1, 0 for unknown), as the events below are written.
+    let device = u32::from(device_plus_one)
+        .checked_sub(1)
+        .unwrap_or(cuguard_format::wire::UNKNOWN_DEVICE);
     Block {
         start_ns,
         end_ns,
@@ -57,29 +61,30 @@ fn frames(stack: u32) -> Vec<VizFrame> {
 /// driver allocation P made and freed, one Q still live, an OOM. Device 1: a driver allocation
 /// R, a pool segment T made and freed with its one block. Pinned host memory on device 1.
 fn replay() -> Replay {
-    let pool =
-        |start, end, off, size, device| block(start, end, S + off, size, Memory::PoolBlock, device);
-    let mut seg_s = block(1_000, None, S, 8 * MIB, Memory::Device, 1);
+    let pool = |start, end, off, size, device| {
+        block(start, end, S + off, size, MemoryKind::PoolBlock, device)
+    };
+    let mut seg_s = block(1_000, None, S, 8 * MIB, MemoryKind::Device, 1);
     seg_s.stack = 1;
     Replay {
         pid: 7,
         start_unix_ns: START,
         segments: vec![
             seg_s,
-            block(1_500, Some(9_000), T, 2 * MIB, Memory::Device, 2),
+            block(1_500, Some(9_000), T, 2 * MIB, MemoryKind::Device, 2),
         ],
         blocks: vec![
-            block(1_600, Some(8_500), T, MIB, Memory::PoolBlock, 2),
+            block(1_600, Some(8_500), T, MIB, MemoryKind::PoolBlock, 2),
             pool(2_000, None, 0, MIB, 1),
-            block(2_500, Some(7_000), P, 4 * MIB, Memory::Device, 1),
-            block(2_600, None, Q, 256, Memory::Managed, 1),
+            block(2_500, Some(7_000), P, 4 * MIB, MemoryKind::Device, 1),
+            block(2_600, None, Q, 256, MemoryKind::Managed, 1),
             {
                 let mut b = pool(3_000, Some(6_000), MIB, MIB, 1);
                 b.stack = cuguard_history::NONE;
                 b
             },
-            block(3_200, None, 0x1000, 4096, Memory::HostPinned, 2),
-            block(3_500, None, R, MIB, Memory::Device, 2),
+            block(3_200, None, 0x1000, 4096, MemoryKind::HostPinned, 2),
+            block(3_500, None, R, MIB, MemoryKind::Device, 2),
             pool(4_000, None, 3 * MIB, 2 * MIB, 1),
             pool(5_000, None, 5 * MIB, MIB / 2, 1),
         ],
@@ -88,7 +93,7 @@ fn replay() -> Replay {
             size: 1 << 30,
             stack: 2,
             thread: 1,
-            device: 1,
+            device: 0,
         }],
         ends_ns: 10_000,
         ..Replay::default()
@@ -273,13 +278,13 @@ fn a_window_is_the_state_at_its_end_and_the_events_in_it() {
 
 #[test]
 fn events_of_one_nanosecond_are_in_an_order_the_viewer_can_replay() {
-    let pool = |start, end, addr| block(start, end, addr, 4096, Memory::PoolBlock, 1);
+    let pool = |start, end, addr| block(start, end, addr, 4096, MemoryKind::PoolBlock, 1);
     let replay = Replay {
         start_unix_ns: START,
         segments: vec![
-            block(100, Some(500), S, MIB, Memory::Device, 1),
+            block(100, Some(500), S, MIB, MemoryKind::Device, 1),
             // Given back and made again at once, at the same address.
-            block(500, None, S, MIB, Memory::Device, 1),
+            block(500, None, S, MIB, MemoryKind::Device, 1),
         ],
         blocks: vec![
             pool(100, Some(500), S),
@@ -289,7 +294,7 @@ fn events_of_one_nanosecond_are_in_an_order_the_viewer_can_replay() {
             pool(300, Some(300), S + 8192),
             pool(500, None, S),
             // A driver allocation of no time at all.
-            block(500, Some(500), P, 64, Memory::Device, 1),
+            block(500, Some(500), P, 64, MemoryKind::Device, 1),
         ],
         ..Replay::default()
     };
@@ -339,8 +344,8 @@ fn memory_of_an_unknown_device_comes_after_the_known_ones() {
     let replay = Replay {
         start_unix_ns: START,
         blocks: vec![
-            block(100, None, P, 64, Memory::Device, 0),
-            block(200, None, Q, 64, Memory::Device, 2),
+            block(100, None, P, 64, MemoryKind::Device, 0),
+            block(200, None, Q, 64, MemoryKind::Device, 2),
         ],
         ..Replay::default()
     };
@@ -369,8 +374,8 @@ fn an_allocation_that_outlives_its_segment_is_a_segment_of_its_own() {
     // Events were lost: the block's free was never seen, its segment went.
     let replay = Replay {
         start_unix_ns: START,
-        segments: vec![block(100, Some(900), S, MIB, Memory::Device, 1)],
-        blocks: vec![block(200, None, S + 4096, 4096, Memory::PoolBlock, 1)],
+        segments: vec![block(100, Some(900), S, MIB, MemoryKind::Device, 1)],
+        blocks: vec![block(200, None, S + 4096, 4096, MemoryKind::PoolBlock, 1)],
         ..Replay::default()
     };
     let got = check(&memory_viz(&replay, &frames, None));
@@ -385,7 +390,7 @@ fn the_pickle_grows_linearly_with_the_events() {
     let size = |n: u64| {
         let replay = Replay {
             start_unix_ns: START,
-            segments: vec![block(0, None, S, n * 4096, Memory::Device, 1)],
+            segments: vec![block(0, None, S, n * 4096, MemoryKind::Device, 1)],
             blocks: (0..n)
                 .map(|i| {
                     let mut b = block(
@@ -393,7 +398,7 @@ fn the_pickle_grows_linearly_with_the_events() {
                         Some(10 + n + i),
                         S + i * 4096,
                         4096,
-                        Memory::PoolBlock,
+                        MemoryKind::PoolBlock,
                         1,
                     );
                     b.stack = (i % 16) as u32;
@@ -412,9 +417,9 @@ fn the_pickle_grows_linearly_with_the_events() {
     let checked = check(&memory_viz(
         &Replay {
             start_unix_ns: START,
-            segments: vec![block(0, None, S, 3000 * 4096, Memory::Device, 1)],
+            segments: vec![block(0, None, S, 3000 * 4096, MemoryKind::Device, 1)],
             blocks: (0..3000)
-                .map(|i| block(10 + i, None, S + i * 4096, 4096, Memory::PoolBlock, 1))
+                .map(|i| block(10 + i, None, S + i * 4096, 4096, MemoryKind::PoolBlock, 1))
                 .collect(),
             ..Replay::default()
         },
@@ -525,7 +530,7 @@ fn pytorchs_viewer_script_reads_it_when_at_hand() {
     let n = 5_000u64;
     let big = Replay {
         start_unix_ns: START,
-        segments: vec![block(0, None, S, n * 4096, Memory::Device, 1)],
+        segments: vec![block(0, None, S, n * 4096, MemoryKind::Device, 1)],
         blocks: (0..n)
             .map(|i| {
                 block(
@@ -533,7 +538,7 @@ fn pytorchs_viewer_script_reads_it_when_at_hand() {
                     Some(10 + 2 * n - i),
                     S + i * 4096,
                     4096,
-                    Memory::PoolBlock,
+                    MemoryKind::PoolBlock,
                     1,
                 )
             })
@@ -593,12 +598,26 @@ fn a_history_file_read_back_exports() {
         &Chunk::Events {
             thread: 5,
             events: vec![
-                ev(1_000, Action::SegmentAlloc, Memory::Device, S, 2 * MIB, 1),
-                ev(2_000, Action::Alloc, Memory::PoolBlock, S, 4096, 1),
-                ev(3_000, Action::Alloc, Memory::PoolBlock, S + MIB, 4096, 1),
-                ev(4_000, Action::Free, Memory::PoolBlock, S, 0, 1),
-                ev(5_000, Action::Alloc, Memory::Device, P, 512, 2),
-                ev(6_000, Action::Oom, Memory::Device, 0, 1 << 40, 2),
+                ev(
+                    1_000,
+                    Action::SegmentAlloc,
+                    MemoryKind::Device,
+                    S,
+                    2 * MIB,
+                    1,
+                ),
+                ev(2_000, Action::Alloc, MemoryKind::PoolBlock, S, 4096, 1),
+                ev(
+                    3_000,
+                    Action::Alloc,
+                    MemoryKind::PoolBlock,
+                    S + MIB,
+                    4096,
+                    1,
+                ),
+                ev(4_000, Action::Free, MemoryKind::PoolBlock, S, 0, 1),
+                ev(5_000, Action::Alloc, MemoryKind::Device, P, 512, 2),
+                ev(6_000, Action::Oom, MemoryKind::Device, 0, 1 << 40, 2),
             ],
         },
     );

@@ -170,6 +170,26 @@ pub(crate) fn merged_windows(lost: &[&cuguard_history::replay::Lost]) -> Vec<Los
         .collect()
 }
 
+/// The blocks live at a moment summed by (device, call path, owner): bytes, count, the oldest
+/// start, the largest block's stack, those unsure (made before a lost window ended) and the
+/// streams.
+struct Group {
+    site: SiteRef,
+    owner: usize,
+    bytes: u64,
+    allocations: u64,
+    first_ns: u64,
+    largest: (u64, Option<u64>),
+    unsure: (u64, u64),
+    streams: std::collections::BTreeSet<u64>,
+}
+
+/// The groups' key: the device, the call path as printed, the owner.
+type GroupKey = (Option<u32>, Vec<String>, usize);
+
+/// By device, each block's (owner, bytes, 1).
+type DeviceItems = HashMap<Option<u32>, Vec<(usize, u64, u64)>>;
+
 /// The answer from `blocks`, as of `upto` (the moment asked, or the window's end).
 fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
     let r = &loaded.replay;
@@ -177,28 +197,66 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
     let lost_events: u64 = lost.iter().map(|l| l.count).sum();
     // A block made before the last lost window ended may have been freed in it.
     let unsure_before = lost.iter().map(|l| l.to_ns).max();
-    let unsure = |b: &Block| unsure_before.is_some_and(|t| b.start_ns <= t);
     let sites = SiteIndex::new(&loaded.report);
     let mut owners = OwnerIndex::new(&loaded.report);
-    // (device, site key, owner) → sums, the oldest start and the largest block's stack.
-    struct Group {
-        site: SiteRef,
-        owner: usize,
-        bytes: u64,
-        allocations: u64,
-        first_ns: u64,
-        largest: (u64, Option<u64>),
-        unsure: (u64, u64),
-        streams: std::collections::BTreeSet<u64>,
+    let (groups, per_device) = group(blocks, &sites, &mut owners, unsure_before);
+    let mut devices: Vec<DeviceMoment> = per_device
+        .into_iter()
+        .map(|(device, items)| {
+            let bytes = items.iter().map(|i| i.1).sum();
+            let allocations = items.len() as u64;
+            DeviceMoment {
+                device,
+                bytes,
+                allocations,
+                by_owner: by_owner(&owners, items),
+                sites: Vec::new(),
+                sites_total: 0,
+            }
+        })
+        .collect();
+    for d in &mut devices {
+        let list = device_sites(d.device, &groups, &sites, &owners);
+        d.sites_total = list.len();
+        d.sites = list.into_iter().take(top).collect();
     }
-    // By call path (the site and its callers as printed) rather than by site alone: one site
-    // reached from several lines (a helper every step calls) shows each line that made memory.
-    // Stacks that print the same are one row.
-    let mut groups: HashMap<(Option<u32>, Vec<String>, usize), Group> = HashMap::new();
+    devices.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.device.cmp(&b.device)));
+    Moment {
+        process: loaded.report.process_name(),
+        question: "at",
+        at_ms: None,
+        from_ms: None,
+        to_ms: None,
+        span: Span {
+            begins_ms: ms(r.begins_ns),
+            ends_ms: ms(r.ends_ns),
+            whole: r.whole,
+            stopped: loaded.stopped.clone(),
+            allocations: loaded.allocations as usize,
+            lost_events,
+            lost_windows: windows(&lost),
+            complete: lost_events == 0,
+        },
+        devices,
+    }
+}
+
+/// Sums `blocks` (pinned host memory aside) into [`Group`]s, and by device into (owner, bytes,
+/// count) items. By call path (the site and its callers as printed) rather than by site alone:
+/// one site reached from several lines (a helper every step calls) shows each line that made
+/// memory. Stacks that print the same are one row.
+fn group(
+    blocks: &[&Block],
+    sites: &SiteIndex<'_>,
+    owners: &mut OwnerIndex,
+    unsure_before: Option<u64>,
+) -> (HashMap<GroupKey, Group>, DeviceItems) {
+    let unsure = |b: &Block| unsure_before.is_some_and(|t| b.start_ns <= t);
+    let mut groups: HashMap<GroupKey, Group> = HashMap::new();
     let mut paths: HashMap<Option<u64>, Vec<String>> = HashMap::new();
-    let mut per_device: HashMap<Option<u32>, Vec<(usize, u64, u64)>> = HashMap::new();
+    let mut per_device = DeviceItems::new();
     for b in blocks {
-        if b.memory == cuguard_history::Memory::HostPinned {
+        if b.memory == cuguard_format::MemoryKind::HostPinned {
             continue;
         }
         let stack = stack_key(b.stack);
@@ -207,7 +265,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
         let path = paths
             .entry(stack)
             .or_insert_with(|| {
-                let c = callers(&sites, stack);
+                let c = callers(sites, stack);
                 if c.is_empty() {
                     vec![site.key.clone()]
                 } else {
@@ -242,71 +300,43 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
             .or_default()
             .push((o, b.size, 1));
     }
-    let mut devices: Vec<DeviceMoment> = per_device
-        .into_iter()
-        .map(|(device, items)| {
-            let bytes = items.iter().map(|i| i.1).sum();
-            let allocations = items.len() as u64;
-            DeviceMoment {
-                device,
-                bytes,
-                allocations,
-                by_owner: by_owner(&owners, items),
-                sites: Vec::new(),
-                sites_total: 0,
+    (groups, per_device)
+}
+
+/// The rows of one device's groups, the most bytes first.
+fn device_sites(
+    device: Option<u32>,
+    groups: &HashMap<GroupKey, Group>,
+    sites: &SiteIndex<'_>,
+    owners: &OwnerIndex,
+) -> Vec<SiteMoment> {
+    let mut list: Vec<SiteMoment> = groups
+        .iter()
+        .filter(|((dev, _, _), _)| *dev == device)
+        .map(|(_, g)| {
+            let owner = owners.owner(g.owner);
+            SiteMoment {
+                site: g.site.clone(),
+                owner: owner.id.clone(),
+                owner_label: owner.label.clone(),
+                owner_kind: owner.kind,
+                bytes: g.bytes,
+                allocations: g.allocations,
+                first_ms: ms(g.first_ns),
+                unsure_allocations: g.unsure.0,
+                unsure_bytes: g.unsure.1,
+                streams: g.streams.iter().copied().collect(),
+                stack: callers(sites, g.largest.1),
             }
         })
         .collect();
-    for d in &mut devices {
-        let mut list: Vec<SiteMoment> = groups
-            .iter()
-            .filter(|((dev, _, _), _)| *dev == d.device)
-            .map(|(_, g)| {
-                let owner = owners.owner(g.owner);
-                SiteMoment {
-                    site: g.site.clone(),
-                    owner: owner.id.clone(),
-                    owner_label: owner.label.clone(),
-                    owner_kind: owner.kind,
-                    bytes: g.bytes,
-                    allocations: g.allocations,
-                    first_ms: ms(g.first_ns),
-                    unsure_allocations: g.unsure.0,
-                    unsure_bytes: g.unsure.1,
-                    streams: g.streams.iter().copied().collect(),
-                    stack: callers(&sites, g.largest.1),
-                }
-            })
-            .collect();
-        list.sort_by(|a, b| {
-            b.bytes
-                .cmp(&a.bytes)
-                .then(b.allocations.cmp(&a.allocations))
-                .then(a.site.site.cmp(&b.site.site))
-        });
-        d.sites_total = list.len();
-        list.truncate(top);
-        d.sites = list;
-    }
-    devices.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.device.cmp(&b.device)));
-    Moment {
-        process: loaded.report.process_name(),
-        question: "at",
-        at_ms: None,
-        from_ms: None,
-        to_ms: None,
-        span: Span {
-            begins_ms: ms(r.begins_ns),
-            ends_ms: ms(r.ends_ns),
-            whole: r.whole,
-            stopped: loaded.stopped.clone(),
-            allocations: loaded.allocations as usize,
-            lost_events,
-            lost_windows: windows(&lost),
-            complete: lost_events == 0,
-        },
-        devices,
-    }
+    list.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(b.allocations.cmp(&a.allocations))
+            .then(a.site.site.cmp(&b.site.site))
+    });
+    list
 }
 
 /// The callers of a stack for people: the summary's mixed chain when the stack has Python

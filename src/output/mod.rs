@@ -3,9 +3,10 @@
 //!
 //! Each output keeps its formats next to its model, one file per format, and lists them in one
 //! registry: [`crate::summary::FORMATS`] (`text`, `json`, `markdown`),
-//! [`crate::check::FORMATS`] (`text`, `json`, `junit`), [`crate::diff::FORMATS`] (`text`,
-//! `json`). The command reads a registry and nothing else: it parses `--format` with the
-//! registry as its value parser and writes with the row it got back.
+//! [`crate::check::FORMATS`] (`text`, `json`, `junit`, `sarif`, `github`),
+//! [`crate::diff::FORMATS`] (`text`, `json`), and `cuguard export`'s (`memory-viz`, `pprof`).
+//! The command reads a registry and nothing else: it parses `--format` with the registry as its
+//! value parser and writes with the row it got back.
 //!
 //! A new format is one file holding a unit type that implements [`Format`] for the output's
 //! model, plus one [`Row`] in that output's registry:
@@ -41,6 +42,16 @@
 //!
 //! A format that produces JSON documents it in the doc comment of its type: that comment is the
 //! contract for the programs that read it.
+//!
+//! An output whose formats write more than the whole value gives each row its *parts*, what
+//! the command needs of the format besides [`Row::write`]: [`Row::with`] makes such a row, and
+//! [`Row::parts`] reads them back, so the command takes everything from the row `--format`
+//! parsed to and never matches a format's name. `summary` registers each format's sections and
+//! its rendering of a moment ([`crate::summary::Parts`]); `check` what a format needs condensed
+//! ([`crate::check::Needs`]); `export` how a format makes its file from the arguments. Each output
+//! has one registry, with its parts: the command's value parser, and what every format is
+//! rendered through where only whole values are written (the fuzz entry, the tests), whatever
+//! the parts.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -90,20 +101,30 @@ impl Default for Options {
 /// A format's writer, as a registry holds it.
 type WriteFn<T> = fn(&T, &mut dyn Write, &Options) -> io::Result<()>;
 
-/// One registered format of `T`: its name, its help line and its writer.
-pub struct Row<T: ?Sized> {
+/// One registered format of `T`: its name, its help line, its writer, and its `parts`: what else
+/// the format writes for its output (`()` for most outputs; see the module doc).
+pub struct Row<T: ?Sized, P: 'static = ()> {
     name: &'static str,
     help: &'static str,
     write: WriteFn<T>,
+    parts: P,
 }
 
 impl<T: ?Sized> Row<T> {
     /// The row of format `F`.
     pub const fn of<F: Format<T>>() -> Row<T> {
+        Row::with::<F>(())
+    }
+}
+
+impl<T: ?Sized, P> Row<T, P> {
+    /// The row of format `F`, with its `parts`.
+    pub const fn with<F: Format<T>>(parts: P) -> Row<T, P> {
         Row {
             name: F::NAME,
             help: F::HELP,
             write: F::write,
+            parts,
         }
     }
 
@@ -117,6 +138,11 @@ impl<T: ?Sized> Row<T> {
         self.help
     }
 
+    /// What else the format writes for its output.
+    pub fn parts(&self) -> &P {
+        &self.parts
+    }
+
     /// Writes `value` in this format.
     pub fn write(&self, value: &T, out: &mut dyn Write, options: &Options) -> io::Result<()> {
         (self.write)(value, out, options)
@@ -127,7 +153,15 @@ impl<T: ?Sized> Row<T> {
     }
 }
 
-impl<T: ?Sized> fmt::Debug for Row<T> {
+impl<T: ?Sized, P: Copy> Clone for Row<T, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: ?Sized, P: Copy> Copy for Row<T, P> {}
+
+impl<T: ?Sized, P> fmt::Debug for Row<T, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("Row").field(&self.name).finish()
     }
@@ -137,17 +171,17 @@ impl<T: ?Sized> fmt::Debug for Row<T> {
 ///
 /// It is also the clap value parser of `--format`: it offers the rows' names with their help,
 /// and parses a name to its [`Row`] (refusing others with clap's usual message).
-pub struct Registry<T: ?Sized + 'static> {
-    rows: &'static [Row<T>],
+pub struct Registry<T: ?Sized + 'static, P: 'static = ()> {
+    rows: &'static [Row<T, P>],
 }
 
-impl<T: ?Sized> Registry<T> {
+impl<T: ?Sized, P> Registry<T, P> {
     /// A registry of `rows`, the first the default.
     ///
     /// # Panics
     ///
     /// When `rows` is empty or two rows share a name; in a `const`, that fails the build.
-    pub const fn new(rows: &'static [Row<T>]) -> Registry<T> {
+    pub const fn new(rows: &'static [Row<T, P>]) -> Registry<T, P> {
         assert!(!rows.is_empty(), "a registry needs a format");
         let mut i = 0;
         while i < rows.len() {
@@ -165,17 +199,17 @@ impl<T: ?Sized> Registry<T> {
     }
 
     /// Every format, the default first.
-    pub fn rows(&self) -> &'static [Row<T>] {
+    pub fn rows(&self) -> &'static [Row<T, P>] {
         self.rows
     }
 
     /// The format used when `--format` is not given.
-    pub fn default_format(&self) -> &'static Row<T> {
+    pub fn default_format(&self) -> &'static Row<T, P> {
         &self.rows[0]
     }
 
     /// The format named `name`.
-    pub fn get(&self, name: &str) -> Option<&'static Row<T>> {
+    pub fn get(&self, name: &str) -> Option<&'static Row<T, P>> {
         self.rows.iter().find(|r| r.name == name)
     }
 }
@@ -196,22 +230,22 @@ const fn same_str(a: &str, b: &str) -> bool {
     true
 }
 
-impl<T: ?Sized> Clone for Registry<T> {
+impl<T: ?Sized, P> Clone for Registry<T, P> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<T: ?Sized> Copy for Registry<T> {}
+impl<T: ?Sized, P> Copy for Registry<T, P> {}
 
-impl<T: ?Sized> fmt::Debug for Registry<T> {
+impl<T: ?Sized, P> fmt::Debug for Registry<T, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.rows).finish()
     }
 }
 
-impl<T: ?Sized + 'static> TypedValueParser for Registry<T> {
-    type Value = &'static Row<T>;
+impl<T: ?Sized + 'static, P: Sync + 'static> TypedValueParser for Registry<T, P> {
+    type Value = &'static Row<T, P>;
 
     fn parse_ref(
         &self,

@@ -59,7 +59,7 @@ const OPTIONS: [Options; 2] = [
 /// Writes `value` in every format of `formats` with every option set; checks each output is
 /// UTF-8, non-empty but for `github` (workflow commands: none when a check passes), and that a
 /// `json` or `sarif` format's is one JSON document.
-fn renders_in_every_format<T>(formats: Registry<T>, value: &T, what: &str) {
+fn renders_in_every_format<T, P>(formats: Registry<T, P>, value: &T, what: &str) {
     for format in formats.rows() {
         for options in &OPTIONS {
             let mut out = Vec::new();
@@ -137,7 +137,7 @@ fn every_diff_format_renders_each_pair_of_fixtures() {
 
 #[test]
 fn registries_keep_the_command_s_names_and_defaults() {
-    fn names<T>(formats: Registry<T>) -> Vec<&'static str> {
+    fn names<T, P>(formats: Registry<T, P>) -> Vec<&'static str> {
         formats.rows().iter().map(|r| r.name()).collect()
     }
     assert_eq!(names(summary::FORMATS), ["text", "json", "markdown"]);
@@ -180,7 +180,7 @@ fn format_option(subcommand: &str) -> (Vec<(String, String)>, Vec<String>) {
 #[test]
 fn format_option_offers_the_registry_rows_with_their_help() {
     /// The rows' names and help, and the default's name.
-    fn rows<T>(formats: Registry<T>) -> (Vec<(String, String)>, &'static str) {
+    fn rows<T, P>(formats: Registry<T, P>) -> (Vec<(String, String)>, &'static str) {
         let rows = formats
             .rows()
             .iter()
@@ -261,4 +261,37 @@ fn a_registry_refuses_two_formats_of_one_name() {
 fn a_registry_refuses_to_be_empty() {
     static ROWS: [super::Row<[u8]>; 0] = [];
     Registry::new(&ROWS);
+}
+
+#[test]
+fn the_rows_with_parts_say_what_each_needs() {
+    /// The rows' names and help lines.
+    fn rows<T, P>(formats: Registry<T, P>) -> Vec<(&'static str, &'static str)> {
+        formats
+            .rows()
+            .iter()
+            .map(|r| (r.name(), r.help()))
+            .collect()
+    }
+    let places: Vec<&str> = check::FORMATS
+        .rows()
+        .iter()
+        .filter(|r| r.parts().places)
+        .map(|r| r.name())
+        .collect();
+    assert_eq!(places, ["sarif", "github"]);
+    let export = rows(crate::cli::export::FORMATS);
+    assert_eq!(
+        export.iter().map(|(name, _)| *name).collect::<Vec<_>>(),
+        ["memory-viz", "pprof"]
+    );
+    let (values, default) = format_option("export");
+    assert_eq!(
+        values,
+        export
+            .iter()
+            .map(|(n, h)| (n.to_string(), h.to_string()))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(default, ["memory-viz"]);
 }

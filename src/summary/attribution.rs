@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner, share};
-use cuguard_format::{Explained, OomPool, Report, StackBytes};
 use crate::sites::{SiteIndex, SiteRef};
+use cuguard_format::{Explained, OomPool, Report, StackBytes};
 
 /// Live bytes at one site, held by one owner, at some moment.
 #[derive(Clone, Debug, Serialize)]

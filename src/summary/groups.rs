@@ -36,8 +36,8 @@ use std::io;
 
 use serde::Serialize;
 
-use super::ReportSummary;
 use super::overall::{Overall, top_by};
+use super::report::ReportSummary;
 use crate::compact::{Column, Strings};
 use crate::compare::{BATCH, Comparison, Criterion, Measure, Outlier};
 use crate::identity::{GroupBy, GroupKey, Identity};

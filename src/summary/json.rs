@@ -4,7 +4,9 @@
 
 use std::io::{self, Write};
 
-use super::{ReportSummary, Sections, Summary};
+use super::model::Summary;
+use super::report::ReportSummary;
+use super::sections::Sections;
 use crate::output::{Format, Options};
 
 /// `--format json`: the [`Summary`] as one pretty-printed JSON document and a newline.
@@ -107,7 +109,7 @@ impl Format<Summary> for Json {
 
     /// Writes the summary as pretty-printed JSON and a newline, all of it (`options` do not apply).
     fn write(summary: &Summary, out: &mut dyn Write, options: &Options) -> io::Result<()> {
-        super::write_in_sections::<Json>(summary, out, options)
+        super::sections::write_in_sections::<Json>(summary, out, options)
     }
 }
 

@@ -10,7 +10,9 @@ use std::io::{self, Write};
 
 use super::attribution::SiteBytes;
 use super::groups::Job;
-use super::{ReportSummary, Sections, Summary};
+use super::model::Summary;
+use super::report::ReportSummary;
+use super::sections::Sections;
 use crate::output::{Format, Options};
 use crate::owners::{OwnerKind, OwnerShare};
 use crate::wording::{bytes, delta_bytes, millis, one_line};
@@ -36,7 +38,7 @@ impl Format<Summary> for Markdown {
 
     /// Writes the summary as Markdown.
     fn write(summary: &Summary, out: &mut dyn Write, options: &Options) -> io::Result<()> {
-        super::write_in_sections::<Markdown>(summary, out, options)
+        super::sections::write_in_sections::<Markdown>(summary, out, options)
     }
 }
 
@@ -164,9 +166,9 @@ impl Sections for Markdown {
             }
             if let Some(c) = &p.cost {
                 let cost = if options.cost {
-                    super::cost_line(c)
+                    super::cost::cost_line(c)
                 } else {
-                    super::cost_short(c)
+                    super::cost::cost_short(c)
                 };
                 writeln!(out)?;
                 writeln!(out, "{}.", cell(&cost))?;

@@ -1,5 +1,6 @@
 //! `summary --at` and `--between`: a history's answer for one moment or window
-//! ([`crate::history::moment::Moment`]) as text, Markdown or JSON.
+//! ([`crate::history::moment::Moment`]) as text, Markdown or JSON: each summary format's
+//! [`MomentFormat`].
 //!
 //! ```text
 //! == r.json  history_spike[4242]
@@ -12,8 +13,37 @@
 use std::io::{self, Write};
 
 use crate::history::moment::{DeviceMoment, Moment};
+use crate::output::Options;
 use crate::style::{Style, Table};
 use crate::wording::{bytes, one_line, plural};
+
+/// A summary format's answer to `--at` and `--between`: every format of
+/// [`super::FORMATS`] is one, and its row holds it (see [`super::Parts`]).
+pub trait MomentFormat {
+    /// Writes `m`, asked of the history of `source`. Of `options`, only the style applies.
+    fn moment(m: &Moment, source: &str, out: &mut dyn Write, options: &Options) -> io::Result<()>;
+}
+
+/// A [`MomentFormat`]'s writer, as a row holds it.
+pub type MomentWriter = fn(&Moment, &str, &mut dyn Write, &Options) -> io::Result<()>;
+
+impl MomentFormat for super::text::Text {
+    fn moment(m: &Moment, source: &str, out: &mut dyn Write, options: &Options) -> io::Result<()> {
+        text(m, source, out, options.style)
+    }
+}
+
+impl MomentFormat for super::markdown::Markdown {
+    fn moment(m: &Moment, source: &str, out: &mut dyn Write, _: &Options) -> io::Result<()> {
+        markdown(m, source, out)
+    }
+}
+
+impl MomentFormat for super::json::Json {
+    fn moment(m: &Moment, source: &str, out: &mut dyn Write, _: &Options) -> io::Result<()> {
+        json(m, source, out)
+    }
+}
 
 /// A moment as `--at` reads it back: exact to the millisecond, rounded up, so that what was made
 /// at the moment asked is in the answer at the moment printed ([`crate::wording::moment`]).

@@ -12,9 +12,43 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use super::{OverallSite, SiteSummary};
+use serde::Serialize;
+
+use super::report::SiteSummary;
 use crate::compact::{Column, SiteTable};
 use crate::owners::OwnerKind;
+use crate::sites::SiteKind;
+
+/// One site across all processes.
+#[derive(Clone, Debug, Serialize)]
+pub struct OverallSite {
+    /// The site's key (see [`crate::sites`]).
+    pub site: String,
+    /// `file:line` of the site, when known.
+    pub location: Option<String>,
+    /// Bytes leaked there.
+    pub leaked_bytes: u64,
+    /// Leaks there.
+    pub leaks: u64,
+    /// How many processes leaked there.
+    pub processes: u64,
+    /// The site for people, its location once (see [`crate::sites::Site::label`]).
+    pub label: String,
+    /// What kind of frame it is, when the report says.
+    pub kind: Option<SiteKind>,
+    /// Who holds most of its bytes: owner id (as the first process that leaked there says).
+    pub owner: String,
+    /// The owner for people.
+    pub owner_label: String,
+    /// The owner's kind.
+    pub owner_kind: OwnerKind,
+    /// Of its bytes, how many that owner holds, summed over the processes that name the same
+    /// owner for it (fewer than `leaked_bytes` when other owners hold the rest).
+    pub owner_bytes: u64,
+    /// Its largest stack's frames in the mixed native and Python order, when it has Python
+    /// frames.
+    pub stack: Vec<String>,
+}
 
 /// One site's totals.
 #[derive(Clone, Copy, Debug)]

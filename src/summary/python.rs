@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::owners::OwnerIndex;
-use cuguard_format::{HeldClass, PyAllocation, PyBlock, PyFrame, PyHolder, Report};
 use crate::sites::{SiteIndex, builtin_rules, python_site_frame};
+use cuguard_format::{HeldClass, PyAllocation, PyBlock, PyFrame, PyHolder, Report};
 
 /// How many held allocations, lost sites and cache block sites are listed.
 pub const TOP: usize = 10;

@@ -466,9 +466,11 @@ fn a_site_whose_bytes_two_owners_hold_says_mostly() {
     other["requested"] = (1u64 << 20).into();
     other["owner"] = "cublas".into();
     r["leaks"].as_array_mut().unwrap().push(other);
-    let doc =
-        cuguard_format::Document::from_bytes("mixed.json".as_ref(), serde_json::to_vec(&r).unwrap())
-            .unwrap();
+    let doc = cuguard_format::Document::from_bytes(
+        "mixed.json".as_ref(),
+        serde_json::to_vec(&r).unwrap(),
+    )
+    .unwrap();
     let report = doc.into_reports().next().unwrap().unwrap();
     let source = Source {
         path: "mixed.json".into(),
@@ -917,7 +919,7 @@ fn the_bounded_job_finds_what_the_exact_computation_finds() {
                 s
             })
             .collect();
-        super::sort_sites(&mut p.sites, |s| (s.leaked_bytes, s.leaks, s.site.clone()));
+        super::report::sort_sites(&mut p.sites, |s| (s.leaked_bytes, s.leaks, s.site.clone()));
         p.sites_total = p.sites.len();
         p
     };

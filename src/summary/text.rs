@@ -17,18 +17,30 @@
 //! Python frames has its mixed native and Python stack on the next line
 //! (`at::native::empty_cuda ← step (train.py:7) ← <module> (train.py:12)`). The exact text of
 //! each section is documented on the function that writes it.
+//!
+//! The job section is in `text/job.rs`, a Python program's end in `text/python.rs`, and what the
+//! sections share (the leaked phrase, who holds a site, tables with their stacks) in
+//! `text/lines.rs`.
+
+mod job;
+mod lines;
+mod python;
 
 use std::io::{self, Write};
 
 use super::attribution::{OomSummary, PeakSummary, ReconciliationSummary, SiteBytes};
-use super::groups::Job;
-use super::python::{ClassSite, HeldLine, PythonSummary};
-use super::{ReportSummary, Sections, Summary};
+use super::model::Summary;
+use super::report::ReportSummary;
+use super::sections::Sections;
 use crate::growth::GrowingSite;
 use crate::output::{Format, Options};
 use crate::owners::{OwnerKind, OwnerShare};
 use crate::style::{Style, Table};
 use crate::wording::{bytes, delta_bytes, millis, one_line, plural};
+pub use job::job_section;
+pub(super) use lines::{held_by, write_with_chains};
+use lines::{leaked_phrase, more, site_held_by};
+use python::{end_line, python_sections};
 
 /// `--format text`, the default.
 pub struct Text;
@@ -40,7 +52,7 @@ impl Format<Summary> for Text {
     /// Writes the summary as text, coloured as `options.style` says. Its lists were cut to
     /// `--top` when it was made.
     fn write(summary: &Summary, out: &mut dyn Write, options: &Options) -> io::Result<()> {
-        super::write_in_sections::<Text>(summary, out, options)
+        super::sections::write_in_sections::<Text>(summary, out, options)
     }
 }
 
@@ -110,294 +122,6 @@ impl Sections for Text {
     fn tail(_: usize, _: &mut dyn Write, _: &Options) -> io::Result<()> {
         Ok(())
     }
-}
-
-fn leaked_phrase(leaked_bytes: u64, leaks: u64, style: Style) -> String {
-    if leaks == 0 {
-        style.good("nothing")
-    } else {
-        style.bad(&format!(
-            "{} in {}",
-            bytes(leaked_bytes),
-            plural(leaks, "leak", "leaks")
-        ))
-    }
-}
-
-/// `held by LABEL` for an owner that is not the program, else nothing.
-pub(super) fn held_by(kind: OwnerKind, label: &str) -> String {
-    if kind == OwnerKind::Program {
-        String::new()
-    } else {
-        format!("held by {}", one_line(label))
-    }
-}
-
-/// [`held_by`] for a site whose owner holds `owner_bytes` of its `bytes`: `mostly held by …`
-/// when other owners hold the rest.
-fn site_held_by(kind: OwnerKind, label: &str, owner_bytes: u64, bytes: u64) -> String {
-    let held = held_by(kind, label);
-    if owner_bytes < bytes && !held.is_empty() {
-        format!("mostly {held}")
-    } else {
-        held
-    }
-}
-
-/// Writes a table, each row followed by its chain (the mixed stack), when it has one, on a line
-/// of its own indented under the row: `    a ← b ← c`.
-pub(super) fn write_with_chains(
-    out: &mut dyn Write,
-    t: &Table,
-    chains: &[&[String]],
-) -> io::Result<()> {
-    let rendered = t.render("  ");
-    for (i, line) in rendered.lines().enumerate() {
-        writeln!(out, "{line}")?;
-        if let Some(chain) = chains.get(i)
-            && !chain.is_empty()
-        {
-            writeln!(out, "    {}", one_line(&chain.join(" ← ")))?;
-        }
-    }
-    Ok(())
-}
-
-/// The line on a Python program's end, after `report`:
-///
-/// ```text
-/// the end  the program's code finished at 657 ms: held 6.0 MiB in 3 allocations, lost 4.0 MiB in 1 (3 freed later, by the interpreter's teardown)
-/// the end  the program's code finished at 69 ms: 50.0 MiB in 50 allocations not told apart (held or lost)
-/// the end  not recorded: cuguard's Python bootstrap did not run in this interpreter (…)
-/// ```
-fn end_line(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io::Result<()> {
-    if !py.recorded && py.at.as_deref() != Some("snapshot") {
-        let why = py.why.as_deref().unwrap_or("the report does not say why");
-        return writeln!(
-            out,
-            "the end  {}",
-            style.warn(&format!("not recorded: {}", one_line(why)))
-        );
-    }
-    let moment = if py.at.as_deref() == Some("snapshot") {
-        format!("at the snapshot ({})", millis(py.time_ms.unwrap_or(0)))
-    } else {
-        format!(
-            "the program's code {} at {}",
-            py.how_it_ended(),
-            millis(py.time_ms.unwrap_or(0))
-        )
-    };
-    // What was not classified (the package not importable, the walk cut short) is neither held
-    // nor lost: "held 0 B, lost nothing" would be false about it.
-    let untold = &py.unclassified;
-    let mut parts = Vec::new();
-    if py.held_count() > 0 || untold.allocations == 0 {
-        parts.push(format!(
-            "held {} in {}",
-            bytes(py.held_bytes()),
-            plural(py.held_count(), "allocation", "allocations")
-        ));
-    }
-    if py.lost.allocations > 0 {
-        parts.push(style.bad(&format!(
-            "lost {} in {}",
-            bytes(py.lost.bytes),
-            plural(py.lost.allocations, "allocation", "allocations")
-        )));
-    } else if untold.allocations == 0 {
-        parts.push(style.good("lost nothing"));
-    }
-    if py.pending_free.allocations > 0 {
-        parts.push(format!(
-            "{} in {} waiting in numba's queue of frees",
-            bytes(py.pending_free.bytes),
-            plural(py.pending_free.allocations, "allocation", "allocations")
-        ));
-    }
-    if untold.allocations > 0 {
-        parts.push(style.warn(&format!(
-            "{} in {} not told apart (held or lost)",
-            bytes(untold.bytes),
-            plural(untold.allocations, "allocation", "allocations")
-        )));
-    }
-    let idle: u64 = py.caches.iter().map(|c| c.idle_bytes).sum();
-    if !py.caches.is_empty() {
-        parts.push(format!("idle in caches {}", bytes(idle)));
-    }
-    let mut line = format!("the end  {moment}: {}", parts.join(", "));
-    if py.freed_after > 0 {
-        line.push_str(&format!(
-            " ({} freed later, by the interpreter's teardown)",
-            py.freed_after
-        ));
-    }
-    writeln!(out, "{line}")?;
-    for note in &py.notes {
-        writeln!(out, "         {}", style.warn(&one_line(note)))?;
-    }
-    Ok(())
-}
-
-/// What a Python program held at its end (or at the snapshot), after the device table:
-///
-/// ```text
-/// held at the end (Python objects keep them)
-///     20.0 MiB  20 allocations  KEPT → [0…19] → .ptr (a number inside it: a weak match)  made at step (held.py:22)
-///     step (held.py:22) ← main (held.py:30)
-///      3.0 MiB    1 allocation  WEIGHTS → .ptr (a number inside it: a weak match)          made at load (held.py:31)
-///     load (held.py:31) ← main (held.py:44)
-/// lost at the end (the program's own; nothing holds them)
-///      4.0 MiB  1 allocation  load (held.py:34)
-/// inside the caches at the end
-///   PyTorch's caching allocator: 2.0 GiB in 12 segments: 1.5 GiB live in 40 blocks, 512.0 MiB idle (its memory history)
-///      1.2 GiB  30 blocks  train_step (train.py:31)  held by KEEP → [0]
-/// ```
-fn python_sections(out: &mut dyn Write, py: &PythonSummary, style: Style) -> io::Result<()> {
-    let when = if py.at.as_deref() == Some("snapshot") {
-        "at the snapshot"
-    } else {
-        "at the end"
-    };
-    if !py.held.lines.is_empty() {
-        writeln!(
-            out,
-            "{}",
-            style.bold(&format!("held {when} (Python objects keep them)"))
-        )?;
-        let mut t = Table::new(&[true, true, false, false]);
-        let mut chains = Vec::new();
-        for h in &py.held.lines {
-            let holder = match &h.path {
-                Some(_) => holder_line(h),
-                None => format!("a {} that no name reaches", one_line(&h.holder)),
-            };
-            t.row([
-                bytes(h.bytes),
-                plural(h.allocations, "allocation", "allocations"),
-                one_line(&holder),
-                format!("made at {}", one_line(&h.label)),
-            ]);
-            chains.push(&h.stack[..]);
-        }
-        write_with_chains(out, &t, &chains)?;
-        more(
-            out,
-            py.held.allocations as usize,
-            py.held.lines.iter().map(|h| h.allocations as usize).sum(),
-            "held allocations",
-        )?;
-    }
-    if !py.lost.lines.is_empty() {
-        writeln!(
-            out,
-            "{}",
-            style.bad(&format!(
-                "lost {when} (the program's own; nothing holds them)"
-            ))
-        )?;
-        class_sites(out, &py.lost.lines)?;
-    }
-    if !py.pending_free.lines.is_empty() {
-        writeln!(
-            out,
-            "{}",
-            style.bold(&format!(
-                "waiting in numba's queue of frees {when} (numba frees them at its next flush: not leaks)"
-            ))
-        )?;
-        class_sites(out, &py.pending_free.lines)?;
-    }
-    if !py.unclassified.lines.is_empty() {
-        writeln!(out, "{}", style.warn(&format!("not classified {when}")))?;
-        class_sites(out, &py.unclassified.lines)?;
-    }
-    if !py.caches.is_empty() {
-        writeln!(out, "{}", style.bold(&format!("inside the caches {when}")))?;
-        for c in &py.caches {
-            let how = match c.source.as_str() {
-                "history" => "its memory history",
-                "states" => "its block states; no lines",
-                "hook" => "the arrays found holding its blocks, lines from cuguard's hook in it",
-                _ => "the Python objects found holding its blocks",
-            };
-            writeln!(
-                out,
-                "  {}: {} in {}: {} live in {}, {} idle (by {how})",
-                one_line(&c.label),
-                bytes(c.segment_bytes),
-                plural(c.segments, "segment", "segments"),
-                bytes(c.live_bytes),
-                plural(c.live_blocks, "block", "blocks"),
-                bytes(c.idle_bytes),
-            )?;
-            if let Some(note) = &c.note {
-                writeln!(out, "    {}", style.warn(&one_line(note)))?;
-            }
-            let mut t = Table::new(&[true, true, false, false]);
-            let mut chains = Vec::new();
-            for s in &c.sites {
-                let held = match &s.holder {
-                    Some(path) => format!("held by {}", one_line(&path.join(" "))),
-                    None => "no Python holder found".to_string(),
-                };
-                t.row([
-                    bytes(s.bytes),
-                    plural(s.blocks, "block", "blocks"),
-                    one_line(&s.label),
-                    held,
-                ]);
-                chains.push(&s.stack[..]);
-            }
-            let rendered = t.render("  ");
-            for (i, line) in rendered.lines().enumerate() {
-                writeln!(out, "  {line}")?;
-                if let Some(chain) = chains.get(i)
-                    && !chain.is_empty()
-                {
-                    writeln!(out, "      {}", one_line(&chain.join(" ← ")))?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A held allocation's holder: the path from a name, a weak match said as such.
-fn holder_line(h: &HeldLine) -> String {
-    let Some(steps) = &h.path else {
-        return String::new();
-    };
-    let mut steps = steps.clone();
-    if h.weak && steps.len() > 1 {
-        steps.pop();
-        if let Some(last) = steps.pop() {
-            steps.push(format!("{last} (a number inside it: a weak match)"));
-        }
-    }
-    steps.join(" → ")
-}
-
-fn class_sites(out: &mut dyn Write, sites: &[ClassSite]) -> io::Result<()> {
-    let mut t = Table::new(&[true, true, false]);
-    let mut chains = Vec::new();
-    for s in sites {
-        t.row([
-            bytes(s.bytes),
-            plural(s.allocations, "allocation", "allocations"),
-            one_line(&s.label),
-        ]);
-        chains.push(&s.stack[..]);
-    }
-    write_with_chains(out, &t, &chains)
-}
-
-fn more(out: &mut dyn Write, total: usize, shown: usize, what: &str) -> io::Result<()> {
-    if total > shown {
-        writeln!(out, "  … {} more {what} (see --top)", total - shown)?;
-    }
-    Ok(())
 }
 
 /// One process, the answer first: the heading (with the report's state when it is not
@@ -680,9 +404,9 @@ fn events_and_faults(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io
 /// bill ([`super::cost_line`]).
 fn cost_text(c: &cuguard_format::Cost, options: &Options) -> String {
     if options.cost {
-        super::cost_line(c)
+        super::cost::cost_line(c)
     } else {
-        super::cost_short(c)
+        super::cost::cost_short(c)
     }
 }
 
@@ -969,97 +693,6 @@ fn reconciliation_entry(out: &mut dyn Write, r: &ReconciliationSummary) -> io::R
     }
     if let Some(n) = &r.unexplained_note {
         writeln!(out, "    unexplained: {}", one_line(n))?;
-    }
-    Ok(())
-}
-
-/// The job section (see [`super::groups`]): the groups, each with its largest sites; the
-/// processes called out; the incomplete and the missing reports. Each part only when it has
-/// entries:
-///
-/// ```text
-/// by rank: 4 groups
-///   rank 0: 1 process, leaked 9.0 MiB in 2 leaks (program 9.0 MiB, others 0 B), peak 18.0 MiB, grew 0 B
-///       8.0 MiB  1 leak  make_buffers (train.c:42)
-/// called out (at least 4× the median and at least 64.0 MiB more at a site, over at least 3 processes)
-///   rank 1 holds 512.0 MiB at make_buffers (train.c:42), 64.0× the median of 8.0 MiB over 4 ranks (host gpu01, pid 5001)
-/// incomplete reports
-///   rank 4 (host gpu02, pid 5004): checkpoint, merged-ranks.json[3]
-/// missing reports (WORLD_SIZE 5)
-///   rank 3
-/// ```
-pub fn job_section(out: &mut dyn Write, job: &Job, style: Style) -> io::Result<()> {
-    if let Some(by) = job.by {
-        writeln!(
-            out,
-            "{}",
-            style.bold(&format!(
-                "by {}: {}",
-                by.as_str(),
-                plural(job.groups.len() as u64, "group", "groups")
-            ))
-        )?;
-        for g in &job.groups {
-            writeln!(
-                out,
-                "  {}: {}, leaked {} (program {}, others {}), peak {}, grew {}",
-                one_line(&g.name),
-                plural(g.processes.len() as u64, "process", "processes"),
-                leaked_phrase(g.leaked_bytes, g.leaks, style),
-                bytes(g.own_bytes),
-                bytes(g.others_bytes),
-                bytes(g.peak_bytes),
-                bytes(g.grown_bytes)
-            )?;
-            let mut t = Table::new(&[true, true, false]);
-            for s in &g.sites {
-                t.row([
-                    bytes(s.leaked_bytes),
-                    plural(s.leaks, "leak", "leaks"),
-                    one_line(&s.label),
-                ]);
-            }
-            write!(out, "{}", t.render("      "))?;
-            if g.sites_total > g.sites.len() {
-                writeln!(out, "      … {} more sites", g.sites_total - g.sites.len())?;
-            }
-        }
-    }
-    if !job.outliers.is_empty() {
-        writeln!(
-            out,
-            "{}",
-            style.bold(&format!("called out ({})", job.criterion))
-        )?;
-        for o in &job.outliers {
-            writeln!(out, "  {}", style.bad(&one_line(&o.sentence)))?;
-        }
-        more(out, job.outliers_total, job.outliers.len(), "called out")?;
-    }
-    if !job.incomplete.is_empty() {
-        writeln!(out, "{}", style.bold("incomplete reports"))?;
-        for p in &job.incomplete {
-            writeln!(
-                out,
-                "  {}: {}, {}",
-                style.warn(&one_line(&p.name)),
-                one_line(&p.reason),
-                one_line(&p.source)
-            )?;
-        }
-    }
-    if !job.missing_ranks.is_empty() {
-        writeln!(
-            out,
-            "{}",
-            style.bold(&format!(
-                "missing reports (WORLD_SIZE {})",
-                job.world_size.unwrap_or(0)
-            ))
-        )?;
-        for r in &job.missing_ranks {
-            writeln!(out, "  {}", style.warn(&format!("rank {r}")))?;
-        }
     }
     Ok(())
 }

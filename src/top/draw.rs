@@ -132,6 +132,8 @@ fn list(frame: &mut Frame, area: Rect, app: &App, palette: Palette) {
     frame.render_stateful_widget(table, area, &mut state);
 }
 
+/// A process's details: who it is and its page's counts, each device's history, its top sites
+/// and its contexts.
 fn detail(frame: &mut Frame, area: Rect, p: &LiveProcess, now_ms: u64, palette: Palette) {
     let page = &p.page;
     let devices = page.devices.len().min(4) as u16;
@@ -143,7 +145,14 @@ fn detail(frame: &mut Frame, area: Rect, p: &LiveProcess, now_ms: u64, palette: 
         Constraint::Min(0),
     ])
     .areas(area);
+    frame.render_widget(Paragraph::new(detail_facts(page, now_ms, palette)), facts);
+    device_histories(frame, history, page, devices, palette);
+    frame.render_widget(site_table(page, palette), sites);
+    frame.render_widget(context_table(page, palette), contexts);
+}
 
+/// The details' first lines: who the process is, its page's counts, its exe and report.
+fn detail_facts(page: &cuguard_page::Page, now_ms: u64, palette: Palette) -> Vec<Line<'static>> {
     let mut who = vec![Span::styled(
         format!("{} [{}]", one_line(exe_name(&page.exe)), page.pid),
         palette.header(),
@@ -156,7 +165,7 @@ fn detail(frame: &mut Frame, area: Rect, p: &LiveProcess, now_ms: u64, palette: 
     }
     who.push(Span::raw(format!("  on {}", one_line(&page.host))));
     let age = now_ms.saturating_sub(page.updated_unix_ms) as f64 / 1000.0;
-    let lines = vec![
+    vec![
         Line::from(who),
         Line::from(format!(
             "{} live allocations  {} out of memory  {} alerts  {} contexts  page updated {age:.1} s ago",
@@ -164,10 +173,18 @@ fn detail(frame: &mut Frame, area: Rect, p: &LiveProcess, now_ms: u64, palette: 
         )),
         Line::from(format!("exe {}", one_line(&page.exe))),
         Line::from(format!("report {}", one_line(&page.report))),
-    ];
-    frame.render_widget(Paragraph::new(lines), facts);
+    ]
+}
 
-    let slots = Layout::vertical((0..devices).map(|_| Constraint::Length(4))).split(history);
+/// One sparkline of live bytes per device (the first `devices`), titled with its numbers.
+fn device_histories(
+    frame: &mut Frame,
+    area: Rect,
+    page: &cuguard_page::Page,
+    devices: u16,
+    palette: Palette,
+) {
+    let slots = Layout::vertical((0..devices).map(|_| Constraint::Length(4))).split(area);
     for (d, slot) in page.devices.iter().zip(slots.iter()) {
         let window = d.history.len() as u64 * u64::from(d.history_interval_ms) / 1000;
         let mut title = format!("device {}", d.ordinal);
@@ -190,7 +207,10 @@ fn detail(frame: &mut Frame, area: Rect, p: &LiveProcess, now_ms: u64, palette: 
             .style(palette.spark());
         frame.render_widget(spark, *slot);
     }
+}
 
+/// The process's top sites by live bytes.
+fn site_table(page: &cuguard_page::Page, palette: Palette) -> Table<'_> {
     let site_rows = page.sites.iter().map(|s| {
         Row::new([
             right(s.device.to_string()),
@@ -205,7 +225,7 @@ fn detail(frame: &mut Frame, area: Rect, p: &LiveProcess, now_ms: u64, palette: 
             Cell::from(one_line(&s.label)),
         ])
     });
-    let site_table = Table::new(
+    Table::new(
         site_rows,
         [
             Constraint::Length(3),
@@ -227,9 +247,11 @@ fn detail(frame: &mut Frame, area: Rect, p: &LiveProcess, now_ms: u64, palette: 
         ])
         .style(palette.header()),
     )
-    .block(Block::bordered().title("top sites by live bytes"));
-    frame.render_widget(site_table, sites);
+    .block(Block::bordered().title("top sites by live bytes"))
+}
 
+/// The process's contexts.
+fn context_table(page: &cuguard_page::Page, palette: Palette) -> Table<'_> {
     let context_rows = page.contexts.iter().map(|c| {
         Row::new([
             right(c.id.to_string()),
@@ -239,7 +261,7 @@ fn detail(frame: &mut Frame, area: Rect, p: &LiveProcess, now_ms: u64, palette: 
             right(bytes(c.live_bytes)),
         ])
     });
-    let context_table = Table::new(
+    Table::new(
         context_rows,
         [
             Constraint::Length(4),
@@ -259,8 +281,7 @@ fn detail(frame: &mut Frame, area: Rect, p: &LiveProcess, now_ms: u64, palette: 
         ])
         .style(palette.header()),
     )
-    .block(Block::bordered().title("contexts"));
-    frame.render_widget(context_table, contexts);
+    .block(Block::bordered().title("contexts"))
 }
 
 /// `3`, `worker`, `3 worker`, or `-`.

@@ -15,10 +15,12 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap};
 use std::io;
 
-use super::{
-    Chart, GrowthChart, MAX_CHARTS, MAX_LISTED, MAX_PROCESS_ENTRIES, MAX_TIMELINES, MIN_FRACTION,
-    Node, ProcessView, TOP_PROCESSES, View, processes,
+use super::condense::ProcessView;
+use super::limits::{
+    MAX_CHARTS, MAX_LISTED, MAX_PROCESS_ENTRIES, MAX_TIMELINES, MIN_FRACTION, TOP_PROCESSES,
 };
+use super::model::{Chart, GrowthChart, Node, View};
+use super::processes;
 use crate::summary::{ReportSummary, SummaryFold};
 
 /// Most flame-graph nodes kept while processes are added: past it, the narrowest are pruned
@@ -441,6 +443,18 @@ fn prune_to(root: &mut Node, most: usize) -> usize {
             return left;
         }
         min = min.saturating_mul(2);
+    }
+}
+
+impl View {
+    /// Combines condensed processes (in input order); lists `top` sites.
+    pub fn new(processes: Vec<ProcessView>, top: usize) -> View {
+        let mut fold = ViewFold::new(top);
+        for p in processes {
+            fold.add(p);
+        }
+        fold.finish()
+            .expect("a view kept in temporary files reads back what it kept")
     }
 }
 

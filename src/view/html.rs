@@ -28,8 +28,8 @@
 
 use std::io::{self, Write};
 
-use super::View;
 use super::escape::esc;
+use super::model::View;
 use crate::growth::GrowingSite;
 use crate::owners::{OwnerKind, OwnerShare};
 use crate::summary::ReportSummary;
@@ -41,7 +41,7 @@ const JS: &str = include_str!("page.js");
 
 /// JSON that is safe inside `<script>`: no `<`, `>`, `&` or line separators left raw.
 fn script_json(view: &View) -> io::Result<String> {
-    let charts: Vec<&super::Chart> = view.charts.iter().chain(&view.merged).collect();
+    let charts: Vec<&super::model::Chart> = view.charts.iter().chain(&view.merged).collect();
     let json = serde_json::to_string(&serde_json::json!({
         "charts": charts,
         "growth": view.growth,
@@ -493,6 +493,37 @@ fn history_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
 /// Writes the page.
 pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
     let s = &view.summary;
+    page_head(out, s)?;
+    totals(out, view)?;
+    ooms_section(out, view)?;
+    charts_section(out, view)?;
+    history_section(out, view)?;
+    peaks_section(out, view)?;
+    growth_section(out, view)?;
+    owners_section(out, view)?;
+    sites_section(out, s)?;
+
+    writeln!(out, "<h2>Leaked bytes by stack</h2>")?;
+    writeln!(
+        out,
+        "<p class=\"note\">Callers above callees; width is leaked bytes. Stacks with Python frames read like py-spy --native: the Python functions in place of the interpreter, its own frames left out. Click a frame to zoom, the top frame to zoom out.</p>"
+    )?;
+    writeln!(out, "<div id=\"flame\"></div>")?;
+
+    super::processes::section(out, s, view.all.as_ref())?;
+    if view.all.is_none() {
+        processes_table(out, s)?;
+    }
+    writeln!(
+        out,
+        "<script type=\"application/json\" id=\"data\">{}</script>",
+        script_json(view)?
+    )?;
+    writeln!(out, "<script>\n{JS}</script>\n</body>\n</html>")
+}
+
+/// The document's head (its title the leaked total, its style) and the page's heading.
+fn page_head(out: &mut dyn Write, s: &crate::summary::Summary) -> io::Result<()> {
     writeln!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">"
@@ -513,6 +544,13 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
     )?;
     writeln!(out, "<style>\n{CSS}</style>\n</head>\n<body>")?;
     writeln!(out, "<h1>cuguard report</h1>")?;
+    Ok(())
+}
+
+/// The totals line: reports (incomplete ones), what leaked (the program's own when others
+/// hold some), events and out-of-memory refusals.
+fn totals(out: &mut dyn Write, view: &View) -> io::Result<()> {
+    let s = &view.summary;
     let leaked = if s.leaks == 0 {
         "<span class=\"good\">nothing leaked</span>".to_string()
     } else {
@@ -559,9 +597,12 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
             String::new()
         },
     )?;
+    Ok(())
+}
 
-    ooms_section(out, view)?;
-
+/// The section of charts of device memory over time: its legend (only the markers drawn),
+/// the charts' place, and the timelines left out.
+fn charts_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
     writeln!(out, "<h2>Device memory over time</h2>")?;
     write!(
         out,
@@ -602,12 +643,11 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
             }
         )?;
     }
+    Ok(())
+}
 
-    history_section(out, view)?;
-    peaks_section(out, view)?;
-    growth_section(out, view)?;
-    owners_section(out, view)?;
-
+/// The table of the top sites across processes.
+fn sites_section(out: &mut dyn Write, s: &crate::summary::Summary) -> io::Result<()> {
     writeln!(out, "<h2>Top sites</h2>")?;
     if s.sites.is_empty() {
         writeln!(out, "<p>No leaks.</p>")?;
@@ -645,24 +685,7 @@ pub fn write(view: &View, out: &mut dyn Write) -> io::Result<()> {
             )?;
         }
     }
-
-    writeln!(out, "<h2>Leaked bytes by stack</h2>")?;
-    writeln!(
-        out,
-        "<p class=\"note\">Callers above callees; width is leaked bytes. Stacks with Python frames read like py-spy --native: the Python functions in place of the interpreter, its own frames left out. Click a frame to zoom, the top frame to zoom out.</p>"
-    )?;
-    writeln!(out, "<div id=\"flame\"></div>")?;
-
-    super::processes::section(out, s, view.all.as_ref())?;
-    if view.all.is_none() {
-        processes_table(out, s)?;
-    }
-    writeln!(
-        out,
-        "<script type=\"application/json\" id=\"data\">{}</script>",
-        script_json(view)?
-    )?;
-    writeln!(out, "<script>\n{JS}</script>\n</body>\n</html>")
+    Ok(())
 }
 
 /// The table of processes at the end of a page that lists every one.

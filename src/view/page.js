@@ -278,6 +278,9 @@
     function show(ms0) {
       var cols = columns(), best = null;
       cols.forEach(function (c) { if (c.from <= ms0 && ms0 <= c.to) best = c; });
+      // At or past the history's end (a moment written rounded up, as `summary --at end`
+      // gives it): what was live at the end, which nothing after it changes.
+      if (!best && cols.length && ms0 > cols[cols.length - 1].to) best = cols[cols.length - 1];
       if (!best) return;
       list.textContent = "";
       var total = 0; best.v.forEach(function (v) { total += v; });

@@ -22,8 +22,8 @@ use std::io::{self, Write};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 
-use super::MAX_LISTED;
 use super::escape::esc;
+use super::limits::MAX_LISTED;
 use crate::owners::OwnerKind;
 use crate::spill::{Log, Spill};
 use crate::summary::{ReportSummary, Summary};

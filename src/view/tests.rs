@@ -3,9 +3,10 @@
 
 use std::path::PathBuf;
 
+use super::condense::downsample;
 use super::*;
-use crate::input::map_reports;
-use cuguard_format::{Document, Frame, PyFrame};
+use crate::input::{Source, map_reports};
+use cuguard_format::{Document, Frame, PyFrame, Report, Stack};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use cuguard_history::Memory;
+use cuguard_format::MemoryKind;
 use cuguard_history::bounded::{History, Source, Step};
 use cuguard_history::replay::{Block, Replay};
 use serde::Serialize;
@@ -113,8 +113,61 @@ pub fn timeline<S: Source>(
 ) -> Result<Timeline, cuguard_history::Error> {
     let meta = history.meta();
     let (from, to) = (meta.begins_ns, meta.ends_ns.max(meta.begins_ns + 1));
-    let drawn = |b: &Block| b.memory != Memory::HostPinned;
-    // Each stack's bytes × time (in the order first seen), the allocations, the largest.
+    let weighed = weigh(history, to)?;
+    let (series, series_by_stack) = series(&weighed, site);
+    let other = series.len() - 1;
+    let series_of = |stack: u32| series_by_stack.get(stack).copied().unwrap_or(other);
+    let levels = sweep(history, (from, to), series.len(), &series_of)?;
+    let bands = weighed
+        .largest
+        .list()
+        .into_iter()
+        .map(|b| {
+            (
+                ms(b.start_ns),
+                b.end_ns.map_or(-1.0, ms),
+                b.size,
+                series_of(b.stack),
+                b.stream,
+            )
+        })
+        .collect();
+    let peak = history.peak();
+    Ok(Timeline {
+        process,
+        begins_ms: ms(from),
+        ends_ms: ms(to),
+        series,
+        levels,
+        bands,
+        allocations: weighed.allocations,
+        peak: (ms(peak.0), peak.1),
+        lost_events: meta.lost_events(),
+        lost: lost_windows(meta),
+        whole: meta.whole,
+    })
+}
+
+/// Whether an allocation is drawn: device memory, not pinned host memory.
+fn drawn(b: &Block) -> bool {
+    b.memory != MemoryKind::HostPinned
+}
+
+/// What the first walk finds: each stack's bytes × time, the allocations, the largest.
+struct Weighed {
+    /// Bytes × time by stack.
+    weight: ByStack<f64>,
+    /// The stacks, in the order first seen.
+    stacks: Vec<u32>,
+    /// Allocations drawn.
+    allocations: usize,
+    /// The largest allocations, drawn as bands.
+    largest: Largest,
+}
+
+/// The first walk: weighs each stack (bytes × time until `to`) and keeps the largest
+/// allocations.
+fn weigh<S: Source>(history: &History<S>, to: u64) -> Result<Weighed, cuguard_history::Error> {
     let mut weight: ByStack<f64> = ByStack::default();
     let mut stacks: Vec<u32> = Vec::new();
     let mut allocations = 0usize;
@@ -137,17 +190,28 @@ pub fn timeline<S: Source>(
         }
         _ => {}
     })?;
+    Ok(Weighed {
+        weight,
+        stacks,
+        allocations,
+        largest,
+    })
+}
+
+/// The series: the stacks grouped into sites by label, the [`SERIES`] heaviest sites each one,
+/// and `other` last for the rest; with each stack's series.
+fn series(weighed: &Weighed, site: &dyn Fn(u32) -> SiteInfo) -> (Vec<SiteInfo>, ByStack<usize>) {
     // Sites by label, and each one's bytes × time.
     let mut site_of_stack: HashMap<u32, usize> = HashMap::new();
     let mut sites: Vec<(SiteInfo, f64)> = Vec::new();
     let mut by_label: HashMap<String, usize> = HashMap::new();
-    for stack in stacks {
+    for &stack in &weighed.stacks {
         let info = site(stack);
         let s = *by_label.entry(info.label.clone()).or_insert_with(|| {
             sites.push((info, 0.0));
             sites.len() - 1
         });
-        sites[s].1 += *weight.slot(stack).0;
+        sites[s].1 += weighed.weight.get(stack).copied().unwrap_or_default();
         site_of_stack.insert(stack, s);
     }
     let mut order: Vec<usize> = (0..sites.len()).collect();
@@ -168,15 +232,22 @@ pub fn timeline<S: Source>(
         label: "other".into(),
         stack: Vec::new(),
     });
-    let n = series.len();
     let mut series_by_stack: ByStack<usize> = ByStack::default();
     for (&stack, &site) in &site_of_stack {
         *series_by_stack.slot(stack).0 = series_of_site[site];
     }
-    let series_of = |stack: u32| series_by_stack.get(stack).copied().unwrap_or(other);
+    (series, series_by_stack)
+}
 
-    // The steps in time order, frees first at one moment: each window's columns before its
-    // first step hold what was live when it began.
+/// The second walk: the steps in time order, frees first at one moment, swept into the columns
+/// of the whole span `(from, to)` and of each of its [`WINDOWS`] windows, by the `n` series.
+fn sweep<S: Source>(
+    history: &History<S>,
+    (from, to): (u64, u64),
+    n: usize,
+    series_of: &dyn Fn(u32) -> usize,
+) -> Result<Vec<Level>, cuguard_history::Error> {
+    // Each window's columns before its first step hold what was live when it began.
     let span = (to - from) as f64;
     let window = span / WINDOWS as f64;
     let mut level0 = Sweep::new(from as f64, span, n);
@@ -223,34 +294,7 @@ pub fn timeline<S: Source>(
     }
     let mut levels = vec![level0.finish()];
     levels.extend(fine.into_iter().map(Sweep::finish));
-
-    let bands = largest
-        .list()
-        .into_iter()
-        .map(|b| {
-            (
-                ms(b.start_ns),
-                b.end_ns.map_or(-1.0, ms),
-                b.size,
-                series_of(b.stack),
-                b.stream,
-            )
-        })
-        .collect();
-    let peak = history.peak();
-    Ok(Timeline {
-        process,
-        begins_ms: ms(from),
-        ends_ms: ms(to),
-        series,
-        levels,
-        bands,
-        allocations,
-        peak: (ms(peak.0), peak.1),
-        lost_events: meta.lost_events(),
-        lost: lost_windows(meta),
-        whole: meta.whole,
-    })
+    Ok(levels)
 }
 
 /// A value by stack id, in a list while ids are small (the shim numbers stacks from 0), in a
@@ -434,7 +478,7 @@ impl Sweep {
 
 #[cfg(test)]
 mod tests {
-    use cuguard_history::{Action, Chunk, Header, Memory, Raw, VERSION, kind, write_chunk};
+    use cuguard_history::{Action, Chunk, Header, Raw, VERSION, kind, write_chunk};
 
     use super::*;
 
@@ -468,7 +512,7 @@ mod tests {
                 size,
                 stack,
                 context: 0,
-                kind: kind(action, Memory::Device),
+                kind: kind(action, MemoryKind::Device),
                 device: 1,
                 stream: 0,
             };

@@ -414,7 +414,8 @@ fn the_summarys_peak_moment_is_one_at_finds_with_the_peaks_bytes() {
 /// between 400 and 450 ms, between three 1 MiB allocations made at 100, 300 and 600 ms; it ends
 /// at 1 s.
 pub(crate) fn lost_history(dir: &Path) -> std::path::PathBuf {
-    use cuguard_history::{Action, Chunk, Header, Memory, Raw, VERSION, kind, write_chunk};
+    use cuguard_format::MemoryKind;
+    use cuguard_history::{Action, Chunk, Header, Raw, VERSION, kind, write_chunk};
     const MS: u64 = 1_000_000;
     let mut file = Header {
         version: VERSION,
@@ -437,7 +438,7 @@ pub(crate) fn lost_history(dir: &Path) -> std::path::PathBuf {
         size: 1 << 20,
         stack: u32::MAX,
         context: 0,
-        kind: kind(Action::Alloc, Memory::Device),
+        kind: kind(Action::Alloc, MemoryKind::Device),
         device: 0,
         stream: 0,
     };

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cuguard_history::{Action, Chunk, Header, Memory, Raw, VERSION, kind, write_chunk};
+use cuguard_format::MemoryKind;
+
+use cuguard_history::{Action, Chunk, Header, Raw, VERSION, kind, write_chunk};
 use serde_json::Value;
 
 use super::support::*;
@@ -417,7 +419,7 @@ fn adversarial_replays_take_under_two_seconds() {
         size,
         stack: 0,
         context,
-        kind: kind(action, Memory::Device),
+        kind: kind(action, MemoryKind::Device),
         device: 1,
         stream: 0,
     };

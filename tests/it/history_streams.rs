@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
+use cuguard_format::MemoryKind;
+
 use cuguard_history::replay::Replay;
-use cuguard_history::{Action, Chunk, Memory, Reader};
+use cuguard_history::{Action, Chunk, Reader};
 use serde_json::Value;
 
 use super::support::*;
@@ -130,9 +132,9 @@ fn each_block_event_and_export_carries_its_stream(env: &[(&str, &str)]) {
         assert_eq!(found.len(), 1, "{:#x}: {found:?}", m.addr);
         let blk = found[0];
         let memory = match i {
-            6 | 7 if pooled => Memory::PoolBlock,
-            6 | 7 => Memory::Device,
-            _ => Memory::Async,
+            6 | 7 if pooled => MemoryKind::PoolBlock,
+            6 | 7 => MemoryKind::Device,
+            _ => MemoryKind::Async,
         };
         assert_eq!(
             (blk.size, blk.memory, blk.stream, blk.end_ns.is_some()),

@@ -109,6 +109,87 @@ string_enum! {
     }
 }
 
+/// What kind of memory an allocation is, as the shim records it: the one enumeration of memory
+/// kinds, shared by the shim's tracker, the history (whose kind byte numbers it) and the
+/// report, which names the first six in `leaks[].memory` ([`Memory`], keeping names it does not
+/// know). The last two are the history's own: a block of cuguard's pool, and a block inside a
+/// framework's cache; a report names both `device`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum MemoryKind {
+    /// `cuMemAlloc*`.
+    #[default]
+    Device = 0,
+    /// `cuMemAllocPitch*`.
+    Pitched = 1,
+    /// `cuMemAllocManaged`.
+    Managed = 2,
+    /// Stream-ordered: `cuMemAllocAsync*`, `cuMemAllocFromPoolAsync*`.
+    Async = 3,
+    /// Virtual memory management: `cuMemCreate`/`cuMemMap`.
+    Vmm = 4,
+    /// Page-locked host memory: `cuMemAllocHost*`, `cuMemHostAlloc`.
+    HostPinned = 5,
+    /// A block of cuguard's own pool.
+    PoolBlock = 6,
+    /// A block inside a framework's cache (PyTorch's, CuPy's), where the shim reads them.
+    CacheBlock = 7,
+}
+
+impl MemoryKind {
+    /// Every kind, by number.
+    pub const ALL: [MemoryKind; 8] = [
+        MemoryKind::Device,
+        MemoryKind::Pitched,
+        MemoryKind::Managed,
+        MemoryKind::Async,
+        MemoryKind::Vmm,
+        MemoryKind::HostPinned,
+        MemoryKind::PoolBlock,
+        MemoryKind::CacheBlock,
+    ];
+
+    /// The kind numbered `n` (the history's kind byte's high nibble).
+    pub fn of_number(n: u8) -> Option<MemoryKind> {
+        MemoryKind::ALL.get(usize::from(n)).copied()
+    }
+
+    /// The report's `memory` for it.
+    pub fn report(self) -> Memory {
+        match self {
+            MemoryKind::Device | MemoryKind::PoolBlock | MemoryKind::CacheBlock => Memory::Device,
+            MemoryKind::Pitched => Memory::Pitched,
+            MemoryKind::Managed => Memory::Managed,
+            MemoryKind::Async => Memory::Async,
+            MemoryKind::Vmm => Memory::Vmm,
+            MemoryKind::HostPinned => Memory::HostPinned,
+        }
+    }
+
+    /// The report's name for it (`leaks[].memory`).
+    pub fn as_str(self) -> &'static str {
+        self.report().known_name().unwrap_or("device")
+    }
+
+    /// Whether it occupies device memory (everything but pinned host memory).
+    pub fn on_device(self) -> bool {
+        self != MemoryKind::HostPinned
+    }
+}
+
+impl From<MemoryKind> for Memory {
+    fn from(kind: MemoryKind) -> Memory {
+        kind.report()
+    }
+}
+
+impl Default for Memory {
+    /// Plain device memory, `cuMemAlloc`'s.
+    fn default() -> Memory {
+        Memory::Device
+    }
+}
+
 string_enum! {
     /// Why an allocation is in `leaks` (`leaks[].state`).
     LeakState {

@@ -20,7 +20,9 @@
 //! [`Leak`], [`Event`], [`Stack`] with [`Frame`], [`PyFrame`] and [`StackSite`], [`Module`],
 //! [`Stats`] with [`DeviceStats`] and [`PoolStats`], [`Timeline`], [`Doors`], [`Cost`]) describe every
 //! field the shim writes, in the order it writes them. Fields added after the first contract are
-//! optional for readers. Enumerations ([`Reason`], [`Memory`], [`LeakState`], [`EventKind`]) keep
+//! optional for readers. Every record of an allocation (a leak, its borrowed form
+//! [`LeakView`], a Python view's [`PyAllocation`]) holds one core, [`Allocation`], declared once
+//! in [`allocation`] with how the reader's fast path reads each field. Enumerations ([`Reason`], [`Memory`], [`LeakState`], [`EventKind`]) keep
 //! values they do not know. Addresses are [`Addr`] (`"0x…"` in JSON); device ordinals and the
 //! driver version have a spelling for "unknown" ([`wire`]).
 //!
@@ -46,7 +48,7 @@
 //! # Example
 //!
 //! ```
-//! use cuguard_format::{Addr, Leak, LeakState, Memory, Process, Reason, Report};
+//! use cuguard_format::{Addr, Allocation, Leak, LeakState, Memory, Process, Reason, Report};
 //!
 //! let process = Process {
 //!     pid: 4242,
@@ -61,17 +63,19 @@
 //! };
 //! let mut report = Report::new(true, Reason::Exit, process);
 //! report.leaks.push(Leak {
-//!     address: Addr(0x7f2a_4000_0000),
-//!     size: 1 << 20,
-//!     requested: 1 << 20,
-//!     api: "cuMemAlloc_v2".into(),
-//!     memory: Memory::Device,
-//!     device: 0,
-//!     context: None,
-//!     thread: 4242,
-//!     seq: 1,
-//!     time_ms: 12,
-//!     stack: None,
+//!     allocation: Allocation {
+//!         address: Addr(0x7f2a_4000_0000),
+//!         size: 1 << 20,
+//!         requested: 1 << 20,
+//!         api: "cuMemAlloc_v2".into(),
+//!         memory: Memory::Device,
+//!         device: 0,
+//!         context: None,
+//!         thread: 4242,
+//!         seq: 1,
+//!         time_ms: 12,
+//!         stack: None,
+//!     },
 //!     state: LeakState::LiveAtExit,
 //!     handle: None,
 //!     owner: None,
@@ -84,8 +88,11 @@
 //! # Ok::<(), serde_json::Error>(())
 //! ```
 
+extern crate self as cuguard_format;
+
 mod addr;
 pub mod alert;
+pub mod allocation;
 pub mod api;
 pub mod attribution;
 mod config;
@@ -101,20 +108,24 @@ pub mod python;
 pub mod read;
 pub mod signal;
 pub mod template;
+pub mod text;
 mod units;
 pub mod wire;
 mod write;
 
 pub use addr::Addr;
+pub use allocation::Allocation;
 pub use attribution::{
     Explained, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, Reconciliation, StackBytes,
     StackSamples, StackSeries,
 };
 pub use config::Config;
 pub use cost::{Cost, CostGrowth, CostReports, CostTiming, CostUnwind};
-pub use enums::{EventKind, HeldClass, LeakState, Memory, OwnerKind, Reason, site_list};
+pub use enums::{
+    EventKind, HeldClass, LeakState, Memory, MemoryKind, OwnerKind, Reason, site_list,
+};
 pub use history::{HistoryInfo, HistoryLost};
-pub use leak::{LeakView, Text};
+pub use leak::LeakView;
 pub use model::{
     Context, Device, DeviceStats, Doors, Driver, Event, Frame, Leak, MixedRef, Module, PoolStats,
     Process, Report, SCHEMA_NAME, SCHEMA_VERSION, Sample, Signal, Stack, StackSite, Stats,
@@ -125,5 +136,6 @@ pub use python::{
     PyHolder, PyView, Python,
 };
 pub use read::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, LeakGroup, ReadError, Reports};
+pub use text::Text;
 pub use units::{escaped, human_bytes, needs_escape, one_line, push_escaped};
 pub use write::{to_vec, write};

@@ -13,10 +13,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::addr::Addr;
+use crate::allocation::Allocation;
 use crate::attribution::{OomRecord, OwnerInfo, PeakRecord, Reconciliation, StackSamples};
 use crate::config::Config;
 use crate::cost::Cost;
-use crate::enums::{EventKind, LeakState, Memory, Reason};
+use crate::enums::{EventKind, LeakState, Reason};
 use crate::history::HistoryInfo;
 use crate::python::{PyFrame, Python};
 use crate::{intern, wire};
@@ -234,33 +235,14 @@ pub struct Context {
     pub overhead_bytes: Option<u64>,
 }
 
-/// `leaks[]`: an allocation still owned by the program, or lost with its context.
+/// `leaks[]`: an allocation still owned by the program, or lost with its context: its core
+/// ([`Allocation`], which it derefs to), then why it is here.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Leak {
-    /// The pointer the program received.
-    pub address: Addr,
-    /// Bytes the program received (pitch × height for pitched allocations).
-    pub size: u64,
-    /// Bytes asked for (width × height for pitched allocations).
-    pub requested: u64,
-    /// The driver entry that made it, e.g. `"cuMemAlloc_v2"`.
-    #[serde(deserialize_with = "intern::string")]
-    pub api: Arc<str>,
-    /// What kind of memory it is.
-    pub memory: Memory,
-    /// Device ordinal ([`wire::UNKNOWN_DEVICE`] when the shim could not tell).
-    #[serde(with = "wire::device")]
-    pub device: u32,
-    /// Context id.
-    pub context: Option<u32>,
-    /// OS thread id of the allocating thread.
-    pub thread: u64,
-    /// Global allocation order.
-    pub seq: u64,
-    /// When it was made, milliseconds since process start.
-    pub time_ms: u64,
-    /// Stack id.
-    pub stack: Option<u64>,
+    /// The allocation: address, size, entry, memory, device, context, thread, order, time and
+    /// stack.
+    #[serde(flatten)]
+    pub allocation: Allocation<Arc<str>>,
     /// Why it is here.
     pub state: LeakState,
     /// The `CUmemGenericAllocationHandle`, for memory made by `cuMemCreate` (VMM).
@@ -269,6 +251,19 @@ pub struct Leak {
     /// Who holds it: an owner id of `owners[]` (absent in older reports, and without a stack).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+}
+
+impl std::ops::Deref for Leak {
+    type Target = Allocation<Arc<str>>;
+    fn deref(&self) -> &Allocation<Arc<str>> {
+        &self.allocation
+    }
+}
+
+impl std::ops::DerefMut for Leak {
+    fn deref_mut(&mut self) -> &mut Allocation<Arc<str>> {
+        &mut self.allocation
+    }
 }
 
 /// `events[]`: misuse or an anomaly.
@@ -354,8 +349,8 @@ pub struct MixedRef {
 /// `stacks[].site`: which frame is the site, as the shim decided when it wrote the report.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StackSite {
-    /// [`site_list::FRAMES`](crate::site_list::FRAMES) (native) or
-    /// [`site_list::PYTHON`](crate::site_list::PYTHON).
+    /// [`site_list::FRAMES`](crate::enums::site_list::FRAMES) (native) or
+    /// [`site_list::PYTHON`](crate::enums::site_list::PYTHON).
     #[serde(rename = "in")]
     pub in_: String,
     /// Index into that list.

@@ -24,9 +24,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::addr::Addr;
+use crate::allocation::Allocation;
 pub use crate::enums::HeldClass;
-use crate::enums::Memory;
-use crate::{intern, wire};
 use std::sync::Arc;
 
 /// `python`: the end of a Python program's code, and the classes of what it held.
@@ -88,30 +87,9 @@ pub struct PyView {
 /// and its class.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PyAllocation {
-    /// The pointer the program received.
-    pub address: Addr,
-    /// Bytes the program received.
-    pub size: u64,
-    /// Bytes asked for.
-    pub requested: u64,
-    /// The driver entry that made it.
-    #[serde(deserialize_with = "intern::string")]
-    pub api: Arc<str>,
-    /// What kind of memory it is.
-    pub memory: Memory,
-    /// Device ordinal.
-    #[serde(with = "wire::device")]
-    pub device: u32,
-    /// Context id.
-    pub context: Option<u32>,
-    /// OS thread id of the allocating thread.
-    pub thread: u64,
-    /// Global allocation order (the same numbering as `leaks[]`).
-    pub seq: u64,
-    /// When it was made, milliseconds since process start.
-    pub time_ms: u64,
-    /// Stack id.
-    pub stack: Option<u64>,
+    /// The allocation, as in `leaks[]` (`seq` numbers both alike).
+    #[serde(flatten)]
+    pub allocation: Allocation<Arc<str>>,
     /// Who holds it by the owner rules: an id of `owners[]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -126,6 +104,19 @@ pub struct PyAllocation {
     /// For a cache segment: its blocks, in address order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocks: Vec<PyBlock>,
+}
+
+impl std::ops::Deref for PyAllocation {
+    type Target = Allocation<Arc<str>>;
+    fn deref(&self) -> &Allocation<Arc<str>> {
+        &self.allocation
+    }
+}
+
+impl std::ops::DerefMut for PyAllocation {
+    fn deref_mut(&mut self) -> &mut Allocation<Arc<str>> {
+        &mut self.allocation
+    }
 }
 
 /// A Python object that holds (part of) an allocation.

@@ -47,7 +47,7 @@ impl Visitor<'_> for OrdinalVisitor {
 }
 
 /// `with` for device ordinals.
-pub(crate) mod device {
+pub mod device {
     use super::*;
 
     pub fn serialize<S: Serializer>(v: &u32, s: S) -> Result<S::Ok, S::Error> {

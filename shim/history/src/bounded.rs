@@ -11,12 +11,12 @@
 //! ended when the address was made again).
 //!
 //! ```
-//! use cuguard_history::{Action, Chunk, Header, Memory, Raw, kind, write_chunk};
+//! use cuguard_history::{Action, Chunk, Header, MemoryKind, Raw, kind, write_chunk};
 //! use cuguard_history::bounded::History;
 //! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 0, segment: 0, run: 0 }.encode().to_vec();
 //! write_chunk(&mut file, &Chunk::Clock { tsc: 0, since_start_ns: 0, unix_ns: 0 });
 //! write_chunk(&mut file, &Chunk::Clock { tsc: 1_000, since_start_ns: 1_000, unix_ns: 1_000 });
-//! let ev = |tsc, action, size| Raw { tsc, addr: 0x7000, size, stack: 0, context: 0, kind: kind(action, Memory::Device), device: 1, stream: 0 };
+//! let ev = |tsc, action, size| Raw { tsc, addr: 0x7000, size, stack: 0, context: 0, kind: kind(action, MemoryKind::Device), device: 1, stream: 0 };
 //! write_chunk(&mut file, &Chunk::Events { thread: 5, events: vec![ev(100, Action::Alloc, 64), ev(600, Action::Free, 0)] });
 //! write_chunk(&mut file, &Chunk::End { tsc: 1_000 });
 //! let h = History::open(vec![&file[..]]).unwrap();
@@ -27,11 +27,22 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::replay::{Block, Clock, Lost, Module, Oom, Replay};
+use cuguard_format::MemoryKind;
+
+use crate::replay::{Block, Clock, Oom, Replay};
 use crate::{
-    Action, CHECKPOINT_HEAD, Checkpoint, Chunk, Error, HEADER_LEN, Header, Memory, Raw, checksum,
-    decode_chunk,
+    Action, CHECKPOINT_HEAD, Checkpoint, Chunk, Error, HEADER_LEN, Raw, checksum, decode_chunk,
 };
+
+impl Replay {
+    /// Reads a history's segment files, oldest first, whole ([`History`] reads them, then
+    /// every block): an error when the first file is not a history this version reads, or when
+    /// the files are of different processes; a file cut short or damaged after its header is
+    /// read up to there ([`Replay::cut`]).
+    pub fn read(files: &[&[u8]]) -> Result<Replay, Error> {
+        History::open(files.to_vec())?.replay()
+    }
+}
 
 /// Bytes a history's file is read by at once.
 const READ_BYTES: usize = 4 << 20;
@@ -266,251 +277,6 @@ struct Left {
     segments: OpenSet,
     unmatched: u64,
     last_ns: u64,
-}
-
-impl<S: Source> History<S> {
-    /// Walks the segment files (oldest first): an error when the first is not a history this
-    /// version reads, or the files are of different processes; a file cut short or damaged is
-    /// read up to there ([`Replay::cut`]).
-    pub fn open(files: Vec<S>) -> Result<History<S>, Error> {
-        let mut meta = Replay::default();
-        let mut versions = Vec::new();
-        let mut sound = Vec::new();
-        let mut clocks: Vec<(u64, u64)> = Vec::new();
-        let mut drops: Vec<(u64, u64, u64)> = Vec::new();
-        let mut modules_seen: HashSet<(u64, u64, String)> = HashSet::new();
-        let mut end_tsc = None;
-        let mut first: Option<Header> = None;
-        let mut starts: Vec<(Start, Option<Checkpoint>)> = Vec::new();
-        for (i, src) in files.iter().enumerate() {
-            let mut head = [0u8; HEADER_LEN];
-            let got = src.read_at(&mut head, 0).map_err(|_| Error::NotHistory)?;
-            let h = Header::decode(&head[..got])?;
-            match first {
-                None => {
-                    meta.pid = h.pid;
-                    meta.run = h.run;
-                    meta.start_unix_ns = h.start_unix_ns;
-                    meta.first_segment = h.segment;
-                    first = Some(h);
-                }
-                Some(f) if f.pid != h.pid || f.start_unix_ns != h.start_unix_ns => {
-                    return Err(Error::Corrupt {
-                        at: 0,
-                        why: "the segments are of different processes",
-                    });
-                }
-                Some(_) => {}
-            }
-            versions.push(h.version);
-            let begin = starts.len();
-            starts.push((
-                Start {
-                    file: i,
-                    checkpoint: None,
-                    ready_ns: 0,
-                },
-                None,
-            ));
-            let mut before_content = true;
-            let mut began = 0u64;
-            let mut chunks = Chunks::new(src, HEADER_LEN as u64, src.size());
-            let mut good;
-            loop {
-                good = chunks.next;
-                let f = match chunks.frame() {
-                    Ok(Some(f)) => f,
-                    Ok(None) => break,
-                    Err(e) => {
-                        meta.cut = Some(e);
-                        break;
-                    }
-                };
-                let chunk = match f.kind {
-                    // Read where a window needs them.
-                    crate::EVENTS | crate::LIVE => {
-                        before_content = false;
-                        continue;
-                    }
-                    crate::CHECKPOINT => {
-                        before_content = false;
-                        match chunks
-                            .bytes(f.at + 9, CHECKPOINT_HEAD.min(f.len as usize))
-                            .ok()
-                            .and_then(crate::decode_checkpoint_head)
-                        {
-                            Some(c) => starts.push((
-                                Start {
-                                    file: i,
-                                    checkpoint: Some(f),
-                                    ready_ns: 0,
-                                },
-                                Some(c),
-                            )),
-                            None => {
-                                meta.cut = Some(Error::Corrupt {
-                                    at: f.at,
-                                    why: "a checkpoint is cut short",
-                                });
-                                break;
-                            }
-                        }
-                        continue;
-                    }
-                    _ => match chunks.chunk(f, h.version) {
-                        Ok(Some(c)) => c,
-                        Ok(None) => continue,
-                        Err(e) => {
-                            meta.cut = Some(e);
-                            break;
-                        }
-                    },
-                };
-                match chunk {
-                    Chunk::Clock {
-                        tsc,
-                        since_start_ns,
-                        ..
-                    } => {
-                        if before_content {
-                            began = began.max(since_start_ns);
-                        }
-                        clocks.push((tsc, since_start_ns));
-                        if clocks.len() > 2 * MAX_CLOCKS {
-                            thin(&mut clocks);
-                        }
-                    }
-                    Chunk::Stack { id, frames } => {
-                        meta.stacks.insert(id, frames);
-                    }
-                    Chunk::Dropped {
-                        count,
-                        first_tsc,
-                        last_tsc,
-                    } => drops.push((count, first_tsc, last_tsc)),
-                    Chunk::Module {
-                        start,
-                        end,
-                        bias,
-                        path,
-                        build_id,
-                    } if modules_seen.insert((start, end, path.clone())) => {
-                        meta.modules.push(Module {
-                            start,
-                            end,
-                            bias,
-                            path,
-                            build_id: (!build_id.is_empty()).then_some(build_id),
-                        });
-                    }
-                    Chunk::Code { id, file, function } => {
-                        meta.codes.insert(id, (file, function));
-                    }
-                    Chunk::End { tsc } => end_tsc = Some(tsc),
-                    _ => {}
-                }
-            }
-            sound.push(if meta.cut.is_some() { good } else { src.size() });
-            starts[begin].0.ready_ns = began;
-            if i == 0 && meta.first_segment != 0 {
-                meta.begins_ns = began;
-            }
-            if meta.cut.is_some() {
-                break;
-            }
-        }
-        let mut files = files;
-        files.truncate(versions.len());
-        meta.whole = end_tsc.is_some() && meta.cut.is_none();
-        let clock = Clock::new(clocks);
-        meta.lost = drops
-            .into_iter()
-            .map(|(count, a, b)| Lost {
-                count,
-                from_ns: clock.ns(a),
-                to_ns: clock.ns(b),
-            })
-            .collect();
-        let mut spans = Vec::new();
-        let mut kept: Vec<Start> = Vec::with_capacity(starts.len());
-        let mut allocations = 0u64;
-        let mut last_tsc = end_tsc.unwrap_or(0);
-        for (k, (mut s, c)) in starts.into_iter().enumerate() {
-            if let Some(c) = &c {
-                s.ready_ns = clock.ns(c.tsc);
-                last_tsc = last_tsc.max(c.tsc);
-                // It sums up the span since the start before it, in its file.
-                if kept.last().is_some_and(|p| p.file == s.file) {
-                    spans.push(Span {
-                        start: k - 1,
-                        end: Some(k),
-                        peak_bytes: c.peak_bytes,
-                        peak_ns: None,
-                        ooms: c.ooms,
-                    });
-                }
-            }
-            kept.push(s);
-        }
-        let mut h = History {
-            files,
-            versions,
-            sound,
-            meta,
-            clock,
-            starts: kept,
-            spans,
-            allocations: 0,
-            notes: Default::default(),
-        };
-        // Each file's last span, from its last start to its end, is read (it holds at most a
-        // checkpoint's worth of events; all of a history without checkpoints).
-        for file in 0..h.files.len() {
-            let Some(k) = h.starts.iter().rposition(|s| s.file == file) else {
-                continue;
-            };
-            let begin = h.begin_at(k)?;
-            let k = begin.start;
-            let from_file_begin = h.starts[k].checkpoint.is_none();
-            if let Some(f) = h.starts[k].checkpoint {
-                allocations += h.checkpoint_head(file, f).map_or(0, |c| c.allocations);
-            }
-            let mut tail = Tail::default();
-            let left = h.stream(begin, Stop::FileEnd(file), &mut |step| tail.note(step))?;
-            allocations += tail.made;
-            if file == 0 {
-                // Blocks the oldest file restates (made before it began) are the history's.
-                allocations += if from_file_begin {
-                    tail.restated
-                } else {
-                    h.live_chunks(0)?
-                        .iter()
-                        .filter(|(_, r)| Action::of(r.kind) == Some(Action::Alloc))
-                        .count() as u64
-                };
-            }
-            h.meta.ends_ns = h.meta.ends_ns.max(left.last_ns);
-            let starts = &h.starts;
-            h.spans
-                .retain(|s| !(s.start >= k && starts[s.start].file == file));
-            let (peak_ns, peak_bytes) = std::mem::take(&mut tail.peak).done();
-            h.spans.push(Span {
-                start: k,
-                end: None,
-                peak_bytes,
-                peak_ns: Some(peak_ns),
-                ooms: tail.ooms,
-            });
-        }
-        h.allocations = allocations;
-        h.spans.sort_by_key(|s| s.start);
-        h.meta.ends_ns = h
-            .meta
-            .ends_ns
-            .max(h.clock.ns(last_tsc))
-            .max(h.clock.last_ns());
-        Ok(h)
-    }
 }
 
 impl<S: Source> History<S> {
@@ -782,8 +548,8 @@ impl<S: Source> History<S> {
             size: r.size,
             stack: r.stack,
             thread,
-            memory: Memory::of(r.kind).unwrap_or(Memory::Device),
-            device: r.device,
+            memory: crate::memory_of(r.kind).unwrap_or(MemoryKind::Device),
+            device: r.ordinal(),
             context: r.context,
             released: false,
             stream: r.stream,
@@ -794,7 +560,7 @@ impl<S: Source> History<S> {
     fn apply(&self, group: &mut Vec<(u32, Raw)>, left: &mut Left, visit: &mut dyn FnMut(Step)) {
         group.sort_by_key(|(_, r)| r.tsc);
         for (thread, r) in group.drain(..) {
-            let (Some(action), Some(_)) = (Action::of(r.kind), Memory::of(r.kind)) else {
+            let (Some(action), Some(_)) = (Action::of(r.kind), crate::memory_of(r.kind)) else {
                 continue;
             };
             let t = self.clock.ns(r.tsc);
@@ -827,7 +593,7 @@ impl<S: Source> History<S> {
                     size: r.size,
                     stack: r.stack,
                     thread,
-                    device: r.device,
+                    device: r.ordinal(),
                 })),
                 Action::ContextRelease => {
                     let ctx = r.addr as u16;
@@ -941,10 +707,10 @@ struct Peak {
 impl Peak {
     fn note(&mut self, step: Step) {
         let (t, d) = match step {
-            Step::Restated(b) | Step::Made(b) if b.memory != Memory::HostPinned => {
+            Step::Restated(b) | Step::Made(b) if b.memory != MemoryKind::HostPinned => {
                 (b.start_ns, b.size as i64)
             }
-            Step::Ended(b) if b.memory != Memory::HostPinned => {
+            Step::Ended(b) if b.memory != MemoryKind::HostPinned => {
                 (b.end_ns.unwrap_or(b.start_ns), -(b.size as i64))
             }
             _ => return,
@@ -1007,5 +773,6 @@ fn thin(clocks: &mut Vec<(u64, u64)>) {
     }
 }
 
+mod open;
 #[cfg(test)]
 mod tests;

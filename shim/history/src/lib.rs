@@ -47,6 +47,8 @@
 
 use std::fmt;
 
+pub use cuguard_format::MemoryKind;
+
 /// The first bytes of every history file.
 pub const MAGIC: &[u8; 8] = b"CUGHIST1";
 /// The layout this crate writes, and the newest it reads.
@@ -61,7 +63,7 @@ pub const NONE: u32 = u32::MAX;
 pub const MAX_CHUNK: u32 = 64 << 20;
 
 /// What an event is: the low 4 bits of [`Raw::kind`]; the high 4 bits are the memory
-/// ([`Memory`]).
+/// ([`MemoryKind`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Action {
@@ -99,41 +101,14 @@ impl Action {
     }
 }
 
-/// The memory an event is about: the high 4 bits of [`Raw::kind`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Memory {
-    Device = 0,
-    Pitched = 1,
-    Managed = 2,
-    Async = 3,
-    Vmm = 4,
-    HostPinned = 5,
-    /// A block of cuguard's own pool.
-    PoolBlock = 6,
-    /// A block inside a framework's cache (PyTorch's, CuPy's), where the shim reads them.
-    CacheBlock = 7,
-}
-
-impl Memory {
-    /// The memory of a kind byte.
-    pub fn of(kind: u8) -> Option<Memory> {
-        Some(match kind >> 4 {
-            0 => Memory::Device,
-            1 => Memory::Pitched,
-            2 => Memory::Managed,
-            3 => Memory::Async,
-            4 => Memory::Vmm,
-            5 => Memory::HostPinned,
-            6 => Memory::PoolBlock,
-            7 => Memory::CacheBlock,
-            _ => return None,
-        })
-    }
+/// The memory an event is about: the high 4 bits of [`Raw::kind`], numbered as
+/// [`MemoryKind`] (the one enumeration of memory kinds, the report's crate's).
+pub fn memory_of(kind: u8) -> Option<MemoryKind> {
+    MemoryKind::of_number(kind >> 4)
 }
 
 /// The kind byte of `action` on `memory`.
-pub const fn kind(action: Action, memory: Memory) -> u8 {
+pub const fn kind(action: Action, memory: MemoryKind) -> u8 {
     action as u8 | (memory as u8) << 4
 }
 
@@ -156,11 +131,21 @@ pub struct Raw {
     pub context: u16,
     /// [`kind`]: the action and the memory.
     pub kind: u8,
-    /// The device's ordinal + 1; 0 when unknown.
+    /// The device's ordinal + 1; 0 when unknown: the file's compact encoding ([`Raw::ordinal`] reads it).
     pub device: u8,
     /// The stream it was made or freed on, as the program's `CUstream` handle (0: the legacy
     /// default stream, or a call that takes none).
     pub stream: u64,
+}
+
+impl Raw {
+    /// The device's ordinal in the one spelling, the report's:
+    /// [`UNKNOWN_DEVICE`](cuguard_format::wire::UNKNOWN_DEVICE) when the file says none.
+    pub fn ordinal(&self) -> u32 {
+        self.device
+            .checked_sub(1)
+            .map_or(cuguard_format::wire::UNKNOWN_DEVICE, u32::from)
+    }
 }
 
 /// The file's header.

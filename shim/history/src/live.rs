@@ -4,10 +4,10 @@
 //! checkpoints mean the same.
 //!
 //! ```
-//! use cuguard_history::{Action, Chunk, Memory, Raw, kind};
+//! use cuguard_history::{Action, Chunk, MemoryKind, Raw, kind};
 //! use cuguard_history::live::Follow;
 //! let mut f = Follow::default();
-//! let ev = |tsc, action, size| Raw { tsc, addr: 0x7000, size, stack: 0, context: 0, kind: kind(action, Memory::Device), device: 1, stream: 0 };
+//! let ev = |tsc, action, size| Raw { tsc, addr: 0x7000, size, stack: 0, context: 0, kind: kind(action, MemoryKind::Device), device: 1, stream: 0 };
 //! f.follow(1, &ev(10, Action::Alloc, 100));
 //! f.follow(1, &ev(20, Action::Free, 0));
 //! f.follow(1, &ev(30, Action::Alloc, 50));
@@ -20,7 +20,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::{Action, Checkpoint, Chunk, Memory, Raw};
+use crate::{Action, Checkpoint, Chunk, Raw};
+use cuguard_format::MemoryKind;
 
 /// The fewest events between two checkpoints; more while much is live (a checkpoint restates
 /// it all), so that checkpoints take at most a quarter of a history's bytes.
@@ -106,7 +107,7 @@ pub struct Follow {
 
 /// Whether an allocation's bytes count toward the peak (device memory: not host-pinned).
 fn counted(r: &Raw) -> bool {
-    Memory::of(r.kind) != Some(Memory::HostPinned)
+    crate::memory_of(r.kind) != Some(MemoryKind::HostPinned)
 }
 
 impl Follow {

@@ -7,13 +7,13 @@
 //! made before the kept part of the history (those blocks start before [`Replay::begins_ns`]).
 //!
 //! ```
-//! use cuguard_history::{Action, Chunk, Header, Memory, Raw, kind, write_chunk};
+//! use cuguard_history::{Action, Chunk, Header, MemoryKind, Raw, kind, write_chunk};
 //! use cuguard_history::replay::Replay;
 //! let mut file = Header { version: cuguard_history::VERSION, pid: 7, start_unix_ns: 0, segment: 0, run: 0 }.encode().to_vec();
 //! // 1 tsc tick = 1 ns here.
 //! write_chunk(&mut file, &Chunk::Clock { tsc: 1_000, since_start_ns: 0, unix_ns: 0 });
 //! write_chunk(&mut file, &Chunk::Clock { tsc: 2_000_001_000, since_start_ns: 2_000_000_000, unix_ns: 2_000_000_000 });
-//! let ev = |tsc, action, size| Raw { tsc, addr: 0x7000_0000, size, stack: 0, context: 0, kind: kind(action, Memory::Device), device: 1, stream: 0 };
+//! let ev = |tsc, action, size| Raw { tsc, addr: 0x7000_0000, size, stack: 0, context: 0, kind: kind(action, MemoryKind::Device), device: 1, stream: 0 };
 //! write_chunk(&mut file, &Chunk::Events { thread: 5, events: vec![
 //!     ev(500_001_000, Action::Alloc, 512 << 20),
 //!     ev(1_500_001_000, Action::Free, 0),
@@ -29,7 +29,9 @@
 
 use std::collections::HashMap;
 
-use crate::{Error, Memory, NONE};
+use crate::{Error, NONE};
+use cuguard_format::MemoryKind;
+use cuguard_format::wire::UNKNOWN_DEVICE;
 
 /// One allocation's life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,9 +47,9 @@ pub struct Block {
     pub stack: u32,
     /// The thread that made it.
     pub thread: u32,
-    pub memory: Memory,
-    /// Device ordinal + 1; 0 when unknown.
-    pub device: u8,
+    pub memory: MemoryKind,
+    /// Device ordinal ([`UNKNOWN_DEVICE`] when unknown: the one spelling, the report's).
+    pub device: u32,
     /// The context's id, `u16::MAX` for none.
     pub context: u16,
     /// Whether its end was its context's release rather than a free.
@@ -64,7 +66,7 @@ impl Block {
 
     /// The device's ordinal, if known.
     pub fn device(&self) -> Option<u32> {
-        self.device.checked_sub(1).map(u32::from)
+        (self.device != UNKNOWN_DEVICE).then_some(self.device)
     }
 }
 
@@ -76,7 +78,8 @@ pub struct Oom {
     pub size: u64,
     pub stack: u32,
     pub thread: u32,
-    pub device: u8,
+    /// Device ordinal ([`UNKNOWN_DEVICE`] when unknown).
+    pub device: u32,
 }
 
 /// Events lost between two moments (nanoseconds since the start).
@@ -135,14 +138,6 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// Reads a history's segment files, oldest first, whole ([`crate::bounded::History`] reads
-    /// them, then every block): an error when the first file is not a history this version
-    /// reads, or when the files are of different processes; a file cut short or damaged after
-    /// its header is read up to there ([`Replay::cut`]).
-    pub fn read(files: &[&[u8]]) -> Result<Replay, Error> {
-        crate::bounded::History::open(files.to_vec())?.replay()
-    }
-
     /// The blocks live at `t_ns`.
     pub fn live_at(&self, t_ns: u64) -> impl Iterator<Item = &Block> {
         self.blocks.iter().filter(move |b| b.live_at(t_ns))
@@ -155,12 +150,13 @@ impl Replay {
             .filter(move |b| b.start_ns >= from_ns && b.live_at(to_ns))
     }
 
-    /// The moment of the most live device memory on `device` (ordinal + 1; `None` for every
-    /// device together), and how much: the first such moment.
-    pub fn peak(&self, device: Option<u8>) -> (u64, u64) {
+    /// The moment of the most live device memory on `device` (an ordinal, or
+    /// [`UNKNOWN_DEVICE`]; `None` for every device together), and how much: the first such
+    /// moment.
+    pub fn peak(&self, device: Option<u32>) -> (u64, u64) {
         let mut steps: Vec<(u64, i64)> = Vec::with_capacity(self.blocks.len() * 2);
         for b in &self.blocks {
-            if b.memory == Memory::HostPinned || device.is_some_and(|d| d != b.device) {
+            if b.memory == MemoryKind::HostPinned || device.is_some_and(|d| d != b.device) {
                 continue;
             }
             steps.push((b.start_ns, b.size as i64));

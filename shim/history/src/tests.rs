@@ -166,7 +166,7 @@ fn a_training_loop_costs_under_16_bytes_an_event() {
                 size,
                 stack: (i % 12) as u32,
                 context: 0,
-                kind: kind(Action::Alloc, Memory::PoolBlock),
+                kind: kind(Action::Alloc, MemoryKind::PoolBlock),
                 device: 1,
                 stream: 0,
             });
@@ -180,7 +180,7 @@ fn a_training_loop_costs_under_16_bytes_an_event() {
                 size: 0,
                 stack: NONE,
                 context: 0,
-                kind: kind(Action::Free, Memory::PoolBlock),
+                kind: kind(Action::Free, MemoryKind::PoolBlock),
                 device: 1,
                 stream: 0,
             });

@@ -321,6 +321,63 @@ pub fn encode(page: &Page, seq: u64) -> Box<[u8; PAGE_SIZE]> {
 
 /// The page these bytes hold, if they are a whole page of this version that the shim wrote.
 pub fn decode(b: &[u8]) -> Result<Page, PageError> {
+    check_head(b)?;
+
+    let mut r = Cursor::new(BODY_OFFSET);
+    let pid = r.get_u32(b);
+    let uid = r.get_u32(b);
+    let rank = r.get_u32(b);
+    let signal = r.get_u32(b);
+    let start_unix_ms = r.get_u64(b);
+    let updated_unix_ms = r.get_u64(b);
+    let oom_total = r.get_u64(b);
+    let alerts_total = r.get_u64(b);
+    let live_allocations = r.get_u64(b);
+    let _reserved = r.get_u64(b);
+    let contexts_live = r.get_u32(b);
+    let n_devices = count(r.get_u32(b), MAX_DEVICES, "the device count")?;
+    let n_sites = count(r.get_u32(b), MAX_SITES, "the site count")?;
+    let n_contexts = count(r.get_u32(b), MAX_CONTEXTS, "the context count")?;
+    let exe = r.get_str(b, EXE_CAP, "exe")?;
+    let worker = r.get_str(b, WORKER_CAP, "worker")?;
+    let host = r.get_str(b, HOST_CAP, "host")?;
+    let report = r.get_str(b, REPORT_CAP, "report")?;
+
+    let mut devices = Vec::with_capacity(n_devices);
+    for i in 0..n_devices {
+        devices.push(decode_device(b, i)?);
+    }
+    let mut sites = Vec::with_capacity(n_sites);
+    for i in 0..n_sites {
+        sites.push(decode_site(b, i)?);
+    }
+    let mut contexts = Vec::with_capacity(n_contexts);
+    for i in 0..n_contexts {
+        contexts.push(decode_context(b, i)?);
+    }
+    Ok(Page {
+        pid,
+        uid,
+        start_unix_ms,
+        updated_unix_ms,
+        rank: (rank != u32::MAX).then_some(rank),
+        snapshot_signal: (signal != 0).then_some(signal as i32),
+        oom_total,
+        alerts_total,
+        live_allocations,
+        contexts_live,
+        exe,
+        worker: (!worker.is_empty()).then_some(worker),
+        host,
+        report,
+        devices,
+        sites,
+        contexts,
+    })
+}
+
+/// Checks that `b` is a whole page of this version, not being written, its checksum right.
+fn check_head(b: &[u8]) -> Result<(), PageError> {
     if b.len() < PAGE_SIZE {
         // A page of another version may have another size: say which version it is first.
         if b.len() >= 16 && b[0..8] == MAGIC && get_u32(b, 8) != VERSION {
@@ -345,114 +402,78 @@ pub fn decode(b: &[u8]) -> Result<Page, PageError> {
     if get_u64(b, CHECKSUM_OFFSET) != checksum(&b[BODY_OFFSET..PAGE_SIZE]) {
         return Err(PageError::Checksum);
     }
+    Ok(())
+}
 
-    let mut r = Cursor::new(BODY_OFFSET);
-    let pid = r.get_u32(b);
-    let uid = r.get_u32(b);
-    let rank = r.get_u32(b);
-    let signal = r.get_u32(b);
-    let start_unix_ms = r.get_u64(b);
-    let updated_unix_ms = r.get_u64(b);
-    let oom_total = r.get_u64(b);
-    let alerts_total = r.get_u64(b);
-    let live_allocations = r.get_u64(b);
-    let _reserved = r.get_u64(b);
-    let contexts_live = r.get_u32(b);
-    let n_devices = count(r.get_u32(b), MAX_DEVICES, "the device count")?;
-    let n_sites = count(r.get_u32(b), MAX_SITES, "the site count")?;
-    let n_contexts = count(r.get_u32(b), MAX_CONTEXTS, "the context count")?;
-    let exe = r.get_str(b, EXE_CAP, "exe")?;
-    let worker = r.get_str(b, WORKER_CAP, "worker")?;
-    let host = r.get_str(b, HOST_CAP, "host")?;
-    let report = r.get_str(b, REPORT_CAP, "report")?;
+/// The page's device `i`.
+fn decode_device(b: &[u8], i: usize) -> Result<DevicePage, PageError> {
+    let mut r = Cursor::new(DEVICES_OFFSET + i * DEVICE_LEN);
+    let ordinal = r.get_u32(b);
+    let n_history = count(r.get_u32(b), HISTORY, "a device's history length")?;
+    let total_bytes = r.get_u64(b);
+    let live_bytes = r.get_u64(b);
+    let peak_bytes = r.get_u64(b);
+    let reserved_bytes = r.get_u64(b);
+    let growth_bytes = r.get_u64(b) as i64;
+    let history_interval_ms = r.get_u32(b);
+    let _pad = r.get_u32(b);
+    let history = (0..n_history).map(|k| get_u64(b, r.at + 8 * k)).collect();
+    r.at += 8 * HISTORY;
+    let uuid = r.get_str(b, UUID_CAP, "a device's uuid")?;
+    let name = r.get_str(b, NAME_CAP, "a device's name")?;
+    Ok(DevicePage {
+        ordinal,
+        total_bytes,
+        live_bytes,
+        peak_bytes,
+        reserved_bytes,
+        growth_bytes,
+        history_interval_ms,
+        history,
+        uuid: (!uuid.is_empty()).then_some(uuid),
+        name,
+    })
+}
 
-    let mut devices = Vec::with_capacity(n_devices);
-    for i in 0..n_devices {
-        let mut r = Cursor::new(DEVICES_OFFSET + i * DEVICE_LEN);
-        let ordinal = r.get_u32(b);
-        let n_history = count(r.get_u32(b), HISTORY, "a device's history length")?;
-        let total_bytes = r.get_u64(b);
-        let live_bytes = r.get_u64(b);
-        let peak_bytes = r.get_u64(b);
-        let reserved_bytes = r.get_u64(b);
-        let growth_bytes = r.get_u64(b) as i64;
-        let history_interval_ms = r.get_u32(b);
-        let _pad = r.get_u32(b);
-        let history = (0..n_history).map(|k| get_u64(b, r.at + 8 * k)).collect();
-        r.at += 8 * HISTORY;
-        let uuid = r.get_str(b, UUID_CAP, "a device's uuid")?;
-        let name = r.get_str(b, NAME_CAP, "a device's name")?;
-        devices.push(DevicePage {
-            ordinal,
-            total_bytes,
-            live_bytes,
-            peak_bytes,
-            reserved_bytes,
-            growth_bytes,
-            history_interval_ms,
-            history,
-            uuid: (!uuid.is_empty()).then_some(uuid),
-            name,
-        });
-    }
-    let mut sites = Vec::with_capacity(n_sites);
-    for i in 0..n_sites {
-        let mut r = Cursor::new(SITES_OFFSET + i * SITE_LEN);
-        let device = r.get_u32(b);
-        let _pad = r.get_u32(b);
-        let live_bytes = r.get_u64(b);
-        let allocations = r.get_u64(b);
-        let growth_bytes = r.get_u64(b) as i64;
-        let owner = r.get_str(b, OWNER_CAP, "a site's owner")?;
-        let label = r.get_str(b, LABEL_CAP, "a site's label")?;
-        sites.push(SitePage {
-            device,
-            live_bytes,
-            allocations,
-            growth_bytes,
-            owner,
-            label,
-        });
-    }
-    let mut contexts = Vec::with_capacity(n_contexts);
-    for i in 0..n_contexts {
-        let mut r = Cursor::new(CONTEXTS_OFFSET + i * CONTEXT_LEN);
-        let id = r.get_u32(b);
-        let device = r.get_u32(b);
-        let primary = match r.get_u32(b) {
-            0 => false,
-            1 => true,
-            _ => return Err(PageError::Garbage("a context's primary flag")),
-        };
-        let _pad = r.get_u32(b);
-        let created_ms = r.get_u64(b);
-        let live_bytes = r.get_u64(b);
-        contexts.push(ContextPage {
-            id,
-            device,
-            primary,
-            created_ms,
-            live_bytes,
-        });
-    }
-    Ok(Page {
-        pid,
-        uid,
-        start_unix_ms,
-        updated_unix_ms,
-        rank: (rank != u32::MAX).then_some(rank),
-        snapshot_signal: (signal != 0).then_some(signal as i32),
-        oom_total,
-        alerts_total,
-        live_allocations,
-        contexts_live,
-        exe,
-        worker: (!worker.is_empty()).then_some(worker),
-        host,
-        report,
-        devices,
-        sites,
-        contexts,
+/// The page's site `i`.
+fn decode_site(b: &[u8], i: usize) -> Result<SitePage, PageError> {
+    let mut r = Cursor::new(SITES_OFFSET + i * SITE_LEN);
+    let device = r.get_u32(b);
+    let _pad = r.get_u32(b);
+    let live_bytes = r.get_u64(b);
+    let allocations = r.get_u64(b);
+    let growth_bytes = r.get_u64(b) as i64;
+    let owner = r.get_str(b, OWNER_CAP, "a site's owner")?;
+    let label = r.get_str(b, LABEL_CAP, "a site's label")?;
+    Ok(SitePage {
+        device,
+        live_bytes,
+        allocations,
+        growth_bytes,
+        owner,
+        label,
+    })
+}
+
+/// The page's context `i`.
+fn decode_context(b: &[u8], i: usize) -> Result<ContextPage, PageError> {
+    let mut r = Cursor::new(CONTEXTS_OFFSET + i * CONTEXT_LEN);
+    let id = r.get_u32(b);
+    let device = r.get_u32(b);
+    let primary = match r.get_u32(b) {
+        0 => false,
+        1 => true,
+        _ => return Err(PageError::Garbage("a context's primary flag")),
+    };
+    let _pad = r.get_u32(b);
+    let created_ms = r.get_u64(b);
+    let live_bytes = r.get_u64(b);
+    Ok(ContextPage {
+        id,
+        device,
+        primary,
+        created_ms,
+        live_bytes,
     })
 }
 

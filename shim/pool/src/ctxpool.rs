@@ -28,11 +28,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::addr_hash::{AddrMap, AddrSet};
 use crate::chunking::{GrowthPolicy, Route, SizeRepeats};
-use crate::device::{Device, DeviceError};
-use crate::policy::{self, Refused, Request, Steps};
+use crate::device::Device;
+#[cfg(test)] // the tests name it through `use super::*`
+use crate::device::DeviceError;
+use crate::policy;
 use crate::reuse::Fences;
 use crate::tcache::{self, CachedBlock, LiveBlock, MAX_CACHED_BLOCK, Packed, Shared, ThreadCache};
 use crate::tlsf::{ChunkId, ChunkKind, FreeError, Freed, Grant, SubAllocator};
+
+pub use answers::{Block, Export, InvalidFree, OverLimit, Reason, Refusal};
 
 /// Arenas per pool.
 pub const ARENAS: usize = 16;
@@ -75,83 +79,6 @@ pub struct PoolStats {
     /// Frees reusable at once by the stream rule ([`Device::reuse_on_stream`]).
     pub stream_reuses: u64,
     pub limit_refusals: u64,
-}
-
-/// Why an allocation failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    pub reason: Reason,
-    /// One line for people (sizes in bytes; [`Refusal::message`] says it with the caller's units).
-    pub why: String,
-    /// When `CUGUARD_POOL_LIMIT` refused it: the limit, what the pool held, and what it needed.
-    pub over_limit: Option<OverLimit>,
-}
-
-/// A request the pool's limit refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OverLimit {
-    /// `CUGUARD_POOL_LIMIT`, in bytes.
-    pub limit: u64,
-    /// Bytes the pool held from the device then.
-    pub reserved: u64,
-    /// Bytes more it would have needed.
-    pub asked: u64,
-}
-
-impl Refusal {
-    /// The refusal in one line for people, sizes written by `bytes` (`1.0 GiB`).
-    pub fn message(&self, bytes: impl Fn(u64) -> String) -> String {
-        match self.over_limit {
-            Some(o) => format!(
-                "CUGUARD_POOL_LIMIT of {} reached: {} reserved, {} more asked for",
-                bytes(o.limit),
-                bytes(o.reserved),
-                bytes(o.asked)
-            ),
-            None => self.why.clone(),
-        }
-    }
-}
-
-/// What kind of refusal it is (the shim turns it into the driver's code).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    /// A request of zero bytes.
-    ZeroSize,
-    /// The pool's context is gone.
-    ContextDestroyed,
-    /// No memory: the device's, or the pool's limit.
-    OutOfMemory,
-    /// The device refused a chunk (only [`CtxPool::reserve_initial`] says so; an allocation
-    /// that cannot grow is [`Reason::OutOfMemory`]).
-    Device(DeviceError),
-}
-
-/// A free of an address inside the pool's chunks that starts no live block: a double free, an
-/// interior pointer, or a block still waiting for a fence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InvalidFree;
-
-/// What [`CtxPool::export`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Export {
-    /// The block is a dedicated chunk whole, starting at `base`; now marked exported.
-    Whole { base: u64 },
-    /// The block shares its chunk with others.
-    Shared,
-    /// No live block there.
-    NotLive,
-}
-
-/// A live block, as [`CtxPool::find`] reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Block<R> {
-    /// Its first byte.
-    pub addr: u64,
-    /// Bytes granted (at least what was asked, rounded to [`ALIGN`]; a dedicated chunk whole).
-    pub granted: u64,
-    /// The record kept with it, if one was given.
-    pub record: Option<R>,
 }
 
 /// One arena: a sub-allocator, its frees waiting for fences, and the records of its blocks.
@@ -906,96 +833,6 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
             }
         }
     }
-
-    /// Gives idle chunks of the other arenas back to the device (those whose lock is free now),
-    /// to make room under the limit; returns the bytes given back.
-    fn trim_other_arenas(&self, except: usize) -> u64 {
-        let mut freed = 0;
-        for (i, a) in self.arenas.iter().enumerate() {
-            if i == except {
-                continue;
-            }
-            if let Ok(mut g) = a.try_lock() {
-                let before = g.trimmed_bytes;
-                g.trim(0, self, true);
-                freed += g.trimmed_bytes - before;
-            }
-        }
-        freed
-    }
-
-    /// Checks every arena's bookkeeping; for the tests.
-    #[cfg(test)]
-    pub(crate) fn check_invariants(&self) -> Result<(), String> {
-        for (i, a) in self.arenas.iter().enumerate() {
-            let g = lock(a);
-            g.sub
-                .check_invariants()
-                .map_err(|e| format!("arena {i}: {e}"))?;
-            if g.pending.len() != g.pending_set.len() {
-                return Err(format!("arena {i}: pending list and set disagree"));
-            }
-            let mut bytes = 0;
-            let mut last_mark = 0;
-            for &(mark, addr, size) in &g.pending {
-                if !g.pending_set.contains(&addr) || mark < last_mark {
-                    return Err(format!("arena {i}: pending {addr:#x} out of place"));
-                }
-                if g.sub.find(addr).map(|b| (b.addr, b.size)) != Some((addr, size)) {
-                    return Err(format!("arena {i}: pending {addr:#x} is not a live grant"));
-                }
-                if g.records.contains_key(&addr) {
-                    return Err(format!("arena {i}: pending {addr:#x} kept its record"));
-                }
-                last_mark = mark;
-                bytes += size;
-            }
-            if bytes != g.pending_bytes {
-                return Err(format!(
-                    "arena {i}: pending bytes {} != {bytes}",
-                    g.pending_bytes
-                ));
-            }
-            for addr in g.records.keys() {
-                if g.sub.find(*addr).map(|b| b.addr) != Some(*addr) {
-                    return Err(format!("arena {i}: record of {addr:#x} without its block"));
-                }
-                if g.lent.contains(addr) {
-                    return Err(format!("arena {i}: lent {addr:#x} kept its record"));
-                }
-            }
-            for addr in &g.lent {
-                if g.sub.find(*addr).map(|b| b.addr) != Some(*addr) {
-                    return Err(format!("arena {i}: lent {addr:#x} is not a live grant"));
-                }
-                if g.pending_set.contains(addr) {
-                    return Err(format!("arena {i}: lent {addr:#x} is pending"));
-                }
-            }
-        }
-        // Every block lent is in one slot of a registered cache, and every occupied slot holds
-        // a lent block of its arena.
-        let lent: usize = self.arenas.iter().map(|a| lock(a).lent.len()).sum();
-        let mut held = 0;
-        for shared in self.registered() {
-            for s in &shared.slots {
-                let block = s
-                    .read_live::<R>()
-                    .map(|(_, b)| (b.addr, b.arena))
-                    .or_else(|| (s.cached_bytes() > 0).then(|| (s.addr(), s.arena())));
-                if let Some((addr, arena)) = block {
-                    held += 1;
-                    if !lock(&self.arenas[arena]).lent.contains(&addr) {
-                        return Err(format!("cached {addr:#x} is not lent by arena {arena}"));
-                    }
-                }
-            }
-        }
-        if held != lent {
-            return Err(format!("{lent} blocks lent, {held} in thread caches"));
-        }
-        Ok(())
-    }
 }
 
 impl<D: Device, R: Packed> Arena<D, R> {
@@ -1078,137 +915,6 @@ impl<D: Device, R: Packed> Arena<D, R> {
         }
     }
 
-    /// Waits on the host for the oldest fence in flight (first recording one for the pending
-    /// blocks when none is), then releases the blocks it covers; false when the context is not
-    /// current or no fence could be waited for that way.
-    fn wait_oldest_fence(&mut self, pool: &CtxPool<D, R>) -> bool {
-        if !pool.device.is_current() {
-            return false;
-        }
-        if !self.fences.any_in_flight() {
-            self.fence(pool);
-        }
-        let Some(done) = self.fences.wait_oldest(&pool.device) else {
-            return false;
-        };
-        pool.note_completed(done);
-        self.release_ready(pool);
-        true
-    }
-
-    /// Waits for the context's work, then releases every pending block; false when the context
-    /// is not current or the device could not synchronize.
-    fn synchronize(&mut self, pool: &CtxPool<D, R>) -> bool {
-        if !pool.device.is_current() {
-            return false;
-        }
-        let Some(done) = self.fences.synchronize(&pool.device) else {
-            return false;
-        };
-        pool.note_completed(done);
-        self.release_ready(pool);
-        self.since_fence_bytes = 0;
-        self.since_fence_count = 0;
-        true
-    }
-
-    /// The slow path: the policy's steps (see [`crate::policy`]), carried out on this arena.
-    fn alloc_slow(
-        &mut self,
-        size: u64,
-        pool: &CtxPool<D, R>,
-        arena: usize,
-    ) -> Result<Grant, Refusal> {
-        let Some(footprint) = self.sub.footprint(size, ALIGN) else {
-            return Err(Refusal {
-                reason: Reason::OutOfMemory,
-                why: "request too large".into(),
-                over_limit: None,
-            });
-        };
-        let stats = self.sub.stats();
-        let request = Request::new(
-            &self.growth,
-            size,
-            footprint,
-            ALIGN,
-            stats.reserved_bytes,
-            stats.dedicated_bytes,
-        );
-        let mut steps = SlowPath {
-            arena: self,
-            pool,
-            index: arena,
-            size,
-            dedicated: request.dedicated,
-        };
-        match policy::alloc_slow(&mut steps, &request) {
-            Ok(grant) => Ok(grant),
-            Err(Refused::OutOfMemory) => Err(Refusal {
-                reason: Reason::OutOfMemory,
-                why: "device out of memory".into(),
-                over_limit: None,
-            }),
-            Err(Refused::Limit) => {
-                self.limit_refusals += 1;
-                let over = OverLimit {
-                    limit: pool.settings.limit.unwrap_or(0),
-                    reserved: pool.reserved.load(Relaxed),
-                    asked: size,
-                };
-                Err(Refusal {
-                    reason: Reason::OutOfMemory,
-                    why: format!(
-                        "CUGUARD_POOL_LIMIT of {} bytes reached: {} bytes reserved, {} more asked for",
-                        over.limit, over.reserved, over.asked
-                    ),
-                    over_limit: Some(over),
-                })
-            }
-        }
-    }
-
-    /// Adds a chunk of `size` bytes from the device.
-    fn grow(
-        &mut self,
-        size: u64,
-        dedicated: bool,
-        pool: &CtxPool<D, R>,
-        arena: usize,
-    ) -> Result<(), Refusal> {
-        let base = pool.device.alloc_chunk(size).map_err(|e| Refusal {
-            reason: Reason::Device(e),
-            why: match e {
-                DeviceError::Unavailable => "no driver".into(),
-                DeviceError::Refused(_) => format!("driver refused a {size}-byte chunk"),
-            },
-            over_limit: None,
-        })?;
-        let added = if dedicated {
-            self.sub.add_dedicated_chunk(base, size)
-        } else {
-            self.sub.add_chunk(base, size)
-        };
-        if added.is_err() {
-            pool.device.free_chunk(base, true);
-            return Err(Refusal {
-                reason: Reason::OutOfMemory,
-                why: "chunk refused by the sub-allocator".into(),
-                over_limit: None,
-            });
-        }
-        self.chunks_added += 1;
-        let bit = 1u32 << (arena % ARENAS);
-        if pool.arenas_used.load(Relaxed) & bit == 0 {
-            pool.arenas_used.fetch_or(bit, Relaxed);
-        }
-        let reserved = pool.reserved.fetch_add(size, Relaxed) + size;
-        pool.peak_reserved.fetch_max(reserved, Relaxed);
-        let pool_addr = std::ptr::from_ref(pool) as usize;
-        pool.device.chunk_added(base, size, pool_addr, arena);
-        Ok(())
-    }
-
     /// After blocks went back to the sub-allocator: give idle chunks back beyond what is kept.
     fn after_release(&mut self, pool: &CtxPool<D, R>) {
         let keep = pool.keep_share();
@@ -1243,117 +949,11 @@ impl<D: Device, R: Packed> Arena<D, R> {
     }
 }
 
-/// The slow path's view of one arena: what [`policy::alloc_slow`] asks it to do.
-struct SlowPath<'a, D: Device, R> {
-    arena: &'a mut Arena<D, R>,
-    pool: &'a CtxPool<D, R>,
-    /// The arena's index in the pool.
-    index: usize,
-    /// The request's size.
-    size: u64,
-    /// Whether it takes a dedicated chunk.
-    dedicated: bool,
-}
-
-impl<D: Device, R: Packed> Steps for SlowPath<'_, D, R> {
-    type Grant = Grant;
-
-    fn reclaim(&mut self) {
-        let done = self.arena.fences.poll(&self.pool.device);
-        self.pool.note_completed(done);
-        self.arena.release_ready(self.pool);
-    }
-
-    fn drain_caches(&mut self) {
-        for shared in self.pool.registered() {
-            for s in &shared.slots {
-                if let Some(b) = s.claim_cached(Some(self.index)) {
-                    self.arena.lent.remove(&b.addr);
-                    self.arena.release(self.pool, b.addr, b.granted, b.mark);
-                }
-            }
-        }
-        // The other arenas' cached blocks too, where their lock is free now (their chunks may
-        // then become idle, for `trim_others`).
-        for (i, a) in self.pool.arenas.iter().enumerate() {
-            if i == self.index {
-                continue;
-            }
-            let Ok(mut g) = a.try_lock() else { continue };
-            for shared in self.pool.registered() {
-                for s in &shared.slots {
-                    if let Some(b) = s.claim_cached(Some(i)) {
-                        g.lent.remove(&b.addr);
-                        g.release(self.pool, b.addr, b.granted, b.mark);
-                    }
-                }
-            }
-        }
-    }
-
-    fn try_alloc(&mut self) -> Option<Grant> {
-        self.arena.try_alloc(self.size)
-    }
-
-    fn pending_bytes(&self) -> u64 {
-        self.arena.pending_bytes
-    }
-
-    fn has_pending(&self) -> bool {
-        !self.arena.pending.is_empty()
-    }
-
-    fn synchronize(&mut self) -> bool {
-        self.arena.synchronize(self.pool)
-    }
-
-    fn wait_oldest_fence(&mut self) -> bool {
-        self.arena.wait_oldest_fence(self.pool)
-    }
-
-    fn fence(&mut self) {
-        self.arena.fence(self.pool);
-    }
-
-    fn release_idle_dedicated(&mut self, bytes: u64) {
-        let a = &mut *self.arena;
-        let release = a
-            .growth
-            .dedicated_release(a.sub.idle_chunks(), bytes, &a.repeats);
-        a.release_chunks(release.iter().map(|c| c.id), self.pool, false);
-    }
-
-    fn within_limit(&self, bytes: u64) -> bool {
-        self.pool.within_limit(bytes)
-    }
-
-    fn grow(&mut self, bytes: u64) -> bool {
-        self.arena
-            .grow(bytes, self.dedicated, self.pool, self.index)
-            .is_ok()
-    }
-
-    fn trim_own(&mut self) {
-        self.arena.trim(0, self.pool, true);
-    }
-
-    fn settle_returns(&mut self) {
-        self.pool.device.settle_returns();
-    }
-
-    fn room_possible(&self, bytes: u64) -> bool {
-        self.pool
-            .device
-            .free_bytes()
-            .is_none_or(|free| free.saturating_add(self.pool.reserved.load(Relaxed)) >= bytes)
-    }
-
-    fn trim_others(&mut self) {
-        self.pool.trim_other_arenas(self.index);
-    }
-}
-
+mod answers;
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod invariants;
+mod slow;
 #[cfg(test)]
 mod tests;

@@ -622,6 +622,7 @@ impl ThreadCache {
 
     /// A slot the owner may fill: a vacant one it holds no more, or, when all are held, one
     /// whose live block is to be handed over to its arena (returned with it).
+    #[inline]
     pub(crate) fn free_slot<R: Packed>(&mut self) -> Option<(usize, Option<LiveBlock<R>>)> {
         if self.used != u64::MAX {
             let slot = (!self.used).trailing_zeros() as usize;

@@ -69,7 +69,7 @@ pub struct Config {
     /// `CUGUARD_TIMELINE_MS`: how often the memory timeline is sampled; 0 = off.
     pub timeline_ms: u64,
     /// `CUGUARD_HISTORY`: the history's bound in bytes, all its segments together
-    /// ([`crate::history`]); 0 turns it off.
+    /// ([`crate::recorder`]); 0 turns it off.
     pub history_bytes: u64,
     /// `CUGUARD_POOL`: serve cuMemAlloc/cuMemFree from the pool.
     pub pool: bool,
@@ -220,232 +220,40 @@ pub fn init() {
 
 /// Replaces nothing, but lets tests parse arbitrary environments.
 pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
-    let mut problems = Vec::new();
-    let mut flag = |name: &str, default: bool| -> bool {
-        match var(name).as_deref().map(str::trim) {
-            None | Some("") => default,
-            Some("1" | "true" | "yes" | "on") => true,
-            Some("0" | "false" | "no" | "off") => false,
-            Some(other) => {
-                problems.push(format!(
-                    "{name}={other:?} is not 0 or 1; using {}",
-                    u8::from(default)
-                ));
-                default
-            }
-        }
+    let mut r = Reader {
+        var,
+        problems: Vec::new(),
     };
-    let disabled = flag("CUGUARD_DISABLE", false);
-    let quiet = flag("CUGUARD_QUIET", false);
-    let log = flag("CUGUARD_LOG", false);
-    let pool = flag("CUGUARD_POOL", true);
-    let thread_cache = flag("CUGUARD_POOL_THREAD_CACHE", true);
-    let stream_reuse = flag("CUGUARD_POOL_STREAM_REUSE", true);
-    let unsafe_reuse = flag("CUGUARD_TEST_UNSAFE_REUSE", false);
-    let signals = flag("CUGUARD_SIGNALS", true);
-    let no_tracking = flag("CUGUARD_TEST_NO_TRACKING", false);
-    let page = flag("CUGUARD_PAGE", true);
-    let limit_virtual = flag("CUGUARD_LIMIT_VIRTUAL", true);
-    let python_end = flag("CUGUARD_PYTHON_END", true);
-    let stack_depth = match var("CUGUARD_STACK_DEPTH").as_deref().map(str::trim) {
-        None | Some("") => DEFAULT_STACK_DEPTH,
-        Some(s) => match s.parse::<usize>() {
-            Ok(n) if n <= MAX_STACK_DEPTH => n,
-            Ok(n) => {
-                problems.push(format!(
-                    "CUGUARD_STACK_DEPTH={n} is more than {MAX_STACK_DEPTH}; using {MAX_STACK_DEPTH}"
-                ));
-                MAX_STACK_DEPTH
-            }
-            Err(_) => {
-                problems.push(format!(
-                    "CUGUARD_STACK_DEPTH={s:?} is not a number; using {DEFAULT_STACK_DEPTH}"
-                ));
-                DEFAULT_STACK_DEPTH
-            }
-        },
-    };
-    let defaults = PoolSettings::default();
-    let mut amount = |name: &str, default: Option<Amount>, none_ok: bool| -> Option<Amount> {
-        match var(name).as_deref().map(str::trim) {
-            None | Some("") => default,
-            Some(v)
-                if none_ok && matches!(v.to_ascii_lowercase().as_str(), "none" | "unlimited") =>
-            {
-                None
-            }
-            Some(v) => match amount::parse(v) {
-                Ok(a) => Some(a),
-                Err(why) => {
-                    problems.push(format!("{name}: {why}; using the default"));
-                    default
-                }
-            },
-        }
-    };
-    let pool_settings = PoolSettings {
-        initial: amount("CUGUARD_POOL_INITIAL", Some(defaults.initial), false)
-            .unwrap_or(defaults.initial),
-        limit: amount("CUGUARD_POOL_LIMIT", defaults.limit, true),
-        keep: amount("CUGUARD_POOL_KEEP", Some(defaults.keep), true)
-            .unwrap_or(Amount::Bytes(u64::MAX)),
-    };
-    let report_template = match var("CUGUARD_REPORT") {
-        Some(s) if !s.trim().is_empty() => s,
-        _ => DEFAULT_REPORT.to_string(),
-    };
-    let report_mode = match var("CUGUARD_REPORT_MODE").as_deref().map(str::trim) {
-        None | Some("") => 0o600,
-        Some(v) => match u32::from_str_radix(v, 8) {
-            Ok(m) if m <= 0o777 => m,
-            _ => {
-                problems.push(format!(
-                    "CUGUARD_REPORT_MODE={v:?} is not a file mode in octal (as 600 or 0640); using 0600"
-                ));
-                0o600
-            }
-        },
-    };
-    let checkpoint_secs = match var("CUGUARD_CHECKPOINT_SECS").as_deref().map(str::trim) {
-        None | Some("") => 0,
-        Some(v) => match v.parse::<u64>() {
-            Ok(n) => n.min(86_400 * 365),
-            Err(_) => {
-                problems.push(format!(
-                    "CUGUARD_CHECKPOINT_SECS={v:?} is not a whole number of seconds; checkpoints are off"
-                ));
-                0
-            }
-        },
-    };
-    let timeline_ms = match var("CUGUARD_TIMELINE_MS").as_deref().map(str::trim) {
-        None | Some("") => DEFAULT_TIMELINE_MS,
-        Some(v) => match v.parse::<u64>() {
-            Ok(n) => n,
-            Err(_) => {
-                problems.push(format!(
-                    "CUGUARD_TIMELINE_MS={v:?} is not a whole number of milliseconds; using {}",
-                    DEFAULT_TIMELINE_MS
-                ));
-                DEFAULT_TIMELINE_MS
-            }
-        },
-    };
-    let history_bytes = match var("CUGUARD_HISTORY").as_deref().map(str::trim) {
-        None | Some("") => DEFAULT_HISTORY_BYTES,
-        Some(v)
-            if matches!(
-                v.to_ascii_lowercase().as_str(),
-                "0" | "off" | "no" | "false"
-            ) =>
-        {
-            0
-        }
-        Some(v) => {
-            let default = DEFAULT_HISTORY_BYTES >> 20;
-            match amount::parse(v) {
-                // Zero however written (`00`, `0MiB`) is off, as `0` is; not a fraction of a
-                // byte (`0.5`), which is under the least bound.
-                Ok(Amount::Bytes(0))
-                    if v.chars()
-                        .take_while(|c| c.is_ascii_digit() || *c == '.')
-                        .all(|c| c == '0' || c == '.') =>
-                {
-                    0
-                }
-                Ok(Amount::Bytes(b)) if b >= MIN_HISTORY_BYTES => b,
-                Ok(Amount::Bytes(_)) => {
-                    let least = MIN_HISTORY_BYTES >> 20;
-                    problems.push(format!(
-                        "CUGUARD_HISTORY={v:?} is less than the least bound, {least}MiB; using {least}MiB"
-                    ));
-                    MIN_HISTORY_BYTES
-                }
-                // A percentage is of a device's memory, which the history is not on.
-                Ok(Amount::Percent(_)) => {
-                    problems.push(format!(
-                        "CUGUARD_HISTORY={v:?} is not a size; give a size (as {default}MiB) or 0 for off; using {default}MiB"
-                    ));
-                    DEFAULT_HISTORY_BYTES
-                }
-                Err(why) => {
-                    problems.push(format!(
-                        "CUGUARD_HISTORY={why}; give a size (as {default}MiB) or 0 for off; using {default}MiB"
-                    ));
-                    DEFAULT_HISTORY_BYTES
-                }
-            }
-        }
-    };
-    let warn_at = match var("CUGUARD_WARN_AT").as_deref().map(str::trim) {
-        None | Some("") => None,
-        Some(v) if matches!(v.to_ascii_lowercase().as_str(), "off" | "none") => None,
-        Some(v) => match amount::parse(v) {
-            Ok(a) => Some(a),
-            Err(why) => {
-                problems.push(format!("CUGUARD_WARN_AT: {why}; no warning is given"));
-                None
-            }
-        },
-    };
-    let (rtmin, rtmax) = (libc::SIGRTMIN(), libc::SIGRTMAX());
-    let default_snapshot = rtmin + DEFAULT_SNAPSHOT_RT_OFFSET;
-    let snapshot_signal = match var("CUGUARD_SNAPSHOT_SIGNAL").as_deref().map(str::trim) {
-        None | Some("") => default_snapshot,
-        Some(v) => match parse_signal(v, rtmin, rtmax) {
-            Ok(n) => n,
-            Err(why) => {
-                problems.push(format!(
-                    "CUGUARD_SNAPSHOT_SIGNAL: {why}; using RTMIN+{DEFAULT_SNAPSHOT_RT_OFFSET}"
-                ));
-                default_snapshot
-            }
-        },
-    };
+    let disabled = r.flag("CUGUARD_DISABLE", false);
+    let quiet = r.flag("CUGUARD_QUIET", false);
+    let log = r.flag("CUGUARD_LOG", false);
+    let pool = r.flag("CUGUARD_POOL", true);
+    let thread_cache = r.flag("CUGUARD_POOL_THREAD_CACHE", true);
+    let stream_reuse = r.flag("CUGUARD_POOL_STREAM_REUSE", true);
+    let unsafe_reuse = r.flag("CUGUARD_TEST_UNSAFE_REUSE", false);
+    let signals = r.flag("CUGUARD_SIGNALS", true);
+    let no_tracking = r.flag("CUGUARD_TEST_NO_TRACKING", false);
+    let page = r.flag("CUGUARD_PAGE", true);
+    let limit_virtual = r.flag("CUGUARD_LIMIT_VIRTUAL", true);
+    let python_end = r.flag("CUGUARD_PYTHON_END", true);
+    let stack_depth = r.stack_depth();
+    let pool_settings = r.pool_settings();
+    let (report_template, report_mode) = r.report();
+    let checkpoint_secs = r.checkpoint_secs();
+    let timeline_ms = r.timeline_ms();
+    let history_bytes = r.history_bytes();
+    let warn_at = r.warn_at();
+    let snapshot_signal = r.snapshot_signal();
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
-    let page_dir = page.then(|| cuguard_page::runtime_dir(uid, &var));
-    let alert = match var("CUGUARD_ALERT") {
-        None => AlertTo::Stderr,
-        Some(v) => parse_alert(&v).unwrap_or_else(|why| {
-            problems.push(format!("CUGUARD_ALERT: {why}; alerts go to stderr"));
-            AlertTo::Stderr
-        }),
-    };
-    let syslog_socket = var("CUGUARD_TEST_SYSLOG_SOCKET")
+    let page_dir = page.then(|| cuguard_page::runtime_dir(uid, &r.var));
+    let alert = r.alert();
+    let syslog_socket = (r.var)("CUGUARD_TEST_SYSLOG_SOCKET")
         .filter(|s| !s.trim().is_empty())
         .map_or_else(|| PathBuf::from("/dev/log"), PathBuf::from);
-    let default_sample = crate::process::cost::DEFAULT_SAMPLE_EVERY;
-    let cost_sample_every = match var("CUGUARD_COST_SAMPLE").as_deref().map(str::trim) {
-        None | Some("") => default_sample,
-        Some(s) => match s.parse::<u64>() {
-            Ok(n) if n >= 1 => n,
-            _ => {
-                problems.push(format!(
-                    "CUGUARD_COST_SAMPLE={s:?} is not a number of at least 1; using {default_sample}"
-                ));
-                default_sample
-            }
-        },
-    };
-    let limit = match var("CUGUARD_LIMIT") {
-        None => None,
-        Some(v) => limit::parse(&v).unwrap_or_else(|why| {
-            problems.push(format!("CUGUARD_LIMIT: {why}; no limit is set"));
-            None
-        }),
-    };
-    let run_id = match var("CUGUARD_RUN_ID").as_deref().map(str::trim) {
-        None | Some("") => None,
-        Some(id) if run_id_ok(id) => Some(id.to_string()),
-        Some(id) => {
-            problems.push(format!(
-                "CUGUARD_RUN_ID={id:?} is not 1 to 64 letters, digits, '.', '_', ':' or '-'; \
-                 the process belongs to no run"
-            ));
-            None
-        }
-    };
+    let cost_sample_every = r.cost_sample_every();
+    let limit = r.limit();
+    let run_id = r.run_id();
     let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
 
     Config {
@@ -463,7 +271,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         stream_reuse,
         unsafe_reuse,
         no_tracking,
-        problems,
+        problems: r.problems,
         checkpoint_secs,
         warn_at,
         snapshot_signal,
@@ -477,6 +285,295 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         python_end,
         run_id,
         report_mode,
+    }
+}
+
+/// The environment being read ([`from_env`]), and the problems met so far, in the order met.
+/// Each method reads one setting or one group of settings, giving the default and a problem for
+/// a value it does not take.
+struct Reader<F> {
+    var: F,
+    problems: Vec<String>,
+}
+
+impl<F: Fn(&str) -> Option<String>> Reader<F> {
+    /// A switch: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`; `default` when unset or empty.
+    fn flag(&mut self, name: &str, default: bool) -> bool {
+        let value = (self.var)(name);
+        match value.as_deref().map(str::trim) {
+            None | Some("") => default,
+            Some("1" | "true" | "yes" | "on") => true,
+            Some("0" | "false" | "no" | "off") => false,
+            Some(other) => {
+                self.problems.push(format!(
+                    "{name}={other:?} is not 0 or 1; using {}",
+                    u8::from(default)
+                ));
+                default
+            }
+        }
+    }
+
+    /// `CUGUARD_STACK_DEPTH`, capped at [`MAX_STACK_DEPTH`].
+    fn stack_depth(&mut self) -> usize {
+        let value = (self.var)("CUGUARD_STACK_DEPTH");
+        match value.as_deref().map(str::trim) {
+            None | Some("") => DEFAULT_STACK_DEPTH,
+            Some(s) => match s.parse::<usize>() {
+                Ok(n) if n <= MAX_STACK_DEPTH => n,
+                Ok(n) => {
+                    self.problems.push(format!(
+                        "CUGUARD_STACK_DEPTH={n} is more than {MAX_STACK_DEPTH}; using {MAX_STACK_DEPTH}"
+                    ));
+                    MAX_STACK_DEPTH
+                }
+                Err(_) => {
+                    self.problems.push(format!(
+                        "CUGUARD_STACK_DEPTH={s:?} is not a number; using {DEFAULT_STACK_DEPTH}"
+                    ));
+                    DEFAULT_STACK_DEPTH
+                }
+            },
+        }
+    }
+
+    /// An amount of memory ([`amount::parse`]); `none` or `unlimited` is `None` where `none_ok`.
+    fn amount(&mut self, name: &str, default: Option<Amount>, none_ok: bool) -> Option<Amount> {
+        let value = (self.var)(name);
+        match value.as_deref().map(str::trim) {
+            None | Some("") => default,
+            Some(v)
+                if none_ok && matches!(v.to_ascii_lowercase().as_str(), "none" | "unlimited") =>
+            {
+                None
+            }
+            Some(v) => match amount::parse(v) {
+                Ok(a) => Some(a),
+                Err(why) => {
+                    self.problems
+                        .push(format!("{name}: {why}; using the default"));
+                    default
+                }
+            },
+        }
+    }
+
+    /// `CUGUARD_POOL_INITIAL`, `CUGUARD_POOL_LIMIT`, `CUGUARD_POOL_KEEP`.
+    fn pool_settings(&mut self) -> PoolSettings {
+        let defaults = PoolSettings::default();
+        PoolSettings {
+            initial: self
+                .amount("CUGUARD_POOL_INITIAL", Some(defaults.initial), false)
+                .unwrap_or(defaults.initial),
+            limit: self.amount("CUGUARD_POOL_LIMIT", defaults.limit, true),
+            keep: self
+                .amount("CUGUARD_POOL_KEEP", Some(defaults.keep), true)
+                .unwrap_or(Amount::Bytes(u64::MAX)),
+        }
+    }
+
+    /// `CUGUARD_REPORT` and `CUGUARD_REPORT_MODE`: the report's path template and permission
+    /// bits.
+    fn report(&mut self) -> (String, u32) {
+        let template = match (self.var)("CUGUARD_REPORT") {
+            Some(s) if !s.trim().is_empty() => s,
+            _ => DEFAULT_REPORT.to_string(),
+        };
+        let value = (self.var)("CUGUARD_REPORT_MODE");
+        let mode = match value.as_deref().map(str::trim) {
+            None | Some("") => 0o600,
+            Some(v) => match u32::from_str_radix(v, 8) {
+                Ok(m) if m <= 0o777 => m,
+                _ => {
+                    self.problems.push(format!(
+                        "CUGUARD_REPORT_MODE={v:?} is not a file mode in octal (as 600 or 0640); using 0600"
+                    ));
+                    0o600
+                }
+            },
+        };
+        (template, mode)
+    }
+
+    /// `CUGUARD_CHECKPOINT_SECS`, at most a year; 0 (off) for a value not taken.
+    fn checkpoint_secs(&mut self) -> u64 {
+        let value = (self.var)("CUGUARD_CHECKPOINT_SECS");
+        match value.as_deref().map(str::trim) {
+            None | Some("") => 0,
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) => n.min(86_400 * 365),
+                Err(_) => {
+                    self.problems.push(format!(
+                        "CUGUARD_CHECKPOINT_SECS={v:?} is not a whole number of seconds; checkpoints are off"
+                    ));
+                    0
+                }
+            },
+        }
+    }
+
+    /// `CUGUARD_TIMELINE_MS`.
+    fn timeline_ms(&mut self) -> u64 {
+        let value = (self.var)("CUGUARD_TIMELINE_MS");
+        match value.as_deref().map(str::trim) {
+            None | Some("") => DEFAULT_TIMELINE_MS,
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) => n,
+                Err(_) => {
+                    self.problems.push(format!(
+                        "CUGUARD_TIMELINE_MS={v:?} is not a whole number of milliseconds; using {}",
+                        DEFAULT_TIMELINE_MS
+                    ));
+                    DEFAULT_TIMELINE_MS
+                }
+            },
+        }
+    }
+
+    /// `CUGUARD_HISTORY`: the history's bound in bytes, at least [`MIN_HISTORY_BYTES`]; 0 (in
+    /// any of its spellings) for off.
+    fn history_bytes(&mut self) -> u64 {
+        let value = (self.var)("CUGUARD_HISTORY");
+        match value.as_deref().map(str::trim) {
+            None | Some("") => DEFAULT_HISTORY_BYTES,
+            Some(v)
+                if matches!(
+                    v.to_ascii_lowercase().as_str(),
+                    "0" | "off" | "no" | "false"
+                ) =>
+            {
+                0
+            }
+            Some(v) => {
+                let default = DEFAULT_HISTORY_BYTES >> 20;
+                match amount::parse(v) {
+                    // Zero however written (`00`, `0MiB`) is off, as `0` is; not a fraction of a
+                    // byte (`0.5`), which is under the least bound.
+                    Ok(Amount::Bytes(0))
+                        if v.chars()
+                            .take_while(|c| c.is_ascii_digit() || *c == '.')
+                            .all(|c| c == '0' || c == '.') =>
+                    {
+                        0
+                    }
+                    Ok(Amount::Bytes(b)) if b >= MIN_HISTORY_BYTES => b,
+                    Ok(Amount::Bytes(_)) => {
+                        let least = MIN_HISTORY_BYTES >> 20;
+                        self.problems.push(format!(
+                            "CUGUARD_HISTORY={v:?} is less than the least bound, {least}MiB; using {least}MiB"
+                        ));
+                        MIN_HISTORY_BYTES
+                    }
+                    // A percentage is of a device's memory, which the history is not on.
+                    Ok(Amount::Percent(_)) => {
+                        self.problems.push(format!(
+                            "CUGUARD_HISTORY={v:?} is not a size; give a size (as {default}MiB) or 0 for off; using {default}MiB"
+                        ));
+                        DEFAULT_HISTORY_BYTES
+                    }
+                    Err(why) => {
+                        self.problems.push(format!(
+                            "CUGUARD_HISTORY={why}; give a size (as {default}MiB) or 0 for off; using {default}MiB"
+                        ));
+                        DEFAULT_HISTORY_BYTES
+                    }
+                }
+            }
+        }
+    }
+
+    /// `CUGUARD_WARN_AT`; `off` or `none` for no warning.
+    fn warn_at(&mut self) -> Option<Amount> {
+        let value = (self.var)("CUGUARD_WARN_AT");
+        match value.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(v) if matches!(v.to_ascii_lowercase().as_str(), "off" | "none") => None,
+            Some(v) => match amount::parse(v) {
+                Ok(a) => Some(a),
+                Err(why) => {
+                    self.problems
+                        .push(format!("CUGUARD_WARN_AT: {why}; no warning is given"));
+                    None
+                }
+            },
+        }
+    }
+
+    /// `CUGUARD_SNAPSHOT_SIGNAL` ([`parse_signal`]); `RTMIN+7` by default.
+    fn snapshot_signal(&mut self) -> i32 {
+        let (rtmin, rtmax) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+        let default_snapshot = rtmin + DEFAULT_SNAPSHOT_RT_OFFSET;
+        let value = (self.var)("CUGUARD_SNAPSHOT_SIGNAL");
+        match value.as_deref().map(str::trim) {
+            None | Some("") => default_snapshot,
+            Some(v) => match parse_signal(v, rtmin, rtmax) {
+                Ok(n) => n,
+                Err(why) => {
+                    self.problems.push(format!(
+                        "CUGUARD_SNAPSHOT_SIGNAL: {why}; using RTMIN+{DEFAULT_SNAPSHOT_RT_OFFSET}"
+                    ));
+                    default_snapshot
+                }
+            },
+        }
+    }
+
+    /// `CUGUARD_ALERT` ([`parse_alert`]); stderr by default.
+    fn alert(&mut self) -> AlertTo {
+        match (self.var)("CUGUARD_ALERT") {
+            None => AlertTo::Stderr,
+            Some(v) => parse_alert(&v).unwrap_or_else(|why| {
+                self.problems
+                    .push(format!("CUGUARD_ALERT: {why}; alerts go to stderr"));
+                AlertTo::Stderr
+            }),
+        }
+    }
+
+    /// `CUGUARD_COST_SAMPLE`: at least 1.
+    fn cost_sample_every(&mut self) -> u64 {
+        let default_sample = crate::process::cost::DEFAULT_SAMPLE_EVERY;
+        let value = (self.var)("CUGUARD_COST_SAMPLE");
+        match value.as_deref().map(str::trim) {
+            None | Some("") => default_sample,
+            Some(s) => match s.parse::<u64>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    self.problems.push(format!(
+                        "CUGUARD_COST_SAMPLE={s:?} is not a number of at least 1; using {default_sample}"
+                    ));
+                    default_sample
+                }
+            },
+        }
+    }
+
+    /// `CUGUARD_LIMIT` ([`limit::parse`]); no limit for a value not taken.
+    fn limit(&mut self) -> Option<LimitSpec> {
+        match (self.var)("CUGUARD_LIMIT") {
+            None => None,
+            Some(v) => limit::parse(&v).unwrap_or_else(|why| {
+                self.problems
+                    .push(format!("CUGUARD_LIMIT: {why}; no limit is set"));
+                None
+            }),
+        }
+    }
+
+    /// `CUGUARD_RUN_ID`, when [`run_id_ok`] takes it.
+    fn run_id(&mut self) -> Option<String> {
+        let value = (self.var)("CUGUARD_RUN_ID");
+        match value.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(id) if run_id_ok(id) => Some(id.to_string()),
+            Some(id) => {
+                self.problems.push(format!(
+                    "CUGUARD_RUN_ID={id:?} is not 1 to 64 letters, digits, '.', '_', ':' or '-'; \
+                     the process belongs to no run"
+                ));
+                None
+            }
+        }
     }
 }
 

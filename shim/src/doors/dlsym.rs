@@ -15,6 +15,7 @@
 use std::ffi::{CStr, c_char, c_void};
 
 use crate::driver::{self, REAL_DLSYM};
+use crate::tracker::doors::Door;
 
 /// The exported `dlsym`.
 ///
@@ -119,7 +120,7 @@ pub unsafe extern "C" fn lookup(handle: *mut c_void, symbol: *const c_char) -> *
 }
 
 fn on_driver_name(found: *mut c_void) -> *mut c_void {
-    if let Some(hook) = super::substitute(found, super::Door::Dlsym) {
+    if let Some(hook) = super::exports::substitute(found, Door::Dlsym) {
         return hook;
     }
     // A driver name that resolved to one of the shim's own exports (RTLD_DEFAULT finds them

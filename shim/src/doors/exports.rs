@@ -17,12 +17,16 @@
 //! | role     | handler                                                           |
 //! |----------|-------------------------------------------------------------------|
 //! | `track`, `query` | `hooks::FIRST_FORM(entry, real, args…)`                   |
-//! | `door`   | `doors::procaddr::FIRST_FORM(entry, real, args…)`                 |
+//! | `door`   | `doors::procaddr::FIRST_FORM(entry, real, substitute, args…)`     |
 //! | `submit` | [`crate::hooks::submit::before`], the real entry, then [`crate::hooks::submit::counted_on`], with the submission's stream ([`stream_key!`]) |
 //! | `copy`   | `hooks::FIRST_FORM(entry, real, args…)`, which counts it too      |
 //!
 //! `FIRST_FORM` is the row's first form: one handler serves all forms of a row, and is told
 //! which one was called.
+//!
+//! [`substitute`], which both lookup doors route through, is here beside [`handed_for`]: it
+//! hands out these functions, `cuGetProcAddress`'s among them, so `procaddr` is given it as an
+//! argument rather than importing it.
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
@@ -31,6 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::driver::{Entry, for_each_entry};
 use crate::ffi::*;
+use crate::tracker::doors::Door;
 
 /// The real entry `e` is missing: says so once, and answers what a missing driver answers.
 #[cold]
@@ -84,7 +89,7 @@ macro_rules! door_functions {
         crate::hooks::$first(Entry::$form, $real, $($p),*)
     };
     (@call door $first:ident $form:ident $real:ident ($($p:ident),*)) => {
-        super::super::procaddr::$first(Entry::$form, $real, $($p),*)
+        super::super::procaddr::$first(Entry::$form, $real, super::substitute, $($p),*)
     };
     (@call submit $first:ident $form:ident $real:ident ($($p:ident),*)) => {{
         let key = stream_key!($first $form; $($p),*);
@@ -165,6 +170,20 @@ pub fn handed_for(e: Entry) -> Option<*mut c_void> {
 /// The shim's exported symbol for `e`, if it exports one.
 pub fn exported_for(e: Entry) -> Option<*mut c_void> {
     for_each_entry!(function_of, exported, e)
+}
+
+/// The function standing in for the real driver entry at `addr`, if the shim stands in for it;
+/// counts it for `door`.
+pub fn substitute(addr: *mut c_void, door: Door) -> Option<*mut c_void> {
+    // Reading the settings first makes a disabled shim inert.
+    crate::config::init();
+    if !crate::phase::substitutes() {
+        return None;
+    }
+    let entry = crate::driver::entry_at(addr as usize)?;
+    let function = handed_for(entry)?;
+    crate::tracker::doors::handed_out(door);
+    Some(function)
 }
 
 /// Whether `p` is one of the shim's own functions for a driver entry (exported or handed out).

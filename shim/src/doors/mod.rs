@@ -13,29 +13,16 @@
 //! an export and the same `dlsym` door (names starting `nvml`).
 //!
 //! The two lookup doors ask the real driver first and then route by the pointer it returned
-//! ([`substitute`]): if that is the real address of an entry the shim stands in for, the program
-//! gets the handed-out function instead. Versioned and `_ptsz` entries are therefore told apart
-//! by what the driver chose, never by guessing from the name.
+//! ([`exports::substitute`], beside the functions it hands out): if that is the real address of
+//! an entry the shim stands in for, the program gets the handed-out function instead. Versioned
+//! and `_ptsz` entries are therefore told apart by what the driver chose, never by guessing from
+//! the name.
+//!
+//! The files import one way: [`dlsym`] → [`exports`] → [`procaddr`]. The `cuGetProcAddress`
+//! functions that [`exports`] hands out call [`procaddr`]'s handlers with `substitute` as an
+//! argument, since `substitute` can hand out those very functions.
 
 pub mod dlsym;
 pub mod exports;
 pub mod nvml;
 pub mod procaddr;
-
-use std::ffi::c_void;
-
-pub use crate::tracker::doors::Door;
-
-/// The function standing in for the real driver entry at `addr`, if the shim stands in for it;
-/// counts it for `door`.
-pub fn substitute(addr: *mut c_void, door: Door) -> Option<*mut c_void> {
-    // Reading the settings first makes a disabled shim inert.
-    crate::config::init();
-    if !crate::phase::substitutes() {
-        return None;
-    }
-    let entry = crate::driver::entry_at(addr as usize)?;
-    let function = exports::handed_for(entry)?;
-    crate::tracker::doors::handed_out(door);
-    Some(function)
-}

@@ -39,7 +39,7 @@ pub enum Ordinal {
 /// them).
 pub fn ordinal_of(uuid: &str) -> Ordinal {
     // RTLD_NOLOAD: resolves the driver only if the program has loaded it.
-    if super::driver().is_some() {
+    if super::loader::driver().is_some() {
         let mut initialized = false;
         for ordinal in 0..MAX_ORDINALS {
             // Before cuInit the driver answers CUDA_ERROR_NOT_INITIALIZED; past the last device,

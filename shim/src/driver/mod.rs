@@ -6,7 +6,7 @@
 //! - [`submit_rows`]: the table's generated rows (entries that submit device work).
 //! - [`loader`]: the real `dlsym`, the driver library, and the resolved addresses.
 //! - [`real`]: the real driver's entries, typed, from those addresses.
-//! - [`device`]: a device's UUID, as `nvidia-smi` prints it, and the ordinal of a UUID.
+//! - [`device_uuid`]: a device's UUID, as `nvidia-smi` prints it, and the ordinal of a UUID.
 //! - [`nvml`]: NVML, for device memory in use without a context and this process's usage.
 //! - [`nvml_entries`]: the real NVML entries behind the shim's NVML stand-ins.
 //!

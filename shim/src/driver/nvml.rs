@@ -71,7 +71,7 @@ fn nvml() -> Option<&'static Nvml> {
 }
 
 fn load() -> Option<Nvml> {
-    let dlsym = super::real_dlsym()?;
+    let dlsym = super::loader::real_dlsym()?;
     // SAFETY: dlopen of the system's NVML by its soname; its constructors are the library's own.
     let h = unsafe {
         libc::dlopen(

@@ -67,7 +67,7 @@ pub fn record(handle: *mut c_void, entry: NvmlEntry, found: *mut c_void) {
     }
     entry.slot().store(found as usize, Ordering::Release);
     if UUID.load(Ordering::Acquire) == 0
-        && let Some(dlsym) = super::real_dlsym()
+        && let Some(dlsym) = super::loader::real_dlsym()
     {
         // SAFETY: the program's own handle, which its lookup just used; a NUL-terminated name.
         let uuid = unsafe { dlsym(handle, c"nvmlDeviceGetUUID".as_ptr()) };
@@ -84,7 +84,7 @@ fn address(slot: &AtomicUsize, name: &CStr) -> usize {
     if known != 0 {
         return known;
     }
-    let Some(dlsym) = super::real_dlsym() else {
+    let Some(dlsym) = super::loader::real_dlsym() else {
         return 0;
     };
     // SAFETY: RTLD_NEXT from the shim's own code finds the next definition after the shim; the

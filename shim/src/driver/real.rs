@@ -22,7 +22,7 @@ macro_rules! define_real {
     };
 }
 
-crate::driver::for_each_entry!(define_real);
+crate::driver::entry_table::for_each_entry!(define_real);
 
 /// The calling thread's current context, as the real driver has it.
 #[inline]

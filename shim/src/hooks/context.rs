@@ -8,7 +8,7 @@
 
 use std::ffi::c_int;
 
-use super::event;
+use super::track::event;
 use crate::driver::{Entry, real, sig};
 use crate::ffi::*;
 use crate::guard::shield;
@@ -33,7 +33,7 @@ fn created(
     if result != CUDA_SUCCESS || pctx.is_null() {
         return;
     }
-    let Some((_guard, t)) = super::active() else {
+    let Some((_guard, t)) = super::track::active() else {
         return;
     };
     // SAFETY: the call succeeded, so pctx was valid and written.
@@ -55,7 +55,7 @@ fn created(
 /// The context `handle` is gone (destroyed by `by`): its allocations were released with it.
 fn gone(handle: u64, by: Entry) {
     let pooled = crate::serving::serve::context_destroyed(handle);
-    let Some((_guard, t)) = super::active() else {
+    let Some((_guard, t)) = super::track::active() else {
         return;
     };
     shield((), || {

@@ -2,16 +2,16 @@
 
 #![allow(non_snake_case)]
 
+use cuguard_format::MemoryKind;
 use std::ffi::c_void;
 
-use super::{free_tracked, record_alloc, record_alloc_failed};
+use super::track::{free_tracked, record_alloc, record_alloc_failed};
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
-use crate::tracker::Memory;
 
 fn after_alloc(api: Entry, result: CUresult, pp: *mut *mut c_void, size: usize) {
-    let Some((_guard, t)) = super::active() else {
+    let Some((_guard, t)) = super::track::active() else {
         return;
     };
     shield((), || {
@@ -27,7 +27,7 @@ fn after_alloc(api: Entry, result: CUresult, pp: *mut *mut c_void, size: usize) 
                     t,
                     crate::driver::current_context(),
                     api,
-                    Memory::HostPinned,
+                    MemoryKind::HostPinned,
                     addr,
                     size as u64,
                     size as u64,

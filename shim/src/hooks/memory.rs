@@ -8,7 +8,7 @@
 
 #![allow(non_snake_case)]
 
-use super::{
+use super::track::{
     admit_untracked, current_tracked_context, free_tracked, make_record, record_alloc,
     record_alloc_failed,
 };
@@ -17,14 +17,15 @@ use crate::ffi::*;
 use crate::guard::shield;
 use crate::serving::serve;
 use crate::tracker::limit::Grant;
-use crate::tracker::{Memory, Record, Tracker};
+use crate::tracker::{Record, Tracker};
+use cuguard_format::MemoryKind;
 
 /// Makes the record of an allocation about to be served, when tracking is on.
 fn prepare(
     t: Option<&Tracker>,
     cur: Option<u64>,
     api: Entry,
-    memory: Memory,
+    memory: MemoryKind,
     size: u64,
     requested: u64,
 ) -> Option<Record> {
@@ -79,7 +80,7 @@ fn limited(
     size: u64,
 ) -> Result<Grant, CUresult> {
     match (t, record) {
-        (Some(t), Some(r)) => super::admit(t, api, r.device, size),
+        (Some(t), Some(r)) => super::track::admit(t, api, r.device, size),
         _ => Ok(Grant::none()),
     }
 }
@@ -95,10 +96,10 @@ pub unsafe fn cuMemAlloc_v2(
     bytesize: usize,
 ) -> CUresult {
     let cur = crate::driver::current_context();
-    let active = super::active();
+    let active = super::track::active();
     let t = active.as_ref().map(|(_, t)| *t);
     let size = bytesize as u64;
-    let record = prepare(t, cur, e, Memory::Device, size, size);
+    let record = prepare(t, cur, e, MemoryKind::Device, size, size);
     let grant = match limited(t, record.as_ref(), e, size) {
         Ok(g) => g,
         Err(r) => return r,
@@ -123,10 +124,10 @@ pub unsafe fn cuMemAllocPitch_v2(
     element_size: u32,
 ) -> CUresult {
     let cur = crate::driver::current_context();
-    let active = super::active();
+    let active = super::track::active();
     let t = active.as_ref().map(|(_, t)| *t);
     let requested = (width as u64).saturating_mul(height as u64);
-    let record = prepare(t, cur, e, Memory::Pitched, requested, requested);
+    let record = prepare(t, cur, e, MemoryKind::Pitched, requested, requested);
     // The limit is asked for the bytes requested; the pitch's padding is charged once known.
     let grant = match limited(t, record.as_ref(), e, requested) {
         Ok(g) => g,
@@ -163,7 +164,7 @@ pub unsafe fn cuMemAllocManaged(
     };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, flags) };
-    let Some((_guard, t)) = super::active() else {
+    let Some((_guard, t)) = super::track::active() else {
         if let Some(g) = grant {
             g.done();
         }
@@ -176,7 +177,7 @@ pub unsafe fn cuMemAllocManaged(
             let addr = if dptr.is_null() { 0 } else { unsafe { *dptr } };
             if addr != 0 {
                 let cur = crate::driver::current_context();
-                record_alloc(t, cur, e, Memory::Managed, addr, size, size);
+                record_alloc(t, cur, e, MemoryKind::Managed, addr, size, size);
             }
         } else {
             record_alloc_failed(t, e, size, r, None);

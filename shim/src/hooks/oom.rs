@@ -67,7 +67,7 @@ pub fn refused(
         say(&oom);
     }
     t.ooms.push(oom);
-    crate::history::refused(size, stack, device, seq);
+    crate::recorder::refused(size, stack, device, seq);
     crate::lifecycle::reporter::request_oom_report();
 }
 

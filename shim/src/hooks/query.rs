@@ -11,7 +11,7 @@
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::{current_tracked_context, event};
+use super::track::{current_tracked_context, event};
 use crate::driver::{Entry, real, sig};
 use crate::ffi::*;
 use crate::guard::shield;
@@ -234,7 +234,7 @@ pub unsafe fn cuIpcGetMemHandle(
              not the allocation; run with CUGUARD_POOL=0 to share small allocations between \
              processes",
         );
-        if let Some((_guard, t)) = super::active() {
+        if let Some((_guard, t)) = super::track::active() {
             shield((), || {
                 let (ctx, _) = current_tracked_context(t);
                 event(

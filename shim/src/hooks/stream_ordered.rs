@@ -11,15 +11,15 @@
 
 #![allow(non_snake_case)]
 
-use super::{
-    admit_untracked, current_tracked_context, free_tracked_on, record_alloc_failed,
-    record_alloc_on, submit,
+use super::submit;
+use super::track::{
+    admit_untracked, current_tracked_context, free_tracked_on, record_alloc_failed, record_alloc_on,
 };
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::serving::serve;
-use crate::tracker::Memory;
+use cuguard_format::MemoryKind;
 
 /// The history's key of the stream `stream` passed to `api`: one value per stream, whichever
 /// handle named it. The program's handle, except that the legacy default stream is 0 (handle 0
@@ -36,7 +36,7 @@ fn history_stream(api: Entry, stream: CUstream) -> u64 {
 
 /// Tracks the outcome of an allocation made on `stream` (its history key).
 fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize, stream: u64) {
-    let Some((_guard, t)) = super::active() else {
+    let Some((_guard, t)) = super::track::active() else {
         return;
     };
     shield((), || {
@@ -48,7 +48,7 @@ fn after_alloc(api: Entry, result: CUresult, dptr: *mut CUdeviceptr, size: usize
                     t,
                     crate::driver::current_context(),
                     api,
-                    Memory::Async,
+                    MemoryKind::Async,
                     addr,
                     size as u64,
                     size as u64,

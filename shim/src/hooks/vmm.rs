@@ -3,13 +3,14 @@
 
 #![allow(non_snake_case)]
 
-use super::{admit_untracked, current_tracked_context, event, record_alloc_failed};
+use super::track::{admit_untracked, current_tracked_context, event, record_alloc_failed};
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::process::clock;
 use crate::tracker::events::Kind;
-use crate::tracker::{Memory, Record, Tracker};
+use crate::tracker::{Record, Tracker};
+use cuguard_format::MemoryKind;
 
 /// `cuMemCreate`.
 ///
@@ -29,7 +30,7 @@ pub unsafe fn cuMemCreate(
     };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(handle, size, prop, flags) };
-    let Some((_guard, t)) = super::active() else {
+    let Some((_guard, t)) = super::track::active() else {
         if let Some(g) = grant {
             g.done();
         }
@@ -49,7 +50,7 @@ pub unsafe fn cuMemCreate(
             size: size as u64,
             requested: size as u64,
             api: e,
-            memory: Memory::Vmm,
+            memory: MemoryKind::Vmm,
             device,
             context,
             thread: clock::thread_id(),
@@ -92,7 +93,7 @@ pub unsafe fn cuMemRelease(
 ) -> CUresult {
     // SAFETY: the program's own argument, forwarded unchanged.
     let r = unsafe { real(handle) };
-    let Some((_guard, t)) = super::active() else {
+    let Some((_guard, t)) = super::track::active() else {
         return r;
     };
     shield((), || {
@@ -100,7 +101,7 @@ pub unsafe fn cuMemRelease(
             let (gone, known) = t.vmm.released(handle);
             if let Some(rec) = gone {
                 t.stats.freed(&rec);
-                rec.history_freed(handle, crate::history::stamp());
+                rec.history_freed(handle, crate::recorder::stamp());
             }
             t.freed.note(handle);
             if !known {
@@ -136,7 +137,7 @@ pub unsafe fn cuMemMap(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size, offset, handle, flags) };
     if r == CUDA_SUCCESS
-        && let Some((_guard, t)) = super::active()
+        && let Some((_guard, t)) = super::track::active()
     {
         shield((), || t.vmm.mapped(ptr, size as u64, handle));
     }
@@ -156,12 +157,12 @@ pub unsafe fn cuMemUnmap(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size) };
     if r == CUDA_SUCCESS
-        && let Some((_guard, t)) = super::active()
+        && let Some((_guard, t)) = super::track::active()
     {
         shield((), || {
             for (handle, rec) in t.vmm.unmapped(ptr, size as u64) {
                 t.stats.freed(&rec);
-                rec.history_freed(handle, crate::history::stamp());
+                rec.history_freed(handle, crate::recorder::stamp());
             }
         });
     }
@@ -185,7 +186,7 @@ pub unsafe fn cuMemAddressReserve(
     let r = unsafe { real(ptr, size, alignment, addr, flags) };
     if r == CUDA_SUCCESS
         && !ptr.is_null()
-        && let Some((_guard, t)) = super::active()
+        && let Some((_guard, t)) = super::track::active()
     {
         // SAFETY: the call succeeded, so ptr was valid and written.
         let at = unsafe { *ptr };
@@ -207,7 +208,7 @@ pub unsafe fn cuMemAddressFree(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(ptr, size) };
     if r == CUDA_SUCCESS
-        && let Some((_guard, t)) = super::active()
+        && let Some((_guard, t)) = super::track::active()
     {
         shield((), || t.vmm.unreserved(ptr));
     }

@@ -51,14 +51,14 @@ fn before_exit(status: libc::c_int) {
         return;
     }
     if crate::phase::final_claimed() {
-        super::wait_for_final();
+        super::report::wait_for_final();
         return;
     }
     if let Some(sig) = super::signals::chained_signal() {
         // The program's handler for a fatal signal, chained from the shim's, ends the process:
         // it ends of that signal, and its report (interim until now) becomes the final one.
         if let Fatal::NoReporter = reporter::request_fatal(sig, true, WAIT_MS) {
-            super::final_report(crate::writer::Occasion::signal(sig));
+            super::report::final_report(crate::writer::Occasion::signal(sig));
         }
         return;
     }
@@ -66,7 +66,7 @@ fn before_exit(status: libc::c_int) {
     match reporter::request_exit_report(WAIT_MS) {
         Fatal::Written | Fatal::TimedOut | Fatal::Failed => {}
         Fatal::NoReporter => {
-            super::final_report(crate::writer::Occasion::EXIT);
+            super::report::final_report(crate::writer::Occasion::EXIT);
         }
     }
 }

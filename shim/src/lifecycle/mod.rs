@@ -24,19 +24,21 @@
 //!    from any thread (and so return from main, Rust's `process::exit`, Python's `sys.exit`),
 //!    `quick_exit`, `_exit` ([`immediate_exit`]: Python's `os._exit`), or a fatal or terminating
 //!    signal. Checkpoints and snapshots on request are
-//!    interim reports ([`interim_report`]); each replaces the previous one of the same process.
+//!    interim reports ([`report::interim_report`]); each replaces the previous one of the same process.
 //! 5. Fallback: a process that never allocated but used contexts gets its report from the
 //!    library's destructor, which does not call the driver (it may already be finalized).
 //!
-//! Reports are written one at a time (the writer's turn, a lock a forked child resets). The
-//! final report removes the stats page. The modules below live here because they are the
-//! lifecycle's parts: [`signals`], [`reporter`] (the cuguard thread), [`page`] (the stats page it
-//! keeps), [`alerts`] (`CUGUARD_WARN_AT`, and where alerts go), [`sites`] (the sites holding
-//! memory now, named once, for the page and the alerts) and [`python_bootstrap`] (the end of a
-//! Python program's code, armed by the shim where `cuguard run`'s bootstrap did not run).
+//! Reports are written one at a time (the writer's turn, a lock a forked child resets:
+//! [`report`]). The final report removes the stats page. The modules below live here because
+//! they are the lifecycle's parts: [`signals`], [`reporter`] (the cuguard thread), [`page`] (the
+//! stats page it keeps), [`drain`] (the history's file, into which that thread drains the
+//! threads' rings of [`crate::recorder`]), [`alerts`] (`CUGUARD_WARN_AT`, and where alerts go),
+//! [`sites`] (the sites holding memory now, named once, for the page and the alerts) and
+//! [`python_bootstrap`] (the end of a Python program's code, armed by the shim where `cuguard
+//! run`'s bootstrap did not run).
 
 pub mod alerts;
-pub mod history;
+pub mod drain;
 pub mod immediate_exit;
 // Under ThreadSanitizer (`--cfg cuguard_tsan`, tests/it/reliability_race.rs) the program's
 // `sigaction` is libc's: libtsan takes the next definition after its own as the real one, which
@@ -45,23 +47,22 @@ pub mod immediate_exit;
 pub mod interpose;
 pub mod page;
 pub mod python_bootstrap;
+pub mod report;
 pub mod reporter;
 pub mod reporter_thread;
 pub mod signals;
 pub mod sites;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use report::final_report;
+pub use report::with_writer_turn;
 
 use crate::phase;
 use crate::writer::{self, Occasion};
 
 /// Registered once per image: atexit, at_quick_exit.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
-/// The thread id holding the writer's turn, or 0.
-static WRITER: AtomicU32 = AtomicU32::new(0);
-/// The thread id writing the final report (0: none yet).
-static FINAL_WRITER: AtomicU32 = AtomicU32::new(0);
 
 /// The shim's first use in this image (a hook created the tracker): quiet panics, and the one
 /// fork handler. Runs once; a forked child inherits both.
@@ -79,9 +80,6 @@ pub fn first_use() {
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     });
 }
-
-/// How long an exit waits for a report another thread is writing.
-const WAIT_FOR_WRITER: Duration = Duration::from_secs(30);
 
 /// Called on every tracked allocation: one load; arms the process the first time.
 #[inline]
@@ -103,8 +101,8 @@ fn arm_once() {
 fn arm() {
     // First: the other threads record as soon as the process is armed, and a ring that fills
     // before the history's thread runs drains itself through the writer rather than dropping.
-    if crate::history::on() {
-        history::prepare();
+    if crate::recorder::on() {
+        drain::prepare();
     }
     if !REGISTERED.swap(true, Ordering::AcqRel) {
         // SAFETY: plain extern "C" fns without arguments; registering has no other effect.
@@ -130,8 +128,8 @@ fn arm() {
         let sig = cfg.snapshot_signal;
         reporter::announce(signals::snapshot_installed(sig).then_some(sig));
     }
-    if crate::history::on() {
-        history::start();
+    if crate::recorder::on() {
+        drain::start();
     }
     // Again, for an interpreter that was not running at the first use.
     python_bootstrap::offer();
@@ -154,107 +152,6 @@ extern "C" fn fini() {
 #[unsafe(link_section = ".fini_array")]
 static FINI: extern "C" fn() = fini;
 
-fn tid() -> u32 {
-    crate::process::clock::thread_id()
-}
-
-/// The writer's turn: reports are written one at a time. Released on drop.
-struct Turn(bool);
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        if self.0 {
-            WRITER.store(0, Ordering::Release);
-        }
-    }
-}
-
-/// Waits (up to `max`) for the writer's turn. On timeout the caller goes ahead without it (the
-/// holder is stuck; two writers use different temporary files).
-fn writer_turn(max: Duration) -> Turn {
-    let me = tid().max(1);
-    let start = Instant::now();
-    loop {
-        match WRITER.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Turn(true),
-            Err(holder) if holder == me => return Turn(false),
-            Err(_) if start.elapsed() >= max => return Turn(false),
-            Err(_) => std::thread::sleep(Duration::from_millis(1)),
-        }
-    }
-}
-
-/// Writes the final report, once per process, if the process used the driver. A second caller
-/// (another thread exiting, a signal while exiting) waits for the first to finish, so that the
-/// process does not end under a half-written report. Returns whether this call wrote it.
-pub fn final_report(occasion: Occasion) -> bool {
-    let Some(t) = crate::tracker::if_any() else {
-        return false;
-    };
-    if !phase::begin_final() {
-        wait_for_final();
-        return false;
-    }
-    FINAL_WRITER.store(tid().max(1), Ordering::Release);
-    // No give-back from another thread while the runtime and the driver tear down. A fatal
-    // signal's report does not wait for the give-back thread's call in progress.
-    let wait = occasion.signal.is_none();
-    crate::guard::shield((), || crate::serving::giveback::stop_for_exit(wait));
-    // Inside the shim while writing, so nothing the writing does is tracked. A thread whose
-    // thread-locals are gone writes without it: tracking has stopped (`Writing`) anyway.
-    let _guard = crate::guard::Guard::enter();
-    {
-        let _turn = writer_turn(WAIT_FOR_WRITER);
-        crate::guard::shield((), history::finish);
-        writer::write_and_say(t, &occasion);
-    }
-    page::remove();
-    phase::end_final();
-    true
-}
-
-pub(super) fn wait_for_final() {
-    let writer = FINAL_WRITER.load(Ordering::Acquire);
-    if writer == 0 || writer == tid() {
-        return;
-    }
-    let start = Instant::now();
-    while !phase::final_done() && start.elapsed() < WAIT_FOR_WRITER {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// Writes an interim report (checkpoint, snapshot on request, or a signal report before the
-/// program's own handler runs): tracking goes on. Skipped once the final report is claimed.
-pub fn interim_report(occasion: Occasion) -> bool {
-    let Some(t) = crate::tracker::if_any() else {
-        return false;
-    };
-    if phase::final_claimed() {
-        return false;
-    }
-    let _turn = writer_turn(WAIT_FOR_WRITER);
-    if phase::final_claimed() {
-        return false;
-    }
-    crate::guard::shield((), history::drain_now);
-    writer::write_and_say(t, &occasion).is_some()
-}
-
-/// Runs `f` under the writer's turn, for a report the in-process API asks for
-/// ([`crate::api`]); `None` once the final report is claimed.
-pub fn with_writer_turn<T>(f: impl FnOnce() -> T) -> Option<T> {
-    if phase::final_claimed() {
-        return None;
-    }
-    let _turn = writer_turn(WAIT_FOR_WRITER);
-    if phase::final_claimed() {
-        return None;
-    }
-    crate::guard::shield((), history::drain_now);
-    Some(f())
-}
-
 /// The one fork handler, in the child: the child owns none of the parent's allocations and
 /// writes its own report. Nothing of the parent's state carries over but the registrations and
 /// the signal handlers; every lock is reset or replaced (its holder does not exist here), and
@@ -266,14 +163,14 @@ extern "C" fn after_fork_child() {
     crate::stack::after_fork_child();
     crate::tracker::counters::reset_after_fork();
     crate::tracker::given_back::reset_after_fork();
-    crate::serving::registry::reset_after_fork();
+    crate::serving::reset_after_fork();
     crate::writer::timeline::reset_after_fork();
     crate::tracker::reset_after_fork();
-    crate::history::reset_after_fork();
-    history::reset_after_fork();
+    crate::recorder::reset_after_fork();
+    drain::reset_after_fork();
     phase::forked();
-    WRITER.store(0, Ordering::Release);
-    FINAL_WRITER.store(0, Ordering::Release);
+    report::WRITER.store(0, Ordering::Release);
+    report::FINAL_WRITER.store(0, Ordering::Release);
     reporter::after_fork_child();
     signals::after_fork_child();
     alerts::after_fork_child();

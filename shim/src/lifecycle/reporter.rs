@@ -264,14 +264,14 @@ fn run() {
                 cut_short: None,
             };
             let ok = if REQ_FATAL_FINAL.load(Ordering::Acquire) {
-                super::final_report(occasion) || crate::phase::final_done()
+                super::report::final_report(occasion) || crate::phase::final_done()
             } else {
-                super::interim_report(occasion)
+                super::report::interim_report(occasion)
             };
             FATAL_STATE.store(if ok { WRITTEN } else { FAILED }, Ordering::Release);
         }
         if REQ_EXIT.swap(false, Ordering::AcqRel) {
-            let ok = super::final_report(Occasion::EXIT) || crate::phase::final_done();
+            let ok = super::report::final_report(Occasion::EXIT) || crate::phase::final_done();
             FATAL_STATE.store(if ok { WRITTEN } else { FAILED }, Ordering::Release);
         }
         if watch
@@ -281,13 +281,13 @@ fn run() {
             super::alerts::poll(t);
         }
         if REQ_SNAPSHOT.swap(false, Ordering::AcqRel) {
-            super::interim_report(Occasion::REQUEST);
+            super::report::interim_report(Occasion::REQUEST);
         }
         if REQ_OOM.swap(false, Ordering::AcqRel) {
-            super::interim_report(Occasion::OOM);
+            super::report::interim_report(Occasion::OOM);
         }
         if !period.is_zero() && Instant::now() >= next {
-            super::interim_report(Occasion::CHECKPOINT);
+            super::report::interim_report(Occasion::CHECKPOINT);
             next = Instant::now() + period;
         }
         if page_pending {

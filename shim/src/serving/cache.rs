@@ -16,9 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cuguard_pool::{Packed, RECORD_WORDS, ThreadCache};
 
-use super::Pool;
+use super::pool::Pool;
 use crate::driver::Entry;
-use crate::tracker::{Memory, Record};
+use cuguard_format::MemoryKind;
+
+use crate::tracker::Record;
 
 /// Bumped in a forked child.
 static FORKS: AtomicU64 = AtomicU64::new(0);
@@ -93,26 +95,15 @@ pub fn reset_after_fork() {
     FORKS.fetch_add(1, Ordering::AcqRel);
 }
 
-fn memory_code(m: Memory) -> u64 {
-    match m {
-        Memory::Device => 0,
-        Memory::Pitched => 1,
-        Memory::Managed => 2,
-        Memory::Async => 3,
-        Memory::Vmm => 4,
-        Memory::HostPinned => 5,
-    }
+fn memory_code(m: MemoryKind) -> u64 {
+    m as u64
 }
 
-fn memory_of(code: u64) -> Memory {
-    match code {
-        1 => Memory::Pitched,
-        2 => Memory::Managed,
-        3 => Memory::Async,
-        4 => Memory::Vmm,
-        5 => Memory::HostPinned,
-        _ => Memory::Device,
-    }
+fn memory_of(code: u64) -> MemoryKind {
+    u8::try_from(code)
+        .ok()
+        .and_then(MemoryKind::of_number)
+        .unwrap_or_default()
 }
 
 impl Packed for Record {
@@ -154,7 +145,7 @@ mod tests {
             size: 1 << 40,
             requested: 12345,
             api: Entry::ALL[Entry::ALL.len() - 1],
-            memory: Memory::Pitched,
+            memory: MemoryKind::Pitched,
             device: -1,
             context: u32::MAX,
             thread: 4_000_000,

@@ -11,27 +11,11 @@ use std::ffi::c_void;
 
 use cuguard_pool::{Device, DeviceError, Reason};
 
-use super::{giveback, peers, regions, registry, stream_reuse, submissions};
+use super::events::{destroy_event, event_done, record_event, synchronize_current, with_current};
+use super::pool::{DriverContext, FenceEvent};
+use super::{giveback, regions, registry, relations, stream_reuse, submissions};
 use crate::driver::{current_context, real};
 use crate::ffi::*;
-
-/// What a fence waits for: an event it recorded, or the last events of another context's
-/// destroyed non-blocking streams (its own are counted apart, by the pool).
-#[derive(Debug)]
-pub enum FenceEvent {
-    /// An event recorded on a stream (of this context or of a peer).
-    Recorded(u64),
-    /// The first `count` last events of context `ctx`'s destroyed non-blocking streams.
-    DestroyedStreams { ctx: u64, count: u64 },
-}
-
-/// One context of the real driver, as its pool sees it.
-pub struct DriverContext {
-    /// The context's handle.
-    pub handle: u64,
-    /// Its device's ordinal.
-    pub ordinal: i32,
-}
 
 impl DriverContext {
     /// The tracker's id of this context, or `NONE`.
@@ -87,7 +71,7 @@ impl Device for DriverContext {
 
     fn chunk_added(&self, base: u64, size: u64, pool: usize, arena: usize) {
         registry::chunk_added(base, size, pool, arena);
-        crate::history::chunk(true, base, size, self.context_id(), self.ordinal);
+        crate::recorder::chunk(true, base, size, self.context_id(), self.ordinal);
         if crate::nvtx::on() {
             regions::chunk_added(base, size);
         }
@@ -98,7 +82,7 @@ impl Device for DriverContext {
             regions::chunk_removed(base);
         }
         registry::chunk_removed(base);
-        crate::history::chunk(false, base, 0, self.context_id(), self.ordinal);
+        crate::recorder::chunk(false, base, 0, self.context_id(), self.ordinal);
     }
 
     fn is_current(&self) -> bool {
@@ -176,7 +160,7 @@ impl Device for DriverContext {
     }
 
     fn record_peer_events(&self, completed: u64, events: &mut Vec<FenceEvent>) -> u64 {
-        let peers = peers::reaching(self.handle, completed);
+        let peers = relations::reaching(self.handle, completed);
         for &peer in &peers {
             with_current(peer, || record_all_streams(peer, events));
         }
@@ -184,7 +168,7 @@ impl Device for DriverContext {
     }
 
     fn synchronize_peers(&self, completed: u64) -> Option<u64> {
-        let peers = peers::reaching(self.handle, completed);
+        let peers = relations::reaching(self.handle, completed);
         for &peer in &peers {
             // A peer that cannot be made current is gone, and its work with it.
             if !with_current(peer, synchronize_current).unwrap_or(true) {
@@ -193,29 +177,6 @@ impl Device for DriverContext {
         }
         Some(peers.len() as u64)
     }
-}
-
-/// Runs `f` with context `ctx` current on this thread, then makes the previous one current
-/// again. `None` when `ctx` could not be made current (it is gone: its work went with it).
-pub(crate) fn with_current<T>(ctx: u64, f: impl FnOnce() -> T) -> Option<T> {
-    let (push, pop) = (real::cuCtxPushCurrent_v2()?, real::cuCtxPopCurrent_v2()?);
-    // SAFETY: ctx is a context handle the program used; the driver checks it.
-    if unsafe { push(ctx as *mut c_void as CUcontext) } != CUDA_SUCCESS {
-        return None;
-    }
-    let out = f();
-    let mut popped: CUcontext = std::ptr::null_mut();
-    // SAFETY: valid out-parameter; pops what was pushed just above.
-    unsafe { pop(&mut popped) };
-    Some(out)
-}
-
-/// Waits for the current context's work; false when that failed.
-pub(crate) fn synchronize_current() -> bool {
-    real::cuCtxSynchronize().is_some_and(|sync| {
-        // SAFETY: no arguments.
-        (unsafe { sync() }) == CUDA_SUCCESS
-    })
 }
 
 /// Records, on the current context `ctx` (a peer of a pool's context), an event on its legacy
@@ -255,40 +216,6 @@ pub fn result_of(reason: Reason) -> CUresult {
         Reason::OutOfMemory => CUDA_ERROR_OUT_OF_MEMORY,
         Reason::Device(DeviceError::Unavailable) => CUDA_ERROR_NOT_INITIALIZED,
         Reason::Device(DeviceError::Refused(code)) => code,
-    }
-}
-
-/// Records an event on `stream` (0: the legacy default stream) of the current context.
-pub fn record_event(stream: u64) -> Option<u64> {
-    let (create, record) = (real::cuEventCreate()?, real::cuEventRecord()?);
-    let mut ev: *mut c_void = std::ptr::null_mut();
-    // SAFETY: valid out-parameter; CU_EVENT_DISABLE_TIMING = 2.
-    if unsafe { create(&mut ev, 2) } != CUDA_SUCCESS {
-        return None;
-    }
-    // SAFETY: ev was just created; stream is a live stream of the current context.
-    if unsafe { record(ev, stream as *mut c_void) } != CUDA_SUCCESS {
-        destroy_event(ev as u64);
-        return None;
-    }
-    Some(ev as u64)
-}
-
-/// Whether the event has completed (an error counts as completed: the event, or its context, is
-/// gone and can hold nothing back).
-pub fn event_done(ev: u64) -> bool {
-    let Some(q) = real::cuEventQuery() else {
-        return true;
-    };
-    // SAFETY: ev is a live event this module created.
-    (unsafe { q(ev as *mut c_void) }) != CUDA_ERROR_NOT_READY
-}
-
-/// Destroys an event this module created and nobody uses any more.
-pub fn destroy_event(ev: u64) {
-    if let Some(f) = real::cuEventDestroy_v2() {
-        // SAFETY: ev is an event this module created and no longer uses.
-        unsafe { f(ev as *mut c_void) };
     }
 }
 

@@ -63,7 +63,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::{driver_context, registry, submissions};
+use super::{events, registry, submissions};
 use crate::driver::real;
 use crate::ffi::*;
 use crate::process::global;
@@ -457,7 +457,7 @@ fn next_work(st: &mut State) -> Option<Work> {
 /// that cannot be made current is gone, and its pool with it.
 fn tend(pool: usize, fence: bool) -> bool {
     let p = registry::pool_at(pool);
-    driver_context::with_current(p.device().handle, || p.tend(fence)).unwrap_or(false)
+    events::with_current(p.device().handle, || p.tend(fence)).unwrap_or(false)
 }
 
 /// Frees a chunk with `cuMemFree` (which needs no current context).

@@ -11,70 +11,16 @@
 //!   completed fence of X covers that count, the copy is done and the relation is forgotten.
 //!   Disabling peer access leaves the same kind of relation, covering what was issued before.
 //!
-//! [`reaching`] answers with one atomic read while no relation exists anywhere, so a context
-//! nothing can reach keeps today's fences at no cost. A forked child starts with none (the
+//! The relations are kept in [`super::relations`], whose [`super::relations::reaching`] answers
+//! with one atomic read while no relation exists anywhere, so a context nothing can reach keeps
+//! today's fences at no cost. A forked child starts with none (the
 //! parent's contexts are not its own).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
+use super::relations::{COUNT, RELATIONS, Reach, Touched, change};
 use super::submissions;
-use crate::process::global::{self, lock};
-
-/// A context that copied to or from X's memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Touched {
-    ctx: u64,
-    /// Copies being issued now (not yet counted).
-    pending: u32,
-    /// The submission count after its last copy was counted: a completed fence of X covering
-    /// this mark waited for all its copies.
-    mark: u64,
-}
-
-/// The contexts that can reach one context's memory.
-#[derive(Default)]
-struct Reach {
-    enabled: Vec<u64>,
-    touched: Vec<Touched>,
-}
-
-impl Reach {
-    fn is_empty(&self) -> bool {
-        self.enabled.is_empty() && self.touched.is_empty()
-    }
-
-    fn relations(&self) -> usize {
-        self.enabled.len() + self.touched.len()
-    }
-}
-
-/// Reach by the handle of the context reached.
-type Relations = Mutex<HashMap<u64, Reach>>;
-
-static RELATIONS: AtomicPtr<Relations> = AtomicPtr::new(std::ptr::null_mut());
-/// How many relations exist, in every context: 0 means no fence need look further.
-static COUNT: AtomicUsize = AtomicUsize::new(0);
-
-fn relations() -> &'static Relations {
-    global::get_or_create(&RELATIONS, Default::default)
-}
-
-/// Runs `f` on the relations and keeps [`COUNT`] in step with what it changed.
-fn change<T>(f: impl FnOnce(&mut HashMap<u64, Reach>) -> T) -> T {
-    let mut map = lock(relations());
-    let before: usize = map.values().map(Reach::relations).sum();
-    let out = f(&mut map);
-    map.retain(|_, r| !r.is_empty());
-    let after: usize = map.values().map(Reach::relations).sum();
-    if after >= before {
-        COUNT.fetch_add(after - before, Ordering::AcqRel);
-    } else {
-        COUNT.fetch_sub(before - after, Ordering::AcqRel);
-    }
-    out
-}
+use crate::process::global;
 
 /// Context `by` enabled peer access to context `peer`.
 pub fn enabled(peer: u64, by: u64) {
@@ -177,28 +123,6 @@ impl Drop for Touch {
     }
 }
 
-/// The contexts whose work can touch context `ctx`'s memory now, after forgetting the copies a
-/// completed fence of `ctx` covering `completed` already waited for. Empty, with one atomic
-/// read, while no relation exists anywhere.
-pub fn reaching(ctx: u64, completed: u64) -> Vec<u64> {
-    if COUNT.load(Ordering::Acquire) == 0 {
-        return Vec::new();
-    }
-    change(|map| {
-        let Some(r) = map.get_mut(&ctx) else {
-            return Vec::new();
-        };
-        r.touched.retain(|t| t.pending > 0 || t.mark > completed);
-        let mut out = r.enabled.clone();
-        for t in &r.touched {
-            if !out.contains(&t.ctx) {
-                out.push(t.ctx);
-            }
-        }
-        out
-    })
-}
-
 /// Context `ctx` is gone: it reaches nothing and nothing reaches it (its work ended with it).
 pub fn context_gone(ctx: u64) {
     if COUNT.load(Ordering::Acquire) == 0 {
@@ -223,6 +147,7 @@ pub fn reset_after_fork() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serving::relations::reaching;
 
     /// The relations are process-wide: one test walks through them all, in order.
     #[test]

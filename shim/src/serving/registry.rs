@@ -13,8 +13,7 @@ use std::sync::{Mutex, RwLock};
 
 use cuguard_pool::{PoolStats, Settings};
 
-use super::Pool;
-use super::driver_context::DriverContext;
+use super::pool::{DriverContext, Pool};
 use crate::driver::real;
 use crate::ffi::*;
 use crate::process::global::lock;
@@ -301,9 +300,4 @@ pub fn reset_after_fork() {
     crate::process::global::replace(&REGISTRY, new_registry());
     ANY.store(false, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
-    super::cache::reset_after_fork();
-    super::regions::reset_after_fork();
-    super::giveback::reset_after_fork();
-    super::peers::reset_after_fork();
-    super::stream_reuse::reset_after_fork();
 }

@@ -118,7 +118,7 @@ fn pooled_told(
 /// `alloc_failed` event.
 #[inline]
 fn alloc_from(
-    pool: &'static super::Pool,
+    pool: &'static super::pool::Pool,
     arena: usize,
     size: u64,
     record: Option<Record>,
@@ -244,7 +244,7 @@ pub fn pool_free(cur: Option<u64>, addr: CUdeviceptr) -> Option<(CUresult, Optio
     let answer = guard::shield(None, || {
         // The thread's cache follows the current context's pool; a block of another pool is
         // freed to that pool directly.
-        let free = |pool: &'static super::Pool, arena: usize, rebind: bool| {
+        let free = |pool: &'static super::pool::Pool, arena: usize, rebind: bool| {
             cache::with(pool, rebind, |c| pool.free_cached(c, arena, addr))
                 .unwrap_or_else(|| pool.free(arena, addr))
         };

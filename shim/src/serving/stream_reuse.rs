@@ -32,7 +32,7 @@
 //!   with none.
 //!
 //! A free arms only when: `CUGUARD_POOL_STREAM_REUSE` is on, no capture is in progress, no
-//! other context can reach C's memory (`peers::reaching` is empty), C is current, every
+//! other context can reach C's memory (`relations::reaching` is empty), C is current, every
 //! submission counted after the pool's completed mark was on one known stream S (and S is not
 //! another thread's per-thread stream), and an existing guard is of the same context and
 //! either on S or already covered by a completed fence of C (it always is when the new free's
@@ -48,7 +48,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use super::submissions::{self, LEGACY_KEY, NO_KEY, PER_THREAD_BIT, UNKNOWN_KEY};
-use super::{driver_context, peers};
+use super::{events, relations};
 use crate::driver::{current_context, real};
 use crate::ffi::*;
 use crate::process::global::{self, lock};
@@ -150,7 +150,7 @@ pub fn arm(ctx: u64, ordinal: i32, completed: u64) -> bool {
     let mut st = lock(state());
     // Under the lock: a capture that began, or a relation that appeared, since has drained
     // (or drains after this) and is seen here.
-    if submissions::capturing() || !peers::reaching(ctx, completed).is_empty() {
+    if submissions::capturing() || !relations::reaching(ctx, completed).is_empty() {
         return false;
     }
     let Some((key, upto)) = submissions::single_stream_since(completed) else {
@@ -163,7 +163,7 @@ pub fn arm(ctx: u64, ordinal: i32, completed: u64) -> bool {
     match st.guard.as_ref() {
         Some(g) if g.ctx != ctx => {
             let e = EPOCH.load(Ordering::Acquire);
-            if !(g.event != 0 && g.recorded >= e && driver_context::event_done(g.event)) {
+            if !(g.event != 0 && g.recorded >= e && events::event_done(g.event)) {
                 return false;
             }
             retire(&mut st);
@@ -243,7 +243,7 @@ fn before_slow(key: u64, seen: u64) {
         }
         g.recorded = e;
     }
-    if driver_context::event_done(g.event) {
+    if events::event_done(g.event) {
         // The stream's work up to every arming free is done.
         retire(&mut st);
         return;
@@ -287,7 +287,7 @@ fn drain_locked(st: &mut State) {
         });
     if !waited {
         // All work that could touch the context's memory is the context's own.
-        in_context(g.ctx, driver_context::synchronize_current);
+        in_context(g.ctx, events::synchronize_current);
     }
     retire(st);
 }
@@ -299,7 +299,7 @@ fn retire(st: &mut State) {
     if let Some(g) = st.guard.take()
         && g.event != 0
     {
-        driver_context::destroy_event(g.event);
+        events::destroy_event(g.event);
     }
 }
 
@@ -328,7 +328,7 @@ fn in_context<T>(ctx: u64, f: impl FnOnce() -> T) -> Option<T> {
     if current_context() == Some(ctx) {
         Some(f())
     } else {
-        driver_context::with_current(ctx, f)
+        events::with_current(ctx, f)
     }
 }
 

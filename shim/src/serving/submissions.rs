@@ -1,5 +1,5 @@
 //! The shim's side of the pool's fences: what the hooks see of the program's work, kept for the
-//! pool to read through [`super::driver_context::DriverContext`]. The rule itself, and why it is safe,
+//! pool to read through [`super::pool::DriverContext`]. The rule itself, and why it is safe,
 //! is `cuguard_pool`'s `reuse.rs`.
 //!
 //! - The submission count: `hooks::submit` counts one submission for every entry that submits
@@ -41,7 +41,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
-use super::driver_context;
+use super::events;
 use crate::process::global::{self, lock};
 
 /// The submission count (low [`COUNT_BITS`] bits) and the current run (above), process-wide.
@@ -281,7 +281,7 @@ pub fn stream_destroying(stream: u64) {
     if let Some(v) = s.non_blocking.get_mut(&ctx) {
         v.retain(|x| *x != stream);
     }
-    if let Some(ev) = driver_context::record_event(stream) {
+    if let Some(ev) = events::record_event(stream) {
         let o = s.orphans.entry(ctx).or_default();
         o.events.push_back(ev);
         o.recorded += 1;
@@ -321,10 +321,10 @@ pub fn destroyed_streams_done(ctx: u64, count: u64) -> bool {
     };
     while o.retired < count {
         let Some(&ev) = o.events.front() else { break };
-        if !driver_context::event_done(ev) {
+        if !events::event_done(ev) {
             return false;
         }
-        driver_context::destroy_event(ev);
+        events::destroy_event(ev);
         o.events.pop_front();
         o.retired += 1;
     }

@@ -16,6 +16,9 @@
 //!   the shim itself (every innermost frame in `libcuguard.so`) are not recorded.
 //! - **ids** are dense, `0..stacks().len()`, in first-capture order; equal stacks get one id.
 //!
+//! What a stack's words are (ips, Python frames, an origin's word) is in [`words`]; the modules
+//! that [`modules`] and [`locate`] describe, in [`loaded`].
+//!
 //! # Unwinder: DWARF CFI read in place, with a per-thread rule cache
 //!
 //! Captures must work in code built without frame pointers (libtorch, libcudart, distro
@@ -55,7 +58,7 @@
 //! the unwind (no lock, no allocation), and then, when the stack is the thread's last one
 //! again (a loop that allocates), one comparison with it gives the id; else a hash of the ips
 //! and a lock-free probe of the stack table. Only a stack never seen before allocates its
-//! record and takes the table's insert lock. See [`table`] and [`unwind`] for the details and the bounds on memory.
+//! record and takes the table's insert lock. See [`dedup`] and [`unwind`] for the details and the bounds on memory.
 //!
 //! Deep stacks (issue 14): a loop that allocates meets the same frames at every allocation.
 //! Each frame's rule is first looked for in the thread's last capture at the same position (one
@@ -110,10 +113,12 @@
 
 mod cfi;
 mod dedup;
+mod loaded;
 pub mod origin;
 mod phdr;
 pub mod python;
 mod unwind;
+mod words;
 
 #[cfg(test)]
 mod tests;
@@ -122,11 +127,13 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::process::cost::{self, Metric};
-use dedup::SpinLock;
 use unwind::Skip;
 
-/// Identifies one distinct captured stack. Dense: `0..` in first-capture order.
-pub type StackId = u32;
+pub use loaded::{Module, locate, modules};
+pub use words::{ORIGIN_TAG, StackId, origin_of, split};
+// For the tests (`tests.rs`, `python/tests.rs`), which read it here.
+#[cfg(test)]
+use words::is_tail;
 
 /// The most distinct stacks the table keeps (ids are `0..MAX_STACKS`).
 pub const MAX_STACKS: usize = dedup::MAX_STACKS;
@@ -137,60 +144,6 @@ pub const MAX_DEPTH: usize = 256;
 pub const DEFAULT_DEPTH: usize = 32;
 
 static DEPTH: AtomicUsize = AtomicUsize::new(DEFAULT_DEPTH);
-
-/// A loaded module (executable or shared object), for turning an ip into module + offset.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Module {
-    /// The path the loader has for it; the main program's comes from `/proc/self/exe`.
-    /// Pseudo-modules keep the loader's name (`linux-vdso.so.1`).
-    pub path: String,
-    /// The GNU build-id, lowercase hex, if the module has one.
-    pub build_id: Option<String>,
-    /// Load bias: `ip - base` is the address in the file's own vaddr space (what symbol tables
-    /// and DWARF use). 0 for a non-PIE executable.
-    pub base: u64,
-    /// Absolute `[start, end)` covered by its loadable segments.
-    pub start: u64,
-    pub end: u64,
-}
-
-/// The tag of the words that follow a stack's native frames: its Python frames
-/// ([`python`]), innermost first. A word `w` is one when `w & TAIL_MASK == TAIL_TAG`; no ip
-/// is (ips are user-space addresses, below 2^47).
-pub const TAIL_TAG: u64 = 0xc0de_0000_0000_0000;
-/// See [`TAIL_TAG`].
-pub const TAIL_MASK: u64 = 0xffff_0000_0000_0000;
-
-/// Whether a word of a stack is a Python frame rather than a native ip.
-#[inline]
-pub fn is_tail(word: u64) -> bool {
-    word & TAIL_MASK == TAIL_TAG
-}
-
-/// The tag of the word that ends a stack captured on a thread without Python frames while an
-/// origin was open ([`origin`]): `ORIGIN_TAG | stack id of the origin`. No ip and no Python
-/// frame's word has it.
-pub const ORIGIN_TAG: u64 = 0xc0df_0000_0000_0000;
-
-/// The stack id of the origin a stack from [`stacks`] was captured under, if any ([`origin`]).
-pub fn origin_of(words: &[u64]) -> Option<StackId> {
-    let &last = words.last()?;
-    (last & TAIL_MASK == ORIGIN_TAG).then_some(last as u32)
-}
-
-/// Splits a stack from [`stacks`] into its native ips and its Python frames (tagged words for
-/// [`python::decode`]); its origin's word, if any ([`origin_of`]), is in neither.
-pub fn split(words: &[u64]) -> (&[u64], &[u64]) {
-    let words = match origin_of(words) {
-        Some(_) => &words[..words.len() - 1],
-        None => words,
-    };
-    let n = words
-        .iter()
-        .position(|&w| is_tail(w))
-        .unwrap_or(words.len());
-    words.split_at(n)
-}
 
 /// Sets how many frames each capture keeps (clamped to [`MAX_DEPTH`]); 0 turns capture off.
 /// Call once, before the first capture; later calls apply to later captures.
@@ -353,139 +306,6 @@ pub fn stacks_since(from: u32) -> Vec<(StackId, Vec<u64>)> {
     dedup::since(from)
 }
 
-/// Modules seen by the unwinder but since unloaded, kept so their ips can still be located.
-struct History {
-    lock: SpinLock,
-    mods: std::cell::UnsafeCell<Vec<phdr::Mapped>>,
-}
-// SAFETY: `mods` is only touched with `lock` held.
-unsafe impl Sync for History {}
-
-static HISTORY: History = History {
-    lock: SpinLock::new(),
-    mods: std::cell::UnsafeCell::new(Vec::new()),
-};
-
-impl History {
-    fn with<R>(&self, f: impl FnOnce(&mut Vec<phdr::Mapped>) -> R) -> Option<R> {
-        if !self.lock.lock_bounded() {
-            return None;
-        }
-        // SAFETY: the lock is held.
-        let r = f(unsafe { &mut *self.mods.get() });
-        self.lock.unlock();
-        Some(r)
-    }
-}
-
-fn same(a: &phdr::Mapped, b: &phdr::Mapped) -> bool {
-    a.start == b.start && a.end == b.end && a.name == b.name
-}
-
-/// Called for each module when a snapshot is built.
-fn note_module(m: &phdr::Mapped) {
-    HISTORY.with(|h| {
-        if !h.iter().any(|x| same(x, m)) {
-            h.push(m.clone());
-        }
-    });
-}
-
-fn to_module(m: &phdr::Mapped) -> Module {
-    let path = if m.name.is_empty() {
-        std::fs::read_link("/proc/self/exe")
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    } else {
-        absolute(String::from_utf8_lossy(&m.name).into_owned(), m.start)
-    };
-    Module {
-        path,
-        build_id: m.build_id.as_ref().map(|b| hex(b)),
-        base: m.bias,
-        start: m.start,
-        end: m.end,
-    }
-}
-
-/// The loader's name for a module, made absolute. `dlopen("./libdeep.so")` (Python's
-/// `ctypes.CDLL("./libdeep.so")`) leaves the loader with the relative name, which neither the
-/// report's symbolizer nor a reader in another directory can open. The kernel's map of the
-/// process (`/proc/self/maps`) names the file mapped at `start` absolutely; a module no longer
-/// mapped is taken from the current directory. Names without a `/` (`linux-vdso.so.1`) and
-/// absolute ones are kept.
-fn absolute(name: String, start: u64) -> String {
-    if name.starts_with('/') || !name.contains('/') {
-        return name;
-    }
-    let file = name.rsplit('/').next().unwrap_or(&name);
-    if let Some(path) = std::fs::read_to_string("/proc/self/maps")
-        .ok()
-        .and_then(|maps| mapped_at(&maps, start, file))
-    {
-        return path;
-    }
-    std::env::current_dir()
-        .map(|dir| {
-            let joined = dir.join(&name);
-            std::fs::canonicalize(&joined)
-                .unwrap_or(joined)
-                .to_string_lossy()
-                .into_owned()
-        })
-        .unwrap_or(name)
-}
-
-/// The absolute path of the file `/proc/self/maps` (its text, `maps`) has mapped at `addr`, when
-/// its file name is `file`.
-fn mapped_at(maps: &str, addr: u64, file: &str) -> Option<String> {
-    maps.lines().find_map(|line| {
-        let mut fields = line.splitn(6, ' ');
-        let (lo, hi) = fields.next()?.split_once('-')?;
-        let (lo, hi) = (
-            u64::from_str_radix(lo, 16).ok()?,
-            u64::from_str_radix(hi, 16).ok()?,
-        );
-        let path = fields.nth(4)?.trim_start();
-        (lo <= addr && addr < hi && path.starts_with('/') && path.rsplit('/').next() == Some(file))
-            .then(|| path.to_string())
-    })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
-}
-
-/// The loaded modules now (in the loader's order, main program first), followed by modules
-/// the unwinder saw earlier that have since been unloaded. Not for the hot path: it walks the
-/// loader's list and allocates.
-pub fn modules() -> Vec<Module> {
-    let now = phdr::all();
-    let mut out: Vec<Module> = now.iter().map(to_module).collect();
-    HISTORY.with(|h| {
-        for m in h.iter().filter(|m| !now.iter().any(|x| same(x, m))) {
-            out.push(to_module(m));
-        }
-    });
-    out
-}
-
-/// The module holding `ip` (the first match in `modules`' order, so loaded modules win over
-/// unloaded ones that used the same addresses) and the ip's offset from that module's load
-/// bias, which is its address in the file (`ip - base`). Linear in `modules.len()`.
-pub fn locate(ip: u64, modules: &[Module]) -> Option<(usize, u64)> {
-    modules
-        .iter()
-        .position(|m| m.start <= ip && ip < m.end)
-        .map(|i| (i, ip.wrapping_sub(modules[i].base)))
-}
-
 /// Tells the unwinder that a module was unloaded (call after a successful `dlclose`): the next
 /// capture rebuilds the module list before unwinding.
 #[allow(dead_code)] // until the shim hooks dlclose
@@ -500,5 +320,5 @@ pub fn after_fork_child() {
     unwind::reset_after_fork();
     origin::reset_after_fork();
     python::reset_after_fork();
-    HISTORY.lock.unlock();
+    loaded::reset_after_fork();
 }

@@ -22,8 +22,8 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::StackId;
 use super::dedup::SpinLock;
+use super::words::StackId;
 
 /// Origins open at once, at most.
 pub const SLOTS: usize = 16;

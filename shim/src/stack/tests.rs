@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use super::loaded::{absolute, mapped_at};
 use super::*;
 
 /// Depth of the C chain.

@@ -68,14 +68,15 @@ impl Snapshot {
     /// unloaded since (the loader's unload counter did not move and no dlclose was seen): every
     /// rule of the modules it knew still holds, so the rule caches are kept.
     fn build(counters: (u64, u64), previous: Option<&Snapshot>, stale: bool) -> Snapshot {
-        let own_addr = super::capture as *const () as u64;
+        // Any of the shim's own functions marks the shim's module.
+        let own_addr = snapshot as *const () as u64;
         let mut mods = Vec::with_capacity(64);
         let mut own = (0, 0);
         for m in phdr::all() {
             if m.start <= own_addr && own_addr < m.end {
                 own = (m.start, m.end);
             }
-            super::note_module(&m);
+            super::loaded::note_module(&m);
             // SAFETY: the ranges come from `phdr::describe`, which checked them.
             let hdr = m
                 .eh_frame_hdr_svma

@@ -3,8 +3,9 @@
 //! device's peak, an out-of-memory, a timeline tick) can be read without walking the allocations.
 //!
 //! Counters are atomics in chunks of [`CHUNK`] stacks, made on first use per device (a device
-//! that no stack allocated on costs nothing). An allocation without a stack (capture off, or the
-//! stack table full) is counted under no stack: [`NO_STACK`].
+//! that no stack allocated on costs nothing), in [`super::stack_cells`]; a change is counted
+//! through [`super::counters::add`]. An allocation without a stack (capture off, or the stack
+//! table full) is counted under no stack: [`NO_STACK`].
 //!
 //! Cost on the allocation path: a thread's changes to the stack it last used are kept in its own
 //! delta ([`super::counters::stack_change`]) and folded into the shared atomics when it moves to
@@ -12,96 +13,10 @@
 //! Reading ([`snapshot`]) walks the chunks made so far and adds the running threads' deltas.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
-use super::NONE;
-use super::counters::DEVICES;
-
-const CHUNK_BITS: usize = 10;
-/// Stacks per chunk.
-pub const CHUNK: usize = 1 << CHUNK_BITS;
-/// Stacks that can be counted: the stack table's capacity, plus one slot for [`NO_STACK`].
-const SLOTS: usize = crate::stack::MAX_STACKS + CHUNK;
-const CHUNKS: usize = SLOTS / CHUNK;
-/// Where allocations without a stack are counted.
-pub const NO_STACK: usize = crate::stack::MAX_STACKS;
-
-#[derive(Default)]
-struct Cell {
-    bytes: AtomicI64,
-    allocations: AtomicI64,
-}
-
-type Chunk = [Cell; CHUNK];
-
-/// Per device, the chunks of counters.
-struct Device {
-    chunks: [AtomicPtr<Chunk>; CHUNKS],
-}
-
-static DEVICES_: [Device; DEVICES] = [const {
-    Device {
-        chunks: [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS],
-    }
-}; DEVICES];
-
-fn slot(device: i32) -> usize {
-    (device.max(0) as usize).min(DEVICES - 1)
-}
-
-/// The counters' index of `stack` ([`NO_STACK`] for none).
-#[inline]
-pub(super) fn index(stack: u32) -> usize {
-    if stack == NONE || stack as usize >= NO_STACK {
-        NO_STACK
-    } else {
-        stack as usize
-    }
-}
-
-/// The cell of `index` on device slot `d`, making its chunk on first use.
-#[inline]
-fn cell(d: usize, index: usize) -> &'static Cell {
-    let slot = &DEVICES_[d].chunks[index >> CHUNK_BITS];
-    let mut p = slot.load(std::sync::atomic::Ordering::Acquire);
-    if p.is_null() {
-        let fresh = Box::into_raw(Box::new(std::array::from_fn::<Cell, CHUNK, _>(|_| {
-            Cell::default()
-        })));
-        match slot.compare_exchange(
-            std::ptr::null_mut(),
-            fresh,
-            std::sync::atomic::Ordering::AcqRel,
-            std::sync::atomic::Ordering::Acquire,
-        ) {
-            Ok(_) => p = fresh,
-            Err(existing) => {
-                // SAFETY: fresh was never published; it is ours to free.
-                drop(unsafe { Box::from_raw(fresh) });
-                p = existing;
-            }
-        }
-    }
-    // SAFETY: published chunks are leaked boxes, never freed (a forked child zeroes them).
-    unsafe { &(*p)[index & (CHUNK - 1)] }
-}
-
-/// Counts `bytes` more (or, negative, fewer) live on `device` from `stack`, and one allocation
-/// more or fewer (`allocations`: +1 or -1).
-#[inline]
-pub fn add(stack: u32, device: i32, bytes: i64, allocations: i64) {
-    let (d, i) = (slot(device), index(stack));
-    if !super::counters::stack_change(d, i, bytes, allocations) {
-        add_shared(d, i, bytes, allocations);
-    }
-}
-
-/// Adds to the shared counters of stack index `index` on device slot `d`.
-pub(super) fn add_shared(d: usize, index: usize, bytes: i64, allocations: i64) {
-    let c = cell(d, index);
-    c.bytes.fetch_add(bytes, Relaxed);
-    c.allocations.fetch_add(allocations, Relaxed);
-}
+use super::record::NONE;
+use super::stack_cells::{CHUNK, DEVICES_, NO_STACK, slot};
 
 /// What is live on `device` by stack now, most bytes first: `(stack or NONE, bytes,
 /// allocations)`, stacks with nothing live left out.
@@ -115,7 +30,7 @@ pub fn snapshot(device: i32) -> Vec<(u32, u64, u64)> {
         if p.is_null() {
             continue;
         }
-        // SAFETY: as in `cell`.
+        // SAFETY: as in `stack_cells::cell`.
         let chunk = unsafe { &*p };
         for (j, cell) in chunk.iter().enumerate() {
             let bytes = cell.bytes.load(Relaxed);
@@ -125,7 +40,7 @@ pub fn snapshot(device: i32) -> Vec<(u32, u64, u64)> {
             }
         }
     }
-    for (i, bytes, allocations) in super::counters::stack_deltas(slot(device)) {
+    for (i, bytes, allocations) in super::threads::stack_deltas(slot(device)) {
         let e = live.entry(i).or_default();
         e.0 += bytes;
         e.1 += allocations;
@@ -148,7 +63,7 @@ pub fn reset_after_fork() {
         for c in &d.chunks {
             let p = c.load(std::sync::atomic::Ordering::Acquire);
             if !p.is_null() {
-                // SAFETY: as in `cell`; only this thread runs in the child.
+                // SAFETY: as in `stack_cells::cell`; only this thread runs in the child.
                 for cell in unsafe { &*p }.iter() {
                     cell.bytes.store(0, Relaxed);
                     cell.allocations.store(0, Relaxed);
@@ -161,6 +76,7 @@ pub fn reset_after_fork() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tracker::counters::add;
 
     #[test]
     fn counts_by_stack_and_device() {

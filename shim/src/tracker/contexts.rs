@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{NONE, lock};
+use super::record::NONE;
 use crate::driver::Entry;
+use crate::process::global::lock;
 
 /// One context incarnation.
 #[derive(Clone, Debug)]

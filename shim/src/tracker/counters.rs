@@ -14,94 +14,30 @@
 //! The live bytes by stack ([`super::by_stack`]) of the stack a thread last allocated or freed
 //! from are kept the same way: a per-thread delta, folded into the stack's shared counters when
 //! the thread moves to another stack or device, and when it exits. Readers add the deltas of
-//! running threads ([`stack_deltas`]), so a snapshot misses nothing but what a thread folds at
+//! running threads ([`super::threads::stack_deltas`]), so a snapshot misses nothing but what a thread folds at
 //! that very moment. Without it, every thread allocating from one stack (or with stacks off)
 //! would meet on one cache line, twice per allocation and twice per free.
 
 use std::cell::Cell;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
+pub use super::devices::DEVICES;
+use super::threads::{Counters, DeviceCounters, NO_KEY, REGISTRY, StackDelta, registry};
 use crate::process::global::lock;
 
-/// Devices counted separately; higher ordinals share the last slot.
-pub const DEVICES: usize = 16;
 /// A thread folds its live-bytes delta into the shared total at least this often…
 pub const FLUSH_BYTES: i64 = 1 << 20;
 /// …or after this many operations.
 pub const FLUSH_OPS: u32 = 64;
 
-/// One device's counters of one thread.
-#[derive(Default)]
-pub struct DeviceCounters {
-    pub allocations: AtomicU64,
-    pub frees: AtomicU64,
-    pub total_allocated: AtomicU64,
-    /// Live bytes not yet folded into the shared total.
-    pub live_delta: AtomicI64,
-}
-
-/// A thread's live bytes and allocations by stack not yet folded into [`super::by_stack`]: for
-/// one (device slot, stack index), the `key`.
-pub struct StackDelta {
-    /// `slot << 32 | index`, or [`NO_KEY`].
-    key: AtomicU64,
-    bytes: AtomicI64,
-    allocations: AtomicI64,
-}
-
-/// No stack delta held.
-const NO_KEY: u64 = u64::MAX;
-
-impl StackDelta {
-    const fn new() -> Self {
-        StackDelta {
-            key: AtomicU64::new(NO_KEY),
-            bytes: AtomicI64::new(0),
-            allocations: AtomicI64::new(0),
-        }
-    }
-
-    /// Folds the delta into the shared counters: only its own thread (or that thread's exit)
-    /// writes it, so plain loads and stores do.
-    #[inline]
-    fn fold(&self) {
-        let key = self.key.load(Relaxed);
-        if key == NO_KEY {
-            return;
-        }
-        let (bytes, allocations) = (self.bytes.load(Relaxed), self.allocations.load(Relaxed));
-        self.bytes.store(0, Relaxed);
-        self.allocations.store(0, Relaxed);
-        if bytes != 0 || allocations != 0 {
-            super::by_stack::add_shared(
-                (key >> 32) as usize,
-                key as u32 as usize,
-                bytes,
-                allocations,
-            );
-        }
-    }
-}
-
-/// One thread's counters.
-pub struct Counters {
-    pub devices: [DeviceCounters; DEVICES],
-    /// Live bytes by stack not yet folded.
-    stack: StackDelta,
-    ops: AtomicU64,
-    /// Calls through the shim's exported symbols (the report's `doors.exported`).
-    exported_calls: AtomicU64,
-}
-
-impl Counters {
-    fn new() -> Self {
-        Counters {
-            devices: std::array::from_fn(|_| DeviceCounters::default()),
-            stack: StackDelta::new(),
-            ops: AtomicU64::new(0),
-            exported_calls: AtomicU64::new(0),
-        }
+/// Counts `bytes` more (or, negative, fewer) live on `device` from `stack`, and one allocation
+/// more or fewer (`allocations`: +1 or -1).
+#[inline]
+pub fn add(stack: u32, device: i32, bytes: i64, allocations: i64) {
+    let (d, i) = (slot(device), super::stack_cells::index(stack));
+    if !stack_change(d, i, bytes, allocations) {
+        super::stack_cells::add_shared(d, i, bytes, allocations);
     }
 }
 
@@ -129,25 +65,6 @@ fn stack_change_in(c: &Counters, slot: usize, index: usize, bytes: i64, allocati
     d.bytes.store(d.bytes.load(Relaxed) + bytes, Relaxed);
     d.allocations
         .store(d.allocations.load(Relaxed) + allocations, Relaxed);
-}
-
-/// The running threads' unfolded live bytes by stack on device slot `slot`: (index, bytes,
-/// allocations).
-pub fn stack_deltas(slot: usize) -> Vec<(usize, i64, i64)> {
-    let running: Vec<&'static Counters> = lock(registry()).0.clone();
-    running
-        .iter()
-        .filter_map(|c| {
-            let key = c.stack.key.load(Relaxed);
-            (key != NO_KEY && (key >> 32) as usize == slot).then(|| {
-                (
-                    key as u32 as usize,
-                    c.stack.bytes.load(Relaxed),
-                    c.stack.allocations.load(Relaxed),
-                )
-            })
-        })
-        .collect()
 }
 
 /// Adds `v` to a counter only this thread writes.
@@ -181,16 +98,6 @@ static SHARED: Shared = Shared {
         exported_calls: AtomicU64::new(0),
     },
 };
-
-/// Counters of running threads, and free ones to reuse.
-type Registry = Mutex<(Vec<&'static Counters>, Vec<&'static Counters>)>;
-
-static REGISTRY: AtomicPtr<Registry> = AtomicPtr::new(std::ptr::null_mut());
-
-/// The registry, created on first use; a forked child replaces it (see [`reset_after_fork`]).
-fn registry() -> &'static Registry {
-    crate::process::global::get_or_create(&REGISTRY, || Mutex::new((Vec::new(), Vec::new())))
-}
 
 /// Round-robin arena assignment.
 static NEXT_ARENA: AtomicUsize = AtomicUsize::new(0);
@@ -263,7 +170,7 @@ pub fn arena(count: usize) -> usize {
 #[inline(always)]
 pub fn device_change(device: i32, size: u64, stack: u32, allocated: bool) {
     let s = slot(device);
-    let index = super::by_stack::index(stack);
+    let index = super::stack_cells::index(stack);
     let delta = if allocated {
         size as i64
     } else {
@@ -290,7 +197,7 @@ pub fn device_change(device: i32, size: u64, stack: u32, allocated: bool) {
             } else {
                 d.frees.fetch_add(1, Relaxed);
             }
-            super::by_stack::add_shared(s, index, delta, if allocated { 1 } else { -1 });
+            super::stack_cells::add_shared(s, index, delta, if allocated { 1 } else { -1 });
             shared_live(s, delta);
         }
     }
@@ -479,21 +386,5 @@ pub fn reset_after_fork() {
         c.stack.bytes.store(0, Relaxed);
         c.stack.allocations.store(0, Relaxed);
         lock(registry()).0.push(c);
-    }
-}
-
-/// A raw order key for allocations and events: the time-stamp counter where there is one, else
-/// a shared counter. Reports renumber these densely (ties broken by thread id).
-#[inline]
-pub fn order_key() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: rdtsc has no preconditions.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        NEXT.fetch_add(1, Relaxed)
     }
 }

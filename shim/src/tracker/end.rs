@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use cuguard_format::Classification;
 
-use super::Record;
+use super::record::Record;
 use crate::process::global;
 
 /// Whether the bootstrap said it will mark the end.

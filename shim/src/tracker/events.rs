@@ -3,8 +3,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::lock;
 use crate::driver::Entry;
+use crate::process::global::lock;
 
 /// The most events kept; later ones are only counted.
 pub const MAX_EVENTS: usize = 10_000;

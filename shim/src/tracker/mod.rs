@@ -9,14 +9,19 @@
 pub mod by_stack;
 pub mod contexts;
 pub mod counters;
+pub mod devices;
 pub mod doors;
 pub mod end;
 pub mod events;
 pub mod given_back;
 pub mod limit;
 pub mod ooms;
+pub mod order;
 pub mod peaks;
+pub mod record;
+pub mod stack_cells;
 pub mod stats;
+pub mod threads;
 pub mod vmm;
 pub mod windows;
 
@@ -26,153 +31,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 pub use crate::process::global::lock;
-
-use crate::driver::Entry;
-
-/// What kind of memory an allocation is (the report's `memory`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Memory {
-    Device,
-    Pitched,
-    Managed,
-    Async,
-    Vmm,
-    HostPinned,
-}
-
-impl From<Memory> for cuguard_format::Memory {
-    fn from(m: Memory) -> cuguard_format::Memory {
-        match m {
-            Memory::Device => cuguard_format::Memory::Device,
-            Memory::Pitched => cuguard_format::Memory::Pitched,
-            Memory::Managed => cuguard_format::Memory::Managed,
-            Memory::Async => cuguard_format::Memory::Async,
-            Memory::Vmm => cuguard_format::Memory::Vmm,
-            Memory::HostPinned => cuguard_format::Memory::HostPinned,
-        }
-    }
-}
-
-impl Memory {
-    /// The report's name for it.
-    pub fn as_str(self) -> &'static str {
-        cuguard_format::Memory::from(self)
-            .known_name()
-            .unwrap_or_default()
-    }
-
-    /// Whether it occupies device memory (everything but pinned host memory).
-    pub fn on_device(self) -> bool {
-        self != Memory::HostPinned
-    }
-}
-
-/// Why an allocation is in the report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeakState {
-    LiveAtExit,
-    ReleasedByContextDestroy,
-}
-
-impl From<LeakState> for cuguard_format::LeakState {
-    fn from(s: LeakState) -> cuguard_format::LeakState {
-        match s {
-            LeakState::LiveAtExit => cuguard_format::LeakState::LiveAtExit,
-            LeakState::ReleasedByContextDestroy => {
-                cuguard_format::LeakState::ReleasedByContextDestroy
-            }
-        }
-    }
-}
-
-/// "No context" / "no stack" in the compact fields below.
-pub const NONE: u32 = u32::MAX;
-
-/// One allocation the program owns.
-#[derive(Clone, Copy, Debug)]
-pub struct Record {
-    /// Bytes the program received.
-    pub size: u64,
-    /// Bytes it asked for.
-    pub requested: u64,
-    /// The entry that made it.
-    pub api: Entry,
-    pub memory: Memory,
-    /// Device ordinal, -1 if unknown.
-    pub device: i32,
-    /// Context id ([`contexts`]), or [`NONE`].
-    pub context: u32,
-    /// OS thread id of the allocating thread.
-    pub thread: u32,
-    /// Global allocation order.
-    pub seq: u64,
-    /// Milliseconds since the process started.
-    pub time_ms: u64,
-    /// Stack id, or [`NONE`].
-    pub stack: u32,
-}
-
-impl Record {
-    /// The history's memory of this record (a block of the pool's own when `pooled`).
-    fn history_memory(&self, pooled: bool) -> crate::history::Memory {
-        use crate::history::Memory as H;
-        if pooled {
-            return H::PoolBlock;
-        }
-        match self.memory {
-            Memory::Device => H::Device,
-            Memory::Pitched => H::Pitched,
-            Memory::Managed => H::Managed,
-            Memory::Async => H::Async,
-            Memory::Vmm => H::Vmm,
-            Memory::HostPinned => H::HostPinned,
-        }
-    }
-
-    /// Tells the history the program received this allocation at `addr`, made by a call that
-    /// takes no stream.
-    #[inline]
-    pub fn history_allocated(&self, addr: u64, pooled: bool) {
-        self.history_allocated_at(None, addr, pooled, 0);
-    }
-
-    /// [`Self::history_allocated`] of an allocation made on `stream` (the history's key of a
-    /// stream: see [`crate::history::allocated_at`]), at the moment `tsc` when one taken
-    /// already follows every free of `addr` (see there too).
-    #[inline]
-    pub fn history_allocated_at(&self, tsc: Option<u64>, addr: u64, pooled: bool, stream: u64) {
-        crate::history::allocated_at(
-            tsc,
-            addr,
-            self.size,
-            self.history_memory(pooled),
-            self.stack,
-            self.context,
-            self.device,
-            stream,
-        );
-    }
-
-    /// Tells the history the program freed this allocation at `addr`, from the moment `tsc`,
-    /// by a call that takes no stream.
-    #[inline]
-    pub fn history_freed(&self, addr: u64, tsc: u64) {
-        self.history_freed_on(addr, tsc, 0);
-    }
-
-    /// [`Self::history_freed`] by a free on `stream` (see [`crate::history::freed`]).
-    #[inline]
-    pub fn history_freed_on(&self, addr: u64, tsc: u64, stream: u64) {
-        crate::history::freed(
-            addr,
-            self.history_memory(false),
-            self.context,
-            self.device,
-            tsc,
-            stream,
-        );
-    }
-}
+pub use record::{LeakState, NONE, Record};
 
 /// A hasher for addresses: one multiply. Addresses are at least 256-byte aligned, so the low
 /// bits are dropped first.
@@ -332,11 +191,11 @@ impl Tracker {
     /// The order key of an allocation or event made now (see [`dense_order`]).
     #[inline]
     pub fn next_seq(&self) -> u64 {
-        crate::tracker::counters::order_key()
+        order::order_key()
     }
 
     /// Records a new allocation at `addr`, made on `stream` (the history's key of it, 0 for a
-    /// call that takes none: see [`crate::history::allocated_at`]).
+    /// call that takes none: see [`crate::recorder::allocated_at`]).
     pub fn add(&self, addr: u64, record: Record, stream: u64) {
         self.stats.allocated(&record);
         record.history_allocated_at(None, addr, false, stream);
@@ -370,7 +229,7 @@ impl Tracker {
     }
 
     /// Accounts for a completed free of `record` at `addr` on `stream` (0 for a free that takes
-    /// none: see [`crate::history::freed`]), begun at `tsc` ([`crate::history::stamp`]).
+    /// none: see [`crate::recorder::freed`]), begun at `tsc` ([`crate::recorder::stamp`]).
     #[inline]
     pub fn freed(&self, addr: u64, record: &Record, tsc: u64, stream: u64) {
         self.stats.freed(record);
@@ -391,7 +250,7 @@ impl Tracker {
     /// Moves every live allocation of context `id` (and `pooled`, the pool's records of it) to
     /// the released list; returns their count and bytes.
     pub fn release_context(&self, id: u32, pooled: Vec<(u64, Record)>) -> (usize, u64) {
-        crate::history::context_released(id);
+        crate::recorder::context_released(id);
         let mut gone = self.live.drain_where(|r| r.context == id);
         gone.extend(pooled);
         let bytes = gone.iter().map(|(_, r)| r.size).sum();

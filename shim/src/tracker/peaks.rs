@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
 
 use super::by_stack;
-use super::counters::DEVICES;
+use super::devices::DEVICES;
 
 /// No record below this many live bytes.
 pub const MIN_BYTES: u64 = 1 << 20;

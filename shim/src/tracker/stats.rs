@@ -8,7 +8,8 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::counters::{self, DEVICES};
-use super::{Record, by_stack, limit};
+use super::limit;
+use super::record::Record;
 
 /// The rare counters of one device.
 #[derive(Default)]
@@ -92,7 +93,7 @@ impl Stats {
         rare.released_bytes.fetch_add(size, Relaxed);
         rare.released_allocations.fetch_add(1, Relaxed);
         if r.memory.on_device() {
-            by_stack::add(r.stack, device, -(size as i64), -1);
+            counters::add(r.stack, device, -(size as i64), -1);
             limit::credit(device, size);
             counters::released(device, size);
         } else {

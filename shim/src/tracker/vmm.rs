@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{Record, lock};
+use super::record::Record;
+use crate::process::global::lock;
 
 /// One physical allocation.
 #[derive(Clone, Debug)]

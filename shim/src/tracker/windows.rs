@@ -35,7 +35,7 @@ static EPOCH: AtomicU64 = AtomicU64::new(0);
 struct Slot {
     /// Times this slot was claimed; part of its tokens.
     uses: AtomicU64,
-    /// The order key (see [`super::counters::order_key`]) when it opened.
+    /// The order key (see [`super::order::order_key`]) when it opened.
     begin_key: AtomicU64,
     base_live: AtomicI64,
     max_live: AtomicI64,
@@ -130,7 +130,7 @@ pub fn open() -> Result<u64, WindowError> {
     let uses = uses.max(1);
     slot.uses.store(uses, Relaxed);
     slot.max_live.store(i64::MIN, SeqCst);
-    slot.begin_key.store(super::counters::order_key(), Relaxed);
+    slot.begin_key.store(super::order::order_key(), Relaxed);
     OPEN.fetch_or(1 << index, SeqCst);
     let base = LIVE.load(SeqCst);
     slot.base_live.store(base, Relaxed);
@@ -157,7 +157,7 @@ pub fn close(token: u64) -> Result<Closed, WindowError> {
     if OPEN.fetch_and(!bit, SeqCst) & bit == 0 {
         return Err(WindowError::Unknown);
     }
-    let end_key = super::counters::order_key();
+    let end_key = super::order::order_key();
     let max = slot.max_live.load(SeqCst);
     let base = slot.base_live.load(Relaxed);
     let allocated = ALLOCATED

@@ -151,7 +151,7 @@ pub fn write(sig: i32, why: Why) -> bool {
         &mut |bytes: &[u8]| put(fd, bytes),
         why.as_str(),
         sig.max(0),
-        super::signal_name(sig),
+        super::occasion::signal_name(sig),
         now_unix_ms(),
     );
     // SAFETY: fd is ours.

@@ -14,9 +14,13 @@
 //! [`file`]): checkpoints and snapshots on request (`complete: false`), then the final one
 //! (`reason` `exit` or `signal`), each with its `report_number`. [`emergency`] writes the
 //! smallest valid report, without allocating, when a signal leaves nothing else possible.
+//!
+//! What a report is written for, an [`Occasion`], is in [`occasion`], with the little the
+//! report's parts share.
 
 pub mod emergency;
 pub mod file;
+mod occasion;
 mod python;
 mod reconcile;
 pub mod stacks;
@@ -36,86 +40,9 @@ use crate::process::clock;
 use crate::process::identity as process;
 use crate::tracker::ooms::RefusedBy;
 use crate::tracker::{LeakState, NONE, Record, Tracker};
+use occasion::{id, signal_name};
 
-/// Why a report is written (the report's `reason`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    /// The process is ending normally (return from main, `exit` from any thread).
-    Exit,
-    /// Periodic (`CUGUARD_CHECKPOINT_SECS`); the process goes on.
-    Checkpoint,
-    /// A fatal or terminating signal.
-    Signal,
-    /// `cuguard snapshot PID`; the process goes on.
-    Request,
-    /// An allocation was refused for lack of memory; the process goes on.
-    Oom,
-}
-
-impl From<Reason> for format::Reason {
-    fn from(r: Reason) -> format::Reason {
-        match r {
-            Reason::Exit => format::Reason::Exit,
-            Reason::Checkpoint => format::Reason::Checkpoint,
-            Reason::Signal => format::Reason::Signal,
-            Reason::Request => format::Reason::Request,
-            Reason::Oom => format::Reason::Oom,
-        }
-    }
-}
-
-/// What a report is written for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Occasion {
-    pub reason: Reason,
-    /// Whether the report is final and holds everything (the report's `complete`).
-    pub complete: bool,
-    /// The signal, for [`Reason::Signal`].
-    pub signal: Option<i32>,
-    /// Why the report is not complete (the report's `cut_short`).
-    pub cut_short: Option<&'static str>,
-}
-
-impl Occasion {
-    /// The final report of a process that exits.
-    pub const EXIT: Occasion = Occasion {
-        reason: Reason::Exit,
-        complete: true,
-        signal: None,
-        cut_short: None,
-    };
-    /// The final report of a process that a signal ends.
-    #[cfg_attr(test, allow(dead_code))] // its caller, `_exit`, is not in the unit tests' binary
-    pub fn signal(sig: i32) -> Occasion {
-        Occasion {
-            reason: Reason::Signal,
-            complete: true,
-            signal: Some(sig),
-            cut_short: None,
-        }
-    }
-    /// A checkpoint.
-    pub const CHECKPOINT: Occasion = Occasion {
-        reason: Reason::Checkpoint,
-        complete: false,
-        signal: None,
-        cut_short: Some("checkpoint: the process was still running"),
-    };
-    /// A snapshot on request.
-    pub const REQUEST: Occasion = Occasion {
-        reason: Reason::Request,
-        complete: false,
-        signal: None,
-        cut_short: Some("snapshot on request: the process was still running"),
-    };
-    /// A checkpoint at an out-of-memory.
-    pub const OOM: Occasion = Occasion {
-        reason: Reason::Oom,
-        complete: false,
-        signal: None,
-        cut_short: Some("written at an out-of-memory: the process was still running"),
-    };
-}
+pub use occasion::{Occasion, Reason};
 
 /// How many reports this process has written (the report's `report_number` is this plus one).
 static REPORTS_WRITTEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -125,24 +52,6 @@ pub fn reset_after_fork() {
     REPORTS_WRITTEN.store(0, std::sync::atomic::Ordering::Relaxed);
     if let Ok(mut said) = LAST_SAID.try_lock() {
         said.clear();
-    }
-}
-
-/// The name of signal `sig` (`"SIGSEGV"`), or `"signal"` for others.
-pub fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGINT => "SIGINT",
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGUSR1 => "SIGUSR1",
-        libc::SIGUSR2 => "SIGUSR2",
-        _ => "signal",
     }
 }
 
@@ -176,7 +85,7 @@ pub fn write(t: &Tracker, occasion: &Occasion) -> std::io::Result<Outcome> {
     let (mut report, host, rank) = gather(t, occasion);
     report.cost = Some(bill(started, heap));
     let path = path_for(&host, rank);
-    report.history = crate::history::status().map(history_info);
+    report.history = crate::recorder::status().map(history_info);
     let written = file::write_report(&path, &format::to_vec(&report))?;
 
     let mut kinds: Vec<(String, usize)> = Vec::new();
@@ -416,20 +325,22 @@ fn leak_entries(leaks: &[Leak]) -> Vec<format::Leak> {
         .map(|l| {
             let rec = &l.record;
             format::Leak {
-                address: Addr(l.address),
-                size: rec.size,
-                requested: rec.requested,
-                api: apis
-                    .entry(rec.api.name())
-                    .or_insert_with_key(|n| Arc::from(*n))
-                    .clone(),
-                memory: rec.memory.into(),
-                device: device_ordinal(rec.device),
-                context: id(rec.context),
-                thread: rec.thread.into(),
-                seq: rec.seq,
-                time_ms: rec.time_ms,
-                stack: id(rec.stack).map(u64::from),
+                allocation: cuguard_format::Allocation {
+                    address: Addr(l.address),
+                    size: rec.size,
+                    requested: rec.requested,
+                    api: apis
+                        .entry(rec.api.name())
+                        .or_insert_with_key(|n| Arc::from(*n))
+                        .clone(),
+                    memory: rec.memory.into(),
+                    device: device_ordinal(rec.device),
+                    context: id(rec.context),
+                    thread: rec.thread.into(),
+                    seq: rec.seq,
+                    time_ms: rec.time_ms,
+                    stack: id(rec.stack).map(u64::from),
+                },
                 state: l.state.into(),
                 handle: l.handle.map(Addr),
                 owner: None,
@@ -597,7 +508,7 @@ fn device_stats(t: &Tracker, r: &mut format::Report) {
 
 /// The report's `history`: its files by absolute path (the report's own path is absolute), so
 /// that no file elsewhere that happens to share the name is taken for it.
-fn history_info(s: crate::history::Status) -> format::HistoryInfo {
+fn history_info(s: crate::recorder::Status) -> format::HistoryInfo {
     format::HistoryInfo {
         files: s
             .files
@@ -752,10 +663,6 @@ fn stack_bytes(stacks: &[(u32, u64, u64)]) -> Vec<format::StackBytes> {
             allocations,
         })
         .collect()
-}
-
-fn id(v: u32) -> Option<u32> {
-    (v != NONE).then_some(v)
 }
 
 fn collect_leaks(t: &Tracker) -> Vec<Leak> {

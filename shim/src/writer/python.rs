@@ -8,7 +8,7 @@ use cuguard_format as format;
 use cuguard_format::wire::device_ordinal;
 use cuguard_format::{Addr, HeldClass};
 
-use super::{Occasion, Reason, id};
+use super::occasion::{Occasion, Reason, id, signal_name};
 use crate::tracker::Record;
 use crate::tracker::end::{self, Mark};
 
@@ -49,7 +49,7 @@ pub(super) fn section(
             match occasion.signal {
                 Some(sig) => format!(
                     "the process was ended by {} before its code ended",
-                    super::signal_name(sig)
+                    signal_name(sig)
                 ),
                 None => match crate::process::leaving::exit_status() {
                     Some(status) => left_by_exit(status),
@@ -147,17 +147,19 @@ fn entry(
         None => (HeldClass::Unclassified, Vec::new(), Vec::new()),
     };
     format::PyAllocation {
-        address: Addr(address),
-        size: rec.size,
-        requested: rec.requested,
-        api: rec.api.name().into(),
-        memory: rec.memory.into(),
-        device: device_ordinal(rec.device),
-        context: id(rec.context),
-        thread: rec.thread.into(),
-        seq,
-        time_ms: rec.time_ms,
-        stack: id(rec.stack).map(u64::from),
+        allocation: cuguard_format::Allocation {
+            address: Addr(address),
+            size: rec.size,
+            requested: rec.requested,
+            api: rec.api.name().into(),
+            memory: rec.memory.into(),
+            device: device_ordinal(rec.device),
+            context: id(rec.context),
+            thread: rec.thread.into(),
+            seq,
+            time_ms: rec.time_ms,
+            stack: id(rec.stack).map(u64::from),
+        },
         owner: owner_of.get(&(rec.stack, rec.memory.as_str())).cloned(),
         freed_after: !live_now.contains(&(address, rec.seq)),
         class,

@@ -592,10 +592,68 @@ impl<'a> Writer<'a> {
         Some(a)
     }
 
+    /// The report's stack `id` from its captured `words`: its native frames named, its Python
+    /// frames decoded, its site and its owner (by the first of `memories`, the kinds of memory
+    /// allocated from it; each kind's owner is noted in `owner_of`).
     fn stack(&mut self, id: u32, words: &[u64], memories: &[&'static str]) -> format::Stack {
         let (native, tail) = stack::split(words);
         // Resolve first, so that the site frames can borrow the resolved names.
-        let rows: Vec<ResolvedIp> = native
+        let rows = self.resolve(native);
+        let unknown = Frame::default();
+        let (frames, site_frames, first_interpreter) = self.native_frames(&rows, &unknown);
+
+        let py: Vec<python::PyFrame<'_>> = tail
+            .iter()
+            .map(|&w| python::decode(w, &self.codes))
+            .collect();
+        let py_frames: Vec<SiteFrame<'_>> = py
+            .iter()
+            .map(|f| SiteFrame {
+                module: "",
+                function: Some(f.function),
+                file: Some(f.file),
+                line: f.line,
+                offset: 0,
+            })
+            .collect();
+        let order = call_order(&site_frames, &py, first_interpreter);
+        let ordered: Vec<SiteFrame<'_>> = order
+            .iter()
+            .map(|s| match *s {
+                Slot::Native(i) => site_frames[i],
+                Slot::Python(j) => py_frames[j],
+            })
+            .collect();
+        let site = self.site(&ordered, &order);
+        let owner = owner(self.rules, &mut self.owner_of, id, &ordered, memories);
+        let mixed = if py.is_empty() {
+            Vec::new()
+        } else {
+            mixed_refs(&order)
+        };
+        format::Stack {
+            id: id.into(),
+            frames,
+            python: py
+                .iter()
+                .map(|f| format::PyFrame {
+                    file: f.file.into(),
+                    line: f.line,
+                    function: f.function.into(),
+                    entry: Some(f.entry),
+                    display: self.aliases.get(f.file).cloned(),
+                })
+                .collect(),
+            site,
+            owner: Some(owner),
+            mixed,
+            origin: stack::origin_of(words).map(u64::from),
+        }
+    }
+
+    /// Each return address in `native`: where it lies (module, offset) and its frames.
+    fn resolve(&mut self, native: &[u64]) -> Vec<ResolvedIp> {
+        native
             .iter()
             .map(|&ip| {
                 let at = stack::locate(ip, self.modules);
@@ -605,21 +663,34 @@ impl<'a> Writer<'a> {
                 };
                 (ip, at, frames)
             })
-            .collect();
+            .collect()
+    }
+
+    /// The report's native frames for `rows` (an address without names gives one frame named
+    /// by `unknown`), the same frames as the site rules see them, and the index of the first
+    /// of those in the interpreter's module.
+    fn native_frames<'r>(
+        &mut self,
+        rows: &'r [ResolvedIp],
+        unknown: &'r Frame,
+    ) -> (Vec<format::Frame>, Vec<SiteFrame<'r>>, Option<usize>)
+    where
+        'a: 'r,
+    {
+        let modules: &'a [Module] = self.modules;
         let mut frames: Vec<format::Frame> = Vec::with_capacity(rows.len());
-        let mut site_frames: Vec<SiteFrame<'_>> = Vec::with_capacity(rows.len() + tail.len());
+        let mut site_frames: Vec<SiteFrame<'r>> = Vec::with_capacity(rows.len());
         let mut first_interpreter: Option<usize> = None;
-        let unknown = Frame::default();
-        for (ip, at, resolved) in &rows {
+        for (ip, at, resolved) in rows {
             let (m, module, offset) = match at {
-                Some((m, off)) => (*m, self.modules[*m].path.as_str(), *off),
-                None => (self.modules.len(), "", *ip),
+                Some((m, off)) => (*m, modules[*m].path.as_str(), *off),
+                None => (modules.len(), "", *ip),
             };
             if first_interpreter.is_none() && at.is_some_and(|(m, _)| Some(m) == self.interpreter) {
                 first_interpreter = Some(site_frames.len());
             }
             let list: &[Frame] = if resolved.is_empty() {
-                std::slice::from_ref(&unknown)
+                std::slice::from_ref(unknown)
             } else {
                 resolved
             };
@@ -644,103 +715,85 @@ impl<'a> Writer<'a> {
                 });
             }
         }
+        (frames, site_frames, first_interpreter)
+    }
 
-        let py: Vec<python::PyFrame<'_>> = tail
-            .iter()
-            .map(|&w| python::decode(w, &self.codes))
-            .collect();
-        let py_frames: Vec<SiteFrame<'_>> = py
-            .iter()
-            .map(|f| SiteFrame {
-                module: "",
-                function: Some(f.function),
-                file: Some(f.file),
-                line: f.line,
-                offset: 0,
-            })
-            .collect();
-        // Call order: the mixed order where the Python frames' entries are known (each
-        // evaluation frame replaced by the Python frames it ran); else the native frames above
-        // the interpreter, the Python frames, the rest.
-        let entries: Vec<Option<bool>> = py.iter().map(|f| Some(f.entry)).collect();
-        let order: Vec<Slot> = match mixed::mixed(&site_frames, &entries) {
-            Some(order) => order,
-            None => {
-                let split = first_interpreter.unwrap_or(site_frames.len());
-                (0..split)
-                    .map(Slot::Native)
-                    .chain((0..py.len()).map(Slot::Python))
-                    .chain((split..site_frames.len()).map(Slot::Native))
-                    .collect()
+    /// The stack's site, by the site rules over its frames in call order (`ordered`, whose
+    /// slots `order` gives).
+    fn site(&self, ordered: &[SiteFrame<'_>], order: &[Slot]) -> Option<format::StackSite> {
+        self.rules.find_site_with_kind(ordered).map(|(site, kind)| {
+            let (list, index) = match order[site.index] {
+                Slot::Native(i) => (site_list::FRAMES, i),
+                Slot::Python(j) => (site_list::PYTHON, j),
+            };
+            format::StackSite {
+                in_: list.into(),
+                index,
+                fingerprint: site.fingerprint,
+                kind: Some(kind.as_str().into()),
             }
-        };
-        let ordered: Vec<SiteFrame<'_>> = order
-            .iter()
-            .map(|s| match *s {
-                Slot::Native(i) => site_frames[i],
-                Slot::Python(j) => py_frames[j],
-            })
-            .collect();
-        let site = self
-            .rules
-            .find_site_with_kind(&ordered)
-            .map(|(site, kind)| {
-                let (list, index) = match order[site.index] {
-                    Slot::Native(i) => (site_list::FRAMES, i),
-                    Slot::Python(j) => (site_list::PYTHON, j),
-                };
-                format::StackSite {
-                    in_: list.into(),
-                    index,
-                    fingerprint: site.fingerprint,
-                    kind: Some(kind.as_str().into()),
-                }
-            });
-        let mut owner = None;
-        for (n, memory) in memories.iter().enumerate() {
-            let o = self.rules.owner(&ordered, Some(memory)).id.clone();
-            if n == 0 {
-                owner = Some(o.clone());
-            }
-            self.owner_of.insert((id, memory), o);
-        }
-        let owner = owner.unwrap_or_else(|| self.rules.owner(&ordered, None).id.clone());
-        let mixed = if py.is_empty() {
-            Vec::new()
-        } else {
-            order
-                .iter()
-                .map(|s| match *s {
-                    Slot::Native(i) => format::MixedRef {
-                        native: Some(i),
-                        python: None,
-                    },
-                    Slot::Python(j) => format::MixedRef {
-                        native: None,
-                        python: Some(j),
-                    },
-                })
+        })
+    }
+}
+
+/// The frames' call order: the mixed order where the Python frames' entries are known (each
+/// evaluation frame replaced by the Python frames it ran); else the native frames above the
+/// interpreter (before `first_interpreter`), the Python frames, the rest.
+fn call_order(
+    site_frames: &[SiteFrame<'_>],
+    py: &[python::PyFrame<'_>],
+    first_interpreter: Option<usize>,
+) -> Vec<Slot> {
+    let entries: Vec<Option<bool>> = py.iter().map(|f| Some(f.entry)).collect();
+    match mixed::mixed(site_frames, &entries) {
+        Some(order) => order,
+        None => {
+            let split = first_interpreter.unwrap_or(site_frames.len());
+            (0..split)
+                .map(Slot::Native)
+                .chain((0..py.len()).map(Slot::Python))
+                .chain((split..site_frames.len()).map(Slot::Native))
                 .collect()
-        };
-        format::Stack {
-            id: id.into(),
-            frames,
-            python: py
-                .iter()
-                .map(|f| format::PyFrame {
-                    file: f.file.into(),
-                    line: f.line,
-                    function: f.function.into(),
-                    entry: Some(f.entry),
-                    display: self.aliases.get(f.file).cloned(),
-                })
-                .collect(),
-            site,
-            owner: Some(owner),
-            mixed,
-            origin: stack::origin_of(words).map(u64::from),
         }
     }
+}
+
+/// The stack's owner by the owner rules over its frames in call order: for the first of
+/// `memories`, or for no kind of memory when there is none; each kind's owner is noted in
+/// `owner_of` under (`id`, kind).
+fn owner(
+    rules: &Rules,
+    owner_of: &mut HashMap<(u32, &'static str), String>,
+    id: u32,
+    ordered: &[SiteFrame<'_>],
+    memories: &[&'static str],
+) -> String {
+    let mut owner = None;
+    for (n, memory) in memories.iter().enumerate() {
+        let o = rules.owner(ordered, Some(memory)).id.clone();
+        if n == 0 {
+            owner = Some(o.clone());
+        }
+        owner_of.insert((id, memory), o);
+    }
+    owner.unwrap_or_else(|| rules.owner(ordered, None).id.clone())
+}
+
+/// The report's `mixed`: each frame in call order, as an index into `frames` or `python`.
+fn mixed_refs(order: &[Slot]) -> Vec<format::MixedRef> {
+    order
+        .iter()
+        .map(|s| match *s {
+            Slot::Native(i) => format::MixedRef {
+                native: Some(i),
+                python: None,
+            },
+            Slot::Python(j) => format::MixedRef {
+                native: None,
+                python: Some(j),
+            },
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -281,205 +281,223 @@ impl Rng {
     }
 }
 
+/// Runs one test in this process (a child) and returns its figures.
 fn child(test: &str, quick: bool) -> BTreeMap<String, f64> {
     let c = Ctx::new();
     let mut out = BTreeMap::new();
     let scale = if quick { 10 } else { 1 };
     match test {
-        "pair" => {
-            for (label, size) in [
-                ("256B", 256usize),
-                ("4KiB", 4096),
-                ("1MiB", 1 << 20),
-                ("64MiB", 64 << 20),
-            ] {
-                let ns = time_pairs(200 / scale, 20, || {
-                    let p = c.alloc(size);
-                    c.free(p);
-                });
-                out.insert(format!("pair_{label}_ns"), ns);
-            }
-            let mut s = 0u64;
-            let ns = time_pairs(200 / scale, 20, || {
-                let mut p = 0;
-                // SAFETY: legacy stream (null), valid out-parameter; freed once.
-                unsafe {
-                    check(
-                        (c.d.alloc_async)(&mut p, 4096, std::ptr::null_mut()),
-                        "cuMemAllocAsync",
-                    );
-                    check((c.d.free_async)(p, std::ptr::null_mut()), "cuMemFreeAsync");
-                }
-                s = s.wrapping_add(p);
-            });
-            // SAFETY: plain synchronize of the current context.
-            unsafe { (c.d.synchronize)() };
-            out.insert("async_pair_4KiB_ns".into(), ns);
-            let ns = time_pairs(200 / scale, 200, || {
-                let mut ctx = std::ptr::null_mut();
-                // SAFETY: valid out-parameter.
-                unsafe { (c.d.get_current)(&mut ctx) };
-                std::hint::black_box(ctx);
-            });
-            out.insert("cuCtxGetCurrent_ns".into(), ns);
-            primitives(&mut out, scale);
-        }
-        "overhead" => {
-            // Interleaved batches through the hooks (what the program calls) and straight to the
-            // driver's own entries: the per-batch difference cancels the driver's drift.
-            let (Some(a), Some(f)) = (real_entry("cuMemAlloc_v2"), real_entry("cuMemFree_v2"))
-            else {
-                eprintln!("overhead: the driver's own entries were not found");
-                return out;
-            };
-            // SAFETY: the driver's cuMemAlloc_v2 and cuMemFree_v2, with their C signatures.
-            let (ra, rf): (
-                unsafe extern "C" fn(*mut Ptr, usize) -> CuResult,
-                unsafe extern "C" fn(Ptr) -> CuResult,
-            ) = unsafe {
-                (
-                    std::mem::transmute::<usize, unsafe extern "C" fn(*mut Ptr, usize) -> CuResult>(
-                        a,
-                    ),
-                    std::mem::transmute::<usize, unsafe extern "C" fn(Ptr) -> CuResult>(f),
-                )
-            };
-            for (label, size) in [("4KiB", 4096usize), ("1MiB", 1 << 20)] {
-                let mut diffs = Vec::new();
-                let mut hooked = Vec::new();
-                let mut bare = Vec::new();
-                for _ in 0..(400 / scale) {
-                    let t = Instant::now();
-                    for _ in 0..10 {
-                        let p = c.alloc(size);
-                        c.free(p);
-                    }
-                    let h = t.elapsed().as_nanos() as f64 / 10.0;
-                    let t = Instant::now();
-                    for _ in 0..10 {
-                        let mut p = 0;
-                        // SAFETY: valid out-parameter; freed once.
-                        unsafe {
-                            check(ra(&mut p, size), "cuMemAlloc_v2");
-                            check(rf(p), "cuMemFree_v2");
-                        }
-                    }
-                    let b = t.elapsed().as_nanos() as f64 / 10.0;
-                    diffs.push(h - b);
-                    hooked.push(h);
-                    bare.push(b);
-                }
-                out.insert(format!("overhead_{label}_ns"), median(&mut diffs));
-                out.insert(format!("overhead_{label}_hooked_ns"), median(&mut hooked));
-                out.insert(format!("overhead_{label}_bare_ns"), median(&mut bare));
-            }
-        }
-        "live1000" => {
-            let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-            let live: Vec<Ptr> = (0..1000)
-                .map(|_| {
-                    let shift = 8 + rng.below(13); // 256 B .. 1 MiB
-                    c.alloc(1usize << shift)
-                })
-                .collect();
-            let ns = time_pairs(200 / scale, 20, || {
-                let p = c.alloc(4096);
-                c.free(p);
-            });
-            out.insert("live1000_pair_4KiB_ns".into(), ns);
-            for p in live {
-                c.free(p);
-            }
-        }
-        t if t.starts_with("random") => {
-            let max_mib: u64 = t.trim_start_matches("random").parse().unwrap_or(1);
-            let steps = if quick { 2_000 } else { 20_000 };
-            let mut rng = Rng(42 + max_mib);
-            let mut live: Vec<Ptr> = Vec::new();
-            let t0 = Instant::now();
-            let mut ops = 0u64;
-            for _ in 0..steps {
-                if live.is_empty() || rng.below(100) < 73 {
-                    let size = 1 + rng.below(max_mib << 20) as usize;
-                    live.push(c.alloc(size));
-                } else {
-                    let i = rng.below(live.len() as u64) as usize;
-                    c.free(live.swap_remove(i));
-                }
-                ops += 1;
-                // Keep the working set within a few GiB, like RMM's benchmark.
-                if live.len() > 4096 / max_mib.max(1) as usize {
-                    let i = rng.below(live.len() as u64) as usize;
-                    c.free(live.swap_remove(i));
-                    ops += 1;
-                }
-            }
-            out.insert(
-                format!("random{max_mib}_ns_per_op"),
-                t0.elapsed().as_nanos() as f64 / ops as f64,
-            );
-            for p in live {
-                c.free(p);
-            }
-        }
-        "streampair" => {
-            let mut stream = std::ptr::null_mut();
-            // SAFETY: valid out-parameter; CU_STREAM_NON_BLOCKING = 1.
-            check(
-                unsafe { (c.d.stream_create)(&mut stream, 1) },
-                "cuStreamCreate",
-            );
-            for (label, size) in [("4KiB", 4096usize), ("1MiB", 1 << 20)] {
-                let ns = time_pairs(200 / scale, 20, || {
-                    let p = c.alloc(size);
-                    // SAFETY: p is a live block of `size` bytes; stream is ours.
-                    check(
-                        unsafe { (c.d.memset_async)(p, 0, size, stream) },
-                        "cuMemsetD8Async",
-                    );
-                    c.free(p);
-                });
-                // SAFETY: the stream created above.
-                check(
-                    unsafe { (c.d.stream_synchronize)(stream) },
-                    "cuStreamSynchronize",
-                );
-                out.insert(format!("streampair_{label}_ns"), ns);
-            }
-        }
-        "threads" => {
-            let budget = std::time::Duration::from_millis(if quick { 50 } else { 500 });
-            for threads in [1usize, 16] {
-                let total = std::sync::atomic::AtomicU64::new(0);
-                let t0 = Instant::now();
-                std::thread::scope(|s| {
-                    for _ in 0..threads {
-                        s.spawn(|| {
-                            c.make_current();
-                            let start = Instant::now();
-                            let mut n = 0u64;
-                            while start.elapsed() < budget {
-                                for _ in 0..64 {
-                                    let p = c.alloc(4096);
-                                    c.free(p);
-                                }
-                                n += 64;
-                            }
-                            total.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                        });
-                    }
-                });
-                let secs = t0.elapsed().as_secs_f64();
-                let pairs = total.load(std::sync::atomic::Ordering::Relaxed) as f64;
-                out.insert(format!("threads{threads}_pairs_per_s"), pairs / secs);
-            }
-        }
+        "pair" => pair(&c, &mut out, scale),
+        "overhead" => overhead(&c, &mut out, scale),
+        "live1000" => live1000(&c, &mut out, scale),
+        t if t.starts_with("random") => random(&c, &mut out, t, quick),
+        "streampair" => streampair(&c, &mut out, scale),
+        "threads" => threads(&c, &mut out, quick),
         other => {
             eprintln!("unknown test {other}");
             std::process::exit(2);
         }
     }
     out
+}
+
+/// `pair`: the synchronous pair at four sizes, the asynchronous pair, `cuCtxGetCurrent`, and
+/// the machine's steps ([`primitives`]).
+fn pair(c: &Ctx, out: &mut BTreeMap<String, f64>, scale: usize) {
+    for (label, size) in [
+        ("256B", 256usize),
+        ("4KiB", 4096),
+        ("1MiB", 1 << 20),
+        ("64MiB", 64 << 20),
+    ] {
+        let ns = time_pairs(200 / scale, 20, || {
+            let p = c.alloc(size);
+            c.free(p);
+        });
+        out.insert(format!("pair_{label}_ns"), ns);
+    }
+    let mut s = 0u64;
+    let ns = time_pairs(200 / scale, 20, || {
+        let mut p = 0;
+        // SAFETY: legacy stream (null), valid out-parameter; freed once.
+        unsafe {
+            check(
+                (c.d.alloc_async)(&mut p, 4096, std::ptr::null_mut()),
+                "cuMemAllocAsync",
+            );
+            check((c.d.free_async)(p, std::ptr::null_mut()), "cuMemFreeAsync");
+        }
+        s = s.wrapping_add(p);
+    });
+    // SAFETY: plain synchronize of the current context.
+    unsafe { (c.d.synchronize)() };
+    out.insert("async_pair_4KiB_ns".into(), ns);
+    let ns = time_pairs(200 / scale, 200, || {
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: valid out-parameter.
+        unsafe { (c.d.get_current)(&mut ctx) };
+        std::hint::black_box(ctx);
+    });
+    out.insert("cuCtxGetCurrent_ns".into(), ns);
+    primitives(out, scale);
+}
+
+/// `overhead`: the hooks' cost per pair against the driver's own entries, in one process.
+fn overhead(c: &Ctx, out: &mut BTreeMap<String, f64>, scale: usize) {
+    // Interleaved batches through the hooks (what the program calls) and straight to the
+    // driver's own entries: the per-batch difference cancels the driver's drift.
+    let (Some(a), Some(f)) = (real_entry("cuMemAlloc_v2"), real_entry("cuMemFree_v2")) else {
+        eprintln!("overhead: the driver's own entries were not found");
+        return;
+    };
+    // SAFETY: the driver's cuMemAlloc_v2 and cuMemFree_v2, with their C signatures.
+    let (ra, rf): (
+        unsafe extern "C" fn(*mut Ptr, usize) -> CuResult,
+        unsafe extern "C" fn(Ptr) -> CuResult,
+    ) = unsafe {
+        (
+            std::mem::transmute::<usize, unsafe extern "C" fn(*mut Ptr, usize) -> CuResult>(a),
+            std::mem::transmute::<usize, unsafe extern "C" fn(Ptr) -> CuResult>(f),
+        )
+    };
+    for (label, size) in [("4KiB", 4096usize), ("1MiB", 1 << 20)] {
+        let mut diffs = Vec::new();
+        let mut hooked = Vec::new();
+        let mut bare = Vec::new();
+        for _ in 0..(400 / scale) {
+            let t = Instant::now();
+            for _ in 0..10 {
+                let p = c.alloc(size);
+                c.free(p);
+            }
+            let h = t.elapsed().as_nanos() as f64 / 10.0;
+            let t = Instant::now();
+            for _ in 0..10 {
+                let mut p = 0;
+                // SAFETY: valid out-parameter; freed once.
+                unsafe {
+                    check(ra(&mut p, size), "cuMemAlloc_v2");
+                    check(rf(p), "cuMemFree_v2");
+                }
+            }
+            let b = t.elapsed().as_nanos() as f64 / 10.0;
+            diffs.push(h - b);
+            hooked.push(h);
+            bare.push(b);
+        }
+        out.insert(format!("overhead_{label}_ns"), median(&mut diffs));
+        out.insert(format!("overhead_{label}_hooked_ns"), median(&mut hooked));
+        out.insert(format!("overhead_{label}_bare_ns"), median(&mut bare));
+    }
+}
+
+/// `live1000`: the 4 KiB pair with 1,000 live blocks of mixed sizes around it.
+fn live1000(c: &Ctx, out: &mut BTreeMap<String, f64>, scale: usize) {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let live: Vec<Ptr> = (0..1000)
+        .map(|_| {
+            let shift = 8 + rng.below(13); // 256 B .. 1 MiB
+            c.alloc(1usize << shift)
+        })
+        .collect();
+    let ns = time_pairs(200 / scale, 20, || {
+        let p = c.alloc(4096);
+        c.free(p);
+    });
+    out.insert("live1000_pair_4KiB_ns".into(), ns);
+    for p in live {
+        c.free(p);
+    }
+}
+
+/// `random1`, `random64`, `random256`: RMM's random_allocations pattern, sizes up to that many
+/// MiB.
+fn random(c: &Ctx, out: &mut BTreeMap<String, f64>, test: &str, quick: bool) {
+    let max_mib: u64 = test.trim_start_matches("random").parse().unwrap_or(1);
+    let steps = if quick { 2_000 } else { 20_000 };
+    let mut rng = Rng(42 + max_mib);
+    let mut live: Vec<Ptr> = Vec::new();
+    let t0 = Instant::now();
+    let mut ops = 0u64;
+    for _ in 0..steps {
+        if live.is_empty() || rng.below(100) < 73 {
+            let size = 1 + rng.below(max_mib << 20) as usize;
+            live.push(c.alloc(size));
+        } else {
+            let i = rng.below(live.len() as u64) as usize;
+            c.free(live.swap_remove(i));
+        }
+        ops += 1;
+        // Keep the working set within a few GiB, like RMM's benchmark.
+        if live.len() > 4096 / max_mib.max(1) as usize {
+            let i = rng.below(live.len() as u64) as usize;
+            c.free(live.swap_remove(i));
+            ops += 1;
+        }
+    }
+    out.insert(
+        format!("random{max_mib}_ns_per_op"),
+        t0.elapsed().as_nanos() as f64 / ops as f64,
+    );
+    for p in live {
+        c.free(p);
+    }
+}
+
+/// `streampair`: the pair with a memset on a non-blocking stream between allocation and free.
+fn streampair(c: &Ctx, out: &mut BTreeMap<String, f64>, scale: usize) {
+    let mut stream = std::ptr::null_mut();
+    // SAFETY: valid out-parameter; CU_STREAM_NON_BLOCKING = 1.
+    check(
+        unsafe { (c.d.stream_create)(&mut stream, 1) },
+        "cuStreamCreate",
+    );
+    for (label, size) in [("4KiB", 4096usize), ("1MiB", 1 << 20)] {
+        let ns = time_pairs(200 / scale, 20, || {
+            let p = c.alloc(size);
+            // SAFETY: p is a live block of `size` bytes; stream is ours.
+            check(
+                unsafe { (c.d.memset_async)(p, 0, size, stream) },
+                "cuMemsetD8Async",
+            );
+            c.free(p);
+        });
+        // SAFETY: the stream created above.
+        check(
+            unsafe { (c.d.stream_synchronize)(stream) },
+            "cuStreamSynchronize",
+        );
+        out.insert(format!("streampair_{label}_ns"), ns);
+    }
+}
+
+/// `threads`: pairs per second with 1 and 16 threads.
+fn threads(c: &Ctx, out: &mut BTreeMap<String, f64>, quick: bool) {
+    let budget = std::time::Duration::from_millis(if quick { 50 } else { 500 });
+    for threads in [1usize, 16] {
+        let total = std::sync::atomic::AtomicU64::new(0);
+        let t0 = Instant::now();
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    c.make_current();
+                    let start = Instant::now();
+                    let mut n = 0u64;
+                    while start.elapsed() < budget {
+                        for _ in 0..64 {
+                            let p = c.alloc(4096);
+                            c.free(p);
+                        }
+                        n += 64;
+                    }
+                    total.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                });
+            }
+        });
+        let secs = t0.elapsed().as_secs_f64();
+        let pairs = total.load(std::sync::atomic::Ordering::Relaxed) as f64;
+        out.insert(format!("threads{threads}_pairs_per_s"), pairs / secs);
+    }
 }
 
 struct Variant {
@@ -639,81 +657,138 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("alloc_bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
 
-    // Every run: (name, variant, shim to preload). A baseline run follows each shim run.
-    let mut runs: Vec<(String, &Variant, Option<String>)> = Vec::new();
-    for v in VARIANTS {
-        if only_variants
-            .as_ref()
-            .is_some_and(|o| !o.iter().any(|x| x == v.name))
-        {
-            continue;
-        }
-        runs.push((v.name.to_string(), v, v.shim.then(|| shim.clone())));
-        if let (true, Some(b)) = (v.shim, &baseline) {
-            runs.push((format!("{}@baseline", v.name), v, Some(b.clone())));
-        }
-    }
+    let runs = runs(&shim, baseline.as_deref(), only_variants.as_deref());
     let names: Vec<String> = runs.iter().map(|(n, _, _)| n.clone()).collect();
-
-    // figures[run][metric] = samples over rounds
-    let mut figures: BTreeMap<String, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
-    for round in 0..rounds {
-        for test in TESTS {
-            if only_tests
-                .as_ref()
-                .is_some_and(|o| !o.iter().any(|t| t == test))
-            {
-                continue;
-            }
-            for (name, v, preload) in &runs {
-                let report = dir.join(format!(
-                    "{}-{test}-{round}.json",
-                    name.replace(['+', '@'], "_")
-                ));
-                let mut cmd = Command::new(&exe);
-                cmd.args(["--child", test]);
-                if quick {
-                    cmd.arg("--quick");
-                }
-                cmd.env_remove("LD_PRELOAD");
-                if let Some(preload) = preload {
-                    cmd.env("LD_PRELOAD", preload)
-                        .env("CUGUARD_REPORT", &report)
-                        .env("CUGUARD_QUIET", "1");
-                }
-                for (k, val) in v.env {
-                    cmd.env(k, val);
-                }
-                let out = cmd.output().expect("running child");
-                if !out.status.success() {
-                    eprintln!(
-                        "{name} {test}: {}\n{}",
-                        out.status,
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                    continue;
-                }
-                let text = String::from_utf8_lossy(&out.stdout);
-                let m = figures.entry(name.clone()).or_default();
-                for (k, val) in parse_like(text.trim()) {
-                    m.entry(k).or_default().push(val);
-                }
-                if test.starts_with("random")
-                    && v.shim
-                    && let Some((reserved, live)) = peaks(&report)
-                    && live > 0.0
-                {
-                    m.entry(format!("{test}_peak_reserved_over_peak_live"))
-                        .or_default()
-                        .push(reserved / live);
-                }
-                let _ = std::fs::remove_file(&report);
-            }
-        }
-    }
+    let plan = Plan {
+        runs: &runs,
+        quick,
+        exe: &exe,
+        dir: &dir,
+    };
+    let figures = plan.measure(rounds, only_tests.as_deref());
     let _ = std::fs::remove_dir_all(&dir);
 
-    let med: BTreeMap<&str, BTreeMap<String, f64>> = figures
+    let med = medians(&figures);
+    print_table(&names, &med);
+    println!();
+    print_ratios(&med);
+    if baseline.is_some() {
+        print_baseline(&med);
+    }
+    if let Some(path) = arg("--json") {
+        write_json(&path, &med);
+    }
+}
+
+/// One configuration's run: its name, its variant, and the shim it preloads (none for the bare
+/// driver).
+type Run<'a> = (String, &'a Variant, Option<String>);
+
+/// Each run's median of each figure over rounds.
+type Medians<'a> = BTreeMap<&'a str, BTreeMap<String, f64>>;
+
+/// Every run: (name, variant, shim to preload). A baseline run follows each shim run.
+fn runs(shim: &str, baseline: Option<&str>, only_variants: Option<&[String]>) -> Vec<Run<'static>> {
+    let mut runs: Vec<Run<'static>> = Vec::new();
+    for v in VARIANTS {
+        if only_variants.is_some_and(|o| !o.iter().any(|x| x == v.name)) {
+            continue;
+        }
+        runs.push((v.name.to_string(), v, v.shim.then(|| shim.to_string())));
+        if let (true, Some(b)) = (v.shim, baseline) {
+            runs.push((format!("{}@baseline", v.name), v, Some(b.to_string())));
+        }
+    }
+    runs
+}
+
+/// What every child is run with.
+struct Plan<'a> {
+    runs: &'a [Run<'a>],
+    quick: bool,
+    exe: &'a std::path::Path,
+    dir: &'a std::path::Path,
+}
+
+impl Plan<'_> {
+    /// Runs every test in every configuration, `rounds` times, interleaved; the figures, as
+    /// figures[run][metric] = samples over rounds.
+    fn measure(
+        &self,
+        rounds: usize,
+        only_tests: Option<&[String]>,
+    ) -> BTreeMap<String, BTreeMap<String, Vec<f64>>> {
+        let mut figures: BTreeMap<String, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
+        for round in 0..rounds {
+            for test in TESTS {
+                if only_tests.is_some_and(|o| !o.iter().any(|t| t == test)) {
+                    continue;
+                }
+                for run in self.runs {
+                    self.child(run, test, round, &mut figures);
+                }
+            }
+        }
+        figures
+    }
+
+    /// Runs `test` once in a child for `run`, adding its figures (and, for the random tests
+    /// under the shim, the peak reserved over peak live bytes its report gives) to `figures`.
+    fn child(
+        &self,
+        (name, v, preload): &Run<'_>,
+        test: &str,
+        round: usize,
+        figures: &mut BTreeMap<String, BTreeMap<String, Vec<f64>>>,
+    ) {
+        let report = self.dir.join(format!(
+            "{}-{test}-{round}.json",
+            name.replace(['+', '@'], "_")
+        ));
+        let mut cmd = Command::new(self.exe);
+        cmd.args(["--child", test]);
+        if self.quick {
+            cmd.arg("--quick");
+        }
+        cmd.env_remove("LD_PRELOAD");
+        if let Some(preload) = preload {
+            cmd.env("LD_PRELOAD", preload)
+                .env("CUGUARD_REPORT", &report)
+                .env("CUGUARD_QUIET", "1");
+        }
+        for (k, val) in v.env {
+            cmd.env(k, val);
+        }
+        let out = cmd.output().expect("running child");
+        if !out.status.success() {
+            eprintln!(
+                "{name} {test}: {}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let m = figures.entry(name.clone()).or_default();
+        for (k, val) in parse_like(text.trim()) {
+            m.entry(k).or_default().push(val);
+        }
+        if test.starts_with("random")
+            && v.shim
+            && let Some((reserved, live)) = peaks(&report)
+            && live > 0.0
+        {
+            m.entry(format!("{test}_peak_reserved_over_peak_live"))
+                .or_default()
+                .push(reserved / live);
+        }
+        let _ = std::fs::remove_file(&report);
+    }
+}
+
+/// The median over rounds of each run's figures.
+fn medians(figures: &BTreeMap<String, BTreeMap<String, Vec<f64>>>) -> Medians<'_> {
+    figures
         .iter()
         .map(|(v, m)| {
             (
@@ -723,7 +798,19 @@ fn main() {
                     .collect(),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// Run `v`'s median of figure `k`; NaN when there is none.
+fn figure(med: &Medians<'_>, v: &str, k: &str) -> f64 {
+    med.get(v)
+        .and_then(|m| m.get(k))
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
+/// The table of every figure, one column a run.
+fn print_table(names: &[String], med: &Medians<'_>) {
     let mut metrics: Vec<String> = med.values().flat_map(|m| m.keys().cloned()).collect();
     metrics.sort();
     metrics.dedup();
@@ -743,13 +830,11 @@ fn main() {
             .collect();
         println!("| {k} | {} |", cells.join(" | "));
     }
-    println!();
-    let get = |v: &str, k: &str| {
-        med.get(v)
-            .and_then(|m| m.get(k))
-            .copied()
-            .unwrap_or(f64::NAN)
-    };
+}
+
+/// The ratios between configurations.
+fn print_ratios(med: &Medians<'_>) {
+    let get = |v: &str, k: &str| figure(med, v, k);
     println!("| ratio | value |");
     println!("|---|---|");
     for size in ["4KiB", "1MiB"] {
@@ -808,37 +893,42 @@ fn main() {
             get("bare", &k) / get("pool", &k)
         );
     }
-    if baseline.is_some() {
-        println!();
-        println!("| this build / baseline (lower is faster for ns, higher for pairs/s) | value |");
-        println!("|---|---|");
-        for v in ["passthrough", "pool", "pool+stacks"] {
-            for k in [
-                "pair_256B_ns",
-                "pair_4KiB_ns",
-                "pair_1MiB_ns",
-                "live1000_pair_4KiB_ns",
-                "threads1_pairs_per_s",
-                "threads16_pairs_per_s",
-            ] {
-                let (now, before) = (get(v, k), get(&format!("{v}@baseline"), k));
-                if now.is_finite() && before.is_finite() {
-                    println!("| {v} {k}: {now:.1} / {before:.1} | {:.3} |", now / before);
-                }
+}
+
+/// This build's figures over the baseline's.
+fn print_baseline(med: &Medians<'_>) {
+    let get = |v: &str, k: &str| figure(med, v, k);
+    println!();
+    println!("| this build / baseline (lower is faster for ns, higher for pairs/s) | value |");
+    println!("|---|---|");
+    for v in ["passthrough", "pool", "pool+stacks"] {
+        for k in [
+            "pair_256B_ns",
+            "pair_4KiB_ns",
+            "pair_1MiB_ns",
+            "live1000_pair_4KiB_ns",
+            "threads1_pairs_per_s",
+            "threads16_pairs_per_s",
+        ] {
+            let (now, before) = (get(v, k), get(&format!("{v}@baseline"), k));
+            if now.is_finite() && before.is_finite() {
+                println!("| {v} {k}: {now:.1} / {before:.1} | {:.3} |", now / before);
             }
         }
     }
-    if let Some(path) = arg("--json") {
-        let mut s = String::from("{");
-        for (i, (v, m)) in med.iter().enumerate() {
-            if i > 0 {
-                s.push(',');
-            }
-            s.push_str(&format!("\"{v}\":{}", serde_like(m)));
+}
+
+/// Every median, as JSON, to `path`.
+fn write_json(path: &str, med: &Medians<'_>) {
+    let mut s = String::from("{");
+    for (i, (v, m)) in med.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
         }
-        s.push('}');
-        let _ = std::fs::write(path, s);
+        s.push_str(&format!("\"{v}\":{}", serde_like(m)));
     }
+    s.push('}');
+    let _ = std::fs::write(path, s);
 }
 
 /// Peak pool reserved bytes and peak live bytes from a cuguard report (device 0), without a JSON

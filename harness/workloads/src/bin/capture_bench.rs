@@ -189,15 +189,30 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("capture_bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
 
-    let mut workloads: Vec<(&str, Command)> = Vec::new();
+    let mut workloads = workloads(&exe, pairs, &script, python);
+    let (figures, calls) = measure(&mut workloads, rounds, &shim, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    print_table(&workloads, figures, &calls, rounds);
+}
+
+/// Each workload run per round: its name and the command that runs it.
+type Workloads = Vec<(&'static str, Command)>;
+
+/// figures[(workload, variant, metric)] = ns per call, one per round.
+type Figures = BTreeMap<(String, &'static str, &'static str), Vec<f64>>;
+
+/// The workloads: this program's own native children at depths 60 and 8, and the Python
+/// `script` when `python` can run it.
+fn workloads(exe: &Path, pairs: usize, script: &Path, python: bool) -> Workloads {
+    let mut workloads: Workloads = Vec::new();
     for depth in [60usize, 8] {
-        let mut c = Command::new(&exe);
+        let mut c = Command::new(exe);
         c.args(["--child", &depth.to_string(), &pairs.to_string()]);
         workloads.push((if depth == 60 { "native-60" } else { "native-8" }, c));
     }
     if python {
         let mut c = Command::new("python3");
-        c.arg(&script)
+        c.arg(script)
             .arg((pairs / 5 / 5).max(1).to_string()) // the script makes 5 rounds of N pairs
             .arg("80");
         workloads.push(("python-80", c));
@@ -207,15 +222,24 @@ fn main() {
             script.display()
         );
     }
+    workloads
+}
 
-    // figures[(workload, variant, metric)] = ns per call, one per round
-    let mut figures: BTreeMap<(String, &str, &str), Vec<f64>> = BTreeMap::new();
+/// Runs every workload under the shim, without and with the capture cache, `rounds` times; the
+/// figures, and each workload's count of tracked allocations.
+fn measure(
+    workloads: &mut Workloads,
+    rounds: usize,
+    shim: &Path,
+    dir: &Path,
+) -> (Figures, BTreeMap<String, f64>) {
+    let mut figures: Figures = BTreeMap::new();
     let mut calls: BTreeMap<String, f64> = BTreeMap::new();
     for round in 0..rounds {
-        for (name, cmd) in &mut workloads {
+        for (name, cmd) in workloads.iter_mut() {
             for (variant, cache) in [("before", "0"), ("after", "1")] {
                 let report = dir.join(format!("{name}-{variant}-{round}.json"));
-                cmd.env("LD_PRELOAD", &shim)
+                cmd.env("LD_PRELOAD", shim)
                     .env("CUGUARD_REPORT", &report)
                     .env("CUGUARD_QUIET", "1")
                     .env("CUGUARD_TEST_CAPTURE_CACHE", cache);
@@ -248,8 +272,16 @@ fn main() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    (figures, calls)
+}
 
+/// The table: per workload, the capture's cost per tracked allocation before and after.
+fn print_table(
+    workloads: &Workloads,
+    mut figures: Figures,
+    calls: &BTreeMap<String, f64>,
+    rounds: usize,
+) {
     println!(
         "Capture per tracked allocation, ns (the shim's own bill: estimates from samples; \
          median of {rounds} rounds; before = CUGUARD_TEST_CAPTURE_CACHE=0)\n"
@@ -259,7 +291,7 @@ fn main() {
          native before | native after | Python before | Python after | hooks before | hooks after |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (name, _) in &workloads {
+    for (name, _) in workloads {
         let mut get = |variant: &'static str, metric: &'static str| {
             figures
                 .get_mut(&(name.to_string(), variant, metric))

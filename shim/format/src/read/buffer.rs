@@ -15,7 +15,7 @@ use std::io::Read;
 use std::ops::Deref;
 use std::path::Path;
 
-use super::ReadError;
+use super::error::ReadError;
 use super::open::{OpenError, open_regular};
 
 /// Where a file's bytes start in memory: a multiple of this.

@@ -35,14 +35,18 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::Leaks;
-use super::fold::Fx;
+use super::fold::{Fx, Leaks};
 use crate::addr::Addr;
+use crate::allocation::{Fields, Values};
 use crate::enums::{LeakState, Memory};
 use crate::intern;
-use crate::leak::{LeakView, Text};
+use crate::leak::LeakView;
 use crate::model::{Frame, Report, Stack, StackSite};
+use crate::text::Text;
 use crate::wire::UNKNOWN_DEVICE;
+#[cfg(test)]
+use keys::STACK_SLOW_KEYS;
+use keys::{FRAME_KEYS, Key, LEAK_KEYS, LEAK_REQUIRED, LeakCore, SITE_KEYS, STACK_KEYS};
 
 /// Why the fast path gave no report.
 #[derive(Debug, PartialEq, Eq)]
@@ -228,117 +232,6 @@ struct Cursor<'a> {
     /// The function names interned so far, by their text in the document.
     functions: HashMap<&'a str, Arc<str>, BuildHasherDefault<Fx>>,
 }
-
-/// A key as written before its value: `"name":`, in at most 16 bytes, as two little-endian
-/// words and the masks of the bytes it covers in each.
-pub(crate) struct Key {
-    pub(crate) name: &'static [u8],
-    len: usize,
-    lo: u64,
-    hi: u64,
-    lo_mask: u64,
-    hi_mask: u64,
-}
-
-impl Key {
-    const fn new(name: &'static str) -> Key {
-        let name = name.as_bytes();
-        let len = name.len() + 3;
-        assert!(len <= 16);
-        let mut text = [0u8; 16];
-        text[0] = b'"';
-        let mut i = 0;
-        while i < name.len() {
-            text[i + 1] = name[i];
-            i += 1;
-        }
-        text[name.len() + 1] = b'"';
-        text[name.len() + 2] = b':';
-        let (mut lo, mut hi) = (0u64, 0u64);
-        let mut j = 0;
-        while j < 8 {
-            lo |= (text[j] as u64) << (8 * j);
-            hi |= (text[j + 8] as u64) << (8 * j);
-            j += 1;
-        }
-        let lo_mask = if len >= 8 {
-            u64::MAX
-        } else {
-            (1 << (8 * len)) - 1
-        };
-        let hi_mask = if len >= 16 {
-            u64::MAX
-        } else if len <= 8 {
-            0
-        } else {
-            (1 << (8 * (len - 8))) - 1
-        };
-        Key {
-            name,
-            len,
-            lo,
-            hi,
-            lo_mask,
-            hi_mask,
-        }
-    }
-}
-
-/// The keys of `leaks[]`, in the order the shim writes them: every field of [`crate::Leak`].
-pub(crate) const LEAK_KEYS: [Key; 14] = [
-    Key::new("address"),
-    Key::new("size"),
-    Key::new("requested"),
-    Key::new("api"),
-    Key::new("memory"),
-    Key::new("device"),
-    Key::new("context"),
-    Key::new("thread"),
-    Key::new("seq"),
-    Key::new("time_ms"),
-    Key::new("stack"),
-    Key::new("state"),
-    Key::new("handle"),
-    Key::new("owner"),
-];
-/// The keys a leak must have, by bit (all but `handle` and `owner`).
-const LEAK_REQUIRED: u32 = (1 << 12) - 1;
-
-/// The keys of `stacks[]` read here, in the shim's order.
-pub(crate) const STACK_KEYS: [Key; 4] = [
-    Key::new("id"),
-    Key::new("frames"),
-    Key::new("site"),
-    Key::new("owner"),
-];
-
-/// The other keys of `stacks[]`: at one of them the fast path gives up on purpose (a Python
-/// report's stacks, or a stack with an origin, are few and left to serde_json). With
-/// [`STACK_KEYS`], every field of [`Stack`].
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "the list the tests check the fast path against")
-)]
-pub(crate) const STACK_SLOW_KEYS: [&str; 3] = ["python", "mixed", "origin"];
-
-/// The keys of `stacks[].site`, in the shim's order.
-pub(crate) const SITE_KEYS: [Key; 4] = [
-    Key::new("in"),
-    Key::new("index"),
-    Key::new("fingerprint"),
-    Key::new("kind"),
-];
-
-/// The keys of `stacks[].frames[]`, in the shim's order.
-pub(crate) const FRAME_KEYS: [Key; 7] = [
-    Key::new("ip"),
-    Key::new("module"),
-    Key::new("offset"),
-    Key::new("function"),
-    Key::new("file"),
-    Key::new("line"),
-    Key::new("inlined"),
-];
 
 impl<'a> Cursor<'a> {
     fn new(text: &'a str) -> Self {
@@ -674,33 +567,18 @@ impl<'a> Cursor<'a> {
         true
     }
 
-    /// `leaks[]`: one leak.
+    /// `leaks[]`: one leak: its core's fields read by the core ([`Fields`]), its own here.
     fn leak(&mut self) -> Option<LeakView<'a>> {
-        let mut address = Addr(0);
-        let (mut size, mut requested, mut thread, mut seq, mut time_ms) = (0, 0, 0, 0, 0);
-        let mut api = "";
-        let mut memory = Memory::Device;
-        let mut device = 0;
-        let mut context = None;
-        let mut stack = None;
+        let mut allocation = LeakCore::default();
         let mut state = LeakState::LiveAtExit;
         let mut handle = None;
         let mut owner = None;
+        let core = <LeakCore<'_> as Fields>::KEYS.len();
         let seen = self.members(&LEAK_KEYS, |c, k| {
-            match k {
-                0 => address = c.addr()?,
-                1 => size = c.u64()?,
-                2 => requested = c.u64()?,
-                3 => api = c.plain_string()?,
-                4 => memory = Memory::from_name(c.plain_string()?),
-                5 => device = c.device()?,
-                6 => context = c.opt_u32()?,
-                7 => thread = c.u64()?,
-                8 => seq = c.u64()?,
-                9 => time_ms = c.u64()?,
-                10 => stack = c.opt_u64()?,
-                11 => state = LeakState::from_name(c.plain_string()?),
-                12 => handle = c.opt_addr()?,
+            match k.checked_sub(core) {
+                None => allocation.read_field(k, c)?,
+                Some(0) => state = LeakState::from_name(c.plain_string()?),
+                Some(1) => handle = c.opt_addr()?,
                 _ => owner = c.opt_string()?,
             }
             Some(())
@@ -709,21 +587,19 @@ impl<'a> Cursor<'a> {
             return None;
         }
         Some(LeakView {
-            address,
-            size,
-            requested,
-            api: Text(Cow::Borrowed(api)),
-            memory,
-            device,
-            context,
-            thread,
-            seq,
-            time_ms,
-            stack,
+            allocation,
             state,
             handle,
             owner: owner.map(|o| Text(Cow::Borrowed(o))),
         })
+    }
+
+    /// One allocation core of any declaration ([`Fields`]), all its fields required.
+    fn core<C: Fields<'a>>(&mut self) -> Option<C> {
+        let keys: Vec<Key> = C::KEYS.iter().map(|k| Key::new(k)).collect();
+        let mut core = C::default();
+        let seen = self.members(&keys, |c, k| core.read_field(k, c))?;
+        (seen.count_ones() as usize == keys.len()).then_some(core)
     }
 
     /// `stacks[]`: one stack, without `python` or `mixed`.
@@ -1014,5 +890,42 @@ impl<'a> Cursor<'a> {
     }
 }
 
+impl<'a> Values<'a> for Cursor<'a> {
+    fn addr(&mut self) -> Option<Addr> {
+        Cursor::addr(self)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Cursor::u64(self)
+    }
+    fn opt_u32(&mut self) -> Option<Option<u32>> {
+        Cursor::opt_u32(self)
+    }
+    fn opt_u64(&mut self) -> Option<Option<u64>> {
+        Cursor::opt_u64(self)
+    }
+    fn device(&mut self) -> Option<u32> {
+        Cursor::device(self)
+    }
+    fn memory(&mut self) -> Option<Memory> {
+        self.plain_string().map(Memory::from_name)
+    }
+    fn text(&mut self) -> Option<Text<'a>> {
+        self.plain_string().map(|s| Text(Cow::Borrowed(s)))
+    }
+}
+
+/// One allocation core read from `text` (a JSON object) by the fast path alone, as it reads a
+/// leak's; `None` where the fast path would give the text to serde_json. For the core's own
+/// test: a field added to a declaration is read here as in `leaks[]`.
+#[doc(hidden)]
+pub fn read_core<'a, C: Fields<'a>>(text: &'a str) -> Option<C> {
+    let mut c = Cursor::new(text);
+    c.ws();
+    let core = c.core()?;
+    c.ws();
+    (c.i == text.len()).then_some(core)
+}
+
+mod keys;
 #[cfg(test)]
 mod tests;

@@ -277,6 +277,23 @@ impl Hasher for Fx {
     }
 }
 
+/// Where a single report's leaks go while it is parsed.
+pub(super) enum Leaks<'f> {
+    /// Into the report's own `leaks`.
+    Keep,
+    /// Into a fold, the report's `leaks` left empty.
+    Fold(&'f mut LeakFold),
+}
+
+impl Leaks<'_> {
+    pub(super) fn reborrow(&mut self) -> Leaks<'_> {
+        match self {
+            Leaks::Keep => Leaks::Keep,
+            Leaks::Fold(fold) => Leaks::Fold(fold),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

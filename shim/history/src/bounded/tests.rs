@@ -7,7 +7,8 @@ use proptest::prelude::*;
 use crate::bounded::History;
 use crate::live::Follow;
 use crate::replay::Replay;
-use crate::{Action, Chunk, Header, Memory, Raw, VERSION, kind, write_chunk};
+use crate::{Action, Chunk, Header, Raw, VERSION, kind, write_chunk};
+use cuguard_format::MemoryKind;
 use reference::read as read_whole;
 
 /// One random program step: (thread, what, address slot, size).
@@ -46,19 +47,24 @@ fn write(ops: &[Op], drain: usize, every: u64, rotate: usize, keep: usize) -> Ve
         let context = u16::from(slot % 2);
         let size = u64::from(size) + 1;
         let (action, memory, size, addr) = match what % 10 {
-            0..=3 => (Action::Alloc, Memory::Device, size, addr),
-            4..=6 => (Action::Free, Memory::Device, 0, addr),
-            7 => (Action::Alloc, Memory::HostPinned, size, addr + 0x100_0000),
+            0..=3 => (Action::Alloc, MemoryKind::Device, size, addr),
+            4..=6 => (Action::Free, MemoryKind::Device, 0, addr),
+            7 => (
+                Action::Alloc,
+                MemoryKind::HostPinned,
+                size,
+                addr + 0x100_0000,
+            ),
             8 if slot % 5 == 0 => (
                 Action::ContextRelease,
-                Memory::Device,
+                MemoryKind::Device,
                 0,
                 u64::from(context),
             ),
-            8 => (Action::Oom, Memory::Device, size << 20, 0),
+            8 => (Action::Oom, MemoryKind::Device, size << 20, 0),
             _ => (
                 Action::SegmentAlloc,
-                Memory::Device,
+                MemoryKind::Device,
                 size,
                 addr + 0x200_0000,
             ),
@@ -240,7 +246,7 @@ mod reference {
     use std::collections::{HashMap, HashSet};
 
     use crate::replay::{Block, Clock, Lost, Module, Oom, Replay};
-    use crate::{Action, Chunk, Error, Header, Memory, Raw, Reader};
+    use crate::{Action, Chunk, Error, Header, Raw, Reader};
 
     /// One event with its thread, as read.
     #[derive(Clone, Copy)]
@@ -370,7 +376,8 @@ mod reference {
         let mut open_segments = Open::default();
         for e in &events {
             let r = e.raw;
-            let (Some(action), Some(memory)) = (Action::of(r.kind), Memory::of(r.kind)) else {
+            let (Some(action), Some(memory)) = (Action::of(r.kind), crate::memory_of(r.kind))
+            else {
                 continue;
             };
             let t = clock.ns(r.tsc);
@@ -382,7 +389,7 @@ mod reference {
                 stack: r.stack,
                 thread: e.thread,
                 memory,
-                device: r.device,
+                device: r.ordinal(),
                 context: r.context,
                 released: false,
                 stream: r.stream,
@@ -405,7 +412,7 @@ mod reference {
                     size: r.size,
                     stack: r.stack,
                     thread: e.thread,
-                    device: r.device,
+                    device: r.ordinal(),
                 }),
                 Action::ContextRelease => {
                     let ctx = r.addr as u16;

@@ -5,8 +5,8 @@
 //! namespaces, `rmm::_RMM_26_10::mr::…`). Where a stack was recorded on a real GPU, the rule's
 //! frames are in `tests/fixtures/stacks.txt`.
 
-use super::Tier::{self, Framework, NeverSite, Operation};
 use super::owner::OwnerKind::{self, Driver, FrameworkCache, Library, Program};
+use super::tier::Tier::{self, Framework, NeverSite, Operation};
 
 /// Defines [`SITE_RULES`] and, for [`crate::site::BUILTIN`], their specs alone.
 macro_rules! site_rules {

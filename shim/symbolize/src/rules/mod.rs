@@ -103,37 +103,17 @@
 mod builtin;
 mod owner;
 mod pattern;
+mod tier;
 
 pub use owner::{Owner, OwnerKind, OwnerSpecError};
 pub use pattern::{Pattern, PatternError};
+pub use tier::Tier;
 
 use crate::site_frame::{Site, SiteFrame, fingerprint};
 pub(crate) use builtin::SITE_SPECS;
 use owner::{Entry, OwnerRule, USER_CACHE_HINT};
 use pattern::Facts;
 pub(crate) use pattern::Field;
-
-/// Where a site rule puts a frame (see the module doc).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Tier {
-    /// Never a site.
-    NeverSite,
-    /// Not the user's code; a site only when nothing better is on the stack.
-    Framework,
-    /// Names the operation that asked; the site when no user frame is on the stack.
-    Operation,
-}
-
-impl Tier {
-    /// `never_site`, `framework` or `operation`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::NeverSite => "never_site",
-            Tier::Framework => "framework",
-            Tier::Operation => "operation",
-        }
-    }
-}
 
 /// Which kind of frame a site is (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -815,21 +815,84 @@ mod keys {
             .collect()
     }
 
+    /// The keys of the JSON object `text`, in the order written.
+    fn keys_in_order(text: &str) -> Vec<String> {
+        struct Keys;
+        impl<'de> Visitor<'de> for Keys {
+            type Value = Vec<String>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<String>, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(k) = map.next_key::<String>()? {
+                    map.next_value::<de::IgnoredAny>()?;
+                    keys.push(k);
+                }
+                Ok(keys)
+            }
+        }
+        de::Deserializer::deserialize_map(&mut serde_json::Deserializer::from_str(text), Keys)
+            .unwrap()
+    }
+
+    /// A leak with every optional field present.
+    fn full_leak() -> Leak {
+        Leak {
+            allocation: crate::Allocation {
+                address: crate::Addr(0x10),
+                size: 8,
+                requested: 7,
+                api: "cuMemAlloc_v2".into(),
+                memory: crate::Memory::Vmm,
+                device: 0,
+                context: Some(1),
+                thread: 5,
+                seq: 3,
+                time_ms: 9,
+                stack: Some(2),
+            },
+            state: crate::LeakState::LiveAtExit,
+            handle: Some(crate::Addr(0x20)),
+            owner: Some("program".into()),
+        }
+    }
+
     #[test]
     fn a_leaks_fields_are_the_fast_paths_keys() {
-        let leak = fields::<Leak>();
-        assert_eq!(leak, names(&LEAK_KEYS), "Leak and the fast path, in order");
-        assert_eq!(fields::<LeakView>(), leak, "LeakView and Leak, in order");
+        let leak = full_leak();
+        let text = serde_json::to_string(&leak).unwrap();
+        let written = keys_in_order(&text);
+        assert_eq!(
+            written,
+            names(&LEAK_KEYS),
+            "Leak and the fast path, in order"
+        );
+        // Its core first: the keys of the one declaration.
+        let core = fields::<crate::Allocation<std::sync::Arc<str>>>();
+        assert_eq!(written[..core.len()], core[..], "the core, first");
+        // The fold's form reads every one of them.
+        let view: LeakView = serde_json::from_str(&text).unwrap();
+        assert_eq!(view.to_leak(), leak, "LeakView and Leak");
         // A Python allocation is a leak's record without `state` and `handle`, and its class.
-        let py = set(fields::<PyAllocation>());
-        let missing: Vec<_> = leak
+        let py = PyAllocation {
+            allocation: leak.allocation.clone(),
+            owner: Some("program".into()),
+            freed_after: true,
+            class: crate::HeldClass::Held,
+            holders: Vec::new(),
+            blocks: Vec::new(),
+        };
+        let py = keys_in_order(&serde_json::to_string(&py).unwrap());
+        let py = set(py.iter().map(String::as_str));
+        let missing: Vec<_> = written
             .iter()
-            .filter(|k| !["state", "handle"].contains(k) && !py.contains(**k))
+            .filter(|k| !["state", "handle"].contains(&k.as_str()) && !py.contains(*k))
             .collect();
         assert!(missing.is_empty(), "PyAllocation lacks {missing:?}");
         assert_eq!(
             schema_properties("/$defs/process_report/properties/leaks/items"),
-            set(leak),
+            set(written.iter().map(String::as_str)),
             "leaks[] in the schema"
         );
     }

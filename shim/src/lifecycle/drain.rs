@@ -1,5 +1,5 @@
 //! The history's file, shim side: its own thread drains every thread's ring
-//! ([`crate::history::ring`]) every [`DRAIN_MS`] into a file beside the report ([`start`]), and
+//! ([`crate::recorder::ring`]) every [`DRAIN_MS`] into a file beside the report ([`start`]), and
 //! the final report drains the rest and closes it with an end.
 //!
 //! - The file is `NAME.history` beside the report `NAME.json` (the report template's path in
@@ -37,7 +37,7 @@ pub const DRAIN_MS: u64 = 50;
 /// The longest list of loss windows kept for the report.
 const MAX_LOST_WINDOWS: usize = 64;
 
-use crate::history::{clock_now as now, first};
+use crate::recorder::{clock_now as now, first};
 
 /// The writer's state.
 struct Writer {
@@ -108,7 +108,7 @@ pub fn start() {
 /// Lets a full ring drain itself through the writer ([`make_room`]): before anything else when
 /// the process arms, since its other threads record from then on.
 pub fn prepare() {
-    crate::history::ring::set_make_room(make_room);
+    crate::recorder::ring::set_make_room(make_room);
 }
 
 fn drain_loop() {
@@ -124,9 +124,9 @@ fn drain_loop() {
         let d = crate::guard::shield(Drained::default(), || drain(false));
         // A busy program: drain more often, so that no ring fills between two drains and one
         // drain stays a small part of the bound.
-        every = if d.lost > 0 || d.fullest >= crate::history::ring::CAP / 8 {
+        every = if d.lost > 0 || d.fullest >= crate::recorder::ring::CAP / 8 {
             FULL_DRAIN_MS
-        } else if d.fullest >= crate::history::ring::CAP / 64
+        } else if d.fullest >= crate::recorder::ring::CAP / 64
             || d.bytes > crate::config::get().history_bytes / 64
         {
             BUSY_DRAIN_MS
@@ -139,14 +139,14 @@ fn drain_loop() {
 /// Drains every ring into the file now (a report is about to be written: what it says and the
 /// history agree).
 pub fn drain_now() {
-    if crate::history::on() {
+    if crate::recorder::on() {
         drain(false);
     }
 }
 
 /// Drains the rest and ends the history (the final report).
 pub fn finish() {
-    if crate::history::on() {
+    if crate::recorder::on() {
         drain(true);
     }
 }
@@ -166,7 +166,7 @@ struct Drained {
 /// thread would (what the rings hold is written in time order), unless a drain that ran while
 /// this thread waited for the writer made room already. The caller is on the allocation path,
 /// inside the shim; the wait is for the drain in progress, at most [`WRITER_WAIT`].
-fn make_room(ring: &crate::history::ring::Ring) {
+fn make_room(ring: &crate::recorder::ring::Ring) {
     crate::guard::shield((), || {
         let Some(mut guard) = lock_writer() else {
             return;
@@ -218,20 +218,20 @@ fn drain_locked(guard: &mut Option<Writer>, end: bool) -> Drained {
     let before = w.seg_bytes + w.prev_bytes;
     let mut batches: Vec<(u32, Vec<Raw>)> = Vec::new();
     let mut lost: Vec<(u64, u64, u64)> = Vec::new();
-    for ring in crate::history::ring::rings() {
+    for ring in crate::recorder::ring::rings() {
         ring.drain(
             &mut |thread, events| batches.push((thread, events.to_vec())),
             &mut |n, a, b| lost.push((n, a, b)),
         );
     }
-    let (orphans, orphans_lost) = crate::history::ring::take_orphans();
+    let (orphans, orphans_lost) = crate::recorder::ring::take_orphans();
     let mut by_thread: HashMap<u32, Vec<Raw>> = HashMap::new();
     for (thread, raw) in orphans {
         by_thread.entry(thread).or_default().push(raw);
     }
     batches.extend(by_thread);
     if orphans_lost > 0 {
-        let t = crate::history::now_tsc();
+        let t = crate::recorder::now_tsc();
         lost.push((orphans_lost, t, t));
     }
     w.write(&batches, &lost, end);
@@ -239,7 +239,7 @@ fn drain_locked(guard: &mut Option<Writer>, end: bool) -> Drained {
         w.ended = true;
         w.file = None;
     }
-    crate::history::set_status(w.status());
+    crate::recorder::set_status(w.status());
     Drained {
         bytes: (w.seg_bytes + w.prev_bytes).saturating_sub(before),
         fullest: batches.iter().map(|(_, e)| e.len()).max().unwrap_or(0),
@@ -624,8 +624,8 @@ impl Writer {
         }
     }
 
-    /// What the report says of the history ([`crate::history::Status`]).
-    fn status(&self) -> crate::history::Status {
+    /// What the report says of the history ([`crate::recorder::Status`]).
+    fn status(&self) -> crate::recorder::Status {
         let mut files = Vec::new();
         if self.prev_bytes > 0 {
             files.push(previous(&self.path));
@@ -633,7 +633,7 @@ impl Writer {
         if !self.path.as_os_str().is_empty() && (self.file.is_some() || self.seg_bytes > 0) {
             files.push(self.path.clone());
         }
-        crate::history::Status {
+        crate::recorder::Status {
             files,
             events: self.events,
             bytes: self.seg_bytes + self.prev_bytes,

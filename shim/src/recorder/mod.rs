@@ -1,6 +1,6 @@
 //! The history's recording, shim side: every allocation and free the shim sees, appended by the
 //! allocation path to its thread's ring ([`ring`]) as one fixed-size record. The cuguard thread
-//! drains the rings into the file (`lifecycle::history`). The layout is the `cuguard-history`
+//! drains the rings into the file (`lifecycle::drain`). The layout is the `cuguard-history`
 //! crate's.
 //!
 //! On unless `CUGUARD_HISTORY=0`. What the allocation path does here: one relaxed load to see
@@ -12,7 +12,7 @@ pub mod ring;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
-pub use cuguard_history::Memory;
+use cuguard_format::MemoryKind;
 use cuguard_history::{Action, Raw, kind};
 
 /// "No stack", "no context".
@@ -129,7 +129,7 @@ pub fn allocated_at(
     tsc: Option<u64>,
     addr: u64,
     size: u64,
-    memory: Memory,
+    memory: MemoryKind,
     stack: u32,
     context_id: u32,
     ordinal: i32,
@@ -153,7 +153,7 @@ pub fn allocated_at(
 /// The program freed the allocation at `addr` on `stream` (as for [`allocated_at`]: 0 for a
 /// free that takes none), from the moment `tsc` ([`stamp`]).
 #[inline]
-pub fn freed(addr: u64, memory: Memory, context_id: u32, ordinal: i32, tsc: u64, stream: u64) {
+pub fn freed(addr: u64, memory: MemoryKind, context_id: u32, ordinal: i32, tsc: u64, stream: u64) {
     if !on() {
         return;
     }
@@ -180,7 +180,7 @@ pub fn refused(size: u64, stack: u32, ordinal: i32, tsc: u64) {
         size,
         stack,
         context: u16::MAX,
-        kind: kind(Action::Oom, Memory::Device),
+        kind: kind(Action::Oom, MemoryKind::Device),
         device: device(ordinal),
         stream: 0,
     });
@@ -197,7 +197,7 @@ pub fn context_released(id: u32) {
         size: 0,
         stack: NONE,
         context: context(id),
-        kind: kind(Action::ContextRelease, Memory::Device),
+        kind: kind(Action::ContextRelease, MemoryKind::Device),
         device: 0,
         stream: 0,
     });
@@ -220,13 +220,13 @@ pub fn chunk(taken: bool, base: u64, size: u64, context_id: u32, ordinal: i32) {
         size: if taken { size } else { 0 },
         stack: NONE,
         context: context(context_id),
-        kind: kind(action, Memory::Device),
+        kind: kind(action, MemoryKind::Device),
         device: device(ordinal),
         stream: 0,
     });
 }
 
-/// Where the history is and what it holds, as the writer (`lifecycle::history`) left it after
+/// Where the history is and what it holds, as the writer (`lifecycle::drain`) left it after
 /// its last drain: for the report.
 #[derive(Clone, Debug, Default)]
 pub struct Status {

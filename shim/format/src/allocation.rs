@@ -1,0 +1,180 @@
+//! One allocation's core, declared once: the fields every record of an allocation shares, in
+//! the report's order (`address` … `stack`), with how the reader's fast path reads each.
+//!
+//! [`allocation_core!`](crate::allocation_core) declares a core from a list of fields; this
+//! crate declares [`Allocation`] with it, and the report's records of an allocation hold one,
+//! flattened into their JSON: [`Leak`](crate::Leak) (`leaks[]`), its borrowed form
+//! [`LeakView`](crate::LeakView) (what the fold reads) and
+//! [`PyAllocation`](crate::PyAllocation) (`python.view.allocations[]`). Each derefs to its core,
+//! so `leak.size` reads as before. A field added to the list reaches the JSON (serde), the fast
+//! path's key list and reading ([`Fields`]), and the change of text ([`Allocation::map_text`])
+//! at once; the crate's test `tests/allocation_core.rs` shows it with a copy of the list and
+//! one field more.
+//!
+//! The text fields (`api`) are of a type parameter: `Arc<str>`, interned, in the owned records;
+//! [`Text`], borrowed from the document, in the fold's. One spelling of an unknown device:
+//! [`UNKNOWN_DEVICE`](crate::wire::UNKNOWN_DEVICE), `-1` in JSON.
+
+use std::sync::Arc;
+
+use serde::Deserializer;
+
+use crate::addr::Addr;
+use crate::enums::Memory;
+use crate::text::Text;
+
+/// Declares an allocation core: a struct generic over its text type `S` whose fields are the
+/// list given, each `pub name: Type => how`, where `how` names the [`Values`] method the
+/// fast path reads the value with (`text` for a field of type `S`). It implements [`Fields`]
+/// for the borrowed form and `map_text`, which changes the text type.
+#[macro_export]
+macro_rules! allocation_core {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident<S> {
+            $( $(#[$fmeta:meta])* pub $field:ident : $ty:ty => $read:ident, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(bound(
+            serialize = "S: serde::Serialize",
+            deserialize = "S: cuguard_format::allocation::ApiText<'de>"
+        ))]
+        pub struct $name<S> {
+            $( $(#[$fmeta])* pub $field: $ty, )*
+        }
+
+        impl<S> $name<S> {
+            /// The same allocation with its text changed by `f`.
+            pub fn map_text<T>(self, mut f: impl FnMut(S) -> T) -> $name<T> {
+                $name {
+                    $( $field: $crate::allocation::map::$read(self.$field, &mut f), )*
+                }
+            }
+        }
+
+        impl<'a> $crate::allocation::Fields<'a> for $name<$crate::text::Text<'a>> {
+            const KEYS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            #[inline]
+            fn read_field<V: $crate::allocation::Values<'a>>(
+                &mut self,
+                k: usize,
+                values: &mut V,
+            ) -> Option<()> {
+                let mut at = 0usize;
+                $(
+                    if k == at {
+                        self.$field = values.$read()?;
+                        return Some(());
+                    }
+                    at += 1;
+                )*
+                let _ = at;
+                None
+            }
+        }
+    };
+}
+
+allocation_core! {
+    /// The core of one allocation's record, as `leaks[]` and `python.view.allocations[]` both
+    /// begin.
+    pub struct Allocation<S> {
+        /// The pointer the program received.
+        pub address: Addr => addr,
+        /// Bytes the program received (pitch × height for pitched allocations).
+        pub size: u64 => u64,
+        /// Bytes asked for (width × height for pitched allocations).
+        pub requested: u64 => u64,
+        /// The driver entry that made it, e.g. `"cuMemAlloc_v2"`.
+        #[serde(deserialize_with = "ApiText::read")]
+        pub api: S => text,
+        /// What kind of memory it is.
+        pub memory: Memory => memory,
+        /// Device ordinal ([`UNKNOWN_DEVICE`](crate::wire::UNKNOWN_DEVICE) when the shim could
+        /// not tell).
+        #[serde(with = "crate::wire::device")]
+        pub device: u32 => device,
+        /// Context id.
+        pub context: Option<u32> => opt_u32,
+        /// OS thread id of the allocating thread.
+        pub thread: u64 => u64,
+        /// Global allocation order.
+        pub seq: u64 => u64,
+        /// When it was made, milliseconds since process start.
+        pub time_ms: u64 => u64,
+        /// Stack id.
+        pub stack: Option<u64> => opt_u64,
+    }
+}
+
+/// Each field's value under `map_text`, by how the fast path reads it (the functions are
+/// named for [`Values`]' methods): a text field through the change, any other as it is.
+pub mod map {
+    use super::{Addr, Memory};
+
+    /// A text field: changed.
+    pub fn text<S, T>(value: S, f: &mut impl FnMut(S) -> T) -> T {
+        f(value)
+    }
+
+    macro_rules! kept {
+        ($($read:ident: $ty:ty),*) => {$(
+            #[doc = concat!("A field read by `", stringify!($read), "`: kept.")]
+            pub fn $read<S, T>(value: $ty, _: &mut impl FnMut(S) -> T) -> $ty {
+                value
+            }
+        )*};
+    }
+    kept!(addr: Addr, u64: u64, opt_u32: Option<u32>, opt_u64: Option<u64>, device: u32, memory: Memory);
+}
+
+/// A core's text type as serde reads it: [`Arc<str>`] interned (one shared string per
+/// distinct driver entry), [`Text`] borrowed from the document where it can be.
+pub trait ApiText<'de>: Sized {
+    /// Reads one string.
+    fn read<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error>;
+}
+
+impl<'de> ApiText<'de> for Arc<str> {
+    fn read<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::intern::string(d)
+    }
+}
+
+impl<'de: 'a, 'a> ApiText<'de> for Text<'a> {
+    fn read<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::Deserialize::deserialize(d)
+    }
+}
+
+/// What the fast path reads a field's value with: the document's cursor, at the value.
+/// Each method gives `None` where the text is not what the reader's fast path handles, and
+/// the reader then gives the document to serde_json.
+pub trait Values<'a> {
+    /// An address string (`"0x7f00"`).
+    fn addr(&mut self) -> Option<Addr>;
+    /// A plain non-negative integer.
+    fn u64(&mut self) -> Option<u64>;
+    /// An integer of `u32`'s range, or `null`.
+    fn opt_u32(&mut self) -> Option<Option<u32>>;
+    /// A plain non-negative integer, or `null`.
+    fn opt_u64(&mut self) -> Option<Option<u64>>;
+    /// A device ordinal, `-1` for unknown.
+    fn device(&mut self) -> Option<u32>;
+    /// A memory kind's name.
+    fn memory(&mut self) -> Option<Memory>;
+    /// A string without escapes.
+    fn text(&mut self) -> Option<Text<'a>>;
+}
+
+/// A core as the fast path reads it: its keys, in order, and each one's reading.
+pub trait Fields<'a>: Default {
+    /// The fields' keys in JSON, in the order of the declaration (the shim writes them so).
+    const KEYS: &'static [&'static str];
+    /// Reads the value of `KEYS[k]` into its field; `None` where `k` is not a key of the core
+    /// or the value is not one the fast path reads.
+    fn read_field<V: Values<'a>>(&mut self, k: usize, values: &mut V) -> Option<()>;
+}
