@@ -7,7 +7,10 @@
 #
 # For each shim: a C loop of 1,000 pairs (warm-up) then 20,000, collected only inside the loop
 # (`--toggle-collect`), with stacks off (CUGUARD_STACK_DEPTH=0) and on (the default), and
-# untracked (CUGUARD_TEST_NO_TRACKING=1). Needs gcc, valgrind and a release build
+# untracked (CUGUARD_TEST_NO_TRACKING=1). The environment passes through: with the history on (the
+# default), a full ring can make the allocating thread wait for the history's thread, which valgrind
+# schedules as it likes, so compare builds with CUGUARD_HISTORY=0 set for counts that repeat.
+# Needs gcc, valgrind and a release build
 # (cargo build --release --workspace: the shim and target/release/libcuguard_simcuda.so).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
