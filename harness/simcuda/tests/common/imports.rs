@@ -212,25 +212,7 @@ fn inline_modules(text: &str) -> Vec<(String, std::ops::Range<usize>)> {
         if text[..pos].ends_with(is_ident) {
             continue;
         }
-        let rest = &text[at..];
-        let len = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
-        let Some(body) = rest[len..].trim_start().strip_prefix('{') else {
-            continue;
-        };
-        let open = text.len() - body.len();
-        let mut depth = 1;
-        let close = body
-            .char_indices()
-            .find(|&(_, c)| {
-                match c {
-                    '{' => depth += 1,
-                    '}' => depth -= 1,
-                    _ => {}
-                }
-                depth == 0
-            })
-            .map_or(text.len(), |(j, _)| open + j);
-        out.push((rest[..len].to_string(), open..close));
+        out.extend(named_body(text, at));
     }
     out
 }
@@ -241,27 +223,32 @@ fn macro_bodies(text: &str) -> Vec<(String, std::ops::Range<usize>)> {
     let mut at = 0;
     while let Some(i) = text[at..].find("macro_rules!") {
         at += i + "macro_rules!".len();
-        let rest = text[at..].trim_start();
-        let len = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
-        let Some(body) = rest[len..].trim_start().strip_prefix('{') else {
-            continue;
-        };
-        let open = text.len() - body.len();
-        let mut depth = 1;
-        let close = body
-            .char_indices()
-            .find(|&(_, c)| {
-                match c {
-                    '{' => depth += 1,
-                    '}' => depth -= 1,
-                    _ => {}
-                }
-                depth == 0
-            })
-            .map_or(text.len(), |(j, _)| open + j);
-        out.push((rest[..len].to_string(), open..close));
+        let skipped = text[at..].len() - text[at..].trim_start().len();
+        out.extend(named_body(text, at + skipped));
     }
     out
+}
+
+/// At `at` in `text`, a name then a braced body (`name { … }`): the name and the span of the
+/// body, to its matching brace (or the end of the text).
+fn named_body(text: &str, at: usize) -> Option<(String, std::ops::Range<usize>)> {
+    let rest = &text[at..];
+    let len = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
+    let body = rest[len..].trim_start().strip_prefix('{')?;
+    let open = text.len() - body.len();
+    let mut depth = 1;
+    let close = body
+        .char_indices()
+        .find(|&(_, c)| {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
+            }
+            depth == 0
+        })
+        .map_or(text.len(), |(j, _)| open + j);
+    Some((rest[..len].to_string(), open..close))
 }
 
 /// The files that `file` imports.
