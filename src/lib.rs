@@ -31,6 +31,8 @@
 //!   moment or window; [`naming`]: the frames of a report or a history named after the fact
 //!   (`cuguard symbolize`, and the history's reader);
 //! - [`export`]: reports and histories in other tools' formats (PyTorch's memory snapshot, pprof);
+//! - [`replay`]: a history replayed against models of allocators at a capacity: what would have
+//!   fit;
 //! - [`live`]: the stats pages of running processes, read for `cuguard top` and `cuguard
 //!   exporter`; [`top`]: the live terminal view; [`exporter`]: those pages as Prometheus
 //!   metrics, and their HTTP server;
@@ -71,6 +73,7 @@ pub mod naming;
 pub mod output;
 pub mod owners;
 pub mod record;
+pub mod replay;
 pub mod site_frames;
 pub mod sites;
 pub mod spill;

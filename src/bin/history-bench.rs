@@ -1,10 +1,12 @@
 //! `history-bench`: writes a synthetic history of N events, then times what the command does
 //! with it against reading the file: `cuguard view` (and the page's size, and Chromium's time to
-//! draw it), `cuguard export --format memory-viz`, and `cuguard summary --at peak`; each command's
-//! wall time and peak memory (its own, from `wait4`), side by side in one run.
+//! draw it), `cuguard export --format memory-viz`, `cuguard summary --at peak` and
+//! `cuguard replay` (every allocator at one capacity, and `--find-capacity`); each command's
+//! wall time and peak memory (its own, from `wait4`), side by side in one run. `--only replay`
+//! times `cuguard replay` alone.
 //!
 //! ```text
-//! history-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--events N] [--chromium PATH]
+//! history-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--events N] [--chromium PATH] [--only replay]
 //! target/release/history-bench --events 10000000
 //! ```
 //!
@@ -34,6 +36,8 @@ struct Args {
     events: u64,
     /// The browser that draws the page, when there is one.
     chromium: Option<PathBuf>,
+    /// `cuguard replay` alone.
+    only_replay: bool,
 }
 
 /// Reads the command line; exits 2 on a word it does not know.
@@ -44,6 +48,7 @@ fn args() -> Args {
         dir: PathBuf::from("target/history-bench"),
         events: 10_000_000,
         chromium: which("chromium"),
+        only_replay: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -55,9 +60,10 @@ fn args() -> Args {
             "--dir" => a.dir = PathBuf::from(v),
             "--events" => a.events = v.parse().expect("--events N"),
             "--chromium" => a.chromium = Some(PathBuf::from(v)),
+            "--only" if v == "replay" => a.only_replay = true,
             _ => {
                 eprintln!(
-                    "usage: history-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--events N] [--chromium PATH]"
+                    "usage: history-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--events N] [--chromium PATH] [--only replay]"
                 );
                 std::process::exit(2);
             }
@@ -74,6 +80,7 @@ fn main() {
         dir,
         events,
         chromium,
+        only_replay,
     } = args();
     std::fs::create_dir_all(&dir).unwrap();
     // The build before reads layout 1 (no checkpoints): the same events, written as it wrote them.
@@ -92,6 +99,10 @@ fn main() {
             size as f64 / written as f64,
             started.elapsed().as_secs_f64()
         );
+        if only_replay {
+            replay_table(&cuguard, &file);
+            continue;
+        }
         let (page, pickle) = commands_table(&cuguard, &file, &dir, name, end_ns);
         println!(
             "page: {} bytes; memory-viz pickle of the window: {} bytes",
@@ -193,7 +204,81 @@ fn commands_table(
                 .stderr(std::process::Stdio::null()),
         ),
     );
+    // The build before has no `cuguard replay`.
+    if name == "now" {
+        replay_rows(cuguard, file, &row);
+    }
     (page, pickle)
+}
+
+/// The capacity `cuguard replay` is timed at: the history's peak (about 100 GiB at 10 million
+/// events: a kept buffer every 50 steps, and a spike) fits in it, so every model replays it all.
+const REPLAY_CAPACITY: &str = "160GiB";
+
+/// Times `cuguard replay` on the history `file` against reading it, a row each.
+fn replay_table(cuguard: &Path, file: &Path) {
+    println!("| command | wall s | peak MiB | / cat |");
+    println!("|---|---:|---:|---:|");
+    let cat = timed(
+        Command::new("cat")
+            .arg(file)
+            .stdout(std::process::Stdio::null()),
+    );
+    let row = |what: &str, t: (f64, f64)| {
+        println!(
+            "| {what} | {:.2} | {:.1} | {:.1}x |",
+            t.0,
+            t.1,
+            t.0 / cat.0.max(1e-3)
+        );
+    };
+    row("cat (reading the file)", cat);
+    replay_rows(cuguard, file, &row);
+}
+
+/// `cuguard replay`'s rows: every allocator at [`REPLAY_CAPACITY`], each alone, and the search
+/// for the smallest capacity, the driver's and every allocator's.
+fn replay_rows(cuguard: &Path, file: &Path, row: &dyn Fn(&str, (f64, f64))) {
+    let mut runs: Vec<Vec<String>> = vec![vec![
+        "--capacity".into(),
+        REPLAY_CAPACITY.into(),
+        "--allocator".into(),
+        "all".into(),
+    ]];
+    for a in [
+        "driver",
+        "async",
+        "cuguard",
+        "rmm-pool",
+        "torch",
+        "torch-expandable",
+    ] {
+        runs.push(vec![
+            "--capacity".into(),
+            REPLAY_CAPACITY.into(),
+            "--allocator".into(),
+            a.into(),
+        ]);
+    }
+    for a in ["driver", "all"] {
+        runs.push(vec![
+            "--find-capacity".into(),
+            "--allocator".into(),
+            a.into(),
+        ]);
+    }
+    for args in runs {
+        row(
+            &format!("cuguard replay {}", args.join(" ")),
+            timed(
+                Command::new(cuguard)
+                    .arg("replay")
+                    .arg(file)
+                    .args(&args)
+                    .stdout(std::process::Stdio::null()),
+            ),
+        );
+    }
 }
 
 fn which(name: &str) -> Option<PathBuf> {

@@ -6,7 +6,8 @@
 //! - `suppressions`: generate suppressions from reports;
 //! - `merge`: many processes' reports in one;
 //! - `diff`: what changed between two runs;
-//! - `view`: a self-contained HTML page.
+//! - `view`: a self-contained HTML page;
+//! - `replay`: a process's history replayed against models of allocators: what would have fit.
 //!
 //! - `symbolize`: name the frames the shim could not, and recompute sites;
 //! - `snapshot`: make a running process write its report now;
@@ -25,6 +26,7 @@ pub(crate) mod export;
 mod exporter;
 mod merge;
 mod pages;
+mod replay;
 mod run;
 mod sanitizer;
 mod snapshot;
@@ -80,6 +82,8 @@ pub enum Command {
     View(view::ViewArgs),
     /// Write a process's history in another tool's format (PyTorch's memory_viz).
     Export(export::ExportArgs),
+    /// Replay a process's history against models of allocators at a capacity: what would have fit.
+    Replay(replay::ReplayArgs),
     /// Make a running process (under the shim) write its report now; prints its path.
     Snapshot(snapshot::SnapshotArgs),
     /// Name the frames the shim could not (function, file, line) and recompute sites.
@@ -114,6 +118,7 @@ pub fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Diff(args) => diff::run(args),
         Command::View(args) => view::run(args),
         Command::Export(args) => export::run(args),
+        Command::Replay(args) => replay::run(args),
         Command::Snapshot(args) => snapshot::run(args),
         Command::Symbolize(args) => symbolize::run(args),
         Command::Top(args) => top::run(args),

@@ -139,6 +139,10 @@ fn moment(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
         }
         _ => unreachable!("asked for a moment"),
     };
+    let mut m = m;
+    if args.at.as_deref() == Some("oom") && !crate::history::is_history_file(path)? {
+        m.oom = first_oom_card(path, top)?;
+    }
     let source = path.display().to_string();
     let options = Options {
         style: Style::for_stdout(),
@@ -147,4 +151,18 @@ fn moment(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
     };
     write_stdout(|out| (args.format.parts().moment)(&m, &source, out, &options))?;
     Ok(exit::OK)
+}
+
+/// The out-of-memory card of the report at `path`'s first refusal, for `--at oom`.
+fn first_oom_card(
+    path: &std::path::Path,
+    top: usize,
+) -> Result<Option<crate::summary::attribution::OomSummary>, CliError> {
+    let cards = input::map_reports(&[path.to_path_buf()], |source, report| {
+        ReportSummary::new(source, &report, top)
+            .ooms
+            .into_iter()
+            .next()
+    })?;
+    Ok(cards.into_iter().next().and_then(|(_, card)| card))
 }

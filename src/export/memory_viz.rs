@@ -107,6 +107,18 @@ pub fn memory_viz(
     frames: &dyn Fn(u32) -> Vec<VizFrame>,
     window: Option<(u64, u64)>,
 ) -> Vec<u8> {
+    memory_viz_with_free(replay, frames, window, &|_, _| None)
+}
+
+/// [`memory_viz`], with each `oom` entry's `device_free` from `device_free(time_ns, size)` (the
+/// report's out-of-memory record of that refusal: the device's free memory then; 0 where it
+/// has none, as PyTorch writes when it does not know).
+pub fn memory_viz_with_free(
+    replay: &Replay,
+    frames: &dyn Fn(u32) -> Vec<VizFrame>,
+    window: Option<(u64, u64)>,
+    device_free: &dyn Fn(u64, u64) -> Option<u64>,
+) -> Vec<u8> {
     let (from, to) = window.unwrap_or((0, u64::MAX));
     let model = Model::new(replay);
     let mut w = Writer {
@@ -168,7 +180,8 @@ pub fn memory_viz(
         let b = Block {
             start_ns: o.time_ns,
             end_ns: None,
-            addr: 0,
+            // An oom's event has no address: it carries the device's free memory instead.
+            addr: device_free(o.time_ns, o.size).unwrap_or(0),
             size: o.size,
             stack: o.stack,
             thread: o.thread,
@@ -535,7 +548,7 @@ impl Writer<'_> {
             p.key(name);
             if e.action == Action::Oom {
                 p.key("device_free");
-                p.int(0);
+                p.int(i64_of(e.addr));
             } else {
                 p.key("addr");
                 p.int(i64_of(e.addr));

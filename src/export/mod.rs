@@ -14,7 +14,7 @@ pub mod pickle;
 pub mod pprof;
 pub mod profile;
 
-pub use memory_viz::{VizFrame, memory_viz};
+pub use memory_viz::{VizFrame, memory_viz, memory_viz_with_free};
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -36,6 +36,8 @@ pub struct Opened {
     pub files: Vec<PathBuf>,
     /// Notes already said.
     said: std::cell::Cell<usize>,
+    /// The report's devices (`devices[]`), when read for a report.
+    pub devices: Vec<cuguard_format::Device>,
 }
 
 /// A history file as it was when opened: read at offsets, never past the size it had then
@@ -88,6 +90,12 @@ impl Opened {
     pub fn names(&self) -> Report {
         let meta = self.meta();
         named(meta, meta.stacks.keys().copied(), self.process.clone())
+    }
+
+    /// The process as a report holding only the stacks `ids`, named (for an answer that names a
+    /// few stacks of a history walked whole: `cuguard replay`'s failures).
+    pub fn names_of(&self, ids: impl Iterator<Item = u32>) -> Report {
+        named(self.meta(), ids, self.process.clone())
     }
 
     /// A reading error of this history as the command says it.
@@ -167,9 +175,23 @@ pub struct Loaded {
     pub files: Vec<PathBuf>,
 }
 
+/// What a reader does with a history cut short or damaged after its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// Refuses it (one line, exit 2): an answer at a moment past the cut would be wrong.
+    Refuse,
+    /// Reads it up to the cut ([`Replay::cut`] says where and why): for a walk that says so.
+    Read,
+}
+
 /// Reads the history at `path`: a report naming its history, or a history file (with its older
 /// segment `PATH.1` when that is the same process's).
 pub fn load(path: &Path) -> Result<Opened, InputError> {
+    open(path, Cut::Refuse)
+}
+
+/// [`load`], with what to do with a history cut short.
+pub fn open(path: &Path, cut: Cut) -> Result<Opened, InputError> {
     let head = read_first(path, cuguard_history::MAGIC.len())?;
     let (files, report) = if head.starts_with(cuguard_history::MAGIC) {
         (segments_beside(path)?, None)
@@ -195,7 +217,7 @@ pub fn load(path: &Path) -> Result<Opened, InputError> {
         Some(r) => Some(Owner::of(r, path)?),
         None => None,
     };
-    read_segments(files, owner)
+    read_segments(files, owner, cut)
 }
 
 /// Whether the file at `path` is a history file (else it may be a report).
@@ -209,6 +231,7 @@ pub fn of_report(report: &Report, path: &Path) -> Result<Opened, InputError> {
     read_segments(
         files_of(report, path)?,
         Some(Owner::of(report.clone(), path)?),
+        Cut::Refuse,
     )
 }
 
@@ -318,8 +341,13 @@ fn files_of(report: &Report, path: &Path) -> Result<Vec<PathBuf>, InputError> {
 }
 
 /// Reads a history's segment files (oldest first) and names its stacks; with `owner`, only when
-/// every file is owned by the report's owner and the history is of the report's process.
-fn read_segments(files: Vec<PathBuf>, owner: Option<Owner>) -> Result<Opened, InputError> {
+/// every file is owned by the report's owner and the history is of the report's process; one
+/// cut short as `cut` says.
+fn read_segments(
+    files: Vec<PathBuf>,
+    owner: Option<Owner>,
+    cut: Cut,
+) -> Result<Opened, InputError> {
     let mut sources = Vec::with_capacity(files.len());
     for f in &files {
         sources.push(open_file(f, owner.as_ref().map(|o| o.uid))?);
@@ -329,16 +357,19 @@ fn read_segments(files: Vec<PathBuf>, owner: Option<Owner>) -> Result<Opened, In
     if let Some(why) = owner.as_ref().and_then(|o| o.refuses(replay)) {
         return Err(invalid(files.last().expect("at least one file"), why));
     }
-    if let Some(cut) = &replay.cut {
+    if let Some(why) = &replay.cut
+        && cut == Cut::Refuse
+    {
         let which = files.last().expect("at least one file");
-        return Err(invalid(which, cut.to_string()));
+        return Err(invalid(which, why.to_string()));
     }
-    let (process, stopped) = match owner {
+    let (process, stopped, devices) = match owner {
         Some(o) => (
             Some(o.report.process),
             o.report.history.and_then(|h| h.stopped),
+            o.report.devices,
         ),
-        None => (None, None),
+        None => (None, None, Vec::new()),
     };
     let opened = Opened {
         history,
@@ -346,6 +377,7 @@ fn read_segments(files: Vec<PathBuf>, owner: Option<Owner>) -> Result<Opened, In
         process,
         files,
         said: std::cell::Cell::new(0),
+        devices,
     };
     opened.say_notes();
     Ok(opened)

@@ -31,6 +31,10 @@ pub struct Moment {
     pub span: Span,
     /// By device, the device with the most bytes first.
     pub devices: Vec<DeviceMoment>,
+    /// `--at oom` of a report: the out-of-memory card of the refusal asked about (the report's
+    /// first `ooms[]` record), printed before what was live.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oom: Option<crate::summary::attribution::OomSummary>,
 }
 
 /// What the history covers, and its gaps.
@@ -238,6 +242,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
             complete: lost_events == 0,
         },
         devices,
+        oom: None,
     }
 }
 

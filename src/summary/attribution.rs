@@ -12,7 +12,9 @@ use serde::Serialize;
 
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner, share};
 use crate::sites::{SiteIndex, SiteRef};
-use cuguard_format::{Explained, OomPool, Report, StackBytes};
+use cuguard_format::{
+    Explained, IdleHolder, OomLimit, OomPool, OomRecord, Report, StackBytes, Verdict,
+};
 
 /// Live bytes at one site, held by one owner, at some moment.
 #[derive(Clone, Debug, Serialize)]
@@ -92,6 +94,16 @@ pub struct OomSummary {
     pub sites_total: usize,
     /// The pool on that device then, if it had one.
     pub pool: Option<OomPool>,
+    /// The limit that refused it, and what was held against it then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<OomLimit>,
+    /// What each holder kept idle on the device then, most first.
+    pub idle: Vec<IdleHolder>,
+    /// What would have made it fit: the report's, or worked out here for an older report.
+    pub verdict: Verdict,
+    /// The report is from a cuguard that recorded no idle memory nor verdict: the verdict is
+    /// worked out from what it has (cuguard's pool alone).
+    pub verdict_from_older_report: bool,
 }
 
 /// What was live on a device at its peak: the last `peaks[]` record of the device.
@@ -167,6 +179,10 @@ impl ReconciliationSummary {
             ("CUDA libraries".to_string(), e.library_bytes),
             ("driver and runtime".to_string(), e.driver_bytes),
             ("pool idle".to_string(), e.pool_idle_bytes),
+            (
+                "driver's memory pools idle".to_string(),
+                e.driver_pool_idle_bytes,
+            ),
             ("contexts".to_string(), e.context_overhead_bytes),
             (
                 "given back, not yet returned".to_string(),
@@ -333,9 +349,102 @@ pub fn ooms(
                 sites: list,
                 sites_total: total,
                 pool: r.pool.clone(),
+                limit: r.limit.clone(),
+                idle: idle_of(r),
+                verdict: r
+                    .verdict
+                    .clone()
+                    .unwrap_or_else(|| cuguard_format::verdict::of(&with_idle(r))),
+                verdict_from_older_report: r.verdict.is_none(),
             }
         })
         .collect()
+}
+
+/// Every byte of the refusing device then, adding up to its total, when its free and total
+/// memory are known:
+///
+/// ```text
+/// every byte then: 1.0 GiB = 64.0 MiB live + 576.0 MiB idle + 384.0 MiB free + 0 B else (CUDA's own memory, other processes)
+/// ```
+pub fn device_bytes_line(o: &OomSummary) -> Option<String> {
+    let (free, total) = (o.device_free_bytes?, o.device_total_bytes?);
+    let bytes = crate::wording::bytes;
+    let idle = o
+        .idle
+        .iter()
+        .fold(0u64, |sum, h| sum.saturating_add(h.idle_bytes));
+    let else_bytes = total.saturating_sub(free.saturating_add(o.live_bytes).saturating_add(idle));
+    Some(format!(
+        "every byte then: {} = {} live + {} idle + {} free + {} else (CUDA's own memory, other processes)",
+        bytes(total),
+        bytes(o.live_bytes),
+        bytes(idle),
+        bytes(free),
+        bytes(else_bytes)
+    ))
+}
+
+/// One holder's idle memory, in words:
+///
+/// ```text
+/// the default memory pool of device 0 holds 576.0 MiB idle of 576.0 MiB reserved (release threshold unlimited)
+/// cuguard's pool holds 30.0 MiB idle of 94.0 MiB reserved, largest free piece 2.0 MiB (fragmentation 93%)
+/// ```
+pub fn idle_words(h: &IdleHolder) -> String {
+    let bytes = crate::wording::bytes;
+    let mut s = format!(
+        "{} holds {} idle of {} reserved",
+        h.name,
+        bytes(h.idle_bytes),
+        bytes(h.reserved_bytes)
+    );
+    if let Some(t) = h.release_threshold {
+        let t = if t == u64::MAX {
+            "unlimited".to_string()
+        } else {
+            bytes(t)
+        };
+        s.push_str(&format!(" (release threshold {t})"));
+    }
+    if let Some(largest) = h.largest_free_bytes.filter(|_| h.idle_bytes > 0) {
+        let fragmentation =
+            100 - (u128::from(largest.min(h.idle_bytes)) * 100 / u128::from(h.idle_bytes));
+        s.push_str(&format!(
+            ", largest free piece {} (fragmentation {fragmentation}%)",
+            bytes(largest)
+        ));
+    }
+    s
+}
+
+/// What held memory idle at a refusal: the record's holders, or for a report from before they
+/// were recorded, cuguard's pool from `ooms[].pool`.
+fn idle_of(r: &OomRecord) -> Vec<IdleHolder> {
+    if !r.idle.is_empty() || r.verdict.is_some() {
+        return r.idle.clone();
+    }
+    r.pool
+        .iter()
+        .filter(|p| p.free_bytes > 0)
+        .map(|p| IdleHolder {
+            holder: "cuguard_pool".into(),
+            name: "cuguard's pool".into(),
+            handle: None,
+            reserved_bytes: p.reserved_bytes,
+            idle_bytes: p.free_bytes,
+            release_threshold: None,
+            largest_free_bytes: Some(p.largest_free_block),
+        })
+        .collect()
+}
+
+/// `r` with [`idle_of`]'s holders, to work out the verdict of an older report.
+fn with_idle(r: &OomRecord) -> OomRecord {
+    OomRecord {
+        idle: idle_of(r),
+        ..r.clone()
+    }
 }
 
 /// What was live at each device's peak, by device: its last `peaks[]` record.

@@ -234,6 +234,17 @@ fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
             cell(&o.site.label),
             bytes(o.live_bytes)
         )?;
+        writeln!(out, "  - **verdict**: {}", cell(&o.verdict.text))?;
+        if let Some(line) = super::attribution::device_bytes_line(o) {
+            writeln!(out, "  - {}", cell(&line))?;
+        }
+        for h in &o.idle {
+            writeln!(
+                out,
+                "  - idle: {}",
+                cell(&super::attribution::idle_words(h))
+            )?;
+        }
         if !o.by_owner.is_empty() {
             writeln!(out, "  - live by owner: {}", owner_list(&o.by_owner))?;
         }

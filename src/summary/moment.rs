@@ -144,6 +144,10 @@ pub fn text(m: &Moment, source: &str, out: &mut dyn Write, style: Style) -> io::
             one_line(&m.process)
         ))
     )?;
+    if let Some(o) = &m.oom {
+        writeln!(out, "{}", style.bad("out of memory"))?;
+        super::text::oom_entry(out, o)?;
+    }
     writeln!(out, "{}", headline(m))?;
     for d in &m.devices {
         let owners = if d.by_owner.is_empty() {
@@ -198,6 +202,24 @@ pub fn markdown(m: &Moment, source: &str, out: &mut dyn Write) -> io::Result<()>
         cell(&m.process),
         one_line(source).replace('`', "'")
     )?;
+    if let Some(o) = &m.oom {
+        writeln!(
+            out,
+            "**Out of memory**: {} asking {} at {}: {}\n",
+            cell(&o.api),
+            bytes(o.size),
+            crate::wording::moment(o.time_ms),
+            cell(&o.site.label)
+        )?;
+        writeln!(out, "- **verdict**: {}", cell(&o.verdict.text))?;
+        if let Some(line) = super::attribution::device_bytes_line(o) {
+            writeln!(out, "- {}", cell(&line))?;
+        }
+        for h in &o.idle {
+            writeln!(out, "- idle: {}", cell(&super::attribution::idle_words(h)))?;
+        }
+        writeln!(out)?;
+    }
     writeln!(out, "{}\n", cell(&headline(m)))?;
     for d in &m.devices {
         writeln!(

@@ -525,7 +525,7 @@ fn ooms_section(out: &mut dyn Write, p: &ReportSummary, style: Style) -> io::Res
     Ok(())
 }
 
-fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
+pub(crate) fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     writeln!(
         out,
         "  {} asking {} on device {} at {}: {}",
@@ -535,6 +535,12 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
         crate::wording::moment(o.time_ms),
         one_line(&o.site.label)
     )?;
+    let older = if o.verdict_from_older_report {
+        " (an older report: only cuguard's pool's idle memory is known)"
+    } else {
+        ""
+    };
+    writeln!(out, "    verdict: {}{older}", one_line(&o.verdict.text))?;
     let who = super::attribution::refuser_with_setting(&o.refused_by)
         .unwrap_or_else(|| one_line(&o.refused_by));
     let free = match (o.device_free_bytes, o.device_total_bytes) {
@@ -554,6 +560,12 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     )?;
     if let Some(m) = &o.message {
         writeln!(out, "    {}", one_line(m))?;
+    }
+    if let Some(line) = super::attribution::device_bytes_line(o) {
+        writeln!(out, "    {line}")?;
+    }
+    for h in &o.idle {
+        writeln!(out, "    idle: {}", super::attribution::idle_words(h))?;
     }
     if !o.by_owner.is_empty() {
         writeln!(out, "    live by owner: {}", owner_list(&o.by_owner))?;

@@ -466,7 +466,9 @@ fn running_out_of_memory_is_recorded_with_what_held_it() {
                 && lines[0].contains(
                     "asking 32.0 MiB (cuMemAlloc_v2); 256.0 MiB live, top: hoard (oom.py:"
                 )
-                && lines[0].ends_with(") 256.0 MiB"),
+                && lines[0].ends_with(
+                    ") 256.0 MiB; nothing cuguard can see would: 32.0 MiB asked, 0 B left and 0 B idle, 32.0 MiB short; 256.0 MiB is live"
+                ),
             "{}",
             lines[0]
         );

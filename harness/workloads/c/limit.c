@@ -9,6 +9,18 @@
  *   managed N       cuMemAllocManaged of N MiB                      "managed N RESULT"
  *   vmm N           cuMemCreate of N MiB on the current device      "vmm N RESULT"
  *   freeall         frees everything kept, in its own family        "freeall"
+ *   freealt         frees every other kept allocation (2nd, 4th, …) "freealt"
+ *   freeasync       frees every kept async allocation (cuMemFreeAsync on the null stream),
+ *                   then synchronizes the null stream               "freeasync"
+ *   release         frees every kept async allocation with cuMemFreeAsync on the null stream,
+ *                   without synchronizing                            "release"
+ *   sync            cuCtxSynchronize                                 "sync RESULT"
+ *   attrs           the device's current memory pool: reserved and used bytes  "attrs R U"
+ *   defaultpool     makes the device's default pool its current one  "defaultpool RESULT"
+ *   threshold T     sets the release threshold of the device's current memory pool: bytes in
+ *                   MiB, or "max" for unlimited                     "threshold T RESULT"
+ *   newpool         creates a memory pool on the device, release threshold unlimited, and makes
+ *                   it the device's current pool (async then allocates from it)  "newpool RESULT"
  *
  * Every successful allocation is kept until freeall (or exit: leaked). */
 #include "workload.h"
@@ -20,6 +32,23 @@ static struct {
     unsigned long long handle;
 } kept[MAX_ITEMS];
 static int nkept;
+
+static void release(int k) {
+    switch (kept[k].kind) {
+    case K_ALLOC:
+    case K_MANAGED:
+        CHECK(cuMemFree(kept[k].handle));
+        break;
+    case K_ASYNC:
+        CHECK(cuMemFreeAsync(kept[k].handle, NULL));
+        CHECK(cuStreamSynchronize(NULL));
+        break;
+    case K_VMM:
+        CHECK(cuMemRelease(kept[k].handle));
+        break;
+    }
+    kept[k].handle = 0;
+}
 
 static void keep(enum kind k, unsigned long long h) {
     kept[nkept].kind = k;
@@ -77,23 +106,64 @@ int main(int argc, char **argv) {
             if (r == CUDA_SUCCESS) keep(K_ALLOC, p);
             printf("pitch %zu %zu %d\n", w, h, (int)r);
         } else if (!strcmp(op, "freeall")) {
-            for (int k = 0; k < nkept; k++) {
-                switch (kept[k].kind) {
-                case K_ALLOC:
-                case K_MANAGED:
-                    CHECK(cuMemFree(kept[k].handle));
-                    break;
-                case K_ASYNC:
-                    CHECK(cuMemFreeAsync(kept[k].handle, NULL));
-                    CHECK(cuStreamSynchronize(NULL));
-                    break;
-                case K_VMM:
-                    CHECK(cuMemRelease(kept[k].handle));
-                    break;
-                }
-            }
+            for (int k = 0; k < nkept; k++)
+                if (kept[k].handle) release(k);
             nkept = 0;
             printf("freeall\n");
+        } else if (!strcmp(op, "freealt")) {
+            for (int k = 1; k < nkept; k += 2)
+                if (kept[k].handle) release(k);
+            printf("freealt\n");
+        } else if (!strcmp(op, "freeasync")) {
+            for (int k = 0; k < nkept; k++) {
+                if (kept[k].handle && kept[k].kind == K_ASYNC) {
+                    CHECK(cuMemFreeAsync(kept[k].handle, NULL));
+                    kept[k].handle = 0;
+                }
+            }
+            CHECK(cuStreamSynchronize(NULL));
+            printf("freeasync\n");
+        } else if (!strcmp(op, "release")) {
+            for (int k = 0; k < nkept; k++) {
+                if (kept[k].handle && kept[k].kind == K_ASYNC) {
+                    CHECK(cuMemFreeAsync(kept[k].handle, NULL));
+                    kept[k].handle = 0;
+                }
+            }
+            printf("release\n");
+        } else if (!strcmp(op, "sync")) {
+            printf("sync %d\n", (int)cuCtxSynchronize());
+        } else if (!strcmp(op, "attrs")) {
+            CUmemoryPool pool = NULL;
+            cuuint64_t reserved = 0, used = 0;
+            CHECK(cuDeviceGetMemPool(&pool, dev));
+            CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+            CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+            printf("attrs %llu %llu\n", (unsigned long long)reserved, (unsigned long long)used);
+        } else if (!strcmp(op, "defaultpool")) {
+            CUmemoryPool pool = NULL;
+            CUresult r = cuDeviceGetDefaultMemPool(&pool, dev);
+            if (r == CUDA_SUCCESS) r = cuDeviceSetMemPool(dev, pool);
+            printf("defaultpool %d\n", (int)r);
+        } else if (!strcmp(op, "threshold")) {
+            const char *t = argv[++i];
+            cuuint64_t v = !strcmp(t, "max") ? ~(cuuint64_t)0 : (cuuint64_t)strtoull(t, NULL, 10) << 20;
+            CUmemoryPool pool = NULL;
+            CUresult r = cuDeviceGetMemPool(&pool, dev);
+            if (r == CUDA_SUCCESS) r = cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
+            printf("threshold %s %d\n", t, (int)r);
+        } else if (!strcmp(op, "newpool")) {
+            CUmemPoolProps props;
+            memset(&props, 0, sizeof props);
+            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            props.location.id = dev;
+            CUmemoryPool pool = NULL;
+            CUresult r = cuMemPoolCreate(&pool, &props);
+            cuuint64_t v = ~(cuuint64_t)0;
+            if (r == CUDA_SUCCESS) r = cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
+            if (r == CUDA_SUCCESS) r = cuDeviceSetMemPool(dev, pool);
+            printf("newpool %d\n", (int)r);
         } else {
             fprintf(stderr, "limit: unknown step %s\n", op);
             return 2;

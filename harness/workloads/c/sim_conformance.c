@@ -841,7 +841,10 @@ static void oom(void) {
     P("alloc.all_plus_1", cuMemAlloc(&a, 64 * MiB + 1));
 
     /* The default pool keeps a freed block until a synchronisation trims it; under pressure an
-     * async allocation trims first. */
+     * async allocation trims first. A plain allocation takes a pool's blocks only once a
+     * context or stream synchronization observed their frees (measured on the H100:
+     * docs/gpu-runs/2026-12-06-run28, run29); here the host saw the free's stream complete
+     * through an event query alone, which was not measured: the simulator refuses. */
     CUstream s;
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     P("async.40", cuMemAllocAsync(&a, 40 * MiB, s));

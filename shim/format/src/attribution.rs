@@ -132,6 +132,72 @@ pub struct OomRecord {
     /// had set none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
+    /// The limit that refused it (`refused_by` `limit` or `pool_limit`): the limit and what was
+    /// held against it then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<OomLimit>,
+    /// Memory held on that device and not handed out, by holder, then: the driver's memory
+    /// pools, cuguard's pool. Absent in reports of cuguard before 0.2 (and when nothing was
+    /// held idle).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub idle: Vec<IdleHolder>,
+    /// What would have made the request fit, worked out from the figures above
+    /// ([`crate::verdict`]). Absent in reports of cuguard before 0.2: readers work it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+}
+
+/// `ooms[].limit`: the limit that refused an allocation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomLimit {
+    /// The limit, in bytes (`CUGUARD_LIMIT` on the device, or `CUGUARD_POOL_LIMIT`).
+    pub limit_bytes: u64,
+    /// What was held against it then: for `CUGUARD_LIMIT`, the program's live memory outside
+    /// cuguard's pool and everything the pool reserved (its idle chunks included); for
+    /// `CUGUARD_POOL_LIMIT`, what the pool reserved.
+    pub held_bytes: u64,
+}
+
+/// `ooms[].idle[]`: memory one holder kept on the device without handing it out, when an
+/// allocation was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdleHolder {
+    /// Which kind of holder: `driver_pool` (a memory pool of the driver's stream-ordered
+    /// allocator: `cuMemAllocAsync`) or `cuguard_pool`.
+    pub holder: String,
+    /// Which one, for people: "the default memory pool of device 0", "memory pool 0x5f00…".
+    pub name: String,
+    /// The pool's handle (`driver_pool`), to trim it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<u64>,
+    /// Bytes it held on the device.
+    pub reserved_bytes: u64,
+    /// Of those, bytes no allocation had (free, waiting to be reused, or the rounding of live
+    /// blocks; for a driver pool, blocks freed with `cuMemFreeAsync` from the moment the free
+    /// is enqueued, as the driver counts them).
+    pub idle_bytes: u64,
+    /// `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD` (`driver_pool`): reserved memory the pool keeps at
+    /// a synchronization; `u64::MAX` is unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_threshold: Option<u64>,
+    /// The largest free piece, where the holder says (`cuguard_pool`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_free_bytes: Option<u64>,
+}
+
+/// `ooms[].verdict`: what would have made a refused request fit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// `sync_driver_pool` (a driver pool held it: frees no synchronization had observed),
+    /// `without_cuguard_pool` (its idle memory lies between live blocks),
+    /// `all_idle` (every holder's idle memory
+    /// together), `raise_limit`, `nothing` (the live memory alone leaves too little), or
+    /// `unknown` (the figures needed were not there).
+    pub action: String,
+    /// Whether that would have let the request through.
+    pub fits: bool,
+    /// The verdict in one line.
+    pub text: String,
 }
 
 /// Bytes held by one owner.
@@ -225,6 +291,12 @@ pub struct Explained {
     /// leaves once the parts above are counted.
     #[serde(default)]
     pub given_back_bytes: u64,
+    /// Held by the driver's stream-ordered memory pools and not allocated: their reserved
+    /// memory less their used memory (`cuMemPoolGetAttribute`): blocks freed with
+    /// `cuMemFreeAsync`, kept up to the pool's release threshold once a synchronization observes
+    /// their frees, and held until one does.
+    #[serde(default)]
+    pub driver_pool_idle_bytes: u64,
 }
 
 impl Explained {
@@ -237,5 +309,6 @@ impl Explained {
             + self.pool_idle_bytes
             + self.context_overhead_bytes
             + self.given_back_bytes
+            + self.driver_pool_idle_bytes
     }
 }

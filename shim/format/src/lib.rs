@@ -110,14 +110,15 @@ pub mod signal;
 pub mod template;
 pub mod text;
 mod units;
+pub mod verdict;
 pub mod wire;
 mod write;
 
 pub use addr::Addr;
 pub use allocation::Allocation;
 pub use attribution::{
-    Explained, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, Reconciliation, StackBytes,
-    StackSamples, StackSeries,
+    Explained, IdleHolder, OomLimit, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord,
+    Reconciliation, StackBytes, StackSamples, StackSeries, Verdict,
 };
 pub use config::Config;
 pub use cost::{Cost, CostGrowth, CostReports, CostTiming, CostUnwind};

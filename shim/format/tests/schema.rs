@@ -17,8 +17,8 @@ use cuguard_format::{
     site_list,
 };
 use cuguard_format::{
-    Explained, MixedRef, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord, Reconciliation,
-    StackBytes, StackSamples, StackSeries,
+    Explained, IdleHolder, MixedRef, OomLimit, OomPool, OomRecord, OwnerBytes, OwnerInfo,
+    PeakRecord, Reconciliation, StackBytes, StackSamples, StackSeries, Verdict,
 };
 use cuguard_format::{
     HeldClass, PyAllocation, PyBlock, PyCache, PyCacheLine, PyEnd, PyHolder, PyView, Python,
@@ -320,6 +320,35 @@ fn full_report(reason: Reason) -> Report {
             "test".into(),
             "tests/test_a.py::test_one".into(),
         )])),
+        limit: Some(OomLimit {
+            limit_bytes: 1 << 30,
+            held_bytes: 1 << 30,
+        }),
+        idle: vec![
+            IdleHolder {
+                holder: "driver_pool".into(),
+                name: "the default memory pool of device 0".into(),
+                handle: Some(0x5000),
+                reserved_bytes: 576 << 20,
+                idle_bytes: 576 << 20,
+                release_threshold: Some(u64::MAX),
+                largest_free_bytes: None,
+            },
+            IdleHolder {
+                holder: "cuguard_pool".into(),
+                name: "cuguard's pool".into(),
+                handle: None,
+                reserved_bytes: 64 << 20,
+                idle_bytes: 58 << 20,
+                release_threshold: None,
+                largest_free_bytes: Some(50 << 20),
+            },
+        ],
+        verdict: Some(Verdict {
+            action: "sync_driver_pool".into(),
+            fits: true,
+            text: "synchronizing before the request fits".into(),
+        }),
     }];
     r.ooms_dropped = Some(3);
     r.reconciliation = vec![Reconciliation {
@@ -335,6 +364,7 @@ fn full_report(reason: Reason) -> Report {
             pool_idle_bytes: 58 << 20,
             context_overhead_bytes: 450 << 20,
             given_back_bytes: 4 << 20,
+            driver_pool_idle_bytes: 0,
         },
         context_overhead_estimate_bytes: Some(460 << 20),
         excess_bytes: Some(10 << 20),

@@ -233,10 +233,23 @@ impl<D: Device, R: Packed> CtxPool<D, R> {
     }
 
     fn within_limit(&self, more: u64) -> bool {
+        self.within_pool_limit(more) && self.within_process_limit(more)
+    }
+
+    /// Whether `more` bytes fit the pool's own limit (`CUGUARD_POOL_LIMIT`).
+    fn within_pool_limit(&self, more: u64) -> bool {
         match self.settings.limit {
             None => true,
             Some(l) => self.reserved.load(Relaxed).saturating_add(more) <= l,
         }
+    }
+
+    /// Whether `more` bytes fit the process's limit on the device
+    /// ([`Device::process_limit`]).
+    fn within_process_limit(&self, more: u64) -> bool {
+        self.device
+            .process_limit()
+            .is_none_or(|(limit, held)| held.saturating_add(more) <= limit)
     }
 
     /// Reserves `bytes` up front (`CUGUARD_POOL_INITIAL`), in arena 0, whatever the limit.

@@ -34,6 +34,19 @@ pub trait Device {
     /// thread), but promptly, and the device must not hand the address out again before then.
     fn free_chunk(&self, base: u64, wait: bool);
 
+    /// Gives back a chunk [`alloc_chunk`](Device::alloc_chunk) returned that the pool could not
+    /// use (never added, so never [`chunk_added`](Device::chunk_added)), waiting for the device.
+    fn chunk_unused(&self, base: u64, _size: u64) {
+        self.free_chunk(base, true);
+    }
+
+    /// A limit on what the whole process holds on this device, beside the pool's own: `(limit,
+    /// held)`, where `held` counts what this pool reserved. The pool grows only within it. None
+    /// by default.
+    fn process_limit(&self) -> Option<(u64, u64)> {
+        None
+    }
+
     /// Waits until every chunk given back without `wait` is free on the device (under pressure,
     /// before the slow path gives up). Nothing to wait for by default.
     fn settle_returns(&self) {}

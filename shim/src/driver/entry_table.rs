@@ -75,6 +75,7 @@ macro_rules! for_each_entry {
             track [cuMemAllocAsync, cuMemAllocAsync_ptsz] fn(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream);
             track [cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz] fn(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream);
             track [cuMemFreeAsync, cuMemFreeAsync_ptsz] fn(dptr: CUdeviceptr, stream: CUstream);
+            track [cuMemPoolDestroy] fn(pool: CUmemoryPool);
             // Virtual memory management.
             track [cuMemCreate] fn(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const MemAllocationPropHead, flags: u64);
             track [cuMemRelease] fn(handle: CUmemGenericAllocationHandle);
@@ -130,6 +131,9 @@ macro_rules! for_each_entry {
             pass [cuEventSynchronize] fn(event: *mut c_void);
             pass [cuStreamWaitEvent] fn(stream: *mut c_void, event: *mut c_void, flags: u32);
             pass [cuThreadExchangeStreamCaptureMode] fn(mode: *mut c_void);
+            pass [cuDeviceGetDefaultMemPool] fn(pool: *mut CUmemoryPool, dev: CUdevice);
+            pass [cuDeviceGetMemPool] fn(pool: *mut CUmemoryPool, dev: CUdevice);
+            pass [cuMemPoolGetAttribute] fn(pool: CUmemoryPool, attr: c_int, value: *mut c_void);
         }
     };
 }

@@ -9,6 +9,7 @@
 //! - [`device_uuid`]: a device's UUID, as `nvidia-smi` prints it, and the ordinal of a UUID.
 //! - [`nvml`]: NVML, for device memory in use without a context and this process's usage.
 //! - [`nvml_entries`]: the real NVML entries behind the shim's NVML stand-ins.
+//! - [`mem_pools`]: the driver's stream-ordered memory pools and what each holds idle.
 //!
 //! The shim never calls its own exports: every call it makes to the driver goes through
 //! [`real`], whose pointers come from the real `dlsym` on the driver's own handle. Nothing here
@@ -19,6 +20,7 @@ mod submit_rows;
 pub mod device_uuid;
 pub mod entry_table;
 pub mod loader;
+pub mod mem_pools;
 pub mod nvml;
 pub mod nvml_entries;
 pub mod real;

@@ -58,7 +58,7 @@ fn served(
             return;
         };
         if s.pooled {
-            t.stats.allocated(&record);
+            t.stats.allocated_from(&record, true);
             // A block from the thread's own cache was freed before this call began: the
             // record's order key (taken then) is its moment, and no second clock read is due.
             // (Both are the time-stamp counter on x86_64; elsewhere they are two counters.)
@@ -72,14 +72,18 @@ fn served(
 }
 
 /// The limit's grant for an allocation about to be served on `record`'s device: nothing to hold
-/// when untracked, `Err` with what the program gets when the limit refuses.
+/// when untracked or when cuguard's pool serves it (the pool asks the limit for the chunks it
+/// takes: see [`crate::tracker::limit`]), `Err` with what the program gets when the limit
+/// refuses.
 fn limited(
     t: Option<&Tracker>,
     record: Option<&Record>,
     api: Entry,
     size: u64,
+    cur: Option<u64>,
 ) -> Result<Grant, CUresult> {
     match (t, record) {
+        (Some(_), Some(_)) if serve::pool_serves(cur) => Ok(Grant::none()),
         (Some(t), Some(r)) => super::track::admit(t, api, r.device, size),
         _ => Ok(Grant::none()),
     }
@@ -100,7 +104,7 @@ pub unsafe fn cuMemAlloc_v2(
     let t = active.as_ref().map(|(_, t)| *t);
     let size = bytesize as u64;
     let record = prepare(t, cur, e, MemoryKind::Device, size, size);
-    let grant = match limited(t, record.as_ref(), e, size) {
+    let grant = match limited(t, record.as_ref(), e, size, cur) {
         Ok(g) => g,
         Err(r) => return r,
     };
@@ -129,7 +133,7 @@ pub unsafe fn cuMemAllocPitch_v2(
     let requested = (width as u64).saturating_mul(height as u64);
     let record = prepare(t, cur, e, MemoryKind::Pitched, requested, requested);
     // The limit is asked for the bytes requested; the pitch's padding is charged once known.
-    let grant = match limited(t, record.as_ref(), e, requested) {
+    let grant = match limited(t, record.as_ref(), e, requested, cur) {
         Ok(g) => g,
         Err(r) => return r,
     };

@@ -101,7 +101,7 @@ fn limited(device: Device, total: u64, free: u64) -> Option<(u64, u64)> {
         Ordinal::ByDriver(o) => (
             limit::limit(o)
                 .filter(|_| spec.is_some())
-                .map(|l| (l, limit::held(o))),
+                .map(|l| (l, super::shown::process_held(o))),
             super::shown::pool_limit(o).map(|l| (l, super::shown::pool_in_use(o))),
             serve::idle_bytes(o),
         ),

@@ -11,6 +11,8 @@ use crate::ffi::*;
 use crate::process::clock;
 use crate::tracker::ooms::{MAX_STACKS, Oom, Ooms, PoolState, RefusedBy};
 use crate::tracker::{NONE, Tracker};
+use cuguard_format::verdict::{self, Figures};
+use cuguard_format::{IdleHolder, OomLimit};
 
 /// Records refusal of `size` bytes by `api` on `device`, asked from `stack`; `why` is the pool's
 /// reason when the pool or the process's limit refused.
@@ -47,6 +49,27 @@ pub fn refused(
         free_bytes: p.free_bytes + p.pending_bytes,
         largest_free_block: p.largest_free_block,
     });
+    let device_memory = device_memory();
+    let limit = match refused_by {
+        RefusedBy::Limit => crate::tracker::limit::limit(device).map(|l| OomLimit {
+            limit_bytes: l,
+            held_bytes: crate::tracker::limit::held(device),
+        }),
+        RefusedBy::PoolLimit => super::shown::pool_limit(device).map(|l| OomLimit {
+            limit_bytes: l,
+            held_bytes: crate::serving::registry::reserved_for_device(device),
+        }),
+        RefusedBy::Driver => None,
+    };
+    let idle = idle_holders(device, pool.as_ref());
+    let verdict = verdict::of(Figures {
+        size,
+        refused_by: refused_by.as_str(),
+        device_free_bytes: device_memory.map(|m| m.0),
+        limit: limit.as_ref(),
+        live_bytes,
+        idle: &idle,
+    });
     let oom = Oom {
         seq,
         time_ms: clock::moment_ms(),
@@ -57,11 +80,14 @@ pub fn refused(
         stack,
         refused_by,
         message: why.map(str::to_owned),
-        device_memory: device_memory(),
+        device_memory,
         live_bytes,
         stacks,
         pool,
         labels: crate::process::labels::all(),
+        limit,
+        idle,
+        verdict,
     };
     if n == 1 {
         say(&oom);
@@ -69,6 +95,40 @@ pub fn refused(
     t.ooms.push(oom);
     crate::recorder::refused(size, stack, device, seq);
     crate::lifecycle::reporter::request_oom_report();
+}
+
+/// What each holder kept idle on `device`: the driver's memory pools, and cuguard's pool
+/// (`pool`, its free and pending bytes and the rounding of its live blocks), most idle first.
+fn idle_holders(device: i32, pool: Option<&PoolState>) -> Vec<IdleHolder> {
+    let mut out: Vec<IdleHolder> = crate::driver::mem_pools::on_device(device)
+        .into_iter()
+        .filter(|p| p.idle() > 0)
+        .map(|p| IdleHolder {
+            holder: "driver_pool".into(),
+            name: p.name(device),
+            handle: Some(p.handle),
+            reserved_bytes: p.reserved,
+            idle_bytes: p.idle(),
+            release_threshold: Some(p.release_threshold),
+            largest_free_bytes: None,
+        })
+        .collect();
+    if let Some(p) = pool {
+        let idle = p.free_bytes + crate::serving::registry::slack_for_device(device);
+        if idle > 0 {
+            out.push(IdleHolder {
+                holder: "cuguard_pool".into(),
+                name: "cuguard's pool".into(),
+                handle: None,
+                reserved_bytes: p.reserved_bytes,
+                idle_bytes: idle.min(p.reserved_bytes),
+                release_threshold: None,
+                largest_free_bytes: Some(p.largest_free_block),
+            });
+        }
+    }
+    out.sort_by_key(|h| std::cmp::Reverse(h.idle_bytes));
+    out
 }
 
 /// The current context's device (free, total), asked of the real driver.
@@ -117,6 +177,9 @@ fn say(oom: &Oom) {
         RefusedBy::PoolLimit => line.push_str(" (CUGUARD_POOL_LIMIT)"),
         RefusedBy::Limit => line.push_str(" (CUGUARD_LIMIT)"),
         RefusedBy::Driver => {}
+    }
+    if oom.verdict.action != "unknown" {
+        line.push_str(&format!("; {}", oom.verdict.text));
     }
     crate::process::diag::warn(&line);
 }

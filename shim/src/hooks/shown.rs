@@ -83,6 +83,13 @@ fn device_total(device: i32) -> Option<u64> {
         .then_some(bytes as u64)
 }
 
+/// What the process holds against its limit on `device`, as the program is shown it: the
+/// limit's `held` less cuguard's pool's idle memory, which the pool serves the program from
+/// (so it reads as free, as the device's own free memory counts it).
+pub fn process_held(device: i32) -> u64 {
+    limit::held(device).saturating_sub(serve::idle_bytes(device))
+}
+
 /// Bytes the pool's blocks hold on `device`: what its pools reserved less what is idle.
 pub fn pool_in_use(device: i32) -> u64 {
     registry::reserved_for_device(device).saturating_sub(serve::idle_bytes(device))
@@ -118,7 +125,7 @@ pub fn info(device: i32, device_free: u64) -> Option<(u64, u64)> {
     }
     let process = limit::virtual_info(device, device_free).map(|(_, total)| Shown {
         total,
-        held: limit::held(device),
+        held: process_held(device),
     });
     let pool = pool_limit(device).map(|total| Shown {
         total,

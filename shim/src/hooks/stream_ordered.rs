@@ -103,6 +103,12 @@ pub unsafe fn cuMemAllocFromPoolAsync(
     };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, pool, stream) };
+    if r == CUDA_SUCCESS
+        && let Some((_guard, t)) = super::track::active()
+    {
+        let device = shield(-1, || current_tracked_context(t).1);
+        crate::driver::mem_pools::seen(pool, device);
+    }
     after_alloc(e, r, dptr, bytesize, history_stream(e, stream));
     if let Some(g) = grant {
         g.done();
@@ -131,6 +137,21 @@ pub unsafe fn cuMemFreeAsync(
         // SAFETY: the program's own arguments, forwarded unchanged.
         || unsafe { real(dptr, stream) },
     )
+}
+
+/// `cuMemPoolDestroy`: forwarded; the pool is forgotten first, so it is never asked about
+/// once gone.
+///
+/// # Safety
+/// The program's arguments, under the driver's contract.
+pub unsafe fn cuMemPoolDestroy(
+    _e: Entry,
+    real: sig::cuMemPoolDestroy,
+    pool: CUmemoryPool,
+) -> CUresult {
+    crate::driver::mem_pools::destroyed(pool);
+    // SAFETY: the program's own argument, forwarded unchanged.
+    unsafe { real(pool) }
 }
 
 #[cfg(test)]

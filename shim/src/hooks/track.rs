@@ -286,7 +286,7 @@ fn account_free(
 ) {
     match (taken, result) {
         (Some(record), CUDA_SUCCESS) => {
-            t.freed(addr, &record, tsc, stream);
+            t.freed(addr, &record, tsc, stream, pooled);
             let (now, _) = context_of(t, cur);
             if record.context != NONE && now != NONE && now != record.context {
                 event(

@@ -16,6 +16,7 @@ use super::pool::{DriverContext, FenceEvent};
 use super::{giveback, regions, registry, relations, stream_reuse, submissions};
 use crate::driver::{current_context, real};
 use crate::ffi::*;
+use crate::tracker::limit;
 
 impl DriverContext {
     /// The tracker's id of this context, or `NONE`.
@@ -33,13 +34,20 @@ impl Device for DriverContext {
         let Some(alloc) = real::cuMemAlloc_v2() else {
             return Err(DeviceError::Unavailable);
         };
+        // The process's limit counts the pool's chunks whole (its idle memory included): the
+        // chunk is held against it from here until it goes back (`chunk_removed`).
+        let Ok(grant) = limit::admit(self.ordinal, bytes) else {
+            return Err(DeviceError::Refused(CUDA_ERROR_OUT_OF_MEMORY));
+        };
         let mut base: CUdeviceptr = 0;
         let start = crate::process::clock::monotonic_ns();
         // SAFETY: valid out-parameter; the pool's context is current.
         let r = unsafe { alloc(&mut base, bytes as usize) };
         if r != CUDA_SUCCESS {
+            grant.done();
             return Err(DeviceError::Refused(r));
         }
+        grant.keep();
         // The driver's time for the chunk, in the bill's `pool_growth` (not in the hooks').
         let ns = crate::process::clock::monotonic_ns().saturating_sub(start);
         crate::process::cost::tally(crate::process::cost::Tally::Chunks, &[1, bytes, ns]);
@@ -77,11 +85,25 @@ impl Device for DriverContext {
         }
     }
 
+    fn chunk_unused(&self, base: u64, size: u64) {
+        limit::credit(self.ordinal, size);
+        self.free_chunk(base, true);
+    }
+
+    fn process_limit(&self) -> Option<(u64, u64)> {
+        if !limit::on() {
+            return None;
+        }
+        limit::limit(self.ordinal).map(|l| (l, limit::held(self.ordinal)))
+    }
+
     fn chunk_removed(&self, base: u64) {
         if crate::nvtx::on() {
             regions::chunk_removed(base);
         }
-        registry::chunk_removed(base);
+        if let Some(size) = registry::chunk_removed(base) {
+            limit::credit(self.ordinal, size);
+        }
         crate::recorder::chunk(false, base, 0, self.context_id(), self.ordinal);
     }
 

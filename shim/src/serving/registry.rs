@@ -180,10 +180,10 @@ pub fn chunk_added(base: u64, size: u64, pool: usize, arena: usize) {
     chunks.insert(base, (base + size, pool, arena));
 }
 
-/// A chunk went back to the driver.
-pub fn chunk_removed(base: u64) {
+/// A chunk went back to the driver: its size, when it was known.
+pub fn chunk_removed(base: u64) -> Option<u64> {
     let mut chunks = registry().chunks.write().unwrap_or_else(|e| e.into_inner());
-    chunks.remove(&base);
+    chunks.remove(&base).map(|(end, _, _)| end - base)
 }
 
 /// The context `ctx` is gone: retire its pool. Returns the records of the pooled blocks that
@@ -205,8 +205,12 @@ pub fn context_destroyed(ctx: u64) -> Vec<(u64, Record)> {
     let gone = pool.kill();
     {
         let mut chunks = reg.chunks.write().unwrap_or_else(|e| e.into_inner());
+        let ordinal = pool.device().ordinal;
         for (base, _) in ranges {
-            chunks.remove(&base);
+            if let Some((end, _, _)) = chunks.remove(&base) {
+                // Gone with the context: no longer held against the process's limit.
+                crate::tracker::limit::credit(ordinal, end - base);
+            }
         }
     }
     GENERATION.fetch_add(1, Ordering::AcqRel);

@@ -53,6 +53,13 @@ fn pool_on() -> bool {
     c.pool && !c.disabled && !crate::phase::broken() && !crate::serving::submissions::capturing()
 }
 
+/// Whether an allocation asked now in context `cur` goes to the pool (it may still fall back to
+/// the driver, when the pool fails inside).
+#[inline]
+pub fn pool_serves(cur: Option<u64>) -> bool {
+    cur.is_some() && pool_on()
+}
+
 /// How an allocation was served.
 pub struct Served {
     pub result: CUresult,
@@ -128,7 +135,18 @@ fn alloc_from(
     })
     .unwrap_or_else(|| pool.alloc(arena, size, record).map(|addr| (addr, false)));
     result.map_err(|refusal| {
-        set_failure_reason(refusal.message(cuguard_format::human_bytes));
+        let why = match refusal.over_limit {
+            // The process's limit refused the pool's chunk: said as the limit says it.
+            Some(o) if o.process => crate::tracker::limit::Refused {
+                device: pool.device().ordinal,
+                limit: o.limit,
+                held: o.reserved,
+                asked: o.asked,
+            }
+            .reason(),
+            _ => refusal.message(cuguard_format::human_bytes),
+        };
+        set_failure_reason(why);
         driver_context::result_of(refusal.reason)
     })
 }

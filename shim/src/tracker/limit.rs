@@ -3,12 +3,17 @@
 //!
 //! With no limit set, every entry here is one load of a flag ([`on`]) and nothing else. With one:
 //!
-//! - `held` counts, exactly, the device bytes of every live allocation the tracker counts
-//!   ([`super::stats::Stats`] charges and credits it as records come and go: driver, pool, async,
-//!   VMM and managed memory alike, by their recorded size), plus the bytes of every allocation
-//!   in flight that [`admit`] let through and whose outcome is not accounted yet. So it is never
-//!   below what the process holds, and two threads cannot both pass the limit with the same
-//!   bytes.
+//! - `held` counts, exactly, what the process occupies on the device: the device bytes of every
+//!   live allocation the tracker counts outside cuguard's pool ([`super::stats::Stats`] charges
+//!   and credits it as records come and go: driver, async, VMM and managed memory alike, by
+//!   their recorded size), every chunk cuguard's pool holds, whole, its idle memory included
+//!   (charged when the pool takes the chunk from the driver and credited when it gives it back
+//!   or its context goes: `serving::driver_context`; the pool grows only within the limit, and
+//!   gives its idle chunks back first), plus the bytes of every allocation in flight that
+//!   [`admit`] let through and whose outcome is not accounted yet. So it is never below what the
+//!   process holds, and two threads cannot both pass the limit with the same bytes. (An
+//!   allocation the pool was to serve and passed to the driver instead, when the pool failed
+//!   inside, is counted once made but was not asked first.)
 //! - A device's limit is resolved once, the first time the device is asked about: from the spec
 //!   ([`crate::config::limit`]) and, for a share, the device's total memory
 //!   (`cuDeviceTotalMem_v2`). A limit of zero bytes or above the device's memory gets one line on
@@ -169,6 +174,10 @@ impl Grant {
             credit(self.device, self.bytes);
         }
     }
+
+    /// Keeps the grant's bytes held, for memory whose release credits them itself (a chunk of
+    /// cuguard's pool: `serving::driver_context`).
+    pub fn keep(self) {}
 }
 
 /// Why [`admit`] refused.

@@ -229,10 +229,11 @@ impl Tracker {
     }
 
     /// Accounts for a completed free of `record` at `addr` on `stream` (0 for a free that takes
-    /// none: see [`crate::recorder::freed`]), begun at `tsc` ([`crate::recorder::stamp`]).
+    /// none: see [`crate::recorder::freed`]), begun at `tsc` ([`crate::recorder::stamp`]);
+    /// `pooled`: a block of cuguard's pool.
     #[inline]
-    pub fn freed(&self, addr: u64, record: &Record, tsc: u64, stream: u64) {
-        self.stats.freed(record);
+    pub fn freed(&self, addr: u64, record: &Record, tsc: u64, stream: u64, pooled: bool) {
+        self.stats.freed_from(record, pooled);
         record.history_freed_on(addr, tsc, stream);
         self.freed.note(addr);
     }
@@ -252,11 +253,12 @@ impl Tracker {
     pub fn release_context(&self, id: u32, pooled: Vec<(u64, Record)>) -> (usize, u64) {
         crate::recorder::context_released(id);
         let mut gone = self.live.drain_where(|r| r.context == id);
+        let driver = gone.len();
         gone.extend(pooled);
         let bytes = gone.iter().map(|(_, r)| r.size).sum();
         let n = gone.len();
-        for (_, r) in &gone {
-            self.stats.released(r);
+        for (i, (_, r)) in gone.iter().enumerate() {
+            self.stats.released(r, i >= driver);
         }
         lock(&self.released).extend(gone);
         (n, bytes)
@@ -300,6 +302,7 @@ pub fn reset_after_fork() {
     by_stack::reset_after_fork();
     end::reset_after_fork();
     limit::reset_after_fork();
+    crate::driver::mem_pools::reset_after_fork();
     peaks::reset_after_fork();
     windows::reset_after_fork();
 }

@@ -28,6 +28,17 @@ pub enum RefusedBy {
     Limit,
 }
 
+impl RefusedBy {
+    /// The report's word (`ooms[].refused_by`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusedBy::Driver => "driver",
+            RefusedBy::PoolLimit => "pool_limit",
+            RefusedBy::Limit => "limit",
+        }
+    }
+}
+
 /// The pool on the device when the allocation was refused.
 #[derive(Clone, Copy, Debug)]
 pub struct PoolState {
@@ -58,6 +69,12 @@ pub struct Oom {
     pub pool: Option<PoolState>,
     /// The program's labels then ([`crate::process::labels`]).
     pub labels: Option<std::collections::BTreeMap<String, String>>,
+    /// The limit that refused it and what was held against it, for `Limit` and `PoolLimit`.
+    pub limit: Option<cuguard_format::OomLimit>,
+    /// What each holder kept idle on the device then.
+    pub idle: Vec<cuguard_format::IdleHolder>,
+    /// What would have made it fit ([`cuguard_format::verdict`]).
+    pub verdict: cuguard_format::Verdict,
 }
 
 /// The records.

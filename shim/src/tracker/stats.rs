@@ -59,9 +59,18 @@ impl Stats {
     /// Counts an allocation (and, for device memory, its stack's live bytes).
     #[inline(always)]
     pub fn allocated(&self, r: &Record) {
+        self.allocated_from(r, false);
+    }
+
+    /// [`Self::allocated`] of a block of cuguard's pool (`pooled`), whose chunk, not the block,
+    /// is held against the process's limit ([`limit`]).
+    #[inline(always)]
+    pub fn allocated_from(&self, r: &Record, pooled: bool) {
         let (device, size) = (r.device, r.size);
         if r.memory.on_device() {
-            limit::charge(device, size);
+            if !pooled {
+                limit::charge(device, size);
+            }
             counters::device_change(device, size, r.stack, true);
         } else {
             let rare = &self.rare[slot(device)];
@@ -74,9 +83,17 @@ impl Stats {
     /// Counts a free by the program.
     #[inline(always)]
     pub fn freed(&self, r: &Record) {
+        self.freed_from(r, false);
+    }
+
+    /// [`Self::freed`] of a block of cuguard's pool (`pooled`: see [`Self::allocated_from`]).
+    #[inline(always)]
+    pub fn freed_from(&self, r: &Record, pooled: bool) {
         let (device, size) = (r.device, r.size);
         if r.memory.on_device() {
-            limit::credit(device, size);
+            if !pooled {
+                limit::credit(device, size);
+            }
             counters::device_change(device, size, r.stack, false);
         } else {
             let rare = &self.rare[slot(device)];
@@ -86,15 +103,18 @@ impl Stats {
         }
     }
 
-    /// Counts memory lost with its context.
-    pub fn released(&self, r: &Record) {
+    /// Counts memory lost with its context (`pooled`: a block of cuguard's pool, whose chunk
+    /// the pool credits to the limit).
+    pub fn released(&self, r: &Record, pooled: bool) {
         let (device, size) = (r.device, r.size);
         let rare = &self.rare[slot(device)];
         rare.released_bytes.fetch_add(size, Relaxed);
         rare.released_allocations.fetch_add(1, Relaxed);
         if r.memory.on_device() {
             counters::add(r.stack, device, -(size as i64), -1);
-            limit::credit(device, size);
+            if !pooled {
+                limit::credit(device, size);
+            }
             counters::released(device, size);
         } else {
             rare.host_pinned_live_bytes.fetch_sub(size, Relaxed);

@@ -38,7 +38,6 @@ use crate::config;
 use crate::config::amount::Amount;
 use crate::process::clock;
 use crate::process::identity as process;
-use crate::tracker::ooms::RefusedBy;
 use crate::tracker::{LeakState, NONE, Record, Tracker};
 use occasion::{id, signal_name};
 
@@ -441,12 +440,7 @@ fn oom_entries(
             size: o.size,
             device: device_ordinal(o.device),
             stack: id(o.stack).map(u64::from),
-            refused_by: match o.refused_by {
-                RefusedBy::Driver => "driver",
-                RefusedBy::PoolLimit => "pool_limit",
-                RefusedBy::Limit => "limit",
-            }
-            .into(),
+            refused_by: o.refused_by.as_str().into(),
             message: o.message.clone(),
             device_free_bytes: o.device_memory.map(|m| m.0),
             device_total_bytes: o.device_memory.map(|m| m.1),
@@ -459,6 +453,9 @@ fn oom_entries(
                 largest_free_block: p.largest_free_block,
             }),
             labels: o.labels.clone(),
+            limit: o.limit.clone(),
+            idle: o.idle.clone(),
+            verdict: Some(o.verdict.clone()),
         })
         .collect()
 }

@@ -5,8 +5,9 @@
 //! NVML lists it, where it does (inside a container NVML may see the host's pids: then the
 //! report says so rather than guess). What cuguard explains, in this order ([`reckon`]):
 //!
-//! 1. exactly: the live device allocations in the report by their owner's kind, and the pool's
-//!    idle memory;
+//! 1. exactly: the live device allocations in the report by their owner's kind, the pool's
+//!    idle memory, and what the driver's stream-ordered memory pools hold unallocated
+//!    ([`crate::driver::mem_pools`]);
 //! 2. the contexts' own memory, as estimated when each live context was created (NVML's usage
 //!    before and after): no more than what is used leaves after (1); the estimate whole is said
 //!    when it is more, and by how much cuguard's figures exceed what is used;
@@ -77,6 +78,12 @@ pub fn device(
         .sum();
     let given_back = crate::tracker::given_back::pending(device);
     let unloading = crate::phase::unloading();
+    if !unloading {
+        e.driver_pool_idle_bytes = crate::driver::mem_pools::on_device(device)
+            .iter()
+            .map(|p| p.idle())
+            .sum();
+    }
     let device_used = if unloading {
         None
     } else {

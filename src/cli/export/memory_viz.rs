@@ -6,7 +6,7 @@ use cuguard_format::Stack;
 
 use super::request::{Made, Request};
 use crate::cli::CliError;
-use crate::export::{VizFrame, memory_viz};
+use crate::export::{VizFrame, memory_viz_with_free};
 use crate::output::{Format, Options};
 
 /// `--format memory-viz`, the default.
@@ -94,7 +94,15 @@ pub(super) fn make(args: &Request) -> Result<Made, CliError> {
             .get(&u64::from(id))
             .map_or_else(Vec::new, |s| viz_frames(s))
     };
-    let bytes = memory_viz(&loaded.replay, &frames, window);
+    let ooms = report_ooms(path)?;
+    let device_free = |t_ns: u64, size: u64| {
+        // The report's record of the same refusal: the same size, within 2 ms (the two
+        // clocks are read a moment apart).
+        ooms.iter()
+            .find(|o| o.size == size && (t_ns / 1_000_000).abs_diff(o.time_ms) <= 2)
+            .and_then(|o| o.device_free_bytes)
+    };
+    let bytes = memory_viz_with_free(&loaded.replay, &frames, window, &device_free);
     if let Some(why) = too_large(
         bytes.len() as u64,
         window.is_some(),
@@ -162,6 +170,15 @@ fn viz_frames(stack: &Stack) -> Vec<VizFrame> {
         .filter_map(native)
         .chain((0..stack.python.len()).filter_map(python))
         .collect()
+}
+
+/// The out-of-memory records of the report at `path` (none for a history file).
+fn report_ooms(path: &std::path::Path) -> Result<Vec<cuguard_format::OomRecord>, CliError> {
+    if crate::history::is_history_file(path)? {
+        return Ok(Vec::new());
+    }
+    let read = crate::input::map_reports(&[path.to_path_buf()], |_, report| report.ooms)?;
+    Ok(read.into_iter().flat_map(|(_, ooms)| ooms).collect())
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ pub extern "C" fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
         let e = drv.lock().event(hEvent as usize)?;
         if let Some((s, seq)) = e.target() {
             s.wait_for(seq);
-            drv.lock().stream_synchronized(&s);
+            drv.lock().stream_synchronized(&s, false);
         }
         Ok(())
     })

@@ -81,6 +81,9 @@ fn free_async(dptr: CUdeviceptr, h: CUstream, pt: bool) -> Result<(), Fault> {
         st.unlink_alloc(dptr)
     }
     .ok_or(Fault::Internal)?;
+    if let AllocKind::Async { pool, .. } = a.kind {
+        st.pool_block_freed(pool, a.size);
+    }
     // The allocation waits in `slot` for the operation; if the operation cannot be issued it is
     // still there, and is freed at once rather than leaked.
     let slot = Arc::new(Mutex::new(Some(a)));
@@ -96,7 +99,7 @@ fn free_async(dptr: CUdeviceptr, h: CUstream, pt: bool) -> Result<(), Fault> {
                     stream: on,
                 });
             } else {
-                st.reclaim(a, false);
+                st.freed_block_returned(a);
             }
         }
     });
@@ -104,8 +107,10 @@ fn free_async(dptr: CUdeviceptr, h: CUstream, pt: bool) -> Result<(), Fault> {
         if let Some(a) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
             if held {
                 st.drop_live(&a);
+                st.reclaim(a, false);
+            } else {
+                st.freed_block_returned(a);
             }
-            st.reclaim(a, false);
         }
         return Err(f);
     }

@@ -31,7 +31,7 @@ fn synchronize(h: CUstream, per_thread_default: bool) -> Result<(), Fault> {
         (s, target)
     };
     s.wait_for(target);
-    drv.lock().stream_synchronized(&s);
+    drv.lock().stream_synchronized(&s, true);
     Ok(())
 }
 

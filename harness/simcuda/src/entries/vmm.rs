@@ -94,7 +94,7 @@ pub unsafe extern "C" fn cuMemCreate(
         if size == 0 || !aligned(size) {
             return Err(Fault::VmmNotAligned);
         }
-        st.device_mut(device)?.mem.charge(size)?;
+        st.charge_device(device, size)?;
         let fd = match hostmem::memfd(size as usize) {
             Ok(fd) => fd,
             Err(f) => {

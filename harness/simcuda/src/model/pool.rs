@@ -19,6 +19,10 @@ pub struct Block {
     /// Bytes charged to the device for this block.
     pub cap: u64,
     pub map_len: usize,
+    /// Cached since a context or stream synchronization observed its free complete: the driver
+    /// then gives it to any allocation of the device that needs the memory
+    /// ([`crate::state::State::charge_device`]).
+    pub observed: bool,
 }
 
 /// A memory pool.

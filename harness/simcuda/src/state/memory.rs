@@ -83,6 +83,7 @@ impl State {
                     base: a.base,
                     cap,
                     map_len: a.map_len,
+                    observed: false,
                 };
                 self.block_returned(pool, a.ctx.device, block, a.size, context_gone);
             }
@@ -116,7 +117,7 @@ impl State {
 
     /// Allocates `size` bytes of simulated device (or managed) memory in context `ctx`.
     pub fn alloc_device(&mut self, ctx: CtxRef, size: u64, kind: AllocKind) -> Result<u64, Fault> {
-        self.device_mut(ctx.device)?.mem.charge(size)?;
+        self.charge_device(ctx.device, size)?;
         let (base, map_len) = match usize::try_from(size)
             .map_err(|_| Fault::OutOfMemory)
             .and_then(hostmem::map_anon)

@@ -2,7 +2,9 @@
 //! what frees and synchronisations give back.
 //!
 //! An async allocation takes a cached block that fits or makes a new one (charged to the device;
-//! under pressure every pool of the device first gives back what it caches). `cuMemFreeAsync`
+//! under pressure every pool of the device first gives back what it caches). Every other
+//! allocation of device memory takes the cached blocks whose frees a synchronization observed
+//! ([`State::charge_device`]). `cuMemFreeAsync`
 //! unlinks the allocation at once (the address is dead to the program) and issues an operation on
 //! the stream that gives the block back to the pool when the stream gets there
 //! ([`State::block_returned`]). Cached blocks go back to the host when the pool is trimmed: by
@@ -93,13 +95,27 @@ impl State {
     pub fn synchronized(&mut self, dev: i32) {
         self.release_held(|h| h.alloc.ctx.device == dev);
         self.trim_pools(dev);
+        self.observe_cached(dev);
     }
 
-    /// What synchronizing with stream `s` does (`cuStreamSynchronize`, or `cuEventSynchronize`
-    /// of an event recorded on it): the held allocations freed on `s` are released (on the
+    /// A context or stream synchronization on device `dev` observed the frees whose blocks its
+    /// pools cache: the driver may now give those blocks to any allocation (measured after
+    /// `cuCtxSynchronize` and `cuStreamSynchronize`; after `cuEventSynchronize` or a query it was
+    /// not, and the simulator keeps them from plain allocations, as the H200 run of CuPy's
+    /// `test_free_all_blocks_large_chunk` under the pool suggests: docs/compatibility.md).
+    fn observe_cached(&mut self, dev: i32) {
+        for p in self.pools.values_mut().filter(|p| p.device == dev) {
+            for b in &mut p.cached {
+                b.observed = true;
+            }
+        }
+    }
+
+    /// What synchronizing with stream `s` does (`cuStreamSynchronize`, `observe`; or
+    /// `cuEventSynchronize` of an event recorded on it): the held allocations freed on `s` are released (on the
     /// legacy stream, also those freed on the blocking streams it waits for), and each pool of
     /// the device releases cached memory above its release threshold.
-    pub fn stream_synchronized(&mut self, s: &Arc<Stream>) {
+    pub fn stream_synchronized(&mut self, s: &Arc<Stream>, observe: bool) {
         let legacy = s.kind == StreamKind::Legacy;
         self.release_held(|h| {
             Arc::ptr_eq(&h.stream, s)
@@ -108,6 +124,9 @@ impl State {
                     && h.stream.kind != StreamKind::NonBlocking)
         });
         self.trim_pools(s.device);
+        if observe {
+            self.observe_cached(s.device);
+        }
     }
 
     /// Releases the held allocations (see the module documentation) that `which` picks.
@@ -137,8 +156,37 @@ impl State {
         }
     }
 
-    /// A block of pool `pool` on device `device` comes back from an allocation of `size` bytes:
-    /// into the cache, or to the host if the pool is destroyed or `release` is set.
+    /// `cuMemFreeAsync` of `size` bytes of pool `pool` was enqueued: the pool no longer counts
+    /// them used (`CU_MEMPOOL_ATTR_USED_MEM_CURRENT`), though the block is not reusable until the
+    /// free completes ([`State::freed_block_returned`]). Measured on the H100
+    /// (docs/gpu-runs/2026-12-06-run29): right after the free, with no synchronization, used was
+    /// 0 and reserved unchanged, and a `cuMemAlloc` needing the memory was refused until a
+    /// synchronization.
+    pub fn pool_block_freed(&mut self, pool: usize, size: u64) {
+        if let Some(p) = self.pools.get_mut(&pool) {
+            p.used = p.used.saturating_sub(size);
+        }
+    }
+
+    /// The free of `a` (an allocation of a pool, already counted out of the pool's used bytes by
+    /// [`State::pool_block_freed`]) completed: its block goes back to the pool's cache.
+    pub fn freed_block_returned(&mut self, a: Alloc) {
+        let AllocKind::Async { pool, cap } = a.kind else {
+            self.reclaim(a, false);
+            return;
+        };
+        let block = Block {
+            base: a.base,
+            cap,
+            map_len: a.map_len,
+            observed: false,
+        };
+        self.block_returned(pool, a.ctx.device, block, 0, false);
+    }
+
+    /// A block of pool `pool` on device `device` comes back from an allocation of which `size`
+    /// bytes were still counted used (0 when its free already uncounted them): into the cache,
+    /// or to the host if the pool is destroyed or `release` is set.
     pub fn block_returned(&mut self, pool: usize, device: i32, b: Block, size: u64, release: bool) {
         let Some(p) = self.pools.get_mut(&pool) else {
             self.release_block(device, b);
@@ -228,6 +276,7 @@ impl State {
                     base,
                     cap: size,
                     map_len,
+                    observed: false,
                 }
             }
         };
@@ -248,6 +297,48 @@ impl State {
             ipc_fd: None,
         });
         Ok(block.base)
+    }
+
+    /// Charges `size` bytes to device `dev`; under pressure every pool of the device first
+    /// gives back the blocks it caches from frees a synchronization observed, then the charge is
+    /// tried again.
+    /// Every allocation of device memory does so, plain ones too: measured on the H100
+    /// (docs/gpu-runs/2026-12-06-run28): with the default pool's release threshold unlimited and
+    /// 47.8 GB of completed frees cached, a `cuMemAlloc` of 40.8 GB with 24.6 GB free was served,
+    /// and the pool's memory was gone from the device after it; a created pool likewise. Frees
+    /// no synchronization observed stay taken (run29: refused until `cuCtxSynchronize`).
+    pub fn charge_device(&mut self, dev: i32, size: u64) -> Result<(), Fault> {
+        if self.device_mut(dev)?.mem.charge(size).is_ok() {
+            return Ok(());
+        }
+        let pools: Vec<usize> = self
+            .pools
+            .values()
+            .filter(|p| p.device == dev)
+            .map(|p| p.handle)
+            .collect();
+        for h in pools {
+            self.release_observed(h);
+        }
+        self.device_mut(dev)?.mem.charge(size)
+    }
+
+    /// Gives back every cached block of pool `h` whose free a synchronization observed.
+    fn release_observed(&mut self, h: usize) {
+        let Some(p) = self.pools.get_mut(&h) else {
+            return;
+        };
+        let device = p.device;
+        let (go, stay): (Vec<Block>, Vec<Block>) = std::mem::take(&mut p.cached)
+            .into_iter()
+            .partition(|b| b.observed);
+        p.cached = stay;
+        for b in &go {
+            p.reserved -= b.cap;
+        }
+        for b in go {
+            self.release_block(device, b);
+        }
     }
 
     /// Every pool of device `dev` gives back all it caches.

@@ -22,12 +22,21 @@ pub struct OverLimit {
     pub reserved: u64,
     /// Bytes more it would have needed.
     pub asked: u64,
+    /// The process's limit (`CUGUARD_LIMIT`, [`crate::Device::process_limit`]) refused it rather
+    /// than the pool's: `limit` is then that limit and `reserved` what the process held.
+    pub process: bool,
 }
 
 impl Refusal {
     /// The refusal in one line for people, sizes written by `bytes` (`1.0 GiB`).
     pub fn message(&self, bytes: impl Fn(u64) -> String) -> String {
         match self.over_limit {
+            Some(o) if o.process => format!(
+                "CUGUARD_LIMIT of {} reached: {} held, {} more asked for",
+                bytes(o.limit),
+                bytes(o.reserved),
+                bytes(o.asked)
+            ),
             Some(o) => format!(
                 "CUGUARD_POOL_LIMIT of {} reached: {} reserved, {} more asked for",
                 bytes(o.limit),

@@ -103,15 +103,33 @@ impl<D: Device, R: Packed> Arena<D, R> {
             }),
             Err(Refused::Limit) => {
                 self.limit_refusals += 1;
-                let over = OverLimit {
-                    limit: pool.settings.limit.unwrap_or(0),
-                    reserved: pool.reserved.load(Relaxed),
-                    asked: size,
+                let process = pool
+                    .device
+                    .process_limit()
+                    .filter(|_| !pool.within_process_limit(request.minimum));
+                let over = match process {
+                    Some((limit, held)) => OverLimit {
+                        limit,
+                        reserved: held,
+                        asked: size,
+                        process: true,
+                    },
+                    None => OverLimit {
+                        limit: pool.settings.limit.unwrap_or(0),
+                        reserved: pool.reserved.load(Relaxed),
+                        asked: size,
+                        process: false,
+                    },
+                };
+                let setting = if over.process {
+                    "CUGUARD_LIMIT"
+                } else {
+                    "CUGUARD_POOL_LIMIT"
                 };
                 Err(Refusal {
                     reason: Reason::OutOfMemory,
                     why: format!(
-                        "CUGUARD_POOL_LIMIT of {} bytes reached: {} bytes reserved, {} more asked for",
+                        "{setting} of {} bytes reached: {} bytes reserved, {} more asked for",
                         over.limit, over.reserved, over.asked
                     ),
                     over_limit: Some(over),
@@ -142,7 +160,7 @@ impl<D: Device, R: Packed> Arena<D, R> {
             self.sub.add_chunk(base, size)
         };
         if added.is_err() {
-            pool.device.free_chunk(base, true);
+            pool.device.chunk_unused(base, size);
             return Err(Refusal {
                 reason: Reason::OutOfMemory,
                 why: "chunk refused by the sub-allocator".into(),
