@@ -368,17 +368,31 @@ pub fn ooms(
 /// every byte then: 1.0 GiB = 64.0 MiB live + 576.0 MiB idle + 384.0 MiB free + 0 B else (CUDA's own memory, other processes)
 /// ```
 pub fn device_bytes_line(o: &OomSummary) -> Option<String> {
-    let (free, total) = (o.device_free_bytes?, o.device_total_bytes?);
+    device_bytes(
+        o.device_free_bytes,
+        o.device_total_bytes,
+        o.live_bytes,
+        &o.idle,
+    )
+}
+
+/// [`device_bytes_line`] of a refusal's figures.
+pub fn device_bytes(
+    free: Option<u64>,
+    total: Option<u64>,
+    live: u64,
+    idle: &[IdleHolder],
+) -> Option<String> {
+    let (free, total) = (free?, total?);
     let bytes = crate::wording::bytes;
-    let idle = o
-        .idle
+    let idle = idle
         .iter()
         .fold(0u64, |sum, h| sum.saturating_add(h.idle_bytes));
-    let else_bytes = total.saturating_sub(free.saturating_add(o.live_bytes).saturating_add(idle));
+    let else_bytes = total.saturating_sub(free.saturating_add(live).saturating_add(idle));
     Some(format!(
         "every byte then: {} = {} live + {} idle + {} free + {} else (CUDA's own memory, other processes)",
         bytes(total),
-        bytes(o.live_bytes),
+        bytes(live),
         bytes(idle),
         bytes(free),
         bytes(else_bytes)
@@ -416,6 +430,25 @@ pub fn idle_words(h: &IdleHolder) -> String {
         ));
     }
     s
+}
+
+/// The card of a refusal in lines, the verdict first (for the view's out-of-memory markers):
+/// the verdict, every byte of the device then, and each holder's idle memory.
+pub fn card_lines(r: &OomRecord) -> Vec<String> {
+    let idle = idle_of(r);
+    let verdict = r
+        .verdict
+        .clone()
+        .unwrap_or_else(|| cuguard_format::verdict::of(&with_idle(r)));
+    let mut lines = vec![format!("verdict: {}", verdict.text)];
+    lines.extend(device_bytes(
+        r.device_free_bytes,
+        r.device_total_bytes,
+        r.live_bytes,
+        &idle,
+    ));
+    lines.extend(idle.iter().map(|h| format!("idle: {}", idle_words(h))));
+    lines
 }
 
 /// What held memory idle at a refusal: the record's holders, or for a report from before they

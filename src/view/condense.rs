@@ -197,6 +197,7 @@ fn markers(
                 "at the peak of {}",
                 crate::summary::attribution::peak_when(p)
             ),
+            card: Vec::new(),
         });
     let ooms = report
         .ooms
@@ -214,6 +215,7 @@ fn markers(
                 bytes(o.size),
                 sites.site(o.stack).label()
             ),
+            card: crate::summary::attribution::card_lines(o),
         });
     let end = report.python.as_ref().and_then(|p| {
         let at = crate::growth::python_end_ms(report)?;
@@ -234,6 +236,7 @@ fn markers(
                 millis(at),
                 bytes(live)
             ),
+            card: Vec::new(),
         })
     });
     peak.chain(end).chain(ooms).take(MAX_MARKERS).collect()

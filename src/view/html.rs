@@ -230,6 +230,14 @@ fn more_processes(out: &mut dyn Write, shown: usize, total: usize) -> io::Result
 }
 
 /// One out-of-memory refusal.
+/// `text` with its first letter in upper case.
+fn capitalized(text: &str) -> String {
+    let mut c = text.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
 fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     writeln!(out, "<div class=\"oom\">")?;
     writeln!(
@@ -255,11 +263,26 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     };
     writeln!(
         out,
+        "<p class=\"verdict\"><b>Verdict</b>: {}</p>",
+        esc(&o.verdict.text)
+    )?;
+    writeln!(
+        out,
         "<p>Refused by {who}: {free}; {} live.</p>",
         bytes(o.live_bytes)
     )?;
     if let Some(m) = &o.message {
         writeln!(out, "<p class=\"note\">{}</p>", esc(m))?;
+    }
+    if let Some(line) = crate::summary::attribution::device_bytes_line(o) {
+        writeln!(out, "<p>{}.</p>", esc(&capitalized(&line)))?;
+    }
+    for h in &o.idle {
+        writeln!(
+            out,
+            "<p>Idle: {}.</p>",
+            esc(&crate::summary::attribution::idle_words(h))
+        )?;
     }
     if let Some(pool) = &o.pool {
         writeln!(

@@ -38,6 +38,10 @@ pub struct Marker {
     pub short: String,
     /// What happened, for people (`at the peak of 420.0 MiB (at 6.6 s)`).
     pub label: String,
+    /// An out-of-memory refusal's card, a line each, the verdict first: the page shows it when
+    /// the marker is clicked (empty for the other kinds).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub card: Vec<String>,
 }
 
 /// One process's top sites' live bytes over time, from its `stack_samples`: the series of the

@@ -87,6 +87,11 @@
       svg("title", {}, l).textContent = m.label;
       var dot = svg("circle", { "class": "dot " + m.kind, cx: mx, cy: y(m.live_bytes || 0), r: 3 }, s);
       svg("title", {}, dot).textContent = m.label;
+      if (m.card && m.card.length) {
+        // A refusal's marker: a click shows its card under the chart (and hides it again).
+        var show = function () { toggleCard(fig, m); };
+        [l, dot].forEach(function (el) { el.style.cursor = "pointer"; el.addEventListener("click", show); });
+      }
       var width = m.short.length * 6, left;
       var anchor = "middle";
       if (mx + width / 2 > W - 2) { anchor = "end"; left = mx - width; }
@@ -105,6 +110,19 @@
     cap.textContent = c.process + " — device " + c.device + (c.name ? " (" + c.name + ")" : "");
     fig.appendChild(cap);
     into.appendChild(fig);
+  }
+  // Shows marker m's card (its lines, the verdict first) under the chart in fig, or hides it
+  // when it is the one shown.
+  function toggleCard(fig, m) {
+    var shown = fig.querySelector("pre.oom-card");
+    var same = shown && shown.dataset.at === String(m.time_ms);
+    if (shown) { shown.remove(); }
+    if (same) { return; }
+    var pre = document.createElement("pre");
+    pre.className = "oom-card";
+    pre.dataset.at = String(m.time_ms);
+    pre.textContent = m.label + "\n" + m.card.join("\n");
+    fig.appendChild(pre);
   }
   var SERIES = ["#1f5fbf", "#d9822b", "#2a9d8f", "#c0392b", "#8e44ad", "#7f8c8d", "#b8860b", "#e377c2"];
   // One process's top sites' live bytes over time, a line per site, labelled in a legend.

@@ -262,6 +262,7 @@ fn a_python_program_s_end_is_marked_with_the_device_bytes_live_then() {
             live_bytes: 5 << 20,
             short: "end of code".into(),
             label: "the program's code raised ValueError at 9.5 s, 5.0 MiB live: what follows is the interpreter's teardown".into(),
+            card: Vec::new(),
         }
     );
     assert_eq!(p.growth.as_ref().unwrap().end_ms, Some(9500));
@@ -291,6 +292,7 @@ fn charts_mark_the_peak_and_each_oom() {
                 live_bytes: 418 << 20,
                 short: "peak 420.0 MiB".into(),
                 label: "at the peak of 420.0 MiB (418.0 MiB live at 9.1 s, within 1%)".into(),
+                card: Vec::new(),
             },
             Marker {
                 kind: "oom",
@@ -299,6 +301,11 @@ fn charts_mark_the_peak_and_each_oom() {
                 short: "OOM 2.0 GiB".into(),
                 label: "out of memory at 9.2 s: cuMemAlloc_v2 asking 2.0 GiB at append_batch (train.py:7)"
                     .into(),
+                card: vec![
+                    "verdict: nothing cuguard can see would: 2.0 GiB asked, 100.0 MiB left and 94.0 MiB idle, 1.8 GiB short; 418.0 MiB is live".into(),
+                    "every byte then: 16.0 GiB = 418.0 MiB live + 94.0 MiB idle + 100.0 MiB free + 15.4 GiB else (CUDA's own memory, other processes)".into(),
+                    "idle: cuguard's pool holds 94.0 MiB idle of 512.0 MiB reserved, largest free piece 64.0 MiB (fragmentation 32%)".into(),
+                ],
             },
         ]
     );

@@ -197,6 +197,63 @@ fn cli_view_renders_attribution_in_chromium() {
     assert!(!dom.contains(">_PyEval_EvalFrameDefault<"));
 }
 
+/// A refusal's marker on the timeline shows its card when clicked (and the section at the top
+/// gives the verdict): the click is made by a script added to the page, as a user's would be.
+#[test]
+fn cli_view_shows_a_refusal_s_card_on_click_in_chromium() {
+    let Some(chromium) = chromium_for("cli_view_shows_a_refusal_s_card_on_click_in_chromium")
+    else {
+        return;
+    };
+    let dir = support::scratch_dir("cli-view-chromium-oom-card");
+    let page = dir.join("report.html");
+    let html = write_page(&page, &[fixture("attribution.json")]);
+    let verdict = "nothing cuguard can see would: 2.0 GiB asked, 100.0 MiB left and 94.0 MiB idle, 1.8 GiB short; 418.0 MiB is live";
+    assert!(
+        html.contains(&format!("<b>Verdict</b>: {verdict}")),
+        "the section gives the verdict"
+    );
+    let click = "<script>window.addEventListener('load', function () { setTimeout(function () { \
+                 document.querySelector('line.marker.oom').dispatchEvent(new MouseEvent('click', \
+                 { bubbles: true })); }, 100); });</script></body>";
+    let clicked = dir.join("clicked.html");
+    std::fs::write(&clicked, html.replace("</body>", click)).unwrap();
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(&chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+            "--virtual-time-budget=2000",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", clicked.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let card = dom
+        .split("<pre class=\"oom-card\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_else(|| panic!("no card after the click: {}", &dom[..dom.len().min(400)]));
+    assert!(
+        card.contains(&format!("verdict: {verdict}")),
+        "the card's verdict: {card}"
+    );
+    assert!(
+        card.contains("every byte then: 16.0 GiB = 418.0 MiB live"),
+        "{card}"
+    );
+    assert!(
+        card.contains("idle: cuguard's pool holds 94.0 MiB idle"),
+        "{card}"
+    );
+}
+
 /// A Python program's end, recorded: a dashed line on the timeline (its marker) and on the
 /// growth chart, named in the legend.
 #[test]
