@@ -17,12 +17,16 @@
  *   sync            cuCtxSynchronize                                 "sync RESULT"
  *   attrs           the device's current memory pool: reserved and used bytes  "attrs R U"
  *   defaultpool     makes the device's default pool its current one  "defaultpool RESULT"
+ *   refusals N      N cuMemAlloc calls of 1 TiB, each refused; the first's and the slowest
+ *                   of the others' time, and their median, in ns    "refusals FIRST MEDIAN MAX"
  *   threshold T     sets the release threshold of the device's current memory pool: bytes in
  *                   MiB, or "max" for unlimited                     "threshold T RESULT"
  *   newpool         creates a memory pool on the device, release threshold unlimited, and makes
  *                   it the device's current pool (async then allocates from it)  "newpool RESULT"
  *
  * Every successful allocation is kept until freeall (or exit: leaked). */
+#include <time.h>
+
 #include "workload.h"
 
 enum kind { K_ALLOC, K_ASYNC, K_MANAGED, K_VMM };
@@ -54,6 +58,34 @@ static void keep(enum kind k, unsigned long long h) {
     kept[nkept].kind = k;
     kept[nkept].handle = h;
     nkept++;
+}
+
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static int by_value(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+/* Times n refused cuMemAlloc calls (1 TiB each). */
+static void refusals(int n) {
+    static long long ns[4096];
+    if (n < 2) n = 2;
+    if (n > 4096) n = 4096;
+    for (int i = 0; i < n; i++) {
+        CUdeviceptr p = 0;
+        long long t0 = now_ns();
+        CUresult r = cuMemAlloc(&p, (size_t)1 << 40);
+        ns[i] = now_ns() - t0;
+        if (r == CUDA_SUCCESS) CHECK(cuMemFree(p));
+    }
+    long long first = ns[0];
+    qsort(ns + 1, n - 1, sizeof ns[0], by_value);
+    printf("refusals %lld %lld %lld\n", first, ns[1 + (n - 1) / 2], ns[n - 1]);
 }
 
 int main(int argc, char **argv) {
@@ -123,6 +155,8 @@ int main(int argc, char **argv) {
             }
             CHECK(cuStreamSynchronize(NULL));
             printf("freeasync\n");
+        } else if (!strcmp(op, "refusals")) {
+            refusals(atoi(argv[++i]));
         } else if (!strcmp(op, "release")) {
             for (int k = 0; k < nkept; k++) {
                 if (kept[k].handle && kept[k].kind == K_ASYNC) {

@@ -1,16 +1,16 @@
 //! What the shim does when an allocation entry answers `CUDA_ERROR_OUT_OF_MEMORY` (from the
 //! driver, from the pool's limit or from the process's limit): it records what held the memory at that moment
-//! ([`crate::tracker::ooms`]), says so in one line on stderr the first time, and asks the cuguard
-//! thread for a checkpoint report (`reason: oom`, at most one a second), because by the time the
-//! process ends the program has usually unwound and freed that memory.
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! ([`crate::tracker::ooms`]) with the card's figures and verdict, has the cuguard thread say so
+//! in one line on stderr the first time ([`crate::lifecycle::oom_line`]: naming the stacks is
+//! not the refused call's to wait for), and asks that thread for a checkpoint report (`reason: oom`, at most one
+//! a second), because by the time the process ends the program has usually unwound and freed
+//! that memory.
 
 use crate::driver::{Entry, real};
 use crate::ffi::*;
 use crate::process::clock;
+use crate::tracker::Tracker;
 use crate::tracker::ooms::{MAX_STACKS, Oom, Ooms, PoolState, RefusedBy};
-use crate::tracker::{NONE, Tracker};
 use cuguard_format::verdict::{self, Figures};
 use cuguard_format::{IdleHolder, OomLimit};
 
@@ -89,11 +89,14 @@ pub fn refused(
         idle,
         verdict,
     };
-    if n == 1 {
-        say(&oom);
-    }
     t.ooms.push(oom);
     crate::recorder::refused(size, stack, device, seq);
+    if n == 1 {
+        // Naming the stacks for the line can take long the first time (the binaries' debug
+        // information is read): the cuguard thread says it, not the refused call, unless there
+        // is no such thread.
+        crate::lifecycle::oom_line::pending(crate::lifecycle::reporter::running());
+    }
     crate::lifecycle::reporter::request_oom_report();
 }
 
@@ -137,49 +140,4 @@ fn device_memory() -> Option<(u64, u64)> {
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: valid out-parameters.
     (unsafe { f(&mut free, &mut total) } == CUDA_SUCCESS).then_some((free as u64, total as u64))
-}
-
-/// The one stderr line: where it was asked, how much, what was live, and what held the most.
-fn say(oom: &Oom) {
-    static SAID: AtomicBool = AtomicBool::new(false);
-    if SAID.swap(true, Ordering::Relaxed) {
-        return;
-    }
-    let top: Vec<(u32, u64)> = oom.stacks.iter().take(3).map(|s| (s.0, s.1)).collect();
-    let mut ids: Vec<u32> = vec![oom.stack];
-    ids.extend(top.iter().map(|t| t.0));
-    let names = crate::writer::stacks::sites_now(&ids);
-    let at = names.first().cloned().flatten();
-    let human = crate::writer::human_bytes;
-    let mut line = format!(
-        "out of memory{} asking {} ({})",
-        at.map(|s| format!(" at {s}")).unwrap_or_default(),
-        human(oom.size),
-        oom.api.name()
-    );
-    line.push_str(&format!("; {} live", human(oom.live_bytes)));
-    let parts: Vec<String> = top
-        .iter()
-        .zip(names.iter().skip(1))
-        .map(|((id, bytes), name)| {
-            let name = match (name, *id) {
-                (Some(n), _) => n.clone(),
-                (None, NONE) => "(no stack)".into(),
-                (None, id) => format!("stack {id}"),
-            };
-            format!("{name} {}", human(*bytes))
-        })
-        .collect();
-    if !parts.is_empty() {
-        line.push_str(&format!(", top: {}", parts.join(", ")));
-    }
-    match oom.refused_by {
-        RefusedBy::PoolLimit => line.push_str(" (CUGUARD_POOL_LIMIT)"),
-        RefusedBy::Limit => line.push_str(" (CUGUARD_LIMIT)"),
-        RefusedBy::Driver => {}
-    }
-    if oom.verdict.action != "unknown" {
-        line.push_str(&format!("; {}", oom.verdict.text));
-    }
-    crate::process::diag::warn(&line);
 }

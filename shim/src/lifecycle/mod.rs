@@ -45,6 +45,7 @@ pub mod immediate_exit;
 // would be the shim's, instrumented code it calls while it initializes, before anything else.
 #[cfg(not(cuguard_tsan))]
 pub mod interpose;
+pub mod oom_line;
 pub mod page;
 pub mod python_bootstrap;
 pub mod report;

@@ -66,6 +66,9 @@ pub fn final_report(occasion: Occasion) -> bool {
     // Inside the shim while writing, so nothing the writing does is tracked. A thread whose
     // thread-locals are gone writes without it: tracking has stopped (`Writing`) anyway.
     let _guard = crate::guard::Guard::enter();
+    // The first refusal's line, if the cuguard thread had not said it yet: before the summary
+    // (waiting for the cuguard thread's, but not at a fatal signal).
+    crate::guard::shield((), || super::oom_line::say_pending(wait));
     {
         let _turn = writer_turn(WAIT_FOR_WRITER);
         crate::guard::shield((), drain::finish);

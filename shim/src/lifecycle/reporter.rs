@@ -110,6 +110,11 @@ pub fn request_snapshot() {
     }
 }
 
+/// Whether the cuguard thread runs (it says the first refusal's line, and writes reports).
+pub fn running() -> bool {
+    RUNNING.load(Ordering::Acquire)
+}
+
 /// An allocation was refused for lack of memory: asks for a checkpoint report now (`reason:
 /// oom`), at most once a second, so that what held the memory is on disk even if the process
 /// then dies or frees it all.
@@ -284,6 +289,7 @@ fn run() {
             super::report::interim_report(Occasion::REQUEST);
         }
         if REQ_OOM.swap(false, Ordering::AcqRel) {
+            crate::guard::shield((), || super::oom_line::say_pending(false));
             super::report::interim_report(Occasion::OOM);
         }
         if !period.is_zero() && Instant::now() >= next {
