@@ -16,7 +16,7 @@ use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
 use crate::serving::serve;
-use crate::tracker::limit::Grant;
+use crate::tracker::limit::{self, Grant};
 use crate::tracker::{Record, Tracker};
 use cuguard_format::MemoryKind;
 
@@ -83,8 +83,10 @@ fn limited(
     cur: Option<u64>,
 ) -> Result<Grant, CUresult> {
     match (t, record) {
-        (Some(_), Some(_)) if serve::pool_serves(cur) => Ok(Grant::none()),
-        (Some(t), Some(r)) => super::track::admit(t, api, r.device, size),
+        // One load of a flag when no limit is set.
+        (Some(t), Some(r)) if limit::on() && !serve::pool_serves(cur) => {
+            super::track::admit(t, api, r.device, size)
+        }
         _ => Ok(Grant::none()),
     }
 }
