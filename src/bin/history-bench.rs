@@ -131,22 +131,7 @@ fn commands_table(
     let pickle = dir.join(format!("bench-{name}.pickle"));
     let (from, to) = (end_ns / 1_000_000 * 9 / 10, end_ns / 1_000_000);
     let middle = format!("{}ms", end_ns / 2_000_000);
-    println!("| command | wall s | peak MiB | / cat |");
-    println!("|---|---:|---:|---:|");
-    let cat = timed(
-        Command::new("cat")
-            .arg(file)
-            .stdout(std::process::Stdio::null()),
-    );
-    let row = |what: &str, t: (f64, f64)| {
-        println!(
-            "| {what} | {:.2} | {:.1} | {:.1}x |",
-            t.0,
-            t.1,
-            t.0 / cat.0.max(1e-3)
-        );
-    };
-    row("cat (reading the file)", cat);
+    let row = table_against_cat(file);
     for at in ["peak", middle.as_str(), "end"] {
         row(
             &format!("cuguard summary --at {at}"),
@@ -217,22 +202,7 @@ const REPLAY_CAPACITY: &str = "160GiB";
 
 /// Times `cuguard replay` on the history `file` against reading it, a row each.
 fn replay_table(cuguard: &Path, file: &Path) {
-    println!("| command | wall s | peak MiB | / cat |");
-    println!("|---|---:|---:|---:|");
-    let cat = timed(
-        Command::new("cat")
-            .arg(file)
-            .stdout(std::process::Stdio::null()),
-    );
-    let row = |what: &str, t: (f64, f64)| {
-        println!(
-            "| {what} | {:.2} | {:.1} | {:.1}x |",
-            t.0,
-            t.1,
-            t.0 / cat.0.max(1e-3)
-        );
-    };
-    row("cat (reading the file)", cat);
+    let row = table_against_cat(file);
     replay_rows(cuguard, file, &row);
 }
 
@@ -288,6 +258,28 @@ fn which(name: &str) -> Option<PathBuf> {
 }
 
 /// Runs `cmd`; its wall seconds and its peak resident MiB (`wait4`'s `ru_maxrss`).
+/// Starts a table of commands timed against reading `file` with `cat` (its first row), and
+/// gives the writer of the rows that follow: `row(what, (wall s, peak MiB))`.
+fn table_against_cat(file: &Path) -> impl Fn(&str, (f64, f64)) {
+    println!("| command | wall s | peak MiB | / cat |");
+    println!("|---|---:|---:|---:|");
+    let cat = timed(
+        Command::new("cat")
+            .arg(file)
+            .stdout(std::process::Stdio::null()),
+    );
+    let row = move |what: &str, t: (f64, f64)| {
+        println!(
+            "| {what} | {:.2} | {:.1} | {:.1}x |",
+            t.0,
+            t.1,
+            t.0 / cat.0.max(1e-3)
+        );
+    };
+    row("cat (reading the file)", cat);
+    row
+}
+
 fn timed(cmd: &mut Command) -> (f64, f64) {
     let start = Instant::now();
     let child = cmd.spawn().expect("spawn");

@@ -1,6 +1,7 @@
 //! What every allocator model is: a [`Model`] serves [`Request`]s from a [`Device`] of a fixed
 //! capacity, gives them back, and says what it holds idle ([`Idle`]) when it cannot serve one.
 
+use cuguard_history::bounded::Mix;
 use serde::Serialize;
 
 /// A mebibyte.
@@ -66,33 +67,8 @@ pub trait Model: Send {
     fn idle(&self) -> Idle;
 }
 
-/// A hasher for the models' maps, touched at every request: keys are request ids (counted
-/// up) and the program's addresses, not chosen to collide, so splitmix64's finalizer mixes them
-/// well enough, many times faster than the standard library's SipHash.
-#[derive(Default)]
-pub struct Mix(u64);
-
-impl std::hash::Hasher for Mix {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        let mut z = v ^ self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        self.0 = z ^ (z >> 31);
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-}
-
-/// A map keyed by ids or addresses, hashed with [`Mix`].
+/// A map keyed by ids or addresses, hashed with the history's [`Mix`] (splitmix64's finalizer:
+/// many times faster than SipHash on these keys).
 pub type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<Mix>>;
 
 /// `n` rounded up to a multiple of `to` (saturating).

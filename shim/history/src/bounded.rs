@@ -609,11 +609,12 @@ impl<S: Source> History<S> {
     }
 }
 
-/// A hasher for addresses and context ids: splitmix64's finalizer (the keys are the program's
-/// own addresses, not chosen to collide; aligned, so every bit is mixed into the low ones the
-/// table indexes by), for maps touched at every event.
+/// A hasher for addresses, ids and context ids: splitmix64's finalizer (the keys are the
+/// program's own addresses or numbers counted up, not chosen to collide; aligned addresses have
+/// every bit mixed into the low ones a table indexes by), for maps touched at every event. The
+/// command's replay models use it too (`cuguard::replay`).
 #[derive(Default)]
-struct Mix(u64);
+pub struct Mix(u64);
 
 impl std::hash::Hasher for Mix {
     fn finish(&self) -> u64 {
@@ -629,6 +630,9 @@ impl std::hash::Hasher for Mix {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         self.0 = z ^ (z >> 31);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
     }
     fn write_u16(&mut self, v: u16) {
         self.write_u64(u64::from(v));

@@ -10,8 +10,8 @@
 //! on the H100, docs/gpu-runs/2026-12-06-run29). Nothing here allocates device memory or takes a
 //! lock of the shim's.
 //!
-//! Created pools: at most [`MAX_SEEN`] are remembered (a slot each, one relaxed load per
-//! allocation from a pool when it is already known).
+//! Created pools: at most [`MAX_SEEN`] are remembered (a slot each; an allocation from a pool
+//! already known costs a scan of the slots, [`known`], and nothing more).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -31,12 +31,19 @@ const ATTR_USED_MEM_CURRENT: i32 = 7;
 static SEEN: [(AtomicU64, AtomicU64); MAX_SEEN] =
     [const { (AtomicU64::new(0), AtomicU64::new(0)) }; MAX_SEEN];
 
+/// Whether `pool` is remembered already: one relaxed load a slot, for the allocation path.
+#[inline]
+pub fn known(pool: CUmemoryPool) -> bool {
+    let h = pool as u64;
+    SEEN.iter().any(|(k, _)| k.load(Relaxed) == h)
+}
+
 /// The program allocated from `pool` in a context of `device` (the pool's memory is counted on
 /// that device: the pool's own location, given to `cuMemPoolCreate`, is not seen).
 #[inline]
 pub fn seen(pool: CUmemoryPool, device: i32) {
     let h = pool as u64;
-    if h == 0 || device < 0 || SEEN.iter().any(|(k, _)| k.load(Relaxed) == h) {
+    if h == 0 || device < 0 || known(pool) {
         return;
     }
     for (k, d) in &SEEN {

@@ -55,7 +55,7 @@ pub fn refused(
             limit_bytes: l,
             held_bytes: crate::tracker::limit::held(device),
         }),
-        RefusedBy::PoolLimit => super::shown::pool_limit(device).map(|l| OomLimit {
+        RefusedBy::PoolLimit => super::shown::pool_limit_bytes(device).map(|l| OomLimit {
             limit_bytes: l,
             held_bytes: crate::serving::registry::reserved_for_device(device),
         }),

@@ -68,6 +68,15 @@ pub fn pool_limit(device: i32) -> Option<u64> {
     (l != NONE).then_some(l)
 }
 
+/// The pool's limit on `device` in bytes, shown to the program or not (for the out-of-memory
+/// record of a refusal it made).
+pub fn pool_limit_bytes(device: i32) -> Option<u64> {
+    pool_limit(device).or_else(|| {
+        let amount = crate::config::get().pool_settings.limit?;
+        device_total(device).map(|t| amount.resolve(t))
+    })
+}
+
 /// `amount` of a device of `total` bytes, if it is shown: more than zero, not more than the
 /// device.
 pub fn within(amount: Amount, total: u64) -> Option<u64> {

@@ -104,6 +104,7 @@ pub unsafe fn cuMemAllocFromPoolAsync(
     // SAFETY: the program's own arguments, forwarded unchanged.
     let r = unsafe { real(dptr, bytesize, pool, stream) };
     if r == CUDA_SUCCESS
+        && !crate::driver::mem_pools::known(pool)
         && let Some((_guard, t)) = super::track::active()
     {
         let device = shield(-1, || current_tracked_context(t).1);
