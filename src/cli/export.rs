@@ -63,7 +63,14 @@ pub struct ExportArgs {
 }
 
 /// Runs `cuguard export`.
-pub fn run(args: ExportArgs) -> Result<u8, CliError> {
+pub fn run(mut args: ExportArgs) -> Result<u8, CliError> {
+    let r = &mut args.request;
+    crate::history::phases::untangle(&mut r.between, &mut r.paths);
+    if r.paths.is_empty() {
+        return Err(CliError::Usage(
+            "give the report or history file to export (see cuguard export --help)".into(),
+        ));
+    }
     let made = (args.format.parts())(&args.request)?;
     write_output(Some(&args.request.output), |w| {
         args.format.write(&made, w, &Options::default())

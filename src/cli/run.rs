@@ -500,6 +500,16 @@ fn checkout_package() -> Option<PathBuf> {
     package.join("__init__.py").is_file().then_some(package)
 }
 
+/// The NVTX tool the program is to load: the shim itself, so that the program's NVTX ranges are
+/// the history's phases, unless the history is off (`CUGUARD_HISTORY=0`) or the environment
+/// names a tool already (a profiler's, the sanitizer's: that one stays, and the shim tells it
+/// of the pool's blocks instead). `None`: leave the variable as it is.
+fn nvtx_tool(shim: &Path) -> Option<&Path> {
+    let named = std::env::var_os("NVTX_INJECTION64_PATH").is_some_and(|v| !v.is_empty());
+    let history_off = std::env::var_os("CUGUARD_HISTORY").is_some_and(|v| v == "0");
+    (!named && !history_off).then_some(shim)
+}
+
 /// Runs `cuguard run` without `--sanitizer` (with it, [`super::sanitizer::run`]).
 pub fn run(args: RunArgs) -> Result<u8, CliError> {
     let shim = find_shim()?;
@@ -509,6 +519,9 @@ pub fn run(args: RunArgs) -> Result<u8, CliError> {
     let mut cmd = Command::new(program);
     cmd.args(program_args);
     cmd.env("LD_PRELOAD", prepend(&shim, std::env::var_os("LD_PRELOAD")));
+    if let Some(tool) = nvtx_tool(&shim) {
+        cmd.env("NVTX_INJECTION64_PATH", tool);
+    }
     if args.driver == Driver::Sim {
         let sim = find_library(
             "the simulated driver libcuguard_simcuda.so",

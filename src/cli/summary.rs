@@ -26,6 +26,9 @@ Examples:
   cuguard summary --by rank job-1234.json           # a merged report, one group per rank
   cuguard summary --cost cuguard.train.4242.json    # cuguard's own cost, the whole bill
   cuguard summary --helper make_buffer r.json       # make_buffer's leaks at its callers' lines
+  cuguard summary --by phase r.json                 # each NVTX range's (phase's) peak and what it kept
+  cuguard summary --at phase:step#12 r.json         # what was live at step 12's peak
+  cuguard summary --between phase:step#12 r.json    # what step 12 allocated and kept
 
 Across three or more processes, a process that holds (or grew) at least 4x the median and
 at least 64 MiB more at a site is called out; incomplete reports and ranks missing from
@@ -35,37 +38,77 @@ pub struct SummaryArgs {
     #[arg(long, value_parser = FORMATS, default_value = FORMATS.default_format().name())]
     pub format: &'static Row<Summary, Parts>,
     /// Group the processes of a job by worker (label `worker`), rank, host or process, with
-    /// each group's leaks, peak, growth and largest sites.
+    /// each group's leaks, peak, growth and largest sites; or one process's history by phase
+    /// (its NVTX ranges and `cuguard.phase`s): each phase's peak, what it allocated and what
+    /// stayed.
     #[arg(long, value_enum, value_name = "WHAT")]
-    pub by: Option<GroupBy>,
+    pub by: Option<By>,
     /// How many sites and leaks to list per process (0: all).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
     /// What was live at this moment of the run, from its history: `12.5s`, `840ms`, `2m`, a
-    /// number of seconds, `peak`, `oom` (the first refusal) or `end`. One process.
+    /// number of seconds, `peak`, `oom` (the first refusal), `end`, or `phase:NAME[#N]` (the
+    /// peak of a phase's Nth occurrence, or of the one whose NVTX payload is N). One process.
     #[arg(long, value_name = "TIME", allow_hyphen_values = true, conflicts_with_all = ["between", "by"])]
     pub at: Option<String>,
     /// What was allocated between two moments and still live at the second: what one step
-    /// kept. One process.
-    #[arg(long, num_args = 2, value_names = ["T1", "T2"], allow_hyphen_values = true, conflicts_with = "by")]
+    /// kept. Or one phase, `phase:NAME[#N]`: from its beginning to its end. One process.
+    #[arg(long, num_args = 1..=2, value_names = ["T1", "T2"], allow_hyphen_values = true, conflicts_with = "by")]
     pub between: Option<Vec<String>>,
     /// cuguard's own cost whole (time in hooks, stacks, Python frames, one-time set-up, pool
     /// chunks, report writing, memory) rather than in one short line.
     #[arg(long)]
     pub cost: bool,
     /// Reports: files, directories (every *.json below them) or globs.
-    #[arg(required = true, value_name = "PATH")]
+    #[arg(required_unless_present = "between", value_name = "PATH")]
     pub paths: Vec<PathBuf>,
     /// Allocation helpers (see `--helper`).
     #[command(flatten)]
     pub helpers: super::common::HelperArgs,
 }
 
+/// What `--by` groups by: the processes of a job, or one history's phases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum By {
+    /// The label `worker`.
+    Worker,
+    /// The rank.
+    Rank,
+    /// The host name.
+    Host,
+    /// One group per process.
+    Process,
+    /// One process's history, by phase (NVTX ranges, `cuguard.phase`).
+    Phase,
+}
+
+impl By {
+    /// The job's grouping, `None` for [`By::Phase`].
+    fn group(self) -> Option<GroupBy> {
+        match self {
+            By::Worker => Some(GroupBy::Worker),
+            By::Rank => Some(GroupBy::Rank),
+            By::Host => Some(GroupBy::Host),
+            By::Process => Some(GroupBy::Process),
+            By::Phase => None,
+        }
+    }
+}
+
 /// Runs `cuguard summary`.
-pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
+pub fn run(mut args: SummaryArgs) -> Result<u8, CliError> {
+    crate::history::phases::untangle(&mut args.between, &mut args.paths);
+    if args.paths.is_empty() {
+        return Err(CliError::Usage(
+            "give the report or history file to read (see cuguard summary --help)".into(),
+        ));
+    }
     let top = if args.top == 0 { usize::MAX } else { args.top };
     if args.at.is_some() || args.between.is_some() {
         return moment(&args, top);
+    }
+    if args.by == Some(By::Phase) {
+        return by_phase(&args, top);
     }
     let files = input::expand(&args.paths)?;
     let options = Options {
@@ -76,7 +119,7 @@ pub fn run(args: SummaryArgs) -> Result<u8, CliError> {
     let condense = |source: &input::Source, report: Report, leaks: LeakFold| {
         ReportSummary::folded(source, &report, &leaks, top)
     };
-    let mut fold = SummaryFold::on_disk(top, args.by);
+    let mut fold = SummaryFold::on_disk(top, args.by.and_then(By::group));
     let spilled = |e| CliError::Output {
         what: "a temporary file".into(),
         source: e,
@@ -119,27 +162,25 @@ fn moment(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
     };
     let opened = crate::history::load(path)?;
     let time = |t: &str, flag: &str| {
-        crate::history::parse_time(t, &opened)
+        crate::history::when::parse_time(t, &opened)
             .map_err(|why| CliError::Usage(format!("{flag} {why}")))
     };
-    let m = match (&args.at, &args.between) {
+    let mut m = match (&args.at, &args.between) {
         (Some(at), _) => {
-            let at = time(at, "--at")?;
-            crate::history::moment::at(&opened.read(at, at)?, at, top)
+            let t = time(at, "--at")?;
+            let mut m = crate::history::moment::at(&opened.read(t, t)?, t, top);
+            m.phase = phase_label(at, &opened);
+            m
         }
-        (_, Some(pair)) => {
-            let (from, to) = (time(&pair[0], "--between")?, time(&pair[1], "--between")?);
-            if from > to {
-                return Err(CliError::Usage(format!(
-                    "--between {} {}: the first moment is after the second",
-                    pair[0], pair[1]
-                )));
-            }
-            crate::history::moment::between(&opened.read(from, to)?, from, to, top)
+        (_, Some(texts)) => {
+            let (from, to, phase) = crate::history::when::parse_window(texts, &opened)
+                .map_err(|why| CliError::Usage(format!("--between {why}")))?;
+            let mut m = crate::history::moment::between(&opened.read(from, to)?, from, to, top);
+            m.phase = phase;
+            m
         }
         _ => unreachable!("asked for a moment"),
     };
-    let mut m = m;
     if args.at.as_deref() == Some("oom") && !crate::history::is_history_file(path)? {
         m.oom = first_oom_card(path, top)?;
     }
@@ -150,6 +191,35 @@ fn moment(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
         cost: args.cost,
     };
     write_stdout(|out| (args.format.parts().moment)(&m, &source, out, &options))?;
+    Ok(exit::OK)
+}
+
+/// The phase `text` names (`phase:step#3`), for people (`step #3`); `None` for another moment.
+fn phase_label(text: &str, opened: &crate::history::Opened) -> Option<String> {
+    use crate::history::when::Moments as _;
+    let asked = crate::history::phases::Asked::parse(text)?.ok()?;
+    let p = asked.find(opened.phases()).ok()?;
+    Some(crate::history::phases::label(opened.phases(), p))
+}
+
+/// `--by phase`: one process's history, phase by phase.
+fn by_phase(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
+    let [path] = &args.paths[..] else {
+        return Err(CliError::Usage(format!(
+            "--by phase reads one process's history: give one report or history file, not {}",
+            args.paths.len()
+        )));
+    };
+    let opened = crate::history::load(path)?;
+    let process = opened.names_of(std::iter::empty()).process_name();
+    let s = crate::history::phases::summary(&opened, process, top)?;
+    let source = path.display().to_string();
+    let options = Options {
+        style: Style::for_stdout(),
+        top,
+        cost: args.cost,
+    };
+    write_stdout(|out| (args.format.parts().phases)(&s, &source, out, &options))?;
     Ok(exit::OK)
 }
 

@@ -107,7 +107,7 @@ pub fn heap(
             continue;
         };
         let t = match (when, at) {
-            (When::At, Some(text)) => crate::history::parse_time(text, h).map_err(|why| {
+            (When::At, Some(text)) => crate::history::when::parse_time(text, h).map_err(|why| {
                 HeapError::Moment(format!("--at {why} ({})", names.process_name()))
             })?,
             _ => h.meta().ends_ns,

@@ -7,6 +7,8 @@
 //! history, one of a newer layout, one cut short or damaged.
 
 pub mod moment;
+pub mod phases;
+pub mod when;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -119,44 +121,6 @@ impl Opened {
             );
         }
         self.said.set(notes.len());
-    }
-}
-
-/// The moments a history's times are read against ([`parse_time`]).
-pub trait Moments {
-    fn begins_ns(&self) -> u64;
-    fn ends_ns(&self) -> u64;
-    fn peak_ns(&self) -> u64;
-    fn first_oom_ns(&self) -> Option<u64>;
-}
-
-impl Moments for Replay {
-    fn begins_ns(&self) -> u64 {
-        self.begins_ns
-    }
-    fn ends_ns(&self) -> u64 {
-        self.ends_ns
-    }
-    fn peak_ns(&self) -> u64 {
-        self.peak(None).0
-    }
-    fn first_oom_ns(&self) -> Option<u64> {
-        Replay::first_oom_ns(self)
-    }
-}
-
-impl Moments for Opened {
-    fn begins_ns(&self) -> u64 {
-        self.meta().begins_ns
-    }
-    fn ends_ns(&self) -> u64 {
-        self.meta().ends_ns
-    }
-    fn peak_ns(&self) -> u64 {
-        self.history.peak().0
-    }
-    fn first_oom_ns(&self) -> Option<u64> {
-        self.history.first_oom_ns()
     }
 }
 
@@ -603,58 +567,6 @@ impl ModuleIndex {
     }
 }
 
-/// What a user gives for a moment, turned into nanoseconds since the start: `12.5s`, `840ms`,
-/// `2m`, a plain number of seconds, `peak`, `oom` (the first) or `end`.
-pub fn parse_time(text: &str, replay: &impl Moments) -> Result<u64, String> {
-    let t = text.trim();
-    let (begins_ns, ends_ns) = (replay.begins_ns(), replay.ends_ns());
-    let ns = match t {
-        "peak" => replay.peak_ns(),
-        "end" => ends_ns,
-        "oom" => replay.first_oom_ns().ok_or_else(|| {
-            "no allocation was refused for lack of memory in this history".to_string()
-        })?,
-        _ => {
-            let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-                (n, 1e6)
-            } else if let Some(n) = t.strip_suffix("us") {
-                (n, 1e3)
-            } else if let Some(n) = t.strip_suffix('s') {
-                (n, 1e9)
-            } else if let Some(n) = t.strip_suffix('m') {
-                (n, 60e9)
-            } else {
-                (t, 1e9)
-            };
-            let v: f64 = num.trim().parse().map_err(|_| {
-                format!("{text:?} is not a time (12.5s, 840ms, 2m, peak, oom or end)")
-            })?;
-            if v < 0.0 {
-                return Err(format!(
-                    "{text:?} is before the process started: times count from its start, and \
-                     the history spans {} to {}",
-                    span_text(begins_ns),
-                    span_text(ends_ns)
-                ));
-            }
-            if !v.is_finite() {
-                return Err(format!(
-                    "{text:?} is not a time (12.5s, 840ms, 2m, peak, oom or end)"
-                ));
-            }
-            (v * scale).round() as u64
-        }
-    };
-    if ns < begins_ns || ns > ends_ns {
-        return Err(format!(
-            "{text} is outside the history: it spans {} to {}",
-            span_text(begins_ns),
-            span_text(ends_ns)
-        ));
-    }
-    Ok(ns)
-}
-
 /// A moment for people: `1.25 s`, `840 ms`.
 pub fn span_text(ns: u64) -> String {
     crate::wording::moment(ns / 1_000_000)
@@ -668,48 +580,4 @@ pub fn stack_key(id: u32) -> Option<u64> {
 /// The stacks the history names, by id, for callers that want them at hand.
 pub fn stacks_by_id(report: &Report) -> HashMap<u64, &Stack> {
     report.stacks.iter().map(|s| (s.id, s)).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn replay() -> Replay {
-        Replay {
-            begins_ns: 0,
-            ends_ns: 3_200_000_000,
-            ..Replay::default()
-        }
-    }
-
-    #[test]
-    fn times_read_as_people_write_them() {
-        let r = replay();
-        assert_eq!(parse_time("12.5ms", &r), Ok(12_500_000));
-        assert_eq!(parse_time("1.25s", &r), Ok(1_250_000_000));
-        assert_eq!(parse_time("2", &r), Ok(2_000_000_000));
-        assert_eq!(parse_time(" 840ms ", &r), Ok(840_000_000));
-        assert_eq!(parse_time("end", &r), Ok(3_200_000_000));
-        assert_eq!(parse_time("peak", &r), Ok(0));
-        assert_eq!(
-            parse_time("99s", &r),
-            Err("99s is outside the history: it spans 0 ms to 3.2 s".into())
-        );
-        assert!(
-            parse_time("soon", &r)
-                .unwrap_err()
-                .contains("is not a time")
-        );
-        assert!(
-            parse_time("-1s", &r)
-                .unwrap_err()
-                .starts_with("\"-1s\" is before the process started: times count from its start, and the history spans ")
-        );
-        assert!(parse_time("nan", &r).unwrap_err().contains("is not a time"));
-        assert!(
-            parse_time("oom", &r)
-                .unwrap_err()
-                .contains("no allocation was refused")
-        );
-    }
 }

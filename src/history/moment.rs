@@ -27,6 +27,10 @@ pub struct Moment {
     pub from_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub to_ms: Option<f64>,
+    /// The phase asked about (`--at phase:step#3`: its peak; `--between phase:step#3`: what
+    /// it kept), for people: `step #3`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
     /// What the history covers.
     pub span: Span,
     /// By device, the device with the most bytes first.
@@ -243,6 +247,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
         },
         devices,
         oom: None,
+        phase: None,
     }
 }
 

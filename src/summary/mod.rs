@@ -23,6 +23,7 @@ pub mod markdown;
 mod model;
 pub mod moment;
 pub mod overall;
+pub mod phases;
 pub mod python;
 mod report;
 mod sections;
@@ -57,13 +58,17 @@ pub struct Parts {
     pub sections: SectionWriters,
     /// One process's history asked for a moment or a window (see [`moment`]).
     pub moment: moment::MomentWriter,
+    /// One process's history by phase (see [`phases`]).
+    pub phases: phases::PhasesWriter,
 }
 
 /// The row of format `F`, with its parts.
-const fn row<F: Format<Summary> + Sections + moment::MomentFormat>() -> Row<Summary, Parts> {
+const fn row<F: Format<Summary> + Sections + moment::MomentFormat + phases::PhasesFormat>()
+-> Row<Summary, Parts> {
     Row::with::<F>(Parts {
         sections: (F::head, F::process, F::tail),
         moment: F::moment,
+        phases: F::phases,
     })
 }
 

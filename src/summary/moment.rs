@@ -60,11 +60,16 @@ fn until(ms: f64) -> String {
 fn headline(m: &Moment) -> String {
     let bytes_total: u64 = m.devices.iter().map(|d| d.bytes).sum();
     let count: u64 = m.devices.iter().map(|d| d.allocations).sum();
-    let asked = match (m.at_ms, m.from_ms, m.to_ms) {
+    let mut asked = match (m.at_ms, m.from_ms, m.to_ms) {
         (Some(at), _, _) => format!("live at {}", when(at)),
         (_, Some(a), Some(b)) => format!("kept from {} to {}", when(a), when(b)),
         _ => "live".into(),
     };
+    match (&m.phase, m.at_ms) {
+        (Some(p), Some(_)) => asked.push_str(&format!(", the peak of phase {}", one_line(p))),
+        (Some(p), None) => asked.push_str(&format!(", by phase {}", one_line(p))),
+        (None, _) => {}
+    }
     let mut span = format!(
         "the history spans {} to {}",
         when(m.span.begins_ms),

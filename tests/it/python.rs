@@ -24,7 +24,7 @@ use std::process::Command;
 use crate::support::artifacts;
 
 /// What the suite needs besides the package (the `test` and `ray` extras of pyproject.toml).
-const TEST_PACKAGES: [&str; 12] = [
+const TEST_PACKAGES: [&str; 14] = [
     "pytest>=7",
     "pytest-xdist>=3",
     "ipython>=8",
@@ -36,6 +36,8 @@ const TEST_PACKAGES: [&str; 12] = [
     "cuda-core>=1.2",
     "numba-cuda>=0.30",
     "nvidia-cuda-runtime>=13",
+    "nvtx>=0.2.10",
+    "nvidia-nvtx>=13",
     "ray>=2.40",
 ];
 

@@ -604,6 +604,8 @@ impl<S: Source> History<S> {
                         visit(Step::SegmentEnded(b));
                     }
                 }
+                // In their own chunks ([`crate::Chunk::Phases`]), read when the history opens.
+                Action::PhaseBegin | Action::PhaseEnd => {}
             }
         }
     }

@@ -44,6 +44,12 @@
 //! A checkpoint chunk ([`Chunk::Checkpoint`]) restates everything live after the events before
 //! it, with what the span since the checkpoint before it held (its peak, its refusals), so that
 //! a reader reaches any moment from the checkpoint before it rather than from the beginning.
+//!
+//! The program's phases (NVTX ranges, `cuguard.phase`) are events too ([`Action::PhaseBegin`],
+//! [`Action::PhaseEnd`]), written apart in [`Chunk::Phases`] chunks (encoded as events chunks
+//! are) with their names in [`Chunk::Name`] chunks (`id (varint) · text`): a reader finds them
+//! when it opens the file, without decoding the allocations' events, and a reader older than
+//! them skips both kinds ([`phases`] pairs them).
 
 use std::fmt;
 
@@ -79,6 +85,13 @@ pub enum Action {
     SegmentAlloc = 5,
     /// A segment given back to the driver.
     SegmentFree = 6,
+    /// A phase of the program began (an NVTX range pushed or started, `cuguard.phase`):
+    /// `size` is its name's id ([`Chunk::Name`]), `addr` its range's key (0 for a range
+    /// nested on its thread, else the id a start gave), `stream` its payload + 1 (0: none).
+    /// Written in [`Chunk::Phases`], never among the allocations' events.
+    PhaseBegin = 7,
+    /// A phase ended: `addr` is its range's key (0: the thread's innermost nested range).
+    PhaseEnd = 8,
 }
 
 impl Action {
@@ -91,13 +104,23 @@ impl Action {
             4 => Action::ContextRelease,
             5 => Action::SegmentAlloc,
             6 => Action::SegmentFree,
+            7 => Action::PhaseBegin,
+            8 => Action::PhaseEnd,
             _ => return None,
         })
     }
 
     /// Whether events of this action carry a size.
     pub fn sized(self) -> bool {
-        matches!(self, Action::Alloc | Action::Oom | Action::SegmentAlloc)
+        matches!(
+            self,
+            Action::Alloc | Action::Oom | Action::SegmentAlloc | Action::PhaseBegin
+        )
+    }
+
+    /// Whether it is a phase's beginning or end ([`Chunk::Phases`]' events).
+    pub fn is_phase(self) -> bool {
+        matches!(self, Action::PhaseBegin | Action::PhaseEnd)
     }
 }
 
@@ -249,6 +272,13 @@ pub enum Chunk {
     },
     /// The history ended here, whole, at this moment.
     End { tsc: u64 },
+    /// A phase's name first seen: the id its [`Action::PhaseBegin`] events carry.
+    Name { id: u32, text: String },
+    /// Phase events ([`Action::PhaseBegin`], [`Action::PhaseEnd`]) of one thread, in the
+    /// order it made them, encoded as [`Chunk::Events`]' are. Apart from the allocations'
+    /// events, so that a reader finds the phases without decoding every event, and a reader
+    /// that predates them skips them whole.
+    Phases { thread: u32, events: Vec<Raw> },
     /// Everything live after the events before it in the file (allocations and segments, as
     /// [`Chunk::Live`] lists them), and what the span since the checkpoint before it (or the
     /// segment's beginning) held.
@@ -287,6 +317,8 @@ const MODULE: u8 = 6;
 const END: u8 = 7;
 const CODE: u8 = 8;
 pub(crate) const CHECKPOINT: u8 = 9;
+pub(crate) const NAME: u8 = 10;
+pub(crate) const PHASES: u8 = 11;
 
 /// Appends `chunk` to `out`, framed.
 pub fn write_chunk(out: &mut Vec<u8>, chunk: &Chunk) {
@@ -367,6 +399,17 @@ pub fn write_chunk_of(out: &mut Vec<u8>, chunk: &Chunk, version: u32) {
         Chunk::End { tsc } => {
             out.extend_from_slice(&tsc.to_le_bytes());
             END
+        }
+        Chunk::Name { id, text } => {
+            varint(out, u64::from(*id));
+            string(out, text);
+            NAME
+        }
+        Chunk::Phases { thread, events } => {
+            varint(out, u64::from(*thread));
+            varint(out, events.len() as u64);
+            encode_events(out, events.iter().map(|e| (*thread, *e)), false, version);
+            PHASES
         }
         Chunk::Checkpoint(c) => {
             for v in [
@@ -605,6 +648,20 @@ pub(crate) fn decode_chunk(
             let function = p.string().ok_or(corrupt("a code's function"))?;
             Chunk::Code { id, file, function }
         }
+        NAME => {
+            let id = p.u32().ok_or(corrupt("a name's id"))?;
+            let text = p.string().ok_or(corrupt("a name"))?;
+            Chunk::Name { id, text }
+        }
+        PHASES => {
+            let thread = p.u32().ok_or(corrupt("a thread id"))?;
+            let n = p.count().ok_or(corrupt("a phase event count"))?;
+            let events = decode_events(&mut p, n, false, v).ok_or(corrupt("a phase event"))?;
+            Chunk::Phases {
+                thread,
+                events: events.into_iter().map(|(_, e)| e).collect(),
+            }
+        }
         END => {
             let tsc = p.take(8).ok_or(corrupt("the end"))?;
             Chunk::End {
@@ -797,6 +854,7 @@ pub fn checksum(kind: u8, payload: &[u8]) -> u32 {
 
 pub mod bounded;
 pub mod live;
+pub mod phases;
 pub mod replay;
 
 #[cfg(test)]

@@ -148,7 +148,7 @@ impl Follow {
                 self.segments.released(e.context);
             }
             Some(Action::Oom) => self.span.ooms += 1,
-            None => {}
+            Some(Action::PhaseBegin | Action::PhaseEnd) | None => {}
         }
     }
 

@@ -135,6 +135,8 @@ pub struct Replay {
     pub cut: Option<Error>,
     /// Frees of addresses the history never saw made (made before it began, or lost).
     pub unmatched_frees: u64,
+    /// The program's phases (NVTX ranges, `cuguard.phase`).
+    pub phases: crate::phases::Phases,
 }
 
 impl Replay {

@@ -31,6 +31,8 @@
 //! int32_t cuguard_origin_begin(uint64_t *token);
 //! int32_t cuguard_origin_end(uint64_t token);
 //! int32_t cuguard_file_alias(const char *file, const char *display);
+//! int32_t cuguard_phase_begin(const char *name);
+//! int32_t cuguard_phase_end(void);
 //! void    cuguard_free(char *p);
 //! ```
 //!
@@ -52,6 +54,8 @@
 //! | `cuguard_origin_begin` | captures the calling thread's stack (native and Python) and makes it the *origin* of allocations on threads without Python frames (PyTorch's autograd threads) until `cuguard_origin_end`; its token in `*token` ([`origin`]; 16 open at once, the most recent one current) | one stack capture and a short lock |
 //! | `cuguard_origin_end` | closes it; the most recent other open origin is current again | a short lock |
 //! | `cuguard_file_alias` | names source file `file` `display` for people in the reports written from now on: Python frames in it get `display` (IPython's `Cell In[2]`), shown `Cell In[2], line 5` ([`alias`]; 4096 files, a file up to 4096 bytes, a name up to 256) | a short lock |
+//! | `cuguard_phase_begin` | begins a phase named `name` (at most 256 bytes) on the calling thread, recorded in the history as an NVTX range is; phases nest on their thread ([`phases`]) | a name look-up (a short lock) and one record |
+//! | `cuguard_phase_end` | ends the calling thread's innermost phase begun by `cuguard_phase_begin` | one record |
 //! | `cuguard_free` | frees a string this ABI returned; NULL is ignored | — |
 //!
 //! Every function but the first four and `cuguard_free` returns [`OK`] (0) or a negative code:
@@ -68,6 +72,7 @@
 //! | -7 | `CUGUARD_E_INTERNAL` | the shim's own code failed in this call (it is off from now on) |
 //! | -8 | `CUGUARD_E_IO` | `path` could not be written; `errno` says why |
 //! | -9 | `CUGUARD_E_REENTERED` | called from inside the shim (a hook), or while the thread is being torn down |
+//! | -10 | `CUGUARD_E_NO_HISTORY` | the history is off (`CUGUARD_HISTORY=0`): phases are not recorded |
 //!
 //! On any code but [`OK`], `*json` is set to NULL. Strings are NUL-terminated UTF-8, owned by
 //! the caller, freed with `cuguard_free`.
@@ -89,6 +94,7 @@ pub mod end;
 pub mod label;
 pub mod live;
 pub mod origin;
+pub mod phases;
 pub mod snapshot;
 pub mod track;
 
@@ -120,6 +126,8 @@ pub const E_INTERNAL: i32 = -7;
 pub const E_IO: i32 = -8;
 /// Called from inside the shim, or while the thread is torn down.
 pub const E_REENTERED: i32 = -9;
+/// The history is off: phases are not recorded.
+pub const E_NO_HISTORY: i32 = -10;
 
 /// The ABI's version ([`ABI_VERSION`]).
 #[unsafe(no_mangle)]
@@ -165,6 +173,9 @@ pub extern "C" fn cuguard_error_name(code: i32) -> *const c_char {
         E_IO => c"CUGUARD_E_IO: the file could not be written (errno says why)",
         E_REENTERED => {
             c"CUGUARD_E_REENTERED: called from inside the shim, or while the thread is being torn down"
+        }
+        E_NO_HISTORY => {
+            c"CUGUARD_E_NO_HISTORY: the history is off (CUGUARD_HISTORY=0): phases are not recorded"
         }
         _ => c"unknown cuguard error code",
     };

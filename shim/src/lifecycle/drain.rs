@@ -27,7 +27,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use cuguard_history::live::Follow;
-use cuguard_history::{Chunk, Header, Raw, VERSION, write_chunk};
+use cuguard_history::{Action, Chunk, Header, Raw, VERSION, write_chunk};
 
 use crate::process::clock;
 
@@ -59,6 +59,8 @@ struct Writer {
     events: u64,
     stacks_done: u32,
     codes_done: u32,
+    /// Phase names written to the current segment: ids below this.
+    names_done: u32,
     modules_done: HashSet<(u64, String)>,
     /// What is live, as the events drained so far say (for a new segment's `Live` chunk and
     /// the checkpoints).
@@ -247,6 +249,9 @@ fn drain_locked(guard: &mut Option<Writer>, end: bool) -> Drained {
     }
 }
 
+/// Events with their threads.
+type Events = Vec<(u32, Raw)>;
+
 impl Writer {
     fn new() -> Writer {
         Writer {
@@ -263,6 +268,7 @@ impl Writer {
             events: 0,
             stacks_done: 0,
             codes_done: 0,
+            names_done: 0,
             modules_done: HashSet::new(),
             follow: Follow::default(),
             lost: Vec::new(),
@@ -298,6 +304,7 @@ impl Writer {
             // What the events name must be there: past the bound rather than without it.
             self.append(&head);
         }
+        let mut let_go_phases = None;
         // Then the events in time order (the rings are drained one after another, so a free of
         // an address and the next allocation that received it may be drained in either order),
         // in pieces small beside the bound: each piece goes whole into the current segment, or
@@ -308,9 +315,32 @@ impl Writer {
             .flat_map(|(thread, events)| events.iter().map(|e| (*thread, *e)))
             .collect();
         all.sort_by_key(|(_, e)| e.tsc);
+        // Phases go apart, in their own chunks, ahead of this drain's allocations (a reader
+        // finds them without decoding every event; each keeps its moment).
+        let (phases, all): (Events, Events) = all
+            .into_iter()
+            .partition(|(_, e)| Action::of(e.kind).is_some_and(Action::is_phase));
+        if !phases.is_empty() {
+            let mut by_thread: Vec<(u32, Vec<Raw>)> = Vec::new();
+            for (thread, e) in &phases {
+                match by_thread.iter_mut().find(|(t, _)| t == thread) {
+                    Some((_, events)) => events.push(*e),
+                    None => by_thread.push((*thread, vec![*e])),
+                }
+            }
+            let mut buf = Vec::new();
+            for (thread, events) in by_thread {
+                write_chunk(&mut buf, &Chunk::Phases { thread, events });
+            }
+            if !self.put(&buf) {
+                let (first, last) = (phases[0].1.tsc, phases[phases.len() - 1].1.tsc);
+                self.note_lost(phases.len() as u64, first, last);
+                let_go_phases = Some((phases.len() as u64, first, last));
+            }
+        }
         let piece_events = (self.bound / 2 / 64 / std::mem::size_of::<Raw>() as u64)
             .clamp(1 << 10, 1 << 16) as usize;
-        let mut let_go: Vec<(u64, u64, u64)> = Vec::new();
+        let mut let_go: Vec<(u64, u64, u64)> = let_go_phases.into_iter().collect();
         for part in all.chunks(piece_events) {
             let mut by_thread: Vec<(u32, Vec<Raw>)> = Vec::new();
             for (thread, e) in part {
@@ -415,14 +445,20 @@ impl Writer {
         (ns.max(0.0) / 1e6) as u64
     }
 
-    /// Modules, Python code and stacks not yet written (all of them with `all`, for a new
+    /// Modules, Python code, stacks and phase names not yet written (all of them with `all`, for a new
     /// segment).
     fn names(&mut self, buf: &mut Vec<u8>, all: bool) {
         if all {
             self.stacks_done = 0;
             self.codes_done = 0;
+            self.names_done = 0;
             self.modules_done.clear();
         }
+        let (names, next) = crate::recorder::names::since(self.names_done);
+        for (id, text) in names {
+            write_chunk(buf, &Chunk::Name { id, text });
+        }
+        self.names_done = next;
         let stacks = crate::stack::stacks_since(self.stacks_done);
         let codes_now = crate::stack::python::code_count();
         if !stacks.is_empty() {

@@ -32,6 +32,7 @@
 
 mod core;
 mod mem;
+pub mod tool;
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -138,6 +139,12 @@ pub fn start() {
         return;
     };
     let path = path.as_c_str();
+    if tool::is_self(path) {
+        // cuguard is the tool ([`tool`]): the ranges are the history's phases, and there is no
+        // other tool to tell of the pool's blocks.
+        STATE.store(OFF, Ordering::Release);
+        return;
+    }
     TRACE.store(
         std::env::var_os("CUGUARD_NVTX_TRACE").is_some_and(|v| v == "1"),
         Ordering::Relaxed,

@@ -7,6 +7,7 @@
 //! whether the history is on, a time-stamp-counter read, and [`ring::push`]. The callers (the
 //! tracker, the pool's glue) hand plain values: this floor knows no tracker type.
 
+pub mod names;
 pub mod ring;
 
 use std::sync::Mutex;
@@ -226,6 +227,45 @@ pub fn chunk(taken: bool, base: u64, size: u64, context_id: u32, ordinal: i32) {
     });
 }
 
+pub use cuguard_history::phases::PUSHED;
+
+/// A phase named `name` ([`names::intern`]) began: a range pushed (`key` [`PUSHED`] with its
+/// domain) or started (`key` its id), with the range's own number `payload`, if any.
+#[inline]
+pub fn phase_began(name: u32, key: u64, payload: Option<u64>) {
+    if !on() || !crate::phase::tracking() {
+        return;
+    }
+    ring::push(Raw {
+        tsc: now_tsc(),
+        addr: key,
+        size: u64::from(name),
+        stack: NONE,
+        context: u16::MAX,
+        kind: kind(Action::PhaseBegin, MemoryKind::Device),
+        device: 0,
+        stream: payload.map_or(0, |p| p.saturating_add(1)),
+    });
+}
+
+/// The phase of `key` ended (for a pushed one, the thread's innermost in its domain).
+#[inline]
+pub fn phase_ended(key: u64) {
+    if !on() || !crate::phase::tracking() {
+        return;
+    }
+    ring::push(Raw {
+        tsc: now_tsc(),
+        addr: key,
+        size: 0,
+        stack: NONE,
+        context: u16::MAX,
+        kind: kind(Action::PhaseEnd, MemoryKind::Device),
+        device: 0,
+        stream: 0,
+    });
+}
+
 /// Where the history is and what it holds, as the writer (`lifecycle::drain`) left it after
 /// its last drain: for the report.
 #[derive(Clone, Debug, Default)]
@@ -263,5 +303,6 @@ pub fn set_status(s: Status) {
 /// is not the child's.
 pub fn reset_after_fork() {
     ring::reset_after_fork();
+    names::reset_after_fork();
     crate::process::global::replace(&STATUS, Mutex::new(None));
 }

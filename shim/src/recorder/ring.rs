@@ -53,7 +53,7 @@ struct Slot {
 }
 
 /// The kind of a slot that holds the stream (in `addr`) of the event in the slot before it: no
-/// action's (actions are 1 to 6).
+/// action's (actions are 1 to 8).
 const STREAM_MARK: u8 = 0x0f;
 
 impl Slot {

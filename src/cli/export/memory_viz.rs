@@ -68,18 +68,9 @@ pub(super) fn make(args: &Request) -> Result<Made, CliError> {
     };
     let opened = crate::history::load(path)?;
     let window = match &args.between {
-        Some(pair) => {
-            let t = |s: &str| {
-                crate::history::parse_time(s, &opened)
-                    .map_err(|why| CliError::Usage(format!("--between {why}")))
-            };
-            let (from, to) = (t(&pair[0])?, t(&pair[1])?);
-            if from > to {
-                return Err(CliError::Usage(format!(
-                    "--between {} {}: the first moment is after the second",
-                    pair[0], pair[1]
-                )));
-            }
+        Some(texts) => {
+            let (from, to, _) = crate::history::when::parse_window(texts, &opened)
+                .map_err(|why| CliError::Usage(format!("--between {why}")))?;
             Some((from, to))
         }
         None => None,

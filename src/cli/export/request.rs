@@ -10,12 +10,13 @@ use crate::cli::CliError;
 /// What a format is asked: the options of `cuguard export` after `--format`.
 #[derive(Debug, Args)]
 pub struct Request {
-    /// memory-viz: only the events between two moments (12.5s, 840ms, peak, oom, end), for a
-    /// history too large for the viewer.
-    #[arg(long, num_args = 2, value_names = ["T1", "T2"])]
+    /// memory-viz: only the events between two moments (12.5s, 840ms, peak, oom, end), or of
+    /// one phase (phase:NAME#N, an NVTX range), for a history too large for the viewer.
+    #[arg(long, num_args = 1..=2, value_names = ["T1", "T2"])]
     pub between: Option<Vec<String>>,
     /// pprof: what was in use at this moment of each process's history (12.5s, 840ms, peak,
-    /// oom, end), and allocated until then, rather than at the end.
+    /// oom, end, phase:NAME#N: that phase's peak), and allocated until then, rather than at
+    /// the end.
     #[arg(long, value_name = "T")]
     pub at: Option<String>,
     /// Where to write it (both formats are binary: required).
@@ -27,7 +28,7 @@ pub struct Request {
     pub force: bool,
     /// memory-viz: one process's report, or its history file. pprof: reports (merged or not),
     /// or history files.
-    #[arg(value_name = "PATH", required = true)]
+    #[arg(value_name = "PATH", required_unless_present = "between")]
     pub paths: Vec<PathBuf>,
 }
 

@@ -52,6 +52,7 @@ E_FULL = -6
 E_INTERNAL = -7
 E_IO = -8
 E_REENTERED = -9
+E_NO_HISTORY = -10
 
 
 class DeviceLive(ctypes.Structure):
@@ -96,6 +97,8 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
         "cuguard_origin_begin": ([ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int32),
         "cuguard_origin_end": ([ctypes.c_uint64], ctypes.c_int32),
         "cuguard_file_alias": ([ctypes.c_char_p, ctypes.c_char_p], ctypes.c_int32),
+        "cuguard_phase_begin": ([ctypes.c_char_p], ctypes.c_int32),
+        "cuguard_phase_end": ([], ctypes.c_int32),
         "cuguard_free": ([ctypes.c_void_p], None),
     }
     for name, (args, res) in sigs.items():
@@ -290,3 +293,10 @@ def file_alias(file: str, display: str) -> None:
     """Names source file ``file`` ``display`` in the reports written from now on."""
     dll = lib()
     check(dll, dll.cuguard_file_alias(os.fsencode(file), display.encode("utf-8")), "file alias")
+
+
+def phase_dll() -> Optional[ctypes.CDLL]:
+    """The shim's ABI where phases can be recorded (the shim tracks, speaks this package's
+    version); ``None`` where they cannot. Never raises."""
+    dll, _error = _state()
+    return dll

@@ -138,11 +138,13 @@ def exec_command(args: List[str]) -> NoReturn:
     raise AssertionError("unreachable")
 
 
-#: The variables `cuguard run` sets for the program it starts: the shim, the simulated driver,
+#: The variables `cuguard run` sets for the program it starts: the shim (and the shim as the
+#: NVTX tool, for phases), the simulated driver,
 #: the Python bootstrap that marks the end of a Python program's code, and where the bootstrap
 #: loads cuguard's package from (never from the program's own path).
 RUN_VARIABLES = (
     "LD_PRELOAD",
+    "NVTX_INJECTION64_PATH",
     "LD_LIBRARY_PATH",
     "PYTHONPATH",
     "CUGUARD_PYTHON_BOOTSTRAP",

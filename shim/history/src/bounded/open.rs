@@ -2,11 +2,12 @@
 //! the stacks, the clocks, the losses and where each checkpoint is; the spans the checkpoints sum
 //! up; then a read of each file's last span, which no checkpoint sums up.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::{Chunks, History, MAX_CLOCKS, Source, Span, Start, Stop, Tail, thin};
+use crate::phases::{MAX_EVENTS as MAX_PHASE_EVENTS, Phases};
 use crate::replay::{Clock, Lost, Module, Replay};
-use crate::{Action, CHECKPOINT_HEAD, Checkpoint, Chunk, Error, HEADER_LEN, Header};
+use crate::{Action, CHECKPOINT_HEAD, Checkpoint, Chunk, Error, HEADER_LEN, Header, Raw};
 
 impl<S: Source> History<S> {
     /// Walks the segment files (oldest first): an error when the first is not a history this
@@ -96,6 +97,10 @@ struct Scan {
     first: Option<Header>,
     /// Where reads can begin, each checkpoint's with its head.
     starts: Vec<(Start, Option<Checkpoint>)>,
+    /// Phase events (with their threads) and names, paired once the clock is known.
+    phase_events: Vec<(u32, Raw)>,
+    phase_names: HashMap<u32, String>,
+    phases_unread: u64,
 }
 
 impl Scan {
@@ -209,8 +214,8 @@ impl Scan {
     }
 
     /// Keeps what a chunk other than events, live blocks and checkpoints says: clocks (and,
-    /// before the file's content, the moment it began), stacks, losses, modules, Python code
-    /// and the end.
+    /// before the file's content, the moment it began), stacks, losses, modules, Python code,
+    /// phases and their names, and the end.
     fn note(&mut self, chunk: Chunk, before_content: bool, began: &mut u64) {
         match chunk {
             Chunk::Clock {
@@ -253,6 +258,15 @@ impl Scan {
                 self.meta.codes.insert(id, (file, function));
             }
             Chunk::End { tsc } => self.end_tsc = Some(tsc),
+            Chunk::Name { id, text } => {
+                self.phase_names.insert(id, text);
+            }
+            Chunk::Phases { thread, events } => {
+                let room = MAX_PHASE_EVENTS.saturating_sub(self.phase_events.len());
+                self.phases_unread += events.len().saturating_sub(room) as u64;
+                self.phase_events
+                    .extend(events.into_iter().take(room).map(|e| (thread, e)));
+            }
             _ => {}
         }
     }
@@ -268,10 +282,15 @@ impl Scan {
             drops,
             end_tsc,
             starts,
+            phase_events,
+            phase_names,
+            phases_unread,
             ..
         } = self;
         meta.whole = end_tsc.is_some() && meta.cut.is_none();
         let clock = Clock::new(clocks);
+        meta.phases = Phases::pair(phase_events, phase_names, |tsc| clock.ns(tsc));
+        meta.phases.odd.unread = phases_unread;
         meta.lost = drops
             .into_iter()
             .map(|(count, a, b)| Lost {

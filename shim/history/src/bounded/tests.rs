@@ -352,6 +352,8 @@ mod reference {
                     Chunk::End { tsc } => end_tsc = Some(tsc),
                     // What the events before it said already.
                     Chunk::Checkpoint(_) => {}
+                    // Phases: not this oracle's question.
+                    Chunk::Name { .. } | Chunk::Phases { .. } => {}
                 }
             }
             if out.cut.is_some() {
@@ -414,6 +416,7 @@ mod reference {
                     thread: e.thread,
                     device: r.ordinal(),
                 }),
+                Action::PhaseBegin | Action::PhaseEnd => {}
                 Action::ContextRelease => {
                     let ctx = r.addr as u16;
                     open.released(&mut out.blocks, ctx, t);
