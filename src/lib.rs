@@ -17,6 +17,8 @@
 //! - [`owners`]: who holds each allocation (the program, a framework's cache, a library, the
 //!   driver), bytes by owner, and `check --owners`;
 //! - [`growth`]: which sites kept growing while the program ran (from `stack_samples`);
+//! - [`versions`]: the versions that must match (driver, CUDA runtimes, frameworks) and the
+//!   known mismatches, one table of rules with their sources (`versions/rules.rs`);
 //! - [`identity`]: who a process was in a job (rank, worker, host, pid) and `--by`;
 //!   [`compare`]: the processes of one job compared site by site;
 //! - [`summary`]: per-process and overall summaries (with what each out-of-memory refusal saw,
@@ -80,5 +82,6 @@ pub mod spill;
 pub mod style;
 pub mod summary;
 pub mod top;
+pub mod versions;
 pub mod view;
 pub mod wording;

@@ -91,6 +91,12 @@ use crate::output::{Format, Options};
 ///                     less is counted), excess_bytes|null (by how much cuguard's figures exceed
 ///                     what is used), given_back_pending_bytes|null (given back by the pool with
 ///                     cuMemFreeAsync, held by the driver until a synchronizing call)}
+///   versions         the versions that must match (absent when the report has none):
+///                    {line (the text summary's versions line, without its label),
+///                     driver_release|null, driver_cuda|null ("13.0"), runtimes[] {version
+///                     (absent: unknown), path}, frameworks[] {name, version, package, cuda
+///                     (absent: unknown), site}, mismatches[] {rule (an id of
+///                     cuguard::versions::rules::RULES), message, citations[] (URLs)}}
 ///
 /// SITE         {site (the key), label, location|null, kind|null}
 /// SITE_BYTES   {site, label, location|null, kind|null, owner, owner_label, owner_kind, bytes,

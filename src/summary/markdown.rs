@@ -2,8 +2,9 @@
 //!
 //! A heading with the totals, a table of sites across all reports, then per process a line
 //! saying who it was, its out-of-memory refusals (first), a table of its sites, bytes by owner,
-//! what was live at each device's peak, what grew and the device memory split, each under a
-//! heading of its own; events as a list. Sites carry their location once. Before the
+//! its versions (a line, and each known mismatch as an item), what was live at each device's
+//! peak, what grew and the device memory split, each under a heading of its own; events as a
+//! list. Sites carry their location once. Before the
 //! processes, the job section when there is one ([`job_section`]).
 
 use std::io::{self, Write};
@@ -157,6 +158,9 @@ impl Sections for Markdown {
                 }
                 owners(out, &p.owners)?;
             }
+            if let Some(v) = &p.versions {
+                versions(out, v)?;
+            }
             sections(out, p)?;
             if p.growing.is_empty()
                 && let Some(n) = &p.growth_not_told
@@ -189,6 +193,26 @@ impl Sections for Markdown {
     fn tail(_: usize, _: &mut dyn Write, _: &Options) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// `Versions: …` (the versions line), and one item per known mismatch, its rule's id linked to
+/// the page that states the rule.
+fn versions(out: &mut dyn Write, v: &crate::versions::VersionsSummary) -> io::Result<()> {
+    writeln!(out)?;
+    // Cell by cell: the line grows with the frameworks present, and a cell is cut at 300.
+    let line: Vec<String> = v.line.split(" · ").map(cell).collect();
+    writeln!(out, "Versions: {}.", line.join(" · "))?;
+    if !v.mismatches.is_empty() {
+        writeln!(out)?;
+    }
+    for m in &v.mismatches {
+        let id = match m.citations.first() {
+            Some(url) => format!("[{}]({url})", cell(m.rule)),
+            None => cell(m.rule),
+        };
+        writeln!(out, "- **mismatch** ({id}): {}", cell(&m.message))?;
+    }
+    Ok(())
 }
 
 /// A site's cell: its label, who holds it when not the program, and its mixed stack.

@@ -72,6 +72,10 @@ pub struct ReportSummary {
     /// [`python`]); left out when the report has no `python` section.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub python: Option<python::PythonSummary>,
+    /// The versions that must match and the known mismatches (see [`crate::versions`]); left
+    /// out when the report has no `versions`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versions: Option<crate::versions::VersionsSummary>,
 }
 
 /// Who a process was.
@@ -275,6 +279,7 @@ impl ReportSummary {
             reconciliation,
             cost: report.cost.clone(),
             python,
+            versions: crate::versions::VersionsSummary::of(report),
         }
     }
 

@@ -6,9 +6,10 @@
 //! ([`process`]): what the run left behind (what leaked; for a Python program what was held
 //! and lost at the end of its code), the sites (largest first), who holds the bytes (by owner,
 //! when not all of it is the program's) and each out-of-memory refusal; then who the process
-//! was and how its report was written, what leaked per device and context, the largest leaks,
-//! what was live at each device's peak, what grew, what the device says is used against what
-//! cuguard can explain, the events and the shim's faults; last, growth that could not be told
+//! was, how its report was written and its versions (one line, and each known mismatch), what
+//! leaked per device and context, the largest leaks, what was live at each device's peak, what
+//! grew, what the device says is used against what cuguard can explain, the events and the
+//! shim's faults; last, growth that could not be told
 //! (one line) and cuguard's own cost: one short line ([`super::cost_short`]), the whole bill
 //! with `--cost` ([`super::cost_line`]).
 //!
@@ -251,7 +252,8 @@ fn report_why(p: &ReportSummary) -> String {
     }
 }
 
-/// `process`, `command` and `report`: who the process was and how its report was written.
+/// `process`, `command` and `report`: who the process was and how its report was written; then
+/// `versions`, when the report has them ([`versions_lines`]).
 fn identity(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<()> {
     let mut who = format!(
         "{}  pid {}  ppid {}  host {}",
@@ -280,7 +282,37 @@ fn identity(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<
         "report   {status}, by cuguard {} (driver {})",
         one_line(&p.tool_version),
         p.driver_version
-    )
+    )?;
+    match &p.versions {
+        Some(v) => versions_lines(out, v, style),
+        None => Ok(()),
+    }
+}
+
+/// `versions`: the driver, each CUDA runtime and each framework in one line, and under it one
+/// `mismatch:` line per mismatch the rules found, ending with the rule's id
+/// ([`crate::versions::rules::RULES`]):
+///
+/// ```text
+/// versions driver 580.159.04 (CUDA 11.8) · runtime 12.4.127 · torch 2.5.1 (CUDA 12.4)
+///   mismatch: torch 2.5.1 is built for CUDA 12.4, the driver supports CUDA 11.8: … [cuda-newer-than-driver]
+/// ```
+fn versions_lines(
+    out: &mut dyn Write,
+    v: &crate::versions::VersionsSummary,
+    style: Style,
+) -> io::Result<()> {
+    // Escaped but whole: the line grows with the frameworks present.
+    writeln!(out, "versions {}", cuguard_format::escaped(&v.line))?;
+    for m in &v.mismatches {
+        let line = format!(
+            "mismatch: {} [{}]",
+            cuguard_format::escaped(&m.message),
+            m.rule
+        );
+        writeln!(out, "  {}", style.warn(&line))?;
+    }
+    Ok(())
 }
 
 /// Each device (name, size, what leaked on it, its limit, peak and pool), and under it each

@@ -1,7 +1,9 @@
 """NVIDIA's own Python clients on the simulated driver, from PyPI, under `cuguard run`: the
 driver bindings (`cuda-bindings`), their Pythonic layer (`cuda.core`) and numba (`numba-cuda`).
 Each program (`clients/`) keeps, drops and frees device memory; the report's end view, `cuguard
-summary` and `cuguard check` are read as a user would.
+summary` and `cuguard check` are read as a user would. `versions.py` loads numba and
+cuda-bindings together: the summary's versions line names what is installed (read with
+importlib.metadata), and under a driver of an older CUDA major the mismatches.
 
 Versions these tests expect: cuda-bindings 13 (its `CUdeviceptr`, read as `int(ptr)`),
 cuda.core 1.2, numba-cuda 0.30 (its deferred deallocations: a queue flushed when more than
@@ -151,3 +153,40 @@ def test_a_kernel_launch_on_the_simulated_driver_is_refused_clearly(tmp_path: Pa
         "cuModuleLoadData raised FunctionNotFoundError function cuModuleLoadData is not found",
         "cuLaunchKernel raised FunctionNotFoundError function cuLaunchKernel is not found",
     ], result.stdout
+
+
+def test_the_versions_line_names_numba_cuda_bindings_and_the_runtime_they_loaded(tmp_path: Path):
+    needs("numba.cuda")
+    needs("cuda.bindings")
+    from importlib.metadata import version
+
+    expected = " · ".join(
+        [
+            "versions driver CUDA 13.0",
+            f"runtime {version('nvidia-cuda-runtime')}",
+            f"numba {version('numba')}",
+            f"numba-cuda {version('numba-cuda')}",
+            f"cuda-bindings {version('cuda-bindings')}",
+            f"cuda-core {version('cuda-core')}",
+        ]
+    )
+    report, text, _, _ = run_client(tmp_path, "versions.py")
+    assert report["versions"]["frameworks"][1]["name"] == "numba-cuda", report["versions"]
+    lines = text.splitlines()
+    at = [i for i, l in enumerate(lines) if l.startswith("versions ")]
+    assert len(at) == 1, text
+    assert lines[at[0]] == expected, text
+    assert not lines[at[0] + 1].lstrip().startswith("mismatch:"), "a driver of CUDA 13.0 runs all of them"
+    # A driver of CUDA 12.8 (the simulated driver's reported version) cannot run CUDA 13 builds:
+    # each is named, with the rule.
+    report, text, _, _ = run_client(tmp_path, "versions.py", CUGUARD_SIM_VERSION="12080")
+    mismatches = [l.strip() for l in text.splitlines() if l.startswith("  mismatch: ")]
+    assert mismatches == [
+        f"mismatch: cuda-bindings {version('cuda-bindings')} is built for CUDA "
+        f"{'.'.join(version('cuda-bindings').split('.')[:2])}, the driver supports CUDA 12.8: a newer CUDA "
+        "major release does not run on this driver (minor-version compatibility holds within one major "
+        "release only) [cuda-newer-than-driver]",
+        f"mismatch: runtime {version('nvidia-cuda-runtime')} is CUDA 13, the driver supports CUDA 12.8: a "
+        "newer CUDA major release does not run on this driver (minor-version compatibility holds within "
+        "one major release only) [cuda-newer-than-driver]",
+    ], text

@@ -18,7 +18,7 @@
 //!
 //! [`Report`] and its parts ([`Process`], [`Driver`], [`Device`], [`Config`], [`Context`],
 //! [`Leak`], [`Event`], [`Stack`] with [`Frame`], [`PyFrame`] and [`StackSite`], [`Module`],
-//! [`Stats`] with [`DeviceStats`] and [`PoolStats`], [`Timeline`], [`Doors`], [`Cost`]) describe every
+//! [`Stats`] with [`DeviceStats`] and [`PoolStats`], [`Timeline`], [`Doors`], [`Cost`], [`Versions`]) describe every
 //! field the shim writes, in the order it writes them. Fields added after the first contract are
 //! optional for readers. Every record of an allocation (a leak, its borrowed form
 //! [`LeakView`], a Python view's [`PyAllocation`]) holds one core, [`Allocation`], declared once
@@ -111,6 +111,7 @@ pub mod template;
 pub mod text;
 mod units;
 pub mod verdict;
+mod versions;
 pub mod wire;
 mod write;
 
@@ -139,4 +140,5 @@ pub use python::{
 pub use read::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, LeakGroup, ReadError, Reports};
 pub use text::Text;
 pub use units::{escaped, human_bytes, needs_escape, one_line, push_escaped};
+pub use versions::{Framework, Runtime, Versions};
 pub use write::{to_vec, write};

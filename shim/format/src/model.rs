@@ -20,6 +20,7 @@ use crate::cost::Cost;
 use crate::enums::{EventKind, LeakState, Reason};
 use crate::history::HistoryInfo;
 use crate::python::{PyFrame, Python};
+use crate::versions::Versions;
 use crate::{intern, wire};
 
 /// The value of every report's `schema` field.
@@ -116,6 +117,10 @@ pub struct Report {
     /// off, and in older reports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<HistoryInfo>,
+    /// The driver's release, the CUDA runtimes and the frameworks the process had loaded
+    /// (`crate::versions`); absent in older reports and in the report written at a signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<Versions>,
     /// The shim's own problems, one line each.
     #[serde(default)]
     pub faults: Vec<String>,
@@ -592,6 +597,7 @@ impl Report {
             cost: None,
             python: None,
             history: None,
+            versions: None,
             faults: Vec::new(),
         }
     }

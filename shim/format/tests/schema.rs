@@ -528,6 +528,21 @@ fn full_report(reason: Reason) -> Report {
             }],
         }),
     });
+    r.versions = Some(cuguard_format::Versions {
+        driver: Some("580.159.04".into()),
+        runtimes: vec![cuguard_format::Runtime {
+            version: Some("12.4.127".into()),
+            path: "/venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12"
+                .into(),
+        }],
+        frameworks: vec![cuguard_format::Framework {
+            name: "torch".into(),
+            version: "2.5.1+cu124".into(),
+            package: "torch".into(),
+            cuda: Some("12.4".into()),
+            site: "/venv/lib/python3.11/site-packages".into(),
+        }],
+    });
     r.faults = vec!["CUGUARD_STACK_DEPTH=\"x\" is not a number; using 32".into()];
     r
 }

@@ -11,7 +11,9 @@
 //! - [`leaving`]: whether the process is leaving through `_exit`, and its status;
 //! - [`global`]: process-wide values created on first use and replaced in a forked child, and the
 //!   lock that a panic does not poison;
-//! - [`thread`]: the shim's own threads, started with every signal blocked.
+//! - [`thread`]: the shim's own threads, started with every signal blocked;
+//! - [`versions`]: the driver's release, the CUDA runtimes and the frameworks mapped, for the
+//!   report (read from `/proc/self/maps` and installed metadata when a report is gathered).
 
 pub mod aliases;
 pub mod clock;
@@ -24,3 +26,4 @@ pub mod labels;
 pub mod launcher;
 pub mod leaving;
 pub mod thread;
+pub mod versions;
