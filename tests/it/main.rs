@@ -32,6 +32,7 @@ mod limit_nvml;
 mod live;
 mod oom_card;
 mod origin;
+mod pair_bench;
 mod pool;
 mod pool_capture;
 mod pool_giveback;

@@ -24,15 +24,34 @@
 //! the cache's effect shows side by side in one run; `pool-fence` is `pool` with stream-aware
 //! reuse off (`CUGUARD_POOL_STREAM_REUSE=0`: the fence rule alone), for `streampair`.
 //!
+//! # The method (issue 56)
+//!
+//! - Every child is pinned to one core, the same for all (`--core N`; by default the last core
+//!   this process may run on), before it runs: the whole process, the shim's own threads
+//!   included, so what they do is paid on the measured core. `threads` alone is not pinned (it
+//!   measures 16 threads against one); `--core none` pins nothing.
+//! - Rounds: in each, every test runs once in every configuration, each its own child, in an
+//!   order shuffled anew every round by a fixed seed ([`pair_stats::Shuffle`]): no configuration
+//!   always runs first or always after the same other. `--warmup N` more rounds run first and
+//!   are discarded; inside each child, the first quarter of every test's batches (at least two)
+//!   are run and discarded before the counted ones.
+//! - Each figure is the median over the counted rounds, with its interquartile range
+//!   (`median [q1–q3]` in the tables; the lowest and highest rounds in the JSON).
+//! - `--control NAME` runs configuration NAME twice, as `NAME` and `NAME@control`: the A/A
+//!   control. A last table then sets every A/B difference (the settings against each other, this
+//!   build against `--baseline`'s) beside the control's difference for the same figure, and a
+//!   difference no larger than the control's is reported as none ([`pair_stats`]).
+//!
 //! The parent prints a markdown table of medians over rounds and the ratios between
 //! configurations, and writes every figure to `--json FILE`. With `--baseline PATH`, every
 //! configuration that loads the shim also runs with the shim at PATH (another build, say the one
 //! before a change), interleaved with it, as `NAME@baseline`; a last table gives this build's
 //! figures over the baseline's.
 //!
-//! Usage: `alloc_bench [--shim PATH] [--baseline PATH] [--rounds N] [--quick] [--json FILE]
-//! [--tests a,b] [--variants a,b]`
-//! (the driver is whatever `libcuda.so.1` the loader finds: the real one, or the simulated one).
+//! Usage: `alloc_bench [--shim PATH] [--baseline PATH] [--rounds N] [--warmup N] [--core N]
+//! [--control NAME] [--quick] [--json FILE] [--tests a,b] [--variants a,b]`
+//! (the driver is whatever `libcuda.so.1` the loader finds: the real one, or the simulated one;
+//! `scripts/pair-bench.sh` runs the pair this way).
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, c_void};
@@ -66,11 +85,17 @@ fn load() -> Driver {
     #[allow(clippy::missing_transmute_annotations)]
     unsafe {
         let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW);
-        assert!(!h.is_null(), "libcuda.so.1 not found");
+        if h.is_null() {
+            let why = std::ffi::CStr::from_ptr(libc::dlerror()).to_string_lossy();
+            eprintln!("alloc_bench: the driver (libcuda.so.1) could not be loaded: {why}");
+            std::process::exit(3);
+        }
         let sym = |name: &str| {
-            let c = CString::new(name).unwrap();
-            let p = libc::dlsym(h, c.as_ptr());
-            assert!(!p.is_null(), "{name} missing");
+            let p = CString::new(name).map_or(std::ptr::null_mut(), |c| libc::dlsym(h, c.as_ptr()));
+            if p.is_null() {
+                eprintln!("alloc_bench: the driver has no {name}");
+                std::process::exit(3);
+            }
             p
         };
         Driver {
@@ -184,18 +209,10 @@ impl Ctx {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v[v.len() / 2]
-    }
-}
-
-/// Median ns per pair of `op`, timed in batches.
+/// Median ns per pair of `op`, timed in batches, after a quarter as many batches (at least two)
+/// run and discarded: the warm-up.
 fn time_pairs(batches: usize, per_batch: usize, mut op: impl FnMut()) -> f64 {
-    for _ in 0..per_batch.max(8) {
+    for _ in 0..(batches / 4).max(2) * per_batch {
         op();
     }
     let mut samples = Vec::with_capacity(batches);
@@ -500,85 +517,6 @@ fn threads(c: &Ctx, out: &mut BTreeMap<String, f64>, quick: bool) {
     }
 }
 
-struct Variant {
-    name: &'static str,
-    env: &'static [(&'static str, &'static str)],
-    shim: bool,
-}
-
-const VARIANTS: &[Variant] = &[
-    Variant {
-        name: "bare",
-        env: &[],
-        shim: false,
-    },
-    Variant {
-        name: "passthrough",
-        env: &[("CUGUARD_POOL", "0"), ("CUGUARD_STACK_DEPTH", "0")],
-        shim: true,
-    },
-    Variant {
-        name: "passthrough+stacks",
-        env: &[("CUGUARD_POOL", "0"), ("CUGUARD_STACK_DEPTH", "32")],
-        shim: true,
-    },
-    Variant {
-        name: "pool",
-        env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "0")],
-        shim: true,
-    },
-    Variant {
-        name: "pool-nocache",
-        env: &[
-            ("CUGUARD_POOL", "1"),
-            ("CUGUARD_STACK_DEPTH", "0"),
-            ("CUGUARD_POOL_THREAD_CACHE", "0"),
-        ],
-        shim: true,
-    },
-    Variant {
-        name: "pool-fence",
-        env: &[
-            ("CUGUARD_POOL", "1"),
-            ("CUGUARD_STACK_DEPTH", "0"),
-            ("CUGUARD_POOL_STREAM_REUSE", "0"),
-        ],
-        shim: true,
-    },
-    Variant {
-        name: "pool+stacks",
-        env: &[("CUGUARD_POOL", "1"), ("CUGUARD_STACK_DEPTH", "32")],
-        shim: true,
-    },
-    Variant {
-        name: "pool-nohistory",
-        env: &[
-            ("CUGUARD_POOL", "1"),
-            ("CUGUARD_STACK_DEPTH", "0"),
-            ("CUGUARD_HISTORY", "0"),
-        ],
-        shim: true,
-    },
-    Variant {
-        name: "pool+stacks-nohistory",
-        env: &[
-            ("CUGUARD_POOL", "1"),
-            ("CUGUARD_STACK_DEPTH", "32"),
-            ("CUGUARD_HISTORY", "0"),
-        ],
-        shim: true,
-    },
-    Variant {
-        name: "pool-untracked",
-        env: &[
-            ("CUGUARD_POOL", "1"),
-            ("CUGUARD_STACK_DEPTH", "0"),
-            ("CUGUARD_TEST_NO_TRACKING", "1"),
-        ],
-        shim: true,
-    },
-];
-
 const TESTS: &[&str] = &[
     "pair",
     "overhead",
@@ -590,30 +528,54 @@ const TESTS: &[&str] = &[
     "streampair",
 ];
 
+#[path = "../alloc_report.rs"]
+mod alloc_report;
+#[path = "../alloc_variants.rs"]
+mod alloc_variants;
 #[path = "../bench_args.rs"]
 mod bench_args;
+#[path = "../pair_stats.rs"]
+mod pair_stats;
+
+use alloc_variants::{Choice, Run};
+
+use pair_stats::{Summaries, Summary, median};
 
 const USAGE: &str = "\
 alloc_bench: device allocation costs under several configurations, side by side in one run
 
-Usage: alloc_bench [--shim PATH] [--baseline PATH] [--rounds N] [--quick] [--json FILE]
-                   [--tests a,b] [--variants a,b]
+Usage: alloc_bench [--shim PATH] [--baseline PATH] [--rounds N] [--warmup N] [--core N]
+                   [--control NAME] [--quick] [--json FILE] [--tests a,b] [--variants a,b]
 
   --shim PATH       the shim to measure (default libcuguard.so, found by the loader)
   --baseline PATH   another build's shim, run interleaved as NAME@baseline
-  --rounds N        rounds over every configuration (default 3; 1 with --quick)
+  --rounds N        counted rounds over every configuration (default 3; 1 with --quick)
+  --warmup N        rounds run first and discarded (default 0)
+  --core N          the core every child is pinned to (default: the last this process may
+                    use; `none`: no pinning); `threads` is never pinned
+  --control NAME    run configuration NAME twice (NAME and NAME@control, the A/A control) and
+                    report every A/B difference beside the control's: none when no larger
   --quick           fewer pairs per measurement
-  --json FILE       every figure, as JSON
-  --tests a,b       only these tests (pair, async, live1000, random1, random64, random256,
-                    threads, streampair)
+  --json FILE       every figure (median, quartiles, extremes) and comparison, as JSON
+  --tests a,b       only these tests (pair: the pairs, the async pair and the machine's steps;
+                    overhead, live1000, random1, random64, random256, threads, streampair)
   --variants a,b    only these configurations (bare, passthrough, passthrough+stacks, pool,
                     pool-nocache, pool-fence, pool+stacks, pool-untracked,
                     pool-nohistory, pool+stacks-nohistory: the history is on in the others)
 
+Each round runs the configurations in an order shuffled by a fixed seed; each figure is the
+median over the counted rounds with its interquartile range [q1-q3].
 The driver is whatever libcuda.so.1 the loader finds: the real one, or the simulated one.
 
 Example (on the GPU machine, after scripts/gpu/stage.sh):
-  .gpu/alloc_bench --shim .gpu/libcuguard.so --quick --tests pair,async";
+  .gpu/alloc_bench --shim .gpu/libcuguard.so --quick --tests pair,async
+  scripts/pair-bench.sh --short      (the pair with its A/A control)";
+
+/// Stops the program with `message` and the exit status of a wrong command line.
+fn usage_error(message: &str) -> ! {
+    eprintln!("alloc_bench: {message}");
+    std::process::exit(2);
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -623,6 +585,9 @@ fn main() {
                 "--shim",
                 "--baseline",
                 "--rounds",
+                "--warmup",
+                "--core",
+                "--control",
                 "--json",
                 "--tests",
                 "--variants",
@@ -644,62 +609,134 @@ fn main() {
         println!("{}", serde_like(&out));
         return;
     }
-    let shim = arg("--shim").unwrap_or_else(|| "libcuguard.so".into());
-    let rounds: usize = arg("--rounds")
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(if quick { 1 } else { 3 });
+    let count = |name: &str, default: usize| match arg(name) {
+        None => default,
+        Some(n) => n
+            .parse()
+            .unwrap_or_else(|_| usage_error(&format!("{name} {n}: not a count"))),
+    };
+    let rounds = count("--rounds", if quick { 1 } else { 3 }).max(1);
+    let warmup = count("--warmup", 0);
     let only_tests: Option<Vec<String>> =
         arg("--tests").map(|t| t.split(',').map(String::from).collect());
+    for t in only_tests.iter().flatten() {
+        if !TESTS.contains(&t.as_str()) {
+            eprintln!("alloc_bench: no test is named {t} (ignored)");
+        }
+    }
     let only_variants: Option<Vec<String>> =
         arg("--variants").map(|t| t.split(',').map(String::from).collect());
-    let baseline = arg("--baseline");
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = std::env::temp_dir().join(format!("alloc_bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-
-    let runs = runs(&shim, baseline.as_deref(), only_variants.as_deref());
-    let names: Vec<String> = runs.iter().map(|(n, _, _)| n.clone()).collect();
+    let control = arg("--control");
+    let choice = Choice {
+        shim: arg("--shim").unwrap_or_else(|| "libcuguard.so".into()),
+        baseline: arg("--baseline"),
+        only: only_variants,
+        control: control.clone(),
+    };
+    let runs = choice.runs().unwrap_or_else(|e| usage_error(&e));
+    let core = pinned_core(arg("--core").as_deref());
+    let exe = std::env::current_exe().unwrap_or_else(|e| {
+        eprintln!("alloc_bench: cannot find this program's own path to run it as children: {e}");
+        std::process::exit(1);
+    });
+    let dir = private_dir();
     let plan = Plan {
         runs: &runs,
         quick,
         exe: &exe,
         dir: &dir,
+        pin: core.map(cpu_set),
     };
-    let figures = plan.measure(rounds, only_tests.as_deref());
+    let figures = plan.measure(warmup, rounds, only_tests.as_deref());
     let _ = std::fs::remove_dir_all(&dir);
 
-    let med = medians(&figures);
-    print_table(&names, &med);
-    println!();
-    print_ratios(&med);
-    if baseline.is_some() {
-        print_baseline(&med);
-    }
+    let summaries: Summaries = figures
+        .iter()
+        .map(|(run, m)| {
+            let m = m.iter().map(|(k, s)| (k.clone(), Summary::of(s))).collect();
+            (run.clone(), m)
+        })
+        .collect();
+    let names: Vec<String> = runs.iter().map(|(n, _, _)| n.clone()).collect();
+    let method = alloc_report::Method {
+        rounds,
+        warmup,
+        core,
+        control: control.map(|c| (c.clone(), format!("{c}@control"))),
+    };
+    let report = alloc_report::Report {
+        names: &names,
+        summaries: &summaries,
+        method: &method,
+        pairs: choice.pairs(&names),
+    };
+    // The file first: a reader of the table that stops early (`| head`) loses no figure.
     if let Some(path) = arg("--json") {
-        write_json(&path, &med);
+        report.write_json(std::path::Path::new(&path));
+    }
+    report.print();
+}
+
+/// The core children are pinned to: `--core N` (one this process may run on), none for
+/// `--core none`, by default the last this process may run on.
+fn pinned_core(asked: Option<&str>) -> Option<usize> {
+    let allowed = allowed_cores();
+    match asked {
+        Some("none") => None,
+        Some(n) => {
+            let core: usize = n
+                .parse()
+                .unwrap_or_else(|_| usage_error(&format!("--core {n}: not a core number")));
+            if !allowed.contains(&core) {
+                usage_error(&format!(
+                    "--core {core}: not one of the cores this process may run on ({allowed:?})"
+                ));
+            }
+            Some(core)
+        }
+        None => allowed.last().copied(),
     }
 }
 
-/// One configuration's run: its name, its variant, and the shim it preloads (none for the bare
-/// driver).
-type Run<'a> = (String, &'a Variant, Option<String>);
-
-/// Each run's median of each figure over rounds.
-type Medians<'a> = BTreeMap<&'a str, BTreeMap<String, f64>>;
-
-/// Every run: (name, variant, shim to preload). A baseline run follows each shim run.
-fn runs(shim: &str, baseline: Option<&str>, only_variants: Option<&[String]>) -> Vec<Run<'static>> {
-    let mut runs: Vec<Run<'static>> = Vec::new();
-    for v in VARIANTS {
-        if only_variants.is_some_and(|o| !o.iter().any(|x| x == v.name)) {
-            continue;
+/// The cores this process may run on, in order (none when the kernel does not say).
+fn allowed_cores() -> Vec<usize> {
+    // SAFETY: an all-zero cpu_set_t is the empty set; sched_getaffinity fills it, of its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
         }
-        runs.push((v.name.to_string(), v, v.shim.then(|| shim.to_string())));
-        if let (true, Some(b)) = (v.shim, baseline) {
-            runs.push((format!("{}@baseline", v.name), v, Some(b.to_string())));
-        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
     }
-    runs
+}
+
+/// The set of the one core `core`.
+fn cpu_set(core: usize) -> libc::cpu_set_t {
+    // SAFETY: an all-zero cpu_set_t is the empty set; core is below CPU_SETSIZE (it was one of
+    // sched_getaffinity's).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        set
+    }
+}
+
+/// A new directory of this user's alone (mode 0700) under the temporary directory, for the
+/// children's reports: made, not found, so a directory or link someone put at the name is
+/// refused.
+fn private_dir() -> std::path::PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(format!("alloc_bench-{}", std::process::id()));
+    if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        eprintln!(
+            "alloc_bench: cannot make the directory for the children's reports, {}: {e}",
+            dir.display()
+        );
+        std::process::exit(1);
+    }
+    dir
 }
 
 /// What every child is run with.
@@ -708,24 +745,33 @@ struct Plan<'a> {
     quick: bool,
     exe: &'a std::path::Path,
     dir: &'a std::path::Path,
+    /// The one core each child is pinned to (none: not pinned).
+    pin: Option<libc::cpu_set_t>,
 }
 
+/// Each run's samples of each figure, one a counted round.
+type Figures = BTreeMap<String, BTreeMap<String, Vec<f64>>>;
+
 impl Plan<'_> {
-    /// Runs every test in every configuration, `rounds` times, interleaved; the figures, as
-    /// figures[run][metric] = samples over rounds.
-    fn measure(
-        &self,
-        rounds: usize,
-        only_tests: Option<&[String]>,
-    ) -> BTreeMap<String, BTreeMap<String, Vec<f64>>> {
-        let mut figures: BTreeMap<String, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
-        for round in 0..rounds {
+    /// Runs every test in every configuration, `warmup` rounds discarded then `rounds` counted,
+    /// the configurations in a new order every round; the figures, as
+    /// figures[run][metric] = samples over the counted rounds.
+    fn measure(&self, warmup: usize, rounds: usize, only_tests: Option<&[String]>) -> Figures {
+        let mut figures = Figures::new();
+        let mut discarded = Figures::new();
+        let mut order = pair_stats::Shuffle::new(pair_stats::ORDER_SEED);
+        for round in 0..warmup + rounds {
             for test in TESTS {
                 if only_tests.is_some_and(|o| !o.iter().any(|t| t == test)) {
                     continue;
                 }
-                for run in self.runs {
-                    self.child(run, test, round, &mut figures);
+                let into = if round < warmup {
+                    &mut discarded
+                } else {
+                    &mut figures
+                };
+                for i in order.order(self.runs.len()) {
+                    self.child(&self.runs[i], test, round, into);
                 }
             }
         }
@@ -734,13 +780,7 @@ impl Plan<'_> {
 
     /// Runs `test` once in a child for `run`, adding its figures (and, for the random tests
     /// under the shim, the peak reserved over peak live bytes its report gives) to `figures`.
-    fn child(
-        &self,
-        (name, v, preload): &Run<'_>,
-        test: &str,
-        round: usize,
-        figures: &mut BTreeMap<String, BTreeMap<String, Vec<f64>>>,
-    ) {
+    fn child(&self, (name, v, preload): &Run<'_>, test: &str, round: usize, figures: &mut Figures) {
         let report = self.dir.join(format!(
             "{}-{test}-{round}.json",
             name.replace(['+', '@'], "_")
@@ -759,7 +799,26 @@ impl Plan<'_> {
         for (k, val) in v.env {
             cmd.env(k, val);
         }
-        let out = cmd.output().expect("running child");
+        if let Some(set) = self.pin.filter(|_| test != "threads") {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec the closure makes one system call,
+            // sched_setaffinity (async-signal-safe), on a set made before the fork; it
+            // allocates nothing. The whole process it becomes, every thread it starts, keeps
+            // the one core.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let size = std::mem::size_of::<libc::cpu_set_t>();
+                    match libc::sched_setaffinity(0, size, &set) {
+                        0 => Ok(()),
+                        _ => Err(std::io::Error::last_os_error()),
+                    }
+                });
+            }
+        }
+        let out = cmd.output().unwrap_or_else(|e| {
+            eprintln!("alloc_bench: cannot run {name} {test} as a child (pinned to one core): {e}");
+            std::process::exit(1);
+        });
         if !out.status.success() {
             eprintln!(
                 "{name} {test}: {}\n{}",
@@ -784,151 +843,6 @@ impl Plan<'_> {
         }
         let _ = std::fs::remove_file(&report);
     }
-}
-
-/// The median over rounds of each run's figures.
-fn medians(figures: &BTreeMap<String, BTreeMap<String, Vec<f64>>>) -> Medians<'_> {
-    figures
-        .iter()
-        .map(|(v, m)| {
-            (
-                v.as_str(),
-                m.iter()
-                    .map(|(k, s)| (k.clone(), median(&mut s.clone())))
-                    .collect(),
-            )
-        })
-        .collect()
-}
-
-/// Run `v`'s median of figure `k`; NaN when there is none.
-fn figure(med: &Medians<'_>, v: &str, k: &str) -> f64 {
-    med.get(v)
-        .and_then(|m| m.get(k))
-        .copied()
-        .unwrap_or(f64::NAN)
-}
-
-/// The table of every figure, one column a run.
-fn print_table(names: &[String], med: &Medians<'_>) {
-    let mut metrics: Vec<String> = med.values().flat_map(|m| m.keys().cloned()).collect();
-    metrics.sort();
-    metrics.dedup();
-    println!("| metric | {} |", names.join(" | "));
-    println!(
-        "|---|{}|",
-        names.iter().map(|_| "---").collect::<Vec<_>>().join("|")
-    );
-    for k in &metrics {
-        let cells: Vec<String> = names
-            .iter()
-            .map(|v| {
-                med.get(v.as_str())
-                    .and_then(|m| m.get(k))
-                    .map_or("-".into(), |x| format!("{x:.3}"))
-            })
-            .collect();
-        println!("| {k} | {} |", cells.join(" | "));
-    }
-}
-
-/// The ratios between configurations.
-fn print_ratios(med: &Medians<'_>) {
-    let get = |v: &str, k: &str| figure(med, v, k);
-    println!("| ratio | value |");
-    println!("|---|---|");
-    for size in ["4KiB", "1MiB"] {
-        let k = format!("overhead_{size}_ns");
-        println!(
-            "| pass-through overhead per pair, {size}, interleaved in one process (ns) | {:.1} |",
-            get("passthrough", &k)
-        );
-        println!(
-            "| pass-through + stacks overhead per pair, {size} (ns) | {:.1} |",
-            get("passthrough+stacks", &k)
-        );
-    }
-    for size in ["256B", "4KiB", "1MiB", "64MiB"] {
-        let k = format!("pair_{size}_ns");
-        println!(
-            "| bare / pool, {size} pair | {:.1} |",
-            get("bare", &k) / get("pool", &k)
-        );
-        println!(
-            "| pool+stacks / pool, {size} pair | {:.2} |",
-            get("pool+stacks", &k) / get("pool", &k)
-        );
-    }
-    println!(
-        "| bare async pair / pool 4KiB pair | {:.1} |",
-        get("bare", "async_pair_4KiB_ns") / get("pool", "pair_4KiB_ns")
-    );
-    println!(
-        "| pool: live1000 / single 4KiB pair | {:.2} |",
-        get("pool", "live1000_pair_4KiB_ns") / get("pool", "pair_4KiB_ns")
-    );
-    println!(
-        "| pool: 16 threads / 1 thread throughput | {:.2} |",
-        get("pool", "threads16_pairs_per_s") / get("pool", "threads1_pairs_per_s")
-    );
-    println!(
-        "| pool-nocache: 16 threads / 1 thread throughput | {:.2} |",
-        get("pool-nocache", "threads16_pairs_per_s") / get("pool-nocache", "threads1_pairs_per_s")
-    );
-    for size in ["256B", "4KiB", "1MiB", "64MiB"] {
-        let k = format!("pair_{size}_ns");
-        println!(
-            "| pool-nocache / pool (thread cache off / on), {size} pair | {:.2} |",
-            get("pool-nocache", &k) / get("pool", &k)
-        );
-    }
-    for size in ["4KiB", "1MiB"] {
-        let k = format!("streampair_{size}_ns");
-        println!(
-            "| pool-fence / pool (stream-aware reuse off / on), {size} pair with a memset on a stream | {:.2} |",
-            get("pool-fence", &k) / get("pool", &k)
-        );
-        println!(
-            "| bare / pool, {size} pair with a memset on a stream | {:.2} |",
-            get("bare", &k) / get("pool", &k)
-        );
-    }
-}
-
-/// This build's figures over the baseline's.
-fn print_baseline(med: &Medians<'_>) {
-    let get = |v: &str, k: &str| figure(med, v, k);
-    println!();
-    println!("| this build / baseline (lower is faster for ns, higher for pairs/s) | value |");
-    println!("|---|---|");
-    for v in ["passthrough", "pool", "pool+stacks"] {
-        for k in [
-            "pair_256B_ns",
-            "pair_4KiB_ns",
-            "pair_1MiB_ns",
-            "live1000_pair_4KiB_ns",
-            "threads1_pairs_per_s",
-            "threads16_pairs_per_s",
-        ] {
-            let (now, before) = (get(v, k), get(&format!("{v}@baseline"), k));
-            if now.is_finite() && before.is_finite() {
-                println!("| {v} {k}: {now:.1} / {before:.1} | {:.3} |", now / before);
-            }
-        }
-    }
-}
-
-/// Every median, as JSON, to `path`.
-fn write_json(path: &str, med: &Medians<'_>) {
-    let mut s = String::from("{");
-    for (i, (v, m)) in med.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
-        }
-        s.push_str(&format!("\"{v}\":{}", serde_like(m)));
-    }
-    s.push('}');
-    let _ = std::fs::write(path, s);
 }
 
 /// Peak pool reserved bytes and peak live bytes from a cuguard report (device 0), without a JSON
