@@ -293,6 +293,7 @@ impl CheckFold {
             events,
             suppressions: rule_uses(suppressions, hits),
             processes: process_verdicts,
+            peaks: None,
             limits,
             places,
             suppressed_sites: suppressed_sites.into_values().collect(),

@@ -18,7 +18,9 @@
 //!    than `--max-growth` in one process ([`crate::growth`]; off unless given; baselines and
 //!    suppressions do not apply to growth), when counted events of a failing kind remain
 //!    (`--fail-on-events`, by default `double_free`, `invalid_free`, `free_in_wrong_context`),
-//!    or, with `--require-complete`, when a report is incomplete.
+//!    or, with `--require-complete`, when a report is incomplete;
+//! 6. with `--max-peak-growth` and a baseline, when the run's peak (with `--by phase`, a phase
+//!    occurrence's) grew past it ([`peaks`]: each side one process with a history).
 //!
 //! [`ProcessCheck::new`] condenses one report (in the input workers; `condense.rs`, with what a
 //! Python program's end view counts in `end.rs`); [`CheckFold`] (`fold.rs`, with the
@@ -38,6 +40,7 @@ pub mod github;
 pub mod json;
 pub mod junit;
 pub mod kept;
+pub mod peaks;
 pub mod places;
 pub mod sarif;
 pub mod suppressions;

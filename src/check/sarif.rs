@@ -94,6 +94,17 @@ pub const RULES: &[Rule] = &[
               step) and bound it or free what it no longer needs.",
     },
     Rule {
+        id: "peak_growth",
+        name: "PeakGrowth",
+        short: "A run needs more GPU memory than its baseline",
+        full: "The run's peak of live GPU memory, or the peak of one of its phases (an NVTX \
+               range or a cuguard.phase), grew past `cuguard check --max-peak-growth` against \
+               the baseline's run; the result points at the site that grew most at that peak.",
+        fix: "Find what this site allocates at the peak that the baseline did not (a larger \
+              batch, a buffer kept longer, a temporary not freed before the next one) and \
+              shrink or free it, or raise the limit if the growth is intended.",
+    },
+    Rule {
         id: "double_free",
         name: "DoubleFree",
         short: "GPU memory freed twice",
@@ -222,6 +233,9 @@ fn help(kind: &str, fix: &str) -> String {
         "growth" => "Growth is measured on the live memory over the run, so suppressions and \
                      baselines do not apply to it: where it is expected, raise `--max-growth`."
             .to_string(),
+        "peak_growth" => "To accept it, raise `--max-peak-growth`, or make this run the \
+                          baseline."
+            .to_string(),
         kind => format!(
             "To accept it, suppress it: `cuguard suppressions REPORTS` writes an \
              `event:{kind}` rule per site, for `cuguard check --suppressions FILE`; \
@@ -335,6 +349,33 @@ fn findings(verdict: &Verdict, suppressed: bool) -> io::Result<Vec<Finding<'_>>>
                 ),
                 site: g.growth.site.clone(),
                 place: verdict.places.get(&g.growth.site),
+                suppressed: None,
+            });
+        }
+    }
+    if let Some(p) = &verdict.peaks {
+        for j in p.failing() {
+            let site = j.change.sites.first();
+            let at = site.map_or(String::new(), |s| {
+                format!(
+                    "; at its peak {} {} ({})",
+                    s.label,
+                    s.change,
+                    crate::wording::delta_bytes(i128::from(s.delta_bytes))
+                )
+            });
+            out.push(Finding {
+                rule: "peak_growth".into(),
+                level: "error",
+                message: format!(
+                    "{}, over --max-peak-growth {} ({} against {}){at}",
+                    super::peaks::growth_words(&j.change),
+                    p.limit,
+                    p.new_process,
+                    p.base_process
+                ),
+                site: site.map_or_else(|| j.change.what.clone(), |s| s.site.clone()),
+                place: site.and_then(|s| verdict.places.get(&s.site)),
                 suppressed: None,
             });
         }

@@ -43,6 +43,7 @@ impl Format<Verdict> for Text {
         leak_sites(verdict, out, options)?;
         not_checked(verdict, out, options)?;
         growing(verdict, out, options)?;
+        peaks(verdict, out, options)?;
         growth_not_told(verdict, out, options)?;
         events(verdict, out, options)?;
         suppressed(verdict, out, options)?;
@@ -204,6 +205,67 @@ fn growing(verdict: &Verdict, out: &mut dyn Write, options: &Options) -> io::Res
                 plural(verdict.growing.len() as u64, "site", "sites")
             ))
         )?;
+    }
+    Ok(())
+}
+
+/// With `--max-peak-growth`: the run's peak and, with `--by phase`, each phase occurrence's,
+/// against the baseline's; the failing ones with the sites that changed at them.
+fn peaks(verdict: &Verdict, out: &mut dyn Write, options: &Options) -> io::Result<()> {
+    let Some(p) = &verdict.peaks else {
+        return Ok(());
+    };
+    let (style, top) = (options.style, options.top);
+    writeln!(
+        out,
+        "{} against the baseline's ({} → {}; --max-peak-growth {})",
+        style.bold("peaks"),
+        one_line(&p.base_process),
+        one_line(&p.new_process),
+        one_line(&p.limit)
+    )?;
+    let listed: Vec<_> = p
+        .peaks
+        .iter()
+        .filter(|j| j.failing || j.change.phase.is_none())
+        .take(top.saturating_add(1))
+        .collect();
+    for j in &listed {
+        let verdict_word = if j.failing {
+            style.bad("fails")
+        } else {
+            style.good("within")
+        };
+        writeln!(
+            out,
+            "  {}  {verdict_word}",
+            one_line(&super::peaks::growth_words(&j.change))
+        )?;
+        let mut t = Table::new(&[true, false, false, false]);
+        for s in &j.change.sites {
+            t.row([
+                delta_bytes(i128::from(s.delta_bytes)),
+                s.change.to_string(),
+                one_line(&s.label),
+                format!("{} → {}", bytes(s.base_bytes), bytes(s.new_bytes)),
+            ]);
+        }
+        out.write_all(t.render("    ").as_bytes())?;
+    }
+    let within = p
+        .peaks
+        .iter()
+        .filter(|j| !j.failing && j.change.phase.is_some())
+        .count();
+    if within > 0 {
+        writeln!(
+            out,
+            "  {} within the limit",
+            plural(within as u64, "phase occurrence", "phase occurrences")
+        )?;
+    }
+    for n in &p.notes {
+        writeln!(out, "  note: {}", one_line(n))?;
     }
     Ok(())
 }

@@ -150,6 +150,9 @@ pub struct Verdict {
     pub suppressions: Vec<RuleUse>,
     /// Per process, in input order; read back one at a time (see [`kept::ProcessVerdicts`]).
     pub processes: kept::ProcessVerdicts,
+    /// The peaks against the baseline's (`--max-peak-growth`); absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peaks: Option<super::peaks::PeakVerdict>,
     /// Where the sites of leaks and events are, by site key (not in the JSON).
     #[serde(skip)]
     pub places: HashMap<String, Place>,

@@ -7,6 +7,7 @@ use clap::Args;
 use super::common::write_stdout;
 use super::error::CliError;
 use super::exit;
+use crate::check::peaks::{PeakLimit, PeakVerdict};
 use crate::check::suppressions::Suppressions;
 use crate::check::{
     Baseline, CheckFold, Condense, FORMATS, FailingEvents, Limits, Needs, ProcessCheck, Verdict,
@@ -51,6 +52,7 @@ Examples:
   cuguard check --format github reports/  # annotations in a GitHub Actions job
   cuguard check --suppressions .cuguard-supp --show-suppressed reports/  # which rule silenced what
   cuguard check --allow-empty reports/  # pass a job that may run no program under cuguard
+  cuguard check --baseline main.json --max-peak-growth 5% --by phase branch.json  # a step needs more
 
 Suppression rules (one per line, terms separated by spaces, all must match):
   leak:PATTERN     a frame's function, file or module      api:PATTERN     the driver entry
@@ -118,12 +120,56 @@ pub struct CheckArgs {
     /// default that is an error (exit 2): a program that never ran under cuguard writes none.
     #[arg(long)]
     pub allow_empty: bool,
+    /// Fail when the run's peak grew past this against --baseline: a percentage of the
+    /// baseline's peak (`5%`) or a size (`256MiB`). Each side one process's report with its
+    /// history (or the history file); with --by phase, each phase occurrence's peak too.
+    #[arg(long, value_name = "GROWTH", value_parser = parse_peak_limit, requires = "baseline")]
+    pub max_peak_growth: Option<PeakLimit>,
+    /// With --max-peak-growth: judge each phase occurrence's peak (NVTX ranges, cuguard.phase),
+    /// aligned with the baseline's by name and occurrence, as well as the run's.
+    #[arg(long, value_enum, value_name = "WHAT", requires = "max_peak_growth")]
+    pub by: Option<CheckBy>,
     /// Reports: files, directories (every *.json below them) or globs.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
     /// Allocation helpers (see `--helper`).
     #[command(flatten)]
     pub helpers: super::common::HelperArgs,
+}
+
+/// What `check --by` judges apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckBy {
+    /// Each phase occurrence's peak (`--max-peak-growth`).
+    Phase,
+}
+
+/// `--max-peak-growth`: `5%` or a size.
+fn parse_peak_limit(text: &str) -> Result<PeakLimit, String> {
+    PeakLimit::parse(text, parse_bytes)
+}
+
+/// The peaks of NEW (`paths`) against the baseline's, judged: each side must be one process's
+/// report with a history, or its history file.
+fn judge_peaks(args: &CheckArgs, limit: PeakLimit) -> Result<PeakVerdict, CliError> {
+    let one = |paths: &[PathBuf], which: &str| -> Result<crate::history::Opened, CliError> {
+        match paths {
+            [p] if p.is_file() => Ok(crate::history::load(p)?),
+            _ => Err(CliError::Usage(format!(
+                "--max-peak-growth compares one process's history with another's: give one report (or history file) as {which}, not {}",
+                if paths.len() == 1 {
+                    "a directory or glob".to_string()
+                } else {
+                    format!("{}", paths.len())
+                }
+            ))),
+        }
+    };
+    let base = one(&args.baseline, "--baseline")?;
+    let new = one(&args.paths, "PATH")?;
+    let by_phase = args.by == Some(CheckBy::Phase);
+    let diff = crate::history::compare::compare(&base, &new, by_phase)?;
+    Ok(PeakVerdict::new(diff, limit, by_phase))
 }
 
 /// Parses a byte count: an integer with an optional unit (`512`, `64KiB`, `1.5MiB`, `2GB`).
@@ -230,6 +276,22 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
             source,
         })?;
     verdict.show_suppressed = args.show_suppressed;
+    if let Some(limit) = args.max_peak_growth {
+        let peaks = judge_peaks(&args, limit)?;
+        if peaks.failing().next().is_some() {
+            verdict.passed = false;
+            verdict.failures.extend(peaks.failures());
+        }
+        for p in peaks.failing() {
+            if let Some(s) = p.change.sites.first() {
+                verdict
+                    .places
+                    .entry(s.site.clone())
+                    .or_insert_with(|| s.place.clone());
+            }
+        }
+        verdict.peaks = Some(peaks);
+    }
     verdict.source_root = Some(crate::check::places::source_root(
         args.source_root.as_deref(),
     ));

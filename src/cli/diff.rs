@@ -8,6 +8,7 @@ use super::common::write_stdout;
 use super::error::CliError;
 use super::exit;
 use crate::diff::{Diff, FORMATS};
+use crate::history::compare::PeakDiff;
 use crate::input;
 use crate::output::{Options, Row};
 use crate::style::Style;
@@ -17,8 +18,11 @@ use crate::summary::{ReportSummary, Summary};
 #[derive(Debug, Args)]
 #[command(after_help = "\
 BASE and NEW are each a report, a merged report, a directory (every *.json below it) or a glob;
-each side's processes are added up. The exit status is 0 whatever changed (use
-`cuguard check --baseline BASE NEW` to gate on growth).
+each side's processes are added up. Where each is one process's report with a history (or the
+history file), their peaks are compared too: the whole run's, and each phase's (NVTX ranges,
+cuguard.phase) occurrence by occurrence, with the sites new, gone, grown or shrunk at each. The
+exit status is 0 whatever changed (use `cuguard check --baseline BASE NEW` to gate on leaks,
+`--max-peak-growth` on peaks).
 
 Examples:
   cuguard diff main/cuguard.train.4242.json branch/cuguard.train.5150.json
@@ -51,9 +55,30 @@ fn summarize(path: &PathBuf) -> Result<Summary, CliError> {
     ))
 }
 
+/// The two runs' peaks, whole and by phase, where each side is one process with a history; why
+/// not, when only one side has one; neither when both are reports without (or many).
+fn peaks(args: &DiffArgs) -> Result<(Option<PeakDiff>, Option<String>), CliError> {
+    let one = |p: &PathBuf| p.is_file().then(|| crate::history::load(p));
+    match (one(&args.base), one(&args.new)) {
+        (Some(Ok(b)), Some(Ok(n))) => {
+            Ok((Some(crate::history::compare::compare(&b, &n, true)?), None))
+        }
+        (Some(Ok(_)), _) => Ok((
+            None,
+            Some("only BASE has a history: peaks not compared".into()),
+        )),
+        (_, Some(Ok(_))) => Ok((
+            None,
+            Some("only NEW has a history: peaks not compared".into()),
+        )),
+        _ => Ok((None, None)),
+    }
+}
+
 /// Runs `cuguard diff`.
 pub fn run(args: DiffArgs) -> Result<u8, CliError> {
-    let diff = Diff::new(&summarize(&args.base)?, &summarize(&args.new)?);
+    let mut diff = Diff::new(&summarize(&args.base)?, &summarize(&args.new)?);
+    (diff.peaks, diff.peaks_not_compared) = peaks(&args)?;
     let top = if args.top == 0 { usize::MAX } else { args.top };
     let options = Options {
         style: Style::for_stdout(),

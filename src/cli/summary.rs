@@ -53,7 +53,7 @@ pub struct SummaryArgs {
     pub at: Option<String>,
     /// What was allocated between two moments and still live at the second: what one step
     /// kept. Or one phase, `phase:NAME[#N]`: from its beginning to its end. One process.
-    #[arg(long, num_args = 1..=2, value_names = ["T1", "T2"], allow_hyphen_values = true, conflicts_with = "by")]
+    #[arg(long, num_args = 1..=2, value_names = ["T1", "T2"], conflicts_with = "by")]
     pub between: Option<Vec<String>>,
     /// cuguard's own cost whole (time in hooks, stacks, Python frames, one-time set-up, pool
     /// chunks, report writing, memory) rather than in one short line.

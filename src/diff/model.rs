@@ -92,6 +92,13 @@ pub struct Diff {
     pub sites: Vec<SiteChange>,
     /// Event kinds whose counts differ or not, by kind.
     pub events: Vec<EventChange>,
+    /// The runs' peaks compared, the whole run's and each phase occurrence's, where each side
+    /// is one process with a history ([`crate::history::compare`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peaks: Option<crate::history::compare::PeakDiff>,
+    /// Why the peaks were not compared, when one side has a history and the other not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peaks_not_compared: Option<String>,
 }
 
 impl Diff {
@@ -173,6 +180,8 @@ impl Diff {
             new: side(new),
             sites,
             events: events.into_values().collect(),
+            peaks: None,
+            peaks_not_compared: None,
         }
     }
 }

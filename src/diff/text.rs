@@ -105,6 +105,84 @@ impl Format<Diff> for Text {
             }
             out.write_all(t.render("  ").as_bytes())?;
         }
+        if let Some(p) = &diff.peaks {
+            peaks(p, out, options)?;
+        } else if let Some(why) = &diff.peaks_not_compared {
+            writeln!(out, "peaks: {}", one_line(why))?;
+        }
         Ok(())
     }
+}
+
+/// The runs' peaks: the whole run's, then each phase occurrence that changed (the most grown
+/// first), each with the sites that changed at it.
+fn peaks(
+    p: &crate::history::compare::PeakDiff,
+    out: &mut dyn Write,
+    options: &Options,
+) -> io::Result<()> {
+    let (style, top) = (options.style, options.top);
+    writeln!(
+        out,
+        "{} {} → {}",
+        style.bold("peaks"),
+        one_line(&p.base_process),
+        one_line(&p.new_process)
+    )?;
+    let changed: Vec<_> = p
+        .peaks
+        .iter()
+        .filter(|c| c.phase.is_none() || c.delta_bytes != 0)
+        .collect();
+    let shown: Vec<_> = changed.iter().take(top.saturating_add(1)).collect();
+    let mut t = Table::new(&[false, true, false, true, true, false]);
+    for c in &shown {
+        let pct = c
+            .growth_ratio()
+            .map_or(String::new(), |r| format!("({:+.1}%)", r * 100.0));
+        let stayed = match (c.base_stayed_bytes, c.new_stayed_bytes) {
+            (Some(b), Some(n)) if b != n => format!("kept {} → {}", bytes(b), bytes(n)),
+            _ => String::new(),
+        };
+        t.row([
+            one_line(&c.what),
+            bytes(c.base_peak_bytes),
+            format!("→ {}", bytes(c.new_peak_bytes)),
+            delta_bytes(i128::from(c.delta_bytes)),
+            pct,
+            stayed,
+        ]);
+    }
+    for (line, c) in t.render("  ").lines().zip(&shown) {
+        writeln!(out, "{line}")?;
+        let mut sites = Table::new(&[true, false, false, false]);
+        for s in &c.sites {
+            sites.row([
+                delta_bytes(i128::from(s.delta_bytes)),
+                s.change.to_string(),
+                one_line(&s.label),
+                format!("{} → {}", bytes(s.base_bytes), bytes(s.new_bytes)),
+            ]);
+        }
+        out.write_all(sites.render("      ").as_bytes())?;
+    }
+    if changed.len() > shown.len() {
+        writeln!(out, "  … {} more (see --top)", changed.len() - shown.len())?;
+    }
+    let same = p
+        .peaks
+        .iter()
+        .filter(|c| c.phase.is_some() && c.delta_bytes == 0)
+        .count();
+    if same > 0 {
+        writeln!(
+            out,
+            "  {} with the same peak",
+            plural(same as u64, "phase occurrence", "phase occurrences")
+        )?;
+    }
+    for n in &p.notes {
+        writeln!(out, "  note: {}", one_line(n))?;
+    }
+    Ok(())
 }

@@ -6,6 +6,7 @@
 //! Every failure is one line and exit 2: a report without a history, a file that is not a
 //! history, one of a newer layout, one cut short or damaged.
 
+pub mod compare;
 pub mod moment;
 pub mod phases;
 pub mod when;

@@ -115,6 +115,9 @@ pub struct SiteMoment {
     pub streams: Vec<u64>,
     /// The call path: the site and its callers, innermost first.
     pub stack: Vec<String>,
+    /// The report's id of the stack of its largest allocation (not in the JSON).
+    #[serde(skip)]
+    pub stack_id: Option<u64>,
 }
 
 fn ms(ns: u64) -> f64 {
@@ -337,6 +340,7 @@ fn device_sites(
                 unsure_bytes: g.unsure.1,
                 streams: g.streams.iter().copied().collect(),
                 stack: callers(sites, g.largest.1),
+                stack_id: g.largest.1,
             }
         })
         .collect();

@@ -221,11 +221,13 @@ fn tally(opened: &Opened, phases: &Phases) -> Result<Vec<Tally>, InputError> {
         // open with it.
         open.retain(|&i| ends[i] >= t);
         while next < list.len() && list[next].start_ns <= t {
+            // Nothing happened since the last event: what is live now was live when it began
+            // (and all through it, for a phase that also ended before `t`).
+            let tl = &mut tallies[next];
+            tl.at_start = live;
+            tl.peak = live;
+            tl.peak_ns = list[next].start_ns;
             if ends[next] >= t {
-                let tl = &mut tallies[next];
-                tl.at_start = live;
-                tl.peak = live;
-                tl.peak_ns = list[next].start_ns;
                 open.push(next);
             }
             next += 1;

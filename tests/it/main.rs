@@ -9,6 +9,7 @@ mod cli;
 mod cli_check;
 mod cli_export;
 mod cli_history;
+mod cli_phases;
 mod cli_hostile_text;
 mod cli_job;
 mod cli_live;
