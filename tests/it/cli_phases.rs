@@ -236,3 +236,49 @@ fn a_peak_check_without_histories_is_refused_in_one_line() {
     let out = cuguard(&dir, &["check", "--max-peak-growth", "5%", "new.json"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn phases_that_do_not_pair_and_too_many_names_are_bounded_and_said() {
+    let dir = scratch_dir("cli-phases-odd");
+    run(
+        &mut shim_command(&c_program("phase_odd"), &dir.join("r.json")),
+        true,
+    );
+    let history = dir.join("r.history");
+    let size = std::fs::metadata(&history).unwrap().len();
+    assert!(size < 1 << 20, "20,000 phases take {size} bytes of history");
+    let out = cuguard(
+        &dir,
+        &["summary", "--by", "phase", "--format", "json", "r.json"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        s["odd"],
+        serde_json::json!({
+            "pops_without_push": 1,
+            "ends_without_start": 0,
+            "never_ended": 2,
+            "ended_on_another_thread": 0,
+            "not_read": 0
+        })
+    );
+    let names = s["names"].as_array().unwrap();
+    // open, cross, and 4,094 of the n names: 4,096 in all; the rest are one.
+    assert_eq!(names.len(), 4096 + 1);
+    let other = names
+        .iter()
+        .find(|n| n["name"] == "(other names: past 4096 distinct names)")
+        .unwrap();
+    assert_eq!(other["occurrences"], 20_000 - 4094);
+    let text = cuguard(&dir, &["summary", "--by", "phase", "--top", "1", "r.json"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("  note: 2 ranges never ended (their figures run to the history's end)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  note: 1 pop with no range pushed on its thread (not counted)\n"),
+        "{text}"
+    );
+}
