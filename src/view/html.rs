@@ -485,7 +485,8 @@ fn owners_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
 }
 
 /// `#history` "Memory over the run": each process's active-memory timeline from its history
-/// (drawn by the script into `div.history`), and the histories that could not be read.
+/// (drawn by the script into `div.history`, its phases as `svg.history-phases g.phase` bands
+/// above it, each with its `data-label`), and the histories that could not be read.
 fn history_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
     if view.timelines.is_empty() && view.timeline_notes.is_empty() {
         return Ok(());
@@ -495,9 +496,15 @@ fn history_section(out: &mut dyn Write, view: &View) -> io::Result<()> {
         "<section id=\"history\">\n<h2>Memory over the run, from the history</h2>"
     )?;
     if !view.timelines.is_empty() {
+        // Said only where there are phases: a page without them reads as it always did.
+        let phases = if view.timelines.iter().any(|t| !t.phases.is_empty()) {
+            " The program's phases (NVTX ranges, cuguard.phase) are the bands above it, a lane per thread and depth: hover or click one for its span and peak."
+        } else {
+            ""
+        };
         writeln!(
             out,
-            "<p class=\"note\">Live device memory stacked by site, the largest allocations as bands below it. Drag across the chart to zoom in, double-click to zoom out; hover a band for its allocation; click a moment for what was live then.</p>"
+            "<p class=\"note\">Live device memory stacked by site, the largest allocations as bands below it.{phases} Drag across the chart to zoom in, double-click to zoom out; hover a band for its allocation; click a moment for what was live then.</p>"
         )?;
     }
     for (i, t) in view.timelines.iter().enumerate() {

@@ -1,5 +1,5 @@
-//! The page's bounds: how many points, charts, markers, growth lines, processes and timelines
-//! `cuguard view` draws or lists at most, whatever the number of processes.
+//! The page's bounds: how many points, charts, markers, growth lines, processes, timelines and
+//! phases `cuguard view` draws or lists at most, whatever the number of processes.
 
 /// Most points kept per device timeline.
 pub const MAX_POINTS: usize = 2000;
@@ -20,6 +20,10 @@ pub const MAX_GROWTH_LINES: usize = 8;
 pub const MAX_GROWTH_POINTS: usize = 256;
 /// Most active-memory timelines on a page.
 pub const MAX_TIMELINES: usize = 8;
+/// Most phases (NVTX ranges, `cuguard.phase`s) drawn on an active-memory timeline.
+pub const MAX_PHASES: usize = 2000;
+/// Most lanes of phases above an active-memory timeline.
+pub const MAX_PHASE_LANES: usize = 16;
 
 /// Up to this many processes, the page lists every one (as it always did); beyond, the
 /// [`TOP_PROCESSES`] that leaked most, the others added up and kept in the page's compressed

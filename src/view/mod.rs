@@ -17,7 +17,8 @@
 //! `model.rs`, what the page draws ([`View`], [`Chart`], [`GrowthChart`], the flame graph's
 //! [`Node`]); `condense.rs`, [`ProcessView`] and its parts; [`fold`], the [`View`] built one
 //! process at a time (and [`View::new`]); [`html`], with `escape.rs`, the page; [`processes`],
-//! the per-process view; [`timeline`], a history's active-memory timeline.
+//! the per-process view; [`timeline`], a history's active-memory timeline, and [`phases`], the
+//! program's phases drawn above it.
 
 mod condense;
 mod escape;
@@ -25,13 +26,15 @@ pub mod fold;
 pub mod html;
 mod limits;
 mod model;
+pub mod phases;
 pub mod processes;
 pub mod timeline;
 
 pub use condense::{ProcessView, flame_path};
 pub use limits::{
-    MAX_CHARTS, MAX_GROWTH_LINES, MAX_GROWTH_POINTS, MAX_LISTED, MAX_MARKERS, MAX_POINTS,
-    MAX_PROCESS_ENTRIES, MAX_TIMELINES, MIN_FRACTION, SECTION_TOP, TOP_PROCESSES,
+    MAX_CHARTS, MAX_GROWTH_LINES, MAX_GROWTH_POINTS, MAX_LISTED, MAX_MARKERS, MAX_PHASE_LANES,
+    MAX_PHASES, MAX_POINTS, MAX_PROCESS_ENTRIES, MAX_TIMELINES, MIN_FRACTION, SECTION_TOP,
+    TOP_PROCESSES,
 };
 pub use model::{Chart, GrowthChart, GrowthLine, Marker, Node, View};
 

@@ -212,9 +212,62 @@
     box.style.height = (depth + 1) * 18 + "px";
   }
 
+  // A phase's times: finer than ms() below a second (phases are often short).
+  function msFine(t) {
+    if (t >= 1000) return ms(t);
+    return (t < 10 ? t.toFixed(2) : t.toFixed(1)) + " ms";
+  }
+  // The program's phases above the memory (see src/view/phases.rs): a band per phase in its
+  // lane (by thread and depth), labelled where it fits; hover or click for its span and peak
+  // (a click also lists what was live then). Returns null for a history without phases.
+  var PHASE_LANE = 16;
+  function phaseBands(t, W, L, R, tip, pick) {
+    var ph = t.phases || [], more = t.phases_omitted || 0, lanes = 0;
+    if (!ph.length && !more) return null;
+    ph.forEach(function (p) { lanes = Math.max(lanes, p.lane + 1); });
+    var H = lanes * PHASE_LANE + 2;
+    var s = svg("svg", { "class": "history-phases", viewBox: "0 0 " + W + " " + H, width: W, height: H });
+    var note = null;
+    if (more) {
+      note = document.createElement("p");
+      note.className = "note phases-more";
+      note.textContent = "… and " + more.toLocaleString("en-US") + " more phases, not drawn (the " + ph.length +
+        " longest are, in at most 16 lanes; cuguard summary --by phase lists every one).";
+    }
+    function describe(p) {
+      var end = p.end_ms == null ? t.ends_ms : p.end_ms;
+      return p.label + ": " + msFine(p.start_ms) + " to " +
+        (p.end_ms == null ? "the end (never ended)" : msFine(p.end_ms)) + " (" + msFine(end - p.start_ms) +
+        "); peak " + fmt(p.peak_bytes) + " at " + msFine(p.peak_ms) + "; thread " + p.thread +
+        (p.depth ? ", depth " + p.depth : "");
+    }
+    function draw(x, view) {
+      while (s.firstChild) s.removeChild(s.firstChild);
+      var shown = 0;
+      ph.forEach(function (p) {
+        var end = p.end_ms == null ? t.ends_ms : p.end_ms;
+        if (end < view[0] || p.start_ms > view[1]) return;
+        shown++;
+        var x0 = Math.max(L, x(p.start_ms)), x1 = Math.min(W - R, x(end)), w = Math.max(1, x1 - x0);
+        var y = p.lane * PHASE_LANE + 1, name = p.label.replace(/ #\d+$/, "");
+        var g = svg("g", { "class": "phase", "data-label": p.label, "data-x": x0.toFixed(1) }, s);
+        svg("rect", { x: x0.toFixed(1), y: y, width: w.toFixed(1), height: PHASE_LANE - 2,
+          fill: "hsl(" + hue(name) % 360 + ", 45%, " + (p.end_ms == null ? 88 : 78) + "%)" }, g);
+        var short = p.label.length * 6 + 6 <= w ? p.label : p.label.length > name.length &&
+          (p.label.length - name.length) * 6 + 4 <= w ? p.label.slice(name.length + 1) : "";
+        if (short) text(g, x0 + 3, y + 11, short, "start", "phase-label");
+        svg("title", {}, g).textContent = describe(p);
+        g.addEventListener("mouseenter", function () { tip.textContent = describe(p); });
+        g.addEventListener("click", function () { pick(p); tip.textContent = describe(p); });
+      });
+      s.setAttribute("data-shown", String(shown));
+    }
+    return { svg: s, note: note, draw: draw };
+  }
+
   // The active-memory timeline of one process's history (see src/view/timeline.rs): live bytes
-  // stacked by site on a canvas, the largest allocations as bands below, zoom by dragging,
-  // hover a band, click a moment. Each level's columns hold the series at the column's highest
+  // stacked by site on a canvas, the program's phases above it and the largest allocations as
+  // bands below, zoom by dragging, hover a band, click a moment. Each level's columns hold the series at the column's highest
   // moment; the finest level that covers the range shown is used.
   var PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
     "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#a0cbe8", "#bab0ac"];
@@ -245,6 +298,8 @@
       e.textContent = s.label;
       legend.appendChild(e);
     });
+    var phases = phaseBands(t, W, L, R, tip, function (p) { show(p.peak_ms); });
+    if (phases) { into.appendChild(phases.svg); if (phases.note) into.appendChild(phases.note); }
     into.appendChild(area); into.appendChild(bandsC); into.appendChild(tip);
     into.appendChild(legend); into.appendChild(list);
     function x(ms) { return L + (ms - view[0]) / Math.max(1e-9, view[1] - view[0]) * (W - L - R); }
@@ -290,6 +345,7 @@
         var x0 = Math.max(L, x(b[0])), x1 = Math.min(W - R, x(end));
         h.fillRect(x0, lanes[i] * LANE + 2, Math.max(2, x1 - x0), LANE - 2);
       });
+      if (phases) phases.draw(x, view);
       into.setAttribute("data-drawn", String(cols.length));
     }
     // What was live at a moment: the column's series, then the bands live then.

@@ -10,7 +10,10 @@
 //!   column holds the bytes of each series at the column's highest moment, so a spike shorter
 //!   than a column still shows at its height, and that moment;
 //! - the [`BANDS`] largest allocations by size, each with its times, size and site: drawn as
-//!   bands, listed when a moment is clicked.
+//!   bands, listed when a moment is clicked;
+//! - the program's phases (NVTX ranges, `cuguard.phase`s), at most
+//!   [`MAX_PHASES`](super::MAX_PHASES), each with its span and peak ([`super::phases`]): drawn
+//!   as bands above the memory.
 //!
 //! Two walks over the history's steps in time order ([`History::walk`]): time that grows with
 //! the history, memory with what is live at once, the stacks and the columns.
@@ -21,6 +24,8 @@ use cuguard_format::MemoryKind;
 use cuguard_history::bounded::{History, Source, Step};
 use cuguard_history::replay::{Block, Replay};
 use serde::Serialize;
+
+use super::phases::{Chosen, Peaks, PhaseBand};
 
 /// Sites drawn apart; the rest are `other`.
 pub const SERIES: usize = 12;
@@ -68,6 +73,16 @@ pub struct Timeline {
     pub lost: Vec<crate::history::moment::LostWindow>,
     /// Whether the history ended whole.
     pub whole: bool,
+    /// The program's phases drawn, by start (none: the key is left out).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<PhaseBand>,
+    /// Phases left out (past [`MAX_PHASES`](super::MAX_PHASES) or its lanes).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub phases_omitted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The history's lost windows for the page: at most [`MAX_LOST_WINDOWS`], the later ones
@@ -117,7 +132,11 @@ pub fn timeline<S: Source>(
     let (series, series_by_stack) = series(&weighed, site);
     let other = series.len() - 1;
     let series_of = |stack: u32| series_by_stack.get(stack).copied().unwrap_or(other);
-    let levels = sweep(history, (from, to), series.len(), &series_of)?;
+    let chosen = Chosen::new(&meta.phases, to);
+    let mut peaks = chosen.peaks();
+    let (levels, live) = sweep(history, (from, to), series.len(), &series_of, &mut peaks)?;
+    let phases_omitted = chosen.omitted;
+    let phases = chosen.bands(&meta.phases, &peaks.finish(live), ms);
     let bands = weighed
         .largest
         .list()
@@ -145,6 +164,8 @@ pub fn timeline<S: Source>(
         lost_events: meta.lost_events(),
         lost: lost_windows(meta),
         whole: meta.whole,
+        phases,
+        phases_omitted,
     })
 }
 
@@ -240,13 +261,15 @@ fn series(weighed: &Weighed, site: &dyn Fn(u32) -> SiteInfo) -> (Vec<SiteInfo>, 
 }
 
 /// The second walk: the steps in time order, frees first at one moment, swept into the columns
-/// of the whole span `(from, to)` and of each of its [`WINDOWS`] windows, by the `n` series.
+/// of the whole span `(from, to)` and of each of its [`WINDOWS`] windows, by the `n` series, and
+/// into the phases' `peaks`; with the bytes live at the end.
 fn sweep<S: Source>(
     history: &History<S>,
     (from, to): (u64, u64),
     n: usize,
     series_of: &dyn Fn(u32) -> usize,
-) -> Result<Vec<Level>, cuguard_history::Error> {
+    peaks: &mut Peaks,
+) -> Result<(Vec<Level>, u64), cuguard_history::Error> {
     // Each window's columns before its first step hold what was live when it began.
     let span = (to - from) as f64;
     let window = span / WINDOWS as f64;
@@ -267,6 +290,7 @@ fn sweep<S: Source>(
                 seeded += 1;
             }
             live[k] += d;
+            peaks.step(t, (*total).max(0) as u64, (*total + d).max(0) as u64);
             *total += d;
             let t = t.clamp(from, to);
             level0.note(t as f64, *total, live);
@@ -294,7 +318,7 @@ fn sweep<S: Source>(
     }
     let mut levels = vec![level0.finish()];
     levels.extend(fine.into_iter().map(Sweep::finish));
-    Ok(levels)
+    Ok((levels, total.max(0) as u64))
 }
 
 /// A value by stack id, in a list while ids are small (the shim numbers stacks from 0), in a
@@ -484,6 +508,15 @@ mod tests {
 
     /// A history of `blocks` (start ns, end ns, bytes, stack), 1 tsc tick = 1 ns.
     fn history(blocks: &[(u64, Option<u64>, u64, u32)], end: u64) -> History<Vec<u8>> {
+        history_with(blocks, end, &[])
+    }
+
+    /// A history of `blocks` and of `step` phases pushed on thread 1 (begin ns, end ns).
+    fn history_with(
+        blocks: &[(u64, Option<u64>, u64, u32)],
+        end: u64,
+        steps: &[(u64, Option<u64>)],
+    ) -> History<Vec<u8>> {
         let mut f = Header {
             version: VERSION,
             pid: 1,
@@ -523,6 +556,28 @@ mod tests {
         }
         events.sort_by_key(|e| e.tsc);
         write_chunk(&mut f, &Chunk::Events { thread: 1, events });
+        if !steps.is_empty() {
+            let mark = |tsc, action, name| Raw {
+                tsc,
+                addr: cuguard_history::phases::PUSHED,
+                size: name,
+                stack: u32::MAX,
+                context: u16::MAX,
+                kind: kind(action, MemoryKind::Device),
+                device: 0,
+                stream: 0,
+            };
+            let mut events = Vec::new();
+            for &(begin, stop) in steps {
+                events.push(mark(begin, Action::PhaseBegin, 1));
+                if let Some(e) = stop {
+                    events.push(mark(e, Action::PhaseEnd, 0));
+                }
+            }
+            let text = "step".to_string();
+            write_chunk(&mut f, &Chunk::Name { id: 1, text });
+            write_chunk(&mut f, &Chunk::Phases { thread: 1, events });
+        }
         write_chunk(&mut f, &Chunk::End { tsc: end });
         History::open(vec![f]).unwrap()
     }
@@ -573,6 +628,52 @@ mod tests {
     }
 
     #[test]
+    fn phases_are_bands_with_their_spans_and_peaks_and_none_leave_the_page_as_it_was() {
+        const MS: u64 = 1_000_000;
+        const MIB: u64 = 1 << 20;
+        let blocks = [
+            (0, Some(1000 * MS), 100 * MIB, 1),
+            (200 * MS, Some(400 * MS), 50 * MIB, 2),
+            (600 * MS, Some(700 * MS), 30 * MIB, 2),
+        ];
+        let steps = [
+            (150 * MS, Some(450 * MS)),
+            (500 * MS, Some(800 * MS)),
+            (850 * MS, None),
+        ];
+        let h = history_with(&blocks, 1000 * MS, &steps);
+        let t = timeline(&h, "p[1]".into(), &site).unwrap();
+        let got: Vec<_> = t
+            .phases
+            .iter()
+            .map(|p| {
+                (
+                    p.label.as_str(),
+                    p.start_ms,
+                    p.end_ms,
+                    p.lane,
+                    p.peak_bytes,
+                    p.peak_ms,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("step #1", 150.0, Some(450.0), 0, 150 * MIB, 200.0),
+                ("step #2", 500.0, Some(800.0), 0, 130 * MIB, 600.0),
+                ("step #3", 850.0, None, 0, 100 * MIB, 850.0),
+            ]
+        );
+        assert_eq!(t.phases_omitted, 0);
+        // Without phases, the page's data has no key for them.
+        let t = timeline(&history(&blocks, 1000 * MS), "p[1]".into(), &site).unwrap();
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(json.get("phases"), None);
+        assert_eq!(json.get("phases_omitted"), None);
+    }
+
+    #[test]
     fn a_million_allocations_make_a_page_of_bounded_size() {
         const US: u64 = 1_000;
         let blocks: Vec<(u64, Option<u64>, u64, u32)> = (0..1_000_000u64)
@@ -591,5 +692,25 @@ mod tests {
         assert_eq!(t.bands.len(), BANDS);
         let json = serde_json::to_string(&t).unwrap();
         assert!(json.len() < 4 << 20, "{} bytes", json.len());
+    }
+
+    #[test]
+    fn a_million_phases_make_a_page_of_bounded_size() {
+        const US: u64 = 1_000;
+        let steps: Vec<(u64, Option<u64>)> = (0..1_000_000u64)
+            .map(|i| (i * US, Some(i * US + US / 2)))
+            .collect();
+        let blocks = [(0, None, 1 << 20, 1)];
+        let t = timeline(
+            &history_with(&blocks, 1_000_000 * US, &steps),
+            "p[1]".into(),
+            &site,
+        )
+        .unwrap();
+        assert_eq!(t.phases.len(), super::super::MAX_PHASES);
+        assert_eq!(t.phases_omitted, 1_000_000 - super::super::MAX_PHASES);
+        assert_eq!(t.phases[0].label, "step #1");
+        let json = serde_json::to_string(&t.phases).unwrap();
+        assert!(json.len() < 512 << 10, "{} bytes", json.len());
     }
 }

@@ -558,3 +558,82 @@ fn cli_view_says_the_streams_of_the_allocations_listed() {
         }
     }
 }
+
+/// The program's phases, marked through the shim's C ABI as NVTX ranges are recorded: bands
+/// above the history's timeline, the three steps in one lane at increasing x labelled
+/// `step #1`..`step #3`, `forward` in the lane below, each with its span and peak (112, 152
+/// and 192 MiB for the steps, as `summary --by phase` counts them).
+#[test]
+fn cli_view_draws_the_program_s_phases_above_the_timeline_in_chromium() {
+    let Some(chromium) =
+        chromium_for("cli_view_draws_the_program_s_phases_above_the_timeline_in_chromium")
+    else {
+        return;
+    };
+    let dir = support::scratch_dir("cli-view-phases");
+    support::run(
+        &mut support::shim_command(&support::c_program("history_phases"), &dir.join("r.json")),
+        true,
+    );
+    let page = dir.join("r.html");
+    let html = write_page(&page, &[dir.join("r.json")]);
+    assert!(html.contains("The program's phases (NVTX ranges, cuguard.phase) are the bands"));
+    let dom = rendered_dom(&chromium, &page, &dir.join("profile"));
+    assert!(dom.contains("data-rendered=\"yes\""), "{dom}");
+    assert!(!dom.contains("data-error=\""), "{dom}");
+    let svg = dom
+        .split("<svg class=\"history-phases\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</svg>").next())
+        .unwrap_or_else(|| panic!("no phases drawn: {dom}"));
+    // Each band: `<g class="phase" data-label="…" data-x="…"><rect …><text …>…</text><title>`.
+    let bands: Vec<(String, f64, String)> = svg
+        .split("<g class=\"phase\" data-label=\"")
+        .skip(1)
+        .map(|g| {
+            let (label, rest) = g.split_once('"').unwrap();
+            let x = rest.split("data-x=\"").nth(1).unwrap();
+            let x: f64 = x.split('"').next().unwrap().parse().unwrap();
+            let title = rest.split("<title>").nth(1).unwrap();
+            let title = title.split("</title>").next().unwrap();
+            (label.to_string(), x, title.to_string())
+        })
+        .collect();
+    let labels: Vec<&str> = bands.iter().map(|b| b.0.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "load #1",
+            "step #1",
+            "forward #1",
+            "step #2",
+            "forward #2",
+            "step #3",
+            "forward #3"
+        ],
+        "{svg}"
+    );
+    let steps: Vec<&(String, f64, String)> =
+        bands.iter().filter(|b| b.0.starts_with("step")).collect();
+    assert!(
+        steps[0].1 < steps[1].1 && steps[1].1 < steps[2].1,
+        "increasing x: {steps:?}"
+    );
+    for (step, peak) in steps.iter().zip(["112.0 MiB", "152.0 MiB", "192.0 MiB"]) {
+        assert!(
+            step.2.contains(&format!("; peak {peak} at ")) && step.2.contains("; thread "),
+            "{step:?}"
+        );
+    }
+    // Each step's label is drawn on it; `forward` a lane below (depth 1).
+    assert_eq!(
+        svg.matches("class=\"phase-label\">step #").count(),
+        3,
+        "{svg}"
+    );
+    assert!(
+        bands
+            .iter()
+            .all(|b| !b.0.starts_with("forward") || b.2.contains(", depth 1"))
+    );
+}

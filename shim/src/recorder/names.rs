@@ -6,10 +6,17 @@
 //! new one is [`OTHER`], whose text says so ([`OTHER_TEXT`]: the readers list it as a phase name
 //! of its own), so a program that names a million ranges apart (a loop counter in the message)
 //! keeps the table, and the history, small.
+//!
+//! A thread keeps the last few short names it asked for ([`RECENT`]: bytes and id), so that a
+//! loop's `nvtxRangePushA("step")` finds its id without the table's lock, the UTF-8 check and
+//! the hash: a name is found there only when its bytes are the same (a pointer can be reused
+//! for another string), and only while the table is the one that gave the id (a forked child
+//! starts a table of its own: [`GENERATION`]).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicPtr;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use crate::process::global::{get_or_create, lock, replace};
 
@@ -37,8 +44,87 @@ fn fresh() -> Mutex<Names> {
     })
 }
 
+/// The longest name a thread keeps among its recent ones, in bytes.
+const RECENT_BYTES: usize = 48;
+/// How many names a thread keeps.
+const RECENT_NAMES: usize = 4;
+
+/// One of a thread's recent names: its bytes as asked (the first `len` of `bytes`), the id the
+/// table gave them, and the table's [`GENERATION`] then.
+#[derive(Clone, Copy)]
+struct Recent {
+    len: u8,
+    bytes: [u8; RECENT_BYTES],
+    id: u32,
+    generation: u32,
+}
+
+/// The table's generation: a forked child's table is a new one, whose ids are not the parent's.
+static GENERATION: AtomicU32 = AtomicU32::new(1);
+
+/// No name (generation 0 is never the table's).
+const NO_NAME: Recent = Recent {
+    len: 0,
+    bytes: [0; RECENT_BYTES],
+    id: 0,
+    generation: 0,
+};
+
+thread_local! {
+    /// The thread's recent names, the latest first.
+    static RECENT: RefCell<[Recent; RECENT_NAMES]> = const { RefCell::new([NO_NAME; RECENT_NAMES]) };
+}
+
+/// The id of the name `bytes`, from the thread's recent names when there.
+fn recent(bytes: &[u8], generation: u32) -> Option<u32> {
+    RECENT
+        .try_with(|r| {
+            let r = r.try_borrow().ok()?;
+            r.iter()
+                .find(|e| {
+                    e.generation == generation
+                        && usize::from(e.len) == bytes.len()
+                        && e.bytes[..bytes.len()] == *bytes
+                })
+                .map(|e| e.id)
+        })
+        .ok()
+        .flatten()
+}
+
+/// Keeps `bytes` (at most [`RECENT_BYTES`]) and its id among the thread's recent names.
+fn keep(bytes: &[u8], id: u32, generation: u32) {
+    if bytes.len() > RECENT_BYTES {
+        return;
+    }
+    let _ = RECENT.try_with(|r| {
+        if let Ok(mut r) = r.try_borrow_mut() {
+            r.copy_within(..RECENT_NAMES - 1, 1);
+            let mut e = Recent {
+                len: bytes.len() as u8,
+                bytes: [0; RECENT_BYTES],
+                id,
+                generation,
+            };
+            e.bytes[..bytes.len()].copy_from_slice(bytes);
+            r[0] = e;
+        }
+    });
+}
+
 /// The id of the name `bytes` (UTF-8, invalid bytes replaced; cut at [`MAX_NAME_BYTES`]).
 pub fn intern(bytes: &[u8]) -> u32 {
+    let generation = GENERATION.load(Ordering::Acquire);
+    if let Some(id) = recent(bytes, generation) {
+        return id;
+    }
+    let id = intern_in_table(bytes);
+    keep(bytes, id, generation);
+    id
+}
+
+/// The id of the name `bytes`, from the process's table (under its lock).
+fn intern_in_table(bytes: &[u8]) -> u32 {
     let text = String::from_utf8_lossy(bytes);
     let text = cut(&text);
     let mut names = lock(get_or_create(&NAMES, fresh));
@@ -85,14 +171,19 @@ pub fn since(done: u32) -> (Vec<(u32, String)>, u32) {
 /// child's history is its own, and names its phases afresh.
 pub fn reset_after_fork() {
     replace(&NAMES, fresh());
+    GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The table is the process's: its tests take turns.
+    static TURN: Mutex<()> = Mutex::new(());
+
     #[test]
     fn names_are_kept_once_cut_and_bounded() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         reset_after_fork();
         let a = intern(b"step");
         assert_eq!(intern(b"step"), a);
@@ -106,6 +197,28 @@ mod tests {
             intern(format!("n{i}").as_bytes());
         }
         assert_eq!(intern(b"one more"), OTHER);
+        reset_after_fork();
+    }
+
+    #[test]
+    fn a_thread_s_recent_names_give_the_table_s_ids_and_never_another_table_s() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        reset_after_fork();
+        let step = intern(b"step");
+        let load = intern(b"load");
+        // Found among the recent names: the same ids, and nothing new in the table.
+        let (_, next) = since(0);
+        assert_eq!((intern(b"step"), intern(b"load")), (step, load));
+        assert_eq!(since(next).0, vec![]);
+        // Same length, other bytes: another name.
+        let stop = intern(b"stop");
+        assert_ne!(stop, step);
+        assert_eq!(since(next).0, vec![(stop, "stop".to_string())]);
+        // A new table (a forked child's): its own ids, none kept from before.
+        reset_after_fork();
+        let first = intern(b"load");
+        assert_eq!(since(0).0[first as usize].1, "load");
+        assert_eq!(first, 1);
         reset_after_fork();
     }
 }
