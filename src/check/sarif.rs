@@ -234,7 +234,7 @@ fn help(kind: &str, fix: &str) -> String {
                      baselines do not apply to it: where it is expected, raise `--max-growth`."
             .to_string(),
         "peak_growth" => "To accept it, raise `--max-peak-growth`, or make this run the \
-                          baseline."
+                          baseline: suppressions do not apply to peaks."
             .to_string(),
         kind => format!(
             "To accept it, suppress it: `cuguard suppressions REPORTS` writes an \
@@ -288,6 +288,36 @@ pub(crate) fn processes(names: &[String], count: u64) -> String {
         listed.push_str(&format!(", +{}", count - names.len() as u64));
     }
     format!("{} ({listed})", plural(count, "process", "processes"))
+}
+
+/// The failing peaks of `--max-peak-growth`, each at the site that grew most at it.
+fn peak_findings<'v>(verdict: &'v Verdict, out: &mut Vec<Finding<'v>>) {
+    let Some(p) = &verdict.peaks else { return };
+    for j in p.failing() {
+        let site = j.change.sites.first();
+        let at = site.map_or(String::new(), |s| {
+            format!(
+                "; at its peak {} {} ({})",
+                s.label,
+                s.change,
+                crate::wording::delta_bytes(i128::from(s.delta_bytes))
+            )
+        });
+        out.push(Finding {
+            rule: "peak_growth".into(),
+            level: "error",
+            message: format!(
+                "{}, over --max-peak-growth {} ({} against {}){at}",
+                super::peaks::growth_words(&j.change),
+                p.limit,
+                p.new_process,
+                p.base_process
+            ),
+            site: site.map_or_else(|| j.change.what.clone(), |s| s.site.clone()),
+            place: site.and_then(|s| verdict.places.get(&s.site)),
+            suppressed: None,
+        });
+    }
 }
 
 /// The failing findings of a verdict, and, with `suppressed`, the suppressed ones, in order:
@@ -353,33 +383,7 @@ fn findings(verdict: &Verdict, suppressed: bool) -> io::Result<Vec<Finding<'_>>>
             });
         }
     }
-    if let Some(p) = &verdict.peaks {
-        for j in p.failing() {
-            let site = j.change.sites.first();
-            let at = site.map_or(String::new(), |s| {
-                format!(
-                    "; at its peak {} {} ({})",
-                    s.label,
-                    s.change,
-                    crate::wording::delta_bytes(i128::from(s.delta_bytes))
-                )
-            });
-            out.push(Finding {
-                rule: "peak_growth".into(),
-                level: "error",
-                message: format!(
-                    "{}, over --max-peak-growth {} ({} against {}){at}",
-                    super::peaks::growth_words(&j.change),
-                    p.limit,
-                    p.new_process,
-                    p.base_process
-                ),
-                site: site.map_or_else(|| j.change.what.clone(), |s| s.site.clone()),
-                place: site.and_then(|s| verdict.places.get(&s.site)),
-                suppressed: None,
-            });
-        }
-    }
+    peak_findings(verdict, &mut out);
     for e in verdict.events.iter().filter(|e| e.failing) {
         out.push(Finding {
             rule: e.kind.clone(),
@@ -643,10 +647,10 @@ mod tests {
             let help = help(r.id, r.fix);
             assert!(help.starts_with(r.fix) && !r.fix.is_empty(), "{}", r.id);
             assert!(!help.contains('\n'), "{}", r.id);
-            let accept = if r.id == "growth" {
-                "--max-growth"
-            } else {
-                "cuguard suppressions"
+            let accept = match r.id {
+                "growth" => "--max-growth",
+                "peak_growth" => "--max-peak-growth",
+                _ => "cuguard suppressions",
             };
             assert!(help.contains(accept), "{}: {help}", r.id);
         }
