@@ -19,7 +19,7 @@ use crate::owners::{OwnerKind, OwnerShare};
 use crate::wording::{bytes, delta_bytes, millis, one_line};
 
 /// Escapes text for a table cell or inline text.
-pub(super) fn cell(text: &str) -> String {
+pub(crate) fn cell(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in one_line(text).chars() {
         if matches!(c, '|' | '`' | '*' | '_' | '<' | '>' | '[' | ']' | '\\') {

@@ -116,6 +116,16 @@ fn diff_names_the_step_that_grew_and_its_line() {
     assert_eq!(p[1]["sites"][0]["label"], site.as_str());
     assert_eq!(p[1]["sites"][0]["change"], "new");
     assert_eq!(p.as_array().unwrap().len(), 8, "the run and 7 occurrences");
+
+    let out = cuguard(
+        &dir,
+        &["diff", "--format", "markdown", "base.json", "new.json"],
+    );
+    let md = String::from_utf8_lossy(&out.stdout);
+    let row = format!(
+        "| step #4 | 128.0 MiB | 384.0 MiB | +256.0 MiB (+200.0%) | heavy\\_site (phase\\_steps.c:{heavy}) new (+256.0 MiB) |"
+    );
+    assert!(md.lines().any(|l| l == row), "{md}");
 }
 
 #[test]
