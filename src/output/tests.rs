@@ -145,7 +145,7 @@ fn registries_keep_the_command_s_names_and_defaults() {
         names(check::FORMATS),
         ["text", "json", "junit", "sarif", "github"]
     );
-    assert_eq!(names(diff::FORMATS), ["text", "json"]);
+    assert_eq!(names(diff::FORMATS), ["text", "json", "markdown"]);
     assert_eq!(summary::FORMATS.default_format().name(), "text");
     assert_eq!(check::FORMATS.default_format().name(), "text");
     assert_eq!(diff::FORMATS.default_format().name(), "text");
@@ -223,7 +223,10 @@ fn format_option_parses_to_the_row_and_refuses_other_names() {
         text.contains("invalid value 'junit' for '--format <FORMAT>'"),
         "{text}"
     );
-    assert!(text.contains("[possible values: text, json]"), "{text}");
+    assert!(
+        text.contains("[possible values: text, json, markdown]"),
+        "{text}"
+    );
 }
 
 /// A format of bytes, for the registry's own checks.
