@@ -317,9 +317,13 @@ impl Writer {
         all.sort_by_key(|(_, e)| e.tsc);
         // Phases go apart, in their own chunks, ahead of this drain's allocations (a reader
         // finds them without decoding every event; each keeps its moment).
-        let (phases, all): (Events, Events) = all
-            .into_iter()
-            .partition(|(_, e)| Action::of(e.kind).is_some_and(Action::is_phase));
+        // A program that marked no phase yet keeps its events as they are (no pass over them).
+        let (phases, all): (Events, Events) = if crate::recorder::phases_seen() {
+            all.into_iter()
+                .partition(|(_, e)| Action::of(e.kind).is_some_and(Action::is_phase))
+        } else {
+            (Vec::new(), all)
+        };
         if !phases.is_empty() {
             let mut by_thread: Vec<(u32, Vec<Raw>)> = Vec::new();
             for (thread, e) in &phases {

@@ -11,7 +11,7 @@ pub mod names;
 pub mod ring;
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
 use cuguard_format::MemoryKind;
 use cuguard_history::{Action, Raw, kind};
@@ -229,12 +229,25 @@ pub fn chunk(taken: bool, base: u64, size: u64, context_id: u32, ordinal: i32) {
 
 pub use cuguard_history::phases::PUSHED;
 
+/// Set once a phase was recorded in this process: until then the writer does not look for
+/// phases among the events it drains.
+static PHASES_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether a phase was recorded in this process (one relaxed load).
+#[inline]
+pub fn phases_seen() -> bool {
+    PHASES_SEEN.load(Ordering::Relaxed)
+}
+
 /// A phase named `name` ([`names::intern`]) began: a range pushed (`key` [`PUSHED`] with its
 /// domain) or started (`key` its id), with the range's own number `payload`, if any.
 #[inline]
 pub fn phase_began(name: u32, key: u64, payload: Option<u64>) {
     if !on() || !crate::phase::tracking() {
         return;
+    }
+    if !PHASES_SEEN.load(Ordering::Relaxed) {
+        PHASES_SEEN.store(true, Ordering::Relaxed);
     }
     ring::push(Raw {
         tsc: now_tsc(),
