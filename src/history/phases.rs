@@ -356,28 +356,36 @@ pub fn peak_in(opened: &Opened, p: &Phase) -> Result<u64, InputError> {
         .history
         .window(p.start_ns, end)
         .map_err(|e| opened.invalid(e))?;
+    Ok(peak_between(replay.blocks.iter(), p.start_ns, end))
+}
+
+/// The moment of the most live memory in `[start, end]` (`start` when nothing grew), from
+/// `blocks` (those neither live at `start` nor made in the span are passed over). Frees first at
+/// one moment, as the history's peak counts.
+pub fn peak_between<'a>(blocks: impl Iterator<Item = &'a Block>, start: u64, end: u64) -> u64 {
     let mut steps: Vec<(u64, i64)> = Vec::new();
     let mut live = 0i64;
-    for b in replay.blocks.iter().filter(|b| counted(b)) {
-        if b.start_ns <= p.start_ns {
+    for b in blocks.filter(|b| counted(b)) {
+        if b.live_at(start) {
             live += b.size as i64;
-        } else {
+        } else if b.start_ns > start && b.start_ns <= end {
             steps.push((b.start_ns, b.size as i64));
+        } else {
+            continue;
         }
-        if let Some(e) = b.end_ns.filter(|&e| e > p.start_ns && e <= end) {
+        if let Some(e) = b.end_ns.filter(|&e| e > start && e <= end) {
             steps.push((e, -(b.size as i64)));
         }
     }
-    // Frees first at one moment, as the history's peak counts.
     steps.sort_by_key(|&(t, d)| (t, d));
-    let mut best = (p.start_ns, live);
-    for (t, d) in steps.into_iter().filter(|s| s.0 <= end) {
+    let mut best = (start, live);
+    for (t, d) in steps {
         live += d;
         if live > best.1 {
             best = (t, live);
         }
     }
-    Ok(best.0)
+    best.0
 }
 
 /// Nanoseconds as milliseconds.

@@ -2,7 +2,6 @@
 //! its span, its peak, its first refusal, its phases), and the text a user gives for one
 //! ([`parse_time`]: `12.5s`, `peak`, `phase:step#3`, ...) or for a window ([`parse_window`]).
 
-use cuguard_format::MemoryKind;
 use cuguard_history::replay::Replay;
 
 use super::phases;
@@ -38,34 +37,7 @@ impl Moments for Replay {
     }
     fn phase_peak_ns(&self, p: &cuguard_history::phases::Phase) -> Result<u64, String> {
         let end = p.end_ns.unwrap_or(self.ends_ns);
-        let mut steps: Vec<(u64, i64)> = Vec::new();
-        let mut live = 0i64;
-        for b in self
-            .blocks
-            .iter()
-            .filter(|b| b.memory != MemoryKind::HostPinned)
-        {
-            if !b.live_at(p.start_ns) && (b.start_ns < p.start_ns || b.start_ns > end) {
-                continue;
-            }
-            if b.start_ns <= p.start_ns {
-                live += b.size as i64;
-            } else {
-                steps.push((b.start_ns, b.size as i64));
-            }
-            if let Some(e) = b.end_ns.filter(|&e| e > p.start_ns && e <= end) {
-                steps.push((e, -(b.size as i64)));
-            }
-        }
-        steps.sort_by_key(|&(t, d)| (t, d));
-        let mut best = (p.start_ns, live);
-        for (t, d) in steps {
-            live += d;
-            if live > best.1 {
-                best = (t, live);
-            }
-        }
-        Ok(best.0)
+        Ok(phases::peak_between(self.blocks.iter(), p.start_ns, end))
     }
 }
 

@@ -252,6 +252,18 @@ fn drain_locked(guard: &mut Option<Writer>, end: bool) -> Drained {
 /// Events with their threads.
 type Events = Vec<(u32, Raw)>;
 
+/// Events by thread, the threads in the order they first appear, each thread's in order.
+fn by_thread(events: &[(u32, Raw)]) -> Vec<(u32, Vec<Raw>)> {
+    let mut out: Vec<(u32, Vec<Raw>)> = Vec::new();
+    for (thread, e) in events {
+        match out.iter_mut().find(|(t, _)| t == thread) {
+            Some((_, list)) => list.push(*e),
+            None => out.push((*thread, vec![*e])),
+        }
+    }
+    out
+}
+
 impl Writer {
     fn new() -> Writer {
         Writer {
@@ -304,7 +316,6 @@ impl Writer {
             // What the events name must be there: past the bound rather than without it.
             self.append(&head);
         }
-        let mut let_go_phases = None;
         // Then the events in time order (the rings are drained one after another, so a free of
         // an address and the next allocation that received it may be drained in either order),
         // in pieces small beside the bound: each piece goes whole into the current segment, or
@@ -324,37 +335,12 @@ impl Writer {
         } else {
             (Vec::new(), all)
         };
-        if !phases.is_empty() {
-            let mut by_thread: Vec<(u32, Vec<Raw>)> = Vec::new();
-            for (thread, e) in &phases {
-                match by_thread.iter_mut().find(|(t, _)| t == thread) {
-                    Some((_, events)) => events.push(*e),
-                    None => by_thread.push((*thread, vec![*e])),
-                }
-            }
-            let mut buf = Vec::new();
-            for (thread, events) in by_thread {
-                write_chunk(&mut buf, &Chunk::Phases { thread, events });
-            }
-            if !self.put(&buf) {
-                let (first, last) = (phases[0].1.tsc, phases[phases.len() - 1].1.tsc);
-                self.note_lost(phases.len() as u64, first, last);
-                let_go_phases = Some((phases.len() as u64, first, last));
-            }
-        }
         let piece_events = (self.bound / 2 / 64 / std::mem::size_of::<Raw>() as u64)
             .clamp(1 << 10, 1 << 16) as usize;
-        let mut let_go: Vec<(u64, u64, u64)> = let_go_phases.into_iter().collect();
+        let mut let_go: Vec<(u64, u64, u64)> = self.write_phases(&phases).into_iter().collect();
         for part in all.chunks(piece_events) {
-            let mut by_thread: Vec<(u32, Vec<Raw>)> = Vec::new();
-            for (thread, e) in part {
-                match by_thread.iter_mut().find(|(t, _)| t == thread) {
-                    Some((_, events)) => events.push(*e),
-                    None => by_thread.push((*thread, vec![*e])),
-                }
-            }
             let mut buf = Vec::new();
-            for (thread, events) in by_thread {
+            for (thread, events) in by_thread(part) {
                 write_chunk(&mut buf, &Chunk::Events { thread, events });
             }
             if self.put(&buf) {
@@ -402,6 +388,21 @@ impl Writer {
             // The losses and the end are a few bytes each: past the bound rather than unsaid.
             self.append(&tail);
         }
+    }
+
+    /// Writes a drain's phase events in chunks of their own, before its allocations; when not
+    /// even a new segment holds them, they are let go and said lost: (count, first, last tsc).
+    fn write_phases(&mut self, phases: &[(u32, Raw)]) -> Option<(u64, u64, u64)> {
+        let (first, last) = (phases.first()?.1.tsc, phases.last()?.1.tsc);
+        let mut buf = Vec::new();
+        for (thread, events) in by_thread(phases) {
+            write_chunk(&mut buf, &Chunk::Phases { thread, events });
+        }
+        if self.put(&buf) {
+            return None;
+        }
+        self.note_lost(phases.len() as u64, first, last);
+        Some((phases.len() as u64, first, last))
     }
 
     /// Appends `buf` (whole chunks) to the current segment, after starting a new one when it
