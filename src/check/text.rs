@@ -241,16 +241,8 @@ fn peaks(verdict: &Verdict, out: &mut dyn Write, options: &Options) -> io::Resul
             "  {}  {verdict_word}",
             one_line(&super::peaks::growth_words(&j.change))
         )?;
-        let mut t = Table::new(&[true, false, false, false]);
-        for s in &j.change.sites {
-            t.row([
-                delta_bytes(i128::from(s.delta_bytes)),
-                s.change.to_string(),
-                one_line(&s.label),
-                format!("{} → {}", bytes(s.base_bytes), bytes(s.new_bytes)),
-            ]);
-        }
-        out.write_all(t.render("    ").as_bytes())?;
+        let sites = crate::history::compare::sites_table(&j.change.sites, "    ");
+        out.write_all(sites.as_bytes())?;
     }
     let within = p
         .peaks

@@ -155,16 +155,8 @@ fn peaks(
     }
     for (line, c) in t.render("  ").lines().zip(&shown) {
         writeln!(out, "{line}")?;
-        let mut sites = Table::new(&[true, false, false, false]);
-        for s in &c.sites {
-            sites.row([
-                delta_bytes(i128::from(s.delta_bytes)),
-                s.change.to_string(),
-                one_line(&s.label),
-                format!("{} → {}", bytes(s.base_bytes), bytes(s.new_bytes)),
-            ]);
-        }
-        out.write_all(sites.render("      ").as_bytes())?;
+        let sites = crate::history::compare::sites_table(&c.sites, "      ");
+        out.write_all(sites.as_bytes())?;
     }
     if changed.len() > shown.len() {
         writeln!(out, "  … {} more (see --top)", changed.len() - shown.len())?;

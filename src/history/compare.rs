@@ -82,6 +82,22 @@ pub struct PeakSite {
     pub place: crate::check::places::Place,
 }
 
+/// The sites that changed at a peak as a text table (change, how, site, base → new), as `diff`
+/// and `check` print them under each peak, at `indent`.
+pub fn sites_table(sites: &[PeakSite], indent: &str) -> String {
+    use crate::wording::{bytes, delta_bytes, one_line};
+    let mut t = crate::style::Table::new(&[true, false, false, false]);
+    for s in sites {
+        t.row([
+            delta_bytes(i128::from(s.delta_bytes)),
+            s.change.to_string(),
+            one_line(&s.label),
+            format!("{} → {}", bytes(s.base_bytes), bytes(s.new_bytes)),
+        ]);
+    }
+    t.render(indent)
+}
+
 /// Compares `base` and `new`: the whole run's peak, and with `by_phase` each phase occurrence's.
 pub fn compare(base: &Opened, new: &Opened, by_phase: bool) -> Result<PeakDiff, InputError> {
     let name = |o: &Opened| o.names_of(std::iter::empty()).process_name();
