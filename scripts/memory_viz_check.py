@@ -125,8 +125,12 @@ def check(data):
             where = f"device {d} event {k}"
             if e.get("action") not in ACTIONS:
                 fail(f"{where}: action {e.get('action')}")
-            if set(e) != (OOM_KEYS if e["action"] == "oom" else EVENT_KEYS):
+            # `user_metadata`: a tagged allocation's tag, where PyTorch's writer puts
+            # _set_memory_metadata's (trace entries only); absent on untagged ones.
+            if set(e) - {"user_metadata"} != (OOM_KEYS if e["action"] == "oom" else EVENT_KEYS):
                 fail(f"{where}: keys {sorted(e)}")
+            if not isinstance(e.get("user_metadata", ""), str):
+                fail(f"{where}: user_metadata {e['user_metadata']!r} is not a string")
             frames(e["frames"], where)
             if last is not None and e["time_us"] < last:
                 fail(f"{where}: time_us {e['time_us']} after {last}")

@@ -30,7 +30,7 @@
 //!   reads;
 //! - [`view`]: the HTML page of `cuguard view`;
 //! - [`history`]: a process's history of every allocation and free, read and answered for one
-//!   moment or window; [`naming`]: the frames of a report or a history named after the fact
+//!   moment or window; [`tags`]: the program's names for its memory (`summary --by tag`); [`naming`]: the frames of a report or a history named after the fact
 //!   (`cuguard symbolize`, and the history's reader);
 //! - [`export`]: reports and histories in other tools' formats (PyTorch's memory snapshot, pprof);
 //! - [`replay`]: a history replayed against models of allocators at a capacity: what would have
@@ -81,6 +81,7 @@ pub mod sites;
 pub mod spill;
 pub mod style;
 pub mod summary;
+pub mod tags;
 pub mod top;
 pub mod versions;
 pub mod view;

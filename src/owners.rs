@@ -418,6 +418,7 @@ mod tests {
                 seq: 1,
                 time_ms: 0,
                 stack,
+                tag: None,
             },
             state: LeakState::LiveAtExit,
             handle: None,

@@ -589,6 +589,7 @@ mod tests {
                 seq: 1,
                 time_ms: 0,
                 stack: Some(1),
+                tag: None,
             },
             state: LeakState::LiveAtExit,
             handle: None,

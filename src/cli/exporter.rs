@@ -27,9 +27,10 @@ pub const TEXTFILE_NAME: &str = "cuguard.prom";
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Metrics (per process and device: cuguard_live_bytes, cuguard_peak_bytes, cuguard_reserved_bytes;
-per process: cuguard_leaks, cuguard_oom_total, cuguard_alerts_total) with the labels pid, exe,
-rank, worker, host, and device and UUID (as DCGM's exporter names the GPU's UUID, to join its
-metrics). The pages read are those of this user's processes running under the shim.
+per process: cuguard_leaks, cuguard_oom_total, cuguard_alerts_total; per process and tag:
+cuguard_tag_live_bytes, cuguard_tag_live_allocations) with the labels pid, exe,
+rank, worker, host, device and UUID (as DCGM's exporter names the GPU's UUID, to join its
+metrics) on the per-device ones, and tag on the per-tag ones. The pages read are those of this user's processes running under the shim.
 
 Examples:
   cuguard exporter                                   # http://127.0.0.1:9464/metrics

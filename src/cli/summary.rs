@@ -27,6 +27,8 @@ Examples:
   cuguard summary --cost cuguard.train.4242.json    # cuguard's own cost, the whole bill
   cuguard summary --helper make_buffer r.json       # make_buffer's leaks at its callers' lines
   cuguard summary --by phase r.json                 # each NVTX range's (phase's) peak and what it kept
+  cuguard summary --by tag r.json                   # what leaked, by the program's tags
+  cuguard summary --by tag --at peak r.json         # what was live at the peak, by tag
   cuguard summary --at phase:step#12 r.json         # what was live at step 12's peak
   cuguard summary --between phase:step#12 r.json    # what step 12 allocated and kept
 
@@ -40,7 +42,9 @@ pub struct SummaryArgs {
     /// Group the processes of a job by worker (label `worker`), rank, host or process, with
     /// each group's leaks, peak, growth and largest sites; or one process's history by phase
     /// (its NVTX ranges and `cuguard.phase`s): each phase's peak, what it allocated and what
-    /// stayed.
+    /// stayed; or memory by the program's tags (`cuguard.tag`, `cuguard_tag_push`,
+    /// `cuguard.annotate`): what leaked, or with `--at`/`--between` what was live or kept, each
+    /// tag's bytes and sites.
     #[arg(long, value_enum, value_name = "WHAT")]
     pub by: Option<By>,
     /// How many sites and leaks to list per process (0: all).
@@ -49,11 +53,16 @@ pub struct SummaryArgs {
     /// What was live at this moment of the run, from its history: `12.5s`, `840ms`, `2m`, a
     /// number of seconds, `peak`, `oom` (the first refusal), `end`, or `phase:NAME[#N]` (the
     /// peak of a phase's Nth occurrence, or of the one whose NVTX payload is N). One process.
-    #[arg(long, value_name = "TIME", allow_hyphen_values = true, conflicts_with_all = ["between", "by"])]
+    #[arg(
+        long,
+        value_name = "TIME",
+        allow_hyphen_values = true,
+        conflicts_with = "between"
+    )]
     pub at: Option<String>,
     /// What was allocated between two moments and still live at the second: what one step
     /// kept. Or one phase, `phase:NAME[#N]`: from its beginning to its end. One process.
-    #[arg(long, num_args = 1..=2, value_names = ["T1", "T2"], conflicts_with = "by")]
+    #[arg(long, num_args = 1..=2, value_names = ["T1", "T2"])]
     pub between: Option<Vec<String>>,
     /// cuguard's own cost whole (time in hooks, stacks, Python frames, one-time set-up, pool
     /// chunks, report writing, memory) rather than in one short line.
@@ -80,17 +89,20 @@ pub enum By {
     Process,
     /// One process's history, by phase (NVTX ranges, `cuguard.phase`).
     Phase,
+    /// The program's tags (`cuguard.tag`, `cuguard_tag_push`, `cuguard.annotate`): reports'
+    /// leaks, or a history at `--at` or over `--between`.
+    Tag,
 }
 
 impl By {
-    /// The job's grouping, `None` for [`By::Phase`].
+    /// The job's grouping, `None` for [`By::Phase`] and [`By::Tag`].
     fn group(self) -> Option<GroupBy> {
         match self {
             By::Worker => Some(GroupBy::Worker),
             By::Rank => Some(GroupBy::Rank),
             By::Host => Some(GroupBy::Host),
             By::Process => Some(GroupBy::Process),
-            By::Phase => None,
+            By::Phase | By::Tag => None,
         }
     }
 }
@@ -105,10 +117,19 @@ pub fn run(mut args: SummaryArgs) -> Result<u8, CliError> {
     }
     let top = if args.top == 0 { usize::MAX } else { args.top };
     if args.at.is_some() || args.between.is_some() {
+        if let Some(by) = args.by.filter(|&b| b != By::Tag) {
+            return Err(CliError::Usage(format!(
+                "--at and --between answer one process's history: they take --by tag, not --by {}",
+                clap::ValueEnum::to_possible_value(&by)
+                    .map_or_else(String::new, |v| v.get_name().to_string())
+            )));
+        }
         return moment(&args, top);
     }
-    if args.by == Some(By::Phase) {
-        return by_phase(&args, top);
+    match args.by {
+        Some(By::Phase) => return by_phase(&args, top),
+        Some(By::Tag) => return by_tag(&args, top),
+        _ => {}
     }
     let files = input::expand(&args.paths)?;
     let options = Options {
@@ -165,19 +186,30 @@ fn moment(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
         crate::history::when::parse_time(t, &opened)
             .map_err(|why| CliError::Usage(format!("{flag} {why}")))
     };
-    let mut m = match (&args.at, &args.between) {
+    let by_tag = args.by == Some(By::Tag);
+    let (mut m, tags) = match (&args.at, &args.between) {
         (Some(at), _) => {
             let t = time(at, "--at")?;
-            let mut m = crate::history::moment::at(&opened.read(t, t)?, t, top);
+            let loaded = opened.read(t, t)?;
+            let mut m = crate::history::moment::at(&loaded, t, top);
             m.phase = phase_label(at, &opened);
-            m
+            let tags = by_tag.then(|| {
+                let blocks: Vec<_> = loaded.replay.live_at(t).collect();
+                crate::tags::of_blocks(&loaded, &blocks, &m, top)
+            });
+            (m, tags)
         }
         (_, Some(texts)) => {
             let (from, to, phase) = crate::history::when::parse_window(texts, &opened)
                 .map_err(|why| CliError::Usage(format!("--between {why}")))?;
-            let mut m = crate::history::moment::between(&opened.read(from, to)?, from, to, top);
+            let loaded = opened.read(from, to)?;
+            let mut m = crate::history::moment::between(&loaded, from, to, top);
             m.phase = phase;
-            m
+            let tags = by_tag.then(|| {
+                let blocks: Vec<_> = loaded.replay.kept_between(from, to).collect();
+                crate::tags::of_blocks(&loaded, &blocks, &m, top)
+            });
+            (m, tags)
         }
         _ => unreachable!("asked for a moment"),
     };
@@ -190,7 +222,10 @@ fn moment(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
         top,
         cost: args.cost,
     };
-    write_stdout(|out| (args.format.parts().moment)(&m, &source, out, &options))?;
+    match &tags {
+        Some(tags) => write_stdout(|out| (args.format.parts().tags)(tags, &source, out, &options))?,
+        None => write_stdout(|out| (args.format.parts().moment)(&m, &source, out, &options))?,
+    }
     Ok(exit::OK)
 }
 
@@ -220,6 +255,45 @@ fn by_phase(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
         cost: args.cost,
     };
     write_stdout(|out| (args.format.parts().phases)(&s, &source, out, &options))?;
+    Ok(exit::OK)
+}
+
+/// `--by tag` of reports: their leaks by the program's tags, every process added up.
+fn by_tag(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
+    if let [path] = &args.paths[..]
+        && path.is_file()
+        && crate::history::is_history_file(path)?
+    {
+        return Err(CliError::Usage(
+            "--by tag of a history file asks a moment: add --at TIME (--at end: what was live at \
+             its end) or --between T1 T2"
+                .into(),
+        ));
+    }
+    let files = input::expand(&args.paths)?;
+    let per_report = input::map_reports(&files, |_, report| {
+        let (tally, end) = crate::tags::of_report(&report);
+        (report.process_name(), tally, end)
+    })?;
+    let mut tally = crate::tags::Tally::default();
+    let mut names = Vec::with_capacity(per_report.len());
+    let mut end_of_code = 0;
+    for (_, (name, t, end)) in per_report {
+        names.push(name);
+        tally.merge(t);
+        end_of_code += usize::from(end);
+    }
+    let s = crate::tags::of_reports(tally, &names, end_of_code, top);
+    let source = match &files[..] {
+        [one] => one.display().to_string(),
+        all => format!("{} reports", all.len()),
+    };
+    let options = Options {
+        style: Style::for_stdout(),
+        top,
+        cost: args.cost,
+    };
+    write_stdout(|out| (args.format.parts().tags)(&s, &source, out, &options))?;
     Ok(exit::OK)
 }
 

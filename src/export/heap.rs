@@ -1,7 +1,11 @@
 //! A run's device memory as a heap profile (Go's, as pprof reads it): what was in use at the end
 //! (the report's live allocations) or at a moment (from the history), and what was allocated
-//! over the run up to then (from the history), by stack, device, owner, process and rank.
+//! over the run up to then (from the history), by stack, device, owner, process and rank, and
+//! by the program's tag (`cuguard.tag`, `cuguard_tag_push`, `cuguard.annotate`): a sample of
+//! tagged allocations has the label `tag` (`go tool pprof -tags` lists them, `-tagfocus`
+//! keeps one). A tag given after the fact counts for the allocation whole, in `alloc_*` too.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use cuguard_history::bounded::Step;
@@ -142,8 +146,14 @@ struct Samples<'b> {
 }
 
 impl Samples<'_> {
-    /// A sample's labels: its device, its owner, then the process's.
-    fn labels(&self, device: Option<u32>, owner: &str) -> Vec<(&'static str, String)> {
+    /// A sample's labels: its device, its owner, its tag (when it has one), then the
+    /// process's.
+    fn labels(
+        &self,
+        device: Option<u32>,
+        owner: &str,
+        tag: Option<&str>,
+    ) -> Vec<(&'static str, String)> {
         let mut l = vec![
             (
                 "device",
@@ -151,6 +161,9 @@ impl Samples<'_> {
             ),
             ("owner", owner.to_string()),
         ];
+        if let Some(tag) = tag {
+            l.push(("tag", tag.to_string()));
+        }
         l.extend(self.common.iter().cloned());
         l
     }
@@ -176,8 +189,9 @@ impl Samples<'_> {
             .as_ref()
             .and_then(|py| py.view.as_ref())
             .filter(|v| v.at == "end");
-        // (owner, device, stack id, bytes) of each live allocation, from one source or the other.
-        let live: Vec<(usize, u32, Option<u64>, u64)> = match end_of_code {
+        // (owner, device, stack id, bytes, tag) of each live allocation, from one source or the
+        // other.
+        let live: Vec<LiveAllocation> = match end_of_code {
             Some(view) => view
                 .allocations
                 .iter()
@@ -187,20 +201,23 @@ impl Samples<'_> {
                         Some(id) => owners.of_id(id),
                         None => owners.of_stack(a.stack, Some(a.memory.as_str())),
                     };
-                    (o, a.device, a.stack, a.size)
+                    (o, a.device, a.stack, a.size, a.tag.as_deref())
                 })
                 .collect(),
             None => r
                 .leaks
                 .iter()
                 .filter(|l| l.memory != Memory::HostPinned)
-                .map(|l| (owners.of_leak(l), l.device, l.stack, l.size))
+                .map(|l| {
+                    let o = owners.of_leak(l);
+                    (o, l.device, l.stack, l.size, l.tag.as_deref())
+                })
                 .collect(),
         };
-        for (o, device, id, size) in live {
+        for (o, device, id, size, tag) in live {
             let device = (device != cuguard_format::wire::UNKNOWN_DEVICE).then_some(device);
             let stack = id.and_then(|id| stacks.get(&id).copied());
-            let labels = self.labels(device, &owners.owner(o).id);
+            let labels = self.labels(device, &owners.owner(o).id, tag);
             let values = self.inuse(1, signed(size));
             self.builder.add(self.process, id, stack, labels, &values);
         }
@@ -219,23 +236,39 @@ impl Samples<'_> {
         let mut owners = OwnerIndex::new(names);
         let alloc = self.alloc;
         let device_memory = |b: &Block| b.memory != cuguard_format::MemoryKind::HostPinned;
+        let meta = h.meta();
         let mut add = |blk: &Block, values: &[i64]| {
             let id = stack_key(blk.stack);
             let o = owners.of_stack(id, Some("device"));
             let stack = id.and_then(|id| stacks.get(&id).copied());
-            let mut l = self.labels(blk.device(), &owners.owner(o).id);
+            let mut l = self.labels(blk.device(), &owners.owner(o).id, meta.tag_of(blk));
             if blk.stream != 0 {
                 l.push(("stream", format!("{:#x}", blk.stream)));
             }
             self.builder.add(self.process, id, stack, l, values);
         };
         if alloc {
+            // The tags of the allocations tagged as they were made, while live: one tagged
+            // after the fact moves from the sample it was added to.
+            let mut tagged: HashMap<(u64, u64), u32> = HashMap::new();
             h.history
                 .walk(&mut |step| match step {
                     Step::Made(blk) | Step::Restated(blk)
                         if device_memory(&blk) && blk.start_ns <= t =>
                     {
+                        if blk.tag != cuguard_history::NONE {
+                            tagged.insert((blk.addr, blk.start_ns), blk.tag);
+                        }
                         add(&blk, &[1, signed(blk.size), 0, 0])
+                    }
+                    Step::Tagged(blk) if device_memory(&blk) && blk.start_ns <= t => {
+                        let key = (blk.addr, blk.start_ns);
+                        let was = tagged.insert(key, blk.tag).unwrap_or(cuguard_history::NONE);
+                        add(&Block { tag: was, ..blk }, &[-1, -signed(blk.size), 0, 0]);
+                        add(&blk, &[1, signed(blk.size), 0, 0]);
+                    }
+                    Step::Ended(blk) => {
+                        tagged.remove(&(blk.addr, blk.start_ns));
                     }
                     _ => {}
                 })
@@ -258,6 +291,9 @@ impl Samples<'_> {
         Ok(())
     }
 }
+
+/// A live allocation as the profile takes it: (owner, device, stack id, bytes, tag).
+type LiveAllocation<'r> = (usize, u32, Option<u64>, u64, Option<&'r str>);
 
 /// A size as profile.proto's `int64`.
 fn signed(v: u64) -> i64 {

@@ -28,6 +28,17 @@
 //!   refusal: `size` asked for, and `device_free` in place of `addr`, written 0: the history does
 //!   not know it).
 //!
+//! An event about an allocation the program tagged (`cuguard.tag`, `cuguard_tag_push`,
+//! `cuguard.annotate`; a segment of its own's events too) also has `user_metadata`, the tag
+//! (a string), after `stream`: where PyTorch writes the metadata the program set with
+//! `torch.cuda.memory._set_memory_metadata` (`torch/csrc/cuda/memory_snapshot.cpp`,
+//! `_memory_snapshot_pickled`: `trace_entry.insert(user_metadata_s, te.user_metadata_)`, from
+//! `TraceEntry::user_metadata_` in `c10/cuda/CUDACachingAllocator.h`; pytorch/pytorch at
+//! 127b7ad1e585). PyTorch writes it on every trace entry, empty when none was set, and not on
+//! segments or blocks; cuguard writes it only where there is a tag, so that an untagged
+//! history's snapshot is the one it was. The tag is the allocation's as the history ends the
+//! read: one given after the fact (`annotate`) is on its `alloc` too.
+//!
 //! A frame is a dict of exactly `name`, `filename` and `line`, innermost first. A free's frames
 //! are its allocation's (the history keeps no stack for a free). The same stack's list is written
 //! once and memoized, as PyTorch's writer shares it too.
@@ -126,6 +137,7 @@ pub fn memory_viz_with_free(
         frames,
         stacks: HashMap::new(),
         start_unix_ns: replay.start_unix_ns,
+        replay,
     };
     w.p.begin_dict();
 
@@ -152,6 +164,7 @@ pub fn memory_viz_with_free(
                 size: b.size,
                 stack: b.stack,
                 stream: b.stream,
+                tag: b.tag,
             });
             seq += 1;
         }
@@ -190,6 +203,7 @@ pub fn memory_viz_with_free(
             context: u16::MAX,
             released: false,
             stream: 0,
+            tag: cuguard_history::NONE,
         };
         push(model.index(o.device), o.time_ns, Action::Oom, &b);
     }
@@ -375,6 +389,8 @@ struct Event {
     stack: u32,
     /// The stream its allocation was made on.
     stream: u64,
+    /// Its allocation's tag (a name id), or [`cuguard_history::NONE`].
+    tag: u32,
 }
 
 /// One block of a segment's tiling.
@@ -447,6 +463,8 @@ struct Writer<'f> {
     /// Each stack's frame list, written once.
     stacks: HashMap<u32, Memo>,
     start_unix_ns: u64,
+    /// The history: the tags' names.
+    replay: &'f Replay,
 }
 
 impl Writer<'_> {
@@ -557,6 +575,11 @@ impl Writer<'_> {
             p.int(i64_of(e.size));
             p.key("stream");
             p.int(i64_of(e.stream));
+            if e.tag != cuguard_history::NONE {
+                p.key("user_metadata");
+                p.str(self.replay.name(e.tag).unwrap_or("?"));
+            }
+            let p = &mut self.p;
             p.key("time_us");
             p.int(time_us);
             p.key("frames");

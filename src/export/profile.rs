@@ -210,6 +210,11 @@ impl Builder {
         self.profile.time_unix_ns = time_unix_ns;
         self.profile.duration_ns = duration_ns;
         self.profile.comments = comments;
+        // A sample whose values were all taken back (an allocation tagged after the fact moved
+        // to its tag's sample) holds nothing.
+        self.profile
+            .samples
+            .retain(|s| s.values.iter().any(|&v| v != 0));
         // Samples in a stable order: most bytes of the last type first, then by stack.
         self.profile.samples.sort_by(|a, b| {
             b.values

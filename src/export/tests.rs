@@ -41,6 +41,7 @@ fn block(
         context: 0,
         released: false,
         stream: 0,
+        tag: cuguard_history::NONE,
     }
 }
 
@@ -662,5 +663,53 @@ fn a_history_file_read_back_exports() {
     assert_eq!(
         got["traces"][1][2],
         json!(["oom", 0, 1u64 << 40, us(6_000)])
+    );
+}
+
+#[test]
+fn a_tagged_allocation_s_events_carry_its_tag_as_user_metadata() {
+    let mut replay = Replay {
+        start_unix_ns: START,
+        segments: vec![block(100, None, S, MIB, MemoryKind::Device, 1)],
+        blocks: vec![
+            block(200, Some(300), S, 4096, MemoryKind::PoolBlock, 1),
+            block(400, None, S + 4096, 4096, MemoryKind::PoolBlock, 1),
+            block(500, None, P, 2 * MIB, MemoryKind::Device, 1),
+        ],
+        ends_ns: 1_000,
+        ..Replay::default()
+    };
+    replay.phases.names.insert(7, "kv_cache".into());
+    replay.phases.names.insert(8, "weights".into());
+    replay.blocks[0].tag = 7;
+    replay.blocks[2].tag = 8;
+    let bytes = memory_viz(&replay, &frames, None);
+    let got = super::testing::python(
+        &bytes,
+        "snap = pickle.loads(data)\n\
+         print(json.dumps([[e['action'], e['size'], e.get('user_metadata')] \
+         for e in snap['device_traces'][0]]))\n\
+         print(json.dumps(sorted({k for s in snap['segments'] for b in s['blocks'] for k in b})))",
+    );
+    let mut lines = got.lines();
+    let events: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(
+        events,
+        json!([
+            ["segment_alloc", MIB, null],
+            ["alloc", 4096, "kv_cache"],
+            ["free_requested", 4096, "kv_cache"],
+            ["free_completed", 4096, "kv_cache"],
+            ["alloc", 4096, null],
+            // A plain driver allocation is a segment of its own: every event is its own.
+            ["segment_alloc", 2 * MIB, "weights"],
+            ["alloc", 2 * MIB, "weights"],
+        ])
+    );
+    // Blocks carry no tag, as PyTorch's writer gives them none.
+    let keys: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(
+        keys,
+        json!(["address", "frames", "requested_size", "size", "state"])
     );
 }

@@ -9,10 +9,12 @@
 //! | `cuguard_leaks` | gauge | process | live allocations: what the report would list as leaks if the process ended now |
 //! | `cuguard_oom_total` | counter | process | allocations that returned out of memory to the program |
 //! | `cuguard_alerts_total` | counter | process | alerts fired (`CUGUARD_WARN_AT` crossings) |
+//! | `cuguard_tag_live_bytes` | gauge | process and tag | device bytes live under the tag (`cuguard.tag`), by the tag memory was made with; the process's top 16 tags |
+//! | `cuguard_tag_live_allocations` | gauge | process and tag | device allocations live under the tag |
 //!
 //! Labels, in this order: `pid`; `exe` (the executable's file name, as `summary` names
 //! processes); `rank` and `worker` (empty when the process has none); `host`; and on the
-//! per-device metrics `device` (the CUDA ordinal in that process) and `UUID` (the device's UUID,
+//! per-tag metrics `tag`; on the per-device metrics `device` (the CUDA ordinal in that process) and `UUID` (the device's UUID,
 //! `GPU-…`, empty when the driver gave none). `UUID` is spelled as DCGM's exporter spells it, so
 //! `on(UUID)` joins these series with DCGM's (`DCGM_FI_DEV_FB_USED`, …); DCGM's own `device`
 //! label (`nvidia0`) and `gpu` (the NVML index) are other numbers than the CUDA ordinal, which
@@ -26,7 +28,7 @@
 
 use std::fmt::Write as _;
 
-use cuguard_page::{DevicePage, Page};
+use cuguard_page::{DevicePage, Page, TagPage};
 
 use crate::live::exe_name;
 
@@ -45,6 +47,7 @@ struct Metric {
 enum Value {
     Device(fn(&DevicePage) -> u64),
     Process(fn(&Page) -> u64),
+    Tag(fn(&TagPage) -> u64),
 }
 
 const METRICS: &[Metric] = &[
@@ -84,6 +87,18 @@ const METRICS: &[Metric] = &[
         help: "Alerts the process fired (CUGUARD_WARN_AT crossings).",
         value: Value::Process(|p| p.alerts_total),
     },
+    Metric {
+        name: "cuguard_tag_live_bytes",
+        kind: "gauge",
+        help: "Device memory live under a tag the program gave (cuguard.tag), in bytes, per process and tag (the process's top 16 tags).",
+        value: Value::Tag(|t| t.live_bytes),
+    },
+    Metric {
+        name: "cuguard_tag_live_allocations",
+        kind: "gauge",
+        help: "Device allocations live under a tag the program gave (cuguard.tag), per process and tag.",
+        value: Value::Tag(|t| t.allocations),
+    },
 ];
 
 /// The metrics of these processes' pages, as exposition text.
@@ -107,6 +122,17 @@ pub fn render<'a>(pages: impl IntoIterator<Item = &'a Page> + Clone) -> String {
                             d.ordinal,
                             escape_label(d.uuid.as_deref().unwrap_or("")),
                             value(d)
+                        );
+                    }
+                }
+                Value::Tag(value) => {
+                    for t in &page.tags {
+                        let _ = writeln!(
+                            out,
+                            "{}{{{process},tag=\"{}\"}} {}",
+                            m.name,
+                            escape_label(&t.name),
+                            value(t)
                         );
                     }
                 }
@@ -179,6 +205,11 @@ mod tests {
                         ..DevicePage::default()
                     },
                 ],
+                tags: vec![TagPage {
+                    name: "kv_cache".into(),
+                    live_bytes: 2 << 20,
+                    allocations: 2,
+                }],
                 ..Page::default()
             },
             Page {
@@ -216,6 +247,12 @@ cuguard_oom_total{pid="77",exe="odd \"name\"\\with\nnewline",rank="",worker="",h
 # TYPE cuguard_alerts_total counter
 cuguard_alerts_total{pid="4242",exe="python3.12",rank="3",worker="tcp://127.0.0.1:40001",host="gpu-node-7"} 1
 cuguard_alerts_total{pid="77",exe="odd \"name\"\\with\nnewline",rank="",worker="",host="gpu-node-7"} 0
+# HELP cuguard_tag_live_bytes Device memory live under a tag the program gave (cuguard.tag), in bytes, per process and tag (the process's top 16 tags).
+# TYPE cuguard_tag_live_bytes gauge
+cuguard_tag_live_bytes{pid="4242",exe="python3.12",rank="3",worker="tcp://127.0.0.1:40001",host="gpu-node-7",tag="kv_cache"} 2097152
+# HELP cuguard_tag_live_allocations Device allocations live under a tag the program gave (cuguard.tag), per process and tag.
+# TYPE cuguard_tag_live_allocations gauge
+cuguard_tag_live_allocations{pid="4242",exe="python3.12",rank="3",worker="tcp://127.0.0.1:40001",host="gpu-node-7",tag="kv_cache"} 2
 "#;
         let got = render(&pages());
         for (g, w) in got.lines().zip(want.lines()) {
@@ -227,7 +264,7 @@ cuguard_alerts_total{pid="77",exe="odd \"name\"\\with\nnewline",rank="",worker="
     #[test]
     fn no_pages_is_the_help_and_type_lines_alone() {
         let got = render(&[]);
-        assert_eq!(got.lines().count(), 12);
+        assert_eq!(got.lines().count(), 16);
         assert!(got.lines().all(|l| l.starts_with("# ")), "{got}");
     }
 

@@ -115,6 +115,11 @@ pub struct SiteMoment {
     pub streams: Vec<u64>,
     /// The call path: the site and its callers, innermost first.
     pub stack: Vec<String>,
+    /// The program's tag of its allocations (`cuguard.tag`, `cuguard_tag_push`,
+    /// `cuguard.annotate`): a site's allocations of another tag are another row. Absent when
+    /// they have none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
     /// The report's id of the stack of its largest allocation (not in the JSON).
     #[serde(skip)]
     pub stack_id: Option<u64>,
@@ -181,12 +186,13 @@ pub(crate) fn merged_windows(lost: &[&cuguard_history::replay::Lost]) -> Vec<Los
         .collect()
 }
 
-/// The blocks live at a moment summed by (device, call path, owner): bytes, count, the oldest
-/// start, the largest block's stack, those unsure (made before a lost window ended) and the
-/// streams.
+/// The blocks live at a moment summed by (device, call path, owner, tag): bytes, count, the
+/// oldest start, the largest block's stack, those unsure (made before a lost window ended) and
+/// the streams.
 struct Group {
     site: SiteRef,
     owner: usize,
+    tag: Option<String>,
     bytes: u64,
     allocations: u64,
     first_ns: u64,
@@ -195,8 +201,8 @@ struct Group {
     streams: std::collections::BTreeSet<u64>,
 }
 
-/// The groups' key: the device, the call path as printed, the owner.
-type GroupKey = (Option<u32>, Vec<String>, usize);
+/// The groups' key: the device, the call path as printed, the owner, the tag (a name id).
+type GroupKey = (Option<u32>, Vec<String>, usize, u32);
 
 /// By device, each block's (owner, bytes, 1).
 type DeviceItems = HashMap<Option<u32>, Vec<(usize, u64, u64)>>;
@@ -210,7 +216,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
     let unsure_before = lost.iter().map(|l| l.to_ns).max();
     let sites = SiteIndex::new(&loaded.report);
     let mut owners = OwnerIndex::new(&loaded.report);
-    let (groups, per_device) = group(blocks, &sites, &mut owners, unsure_before);
+    let (groups, per_device) = group(r, blocks, &sites, &mut owners, unsure_before);
     let mut devices: Vec<DeviceMoment> = per_device
         .into_iter()
         .map(|(device, items)| {
@@ -257,8 +263,10 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
 /// Sums `blocks` (pinned host memory aside) into [`Group`]s, and by device into (owner, bytes,
 /// count) items. By call path (the site and its callers as printed) rather than by site alone:
 /// one site reached from several lines (a helper every step calls) shows each line that made
-/// memory. Stacks that print the same are one row.
+/// memory. Stacks that print the same are one row; allocations of another tag (named in `r`)
+/// another.
 fn group(
+    r: &Replay,
     blocks: &[&Block],
     sites: &SiteIndex<'_>,
     owners: &mut OwnerIndex,
@@ -287,10 +295,11 @@ fn group(
             })
             .clone();
         let g = groups
-            .entry((b.device(), path, o))
+            .entry((b.device(), path, o, b.tag))
             .or_insert_with(|| Group {
                 site: SiteRef::from(&*site),
                 owner: o,
+                tag: r.tag_of(b).map(str::to_string),
                 bytes: 0,
                 allocations: 0,
                 first_ns: b.start_ns,
@@ -325,7 +334,7 @@ fn device_sites(
 ) -> Vec<SiteMoment> {
     let mut list: Vec<SiteMoment> = groups
         .iter()
-        .filter(|((dev, _, _), _)| *dev == device)
+        .filter(|((dev, _, _, _), _)| *dev == device)
         .map(|(_, g)| {
             let owner = owners.owner(g.owner);
             SiteMoment {
@@ -340,6 +349,7 @@ fn device_sites(
                 unsure_bytes: g.unsure.1,
                 streams: g.streams.iter().copied().collect(),
                 stack: callers(sites, g.largest.1),
+                tag: g.tag.clone(),
                 stack_id: g.largest.1,
             }
         })
@@ -349,6 +359,7 @@ fn device_sites(
             .cmp(&a.bytes)
             .then(b.allocations.cmp(&a.allocations))
             .then(a.site.site.cmp(&b.site.site))
+            .then_with(|| a.tag.cmp(&b.tag))
     });
     list
 }

@@ -155,7 +155,7 @@ impl Requests {
                     stack: o.stack,
                 }));
             }
-            Step::SegmentMade(_) | Step::SegmentEnded(_) => {}
+            Step::SegmentMade(_) | Step::SegmentEnded(_) | Step::Tagged(_) => {}
         }
     }
 
@@ -212,6 +212,7 @@ mod tests {
             context: 0,
             released: false,
             stream: 0x50,
+            tag: cuguard_history::NONE,
         }
     }
 

@@ -48,7 +48,9 @@ use crate::output::{Format, Options};
 ///                    most bytes first, at most --top
 ///   sites_total      number of distinct sites in this process
 ///   largest_leaks[]  {address ("0x…"), size, requested, api, memory, device, context|null, thread,
-///                     seq, state, site, owner, label}: largest first, at most --top
+///                     seq, state, site, owner, label, tag (the program's name for it:
+///                     cuguard.tag, cuguard_tag_push, cuguard.annotate; absent without one)}:
+///                    largest first, at most --top
 ///   events[]         {kind, count}, most frequent first
 ///   events_dropped   events the shim saw but did not keep (0 when the report does not say)
 ///   faults[]         the shim's own problems

@@ -27,6 +27,7 @@ pub mod phases;
 pub mod python;
 mod report;
 mod sections;
+pub mod tags;
 pub mod text;
 
 use crate::output::{Format, Registry, Row};
@@ -60,15 +61,19 @@ pub struct Parts {
     pub moment: moment::MomentWriter,
     /// One process's history by phase (see [`phases`]).
     pub phases: phases::PhasesWriter,
+    /// Reports' leaks, or a history's moment or window, by tag (see [`tags`]).
+    pub tags: tags::TagsWriter,
 }
 
 /// The row of format `F`, with its parts.
-const fn row<F: Format<Summary> + Sections + moment::MomentFormat + phases::PhasesFormat>()
--> Row<Summary, Parts> {
+const fn row<
+    F: Format<Summary> + Sections + moment::MomentFormat + phases::PhasesFormat + tags::TagsFormat,
+>() -> Row<Summary, Parts> {
     Row::with::<F>(Parts {
         sections: (F::head, F::process, F::tail),
         moment: F::moment,
         phases: F::phases,
+        tags: F::tags,
     })
 }
 

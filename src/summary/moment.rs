@@ -12,7 +12,7 @@
 
 use std::io::{self, Write};
 
-use crate::history::moment::{DeviceMoment, Moment};
+use crate::history::moment::{DeviceMoment, Moment, Span};
 use crate::output::Options;
 use crate::style::{Style, Table};
 use crate::wording::{bytes, one_line, plural};
@@ -60,40 +60,67 @@ fn until(ms: f64) -> String {
 fn headline(m: &Moment) -> String {
     let bytes_total: u64 = m.devices.iter().map(|d| d.bytes).sum();
     let count: u64 = m.devices.iter().map(|d| d.allocations).sum();
-    let mut asked = match (m.at_ms, m.from_ms, m.to_ms) {
+    let asked = Asked {
+        at_ms: m.at_ms,
+        from_ms: m.from_ms,
+        to_ms: m.to_ms,
+        phase: m.phase.as_deref(),
+    };
+    window_headline(&asked, &m.span, bytes_total, count, "")
+}
+
+/// What a history was asked: a moment (`at_ms`) or a window, and the phase that named it.
+pub(super) struct Asked<'a> {
+    pub at_ms: Option<f64>,
+    pub from_ms: Option<f64>,
+    pub to_ms: Option<f64>,
+    pub phase: Option<&'a str>,
+}
+
+/// A history's answer's headline: what was `asked` (then `by`, `, by tag`), the total
+/// (`bytes_total` in `count` allocations), and the history's `span` and gaps.
+pub(super) fn window_headline(
+    asked: &Asked<'_>,
+    span: &Span,
+    bytes_total: u64,
+    count: u64,
+    by: &str,
+) -> String {
+    let mut what = match (asked.at_ms, asked.from_ms, asked.to_ms) {
         (Some(at), _, _) => format!("live at {}", when(at)),
         (_, Some(a), Some(b)) => format!("kept from {} to {}", when(a), when(b)),
         _ => "live".into(),
     };
-    match (&m.phase, m.at_ms) {
-        (Some(p), Some(_)) => asked.push_str(&format!(", the peak of phase {}", one_line(p))),
-        (Some(p), None) => asked.push_str(&format!(", by phase {}", one_line(p))),
+    match (asked.phase, asked.at_ms) {
+        (Some(p), Some(_)) => what.push_str(&format!(", the peak of phase {}", one_line(p))),
+        (Some(p), None) => what.push_str(&format!(", by phase {}", one_line(p))),
         (None, _) => {}
     }
-    let mut span = format!(
+    what.push_str(by);
+    let mut covers = format!(
         "the history spans {} to {}",
-        when(m.span.begins_ms),
-        until(m.span.ends_ms)
+        when(span.begins_ms),
+        until(span.ends_ms)
     );
-    if m.span.begins_ms > 0.0 {
-        span.push_str(", what came before was let go to stay within CUGUARD_HISTORY");
+    if span.begins_ms > 0.0 {
+        covers.push_str(", what came before was let go to stay within CUGUARD_HISTORY");
     }
-    match (&m.span.stopped, m.span.whole) {
-        (Some(why), _) => span.push_str(&format!(
+    match (&span.stopped, span.whole) {
+        (Some(why), _) => covers.push_str(&format!(
             ", up to where the recording stopped: {}",
             one_line(why)
         )),
-        (None, true) if m.span.complete => span.push_str(", whole"),
+        (None, true) if span.complete => covers.push_str(", whole"),
         (None, true) => {}
         (None, false) => {
-            span.push_str(", without its end: the process was killed or is still running")
+            covers.push_str(", without its end: the process was killed or is still running")
         }
     }
-    if m.span.lost_events > 0 {
-        span.push_str(&format!("; NOT WHOLE: {}", lost_text(m)));
+    if span.lost_events > 0 {
+        covers.push_str(&format!("; NOT WHOLE: {}", lost_text(span)));
     }
     format!(
-        "{asked}: {} in {} ({span})",
+        "{what}: {} in {} ({covers})",
         bytes(bytes_total),
         plural(count, "allocation", "allocations")
     )
@@ -102,23 +129,22 @@ fn headline(m: &Moment) -> String {
 /// What was lost up to the moment asked, and what it may change: `12 events lost before this
 /// moment, at 1.2 s–1.25 s and 3.1 s–3.2 s: an allocation listed may have been freed in a lost
 /// window (`unsure`), one made in it may be missing`.
-fn lost_text(m: &Moment) -> String {
-    let windows: Vec<String> = m
-        .span
+fn lost_text(span: &Span) -> String {
+    let windows: Vec<String> = span
         .lost_windows
         .iter()
         .map(|w| format!("{}–{}", until(w.from_ms), when(w.to_ms)))
         .collect();
-    let listed: u64 = m.span.lost_windows.iter().map(|w| w.events).sum();
+    let listed: u64 = span.lost_windows.iter().map(|w| w.events).sum();
     let mut at = windows.join(", ");
-    if m.span.lost_events > listed {
+    if span.lost_events > listed {
         at.push_str(", and later windows");
     }
     format!(
         "{} lost before this moment (the threads made them faster than they were written), at \
          {at}: an allocation listed may have been freed in a lost window, one made in it may be \
          missing",
-        plural(m.span.lost_events, "event", "events")
+        plural(span.lost_events, "event", "events")
     )
 }
 
@@ -172,7 +198,7 @@ pub fn text(m: &Moment, source: &str, out: &mut dyn Write, style: Style) -> io::
             t.row([
                 bytes(s.bytes),
                 plural(s.allocations, "allocation", "allocations"),
-                one_line(&s.site.label),
+                super::text::tagged(&s.site.label, s.tag.as_deref()),
                 format!("since {}{}", when(s.first_ms), streams_text(&s.streams)),
                 super::text::held_by(s.owner_kind, &s.owner_label),
                 unsure_text(s),
@@ -250,7 +276,13 @@ pub fn markdown(m: &Moment, source: &str, out: &mut dyn Write) -> io::Result<()>
                     format!(" ({unsure})")
                 },
                 when(s.first_ms),
-                site_cell(&s.site.label, s.owner_kind, &s.owner_label, false, &s.stack)
+                site_cell(
+                    &super::text::tagged(&s.site.label, s.tag.as_deref()),
+                    s.owner_kind,
+                    &s.owner_label,
+                    false,
+                    &s.stack
+                )
             )?;
         }
         if d.sites_total > d.sites.len() {

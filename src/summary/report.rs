@@ -202,6 +202,10 @@ pub struct LeakLine {
     /// The site for people: its label (see [`crate::sites::Site::label`]) where the shim chose
     /// the site, else its key (as `site`).
     pub label: String,
+    /// The program's tag for it (`cuguard.tag`, `cuguard_tag_push`, `cuguard.annotate`);
+    /// absent when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 /// How many events of one kind.
@@ -488,6 +492,7 @@ fn largest_leaks<'r>(
                     let o = owners.of_leak(l);
                     owners.owner(o).id.clone()
                 },
+                tag: l.tag.as_deref().map(str::to_string),
             }
         })
         .collect()

@@ -371,6 +371,15 @@ fn devices_table(p: &ReportSummary, out: &mut dyn Write) -> io::Result<()> {
     out.write_all(t.render("  ").as_bytes())
 }
 
+/// A site for people, with its allocations' tag when they carry one: `kv_site (a.c:12)
+/// [kv_cache]`.
+pub(super) fn tagged(label: &str, tag: Option<&str>) -> String {
+    match tag {
+        Some(t) => format!("{} [{}]", one_line(label), one_line(t)),
+        None => one_line(label),
+    }
+}
+
 /// `largest leaks`: size, address, entry point, memory, device, context, thread and place.
 fn largest_leaks_section(p: &ReportSummary, out: &mut dyn Write, style: Style) -> io::Result<()> {
     if p.largest_leaks.is_empty() {
@@ -396,7 +405,7 @@ fn largest_leaks_section(p: &ReportSummary, out: &mut dyn Write, style: Style) -
             format!("dev {}", l.device),
             ctx,
             format!("thread {}", l.thread),
-            format!("{} {state}", one_line(&l.label)),
+            format!("{} {state}", tagged(&l.label, l.tag.as_deref())),
         ]);
     }
     out.write_all(t.render("  ").as_bytes())?;

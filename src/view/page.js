@@ -279,6 +279,8 @@
     area.width = W; area.height = H; area.className = "history-area";
     // ", on stream 0x5e8c30" for an allocation made on a stream other than the default.
     function onStream(b) { return b[4] ? ", on stream 0x" + b[4].toString(16) : ""; }
+    // " [kv_cache]" for an allocation of band i the program tagged.
+    function tagOf(i) { var k = t.band_tags ? t.band_tags[i] : 0; return k ? " [" + t.tags[k - 1] + "]" : ""; }
     var bandsC = document.createElement("canvas");
     var lanes = [], laneEnd = [];
     t.bands.forEach(function (b, i) {
@@ -383,12 +385,14 @@
         tr.appendChild(b); tbl.appendChild(tr);
       });
       list.appendChild(tbl);
-      var live = t.bands.filter(function (b) { var e = b[1] < 0 ? Infinity : b[1]; return b[0] <= best.at && best.at < e; })
-        .sort(function (a, b) { return b[2] - a[2]; }).slice(0, 10);
+      var live = t.bands.map(function (b, i) { return i; })
+        .filter(function (i) { var b = t.bands[i], e = b[1] < 0 ? Infinity : b[1]; return b[0] <= best.at && best.at < e; })
+        .sort(function (i, j) { return t.bands[j][2] - t.bands[i][2]; }).slice(0, 10);
       if (live.length) {
         var p = document.createElement("p");
-        p.textContent = "largest allocations then: " + live.map(function (b) {
-          return fmt(b[2]) + " " + t.series[b[3]].label + " (from " + ms(Math.round(b[0])) + onStream(b) + ")";
+        p.textContent = "largest allocations then: " + live.map(function (i) {
+          var b = t.bands[i];
+          return fmt(b[2]) + " " + t.series[b[3]].label + tagOf(i) + " (from " + ms(Math.round(b[0])) + onStream(b) + ")";
         }).join(", ");
         list.appendChild(p);
       }
@@ -408,15 +412,15 @@
     };
     area.ondblclick = function () { view = [t.begins_ms, t.ends_ms]; draw(); };
     bandsC.onmousemove = function (e) {
-      var lane = Math.floor((e.offsetY - 2) / LANE), ms0 = at(e.offsetX), hit = null;
+      var lane = Math.floor((e.offsetY - 2) / LANE), ms0 = at(e.offsetX), hit = null, hitAt = -1;
       t.bands.forEach(function (b, i) {
         var end = b[1] < 0 ? t.ends_ms : b[1];
-        if (lanes[i] === lane && b[0] <= ms0 && ms0 <= end) hit = b;
+        if (lanes[i] === lane && b[0] <= ms0 && ms0 <= end) { hit = b; hitAt = i; }
       });
       if (!hit) { tip.textContent = ""; return; }
       var s = t.series[hit[3]];
       tip.textContent = fmt(hit[2]) + " from " + ms(Math.round(hit[0])) + " to " +
-        (hit[1] < 0 ? "the end" : ms(Math.round(hit[1]))) + onStream(hit) + ": " + s.label +
+        (hit[1] < 0 ? "the end" : ms(Math.round(hit[1]))) + onStream(hit) + ": " + s.label + tagOf(hitAt) +
         (s.stack && s.stack.length ? " — " + s.stack.join(" ← ") : "");
     };
     draw();

@@ -9,8 +9,9 @@
 //!   window of the run in as many columns, which the page uses once zoomed in that far. Each
 //!   column holds the bytes of each series at the column's highest moment, so a spike shorter
 //!   than a column still shows at its height, and that moment;
-//! - the [`BANDS`] largest allocations by size, each with its times, size and site: drawn as
-//!   bands, listed when a moment is clicked;
+//! - the [`BANDS`] largest allocations by size, each with its times, size, site and the
+//!   program's tag (`cuguard.tag`, `cuguard_tag_push`, `cuguard.annotate`): drawn as bands,
+//!   described when hovered, listed when a moment is clicked;
 //! - the program's phases (NVTX ranges, `cuguard.phase`s), at most
 //!   [`MAX_PHASES`](super::MAX_PHASES), each with its span and peak ([`super::phases`]): drawn
 //!   as bands above the memory.
@@ -62,6 +63,13 @@ pub struct Timeline {
     /// The largest allocations: `[start ms, end ms or -1 (live at the end), bytes, series,
     /// stream]` (the stream's handle; 0: the default stream).
     pub bands: Vec<(f64, f64, u64, usize, u64)>,
+    /// The tags of the bands' allocations, each once (none: the key is left out).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Each band's tag, by band: 0 for none, else 1 + its place in `tags` (left out with
+    /// `tags`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub band_tags: Vec<u32>,
     /// Allocations in the history, and those drawn as bands.
     pub allocations: usize,
     /// The history's peak: (ms, bytes).
@@ -137,9 +145,9 @@ pub fn timeline<S: Source>(
     let (levels, live) = sweep(history, (from, to), series.len(), &series_of, &mut peaks)?;
     let phases_omitted = chosen.omitted;
     let phases = chosen.bands(&meta.phases, &peaks.finish(live), ms);
-    let bands = weighed
-        .largest
-        .list()
+    let largest = weighed.largest.list();
+    let (tags, band_tags) = band_tags(meta, &largest);
+    let bands = largest
         .into_iter()
         .map(|b| {
             (
@@ -159,6 +167,8 @@ pub fn timeline<S: Source>(
         series,
         levels,
         bands,
+        tags,
+        band_tags,
         allocations: weighed.allocations,
         peak: (ms(peak.0), peak.1),
         lost_events: meta.lost_events(),
@@ -167,6 +177,27 @@ pub fn timeline<S: Source>(
         phases,
         phases_omitted,
     })
+}
+
+/// The tags of `bands` (named in `meta`), each once, and each band's: 0 for none, else 1 + its
+/// place; both empty when no band has a tag.
+fn band_tags(meta: &Replay, bands: &[Block]) -> (Vec<String>, Vec<u32>) {
+    if bands.iter().all(|b| b.tag == cuguard_history::NONE) {
+        return (Vec::new(), Vec::new());
+    }
+    let mut tags: Vec<String> = Vec::new();
+    let mut by_id: HashMap<u32, u32> = HashMap::new();
+    let of_band = bands
+        .iter()
+        .map(|b| match meta.tag_of(b) {
+            None => 0,
+            Some(name) => *by_id.entry(b.tag).or_insert_with(|| {
+                tags.push(name.to_string());
+                tags.len() as u32
+            }),
+        })
+        .collect();
+    (tags, of_band)
 }
 
 /// Whether an allocation is drawn: device memory, not pinned host memory.
@@ -209,6 +240,7 @@ fn weigh<S: Source>(history: &History<S>, to: u64) -> Result<Weighed, cuguard_hi
                 b.size as f64 * (to.max(b.start_ns) - end.min(to.max(b.start_ns))) as f64;
             largest.ended(&b);
         }
+        Step::Tagged(b) if drawn(&b) => largest.tagged(&b),
         _ => {}
     })?;
     Ok(Weighed {
@@ -404,6 +436,16 @@ impl Largest {
             && let Some(k) = self.kept.get_mut(&order)
         {
             k.end_ns = b.end_ns;
+            k.tag = b.tag;
+        }
+    }
+
+    /// A live allocation named after it was made: its band takes the tag.
+    fn tagged(&mut self, b: &Block) {
+        if let Some(order) = self.by_block.get(&(b.addr, b.start_ns))
+            && let Some(k) = self.kept.get_mut(order)
+        {
+            k.tag = b.tag;
         }
     }
 
@@ -712,5 +754,73 @@ mod tests {
         assert_eq!(t.phases[0].label, "step #1");
         let json = serde_json::to_string(&t.phases).unwrap();
         assert!(json.len() < 512 << 10, "{} bytes", json.len());
+    }
+
+    #[test]
+    fn bands_carry_their_tags_given_as_made_or_after_the_fact() {
+        const MS: u64 = 1_000_000;
+        let mut f = Header {
+            version: VERSION,
+            pid: 1,
+            start_unix_ns: 0,
+            segment: 0,
+            run: 0,
+        }
+        .encode()
+        .to_vec();
+        for t in [0, 100 * MS] {
+            let clock = Chunk::Clock {
+                tsc: t,
+                since_start_ns: t,
+                unix_ns: t,
+            };
+            write_chunk(&mut f, &clock);
+        }
+        for (id, text) in [(1, "kv_cache"), (2, "activations")] {
+            let text = text.to_string();
+            write_chunk(&mut f, &Chunk::Name { id, text });
+        }
+        let ev = |tsc, action, addr, size| Raw {
+            tsc,
+            addr,
+            size,
+            stack: 1,
+            context: 0,
+            kind: kind(action, MemoryKind::Device),
+            device: 1,
+            stream: 0,
+        };
+        let events = vec![
+            // Tagged as it was made: its tag right after it, at its moment.
+            ev(10 * MS, Action::Alloc, 0x1000_0000, 4 << 20),
+            ev(10 * MS, Action::Tag, 0x1000_0000, 1),
+            ev(20 * MS, Action::Alloc, 0x2000_0000, 2 << 20),
+            ev(30 * MS, Action::Alloc, 0x3000_0000, 1 << 20),
+            // Named after the fact, then freed.
+            ev(40 * MS, Action::Tag, 0x2000_0000, 2),
+            ev(50 * MS, Action::Free, 0x2000_0000, 0),
+        ];
+        write_chunk(&mut f, &Chunk::Events { thread: 1, events });
+        write_chunk(&mut f, &Chunk::End { tsc: 100 * MS });
+        let h = History::open(vec![f]).unwrap();
+        let t = timeline(&h, "p[1]".into(), &site).unwrap();
+        let bands: Vec<(u64, Option<&str>)> = t
+            .bands
+            .iter()
+            .zip(&t.band_tags)
+            .map(|(b, &k)| (b.2 >> 20, (k > 0).then(|| t.tags[k as usize - 1].as_str())))
+            .collect();
+        assert_eq!(
+            bands,
+            [(4, Some("kv_cache")), (2, Some("activations")), (1, None)]
+        );
+        assert_eq!(t.tags, ["kv_cache", "activations"]);
+        // Without a tag, the page's data is as it was: neither key.
+        let plain = history(&[(0, None, 1 << 20, 1)], 10 * MS);
+        let json = serde_json::to_string(&timeline(&plain, "p[1]".into(), &site).unwrap()).unwrap();
+        assert!(
+            !json.contains("\"tags\"") && !json.contains("band_tags"),
+            "{json}"
+        );
     }
 }

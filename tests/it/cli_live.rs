@@ -282,6 +282,10 @@ cuguard_reserved_bytes{{{pa}{d1}}} 0
 # HELP cuguard_alerts_total Alerts the process fired (CUGUARD_WARN_AT crossings).
 # TYPE cuguard_alerts_total counter
 {}
+# HELP cuguard_tag_live_bytes Device memory live under a tag the program gave (cuguard.tag), in bytes, per process and tag (the process's top 16 tags).
+# TYPE cuguard_tag_live_bytes gauge
+# HELP cuguard_tag_live_allocations Device allocations live under a tag the program gave (cuguard.tag), per process and tag.
+# TYPE cuguard_tag_live_allocations gauge
 ",
         per_process("cuguard_leaks", 5, 0),
         per_process("cuguard_oom_total", 2, 0),

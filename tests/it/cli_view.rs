@@ -559,6 +559,65 @@ fn cli_view_says_the_streams_of_the_allocations_listed() {
     }
 }
 
+/// The program's tags (`tag_steps`, see `cli_tags.rs`) on the history's timeline: at the peak,
+/// where every allocation is live, each of the largest allocations listed says its tag after its
+/// site (`[kv_cache]`), the one given after the fact (`activations`) included, and the untagged
+/// one says none.
+#[test]
+fn cli_view_says_the_tags_of_the_allocations_listed() {
+    let Some(chromium) = chromium_for("cli_view_says_the_tags_of_the_allocations_listed") else {
+        return;
+    };
+    let dir = support::scratch_dir("cli-view-tags");
+    let (report, site) = crate::cli_tags::tagged_run(&dir);
+    let page = dir.join("r.html");
+    write_page(&page, &[report]);
+    // The page shows the history's peak when no moment is asked.
+    let dom = rendered_dom(&chromium, &page, &dir.join("profile"));
+    let list = dom
+        .split("largest allocations then: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no list: {dom}"))
+        .split('<')
+        .next()
+        .unwrap();
+    // Items are `SIZE SERIES[ [TAG]] (from T)`, joined by ", "; a series is the site and its
+    // caller.
+    let mut items: Vec<(String, Option<String>)> = list
+        .split("), ")
+        .map(|i| {
+            let (head, _) = i
+                .rsplit_once(" (from ")
+                .unwrap_or_else(|| panic!("{i}: {list}"));
+            let (size, series) = head.split_at(head.find(" MiB ").unwrap() + 4);
+            let (series, tag) = match series.strip_suffix(']') {
+                Some(s) => {
+                    let (series, tag) = s.rsplit_once(" [").unwrap();
+                    (series, Some(tag.to_string()))
+                }
+                None => (series, None),
+            };
+            let site = series.trim().split(" ← ").next().unwrap().to_string();
+            (format!("{size} {site}"), tag)
+        })
+        .collect();
+    items.sort();
+    let tagged = |size: &str, name: &str, tag: Option<&str>| {
+        (format!("{size} {}", site[name]), tag.map(str::to_string))
+    };
+    let mut want = vec![
+        tagged("32.0 MiB", "kv", Some("kv_cache")),
+        tagged("32.0 MiB", "kv", Some("kv_cache")),
+        tagged("16.0 MiB", "weights", Some("weights")),
+        tagged("8.0 MiB", "late", Some("activations")),
+        tagged("8.0 MiB", "scratch", Some("scratch")),
+        tagged("4.0 MiB", "temp", Some("scratch")),
+        tagged("2.0 MiB", "plain", None),
+    ];
+    want.sort();
+    assert_eq!(items, want, "{list}");
+}
+
 /// The program's phases, marked through the shim's C ABI as NVTX ranges are recorded: bands
 /// above the history's timeline, the three steps in one lane at increasing x labelled
 /// `step #1`..`step #3`, `forward` in the lane below, each with its span and peak (112, 152

@@ -26,12 +26,13 @@ fn the_fast_path_reads_every_field_the_shim_writes() {
     let dir = scratch_dir("format-read");
     let (mut leak, mut stack, mut frame, mut site) = Default::default();
     // leaks_linked: every memory kind, VMM handles, the pool off and on; stack_sites and
-    // stack_named: stacks with sites and named frames.
+    // stack_named: stacks with sites and named frames; tag_steps: leaks with tags.
     let runs = [
         ("leaks_linked", "0"),
         ("leaks_linked", "1"),
         ("stack_sites", "0"),
         ("stack_named", "0"),
+        ("tag_steps", "1"),
     ];
     for (program, pool) in runs {
         let path = dir.join(format!("{program}-pool{pool}.json"));

@@ -16,6 +16,7 @@ mod cli_merge;
 mod cli_phases;
 mod cli_schema;
 mod cli_symbolize;
+mod cli_tags;
 mod cli_usage;
 mod cli_view;
 mod cost;

@@ -7,11 +7,14 @@
  *   f SLOT         free SLOT
  *   k BYTES        fork; the child allocates BYTES from child_buffers() and waits for a signal
  *                  (answered "ok CHILDPID" once the child has allocated)
+ *   t NAME         open tag NAME on this thread (cuguard_tag_push, through dlsym)
+ *   u              close it (cuguard_tag_pop)
  *   x CODE         exit(CODE)
  *
  * End of input exits with 0. The two grow_ functions are distinct allocation sites, so the
  * test knows which site holds what. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +103,19 @@ int main(void) {
             if (read(ready[0], &r, 1) != 1) return 1;
             close(ready[0]);
             printf("ok %d\n", (int)pid);
+            break;
+        }
+        case 't':
+        case 'u': {
+            char name[200] = "";
+            int (*push)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "cuguard_tag_push");
+            int (*pop)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "cuguard_tag_pop");
+            if (!push || !pop || (cmd == 't' && sscanf(line, " %c %199s", &cmd, name) != 2)) {
+                fprintf(stderr, "bad command, or no shim: %s", line);
+                return 2;
+            }
+            int r = cmd == 't' ? push(name) : pop();
+            printf("ok %d\n", r);
             break;
         }
         case 'x':

@@ -56,6 +56,18 @@ macro_rules! allocation_core {
 
         impl<'a> $crate::allocation::Fields<'a> for $name<$crate::text::Text<'a>> {
             const KEYS: &'static [&'static str] = &[$(stringify!($field)),*];
+            const OPTIONAL: u64 = {
+                let mut bits = 0u64;
+                let mut at = 0u32;
+                $(
+                    if $crate::allocation::map::may_be_absent(stringify!($read)) {
+                        bits |= 1 << at;
+                    }
+                    at += 1;
+                )*
+                let _ = at;
+                bits
+            };
 
             #[inline]
             fn read_field<V: $crate::allocation::Values<'a>>(
@@ -107,6 +119,14 @@ allocation_core! {
         pub time_ms: u64 => u64,
         /// Stack id.
         pub stack: Option<u64> => opt_u64,
+        /// The program's name for it (`cuguard.tag`, `cuguard_tag_push`, `cuguard.annotate`);
+        /// absent when it has none.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::allocation::opt_text"
+        )]
+        pub tag: Option<S> => opt_text,
     }
 }
 
@@ -118,6 +138,28 @@ pub mod map {
     /// A text field: changed.
     pub fn text<S, T>(value: S, f: &mut impl FnMut(S) -> T) -> T {
         f(value)
+    }
+
+    /// An optional text field: changed where present.
+    pub fn opt_text<S, T>(value: Option<S>, f: &mut impl FnMut(S) -> T) -> Option<T> {
+        value.map(f)
+    }
+
+    /// Whether a field read by `read` may be absent from the JSON (written only when it has a
+    /// value): the optional text fields.
+    pub const fn may_be_absent(read: &str) -> bool {
+        let (a, b) = (read.as_bytes(), b"opt_text");
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
     }
 
     macro_rules! kept {
@@ -150,6 +192,18 @@ impl<'de: 'a, 'a> ApiText<'de> for Text<'a> {
     }
 }
 
+/// An optional text field as serde reads it: `null` or a string ([`ApiText::read`]).
+pub fn opt_text<'de, D: Deserializer<'de>, S: ApiText<'de>>(d: D) -> Result<Option<S>, D::Error> {
+    struct Present<S>(S);
+    impl<'de, S: ApiText<'de>> serde::Deserialize<'de> for Present<S> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            S::read(d).map(Present)
+        }
+    }
+    let v: Option<Present<S>> = serde::Deserialize::deserialize(d)?;
+    Ok(v.map(|p| p.0))
+}
+
 /// What the fast path reads a field's value with: the document's cursor, at the value.
 /// Each method gives `None` where the text is not what the reader's fast path handles, and
 /// the reader then gives the document to serde_json.
@@ -168,12 +222,17 @@ pub trait Values<'a> {
     fn memory(&mut self) -> Option<Memory>;
     /// A string without escapes.
     fn text(&mut self) -> Option<Text<'a>>;
+    /// A string without escapes, or `null`.
+    fn opt_text(&mut self) -> Option<Option<Text<'a>>>;
 }
 
 /// A core as the fast path reads it: its keys, in order, and each one's reading.
 pub trait Fields<'a>: Default {
     /// The fields' keys in JSON, in the order of the declaration (the shim writes them so).
     const KEYS: &'static [&'static str];
+    /// The keys that may be absent, by bit of their index in [`Self::KEYS`] (those read by
+    /// `opt_text`: written only when they have a value).
+    const OPTIONAL: u64;
     /// Reads the value of `KEYS[k]` into its field; `None` where `k` is not a key of the core
     /// or the value is not one the fast path reads.
     fn read_field<V: Values<'a>>(&mut self, k: usize, values: &mut V) -> Option<()>;

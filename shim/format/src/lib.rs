@@ -75,6 +75,7 @@
 //!         seq: 1,
 //!         time_ms: 12,
 //!         stack: None,
+//!         tag: Some("kv_cache".into()),
 //!     },
 //!     state: LeakState::LiveAtExit,
 //!     handle: None,

@@ -227,6 +227,9 @@ pub enum Step {
     SegmentMade(Block),
     SegmentEnded(Block),
     Oom(Oom),
+    /// A live block named after it was made ([`Action::Tag`] after the fact): the block as it
+    /// is now, its tag set. A tag given as the block was made is in its [`Step::Made`].
+    Tagged(Block),
 }
 
 /// A history opened for reading in bounded memory.
@@ -277,6 +280,9 @@ struct Left {
     segments: OpenSet,
     unmatched: u64,
     last_ns: u64,
+    /// Tags given after the fact later than this are not applied (a window read past its end
+    /// names its blocks as they were at its end).
+    tags_until: u64,
 }
 
 impl<S: Source> History<S> {
@@ -470,13 +476,19 @@ impl<S: Source> History<S> {
             segments: OpenSet::default(),
             unmatched: 0,
             last_ns: 0,
+            tags_until: match stop {
+                Stop::After(ns) => ns,
+                _ => u64::MAX,
+            },
         };
         let mut state = begin.state;
         state.sort_by_key(|(_, r)| r.tsc);
-        for (thread, r) in state {
-            let b = self.block(thread, &r, self.clock.ns(r.tsc));
+        let mut state = state.into_iter().peekable();
+        while let Some((thread, r)) = state.next() {
+            let mut b = self.block(thread, &r, self.clock.ns(r.tsc));
             match Action::of(r.kind) {
                 Some(Action::Alloc) => {
+                    b.tag = tag_after(thread, &r, &mut state);
                     left.open.made(b);
                     visit(Step::Restated(b));
                 }
@@ -553,13 +565,15 @@ impl<S: Source> History<S> {
             context: r.context,
             released: false,
             stream: r.stream,
+            tag: crate::NONE,
         }
     }
 
     /// Applies a drain's events, in time order.
     fn apply(&self, group: &mut Vec<(u32, Raw)>, left: &mut Left, visit: &mut dyn FnMut(Step)) {
         group.sort_by_key(|(_, r)| r.tsc);
-        for (thread, r) in group.drain(..) {
+        let mut events = group.drain(..).peekable();
+        while let Some((thread, r)) = events.next() {
             let (Some(action), Some(_)) = (Action::of(r.kind), crate::memory_of(r.kind)) else {
                 continue;
             };
@@ -567,7 +581,8 @@ impl<S: Source> History<S> {
             left.last_ns = left.last_ns.max(t);
             match action {
                 Action::Alloc => {
-                    let b = self.block(thread, &r, t);
+                    let mut b = self.block(thread, &r, t);
+                    b.tag = tag_after(thread, &r, &mut events);
                     if let Some(old) = left.open.made(b) {
                         visit(Step::Ended(old));
                     }
@@ -604,10 +619,34 @@ impl<S: Source> History<S> {
                         visit(Step::SegmentEnded(b));
                     }
                 }
+                Action::Tag if t <= left.tags_until => {
+                    if let Some(b) = left.open.tagged(r.addr, t, r.size as u32) {
+                        visit(Step::Tagged(b));
+                    }
+                }
                 // In their own chunks ([`crate::Chunk::Phases`]), read when the history opens.
-                Action::PhaseBegin | Action::PhaseEnd => {}
+                Action::Tag | Action::PhaseBegin | Action::PhaseEnd => {}
             }
         }
+    }
+}
+
+/// The tag given to the block `alloc` makes as it was made: the [`Action::Tag`] event right
+/// after it (same thread, moment and address), taken from `events`; [`crate::NONE`] without.
+fn tag_after<I: Iterator<Item = (u32, Raw)>>(
+    thread: u32,
+    alloc: &Raw,
+    events: &mut std::iter::Peekable<I>,
+) -> u32 {
+    let named = |(t, r): &(u32, Raw)| {
+        *t == thread
+            && Action::of(r.kind) == Some(Action::Tag)
+            && r.addr == alloc.addr
+            && r.tsc == alloc.tsc
+    };
+    match events.next_if(named) {
+        Some((_, tag)) => tag.size as u32,
+        None => crate::NONE,
     }
 }
 
@@ -674,6 +713,16 @@ impl OpenSet {
         b.end_ns = Some(t);
         self.forget(b.context, addr);
         Some(b)
+    }
+
+    /// The block at `addr` named `tag` at `t`; `None` when none was made there before `t`.
+    fn tagged(&mut self, addr: u64, t: u64, tag: u32) -> Option<Block> {
+        let b = self.blocks.get_mut(&addr)?;
+        if b.start_ns > t {
+            return None;
+        }
+        b.tag = tag;
+        Some(*b)
     }
 
     /// Every block of `context`, ended at `t` with it.

@@ -92,6 +92,11 @@ pub enum Action {
     PhaseBegin = 7,
     /// A phase ended: `addr` is its range's key (0: the thread's innermost nested range).
     PhaseEnd = 8,
+    /// The program named the allocation at `addr` (`cuguard.tag`, `cuguard_tag_push`,
+    /// `cuguard.annotate`): `size` is the tag's name id ([`Chunk::Name`]). Written among the
+    /// allocations' events, right after the [`Action::Alloc`] it names (same moment) when the
+    /// tag was set as it was made, later for a tag given after the fact.
+    Tag = 9,
 }
 
 impl Action {
@@ -106,6 +111,7 @@ impl Action {
             6 => Action::SegmentFree,
             7 => Action::PhaseBegin,
             8 => Action::PhaseEnd,
+            9 => Action::Tag,
             _ => return None,
         })
     }
@@ -114,7 +120,7 @@ impl Action {
     pub fn sized(self) -> bool {
         matches!(
             self,
-            Action::Alloc | Action::Oom | Action::SegmentAlloc | Action::PhaseBegin
+            Action::Alloc | Action::Oom | Action::SegmentAlloc | Action::PhaseBegin | Action::Tag
         )
     }
 

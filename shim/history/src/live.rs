@@ -103,6 +103,8 @@ pub struct Follow {
     since: u64,
     /// The fewest events between checkpoints (0: [`CHECKPOINT_EVENTS`]).
     every: u64,
+    /// The tags of live allocations, by address (a name id: [`Action::Tag`]).
+    tags: HashMap<u64, u32>,
 }
 
 /// Whether an allocation's bytes count toward the peak (device memory: not host-pinned).
@@ -119,6 +121,7 @@ impl Follow {
         match Action::of(e.kind) {
             Some(Action::Alloc) => {
                 self.span.allocations += 1;
+                self.tags.remove(&e.addr);
                 if let Some(old) = self.live.insert(thread, e) {
                     self.less(&old);
                 }
@@ -132,7 +135,18 @@ impl Follow {
             }
             Some(Action::Free) => {
                 if let Some(made) = self.live.freed(e) {
+                    self.tags.remove(&e.addr);
                     self.less(&made);
+                }
+            }
+            Some(Action::Tag) => {
+                if self
+                    .live
+                    .by_addr
+                    .get(&e.addr)
+                    .is_some_and(|(_, m)| m.tsc <= e.tsc)
+                {
+                    self.tags.insert(e.addr, e.size as u32);
                 }
             }
             Some(Action::SegmentAlloc) => {
@@ -143,6 +157,7 @@ impl Follow {
             }
             Some(Action::ContextRelease) => {
                 for r in self.live.released(e.context) {
+                    self.tags.remove(&r.addr);
                     self.less(&r);
                 }
                 self.segments.released(e.context);
@@ -158,16 +173,36 @@ impl Follow {
         }
     }
 
-    /// Everything live (segments, then allocations), by time.
+    /// Everything live (segments, then allocations), by time; a tagged allocation's tag right
+    /// after it, at its moment (as the shim records a tag given as memory is made).
     pub fn live(&self) -> Vec<(u32, Raw)> {
+        let tag = |&(thread, made): &(u32, Raw)| {
+            let &id = self.tags.get(&made.addr)?;
+            let kind = crate::kind(Action::Tag, MemoryKind::Device);
+            Some((
+                thread,
+                Raw {
+                    kind,
+                    size: u64::from(id),
+                    stack: crate::NONE,
+                    ..made
+                },
+            ))
+        };
         let mut all: Vec<(u32, Raw)> = self
             .segments
             .by_addr
             .values()
-            .chain(self.live.by_addr.values())
             .copied()
+            .chain(
+                self.live
+                    .by_addr
+                    .values()
+                    .flat_map(|m| std::iter::once(*m).chain(tag(m))),
+            )
             .collect();
-        all.sort_by_key(|(_, r)| r.tsc);
+        let is_tag = |r: &Raw| Action::of(r.kind) == Some(Action::Tag);
+        all.sort_by_key(|(_, r)| (r.tsc, r.addr, is_tag(r)));
         all
     }
 

@@ -56,6 +56,8 @@ pub struct Block {
     pub released: bool,
     /// The stream it was made on (the `CUstream` handle; 0: the legacy default stream, or none).
     pub stream: u64,
+    /// The program's tag for it: a name id ([`Replay::name`]), or [`NONE`].
+    pub tag: u32,
 }
 
 impl Block {
@@ -140,6 +142,17 @@ pub struct Replay {
 }
 
 impl Replay {
+    /// The text of name `id` (a phase's or a tag's: [`crate::Chunk::Name`]), if the history
+    /// holds it.
+    pub fn name(&self, id: u32) -> Option<&str> {
+        self.phases.names.get(&id).map(String::as_str)
+    }
+
+    /// The text of a block's tag, if it has one.
+    pub fn tag_of(&self, b: &Block) -> Option<&str> {
+        (b.tag != NONE).then(|| self.name(b.tag).unwrap_or("?"))
+    }
+
     /// The blocks live at `t_ns`.
     pub fn live_at(&self, t_ns: u64) -> impl Iterator<Item = &Block> {
         self.blocks.iter().filter(move |b| b.live_at(t_ns))

@@ -31,6 +31,7 @@
 //! | … | [`DEVICE_LEN`] × [`MAX_DEVICES`] | devices |
 //! | … | [`SITE_LEN`] × [`MAX_SITES`] | sites |
 //! | … | [`CONTEXT_LEN`] × [`MAX_CONTEXTS`] | contexts |
+//! | … | [`TAG_LEN`] × [`MAX_TAGS`] | tags (their count in the process block's word at 104, 0 in a page written before tags) |
 //!
 //! # Publishing and reading
 //!
@@ -63,6 +64,8 @@ pub const MAX_DEVICES: usize = 16;
 pub const MAX_SITES: usize = 16;
 /// Contexts a page has room for.
 pub const MAX_CONTEXTS: usize = 16;
+/// Tags a page has room for (the process's top tags by live bytes).
+pub const MAX_TAGS: usize = 16;
 /// Samples of live bytes each device keeps (the sparkline), oldest first.
 pub const HISTORY: usize = 60;
 
@@ -74,6 +77,7 @@ const UUID_CAP: usize = 48;
 const NAME_CAP: usize = 64;
 const OWNER_CAP: usize = 32;
 const LABEL_CAP: usize = 160;
+const TAG_CAP: usize = 48;
 
 /// Bytes of the process block.
 pub const PROCESS_LEN: usize = 4 * 4 + 8 * 6 + 4 * 4 + EXE_CAP + WORKER_CAP + HOST_CAP + REPORT_CAP;
@@ -83,11 +87,14 @@ pub const DEVICE_LEN: usize = 4 * 2 + 8 * 5 + 4 * 2 + 8 * HISTORY + UUID_CAP + N
 pub const SITE_LEN: usize = 4 * 2 + 8 * 3 + OWNER_CAP + LABEL_CAP;
 /// Bytes of one context slot.
 pub const CONTEXT_LEN: usize = 4 * 4 + 8 * 2;
+/// Bytes of one tag slot.
+pub const TAG_LEN: usize = 8 * 2 + TAG_CAP;
 
 const DEVICES_OFFSET: usize = BODY_OFFSET + PROCESS_LEN;
 const SITES_OFFSET: usize = DEVICES_OFFSET + DEVICE_LEN * MAX_DEVICES;
 const CONTEXTS_OFFSET: usize = SITES_OFFSET + SITE_LEN * MAX_SITES;
-const END: usize = CONTEXTS_OFFSET + CONTEXT_LEN * MAX_CONTEXTS;
+const TAGS_OFFSET: usize = CONTEXTS_OFFSET + CONTEXT_LEN * MAX_CONTEXTS;
+const END: usize = TAGS_OFFSET + TAG_LEN * MAX_TAGS;
 const _: () = assert!(END <= PAGE_SIZE);
 
 /// What one process under the shim holds, as its page says.
@@ -128,6 +135,8 @@ pub struct Page {
     pub sites: Vec<SitePage>,
     /// Its live contexts, at most [`MAX_CONTEXTS`].
     pub contexts: Vec<ContextPage>,
+    /// Its tags with live memory (`cuguard.tag`), largest first, at most [`MAX_TAGS`].
+    pub tags: Vec<TagPage>,
 }
 
 /// One device's memory, as a page holds it.
@@ -171,6 +180,18 @@ pub struct SitePage {
     pub owner: String,
     /// The site, as `summary` prints it (`step (train.py:42)`).
     pub label: String,
+}
+
+/// Device memory live under one tag (`cuguard.tag`, `cuguard_tag_push`), counted by the tag
+/// it was made with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TagPage {
+    /// The tag (cut at 48 bytes).
+    pub name: String,
+    /// Bytes live under it.
+    pub live_bytes: u64,
+    /// Allocations live under it.
+    pub allocations: u64,
 }
 
 /// One live context.
@@ -255,6 +276,7 @@ pub fn encode(page: &Page, seq: u64) -> Box<[u8; PAGE_SIZE]> {
     let devices = &page.devices[..page.devices.len().min(MAX_DEVICES)];
     let sites = &page.sites[..page.sites.len().min(MAX_SITES)];
     let contexts = &page.contexts[..page.contexts.len().min(MAX_CONTEXTS)];
+    let tags = &page.tags[..page.tags.len().min(MAX_TAGS)];
     let mut w = Cursor::new(BODY_OFFSET);
     w.u32(b, page.pid);
     w.u32(b, page.uid);
@@ -265,7 +287,7 @@ pub fn encode(page: &Page, seq: u64) -> Box<[u8; PAGE_SIZE]> {
     w.u64(b, page.oom_total);
     w.u64(b, page.alerts_total);
     w.u64(b, page.live_allocations);
-    w.u64(b, 0);
+    w.u64(b, tags.len() as u64);
     w.u32(b, page.contexts_live);
     w.u32(b, devices.len() as u32);
     w.u32(b, sites.len() as u32);
@@ -314,6 +336,12 @@ pub fn encode(page: &Page, seq: u64) -> Box<[u8; PAGE_SIZE]> {
         w.u64(b, c.created_ms);
         w.u64(b, c.live_bytes);
     }
+    for (i, t) in tags.iter().enumerate() {
+        let mut w = Cursor::new(TAGS_OFFSET + i * TAG_LEN);
+        w.u64(b, t.live_bytes);
+        w.u64(b, t.allocations);
+        w.str(b, &t.name, TAG_CAP);
+    }
     let sum = checksum(&b[BODY_OFFSET..]);
     put_u64(b, CHECKSUM_OFFSET, sum);
     buf
@@ -333,7 +361,11 @@ pub fn decode(b: &[u8]) -> Result<Page, PageError> {
     let oom_total = r.get_u64(b);
     let alerts_total = r.get_u64(b);
     let live_allocations = r.get_u64(b);
-    let _reserved = r.get_u64(b);
+    let n_tags = count(
+        u32::try_from(r.get_u64(b)).unwrap_or(u32::MAX),
+        MAX_TAGS,
+        "the tag count",
+    )?;
     let contexts_live = r.get_u32(b);
     let n_devices = count(r.get_u32(b), MAX_DEVICES, "the device count")?;
     let n_sites = count(r.get_u32(b), MAX_SITES, "the site count")?;
@@ -355,6 +387,18 @@ pub fn decode(b: &[u8]) -> Result<Page, PageError> {
     for i in 0..n_contexts {
         contexts.push(decode_context(b, i)?);
     }
+    let mut tags = Vec::with_capacity(n_tags);
+    for i in 0..n_tags {
+        let mut r = Cursor::new(TAGS_OFFSET + i * TAG_LEN);
+        let live_bytes = r.get_u64(b);
+        let allocations = r.get_u64(b);
+        let name = r.get_str(b, TAG_CAP, "a tag")?;
+        tags.push(TagPage {
+            name,
+            live_bytes,
+            allocations,
+        });
+    }
     Ok(Page {
         pid,
         uid,
@@ -373,6 +417,7 @@ pub fn decode(b: &[u8]) -> Result<Page, PageError> {
         devices,
         sites,
         contexts,
+        tags,
     })
 }
 
@@ -662,6 +707,11 @@ mod tests {
                 primary: true,
                 created_ms: 12,
                 live_bytes: 3 << 20,
+            }],
+            tags: vec![TagPage {
+                name: "kv_cache".into(),
+                live_bytes: 2 << 20,
+                allocations: 2,
             }],
         }
     }

@@ -33,6 +33,9 @@
 //! int32_t cuguard_file_alias(const char *file, const char *display);
 //! int32_t cuguard_phase_begin(const char *name);
 //! int32_t cuguard_phase_end(void);
+//! int32_t cuguard_tag_push(const char *name);
+//! int32_t cuguard_tag_pop(void);
+//! int32_t cuguard_annotate(uint64_t ptr, const char *name);
 //! void    cuguard_free(char *p);
 //! ```
 //!
@@ -56,6 +59,9 @@
 //! | `cuguard_file_alias` | names source file `file` `display` for people in the reports written from now on: Python frames in it get `display` (IPython's `Cell In[2]`), shown `Cell In[2], line 5` ([`alias`]; 4096 files, a file up to 4096 bytes, a name up to 256) | a short lock |
 //! | `cuguard_phase_begin` | begins a phase named `name` (at most 256 bytes) on the calling thread, recorded in the history as an NVTX range is; phases nest on their thread ([`phases`]) | a name look-up (a short lock) and one record |
 //! | `cuguard_phase_end` | ends the calling thread's innermost phase begun by `cuguard_phase_begin` | one record |
+//! | `cuguard_tag_push` | opens tag `name` (1 to 256 bytes) on the calling thread: every allocation it makes until the matching `cuguard_tag_pop` carries it, in the reports (`leaks[].tag`) and the history; tags nest, the innermost names ([`tags`]; 16 kept open, deeper ones counted) | a name look-up (the thread's recent names, else a short lock) |
+//! | `cuguard_tag_pop` | closes the calling thread's innermost tag ([`E_INVALID`] when none is open) | one thread-local write |
+//! | `cuguard_annotate` | names the live allocation at `ptr`, or the one holding it, `name` from now on ([`E_NOT_FOUND`] when no live allocation the shim tracks holds it) | a look-up by address; an inner pointer walks every live allocation |
 //! | `cuguard_free` | frees a string this ABI returned; NULL is ignored | — |
 //!
 //! Every function but the first four and `cuguard_free` returns [`OK`] (0) or a negative code:
@@ -73,6 +79,7 @@
 //! | -8 | `CUGUARD_E_IO` | `path` could not be written; `errno` says why |
 //! | -9 | `CUGUARD_E_REENTERED` | called from inside the shim (a hook), or while the thread is being torn down |
 //! | -10 | `CUGUARD_E_NO_HISTORY` | the history is off (`CUGUARD_HISTORY=0`): phases are not recorded |
+//! | -11 | `CUGUARD_E_NOT_FOUND` | no live allocation the shim tracks holds the pointer |
 //!
 //! On any code but [`OK`], `*json` is set to NULL. Strings are NUL-terminated UTF-8, owned by
 //! the caller, freed with `cuguard_free`.
@@ -96,6 +103,7 @@ pub mod live;
 pub mod origin;
 pub mod phases;
 pub mod snapshot;
+pub mod tags;
 pub mod track;
 
 use std::ffi::{CStr, c_char};
@@ -128,6 +136,8 @@ pub const E_IO: i32 = -8;
 pub const E_REENTERED: i32 = -9;
 /// The history is off: phases are not recorded.
 pub const E_NO_HISTORY: i32 = -10;
+/// No live allocation the shim tracks holds the pointer (`cuguard_annotate`).
+pub const E_NOT_FOUND: i32 = -11;
 
 /// The ABI's version ([`ABI_VERSION`]).
 #[unsafe(no_mangle)]
@@ -176,6 +186,9 @@ pub extern "C" fn cuguard_error_name(code: i32) -> *const c_char {
         }
         E_NO_HISTORY => {
             c"CUGUARD_E_NO_HISTORY: the history is off (CUGUARD_HISTORY=0): phases are not recorded"
+        }
+        E_NOT_FOUND => {
+            c"CUGUARD_E_NOT_FOUND: no live allocation cuguard tracks holds that pointer"
         }
         _ => c"unknown cuguard error code",
     };

@@ -78,6 +78,7 @@ pub fn make_record(
         seq: t.next_seq(),
         time_ms: clock::since_start_ms(),
         stack: crate::tracker::capture_stack(),
+        tag: crate::tracker::tags::current(),
     };
     span.pause();
     record

@@ -57,6 +57,7 @@ pub unsafe fn cuMemCreate(
             seq: t.next_seq(),
             time_ms: clock::since_start_ms(),
             stack: crate::tracker::capture_stack(),
+            tag: crate::tracker::tags::current(),
         };
         t.stats.allocated(&record);
         // SAFETY: the call succeeded, so handle was valid and written.

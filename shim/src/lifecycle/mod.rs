@@ -182,4 +182,5 @@ extern "C" fn after_fork_child() {
     writer::reset_after_fork();
     crate::process::labels::after_fork_child();
     crate::process::aliases::after_fork_child();
+    crate::tracker::tags::after_fork_child();
 }

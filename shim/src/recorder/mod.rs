@@ -135,12 +135,14 @@ pub fn allocated_at(
     context_id: u32,
     ordinal: i32,
     stream: u64,
+    tag: u32,
 ) {
     if !on() {
         return;
     }
+    let tsc = tsc.unwrap_or_else(now_tsc);
     ring::push(Raw {
-        tsc: tsc.unwrap_or_else(now_tsc),
+        tsc,
         addr,
         size,
         stack,
@@ -148,6 +150,28 @@ pub fn allocated_at(
         kind: kind(Action::Alloc, memory),
         device: device(ordinal),
         stream,
+    });
+    if tag != NONE {
+        tagged(Some(tsc), addr, tag);
+    }
+}
+
+/// The program named the allocation at `addr` with tag `tag` (a name id, [`names`]): at the
+/// moment `tsc` of its making when given as it was made (the event right after it), else now.
+#[inline]
+pub fn tagged(tsc: Option<u64>, addr: u64, tag: u32) {
+    if !on() {
+        return;
+    }
+    ring::push(Raw {
+        tsc: tsc.unwrap_or_else(now_tsc),
+        addr,
+        size: u64::from(tag),
+        stack: NONE,
+        context: u16::MAX,
+        kind: kind(Action::Tag, MemoryKind::Device),
+        device: 0,
+        stream: 0,
     });
 }
 

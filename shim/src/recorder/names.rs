@@ -112,6 +112,12 @@ fn keep(bytes: &[u8], id: u32, generation: u32) {
     });
 }
 
+/// The text of name `id`, if the table has it.
+pub fn text(id: u32) -> Option<String> {
+    let names = crate::process::global::get(&NAMES)?;
+    lock(names).texts.get(id as usize).map(|t| t.to_string())
+}
+
 /// The id of the name `bytes` (UTF-8, invalid bytes replaced; cut at [`MAX_NAME_BYTES`]).
 pub fn intern(bytes: &[u8]) -> u32 {
     let generation = GENERATION.load(Ordering::Acquire);

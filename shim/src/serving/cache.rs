@@ -111,7 +111,9 @@ impl Packed for Record {
         let mut w = [0; RECORD_WORDS];
         w[0] = self.size;
         w[1] = self.requested;
-        w[2] = self.api as u64 | memory_code(self.memory) << 32;
+        w[2] = self.api as u64
+            | memory_code(self.memory) << 32
+            | u64::from(self.tag.wrapping_add(1) & 0xff_ffff) << 40;
         w[3] = u64::from(self.device as u32) | u64::from(self.context) << 32;
         w[4] = u64::from(self.thread) | u64::from(self.stack) << 32;
         w[5] = self.seq;
@@ -124,7 +126,8 @@ impl Packed for Record {
             size: w[0],
             requested: w[1],
             api: Entry::ALL[(w[2] as u32 as usize).min(Entry::ALL.len() - 1)],
-            memory: memory_of(w[2] >> 32),
+            memory: memory_of((w[2] >> 32) & 0xff),
+            tag: ((w[2] >> 40) as u32).wrapping_sub(1),
             device: w[3] as u32 as i32,
             context: (w[3] >> 32) as u32,
             thread: w[4] as u32,
@@ -152,6 +155,7 @@ mod tests {
             seq: u64::MAX - 3,
             time_ms: 99,
             stack: 7,
+            tag: 4096,
         };
         let back = Record::unpack(&r.pack());
         assert_eq!(format!("{back:?}"), format!("{r:?}"));

@@ -174,6 +174,14 @@ pub fn owner(addr: u64) -> Option<(&'static Pool, usize)> {
     (addr < end).then(|| (as_ref(pool), arena))
 }
 
+/// The live block of cuguard's pools that holds `addr` (its address, or inside it), with its
+/// record.
+pub fn holding(addr: u64) -> Option<(u64, Record)> {
+    let (pool, arena) = owner(addr)?;
+    let block = pool.find(arena, addr)?;
+    Some((block.addr, block.record?))
+}
+
 /// A chunk was added to arena `arena` of the pool at address `pool`.
 pub fn chunk_added(base: u64, size: u64, pool: usize, arena: usize) {
     let mut chunks = registry().chunks.write().unwrap_or_else(|e| e.into_inner());

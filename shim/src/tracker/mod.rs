@@ -21,6 +21,7 @@ pub mod peaks;
 pub mod record;
 pub mod stack_cells;
 pub mod stats;
+pub mod tags;
 pub mod threads;
 pub mod vmm;
 pub mod windows;
@@ -101,6 +102,20 @@ impl LiveMap {
             }
         }
         out
+    }
+
+    /// The live allocation at `ptr`, or the one that holds it: its address and record (an
+    /// exact address is one look-up; an inner pointer walks every shard).
+    pub fn holding(&self, ptr: u64) -> Option<(u64, Record)> {
+        if let Some(r) = lock(self.shard(ptr)).get(&ptr) {
+            return Some((ptr, *r));
+        }
+        self.shards.iter().find_map(|shard| {
+            lock(shard)
+                .iter()
+                .find(|(a, r)| **a <= ptr && ptr - **a < r.size.max(1))
+                .map(|(a, r)| (*a, *r))
+        })
     }
 
     /// A copy of every live allocation.

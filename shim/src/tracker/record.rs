@@ -47,6 +47,8 @@ pub struct Record {
     pub time_ms: u64,
     /// Stack id, or [`NONE`].
     pub stack: u32,
+    /// The program's tag for it (a name id, as the `tags` module keeps them), or [`NONE`].
+    pub tag: u32,
 }
 
 impl Record {
@@ -80,6 +82,7 @@ impl Record {
             self.context,
             self.device,
             stream,
+            self.tag,
         );
     }
 

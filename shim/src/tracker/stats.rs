@@ -72,6 +72,7 @@ impl Stats {
                 limit::charge(device, size);
             }
             counters::device_change(device, size, r.stack, true);
+            super::tags::count(r.tag, size, true);
         } else {
             let rare = &self.rare[slot(device)];
             rare.host_pinned_live_bytes.fetch_add(size, Relaxed);
@@ -95,6 +96,7 @@ impl Stats {
                 limit::credit(device, size);
             }
             counters::device_change(device, size, r.stack, false);
+            super::tags::count(r.tag, size, false);
         } else {
             let rare = &self.rare[slot(device)];
             rare.host_pinned_live_bytes.fetch_sub(size, Relaxed);
@@ -112,6 +114,7 @@ impl Stats {
         rare.released_allocations.fetch_add(1, Relaxed);
         if r.memory.on_device() {
             counters::add(r.stack, device, -(size as i64), -1);
+            super::tags::count(r.tag, size, false);
             if !pooled {
                 limit::credit(device, size);
             }

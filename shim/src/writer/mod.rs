@@ -210,6 +210,10 @@ impl Taken {
             .filter(|l| l.state == LeakState::LiveAtExit)
             .map(|l| (l.address, l.record.seq))
             .collect();
+        // Tags given after the fact are found by the raw order key, before it is renumbered.
+        for l in &mut leaks {
+            l.record.tag = crate::tracker::tags::of(l.address, &l.record);
+        }
         // Raw order keys (time-stamp counter) become dense sequence numbers, leaks, events and
         // the end's allocations in one order.
         let keys: Vec<(u64, u32)> = leaks
@@ -320,6 +324,7 @@ fn context_entry(c: &crate::tracker::contexts::ContextInfo) -> format::Context {
 /// entry point's name is shared between them.
 fn leak_entries(leaks: &[Leak]) -> Vec<format::Leak> {
     let mut apis: HashMap<&'static str, Arc<str>> = HashMap::new();
+    let mut tags: HashMap<u32, Arc<str>> = HashMap::new();
     leaks
         .iter()
         .map(|l| {
@@ -340,6 +345,7 @@ fn leak_entries(leaks: &[Leak]) -> Vec<format::Leak> {
                     seq: rec.seq,
                     time_ms: rec.time_ms,
                     stack: id(rec.stack).map(u64::from),
+                    tag: crate::tracker::tags::text(&mut tags, rec.tag),
                 },
                 state: l.state.into(),
                 handle: l.handle.map(Addr),

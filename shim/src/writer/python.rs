@@ -159,6 +159,10 @@ fn entry(
             seq,
             time_ms: rec.time_ms,
             stack: id(rec.stack).map(u64::from),
+            tag: crate::tracker::tags::text(
+                &mut HashMap::new(),
+                crate::tracker::tags::of(address, rec),
+            ),
         },
         owner: owner_of.get(&(rec.stack, rec.memory.as_str())).cloned(),
         freed_after: !live_now.contains(&(address, rec.seq)),

@@ -37,6 +37,7 @@ __all__ = [
     "Track",
     "VersionMismatch",
     "active",
+    "annotate",
     "format_holders",
     "holders",
     "inactive_reason",
@@ -44,6 +45,7 @@ __all__ = [
     "live",
     "phase",
     "snapshot",
+    "tag",
     "track",
 ]
 
@@ -229,6 +231,105 @@ class phase:
                 return f(*args, **kwargs)
 
         return marked
+
+
+def _name_bytes(what: str, name: Any) -> bytes:
+    if not isinstance(name, str):
+        raise TypeError(f"cuguard.{what}: the name must be a str, not {type(name).__name__}")
+    raw = name.encode("utf-8")
+    if b"\0" in raw:
+        raise ValueError(f"cuguard.{what}: the name may not hold a NUL character")
+    if not 1 <= len(raw) <= 256:
+        raise ValueError(f"cuguard.{what}: the name must be 1 to 256 bytes of UTF-8, not {len(raw)}")
+    return raw
+
+
+class tag:
+    """The program's name for the memory it makes: ``with cuguard.tag("kv_cache"):`` tags every
+    device allocation this thread makes inside the block, on any backend (PyTorch's caching
+    allocator, its ``cudaMallocAsync`` backend, CuPy, RMM, JAX, your own ``cuMemAlloc``): the
+    tag shows in ``cuguard summary --by tag``, in ``--at`` and the view, in the memory-viz
+    export's ``user_metadata`` and pprof's ``tag`` label. Tags nest on their thread; the innermost
+    one names the allocation. Also a decorator: ``@cuguard.tag("kv_cache")``.
+
+    A framework's cache tags the memory it takes from the driver inside the block: a tensor
+    served from memory the cache already held carries the tag of the segment it sits in (see
+    :func:`annotate` to name one after the fact). Where cuguard is not active it does nothing and
+    raises nothing. Names are 1 to 256 bytes of UTF-8."""
+
+    __slots__ = ("_name", "_pushed")
+
+    def __init__(self, name: str) -> None:
+        self._name = _name_bytes("tag", name)
+        self._pushed = 0
+
+    def __enter__(self) -> "tag":
+        dll = _abi.phase_dll()
+        if dll is not None and dll.cuguard_tag_push(self._name) == _abi.OK:
+            self._pushed += 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._pushed:
+            self._pushed -= 1
+            dll = _abi.phase_dll()
+            if dll is not None:
+                dll.cuguard_tag_pop()
+
+    def __call__(self, f: Any) -> Any:
+        import functools
+
+        @functools.wraps(f)
+        def tagged(*args: Any, **kwargs: Any) -> Any:
+            with tag(self._name.decode("utf-8")):
+                return f(*args, **kwargs)
+
+        return tagged
+
+
+def _pointer(obj: Any) -> int:
+    """The device address ``obj`` stands for: an int, a PyTorch tensor (``data_ptr()``), a CuPy
+    array or memory pointer (``.data.ptr``, ``.ptr``), or anything with
+    ``__cuda_array_interface__``."""
+    if isinstance(obj, bool):
+        raise TypeError("cuguard.annotate: a bool is not a pointer")
+    if isinstance(obj, int):
+        return obj
+    data_ptr = getattr(obj, "data_ptr", None)
+    if callable(data_ptr):
+        return int(data_ptr())
+    iface = getattr(obj, "__cuda_array_interface__", None)
+    if isinstance(iface, dict) and isinstance(iface.get("data"), tuple):
+        return int(iface["data"][0])
+    for holder in (obj, getattr(obj, "data", None)):
+        ptr = getattr(holder, "ptr", None)
+        if isinstance(ptr, int) and not isinstance(ptr, bool):
+            return ptr
+    raise TypeError(
+        f"cuguard.annotate: a {type(obj).__name__} is not a device pointer, tensor or array"
+        " (give an int, a tensor, or an object with __cuda_array_interface__)"
+    )
+
+
+def annotate(obj: Any, name: str) -> bool:
+    """Names the device memory ``obj`` lives in ``name`` from now on (a tensor, an array, or a
+    pointer as an int), as :class:`tag` would have named it when it was made: the allocation
+    cuguard tracks that holds ``obj``'s address (inside a framework's cache, the cache's segment
+    that holds it). ``True`` when named; ``False`` where cuguard is not active. Raises
+    ``LookupError`` when cuguard is active but no live allocation it tracks holds the address."""
+    raw = _name_bytes("annotate", name)
+    ptr = _pointer(obj)
+    if not 0 <= ptr < 1 << 64:
+        raise ValueError(f"cuguard.annotate: {ptr:#x} is not an address")
+    dll = _abi.phase_dll()
+    if dll is None:
+        return False
+    code = dll.cuguard_annotate(ptr, raw)
+    if code == _abi.E_NOT_FOUND:
+        raise LookupError(f"cuguard.annotate: no live allocation cuguard tracks holds {ptr:#x}")
+    if code != _abi.OK:
+        _abi.check(dll, code, "annotate()")
+    return True
 
 
 def label(key: str, value: Any) -> None:

@@ -53,6 +53,7 @@ E_INTERNAL = -7
 E_IO = -8
 E_REENTERED = -9
 E_NO_HISTORY = -10
+E_NOT_FOUND = -11
 
 
 class DeviceLive(ctypes.Structure):
@@ -99,6 +100,9 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
         "cuguard_file_alias": ([ctypes.c_char_p, ctypes.c_char_p], ctypes.c_int32),
         "cuguard_phase_begin": ([ctypes.c_char_p], ctypes.c_int32),
         "cuguard_phase_end": ([], ctypes.c_int32),
+        "cuguard_tag_push": ([ctypes.c_char_p], ctypes.c_int32),
+        "cuguard_tag_pop": ([], ctypes.c_int32),
+        "cuguard_annotate": ([ctypes.c_uint64, ctypes.c_char_p], ctypes.c_int32),
         "cuguard_free": ([ctypes.c_void_p], None),
     }
     for name, (args, res) in sigs.items():

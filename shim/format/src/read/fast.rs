@@ -599,7 +599,8 @@ impl<'a> Cursor<'a> {
         let keys: Vec<Key> = C::KEYS.iter().map(|k| Key::new(k)).collect();
         let mut core = C::default();
         let seen = self.members(&keys, |c, k| core.read_field(k, c))?;
-        (seen.count_ones() as usize == keys.len()).then_some(core)
+        let required = !C::OPTIONAL & ((1u64 << keys.len()) - 1);
+        (u64::from(seen) & required == required).then_some(core)
     }
 
     /// `stacks[]`: one stack, without `python` or `mixed`.
@@ -911,6 +912,13 @@ impl<'a> Values<'a> for Cursor<'a> {
     }
     fn text(&mut self) -> Option<Text<'a>> {
         self.plain_string().map(|s| Text(Cow::Borrowed(s)))
+    }
+
+    fn opt_text(&mut self) -> Option<Option<Text<'a>>> {
+        if self.is_null() {
+            return self.null().map(|()| None);
+        }
+        self.text().map(Some)
     }
 }
 

@@ -395,6 +395,7 @@ mod reference {
                 context: r.context,
                 released: false,
                 stream: r.stream,
+                tag: crate::NONE,
             };
             match action {
                 Action::Alloc => open.made(&mut out.blocks, block),
@@ -416,7 +417,8 @@ mod reference {
                     thread: e.thread,
                     device: r.ordinal(),
                 }),
-                Action::PhaseBegin | Action::PhaseEnd => {}
+                // The reference knows no tags (the random runs make none).
+                Action::PhaseBegin | Action::PhaseEnd | Action::Tag => {}
                 Action::ContextRelease => {
                     let ctx = r.addr as u16;
                     open.released(&mut out.blocks, ctx, t);
@@ -489,4 +491,153 @@ mod reference {
             }
         }
     }
+}
+
+/// Tags given as memory is made and after the fact reach the blocks: read from the beginning,
+/// from a checkpoint that restates them, and from a segment whose `Live` chunk does.
+#[test]
+fn tags_reach_the_blocks_through_checkpoints_and_segments() {
+    let ev = |tsc, action, addr, size| Raw {
+        tsc,
+        addr,
+        size,
+        stack: 0,
+        context: 0,
+        kind: kind(action, MemoryKind::Device),
+        device: 1,
+        stream: 0,
+    };
+    let header = |segment| {
+        Header {
+            version: VERSION,
+            pid: 3,
+            start_unix_ns: 5,
+            segment,
+            run: 0,
+        }
+        .encode()
+        .to_vec()
+    };
+    let clock = |tsc: u64| Chunk::Clock {
+        tsc,
+        since_start_ns: tsc,
+        unix_ns: tsc,
+    };
+    let (a, b, c) = (0x1000, 0x2000, 0x3000);
+    // A tagged as made (tag 7), B made plain and tagged later (tag 8), C plain; then a
+    // checkpoint; then B freed and made again plain at its address (its old tag gone).
+    let first = [
+        ev(10, Action::Alloc, a, 64),
+        ev(10, Action::Tag, a, 7),
+        ev(20, Action::Alloc, b, 32),
+        ev(30, Action::Alloc, c, 16),
+        ev(40, Action::Tag, b, 8),
+    ];
+    let second = [ev(60, Action::Free, b, 0), ev(70, Action::Alloc, b, 48)];
+    let mut follow = Follow::every(1);
+    let mut file = header(0);
+    write_chunk(&mut file, &clock(0));
+    write_chunk(
+        &mut file,
+        &Chunk::Name {
+            id: 7,
+            text: "kv_cache".into(),
+        },
+    );
+    write_chunk(
+        &mut file,
+        &Chunk::Name {
+            id: 8,
+            text: "weights".into(),
+        },
+    );
+    write_chunk(
+        &mut file,
+        &Chunk::Events {
+            thread: 1,
+            events: first.to_vec(),
+        },
+    );
+    first.iter().for_each(|e| follow.follow(1, e));
+    write_chunk(&mut file, &clock(50));
+    write_chunk(&mut file, &follow.checkpoint());
+    follow.checkpointed();
+    // A second segment that restates what is live.
+    let mut next = header(1);
+    write_chunk(&mut next, &clock(50));
+    write_chunk(
+        &mut next,
+        &Chunk::Name {
+            id: 7,
+            text: "kv_cache".into(),
+        },
+    );
+    write_chunk(
+        &mut next,
+        &Chunk::Name {
+            id: 8,
+            text: "weights".into(),
+        },
+    );
+    write_chunk(
+        &mut next,
+        &Chunk::Live {
+            events: follow.live(),
+        },
+    );
+    write_chunk(
+        &mut next,
+        &Chunk::Events {
+            thread: 1,
+            events: second.to_vec(),
+        },
+    );
+    second.iter().for_each(|e| follow.follow(1, e));
+    write_chunk(&mut next, &clock(100));
+    write_chunk(&mut next, &Chunk::End { tsc: 100 });
+
+    let tags = |r: &Replay, t: u64| -> Vec<(u64, Option<String>)> {
+        let mut v: Vec<_> = r
+            .live_at(t)
+            .map(|b| (b.addr, r.tag_of(b).map(str::to_string)))
+            .collect();
+        v.sort();
+        v
+    };
+    let kv = Some("kv_cache".to_string());
+    let w = Some("weights".to_string());
+    let whole = History::open(vec![&file[..]]).unwrap();
+    assert_eq!(
+        tags(&whole.window(35, 35).unwrap(), 35),
+        [(a, kv.clone()), (b, None), (c, None)]
+    );
+    assert_eq!(
+        tags(&whole.window(45, 45).unwrap(), 45),
+        [(a, kv.clone()), (b, w.clone()), (c, None)]
+    );
+    // The walk says when B was named.
+    let mut named = Vec::new();
+    whole
+        .walk(&mut |s| {
+            if let crate::bounded::Step::Tagged(blk) = s {
+                named.push((blk.addr, blk.tag, blk.start_ns));
+            }
+        })
+        .unwrap();
+    assert_eq!(named, [(b, 8, 20)]);
+    // Both segments: read from the second's restatement and from the checkpoint.
+    let both = History::open(vec![&file[..], &next[..]]).unwrap();
+    assert_eq!(
+        tags(&both.window(55, 55).unwrap(), 55),
+        [(a, kv.clone()), (b, w.clone()), (c, None)]
+    );
+    assert_eq!(
+        tags(&both.window(80, 80).unwrap(), 80),
+        [(a, kv.clone()), (b, None), (c, None)]
+    );
+    let second_only = History::open(vec![&next[..]]).unwrap();
+    assert_eq!(
+        tags(&second_only.window(55, 55).unwrap(), 55),
+        [(a, kv), (b, w), (c, None)]
+    );
 }

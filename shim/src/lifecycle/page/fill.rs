@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use cuguard_page::{ContextPage, DevicePage, HISTORY, MAX_SITES, Page, SitePage};
+use cuguard_page::{
+    ContextPage, DevicePage, HISTORY, MAX_SITES, MAX_TAGS, Page, SitePage, TagPage,
+};
 
 use crate::process::identity as process;
 use crate::tracker::Tracker;
@@ -175,9 +177,23 @@ impl Filler {
             devices,
             sites,
             contexts: live_contexts,
+            tags: tags(),
             ..self.fixed.clone()
         }
     }
+}
+
+/// The top tags by live device memory ([`crate::tracker::tags::live`]), named.
+fn tags() -> Vec<TagPage> {
+    crate::tracker::tags::live()
+        .into_iter()
+        .take(MAX_TAGS)
+        .map(|(id, live_bytes, allocations)| TagPage {
+            name: crate::recorder::names::text(id).unwrap_or_else(|| "?".into()),
+            live_bytes,
+            allocations,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -81,8 +81,9 @@ pub(crate) const LEAK_KEYS: [Key; LEAK_KEY_COUNT] = {
     }
     keys
 };
-/// The keys a leak must have, by bit (all but `handle` and `owner`).
-pub(super) const LEAK_REQUIRED: u32 = (1 << (LEAK_KEY_COUNT - 2)) - 1;
+/// The keys a leak must have, by bit (all but `handle`, `owner` and the core's optional ones).
+pub(super) const LEAK_REQUIRED: u32 =
+    ((1 << (LEAK_KEY_COUNT - 2)) - 1) & !(<LeakCore<'static> as Fields>::OPTIONAL as u32);
 
 /// A leak's core, borrowed.
 pub(super) type LeakCore<'a> = Allocation<Text<'a>>;

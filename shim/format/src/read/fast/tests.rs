@@ -851,6 +851,7 @@ mod keys {
                 seq: 3,
                 time_ms: 9,
                 stack: Some(2),
+                tag: Some("kv_cache".into()),
             },
             state: crate::LeakState::LiveAtExit,
             handle: Some(crate::Addr(0x20)),
