@@ -204,6 +204,7 @@ pub fn memory_viz_with_free(
             released: false,
             stream: 0,
             tag: cuguard_history::NONE,
+            carved: false,
         };
         push(model.index(o.device), o.time_ns, Action::Oom, &b);
     }
@@ -232,14 +233,15 @@ struct Model<'a> {
     unknown: usize,
 }
 
-/// A segment: a driver allocation a pool carves blocks from, or a program allocation of its own.
+/// A segment: a driver allocation a pool or a cache carves blocks from, or a program allocation
+/// of its own.
 struct Seg<'a> {
     block: &'a Block,
     /// Whether it is a program allocation in no pool's segment: its own one block.
     own: bool,
     /// The viewer's device index.
     device: usize,
-    /// The program allocations carved from it (none when `own`).
+    /// The program allocations (or the cache's blocks) carved from it (none when `own`).
     blocks: Vec<&'a Block>,
 }
 
@@ -266,6 +268,9 @@ impl<'a> Model<'a> {
             i
         };
 
+        // cuguard's pool's chunks, then a framework cache's segments (PyTorch's, whose blocks
+        // are its tensors) that no chunk holds (one served by the pool is of the chunk: its
+        // tensors are blocks of the chunk, the rest of which is free for them).
         let mut segs: Vec<Seg> = replay
             .segments
             .iter()
@@ -277,27 +282,25 @@ impl<'a> Model<'a> {
                 blocks: Vec::new(),
             })
             .collect();
-        // The pool segments by address, with the highest end among each one and those before
-        // it: the segments that may hold an address are those before its place whose reach
-        // passes it.
-        let mut by_addr: Vec<usize> = (0..segs.len()).collect();
-        by_addr.sort_by_key(|&i| segs[i].block.addr);
-        let mut reach = Vec::with_capacity(by_addr.len());
-        let mut most = 0u64;
-        for &i in &by_addr {
-            let s = segs[i].block;
-            most = most.max(s.addr.saturating_add(s.size));
-            reach.push(most);
+        let chunks = Holders::new(&segs);
+        let carved: Vec<&Block> = replay
+            .blocks
+            .iter()
+            .filter(|b| b.carved && device_memory(b) && chunks.find(&segs, b).is_none())
+            .collect();
+        for b in carved {
+            segs.push(Seg {
+                block: b,
+                own: false,
+                device: seen(index(b.device)),
+                blocks: Vec::new(),
+            });
         }
         let pools = segs.len();
-        for b in replay.blocks.iter().filter(device_memory) {
-            let end = by_addr.partition_point(|&i| segs[i].block.addr <= b.addr);
-            let holder = (0..end)
-                .rev()
-                .take_while(|&k| reach[k] > b.addr)
-                .map(|k| by_addr[k])
-                .find(|&i| holds(segs[i].block, b));
-            match holder {
+        let holders = Holders::new(&segs);
+        let placed = replay.blocks.iter().filter(|b| !b.carved);
+        for b in placed.chain(&replay.cache_blocks).filter(device_memory) {
+            match holders.find(&segs, b) {
                 Some(i) => segs[i].blocks.push(b),
                 None => {
                     let device = seen(index(b.device));
@@ -324,6 +327,40 @@ impl<'a> Model<'a> {
     /// The viewer's index of a device (an ordinal, or [`UNKNOWN_DEVICE`]).
     fn index(&self, device: u32) -> usize {
         device_index(device, self.unknown)
+    }
+}
+
+/// Segments by address, with the highest end among each one and those before it: the
+/// segments that may hold an address are those before its place whose reach passes it.
+struct Holders {
+    by_addr: Vec<usize>,
+    reach: Vec<u64>,
+}
+
+impl Holders {
+    fn new(segs: &[Seg]) -> Holders {
+        let mut by_addr: Vec<usize> = (0..segs.len()).collect();
+        by_addr.sort_by_key(|&i| segs[i].block.addr);
+        let mut reach = Vec::with_capacity(by_addr.len());
+        let mut most = 0u64;
+        for &i in &by_addr {
+            let s = segs[i].block;
+            most = most.max(s.addr.saturating_add(s.size));
+            reach.push(most);
+        }
+        Holders { by_addr, reach }
+    }
+
+    /// The index of the segment of `segs` (those it was made from) that holds `b`.
+    fn find(&self, segs: &[Seg], b: &Block) -> Option<usize> {
+        let end = self
+            .by_addr
+            .partition_point(|&i| segs[i].block.addr <= b.addr);
+        (0..end)
+            .rev()
+            .take_while(|&k| self.reach[k] > b.addr)
+            .map(|k| self.by_addr[k])
+            .find(|&i| holds(segs[i].block, b))
     }
 }
 

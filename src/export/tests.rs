@@ -42,6 +42,7 @@ fn block(
         released: false,
         stream: 0,
         tag: cuguard_history::NONE,
+        carved: false,
     }
 }
 

@@ -76,6 +76,7 @@ impl Opened {
         let used = replay
             .blocks
             .iter()
+            .chain(&replay.cache_blocks)
             .map(|b| b.stack)
             .chain(replay.ooms.iter().map(|o| o.stack));
         let report = named(&replay, used, self.process.clone());

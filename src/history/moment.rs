@@ -120,6 +120,11 @@ pub struct SiteMoment {
     /// they have none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
+    /// The row is a framework cache's idle memory: the part of its segments no block (tensor)
+    /// held then, kept for reuse after the program freed it; `allocations` counts the segments,
+    /// the site and stack are those of the largest. Absent otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub idle: bool,
     /// The report's id of the stack of its largest allocation (not in the JSON).
     #[serde(skip)]
     pub stack_id: Option<u64>,
@@ -129,9 +134,59 @@ fn ms(ns: u64) -> f64 {
     (ns as f64 / 1e4).round() / 100.0
 }
 
+/// What an answer adds up: an allocation, a block inside a framework's cache (a tensor), or the
+/// idle part of one of the cache's segments.
+#[derive(Clone, Copy)]
+struct Piece {
+    block: Block,
+    idle: bool,
+}
+
+/// The pieces of `blocks` (those asked about): each of a framework cache's segments among them
+/// is the blocks of `cache` (those asked about) and its part that no cache block live at
+/// `upto` held (its idle bytes; none when every byte is held).
+fn pieces<'a>(
+    r: &Replay,
+    blocks: impl Iterator<Item = &'a Block>,
+    cache: impl Iterator<Item = &'a Block>,
+    upto: u64,
+) -> Vec<Piece> {
+    let mut live: Vec<(u64, u64)> = r.cache_live_at(upto).map(|b| (b.addr, b.size)).collect();
+    live.sort_unstable();
+    let held = |seg: &Block| -> u64 {
+        let from = live.partition_point(|&(a, _)| a < seg.addr);
+        live[from..]
+            .iter()
+            .take_while(|&&(a, _)| a < seg.addr.saturating_add(seg.size))
+            .map(|&(_, size)| size)
+            .sum()
+    };
+    let mut out: Vec<Piece> = Vec::new();
+    for b in blocks {
+        if !b.carved {
+            out.push(Piece {
+                block: *b,
+                idle: false,
+            });
+            continue;
+        }
+        let idle = b.size.saturating_sub(held(b));
+        if idle > 0 {
+            let block = Block { size: idle, ..*b };
+            out.push(Piece { block, idle: true });
+        }
+    }
+    out.extend(cache.map(|b| Piece {
+        block: *b,
+        idle: false,
+    }));
+    out
+}
+
 /// What was live at `at_ns`.
 pub fn at(loaded: &Loaded, at_ns: u64, top: usize) -> Moment {
-    let blocks: Vec<&Block> = loaded.replay.live_at(at_ns).collect();
+    let r = &loaded.replay;
+    let blocks = pieces(r, r.live_at(at_ns), r.cache_live_at(at_ns), at_ns);
     let mut m = answer(loaded, &blocks, top, at_ns);
     m.question = "at";
     m.at_ms = Some(ms(at_ns));
@@ -140,7 +195,12 @@ pub fn at(loaded: &Loaded, at_ns: u64, top: usize) -> Moment {
 
 /// What was made in `[from_ns, to_ns]` and still live at `to_ns`.
 pub fn between(loaded: &Loaded, from_ns: u64, to_ns: u64, top: usize) -> Moment {
-    let blocks: Vec<&Block> = loaded.replay.kept_between(from_ns, to_ns).collect();
+    let r = &loaded.replay;
+    let kept_cache = r
+        .cache_blocks
+        .iter()
+        .filter(|b| b.start_ns >= from_ns && b.live_at(to_ns));
+    let blocks = pieces(r, r.kept_between(from_ns, to_ns), kept_cache, to_ns);
     let mut m = answer(loaded, &blocks, top, to_ns);
     m.question = "between";
     m.from_ms = Some(ms(from_ns));
@@ -193,6 +253,7 @@ struct Group {
     site: SiteRef,
     owner: usize,
     tag: Option<String>,
+    idle: bool,
     bytes: u64,
     allocations: u64,
     first_ns: u64,
@@ -201,14 +262,15 @@ struct Group {
     streams: std::collections::BTreeSet<u64>,
 }
 
-/// The groups' key: the device, the call path as printed, the owner, the tag (a name id).
-type GroupKey = (Option<u32>, Vec<String>, usize, u32);
+/// The groups' key: the device, the call path as printed, the owner, the tag (a name id),
+/// whether it is a cache's idle memory (then the call path is empty: one row per owner).
+type GroupKey = (Option<u32>, Vec<String>, usize, u32, bool);
 
 /// By device, each block's (owner, bytes, 1).
 type DeviceItems = HashMap<Option<u32>, Vec<(usize, u64, u64)>>;
 
 /// The answer from `blocks`, as of `upto` (the moment asked, or the window's end).
-fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
+fn answer(loaded: &Loaded, blocks: &[Piece], top: usize, upto: u64) -> Moment {
     let r = &loaded.replay;
     let lost = lost_upto(r, upto);
     let lost_events: u64 = lost.iter().map(|l| l.count).sum();
@@ -221,7 +283,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
         .into_iter()
         .map(|(device, items)| {
             let bytes = items.iter().map(|i| i.1).sum();
-            let allocations = items.len() as u64;
+            let allocations = items.iter().map(|i| i.2).sum();
             DeviceMoment {
                 device,
                 bytes,
@@ -267,7 +329,7 @@ fn answer(loaded: &Loaded, blocks: &[&Block], top: usize, upto: u64) -> Moment {
 /// another.
 fn group(
     r: &Replay,
-    blocks: &[&Block],
+    blocks: &[Piece],
     sites: &SiteIndex<'_>,
     owners: &mut OwnerIndex,
     unsure_before: Option<u64>,
@@ -276,30 +338,41 @@ fn group(
     let mut groups: HashMap<GroupKey, Group> = HashMap::new();
     let mut paths: HashMap<Option<u64>, Vec<String>> = HashMap::new();
     let mut per_device = DeviceItems::new();
-    for b in blocks {
+    for &Piece { block, idle } in blocks {
+        let b = &block;
         if b.memory == cuguard_format::MemoryKind::HostPinned {
             continue;
         }
         let stack = stack_key(b.stack);
         let o = owners.of_stack(stack, Some("device"));
         let site = sites.site(stack);
-        let path = paths
-            .entry(stack)
-            .or_insert_with(|| {
-                let c = callers(sites, stack);
-                if c.is_empty() {
-                    vec![site.key.clone()]
-                } else {
-                    c
-                }
-            })
-            .clone();
+        let path = if idle {
+            Vec::new()
+        } else {
+            paths
+                .entry(stack)
+                .or_insert_with(|| {
+                    let c = callers(sites, stack);
+                    if c.is_empty() {
+                        vec![site.key.clone()]
+                    } else {
+                        c
+                    }
+                })
+                .clone()
+        };
+        let tag = if idle { cuguard_history::NONE } else { b.tag };
         let g = groups
-            .entry((b.device(), path, o, b.tag))
+            .entry((b.device(), path, o, tag, idle))
             .or_insert_with(|| Group {
                 site: SiteRef::from(&*site),
                 owner: o,
-                tag: r.tag_of(b).map(str::to_string),
+                tag: if idle {
+                    None
+                } else {
+                    r.tag_of(b).map(str::to_string)
+                },
+                idle,
                 bytes: 0,
                 allocations: 0,
                 first_ns: b.start_ns,
@@ -320,7 +393,7 @@ fn group(
         per_device
             .entry(b.device())
             .or_default()
-            .push((o, b.size, 1));
+            .push((o, b.size, u64::from(!idle)));
     }
     (groups, per_device)
 }
@@ -334,7 +407,7 @@ fn device_sites(
 ) -> Vec<SiteMoment> {
     let mut list: Vec<SiteMoment> = groups
         .iter()
-        .filter(|((dev, _, _, _), _)| *dev == device)
+        .filter(|((dev, ..), _)| *dev == device)
         .map(|(_, g)| {
             let owner = owners.owner(g.owner);
             SiteMoment {
@@ -350,6 +423,7 @@ fn device_sites(
                 streams: g.streams.iter().copied().collect(),
                 stack: callers(sites, g.largest.1),
                 tag: g.tag.clone(),
+                idle: g.idle,
                 stack_id: g.largest.1,
             }
         })

@@ -155,7 +155,13 @@ impl Requests {
                     stack: o.stack,
                 }));
             }
-            Step::SegmentMade(_) | Step::SegmentEnded(_) | Step::Tagged(_) => {}
+            // The driver's requests only: a framework cache's blocks are served inside them.
+            Step::SegmentMade(_)
+            | Step::SegmentEnded(_)
+            | Step::Tagged(_)
+            | Step::Carved(_)
+            | Step::CacheMade(_)
+            | Step::CacheEnded(_) => {}
         }
     }
 
@@ -213,6 +219,7 @@ mod tests {
             released: false,
             stream: 0x50,
             tag: cuguard_history::NONE,
+            carved: false,
         }
     }
 

@@ -12,7 +12,7 @@
 
 use std::io::{self, Write};
 
-use crate::history::moment::{DeviceMoment, Moment, Span};
+use crate::history::moment::{DeviceMoment, Moment, SiteMoment, Span};
 use crate::output::Options;
 use crate::style::{Style, Table};
 use crate::wording::{bytes, one_line, plural};
@@ -159,6 +159,24 @@ fn unsure_text(s: &crate::history::moment::SiteMoment) -> String {
     )
 }
 
+/// A row's count: its allocations, or a cache's idle row's segments.
+fn row_count(s: &SiteMoment) -> String {
+    if s.idle {
+        plural(s.allocations, "segment", "segments")
+    } else {
+        plural(s.allocations, "allocation", "allocations")
+    }
+}
+
+/// A row's site as printed: its label (and tag), or what a cache's idle row is.
+fn row_label(s: &SiteMoment) -> String {
+    if s.idle {
+        "idle: freed, kept for reuse".to_string()
+    } else {
+        super::text::tagged(&s.site.label, s.tag.as_deref())
+    }
+}
+
 fn device_name(d: &DeviceMoment) -> String {
     d.device
         .map_or_else(|| "device ?".to_string(), |n| format!("device {n}"))
@@ -197,8 +215,8 @@ pub fn text(m: &Moment, source: &str, out: &mut dyn Write, style: Style) -> io::
         for s in &d.sites {
             t.row([
                 bytes(s.bytes),
-                plural(s.allocations, "allocation", "allocations"),
-                super::text::tagged(&s.site.label, s.tag.as_deref()),
+                row_count(s),
+                row_label(s),
                 format!("since {}{}", when(s.first_ms), streams_text(&s.streams)),
                 super::text::held_by(s.owner_kind, &s.owner_label),
                 unsure_text(s),
@@ -276,13 +294,7 @@ pub fn markdown(m: &Moment, source: &str, out: &mut dyn Write) -> io::Result<()>
                     format!(" ({unsure})")
                 },
                 when(s.first_ms),
-                site_cell(
-                    &super::text::tagged(&s.site.label, s.tag.as_deref()),
-                    s.owner_kind,
-                    &s.owner_label,
-                    false,
-                    &s.stack
-                )
+                site_cell(&row_label(s), s.owner_kind, &s.owner_label, false, &s.stack)
             )?;
         }
         if d.sites_total > d.sites.len() {

@@ -58,6 +58,7 @@ mod source_layout;
 mod stack;
 mod stripped;
 mod support;
+mod torch_blocks;
 
 #[test]
 fn artifacts_are_built() {

@@ -230,6 +230,13 @@ pub enum Step {
     /// A live block named after it was made ([`Action::Tag`] after the fact): the block as it
     /// is now, its tag set. A tag given as the block was made is in its [`Step::Made`].
     Tagged(Block),
+    /// A block found to be a segment of a framework's cache (the first cache block inside it,
+    /// or a writer's [`Action::Carve`]): the block as it is now, [`Block::carved`] set.
+    Carved(Block),
+    /// A block inside a framework's cache ([`MemoryKind::CacheBlock`]: a PyTorch tensor) made,
+    /// or live where the read began, and one ended.
+    CacheMade(Block),
+    CacheEnded(Block),
 }
 
 /// A history opened for reading in bounded memory.
@@ -278,11 +285,43 @@ enum Stop {
 struct Left {
     open: OpenSet,
     segments: OpenSet,
+    /// Blocks inside a framework's cache, apart: they share addresses with the segments they
+    /// are carved from.
+    cache: OpenSet,
     unmatched: u64,
     last_ns: u64,
     /// Tags given after the fact later than this are not applied (a window read past its end
     /// names its blocks as they were at its end).
     tags_until: u64,
+}
+
+impl Left {
+    /// The cache block `b` made (or restated): the block that holds it is the cache's
+    /// segment from now on, if it was not yet.
+    fn made_in_cache(&mut self, b: Block, visit: &mut dyn FnMut(Step)) {
+        if let Some(old) = self.cache.made(b) {
+            visit(Step::CacheEnded(old));
+        }
+        if let Some(h) = self.open.holder(b.addr)
+            && let Some(segment) = self.open.carve(h, b.start_ns)
+        {
+            visit(Step::Carved(segment));
+        }
+        visit(Step::CacheMade(b));
+    }
+
+    /// The block `b` ended: a cache's segment takes the blocks still inside it along.
+    fn ended(&mut self, b: Block, visit: &mut dyn FnMut(Step)) {
+        if b.carved {
+            let t = b.end_ns.unwrap_or(b.start_ns);
+            for inner in self.cache.within(b.addr, b.size) {
+                if let Some(c) = self.cache.freed(inner, t) {
+                    visit(Step::CacheEnded(c));
+                }
+            }
+        }
+        visit(Step::Ended(b));
+    }
 }
 
 impl<S: Source> History<S> {
@@ -327,6 +366,7 @@ impl<S: Source> History<S> {
         let left = self.stream(begin, Stop::After(to_ns), &mut |step| match step {
             Step::Ended(b) if keep(&b) => out.blocks.push(b),
             Step::SegmentEnded(b) if keep(&b) => out.segments.push(b),
+            Step::CacheEnded(b) if keep(&b) => out.cache_blocks.push(b),
             Step::Oom(o) if o.time_ns >= from_ns && o.time_ns <= to_ns => out.ooms.push(o),
             _ => {}
         })?;
@@ -334,8 +374,11 @@ impl<S: Source> History<S> {
             .extend(left.open.blocks.into_values().filter(|b| keep(b)));
         out.segments
             .extend(left.segments.blocks.into_values().filter(|b| keep(b)));
+        out.cache_blocks
+            .extend(left.cache.blocks.into_values().filter(|b| keep(b)));
         out.blocks.sort_by_key(|b| (b.start_ns, b.addr));
         out.segments.sort_by_key(|b| (b.start_ns, b.addr));
+        out.cache_blocks.sort_by_key(|b| (b.start_ns, b.addr));
         out.unmatched_frees = left.unmatched;
         Ok(out)
     }
@@ -474,6 +517,7 @@ impl<S: Source> History<S> {
         let mut left = Left {
             open: OpenSet::default(),
             segments: OpenSet::default(),
+            cache: OpenSet::default(),
             unmatched: 0,
             last_ns: 0,
             tags_until: match stop {
@@ -487,8 +531,12 @@ impl<S: Source> History<S> {
         while let Some((thread, r)) = state.next() {
             let mut b = self.block(thread, &r, self.clock.ns(r.tsc));
             match Action::of(r.kind) {
+                Some(Action::Alloc) if b.memory == MemoryKind::CacheBlock => {
+                    b.tag = marks_after(thread, &r, &mut state).0;
+                    left.made_in_cache(b, visit);
+                }
                 Some(Action::Alloc) => {
-                    b.tag = tag_after(thread, &r, &mut state);
+                    (b.tag, b.carved) = marks_after(thread, &r, &mut state);
                     left.open.made(b);
                     visit(Step::Restated(b));
                 }
@@ -566,6 +614,7 @@ impl<S: Source> History<S> {
             released: false,
             stream: r.stream,
             tag: crate::NONE,
+            carved: false,
         }
     }
 
@@ -582,9 +631,13 @@ impl<S: Source> History<S> {
             match action {
                 Action::Alloc => {
                     let mut b = self.block(thread, &r, t);
-                    b.tag = tag_after(thread, &r, &mut events);
+                    (b.tag, b.carved) = marks_after(thread, &r, &mut events);
+                    if b.memory == MemoryKind::CacheBlock {
+                        left.made_in_cache(b, visit);
+                        continue;
+                    }
                     if let Some(old) = left.open.made(b) {
-                        visit(Step::Ended(old));
+                        left.ended(old, visit);
                     }
                     visit(Step::Made(b));
                 }
@@ -595,8 +648,14 @@ impl<S: Source> History<S> {
                     }
                     visit(Step::SegmentMade(b));
                 }
+                Action::Free if crate::memory_of(r.kind) == Some(MemoryKind::CacheBlock) => {
+                    match left.cache.freed(r.addr, t) {
+                        Some(b) => visit(Step::CacheEnded(b)),
+                        None => left.unmatched += 1,
+                    }
+                }
                 Action::Free => match left.open.freed(r.addr, t) {
-                    Some(b) => visit(Step::Ended(b)),
+                    Some(b) => left.ended(b, visit),
                     None => left.unmatched += 1,
                 },
                 Action::SegmentFree => match left.segments.freed(r.addr, t) {
@@ -613,15 +672,25 @@ impl<S: Source> History<S> {
                 Action::ContextRelease => {
                     let ctx = r.addr as u16;
                     for b in left.open.released(ctx, t) {
-                        visit(Step::Ended(b));
+                        left.ended(b, visit);
                     }
                     for b in left.segments.released(ctx, t) {
                         visit(Step::SegmentEnded(b));
                     }
                 }
                 Action::Tag if t <= left.tags_until => {
-                    if let Some(b) = left.open.tagged(r.addr, t, r.size as u32) {
+                    let set = if crate::memory_of(r.kind) == Some(MemoryKind::CacheBlock) {
+                        &mut left.cache
+                    } else {
+                        &mut left.open
+                    };
+                    if let Some(b) = set.tagged(r.addr, t, r.size as u32) {
                         visit(Step::Tagged(b));
+                    }
+                }
+                Action::Carve => {
+                    if let Some(b) = left.open.carve(r.addr, t) {
+                        visit(Step::Carved(b));
                     }
                 }
                 // In their own chunks ([`crate::Chunk::Phases`]), read when the history opens.
@@ -631,23 +700,28 @@ impl<S: Source> History<S> {
     }
 }
 
-/// The tag given to the block `alloc` makes as it was made: the [`Action::Tag`] event right
-/// after it (same thread, moment and address), taken from `events`; [`crate::NONE`] without.
-fn tag_after<I: Iterator<Item = (u32, Raw)>>(
+/// What the writer said of the block `alloc` makes, in the events right after it (same
+/// thread, moment and address), taken from `events`: its tag as it was made ([`Action::Tag`],
+/// [`crate::NONE`] without) and whether it is a cache's segment ([`Action::Carve`], restated).
+fn marks_after<I: Iterator<Item = (u32, Raw)>>(
     thread: u32,
     alloc: &Raw,
     events: &mut std::iter::Peekable<I>,
-) -> u32 {
-    let named = |(t, r): &(u32, Raw)| {
+) -> (u32, bool) {
+    let mark = |(t, r): &(u32, Raw)| {
         *t == thread
-            && Action::of(r.kind) == Some(Action::Tag)
+            && matches!(Action::of(r.kind), Some(Action::Tag | Action::Carve))
             && r.addr == alloc.addr
             && r.tsc == alloc.tsc
     };
-    match events.next_if(named) {
-        Some((_, tag)) => tag.size as u32,
-        None => crate::NONE,
+    let (mut tag, mut carved) = (crate::NONE, false);
+    while let Some((_, r)) = events.next_if(mark) {
+        match Action::of(r.kind) {
+            Some(Action::Tag) => tag = r.size as u32,
+            _ => carved = true,
+        }
     }
+    (tag, carved)
 }
 
 /// A hasher for addresses, ids and context ids: splitmix64's finalizer (the keys are the
@@ -687,6 +761,8 @@ type Fast = std::hash::BuildHasherDefault<Mix>;
 struct OpenSet {
     blocks: HashMap<u64, Block, Fast>,
     by_context: HashMap<u16, HashSet<u64, Fast>, Fast>,
+    /// By address in order, once a cache block was looked up in them.
+    holders: crate::holders::Holders,
 }
 
 impl OpenSet {
@@ -700,7 +776,32 @@ impl OpenSet {
             self.forget(old.context, old.addr);
         }
         self.by_context.entry(b.context).or_default().insert(b.addr);
+        self.holders.made(b.addr, b.size);
         old
+    }
+
+    /// The open block that holds `addr`, if any.
+    fn holder(&mut self, addr: u64) -> Option<u64> {
+        let blocks = &self.blocks;
+        self.holders
+            .holder(addr, || blocks.values().map(|b| (b.addr, b.size)))
+    }
+
+    /// The open blocks that begin in `[base, base + size)`.
+    fn within(&mut self, base: u64, size: u64) -> Vec<u64> {
+        let blocks = &self.blocks;
+        self.holders
+            .within(base, size, || blocks.values().map(|b| (b.addr, b.size)))
+    }
+
+    /// The block at `addr`, made by `t`, is a cache's segment: the block, when that is news.
+    fn carve(&mut self, addr: u64, t: u64) -> Option<Block> {
+        let b = self.blocks.get_mut(&addr)?;
+        if b.carved || b.start_ns > t {
+            return None;
+        }
+        b.carved = true;
+        Some(*b)
     }
 
     /// The block at `addr` freed at `t`; `None` when none was made there before `t`.
@@ -730,6 +831,7 @@ impl OpenSet {
         let mut gone = Vec::new();
         for addr in self.by_context.remove(&context).unwrap_or_default() {
             if let Some(mut b) = self.blocks.remove(&addr) {
+                self.holders.gone(addr);
                 b.end_ns = Some(t);
                 b.released = true;
                 gone.push(b);
@@ -740,6 +842,7 @@ impl OpenSet {
     }
 
     fn forget(&mut self, context: u16, addr: u64) {
+        self.holders.gone(addr);
         if let Some(set) = self.by_context.get_mut(&context) {
             set.remove(&addr);
             if set.is_empty() {
@@ -831,3 +934,5 @@ fn thin(clocks: &mut Vec<(u64, u64)>) {
 mod open;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_cache;

@@ -97,6 +97,12 @@ pub enum Action {
     /// allocations' events, right after the [`Action::Alloc`] it names (same moment) when the
     /// tag was set as it was made, later for a tag given after the fact.
     Tag = 9,
+    /// The allocation at `addr` is a segment of a framework's cache: blocks of
+    /// [`MemoryKind::CacheBlock`] (PyTorch's tensors) are carved from it. Readers find this from
+    /// the blocks themselves; a writer restates it (right after the allocation, at its moment)
+    /// where it restates what is live, so that a read from there knows a segment whose blocks
+    /// were all freed is still the cache's.
+    Carve = 10,
 }
 
 impl Action {
@@ -112,6 +118,7 @@ impl Action {
             7 => Action::PhaseBegin,
             8 => Action::PhaseEnd,
             9 => Action::Tag,
+            10 => Action::Carve,
             _ => return None,
         })
     }
@@ -859,6 +866,7 @@ pub fn checksum(kind: u8, payload: &[u8]) -> u32 {
 }
 
 pub mod bounded;
+pub mod holders;
 pub mod live;
 pub mod phases;
 pub mod replay;

@@ -33,6 +33,8 @@ pub const CHECKPOINT_EVENTS: u64 = 1 << 18;
 pub struct LiveSet {
     pub by_addr: HashMap<u64, (u32, Raw)>,
     by_context: HashMap<u16, HashSet<u64>>,
+    /// By address in order, once a cache block was looked up in them.
+    holders: crate::holders::Holders,
 }
 
 impl LiveSet {
@@ -46,7 +48,23 @@ impl LiveSet {
             self.forget(old.context, e.addr);
         }
         self.by_context.entry(e.context).or_default().insert(e.addr);
+        self.holders.made(e.addr, e.size);
         old
+    }
+
+    /// The live allocation that holds `addr`, if any.
+    pub fn holder(&mut self, addr: u64) -> Option<u64> {
+        let by_addr = &self.by_addr;
+        self.holders
+            .holder(addr, || by_addr.values().map(|(_, r)| (r.addr, r.size)))
+    }
+
+    /// The live allocations that begin in `[base, base + size)`.
+    pub fn within(&mut self, base: u64, size: u64) -> Vec<u64> {
+        let by_addr = &self.by_addr;
+        self.holders.within(base, size, || {
+            by_addr.values().map(|(_, r)| (r.addr, r.size))
+        })
     }
 
     /// A free: ends what is live at its address if it was made before it, and returns it.
@@ -65,6 +83,7 @@ impl LiveSet {
         let mut gone = Vec::new();
         for addr in self.by_context.remove(&context).unwrap_or_default() {
             if let Some((_, r)) = self.by_addr.remove(&addr) {
+                self.holders.gone(addr);
                 gone.push(r);
             }
         }
@@ -80,6 +99,7 @@ impl LiveSet {
     }
 
     fn forget(&mut self, context: u16, addr: u64) {
+        self.holders.gone(addr);
         if let Some(set) = self.by_context.get_mut(&context) {
             set.remove(&addr);
             if set.is_empty() {
@@ -105,6 +125,14 @@ pub struct Follow {
     every: u64,
     /// The tags of live allocations, by address (a name id: [`Action::Tag`]).
     tags: HashMap<u64, u32>,
+    /// Blocks inside a framework's cache ([`MemoryKind::CacheBlock`]), apart: they share
+    /// addresses with the allocations they are carved from. Not counted in the peak: their
+    /// segments are.
+    pub cache: LiveSet,
+    /// The tags of live cache blocks, by address.
+    cache_tags: HashMap<u64, u32>,
+    /// The live allocations that are a cache's segments (a cache block was found inside).
+    carved: HashSet<u64>,
 }
 
 /// Whether an allocation's bytes count toward the peak (device memory: not host-pinned).
@@ -118,7 +146,19 @@ impl Follow {
         self.span.events += 1;
         self.span.tsc = self.span.tsc.max(e.tsc);
         self.since += 1;
+        let cached = crate::memory_of(e.kind) == Some(MemoryKind::CacheBlock);
         match Action::of(e.kind) {
+            Some(Action::Alloc) if cached => self.made_in_cache(thread, e),
+            Some(Action::Free) if cached => {
+                if self.cache.freed(e).is_some() {
+                    self.cache_tags.remove(&e.addr);
+                }
+            }
+            Some(Action::Tag) if cached => {
+                if self.cache.by_addr.contains_key(&e.addr) {
+                    self.cache_tags.insert(e.addr, e.size as u32);
+                }
+            }
             Some(Action::Alloc) => {
                 self.span.allocations += 1;
                 self.tags.remove(&e.addr);
@@ -137,6 +177,7 @@ impl Follow {
                 if let Some(made) = self.live.freed(e) {
                     self.tags.remove(&e.addr);
                     self.less(&made);
+                    self.uncarve(&made);
                 }
             }
             Some(Action::Tag) => {
@@ -159,11 +200,42 @@ impl Follow {
                 for r in self.live.released(e.context) {
                     self.tags.remove(&r.addr);
                     self.less(&r);
+                    self.uncarve(&r);
                 }
                 self.segments.released(e.context);
             }
             Some(Action::Oom) => self.span.ooms += 1,
+            Some(Action::Carve) => {
+                if self.live.by_addr.contains_key(&e.addr) {
+                    self.carved.insert(e.addr);
+                }
+            }
             Some(Action::PhaseBegin | Action::PhaseEnd) | None => {}
+        }
+    }
+
+    /// A cache block made: the live allocation that holds it is the cache's segment.
+    fn made_in_cache(&mut self, thread: u32, e: &Raw) {
+        if self.cache.insert(thread, e).is_some() {
+            self.cache_tags.remove(&e.addr);
+        }
+        if let Some(h) = self.live.holder(e.addr) {
+            self.carved.insert(h);
+        }
+    }
+
+    /// The allocation `r` is gone: if it was a cache's segment, the blocks still inside it
+    /// went with it.
+    fn uncarve(&mut self, r: &Raw) {
+        if self.carved.remove(&r.addr) {
+            for inner in self.cache.within(r.addr, r.size) {
+                let free = Raw {
+                    tsc: u64::MAX,
+                    ..self.cache.by_addr[&inner].1
+                };
+                self.cache.freed(&free);
+                self.cache_tags.remove(&inner);
+            }
         }
     }
 
@@ -173,21 +245,24 @@ impl Follow {
         }
     }
 
-    /// Everything live (segments, then allocations), by time; a tagged allocation's tag right
-    /// after it, at its moment (as the shim records a tag given as memory is made).
+    /// Everything live (segments, allocations, cache blocks), by time; what the writer said of
+    /// an allocation right after it, at its moment: that it is a cache's segment
+    /// ([`Action::Carve`]), its tag (as the shim records a tag given as memory is made).
     pub fn live(&self) -> Vec<(u32, Raw)> {
-        let tag = |&(thread, made): &(u32, Raw)| {
-            let &id = self.tags.get(&made.addr)?;
-            let kind = crate::kind(Action::Tag, MemoryKind::Device);
-            Some((
-                thread,
-                Raw {
-                    kind,
-                    size: u64::from(id),
-                    stack: crate::NONE,
-                    ..made
-                },
-            ))
+        let mark = |(thread, made): (u32, Raw), action: Action, size: u32| {
+            let memory = crate::memory_of(made.kind).unwrap_or_default();
+            let raw = Raw {
+                kind: crate::kind(action, memory),
+                size: u64::from(size),
+                stack: crate::NONE,
+                ..made
+            };
+            (thread, raw)
+        };
+        let with_marks = |m: &(u32, Raw), tags: &HashMap<u64, u32>, carved: bool| {
+            std::iter::once(*m)
+                .chain(carved.then(|| mark(*m, Action::Carve, 0)))
+                .chain(tags.get(&m.1.addr).map(|&id| mark(*m, Action::Tag, id)))
         };
         let mut all: Vec<(u32, Raw)> = self
             .segments
@@ -198,18 +273,31 @@ impl Follow {
                 self.live
                     .by_addr
                     .values()
-                    .flat_map(|m| std::iter::once(*m).chain(tag(m))),
+                    .flat_map(|m| with_marks(m, &self.tags, self.carved.contains(&m.1.addr))),
+            )
+            .chain(
+                self.cache
+                    .by_addr
+                    .values()
+                    .flat_map(|m| with_marks(m, &self.cache_tags, false)),
             )
             .collect();
-        let is_tag = |r: &Raw| Action::of(r.kind) == Some(Action::Tag);
-        all.sort_by_key(|(_, r)| (r.tsc, r.addr, is_tag(r)));
+        // An allocation, then its marks; a cache block after the segment it was carved from.
+        let rank = |r: &Raw| match (Action::of(r.kind), crate::memory_of(r.kind)) {
+            (Some(Action::Carve), _) => 1,
+            (Some(Action::Tag), Some(MemoryKind::CacheBlock)) => 3,
+            (Some(Action::Tag), _) => 1,
+            (_, Some(MemoryKind::CacheBlock)) => 2,
+            _ => 0,
+        };
+        all.sort_by_key(|(_, r)| (r.tsc, r.addr, rank(r)));
         all
     }
 
     /// Whether a checkpoint is due: [`CHECKPOINT_EVENTS`] since the last, and at least four
     /// times what it would restate.
     pub fn due(&self) -> bool {
-        let restated = (self.live.len() + self.segments.len()) as u64;
+        let restated = (self.live.len() + self.segments.len() + self.cache.len()) as u64;
         let every = if self.every == 0 {
             CHECKPOINT_EVENTS
         } else {

@@ -58,6 +58,9 @@ pub struct Block {
     pub stream: u64,
     /// The program's tag for it: a name id ([`Replay::name`]), or [`NONE`].
     pub tag: u32,
+    /// Whether a framework's cache carves blocks from it (a segment of PyTorch's caching
+    /// allocator: its blocks are in [`Replay::cache_blocks`]), as known by the read's end.
+    pub carved: bool,
 }
 
 impl Block {
@@ -113,8 +116,11 @@ pub struct Replay {
     /// Allocations handed to the program (and blocks of a cache, where the shim reads them),
     /// by start time.
     pub blocks: Vec<Block>,
-    /// Driver allocations that a pool or a cache carves blocks from, by start time.
+    /// Driver allocations that cuguard's pool carves blocks from, by start time.
     pub segments: Vec<Block>,
+    /// Blocks inside a framework's cache (PyTorch's tensors, [`MemoryKind::CacheBlock`]), by
+    /// start time; the allocations they are carved from are [`Block::carved`] blocks.
+    pub cache_blocks: Vec<Block>,
     pub ooms: Vec<Oom>,
     /// Events the shim could not record, and when.
     pub lost: Vec<Lost>,
@@ -151,6 +157,11 @@ impl Replay {
     /// The text of a block's tag, if it has one.
     pub fn tag_of(&self, b: &Block) -> Option<&str> {
         (b.tag != NONE).then(|| self.name(b.tag).unwrap_or("?"))
+    }
+
+    /// The cache blocks live at `t_ns`.
+    pub fn cache_live_at(&self, t_ns: u64) -> impl Iterator<Item = &Block> {
+        self.cache_blocks.iter().filter(move |b| b.live_at(t_ns))
     }
 
     /// The blocks live at `t_ns`.

@@ -120,6 +120,9 @@ pub struct Config {
     /// `CUGUARD_PYTHON_END`: in a Python process, mark the end of the program's code before the
     /// interpreter's teardown (`crate::lifecycle::python_bootstrap`); `0` for off.
     pub python_end: bool,
+    /// `CUGUARD_CACHE_BLOCKS`: record the blocks PyTorch's caching allocator hands out inside
+    /// its segments (its tensors) in the history (`crate::hooks::torch_blocks`); `0` for off.
+    pub cache_blocks: bool,
     /// `CUGUARD_RUN_ID`: the run this process belongs to, set by `cuguard run` for every process
     /// it starts (the report's `run_id`; reports of one run given one path each keep their own
     /// file, a later run's replace an earlier one's, `crate::writer::file`). `None` outside a
@@ -236,6 +239,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let page = r.flag("CUGUARD_PAGE", true);
     let limit_virtual = r.flag("CUGUARD_LIMIT_VIRTUAL", true);
     let python_end = r.flag("CUGUARD_PYTHON_END", true);
+    let cache_blocks = r.flag("CUGUARD_CACHE_BLOCKS", true);
     let stack_depth = r.stack_depth();
     let pool_settings = r.pool_settings();
     let (report_template, report_mode) = r.report();
@@ -283,6 +287,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         limit,
         limit_virtual,
         python_end,
+        cache_blocks,
         run_id,
         report_mode,
     }

@@ -21,6 +21,7 @@ pub mod shown;
 mod stream_ordered;
 mod streams;
 pub mod submit;
+pub mod torch_blocks;
 mod track;
 mod vmm;
 

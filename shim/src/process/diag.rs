@@ -35,6 +35,13 @@ pub fn log(message: impl FnOnce() -> String) {
     }
 }
 
+/// Writes `message` once per `flag`, only when `CUGUARD_LOG=1`.
+pub fn log_once(flag: &AtomicBool, message: &str) {
+    if VERBOSE.load(Ordering::Relaxed) && !flag.swap(true, Ordering::Relaxed) {
+        warn(message);
+    }
+}
+
 /// Writes `message` once per `flag`.
 pub fn warn_once(flag: &AtomicBool, message: &str) {
     if !flag.swap(true, Ordering::Relaxed) {

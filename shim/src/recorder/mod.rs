@@ -152,7 +152,7 @@ pub fn allocated_at(
         stream,
     });
     if tag != NONE {
-        tagged(Some(tsc), addr, tag);
+        tag_event(tsc, addr, tag, memory);
     }
 }
 
@@ -163,13 +163,20 @@ pub fn tagged(tsc: Option<u64>, addr: u64, tag: u32) {
     if !on() {
         return;
     }
+    tag_event(tsc.unwrap_or_else(now_tsc), addr, tag, MemoryKind::Device);
+}
+
+/// The tag event of [`tagged`], of memory `memory` (a cache block's tag is one of its own: the
+/// cache block may share its address with the segment it is carved from).
+#[inline]
+fn tag_event(tsc: u64, addr: u64, tag: u32, memory: MemoryKind) {
     ring::push(Raw {
-        tsc: tsc.unwrap_or_else(now_tsc),
+        tsc,
         addr,
         size: u64::from(tag),
         stack: NONE,
         context: u16::MAX,
-        kind: kind(Action::Tag, MemoryKind::Device),
+        kind: kind(Action::Tag, memory),
         device: 0,
         stream: 0,
     });

@@ -396,6 +396,7 @@ mod reference {
                 released: false,
                 stream: r.stream,
                 tag: crate::NONE,
+                carved: false,
             };
             match action {
                 Action::Alloc => open.made(&mut out.blocks, block),
@@ -418,7 +419,7 @@ mod reference {
                     device: r.ordinal(),
                 }),
                 // The reference knows no tags (the random runs make none).
-                Action::PhaseBegin | Action::PhaseEnd | Action::Tag => {}
+                Action::PhaseBegin | Action::PhaseEnd | Action::Tag | Action::Carve => {}
                 Action::ContextRelease => {
                     let ctx = r.addr as u16;
                     open.released(&mut out.blocks, ctx, t);

@@ -1,0 +1,137 @@
+//! PyTorch's tensors in the history: the blocks its CUDA caching allocator hands out and takes
+//! back inside the segments it took from the driver, as it reports them to its own profiler.
+//!
+//! `libc10_cuda.so` calls `c10::reportMemoryUsageToProfiler(ptr, ±size, allocated, reserved,
+//! device)` (exported by `libc10.so`) for every block it hands out (`+size`) and every block
+//! the program frees (`-size`: PyTorch's `free_requested`), whether or not PyTorch's profiler
+//! runs. The shim exports the same symbol; preloaded, its definition is the one the call binds
+//! to. Each call is recorded as a [`MemoryKind::CacheBlock`] event with the calling thread's
+//! stack (its Python line: the GIL is released there, so the shim's own frame reader finds it),
+//! then forwarded, always, to PyTorch's own function, so its profiler works as before.
+//! docs/architecture.md says why this hook and not PyTorch's trace tracker or memory history.
+//!
+//! The real function is taken from `libc10.so` itself (`dlopen` with `RTLD_NOLOAD`): Python
+//! loads PyTorch's libraries in a scope of their own, which `dlsym(RTLD_NEXT)` from the shim
+//! does not search. `CUGUARD_CACHE_BLOCKS=0` turns the recording off (the call is still
+//! forwarded).
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use cuguard_format::MemoryKind;
+
+use crate::guard::Guard;
+use crate::tracker::record::NONE;
+
+/// The symbol's name: `c10::reportMemoryUsageToProfiler(void*, long, unsigned long, unsigned
+/// long, c10::Device)`, the same in PyTorch 2.5 to 2.11's sources.
+pub const SYMBOL: &std::ffi::CStr = c"_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE";
+
+/// `c10::Device`: a device type and an index, one byte each, passed by value in a register.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Device {
+    pub kind: i8,
+    pub index: i8,
+}
+
+/// `c10::DeviceType::CUDA`.
+const CUDA: i8 = 1;
+
+type ReportFn = unsafe extern "C" fn(*mut c_void, i64, u64, u64, Device);
+
+/// The real function's address: 0 not looked for yet, 1 not found.
+static REAL: AtomicUsize = AtomicUsize::new(0);
+static MISSING_SAID: AtomicBool = AtomicBool::new(false);
+
+/// PyTorch's own `reportMemoryUsageToProfiler`, found once.
+fn real() -> Option<ReportFn> {
+    let mut p = REAL.load(Ordering::Acquire);
+    if p == 0 {
+        p = find_real().unwrap_or(1);
+        REAL.store(p, Ordering::Release);
+    }
+    // SAFETY: a value above 1 is the address of PyTorch's function of this signature.
+    (p > 1).then(|| unsafe { std::mem::transmute::<usize, ReportFn>(p) })
+}
+
+fn find_real() -> Option<usize> {
+    let dlsym = crate::driver::loader::real_dlsym()?;
+    let ours = report_memory_usage as *const () as usize;
+    let look = |handle: *mut c_void| {
+        // SAFETY: libc's dlsym with a handle from dlopen (or RTLD_NEXT) and a NUL-terminated name.
+        let p = unsafe { dlsym(handle, SYMBOL.as_ptr()) } as usize;
+        (p != 0 && p != ours).then_some(p)
+    };
+    // SAFETY: dlopen of a library only if it is loaded already (RTLD_NOLOAD): nothing is run.
+    let c10 = unsafe { libc::dlopen(c"libc10.so".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    let found = if c10.is_null() {
+        None
+    } else {
+        let found = look(c10);
+        // SAFETY: the handle dlopen returned; the library stays loaded (PyTorch holds it).
+        unsafe { libc::dlclose(c10) };
+        found
+    };
+    found.or_else(|| look(libc::RTLD_NEXT))
+}
+
+/// The exported hook (see the module doc).
+///
+/// # Safety
+///
+/// Called by PyTorch with its own arguments; `ptr` is never dereferenced.
+#[unsafe(export_name = "_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE")]
+pub unsafe extern "C" fn report_memory_usage(
+    ptr: *mut c_void,
+    alloc_size: i64,
+    total_allocated: u64,
+    total_reserved: u64,
+    device: Device,
+) {
+    if device.kind == CUDA && alloc_size != 0 && crate::config::get().cache_blocks {
+        crate::guard::shield((), || record(ptr as u64, alloc_size, device.index));
+    }
+    match real() {
+        // SAFETY: PyTorch's own function, with the arguments it was called with.
+        Some(f) => unsafe { f(ptr, alloc_size, total_allocated, total_reserved, device) },
+        None => crate::process::diag::log_once(
+            &MISSING_SAID,
+            "PyTorch's c10::reportMemoryUsageToProfiler was called but its own definition \
+             could not be found: its profiler sees no memory events in this process",
+        ),
+    }
+}
+
+/// Records one block handed out (`size > 0`) or freed (`size < 0`) on device `index`.
+fn record(addr: u64, size: i64, index: i8) {
+    if !crate::recorder::on() {
+        return;
+    }
+    let Some(_inside) = Guard::enter() else {
+        return;
+    };
+    let device = i32::from(index);
+    if size > 0 {
+        crate::recorder::allocated_at(
+            None,
+            addr,
+            size.unsigned_abs(),
+            MemoryKind::CacheBlock,
+            crate::tracker::capture_stack(),
+            NONE,
+            device,
+            0,
+            crate::tracker::tags::current(),
+        );
+    } else {
+        crate::recorder::freed(
+            addr,
+            MemoryKind::CacheBlock,
+            NONE,
+            device,
+            crate::recorder::now_tsc(),
+            0,
+        );
+    }
+}

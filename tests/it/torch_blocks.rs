@@ -1,0 +1,246 @@
+//! PyTorch's tensors in the history (issue 54): a stand-in for PyTorch's libc10.so and
+//! libc10_cuda.so (`harness/workloads/c/c10_stand_in.cc`, `c10_cuda_stand_in.cc`: a caching
+//! allocator with PyTorch's names that reports each block to `c10::reportMemoryUsageToProfiler`
+//! as PyTorch's does), driven from Python through ctypes (`torch_blocks.py`). The shim's hook
+//! records every block with its Python line and forwards every call; `summary --at` lists the
+//! tensors inside the cache's segments by line and the cache's idle memory apart; `--between`
+//! says what a step kept, by tensor; the memory-viz export holds the tensors inside their
+//! segments.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::support::{artifacts, run, scratch_dir, shim_command};
+
+const MIB: u64 = 1 << 20;
+
+/// Builds the two stand-ins into `dir` (libc10.so, then libc10_cuda.so linked with it).
+fn stand_ins(dir: &Path) -> (PathBuf, PathBuf) {
+    let a = artifacts();
+    let src = a.root.join("harness/workloads/c");
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let c10 = dir.join("libc10.so");
+    let cuda = dir.join("libc10_cuda.so");
+    let status = Command::new(&cxx)
+        .args([
+            "-O0",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-Wall",
+            "-Wl,-soname,libc10.so",
+            "-o",
+        ])
+        .arg(&c10)
+        .arg(src.join("c10_stand_in.cc"))
+        .status()
+        .expect("running c++");
+    assert!(status.success(), "compiling c10_stand_in.cc failed");
+    let status = Command::new(&cxx)
+        .args(["-O0", "-g", "-shared", "-fPIC", "-Wall", "-o"])
+        .arg(&cuda)
+        .arg(src.join("c10_cuda_stand_in.cc"))
+        .arg("-I")
+        .arg(&src)
+        .arg("-L")
+        .arg(dir)
+        .args(["-lc10", "-Wl,-rpath,$ORIGIN", "-L"])
+        .arg(&a.sim_dir)
+        .arg("-lcuda")
+        .status()
+        .expect("running c++");
+    assert!(status.success(), "compiling c10_cuda_stand_in.cc failed");
+    (cuda, c10)
+}
+
+/// The line of `torch_blocks.py` that ends with `marker`.
+fn line_of(marker: &str) -> u64 {
+    let py = std::fs::read_to_string(
+        artifacts()
+            .root
+            .join("harness/workloads/python/torch_blocks.py"),
+    )
+    .unwrap();
+    py.lines().position(|l| l.ends_with(marker)).expect(marker) as u64 + 1
+}
+
+/// One run of `torch_blocks.py` under the shim with `env`, in a directory of its own: the
+/// directory and what the script printed (`weights` → `0x…`).
+fn torch_run(name: &str, env: &[(&str, &str)]) -> (PathBuf, HashMap<String, String>) {
+    let a = artifacts();
+    let dir = scratch_dir(name);
+    let (cuda, c10) = stand_ins(&dir);
+    let mut cmd = shim_command(Path::new("python3"), &dir.join("r.json"));
+    cmd.arg(a.root.join("harness/workloads/python/torch_blocks.py"))
+        .arg(&cuda)
+        .arg(&c10)
+        .env("PYTHONPATH", a.root.join("src/python"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .envs(env.iter().copied());
+    let out = run(&mut cmd, true);
+    let said = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (dir, said)
+}
+
+/// `cuguard ARGS` in `dir`, which must succeed: its standard output as JSON.
+fn json_of(dir: &Path, args: &[&str]) -> Value {
+    let out = run(
+        Command::new(&artifacts().cuguard)
+            .current_dir(dir)
+            .args(args)
+            .args(["--format", "json"]),
+        true,
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// An answer's rows on device 0: (site's location or "idle", bytes, count, owner).
+fn rows(answer: &Value) -> Vec<(String, u64, u64, String)> {
+    let d = &answer["devices"][0];
+    d["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let what = if s["idle"] == json!(true) {
+                "idle".to_string()
+            } else {
+                s["location"].as_str().unwrap().to_string()
+            };
+            (
+                what,
+                s["bytes"].as_u64().unwrap(),
+                s["allocations"].as_u64().unwrap(),
+                s["owner"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn row(what: &str, bytes: u64, count: u64) -> (String, u64, u64, String) {
+    (
+        what.to_string(),
+        bytes,
+        count,
+        "pytorch_caching_allocator".to_string(),
+    )
+}
+
+#[test]
+fn at_a_moment_the_cache_s_tensors_are_named_by_line_and_its_idle_memory_apart() {
+    for (name, pool) in [("torch-blocks-pool", "1"), ("torch-blocks-no-pool", "0")] {
+        let (dir, said) = torch_run(name, &[("CUGUARD_POOL", pool)]);
+        // Every call reached c10's own function (3 blocks handed out, 1 freed).
+        assert_eq!(said["calls"], "4", "pool {pool}");
+        assert_eq!(said["reserved"], (10 * MIB).to_string());
+        let weights = format!("torch_blocks.py:{}", line_of("# weights"));
+        let activations = format!("torch_blocks.py:{}", line_of("# activations"));
+        // At the end, and after the step (the temporary freed: its 4 MiB read idle): the
+        // weights and the activations by line, and the three segments' 6 MiB idle.
+        let after = vec![
+            row("idle", 6 * MIB, 3),
+            row(&activations, 3 * MIB, 1),
+            row(&weights, MIB, 1),
+        ];
+        for at in ["end", "phase:pause"] {
+            let a = json_of(&dir, &["summary", "r.json", "--at", at]);
+            assert_eq!(rows(&a), after, "pool {pool}, --at {at}");
+            assert_eq!(a["devices"][0]["bytes"], 10 * MIB);
+            assert_eq!(a["devices"][0]["allocations"], 2, "tensors, not segments");
+        }
+        // What the step kept: the activations, and the cache's growth in it (two segments,
+        // 1 MiB of the first and all 4 MiB of the second idle).
+        let kept = json_of(&dir, &["summary", "r.json", "--between", "phase:step"]);
+        assert_eq!(
+            rows(&kept),
+            [row("idle", 5 * MIB, 2), row(&activations, 3 * MIB, 1)],
+            "pool {pool}"
+        );
+    }
+}
+
+#[test]
+fn the_memory_viz_export_holds_the_tensors_inside_their_segments() {
+    let (dir, said) = torch_run("torch-blocks-viz", &[]);
+    run(
+        Command::new(&artifacts().cuguard)
+            .current_dir(&dir)
+            .args(["export", "-o", "m.pickle", "r.json"]),
+        true,
+    );
+    let out = run(
+        Command::new("python3").current_dir(&dir).args([
+            "-c",
+            "import pickle, json\n\
+             s = pickle.load(open('m.pickle', 'rb'))\n\
+             print(json.dumps({'segments': [[g['address'], g['total_size'], \
+             [[b['state'], b['address'], b['size']] for b in g['blocks']]] \
+             for g in s['segments']], 'trace': [[e['action'], e['addr'], e['size']] \
+             for e in s['device_traces'][0]]}))",
+        ]),
+        true,
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let addr = |k: &str| u64::from_str_radix(said[k].trim_start_matches("0x"), 16).unwrap();
+    let (w, a, t) = (addr("weights"), addr("activations"), addr("temporary"));
+    // Each segment's blocks tile it: the tensors live at the end, the rest free.
+    let mut segments = vec![
+        json!([
+            w,
+            2 * MIB,
+            [["active_allocated", w, MIB], ["inactive", w + MIB, MIB]]
+        ]),
+        json!([
+            a,
+            4 * MIB,
+            [
+                ["active_allocated", a, 3 * MIB],
+                ["inactive", a + 3 * MIB, MIB]
+            ]
+        ]),
+        json!([t, 4 * MIB, [["inactive", t, 4 * MIB]]]),
+    ];
+    segments.sort_by_key(|s| s[0].as_u64());
+    assert_eq!(got["segments"], json!(segments));
+    assert_eq!(
+        got["trace"],
+        json!([
+            ["segment_alloc", w, 2 * MIB],
+            ["alloc", w, MIB],
+            ["segment_alloc", a, 4 * MIB],
+            ["alloc", a, 3 * MIB],
+            ["segment_alloc", t, 4 * MIB],
+            ["alloc", t, 4 * MIB],
+            ["free_requested", t, 4 * MIB],
+            ["free_completed", t, 4 * MIB],
+        ])
+    );
+    run(
+        Command::new("python3")
+            .current_dir(&dir)
+            .arg(artifacts().root.join("scripts/memory_viz_check.py"))
+            .arg("m.pickle"),
+        true,
+    );
+}
+
+#[test]
+fn cache_blocks_off_records_the_segments_only_and_still_forwards_every_call() {
+    let (dir, said) = torch_run("torch-blocks-off", &[("CUGUARD_CACHE_BLOCKS", "0")]);
+    assert_eq!(said["calls"], "4");
+    let a = json_of(&dir, &["summary", "r.json", "--at", "end"]);
+    let d = &a["devices"][0];
+    assert_eq!(
+        (d["bytes"].as_u64(), d["allocations"].as_u64()),
+        (Some(10 * MIB), Some(3))
+    );
+    assert!(rows(&a).iter().all(|r| r.0 != "idle"), "{a}");
+}
