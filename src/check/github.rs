@@ -17,7 +17,7 @@ use std::io::{self, Write};
 
 use cuguard_format::needs_escape;
 
-use super::places::source_root;
+use super::places::{Located, source_root};
 use super::verdict::Verdict;
 use crate::output::{Format, Options};
 
@@ -35,21 +35,32 @@ impl Format<Verdict> for Github {
             None => source_root(None),
         };
         for f in super::sarif::failing(verdict, &root)? {
-            let mut props = Vec::new();
-            if let Some(l) = &f.located {
-                props.push(format!("file={}", property(&l.path)));
-                if let Some(line) = l.line.filter(|l| *l > 0) {
-                    props.push(format!("line={line}"));
-                }
-            }
-            props.push(format!(
-                "title={}",
-                property(&format!("cuguard {}", f.rule))
-            ));
-            writeln!(out, "::error {}::{}", props.join(","), message(&f.message))?;
+            command(out, "error", &f.rule, &f.message, f.located.as_ref())?;
         }
         Ok(())
     }
+}
+
+/// Writes one workflow command, `::LEVEL file=…,line=…,title=cuguard RULE::MESSAGE` (`LEVEL`:
+/// `error`, `warning` or `notice`), `file` and `line` left out when the finding is not
+/// `located` under the source root; every value escaped ([`message`], [`property`]). `cuguard
+/// diff --format github` writes its `::warning` lines through it too.
+pub fn command(
+    out: &mut dyn Write,
+    level: &str,
+    rule: &str,
+    text: &str,
+    located: Option<&Located>,
+) -> io::Result<()> {
+    let mut props = Vec::new();
+    if let Some(l) = located {
+        props.push(format!("file={}", property(&l.path)));
+        if let Some(line) = l.line.filter(|l| *l > 0) {
+            props.push(format!("line={line}"));
+        }
+    }
+    props.push(format!("title={}", property(&format!("cuguard {rule}"))));
+    writeln!(out, "::{level} {}::{}", props.join(","), message(text))
 }
 
 /// Escapes a command's message: `%` as the runner unescapes it (`%25`, as `@actions/core`

@@ -30,7 +30,8 @@
 //! events, processes, rules) in `entries.rs`. Output formats, one per file, listed in
 //! [`FORMATS`] with what each [`Needs`] condensed: [`text`], [`json`] (whose [`json::Json`]
 //! describes the JSON), [`junit`], [`sarif`] and [`github`] (these two point at the user's code:
-//! [`places`]).
+//! [`places`]; the SARIF log's frame and the workflow commands are shared with `cuguard diff`:
+//! [`sarif_log`], [`github::command`]).
 
 mod condense;
 mod end;
@@ -43,6 +44,7 @@ pub mod kept;
 pub mod peaks;
 pub mod places;
 pub mod sarif;
+pub mod sarif_log;
 pub mod suppressions;
 pub mod text;
 mod verdict;

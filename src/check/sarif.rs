@@ -29,6 +29,9 @@
 //! output writes it (`\n`, `\u{202e}`): JSON escapes control characters, but a viewer shows NEL,
 //! U+2028 and the reordering characters as they are. Fingerprints hash the texts as reported.
 //!
+//! How a finding becomes a result, and the log around the results, are [`super::sarif_log`]'s,
+//! which `cuguard diff --format sarif` shares; this file says which findings the check has.
+//!
 //! ```text
 //! {"version": "2.1.0", "$schema": "…sarif-2.1.0.json",
 //!  "runs": [{"tool": {"driver": {"name": "cuguard", "version", "rules": [
@@ -51,26 +54,12 @@ use std::path::Path;
 use cuguard_format::escaped;
 use serde_json::{Value, json};
 
-use super::places::{Located, Place, source_root, stable_hash};
+use super::places::{Located, source_root};
+pub use super::sarif_log::Rule;
+use super::sarif_log::{Finding, describe, help_property, rule_id};
 use super::verdict::Verdict;
 use crate::output::{Format, Options};
 use crate::wording::{bytes, millis, plural};
-
-/// A kind of finding: a SARIF rule.
-pub struct Rule {
-    /// The finding: `leak`, `growth`, or an event kind; the SARIF `ruleId` is `cuguard/` and
-    /// this.
-    pub id: &'static str,
-    /// `name`, PascalCase.
-    pub name: &'static str,
-    /// `shortDescription`.
-    pub short: &'static str,
-    /// `fullDescription`.
-    pub full: &'static str,
-    /// How to fix it, in Markdown on one line; `help` is this and how to accept it instead
-    /// ([`help`]).
-    pub fix: &'static str,
-}
 
 /// The rules, in `tool.driver.rules` order (an event kind not listed gets a rule after them).
 pub const RULES: &[Rule] = &[
@@ -190,37 +179,6 @@ pub const RULES: &[Rule] = &[
 /// `--format sarif`.
 pub struct Sarif;
 
-/// The SARIF `ruleId` of finding `kind`: `cuguard/leak` (an id that differs from the rule's
-/// name, as SARIF wants).
-fn rule_id(kind: &str) -> String {
-    format!("cuguard/{kind}")
-}
-
-/// Where people learn about cuguard (`tool.driver.informationUri`): the package's repository
-/// when it is a real web address, else none. The property is optional in SARIF 2.1.0, and cuguard
-/// has no public site to name: a placeholder would send people nowhere.
-fn information_uri() -> Option<&'static str> {
-    option_env!("CARGO_PKG_REPOSITORY").filter(|uri| is_web_address(uri))
-}
-
-/// Whether `uri` is an `https://` address of a host that can exist: not a name reserved for
-/// documentation and tests (RFC 2606, RFC 6761: `.invalid`, `.test`, `.example`, `.localhost`,
-/// `example.com`, …).
-fn is_web_address(uri: &str) -> bool {
-    let Some(rest) = uri.strip_prefix("https://") else {
-        return false;
-    };
-    let host = rest.split(['/', ':', '?', '#']).next().unwrap_or_default();
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    let reserved = ["invalid", "test", "example", "localhost"]
-        .iter()
-        .any(|tld| host == *tld || host.ends_with(&format!(".{tld}")))
-        || ["example.com", "example.net", "example.org"]
-            .iter()
-            .any(|d| host == *d || host.ends_with(&format!(".{d}")));
-    host.contains('.') && !reserved
-}
-
 /// `help` of the rule for finding `kind`, in Markdown on one line: `fix`, then how to accept
 /// the finding instead.
 fn help(kind: &str, fix: &str) -> String {
@@ -247,22 +205,6 @@ fn help(kind: &str, fix: &str) -> String {
     } else {
         format!("{fix} {accept}")
     }
-}
-
-/// A rule's `help` property: the Markdown, and as text without its backquotes.
-fn help_property(markdown: &str) -> Value {
-    json!({"text": markdown.replace('`', ""), "markdown": markdown})
-}
-
-/// One finding before it is written.
-struct Finding<'v> {
-    rule: String,
-    level: &'static str,
-    message: String,
-    site: String,
-    place: Option<&'v Place>,
-    /// The suppression rule's text, for a suppressed finding.
-    suppressed: Option<String>,
 }
 
 impl Format<Verdict> for Sarif {
@@ -459,74 +401,24 @@ pub(crate) fn failing(verdict: &Verdict, root: &Path) -> io::Result<Vec<Failing>
         .collect())
 }
 
-/// `%XX`-escapes what may not stand in a URI path (RFC 3986: all but unreserved and `/`).
-fn uri_path(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for b in path.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
-                out.push(b as char)
-            }
-            b => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 /// The log as a JSON value.
 fn log(verdict: &Verdict, root: &Path) -> io::Result<Value> {
     let findings = findings(verdict, true)?;
-    let mut rules: Vec<Value> = RULES
+    let rules = RULES
         .iter()
-        .map(|r| {
-            json!({
-                "id": rule_id(r.id),
-                "name": r.name,
-                "shortDescription": {"text": r.short},
-                "fullDescription": {"text": r.full},
-                "help": help_property(&help(r.id, r.fix)),
-                "defaultConfiguration": {"level": "error"},
-            })
-        })
+        .map(|r| (r.id.to_string(), describe(r, &help(r.id, r.fix), "error")))
         .collect();
-    let mut ids: Vec<String> = RULES.iter().map(|r| r.id.to_string()).collect();
-    let mut results = Vec::with_capacity(findings.len());
-    for f in &findings {
-        let index = match ids.iter().position(|id| *id == f.rule) {
-            Some(i) => i,
-            None => {
-                rules.push(unknown_kind_rule(&escaped(&f.rule)));
-                ids.push(f.rule.clone());
-                ids.len() - 1
-            }
-        };
-        results.push(result(f, index, root));
-    }
-    let mut root_uri = format!("file://{}", uri_path(&root.to_string_lossy()));
-    if !root_uri.ends_with('/') {
-        root_uri.push('/');
-    }
-    let mut driver = json!({
-        "name": "cuguard",
-        "version": env!("CARGO_PKG_VERSION"),
-        "rules": rules,
+    let properties = json!({
+        "passed": verdict.passed,
+        "failures": verdict.failures.iter().map(|f| escaped(f)).collect::<Vec<_>>(),
     });
-    if let Some(uri) = information_uri() {
-        driver["informationUri"] = json!(uri);
-    }
-    Ok(json!({
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
-        "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": driver},
-            "originalUriBaseIds": {"%SRCROOT%": {"uri": root_uri}},
-            "results": results,
-            "properties": {"cuguard": {
-                "passed": verdict.passed,
-                "failures": verdict.failures.iter().map(|f| escaped(f)).collect::<Vec<_>>(),
-            }},
-        }],
-    }))
+    Ok(super::sarif_log::log(
+        rules,
+        &findings,
+        root,
+        |kind| unknown_kind_rule(&escaped(kind)),
+        properties,
+    ))
 }
 
 /// The rule of events of `kind` (escaped), a kind this cuguard does not describe.
@@ -547,99 +439,9 @@ fn unknown_kind_rule(kind: &str) -> Value {
     })
 }
 
-/// One finding as a result of rule number `index`: its message, where it is (physical and
-/// logical), its fingerprint, the helper it went through and the rule that suppressed it.
-fn result(f: &Finding<'_>, index: usize, root: &Path) -> Value {
-    let location = location(f, root);
-    let key = f
-        .place
-        .and_then(|p| p.fingerprint.as_deref())
-        .unwrap_or(&f.site);
-    let mut result = json!({
-        "ruleId": rule_id(&escaped(&f.rule)),
-        "ruleIndex": index,
-        "level": f.level,
-        "message": {"text": escaped(&f.message)},
-        "partialFingerprints": {"cuguard/v1": stable_hash(&[&f.rule, key])},
-    });
-    if !location.is_empty() {
-        result["locations"] = json!([Value::Object(location)]);
-    }
-    // A site charged to a helper's caller: the helper's line, related.
-    if let Some(place) = f.place
-        && let Some(helper) = &place.via
-        && let Some(l) = (Place {
-            frames: vec![helper.clone()],
-            ..Place::default()
-        })
-        .locate(root)
-    {
-        result["relatedLocations"] = json!([{
-            "id": 1,
-            "physicalLocation": physical_location(&l),
-            "message": {"text": "the allocation helper it went through"},
-        }]);
-    }
-    if let Some(rule) = &f.suppressed {
-        result["suppressions"] = json!([{"kind": "external", "justification": escaped(rule)}]);
-    }
-    result
-}
-
-/// Where a finding is: its file and line under the source root, and its function and module.
-fn location(f: &Finding<'_>, root: &Path) -> serde_json::Map<String, Value> {
-    let mut location = serde_json::Map::new();
-    if let Some(l) = f.place.and_then(|p| p.locate(root)) {
-        location.insert("physicalLocation".into(), physical_location(&l));
-    }
-    let mut logical = Vec::new();
-    let function = f.place.map(|p| p.function.as_str()).unwrap_or(&f.site);
-    if !function.is_empty() {
-        logical.push(json!({"name": escaped(function), "kind": "function"}));
-    }
-    if let Some(module) = f.place.and_then(|p| p.module.as_deref()) {
-        logical.push(json!({
-            "name": escaped(crate::sites::file_name(module)),
-            "fullyQualifiedName": escaped(module),
-            "kind": "module",
-        }));
-    }
-    if !logical.is_empty() {
-        location.insert("logicalLocations".into(), Value::Array(logical));
-    }
-    location
-}
-
-/// A file and line under the source root, as SARIF's `physicalLocation`.
-fn physical_location(l: &Located) -> Value {
-    let mut physical = json!({
-        "artifactLocation": {"uri": uri_path(&l.path), "uriBaseId": "%SRCROOT%"},
-    });
-    if let Some(line) = l.line.filter(|l| *l > 0) {
-        physical["region"] = json!({"startLine": line});
-    }
-    physical
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{RULES, help, is_web_address, uri_path};
-
-    #[test]
-    fn information_uri_is_a_real_web_address_or_none() {
-        assert!(is_web_address("https://github.com/someone/cuguard"));
-        for fake in [
-            "https://example.invalid/cuguard",
-            "https://cuguard.test/",
-            "https://www.example.com/cuguard",
-            "https://localhost/cuguard",
-            "http://github.com/someone/cuguard",
-            "file:///usr/share/doc/cuguard",
-            "",
-        ] {
-            assert!(!is_web_address(fake), "{fake}");
-        }
-    }
+    use super::{RULES, help};
 
     #[test]
     fn every_rule_says_how_to_fix_it_and_how_to_accept_it() {
@@ -656,11 +458,5 @@ mod tests {
         }
         assert!(help("future_kind", "").starts_with("To accept it"));
         assert!(help("future_kind", "").contains("`event:future_kind`"));
-    }
-
-    #[test]
-    fn uri_paths_escape_what_a_uri_cannot_hold() {
-        assert_eq!(uri_path("src/a b,c:d.c"), "src/a%20b%2Cc%3Ad.c");
-        assert_eq!(uri_path("dir/é.py"), "dir/%C3%A9.py");
     }
 }

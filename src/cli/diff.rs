@@ -1,5 +1,6 @@
 //! `cuguard diff BASE NEW`: sites that are new, fixed, grown or shrunk, with byte deltas.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -7,7 +8,8 @@ use clap::Args;
 use super::common::write_stdout;
 use super::error::CliError;
 use super::exit;
-use crate::diff::{Diff, FORMATS};
+use crate::check::places::{Place, source_root};
+use crate::diff::{Diff, FORMATS, Needs, leak_places};
 use crate::history::compare::PeakDiff;
 use crate::input;
 use crate::output::{Options, Row};
@@ -24,16 +26,27 @@ cuguard.phase) occurrence by occurrence, with the sites new, gone, grown or shru
 exit status is 0 whatever changed (use `cuguard check --baseline BASE NEW` to gate on leaks,
 `--max-peak-growth` on peaks).
 
+--format sarif and --format github point at the code: a warning per leak site new or grown in
+NEW, and per site new or grown at a compared peak, at its line under --source-root (fixed,
+shrunk and gone sites are not findings).
+
 Examples:
   cuguard diff main/cuguard.train.4242.json branch/cuguard.train.5150.json
-  cuguard diff --format json 'main/*.json' 'branch/*.json'")]
+  cuguard diff --format json 'main/*.json' 'branch/*.json'
+  cuguard diff --format github --source-root . main/new.json new.json  # annotations in a job
+  cuguard diff --format sarif --source-root . main/new.json new.json > diff.sarif  # code scanning")]
 pub struct DiffArgs {
     /// Output format.
     #[arg(long, value_parser = FORMATS, default_value = FORMATS.default_format().name())]
-    pub format: &'static Row<Diff>,
+    pub format: &'static Row<Diff, Needs>,
     /// How many sites to list per group in text output (0: all).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
+    /// The directory whose files `--format sarif` and `--format github` point at, relative to
+    /// it: each site is placed at the first frame, from the site outward, whose file is under it
+    /// [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    pub source_root: Option<PathBuf>,
     /// The earlier run.
     #[arg(value_name = "BASE")]
     pub base: PathBuf,
@@ -45,14 +58,31 @@ pub struct DiffArgs {
     pub helpers: super::common::HelperArgs,
 }
 
-fn summarize(path: &PathBuf) -> Result<Summary, CliError> {
+/// One side added up over its processes; with `places`, where its leak sites are in the source
+/// too (a site's place the first process's that has it, with the others' added).
+fn summarize(path: &PathBuf, places: bool) -> Result<(Summary, HashMap<String, Place>), CliError> {
     let processes = input::map_paths(std::slice::from_ref(path), |source, report| {
-        ReportSummary::new(source, &report, 0)
+        let at = if places {
+            leak_places(&report)
+        } else {
+            HashMap::new()
+        };
+        (ReportSummary::new(source, &report, 0), at)
     })?;
-    Ok(Summary::new(
-        processes.into_iter().map(|(_, s)| s).collect(),
-        usize::MAX,
-    ))
+    let mut all: HashMap<String, Place> = HashMap::new();
+    let mut summaries = Vec::with_capacity(processes.len());
+    for (_, (summary, at)) in processes {
+        summaries.push(summary);
+        for (key, place) in at {
+            match all.get_mut(&key) {
+                Some(known) => known.merge(place),
+                None => {
+                    all.insert(key, place);
+                }
+            }
+        }
+    }
+    Ok((Summary::new(summaries, usize::MAX), all))
 }
 
 /// The two runs' peaks, whole and by phase, where each side is one process with a history; why
@@ -77,7 +107,14 @@ fn peaks(args: &DiffArgs) -> Result<(Option<PeakDiff>, Option<String>), CliError
 
 /// Runs `cuguard diff`.
 pub fn run(args: DiffArgs) -> Result<u8, CliError> {
-    let mut diff = Diff::new(&summarize(&args.base)?, &summarize(&args.new)?);
+    // Where sites are in the source: only for the formats that point at code, and only NEW's
+    // (the sites it does worse at are its own).
+    let places = args.format.parts().places;
+    let (base, _) = summarize(&args.base, false)?;
+    let (new, at) = summarize(&args.new, places)?;
+    let mut diff = Diff::new(&base, &new);
+    diff.places = at;
+    diff.source_root = Some(source_root(args.source_root.as_deref()));
     (diff.peaks, diff.peaks_not_compared) = peaks(&args)?;
     let top = if args.top == 0 { usize::MAX } else { args.top };
     let options = Options {

@@ -1,13 +1,17 @@
 //! The diff itself: [`Diff`], what changed between two runs, site by site and event kind by
 //! event kind, compared from their summaries; the output formats ([`super::text`],
-//! [`super::json`]) write it.
+//! [`super::json`], …) write it. [`leak_places`] finds where a report's leak sites are in the
+//! source, for the formats that point at code.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::sites::SiteKind;
+use crate::check::places::Place;
+use crate::sites::{SiteIndex, SiteKind};
 use crate::summary::Summary;
+use cuguard_format::Report;
 
 /// How a site changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -99,6 +103,31 @@ pub struct Diff {
     /// Why the peaks were not compared, when one side has a history and the other not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peaks_not_compared: Option<String>,
+    /// Where NEW's leak sites are in the source, by site key ([`leak_places`]), for the formats
+    /// that point at code; empty unless the command read them. Not in the JSON.
+    #[serde(skip)]
+    pub places: HashMap<String, Place>,
+    /// The directory the formats that point at code name files relative to (`--source-root`,
+    /// made absolute by [`crate::check::places::source_root`]); `None`: the current directory.
+    /// Not in the JSON.
+    #[serde(skip)]
+    pub source_root: Option<PathBuf>,
+}
+
+/// Where each site of `report`'s leaks is in the source, by site key (as [`Summary`] keys its
+/// sites): one [`Place`] per site, from the first of its stacks met.
+pub fn leak_places(report: &Report) -> HashMap<String, Place> {
+    let index = SiteIndex::new(report);
+    let stacks: BTreeSet<Option<u64>> = report.leaks.iter().map(|l| l.stack).collect();
+    let mut places = HashMap::new();
+    for stack in stacks {
+        let site = index.site(stack);
+        if !places.contains_key(&site.key) {
+            let place = Place::of(index.stack(stack), &site);
+            places.insert(site.key.clone(), place);
+        }
+    }
+    places
 }
 
 impl Diff {
@@ -182,6 +211,8 @@ impl Diff {
             events: events.into_values().collect(),
             peaks: None,
             peaks_not_compared: None,
+            places: HashMap::new(),
+            source_root: None,
         }
     }
 }

@@ -4,7 +4,8 @@
 //! Each output keeps its formats next to its model, one file per format, and lists them in one
 //! registry: [`crate::summary::FORMATS`] (`text`, `json`, `markdown`),
 //! [`crate::check::FORMATS`] (`text`, `json`, `junit`, `sarif`, `github`),
-//! [`crate::diff::FORMATS`] (`text`, `json`), and `cuguard export`'s (`memory-viz`, `pprof`).
+//! [`crate::diff::FORMATS`] (`text`, `json`, `markdown`, `sarif`, `github`), and `cuguard
+//! export`'s (`memory-viz`, `pprof`).
 //! The command reads a registry and nothing else: it parses `--format` with the registry as its
 //! value parser and writes with the row it got back.
 //!

@@ -145,7 +145,10 @@ fn registries_keep_the_command_s_names_and_defaults() {
         names(check::FORMATS),
         ["text", "json", "junit", "sarif", "github"]
     );
-    assert_eq!(names(diff::FORMATS), ["text", "json", "markdown"]);
+    assert_eq!(
+        names(diff::FORMATS),
+        ["text", "json", "markdown", "sarif", "github"]
+    );
     assert_eq!(summary::FORMATS.default_format().name(), "text");
     assert_eq!(check::FORMATS.default_format().name(), "text");
     assert_eq!(diff::FORMATS.default_format().name(), "text");
@@ -224,7 +227,7 @@ fn format_option_parses_to_the_row_and_refuses_other_names() {
         "{text}"
     );
     assert!(
-        text.contains("[possible values: text, json, markdown]"),
+        text.contains("[possible values: text, json, markdown, sarif, github]"),
         "{text}"
     );
 }

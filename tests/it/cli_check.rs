@@ -651,7 +651,7 @@ pub(crate) fn validate_sarif(tool: &std::path::Path, log: &std::path::Path) {
     let found: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&verdict).unwrap()).expect("its log is JSON");
     // Allowed: SARIF2005's advice that the driver name an `informationUri`. The property is
-    // optional in SARIF 2.1.0 and cuguard has no public site to name (`src/check/sarif.rs`).
+    // optional in SARIF 2.1.0 and cuguard has no public site to name (`src/check/sarif_log.rs`).
     let no_information_uri = |r: &serde_json::Value| {
         r["ruleId"] == "SARIF2005" && r["message"]["id"] == "Warning_ProvideToolnformationUri"
     };

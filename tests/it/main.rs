@@ -7,6 +7,7 @@ mod by_hand;
 mod call_paths;
 mod cli;
 mod cli_check;
+mod cli_diff_formats;
 mod cli_export;
 mod cli_history;
 mod cli_hostile_text;
