@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use cuguard_format::MemoryKind;
 use cuguard_history::bounded::Step;
 use cuguard_history::phases::{Odd, Phase, Phases};
-use cuguard_history::replay::Block;
+use cuguard_history::replay::{Block, Replay};
 use serde::Serialize;
 
 use super::Opened;
@@ -195,6 +195,9 @@ impl From<Odd> for OddCounts {
 struct Tally {
     peak: u64,
     peak_ns: u64,
+    /// Cache-block bytes (a cache's tensors) live at the peak: of the moments with the most
+    /// live memory, the peak is the first with the most of them (as the history's peak).
+    peak_tensors: u64,
     at_start: u64,
     allocated: u64,
     allocations: u64,
@@ -216,23 +219,26 @@ fn tally(opened: &Opened, phases: &Phases) -> Result<Vec<Tally>, InputError> {
     let mut next = 0usize;
     let mut open: Vec<usize> = Vec::new();
     let mut live = 0u64;
-    let mut advance = |t: u64, live: u64, open: &mut Vec<usize>, tallies: &mut [Tally]| {
-        // Phases that ended before `t` close with the memory as it stood; those begun by `t`
-        // open with it.
-        open.retain(|&i| ends[i] >= t);
-        while next < list.len() && list[next].start_ns <= t {
-            // Nothing happened since the last event: what is live now was live when it began
-            // (and all through it, for a phase that also ended before `t`).
-            let tl = &mut tallies[next];
-            tl.at_start = live;
-            tl.peak = live;
-            tl.peak_ns = list[next].start_ns;
-            if ends[next] >= t {
-                open.push(next);
+    let mut tensors = 0u64;
+    let mut advance =
+        |t: u64, (live, tensors): (u64, u64), open: &mut Vec<usize>, tallies: &mut [Tally]| {
+            // Phases that ended before `t` close with the memory as it stood; those begun by `t`
+            // open with it.
+            open.retain(|&i| ends[i] >= t);
+            while next < list.len() && list[next].start_ns <= t {
+                // Nothing happened since the last event: what is live now was live when it began
+                // (and all through it, for a phase that also ended before `t`).
+                let tl = &mut tallies[next];
+                tl.at_start = live;
+                tl.peak = live;
+                tl.peak_ns = list[next].start_ns;
+                tl.peak_tensors = tensors;
+                if ends[next] >= t {
+                    open.push(next);
+                }
+                next += 1;
             }
-            next += 1;
-        }
-    };
+        };
     let mut visit = |step: Step| {
         let (t, b, made) = match step {
             Step::Restated(b) => {
@@ -243,9 +249,26 @@ fn tally(opened: &Opened, phases: &Phases) -> Result<Vec<Tally>, InputError> {
             }
             Step::Made(b) => (b.start_ns, b, true),
             Step::Ended(b) => (b.end_ns.unwrap_or(b.start_ns), b, false),
+            Step::CacheMade(b) | Step::CacheEnded(b) => {
+                let t = b.end_ns.unwrap_or(b.start_ns);
+                advance(t, (live, tensors), &mut open, &mut tallies);
+                if b.end_ns.is_some() {
+                    tensors = tensors.saturating_sub(b.size);
+                    return;
+                }
+                tensors += b.size;
+                for &i in &open {
+                    let tl = &mut tallies[i];
+                    if live == tl.peak && tensors > tl.peak_tensors {
+                        tl.peak_tensors = tensors;
+                        tl.peak_ns = t;
+                    }
+                }
+                return;
+            }
             _ => return,
         };
-        advance(t, live, &mut open, &mut tallies);
+        advance(t, (live, tensors), &mut open, &mut tallies);
         if !counted(&b) {
             return;
         }
@@ -259,6 +282,7 @@ fn tally(opened: &Opened, phases: &Phases) -> Result<Vec<Tally>, InputError> {
                 if live > tl.peak {
                     tl.peak = live;
                     tl.peak_ns = t;
+                    tl.peak_tensors = tensors;
                 }
             }
         } else {
@@ -275,7 +299,7 @@ fn tally(opened: &Opened, phases: &Phases) -> Result<Vec<Tally>, InputError> {
         .history
         .walk(&mut visit)
         .map_err(|e| opened.invalid(e))?;
-    advance(u64::MAX, live, &mut open, &mut tallies);
+    advance(u64::MAX, (live, tensors), &mut open, &mut tallies);
     Ok(tallies)
 }
 
@@ -356,33 +380,51 @@ pub fn peak_in(opened: &Opened, p: &Phase) -> Result<u64, InputError> {
         .history
         .window(p.start_ns, end)
         .map_err(|e| opened.invalid(e))?;
-    Ok(peak_between(replay.blocks.iter(), p.start_ns, end))
+    Ok(peak_between(&replay, p.start_ns, end))
 }
 
 /// The moment of the most live memory in `[start, end]` (`start` when nothing grew), from
-/// `blocks` (those neither live at `start` nor made in the span are passed over). Frees first at
-/// one moment, as the history's peak counts.
-pub fn peak_between<'a>(blocks: impl Iterator<Item = &'a Block>, start: u64, end: u64) -> u64 {
-    let mut steps: Vec<(u64, i64)> = Vec::new();
-    let mut live = 0i64;
-    for b in blocks.filter(|b| counted(b)) {
+/// `replay`'s blocks (those neither live at `start` nor made in the span are passed over). Frees
+/// first at one moment, as the history's peak counts; of the moments with the most, the first
+/// with the most cache-block bytes (a cache's tensors), as the history's peak chooses.
+pub fn peak_between(replay: &Replay, start: u64, end: u64) -> u64 {
+    let mut steps: Vec<(u64, i64, i64)> = Vec::new();
+    let (mut live, mut tensors) = (0i64, 0i64);
+    let blocks = replay
+        .blocks
+        .iter()
+        .filter(|b| counted(b))
+        .map(|b| (b, false));
+    for (b, cached) in blocks.chain(replay.cache_blocks.iter().map(|b| (b, true))) {
+        let size = b.size as i64;
+        let d = |sign: i64| {
+            if cached {
+                (0, sign * size)
+            } else {
+                (sign * size, 0)
+            }
+        };
         if b.live_at(start) {
-            live += b.size as i64;
+            live += d(1).0;
+            tensors += d(1).1;
         } else if b.start_ns > start && b.start_ns <= end {
-            steps.push((b.start_ns, b.size as i64));
+            let (dl, dt) = d(1);
+            steps.push((b.start_ns, dl, dt));
         } else {
             continue;
         }
         if let Some(e) = b.end_ns.filter(|&e| e > start && e <= end) {
-            steps.push((e, -(b.size as i64)));
+            let (dl, dt) = d(-1);
+            steps.push((e, dl, dt));
         }
     }
-    steps.sort_by_key(|&(t, d)| (t, d));
-    let mut best = (start, live);
-    for (t, d) in steps {
-        live += d;
-        if live > best.1 {
-            best = (t, live);
+    steps.sort_unstable();
+    let mut best = (start, live, tensors);
+    for (t, dl, dt) in steps {
+        live += dl;
+        tensors += dt;
+        if (live, tensors) > (best.1, best.2) {
+            best = (t, live, tensors);
         }
     }
     best.0

@@ -37,7 +37,7 @@ impl Moments for Replay {
     }
     fn phase_peak_ns(&self, p: &cuguard_history::phases::Phase) -> Result<u64, String> {
         let end = p.end_ns.unwrap_or(self.ends_ns);
-        Ok(phases::peak_between(self.blocks.iter(), p.start_ns, end))
+        Ok(phases::peak_between(self, p.start_ns, end))
     }
 }
 

@@ -156,6 +156,20 @@ fn at_a_moment_the_cache_s_tensors_are_named_by_line_and_its_idle_memory_apart()
             assert_eq!(a["devices"][0]["bytes"], 10 * MIB);
             assert_eq!(a["devices"][0]["allocations"], 2, "tensors, not segments");
         }
+        // The step's peak: the moment the temporary was carved from the segment it grew the
+        // cache by (not the moment before, with that segment still idle).
+        let temporary = format!("torch_blocks.py:{}", line_of("# temporary"));
+        let peak = json_of(&dir, &["summary", "r.json", "--at", "phase:step"]);
+        assert_eq!(
+            rows(&peak),
+            [
+                row(&temporary, 4 * MIB, 1),
+                row(&activations, 3 * MIB, 1),
+                row("idle", 2 * MIB, 2),
+                row(&weights, MIB, 1),
+            ],
+            "pool {pool}"
+        );
         // What the step kept: the activations, and the cache's growth in it (two segments,
         // 1 MiB of the first and all 4 MiB of the second idle).
         let kept = json_of(&dir, &["summary", "r.json", "--between", "phase:step"]);

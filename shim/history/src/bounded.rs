@@ -853,45 +853,54 @@ impl OpenSet {
 }
 
 /// The most live memory over steps in time order, frees first at one moment: the first moment
-/// it was reached, and how much (as [`Replay::peak`] finds it).
+/// it was reached, and how much (as [`Replay::peak`] finds it). Of the moments with the most, the
+/// first with the most cache-block bytes (a cache's tensors: the segment a tensor grew the cache
+/// by is idle until the tensor is carved from it, a moment later).
 #[derive(Default)]
 struct Peak {
     live: i64,
+    tensors: i64,
     at: Option<u64>,
-    pending: i64,
-    best: (u64, u64),
+    pending: (i64, i64),
+    best: (u64, u64, i64),
 }
 
 impl Peak {
     fn note(&mut self, step: Step) {
         let (t, d) = match step {
             Step::Restated(b) | Step::Made(b) if b.memory != MemoryKind::HostPinned => {
-                (b.start_ns, b.size as i64)
+                (b.start_ns, (b.size as i64, 0))
             }
             Step::Ended(b) if b.memory != MemoryKind::HostPinned => {
-                (b.end_ns.unwrap_or(b.start_ns), -(b.size as i64))
+                (b.end_ns.unwrap_or(b.start_ns), (-(b.size as i64), 0))
             }
+            Step::CacheMade(b) => (b.start_ns, (0, b.size as i64)),
+            Step::CacheEnded(b) => (b.end_ns.unwrap_or(b.start_ns), (0, -(b.size as i64))),
             _ => return,
         };
         if self.at.is_some_and(|a| a != t) {
             self.settle();
         }
         self.at = Some(t);
-        self.pending += d;
+        self.pending.0 += d.0;
+        self.pending.1 += d.1;
     }
 
     fn settle(&mut self) {
-        self.live += std::mem::take(&mut self.pending);
+        let (live, tensors) = std::mem::take(&mut self.pending);
+        self.live += live;
+        self.tensors += tensors;
         if let Some(t) = self.at
-            && self.live > self.best.1 as i64
+            && (self.live, self.tensors) > (self.best.1 as i64, self.best.2)
+            && self.live > 0
         {
-            self.best = (t, self.live as u64);
+            self.best = (t, self.live as u64, self.tensors);
         }
     }
 
     fn done(mut self) -> (u64, u64) {
         self.settle();
-        self.best
+        (self.best.0, self.best.1)
     }
 }
 

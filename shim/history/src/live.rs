@@ -133,6 +133,12 @@ pub struct Follow {
     cache_tags: HashMap<u64, u32>,
     /// The live allocations that are a cache's segments (a cache block was found inside).
     carved: HashSet<u64>,
+    /// Live cache-block bytes (a cache's tensors), and those at the span's peak: of the moments
+    /// with the most live memory, the peak is the first with the most tensors (a moment where
+    /// the cache grew by a segment, before the tensor that asked for it was carved, shows the
+    /// segment idle).
+    tensors: u64,
+    peak_tensors: u64,
 }
 
 /// Whether an allocation's bytes count toward the peak (device memory: not host-pinned).
@@ -150,8 +156,9 @@ impl Follow {
         match Action::of(e.kind) {
             Some(Action::Alloc) if cached => self.made_in_cache(thread, e),
             Some(Action::Free) if cached => {
-                if self.cache.freed(e).is_some() {
+                if let Some(made) = self.cache.freed(e) {
                     self.cache_tags.remove(&e.addr);
+                    self.tensors = self.tensors.saturating_sub(made.size);
                 }
             }
             Some(Action::Tag) if cached => {
@@ -170,6 +177,7 @@ impl Follow {
                     if self.bytes > self.span.peak_bytes {
                         self.span.peak_bytes = self.bytes;
                         self.span.peak_tsc = e.tsc;
+                        self.peak_tensors = self.tensors;
                     }
                 }
             }
@@ -216,8 +224,14 @@ impl Follow {
 
     /// A cache block made: the live allocation that holds it is the cache's segment.
     fn made_in_cache(&mut self, thread: u32, e: &Raw) {
-        if self.cache.insert(thread, e).is_some() {
+        if let Some(old) = self.cache.insert(thread, e) {
             self.cache_tags.remove(&e.addr);
+            self.tensors = self.tensors.saturating_sub(old.size);
+        }
+        self.tensors += e.size;
+        if self.bytes == self.span.peak_bytes && self.tensors > self.peak_tensors {
+            self.peak_tensors = self.tensors;
+            self.span.peak_tsc = e.tsc;
         }
         if let Some(h) = self.live.holder(e.addr) {
             self.carved.insert(h);
@@ -345,5 +359,6 @@ impl Follow {
         self.span.ooms = 0;
         self.span.peak_bytes = self.bytes;
         self.span.peak_tsc = self.span.tsc;
+        self.peak_tensors = self.tensors;
     }
 }

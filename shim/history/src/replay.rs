@@ -178,28 +178,37 @@ impl Replay {
 
     /// The moment of the most live device memory on `device` (an ordinal, or
     /// [`UNKNOWN_DEVICE`]; `None` for every device together), and how much: the first such
-    /// moment.
+    /// moment, and of those, the first with the most cache-block bytes (a cache's tensors: the
+    /// segment a tensor grew the cache by is idle until the tensor is carved from it).
     pub fn peak(&self, device: Option<u32>) -> (u64, u64) {
-        let mut steps: Vec<(u64, i64)> = Vec::with_capacity(self.blocks.len() * 2);
+        let mut steps: Vec<(u64, i64, i64)> = Vec::with_capacity(self.blocks.len() * 2);
+        let on = |b: &Block| device.is_none_or(|d| d == b.device);
         for b in &self.blocks {
-            if b.memory == MemoryKind::HostPinned || device.is_some_and(|d| d != b.device) {
+            if b.memory == MemoryKind::HostPinned || !on(b) {
                 continue;
             }
-            steps.push((b.start_ns, b.size as i64));
+            steps.push((b.start_ns, b.size as i64, 0));
             if let Some(e) = b.end_ns {
-                steps.push((e, -(b.size as i64)));
+                steps.push((e, -(b.size as i64), 0));
+            }
+        }
+        for b in self.cache_blocks.iter().filter(|b| on(b)) {
+            steps.push((b.start_ns, 0, b.size as i64));
+            if let Some(e) = b.end_ns {
+                steps.push((e, 0, -(b.size as i64)));
             }
         }
         // Frees first at one moment: a block given back and another made at once do not add.
-        steps.sort_by_key(|&(t, d)| (t, d));
-        let (mut live, mut best) = (0i64, (0u64, 0u64));
-        for (t, d) in steps {
+        steps.sort_unstable();
+        let (mut live, mut tensors, mut best) = (0i64, 0i64, (0u64, 0u64, 0i64));
+        for (t, d, dt) in steps {
             live += d;
-            if live > best.1 as i64 {
-                best = (t, live as u64);
+            tensors += dt;
+            if live > 0 && (live, tensors) > (best.1 as i64, best.2) {
+                best = (t, live as u64, tensors);
             }
         }
-        best
+        (best.0, best.1)
     }
 
     /// The first out-of-memory refusal's moment.
