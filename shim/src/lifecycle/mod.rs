@@ -76,9 +76,15 @@ pub fn first_use() {
         crate::writer::stacks::read_settings();
         crate::tracker::end::tell_why_not(python_bootstrap::why_not);
         python_bootstrap::offer();
-        // SAFETY: after_fork_child is a plain extern "C" fn without arguments; registering has no
-        // other effect.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+        // SAFETY: the three are plain extern "C" fns without arguments; registering has no other
+        // effect.
+        unsafe {
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(after_fork_parent),
+                Some(after_fork_child),
+            )
+        };
     });
 }
 
@@ -152,6 +158,17 @@ extern "C" fn fini() {
 #[used]
 #[unsafe(link_section = ".fini_array")]
 static FINI: extern "C" fn() = fini;
+
+/// The one fork handler, before the fork: the shim's threads leave the loader's list of modules
+/// and stay out of it across the fork (`crate::stack::before_fork`).
+extern "C" fn before_fork() {
+    crate::stack::before_fork();
+}
+
+/// The one fork handler, in the parent after the fork.
+extern "C" fn after_fork_parent() {
+    crate::stack::after_fork_parent();
+}
 
 /// The one fork handler, in the child: the child owns none of the parent's allocations and
 /// writes its own report. Nothing of the parent's state carries over but the registrations and

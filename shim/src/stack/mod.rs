@@ -313,9 +313,22 @@ pub fn invalidate_modules() {
     unwind::invalidate();
 }
 
+/// The fork handler's prepare step (`crate::lifecycle`): waits for the shim's threads to leave
+/// the loader's list of modules and keeps them out of it until [`after_fork_parent`] (in the
+/// child, [`after_fork_child`] makes its lock anew); `phdr`'s module doc says why.
+pub fn before_fork() {
+    phdr::before_fork();
+}
+
+/// The fork handler's parent step: see [`before_fork`].
+pub fn after_fork_parent() {
+    phdr::after_fork_parent();
+}
+
 /// Clears the locks a fork may have caught held by another thread. Call in the child, from a
 /// `pthread_atfork` child handler (only the forking thread exists then).
 pub fn after_fork_child() {
+    phdr::reset_after_fork();
     dedup::reset_after_fork();
     unwind::reset_after_fork();
     origin::reset_after_fork();

@@ -4,7 +4,14 @@
 //!
 //! `dl_iterate_phdr` takes the loader's `dl_load_write_lock` while it runs the callback. The
 //! callbacks here only read mapped headers and push to a `Vec` (malloc, which does not take
-//! that lock). glibc re-initialises the loader locks in a forked child.
+//! that lock). glibc (2.36 here) does not re-initialise that lock in a forked child: a fork while
+//! another thread of the shim (its history's drain, a capture's refresh) was inside
+//! `dl_iterate_phdr` left the child waiting forever at its first look at its modules (its
+//! report, at exit; seen in CI's load as a Python child that never ended). So every call here
+//! holds [`ITERATING`], which [`before_fork`] takes and [`after_fork_parent`] gives back, and
+//! which [`reset_after_fork`] makes anew in the child (the one fork handler, `crate::lifecycle`):
+//! no thread of the shim is inside the loader's list when the process forks. (One of the program's own threads inside it then is
+//! the program's, and glibc's, to avoid.)
 
 use std::ffi::{CStr, c_int, c_void};
 
@@ -29,6 +36,49 @@ pub(crate) struct Mapped {
     pub build_id: Option<Vec<u8>>,
 }
 
+/// Held around each of the shim's `dl_iterate_phdr` calls and across a fork (see the module
+/// doc). Recursive, as the loader's own lock is: a fatal signal's report may look at the modules
+/// on a thread interrupted inside a look.
+static mut ITERATING: libc::pthread_mutex_t = libc::PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+/// `dl_iterate_phdr(cb, data)` with [`ITERATING`] held.
+///
+/// # Safety
+///
+/// As `dl_iterate_phdr`: `cb` may use `data` only as what it points to.
+unsafe fn iterate(
+    cb: unsafe extern "C" fn(*mut libc::dl_phdr_info, usize, *mut c_void) -> c_int,
+    data: *mut c_void,
+) {
+    // SAFETY: a statically initialised mutex, never moved, locked and unlocked in pairs.
+    unsafe {
+        libc::pthread_mutex_lock(&raw mut ITERATING);
+        libc::dl_iterate_phdr(Some(cb), data);
+        libc::pthread_mutex_unlock(&raw mut ITERATING);
+    }
+}
+
+/// The fork handler's prepare step: waits for the shim's threads to leave the loader's list.
+pub(crate) fn before_fork() {
+    // SAFETY: the static mutex, unlocked by `after_fork_parent` (made anew in the child).
+    unsafe { libc::pthread_mutex_lock(&raw mut ITERATING) };
+}
+
+/// The fork handler's parent step: gives back what [`before_fork`] took.
+pub(crate) fn after_fork_parent() {
+    // SAFETY: held by this thread since `before_fork`.
+    unsafe { libc::pthread_mutex_unlock(&raw mut ITERATING) };
+}
+
+/// The fork handler's child step (first of the stack's): the lock anew. (Not an unlock: the child's thread has
+/// another thread id than the one that took the lock, and a recursive mutex refuses an unlock
+/// by a thread that does not own it.)
+pub(crate) fn reset_after_fork() {
+    // SAFETY: the child has one thread, this one, and nothing else uses the lock while it runs
+    // its fork handlers; writing the initializer makes it a new, unlocked mutex.
+    unsafe { (&raw mut ITERATING).write(libc::PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP) };
+}
+
 /// Calls `f` for each loaded module, in the loader's order (main program first).
 pub(crate) fn for_each(mut f: impl FnMut(&libc::dl_phdr_info)) {
     unsafe extern "C" fn cb(
@@ -45,7 +95,7 @@ pub(crate) fn for_each(mut f: impl FnMut(&libc::dl_phdr_info)) {
     }
     let mut dyn_f: &mut dyn FnMut(&libc::dl_phdr_info) = &mut f;
     // SAFETY: the callback only uses `data` as the closure reference it is.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut dyn_f as *mut _ as *mut c_void) };
+    unsafe { iterate(cb, &mut dyn_f as *mut _ as *mut c_void) };
 }
 
 /// The loader's counters of modules loaded and unloaded since start (`dlpi_adds`,
@@ -68,7 +118,7 @@ pub(crate) fn load_counters() -> (u64, u64) {
     }
     let mut counters = (0u64, 0u64);
     // SAFETY: the callback writes only the tuple it is given.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut counters as *mut _ as *mut c_void) };
+    unsafe { iterate(cb, &mut counters as *mut _ as *mut c_void) };
     counters
 }
 
@@ -104,7 +154,7 @@ pub(crate) fn loaded_at(addr: u64) -> bool {
     }
     let mut state = (addr, false);
     // SAFETY: the callback only reads the headers it is given and writes the tuple.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut state as *mut _ as *mut c_void) };
+    unsafe { iterate(cb, &mut state as *mut _ as *mut c_void) };
     state.1
 }
 
