@@ -266,7 +266,7 @@ struct Group {
 /// whether it is a cache's idle memory (then the call path is empty: one row per owner).
 type GroupKey = (Option<u32>, Vec<String>, usize, u32, bool);
 
-/// By device, each block's (owner, bytes, 1).
+/// By device, each piece's (owner, bytes, allocations: 1, or 0 for a cache's idle part).
 type DeviceItems = HashMap<Option<u32>, Vec<(usize, u64, u64)>>;
 
 /// The answer from `blocks`, as of `upto` (the moment asked, or the window's end).
@@ -389,6 +389,10 @@ fn group(
         g.first_ns = g.first_ns.min(b.start_ns);
         if b.size > g.largest.0 {
             g.largest = (b.size, stack);
+            if idle {
+                // An idle row is named by its largest segment, as its stack is.
+                g.site = SiteRef::from(&*site);
+            }
         }
         per_device
             .entry(b.device())

@@ -155,6 +155,9 @@ fn at_a_moment_the_cache_s_tensors_are_named_by_line_and_its_idle_memory_apart()
             assert_eq!(rows(&a), after, "pool {pool}, --at {at}");
             assert_eq!(a["devices"][0]["bytes"], 10 * MIB);
             assert_eq!(a["devices"][0]["allocations"], 2, "tensors, not segments");
+            // The idle row is named by its largest segment: the one the temporary grew.
+            let temporary = format!("torch_blocks.py:{}", line_of("# temporary"));
+            assert_eq!(a["devices"][0]["sites"][0]["location"], json!(temporary));
         }
         // The step's peak: the moment the temporary was carved from the segment it grew the
         // cache by (not the moment before, with that segment still idle).
