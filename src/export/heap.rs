@@ -4,6 +4,11 @@
 //! by the program's tag (`cuguard.tag`, `cuguard_tag_push`, `cuguard.annotate`): a sample of
 //! tagged allocations has the label `tag` (`go tool pprof -tags` lists them, `-tagfocus`
 //! keeps one). A tag given after the fact counts for the allocation whole, in `alloc_*` too.
+//!
+//! Inside a framework's cache (PyTorch's, with its blocks recorded), `inuse_*` at a moment
+//! counts the cache's blocks (tensors) at the lines that asked for them, and each segment's
+//! bytes no block held as their own entry: [`IDLE_FRAME`] above the segment's stack, labelled
+//! `cache=idle`, with no object count. `alloc_*` counts the driver's allocations (segments).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -12,10 +17,15 @@ use cuguard_history::bounded::Step;
 use cuguard_history::replay::Block;
 
 use super::profile::{ALLOC, Builder, INUSE, Profile};
+use crate::history::moment::Piece;
 use crate::history::{Opened, stack_key, stacks_by_id};
 use crate::input::InputError;
 use crate::owners::OwnerIndex;
 use cuguard_format::{Memory, Report};
+
+/// The innermost frame of a framework cache's idle bytes at a moment (freed blocks it keeps
+/// for reuse), above the stack of the segment they are in: its own entry in `top`.
+pub const IDLE_FRAME: &str = "(idle in the cache: freed, kept for reuse)";
 
 /// One process of the run: its report (when there is one) and where its history is (when it
 /// has one). Histories are opened one at a time, as the profile reaches them: a run of
@@ -237,15 +247,22 @@ impl Samples<'_> {
         let alloc = self.alloc;
         let device_memory = |b: &Block| b.memory != cuguard_format::MemoryKind::HostPinned;
         let meta = h.meta();
-        let mut add = |blk: &Block, values: &[i64]| {
+        let mut add = |blk: &Block, idle: bool, values: &[i64]| {
             let id = stack_key(blk.stack);
             let o = owners.of_stack(id, Some("device"));
             let stack = id.and_then(|id| stacks.get(&id).copied());
-            let mut l = self.labels(blk.device(), &owners.owner(o).id, meta.tag_of(blk));
+            let tag = if idle { None } else { meta.tag_of(blk) };
+            let mut l = self.labels(blk.device(), &owners.owner(o).id, tag);
             if blk.stream != 0 {
                 l.push(("stream", format!("{:#x}", blk.stream)));
             }
-            self.builder.add(self.process, id, stack, l, values);
+            if idle {
+                l.push(("cache", "idle".into()));
+                self.builder
+                    .add_under(IDLE_FRAME, self.process, id, stack, l, values);
+            } else {
+                self.builder.add(self.process, id, stack, l, values);
+            }
         };
         if alloc {
             // The tags of the allocations tagged as they were made, while live: one tagged
@@ -259,13 +276,17 @@ impl Samples<'_> {
                         if blk.tag != cuguard_history::NONE {
                             tagged.insert((blk.addr, blk.start_ns), blk.tag);
                         }
-                        add(&blk, &[1, signed(blk.size), 0, 0])
+                        add(&blk, false, &[1, signed(blk.size), 0, 0])
                     }
                     Step::Tagged(blk) if device_memory(&blk) && blk.start_ns <= t => {
                         let key = (blk.addr, blk.start_ns);
                         let was = tagged.insert(key, blk.tag).unwrap_or(cuguard_history::NONE);
-                        add(&Block { tag: was, ..blk }, &[-1, -signed(blk.size), 0, 0]);
-                        add(&blk, &[1, signed(blk.size), 0, 0]);
+                        add(
+                            &Block { tag: was, ..blk },
+                            false,
+                            &[-1, -signed(blk.size), 0, 0],
+                        );
+                        add(&blk, false, &[1, signed(blk.size), 0, 0]);
                     }
                     Step::Ended(blk) => {
                         tagged.remove(&(blk.addr, blk.start_ns));
@@ -275,17 +296,19 @@ impl Samples<'_> {
                 .map_err(|e| HeapError::Input(h.invalid(e)))?;
         }
         if inuse {
+            // Inside a framework's cache, its blocks (PyTorch's tensors) at the lines that
+            // asked for them, and each segment's bytes no block held then as its own entry.
             let w = h.read(t, t).map_err(HeapError::Input)?;
-            for blk in w.replay.live_at(t).filter(|b| device_memory(b)) {
-                let size = signed(blk.size);
-                add(
-                    blk,
-                    &if alloc {
-                        vec![0, 0, 1, size]
-                    } else {
-                        vec![1, size]
-                    },
-                );
+            let r = &w.replay;
+            let pieces = crate::history::moment::pieces(r, r.live_at(t), r.cache_live_at(t), t);
+            for Piece { block, idle } in pieces.iter().filter(|p| device_memory(&p.block)) {
+                let (objects, size) = (i64::from(!idle), signed(block.size));
+                let values = if alloc {
+                    vec![0, 0, objects, size]
+                } else {
+                    vec![objects, size]
+                };
+                add(block, *idle, &values);
             }
         }
         Ok(())

@@ -146,15 +146,51 @@ impl Builder {
         labels: Vec<(&'static str, String)>,
         values: &[i64],
     ) {
+        let locations = self.stack_locations(process, id, stack);
+        self.add_at(locations, labels, values);
+    }
+
+    /// As [`Self::add`], with one more frame named `leaf` (no file, no line) inside the stack's
+    /// innermost: bytes that are not the stack's own allocation but sit in it.
+    pub fn add_under(
+        &mut self,
+        leaf: &str,
+        process: usize,
+        id: Option<u64>,
+        stack: Option<&Stack>,
+        labels: Vec<(&'static str, String)>,
+        values: &[i64],
+    ) {
+        let mut locations = vec![self.placeholder(leaf)];
+        locations.extend(self.stack_locations(process, id, stack));
+        self.add_at(locations, labels, values);
+    }
+
+    /// The locations of `stack`, made once per process and id.
+    fn stack_locations(
+        &mut self,
+        process: usize,
+        id: Option<u64>,
+        stack: Option<&Stack>,
+    ) -> Vec<usize> {
         let key = (process, id.filter(|_| stack.is_some()));
-        let locations = match self.stacks.get(&key) {
+        match self.stacks.get(&key) {
             Some(l) => l.clone(),
             None => {
                 let l = self.locations_of(stack);
                 self.stacks.insert(key, l.clone());
                 l
             }
-        };
+        }
+    }
+
+    /// Adds `values` to the sample of `locations` under `labels`.
+    fn add_at(
+        &mut self,
+        locations: Vec<usize>,
+        labels: Vec<(&'static str, String)>,
+        values: &[i64],
+    ) {
         let n = self.profile.types.len();
         let i = *self
             .samples

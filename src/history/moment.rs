@@ -137,15 +137,16 @@ fn ms(ns: u64) -> f64 {
 /// What an answer adds up: an allocation, a block inside a framework's cache (a tensor), or the
 /// idle part of one of the cache's segments.
 #[derive(Clone, Copy)]
-struct Piece {
-    block: Block,
-    idle: bool,
+pub(crate) struct Piece {
+    pub block: Block,
+    /// The idle part of a cache's segment (its bytes: `block.size`), not an allocation.
+    pub idle: bool,
 }
 
 /// The pieces of `blocks` (those asked about): each of a framework cache's segments among them
 /// is the blocks of `cache` (those asked about) and its part that no cache block live at
 /// `upto` held (its idle bytes; none when every byte is held).
-fn pieces<'a>(
+pub(crate) fn pieces<'a>(
     r: &Replay,
     blocks: impl Iterator<Item = &'a Block>,
     cache: impl Iterator<Item = &'a Block>,

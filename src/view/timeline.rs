@@ -4,7 +4,9 @@
 //! Levels of detail, computed here so that the page stays small and opens at once whatever the
 //! history's size:
 //! - the sites: the [`SERIES`] sites with the most bytes × time, each its own colour, and the
-//!   rest as `other`;
+//!   rest as `other`. Inside a framework's cache whose blocks were recorded (PyTorch's
+//!   tensors), a segment's bytes are its blocks', each at its own site, and the rest the
+//!   series [`IDLE`] (before `other`): the cache's memory freed and kept for reuse;
 //! - level 0: the whole run in [`COLUMNS`] columns; then [`WINDOWS`] levels, each an equal
 //!   window of the run in as many columns, which the page uses once zoomed in that far. Each
 //!   column holds the bytes of each series at the column's highest moment, so a spike shorter
@@ -36,6 +38,8 @@ pub const COLUMNS: usize = 800;
 pub const WINDOWS: usize = 16;
 /// Allocations drawn as bands.
 pub const BANDS: usize = 1500;
+/// The series of a framework cache's idle bytes: its segments' bytes no block held.
+pub const IDLE: &str = "idle in a cache: freed, kept for reuse";
 
 /// A site as the page names it.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -140,9 +144,15 @@ pub fn timeline<S: Source>(
     let (series, series_by_stack) = series(&weighed, site);
     let other = series.len() - 1;
     let series_of = |stack: u32| series_by_stack.get(stack).copied().unwrap_or(other);
+    let idle = weighed.cache.then(|| other - 1);
     let chosen = Chosen::new(&meta.phases, to);
     let mut peaks = chosen.peaks();
-    let (levels, live) = sweep(history, (from, to), series.len(), &series_of, &mut peaks)?;
+    let lanes = Lanes {
+        n: series.len(),
+        of: &series_of,
+        idle,
+    };
+    let (levels, live) = sweep(history, (from, to), &lanes, &mut peaks)?;
     let phases_omitted = chosen.omitted;
     let phases = chosen.bands(&meta.phases, &peaks.finish(live), ms);
     let largest = weighed.largest.list();
@@ -207,6 +217,8 @@ fn drawn(b: &Block) -> bool {
 
 /// What the first walk finds: each stack's bytes × time, the allocations, the largest.
 struct Weighed {
+    /// Whether a framework cache's blocks were recorded (then its idle bytes are a series).
+    cache: bool,
     /// Bytes × time by stack.
     weight: ByStack<f64>,
     /// The stacks, in the order first seen.
@@ -224,26 +236,54 @@ fn weigh<S: Source>(history: &History<S>, to: u64) -> Result<Weighed, cuguard_hi
     let mut stacks: Vec<u32> = Vec::new();
     let mut allocations = 0usize;
     let mut largest = Largest::default();
+    let mut cache = false;
+    // The last step's moment: when a segment is found to be a cache's (the step says no time).
+    let mut now = 0u64;
+    // Bytes × time from `t` to `to` (none past it).
+    let rest = |size: u64, t: u64| size as f64 * to.saturating_sub(t) as f64;
     history.walk(&mut |step| match step {
         Step::Restated(b) | Step::Made(b) if drawn(&b) => {
+            now = b.start_ns;
             allocations += 1;
             let (w, new) = weight.slot(b.stack);
             if new {
                 stacks.push(b.stack);
             }
-            *w += b.size as f64 * (to.max(b.start_ns) - b.start_ns) as f64;
+            // A segment already the cache's where the read began is drawn as idle.
+            if !b.carved {
+                *w += rest(b.size, b.start_ns);
+            }
             largest.made(&b);
         }
         Step::Ended(b) if drawn(&b) => {
-            let end = b.end_ns.unwrap_or(to).max(b.start_ns);
-            *weight.slot(b.stack).0 -=
-                b.size as f64 * (to.max(b.start_ns) - end.min(to.max(b.start_ns))) as f64;
+            now = b.end_ns.unwrap_or(now);
+            if !b.carved {
+                *weight.slot(b.stack).0 -= rest(b.size, b.end_ns.unwrap_or(to).max(b.start_ns));
+            }
             largest.ended(&b);
+        }
+        // From now on its bytes are its blocks' and the cache's idle.
+        Step::Carved(b) if drawn(&b) => {
+            *weight.slot(b.stack).0 -= rest(b.size, now.max(b.start_ns));
+        }
+        Step::CacheMade(b) => {
+            now = b.start_ns;
+            cache = true;
+            let (w, new) = weight.slot(b.stack);
+            if new {
+                stacks.push(b.stack);
+            }
+            *w += rest(b.size, b.start_ns);
+        }
+        Step::CacheEnded(b) => {
+            now = b.end_ns.unwrap_or(now);
+            *weight.slot(b.stack).0 -= rest(b.size, b.end_ns.unwrap_or(to).max(b.start_ns));
         }
         Step::Tagged(b) if drawn(&b) => largest.tagged(&b),
         _ => {}
     })?;
     Ok(Weighed {
+        cache,
         weight,
         stacks,
         allocations,
@@ -252,7 +292,8 @@ fn weigh<S: Source>(history: &History<S>, to: u64) -> Result<Weighed, cuguard_hi
 }
 
 /// The series: the stacks grouped into sites by label, the [`SERIES`] heaviest sites each one,
-/// and `other` last for the rest; with each stack's series.
+/// [`IDLE`] when a cache's blocks were recorded, and `other` last for the rest; with each
+/// stack's series.
 fn series(weighed: &Weighed, site: &dyn Fn(u32) -> SiteInfo) -> (Vec<SiteInfo>, ByStack<usize>) {
     // Sites by label, and each one's bytes × time.
     let mut site_of_stack: HashMap<u32, usize> = HashMap::new();
@@ -275,11 +316,17 @@ fn series(weighed: &Weighed, site: &dyn Fn(u32) -> SiteInfo) -> (Vec<SiteInfo>, 
         series_of_site[s] = rank;
         series.push(sites[s].0.clone());
     }
-    let other = series.len();
+    let other = series.len() + usize::from(weighed.cache);
     for v in series_of_site.iter_mut() {
         if *v == SERIES {
             *v = other;
         }
+    }
+    if weighed.cache {
+        series.push(SiteInfo {
+            label: IDLE.into(),
+            stack: Vec::new(),
+        });
     }
     series.push(SiteInfo {
         label: "other".into(),
@@ -292,16 +339,28 @@ fn series(weighed: &Weighed, site: &dyn Fn(u32) -> SiteInfo) -> (Vec<SiteInfo>, 
     (series, series_by_stack)
 }
 
+/// The series the sweep adds bytes to: how many, each stack's, and the cache's idle one.
+struct Lanes<'a> {
+    n: usize,
+    of: &'a dyn Fn(u32) -> usize,
+    idle: Option<usize>,
+}
+
+/// A change at one moment: (ns, bytes live in all, series, bytes of the series, bytes of
+/// the cache's blocks). A cache block made or ended moves bytes between the cache's idle series
+/// and its own, the total unchanged.
+type Change = (u64, i64, usize, i64, i64);
+
 /// The second walk: the steps in time order, frees first at one moment, swept into the columns
-/// of the whole span `(from, to)` and of each of its [`WINDOWS`] windows, by the `n` series, and
-/// into the phases' `peaks`; with the bytes live at the end.
+/// of the whole span `(from, to)` and of each of its [`WINDOWS`] windows, by the series of
+/// `lanes`, and into the phases' `peaks`; with the bytes live at the end.
 fn sweep<S: Source>(
     history: &History<S>,
     (from, to): (u64, u64),
-    n: usize,
-    series_of: &dyn Fn(u32) -> usize,
+    lanes: &Lanes<'_>,
     peaks: &mut Peaks,
 ) -> Result<(Vec<Level>, u64), cuguard_history::Error> {
+    let n = lanes.n;
     // Each window's columns before its first step hold what was live when it began.
     let span = (to - from) as f64;
     let window = span / WINDOWS as f64;
@@ -311,37 +370,71 @@ fn sweep<S: Source>(
         .collect();
     let mut live = vec![0i64; n];
     let mut total = 0i64;
+    let mut tensors = 0i64;
     // The first window's columns begin empty; each later one from what was live at its start.
     let mut seeded = 1;
-    let mut moment: Vec<(u64, i64, usize)> = Vec::new();
-    let mut settle = |moment: &mut Vec<(u64, i64, usize)>, live: &mut Vec<i64>, total: &mut i64| {
-        moment.sort_by_key(|&(_, d, _)| d);
-        for (t, d, k) in moment.drain(..) {
+    let mut moment: Vec<Change> = Vec::new();
+    let mut settle = |moment: &mut Vec<Change>, live: &mut Vec<i64>, total: &mut i64| {
+        moment.sort_by_key(|&(_, d, ..)| d);
+        for (t, d, k, dk, dt) in moment.drain(..) {
             while seeded < WINDOWS && (t as f64) >= from as f64 + seeded as f64 * window {
                 fine[seeded].seed(live);
                 seeded += 1;
             }
-            live[k] += d;
+            live[k] += dk;
             peaks.step(t, (*total).max(0) as u64, (*total + d).max(0) as u64);
             *total += d;
+            tensors += dt;
             let t = t.clamp(from, to);
-            level0.note(t as f64, *total, live);
+            level0.note(t as f64, (*total, tensors), live);
             let w = (((t - from) as f64 / window) as usize).min(WINDOWS - 1);
-            fine[w].note(t as f64, *total, live);
+            fine[w].note(t as f64, (*total, tensors), live);
         }
     };
+    // The last step's moment: when a segment is found to be a cache's (the step says no time).
+    let mut now = from;
     history.walk(&mut |step| {
-        let (t, d, stack) = match step {
-            Step::Restated(b) | Step::Made(b) if drawn(&b) => (b.start_ns, b.size as i64, b.stack),
-            Step::Ended(b) if drawn(&b) => {
-                (b.end_ns.unwrap_or(b.start_ns), -(b.size as i64), b.stack)
+        let size = |b: &Block| b.size as i64;
+        // A cache's segment is its idle series' (its blocks move bytes out of it).
+        let lane = |b: &Block| match lanes.idle {
+            Some(idle) if b.carved => idle,
+            _ => (lanes.of)(b.stack),
+        };
+        let changes: [Option<Change>; 2] = match (step, lanes.idle) {
+            (Step::Restated(b) | Step::Made(b), _) if drawn(&b) => {
+                [Some((b.start_ns, size(&b), lane(&b), size(&b), 0)), None]
+            }
+            (Step::Ended(b), _) if drawn(&b) => {
+                let t = b.end_ns.unwrap_or(b.start_ns);
+                [Some((t, -size(&b), lane(&b), -size(&b), 0)), None]
+            }
+            (Step::Carved(b), Some(idle)) if drawn(&b) => {
+                let t = now.max(b.start_ns);
+                [
+                    Some((t, 0, (lanes.of)(b.stack), -size(&b), 0)),
+                    Some((t, 0, idle, size(&b), 0)),
+                ]
+            }
+            (Step::CacheMade(b), Some(idle)) => [
+                Some((b.start_ns, 0, idle, -size(&b), 0)),
+                Some((b.start_ns, 0, (lanes.of)(b.stack), size(&b), size(&b))),
+            ],
+            (Step::CacheEnded(b), Some(idle)) => {
+                let t = b.end_ns.unwrap_or(b.start_ns);
+                [
+                    Some((t, 0, (lanes.of)(b.stack), -size(&b), -size(&b))),
+                    Some((t, 0, idle, size(&b), 0)),
+                ]
             }
             _ => return,
         };
-        if moment.first().is_some_and(|m| m.0 != t) {
-            settle(&mut moment, &mut live, &mut total);
+        for c in changes.into_iter().flatten() {
+            now = c.0;
+            if moment.first().is_some_and(|m| m.0 != c.0) {
+                settle(&mut moment, &mut live, &mut total);
+            }
+            moment.push(c);
         }
-        moment.push((t, d, series_of(stack)));
     })?;
     settle(&mut moment, &mut live, &mut total);
     while seeded < WINDOWS {
@@ -462,7 +555,8 @@ struct Sweep {
     from: f64,
     width: f64,
     n: usize,
-    best: Vec<i64>,
+    /// Per column, its moment's (bytes live, bytes in a cache's blocks).
+    best: Vec<(i64, i64)>,
     at: Vec<f64>,
     bytes: Vec<u64>,
     /// What was live after each column's last step.
@@ -477,7 +571,7 @@ impl Sweep {
             from,
             width: span / COLUMNS as f64,
             n,
-            best: vec![i64::MIN; COLUMNS],
+            best: vec![(i64::MIN, i64::MIN); COLUMNS],
             at: vec![0.0; COLUMNS],
             bytes: vec![0; COLUMNS * n],
             after: vec![0; COLUMNS * n],
@@ -494,13 +588,19 @@ impl Sweep {
         (((t - self.from) / self.width).max(0.0) as usize).min(COLUMNS - 1)
     }
 
-    fn note(&mut self, t: f64, total: i64, live: &[i64]) {
+    /// The state after a change at `t`: the bytes live in all and in a cache's blocks, and
+    /// by series.
+    fn note(&mut self, t: f64, total: (i64, i64), live: &[i64]) {
         let c = self.column(t);
         self.seen[c] = true;
         for (k, v) in live.iter().enumerate() {
             self.after[c * self.n + k] = (*v).max(0) as u64;
         }
-        if total > self.best[c] {
+        // A column's moment has the most bytes, and of those the most in a cache's blocks
+        // (as the history's peak: a segment just taken, its tensor not yet carved, is not
+        // the peak). At one moment, the later state is the settled one: frees come first,
+        // so a moment that passed the column's best ends at or above where it passed it.
+        if total > self.best[c] || t == self.at[c] {
             self.best[c] = total;
             self.at[c] = t;
             for (k, v) in live.iter().enumerate() {
@@ -629,6 +729,110 @@ mod tests {
             label: format!("site_{id}"),
             stack: vec![format!("site_{id}"), "main".into()],
         }
+    }
+
+    /// A history of raw `events` on thread 1, 1 tsc tick = 1 ns.
+    fn history_of(events: Vec<Raw>, end: u64) -> History<Vec<u8>> {
+        let mut f = Header {
+            version: VERSION,
+            pid: 1,
+            start_unix_ns: 0,
+            segment: 0,
+            run: 0,
+        }
+        .encode()
+        .to_vec();
+        for t in [0, end] {
+            write_chunk(
+                &mut f,
+                &Chunk::Clock {
+                    tsc: t,
+                    since_start_ns: t,
+                    unix_ns: t,
+                },
+            );
+        }
+        write_chunk(&mut f, &Chunk::Events { thread: 1, events });
+        write_chunk(&mut f, &Chunk::End { tsc: end });
+        History::open(vec![f]).unwrap()
+    }
+
+    #[test]
+    fn a_cache_s_segments_are_drawn_as_its_tensors_and_its_idle_bytes() {
+        use MemoryKind::{CacheBlock, Device};
+        const MS: u64 = 1_000_000;
+        const MIB: u64 = 1 << 20;
+        let ev = |ms: u64, action, memory, addr, size, stack| Raw {
+            tsc: ms * MS,
+            addr,
+            size,
+            stack,
+            context: 0,
+            kind: kind(action, memory),
+            device: 1,
+            stream: 0,
+        };
+        let (seg, big, plain) = (0x10_0000_0000, 0x20_0000_0000, 0x30_0000_0000);
+        // An 8 MiB segment (made at stack 1) holding a 1 MiB tensor (stack 2) and a 3 MiB one
+        // (stack 3); a 4 MiB segment for a 4 MiB temporary (stack 4) freed at 60 ms; a plain
+        // 2 MiB allocation (stack 5) all along; the small segment given back at 80 ms with its
+        // tensors still in it.
+        let events = vec![
+            ev(0, Action::Alloc, Device, plain, 2 * MIB, 5),
+            ev(10, Action::Alloc, Device, seg, 8 * MIB, 1),
+            ev(10, Action::Alloc, CacheBlock, seg, MIB, 2),
+            ev(20, Action::Alloc, CacheBlock, seg + MIB, 3 * MIB, 3),
+            ev(40, Action::Alloc, Device, big, 4 * MIB, 1),
+            ev(40, Action::Alloc, CacheBlock, big, 4 * MIB, 4),
+            ev(60, Action::Free, CacheBlock, big, 0, 4),
+            ev(80, Action::Free, Device, seg, 0, 1),
+        ];
+        let h = history_of(events, 100 * MS);
+        let t = timeline(&h, "p".into(), &site).unwrap();
+        let labels: Vec<&str> = t.series.iter().map(|s| s.label.as_str()).collect();
+        // By bytes × time; the segments' own stack (site_1) holds nothing once carved: their
+        // bytes are the tensors' and the idle's (it stays a series: their bands' colour).
+        assert_eq!(
+            labels,
+            [
+                "site_5", "site_3", "site_4", "site_2", "site_1", IDLE, "other"
+            ]
+        );
+        let of = |label: &str| labels.iter().position(|l| *l == label).unwrap();
+        // What each series held at each moment asked: (ms, [(series, bytes)]).
+        let level = &t.levels[0];
+        let n = t.series.len();
+        let at = |ms_at: f64| -> Vec<(usize, u64)> {
+            let c = level
+                .at
+                .iter()
+                .position(|&a| (a - ms_at).abs() < 1e-9)
+                .unwrap();
+            (0..n)
+                .map(|k| (k, level.bytes[c * n + k]))
+                .filter(|&(_, b)| b > 0)
+                .collect()
+        };
+        let mut want = vec![
+            (of("site_2"), MIB),
+            (of("site_3"), 3 * MIB),
+            (of("site_4"), 4 * MIB),
+            (of("site_5"), 2 * MIB),
+            (of(IDLE), 4 * MIB),
+        ];
+        want.sort();
+        assert_eq!(at(40.0), want, "at the temporary's peak");
+        let mut want = vec![
+            (of("site_2"), MIB),
+            (of("site_3"), 3 * MIB),
+            (of("site_5"), 2 * MIB),
+            (of(IDLE), 8 * MIB),
+        ];
+        want.sort();
+        assert_eq!(at(60.0), want, "the temporary freed: its segment idle");
+        assert_eq!(at(80.0), [(of("site_5"), 2 * MIB), (of(IDLE), 4 * MIB)]);
+        // The totals are the driver's: the peak is the two segments and the plain block.
+        assert_eq!(t.peak, (40.0, 14 * MIB));
     }
 
     #[test]

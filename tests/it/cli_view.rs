@@ -696,3 +696,64 @@ fn cli_view_draws_the_program_s_phases_above_the_timeline_in_chromium() {
             .all(|b| !b.0.starts_with("forward") || b.2.contains(", depth 1"))
     );
 }
+
+/// PyTorch's tensors inside its cache's segments (`torch_blocks.rs`'s stand-in run): the page,
+/// opened on the history's peak (the step's temporary just carved), lists what was live by
+/// series: the tensors at their lines and the segments' rest as the cache's idle bytes, as
+/// `summary --at phase:step` says them; after the step (`#at=` the pause), the temporary's
+/// bytes read idle.
+#[test]
+fn cli_view_draws_pytorch_s_tensors_inside_their_segments_in_chromium() {
+    let Some(chromium) =
+        chromium_for("cli_view_draws_pytorch_s_tensors_inside_their_segments_in_chromium")
+    else {
+        return;
+    };
+    let (dir, _) = crate::torch_blocks::torch_run("cli-view-tensors", &[]);
+    let page = dir.join("r.html");
+    write_page(&page, &[dir.join("r.json")]);
+    // The rows of the "live at" table: (bytes, series' site).
+    let rows = |dom: &str| -> Vec<(String, String)> {
+        let table = dom
+            .split("<table class=\"history-list\">")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no table: {dom}"))
+            .split("</table>")
+            .next()
+            .unwrap();
+        table
+            .split("<tr>")
+            .skip(1)
+            .map(|tr| {
+                let cells: Vec<&str> = tr
+                    .split("<td")
+                    .skip(1)
+                    .map(|td| td.split('>').nth(1).unwrap().split('<').next().unwrap())
+                    .collect();
+                (cells[0].to_string(), cells[1].to_string())
+            })
+            .collect()
+    };
+    let line = |marker: &str| format!("torch_blocks.py:{}", crate::torch_blocks::line_of(marker));
+    let idle = "idle in a cache: freed, kept for reuse".to_string();
+    let at_line = |(bytes, label): (String, String)| {
+        let place = if label == idle {
+            label
+        } else {
+            label.split(['(', ')']).nth(1).unwrap_or(&label).to_string()
+        };
+        (bytes, place)
+    };
+    let dom = rendered_dom(&chromium, &page, &dir.join("profile"));
+    let peak: Vec<_> = rows(&dom).into_iter().map(at_line).collect();
+    assert_eq!(
+        peak,
+        [
+            ("4.0 MiB".to_string(), line("# temporary")),
+            ("3.0 MiB".to_string(), line("# activations")),
+            ("2.0 MiB".to_string(), idle.clone()),
+            ("1.0 MiB".to_string(), line("# weights")),
+        ],
+        "{dom}"
+    );
+}

@@ -57,7 +57,7 @@ fn stand_ins(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 /// The line of `torch_blocks.py` that ends with `marker`.
-fn line_of(marker: &str) -> u64 {
+pub(crate) fn line_of(marker: &str) -> u64 {
     let py = std::fs::read_to_string(
         artifacts()
             .root
@@ -69,7 +69,7 @@ fn line_of(marker: &str) -> u64 {
 
 /// One run of `torch_blocks.py` under the shim with `env`, in a directory of its own: the
 /// directory and what the script printed (`weights` → `0x…`).
-fn torch_run(name: &str, env: &[(&str, &str)]) -> (PathBuf, HashMap<String, String>) {
+pub(crate) fn torch_run(name: &str, env: &[(&str, &str)]) -> (PathBuf, HashMap<String, String>) {
     let a = artifacts();
     let dir = scratch_dir(name);
     let (cuda, c10) = stand_ins(&dir);
@@ -246,6 +246,99 @@ fn the_memory_viz_export_holds_the_tensors_inside_their_segments() {
             .arg(artifacts().root.join("scripts/memory_viz_check.py"))
             .arg("m.pickle"),
         true,
+    );
+}
+
+#[test]
+fn pprof_s_inuse_counts_the_tensors_and_the_cache_s_idle_bytes_apart() {
+    let test = "pprof_s_inuse_counts_the_tensors_and_the_cache_s_idle_bytes_apart";
+    if Command::new("go").arg("version").output().is_err() {
+        crate::support::missing(test, "go is not installed (apt-get install golang-go)");
+        return;
+    }
+    let (dir, _) = torch_run("torch-blocks-pprof", &[]);
+    run(
+        Command::new(&artifacts().cuguard).current_dir(&dir).args([
+            "export",
+            "--format",
+            "pprof",
+            "--at",
+            "phase:pause",
+            "-o",
+            "p.pb.gz",
+            "r.json",
+        ]),
+        true,
+    );
+    // `-traces`' samples: (value, idle or not, the program's line: `<module>`'s), summed;
+    // bytes as bytes.
+    let traces = |index: &str| -> Vec<(u64, bool, String)> {
+        let out = run(
+            Command::new("go").current_dir(&dir).args([
+                "tool",
+                "pprof",
+                "-lines",
+                "-traces",
+                "-unit=B",
+                &format!("-sample_index={index}"),
+                "p.pb.gz",
+            ]),
+            true,
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut sum: HashMap<(bool, String), u64> = HashMap::new();
+        for t in text.split("-----------+").skip(1) {
+            let lines: Vec<&str> = t.lines().map(str::trim).collect();
+            let Some(first) = lines
+                .iter()
+                .find(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+            else {
+                continue;
+            };
+            let value: u64 = first
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches('B')
+                .parse()
+                .unwrap();
+            let idle = first.contains("(idle in the cache: freed, kept for reuse)");
+            let line = lines
+                .iter()
+                .find_map(|l| l.strip_prefix("<module> "))
+                .and_then(|p| p.rsplit('/').next())
+                .unwrap_or_default()
+                .to_string();
+            if value > 0 {
+                *sum.entry((idle, line)).or_default() += value;
+            }
+        }
+        let mut rows: Vec<(u64, bool, String)> =
+            sum.into_iter().map(|((i, l), v)| (v, i, l)).collect();
+        rows.sort();
+        rows
+    };
+    let at = |marker: &str| format!("torch_blocks.py:{}", line_of(marker));
+    // After the step (the temporary freed): the weights and the activations at their lines,
+    // and the three segments' 6 MiB idle, each under its segment's stack, as its own entry.
+    let space = traces("inuse_space");
+    let idle: u64 = space.iter().filter(|r| r.1).map(|r| r.0).sum();
+    let tensors: Vec<_> = space.iter().filter(|r| !r.1).cloned().collect();
+    assert_eq!(idle, 6 * MIB, "{space:?}");
+    assert_eq!(
+        tensors,
+        [
+            (MIB, false, at("# weights")),
+            (3 * MIB, false, at("# activations"))
+        ],
+        "{space:?}"
+    );
+    // As objects, the two tensors; the idle bytes are none.
+    let objects = traces("inuse_objects");
+    assert_eq!(
+        objects,
+        [(1, false, at("# weights")), (1, false, at("# activations"))],
+        "{objects:?}"
     );
 }
 
