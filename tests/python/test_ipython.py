@@ -328,6 +328,10 @@ def test_a_real_kernels_end_is_its_shutdown_and_the_magic_shows_it_live(tmp_path
     assert held and "held" in held[0] and "(Cell In[2], line 1)" in held[0], live
     assert lost and "lost" in lost[0] and "(Cell In[2], line 2)" in lost[0], live
 
+    # jupyter_client's shutdown returned once `cuguard run` was gone, which waits for the kernel:
+    # the kernel has ended, and its report is in place (the second SIGTERM that `cuguard run`
+    # forwards is held until the report the first one asked for is written: test_signals.py).
+    assert report.exists(), (said["shutdown"], sorted(p.name for p in tmp_path.iterdir()), client.stderr[-2000:])
     final = json.loads(report.read_text())
     python = final["python"]
     assert python["end"]["recorded"] is True and python["end"]["how"] == "kernel_shutdown", python["end"]
