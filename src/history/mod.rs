@@ -33,6 +33,8 @@ pub struct Opened {
     pub history: History<Fixed>,
     /// Why the shim stopped recording before the end, as its report says.
     pub stopped: Option<String>,
+    /// Why a framework cache's blocks (PyTorch's tensors) are not in it, as its report says.
+    pub cache_blocks_unrecorded: Option<String>,
     /// The report's process, when read for a report.
     process: Option<Process>,
     /// The segment files, oldest first.
@@ -83,6 +85,7 @@ impl Opened {
         Ok(Loaded {
             replay,
             stopped: self.stopped.clone(),
+            cache_blocks_unrecorded: self.cache_blocks_unrecorded.clone(),
             report,
             files: self.files.clone(),
             allocations: self.history.allocations(),
@@ -134,6 +137,8 @@ pub struct Loaded {
     /// Why the shim stopped recording before the end (a full disk), as its report says; `None`
     /// when it did not, or when the history was read without its report.
     pub stopped: Option<String>,
+    /// Why a framework cache's blocks (PyTorch's tensors) are not in it, as its report says.
+    pub cache_blocks_unrecorded: Option<String>,
     /// The process as a report with only what naming needs: its process, modules and named
     /// stacks (and the owners they name), for the summary's site and owner indexes.
     pub report: Report,
@@ -329,23 +334,31 @@ fn read_segments(
         let which = files.last().expect("at least one file");
         return Err(invalid(which, why.to_string()));
     }
-    let (process, stopped, devices) = match owner {
-        Some(o) => (
-            Some(o.report.process),
-            o.report.history.and_then(|h| h.stopped),
-            o.report.devices,
-        ),
+    let (process, history_info, devices) = match owner {
+        Some(o) => (Some(o.report.process), o.report.history, o.report.devices),
         None => (None, None, Vec::new()),
     };
+    let (stopped, cache_blocks_unrecorded) = history_info
+        .map(|h| (h.stopped, h.cache_blocks_unrecorded))
+        .unwrap_or_default();
     let opened = Opened {
         history,
         stopped,
+        cache_blocks_unrecorded,
         process,
         files,
         said: std::cell::Cell::new(0),
         devices,
     };
     opened.say_notes();
+    // Said once, as it is opened: every answer from it lacks the cache's tensors.
+    if let Some(why) = &opened.cache_blocks_unrecorded {
+        eprintln!(
+            "cuguard: {}: {}",
+            crate::wording::one_line(&opened.files[0].display().to_string()),
+            crate::wording::one_line(why)
+        );
+    }
     Ok(opened)
 }
 

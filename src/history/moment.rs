@@ -54,6 +54,10 @@ pub struct Span {
     /// Why the shim stopped recording before the end (a full disk), as the report says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// Why a framework cache's blocks (PyTorch's tensors) are not in it, as the report says:
+    /// the cache's segments are then answered whole, at the lines that grew the cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_blocks_unrecorded: Option<String>,
     /// Allocations it holds.
     pub allocations: usize,
     /// Events lost up to the moment asked (the window's end for `--between`): a thread made them
@@ -312,6 +316,7 @@ fn answer(loaded: &Loaded, blocks: &[Piece], top: usize, upto: u64) -> Moment {
             ends_ms: ms(r.ends_ns),
             whole: r.whole,
             stopped: loaded.stopped.clone(),
+            cache_blocks_unrecorded: loaded.cache_blocks_unrecorded.clone(),
             allocations: loaded.allocations as usize,
             lost_events,
             lost_windows: windows(&lost),

@@ -362,6 +362,7 @@ pub fn summary(opened: &Opened, process: String, top: usize) -> Result<PhaseSumm
             ends_ms: ms(meta.ends_ns),
             whole: meta.whole,
             stopped: opened.stopped.clone(),
+            cache_blocks_unrecorded: opened.cache_blocks_unrecorded.clone(),
             allocations: opened.history.allocations() as usize,
             lost_events,
             lost_windows: windows,

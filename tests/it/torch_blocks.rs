@@ -17,8 +17,9 @@ use crate::support::{artifacts, run, scratch_dir, shim_command};
 
 const MIB: u64 = 1 << 20;
 
-/// Builds the two stand-ins into `dir` (libc10.so, then libc10_cuda.so linked with it).
-fn stand_ins(dir: &Path) -> (PathBuf, PathBuf) {
+/// Builds the two stand-ins into `dir` (libc10.so, then libc10_cuda.so linked with it), with
+/// the compiler's `flags`.
+fn stand_ins(dir: &Path, flags: &[&str]) -> (PathBuf, PathBuf) {
     let a = artifacts();
     let src = a.root.join("harness/workloads/c");
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
@@ -32,15 +33,18 @@ fn stand_ins(dir: &Path) -> (PathBuf, PathBuf) {
             "-fPIC",
             "-Wall",
             "-Wl,-soname,libc10.so",
-            "-o",
         ])
+        .args(flags)
+        .arg("-o")
         .arg(&c10)
         .arg(src.join("c10_stand_in.cc"))
         .status()
         .expect("running c++");
     assert!(status.success(), "compiling c10_stand_in.cc failed");
     let status = Command::new(&cxx)
-        .args(["-O0", "-g", "-shared", "-fPIC", "-Wall", "-o"])
+        .args(["-O0", "-g", "-shared", "-fPIC", "-Wall"])
+        .args(flags)
+        .arg("-o")
         .arg(&cuda)
         .arg(src.join("c10_cuda_stand_in.cc"))
         .arg("-I")
@@ -70,9 +74,18 @@ pub(crate) fn line_of(marker: &str) -> u64 {
 /// One run of `torch_blocks.py` under the shim with `env`, in a directory of its own: the
 /// directory and what the script printed (`weights` → `0x…`).
 pub(crate) fn torch_run(name: &str, env: &[(&str, &str)]) -> (PathBuf, HashMap<String, String>) {
+    torch_run_built(name, env, &[])
+}
+
+/// [`torch_run`] with the stand-ins built with the compiler's `flags`.
+fn torch_run_built(
+    name: &str,
+    env: &[(&str, &str)],
+    flags: &[&str],
+) -> (PathBuf, HashMap<String, String>) {
     let a = artifacts();
     let dir = scratch_dir(name);
-    let (cuda, c10) = stand_ins(&dir);
+    let (cuda, c10) = stand_ins(&dir, flags);
     let mut cmd = shim_command(Path::new("python3"), &dir.join("r.json"));
     cmd.arg(a.root.join("harness/workloads/python/torch_blocks.py"))
         .arg(&cuda)
@@ -353,4 +366,53 @@ fn cache_blocks_off_records_the_segments_only_and_still_forwards_every_call() {
         (Some(10 * MIB), Some(3))
     );
     assert!(rows(&a).iter().all(|r| r.0 != "idle"), "{a}");
+}
+
+/// A PyTorch whose caching allocator calls a changed `reportMemoryUsageToProfiler` (one more
+/// argument: another mangled name): the hook never hears of its blocks. The program runs on
+/// (every call reaches PyTorch's own function), the history holds the segments, and the report
+/// says why the tensors are missing, which every reading of the history says once.
+#[test]
+fn a_pytorch_that_changed_the_hook_is_said_once_and_runs_on() {
+    let (dir, said) = torch_run_built("torch-blocks-changed", &[], &["-DC10_REPORT_CHANGED"]);
+    assert_eq!(said["calls"], "4");
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("r.json")).unwrap()).unwrap();
+    let why = report["history"]["cache_blocks_unrecorded"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no reason in {}", report["history"]));
+    assert!(
+        why.starts_with(
+            "this PyTorch's libc10.so does not define c10::reportMemoryUsageToProfiler("
+        ),
+        "{why}"
+    );
+    let out = run(
+        Command::new(&artifacts().cuguard)
+            .current_dir(&dir)
+            .args(["summary", "r.json", "--at", "end", "--format", "json"]),
+        true,
+    );
+    let said_err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(said_err.matches(why).count(), 1, "{said_err}");
+    let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(a["span"]["cache_blocks_unrecorded"], json!(why));
+    // The segments, whole: three allocations, no idle row.
+    let d = &a["devices"][0];
+    assert_eq!(
+        (d["bytes"].as_u64(), d["allocations"].as_u64()),
+        (Some(10 * MIB), Some(3))
+    );
+    assert!(rows(&a).iter().all(|r| r.0 != "idle"), "{:?}", rows(&a));
+    // With the recording turned off, the report says that instead.
+    let (dir, _) = torch_run("torch-blocks-off-said", &[("CUGUARD_CACHE_BLOCKS", "0")]);
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("r.json")).unwrap()).unwrap();
+    assert_eq!(
+        report["history"]["cache_blocks_unrecorded"],
+        json!(
+            "CUGUARD_CACHE_BLOCKS=0: PyTorch's caching allocator's blocks (tensors) were not \
+             recorded; the history holds its segments"
+        )
+    );
 }

@@ -19,16 +19,10 @@
 #include <map>
 #include <mutex>
 
+#include "c10_report.h"
 #include "cusim.h"
 
 namespace c10 {
-struct Device {
-    int8_t type;
-    int8_t index;
-};
-void reportMemoryUsageToProfiler(void *ptr, int64_t alloc_size, size_t total_allocated,
-                                 size_t total_reserved, Device device);
-
 namespace cuda {
 namespace CUDACachingAllocator {
 namespace Native {
@@ -77,7 +71,7 @@ CUdeviceptr DeviceCachingAllocator::malloc(size_t bytes) {
             if (rest > 0) blocks[p + size] = Block{rest, false};
             allocated += size;
             reportMemoryUsageToProfiler(reinterpret_cast<void *>(p), int64_t(size), allocated,
-                                        reserved, Device{1, 0});
+                                        reserved, Device{1, 0} C10_REPORT_MORE_ARG);
             return p;
         }
         if (!alloc_block(size)) return 0;
@@ -92,7 +86,7 @@ void DeviceCachingAllocator::free(CUdeviceptr p) {
     it->second.used = false;
     allocated -= it->second.size;
     reportMemoryUsageToProfiler(reinterpret_cast<void *>(p), -int64_t(it->second.size), allocated,
-                                reserved, Device{1, 0});
+                                reserved, Device{1, 0} C10_REPORT_MORE_ARG);
     // Merge with the free block after it and before it, inside one segment.
     auto next = std::next(it);
     if (next != blocks.end() && !next->second.used && segments.count(next->first) == 0 &&

@@ -6,21 +6,19 @@
  *
  *     extern "C" long c10_stand_in_calls(void);   // calls received so far
  *
- * Build: c++ -O0 -g -shared -fPIC -Wl,-soname,libc10.so -o libc10.so c10_stand_in.cc */
+ * Build: c++ -O0 -g -shared -fPIC -Wl,-soname,libc10.so -o libc10.so c10_stand_in.cc
+ * (-DC10_REPORT_CHANGED: the call as a PyTorch that changed it, c10_report.h) */
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 
-namespace c10 {
-struct Device {
-    int8_t type;
-    int8_t index;
-};
+#include "c10_report.h"
 
+namespace c10 {
 static std::atomic<long> calls{0};
 
 void reportMemoryUsageToProfiler(void *ptr, int64_t alloc_size, size_t total_allocated,
-                                 size_t total_reserved, Device device) {
+                                 size_t total_reserved, Device device C10_REPORT_MORE) {
     (void)ptr;
     (void)alloc_size;
     (void)total_allocated;

@@ -29,6 +29,11 @@ pub struct HistoryInfo {
     /// Why recording stopped before the end (a full disk), in words; absent when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// Why the blocks inside a framework's cache (PyTorch's tensors) are not in the history
+    /// though the framework was loaded, in words (the history then holds the cache's segments
+    /// only); absent when they are recorded or no such framework was loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_blocks_unrecorded: Option<String>,
 }
 
 /// Events lost between two moments.

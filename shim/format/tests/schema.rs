@@ -460,6 +460,7 @@ fn full_report(reason: Reason) -> Report {
             to_ms: 1310,
         }],
         stopped: Some("writing r.history failed: No space left on device".into()),
+        cache_blocks_unrecorded: Some("CUGUARD_CACHE_BLOCKS=0".into()),
     });
     r.python = Some(Python {
         end: PyEnd {

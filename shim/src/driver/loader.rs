@@ -108,6 +108,36 @@ pub fn real_dlsym() -> Option<DlsymFn> {
     (p != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(p) })
 }
 
+/// `symbol` as the already loaded library `lib` (a name the loader knows it by, `libc10.so`)
+/// and its dependencies define it, the shim's own definition aside: `None` when `lib` is not
+/// loaded, `Some(None)` when it has no other definition. Nothing is loaded or run
+/// (`RTLD_NOLOAD`).
+pub fn symbol_in_loaded(lib: &CStr, symbol: &CStr) -> Option<Option<usize>> {
+    let dlsym = real_dlsym()?;
+    // SAFETY: dlopen of a library only if it is loaded already (RTLD_NOLOAD): nothing is run.
+    let handle = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: libc's dlsym with the handle dlopen returned and a NUL-terminated name.
+    let p = unsafe { dlsym(handle, symbol.as_ptr()) } as usize;
+    // SAFETY: the handle dlopen returned; the library stays loaded (its loader holds it).
+    unsafe { libc::dlclose(handle) };
+    Some((p != 0 && !is_own(p)).then_some(p))
+}
+
+/// Whether `addr` is in the shim's own library.
+fn is_own(addr: usize) -> bool {
+    let base = |a: *const c_void| {
+        // SAFETY: dladdr only reads the loader's tables; `info` is written by it.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        (unsafe { libc::dladdr(a, &mut info) } != 0).then_some(info.dli_fbase as usize)
+    };
+    let own = base(is_own as *const c_void);
+    own.is_some() && base(addr as *const c_void) == own
+}
+
 /// The resolved driver.
 pub struct Driver {
     /// Address of each entry, indexed by `Entry as usize`; 0 where the driver lacks it.

@@ -23,9 +23,7 @@ use cuguard_format::MemoryKind;
 use crate::guard::Guard;
 use crate::tracker::record::NONE;
 
-/// The symbol's name: `c10::reportMemoryUsageToProfiler(void*, long, unsigned long, unsigned
-/// long, c10::Device)`, the same in PyTorch 2.5 to 2.11's sources.
-pub const SYMBOL: &std::ffi::CStr = c"_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE";
+use crate::writer::cache_blocks::SYMBOL;
 
 /// `c10::Device`: a device type and an index, one byte each, passed by value in a register.
 #[repr(C)]
@@ -58,22 +56,13 @@ fn real() -> Option<ReportFn> {
 fn find_real() -> Option<usize> {
     let dlsym = crate::driver::loader::real_dlsym()?;
     let ours = report_memory_usage as *const () as usize;
-    let look = |handle: *mut c_void| {
-        // SAFETY: libc's dlsym with a handle from dlopen (or RTLD_NEXT) and a NUL-terminated name.
-        let p = unsafe { dlsym(handle, SYMBOL.as_ptr()) } as usize;
-        (p != 0 && p != ours).then_some(p)
-    };
-    // SAFETY: dlopen of a library only if it is loaded already (RTLD_NOLOAD): nothing is run.
-    let c10 = unsafe { libc::dlopen(c"libc10.so".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    let found = if c10.is_null() {
-        None
-    } else {
-        let found = look(c10);
-        // SAFETY: the handle dlopen returned; the library stays loaded (PyTorch holds it).
-        unsafe { libc::dlclose(c10) };
-        found
-    };
-    found.or_else(|| look(libc::RTLD_NEXT))
+    crate::driver::loader::symbol_in_loaded(c"libc10.so", SYMBOL)
+        .flatten()
+        .or_else(|| {
+            // SAFETY: libc's dlsym with RTLD_NEXT and a NUL-terminated name.
+            let p = unsafe { dlsym(libc::RTLD_NEXT, SYMBOL.as_ptr()) } as usize;
+            (p != 0 && p != ours).then_some(p)
+        })
 }
 
 /// The exported hook (see the module doc).
@@ -89,6 +78,7 @@ pub unsafe extern "C" fn report_memory_usage(
     total_reserved: u64,
     device: Device,
 ) {
+    crate::writer::cache_blocks::reached();
     if device.kind == CUDA && alloc_size != 0 && crate::config::get().cache_blocks {
         crate::guard::shield((), || record(ptr as u64, alloc_size, device.index));
     }

@@ -18,6 +18,7 @@
 //! What a report is written for, an [`Occasion`], is in [`occasion`], with the little the
 //! report's parts share.
 
+pub mod cache_blocks;
 pub mod emergency;
 pub mod file;
 mod occasion;
@@ -534,6 +535,7 @@ fn history_info(s: crate::recorder::Status) -> format::HistoryInfo {
             })
             .collect(),
         stopped: s.stopped,
+        cache_blocks_unrecorded: cache_blocks::unrecorded(),
     }
 }
 
