@@ -23,7 +23,8 @@
 //!    ([`final_report`]): `exit`
 //!    from any thread (and so return from main, Rust's `process::exit`, Python's `sys.exit`),
 //!    `quick_exit`, `_exit` ([`immediate_exit`]: Python's `os._exit`), or a fatal or terminating
-//!    signal. Checkpoints and snapshots on request are
+//!    signal; a terminating signal that comes while it is written is held until it is in place
+//!    ([`held`]). Checkpoints and snapshots on request are
 //!    interim reports ([`report::interim_report`]); each replaces the previous one of the same process.
 //! 5. Fallback: a process that never allocated but used contexts gets its report from the
 //!    library's destructor, which does not call the driver (it may already be finalized).
@@ -39,6 +40,7 @@
 
 pub mod alerts;
 pub mod drain;
+pub mod held;
 pub mod immediate_exit;
 // Under ThreadSanitizer (`--cfg cuguard_tsan`, tests/it/reliability_race.rs) the program's
 // `sigaction` is libc's: libtsan takes the next definition after its own as the real one, which

@@ -49,7 +49,7 @@ fn writer_turn(max: Duration) -> Turn {
 
 /// Writes the final report, once per process, if the process used the driver. A second caller
 /// (another thread exiting, a fatal signal while exiting) waits for the first to finish, and a
-/// terminating signal meanwhile is held until it is written ([`super::signals`]), so that the
+/// terminating signal meanwhile is held until it is written ([`super::held`]), so that the
 /// process does not end under a half-written report. Returns whether this call wrote it.
 pub fn final_report(occasion: Occasion) -> bool {
     let Some(t) = crate::tracker::if_any() else {
@@ -77,7 +77,7 @@ pub fn final_report(occasion: Occasion) -> bool {
     }
     page::remove();
     phase::end_final();
-    super::signals::release_held(occasion.signal.is_some());
+    super::held::release(occasion.signal.is_some());
     true
 }
 

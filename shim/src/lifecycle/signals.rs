@@ -13,7 +13,7 @@
 //!   (usually through `exit`, which writes the report). One that comes while the final report is
 //!   being written (a second SIGTERM: a supervisor signals the process group, and `cuguard run`
 //!   forwards it to its program too; or a SIGTERM during `exit`) is held until the report is in
-//!   place, then sent again with the default action ([`release_held`]): its handler may have
+//!   place, then sent again ([`super::held`]): its handler may have
 //!   interrupted the very thread that writes the report, and taking the default action at once
 //!   would end the process before the report's rename.
 //! - the snapshot signal (`CUGUARD_SNAPSHOT_SIGNAL`, default `SIGRTMIN+7`): installed only where
@@ -46,7 +46,7 @@
 //! ([`crate::writer::emergency`]) itself.
 
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 
 use super::reporter;
 use crate::writer::emergency::{self, Why};
@@ -91,11 +91,6 @@ static SNAPSHOT_SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// A fatal signal's report: claimed by the first thread that faults.
 static CLAIMED: AtomicBool = AtomicBool::new(false);
 static DONE: AtomicBool = AtomicBool::new(false);
-
-/// A terminating signal that came while the final report was being written, held until it is
-/// written (0: none). Set by the handler ([`hold`]), taken by the writer ([`release_held`]) or,
-/// if the report was finished meanwhile, back by the handler: whoever swaps it out sends it.
-static HELD: AtomicI32 = AtomicI32::new(0);
 
 thread_local! {
     /// This thread is inside the fatal-signal handler.
@@ -495,7 +490,7 @@ fn default_and_raise(sig: libc::c_int, info: *mut libc::siginfo_t) {
 /// disposition was the default). While the final report is being written, the signal is held
 /// for its writer to send again once the report is in place ([`hold`]).
 fn on_terminating(sig: libc::c_int) {
-    if crate::phase::final_claimed() && !crate::phase::final_done() && hold(sig) {
+    if crate::phase::final_claimed() && !crate::phase::final_done() && super::held::hold(sig) {
         return;
     }
     let nested = IN_FATAL.try_with(|f| f.replace(true)).unwrap_or(true);
@@ -506,43 +501,6 @@ fn on_terminating(sig: libc::c_int) {
     set_default(sig);
     // SAFETY: raise is async-signal-safe; the signal is delivered when the handler returns.
     unsafe { libc::raise(sig) };
-}
-
-/// Holds `sig` for the writer of the final report, which [`release_held`] sends it again once the
-/// report is in place. Returns false when the report was finished meanwhile and the signal is
-/// this handler's to act on after all, and when a signal is held already: one more (a third
-/// Ctrl-C, a supervisor insisting) ends the process at once, so that a writer that never
-/// finishes cannot keep it alive. Async-signal-safe (atomics only).
-fn hold(sig: libc::c_int) -> bool {
-    if HELD
-        .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
-        .is_err()
-    {
-        return false;
-    }
-    // Paired with the fence in `release_held`: either the writer sees the held signal, or this
-    // handler sees the report finished.
-    fence(Ordering::SeqCst);
-    if !crate::phase::final_done() {
-        return true;
-    }
-    // Finished meanwhile: whoever takes the held signal sends it (0: the writer took it).
-    HELD.swap(0, Ordering::SeqCst) == 0
-}
-
-/// After the final report is written (`Writing → Final`): a terminating signal held while it
-/// was written ([`hold`]) ends the process now, of that signal, as it would have without the
-/// shim. `by_signal`: the report was a signal's, whose handler ends the process itself.
-pub fn release_held(by_signal: bool) {
-    fence(Ordering::SeqCst);
-    let sig = HELD.swap(0, Ordering::SeqCst);
-    if sig == 0 || by_signal {
-        return;
-    }
-    set_default(sig);
-    // SAFETY: kill has no memory-safety preconditions. Sent to the process, not this thread: the
-    // writer may be the cuguard thread, which blocks every signal.
-    unsafe { libc::kill(libc::getpid(), sig) };
 }
 
 fn wait_until(flag: &AtomicBool, max_ms: u64) {
@@ -568,5 +526,5 @@ fn diag_line(line: &[u8]) {
 pub fn after_fork_child() {
     CLAIMED.store(false, Ordering::Release);
     DONE.store(false, Ordering::Release);
-    HELD.store(0, Ordering::Release);
+    super::held::after_fork_child();
 }
