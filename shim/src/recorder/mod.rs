@@ -61,10 +61,26 @@ pub fn now_tsc() -> u64 {
 /// The clock pair taken when the history began: (tsc, ns since start, Unix ns).
 static FIRST: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
 
-/// A clock pair now: (tsc, ns since the start, Unix ns).
+/// Tries at a clock pair, of which the closest is kept.
+const PAIR_TRIES: usize = 4;
+
+/// A clock pair now: (tsc, ns since the start, Unix ns). The two clocks are read as close
+/// together as can be: of [`PAIR_TRIES`] tries (a tsc read on each side of the monotonic
+/// clock's), the one whose tsc reads are closest, the tsc taken midway. A thread preempted
+/// between two reads (a loaded machine) would otherwise pair a tsc with a later time, and every
+/// event near the pair would read that much later than the records the monotonic clock dates
+/// (a peak's moment, which `--at` must find the peak at).
 pub fn clock_now() -> (u64, u64, u64) {
-    let tsc = now_tsc();
-    let clock = crate::process::clock::monotonic_ns();
+    let (mut tsc, mut clock, mut spread) = (0, 0, u64::MAX);
+    for _ in 0..PAIR_TRIES {
+        let before = now_tsc();
+        let c = crate::process::clock::monotonic_ns();
+        let after = now_tsc();
+        let s = after.wrapping_sub(before);
+        if s < spread {
+            (tsc, clock, spread) = (before + s / 2, c, s);
+        }
+    }
     let (start_unix, start_mono) = crate::process::clock::start_ns();
     let since = clock.saturating_sub(start_mono);
     (tsc, since, start_unix + since)
