@@ -33,6 +33,8 @@ unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_NO_CUDA_MEMORY_CACHING
     mkdir -p "$R"
     CUGUARD_POOL=$pool SNAPS=$R/snaps.json timeout 180 "$C" run --quiet --report "$R/r.json" -- python3 $S check > "$R/out" 2> "$R/err"
     echo "exit $?"; tail -1 "$R/out" | tee -a "$OUT/torch_blocks.json"; tail -3 "$R/err"
+    # The hook reached: the report says nothing is missing (history.cache_blocks_unrecorded absent).
+    python3 -c 'import json,sys; h=json.load(open(sys.argv[1]))["history"]; print(json.dumps({"check": "hook-reached", "pool": sys.argv[2], "verdict": "FAIL" if h.get("cache_blocks_unrecorded") else "PASS", "unrecorded": h.get("cache_blocks_unrecorded")}))' "$R/r.json" "$pool" | tee -a "$OUT/torch_blocks.json"
     for name in inside after freed final; do
       "$C" export --between "phase:$name" -o "$R/$name.pickle" "$R/r.json" 2>&1 | tail -1
     done
@@ -71,7 +73,7 @@ idle = sum(s["bytes"] for s in rows if s.get("idle"))
 print(json.dumps({"check": "at-inside", "verdict": "PASS" if lines else "FAIL", "script_lines": lines, "idle_bytes": idle, "rows": len(rows)}))
 PY
   echo "== 3. cost (at ${SECONDS}s)"
-  for round in 1 2; do
+  for round in $(seq 1 "${ROUNDS:-2}"); do
     for m in none cuguard cuguard-off history-plain history-python; do
       case $m in
         none) timeout 120 python3 $S pairs ;;
