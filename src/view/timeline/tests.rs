@@ -4,17 +4,8 @@ use cuguard_history::{Action, Chunk, Header, Raw, VERSION, kind, write_chunk};
 
 use super::*;
 
-/// A history of `blocks` (start ns, end ns, bytes, stack), 1 tsc tick = 1 ns.
-fn history(blocks: &[(u64, Option<u64>, u64, u32)], end: u64) -> History<Vec<u8>> {
-    history_with(blocks, end, &[])
-}
-
-/// A history of `blocks` and of `step` phases pushed on thread 1 (begin ns, end ns).
-fn history_with(
-    blocks: &[(u64, Option<u64>, u64, u32)],
-    end: u64,
-    steps: &[(u64, Option<u64>)],
-) -> History<Vec<u8>> {
+/// A history file's header and its clock pairs at 0 and `end`, 1 tsc tick = 1 ns.
+fn opening(end: u64) -> Vec<u8> {
     let mut f = Header {
         version: VERSION,
         pid: 1,
@@ -34,6 +25,21 @@ fn history_with(
             },
         );
     }
+    f
+}
+
+/// A history of `blocks` (start ns, end ns, bytes, stack), 1 tsc tick = 1 ns.
+fn history(blocks: &[(u64, Option<u64>, u64, u32)], end: u64) -> History<Vec<u8>> {
+    history_with(blocks, end, &[])
+}
+
+/// A history of `blocks` and of `step` phases pushed on thread 1 (begin ns, end ns).
+fn history_with(
+    blocks: &[(u64, Option<u64>, u64, u32)],
+    end: u64,
+    steps: &[(u64, Option<u64>)],
+) -> History<Vec<u8>> {
+    let mut f = opening(end);
     let mut events = Vec::new();
     for (i, &(start, stop, size, stack)) in blocks.iter().enumerate() {
         let addr = 0x7000_0000_0000 + i as u64 * 0x1000_0000;
@@ -89,25 +95,7 @@ fn site(id: u32) -> SiteInfo {
 
 /// A history of raw `events` on thread 1, 1 tsc tick = 1 ns.
 fn history_of(events: Vec<Raw>, end: u64) -> History<Vec<u8>> {
-    let mut f = Header {
-        version: VERSION,
-        pid: 1,
-        start_unix_ns: 0,
-        segment: 0,
-        run: 0,
-    }
-    .encode()
-    .to_vec();
-    for t in [0, end] {
-        write_chunk(
-            &mut f,
-            &Chunk::Clock {
-                tsc: t,
-                since_start_ns: t,
-                unix_ns: t,
-            },
-        );
-    }
+    let mut f = opening(end);
     write_chunk(&mut f, &Chunk::Events { thread: 1, events });
     write_chunk(&mut f, &Chunk::End { tsc: end });
     History::open(vec![f]).unwrap()
