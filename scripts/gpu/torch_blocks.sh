@@ -8,10 +8,11 @@
 #    segment's blocks (address, size, state) must be the export's (pool off: the same segments,
 #    tiled the same; pool on: the same live tensors, the segments being the pool's chunks).
 # 2. `cuguard summary --at phase:inside` (inside a step): the tensors by line, the cache's idle.
-# 3. The cost: a tensor's allocate-and-free pair with no cuguard, under cuguard (cache blocks on,
-#    stacks on: the default), under cuguard with CUGUARD_CACHE_BLOCKS=0, and with PyTorch's own
-#    recorder (no stacks, Python stacks), no cuguard; a training step with no cuguard and under
-#    cuguard with and without cache blocks. Each its own process, two rounds, interleaved.
+# 3. The cost: a tensor's allocate-and-free pair with no cuguard (twice: the A/A control), under
+#    cuguard (cache blocks on, stacks on: the default), under cuguard with CUGUARD_CACHE_BLOCKS=0,
+#    and with PyTorch's own recorder (no stacks, Python stacks), no cuguard, each the median of 40
+#    batches in its process, pinned to one core; a training step with no cuguard and under
+#    cuguard with and without cache blocks. Each its own process, ROUNDS rounds (2), interleaved.
 # Writes to $OUT: torch_blocks.txt (everything, in order), torch_blocks.json (JSON lines).
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -20,6 +21,9 @@ B=/tmp/cuguard-torch-blocks
 rm -rf "$B"; mkdir -p "$B"
 C=$PWD/.gpu/cuguard
 S=scripts/gpu/torch_blocks.py
+# The cost's processes each on one core (the last), where taskset is there.
+PIN=""
+if command -v taskset >/dev/null; then PIN="taskset -c $(( $(nproc) - 1 ))"; fi
 export PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD/src/python${PYTHONPATH:+:$PYTHONPATH} CUGUARD_SHIM=$PWD/.gpu/libcuguard.so
 unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_NO_CUDA_MEMORY_CACHING
@@ -74,13 +78,14 @@ print(json.dumps({"check": "at-inside", "verdict": "PASS" if lines else "FAIL", 
 PY
   echo "== 3. cost (at ${SECONDS}s)"
   for round in $(seq 1 "${ROUNDS:-2}"); do
-    for m in none cuguard cuguard-off history-plain history-python; do
+    # none-again: the A/A control (the same variant twice a round); each process on one core.
+    for m in none cuguard cuguard-off history-plain history-python none-again; do
       case $m in
-        none) timeout 120 python3 $S pairs ;;
-        cuguard) timeout 120 "$C" run --quiet --report "$B/c.json" -- python3 $S pairs ;;
-        cuguard-off) CUGUARD_CACHE_BLOCKS=0 timeout 120 "$C" run --quiet --report "$B/c.json" -- python3 $S pairs ;;
-        history-plain) HISTORY=plain timeout 120 python3 $S pairs ;;
-        history-python) HISTORY=python timeout 120 python3 $S pairs ;;
+        none|none-again) timeout 120 $PIN python3 $S pairs ;;
+        cuguard) timeout 120 $PIN "$C" run --quiet --report "$B/c.json" -- python3 $S pairs ;;
+        cuguard-off) CUGUARD_CACHE_BLOCKS=0 timeout 120 $PIN "$C" run --quiet --report "$B/c.json" -- python3 $S pairs ;;
+        history-plain) HISTORY=plain timeout 120 $PIN python3 $S pairs ;;
+        history-python) HISTORY=python timeout 120 $PIN python3 $S pairs ;;
       esac 2>/dev/null | tail -1 | sed "s/^{/{\"variant\": \"$m\", \"round\": $round, /" | tee -a "$OUT/torch_blocks.json"
     done
     for m in none cuguard cuguard-off; do
