@@ -302,11 +302,11 @@ fn first_oom_card(
     path: &std::path::Path,
     top: usize,
 ) -> Result<Option<crate::summary::attribution::OomSummary>, CliError> {
+    // A driver's refusal inside a framework's allocator is explained by the framework's card.
     let cards = input::map_reports(&[path.to_path_buf()], |source, report| {
-        ReportSummary::new(source, &report, top)
-            .ooms
-            .into_iter()
-            .next()
+        let ooms = ReportSummary::new(source, &report, top).ooms;
+        let first = ooms.iter().position(|o| o.within.is_none()).unwrap_or(0);
+        ooms.into_iter().nth(first)
     })?;
     Ok(cards.into_iter().next().and_then(|(_, card)| card))
 }

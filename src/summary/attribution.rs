@@ -42,6 +42,7 @@ pub fn refuser(refused_by: &str) -> Option<(&'static str, Option<&'static str>)>
         "driver" => Some(("the driver", None)),
         "pool_limit" => Some(("the pool's limit", Some("CUGUARD_POOL_LIMIT"))),
         "limit" => Some(("the process's limit", Some("CUGUARD_LIMIT"))),
+        cuguard_format::verdict::PYTORCH => Some(("PyTorch's caching allocator", None)),
         _ => None,
     }
 }
@@ -104,6 +105,10 @@ pub struct OomSummary {
     /// The report is from a cuguard that recorded no idle memory nor verdict: the verdict is
     /// worked out from what it has (cuguard's pool alone).
     pub verdict_from_older_report: bool,
+    /// For the driver's refusal of a segment a framework's allocator asked for: the framework,
+    /// which then refused the request itself (its own card, later, explains it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub within: Option<String>,
 }
 
 /// What was live on a device at its peak: the last `peaks[]` record of the device.
@@ -356,6 +361,7 @@ pub fn ooms(
                     .clone()
                     .unwrap_or_else(|| cuguard_format::verdict::of(&with_idle(r))),
                 verdict_from_older_report: r.verdict.is_none(),
+                within: r.within.clone(),
             }
         })
         .collect()
@@ -385,6 +391,9 @@ pub fn device_bytes(
 ) -> Option<String> {
     let (free, total) = (free?, total?);
     let bytes = crate::wording::bytes;
+    // A framework's idle memory inside its segments is counted live by the driver: it is told
+    // apart here, not counted twice.
+    let live = cuguard_format::verdict::live_outside_idle(live, idle);
     let idle = idle
         .iter()
         .fold(0u64, |sum, h| sum.saturating_add(h.idle_bytes));
@@ -404,6 +413,7 @@ pub fn device_bytes(
 /// ```text
 /// the default memory pool of device 0 holds 576.0 MiB idle of 576.0 MiB reserved (release threshold unlimited)
 /// cuguard's pool holds 30.0 MiB idle of 94.0 MiB reserved, largest free piece 2.0 MiB (fragmentation 93%)
+/// PyTorch's caching allocator holds 3.4 GiB idle of 7.0 GiB reserved in 35 pieces, largest free piece 100.0 MiB (fragmentation 97%)
 /// ```
 pub fn idle_words(h: &IdleHolder) -> String {
     let bytes = crate::wording::bytes;
@@ -421,6 +431,12 @@ pub fn idle_words(h: &IdleHolder) -> String {
         };
         s.push_str(&format!(" (release threshold {t})"));
     }
+    if let Some(n) = h.pieces.filter(|_| h.idle_bytes > 0) {
+        s.push_str(&format!(
+            " in {}",
+            crate::wording::plural(n, "piece", "pieces")
+        ));
+    }
     if let Some(largest) = h.largest_free_bytes.filter(|_| h.idle_bytes > 0) {
         let fragmentation =
             100 - (u128::from(largest.min(h.idle_bytes)) * 100 / u128::from(h.idle_bytes));
@@ -430,6 +446,42 @@ pub fn idle_words(h: &IdleHolder) -> String {
         ));
     }
     s
+}
+
+/// The live blocks that split a holder's idle memory, by line, each a line:
+///
+/// ```text
+/// pinned by 35 blocks (3.4 GiB) live between its pieces: 30 blocks (3.0 GiB) at <module> (train.py:88), 5 blocks (500.0 MiB) at …
+/// ```
+///
+/// None when the holder named none.
+pub fn pinning_words(h: &IdleHolder) -> Option<String> {
+    if h.pinning.is_empty() {
+        return None;
+    }
+    let bytes = crate::wording::bytes;
+    let plural = crate::wording::plural;
+    let (all_bytes, all_blocks) = h.pinning.iter().fold((0u64, 0u64), |(b, n), p| {
+        (b.saturating_add(p.bytes), n.saturating_add(p.blocks))
+    });
+    let sites: Vec<String> = h
+        .pinning
+        .iter()
+        .map(|p| {
+            format!(
+                "{} ({}) at {}",
+                plural(p.blocks, "block", "blocks"),
+                bytes(p.bytes),
+                p.site
+            )
+        })
+        .collect();
+    Some(format!(
+        "pinned by {} ({}) live between its pieces: {}",
+        plural(all_blocks, "block", "blocks"),
+        bytes(all_bytes),
+        sites.join(", ")
+    ))
 }
 
 /// The card of a refusal in lines, the verdict first (for the view's out-of-memory markers):
@@ -447,7 +499,10 @@ pub fn card_lines(r: &OomRecord) -> Vec<String> {
         r.live_bytes,
         &idle,
     ));
-    lines.extend(idle.iter().map(|h| format!("idle: {}", idle_words(h))));
+    for h in &idle {
+        lines.push(format!("idle: {}", idle_words(h)));
+        lines.extend(pinning_words(h));
+    }
     lines
 }
 
@@ -468,6 +523,7 @@ fn idle_of(r: &OomRecord) -> Vec<IdleHolder> {
             idle_bytes: p.free_bytes,
             release_threshold: None,
             largest_free_bytes: Some(p.largest_free_block),
+            ..Default::default()
         })
         .collect()
 }

@@ -268,6 +268,9 @@ fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
                 "  - idle: {}",
                 cell(&super::attribution::idle_words(h))
             )?;
+            if let Some(p) = super::attribution::pinning_words(h) {
+                writeln!(out, "    - {}", cell(&p))?;
+            }
         }
         if !o.by_owner.is_empty() {
             writeln!(out, "  - live by owner: {}", owner_list(&o.by_owner))?;

@@ -266,6 +266,9 @@ pub fn markdown(m: &Moment, source: &str, out: &mut dyn Write) -> io::Result<()>
         }
         for h in &o.idle {
             writeln!(out, "- idle: {}", cell(&super::attribution::idle_words(h)))?;
+            if let Some(p) = super::attribution::pinning_words(h) {
+                writeln!(out, "  - {}", cell(&p))?;
+            }
         }
         writeln!(out)?;
     }

@@ -576,6 +576,14 @@ pub(crate) fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
         crate::wording::moment(o.time_ms),
         one_line(&o.site.label)
     )?;
+    if let Some(framework) = &o.within {
+        let who = super::attribution::refuser(framework).map_or(framework.as_str(), |r| r.0);
+        writeln!(
+            out,
+            "    refused by the driver inside {who}, which then refused the request itself: its card follows"
+        )?;
+        return Ok(());
+    }
     let older = if o.verdict_from_older_report {
         " (an older report: only cuguard's pool's idle memory is known)"
     } else {
@@ -597,7 +605,10 @@ pub(crate) fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     writeln!(
         out,
         "    refused by {who}: {free}; {} live",
-        bytes(o.live_bytes)
+        bytes(cuguard_format::verdict::live_outside_idle(
+            o.live_bytes,
+            &o.idle
+        ))
     )?;
     if let Some(m) = &o.message {
         writeln!(out, "    {}", one_line(m))?;
@@ -607,6 +618,9 @@ pub(crate) fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     }
     for h in &o.idle {
         writeln!(out, "    idle: {}", super::attribution::idle_words(h))?;
+        if let Some(p) = super::attribution::pinning_words(h) {
+            writeln!(out, "      {}", one_line(&p))?;
+        }
     }
     if !o.by_owner.is_empty() {
         writeln!(out, "    live by owner: {}", owner_list(&o.by_owner))?;

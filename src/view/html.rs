@@ -283,6 +283,9 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
             "<p>Idle: {}.</p>",
             esc(&crate::summary::attribution::idle_words(h))
         )?;
+        if let Some(p) = crate::summary::attribution::pinning_words(h) {
+            writeln!(out, "<p>{}.</p>", esc(&capitalized(&p)))?;
+        }
     }
     if let Some(pool) = &o.pool {
         writeln!(

@@ -60,6 +60,7 @@ mod stack;
 mod stripped;
 mod support;
 mod torch_blocks;
+mod torch_oom;
 
 #[test]
 fn artifacts_are_built() {

@@ -11,7 +11,12 @@
 //!                   "site": Site}
 //! Site:            {"file": s|null, "line": N|null, "function": s|null, "module": s|null,
 //!                   "callers": [Site…]}                 // only when some caller is named
+//! FrameworkOom:    {"framework": "pytorch", "device": 0, "requested": N, "device_free": N|null,
+//!                   "limit": N|null, "reserved": N, "message": s|null, "cache": IdleHolder}
 //! ```
+//!
+//! [`FrameworkOom`] goes the other way: the Python package tells the shim that a framework's
+//! allocator refused a request (`cuguard_framework_oom`), with its cache's figures.
 //!
 //! Unlike the report's, addresses here are JSON numbers (Python reads them exactly), and
 //! `site` is always an object: its fields are null where nothing names the frame. `callers`
@@ -94,6 +99,39 @@ pub struct LiveAllocations {
     /// says it: the Python side lines its clock up with the report's with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub now_ms: Option<u64>,
+}
+
+/// A framework's allocator refused a request: what its out-of-memory observer was told and its
+/// cache's idle memory then (`cuguard_framework_oom`; the report's `ooms[]` record it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameworkOom {
+    /// Whose allocator: `pytorch`.
+    pub framework: String,
+    /// Device ordinal.
+    pub device: u32,
+    /// Bytes asked for.
+    pub requested: u64,
+    /// The device's free memory, as the framework read it.
+    #[serde(default)]
+    pub device_free: Option<u64>,
+    /// The framework's own limit on what it reserves (PyTorch's per-process memory fraction,
+    /// in bytes), where one is set.
+    #[serde(default)]
+    pub limit: Option<u64>,
+    /// What the framework had reserved from the device then.
+    pub reserved: u64,
+    /// The framework's message, where it has one.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Its cache's idle memory then (`holder` `pytorch_cache`).
+    pub cache: crate::attribution::IdleHolder,
+}
+
+impl FrameworkOom {
+    /// Reads the document the Python package sends.
+    pub fn from_json(json: &str) -> serde_json::Result<FrameworkOom> {
+        serde_json::from_str(json)
+    }
 }
 
 /// `value` as one line of compact JSON.

@@ -145,6 +145,11 @@ pub struct OomRecord {
     /// ([`crate::verdict`]). Absent in reports of cuguard before 0.2: readers work it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
+    /// For the driver's refusal of a segment a framework's allocator asked for, which then
+    /// refused the request itself: the framework (`pytorch`), whose own record (a later one of
+    /// the same thread) explains the refusal. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<String>,
 }
 
 /// `ooms[].limit`: the limit that refused an allocation.
@@ -160,7 +165,7 @@ pub struct OomLimit {
 
 /// `ooms[].idle[]`: memory one holder kept on the device without handing it out, when an
 /// allocation was refused.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdleHolder {
     /// Which kind of holder: `driver_pool` (a memory pool of the driver's stream-ordered
     /// allocator: `cuMemAllocAsync`) or `cuguard_pool`.
@@ -180,9 +185,44 @@ pub struct IdleHolder {
     /// a synchronization; `u64::MAX` is unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_threshold: Option<u64>,
-    /// The largest free piece, where the holder says (`cuguard_pool`).
+    /// The largest free piece, where the holder says (`cuguard_pool`, `pytorch_cache`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub largest_free_bytes: Option<u64>,
+    /// How many free pieces the idle bytes are in, where the holder says (`pytorch_cache`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pieces: Option<u64>,
+    /// Of the idle bytes, those in whole pages of PyTorch's expandable segments (20 MiB): what
+    /// `expandable_segments:True` could map to another request (`pytorch_cache`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expandable_bytes: Option<u64>,
+    /// The live blocks that split the idle bytes into pieces (those in a segment that has idle
+    /// pieces), by the line that made them, most bytes first (`pytorch_cache`; at most 16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinning: Vec<Pinning>,
+}
+
+impl IdleHolder {
+    /// 1 − largest free piece / idle bytes, where the largest piece is known.
+    pub fn fragmentation(&self) -> Option<f64> {
+        let largest = self.largest_free_bytes?;
+        (self.idle_bytes > 0)
+            .then(|| 1.0 - largest.min(self.idle_bytes) as f64 / self.idle_bytes as f64)
+    }
+}
+
+/// `ooms[].idle[].pinning[]`: live blocks of one line that split a holder's idle memory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pinning {
+    /// Where they were made, for people: `function (file:line)`, or `unknown` where the holder
+    /// kept no lines.
+    pub site: String,
+    /// `file:line`, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Their bytes.
+    pub bytes: u64,
+    /// How many blocks.
+    pub blocks: u64,
 }
 
 /// `ooms[].verdict`: what would have made a refused request fit.

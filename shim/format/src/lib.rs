@@ -120,7 +120,7 @@ pub use addr::Addr;
 pub use allocation::Allocation;
 pub use attribution::{
     Explained, IdleHolder, OomLimit, OomPool, OomRecord, OwnerBytes, OwnerInfo, PeakRecord,
-    Reconciliation, StackBytes, StackSamples, StackSeries, Verdict,
+    Pinning, Reconciliation, StackBytes, StackSamples, StackSeries, Verdict,
 };
 pub use config::Config;
 pub use cost::{Cost, CostGrowth, CostReports, CostTiming, CostUnwind};

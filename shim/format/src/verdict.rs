@@ -23,6 +23,15 @@
 //! - A limit: raising it by what is missing fits, when the device has the room.
 //! - Otherwise nothing would: the live memory alone leaves too little.
 //!
+//! - PyTorch's caching allocator refused (`pytorch`, from its out-of-memory observer): the room
+//!   is the device's free memory, or less where PyTorch's per-process memory fraction (`limit`,
+//!   with PyTorch's reserved bytes held against it) left less. PyTorch gives back every cached
+//!   segment with no live block before it refuses, so its idle memory lies in pieces between
+//!   live tensors, each too small (else it would have served the request): what counts is the
+//!   part in whole 20 MiB pages (`expandable_bytes`), which `expandable_segments:True` would
+//!   unmap and map to the request. The other holders count only where the device refused,
+//!   not the fraction; raising the fraction fits when the device had the room.
+//!
 //! Idle memory of a holder on another device, or of one cuguard cannot read (a framework's cache
 //! it was not told of), is not counted, so "nothing" is as far as cuguard can see.
 
@@ -56,6 +65,27 @@ impl<'a> From<&'a OomRecord> for Figures<'a> {
     }
 }
 
+/// What the refuser had left (see the module doc), and whether PyTorch's memory fraction, not
+/// the device, left too little.
+fn room(oom: &Figures<'_>) -> (Option<u64>, bool) {
+    let device = oom.device_free_bytes;
+    let room = match (oom.refused_by, oom.limit) {
+        ("limit" | "pool_limit", Some(l)) => Some(l.limit_bytes.saturating_sub(l.held_bytes)),
+        ("limit" | "pool_limit", None) => None,
+        (PYTORCH, Some(l)) => Some(
+            l.limit_bytes
+                .saturating_sub(l.held_bytes)
+                .min(device.unwrap_or(u64::MAX)),
+        ),
+        _ => device,
+    };
+    let fraction_refused = oom.refused_by == PYTORCH
+        && oom.limit.is_some_and(|l| {
+            l.limit_bytes.saturating_sub(l.held_bytes) < device.unwrap_or(u64::MAX)
+        });
+    (room, fraction_refused)
+}
+
 /// The verdict on `oom` (a record's [`Figures`]).
 pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
     let oom: Figures<'a> = oom.into();
@@ -64,11 +94,7 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
         .max(1)
         .checked_next_multiple_of(GRANULARITY)
         .unwrap_or(u64::MAX);
-    let room = match (oom.refused_by, oom.limit) {
-        ("limit" | "pool_limit", Some(l)) => Some(l.limit_bytes.saturating_sub(l.held_bytes)),
-        ("limit" | "pool_limit", None) => None,
-        _ => oom.device_free_bytes,
-    };
+    let (room, fraction_refused) = room(&oom);
     let Some(room) = room else {
         return Verdict {
             action: "unknown".into(),
@@ -87,15 +113,21 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
             ),
         };
     }
+    let counts = |h: &IdleHolder| match oom.refused_by {
+        "driver" => true,
+        PYTORCH if fraction_refused => h.holder == PYTORCH_CACHE,
+        PYTORCH => true,
+        _ => h.holder == "cuguard_pool",
+    };
     let idle: Vec<&IdleHolder> = oom
         .idle
         .iter()
-        .filter(|h| h.idle_bytes > 0 && (oom.refused_by == "driver" || h.holder == "cuguard_pool"))
+        .filter(|h| usable(h) > 0 && counts(h))
         .collect();
     if let Some(h) = idle
         .iter()
-        .filter(|h| room.saturating_add(h.idle_bytes) >= need)
-        .max_by_key(|h| h.idle_bytes)
+        .filter(|h| room.saturating_add(usable(h)) >= need)
+        .max_by_key(|h| usable(h))
     {
         let (action, text) = remedy(h);
         return Verdict {
@@ -106,11 +138,11 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
     }
     let all = idle
         .iter()
-        .fold(0u64, |sum, h| sum.saturating_add(h.idle_bytes));
+        .fold(0u64, |sum, h| sum.saturating_add(usable(h)));
     if idle.len() > 1 && room.saturating_add(all) >= need {
         let names: Vec<String> = idle
             .iter()
-            .map(|h| format!("{} {}", h.name, human_bytes(h.idle_bytes)))
+            .map(|h| format!("{} {}", h.name, human_bytes(usable(h))))
             .collect();
         return Verdict {
             action: "all_idle".into(),
@@ -123,7 +155,22 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
         };
     }
     let missing = need.saturating_sub(room).saturating_sub(all);
-    if let (Some(l), Some(free)) = (oom.limit, oom.device_free_bytes)
+    if fraction_refused
+        && let (Some(l), Some(free)) = (oom.limit, oom.device_free_bytes)
+        && free >= need
+    {
+        return Verdict {
+            action: "raise_limit".into(),
+            fits: true,
+            text: format!(
+                "raising PyTorch's memory fraction (torch.cuda.set_per_process_memory_fraction) to {} fits: the device had {} free",
+                human_bytes(l.held_bytes.saturating_add(need)),
+                human_bytes(free)
+            ),
+        };
+    }
+    if oom.refused_by != PYTORCH
+        && let (Some(l), Some(free)) = (oom.limit, oom.device_free_bytes)
         && free >= need
     {
         let setting = if oom.refused_by == "pool_limit" {
@@ -149,14 +196,56 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
             human_bytes(room),
             human_bytes(all),
             human_bytes(missing),
-            human_bytes(oom.live_bytes)
+            human_bytes(live_outside_idle(oom.live_bytes, oom.idle))
         ),
     }
+}
+
+/// `ooms[].refused_by` of PyTorch's caching allocator, and its holder's `holder`.
+pub const PYTORCH: &str = "pytorch";
+/// See [`PYTORCH`].
+pub const PYTORCH_CACHE: &str = "pytorch_cache";
+
+/// What of `h`'s idle memory another request could have: PyTorch's cache's whole pages (its
+/// pieces are each too small), every other holder's idle bytes.
+fn usable(h: &IdleHolder) -> u64 {
+    if h.holder == PYTORCH_CACHE {
+        h.expandable_bytes.unwrap_or(0)
+    } else {
+        h.idle_bytes
+    }
+}
+
+/// Live bytes less the idle memory that lies inside live allocations (PyTorch's cache's, inside
+/// the segments the driver counts live).
+pub fn live_outside_idle(live: u64, idle: &[IdleHolder]) -> u64 {
+    let inside = idle
+        .iter()
+        .filter(|h| h.holder == PYTORCH_CACHE)
+        .fold(0u64, |sum, h| sum.saturating_add(h.idle_bytes));
+    live.saturating_sub(inside)
 }
 
 /// What frees `h`'s idle memory, and the verdict's words for it.
 fn remedy(h: &IdleHolder) -> (&'static str, String) {
     let idle = human_bytes(h.idle_bytes);
+    if h.holder == PYTORCH_CACHE {
+        let pieces = h
+            .pieces
+            .map(|n| format!(" in {n} pieces"))
+            .unwrap_or_default();
+        let largest = h
+            .largest_free_bytes
+            .map(|b| format!(", the largest {}", human_bytes(b)))
+            .unwrap_or_default();
+        return (
+            "expandable_segments",
+            format!(
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True fits: PyTorch's cache held {idle} idle{pieces} between live tensors{largest}, each too small; {} of it in whole 20 MiB pages, which expandable segments give back and map to the request",
+                human_bytes(usable(h))
+            ),
+        );
+    }
     if h.holder == "cuguard_pool" {
         let largest = h
             .largest_free_bytes
@@ -211,6 +300,7 @@ mod tests {
             limit: None,
             idle,
             verdict: None,
+            within: None,
         }
     }
 
@@ -223,7 +313,99 @@ mod tests {
             idle_bytes: idle,
             release_threshold: Some(threshold),
             largest_free_bytes: None,
+            ..Default::default()
         }
+    }
+
+    fn torch_cache(reserved: u64, idle: u64, pieces: u64, largest: u64, pages: u64) -> IdleHolder {
+        IdleHolder {
+            holder: PYTORCH_CACHE.into(),
+            name: "PyTorch's caching allocator".into(),
+            reserved_bytes: reserved,
+            idle_bytes: idle,
+            largest_free_bytes: Some(largest),
+            pieces: Some(pieces),
+            expandable_bytes: Some(pages),
+            ..Default::default()
+        }
+    }
+
+    /// PyTorch refused under its per-process fraction (8 GiB; 7 GiB reserved).
+    fn torch_oom(size: u64, free: u64, idle: Vec<IdleHolder>) -> OomRecord {
+        OomRecord {
+            refused_by: PYTORCH.into(),
+            limit: Some(OomLimit {
+                limit_bytes: 8192 * MIB,
+                held_bytes: 7168 * MIB,
+            }),
+            device_total_bytes: Some(80 * 1024 * MIB),
+            live_bytes: 7168 * MIB,
+            ..oom(size, free, idle)
+        }
+    }
+
+    #[test]
+    fn pytorch_s_idle_pieces_in_whole_pages_call_for_expandable_segments() {
+        // 3.4 GiB idle in 35 pieces of 100 MiB: 5 whole 20 MiB pages each (3.4 GiB).
+        let pieces = torch_cache(7168 * MIB, 3500 * MIB, 35, 100 * MIB, 3500 * MIB);
+        let v = of(&torch_oom(
+            2560 * MIB,
+            70 * 1024 * MIB,
+            vec![pieces.clone()],
+        ));
+        assert_eq!(v.action, "expandable_segments");
+        assert!(v.fits);
+        assert_eq!(
+            v.text,
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True fits: PyTorch's cache held 3.4 GiB \
+             idle in 35 pieces between live tensors, the largest 100.0 MiB, each too small; 3.4 GiB \
+             of it in whole 20 MiB pages, which expandable segments give back and map to the \
+             request"
+        );
+        assert_eq!(pieces.fragmentation(), Some(1.0 - 100.0 / 3500.0));
+        // Pieces of 10 MiB hold no whole page: nothing of it counts; the device has the room,
+        // so raising the fraction fits.
+        let small = torch_cache(7168 * MIB, 3500 * MIB, 350, 10 * MIB, 0);
+        let v = of(&torch_oom(2560 * MIB, 70 * 1024 * MIB, vec![small.clone()]));
+        assert_eq!(v.action, "raise_limit");
+        assert_eq!(
+            v.text,
+            "raising PyTorch's memory fraction (torch.cuda.set_per_process_memory_fraction) to \
+             9.5 GiB fits: the device had 70.0 GiB free"
+        );
+        // Against the whole device (no fraction), with nothing else idle: nothing would; the
+        // live figure leaves out the cache's idle bytes inside its segments.
+        let v = of(&OomRecord {
+            limit: None,
+            ..torch_oom(2560 * MIB, 512 * MIB, vec![small])
+        });
+        assert_eq!(v.action, "nothing");
+        assert_eq!(
+            v.text,
+            "nothing cuguard can see would: 2.5 GiB asked, 512.0 MiB left and 0 B idle, 2.0 GiB \
+             short; 3.6 GiB is live"
+        );
+    }
+
+    #[test]
+    fn under_pytorch_s_fraction_other_holders_do_not_count() {
+        // cuguard's pool holds 4 GiB idle, but the fraction refused: only PyTorch's cache counts.
+        let pool = IdleHolder {
+            holder: "cuguard_pool".into(),
+            name: "cuguard's pool".into(),
+            reserved_bytes: 8192 * MIB,
+            idle_bytes: 4096 * MIB,
+            largest_free_bytes: Some(2 * MIB),
+            ..Default::default()
+        };
+        let v = of(&torch_oom(2560 * MIB, 2048 * MIB, vec![pool.clone()]));
+        assert_eq!(v.action, "nothing");
+        // Against the device, it counts.
+        let v = of(&OomRecord {
+            limit: None,
+            ..torch_oom(2560 * MIB, 2048 * MIB, vec![pool])
+        });
+        assert_eq!(v.action, "without_cuguard_pool");
     }
 
     #[test]

@@ -334,6 +334,7 @@ fn full_report(reason: Reason) -> Report {
                 idle_bytes: 576 << 20,
                 release_threshold: Some(u64::MAX),
                 largest_free_bytes: None,
+                ..Default::default()
             },
             IdleHolder {
                 holder: "cuguard_pool".into(),
@@ -343,6 +344,23 @@ fn full_report(reason: Reason) -> Report {
                 idle_bytes: 58 << 20,
                 release_threshold: None,
                 largest_free_bytes: Some(50 << 20),
+                ..Default::default()
+            },
+            IdleHolder {
+                holder: "pytorch_cache".into(),
+                name: "PyTorch's caching allocator".into(),
+                reserved_bytes: 7 << 30,
+                idle_bytes: 3668 << 20,
+                largest_free_bytes: Some(100 << 20),
+                pieces: Some(42),
+                expandable_bytes: Some(3640 << 20),
+                pinning: vec![cuguard_format::Pinning {
+                    site: "<module> (train.py:88)".into(),
+                    location: Some("train.py:88".into()),
+                    bytes: 3500 << 20,
+                    blocks: 35,
+                }],
+                ..Default::default()
             },
         ],
         verdict: Some(Verdict {
@@ -350,6 +368,7 @@ fn full_report(reason: Reason) -> Report {
             fits: true,
             text: "synchronizing before the request fits".into(),
         }),
+        within: Some("pytorch".into()),
     }];
     r.ooms_dropped = Some(3);
     r.reconciliation = vec![Reconciliation {

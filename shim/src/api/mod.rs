@@ -36,6 +36,7 @@
 //! int32_t cuguard_tag_push(const char *name);
 //! int32_t cuguard_tag_pop(void);
 //! int32_t cuguard_annotate(uint64_t ptr, const char *name);
+//! int32_t cuguard_framework_oom(const char *json);
 //! void    cuguard_free(char *p);
 //! ```
 //!
@@ -62,6 +63,7 @@
 //! | `cuguard_tag_push` | opens tag `name` (1 to 256 bytes) on the calling thread: every allocation it makes until the matching `cuguard_tag_pop` carries it, in the reports (`leaks[].tag`) and the history; tags nest, the innermost names ([`tags`]; 16 kept open, deeper ones counted) | a name look-up (the thread's recent names, else a short lock) |
 //! | `cuguard_tag_pop` | closes the calling thread's innermost tag ([`E_INVALID`] when none is open) | one thread-local write |
 //! | `cuguard_annotate` | names the live allocation at `ptr`, or the one holding it, `name` from now on ([`E_NOT_FOUND`] when no live allocation the shim tracks holds it) | a look-up by address; an inner pointer walks every live allocation |
+//! | `cuguard_framework_oom` | a framework's allocator refused a request (`cuguard_format::api::FrameworkOom`: PyTorch's, from its out-of-memory observer, which the Python package registers): an out-of-memory card like the driver's, with the framework's cache's idle memory, pieces and pinning lines, asked from the calling thread's stack ([`framework_oom`]; [`E_INVALID`] for a document that does not read) | a stack capture, parsing the JSON, the card's figures (the driver's pools asked) |
 //! | `cuguard_free` | frees a string this ABI returned; NULL is ignored | — |
 //!
 //! Every function but the first four and `cuguard_free` returns [`OK`] (0) or a negative code:
@@ -98,6 +100,7 @@
 
 pub mod alias;
 pub mod end;
+pub mod framework_oom;
 pub mod label;
 pub mod live;
 pub mod origin;

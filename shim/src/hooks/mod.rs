@@ -14,7 +14,7 @@ mod context;
 mod host;
 mod memory;
 pub mod nvml;
-mod oom;
+pub(crate) mod oom;
 mod peers;
 mod query;
 pub mod shown;

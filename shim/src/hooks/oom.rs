@@ -11,6 +11,7 @@ use crate::ffi::*;
 use crate::process::clock;
 use crate::tracker::Tracker;
 use crate::tracker::ooms::{MAX_STACKS, Oom, Ooms, PoolState, RefusedBy};
+use cuguard_format::api::FrameworkOom;
 use cuguard_format::verdict::{self, Figures};
 use cuguard_format::{IdleHolder, OomLimit};
 
@@ -25,10 +26,6 @@ pub fn refused(
     seq: u64,
     why: Option<&str>,
 ) {
-    let n = t.ooms.count();
-    if !Ooms::wants(n) {
-        return;
-    }
     let refused_by = if why.is_some_and(|w| w.starts_with("CUGUARD_POOL_LIMIT")) {
         RefusedBy::PoolLimit
     } else if why.is_some_and(|w| w.starts_with("CUGUARD_LIMIT")) {
@@ -36,6 +33,95 @@ pub fn refused(
     } else {
         RefusedBy::Driver
     };
+    let limit = match refused_by {
+        RefusedBy::Limit => crate::tracker::limit::limit(device).map(|l| OomLimit {
+            limit_bytes: l,
+            held_bytes: crate::tracker::limit::held(device),
+        }),
+        RefusedBy::PoolLimit => super::shown::pool_limit_bytes(device).map(|l| OomLimit {
+            limit_bytes: l,
+            held_bytes: crate::serving::registry::reserved_for_device(device),
+        }),
+        RefusedBy::Driver | RefusedBy::Pytorch => None,
+    };
+    record(
+        t,
+        Refusal {
+            api: api.name(),
+            size,
+            device,
+            stack,
+            seq,
+            refused_by,
+            message: why.map(str::to_owned),
+            device_memory: device_memory(),
+            limit,
+            cache: None,
+        },
+    );
+}
+
+/// Records a refusal by a framework's allocator, as the Python package tells it from the
+/// framework's out-of-memory observer (`cuguard_framework_oom`): the request, the framework's
+/// limit and its cache's idle memory, beside what the shim itself knows then (live memory by
+/// stack, the driver's pools, cuguard's pool). `stack` is the asking thread's, taken in the
+/// observer (the framework's request is still on it). False when the framework is not one
+/// cuguard reads.
+pub fn framework_refused(t: &Tracker, oom: FrameworkOom, stack: u32) -> bool {
+    if oom.framework != cuguard_format::verdict::PYTORCH {
+        return false;
+    }
+    let device = i32::try_from(oom.device).unwrap_or(-1);
+    let mut cache = oom.cache;
+    cache.holder = cuguard_format::verdict::PYTORCH_CACHE.into();
+    let total = device_memory().map(|m| m.1);
+    record(
+        t,
+        Refusal {
+            api: PYTORCH_API,
+            size: oom.requested,
+            device,
+            stack,
+            seq: t.next_seq(),
+            refused_by: RefusedBy::Pytorch,
+            message: oom.message,
+            // The free memory PyTorch read when it refused, not later.
+            device_memory: oom.device_free.zip(total),
+            limit: oom.limit.map(|l| OomLimit {
+                limit_bytes: l,
+                held_bytes: oom.reserved,
+            }),
+            cache: Some(cache),
+        },
+    );
+    true
+}
+
+/// The entry named in a PyTorch refusal's record (`ooms[].api`).
+const PYTORCH_API: &str = "CUDACachingAllocator::malloc";
+
+/// One refusal, as its hook saw it.
+struct Refusal {
+    api: &'static str,
+    size: u64,
+    device: i32,
+    stack: u32,
+    seq: u64,
+    refused_by: RefusedBy,
+    message: Option<String>,
+    device_memory: Option<(u64, u64)>,
+    limit: Option<OomLimit>,
+    /// A framework's cache's idle memory, where a framework refused.
+    cache: Option<IdleHolder>,
+}
+
+/// Records `r` with what held the memory then, its verdict, the line and the checkpoint.
+fn record(t: &Tracker, r: Refusal) {
+    let n = t.ooms.count();
+    if !Ooms::wants(n) {
+        return;
+    }
+    let device = r.device;
     let live_bytes = t
         .stats
         .snapshot()
@@ -49,48 +135,44 @@ pub fn refused(
         free_bytes: p.free_bytes + p.pending_bytes,
         largest_free_block: p.largest_free_block,
     });
-    let device_memory = device_memory();
-    let limit = match refused_by {
-        RefusedBy::Limit => crate::tracker::limit::limit(device).map(|l| OomLimit {
-            limit_bytes: l,
-            held_bytes: crate::tracker::limit::held(device),
-        }),
-        RefusedBy::PoolLimit => super::shown::pool_limit_bytes(device).map(|l| OomLimit {
-            limit_bytes: l,
-            held_bytes: crate::serving::registry::reserved_for_device(device),
-        }),
-        RefusedBy::Driver => None,
-    };
-    let idle = idle_holders(device, pool.as_ref());
+    let framework = r.cache.is_some();
+    let mut idle = idle_holders(device, pool.as_ref());
+    idle.extend(r.cache);
+    idle.sort_by_key(|h| std::cmp::Reverse(h.idle_bytes));
     let verdict = verdict::of(Figures {
-        size,
-        refused_by: refused_by.as_str(),
-        device_free_bytes: device_memory.map(|m| m.0),
-        limit: limit.as_ref(),
+        size: r.size,
+        refused_by: r.refused_by.as_str(),
+        device_free_bytes: r.device_memory.map(|m| m.0),
+        limit: r.limit.as_ref(),
         live_bytes,
         idle: &idle,
     });
     let oom = Oom {
-        seq,
+        seq: r.seq,
         time_ms: clock::moment_ms(),
         thread: clock::thread_id(),
-        api,
-        size,
+        api: r.api,
+        size: r.size,
         device,
-        stack,
-        refused_by,
-        message: why.map(str::to_owned),
-        device_memory,
+        stack: r.stack,
+        refused_by: r.refused_by,
+        message: r.message,
+        device_memory: r.device_memory,
         live_bytes,
         stacks,
         pool,
         labels: crate::process::labels::all(),
-        limit,
+        limit: r.limit,
         idle,
         verdict,
+        within: None,
     };
+    if framework {
+        t.ooms
+            .mark_within(r.refused_by, oom.thread, device, r.size, oom.time_ms);
+    }
     t.ooms.push(oom);
-    crate::recorder::refused(size, stack, device, seq);
+    crate::recorder::refused(r.size, r.stack, device, r.seq);
     if n == 1 {
         // Naming the stacks for the line can take long the first time (the binaries' debug
         // information is read): the cuguard thread says it, not the refused call, unless there
@@ -114,6 +196,7 @@ fn idle_holders(device: i32, pool: Option<&PoolState>) -> Vec<IdleHolder> {
             idle_bytes: p.idle(),
             release_threshold: Some(p.release_threshold),
             largest_free_bytes: None,
+            ..Default::default()
         })
         .collect();
     if let Some(p) = pool {
@@ -127,10 +210,10 @@ fn idle_holders(device: i32, pool: Option<&PoolState>) -> Vec<IdleHolder> {
                 idle_bytes: idle.min(p.reserved_bytes),
                 release_threshold: None,
                 largest_free_bytes: Some(p.largest_free_block),
+                ..Default::default()
             });
         }
     }
-    out.sort_by_key(|h| std::cmp::Reverse(h.idle_bytes));
     out
 }
 

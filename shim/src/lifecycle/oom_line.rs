@@ -27,10 +27,13 @@ pub fn say_pending(wait: bool) {
         .compare_exchange(PENDING, SAYING, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
     {
-        if let Some(t) = crate::tracker::if_any()
-            && let Some(first) = t.ooms.snapshot().0.first()
-        {
-            say(first);
+        if let Some(t) = crate::tracker::if_any() {
+            // A driver's refusal inside a framework's allocator that then refused the request
+            // itself: the framework's record explains it (when it is there already).
+            let list = t.ooms.snapshot().0;
+            if let Some(first) = list.iter().find(|o| o.within.is_none()).or(list.first()) {
+                say(first);
+            }
         }
         LINE.store(SAID, Ordering::Release);
         return;
@@ -68,9 +71,15 @@ fn say(oom: &Oom) {
         "out of memory{} asking {} ({})",
         at.map(|s| format!(" at {s}")).unwrap_or_default(),
         human(oom.size),
-        oom.api.name()
+        oom.api
     );
-    line.push_str(&format!("; {} live", human(oom.live_bytes)));
+    line.push_str(&format!(
+        "; {} live",
+        human(cuguard_format::verdict::live_outside_idle(
+            oom.live_bytes,
+            &oom.idle
+        ))
+    ));
     let parts: Vec<String> = top
         .iter()
         .zip(names.iter().skip(1))
@@ -89,6 +98,7 @@ fn say(oom: &Oom) {
     match oom.refused_by {
         RefusedBy::PoolLimit => line.push_str(" (CUGUARD_POOL_LIMIT)"),
         RefusedBy::Limit => line.push_str(" (CUGUARD_LIMIT)"),
+        RefusedBy::Pytorch => line.push_str(" (PyTorch's caching allocator)"),
         RefusedBy::Driver => {}
     }
     if oom.verdict.action != "unknown" {

@@ -9,7 +9,6 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::driver::Entry;
 use crate::process::global::lock;
 
 /// The most refusals recorded in full.
@@ -26,6 +25,8 @@ pub enum RefusedBy {
     PoolLimit,
     /// The process's `CUGUARD_LIMIT` ([`super::limit`]).
     Limit,
+    /// PyTorch's caching allocator (its out-of-memory observer, through the Python package).
+    Pytorch,
 }
 
 impl RefusedBy {
@@ -35,6 +36,7 @@ impl RefusedBy {
             RefusedBy::Driver => "driver",
             RefusedBy::PoolLimit => "pool_limit",
             RefusedBy::Limit => "limit",
+            RefusedBy::Pytorch => cuguard_format::verdict::PYTORCH,
         }
     }
 }
@@ -53,7 +55,8 @@ pub struct Oom {
     pub seq: u64,
     pub time_ms: u64,
     pub thread: u32,
-    pub api: Entry,
+    /// The entry refused: a driver entry's name, or a framework allocator's.
+    pub api: &'static str,
     pub size: u64,
     pub device: i32,
     /// Stack id or `NONE`.
@@ -75,6 +78,9 @@ pub struct Oom {
     pub idle: Vec<cuguard_format::IdleHolder>,
     /// What would have made it fit ([`cuguard_format::verdict`]).
     pub verdict: cuguard_format::Verdict,
+    /// For the driver's refusal of memory a framework's allocator asked for, the framework,
+    /// which then refused the request itself (its own record explains it).
+    pub within: Option<RefusedBy>,
 }
 
 /// The records.
@@ -113,6 +119,25 @@ impl Ooms {
         let mut list = lock(&self.list);
         if list.len() < MAX_OOMS {
             list.push(oom);
+        }
+    }
+
+    /// Marks the driver's refusals that `by`'s refusal of `size` bytes on `thread` and
+    /// `device` at `time_ms` followed: the allocator asked the driver for a segment (at least
+    /// the size asked), was refused, and refused the request in the end. Only refusals since
+    /// the thread's previous one by `by`, and of the last 10 seconds.
+    pub fn mark_within(&self, by: RefusedBy, thread: u32, device: i32, size: u64, time_ms: u64) {
+        let mut list = lock(&self.list);
+        for o in list.iter_mut().rev() {
+            if o.thread != thread || o.device != device {
+                continue;
+            }
+            if o.refused_by == by || time_ms.saturating_sub(o.time_ms) > 10_000 {
+                break;
+            }
+            if o.refused_by == RefusedBy::Driver && o.within.is_none() && o.size >= size {
+                o.within = Some(by);
+            }
         }
     }
 

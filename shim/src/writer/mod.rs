@@ -444,7 +444,7 @@ fn oom_entries(
             seq: o.seq,
             time_ms: o.time_ms,
             thread: o.thread.into(),
-            api: o.api.name().into(),
+            api: o.api.into(),
             size: o.size,
             device: device_ordinal(o.device),
             stack: id(o.stack).map(u64::from),
@@ -464,6 +464,7 @@ fn oom_entries(
             limit: o.limit.clone(),
             idle: o.idle.clone(),
             verdict: Some(o.verdict.clone()),
+            within: o.within.map(|w| w.as_str().into()),
         })
         .collect()
 }

@@ -103,6 +103,7 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
         "cuguard_tag_push": ([ctypes.c_char_p], ctypes.c_int32),
         "cuguard_tag_pop": ([], ctypes.c_int32),
         "cuguard_annotate": ([ctypes.c_uint64, ctypes.c_char_p], ctypes.c_int32),
+        "cuguard_framework_oom": ([ctypes.c_char_p], ctypes.c_int32),
         "cuguard_free": ([ctypes.c_void_p], None),
     }
     for name, (args, res) in sigs.items():
@@ -293,6 +294,12 @@ def end_classify(classification: Dict[str, Any]) -> None:
     """Sends what holds each allocation live at the end."""
     dll = lib()
     check(dll, dll.cuguard_end_classify(json.dumps(classification).encode()), "end")
+def framework_oom(card: Dict[str, Any]) -> None:
+    """Tells the shim a framework's allocator refused a request (``cuguard_framework_oom``)."""
+    dll = lib()
+    check(dll, dll.cuguard_framework_oom(json.dumps(card).encode()), "framework out of memory")
+
+
 def file_alias(file: str, display: str) -> None:
     """Names source file ``file`` ``display`` in the reports written from now on."""
     dll = lib()

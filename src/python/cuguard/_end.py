@@ -106,6 +106,12 @@ def imported(name: str, module: Any) -> None:
     if name == "torch":
         _caches.watch_torch(module)
         try:
+            from . import _oom  # PyTorch's out-of-memory errors as cards
+
+            _oom.watch_torch(module)
+        except Exception:
+            pass
+        try:
             from . import _origin  # the line that started a backward pass
 
             _origin.install_torch(module)

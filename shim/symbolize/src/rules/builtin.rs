@@ -124,8 +124,12 @@ site_rules![
     (Framework, "file:*/IPython/*"),
     (Framework, "file:*/ipykernel/*"),
     // cuguard's own Python package where it sits on a stack: the wrapper that opens an origin
-    // around PyTorch's backward pass (`cuguard/_origin.py`), whose caller is the user's line.
+    // around PyTorch's backward pass (`cuguard/_origin.py`), whose caller is the user's line;
+    // PyTorch's out-of-memory observer (`cuguard/_oom.py`) and the ABI it calls
+    // (`cuguard/_abi.py`), on the stack of the request PyTorch refused.
     (NeverSite, "file:*/cuguard/_origin.py"),
+    (NeverSite, "file:*/cuguard/_oom.py"),
+    (NeverSite, "file:*/cuguard/_abi.py"),
     // Binding layers, the C/C++ and Rust runtimes, the Python interpreter and its standard
     // library: never the user's line.
     (NeverSite, "function:nanobind::*"),

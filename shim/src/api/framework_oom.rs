@@ -1,0 +1,43 @@
+//! `cuguard_framework_oom`: a framework's allocator refused a request (PyTorch's
+//! `OutOfMemoryError`, told by its out-of-memory observer, which the Python package registers):
+//! the shim records an out-of-memory card for it, as for the driver's refusals, with the
+//! framework's cache's idle memory, pieces and the lines that pin them.
+
+use std::ffi::c_char;
+
+use cuguard_format::api::FrameworkOom;
+
+use super::{E_INVALID, E_OFF, OK, call, text};
+
+/// The longest document taken, in bytes.
+const MAX_DOCUMENT: usize = 64 << 10;
+
+/// Records the refusal `json` describes (`cuguard_format::api::FrameworkOom`), asked from the
+/// calling thread's stack. [`E_INVALID`] for a document that does not read or a framework
+/// cuguard does not read; [`E_OFF`] when the tracker has not started.
+///
+/// # Safety
+///
+/// `json` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuguard_framework_oom(json: *const c_char) -> i32 {
+    // SAFETY: the caller promises a NUL-terminated string (NULL is refused by `text`).
+    let json = match unsafe { text(json, MAX_DOCUMENT) } {
+        Ok(j) => j,
+        Err(code) => return code,
+    };
+    call(|| {
+        let Ok(oom) = FrameworkOom::from_json(json) else {
+            return E_INVALID;
+        };
+        let Some(t) = crate::tracker::if_any() else {
+            return E_OFF;
+        };
+        let stack = crate::tracker::capture_stack();
+        if crate::hooks::oom::framework_refused(t, oom, stack) {
+            OK
+        } else {
+            E_INVALID
+        }
+    })
+}
