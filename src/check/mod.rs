@@ -20,7 +20,8 @@
 //!    (`--fail-on-events`, by default `double_free`, `invalid_free`, `free_in_wrong_context`),
 //!    or, with `--require-complete`, when a report is incomplete;
 //! 6. with `--max-peak-growth` and a baseline, when the run's peak (with `--by phase`, a phase
-//!    occurrence's) grew past it ([`peaks`]: each side one process with a history).
+//!    occurrence's) grew past it ([`peaks`]: each side one process with a history, or merged
+//!    reports judged rank by rank).
 //!
 //! [`ProcessCheck::new`] condenses one report (in the input workers; `condense.rs`, with what a
 //! Python program's end view counts in `end.rs`); [`CheckFold`] (`fold.rs`, with the

@@ -232,10 +232,12 @@ pub(crate) fn processes(names: &[String], count: u64) -> String {
     format!("{} ({listed})", plural(count, "process", "processes"))
 }
 
-/// The failing peaks of `--max-peak-growth`, each at the site that grew most at it.
+/// The failing peaks of `--max-peak-growth`, each at the site that grew most at it; for two
+/// jobs, one per failing peak of each pair, its message naming the pair (`rank 3: …`).
 fn peak_findings<'v>(verdict: &'v Verdict, out: &mut Vec<Finding<'v>>) {
     let Some(p) = &verdict.peaks else { return };
-    for j in p.failing() {
+    for f in p.failing() {
+        let j = f.peak;
         let site = j.change.sites.first();
         let at = site.map_or(String::new(), |s| {
             format!(
@@ -249,11 +251,12 @@ fn peak_findings<'v>(verdict: &'v Verdict, out: &mut Vec<Finding<'v>>) {
             rule: "peak_growth".into(),
             level: "error",
             message: format!(
-                "{}, over --max-peak-growth {} ({} against {}){at}",
+                "{}{}, over --max-peak-growth {} ({} against {}){at}",
+                f.who.map_or(String::new(), |w| format!("{w}: ")),
                 super::peaks::growth_words(&j.change),
                 p.limit,
-                p.new_process,
-                p.base_process
+                f.process.new_process,
+                f.process.base_process
             ),
             site: site.map_or_else(|| j.change.what.clone(), |s| s.site.clone()),
             place: site.and_then(|s| verdict.places.get(&s.site)),

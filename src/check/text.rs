@@ -23,7 +23,9 @@
 use std::io::{self, Write};
 
 use super::entries::SiteStatus;
+use super::peaks::{Judged, ProcessJudged};
 use super::verdict::Verdict;
+use crate::history::compare::some_names;
 use crate::output::{Format, Options};
 use crate::style::Table;
 use crate::wording::{bytes, delta_bytes, millis, one_line, plural};
@@ -210,20 +212,79 @@ fn growing(verdict: &Verdict, out: &mut dyn Write, options: &Options) -> io::Res
 }
 
 /// With `--max-peak-growth`: the run's peak and, with `--by phase`, each phase occurrence's,
-/// against the baseline's; the failing ones with the sites that changed at them.
+/// against the baseline's; the failing ones with the sites that changed at them. For two jobs,
+/// each pair with a failing peak so, headed by its name (`rank 3`), then the pairs within the
+/// limit in one line and what was not compared.
 fn peaks(verdict: &Verdict, out: &mut dyn Write, options: &Options) -> io::Result<()> {
     let Some(p) = &verdict.peaks else {
         return Ok(());
     };
     let (style, top) = (options.style, options.top);
+    let job = match &p.judged {
+        Judged::One(one) => {
+            writeln!(
+                out,
+                "{} against the baseline's ({} → {}; --max-peak-growth {})",
+                style.bold("peaks"),
+                one_line(&one.base_process),
+                one_line(&one.new_process),
+                one_line(&p.limit)
+            )?;
+            return process_peaks(one, "  ", out, options);
+        }
+        Judged::Job(job) => job,
+    };
     writeln!(
         out,
-        "{} against the baseline's ({} → {}; --max-peak-growth {})",
+        "{} against the baseline's, {} ({} in BASE, {} in NEW; --max-peak-growth {})",
         style.bold("peaks"),
-        one_line(&p.base_process),
-        one_line(&p.new_process),
+        job.by.heading(),
+        plural(job.base_processes as u64, "process", "processes"),
+        job.new_processes,
         one_line(&p.limit)
     )?;
+    let (failing, within): (Vec<_>, Vec<_>) = job.processes.iter().partition(|n| n.peaks.fails());
+    for n in failing.iter().take(top) {
+        writeln!(
+            out,
+            "  {} ({} → {})",
+            style.bold(&one_line(&n.name)),
+            one_line(&n.peaks.base_process),
+            one_line(&n.peaks.new_process)
+        )?;
+        process_peaks(&n.peaks, "    ", out, options)?;
+    }
+    if failing.len() > top {
+        writeln!(
+            out,
+            "  … {} more with a failing peak (see --top)",
+            job.by.count(failing.len() - top)
+        )?;
+    }
+    if !within.is_empty() {
+        let names: Vec<&str> = within.iter().map(|n| n.name.as_str()).collect();
+        writeln!(
+            out,
+            "  {} within the limit: {}",
+            job.by.count(within.len()),
+            one_line(&some_names(&names, 5))
+        )?;
+    }
+    for line in job.uncompared_lines() {
+        writeln!(out, "  {}", one_line(&line))?;
+    }
+    Ok(())
+}
+
+/// One process's peaks judged, at `indent`: the run's and the failing ones, each with the sites
+/// that changed at it; how many phase occurrences are within the limit; the notes.
+fn process_peaks(
+    p: &ProcessJudged,
+    indent: &str,
+    out: &mut dyn Write,
+    options: &Options,
+) -> io::Result<()> {
+    let (style, top) = (options.style, options.top);
     let listed: Vec<_> = p
         .peaks
         .iter()
@@ -238,10 +299,10 @@ fn peaks(verdict: &Verdict, out: &mut dyn Write, options: &Options) -> io::Resul
         };
         writeln!(
             out,
-            "  {}  {verdict_word}",
+            "{indent}{}  {verdict_word}",
             one_line(&super::peaks::growth_words(&j.change))
         )?;
-        let sites = crate::history::compare::sites_table(&j.change.sites, "    ");
+        let sites = crate::history::compare::sites_table(&j.change.sites, &format!("{indent}  "));
         out.write_all(sites.as_bytes())?;
     }
     let within = p
@@ -252,12 +313,12 @@ fn peaks(verdict: &Verdict, out: &mut dyn Write, options: &Options) -> io::Resul
     if within > 0 {
         writeln!(
             out,
-            "  {} within the limit",
+            "{indent}{} within the limit",
             plural(within as u64, "phase occurrence", "phase occurrences")
         )?;
     }
     for n in &p.notes {
-        writeln!(out, "  note: {}", one_line(n))?;
+        writeln!(out, "{indent}note: {}", one_line(n))?;
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ use crate::check::suppressions::Suppressions;
 use crate::check::{
     Baseline, CheckFold, Condense, FORMATS, FailingEvents, Limits, Needs, ProcessCheck, Verdict,
 };
+use crate::history::compare::{Member, compare, compare_job};
 use crate::input;
 use crate::output::{Options, Row};
 use crate::owners::OwnerFilter;
@@ -53,6 +54,7 @@ Examples:
   cuguard check --suppressions .cuguard-supp --show-suppressed reports/  # which rule silenced what
   cuguard check --allow-empty reports/  # pass a job that may run no program under cuguard
   cuguard check --baseline main.json --max-peak-growth 5% --by phase branch.json  # a step needs more
+  cuguard check --baseline main-job.json --max-peak-growth 5% job.json  # merged reports, rank by rank
 
 Suppression rules (one per line, terms separated by spaces, all must match):
   leak:PATTERN     a frame's function, file or module      api:PATTERN     the driver entry
@@ -122,7 +124,8 @@ pub struct CheckArgs {
     pub allow_empty: bool,
     /// Fail when the run's peak grew past this against --baseline: a percentage of the
     /// baseline's peak (`5%`) or a size (`256MiB`). Each side one process's report with its
-    /// history (or the history file); with --by phase, each phase occurrence's peak too.
+    /// history (or the history file), or a merged report (each rank's peak judged against the
+    /// baseline's same rank); with --by phase, each phase occurrence's peak too.
     #[arg(long, value_name = "GROWTH", value_parser = parse_peak_limit, requires = "baseline")]
     pub max_peak_growth: Option<PeakLimit>,
     /// With --max-peak-growth: judge each phase occurrence's peak (NVTX ranges, cuguard.phase),
@@ -149,12 +152,14 @@ fn parse_peak_limit(text: &str) -> Result<PeakLimit, String> {
     PeakLimit::parse(text, parse_bytes)
 }
 
-/// The peaks of NEW (`paths`) against the baseline's, judged: each side must be one process's
-/// report with a history, or its history file.
+/// The peaks of NEW (`paths`) against the baseline's, judged: each side must be one file, a
+/// report (one process's, or a merged report's processes) or a history file. One process a
+/// side: the two compared; else the sides' processes paired (by rank, else worker, else order)
+/// and each pair judged, refused (exit 2) only when no pair could be compared.
 fn judge_peaks(args: &CheckArgs, limit: PeakLimit) -> Result<PeakVerdict, CliError> {
-    let one = |paths: &[PathBuf], which: &str| -> Result<crate::history::Opened, CliError> {
+    let one = |paths: &[PathBuf], which: &str| -> Result<Vec<Member>, CliError> {
         match paths {
-            [p] if p.is_file() => Ok(crate::history::load(p)?),
+            [p] if p.is_file() => Ok(Member::of_file(p)?),
             _ => Err(CliError::Usage(format!(
                 "--max-peak-growth compares one process's history with another's: give one report (or history file) as {which}, not {}",
                 if paths.len() == 1 {
@@ -168,8 +173,23 @@ fn judge_peaks(args: &CheckArgs, limit: PeakLimit) -> Result<PeakVerdict, CliErr
     let base = one(&args.baseline, "--baseline")?;
     let new = one(&args.paths, "PATH")?;
     let by_phase = args.by == Some(CheckBy::Phase);
-    let diff = crate::history::compare::compare(&base, &new, by_phase)?;
-    Ok(PeakVerdict::new(diff, limit, by_phase))
+    if let ([b], [n]) = (base.as_slice(), new.as_slice()) {
+        let diff = compare(&b.open()?, &n.open()?, by_phase)?;
+        return Ok(PeakVerdict::new(diff, limit, by_phase));
+    }
+    let job = compare_job(&base, &new, by_phase);
+    if job.processes.is_empty() {
+        let why = job.uncompared_lines();
+        return Err(CliError::Usage(format!(
+            "--max-peak-growth compared no process: {}",
+            if why.is_empty() {
+                "no process on a side".to_string()
+            } else {
+                why.join("; ")
+            }
+        )));
+    }
+    Ok(PeakVerdict::job(job, limit, by_phase))
 }
 
 /// Parses a byte count: an integer with an optional unit (`512`, `64KiB`, `1.5MiB`, `2GB`).
@@ -278,12 +298,13 @@ pub fn run(args: CheckArgs) -> Result<u8, CliError> {
     verdict.show_suppressed = args.show_suppressed;
     if let Some(limit) = args.max_peak_growth {
         let peaks = judge_peaks(&args, limit)?;
-        if peaks.failing().next().is_some() {
+        let failing = peaks.failing();
+        if !failing.is_empty() {
             verdict.passed = false;
             verdict.failures.extend(peaks.failures());
         }
-        for p in peaks.failing() {
-            if let Some(s) = p.change.sites.first() {
+        for f in failing {
+            if let Some(s) = f.peak.change.sites.first() {
                 verdict
                     .places
                     .entry(s.site.clone())

@@ -10,7 +10,7 @@ use super::error::CliError;
 use super::exit;
 use crate::check::places::{Place, source_root};
 use crate::diff::{Diff, FORMATS, Needs, leak_places};
-use crate::history::compare::PeakDiff;
+use crate::history::compare::{Member, Peaks, compare, compare_job};
 use crate::input;
 use crate::output::{Options, Row};
 use crate::style::Style;
@@ -22,7 +22,9 @@ use crate::summary::{ReportSummary, Summary};
 BASE and NEW are each a report, a merged report, a directory (every *.json below it) or a glob;
 each side's processes are added up. Where each is one process's report with a history (or the
 history file), their peaks are compared too: the whole run's, and each phase's (NVTX ranges,
-cuguard.phase) occurrence by occurrence, with the sites new, gone, grown or shrunk at each. The
+cuguard.phase) occurrence by occurrence, with the sites new, gone, grown or shrunk at each.
+Where a side has several processes (a merged report of a job's ranks), the two sides' processes
+are paired by rank (else by the label worker, else in order) and each pair's peaks compared. The
 exit status is 0 whatever changed (use `cuguard check --baseline BASE NEW` to gate on leaks,
 `--max-peak-growth` on peaks).
 
@@ -33,6 +35,7 @@ shrunk and gone sites are not findings).
 Examples:
   cuguard diff main/cuguard.train.4242.json branch/cuguard.train.5150.json
   cuguard diff --format json 'main/*.json' 'branch/*.json'
+  cuguard diff main/job.json branch/job.json  # merged reports (cuguard merge), rank by rank
   cuguard diff --format github --source-root . main/new.json new.json  # annotations in a job
   cuguard diff --format sarif --source-root . main/new.json new.json > diff.sarif  # code scanning")]
 pub struct DiffArgs {
@@ -59,20 +62,24 @@ pub struct DiffArgs {
 }
 
 /// One side added up over its processes; with `places`, where its leak sites are in the source
-/// too (a site's place the first process's that has it, with the others' added).
-fn summarize(path: &PathBuf, places: bool) -> Result<(Summary, HashMap<String, Place>), CliError> {
+/// too (a site's place the first process's that has it, with the others' added); and each
+/// process as its peaks are compared ([`Member`]: who it was, where its history is).
+fn summarize(path: &PathBuf, places: bool) -> Result<Side, CliError> {
     let processes = input::map_paths(std::slice::from_ref(path), |source, report| {
         let at = if places {
             leak_places(&report)
         } else {
             HashMap::new()
         };
-        (ReportSummary::new(source, &report, 0), at)
+        let member = Member::of_report(&source.path, &report);
+        (ReportSummary::new(source, &report, 0), at, member)
     })?;
     let mut all: HashMap<String, Place> = HashMap::new();
     let mut summaries = Vec::with_capacity(processes.len());
-    for (_, (summary, at)) in processes {
+    let mut members = Vec::with_capacity(processes.len());
+    for (_, (summary, at, member)) in processes {
         summaries.push(summary);
+        members.push(member);
         for (key, place) in at {
             match all.get_mut(&key) {
                 Some(known) => known.merge(place),
@@ -82,17 +89,53 @@ fn summarize(path: &PathBuf, places: bool) -> Result<(Summary, HashMap<String, P
             }
         }
     }
-    Ok((Summary::new(summaries, usize::MAX), all))
+    Ok(Side {
+        summary: Summary::new(summaries, usize::MAX),
+        places: all,
+        members,
+    })
 }
 
-/// The two runs' peaks, whole and by phase, where each side is one process with a history; why
-/// not, when only one side has one; neither when both are reports without (or many).
-fn peaks(args: &DiffArgs) -> Result<(Option<PeakDiff>, Option<String>), CliError> {
-    let one = |p: &PathBuf| p.is_file().then(|| crate::history::load(p));
-    match (one(&args.base), one(&args.new)) {
-        (Some(Ok(b)), Some(Ok(n))) => {
-            Ok((Some(crate::history::compare::compare(&b, &n, true)?), None))
-        }
+/// One side read: its summary, where its leak sites are, its processes.
+struct Side {
+    summary: Summary,
+    places: HashMap<String, Place>,
+    members: Vec<Member>,
+}
+
+/// The two runs' peaks, whole and by phase: where each side is one process with a history, the
+/// two compared; where a side has several processes (a merged report, a directory), the two
+/// sides' processes paired (by rank, else worker, else order) and each pair's compared. Why not,
+/// when only one side has histories; neither when no side has one.
+fn peaks(
+    args: &DiffArgs,
+    base: &[Member],
+    new: &[Member],
+) -> Result<(Option<Peaks>, Option<String>), CliError> {
+    if base.len() > 1 || new.len() > 1 {
+        let has = |side: &[Member]| side.iter().any(Member::has_history);
+        return Ok(match (has(base), has(new)) {
+            (true, true) => (Some(Peaks::Job(compare_job(base, new, true))), None),
+            (true, false) => (
+                None,
+                Some("only BASE has histories: peaks not compared".into()),
+            ),
+            (false, true) => (
+                None,
+                Some("only NEW has histories: peaks not compared".into()),
+            ),
+            (false, false) => (None, None),
+        });
+    }
+    // One process a side: a file as its history is read alone (a report, or the history
+    // file); a directory's one report as it was read.
+    let one = |p: &PathBuf, side: &[Member]| match side {
+        _ if p.is_file() => Some(crate::history::load(p)),
+        [m] if m.has_history() => Some(m.open()),
+        _ => None,
+    };
+    match (one(&args.base, base), one(&args.new, new)) {
+        (Some(Ok(b)), Some(Ok(n))) => Ok((Some(Peaks::One(compare(&b, &n, true)?)), None)),
         (Some(Ok(_)), _) => Ok((
             None,
             Some("only BASE has a history: peaks not compared".into()),
@@ -110,12 +153,12 @@ pub fn run(args: DiffArgs) -> Result<u8, CliError> {
     // Where sites are in the source: only for the formats that point at code, and only NEW's
     // (the sites it does worse at are its own).
     let places = args.format.parts().places;
-    let (base, _) = summarize(&args.base, false)?;
-    let (new, at) = summarize(&args.new, places)?;
-    let mut diff = Diff::new(&base, &new);
-    diff.places = at;
+    let base = summarize(&args.base, false)?;
+    let new = summarize(&args.new, places)?;
+    let mut diff = Diff::new(&base.summary, &new.summary);
     diff.source_root = Some(source_root(args.source_root.as_deref()));
-    (diff.peaks, diff.peaks_not_compared) = peaks(&args)?;
+    (diff.peaks, diff.peaks_not_compared) = peaks(&args, &base.members, &new.members)?;
+    diff.places = new.places;
     let top = if args.top == 0 { usize::MAX } else { args.top };
     let options = Options {
         style: Style::for_stdout(),

@@ -7,6 +7,9 @@
 //! ::warning file=phase_steps.c,line=50,title=cuguard peak_increase::new at the run's peak (144.0 MiB → 384.0 MiB, +240.0 MiB): 256.0 MiB, none in the base run; also at step #4's peak; site: heavy_site (phase_steps.c:50)
 //! ```
 //!
+//! For merged reports compared rank by rank, a peak's message begins with the rank (`rank 1:
+//! new at the run's peak …`).
+//!
 //! `file` and `line` are as in `cuguard check --format github` (relative to `--source-root`,
 //! left out without a frame under it), and so is the escaping: both are
 //! [`crate::check::github::command`]'s.

@@ -21,6 +21,17 @@ use crate::output::{Format, Options};
 ///                 Python frames)}
 ///                grouped by change in that order, largest change first
 /// events[]       {kind, base, new}: counts per kind, by kind
+/// peaks          where compared (absent otherwise; peaks_not_compared says why, when one side
+///                has histories and the other not); one process each side:
+///                {base_process, new_process, peaks[] {what, phase, base_peak_bytes,
+///                 new_peak_bytes, delta_bytes, base_stayed_bytes, new_stayed_bytes,
+///                 base_peak_ms, new_peak_ms, sites[] {label, site, location, base_bytes,
+///                 new_bytes, delta_bytes, change}}, notes[]}
+///                several processes on a side (merged reports), pair by pair:
+///                {by ("rank" | "worker" | "order"), base_processes, new_processes,
+///                 processes[] {name ("rank 3"), rank (by rank), worker (by worker),
+///                 base_process, new_process, peaks[], notes[]} in key order,
+///                 not_compared[] {name, why}, only_base[], only_new[] (names), notes[]}
 /// ```
 pub struct Json;
 

@@ -1,10 +1,12 @@
 //! `--format markdown`: the [`Diff`] for a pull-request comment: the totals, the sites that
 //! changed (new and grown first), then the peaks (the run's and each phase occurrence's that
-//! changed, with the sites that changed at each).
+//! changed, with the sites that changed at each; for two jobs, pair by pair, each row naming
+//! its pair: `rank 3`).
 
 use std::io::{self, Write};
 
 use super::model::{Change, Diff};
+use crate::history::compare::{JobPeaks, PeakChange, PeakDiff, Peaks, some_names};
 use crate::output::{Format, Options};
 use crate::summary::markdown::cell;
 use crate::wording::{bytes, delta_bytes, plural};
@@ -54,54 +56,118 @@ impl Format<Diff> for Markdown {
             }
             writeln!(out)?;
         }
-        if let Some(p) = &diff.peaks {
-            writeln!(
-                out,
-                "**Peaks** ({} → {})\n",
-                cell(&p.base_process),
-                cell(&p.new_process)
-            )?;
-            writeln!(out, "| peak of | base | new | change | at it |")?;
-            writeln!(out, "|---|---:|---:|---:|---|")?;
-            let listed = p
-                .peaks
-                .iter()
-                .filter(|c| c.phase.is_none() || c.delta_bytes != 0)
-                .take(top.saturating_add(1));
-            for c in listed {
-                let pct = c
-                    .growth_ratio()
-                    .map_or(String::new(), |r| format!(" ({:+.1}%)", r * 100.0));
-                let sites: Vec<String> = c
-                    .sites
-                    .iter()
-                    .map(|s| {
-                        format!(
-                            "{} {} ({})",
-                            cell(&s.label),
-                            s.change,
-                            delta_bytes(i128::from(s.delta_bytes))
-                        )
-                    })
-                    .collect();
+        match &diff.peaks {
+            Some(Peaks::One(p)) => {
                 writeln!(
                     out,
-                    "| {} | {} | {} | {}{pct} | {} |",
-                    cell(&c.what),
-                    bytes(c.base_peak_bytes),
-                    bytes(c.new_peak_bytes),
-                    delta_bytes(i128::from(c.delta_bytes)),
-                    sites.join("<br>")
+                    "**Peaks** ({} → {})\n",
+                    cell(&p.base_process),
+                    cell(&p.new_process)
                 )?;
+                writeln!(out, "| peak of | base | new | change | at it |")?;
+                writeln!(out, "|---|---:|---:|---:|---|")?;
+                for c in listed(p, top) {
+                    writeln!(out, "| {} |", peak_row(c))?;
+                }
+                for n in &p.notes {
+                    writeln!(out, "\n- note: {}", cell(n))?;
+                }
             }
-            for n in &p.notes {
-                writeln!(out, "\n- note: {}", cell(n))?;
+            Some(Peaks::Job(job)) => job_peaks(job, out, top)?,
+            None => {
+                if let Some(why) = &diff.peaks_not_compared {
+                    writeln!(out, "Peaks: {}", cell(why))?;
+                }
             }
-        } else if let Some(why) = &diff.peaks_not_compared {
-            writeln!(out, "Peaks: {}", cell(why))?;
         }
         Ok(())
     }
+}
+
+/// The peaks of `p` listed: the run's, then the phase occurrences that changed, at most `top`.
+fn listed(p: &PeakDiff, top: usize) -> impl Iterator<Item = &PeakChange> {
+    p.peaks
+        .iter()
+        .filter(|c| c.phase.is_none() || c.delta_bytes != 0)
+        .take(top.saturating_add(1))
+}
+
+/// A peak's cells, without the row's outer bars: what, base, new, change, the sites at it.
+fn peak_row(c: &PeakChange) -> String {
+    let pct = c
+        .growth_ratio()
+        .map_or(String::new(), |r| format!(" ({:+.1}%)", r * 100.0));
+    let sites: Vec<String> = c
+        .sites
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} ({})",
+                cell(&s.label),
+                s.change,
+                delta_bytes(i128::from(s.delta_bytes))
+            )
+        })
+        .collect();
+    format!(
+        "{} | {} | {} | {}{pct} | {}",
+        cell(&c.what),
+        bytes(c.base_peak_bytes),
+        bytes(c.new_peak_bytes),
+        delta_bytes(i128::from(c.delta_bytes)),
+        sites.join("<br>")
+    )
+}
+
+/// Two jobs' peaks: one table of the pairs whose peaks changed (at most `top`), a row per peak
+/// listed, the pair named in the first column (`rank 3`); then how many have the same peaks,
+/// and what was not compared.
+fn job_peaks(job: &JobPeaks<PeakDiff>, out: &mut dyn Write, top: usize) -> io::Result<()> {
+    writeln!(
+        out,
+        "**Peaks**, {} ({} in BASE, {} in NEW)\n",
+        job.by.heading(),
+        plural(job.base_processes as u64, "process", "processes"),
+        job.new_processes
+    )?;
+    let (same, changed): (Vec<_>, Vec<_>) = job.processes.iter().partition(|n| n.peaks.unchanged());
+    if !changed.is_empty() {
+        writeln!(
+            out,
+            "| {} | peak of | base | new | change | at it |",
+            job.by.noun()
+        )?;
+        writeln!(out, "|---|---|---:|---:|---:|---|")?;
+        for n in changed.iter().take(top) {
+            for c in listed(&n.peaks, top) {
+                writeln!(out, "| {} | {} |", cell(&n.name), peak_row(c))?;
+            }
+        }
+        if changed.len() > top {
+            writeln!(
+                out,
+                "\n… {} more with changed peaks (see --top)",
+                job.by.count(changed.len() - top)
+            )?;
+        }
+    }
+    if !same.is_empty() {
+        let names: Vec<&str> = same.iter().map(|n| n.name.as_str()).collect();
+        writeln!(
+            out,
+            "\n{} with the same peaks: {}",
+            job.by.count(same.len()),
+            cell(&some_names(&names, 5))
+        )?;
+    }
+    let lines = job.uncompared_lines();
+    if !lines.is_empty() {
+        writeln!(out)?;
+    }
+    for line in lines {
+        writeln!(out, "- {}", cell(&line))?;
+    }
+    Ok(())
 }
 
 fn change_word(c: Change) -> &'static str {

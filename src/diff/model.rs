@@ -97,10 +97,11 @@ pub struct Diff {
     /// Event kinds whose counts differ or not, by kind.
     pub events: Vec<EventChange>,
     /// The runs' peaks compared, the whole run's and each phase occurrence's, where each side
-    /// is one process with a history ([`crate::history::compare`]).
+    /// is one process with a history, or each pair of the two sides' processes where a side
+    /// has several ([`crate::history::compare`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub peaks: Option<crate::history::compare::PeakDiff>,
-    /// Why the peaks were not compared, when one side has a history and the other not.
+    pub peaks: Option<crate::history::compare::Peaks>,
+    /// Why the peaks were not compared, when one side has histories and the other not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peaks_not_compared: Option<String>,
     /// Where NEW's leak sites are in the source, by site key ([`leak_places`]), for the formats

@@ -10,7 +10,10 @@
 //! - `cuguard/peak_increase`: where each side is one process with a history, one result per
 //!   site *new* or *grown* at a compared peak (the run's, each phase occurrence's), once per site:
 //!   at the first such peak (the run's first), the others named in its message; sites gone or
-//!   shrunk at a peak are not results.
+//!   shrunk at a peak are not results. Where the sides are jobs compared pair by pair (merged
+//!   reports, rank by rank), still once per site: at the first pair (in key order) and peak it
+//!   is new or grown at, the message naming the pair first (`rank 1: new at the run's peak …`)
+//!   and the other pairs where it is (`; also on rank 4, rank 6`).
 //!
 //! Each result is placed as `check` places its findings: at the first frame, from the site's
 //! outward, whose file is under `--source-root` (`physicalLocation`, with `region.startLine`),
@@ -39,7 +42,7 @@ use serde_json::json;
 use super::model::{Change, Diff, SiteChange};
 use crate::check::places::source_root;
 use crate::check::sarif_log::{self, Finding, Rule, describe, rule_id};
-use crate::history::compare::{PeakChange, PeakSite};
+use crate::history::compare::{PeakChange, PeakSite, Peaks};
 use crate::output::{Format, Options};
 use crate::wording::{bytes, delta_bytes, plural};
 
@@ -131,35 +134,68 @@ pub(crate) fn findings(diff: &Diff) -> Vec<Finding<'_>> {
         })
         .collect();
     let Some(p) = &diff.peaks else { return out };
-    // Each site once, at the first peak it is new or grown at; the later ones named.
-    let mut first: Vec<(&PeakChange, &PeakSite)> = Vec::new();
-    let mut also: HashMap<&str, Vec<&str>> = HashMap::new();
-    for c in &p.peaks {
+    // The peaks in order, each with its pair's name where the sides are jobs.
+    let peaks: Vec<(Option<&str>, &PeakChange)> = match p {
+        Peaks::One(d) => d.peaks.iter().map(|c| (None, c)).collect(),
+        Peaks::Job(job) => job
+            .processes
+            .iter()
+            .flat_map(|n| n.peaks.peaks.iter().map(|c| (Some(n.name.as_str()), c)))
+            .collect(),
+    };
+    // Each site once, at the first peak it is new or grown at (of the first pair that has it);
+    // the pair's later peaks and the other pairs named.
+    let mut first: Vec<First<'_>> = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for (who, c) in peaks {
         for s in c
             .sites
             .iter()
             .filter(|s| matches!(s.change, "new" | "grown"))
         {
-            match also.get_mut(s.label.as_str()) {
-                Some(later) => later.push(&c.what),
+            match index.get(s.label.as_str()) {
+                Some(&i) => {
+                    let f = &mut first[i];
+                    if f.who == who {
+                        f.later.push(&c.what);
+                    } else if f.others.last().copied() != who {
+                        f.others.extend(who);
+                    }
+                }
                 None => {
-                    also.insert(&s.label, Vec::new());
-                    first.push((c, s));
+                    index.insert(&s.label, first.len());
+                    first.push(First {
+                        who,
+                        change: c,
+                        site: s,
+                        later: Vec::new(),
+                        others: Vec::new(),
+                    });
                 }
             }
         }
     }
-    for (c, s) in first {
+    for f in first {
         out.push(Finding {
             rule: "peak_increase".into(),
             level: "warning",
-            message: peak_message(c, s, &also[s.label.as_str()]),
-            site: s.site.clone(),
-            place: Some(&s.place),
+            message: peak_message(&f),
+            site: f.site.site.clone(),
+            place: Some(&f.site.place),
             suppressed: None,
         });
     }
     out
+}
+
+/// A site new or grown at a peak, where it is first: the pair (`rank 3`, for jobs), the peak
+/// and the site; the pair's later peaks it is new or grown at, and the other pairs'.
+struct First<'d> {
+    who: Option<&'d str>,
+    change: &'d PeakChange,
+    site: &'d PeakSite,
+    later: Vec<&'d str>,
+    others: Vec<&'d str>,
 }
 
 /// `new leak: 4.0 MiB in 1 allocation (none in the base run); site: …`, or `grown leak: +4.0
@@ -193,8 +229,10 @@ fn leak_message(s: &SiteChange) -> String {
 
 /// `new at the run's peak (144.0 MiB → 384.0 MiB, +240.0 MiB): 256.0 MiB, none in the base run;
 /// also at step #4's peak; site: …` (`grown at …: +16.0 MiB, 32.0 MiB → 48.0 MiB`), with at
-/// most 3 of the `later` peaks named.
-fn peak_message(c: &PeakChange, s: &PeakSite, later: &[&str]) -> String {
+/// most 3 of the later peaks named; for jobs, the pair first (`rank 1: new at …`) and at most 3
+/// of the other pairs named (`; also on rank 4, rank 6`).
+fn peak_message(f: &First<'_>) -> String {
+    let (c, s) = (f.change, f.site);
     let what = if s.change == "new" {
         format!("{}, none in the base run", bytes(s.new_bytes))
     } else {
@@ -205,20 +243,29 @@ fn peak_message(c: &PeakChange, s: &PeakSite, later: &[&str]) -> String {
             bytes(s.new_bytes)
         )
     };
-    let mut also = String::new();
-    if !later.is_empty() {
-        let named: Vec<String> = later
-            .iter()
-            .take(3)
-            .map(|w| format!("{w}'s peak"))
-            .collect();
-        also = format!("; also at {}", named.join(", "));
-        if later.len() > 3 {
-            also.push_str(&format!(", +{} more", later.len() - 3));
+    let named = |list: &[&str], each: &dyn Fn(&str) -> String| {
+        let mut out: Vec<String> = list.iter().take(3).map(|w| each(w)).collect();
+        if list.len() > 3 {
+            out.push(format!("+{} more", list.len() - 3));
         }
+        out.join(", ")
+    };
+    let mut also = String::new();
+    if !f.later.is_empty() {
+        also = format!(
+            "; also at {}",
+            named(&f.later, &|w: &str| format!("{w}'s peak"))
+        );
     }
+    if !f.others.is_empty() {
+        also.push_str(&format!(
+            "; also on {}",
+            named(&f.others, &|w: &str| w.to_string())
+        ));
+    }
+    let who = f.who.map_or(String::new(), |w| format!("{w}: "));
     format!(
-        "{} at {}'s peak ({} → {}, {}): {what}{also}; site: {}",
+        "{who}{} at {}'s peak ({} → {}, {}): {what}{also}; site: {}",
         s.change,
         c.what,
         bytes(c.base_peak_bytes),

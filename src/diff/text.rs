@@ -2,11 +2,14 @@
 //! shrunk, fixed (unchanged ones only counted), then event counts that changed. A site is
 //! printed with its location once; one whose stack has Python frames has its mixed native and
 //! Python stack on the next line (`at::native::empty_cuda ← step (train.py:7) ← <module>
-//! (train.py:12)`), as `py-spy --native` reads.
+//! (train.py:12)`), as `py-spy --native` reads. Then the peaks, where compared: one process's
+//! against another's, or two jobs' pair by pair (`rank 3`), those whose peaks are the same
+//! counted in one line.
 
 use std::io::{self, Write};
 
 use super::model::{Change, Diff};
+use crate::history::compare::{JobPeaks, PeakDiff, Peaks, some_names};
 use crate::output::{Format, Options};
 use crate::style::Table;
 use crate::wording::{bytes, delta_bytes, one_line, plural};
@@ -106,7 +109,19 @@ impl Format<Diff> for Text {
             out.write_all(t.render("  ").as_bytes())?;
         }
         if let Some(p) = &diff.peaks {
-            peaks(p, out, options)?;
+            match p {
+                Peaks::One(p) => {
+                    writeln!(
+                        out,
+                        "{} {} → {}",
+                        options.style.bold("peaks"),
+                        one_line(&p.base_process),
+                        one_line(&p.new_process)
+                    )?;
+                    peaks(p, out, options)?;
+                }
+                Peaks::Job(job) => job_peaks(job, out, options)?,
+            }
         } else if let Some(why) = &diff.peaks_not_compared {
             writeln!(out, "peaks: {}", one_line(why))?;
         }
@@ -114,21 +129,65 @@ impl Format<Diff> for Text {
     }
 }
 
-/// The runs' peaks: the whole run's, then each phase occurrence that changed (the most grown
-/// first), each with the sites that changed at it.
-fn peaks(
-    p: &crate::history::compare::PeakDiff,
-    out: &mut dyn Write,
-    options: &Options,
-) -> io::Result<()> {
+/// Two jobs' peaks, pair by pair, under a line that says how they were paired: each pair whose
+/// peaks changed (at most `options.top`) headed by its name (`rank 3`) with its processes, as
+/// one process's are ([`peaks`]); then how many have the same peaks, and what was not compared.
+///
+/// ```text
+/// peaks rank by rank (3 processes in BASE, 3 in NEW)
+/// rank 1  phase_steps[1913] → phase_steps[1917]
+///   the run  144.0 MiB  → 384.0 MiB  +240.0 MiB  (+166.7%)
+///       +256.0 MiB  new     heavy_site (phase_steps.c:50)  0 B → 256.0 MiB
+///   …
+/// 2 ranks with the same peaks: rank 0, rank 2
+/// ```
+fn job_peaks(job: &JobPeaks<PeakDiff>, out: &mut dyn Write, options: &Options) -> io::Result<()> {
     let (style, top) = (options.style, options.top);
     writeln!(
         out,
-        "{} {} → {}",
+        "{} {} ({} in BASE, {} in NEW)",
         style.bold("peaks"),
-        one_line(&p.base_process),
-        one_line(&p.new_process)
+        job.by.heading(),
+        plural(job.base_processes as u64, "process", "processes"),
+        job.new_processes
     )?;
+    let (same, changed): (Vec<_>, Vec<_>) = job.processes.iter().partition(|n| n.peaks.unchanged());
+    for n in changed.iter().take(top) {
+        writeln!(
+            out,
+            "{}  {} → {}",
+            style.bold(&one_line(&n.name)),
+            one_line(&n.peaks.base_process),
+            one_line(&n.peaks.new_process)
+        )?;
+        peaks(&n.peaks, out, options)?;
+    }
+    if changed.len() > top {
+        writeln!(
+            out,
+            "… {} more with changed peaks (see --top)",
+            job.by.count(changed.len() - top)
+        )?;
+    }
+    if !same.is_empty() {
+        let names: Vec<&str> = same.iter().map(|n| n.name.as_str()).collect();
+        writeln!(
+            out,
+            "{} with the same peaks: {}",
+            job.by.count(same.len()),
+            one_line(&some_names(&names, 5))
+        )?;
+    }
+    for line in job.uncompared_lines() {
+        writeln!(out, "{}", one_line(&line))?;
+    }
+    Ok(())
+}
+
+/// The runs' peaks (after their heading): the whole run's, then each phase occurrence that
+/// changed (the most grown first), each with the sites that changed at it.
+fn peaks(p: &PeakDiff, out: &mut dyn Write, options: &Options) -> io::Result<()> {
+    let top = options.top;
     let changed: Vec<_> = p
         .peaks
         .iter()

@@ -8,6 +8,7 @@ mod call_paths;
 mod cli;
 mod cli_check;
 mod cli_diff_formats;
+mod cli_diff_ranks;
 mod cli_export;
 mod cli_history;
 mod cli_hostile_text;
