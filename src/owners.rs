@@ -101,6 +101,16 @@ impl<'r> OwnerIndex<'r> {
             }
         }
         index.program = index.of_id(PROGRAM);
+        // Where the history recorded PyTorch's tensors, they are read there by line, with no
+        // setting to change.
+        if report
+            .history
+            .as_ref()
+            .is_some_and(|h| h.cache_blocks_unrecorded.is_none())
+            && let Some(&i) = index.ids.get(PYTORCH_CACHE)
+        {
+            index.owners[i].hint = Some(TENSORS_IN_HISTORY.to_string());
+        }
         index
     }
 
@@ -294,6 +304,12 @@ pub fn by_owner(
     sort_shares(&mut out);
     out
 }
+
+/// PyTorch's caching allocator's owner id.
+const PYTORCH_CACHE: &str = "pytorch_caching_allocator";
+
+/// Its hint where the history recorded its tensors.
+pub const TENSORS_IN_HISTORY: &str = "its cache, not necessarily your tensors; the history recorded its tensors: cuguard summary REPORT --at end lists them by line";
 
 /// An owner's share.
 pub fn share(owner: &Owner, bytes: u64, count: u64) -> OwnerShare {

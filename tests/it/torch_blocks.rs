@@ -366,6 +366,42 @@ fn cache_blocks_off_records_the_segments_only_and_still_forwards_every_call() {
         (Some(10 * MIB), Some(3))
     );
     assert!(rows(&a).iter().all(|r| r.0 != "idle"), "{a}");
+    // The summary's hint for the cache: without its tensors recorded, turn the cache off.
+    assert!(
+        summary_text(&dir).contains(
+            "10.0 MiB held by PyTorch's caching allocator at exit: its cache, not necessarily \
+             your tensors; PYTORCH_NO_CUDA_MEMORY_CACHING=1 shows each tensor"
+        ),
+        "{}",
+        summary_text(&dir)
+    );
+}
+
+/// `cuguard summary r.json` in `dir`: its standard output.
+fn summary_text(dir: &Path) -> String {
+    let out = run(
+        Command::new(&artifacts().cuguard)
+            .current_dir(dir)
+            .args(["summary", "r.json"]),
+        true,
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Where the history recorded the cache's tensors, the summary's hint for the cache points at
+/// them (`--at end`), not at turning the cache off.
+#[test]
+fn the_summary_s_hint_for_the_cache_points_at_the_tensors_the_history_recorded() {
+    let (dir, _) = torch_run("torch-blocks-hint", &[]);
+    let text = summary_text(&dir);
+    assert!(
+        text.contains(
+            "10.0 MiB held by PyTorch's caching allocator at exit: its cache, not necessarily \
+             your tensors; the history recorded its tensors: cuguard summary REPORT --at end \
+             lists them by line"
+        ),
+        "{text}"
+    );
 }
 
 /// A PyTorch whose caching allocator calls a changed `reportMemoryUsageToProfiler` (one more
