@@ -50,6 +50,21 @@ pub fn moment(ms: u64) -> String {
     }
 }
 
+/// A moment in microseconds as `--at` reads it back: [`moment`]'s when it is a whole
+/// millisecond, else `31.612 ms` (below a second) or `3.012345 s` (trailing zeros left out).
+pub fn moment_us(us: u64) -> String {
+    if us % 1000 == 0 {
+        return moment(us / 1000);
+    }
+    let (whole, frac, unit, width) = if us < 1_000_000 {
+        (us / 1000, us % 1000, "ms", 3)
+    } else {
+        (us / 1_000_000, us % 1_000_000, "s", 6)
+    };
+    let digits = format!("{frac:0width$}");
+    format!("{whole}.{} {unit}", digits.trim_end_matches('0'))
+}
+
 /// `1 leak`, `2 leaks`.
 pub fn plural(n: u64, one: &str, many: &str) -> String {
     if n == 1 {
@@ -71,6 +86,18 @@ mod tests {
         assert_eq!(moment(3050), "3.05 s");
         assert_eq!(moment(12_345), "12.345 s");
         assert_eq!(moment(7_200_001), "7200.001 s");
+    }
+
+    #[test]
+    fn moments_in_microseconds_read_back_to_the_microsecond() {
+        use super::moment_us;
+        assert_eq!(moment_us(32_000), "32 ms");
+        assert_eq!(moment_us(31_612), "31.612 ms");
+        assert_eq!(moment_us(31_600), "31.6 ms");
+        assert_eq!(moment_us(999_999), "999.999 ms");
+        assert_eq!(moment_us(3_012_000), "3.012 s");
+        assert_eq!(moment_us(3_012_345), "3.012345 s");
+        assert_eq!(moment_us(3_000_050), "3.00005 s");
     }
 
     #[test]

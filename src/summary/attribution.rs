@@ -118,6 +118,8 @@ pub struct PeakSummary {
     pub device: u32,
     /// When, milliseconds since process start.
     pub time_ms: u64,
+    /// The same moment in microseconds, where the report has it.
+    pub time_us: Option<u64>,
     /// Live bytes then (within 1% of the peak).
     pub live_bytes: u64,
     /// The peak itself, from `stats`, when the report has it.
@@ -559,6 +561,7 @@ pub fn peaks(
             PeakSummary {
                 device: p.device,
                 time_ms: p.time_ms,
+                time_us: p.time_us,
                 live_bytes: p.live_bytes,
                 peak_live_bytes: report
                     .stats
@@ -579,18 +582,19 @@ pub fn peaks(
 /// record (taken at each 1% rise) is below the peak itself, `16.0 GiB (15.9 GiB live at 74 ms,
 /// within 1%)`.
 pub fn peak_when(peak: &PeakSummary) -> String {
+    // To the microsecond where the report has it: a peak can last less than a millisecond,
+    // and the millisecond (rounded up) then comes after it.
+    let when = match peak.time_us {
+        Some(us) => crate::wording::moment_us(us),
+        None => crate::wording::moment(peak.time_ms),
+    };
     match peak.peak_live_bytes {
         Some(top) if top > peak.live_bytes => format!(
-            "{} ({} live at {}, within 1%)",
+            "{} ({} live at {when}, within 1%)",
             crate::wording::bytes(top),
             crate::wording::bytes(peak.live_bytes),
-            crate::wording::moment(peak.time_ms)
         ),
-        _ => format!(
-            "{} (at {})",
-            crate::wording::bytes(peak.live_bytes),
-            crate::wording::moment(peak.time_ms)
-        ),
+        _ => format!("{} (at {when})", crate::wording::bytes(peak.live_bytes)),
     }
 }
 

@@ -778,6 +778,48 @@ fn cli_the_readme_demo_run_twice_shows_the_second_run() {
     assert!(!text.contains(&format!("pid {pid1} ")), "{text}");
 }
 
+/// The demo's peak lasts less than a millisecond (its 6 MiB spike is freed at once): the moment
+/// the summary prints for it, to the microsecond, is one `--at` finds the peak's 13.0 MiB at.
+/// The millisecond rounded up came after the spike ended, and `--at` there found 7.0 MiB.
+#[test]
+fn cli_the_demo_s_short_peak_is_printed_at_a_moment_at_reads_back() {
+    let dir = support::scratch_dir("cli-short-peak");
+    let program = support::rust_program("cudarc_leaks");
+    run_demo(&dir, "demo.json", &[program.to_str().unwrap()]);
+    let summary = |args: &[&str]| {
+        let out = cuguard()
+            .current_dir(&dir)
+            .arg("summary")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let text = summary(&["demo.json"]);
+    let line = text
+        .lines()
+        .find(|l| l.contains("at the peak of "))
+        .unwrap_or_else(|| panic!("{text}"));
+    // `  device 0: at the peak of 13.0 MiB (at 31.612 ms): the program 13.0 MiB`
+    let rest = line.split("at the peak of ").nth(1).unwrap();
+    let (bytes, rest) = rest.split_once(" (at ").unwrap();
+    let (moment, _) = rest.split_once("): ").unwrap();
+    assert_eq!(bytes, "13.0 MiB", "{line}");
+    let r = support::read_report(&dir.join("demo.json"));
+    let us = r["peaks"][0]["time_us"].as_u64().unwrap();
+    assert_eq!(
+        r["peaks"][0]["time_ms"].as_u64().unwrap(),
+        us.div_ceil(1000)
+    );
+    let at = summary(&["demo.json", "--at", moment]);
+    let headline = at.lines().nth(1).unwrap();
+    assert!(
+        headline.contains(": 13.0 MiB in 3 allocations ("),
+        "--at {moment}: {headline}"
+    );
+}
+
 /// Processes of one run given one path each keep a report (`demo.json`, `demo.1.json`, one
 /// run id); the next run's replace them, one for one, and a process started outside a run
 /// replaces a report written before it started.

@@ -47,8 +47,12 @@ pub struct PeakRecord {
     /// Device ordinal.
     #[serde(with = "wire::device")]
     pub device: u32,
-    /// When, milliseconds since process start.
+    /// When, milliseconds since process start (rounded up).
     pub time_ms: u64,
+    /// The same moment in microseconds (rounded up): a peak can last less than a millisecond.
+    /// Absent in reports of cuguard before 0.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_us: Option<u64>,
     /// The device's live bytes (the program's device memory) then.
     pub live_bytes: u64,
     /// Live bytes by stack then, most first (stacks that held nothing are left out).

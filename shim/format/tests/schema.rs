@@ -282,6 +282,7 @@ fn full_report(reason: Reason) -> Report {
     r.peaks = vec![PeakRecord {
         device: 0,
         time_ms: 40,
+        time_us: Some(39_612),
         live_bytes: 8 << 20,
         stacks: vec![stack_bytes.clone()],
     }];

@@ -58,12 +58,13 @@ fn served(
             return;
         };
         if s.pooled {
-            t.stats.allocated_from(&record, true);
             // A block from the thread's own cache was freed before this call began: the
             // record's order key (taken then) is its moment, and no second clock read is due.
             // (Both are the time-stamp counter on x86_64; elsewhere they are two counters.)
+            // The history's moment before a new peak's record (see `Tracker::add`).
             let tsc = (s.cached && cfg!(target_arch = "x86_64")).then_some(record.seq);
             record.history_allocated_at(tsc, addr, true, 0);
+            t.stats.allocated_from(&record, true);
         } else {
             t.add(addr, record, 0);
         }

@@ -59,10 +59,11 @@ pub unsafe fn cuMemCreate(
             stack: crate::tracker::capture_stack(),
             tag: crate::tracker::tags::current(),
         };
-        t.stats.allocated(&record);
         // SAFETY: the call succeeded, so handle was valid and written.
         let handle = unsafe { *handle };
+        // The history's moment before a new peak's record (see `Tracker::add`).
         record.history_allocated(handle, false);
+        t.stats.allocated(&record);
         t.vmm.created(handle, record);
         crate::lifecycle::note_allocation();
     });

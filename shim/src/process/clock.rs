@@ -35,6 +35,12 @@ pub fn moment_ms() -> u64 {
     monotonic_ns().saturating_sub(start().1).div_ceil(1_000_000)
 }
 
+/// [`moment_ms`] in microseconds, rounded up: a moment `--at` reads back inside a peak that
+/// lasted less than a millisecond (the millisecond rounded up can come after it ended).
+pub fn moment_us() -> u64 {
+    monotonic_ns().saturating_sub(start().1).div_ceil(1_000)
+}
+
 /// Milliseconds since the shim was loaded, from the coarse monotonic clock (a few ns to read).
 pub fn since_start_ms() -> u64 {
     let now = read(libc::CLOCK_MONOTONIC_COARSE);

@@ -212,8 +212,10 @@ impl Tracker {
     /// Records a new allocation at `addr`, made on `stream` (the history's key of it, 0 for a
     /// call that takes none: see [`crate::recorder::allocated_at`]).
     pub fn add(&self, addr: u64, record: Record, stream: u64) {
-        self.stats.allocated(&record);
+        // The history's moment first: a new peak's record (in `stats`) reads its moment after
+        // it and then walks every stack, so `--at` that moment finds the allocation live.
         record.history_allocated_at(None, addr, false, stream);
+        self.stats.allocated(&record);
         if let Some(old) = self.live.insert(addr, record) {
             // The driver handed out an address the shim still thought live: the free that
             // released it went through no door the shim watches.

@@ -22,6 +22,8 @@ pub const MIN_BYTES: u64 = 1 << 20;
 pub struct Peak {
     pub device: i32,
     pub time_ms: u64,
+    /// The same moment in microseconds.
+    pub time_us: u64,
     pub live_bytes: u64,
     /// `(stack or NONE, bytes, allocations)`, most bytes first.
     pub stacks: Vec<(u32, u64, u64)>,
@@ -67,9 +69,11 @@ fn take(r: &Records, slot: usize, live: u64) {
         return;
     }
     let device = slot as i32;
+    let time_us = crate::process::clock::moment_us();
     *last = Some(Peak {
         device,
-        time_ms: crate::process::clock::moment_ms(),
+        time_ms: time_us.div_ceil(1_000),
+        time_us,
         live_bytes: live,
         stacks: by_stack::snapshot(device),
     });

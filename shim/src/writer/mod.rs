@@ -168,6 +168,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
         .map(|p| format::PeakRecord {
             device: device_ordinal(p.device),
             time_ms: p.time_ms,
+            time_us: Some(p.time_us),
             live_bytes: p.live_bytes,
             stacks: stack_bytes(&p.stacks),
         })
