@@ -53,7 +53,7 @@ pub fn moment(ms: u64) -> String {
 /// A moment in microseconds as `--at` reads it back: [`moment`]'s when it is a whole
 /// millisecond, else `31.612 ms` (below a second) or `3.012345 s` (trailing zeros left out).
 pub fn moment_us(us: u64) -> String {
-    if us % 1000 == 0 {
+    if us.is_multiple_of(1000) {
         return moment(us / 1000);
     }
     let (whole, frac, unit, width) = if us < 1_000_000 {
