@@ -486,9 +486,22 @@ pub fn pinning_words(h: &IdleHolder) -> Option<String> {
     ))
 }
 
+/// For the driver's refusal of a segment a framework's allocator asked for (`within`): that
+/// its card is the framework's, which follows.
+pub fn within_words(within: Option<&str>) -> Option<String> {
+    let framework = within?;
+    let who = refuser(framework).map_or(framework, |r| r.0);
+    Some(format!(
+        "refused by the driver inside {who}, which then refused the request itself: its card follows"
+    ))
+}
+
 /// The card of a refusal in lines, the verdict first (for the view's out-of-memory markers):
 /// the verdict, every byte of the device then, and each holder's idle memory.
 pub fn card_lines(r: &OomRecord) -> Vec<String> {
+    if let Some(line) = within_words(r.within.as_deref()) {
+        return vec![line];
+    }
     let idle = idle_of(r);
     let verdict = r
         .verdict

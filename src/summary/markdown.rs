@@ -242,6 +242,18 @@ fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
     writeln!(out, "#### Out of memory")?;
     writeln!(out)?;
     for o in &p.ooms {
+        if let Some(line) = super::attribution::within_words(o.within.as_deref()) {
+            writeln!(
+                out,
+                "- {} asking **{}** on device {} at {}: {} — {line}",
+                cell(&o.api),
+                bytes(o.size),
+                o.device,
+                crate::wording::moment(o.time_ms),
+                cell(&o.site.label),
+            )?;
+            continue;
+        }
         let free = match (o.device_free_bytes, o.device_total_bytes) {
             (Some(f), Some(t)) => format!("{} free of {}", bytes(f), bytes(t)),
             _ => "free memory unknown".to_string(),
@@ -256,7 +268,10 @@ fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
             o.device,
             crate::wording::moment(o.time_ms),
             cell(&o.site.label),
-            bytes(o.live_bytes)
+            bytes(cuguard_format::verdict::live_outside_idle(
+                o.live_bytes,
+                &o.idle
+            ))
         )?;
         writeln!(out, "  - **verdict**: {}", cell(&o.verdict.text))?;
         if let Some(line) = super::attribution::device_bytes_line(o) {

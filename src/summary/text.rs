@@ -576,12 +576,8 @@ pub(crate) fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
         crate::wording::moment(o.time_ms),
         one_line(&o.site.label)
     )?;
-    if let Some(framework) = &o.within {
-        let who = super::attribution::refuser(framework).map_or(framework.as_str(), |r| r.0);
-        writeln!(
-            out,
-            "    refused by the driver inside {who}, which then refused the request itself: its card follows"
-        )?;
+    if let Some(line) = super::attribution::within_words(o.within.as_deref()) {
+        writeln!(out, "    {line}")?;
         return Ok(());
     }
     let older = if o.verdict_from_older_report {

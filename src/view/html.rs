@@ -229,7 +229,6 @@ fn more_processes(out: &mut dyn Write, shown: usize, total: usize) -> io::Result
     Ok(())
 }
 
-/// One out-of-memory refusal.
 /// `text` with its first letter in upper case.
 fn capitalized(text: &str) -> String {
     let mut c = text.chars();
@@ -238,6 +237,7 @@ fn capitalized(text: &str) -> String {
         .unwrap_or_default()
 }
 
+/// One out-of-memory refusal.
 fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     writeln!(out, "<div class=\"oom\">")?;
     writeln!(
@@ -249,6 +249,10 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
         crate::wording::moment(o.time_ms),
         esc(&o.site.label)
     )?;
+    if let Some(line) = crate::summary::attribution::within_words(o.within.as_deref()) {
+        writeln!(out, "<p class=\"note\">{}.</p>", esc(&capitalized(&line)))?;
+        return writeln!(out, "</div>");
+    }
     let who = crate::summary::attribution::refuser_with_setting(&o.refused_by)
         .unwrap_or_else(|| esc(&o.refused_by));
     let free = match (o.device_free_bytes, o.device_total_bytes) {
@@ -269,7 +273,10 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     writeln!(
         out,
         "<p>Refused by {who}: {free}; {} live.</p>",
-        bytes(o.live_bytes)
+        bytes(cuguard_format::verdict::live_outside_idle(
+            o.live_bytes,
+            &o.idle
+        ))
     )?;
     if let Some(m) = &o.message {
         writeln!(out, "<p class=\"note\">{}</p>", esc(m))?;

@@ -175,6 +175,24 @@ fn against_the_whole_device_the_driver_s_refusals_inside_pytorch_point_at_its_ca
         2,
         "{text}"
     );
+    // The view likewise, and the markdown.
+    run(
+        Command::new(&artifacts().cuguard)
+            .current_dir(&dir)
+            .args(["view", "r.json", "-o", "v.html"]),
+        true,
+    );
+    let page = std::fs::read_to_string(dir.join("v.html")).unwrap();
+    assert_eq!(
+        page.matches("Refused by the driver inside PyTorch&#39;s caching allocator, which then refused the request itself: its card follows.").count(),
+        2
+    );
+    let markdown = summary(&dir, &["--format", "markdown", "r.json"]);
+    assert_eq!(
+        markdown.matches(" — refused by the driver inside PyTorch's caching allocator, which then refused the request itself: its card follows").count(),
+        2,
+        "{markdown}"
+    );
     let at = summary(&dir, &["--at", "oom", "r.json"]);
     assert!(
         at.lines()
