@@ -45,10 +45,13 @@ impl MomentFormat for super::json::Json {
     }
 }
 
-/// A moment as `--at` reads it back: exact to the millisecond, rounded up, so that what was made
-/// at the moment asked is in the answer at the moment printed ([`crate::wording::moment`]).
+/// A moment as `--at` reads it back: exact to the microsecond, rounded up, so that what was made
+/// at the moment asked is in the answer at the moment printed ([`crate::wording::moment_us`]:
+/// `305 ms`, or `305.123 ms` inside a millisecond, where a short peak may have begun and ended).
 fn when(ms: f64) -> String {
-    crate::wording::moment(ms.ceil() as u64)
+    // Less a femtosecond: `ms` is nanoseconds divided, and 305.123 ms times 1000 is not always
+    // 305123.0 exactly.
+    crate::wording::moment_us((ms * 1000.0 - 1e-6).ceil().max(0.0) as u64)
 }
 
 /// The history's last moment, rounded down: `--at` at it is still inside the history.
