@@ -27,6 +27,10 @@ pub struct Moment {
     pub from_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub to_ms: Option<f64>,
+    /// The moment or window asked in microseconds, rounded up, for people (`at_ms`, `from_ms`
+    /// and `to_ms` keep JSON's precision, 10 µs).
+    #[serde(skip)]
+    pub asked_us: [Option<u64>; 3],
     /// The phase asked about (`--at phase:step#3`: its peak; `--between phase:step#3`: what
     /// it kept), for people: `step #3`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -195,6 +199,7 @@ pub fn at(loaded: &Loaded, at_ns: u64, top: usize) -> Moment {
     let mut m = answer(loaded, &blocks, top, at_ns);
     m.question = "at";
     m.at_ms = Some(ms(at_ns));
+    m.asked_us = [Some(at_ns.div_ceil(1000)), None, None];
     m
 }
 
@@ -210,6 +215,11 @@ pub fn between(loaded: &Loaded, from_ns: u64, to_ns: u64, top: usize) -> Moment 
     m.question = "between";
     m.from_ms = Some(ms(from_ns));
     m.to_ms = Some(ms(to_ns));
+    m.asked_us = [
+        None,
+        Some(from_ns.div_ceil(1000)),
+        Some(to_ns.div_ceil(1000)),
+    ];
     m
 }
 
@@ -311,6 +321,7 @@ fn answer(loaded: &Loaded, blocks: &[Piece], top: usize, upto: u64) -> Moment {
         at_ms: None,
         from_ms: None,
         to_ms: None,
+        asked_us: [None; 3],
         span: Span {
             begins_ms: ms(r.begins_ns),
             ends_ms: ms(r.ends_ns),

@@ -63,10 +63,12 @@ fn until(ms: f64) -> String {
 fn headline(m: &Moment) -> String {
     let bytes_total: u64 = m.devices.iter().map(|d| d.bytes).sum();
     let count: u64 = m.devices.iter().map(|d| d.allocations).sum();
+    // To the microsecond where the answer has it.
+    let us = |i: usize, ms: Option<f64>| m.asked_us[i].map(|u| u as f64 / 1000.0).or(ms);
     let asked = Asked {
-        at_ms: m.at_ms,
-        from_ms: m.from_ms,
-        to_ms: m.to_ms,
+        at_ms: us(0, m.at_ms),
+        from_ms: us(1, m.from_ms),
+        to_ms: us(2, m.to_ms),
         phase: m.phase.as_deref(),
     };
     window_headline(&asked, &m.span, bytes_total, count, "")
