@@ -27,6 +27,12 @@ from . import _abi
 PAGE = 20 << 20
 #: The most pinning lines sent.
 MAX_PINNING = 16
+#: The most refusals read and sent: the shim records the first 16 refusals in full (any
+#: allocator's), so a program that retries in a loop (a batch-size search) pays the snapshot
+#: (milliseconds) at most this many times.
+MAX_CARDS = 16
+
+_sent = [0]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -40,6 +46,9 @@ def watch_torch(torch: Any) -> None:
         return
 
     def observer(device: int, asked: int, limit: int, free: int) -> None:
+        if _sent[0] >= MAX_CARDS:
+            return
+        _sent[0] += 1
         try:
             card(torch, int(device), int(asked), int(limit), int(free))
         except Exception:
