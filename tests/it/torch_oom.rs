@@ -29,6 +29,16 @@ fn line_of(marker: &str) -> u64 {
 /// `cuguard run --driver sim -- python3 torch_oom.py ARGS` with `env`, in a directory of its
 /// own: the directory, what the program printed (JSON) and the report.
 fn torch_oom(name: &str, args: &[&str], env: &[(&str, &str)]) -> (PathBuf, Value, Value) {
+    let (dir, said, report, _) = torch_oom_said(name, args, env);
+    (dir, said, report)
+}
+
+/// [`torch_oom`], with what was said on stderr.
+fn torch_oom_said(
+    name: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (PathBuf, Value, Value, String) {
     let a = artifacts();
     let dir = scratch_dir(name);
     let out = run(
@@ -49,7 +59,7 @@ fn torch_oom(name: &str, args: &[&str], env: &[(&str, &str)]) -> (PathBuf, Value
     let said: Value = serde_json::from_slice(&out.stdout).unwrap();
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
-    (dir, said, report)
+    (dir, said, report, String::from_utf8(out.stderr).unwrap())
 }
 
 /// `cuguard summary ARGS` in `dir`: its standard output.
@@ -139,10 +149,22 @@ fn moment(card: &Value) -> String {
 #[test]
 fn against_the_whole_device_the_driver_s_refusals_inside_pytorch_point_at_its_card() {
     // 12 GiB: ten 1 GiB segments (the driver keeps 2 GiB), then 3 GiB asked.
-    let (dir, said, report) = torch_oom(
+    let (dir, said, report, stderr) = torch_oom_said(
         "torch-oom-device",
         &["device"],
         &[("CUGUARD_SIM_MEMORY", "12GiB")],
+    );
+    // The one line at the first refusal waits for PyTorch's card (its observer registered),
+    // rather than saying the driver's refusal inside PyTorch's allocator.
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("cuguard: out of memory"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("asking 3.0 GiB (CUDACachingAllocator::malloc)")
+            && lines[0].contains("; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True fits"),
+        "{stderr}"
     );
     assert_eq!(said["result"], "refused", "{said}");
     let ooms = report["ooms"].as_array().unwrap();

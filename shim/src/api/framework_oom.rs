@@ -9,6 +9,30 @@ use cuguard_format::api::FrameworkOom;
 
 use super::{E_INVALID, E_OFF, OK, call, text};
 
+/// A framework's out-of-memory observer is registered (`framework`: `pytorch`): from now on the
+/// one stderr line at a driver's refusal waits for the framework's card, which explains it when
+/// the refusal was inside the framework's allocator (else it is said with the final report).
+/// [`E_INVALID`] for a framework cuguard does not read.
+///
+/// # Safety
+///
+/// `framework` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuguard_framework_watch(framework: *const c_char) -> i32 {
+    // SAFETY: the caller promises a NUL-terminated string (NULL is refused by `text`).
+    let framework = match unsafe { text(framework, 64) } {
+        Ok(f) => f,
+        Err(code) => return code,
+    };
+    call(|| {
+        if framework != cuguard_format::verdict::PYTORCH {
+            return E_INVALID;
+        }
+        crate::tracker::ooms::watch_framework();
+        OK
+    })
+}
+
 /// The longest document taken, in bytes.
 const MAX_DOCUMENT: usize = 64 << 10;
 

@@ -37,6 +37,7 @@
 //! int32_t cuguard_tag_pop(void);
 //! int32_t cuguard_annotate(uint64_t ptr, const char *name);
 //! int32_t cuguard_framework_oom(const char *json);
+//! int32_t cuguard_framework_watch(const char *framework);
 //! void    cuguard_free(char *p);
 //! ```
 //!
@@ -64,6 +65,7 @@
 //! | `cuguard_tag_pop` | closes the calling thread's innermost tag ([`E_INVALID`] when none is open) | one thread-local write |
 //! | `cuguard_annotate` | names the live allocation at `ptr`, or the one holding it, `name` from now on ([`E_NOT_FOUND`] when no live allocation the shim tracks holds it) | a look-up by address; an inner pointer walks every live allocation |
 //! | `cuguard_framework_oom` | a framework's allocator refused a request (`cuguard_format::api::FrameworkOom`: PyTorch's, from its out-of-memory observer, which the Python package registers): an out-of-memory card like the driver's, with the framework's cache's idle memory, pieces and pinning lines, asked from the calling thread's stack ([`framework_oom`]; [`E_INVALID`] for a document that does not read) | a stack capture, parsing the JSON, the card's figures (the driver's pools asked) |
+//! | `cuguard_framework_watch` | a framework's out-of-memory observer is registered (`pytorch`): the one stderr line at a driver's refusal then waits for the framework's card, which explains a refusal inside its allocator, or for the final report ([`framework_oom`]) | one store |
 //! | `cuguard_free` | frees a string this ABI returned; NULL is ignored | — |
 //!
 //! Every function but the first four and `cuguard_free` returns [`OK`] (0) or a negative code:

@@ -179,7 +179,11 @@ fn record(t: &Tracker, r: Refusal) {
         // is no such thread.
         crate::lifecycle::oom_line::pending(crate::lifecycle::reporter::running());
     }
-    crate::lifecycle::reporter::request_oom_report();
+    if framework {
+        crate::lifecycle::reporter::request_oom_report_now();
+    } else {
+        crate::lifecycle::reporter::request_oom_report();
+    }
 }
 
 /// What each holder kept idle on `device`: the driver's memory pools, and cuguard's pool

@@ -29,9 +29,19 @@ pub fn say_pending(wait: bool) {
     {
         if let Some(t) = crate::tracker::if_any() {
             // A driver's refusal inside a framework's allocator that then refused the request
-            // itself: the framework's record explains it (when it is there already).
+            // itself: the framework's record explains it. Where a framework's observer is
+            // registered, a driver's refusal's line waits for it (its record wakes this thread
+            // again), or for the final report (the framework may have recovered).
             let list = t.ooms.snapshot().0;
-            if let Some(first) = list.iter().find(|o| o.within.is_none()).or(list.first()) {
+            let first = list.iter().find(|o| o.within.is_none()).or(list.first());
+            if !wait
+                && crate::tracker::ooms::framework_watched()
+                && first.is_some_and(|o| o.refused_by == RefusedBy::Driver)
+            {
+                LINE.store(PENDING, Ordering::Release);
+                return;
+            }
+            if let Some(first) = first {
                 say(first);
             }
         }

@@ -102,6 +102,21 @@ fn wake() {
     }
 }
 
+/// A framework's refusal was recorded (`hooks::oom::framework_refused`): asks for the line and
+/// a checkpoint report now, whatever the once-a-second bound, since the driver's refusal that
+/// came just before it (and took the last checkpoint) is explained by this one.
+pub fn request_oom_report_now() {
+    if !RUNNING.load(Ordering::Acquire) {
+        return;
+    }
+    LAST_OOM_MS.store(
+        crate::process::clock::since_start_ms().max(1),
+        Ordering::Relaxed,
+    );
+    REQ_OOM.store(true, Ordering::Release);
+    wake();
+}
+
 /// From the snapshot signal's handler: asks for a snapshot. Async-signal-safe.
 pub fn request_snapshot() {
     if RUNNING.load(Ordering::Acquire) {

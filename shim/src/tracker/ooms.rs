@@ -83,6 +83,21 @@ pub struct Oom {
     pub within: Option<RefusedBy>,
 }
 
+/// Whether a framework's out-of-memory observer is registered in this process (the Python
+/// package's, for PyTorch: `cuguard_framework_watch`): the driver's refusals may then be inside
+/// that framework's allocator, whose own card explains them.
+static FRAMEWORK_WATCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A framework's out-of-memory observer was registered.
+pub fn watch_framework() {
+    FRAMEWORK_WATCHED.store(true, Ordering::Release);
+}
+
+/// Whether one is ([`watch_framework`]).
+pub fn framework_watched() -> bool {
+    FRAMEWORK_WATCHED.load(Ordering::Acquire)
+}
+
 /// The records.
 pub struct Ooms {
     list: Mutex<Vec<Oom>>,

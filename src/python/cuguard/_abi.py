@@ -104,6 +104,7 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
         "cuguard_tag_pop": ([], ctypes.c_int32),
         "cuguard_annotate": ([ctypes.c_uint64, ctypes.c_char_p], ctypes.c_int32),
         "cuguard_framework_oom": ([ctypes.c_char_p], ctypes.c_int32),
+        "cuguard_framework_watch": ([ctypes.c_char_p], ctypes.c_int32),
         "cuguard_free": ([ctypes.c_void_p], None),
     }
     for name, (args, res) in sigs.items():
@@ -298,6 +299,13 @@ def framework_oom(card: Dict[str, Any]) -> None:
     """Tells the shim a framework's allocator refused a request (``cuguard_framework_oom``)."""
     dll = lib()
     check(dll, dll.cuguard_framework_oom(json.dumps(card).encode()), "framework out of memory")
+
+
+def framework_watch(framework: str) -> None:
+    """Tells the shim a framework's out-of-memory observer is registered
+    (``cuguard_framework_watch``)."""
+    dll = lib()
+    check(dll, dll.cuguard_framework_watch(framework.encode()), "framework watch")
 
 
 def file_alias(file: str, display: str) -> None:

@@ -57,6 +57,8 @@ def watch_torch(torch: Any) -> None:
     def register() -> None:
         try:
             attach(observer)
+            # The shim's line at a driver's refusal now waits for PyTorch's card.
+            _abi.framework_watch("pytorch")
         except Exception:
             pass
 
