@@ -6,7 +6,7 @@
 use std::io::{self, Write};
 
 use super::model::{Change, Diff};
-use crate::history::compare::{JobPeaks, PeakChange, PeakDiff, Peaks, some_names};
+use crate::history::compare::{JobPeaks, PeakChange, PeakDiff, Peaks};
 use crate::output::{Format, Options};
 use crate::summary::markdown::cell;
 use crate::wording::{bytes, delta_bytes, plural};
@@ -143,22 +143,12 @@ fn job_peaks(job: &JobPeaks<PeakDiff>, out: &mut dyn Write, top: usize) -> io::R
                 writeln!(out, "| {} | {} |", cell(&n.name), peak_row(c))?;
             }
         }
-        if changed.len() > top {
-            writeln!(
-                out,
-                "\n… {} more with changed peaks (see --top)",
-                job.by.count(changed.len() - top)
-            )?;
+        if let Some(line) = job.more_changed_line(changed.len(), top) {
+            writeln!(out, "\n{}", cell(&line))?;
         }
     }
-    if !same.is_empty() {
-        let names: Vec<&str> = same.iter().map(|n| n.name.as_str()).collect();
-        writeln!(
-            out,
-            "\n{} with the same peaks: {}",
-            job.by.count(same.len()),
-            cell(&some_names(&names, 5))
-        )?;
+    if let Some(line) = job.same_line(&same) {
+        writeln!(out, "\n{}", cell(&line))?;
     }
     let lines = job.uncompared_lines();
     if !lines.is_empty() {

@@ -9,7 +9,7 @@
 use std::io::{self, Write};
 
 use super::model::{Change, Diff};
-use crate::history::compare::{JobPeaks, PeakDiff, Peaks, some_names};
+use crate::history::compare::{JobPeaks, PeakDiff, Peaks};
 use crate::output::{Format, Options};
 use crate::style::Table;
 use crate::wording::{bytes, delta_bytes, one_line, plural};
@@ -162,21 +162,14 @@ fn job_peaks(job: &JobPeaks<PeakDiff>, out: &mut dyn Write, options: &Options) -
         )?;
         peaks(&n.peaks, out, options)?;
     }
-    if changed.len() > top {
-        writeln!(
-            out,
-            "… {} more with changed peaks (see --top)",
-            job.by.count(changed.len() - top)
-        )?;
-    }
-    if !same.is_empty() {
-        let names: Vec<&str> = same.iter().map(|n| n.name.as_str()).collect();
-        writeln!(
-            out,
-            "{} with the same peaks: {}",
-            job.by.count(same.len()),
-            one_line(&some_names(&names, 5))
-        )?;
+    for line in [
+        job.more_changed_line(changed.len(), top),
+        job.same_line(&same),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        writeln!(out, "{}", one_line(&line))?;
     }
     for line in job.uncompared_lines() {
         writeln!(out, "{}", one_line(&line))?;

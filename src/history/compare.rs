@@ -416,6 +416,30 @@ impl<T> JobPeaks<T> {
         }
     }
 
+    /// The pairs beyond the `top` shown of `changed` ones with changed peaks, in words (`… 3
+    /// more with changed peaks (see --top)`); `None` when all are shown.
+    pub fn more_changed_line(&self, changed: usize, top: usize) -> Option<String> {
+        (changed > top).then(|| {
+            format!(
+                "… {} more with changed peaks (see --top)",
+                self.by.count(changed - top)
+            )
+        })
+    }
+
+    /// The pairs whose peaks are the same, named (`2 ranks with the same peaks: rank 0, rank
+    /// 2`); `None` when there are none.
+    pub fn same_line(&self, same: &[&Named<T>]) -> Option<String> {
+        (!same.is_empty()).then(|| {
+            let names: Vec<&str> = same.iter().map(|n| n.name.as_str()).collect();
+            format!(
+                "{} with the same peaks: {}",
+                self.by.count(same.len()),
+                some_names(&names, 5)
+            )
+        })
+    }
+
     /// The lines that say what was not compared: each side's processes only it has, each pair
     /// not compared and why, then the notes.
     pub fn uncompared_lines(&self) -> Vec<String> {
