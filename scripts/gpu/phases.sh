@@ -2,6 +2,8 @@
 # Phases and versions on the real driver (issue 55, items 1 and 4), in one call of at most about
 # 3 minutes. Run from the repository root on the GPU machine after scripts/gpu/stage.sh (.gpu/):
 #   OUT=$OUT bash scripts/gpu/phases.sh
+# PARTS=2 runs the versions part only (say, for a call that carries cuDF in parts and has little
+# time left); the default runs both. FRAMEWORKS="cudf rmm" limits the versions part to those.
 #
 # 1. scripts/gpu/phases_torch.py (a small MLP trained 6 steps, each an NVTX range "step" holding
 #    "forward", "backward", "optimizer"; step 4 holds a 256 MiB tensor, the line marked HEAVY;
@@ -29,6 +31,8 @@ export PYTHONUNBUFFERED=1
 unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_NO_CUDA_MEMORY_CACHING NVTX_INJECTION64_PATH
 [ -x "$C" ] && [ -f .gpu/libcuguard.so ] || { echo "no .gpu/cuguard or .gpu/libcuguard.so: run scripts/gpu/stage.sh"; exit 2; }
 
+PARTS=${PARTS:-12}
+if [[ $PARTS == *1* ]]; then
 echo "== 1. phases (at ${SECONDS}s)"
 for mode in on off; do
   nocache=; [ $mode = off ] && nocache=1
@@ -61,6 +65,8 @@ done
 } > "$OUT/phases.txt" 2>&1
 python3 scripts/gpu/phases_check.py "$B" "$OUT/phases.json" 2>&1 | tee "$OUT/phases_check.txt"
 echo "phases check exit: ${PIPESTATUS[0]}"
+fi
+[[ $PARTS == *2* ]] || exit 0
 
 echo "== 2. versions (at ${SECONDS}s)"
 cat > "$B/ver.py" <<'PY'
@@ -126,7 +132,7 @@ PY
   echo "versions line and mismatch lines, then per framework it uses whether the line names the"
   echo "installed version (same), another (DIFFERENT) or none (absent)."
 } > "$OUT/versions.txt" 2>&1
-for fw in torch cupy jax numba rmm cudf; do
+for fw in ${FRAMEWORKS:-torch cupy jax numba rmm cudf}; do
   echo "-- versions: $fw (at ${SECONDS}s)"
   XLA_PYTHON_CLIENT_PREALLOCATE=false CUGUARD_POOL=0 timeout 90 "$C" run --quiet --report "$B/ver-$fw.json" -- \
     python3 "$B/ver.py" $fw > "$B/ver-$fw.out" 2> "$B/ver-$fw.err"

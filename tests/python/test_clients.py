@@ -9,7 +9,9 @@ Versions these tests expect: cuda-bindings 13 (its `CUdeviceptr`, read as `int(p
 cuda.core 1.2, numba-cuda 0.30 (its deferred deallocations: a queue flushed when more than
 `CUDA_DEALLOCS_COUNT`, 10, frees wait)."""
 
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -190,3 +192,50 @@ def test_the_versions_line_names_numba_cuda_bindings_and_the_runtime_they_loaded
         "newer CUDA major release does not run on this driver (minor-version compatibility holds within "
         "one major release only) [cuda-newer-than-driver]",
     ], text
+
+
+def test_frameworks_installed_outside_site_packages_are_in_the_versions_line(tmp_path: Path):
+    """As cuDF and RMM were on the H100 (docs/gpu-runs/2026-12-07-run40), installed with `pip
+    install --target DIR` and found through PYTHONPATH: a family's folder beside its
+    `.dist-info` is a site, and a pure-Python package (its `__init__.py` maps nothing) is named
+    from the file the Python side declares at the end."""
+    needs("cuda.bindings")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        if os.environ.get("CI"):
+            pytest.fail("no C compiler in CI: .ci/run installs gcc")
+        pytest.skip("no C compiler")
+    site = tmp_path / "site"
+    for dist, name, version in (
+        ("rmm_cu13-26.10.0", "rmm-cu13", "26.10.0"),
+        ("librmm_cu13-26.10.0", "librmm-cu13", "26.10.0"),
+        ("cudf_cu13-26.10.2", "cudf-cu13", "26.10.2"),
+    ):
+        (site / f"{dist}.dist-info").mkdir(parents=True)
+        (site / f"{dist}.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (site / "librmm" / "lib64").mkdir(parents=True)
+    (tmp_path / "empty.c").write_text("int librmm_stand_in(void) { return 0; }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(site / "librmm/lib64/librmm.so"), str(tmp_path / "empty.c")], check=True)
+    (site / "rmm").mkdir()
+    (site / "rmm" / "__init__.py").write_text(
+        "import ctypes, os\nctypes.CDLL(os.path.join(os.path.dirname(__file__), '..', 'librmm', 'lib64', 'librmm.so'))\n"
+    )
+    (site / "cudf").mkdir()
+    (site / "cudf" / "__init__.py").write_text("import rmm\n")
+    (tmp_path / "uses_cudf.py").write_text(
+        "import cudf\nfrom cuda.bindings import driver as cu\n"
+        "cu.cuInit(0)\nerr, dev = cu.cuDeviceGet(0)\nerr, ctx = cu.cuDevicePrimaryCtxRetain(dev)\n"
+        "cu.cuCtxSetCurrent(ctx)\nerr, p = cu.cuMemAlloc(1 << 20)\nassert err == cu.CUresult.CUDA_SUCCESS, err\n"
+    )
+    result = run_sim([sys.executable, "uses_cudf.py"], tmp_path, tmp_path / "r.json", PYTHONPATH=str(site))
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = load_report(tmp_path / "r.json")
+    named = [(f["name"], f["version"], f.get("cuda"), f["site"]) for f in report["versions"]["frameworks"]]
+    assert [n for n in named if n[3] == str(site)] == [
+        ("cudf", "26.10.2", "13", str(site)),
+        ("rmm", "26.10.0", "13", str(site)),
+        ("librmm", "26.10.0", "13", str(site)),
+    ], named
+    summary = strip_ansi(run(cuguard_command() + ["summary", "r.json"], tmp_path).stdout)
+    line = next(l for l in summary.splitlines() if l.startswith("versions "))
+    assert "cudf 26.10.2 (CUDA 13) · rmm 26.10.0 (CUDA 13) · librmm 26.10.0 (CUDA 13)" in line, summary

@@ -212,6 +212,11 @@ pub struct Classification {
     /// See [`PyView::caches`].
     #[serde(default)]
     pub caches: Vec<PyCache>,
+    /// The files of the frameworks the program imported (a module's `__file__`: `cudf`, `rmm`,
+    /// `jax`…), for the report's `versions`: a pure-Python package maps no file the shim could
+    /// find it by.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub framework_files: Vec<String>,
     /// One entry per classified allocation.
     #[serde(default)]
     pub allocations: Vec<Classified>,

@@ -13,16 +13,23 @@
 //! `pylibcudf/`, `rmm/`, `librmm/` the RAPIDS libraries (`-cu12` distributions included);
 //! `jaxlib/` JAX and jaxlib, `jax_plugins/` JAX's CUDA plugin; `numba/` or `numba_cuda/` numba
 //! and numba-cuda; `cuda/bindings/` cuda-bindings and `cuda/core/` cuda.core ([`FAMILIES`]).
+//!
+//! A site is a `site-packages` or `dist-packages` directory, or, for packages installed
+//! elsewhere (`pip install --target DIR`, a `PYTHONPATH` folder), the directory holding a
+//! family's folder beside that family's `.dist-info` (seen on the H100: cuDF and RMM installed
+//! with `--target` were left out of the line). Pure-Python packages map no file: the Python
+//! side names the files of the frameworks it imported ([`now`]'s `declared`), read as if mapped.
 
 use std::collections::HashMap;
 
 use cuguard_format::{Framework, Runtime, Versions};
 
-/// The versions of what this process has mapped now; `None` when `/proc/self/maps` cannot be
-/// read.
-pub fn now() -> Option<Versions> {
+/// The versions of what this process has mapped now, and of the frameworks whose files the
+/// Python side declared (`declared`: their modules' files); `None` when `/proc/self/maps`
+/// cannot be read.
+pub fn now(declared: &[String]) -> Option<Versions> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    Some(from_maps(&maps, &Disk))
+    Some(from_maps(&maps, declared, &Disk))
 }
 
 /// What the module reads besides the maps: a file's text, a directory's entries.
@@ -140,8 +147,9 @@ fn families_of(rel: &str) -> &'static [usize] {
     }
 }
 
-/// The versions that the mapped files listed in `maps` (the text of `/proc/self/maps`) name.
-pub fn from_maps(maps: &str, files: &dyn Files) -> Versions {
+/// The versions that the mapped files listed in `maps` (the text of `/proc/self/maps`) and the
+/// `declared` files name.
+pub fn from_maps(maps: &str, declared: &[String], files: &dyn Files) -> Versions {
     let mut sites = Sites {
         files,
         listed: HashMap::new(),
@@ -149,7 +157,13 @@ pub fn from_maps(maps: &str, files: &dyn Files) -> Versions {
     let mut versions = Versions::default();
     // (family, site) pairs seen, in the order first seen.
     let mut found: Vec<(usize, String)> = Vec::new();
-    for path in mapped_paths(maps) {
+    let mut paths = mapped_paths(maps);
+    for d in declared.iter().take(MAX_DECLARED) {
+        if d.starts_with('/') && !paths.contains(&d.as_str()) {
+            paths.push(d);
+        }
+    }
+    for path in paths {
         let name = path.rsplit('/').next().unwrap_or(path);
         if let Some(rest) = name.strip_prefix("libcudart.so") {
             if !versions.runtimes.iter().any(|r| r.path == path) {
@@ -165,7 +179,7 @@ pub fn from_maps(maps: &str, files: &dyn Files) -> Versions {
             versions.driver.get_or_insert_with(|| release.to_string());
             continue;
         }
-        let Some((site, rel)) = site_of(path) else {
+        let Some((site, rel)) = site_of(path).or_else(|| target_site_of(path, &mut sites)) else {
             continue;
         };
         for &f in families_of(rel) {
@@ -209,6 +223,30 @@ fn site_of(path: &str) -> Option<(&str, &str)> {
         .filter_map(|d| path.rfind(d).map(|i| i + d.len()))
         .max()?;
     Some((&path[..i - 1], &path[i..]))
+}
+
+/// The most declared files read.
+pub const MAX_DECLARED: usize = 64;
+
+/// `(site, rest)` for a path outside any `site-packages`: the deepest directory whose next
+/// folder is a family's (`/opt/libs/rmm/librmm.so` → `/opt/libs`, `rmm/librmm.so`) and which
+/// holds a `.dist-info` of that family. Only directories a family's folder names are listed.
+fn target_site_of<'p>(path: &'p str, sites: &mut Sites<'_>) -> Option<(&'p str, &'p str)> {
+    let slashes: Vec<usize> = path.match_indices('/').map(|(i, _)| i).collect();
+    for &i in slashes.iter().rev() {
+        let (site, rel) = (&path[..i], &path[i + 1..]);
+        if site.is_empty() || !rel.contains('/') {
+            continue;
+        }
+        let families = families_of(rel);
+        if families
+            .iter()
+            .any(|&f| !sites.dists(site, FAMILIES[f].dist).is_empty())
+        {
+            return Some((site, rel));
+        }
+    }
+    None
 }
 
 /// Whether `s` is at least `parts` numbers joined by dots.

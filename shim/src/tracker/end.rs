@@ -89,6 +89,20 @@ pub fn classify(c: Classification) -> bool {
     }
 }
 
+/// The frameworks' files the Python side declared with its classification
+/// (`Classification::framework_files`), for the report's `versions`; none before it said.
+pub fn framework_files() -> Vec<String> {
+    global::get(&STATE)
+        .and_then(|s| {
+            let s = global::lock(s);
+            s.as_ref()?
+                .classification
+                .as_ref()
+                .map(|c| c.framework_files.clone())
+        })
+        .unwrap_or_default()
+}
+
 /// The mark, if the end was marked.
 pub fn get() -> Option<Mark> {
     global::get(&STATE).and_then(|s| global::lock(s).clone())

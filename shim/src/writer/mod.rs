@@ -179,7 +179,7 @@ fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i
         get_proc_address,
         exported: Some(exported),
     });
-    r.versions = crate::process::versions::now();
+    r.versions = crate::process::versions::now(&crate::tracker::end::framework_files());
     r.faults = cfg.problems.clone();
     r.faults.extend(crate::process::faults::all());
     (r, host, rank)

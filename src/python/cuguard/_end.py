@@ -21,7 +21,7 @@ import functools
 import gc
 import os
 import sys
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from . import _abi, _caches
 
@@ -95,10 +95,30 @@ def at_end(how: Optional[str] = None) -> None:
                 f"the look at what held each allocation was cut short ({type(e).__name__}: {e}{where})"
             ],
         }
+    classification["framework_files"] = framework_files()
     try:
         _abi.end_classify(classification)
     except Exception:
         pass
+
+
+#: The frameworks whose versions the report names, by their top-level modules: a pure-Python
+#: package (cuDF's own ``cudf``) maps no file the shim could find it by, so their files are sent.
+FRAMEWORK_MODULES = (
+    "torch", "cupy", "cudf", "pylibcudf", "rmm", "jax", "jaxlib", "numba", "numba_cuda",
+    "cuda.bindings", "cuda.core",
+)
+
+
+def framework_files() -> List[str]:
+    """The ``__file__`` of each imported module of :data:`FRAMEWORK_MODULES`, absolute."""
+    out = []
+    for name in FRAMEWORK_MODULES:
+        module = sys.modules.get(name)
+        f = getattr(module, "__file__", None) if module is not None else None
+        if isinstance(f, str) and f:
+            out.append(os.path.abspath(f))
+    return out
 
 
 def imported(name: str, module: Any) -> None:

@@ -72,7 +72,7 @@ fn pytorch_with_its_cuda_and_runtime_from_the_nvidia_distribution() {
         &format!("{SITE}/torch/lib/libc10.so"),
         &format!("{SITE}/nvidia/cuda_runtime/lib/libcudart.so.12"),
     ]);
-    let v = from_maps(&m, &files);
+    let v = from_maps(&m, &[], &files);
     assert_eq!(v.driver.as_deref(), Some("580.159.04"));
     assert_eq!(
         v.runtimes,
@@ -116,7 +116,7 @@ fn numba_cuda_bindings_and_two_runtimes_in_a_fixed_order() {
         "/opt/conda/lib/libcudart.so.13",
         "/work/target/debug/libcuguard_simcuda.so",
     ]);
-    let v = from_maps(&m, &files);
+    let v = from_maps(&m, &[], &files);
     assert_eq!(
         v.driver, None,
         "the simulated driver's name carries no release"
@@ -162,7 +162,7 @@ fn rapids_and_cupy_distributions_carry_their_cuda() {
         &format!("{SITE}/rmm/pylibrmm/device_buffer.cpython-311-x86_64-linux-gnu.so"),
         &format!("{SITE}/cupy/_core/core.cpython-311-x86_64-linux-gnu.so"),
     ]);
-    let v = from_maps(&m, &files);
+    let v = from_maps(&m, &[], &files);
     let got: Vec<(&str, &str, &str, Option<&str>)> = v
         .frameworks
         .iter()
@@ -187,6 +187,70 @@ fn rapids_and_cupy_distributions_carry_their_cuda() {
 }
 
 #[test]
+fn packages_installed_outside_site_packages_and_pure_python_ones_declared_are_named() {
+    // As on the H100 (run 40): cuDF and RMM installed with `pip install --target /tmp/site`,
+    // cuDF's own package mapping no file (the Python side declares its `__init__.py`).
+    let target = "/tmp/site";
+    let files = Mem::default()
+        .dist(
+            target,
+            "cudf_cu13-26.10.2.dist-info",
+            "cudf-cu13",
+            "26.10.2",
+        )
+        .dist(
+            target,
+            "libcudf_cu13-26.10.2.dist-info",
+            "libcudf-cu13",
+            "26.10.2",
+        )
+        .dist(target, "rmm_cu13-26.10.0.dist-info", "rmm-cu13", "26.10.0")
+        .dist(
+            target,
+            "librmm_cu13-26.10.0.dist-info",
+            "librmm-cu13",
+            "26.10.0",
+        )
+        // A folder named as a family, without that family's metadata beside it, is no site.
+        .with("/home/me/torch/README", "");
+    let m = maps(&[
+        "/tmp/site/libcudf/lib64/libcudf.so",
+        "/tmp/site/librmm/lib64/librmm.so",
+        "/tmp/site/rmm/pylibrmm/memory_resource.abi3.so",
+        "/home/me/torch/build/lib/libc10.so",
+    ]);
+    let declared = [
+        "/tmp/site/cudf/__init__.py".to_string(),
+        "relative/cupy/x.py".to_string(),
+    ];
+    let v = from_maps(&m, &declared, &files);
+    let got: Vec<(&str, &str, Option<&str>, &str)> = v
+        .frameworks
+        .iter()
+        .map(|f| {
+            (
+                f.name.as_str(),
+                f.version.as_str(),
+                f.cuda.as_deref(),
+                f.site.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("cudf", "26.10.2", Some("13"), target),
+            ("libcudf", "26.10.2", Some("13"), target),
+            ("rmm", "26.10.0", Some("13"), target),
+            ("librmm", "26.10.0", Some("13"), target),
+        ]
+    );
+    // Without the declaration cuDF's own package is not named (its files were never mapped).
+    let v = from_maps(&m, &[], &files);
+    assert!(v.frameworks.iter().all(|f| f.name != "cudf"), "{v:?}");
+}
+
+#[test]
 fn missing_metadata_leaves_the_entry_out_or_falls_back_to_the_directory_name() {
     // No METADATA at all: the directory's name gives the version; no directory: nothing.
     let files = Mem::default().with(&format!("{SITE}/jaxlib-0.4.35.dist-info/RECORD"), "");
@@ -195,7 +259,7 @@ fn missing_metadata_leaves_the_entry_out_or_falls_back_to_the_directory_name() {
         &format!("{SITE}/torch/lib/libtorch.so"),
         "/nowhere/libcudart.so",
     ]);
-    let v = from_maps(&m, &files);
+    let v = from_maps(&m, &[], &files);
     let got: Vec<(&str, &str, &str)> = v
         .frameworks
         .iter()
@@ -204,7 +268,7 @@ fn missing_metadata_leaves_the_entry_out_or_falls_back_to_the_directory_name() {
     assert_eq!(got, [("jaxlib", "jaxlib", "0.4.35")]);
     assert_eq!(v.runtimes[0].version, None);
     // Nothing mapped: an empty record, no error.
-    assert_eq!(from_maps("", &files), Versions::default());
+    assert_eq!(from_maps("", &[], &files), Versions::default());
 }
 
 #[test]
