@@ -19,7 +19,7 @@ const MIB: u64 = 1 << 20;
 
 /// Builds the two stand-ins into `dir` (libc10.so, then libc10_cuda.so linked with it), with
 /// the compiler's `flags`.
-fn stand_ins(dir: &Path, flags: &[&str]) -> (PathBuf, PathBuf) {
+pub(crate) fn stand_ins(dir: &Path, flags: &[&str]) -> (PathBuf, PathBuf) {
     let a = artifacts();
     let src = a.root.join("harness/workloads/c");
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());

@@ -243,3 +243,62 @@ fn pytorch_s_pieces_too_small_for_the_request_call_for_a_larger_fraction_where_t
         })
     );
 }
+
+#[test]
+fn where_cuguard_records_pytorch_s_blocks_the_pinning_and_end_lines_come_from_its_record_and_pytorch_s_history_stays_off()
+ {
+    // The stand-in reports each block through the C stand-in of libc10_cuda.so, as PyTorch's
+    // allocator does: the shim's hook records them, the package asks it (cuguard_cache_blocks)
+    // and leaves PyTorch's memory history off (the stand-in's snapshot then has no frames).
+    let built = scratch_dir("torch-oom-recorded-build");
+    let (cuda, _c10) = crate::torch_blocks::stand_ins(&built, &[]);
+    let cuda = cuda.to_str().unwrap().to_string();
+    let (dir, said, report) = torch_oom(
+        "torch-oom-recorded",
+        &["fraction"],
+        &[("STANDIN_C10_CUDA", cuda.as_str())],
+    );
+    assert_eq!(said["result"], "refused", "{said}");
+    let ooms = report["ooms"].as_array().unwrap();
+    assert_eq!(ooms.len(), 1, "{ooms:?}");
+    // The same card, its pinning line from cuguard's record.
+    assert_eq!(ooms[0]["idle"], json!([seven_segments_idle()]));
+    let pin = line_of("# pinning");
+    let text = summary(&dir, &["--at", "oom", "r.json"]);
+    assert!(
+        text.contains(&format!(
+            "      pinned by 35 blocks (3.4 GiB) live between its pieces: 35 blocks (3.4 GiB) at <listcomp> (torch_oom.py:{pin})"
+        )),
+        "{text}"
+    );
+    // At the end: the cache's live blocks (the 35 kept tensors) by their line, told by cuguard.
+    let caches = report["python"]["view"]["caches"].as_array().unwrap();
+    assert_eq!(caches.len(), 1, "{caches:?}");
+    assert_eq!(caches[0]["framework"], "pytorch");
+    assert_eq!(caches[0]["source"], "cuguard", "{:?}", caches[0]);
+    assert_eq!(caches[0]["live_bytes"], 35 * 100 * MIB);
+    assert!(caches[0].get("note").is_none(), "{:?}", caches[0]);
+    let blocks: Vec<&Value> = report["python"]["view"]["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|a| a["blocks"].as_array().into_iter().flatten())
+        .filter(|b| b["state"] == "live")
+        .collect();
+    assert_eq!(blocks.len(), 35);
+    for b in blocks {
+        assert_eq!(
+            b["frames"][0]["file"]
+                .as_str()
+                .map(|f| f.ends_with("torch_oom.py")),
+            Some(true),
+            "{b}"
+        );
+        assert_eq!(b["frames"][0]["line"], pin, "{b}");
+    }
+    let end = summary(&dir, &["r.json"]);
+    assert!(
+        end.contains("by its block states, lines from cuguard's record of its blocks"),
+        "{end}"
+    );
+}

@@ -10,6 +10,7 @@
  *     extern "C" void stand_in_free(unsigned long long ptr);
  *     extern "C" int stand_in_empty_cache(void);                     // segments given back
  *     extern "C" unsigned long long stand_in_reserved(void);         // bytes in segments
+ *     extern "C" void stand_in_report(unsigned long long ptr, long long size);  // another's block
  *
  * Build: c++ -O0 -g -shared -fPIC -o libc10_cuda.so c10_cuda_stand_in.cc -L. -lc10
  *        -Wl,-rpath,'$ORIGIN' -L<simcuda> -lcuda */
@@ -143,3 +144,10 @@ extern "C" unsigned long long stand_in_alloc(size_t bytes) { return allocator()-
 extern "C" void stand_in_free(unsigned long long p) { allocator()->free(p); }
 extern "C" int stand_in_empty_cache(void) { return allocator()->emptyCache(); }
 extern "C" unsigned long long stand_in_reserved(void) { return allocator()->reserved; }
+// For an allocator written elsewhere (the Python stand-in of harness/workloads/python/
+// standin_torch/): reports one block it handed out (size > 0) or took back (size < 0), as
+// PyTorch's allocator does, through this library's call to libc10.so.
+extern "C" void stand_in_report(unsigned long long p, long long size) {
+    c10::reportMemoryUsageToProfiler(reinterpret_cast<void *>(p), int64_t(size), 0, 0,
+                                     c10::Device{1, 0} C10_REPORT_MORE_ARG);
+}

@@ -134,6 +134,28 @@ impl FrameworkOom {
     }
 }
 
+/// What `cuguard_cache_block_sites` is asked: the start addresses of a framework's cache blocks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockAddresses {
+    /// The blocks' start addresses.
+    pub addresses: Vec<u64>,
+}
+
+impl BlockAddresses {
+    /// Reads the document the Python package sends.
+    pub fn from_json(json: &str) -> serde_json::Result<BlockAddresses> {
+        serde_json::from_str(json)
+    }
+}
+
+/// What `cuguard_cache_block_sites` answers: for each address asked, in order, the site of the
+/// live block the hook recorded there (with its callers), or null where none was recorded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockSites {
+    /// One entry per address asked.
+    pub sites: Vec<Option<Site>>,
+}
+
 /// `value` as one line of compact JSON.
 pub fn to_vec<T: Serialize>(value: &T) -> Vec<u8> {
     // Serializing these types to a Vec cannot fail (string keys, no floats).

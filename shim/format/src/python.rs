@@ -166,7 +166,8 @@ pub struct PyCache {
     /// `pytorch`, `cupy`, `rmm` or another name.
     pub framework: String,
     /// How live was told from idle: `history` (the framework's own per-block states and
-    /// allocation lines), `states` (its per-block states, no lines), `holders` (live is what
+    /// allocation lines), `states` (its per-block states, no lines), `cuguard` (its per-block
+    /// states, lines from cuguard's own record of its blocks), `holders` (live is what
     /// Python objects hold; the rest of its segments is idle).
     pub source: String,
     /// Bytes in its segments.

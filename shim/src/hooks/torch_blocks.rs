@@ -93,7 +93,33 @@ pub unsafe extern "C" fn report_memory_usage(
     }
 }
 
-/// Records one block handed out (`size > 0`) or freed (`size < 0`) on device `index`.
+/// Whether PyTorch's blocks are recorded here with their stacks, as far as can be told before
+/// its first block: the history is on, `CUGUARD_CACHE_BLOCKS` is not 0, PyTorch's `libc10.so`
+/// is loaded and defines the call (a PyTorch that changed it never calls this hook), and
+/// PyTorch's calls bind to this hook (the shim was preloaded: its definition is the first in
+/// the global scope).
+/// The Python package asks (`cuguard_cache_blocks`) before it turns on PyTorch's own memory
+/// history for the blocks' lines, which then come from here ([`crate::tracker::cache_blocks`]).
+pub fn recorded() -> bool {
+    if !crate::config::get().cache_blocks || !crate::recorder::on() {
+        return false;
+    }
+    if !matches!(
+        crate::driver::loader::symbol_in_loaded(c"libc10.so", SYMBOL),
+        Some(Some(_))
+    ) {
+        return false;
+    }
+    let Some(dlsym) = crate::driver::loader::real_dlsym() else {
+        return false;
+    };
+    // SAFETY: libc's dlsym with RTLD_DEFAULT and a NUL-terminated name.
+    let bound = unsafe { dlsym(libc::RTLD_DEFAULT, SYMBOL.as_ptr()) } as usize;
+    bound == report_memory_usage as *const () as usize
+}
+
+/// Records one block handed out (`size > 0`) or freed (`size < 0`) on device `index`: in the
+/// history, and in the live blocks' map that names their lines.
 fn record(addr: u64, size: i64, index: i8) {
     if !crate::recorder::on() {
         return;
@@ -103,18 +129,21 @@ fn record(addr: u64, size: i64, index: i8) {
     };
     let device = i32::from(index);
     if size > 0 {
+        let stack = crate::tracker::capture_stack();
+        crate::tracker::cache_blocks::allocated(addr, stack);
         crate::recorder::allocated_at(
             None,
             addr,
             size.unsigned_abs(),
             MemoryKind::CacheBlock,
-            crate::tracker::capture_stack(),
+            stack,
             NONE,
             device,
             0,
             crate::tracker::tags::current(),
         );
     } else {
+        crate::tracker::cache_blocks::freed(addr);
         crate::recorder::freed(
             addr,
             MemoryKind::CacheBlock,

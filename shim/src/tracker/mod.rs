@@ -7,6 +7,7 @@
 //! of an address that never existed.
 
 pub mod by_stack;
+pub mod cache_blocks;
 pub mod contexts;
 pub mod counters;
 pub mod devices;
@@ -317,6 +318,7 @@ pub fn reset_after_fork() {
         crate::process::global::replace(&TRACKER, Tracker::new());
     }
     by_stack::reset_after_fork();
+    cache_blocks::reset_after_fork();
     end::reset_after_fork();
     limit::reset_after_fork();
     crate::driver::mem_pools::reset_after_fork();

@@ -105,6 +105,8 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
         "cuguard_annotate": ([ctypes.c_uint64, ctypes.c_char_p], ctypes.c_int32),
         "cuguard_framework_oom": ([ctypes.c_char_p], ctypes.c_int32),
         "cuguard_framework_watch": ([ctypes.c_char_p], ctypes.c_int32),
+        "cuguard_cache_blocks": ([ctypes.c_char_p], ctypes.c_int32),
+        "cuguard_cache_block_sites": ([ctypes.c_char_p, c_char_pp], ctypes.c_int32),
         "cuguard_free": ([ctypes.c_void_p], None),
     }
     for name, (args, res) in sigs.items():
@@ -306,6 +308,23 @@ def framework_watch(framework: str) -> None:
     (``cuguard_framework_watch``)."""
     dll = lib()
     check(dll, dll.cuguard_framework_watch(framework.encode()), "framework watch")
+
+
+def cache_blocks(framework: str) -> bool:
+    """Whether the shim records ``framework``'s (``pytorch``) cache blocks with their stacks
+    (``cuguard_cache_blocks``)."""
+    dll = lib()
+    return dll.cuguard_cache_blocks(framework.encode()) == 0
+
+
+def cache_block_sites(addresses: List[int]) -> List[Optional[Dict[str, Any]]]:
+    """The site (with its callers) of the live cache block cuguard recorded at each address, in
+    order; ``None`` where it recorded none (``cuguard_cache_block_sites``)."""
+    dll = lib()
+    out = ctypes.c_void_p()
+    doc = json.dumps({"addresses": [int(a) for a in addresses]}).encode()
+    check(dll, dll.cuguard_cache_block_sites(doc, ctypes.byref(out)), "cache block sites")
+    return take_json(dll, out)["sites"]
 
 
 def file_alias(file: str, display: str) -> None:

@@ -11,7 +11,8 @@ initializes CUDA (:func:`watch_torch`). At a refusal it reads the cache's segmen
 needs that only PyTorch knows: what it had reserved, its idle bytes, in how many free pieces and
 the largest, the part in whole 20 MiB pages (what ``expandable_segments:True`` would map to
 the request), and the live blocks that split the idle memory, by the Python line that made them
-(PyTorch's memory history keeps each block's frames; cuguard turns it on: ``_caches``). The
+(from cuguard's own record of PyTorch's blocks where the shim keeps one, else from PyTorch's
+memory history, which cuguard then turns on: ``_caches``). The
 shim then records the card beside what it knows itself, and works out the verdict.
 
 Nothing here runs before a refusal. An observer that fails says nothing and changes nothing:
@@ -21,7 +22,7 @@ PyTorch raises its error as it would have.
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _abi
+from . import _abi, _caches
 
 #: PyTorch's expandable segments map memory in pages of 20 MiB (the large pool's).
 PAGE = 20 << 20
@@ -75,6 +76,8 @@ def card(torch: Any, device: int, asked: int, limit: int, free: int) -> None:
     except Exception:
         total = None
     segments = [s for s in torch.cuda.memory_snapshot() if int(s.get("device", device)) == device]
+    if _caches._torch_history["cuguard"]:
+        _caches.fill_frames([s for s in segments if any(b.get("state") == "inactive" for b in s.get("blocks") or [])])
     cache, reserved = figures(segments, _torch_dir(torch))
     cache["name"] = "PyTorch's caching allocator"
     # PyTorch passes its fraction's bytes where one is set, else the device's total.
@@ -150,7 +153,7 @@ def line_of(frames: List[Dict[str, Any]], torch_dir: str) -> Tuple[str, Optional
         return f"{f.get('name', '?')} ({place})", place
     if frames:
         return "inside PyTorch", None
-    return "unknown (PyTorch's memory history was off)", None
+    return "unknown (no line was recorded for them)", None
 
 
 def _torch_dir(torch: Any) -> str:

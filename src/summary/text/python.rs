@@ -168,6 +168,7 @@ pub(super) fn python_sections(
             let how = match c.source.as_str() {
                 "history" => "its memory history",
                 "states" => "its block states; no lines",
+                "cuguard" => "its block states, lines from cuguard's record of its blocks",
                 "hook" => "the arrays found holding its blocks, lines from cuguard's hook in it",
                 _ => "the Python objects found holding its blocks",
             };

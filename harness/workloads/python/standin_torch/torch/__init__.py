@@ -12,9 +12,14 @@ out-of-memory observers are called with (device, size asked, the fraction's byte
 device's total, the device's free memory) and ``OutOfMemoryError`` is raised.
 ``torch.cuda.memory_snapshot()`` lists the segments and their blocks in PyTorch's shape, each
 live block with its Python frames (innermost first) once ``_record_memory_history`` is on.
+Where ``STANDIN_C10_CUDA`` names the C stand-in of ``libc10_cuda.so``
+(harness/workloads/c/c10_cuda_stand_in.cc, linked with the stand-in ``libc10.so``), each block
+handed out and freed is reported through it to ``c10::reportMemoryUsageToProfiler``, as
+PyTorch's allocator reports its blocks (cuguard's hook receives them).
 """
 
 import ctypes
+import os
 import sys
 import time
 import types
@@ -25,6 +30,11 @@ _cuda = ctypes.CDLL("libcuda.so.1")
 _cuda.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
 _cuda.cuMemFree_v2.argtypes = [ctypes.c_uint64]
 _cuda.cuMemGetInfo_v2.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+
+_report = None
+if os.environ.get("STANDIN_C10_CUDA"):
+    _report = ctypes.CDLL(os.environ["STANDIN_C10_CUDA"]).stand_in_report
+    _report.argtypes = [ctypes.c_uint64, ctypes.c_longlong]
 
 MiB = 1 << 20
 _state = {"init": False, "fraction": None, "history": False, "lazy": [], "observers": []}
@@ -109,6 +119,8 @@ def _malloc(nbytes):
         seg[2].insert(i + 1, [block[0] + size, block[1] - size, False, []])
         block[1] = size
     block[2], block[3] = True, _frames()
+    if _report is not None:
+        _report(block[0], block[1])
     return block[0]
 
 
@@ -116,6 +128,8 @@ def _free(address):
     for s in _segments:
         for i, b in enumerate(s[2]):
             if b[0] == address and b[2]:
+                if _report is not None:
+                    _report(address, -b[1])
                 b[2], b[3] = False, []
                 # Merge with free neighbours.
                 j = i
