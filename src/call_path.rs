@@ -73,9 +73,13 @@ impl Helpers {
 
     /// Whether `site`'s function is a named helper.
     fn names(&self, site: &Site) -> bool {
-        let Some(function) = site.function.as_deref() else {
-            return false;
-        };
+        site.function
+            .as_deref()
+            .is_some_and(|f| self.names_function(f))
+    }
+
+    /// Whether `function` is a named helper.
+    pub fn names_function(&self, function: &str) -> bool {
         // Globs match the whole name, or a method's own name (`alloc` for `Pool.alloc` or
         // `Pool::alloc`).
         let short = function.rsplit(['.', ':']).next().unwrap_or(function);

@@ -302,3 +302,73 @@ fn where_cuguard_records_pytorch_s_blocks_the_pinning_and_end_lines_come_from_it
         "{end}"
     );
 }
+
+#[test]
+fn pinning_tensors_made_through_the_program_s_helper_are_charged_to_its_callers() {
+    // As the command charges a site (src/call_path.rs): the blocks of the helper's line came
+    // from two callers, so each is charged to its caller, "via" the helper.
+    let built = scratch_dir("torch-oom-helper-build");
+    let (cuda, _c10) = crate::torch_blocks::stand_ins(&built, &[]);
+    let cuda = cuda.to_str().unwrap().to_string();
+    let (dir, said, report) = torch_oom(
+        "torch-oom-helper",
+        &["fraction"],
+        &[
+            ("STANDIN_C10_CUDA", cuda.as_str()),
+            ("TORCH_OOM_HELPER", "1"),
+        ],
+    );
+    assert_eq!(said["result"], "refused", "{said}");
+    let (first, second, helper) = (
+        line_of("# first caller"),
+        line_of("# second caller"),
+        line_of("# the helper"),
+    );
+    let card = &report["ooms"][0];
+    assert_eq!(
+        card["idle"][0]["pinning"],
+        json!([
+            {
+                "site": format!("<module> (torch_oom.py:{first}) via make (torch_oom.py:{helper})"),
+                "location": format!("torch_oom.py:{first}"),
+                "bytes": 18 * 100 * MIB,
+                "blocks": 18,
+            },
+            {
+                "site": format!("<module> (torch_oom.py:{second}) via make (torch_oom.py:{helper})"),
+                "location": format!("torch_oom.py:{second}"),
+                "bytes": 17 * 100 * MIB,
+                "blocks": 17,
+            },
+        ])
+    );
+    let text = summary(&dir, &["--at", "oom", "r.json"]);
+    assert!(
+        text.contains(&format!(
+            "pinned by 35 blocks (3.4 GiB) live between its pieces: 18 blocks (1.8 GiB) at <module> (torch_oom.py:{first}) via make (torch_oom.py:{helper})"
+        )),
+        "{text}"
+    );
+    // At the end, the cache's live blocks by the same rule.
+    let end = summary(&dir, &["r.json"]);
+    let rows: Vec<&str> = end
+        .lines()
+        .skip_while(|l| !l.starts_with("inside the caches"))
+        .skip(2)
+        .take(4)
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            format!(
+                "    1.8 GiB  18 blocks  <module> (torch_oom.py:{first}) via make (torch_oom.py:{helper})  no Python holder found"
+            ),
+            format!("      make (torch_oom.py:{helper}) ← <module> (torch_oom.py:{first})"),
+            format!(
+                "    1.7 GiB  17 blocks  <module> (torch_oom.py:{second}) via make (torch_oom.py:{helper})  no Python holder found"
+            ),
+            format!("      make (torch_oom.py:{helper}) ← <module> (torch_oom.py:{second})"),
+        ],
+        "{end}"
+    );
+}

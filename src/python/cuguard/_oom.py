@@ -19,6 +19,7 @@ Nothing here runs before a refusal. An observer that fails says nothing and chan
 PyTorch raises its error as it would have.
 """
 
+import fnmatch
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -105,6 +106,7 @@ def figures(segments: List[Dict[str, Any]], torch_dir: str) -> Tuple[Dict[str, A
     a segment that has inactive blocks."""
     reserved = idle = pieces = largest = pages = 0
     pinning: Dict[Tuple[str, Optional[str]], List[int]] = {}
+    pinned: List[Dict[str, Any]] = []
     for s in segments:
         reserved += int(s.get("total_size", 0))
         blocks = s.get("blocks") or []
@@ -116,13 +118,11 @@ def figures(segments: List[Dict[str, Any]], torch_dir: str) -> Tuple[Dict[str, A
             pages += sum(f // PAGE * PAGE for f in free)
         if not free:
             continue
-        for b in blocks:
-            if not str(b.get("state", "")).startswith("active"):
-                continue
-            key = line_of(b.get("frames") or [], torch_dir)
-            entry = pinning.setdefault(key, [0, 0])
-            entry[0] += int(b["size"])
-            entry[1] += 1
+        pinned.extend(b for b in blocks if str(b.get("state", "")).startswith("active"))
+    for b, key in zip(pinned, places([b.get("frames") or [] for b in pinned], torch_dir)):
+        entry = pinning.setdefault(key, [0, 0])
+        entry[0] += int(b["size"])
+        entry[1] += 1
     ranked = sorted(pinning.items(), key=lambda kv: (-kv[1][0], kv[0][0]))[:MAX_PINNING]
     holder = {
         "holder": "pytorch_cache",
@@ -138,6 +138,94 @@ def figures(segments: List[Dict[str, Any]], torch_dir: str) -> Tuple[Dict[str, A
         ],
     }
     return holder, reserved
+
+
+#: How far outward from a block's line its callers are followed.
+MAX_PATH = 16
+
+
+def places(all_frames: List[List[Dict[str, Any]]], torch_dir: str) -> List[Tuple[str, Optional[str]]]:
+    """The place each block (by its frames, innermost first) is charged to, as the command
+    charges a site (``src/call_path.rs``): its line (:func:`line_of`), except where the blocks
+    of one line came from different callers. Their paths (the program's frames, outward) share
+    the line and the frames after it that every path goes through (the program's allocation
+    helper); each block is then charged to its first frame past them,
+    ``caller (file:line) via helper (file:line)``. A function ``CUGUARD_HELPERS`` names (a name
+    or a glob, a method's own name too) is passed over wherever it is; ``none`` there turns the
+    first rule off."""
+    paths = [_path(frames, torch_dir) for frames in all_frames]
+    named, found = _helpers()
+    shared: Dict[str, Optional[int]] = {}
+    if found:
+        by_line: Dict[str, List[List[Tuple[str, str, str]]]] = {}
+        for path in paths:
+            if path:
+                by_line.setdefault(path[0][0], []).append(path)
+        shared = {key: _shared(group) for key, group in by_line.items()}
+    out = []
+    for frames, path in zip(all_frames, paths):
+        if not path:
+            out.append(line_of(frames, torch_dir))
+            continue
+        at = shared.get(path[0][0]) or 0
+        for k, (_, _, function) in enumerate(path):
+            if _is_named(function, named):
+                at = max(at, k + 1)
+        at = min(at, len(path) - 1)
+        if at == 0:
+            out.append((path[0][0], path[0][1]))
+            continue
+        caller, helper = path[at], path[at - 1]
+        out.append((f"{caller[0]} via {helper[0]}", caller[1]))
+    return out
+
+
+def _path(frames: List[Dict[str, Any]], torch_dir: str) -> List[Tuple[str, str, str]]:
+    """The program's frames of a block, innermost first: ``(label, file:line, function)``."""
+    out = []
+    for f in frames:
+        filename = str(f.get("filename", ""))
+        if not filename or filename.startswith(torch_dir) or filename.startswith(_PACKAGE_DIR):
+            continue
+        if filename.startswith("<") and filename != "<stdin>":
+            continue
+        place = f"{os.path.basename(filename)}:{f.get('line')}"
+        function = str(f.get("name", "?"))
+        out.append((f"{function} ({place})", place, function))
+        if len(out) == MAX_PATH:
+            break
+    return out
+
+
+def _shared(group: List[List[Tuple[str, str, str]]]) -> Optional[int]:
+    """How many frames every path of a group shares, when the paths differ past them."""
+    first = group[0]
+    shared, differ = len(first), False
+    for path in group[1:]:
+        same = 0
+        for a, b in zip(first, path):
+            if a[0] != b[0]:
+                break
+            same += 1
+        shared = min(shared, same)
+        differ = differ or same < max(len(first), len(path))
+    return shared if differ and shared > 0 else None
+
+
+def _helpers() -> Tuple[List[str], bool]:
+    """``CUGUARD_HELPERS``: the helpers named, and whether shared frames are helpers."""
+    named, found = [], True
+    for name in (n.strip() for n in os.environ.get("CUGUARD_HELPERS", "").split(",")):
+        if name == "none":
+            found = False
+        elif name and name not in named:
+            named.append(name)
+    return named, found
+
+
+def _is_named(function: str, named: List[str]) -> bool:
+    short = function.replace(":", ".").rsplit(".", 1)[-1]
+    return any(fnmatch.fnmatchcase(function, p) or fnmatch.fnmatchcase(short, p) for p in named)
 
 
 def line_of(frames: List[Dict[str, Any]], torch_dir: str) -> Tuple[str, Optional[str]]:
