@@ -9,7 +9,10 @@
 #    tiled the same; pool on: the same live tensors, the segments being the pool's chunks).
 # 2. `cuguard summary --at phase:inside` (inside a step): the tensors by line, the cache's idle.
 # 3. The cost: a tensor's allocate-and-free pair with no cuguard (twice: the A/A control), under
-#    cuguard (cache blocks on, stacks on: the default), under cuguard with CUGUARD_CACHE_BLOCKS=0,
+#    cuguard (cache blocks on, stacks on: the default; since run 40 PyTorch's memory history
+#    stays off there), under cuguard with CUGUARD_CACHE_VIEW=history (the default before run 40:
+#    PyTorch's memory history on too), under cuguard with CUGUARD_CACHE_BLOCKS=0 (PyTorch's
+#    memory history on, cuguard's hook not recording),
 #    and with PyTorch's own recorder (no stacks, Python stacks), no cuguard, each the median of 40
 #    batches in its process, pinned to one core; a training step with no cuguard and under
 #    cuguard with and without cache blocks. Each its own process, ROUNDS rounds (2), interleaved.
@@ -79,10 +82,11 @@ PY
   echo "== 3. cost (at ${SECONDS}s)"
   for round in $(seq 1 "${ROUNDS:-2}"); do
     # none-again: the A/A control (the same variant twice a round); each process on one core.
-    for m in none cuguard cuguard-off history-plain history-python none-again; do
+    for m in none cuguard cuguard-history cuguard-off history-plain history-python none-again; do
       case $m in
         none|none-again) timeout 120 $PIN python3 $S pairs ;;
         cuguard) timeout 120 $PIN "$C" run --quiet --report "$B/c.json" -- python3 $S pairs ;;
+        cuguard-history) CUGUARD_CACHE_VIEW=history timeout 120 $PIN "$C" run --quiet --report "$B/c.json" -- python3 $S pairs ;;
         cuguard-off) CUGUARD_CACHE_BLOCKS=0 timeout 120 $PIN "$C" run --quiet --report "$B/c.json" -- python3 $S pairs ;;
         history-plain) HISTORY=plain timeout 120 $PIN python3 $S pairs ;;
         history-python) HISTORY=python timeout 120 $PIN python3 $S pairs ;;

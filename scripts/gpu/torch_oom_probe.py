@@ -5,8 +5,12 @@ cache's idle bytes, pieces and largest piece from memory_snapshot() at that mome
 own message. Run under `cuguard run` to see what cuguard's card says beside it.
 
     python3 torch_oom_probe.py fraction|device
+
+With HELPER=1 the pinning tensors are made through a helper, make(), from two lines (run 40:
+cuguard's card charges each to its caller). The result names the lines that made them
+(`lines`), to read the card's pinning lines against.
 """
-import json, sys, time
+import json, os, sys, time
 
 import torch
 
@@ -42,7 +46,19 @@ else:
 torch.cuda.empty_cache()
 held = [torch.empty(GiB, dtype=torch.uint8, device="cuda") for _ in range(segments)]
 del held
-tensors = [torch.empty(100 * MiB, dtype=torch.uint8, device="cuda") for _ in range(segments * 10)]
+def make(n):
+    return torch.empty(n, dtype=torch.uint8, device="cuda")  # helper
+
+
+if os.environ.get("HELPER"):
+    tensors = []
+    for i in range(segments * 10):
+        if i % 4 < 2:
+            tensors.append(make(100 * MiB))  # first caller
+        else:
+            tensors.append(make(100 * MiB))  # second caller
+else:
+    tensors = [torch.empty(100 * MiB, dtype=torch.uint8, device="cuda") for _ in range(segments * 10)]  # pinning
 keep = tensors[1::2]
 del tensors
 ask = int(2.5 * GiB) if mode == "fraction" else 3 * GiB
@@ -55,4 +71,7 @@ except torch.cuda.OutOfMemoryError as e:
     result["result"] = "refused"
     result["message"] = str(e)[:600]
 result["observed"] = seen
+src = open(__file__).read().splitlines()
+result["lines"] = {m: next(i + 1 for i, l in enumerate(src) if l.endswith("# " + m))
+                   for m in ("pinning", "helper", "first caller", "second caller")}
 print(json.dumps(result))

@@ -204,17 +204,21 @@ def fill_frames(segments: List[Dict[str, Any]]) -> Tuple[int, int]:
     ``frames`` the frames of the line cuguard's hook recorded for it (the site and its callers,
     innermost first, in PyTorch's frame shape); returns how many live blocks were asked and how
     many got none. Never raises."""
-    wanting = []
+    wanting, addresses = [], []
     try:
         for segment in segments:
+            at = int(segment["address"])
             for b in segment.get("blocks") or []:
+                address = int(b.get("address", at))  # a block follows the one before it
+                at = address + int(b["size"])
                 if str(b.get("state", "")).startswith("active") and not b.get("frames"):
                     wanting.append(b)
+                    addresses.append(address)
         if not wanting:
             return 0, 0
         from . import _abi
 
-        sites = _abi.cache_block_sites([int(b["address"]) for b in wanting])
+        sites = _abi.cache_block_sites(addresses)
     except Exception:
         return len(wanting), len(wanting)
     missing = 0
