@@ -394,12 +394,19 @@ pub struct GrowingSite {
     pub stack: Vec<String>,
 }
 
+/// The owner whose segments hold the blocks the shim samples by stack (`cache_blocks`
+/// series): PyTorch's caching allocator, the only cache whose blocks the shim's hook records.
+const BLOCKS_OWNER: &str = "pytorch_caching_allocator";
+
 /// Where a site's largest series came from: a stack of the shim's samples, or a line of a
 /// cache's history (`python.view.caches[].lines[]`).
 #[derive(Clone, Copy, Debug)]
 pub enum SeriesFrom<'a> {
     /// A stack id of `stack_samples.series[]`.
     Stack(Option<u64>),
+    /// A stack id of `stack_samples.series[]` that made a cache's blocks (`cache_blocks`: the
+    /// program's tensors inside PyTorch's cache).
+    Blocks(Option<u64>),
     /// A line of a cache's history.
     Line(&'a PyCacheLine),
 }
@@ -423,7 +430,7 @@ impl SiteSeries<'_> {
     /// The site for people, its location once.
     pub fn label(&self, sites: &SiteIndex<'_>) -> String {
         match self.largest.0 {
-            SeriesFrom::Stack(stack) => sites.site(stack).label(),
+            SeriesFrom::Stack(stack) | SeriesFrom::Blocks(stack) => sites.site(stack).label(),
             SeriesFrom::Line(line) => {
                 frames_site(&line.frames).map_or_else(|| self.key.clone(), |s| s.label())
             }
@@ -443,7 +450,8 @@ pub struct SitesOverTime<'a> {
 /// The live bytes of `report`'s sites over time (see the module doc): the series of the
 /// stacks that share a site added up (all devices), only stacks whose owner `include` accepts;
 /// inside a cache whose history gave each program line's bytes, those lines (as the program's)
-/// in place of the cache's segments. The sample times are all of them, or [`MAX_TIMES`] spread
+/// in place of the cache's segments; without such lines, the shim's series of PyTorch's blocks
+/// by the stacks that made them (`cache_blocks`), likewise. The sample times are all of them, or [`MAX_TIMES`] spread
 /// evenly (first and last kept), up to the end of a Python program's code when `to_code_end`;
 /// `None` without samples.
 pub fn sites_over_time<'a>(
@@ -507,9 +515,24 @@ pub fn sites_over_time<'a>(
         .and_then(|p| p.view.as_ref())
         .map(|v| v.caches.iter().filter(|c| !c.lines.is_empty()).collect())
         .unwrap_or_default();
-    let lined_owners: HashSet<&str> = lined.iter().filter_map(|c| c.owner.as_deref()).collect();
+    let mut lined_owners: HashSet<&str> = lined.iter().filter_map(|c| c.owner.as_deref()).collect();
+    // Else the shim's own series of PyTorch's blocks by the stacks that made them do the same.
+    let blocks = lined.is_empty() && samples.series.iter().any(|s| s.cache_blocks);
+    if blocks {
+        lined_owners.insert(BLOCKS_OWNER);
+    }
+    let program_included = include(owners.owner(owners.program()));
     let mut by_site: HashMap<String, SiteSeries> = HashMap::new();
     for series in samples.series.iter().take(MAX_SERIES) {
+        if series.cache_blocks {
+            if blocks && program_included {
+                let key = sites.site(series.stack).key.clone();
+                let bytes = |k: usize| series.bytes.get(picks[k]).copied().unwrap_or(0);
+                let from = SeriesFrom::Blocks(series.stack);
+                add(&mut by_site, key, from, series.device, bytes, n);
+            }
+            continue;
+        }
         let owner = owners.of_stack(series.stack, Some("device"));
         let owner = owners.owner(owner);
         if lined_owners.contains(owner.id.as_str()) || !include(owner) {
@@ -526,7 +549,7 @@ pub fn sites_over_time<'a>(
             n,
         );
     }
-    if include(owners.owner(owners.program())) {
+    if program_included {
         for line in lined.iter().flat_map(|c| c.lines.iter()).take(MAX_SERIES) {
             let Some(site) = frames_site(&line.frames) else {
                 continue;
@@ -572,6 +595,22 @@ pub fn growing_sites(
                     let site = sites.site(stack);
                     let owner = owners.of_stack(stack, Some("device"));
                     let owner = owners.owner(owner);
+                    Some(GrowingSite {
+                        site: site.key.clone(),
+                        label: site.label(),
+                        location: site.location.clone(),
+                        kind: site.kind,
+                        owner: owner.id.clone(),
+                        owner_label: owner.label.clone(),
+                        owner_kind: owner.kind,
+                        devices,
+                        growth: g,
+                        stack: sites.chain(stack),
+                    })
+                }
+                SeriesFrom::Blocks(stack) => {
+                    let site = sites.site(stack);
+                    let owner = owners.owner(program);
                     Some(GrowingSite {
                         site: site.key.clone(),
                         label: site.label(),

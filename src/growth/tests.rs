@@ -349,6 +349,7 @@ fn report_with(times: Vec<u64>, series: Vec<(u64, Vec<u64>)>) -> Report {
                 stack: Some(id),
                 device: 0,
                 bytes,
+                cache_blocks: false,
             })
             .collect(),
     });

@@ -452,3 +452,63 @@ fn a_pytorch_that_changed_the_hook_is_said_once_and_runs_on() {
         )
     );
 }
+
+#[test]
+fn growth_inside_pytorch_s_cache_follows_the_line_that_keeps_its_tensors() {
+    // The driver sees one segment, taken at the start: flat. The shim samples PyTorch's blocks
+    // by the stacks that made them (stack_samples' cache_blocks series), so the list that keeps
+    // a tensor a step grows at its line, and the temporary does not.
+    let a = artifacts();
+    let dir = scratch_dir("torch-growth");
+    let (cuda, _c10) = stand_ins(&dir, &[]);
+    let out = run(
+        Command::new(&a.cuguard)
+            .current_dir(&dir)
+            .env("CUGUARD_RUNTIME_DIR", a.scratch.join("runtime"))
+            .env("PYTHONPATH", a.root.join("src/python"))
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("STANDIN_C10_CUDA", &cuda)
+            .args([
+                "run", "--driver", "sim", "--quiet", "--report", "r.json", "--",
+            ])
+            .arg("python3")
+            .arg(a.root.join("harness/workloads/python/torch_growth.py")),
+        true,
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
+    let blocks = report["stack_samples"]["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["cache_blocks"] == true)
+        .count();
+    assert!(blocks >= 1, "{}", report["stack_samples"]);
+    let py =
+        std::fs::read_to_string(a.root.join("harness/workloads/python/torch_growth.py")).unwrap();
+    let grows = py.lines().position(|l| l.ends_with("# grows")).unwrap() + 1;
+    let summary = json_of(&dir, &["summary", "r.json"]);
+    let growing: Vec<(String, String, u64)> = summary["processes"][0]["growing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["location"].as_str().unwrap_or_default().to_string(),
+                g["owner"].as_str().unwrap().to_string(),
+                g["to_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        growing,
+        [(
+            format!("torch_growth.py:{grows}"),
+            "program".to_string(),
+            14 * 8 * MIB
+        )],
+        "{}",
+        summary["processes"][0]["growing"]
+    );
+}

@@ -89,6 +89,11 @@ pub struct StackSeries {
     pub device: u32,
     /// Live bytes at each of `times_ms`.
     pub bytes: Vec<u64>,
+    /// A framework cache's live blocks (PyTorch's tensors) made from this stack, inside the
+    /// cache's segments, whose own series count the same bytes (absent: the driver's
+    /// allocations).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cache_blocks: bool,
 }
 
 /// `ooms[]`: an allocation the program was refused with `CUDA_ERROR_OUT_OF_MEMORY`, and what

@@ -293,6 +293,7 @@ fn full_report(reason: Reason) -> Report {
             stack: Some(1),
             device: 0,
             bytes: vec![0, 6 << 20],
+            cache_blocks: true,
         }],
     });
     r.ooms = vec![OomRecord {

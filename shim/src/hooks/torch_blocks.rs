@@ -130,7 +130,7 @@ fn record(addr: u64, size: i64, index: i8) {
     let device = i32::from(index);
     if size > 0 {
         let stack = crate::tracker::capture_stack();
-        crate::tracker::cache_blocks::allocated(addr, stack);
+        crate::tracker::cache_blocks::allocated(addr, size.unsigned_abs(), device, stack);
         crate::recorder::allocated_at(
             None,
             addr,

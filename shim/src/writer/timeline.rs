@@ -11,7 +11,9 @@
 //! the same halving, for at most [`MAX_TRACKED`] (stack, device) pairs at once (a new one takes
 //! the place of the one whose largest sample is smallest, when it is larger); the report keeps
 //! the [`StackSamples::MAX_SERIES`] largest. The stats page measures each site's growth from
-//! them ([`stack_bytes_since`]).
+//! them ([`stack_bytes_since`]). A framework cache's live blocks (PyTorch's tensors, where the
+//! hook records them: [`crate::tracker::cache_blocks`]) are sampled beside, as series of their
+//! own (`cache_blocks`), by the stacks that made them.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -40,13 +42,17 @@ struct Timeline {
     stacks: ByStack,
 }
 
+/// A series' key: stack, device, and whether it is a cache's blocks (else the driver's
+/// allocations).
+type Key = (u32, i32, bool);
+
 /// Live bytes per (stack, device) over time.
 struct ByStack {
     interval_ms: u64,
     next_ms: u64,
     times: Vec<u64>,
     /// Each as long as `times`.
-    series: HashMap<(u32, i32), Vec<u64>>,
+    series: HashMap<Key, Vec<u64>>,
 }
 
 impl ByStack {
@@ -68,27 +74,12 @@ impl ByStack {
         }
         for &device in devices {
             for (stack, bytes, _) in crate::tracker::by_stack::snapshot(device) {
-                let key = (stack, device);
-                if let Some(s) = self.series.get_mut(&key) {
-                    s[n] = bytes;
-                    continue;
-                }
-                if self.series.len() >= MAX_TRACKED {
-                    let smallest = self
-                        .series
-                        .iter()
-                        .map(|(k, v)| (*k, v.iter().copied().max().unwrap_or(0)))
-                        .min_by_key(|(_, m)| *m);
-                    match smallest {
-                        Some((k, m)) if m < bytes => {
-                            self.series.remove(&k);
-                        }
-                        _ => continue,
-                    }
-                }
-                let mut s = vec![0; n + 1];
-                s[n] = bytes;
-                self.series.insert(key, s);
+                self.set((stack, device, false), n, bytes);
+            }
+        }
+        for ((stack, device), bytes) in crate::tracker::cache_blocks::live_by_stack() {
+            if bytes > 0 {
+                self.set((stack, device, true), n, bytes);
             }
         }
         if self.times.len() >= StackSamples::MAX_TIMES {
@@ -104,11 +95,36 @@ impl ByStack {
         }
     }
 
+    /// Sets series `key`'s sample `n` (the latest) to `bytes`, following a new series when
+    /// there is room or it is larger than the smallest followed (which it replaces).
+    fn set(&mut self, key: Key, n: usize, bytes: u64) {
+        if let Some(s) = self.series.get_mut(&key) {
+            s[n] = bytes;
+            return;
+        }
+        if self.series.len() >= MAX_TRACKED {
+            let smallest = self
+                .series
+                .iter()
+                .map(|(k, v)| (*k, v.iter().copied().max().unwrap_or(0)))
+                .min_by_key(|(_, m)| *m);
+            match smallest {
+                Some((k, m)) if m < bytes => {
+                    self.series.remove(&k);
+                }
+                _ => return,
+            }
+        }
+        let mut s = vec![0; n + 1];
+        s[n] = bytes;
+        self.series.insert(key, s);
+    }
+
     fn report(&self) -> Option<StackSamples> {
         if self.times.is_empty() {
             return None;
         }
-        let mut series: Vec<(&(u32, i32), &Vec<u64>, u64)> = self
+        let mut series: Vec<(&Key, &Vec<u64>, u64)> = self
             .series
             .iter()
             .map(|(k, v)| (k, v, v.iter().copied().max().unwrap_or(0)))
@@ -121,11 +137,14 @@ impl ByStack {
             times_ms: self.times.clone(),
             series: series
                 .into_iter()
-                .map(|(&(stack, device), bytes, _)| cuguard_format::StackSeries {
-                    stack: (stack != crate::tracker::NONE).then_some(u64::from(stack)),
-                    device: device_ordinal(device),
-                    bytes: bytes.clone(),
-                })
+                .map(
+                    |(&(stack, device, cache), bytes, _)| cuguard_format::StackSeries {
+                        stack: (stack != crate::tracker::NONE).then_some(u64::from(stack)),
+                        device: device_ordinal(device),
+                        bytes: bytes.clone(),
+                        cache_blocks: cache,
+                    },
+                )
                 .collect(),
         })
     }
@@ -239,7 +258,8 @@ pub fn report() -> Option<(cuguard_format::Timeline, Option<StackSamples>)> {
     ))
 }
 
-/// Live bytes of every (stack, device) the stack samples follow, as the first stack sample taken
+/// Live bytes of every (stack, device) of the driver's allocations the stack samples follow, as
+/// the first stack sample taken
 /// at or after `since_ms` (milliseconds since the start) saw them: what the stats page measures
 /// each site's growth from. `None` when sampling is off, no sample is that recent yet, or the
 /// lock is busy.
@@ -252,7 +272,8 @@ pub fn stack_bytes_since(since_ms: u64) -> Option<HashMap<(u32, i32), u64>> {
         by_stack
             .series
             .iter()
-            .map(|(k, v)| (*k, v.get(i).copied().unwrap_or(0)))
+            .filter(|(k, _)| !k.2)
+            .map(|(k, v)| ((k.0, k.1), v.get(i).copied().unwrap_or(0)))
             .collect(),
     )
 }

@@ -14,8 +14,8 @@ which idle, and where each live block was allocated.
   through ``torch.cuda._lazy_call``, so importing PyTorch never starts CUDA). Its authors
   measured about 2 µs per allocation. From the history, :func:`history_lines` makes each
   program line's live bytes inside the cache over time (the report's ``caches[].lines``), so
-  growth follows the lines whose tensors are kept, not the line that grew a segment; without
-  it, growth inside the cache follows its segments.
+  growth follows the lines whose tensors are kept, not the line that grew a segment (without
+  it, the shim's own samples of PyTorch's blocks by stack do the same: ``src/growth.rs``).
 - **CuPy**: its pool keeps no book it shows. cuguard adds a memory hook
   (``cupy.cuda.MemoryHook``; hooks are per thread, so it is added in the thread that imported
   CuPy) that records each pool allocation's Python frames until it is freed
