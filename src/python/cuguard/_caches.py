@@ -363,7 +363,9 @@ def _torch_book(torch: Any, notes: List[str], start_unix_ms: Optional[float]) ->
                 f"(from {cut:,} ms): live bytes by line in its cache are over that stretch "
                 "(CUGUARD_CACHE_HISTORY keeps more)"
             )
-    source = ("cuguard" if _torch_history["cuguard"] else "history") if any_frames else "states"
+    # Lines from cuguard's record where it gave any (a program that turned PyTorch's history on
+    # itself has PyTorch's frames on its blocks, which are kept).
+    source = ("cuguard" if asked > unnamed else "history") if any_frames else "states"
     return Book("pytorch", source, True, blocks, note, lines)
 
 
