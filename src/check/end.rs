@@ -20,6 +20,25 @@ pub(crate) fn end_items(
 ) -> Vec<Item> {
     let mut out = Vec::new();
     let mut skipped = (0u64, 0u64);
+    // The held live cache blocks' sites, charged past the program's allocation helper as every
+    // site is (`crate::call_path`).
+    let held_blocks: Vec<&cuguard_format::PyBlock> = view
+        .allocations
+        .iter()
+        .filter(|a| held && a.class == HeldClass::Cache)
+        .flat_map(|a| &a.blocks)
+        .filter(|b| b.state == "live" && !b.holders.is_empty())
+        .collect();
+    let frames: Vec<&[cuguard_format::PyFrame]> =
+        held_blocks.iter().map(|b| b.frames.as_slice()).collect();
+    let mut sites: std::collections::HashMap<u64, Site> = held_blocks
+        .iter()
+        .zip(crate::call_path::frames_sites(
+            &frames,
+            crate::call_path::helpers(),
+        ))
+        .filter_map(|(b, s)| Some((b.address.0, s?.0)))
+        .collect();
     for a in &view.allocations {
         let leak = Leak {
             allocation: a.allocation.clone(),
@@ -49,7 +68,8 @@ pub(crate) fn end_items(
                     block.requested = b.size;
                     // The program's: a tensor or array it keeps.
                     block.owner = Some("program".into());
-                    let site = crate::sites::frames_site(&b.frames)
+                    let site = sites
+                        .remove(&b.address.0)
                         .map(|s| (Place::of_python(&b.frames, &s), s))
                         .map(|(p, s)| (s, p));
                     out.push((block, b.size, 1, site));

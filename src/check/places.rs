@@ -132,8 +132,10 @@ impl Place {
     }
 
     /// The place of a site found from Python frames alone (a live cache block's).
+    /// A site charged past an allocation helper starts at the caller, the helper's frame kept
+    /// beside it (as [`Place::of`]).
     pub fn of_python(frames: &[PyFrame], site: &Site) -> Place {
-        Place {
+        let mut place = Place {
             frames: frames
                 .iter()
                 .filter_map(python_frame)
@@ -141,7 +143,22 @@ impl Place {
                 .collect(),
             function: site.function.clone().unwrap_or_else(|| site.name.clone()),
             ..Place::default()
+        };
+        if let Some(helper) = &site.via {
+            let at = |loc: &Option<String>| {
+                place
+                    .frames
+                    .iter()
+                    .position(|f| loc.as_deref() == Some(frame_location(f).as_str()))
+            };
+            if let Some(k) = at(&site.location) {
+                place.via = at(&helper.location)
+                    .filter(|h| *h < k)
+                    .map(|h| place.frames[h].clone());
+                place.frames.drain(..k);
+            }
         }
+        place
     }
 
     /// The first frame, from the site's outward, whose file is under `root` (an absolute,

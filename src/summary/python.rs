@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::owners::OwnerIndex;
-use crate::sites::{SiteIndex, builtin_rules, python_site_frame};
+use crate::sites::SiteIndex;
 use cuguard_format::{HeldClass, PyAllocation, PyBlock, PyFrame, PyHolder, Report};
 
 /// How many held allocations, lost sites and cache block sites are listed.
@@ -276,100 +276,38 @@ fn write_spans(steps: &mut [String], spans: &Spans, weak: bool) {
     }
 }
 
-/// How far outward from a block's line its callers are followed.
-const MAX_PATH: usize = 16;
+/// The sites of a cache's live blocks, by address: each block's line, or its caller's past the
+/// program's allocation helper ([`crate::call_path::frames_sites`]), with the frames from the
+/// helper on.
+struct BlockSites(HashMap<u64, (crate::sites::Site, Vec<crate::sites::Site>)>);
 
-/// A block's frame for people: `function (file:line)`.
-fn frame_name(f: &PyFrame) -> String {
-    match f.line {
-        Some(line) => format!(
-            "{} ({}:{line})",
-            f.function,
-            crate::sites::file_name(&f.file)
-        ),
-        None => format!("{} ({})", f.function, crate::sites::file_name(&f.file)),
+impl BlockSites {
+    fn of<'a>(blocks: impl Iterator<Item = &'a PyBlock>) -> BlockSites {
+        let live: Vec<&PyBlock> = blocks
+            .filter(|b| b.state == "live" && !b.frames.is_empty())
+            .collect();
+        let frames: Vec<&[PyFrame]> = live.iter().map(|b| b.frames.as_slice()).collect();
+        let sites = crate::call_path::frames_sites(&frames, crate::call_path::helpers());
+        BlockSites(
+            live.iter()
+                .zip(sites)
+                .filter_map(|(b, s)| Some((b.address.0, s?)))
+                .collect(),
+        )
     }
 }
 
-/// A block's line by the site rules and the program's frames outward from it (the rules' user
-/// tier), innermost first, at most [`MAX_PATH`]: `(name, function)` each.
-fn block_path(frames: &[PyFrame]) -> Vec<(String, &str)> {
-    let rules = builtin_rules();
-    let site_frames: Vec<_> = frames.iter().map(python_site_frame).collect();
-    let at = rules
-        .find_site_with_kind(&site_frames)
-        .map_or(0, |(s, _)| s.index);
-    let mut path: Vec<(String, &str)> = vec![(frame_name(&frames[at]), &frames[at].function)];
-    for (f, sf) in frames.iter().zip(&site_frames).skip(at + 1) {
-        if path.len() == MAX_PATH {
-            break;
-        }
-        if rules.tier(sf).is_none() {
-            path.push((frame_name(f), &f.function));
-        }
-    }
-    path
-}
-
-/// The blocks' helpers: for each block line whose blocks came from different callers, how many
-/// frames every path shares from it (the program's allocation helper), as the command charges
-/// a site (`crate::call_path`); named helpers (`--helper`, `CUGUARD_HELPERS`) aside.
-struct BlockHelpers(HashMap<String, usize>);
-
-impl BlockHelpers {
-    fn of<'a>(blocks: impl Iterator<Item = &'a PyBlock>) -> BlockHelpers {
-        let mut by_line: HashMap<String, Vec<Vec<String>>> = HashMap::new();
-        if crate::call_path::helpers().found {
-            for b in blocks.filter(|b| b.state == "live" && !b.frames.is_empty()) {
-                let path: Vec<String> = block_path(&b.frames).into_iter().map(|(n, _)| n).collect();
-                let group = by_line.entry(path[0].clone()).or_default();
-                if !group.contains(&path) {
-                    group.push(path);
-                }
-            }
-        }
-        let mut shared = HashMap::new();
-        for (line, group) in by_line {
-            let first = &group[0];
-            let mut common = first.len();
-            for path in &group[1..] {
-                common = common.min(first.iter().zip(path).take_while(|(a, b)| a == b).count());
-            }
-            if group.len() > 1 && common > 0 {
-                shared.insert(line, common);
-            }
-        }
-        BlockHelpers(shared)
-    }
-}
-
-/// Where a block was allocated, for people: the user's frame by the site rules, or, where it
-/// is the program's allocation helper ([`BlockHelpers`]), the first caller past it,
-/// `caller (file:line) via helper (file:line)`; and the frames from there on (at most 3).
-fn block_site(frames: &[PyFrame], helpers: &BlockHelpers) -> (String, String, Vec<String>) {
-    if frames.is_empty() {
+/// Where a block was allocated, for people (see [`BlockSites`]): its key, its label, and the
+/// frames from its line (or its helper) on, at most 3.
+fn block_site(b: &PyBlock, sites: &BlockSites) -> (String, String, Vec<String>) {
+    let Some((site, path)) = sites.0.get(&b.address.0) else {
         let none = "<no Python line recorded>".to_string();
         return (none.clone(), none, Vec::new());
-    }
-    let path = block_path(frames);
-    let named = crate::call_path::helpers();
-    let mut at = helpers.0.get(&path[0].0).copied().unwrap_or(0);
-    if let Some(k) = path.iter().rposition(|(_, f)| named.names_function(f)) {
-        at = at.max(k + 1);
-    }
-    let at = at.min(path.len() - 1);
-    let key = match at {
-        0 => path[0].0.clone(),
-        _ => format!("{} via {}", path[at].0, path[at - 1].0),
     };
-    let stack: Vec<String> = path[at.saturating_sub(1)..]
-        .iter()
-        .take(3)
-        .map(|(n, _)| n.clone())
-        .collect();
+    let stack: Vec<String> = path.iter().take(3).map(|s| s.label()).collect();
     (
-        key.clone(),
-        key,
+        site.key.clone(),
+        site.label(),
         if stack.len() > 1 { stack } else { Vec::new() },
     )
 }
@@ -430,7 +368,7 @@ impl PythonSummary {
         let mut unclassified: HashMap<String, ClassSite> = HashMap::new();
         let mut held = HeldLines::default();
         let mut caches: HashMap<Option<String>, CacheSummary> = HashMap::new();
-        let helpers = BlockHelpers::of(
+        let helpers = BlockSites::of(
             view.allocations
                 .iter()
                 .filter(|a| a.class == HeldClass::Cache)
@@ -619,7 +557,7 @@ fn add_cache(
     caches: &mut HashMap<Option<String>, CacheSummary>,
     a: &PyAllocation,
     owners: &mut OwnerIndex<'_>,
-    helpers: &BlockHelpers,
+    helpers: &BlockSites,
 ) {
     let label = match &a.owner {
         Some(id) => {
@@ -656,7 +594,7 @@ fn add_cache(
     }
 }
 
-fn add_block(c: &mut CacheSummary, b: &PyBlock, helpers: &BlockHelpers) {
+fn add_block(c: &mut CacheSummary, b: &PyBlock, helpers: &BlockSites) {
     c.live_bytes = c.live_bytes.saturating_add(b.size);
     c.live_blocks += 1;
     let held = !b.holders.is_empty();
@@ -664,7 +602,7 @@ fn add_block(c: &mut CacheSummary, b: &PyBlock, helpers: &BlockHelpers) {
         c.held_bytes = c.held_bytes.saturating_add(b.size);
         c.held_blocks += 1;
     }
-    let (key, label, stack) = block_site(&b.frames, helpers);
+    let (key, label, stack) = block_site(b, helpers);
     let holder = b
         .holders
         .iter()
