@@ -92,6 +92,14 @@ pub fn cost_line(c: &Cost) -> String {
             duration(g.ns)
         ));
     }
+    if let Some(b) = c.cache_blocks.filter(|b| b.calls > 0) {
+        s.push_str(&format!(
+            ", {} recording {} of PyTorch's tensors ({} each)",
+            duration(b.ns),
+            count(b.calls, "allocation or free", "allocations and frees"),
+            per_call(steady(&b))
+        ));
+    }
     if let Some(other) = c.captures.filter(|o| o.calls > 0) {
         s.push_str(&format!(
             ", {} for {}",
@@ -108,29 +116,39 @@ pub fn cost_line(c: &Cost) -> String {
     s
 }
 
-/// cuguard's own cost in one short line (under 100 characters): what each allocation cost
-/// (after each thread's first, when there were later ones) and the memory it kept, with the
-/// way to the whole bill ([`cost_line`], `--cost`):
+/// cuguard's own cost in one short line (about 100 characters): what each allocation cost
+/// (after each thread's first, when there were later ones), each of PyTorch's tensors where the
+/// hook recorded them, and the memory it kept, with the way to the whole bill ([`cost_line`],
+/// `--cost`):
 ///
 /// ```text
 /// cuguard's cost: 8.4 µs per allocation, 10.0 MiB of memory (--cost: the whole bill)
 /// ```
 pub fn cost_short(c: &Cost) -> String {
     let h = &c.hooks;
-    let each = if h.later_calls() > 0 {
-        Some(h.later_ns() as f64 / h.later_calls() as f64)
-    } else if h.calls > 0 {
-        Some(h.ns as f64 / h.calls as f64)
-    } else {
-        None
-    };
+    let each = (h.calls > 0).then(|| steady(h));
     let memory = format!("{} of memory", crate::wording::bytes(c.heap_bytes));
+    let tensors = c
+        .cache_blocks
+        .filter(|b| b.calls > 0)
+        .map(|b| format!("{} per tensor, ", per_call(steady(&b))))
+        .unwrap_or_default();
     match each {
         Some(ns) => format!(
-            "cuguard's cost: {} per allocation, {memory} (--cost: the whole bill)",
+            "cuguard's cost: {} per allocation, {tensors}{memory} (--cost: the whole bill)",
             per_call(ns)
         ),
-        None => format!("cuguard's cost: {memory} (--cost: the whole bill)"),
+        None => format!("cuguard's cost: {tensors}{memory} (--cost: the whole bill)"),
+    }
+}
+
+/// A sampled bill's time a call: after each thread's first calls where there were later ones
+/// (the steady state), else over every call.
+fn steady(t: &cuguard_format::CostTiming) -> f64 {
+    if t.later_calls() > 0 {
+        t.later_ns() as f64 / t.later_calls() as f64
+    } else {
+        t.ns as f64 / t.calls.max(1) as f64
     }
 }
 

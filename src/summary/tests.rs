@@ -681,6 +681,7 @@ fn the_cost_line_adds_up_and_says_one_time_costs_apart() {
         stacks: timing(10_008, 1_100_000, 8, 200_000),
         python: timing(5_000, 310_000, 8, 10_000),
         captures: Some(timing(3, 200_000, 3, 200_000)),
+        cache_blocks: None,
         one_time: Some(timing(2, 3_100_000, 0, 0)),
         unwind: Some(cuguard_format::CostUnwind {
             evaluated: 110,
@@ -704,6 +705,21 @@ fn the_cost_line_adds_up_and_says_one_time_costs_apart() {
          arming), 3 pool chunks (36.0 MiB) from the driver in 600.0 µs, 200.0 µs for 3 other \
          stacks, 15.0 ms writing 1 report, 3.4 MiB of its own memory"
     );
+    // PyTorch's tensors the hook recorded: their bill, and a tensor's steady cost in the
+    // short line.
+    c.cache_blocks = Some(timing(20_008, 18_400_000, 8, 400_000));
+    assert!(
+        super::cost_line(&c).contains(
+            ", 18.4 ms recording 20,008 allocations and frees of PyTorch's tensors (0.90 µs each), 200.0 µs for 3 other stacks"
+        ),
+        "{}",
+        super::cost_line(&c)
+    );
+    assert_eq!(
+        super::cost_short(&c),
+        "cuguard's cost: 0.12 µs per allocation, 0.90 µs per tensor, 3.4 MiB of memory (--cost: the whole bill)"
+    );
+    c.cache_blocks = None;
     // All of them among the first: the parts per allocation over every call.
     c.hooks = timing(4, 80_000, 4, 80_000);
     c.stacks = timing(4, 60_000, 4, 60_000);

@@ -485,6 +485,10 @@ fn growth_inside_pytorch_s_cache_follows_the_line_that_keeps_its_tensors() {
         .filter(|s| s["cache_blocks"] == true)
         .count();
     assert!(blocks >= 1, "{}", report["stack_samples"]);
+    // The hook's work is billed apart: every block made and freed before the end (the held
+    // tensor, 14 kept, 14 temporaries made and freed).
+    let billed = report["cost"]["cache_blocks"]["calls"].as_u64().unwrap();
+    assert!(billed >= 1 + 1 + 14 + 14 + 14, "{}", report["cost"]);
     let py =
         std::fs::read_to_string(a.root.join("harness/workloads/python/torch_growth.py")).unwrap();
     let grows = py.lines().position(|l| l.ends_with("# grows")).unwrap() + 1;

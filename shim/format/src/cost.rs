@@ -39,6 +39,12 @@ pub struct Cost {
     /// included: not a part of `hooks`. Absent in older reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub captures: Option<CostTiming>,
+    /// A framework cache's blocks its hook recorded (PyTorch's tensors, each made and freed):
+    /// the record and its stack, whole; not a part of `hooks`, and their stacks not in
+    /// `captures`. `calls`: blocks made and freed. Absent where none was recorded, and in older
+    /// reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_blocks: Option<CostTiming>,
     /// Work done once, every occurrence timed whole and taken out of the other figures: the
     /// module tables read for unwinding (at the first capture, and again when libraries are
     /// loaded), each return address's unwind rule evaluated (once per address), each thread's
@@ -188,6 +194,7 @@ impl Cost {
         self.stacks.add(&other.stacks);
         self.python.add(&other.python);
         add_optional(&mut self.captures, other.captures.as_ref());
+        add_optional(&mut self.cache_blocks, other.cache_blocks.as_ref());
         add_optional(&mut self.one_time, other.one_time.as_ref());
         if let Some(o) = &other.unwind {
             self.unwind.get_or_insert_with(CostUnwind::default).add(o);
@@ -240,6 +247,7 @@ mod tests {
             },
             python: CostTiming::default(),
             captures: None,
+            cache_blocks: None,
             one_time: Some(CostTiming {
                 calls: 1,
                 timed: 1,

@@ -429,6 +429,14 @@ fn full_report(reason: Reason) -> Report {
             first_calls: 1,
             first_ns: 2_000,
         }),
+        cache_blocks: Some(CostTiming {
+            calls: 40,
+            timed: 9,
+            dropped: 0,
+            ns: 36_000,
+            first_calls: 8,
+            first_ns: 8_000,
+        }),
         one_time: Some(CostTiming {
             calls: 3,
             timed: 3,

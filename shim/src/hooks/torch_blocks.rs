@@ -127,6 +127,7 @@ fn record(addr: u64, size: i64, index: i8) {
     let Some(_inside) = Guard::enter() else {
         return;
     };
+    let _bill = crate::process::cost::begin(crate::process::cost::Metric::Blocks);
     let device = i32::from(index);
     if size > 0 {
         let stack = crate::tracker::capture_stack();

@@ -7,7 +7,8 @@
 //! parts are timed inside it, in the same calls: the native stack capture ([`Metric::Stacks`]:
 //! unwinding, hashing, the stack table) and the reading of Python frames ([`Metric::Python`],
 //! only the captures that read at least one). Stacks captured outside an allocation (a
-//! context's, an event's) are a bill of their own ([`Metric::Captures`]), not a part of it. Work
+//! context's, an event's) are a bill of their own ([`Metric::Captures`]), not a part of it; so
+//! is a framework cache's block its hook records, capture included ([`Metric::Blocks`]). Work
 //! done once (the module tables read for unwinding, a thread's unwinder set-up, the Python
 //! interpreter's lookup, arming the process at its first allocation) is timed every time it
 //! happens, whole, and taken out of every span it falls in ([`Metric::OneTime`],
@@ -68,9 +69,13 @@ pub enum Metric {
     Captures = 3,
     /// Work done once, every time timed, taken out of the spans it falls in.
     OneTime = 4,
+    /// A framework cache's block its hook recorded (PyTorch's tensor, made or freed): the
+    /// record and its stack, whole (a capture inside it is not billed again as
+    /// [`Metric::Captures`]).
+    Blocks = 5,
 }
 
-const METRICS: usize = 5;
+const METRICS: usize = 6;
 /// The parts of [`Metric::Hooks`].
 const PARTS: [Metric; 2] = [Metric::Stacks, Metric::Python];
 
@@ -308,6 +313,8 @@ struct State {
     slot: Cell<u32>,
     /// The hooks call in progress on this thread, if any: its kind (see [`NONE`]…).
     in_hooks: Cell<u8>,
+    /// Whether a cache block's record ([`Metric::Blocks`]) is in progress on this thread.
+    in_blocks: Cell<bool>,
     /// A hooks call paused at the end of the record (see [`Span::pause`]): its kind, or
     /// [`NONE`].
     paused: Cell<u8>,
@@ -327,6 +334,7 @@ thread_local! {
         State {
             slot: Cell::new(NO_SLOT),
             in_hooks: Cell::new(NONE),
+            in_blocks: Cell::new(false),
             paused: Cell::new(NONE),
             last_dropped: Cell::new(false),
             pending: [Cell::new(0), Cell::new(0)],
@@ -492,7 +500,8 @@ impl Span {
     }
 }
 
-/// Counts one call of a sampled metric ([`Metric::Hooks`], [`Metric::Captures`]) and times it
+/// Counts one call of a sampled metric ([`Metric::Hooks`], [`Metric::Captures`],
+/// [`Metric::Blocks`]) and times it
 /// if it is one of the thread's first calls or its turn in the sample. Drop the span where the
 /// call ends.
 #[inline]
@@ -520,6 +529,11 @@ pub fn begin(metric: Metric) -> Span {
     {
         s.in_hooks.set(kind);
     }
+    if metric == Metric::Blocks
+        && let Some(s) = state
+    {
+        s.in_blocks.set(true);
+    }
     if kind == UNTIMED {
         Span::untimed(state, metric)
     } else {
@@ -532,6 +546,13 @@ pub fn begin(metric: Metric) -> Span {
 #[inline]
 pub fn in_hooks() -> bool {
     state().map_or(NONE, |s| s.in_hooks.get()) != NONE
+}
+
+/// Whether a cache block's record is at work on this thread (a capture then is a part of its
+/// bill, [`Metric::Blocks`]).
+#[inline]
+pub fn in_blocks() -> bool {
+    state().is_some_and(|s| s.in_blocks.get())
 }
 
 /// Counts one call of a part of the hooks' work ([`Metric::Stacks`], [`Metric::Python`]) on
@@ -632,6 +653,11 @@ impl Drop for Span {
             && let Some(s) = state
         {
             s.in_hooks.set(NONE);
+        }
+        if self.metric == Metric::Blocks
+            && let Some(s) = state
+        {
+            s.in_blocks.set(false);
         }
         if !matches!(self.kind, FIRST | SAMPLED) {
             // The parts of an untimed call were not timed either: nothing of theirs is
@@ -833,6 +859,7 @@ pub fn reset_after_fork() {
     if let Some(s) = state() {
         s.paused.set(NONE);
         s.in_hooks.set(NONE);
+        s.in_blocks.set(false);
         take_pending(Some(s));
     }
 }

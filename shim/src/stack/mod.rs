@@ -216,7 +216,7 @@ fn capture_with(skip: Skip, depth: usize, with_origin: bool) -> Option<StackId> 
     // (Python frames apart, counted only when some were read); outside one, whole, as a
     // capture of its own (a context's, an event's).
     let inside = cost::in_hooks();
-    let _capture = (!inside).then(|| cost::begin(Metric::Captures));
+    let _capture = (!inside && !cost::in_blocks()).then(|| cost::begin(Metric::Captures));
     let py_span = (inside && python::present()).then(|| cost::part(Metric::Python));
     let py_n = python::capture(&mut py[..depth]);
     match py_span {

@@ -568,6 +568,7 @@ fn bill(started: u64, heap: u64) -> format::Cost {
         stacks: timing(Metric::Stacks),
         python: timing(Metric::Python),
         captures: Some(timing(Metric::Captures)),
+        cache_blocks: Some(timing(Metric::Blocks)).filter(|t| t.calls > 0),
         one_time: Some(timing(Metric::OneTime)),
         unwind: Some(format::CostUnwind {
             frames: at(cost::Tally::Frames),
