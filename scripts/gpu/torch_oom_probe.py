@@ -64,12 +64,15 @@ del tensors
 ask = int(2.5 * GiB) if mode == "fraction" else 3 * GiB
 result = {"mode": mode, "segments_made": segments, "ask": ask, "reserved": torch.cuda.memory_reserved(),
           "allocated": torch.cuda.memory_allocated(), "device_free": torch.cuda.mem_get_info()[0]}
+t0 = time.perf_counter()
 try:
     big = torch.empty(ask, dtype=torch.uint8, device="cuda")
     result["result"] = "served"
 except torch.cuda.OutOfMemoryError as e:
     result["result"] = "refused"
     result["message"] = str(e)[:600]
+# From the request to PyTorch's error (its observers', cuguard's card included).
+result["refusal_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
 result["observed"] = seen
 src = open(__file__).read().splitlines()
 result["lines"] = {m: next(i + 1 for i, l in enumerate(src) if l.endswith("# " + m))
