@@ -134,7 +134,7 @@ impl FrameworkOom {
     }
 }
 
-/// What `cuguard_cache_block_sites` is asked: the start addresses of a framework's cache blocks.
+/// What `cuguard_cache_block_frames` is asked: the start addresses of a framework's cache blocks.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockAddresses {
     /// The blocks' start addresses.
@@ -148,12 +148,13 @@ impl BlockAddresses {
     }
 }
 
-/// What `cuguard_cache_block_sites` answers: for each address asked, in order, the site of the
-/// live block the hook recorded there (with its callers), or null where none was recorded.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BlockSites {
+/// What `cuguard_cache_block_frames` answers: for each address asked, in order, the Python
+/// frames (innermost first) of the stack that made the live block the hook recorded there, or
+/// null where none was recorded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BlockFrames {
     /// One entry per address asked.
-    pub sites: Vec<Option<Site>>,
+    pub frames: Vec<Option<Vec<crate::PyFrame>>>,
 }
 
 /// `value` as one line of compact JSON.

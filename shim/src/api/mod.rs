@@ -39,7 +39,7 @@
 //! int32_t cuguard_framework_oom(const char *json);
 //! int32_t cuguard_framework_watch(const char *framework);
 //! int32_t cuguard_cache_blocks(const char *framework);
-//! int32_t cuguard_cache_block_sites(const char *json, char **json_out);
+//! int32_t cuguard_cache_block_frames(const char *json, char **json_out);
 //! void    cuguard_free(char *p);
 //! ```
 //!
@@ -69,7 +69,7 @@
 //! | `cuguard_framework_oom` | a framework's allocator refused a request (`cuguard_format::api::FrameworkOom`: PyTorch's, from its out-of-memory observer, which the Python package registers): an out-of-memory card like the driver's, with the framework's cache's idle memory, pieces and pinning lines, asked from the calling thread's stack ([`framework_oom`]; [`E_INVALID`] for a document that does not read) | a stack capture, parsing the JSON, the card's figures (the driver's pools asked) |
 //! | `cuguard_framework_watch` | a framework's out-of-memory observer is registered (`pytorch`): the one stderr line at a driver's refusal then waits for the framework's card, which explains a refusal inside its allocator, or for the final report ([`framework_oom`]) | one store |
 //! | `cuguard_cache_blocks` | whether the shim records `framework`'s (`pytorch`) cache blocks with their stacks in this process: [`OK`] when it does (its hook receives PyTorch's blocks, the history is on, `CUGUARD_CACHE_BLOCKS` is not 0), [`E_OFF`] when not; the package then leaves PyTorch's own memory history off ([`cache_blocks`]) | a symbol look-up |
-//! | `cuguard_cache_block_sites` | for each address of `json` (`{"addresses": [...]}`, `cuguard_format::api::BlockAddresses`), the site, with its callers, of the live cache block recorded there, or null, in order (`{"sites": [...]}`, `cuguard_format::api::BlockSites`) in `*json_out`: the lines of PyTorch's live blocks at the end and at an out-of-memory | a look-up per address; names the sites (within half a second) |
+//! | `cuguard_cache_block_frames` | for each address of `json` (`{"addresses": [...]}`, `cuguard_format::api::BlockAddresses`), the Python frames (innermost first: `file`, `line`, `function`) of the stack that made the live cache block recorded there, or null, in order (`{"frames": [...]}`, `cuguard_format::api::BlockFrames`) in `*json_out`: the lines of PyTorch's live blocks at the end and at an out-of-memory | a look-up per address; no native frame is named |
 //! | `cuguard_free` | frees a string this ABI returned; NULL is ignored | — |
 //!
 //! Every function but the first four and `cuguard_free` returns [`OK`] (0) or a negative code:

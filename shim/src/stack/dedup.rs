@@ -240,6 +240,13 @@ pub(crate) fn since(from: u32) -> Vec<(u32, Vec<u64>)> {
         .collect()
 }
 
+/// The words of stack `id`, when it exists.
+pub(crate) fn words(id: u32) -> Option<Vec<u64>> {
+    (id < COUNT.load(Ordering::Acquire))
+        .then(|| rec(id).map(|r| r.ips.to_vec()))
+        .flatten()
+}
+
 /// Clears the insert lock in a forked child (where the thread that held it does not exist).
 pub(crate) fn reset_after_fork() {
     INSERT_LOCK.unlock();

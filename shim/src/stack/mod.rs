@@ -300,6 +300,11 @@ pub fn stacks() -> Vec<(StackId, Vec<u64>)> {
     dedup::all()
 }
 
+/// The words of stack `id` (see [`stacks`]), when it exists.
+pub fn words_of(id: StackId) -> Option<Vec<u64>> {
+    dedup::words(id)
+}
+
 /// The stacks with ids `from..` captured so far, as [`stacks`] gives them: the history writes
 /// each stack once, as it appears.
 pub fn stacks_since(from: u32) -> Vec<(StackId, Vec<u64>)> {

@@ -342,6 +342,34 @@ pub struct Named {
     pub owner_kind: Option<String>,
 }
 
+/// The Python frames of each stack of `ids`, innermost first, as the report writes them: the
+/// code table's names only, no native frame named (cheap: what a framework's out-of-memory
+/// observer may wait for). Empty for a stack without Python frames or an unknown id.
+pub fn python_frames_now(ids: &[u32]) -> Vec<Vec<format::PyFrame>> {
+    let codes = python::codes();
+    let aliases = crate::process::aliases::all();
+    ids.iter()
+        .map(|&id| {
+            let Some(words) = stack::words_of(id) else {
+                return Vec::new();
+            };
+            let (_, tail) = stack::split(&words);
+            tail.iter()
+                .map(|&w| {
+                    let f = python::decode(w, &codes);
+                    format::PyFrame {
+                        file: f.file.into(),
+                        line: f.line,
+                        function: f.function.into(),
+                        entry: Some(f.entry),
+                        display: aliases.get(f.file).cloned(),
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// For each `(stack id or NONE, memory kind)` of `asks`: the stack's site, named now with its
 /// callers ([`api_site`]: what tells apart the lines that called a helper of the program's), and
 /// the owner of an allocation of that memory made from it, by the same rules as the report's

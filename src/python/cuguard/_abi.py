@@ -106,7 +106,7 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
         "cuguard_framework_oom": ([ctypes.c_char_p], ctypes.c_int32),
         "cuguard_framework_watch": ([ctypes.c_char_p], ctypes.c_int32),
         "cuguard_cache_blocks": ([ctypes.c_char_p], ctypes.c_int32),
-        "cuguard_cache_block_sites": ([ctypes.c_char_p, c_char_pp], ctypes.c_int32),
+        "cuguard_cache_block_frames": ([ctypes.c_char_p, c_char_pp], ctypes.c_int32),
         "cuguard_free": ([ctypes.c_void_p], None),
     }
     for name, (args, res) in sigs.items():
@@ -317,14 +317,15 @@ def cache_blocks(framework: str) -> bool:
     return dll.cuguard_cache_blocks(framework.encode()) == 0
 
 
-def cache_block_sites(addresses: List[int]) -> List[Optional[Dict[str, Any]]]:
-    """The site (with its callers) of the live cache block cuguard recorded at each address, in
-    order; ``None`` where it recorded none (``cuguard_cache_block_sites``)."""
+def cache_block_frames(addresses: List[int]) -> List[Optional[List[Dict[str, Any]]]]:
+    """The Python frames (innermost first: ``file``, ``line``, ``function``) of the stack that
+    made the live cache block cuguard recorded at each address, in order; ``None`` where it
+    recorded none (``cuguard_cache_block_frames``)."""
     dll = lib()
     out = ctypes.c_void_p()
     doc = json.dumps({"addresses": [int(a) for a in addresses]}).encode()
-    check(dll, dll.cuguard_cache_block_sites(doc, ctypes.byref(out)), "cache block sites")
-    return take_json(dll, out)["sites"]
+    check(dll, dll.cuguard_cache_block_frames(doc, ctypes.byref(out)), "cache block frames")
+    return take_json(dll, out)["frames"]
 
 
 def file_alias(file: str, display: str) -> None:

@@ -4,7 +4,7 @@ which idle, and where each live block was allocated.
 - **PyTorch**: the caching allocator's snapshot (``torch.cuda.memory._snapshot()``) lists every
   segment and every block with its state. Where the shim records PyTorch's blocks with their
   stacks (its hook, ``cuguard_cache_blocks``: the default under ``cuguard run``), each live
-  block's line comes from that record (:func:`fill_frames`, ``cuguard_cache_block_sites``), and
+  block's line comes from that record (:func:`fill_frames`, ``cuguard_cache_block_frames``), and
   PyTorch's own memory history stays off: it cost 0.77 µs a tensor pair on the H100 (run 39).
   Elsewhere, or with ``CUGUARD_CACHE_VIEW=history``, cuguard turns that history on
   (``torch.cuda.memory._record_memory_history(enabled="all", context="alloc",
@@ -201,9 +201,9 @@ def cuguard_records_torch() -> bool:
 
 def fill_frames(segments: List[Dict[str, Any]]) -> Tuple[int, int]:
     """Gives each live block of PyTorch's ``segments`` (its snapshot's shape) that has no
-    ``frames`` the frames of the line cuguard's hook recorded for it (the site and its callers,
-    innermost first, in PyTorch's frame shape); returns how many live blocks were asked and how
-    many got none. Never raises."""
+    ``frames`` the Python frames of the stack cuguard's hook recorded for it (innermost first,
+    in PyTorch's frame shape); returns how many live blocks were asked and how many got none.
+    Never raises."""
     wanting, addresses = [], []
     try:
         for segment in segments:
@@ -218,15 +218,16 @@ def fill_frames(segments: List[Dict[str, Any]]) -> Tuple[int, int]:
             return 0, 0
         from . import _abi
 
-        sites = _abi.cache_block_sites(addresses)
+        recorded = _abi.cache_block_frames(addresses)
     except Exception:
         return len(wanting), len(wanting)
     missing = 0
-    for b, site in zip(wanting, sites):
-        frames = []
-        for f in ([site] + list(site.get("callers") or [])) if isinstance(site, dict) else []:
-            if f.get("file"):
-                frames.append({"filename": f["file"], "line": f.get("line"), "name": f.get("function") or "?"})
+    for b, listed in zip(wanting, recorded):
+        frames = [
+            {"filename": f["file"], "line": f.get("line"), "name": f.get("function") or "?"}
+            for f in listed or []
+            if isinstance(f, dict) and f.get("file")
+        ]
         if frames:
             b["frames"] = frames[:MAX_FRAMES]
         else:
