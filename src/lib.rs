@@ -13,7 +13,7 @@
 //!   printed (its location once, its kind, its mixed native and Python stack); [`site_frames`]:
 //!   the [`sites::Site`] type and the frames a site is read from, which [`sites`] re-exports;
 //!   [`call_path`]: the allocation helpers a site's stacks share, looked through to the
-//!   caller's line;
+//!   caller's line; [`block_sites`]: the same for a cache's blocks by their Python frames;
 //! - [`owners`]: who holds each allocation (the program, a framework's cache, a library, the
 //!   driver), bytes by owner, and `check --owners`;
 //! - [`growth`]: which sites kept growing while the program ran (from `stack_samples`);
@@ -55,6 +55,7 @@
 //! # Ok::<(), cuguard_format::ReadError>(())
 //! ```
 
+pub mod block_sites;
 pub mod call_path;
 pub mod check;
 pub mod cli;

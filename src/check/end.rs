@@ -33,7 +33,7 @@ pub(crate) fn end_items(
         held_blocks.iter().map(|b| b.frames.as_slice()).collect();
     let mut sites: std::collections::HashMap<u64, Site> = held_blocks
         .iter()
-        .zip(crate::call_path::frames_sites(
+        .zip(crate::block_sites::frames_sites(
             &frames,
             crate::call_path::helpers(),
         ))

@@ -277,7 +277,7 @@ fn write_spans(steps: &mut [String], spans: &Spans, weak: bool) {
 }
 
 /// The sites of a cache's live blocks, by address: each block's line, or its caller's past the
-/// program's allocation helper ([`crate::call_path::frames_sites`]), with the frames from the
+/// program's allocation helper ([`crate::block_sites::frames_sites`]), with the frames from the
 /// helper on.
 struct BlockSites(HashMap<u64, (crate::sites::Site, Vec<crate::sites::Site>)>);
 
@@ -287,7 +287,7 @@ impl BlockSites {
             .filter(|b| b.state == "live" && !b.frames.is_empty())
             .collect();
         let frames: Vec<&[PyFrame]> = live.iter().map(|b| b.frames.as_slice()).collect();
-        let sites = crate::call_path::frames_sites(&frames, crate::call_path::helpers());
+        let sites = crate::block_sites::frames_sites(&frames, crate::call_path::helpers());
         BlockSites(
             live.iter()
                 .zip(sites)
