@@ -591,26 +591,14 @@ pub fn growing_sites(
             let g = growth(times, &acc.bytes, criterion)?;
             let devices = acc.devices.into_iter().collect();
             match acc.largest.0 {
-                SeriesFrom::Stack(stack) => {
+                SeriesFrom::Stack(stack) | SeriesFrom::Blocks(stack) => {
                     let site = sites.site(stack);
-                    let owner = owners.of_stack(stack, Some("device"));
+                    // A cache's blocks are the program's tensors; else the stack's owner.
+                    let owner = match acc.largest.0 {
+                        SeriesFrom::Blocks(_) => program,
+                        _ => owners.of_stack(stack, Some("device")),
+                    };
                     let owner = owners.owner(owner);
-                    Some(GrowingSite {
-                        site: site.key.clone(),
-                        label: site.label(),
-                        location: site.location.clone(),
-                        kind: site.kind,
-                        owner: owner.id.clone(),
-                        owner_label: owner.label.clone(),
-                        owner_kind: owner.kind,
-                        devices,
-                        growth: g,
-                        stack: sites.chain(stack),
-                    })
-                }
-                SeriesFrom::Blocks(stack) => {
-                    let site = sites.site(stack);
-                    let owner = owners.owner(program);
                     Some(GrowingSite {
                         site: site.key.clone(),
                         label: site.label(),

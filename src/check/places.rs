@@ -108,27 +108,33 @@ impl Place {
             })
             .take(MAX_FRAMES)
             .collect();
-        if let Some(helper) = &site.via {
+        if site.via.is_some() {
             // The walk starts at the caller; the helper's frame is kept beside it, and the
             // shim's fingerprint (the helper's) takes the caller in, so each caller is a result.
-            let at = |loc: &Option<String>| {
-                place
-                    .frames
-                    .iter()
-                    .position(|f| loc.as_deref() == Some(frame_location(f).as_str()))
-            };
-            if let Some(k) = at(&site.location) {
-                place.via = at(&helper.location)
-                    .filter(|h| *h < k)
-                    .map(|h| place.frames[h].clone());
-                place.frames.drain(..k);
-            }
+            place.start_at_caller(site);
             place.fingerprint = place
                 .fingerprint
                 .take()
                 .map(|f| stable_hash(&[&f, &site.key]));
         }
         place
+    }
+
+    /// For a site charged past an allocation helper (`site.via`): the frames from the caller's
+    /// on, the helper's frame kept beside them.
+    fn start_at_caller(&mut self, site: &Site) {
+        let Some(helper) = &site.via else { return };
+        let at = |loc: &Option<String>| {
+            self.frames
+                .iter()
+                .position(|f| loc.as_deref() == Some(frame_location(f).as_str()))
+        };
+        if let Some(k) = at(&site.location) {
+            self.via = at(&helper.location)
+                .filter(|h| *h < k)
+                .map(|h| self.frames[h].clone());
+            self.frames.drain(..k);
+        }
     }
 
     /// The place of a site found from Python frames alone (a live cache block's).
@@ -144,20 +150,7 @@ impl Place {
             function: site.function.clone().unwrap_or_else(|| site.name.clone()),
             ..Place::default()
         };
-        if let Some(helper) = &site.via {
-            let at = |loc: &Option<String>| {
-                place
-                    .frames
-                    .iter()
-                    .position(|f| loc.as_deref() == Some(frame_location(f).as_str()))
-            };
-            if let Some(k) = at(&site.location) {
-                place.via = at(&helper.location)
-                    .filter(|h| *h < k)
-                    .map(|h| place.frames[h].clone());
-                place.frames.drain(..k);
-            }
-        }
+        place.start_at_caller(site);
         place
     }
 

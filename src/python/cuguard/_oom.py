@@ -231,14 +231,9 @@ def _is_named(function: str, named: List[str]) -> bool:
 def line_of(frames: List[Dict[str, Any]], torch_dir: str) -> Tuple[str, Optional[str]]:
     """The program's line that made a block: the innermost of its frames outside PyTorch and
     cuguard (``function (file:line)``, and ``file:line``); ``unknown`` without frames."""
-    for f in frames:
-        filename = str(f.get("filename", ""))
-        if not filename or filename.startswith(torch_dir) or filename.startswith(_PACKAGE_DIR):
-            continue
-        if filename.startswith("<") and filename != "<stdin>":
-            continue
-        place = f"{os.path.basename(filename)}:{f.get('line')}"
-        return f"{f.get('name', '?')} ({place})", place
+    path = _path(frames, torch_dir)
+    if path:
+        return path[0][0], path[0][1]
     if frames:
         return "inside PyTorch", None
     return "unknown (no line was recorded for them)", None
