@@ -183,7 +183,7 @@ fn cuguard_on(report: &Path, args: &[&str]) -> (Option<i32>, String) {
 
 /// The sites `cuguard summary --format json` says grow in the report's one process:
 /// (location, owner, from_bytes, to_bytes), most grown first.
-fn growing(report: &Path) -> Vec<(String, String, u64, u64)> {
+pub(crate) fn growing(report: &Path) -> Vec<(String, String, u64, u64)> {
     let (code, out) = cuguard_on(report, &["summary", "--format", "json"]);
     assert_eq!(code, Some(0), "{out}");
     let v: Value = serde_json::from_str(&out).unwrap();

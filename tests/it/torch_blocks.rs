@@ -461,19 +461,12 @@ fn growth_inside_pytorch_s_cache_follows_the_line_that_keeps_its_tensors() {
     let a = artifacts();
     let dir = scratch_dir("torch-growth");
     let (cuda, _c10) = stand_ins(&dir, &[]);
-    let out = run(
-        Command::new(&a.cuguard)
-            .current_dir(&dir)
-            .env("CUGUARD_RUNTIME_DIR", a.scratch.join("runtime"))
-            .env("PYTHONPATH", a.root.join("src/python"))
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("STANDIN_C10_CUDA", &cuda)
-            .args([
-                "run", "--driver", "sim", "--quiet", "--report", "r.json", "--",
-            ])
-            .arg("python3")
-            .arg(a.root.join("harness/workloads/python/torch_growth.py")),
-        true,
+    let cuda = cuda.to_str().unwrap().to_string();
+    let out = crate::torch_oom::run_workload(
+        &dir,
+        "torch_growth.py",
+        &[],
+        &[("STANDIN_C10_CUDA", cuda.as_str())],
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
     let report: Value =
@@ -492,27 +485,15 @@ fn growth_inside_pytorch_s_cache_follows_the_line_that_keeps_its_tensors() {
     let py =
         std::fs::read_to_string(a.root.join("harness/workloads/python/torch_growth.py")).unwrap();
     let grows = py.lines().position(|l| l.ends_with("# grows")).unwrap() + 1;
-    let summary = json_of(&dir, &["summary", "r.json"]);
-    let growing: Vec<(String, String, u64)> = summary["processes"][0]["growing"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| {
-            (
-                g["location"].as_str().unwrap_or_default().to_string(),
-                g["owner"].as_str().unwrap().to_string(),
-                g["to_bytes"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let growing = crate::attribution::growing(&dir.join("r.json"));
+    assert_eq!(growing.len(), 1, "{growing:?}");
     assert_eq!(
-        growing,
-        [(
-            format!("torch_growth.py:{grows}"),
-            "program".to_string(),
+        (&growing[0].0[..], &growing[0].1[..], growing[0].3),
+        (
+            &format!("torch_growth.py:{grows}")[..],
+            "program",
             14 * 8 * MIB
-        )],
-        "{}",
-        summary["processes"][0]["growing"]
+        ),
+        "{growing:?}"
     );
 }

@@ -5,7 +5,7 @@
 //! (`cuguard/_oom.py`). The card holds the cache's idle bytes, pieces, largest piece and the
 //! lines of the tensors that pin them, and the verdict says what would have fitted.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{Value, json};
@@ -33,17 +33,18 @@ fn torch_oom(name: &str, args: &[&str], env: &[(&str, &str)]) -> (PathBuf, Value
     (dir, said, report)
 }
 
-/// [`torch_oom`], with what was said on stderr.
-fn torch_oom_said(
-    name: &str,
+/// `cuguard run --driver sim --quiet --report r.json -- python3 SCRIPT ARGS` in `dir`, with
+/// `env`: SCRIPT is one of `harness/workloads/python/`, which must succeed.
+pub(crate) fn run_workload(
+    dir: &Path,
+    script: &str,
     args: &[&str],
     env: &[(&str, &str)],
-) -> (PathBuf, Value, Value, String) {
+) -> std::process::Output {
     let a = artifacts();
-    let dir = scratch_dir(name);
-    let out = run(
+    run(
         Command::new(&a.cuguard)
-            .current_dir(&dir)
+            .current_dir(dir)
             .env("CUGUARD_RUNTIME_DIR", a.scratch.join("runtime"))
             .env("PYTHONPATH", a.root.join("src/python"))
             .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -52,10 +53,20 @@ fn torch_oom_said(
                 "run", "--driver", "sim", "--quiet", "--report", "r.json", "--",
             ])
             .arg("python3")
-            .arg(a.root.join("harness/workloads/python/torch_oom.py"))
+            .arg(a.root.join("harness/workloads/python").join(script))
             .args(args),
         true,
-    );
+    )
+}
+
+/// [`torch_oom`], with what was said on stderr.
+fn torch_oom_said(
+    name: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (PathBuf, Value, Value, String) {
+    let dir = scratch_dir(name);
+    let out = run_workload(&dir, "torch_oom.py", args, env);
     let said: Value = serde_json::from_slice(&out.stdout).unwrap();
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();

@@ -22,15 +22,11 @@ use super::{E_INVALID, E_OFF, OK, call, clear, out_json, text};
 /// `framework` is NULL or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuguard_cache_blocks(framework: *const c_char) -> i32 {
-    // SAFETY: the caller promises a NUL-terminated string (NULL is refused by `text`).
-    let framework = match unsafe { text(framework, 64) } {
-        Ok(f) => f,
-        Err(code) => return code,
-    };
+    // SAFETY: the caller promises a NUL-terminated string or NULL.
+    if let Err(code) = unsafe { super::framework_arg(framework) } {
+        return code;
+    }
     call(|| {
-        if framework != cuguard_format::verdict::PYTORCH {
-            return E_INVALID;
-        }
         if crate::hooks::torch_blocks::recorded() {
             OK
         } else {

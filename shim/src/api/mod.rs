@@ -286,6 +286,22 @@ unsafe fn out_json(out: *mut *mut c_char, bytes: Vec<u8>) -> i32 {
     OK
 }
 
+/// A framework's name as the ABI takes it: `pytorch`, the only one whose allocator cuguard reads
+/// from inside ([`E_INVALID`] for another, a NULL or a name that does not read).
+///
+/// # Safety
+///
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn framework_arg(p: *const c_char) -> Result<(), i32> {
+    // SAFETY: the caller's promise, passed on (NULL is refused by `text`).
+    let name = unsafe { text(p, 64) }?;
+    if name == cuguard_format::verdict::PYTORCH {
+        Ok(())
+    } else {
+        Err(E_INVALID)
+    }
+}
+
 /// Sets `*out` to NULL when `out` is not NULL (so that every failure leaves it NULL); returns
 /// whether it was not NULL.
 ///
