@@ -27,6 +27,11 @@ pub struct Replayed {
     pub requests: u64,
     /// Of them, the refusals the run met.
     pub refusals: u64,
+    /// Of them, blocks inside a framework's cache (PyTorch's tensors), replayed where the
+    /// history holds them, in place of the cache's segments that held them.
+    pub cache_blocks: u64,
+    /// The cache's segments left out for their blocks.
+    pub cache_segments: u64,
     /// The most the program held live at once (requests' sizes).
     pub peak_live_bytes: u64,
     /// The moments the history spans, ms since the process started.
@@ -157,6 +162,8 @@ pub fn answer(w: &Walked<'_>, mut outcomes: Vec<Outcome>) -> Replayed {
         }),
         requests: w.requests.count(),
         refusals: w.requests.refusals,
+        cache_blocks: w.requests.cache_blocks,
+        cache_segments: w.requests.cache_segments,
         peak_live_bytes: w.requests.peak_live,
         begins_ms: ms(meta.begins_ns),
         ends_ms: ms(meta.ends_ns),
@@ -206,6 +213,18 @@ fn notes(w: &Walked<'_>) -> Vec<String> {
              CUGUARD_HISTORY): {} live then replayed as made then",
             span_text(m.begins_ns),
             crate::wording::plural(r.restated, "allocation", "allocations")
+        ));
+    }
+    if r.cache_blocks > 0 {
+        out.push(format!(
+            "{} of PyTorch's cache, replayed in place of the {} it held them in: each \
+             allocator serves the tensors as the program asked for them",
+            crate::wording::plural(
+                r.cache_blocks,
+                "request is a tensor",
+                "requests are tensors"
+            ),
+            crate::wording::plural(r.cache_segments, "segment", "segments"),
         ));
     }
     if !r.others.is_empty() {

@@ -15,7 +15,9 @@ use crate::output::{Format, Options};
 /// question            "capacity" (--capacity) | "smallest" (--find-capacity)
 /// device              the device replayed (null: the history allocates on none)
 /// device_total_bytes  its memory as the report records it (null for a history file alone)
-/// requests            allocations and refusals replayed; refusals: of them, the run's refusals
+/// requests            allocations and refusals replayed; refusals: of them, the run's refusals;
+///                     cache_blocks: of them, tensors of PyTorch's cache (where the history
+///                     holds them), replayed in place of its cache_segments that held them
 /// peak_live_bytes     the most the program held live at once
 /// begins_ms, ends_ms  what the history spans
 /// ends_early          why it ends before the process did (cut short, killed, the recording

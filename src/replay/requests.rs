@@ -4,9 +4,12 @@
 //! - A request is a block the program was handed on the device replayed (`Step::Made`, and
 //!   `Step::Restated` for what was live where the history begins): its memory, whatever call
 //!   made it (`cuMemAlloc`, `cuMemAllocAsync`, managed, VMM, cuguard's pool blocks). Not
-//!   requests: segments (what a pool or a cache carves its blocks from), pinned host memory,
-//!   and the blocks inside a framework's cache that the shim reads (their segments are the
-//!   requests).
+//!   requests: segments (what a pool carves its blocks from) and pinned host memory.
+//! - Where the history holds the blocks inside a framework's cache (PyTorch's tensors,
+//!   `Step::CacheMade`), they are what the program asked for: they are the requests, and the
+//!   cache's segments that hold them ([`Requests::carved`], found by a first walk) are not;
+//!   the `torch` model makes its own segments for them, as PyTorch did. Without them (the
+//!   blocks not recorded), the cache's segments are the requests.
 //! - A refusal the run met (`Step::Oom`) is a request too: it asked for memory and got none.
 //!   It is tried, and given back at once when it fits (it made no block in the run).
 //! - A block's end (`Step::Ended`: its free, or its context's release) frees its request.
@@ -15,13 +18,19 @@
 //! names its request by that number (its event). A refusal has no stream in the history: it is
 //! tried on the stream its thread last allocated on.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
+use std::hash::BuildHasherDefault;
 
 use cuguard_format::MemoryKind;
 use cuguard_history::bounded::Step;
 use cuguard_history::replay::Block;
 
 use super::model::{FastMap, Request};
+use cuguard_history::bounded::Mix;
+
+/// The segments of a framework's cache whose blocks the history holds, by (address, when it
+/// was made).
+pub type Carved = HashSet<(u64, u64), BuildHasherDefault<Mix>>;
 
 /// A request with where and when it was asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +81,12 @@ pub struct Requests {
     pub peak_live: u64,
     /// Other devices the history allocates on.
     pub others: BTreeSet<u32>,
+    /// The cache's segments not replayed: their blocks are.
+    carved: Carved,
+    /// Of the requests, blocks inside a framework's cache (PyTorch's tensors).
+    pub cache_blocks: u64,
+    /// Segments of a framework's cache left out for their blocks, on the device replayed.
+    pub cache_segments: u64,
 }
 
 /// Whether a block of `memory` is a request (see the module documentation).
@@ -80,10 +95,12 @@ fn requested(memory: MemoryKind) -> bool {
 }
 
 impl Requests {
-    /// Requests on `device`, or on the first device the history allocates on.
-    pub fn new(device: Option<u32>) -> Requests {
+    /// Requests on `device`, or on the first device the history allocates on; the blocks
+    /// inside the cache segments `carved` in place of those segments.
+    pub fn new(device: Option<u32>, carved: Carved) -> Requests {
         Requests {
             device,
+            carved,
             ..Requests::default()
         }
     }
@@ -120,15 +137,26 @@ impl Requests {
                 if !requested(b.memory) || !self.on(b.device) {
                     return;
                 }
+                if self.carved.contains(&(b.addr, b.start_ns)) {
+                    self.cache_segments += 1;
+                    return;
+                }
                 if matches!(step, Step::Restated(_)) {
                     self.restated += 1;
                 }
                 self.made(&b, out);
             }
-            Step::Ended(b) => {
+            Step::CacheMade(b) => {
+                if self.carved.is_empty() || !self.on(b.device) {
+                    return;
+                }
+                self.cache_blocks += 1;
+                self.made(&b, out);
+            }
+            Step::Ended(b) | Step::CacheEnded(b) => {
                 if let Some(l) = self.live.get(&b.addr)
                     && l.start_ns == b.start_ns
-                    && requested(b.memory)
+                    && (requested(b.memory) || !self.carved.is_empty())
                 {
                     let l = self.live.remove(&b.addr).expect("just found");
                     self.live_bytes -= l.size;
@@ -155,13 +183,8 @@ impl Requests {
                     stack: o.stack,
                 }));
             }
-            // The driver's requests only: a framework cache's blocks are served inside them.
-            Step::SegmentMade(_)
-            | Step::SegmentEnded(_)
-            | Step::Tagged(_)
-            | Step::Carved(_)
-            | Step::CacheMade(_)
-            | Step::CacheEnded(_) => {}
+            // Segments: what the models make for themselves.
+            Step::SegmentMade(_) | Step::SegmentEnded(_) | Step::Tagged(_) | Step::Carved(_) => {}
         }
     }
 
@@ -224,7 +247,7 @@ mod tests {
     }
 
     fn ops(steps: Vec<Step>) -> (Vec<Op>, Requests) {
-        let mut r = Requests::new(None);
+        let mut r = Requests::new(None, Carved::default());
         let mut out = Vec::new();
         for s in steps {
             r.step(s, &mut |op| out.push(op));

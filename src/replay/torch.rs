@@ -17,8 +17,9 @@
 //!   `release_available_cached_blocks`, which does nothing without `max_split_size`); failing
 //!   that, the request fails (PyTorch's `OutOfMemoryError`).
 //!
-//! Under PyTorch the history records the cache's segments (its `cudaMalloc`s), not its
-//! tensors: replayed under `torch`, the requests are those segments.
+//! Replayed from a PyTorch run whose history holds its tensors, the requests are the tensors
+//! (their blocks' sizes, already rounded by PyTorch) and the model makes its segments as
+//! PyTorch did; without them, the requests are the cache's segments (`requests.rs`).
 
 use std::collections::BTreeMap;
 

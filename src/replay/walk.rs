@@ -1,9 +1,10 @@
 //! A replay from end to end ([`replay`]): the history opened (a report's, or a history file,
-//! read up to where it ends even when cut short), walked once with
+//! read up to where it ends even when cut short), walked with
 //! [`cuguard_history::bounded::History::walk`] in memory that grows with what is live, not with
-//! its length; its requests ([`Requests`]) fed to every allocator at every capacity asked as
-//! they are read, or written down ([`Tape`]) and searched for the smallest capacity
-//! ([`find::smallest`]); the answer named and worded ([`answer::answer`]).
+//! its length: once for the segments of a framework's cache whose blocks it holds
+//! ([`carved_segments`]), then for its requests ([`Requests`]), fed to every allocator at every
+//! capacity asked as they are read, or written down ([`Tape`]) and searched for the smallest
+//! capacity ([`find::smallest`]); the answer named and worded ([`answer::answer`]).
 
 use std::path::Path;
 
@@ -11,10 +12,11 @@ use super::answer::{self, Outcome, Replayed, Walked};
 use super::ask::{Ask, Plan, ReplayError};
 use super::find;
 use super::pipeline::{pipelined, workers};
-use super::requests::Requests;
+use super::requests::{Carved, Requests};
 use super::run::Instance;
 use super::tape::Tape;
 use crate::history::{Cut, Opened};
+use cuguard_history::bounded::Step;
 
 /// Replays the history at `path` as `ask` says.
 pub fn replay(path: &Path, ask: &Ask) -> Result<Replayed, ReplayError> {
@@ -26,7 +28,7 @@ pub fn replay(path: &Path, ask: &Ask) -> Result<Replayed, ReplayError> {
             crate::wording::one_line(&path.display().to_string())
         )));
     }
-    let mut requests = Requests::new(ask.device);
+    let mut requests = Requests::new(ask.device, carved_segments(&opened)?);
     let outcomes = match &ask.plan {
         Plan::At(_) => at_capacities(&opened, ask, &mut requests)?,
         Plan::Find => find_capacities(&opened, ask, &mut requests)?,
@@ -38,6 +40,21 @@ pub fn replay(path: &Path, ask: &Ask) -> Result<Replayed, ReplayError> {
         find: ask.plan == Plan::Find,
     };
     Ok(answer::answer(&walked, outcomes))
+}
+
+/// The segments of a framework's cache that the history saw blocks made in: the replay asks
+/// for the blocks, as the program did, in their place. Memory: one entry per such segment.
+fn carved_segments(opened: &Opened) -> Result<Carved, ReplayError> {
+    let mut carved = Carved::default();
+    opened
+        .history
+        .walk(&mut |step| {
+            if let Step::Carved(b) = step {
+                carved.insert((b.addr, b.start_ns));
+            }
+        })
+        .map_err(|e| opened.invalid(e))?;
+    Ok(carved)
 }
 
 /// The capacities asked, in bytes, on the device replayed.

@@ -497,3 +497,84 @@ fn growth_inside_pytorch_s_cache_follows_the_line_that_keeps_its_tensors() {
         "{growing:?}"
     );
 }
+
+/// `cuguard replay` of a run whose history holds PyTorch's tensors asks every allocator for the
+/// tensors, as the program did (weights 1 MiB, activations 3 MiB, a temporary 4 MiB), in place
+/// of the stand-in cache's three segments; with the tensors not recorded, for the segments.
+/// PyTorch's model then makes its own segments: a small one (2 MiB) for the weights and a large
+/// one (20 MiB) that holds the activations and the temporary.
+#[test]
+fn replay_asks_for_the_tensors_where_the_history_holds_them_and_for_the_segments_where_not() {
+    let replay = |dir: &Path| {
+        json_of(
+            dir,
+            &[
+                "replay",
+                "r.json",
+                "--capacity",
+                "1GiB",
+                "--allocator",
+                "torch,driver",
+            ],
+        )
+    };
+    let peaks = |r: &Value| -> Vec<(String, bool, u64)> {
+        r["allocators"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["name"].as_str().unwrap().to_string(),
+                    o["fits"].as_bool().unwrap(),
+                    o["peak_reserved_bytes"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (dir, _) = torch_run("torch-blocks-replay", &[]);
+    let r = replay(&dir);
+    assert_eq!(
+        (
+            r["requests"].as_u64(),
+            r["cache_blocks"].as_u64(),
+            r["cache_segments"].as_u64(),
+            r["peak_live_bytes"].as_u64()
+        ),
+        (Some(3), Some(3), Some(3), Some(8 * MIB)),
+        "{r}"
+    );
+    assert_eq!(
+        peaks(&r),
+        vec![
+            ("driver".into(), true, 10 * MIB),
+            ("torch".into(), true, 22 * MIB)
+        ]
+    );
+    assert!(
+        r["notes"].as_array().unwrap().iter().any(|n| n
+            == "3 requests are tensors of PyTorch's cache, replayed in place of the 3 segments \
+                it held them in: each allocator serves the tensors as the program asked for them"),
+        "{r}"
+    );
+
+    let (dir, _) = torch_run("torch-blocks-replay-off", &[("CUGUARD_CACHE_BLOCKS", "0")]);
+    let r = replay(&dir);
+    assert_eq!(
+        (
+            r["requests"].as_u64(),
+            r["cache_blocks"].as_u64(),
+            r["cache_segments"].as_u64(),
+            r["peak_live_bytes"].as_u64()
+        ),
+        (Some(3), Some(0), Some(0), Some(10 * MIB)),
+        "{r}"
+    );
+    assert_eq!(
+        peaks(&r),
+        vec![
+            ("driver".into(), true, 10 * MIB),
+            ("torch".into(), true, 20 * MIB)
+        ]
+    );
+}
