@@ -1,5 +1,5 @@
 //! The summary's sections on who held memory and when: what each out-of-memory refusal saw
-//! ([`OomSummary`]), what was live at each device's peak ([`PeakSummary`]), and what the device
+//! ([`OomSummary`], other processes on the device included where NVML listed them), what was live at each device's peak ([`PeakSummary`]), and what the device
 //! says is used against what cuguard can explain ([`ReconciliationSummary`]). (What grows is
 //! [`crate::growth`]'s; bytes by owner are [`crate::owners`]'.)
 //!
@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::owners::{OwnerIndex, OwnerKind, OwnerShare, by_owner, share};
 use crate::sites::{SiteIndex, SiteRef};
 use cuguard_format::{
-    Explained, IdleHolder, OomLimit, OomPool, OomRecord, Report, StackBytes, Verdict,
+    Explained, IdleHolder, OomLimit, OomPool, OomRecord, OtherProcess, Report, StackBytes, Verdict,
 };
 
 /// Live bytes at one site, held by one owner, at some moment.
@@ -109,6 +109,16 @@ pub struct OomSummary {
     /// which then refused the request itself (its own card, later, explains it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub within: Option<String>,
+    /// The other processes on the device then, as NVML listed them, most bytes first (at most
+    /// 16); empty when it listed none; absent when not known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_processes: Option<Vec<OtherProcess>>,
+    /// What all the other processes held then; absent when not known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_processes_bytes: Option<u64>,
+    /// Why the other processes are not known, when the report says (absent in older reports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_processes_note: Option<String>,
 }
 
 /// What was live on a device at its peak: the last `peaks[]` record of the device.
@@ -364,6 +374,9 @@ pub fn ooms(
                     .unwrap_or_else(|| cuguard_format::verdict::of(&with_idle(r))),
                 verdict_from_older_report: r.verdict.is_none(),
                 within: r.within.clone(),
+                other_processes: r.other_processes.clone(),
+                other_processes_bytes: r.other_processes_bytes,
+                other_processes_note: r.other_processes_note.clone(),
             }
         })
         .collect()
@@ -375,21 +388,31 @@ pub fn ooms(
 /// ```text
 /// every byte then: 1.0 GiB = 64.0 MiB live + 576.0 MiB idle + 384.0 MiB free + 0 B else (CUDA's own memory, other processes)
 /// ```
+///
+/// Where NVML listed other processes holding memory there, they are a part of their own and
+/// "else" is CUDA's own memory alone:
+///
+/// ```text
+/// every byte then: 1.0 GiB = 0 B live + 0 B idle + 424.0 MiB free + 600.0 MiB other processes + 0 B else (CUDA's own memory)
+/// ```
 pub fn device_bytes_line(o: &OomSummary) -> Option<String> {
     device_bytes(
         o.device_free_bytes,
         o.device_total_bytes,
         o.live_bytes,
         &o.idle,
+        o.other_processes_bytes,
     )
 }
 
-/// [`device_bytes_line`] of a refusal's figures.
+/// [`device_bytes_line`] of a refusal's figures; `others` is what other processes held, when
+/// known.
 pub fn device_bytes(
     free: Option<u64>,
     total: Option<u64>,
     live: u64,
     idle: &[IdleHolder],
+    others: Option<u64>,
 ) -> Option<String> {
     let (free, total) = (free?, total?);
     let bytes = crate::wording::bytes;
@@ -399,15 +422,91 @@ pub fn device_bytes(
     let idle = idle
         .iter()
         .fold(0u64, |sum, h| sum.saturating_add(h.idle_bytes));
-    let else_bytes = total.saturating_sub(free.saturating_add(live).saturating_add(idle));
+    let others = others.filter(|b| *b > 0);
+    let else_bytes = total.saturating_sub(
+        free.saturating_add(live)
+            .saturating_add(idle)
+            .saturating_add(others.unwrap_or(0)),
+    );
+    let (others, else_is) = match others {
+        Some(b) => (
+            format!(" + {} other processes", bytes(b)),
+            "CUDA's own memory",
+        ),
+        None => (String::new(), "CUDA's own memory, other processes"),
+    };
     Some(format!(
-        "every byte then: {} = {} live + {} idle + {} free + {} else (CUDA's own memory, other processes)",
+        "every byte then: {} = {} live + {} idle + {} free{others} + {} else ({else_is})",
         bytes(total),
         bytes(live),
         bytes(idle),
         bytes(free),
         bytes(else_bytes)
     ))
+}
+
+/// What other processes held on the refusing device, in words, where NVML listed any, the
+/// first three by pid:
+///
+/// ```text
+/// other processes: 3.0 GiB (pid 4242 3.0 GiB)
+/// other processes: 4.5 GiB (pid 17 2.0 GiB, pid 18 1.5 GiB, pid 19 512.0 MiB, and 2 more 512.0 MiB)
+/// ```
+///
+/// or, where the report says why they are not known and `verdict` found nothing in the process
+/// that would have made room (when one fits, what others held does not change it), that they
+/// are not known: `other processes: not known (NVML is not available)`. `None` when NVML listed
+/// none, and for older reports, which say nothing of them.
+pub fn other_processes_words(
+    list: Option<&[OtherProcess]>,
+    held: Option<u64>,
+    note: Option<&str>,
+    verdict: &Verdict,
+) -> Option<String> {
+    let bytes = crate::wording::bytes;
+    let Some((list, held)) = list.zip(held) else {
+        return note
+            .filter(|_| !verdict.fits)
+            .map(|n| format!("other processes: not known ({n})"));
+    };
+    if held == 0 && list.is_empty() {
+        return None;
+    }
+    const NAMED: usize = 3;
+    let mut parts: Vec<String> = list
+        .iter()
+        .take(NAMED)
+        .map(|p| format!("pid {} {}", p.pid, bytes(p.bytes)))
+        .collect();
+    let named = list
+        .iter()
+        .take(NAMED)
+        .fold(0u64, |sum, p| sum.saturating_add(p.bytes));
+    let rest = held.saturating_sub(named);
+    if rest > 0 {
+        let more = list.len().saturating_sub(NAMED);
+        let who = if more > 0 && list.len() < OomRecord::MAX_OTHER_PROCESSES {
+            format!("{more} more")
+        } else {
+            "more".to_string()
+        };
+        parts.push(format!("and {who} {}", bytes(rest)));
+    }
+    Some(format!(
+        "other processes: {} ({})",
+        bytes(held),
+        parts.join(", ")
+    ))
+}
+
+/// [`other_processes_words`] of a refusal's summary.
+pub fn other_processes_line(o: &OomSummary) -> Option<String> {
+    other_processes_words(
+        o.other_processes.as_deref(),
+        o.other_processes_bytes,
+        o.other_processes_note.as_deref(),
+        &o.verdict,
+    )
 }
 
 /// One holder's idle memory, in words:
@@ -497,7 +596,8 @@ pub fn within_words(within: Option<&str>) -> Option<String> {
 }
 
 /// The card of a refusal in lines, the verdict first (for the view's out-of-memory markers):
-/// the verdict, every byte of the device then, and each holder's idle memory.
+/// the verdict, what other processes held (where the report says), every byte of the device
+/// then, and each holder's idle memory.
 pub fn card_lines(r: &OomRecord) -> Vec<String> {
     if let Some(line) = within_words(r.within.as_deref()) {
         return vec![line];
@@ -508,11 +608,18 @@ pub fn card_lines(r: &OomRecord) -> Vec<String> {
         .clone()
         .unwrap_or_else(|| cuguard_format::verdict::of(&with_idle(r)));
     let mut lines = vec![format!("verdict: {}", verdict.text)];
+    lines.extend(other_processes_words(
+        r.other_processes.as_deref(),
+        r.other_processes_bytes,
+        r.other_processes_note.as_deref(),
+        &verdict,
+    ));
     lines.extend(device_bytes(
         r.device_free_bytes,
         r.device_total_bytes,
         r.live_bytes,
         &idle,
+        r.other_processes_bytes,
     ));
     for h in &idle {
         lines.push(format!("idle: {}", idle_words(h)));

@@ -64,7 +64,9 @@ use crate::output::{Format, Options};
 ///                     device_total_bytes|null, live_bytes, by_owner[] OWNER_SHARE (count:
 ///                     allocations, 0 where the report gave bytes only), sites[] SITE_BYTES
 ///                     (at most --top), sites_total, pool {reserved_bytes, free_bytes,
-///                     largest_free_block}|null}
+///                     largest_free_block}|null, other_processes[] {pid, bytes} (NVML's, most
+///                     first, at most 16; absent: not known), other_processes_bytes (absent:
+///                     not known), other_processes_note (why not known; absent otherwise)}
 ///   ooms_dropped     refusals not in ooms[] (the shim's ooms_dropped, and those beyond --top)
 ///   peaks[]          per device, what was live at its peak (the report's last peaks[] record):
 ///                    {device, time_ms, live_bytes, peak_live_bytes|null, by_owner[] OWNER_SHARE

@@ -274,6 +274,9 @@ fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
             ))
         )?;
         writeln!(out, "  - **verdict**: {}", cell(&o.verdict.text))?;
+        if let Some(line) = super::attribution::other_processes_line(o) {
+            writeln!(out, "  - {}", cell(&line))?;
+        }
         if let Some(line) = super::attribution::device_bytes_line(o) {
             writeln!(out, "  - {}", cell(&line))?;
         }

@@ -266,6 +266,9 @@ pub fn markdown(m: &Moment, source: &str, out: &mut dyn Write) -> io::Result<()>
             cell(&o.site.label)
         )?;
         writeln!(out, "- **verdict**: {}", cell(&o.verdict.text))?;
+        if let Some(line) = super::attribution::other_processes_line(o) {
+            writeln!(out, "- {}", cell(&line))?;
+        }
         if let Some(line) = super::attribution::device_bytes_line(o) {
             writeln!(out, "- {}", cell(&line))?;
         }

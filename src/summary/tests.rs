@@ -1042,3 +1042,108 @@ fn every_summary_format_is_written_in_parts() {
     }
     assert!(super::sections("sarif").is_none());
 }
+
+/// `attribution.json` with its refusal's record changed by `edit`, summarized.
+fn summarize_oom(edit: impl Fn(&mut serde_json::Value)) -> Summary {
+    let json = std::fs::read_to_string(fixture("attribution.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    edit(&mut v["ooms"][0]);
+    let doc =
+        cuguard_format::Document::from_bytes("o.json".as_ref(), serde_json::to_vec(&v).unwrap())
+            .unwrap();
+    let report = doc.into_reports().next().unwrap().unwrap();
+    let source = Source {
+        path: "o.json".into(),
+        index: None,
+    };
+    Summary::new(vec![ReportSummary::new(&source, &report, 10)], 10)
+}
+
+/// Other processes NVML listed at a refusal: the card names them, counts them in every byte of
+/// the device (what is left "else" drops by their bytes), and the verdict worked out for the
+/// record says they hold what was missing; in text, markdown and JSON alike.
+#[test]
+fn other_processes_at_a_refusal_are_named_and_counted() {
+    let s = summarize_oom(|o| {
+        o["other_processes"] = serde_json::json!([
+            {"pid": 4242, "bytes": 12u64 << 30},
+            {"pid": 17, "bytes": 3u64 << 30},
+        ]);
+        o["other_processes_bytes"] = serde_json::json!(15u64 << 30);
+    });
+    let got = text(&s);
+    let card: Vec<&str> = got
+        .lines()
+        .skip_while(|l| *l != "out of memory")
+        .take(7)
+        .collect();
+    assert_eq!(
+        card[2..],
+        [
+            "    verdict: other processes hold 15.0 GiB of device 0 (pid 4242: 12.0 GiB, pid 17: \
+             3.0 GiB): the request fits only once they free it (an older report: only cuguard's \
+             pool's idle memory is known)",
+            "    refused by the driver: device 0 had 100.0 MiB free of 16.0 GiB; 418.0 MiB live",
+            "    CUDA_ERROR_OUT_OF_MEMORY (out of memory)",
+            "    other processes: 15.0 GiB (pid 4242 12.0 GiB, pid 17 3.0 GiB)",
+            "    every byte then: 16.0 GiB = 418.0 MiB live + 94.0 MiB idle + 100.0 MiB free + \
+             15.0 GiB other processes + 412.0 MiB else (CUDA's own memory)",
+        ],
+        "{got}"
+    );
+    let mut out = Vec::new();
+    super::markdown::Markdown::write(&s, &mut out, &Options::default()).unwrap();
+    let md = String::from_utf8(out).unwrap();
+    assert!(
+        md.contains("  - other processes: 15.0 GiB (pid 4242 12.0 GiB, pid 17 3.0 GiB)\n"),
+        "{md}"
+    );
+    assert!(
+        md.contains("+ 15.0 GiB other processes + 412.0 MiB else"),
+        "{md}"
+    );
+    let mut out = Vec::new();
+    super::json::Json::write(&s, &mut out, &Options::default()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let oom = &v["processes"][0]["ooms"][0];
+    assert_eq!(oom["other_processes"][0]["pid"], 4242, "{oom:#}");
+    assert_eq!(oom["other_processes_bytes"], 15u64 << 30);
+    assert_eq!(oom["verdict"]["action"], "other_processes");
+}
+
+/// Other processes not known (NVML could not be asked): the card says so; everything else
+/// reads as before. NVML listing none, or a report that says nothing of them, adds nothing.
+#[test]
+fn other_processes_not_known_are_said_to_be_not_known() {
+    let before = text(&summarize_oom(|_| {}));
+    assert!(!before.contains("other processes:"), "{before}");
+    let got = text(&summarize_oom(|o| {
+        o["other_processes_note"] = serde_json::json!("NVML is not available");
+    }));
+    assert_eq!(
+        got.replace(
+            "    other processes: not known (NVML is not available)\n",
+            ""
+        ),
+        before
+    );
+    assert!(got.contains("    CUDA_ERROR_OUT_OF_MEMORY (out of memory)\n    other processes: not known (NVML is not available)\n"), "{got}");
+    let none = text(&summarize_oom(|o| {
+        o["other_processes"] = serde_json::json!([]);
+        o["other_processes_bytes"] = serde_json::json!(0);
+    }));
+    assert_eq!(none, before);
+    // A remedy inside the process fits: what others held would not change it, and the card
+    // says nothing of them.
+    let fits = |o: &mut serde_json::Value| {
+        o["verdict"] = serde_json::json!({
+            "action": "without_cuguard_pool", "fits": true, "text": "without cuguard's pool"
+        });
+    };
+    let remedied = text(&summarize_oom(fits));
+    let got = text(&summarize_oom(|o| {
+        fits(o);
+        o["other_processes_note"] = serde_json::json!("NVML is not available");
+    }));
+    assert_eq!(got, remedied);
+}

@@ -609,6 +609,9 @@ pub(crate) fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     if let Some(m) = &o.message {
         writeln!(out, "    {}", one_line(m))?;
     }
+    if let Some(line) = super::attribution::other_processes_line(o) {
+        writeln!(out, "    {}", one_line(&line))?;
+    }
     if let Some(line) = super::attribution::device_bytes_line(o) {
         writeln!(out, "    {line}")?;
     }

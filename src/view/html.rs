@@ -281,6 +281,9 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     if let Some(m) = &o.message {
         writeln!(out, "<p class=\"note\">{}</p>", esc(m))?;
     }
+    if let Some(line) = crate::summary::attribution::other_processes_line(o) {
+        writeln!(out, "<p>{}.</p>", esc(&capitalized(&line)))?;
+    }
     if let Some(line) = crate::summary::attribution::device_bytes_line(o) {
         writeln!(out, "<p>{}.</p>", esc(&capitalized(&line)))?;
     }

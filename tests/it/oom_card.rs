@@ -1,8 +1,10 @@
 //! The out-of-memory card: at a refusal, what each holder kept idle (the driver's default and
 //! created memory pools, cuguard's pool), the verdict worked out
 //! from it, the reconciliation that counts the driver's pools, and `CUGUARD_LIMIT` counting the
-//! pool's chunks whole, through real processes on the simulated driver (1 GiB a device); and the
-//! simulated driver giving a pool's completed frees to a plain allocation, as the H100 does.
+//! pool's chunks whole, through real processes on the simulated driver (1 GiB a device); the
+//! simulated driver giving a pool's completed frees to a plain allocation, as the H100 does; and
+//! other processes holding memory on the device (`CUGUARD_SIM_OTHERS`), named where NVML lists
+//! them and said to be not known where it cannot be asked.
 
 use std::process::Command;
 
@@ -320,4 +322,121 @@ fn most_reserved(report: &std::path::Path) -> u64 {
         most = most.max(held);
     }
     most as u64
+}
+
+/// A program beside another process (pid 4242) that holds 600 MiB of the 1 GiB device: 64 MiB
+/// live, then 512 MiB asked with 360 MiB free. `nvml`: with the simulated NVML on the library
+/// path (a `libnvidia-ml.so.1` link to the simulated driver), as on a machine with a GPU.
+fn beside_another_process(
+    test: &str,
+    nvml: bool,
+    pool: &str,
+) -> (Vec<String>, String, Value, std::path::PathBuf) {
+    let a = artifacts();
+    let link_dir = scratch_dir(&format!("{test}-nvml"));
+    let mut env = vec![
+        ("CUGUARD_POOL", pool.to_string()),
+        ("CUGUARD_SIM_OTHERS", "4242:600MiB".to_string()),
+    ];
+    if nvml {
+        std::os::unix::fs::symlink(&a.sim_lib, link_dir.join("libnvidia-ml.so.1")).unwrap();
+        env.push((
+            "LD_LIBRARY_PATH",
+            format!("{}:{}", a.sim_dir.display(), link_dir.display()),
+        ));
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    refused(test, &env, "alloc 64 alloc 512")
+}
+
+/// Another process holds what was missing: the card lists it (NVML's pid and bytes), the
+/// verdict says only its freeing the memory makes room, the one stderr line says so, every byte
+/// of the device adds up with it, and the reconciliation leaves nothing unexplained; pool off
+/// and on.
+#[test]
+fn another_process_holds_what_was_missing() {
+    let text = "other processes hold 600.0 MiB of device 0 (pid 4242: 600.0 MiB): the request \
+                fits only once they free it";
+    for pool in ["0", "1"] {
+        let (lines, stderr, r, path) =
+            beside_another_process(&format!("oom-card-others-{pool}"), true, pool);
+        assert_eq!(lines, ["alloc 64 0", "alloc 512 2"], "{stderr}");
+        let oom = &r["ooms"][0];
+        assert_eq!(oom["refused_by"], "driver", "{oom:#}");
+        assert_eq!(oom["device_free_bytes"], 360 * MIB, "{oom:#}");
+        assert_eq!(
+            oom["other_processes"],
+            serde_json::json!([{"pid": 4242, "bytes": 600 * MIB}]),
+            "{oom:#}"
+        );
+        assert_eq!(oom["other_processes_bytes"], 600 * MIB);
+        assert!(oom.get("other_processes_note").is_none(), "{oom:#}");
+        assert_eq!(oom["verdict"]["action"], "other_processes", "{oom:#}");
+        assert_eq!(oom["verdict"]["fits"], true);
+        assert_eq!(oom["verdict"]["text"], text);
+        assert!(stderr.contains(&format!("; {text}\n")), "{stderr}");
+        let rec = &r["reconciliation"][0];
+        assert_eq!(rec["unexplained_bytes"], 0, "{rec:#}");
+        let s = summary(&path, &[]);
+        assert!(s.contains(&format!("    verdict: {text}\n")), "{s}");
+        assert!(
+            s.contains("    other processes: 600.0 MiB (pid 4242 600.0 MiB)\n"),
+            "{s}"
+        );
+        assert!(s.contains(", unexplained 0 B\n"), "{s}");
+        if pool == "0" {
+            assert!(
+                s.contains(
+                    "    every byte then: 1.0 GiB = 64.0 MiB live + 0 B idle + 360.0 MiB free + \
+                     600.0 MiB other processes + 0 B else (CUDA's own memory)\n"
+                ),
+                "{s}"
+            );
+        }
+        let at = summary(&path, &["--at", "oom"]);
+        assert!(
+            at.contains("    other processes: 600.0 MiB (pid 4242 600.0 MiB)\n"),
+            "{at}"
+        );
+        let md = summary(&path, &["--format", "markdown"]);
+        assert!(
+            md.contains("  - other processes: 600.0 MiB (pid 4242 600.0 MiB)\n"),
+            "{md}"
+        );
+    }
+}
+
+/// The same program where NVML cannot be asked (no `libnvidia-ml.so.1`): the card says other
+/// processes are not known, never that they hold nothing; the verdict and every byte of the
+/// device read as before this was recorded (the other process's bytes "else").
+#[test]
+fn other_processes_are_not_known_without_nvml() {
+    let (lines, stderr, r, path) = beside_another_process("oom-card-others-unknown", false, "0");
+    assert_eq!(lines, ["alloc 64 0", "alloc 512 2"], "{stderr}");
+    let oom = &r["ooms"][0];
+    assert!(oom.get("other_processes").is_none(), "{oom:#}");
+    assert!(oom.get("other_processes_bytes").is_none(), "{oom:#}");
+    assert_eq!(oom["other_processes_note"], "NVML is not available");
+    assert_eq!(oom["verdict"]["action"], "nothing", "{oom:#}");
+    let text = "nothing cuguard can see would: 512.0 MiB asked, 360.0 MiB left and 0 B idle, \
+                152.0 MiB short; 64.0 MiB is live";
+    assert_eq!(oom["verdict"]["text"], text);
+    assert!(stderr.contains(&format!("; {text}\n")), "{stderr}");
+    assert!(!stderr.contains("other processes"), "{stderr}");
+    let s = summary(&path, &[]);
+    assert!(
+        s.contains("    other processes: not known (NVML is not available)\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains(
+            "    every byte then: 1.0 GiB = 64.0 MiB live + 0 B idle + 360.0 MiB free + 600.0 MiB \
+             else (CUDA's own memory, other processes)\n"
+        ),
+        "{s}"
+    );
+    // The reconciliation's "used" is the whole device's: the other process is in what is
+    // unexplained, which cuguard cannot read.
+    let rec = &r["reconciliation"][0];
+    assert_eq!(rec["unexplained_bytes"], 600 * MIB, "{rec:#}");
 }

@@ -11,6 +11,7 @@
 //! | `CUGUARD_SIM_FAIL` | `ENTRY:N[:CODE]`, comma-separated: the Nth call (1-based) of export `ENTRY` returns `CODE` (default 2) and does nothing; `ENTRY:N+` fails the Nth and every later call; the simulated NVML's entries (`entries/nvml.rs`) too, where `CODE` is an NVML return code | none |
 //! | `CUGUARD_SIM_VERSION` | what `cuDriverGetVersion` reports | 13000 |
 //! | `CUGUARD_SIM_WORK_DELAY_US` | every copy and memset queued on a stream (the `Async` entries, and the synchronous ones that return before their work is done) waits this long on its stream before it runs, like a slow kernel ahead of it | 0 |
+//! | `CUGUARD_SIM_OTHERS` | `PID:SIZE`, comma-separated (SIZE as `CUGUARD_SIM_MEMORY` reads it): other processes holding that much memory on every device from the start: `cuMemGetInfo_v2`'s free and every allocation's room shrink by their bytes, NVML's used includes them, and `nvmlDeviceGetComputeRunningProcesses_v3` lists them beside this process (`entries/nvml.rs`) | none |
 //!
 //! A value that does not parse costs one line on stderr, and the default is used instead.
 //! Calls are counted for failure injection from the moment the settings are read, so the
@@ -35,6 +36,8 @@ pub struct Config {
     /// Added in front of each queued copy or memset.
     pub work_delay: Duration,
     pub version: i32,
+    /// Other processes holding memory on every device: `(pid, bytes)`, as configured.
+    pub others: Vec<(u32, u64)>,
     /// Failure rules by export name, with the count of calls of that export so far.
     fail: HashMap<String, (AtomicU64, Vec<FailRule>)>,
 }
@@ -174,6 +177,14 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         "ENTRY:N[+][:CODE],... naming exported entries",
         |v| parse_fail_rules(v, symbols::is_export),
     );
+    let others = setting(
+        &var,
+        "CUGUARD_SIM_OTHERS",
+        Vec::new(),
+        "no other processes",
+        "PID:SIZE,... such as 4242:600MiB",
+        parse_others,
+    );
     let mut fail: HashMap<String, (AtomicU64, Vec<FailRule>)> = HashMap::new();
     for rule in rules {
         fail.entry(rule.entry.clone())
@@ -188,7 +199,19 @@ fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         free_latency: Duration::from_micros(free_us),
         work_delay: Duration::from_micros(delay_us),
         version,
+        others,
         fail,
+    }
+}
+
+impl Config {
+    /// What the other processes (`CUGUARD_SIM_OTHERS`) hold on each device, no more than the
+    /// device has.
+    pub fn others_bytes(&self) -> u64 {
+        self.others
+            .iter()
+            .fold(0u64, |sum, o| sum.saturating_add(o.1))
+            .min(self.memory)
     }
 }
 
@@ -237,6 +260,22 @@ pub fn parse_size(text: &str) -> Option<u64> {
         _ => return None,
     };
     number.checked_mul(scale).filter(|&n| n > 0)
+}
+
+/// Parses `CUGUARD_SIM_OTHERS`: `PID:SIZE` pairs, comma-separated, each pid a positive integer
+/// named once, each size as [`parse_size`] reads it. One bad pair rejects the whole value.
+pub fn parse_others(text: &str) -> Option<Vec<(u32, u64)>> {
+    let mut others: Vec<(u32, u64)> = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (pid, size) = item.split_once(':')?;
+        let pid: u32 = pid.trim().parse().ok().filter(|&p| p > 0)?;
+        let size = parse_size(size)?;
+        if others.iter().any(|o| o.0 == pid) {
+            return None;
+        }
+        others.push((pid, size));
+    }
+    Some(others)
 }
 
 /// Parses `CUGUARD_SIM_FAIL`. Every rule must name an export (`known`); one bad rule rejects the
@@ -318,17 +357,48 @@ mod tests {
     }
 
     #[test]
+    fn other_processes() {
+        assert_eq!(
+            parse_others("4242:600MiB, 17:1GiB"),
+            Some(vec![(4242, 600 << 20), (17, 1 << 30)])
+        );
+        assert_eq!(parse_others(""), Some(vec![]));
+        assert_eq!(parse_others("4242"), None);
+        assert_eq!(parse_others("4242:"), None);
+        assert_eq!(parse_others("0:1MiB"), None);
+        assert_eq!(parse_others("-3:1MiB"), None);
+        assert_eq!(parse_others("x:1MiB"), None);
+        assert_eq!(parse_others("4242:lots"), None);
+        assert_eq!(parse_others("4242:0"), None);
+        assert_eq!(parse_others("4242:1MiB,4242:2MiB"), None);
+        assert_eq!(parse_others("4242:1MiB:3"), None);
+        // What they hold together, no more than the device has.
+        let env: HashMap<&str, &str> = [
+            ("CUGUARD_SIM_MEMORY", "1GiB"),
+            ("CUGUARD_SIM_OTHERS", "1:600MiB,2:600MiB"),
+        ]
+        .into_iter()
+        .collect();
+        let cfg = from_env(|k| env.get(k).map(|v| v.to_string()));
+        assert_eq!(cfg.others, [(1, 600 << 20), (2, 600 << 20)]);
+        assert_eq!(cfg.others_bytes(), 1 << 30);
+    }
+
+    #[test]
     fn environment_with_bad_values_falls_back() {
         let env: HashMap<&str, &str> = [
             ("CUGUARD_SIM_DEVICES", "two"),
             ("CUGUARD_SIM_MEMORY", "64MiB"),
             ("CUGUARD_SIM_VERSION", "12080"),
             ("CUGUARD_SIM_FAIL", "cuMemAlloc_v2:1+"),
+            ("CUGUARD_SIM_OTHERS", "4242:600MiB,oops"),
         ]
         .into_iter()
         .collect();
         let cfg = from_env(|k| env.get(k).map(|v| v.to_string()));
         assert_eq!(cfg.devices, 1);
+        assert_eq!(cfg.others, []);
+        assert_eq!(cfg.others_bytes(), 0);
         assert_eq!(cfg.memory, 64 << 20);
         assert_eq!(cfg.version, 12080);
         assert_eq!(cfg.fail["cuMemAlloc_v2"].1.len(), 1);

@@ -159,6 +159,36 @@ pub struct OomRecord {
     /// the same thread) explains the refusal. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub within: Option<String>,
+    /// The other processes holding memory on that device then, as NVML lists them (this
+    /// process left out), most bytes first, at most [`OomRecord::MAX_OTHER_PROCESSES`]; empty
+    /// when NVML listed none. Absent when NVML could not be asked (`other_processes_note` says
+    /// why) and in reports of cuguard before 0.2: not known, which is not none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_processes: Option<Vec<OtherProcess>>,
+    /// What every other process NVML listed held on that device then, those past the first
+    /// [`OomRecord::MAX_OTHER_PROCESSES`] too; absent with `other_processes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_processes_bytes: Option<u64>,
+    /// Why `other_processes` is absent, when cuguard tried: NVML not loaded before the refusal
+    /// (cuguard never loads it inside a refused call), not present, not answering, or not
+    /// listing this process (inside a container its pids may differ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_processes_note: Option<String>,
+}
+
+impl OomRecord {
+    /// The most other processes a record lists (those holding the most).
+    pub const MAX_OTHER_PROCESSES: usize = 16;
+}
+
+/// `ooms[].other_processes[]`: another process holding memory on the refusing device, as NVML
+/// lists it (`nvmlDeviceGetComputeRunningProcesses`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OtherProcess {
+    /// Its pid, as NVML sees it.
+    pub pid: u32,
+    /// Device memory it used then, as NVML accounts it (its context included).
+    pub bytes: u64,
 }
 
 /// `ooms[].limit`: the limit that refused an allocation.
@@ -240,7 +270,8 @@ pub struct Verdict {
     /// `sync_driver_pool` (a driver pool held it: frees no synchronization had observed),
     /// `without_cuguard_pool` (its idle memory lies between live blocks),
     /// `all_idle` (every holder's idle memory
-    /// together), `raise_limit`, `nothing` (the live memory alone leaves too little), or
+    /// together), `raise_limit`, `other_processes` (at the driver's refusal, only what other
+    /// processes held would make room), `nothing` (the live memory alone leaves too little), or
     /// `unknown` (the figures needed were not there).
     pub action: String,
     /// Whether that would have let the request through.

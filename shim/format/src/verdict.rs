@@ -20,6 +20,10 @@
 //!   since it gives back every chunk with no live block before it refuses, and what it still
 //!   holds idle lies between live blocks.
 //! - All holders' idle memory together covers it: each remedy together fits.
+//! - At the driver's refusal, when nothing in this process would make room but what other
+//!   processes held on the device (`other_processes_bytes`, as NVML listed them) would, with
+//!   the room: they hold it, and the request fits only once they free it. A remedy inside the
+//!   process wins whenever one fits.
 //! - A limit: raising it by what is missing fits, when the device has the room.
 //! - Otherwise nothing would: the live memory alone leaves too little.
 //!
@@ -35,7 +39,7 @@
 //! Idle memory of a holder on another device, or of one cuguard cannot read (a framework's cache
 //! it was not told of), is not counted, so "nothing" is as far as cuguard can see.
 
-use crate::attribution::{IdleHolder, OomLimit, OomRecord, Verdict};
+use crate::attribution::{IdleHolder, OomLimit, OomRecord, OtherProcess, Verdict};
 use crate::units::human_bytes;
 
 /// The driver's allocation granularity on the devices measured (2 MiB).
@@ -50,6 +54,11 @@ pub struct Figures<'a> {
     pub limit: Option<&'a OomLimit>,
     pub live_bytes: u64,
     pub idle: &'a [IdleHolder],
+    /// The refusing device's ordinal (for the words).
+    pub device: u32,
+    /// The other processes on the device, most bytes first, and what they all held; `None`
+    /// when not known.
+    pub other_processes: Option<(&'a [OtherProcess], u64)>,
 }
 
 impl<'a> From<&'a OomRecord> for Figures<'a> {
@@ -61,6 +70,8 @@ impl<'a> From<&'a OomRecord> for Figures<'a> {
             limit: o.limit.as_ref(),
             live_bytes: o.live_bytes,
             idle: &o.idle,
+            device: o.device,
+            other_processes: o.other_processes.as_deref().zip(o.other_processes_bytes),
         }
     }
 }
@@ -154,6 +165,9 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
             ),
         };
     }
+    if let Some(v) = others_hold_it(&oom, room, need) {
+        return v;
+    }
     let missing = need.saturating_sub(room).saturating_sub(all);
     if fraction_refused
         && let (Some(l), Some(free)) = (oom.limit, oom.device_free_bytes)
@@ -199,6 +213,51 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
             human_bytes(live_outside_idle(oom.live_bytes, oom.idle))
         ),
     }
+}
+
+/// The verdict's `action` when only other processes' memory would make room.
+pub const OTHER_PROCESSES: &str = "other_processes";
+
+/// At the driver's refusal, that other processes hold what is missing, when their memory with
+/// the `room` left covers the `need`.
+fn others_hold_it(oom: &Figures<'_>, room: u64, need: u64) -> Option<Verdict> {
+    let (list, held) = oom.other_processes?;
+    (oom.refused_by == "driver" && held > 0 && room.saturating_add(held) >= need).then(|| Verdict {
+        action: OTHER_PROCESSES.into(),
+        fits: true,
+        text: format!(
+            "other processes hold {} of device {} ({}): the request fits only once they free it",
+            human_bytes(held),
+            oom.device,
+            pids(list, held)
+        ),
+    })
+}
+
+/// The other processes in words, the first three by pid: `pid 4242: 3.0 GiB, pid 17: 1.0 GiB,
+/// and 2 more (512.0 MiB)`; `held` is what they all held (the list may be cut).
+fn pids(list: &[OtherProcess], held: u64) -> String {
+    const NAMED: usize = 3;
+    let mut parts: Vec<String> = list
+        .iter()
+        .take(NAMED)
+        .map(|p| format!("pid {}: {}", p.pid, human_bytes(p.bytes)))
+        .collect();
+    let named = list
+        .iter()
+        .take(NAMED)
+        .fold(0u64, |sum, p| sum.saturating_add(p.bytes));
+    let rest = held.saturating_sub(named);
+    if rest > 0 {
+        let more = list.len().saturating_sub(NAMED);
+        let who = if more > 0 && list.len() < OomRecord::MAX_OTHER_PROCESSES {
+            format!("{more} more")
+        } else {
+            "more".to_string()
+        };
+        parts.push(format!("and {who} ({})", human_bytes(rest)));
+    }
+    parts.join(", ")
 }
 
 /// `ooms[].refused_by` of PyTorch's caching allocator, and its holder's `holder`.
@@ -301,7 +360,22 @@ mod tests {
             idle,
             verdict: None,
             within: None,
+            other_processes: None,
+            other_processes_bytes: None,
+            other_processes_note: None,
         }
+    }
+
+    /// `oom` with other processes on the device: `(pid, bytes)`.
+    fn beside(mut o: OomRecord, others: &[(u32, u64)]) -> OomRecord {
+        o.other_processes = Some(
+            others
+                .iter()
+                .map(|&(pid, bytes)| OtherProcess { pid, bytes })
+                .collect(),
+        );
+        o.other_processes_bytes = Some(others.iter().map(|p| p.1).sum());
+        o
     }
 
     fn driver_pool(reserved: u64, idle: u64, threshold: u64) -> IdleHolder {
@@ -512,6 +586,85 @@ mod tests {
         let _ = of(&o);
         o.refused_by = "driver".into();
         let _ = of(&o);
+    }
+
+    #[test]
+    fn what_other_processes_hold_is_named_when_only_it_would_fit() {
+        // 1 GiB device, 600 MiB held by pid 4242, nothing live here: 424 MiB left of 512.
+        let mut o = beside(oom(512 * MIB, 424 * MIB, Vec::new()), &[(4242, 600 * MIB)]);
+        o.live_bytes = 0;
+        let v = of(&o);
+        assert_eq!(v.action, OTHER_PROCESSES);
+        assert!(v.fits);
+        assert_eq!(
+            v.text,
+            "other processes hold 600.0 MiB of device 0 (pid 4242: 600.0 MiB): the request fits \
+             only once they free it"
+        );
+        // Several: the first three by pid, the rest counted.
+        let o = beside(
+            oom(3 << 30, 1 << 30, Vec::new()),
+            &[
+                (17, 2 << 30),
+                (18, 1 << 30),
+                (19, 512 * MIB),
+                (20, 256 * MIB),
+                (21, 256 * MIB),
+            ],
+        );
+        assert_eq!(
+            of(&o).text,
+            "other processes hold 4.0 GiB of device 0 (pid 17: 2.0 GiB, pid 18: 1.0 GiB, pid 19: \
+             512.0 MiB, and 2 more (512.0 MiB)): the request fits only once they free it"
+        );
+    }
+
+    #[test]
+    fn a_remedy_inside_the_process_wins_over_other_processes() {
+        let o = beside(
+            oom(
+                512 * MIB,
+                384 * MIB,
+                vec![driver_pool(576 * MIB, 576 * MIB, u64::MAX)],
+            ),
+            &[(4242, 600 * MIB)],
+        );
+        assert_eq!(of(&o).action, "sync_driver_pool");
+        // Too little even with theirs: nothing, as before.
+        let o = beside(oom(900 * MIB, 100 * MIB, Vec::new()), &[(4242, 200 * MIB)]);
+        assert_eq!(of(&o).action, "nothing");
+        // None listed, or not known: as before.
+        let o = beside(oom(512 * MIB, 424 * MIB, Vec::new()), &[]);
+        assert_eq!(of(&o).action, "nothing");
+        let o = oom(512 * MIB, 424 * MIB, Vec::new());
+        assert_eq!(of(&o).action, "nothing");
+        // A limit's refusal is the limit's, whatever other processes hold.
+        let mut o = beside(oom(256 * MIB, 600 * MIB, Vec::new()), &[(4242, 600 * MIB)]);
+        o.refused_by = "limit".into();
+        o.limit = Some(OomLimit {
+            limit_bytes: 512 * MIB,
+            held_bytes: 400 * MIB,
+        });
+        assert_eq!(of(&o).action, "raise_limit");
+    }
+
+    #[test]
+    fn older_reports_read_without_other_processes() {
+        let o = oom(512 * MIB, 424 * MIB, Vec::new());
+        let mut v = serde_json::to_value(&o).unwrap();
+        let keys = v.as_object().unwrap();
+        assert!(
+            !keys.keys().any(|k| k.starts_with("other_processes")),
+            "{v}"
+        );
+        v.as_object_mut().unwrap().remove("within");
+        let back: OomRecord = serde_json::from_value(v).unwrap();
+        assert_eq!(back.other_processes, None);
+        // Known and none: an empty list, which is not "not known".
+        let o = beside(o, &[]);
+        let v = serde_json::to_value(&o).unwrap();
+        assert_eq!(v["other_processes"], serde_json::json!([]));
+        assert_eq!(v["other_processes_bytes"], 0);
     }
 
     #[test]

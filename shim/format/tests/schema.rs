@@ -17,8 +17,8 @@ use cuguard_format::{
     site_list,
 };
 use cuguard_format::{
-    Explained, IdleHolder, MixedRef, OomLimit, OomPool, OomRecord, OwnerBytes, OwnerInfo,
-    PeakRecord, Reconciliation, StackBytes, StackSamples, StackSeries, Verdict,
+    Explained, IdleHolder, MixedRef, OomLimit, OomPool, OomRecord, OtherProcess, OwnerBytes,
+    OwnerInfo, PeakRecord, Reconciliation, StackBytes, StackSamples, StackSeries, Verdict,
 };
 use cuguard_format::{
     HeldClass, PyAllocation, PyBlock, PyCache, PyCacheLine, PyEnd, PyHolder, PyView, Python,
@@ -371,6 +371,13 @@ fn full_report(reason: Reason) -> Report {
             text: "synchronizing before the request fits".into(),
         }),
         within: Some("pytorch".into()),
+        other_processes: Some(vec![OtherProcess {
+            pid: 4343,
+            bytes: 3 << 30,
+        }]),
+        other_processes_bytes: Some(3 << 30),
+        // Absent beside a list in a report the shim writes; here for the schema's keys.
+        other_processes_note: Some("NVML is not available".into()),
     }];
     r.ooms_dropped = Some(3);
     r.reconciliation = vec![Reconciliation {

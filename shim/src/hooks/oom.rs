@@ -1,6 +1,8 @@
 //! What the shim does when an allocation entry answers `CUDA_ERROR_OUT_OF_MEMORY` (from the
 //! driver, from the pool's limit or from the process's limit): it records what held the memory at that moment
-//! ([`crate::tracker::ooms`]) with the card's figures and verdict, has the cuguard thread say so
+//! ([`crate::tracker::ooms`]) with the card's figures and verdict, other processes' memory
+//! included where NVML, already loaded, lists them ([`crate::driver::nvml::others`]: one NVML
+//! call, never loading it), has the cuguard thread say so
 //! in one line on stderr the first time ([`crate::lifecycle::oom_line`]: naming the stacks is
 //! not the refused call's to wait for), and asks that thread for a checkpoint report (`reason: oom`, at most one
 //! a second), because by the time the process ends the program has usually unwound and freed
@@ -13,7 +15,8 @@ use crate::tracker::Tracker;
 use crate::tracker::ooms::{MAX_STACKS, Oom, Ooms, PoolState, RefusedBy};
 use cuguard_format::api::FrameworkOom;
 use cuguard_format::verdict::{self, Figures};
-use cuguard_format::{IdleHolder, OomLimit};
+use cuguard_format::wire::device_ordinal;
+use cuguard_format::{IdleHolder, OomLimit, OomRecord, OtherProcess};
 
 /// Records refusal of `size` bytes by `api` on `device`, asked from `stack`; `why` is the pool's
 /// reason when the pool or the process's limit refused.
@@ -122,6 +125,12 @@ fn record(t: &Tracker, r: Refusal) {
         return;
     }
     let device = r.device;
+    // First, before any lock of the shim's is taken: one NVML call, if NVML is loaded.
+    let others =
+        crate::driver::nvml::others(device, OomRecord::MAX_OTHER_PROCESSES, |pid, bytes| {
+            OtherProcess { pid, bytes }
+        })
+        .map_err(|why| why.note());
     let live_bytes = t
         .stats
         .snapshot()
@@ -146,6 +155,8 @@ fn record(t: &Tracker, r: Refusal) {
         limit: r.limit.as_ref(),
         live_bytes,
         idle: &idle,
+        device: device_ordinal(device),
+        other_processes: others.as_ref().ok().map(|(list, held)| (&list[..], *held)),
     });
     let oom = Oom {
         seq: r.seq,
@@ -166,6 +177,7 @@ fn record(t: &Tracker, r: Refusal) {
         idle,
         verdict,
         within: None,
+        others,
     };
     if framework {
         t.ooms

@@ -1,9 +1,10 @@
 //! The one stderr line at a process's first refusal for lack of memory (`crate::hooks`'s
-//! out-of-memory record): where it was asked, how much, what was live, what held the most, and
-//! the card's verdict. Naming the stacks can take long the first time (the binaries' debug
-//! information is read: 105–121 ms measured, `docs/benchmarks.md`), so the refused call only
-//! marks the line due ([`pending`]); the cuguard thread says it when it wakes for the refusal,
-//! or the final report does first, whichever comes first ([`say_pending`]).
+//! out-of-memory record): where it was asked, how much, what was live, what held the most, what
+//! other processes held where NVML listed any, and the card's verdict. Naming the stacks can
+//! take long the first time (the binaries' debug information is read: 105–121 ms measured,
+//! `docs/benchmarks.md`), so the refused call only marks the line due ([`pending`]); the
+//! cuguard thread says it when it wakes for the refusal, or the final report does first,
+//! whichever comes first ([`say_pending`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
@@ -65,7 +66,8 @@ pub fn pending(reporter_runs: bool) {
     }
 }
 
-/// The one stderr line: where it was asked, how much, what was live, and what held the most.
+/// The one stderr line: where it was asked, how much, what was live, what held the most, what
+/// other processes held (unless the verdict says it), and the verdict.
 fn say(oom: &Oom) {
     static SAID: AtomicBool = AtomicBool::new(false);
     if SAID.swap(true, Ordering::Relaxed) {
@@ -110,6 +112,12 @@ fn say(oom: &Oom) {
         RefusedBy::Limit => line.push_str(" (CUGUARD_LIMIT)"),
         RefusedBy::Pytorch => line.push_str(" (PyTorch's caching allocator)"),
         RefusedBy::Driver => {}
+    }
+    if let Ok((_, held)) = &oom.others
+        && *held > 0
+        && oom.verdict.action != cuguard_format::verdict::OTHER_PROCESSES
+    {
+        line.push_str(&format!("; other processes hold {}", human(*held)));
     }
     if oom.verdict.action != "unknown" {
         line.push_str(&format!("; {}", oom.verdict.text));

@@ -1,5 +1,5 @@
-//! Allocations refused for lack of memory, and what held the memory at that moment: the
-//! report's `ooms`.
+//! Allocations refused for lack of memory, and what held the memory at that moment (this
+//! process's holders, and other processes where NVML says): the report's `ooms`.
 //!
 //! The first [`MAX_OOMS`] refusals are recorded in full (what was live by stack, the device's
 //! free and total memory, the pool); later ones are only counted, so a storm of refusals costs
@@ -81,6 +81,9 @@ pub struct Oom {
     /// For the driver's refusal of memory a framework's allocator asked for, the framework,
     /// which then refused the request itself (its own record explains it).
     pub within: Option<RefusedBy>,
+    /// The other processes on the device then (NVML's), most bytes first, and what they all
+    /// held; or why NVML could not say ([`crate::driver::nvml::others`]).
+    pub others: Result<(Vec<cuguard_format::OtherProcess>, u64), String>,
 }
 
 /// Whether a framework's out-of-memory observer is registered in this process (the Python

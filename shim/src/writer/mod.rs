@@ -466,6 +466,9 @@ fn oom_entries(
             idle: o.idle.clone(),
             verdict: Some(o.verdict.clone()),
             within: o.within.map(|w| w.as_str().into()),
+            other_processes: o.others.as_ref().ok().map(|o| o.0.clone()),
+            other_processes_bytes: o.others.as_ref().ok().map(|o| o.1),
+            other_processes_note: o.others.as_ref().err().cloned(),
         })
         .collect()
 }

@@ -24,7 +24,7 @@ pub extern "C" fn cuInit(Flags: c_uint) -> CUresult {
         if cfg.devices == 0 {
             return Err(Fault::NoDevice);
         }
-        state::init(|st| st.build_devices(cfg.devices, cfg.memory));
+        state::init(|st| st.build_devices(cfg.devices, cfg.memory, cfg.others_bytes()));
         state::fork::register();
         Ok(())
     })

@@ -16,10 +16,13 @@
 //! - Devices: index `i` is the driver's ordinal `i` (NVML's order ignores
 //!   `CUDA_VISIBLE_DEVICES`; so does the simulator); UUIDs are `cuDeviceGetUuid`'s bytes written
 //!   as `nvidia-smi` writes them (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`).
-//! - Memory: total is `CUGUARD_SIM_MEMORY`; used is what the driver counts as taken (what
-//!   `cuMemGetInfo_v2` subtracts), 0 before `cuInit`; free is the rest; reserved is 0.
-//! - Processes: this process, using the device's taken bytes, once it has any or a live context
-//!   on the device.
+//! - Memory: total is `CUGUARD_SIM_MEMORY`; used is what the driver counts as taken by this
+//!   process (0 before `cuInit`) and what the other processes of `CUGUARD_SIM_OTHERS` hold (from
+//!   the start), together what `cuMemGetInfo_v2` subtracts; free is the rest; reserved is 0.
+//! - Processes: this process, using the bytes the driver counts as taken by it (the others'
+//!   not included), once it has any or a live context on the device; then the other processes
+//!   of `CUGUARD_SIM_OTHERS` (`PID:SIZE,…`), in the order given, each with its size, on every
+//!   device.
 //! - `nvmlInit_v2` reads the simulator's settings (as `cuInit` does, see `config.rs`), without
 //!   initializing the driver; init and shutdown are counted, and every other call fails with
 //!   `NVML_ERROR_UNINITIALIZED` while the count is 0. `CUGUARD_SIM_FAIL` names these entries
@@ -114,15 +117,42 @@ fn handle(ordinal: u32) -> NvmlDevice {
     (HANDLE_BASE + 16 * ordinal as usize) as NvmlDevice
 }
 
-/// `(total, used)` of device `ordinal`: the configured memory, and what the driver counts as
-/// taken (nothing before `cuInit`).
+/// `(total, used)` of device `ordinal`: the configured memory, and what is taken: by this
+/// process as the driver counts it (nothing before `cuInit`), and by the other processes.
 fn memory(ordinal: i32) -> (u64, u64) {
-    let total = config::load().memory;
-    let used = state::driver()
+    let cfg = config::load();
+    let total = cfg.memory;
+    let used = own_used(ordinal).saturating_add(cfg.others_bytes());
+    (total, used.min(total))
+}
+
+/// What the driver counts as taken by this process on device `ordinal` (nothing before
+/// `cuInit`).
+fn own_used(ordinal: i32) -> u64 {
+    state::driver()
         .ok()
         .and_then(|d| d.lock().device(ordinal).ok().map(|dev| dev.mem.used))
-        .unwrap_or(0);
-    (total, used.min(total))
+        .unwrap_or(0)
+}
+
+/// The processes NVML lists on a device: this one (`pid`, its `used` bytes) when `listed`,
+/// then each of `others`.
+fn processes(
+    pid: u32,
+    used: u64,
+    listed: bool,
+    others: &[(u32, u64)],
+) -> impl Iterator<Item = ProcessInfo> + '_ {
+    listed
+        .then_some((pid, used))
+        .into_iter()
+        .chain(others.iter().copied())
+        .map(|(pid, used_gpu_memory)| ProcessInfo {
+            pid,
+            used_gpu_memory,
+            gpu_instance_id: u32::MAX,
+            compute_instance_id: u32::MAX,
+        })
 }
 
 /// `nvmlInit_v2`.
@@ -324,8 +354,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     })
 }
 
-/// `nvmlDeviceGetComputeRunningProcesses_v3`: this process, if it uses the device; with too
-/// small a buffer, `NVML_ERROR_INSUFFICIENT_SIZE` and the count needed.
+/// `nvmlDeviceGetComputeRunningProcesses_v3`: this process, if it uses the device, and the other
+/// processes of `CUGUARD_SIM_OTHERS`; with too small a buffer, `NVML_ERROR_INSUFFICIENT_SIZE`
+/// and the count needed.
 ///
 /// # Safety
 /// `count` is NULL or readable and writable; `infos` is NULL or writable for `*count` entries.
@@ -340,9 +371,11 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
             let (Some(d), false) = (ordinal(device, n), count.is_null()) else {
                 return NVML_ERROR_INVALID_ARGUMENT;
             };
-            let used = self::memory(d).1;
+            let used = own_used(d);
             let listed = used > 0 || has_context(d);
-            let needed = c_uint::from(listed);
+            let others = &config::load().others;
+            let needed =
+                c_uint::try_from(usize::from(listed) + others.len()).unwrap_or(c_uint::MAX);
             // SAFETY: non-null, and readable and writable by the caller's contract.
             let room = unsafe { count.read() };
             // SAFETY: as above.
@@ -350,19 +383,13 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
             if room < needed {
                 return NVML_ERROR_INSUFFICIENT_SIZE;
             }
-            if listed {
-                if infos.is_null() {
-                    return NVML_ERROR_INVALID_ARGUMENT;
-                }
-                // SAFETY: writable for `room` >= 1 entries by the caller's contract.
-                unsafe {
-                    infos.write(ProcessInfo {
-                        pid: std::process::id(),
-                        used_gpu_memory: used,
-                        gpu_instance_id: u32::MAX,
-                        compute_instance_id: u32::MAX,
-                    })
-                };
+            if needed > 0 && infos.is_null() {
+                return NVML_ERROR_INVALID_ARGUMENT;
+            }
+            for (i, info) in processes(std::process::id(), used, listed, others).enumerate() {
+                // SAFETY: writable for `room` >= `needed` entries by the caller's contract, and
+                // `i` < `needed`.
+                unsafe { infos.add(i).write(info) };
             }
             NVML_SUCCESS
         })
@@ -391,5 +418,18 @@ mod tests {
         assert_eq!(ordinal(handle(4), 4), None);
         assert_eq!(ordinal(std::ptr::null_mut(), 4), None);
         assert_eq!(ordinal((HANDLE_BASE + 8) as NvmlDevice, 4), None);
+    }
+
+    #[test]
+    fn other_processes_are_listed_after_this_one() {
+        let others = [(4242, 600 << 20), (17, 1 << 30)];
+        let rows: Vec<(u32, u64)> = processes(99, 64 << 20, true, &others)
+            .map(|p| (p.pid, p.used_gpu_memory))
+            .collect();
+        assert_eq!(rows, [(99, 64 << 20), (4242, 600 << 20), (17, 1 << 30)]);
+        // Before this process uses the device: the others alone.
+        let rows: Vec<u32> = processes(99, 0, false, &others).map(|p| p.pid).collect();
+        assert_eq!(rows, [4242, 17]);
+        assert_eq!(processes(99, 0, false, &[]).count(), 0);
     }
 }

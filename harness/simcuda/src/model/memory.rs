@@ -10,6 +10,9 @@
 //!   `cuMemGetInfo_v2` reports as taken: the requested bytes of every live `cuMemAlloc_v2`,
 //!   pitched (`pitch * height`) and managed allocation, every block a memory pool holds (in use
 //!   or cached), and every VMM physical allocation (`cuMemCreate`).
+//! - `others` is what other processes hold on the device (`CUGUARD_SIM_OTHERS`), taken from the
+//!   start and never given back: `cuMemGetInfo_v2`'s free and every charge's room shrink by it,
+//!   while `used` stays this process's own (what NVML lists for it).
 //! - `live_bytes`/`live_allocs` count what the program holds and has not freed: the same
 //!   synchronous allocations, async allocations not yet passed to a free, and VMM physical
 //!   allocations until their memory goes (released and unmapped) (`cusimGetUsage`). Pinned or registered host memory and IPC
@@ -36,15 +39,19 @@ pub const PITCH_ALIGN: usize = 512;
 pub struct DeviceMem {
     pub limit: u64,
     pub used: u64,
+    /// Held by other processes, no more than `limit`.
+    pub others: u64,
     pub live_bytes: u64,
     pub live_allocs: u64,
 }
 
 impl DeviceMem {
-    pub fn new(limit: u64) -> Self {
+    /// A device of `limit` bytes of which other processes hold `others`.
+    pub fn beside(limit: u64, others: u64) -> Self {
         DeviceMem {
             limit,
             used: 0,
+            others: others.min(limit),
             live_bytes: 0,
             live_allocs: 0,
         }
@@ -53,7 +60,7 @@ impl DeviceMem {
     /// Takes `n` bytes, or fails with out-of-memory leaving everything as it was.
     pub fn charge(&mut self, n: u64) -> Result<(), Fault> {
         match self.used.checked_add(n) {
-            Some(total) if total <= self.limit => {
+            Some(total) if total <= self.limit - self.others => {
                 self.used = total;
                 Ok(())
             }
@@ -65,8 +72,11 @@ impl DeviceMem {
         self.used = self.used.saturating_sub(n);
     }
 
+    /// What no process holds.
     pub fn free(&self) -> u64 {
-        self.limit.saturating_sub(self.used)
+        self.limit
+            .saturating_sub(self.others)
+            .saturating_sub(self.used)
     }
 
     pub fn add_live(&mut self, bytes: u64) {
@@ -148,7 +158,7 @@ mod tests {
 
     #[test]
     fn charges_stop_at_the_limit() {
-        let mut m = DeviceMem::new(1000);
+        let mut m = DeviceMem::beside(1000, 0);
         assert!(m.charge(600).is_ok());
         assert_eq!(m.charge(401), Err(Fault::OutOfMemory));
         assert!(m.charge(400).is_ok());
@@ -156,5 +166,20 @@ mod tests {
         m.uncharge(1000);
         assert_eq!(m.free(), 1000);
         assert_eq!(m.charge(u64::MAX), Err(Fault::OutOfMemory));
+    }
+
+    #[test]
+    fn other_processes_take_their_share_from_the_start() {
+        let mut m = DeviceMem::beside(1000, 600);
+        assert_eq!(m.free(), 400);
+        assert_eq!(m.charge(401), Err(Fault::OutOfMemory));
+        assert!(m.charge(400).is_ok());
+        assert_eq!((m.used, m.free()), (400, 0));
+        m.uncharge(400);
+        assert_eq!((m.used, m.free()), (0, 400));
+        // No more than the device has.
+        let mut m = DeviceMem::beside(1000, 5000);
+        assert_eq!((m.others, m.free()), (1000, 0));
+        assert_eq!(m.charge(1), Err(Fault::OutOfMemory));
     }
 }
