@@ -20,22 +20,37 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::bounded::Mix;
 use crate::{Action, Checkpoint, Chunk, Raw};
 use cuguard_format::MemoryKind;
+
+/// The maps here are touched at every event the shim's writer drains: keyed by addresses and
+/// context ids, they hash with [`Mix`], as the readers' do. With the standard library's SipHash
+/// and the index by context kept from the start, the writer took 2,840-2,900 instructions a
+/// tensor pair (alloc and free, `scripts/tensor_pair_bench.py` under callgrind), nearly half
+/// of them hashing; 1,390-1,470 since.
+type Fast = std::hash::BuildHasherDefault<Mix>;
 
 /// The fewest events between two checkpoints; more while much is live (a checkpoint restates
 /// it all), so that checkpoints take at most a quarter of a history's bytes.
 pub const CHECKPOINT_EVENTS: u64 = 1 << 18;
 
-/// What is live, by address and by context: a context's release removes its own entries, in
-/// time proportional to them, however many other contexts hold.
+/// What is live, by address and, from the first context released on, by context: a context's
+/// release removes its own entries, in time proportional to them, however many other contexts
+/// hold.
 #[derive(Default)]
 pub struct LiveSet {
-    pub by_addr: HashMap<u64, (u32, Raw)>,
-    by_context: HashMap<u16, HashSet<u64>>,
+    pub by_addr: HashMap<u64, (u32, Raw), Fast>,
+    /// The addresses of each context's entries: built at the first release of a context from
+    /// what is live then, and kept up to date afterwards. Until then (most programs release
+    /// their contexts at their end, and a cache's blocks are never released by context: they
+    /// go with their segment) an event costs no look-up here.
+    by_context: Option<ByContext>,
     /// By address in order, once a cache block was looked up in them.
     holders: crate::holders::Holders,
 }
+
+type ByContext = HashMap<u16, HashSet<u64, Fast>, Fast>;
 
 impl LiveSet {
     /// `e` made by `thread`; what it replaces at its address (its free was never seen).
@@ -47,7 +62,9 @@ impl LiveSet {
         if let Some(old) = old {
             self.forget(old.context, e.addr);
         }
-        self.by_context.entry(e.context).or_default().insert(e.addr);
+        if let Some(by_context) = &mut self.by_context {
+            by_context.entry(e.context).or_default().insert(e.addr);
+        }
         self.holders.made(e.addr, e.size);
         old
     }
@@ -69,19 +86,28 @@ impl LiveSet {
 
     /// A free: ends what is live at its address if it was made before it, and returns it.
     pub fn freed(&mut self, e: &Raw) -> Option<Raw> {
-        let &(_, made) = self.by_addr.get(&e.addr)?;
+        // One look-up: taken out, and put back in the rare case it was made after the free.
+        let (thread, made) = self.by_addr.remove(&e.addr)?;
         if made.tsc > e.tsc {
+            self.by_addr.insert(e.addr, (thread, made));
             return None;
         }
-        self.by_addr.remove(&e.addr);
         self.forget(made.context, e.addr);
         Some(made)
     }
 
     /// Everything live in `context` went with it; returns what that was.
     pub fn released(&mut self, context: u16) -> Vec<Raw> {
+        let by_addr = &self.by_addr;
+        let by_context = self.by_context.get_or_insert_with(|| {
+            let mut index = ByContext::default();
+            for (&addr, (_, r)) in by_addr {
+                index.entry(r.context).or_default().insert(addr);
+            }
+            index
+        });
         let mut gone = Vec::new();
-        for addr in self.by_context.remove(&context).unwrap_or_default() {
+        for addr in by_context.remove(&context).unwrap_or_default() {
             if let Some((_, r)) = self.by_addr.remove(&addr) {
                 self.holders.gone(addr);
                 gone.push(r);
@@ -100,10 +126,13 @@ impl LiveSet {
 
     fn forget(&mut self, context: u16, addr: u64) {
         self.holders.gone(addr);
-        if let Some(set) = self.by_context.get_mut(&context) {
+        let Some(by_context) = &mut self.by_context else {
+            return;
+        };
+        if let Some(set) = by_context.get_mut(&context) {
             set.remove(&addr);
             if set.is_empty() {
-                self.by_context.remove(&context);
+                by_context.remove(&context);
             }
         }
     }
@@ -124,15 +153,15 @@ pub struct Follow {
     /// The fewest events between checkpoints (0: [`CHECKPOINT_EVENTS`]).
     every: u64,
     /// The tags of live allocations, by address (a name id: [`Action::Tag`]).
-    tags: HashMap<u64, u32>,
+    tags: HashMap<u64, u32, Fast>,
     /// Blocks inside a framework's cache ([`MemoryKind::CacheBlock`]), apart: they share
     /// addresses with the allocations they are carved from. Not counted in the peak: their
     /// segments are.
     pub cache: LiveSet,
     /// The tags of live cache blocks, by address.
-    cache_tags: HashMap<u64, u32>,
+    cache_tags: HashMap<u64, u32, Fast>,
     /// The live allocations that are a cache's segments (a cache block was found inside).
-    carved: HashSet<u64>,
+    carved: HashSet<u64, Fast>,
     /// Live cache-block bytes (a cache's tensors), and those at the span's peak: of the moments
     /// with the most live memory, the peak is the first with the most tensors (a moment where
     /// the cache grew by a segment, before the tensor that asked for it was carved, shows the
@@ -273,7 +302,7 @@ impl Follow {
             };
             (thread, raw)
         };
-        let with_marks = |m: &(u32, Raw), tags: &HashMap<u64, u32>, carved: bool| {
+        let with_marks = |m: &(u32, Raw), tags: &HashMap<u64, u32, Fast>, carved: bool| {
             std::iter::once(*m)
                 .chain(carved.then(|| mark(*m, Action::Carve, 0)))
                 .chain(tags.get(&m.1.addr).map(|&id| mark(*m, Action::Tag, id)))
@@ -360,5 +389,54 @@ impl Follow {
         self.span.peak_bytes = self.bytes;
         self.span.peak_tsc = self.span.tsc;
         self.peak_tensors = self.tensors;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LiveSet;
+    use crate::{Action, MemoryKind, Raw, kind};
+
+    fn made(tsc: u64, addr: u64, context: u16) -> Raw {
+        Raw {
+            tsc,
+            addr,
+            size: 16,
+            stack: 0,
+            context,
+            kind: kind(Action::Alloc, MemoryKind::Device),
+            device: 1,
+            stream: 0,
+        }
+    }
+
+    fn addrs(mut gone: Vec<Raw>) -> Vec<u64> {
+        gone.sort_by_key(|r| r.addr);
+        gone.iter().map(|r| r.addr).collect()
+    }
+
+    /// The index by context is built at the first release from what is live then (frees and
+    /// replacements before it included), and followed from then on.
+    #[test]
+    fn a_release_ends_its_contexts_entries_before_and_after_the_index_is_built() {
+        let mut s = LiveSet::default();
+        s.insert(1, &made(1, 0x10, 0));
+        s.insert(1, &made(2, 0x20, 1));
+        s.insert(1, &made(3, 0x30, 0));
+        s.insert(1, &made(4, 0x40, 0));
+        assert!(s.freed(&made(5, 0x30, 0)).is_some());
+        // A free drained before the allocation it follows ends nothing.
+        assert!(s.freed(&made(0, 0x40, 0)).is_none());
+        // 0x10 made again in context 1, its free never seen.
+        assert_eq!(s.insert(1, &made(6, 0x10, 1)).map(|r| r.context), Some(0));
+        assert_eq!(addrs(s.released(0)), [0x40]);
+        assert_eq!(s.len(), 2);
+        s.insert(2, &made(7, 0x50, 1));
+        s.insert(2, &made(8, 0x60, 2));
+        assert!(s.freed(&made(9, 0x20, 1)).is_some());
+        assert_eq!(addrs(s.released(1)), [0x10, 0x50]);
+        assert_eq!(addrs(s.released(0)), Vec::<u64>::new());
+        assert_eq!(addrs(s.released(2)), [0x60]);
+        assert!(s.is_empty());
     }
 }
