@@ -422,13 +422,14 @@ pub fn device_bytes(
     let idle = idle
         .iter()
         .fold(0u64, |sum, h| sum.saturating_add(h.idle_bytes));
-    let others = others.filter(|b| *b > 0);
     let else_bytes = total.saturating_sub(
         free.saturating_add(live)
             .saturating_add(idle)
             .saturating_add(others.unwrap_or(0)),
     );
+    // Other processes known (NVML listed the device's): their bytes apart, and none in "else".
     let (others, else_is) = match others {
+        Some(0) => (String::new(), "CUDA's own memory"),
         Some(b) => (
             format!(" + {} other processes", bytes(b)),
             "CUDA's own memory",
