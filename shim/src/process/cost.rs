@@ -17,7 +17,9 @@
 //! Every call is counted (exactly). Time is read with `clock_gettime(CLOCK_MONOTONIC)` (a vDSO
 //! read: no syscall) around the first [`FIRST_TIMED`] calls of each thread, which carry its
 //! warm-up (the rule cache, the first stacks), and then around one call in [`sample_every`]
-//! (`CUGUARD_COST_SAMPLE`, a power of two, default [`DEFAULT_SAMPLE_EVERY`]). A part is timed
+//! (`CUGUARD_COST_SAMPLE`, a power of two, default [`DEFAULT_SAMPLE_EVERY`]), its place in each
+//! window moving on by one ([`sampled_turn`]: calls that alternate in kind, a tensor's
+//! allocation and its free, are each timed as often as they come). A part is timed
 //! exactly when the allocation it is inside is, and its time kept or left out with that call's.
 //! A thread's estimate of the whole is the time of its first calls plus the mean of its later
 //! timed calls times the number of its later calls; a part's is its time in those first calls
@@ -518,7 +520,7 @@ pub fn begin(metric: Metric) -> Span {
     };
     let kind = if n < FIRST_TIMED {
         FIRST
-    } else if (n - FIRST_TIMED) & (sample_every() - 1) == 0 {
+    } else if sampled_turn(n - FIRST_TIMED, sample_every()) {
         add(&c.timed, 1, own);
         SAMPLED
     } else {
@@ -539,6 +541,16 @@ pub fn begin(metric: Metric) -> Span {
     } else {
         Span::timed(state, metric, kind)
     }
+}
+
+/// Whether call `k` after a thread's first ones is timed: one in each window of `every` (a power
+/// of two), at an offset that moves on by one each window. A fixed offset would time only one
+/// kind of call where kinds alternate (PyTorch's blocks: an allocation, then its free, so
+/// every 32nd call was a free); moving, it times each kind as often as it comes.
+#[inline]
+fn sampled_turn(k: u64, every: u64) -> bool {
+    let mask = every - 1;
+    k & mask == (k >> every.trailing_zeros()) & mask
 }
 
 /// Whether a tracked allocation's hooks are at work on this thread (a capture then is a part of

@@ -28,6 +28,24 @@ fn every_call_counted_first_ones_and_samples_timed() {
     assert!(totals(Metric::Captures).calls >= FIRST_TIMED + 3 * sample_every());
 }
 
+/// Calls that alternate in kind (PyTorch's blocks: an allocation, then its free) are timed
+/// alike: the sampled turn moves through its window, so it falls on each kind in turn.
+#[test]
+fn alternating_calls_are_sampled_alike() {
+    for every in [1u64, 2, 32, 64] {
+        let timed: Vec<u64> = (0..every * 64)
+            .filter(|&k| sampled_turn(k, every))
+            .collect();
+        // One a window, the first call of the first window.
+        assert_eq!(timed.len() as u64, 64, "every {every}");
+        assert_eq!(timed[0], 0);
+        if every > 1 {
+            let even = timed.iter().filter(|k| *k % 2 == 0).count();
+            assert_eq!(even, 32, "every {every}: {timed:?}");
+        }
+    }
+}
+
 /// Hooks calls with a capture inside each (stacks, and Python frames in every other one):
 /// the parts are timed in the same calls as their whole, and never add up to more.
 #[test]
