@@ -450,8 +450,8 @@ pub fn device_bytes(
 /// first three by pid:
 ///
 /// ```text
-/// other processes: 3.0 GiB (pid 4242 3.0 GiB)
-/// other processes: 4.5 GiB (pid 17 2.0 GiB, pid 18 1.5 GiB, pid 19 512.0 MiB, and 2 more 512.0 MiB)
+/// other processes: 3.0 GiB (pid 4242: 3.0 GiB)
+/// other processes: 4.5 GiB (pid 17: 2.0 GiB, pid 18: 1.5 GiB, pid 19: 512.0 MiB, and 2 more (512.0 MiB))
 /// ```
 ///
 /// or, where the report says why they are not known and `verdict` found nothing in the process
@@ -473,30 +473,10 @@ pub fn other_processes_words(
     if held == 0 && list.is_empty() {
         return None;
     }
-    const NAMED: usize = 3;
-    let mut parts: Vec<String> = list
-        .iter()
-        .take(NAMED)
-        .map(|p| format!("pid {} {}", p.pid, bytes(p.bytes)))
-        .collect();
-    let named = list
-        .iter()
-        .take(NAMED)
-        .fold(0u64, |sum, p| sum.saturating_add(p.bytes));
-    let rest = held.saturating_sub(named);
-    if rest > 0 {
-        let more = list.len().saturating_sub(NAMED);
-        let who = if more > 0 && list.len() < OomRecord::MAX_OTHER_PROCESSES {
-            format!("{more} more")
-        } else {
-            "more".to_string()
-        };
-        parts.push(format!("and {who} {}", bytes(rest)));
-    }
     Some(format!(
         "other processes: {} ({})",
         bytes(held),
-        parts.join(", ")
+        cuguard_format::verdict::pids(list, held)
     ))
 }
 

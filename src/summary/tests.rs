@@ -1085,7 +1085,7 @@ fn other_processes_at_a_refusal_are_named_and_counted() {
              pool's idle memory is known)",
             "    refused by the driver: device 0 had 100.0 MiB free of 16.0 GiB; 418.0 MiB live",
             "    CUDA_ERROR_OUT_OF_MEMORY (out of memory)",
-            "    other processes: 15.0 GiB (pid 4242 12.0 GiB, pid 17 3.0 GiB)",
+            "    other processes: 15.0 GiB (pid 4242: 12.0 GiB, pid 17: 3.0 GiB)",
             "    every byte then: 16.0 GiB = 418.0 MiB live + 94.0 MiB idle + 100.0 MiB free + \
              15.0 GiB other processes + 412.0 MiB else (CUDA's own memory)",
         ],
@@ -1095,7 +1095,7 @@ fn other_processes_at_a_refusal_are_named_and_counted() {
     super::markdown::Markdown::write(&s, &mut out, &Options::default()).unwrap();
     let md = String::from_utf8(out).unwrap();
     assert!(
-        md.contains("  - other processes: 15.0 GiB (pid 4242 12.0 GiB, pid 17 3.0 GiB)\n"),
+        md.contains("  - other processes: 15.0 GiB (pid 4242: 12.0 GiB, pid 17: 3.0 GiB)\n"),
         "{md}"
     );
     assert!(

@@ -380,7 +380,7 @@ fn another_process_holds_what_was_missing() {
         let s = summary(&path, &[]);
         assert!(s.contains(&format!("    verdict: {text}\n")), "{s}");
         assert!(
-            s.contains("    other processes: 600.0 MiB (pid 4242 600.0 MiB)\n"),
+            s.contains("    other processes: 600.0 MiB (pid 4242: 600.0 MiB)\n"),
             "{s}"
         );
         assert!(s.contains(", unexplained 0 B\n"), "{s}");
@@ -395,12 +395,12 @@ fn another_process_holds_what_was_missing() {
         }
         let at = summary(&path, &["--at", "oom"]);
         assert!(
-            at.contains("    other processes: 600.0 MiB (pid 4242 600.0 MiB)\n"),
+            at.contains("    other processes: 600.0 MiB (pid 4242: 600.0 MiB)\n"),
             "{at}"
         );
         let md = summary(&path, &["--format", "markdown"]);
         assert!(
-            md.contains("  - other processes: 600.0 MiB (pid 4242 600.0 MiB)\n"),
+            md.contains("  - other processes: 600.0 MiB (pid 4242: 600.0 MiB)\n"),
             "{md}"
         );
     }

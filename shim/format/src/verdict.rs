@@ -235,8 +235,9 @@ fn others_hold_it(oom: &Figures<'_>, room: u64, need: u64) -> Option<Verdict> {
 }
 
 /// The other processes in words, the first three by pid: `pid 4242: 3.0 GiB, pid 17: 1.0 GiB,
-/// and 2 more (512.0 MiB)`; `held` is what they all held (the list may be cut).
-fn pids(list: &[OtherProcess], held: u64) -> String {
+/// and 2 more (512.0 MiB)`; `held` is what they all held (the list may be cut). The verdict
+/// and the card's line (the command's summary) both say them so.
+pub fn pids(list: &[OtherProcess], held: u64) -> String {
     const NAMED: usize = 3;
     let mut parts: Vec<String> = list
         .iter()
