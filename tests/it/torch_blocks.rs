@@ -532,15 +532,19 @@ fn replay_asks_for_the_tensors_where_the_history_holds_them_and_for_the_segments
             })
             .collect()
     };
-    let (dir, _) = torch_run("torch-blocks-replay", &[]);
-    let r = replay(&dir);
-    assert_eq!(
+    // (requests, of them tensors, the cache's segments left out, live at most)
+    let counts = |r: &Value| {
         (
             r["requests"].as_u64(),
             r["cache_blocks"].as_u64(),
             r["cache_segments"].as_u64(),
-            r["peak_live_bytes"].as_u64()
-        ),
+            r["peak_live_bytes"].as_u64(),
+        )
+    };
+    let (dir, _) = torch_run("torch-blocks-replay", &[]);
+    let r = replay(&dir);
+    assert_eq!(
+        counts(&r),
         (Some(3), Some(3), Some(3), Some(8 * MIB)),
         "{r}"
     );
@@ -561,12 +565,7 @@ fn replay_asks_for_the_tensors_where_the_history_holds_them_and_for_the_segments
     let (dir, _) = torch_run("torch-blocks-replay-off", &[("CUGUARD_CACHE_BLOCKS", "0")]);
     let r = replay(&dir);
     assert_eq!(
-        (
-            r["requests"].as_u64(),
-            r["cache_blocks"].as_u64(),
-            r["cache_segments"].as_u64(),
-            r["peak_live_bytes"].as_u64()
-        ),
+        counts(&r),
         (Some(3), Some(0), Some(0), Some(10 * MIB)),
         "{r}"
     );
