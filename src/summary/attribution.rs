@@ -42,8 +42,7 @@ pub fn refuser(refused_by: &str) -> Option<(&'static str, Option<&'static str>)>
         "driver" => Some(("the driver", None)),
         "pool_limit" => Some(("the pool's limit", Some("CUGUARD_POOL_LIMIT"))),
         "limit" => Some(("the process's limit", Some("CUGUARD_LIMIT"))),
-        cuguard_format::verdict::PYTORCH => Some(("PyTorch's caching allocator", None)),
-        _ => None,
+        other => cuguard_format::frameworks::named(other).map(|f| (f.words, None)),
     }
 }
 

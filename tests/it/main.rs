@@ -26,6 +26,7 @@ mod docs_blocks;
 mod docs_paths;
 mod first_hour;
 mod format_read;
+mod framework_oom;
 mod history_identity;
 mod history_recording;
 mod history_setting;

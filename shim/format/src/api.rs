@@ -11,7 +11,7 @@
 //!                   "site": Site}
 //! Site:            {"file": s|null, "line": N|null, "function": s|null, "module": s|null,
 //!                   "callers": [Site…]}                 // only when some caller is named
-//! FrameworkOom:    {"framework": "pytorch", "device": 0, "requested": N, "device_free": N|null,
+//! FrameworkOom:    {"framework": "pytorch"|"cupy"|"jax", "device": 0, "requested": N, "device_free": N|null,
 //!                   "limit": N|null, "reserved": N, "message": s|null, "cache": IdleHolder}
 //! ```
 //!
@@ -105,7 +105,7 @@ pub struct LiveAllocations {
 /// cache's idle memory then (`cuguard_framework_oom`; the report's `ooms[]` record it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameworkOom {
-    /// Whose allocator: `pytorch`.
+    /// Whose allocator: `pytorch`, `cupy` or `jax` ([`crate::frameworks`]).
     pub framework: String,
     /// Device ordinal.
     pub device: u32,

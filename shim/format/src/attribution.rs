@@ -224,16 +224,22 @@ pub struct IdleHolder {
     /// a synchronization; `u64::MAX` is unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_threshold: Option<u64>,
-    /// The largest free piece, where the holder says (`cuguard_pool`, `pytorch_cache`).
+    /// The largest free piece, where the holder says (`cuguard_pool`, `pytorch_cache`,
+    /// `cupy_pool`, `jax_allocator`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub largest_free_bytes: Option<u64>,
-    /// How many free pieces the idle bytes are in, where the holder says (`pytorch_cache`).
+    /// How many free pieces the idle bytes are in, where the holder says (`pytorch_cache`,
+    /// `cupy_pool`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pieces: Option<u64>,
     /// Of the idle bytes, those in whole pages of PyTorch's expandable segments (20 MiB): what
     /// `expandable_segments:True` could map to another request (`pytorch_cache`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expandable_bytes: Option<u64>,
+    /// Of the idle bytes, those in whole blocks that CuPy's `free_all_blocks()` gives back to
+    /// the device; a block split by a live array stays (`cupy_pool`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub freeable_bytes: Option<u64>,
     /// The live blocks that split the idle bytes into pieces (those in a segment that has idle
     /// pieces), by the line that made them, most bytes first (`pytorch_cache`; at most 16).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

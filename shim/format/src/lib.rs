@@ -100,6 +100,7 @@ mod config;
 mod cost;
 pub mod edit;
 mod enums;
+pub mod frameworks;
 mod history;
 pub mod intern;
 mod leak;

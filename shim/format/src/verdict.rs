@@ -35,11 +35,25 @@
 //!   part in whole 20 MiB pages (`expandable_bytes`), which `expandable_segments:True` would
 //!   unmap and map to the request. The other holders count only where the device refused,
 //!   not the fraction; raising the fraction fits when the device had the room.
+//! - CuPy's memory pool refused (`cupy`, its `OutOfMemoryError`), under its own limit
+//!   (`set_limit`, `CUPY_GPU_MEMORY_LIMIT`: the room is the limit less what the pool took) or
+//!   after the driver refused. What counts of its idle memory is its whole blocks
+//!   (`freeable_bytes`), which `free_all_blocks()` gives back; a block split by a live array
+//!   stays. After the driver's refusal CuPy has already given its whole blocks back, so only
+//!   other holders, or nothing, can make room. Raising its limit fits when the device had the
+//!   room.
+//! - JAX's allocator refused (`jax`, its `RESOURCE_EXHAUSTED` error): its limit is
+//!   `XLA_PYTHON_CLIENT_MEM_FRACTION` of the device, held against the bytes its arrays use.
+//!   With room under the limit, its idle memory lay in pieces each too small: the platform
+//!   allocator (`XLA_PYTHON_CLIENT_ALLOCATOR=platform`) fits when the device, with JAX's region
+//!   given back, holds its live arrays and the request. Without room, a larger fraction fits
+//!   when the device had the room beside the region JAX already took.
 //!
 //! Idle memory of a holder on another device, or of one cuguard cannot read (a framework's cache
 //! it was not told of), is not counted, so "nothing" is as far as cuguard can see.
 
 use crate::attribution::{IdleHolder, OomLimit, OomRecord, OtherProcess, Verdict};
+use crate::frameworks;
 use crate::units::human_bytes;
 
 /// The driver's allocation granularity on the devices measured (2 MiB).
@@ -51,6 +65,7 @@ pub struct Figures<'a> {
     pub size: u64,
     pub refused_by: &'a str,
     pub device_free_bytes: Option<u64>,
+    pub device_total_bytes: Option<u64>,
     pub limit: Option<&'a OomLimit>,
     pub live_bytes: u64,
     pub idle: &'a [IdleHolder],
@@ -67,6 +82,7 @@ impl<'a> From<&'a OomRecord> for Figures<'a> {
             size: o.size,
             refused_by: &o.refused_by,
             device_free_bytes: o.device_free_bytes,
+            device_total_bytes: o.device_total_bytes,
             limit: o.limit.as_ref(),
             live_bytes: o.live_bytes,
             idle: &o.idle,
@@ -76,25 +92,26 @@ impl<'a> From<&'a OomRecord> for Figures<'a> {
     }
 }
 
-/// What the refuser had left (see the module doc), and whether PyTorch's memory fraction, not
-/// the device, left too little.
+/// What the refuser had left (see the module doc), and whether a framework's own limit (PyTorch's
+/// memory fraction, CuPy's pool limit, JAX's), not the device, left too little.
 fn room(oom: &Figures<'_>) -> (Option<u64>, bool) {
     let device = oom.device_free_bytes;
+    let framework = frameworks::named(oom.refused_by).is_some();
     let room = match (oom.refused_by, oom.limit) {
         ("limit" | "pool_limit", Some(l)) => Some(l.limit_bytes.saturating_sub(l.held_bytes)),
         ("limit" | "pool_limit", None) => None,
-        (PYTORCH, Some(l)) => Some(
+        (_, Some(l)) if framework => Some(
             l.limit_bytes
                 .saturating_sub(l.held_bytes)
                 .min(device.unwrap_or(u64::MAX)),
         ),
         _ => device,
     };
-    let fraction_refused = oom.refused_by == PYTORCH
+    let limit_refused = framework
         && oom.limit.is_some_and(|l| {
             l.limit_bytes.saturating_sub(l.held_bytes) < device.unwrap_or(u64::MAX)
         });
-    (room, fraction_refused)
+    (room, limit_refused)
 }
 
 /// The verdict on `oom` (a record's [`Figures`]).
@@ -105,7 +122,8 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
         .max(1)
         .checked_next_multiple_of(GRANULARITY)
         .unwrap_or(u64::MAX);
-    let (room, fraction_refused) = room(&oom);
+    let (room, limit_refused) = room(&oom);
+    let framework = frameworks::named(oom.refused_by);
     let Some(room) = room else {
         return Verdict {
             action: "unknown".into(),
@@ -114,6 +132,12 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
         };
     };
     let asked = human_bytes(oom.size);
+    if room >= need
+        && framework == Some(&frameworks::JAX)
+        && let Some(v) = jax_fragmented(&oom, need)
+    {
+        return v;
+    }
     if room >= need {
         return Verdict {
             action: "unknown".into(),
@@ -124,10 +148,10 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
             ),
         };
     }
-    let counts = |h: &IdleHolder| match oom.refused_by {
-        "driver" => true,
-        PYTORCH if fraction_refused => h.holder == PYTORCH_CACHE,
-        PYTORCH => true,
+    let counts = |h: &IdleHolder| match (oom.refused_by, framework) {
+        ("driver", _) => true,
+        (_, Some(f)) if limit_refused => h.holder == f.holder,
+        (_, Some(_)) => true,
         _ => h.holder == "cuguard_pool",
     };
     let idle: Vec<&IdleHolder> = oom
@@ -169,21 +193,13 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
         return v;
     }
     let missing = need.saturating_sub(room).saturating_sub(all);
-    if fraction_refused
-        && let (Some(l), Some(free)) = (oom.limit, oom.device_free_bytes)
-        && free >= need
+    if let Some(f) = framework
+        && limit_refused
+        && let Some(v) = raise_framework_limit(&oom, f, need)
     {
-        return Verdict {
-            action: "raise_limit".into(),
-            fits: true,
-            text: format!(
-                "raising PyTorch's memory fraction (torch.cuda.set_per_process_memory_fraction) to {} fits: the device had {} free",
-                human_bytes(l.held_bytes.saturating_add(need)),
-                human_bytes(free)
-            ),
-        };
+        return v;
     }
-    if oom.refused_by != PYTORCH
+    if framework.is_none()
         && let (Some(l), Some(free)) = (oom.limit, oom.device_free_bytes)
         && free >= need
     {
@@ -202,16 +218,42 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
             ),
         };
     }
+    nothing(&oom, room, all, missing, &counts)
+}
+
+/// The verdict that nothing cuguard can see would make room: `all` idle bytes the request
+/// could have had (of the holders that `counts`), `missing` short.
+fn nothing(
+    oom: &Figures<'_>,
+    room: u64,
+    all: u64,
+    missing: u64,
+    counts: &dyn Fn(&IdleHolder) -> bool,
+) -> Verdict {
+    let mut text = format!(
+        "nothing cuguard can see would: {} asked, {} left and {} idle, {} short; {} is live",
+        human_bytes(oom.size),
+        human_bytes(room),
+        human_bytes(all),
+        human_bytes(missing),
+        human_bytes(live_outside_idle(oom.live_bytes, oom.idle))
+    );
+    // A framework's idle memory that no remedy gives this request: said, so that the verdict's
+    // idle bytes do not read as the card's.
+    for h in oom.idle.iter().filter(|h| counts(h)) {
+        let kept = h.idle_bytes.saturating_sub(usable(h));
+        if kept > 0 && frameworks::holding(&h.holder).is_some() {
+            text.push_str(&format!(
+                "; {} held {} more idle, in pieces it could not give to this request",
+                h.name,
+                human_bytes(kept)
+            ));
+        }
+    }
     Verdict {
         action: "nothing".into(),
         fits: false,
-        text: format!(
-            "nothing cuguard can see would: {asked} asked, {} left and {} idle, {} short; {} is live",
-            human_bytes(room),
-            human_bytes(all),
-            human_bytes(missing),
-            human_bytes(live_outside_idle(oom.live_bytes, oom.idle))
-        ),
+        text,
     }
 }
 
@@ -231,6 +273,93 @@ fn others_hold_it(oom: &Figures<'_>, room: u64, need: u64) -> Option<Verdict> {
             oom.device,
             pids(list, held)
         ),
+    })
+}
+
+/// JAX's allocator refused with room under its limit: its idle memory lies in pieces, each too
+/// small. The platform allocator (`XLA_PYTHON_CLIENT_ALLOCATOR=platform`) takes each array from
+/// the driver as it is made, so it fits where the device, with JAX's region given back, holds
+/// what JAX had live and the request.
+fn jax_fragmented(oom: &Figures<'_>, need: u64) -> Option<Verdict> {
+    let h = oom
+        .idle
+        .iter()
+        .find(|h| h.holder == frameworks::JAX.holder)?;
+    let live = oom
+        .limit
+        .map_or(h.reserved_bytes.saturating_sub(h.idle_bytes), |l| {
+            l.held_bytes
+        });
+    let without_region = oom
+        .device_free_bytes
+        .unwrap_or(0)
+        .saturating_add(h.reserved_bytes)
+        .saturating_sub(live);
+    (without_region >= need).then(|| {
+        let largest = h
+            .largest_free_bytes
+            .map(|b| format!(", the largest free piece {}", human_bytes(b)))
+            .unwrap_or_default();
+        Verdict {
+            action: "jax_platform_allocator".into(),
+            fits: true,
+            text: format!(
+                "XLA_PYTHON_CLIENT_ALLOCATOR=platform fits: JAX's allocator held {} idle under its limit{largest}, too small for the {} asked; the platform allocator takes each array from the driver as it is made and gives it back when it is freed (slower)",
+                human_bytes(h.idle_bytes),
+                human_bytes(oom.size)
+            ),
+        }
+    })
+}
+
+/// A framework's own limit refused: raising it fits when the device had the room, beside what
+/// the framework already took from it (JAX's region holds more than its live arrays).
+fn raise_framework_limit(
+    oom: &Figures<'_>,
+    f: &frameworks::Framework,
+    need: u64,
+) -> Option<Verdict> {
+    let (l, free) = (oom.limit?, oom.device_free_bytes?);
+    let taken = oom
+        .idle
+        .iter()
+        .find(|h| h.holder == f.holder)
+        .map_or(l.held_bytes, |h| h.reserved_bytes);
+    let spare = taken.saturating_sub(l.held_bytes);
+    if free.saturating_add(spare) < need {
+        return None;
+    }
+    let to = l.held_bytes.saturating_add(need);
+    let text = if *f == frameworks::PYTORCH {
+        format!(
+            "raising PyTorch's memory fraction (torch.cuda.set_per_process_memory_fraction) to {} fits: the device had {} free",
+            human_bytes(to),
+            human_bytes(free)
+        )
+    } else if *f == frameworks::JAX
+        && let Some(total) = oom.device_total_bytes.filter(|&t| t > 0)
+    {
+        // Two decimals, rounded up, so that the fraction holds the request.
+        let hundredths = to.saturating_mul(100).div_ceil(total).min(100);
+        format!(
+            "raising XLA_PYTHON_CLIENT_MEM_FRACTION to {}.{:02} ({}) fits: the device had {} free beside JAX's allocator",
+            hundredths / 100,
+            hundredths % 100,
+            human_bytes(to),
+            human_bytes(free)
+        )
+    } else {
+        format!(
+            "raising {} to {} fits: the device had {} free",
+            f.limit_setting,
+            human_bytes(to),
+            human_bytes(free)
+        )
+    };
+    Some(Verdict {
+        action: "raise_limit".into(),
+        fits: true,
+        text,
     })
 }
 
@@ -262,26 +391,29 @@ pub fn pids(list: &[OtherProcess], held: u64) -> String {
 }
 
 /// `ooms[].refused_by` of PyTorch's caching allocator, and its holder's `holder`.
-pub const PYTORCH: &str = "pytorch";
+pub const PYTORCH: &str = frameworks::PYTORCH.name;
 /// See [`PYTORCH`].
-pub const PYTORCH_CACHE: &str = "pytorch_cache";
+pub const PYTORCH_CACHE: &str = frameworks::PYTORCH.holder;
 
 /// What of `h`'s idle memory another request could have: PyTorch's cache's whole pages (its
-/// pieces are each too small), every other holder's idle bytes.
+/// pieces are each too small), CuPy's pool's whole blocks (`free_all_blocks()` gives back
+/// those; a block split by a live array stays), none of JAX's (its region stays whole), every
+/// other holder's idle bytes.
 fn usable(h: &IdleHolder) -> u64 {
-    if h.holder == PYTORCH_CACHE {
-        h.expandable_bytes.unwrap_or(0)
-    } else {
-        h.idle_bytes
+    match frameworks::holding(&h.holder) {
+        Some(f) if *f == frameworks::PYTORCH => h.expandable_bytes.unwrap_or(0),
+        Some(f) if *f == frameworks::CUPY => h.freeable_bytes.unwrap_or(0),
+        Some(_) => 0,
+        None => h.idle_bytes,
     }
 }
 
-/// Live bytes less the idle memory that lies inside live allocations (PyTorch's cache's, inside
-/// the segments the driver counts live).
+/// Live bytes less the idle memory that lies inside live allocations (a framework's cache's,
+/// inside the segments, blocks or region the driver counts live).
 pub fn live_outside_idle(live: u64, idle: &[IdleHolder]) -> u64 {
     let inside = idle
         .iter()
-        .filter(|h| h.holder == PYTORCH_CACHE)
+        .filter(|h| frameworks::holding(&h.holder).is_some())
         .fold(0u64, |sum, h| sum.saturating_add(h.idle_bytes));
     live.saturating_sub(inside)
 }
@@ -302,6 +434,15 @@ fn remedy(h: &IdleHolder) -> (&'static str, String) {
             "expandable_segments",
             format!(
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True fits: PyTorch's cache held {idle} idle{pieces} between live tensors{largest}, each too small; {} of it in whole 20 MiB pages, which expandable segments give back and map to the request",
+                human_bytes(usable(h))
+            ),
+        );
+    }
+    if h.holder == frameworks::CUPY.holder {
+        return (
+            "free_all_blocks",
+            format!(
+                "cupy.get_default_memory_pool().free_all_blocks() fits: CuPy's pool held {idle} idle, {} of it in whole blocks, which it gives back to the device",
                 human_bytes(usable(h))
             ),
         );
@@ -458,7 +599,8 @@ mod tests {
         assert_eq!(
             v.text,
             "nothing cuguard can see would: 2.5 GiB asked, 512.0 MiB left and 0 B idle, 2.0 GiB \
-             short; 3.6 GiB is live"
+             short; 3.6 GiB is live; PyTorch's caching allocator held 3.4 GiB more idle, in pieces \
+             it could not give to this request"
         );
     }
 
@@ -673,5 +815,158 @@ mod tests {
         let mut o = oom(256 * MIB, 0, Vec::new());
         o.device_free_bytes = None;
         assert_eq!(of(&o).action, "unknown");
+    }
+
+    /// CuPy refused: its pool `reserved` of which `idle` idle in `pieces`, `freeable` of it
+    /// in whole blocks; under a limit of `limit` where one is given.
+    fn cupy_oom(
+        size: u64,
+        free: u64,
+        reserved: u64,
+        idle: u64,
+        freeable: u64,
+        limit: Option<u64>,
+    ) -> OomRecord {
+        OomRecord {
+            refused_by: "cupy".into(),
+            limit: limit.map(|l| OomLimit {
+                limit_bytes: l,
+                held_bytes: reserved,
+            }),
+            live_bytes: reserved,
+            ..oom(
+                size,
+                free,
+                vec![IdleHolder {
+                    holder: "cupy_pool".into(),
+                    name: "CuPy's memory pool".into(),
+                    reserved_bytes: reserved,
+                    idle_bytes: idle,
+                    pieces: Some(2),
+                    freeable_bytes: Some(freeable),
+                    ..Default::default()
+                }],
+            )
+        }
+    }
+
+    #[test]
+    fn cupy_s_whole_idle_blocks_under_its_limit_call_for_free_all_blocks() {
+        let v = of(&cupy_oom(
+            512 * MIB,
+            900 * MIB,
+            768 * MIB,
+            512 * MIB,
+            512 * MIB,
+            Some(1024 * MIB),
+        ));
+        assert_eq!(v.action, "free_all_blocks");
+        assert!(v.fits);
+        assert_eq!(
+            v.text,
+            "cupy.get_default_memory_pool().free_all_blocks() fits: CuPy's pool held 512.0 MiB idle, \
+             512.0 MiB of it in whole blocks, which it gives back to the device"
+        );
+    }
+
+    #[test]
+    fn cupy_s_split_blocks_under_its_limit_call_for_a_higher_limit_where_the_device_has_room() {
+        // The same idle memory, all of it in blocks split by live arrays.
+        let v = of(&cupy_oom(
+            512 * MIB,
+            900 * MIB,
+            768 * MIB,
+            512 * MIB,
+            0,
+            Some(1024 * MIB),
+        ));
+        assert_eq!(v.action, "raise_limit");
+        assert_eq!(
+            v.text,
+            "raising CuPy's pool limit (MemoryPool.set_limit, CUPY_GPU_MEMORY_LIMIT) to 1.2 GiB \
+             fits: the device had 900.0 MiB free"
+        );
+        // Without the room on the device, nothing would.
+        let v = of(&cupy_oom(
+            512 * MIB,
+            300 * MIB,
+            768 * MIB,
+            512 * MIB,
+            0,
+            Some(1024 * MIB),
+        ));
+        assert_eq!(v.action, "nothing");
+    }
+
+    #[test]
+    fn after_the_driver_refused_cupy_s_idle_pieces_are_not_counted_but_other_holders_are() {
+        // No limit: the device refused; CuPy gave back its whole blocks already.
+        let mut o = cupy_oom(512 * MIB, 100 * MIB, 768 * MIB, 512 * MIB, 0, None);
+        assert_eq!(of(&o).action, "nothing");
+        o.idle.push(driver_pool(600 * MIB, 600 * MIB, 0));
+        assert_eq!(of(&o).action, "sync_driver_pool");
+    }
+
+    /// JAX refused: its region of `region` bytes (its limit too), `in_use` of it used, the
+    /// largest free piece `largest`; the device had `free` beside it, of `total`.
+    fn jax_oom(size: u64, free: u64, region: u64, in_use: u64, largest: u64) -> OomRecord {
+        OomRecord {
+            refused_by: "jax".into(),
+            limit: Some(OomLimit {
+                limit_bytes: region,
+                held_bytes: in_use,
+            }),
+            device_total_bytes: Some(16 * 1024 * MIB),
+            live_bytes: region,
+            ..oom(
+                size,
+                free,
+                vec![IdleHolder {
+                    holder: "jax_allocator".into(),
+                    name: "JAX's allocator".into(),
+                    reserved_bytes: region,
+                    idle_bytes: region - in_use,
+                    largest_free_bytes: Some(largest),
+                    ..Default::default()
+                }],
+            )
+        }
+    }
+
+    #[test]
+    fn jax_refusing_with_room_under_its_limit_calls_for_the_platform_allocator() {
+        let gib = 1024 * MIB;
+        let v = of(&jax_oom(gib, 4 * gib, 12 * gib, 10 * gib, 100 * MIB));
+        assert_eq!(v.action, "jax_platform_allocator");
+        assert!(v.fits);
+        assert_eq!(
+            v.text,
+            "XLA_PYTHON_CLIENT_ALLOCATOR=platform fits: JAX's allocator held 2.0 GiB idle under its \
+             limit, the largest free piece 100.0 MiB, too small for the 1.0 GiB asked; the platform \
+             allocator takes each array from the driver as it is made and gives it back when it is \
+             freed (slower)"
+        );
+    }
+
+    #[test]
+    fn jax_refusing_past_its_limit_calls_for_a_larger_fraction_where_the_device_has_room() {
+        let gib = 1024 * MIB;
+        let v = of(&jax_oom(3 * gib, 4 * gib, 12 * gib, 10 * gib, 2 * gib));
+        assert_eq!(v.action, "raise_limit");
+        assert_eq!(
+            v.text,
+            "raising XLA_PYTHON_CLIENT_MEM_FRACTION to 0.82 (13.0 GiB) fits: the device had 4.0 GiB \
+             free beside JAX's allocator"
+        );
+        // The region's idle 2 GiB and 512 MiB of the device are too little for 3 GiB.
+        let v = of(&jax_oom(3 * gib, 512 * MIB, 12 * gib, 10 * gib, 2 * gib));
+        assert_eq!(v.action, "nothing");
+    }
+
+    #[test]
+    fn a_framework_s_idle_memory_is_not_counted_live_twice() {
+        let gib = 1024 * MIB;
+        let o = jax_oom(3 * gib, 4 * gib, 12 * gib, 10 * gib, 2 * gib);
+        assert_eq!(live_outside_idle(o.live_bytes, &o.idle), 10 * gib);
     }
 }

@@ -364,6 +364,16 @@ fn full_report(reason: Reason) -> Report {
                 }],
                 ..Default::default()
             },
+            IdleHolder {
+                holder: "cupy_pool".into(),
+                name: "CuPy's memory pool".into(),
+                reserved_bytes: 3 << 30,
+                idle_bytes: 2 << 30,
+                largest_free_bytes: Some(1 << 30),
+                pieces: Some(2),
+                freeable_bytes: Some(2 << 30),
+                ..Default::default()
+            },
         ],
         verdict: Some(Verdict {
             action: "sync_driver_pool".into(),

@@ -1,5 +1,6 @@
 //! `cuguard_framework_oom`: a framework's allocator refused a request (PyTorch's
-//! `OutOfMemoryError`, told by its out-of-memory observer, which the Python package registers):
+//! `OutOfMemoryError`, told by its out-of-memory observer; CuPy's `OutOfMemoryError` and JAX's
+//! `RESOURCE_EXHAUSTED`, told as they are made; the Python package tells them):
 //! the shim records an out-of-memory card for it, as for the driver's refusals, with the
 //! framework's cache's idle memory, pieces and the lines that pin them.
 
@@ -9,7 +10,7 @@ use cuguard_format::api::FrameworkOom;
 
 use super::{E_INVALID, E_OFF, OK, call, text};
 
-/// A framework's out-of-memory observer is registered (`framework`: `pytorch`): from now on the
+/// A framework's out-of-memory observer is registered (`framework`: `pytorch`, `cupy`): from now on the
 /// one stderr line at a driver's refusal waits for the framework's card, which explains it when
 /// the refusal was inside the framework's allocator (else it is said with the final report).
 /// [`E_INVALID`] for a framework cuguard does not read.

@@ -66,8 +66,8 @@
 //! | `cuguard_tag_push` | opens tag `name` (1 to 256 bytes) on the calling thread: every allocation it makes until the matching `cuguard_tag_pop` carries it, in the reports (`leaks[].tag`) and the history; tags nest, the innermost names ([`tags`]; 16 kept open, deeper ones counted) | a name look-up (the thread's recent names, else a short lock) |
 //! | `cuguard_tag_pop` | closes the calling thread's innermost tag ([`E_INVALID`] when none is open) | one thread-local write |
 //! | `cuguard_annotate` | names the live allocation at `ptr`, or the one holding it, `name` from now on ([`E_NOT_FOUND`] when no live allocation the shim tracks holds it) | a look-up by address; an inner pointer walks every live allocation |
-//! | `cuguard_framework_oom` | a framework's allocator refused a request (`cuguard_format::api::FrameworkOom`: PyTorch's, from its out-of-memory observer, which the Python package registers): an out-of-memory card like the driver's, with the framework's cache's idle memory, pieces and pinning lines, asked from the calling thread's stack ([`framework_oom`]; [`E_INVALID`] for a document that does not read) | a stack capture, parsing the JSON, the card's figures (the driver's pools asked) |
-//! | `cuguard_framework_watch` | a framework's out-of-memory observer is registered (`pytorch`): the one stderr line at a driver's refusal then waits for the framework's card, which explains a refusal inside its allocator, or for the final report ([`framework_oom`]) | one store |
+//! | `cuguard_framework_oom` | a framework's allocator refused a request (`cuguard_format::api::FrameworkOom`: PyTorch's, from its out-of-memory observer, CuPy's and JAX's, as their errors are made; the Python package tells them): an out-of-memory card like the driver's, with the framework's cache's idle memory, pieces and pinning lines, asked from the calling thread's stack ([`framework_oom`]; [`E_INVALID`] for a document that does not read) | a stack capture, parsing the JSON, the card's figures (the driver's pools asked) |
+//! | `cuguard_framework_watch` | a framework's out-of-memory observer is registered (`pytorch`, `cupy`): the one stderr line at a driver's refusal then waits for the framework's card, which explains a refusal inside its allocator, or for the final report ([`framework_oom`]) | one store |
 //! | `cuguard_cache_blocks` | whether the shim records `framework`'s (`pytorch`) cache blocks with their stacks in this process: [`OK`] when it does (its hook receives PyTorch's blocks, the history is on, `CUGUARD_CACHE_BLOCKS` is not 0), [`E_OFF`] when not; the package then leaves PyTorch's own memory history off ([`cache_blocks`]) | a symbol look-up |
 //! | `cuguard_cache_block_frames` | for each address of `json` (`{"addresses": [...]}`, `cuguard_format::api::BlockAddresses`), the Python frames (innermost first: `file`, `line`, `function`) of the stack that made the live cache block recorded there, or null, in order (`{"frames": [...]}`, `cuguard_format::api::BlockFrames`) in `*json_out`: the lines of PyTorch's live blocks at the end and at an out-of-memory | a look-up per address; no native frame is named |
 //! | `cuguard_free` | frees a string this ABI returned; NULL is ignored | — |
@@ -286,8 +286,9 @@ unsafe fn out_json(out: *mut *mut c_char, bytes: Vec<u8>) -> i32 {
     OK
 }
 
-/// A framework's name as the ABI takes it: `pytorch`, the only one whose allocator cuguard reads
-/// from inside ([`E_INVALID`] for another, a NULL or a name that does not read).
+/// A framework's name as the ABI takes it: `pytorch`, `cupy` or `jax`, those whose allocators
+/// cuguard reads ([`cuguard_format::frameworks`]; [`E_INVALID`] for another, a NULL or a name
+/// that does not read).
 ///
 /// # Safety
 ///
@@ -295,7 +296,7 @@ unsafe fn out_json(out: *mut *mut c_char, bytes: Vec<u8>) -> i32 {
 unsafe fn framework_arg(p: *const c_char) -> Result<(), i32> {
     // SAFETY: the caller's promise, passed on (NULL is refused by `text`).
     let name = unsafe { text(p, 64) }?;
-    if name == cuguard_format::verdict::PYTORCH {
+    if cuguard_format::frameworks::named(name).is_some() {
         Ok(())
     } else {
         Err(E_INVALID)

@@ -45,7 +45,7 @@ pub fn refused(
             limit_bytes: l,
             held_bytes: crate::serving::registry::reserved_for_device(device),
         }),
-        RefusedBy::Driver | RefusedBy::Pytorch => None,
+        RefusedBy::Driver | RefusedBy::Framework(_) => None,
     };
     record(
         t,
@@ -65,31 +65,36 @@ pub fn refused(
 }
 
 /// Records a refusal by a framework's allocator, as the Python package tells it from the
-/// framework's out-of-memory observer (`cuguard_framework_oom`): the request, the framework's
-/// limit and its cache's idle memory, beside what the shim itself knows then (live memory by
-/// stack, the driver's pools, cuguard's pool). `stack` is the asking thread's, taken in the
-/// observer (the framework's request is still on it). False when the framework is not one
-/// cuguard reads.
+/// framework (`cuguard_framework_oom`: PyTorch's out-of-memory observer, CuPy's and JAX's
+/// errors as they are made): the request, the framework's limit and its cache's idle memory,
+/// beside what the shim itself knows then (live memory by stack, the driver's pools, cuguard's
+/// pool). `stack` is the asking thread's, taken as the framework refuses (its request is still
+/// on it). False when the framework is not one cuguard reads.
 pub fn framework_refused(t: &Tracker, oom: FrameworkOom, stack: u32) -> bool {
-    if oom.framework != cuguard_format::verdict::PYTORCH {
+    let Some(framework) = cuguard_format::frameworks::named(&oom.framework) else {
         return false;
-    }
+    };
     let device = i32::try_from(oom.device).unwrap_or(-1);
     let mut cache = oom.cache;
-    cache.holder = cuguard_format::verdict::PYTORCH_CACHE.into();
-    let total = device_memory().map(|m| m.1);
+    cache.holder = framework.holder.into();
+    // The free memory the framework read when it refused, not later; where it read none (JAX
+    // has no call for it), the device's now, through the context the framework made.
+    let now = device_memory_of(device);
+    let device_memory = match oom.device_free {
+        Some(free) => now.map(|m| (free, m.1)),
+        None => now,
+    };
     record(
         t,
         Refusal {
-            api: PYTORCH_API,
+            api: framework.api,
             size: oom.requested,
             device,
             stack,
             seq: t.next_seq(),
-            refused_by: RefusedBy::Pytorch,
+            refused_by: RefusedBy::Framework(framework),
             message: oom.message,
-            // The free memory PyTorch read when it refused, not later.
-            device_memory: oom.device_free.zip(total),
+            device_memory,
             limit: oom.limit.map(|l| OomLimit {
                 limit_bytes: l,
                 held_bytes: oom.reserved,
@@ -99,9 +104,6 @@ pub fn framework_refused(t: &Tracker, oom: FrameworkOom, stack: u32) -> bool {
     );
     true
 }
-
-/// The entry named in a PyTorch refusal's record (`ooms[].api`).
-const PYTORCH_API: &str = "CUDACachingAllocator::malloc";
 
 /// One refusal, as its hook saw it.
 struct Refusal {
@@ -152,6 +154,7 @@ fn record(t: &Tracker, r: Refusal) {
         size: r.size,
         refused_by: r.refused_by.as_str(),
         device_free_bytes: r.device_memory.map(|m| m.0),
+        device_total_bytes: r.device_memory.map(|m| m.1),
         limit: r.limit.as_ref(),
         live_bytes,
         idle: &idle,
@@ -231,6 +234,51 @@ fn idle_holders(device: i32, pool: Option<&PoolState>) -> Vec<IdleHolder> {
         }
     }
     out
+}
+
+/// Device `device`'s (free, total) memory, asked of the real driver: through the calling
+/// thread's current context when it is on that device, else through the device's primary
+/// context when it is active (a framework made it; JAX's thread has none current once its call
+/// returned), pushed on this thread for the one question and popped. Never one that is not
+/// active: retaining that would create a context.
+fn device_memory_of(device: i32) -> Option<(u64, u64)> {
+    let on_device = real::current_context().and_then(|_| {
+        let get = real::cuCtxGetDevice()?;
+        let mut d: CUdevice = -1;
+        // SAFETY: valid out-parameter.
+        (unsafe { get(&mut d) } == CUDA_SUCCESS).then_some(d)
+    });
+    if on_device == Some(device) {
+        return device_memory();
+    }
+    let (state, retain, release, push, pop) = (
+        real::cuDevicePrimaryCtxGetState()?,
+        real::cuDevicePrimaryCtxRetain()?,
+        real::cuDevicePrimaryCtxRelease_v2().or_else(real::cuDevicePrimaryCtxRelease)?,
+        real::cuCtxPushCurrent_v2()?,
+        real::cuCtxPopCurrent_v2()?,
+    );
+    let (mut flags, mut active) = (0u32, 0 as std::ffi::c_int);
+    // SAFETY: valid out-parameters.
+    if unsafe { state(device, &mut flags, &mut active) } != CUDA_SUCCESS || active == 0 {
+        return None;
+    }
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: valid out-parameter; the context is active, so retaining it creates nothing.
+    if unsafe { retain(&mut ctx, device) } != CUDA_SUCCESS {
+        return None;
+    }
+    let mut asked = None;
+    // SAFETY: `ctx` is the device's primary context, retained above.
+    if unsafe { push(ctx) } == CUDA_SUCCESS {
+        asked = device_memory();
+        let mut popped: CUcontext = std::ptr::null_mut();
+        // SAFETY: valid out-parameter; pops what was pushed just above.
+        unsafe { pop(&mut popped) };
+    }
+    // SAFETY: releases the retain above.
+    unsafe { release(device) };
+    asked
 }
 
 /// The current context's device (free, total), asked of the real driver.

@@ -110,7 +110,7 @@ fn say(oom: &Oom) {
     match oom.refused_by {
         RefusedBy::PoolLimit => line.push_str(" (CUGUARD_POOL_LIMIT)"),
         RefusedBy::Limit => line.push_str(" (CUGUARD_LIMIT)"),
-        RefusedBy::Pytorch => line.push_str(" (PyTorch's caching allocator)"),
+        RefusedBy::Framework(f) => line.push_str(&format!(" ({})", f.words)),
         RefusedBy::Driver => {}
     }
     if let Ok((_, held)) = &oom.others

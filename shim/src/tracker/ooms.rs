@@ -25,8 +25,8 @@ pub enum RefusedBy {
     PoolLimit,
     /// The process's `CUGUARD_LIMIT` ([`super::limit`]).
     Limit,
-    /// PyTorch's caching allocator (its out-of-memory observer, through the Python package).
-    Pytorch,
+    /// A framework's allocator (PyTorch's, CuPy's, JAX's), as the Python package tells it.
+    Framework(&'static cuguard_format::frameworks::Framework),
 }
 
 impl RefusedBy {
@@ -36,7 +36,7 @@ impl RefusedBy {
             RefusedBy::Driver => "driver",
             RefusedBy::PoolLimit => "pool_limit",
             RefusedBy::Limit => "limit",
-            RefusedBy::Pytorch => cuguard_format::verdict::PYTORCH,
+            RefusedBy::Framework(f) => f.name,
         }
     }
 }

@@ -216,29 +216,41 @@ impl Taken {
         for l in &mut leaks {
             l.record.tag = crate::tracker::tags::of(l.address, &l.record);
         }
-        // Raw order keys (time-stamp counter) become dense sequence numbers, leaks, events and
-        // the end's allocations in one order.
+        // Out-of-memory records share their alloc_failed event's order key; a framework's
+        // refusal has no event and takes a number of its own.
+        let (mut ooms, ooms_dropped) = t.ooms.snapshot();
+        let event_keys: HashSet<(u64, u32)> = events.iter().map(|e| (e.seq, e.thread)).collect();
+        let own: Vec<usize> = (0..ooms.len())
+            .filter(|&i| !event_keys.contains(&(ooms[i].seq, ooms[i].thread)))
+            .collect();
+        // Raw order keys (time-stamp counter) become dense sequence numbers, leaks, events,
+        // the end's allocations and those refusals in one order.
         let keys: Vec<(u64, u32)> = leaks
             .iter()
             .map(|l| (l.record.seq, l.record.thread))
             .chain(events.iter().map(|e| (e.seq, e.thread)))
             .chain(end_live.iter().map(|(_, r)| (r.seq, r.thread)))
+            .chain(own.iter().map(|&i| (ooms[i].seq, ooms[i].thread)))
             .collect();
         let dense = crate::tracker::dense_order(&keys);
         let (for_leaks, rest) = dense.split_at(leaks.len());
-        let (for_events, for_end) = rest.split_at(events.len());
+        let (for_events, rest) = rest.split_at(events.len());
+        let (for_end, for_own) = rest.split_at(end_live.len());
         for (l, d) in leaks.iter_mut().zip(for_leaks) {
             l.record.seq = *d;
         }
-        // Out-of-memory records share their alloc_failed event's order key.
         let mut dense_of: HashMap<(u64, u32), u64> = HashMap::new();
         for (e, d) in events.iter_mut().zip(for_events) {
             dense_of.insert((e.seq, e.thread), *d);
             e.seq = *d;
         }
-        let (mut ooms, ooms_dropped) = t.ooms.snapshot();
-        for o in &mut ooms {
-            o.seq = dense_of.get(&(o.seq, o.thread)).copied().unwrap_or(o.seq);
+        for (&i, d) in own.iter().zip(for_own) {
+            ooms[i].seq = *d;
+        }
+        for (i, o) in ooms.iter_mut().enumerate() {
+            if !own.contains(&i) {
+                o.seq = dense_of.get(&(o.seq, o.thread)).copied().unwrap_or(o.seq);
+            }
         }
         let end_order = for_end.to_vec();
         Taken {

@@ -470,6 +470,9 @@ class _CupyLines:
 
     def __init__(self) -> None:
         self.live: Dict[int, tuple] = {}
+        #: The blocks the pool took from the device, by address (their sizes); some may have
+        #: been given back since (``free_all_blocks`` tells no hook).
+        self.segments: Dict[int, int] = {}
         self.lock = threading.Lock()
 
     def book(self) -> Book:
@@ -506,9 +509,16 @@ def watch_cupy(cupy: Any) -> None:
     class CuguardHook(memory_hook.MemoryHook):
         name = "cuguard"
 
+        def alloc_postprocess(self, device_id, mem_size, mem_ptr):
+            if mem_ptr:
+                with lines.lock:
+                    lines.segments[int(mem_ptr)] = int(mem_size)
+
         def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
-            with lines.lock:
-                lines.live[int(mem_ptr)] = (int(mem_size), _frames(2))
+            # A refused request is told too, with no pointer.
+            if mem_ptr:
+                with lines.lock:
+                    lines.live[int(mem_ptr)] = (int(mem_size), _frames(2))
 
         def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
             with lines.lock:

@@ -139,6 +139,19 @@ def imported(name: str, module: Any) -> None:
             pass
     elif name == "cupy":
         _caches.watch_cupy(module)
+        try:
+            from . import _oom  # CuPy's out-of-memory errors as cards
+
+            _oom.watch_cupy(module)
+        except Exception:
+            pass
+    elif name == "jax":
+        try:
+            from . import _oom  # JAX's out-of-memory errors as cards
+
+            _oom.watch_jax(module)
+        except Exception:
+            pass
     elif name == "IPython.core.interactiveshell":
         _watch_ipython(module)
 

@@ -1,4 +1,8 @@
-"""PyTorch's out-of-memory errors as cuguard's out-of-memory cards.
+"""The frameworks' out-of-memory errors as cuguard's out-of-memory cards: PyTorch's, CuPy's and
+JAX's (``cuguard_framework_oom``; the shim records each beside what it knows itself and works
+out the verdict).
+
+**PyTorch.**
 
 PyTorch's caching allocator refuses a request itself, before the driver sees one, when its
 per-process memory fraction would be exceeded, and after the driver refused and PyTorch gave
@@ -15,12 +19,33 @@ the request), and the live blocks that split the idle memory, by the Python line
 memory history, which cuguard then turns on: ``_caches``). The
 shim then records the card beside what it knows itself, and works out the verdict.
 
+**CuPy.** CuPy's pool refuses under its own limit (``set_limit``, ``CUPY_GPU_MEMORY_LIMIT``)
+without asking the driver, or after the driver refused, it gave back its whole idle blocks
+(``free_all_blocks``) and the driver refused again; either way it makes a
+``cupy.cuda.memory.OutOfMemoryError(size, total, limit)``. cuguard wraps that class's
+``__init__`` (:func:`watch_cupy`), so the card is sent as the error is made, on the refusing
+thread. The pool's idle bytes and pieces come from CuPy (``free_bytes``, ``n_free_blocks``);
+which blocks are whole, the largest piece and the lines of the arrays that split the idle
+memory come from cuguard's memory hook (``_caches.watch_cupy``: the blocks the pool took from
+the device and the arrays it handed out, in the thread that imported CuPy), the blocks still
+held told by the shim's live allocations.
+
+**JAX.** XLA's allocator refuses inside the region it took (75% of the device unless
+``XLA_PYTHON_CLIENT_MEM_FRACTION`` says otherwise) with a ``RESOURCE_EXHAUSTED`` error, which
+jaxlib raises as ``jax.errors.JaxRuntimeError``; cuguard wraps that class's ``__init__``
+(:func:`watch_jax`) and, for a ``RESOURCE_EXHAUSTED`` one, sends the device's
+``memory_stats()`` (bytes in use, the limit, the region, the largest free block).
+
 Nothing here runs before a refusal. An observer that fails says nothing and changes nothing:
-PyTorch raises its error as it would have.
+the framework raises its error as it would have. A program that makes such an error itself
+(a test) makes a card too.
 """
 
+import bisect
 import fnmatch
 import os
+import re
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _abi, _caches
@@ -98,6 +123,221 @@ def card(torch: Any, device: int, asked: int, limit: int, free: int) -> None:
         "cache": cache,
     }
     _abi.framework_oom(doc)
+
+
+def _wrap_init(error: Any, card_of: Any) -> bool:
+    """Wraps ``error.__init__`` so that each error made calls ``card_of(error_instance, *args)``
+    after it (at most :data:`MAX_CARDS` times, failures swallowed). False when it cannot."""
+    original = getattr(error, "__init__", None)
+    if original is None or getattr(original, "_cuguard", False):
+        return False
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if _sent[0] >= MAX_CARDS:
+            return
+        try:
+            if card_of(self, *args, **kwargs):
+                _sent[0] += 1
+        except Exception:
+            pass
+
+    __init__._cuguard = True  # type: ignore[attr-defined]
+    try:
+        error.__init__ = __init__
+    except Exception:
+        return False
+    return True
+
+
+def watch_cupy(cupy: Any) -> None:
+    """Sends a card for each ``OutOfMemoryError`` CuPy's pool makes."""
+    error = getattr(getattr(getattr(cupy, "cuda", None), "memory", None), "OutOfMemoryError", None)
+    if error is None:
+        return
+
+    def card_of(_: Any, size: Any, total: Any, limit: Any = 0, *rest: Any) -> bool:
+        cupy_card(cupy, int(size), int(total), int(limit or 0))
+        return True
+
+    if _wrap_init(error, card_of):
+        try:
+            # The driver's refusals inside CuPy's pool wait for its card.
+            _abi.framework_watch("cupy")
+        except Exception:
+            pass
+
+
+def cupy_card(cupy: Any, size: int, total: int, limit: int) -> None:
+    """Sends the shim the card of CuPy's refusal of ``size`` bytes, ``total`` taken so far, under
+    ``limit`` (0: none)."""
+    pool = cupy.get_default_memory_pool()
+    device = int(cupy.cuda.Device().id)
+    reserved = int(pool.total_bytes())
+    idle = int(pool.free_bytes())
+    try:
+        free: Optional[int] = int(cupy.cuda.runtime.memGetInfo()[0])
+    except Exception:
+        free = None
+    cache = {
+        "holder": "cupy_pool",
+        "name": "CuPy's memory pool",
+        "reserved_bytes": reserved,
+        "idle_bytes": idle,
+        "pieces": int(pool.n_free_blocks()),
+        "pinning": [],
+    }
+    cache.update(_cupy_pieces(reserved, idle))
+    message = f"CuPy's pool had taken {_bytes(reserved)} from the device, {_bytes(reserved - idle)} of it in use"
+    if limit:
+        message += f"; its limit allows {_bytes(limit)}"
+    _abi.framework_oom({
+        "framework": "cupy",
+        "device": device,
+        "requested": size,
+        "device_free": free,
+        "limit": limit or None,
+        "reserved": reserved,
+        "message": message,
+        "cache": cache,
+    })
+
+
+def _cupy_pieces(reserved: int, idle: int) -> Dict[str, Any]:
+    """From cuguard's memory hook: the largest free piece, the bytes in whole idle blocks and the
+    lines of the arrays that split idle blocks; nothing where the hook's books do not add up to
+    CuPy's own figures (a thread without the hook made arrays), since a partial book would
+    mislead."""
+    book = _caches._cupy_lines
+    if book is None:
+        return {}
+    with book.lock:
+        segments = dict(book.segments)
+        live = {p: v for p, v in book.live.items()}
+    held = {int(a["address"], 0) if isinstance(a["address"], str) else int(a["address"]): int(a["size"])
+            for a in _abi.live_allocations(0)}
+    segments = {p: n for p, n in segments.items() if held.get(p) == n}
+    if sum(segments.values()) != reserved:
+        return {}
+    starts = sorted(segments)
+    inside: Dict[int, List[int]] = {p: [] for p in starts}
+    for ptr in live:
+        i = bisect.bisect_right(starts, ptr) - 1
+        if i >= 0 and ptr < starts[i] + segments[starts[i]]:
+            inside[starts[i]].append(ptr)
+    largest = freeable = counted = 0
+    pinned: List[Tuple[int, List[Dict[str, Any]]]] = []
+    for start in starts:
+        end = start + segments[start]
+        ptrs = sorted(inside[start])
+        if not ptrs:
+            freeable += end - start
+            largest = max(largest, end - start)
+            counted += end - start
+            continue
+        at, gaps = start, []
+        for p in ptrs:
+            gaps.append(p - at)
+            at = p + live[p][0]
+        gaps.append(end - at)
+        gaps = [g for g in gaps if g > 0]
+        counted += sum(gaps)
+        largest = max([largest] + gaps)
+        if gaps:
+            pinned.extend((live[p][0], live[p][1]) for p in ptrs)
+    if counted != idle:
+        return {}
+    frames = [[{"filename": f["file"], "line": f["line"], "name": f["function"]} for f in fr] for _, fr in pinned]
+    pinning: Dict[Tuple[str, Optional[str]], List[int]] = {}
+    for (n_bytes, _), key in zip(pinned, places(frames, _cupy_dir())):
+        entry = pinning.setdefault(key, [0, 0])
+        entry[0] += n_bytes
+        entry[1] += 1
+    ranked = sorted(pinning.items(), key=lambda kv: (-kv[1][0], kv[0][0]))[:MAX_PINNING]
+    return {
+        "largest_free_bytes": largest,
+        "freeable_bytes": freeable,
+        "pinning": [
+            {"site": site, "location": location, "bytes": n_bytes, "blocks": n}
+            for (site, location), (n_bytes, n) in ranked
+        ],
+    }
+
+
+def _cupy_dir() -> str:
+    """CuPy's folder (its frames are not the program's lines); a prefix no file has without it."""
+    cupy = sys.modules.get("cupy")
+    f = getattr(cupy, "__file__", None)
+    return os.path.dirname(os.path.abspath(f)) + os.sep if f else "\0"
+
+
+#: The bytes a ``RESOURCE_EXHAUSTED`` error says were asked.
+_ASKED = re.compile(r"allocat\w* (?:request for \S+ \()?(\d+)\s*(?:bytes|B\))")
+
+
+def watch_jax(jax: Any) -> None:
+    """Sends a card for each ``RESOURCE_EXHAUSTED`` error jaxlib makes."""
+    error = getattr(getattr(jax, "errors", None), "JaxRuntimeError", None)
+    if error is None:
+        try:
+            from jaxlib import xla_extension  # type: ignore[import-not-found]
+
+            error = getattr(xla_extension, "XlaRuntimeError", None)
+        except Exception:
+            return
+    if error is None:
+        return
+
+    def card_of(_: Any, *args: Any, **kwargs: Any) -> bool:
+        text = str(args[0]) if args else ""
+        if "RESOURCE_EXHAUSTED" not in text:
+            return False
+        jax_card(jax, text)
+        return True
+
+    _wrap_init(error, card_of)
+
+
+def jax_card(jax: Any, text: str) -> None:
+    """Sends the shim the card of JAX's refusal that ``text`` says."""
+    m = _ASKED.search(text)
+    asked = int(m.group(1)) if m else 0
+    devices = [d for d in jax.local_devices() if getattr(d, "platform", "") == "gpu"]
+    # The device that refused: the first whose largest free block is smaller than the request
+    # (the error does not name it), else the first.
+    stats_of = [(d, d.memory_stats() or {}) for d in devices]
+    if not stats_of:
+        return
+    chosen, stats = next(
+        ((d, st) for d, st in stats_of if int(st.get("largest_free_block_bytes", asked)) < asked),
+        stats_of[0],
+    )
+    in_use = int(stats.get("bytes_in_use", 0))
+    limit = stats.get("bytes_limit")
+    region = int(stats.get("pool_bytes", limit or in_use))
+    largest = stats.get("largest_free_block_bytes")
+    cache = {
+        "holder": "jax_allocator",
+        "name": "JAX's allocator",
+        "reserved_bytes": region,
+        "idle_bytes": max(region - in_use, 0),
+        "pinning": [],
+    }
+    if largest is not None:
+        cache["largest_free_bytes"] = int(largest)
+    message = f"JAX had {_bytes(in_use)} in use of the {_bytes(region)} its allocator took"
+    if limit is not None:
+        message += f", its limit {_bytes(int(limit))}"
+    _abi.framework_oom({
+        "framework": "jax",
+        "device": int(getattr(chosen, "id", 0)),
+        "requested": asked,
+        "device_free": None,
+        "limit": int(limit) if limit is not None else None,
+        "reserved": in_use,
+        "message": message,
+        "cache": cache,
+    })
 
 
 def figures(segments: List[Dict[str, Any]], torch_dir: str) -> Tuple[Dict[str, Any], int]:

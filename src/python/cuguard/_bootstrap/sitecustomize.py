@@ -395,10 +395,11 @@ def _cuguard_at_end(how=None):
 
 class _CuguardWatcher:
     """A finder that never finds anything itself: when a module cuguard looks into (PyTorch, CuPy,
-    IPython) has been imported, it tells `cuguard._end`, which turns on what that framework offers
-    (PyTorch's memory history once CUDA starts; CuPy's memory hook; IPython's cell names)."""
+    JAX, IPython) has been imported, it tells `cuguard._end`, which turns on what that framework
+    offers (PyTorch's memory history once CUDA starts; CuPy's memory hook; the frameworks'
+    out-of-memory errors as cards; IPython's cell names)."""
 
-    WATCHED = ("torch", "cupy", "IPython.core.interactiveshell")
+    WATCHED = ("torch", "cupy", "jax", "IPython.core.interactiveshell")
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.WATCHED:

@@ -1,0 +1,76 @@
+//! The frameworks whose allocators refuse requests on their own, and whose out-of-memory errors
+//! the Python package turns into cards (`cuguard_framework_oom`): each one's name in the report
+//! (`ooms[].refused_by`, the ABI's `framework`), its holder of idle memory (`ooms[].idle[].holder`),
+//! the entry its refusals are recorded under (`ooms[].api`), and its words for people. The shim,
+//! the verdict and the command's summary all read them here.
+
+/// One framework's allocator.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Framework {
+    /// `ooms[].refused_by`, and the name the ABI takes: `pytorch`.
+    pub name: &'static str,
+    /// Its allocator's `ooms[].idle[].holder`: `pytorch_cache`.
+    pub holder: &'static str,
+    /// `ooms[].api` of its refusals.
+    pub api: &'static str,
+    /// Its allocator, for people.
+    pub words: &'static str,
+    /// Its own limit's setting, for the verdict's words.
+    pub limit_setting: &'static str,
+}
+
+/// PyTorch's caching allocator: its out-of-memory observer tells each refusal.
+pub const PYTORCH: Framework = Framework {
+    name: "pytorch",
+    holder: "pytorch_cache",
+    api: "CUDACachingAllocator::malloc",
+    words: "PyTorch's caching allocator",
+    limit_setting: "PyTorch's memory fraction (torch.cuda.set_per_process_memory_fraction)",
+};
+
+/// CuPy's memory pool: its `OutOfMemoryError`, made at the refusal.
+pub const CUPY: Framework = Framework {
+    name: "cupy",
+    holder: "cupy_pool",
+    api: "cupy.cuda.MemoryPool.malloc",
+    words: "CuPy's memory pool",
+    limit_setting: "CuPy's pool limit (MemoryPool.set_limit, CUPY_GPU_MEMORY_LIMIT)",
+};
+
+/// JAX's allocator (XLA's BFC allocator): its `RESOURCE_EXHAUSTED` error.
+pub const JAX: Framework = Framework {
+    name: "jax",
+    holder: "jax_allocator",
+    api: "xla::BFCAllocator::AllocateRaw",
+    words: "JAX's allocator",
+    limit_setting: "XLA_PYTHON_CLIENT_MEM_FRACTION",
+};
+
+/// Every framework cuguard reads.
+pub const ALL: [&Framework; 3] = [&PYTORCH, &CUPY, &JAX];
+
+/// The framework of that name (`ooms[].refused_by`).
+pub fn named(name: &str) -> Option<&'static Framework> {
+    ALL.into_iter().find(|f| f.name == name)
+}
+
+/// The framework whose allocator is that holder (`ooms[].idle[].holder`).
+pub fn holding(holder: &str) -> Option<&'static Framework> {
+    ALL.into_iter().find(|f| f.holder == holder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_holders_find_their_framework_and_nothing_else() {
+        for f in ALL {
+            assert_eq!(named(f.name), Some(f));
+            assert_eq!(holding(f.holder), Some(f));
+            assert_eq!(named(f.holder), None);
+        }
+        assert_eq!(named("driver"), None);
+        assert_eq!(holding("cuguard_pool"), None);
+    }
+}
