@@ -21,6 +21,7 @@ export CUGUARD_SHIM=$PWD/.gpu/libcuguard.so PYTHONPATH=$PWD/src/python${PYTHONPA
       echo "== $fw under cuguard, pool $pool"
       CUGUARD_POOL=$pool timeout 200 "$C" run --report "$R" -- python3 scripts/gpu/framework_oom_probe.py $fw 2>&1 | tail -3 | cut -c1-6000
       "$C" summary --at oom "$R" 2>&1 | head -30
+      python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps([{k: o.get(k) for k in ("api","refused_by","within","card_ns","framework_ns","verdict")} for o in r.get("ooms", [])])[:3000])' "$R"
       cp "$R" "$OUT/" 2>/dev/null
     done
   done
@@ -38,12 +39,13 @@ PY
     timeout 200 python3 scripts/gpu/torch_oom_probe.py device 2>&1 | tail -1 | grep -o '"refusal_ms": [0-9.]*'
     echo "== round $round cuguard"
     timeout 200 "$C" run --quiet --report /tmp/t_oom_c.json -- python3 scripts/gpu/torch_oom_probe.py device 2>&1 | tail -1 | grep -o '"refusal_ms": [0-9.]*'
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps([{k: o.get(k) for k in ("api","refused_by","within","card_ns","framework_ns")} for o in r.get("ooms", [])]))' /tmp/t_oom_c.json
     echo "== round $round cuguard, card skipped"
     timeout 200 "$C" run --quiet --report /tmp/t_oom_s.json -- python3 /tmp/skip_card.py scripts/gpu/torch_oom_probe.py device 2>&1 | tail -1 | grep -o '"refusal_ms": [0-9.]*'
     echo "== round $round cuguard, pool off"
     CUGUARD_POOL=0 timeout 200 "$C" run --quiet --report /tmp/t_oom_p.json -- python3 scripts/gpu/torch_oom_probe.py device 2>&1 | tail -1 | grep -o '"refusal_ms": [0-9.]*'
   done
-  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps([{k: o.get(k) for k in ("api","size","refused_by","within")} for o in r.get("ooms", [])]))' /tmp/t_oom_c.json
+
 } 2>&1 | tee "$OUT/torch_refusal_time.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/versions.txt"
 python3 -c 'import torch, cupy, jax; print("torch", torch.__version__, "cupy", cupy.__version__, "jax", jax.__version__)' >> "$OUT/versions.txt" 2>&1

@@ -118,6 +118,13 @@ pub struct OomSummary {
     /// Why the other processes are not known, when the report says (absent in older reports).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub other_processes_note: Option<String>,
+    /// What making the card took the shim inside the refused call, in nanoseconds (absent in
+    /// older reports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub card_ns: Option<u64>,
+    /// A framework's card: what reading its figures took cuguard's Python package before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub framework_ns: Option<u64>,
 }
 
 /// What was live on a device at its peak: the last `peaks[]` record of the device.
@@ -376,6 +383,8 @@ pub fn ooms(
                 other_processes: r.other_processes.clone(),
                 other_processes_bytes: r.other_processes_bytes,
                 other_processes_note: r.other_processes_note.clone(),
+                card_ns: r.card_ns,
+                framework_ns: r.framework_ns,
             }
         })
         .collect()
@@ -477,6 +486,19 @@ pub fn other_processes_words(
         bytes(held),
         cuguard_format::verdict::pids(list, held)
     ))
+}
+
+/// What the card cost the refused call, where the report says: `cuguard's card: 0.21 ms in the
+/// refused call, and 3.4 ms reading PyTorch's caching allocator before it`.
+pub fn card_cost_line(o: &OomSummary) -> Option<String> {
+    let ms = |ns: u64| format!("{:.2} ms", ns as f64 / 1e6);
+    let mut line = format!("cuguard's card: {} in the refused call", ms(o.card_ns?));
+    if let Some(read) = o.framework_ns {
+        let whose = crate::summary::attribution::refuser(&o.refused_by)
+            .map_or(o.refused_by.as_str(), |(words, _)| words);
+        line.push_str(&format!(", and {} reading {whose} before it", ms(read)));
+    }
+    Some(line)
 }
 
 /// [`other_processes_words`] of a refusal's summary.

@@ -633,6 +633,9 @@ pub(crate) fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
             bytes(pool.largest_free_block)
         )?;
     }
+    if let Some(line) = super::attribution::card_cost_line(o) {
+        writeln!(out, "    {}", one_line(&line))?;
+    }
     if !o.sites.is_empty() {
         writeln!(out, "    live by site then")?;
         site_bytes_table(out, &o.sites, o.sites_total, "      ")?;

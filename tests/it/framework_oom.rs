@@ -201,6 +201,25 @@ fn cupy_s_pool_refused_after_the_driver_is_a_card_with_its_pieces_and_the_lines_
         3,
         "{text}"
     );
+    // At the end the pool is read whole from cuguard's hook, whose blocks and arrays add up to
+    // CuPy's own figures: the 70 arrays live by their line, the 84 pieces idle (the stand-in's
+    // blocks are charged to the program: its pool is Python, not CuPy's Cython).
+    for line in [
+        "  the program: 14.0 GiB in 14 segments: 6.8 GiB live in 70 blocks, 7.2 GiB idle (by cuguard's hook in it, which adds up to CuPy's own figures)".to_string(),
+        format!("    6.8 GiB  70 blocks  <listcomp> (cupy_oom.py:{pin})  held by keep → [0…69] → .data → .mem → cupy.PooledMemory"),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    }
+    let view = &report["python"]["view"]["caches"][0];
+    assert_eq!(
+        (&view["source"], &view["live_bytes"], &view["idle_bytes"]),
+        (
+            &json!("hook_whole"),
+            &json!(70 * 100 * MIB),
+            &json!(14 * 524 * MIB)
+        ),
+        "{view}"
+    );
 }
 
 #[test]
@@ -212,6 +231,11 @@ fn cupy_s_pool_refused_under_its_limit_with_whole_idle_blocks_calls_for_free_all
     let ooms = report["ooms"].as_array().unwrap();
     assert_eq!(ooms.len(), 1, "{ooms:?}");
     let card = &ooms[0];
+    // What the card cost the refused call is in it: the shim's part, and the package's reading
+    // of CuPy's pool before it.
+    for key in ["card_ns", "framework_ns"] {
+        assert!(card[key].as_u64().is_some_and(|ns| ns > 0), "{key}: {card}");
+    }
     assert_eq!(card["api"], "cupy.cuda.MemoryPool.malloc");
     assert_eq!(card["refused_by"], "cupy");
     assert_eq!(card["size"], 2 * GIB);
@@ -261,6 +285,12 @@ fn cupy_s_pool_refused_under_its_limit_with_whole_idle_blocks_calls_for_free_all
     let text = summary(&dir, &["--at", "oom", "r.json"]);
     assert!(
         text.contains("\n    refused by CuPy's memory pool: device 0 had 13.0 GiB free of 16.0 GiB; 1.0 GiB live\n"),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("    cuguard's card: ")
+            && l.contains(" ms in the refused call, and ")
+            && l.ends_with(" ms reading CuPy's memory pool before it")),
         "{text}"
     );
 }

@@ -12,7 +12,8 @@
 //! Site:            {"file": s|null, "line": N|null, "function": s|null, "module": s|null,
 //!                   "callers": [Site…]}                 // only when some caller is named
 //! FrameworkOom:    {"framework": "pytorch"|"cupy"|"jax", "device": 0, "requested": N, "device_free": N|null,
-//!                   "limit": N|null, "reserved": N, "message": s|null, "cache": IdleHolder}
+//!                   "limit": N|null, "reserved": N, "message": s|null, "cache": IdleHolder,
+//!                   "read_ns": N|null}
 //! ```
 //!
 //! [`FrameworkOom`] goes the other way: the Python package tells the shim that a framework's
@@ -125,6 +126,9 @@ pub struct FrameworkOom {
     pub message: Option<String>,
     /// Its cache's idle memory then (`holder` `pytorch_cache`).
     pub cache: crate::attribution::IdleHolder,
+    /// What reading the framework's figures took the package, in nanoseconds.
+    #[serde(default)]
+    pub read_ns: Option<u64>,
 }
 
 impl FrameworkOom {
@@ -139,6 +143,11 @@ impl FrameworkOom {
 pub struct BlockAddresses {
     /// The blocks' start addresses.
     pub addresses: Vec<u64>,
+    /// Answer each distinct stack's frames once (`BlockFrames::stacks` and `of`), not each
+    /// block's: an out-of-memory observer with hundreds of tensors from a few lines waits for
+    /// the answer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 impl BlockAddresses {
@@ -153,8 +162,14 @@ impl BlockAddresses {
 /// null where none was recorded.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BlockFrames {
-    /// One entry per address asked.
+    /// One entry per address asked (empty when asked `shared`).
     pub frames: Vec<Option<Vec<crate::PyFrame>>>,
+    /// Asked `shared`: each distinct stack's frames once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<Vec<crate::PyFrame>>,
+    /// Asked `shared`: for each address, in order, its stack's index in `stacks`, or null.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub of: Vec<Option<u32>>,
 }
 
 /// `value` as one line of compact JSON.

@@ -174,6 +174,14 @@ pub struct OomRecord {
     /// listing this process (inside a container its pids may differ).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other_processes_note: Option<String>,
+    /// What making this card took the shim, in nanoseconds, inside the refused call (its
+    /// figures, the verdict, the record; not the report it asks the cuguard thread for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_ns: Option<u64>,
+    /// A framework's card: what reading the framework's figures took cuguard's Python package
+    /// before it handed them to the shim, in nanoseconds, inside the refused call too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework_ns: Option<u64>,
 }
 
 impl OomRecord {

@@ -505,6 +505,8 @@ mod tests {
             other_processes: None,
             other_processes_bytes: None,
             other_processes_note: None,
+            card_ns: None,
+            framework_ns: None,
         }
     }
 

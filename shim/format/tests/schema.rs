@@ -388,6 +388,8 @@ fn full_report(reason: Reason) -> Report {
         other_processes_bytes: Some(3 << 30),
         // Absent beside a list in a report the shim writes; here for the schema's keys.
         other_processes_note: Some("NVML is not available".into()),
+        card_ns: Some(210_000),
+        framework_ns: Some(3_400_000),
     }];
     r.ooms_dropped = Some(3);
     r.reconciliation = vec![Reconciliation {

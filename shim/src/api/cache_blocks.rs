@@ -63,13 +63,36 @@ pub unsafe extern "C" fn cuguard_cache_block_frames(
             return E_INVALID;
         };
         let stacks = crate::tracker::cache_blocks::stacks_of(&asked.addresses);
-        let ids: Vec<u32> = stacks.iter().flatten().copied().collect();
-        let mut named = crate::writer::stacks::python_frames_now(&ids).into_iter();
-        let answer = BlockFrames {
-            frames: stacks
+        let answer = if asked.shared {
+            // Each distinct stack named once, in the order first met.
+            let mut index: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+            let mut ids = Vec::new();
+            let of = stacks
                 .iter()
-                .map(|s| s.and_then(|_| named.next()))
-                .collect(),
+                .map(|s| {
+                    s.map(|id| {
+                        *index.entry(id).or_insert_with(|| {
+                            ids.push(id);
+                            ids.len() as u32 - 1
+                        })
+                    })
+                })
+                .collect();
+            BlockFrames {
+                frames: Vec::new(),
+                stacks: crate::writer::stacks::python_frames_now(&ids),
+                of,
+            }
+        } else {
+            let ids: Vec<u32> = stacks.iter().flatten().copied().collect();
+            let mut named = crate::writer::stacks::python_frames_now(&ids).into_iter();
+            BlockFrames {
+                frames: stacks
+                    .iter()
+                    .map(|s| s.and_then(|_| named.next()))
+                    .collect(),
+                ..Default::default()
+            }
         };
         // SAFETY: `out` was checked above.
         unsafe { out_json(out, cuguard_format::api::to_vec(&answer)) }

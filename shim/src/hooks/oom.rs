@@ -60,6 +60,7 @@ pub fn refused(
             device_memory: device_memory(),
             limit,
             cache: None,
+            read_ns: None,
         },
     );
 }
@@ -100,6 +101,7 @@ pub fn framework_refused(t: &Tracker, oom: FrameworkOom, stack: u32) -> bool {
                 held_bytes: oom.reserved,
             }),
             cache: Some(cache),
+            read_ns: oom.read_ns,
         },
     );
     true
@@ -118,6 +120,8 @@ struct Refusal {
     limit: Option<OomLimit>,
     /// A framework's cache's idle memory, where a framework refused.
     cache: Option<IdleHolder>,
+    /// What reading the framework's figures took the Python package.
+    read_ns: Option<u64>,
 }
 
 /// Records `r` with what held the memory then, its verdict, the line and the checkpoint.
@@ -126,6 +130,7 @@ fn record(t: &Tracker, r: Refusal) {
     if !Ooms::wants(n) {
         return;
     }
+    let started = std::time::Instant::now();
     let device = r.device;
     // First, before any lock of the shim's is taken: one NVML call, if NVML is loaded.
     let others =
@@ -181,11 +186,15 @@ fn record(t: &Tracker, r: Refusal) {
         verdict,
         within: None,
         others,
+        card_ns: 0,
+        framework_ns: r.read_ns,
     };
     if framework {
         t.ooms
             .mark_within(r.refused_by, oom.thread, device, r.size, oom.time_ms);
     }
+    let mut oom = oom;
+    oom.card_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     t.ooms.push(oom);
     crate::recorder::refused(r.size, r.stack, device, r.seq);
     if n == 1 {

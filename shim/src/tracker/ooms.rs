@@ -84,6 +84,10 @@ pub struct Oom {
     /// The other processes on the device then (NVML's), most bytes first, and what they all
     /// held; or why NVML could not say ([`crate::driver::nvml::others`]).
     pub others: Result<(Vec<cuguard_format::OtherProcess>, u64), String>,
+    /// What making the card took the shim (`ooms[].card_ns`).
+    pub card_ns: u64,
+    /// What reading a framework's figures took the Python package (`ooms[].framework_ns`).
+    pub framework_ns: Option<u64>,
 }
 
 /// Whether a framework's out-of-memory observer is registered in this process (the Python

@@ -481,6 +481,8 @@ fn oom_entries(
             other_processes: o.others.as_ref().ok().map(|o| o.0.clone()),
             other_processes_bytes: o.others.as_ref().ok().map(|o| o.1),
             other_processes_note: o.others.as_ref().err().cloned(),
+            card_ns: Some(o.card_ns),
+            framework_ns: o.framework_ns,
         })
         .collect()
 }

@@ -320,12 +320,17 @@ def cache_blocks(framework: str) -> bool:
 def cache_block_frames(addresses: List[int]) -> List[Optional[List[Dict[str, Any]]]]:
     """The Python frames (innermost first: ``file``, ``line``, ``function``) of the stack that
     made the live cache block cuguard recorded at each address, in order; ``None`` where it
-    recorded none (``cuguard_cache_block_frames``)."""
+    recorded none (``cuguard_cache_block_frames``). Blocks of one stack share one list: each
+    distinct stack is asked once (``shared``)."""
     dll = lib()
     out = ctypes.c_void_p()
-    doc = json.dumps({"addresses": [int(a) for a in addresses]}).encode()
+    doc = json.dumps({"addresses": [int(a) for a in addresses], "shared": True}).encode()
     check(dll, dll.cuguard_cache_block_frames(doc, ctypes.byref(out)), "cache block frames")
-    return take_json(dll, out)["frames"]
+    answer = take_json(dll, out)
+    if "of" not in answer:  # a shim that answers each block (none recorded, or an older one)
+        return answer.get("frames") or [None] * len(addresses)
+    stacks = answer.get("stacks") or []
+    return [stacks[i] if i is not None else None for i in answer["of"]]
 
 
 def file_alias(file: str, display: str) -> None:

@@ -18,9 +18,11 @@ which idle, and where each live block was allocated.
   it, the shim's own samples of PyTorch's blocks by stack do the same: ``src/growth.rs``).
 - **CuPy**: its pool keeps no book it shows. cuguard adds a memory hook
   (``cupy.cuda.MemoryHook``; hooks are per thread, so it is added in the thread that imported
-  CuPy) that records each pool allocation's Python frames until it is freed
-  (:func:`watch_cupy`). It misses frees made in other threads, so it gives lines only: which
-  blocks are live the arrays found holding them say.
+  CuPy) that records the blocks the pool takes from the device and each array it hands out,
+  with its Python frames, until it is freed (:func:`watch_cupy`). Where those add up to CuPy's
+  own figures (``total_bytes``, ``used_bytes``: every array made and freed in that thread) the
+  book is whole (``hook_whole``: the arrays live by line, the rest of each block idle);
+  elsewhere it gives lines only, and which blocks are live the arrays found holding them say.
 - **RMM** and others: no book; ``cuguard._inventory`` tells live from idle by holders.
 
 ``CUGUARD_CACHE_VIEW=0`` turns the history and the hook off (the caches then read as their
@@ -28,6 +30,7 @@ owners' segments, live told from idle by holders and PyTorch's block states). A 
 without the API (an older PyTorch) adds one note saying so, and reads as today.
 """
 
+import bisect
 import os
 import sys
 import threading
@@ -222,14 +225,21 @@ def fill_frames(segments: List[Dict[str, Any]]) -> Tuple[int, int]:
     except Exception:
         return len(wanting), len(wanting)
     missing = 0
+    # Blocks of one stack share its list: converted once, and shared, so that the reader's
+    # look at each block's frames is done once a stack (``_oom.places``).
+    converted: Dict[int, List[Dict[str, Any]]] = {}
     for b, listed in zip(wanting, recorded):
-        frames = [
-            {"filename": f["file"], "line": f.get("line"), "name": f.get("function") or "?"}
-            for f in listed or []
-            if isinstance(f, dict) and f.get("file")
-        ]
+        frames = converted.get(id(listed)) if listed is not None else None
+        if frames is None:
+            frames = [
+                {"filename": f["file"], "line": f.get("line"), "name": f.get("function") or "?"}
+                for f in listed or []
+                if isinstance(f, dict) and f.get("file")
+            ][:MAX_FRAMES]
+            if listed is not None:
+                converted[id(listed)] = frames
         if frames:
-            b["frames"] = frames[:MAX_FRAMES]
+            b["frames"] = frames
         else:
             missing += 1
     return len(wanting), missing
@@ -466,7 +476,8 @@ def _thin(points: List[List[int]]) -> List[List[int]]:
 
 
 class _CupyLines:
-    """Where each block of CuPy's pool that a thread with the hook allocated came from."""
+    """Where each block of CuPy's pool that a thread with the hook allocated came from, and the
+    blocks the pool took from the device."""
 
     def __init__(self) -> None:
         self.live: Dict[int, tuple] = {}
@@ -476,9 +487,57 @@ class _CupyLines:
         self.lock = threading.Lock()
 
     def book(self) -> Book:
+        """The whole book where :meth:`whole` can tell it, else the lines of the live blocks."""
+        whole = self.whole()
+        if whole is not None:
+            blocks = []
+            for start, size, live in whole:
+                at = start
+                for ptr, n, frames in live:
+                    if ptr > at:
+                        blocks.append(Block(at, ptr - at, "idle", []))
+                    blocks.append(Block(ptr, n, "live", frames))
+                    at = ptr + n
+                if at < start + size:
+                    blocks.append(Block(at, start + size - at, "idle", []))
+            return Book("cupy", "hook_whole", True, blocks, None)
         with self.lock:
             blocks = [Block(ptr, size, "live", frames) for ptr, (size, frames) in self.live.items()]
         return Book("cupy", "hook", False, blocks, None)
+
+    def whole(self) -> Optional[List[Tuple[int, int, List[Tuple[int, int, List[Dict[str, Any]]]]]]]:
+        """The pool's blocks still held on the device, each ``(address, size, live)`` with its live
+        arrays ``(address, size, frames)`` in address order, the rest idle: ``None`` unless they
+        add up to CuPy's own figures (``total_bytes``, ``used_bytes``), as they do when every
+        array was made and freed in the thread with the hook. A block is held while the shim
+        has a live allocation of its address and size."""
+        cupy = sys.modules.get("cupy")
+        try:
+            pool = cupy.get_default_memory_pool()
+            total, used = int(pool.total_bytes()), int(pool.used_bytes())
+            from . import _abi
+
+            held = {_address_of(a["address"]): int(a["size"]) for a in _abi.live_allocations(0)}
+        except Exception:
+            return None
+        with self.lock:
+            segments = {p: n for p, n in self.segments.items() if held.get(p) == n}
+            live = dict(self.live)
+        starts = sorted(segments)
+        inside: Dict[int, List[Tuple[int, int, List[Dict[str, Any]]]]] = {p: [] for p in starts}
+        for ptr, (n, frames) in live.items():
+            i = bisect.bisect_right(starts, ptr) - 1
+            if i >= 0 and ptr + n <= starts[i] + segments[starts[i]]:
+                inside[starts[i]].append((ptr, n, frames))
+        in_use = sum(n for arrays in inside.values() for _, n, _ in arrays)
+        if sum(segments.values()) != total or in_use != used:
+            return None
+        return [(p, segments[p], sorted(inside[p], key=lambda a: a[0])) for p in starts]
+
+
+def _address_of(value: Any) -> int:
+    """An address as the shim's JSON has it (``"0x…"``) or as a number."""
+    return int(value, 0) if isinstance(value, str) else int(value)
 
 
 _cupy_lines: Optional[_CupyLines] = None

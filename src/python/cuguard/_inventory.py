@@ -272,7 +272,8 @@ def _blocks(
     lines: Dict[int, List[Any]] = {}
     if booked is not None and booked[0].source == "hook":
         # cuguard's CuPy hook sees a block's allocation, but not its free in another thread
-        # (CuPy's hooks are per thread): it gives lines, the holders say what is live.
+        # (CuPy's hooks are per thread): it gives lines, the holders say what is live. Where its
+        # books add up to CuPy's own figures, the book is whole (``hook_whole``) and read as is.
         lines = {b.address: b.frames for b in booked[1]}
         booked = None
     if booked is not None:

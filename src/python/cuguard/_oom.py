@@ -41,11 +41,11 @@ the framework raises its error as it would have. A program that makes such an er
 (a test) makes a card too.
 """
 
-import bisect
 import fnmatch
 import os
 import re
 import sys
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _abi, _caches
@@ -97,6 +97,7 @@ def watch_torch(torch: Any) -> None:
 
 def card(torch: Any, device: int, asked: int, limit: int, free: int) -> None:
     """Sends the shim the card's figures of one refusal (see the module's doc)."""
+    started = time.perf_counter_ns()
     try:
         total = int(torch.cuda.get_device_properties(device).total_memory)
     except Exception:
@@ -121,6 +122,7 @@ def card(torch: Any, device: int, asked: int, limit: int, free: int) -> None:
         "reserved": reserved,
         "message": message,
         "cache": cache,
+        "read_ns": time.perf_counter_ns() - started,
     }
     _abi.framework_oom(doc)
 
@@ -171,6 +173,7 @@ def watch_cupy(cupy: Any) -> None:
 def cupy_card(cupy: Any, size: int, total: int, limit: int) -> None:
     """Sends the shim the card of CuPy's refusal of ``size`` bytes, ``total`` taken so far, under
     ``limit`` (0: none)."""
+    started = time.perf_counter_ns()
     pool = cupy.get_default_memory_pool()
     device = int(cupy.cuda.Device().id)
     reserved = int(pool.total_bytes())
@@ -187,7 +190,7 @@ def cupy_card(cupy: Any, size: int, total: int, limit: int) -> None:
         "pieces": int(pool.n_free_blocks()),
         "pinning": [],
     }
-    cache.update(_cupy_pieces(reserved, idle))
+    cache.update(_cupy_pieces(idle))
     message = f"CuPy's pool had taken {_bytes(reserved)} from the device, {_bytes(reserved - idle)} of it in use"
     if limit:
         message += f"; its limit allows {_bytes(limit)}"
@@ -200,51 +203,37 @@ def cupy_card(cupy: Any, size: int, total: int, limit: int) -> None:
         "reserved": reserved,
         "message": message,
         "cache": cache,
+        "read_ns": time.perf_counter_ns() - started,
     })
 
 
-def _cupy_pieces(reserved: int, idle: int) -> Dict[str, Any]:
-    """From cuguard's memory hook: the largest free piece, the bytes in whole idle blocks and the
-    lines of the arrays that split idle blocks; nothing where the hook's books do not add up to
-    CuPy's own figures (a thread without the hook made arrays), since a partial book would
-    mislead."""
+def _cupy_pieces(idle: int) -> Dict[str, Any]:
+    """From cuguard's memory hook (``_caches._CupyLines.whole``): the largest free piece, the
+    bytes in whole idle blocks and the lines of the arrays that split idle blocks; nothing where
+    the hook's books do not add up to CuPy's own figures (a thread without the hook made
+    arrays), since a partial book would mislead."""
     book = _caches._cupy_lines
-    if book is None:
+    whole = book.whole() if book is not None else None
+    if whole is None:
         return {}
-    with book.lock:
-        segments = dict(book.segments)
-        live = {p: v for p, v in book.live.items()}
-    held = {int(a["address"], 0) if isinstance(a["address"], str) else int(a["address"]): int(a["size"])
-            for a in _abi.live_allocations(0)}
-    segments = {p: n for p, n in segments.items() if held.get(p) == n}
-    if sum(segments.values()) != reserved:
-        return {}
-    starts = sorted(segments)
-    inside: Dict[int, List[int]] = {p: [] for p in starts}
-    for ptr in live:
-        i = bisect.bisect_right(starts, ptr) - 1
-        if i >= 0 and ptr < starts[i] + segments[starts[i]]:
-            inside[starts[i]].append(ptr)
     largest = freeable = counted = 0
     pinned: List[Tuple[int, List[Dict[str, Any]]]] = []
-    for start in starts:
-        end = start + segments[start]
-        ptrs = sorted(inside[start])
-        if not ptrs:
-            freeable += end - start
-            largest = max(largest, end - start)
-            counted += end - start
+    for start, size, live in whole:
+        if not live:
+            freeable += size
+            largest = max(largest, size)
+            counted += size
             continue
         at, gaps = start, []
-        for p in ptrs:
-            gaps.append(p - at)
-            at = p + live[p][0]
-        gaps.append(end - at)
+        for ptr, n, _ in live:
+            gaps.append(ptr - at)
+            at = ptr + n
+        gaps.append(start + size - at)
         gaps = [g for g in gaps if g > 0]
         counted += sum(gaps)
         largest = max([largest] + gaps)
         if gaps:
-            pinned.extend((live[p][0], live[p][1]) for p in ptrs)
+            pinned.extend((n, frames) for _, n, frames in live)
     if counted != idle:
         return {}
     frames = [[{"filename": f["file"], "line": f["line"], "name": f["function"]} for f in fr] for _, fr in pinned]
@@ -300,6 +289,7 @@ def watch_jax(jax: Any) -> None:
 
 def jax_card(jax: Any, text: str) -> None:
     """Sends the shim the card of JAX's refusal that ``text`` says."""
+    started = time.perf_counter_ns()
     m = _ASKED.search(text)
     asked = int(m.group(1)) if m else 0
     devices = [d for d in jax.local_devices() if getattr(d, "platform", "") == "gpu"]
@@ -337,6 +327,7 @@ def jax_card(jax: Any, text: str) -> None:
         "reserved": in_use,
         "message": message,
         "cache": cache,
+        "read_ns": time.perf_counter_ns() - started,
     })
 
 
@@ -393,7 +384,14 @@ def places(all_frames: List[List[Dict[str, Any]]], torch_dir: str) -> List[Tuple
     ``caller (file:line) via helper (file:line)``. A function ``CUGUARD_HELPERS`` names (a name
     or a glob, a method's own name too) is passed over wherever it is; ``none`` there turns the
     first rule off."""
-    paths = [_path(frames, torch_dir) for frames in all_frames]
+    # Blocks of one stack share one list of frames (``_caches.fill_frames``): looked at once.
+    seen: Dict[int, List[Tuple[str, str, str]]] = {}
+    paths = []
+    for frames in all_frames:
+        path = seen.get(id(frames))
+        if path is None:
+            path = seen[id(frames)] = _path(frames, torch_dir)
+        paths.append(path)
     named, found = _helpers()
     shared: Dict[str, Optional[int]] = {}
     if found:

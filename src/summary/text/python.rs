@@ -170,6 +170,7 @@ pub(super) fn python_sections(
                 "states" => "its block states; no lines",
                 "cuguard" => "its block states, lines from cuguard's record of its blocks",
                 "hook" => "the arrays found holding its blocks, lines from cuguard's hook in it",
+                "hook_whole" => "cuguard's hook in it, which adds up to CuPy's own figures",
                 _ => "the Python objects found holding its blocks",
             };
             writeln!(
