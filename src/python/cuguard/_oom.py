@@ -384,26 +384,26 @@ def places(all_frames: List[List[Dict[str, Any]]], torch_dir: str) -> List[Tuple
     ``caller (file:line) via helper (file:line)``. A function ``CUGUARD_HELPERS`` names (a name
     or a glob, a method's own name too) is passed over wherever it is; ``none`` there turns the
     first rule off."""
-    # Blocks of one stack share one list of frames (``_caches.fill_frames``): looked at once.
-    seen: Dict[int, List[Tuple[str, str, str]]] = {}
-    paths = []
+    # Blocks of one stack share one list of frames (``_caches.fill_frames``): each distinct
+    # list is looked at once, and charged once.
+    distinct: Dict[int, List[Dict[str, Any]]] = {}
     for frames in all_frames:
-        path = seen.get(id(frames))
-        if path is None:
-            path = seen[id(frames)] = _path(frames, torch_dir)
-        paths.append(path)
+        distinct.setdefault(id(frames), frames)
+    paths = {key: _path(frames, torch_dir) for key, frames in distinct.items()}
     named, found = _helpers()
     shared: Dict[str, Optional[int]] = {}
     if found:
+        # Paths that are one list's are alike: the shared frames are the distinct paths'.
         by_line: Dict[str, List[List[Tuple[str, str, str]]]] = {}
-        for path in paths:
+        for path in paths.values():
             if path:
                 by_line.setdefault(path[0][0], []).append(path)
         shared = {key: _shared(group) for key, group in by_line.items()}
-    out = []
-    for frames, path in zip(all_frames, paths):
+    charged: Dict[int, Tuple[str, Optional[str]]] = {}
+    for key, frames in distinct.items():
+        path = paths[key]
         if not path:
-            out.append(line_of(frames, torch_dir))
+            charged[key] = line_of(frames, torch_dir)
             continue
         at = shared.get(path[0][0]) or 0
         for k, (_, _, function) in enumerate(path):
@@ -411,11 +411,11 @@ def places(all_frames: List[List[Dict[str, Any]]], torch_dir: str) -> List[Tuple
                 at = max(at, k + 1)
         at = min(at, len(path) - 1)
         if at == 0:
-            out.append((path[0][0], path[0][1]))
+            charged[key] = (path[0][0], path[0][1])
             continue
         caller, helper = path[at], path[at - 1]
-        out.append((f"{caller[0]} via {helper[0]}", caller[1]))
-    return out
+        charged[key] = (f"{caller[0]} via {helper[0]}", caller[1])
+    return [charged[id(frames)] for frames in all_frames]
 
 
 def _path(frames: List[Dict[str, Any]], torch_dir: str) -> List[Tuple[str, str, str]]:
