@@ -139,8 +139,10 @@ fn no_page(why: &str) {
         "no stats page (`cuguard top` and `cuguard exporter` will not see this process): {why}; set CUGUARD_RUNTIME_DIR to a directory of yours, or CUGUARD_PAGE=0"
     );
     if !SAID.swap(true, Ordering::Relaxed) {
+        // The fault first: whoever reads the line and then ends the process finds it in the
+        // report (a test failed once where the report was written between the two).
+        crate::process::faults::record(message.clone());
         crate::process::diag::warn(&message);
-        crate::process::faults::record(message);
     }
 }
 
