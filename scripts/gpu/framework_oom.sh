@@ -5,7 +5,7 @@
 #    out-of-memory errors can be seen where they are made, what each tells of its memory, and
 #    cuguard's card then.
 # 2. PyTorch's refusal against the whole device (torch_oom_probe.py device), three ways in
-#    turn, three rounds: no cuguard; cuguard; cuguard with its PyTorch card skipped (the
+#    turn, two rounds: no cuguard; cuguard; cuguard with its PyTorch card skipped (the
 #    observer's Python part), to tell the shim's share from the observer's.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -16,7 +16,7 @@ export CUGUARD_SHIM=$PWD/.gpu/libcuguard.so PYTHONPATH=$PWD/src/python${PYTHONPA
   for fw in cupy jax rmm; do
     echo "== $fw plain"
     timeout 200 python3 scripts/gpu/framework_oom_probe.py $fw 2>&1 | tail -1 | cut -c1-6000
-    for pool in 0 1; do
+    for pool in 1; do
       R=/tmp/fw_oom_$fw$pool.json
       echo "== $fw under cuguard, pool $pool"
       CUGUARD_POOL=$pool timeout 200 "$C" run --report "$R" -- python3 scripts/gpu/framework_oom_probe.py $fw 2>&1 | tail -3 | cut -c1-6000
@@ -34,7 +34,7 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 PY
 {
-  for round in 1 2 3; do
+  for round in 1 2; do
     echo "== round $round plain"
     timeout 200 python3 scripts/gpu/torch_oom_probe.py device 2>&1 | tail -1 | grep -o '"refusal_ms": [0-9.]*'
     echo "== round $round cuguard"

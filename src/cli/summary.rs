@@ -189,7 +189,17 @@ fn moment(args: &SummaryArgs, top: usize) -> Result<u8, CliError> {
     let by_tag = args.by == Some(By::Tag);
     let (mut m, tags) = match (&args.at, &args.between) {
         (Some(at), _) => {
-            let t = time(at, "--at")?;
+            let t = match at.as_str() {
+                // The card shown is the first that explains itself (a framework's, past the
+                // driver's refusals inside its allocator): its moment, not the first refusal's.
+                "oom" if !crate::history::is_history_file(path)? => {
+                    match first_card_index(path)?.and_then(|n| opened.history.oom_ns(n)) {
+                        Some(t) => t,
+                        None => time(at, "--at")?,
+                    }
+                }
+                _ => time(at, "--at")?,
+            };
             let loaded = opened.read(t, t)?;
             let mut m = crate::history::moment::at(&loaded, t, top);
             m.phase = phase_label(at, &opened);
@@ -302,11 +312,27 @@ fn first_oom_card(
     path: &std::path::Path,
     top: usize,
 ) -> Result<Option<crate::summary::attribution::OomSummary>, CliError> {
-    // A driver's refusal inside a framework's allocator is explained by the framework's card.
     let cards = input::map_reports(&[path.to_path_buf()], |source, report| {
         let ooms = ReportSummary::new(source, &report, top).ooms;
-        let first = ooms.iter().position(|o| o.within.is_none()).unwrap_or(0);
+        let first = first_explained(ooms.iter().map(|o| o.within.is_some()));
         ooms.into_iter().nth(first)
     })?;
     Ok(cards.into_iter().next().and_then(|(_, card)| card))
+}
+
+/// Which of the report's refusals is the first card `--at oom` shows ([`first_explained`]), so
+/// that its moment is that refusal's in the history (each recorded refusal is one there, in
+/// the report's order); `None` without refusals.
+fn first_card_index(path: &std::path::Path) -> Result<Option<usize>, CliError> {
+    let found = input::map_reports(&[path.to_path_buf()], |_, report| {
+        (!report.ooms.is_empty())
+            .then(|| first_explained(report.ooms.iter().map(|o| o.within.is_some())))
+    })?;
+    Ok(found.into_iter().next().and_then(|(_, n)| n))
+}
+
+/// The first refusal not inside a framework's allocator (a driver's refusal inside one is
+/// explained by the framework's card, later), given whether each is; the first when all are.
+fn first_explained(within: impl Iterator<Item = bool>) -> usize {
+    within.enumerate().find(|(_, w)| !w).map_or(0, |(i, _)| i)
 }

@@ -173,6 +173,22 @@ fn cupy_s_pool_refused_after_the_driver_is_a_card_with_its_pieces_and_the_lines_
 
     // `--at oom` is CuPy's card, at the program's line that asked.
     let text = summary(&dir, &["--at", "oom", "r.json"]);
+    // What was live is read at CuPy's refusal, not at the driver's first one before it.
+    let live_at: f64 = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("live at ")?
+                .split(" ms:")
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{text}"));
+    let card_ms = card["time_ms"].as_u64().unwrap() as f64;
+    assert!(
+        (live_at - card_ms).abs() <= 1.0 && live_at > ooms[2]["time_ms"].as_u64().unwrap() as f64,
+        "live at {live_at} ms, the card at {card_ms} ms: {text}"
+    );
     let lines: Vec<&str> = text.lines().skip(2).take(4).collect();
     assert_eq!(
         lines,

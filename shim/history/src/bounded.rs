@@ -422,18 +422,25 @@ impl<S: Source> History<S> {
 
     /// The first refusal's moment, read from the first span that holds one.
     pub fn first_oom_ns(&self) -> Option<u64> {
+        self.oom_ns(0)
+    }
+
+    /// The moment of refusal number `n` (0 the first) of those the history holds, read from
+    /// the first span that holds one.
+    pub fn oom_ns(&self, n: usize) -> Option<u64> {
         let span = self.spans.iter().find(|s| s.ooms > 0)?;
-        let mut first = None;
+        let (mut seen, mut found) = (0usize, None);
         let begin = self.begin_at(span.start).ok()?;
         self.stream(begin, Stop::End, &mut |step| {
-            if let Step::Oom(o) = step
-                && first.is_none()
-            {
-                first = Some(o.time_ns);
+            if let Step::Oom(o) = step {
+                if seen == n && found.is_none() {
+                    found = Some(o.time_ns);
+                }
+                seen += 1;
             }
         })
         .ok()?;
-        first
+        found
     }
 
     /// Every step of the history, in time order, from its beginning (what it restates first).
