@@ -173,15 +173,22 @@ fn cupy_s_pool_refused_after_the_driver_is_a_card_with_its_pieces_and_the_lines_
 
     // `--at oom` is CuPy's card, at the program's line that asked.
     let text = summary(&dir, &["--at", "oom", "r.json"]);
-    // What was live is read at CuPy's refusal, not at the driver's first one before it.
+    // What was live is read at CuPy's refusal, not at the driver's first one before it (the
+    // moment in milliseconds, or in seconds past the first).
     let live_at: f64 = text
         .lines()
         .find_map(|l| {
-            l.strip_prefix("live at ")?
-                .split(" ms:")
-                .next()?
-                .parse()
-                .ok()
+            let (value, unit) = l
+                .strip_prefix("live at ")?
+                .split_once(':')?
+                .0
+                .split_once(' ')?;
+            let value: f64 = value.parse().ok()?;
+            match unit {
+                "ms" => Some(value),
+                "s" => Some(value * 1000.0),
+                _ => None,
+            }
         })
         .unwrap_or_else(|| panic!("{text}"));
     let card_ms = card["time_ms"].as_u64().unwrap() as f64;

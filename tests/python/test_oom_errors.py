@@ -65,6 +65,13 @@ def test_the_bytes_a_jax_error_asked_are_read_in_each_of_xla_s_wordings() -> Non
         ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.", 17179869184),
         ("RESOURCE_EXHAUSTED: Failed to allocate request for 16.00GiB (17179869184B) on device ordinal 0", 17179869184),
         ("RESOURCE_EXHAUSTED: Out of memory allocating 4096 bytes", 4096),
+        # JAX 0.11.2 on the H100 (docs/gpu-runs/2026-12-07-run46): a size in GiB, two decimals.
+        (
+            "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 59.38GiB with allocator "
+            "GPU_0_bfc on device 0. [executable_name='jit_broadcast_in_dim'] [tf-allocator-allocation-error='']",
+            int(59.38 * (1 << 30)),
+        ),
+        ("INTERNAL: Failed to open libtpu.so", 0),
     ]:
-        m = _oom._ASKED.search(text)
-        assert m is not None and int(m.group(1)) == asked, text
+        assert _oom._asked(text) == asked, text
+    assert _oom._DEVICE.search("allocator GPU_0_bfc on device 3.").group(1) == "3"

@@ -97,6 +97,26 @@ impl<'a> From<&'a OomRecord> for Figures<'a> {
 fn room(oom: &Figures<'_>) -> (Option<u64>, bool) {
     let device = oom.device_free_bytes;
     let framework = frameworks::named(oom.refused_by).is_some();
+    if oom.refused_by == frameworks::JAX.name
+        && let Some(l) = oom.limit
+    {
+        // XLA's allocator serves from the region it took: what it has left there, and beyond
+        // it what its limit lets it take from the device's free memory. Its limit is what
+        // refuses: the device's other free memory is not its to use.
+        let region = oom
+            .idle
+            .iter()
+            .find(|h| h.holder == frameworks::JAX.holder)
+            .map_or(l.limit_bytes, |h| h.reserved_bytes);
+        let beyond = l
+            .limit_bytes
+            .saturating_sub(region)
+            .min(device.unwrap_or(0));
+        return (
+            Some(region.saturating_sub(l.held_bytes).saturating_add(beyond)),
+            true,
+        );
+    }
     let room = match (oom.refused_by, oom.limit) {
         ("limit" | "pool_limit", Some(l)) => Some(l.limit_bytes.saturating_sub(l.held_bytes)),
         ("limit" | "pool_limit", None) => None,
@@ -963,6 +983,31 @@ mod tests {
         // The region's idle 2 GiB and 512 MiB of the device are too little for 3 GiB.
         let v = of(&jax_oom(3 * gib, 512 * MIB, 12 * gib, 10 * gib, 2 * gib));
         assert_eq!(v.action, "nothing");
+    }
+
+    #[test]
+    fn jax_s_device_memory_beyond_its_region_is_not_its_room() {
+        // JAX 0.11.2 on the H100 (run 46): 59.38 GiB asked of a 59.4 GiB region with 2.2 GiB
+        // in use; the device had 19.2 GiB free beside the region, which XLA may not take.
+        let gib = 1024 * MIB;
+        let asked = 59.38 * gib as f64;
+        let mut o = jax_oom(
+            asked as u64,
+            19 * gib,
+            59 * gib + 400 * MIB,
+            2 * gib + 200 * MIB,
+            55 * gib,
+        );
+        o.device_total_bytes = Some(79 * gib + 200 * MIB);
+        let v = of(&o);
+        assert_eq!(v.action, "raise_limit", "{}", v.text);
+        // (2.2 GiB + 59.38 GiB) / 79.2 GiB = 0.7775…, rounded up.
+        assert!(
+            v.text
+                .starts_with("raising XLA_PYTHON_CLIENT_MEM_FRACTION to 0.78 (61.6 GiB) fits"),
+            "{}",
+            v.text
+        );
     }
 
     #[test]

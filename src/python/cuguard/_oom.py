@@ -260,8 +260,19 @@ def _cupy_dir() -> str:
     return os.path.dirname(os.path.abspath(f)) + os.sep if f else "\0"
 
 
-#: The bytes a ``RESOURCE_EXHAUSTED`` error says were asked.
-_ASKED = re.compile(r"allocat\w* (?:request for \S+ \()?(\d+)\s*(?:bytes|B\))")
+#: The size a ``RESOURCE_EXHAUSTED`` error says was asked: ``allocate 17179869184 bytes``,
+#: ``allocate 59.38GiB`` (JAX 0.11 on the H100), ``allocate request for 16.00GiB (17179869184B)``.
+_ASKED = re.compile(r"allocat\w* (?:request for \S+ \()?(\d+(?:\.\d+)?)\s*(bytes|B|KiB|MiB|GiB|TiB)\b")
+#: The device it names: ``on device 0``, ``on device ordinal 0``.
+_DEVICE = re.compile(r"on device (?:ordinal )?(\d+)")
+_UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def _asked(text: str) -> int:
+    """The bytes ``text`` says were asked (XLA rounds a size in GiB to two decimals); 0 when it
+    says none."""
+    m = _ASKED.search(text)
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else 0
 
 
 def watch_jax(jax: Any) -> None:
@@ -290,11 +301,13 @@ def watch_jax(jax: Any) -> None:
 def jax_card(jax: Any, text: str) -> None:
     """Sends the shim the card of JAX's refusal that ``text`` says."""
     started = time.perf_counter_ns()
-    m = _ASKED.search(text)
-    asked = int(m.group(1)) if m else 0
+    asked = _asked(text)
     devices = [d for d in jax.local_devices() if getattr(d, "platform", "") == "gpu"]
-    # The device that refused: the first whose largest free block is smaller than the request
-    # (the error does not name it), else the first.
+    named = _DEVICE.search(text)
+    if named is not None:
+        devices = [d for d in devices if int(getattr(d, "id", -1)) == int(named.group(1))] or devices
+    # The device that refused: the one the error names, else the first whose largest free block
+    # is smaller than the request, else the first.
     stats_of = [(d, d.memory_stats() or {}) for d in devices]
     if not stats_of:
         return
