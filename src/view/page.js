@@ -354,6 +354,10 @@
     function show(ms0) {
       var cols = columns(), best = null;
       cols.forEach(function (c) { if (c.from <= ms0 && ms0 <= c.to) best = c; });
+      // A column's own moment (the peak, a phase's peak) is that column's: the bounds here are
+      // worked out from rounded figures, and a moment at a boundary could fall in its neighbour,
+      // whose moment may come before an allocation made at this one.
+      cols.forEach(function (c) { if (c.at === ms0) best = c; });
       // At or past the history's end (a moment written rounded up, as `summary --at end`
       // gives it): what was live at the end, which nothing after it changes.
       if (!best && cols.length && ms0 > cols[cols.length - 1].to) best = cols[cols.length - 1];
