@@ -488,6 +488,28 @@ pub fn other_processes_words(
     ))
 }
 
+/// For a framework that tells what it holds but not what of it is free (RMM's pool), that the
+/// card's live bytes include its free blocks: `idle: RMM's pool held 208.0 MiB of its 256.0 MiB
+/// maximum; what of it was free, RMM does not tell`.
+pub fn untold_idle_line(o: &OomSummary) -> Option<String> {
+    let f = cuguard_format::frameworks::named(&o.refused_by)?;
+    if *f != cuguard_format::frameworks::RMM || o.idle.iter().any(|h| h.holder == f.holder) {
+        return None;
+    }
+    let held = match &o.limit {
+        Some(l) => format!(
+            " held {} of its {} maximum",
+            crate::wording::bytes(l.held_bytes),
+            crate::wording::bytes(l.limit_bytes)
+        ),
+        None => String::new(),
+    };
+    Some(format!(
+        "idle: {}{held}; what of it was free, RMM does not tell",
+        f.words
+    ))
+}
+
 /// What the card cost the refused call, where the report says: `cuguard's card: 0.21 ms in the
 /// refused call, and 3.4 ms reading PyTorch's caching allocator before it`.
 pub fn card_cost_line(o: &OomSummary) -> Option<String> {

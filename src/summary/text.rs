@@ -621,6 +621,9 @@ pub(crate) fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
             writeln!(out, "      {}", one_line(&p))?;
         }
     }
+    if let Some(line) = super::attribution::untold_idle_line(o) {
+        writeln!(out, "    {line}")?;
+    }
     if !o.by_owner.is_empty() {
         writeln!(out, "    live by owner: {}", owner_list(&o.by_owner))?;
     }

@@ -95,6 +95,10 @@ const NOT_OURS: &[(&str, &str)] = &[
         "tsl::",
         "TensorFlow's C++ namespace (shim/symbolize/src/rules/mod.rs)",
     ),
+    (
+        "rmm::out_of_memory",
+        "RMM's C++ exception type (python.md, cli.md, architecture.md, README.md)",
+    ),
 ];
 
 /// A place where a path is named.

@@ -50,6 +50,7 @@ mod python_api;
 mod reliability;
 mod reliability_race;
 mod replay;
+mod rmm_oom;
 mod shared_exporter;
 mod shared_files;
 mod shared_python;

@@ -106,7 +106,7 @@ pub struct LiveAllocations {
 /// cache's idle memory then (`cuguard_framework_oom`; the report's `ooms[]` record it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameworkOom {
-    /// Whose allocator: `pytorch`, `cupy` or `jax` ([`crate::frameworks`]).
+    /// Whose allocator: `pytorch`, `cupy`, `jax` or `rmm` ([`crate::frameworks`]).
     pub framework: String,
     /// Device ordinal.
     pub device: u32,
@@ -124,8 +124,10 @@ pub struct FrameworkOom {
     /// The framework's message, where it has one.
     #[serde(default)]
     pub message: Option<String>,
-    /// Its cache's idle memory then (`holder` `pytorch_cache`).
-    pub cache: crate::attribution::IdleHolder,
+    /// Its cache's idle memory then (`holder` `pytorch_cache`), where the framework says it
+    /// (RMM's pool does not).
+    #[serde(default)]
+    pub cache: Option<crate::attribution::IdleHolder>,
     /// What reading the framework's figures took the package, in nanoseconds.
     #[serde(default)]
     pub read_ns: Option<u64>,

@@ -1,5 +1,6 @@
 //! The frameworks whose allocators refuse requests on their own, and whose out-of-memory errors
-//! the Python package turns into cards (`cuguard_framework_oom`): each one's name in the report
+//! become cards (the Python package's `cuguard_framework_oom` for PyTorch, CuPy and JAX; the
+//! shim's `__cxa_throw` for RMM's C++ exception): each one's name in the report
 //! (`ooms[].refused_by`, the ABI's `framework`), its holder of idle memory (`ooms[].idle[].holder`),
 //! the entry its refusals are recorded under (`ooms[].api`), and its words for people. The shim,
 //! the verdict and the command's summary all read them here.
@@ -46,8 +47,18 @@ pub const JAX: Framework = Framework {
     limit_setting: "XLA_PYTHON_CLIENT_MEM_FRACTION",
 };
 
+/// RMM's pool (`pool_memory_resource`, cuDF's): its `rmm::out_of_memory`, seen as it is thrown
+/// ([`crate::rmm_oom`]); it says its request, its size and its maximum, not its free blocks.
+pub const RMM: Framework = Framework {
+    name: "rmm",
+    holder: "rmm_pool",
+    api: "rmm::mr::pool_memory_resource::allocate",
+    words: "RMM's pool",
+    limit_setting: "RMM's maximum pool size (maximum_pool_size)",
+};
+
 /// Every framework cuguard reads.
-pub const ALL: [&Framework; 3] = [&PYTORCH, &CUPY, &JAX];
+pub const ALL: [&Framework; 4] = [&PYTORCH, &CUPY, &JAX, &RMM];
 
 /// The framework of that name (`ooms[].refused_by`).
 pub fn named(name: &str) -> Option<&'static Framework> {

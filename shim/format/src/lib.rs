@@ -108,6 +108,7 @@ pub mod merged;
 mod model;
 pub mod python;
 pub mod read;
+pub mod rmm_oom;
 pub mod signal;
 pub mod template;
 pub mod text;

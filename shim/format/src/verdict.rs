@@ -270,6 +270,13 @@ fn nothing(
             ));
         }
     }
+    if oom.refused_by == frameworks::RMM.name
+        && !oom.idle.iter().any(|h| h.holder == frameworks::RMM.holder)
+    {
+        text.push_str(
+            "; RMM's pool does not tell its free blocks: part of what is live may be free inside it",
+        );
+    }
     Verdict {
         action: "nothing".into(),
         fits: false,

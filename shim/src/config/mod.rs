@@ -123,6 +123,9 @@ pub struct Config {
     /// `CUGUARD_CACHE_BLOCKS`: record the blocks PyTorch's caching allocator hands out inside
     /// its segments (its tensors) in the history (`crate::hooks::torch_blocks`); `0` for off.
     pub cache_blocks: bool,
+    /// `CUGUARD_RMM_OOM`: make a card of RMM's pool refusing a request, seen as its
+    /// `rmm::out_of_memory` is thrown (`crate::hooks::cxx_throw`); `0` for off.
+    pub rmm_oom: bool,
     /// `CUGUARD_RUN_ID`: the run this process belongs to, set by `cuguard run` for every process
     /// it starts (the report's `run_id`; reports of one run given one path each keep their own
     /// file, a later run's replace an earlier one's, `crate::writer::file`). `None` outside a
@@ -240,6 +243,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
     let limit_virtual = r.flag("CUGUARD_LIMIT_VIRTUAL", true);
     let python_end = r.flag("CUGUARD_PYTHON_END", true);
     let cache_blocks = r.flag("CUGUARD_CACHE_BLOCKS", true);
+    let rmm_oom = r.flag("CUGUARD_RMM_OOM", true);
     let stack_depth = r.stack_depth();
     let pool_settings = r.pool_settings();
     let (report_template, report_mode) = r.report();
@@ -288,6 +292,7 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Config {
         limit_virtual,
         python_end,
         cache_blocks,
+        rmm_oom,
         run_id,
         report_mode,
     }

@@ -11,6 +11,7 @@
 //! program gets.
 
 mod context;
+pub mod cxx_throw;
 mod host;
 mod memory;
 pub mod nvml;

@@ -76,8 +76,10 @@ pub fn framework_refused(t: &Tracker, oom: FrameworkOom, stack: u32) -> bool {
         return false;
     };
     let device = i32::try_from(oom.device).unwrap_or(-1);
-    let mut cache = oom.cache;
-    cache.holder = framework.holder.into();
+    let cache = oom.cache.map(|mut c| {
+        c.holder = framework.holder.into();
+        c
+    });
     // The free memory the framework read when it refused, not later; where it read none (JAX
     // has no call for it), the device's now, through the context the framework made.
     let now = device_memory_of(device);
@@ -100,7 +102,7 @@ pub fn framework_refused(t: &Tracker, oom: FrameworkOom, stack: u32) -> bool {
                 limit_bytes: l,
                 held_bytes: oom.reserved,
             }),
-            cache: Some(cache),
+            cache,
             read_ns: oom.read_ns,
         },
     );
@@ -118,7 +120,7 @@ struct Refusal {
     message: Option<String>,
     device_memory: Option<(u64, u64)>,
     limit: Option<OomLimit>,
-    /// A framework's cache's idle memory, where a framework refused.
+    /// A framework's cache's idle memory, where a framework refused and says it.
     cache: Option<IdleHolder>,
     /// What reading the framework's figures took the Python package.
     read_ns: Option<u64>,
@@ -151,7 +153,7 @@ fn record(t: &Tracker, r: Refusal) {
         free_bytes: p.free_bytes + p.pending_bytes,
         largest_free_block: p.largest_free_block,
     });
-    let framework = r.cache.is_some();
+    let framework = matches!(r.refused_by, RefusedBy::Framework(_));
     let mut idle = idle_holders(device, pool.as_ref());
     idle.extend(r.cache);
     idle.sort_by_key(|h| std::cmp::Reverse(h.idle_bytes));
@@ -251,13 +253,7 @@ fn idle_holders(device: i32, pool: Option<&PoolState>) -> Vec<IdleHolder> {
 /// returned), pushed on this thread for the one question and popped. Never one that is not
 /// active: retaining that would create a context.
 fn device_memory_of(device: i32) -> Option<(u64, u64)> {
-    let on_device = real::current_context().and_then(|_| {
-        let get = real::cuCtxGetDevice()?;
-        let mut d: CUdevice = -1;
-        // SAFETY: valid out-parameter.
-        (unsafe { get(&mut d) } == CUDA_SUCCESS).then_some(d)
-    });
-    if on_device == Some(device) {
+    if current_device() == Some(device) {
         return device_memory();
     }
     let (state, retain, release, push, pop) = (
@@ -288,6 +284,16 @@ fn device_memory_of(device: i32) -> Option<(u64, u64)> {
     // SAFETY: releases the retain above.
     unsafe { release(device) };
     asked
+}
+
+/// The device of the calling thread's current context, asked of the real driver.
+pub fn current_device() -> Option<i32> {
+    real::current_context().and_then(|_| {
+        let get = real::cuCtxGetDevice()?;
+        let mut d: CUdevice = -1;
+        // SAFETY: valid out-parameter.
+        (unsafe { get(&mut d) } == CUDA_SUCCESS).then_some(d)
+    })
 }
 
 /// The current context's device (free, total), asked of the real driver.
