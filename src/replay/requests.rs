@@ -183,8 +183,13 @@ impl Requests {
                     stack: o.stack,
                 }));
             }
-            // Segments: what the models make for themselves.
-            Step::SegmentMade(_) | Step::SegmentEnded(_) | Step::Tagged(_) | Step::Carved(_) => {}
+            // Segments: what the models make for themselves; a request's size and stream are
+            // its block's.
+            Step::SegmentMade(_)
+            | Step::SegmentEnded(_)
+            | Step::Tagged(_)
+            | Step::Carved(_)
+            | Step::Field(..) => {}
         }
     }
 

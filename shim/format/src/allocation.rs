@@ -8,8 +8,10 @@
 //! [`PyAllocation`](crate::PyAllocation) (`python.view.allocations[]`). Each derefs to its core,
 //! so `leak.size` reads as before. A field added to the list reaches the JSON (serde), the fast
 //! path's key list and reading ([`Fields`]), and the change of text ([`Allocation::map_text`])
-//! at once; the crate's test `tests/allocation_core.rs` shows it with a copy of the list and
-//! one field more.
+//! at once, and the history's readers build it from a block ([`history`], `from_history`,
+//! fields the block lacks coming from values the history writes beside it); the history
+//! crate's test `shim/history/tests/allocation_core.rs` shows it with a copy of the list and one
+//! field more.
 //!
 //! The text fields (`api`) are of a type parameter: `Arc<str>`, interned, in the owned records;
 //! [`Text`], borrowed from the document, in the fold's. One spelling of an unknown device:
@@ -50,6 +52,19 @@ macro_rules! allocation_core {
             pub fn map_text<T>(self, mut f: impl FnMut(S) -> T) -> $name<T> {
                 $name {
                     $( $field: $crate::allocation::map::$read(self.$field, &mut f), )*
+                }
+            }
+        }
+
+        impl<'a> $name<$crate::text::Text<'a>> {
+            /// The allocation as a history knows it (`cuguard_history`'s `Replay::facts` of a
+            /// block): each field from the block where it holds it, else from the values the
+            /// history gives by the field's name ([`HistoryFacts::field`]), else its default.
+            ///
+            /// [`HistoryFacts::field`]: $crate::allocation::HistoryFacts::field
+            pub fn from_history(facts: &impl $crate::allocation::HistoryFacts<'a>) -> Self {
+                $name {
+                    $( $field: $crate::allocation::history::$read(facts, stringify!($field)), )*
                 }
             }
         }
@@ -202,6 +217,123 @@ pub fn opt_text<'de, D: Deserializer<'de>, S: ApiText<'de>>(d: D) -> Result<Opti
     }
     let v: Option<Present<S>> = serde::Deserialize::deserialize(d)?;
     Ok(v.map(|p| p.0))
+}
+
+/// What a history knows of one allocation (its block), as [`Allocation::from_history`] and
+/// every core [`allocation_core!`](crate::allocation_core) declares read it:
+/// `cuguard_history::replay::Facts`. A field the block does not hold comes from the values the
+/// history writes beside it, by the field's name (`cuguard_history::Action::Field`).
+pub trait HistoryFacts<'a> {
+    /// The pointer the program received.
+    fn address(&self) -> u64;
+    /// Bytes the program received.
+    fn size(&self) -> u64;
+    /// The kind of memory, as the shim records it.
+    fn memory(&self) -> crate::MemoryKind;
+    /// Device ordinal ([`UNKNOWN_DEVICE`](crate::wire::UNKNOWN_DEVICE) when unknown).
+    fn device(&self) -> u32;
+    /// The context's id, if it had one.
+    fn context(&self) -> Option<u32>;
+    /// The allocating thread.
+    fn thread(&self) -> u64;
+    /// When it was made, nanoseconds since the process started.
+    fn start_ns(&self) -> u64;
+    /// Its stack's id, if it has one.
+    fn stack(&self) -> Option<u64>;
+    /// The program's tag for it.
+    fn tag(&self) -> Option<&'a str>;
+    /// The value the history gives its field `name`, where it gives one.
+    fn field(&self, name: &str) -> Option<u64>;
+    /// The text of a name id (a text field's value).
+    fn text(&self, id: u64) -> Option<&'a str>;
+}
+
+/// Each field's value from a history ([`HistoryFacts`]), by how the fast path reads it (the
+/// functions are named for [`Values`]' methods), given the field's name: the core's fields a
+/// block holds are read from it (`address`, `size`, `memory`, `device`, `context`, `thread`,
+/// `time_ms`, `stack`, `tag`; `requested` is the size unless the history says otherwise);
+/// any other field (`api`, `seq`, and a field added to the core) from the values written
+/// beside the block, else its default.
+pub mod history {
+    use super::{Addr, HistoryFacts, Memory, Text};
+    use crate::MemoryKind;
+
+    fn text_of<'a>(f: &impl HistoryFacts<'a>, name: &str) -> Option<Text<'a>> {
+        f.field(name)
+            .and_then(|id| f.text(id))
+            .map(|t| Text(t.into()))
+    }
+
+    /// An address field.
+    pub fn addr<'a>(f: &impl HistoryFacts<'a>, name: &str) -> Addr {
+        match name {
+            "address" => Addr(f.address()),
+            _ => Addr(f.field(name).unwrap_or_default()),
+        }
+    }
+
+    /// A number field.
+    pub fn u64<'a>(f: &impl HistoryFacts<'a>, name: &str) -> u64 {
+        match name {
+            "size" => f.size(),
+            "requested" => f.field(name).unwrap_or_else(|| f.size()),
+            "thread" => f.thread(),
+            "time_ms" => f.start_ns() / 1_000_000,
+            _ => f.field(name).unwrap_or_default(),
+        }
+    }
+
+    /// An optional number of `u32`'s range.
+    pub fn opt_u32<'a>(f: &impl HistoryFacts<'a>, name: &str) -> Option<u32> {
+        match name {
+            "context" => f.context(),
+            _ => f.field(name).and_then(|v| u32::try_from(v).ok()),
+        }
+    }
+
+    /// An optional number.
+    pub fn opt_u64<'a>(f: &impl HistoryFacts<'a>, name: &str) -> Option<u64> {
+        match name {
+            "stack" => f.stack(),
+            _ => f.field(name),
+        }
+    }
+
+    /// A device ordinal.
+    pub fn device<'a>(f: &impl HistoryFacts<'a>, name: &str) -> u32 {
+        match name {
+            "device" => f.device(),
+            _ => f
+                .field(name)
+                .and_then(|v| u32::try_from(v).ok())
+                .unwrap_or(crate::wire::UNKNOWN_DEVICE),
+        }
+    }
+
+    /// A memory kind.
+    pub fn memory<'a>(f: &impl HistoryFacts<'a>, name: &str) -> Memory {
+        match name {
+            "memory" => f.memory().report(),
+            _ => f
+                .field(name)
+                .and_then(|v| MemoryKind::of_number(u8::try_from(v).ok()?))
+                .map(MemoryKind::report)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A text field: a name id's text.
+    pub fn text<'a>(f: &impl HistoryFacts<'a>, name: &str) -> Text<'a> {
+        text_of(f, name).unwrap_or_default()
+    }
+
+    /// An optional text field.
+    pub fn opt_text<'a>(f: &impl HistoryFacts<'a>, name: &str) -> Option<Text<'a>> {
+        match name {
+            "tag" => f.tag().map(|t| Text(t.into())),
+            _ => text_of(f, name),
+        }
+    }
 }
 
 /// What the fast path reads a field's value with: the document's cursor, at the value.

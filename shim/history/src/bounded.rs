@@ -237,6 +237,10 @@ pub enum Step {
     /// or live where the read began, and one ended.
     CacheMade(Block),
     CacheEnded(Block),
+    /// A value of the allocation just made or restated beyond its block's own fields
+    /// ([`Action::Field`]): the block, the field's name id and the value. It follows the
+    /// block's [`Step::Made`] or [`Step::Restated`].
+    Field(Block, u32, u64),
 }
 
 /// A history opened for reading in bounded memory.
@@ -368,6 +372,7 @@ impl<S: Source> History<S> {
             Step::SegmentEnded(b) if keep(&b) => out.segments.push(b),
             Step::CacheEnded(b) if keep(&b) => out.cache_blocks.push(b),
             Step::Oom(o) if o.time_ns >= from_ns && o.time_ns <= to_ns => out.ooms.push(o),
+            Step::Field(b, name, value) if keep(&b) => out.keep_field(&b, name, value),
             _ => {}
         })?;
         out.blocks
@@ -539,13 +544,15 @@ impl<S: Source> History<S> {
             let mut b = self.block(thread, &r, self.clock.ns(r.tsc));
             match Action::of(r.kind) {
                 Some(Action::Alloc) if b.memory == MemoryKind::CacheBlock => {
-                    b.tag = marks_after(thread, &r, &mut state).0;
+                    b.tag = marks_after(thread, &r, &mut state).tag;
                     left.made_in_cache(b, visit);
                 }
                 Some(Action::Alloc) => {
-                    (b.tag, b.carved) = marks_after(thread, &r, &mut state);
+                    let marks = marks_after(thread, &r, &mut state);
+                    (b.tag, b.carved) = (marks.tag, marks.carved);
                     left.open.made(b);
                     visit(Step::Restated(b));
+                    marks.visit_fields(b, visit);
                 }
                 Some(Action::SegmentAlloc) => {
                     left.segments.made(b);
@@ -638,7 +645,8 @@ impl<S: Source> History<S> {
             match action {
                 Action::Alloc => {
                     let mut b = self.block(thread, &r, t);
-                    (b.tag, b.carved) = marks_after(thread, &r, &mut events);
+                    let marks = marks_after(thread, &r, &mut events);
+                    (b.tag, b.carved) = (marks.tag, marks.carved);
                     if b.memory == MemoryKind::CacheBlock {
                         left.made_in_cache(b, visit);
                         continue;
@@ -647,6 +655,7 @@ impl<S: Source> History<S> {
                         left.ended(old, visit);
                     }
                     visit(Step::Made(b));
+                    marks.visit_fields(b, visit);
                 }
                 Action::SegmentAlloc => {
                     let b = self.block(thread, &r, t);
@@ -700,35 +709,62 @@ impl<S: Source> History<S> {
                         visit(Step::Carved(b));
                     }
                 }
-                // In their own chunks ([`crate::Chunk::Phases`]), read when the history opens.
-                Action::Tag | Action::PhaseBegin | Action::PhaseEnd => {}
+                // In their own chunks ([`crate::Chunk::Phases`]), read when the history opens;
+                // a field apart from the allocation it completes has nothing to complete.
+                Action::Tag | Action::PhaseBegin | Action::PhaseEnd | Action::Field => {}
             }
         }
     }
 }
 
+/// What the writer said of the block an allocation makes, in the events right after it.
+#[derive(Default)]
+struct Marks {
+    /// Its tag as it was made ([`Action::Tag`]), [`crate::NONE`] without.
+    tag: u32,
+    /// Whether it is a cache's segment ([`Action::Carve`], restated).
+    carved: bool,
+    /// Its values beyond its block's fields ([`Action::Field`]): name id and value.
+    fields: Vec<(u32, u64)>,
+}
+
+impl Marks {
+    /// Gives the block's fields, after its own step.
+    fn visit_fields(&self, b: Block, visit: &mut dyn FnMut(Step)) {
+        for &(name, value) in &self.fields {
+            visit(Step::Field(b, name, value));
+        }
+    }
+}
+
 /// What the writer said of the block `alloc` makes, in the events right after it (same
-/// thread, moment and address), taken from `events`: its tag as it was made ([`Action::Tag`],
-/// [`crate::NONE`] without) and whether it is a cache's segment ([`Action::Carve`], restated).
+/// thread, moment and address), taken from `events`.
 fn marks_after<I: Iterator<Item = (u32, Raw)>>(
     thread: u32,
     alloc: &Raw,
     events: &mut std::iter::Peekable<I>,
-) -> (u32, bool) {
+) -> Marks {
     let mark = |(t, r): &(u32, Raw)| {
         *t == thread
-            && matches!(Action::of(r.kind), Some(Action::Tag | Action::Carve))
+            && matches!(
+                Action::of(r.kind),
+                Some(Action::Tag | Action::Carve | Action::Field)
+            )
             && r.addr == alloc.addr
             && r.tsc == alloc.tsc
     };
-    let (mut tag, mut carved) = (crate::NONE, false);
+    let mut marks = Marks {
+        tag: crate::NONE,
+        ..Marks::default()
+    };
     while let Some((_, r)) = events.next_if(mark) {
         match Action::of(r.kind) {
-            Some(Action::Tag) => tag = r.size as u32,
-            _ => carved = true,
+            Some(Action::Tag) => marks.tag = r.size as u32,
+            Some(Action::Field) => marks.fields.push((r.stack, r.size)),
+            _ => marks.carved = true,
         }
     }
-    (tag, carved)
+    marks
 }
 
 /// A hasher for addresses, ids and context ids: splitmix64's finalizer (the keys are the

@@ -103,6 +103,14 @@ pub enum Action {
     /// where it restates what is live, so that a read from there knows a segment whose blocks
     /// were all freed is still the cache's.
     Carve = 10,
+    /// A value of the allocation made at `addr` beyond what its [`Action::Alloc`] holds: a field
+    /// of the allocation's core (`cuguard_format::allocation`) by name. `stack` is the field's
+    /// name id ([`Chunk::Name`]), `size` its value (a text field's: its text's name id).
+    /// Written right after the allocation it completes (same thread and moment), as a tag given
+    /// as the memory is made, and restated with it; the reader gives it as [`bounded::Step::Field`]
+    /// and keeps it by block ([`replay::Replay::field`]), so that a field added to the core
+    /// reaches the history's readers when the shim writes it here.
+    Field = 11,
 }
 
 impl Action {
@@ -119,6 +127,7 @@ impl Action {
             8 => Action::PhaseEnd,
             9 => Action::Tag,
             10 => Action::Carve,
+            11 => Action::Field,
             _ => return None,
         })
     }
@@ -127,7 +136,12 @@ impl Action {
     pub fn sized(self) -> bool {
         matches!(
             self,
-            Action::Alloc | Action::Oom | Action::SegmentAlloc | Action::PhaseBegin | Action::Tag
+            Action::Alloc
+                | Action::Oom
+                | Action::SegmentAlloc
+                | Action::PhaseBegin
+                | Action::Tag
+                | Action::Field
         )
     }
 

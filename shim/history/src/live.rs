@@ -154,6 +154,9 @@ pub struct Follow {
     every: u64,
     /// The tags of live allocations, by address (a name id: [`Action::Tag`]).
     tags: HashMap<u64, u32, Fast>,
+    /// The values written beside live allocations ([`Action::Field`]), by address: name id and
+    /// value.
+    fields: HashMap<u64, Vec<(u32, u64)>, Fast>,
     /// Blocks inside a framework's cache ([`MemoryKind::CacheBlock`]), apart: they share
     /// addresses with the allocations they are carved from. Not counted in the peak: their
     /// segments are.
@@ -198,6 +201,7 @@ impl Follow {
             Some(Action::Alloc) => {
                 self.span.allocations += 1;
                 self.tags.remove(&e.addr);
+                self.fields.remove(&e.addr);
                 if let Some(old) = self.live.insert(thread, e) {
                     self.less(&old);
                 }
@@ -213,6 +217,7 @@ impl Follow {
             Some(Action::Free) => {
                 if let Some(made) = self.live.freed(e) {
                     self.tags.remove(&e.addr);
+                    self.fields.remove(&e.addr);
                     self.less(&made);
                     self.uncarve(&made);
                 }
@@ -227,6 +232,18 @@ impl Follow {
                     self.tags.insert(e.addr, e.size as u32);
                 }
             }
+            Some(Action::Field) if !cached => {
+                if self
+                    .live
+                    .by_addr
+                    .get(&e.addr)
+                    .is_some_and(|(_, m)| m.tsc == e.tsc)
+                {
+                    let list = self.fields.entry(e.addr).or_default();
+                    list.retain(|(name, _)| *name != e.stack);
+                    list.push((e.stack, e.size));
+                }
+            }
             Some(Action::SegmentAlloc) => {
                 self.segments.insert(thread, e);
             }
@@ -236,6 +253,7 @@ impl Follow {
             Some(Action::ContextRelease) => {
                 for r in self.live.released(e.context) {
                     self.tags.remove(&r.addr);
+                    self.fields.remove(&r.addr);
                     self.less(&r);
                     self.uncarve(&r);
                 }
@@ -247,7 +265,7 @@ impl Follow {
                     self.carved.insert(e.addr);
                 }
             }
-            Some(Action::PhaseBegin | Action::PhaseEnd) | None => {}
+            Some(Action::PhaseBegin | Action::PhaseEnd | Action::Field) | None => {}
         }
     }
 
@@ -290,22 +308,34 @@ impl Follow {
 
     /// Everything live (segments, allocations, cache blocks), by time; what the writer said of
     /// an allocation right after it, at its moment: that it is a cache's segment
-    /// ([`Action::Carve`]), its tag (as the shim records a tag given as memory is made).
+    /// ([`Action::Carve`]), its tag (as the shim records a tag given as memory is made), its
+    /// values beside it ([`Action::Field`]).
     pub fn live(&self) -> Vec<(u32, Raw)> {
-        let mark = |(thread, made): (u32, Raw), action: Action, size: u32| {
+        let mark = |(thread, made): (u32, Raw), action: Action, size: u64, stack: u32| {
             let memory = crate::memory_of(made.kind).unwrap_or_default();
             let raw = Raw {
                 kind: crate::kind(action, memory),
-                size: u64::from(size),
-                stack: crate::NONE,
+                size,
+                stack,
                 ..made
             };
             (thread, raw)
         };
+        let none: &[(u32, u64)] = &[];
         let with_marks = |m: &(u32, Raw), tags: &HashMap<u64, u32, Fast>, carved: bool| {
-            std::iter::once(*m)
-                .chain(carved.then(|| mark(*m, Action::Carve, 0)))
-                .chain(tags.get(&m.1.addr).map(|&id| mark(*m, Action::Tag, id)))
+            let made = *m;
+            let fields = self.fields.get(&made.1.addr).map_or(none, Vec::as_slice);
+            std::iter::once(made)
+                .chain(carved.then(|| mark(made, Action::Carve, 0, crate::NONE)))
+                .chain(
+                    tags.get(&made.1.addr)
+                        .map(|&id| mark(made, Action::Tag, u64::from(id), crate::NONE)),
+                )
+                .chain(
+                    fields
+                        .iter()
+                        .map(move |&(name, value)| mark(made, Action::Field, value, name)),
+                )
         };
         let mut all: Vec<(u32, Raw)> = self
             .segments
@@ -329,7 +359,7 @@ impl Follow {
         let rank = |r: &Raw| match (Action::of(r.kind), crate::memory_of(r.kind)) {
             (Some(Action::Carve), _) => 1,
             (Some(Action::Tag), Some(MemoryKind::CacheBlock)) => 3,
-            (Some(Action::Tag), _) => 1,
+            (Some(Action::Tag | Action::Field), _) => 1,
             (_, Some(MemoryKind::CacheBlock)) => 2,
             _ => 0,
         };

@@ -145,6 +145,9 @@ pub struct Replay {
     pub unmatched_frees: u64,
     /// The program's phases (NVTX ranges, `cuguard.phase`).
     pub phases: crate::phases::Phases,
+    /// Values of allocations beyond their blocks' fields ([`crate::Action::Field`]), by block
+    /// (address and start): name id and value.
+    pub fields: HashMap<(u64, u64), Vec<(u32, u64)>>,
 }
 
 impl Replay {
@@ -152,6 +155,36 @@ impl Replay {
     /// holds it.
     pub fn name(&self, id: u32) -> Option<&str> {
         self.phases.names.get(&id).map(String::as_str)
+    }
+
+    /// Keeps a value of block `b` ([`crate::bounded::Step::Field`]): a later one of the same
+    /// name replaces it.
+    pub(crate) fn keep_field(&mut self, b: &Block, name: u32, value: u64) {
+        let list = self.fields.entry((b.addr, b.start_ns)).or_default();
+        match list.iter_mut().find(|(n, _)| *n == name) {
+            Some(kept) => kept.1 = value,
+            None => list.push((name, value)),
+        }
+    }
+
+    /// Block `b`'s value of the field `name` ([`crate::Action::Field`]), if the history gives
+    /// one.
+    pub fn field(&self, b: &Block, name: &str) -> Option<u64> {
+        self.fields
+            .get(&(b.addr, b.start_ns))?
+            .iter()
+            .find(|(n, _)| self.name(*n) == Some(name))
+            .map(|(_, v)| *v)
+    }
+
+    /// What the history knows of block `b`, for building an allocation's core from it
+    /// (`cuguard_format::Allocation::from_history`, and any core the `allocation_core!` macro
+    /// declares).
+    pub fn facts<'a>(&'a self, b: &'a Block) -> Facts<'a> {
+        Facts {
+            replay: self,
+            block: b,
+        }
     }
 
     /// The text of a block's tag, if it has one.
@@ -306,5 +339,48 @@ impl Word {
             0xc0df => Word::Origin(w as u32),
             _ => Word::Native(w),
         }
+    }
+}
+
+/// What a history knows of one block ([`Replay::facts`]): its event's fields, its tag and the
+/// values written beside it ([`crate::Action::Field`]), as an allocation's core reads them.
+pub struct Facts<'a> {
+    replay: &'a Replay,
+    block: &'a Block,
+}
+
+impl<'a> cuguard_format::allocation::HistoryFacts<'a> for Facts<'a> {
+    fn address(&self) -> u64 {
+        self.block.addr
+    }
+    fn size(&self) -> u64 {
+        self.block.size
+    }
+    fn memory(&self) -> MemoryKind {
+        self.block.memory
+    }
+    fn device(&self) -> u32 {
+        self.block.device
+    }
+    fn context(&self) -> Option<u32> {
+        (self.block.context != u16::MAX).then_some(u32::from(self.block.context))
+    }
+    fn thread(&self) -> u64 {
+        u64::from(self.block.thread)
+    }
+    fn start_ns(&self) -> u64 {
+        self.block.start_ns
+    }
+    fn stack(&self) -> Option<u64> {
+        (self.block.stack != NONE).then_some(u64::from(self.block.stack))
+    }
+    fn tag(&self) -> Option<&'a str> {
+        self.replay.tag_of(self.block)
+    }
+    fn field(&self, name: &str) -> Option<u64> {
+        self.replay.field(self.block, name)
+    }
+    fn text(&self, id: u64) -> Option<&'a str> {
+        self.replay.name(u32::try_from(id).ok()?)
     }
 }

@@ -418,8 +418,12 @@ mod reference {
                     thread: e.thread,
                     device: r.ordinal(),
                 }),
-                // The reference knows no tags (the random runs make none).
-                Action::PhaseBegin | Action::PhaseEnd | Action::Tag | Action::Carve => {}
+                // The reference knows no tags nor fields (the random runs make none).
+                Action::PhaseBegin
+                | Action::PhaseEnd
+                | Action::Tag
+                | Action::Carve
+                | Action::Field => {}
                 Action::ContextRelease => {
                     let ctx = r.addr as u16;
                     open.released(&mut out.blocks, ctx, t);
