@@ -13,7 +13,8 @@ OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 C=$PWD/.gpu/cuguard
 export CUGUARD_SHIM=$PWD/.gpu/libcuguard.so PYTHONPATH=$PWD/src/python${PYTHONPATH:+:$PYTHONPATH}
 {
-  for fw in cupy jax rmm; do
+  # SKIP_FRAMEWORKS=1: the refused call's time inside PyTorch only (part 2).
+  [ "${SKIP_FRAMEWORKS:-0}" = 1 ] || for fw in cupy jax rmm; do
     if [ "$fw" != cupy ]; then
       echo "== $fw plain"
       timeout 100 python3 scripts/gpu/framework_oom_probe.py $fw 2>&1 | tail -1 | cut -c1-6000

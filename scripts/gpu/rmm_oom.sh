@@ -4,6 +4,8 @@
 # 1. RMM (wheels in .whl): what a preloaded __cxa_throw sees thrown (cxa_throw_probe.c), then
 #    RMM's card under cuguard (the shim's own __cxa_throw), plain and with CUGUARD_RMM_OOM=0.
 # 2. JAX's card under cuguard (the size parser and the room mended after run 46).
+# 3. The refused call's time inside PyTorch (framework_oom.sh's part 2): PyTorch's card now reads
+#    its segments from the shim's record of its blocks, not from torch.cuda.memory_snapshot().
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -28,6 +30,8 @@ gcc -O2 -shared -fPIC -o /tmp/cxa_throw_probe.so scripts/gpu/cxa_throw_probe.c -
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps([{k: o.get(k) for k in ("api","refused_by","within","size","card_ns","framework_ns","verdict")} for o in r.get("ooms", [])])[:3000])' "$R"
   cp "$R" "$OUT/" 2>/dev/null
 } 2>&1 | tee "$OUT/rmm_oom.txt"
+SKIP_FRAMEWORKS=1 OUT=$OUT bash scripts/gpu/framework_oom.sh > /dev/null 2>&1
+cat "$OUT/torch_refusal_time.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/versions.txt"
-python3 -c 'import rmm, jax; print("rmm", rmm.__version__, "jax", jax.__version__)' >> "$OUT/versions.txt" 2>&1
+python3 -c 'import torch, rmm, jax; print("torch", torch.__version__, "rmm", rmm.__version__, "jax", jax.__version__)' >> "$OUT/versions.txt" 2>&1
 gcc --version | head -1 >> "$OUT/versions.txt"

@@ -229,7 +229,7 @@ pub trait HistoryFacts<'a> {
     /// Bytes the program received.
     fn size(&self) -> u64;
     /// The kind of memory, as the shim records it.
-    fn memory(&self) -> crate::MemoryKind;
+    fn memory(&self) -> crate::enums::MemoryKind;
     /// Device ordinal ([`UNKNOWN_DEVICE`](crate::wire::UNKNOWN_DEVICE) when unknown).
     fn device(&self) -> u32;
     /// The context's id, if it had one.
@@ -256,7 +256,7 @@ pub trait HistoryFacts<'a> {
 /// beside the block, else its default.
 pub mod history {
     use super::{Addr, HistoryFacts, Memory, Text};
-    use crate::MemoryKind;
+    use crate::enums::MemoryKind;
 
     fn text_of<'a>(f: &impl HistoryFacts<'a>, name: &str) -> Option<Text<'a>> {
         f.field(name)
