@@ -201,7 +201,7 @@ impl Follow {
             Some(Action::Alloc) => {
                 self.span.allocations += 1;
                 self.tags.remove(&e.addr);
-                self.fields.remove(&e.addr);
+                self.forget_fields(e.addr);
                 if let Some(old) = self.live.insert(thread, e) {
                     self.less(&old);
                 }
@@ -217,7 +217,7 @@ impl Follow {
             Some(Action::Free) => {
                 if let Some(made) = self.live.freed(e) {
                     self.tags.remove(&e.addr);
-                    self.fields.remove(&e.addr);
+                    self.forget_fields(e.addr);
                     self.less(&made);
                     self.uncarve(&made);
                 }
@@ -232,18 +232,7 @@ impl Follow {
                     self.tags.insert(e.addr, e.size as u32);
                 }
             }
-            Some(Action::Field) if !cached => {
-                if self
-                    .live
-                    .by_addr
-                    .get(&e.addr)
-                    .is_some_and(|(_, m)| m.tsc == e.tsc)
-                {
-                    let list = self.fields.entry(e.addr).or_default();
-                    list.retain(|(name, _)| *name != e.stack);
-                    list.push((e.stack, e.size));
-                }
-            }
+            Some(Action::Field) if !cached => self.field(e),
             Some(Action::SegmentAlloc) => {
                 self.segments.insert(thread, e);
             }
@@ -253,7 +242,7 @@ impl Follow {
             Some(Action::ContextRelease) => {
                 for r in self.live.released(e.context) {
                     self.tags.remove(&r.addr);
-                    self.fields.remove(&r.addr);
+                    self.forget_fields(r.addr);
                     self.less(&r);
                     self.uncarve(&r);
                 }
@@ -297,6 +286,30 @@ impl Follow {
                 self.cache.freed(&free);
                 self.cache_tags.remove(&inner);
             }
+        }
+    }
+
+    /// A value written beside the allocation at `e.addr` as it was made ([`Action::Field`]).
+    /// Out of the line of every other event's (none of the shim's events is one yet).
+    #[cold]
+    fn field(&mut self, e: &Raw) {
+        if self
+            .live
+            .by_addr
+            .get(&e.addr)
+            .is_some_and(|(_, m)| m.tsc == e.tsc)
+        {
+            let list = self.fields.entry(e.addr).or_default();
+            list.retain(|(name, _)| *name != e.stack);
+            list.push((e.stack, e.size));
+        }
+    }
+
+    /// The allocation at `addr` is gone or replaced: its values go (a look-up only when some
+    /// allocation has any: the drain follows every event).
+    fn forget_fields(&mut self, addr: u64) {
+        if !self.fields.is_empty() {
+            self.fields.remove(&addr);
         }
     }
 
