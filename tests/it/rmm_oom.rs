@@ -9,28 +9,9 @@ use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
-use crate::support::{artifacts, read_report, run, scratch_dir, shim_command};
+use crate::support::{artifacts, cxx_program, read_report, run, scratch_dir, shim_command};
 
 const MIB: u64 = 1 << 20;
-
-/// `harness/workloads/c/rmm_stand_in.cc`, built in `dir`.
-fn stand_in(dir: &Path) -> PathBuf {
-    let a = artifacts();
-    let exe = dir.join("rmm_stand_in");
-    let status = Command::new(std::env::var("CXX").unwrap_or_else(|_| "c++".into()))
-        .args(["-O0", "-g", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(a.root.join("harness/workloads/c/rmm_stand_in.cc"))
-        .arg("-I")
-        .arg(a.root.join("harness/workloads/c"))
-        .arg("-L")
-        .arg(&a.sim_dir)
-        .arg("-lcuda")
-        .status()
-        .expect("running c++");
-    assert!(status.success(), "compiling rmm_stand_in.cc failed");
-    exe
-}
 
 /// The line of the stand-in that ends with `marker`.
 fn line_of(marker: &str) -> usize {
@@ -46,7 +27,7 @@ fn line_of(marker: &str) -> usize {
 /// which must be a success, the report and the directory.
 fn rmm(name: &str, case: &str, env: &[(&str, &str)]) -> (Output, Value, PathBuf) {
     let dir = scratch_dir(name);
-    let exe = stand_in(&dir);
+    let exe = cxx_program("rmm_stand_in");
     let report = dir.join("r.json");
     let mut cmd = shim_command(&exe, &report);
     cmd.arg(case)

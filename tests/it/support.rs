@@ -79,8 +79,18 @@ pub fn artifacts() -> &'static Artifacts {
 /// Compiles `harness/workloads/c/<name>.c` (with `-g -O0`, linked with `-lcuda` against the
 /// simulated driver) and returns the program's path. Compiles once per test process.
 pub fn c_program(name: &str) -> PathBuf {
+    program(&format!("{name}.c"), format!("c-{name}"))
+}
+
+/// Compiles `harness/workloads/c/<name>.cc` with the C++ compiler, as [`c_program`] a `.c`.
+pub fn cxx_program(name: &str) -> PathBuf {
+    program(&format!("{name}.cc"), format!("cxx-{name}"))
+}
+
+/// A program of `harness/workloads/c/`, linked with `-lcuda` against the simulated driver.
+fn program(file: &str, stem: String) -> PathBuf {
     let a = artifacts();
-    compiled(name, format!("c-{name}"), |cc| {
+    compiled(file, stem, |cc| {
         cc.args(["-fno-omit-frame-pointer", "-I"])
             .arg(a.root.join("harness/workloads/c"))
             .arg("-L")
@@ -92,15 +102,15 @@ pub fn c_program(name: &str) -> PathBuf {
 /// Compiles `harness/workloads/c/<name>.c` as a shared library (`-shared -fPIC`, linked with
 /// nothing but libc) and returns its path. Compiles once per test process.
 pub fn c_library(name: &str) -> PathBuf {
-    compiled(name, format!("lib{name}"), |cc| {
+    compiled(&format!("{name}.c"), format!("lib{name}"), |cc| {
         cc.args(["-shared", "-fPIC"]);
     })
 }
 
-/// `harness/workloads/c/<name>.c` compiled with `-g -O0 -Wall` and the options `options` adds,
-/// into the scratch directory as `<stem>-<pid>` (`.so` for a library); once per test process and
-/// output.
-fn compiled(name: &str, stem: String, options: impl FnOnce(&mut Command)) -> PathBuf {
+/// `harness/workloads/c/<file>` compiled (a `.cc` by the C++ compiler) with `-g -O0 -Wall` and
+/// the options `options` adds, into the scratch directory as `<stem>-<pid>` (`.so` for a
+/// library); once per test process and output.
+fn compiled(file: &str, stem: String, options: impl FnOnce(&mut Command)) -> PathBuf {
     use std::collections::HashMap;
     use std::sync::Mutex;
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
@@ -110,12 +120,17 @@ fn compiled(name: &str, stem: String, options: impl FnOnce(&mut Command)) -> Pat
         return p.clone();
     }
     let a = artifacts();
-    let src = a.root.join("harness/workloads/c").join(format!("{name}.c"));
+    let src = a.root.join("harness/workloads/c").join(file);
     let suffix = if stem.starts_with("lib") { ".so" } else { "" };
     let out = a
         .scratch
         .join(format!("{stem}-{}{suffix}", std::process::id()));
-    let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    let (var, default) = if file.ends_with(".cc") {
+        ("CXX", "c++")
+    } else {
+        ("CC", "cc")
+    };
+    let mut cc = Command::new(std::env::var(var).unwrap_or_else(|_| default.into()));
     cc.args(["-g", "-O0", "-Wall", "-o"]).arg(&out).arg(&src);
     options(&mut cc);
     let status = cc.status().expect("running cc");

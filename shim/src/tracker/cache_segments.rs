@@ -47,10 +47,7 @@ pub fn on_device(t: &Tracker, device: i32) -> Option<Vec<CacheSegment>> {
             });
         }
         let segment = out.last_mut()?;
-        let at = segment
-            .blocks
-            .last()
-            .map_or(segment.address, |b| b.address + b.size);
+        let at = covered_to(segment);
         if addr > at {
             segment.blocks.push(piece(at, addr - at, "inactive"));
         }
@@ -58,15 +55,20 @@ pub fn on_device(t: &Tracker, device: i32) -> Option<Vec<CacheSegment>> {
     }
     for segment in &mut out {
         let end = segment.address + segment.total_size;
-        let at = segment
-            .blocks
-            .last()
-            .map_or(segment.address, |b| b.address + b.size);
+        let at = covered_to(segment);
         if end > at {
             segment.blocks.push(piece(at, end - at, "inactive"));
         }
     }
     Some(out)
+}
+
+/// Where the pieces listed so far of `segment` end.
+fn covered_to(segment: &CacheSegment) -> u64 {
+    segment
+        .blocks
+        .last()
+        .map_or(segment.address, |b| b.address + b.size)
 }
 
 /// The allocation of `live` (by address) or of cuguard's pool that holds `addr`.
