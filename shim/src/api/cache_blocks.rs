@@ -120,7 +120,8 @@ pub unsafe extern "C" fn cuguard_cache_segments(device: i32, out: *mut *mut c_ch
         if !crate::hooks::torch_blocks::recorded() {
             return E_OFF;
         }
-        let Some(segments) = crate::tracker::cache_segments::on_device(t, device) else {
+        let pooled = |addr| crate::serving::registry::holding(addr).map(|(base, r)| (base, r.size));
+        let Some(segments) = crate::tracker::cache_segments::on_device(t, device, pooled) else {
             return E_OFF;
         };
         // SAFETY: `out` was checked above.

@@ -15,8 +15,13 @@ const SMALL_SEGMENT: u64 = 2 << 20;
 
 /// The segments on `device` that hold live cache blocks, by address; `None` where a live block
 /// lies in no allocation the shim knows, or some blocks were not kept: the answer would be
-/// short, and the caller asks the framework instead.
-pub fn on_device(t: &Tracker, device: i32) -> Option<Vec<CacheSegment>> {
+/// short, and the caller asks the framework instead. `pooled` finds the block of cuguard's pool
+/// that holds an address (its address and size), for the allocations the pool served.
+pub fn on_device(
+    t: &Tracker,
+    device: i32,
+    pooled: impl Fn(u64) -> Option<(u64, u64)>,
+) -> Option<Vec<CacheSegment>> {
     let blocks = super::cache_blocks::on_device(device)?;
     let mut live: Vec<(u64, u64)> = t
         .live
@@ -30,7 +35,7 @@ pub fn on_device(t: &Tracker, device: i32) -> Option<Vec<CacheSegment>> {
     for (addr, size) in blocks {
         let holder = match out.last() {
             Some(s) if addr >= s.address && addr < s.address + s.total_size => None,
-            _ => Some(holding(&live, addr)?),
+            _ => Some(holding(&live, addr).or_else(|| pooled(addr))?),
         };
         if let Some((base, total)) = holder {
             out.push(CacheSegment {
@@ -71,13 +76,12 @@ fn covered_to(segment: &CacheSegment) -> u64 {
         .map_or(segment.address, |b| b.address + b.size)
 }
 
-/// The allocation of `live` (by address) or of cuguard's pool that holds `addr`.
+/// The allocation of `live` (by address) that holds `addr`.
 fn holding(live: &[(u64, u64)], addr: u64) -> Option<(u64, u64)> {
     let i = live.partition_point(|(a, _)| *a <= addr);
     i.checked_sub(1)
         .map(|i| live[i])
         .filter(|(a, size)| addr < a + size)
-        .or_else(|| crate::serving::registry::holding(addr).map(|(a, r)| (a, r.size)))
 }
 
 fn piece(address: u64, size: u64, state: &str) -> CacheSegmentBlock {
