@@ -9,7 +9,9 @@ use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
-use crate::support::{artifacts, cxx_program, read_report, run, scratch_dir, shim_command};
+use crate::support::{
+    artifacts, cxx_library, cxx_program, read_report, run, scratch_dir, shim_command,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -183,4 +185,18 @@ fn with_cuguard_rmm_oom_off_the_throw_goes_on_and_no_card_is_made() {
     let said = stdout(&out);
     assert!(said[1].starts_with("refused: std::bad_alloc: out_of_memory: "));
     assert!(report.get("ooms").is_none(), "{}", report["ooms"]);
+}
+
+#[test]
+fn other_throws_go_on_to_the_runtime_of_a_library_loaded_in_a_scope_of_its_own() {
+    // Python loads a library with ctypes in a scope of its own, its C++ runtime with it; the
+    // shim's __cxa_throw, found first, hands each throw on to that runtime, whatever the type.
+    let dir = scratch_dir("rmm-oom-other-throws");
+    let lib = cxx_library("throws");
+    let mut cmd = shim_command(Path::new("python3"), &dir.join("r.json"));
+    cmd.arg("-c")
+        .arg("import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); print(l.throws_caught(), l.throws_caught())")
+        .arg(&lib);
+    let out = run(&mut cmd, true);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "3 3\n");
 }

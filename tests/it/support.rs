@@ -107,6 +107,14 @@ pub fn c_library(name: &str) -> PathBuf {
     })
 }
 
+/// Compiles `harness/workloads/c/<name>.cc` with the C++ compiler as a shared library (linked
+/// with the C++ runtime), as [`c_library`] a `.c`.
+pub fn cxx_library(name: &str) -> PathBuf {
+    compiled(&format!("{name}.cc"), format!("lib{name}"), |cc| {
+        cc.args(["-shared", "-fPIC"]);
+    })
+}
+
 /// `harness/workloads/c/<file>` compiled (a `.cc` by the C++ compiler) with `-g -O0 -Wall` and
 /// the options `options` adds, into the scratch directory as `<stem>-<pid>` (`.so` for a
 /// library); once per test process and output.

@@ -5,7 +5,9 @@
 //! and for RMM's pool refusing a request (its message, [`cuguard_format::rmm_oom`]) records a
 //! card, refused by `rmm`, with the asking thread's stack (its Python line, as at a driver
 //! allocation). Then it hands the throw on, always, to the runtime's own `__cxa_throw`, which
-//! unwinds through this frame (`extern "C-unwind"`) as through any C++ one.
+//! unwinds through this frame (`extern "C-unwind"`) as through any C++ one: the one the library
+//! that defines the thrown type links (in a process with two C++ runtimes, each throw goes to
+//! its own), else the one found after the shim.
 //!
 //! This is where RMM can be seen: Python gets RMM's refusal as the built-in `MemoryError`, whose
 //! making cannot be wrapped, and RMM's own hook (`FailureCallbackResourceAdaptor`) means
@@ -13,6 +15,7 @@
 //! calling this; `CUGUARD_RMM_OOM=0` turns the card off (the throw is still handed on).
 
 use std::ffi::{CStr, c_char, c_void};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cuguard_format::api::FrameworkOom;
@@ -23,8 +26,13 @@ use crate::guard::Guard;
 type ThrowFn = unsafe extern "C-unwind" fn(*mut c_void, *mut c_void, Option<Dtor>) -> !;
 type Dtor = unsafe extern "C" fn(*mut c_void);
 
-/// The runtime's `__cxa_throw`: 0 not looked for yet, 1 not found.
+/// The runtime's `__cxa_throw` found after the shim: 0 not looked for yet, 1 not found.
 static REAL: AtomicUsize = AtomicUsize::new(0);
+
+/// The `__cxa_throw` each library that defines a thrown type links, by the library's base
+/// address (1: none of its own), the first [`KNOWN`] libraries met.
+static BY_LIBRARY: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+const KNOWN: usize = 32;
 
 /// The runtime's own `__cxa_throw`, found once: the next definition after the shim's, else
 /// `libstdc++`'s where it was loaded in a scope of its own (Python loads RMM's libraries so).
@@ -36,6 +44,40 @@ fn real() -> Option<ThrowFn> {
     }
     // SAFETY: a value above 1 is the address of the runtime's `__cxa_throw`.
     (p > 1).then(|| unsafe { std::mem::transmute::<usize, ThrowFn>(p) })
+}
+
+/// The runtime's `__cxa_throw` for a throw of the type `info`: the one the library defining the
+/// type links (a library loaded in a scope of its own, with a C++ runtime of its own, gets its
+/// own runtime's, as it would have without the shim), else [`real`].
+fn real_for(info: *mut c_void) -> Option<ThrowFn> {
+    // SAFETY: dladdr only reads the loader's tables; `found` is written by it.
+    let mut found: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `info` is only looked up, not read.
+    if info.is_null() || unsafe { libc::dladdr(info, &mut found) } == 0 || found.dli_fname.is_null()
+    {
+        return real();
+    }
+    let base = found.dli_fbase as usize;
+    let mut known = BY_LIBRARY.lock().unwrap_or_else(|e| e.into_inner());
+    let p = match known.iter().find(|(b, _)| *b == base) {
+        Some(&(_, p)) => p,
+        None => {
+            // SAFETY: the loader's own, NUL-terminated name of a loaded library.
+            let name = unsafe { CStr::from_ptr(found.dli_fname) };
+            let p = crate::driver::loader::symbol_in_loaded(name, c"__cxa_throw")
+                .flatten()
+                .unwrap_or(1);
+            if known.len() < KNOWN {
+                known.push((base, p));
+            }
+            p
+        }
+    };
+    drop(known);
+    // SAFETY: a value above 1 is the address of a C++ runtime's `__cxa_throw`.
+    (p > 1)
+        .then(|| unsafe { std::mem::transmute::<usize, ThrowFn>(p) })
+        .or_else(real)
 }
 
 fn find_real() -> Option<usize> {
@@ -65,7 +107,7 @@ pub unsafe extern "C-unwind" fn cxa_throw(
         // SAFETY: `object` is an `rmm::out_of_memory` (its type's name says so).
         crate::guard::shield((), || unsafe { note(object) });
     }
-    match real() {
+    match real_for(info) {
         // SAFETY: the runtime's own function, with the arguments it was called with.
         Some(f) => unsafe { f(object, info, dtor) },
         // No runtime defines it: nothing can throw; as the runtime does with an exception it
