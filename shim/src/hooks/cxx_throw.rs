@@ -58,22 +58,25 @@ fn real_for(info: *mut c_void) -> Option<ThrowFn> {
         return real();
     }
     let base = found.dli_fbase as usize;
-    let mut known = BY_LIBRARY.lock().unwrap_or_else(|e| e.into_inner());
-    let p = match known.iter().find(|(b, _)| *b == base) {
-        Some(&(_, p)) => p,
-        None => {
-            // SAFETY: the loader's own, NUL-terminated name of a loaded library.
-            let name = unsafe { CStr::from_ptr(found.dli_fname) };
-            let p = crate::driver::loader::symbol_in_loaded(name, c"__cxa_throw")
-                .flatten()
-                .unwrap_or(1);
-            if known.len() < KNOWN {
-                known.push((base, p));
-            }
-            p
+    // Never waited for (a fork while another thread held it would leave the child's lock held):
+    // looked up again instead.
+    let kept = BY_LIBRARY
+        .try_lock()
+        .ok()
+        .and_then(|known| known.iter().find(|(b, _)| *b == base).map(|&(_, p)| p));
+    let p = kept.unwrap_or_else(|| {
+        // SAFETY: the loader's own, NUL-terminated name of a loaded library.
+        let name = unsafe { CStr::from_ptr(found.dli_fname) };
+        let p = crate::driver::loader::symbol_in_loaded(name, c"__cxa_throw")
+            .flatten()
+            .unwrap_or(1);
+        if let Ok(mut known) = BY_LIBRARY.try_lock()
+            && known.len() < KNOWN
+        {
+            known.push((base, p));
         }
-    };
-    drop(known);
+        p
+    });
     // SAFETY: a value above 1 is the address of a C++ runtime's `__cxa_throw`.
     (p > 1)
         .then(|| unsafe { std::mem::transmute::<usize, ThrowFn>(p) })
@@ -122,14 +125,16 @@ pub unsafe extern "C-unwind" fn cxa_throw(
 ///
 /// `info` is NULL or a `std::type_info`.
 unsafe fn is_rmm_oom(info: *mut c_void) -> bool {
-    if info.is_null() || !crate::config::get().rmm_oom {
+    if info.is_null() {
         return false;
     }
     // SAFETY: the Itanium C++ ABI's `std::type_info` is its vtable pointer, then its name (a
     // NUL-terminated string that lives as long as the library).
     let name = unsafe { *(info as *const *const c_char).add(1) };
-    // SAFETY: a NUL-terminated string, or NULL (checked).
-    !name.is_null() && rmm_oom::is_out_of_memory(unsafe { CStr::from_ptr(name) }.to_bytes())
+    // SAFETY: a NUL-terminated string, or NULL (checked). The settings only for RMM's.
+    !name.is_null()
+        && rmm_oom::is_out_of_memory(unsafe { CStr::from_ptr(name) }.to_bytes())
+        && crate::config::get().rmm_oom
 }
 
 /// Records the card of the RMM refusal `object` says, when it is its pool's.
