@@ -4,8 +4,7 @@
 # 1. RMM (wheels in .whl): what a preloaded __cxa_throw sees thrown (cxa_throw_probe.c), then
 #    RMM's card under cuguard (the shim's own __cxa_throw), plain and with CUGUARD_RMM_OOM=0.
 # 2. JAX's card under cuguard (the size parser and the room mended after run 46).
-# 3. The refused call's time inside PyTorch (framework_oom.sh's part 2): PyTorch's card now reads
-#    its segments from the shim's record of its blocks, not from torch.cuda.memory_snapshot().
+# 3. The refused call's time inside PyTorch (framework_oom.sh's part 2).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"

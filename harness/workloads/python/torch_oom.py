@@ -55,7 +55,4 @@ try:
     big = torch.empty(ask, dtype=torch.uint8, device="cuda")  # asks
     print(json.dumps({"mode": mode, "result": "served"}))
 except torch.cuda.OutOfMemoryError as e:
-    # How often PyTorch's snapshot was asked for by then (cuguard's observer, where the shim
-    # does not record the blocks).
-    snapshots = torch._state.get("snapshots", 0)
-    print(json.dumps({"mode": mode, "result": "refused", "ask": ask, "error": str(e), "snapshots": snapshots}))
+    print(json.dumps({"mode": mode, "result": "refused", "ask": ask, "error": str(e)}))

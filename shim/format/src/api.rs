@@ -174,30 +174,6 @@ pub struct BlockFrames {
     pub of: Vec<Option<u32>>,
 }
 
-/// `cuguard_cache_segments`' answer: a framework cache's segments on one device as the shim's
-/// records give them, in the shape of PyTorch's `torch.cuda.memory_snapshot()` (the keys the
-/// out-of-memory card reads).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CacheSegment {
-    pub device: u32,
-    /// The segment's address (the driver allocation the blocks are carved from).
-    pub address: u64,
-    pub total_size: u64,
-    /// `small` (PyTorch's 2 MiB segments of blocks up to 1 MiB) or `large`.
-    pub segment_type: String,
-    /// Its blocks and the free pieces between them, by address.
-    pub blocks: Vec<CacheSegmentBlock>,
-}
-
-/// A block of a [`CacheSegment`], or a free piece between them.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CacheSegmentBlock {
-    pub address: u64,
-    pub size: u64,
-    /// `active_allocated` (a live block) or `inactive` (free).
-    pub state: String,
-}
-
 /// `value` as one line of compact JSON.
 pub fn to_vec<T: Serialize>(value: &T) -> Vec<u8> {
     // Serializing these types to a Vec cannot fail (string keys, no floats).

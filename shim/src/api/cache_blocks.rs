@@ -1,7 +1,6 @@
-//! `cuguard_cache_blocks`, `cuguard_cache_block_frames` and `cuguard_cache_segments`: whether
-//! the shim records a framework's cache blocks with their stacks (PyTorch's tensors, through
-//! `crate::hooks::torch_blocks`), the Python frames of the live ones, and the cache's segments
-//! as those records give them. The Python package
+//! `cuguard_cache_blocks` and `cuguard_cache_block_frames`: whether the shim records a
+//! framework's cache blocks with their stacks (PyTorch's tensors, through
+//! `crate::hooks::torch_blocks`), and the Python frames of the live ones. The Python package
 //! asks the first before it would turn on PyTorch's own memory history, and the second for the
 //! lines of the blocks it finds live at the end of the program and at an out-of-memory. The
 //! frames are the stacks' Python frames as recorded, no native frame named: an out-of-memory
@@ -97,34 +96,5 @@ pub unsafe extern "C" fn cuguard_cache_block_frames(
         };
         // SAFETY: `out` was checked above.
         unsafe { out_json(out, cuguard_format::api::to_vec(&answer)) }
-    })
-}
-
-/// The segments on `device` of the cache whose blocks the shim records, in `*out`
-/// (`[cuguard_format::api::CacheSegment]`, `crate::tracker::cache_segments`); [`E_OFF`] where
-/// the shim does not record them or cannot place every block.
-///
-/// # Safety
-///
-/// `out` is NULL or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuguard_cache_segments(device: i32, out: *mut *mut c_char) -> i32 {
-    // SAFETY: the caller promises `out` is NULL or valid for a write.
-    if !unsafe { clear(out) } {
-        return E_INVALID;
-    }
-    call(|| {
-        let Some(t) = crate::tracker::if_any() else {
-            return E_OFF;
-        };
-        if !crate::hooks::torch_blocks::recorded() {
-            return E_OFF;
-        }
-        let pooled = |addr| crate::serving::registry::holding(addr).map(|(base, r)| (base, r.size));
-        let Some(segments) = crate::tracker::cache_segments::on_device(t, device, pooled) else {
-            return E_OFF;
-        };
-        // SAFETY: `out` was checked above.
-        unsafe { out_json(out, cuguard_format::api::to_vec(&segments)) }
     })
 }

@@ -40,7 +40,6 @@
 //! int32_t cuguard_framework_watch(const char *framework);
 //! int32_t cuguard_cache_blocks(const char *framework);
 //! int32_t cuguard_cache_block_frames(const char *json, char **json_out);
-//! int32_t cuguard_cache_segments(int32_t device, char **json_out);
 //! void    cuguard_free(char *p);
 //! ```
 //!
@@ -71,7 +70,6 @@
 //! | `cuguard_framework_watch` | a framework's out-of-memory observer is registered (`pytorch`, `cupy`): the one stderr line at a driver's refusal then waits for the framework's card, which explains a refusal inside its allocator, or for the final report ([`framework_oom`]) | one store |
 //! | `cuguard_cache_blocks` | whether the shim records `framework`'s (`pytorch`) cache blocks with their stacks in this process: [`OK`] when it does (its hook receives PyTorch's blocks, the history is on, `CUGUARD_CACHE_BLOCKS` is not 0), [`E_OFF`] when not; the package then leaves PyTorch's own memory history off ([`cache_blocks`]) | a symbol look-up |
 //! | `cuguard_cache_block_frames` | for each address of `json` (`{"addresses": [...]}`, `cuguard_format::api::BlockAddresses`), the Python frames (innermost first: `file`, `line`, `function`) of the stack that made the live cache block recorded there, or null, in order (`{"frames": [...]}`, `cuguard_format::api::BlockFrames`) in `*json_out`: the lines of PyTorch's live blocks at the end and at an out-of-memory | a look-up per address; no native frame is named |
-//! | `cuguard_cache_segments` | the segments on `device` of the cache whose blocks the shim records (PyTorch's), as its records give them: each live allocation holding live blocks, with its blocks and the free pieces between them, in the shape of `torch.cuda.memory_snapshot()` (`[{"device", "address", "total_size", "segment_type", "blocks": [{"address", "size", "state"}]}]`, `cuguard_format::api::CacheSegment`) in `*json_out`; [`E_OFF`] where the shim does not record the blocks, or a block lies in no allocation it knows: PyTorch's out-of-memory observer reads these instead of PyTorch's snapshot ([`cache_blocks`]) | a copy of the live maps, sorted |
 //! | `cuguard_free` | frees a string this ABI returned; NULL is ignored | — |
 //!
 //! Every function but the first four and `cuguard_free` returns [`OK`] (0) or a negative code:

@@ -91,28 +91,6 @@ pub fn stacks_of(addrs: &[u64]) -> Vec<Option<u32>> {
         .collect()
 }
 
-/// The live blocks on `device` now, as (address, size), by address; `None` when some were not
-/// kept ([`MAX_BLOCKS`] reached): the list would be short.
-pub fn on_device(device: i32) -> Option<Vec<(u64, u64)>> {
-    let Some(m) = global::get(&MAP) else {
-        return Some(Vec::new());
-    };
-    if m.len.load(Ordering::Relaxed) >= MAX_BLOCKS {
-        return None;
-    }
-    let mut out = Vec::new();
-    for s in &m.shards {
-        out.extend(
-            global::lock(s)
-                .iter()
-                .filter(|(_, b)| b.device == device)
-                .map(|(a, b)| (*a, b.size)),
-        );
-    }
-    out.sort_unstable();
-    Some(out)
-}
-
 /// The live blocks' bytes by (stack, device) now; nothing past [`MAX_SUMMED`] live blocks
 /// (the sampler's bound: it holds each shard's lock while it adds that shard up).
 pub fn live_by_stack() -> HashMap<(u32, i32), u64> {

@@ -8,7 +8,6 @@
 
 pub mod by_stack;
 pub mod cache_blocks;
-pub mod cache_segments;
 pub mod contexts;
 pub mod counters;
 pub mod devices;

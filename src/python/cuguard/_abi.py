@@ -107,7 +107,6 @@ def _bind(dll: ctypes.CDLL) -> ctypes.CDLL:
         "cuguard_framework_watch": ([ctypes.c_char_p], ctypes.c_int32),
         "cuguard_cache_blocks": ([ctypes.c_char_p], ctypes.c_int32),
         "cuguard_cache_block_frames": ([ctypes.c_char_p, c_char_pp], ctypes.c_int32),
-        "cuguard_cache_segments": ([ctypes.c_int32, c_char_pp], ctypes.c_int32),
         "cuguard_free": ([ctypes.c_void_p], None),
     }
     for name, (args, res) in sigs.items():
@@ -332,18 +331,6 @@ def cache_block_frames(addresses: List[int]) -> List[Optional[List[Dict[str, Any
         return answer.get("frames") or [None] * len(addresses)
     stacks = answer.get("stacks") or []
     return [stacks[i] if i is not None else None for i in answer["of"]]
-
-
-def cache_segments(device: int) -> Optional[List[Dict[str, Any]]]:
-    """The segments on ``device`` of PyTorch's cache as cuguard's records of its blocks give
-    them, in the shape of ``torch.cuda.memory_snapshot()`` (``cuguard_cache_segments``);
-    ``None`` where the shim does not record the blocks or cannot place every one."""
-    dll = lib()
-    out = ctypes.c_void_p()
-    if dll.cuguard_cache_segments(int(device), ctypes.byref(out)) != 0:
-        return None
-    answer = take_json(dll, out)
-    return answer if isinstance(answer, list) else None
 
 
 def file_alias(file: str, display: str) -> None:

@@ -102,16 +102,7 @@ def card(torch: Any, device: int, asked: int, limit: int, free: int) -> None:
         total = int(torch.cuda.get_device_properties(device).total_memory)
     except Exception:
         total = None
-    segments = None
-    if _caches._torch_history["cuguard"]:
-        # The shim's records of PyTorch's blocks give its segments: no snapshot of PyTorch's
-        # is asked for (it was the most of what the card cost the refused call).
-        try:
-            segments = _abi.cache_segments(device)
-        except Exception:
-            segments = None
-    if segments is None:
-        segments = [s for s in torch.cuda.memory_snapshot() if int(s.get("device", device)) == device]
+    segments = [s for s in torch.cuda.memory_snapshot() if int(s.get("device", device)) == device]
     if _caches._torch_history["cuguard"]:
         _caches.fill_frames([s for s in segments if any(b.get("state") == "inactive" for b in s.get("blocks") or [])])
     cache, reserved = figures(segments, _torch_dir(torch))
