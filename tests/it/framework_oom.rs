@@ -191,9 +191,12 @@ fn cupy_s_pool_refused_after_the_driver_is_a_card_with_its_pieces_and_the_lines_
             }
         })
         .unwrap_or_else(|| panic!("{text}"));
+    // The report's moments are whole milliseconds of its own clock, the history's of another:
+    // within 2 ms of each other (a clean-clone run beside other work read 319.96 ms for a card
+    // at 321 ms).
     let card_ms = card["time_ms"].as_u64().unwrap() as f64;
     assert!(
-        (live_at - card_ms).abs() <= 1.0 && live_at > ooms[2]["time_ms"].as_u64().unwrap() as f64,
+        (live_at - card_ms).abs() <= 2.0 && live_at > ooms[2]["time_ms"].as_u64().unwrap() as f64,
         "live at {live_at} ms, the card at {card_ms} ms: {text}"
     );
     let lines: Vec<&str> = text.lines().skip(2).take(4).collect();
