@@ -99,6 +99,10 @@ const NOT_OURS: &[(&str, &str)] = &[
         "rmm::out_of_memory",
         "RMM's C++ exception type (python.md, cli.md, architecture.md, README.md)",
     ),
+    (
+        "rmm::_RMM_26_10::",
+        "RMM 26.10's ABI namespace (python.md, compatibility.md)",
+    ),
 ];
 
 /// A place where a path is named.
