@@ -493,7 +493,7 @@ pub fn other_processes_words(
 /// maximum; what of it was free, RMM does not tell`.
 pub fn untold_idle_line(o: &OomSummary) -> Option<String> {
     let f = cuguard_format::frameworks::named(&o.refused_by)?;
-    if *f != cuguard_format::frameworks::RMM || o.idle.iter().any(|h| h.holder == f.holder) {
+    if f.tells_idle || o.idle.iter().any(|h| h.holder == f.holder) {
         return None;
     }
     let held = match &o.limit {

@@ -18,6 +18,9 @@ pub struct Framework {
     pub words: &'static str,
     /// Its own limit's setting, for the verdict's words.
     pub limit_setting: &'static str,
+    /// Whether it tells its idle memory (a card then has it as a holder, `ooms[].idle[]`); where
+    /// it does not (RMM's pool), what it holds free reads as live, and the card says so.
+    pub tells_idle: bool,
 }
 
 /// PyTorch's caching allocator: its out-of-memory observer tells each refusal.
@@ -27,6 +30,7 @@ pub const PYTORCH: Framework = Framework {
     api: "CUDACachingAllocator::malloc",
     words: "PyTorch's caching allocator",
     limit_setting: "PyTorch's memory fraction (torch.cuda.set_per_process_memory_fraction)",
+    tells_idle: true,
 };
 
 /// CuPy's memory pool: its `OutOfMemoryError`, made at the refusal.
@@ -36,6 +40,7 @@ pub const CUPY: Framework = Framework {
     api: "cupy.cuda.MemoryPool.malloc",
     words: "CuPy's memory pool",
     limit_setting: "CuPy's pool limit (MemoryPool.set_limit, CUPY_GPU_MEMORY_LIMIT)",
+    tells_idle: true,
 };
 
 /// JAX's allocator (XLA's BFC allocator): its `RESOURCE_EXHAUSTED` error.
@@ -45,6 +50,7 @@ pub const JAX: Framework = Framework {
     api: "xla::BFCAllocator::AllocateRaw",
     words: "JAX's allocator",
     limit_setting: "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    tells_idle: true,
 };
 
 /// RMM's pool (`pool_memory_resource`, cuDF's): its `rmm::out_of_memory`, seen as it is thrown
@@ -55,6 +61,7 @@ pub const RMM: Framework = Framework {
     api: "rmm::mr::pool_memory_resource::allocate",
     words: "RMM's pool",
     limit_setting: "RMM's maximum pool size (maximum_pool_size)",
+    tells_idle: false,
 };
 
 /// Every framework cuguard reads.

@@ -270,12 +270,14 @@ fn nothing(
             ));
         }
     }
-    if oom.refused_by == frameworks::RMM.name
-        && !oom.idle.iter().any(|h| h.holder == frameworks::RMM.holder)
+    if let Some(f) = frameworks::named(oom.refused_by)
+        && !f.tells_idle
+        && !oom.idle.iter().any(|h| h.holder == f.holder)
     {
-        text.push_str(
-            "; RMM's pool does not tell its free blocks: part of what is live may be free inside it",
-        );
+        text.push_str(&format!(
+            "; {} does not tell its free blocks: part of what is live may be free inside it",
+            f.words
+        ));
     }
     Verdict {
         action: "nothing".into(),
