@@ -50,7 +50,8 @@ pub struct ReplayArgs {
     /// rmm-pool: the pool made at the start [default: half the capacity].
     #[arg(long, value_name = "SIZE", value_parser = bytes)]
     pub initial_pool: Option<u64>,
-    /// rmm-pool: the most the pool grows to [default: the capacity].
+    /// rmm-pool: the most the pool grows to [default: none, as RMM's: the pool doubles as it
+    /// grows].
     #[arg(long, value_name = "SIZE", value_parser = bytes)]
     pub maximum_pool: Option<u64>,
     /// The device whose allocations are replayed [default: the first the history allocates on].

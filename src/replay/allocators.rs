@@ -85,7 +85,7 @@ pub struct Settings {
     pub release_threshold: u64,
     /// `rmm-pool`: the initial pool; `None`: half the capacity.
     pub initial_pool: Option<u64>,
-    /// `rmm-pool`: the maximum pool; `None`: the capacity.
+    /// `rmm-pool`: the maximum pool; `None`: none (RMM's default: the pool doubles as it grows).
     pub maximum_pool: Option<u64>,
 }
 
@@ -98,7 +98,7 @@ pub fn build(allocator: Allocator, capacity: u64, settings: &Settings) -> Box<dy
         Allocator::RmmPool => Box::new(RmmPool::new(
             capacity,
             settings.initial_pool.unwrap_or(capacity / 2),
-            settings.maximum_pool.unwrap_or(capacity),
+            settings.maximum_pool,
         )),
         Allocator::Torch => Box::new(Torch::new(capacity)),
         Allocator::TorchExpandable => Box::new(TorchExpandable::new(capacity)),

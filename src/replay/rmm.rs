@@ -15,10 +15,11 @@
 //!   remainder stays in that list); else the other lists are merged into its own one at a
 //!   time, looking for a fit after each (`get_block_from_other_stream`); the block is split and
 //!   the remainder kept;
-//! - failing that, the pool grows (`expand_pool`): by the larger of the request and half of
-//!   what is left up to `--maximum-pool` (default: the capacity; `size_to_grow`), halving the
-//!   attempt down to the request when the device refuses (`try_to_expand`); a request past the
-//!   maximum fails. Nothing goes back to the device before the pool is destroyed.
+//! - failing that, the pool grows (`expand_pool`, `size_to_grow`): with `--maximum-pool`, by the
+//!   larger of the request and half of what is left up to it, and a request past it fails;
+//!   without one (RMM's default), by the larger of the request and the pool's size (the pool
+//!   doubles); either way halving the attempt down to the request when the device refuses
+//!   (`try_to_expand`). Nothing goes back to the device before the pool is destroyed.
 //!
 //! A block is freed into the list of the stream it was made on (RMM: the stream of the free,
 //! which the history does not record).
@@ -35,7 +36,8 @@ pub const ALIGN: u64 = 256;
 pub struct RmmPool {
     device: Device,
     initial: u64,
-    maximum: u64,
+    /// `None`: no maximum (the pool doubles as it grows).
+    maximum: Option<u64>,
     /// The pool was made (at the first request); `Some(false)`: it could not be.
     made: Option<bool>,
     /// Bytes taken from upstream.
@@ -55,12 +57,12 @@ pub fn align_down(n: u64) -> u64 {
 
 impl RmmPool {
     /// A pool on a device of `capacity` bytes that will take `initial` bytes and grow up to
-    /// `maximum` (both aligned down to 256 bytes, as RMM requires them aligned).
-    pub fn new(capacity: u64, initial: u64, maximum: u64) -> RmmPool {
+    /// `maximum`, if given (both aligned down to 256 bytes, as RMM requires them aligned).
+    pub fn new(capacity: u64, initial: u64, maximum: Option<u64>) -> RmmPool {
         RmmPool {
             device: Device::new(capacity),
             initial: align_down(initial),
-            maximum: align_down(maximum),
+            maximum: maximum.map(align_down),
             made: None,
             pool_size: 0,
             lists: BTreeMap::new(),
@@ -97,11 +99,15 @@ impl RmmPool {
         None
     }
 
-    /// `size_to_grow`: the larger of the request and half of what is left up to the maximum; 0
-    /// when the request does not fit under it.
+    /// `size_to_grow`: the larger of the request and half of what is left up to the maximum (0
+    /// when the request does not fit under it); without a maximum, the larger of the request
+    /// and the pool's size.
     fn size_to_grow(&self, size: u64) -> u64 {
-        let remaining = round_up(self.maximum.saturating_sub(self.pool_size), ALIGN);
         let aligned = round_up(size, ALIGN);
+        let Some(maximum) = self.maximum else {
+            return aligned.max(self.pool_size);
+        };
+        let remaining = round_up(maximum.saturating_sub(self.pool_size), ALIGN);
         if aligned <= remaining {
             aligned.max(remaining / 2)
         } else {
@@ -111,7 +117,7 @@ impl RmmPool {
 
     /// Makes the pool: its initial block, in the legacy stream's list.
     fn make(&mut self) -> bool {
-        if self.initial > self.maximum {
+        if self.maximum.is_some_and(|m| self.initial > m) {
             return false;
         }
         if self.initial > 0 {
@@ -224,7 +230,7 @@ mod tests {
 
     #[test]
     fn the_pool_starts_at_its_initial_size_and_aligns_to_256_bytes() {
-        let mut p = RmmPool::new(1024 * MIB, 512 * MIB, 1024 * MIB);
+        let mut p = RmmPool::new(1024 * MIB, 512 * MIB, Some(1024 * MIB));
         assert!(p.alloc(&req(1, 1, 0)));
         assert_eq!(p.peak_reserved(), 512 * MIB);
         assert_eq!(p.idle().bytes, 512 * MIB - 256);
@@ -238,7 +244,7 @@ mod tests {
 
     #[test]
     fn growth_takes_half_of_what_is_left_and_halves_when_refused() {
-        let mut p = RmmPool::new(1024 * MIB, 0, 1024 * MIB);
+        let mut p = RmmPool::new(1024 * MIB, 0, Some(1024 * MIB));
         assert!(p.alloc(&req(1, 10 * MIB, 0)));
         // max(10 MiB, 1024 MiB / 2)
         assert_eq!(p.pool_size, 512 * MIB);
@@ -247,15 +253,34 @@ mod tests {
         // 510 MiB is more than the 502 MiB free: the pool grows by max(510 MiB, 512 MiB / 2).
         assert!(p.alloc(&req(3, 510 * MIB, 0)));
         assert_eq!(p.pool_size, 1022 * MIB);
-        let mut q = RmmPool::new(1024 * MIB, 0, 4096 * MIB);
+        let mut q = RmmPool::new(1024 * MIB, 0, Some(4096 * MIB));
         // Half of 4 GiB does not fit the device: halved to 1 GiB, which does.
         assert!(q.alloc(&req(1, 1, 0)));
         assert_eq!(q.pool_size, 1024 * MIB);
     }
 
     #[test]
+    fn without_a_maximum_the_pool_doubles_and_halves_when_refused() {
+        let mut p = RmmPool::new(900 * MIB, 100 * MIB, None);
+        assert!(p.alloc(&req(1, 90 * MIB, 0)));
+        assert_eq!(p.pool_size, 100 * MIB);
+        // 20 MiB does not fit the 10 MiB free: the pool grows by max(20 MiB, 100 MiB).
+        assert!(p.alloc(&req(2, 20 * MIB, 0)));
+        assert_eq!(p.pool_size, 200 * MIB);
+        // 300 MiB: by max(300 MiB, 200 MiB).
+        assert!(p.alloc(&req(3, 300 * MIB, 0)));
+        assert_eq!(p.pool_size, 500 * MIB);
+        // 120 MiB: the free pieces are 100 MiB and 80 MiB; max(120 MiB, 500 MiB) is more than
+        // the device's 400 MiB left: halved to 250 MiB, which fits.
+        p.free(1);
+        assert!(p.alloc(&req(4, 120 * MIB, 0)));
+        assert_eq!(p.pool_size, 750 * MIB);
+        assert_eq!(p.peak_reserved(), 750 * MIB);
+    }
+
+    #[test]
     fn freed_blocks_coalesce_within_an_upstream_block_only() {
-        let mut p = RmmPool::new(1024 * MIB, 0, 1024 * MIB);
+        let mut p = RmmPool::new(1024 * MIB, 0, Some(1024 * MIB));
         assert!(p.alloc(&req(1, 300 * MIB, 0)));
         assert!(p.alloc(&req(2, 300 * MIB, 0)));
         // The second did not fit the 212 MiB left of the first block: a second upstream block.
@@ -277,7 +302,7 @@ mod tests {
     #[test]
     fn other_streams_blocks_are_taken_then_merged() {
         let base = 1u64 << 40;
-        let mut p = RmmPool::new(1024 * MIB, 512 * MIB, 512 * MIB);
+        let mut p = RmmPool::new(1024 * MIB, 512 * MIB, Some(512 * MIB));
         // The initial block sits in the legacy stream's list: stream 5 takes from it.
         assert!(p.alloc(&req(1, 100 * MIB, 5)));
         assert_eq!(p.live[&1].0, base);
