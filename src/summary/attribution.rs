@@ -496,18 +496,19 @@ pub fn untold_idle_line(o: &OomSummary) -> Option<String> {
     if f.tells_idle || o.idle.iter().any(|h| h.holder == f.holder) {
         return None;
     }
-    let held = match &o.limit {
+    // RMM's limiting adaptor holds no memory of its own: it counts what its upstream handed out.
+    if *f == cuguard_format::frameworks::RMM_LIMITING {
+        return None;
+    }
+    Some(match &o.limit {
         Some(l) => format!(
-            " held {} of its {} maximum",
+            "idle: {} held {} of its {} maximum; what of it was free, RMM does not tell",
+            f.words,
             crate::wording::bytes(l.held_bytes),
             crate::wording::bytes(l.limit_bytes)
         ),
-        None => String::new(),
-    };
-    Some(format!(
-        "idle: {}{held}; what of it was free, RMM does not tell",
-        f.words
-    ))
+        None => format!("idle: what of {} was free, RMM does not tell", f.words),
+    })
 }
 
 /// What the card cost the refused call, where the report says: `cuguard's card: 0.21 ms in the

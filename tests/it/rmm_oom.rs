@@ -180,6 +180,79 @@ fn the_device_refusing_rmm_s_growth_is_a_driver_refusal_inside_rmm_s_card() {
 }
 
 #[test]
+fn rmm_s_arena_and_limiting_adaptor_refusals_are_cards_of_their_own() {
+    // The limiting adaptor tells the request only: with the device's room, raising its limit
+    // by the request fits (it refuses where what it handed out and the request pass it).
+    let (out, report, dir) = rmm("rmm-oom-limiting", "limiting", &[]);
+    assert_eq!(
+        said_after_the_file(&stdout(&out)[0]),
+        "Exceeded memory limit (failed to allocate 64.000000 MiB)"
+    );
+    let ooms = report["ooms"].as_array().unwrap();
+    assert_eq!(ooms.len(), 1, "{ooms:?}");
+    let card = &ooms[0];
+    assert_eq!(card["refused_by"], "rmm_limiting");
+    assert_eq!(card["api"], "rmm::mr::limiting_resource_adaptor::allocate");
+    assert_eq!(card["size"], 64 * MIB);
+    assert_eq!(card["device_free_bytes"], 928 * MIB);
+    assert_eq!(
+        card["verdict"],
+        json!({
+            "action": "raise_limit",
+            "fits": true,
+            "text": "raising the limiting adaptor's allocation_limit by the 64.0 MiB asked fits: the device had 928.0 MiB free",
+        })
+    );
+    // Asked at the program's line, and the line at the refusal says the adaptor's verdict.
+    let asks = line_of("// other asks");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("cuguard: out of memory"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains(&format!("(rmm_stand_in.cc:{asks}) ← main (rmm_stand_in.cc:"))
+            && lines[0].contains(" asking 64.0 MiB (rmm::mr::limiting_resource_adaptor::allocate); ")
+            && lines[0].ends_with("; raising the limiting adaptor's allocation_limit by the 64.0 MiB asked fits: the device had 928.0 MiB free"),
+        "{stderr}"
+    );
+    // The adaptor holds nothing of its own: no idle line.
+    let text = summary(&dir);
+    assert!(
+        text.contains("    refused by RMM's limiting adaptor: device 0 had 928.0 MiB free of 1.0 GiB; 96.0 MiB live\n")
+            && !text.contains("    idle: "),
+        "{text}"
+    );
+
+    // The arena tells neither its size nor its free blocks: the verdict is unknown.
+    let (out, report, dir) = rmm("rmm-oom-arena", "arena", &[]);
+    assert_eq!(
+        said_after_the_file(&stdout(&out)[1]),
+        "Maximum pool size exceeded (failed to allocate 64.000000 MiB): No room in arena."
+    );
+    let ooms = report["ooms"].as_array().unwrap();
+    assert_eq!(ooms.len(), 1, "{ooms:?}");
+    let card = &ooms[0];
+    assert_eq!(card["refused_by"], "rmm_arena");
+    assert_eq!(card["api"], "rmm::mr::arena_memory_resource::allocate");
+    assert_eq!(card["device_free_bytes"], 896 * MIB);
+    assert_eq!(
+        card["verdict"],
+        json!({
+            "action": "unknown",
+            "fits": false,
+            "text": "unknown: the device had 896.0 MiB free, enough for the 64.0 MiB asked; RMM's arena refused within the arena's size (arena_size), which it does not tell, nor its free blocks",
+        })
+    );
+    let text = summary(&dir);
+    assert!(
+        text.contains("\n    idle: what of RMM's arena was free, RMM does not tell\n"),
+        "{text}"
+    );
+}
+
+#[test]
 fn with_cuguard_rmm_oom_off_the_throw_goes_on_and_no_card_is_made() {
     let (out, report, _) = rmm("rmm-oom-off", "limit", &[("CUGUARD_RMM_OOM", "0")]);
     let said = stdout(&out);

@@ -9,6 +9,10 @@
 //                         asked: past the maximum.
 //   rmm_stand_in device   a pool with no maximum on a device of 1 GiB: 512 MiB taken, then
 //                         768 MiB asked: the device refuses the pool's growth.
+//   rmm_stand_in arena    an arena of 128 MiB (arena_memory_resource): 96 MiB taken, then
+//                         64 MiB asked: "No room in arena".
+//   rmm_stand_in limiting a limiting adaptor of 128 MiB over the device (limiting_resource_adaptor):
+//                         96 MiB taken, then 64 MiB asked: "Exceeded memory limit".
 // Each refusal is caught as Python's MemoryError would be, and said on stdout.
 #include <cstdio>
 #include <cstdlib>
@@ -131,6 +135,55 @@ class pool_memory_resource {
     std::map<char*, std::size_t> free_;
     std::vector<char*> upstream_;
 };
+// The arena's refusal, as arena_memory_resource_impl.cpp words it: one block of arena_size
+// from the device, handed out in order.
+class arena_memory_resource {
+   public:
+    explicit arena_memory_resource(std::size_t arena_size) : size_{arena_size} {
+        if (cuMemAlloc(&base_, size_) != CUDA_SUCCESS) throw bad_alloc("arena");
+    }
+    void* allocate(std::size_t bytes) {
+        bytes = (bytes + 255) / 256 * 256;
+        if (used_ + bytes > size_) {
+            auto const msg = std::string("Maximum pool size exceeded (failed to allocate ") +
+                             detail::format_bytes(bytes) + "): No room in arena.";
+            RMM_FAIL(msg, rmm::out_of_memory);
+        }
+        used_ += bytes;
+        return (void*)(base_ + used_ - bytes);
+    }
+    ~arena_memory_resource() { cuMemFree(base_); }
+
+   private:
+    CUdeviceptr base_ = 0;
+    std::size_t size_, used_ = 0;
+};
+
+// The limiting adaptor's refusal, as limiting_resource_adaptor_impl.cpp words it, over the
+// device.
+class limiting_resource_adaptor {
+   public:
+    explicit limiting_resource_adaptor(std::size_t limit) : limit_{limit} {}
+    void* allocate(std::size_t bytes) {
+        auto const proposed = (bytes + 255) / 256 * 256;
+        if (allocated_ + proposed > limit_) {
+            auto const msg = std::string("Exceeded memory limit (failed to allocate ") +
+                             detail::format_bytes(bytes) + ")";
+            RMM_FAIL(msg, rmm::out_of_memory);
+        }
+        CUdeviceptr p = 0;
+        if (cuMemAlloc(&p, bytes) != CUDA_SUCCESS) throw out_of_memory("CUDA error");
+        allocated_ += proposed;
+        return (void*)p;
+    }
+    void deallocate(void* p, std::size_t bytes) {
+        cuMemFree((CUdeviceptr)p);
+        allocated_ -= (bytes + 255) / 256 * 256;
+    }
+
+   private:
+    std::size_t limit_, allocated_ = 0;
+};
 }  // namespace rmm
 
 static const std::size_t MiB = std::size_t{1} << 20;
@@ -140,6 +193,17 @@ static void ask(rmm::pool_memory_resource& pool, std::size_t bytes) {
         void* p = pool.allocate(bytes);  // asks
         std::printf("served %zu\n", bytes);
         pool.deallocate(p, bytes);
+    } catch (std::bad_alloc const& e) {
+        std::printf("refused: %s\n", e.what());
+    }
+}
+
+// Asks `resource` (the arena or the limiting adaptor) for `bytes`; kept when served.
+template <typename Resource>
+static void ask_other(Resource& resource, std::size_t bytes) {
+    try {
+        resource.allocate(bytes);  // other asks
+        std::printf("served %zu\n", bytes);
     } catch (std::bad_alloc const& e) {
         std::printf("refused: %s\n", e.what());
     }
@@ -160,6 +224,15 @@ int main(int argc, char** argv) {
         std::printf("pool %zu\n", pool.pool_size());
         ask(pool, 160 * MiB);
         for (int i = 1; i < 12; i += 2) pool.deallocate(bufs[i], 16 * MiB);
+    } else if (!std::strcmp(argv[1], "arena")) {
+        rmm::arena_memory_resource arena(128 * MiB);
+        ask_other(arena, 96 * MiB);
+        ask_other(arena, 64 * MiB);
+    } else if (!std::strcmp(argv[1], "limiting")) {
+        rmm::limiting_resource_adaptor limiting(128 * MiB);
+        void* kept = limiting.allocate(96 * MiB);  // limited
+        ask_other(limiting, 64 * MiB);
+        limiting.deallocate(kept, 96 * MiB);
     } else {
         rmm::pool_memory_resource pool(64 * MiB, std::nullopt);
         void* big = pool.allocate(448 * MiB);  // kept

@@ -64,8 +64,30 @@ pub const RMM: Framework = Framework {
     tells_idle: false,
 };
 
+/// RMM's arena (`arena_memory_resource`): its `rmm::out_of_memory` ("No room in arena"), seen as
+/// the pool's is; its message says the request, not the arena's size nor its free blocks.
+pub const RMM_ARENA: Framework = Framework {
+    name: "rmm_arena",
+    holder: "rmm_arena_resource",
+    api: "rmm::mr::arena_memory_resource::allocate",
+    words: "RMM's arena",
+    limit_setting: "the arena's size (arena_size)",
+    tells_idle: false,
+};
+
+/// RMM's limiting adaptor (`limiting_resource_adaptor`): its `rmm::out_of_memory` ("Exceeded
+/// memory limit"), seen as the pool's is; its message says the request, not the limit.
+pub const RMM_LIMITING: Framework = Framework {
+    name: "rmm_limiting",
+    holder: "rmm_limiting_resource",
+    api: "rmm::mr::limiting_resource_adaptor::allocate",
+    words: "RMM's limiting adaptor",
+    limit_setting: "the limiting adaptor's allocation_limit",
+    tells_idle: false,
+};
+
 /// Every framework cuguard reads.
-pub const ALL: [&Framework; 4] = [&PYTORCH, &CUPY, &JAX, &RMM];
+pub const ALL: [&Framework; 6] = [&PYTORCH, &CUPY, &JAX, &RMM, &RMM_ARENA, &RMM_LIMITING];
 
 /// The framework of that name (`ooms[].refused_by`).
 pub fn named(name: &str) -> Option<&'static Framework> {

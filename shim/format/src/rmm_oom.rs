@@ -8,11 +8,19 @@
 //! own message). Its sizes are written to six decimals of their unit (`format_bytes`), so a
 //! figure read back is within a few KiB of the pool's own. The pool's growth tries first throw
 //! inside RMM from its upstream and are caught there: only the pool's own message, the one
-//! that leaves it, is a refusal.
+//! that leaves it, is a refusal. RMM's arena (`arena_memory_resource`) throws the same type with
+//! the pool's head and `No room in arena.`; its limiting adaptor (`limiting_resource_adaptor`)
+//! with `Exceeded memory limit (failed to allocate …)` (RMM's sources, `cpp/src/mr/detail/`);
+//! neither says its size or limit.
 
-/// What one refusal of RMM's pool says.
+use crate::frameworks::{self, Framework};
+
+/// What one refusal of RMM's pool, arena or limiting adaptor says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RmmRefusal {
+    /// Which of RMM's resources refused: [`frameworks::RMM`] (the pool),
+    /// [`frameworks::RMM_ARENA`] or [`frameworks::RMM_LIMITING`].
+    pub resource: &'static Framework,
     /// Bytes asked for (`failed to allocate …`).
     pub requested: u64,
     /// What the pool held then (`current`), where the message says it: when the maximum
@@ -22,10 +30,14 @@ pub struct RmmRefusal {
     pub maximum_bytes: Option<u64>,
 }
 
-/// The pool's head, before the request's size.
+/// The pool's and the arena's head, before the request's size.
 const HEAD: &str = "Maximum pool size exceeded (failed to allocate ";
 /// The maximum's reason, before the three sizes.
 const NO_ROOM: &str = "Not enough room to grow, current/max/try size = ";
+/// The arena's reason.
+const NO_ROOM_IN_ARENA: &str = "No room in arena";
+/// The limiting adaptor's head, before the request's size (then `)`).
+const LIMIT_HEAD: &str = "Exceeded memory limit (failed to allocate ";
 
 /// Whether a thrown type's mangled name (`std::type_info::name()`) is `rmm::out_of_memory`,
 /// in RMM's namespace directly (`N3rmm13out_of_memoryE`, RMM 26.10) or in its inline ABI
@@ -35,11 +47,29 @@ pub fn is_out_of_memory(name: &[u8]) -> bool {
     name.starts_with(b"N3rmm") && name.ends_with(b"13out_of_memoryE")
 }
 
-/// The refusal that `what` (the exception's `what()`) describes, where it is the pool's.
+/// The refusal that `what` (the exception's `what()`) describes, where it is the pool's, the
+/// arena's or the limiting adaptor's.
 pub fn parse(what: &str) -> Option<RmmRefusal> {
+    if let Some(at) = what.find(LIMIT_HEAD) {
+        let (asked, _) = what[at + LIMIT_HEAD.len()..].split_once(')')?;
+        return Some(RmmRefusal {
+            resource: &frameworks::RMM_LIMITING,
+            requested: bytes(asked)?,
+            pool_bytes: None,
+            maximum_bytes: None,
+        });
+    }
     let at = what.find(HEAD)? + HEAD.len();
     let (asked, reason) = what[at..].split_once("): ")?;
     let requested = bytes(asked)?;
+    if reason.starts_with(NO_ROOM_IN_ARENA) {
+        return Some(RmmRefusal {
+            resource: &frameworks::RMM_ARENA,
+            requested,
+            pool_bytes: None,
+            maximum_bytes: None,
+        });
+    }
     let sizes: Vec<Option<u64>> = reason
         .strip_prefix(NO_ROOM)
         .map(|s| s.split(", ").map(bytes).collect())
@@ -49,6 +79,7 @@ pub fn parse(what: &str) -> Option<RmmRefusal> {
         _ => (None, None),
     };
     Some(RmmRefusal {
+        resource: &frameworks::RMM,
         requested,
         pool_bytes,
         maximum_bytes,
@@ -79,6 +110,7 @@ mod tests {
         assert_eq!(
             parse(AT_MAXIMUM),
             Some(RmmRefusal {
+                resource: &frameworks::RMM,
                 requested: 3 * GIB,
                 pool_bytes: Some(3 * GIB + GIB / 4),
                 maximum_bytes: Some(4 * GIB),
@@ -92,6 +124,7 @@ mod tests {
         assert_eq!(
             parse(what),
             Some(RmmRefusal {
+                resource: &frameworks::RMM,
                 requested: 200 * GIB,
                 pool_bytes: None,
                 maximum_bytes: None,
@@ -105,10 +138,39 @@ mod tests {
         assert_eq!(
             parse(what),
             Some(RmmRefusal {
+                resource: &frameworks::RMM,
                 requested: 512 << 10,
                 pool_bytes: Some(1000),
                 maximum_bytes: None,
             })
+        );
+    }
+
+    #[test]
+    fn the_arena_and_the_limiting_adaptor_are_known_by_their_messages() {
+        let arena = "std::bad_alloc: out_of_memory: RMM failure at:/__w/rmm/rmm/cpp/src/mr/detail/arena_memory_resource_impl.cpp:58: Maximum pool size exceeded (failed to allocate 2.000000 GiB): No room in arena.";
+        assert_eq!(
+            parse(arena),
+            Some(RmmRefusal {
+                resource: &frameworks::RMM_ARENA,
+                requested: 2 * GIB,
+                pool_bytes: None,
+                maximum_bytes: None,
+            })
+        );
+        let limiting = "std::bad_alloc: out_of_memory: RMM failure at:/__w/rmm/rmm/cpp/src/mr/detail/limiting_resource_adaptor_impl.cpp:57: Exceeded memory limit (failed to allocate 64.000000 MiB)";
+        assert_eq!(
+            parse(limiting),
+            Some(RmmRefusal {
+                resource: &frameworks::RMM_LIMITING,
+                requested: 64 << 20,
+                pool_bytes: None,
+                maximum_bytes: None,
+            })
+        );
+        assert_eq!(
+            parse("Exceeded memory limit (failed to allocate lots)"),
+            None
         );
     }
 

@@ -42,6 +42,10 @@
 //!   stays. After the driver's refusal CuPy has already given its whole blocks back, so only
 //!   other holders, or nothing, can make room. Raising its limit fits when the device had the
 //!   room.
+//! - RMM's limiting adaptor refused (`rmm_limiting`): its message says the request, not its
+//!   limit; with the device's room, raising the limit by the request fits (it refuses only where
+//!   what it handed out and the request exceed the limit). RMM's arena (`rmm_arena`) tells
+//!   neither its size nor its free blocks: with the device's room, the verdict is unknown.
 //! - JAX's allocator refused (`jax`, its `RESOURCE_EXHAUSTED` error): its limit is
 //!   `XLA_PYTHON_CLIENT_MEM_FRACTION` of the device, held against the bytes its arrays use.
 //!   With room under the limit, its idle memory lay in pieces each too small: the platform
@@ -158,6 +162,13 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
     {
         return v;
     }
+    if room >= need
+        && let Some(f) = framework
+        && oom.limit.is_none()
+        && let Some(v) = untold_limit(f, &asked, room)
+    {
+        return v;
+    }
     if room >= need {
         return Verdict {
             action: "unknown".into(),
@@ -239,6 +250,35 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
         };
     }
     nothing(&oom, room, all, missing, &counts)
+}
+
+/// RMM's limiting adaptor or arena refused with the device's `room` enough for the `asked`: a
+/// limit of theirs that their message does not tell. The adaptor refuses when what it handed
+/// out and the request exceed its limit, so raising the limit by the request fits; the arena's
+/// room depends on its free blocks, which it does not tell either.
+fn untold_limit(f: &frameworks::Framework, asked: &str, room: u64) -> Option<Verdict> {
+    let room = human_bytes(room);
+    if *f == frameworks::RMM_LIMITING {
+        Some(Verdict {
+            action: "raise_limit".into(),
+            fits: true,
+            text: format!(
+                "raising {} by the {asked} asked fits: the device had {room} free",
+                f.limit_setting
+            ),
+        })
+    } else if *f == frameworks::RMM_ARENA {
+        Some(Verdict {
+            action: "unknown".into(),
+            fits: false,
+            text: format!(
+                "unknown: the device had {room} free, enough for the {asked} asked; {} refused within {}, which it does not tell, nor its free blocks",
+                f.words, f.limit_setting
+            ),
+        })
+    } else {
+        None
+    }
 }
 
 /// The verdict that nothing cuguard can see would make room: `all` idle bytes the request

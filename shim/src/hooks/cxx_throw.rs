@@ -170,7 +170,7 @@ unsafe fn note(object: *mut c_void) {
     };
     let device = crate::hooks::oom::current_device().unwrap_or(-1);
     let oom = FrameworkOom {
-        framework: cuguard_format::frameworks::RMM.name.into(),
+        framework: refusal.resource.name.into(),
         device: u32::try_from(device).unwrap_or(cuguard_format::wire::UNKNOWN_DEVICE),
         requested: refusal.requested,
         device_free: None,
