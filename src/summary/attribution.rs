@@ -563,7 +563,11 @@ pub fn idle_words(h: &IdleHolder) -> String {
             crate::wording::plural(n, "piece", "pieces")
         ));
     }
-    if let Some(largest) = h.largest_free_bytes.filter(|_| h.idle_bytes > 0) {
+    if h.holder == "cuguard_pool" && h.largest_free_bytes == Some(0) && h.idle_bytes > 0 {
+        // Idle, but no free block: the rounding of its live blocks and frees still waiting for
+        // their streams. No piece to fragment.
+        s.push_str(", no free piece (its live blocks' rounding, frees waiting for their streams)");
+    } else if let Some(largest) = h.largest_free_bytes.filter(|_| h.idle_bytes > 0) {
         let fragmentation =
             100 - (u128::from(largest.min(h.idle_bytes)) * 100 / u128::from(h.idle_bytes));
         s.push_str(&format!(
@@ -572,6 +576,12 @@ pub fn idle_words(h: &IdleHolder) -> String {
         ));
     }
     s
+}
+
+/// Whether the card's `pool:` line says anything the idle lines do not: not when cuguard's pool
+/// is one of its idle holders (the same reserved bytes, its free memory and largest piece).
+pub fn pool_line_wanted(o: &OomSummary) -> bool {
+    o.pool.is_some() && !o.idle.iter().any(|h| h.holder == "cuguard_pool")
 }
 
 /// The live blocks that split a holder's idle memory, by line, each a line:

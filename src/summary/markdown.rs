@@ -296,7 +296,11 @@ fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
         if !o.sites.is_empty() {
             writeln!(out, "  - live by site: {}", site_list(&o.sites))?;
         }
-        if let Some(pool) = &o.pool {
+        if let Some(pool) = o
+            .pool
+            .as_ref()
+            .filter(|_| super::attribution::pool_line_wanted(o))
+        {
             writeln!(
                 out,
                 "  - pool: {} reserved, {} free, largest free block {}",

@@ -1155,3 +1155,23 @@ fn other_processes_not_known_are_said_to_be_not_known() {
     }));
     assert_eq!(got, remedied);
 }
+
+#[test]
+fn cuguard_s_pool_idle_without_a_free_piece_is_said_as_such_not_as_fragmentation() {
+    let h = |largest: u64| cuguard_format::attribution::IdleHolder {
+        holder: "cuguard_pool".into(),
+        name: "cuguard's pool".into(),
+        reserved_bytes: 4 << 30,
+        idle_bytes: 1 << 20,
+        largest_free_bytes: Some(largest),
+        ..Default::default()
+    };
+    assert_eq!(
+        super::attribution::idle_words(&h(0)),
+        "cuguard's pool holds 1.0 MiB idle of 4.0 GiB reserved, no free piece (its live blocks' rounding, frees waiting for their streams)"
+    );
+    assert_eq!(
+        super::attribution::idle_words(&h(512 << 10)),
+        "cuguard's pool holds 1.0 MiB idle of 4.0 GiB reserved, largest free piece 512.0 KiB (fragmentation 50%)"
+    );
+}

@@ -627,7 +627,11 @@ pub(crate) fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
     if !o.by_owner.is_empty() {
         writeln!(out, "    live by owner: {}", owner_list(&o.by_owner))?;
     }
-    if let Some(pool) = &o.pool {
+    if let Some(pool) = o
+        .pool
+        .as_ref()
+        .filter(|_| super::attribution::pool_line_wanted(o))
+    {
         writeln!(
             out,
             "    pool: {} reserved, {} free, largest free block {}",

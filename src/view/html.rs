@@ -297,7 +297,11 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
             writeln!(out, "<p>{}.</p>", esc(&capitalized(&p)))?;
         }
     }
-    if let Some(pool) = &o.pool {
+    if let Some(pool) = o
+        .pool
+        .as_ref()
+        .filter(|_| crate::summary::attribution::pool_line_wanted(o))
+    {
         writeln!(
             out,
             "<p>Pool: {} reserved, {} free, largest free block {}.</p>",
