@@ -10,6 +10,9 @@
 # 4. scripts/gpu/e2e.py resnet-only: resnet18 with PyTorch's cache, and with its cache off on
 #    cuguard's pool (stacks off and on), this build and the one before; then one run with its
 #    cache off and stacks on under `cuguard run`, for its bill (the stacks' cost per allocation).
+# 5. PyTorch's cache fragmented by live tensors under CUGUARD_LIMIT=16GiB (torch_oom_probe.py
+#    device: PyTorch sees the limit as the device), refused: cuguard's card beside PyTorch's
+#    own figures, then the same with expandable_segments:True (the verdict checked).
 set -u
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 C=$PWD/.gpu/cuguard
@@ -26,3 +29,11 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUBLAS_WORKSPACE_CONFIG=:4096:8 CUGUARD_SHIM=$P
   timeout 200 "$C" run --quiet --report /tmp/floor_resnet.json -- python3 scripts/gpu/e2e.py resnet 20 > "$OUT/resnet_bill.txt" 2>&1
 "$C" summary --cost /tmp/floor_resnet.json 2>&1 | tail -45 >> "$OUT/resnet_bill.txt"
 echo "bill $? at ${SECONDS}s"
+for conf in "" "expandable_segments:True"; do
+  echo "== CUGUARD_LIMIT=16GiB PYTORCH_CUDA_ALLOC_CONF=$conf"
+  R=/tmp/floor_limit${conf:+_expandable}.json
+  PYTORCH_CUDA_ALLOC_CONF=$conf CUGUARD_LIMIT=16GiB CUGUARD_SHIM=$PWD/.gpu/libcuguard.so PYTHONPATH=$PWD/src/python \
+    timeout 200 "$C" run --report "$R" -- python3 scripts/gpu/torch_oom_probe.py device 2>&1 | tail -3 | cut -c1-3000
+  "$C" summary --at oom "$R" 2>&1 | head -30
+done > "$OUT/torch_limit.txt" 2>&1
+echo "limit at ${SECONDS}s"
