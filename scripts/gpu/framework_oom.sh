@@ -40,12 +40,12 @@ PY
 {
   for round in 1 2; do
     echo "== round $round plain"
-    timeout 200 python3 scripts/gpu/torch_oom_probe.py device 2>&1 | tail -1 | grep -o '"refusal_ms": [0-9.]*'
+    timeout 200 python3 scripts/gpu/torch_oom_probe.py device 2>/dev/null | grep -o '"refusal_ms": [0-9.]*'
     echo "== round $round cuguard"
-    timeout 200 "$C" run --quiet --report /tmp/t_oom_c.json -- python3 scripts/gpu/torch_oom_probe.py device 2>&1 | tail -1 | grep -o '"refusal_ms": [0-9.]*'
+    timeout 200 "$C" run --quiet --report /tmp/t_oom_c.json -- python3 scripts/gpu/torch_oom_probe.py device 2>/dev/null | grep -o '"refusal_ms": [0-9.]*'
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps([{k: o.get(k) for k in ("api","refused_by","within","card_ns","framework_ns")} for o in r.get("ooms", [])]))' /tmp/t_oom_c.json
     echo "== round $round cuguard, card skipped"
-    timeout 200 "$C" run --quiet --report /tmp/t_oom_s.json -- python3 /tmp/skip_card.py scripts/gpu/torch_oom_probe.py device 2>&1 | tail -1 | grep -o '"refusal_ms": [0-9.]*'
+    timeout 200 "$C" run --quiet --report /tmp/t_oom_s.json -- python3 /tmp/skip_card.py scripts/gpu/torch_oom_probe.py device 2>/dev/null | grep -o '"refusal_ms": [0-9.]*'
   done
 
 } 2>&1 | tee "$OUT/torch_refusal_time.txt"
