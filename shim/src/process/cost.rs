@@ -490,6 +490,9 @@ impl Span {
         }
     }
 
+    /// A span timed from now: out of line, since most calls are not timed.
+    #[cold]
+    #[inline(never)]
     fn timed(state: Option<&'static State>, metric: Metric, kind: u8) -> Span {
         Span {
             state,
@@ -658,25 +661,30 @@ impl Span {
 }
 
 impl Drop for Span {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
+        if let Some(s) = self.state {
+            match self.metric {
+                Metric::Hooks => s.in_hooks.set(NONE),
+                Metric::Blocks => s.in_blocks.set(false),
+                _ => {}
+            }
+        }
+        if matches!(self.kind, FIRST | SAMPLED) {
+            self.end_timed();
+        }
+        // Else the parts of an untimed call were not timed either: nothing of theirs is
+        // pending (only a part inside a timed call adds to it, and that call's end takes it).
+    }
+}
+
+impl Span {
+    /// The end of a timed span (one call in [`sample_every`] after a thread's first ones): out
+    /// of line, so that an untimed call's end is two stores and a compare.
+    #[cold]
+    #[inline(never)]
+    fn end_timed(&self) {
         let state = self.state;
-        if self.metric == Metric::Hooks
-            && let Some(s) = state
-        {
-            s.in_hooks.set(NONE);
-        }
-        if self.metric == Metric::Blocks
-            && let Some(s) = state
-        {
-            s.in_blocks.set(false);
-        }
-        if !matches!(self.kind, FIRST | SAMPLED) {
-            // The parts of an untimed call were not timed either: nothing of theirs is
-            // pending (only a part inside a timed call adds to it, and that call's end takes
-            // it).
-            return;
-        }
         let ns = now()
             .saturating_sub(self.start)
             .saturating_sub(one_time_so_far(state).saturating_sub(self.one_time));
