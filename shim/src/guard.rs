@@ -10,11 +10,6 @@ use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-thread_local! {
-    // Const-initialized and destructor-free: usable while the thread exits.
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
-}
-
 /// Proof that the calling thread has entered the shim; leaving happens on drop.
 pub struct Guard {
     /// This thread's flag, kept so that leaving needs no second thread-local look-up (a call
@@ -28,10 +23,9 @@ impl Guard {
     /// thread-locals are gone.
     #[inline]
     pub fn enter() -> Option<Guard> {
-        let inside = INSIDE.try_with(|inside| inside as *const Cell<bool>).ok()?;
-        // SAFETY: INSIDE is const-initialized and has no destructor, so its storage is valid
-        // for the whole life of this thread, and the guard (not `Send`) never leaves it.
-        let inside: &'static Cell<bool> = unsafe { &*inside };
+        // The thread's flag lives with the allocation path's other words of the thread
+        // (`process::local`, const-initialized, destructor-free: usable while it exits).
+        let inside = &crate::process::local::get()?.inside;
         if inside.get() {
             return None;
         }
@@ -52,27 +46,35 @@ static SAID: AtomicBool = AtomicBool::new(false);
 
 /// Runs the shim's own work `f`. A panic in it is caught: the fault is recorded, tracking turns
 /// off for the rest of the process (saying so once), and `fallback` is returned.
-#[inline]
+///
+/// Inline wherever it is used, so that the work it shields is inlined with its caller's (and
+/// shares its thread-local look-ups, `crate::process::local`); what a panic does is out of line.
+#[inline(always)]
 pub fn shield<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            crate::phase::break_down();
-            if !SAID.swap(true, Ordering::Relaxed) {
-                crate::process::diag::warn(&format!(
-                    "internal error ({what}); tracking is off for the rest of this process"
-                ));
-                crate::process::faults::record(format!(
-                    "internal error: {what}; tracking turned off"
-                ));
-            }
+            caught(payload);
             fallback
         }
+    }
+}
+
+/// A panic [`shield`] caught: recorded, said once, and tracking turned off.
+#[cold]
+#[inline(never)]
+fn caught(payload: Box<dyn std::any::Any + Send>) {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    crate::phase::break_down();
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::process::diag::warn(&format!(
+            "internal error ({what}); tracking is off for the rest of this process"
+        ));
+        crate::process::faults::record(format!("internal error: {what}; tracking turned off"));
     }
 }
 

@@ -20,7 +20,10 @@ use crate::tracker::limit::{self, Grant};
 use crate::tracker::{Record, Tracker};
 use cuguard_format::MemoryKind;
 
-/// Makes the record of an allocation about to be served, when tracking is on.
+/// Makes the record of an allocation about to be served, when tracking is on. Inline, with
+/// [`served`], in the hooks: the thread-local look-ups of the guard, the record and the
+/// accounting are then one.
+#[inline(always)]
 fn prepare(
     t: Option<&Tracker>,
     cur: Option<u64>,
@@ -37,6 +40,7 @@ fn prepare(
 
 /// Accounts for the outcome of a served allocation: a pooled block already holds its record;
 /// a driver allocation is recorded now.
+#[inline(always)]
 fn served(
     t: Option<&Tracker>,
     s: &serve::Served,
@@ -103,8 +107,13 @@ pub unsafe fn cuMemAlloc_v2(
     bytesize: usize,
 ) -> CUresult {
     let cur = crate::driver::current_context();
-    let active = super::track::active();
-    let t = active.as_ref().map(|(_, t)| *t);
+    let Some((_guard, t)) = super::track::active() else {
+        // Untracked: no record, no limit to ask (see `limited`), nothing to account for. A
+        // branch of its own, so that every thread-local look-up of the tracked one below is
+        // made after the guard's, and shares it (`crate::process::local`).
+        return serve::device_alloc(cur, dptr, bytesize, real, None).result;
+    };
+    let t = Some(t);
     let size = bytesize as u64;
     let record = prepare(t, cur, e, MemoryKind::Device, size, size);
     let grant = match limited(t, record.as_ref(), e, size, cur) {

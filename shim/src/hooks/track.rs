@@ -56,6 +56,7 @@ pub fn context_of(t: &Tracker, cur: Option<u64>) -> (u32, i32) {
 }
 
 /// The record of an allocation being made now in context `cur`; the address is the caller's.
+#[inline(always)]
 pub fn make_record(
     t: &Tracker,
     cur: Option<u64>,
@@ -242,26 +243,24 @@ pub fn free_tracked_on(
     pool: impl FnOnce() -> Option<(CUresult, Option<Record>)>,
     free: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let active = active();
-    // The history's moment of the free, before the memory can go to another allocation.
-    let tsc = if active.is_some() {
-        crate::recorder::stamp()
-    } else {
-        0
+    let Some((_guard, t)) = active() else {
+        // Untracked: a branch of its own, so that every thread-local look-up of the tracked one
+        // below is made after the guard's, and shares it (`crate::process::local`).
+        return match pool() {
+            Some((result, _)) => result,
+            None => free(),
+        };
     };
+    // The history's moment of the free, before the memory can go to another allocation.
+    let tsc = crate::recorder::stamp();
     if let Some((result, record)) = pool() {
-        if let Some((_guard, t)) = active
-            && addr != 0
-        {
+        if addr != 0 {
             crate::guard::shield((), || {
                 account_free(t, api, addr, cur, record, result, true, tsc, stream)
             });
         }
         return result;
     }
-    let Some((_guard, t)) = active else {
-        return free();
-    };
     if addr == 0 {
         return free();
     }
@@ -273,7 +272,10 @@ pub fn free_tracked_on(
     result
 }
 
+/// Accounts for a free: the common case (a live allocation freed, in its own context) inline,
+/// in the hook (whose thread-local look-up it shares), everything else out of line.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn account_free(
     t: &Tracker,
     api: Entry,
@@ -285,26 +287,50 @@ fn account_free(
     tsc: u64,
     stream: u64,
 ) {
-    match (taken, result) {
-        (Some(record), CUDA_SUCCESS) => {
-            t.freed(addr, &record, tsc, stream, pooled);
-            let (now, _) = context_of(t, cur);
-            if record.context != NONE && now != NONE && now != record.context {
-                event(
-                    t,
-                    Kind::FreeInWrongContext,
-                    addr,
-                    api,
-                    result,
-                    Some(record.size),
-                    now,
-                    Some(format!(
-                        "allocated in context {}, freed in context {now}",
-                        record.context
-                    )),
-                );
-            }
+    if let (Some(record), CUDA_SUCCESS) = (taken, result) {
+        t.freed(addr, &record, tsc, stream, pooled);
+        let (now, _) = context_of(t, cur);
+        if record.context != NONE && now != NONE && now != record.context {
+            freed_elsewhere(t, api, addr, &record, now);
         }
+        return;
+    }
+    account_other_free(t, api, addr, cur, taken, result, pooled);
+}
+
+/// A live allocation freed in another context than its own: the event that says so.
+#[cold]
+#[inline(never)]
+fn freed_elsewhere(t: &Tracker, api: Entry, addr: u64, record: &Record, now: u32) {
+    event(
+        t,
+        Kind::FreeInWrongContext,
+        addr,
+        api,
+        CUDA_SUCCESS,
+        Some(record.size),
+        now,
+        Some(format!(
+            "allocated in context {}, freed in context {now}",
+            record.context
+        )),
+    );
+}
+
+/// [`account_free`] of every free but a live allocation's that succeeded: refusals, frees of
+/// what the shim does not know.
+#[cold]
+#[inline(never)]
+fn account_other_free(
+    t: &Tracker,
+    api: Entry,
+    addr: u64,
+    cur: Option<u64>,
+    taken: Option<Record>,
+    result: CUresult,
+    pooled: bool,
+) {
+    match (taken, result) {
         (Some(record), _) => {
             // A live allocation the driver would not free this way (pinned host memory passed to
             // cuMemFree, device memory to cuMemFreeHost, memory of a dead context): still live.

@@ -44,7 +44,6 @@
 //! page. The counts are sharded by the caller's stack address, relaxed `fetch_add`s.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// Calls of each thread timed in full before sampling starts.
@@ -307,55 +306,29 @@ const SAMPLED: u8 = 3;
 /// A sampled call whose first segment was left out of the mean: the rest of it is not timed.
 const DROPPED: u8 = 4;
 
-/// A thread's state of the bill, in one thread-local: a span holds a reference to it, so that
-/// its end (and a pause) reach it without another thread-local look-up (each is a call into
-/// the loader in a shared library).
-struct State {
-    /// The thread's slot, [`NO_SLOT`] before its first call.
-    slot: Cell<u32>,
-    /// The hooks call in progress on this thread, if any: its kind (see [`NONE`]…).
-    in_hooks: Cell<u8>,
-    /// Whether a cache block's record ([`Metric::Blocks`]) is in progress on this thread.
-    in_blocks: Cell<bool>,
-    /// A hooks call paused at the end of the record (see [`Span::pause`]): its kind, or
-    /// [`NONE`].
-    paused: Cell<u8>,
-    /// Whether the last hooks segment this thread ended was left out of the mean.
-    last_dropped: Cell<bool>,
-    /// Nanoseconds of the parts inside the hooks segment in progress, not yet kept.
-    pending: [Cell<u64>; 2],
-    /// Nanoseconds of one-time work done on this thread so far: a span takes out what grew
-    /// while it ran.
-    one_time_ns: Cell<u64>,
-}
+/// A thread's state of the bill, kept with the allocation path's other words of the thread
+/// ([`super::local`]: one thread-local look-up for all of them); a span holds a reference to
+/// it, so that its end (and a pause) reach it without another look-up. Its fields:
+///
+/// - `slot`: the thread's slot, [`NO_SLOT`] before its first call;
+/// - `in_hooks`: the hooks call in progress on this thread, if any: its kind (see [`NONE`]…);
+/// - `in_blocks`: whether a cache block's record ([`Metric::Blocks`]) is in progress;
+/// - `paused`: a hooks call paused at the end of the record (see [`Span::pause`]): its kind, or
+///   [`NONE`];
+/// - `last_dropped`: whether the last hooks segment this thread ended was left out of the mean;
+/// - `pending`: nanoseconds of the parts inside the hooks segment in progress, not yet kept;
+/// - `one_time_ns`: nanoseconds of one-time work done on this thread so far: a span takes out
+///   what grew while it ran.
+type State = super::local::Bill;
 
 thread_local! {
-    // Const-initialized and without a destructor: usable while the thread exits, and its
-    // storage lasts as long as the thread.
-    static STATE: State = const {
-        State {
-            slot: Cell::new(NO_SLOT),
-            in_hooks: Cell::new(NONE),
-            in_blocks: Cell::new(false),
-            paused: Cell::new(NONE),
-            last_dropped: Cell::new(false),
-            pending: [Cell::new(0), Cell::new(0)],
-            one_time_ns: Cell::new(0),
-        }
-    };
     static RELEASE: Release = const { Release };
 }
 
 /// The calling thread's [`State`]; `None` only where thread-locals cannot be reached at all.
 #[inline(always)]
 fn state() -> Option<&'static State> {
-    // SAFETY: STATE is const-initialized and has no destructor, so its storage is valid for
-    // the whole life of this thread; `&State` is not `Send` (it holds `Cell`s), so the
-    // reference never leaves the thread.
-    STATE
-        .try_with(|s| s as *const State)
-        .ok()
-        .map(|p| unsafe { &*p })
+    super::local::get().map(|l| &l.bill)
 }
 
 /// Gives the thread's slot back when it exits, its estimate folded into [`RETIRED`].

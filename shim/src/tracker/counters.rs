@@ -115,7 +115,6 @@ impl Drop for Owner {
 }
 
 thread_local! {
-    static COUNTERS: Cell<*const Counters> = const { Cell::new(std::ptr::null()) };
     static OWNER: std::cell::RefCell<Option<Owner>> = const { std::cell::RefCell::new(None) };
     static ARENA: Cell<usize> = const { Cell::new(usize::MAX) };
 }
@@ -127,9 +126,11 @@ fn slot(device: i32) -> usize {
 /// The calling thread's counters, registered on first use. `None` while the thread is exiting.
 #[inline(always)]
 fn counters() -> Option<&'static Counters> {
-    let p = COUNTERS.try_with(|c| c.get()).ok()?;
+    // The pointer lives with the allocation path's other words of the thread
+    // (`process::local`): one thread-local look-up for them all.
+    let p = crate::process::local::get()?.counters.get() as *const Counters;
     if !p.is_null() {
-        // SAFETY: registered counters are leaked and never freed.
+        // SAFETY: only `register` sets it, to counters that are leaked and never freed.
         return Some(unsafe { &*p });
     }
     register()
@@ -148,7 +149,9 @@ fn register() -> Option<&'static Counters> {
         c
     };
     OWNER.try_with(|o| *o.borrow_mut() = Some(Owner(c))).ok()?;
-    COUNTERS.try_with(|p| p.set(c)).ok()?;
+    crate::process::local::get()?
+        .counters
+        .set(c as *const Counters as *const ());
     Some(c)
 }
 
@@ -372,8 +375,11 @@ pub fn reset_after_fork() {
     // The registry's lock may be held by a thread that no longer exists: start a new one. The
     // old one and the other threads' counters are leaked; this thread's are zeroed and kept.
     crate::process::global::replace(&REGISTRY, Mutex::new((Vec::new(), Vec::new())));
-    if let Some(c) = COUNTERS.try_with(|c| c.get()).ok().filter(|p| !p.is_null()) {
-        // SAFETY: registered counters are leaked and never freed.
+    if let Some(c) = crate::process::local::get()
+        .map(|l| l.counters.get() as *const Counters)
+        .filter(|p| !p.is_null())
+    {
+        // SAFETY: only `register` sets it, to counters that are leaked and never freed.
         let c = unsafe { &*c };
         c.exported_calls.store(0, Relaxed);
         for d in &c.devices {
