@@ -159,6 +159,11 @@ static CONFIGURED: std::sync::Once = std::sync::Once::new();
 #[inline]
 pub fn capture_with_settings() -> Option<StackId> {
     CONFIGURED.call_once(configure_from_settings);
+    // Capture off (`CUGUARD_STACK_DEPTH=0`): answered here, without the two calls and the
+    // capture's stack frame (its buffers of frames) that [`capture`] would make to say so.
+    if DEPTH.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
     capture()
 }
 
