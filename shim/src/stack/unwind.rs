@@ -546,14 +546,15 @@ pub(crate) enum Skip {
 }
 
 /// Unwinds the calling thread into `out` (call-site addresses: return address - 1; the
-/// innermost frame, always skipped in production, is the unwinder's own pc), returning how
-/// many were written.
+/// innermost frame, always skipped in production, is the unwinder's own pc: inlined, the pc in
+/// its caller), returning how many were written. Inlined into the capture: a frame of its own
+/// would be one more to step through and skip on every capture.
 ///
 /// Takes no lock and, once the thread's rule cache is warm, allocates nothing; reads memory
 /// only inside the mapped unwind sections of loaded modules and `[sp, stack top)` of this
 /// thread.
 #[cfg(target_arch = "x86_64")]
-#[inline(never)]
+#[inline(always)]
 pub(crate) fn unwind(
     snap: &Snapshot,
     cache: &mut Cache,
