@@ -6,16 +6,17 @@
 //! from crossing the C ABI: it is caught, recorded as a fault, and the shim moves to the
 //! `Broken` phase ([`crate::phase`]): tracking turns itself off.
 
-use std::cell::Cell;
+use crate::process::local::Local;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Proof that the calling thread has entered the shim; leaving happens on drop.
 pub struct Guard {
-    /// This thread's flag, kept so that leaving needs no second thread-local look-up (a call
-    /// into the loader in a shared library). A `&Cell` is not `Send`: the guard stays on its
+    /// This thread's words (its flag among them), kept so that leaving, and the hook's other
+    /// steps ([`Guard::local`]), need no second thread-local look-up (a call into the loader in
+    /// a shared library). A `&Local` is not `Send` (it holds `Cell`s): the guard stays on its
     /// thread.
-    inside: &'static Cell<bool>,
+    local: &'static Local,
 }
 
 impl Guard {
@@ -25,19 +26,26 @@ impl Guard {
     pub fn enter() -> Option<Guard> {
         // The thread's flag lives with the allocation path's other words of the thread
         // (`process::local`, const-initialized, destructor-free: usable while it exits).
-        let inside = &crate::process::local::get()?.inside;
-        if inside.get() {
+        let local = crate::process::local::get()?;
+        if local.inside.get() {
             return None;
         }
-        inside.set(true);
-        Some(Guard { inside })
+        local.inside.set(true);
+        Some(Guard { local })
+    }
+
+    /// The thread's words of the allocation path (`process::local`), looked up once, by
+    /// [`Guard::enter`].
+    #[inline(always)]
+    pub fn local(&self) -> &'static Local {
+        self.local
     }
 }
 
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        self.inside.set(false);
+        self.local.inside.set(false);
     }
 }
 

@@ -5,6 +5,7 @@
 use crate::driver::{Entry, real};
 use crate::ffi::*;
 use crate::guard::Guard;
+use crate::process::local::Local;
 use crate::process::{clock, cost};
 use crate::serving::serve::PoolLookup;
 use crate::tracker::events::{Event, Kind};
@@ -36,10 +37,16 @@ pub fn current_tracked_context(t: &Tracker) -> (u32, i32) {
 /// The (id, device) of context `cur` (the current one, already asked of the driver).
 #[inline]
 pub fn context_of(t: &Tracker, cur: Option<u64>) -> (u32, i32) {
+    context_of_in(t, crate::process::local::get(), cur)
+}
+
+/// [`context_of`] on the thread whose words `l` are (already looked up: `process::local`).
+#[inline(always)]
+pub fn context_of_in(t: &Tracker, l: Option<&Local>, cur: Option<u64>) -> (u32, i32) {
     let Some(handle) = cur else {
         return (NONE, -1);
     };
-    if let Some(found) = t.contexts.lookup(handle) {
+    if let Some(found) = t.contexts.lookup_in(l, handle) {
         return found;
     }
     // A context made through no door the shim watches (or before tracking began). A handle the
@@ -56,7 +63,7 @@ pub fn context_of(t: &Tracker, cur: Option<u64>) -> (u32, i32) {
 }
 
 /// The record of an allocation being made now in context `cur`; the address is the caller's.
-#[inline(always)]
+#[inline]
 pub fn make_record(
     t: &Tracker,
     cur: Option<u64>,
@@ -65,9 +72,25 @@ pub fn make_record(
     size: u64,
     requested: u64,
 ) -> Record {
+    make_record_in(t, crate::process::local::get(), cur, api, memory, size, requested)
+}
+
+/// [`make_record`] on the thread whose words `l` are (already looked up, by the hook's guard:
+/// `process::local`), so that making it looks up no thread-local of its own.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub fn make_record_in(
+    t: &Tracker,
+    l: Option<&'static Local>,
+    cur: Option<u64>,
+    api: Entry,
+    memory: MemoryKind,
+    size: u64,
+    requested: u64,
+) -> Record {
     // Timed for the report's `cost`; the accounting once served resumes it (`cost::resume`).
-    let span = cost::begin(cost::Metric::Hooks);
-    let (context, device) = context_of(t, cur);
+    let span = cost::begin_in(l, cost::Metric::Hooks);
+    let (context, device) = context_of_in(t, l, cur);
     let record = Record {
         size,
         requested,
@@ -75,11 +98,11 @@ pub fn make_record(
         memory,
         device,
         context,
-        thread: clock::thread_id(),
+        thread: clock::thread_id_in(l),
         seq: t.next_seq(),
         time_ms: clock::since_start_ms(),
         stack: crate::tracker::capture_stack(),
-        tag: crate::tracker::tags::current(),
+        tag: crate::tracker::tags::current_in(l),
     };
     span.pause();
     record

@@ -64,7 +64,13 @@ fn read(clock: libc::clockid_t) -> u64 {
 /// The calling thread's kernel thread id, cached per thread ([`super::local`]).
 #[inline]
 pub fn thread_id() -> u32 {
-    let Some(l) = super::local::get() else {
+    thread_id_in(super::local::get())
+}
+
+/// [`thread_id`] of the thread whose words `l` are (already looked up: see [`super::local`]).
+#[inline(always)]
+pub fn thread_id_in(l: Option<&super::local::Local>) -> u32 {
+    let Some(l) = l else {
         return gettid();
     };
     let v = l.tid.get();

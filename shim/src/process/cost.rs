@@ -484,7 +484,17 @@ impl Span {
 /// call ends.
 #[inline]
 pub fn begin(metric: Metric) -> Span {
-    let state = state();
+    begin_with(state(), metric)
+}
+
+/// [`begin`] on the thread whose words `l` are (already looked up: see [`super::local`]).
+#[inline(always)]
+pub fn begin_in(l: Option<&'static super::local::Local>, metric: Metric) -> Span {
+    begin_with(l.map(|l| &l.bill), metric)
+}
+
+#[inline(always)]
+fn begin_with(state: Option<&'static State>, metric: Metric) -> Span {
     let (slot, own) = slot_of(state.map_or(SHARED_SLOT, slot_in));
     let c = &slot.metrics[metric as usize];
     let n = if own {
@@ -718,7 +728,17 @@ fn take_pending(s: Option<&State>) -> [u64; 2] {
 /// parts. Counts no new call. `None` when no call is paused.
 #[inline]
 pub fn resume() -> Option<Span> {
-    let state = state()?;
+    resume_with(state()?)
+}
+
+/// [`resume`] on the thread whose words `l` are (already looked up: see [`super::local`]).
+#[inline(always)]
+pub fn resume_in(l: &'static super::local::Local) -> Option<Span> {
+    resume_with(&l.bill)
+}
+
+#[inline(always)]
+fn resume_with(state: &'static State) -> Option<Span> {
     let kind = state.paused.replace(NONE);
     if kind == NONE {
         return None;

@@ -104,9 +104,20 @@ impl Contexts {
     /// The id and device of the live incarnation of `handle`.
     #[inline(always)]
     pub fn lookup(&self, handle: u64) -> Option<(u32, i32)> {
+        self.lookup_in(crate::process::local::get(), handle)
+    }
+
+    /// [`Self::lookup`] on the thread whose words `l` are (already looked up:
+    /// `process::local`).
+    #[inline(always)]
+    pub fn lookup_in(
+        &self,
+        l: Option<&crate::process::local::Local>,
+        handle: u64,
+    ) -> Option<(u32, i32)> {
         let generation = self.generation.load(Ordering::Acquire);
         // (generation, handle, id, device) of the last lookup on this thread.
-        if let Some((g, h, id, dev)) = crate::process::local::get().map(|l| l.context.get())
+        if let Some((g, h, id, dev)) = l.map(|l| l.context.get())
             && g == generation
             && h == handle
         {

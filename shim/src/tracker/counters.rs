@@ -126,9 +126,15 @@ fn slot(device: i32) -> usize {
 /// The calling thread's counters, registered on first use. `None` while the thread is exiting.
 #[inline(always)]
 fn counters() -> Option<&'static Counters> {
+    counters_in(crate::process::local::get())
+}
+
+/// [`counters`] of the thread whose words `l` are (already looked up: `process::local`).
+#[inline(always)]
+fn counters_in(l: Option<&crate::process::local::Local>) -> Option<&'static Counters> {
     // The pointer lives with the allocation path's other words of the thread
     // (`process::local`): one thread-local look-up for them all.
-    let p = crate::process::local::get()?.counters.get() as *const Counters;
+    let p = l?.counters.get() as *const Counters;
     if !p.is_null() {
         // SAFETY: only `register` sets it, to counters that are leaked and never freed.
         return Some(unsafe { &*p });
@@ -172,6 +178,18 @@ pub fn arena(count: usize) -> usize {
 /// bytes ([`super::by_stack`]), with one look-up of the thread's counters.
 #[inline(always)]
 pub fn device_change(device: i32, size: u64, stack: u32, allocated: bool) {
+    device_change_in(crate::process::local::get(), device, size, stack, allocated);
+}
+
+/// [`device_change`] on the thread whose words `l` are (already looked up: `process::local`).
+#[inline(always)]
+pub fn device_change_in(
+    l: Option<&crate::process::local::Local>,
+    device: i32,
+    size: u64,
+    stack: u32,
+    allocated: bool,
+) {
     let s = slot(device);
     let index = super::stack_cells::index(stack);
     let delta = if allocated {
@@ -180,7 +198,7 @@ pub fn device_change(device: i32, size: u64, stack: u32, allocated: bool) {
         -(size as i64)
     };
     super::windows::note(delta);
-    match counters() {
+    match counters_in(l) {
         Some(c) => {
             let d = &c.devices[s];
             if allocated {

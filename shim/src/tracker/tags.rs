@@ -56,7 +56,13 @@ impl Open {
 /// (also while the thread is being torn down). One thread-local read.
 #[inline]
 pub fn current() -> u32 {
-    crate::process::local::get().map_or(NONE, |l| l.tag.get())
+    current_in(crate::process::local::get())
+}
+
+/// [`current`] of the thread whose words `l` are (already looked up: `process::local`).
+#[inline(always)]
+pub fn current_in(l: Option<&crate::process::local::Local>) -> u32 {
+    l.map_or(NONE, |l| l.tag.get())
 }
 
 /// Sets the thread's innermost open tag (what [`current`] reads, kept with the allocation path's
