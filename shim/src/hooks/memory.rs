@@ -99,10 +99,13 @@ fn limited(
     }
 }
 
-/// `cuMemAlloc_v2`, served by [`serve::device_alloc`].
+/// `cuMemAlloc_v2`, served by [`serve::device_alloc`]. Inlined into the two doors that call it
+/// (the export and the function handed out): no frame of its own for the call, nor for a
+/// capture to unwind through and skip.
 ///
 /// # Safety
 /// The program's arguments, under the driver's contract.
+#[inline(always)]
 pub unsafe fn cuMemAlloc_v2(
     e: Entry,
     real: sig::cuMemAlloc_v2,
@@ -209,10 +212,12 @@ pub unsafe fn cuMemAllocManaged(
     r
 }
 
-/// `cuMemFree_v2`: the pool's block back to the pool, anything else to the driver.
+/// `cuMemFree_v2`: the pool's block back to the pool, anything else to the driver. Inlined into
+/// its two doors, as [`cuMemAlloc_v2`] is.
 ///
 /// # Safety
 /// The program's arguments, under the driver's contract.
+#[inline(always)]
 pub unsafe fn cuMemFree_v2(e: Entry, real: sig::cuMemFree_v2, dptr: CUdeviceptr) -> CUresult {
     let cur = crate::driver::current_context();
     free_tracked(
