@@ -52,7 +52,10 @@ fn served(
     api: Entry,
 ) {
     let Some(t) = t else { return };
-    let _span = l.map_or_else(crate::process::cost::resume, crate::process::cost::resume_in);
+    let _span = l.map_or_else(
+        crate::process::cost::resume,
+        crate::process::cost::resume_in,
+    );
     shield((), || {
         if s.result != CUDA_SUCCESS {
             let size = record.map_or(0, |r| r.requested);

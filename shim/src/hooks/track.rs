@@ -72,7 +72,15 @@ pub fn make_record(
     size: u64,
     requested: u64,
 ) -> Record {
-    make_record_in(t, crate::process::local::get(), cur, api, memory, size, requested)
+    make_record_in(
+        t,
+        crate::process::local::get(),
+        cur,
+        api,
+        memory,
+        size,
+        requested,
+    )
 }
 
 /// [`make_record`] on the thread whose words `l` are (already looked up, by the hook's guard:

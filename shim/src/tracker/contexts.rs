@@ -136,10 +136,10 @@ impl Contexts {
                 .get(&handle)
                 .map(|&i| (inner.list[i].id, inner.list[i].device))
         };
-        if let Some((id, dev)) = found {
-            if let Some(l) = crate::process::local::get() {
-                l.context.set((generation, handle, id, dev));
-            }
+        if let Some((id, dev)) = found
+            && let Some(l) = crate::process::local::get()
+        {
+            l.context.set((generation, handle, id, dev));
         }
         found
     }
