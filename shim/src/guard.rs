@@ -6,21 +6,17 @@
 //! from crossing the C ABI: it is caught, recorded as a fault, and the shim moves to the
 //! `Broken` phase ([`crate::phase`]): tracking turns itself off.
 
-use std::cell::Cell;
+use crate::process::local::Local;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-thread_local! {
-    // Const-initialized and destructor-free: usable while the thread exits.
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
-}
-
 /// Proof that the calling thread has entered the shim; leaving happens on drop.
 pub struct Guard {
-    /// This thread's flag, kept so that leaving needs no second thread-local look-up (a call
-    /// into the loader in a shared library). A `&Cell` is not `Send`: the guard stays on its
+    /// This thread's words (its flag among them), kept so that leaving, and the hook's other
+    /// steps ([`Guard::local`]), need no second thread-local look-up (a call into the loader in
+    /// a shared library). A `&Local` is not `Send` (it holds `Cell`s): the guard stays on its
     /// thread.
-    inside: &'static Cell<bool>,
+    local: &'static Local,
 }
 
 impl Guard {
@@ -28,22 +24,28 @@ impl Guard {
     /// thread-locals are gone.
     #[inline]
     pub fn enter() -> Option<Guard> {
-        let inside = INSIDE.try_with(|inside| inside as *const Cell<bool>).ok()?;
-        // SAFETY: INSIDE is const-initialized and has no destructor, so its storage is valid
-        // for the whole life of this thread, and the guard (not `Send`) never leaves it.
-        let inside: &'static Cell<bool> = unsafe { &*inside };
-        if inside.get() {
+        // The thread's flag lives with the allocation path's other words of the thread
+        // (`process::local`, const-initialized, destructor-free: usable while it exits).
+        let local = crate::process::local::get()?;
+        if local.inside.get() {
             return None;
         }
-        inside.set(true);
-        Some(Guard { inside })
+        local.inside.set(true);
+        Some(Guard { local })
+    }
+
+    /// The thread's words of the allocation path (`process::local`), looked up once, by
+    /// [`Guard::enter`].
+    #[inline(always)]
+    pub fn local(&self) -> &'static Local {
+        self.local
     }
 }
 
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        self.inside.set(false);
+        self.local.inside.set(false);
     }
 }
 
@@ -52,27 +54,35 @@ static SAID: AtomicBool = AtomicBool::new(false);
 
 /// Runs the shim's own work `f`. A panic in it is caught: the fault is recorded, tracking turns
 /// off for the rest of the process (saying so once), and `fallback` is returned.
-#[inline]
+///
+/// Inline wherever it is used, so that the work it shields is inlined with its caller's (and
+/// shares its thread-local look-ups, `crate::process::local`); what a panic does is out of line.
+#[inline(always)]
 pub fn shield<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            crate::phase::break_down();
-            if !SAID.swap(true, Ordering::Relaxed) {
-                crate::process::diag::warn(&format!(
-                    "internal error ({what}); tracking is off for the rest of this process"
-                ));
-                crate::process::faults::record(format!(
-                    "internal error: {what}; tracking turned off"
-                ));
-            }
+            caught(payload);
             fallback
         }
+    }
+}
+
+/// A panic [`shield`] caught: recorded, said once, and tracking turned off.
+#[cold]
+#[inline(never)]
+fn caught(payload: Box<dyn std::any::Any + Send>) {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    crate::phase::break_down();
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::process::diag::warn(&format!(
+            "internal error ({what}); tracking is off for the rest of this process"
+        ));
+        crate::process::faults::record(format!("internal error: {what}; tracking turned off"));
     }
 }
 

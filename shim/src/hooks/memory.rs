@@ -9,20 +9,25 @@
 #![allow(non_snake_case)]
 
 use super::track::{
-    admit_untracked, current_tracked_context, free_tracked, make_record, record_alloc,
+    admit_untracked, current_tracked_context, free_tracked, make_record_in, record_alloc,
     record_alloc_failed,
 };
 use crate::driver::{Entry, sig};
 use crate::ffi::*;
 use crate::guard::shield;
+use crate::process::local::Local;
 use crate::serving::serve;
 use crate::tracker::limit::{self, Grant};
 use crate::tracker::{Record, Tracker};
 use cuguard_format::MemoryKind;
 
-/// Makes the record of an allocation about to be served, when tracking is on.
+/// Makes the record of an allocation about to be served, when tracking is on. Inline, with
+/// [`served`], in the hooks: the thread-local look-ups of the guard, the record and the
+/// accounting are then one: `l`, the thread's words, as the guard looked them up.
+#[inline(always)]
 fn prepare(
     t: Option<&Tracker>,
+    l: Option<&'static Local>,
     cur: Option<u64>,
     api: Entry,
     memory: MemoryKind,
@@ -31,21 +36,26 @@ fn prepare(
 ) -> Option<Record> {
     let t = t?;
     shield(None, || {
-        Some(make_record(t, cur, api, memory, size, requested))
+        Some(make_record_in(t, l, cur, api, memory, size, requested))
     })
 }
 
 /// Accounts for the outcome of a served allocation: a pooled block already holds its record;
-/// a driver allocation is recorded now.
+/// a driver allocation is recorded now. `l`: the thread's words, as the guard looked them up.
+#[inline(always)]
 fn served(
     t: Option<&Tracker>,
+    l: Option<&'static Local>,
     s: &serve::Served,
     dptr: *mut CUdeviceptr,
     record: Option<Record>,
     api: Entry,
 ) {
     let Some(t) = t else { return };
-    let _span = crate::process::cost::resume();
+    let _span = l.map_or_else(
+        crate::process::cost::resume,
+        crate::process::cost::resume_in,
+    );
     shield((), || {
         if s.result != CUDA_SUCCESS {
             let size = record.map_or(0, |r| r.requested);
@@ -64,7 +74,7 @@ fn served(
             // The history's moment before a new peak's record (see `Tracker::add`).
             let tsc = (s.cached && cfg!(target_arch = "x86_64")).then_some(record.seq);
             record.history_allocated_at(tsc, addr, true, 0);
-            t.stats.allocated_from(&record, true);
+            t.stats.allocated_from_in(l, &record, true);
         } else {
             t.add(addr, record, 0);
         }
@@ -92,10 +102,13 @@ fn limited(
     }
 }
 
-/// `cuMemAlloc_v2`, served by [`serve::device_alloc`].
+/// `cuMemAlloc_v2`, served by [`serve::device_alloc`]. Inlined into the two doors that call it
+/// (the export and the function handed out): no frame of its own for the call, nor for a
+/// capture to unwind through and skip.
 ///
 /// # Safety
 /// The program's arguments, under the driver's contract.
+#[inline(always)]
 pub unsafe fn cuMemAlloc_v2(
     e: Entry,
     real: sig::cuMemAlloc_v2,
@@ -103,16 +116,21 @@ pub unsafe fn cuMemAlloc_v2(
     bytesize: usize,
 ) -> CUresult {
     let cur = crate::driver::current_context();
-    let active = super::track::active();
-    let t = active.as_ref().map(|(_, t)| *t);
+    let Some((guard, t)) = super::track::active() else {
+        // Untracked: no record, no limit to ask (see `limited`), nothing to account for. A
+        // branch of its own, so that every thread-local look-up of the tracked one below is
+        // made after the guard's, and shares it (`crate::process::local`).
+        return serve::device_alloc(cur, dptr, bytesize, real, None).result;
+    };
+    let (t, l) = (Some(t), Some(guard.local()));
     let size = bytesize as u64;
-    let record = prepare(t, cur, e, MemoryKind::Device, size, size);
+    let record = prepare(t, l, cur, e, MemoryKind::Device, size, size);
     let grant = match limited(t, record.as_ref(), e, size, cur) {
         Ok(g) => g,
         Err(r) => return r,
     };
     let s = serve::device_alloc(cur, dptr, bytesize, real, record);
-    served(t, &s, dptr, record, e);
+    served(t, l, &s, dptr, record, e);
     grant.done();
     s.result
 }
@@ -133,8 +151,9 @@ pub unsafe fn cuMemAllocPitch_v2(
     let cur = crate::driver::current_context();
     let active = super::track::active();
     let t = active.as_ref().map(|(_, t)| *t);
+    let l = active.as_ref().map(|(g, _)| g.local());
     let requested = (width as u64).saturating_mul(height as u64);
-    let record = prepare(t, cur, e, MemoryKind::Pitched, requested, requested);
+    let record = prepare(t, l, cur, e, MemoryKind::Pitched, requested, requested);
     // The limit is asked for the bytes requested; the pitch's padding is charged once known.
     let grant = match limited(t, record.as_ref(), e, requested, cur) {
         Ok(g) => g,
@@ -149,7 +168,7 @@ pub unsafe fn cuMemAllocPitch_v2(
         }
         r
     });
-    served(t, &s, dptr, record, e);
+    served(t, l, &s, dptr, record, e);
     grant.done();
     s.result
 }
@@ -196,10 +215,12 @@ pub unsafe fn cuMemAllocManaged(
     r
 }
 
-/// `cuMemFree_v2`: the pool's block back to the pool, anything else to the driver.
+/// `cuMemFree_v2`: the pool's block back to the pool, anything else to the driver. Inlined into
+/// its two doors, as [`cuMemAlloc_v2`] is.
 ///
 /// # Safety
 /// The program's arguments, under the driver's contract.
+#[inline(always)]
 pub unsafe fn cuMemFree_v2(e: Entry, real: sig::cuMemFree_v2, dptr: CUdeviceptr) -> CUresult {
     let cur = crate::driver::current_context();
     free_tracked(

@@ -5,6 +5,7 @@
 use crate::driver::{Entry, real};
 use crate::ffi::*;
 use crate::guard::Guard;
+use crate::process::local::Local;
 use crate::process::{clock, cost};
 use crate::serving::serve::PoolLookup;
 use crate::tracker::events::{Event, Kind};
@@ -36,10 +37,16 @@ pub fn current_tracked_context(t: &Tracker) -> (u32, i32) {
 /// The (id, device) of context `cur` (the current one, already asked of the driver).
 #[inline]
 pub fn context_of(t: &Tracker, cur: Option<u64>) -> (u32, i32) {
+    context_of_in(t, crate::process::local::get(), cur)
+}
+
+/// [`context_of`] on the thread whose words `l` are (already looked up: `process::local`).
+#[inline(always)]
+pub fn context_of_in(t: &Tracker, l: Option<&Local>, cur: Option<u64>) -> (u32, i32) {
     let Some(handle) = cur else {
         return (NONE, -1);
     };
-    if let Some(found) = t.contexts.lookup(handle) {
+    if let Some(found) = t.contexts.lookup_in(l, handle) {
         return found;
     }
     // A context made through no door the shim watches (or before tracking began). A handle the
@@ -56,6 +63,7 @@ pub fn context_of(t: &Tracker, cur: Option<u64>) -> (u32, i32) {
 }
 
 /// The record of an allocation being made now in context `cur`; the address is the caller's.
+#[inline]
 pub fn make_record(
     t: &Tracker,
     cur: Option<u64>,
@@ -64,9 +72,33 @@ pub fn make_record(
     size: u64,
     requested: u64,
 ) -> Record {
+    make_record_in(
+        t,
+        crate::process::local::get(),
+        cur,
+        api,
+        memory,
+        size,
+        requested,
+    )
+}
+
+/// [`make_record`] on the thread whose words `l` are (already looked up, by the hook's guard:
+/// `process::local`), so that making it looks up no thread-local of its own.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub fn make_record_in(
+    t: &Tracker,
+    l: Option<&'static Local>,
+    cur: Option<u64>,
+    api: Entry,
+    memory: MemoryKind,
+    size: u64,
+    requested: u64,
+) -> Record {
     // Timed for the report's `cost`; the accounting once served resumes it (`cost::resume`).
-    let span = cost::begin(cost::Metric::Hooks);
-    let (context, device) = context_of(t, cur);
+    let span = cost::begin_in(l, cost::Metric::Hooks);
+    let (context, device) = context_of_in(t, l, cur);
     let record = Record {
         size,
         requested,
@@ -74,11 +106,11 @@ pub fn make_record(
         memory,
         device,
         context,
-        thread: clock::thread_id(),
+        thread: clock::thread_id_in(l),
         seq: t.next_seq(),
         time_ms: clock::since_start_ms(),
         stack: crate::tracker::capture_stack(),
-        tag: crate::tracker::tags::current(),
+        tag: crate::tracker::tags::current_in(l),
     };
     span.pause();
     record
@@ -242,26 +274,24 @@ pub fn free_tracked_on(
     pool: impl FnOnce() -> Option<(CUresult, Option<Record>)>,
     free: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let active = active();
-    // The history's moment of the free, before the memory can go to another allocation.
-    let tsc = if active.is_some() {
-        crate::recorder::stamp()
-    } else {
-        0
+    let Some((_guard, t)) = active() else {
+        // Untracked: a branch of its own, so that every thread-local look-up of the tracked one
+        // below is made after the guard's, and shares it (`crate::process::local`).
+        return match pool() {
+            Some((result, _)) => result,
+            None => free(),
+        };
     };
+    // The history's moment of the free, before the memory can go to another allocation.
+    let tsc = crate::recorder::stamp();
     if let Some((result, record)) = pool() {
-        if let Some((_guard, t)) = active
-            && addr != 0
-        {
+        if addr != 0 {
             crate::guard::shield((), || {
                 account_free(t, api, addr, cur, record, result, true, tsc, stream)
             });
         }
         return result;
     }
-    let Some((_guard, t)) = active else {
-        return free();
-    };
     if addr == 0 {
         return free();
     }
@@ -273,7 +303,10 @@ pub fn free_tracked_on(
     result
 }
 
+/// Accounts for a free: the common case (a live allocation freed, in its own context) inline,
+/// in the hook (whose thread-local look-up it shares), everything else out of line.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn account_free(
     t: &Tracker,
     api: Entry,
@@ -285,26 +318,50 @@ fn account_free(
     tsc: u64,
     stream: u64,
 ) {
-    match (taken, result) {
-        (Some(record), CUDA_SUCCESS) => {
-            t.freed(addr, &record, tsc, stream, pooled);
-            let (now, _) = context_of(t, cur);
-            if record.context != NONE && now != NONE && now != record.context {
-                event(
-                    t,
-                    Kind::FreeInWrongContext,
-                    addr,
-                    api,
-                    result,
-                    Some(record.size),
-                    now,
-                    Some(format!(
-                        "allocated in context {}, freed in context {now}",
-                        record.context
-                    )),
-                );
-            }
+    if let (Some(record), CUDA_SUCCESS) = (taken, result) {
+        t.freed(addr, &record, tsc, stream, pooled);
+        let (now, _) = context_of(t, cur);
+        if record.context != NONE && now != NONE && now != record.context {
+            freed_elsewhere(t, api, addr, &record, now);
         }
+        return;
+    }
+    account_other_free(t, api, addr, cur, taken, result, pooled);
+}
+
+/// A live allocation freed in another context than its own: the event that says so.
+#[cold]
+#[inline(never)]
+fn freed_elsewhere(t: &Tracker, api: Entry, addr: u64, record: &Record, now: u32) {
+    event(
+        t,
+        Kind::FreeInWrongContext,
+        addr,
+        api,
+        CUDA_SUCCESS,
+        Some(record.size),
+        now,
+        Some(format!(
+            "allocated in context {}, freed in context {now}",
+            record.context
+        )),
+    );
+}
+
+/// [`account_free`] of every free but a live allocation's that succeeded: refusals, frees of
+/// what the shim does not know.
+#[cold]
+#[inline(never)]
+fn account_other_free(
+    t: &Tracker,
+    api: Entry,
+    addr: u64,
+    cur: Option<u64>,
+    taken: Option<Record>,
+    result: CUresult,
+    pooled: bool,
+) {
+    match (taken, result) {
         (Some(record), _) => {
             // A live allocation the driver would not free this way (pinned host memory passed to
             // cuMemFree, device memory to cuMemFreeHost, memory of a dead context): still live.

@@ -1,6 +1,5 @@
 //! Clocks, the process's start and thread ids, cheap enough for the allocation path.
 
-use std::cell::Cell;
 use std::sync::OnceLock;
 
 /// When the shim started in this process: (Unix ns, monotonic ns). Taken when the settings are
@@ -62,29 +61,32 @@ fn read(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-thread_local! {
-    // Const-initialized and without a destructor, so it is usable during thread exit and
-    // registers nothing with the runtime.
-    static TID: Cell<u32> = const { Cell::new(0) };
+/// The calling thread's kernel thread id, cached per thread ([`super::local`]).
+#[inline]
+pub fn thread_id() -> u32 {
+    thread_id_in(super::local::get())
 }
 
-/// The calling thread's kernel thread id, cached per thread.
-pub fn thread_id() -> u32 {
-    TID.try_with(|t| {
-        let v = t.get();
-        if v != 0 {
-            return v;
-        }
-        let v = gettid();
-        t.set(v);
-        v
-    })
-    .unwrap_or_else(|_| gettid())
+/// [`thread_id`] of the thread whose words `l` are (already looked up: see [`super::local`]).
+#[inline(always)]
+pub fn thread_id_in(l: Option<&super::local::Local>) -> u32 {
+    let Some(l) = l else {
+        return gettid();
+    };
+    let v = l.tid.get();
+    if v != 0 {
+        return v;
+    }
+    let v = gettid();
+    l.tid.set(v);
+    v
 }
 
 /// Forgets the cached thread id; the child of a fork calls this, since its one thread has a new id.
 pub fn reset_thread_id() {
-    let _ = TID.try_with(|t| t.set(0));
+    if let Some(l) = super::local::get() {
+        l.tid.set(0);
+    }
 }
 
 fn gettid() -> u32 {

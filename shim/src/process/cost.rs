@@ -44,7 +44,6 @@
 //! page. The counts are sharded by the caller's stack address, relaxed `fetch_add`s.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// Calls of each thread timed in full before sampling starts.
@@ -307,55 +306,29 @@ const SAMPLED: u8 = 3;
 /// A sampled call whose first segment was left out of the mean: the rest of it is not timed.
 const DROPPED: u8 = 4;
 
-/// A thread's state of the bill, in one thread-local: a span holds a reference to it, so that
-/// its end (and a pause) reach it without another thread-local look-up (each is a call into
-/// the loader in a shared library).
-struct State {
-    /// The thread's slot, [`NO_SLOT`] before its first call.
-    slot: Cell<u32>,
-    /// The hooks call in progress on this thread, if any: its kind (see [`NONE`]…).
-    in_hooks: Cell<u8>,
-    /// Whether a cache block's record ([`Metric::Blocks`]) is in progress on this thread.
-    in_blocks: Cell<bool>,
-    /// A hooks call paused at the end of the record (see [`Span::pause`]): its kind, or
-    /// [`NONE`].
-    paused: Cell<u8>,
-    /// Whether the last hooks segment this thread ended was left out of the mean.
-    last_dropped: Cell<bool>,
-    /// Nanoseconds of the parts inside the hooks segment in progress, not yet kept.
-    pending: [Cell<u64>; 2],
-    /// Nanoseconds of one-time work done on this thread so far: a span takes out what grew
-    /// while it ran.
-    one_time_ns: Cell<u64>,
-}
+/// A thread's state of the bill, kept with the allocation path's other words of the thread
+/// ([`super::local`]: one thread-local look-up for all of them); a span holds a reference to
+/// it, so that its end (and a pause) reach it without another look-up. Its fields:
+///
+/// - `slot`: the thread's slot, [`NO_SLOT`] before its first call;
+/// - `in_hooks`: the hooks call in progress on this thread, if any: its kind (see [`NONE`]…);
+/// - `in_blocks`: whether a cache block's record ([`Metric::Blocks`]) is in progress;
+/// - `paused`: a hooks call paused at the end of the record (see [`Span::pause`]): its kind, or
+///   [`NONE`];
+/// - `last_dropped`: whether the last hooks segment this thread ended was left out of the mean;
+/// - `pending`: nanoseconds of the parts inside the hooks segment in progress, not yet kept;
+/// - `one_time_ns`: nanoseconds of one-time work done on this thread so far: a span takes out
+///   what grew while it ran.
+type State = super::local::Bill;
 
 thread_local! {
-    // Const-initialized and without a destructor: usable while the thread exits, and its
-    // storage lasts as long as the thread.
-    static STATE: State = const {
-        State {
-            slot: Cell::new(NO_SLOT),
-            in_hooks: Cell::new(NONE),
-            in_blocks: Cell::new(false),
-            paused: Cell::new(NONE),
-            last_dropped: Cell::new(false),
-            pending: [Cell::new(0), Cell::new(0)],
-            one_time_ns: Cell::new(0),
-        }
-    };
     static RELEASE: Release = const { Release };
 }
 
 /// The calling thread's [`State`]; `None` only where thread-locals cannot be reached at all.
 #[inline(always)]
 fn state() -> Option<&'static State> {
-    // SAFETY: STATE is const-initialized and has no destructor, so its storage is valid for
-    // the whole life of this thread; `&State` is not `Send` (it holds `Cell`s), so the
-    // reference never leaves the thread.
-    STATE
-        .try_with(|s| s as *const State)
-        .ok()
-        .map(|p| unsafe { &*p })
+    super::local::get().map(|l| &l.bill)
 }
 
 /// Gives the thread's slot back when it exits, its estimate folded into [`RETIRED`].
@@ -490,6 +463,9 @@ impl Span {
         }
     }
 
+    /// A span timed from now: out of line, since most calls are not timed.
+    #[cold]
+    #[inline(never)]
     fn timed(state: Option<&'static State>, metric: Metric, kind: u8) -> Span {
         Span {
             state,
@@ -508,7 +484,17 @@ impl Span {
 /// call ends.
 #[inline]
 pub fn begin(metric: Metric) -> Span {
-    let state = state();
+    begin_with(state(), metric)
+}
+
+/// [`begin`] on the thread whose words `l` are (already looked up: see [`super::local`]).
+#[inline(always)]
+pub fn begin_in(l: Option<&'static super::local::Local>, metric: Metric) -> Span {
+    begin_with(l.map(|l| &l.bill), metric)
+}
+
+#[inline(always)]
+fn begin_with(state: Option<&'static State>, metric: Metric) -> Span {
     let (slot, own) = slot_of(state.map_or(SHARED_SLOT, slot_in));
     let c = &slot.metrics[metric as usize];
     let n = if own {
@@ -658,25 +644,30 @@ impl Span {
 }
 
 impl Drop for Span {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
+        if let Some(s) = self.state {
+            match self.metric {
+                Metric::Hooks => s.in_hooks.set(NONE),
+                Metric::Blocks => s.in_blocks.set(false),
+                _ => {}
+            }
+        }
+        if matches!(self.kind, FIRST | SAMPLED) {
+            self.end_timed();
+        }
+        // Else the parts of an untimed call were not timed either: nothing of theirs is
+        // pending (only a part inside a timed call adds to it, and that call's end takes it).
+    }
+}
+
+impl Span {
+    /// The end of a timed span (one call in [`sample_every`] after a thread's first ones): out
+    /// of line, so that an untimed call's end is two stores and a compare.
+    #[cold]
+    #[inline(never)]
+    fn end_timed(&self) {
         let state = self.state;
-        if self.metric == Metric::Hooks
-            && let Some(s) = state
-        {
-            s.in_hooks.set(NONE);
-        }
-        if self.metric == Metric::Blocks
-            && let Some(s) = state
-        {
-            s.in_blocks.set(false);
-        }
-        if !matches!(self.kind, FIRST | SAMPLED) {
-            // The parts of an untimed call were not timed either: nothing of theirs is
-            // pending (only a part inside a timed call adds to it, and that call's end takes
-            // it).
-            return;
-        }
         let ns = now()
             .saturating_sub(self.start)
             .saturating_sub(one_time_so_far(state).saturating_sub(self.one_time));
@@ -737,7 +728,17 @@ fn take_pending(s: Option<&State>) -> [u64; 2] {
 /// parts. Counts no new call. `None` when no call is paused.
 #[inline]
 pub fn resume() -> Option<Span> {
-    let state = state()?;
+    resume_with(state()?)
+}
+
+/// [`resume`] on the thread whose words `l` are (already looked up: see [`super::local`]).
+#[inline(always)]
+pub fn resume_in(l: &'static super::local::Local) -> Option<Span> {
+    resume_with(&l.bill)
+}
+
+#[inline(always)]
+fn resume_with(state: &'static State) -> Option<Span> {
     let kind = state.paused.replace(NONE);
     if kind == NONE {
         return None;

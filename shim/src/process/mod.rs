@@ -9,6 +9,7 @@
 //! - [`labels`]: the labels the program set through the in-process API, with [`launcher`]'s;
 //! - [`launcher`]: the labels a launcher (torchrun, Slurm, Open MPI) set in the environment;
 //! - [`leaving`]: whether the process is leaving through `_exit`, and its status;
+//! - [`local`]: the allocation path's per-thread words, in one thread-local;
 //! - [`global`]: process-wide values created on first use and replaced in a forked child, and the
 //!   lock that a panic does not poison;
 //! - [`thread`]: the shim's own threads, started with every signal blocked;
@@ -25,5 +26,6 @@ pub mod identity;
 pub mod labels;
 pub mod launcher;
 pub mod leaving;
+pub mod local;
 pub mod thread;
 pub mod versions;

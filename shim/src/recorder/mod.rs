@@ -140,8 +140,11 @@ pub fn stamp() -> u64 {
 /// work it out), at the moment `tsc` when one taken already follows every free of `addr` (a
 /// block from the thread's own cache: the record's order key, taken before it was served), else
 /// now.
+///
+/// Inlined into the hooks: with the history off it is one load, with it on its thread-local
+/// look-up (the ring's) is shared with the hook's own (`crate::process::local`).
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 pub fn allocated_at(
     tsc: Option<u64>,
     addr: u64,
@@ -199,8 +202,8 @@ fn tag_event(tsc: u64, addr: u64, tag: u32, memory: MemoryKind) {
 }
 
 /// The program freed the allocation at `addr` on `stream` (as for [`allocated_at`]: 0 for a
-/// free that takes none), from the moment `tsc` ([`stamp`]).
-#[inline]
+/// free that takes none), from the moment `tsc` ([`stamp`]). Inlined, as [`allocated_at`] is.
+#[inline(always)]
 pub fn freed(addr: u64, memory: MemoryKind, context_id: u32, ordinal: i32, tsc: u64, stream: u64) {
     if !on() {
         return;

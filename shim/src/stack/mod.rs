@@ -159,6 +159,11 @@ static CONFIGURED: std::sync::Once = std::sync::Once::new();
 #[inline]
 pub fn capture_with_settings() -> Option<StackId> {
     CONFIGURED.call_once(configure_from_settings);
+    // Capture off (`CUGUARD_STACK_DEPTH=0`): answered here, without the two calls and the
+    // capture's stack frame (its buffers of frames) that [`capture`] would make to say so.
+    if DEPTH.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
     capture()
 }
 
@@ -192,7 +197,9 @@ fn configure_from_settings() {
 ///
 /// On a thread without Python frames while an origin is open ([`origin`]), the stack ends with
 /// the origin's word ([`ORIGIN_TAG`]): its id is that of the stack and the origin together.
-#[inline(never)]
+///
+/// Inline: a frame of its own would be one more for every capture to unwind through and skip.
+#[inline(always)]
 pub fn capture() -> Option<StackId> {
     capture_with(Skip::OwnModule, DEPTH.load(Ordering::Relaxed), true)
 }
@@ -234,64 +241,67 @@ fn capture_with(skip: Skip, depth: usize, with_origin: bool) -> Option<StackId> 
         None
     };
     let mut snap = unwind::snapshot()?;
-    unwind::with_thread(|cache, bounds| {
-        let mut buf = [MaybeUninit::<u64>::uninit(); 2 * MAX_DEPTH + 1];
-        for attempt in 0..2 {
-            let n = unwind::unwind(snap, cache, bounds, skip, &mut buf[..depth]);
-            cost::tally(cost::Tally::Frames, &cache.take_tally());
-            if n == 0 {
-                return None;
-            }
-            for (slot, &w) in buf[n..n + py_n].iter_mut().zip(py) {
-                slot.write(w);
-            }
-            let mut len = n + py_n;
-            if let Some(id) = origin {
-                buf[len].write(ORIGIN_TAG | u64::from(id));
-                len += 1;
-            }
-            // SAFETY: `unwind` initialised the first `n` elements, the loop above the next
-            // `py_n`, and the origin's word the one after them when there is one.
-            let words = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u64, len) };
-            let ips = &words[..n];
-            // The thread's last stack again (a loop that allocates): its id without a hash.
-            if let Some(id) = cache.known(words) {
-                return Some(id);
-            }
-            let h = dedup::hash(words);
-            if let Some((id, rec)) = dedup::lookup(h, words) {
-                let suspect = rec.flags.load(Ordering::Relaxed) & dedup::FLAG_UNKNOWN_MODULE != 0;
-                if !suspect {
-                    cache.remember(words, id);
-                    return Some(id);
-                }
-                if attempt == 1 || !unwind::refresh(false) {
-                    return Some(id);
-                }
-                snap = unwind::snapshot()?;
-                continue;
-            }
-            let unknown = ips.iter().find(|&&ip| !snap.knows(ip)).copied();
-            if let Some(ip) = unknown
-                && attempt == 0
-                && unwind::refresh_for_miss(ip)
-            {
-                snap = unwind::snapshot()?;
-                continue;
-            }
-            let flags = if unknown.is_some() {
-                dedup::FLAG_UNKNOWN_MODULE
-            } else {
-                0
-            };
-            let id = dedup::insert(h, words, flags)?;
-            if flags == 0 {
-                cache.remember(words, id);
-            }
+    // The thread's unwinding state, borrowed (not a closure: no frame of its own to unwind
+    // through and skip), given back when this returns.
+    let mut borrowed = unwind::borrow()?;
+    let bounds = borrowed.bounds;
+    let cache = borrowed.cache();
+    let mut buf = [MaybeUninit::<u64>::uninit(); 2 * MAX_DEPTH + 1];
+    for attempt in 0..2 {
+        let n = unwind::unwind(snap, cache, bounds, skip, &mut buf[..depth]);
+        cost::tally(cost::Tally::Frames, &cache.take_tally());
+        if n == 0 {
+            return None;
+        }
+        for (slot, &w) in buf[n..n + py_n].iter_mut().zip(py) {
+            slot.write(w);
+        }
+        let mut len = n + py_n;
+        if let Some(id) = origin {
+            buf[len].write(ORIGIN_TAG | u64::from(id));
+            len += 1;
+        }
+        // SAFETY: `unwind` initialised the first `n` elements, the loop above the next
+        // `py_n`, and the origin's word the one after them when there is one.
+        let words = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u64, len) };
+        let ips = &words[..n];
+        // The thread's last stack again (a loop that allocates): its id without a hash.
+        if let Some(id) = cache.known(words) {
             return Some(id);
         }
-        None
-    })
+        let h = dedup::hash(words);
+        if let Some((id, rec)) = dedup::lookup(h, words) {
+            let suspect = rec.flags.load(Ordering::Relaxed) & dedup::FLAG_UNKNOWN_MODULE != 0;
+            if !suspect {
+                cache.remember(words, id);
+                return Some(id);
+            }
+            if attempt == 1 || !unwind::refresh(false) {
+                return Some(id);
+            }
+            snap = unwind::snapshot()?;
+            continue;
+        }
+        let unknown = ips.iter().find(|&&ip| !snap.knows(ip)).copied();
+        if let Some(ip) = unknown
+            && attempt == 0
+            && unwind::refresh_for_miss(ip)
+        {
+            snap = unwind::snapshot()?;
+            continue;
+        }
+        let flags = if unknown.is_some() {
+            dedup::FLAG_UNKNOWN_MODULE
+        } else {
+            0
+        };
+        let id = dedup::insert(h, words, flags)?;
+        if flags == 0 {
+            cache.remember(words, id);
+        }
+        return Some(id);
+    }
+    None
 }
 
 /// Every distinct stack captured so far, by id (innermost frame first; call-site addresses),

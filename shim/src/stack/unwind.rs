@@ -412,55 +412,107 @@ fn thread_stack_bounds() -> Option<(u64, u64)> {
     }
 }
 
-/// Runs `f` with this thread's unwinding state and stack bounds, or returns `None` (re-entered,
-/// or no state/bounds could be had).
-pub(crate) fn with_thread<R>(f: impl FnOnce(&mut Cache, (u64, u64)) -> Option<R>) -> Option<R> {
-    let mut f = Some(f);
-    let r = STATE.try_with(|st| {
-        if st.busy.replace(true) {
-            return None;
-        }
-        let mut bounds = st.stack.get();
-        let mut c = st.cache.get();
-        if bounds == (0, 0) || c.is_null() {
-            // The thread's set-up, done once (billed apart): its stack's bounds, its rule cache.
-            crate::process::cost::one_time(|| {
-                if bounds == (0, 0) {
-                    bounds = thread_stack_bounds().unwrap_or((1, 1));
-                    st.stack.set(bounds);
-                }
-                if c.is_null() {
-                    c = Box::into_raw(Box::new(Cache::new()));
-                    st.cache.set(c);
-                }
-            });
-        }
-        // SAFETY: the state is owned by this thread and `busy` guarantees no other borrow.
-        let r = (bounds != (1, 1))
-            .then(|| (f.take()?)(unsafe { &mut *c }, bounds))
-            .flatten();
-        st.busy.set(false);
-        r
-    });
-    match r {
-        Ok(r) => r,
-        Err(_) => {
-            // Thread-locals destroyed: borrow the spare if free, never wait.
-            if !SPARE_LOCK.try_lock() {
-                return None;
-            }
-            let mut c = SPARE.load(Ordering::Relaxed);
-            if c.is_null() {
-                c = Box::into_raw(Box::new(Cache::new()));
-                SPARE.store(c, Ordering::Relaxed);
-            }
-            let bounds = thread_stack_bounds();
-            // SAFETY: the spare is only used under SPARE_LOCK.
-            let r = bounds.and_then(|b| (f.take()?)(unsafe { &mut *c }, b));
-            SPARE_LOCK.unlock();
-            r
+/// This thread's unwinding state and stack bounds, borrowed (see [`borrow`]) until dropped.
+/// Not `Send` (it holds a `&Cell`): it never leaves its thread, and lives inside one capture.
+pub(crate) struct Borrowed {
+    cache: *mut Cache,
+    pub(crate) bounds: (u64, u64),
+    /// What the drop gives back: the thread's busy flag, or (`None`) the spare's lock.
+    busy: Option<&'static Cell<bool>>,
+}
+
+impl Borrowed {
+    /// The borrowed rule cache.
+    #[inline(always)]
+    pub(crate) fn cache(&mut self) -> &mut Cache {
+        // SAFETY: the thread's cache (owned by this thread, `busy` set: no other borrow) or the
+        // spare (only used under SPARE_LOCK, held), valid until this borrow is dropped; the
+        // `&mut self` keeps it to one borrow at a time.
+        unsafe { &mut *self.cache }
+    }
+}
+
+impl Drop for Borrowed {
+    #[inline(always)]
+    fn drop(&mut self) {
+        match self.busy {
+            Some(busy) => busy.set(false),
+            None => SPARE_LOCK.unlock(),
         }
     }
+}
+
+/// Borrows this thread's unwinding state and stack bounds, or returns `None` (re-entered, or no
+/// state/bounds could be had). A borrow rather than a closure ([`with_thread`]), so that the
+/// capture's work is no frame of its own for every capture to unwind through and skip.
+#[inline(always)]
+pub(crate) fn borrow() -> Option<Borrowed> {
+    let st = STATE.try_with(|st| st as *const ThreadState);
+    let Ok(st) = st else {
+        // Thread-locals destroyed: borrow the spare if free, never wait.
+        return borrow_spare();
+    };
+    // SAFETY: STATE's storage lasts until this thread exits; its destructor runs only after
+    // every call the thread makes returns, so not while this capture runs (a capture from
+    // another thread-local's destructor finds it either whole or gone: then `try_with` failed
+    // above). `&ThreadState` is not `Send`: the reference stays on this thread.
+    let st: &'static ThreadState = unsafe { &*st };
+    if st.busy.replace(true) {
+        return None;
+    }
+    let mut bounds = st.stack.get();
+    let mut c = st.cache.get();
+    if bounds == (0, 0) || c.is_null() {
+        // The thread's set-up, done once (billed apart): its stack's bounds, its rule cache.
+        crate::process::cost::one_time(|| {
+            if bounds == (0, 0) {
+                bounds = thread_stack_bounds().unwrap_or((1, 1));
+                st.stack.set(bounds);
+            }
+            if c.is_null() {
+                c = Box::into_raw(Box::new(Cache::new()));
+                st.cache.set(c);
+            }
+        });
+    }
+    let borrowed = Borrowed {
+        cache: c,
+        bounds,
+        busy: Some(&st.busy),
+    };
+    // Bounds unknowable: nothing to unwind (the drop gives the flag back).
+    (bounds != (1, 1)).then_some(borrowed)
+}
+
+/// [`borrow`] for a thread whose thread-locals are gone: the spare, under its lock.
+#[cold]
+#[inline(never)]
+fn borrow_spare() -> Option<Borrowed> {
+    if !SPARE_LOCK.try_lock() {
+        return None;
+    }
+    let mut c = SPARE.load(Ordering::Relaxed);
+    if c.is_null() {
+        c = Box::into_raw(Box::new(Cache::new()));
+        SPARE.store(c, Ordering::Relaxed);
+    }
+    let mut borrowed = Borrowed {
+        cache: c,
+        bounds: (0, 0),
+        busy: None,
+    };
+    // Without bounds, the borrow's drop gives the lock back.
+    borrowed.bounds = thread_stack_bounds()?;
+    Some(borrowed)
+}
+
+/// Runs `f` with this thread's unwinding state and stack bounds ([`borrow`]), or returns `None`
+/// (re-entered, or no state/bounds could be had). For the tests.
+#[cfg(test)]
+pub(crate) fn with_thread<R>(f: impl FnOnce(&mut Cache, (u64, u64)) -> Option<R>) -> Option<R> {
+    let mut b = borrow()?;
+    let bounds = b.bounds;
+    f(b.cache(), bounds)
 }
 
 /// rip, rsp and rbp at the point of this (inlined) code.
@@ -494,14 +546,15 @@ pub(crate) enum Skip {
 }
 
 /// Unwinds the calling thread into `out` (call-site addresses: return address - 1; the
-/// innermost frame, always skipped in production, is the unwinder's own pc), returning how
-/// many were written.
+/// innermost frame, always skipped in production, is the unwinder's own pc: inlined, the pc in
+/// its caller), returning how many were written. Inlined into the capture: a frame of its own
+/// would be one more to step through and skip on every capture.
 ///
 /// Takes no lock and, once the thread's rule cache is warm, allocates nothing; reads memory
 /// only inside the mapped unwind sections of loaded modules and `[sp, stack top)` of this
 /// thread.
 #[cfg(target_arch = "x86_64")]
-#[inline(never)]
+#[inline(always)]
 pub(crate) fn unwind(
     snap: &Snapshot,
     cache: &mut Cache,

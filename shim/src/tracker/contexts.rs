@@ -2,12 +2,10 @@
 //! destroyed. A primary context keeps its handle across a reset, so each incarnation of a handle
 //! gets its own id.
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::record::NONE;
 use crate::driver::Entry;
 use crate::process::global::lock;
 
@@ -54,11 +52,6 @@ pub struct Contexts {
     inner: Mutex<Inner>,
     /// Bumped whenever a handle stops naming its incarnation, so per-thread caches refresh.
     generation: AtomicU64,
-}
-
-thread_local! {
-    /// (generation, handle, id, device) of the last lookup on this thread.
-    static LAST: Cell<(u64, u64, u32, i32)> = const { Cell::new((u64::MAX, 0, NONE, -1)) };
 }
 
 impl Contexts {
@@ -111,8 +104,20 @@ impl Contexts {
     /// The id and device of the live incarnation of `handle`.
     #[inline(always)]
     pub fn lookup(&self, handle: u64) -> Option<(u32, i32)> {
+        self.lookup_in(crate::process::local::get(), handle)
+    }
+
+    /// [`Self::lookup`] on the thread whose words `l` are (already looked up:
+    /// `process::local`).
+    #[inline(always)]
+    pub fn lookup_in(
+        &self,
+        l: Option<&crate::process::local::Local>,
+        handle: u64,
+    ) -> Option<(u32, i32)> {
         let generation = self.generation.load(Ordering::Acquire);
-        if let Ok((g, h, id, dev)) = LAST.try_with(|c| c.get())
+        // (generation, handle, id, device) of the last lookup on this thread.
+        if let Some((g, h, id, dev)) = l.map(|l| l.context.get())
             && g == generation
             && h == handle
         {
@@ -131,8 +136,10 @@ impl Contexts {
                 .get(&handle)
                 .map(|&i| (inner.list[i].id, inner.list[i].device))
         };
-        if let Some((id, dev)) = found {
-            let _ = LAST.try_with(|c| c.set((generation, handle, id, dev)));
+        if let Some((id, dev)) = found
+            && let Some(l) = crate::process::local::get()
+        {
+            l.context.set((generation, handle, id, dev));
         }
         found
     }

@@ -115,7 +115,6 @@ impl Drop for Owner {
 }
 
 thread_local! {
-    static COUNTERS: Cell<*const Counters> = const { Cell::new(std::ptr::null()) };
     static OWNER: std::cell::RefCell<Option<Owner>> = const { std::cell::RefCell::new(None) };
     static ARENA: Cell<usize> = const { Cell::new(usize::MAX) };
 }
@@ -127,9 +126,17 @@ fn slot(device: i32) -> usize {
 /// The calling thread's counters, registered on first use. `None` while the thread is exiting.
 #[inline(always)]
 fn counters() -> Option<&'static Counters> {
-    let p = COUNTERS.try_with(|c| c.get()).ok()?;
+    counters_in(crate::process::local::get())
+}
+
+/// [`counters`] of the thread whose words `l` are (already looked up: `process::local`).
+#[inline(always)]
+fn counters_in(l: Option<&crate::process::local::Local>) -> Option<&'static Counters> {
+    // The pointer lives with the allocation path's other words of the thread
+    // (`process::local`): one thread-local look-up for them all.
+    let p = l?.counters.get() as *const Counters;
     if !p.is_null() {
-        // SAFETY: registered counters are leaked and never freed.
+        // SAFETY: only `register` sets it, to counters that are leaked and never freed.
         return Some(unsafe { &*p });
     }
     register()
@@ -148,7 +155,9 @@ fn register() -> Option<&'static Counters> {
         c
     };
     OWNER.try_with(|o| *o.borrow_mut() = Some(Owner(c))).ok()?;
-    COUNTERS.try_with(|p| p.set(c)).ok()?;
+    crate::process::local::get()?
+        .counters
+        .set(c as *const Counters as *const ());
     Some(c)
 }
 
@@ -169,6 +178,18 @@ pub fn arena(count: usize) -> usize {
 /// bytes ([`super::by_stack`]), with one look-up of the thread's counters.
 #[inline(always)]
 pub fn device_change(device: i32, size: u64, stack: u32, allocated: bool) {
+    device_change_in(crate::process::local::get(), device, size, stack, allocated);
+}
+
+/// [`device_change`] on the thread whose words `l` are (already looked up: `process::local`).
+#[inline(always)]
+pub fn device_change_in(
+    l: Option<&crate::process::local::Local>,
+    device: i32,
+    size: u64,
+    stack: u32,
+    allocated: bool,
+) {
     let s = slot(device);
     let index = super::stack_cells::index(stack);
     let delta = if allocated {
@@ -177,7 +198,7 @@ pub fn device_change(device: i32, size: u64, stack: u32, allocated: bool) {
         -(size as i64)
     };
     super::windows::note(delta);
-    match counters() {
+    match counters_in(l) {
         Some(c) => {
             let d = &c.devices[s];
             if allocated {
@@ -372,8 +393,11 @@ pub fn reset_after_fork() {
     // The registry's lock may be held by a thread that no longer exists: start a new one. The
     // old one and the other threads' counters are leaked; this thread's are zeroed and kept.
     crate::process::global::replace(&REGISTRY, Mutex::new((Vec::new(), Vec::new())));
-    if let Some(c) = COUNTERS.try_with(|c| c.get()).ok().filter(|p| !p.is_null()) {
-        // SAFETY: registered counters are leaked and never freed.
+    if let Some(c) = crate::process::local::get()
+        .map(|l| l.counters.get() as *const Counters)
+        .filter(|p| !p.is_null())
+    {
+        // SAFETY: only `register` sets it, to counters that are leaked and never freed.
         let c = unsafe { &*c };
         c.exported_calls.store(0, Relaxed);
         for d in &c.devices {

@@ -249,7 +249,7 @@ impl Tracker {
     /// Accounts for a completed free of `record` at `addr` on `stream` (0 for a free that takes
     /// none: see [`crate::recorder::freed`]), begun at `tsc` ([`crate::recorder::stamp`]);
     /// `pooled`: a block of cuguard's pool.
-    #[inline]
+    #[inline(always)]
     pub fn freed(&self, addr: u64, record: &Record, tsc: u64, stream: u64, pooled: bool) {
         self.stats.freed_from(record, pooled);
         record.history_freed_on(addr, tsc, stream);

@@ -71,7 +71,7 @@ impl Record {
     /// [`Self::history_allocated`] of an allocation made on `stream` (the history's key of a
     /// stream: see [`crate::recorder::allocated_at`]), at the moment `tsc` when one taken
     /// already follows every free of `addr` (see there too).
-    #[inline]
+    #[inline(always)]
     pub fn history_allocated_at(&self, tsc: Option<u64>, addr: u64, pooled: bool, stream: u64) {
         crate::recorder::allocated_at(
             tsc,
@@ -94,7 +94,7 @@ impl Record {
     }
 
     /// [`Self::history_freed`] by a free on `stream` (see [`crate::recorder::freed`]).
-    #[inline]
+    #[inline(always)]
     pub fn history_freed_on(&self, addr: u64, tsc: u64, stream: u64) {
         crate::recorder::freed(
             addr,

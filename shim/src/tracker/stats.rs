@@ -66,12 +66,24 @@ impl Stats {
     /// is held against the process's limit ([`limit`]).
     #[inline(always)]
     pub fn allocated_from(&self, r: &Record, pooled: bool) {
+        self.allocated_from_in(crate::process::local::get(), r, pooled);
+    }
+
+    /// [`Self::allocated_from`] on the thread whose words `l` are (already looked up:
+    /// `process::local`).
+    #[inline(always)]
+    pub fn allocated_from_in(
+        &self,
+        l: Option<&crate::process::local::Local>,
+        r: &Record,
+        pooled: bool,
+    ) {
         let (device, size) = (r.device, r.size);
         if r.memory.on_device() {
             if !pooled {
                 limit::charge(device, size);
             }
-            counters::device_change(device, size, r.stack, true);
+            counters::device_change_in(l, device, size, r.stack, true);
             super::tags::count(r.tag, size, true);
         } else {
             let rare = &self.rare[slot(device)];

@@ -31,8 +31,6 @@ pub const MAX_GIVEN: usize = 1 << 16;
 pub const MAX_DEPTH: usize = 16;
 
 thread_local! {
-    /// The thread's innermost open tag, or [`NONE`]: what an allocation reads.
-    static CURRENT: Cell<u32> = const { Cell::new(NONE) };
     /// The thread's open tags (name ids), innermost last, with how many are open (past
     /// [`MAX_DEPTH`] too).
     static OPEN: Cell<Open> = const { Cell::new(Open { ids: [NONE; MAX_DEPTH], depth: 0 }) };
@@ -58,7 +56,21 @@ impl Open {
 /// (also while the thread is being torn down). One thread-local read.
 #[inline]
 pub fn current() -> u32 {
-    CURRENT.try_with(Cell::get).unwrap_or(NONE)
+    current_in(crate::process::local::get())
+}
+
+/// [`current`] of the thread whose words `l` are (already looked up: `process::local`).
+#[inline(always)]
+pub fn current_in(l: Option<&crate::process::local::Local>) -> u32 {
+    l.map_or(NONE, |l| l.tag.get())
+}
+
+/// Sets the thread's innermost open tag (what [`current`] reads, kept with the allocation path's
+/// other words of the thread: `process::local`).
+fn set_current(tag: u32) {
+    if let Some(l) = crate::process::local::get() {
+        l.tag.set(tag);
+    }
 }
 
 /// Opens tag `id` on this thread.
@@ -70,7 +82,7 @@ pub fn push(id: u32) {
         }
         open.depth = open.depth.saturating_add(1);
         o.set(open);
-        let _ = CURRENT.try_with(|c| c.set(open.innermost()));
+        set_current(open.innermost());
     });
 }
 
@@ -83,7 +95,7 @@ pub fn pop() -> bool {
         }
         open.depth -= 1;
         o.set(open);
-        let _ = CURRENT.try_with(|c| c.set(open.innermost()));
+        set_current(open.innermost());
         true
     })
     .unwrap_or(false)
@@ -166,7 +178,7 @@ pub fn after_fork_child() {
             depth: 0,
         })
     });
-    let _ = CURRENT.try_with(|c| c.set(NONE));
+    set_current(NONE);
     // The parent's memory is not the child's, and the child's names are its own.
     for slot in &LIVE {
         slot[0].store(0, Relaxed);
