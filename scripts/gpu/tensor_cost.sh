@@ -8,7 +8,7 @@
 # batches of 5,000 pairs), interleaved over ROUNDS rounds (6): none (no cuguard), cuguard (this
 # build, its defaults), before (the baseline build, its defaults), none-again (the A/A control).
 # Then a training step (torch_blocks.py steps) with none, cuguard and before, in the first two
-# rounds. Writes $OUT/tensor_cost.txt and $OUT/tensor_cost.json (JSON lines).
+# rounds (STEP_ROUNDS of them, 2 unless said). Writes $OUT/tensor_cost.txt and $OUT/tensor_cost.json (JSON lines).
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -39,7 +39,7 @@ run() {  # variant mode
     for m in none cuguard before none-again; do
       run $m pairs | sed "s/^{/{\"variant\": \"$m\", \"mode\": \"pairs\", \"round\": $round, /" | tee -a "$OUT/tensor_cost.json"
     done
-    if [ "$round" -le 2 ]; then
+    if [ "$round" -le "${STEP_ROUNDS:-2}" ]; then
       for m in none cuguard before; do
         run $m steps | sed "s/^{/{\"variant\": \"$m\", \"mode\": \"steps\", \"round\": $round, /" | tee -a "$OUT/tensor_cost.json"
       done
