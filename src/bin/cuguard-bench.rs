@@ -4,8 +4,8 @@
 //! ```text
 //! cuguard-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--reports N] [--leaks N]
 //!               [--stacks N] [--sites N] [--depth N]
-//!               [--shapes many,merged,one,fleet,distinct,shared,ranks] [--rounds N] [--keep]
-//!               [--reuse]
+//!               [--shapes many,merged,one,fleet,distinct,shared,ranks,functions,wide]
+//!               [--rounds N] [--keep] [--reuse]
 //! ```
 //!
 //! It runs three shapes by default, each with `--leaks` leaks in all (default 1,000,000):
@@ -32,7 +32,18 @@
 //! from [`RANK_LINES`] lines, so that sites repeat across ranks now and then: about 400,000 are
 //! distinct at 10,000 processes (give `--leaks` 1,000 per process).
 //!
-//! For these three shapes the table gives, per build: `cat` of the same files (output
+//! `functions` and `wide` (issue 56) are a training job as a program makes it: every process its
+//! own rank, every frame of every stack past the shim's `cuMemAlloc_v2` (12 frames, unless
+//! `--depth` says) a function `fn_F (mod_K.cc:L)` drawn from the program's
+//! [`PROGRAM_FUNCTIONS`], at a line that depends on the function it calls; the site the shim
+//! picks is the first of them. The same functions, hence the same sites, recur across stacks and
+//! ranks along differing call paths, so that the command's call paths (`src/call_path.rs`) charge
+//! many stacks to callers. `functions` gives each process 50 stacks of its own, each site at one
+//! line per function (200 sites); `wide` gives each process `--stacks` stacks of its own
+//! (default 2,000; the report keeps them all, the leaks are drawn from them) with each site's
+//! line drawn from [`WIDE_LINES`] per function: thousands of distinct sites per rank.
+//!
+//! For these shapes the table gives, per build: `cat` of the same files (output
 //! discarded, as the commands' is; once untimed first, so that every timed read finds the files
 //! cached), then summary's and check's wall time, CPU time and peak RSS (the child's
 //! `ru_maxrss`), and each one's wall time as a multiple of that `cat`'s, against the goals; for
@@ -45,6 +56,8 @@
 //! target/release/cuguard-bench --shapes distinct,shared --reports 10000 --leaks 10000000 \
 //!     --before /tmp/cuguard-before --rounds 2 --keep --reuse
 //! target/release/cuguard-bench --shapes ranks --reports 10000 --leaks 10000000 \
+//!     --before /tmp/cuguard-before --dir /tmp/cuguard-bench --keep --reuse
+//! target/release/cuguard-bench --shapes functions,wide --reports 10000 --leaks 10000000 \
 //!     --before /tmp/cuguard-before --dir /tmp/cuguard-bench --keep --reuse
 //! ```
 
@@ -112,8 +125,8 @@ fn parse() -> Result<Options, String> {
                 return Err(
                     "usage: cuguard-bench [--cuguard PATH] [--before PATH] [--dir DIR] \
                             [--reports N] [--leaks N] [--stacks N] [--sites N] [--depth N] \
-                            [--shapes many,merged,one,fleet,distinct,shared,ranks] [--rounds N] \
-                            [--keep] [--reuse]"
+                            [--shapes many,merged,one,fleet,distinct,shared,ranks,functions,\
+                            wide] [--rounds N] [--keep] [--reuse]"
                         .into(),
                 );
             }
@@ -359,6 +372,14 @@ enum Layout {
     /// A training job, every process its own rank: [`PER_REPORT`] stacks of its own, each
     /// charged to a site drawn from [`RANK_FUNCTIONS`] × [`RANK_LINES`] (see [`rank_site`]).
     Ranks,
+    /// A training job, every process its own rank (issue 56): [`PER_REPORT`] stacks of its own,
+    /// every frame past the shim's a function drawn from [`PROGRAM_FUNCTIONS`] (see
+    /// [`program_stack`]), the site the first of them.
+    Functions,
+    /// As [`Layout::Functions`], with `stacks` stacks of its own per process (the report keeps
+    /// them all, leaking or not) and each site's line drawn from [`WIDE_LINES`]: thousands of
+    /// distinct sites per rank.
+    Wide { stacks: usize },
 }
 
 /// How many stacks (and sites) each process of the `distinct`, `shared` and `ranks` shapes has.
@@ -374,11 +395,94 @@ const RANK_LINES: u64 = 2500;
 /// The site of stack `g` of `ranks`: (function number, line), the same for the same `g`
 /// (a splitmix64 of it).
 fn rank_site(g: u64) -> (u64, u32) {
-    let mut z = g.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let z = splitmix(g);
+    (z % RANK_FUNCTIONS, ((z >> 32) % RANK_LINES) as u32 + 1)
+}
+
+/// A splitmix64 of `x`: a fixed pseudo-random function of it.
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    (z % RANK_FUNCTIONS, ((z >> 32) % RANK_LINES) as u32 + 1)
+    z ^ (z >> 31)
+}
+
+/// How many functions the frames of `functions` and `wide` are drawn from.
+const PROGRAM_FUNCTIONS: u64 = 200;
+
+/// How many lines of its function a site of `wide` is drawn from: with
+/// [`PROGRAM_FUNCTIONS`], 20,000 places, of which a rank of 2,000 stacks hits about 1,900.
+const WIDE_LINES: u64 = 100;
+
+/// The stack `g` of `functions` and `wide`: the shim's `cuMemAlloc_v2`, then `depth - 1`
+/// frames of the program, innermost first, each a function `fn_F` (`F` drawn from
+/// [`PROGRAM_FUNCTIONS`], in `mod_{F / 10}.cc`) at the line where it calls the frame before it
+/// (a line of `F` that depends on the callee); the site the shim picks is frame 1, at line
+/// `10 + 200 F` (`functions`) or one of [`WIDE_LINES`] lines from there (`wide`).
+fn program_stack(g: u64, layout: Layout, o: &Options) -> Stack {
+    let shim: Arc<str> = "/opt/cuguard/lib/libcuguard.so".into();
+    let trainer: Arc<str> = "/opt/fleet/bin/trainer".into();
+    let files: Vec<Arc<str>> = (0..PROGRAM_FUNCTIONS.div_ceil(10))
+        .map(|k| format!("mod_{k}.cc").into())
+        .collect();
+    let mut callee = 0u64;
+    let mut site = None;
+    let frames = (0..layout.depth(o))
+        .map(|d| {
+            let ip = Addr(0x5500_0000_0000u64 + (g * 64 + d as u64) * 16);
+            let offset = Addr((g * 64 + d as u64) * 16);
+            if d == 0 {
+                return Frame {
+                    ip,
+                    module: shim.clone(),
+                    offset,
+                    function: Some("cuMemAlloc_v2".into()),
+                    file: None,
+                    line: None,
+                    inlined: None,
+                };
+            }
+            let z = splitmix(g.wrapping_mul(64) + d as u64);
+            let f = z % PROGRAM_FUNCTIONS;
+            let line = 10
+                + 200 * f as u32
+                + if d == 1 {
+                    match layout {
+                        Layout::Wide { .. } => ((z >> 32) % WIDE_LINES) as u32,
+                        _ => 0,
+                    }
+                } else {
+                    100 + (callee % 50) as u32
+                };
+            if d == 1 {
+                site = Some(StackSite {
+                    in_: "frames".into(),
+                    index: 1,
+                    fingerprint: format!("{f:03}{line:05}"),
+                    kind: Some("user".into()),
+                });
+            }
+            callee = f;
+            Frame {
+                ip,
+                module: trainer.clone(),
+                offset,
+                function: Some(format!("fn_{f}").into()),
+                file: Some(files[(f / 10) as usize].clone()),
+                line: Some(line),
+                inlined: None,
+            }
+        })
+        .collect();
+    Stack {
+        id: g,
+        frames,
+        python: Vec::new(),
+        site,
+        owner: Some("program".into()),
+        mixed: Vec::new(),
+        origin: None,
+    }
 }
 
 impl Layout {
@@ -389,30 +493,39 @@ impl Layout {
             Layout::Distinct => "distinct",
             Layout::Shared => "shared",
             Layout::Ranks => "ranks",
+            Layout::Functions => "functions",
+            Layout::Wide { .. } => "wide",
         }
     }
 
-    /// Frames per stack: `--depth`, else 12 for `ranks` and 16 for the others.
+    /// Whether every process is its own rank, in a file of its own.
+    fn ranked(self) -> bool {
+        matches!(
+            self,
+            Layout::Ranks | Layout::Functions | Layout::Wide { .. }
+        )
+    }
+
+    /// Frames per stack: `--depth`, else 12 for a ranked shape and 16 for the others.
     fn depth(self, o: &Options) -> usize {
-        o.depth
-            .unwrap_or(if self == Layout::Ranks { 12 } else { 16 })
+        o.depth.unwrap_or(if self.ranked() { 12 } else { 16 })
     }
 
     /// The rank of process `pid` (the `i`-th has pid 20,000 + `i`): its number for `ranks`, else
     /// one of 8.
     fn rank(self, pid: u32) -> u32 {
-        match self {
-            Layout::Ranks => pid - 20_000,
-            _ => pid % 8,
-        }
+        if self.ranked() { pid - 20_000 } else { pid % 8 }
     }
 
     /// The stacks process number `i` allocates from (ids from 1), maybe repeated.
     fn stacks(self, i: usize, rng: &mut Rng) -> Vec<u64> {
         match self {
             Layout::Fleet { stacks } => (0..48).map(|_| rng.next() % stacks as u64 + 1).collect(),
-            Layout::Distinct | Layout::Ranks => (1..=PER_REPORT)
+            Layout::Distinct | Layout::Ranks | Layout::Functions => (1..=PER_REPORT)
                 .map(|k| i as u64 * PER_REPORT + k)
+                .collect(),
+            Layout::Wide { stacks } => (1..=stacks as u64)
+                .map(|k| i as u64 * stacks as u64 + k)
                 .collect(),
             Layout::Shared => (1..=PER_REPORT).collect(),
         }
@@ -422,7 +535,11 @@ impl Layout {
     fn site(self, g: u64, o: &Options) -> u64 {
         match self {
             Layout::Fleet { .. } => g % o.sites as u64,
-            Layout::Distinct | Layout::Shared | Layout::Ranks => g,
+            Layout::Distinct
+            | Layout::Shared
+            | Layout::Ranks
+            | Layout::Functions
+            | Layout::Wide { .. } => g,
         }
     }
 }
@@ -477,7 +594,10 @@ fn fleet_report(
     ids.sort_unstable();
     ids.dedup();
     for g in ids {
-        r.stacks.push(fleet_stack(g, layout, o));
+        r.stacks.push(match layout {
+            Layout::Functions | Layout::Wide { .. } => program_stack(g, layout, o),
+            _ => fleet_stack(g, layout, o),
+        });
     }
     r.stats.devices.push(all_live(device, total, leaks));
     r
@@ -594,7 +714,7 @@ fn fleet_stack(g: u64, layout: Layout, o: &Options) -> Stack {
 }
 
 /// Writes a fleet-like shape into `dir`: `o.reports` processes, one in six of them (the first
-/// eight of every 48 ranks) in merged reports of eight, but for `ranks` (a file each); returns
+/// eight of every 48 ranks) in merged reports of eight, but for a ranked shape (a file each); returns
 /// (files, total bytes, largest file).
 fn generate_fleet(dir: &Path, layout: Layout, o: &Options) -> std::io::Result<(usize, u64, u64)> {
     let _ = std::fs::remove_dir_all(dir);
@@ -607,7 +727,7 @@ fn generate_fleet(dir: &Path, layout: Layout, o: &Options) -> std::io::Result<(u
         let pid = 20_000 + i as u32;
         let mine = layout.stacks(i, &mut rng);
         let report = fleet_report(pid, leaks, &mine, layout, o, &mut rng);
-        if i % 48 < 8 && layout != Layout::Ranks {
+        if i % 48 < 8 && !layout.ranked() {
             if merged.is_none() {
                 let path = dir.join(format!("cuguard.merged.{pid}.json"));
                 let out = std::io::BufWriter::new(std::fs::File::create(&path)?);
@@ -656,6 +776,12 @@ fn fleet_files(dir: &Path, layout: Layout, o: &Options) -> Result<(usize, u64, u
             o.reports,
             o.leaks,
             o.sites,
+            layout.depth(o)
+        ),
+        Layout::Wide { stacks } => format!(
+            "wide reports {} leaks {} stacks {stacks} depth {}\n",
+            o.reports,
+            o.leaks,
             layout.depth(o)
         ),
         _ => format!(
@@ -759,7 +885,9 @@ fn fleet(layout: Layout, o: &Options) -> Result<(), String> {
     let (_, input, _) = fleet_files(&dir, layout, o)?;
     let goal = match layout {
         Layout::Fleet { .. } => "≤ 3 s, ≤ 64 MiB",
-        Layout::Distinct | Layout::Ranks => "≤ 4.5× cat, ≤ 64 MiB",
+        Layout::Distinct | Layout::Ranks | Layout::Functions | Layout::Wide { .. } => {
+            "≤ 4.5× cat, ≤ 64 MiB"
+        }
         Layout::Shared => "RSS flat in reports",
     };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -774,6 +902,17 @@ fn fleet(layout: Layout, o: &Options) -> Result<(), String> {
         Layout::Ranks => format!(
             "each process its own rank, {PER_REPORT} stacks of {} frames each, sites from \
              {RANK_FUNCTIONS} functions × {RANK_LINES} lines",
+            layout.depth(o)
+        ),
+        Layout::Functions => format!(
+            "each process its own rank, {PER_REPORT} stacks of {} frames each, every frame from \
+             {PROGRAM_FUNCTIONS} functions",
+            layout.depth(o)
+        ),
+        Layout::Wide { stacks } => format!(
+            "each process its own rank, {stacks} stacks of {} frames each, every frame from \
+             {PROGRAM_FUNCTIONS} functions, sites from {PROGRAM_FUNCTIONS} functions × \
+             {WIDE_LINES} lines",
             layout.depth(o)
         ),
     };
@@ -822,11 +961,13 @@ fn run() -> Result<(), String> {
     {
         return Err(format!("{}: not found", before.display()));
     }
-    let (fleet_shapes, shapes): (Vec<&str>, Vec<&str>) = o
-        .shapes
-        .iter()
-        .map(String::as_str)
-        .partition(|s| matches!(*s, "fleet" | "distinct" | "shared" | "ranks"));
+    let (fleet_shapes, shapes): (Vec<&str>, Vec<&str>) =
+        o.shapes.iter().map(String::as_str).partition(|s| {
+            matches!(
+                *s,
+                "fleet" | "distinct" | "shared" | "ranks" | "functions" | "wide"
+            )
+        });
     for (i, shape) in fleet_shapes.iter().enumerate() {
         let layout = match *shape {
             "fleet" => Layout::Fleet {
@@ -834,6 +975,10 @@ fn run() -> Result<(), String> {
             },
             "distinct" => Layout::Distinct,
             "ranks" => Layout::Ranks,
+            "functions" => Layout::Functions,
+            "wide" => Layout::Wide {
+                stacks: o.stacks.unwrap_or(2000),
+            },
             _ => Layout::Shared,
         };
         if i > 0 {
