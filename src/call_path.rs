@@ -335,15 +335,14 @@ mod tests {
             line,
             inlined: None,
         };
-        let python = |function: &str, file: &str, line: Option<u32>, display: Option<&str>| {
-            PyFrame {
+        let python =
+            |function: &str, file: &str, line: Option<u32>, display: Option<&str>| PyFrame {
                 file: file.into(),
                 line,
                 function: function.into(),
                 entry: None,
                 display: display.map(Into::into),
-            }
-        };
+            };
         let natives = [
             native("step", Some("/src/x.c"), Some(32)),
             native("step", Some("/other/x.c"), Some(32)),

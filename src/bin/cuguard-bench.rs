@@ -32,16 +32,12 @@
 //! from [`RANK_LINES`] lines, so that sites repeat across ranks now and then: about 400,000 are
 //! distinct at 10,000 processes (give `--leaks` 1,000 per process).
 //!
-//! `functions` and `wide` (issue 56) are a training job as a program makes it: every process its
-//! own rank, every frame of every stack past the shim's `cuMemAlloc_v2` (12 frames, unless
-//! `--depth` says) a function `fn_F (mod_K.cc:L)` drawn from the program's
-//! [`PROGRAM_FUNCTIONS`], at a line that depends on the function it calls; the site the shim
-//! picks is the first of them. The same functions, hence the same sites, recur across stacks and
-//! ranks along differing call paths, so that the command's call paths (`src/call_path.rs`) charge
-//! many stacks to callers. `functions` gives each process 50 stacks of its own, each site at one
-//! line per function (200 sites); `wide` gives each process `--stacks` stacks of its own
-//! (default 2,000; the report keeps them all, the leaks are drawn from them) with each site's
-//! line drawn from [`WIDE_LINES`] per function: thousands of distinct sites per rank.
+//! `functions` and `wide` (issue 56) are a training job as a program makes it: every process
+//! its own rank, every frame of a stack past the shim's (12, unless `--depth` says) a function
+//! drawn from the program's 200 (see [`program`]), so that sites recur across stacks and ranks
+//! along differing call paths. `functions` gives each process 50 stacks of its own; `wide`
+//! `--stacks` (default 2,000; the report keeps them all) with sites from 200 functions × 100
+//! lines: thousands of distinct sites per rank.
 //!
 //! For these shapes the table gives, per build: `cat` of the same files (output
 //! discarded, as the commands' is; once untimed first, so that every timed read finds the files
@@ -66,6 +62,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
+
+#[path = "cuguard-bench/program.rs"]
+mod program;
 
 use cuguard_format::merged::{Merged, MergedWriter};
 use cuguard_format::{
@@ -373,12 +372,10 @@ enum Layout {
     /// charged to a site drawn from [`RANK_FUNCTIONS`] × [`RANK_LINES`] (see [`rank_site`]).
     Ranks,
     /// A training job, every process its own rank (issue 56): [`PER_REPORT`] stacks of its own,
-    /// every frame past the shim's a function drawn from [`PROGRAM_FUNCTIONS`] (see
-    /// [`program_stack`]), the site the first of them.
+    /// of the program's functions ([`program::stack`]).
     Functions,
-    /// As [`Layout::Functions`], with `stacks` stacks of its own per process (the report keeps
-    /// them all, leaking or not) and each site's line drawn from [`WIDE_LINES`]: thousands of
-    /// distinct sites per rank.
+    /// As [`Layout::Functions`], with `stacks` stacks per process and sites from
+    /// [`program::WIDE_LINES`] lines per function: thousands of distinct sites per rank.
     Wide { stacks: usize },
 }
 
@@ -395,94 +392,8 @@ const RANK_LINES: u64 = 2500;
 /// The site of stack `g` of `ranks`: (function number, line), the same for the same `g`
 /// (a splitmix64 of it).
 fn rank_site(g: u64) -> (u64, u32) {
-    let z = splitmix(g);
+    let z = program::splitmix(g);
     (z % RANK_FUNCTIONS, ((z >> 32) % RANK_LINES) as u32 + 1)
-}
-
-/// A splitmix64 of `x`: a fixed pseudo-random function of it.
-fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// How many functions the frames of `functions` and `wide` are drawn from.
-const PROGRAM_FUNCTIONS: u64 = 200;
-
-/// How many lines of its function a site of `wide` is drawn from: with
-/// [`PROGRAM_FUNCTIONS`], 20,000 places, of which a rank of 2,000 stacks hits about 1,900.
-const WIDE_LINES: u64 = 100;
-
-/// The stack `g` of `functions` and `wide`: the shim's `cuMemAlloc_v2`, then `depth - 1`
-/// frames of the program, innermost first, each a function `fn_F` (`F` drawn from
-/// [`PROGRAM_FUNCTIONS`], in `mod_{F / 10}.cc`) at the line where it calls the frame before it
-/// (a line of `F` that depends on the callee); the site the shim picks is frame 1, at line
-/// `10 + 200 F` (`functions`) or one of [`WIDE_LINES`] lines from there (`wide`).
-fn program_stack(g: u64, layout: Layout, o: &Options) -> Stack {
-    let shim: Arc<str> = "/opt/cuguard/lib/libcuguard.so".into();
-    let trainer: Arc<str> = "/opt/fleet/bin/trainer".into();
-    let files: Vec<Arc<str>> = (0..PROGRAM_FUNCTIONS.div_ceil(10))
-        .map(|k| format!("mod_{k}.cc").into())
-        .collect();
-    let mut callee = 0u64;
-    let mut site = None;
-    let frames = (0..layout.depth(o))
-        .map(|d| {
-            let ip = Addr(0x5500_0000_0000u64 + (g * 64 + d as u64) * 16);
-            let offset = Addr((g * 64 + d as u64) * 16);
-            if d == 0 {
-                return Frame {
-                    ip,
-                    module: shim.clone(),
-                    offset,
-                    function: Some("cuMemAlloc_v2".into()),
-                    file: None,
-                    line: None,
-                    inlined: None,
-                };
-            }
-            let z = splitmix(g.wrapping_mul(64) + d as u64);
-            let f = z % PROGRAM_FUNCTIONS;
-            let line = 10
-                + 200 * f as u32
-                + if d == 1 {
-                    match layout {
-                        Layout::Wide { .. } => ((z >> 32) % WIDE_LINES) as u32,
-                        _ => 0,
-                    }
-                } else {
-                    100 + (callee % 50) as u32
-                };
-            if d == 1 {
-                site = Some(StackSite {
-                    in_: "frames".into(),
-                    index: 1,
-                    fingerprint: format!("{f:03}{line:05}"),
-                    kind: Some("user".into()),
-                });
-            }
-            callee = f;
-            Frame {
-                ip,
-                module: trainer.clone(),
-                offset,
-                function: Some(format!("fn_{f}").into()),
-                file: Some(files[(f / 10) as usize].clone()),
-                line: Some(line),
-                inlined: None,
-            }
-        })
-        .collect();
-    Stack {
-        id: g,
-        frames,
-        python: Vec::new(),
-        site,
-        owner: Some("program".into()),
-        mixed: Vec::new(),
-        origin: None,
-    }
 }
 
 impl Layout {
@@ -595,7 +506,8 @@ fn fleet_report(
     ids.dedup();
     for g in ids {
         r.stacks.push(match layout {
-            Layout::Functions | Layout::Wide { .. } => program_stack(g, layout, o),
+            Layout::Functions => program::stack(g, layout.depth(o), false),
+            Layout::Wide { .. } => program::stack(g, layout.depth(o), true),
             _ => fleet_stack(g, layout, o),
         });
     }
@@ -714,7 +626,7 @@ fn fleet_stack(g: u64, layout: Layout, o: &Options) -> Stack {
 }
 
 /// Writes a fleet-like shape into `dir`: `o.reports` processes, one in six of them (the first
-/// eight of every 48 ranks) in merged reports of eight, but for a ranked shape (a file each); returns
+/// eight of every 48 ranks) in merged reports of eight, but for a ranked shape (each a file); gives
 /// (files, total bytes, largest file).
 fn generate_fleet(dir: &Path, layout: Layout, o: &Options) -> std::io::Result<(usize, u64, u64)> {
     let _ = std::fs::remove_dir_all(dir);
@@ -906,14 +818,17 @@ fn fleet(layout: Layout, o: &Options) -> Result<(), String> {
         ),
         Layout::Functions => format!(
             "each process its own rank, {PER_REPORT} stacks of {} frames each, every frame from \
-             {PROGRAM_FUNCTIONS} functions",
-            layout.depth(o)
+             {} functions",
+            layout.depth(o),
+            program::FUNCTIONS
         ),
         Layout::Wide { stacks } => format!(
             "each process its own rank, {stacks} stacks of {} frames each, every frame from \
-             {PROGRAM_FUNCTIONS} functions, sites from {PROGRAM_FUNCTIONS} functions × \
-             {WIDE_LINES} lines",
-            layout.depth(o)
+             {} functions, sites from {} functions × {} lines",
+            layout.depth(o),
+            program::FUNCTIONS,
+            program::FUNCTIONS,
+            program::WIDE_LINES
         ),
     };
     println!("{}: {what}; load average {}", layout.name(), load.join(" "));
