@@ -397,6 +397,24 @@ fn rank_site(g: u64) -> (u64, u32) {
 }
 
 impl Layout {
+    /// The fleet-like shape called `name`, if there is one.
+    fn of(name: &str, o: &Options) -> Option<Layout> {
+        let stacks = |default| o.stacks.unwrap_or(default);
+        Some(match name {
+            "fleet" => Layout::Fleet {
+                stacks: stacks(400),
+            },
+            "distinct" => Layout::Distinct,
+            "shared" => Layout::Shared,
+            "ranks" => Layout::Ranks,
+            "functions" => Layout::Functions,
+            "wide" => Layout::Wide {
+                stacks: stacks(2000),
+            },
+            _ => return None,
+        })
+    }
+
     /// The shape's name on the command line and in its stamp.
     fn name(self) -> &'static str {
         match self {
@@ -816,20 +834,8 @@ fn fleet(layout: Layout, o: &Options) -> Result<(), String> {
              {RANK_FUNCTIONS} functions × {RANK_LINES} lines",
             layout.depth(o)
         ),
-        Layout::Functions => format!(
-            "each process its own rank, {PER_REPORT} stacks of {} frames each, every frame from \
-             {} functions",
-            layout.depth(o),
-            program::FUNCTIONS
-        ),
-        Layout::Wide { stacks } => format!(
-            "each process its own rank, {stacks} stacks of {} frames each, every frame from \
-             {} functions, sites from {} functions × {} lines",
-            layout.depth(o),
-            program::FUNCTIONS,
-            program::FUNCTIONS,
-            program::WIDE_LINES
-        ),
+        Layout::Functions => program::what(PER_REPORT, layout.depth(o), false),
+        Layout::Wide { stacks } => program::what(stacks as u64, layout.depth(o), true),
     };
     println!("{}: {what}; load average {}", layout.name(), load.join(" "));
     println!(
@@ -876,26 +882,16 @@ fn run() -> Result<(), String> {
     {
         return Err(format!("{}: not found", before.display()));
     }
-    let (fleet_shapes, shapes): (Vec<&str>, Vec<&str>) =
-        o.shapes.iter().map(String::as_str).partition(|s| {
-            matches!(
-                *s,
-                "fleet" | "distinct" | "shared" | "ranks" | "functions" | "wide"
-            )
-        });
-    for (i, shape) in fleet_shapes.iter().enumerate() {
-        let layout = match *shape {
-            "fleet" => Layout::Fleet {
-                stacks: o.stacks.unwrap_or(400),
-            },
-            "distinct" => Layout::Distinct,
-            "ranks" => Layout::Ranks,
-            "functions" => Layout::Functions,
-            "wide" => Layout::Wide {
-                stacks: o.stacks.unwrap_or(2000),
-            },
-            _ => Layout::Shared,
-        };
+    let (fleet_shapes, shapes): (Vec<&str>, Vec<&str>) = o
+        .shapes
+        .iter()
+        .map(String::as_str)
+        .partition(|s| Layout::of(s, &o).is_some());
+    for (i, layout) in fleet_shapes
+        .iter()
+        .filter_map(|s| Layout::of(s, &o))
+        .enumerate()
+    {
         if i > 0 {
             println!();
         }

@@ -25,6 +25,20 @@ pub const FUNCTIONS: u64 = 200;
 /// places, of which a rank of 2,000 stacks hits about 1,900.
 pub const WIDE_LINES: u64 = 100;
 
+/// What the shape is, as the benchmark's table says it: `stacks` stacks per process of `depth`
+/// frames, `wide` or not.
+pub fn what(stacks: u64, depth: usize, wide: bool) -> String {
+    let sites = if wide {
+        format!(", sites from {FUNCTIONS} functions × {WIDE_LINES} lines")
+    } else {
+        String::new()
+    };
+    format!(
+        "each process its own rank, {stacks} stacks of {depth} frames each, every frame from \
+         {FUNCTIONS} functions{sites}"
+    )
+}
+
 /// The stack `g`: the shim's `cuMemAlloc_v2`, then `depth - 1` frames of the program, innermost
 /// first, each a function `fn_F` (`F` drawn from [`FUNCTIONS`], in `mod_{F / 10}.cc`) at the
 /// line where it calls the frame before it (a line of `F` that depends on the callee); the site
