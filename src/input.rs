@@ -252,7 +252,7 @@ where
 /// How many bytes of input (files' sizes) the workers read at once, the results waiting for
 /// an earlier one's included, past the first [`MIN_IN_FLIGHT`] items: what a worker holds grows
 /// with its file, so memory is bounded by this and not by the machine's cores.
-pub(crate) const IN_FLIGHT_BYTES: u64 = 8 << 20;
+pub(crate) const IN_FLIGHT_BYTES: u64 = 4 << 20;
 
 /// How many items may always be in flight, whatever their weight.
 pub(crate) const MIN_IN_FLIGHT: usize = 2;
