@@ -327,6 +327,28 @@ impl Gate {
         }
         self.freed.notify_all();
     }
+
+    /// Stops every worker waiting to start (`stop` is set first, under the lock, so that none
+    /// misses it).
+    fn stop(&self, stop: &AtomicBool) {
+        let s = self.state.lock();
+        stop.store(true, Ordering::Relaxed);
+        drop(s);
+        self.freed.notify_all();
+    }
+}
+
+/// Stops the other workers when its worker panics: the item it held is never handed on, so
+/// the workers waiting for its weight would otherwise wait for ever, where the panic is to end
+/// the call.
+struct StopOnPanic<'a>(&'a Gate, &'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stop(self.1);
+        }
+    }
 }
 
 /// Runs `f(0)`, …, `f(n - 1)` on up to as many threads as the machine has cores and hands each
@@ -381,6 +403,7 @@ where
         error: None,
     });
     let work = || {
+        let _stop = StopOnPanic(&gate, &failed);
         while let Some((i, w)) = gate.start(n, &weight, &failed) {
             let result = f(i);
             if result.is_err() {
@@ -671,6 +694,27 @@ mod tests {
         )
         .unwrap();
         assert_eq!(taken, (0..weights.len()).collect::<Vec<_>>());
+    }
+
+    /// A panic in one item ends the call with it, however much weight the item held: the
+    /// workers waiting to start are stopped.
+    #[test]
+    fn a_panicking_item_stops_the_workers_waiting_for_its_weight() {
+        let got = std::panic::catch_unwind(|| {
+            parallel_in_order(
+                64,
+                |_| IN_FLIGHT_BYTES,
+                |i| {
+                    if i == 1 {
+                        panic!("item 1");
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    Ok::<usize, ()>(i)
+                },
+                |_| {},
+            )
+        });
+        assert!(got.is_err());
     }
 
     #[test]
