@@ -114,6 +114,67 @@ pub fn helpers() -> &'static Helpers {
 /// (`function (file:line)`); the site's own frame first. Empty when the shim chose no user
 /// frame (an operation's or a framework's site has no path to follow).
 pub fn outward(stack: &Stack) -> Vec<Site> {
+    outward_frames(stack)
+        .into_iter()
+        .map(PathFrame::site)
+        .collect()
+}
+
+/// One of the user's frames on a path, as the stack holds it: a site is made of it only where
+/// one is needed, since most frames of a path are only compared.
+#[derive(Clone, Copy, Debug)]
+enum PathFrame<'s> {
+    Native(&'s cuguard_format::Frame),
+    Python(&'s cuguard_format::PyFrame),
+}
+
+impl<'s> PathFrame<'s> {
+    /// The frame as a site; a frame on a path has a name.
+    fn site(self) -> Site {
+        let site = match self {
+            PathFrame::Native(f) => crate::site_frames::user_frame_site(f),
+            PathFrame::Python(f) => crate::site_frames::python_frame_site(f),
+        };
+        site.expect("a frame on a path has a name")
+    }
+
+    /// The site's key ([`Site::key`]) of the frame.
+    fn key(self) -> String {
+        self.site().key
+    }
+
+    /// The frame's function.
+    fn function(self) -> Option<&'s str> {
+        match self {
+            PathFrame::Native(f) => f.function.as_deref(),
+            PathFrame::Python(f) => Some(&f.function),
+        }
+    }
+
+    /// Whether two frames are one site (their keys are equal): frames of the same function,
+    /// file name, line (and display name) are, without their keys being made.
+    fn same(self, other: PathFrame<'_>) -> bool {
+        use crate::site_frames::file_name;
+        let alike = match (self, other) {
+            (PathFrame::Native(a), PathFrame::Native(b)) => {
+                a.function == b.function
+                    && a.line == b.line
+                    && a.file.as_deref().map(file_name) == b.file.as_deref().map(file_name)
+            }
+            (PathFrame::Python(a), PathFrame::Python(b)) => {
+                a.function == b.function
+                    && a.line == b.line
+                    && a.display == b.display
+                    && file_name(&a.file) == file_name(&b.file)
+            }
+            _ => false,
+        };
+        alike || self.key() == other.key()
+    }
+}
+
+/// [`outward`]'s frames, as the stack holds them.
+fn outward_frames(stack: &Stack) -> Vec<PathFrame<'_>> {
     let Some(chosen) = stack.site.as_ref() else {
         return Vec::new();
     };
@@ -132,36 +193,38 @@ pub fn outward(stack: &Stack) -> Vec<Site> {
     let Some(from) = order.iter().position(|s| *s == start) else {
         return Vec::new();
     };
-    let rules = crate::site_frames::builtin_rules();
     let mut out = Vec::new();
     for slot in &order[from..] {
-        let (frame, site) = match *slot {
+        let (frame, named) = match *slot {
             Slot::Native(i) => match stack.frames.get(i) {
                 Some(f) => (
                     crate::site_frames::site_frame(f),
-                    crate::site_frames::user_frame_site(f),
+                    f.function.as_deref().is_some_and(|n| !n.is_empty()),
                 ),
                 None => continue,
             },
             Slot::Python(j) => match stack.python.get(j) {
                 Some(f) => (
                     crate::site_frames::python_site_frame(f),
-                    crate::site_frames::python_frame_site(f),
+                    !f.function.is_empty(),
                 ),
                 None => continue,
             },
         };
         // The site's own frame is taken as the shim chose it; past it, the user's frames only.
-        if !out.is_empty() && rules.tier(&frame).is_some() {
+        if !out.is_empty() && crate::site_frames::tier(&frame).is_some() {
             continue;
         }
-        let Some(site) = site else {
+        if !named {
             if out.is_empty() {
                 return Vec::new();
             }
             continue;
-        };
-        out.push(site);
+        }
+        out.push(match *slot {
+            Slot::Native(i) => PathFrame::Native(&stack.frames[i]),
+            Slot::Python(j) => PathFrame::Python(&stack.python[j]),
+        });
         if out.len() == MAX_PATH {
             break;
         }
@@ -183,25 +246,25 @@ pub fn resolve(sites: &mut HashMap<u64, (Site, &Stack)>, helpers: &Helpers) {
             by_site.entry(site.key.as_str()).or_default().push(id);
         }
     }
-    let mut groups: Vec<Vec<(u64, Vec<Site>)>> = Vec::new();
+    let mut groups: Vec<Vec<(u64, Vec<PathFrame<'_>>)>> = Vec::new();
     for (key, ids) in by_site {
         if ids.len() < 2 && helpers.named.is_empty() {
             continue;
         }
-        let group: Vec<(u64, Vec<Site>)> = ids
+        let group: Vec<(u64, Vec<PathFrame<'_>>)> = ids
             .into_iter()
             .filter_map(|id| {
-                let path = outward(sites[&id].1);
+                let path = outward_frames(sites[&id].1);
                 // A path whose first frame is not the site (a name the report did not resolve
                 // alike) is not followed.
-                (path.first().is_some_and(|first| first.key == key)).then_some((id, path))
+                (path.first().is_some_and(|first| first.key() == key)).then_some((id, path))
             })
             .collect();
         groups.push(group);
     }
     for group in groups {
         let shared = if helpers.found {
-            shared_prefix(&group)
+            shared_prefix_by(&group, |a, b| a.same(*b))
         } else {
             None
         };
@@ -210,16 +273,16 @@ pub fn resolve(sites: &mut HashMap<u64, (Site, &Stack)>, helpers: &Helpers) {
             // named helper calls is the helper's.
             let named = path
                 .iter()
-                .rposition(|f| helpers.names(f))
+                .rposition(|f| f.function().is_some_and(|n| helpers.names_function(n)))
                 .map_or(0, |k| k + 1);
             let at = shared.unwrap_or(0).max(named).min(path.len() - 1);
             if at == 0 {
                 continue;
             }
-            let helper = &path[at - 1];
-            let mut place = path[at].clone();
+            let helper = path[at - 1].site();
+            let mut place = path[at].site();
             place.key = format!("{} via {}", place.key, helper.key);
-            place.via = Some(Box::new(helper.clone()));
+            place.via = Some(Box::new(helper));
             if let Some((site, _)) = sites.get_mut(&id) {
                 *site = place;
             }
@@ -230,19 +293,24 @@ pub fn resolve(sites: &mut HashMap<u64, (Site, &Stack)>, helpers: &Helpers) {
 /// How many frames every path of a group shares, from the site on, when the paths differ past
 /// them; `None` when all paths are one (nothing to tell apart).
 pub(crate) fn shared_prefix(group: &[(u64, Vec<Site>)]) -> Option<usize> {
+    shared_prefix_by(group, |a, b| a.key == b.key)
+}
+
+/// [`shared_prefix`], frames compared by `same` (whether two are one site).
+fn shared_prefix_by<F>(group: &[(u64, Vec<F>)], same: impl Fn(&F, &F) -> bool) -> Option<usize> {
     let (_, first) = group.first()?;
     let mut shared = first.len();
     let mut differ = false;
     for (_, path) in &group[1..] {
-        let same = first
+        let alike = first
             .iter()
             .zip(path)
-            .take_while(|(a, b)| a.key == b.key)
+            .take_while(|(a, b)| same(a, b))
             .count();
-        if same < shared {
-            shared = same;
+        if alike < shared {
+            shared = alike;
         }
-        if same < first.len().max(path.len()) {
+        if alike < first.len().max(path.len()) {
             differ = true;
         }
     }
@@ -252,6 +320,68 @@ pub(crate) fn shared_prefix(group: &[(u64, Vec<Site>)]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two frames are one site exactly when their keys are equal, whether they are alike part
+    /// by part or only in the text of their keys (a function named as another's key).
+    #[test]
+    fn frames_are_one_site_exactly_when_their_keys_are() {
+        use cuguard_format::{Addr, Frame, PyFrame};
+        let native = |function: &str, file: Option<&str>, line: Option<u32>| Frame {
+            ip: Addr(0),
+            module: "/opt/app/bin/app".into(),
+            offset: Addr(0),
+            function: Some(function.into()),
+            file: file.map(Into::into),
+            line,
+            inlined: None,
+        };
+        let python =
+            |function: &str, file: &str, line: Option<u32>, display: Option<&str>| PyFrame {
+                file: file.into(),
+                line,
+                function: function.into(),
+                entry: None,
+                display: display.map(Into::into),
+            };
+        let natives = [
+            native("step", Some("/src/x.c"), Some(32)),
+            native("step", Some("/other/x.c"), Some(32)),
+            native("step", Some("x.c"), Some(33)),
+            native("step", Some("x.c"), None),
+            native("step", None, Some(32)),
+            native("step (x.c:32)", None, None),
+            native("step (x.c)", None, None),
+            native("alloc", Some("x.c"), Some(32)),
+            native("step (Cell In[2], line 5)", None, None),
+        ];
+        let pythons = [
+            python("step", "/src/x.c", Some(32), None),
+            python("step", "spike.py", Some(27), None),
+            python("step", "/tmp/ipykernel_1/2.py", Some(5), Some("Cell In[2]")),
+            python("step", "/tmp/ipykernel_1/3.py", Some(5), Some("Cell In[2]")),
+            python("step (Cell In[2], line 5)", "", None, None),
+        ];
+        let frames: Vec<PathFrame<'_>> = natives
+            .iter()
+            .map(PathFrame::Native)
+            .chain(pythons.iter().map(PathFrame::Python))
+            .collect();
+        for &a in &frames {
+            for &b in &frames {
+                assert_eq!(a.same(b), a.key() == b.key(), "{a:?} {b:?}");
+            }
+        }
+        // Alike in part (another directory, another file behind one display name), and alike
+        // only in the keys' text (a function named as another's key; a native frame and a
+        // Python one).
+        let (cell, cell_text) = (11, 8);
+        assert!(frames[0].same(frames[1]));
+        assert!(frames[cell].same(frames[cell + 1]));
+        assert!(frames[0].same(frames[5]));
+        assert!(frames[cell].same(frames[cell_text]));
+        assert!(frames[0].same(frames[9]));
+        assert!(!frames[0].same(frames[2]) && !frames[3].same(frames[4]));
+    }
 
     #[test]
     fn names_split_on_commas_and_none_turns_finding_off() {

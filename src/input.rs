@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
 
 use crate::wording::one_line;
 use cuguard_format::{DEFAULT_MAX_REPORT_BYTES, Document, LeakFold, ReadError, Report};
@@ -235,24 +235,136 @@ fn expand_glob(pattern: &Path) -> Result<Vec<PathBuf>, InputError> {
 }
 
 /// Runs `f(0)`, …, `f(n - 1)` on up to as many threads as the machine has cores and returns
-/// the results in index order. The first error (in index order) is returned instead; after any
+/// the results in index order, at most [`IN_FLIGHT_BYTES`] of `weight` at a time (see
+/// [`parallel_in_order`]). The first error (in index order) is returned instead; after any
 /// error, items not yet started are skipped.
-fn parallel<T, E, F>(n: usize, f: F) -> Result<Vec<T>, E>
+fn parallel<T, E, F>(n: usize, weight: impl Fn(usize) -> u64 + Sync, f: F) -> Result<Vec<T>, E>
 where
     T: Send,
     E: Send,
     F: Fn(usize) -> Result<T, E> + Sync,
 {
     let mut out = Vec::with_capacity(n);
-    parallel_in_order(n, f, |value| out.push(value))?;
+    parallel_in_order(n, weight, f, |value| out.push(value))?;
     Ok(out)
+}
+
+/// How many bytes of input (files' sizes) the workers read at once, the results waiting for
+/// an earlier one's included, past the first [`MIN_IN_FLIGHT`] items: what a worker holds grows
+/// with its file, so memory is bounded by this and not by the machine's cores.
+pub(crate) const IN_FLIGHT_BYTES: u64 = 4 << 20;
+
+/// How many items may always be in flight, whatever their weight.
+pub(crate) const MIN_IN_FLIGHT: usize = 2;
+
+/// The file's size, as [`parallel`] weighs a file to read (0 when it cannot be told: the
+/// read then says why).
+fn file_weight(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// Which items may start: in index order, while what is in flight (started and not yet
+/// handed on) weighs at most [`IN_FLIGHT_BYTES`] with the next, or fewer than
+/// [`MIN_IN_FLIGHT`] are.
+struct Gate {
+    state: Mutex<GateState>,
+    freed: Condvar,
+}
+
+struct GateState {
+    /// The next index to start.
+    next: usize,
+    /// The weight in flight.
+    bytes: u64,
+    /// How many items are in flight.
+    items: usize,
+}
+
+impl Gate {
+    fn new() -> Gate {
+        Gate {
+            state: Mutex::new(GateState {
+                next: 0,
+                bytes: 0,
+                items: 0,
+            }),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// The next index to work on and its weight, once it fits; `None` when all are started or
+    /// `stop` says so. Items start in index order, so every one in flight is before the one
+    /// waiting, and is handed on without it: the wait ends.
+    fn start(
+        &self,
+        n: usize,
+        weight: &impl Fn(usize) -> u64,
+        stop: &AtomicBool,
+    ) -> Option<(usize, u64)> {
+        let mut s = self.state.lock().ok()?;
+        let mut w = None;
+        loop {
+            if stop.load(Ordering::Relaxed) || s.next >= n {
+                return None;
+            }
+            let next = s.next;
+            let w = *w.get_or_insert_with(|| weight(next));
+            if s.items < MIN_IN_FLIGHT || s.bytes.saturating_add(w) <= IN_FLIGHT_BYTES {
+                s.next += 1;
+                s.bytes += w;
+                s.items += 1;
+                return Some((next, w));
+            }
+            s = self.freed.wait(s).ok()?;
+        }
+    }
+
+    /// An item of weight `w` was handed on.
+    fn done(&self, w: u64) {
+        if let Ok(mut s) = self.state.lock() {
+            s.bytes -= w;
+            s.items -= 1;
+        }
+        self.freed.notify_all();
+    }
+
+    /// Stops every worker waiting to start (`stop` is set first, under the lock, so that none
+    /// misses it).
+    fn stop(&self, stop: &AtomicBool) {
+        let s = self.state.lock();
+        stop.store(true, Ordering::Relaxed);
+        drop(s);
+        self.freed.notify_all();
+    }
+}
+
+/// Stops the other workers when its worker panics: the item it held is never handed on, so
+/// the workers waiting for its weight would otherwise wait for ever, where the panic is to end
+/// the call.
+struct StopOnPanic<'a>(&'a Gate, &'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stop(self.1);
+        }
+    }
 }
 
 /// Runs `f(0)`, …, `f(n - 1)` on up to as many threads as the machine has cores and hands each
 /// result to `take` in index order as soon as those before it are taken, so that only results
-/// finished ahead of a slower one wait. The first error (in index order) is returned; after
-/// any error, items not yet started are skipped and no later result is taken.
-fn parallel_in_order<T, E, F, G>(n: usize, f: F, take: G) -> Result<(), E>
+/// finished ahead of a slower one wait. Items start in index order while the `weight` of those
+/// started and not yet taken stays within [`IN_FLIGHT_BYTES`] (or fewer than
+/// [`MIN_IN_FLIGHT`] are), on no more threads than that keeps busy with items of the mean
+/// weight, so that memory does not grow with the cores. The first error (in
+/// index order) is returned; after any error, items not yet started are skipped and no later
+/// result is taken.
+fn parallel_in_order<T, E, F, G>(
+    n: usize,
+    weight: impl Fn(usize) -> u64 + Sync,
+    f: F,
+    take: G,
+) -> Result<(), E>
 where
     T: Send,
     E: Send,
@@ -262,17 +374,27 @@ where
     struct Order<T, E, G> {
         /// The index `take` waits for.
         next: usize,
-        /// Results finished ahead of `next`.
-        ahead: BTreeMap<usize, Result<T, E>>,
+        /// Results finished ahead of `next`, with their weights.
+        ahead: BTreeMap<usize, (u64, Result<T, E>)>,
         take: G,
         error: Option<E>,
     }
+    let weights: Vec<u64> = (0..n).map(&weight).collect();
+    let weight = |i: usize| weights[i];
+    // No more workers than the budget keeps busy with items of the mean weight: each worker's
+    // memory outlives its item (the allocator keeps what a thread freed for the thread).
+    let mean = weights.iter().sum::<u64>() / n.max(1) as u64;
+    let busy = match IN_FLIGHT_BYTES.checked_div(mean) {
+        Some(k) => usize::try_from(k).unwrap_or(usize::MAX).max(MIN_IN_FLIGHT),
+        None => usize::MAX,
+    };
     let threads = std::thread::available_parallelism()
         .map(|t| t.get())
         .unwrap_or(1)
+        .min(busy)
         .min(n)
         .max(1);
-    let started = AtomicUsize::new(0);
+    let gate = Gate::new();
     let failed = AtomicBool::new(false);
     let order = Mutex::new(Order {
         next: 0,
@@ -281,11 +403,8 @@ where
         error: None,
     });
     let work = || {
-        while !failed.load(Ordering::Relaxed) {
-            let i = started.fetch_add(1, Ordering::Relaxed);
-            if i >= n {
-                break;
-            }
+        let _stop = StopOnPanic(&gate, &failed);
+        while let Some((i, w)) = gate.start(n, &weight, &failed) {
             let result = f(i);
             if result.is_err() {
                 failed.store(true, Ordering::Relaxed);
@@ -293,10 +412,10 @@ where
             let Ok(mut o) = order.lock() else {
                 break;
             };
-            o.ahead.insert(i, result);
+            o.ahead.insert(i, (w, result));
             loop {
                 let next = o.next;
-                let Some(result) = o.ahead.remove(&next) else {
+                let Some((w, result)) = o.ahead.remove(&next) else {
                     break;
                 };
                 o.next += 1;
@@ -309,6 +428,7 @@ where
                         }
                     }
                 }
+                gate.done(w);
             }
         }
     };
@@ -336,9 +456,11 @@ where
     T: Send,
     F: Fn(&Source, Report) -> T + Sync,
 {
-    let per_file = parallel(files.len(), |i| {
-        read_file(&files[i], None, files.len() == 1, &|s, r, _| f(s, r), None)
-    })?;
+    let per_file = parallel(
+        files.len(),
+        |i| file_weight(&files[i]),
+        |i| read_file(&files[i], None, files.len() == 1, &|s, r, _| f(s, r), None),
+    )?;
     Ok(per_file.into_iter().flatten().collect())
 }
 
@@ -354,9 +476,11 @@ where
     T: Send,
     F: Fn(&Source, Report, LeakFold) -> T + Sync,
 {
-    let per_file = parallel(files.len(), |i| {
-        read_file(&files[i], Some(keep), files.len() == 1, &f, None)
-    })?;
+    let per_file = parallel(
+        files.len(),
+        |i| file_weight(&files[i]),
+        |i| read_file(&files[i], Some(keep), files.len() == 1, &f, None),
+    )?;
     Ok(per_file.into_iter().flatten().collect())
 }
 
@@ -384,6 +508,7 @@ where
     }
     parallel_in_order(
         files.len(),
+        |i| file_weight(&files[i]),
         |i| read_file(&files[i], Some(keep), false, &f, None),
         |processes| {
             for (source, value) in processes {
@@ -455,10 +580,10 @@ where
         // A lone merged report: its processes are parsed in parallel, the file's bytes shared,
         // and handed to `take` in order as they are done.
         (true, Some(take)) => {
-            parallel_in_order(doc.len(), one, |(source, value)| take(source, value))?;
+            parallel_in_order(doc.len(), |_| 0, one, |(source, value)| take(source, value))?;
             Ok(Vec::new())
         }
-        (true, None) => parallel(doc.len(), one),
+        (true, None) => parallel(doc.len(), |_| 0, one),
         (false, _) => (0..doc.len()).map(one).collect(),
     }
 }
@@ -531,6 +656,65 @@ mod tests {
         assert!(matches!(e, InputError::NoMatch(_)), "{e}");
         let e = expand_maybe_empty(&[dir.join("nope.json")]).unwrap_err();
         assert!(matches!(e, InputError::NotFound(_)), "{e}");
+    }
+
+    /// Items start in order and are taken in order, each once, and whenever one starts, what
+    /// is in flight (started, not yet taken) is within the budget or fewer than the minimum
+    /// items; an item heavier than the budget still runs.
+    #[test]
+    fn work_in_flight_stays_within_its_weight() {
+        use std::sync::atomic::{AtomicU64, AtomicUsize};
+        let weights: Vec<u64> = (0..400u64)
+            .map(|i| match i % 7 {
+                0 => IN_FLIGHT_BYTES + 1,
+                1 | 2 => IN_FLIGHT_BYTES / 3,
+                _ => (i * 7919) % (1 << 20),
+            })
+            .collect();
+        let (bytes, items) = (AtomicU64::new(0), AtomicUsize::new(0));
+        let mut taken = Vec::new();
+        parallel_in_order(
+            weights.len(),
+            |i| weights[i],
+            |i| {
+                let b = bytes.fetch_add(weights[i], Ordering::SeqCst) + weights[i];
+                let k = items.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(
+                    k <= MIN_IN_FLIGHT || b <= IN_FLIGHT_BYTES,
+                    "{k} items, {b} bytes in flight at {i}"
+                );
+                std::thread::sleep(std::time::Duration::from_micros((i * 37 % 11) as u64 * 50));
+                Ok::<usize, ()>(i)
+            },
+            |i| {
+                bytes.fetch_sub(weights[i], Ordering::SeqCst);
+                items.fetch_sub(1, Ordering::SeqCst);
+                taken.push(i);
+            },
+        )
+        .unwrap();
+        assert_eq!(taken, (0..weights.len()).collect::<Vec<_>>());
+    }
+
+    /// A panic in one item ends the call with it, however much weight the item held: the
+    /// workers waiting to start are stopped.
+    #[test]
+    fn a_panicking_item_stops_the_workers_waiting_for_its_weight() {
+        let got = std::panic::catch_unwind(|| {
+            parallel_in_order(
+                64,
+                |_| IN_FLIGHT_BYTES,
+                |i| {
+                    if i == 1 {
+                        panic!("item 1");
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    Ok::<usize, ()>(i)
+                },
+                |_| {},
+            )
+        });
+        assert!(got.is_err());
     }
 
     #[test]

@@ -4,10 +4,12 @@
 //! holds the site rule) and [`crate::call_path`] (which follows a site's frames outward) both
 //! build on these.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use cuguard_symbolize::mixed::{self, Slot};
-use cuguard_symbolize::rules::Rules;
+use cuguard_symbolize::rules::{Rules, Tier};
 use cuguard_symbolize::site::SiteFrame;
 use serde::Serialize;
 
@@ -122,6 +124,46 @@ pub fn builtin_rules() -> &'static Rules {
     RULES.get_or_init(Rules::builtin)
 }
 
+/// How many frames [`tier`] remembers per thread before it forgets them all.
+pub(crate) const TIER_MEMO: usize = 4096;
+
+/// The built-in rules' tier of a frame (`None` for the user's own frame), as
+/// [`Rules::tier`] gives it, remembered per thread for up to [`TIER_MEMO`] distinct frames:
+/// the tier depends on the frame's module, function and file alone, and a program's frames
+/// recur across its stacks and reports, while each rule is a glob matched anew.
+pub fn tier(frame: &SiteFrame<'_>) -> Option<Tier> {
+    thread_local! {
+        static MEMO: RefCell<(String, HashMap<String, Option<Tier>>)> =
+            RefCell::new((String::new(), HashMap::new()));
+    }
+    MEMO.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        let (key, known) = &mut *memo;
+        key.clear();
+        // Each part with its length, so that no two frames share a key.
+        let mut part = |s: Option<&str>| match s {
+            Some(s) => {
+                key.push_str(&s.len().to_string());
+                key.push(':');
+                key.push_str(s);
+            }
+            None => key.push('-'),
+        };
+        part(Some(frame.module));
+        part(frame.function);
+        part(frame.file);
+        if let Some(&t) = known.get(key.as_str()) {
+            return t;
+        }
+        let t = builtin_rules().tier(frame);
+        if known.len() >= TIER_MEMO {
+            known.clear();
+        }
+        known.insert(key.clone(), t);
+        t
+    })
+}
+
 /// The last component of a path.
 pub fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
@@ -227,5 +269,84 @@ pub fn python_site_frame(f: &cuguard_format::PyFrame) -> SiteFrame<'_> {
         file: Some(&f.file),
         line: f.line,
         offset: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The remembered tier is the rules' own for every frame, whether remembered, new, or
+    /// after the memo forgot (more distinct frames than it keeps); frames that differ only in
+    /// a part's being absent or empty, or in where one part ends, are told apart.
+    #[test]
+    fn the_remembered_tier_is_the_rules_own() {
+        let modules = [
+            "/opt/cuguard/lib/libcuguard.so",
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+            "/site-packages/torch/lib/libtorch_cuda.so",
+            "/opt/app/bin/trainer",
+            "",
+        ];
+        let functions = [
+            None,
+            Some(""),
+            Some("cuMemAlloc_v2"),
+            Some("at::native::empty_cuda(long)"),
+            Some("c10::cuda::CUDACachingAllocator::malloc"),
+            Some("torch::autograd::generated::AddmmBackward0::apply"),
+            Some("main"),
+            Some("step"),
+        ];
+        let files = [
+            None,
+            Some(""),
+            Some("train.py"),
+            Some("/usr/lib/python3.12/site-packages/torch/nn/modules/module.py"),
+            Some("CUDACachingAllocator.cpp"),
+        ];
+        let rules = builtin_rules();
+        let mut frames = Vec::new();
+        for m in modules {
+            for f in functions {
+                for file in files {
+                    frames.push((m.to_string(), f.map(String::from), file.map(String::from)));
+                }
+            }
+        }
+        // Enough user frames of their own to make the memo forget, twice.
+        for k in 0..2 * TIER_MEMO + 7 {
+            frames.push((
+                "/opt/app/bin/trainer".into(),
+                Some(format!("fn_{k}")),
+                Some("app.cc".into()),
+            ));
+        }
+        for round in 0..2 {
+            for (m, f, file) in &frames {
+                let frame = SiteFrame {
+                    module: m,
+                    function: f.as_deref(),
+                    file: file.as_deref(),
+                    line: Some(round),
+                    offset: 0,
+                };
+                assert_eq!(tier(&frame), rules.tier(&frame), "{frame:?}");
+            }
+        }
+        // Parts whose texts run together are still two frames.
+        let a = SiteFrame {
+            module: "/usr/lib/libcuda.so.1",
+            function: Some("x"),
+            ..SiteFrame::default()
+        };
+        let b = SiteFrame {
+            module: "/usr/lib/libcuda.so",
+            function: Some(".1x"),
+            ..SiteFrame::default()
+        };
+        for f in [a, b, a, b] {
+            assert_eq!(tier(&f), rules.tier(&f), "{f:?}");
+        }
     }
 }

@@ -390,7 +390,6 @@ fn native_place(module: &str) -> String {
 
 /// The frames of `order` that a chain shows (never-site frames left out), innermost first.
 fn chain_frames<'s>(stack: &'s Stack, order: &'s [Slot]) -> impl Iterator<Item = ChainFrame> + 's {
-    let rules = builtin_rules();
     order.iter().filter_map(move |slot| {
         let (frame, name, place, py_loc, caller) = match *slot {
             Slot::Native(i) => {
@@ -415,7 +414,7 @@ fn chain_frames<'s>(stack: &'s Stack, order: &'s [Slot]) -> impl Iterator<Item =
                 (python_site_frame(f), f.function.clone(), place, loc, true)
             }
         };
-        let tier = rules.tier(&frame);
+        let tier = crate::site_frames::tier(&frame);
         if tier == Some(Tier::NeverSite) {
             return None;
         }

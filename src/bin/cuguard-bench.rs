@@ -4,8 +4,8 @@
 //! ```text
 //! cuguard-bench [--cuguard PATH] [--before PATH] [--dir DIR] [--reports N] [--leaks N]
 //!               [--stacks N] [--sites N] [--depth N]
-//!               [--shapes many,merged,one,fleet,distinct,shared,ranks] [--rounds N] [--keep]
-//!               [--reuse]
+//!               [--shapes many,merged,one,fleet,distinct,shared,ranks,functions,wide]
+//!               [--rounds N] [--keep] [--reuse]
 //! ```
 //!
 //! It runs three shapes by default, each with `--leaks` leaks in all (default 1,000,000):
@@ -32,7 +32,14 @@
 //! from [`RANK_LINES`] lines, so that sites repeat across ranks now and then: about 400,000 are
 //! distinct at 10,000 processes (give `--leaks` 1,000 per process).
 //!
-//! For these three shapes the table gives, per build: `cat` of the same files (output
+//! `functions` and `wide` (issue 56) are a training job as a program makes it: every process
+//! its own rank, every frame of a stack past the shim's (12, unless `--depth` says) a function
+//! drawn from the program's 200 (see [`program`]), so that sites recur across stacks and ranks
+//! along differing call paths. `functions` gives each process 50 stacks of its own; `wide`
+//! `--stacks` (default 2,000; the report keeps them all) with sites from 200 functions × 100
+//! lines: thousands of distinct sites per rank.
+//!
+//! For these shapes the table gives, per build: `cat` of the same files (output
 //! discarded, as the commands' is; once untimed first, so that every timed read finds the files
 //! cached), then summary's and check's wall time, CPU time and peak RSS (the child's
 //! `ru_maxrss`), and each one's wall time as a multiple of that `cat`'s, against the goals; for
@@ -46,6 +53,8 @@
 //!     --before /tmp/cuguard-before --rounds 2 --keep --reuse
 //! target/release/cuguard-bench --shapes ranks --reports 10000 --leaks 10000000 \
 //!     --before /tmp/cuguard-before --dir /tmp/cuguard-bench --keep --reuse
+//! target/release/cuguard-bench --shapes functions,wide --reports 10000 --leaks 10000000 \
+//!     --before /tmp/cuguard-before --dir /tmp/cuguard-bench --keep --reuse
 //! ```
 
 use std::io::Write as _;
@@ -53,6 +62,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
+
+#[path = "cuguard-bench/program.rs"]
+mod program;
 
 use cuguard_format::merged::{Merged, MergedWriter};
 use cuguard_format::{
@@ -112,8 +124,8 @@ fn parse() -> Result<Options, String> {
                 return Err(
                     "usage: cuguard-bench [--cuguard PATH] [--before PATH] [--dir DIR] \
                             [--reports N] [--leaks N] [--stacks N] [--sites N] [--depth N] \
-                            [--shapes many,merged,one,fleet,distinct,shared,ranks] [--rounds N] \
-                            [--keep] [--reuse]"
+                            [--shapes many,merged,one,fleet,distinct,shared,ranks,functions,\
+                            wide] [--rounds N] [--keep] [--reuse]"
                         .into(),
                 );
             }
@@ -359,6 +371,12 @@ enum Layout {
     /// A training job, every process its own rank: [`PER_REPORT`] stacks of its own, each
     /// charged to a site drawn from [`RANK_FUNCTIONS`] × [`RANK_LINES`] (see [`rank_site`]).
     Ranks,
+    /// A training job, every process its own rank (issue 56): [`PER_REPORT`] stacks of its own,
+    /// of the program's functions ([`program::stack`]).
+    Functions,
+    /// As [`Layout::Functions`], with `stacks` stacks per process and sites from
+    /// [`program::WIDE_LINES`] lines per function: thousands of distinct sites per rank.
+    Wide { stacks: usize },
 }
 
 /// How many stacks (and sites) each process of the `distinct`, `shared` and `ranks` shapes has.
@@ -374,14 +392,29 @@ const RANK_LINES: u64 = 2500;
 /// The site of stack `g` of `ranks`: (function number, line), the same for the same `g`
 /// (a splitmix64 of it).
 fn rank_site(g: u64) -> (u64, u32) {
-    let mut z = g.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
+    let z = program::splitmix(g);
     (z % RANK_FUNCTIONS, ((z >> 32) % RANK_LINES) as u32 + 1)
 }
 
 impl Layout {
+    /// The fleet-like shape called `name`, if there is one.
+    fn of(name: &str, o: &Options) -> Option<Layout> {
+        let stacks = |default| o.stacks.unwrap_or(default);
+        Some(match name {
+            "fleet" => Layout::Fleet {
+                stacks: stacks(400),
+            },
+            "distinct" => Layout::Distinct,
+            "shared" => Layout::Shared,
+            "ranks" => Layout::Ranks,
+            "functions" => Layout::Functions,
+            "wide" => Layout::Wide {
+                stacks: stacks(2000),
+            },
+            _ => return None,
+        })
+    }
+
     /// The shape's name on the command line and in its stamp.
     fn name(self) -> &'static str {
         match self {
@@ -389,30 +422,39 @@ impl Layout {
             Layout::Distinct => "distinct",
             Layout::Shared => "shared",
             Layout::Ranks => "ranks",
+            Layout::Functions => "functions",
+            Layout::Wide { .. } => "wide",
         }
     }
 
-    /// Frames per stack: `--depth`, else 12 for `ranks` and 16 for the others.
+    /// Whether every process is its own rank, in a file of its own.
+    fn ranked(self) -> bool {
+        matches!(
+            self,
+            Layout::Ranks | Layout::Functions | Layout::Wide { .. }
+        )
+    }
+
+    /// Frames per stack: `--depth`, else 12 for a ranked shape and 16 for the others.
     fn depth(self, o: &Options) -> usize {
-        o.depth
-            .unwrap_or(if self == Layout::Ranks { 12 } else { 16 })
+        o.depth.unwrap_or(if self.ranked() { 12 } else { 16 })
     }
 
     /// The rank of process `pid` (the `i`-th has pid 20,000 + `i`): its number for `ranks`, else
     /// one of 8.
     fn rank(self, pid: u32) -> u32 {
-        match self {
-            Layout::Ranks => pid - 20_000,
-            _ => pid % 8,
-        }
+        if self.ranked() { pid - 20_000 } else { pid % 8 }
     }
 
     /// The stacks process number `i` allocates from (ids from 1), maybe repeated.
     fn stacks(self, i: usize, rng: &mut Rng) -> Vec<u64> {
         match self {
             Layout::Fleet { stacks } => (0..48).map(|_| rng.next() % stacks as u64 + 1).collect(),
-            Layout::Distinct | Layout::Ranks => (1..=PER_REPORT)
+            Layout::Distinct | Layout::Ranks | Layout::Functions => (1..=PER_REPORT)
                 .map(|k| i as u64 * PER_REPORT + k)
+                .collect(),
+            Layout::Wide { stacks } => (1..=stacks as u64)
+                .map(|k| i as u64 * stacks as u64 + k)
                 .collect(),
             Layout::Shared => (1..=PER_REPORT).collect(),
         }
@@ -422,7 +464,11 @@ impl Layout {
     fn site(self, g: u64, o: &Options) -> u64 {
         match self {
             Layout::Fleet { .. } => g % o.sites as u64,
-            Layout::Distinct | Layout::Shared | Layout::Ranks => g,
+            Layout::Distinct
+            | Layout::Shared
+            | Layout::Ranks
+            | Layout::Functions
+            | Layout::Wide { .. } => g,
         }
     }
 }
@@ -477,7 +523,11 @@ fn fleet_report(
     ids.sort_unstable();
     ids.dedup();
     for g in ids {
-        r.stacks.push(fleet_stack(g, layout, o));
+        r.stacks.push(match layout {
+            Layout::Functions => program::stack(g, layout.depth(o), false),
+            Layout::Wide { .. } => program::stack(g, layout.depth(o), true),
+            _ => fleet_stack(g, layout, o),
+        });
     }
     r.stats.devices.push(all_live(device, total, leaks));
     r
@@ -594,7 +644,7 @@ fn fleet_stack(g: u64, layout: Layout, o: &Options) -> Stack {
 }
 
 /// Writes a fleet-like shape into `dir`: `o.reports` processes, one in six of them (the first
-/// eight of every 48 ranks) in merged reports of eight, but for `ranks` (a file each); returns
+/// eight of every 48 ranks) in merged reports of eight, but for a ranked shape (each a file); gives
 /// (files, total bytes, largest file).
 fn generate_fleet(dir: &Path, layout: Layout, o: &Options) -> std::io::Result<(usize, u64, u64)> {
     let _ = std::fs::remove_dir_all(dir);
@@ -607,7 +657,7 @@ fn generate_fleet(dir: &Path, layout: Layout, o: &Options) -> std::io::Result<(u
         let pid = 20_000 + i as u32;
         let mine = layout.stacks(i, &mut rng);
         let report = fleet_report(pid, leaks, &mine, layout, o, &mut rng);
-        if i % 48 < 8 && layout != Layout::Ranks {
+        if i % 48 < 8 && !layout.ranked() {
             if merged.is_none() {
                 let path = dir.join(format!("cuguard.merged.{pid}.json"));
                 let out = std::io::BufWriter::new(std::fs::File::create(&path)?);
@@ -656,6 +706,12 @@ fn fleet_files(dir: &Path, layout: Layout, o: &Options) -> Result<(usize, u64, u
             o.reports,
             o.leaks,
             o.sites,
+            layout.depth(o)
+        ),
+        Layout::Wide { stacks } => format!(
+            "wide reports {} leaks {} stacks {stacks} depth {}\n",
+            o.reports,
+            o.leaks,
             layout.depth(o)
         ),
         _ => format!(
@@ -759,7 +815,9 @@ fn fleet(layout: Layout, o: &Options) -> Result<(), String> {
     let (_, input, _) = fleet_files(&dir, layout, o)?;
     let goal = match layout {
         Layout::Fleet { .. } => "≤ 3 s, ≤ 64 MiB",
-        Layout::Distinct | Layout::Ranks => "≤ 4.5× cat, ≤ 64 MiB",
+        Layout::Distinct | Layout::Ranks | Layout::Functions | Layout::Wide { .. } => {
+            "≤ 4.5× cat, ≤ 64 MiB"
+        }
         Layout::Shared => "RSS flat in reports",
     };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -776,6 +834,8 @@ fn fleet(layout: Layout, o: &Options) -> Result<(), String> {
              {RANK_FUNCTIONS} functions × {RANK_LINES} lines",
             layout.depth(o)
         ),
+        Layout::Functions => program::what(PER_REPORT, layout.depth(o), false),
+        Layout::Wide { stacks } => program::what(stacks as u64, layout.depth(o), true),
     };
     println!("{}: {what}; load average {}", layout.name(), load.join(" "));
     println!(
@@ -826,16 +886,12 @@ fn run() -> Result<(), String> {
         .shapes
         .iter()
         .map(String::as_str)
-        .partition(|s| matches!(*s, "fleet" | "distinct" | "shared" | "ranks"));
-    for (i, shape) in fleet_shapes.iter().enumerate() {
-        let layout = match *shape {
-            "fleet" => Layout::Fleet {
-                stacks: o.stacks.unwrap_or(400),
-            },
-            "distinct" => Layout::Distinct,
-            "ranks" => Layout::Ranks,
-            _ => Layout::Shared,
-        };
+        .partition(|s| Layout::of(s, &o).is_some());
+    for (i, layout) in fleet_shapes
+        .iter()
+        .filter_map(|s| Layout::of(s, &o))
+        .enumerate()
+    {
         if i > 0 {
             println!();
         }
