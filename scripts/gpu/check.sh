@@ -211,3 +211,5 @@ cat "$OUT/bench.md" "$OUT/capture.md" 2>/dev/null
 cat "$OUT/e2e.md" 2>/dev/null
 cat "$OUT/owners.md" 2>/dev/null
 cat "$OUT/attribution.md" "$OUT/live.md" "$OUT/python.md" 2>/dev/null
+# The parts not asked for have no file: that is not a failure (runs 33 and 49 exited 1 so).
+true

@@ -244,7 +244,7 @@ pub fn of<'a>(oom: impl Into<Figures<'a>>) -> Verdict {
             fits: true,
             text: format!(
                 "raising {setting} to {} fits: the device had {} free",
-                human_bytes(l.limit_bytes.saturating_add(missing)),
+                raised_to(l.limit_bytes, l.limit_bytes.saturating_add(missing)),
                 human_bytes(free)
             ),
         };
@@ -402,7 +402,7 @@ fn raise_framework_limit(
     let text = if *f == frameworks::PYTORCH {
         format!(
             "raising PyTorch's memory fraction (torch.cuda.set_per_process_memory_fraction) to {} fits: the device had {} free",
-            human_bytes(to),
+            raised_to(l.limit_bytes, to),
             human_bytes(free)
         )
     } else if *f == frameworks::JAX
@@ -414,14 +414,14 @@ fn raise_framework_limit(
             "raising XLA_PYTHON_CLIENT_MEM_FRACTION to {}.{:02} ({}) fits: the device had {} free beside JAX's allocator",
             hundredths / 100,
             hundredths % 100,
-            human_bytes(to),
+            raised_to(l.limit_bytes, to),
             human_bytes(free)
         )
     } else {
         format!(
             "raising {} to {} fits: the device had {} free",
             f.limit_setting,
-            human_bytes(to),
+            raised_to(l.limit_bytes, to),
             human_bytes(free)
         )
     };
@@ -430,6 +430,17 @@ fn raise_framework_limit(
         fits: true,
         text,
     })
+}
+
+/// A limit raised from `from` to `to` bytes, in words: `17.0 GiB`, and where that reads as the
+/// limit it was (`16.0 GiB` with a few MiB more), what it adds too: `16.0 GiB (16.0 MiB more)`.
+fn raised_to(from: u64, to: u64) -> String {
+    let words = human_bytes(to);
+    if words == human_bytes(from) {
+        format!("{words} ({} more)", human_bytes(to.saturating_sub(from)))
+    } else {
+        words
+    }
 }
 
 /// The other processes in words, the first three by pid: `pid 4242: 3.0 GiB, pid 17: 1.0 GiB,

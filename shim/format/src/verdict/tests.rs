@@ -242,6 +242,24 @@ fn a_limit_with_room_on_the_device_is_raised() {
 }
 
 #[test]
+fn a_limit_raised_by_less_than_its_words_show_says_by_how_much() {
+    // Run 49: CUGUARD_LIMIT of 16 GiB with 4 MiB left refusing a 20 MiB page: 16.02 GiB reads
+    // as the limit it was.
+    let gib = 1024 * MIB;
+    let mut o = oom(20 * MIB, 62 * gib, Vec::new());
+    o.refused_by = "limit".into();
+    o.limit = Some(OomLimit {
+        limit_bytes: 16 * gib,
+        held_bytes: 16 * gib - 4 * MIB,
+    });
+    let v = of(&o);
+    assert_eq!(
+        v.text,
+        "raising CUGUARD_LIMIT to 16.0 GiB (16.0 MiB more) fits: the device had 62.0 GiB free"
+    );
+}
+
+#[test]
 fn hostile_figures_never_overflow() {
     let mut o = oom(
         u64::MAX,
