@@ -56,6 +56,17 @@ fn said_after_the_file(line: &str) -> &str {
         .map_or(line, |(_, words)| words)
 }
 
+/// The program's stderr, and its lines that are the shim's line at a refusal.
+fn refusal_lines(out: &Output) -> (String, Vec<String>) {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let lines = stderr
+        .lines()
+        .filter(|l| l.starts_with("cuguard: out of memory"))
+        .map(str::to_string)
+        .collect();
+    (stderr, lines)
+}
+
 fn summary(dir: &Path) -> String {
     let out = run(
         Command::new(&artifacts().cuguard)
@@ -107,11 +118,7 @@ fn rmm_s_pool_past_its_maximum_is_a_card_whose_verdict_raises_the_maximum() {
     );
     // Asked at the program's line, not inside the pool.
     let asks = line_of("// asks");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("cuguard: out of memory"))
-        .collect();
+    let (stderr, lines) = refusal_lines(&out);
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
         lines[0].starts_with(&format!(
@@ -205,11 +212,7 @@ fn rmm_s_arena_and_limiting_adaptor_refusals_are_cards_of_their_own() {
     );
     // Asked at the program's line, and the line at the refusal says the adaptor's verdict.
     let asks = line_of("// other asks");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("cuguard: out of memory"))
-        .collect();
+    let (stderr, lines) = refusal_lines(&out);
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
         lines[0].contains(&format!("(rmm_stand_in.cc:{asks}) ← main (rmm_stand_in.cc:"))
