@@ -620,13 +620,18 @@ pub fn pinning_words(h: &IdleHolder) -> Option<String> {
     ))
 }
 
-/// For the driver's refusal of a segment a framework's allocator asked for (`within`): that
-/// its card is the framework's, which follows.
-pub fn within_words(within: Option<&str>) -> Option<String> {
+/// For the refusal (`refused_by`: the driver's, or a limit's) of a segment a framework's
+/// allocator asked for (`within`): that its card is the framework's, which follows.
+pub fn within_words(refused_by: &str, within: Option<&str>) -> Option<String> {
     let framework = within?;
     let who = refuser(framework).map_or(framework, |r| r.0);
+    let by = match refused_by {
+        "limit" => "CUGUARD_LIMIT",
+        "pool_limit" => "CUGUARD_POOL_LIMIT",
+        _ => "the driver",
+    };
     Some(format!(
-        "refused by the driver inside {who}, which then refused the request itself: its card follows"
+        "refused by {by} inside {who}, which then refused the request itself: its card follows"
     ))
 }
 
@@ -634,7 +639,7 @@ pub fn within_words(within: Option<&str>) -> Option<String> {
 /// the verdict, what other processes held (where the report says), every byte of the device
 /// then, and each holder's idle memory.
 pub fn card_lines(r: &OomRecord) -> Vec<String> {
-    if let Some(line) = within_words(r.within.as_deref()) {
+    if let Some(line) = within_words(&r.refused_by, r.within.as_deref()) {
         return vec![line];
     }
     let idle = idle_of(r);

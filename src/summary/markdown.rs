@@ -242,7 +242,7 @@ fn ooms(out: &mut dyn Write, p: &ReportSummary) -> io::Result<()> {
     writeln!(out, "#### Out of memory")?;
     writeln!(out)?;
     for o in &p.ooms {
-        if let Some(line) = super::attribution::within_words(o.within.as_deref()) {
+        if let Some(line) = super::attribution::within_words(&o.refused_by, o.within.as_deref()) {
             writeln!(
                 out,
                 "- {} asking **{}** on device {} at {}: {} — {line}",

@@ -576,7 +576,7 @@ pub(crate) fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
         crate::wording::moment(o.time_ms),
         one_line(&o.site.label)
     )?;
-    if let Some(line) = super::attribution::within_words(o.within.as_deref()) {
+    if let Some(line) = super::attribution::within_words(&o.refused_by, o.within.as_deref()) {
         writeln!(out, "    {line}")?;
         return Ok(());
     }

@@ -249,7 +249,9 @@ fn oom_entry(out: &mut dyn Write, o: &OomSummary) -> io::Result<()> {
         crate::wording::moment(o.time_ms),
         esc(&o.site.label)
     )?;
-    if let Some(line) = crate::summary::attribution::within_words(o.within.as_deref()) {
+    if let Some(line) =
+        crate::summary::attribution::within_words(&o.refused_by, o.within.as_deref())
+    {
         writeln!(out, "<p class=\"note\">{}.</p>", esc(&capitalized(&line)))?;
         return writeln!(out, "</div>");
     }

@@ -388,3 +388,57 @@ fn pinning_tensors_made_through_the_program_s_helper_are_charged_to_its_callers(
         "{end}"
     );
 }
+
+#[test]
+fn under_cuguard_limit_the_limit_s_refusals_inside_pytorch_point_at_its_card() {
+    // The device has room; CUGUARD_LIMIT (12 GiB) refuses PyTorch's segment instead.
+    let (dir, said, report, stderr) = torch_oom_said(
+        "torch-oom-limit",
+        &["device"],
+        &[("CUGUARD_LIMIT", "12GiB")],
+    );
+    assert_eq!(said["result"], "refused", "{said}");
+    let ooms = report["ooms"].as_array().unwrap();
+    let by: Vec<(&str, Option<&str>)> = ooms
+        .iter()
+        .map(|o| (o["refused_by"].as_str().unwrap(), o["within"].as_str()))
+        .collect();
+    assert_eq!(
+        by,
+        [
+            ("limit", Some("pytorch")),
+            ("limit", Some("pytorch")),
+            ("pytorch", None)
+        ],
+        "{stderr}"
+    );
+    // Each card says where its time went, the parts within the whole.
+    for o in ooms {
+        let parts = &o["card_parts"];
+        let sum: u64 = [
+            "device_ns",
+            "nvml_ns",
+            "live_ns",
+            "holders_ns",
+            "verdict_ns",
+        ]
+        .iter()
+        .map(|k| parts[k].as_u64().unwrap())
+        .sum();
+        assert!(sum <= o["card_ns"].as_u64().unwrap(), "{o}");
+    }
+    let text = summary(&dir, &["r.json"]);
+    assert_eq!(
+        text.matches("    refused by CUGUARD_LIMIT inside PyTorch's caching allocator, which then refused the request itself: its card follows").count(),
+        2,
+        "{text}"
+    );
+    let at = summary(&dir, &["--at", "oom", "r.json"]);
+    assert!(
+        at.lines()
+            .nth(2)
+            .unwrap()
+            .starts_with("  CUDACachingAllocator::malloc asking 3.0 GiB"),
+        "{at}"
+    );
+}

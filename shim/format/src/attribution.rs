@@ -154,9 +154,9 @@ pub struct OomRecord {
     /// ([`crate::verdict`]). Absent in reports of cuguard before 0.2: readers work it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
-    /// For the driver's refusal of a segment a framework's allocator asked for, which then
-    /// refused the request itself: the framework (`pytorch`), whose own record (a later one of
-    /// the same thread) explains the refusal. Absent otherwise.
+    /// For the driver's or a limit's refusal of a segment a framework's allocator asked for,
+    /// which then refused the request itself: the framework (`pytorch`), whose own record (a
+    /// later one of the same thread) explains the refusal. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub within: Option<String>,
     /// The other processes holding memory on that device then, as NVML lists them (this
@@ -174,14 +174,36 @@ pub struct OomRecord {
     /// listing this process (inside a container its pids may differ).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other_processes_note: Option<String>,
-    /// What making this card took the shim, in nanoseconds, inside the refused call (its
-    /// figures, the verdict, the record; not the report it asks the cuguard thread for).
+    /// What making this card took the shim, in nanoseconds, inside the refused call, from its
+    /// first question (the device's free memory): its figures, the verdict, the record; not
+    /// the report it asks the cuguard thread for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub card_ns: Option<u64>,
     /// A framework's card: what reading the framework's figures took cuguard's Python package
     /// before it handed them to the shim, in nanoseconds, inside the refused call too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub framework_ns: Option<u64>,
+    /// Where `card_ns` went, by part, so that a slow card can be told from a slow part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_parts: Option<CardParts>,
+}
+
+/// The parts of an out-of-memory card's time inside the refused call
+/// ([`OomRecord::card_parts`]), in nanoseconds; what they leave of `card_ns` is the record's own
+/// keeping (the labels, the list).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CardParts {
+    /// Asking the driver for the device's free and total memory (`cuMemGetInfo`, through a
+    /// context pushed for it where the thread had none on the device).
+    pub device_ns: u64,
+    /// Asking NVML for the other processes on the device.
+    pub nvml_ns: u64,
+    /// The live bytes by stack.
+    pub live_ns: u64,
+    /// The holders' idle memory: the driver's memory pools' attributes, cuguard's pool.
+    pub holders_ns: u64,
+    /// The verdict.
+    pub verdict_ns: u64,
 }
 
 impl OomRecord {

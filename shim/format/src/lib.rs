@@ -121,8 +121,8 @@ mod write;
 pub use addr::Addr;
 pub use allocation::Allocation;
 pub use attribution::{
-    Explained, IdleHolder, OomLimit, OomPool, OomRecord, OtherProcess, OwnerBytes, OwnerInfo,
-    PeakRecord, Pinning, Reconciliation, StackBytes, StackSamples, StackSeries, Verdict,
+    CardParts, Explained, IdleHolder, OomLimit, OomPool, OomRecord, OtherProcess, OwnerBytes,
+    OwnerInfo, PeakRecord, Pinning, Reconciliation, StackBytes, StackSamples, StackSeries, Verdict,
 };
 pub use config::Config;
 pub use cost::{Cost, CostGrowth, CostReports, CostTiming, CostUnwind};

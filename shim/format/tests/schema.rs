@@ -390,6 +390,13 @@ fn full_report(reason: Reason) -> Report {
         other_processes_note: Some("NVML is not available".into()),
         card_ns: Some(210_000),
         framework_ns: Some(3_400_000),
+        card_parts: Some(cuguard_format::CardParts {
+            device_ns: 12_000,
+            nvml_ns: 18_000,
+            live_ns: 40_000,
+            holders_ns: 9_000,
+            verdict_ns: 2_000,
+        }),
     }];
     r.ooms_dropped = Some(3);
     r.reconciliation = vec![Reconciliation {

@@ -179,6 +179,22 @@ pub fn process_used(ordinal: i32) -> ProcessUsage {
         })
 }
 
+/// Lists device `ordinal`'s processes once and forgets the list: NVML's first listing in a
+/// process costs it far more than the next (0.27 ms against 15-21 µs on an H100), and the next
+/// is an out-of-memory card's ([`others`]). Nothing when NVML is not loaded.
+pub fn list_once(ordinal: i32) {
+    let Some(Some(n)) = NVML.get() else {
+        return;
+    };
+    let Some(d) = device(n, ordinal) else {
+        return;
+    };
+    let mut infos = [ProcessInfo::default(); MAX_LISTED];
+    let mut count: c_uint = infos.len() as c_uint;
+    // SAFETY: `infos` holds `count` entries; `d` is a handle NVML gave for this device.
+    unsafe { (n.processes)(d, &mut count, infos.as_mut_ptr()) };
+}
+
 /// `NVML_VALUE_NOT_AVAILABLE`: a process's `usedGpuMemory` where NVML cannot say it.
 const NOT_AVAILABLE: u64 = u64::MAX;
 

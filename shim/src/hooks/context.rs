@@ -48,6 +48,9 @@ fn created(
         {
             t.contexts
                 .set_overhead(handle, after.saturating_sub(before));
+            // NVML's first listing of a device's processes is slow (0.27 ms on an H100, then
+            // 15-21 µs): paid here, not in the refused call whose card lists them.
+            crate::driver::nvml::list_once(device);
         }
     });
 }

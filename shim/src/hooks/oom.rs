@@ -29,6 +29,7 @@ pub fn refused(
     seq: u64,
     why: Option<&str>,
 ) {
+    let started = std::time::Instant::now();
     let refused_by = if why.is_some_and(|w| w.starts_with("CUGUARD_POOL_LIMIT")) {
         RefusedBy::PoolLimit
     } else if why.is_some_and(|w| w.starts_with("CUGUARD_LIMIT")) {
@@ -61,6 +62,8 @@ pub fn refused(
             limit,
             cache: None,
             read_ns: None,
+            started,
+            device_ns: nanos(started),
         },
     );
 }
@@ -75,6 +78,7 @@ pub fn framework_refused(t: &Tracker, oom: FrameworkOom, stack: u32) -> bool {
     let Some(framework) = cuguard_format::frameworks::named(&oom.framework) else {
         return false;
     };
+    let started = std::time::Instant::now();
     let device = i32::try_from(oom.device).unwrap_or(-1);
     let cache = oom.cache.map(|mut c| {
         c.holder = framework.holder.into();
@@ -87,6 +91,7 @@ pub fn framework_refused(t: &Tracker, oom: FrameworkOom, stack: u32) -> bool {
         Some(free) => now.map(|m| (free, m.1)),
         None => now,
     };
+    let device_ns = nanos(started);
     record(
         t,
         Refusal {
@@ -104,6 +109,8 @@ pub fn framework_refused(t: &Tracker, oom: FrameworkOom, stack: u32) -> bool {
             }),
             cache,
             read_ns: oom.read_ns,
+            started,
+            device_ns,
         },
     );
     true
@@ -124,6 +131,15 @@ struct Refusal {
     cache: Option<IdleHolder>,
     /// What reading the framework's figures took the Python package.
     read_ns: Option<u64>,
+    /// When the hook began the card (before it asked the device's memory).
+    started: std::time::Instant,
+    /// What asking the device's memory took.
+    device_ns: u64,
+}
+
+/// Nanoseconds since `from`.
+fn nanos(from: std::time::Instant) -> u64 {
+    u64::try_from(from.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Records `r` with what held the memory then, its verdict, the line and the checkpoint.
@@ -132,14 +148,24 @@ fn record(t: &Tracker, r: Refusal) {
     if !Ooms::wants(n) {
         return;
     }
-    let started = std::time::Instant::now();
-    let device = r.device;
+    let (device, started) = (r.device, r.started);
+    let mut parts = cuguard_format::CardParts {
+        device_ns: r.device_ns,
+        ..Default::default()
+    };
+    let mut lap = std::time::Instant::now();
+    let mut part = |slot: &mut u64| {
+        let now = std::time::Instant::now();
+        *slot = u64::try_from(now.duration_since(lap).as_nanos()).unwrap_or(u64::MAX);
+        lap = now;
+    };
     // First, before any lock of the shim's is taken: one NVML call, if NVML is loaded.
     let others =
         crate::driver::nvml::others(device, OomRecord::MAX_OTHER_PROCESSES, |pid, bytes| {
             OtherProcess { pid, bytes }
         })
         .map_err(|why| why.note());
+    part(&mut parts.nvml_ns);
     let live_bytes = t
         .stats
         .snapshot()
@@ -148,6 +174,7 @@ fn record(t: &Tracker, r: Refusal) {
         .map_or(0, |d| d.live_bytes);
     let mut stacks = crate::tracker::by_stack::snapshot(device);
     stacks.truncate(MAX_STACKS);
+    part(&mut parts.live_ns);
     let pool = crate::serving::registry::stats_for_device(device).map(|p| PoolState {
         reserved_bytes: p.reserved_bytes,
         free_bytes: p.free_bytes + p.pending_bytes,
@@ -157,6 +184,7 @@ fn record(t: &Tracker, r: Refusal) {
     let mut idle = idle_holders(device, pool.as_ref());
     idle.extend(r.cache);
     idle.sort_by_key(|h| std::cmp::Reverse(h.idle_bytes));
+    part(&mut parts.holders_ns);
     let verdict = verdict::of(Figures {
         size: r.size,
         refused_by: r.refused_by.as_str(),
@@ -168,6 +196,7 @@ fn record(t: &Tracker, r: Refusal) {
         device: device_ordinal(device),
         other_processes: others.as_ref().ok().map(|(list, held)| (&list[..], *held)),
     });
+    part(&mut parts.verdict_ns);
     let oom = Oom {
         seq: r.seq,
         time_ms: clock::moment_ms(),
@@ -190,13 +219,14 @@ fn record(t: &Tracker, r: Refusal) {
         others,
         card_ns: 0,
         framework_ns: r.read_ns,
+        card_parts: parts,
     };
     if framework {
         t.ooms
             .mark_within(r.refused_by, oom.thread, device, r.size, oom.time_ms);
     }
     let mut oom = oom;
-    oom.card_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    oom.card_ns = nanos(started);
     t.ooms.push(oom);
     crate::recorder::refused(r.size, r.stack, device, r.seq);
     if n == 1 {

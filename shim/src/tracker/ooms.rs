@@ -88,6 +88,8 @@ pub struct Oom {
     pub card_ns: u64,
     /// What reading a framework's figures took the Python package (`ooms[].framework_ns`).
     pub framework_ns: Option<u64>,
+    /// Where `card_ns` went (`ooms[].card_parts`).
+    pub card_parts: cuguard_format::CardParts,
 }
 
 /// Whether a framework's out-of-memory observer is registered in this process (the Python
@@ -144,7 +146,7 @@ impl Ooms {
         }
     }
 
-    /// Marks the driver's refusals that `by`'s refusal of `size` bytes on `thread` and
+    /// Marks the driver's and the limits' refusals that `by`'s refusal of `size` bytes on `thread` and
     /// `device` at `time_ms` followed: the allocator asked the driver for a segment (at least
     /// the size asked), was refused, and refused the request in the end. Only refusals since
     /// the thread's previous one by `by`, and of the last 10 seconds.
@@ -157,7 +159,11 @@ impl Ooms {
             if o.refused_by == by || time_ms.saturating_sub(o.time_ms) > 10_000 {
                 break;
             }
-            if o.refused_by == RefusedBy::Driver && o.within.is_none() && o.size >= size {
+            let refused_inside = matches!(
+                o.refused_by,
+                RefusedBy::Driver | RefusedBy::Limit | RefusedBy::PoolLimit
+            );
+            if refused_inside && o.within.is_none() && o.size >= size {
                 o.within = Some(by);
             }
         }

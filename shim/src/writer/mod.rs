@@ -483,6 +483,7 @@ fn oom_entries(
             other_processes_note: o.others.as_ref().err().cloned(),
             card_ns: Some(o.card_ns),
             framework_ns: o.framework_ns,
+            card_parts: Some(o.card_parts),
         })
         .collect()
 }

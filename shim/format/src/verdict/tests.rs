@@ -32,6 +32,7 @@ fn oom(size: u64, free: u64, idle: Vec<IdleHolder>) -> OomRecord {
         other_processes_note: None,
         card_ns: None,
         framework_ns: None,
+        card_parts: None,
     }
 }
 
