@@ -162,12 +162,20 @@ pub(crate) fn pieces<'a>(
 ) -> Vec<Piece> {
     let mut live: Vec<(u64, u64)> = r.cache_live_at(upto).map(|b| (b.addr, b.size)).collect();
     live.sort_unstable();
+    // The blocks' bytes inside the segment: a block of an expandable segment can begin in the
+    // memory mapped before this one, or go on into the next.
     let held = |seg: &Block| -> u64 {
-        let from = live.partition_point(|&(a, _)| a < seg.addr);
+        let end = seg.addr.saturating_add(seg.size);
+        let before = live.partition_point(|&(a, _)| a < seg.addr);
+        let from = before.saturating_sub(1);
         live[from..]
             .iter()
-            .take_while(|&&(a, _)| a < seg.addr.saturating_add(seg.size))
-            .map(|&(_, size)| size)
+            .take_while(|&&(a, _)| a < end)
+            .map(|&(a, size)| {
+                a.saturating_add(size)
+                    .min(end)
+                    .saturating_sub(a.max(seg.addr))
+            })
             .sum()
     };
     let mut out: Vec<Piece> = Vec::new();

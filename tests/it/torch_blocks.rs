@@ -577,3 +577,55 @@ fn replay_asks_for_the_tensors_where_the_history_holds_them_and_for_the_segments
         ]
     );
 }
+
+#[test]
+fn in_expandable_segments_the_tensors_are_carved_from_the_pages_mapped_under_them() {
+    // PyTorch's expandable segments: one reserved range, 2 MiB pages mapped as the cache grows
+    // (cuMemCreate, cuMemMap); the activations span two pages, the temporary two more.
+    let (dir, said) = torch_run(
+        "torch-blocks-expandable",
+        &[("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")],
+    );
+    assert_eq!(said["calls"], "4");
+    assert_eq!(said["reserved"], (8 * MIB).to_string());
+    let addr = |k: &str| u64::from_str_radix(said[k].trim_start_matches("0x"), 16).unwrap();
+    assert_eq!(addr("activations"), addr("weights") + MIB, "one range");
+    let weights = format!("torch_blocks.py:{}", line_of("# weights"));
+    let activations = format!("torch_blocks.py:{}", line_of("# activations"));
+    let temporary = format!("torch_blocks.py:{}", line_of("# temporary"));
+    // After the step: 8 MiB mapped, the tensors' 4 MiB and the two free pages' 4 MiB idle:
+    // not the pages and the tensors on top of them.
+    for at in ["end", "phase:pause"] {
+        let a = json_of(&dir, &["summary", "r.json", "--at", at]);
+        assert_eq!(
+            rows(&a),
+            [
+                row("idle", 4 * MIB, 2),
+                row(&activations, 3 * MIB, 1),
+                row(&weights, MIB, 1),
+            ],
+            "--at {at}"
+        );
+        assert_eq!(a["devices"][0]["bytes"], 8 * MIB, "--at {at}");
+        assert_eq!(a["devices"][0]["allocations"], 2, "tensors, not pages");
+    }
+    let peak = json_of(&dir, &["summary", "r.json", "--at", "phase:step"]);
+    assert_eq!(
+        rows(&peak),
+        [
+            row(&temporary, 4 * MIB, 1),
+            row(&activations, 3 * MIB, 1),
+            row(&weights, MIB, 1),
+        ]
+    );
+    assert_eq!(peak["devices"][0]["bytes"], 8 * MIB);
+    // The summary's history peak is the mapped memory, not more.
+    let text = run(
+        Command::new(&artifacts().cuguard)
+            .current_dir(&dir)
+            .args(["summary", "r.json"]),
+        true,
+    );
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(!text.contains("12.0 MiB"), "{text}");
+}

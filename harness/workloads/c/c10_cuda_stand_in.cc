@@ -6,6 +6,11 @@
  * c10::reportMemoryUsageToProfiler (libc10.so, c10_stand_in.cc), as PyTorch's does. Python
  * loads it with ctypes (a library scope of its own, as Python loads PyTorch's).
  *
+ * With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, as PyTorch's: one segment, an address
+ * range reserved once (cuMemAddressReserve, 1 GiB) into which 2 MiB pages of physical memory
+ * (cuMemCreate) are mapped (cuMemMap, cuMemSetAccess) as the cache grows, a block spanning
+ * pages where it needs to; empty_cache unmaps and releases the free pages at its end.
+ *
  *     extern "C" unsigned long long stand_in_alloc(size_t bytes);  // the block, 0 on failure
  *     extern "C" void stand_in_free(unsigned long long ptr);
  *     extern "C" int stand_in_empty_cache(void);                     // segments given back
@@ -16,9 +21,12 @@
  *        -Wl,-rpath,'$ORIGIN' -L<simcuda> -lcuda */
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "c10_report.h"
 #include "cusim.h"
@@ -30,6 +38,12 @@ namespace Native {
 
 const size_t kRound = 512;
 const size_t kSegment = 2 << 20;
+const size_t kReserve = size_t(1) << 30;
+
+bool expandable_asked() {
+    const char *conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
+    return conf && strstr(conf, "expandable_segments:True");
+}
 
 struct Block {
     size_t size;
@@ -43,14 +57,91 @@ struct DeviceCachingAllocator {
     std::map<CUdeviceptr, Block> blocks;
     size_t allocated = 0;
     size_t reserved = 0;
+    // The expandable segment: its range, the bytes mapped at its start, each page's handle.
+    bool expandable = expandable_asked();
+    CUdeviceptr range = 0;
+    size_t mapped = 0;
+    std::vector<CUmemGenericAllocationHandle> pages;
 
     __attribute__((noinline)) CUdeviceptr malloc(size_t bytes);
     __attribute__((noinline)) void free(CUdeviceptr p);
     __attribute__((noinline)) int emptyCache();
     __attribute__((noinline)) bool alloc_block(size_t size);
+    __attribute__((noinline)) bool map_more(size_t size);
+    int unmap_free_end();
 };
 
+// The expandable segment grows by the pages `size` needs beyond the free block at its end.
+bool DeviceCachingAllocator::map_more(size_t size) {
+    if (range == 0) {
+        if (cuMemAddressReserve(&range, kReserve, kSegment, 0, 0) != CUDA_SUCCESS) return false;
+        segments[range] = 0;
+    }
+    size_t tail = 0;
+    if (!blocks.empty()) {
+        auto last = std::prev(blocks.end());
+        if (!last->second.used && last->first + last->second.size == range + mapped)
+            tail = last->second.size;
+    }
+    size_t grow = (size - tail + kSegment - 1) / kSegment * kSegment;
+    if (mapped + grow > kReserve) return false;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    size_t start = mapped;
+    for (size_t done = 0; done < grow; done += kSegment) {
+        CUmemGenericAllocationHandle h = 0;
+        if (cuMemCreate(&h, kSegment, &prop, 0) != CUDA_SUCCESS) break;
+        if (cuMemMap(range + mapped, kSegment, 0, h, 0) != CUDA_SUCCESS ||
+            cuMemSetAccess(range + mapped, kSegment, &access, 1) != CUDA_SUCCESS) {
+            cuMemRelease(h);
+            break;
+        }
+        pages.push_back(h);
+        mapped += kSegment;
+    }
+    size_t added = mapped - start;
+    if (added == 0) return false;
+    reserved += added;
+    segments[range] = mapped;
+    if (tail > 0)
+        std::prev(blocks.end())->second.size += added;
+    else
+        blocks[range + start] = Block{added, false};
+    return added >= size - tail;
+}
+
+// Unmaps and releases the whole pages of the free block at the expandable segment's end.
+int DeviceCachingAllocator::unmap_free_end() {
+    if (blocks.empty() || mapped == 0) return 0;
+    auto last = std::prev(blocks.end());
+    if (last->second.used || last->first + last->second.size != range + mapped) return 0;
+    size_t keep = (last->first - range + kSegment - 1) / kSegment * kSegment;
+    int given = 0;
+    while (mapped > keep) {
+        mapped -= kSegment;
+        cuMemUnmap(range + mapped, kSegment);
+        cuMemRelease(pages.back());
+        pages.pop_back();
+        reserved -= kSegment;
+        given++;
+    }
+    if (range + mapped > last->first)
+        last->second.size = range + mapped - last->first;
+    else
+        blocks.erase(last);
+    segments[range] = mapped;
+    return given;
+}
+
 bool DeviceCachingAllocator::alloc_block(size_t size) {
+    if (expandable) return map_more(size);
     size_t seg = size < kSegment ? kSegment : (size + kSegment - 1) / kSegment * kSegment;
     CUdeviceptr base = 0;
     if (cuMemAlloc(&base, seg) != CUDA_SUCCESS) return false;
@@ -106,6 +197,7 @@ void DeviceCachingAllocator::free(CUdeviceptr p) {
 
 int DeviceCachingAllocator::emptyCache() {
     std::lock_guard<std::mutex> lock(mutex);
+    if (expandable) return unmap_free_end();
     int given = 0;
     for (auto s = segments.begin(); s != segments.end();) {
         auto b = blocks.find(s->first);

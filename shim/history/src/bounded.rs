@@ -306,10 +306,10 @@ impl Left {
         if let Some(old) = self.cache.made(b) {
             visit(Step::CacheEnded(old));
         }
-        if let Some(h) = self.open.holder(b.addr)
-            && let Some(segment) = self.open.carve(h, b.start_ns)
-        {
-            visit(Step::Carved(segment));
+        for h in self.open.overlapping(b.addr, b.size) {
+            if let Some(segment) = self.open.carve(h, b.start_ns) {
+                visit(Step::Carved(segment));
+            }
         }
         visit(Step::CacheMade(b));
     }
@@ -823,11 +823,11 @@ impl OpenSet {
         old
     }
 
-    /// The open block that holds `addr`, if any.
-    fn holder(&mut self, addr: u64) -> Option<u64> {
+    /// The open blocks that hold any byte of `[addr, addr + size)`.
+    fn overlapping(&mut self, addr: u64, size: u64) -> Vec<u64> {
         let blocks = &self.blocks;
         self.holders
-            .holder(addr, || blocks.values().map(|b| (b.addr, b.size)))
+            .overlapping(addr, size, || blocks.values().map(|b| (b.addr, b.size)))
     }
 
     /// The open blocks that begin in `[base, base + size)`.

@@ -40,6 +40,23 @@ impl Holders {
         (addr - base < size.max(1)).then_some(base)
     }
 
+    /// The addresses of live allocations that hold any byte of `[addr, addr + size)` (a block
+    /// of a framework's expandable segment can span several mapped allocations), lowest first;
+    /// `live` as in [`Self::holder`].
+    pub fn overlapping<I: IntoIterator<Item = (u64, u64)>>(
+        &mut self,
+        addr: u64,
+        size: u64,
+        live: impl FnOnce() -> I,
+    ) -> Vec<u64> {
+        let first = self.holder(addr, live);
+        let i = self.index.as_ref().expect("built by holder");
+        let after = i
+            .range(addr.saturating_add(1)..addr.saturating_add(size))
+            .map(|(&a, _)| a);
+        first.into_iter().chain(after).collect()
+    }
+
     /// The addresses of live allocations that begin in `[base, base + size)`; `live` as in
     /// [`Self::holder`].
     pub fn within<I: IntoIterator<Item = (u64, u64)>>(
@@ -76,5 +93,12 @@ mod tests {
         assert_eq!(h.holder(0x3fff, Vec::new), None);
         assert_eq!(h.within(0x1000, 0x2000, Vec::new), vec![0x1000, 0x2000]);
         assert_eq!(h.within(0x1001, 0xfff, Vec::new), Vec::<u64>::new());
+        // A block across 0x1000's end and into 0x2000: both hold part of it.
+        assert_eq!(
+            h.overlapping(0x10f0, 0x1000, Vec::new),
+            vec![0x1000, 0x2000]
+        );
+        assert_eq!(h.overlapping(0x1200, 0x10, Vec::new), Vec::<u64>::new());
+        assert_eq!(h.overlapping(0x2000, 0x10, Vec::new), vec![0x2000]);
     }
 }

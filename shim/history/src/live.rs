@@ -69,11 +69,12 @@ impl LiveSet {
         old
     }
 
-    /// The live allocation that holds `addr`, if any.
-    pub fn holder(&mut self, addr: u64) -> Option<u64> {
+    /// The live allocations that hold any byte of `[addr, addr + size)`.
+    pub fn overlapping(&mut self, addr: u64, size: u64) -> Vec<u64> {
         let by_addr = &self.by_addr;
-        self.holders
-            .holder(addr, || by_addr.values().map(|(_, r)| (r.addr, r.size)))
+        self.holders.overlapping(addr, size, || {
+            by_addr.values().map(|(_, r)| (r.addr, r.size))
+        })
     }
 
     /// The live allocations that begin in `[base, base + size)`.
@@ -269,7 +270,7 @@ impl Follow {
             self.peak_tensors = self.tensors;
             self.span.peak_tsc = e.tsc;
         }
-        if let Some(h) = self.live.holder(e.addr) {
+        for h in self.live.overlapping(e.addr, e.size) {
             self.carved.insert(h);
         }
     }

@@ -61,8 +61,7 @@ pub unsafe fn cuMemCreate(
         };
         // SAFETY: the call succeeded, so handle was valid and written.
         let handle = unsafe { *handle };
-        // The history's moment before a new peak's record (see `Tracker::add`).
-        record.history_allocated(handle, false);
+        // The history hears of it where it is first mapped (`cuMemMap`), not here.
         t.stats.allocated(&record);
         t.vmm.created(handle, record);
         crate::lifecycle::note_allocation();
@@ -101,9 +100,11 @@ pub unsafe fn cuMemRelease(
     shield((), || {
         if r == CUDA_SUCCESS {
             let (gone, known) = t.vmm.released(handle);
-            if let Some(rec) = gone {
+            if let Some((at, rec)) = gone {
                 t.stats.freed(&rec);
-                rec.history_freed(handle, crate::recorder::stamp());
+                if let Some(at) = at {
+                    rec.history_freed(at, crate::recorder::stamp());
+                }
             }
             t.freed.note(handle);
             if !known {
@@ -141,7 +142,12 @@ pub unsafe fn cuMemMap(
     if r == CUDA_SUCCESS
         && let Some((_guard, t)) = super::track::active()
     {
-        shield((), || t.vmm.mapped(ptr, size as u64, handle));
+        shield((), || {
+            // Its first mapping: the history knows it from now on, at this address.
+            if let Some(rec) = t.vmm.mapped(ptr, size as u64, handle) {
+                rec.history_allocated(ptr, false);
+            }
+        });
     }
     r
 }
@@ -162,9 +168,11 @@ pub unsafe fn cuMemUnmap(
         && let Some((_guard, t)) = super::track::active()
     {
         shield((), || {
-            for (handle, rec) in t.vmm.unmapped(ptr, size as u64) {
+            for (at, rec) in t.vmm.unmapped(ptr, size as u64) {
                 t.stats.freed(&rec);
-                rec.history_freed(handle, crate::recorder::stamp());
+                if let Some(at) = at {
+                    rec.history_freed(at, crate::recorder::stamp());
+                }
             }
         });
     }
