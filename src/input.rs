@@ -6,7 +6,8 @@
 //! read up to the size it had when opened. A directory's or a glob's files that are not regular
 //! files are left out of the expansion.
 //!
-//! Memory stays proportional to the largest file being read (one per worker thread), never to
+//! Memory stays proportional to the input in flight (at most [`IN_FLIGHT_BYTES`] of files, or
+//! of a lone merged report's processes, started and not yet handed on; two always), never to
 //! the sum of all inputs: each worker reads a file, hands each process's [`Report`] to the
 //! caller's function, and keeps only what that function returns.
 
@@ -576,14 +577,23 @@ where
         let value = f(&source, report, leaks);
         Ok((source, value))
     };
+    // A lone merged report's processes are weighed as files are, by their text's size: what
+    // a worker holds grows with the process it parses, as with a file.
+    let weights: Vec<u64> = match alone {
+        true => doc.raw_processes().map(|p| p.len() as u64).collect(),
+        false => Vec::new(),
+    };
+    let weight = |i: usize| weights[i];
     match (alone, take) {
         // A lone merged report: its processes are parsed in parallel, the file's bytes shared,
-        // and handed to `take` in order as they are done.
+        // within the bound on input in flight, and handed to `take` in order as they are done.
         (true, Some(take)) => {
-            parallel_in_order(doc.len(), |_| 0, one, |(source, value)| take(source, value))?;
+            parallel_in_order(doc.len(), weight, one, |(source, value)| {
+                take(source, value)
+            })?;
             Ok(Vec::new())
         }
-        (true, None) => parallel(doc.len(), |_| 0, one),
+        (true, None) => parallel(doc.len(), weight, one),
         (false, _) => (0..doc.len()).map(one).collect(),
     }
 }
@@ -715,6 +725,59 @@ mod tests {
             )
         });
         assert!(got.is_err());
+    }
+
+    /// A lone merged report's processes are read within the bound on input in flight, as
+    /// files are: with its first process held up, the processes after it do not pile up
+    /// behind it, and every one is handed on, in order.
+    #[test]
+    fn a_merged_reports_processes_stay_within_the_weight_in_flight() {
+        use std::sync::atomic::{AtomicU64, AtomicUsize};
+        let report = std::fs::read_to_string(fixtures().join("events.json")).unwrap();
+        let body = report.trim().strip_prefix('{').unwrap();
+        // Each process a third of the budget: two may be in flight, never three.
+        let pad = "x".repeat((IN_FLIGHT_BYTES / 3) as usize);
+        let processes: Vec<String> = (0..8)
+            .map(|_| format!("{{\"pad\":\"{pad}\",{body}"))
+            .collect();
+        let weight = processes[0].len() as u64;
+        let text = format!(
+            "{{\"schema\":\"cuguard-report\",\"schema_version\":1,\"merged\":\
+             {{\"created_unix_ms\":0,\"inputs\":[]}},\"processes\":[{}]}}",
+            processes.join(",")
+        );
+        let path =
+            std::env::temp_dir().join(format!("cuguard-input-merged-{}.json", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let (bytes, items, most) = (AtomicU64::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+        let mut taken = Vec::new();
+        let got = for_each_folded(
+            std::slice::from_ref(&path),
+            0,
+            |source, report, _| {
+                if source.index == Some(0) {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                let b = bytes.fetch_add(weight, Ordering::SeqCst) + weight;
+                let k = items.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(k, Ordering::SeqCst);
+                assert!(
+                    k <= MIN_IN_FLIGHT || b <= IN_FLIGHT_BYTES,
+                    "{k} processes, {b} bytes in flight at {source}"
+                );
+                report.process.pid
+            },
+            |source, pid| {
+                bytes.fetch_sub(weight, Ordering::SeqCst);
+                items.fetch_sub(1, Ordering::SeqCst);
+                taken.push((source.index, pid));
+            },
+        );
+        std::fs::remove_file(&path).unwrap();
+        got.unwrap();
+        let expected: Vec<(Option<usize>, u32)> = (0..8).map(|i| (Some(i), 777)).collect();
+        assert_eq!(taken, expected);
+        assert!(most.into_inner() <= MIN_IN_FLIGHT);
     }
 
     #[test]

@@ -218,19 +218,84 @@ pub(super) fn header(text: &str) -> Option<Header<'_>> {
     Some((value(schema)?, value(version)?, processes))
 }
 
+/// What [`HEX`] holds for a byte that is not a hex digit.
+const NOT_HEX: u8 = 0xff;
+
+/// Each byte's value as a hex digit, or [`NOT_HEX`].
+const HEX: [u8; 256] = {
+    let mut table = [NOT_HEX; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = match b as u8 {
+            c @ b'0'..=b'9' => c - b'0',
+            c @ b'a'..=b'f' => c - b'a' + 10,
+            c @ b'A'..=b'F' => c - b'A' + 10,
+            _ => NOT_HEX,
+        };
+        b += 1;
+    }
+    table
+};
+
+/// A short string of the document as a key: hashed and compared a word at a time, for the
+/// names of functions and files that frames repeat.
+#[derive(Clone, Copy)]
+struct Name<'a>(&'a str);
+
+impl Name<'_> {
+    /// Every byte of a string of at most 16, in two words (as wyhash reads short keys): its
+    /// first and last eight bytes, overlapping; its first and last four when shorter; its
+    /// first, middle and last byte when shorter still. Longer strings give their ends.
+    fn words(self) -> (u64, u64) {
+        let b = self.0.as_bytes();
+        let n = b.len();
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
+        match n {
+            0 => (0, 0),
+            1..=3 => (
+                u64::from(b[0]) | u64::from(b[n / 2]) << 8 | u64::from(b[n - 1]) << 16,
+                0,
+            ),
+            4..=7 => (u64::from(u32_at(0)) | u64::from(u32_at(n - 4)) << 32, 0),
+            _ => (u64_at(0), u64_at(n - 8)),
+        }
+    }
+}
+
+impl std::hash::Hash for Name<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (first, last) = self.words();
+        // Mixed so that the low bits, which pick the bucket, depend on every byte.
+        let h = (first ^ last.rotate_left(29) ^ self.0.len() as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        state.write_u64(h ^ h >> 32);
+    }
+}
+
+impl PartialEq for Name<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (self.0.as_bytes(), other.0.as_bytes());
+        a.len() == b.len()
+            && (a.len() > 16 && a == b || a.len() <= 16 && self.words() == other.words())
+    }
+}
+
+impl Eq for Name<'_> {}
+
 /// A position in the document. Every method that returns `Option` returns `None` where the fast
 /// path gives up, its position then unspecified.
 struct Cursor<'a> {
     text: &'a str,
     bytes: &'a [u8],
     i: usize,
-    /// The last module and file interned (consecutive frames mostly share them).
+    /// The last module interned (consecutive frames mostly share it).
     module: Option<Arc<str>>,
-    file: Option<Arc<str>>,
     /// A stack's frames as they are read (reused from stack to stack).
     frames: Vec<Frame>,
-    /// The function names interned so far, by their text in the document.
-    functions: HashMap<&'a str, Arc<str>, BuildHasherDefault<Fx>>,
+    /// The function and file names interned so far, by their text in the document: a program's
+    /// frames name few of either, but a frame's file is seldom the one before it.
+    names: HashMap<Name<'a>, Arc<str>, BuildHasherDefault<Fx>>,
 }
 
 impl<'a> Cursor<'a> {
@@ -240,9 +305,8 @@ impl<'a> Cursor<'a> {
             bytes: text.as_bytes(),
             i: 0,
             module: None,
-            file: None,
             frames: Vec::new(),
-            functions: HashMap::default(),
+            names: HashMap::default(),
         }
     }
 
@@ -435,27 +499,20 @@ impl<'a> Cursor<'a> {
         }
         i += 2;
         let digits = i;
+        // The last sixteen digits, shifted in; whether the others are zeros is told after.
         let mut value = 0u64;
-        let mut significant = 0;
         loop {
-            let b = *bytes.get(i)?;
-            let d = match b {
-                b'0'..=b'9' => b - b'0',
-                b'a'..=b'f' => b - b'a' + 10,
-                b'A'..=b'F' => b - b'A' + 10,
-                b'"' => break,
-                _ => return None,
-            };
-            if value != 0 || d != 0 {
-                significant += 1;
-                if significant > 16 {
-                    return None;
-                }
-                value = value << 4 | u64::from(d);
+            let d = HEX[usize::from(*bytes.get(i)?)];
+            if d == NOT_HEX {
+                break;
             }
+            value = value << 4 | u64::from(d);
             i += 1;
         }
-        if i == digits {
+        if bytes[i] != b'"' || i == digits {
+            return None;
+        }
+        if i - digits > 16 && bytes[digits..i - 16].iter().any(|&b| b != b'0') {
             return None;
         }
         self.i = i + 1;
@@ -687,13 +744,8 @@ impl<'a> Cursor<'a> {
                     module = Some(Self::shared(&mut c.module, s));
                 }
                 2 => offset = c.addr()?,
-                3 => function = c.opt_string()?.map(|s| c.function(s)),
-                4 => {
-                    file = match c.opt_string()? {
-                        Some(s) => Some(Self::shared(&mut c.file, s)),
-                        None => None,
-                    }
-                }
+                3 => function = c.opt_string()?.map(|s| c.name(s)),
+                4 => file = c.opt_string()?.map(|s| c.name(s)),
                 5 => line = c.opt_u32()?,
                 _ => inlined = c.opt_bool()?,
             }
@@ -714,10 +766,10 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    /// The interned function name `s`, through the names seen in this document.
-    fn function(&mut self, s: &'a str) -> Arc<str> {
-        self.functions
-            .entry(s)
+    /// The interned function or file name `s`, through the names seen in this document.
+    fn name(&mut self, s: &'a str) -> Arc<str> {
+        self.names
+            .entry(Name(s))
             .or_insert_with(|| intern::intern(s))
             .clone()
     }

@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 
-use super::{GaveUp, header, report};
+use super::{GaveUp, Name, header, report};
 use crate::Report;
 use crate::read::{Header, LeakFold, Leaks, slow};
 
@@ -690,6 +690,8 @@ fn edges_of_numbers_and_addresses() {
         ("address", "\"0x0\""),
         ("address", "\"0x00000000000000000\""),
         ("address", "\"0x10000000000000000\""),
+        ("address", "\"0x0ffffffffffffffff\""),
+        ("address", "\"0x0001ffffffffffffffff\""),
         ("address", "\"0XaBc\""),
         ("address", "\"0x\""),
         ("address", "\"x10\""),
@@ -936,5 +938,40 @@ mod keys {
             set(names(&SITE_KEYS)),
             "stacks[].site in the schema"
         );
+    }
+}
+
+/// Two names of the document are one key exactly when their texts are equal, at every length
+/// a name is read in words (up to 16 bytes) and past it, whichever byte differs.
+#[test]
+fn names_are_one_key_exactly_when_their_texts_are() {
+    use std::collections::hash_map::DefaultHasher;
+    use std::hash::{Hash, Hasher};
+    let hash = |name: Name<'_>| {
+        let mut h = DefaultHasher::new();
+        name.hash(&mut h);
+        h.finish()
+    };
+    let texts: Vec<String> = (0..=20)
+        .flat_map(|n| {
+            let base = "abcdefghijklmnopqrstu"[..n].to_string();
+            let from = base.clone();
+            let changed = (0..n).map(move |i| {
+                let mut b = from.clone().into_bytes();
+                b[i] = b'Z';
+                String::from_utf8(b).unwrap()
+            });
+            std::iter::once(base.clone())
+                .chain(changed)
+                .chain(std::iter::once(format!("{base}\0")))
+        })
+        .collect();
+    for a in &texts {
+        for b in &texts {
+            assert_eq!(Name(a) == Name(b), a == b, "{a:?} {b:?}");
+            if a == b {
+                assert_eq!(hash(Name(a)), hash(Name(b)));
+            }
+        }
     }
 }
