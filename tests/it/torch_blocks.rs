@@ -629,3 +629,38 @@ fn in_expandable_segments_the_tensors_are_carved_from_the_pages_mapped_under_the
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(!text.contains("12.0 MiB"), "{text}");
 }
+
+#[test]
+fn in_expandable_segments_pages_made_and_not_yet_mapped_are_live_at_a_refusal() {
+    // Under a 7 MiB limit the temporary's growth is refused at its second page, the first made
+    // and not yet mapped (PyTorch makes every page of a growth before it maps them): the
+    // limit counted it, and so does the history at the refusal.
+    let (dir, said) = torch_run(
+        "torch-blocks-expandable-limit",
+        &[
+            ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+            ("CUGUARD_LIMIT", "7MiB"),
+        ],
+    );
+    assert_eq!(said["temporary"], "0x0", "{said:?}");
+    assert_eq!(said["reserved"], (4 * MIB).to_string());
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
+    let card = &report["ooms"][0];
+    assert_eq!(card["refused_by"], "limit");
+    assert_eq!(card["api"], "cuMemCreate");
+    assert_eq!(card["live_bytes"], 6 * MIB);
+    let at = json_of(&dir, &["summary", "r.json", "--at", "oom"]);
+    assert_eq!(at["devices"][0]["bytes"], 6 * MIB, "{at}");
+    let temporary = format!("torch_blocks.py:{}", line_of("# temporary"));
+    let weights = format!("torch_blocks.py:{}", line_of("# weights"));
+    let activations = format!("torch_blocks.py:{}", line_of("# activations"));
+    assert_eq!(
+        rows(&at),
+        [
+            row(&activations, 3 * MIB, 1),
+            row(&temporary, 2 * MIB, 1),
+            row(&weights, MIB, 1),
+        ]
+    );
+}

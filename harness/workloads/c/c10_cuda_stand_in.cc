@@ -94,14 +94,23 @@ bool DeviceCachingAllocator::map_more(size_t size) {
     memset(&access, 0, sizeof access);
     access.location = prop.location;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    size_t start = mapped;
+    // As PyTorch's ExpandableSegment::map: every page made first, then each mapped; a page
+    // refused gives back the ones made for this growth.
+    std::vector<CUmemGenericAllocationHandle> made;
     for (size_t done = 0; done < grow; done += kSegment) {
         CUmemGenericAllocationHandle h = 0;
-        if (cuMemCreate(&h, kSegment, &prop, 0) != CUDA_SUCCESS) break;
+        if (cuMemCreate(&h, kSegment, &prop, 0) != CUDA_SUCCESS) {
+            for (auto m : made) cuMemRelease(m);
+            return false;
+        }
+        made.push_back(h);
+    }
+    size_t start = mapped;
+    for (auto h : made) {
         if (cuMemMap(range + mapped, kSegment, 0, h, 0) != CUDA_SUCCESS ||
             cuMemSetAccess(range + mapped, kSegment, &access, 1) != CUDA_SUCCESS) {
             cuMemRelease(h);
-            break;
+            continue;
         }
         pages.push_back(h);
         mapped += kSegment;

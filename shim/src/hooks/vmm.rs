@@ -61,7 +61,9 @@ pub unsafe fn cuMemCreate(
         };
         // SAFETY: the call succeeded, so handle was valid and written.
         let handle = unsafe { *handle };
-        // The history hears of it where it is first mapped (`cuMemMap`), not here.
+        // The history's moment before a new peak's record (see `Tracker::add`): at its handle
+        // until it is mapped (`cuMemMap` moves it).
+        record.history_allocated(handle, false);
         t.stats.allocated(&record);
         t.vmm.created(handle, record);
         crate::lifecycle::note_allocation();
@@ -102,9 +104,7 @@ pub unsafe fn cuMemRelease(
             let (gone, known) = t.vmm.released(handle);
             if let Some((at, rec)) = gone {
                 t.stats.freed(&rec);
-                if let Some(at) = at {
-                    rec.history_freed(at, crate::recorder::stamp());
-                }
+                rec.history_freed(at, crate::recorder::stamp());
             }
             t.freed.note(handle);
             if !known {
@@ -143,8 +143,9 @@ pub unsafe fn cuMemMap(
         && let Some((_guard, t)) = super::track::active()
     {
         shield((), || {
-            // Its first mapping: the history knows it from now on, at this address.
+            // Its first mapping: the history knows it at this address from now on.
             if let Some(rec) = t.vmm.mapped(ptr, size as u64, handle) {
+                rec.history_freed(handle, crate::recorder::stamp());
                 rec.history_allocated(ptr, false);
             }
         });
@@ -170,9 +171,7 @@ pub unsafe fn cuMemUnmap(
         shield((), || {
             for (at, rec) in t.vmm.unmapped(ptr, size as u64) {
                 t.stats.freed(&rec);
-                if let Some(at) = at {
-                    rec.history_freed(at, crate::recorder::stamp());
-                }
+                rec.history_freed(at, crate::recorder::stamp());
             }
         });
     }

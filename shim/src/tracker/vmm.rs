@@ -3,9 +3,10 @@
 //! Physical memory made by cuMemCreate stays allocated while its handle is unreleased or while
 //! any mapping of it remains (the driver frees a released handle on its last unmap). Each such
 //! handle is one allocation in the report; its address is where it is first mapped, if anywhere.
-//! The history knows it from that first mapping, at that address ([`Handle::history_at`]), so
-//! that what a framework carves from the mapped memory (PyTorch's tensors in its expandable
-//! segments) falls inside it; memory never mapped in this process is in the report only.
+//! The history knows it by its handle until then, and from its first mapping by that address
+//! ([`Handle::history_at`]), so that what a framework carves from the mapped memory (PyTorch's
+//! tensors in its expandable segments) falls inside it; memory made and not yet mapped (PyTorch
+//! makes every page of a growth before it maps them) is in the history all the same.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,8 +21,8 @@ pub struct Handle {
     pub released: bool,
     /// Mapped ranges: (address, size).
     pub mappings: Vec<(u64, u64)>,
-    /// Where it was first mapped: the address the history knows it by (none before).
-    pub history_at: Option<u64>,
+    /// The address the history knows it by: its handle, then where it was first mapped.
+    pub history_at: u64,
 }
 
 #[derive(Default)]
@@ -53,15 +54,14 @@ impl Vmm {
                 record,
                 released: false,
                 mappings: Vec::new(),
-                history_at: None,
+                history_at: handle,
             },
         );
     }
 
-    /// The handle was released; returns its record and the address the history knows it by
-    /// (none if never mapped) if its memory is now gone, and whether the handle was known at
-    /// all.
-    pub fn released(&self, handle: u64) -> (Option<(Option<u64>, Record)>, bool) {
+    /// The handle was released; returns its record and the address the history knows it by if
+    /// its memory is now gone, and whether the handle was known at all.
+    pub fn released(&self, handle: u64) -> (Option<(u64, Record)>, bool) {
         let mut inner = lock(&self.inner);
         let Some(h) = inner.handles.get_mut(&handle) else {
             return (None, false);
@@ -75,13 +75,13 @@ impl Vmm {
     }
 
     /// `handle` was mapped at `addr`: its record, where this is its first mapping (for the
-    /// history, which knows it from now on at `addr`).
+    /// history, which knows it from now on at `addr` rather than at its handle).
     pub fn mapped(&self, addr: u64, size: u64, handle: u64) -> Option<Record> {
         let mut inner = lock(&self.inner);
         let h = inner.handles.get_mut(&handle)?;
         h.mappings.push((addr, size));
-        let first = h.history_at.is_none().then(|| {
-            h.history_at = Some(addr);
+        let first = (h.history_at == handle).then(|| {
+            h.history_at = addr;
             h.record
         });
         inner.mapped.insert(addr, handle);
@@ -90,7 +90,7 @@ impl Vmm {
 
     /// `[addr, addr+size)` was unmapped; returns the handles whose memory is now gone, with the
     /// address the history knows each by and their records.
-    pub fn unmapped(&self, addr: u64, size: u64) -> Vec<(Option<u64>, Record)> {
+    pub fn unmapped(&self, addr: u64, size: u64) -> Vec<(u64, Record)> {
         let mut inner = lock(&self.inner);
         let end = addr.saturating_add(size);
         let hit: Vec<(u64, u64)> = inner
