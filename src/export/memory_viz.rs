@@ -60,7 +60,8 @@
 //! `_profile_to_snapshot` in `torch/cuda/_memory_viz.py` places memory that is not on a GPU).
 //!
 //! PyTorch's expandable segments (`expandable_segments:True`) are pages mapped into one
-//! reserved range; the history knows each page where it is mapped, so each is a segment here
+//! reserved range; the history knows each page where it is mapped (before that at its handle:
+//! a segment of its own from its making to its mapping), so each page is a segment here
 //! (`is_expandable` false), and a tensor across pages is a block of its first page, cut at that
 //! page's end (as [`tiles`] cuts any block past its segment). PyTorch's own snapshot draws the
 //! range as one segment, growing by `segment_map` entries: not written here.
