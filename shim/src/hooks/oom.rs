@@ -2,7 +2,8 @@
 //! driver, from the pool's limit or from the process's limit): it records what held the memory at that moment
 //! ([`crate::tracker::ooms`]) with the card's figures and verdict, other processes' memory
 //! included where NVML, already loaded, lists them ([`crate::driver::nvml::others`]: one NVML
-//! call, never loading it), has the cuguard thread say so
+//! call, never loading it; made by the cuguard thread just after the refusal where it runs,
+//! [`crate::tracker::ooms::Ooms::fill_others`]), has the cuguard thread say so
 //! in one line on stderr the first time ([`crate::lifecycle::oom_line`]: naming the stacks is
 //! not the refused call's to wait for), and asks that thread for a checkpoint report (`reason: oom`, at most one
 //! a second), because by the time the process ends the program has usually unwound and freed
@@ -14,9 +15,7 @@ use crate::process::clock;
 use crate::tracker::Tracker;
 use crate::tracker::ooms::{MAX_STACKS, Oom, Ooms, PoolState, RefusedBy};
 use cuguard_format::api::FrameworkOom;
-use cuguard_format::verdict::{self, Figures};
-use cuguard_format::wire::device_ordinal;
-use cuguard_format::{IdleHolder, OomLimit, OomRecord, OtherProcess};
+use cuguard_format::{IdleHolder, OomLimit};
 
 /// Records refusal of `size` bytes by `api` on `device`, asked from `stack`; `why` is the pool's
 /// reason when the pool or the process's limit refused.
@@ -159,12 +158,15 @@ fn record(t: &Tracker, r: Refusal) {
         *slot = u64::try_from(now.duration_since(lap).as_nanos()).unwrap_or(u64::MAX);
         lap = now;
     };
-    // First, before any lock of the shim's is taken: one NVML call, if NVML is loaded.
-    let others =
-        crate::driver::nvml::others(device, OomRecord::MAX_OTHER_PROCESSES, |pid, bytes| {
-            OtherProcess { pid, bytes }
-        })
-        .map_err(|why| why.note());
+    // NVML's listing of the device's processes can take most of a millisecond: where the
+    // cuguard thread runs and NVML is loaded, that thread lists them just after (and works the
+    // verdict out again); else one NVML call now, before any lock of the shim's is taken.
+    let others_pending = crate::lifecycle::reporter::running() && crate::driver::nvml::loaded();
+    let others = if others_pending {
+        Err(crate::tracker::ooms::PENDING_NOTE.into())
+    } else {
+        crate::tracker::ooms::others_of(device)
+    };
     part(&mut parts.nvml_ns);
     let live_bytes = t
         .stats
@@ -185,19 +187,7 @@ fn record(t: &Tracker, r: Refusal) {
     idle.extend(r.cache);
     idle.sort_by_key(|h| std::cmp::Reverse(h.idle_bytes));
     part(&mut parts.holders_ns);
-    let verdict = verdict::of(Figures {
-        size: r.size,
-        refused_by: r.refused_by.as_str(),
-        device_free_bytes: r.device_memory.map(|m| m.0),
-        device_total_bytes: r.device_memory.map(|m| m.1),
-        limit: r.limit.as_ref(),
-        live_bytes,
-        idle: &idle,
-        device: device_ordinal(device),
-        other_processes: others.as_ref().ok().map(|(list, held)| (&list[..], *held)),
-    });
-    part(&mut parts.verdict_ns);
-    let oom = Oom {
+    let mut oom = Oom {
         seq: r.seq,
         time_ms: clock::moment_ms(),
         thread: clock::thread_id(),
@@ -214,20 +204,30 @@ fn record(t: &Tracker, r: Refusal) {
         labels: crate::process::labels::all(),
         limit: r.limit,
         idle,
-        verdict,
+        verdict: cuguard_format::Verdict {
+            action: "unknown".into(),
+            fits: false,
+            text: String::new(),
+        },
         within: None,
         others,
+        others_pending,
         card_ns: 0,
         framework_ns: r.read_ns,
         card_parts: parts,
     };
+    oom.verdict = crate::tracker::ooms::verdict_of(&oom);
+    part(&mut oom.card_parts.verdict_ns);
     if framework {
         t.ooms
             .mark_within(r.refused_by, oom.thread, device, r.size, oom.time_ms);
     }
-    let mut oom = oom;
     oom.card_ns = nanos(started);
     t.ooms.push(oom);
+    if others_pending {
+        t.ooms.others_wanted();
+        crate::lifecycle::reporter::request_others();
+    }
     crate::recorder::refused(r.size, r.stack, device, r.seq);
     if n == 1 {
         // Naming the stacks for the line can take long the first time (the binaries' debug

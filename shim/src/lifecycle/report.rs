@@ -68,7 +68,11 @@ pub fn final_report(occasion: Occasion) -> bool {
     // thread-locals are gone writes without it: tracking has stopped (`Writing`) anyway.
     let _guard = crate::guard::Guard::enter();
     // The first refusal's line, if the cuguard thread had not said it yet: before the summary
-    // (waiting for the cuguard thread's, but not at a fatal signal).
+    // (waiting for the cuguard thread's, but not at a fatal signal), with the other processes
+    // it had not listed yet (NVML is not called in a signal's handler).
+    if wait {
+        crate::guard::shield((), || t.ooms.fill_others());
+    }
     crate::guard::shield((), || super::oom_line::say_pending(wait));
     {
         let _turn = writer_turn(WAIT_FOR_WRITER);

@@ -31,6 +31,7 @@ static SNAPSHOTS_OFF: AtomicBool = AtomicBool::new(false);
 
 static REQ_SNAPSHOT: AtomicBool = AtomicBool::new(false);
 static REQ_OOM: AtomicBool = AtomicBool::new(false);
+static REQ_OTHERS: AtomicBool = AtomicBool::new(false);
 /// When the last out-of-memory report was asked for (ms since start; 0: never).
 static LAST_OOM_MS: AtomicU64 = AtomicU64::new(0);
 /// Out-of-memory reports are asked for at most this often.
@@ -115,6 +116,15 @@ pub fn request_oom_report_now() {
     );
     REQ_OOM.store(true, Ordering::Release);
     wake();
+}
+
+/// A refusal's card is waiting for NVML's list of the other processes: asks this thread to
+/// list them now ([`crate::tracker::ooms::Ooms::fill_others`]), before the line and the report.
+pub fn request_others() {
+    if RUNNING.load(Ordering::Acquire) {
+        REQ_OTHERS.store(true, Ordering::Release);
+        wake();
+    }
 }
 
 /// From the snapshot signal's handler: asks for a snapshot. Async-signal-safe.
@@ -274,6 +284,11 @@ fn run() {
 
         if !named {
             named = name_thread();
+        }
+        if REQ_OTHERS.swap(false, Ordering::AcqRel)
+            && let Some(t) = crate::tracker::if_any()
+        {
+            crate::guard::shield((), || t.ooms.fill_others());
         }
         let sig = REQ_FATAL.swap(0, Ordering::AcqRel);
         if sig != 0 {

@@ -81,9 +81,14 @@ pub struct Oom {
     /// For the driver's refusal of memory a framework's allocator asked for, the framework,
     /// which then refused the request itself (its own record explains it).
     pub within: Option<RefusedBy>,
-    /// The other processes on the device then (NVML's), most bytes first, and what they all
-    /// held; or why NVML could not say ([`crate::driver::nvml::others`]).
+    /// The other processes on the device (NVML's), most bytes first, and what they all held;
+    /// or why NVML could not say ([`crate::driver::nvml::others`]). Listed by the cuguard
+    /// thread just after the refusal where it runs (NVML's listing can take most of a
+    /// millisecond: not the refused call's to pay), in the refused call where it does not.
     pub others: Result<(Vec<cuguard_format::OtherProcess>, u64), String>,
+    /// Whether `others` is still to be listed ([`Ooms::fill_others`]); the verdict is worked
+    /// out again then.
+    pub others_pending: bool,
     /// What making the card took the shim (`ooms[].card_ns`).
     pub card_ns: u64,
     /// What reading a framework's figures took the Python package (`ooms[].framework_ns`).
@@ -106,6 +111,9 @@ pub fn watch_framework() {
 pub fn framework_watched() -> bool {
     FRAMEWORK_WATCHED.load(Ordering::Acquire)
 }
+
+/// Whether a record's other processes are still to be listed ([`Ooms::fill_others`]).
+static OTHERS_PENDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The records.
 pub struct Ooms {
@@ -169,6 +177,48 @@ impl Ooms {
         }
     }
 
+    /// Lists the other processes of each record still without them (from the cuguard thread,
+    /// or a report written outside a signal handler), with `list(device)`, and works out the
+    /// verdict again with them (`verdict(record)`). NVML is asked with no lock held.
+    pub fn fill_others_with(
+        &self,
+        list: impl Fn(i32) -> Result<(Vec<cuguard_format::OtherProcess>, u64), String>,
+        verdict: impl Fn(&Oom) -> cuguard_format::Verdict,
+    ) {
+        if !OTHERS_PENDING.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let pending: Vec<(u64, u32, i32)> = lock(&self.list)
+            .iter()
+            .filter(|o| o.others_pending)
+            .map(|o| (o.seq, o.thread, o.device))
+            .collect();
+        for (seq, thread, device) in pending {
+            let others = list(device);
+            let mut all = lock(&self.list);
+            if let Some(o) = all
+                .iter_mut()
+                .find(|o| o.seq == seq && o.thread == thread && o.others_pending)
+            {
+                o.others = others;
+                o.others_pending = false;
+                o.verdict = verdict(o);
+            }
+        }
+    }
+
+    /// Lists the other processes of the records still without them (NVML, now) and works their
+    /// verdicts out again: the cuguard thread, just after a refusal; a report written outside a
+    /// signal's handler.
+    pub fn fill_others(&self) {
+        self.fill_others_with(others_of, verdict_of);
+    }
+
+    /// A record was kept with its other processes to be listed ([`Self::fill_others`]).
+    pub fn others_wanted(&self) {
+        OTHERS_PENDING.store(true, Ordering::Release);
+    }
+
     /// The records, and how many refusals were not recorded.
     pub fn snapshot(&self) -> (Vec<Oom>, u64) {
         let list = lock(&self.list).clone();
@@ -176,4 +226,37 @@ impl Ooms {
         let dropped = seen.saturating_sub(list.len() as u64);
         (list, dropped)
     }
+}
+
+/// `ooms[].other_processes_note` of a record whose other processes were never listed (the
+/// cuguard thread was to list them and did not before the report).
+pub const PENDING_NOTE: &str = "NVML was not asked: the refusal came as the process ended";
+
+/// The other processes on `device`, as NVML lists them now (or why it cannot say).
+pub fn others_of(device: i32) -> Result<(Vec<cuguard_format::OtherProcess>, u64), String> {
+    crate::driver::nvml::others(
+        device,
+        cuguard_format::OomRecord::MAX_OTHER_PROCESSES,
+        |pid, bytes| cuguard_format::OtherProcess { pid, bytes },
+    )
+    .map_err(|why| why.note())
+}
+
+/// The verdict of `o`, from its figures.
+pub fn verdict_of(o: &Oom) -> cuguard_format::Verdict {
+    cuguard_format::verdict::of(cuguard_format::verdict::Figures {
+        size: o.size,
+        refused_by: o.refused_by.as_str(),
+        device_free_bytes: o.device_memory.map(|m| m.0),
+        device_total_bytes: o.device_memory.map(|m| m.1),
+        limit: o.limit.as_ref(),
+        live_bytes: o.live_bytes,
+        idle: &o.idle,
+        device: cuguard_format::wire::device_ordinal(o.device),
+        other_processes: o
+            .others
+            .as_ref()
+            .ok()
+            .map(|(list, held)| (&list[..], *held)),
+    })
 }

@@ -137,6 +137,11 @@ pub fn build(t: &Tracker, occasion: &Occasion) -> format::Report {
 /// time, the stacks' symbolization and the faults they record come late, as the report's own
 /// order has them); with the host and rank its path is made from.
 fn gather(t: &Tracker, occasion: &Occasion) -> (format::Report, String, Option<i64>) {
+    // Refusals' other processes not yet listed (the cuguard thread had not come to them):
+    // listed now, unless in a signal's handler, where NVML is not to be called.
+    if !matches!(occasion.reason, Reason::Signal) {
+        crate::guard::shield((), || t.ooms.fill_others());
+    }
     let cfg = config::get();
     let taken = Taken::now(t);
     let contexts = t.contexts.snapshot();
