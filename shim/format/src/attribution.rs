@@ -196,7 +196,8 @@ pub struct CardParts {
     /// Asking the driver for the device's free and total memory (`cuMemGetInfo`, through a
     /// context pushed for it where the thread had none on the device).
     pub device_ns: u64,
-    /// Asking NVML for the other processes on the device.
+    /// Asking NVML for the other processes on the device: about nothing where the cuguard
+    /// thread asks just after the refusal instead (the refused call asks only without it).
     pub nvml_ns: u64,
     /// The live bytes by stack.
     pub live_ns: u64,
