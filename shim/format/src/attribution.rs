@@ -190,7 +190,7 @@ pub struct OomRecord {
 
 /// The parts of an out-of-memory card's time inside the refused call
 /// ([`OomRecord::card_parts`]), in nanoseconds; what they leave of `card_ns` is the record's own
-/// keeping (the labels, the list).
+/// keeping (the list).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CardParts {
     /// Asking the driver for the device's free and total memory (`cuMemGetInfo`, through a
@@ -203,7 +203,7 @@ pub struct CardParts {
     pub live_ns: u64,
     /// The holders' idle memory: the driver's memory pools' attributes, cuguard's pool.
     pub holders_ns: u64,
-    /// The verdict.
+    /// The verdict (and the program's labels, read just before it).
     pub verdict_ns: u64,
 }
 
