@@ -59,6 +59,13 @@ pub(crate) fn run_workload(
     )
 }
 
+/// Each record's refuser and what it refused within (`refused_by`, `within`), in order.
+fn refusers(ooms: &[Value]) -> Vec<(&str, Option<&str>)> {
+    ooms.iter()
+        .map(|o| (o["refused_by"].as_str().unwrap(), o["within"].as_str()))
+        .collect()
+}
+
 /// [`torch_oom`], with what was said on stderr.
 fn torch_oom_said(
     name: &str,
@@ -179,10 +186,7 @@ fn against_the_whole_device_the_driver_s_refusals_inside_pytorch_point_at_its_ca
     );
     assert_eq!(said["result"], "refused", "{said}");
     let ooms = report["ooms"].as_array().unwrap();
-    let by: Vec<(&str, Option<&str>)> = ooms
-        .iter()
-        .map(|o| (o["refused_by"].as_str().unwrap(), o["within"].as_str()))
-        .collect();
+    let by = refusers(ooms);
     // PyTorch asked the driver, gave back its unused segments (none), asked again, then refused.
     assert_eq!(
         by,
@@ -399,10 +403,7 @@ fn under_cuguard_limit_the_limit_s_refusals_inside_pytorch_point_at_its_card() {
     );
     assert_eq!(said["result"], "refused", "{said}");
     let ooms = report["ooms"].as_array().unwrap();
-    let by: Vec<(&str, Option<&str>)> = ooms
-        .iter()
-        .map(|o| (o["refused_by"].as_str().unwrap(), o["within"].as_str()))
-        .collect();
+    let by = refusers(ooms);
     assert_eq!(
         by,
         [
